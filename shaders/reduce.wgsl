@@ -1,0 +1,106 @@
+// Reduction over one axis of a strided tensor: out[o] = fold(x[base(o) + r * red_stride]),
+// r = 0..red_len, always in a fixed order so results are bitwise reproducible.
+// `reduce_rows`: one invocation per output (many outputs / short reductions).
+// `reduce_wg`: one workgroup per output, strided partial folds then a shared-memory tree
+// (few outputs / long reductions).
+
+struct Params {
+    n_out: u32,
+    rank: u32,
+    offset: u32,
+    red_len: u32,
+    red_stride: u32,
+    scale: f32,
+    _pad0: u32,
+    _pad1: u32,
+    shape: array<vec4<u32>, 2>,
+    strides: array<vec4<u32>, 2>,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<T>;
+@group(0) @binding(2) var<storage, read_write> y: array<T>;
+
+// 0 sum (mean = sum * scale), 1 max, 2 min.
+override OP: u32 = 0u;
+override WG: u32 = 256u;
+
+var<workgroup> partial: array<f32, WG>;
+
+fn identity() -> f32 {
+    switch OP {
+        case 1u: { return -3.4028234663852886e38; }
+        case 2u: { return 3.4028234663852886e38; }
+        default: { return 0.0; }
+    }
+}
+
+fn fold(acc: f32, v: f32) -> f32 {
+    switch OP {
+        case 1u: { return max(acc, v); }
+        case 2u: { return min(acc, v); }
+        default: { return acc + v; }
+    }
+}
+
+fn finish(acc: f32) -> T {
+    if (OP == 0u) {
+        return T(acc * p.scale);
+    }
+    return T(acc);
+}
+
+fn base_index(o: u32) -> u32 {
+    var rem = o;
+    var off = p.offset;
+    for (var d = i32(p.rank) - 1; d >= 0; d--) {
+        let k = u32(d);
+        let n = p.shape[k / 4u][k % 4u];
+        off += (rem % n) * p.strides[k / 4u][k % 4u];
+        rem = rem / n;
+    }
+    return off;
+}
+
+@compute @workgroup_size(WG)
+fn reduce_rows(@builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+    let o = (wid.x + wid.y * nwg.x) * WG + lid;
+    if (o >= p.n_out) {
+        return;
+    }
+    let base = base_index(o);
+    var acc = identity();
+    for (var r = 0u; r < p.red_len; r++) {
+        acc = fold(acc, f32(x[base + r * p.red_stride]));
+    }
+    y[o] = finish(acc);
+}
+
+@compute @workgroup_size(WG)
+fn reduce_wg(@builtin(workgroup_id) wid: vec3<u32>,
+             @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+    // Uniform control flow: every invocation of the workgroup reaches the barriers.
+    let o = wid.x + wid.y * nwg.x;
+    let live = o < p.n_out;
+    var acc = identity();
+    if (live) {
+        let base = base_index(o);
+        for (var r = lid; r < p.red_len; r += WG) {
+            acc = fold(acc, f32(x[base + r * p.red_stride]));
+        }
+    }
+    partial[lid] = acc;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s / 2u) {
+        if (lid < s) {
+            partial[lid] = fold(partial[lid], partial[lid + s]);
+        }
+        workgroupBarrier();
+    }
+    if (live && lid == 0u) {
+        y[o] = finish(partial[0]);
+    }
+}

@@ -1,0 +1,82 @@
+//! The crate's error type. Every variant names the op that failed and the values involved,
+//! so a message reads like `add: shapes [2, 3] and [4] do not broadcast`.
+
+use crate::DType;
+
+/// Result alias used throughout the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in wgtensor. Library code returns these instead of panicking.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Shapes that the op cannot combine (broadcast, inner dims, element counts, ...).
+    #[error("{op}: {msg}")]
+    Shape { op: &'static str, msg: String },
+    /// An argument that is out of range (axis, permutation, narrow range, option values).
+    #[error("{op}: {msg}")]
+    InvalidArgument { op: &'static str, msg: String },
+    /// Two tensors (or a tensor and the requested element type) have different dtypes.
+    #[error("{op}: dtype mismatch, expected {expected:?} got {got:?}")]
+    DType {
+        op: &'static str,
+        expected: DType,
+        got: DType,
+    },
+    /// Tensors created on different devices were combined.
+    #[error("{op}: tensors live on different devices")]
+    DeviceMismatch { op: &'static str },
+    /// A dimension is zero where the op needs data, or a size overflows u32 / usize.
+    #[error("{op}: {msg}")]
+    Size { op: &'static str, msg: String },
+    /// The tensor does not fit in one binding or buffer of this adapter.
+    #[error("{op}: {bytes} bytes exceed the adapter's {limit_name} of {limit} bytes")]
+    TooLarge {
+        op: &'static str,
+        bytes: u64,
+        limit_name: &'static str,
+        limit: u64,
+    },
+    /// The op needs an adapter feature this device lacks (e.g. SHADER_F16 for f16 tensors).
+    #[error("{op}: the adapter lacks the {feature} feature")]
+    MissingFeature {
+        op: &'static str,
+        feature: &'static str,
+    },
+    /// No adapter matched, or the device could not be created.
+    #[error("device: {0}")]
+    NoAdapter(String),
+    /// wgpu reported a validation error.
+    #[error("{op}: wgpu validation error: {msg}")]
+    Validation { op: &'static str, msg: String },
+    /// wgpu reported an out-of-memory error.
+    #[error("{op}: out of GPU memory: {msg}")]
+    OutOfMemory { op: &'static str, msg: String },
+    /// The device was lost (driver reset, destroyed, ...). Nothing can run on it any more.
+    #[error("{op}: device lost: {msg}")]
+    DeviceLost { op: &'static str, msg: String },
+    /// Mapping a buffer for readback failed.
+    #[error("{op}: readback failed: {msg}")]
+    Readback { op: &'static str, msg: String },
+}
+
+impl Error {
+    pub(crate) fn shape(op: &'static str, msg: impl Into<String>) -> Self {
+        Error::Shape {
+            op,
+            msg: msg.into(),
+        }
+    }
+    pub(crate) fn arg(op: &'static str, msg: impl Into<String>) -> Self {
+        Error::InvalidArgument {
+            op,
+            msg: msg.into(),
+        }
+    }
+    pub(crate) fn size(op: &'static str, msg: impl Into<String>) -> Self {
+        Error::Size {
+            op,
+            msg: msg.into(),
+        }
+    }
+}

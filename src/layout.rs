@@ -1,0 +1,244 @@
+//! Shape, element strides and offset: the view part of a tensor. All view ops (permute,
+//! narrow, broadcast, reshape of contiguous data) are pure layout math and never copy.
+
+use crate::{Error, Result};
+
+/// Highest rank a kernel accepts; shapes and strides travel to the GPU in `[u32; MAX_RANK]`.
+pub const MAX_RANK: usize = 8;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    shape: Vec<usize>,
+    strides: Vec<usize>,
+    offset: usize,
+}
+
+pub(crate) fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![0; shape.len()];
+    let mut acc = 1usize;
+    for (s, &d) in strides.iter_mut().zip(shape).rev() {
+        *s = acc;
+        acc = acc.saturating_mul(d);
+    }
+    strides
+}
+
+/// Element count of `shape`, or an error naming `op` when it overflows or exceeds u32 indexing.
+pub(crate) fn checked_numel(op: &'static str, shape: &[usize]) -> Result<usize> {
+    if shape.len() > MAX_RANK {
+        return Err(Error::size(
+            op,
+            format!("rank {} exceeds the maximum rank {MAX_RANK}", shape.len()),
+        ));
+    }
+    let n = shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| Error::size(op, format!("shape {shape:?} overflows usize")))?;
+    if n > u32::MAX as usize {
+        return Err(Error::size(
+            op,
+            format!("shape {shape:?} has {n} elements, more than u32 indexing allows"),
+        ));
+    }
+    Ok(n)
+}
+
+/// numpy broadcasting of two shapes.
+pub(crate) fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
+    let rank = a.len().max(b.len());
+    let mut out = vec![0; rank];
+    for i in 0..rank {
+        let da = if i < rank - a.len() { 1 } else { a[i - (rank - a.len())] };
+        let db = if i < rank - b.len() { 1 } else { b[i - (rank - b.len())] };
+        out[i] = match (da, db) {
+            (x, y) if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            _ => {
+                return Err(Error::shape(
+                    op,
+                    format!("shapes {a:?} and {b:?} do not broadcast (dim {i}: {da} vs {db})"),
+                ))
+            }
+        };
+    }
+    Ok(out)
+}
+
+impl Layout {
+    pub fn contiguous(shape: &[usize]) -> Self {
+        Layout {
+            shape: shape.to_vec(),
+            strides: contiguous_strides(shape),
+            offset: 0,
+        }
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    pub fn strides(&self) -> &[usize] {
+        &self.strides
+    }
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// True when elements are packed in row-major order starting at `offset`.
+    pub fn is_contiguous(&self) -> bool {
+        let mut acc = 1;
+        for (&d, &s) in self.shape.iter().zip(&self.strides).rev() {
+            if d != 1 && s != acc {
+                return false;
+            }
+            acc *= d;
+        }
+        true
+    }
+
+    /// One past the furthest element this view touches (0 for an empty view).
+    pub fn span(&self) -> usize {
+        if self.shape.contains(&0) {
+            return 0;
+        }
+        self.offset
+            + 1
+            + self
+                .shape
+                .iter()
+                .zip(&self.strides)
+                .map(|(&d, &s)| (d - 1) * s)
+                .sum::<usize>()
+    }
+
+    pub(crate) fn normalize_dim(op: &'static str, dim: isize, rank: usize) -> Result<usize> {
+        let r = rank as isize;
+        let d = if dim < 0 { dim + r } else { dim };
+        if d < 0 || d >= r.max(0) {
+            return Err(Error::arg(
+                op,
+                format!("dim {dim} is out of range for rank {rank}"),
+            ));
+        }
+        Ok(d as usize)
+    }
+
+    pub fn permute(&self, perm: &[usize]) -> Result<Layout> {
+        let op = "permute";
+        if perm.len() != self.rank() {
+            return Err(Error::arg(
+                op,
+                format!("permutation {perm:?} has {} entries for rank {}", perm.len(), self.rank()),
+            ));
+        }
+        let mut seen = vec![false; perm.len()];
+        for &p in perm {
+            if p >= perm.len() || seen[p] {
+                return Err(Error::arg(op, format!("{perm:?} is not a permutation")));
+            }
+            seen[p] = true;
+        }
+        Ok(Layout {
+            shape: perm.iter().map(|&p| self.shape[p]).collect(),
+            strides: perm.iter().map(|&p| self.strides[p]).collect(),
+            offset: self.offset,
+        })
+    }
+
+    pub fn transpose(&self, a: isize, b: isize) -> Result<Layout> {
+        let a = Self::normalize_dim("transpose", a, self.rank())?;
+        let b = Self::normalize_dim("transpose", b, self.rank())?;
+        let mut perm: Vec<usize> = (0..self.rank()).collect();
+        perm.swap(a, b);
+        self.permute(&perm)
+    }
+
+    pub fn narrow(&self, dim: isize, start: usize, len: usize) -> Result<Layout> {
+        let op = "narrow";
+        let d = Self::normalize_dim(op, dim, self.rank())?;
+        match start.checked_add(len) {
+            Some(end) if end <= self.shape[d] => {}
+            _ => {
+                return Err(Error::arg(
+                    op,
+                    format!(
+                        "range {start}..{start}+{len} is out of bounds for dim {d} of size {}",
+                        self.shape[d]
+                    ),
+                ))
+            }
+        }
+        let mut l = self.clone();
+        if len > 0 {
+            l.offset += start * self.strides[d];
+        }
+        l.shape[d] = len;
+        Ok(l)
+    }
+
+    pub fn broadcast_to(&self, shape: &[usize]) -> Result<Layout> {
+        let op = "broadcast_to";
+        if shape.len() < self.rank() {
+            return Err(Error::shape(
+                op,
+                format!("cannot broadcast {:?} to lower rank {shape:?}", self.shape),
+            ));
+        }
+        let lead = shape.len() - self.rank();
+        let mut strides = vec![0; shape.len()];
+        for i in 0..self.rank() {
+            let (d, s) = (self.shape[i], self.strides[i]);
+            strides[lead + i] = if d == shape[lead + i] {
+                s
+            } else if d == 1 {
+                0
+            } else {
+                return Err(Error::shape(
+                    op,
+                    format!("cannot broadcast {:?} to {shape:?}", self.shape),
+                ));
+            };
+        }
+        Ok(Layout {
+            shape: shape.to_vec(),
+            strides,
+            offset: self.offset,
+        })
+    }
+
+    /// A reshaped view, or `None` when the data is not contiguous (the caller copies first).
+    pub fn reshape(&self, shape: &[usize]) -> Option<Layout> {
+        if !self.is_contiguous() {
+            return None;
+        }
+        Some(Layout {
+            shape: shape.to_vec(),
+            strides: contiguous_strides(shape),
+            offset: self.offset,
+        })
+    }
+
+    /// Drops dimension `d` (used by reductions to describe the output coordinates).
+    pub(crate) fn without_dim(&self, d: usize) -> Layout {
+        let mut l = self.clone();
+        l.shape.remove(d);
+        l.strides.remove(d);
+        l
+    }
+}
+
+/// Pads shape/strides into the fixed-size arrays a kernel's Params carry.
+pub(crate) fn pack_dims(v: &[usize]) -> [u32; MAX_RANK] {
+    let mut out = [0u32; MAX_RANK];
+    for (o, &x) in out.iter_mut().zip(v) {
+        *o = x as u32;
+    }
+    out
+}

@@ -1,0 +1,30 @@
+//! # wgtensor
+//!
+//! A portable GPU tensor runtime on wgpu/WGSL. Tensors live in pooled wgpu buffers; ops record
+//! compute dispatches into a pending command encoder that is submitted in batches through a
+//! bounded in-flight queue, so memory stays bounded however far the caller runs ahead.
+//!
+//! ```no_run
+//! # fn main() -> wgtensor::Result<()> {
+//! use wgtensor::{Device, Tensor};
+//! let dev = Device::new()?;
+//! let a = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?;
+//! let b = Tensor::from_slice(&dev, &[10.0f32, 20.0, 30.0], &[3])?;
+//! let c = a.add(&b)?.relu()?.sum(1, false)?; // broadcast add, relu, row sums
+//! assert_eq!(c.to_vec::<f32>()?, vec![66.0, 75.0]);
+//! # Ok(()) }
+//! ```
+
+mod dtype;
+mod error;
+pub mod layout;
+pub mod ops;
+pub mod runtime;
+mod tensor;
+
+pub use dtype::{DType, Element};
+pub use error::{Error, Result};
+pub use half::f16;
+pub use layout::Layout;
+pub use runtime::{Device, DeviceOptions, DeviceStats, PoolStats};
+pub use tensor::Tensor;

@@ -1,0 +1,114 @@
+//! Binary elementwise ops with numpy broadcasting (shaders/binary.wgsl).
+
+use bytemuck::{Pod, Zeroable};
+
+use crate::layout::{broadcast_shapes, pack_dims, MAX_RANK};
+use crate::ops::map::WG;
+use crate::runtime::{grid_1d, Access, Kernel};
+use crate::{DType, Result, Tensor};
+
+static BINARY: Kernel = Kernel {
+    name: "binary",
+    source: include_str!("../../shaders/binary.wgsl"),
+    entry: "main",
+    bindings: &[Access::Read, Access::Read, Access::ReadWrite],
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Max,
+    Min,
+}
+
+impl BinaryOp {
+    fn name(self) -> &'static str {
+        ["add", "sub", "mul", "div", "maximum", "minimum"][self as usize]
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct BinaryParams {
+    numel: u32,
+    rank: u32,
+    off_a: u32,
+    off_b: u32,
+    shape: [u32; MAX_RANK],
+    sa: [u32; MAX_RANK],
+    sb: [u32; MAX_RANK],
+}
+
+impl Tensor {
+    /// `self (op) other` with numpy broadcasting; strided inputs are read without copies.
+    pub fn binary(&self, other: &Tensor, op: BinaryOp) -> Result<Tensor> {
+        let name = op.name();
+        self.same_device(name, other)?;
+        self.same_dtype(name, other)?;
+        let shape = broadcast_shapes(name, self.shape(), other.shape())?;
+        let a = self.layout.broadcast_to(&shape)?;
+        let b = other.layout.broadcast_to(&shape)?;
+        let dev = self.device();
+        let out = Tensor::empty(dev, name, &shape, self.dtype)?;
+        let n = out.numel();
+        let contig = a.is_contiguous() && b.is_contiguous();
+        let params = BinaryParams {
+            numel: n as u32,
+            rank: shape.len() as u32,
+            off_a: a.offset() as u32,
+            off_b: b.offset() as u32,
+            shape: pack_dims(&shape),
+            sa: pack_dims(a.strides()),
+            sb: pack_dims(b.strides()),
+        };
+        dev.launch(
+            name,
+            &BINARY,
+            &[self.dtype],
+            &[("OP", op as u32 as f64), ("WG", WG as f64), ("CONTIG", contig as u32 as f64)],
+            bytemuck::bytes_of(&params),
+            &[self.buffer(), other.buffer(), out.buffer()],
+            grid_1d(name, (n as u64).div_ceil(WG as u64), dev.limits().max_compute_workgroups_per_dimension)?,
+        )?;
+        Ok(out)
+    }
+
+    pub fn add(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary(other, BinaryOp::Add)
+    }
+    pub fn sub(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary(other, BinaryOp::Sub)
+    }
+    pub fn mul(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary(other, BinaryOp::Mul)
+    }
+    pub fn div(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary(other, BinaryOp::Div)
+    }
+    pub fn maximum(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary(other, BinaryOp::Max)
+    }
+    pub fn minimum(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary(other, BinaryOp::Min)
+    }
+}
+
+#[doc(hidden)]
+pub fn binary_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
+    let mut v = Vec::new();
+    for dt in [DType::F32, DType::F16] {
+        for code in 0..6u32 {
+            for contig in [0.0, 1.0] {
+                v.push(crate::runtime::pipeline::ShaderVariant::new(
+                    &BINARY,
+                    &[dt],
+                    &[("OP", code as f64), ("WG", WG as f64), ("CONTIG", contig)],
+                ));
+            }
+        }
+    }
+    v
+}

@@ -1,0 +1,200 @@
+//! The map family (shaders/map.wgsl): contiguous copy, dtype cast, unary math, scalar ops.
+//! One kernel, specialized by the `OP` override; strided inputs are read in place.
+
+use bytemuck::{Pod, Zeroable};
+
+use crate::layout::{pack_dims, MAX_RANK};
+use crate::runtime::{grid_1d, Access, Kernel};
+use crate::{DType, Result, Tensor};
+
+static MAP: Kernel = Kernel {
+    name: "map",
+    source: include_str!("../../shaders/map.wgsl"),
+    entry: "main",
+    bindings: &[Access::Read, Access::ReadWrite],
+};
+
+pub(crate) const WG: u32 = 256;
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct MapParams {
+    numel: u32,
+    rank: u32,
+    offset: u32,
+    scalar: f32,
+    shape: [u32; MAX_RANK],
+    strides: [u32; MAX_RANK],
+}
+
+/// Unary functions, applied elementwise in f32.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnaryOp {
+    Neg,
+    Abs,
+    Exp,
+    Log,
+    Sqrt,
+    Relu,
+    Sigmoid,
+    Tanh,
+    /// Exact (erf) GELU, as PyTorch's default.
+    Gelu,
+}
+
+/// `tensor (op) scalar` and the reversed forms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScalarOp {
+    Add,
+    /// x - s
+    Sub,
+    /// s - x
+    RSub,
+    Mul,
+    /// x / s
+    Div,
+    /// s / x
+    RDiv,
+    Max,
+    Min,
+}
+
+#[derive(Clone, Copy)]
+enum MapOp {
+    Identity,
+    Unary(UnaryOp),
+    Scalar(ScalarOp),
+}
+
+impl MapOp {
+    /// The shader's OP codes.
+    fn code(self) -> u32 {
+        match self {
+            MapOp::Identity => 0,
+            MapOp::Unary(u) => 1 + u as u32,
+            MapOp::Scalar(s) => 10 + s as u32,
+        }
+    }
+}
+
+/// Runs the map kernel: `out[i] = op(x[strided i], scalar)`, output contiguous of `out_dtype`.
+fn map(op_name: &'static str, x: &Tensor, op: MapOp, scalar: f32, out_dtype: DType) -> Result<Tensor> {
+    let dev = x.device();
+    let out = Tensor::empty(dev, op_name, x.shape(), out_dtype)?;
+    let l = &x.layout;
+    let params = MapParams {
+        numel: l.numel() as u32,
+        rank: l.rank() as u32,
+        offset: l.offset() as u32,
+        scalar,
+        shape: pack_dims(l.shape()),
+        strides: pack_dims(l.strides()),
+    };
+    let contig = if l.is_contiguous() { 1.0 } else { 0.0 };
+    let groups = (l.numel() as u64).div_ceil(WG as u64);
+    dev.launch(
+        op_name,
+        &MAP,
+        &[x.dtype, out_dtype],
+        &[("OP", op.code() as f64), ("WG", WG as f64), ("CONTIG", contig)],
+        bytemuck::bytes_of(&params),
+        &[x.buffer(), out.buffer()],
+        grid_1d(op_name, groups, dev.limits().max_compute_workgroups_per_dimension)?,
+    )?;
+    Ok(out)
+}
+
+const UNARY_NAMES: [&str; 9] = ["neg", "abs", "exp", "log", "sqrt", "relu", "sigmoid", "tanh", "gelu"];
+const SCALAR_NAMES: [&str; 8] = [
+    "add_scalar", "sub_scalar", "rsub_scalar", "mul_scalar", "div_scalar", "rdiv_scalar", "max_scalar",
+    "min_scalar",
+];
+
+impl Tensor {
+    /// A packed row-major copy (or `self` when already contiguous from offset 0).
+    pub fn contiguous(&self) -> Result<Tensor> {
+        if self.is_contiguous() && self.layout.offset() == 0 {
+            return Ok(self.clone());
+        }
+        map("contiguous", self, MapOp::Identity, 0.0, self.dtype)
+    }
+
+    /// Converts to `dtype` (f32 <-> f16, round to nearest even).
+    pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
+        if dtype == self.dtype {
+            return Ok(self.clone());
+        }
+        self.device().require_dtype("to_dtype", dtype)?;
+        map("to_dtype", self, MapOp::Identity, 0.0, dtype)
+    }
+
+    pub fn unary(&self, op: UnaryOp) -> Result<Tensor> {
+        map(UNARY_NAMES[op as usize], self, MapOp::Unary(op), 0.0, self.dtype)
+    }
+
+    pub fn scalar_op(&self, op: ScalarOp, s: f32) -> Result<Tensor> {
+        map(SCALAR_NAMES[op as usize], self, MapOp::Scalar(op), s, self.dtype)
+    }
+
+    pub fn neg(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Neg)
+    }
+    pub fn abs(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Abs)
+    }
+    pub fn exp(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Exp)
+    }
+    pub fn log(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Log)
+    }
+    pub fn sqrt(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Sqrt)
+    }
+    pub fn relu(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Relu)
+    }
+    pub fn sigmoid(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Sigmoid)
+    }
+    pub fn tanh(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Tanh)
+    }
+    pub fn gelu(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Gelu)
+    }
+    pub fn add_scalar(&self, s: f32) -> Result<Tensor> {
+        self.scalar_op(ScalarOp::Add, s)
+    }
+    pub fn sub_scalar(&self, s: f32) -> Result<Tensor> {
+        self.scalar_op(ScalarOp::Sub, s)
+    }
+    pub fn mul_scalar(&self, s: f32) -> Result<Tensor> {
+        self.scalar_op(ScalarOp::Mul, s)
+    }
+    pub fn div_scalar(&self, s: f32) -> Result<Tensor> {
+        self.scalar_op(ScalarOp::Div, s)
+    }
+}
+
+#[doc(hidden)]
+pub fn map_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
+    let mut v = Vec::new();
+    for dts in [
+        [DType::F32, DType::F32],
+        [DType::F16, DType::F16],
+        [DType::F32, DType::F16],
+        [DType::F16, DType::F32],
+    ] {
+        for code in 0..18u32 {
+            for contig in [0.0, 1.0] {
+                v.push(crate::runtime::pipeline::ShaderVariant::new(
+                    &MAP,
+                    &dts,
+                    &[("OP", code as f64), ("WG", WG as f64), ("CONTIG", contig)],
+                ));
+            }
+        }
+    }
+    v
+}

@@ -1,0 +1,18 @@
+//! Public ops. Each family: validate -> pick variant -> launch through the runtime.
+
+pub mod binary;
+pub mod map;
+pub mod reduce;
+
+pub use binary::BinaryOp;
+pub use map::{ScalarOp, UnaryOp};
+pub use reduce::ReduceOp;
+
+/// Every shader variant the crate can compile (kernel, dtypes, override constants).
+#[doc(hidden)]
+pub fn shader_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
+    let mut v = map::map_variants();
+    v.extend(binary::binary_variants());
+    v.extend(reduce::reduce_variants());
+    v
+}

@@ -1,0 +1,143 @@
+//! Reductions over one axis (shaders/reduce.wgsl). The general kernel later families reuse:
+//! any strided input, fixed-order accumulation in f32, and two variants picked by a plain
+//! function of the problem (one invocation per output, or one workgroup per output).
+
+use bytemuck::{Pod, Zeroable};
+
+use crate::layout::{pack_dims, Layout, MAX_RANK};
+use crate::runtime::{grid_1d, Access, Kernel};
+use crate::{DType, Error, Result, Tensor};
+
+const WG: u32 = 256;
+
+static ROWS: Kernel = Kernel {
+    name: "reduce",
+    source: include_str!("../../shaders/reduce.wgsl"),
+    entry: "reduce_rows",
+    bindings: &[Access::Read, Access::ReadWrite],
+};
+static WORKGROUP: Kernel = Kernel {
+    name: "reduce",
+    source: include_str!("../../shaders/reduce.wgsl"),
+    entry: "reduce_wg",
+    bindings: &[Access::Read, Access::ReadWrite],
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReduceOp {
+    Sum,
+    Max,
+    Min,
+    Mean,
+}
+
+impl ReduceOp {
+    fn name(self) -> &'static str {
+        ["sum", "max", "min", "mean"][self as usize]
+    }
+    fn code(self) -> u32 {
+        match self {
+            ReduceOp::Sum | ReduceOp::Mean => 0,
+            ReduceOp::Max => 1,
+            ReduceOp::Min => 2,
+        }
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct ReduceParams {
+    n_out: u32,
+    rank: u32,
+    offset: u32,
+    red_len: u32,
+    red_stride: u32,
+    scale: f32,
+    _pad: [u32; 2],
+    shape: [u32; MAX_RANK],
+    strides: [u32; MAX_RANK],
+}
+
+/// Which kernel reduces `red_len` elements for each of `n_out` outputs. A workgroup per output
+/// pays a barrier tree, so it only wins when outputs are too few to fill the device and each
+/// reduction is long.
+fn use_workgroup_variant(n_out: usize, red_len: usize) -> bool {
+    red_len > 64 && n_out < 4096
+}
+
+impl Tensor {
+    /// Reduces along `dim` (negative counts from the end); `keepdim` keeps it as size 1.
+    pub fn reduce(&self, dim: isize, op: ReduceOp, keepdim: bool) -> Result<Tensor> {
+        let name = op.name();
+        if self.rank() == 0 {
+            return Err(Error::arg(name, "cannot reduce a rank-0 tensor along a dim"));
+        }
+        let d = Layout::normalize_dim(name, dim, self.rank())?;
+        let red_len = self.shape()[d];
+        let outer = self.layout.without_dim(d);
+        let n_out = outer.numel();
+        let mut out_shape = outer.shape().to_vec();
+        if keepdim {
+            out_shape.insert(d, 1);
+        }
+        let dev = self.device();
+        let out = Tensor::empty(dev, name, &out_shape, self.dtype)?;
+        let params = ReduceParams {
+            n_out: n_out as u32,
+            rank: outer.rank() as u32,
+            offset: self.layout.offset() as u32,
+            red_len: red_len as u32,
+            red_stride: self.strides()[d] as u32,
+            scale: if op == ReduceOp::Mean { 1.0 / red_len as f32 } else { 1.0 },
+            _pad: [0; 2],
+            shape: pack_dims(outer.shape()),
+            strides: pack_dims(outer.strides()),
+        };
+        let max = dev.limits().max_compute_workgroups_per_dimension;
+        let (kernel, groups) = if use_workgroup_variant(n_out, red_len) {
+            (&WORKGROUP, n_out as u64)
+        } else {
+            (&ROWS, (n_out as u64).div_ceil(WG as u64))
+        };
+        dev.launch(
+            name,
+            kernel,
+            &[self.dtype],
+            &[("OP", op.code() as f64), ("WG", WG as f64)],
+            bytemuck::bytes_of(&params),
+            &[self.buffer(), out.buffer()],
+            grid_1d(name, groups, max)?,
+        )?;
+        Ok(out)
+    }
+
+    pub fn sum(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
+        self.reduce(dim, ReduceOp::Sum, keepdim)
+    }
+    pub fn mean(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
+        self.reduce(dim, ReduceOp::Mean, keepdim)
+    }
+    pub fn max(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
+        self.reduce(dim, ReduceOp::Max, keepdim)
+    }
+    pub fn min(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
+        self.reduce(dim, ReduceOp::Min, keepdim)
+    }
+}
+
+#[doc(hidden)]
+pub fn reduce_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
+    let mut v = Vec::new();
+    for k in [&ROWS, &WORKGROUP] {
+        for dt in [DType::F32, DType::F16] {
+            for code in 0..3u32 {
+                v.push(crate::runtime::pipeline::ShaderVariant::new(
+                    k,
+                    &[dt],
+                    &[("OP", code as f64), ("WG", WG as f64)],
+                ));
+            }
+        }
+    }
+    v
+}

@@ -1,0 +1,663 @@
+//! The device: adapter selection, limits and features, and the shared execution state
+//! (pool, pending batch, in-flight queue, pipeline cache) behind one cheap-to-clone handle.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::batch::Batch;
+use super::pipeline::{CachedPipeline, Kernel, PipelineCache, PARAM_SLOT};
+use super::pool::{size_class, BufferPool, PoolStats};
+use super::submitter::Submitter;
+use crate::{DType, Error, Result};
+
+/// Knobs of the execution model. The defaults suit both lavapipe and discrete GPUs.
+#[derive(Debug, Clone)]
+pub struct DeviceOptions {
+    /// The pending batch is submitted once it holds this many dispatches.
+    pub max_dispatches_per_submit: usize,
+    /// ... or once the buffers allocated for it reach this many bytes.
+    pub max_bytes_per_submit: u64,
+    /// At most this many submissions are outstanding; the next submit waits for the oldest.
+    pub max_in_flight: usize,
+    /// Freed buffers beyond this many cached bytes are destroyed instead of kept.
+    pub pool_cap_bytes: u64,
+}
+
+impl Default for DeviceOptions {
+    fn default() -> Self {
+        DeviceOptions {
+            max_dispatches_per_submit: 64,
+            max_bytes_per_submit: 256 << 20,
+            max_in_flight: 3,
+            pool_cap_bytes: 1 << 30,
+        }
+    }
+}
+
+/// Counters reported by [`Device::stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceStats {
+    pub pipelines_compiled: u64,
+    pub dispatches: u64,
+    pub submissions: u64,
+    pub in_flight: usize,
+    pub peak_in_flight: usize,
+    pub pool: PoolStats,
+}
+
+pub(crate) struct State {
+    pub(crate) pool: BufferPool,
+    pub(crate) batch: Batch,
+    pub(crate) submitter: Submitter,
+    pub(crate) dispatches: u64,
+}
+
+pub(crate) struct Inner {
+    pub(crate) id: u64,
+    pub(crate) adapter: wgpu::Adapter,
+    pub(crate) device: wgpu::Device,
+    pub(crate) queue: wgpu::Queue,
+    pub(crate) info: wgpu::AdapterInfo,
+    pub(crate) limits: wgpu::Limits,
+    pub(crate) features: wgpu::Features,
+    pub(crate) opts: DeviceOptions,
+    pub(crate) param_slot: u64,
+    state: Mutex<State>,
+    pipelines: Mutex<PipelineCache>,
+    lost: Arc<Mutex<Option<String>>>,
+    uncaptured: Arc<Mutex<Option<Error>>>,
+}
+
+/// A GPU device. Clone is an `Arc` bump; every clone drives the same queue and batch.
+#[derive(Clone)]
+pub struct Device {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("adapter", &self.inner.info.name)
+            .field("backend", &self.inner.info.backend)
+            .finish()
+    }
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock cannot leave our counters half-updated in a way that
+    // matters more than refusing all further work, so recover the guard.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+async fn pick_adapter(instance: &wgpu::Instance) -> Result<wgpu::Adapter> {
+    #[cfg(not(target_arch = "wasm32"))]
+    if let Ok(name) = std::env::var("WGPU_ADAPTER_NAME") {
+        let want = name.to_lowercase();
+        let adapters = instance.enumerate_adapters(wgpu::Backends::all()).await;
+        let names: Vec<String> = adapters.iter().map(|a| a.get_info().name).collect();
+        return adapters
+            .into_iter()
+            .find(|a| a.get_info().name.to_lowercase().contains(&want))
+            .ok_or_else(|| {
+                Error::NoAdapter(format!(
+                    "WGPU_ADAPTER_NAME={name:?} matches none of the adapters {names:?}"
+                ))
+            });
+    }
+    instance
+        .request_adapter(&wgpu::RequestAdapterOptions {
+            power_preference: wgpu::PowerPreference::from_env().unwrap_or_default(),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| Error::NoAdapter(format!("no adapter available: {e}")))
+}
+
+impl Device {
+    /// Opens the default device, blocking (native only). Honours WGPU_BACKEND,
+    /// WGPU_ADAPTER_NAME and WGPU_POWER_PREF.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn new() -> Result<Device> {
+        Self::with_options(DeviceOptions::default())
+    }
+
+    /// Like [`Device::new`] with explicit execution options.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn with_options(opts: DeviceOptions) -> Result<Device> {
+        pollster::block_on(Self::new_async_with(opts))
+    }
+
+    /// Opens the default device without blocking (the entry point on wasm).
+    pub async fn new_async() -> Result<Device> {
+        Self::new_async_with(DeviceOptions::default()).await
+    }
+
+    pub async fn new_async_with(opts: DeviceOptions) -> Result<Device> {
+        if opts.max_dispatches_per_submit == 0 || opts.max_in_flight == 0 {
+            return Err(Error::arg(
+                "device",
+                format!(
+                    "max_dispatches_per_submit ({}) and max_in_flight ({}) must be at least 1",
+                    opts.max_dispatches_per_submit, opts.max_in_flight
+                ),
+            ));
+        }
+        let instance =
+            wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let adapter = pick_adapter(&instance).await?;
+        let wanted = wgpu::Features::SHADER_F16;
+        let features = adapter.features() & wanted;
+        let limits = adapter.limits();
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("wgtensor"),
+                required_features: features,
+                required_limits: limits.clone(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| Error::NoAdapter(format!("request_device failed: {e}")))?;
+
+        let lost = Arc::new(Mutex::new(None));
+        let lost_cb = lost.clone();
+        device.set_device_lost_callback(move |reason, msg| {
+            *lock(&lost_cb) = Some(format!("{reason:?}: {msg}"));
+        });
+        let uncaptured = Arc::new(Mutex::new(None));
+        let unc_cb = uncaptured.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            let mut slot = lock(&unc_cb);
+            if slot.is_none() {
+                *slot = Some(map_wgpu_error("device", e));
+            }
+        }));
+
+        let param_slot = PARAM_SLOT.max(limits.min_uniform_buffer_offset_alignment as u64);
+        let info = adapter.get_info();
+        let features = device.features();
+        Ok(Device {
+            inner: Arc::new(Inner {
+                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                state: Mutex::new(State {
+                    pool: BufferPool::new(opts.pool_cap_bytes),
+                    batch: Batch::default(),
+                    submitter: Submitter::new(opts.max_in_flight),
+                    dispatches: 0,
+                }),
+                pipelines: Mutex::new(PipelineCache::default()),
+                adapter,
+                device,
+                queue,
+                info,
+                limits,
+                features,
+                opts,
+                param_slot,
+                lost,
+                uncaptured,
+            }),
+        })
+    }
+
+    pub fn adapter_info(&self) -> &wgpu::AdapterInfo {
+        &self.inner.info
+    }
+    pub fn limits(&self) -> &wgpu::Limits {
+        &self.inner.limits
+    }
+    pub fn features(&self) -> wgpu::Features {
+        self.inner.features
+    }
+    pub fn options(&self) -> &DeviceOptions {
+        &self.inner.opts
+    }
+    pub fn supports_f16(&self) -> bool {
+        self.inner.features.contains(wgpu::Features::SHADER_F16)
+    }
+    /// The underlying wgpu device and queue, for interop.
+    pub fn wgpu_device(&self) -> &wgpu::Device {
+        &self.inner.device
+    }
+    pub fn wgpu_queue(&self) -> &wgpu::Queue {
+        &self.inner.queue
+    }
+    pub fn wgpu_adapter(&self) -> &wgpu::Adapter {
+        &self.inner.adapter
+    }
+
+    /// True when both handles drive the same device.
+    pub fn same(&self, other: &Device) -> bool {
+        self.inner.id == other.inner.id
+    }
+
+    pub fn stats(&self) -> DeviceStats {
+        let compiled = lock(&self.inner.pipelines).compiled;
+        let mut st = lock(&self.inner.state);
+        st.submitter.prune(&self.inner.device);
+        DeviceStats {
+            pipelines_compiled: compiled,
+            dispatches: st.dispatches,
+            submissions: st.submitter.submissions,
+            in_flight: st.submitter.in_flight(),
+            peak_in_flight: st.submitter.peak,
+            pool: st.pool.stats,
+        }
+    }
+
+    /// Destroys cached pool buffers that are free now (live tensors are untouched).
+    pub fn clear_pool(&self) {
+        lock(&self.inner.state).pool.clear();
+    }
+
+    /// Errors out if the device was lost or wgpu reported an error outside an error scope.
+    pub(crate) fn check(&self, op: &'static str) -> Result<()> {
+        if let Some(msg) = lock(&self.inner.lost).clone() {
+            return Err(Error::DeviceLost { op, msg });
+        }
+        if let Some(e) = lock(&self.inner.uncaptured).take() {
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn require_dtype(&self, op: &'static str, dtype: DType) -> Result<()> {
+        if dtype == DType::F16 && !self.supports_f16() {
+            return Err(Error::MissingFeature {
+                op,
+                feature: "SHADER_F16",
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn lock_state(&self) -> MutexGuard<'_, State> {
+        lock(&self.inner.state)
+    }
+
+    /// Runs `f` inside validation and out-of-memory error scopes (native), turning what wgpu
+    /// reports into our errors. On wasm the scopes cannot be awaited synchronously, so errors
+    /// arrive through the uncaptured-error handler and surface at the next sync/readback.
+    pub(crate) fn scoped<R>(&self, op: &'static str, f: impl FnOnce() -> R) -> Result<R> {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            let oom = self.inner.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+            let val = self.inner.device.push_error_scope(wgpu::ErrorFilter::Validation);
+            let r = f();
+            let val = pollster::block_on(val.pop());
+            let oom = pollster::block_on(oom.pop());
+            if let Some(e) = oom.or(val) {
+                return Err(map_wgpu_error(op, e));
+            }
+            Ok(r)
+        }
+        #[cfg(target_arch = "wasm32")]
+        {
+            let _ = op;
+            Ok(f())
+        }
+    }
+
+    /// Byte limit checks shared by every allocation.
+    pub(crate) fn check_bytes(&self, op: &'static str, bytes: u64) -> Result<()> {
+        let l = &self.inner.limits;
+        let (name, limit) = if l.max_buffer_size < l.max_storage_buffer_binding_size as u64 {
+            ("max_buffer_size", l.max_buffer_size)
+        } else {
+            (
+                "max_storage_buffer_binding_size",
+                l.max_storage_buffer_binding_size as u64,
+            )
+        };
+        if size_class(bytes) > limit {
+            return Err(Error::TooLarge {
+                op,
+                bytes,
+                limit_name: name,
+                limit,
+            });
+        }
+        Ok(())
+    }
+
+    /// A buffer of at least `bytes` bytes from the pool (or new).
+    pub(crate) fn alloc_buffer(
+        &self,
+        op: &'static str,
+        bytes: u64,
+        usage: wgpu::BufferUsages,
+    ) -> Result<wgpu::Buffer> {
+        self.check(op)?;
+        self.check_bytes(op, bytes)?;
+        let mut st = self.lock_state();
+        if let Some(buf) = st.pool.take(bytes, usage) {
+            return Ok(buf);
+        }
+        let size = size_class(bytes);
+        // Create under the lock so pool accounting and creation stay one step.
+        let buf = self.scoped(op, || {
+            self.inner.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(op),
+                size,
+                usage,
+                mapped_at_creation: false,
+            })
+        })?;
+        st.pool.note_created(size);
+        st.batch.bytes += size;
+        if st.batch.bytes >= self.inner.opts.max_bytes_per_submit {
+            self.flush_locked(&mut st, op)?;
+        }
+        Ok(buf)
+    }
+
+    pub(crate) fn release_buffer(&self, buf: wgpu::Buffer) {
+        self.lock_state().pool.release(buf);
+    }
+
+    /// Looks up or compiles a pipeline.
+    pub(crate) fn pipeline(
+        &self,
+        op: &'static str,
+        kernel: &Kernel,
+        dtypes: &[DType],
+        constants: &[(&'static str, f64)],
+    ) -> Result<Arc<CachedPipeline>> {
+        let mut cache = lock(&self.inner.pipelines);
+        if let Some(p) = cache.get(kernel, dtypes, constants) {
+            return Ok(p);
+        }
+        self.scoped(op, || {
+            cache.compile(&self.inner.device, kernel, dtypes, constants)
+        })
+    }
+
+    /// The one launch path: bind Params (binding 0, a slice of the batch's param arena) and the
+    /// storage buffers (bindings 1..), record the dispatch, submit when the batch is full.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn launch(
+        &self,
+        op: &'static str,
+        kernel: &Kernel,
+        dtypes: &[DType],
+        constants: &[(&'static str, f64)],
+        params: &[u8],
+        buffers: &[&wgpu::Buffer],
+        grid: [u32; 3],
+    ) -> Result<()> {
+        debug_assert_eq!(buffers.len(), kernel.bindings.len(), "{}", kernel.name);
+        if params.len() as u64 > self.inner.param_slot {
+            return Err(Error::arg(
+                op,
+                format!("params of {} bytes exceed the {} byte slot", params.len(), self.inner.param_slot),
+            ));
+        }
+        let max = self.inner.limits.max_compute_workgroups_per_dimension;
+        if grid.iter().any(|&g| g > max) {
+            return Err(Error::size(
+                op,
+                format!("grid {grid:?} exceeds max_compute_workgroups_per_dimension {max}"),
+            ));
+        }
+        self.check(op)?;
+        let pipeline = self.pipeline(op, kernel, dtypes, constants)?;
+        if grid.contains(&0) {
+            return Ok(());
+        }
+        let mut st = self.lock_state();
+        let st = &mut *st;
+        if st.batch.arena.is_none() {
+            let slots = self.inner.opts.max_dispatches_per_submit as u64;
+            let arena = match st.pool.take(slots * self.inner.param_slot, PARAMS_USAGE) {
+                Some(b) => b,
+                None => {
+                    let size = size_class(slots * self.inner.param_slot);
+                    st.pool.note_created(size);
+                    self.inner.device.create_buffer(&wgpu::BufferDescriptor {
+                        label: Some("param arena"),
+                        size,
+                        usage: PARAMS_USAGE,
+                        mapped_at_creation: false,
+                    })
+                }
+            };
+            st.batch.open(&self.inner.device, arena);
+        }
+        let offset = st.batch.push_params(params, self.inner.param_slot);
+        let mut entries = vec![wgpu::BindGroupEntry {
+            binding: 0,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: st.batch.arena.as_ref().expect("opened above"),
+                offset: 0,
+                size: wgpu::BufferSize::new(self.inner.param_slot),
+            }),
+        }];
+        for (i, b) in buffers.iter().enumerate() {
+            entries.push(wgpu::BindGroupEntry {
+                binding: i as u32 + 1,
+                resource: b.as_entire_binding(),
+            });
+        }
+        let bind_group = self.inner.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(kernel.name),
+            layout: &pipeline.layout,
+            entries: &entries,
+        });
+        {
+            let encoder = st.batch.encoder.as_mut().expect("opened above");
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some(kernel.name),
+                timestamp_writes: None,
+            });
+            pass.set_pipeline(&pipeline.pipeline);
+            pass.set_bind_group(0, &bind_group, &[offset as u32]);
+            pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+        }
+        st.dispatches += 1;
+        if st.batch.dispatches >= self.inner.opts.max_dispatches_per_submit {
+            self.flush_locked(st, op)?;
+        }
+        Ok(())
+    }
+
+    /// Records a buffer-to-buffer copy into the pending batch.
+    pub(crate) fn record_copy(
+        &self,
+        src: &wgpu::Buffer,
+        src_offset: u64,
+        dst: &wgpu::Buffer,
+        bytes: u64,
+    ) {
+        let mut st = self.lock_state();
+        if st.batch.encoder.is_none() {
+            st.batch.open_without_arena(&self.inner.device);
+        }
+        let enc = st.batch.encoder.as_mut().expect("opened above");
+        enc.copy_buffer_to_buffer(src, src_offset, dst, 0, bytes);
+    }
+
+    /// Records a clear (zero fill) into the pending batch.
+    pub(crate) fn record_clear(&self, buf: &wgpu::Buffer, bytes: u64) {
+        let mut st = self.lock_state();
+        if st.batch.encoder.is_none() {
+            st.batch.open_without_arena(&self.inner.device);
+        }
+        let enc = st.batch.encoder.as_mut().expect("opened above");
+        enc.clear_buffer(buf, 0, Some(bytes));
+    }
+
+    /// Submits the pending batch (if any) and returns the index of the last submission.
+    pub(crate) fn flush(&self, op: &'static str) -> Result<()> {
+        let mut st = self.lock_state();
+        self.flush_locked(&mut st, op)
+    }
+
+    pub(crate) fn flush_locked(&self, st: &mut State, op: &'static str) -> Result<()> {
+        let Some((cmd, arena)) = st.batch.finish(&self.inner.queue) else {
+            return Ok(());
+        };
+        st.submitter
+            .submit(&self.inner.device, &self.inner.queue, cmd)
+            .map_err(|e| poll_error(op, e))?;
+        if let Some(a) = arena {
+            st.pool.release(a);
+        }
+        st.pool.on_submit();
+        Ok(())
+    }
+
+    /// Submits pending work and waits until the GPU has finished all of it (native).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn sync(&self) -> Result<()> {
+        let op = "sync";
+        self.check(op)?;
+        let mut st = self.lock_state();
+        self.flush_locked(&mut st, op)?;
+        st.submitter
+            .wait_until_at_most(&self.inner.device, 0)
+            .map_err(|e| poll_error(op, e))?;
+        drop(st);
+        self.check(op)
+    }
+
+    /// Submits pending work and resolves once the GPU has finished it. On wasm this is where
+    /// the in-flight cap is enforced: after it resolves, nothing is outstanding.
+    pub async fn sync_async(&self) -> Result<()> {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            self.sync()
+        }
+        #[cfg(target_arch = "wasm32")]
+        {
+            let op = "sync";
+            self.check(op)?;
+            self.flush(op)?;
+            let (tx, rx) = futures::channel::oneshot::channel();
+            self.inner.queue.on_submitted_work_done(move || {
+                let _ = tx.send(());
+            });
+            let _ = rx.await;
+            self.lock_state().submitter.prune(&self.inner.device);
+            self.check(op)
+        }
+    }
+
+    /// Copies `bytes` bytes at `offset` of `src` to the host. Native: blocks.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(crate) fn read_bytes(&self, op: &'static str, src: &wgpu::Buffer, offset: u64, bytes: u64) -> Result<Vec<u8>> {
+        let (staging, padded, mut rx) = self.start_readback(op, src, offset, bytes)?;
+        {
+            let mut st = self.lock_state();
+            st.submitter
+                .wait_until_at_most(&self.inner.device, 0)
+                .map_err(|e| poll_error(op, e))?;
+        }
+        let status = rx.try_recv().ok().flatten();
+        self.finish_readback(op, staging, padded, bytes, status)
+    }
+
+    /// Async readback (the wasm path; also works natively).
+    pub(crate) async fn read_bytes_async(&self, op: &'static str, src: &wgpu::Buffer, offset: u64, bytes: u64) -> Result<Vec<u8>> {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            self.read_bytes(op, src, offset, bytes)
+        }
+        #[cfg(target_arch = "wasm32")]
+        {
+            let (staging, padded, rx) = self.start_readback(op, src, offset, bytes)?;
+            let status = rx.await.ok();
+            self.lock_state().submitter.prune(&self.inner.device);
+            self.finish_readback(op, staging, padded, bytes, status)
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn start_readback(
+        &self,
+        op: &'static str,
+        src: &wgpu::Buffer,
+        offset: u64,
+        bytes: u64,
+    ) -> Result<(
+        wgpu::Buffer,
+        u64,
+        futures::channel::oneshot::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>,
+    )> {
+        let padded = bytes.div_ceil(4) * 4;
+        let staging = self.alloc_buffer(op, padded, READBACK_USAGE)?;
+        self.record_copy(src, offset, &staging, padded);
+        self.flush(op)?;
+        let (tx, rx) = futures::channel::oneshot::channel();
+        staging.map_async(wgpu::MapMode::Read, 0..padded, move |r| {
+            let _ = tx.send(r);
+        });
+        Ok((staging, padded, rx))
+    }
+
+    fn finish_readback(
+        &self,
+        op: &'static str,
+        staging: wgpu::Buffer,
+        padded: u64,
+        bytes: u64,
+        status: Option<std::result::Result<(), wgpu::BufferAsyncError>>,
+    ) -> Result<Vec<u8>> {
+        self.check(op)?;
+        let result = match status {
+            Some(Ok(())) => {
+                let out = match staging.get_mapped_range(0..padded) {
+                    Ok(view) => Ok(view[..bytes as usize].to_vec()),
+                    Err(e) => Err(Error::Readback { op, msg: e.to_string() }),
+                };
+                staging.unmap();
+                out
+            }
+            Some(Err(e)) => Err(Error::Readback { op, msg: e.to_string() }),
+            None => Err(Error::Readback {
+                op,
+                msg: "the map callback never ran".into(),
+            }),
+        };
+        self.release_buffer(staging);
+        result
+    }
+}
+
+pub(crate) const PARAMS_USAGE: wgpu::BufferUsages =
+    wgpu::BufferUsages::UNIFORM.union(wgpu::BufferUsages::COPY_DST);
+pub(crate) const READBACK_USAGE: wgpu::BufferUsages =
+    wgpu::BufferUsages::MAP_READ.union(wgpu::BufferUsages::COPY_DST);
+pub(crate) const STORAGE_USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
+    .union(wgpu::BufferUsages::COPY_SRC)
+    .union(wgpu::BufferUsages::COPY_DST);
+
+fn map_wgpu_error(op: &'static str, e: wgpu::Error) -> Error {
+    match e {
+        wgpu::Error::OutOfMemory { source } => Error::OutOfMemory {
+            op,
+            msg: source.to_string(),
+        },
+        wgpu::Error::Validation { description, .. } => Error::Validation {
+            op,
+            msg: description,
+        },
+        other => Error::Validation {
+            op,
+            msg: other.to_string(),
+        },
+    }
+}
+
+fn poll_error(op: &'static str, e: wgpu::PollError) -> Error {
+    match e {
+        wgpu::PollError::Timeout => Error::Readback {
+            op,
+            msg: "timed out waiting for the GPU".into(),
+        },
+        other => Error::DeviceLost {
+            op,
+            msg: other.to_string(),
+        },
+    }
+}

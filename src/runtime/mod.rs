@@ -1,0 +1,31 @@
+//! Execution machinery shared by every op: device, buffer pool, batched encoder, bounded
+//! submission, param arena, pipeline cache and the single launch path.
+
+mod batch;
+pub(crate) mod device;
+pub(crate) mod pipeline;
+pub(crate) mod pool;
+mod storage;
+mod submitter;
+
+pub use device::{Device, DeviceOptions, DeviceStats};
+pub use pool::PoolStats;
+pub(crate) use pipeline::{Access, Kernel};
+pub(crate) use storage::Storage;
+
+/// Splits a 1-D workgroup count over x and y so no dimension exceeds the adapter limit.
+/// Shaders recover the flat index as `wid.x + wid.y * nwg.x` and bounds-check it.
+pub(crate) fn grid_1d(op: &'static str, groups: u64, max_per_dim: u32) -> crate::Result<[u32; 3]> {
+    let max = max_per_dim as u64;
+    if groups <= max {
+        return Ok([groups as u32, 1, 1]);
+    }
+    let y = groups.div_ceil(max);
+    if y > max {
+        return Err(crate::Error::size(
+            op,
+            format!("{groups} workgroups exceed the adapter's 2-D grid limit of {max}x{max}"),
+        ));
+    }
+    Ok([max as u32, y as u32, 1])
+}

@@ -1,0 +1,175 @@
+//! Kernel descriptions and the pipeline cache. A pipeline is keyed by (kernel, entry, dtypes,
+//! override constants) and never by a tensor shape, so changing shapes compiles nothing new.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::DType;
+
+/// How a kernel uses one storage binding. Binding 0 is always the per-dispatch Params uniform;
+/// storage bindings follow from 1 in the order listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    Read,
+    ReadWrite,
+}
+
+/// Static description of one kernel entry point: everything the generic launch path needs.
+#[derive(Debug)]
+pub(crate) struct Kernel {
+    pub name: &'static str,
+    pub source: &'static str,
+    pub entry: &'static str,
+    pub bindings: &'static [Access],
+}
+
+/// Bytes reserved per dispatch in the batch's param arena. Params structs must fit.
+pub(crate) const PARAM_SLOT: u64 = 256;
+
+/// The only text step applied to shader sources: aliases `T` (and `U`) for the storage dtypes.
+pub(crate) fn dtype_prelude(dtypes: &[DType]) -> String {
+    let mut s = String::new();
+    if dtypes.contains(&DType::F16) {
+        s.push_str("enable f16;\n");
+    }
+    for (alias, dt) in ["T", "U", "V"].iter().zip(dtypes) {
+        s.push_str(&format!("alias {alias} = {};\n", dt.wgsl()));
+    }
+    s
+}
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct PipelineKey {
+    kernel: &'static str,
+    entry: &'static str,
+    dtypes: Vec<DType>,
+    constants: Vec<(&'static str, u64)>,
+}
+
+pub(crate) struct CachedPipeline {
+    pub pipeline: wgpu::ComputePipeline,
+    pub layout: wgpu::BindGroupLayout,
+}
+
+#[derive(Default)]
+pub(crate) struct PipelineCache {
+    modules: HashMap<(&'static str, Vec<DType>), wgpu::ShaderModule>,
+    pipelines: HashMap<PipelineKey, Arc<CachedPipeline>>,
+    pub(crate) compiled: u64,
+}
+
+fn bind_group_layout(device: &wgpu::Device, kernel: &Kernel) -> wgpu::BindGroupLayout {
+    let mut entries = vec![wgpu::BindGroupLayoutEntry {
+        binding: 0,
+        visibility: wgpu::ShaderStages::COMPUTE,
+        ty: wgpu::BindingType::Buffer {
+            ty: wgpu::BufferBindingType::Uniform,
+            has_dynamic_offset: true,
+            min_binding_size: None,
+        },
+        count: None,
+    }];
+    for (i, access) in kernel.bindings.iter().enumerate() {
+        entries.push(wgpu::BindGroupLayoutEntry {
+            binding: i as u32 + 1,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Storage {
+                    read_only: *access == Access::Read,
+                },
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        });
+    }
+    device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+        label: Some(kernel.name),
+        entries: &entries,
+    })
+}
+
+impl PipelineCache {
+    pub(crate) fn get(&self, kernel: &Kernel, dtypes: &[DType], constants: &[(&'static str, f64)]) -> Option<Arc<CachedPipeline>> {
+        self.pipelines.get(&Self::key(kernel, dtypes, constants)).cloned()
+    }
+
+    fn key(kernel: &Kernel, dtypes: &[DType], constants: &[(&'static str, f64)]) -> PipelineKey {
+        PipelineKey {
+            kernel: kernel.name,
+            entry: kernel.entry,
+            dtypes: dtypes.to_vec(),
+            constants: constants.iter().map(|&(n, v)| (n, v.to_bits())).collect(),
+        }
+    }
+
+    /// Compiles (kernel, dtypes, constants). Errors surface through the caller's error scope.
+    pub(crate) fn compile(
+        &mut self,
+        device: &wgpu::Device,
+        kernel: &Kernel,
+        dtypes: &[DType],
+        constants: &[(&'static str, f64)],
+    ) -> Arc<CachedPipeline> {
+        let module = self
+            .modules
+            .entry((kernel.name, dtypes.to_vec()))
+            .or_insert_with(|| {
+                let source = format!("{}{}", dtype_prelude(dtypes), kernel.source);
+                device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                    label: Some(kernel.name),
+                    source: wgpu::ShaderSource::Wgsl(source.into()),
+                })
+            })
+            .clone();
+        let layout = bind_group_layout(device, kernel);
+        let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some(kernel.name),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(kernel.entry),
+            layout: Some(&pipeline_layout),
+            module: &module,
+            entry_point: Some(kernel.entry),
+            compilation_options: wgpu::PipelineCompilationOptions {
+                constants,
+                // Kernels initialize their own workgroup memory; skipping the zero-fill saves a
+                // barrier-guarded pass per workgroup on CPU adapters.
+                zero_initialize_workgroup_memory: false,
+            },
+            cache: None,
+        });
+        let cached = Arc::new(CachedPipeline { pipeline, layout });
+        self.pipelines
+            .insert(Self::key(kernel, dtypes, constants), cached.clone());
+        self.compiled += 1;
+        cached
+    }
+}
+
+/// A fully specified shader as the runtime would compile it, for the portability tests
+/// (naga translation to SPIR-V, MSL and HLSL of every variant the crate uses).
+#[doc(hidden)]
+#[derive(Debug, Clone)]
+pub struct ShaderVariant {
+    pub kernel: &'static str,
+    pub entry: &'static str,
+    /// Source with the dtype prelude applied.
+    pub source: String,
+    pub dtypes: Vec<DType>,
+    pub constants: Vec<(&'static str, f64)>,
+}
+
+impl ShaderVariant {
+    pub(crate) fn new(kernel: &Kernel, dtypes: &[DType], constants: &[(&'static str, f64)]) -> Self {
+        ShaderVariant {
+            kernel: kernel.name,
+            entry: kernel.entry,
+            source: format!("{}{}", dtype_prelude(dtypes), kernel.source),
+            dtypes: dtypes.to_vec(),
+            constants: constants.to_vec(),
+        }
+    }
+}

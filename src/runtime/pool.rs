@@ -1,0 +1,137 @@
+//! Buffer pool with size classes. A freed buffer becomes reusable only once the batch that
+//! may still read it has been submitted: until then it sits in `pending`. That ordering is what
+//! makes `queue.write_buffer` into a recycled buffer safe (write_buffer runs before every
+//! command of the *next* submit, so it must never target a buffer a pending dispatch reads).
+
+use std::collections::HashMap;
+
+/// Buffers are bucketed by (size class, usage).
+type Key = (u64, u32);
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Bytes in buffers currently owned by tensors or batches.
+    pub live_bytes: u64,
+    /// Bytes in freed buffers kept for reuse (including those waiting for their batch).
+    pub cached_bytes: u64,
+    /// Highest `live_bytes + cached_bytes` seen.
+    pub peak_bytes: u64,
+    /// Allocations served from the cache.
+    pub hits: u64,
+    /// Allocations that created a new buffer.
+    pub misses: u64,
+}
+
+pub(crate) struct BufferPool {
+    free: HashMap<Key, Vec<wgpu::Buffer>>,
+    /// Freed while the current batch was open: reusable after it is submitted.
+    pending: Vec<(Key, wgpu::Buffer)>,
+    cap_bytes: u64,
+    pub(crate) stats: PoolStats,
+}
+
+/// Rounds a request up to its size class: 4 classes per power of two (<= 25% waste),
+/// at least 256 bytes so small tensors share buckets.
+pub(crate) fn size_class(bytes: u64) -> u64 {
+    let b = bytes.max(256);
+    let pow = 63 - b.leading_zeros() as u64; // floor(log2)
+    let step = 1u64 << pow.saturating_sub(2);
+    b.div_ceil(step) * step
+}
+
+impl BufferPool {
+    pub(crate) fn new(cap_bytes: u64) -> Self {
+        BufferPool {
+            free: HashMap::new(),
+            pending: Vec::new(),
+            cap_bytes,
+            stats: PoolStats::default(),
+        }
+    }
+
+    /// A cached buffer of the class for `bytes` and `usage`, or `None` (the caller creates one
+    /// of `size_class(bytes)` bytes and reports it with [`BufferPool::note_created`]).
+    pub(crate) fn take(&mut self, bytes: u64, usage: wgpu::BufferUsages) -> Option<wgpu::Buffer> {
+        let key = (size_class(bytes), usage.bits());
+        let buf = self.free.get_mut(&key).and_then(|v| v.pop())?;
+        self.stats.cached_bytes -= key.0;
+        self.stats.live_bytes += key.0;
+        self.stats.hits += 1;
+        Some(buf)
+    }
+
+    pub(crate) fn note_created(&mut self, size: u64) {
+        self.stats.misses += 1;
+        self.stats.live_bytes += size;
+        self.bump_peak();
+    }
+
+    /// Returns a buffer; it is reusable after the current batch is submitted.
+    pub(crate) fn release(&mut self, buf: wgpu::Buffer) {
+        let key = (buf.size(), buf.usage().bits());
+        self.stats.live_bytes -= key.0;
+        self.stats.cached_bytes += key.0;
+        self.pending.push((key, buf));
+    }
+
+    /// Called right after a batch was submitted: its freed buffers become reusable.
+    pub(crate) fn on_submit(&mut self) {
+        for (key, buf) in self.pending.drain(..) {
+            self.free.entry(key).or_default().push(buf);
+        }
+        self.trim();
+    }
+
+    /// Destroys cached buffers (largest classes first) until the cache is within its cap.
+    fn trim(&mut self) {
+        if self.stats.cached_bytes <= self.cap_bytes {
+            return;
+        }
+        let mut keys: Vec<Key> = self.free.keys().copied().collect();
+        keys.sort_unstable_by(|a, b| b.cmp(a));
+        for key in keys {
+            let list = self.free.get_mut(&key).expect("key listed above");
+            while self.stats.cached_bytes > self.cap_bytes {
+                match list.pop() {
+                    Some(buf) => {
+                        self.stats.cached_bytes -= key.0;
+                        buf.destroy();
+                    }
+                    None => break,
+                }
+            }
+        }
+        self.free.retain(|_, v| !v.is_empty());
+    }
+
+    fn bump_peak(&mut self) {
+        let total = self.stats.live_bytes + self.stats.cached_bytes;
+        self.stats.peak_bytes = self.stats.peak_bytes.max(total);
+    }
+
+    /// Drops every cached buffer that is already reusable.
+    pub(crate) fn clear(&mut self) {
+        for (key, list) in self.free.drain() {
+            for buf in list {
+                self.stats.cached_bytes -= key.0;
+                buf.destroy();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::size_class;
+
+    #[test]
+    fn size_classes_bound_waste_and_are_monotonic() {
+        let mut prev = 0;
+        for b in 1..200_000u64 {
+            let c = size_class(b);
+            assert!(c >= b && c >= prev);
+            assert!(c <= 256.max(b + b / 4 + 1), "class {c} for {b}");
+            prev = c;
+        }
+    }
+}

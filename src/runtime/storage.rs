@@ -1,0 +1,32 @@
+//! A pooled GPU buffer owned by one or more tensors (through `Arc`). Dropping the last owner
+//! hands the buffer back to the pool, which delays reuse until pending readers are submitted.
+
+use super::device::{Device, STORAGE_USAGE};
+use crate::Result;
+
+pub(crate) struct Storage {
+    buffer: Option<wgpu::Buffer>,
+    pub(crate) device: Device,
+}
+
+impl Storage {
+    pub(crate) fn new(device: &Device, op: &'static str, bytes: u64) -> Result<Storage> {
+        let buffer = device.alloc_buffer(op, bytes.max(4), STORAGE_USAGE)?;
+        Ok(Storage {
+            buffer: Some(buffer),
+            device: device.clone(),
+        })
+    }
+
+    pub(crate) fn buffer(&self) -> &wgpu::Buffer {
+        self.buffer.as_ref().expect("present until drop")
+    }
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        if let Some(b) = self.buffer.take() {
+            self.device.release_buffer(b);
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! `Tensor`: pooled GPU storage plus a layout (shape, element strides, offset) and a dtype.
+//! Views share storage; ops read strided inputs directly and write contiguous outputs.
+
+use std::sync::Arc;
+
+use crate::layout::{checked_numel, Layout};
+use crate::runtime::{Device, Storage};
+use crate::{DType, Element, Error, Result};
+
+#[derive(Clone)]
+pub struct Tensor {
+    pub(crate) storage: Arc<Storage>,
+    pub(crate) layout: Layout,
+    pub(crate) dtype: DType,
+}
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tensor")
+            .field("shape", &self.shape())
+            .field("strides", &self.strides())
+            .field("offset", &self.layout.offset())
+            .field("dtype", &self.dtype)
+            .finish()
+    }
+}
+
+/// Validates a shape for a new tensor: rank, no zero dims, u32-indexable, fits one binding.
+pub(crate) fn check_new_shape(
+    device: &Device,
+    op: &'static str,
+    shape: &[usize],
+    dtype: DType,
+) -> Result<usize> {
+    if shape.contains(&0) {
+        return Err(Error::size(
+            op,
+            format!("shape {shape:?} has a zero-size dimension; empty tensors are not supported"),
+        ));
+    }
+    let n = checked_numel(op, shape)?;
+    device.require_dtype(op, dtype)?;
+    let bytes = (n as u64)
+        .checked_mul(dtype.size() as u64)
+        .ok_or_else(|| Error::size(op, format!("shape {shape:?} overflows the byte count")))?;
+    device.check_bytes(op, bytes)?;
+    Ok(n)
+}
+
+impl Tensor {
+    /// A fresh contiguous tensor with unspecified contents (every op overwrites all of it).
+    pub(crate) fn empty(device: &Device, op: &'static str, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        let n = check_new_shape(device, op, shape, dtype)?;
+        let storage = Storage::new(device, op, (n * dtype.size()) as u64)?;
+        Ok(Tensor {
+            storage: Arc::new(storage),
+            layout: Layout::contiguous(shape),
+            dtype,
+        })
+    }
+
+    /// Uploads `data` (row-major) as a tensor of `shape`.
+    pub fn from_slice<T: Element>(device: &Device, data: &[T], shape: &[usize]) -> Result<Tensor> {
+        let op = "from_slice";
+        let n = check_new_shape(device, op, shape, T::DTYPE)?;
+        if data.len() != n {
+            return Err(Error::shape(
+                op,
+                format!("{} values do not fill shape {shape:?} ({n} elements)", data.len()),
+            ));
+        }
+        let t = Tensor::empty(device, op, shape, T::DTYPE)?;
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        // write_buffer needs a multiple of 4 bytes (odd-length f16 data).
+        if bytes.len() % 4 == 0 {
+            device.wgpu_queue().write_buffer(t.buffer(), 0, bytes);
+        } else {
+            let mut padded = bytes.to_vec();
+            padded.resize(bytes.len().div_ceil(4) * 4, 0);
+            device.wgpu_queue().write_buffer(t.buffer(), 0, &padded);
+        }
+        Ok(t)
+    }
+
+    /// A tensor of zeros.
+    pub fn zeros(device: &Device, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        let t = Tensor::empty(device, "zeros", shape, dtype)?;
+        let bytes = (t.numel() * dtype.size()).div_ceil(4) as u64 * 4;
+        device.record_clear(t.buffer(), bytes);
+        Ok(t)
+    }
+
+    /// A tensor filled with `value` (converted to `dtype`).
+    pub fn full(device: &Device, shape: &[usize], value: f64, dtype: DType) -> Result<Tensor> {
+        check_new_shape(device, "full", shape, dtype)?;
+        let one = match dtype {
+            DType::F32 => Tensor::from_slice(device, &[value as f32], &[])?,
+            DType::F16 => Tensor::from_slice(device, &[half::f16::from_f64(value)], &[])?,
+        };
+        one.broadcast_to(shape)?.contiguous()
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.storage.device
+    }
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    pub fn shape(&self) -> &[usize] {
+        self.layout.shape()
+    }
+    pub fn strides(&self) -> &[usize] {
+        self.layout.strides()
+    }
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+    pub fn rank(&self) -> usize {
+        self.layout.rank()
+    }
+    pub fn numel(&self) -> usize {
+        self.layout.numel()
+    }
+    pub fn is_contiguous(&self) -> bool {
+        self.layout.is_contiguous()
+    }
+    pub(crate) fn buffer(&self) -> &wgpu::Buffer {
+        self.storage.buffer()
+    }
+
+    /// True when both tensors view the same GPU buffer.
+    pub fn shares_storage(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.storage, &other.storage)
+    }
+
+    pub(crate) fn view(&self, layout: Layout) -> Tensor {
+        Tensor {
+            storage: self.storage.clone(),
+            layout,
+            dtype: self.dtype,
+        }
+    }
+
+    pub(crate) fn same_device(&self, op: &'static str, other: &Tensor) -> Result<()> {
+        if !self.device().same(other.device()) {
+            return Err(Error::DeviceMismatch { op });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn same_dtype(&self, op: &'static str, other: &Tensor) -> Result<()> {
+        if self.dtype != other.dtype {
+            return Err(Error::DType {
+                op,
+                expected: self.dtype,
+                got: other.dtype,
+            });
+        }
+        Ok(())
+    }
+
+    /// A view with a new shape; copies first when the data is not contiguous.
+    pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
+        let op = "reshape";
+        let n = checked_numel(op, shape)?;
+        if n != self.numel() || shape.contains(&0) {
+            return Err(Error::shape(
+                op,
+                format!("cannot reshape {:?} ({} elements) to {shape:?}", self.shape(), self.numel()),
+            ));
+        }
+        match self.layout.reshape(shape) {
+            Some(l) => Ok(self.view(l)),
+            None => Ok(self.view(self.contiguous()?.layout.reshape(shape).expect("contiguous"))),
+        }
+    }
+
+    pub fn permute(&self, perm: &[usize]) -> Result<Tensor> {
+        Ok(self.view(self.layout.permute(perm)?))
+    }
+
+    pub fn transpose(&self, a: isize, b: isize) -> Result<Tensor> {
+        Ok(self.view(self.layout.transpose(a, b)?))
+    }
+
+    /// The `len` elements starting at `start` along `dim` (negative dims count from the end).
+    pub fn narrow(&self, dim: isize, start: usize, len: usize) -> Result<Tensor> {
+        if len == 0 {
+            return Err(Error::size(
+                "narrow",
+                "a zero-length narrow would create an empty tensor".to_string(),
+            ));
+        }
+        Ok(self.view(self.layout.narrow(dim, start, len)?))
+    }
+
+    pub fn broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
+        checked_numel("broadcast_to", shape)?;
+        Ok(self.view(self.layout.broadcast_to(shape)?))
+    }
+
+    /// Reads the tensor back (native, blocking). `T` must match the dtype.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        let (src, offset, bytes) = self.readback_source::<T>()?;
+        let raw = self.device().read_bytes("to_vec", src.buffer(), offset, bytes)?;
+        Ok(bytemuck::pod_collect_to_vec(&raw))
+    }
+
+    /// Reads the tensor back without blocking (the wasm path).
+    pub async fn to_vec_async<T: Element>(&self) -> Result<Vec<T>> {
+        let (src, offset, bytes) = self.readback_source::<T>()?;
+        let raw = self
+            .device()
+            .read_bytes_async("to_vec", src.buffer(), offset, bytes)
+            .await?;
+        Ok(bytemuck::pod_collect_to_vec(&raw))
+    }
+
+    /// A tensor whose bytes can be copied out directly (contiguous, 4-byte aligned start).
+    fn readback_source<T: Element>(&self) -> Result<(Tensor, u64, u64)> {
+        if T::DTYPE != self.dtype {
+            return Err(Error::DType {
+                op: "to_vec",
+                expected: self.dtype,
+                got: T::DTYPE,
+            });
+        }
+        let size = self.dtype.size() as u64;
+        let offset = self.layout.offset() as u64 * size;
+        let src = if self.is_contiguous() && offset % 4 == 0 {
+            self.clone()
+        } else {
+            self.contiguous()?
+        };
+        let offset = src.layout.offset() as u64 * size;
+        Ok((src, offset, self.numel() as u64 * size))
+    }
+}
