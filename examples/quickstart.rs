@@ -6,7 +6,10 @@ use wgtensor::{Device, Tensor};
 fn main() -> wgtensor::Result<()> {
     let dev = Device::new()?;
     let info = dev.adapter_info();
-    println!("adapter: {} ({:?}, {:?})", info.name, info.backend, info.device_type);
+    println!(
+        "adapter: {} ({:?}, {:?})",
+        info.name, info.backend, info.device_type
+    );
     println!("driver:  {} {}", info.driver, info.driver_info);
     println!("f16:     {}", dev.supports_f16());
     println!(
@@ -17,7 +20,9 @@ fn main() -> wgtensor::Result<()> {
 
     // y = mean over columns of tanh(a * b + 0.5), a read through a transposed view, b broadcast.
     let (rows, cols) = (64usize, 37usize);
-    let a: Vec<f32> = (0..rows * cols).map(|i| ((i * 7 % 23) as f32 - 11.0) / 8.0).collect();
+    let a: Vec<f32> = (0..rows * cols)
+        .map(|i| ((i * 7 % 23) as f32 - 11.0) / 8.0)
+        .collect();
     let b: Vec<f32> = (0..cols).map(|j| 1.0 + j as f32 / cols as f32).collect();
     let ta = Tensor::from_slice(&dev, &a, &[cols, rows])?.transpose(0, 1)?; // [rows, cols] view
     let tb = Tensor::from_slice(&dev, &b, &[cols])?;

@@ -4,12 +4,19 @@
 # machine with a real GPU driver is left alone.
 set -euo pipefail
 
-have_lavapipe_or_icd() {
-  ls /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json >/dev/null 2>&1
+have_icd() {
+  compgen -G '/usr/share/vulkan/icd.d/*.json' >/dev/null || compgen -G '/etc/vulkan/icd.d/*.json' >/dev/null
+}
+# Mesa older than 25 has lavapipe without shaderFloat16: upgrade it where we can.
+mesa_major() {
+  dpkg-query -W -f='${Version}' mesa-vulkan-drivers 2>/dev/null | sed -E 's/^([0-9]+:)?([0-9]+).*/\2/'
 }
 
-if have_lavapipe_or_icd && [ "${WGT_FORCE_LAVAPIPE_INSTALL:-0}" != 1 ]; then
-  exit 0
+if have_icd && [ "${WGT_FORCE_LAVAPIPE_INSTALL:-0}" != 1 ]; then
+  major=$(mesa_major || true)
+  if [ -z "$major" ] || [ "$major" -ge 25 ] || [ ! -f /etc/debian_version ] || [ "$(id -u)" != 0 ]; then
+    exit 0
+  fi
 fi
 if [ ! -f /etc/debian_version ] || [ "$(id -u)" != 0 ]; then
   echo "install-lavapipe: no Vulkan driver found and this is not Debian as root;" >&2

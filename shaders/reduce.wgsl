@@ -10,7 +10,7 @@ struct Params {
     offset: u32,
     red_len: u32,
     red_stride: u32,
-    scale: f32,
+    divisor: f32,
     _pad0: u32,
     _pad1: u32,
     shape: array<vec4<u32>, 2>,
@@ -21,7 +21,7 @@ struct Params {
 @group(0) @binding(1) var<storage, read> x: array<T>;
 @group(0) @binding(2) var<storage, read_write> y: array<T>;
 
-// 0 sum (mean = sum * scale), 1 max, 2 min.
+// 0 sum (mean = sum / divisor, as PyTorch divides), 1 max, 2 min.
 override OP: u32 = 0u;
 override WG: u32 = 256u;
 
@@ -45,7 +45,7 @@ fn fold(acc: f32, v: f32) -> f32 {
 
 fn finish(acc: f32) -> T {
     if (OP == 0u) {
-        return T(acc * p.scale);
+        return T(acc / p.divisor);
     }
     return T(acc);
 }

@@ -49,8 +49,16 @@ pub(crate) fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Re
     let rank = a.len().max(b.len());
     let mut out = vec![0; rank];
     for i in 0..rank {
-        let da = if i < rank - a.len() { 1 } else { a[i - (rank - a.len())] };
-        let db = if i < rank - b.len() { 1 } else { b[i - (rank - b.len())] };
+        let da = if i < rank - a.len() {
+            1
+        } else {
+            a[i - (rank - a.len())]
+        };
+        let db = if i < rank - b.len() {
+            1
+        } else {
+            b[i - (rank - b.len())]
+        };
         out[i] = match (da, db) {
             (x, y) if x == y => x,
             (1, y) => y,
@@ -135,7 +143,11 @@ impl Layout {
         if perm.len() != self.rank() {
             return Err(Error::arg(
                 op,
-                format!("permutation {perm:?} has {} entries for rank {}", perm.len(), self.rank()),
+                format!(
+                    "permutation {perm:?} has {} entries for rank {}",
+                    perm.len(),
+                    self.rank()
+                ),
             ));
         }
         let mut seen = vec![false; perm.len()];

@@ -49,7 +49,12 @@ pub(crate) fn check_new_shape(
 
 impl Tensor {
     /// A fresh contiguous tensor with unspecified contents (every op overwrites all of it).
-    pub(crate) fn empty(device: &Device, op: &'static str, shape: &[usize], dtype: DType) -> Result<Tensor> {
+    pub(crate) fn empty(
+        device: &Device,
+        op: &'static str,
+        shape: &[usize],
+        dtype: DType,
+    ) -> Result<Tensor> {
         let n = check_new_shape(device, op, shape, dtype)?;
         let storage = Storage::new(device, op, (n * dtype.size()) as u64)?;
         Ok(Tensor {
@@ -66,13 +71,16 @@ impl Tensor {
         if data.len() != n {
             return Err(Error::shape(
                 op,
-                format!("{} values do not fill shape {shape:?} ({n} elements)", data.len()),
+                format!(
+                    "{} values do not fill shape {shape:?} ({n} elements)",
+                    data.len()
+                ),
             ));
         }
         let t = Tensor::empty(device, op, shape, T::DTYPE)?;
         let bytes: &[u8] = bytemuck::cast_slice(data);
         // write_buffer needs a multiple of 4 bytes (odd-length f16 data).
-        if bytes.len() % 4 == 0 {
+        if bytes.len().is_multiple_of(4) {
             device.wgpu_queue().write_buffer(t.buffer(), 0, bytes);
         } else {
             let mut padded = bytes.to_vec();
@@ -166,12 +174,21 @@ impl Tensor {
         if n != self.numel() || shape.contains(&0) {
             return Err(Error::shape(
                 op,
-                format!("cannot reshape {:?} ({} elements) to {shape:?}", self.shape(), self.numel()),
+                format!(
+                    "cannot reshape {:?} ({} elements) to {shape:?}",
+                    self.shape(),
+                    self.numel()
+                ),
             ));
         }
         match self.layout.reshape(shape) {
             Some(l) => Ok(self.view(l)),
-            None => Ok(self.view(self.contiguous()?.layout.reshape(shape).expect("contiguous"))),
+            None => Ok(self.view(
+                self.contiguous()?
+                    .layout
+                    .reshape(shape)
+                    .expect("contiguous"),
+            )),
         }
     }
 
@@ -203,7 +220,9 @@ impl Tensor {
     #[cfg(not(target_arch = "wasm32"))]
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         let (src, offset, bytes) = self.readback_source::<T>()?;
-        let raw = self.device().read_bytes("to_vec", src.buffer(), offset, bytes)?;
+        let raw = self
+            .device()
+            .read_bytes("to_vec", src.buffer(), offset, bytes)?;
         Ok(bytemuck::pod_collect_to_vec(&raw))
     }
 
@@ -228,7 +247,7 @@ impl Tensor {
         }
         let size = self.dtype.size() as u64;
         let offset = self.layout.offset() as u64 * size;
-        let src = if self.is_contiguous() && offset % 4 == 0 {
+        let src = if self.is_contiguous() && offset.is_multiple_of(4) {
             self.clone()
         } else {
             self.contiguous()?

@@ -68,10 +68,18 @@ impl Tensor {
             name,
             &BINARY,
             &[self.dtype],
-            &[("OP", op as u32 as f64), ("WG", WG as f64), ("CONTIG", contig as u32 as f64)],
+            &[
+                ("OP", op as u32 as f64),
+                ("WG", WG as f64),
+                ("CONTIG", contig as u32 as f64),
+            ],
             bytemuck::bytes_of(&params),
             &[self.buffer(), other.buffer(), out.buffer()],
-            grid_1d(name, (n as u64).div_ceil(WG as u64), dev.limits().max_compute_workgroups_per_dimension)?,
+            grid_1d(
+                name,
+                (n as u64).div_ceil(WG as u64),
+                dev.limits().max_compute_workgroups_per_dimension,
+            )?,
         )?;
         Ok(out)
     }

@@ -78,7 +78,13 @@ impl MapOp {
 }
 
 /// Runs the map kernel: `out[i] = op(x[strided i], scalar)`, output contiguous of `out_dtype`.
-fn map(op_name: &'static str, x: &Tensor, op: MapOp, scalar: f32, out_dtype: DType) -> Result<Tensor> {
+fn map(
+    op_name: &'static str,
+    x: &Tensor,
+    op: MapOp,
+    scalar: f32,
+    out_dtype: DType,
+) -> Result<Tensor> {
     let dev = x.device();
     let out = Tensor::empty(dev, op_name, x.shape(), out_dtype)?;
     let l = &x.layout;
@@ -96,17 +102,33 @@ fn map(op_name: &'static str, x: &Tensor, op: MapOp, scalar: f32, out_dtype: DTy
         op_name,
         &MAP,
         &[x.dtype, out_dtype],
-        &[("OP", op.code() as f64), ("WG", WG as f64), ("CONTIG", contig)],
+        &[
+            ("OP", op.code() as f64),
+            ("WG", WG as f64),
+            ("CONTIG", contig),
+        ],
         bytemuck::bytes_of(&params),
         &[x.buffer(), out.buffer()],
-        grid_1d(op_name, groups, dev.limits().max_compute_workgroups_per_dimension)?,
+        grid_1d(
+            op_name,
+            groups,
+            dev.limits().max_compute_workgroups_per_dimension,
+        )?,
     )?;
     Ok(out)
 }
 
-const UNARY_NAMES: [&str; 9] = ["neg", "abs", "exp", "log", "sqrt", "relu", "sigmoid", "tanh", "gelu"];
+const UNARY_NAMES: [&str; 9] = [
+    "neg", "abs", "exp", "log", "sqrt", "relu", "sigmoid", "tanh", "gelu",
+];
 const SCALAR_NAMES: [&str; 8] = [
-    "add_scalar", "sub_scalar", "rsub_scalar", "mul_scalar", "div_scalar", "rdiv_scalar", "max_scalar",
+    "add_scalar",
+    "sub_scalar",
+    "rsub_scalar",
+    "mul_scalar",
+    "div_scalar",
+    "rdiv_scalar",
+    "max_scalar",
     "min_scalar",
 ];
 
@@ -129,11 +151,23 @@ impl Tensor {
     }
 
     pub fn unary(&self, op: UnaryOp) -> Result<Tensor> {
-        map(UNARY_NAMES[op as usize], self, MapOp::Unary(op), 0.0, self.dtype)
+        map(
+            UNARY_NAMES[op as usize],
+            self,
+            MapOp::Unary(op),
+            0.0,
+            self.dtype,
+        )
     }
 
     pub fn scalar_op(&self, op: ScalarOp, s: f32) -> Result<Tensor> {
-        map(SCALAR_NAMES[op as usize], self, MapOp::Scalar(op), s, self.dtype)
+        map(
+            SCALAR_NAMES[op as usize],
+            self,
+            MapOp::Scalar(op),
+            s,
+            self.dtype,
+        )
     }
 
     pub fn neg(&self) -> Result<Tensor> {

@@ -52,7 +52,7 @@ struct ReduceParams {
     offset: u32,
     red_len: u32,
     red_stride: u32,
-    scale: f32,
+    divisor: f32,
     _pad: [u32; 2],
     shape: [u32; MAX_RANK],
     strides: [u32; MAX_RANK],
@@ -70,7 +70,10 @@ impl Tensor {
     pub fn reduce(&self, dim: isize, op: ReduceOp, keepdim: bool) -> Result<Tensor> {
         let name = op.name();
         if self.rank() == 0 {
-            return Err(Error::arg(name, "cannot reduce a rank-0 tensor along a dim"));
+            return Err(Error::arg(
+                name,
+                "cannot reduce a rank-0 tensor along a dim",
+            ));
         }
         let d = Layout::normalize_dim(name, dim, self.rank())?;
         let red_len = self.shape()[d];
@@ -88,7 +91,11 @@ impl Tensor {
             offset: self.layout.offset() as u32,
             red_len: red_len as u32,
             red_stride: self.strides()[d] as u32,
-            scale: if op == ReduceOp::Mean { 1.0 / red_len as f32 } else { 1.0 },
+            divisor: if op == ReduceOp::Mean {
+                red_len as f32
+            } else {
+                1.0
+            },
             _pad: [0; 2],
             shape: pack_dims(outer.shape()),
             strides: pack_dims(outer.strides()),

@@ -22,9 +22,11 @@ impl Batch {
     }
 
     pub(crate) fn open_without_arena(&mut self, device: &wgpu::Device) {
-        self.encoder = Some(device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
-            label: Some("wgtensor batch"),
-        }));
+        self.encoder = Some(
+            device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("wgtensor batch"),
+            }),
+        );
     }
 
     /// Appends one dispatch's params at the next slot; returns its byte offset.

@@ -21,6 +21,8 @@ pub struct DeviceOptions {
     pub max_in_flight: usize,
     /// Freed buffers beyond this many cached bytes are destroyed instead of kept.
     pub pool_cap_bytes: u64,
+    /// Do not request SHADER_F16 even when the adapter has it (to exercise f32-only paths).
+    pub disable_f16: bool,
 }
 
 impl Default for DeviceOptions {
@@ -30,6 +32,7 @@ impl Default for DeviceOptions {
             max_bytes_per_submit: 256 << 20,
             max_in_flight: 3,
             pool_cap_bytes: 1 << 30,
+            disable_f16: false,
         }
     }
 }
@@ -147,7 +150,11 @@ impl Device {
         let instance =
             wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
         let adapter = pick_adapter(&instance).await?;
-        let wanted = wgpu::Features::SHADER_F16;
+        let wanted = if opts.disable_f16 {
+            wgpu::Features::empty()
+        } else {
+            wgpu::Features::SHADER_F16
+        };
         let features = adapter.features() & wanted;
         let limits = adapter.limits();
         let (device, queue) = adapter
@@ -282,8 +289,14 @@ impl Device {
     pub(crate) fn scoped<R>(&self, op: &'static str, f: impl FnOnce() -> R) -> Result<R> {
         #[cfg(not(target_arch = "wasm32"))]
         {
-            let oom = self.inner.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-            let val = self.inner.device.push_error_scope(wgpu::ErrorFilter::Validation);
+            let oom = self
+                .inner
+                .device
+                .push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+            let val = self
+                .inner
+                .device
+                .push_error_scope(wgpu::ErrorFilter::Validation);
             let r = f();
             let val = pollster::block_on(val.pop());
             let oom = pollster::block_on(oom.pop());
@@ -302,12 +315,12 @@ impl Device {
     /// Byte limit checks shared by every allocation.
     pub(crate) fn check_bytes(&self, op: &'static str, bytes: u64) -> Result<()> {
         let l = &self.inner.limits;
-        let (name, limit) = if l.max_buffer_size < l.max_storage_buffer_binding_size as u64 {
+        let (name, limit) = if l.max_buffer_size < l.max_storage_buffer_binding_size {
             ("max_buffer_size", l.max_buffer_size)
         } else {
             (
                 "max_storage_buffer_binding_size",
-                l.max_storage_buffer_binding_size as u64,
+                l.max_storage_buffer_binding_size,
             )
         };
         if size_class(bytes) > limit {
@@ -390,7 +403,11 @@ impl Device {
         if params.len() as u64 > self.inner.param_slot {
             return Err(Error::arg(
                 op,
-                format!("params of {} bytes exceed the {} byte slot", params.len(), self.inner.param_slot),
+                format!(
+                    "params of {} bytes exceed the {} byte slot",
+                    params.len(),
+                    self.inner.param_slot
+                ),
             ));
         }
         let max = self.inner.limits.max_compute_workgroups_per_dimension;
@@ -439,11 +456,14 @@ impl Device {
                 resource: b.as_entire_binding(),
             });
         }
-        let bind_group = self.inner.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some(kernel.name),
-            layout: &pipeline.layout,
-            entries: &entries,
-        });
+        let bind_group = self
+            .inner
+            .device
+            .create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some(kernel.name),
+                layout: &pipeline.layout,
+                entries: &entries,
+            });
         {
             let encoder = st.batch.encoder.as_mut().expect("opened above");
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
@@ -545,7 +565,13 @@ impl Device {
 
     /// Copies `bytes` bytes at `offset` of `src` to the host. Native: blocks.
     #[cfg(not(target_arch = "wasm32"))]
-    pub(crate) fn read_bytes(&self, op: &'static str, src: &wgpu::Buffer, offset: u64, bytes: u64) -> Result<Vec<u8>> {
+    pub(crate) fn read_bytes(
+        &self,
+        op: &'static str,
+        src: &wgpu::Buffer,
+        offset: u64,
+        bytes: u64,
+    ) -> Result<Vec<u8>> {
         let (staging, padded, mut rx) = self.start_readback(op, src, offset, bytes)?;
         {
             let mut st = self.lock_state();
@@ -558,7 +584,13 @@ impl Device {
     }
 
     /// Async readback (the wasm path; also works natively).
-    pub(crate) async fn read_bytes_async(&self, op: &'static str, src: &wgpu::Buffer, offset: u64, bytes: u64) -> Result<Vec<u8>> {
+    pub(crate) async fn read_bytes_async(
+        &self,
+        op: &'static str,
+        src: &wgpu::Buffer,
+        offset: u64,
+        bytes: u64,
+    ) -> Result<Vec<u8>> {
         #[cfg(not(target_arch = "wasm32"))]
         {
             self.read_bytes(op, src, offset, bytes)
@@ -608,12 +640,18 @@ impl Device {
             Some(Ok(())) => {
                 let out = match staging.get_mapped_range(0..padded) {
                     Ok(view) => Ok(view[..bytes as usize].to_vec()),
-                    Err(e) => Err(Error::Readback { op, msg: e.to_string() }),
+                    Err(e) => Err(Error::Readback {
+                        op,
+                        msg: e.to_string(),
+                    }),
                 };
                 staging.unmap();
                 out
             }
-            Some(Err(e)) => Err(Error::Readback { op, msg: e.to_string() }),
+            Some(Err(e)) => Err(Error::Readback {
+                op,
+                msg: e.to_string(),
+            }),
             None => Err(Error::Readback {
                 op,
                 msg: "the map callback never ran".into(),
@@ -632,7 +670,7 @@ pub(crate) const STORAGE_USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
     .union(wgpu::BufferUsages::COPY_SRC)
     .union(wgpu::BufferUsages::COPY_DST);
 
-fn map_wgpu_error(op: &'static str, e: wgpu::Error) -> Error {
+pub(crate) fn map_wgpu_error(op: &'static str, e: wgpu::Error) -> Error {
     match e {
         wgpu::Error::OutOfMemory { source } => Error::OutOfMemory {
             op,
@@ -659,5 +697,56 @@ fn poll_error(op: &'static str, e: wgpu::PollError) -> Error {
             op,
             msg: other.to_string(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::{Access, Kernel};
+
+    static BROKEN: Kernel = Kernel {
+        name: "broken",
+        source: "@group(0) @binding(1) var<storage, read_write> y: array<T>;\n\
+                 @compute @workgroup_size(64) fn main() { y[0] = undefined_symbol; }",
+        entry: "main",
+        bindings: &[Access::ReadWrite],
+    };
+
+    #[test]
+    fn invalid_shader_is_a_validation_error_not_a_panic() {
+        let dev = Device::new().unwrap();
+        let e = dev
+            .pipeline("broken_op", &BROKEN, &[DType::F32], &[])
+            .err()
+            .expect("compiling an invalid shader must fail");
+        assert!(
+            matches!(
+                e,
+                Error::Validation {
+                    op: "broken_op",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        // The device stays usable afterwards.
+        let t = crate::Tensor::from_slice(&dev, &[1.0f32, 2.0], &[2]).unwrap();
+        assert_eq!(
+            t.add_scalar(1.0).unwrap().to_vec::<f32>().unwrap(),
+            vec![2.0, 3.0]
+        );
+    }
+
+    #[test]
+    fn wgpu_out_of_memory_maps_to_our_variant() {
+        let e = map_wgpu_error(
+            "zeros",
+            wgpu::Error::OutOfMemory {
+                source: Box::new(std::io::Error::other("vkAllocateMemory failed")),
+            },
+        );
+        assert!(matches!(e, Error::OutOfMemory { op: "zeros", .. }), "{e:?}");
+        assert!(e.to_string().contains("vkAllocateMemory"));
     }
 }

@@ -9,8 +9,10 @@ mod storage;
 mod submitter;
 
 pub use device::{Device, DeviceOptions, DeviceStats};
-pub use pool::PoolStats;
+#[doc(hidden)]
+pub use pipeline::ShaderVariant;
 pub(crate) use pipeline::{Access, Kernel};
+pub use pool::PoolStats;
 pub(crate) use storage::Storage;
 
 /// Splits a 1-D workgroup count over x and y so no dimension exceeds the adapter limit.

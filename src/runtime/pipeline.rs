@@ -90,8 +90,15 @@ fn bind_group_layout(device: &wgpu::Device, kernel: &Kernel) -> wgpu::BindGroupL
 }
 
 impl PipelineCache {
-    pub(crate) fn get(&self, kernel: &Kernel, dtypes: &[DType], constants: &[(&'static str, f64)]) -> Option<Arc<CachedPipeline>> {
-        self.pipelines.get(&Self::key(kernel, dtypes, constants)).cloned()
+    pub(crate) fn get(
+        &self,
+        kernel: &Kernel,
+        dtypes: &[DType],
+        constants: &[(&'static str, f64)],
+    ) -> Option<Arc<CachedPipeline>> {
+        self.pipelines
+            .get(&Self::key(kernel, dtypes, constants))
+            .cloned()
     }
 
     fn key(kernel: &Kernel, dtypes: &[DType], constants: &[(&'static str, f64)]) -> PipelineKey {
@@ -163,7 +170,11 @@ pub struct ShaderVariant {
 }
 
 impl ShaderVariant {
-    pub(crate) fn new(kernel: &Kernel, dtypes: &[DType], constants: &[(&'static str, f64)]) -> Self {
+    pub(crate) fn new(
+        kernel: &Kernel,
+        dtypes: &[DType],
+        constants: &[(&'static str, f64)],
+    ) -> Self {
         ShaderVariant {
             kernel: kernel.name,
             entry: kernel.entry,

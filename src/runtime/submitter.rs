@@ -15,6 +15,7 @@ struct InFlight {
 
 pub(crate) struct Submitter {
     queue: VecDeque<InFlight>,
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     pub(crate) max_in_flight: usize,
     pub(crate) peak: usize,
     pub(crate) submissions: u64,

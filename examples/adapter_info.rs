@@ -1,0 +1,25 @@
+//! Prints the adapter wgtensor would use. `--require-f16` exits with status 3 when the adapter
+//! lacks SHADER_F16 (scripts/test.sh uses it to skip the f16 conformance cases).
+
+fn main() {
+    let dev = match wgtensor::Device::new() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("adapter_info: {e}");
+            std::process::exit(2);
+        }
+    };
+    let info = dev.adapter_info();
+    println!(
+        "adapter: {} | backend {:?} | type {:?} | driver {} {} | f16 {}",
+        info.name,
+        info.backend,
+        info.device_type,
+        info.driver,
+        info.driver_info,
+        dev.supports_f16()
+    );
+    if std::env::args().any(|a| a == "--require-f16") && !dev.supports_f16() {
+        std::process::exit(3);
+    }
+}

@@ -1,0 +1,265 @@
+//! Runtime behaviour: bounded in-flight submissions, bounded pool memory, the write_buffer
+//! reuse hazard, shape-independent pipeline caching, batching and readback.
+
+use wgtensor::ops::ReduceOp;
+use wgtensor::{DType, Device, DeviceOptions, Tensor};
+
+fn device_with(opts: DeviceOptions) -> Device {
+    Device::with_options(opts).expect("device")
+}
+
+/// 100k dependent small ops with no readback: the submitter never lets more than
+/// `max_in_flight` submissions be outstanding and the pool stays small, because freed buffers
+/// return to the pool at each submit and are reused by the next batch.
+#[test]
+fn hundred_thousand_ops_stay_bounded() {
+    let opts = DeviceOptions {
+        max_dispatches_per_submit: 64,
+        max_in_flight: 3,
+        ..Default::default()
+    };
+    let cap = opts.max_in_flight;
+    let dev = device_with(opts);
+    let n = 100_000usize;
+    let mut x = Tensor::zeros(&dev, &[16], DType::F32).unwrap();
+    let one = Tensor::full(&dev, &[16], 1.0, DType::F32).unwrap();
+    let mut max_seen = 0;
+    for i in 0..n {
+        // Alternate two op kinds so the batch mixes pipelines.
+        x = if i % 2 == 0 {
+            x.add(&one).unwrap()
+        } else {
+            x.add_scalar(1.0).unwrap()
+        };
+        if i % 997 == 0 {
+            let s = dev.stats();
+            max_seen = max_seen.max(s.in_flight);
+            assert!(
+                s.in_flight <= cap,
+                "in flight {} > cap {cap} at op {i}",
+                s.in_flight
+            );
+        }
+    }
+    let before_readback = dev.stats();
+    let v = x.to_vec::<f32>().unwrap();
+    assert!(v.iter().all(|&e| e == n as f32), "got {:?}", &v[..4]);
+    let s = dev.stats();
+    // Bound: a batch frees at most 64 outputs of the 256-byte class before it is submitted,
+    // plus one 16 KiB param arena per batch that is not yet reusable; 1 MiB is generous.
+    let bound = 1u64 << 20;
+    println!(
+        "100k ops: submissions={} peak_in_flight={} max_sampled_in_flight={} pool_peak_bytes={} live={} cached={} dispatches={}",
+        s.submissions, s.peak_in_flight, max_seen, s.pool.peak_bytes, s.pool.live_bytes, s.pool.cached_bytes, s.dispatches
+    );
+    assert!(before_readback.peak_in_flight <= cap);
+    assert!(s.peak_in_flight <= cap && s.peak_in_flight >= 1);
+    assert!(
+        s.pool.peak_bytes <= bound,
+        "pool peak {} > {bound}",
+        s.pool.peak_bytes
+    );
+    assert!(
+        s.submissions >= (n / 64) as u64,
+        "only {} submissions",
+        s.submissions
+    );
+    assert_eq!(s.dispatches, n as u64 + 1); // + the `full` broadcast copy
+}
+
+/// The DESIGN.md hazard: `queue.write_buffer` runs before every command of the next submit.
+/// If the pool handed `a`'s buffer to `c` while `b = a + 1` was still pending, the upload of
+/// `c` would land before `b` is computed and `b` would read `c`'s values.
+#[test]
+fn freed_buffer_is_not_refilled_before_pending_readers_run() {
+    let dev = device_with(DeviceOptions {
+        max_dispatches_per_submit: 10_000, // keep everything in one pending batch
+        ..Default::default()
+    });
+    let n = 1000;
+    for round in 0..20 {
+        let data: Vec<f32> = (0..n).map(|i| (i + round) as f32).collect();
+        let a = Tensor::from_slice(&dev, &data, &[n]).unwrap();
+        let b = a.add_scalar(1.0).unwrap(); // pending: reads a's buffer
+        drop(a); // the buffer goes back to the pool while b's dispatch is unsubmitted
+        let poison = vec![-7.0f32; n];
+        let c = Tensor::from_slice(&dev, &poison, &[n]).unwrap(); // same size class
+        let got = b.to_vec::<f32>().unwrap();
+        let want: Vec<f32> = data.iter().map(|v| v + 1.0).collect();
+        if let Some(i) = (0..n).find(|&i| got[i] != want[i]) {
+            panic!(
+                "round {round}: pending reader saw a refilled buffer: b[{i}] = {} (want {})",
+                got[i], want[i]
+            );
+        }
+        assert_eq!(c.to_vec::<f32>().unwrap(), poison);
+    }
+}
+
+/// The pool still reuses: once the batch that read a freed buffer is submitted, the buffer is
+/// handed out again (so the hazard test above is not passing by never reusing anything).
+#[test]
+fn pool_reuses_buffers_after_submission() {
+    let dev = device_with(DeviceOptions::default());
+    let a = Tensor::from_slice(&dev, &vec![1.0f32; 4096], &[4096]).unwrap();
+    let b = a.add_scalar(1.0).unwrap();
+    drop(a);
+    dev.sync().unwrap();
+    let misses = dev.stats().pool.misses;
+    let hits = dev.stats().pool.hits;
+    let c = Tensor::from_slice(&dev, &vec![2.0f32; 4096], &[4096]).unwrap();
+    let s = dev.stats();
+    assert_eq!(
+        s.pool.misses, misses,
+        "a new buffer was created instead of reusing"
+    );
+    assert_eq!(s.pool.hits, hits + 1);
+    assert_eq!(b.to_vec::<f32>().unwrap(), vec![2.0; 4096]);
+    assert_eq!(c.to_vec::<f32>().unwrap(), vec![2.0; 4096]);
+}
+
+/// Freed buffers beyond the pool cap are destroyed, not cached.
+#[test]
+fn pool_cap_bounds_cached_bytes() {
+    let cap = 64 << 10;
+    let dev = device_with(DeviceOptions {
+        pool_cap_bytes: cap,
+        ..Default::default()
+    });
+    let ts: Vec<Tensor> = (0..32)
+        .map(|i| Tensor::zeros(&dev, &[1024 + i * 300], DType::F32).unwrap())
+        .collect();
+    drop(ts);
+    dev.sync().unwrap();
+    let s = dev.stats();
+    assert!(
+        s.pool.cached_bytes <= cap,
+        "cached {} > cap {cap}",
+        s.pool.cached_bytes
+    );
+}
+
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self, n: usize) -> usize {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 33) % n as u64) as usize
+    }
+}
+
+/// One round of a fixed op mix over a rank-3 shape: contiguous and strided inputs, broadcasting,
+/// unary/scalar/binary ops and both reduction variants.
+fn op_mix(dev: &Device, shape: [usize; 3], long: usize) {
+    let n: usize = shape.iter().product();
+    let data: Vec<f32> = (0..n).map(|i| (i % 13) as f32 * 0.25).collect();
+    let x = Tensor::from_slice(dev, &data, &shape).unwrap();
+    let xt = x.transpose(0, 2).unwrap();
+    let row = Tensor::from_slice(dev, &vec![0.5f32; shape[2]], &[shape[2]]).unwrap();
+    let y = x
+        .add(&row)
+        .unwrap()
+        .mul(&x)
+        .unwrap()
+        .relu()
+        .unwrap()
+        .sub_scalar(0.1)
+        .unwrap();
+    let z = xt
+        .exp()
+        .unwrap()
+        .maximum(&xt)
+        .unwrap()
+        .contiguous()
+        .unwrap();
+    let r1 = y.reduce(-1, ReduceOp::Sum, false).unwrap();
+    let r2 = z.reduce(0, ReduceOp::Max, true).unwrap();
+    let big = Tensor::from_slice(dev, &vec![1.0f32; 2 * long], &[2, long]).unwrap();
+    let r3 = big.reduce(1, ReduceOp::Mean, false).unwrap();
+    let h = x.to_dtype(DType::F16);
+    if dev.supports_f16() {
+        h.unwrap().to_dtype(DType::F32).unwrap();
+    }
+    r1.to_vec::<f32>().unwrap();
+    r2.to_vec::<f32>().unwrap();
+    assert_eq!(r3.to_vec::<f32>().unwrap(), vec![1.0, 1.0]);
+}
+
+/// Pipelines are keyed by (kernel, dtype, override constants), never by shape: after one warm-up
+/// round, 50 rounds over random shapes compile nothing new.
+#[test]
+fn pipelines_do_not_depend_on_shapes() {
+    let dev = device_with(DeviceOptions::default());
+    op_mix(&dev, [2, 3, 4], 1000);
+    let warm = dev.stats().pipelines_compiled;
+    assert!(warm >= 8, "warm-up compiled only {warm} pipelines");
+    let mut rng = Lcg(42);
+    for _ in 0..50 {
+        let shape = [1 + rng.next(9), 1 + rng.next(17), 1 + rng.next(33)];
+        op_mix(&dev, shape, 100 + rng.next(5000));
+    }
+    assert_eq!(dev.stats().pipelines_compiled, warm);
+}
+
+/// The batch is submitted every `max_dispatches_per_submit` dispatches, and on readback/sync.
+#[test]
+fn batches_split_by_dispatch_count_and_flush_on_sync() {
+    let dev = device_with(DeviceOptions {
+        max_dispatches_per_submit: 10,
+        ..Default::default()
+    });
+    let mut x = Tensor::from_slice(&dev, &[1.0f32; 8], &[8]).unwrap();
+    dev.sync().unwrap();
+    let s0 = dev.stats().submissions;
+    for _ in 0..35 {
+        x = x.add_scalar(1.0).unwrap();
+    }
+    assert_eq!(dev.stats().submissions - s0, 3);
+    dev.sync().unwrap();
+    assert_eq!(dev.stats().submissions - s0, 4);
+    assert_eq!(dev.stats().in_flight, 0);
+    assert_eq!(x.to_vec::<f32>().unwrap(), vec![36.0; 8]);
+}
+
+#[test]
+fn views_share_storage_and_readback_handles_offsets() {
+    let dev = device_with(DeviceOptions::default());
+    let data: Vec<f32> = (0..24).map(|v| v as f32).collect();
+    let x = Tensor::from_slice(&dev, &data, &[2, 3, 4]).unwrap();
+    let v = x.narrow(2, 1, 2).unwrap().permute(&[2, 0, 1]).unwrap();
+    assert!(v.shares_storage(&x));
+    assert_eq!(v.shape(), &[2, 2, 3]);
+    let got = v.to_vec::<f32>().unwrap();
+    let mut want = Vec::new();
+    for k in 1..3 {
+        for i in 0..2 {
+            for j in 0..3 {
+                want.push(data[i * 12 + j * 4 + k]);
+            }
+        }
+    }
+    assert_eq!(got, want);
+    // A contiguous slice with a non-zero offset reads back directly.
+    let row = x.narrow(0, 1, 1).unwrap();
+    assert_eq!(row.to_vec::<f32>().unwrap(), data[12..].to_vec());
+    let b = Tensor::from_slice(&dev, &[5.0f32], &[])
+        .unwrap()
+        .broadcast_to(&[3, 2])
+        .unwrap();
+    assert!(b.shares_storage(&b.clone()));
+    assert_eq!(b.to_vec::<f32>().unwrap(), vec![5.0; 6]);
+}
+
+#[test]
+fn async_readback_and_sync_work_natively() {
+    let dev = device_with(DeviceOptions::default());
+    let x = Tensor::from_slice(&dev, &[1.0f32, 4.0, 9.0], &[3]).unwrap();
+    let y = x.sqrt().unwrap();
+    pollster::block_on(dev.sync_async()).unwrap();
+    assert_eq!(
+        pollster::block_on(y.to_vec_async::<f32>()).unwrap(),
+        vec![1.0, 2.0, 3.0]
+    );
+}

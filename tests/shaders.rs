@@ -1,0 +1,136 @@
+//! Portability: every shader variant the crate compiles (each dtype prelude and override set)
+//! is parsed and validated by naga and translated to SPIR-V (Vulkan), MSL (Metal) and HLSL
+//! (DX12). Metal and DX12 cannot run here; this is how we know they would compile.
+
+use std::collections::HashSet;
+
+use naga::back::{hlsl, msl, spv};
+use naga::valid::{Capabilities, ValidationFlags, Validator};
+use wgtensor::ops::shader_variants;
+
+fn translate(v: &wgtensor::runtime::ShaderVariant) -> Result<(), String> {
+    let ctx = format!(
+        "{} / {} {:?} {:?}",
+        v.kernel, v.entry, v.dtypes, v.constants
+    );
+    let module = naga::front::wgsl::parse_str(&v.source)
+        .map_err(|e| format!("{ctx}: parse: {}", e.emit_to_string(&v.source)))?;
+    let info = Validator::new(ValidationFlags::all(), Capabilities::all())
+        .validate(&module)
+        .map_err(|e| format!("{ctx}: validate: {e:?}"))?;
+    let mut constants = naga::back::PipelineConstants::default();
+    for (name, value) in &v.constants {
+        constants.insert(name.to_string(), *value);
+    }
+    let stage = naga::ShaderStage::Compute;
+    let (module, info) = naga::back::pipeline_constants::process_overrides(
+        &module,
+        &info,
+        Some((stage, v.entry)),
+        &constants,
+    )
+    .map_err(|e| format!("{ctx}: overrides: {e:?}"))?;
+
+    spv::write_vec(
+        &module,
+        &info,
+        &spv::Options::default(),
+        Some(&spv::PipelineOptions {
+            shader_stage: stage,
+            entry_point: v.entry.to_string(),
+        }),
+    )
+    .map_err(|e| format!("{ctx}: spir-v: {e:?}"))?;
+
+    let msl_options = msl::Options {
+        lang_version: (2, 4),
+        ..Default::default()
+    };
+    msl::write_string(
+        &module,
+        &info,
+        &msl_options,
+        &msl::PipelineOptions {
+            entry_point: Some((stage, v.entry.to_string())),
+            ..Default::default()
+        },
+    )
+    .map_err(|e| format!("{ctx}: msl: {e:?}"))?;
+
+    // Shader model 6.2 is what f16 needs on DX12 (wgpu compiles with DXC there).
+    let hlsl_options = hlsl::Options {
+        shader_model: hlsl::ShaderModel::V6_2,
+        ..Default::default()
+    };
+    let pipeline = hlsl::PipelineOptions {
+        entry_point: Some((stage, v.entry.to_string())),
+    };
+    let mut out = String::new();
+    hlsl::Writer::new(&mut out, &hlsl_options, &pipeline)
+        .write(&module, &info, None)
+        .map_err(|e| format!("{ctx}: hlsl: {e:?}"))?;
+    Ok(())
+}
+
+#[test]
+fn every_variant_translates_to_spirv_msl_and_hlsl() {
+    let variants = shader_variants();
+    assert!(
+        variants.len() > 100,
+        "only {} variants listed",
+        variants.len()
+    );
+    let failures: Vec<String> = variants.iter().filter_map(|v| translate(v).err()).collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {} variants failed:\n{}",
+        failures.len(),
+        variants.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn every_shader_file_is_covered_by_a_variant() {
+    let variants = shader_variants();
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/shaders");
+    let mut covered = HashSet::new();
+    for entry in std::fs::read_dir(dir).expect("shaders dir") {
+        let path = entry.expect("dir entry").path();
+        if path.extension().and_then(|e| e.to_str()) != Some("wgsl") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("read shader");
+        assert!(
+            variants.iter().any(|v| v.source.ends_with(&text)),
+            "{} is not compiled by any listed variant",
+            path.display()
+        );
+        covered.insert(path);
+    }
+    assert!(
+        covered.len() >= 3,
+        "found only {} shader files",
+        covered.len()
+    );
+}
+
+#[test]
+fn every_entry_point_of_every_shader_is_listed() {
+    let variants = shader_variants();
+    let mut sources: Vec<&str> = variants.iter().map(|v| v.source.as_str()).collect();
+    sources.sort_unstable();
+    sources.dedup();
+    for src in sources {
+        let module = naga::front::wgsl::parse_str(src).expect("parses");
+        for ep in &module.entry_points {
+            assert!(
+                variants
+                    .iter()
+                    .any(|v| v.source == src && v.entry == ep.name),
+                "entry point {} is never compiled",
+                ep.name
+            );
+        }
+    }
+}
