@@ -183,12 +183,12 @@ impl Tensor {
         }
         match self.layout.reshape(shape) {
             Some(l) => Ok(self.view(l)),
-            None => Ok(self.view(
-                self.contiguous()?
-                    .layout
-                    .reshape(shape)
-                    .expect("contiguous"),
-            )),
+            None => {
+                // The new layout describes the packed copy, so it must view the copy's storage.
+                let packed = self.contiguous()?;
+                let layout = packed.layout.reshape(shape).expect("contiguous");
+                Ok(packed.view(layout))
+            }
         }
     }
 

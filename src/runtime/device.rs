@@ -573,13 +573,21 @@ impl Device {
         bytes: u64,
     ) -> Result<Vec<u8>> {
         let (staging, padded, mut rx) = self.start_readback(op, src, offset, bytes)?;
-        {
-            let mut st = self.lock_state();
-            st.submitter
-                .wait_until_at_most(&self.inner.device, 0)
+        // The copy was submitted before map_async, so once the newest submission is done the
+        // map callback fires on the next poll, whichever thread runs it. Another thread may
+        // already have waited for our submission, so do not rely on our own in-flight queue.
+        let mut status = None;
+        for _ in 0..2 {
+            self.inner
+                .device
+                .poll(wgpu::PollType::wait_indefinitely())
                 .map_err(|e| poll_error(op, e))?;
+            if let Ok(Some(s)) = rx.try_recv() {
+                status = Some(s);
+                break;
+            }
         }
-        let status = rx.try_recv().ok().flatten();
+        self.lock_state().submitter.prune(&self.inner.device);
         self.finish_readback(op, staging, padded, bytes, status)
     }
 
@@ -652,10 +660,15 @@ impl Device {
                 op,
                 msg: e.to_string(),
             }),
-            None => Err(Error::Readback {
-                op,
-                msg: "the map callback never ran".into(),
-            }),
+            None => {
+                // Its map request may still be pending: never hand it out again.
+                self.lock_state().pool.forget(&staging);
+                staging.destroy();
+                return Err(Error::Readback {
+                    op,
+                    msg: "the map callback never ran".into(),
+                });
+            }
         };
         self.release_buffer(staging);
         result

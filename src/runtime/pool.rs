@@ -74,6 +74,11 @@ impl BufferPool {
         self.pending.push((key, buf));
     }
 
+    /// Stops accounting for a live buffer the caller destroys instead of releasing.
+    pub(crate) fn forget(&mut self, buf: &wgpu::Buffer) {
+        self.stats.live_bytes -= buf.size();
+    }
+
     /// Called right after a batch was submitted: its freed buffers become reusable.
     pub(crate) fn on_submit(&mut self) {
         for (key, buf) in self.pending.drain(..) {

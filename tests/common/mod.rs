@@ -1,0 +1,151 @@
+//! Shared helpers for the integration tests: one process-wide device, the f16 gate, and
+//! building test tensors (including strided views) from host data together with the host-side
+//! model of the same view.
+#![allow(dead_code)]
+
+pub mod reference;
+
+use std::sync::OnceLock;
+
+use wgtensor::{f16, DType, Device, Element, Tensor};
+
+/// The process-wide device every test shares (adapter creation is slow on lavapipe).
+pub fn device() -> &'static Device {
+    static DEVICE: OnceLock<Device> = OnceLock::new();
+    DEVICE.get_or_init(|| {
+        Device::new().expect("no wgpu adapter: install a Vulkan driver (e.g. Mesa lavapipe)")
+    })
+}
+
+/// Fails the calling f16 test on adapters without SHADER_F16. scripts/test.sh passes
+/// `--skip f16` on such adapters, so f16 cases show up as filtered out, never as passed.
+pub fn require_f16(dev: &Device) {
+    if !dev.supports_f16() {
+        panic!("adapter lacks SHADER_F16: run the suite with `--skip f16`");
+    }
+}
+
+/// `v` rounded to the nearest value of `T` (round to nearest even), back in f64.
+pub fn round_to<T: Element>(v: f64) -> f64 {
+    T::from_f64(v).to_f64()
+}
+
+/// `v` rounded to the nearest value of `dtype`, back in f64.
+pub fn round_to_dtype(dtype: DType, v: f64) -> f64 {
+    match dtype {
+        DType::F32 => round_to::<f32>(v),
+        DType::F16 => round_to::<f16>(v),
+    }
+}
+
+/// Uploads row-major `data` as a `dtype` tensor of `shape` (values are rounded to `dtype`).
+pub fn upload(dev: &Device, data: &[f64], shape: &[usize], dtype: DType) -> Tensor {
+    let t = match dtype {
+        DType::F32 => Tensor::from_slice(
+            dev,
+            &data.iter().map(|&v| v as f32).collect::<Vec<_>>(),
+            shape,
+        ),
+        DType::F16 => Tensor::from_slice(
+            dev,
+            &data.iter().map(|&v| f16::from_f64(v)).collect::<Vec<_>>(),
+            shape,
+        ),
+    };
+    t.unwrap_or_else(|e| panic!("upload of shape {shape:?} as {dtype:?} failed: {e}"))
+}
+
+/// Reads any tensor back as f64 (row-major over its logical shape).
+pub fn download(t: &Tensor) -> wgtensor::Result<Vec<f64>> {
+    Ok(match t.dtype() {
+        DType::F32 => t.to_vec::<f32>()?.into_iter().map(f64::from).collect(),
+        DType::F16 => t.to_vec::<f16>()?.into_iter().map(f64::from).collect(),
+    })
+}
+
+/// One step that turns a tensor into a view of it. Applied both to the GPU tensor (through
+/// the public view API) and to host data (through `reference`), so a test can compare a
+/// kernel that reads the strided view with the reference on the materialized values.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ViewOp {
+    /// `narrow(dim, start, len)`; `dim` may be negative.
+    Narrow {
+        dim: isize,
+        start: usize,
+        len: usize,
+    },
+    /// `permute(perm)`.
+    Permute(Vec<usize>),
+    /// `transpose(a, b)`; dims may be negative.
+    Transpose(isize, isize),
+    /// `broadcast_to(shape)` (stride 0 on the broadcast dims).
+    BroadcastTo(Vec<usize>),
+}
+
+fn norm_dim(d: isize, rank: usize) -> usize {
+    if d < 0 {
+        (d + rank as isize) as usize
+    } else {
+        d as usize
+    }
+}
+
+impl ViewOp {
+    /// Applies the view to a GPU tensor.
+    pub fn apply(&self, t: &Tensor) -> wgtensor::Result<Tensor> {
+        match self {
+            ViewOp::Narrow { dim, start, len } => t.narrow(*dim, *start, *len),
+            ViewOp::Permute(p) => t.permute(p),
+            ViewOp::Transpose(a, b) => t.transpose(*a, *b),
+            ViewOp::BroadcastTo(s) => t.broadcast_to(s),
+        }
+    }
+
+    /// Applies the view to row-major host data; returns the materialized values and shape.
+    pub fn apply_host(&self, data: &[f64], shape: &[usize]) -> (Vec<f64>, Vec<usize>) {
+        match self {
+            ViewOp::Narrow { dim, start, len } => {
+                let d = norm_dim(*dim, shape.len());
+                let mut s = shape.to_vec();
+                s[d] = *len;
+                (reference::narrow(data, shape, d, *start, *len), s)
+            }
+            ViewOp::Permute(p) => (
+                reference::permute(data, shape, p),
+                p.iter().map(|&i| shape[i]).collect(),
+            ),
+            ViewOp::Transpose(a, b) => {
+                let mut perm: Vec<usize> = (0..shape.len()).collect();
+                perm.swap(norm_dim(*a, shape.len()), norm_dim(*b, shape.len()));
+                ViewOp::Permute(perm).apply_host(data, shape)
+            }
+            ViewOp::BroadcastTo(s) => (reference::broadcast_to(data, shape, s), s.clone()),
+        }
+    }
+}
+
+/// Uploads `data` (row-major over `parent`) and applies `ops` in order.
+pub fn build_view(
+    dev: &Device,
+    data: &[f64],
+    parent: &[usize],
+    ops: &[ViewOp],
+    dtype: DType,
+) -> Tensor {
+    let mut t = upload(dev, data, parent, dtype);
+    for op in ops {
+        t = op
+            .apply(&t)
+            .unwrap_or_else(|e| panic!("view {op:?} of {:?} failed: {e}", t.shape()));
+    }
+    t
+}
+
+/// The host model of [`build_view`]: the view's values row-major, and its shape.
+pub fn host_view(data: &[f64], parent: &[usize], ops: &[ViewOp]) -> (Vec<f64>, Vec<usize>) {
+    let mut cur = (data.to_vec(), parent.to_vec());
+    for op in ops {
+        cur = op.apply_host(&cur.0, &cur.1);
+    }
+    cur
+}

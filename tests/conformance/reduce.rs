@@ -1,0 +1,227 @@
+//! Reduction conformance: sum, mean, max, min over every axis (negative dims too), with and
+//! without keepdim, on contiguous tensors and strided views, for both kernel variants (one
+//! invocation per output; one workgroup per output for few, long reductions).
+//!
+//! Tolerances, with R the reduction length and sum|x| the sum of magnitudes of the reduced
+//! inputs (f32 accumulation in any fixed order or tree errs by at most (R-1) * 2^-24 * sum|x|;
+//! we allow R * EPS32 * sum|x|):
+//! - sum: R * EPS32 * sum|x|; exact when all inputs are small integers (every partial sum is an
+//!   integer below 2^24, so any f32 accumulation order is exact).
+//! - mean: sum / R in f32: the sum's bound divided by R, plus the division's 2.5 ulp (WGSL).
+//! - max, min: exact (they return an input value).
+//! - f16: inputs are f16 values, accumulation is f32 as above, then one final rounding to f16
+//!   (`check::out_round`: one f16 ulp, none when the exact result is representable).
+
+use proptest::prelude::*;
+use wgtensor::ops::ReduceOp;
+use wgtensor::DType;
+
+use crate::check::{compare, fetch, ok, out_round, EPS32};
+use crate::common::{device, reference, require_f16};
+use crate::strategies::{
+    dim, general_dist, operand_of_shape, run, shape, view_kind, Dist, Operand, ViewKind,
+};
+
+const CASES_F32: u32 = 40;
+const CASES_F16: u32 = 20;
+const CASES_LONG_F32: u32 = 10;
+const CASES_LONG_F16: u32 = 5;
+const CASES_MANY_F32: u32 = 8;
+const CASES_MANY_F16: u32 = 4;
+
+const REDUCE_OPS: [ReduceOp; 4] = [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min];
+
+#[derive(Clone, Debug)]
+struct ReduceProblem {
+    op: ReduceOp,
+    dim: isize,
+    keepdim: bool,
+    x: Operand,
+}
+
+/// Values for long reductions: |x| <= 4, so even 9000 same-sign f16 inputs sum to at most
+/// 36000 < 65504 (no f16 overflow).
+fn long_dists() -> impl Strategy<Value = Dist> + Clone {
+    prop_oneof![
+        Just(Dist::SmallInt(-4, 4)),
+        Just(Dist::Uniform(-4.0, 4.0)),
+        Just(Dist::SignedLog(-3.0, 0.6)),
+    ]
+}
+
+/// A reduction of an operand of `shape` along `dim` (written negative when `negative`).
+fn problem_for(
+    dtype: DType,
+    shape: Vec<usize>,
+    dim: usize,
+    negative: bool,
+    dists: impl Strategy<Value = Dist>,
+) -> impl Strategy<Value = ReduceProblem> {
+    let rank = shape.len() as isize;
+    let dim = if negative {
+        dim as isize - rank
+    } else {
+        dim as isize
+    };
+    (
+        prop::sample::select(&REDUCE_OPS[..]),
+        any::<bool>(),
+        operand_of_shape(dtype, shape, view_kind(), dists),
+    )
+        .prop_map(move |(op, keepdim, x)| ReduceProblem {
+            op,
+            dim,
+            keepdim,
+            x,
+        })
+}
+
+/// Rank 1..=5 shapes with small dims, any axis: many outputs, short reductions.
+fn small_problem(dtype: DType) -> impl Strategy<Value = ReduceProblem> {
+    shape(1..=5)
+        .prop_flat_map(|s| {
+            let r = s.len();
+            (Just(s), 0..r, any::<bool>())
+        })
+        .prop_flat_map(move |(s, d, neg)| problem_for(dtype, s, d, neg, general_dist()))
+}
+
+/// Few outputs, long reductions (65..=9000): the workgroup-per-output variant, along the
+/// last axis, the only axis, or a strided leading/middle axis.
+fn long_problem(dtype: DType) -> impl Strategy<Value = ReduceProblem> {
+    let shapes = prop_oneof![
+        (1usize..=8, 65usize..=9000).prop_map(|(o, r)| (vec![o, r], 1)),
+        (65usize..=9000).prop_map(|r| (vec![r], 0)),
+        (65usize..=9000, 1usize..=8).prop_map(|(r, i)| (vec![r, i], 0)),
+        (1usize..=4, 65usize..=3000, dim()).prop_map(|(a, r, b)| (vec![a, r, b], 1)),
+    ];
+    (shapes, any::<bool>())
+        .prop_flat_map(move |((s, d), neg)| problem_for(dtype, s, d, neg, long_dists()))
+}
+
+/// Many outputs (>= 4096) with long reductions (one invocation per output loops over 65+
+/// elements), contiguous or strided along the reduced axis, and many outputs with short
+/// reductions over a middle axis.
+fn many_outputs_problem(dtype: DType) -> impl Strategy<Value = ReduceProblem> {
+    let shapes = prop_oneof![
+        (4096usize..=4400, 65usize..=72).prop_map(|(n, r)| (vec![n, r], 1)),
+        (65usize..=72, 4096usize..=4400).prop_map(|(r, n)| (vec![r, n], 0)),
+        (40usize..=70, 3usize..=9, 100usize..=200).prop_map(|(a, r, b)| (vec![a, r, b], 1)),
+    ];
+    (shapes, any::<bool>())
+        .prop_flat_map(move |((s, d), neg)| problem_for(dtype, s, d, neg, long_dists()))
+}
+
+fn check_reduce(p: &ReduceProblem) -> Result<(), TestCaseError> {
+    let dev = device();
+    let what = format!("{:?}(dim {}, keepdim {})", p.op, p.dim, p.keepdim);
+    let y = ok(&what, p.x.tensor(dev).reduce(p.dim, p.op, p.keepdim))?;
+    prop_assert_eq!(y.dtype(), p.x.dtype);
+    let xs = p.x.values();
+    let rank = p.x.shape.len();
+    let d = if p.dim < 0 {
+        (p.dim + rank as isize) as usize
+    } else {
+        p.dim as usize
+    };
+    let (want, shape) = reference::reduce(&xs, &p.x.shape, d, p.op, p.keepdim);
+    let abs_sum = reference::abs_sum(&xs, &p.x.shape, d);
+    let r = p.x.shape[d] as f64;
+    let got = fetch(&what, &y, &shape)?;
+    compare(&what, &shape, &got, &want, |i| {
+        // Small-integer inputs whose magnitudes sum below 2^24: the f32 sum is exact.
+        let exact_sum = p.x.dist.is_int() && abs_sum[i] < 16_777_216.0;
+        let sum_err = if exact_sum {
+            0.0
+        } else {
+            r * EPS32 * abs_sum[i]
+        };
+        let err32 = match p.op {
+            ReduceOp::Sum => sum_err,
+            ReduceOp::Mean => sum_err / r + 2.5 * EPS32 * want[i].abs(),
+            ReduceOp::Max | ReduceOp::Min => 0.0,
+        };
+        out_round(p.x.dtype, want[i], err32)
+    })
+}
+
+#[test]
+fn reduce_f32() {
+    run(CASES_F32, small_problem(DType::F32), check_reduce);
+}
+
+#[test]
+fn reduce_f16() {
+    require_f16(device());
+    run(CASES_F16, small_problem(DType::F16), check_reduce);
+}
+
+#[test]
+fn reduce_long_f32() {
+    run(CASES_LONG_F32, long_problem(DType::F32), check_reduce);
+}
+
+#[test]
+fn reduce_long_f16() {
+    require_f16(device());
+    run(CASES_LONG_F16, long_problem(DType::F16), check_reduce);
+}
+
+#[test]
+fn reduce_many_outputs_f32() {
+    run(
+        CASES_MANY_F32,
+        many_outputs_problem(DType::F32),
+        check_reduce,
+    );
+}
+
+#[test]
+fn reduce_many_outputs_f16() {
+    require_f16(device());
+    run(
+        CASES_MANY_F16,
+        many_outputs_problem(DType::F16),
+        check_reduce,
+    );
+}
+
+/// The workgroup-variant shapes named in the design review, every op, both keepdims, on the
+/// contiguous tensor and on a transposed view: [3, 5000] over dim 1 and [7000] over dim 0,
+/// with small-integer (exact sums) and real-valued data.
+fn fixed_long_cases(dtype: DType) {
+    let cases: [(&[usize], isize, ViewKind); 4] = [
+        (&[3, 5000], 1, ViewKind::Contiguous),
+        (&[3, 5000], -1, ViewKind::Permuted),
+        (&[7000], 0, ViewKind::Contiguous),
+        (&[7000], -1, ViewKind::Sliced),
+    ];
+    for (shape, dim, kind) in cases {
+        for dist in [Dist::SmallInt(-4, 4), Dist::Uniform(-4.0, 4.0)] {
+            for op in REDUCE_OPS {
+                for keepdim in [false, true] {
+                    let p = ReduceProblem {
+                        op,
+                        dim,
+                        keepdim,
+                        x: Operand::new(dtype, shape, kind, dist, 7),
+                    };
+                    if let Err(e) = check_reduce(&p) {
+                        panic!("{e}\nproblem: {p:#?}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn reduce_workgroup_fixed_f32() {
+    fixed_long_cases(DType::F32);
+}
+
+#[test]
+fn reduce_workgroup_fixed_f16() {
+    require_f16(device());
+    fixed_long_cases(DType::F16);
+}
