@@ -12,6 +12,8 @@ static BINARY: Kernel = Kernel {
     source: include_str!("../../shaders/binary.wgsl"),
     entry: "main",
     bindings: &[Access::Read, Access::Read, Access::ReadWrite],
+    slots: &[],
+    libs: &[],
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,6 +12,8 @@ static MAP: Kernel = Kernel {
     source: include_str!("../../shaders/map.wgsl"),
     entry: "main",
     bindings: &[Access::Read, Access::ReadWrite],
+    slots: &[],
+    libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
 };
 
 pub(crate) const WG: u32 = 256;

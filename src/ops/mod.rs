@@ -1,10 +1,12 @@
 //! Public ops. Each family: validate -> pick variant -> launch through the runtime.
 
 pub mod binary;
+pub mod gemm;
 pub mod map;
 pub mod reduce;
 
 pub use binary::BinaryOp;
+pub use gemm::{gemm, gemm_into, matmul, Activation, Bias, GemmOptions};
 pub use map::{ScalarOp, UnaryOp};
 pub use reduce::ReduceOp;
 
@@ -14,5 +16,6 @@ pub fn shader_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
     let mut v = map::map_variants();
     v.extend(binary::binary_variants());
     v.extend(reduce::reduce_variants());
+    v.extend(gemm::gemm_variants());
     v
 }

@@ -15,12 +15,16 @@ static ROWS: Kernel = Kernel {
     source: include_str!("../../shaders/reduce.wgsl"),
     entry: "reduce_rows",
     bindings: &[Access::Read, Access::ReadWrite],
+    slots: &[],
+    libs: &[],
 };
 static WORKGROUP: Kernel = Kernel {
     name: "reduce",
     source: include_str!("../../shaders/reduce.wgsl"),
     entry: "reduce_wg",
     bindings: &[Access::Read, Access::ReadWrite],
+    slots: &[],
+    libs: &[],
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -23,6 +23,8 @@ pub struct DeviceOptions {
     pub pool_cap_bytes: u64,
     /// Do not request SHADER_F16 even when the adapter has it (to exercise f32-only paths).
     pub disable_f16: bool,
+    /// Do not request SUBGROUP (kernels then use their portable variants).
+    pub disable_subgroups: bool,
 }
 
 impl Default for DeviceOptions {
@@ -33,6 +35,7 @@ impl Default for DeviceOptions {
             max_in_flight: 3,
             pool_cap_bytes: 1 << 30,
             disable_f16: false,
+            disable_subgroups: false,
         }
     }
 }
@@ -150,11 +153,13 @@ impl Device {
         let instance =
             wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
         let adapter = pick_adapter(&instance).await?;
-        let wanted = if opts.disable_f16 {
-            wgpu::Features::empty()
-        } else {
-            wgpu::Features::SHADER_F16
-        };
+        let mut wanted = wgpu::Features::empty();
+        if !opts.disable_subgroups {
+            wanted |= wgpu::Features::SUBGROUP;
+        }
+        if !opts.disable_f16 {
+            wanted |= wgpu::Features::SHADER_F16;
+        }
         let features = adapter.features() & wanted;
         let limits = adapter.limits();
         let (device, queue) = adapter
@@ -341,10 +346,27 @@ impl Device {
         bytes: u64,
         usage: wgpu::BufferUsages,
     ) -> Result<wgpu::Buffer> {
+        self.alloc_buffer_from(op, bytes, usage, false)
+    }
+
+    /// `scratch`: the buffer will only be written by commands recorded from now on (see
+    /// [`BufferPool::take_scratch`]), so one freed earlier in this batch may be reused.
+    pub(crate) fn alloc_buffer_from(
+        &self,
+        op: &'static str,
+        bytes: u64,
+        usage: wgpu::BufferUsages,
+        scratch: bool,
+    ) -> Result<wgpu::Buffer> {
         self.check(op)?;
         self.check_bytes(op, bytes)?;
         let mut st = self.lock_state();
-        if let Some(buf) = st.pool.take(bytes, usage) {
+        let cached = if scratch {
+            st.pool.take_scratch(bytes, usage)
+        } else {
+            st.pool.take(bytes, usage)
+        };
+        if let Some(buf) = cached {
             return Ok(buf);
         }
         let size = size_class(bytes);
@@ -452,7 +474,7 @@ impl Device {
         }];
         for (i, b) in buffers.iter().enumerate() {
             entries.push(wgpu::BindGroupEntry {
-                binding: i as u32 + 1,
+                binding: kernel.slot(i),
                 resource: b.as_entire_binding(),
             });
         }
@@ -724,6 +746,8 @@ mod tests {
                  @compute @workgroup_size(64) fn main() { y[0] = undefined_symbol; }",
         entry: "main",
         bindings: &[Access::ReadWrite],
+        slots: &[],
+        libs: &[],
     };
 
     #[test]

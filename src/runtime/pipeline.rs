@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::DType;
 
 /// How a kernel uses one storage binding. Binding 0 is always the per-dispatch Params uniform;
-/// storage bindings follow from 1 in the order listed.
+/// storage bindings follow from 1 in the order listed, unless the kernel names its slots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Access {
     Read,
@@ -21,7 +21,32 @@ pub(crate) struct Kernel {
     pub source: &'static str,
     pub entry: &'static str,
     pub bindings: &'static [Access],
+    /// Binding numbers of `bindings` when they are not simply 1, 2, 3, ... (several entry
+    /// points of one module using different subsets of its globals).
+    pub slots: &'static [u32],
+    /// Shared WGSL pieces (shaders/lib) placed between the dtype prelude and the source.
+    pub libs: &'static [&'static str],
 }
+
+impl Kernel {
+    pub(crate) fn slot(&self, i: usize) -> u32 {
+        self.slots.get(i).copied().unwrap_or(i as u32 + 1)
+    }
+
+    /// The complete WGSL text for `dtypes`.
+    pub(crate) fn full_source(&self, dtypes: &[DType]) -> String {
+        let mut s = dtype_prelude(dtypes);
+        for lib in self.libs {
+            s.push_str(lib);
+            s.push('\n');
+        }
+        s.push_str(self.source);
+        s
+    }
+}
+
+/// Activation functions shared by the map kernel and every fused epilogue.
+pub(crate) const ACTIVATION_LIB: &str = include_str!("../../shaders/lib/activation.wgsl");
 
 /// Bytes reserved per dispatch in the batch's param arena. Params structs must fit.
 pub(crate) const PARAM_SLOT: u64 = 256;
@@ -71,7 +96,7 @@ fn bind_group_layout(device: &wgpu::Device, kernel: &Kernel) -> wgpu::BindGroupL
     }];
     for (i, access) in kernel.bindings.iter().enumerate() {
         entries.push(wgpu::BindGroupLayoutEntry {
-            binding: i as u32 + 1,
+            binding: kernel.slot(i),
             visibility: wgpu::ShaderStages::COMPUTE,
             ty: wgpu::BindingType::Buffer {
                 ty: wgpu::BufferBindingType::Storage {
@@ -122,7 +147,7 @@ impl PipelineCache {
             .modules
             .entry((kernel.name, dtypes.to_vec()))
             .or_insert_with(|| {
-                let source = format!("{}{}", dtype_prelude(dtypes), kernel.source);
+                let source = kernel.full_source(dtypes);
                 device.create_shader_module(wgpu::ShaderModuleDescriptor {
                     label: Some(kernel.name),
                     source: wgpu::ShaderSource::Wgsl(source.into()),
@@ -178,7 +203,7 @@ impl ShaderVariant {
         ShaderVariant {
             kernel: kernel.name,
             entry: kernel.entry,
-            source: format!("{}{}", dtype_prelude(dtypes), kernel.source),
+            source: kernel.full_source(dtypes),
             dtypes: dtypes.to_vec(),
             constants: constants.to_vec(),
         }

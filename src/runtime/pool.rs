@@ -60,6 +60,25 @@ impl BufferPool {
         Some(buf)
     }
 
+    /// Like [`BufferPool::take`], but may also hand out a buffer freed in the current batch.
+    /// Only for buffers that GPU commands alone fill (workspaces): commands recorded later in
+    /// the same encoder run after the pending readers, so no write_buffer hazard exists.
+    pub(crate) fn take_scratch(
+        &mut self,
+        bytes: u64,
+        usage: wgpu::BufferUsages,
+    ) -> Option<wgpu::Buffer> {
+        let key = (size_class(bytes), usage.bits());
+        if let Some(i) = self.pending.iter().rposition(|(k, _)| *k == key) {
+            let (_, buf) = self.pending.swap_remove(i);
+            self.stats.cached_bytes -= key.0;
+            self.stats.live_bytes += key.0;
+            self.stats.hits += 1;
+            return Some(buf);
+        }
+        self.take(bytes, usage)
+    }
+
     pub(crate) fn note_created(&mut self, size: u64) {
         self.stats.misses += 1;
         self.stats.live_bytes += size;

@@ -18,6 +18,15 @@ impl Storage {
         })
     }
 
+    /// A workspace that only GPU commands recorded from now on will fill.
+    pub(crate) fn scratch(device: &Device, op: &'static str, bytes: u64) -> Result<Storage> {
+        let buffer = device.alloc_buffer_from(op, bytes.max(4), STORAGE_USAGE, true)?;
+        Ok(Storage {
+            buffer: Some(buffer),
+            device: device.clone(),
+        })
+    }
+
     pub(crate) fn buffer(&self) -> &wgpu::Buffer {
         self.buffer.as_ref().expect("present until drop")
     }

@@ -1,0 +1,84 @@
+// Portable register-tiled GEMM (any adapter): an 8x8 workgroup computes a 32x32 tile, each
+// invocation a 4x4 block held in registers; no workgroup memory, no barriers (barriers are very
+// costly on CPU adapters and this shape still keeps GPU caches busy). Ragged edges clamp their
+// loads and skip their stores. Also holds the deterministic split-k reduction.
+// Needs lib/activation.wgsl and lib/gemm_common.wgsl.
+
+// The 4x4 block at rows r0.., cols c0.. over k in kr: acc[i][j] = sum_k A[r0+i,k] B[k,c0+j].
+fn tile_4x4(bs: Bases, r0: u32, c0: u32, kr: vec2<u32>) -> array<vec4<f32>, 4> {
+    let lr = p.m - 1u;
+    let lc = p.n - 1u;
+    let ra = vec4<u32>(min(r0, lr), min(r0 + 1u, lr), min(r0 + 2u, lr), min(r0 + 3u, lr)) * p.a_rs + bs.a;
+    let cb = vec4<u32>(min(c0, lc), min(c0 + 1u, lc), min(c0 + 2u, lc), min(c0 + 3u, lc)) * p.b_cs + bs.b;
+    var acc: array<vec4<f32>, 4>;
+    for (var k = kr.x; k < kr.y; k++) {
+        let ka = k * p.a_cs;
+        let kb = k * p.b_rs;
+        let bv = vec4<f32>(f32(b[cb.x + kb]), f32(b[cb.y + kb]), f32(b[cb.z + kb]), f32(b[cb.w + kb]));
+        acc[0] = fma(vec4<f32>(f32(a[ra.x + ka])), bv, acc[0]);
+        acc[1] = fma(vec4<f32>(f32(a[ra.y + ka])), bv, acc[1]);
+        acc[2] = fma(vec4<f32>(f32(a[ra.z + ka])), bv, acc[2]);
+        acc[3] = fma(vec4<f32>(f32(a[ra.w + ka])), bv, acc[3]);
+    }
+    return acc;
+}
+
+fn store_row4_out(row: u32, c0: u32, v: vec4<f32>, bs: Bases) {
+    store_out(row, c0, v.x, bs);
+    store_out(row, c0 + 1u, v.y, bs);
+    store_out(row, c0 + 2u, v.z, bs);
+    store_out(row, c0 + 3u, v.w, bs);
+}
+
+fn store_row4_ws(z: u32, row: u32, c0: u32, v: vec4<f32>) {
+    store_ws(z, row, c0, v.x);
+    store_ws(z, row, c0 + 1u, v.y);
+    store_ws(z, row, c0 + 2u, v.z);
+    store_ws(z, row, c0 + 3u, v.w);
+}
+
+@compute @workgroup_size(8, 8)
+fn gemm_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let r0 = wid.y * 32u + lid.y * 4u;
+    let c0 = wid.x * 32u + lid.x * 4u;
+    let bs = bases(wid.z);
+    let acc = tile_4x4(bs, r0, c0, k_range(wid.z));
+    store_row4_out(r0, c0, acc[0], bs);
+    store_row4_out(r0 + 1u, c0, acc[1], bs);
+    store_row4_out(r0 + 2u, c0, acc[2], bs);
+    store_row4_out(r0 + 3u, c0, acc[3], bs);
+}
+
+@compute @workgroup_size(8, 8)
+fn gemm_tiled_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let r0 = wid.y * 32u + lid.y * 4u;
+    let c0 = wid.x * 32u + lid.x * 4u;
+    let acc = tile_4x4(bases(wid.z), r0, c0, k_range(wid.z));
+    store_row4_ws(wid.z, r0, c0, acc[0]);
+    store_row4_ws(wid.z, r0 + 1u, c0, acc[1]);
+    store_row4_ws(wid.z, r0 + 2u, c0, acc[2]);
+    store_row4_ws(wid.z, r0 + 3u, c0, acc[3]);
+}
+
+override WG: u32 = 256u;
+
+// out[i] = epilogue(sum over s = 0, 1, ..., splits-1 of ws[s, i]): a fixed order, so the same
+// inputs give bitwise-identical results on every run. One invocation per output element.
+@compute @workgroup_size(WG)
+fn splitk_reduce(@builtin(workgroup_id) wid: vec3<u32>,
+                 @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.x + wid.y * nwg.x) * WG + lid;
+    let mn = p.m * p.n;
+    let total = mn * p.batch;
+    if (i >= total) {
+        return;
+    }
+    var acc = 0.0;
+    for (var s = 0u; s < p.splits; s++) {
+        acc += ws[s * total + i];
+    }
+    let bi = i / mn;
+    let rc = i % mn;
+    store_out(rc / p.n, rc % p.n, acc, bases(bi));
+}

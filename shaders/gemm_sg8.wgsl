@@ -1,0 +1,108 @@
+// GEMM for adapters whose subgroups are exactly 8 lanes wide (CPU adapters such as lavapipe on
+// AVX2: one subgroup = one SIMD register). There every storage load inside a loop is an 8-lane
+// gather, so loads per FMA decide the speed. Each lane loads a *different* row of A (2 gathers
+// fetch 16 rows) and the rows reach all lanes through subgroupBroadcast (a register shuffle);
+// each lane owns 4 columns of B (4 gathers). Per k: 6 gathers feed 64 FMAs per lane.
+// A subgroup computes a 16x32 tile; a workgroup stacks 4 subgroups into a 64x32 tile.
+// Accumulators are only ever indexed with constants so they stay in registers.
+// Needs lib/activation.wgsl and lib/gemm_common.wgsl.
+
+fn tile_sg8(bs: Bases, row0: u32, col0: u32, lane: u32, kr: vec2<u32>) -> array<vec4<f32>, 16> {
+    let lr = p.m - 1u;
+    let lc = p.n - 1u;
+    let ra0 = bs.a + min(row0 + lane, lr) * p.a_rs;
+    let ra1 = bs.a + min(row0 + 8u + lane, lr) * p.a_rs;
+    let c = col0 + lane;
+    let cb = vec4<u32>(min(c, lc), min(c + 8u, lc), min(c + 16u, lc), min(c + 24u, lc)) * p.b_cs + bs.b;
+    var acc: array<vec4<f32>, 16>;
+    for (var k = kr.x; k < kr.y; k++) {
+        let ka = k * p.a_cs;
+        let kb = k * p.b_rs;
+        let a0 = f32(a[ra0 + ka]);
+        let a1 = f32(a[ra1 + ka]);
+        let bv = vec4<f32>(f32(b[cb.x + kb]), f32(b[cb.y + kb]), f32(b[cb.z + kb]), f32(b[cb.w + kb]));
+        acc[0] = fma(vec4<f32>(subgroupBroadcast(a0, 0u)), bv, acc[0]);
+        acc[1] = fma(vec4<f32>(subgroupBroadcast(a0, 1u)), bv, acc[1]);
+        acc[2] = fma(vec4<f32>(subgroupBroadcast(a0, 2u)), bv, acc[2]);
+        acc[3] = fma(vec4<f32>(subgroupBroadcast(a0, 3u)), bv, acc[3]);
+        acc[4] = fma(vec4<f32>(subgroupBroadcast(a0, 4u)), bv, acc[4]);
+        acc[5] = fma(vec4<f32>(subgroupBroadcast(a0, 5u)), bv, acc[5]);
+        acc[6] = fma(vec4<f32>(subgroupBroadcast(a0, 6u)), bv, acc[6]);
+        acc[7] = fma(vec4<f32>(subgroupBroadcast(a0, 7u)), bv, acc[7]);
+        acc[8] = fma(vec4<f32>(subgroupBroadcast(a1, 0u)), bv, acc[8]);
+        acc[9] = fma(vec4<f32>(subgroupBroadcast(a1, 1u)), bv, acc[9]);
+        acc[10] = fma(vec4<f32>(subgroupBroadcast(a1, 2u)), bv, acc[10]);
+        acc[11] = fma(vec4<f32>(subgroupBroadcast(a1, 3u)), bv, acc[11]);
+        acc[12] = fma(vec4<f32>(subgroupBroadcast(a1, 4u)), bv, acc[12]);
+        acc[13] = fma(vec4<f32>(subgroupBroadcast(a1, 5u)), bv, acc[13]);
+        acc[14] = fma(vec4<f32>(subgroupBroadcast(a1, 6u)), bv, acc[14]);
+        acc[15] = fma(vec4<f32>(subgroupBroadcast(a1, 7u)), bv, acc[15]);
+    }
+    return acc;
+}
+
+// Row `row` of the tile: this lane's columns are c, c + 8, c + 16, c + 24.
+fn sg8_out(row: u32, c: u32, v: vec4<f32>, bs: Bases) {
+    store_out(row, c, v.x, bs);
+    store_out(row, c + 8u, v.y, bs);
+    store_out(row, c + 16u, v.z, bs);
+    store_out(row, c + 24u, v.w, bs);
+}
+
+fn sg8_ws(z: u32, row: u32, c: u32, v: vec4<f32>) {
+    store_ws(z, row, c, v.x);
+    store_ws(z, row, c + 8u, v.y);
+    store_ws(z, row, c + 16u, v.z);
+    store_ws(z, row, c + 24u, v.w);
+}
+
+@compute @workgroup_size(32)
+fn gemm_sg8(@builtin(workgroup_id) wid: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32,
+            @builtin(subgroup_invocation_id) lane: u32) {
+    let row0 = wid.y * 64u + (lid / 8u) * 16u;
+    let c = wid.x * 32u + lane;
+    let bs = bases(wid.z);
+    let acc = tile_sg8(bs, row0, wid.x * 32u, lane, k_range(wid.z));
+    sg8_out(row0 + 0u, c, acc[0], bs);
+    sg8_out(row0 + 1u, c, acc[1], bs);
+    sg8_out(row0 + 2u, c, acc[2], bs);
+    sg8_out(row0 + 3u, c, acc[3], bs);
+    sg8_out(row0 + 4u, c, acc[4], bs);
+    sg8_out(row0 + 5u, c, acc[5], bs);
+    sg8_out(row0 + 6u, c, acc[6], bs);
+    sg8_out(row0 + 7u, c, acc[7], bs);
+    sg8_out(row0 + 8u, c, acc[8], bs);
+    sg8_out(row0 + 9u, c, acc[9], bs);
+    sg8_out(row0 + 10u, c, acc[10], bs);
+    sg8_out(row0 + 11u, c, acc[11], bs);
+    sg8_out(row0 + 12u, c, acc[12], bs);
+    sg8_out(row0 + 13u, c, acc[13], bs);
+    sg8_out(row0 + 14u, c, acc[14], bs);
+    sg8_out(row0 + 15u, c, acc[15], bs);
+}
+
+@compute @workgroup_size(32)
+fn gemm_sg8_partial(@builtin(workgroup_id) wid: vec3<u32>,
+                    @builtin(local_invocation_index) lid: u32,
+                    @builtin(subgroup_invocation_id) lane: u32) {
+    let row0 = wid.y * 64u + (lid / 8u) * 16u;
+    let c = wid.x * 32u + lane;
+    let acc = tile_sg8(bases(wid.z), row0, wid.x * 32u, lane, k_range(wid.z));
+    sg8_ws(wid.z, row0 + 0u, c, acc[0]);
+    sg8_ws(wid.z, row0 + 1u, c, acc[1]);
+    sg8_ws(wid.z, row0 + 2u, c, acc[2]);
+    sg8_ws(wid.z, row0 + 3u, c, acc[3]);
+    sg8_ws(wid.z, row0 + 4u, c, acc[4]);
+    sg8_ws(wid.z, row0 + 5u, c, acc[5]);
+    sg8_ws(wid.z, row0 + 6u, c, acc[6]);
+    sg8_ws(wid.z, row0 + 7u, c, acc[7]);
+    sg8_ws(wid.z, row0 + 8u, c, acc[8]);
+    sg8_ws(wid.z, row0 + 9u, c, acc[9]);
+    sg8_ws(wid.z, row0 + 10u, c, acc[10]);
+    sg8_ws(wid.z, row0 + 11u, c, acc[11]);
+    sg8_ws(wid.z, row0 + 12u, c, acc[12]);
+    sg8_ws(wid.z, row0 + 13u, c, acc[13]);
+    sg8_ws(wid.z, row0 + 14u, c, acc[14]);
+    sg8_ws(wid.z, row0 + 15u, c, acc[15]);
+}

@@ -1,0 +1,108 @@
+// Shared by the GEMM kernels (gemm.wgsl, gemm_sg8.wgsl): parameters, bindings, batch decode,
+// the fused epilogue and the two ways a tile leaves the kernel (final output or split-k slice).
+//
+// out[z] = act(alpha * A[z] B[z] + beta * C[z] + bias), every operand read through element
+// strides, so transposed and broadcast views cost nothing. Split-k: grid z = split * batch + b;
+// slice `split` covers k in [split * k_chunk, min(k, (split + 1) * k_chunk)) and writes raw f32
+// partial sums to the workspace ws[z, m, n]; `splitk_reduce` sums the slices in a fixed order.
+
+struct Params {
+    m: u32,
+    n: u32,
+    k: u32,
+    batch: u32,
+    a_off: u32,
+    a_rs: u32,
+    a_cs: u32,
+    splits: u32,
+    b_off: u32,
+    b_rs: u32,
+    b_cs: u32,
+    k_chunk: u32,
+    c_off: u32,
+    c_rs: u32,
+    c_cs: u32,
+    bias_off: u32,
+    alpha: f32,
+    beta: f32,
+    batch_rank: u32,
+    bias_stride: u32,
+    bshape: vec4<u32>,
+    a_bs: vec4<u32>,
+    b_bs: vec4<u32>,
+    c_bs: vec4<u32>,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> a: array<T>;
+@group(0) @binding(2) var<storage, read> b: array<T>;
+@group(0) @binding(3) var<storage, read> cin: array<T>;
+@group(0) @binding(4) var<storage, read> bias: array<T>;
+@group(0) @binding(5) var<storage, read_write> out: array<T>;
+@group(0) @binding(6) var<storage, read_write> ws: array<f32>;
+
+// C_MODE: 0 none, 1 a separate C tensor, 2 in place (out holds C). BIAS: 0 none, 1 per column,
+// 2 per row. ACT: see activate() in lib/activation.wgsl.
+override C_MODE: u32 = 0u;
+override BIAS: u32 = 0u;
+override ACT: u32 = 0u;
+
+struct Bases {
+    a: u32,
+    b: u32,
+    c: u32,
+    o: u32,
+}
+
+// Element offsets of batch entry `z % batch` in A, B, C and the contiguous output.
+fn bases(z: u32) -> Bases {
+    let bi = z % p.batch;
+    var rem = bi;
+    var ao = p.a_off;
+    var bo = p.b_off;
+    var co = p.c_off;
+    for (var d = i32(p.batch_rank) - 1; d >= 0; d--) {
+        let e = u32(d);
+        let n = p.bshape[e];
+        let c = rem % n;
+        rem = rem / n;
+        ao += c * p.a_bs[e];
+        bo += c * p.b_bs[e];
+        co += c * p.c_bs[e];
+    }
+    return Bases(ao, bo, co, bi * p.m * p.n);
+}
+
+fn k_range(z: u32) -> vec2<u32> {
+    let kb = (z / p.batch) * p.k_chunk;
+    return vec2<u32>(kb, min(kb + p.k_chunk, p.k));
+}
+
+fn epilogue(v: f32, row: u32, col: u32, bs: Bases) -> f32 {
+    var y = p.alpha * v;
+    if (C_MODE == 1u) {
+        y += p.beta * f32(cin[bs.c + row * p.c_rs + col * p.c_cs]);
+    }
+    if (C_MODE == 2u) {
+        y += p.beta * f32(out[bs.o + row * p.n + col]);
+    }
+    if (BIAS == 1u) {
+        y += f32(bias[p.bias_off + col * p.bias_stride]);
+    }
+    if (BIAS == 2u) {
+        y += f32(bias[p.bias_off + row * p.bias_stride]);
+    }
+    return activate(y, ACT);
+}
+
+fn store_out(row: u32, col: u32, v: f32, bs: Bases) {
+    if (row < p.m && col < p.n) {
+        out[bs.o + row * p.n + col] = T(epilogue(v, row, col, bs));
+    }
+}
+
+fn store_ws(z: u32, row: u32, col: u32, v: f32) {
+    if (row < p.m && col < p.n) {
+        ws[(z * p.m + row) * p.n + col] = v;
+    }
+}

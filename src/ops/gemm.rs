@@ -1,0 +1,549 @@
+//! Batched GEMM (shaders/gemm.wgsl, shaders/gemm_sg8.wgsl, shaders/lib/gemm_common.wgsl).
+//!
+//! `out[b] = act(alpha * A[b] B[b] + beta * C[b] + bias)` with numpy batch broadcasting; every
+//! operand is read through its strides, so transposes and broadcast batches cost no copy.
+//! Large-K problems use a deterministic split-k: S partial GEMMs write an f32 workspace
+//! `[S, batch, M, N]` and a reduction sums the slices in a fixed order.
+
+use bytemuck::{Pod, Zeroable};
+
+use crate::layout::{broadcast_shapes, Layout};
+use crate::runtime::pipeline::{ShaderVariant, ACTIVATION_LIB};
+use crate::runtime::{grid_1d, Access, Kernel, Storage};
+use crate::{DType, Device, Error, Result, Tensor};
+
+const GEMM_COMMON: &str = include_str!("../../shaders/lib/gemm_common.wgsl");
+const LIBS: &[&str] = &[ACTIVATION_LIB, GEMM_COMMON];
+const TILED_SRC: &str = include_str!("../../shaders/gemm.wgsl");
+const SG8_SRC: &str = include_str!("../../shaders/gemm_sg8.wgsl");
+
+use Access::{Read as R, ReadWrite as RW};
+
+static TILED: Kernel = Kernel {
+    name: "gemm",
+    source: TILED_SRC,
+    entry: "gemm_tiled",
+    bindings: &[R, R, R, R, RW],
+    slots: &[1, 2, 3, 4, 5],
+    libs: LIBS,
+};
+static TILED_PARTIAL: Kernel = Kernel {
+    name: "gemm",
+    source: TILED_SRC,
+    entry: "gemm_tiled_partial",
+    bindings: &[R, R, RW],
+    slots: &[1, 2, 6],
+    libs: LIBS,
+};
+static SPLITK_REDUCE: Kernel = Kernel {
+    name: "gemm",
+    source: TILED_SRC,
+    entry: "splitk_reduce",
+    bindings: &[R, R, RW, RW],
+    slots: &[3, 4, 5, 6],
+    libs: LIBS,
+};
+static SG8: Kernel = Kernel {
+    name: "gemm_sg8",
+    source: SG8_SRC,
+    entry: "gemm_sg8",
+    bindings: &[R, R, R, R, RW],
+    slots: &[1, 2, 3, 4, 5],
+    libs: LIBS,
+};
+static SG8_PARTIAL: Kernel = Kernel {
+    name: "gemm_sg8",
+    source: SG8_SRC,
+    entry: "gemm_sg8_partial",
+    bindings: &[R, R, RW],
+    slots: &[1, 2, 6],
+    libs: LIBS,
+};
+
+const REDUCE_WG: u32 = 256;
+/// Batch dims left after merging must fit the kernel's vec4 batch decode.
+const MAX_BATCH_DIMS: usize = 4;
+
+/// Activation fused into an epilogue (codes match `activate()` in shaders/lib/activation.wgsl).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Activation {
+    #[default]
+    None,
+    Relu,
+    /// Exact (erf) GELU.
+    Gelu,
+    Sigmoid,
+    Tanh,
+}
+
+/// A bias added in the epilogue: one value per output column (`[N]`) or per row (`[M]`).
+#[derive(Debug, Clone, Copy)]
+pub enum Bias<'a> {
+    PerColumn(&'a Tensor),
+    PerRow(&'a Tensor),
+}
+
+/// Options of [`gemm`]. `Default` is a plain product: alpha 1, beta 1 (used only with `c`),
+/// no bias, no activation, split-k chosen automatically.
+#[derive(Debug, Clone, Copy)]
+pub struct GemmOptions<'a> {
+    pub alpha: f32,
+    pub beta: f32,
+    /// Added as `beta * C`; broadcastable to the output shape.
+    pub c: Option<&'a Tensor>,
+    pub bias: Option<Bias<'a>>,
+    pub activation: Activation,
+    /// Force the number of K slices (1 disables split-k). `None`: chosen from the problem.
+    pub split_k: Option<u32>,
+}
+
+impl Default for GemmOptions<'_> {
+    fn default() -> Self {
+        GemmOptions {
+            alpha: 1.0,
+            beta: 1.0,
+            c: None,
+            bias: None,
+            activation: Activation::None,
+            split_k: None,
+        }
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable, Default)]
+struct GemmParams {
+    m: u32,
+    n: u32,
+    k: u32,
+    batch: u32,
+    a_off: u32,
+    a_rs: u32,
+    a_cs: u32,
+    splits: u32,
+    b_off: u32,
+    b_rs: u32,
+    b_cs: u32,
+    k_chunk: u32,
+    c_off: u32,
+    c_rs: u32,
+    c_cs: u32,
+    bias_off: u32,
+    alpha: f32,
+    beta: f32,
+    batch_rank: u32,
+    bias_stride: u32,
+    bshape: [u32; 4],
+    a_bs: [u32; 4],
+    b_bs: [u32; 4],
+    c_bs: [u32; 4],
+}
+
+/// Which kernel runs and how K is split: a plain function of the problem and the adapter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GemmPlan {
+    /// The 8-lane subgroup kernel (CPU adapters) instead of the portable register tile.
+    pub sg8: bool,
+    pub splits: u32,
+    pub k_chunk: u32,
+}
+
+impl GemmPlan {
+    fn tile(&self) -> (usize, usize) {
+        if self.sg8 {
+            (64, 32)
+        } else {
+            (32, 32)
+        }
+    }
+}
+
+/// True when the adapter runs subgroups of exactly 8 lanes (lavapipe on AVX2 and the like).
+fn has_sg8(dev: &Device) -> bool {
+    let info = dev.adapter_info();
+    dev.features().contains(wgpu::Features::SUBGROUP)
+        && info.subgroup_min_size == 8
+        && info.subgroup_max_size == 8
+}
+
+/// Picks the kernel and split factor. Split-k pays when the output tiles are too few to keep
+/// the device busy and each tile has a long K loop (weight-gradient shapes such as
+/// [64 x 8192] x [8192 x 64]); slices keep at least 256 steps of K.
+pub fn plan(
+    dev: &Device,
+    m: usize,
+    n: usize,
+    k: usize,
+    batch: usize,
+    split_k: Option<u32>,
+) -> GemmPlan {
+    let sg8 = has_sg8(dev);
+    let (tm, tn) = if sg8 { (64, 32) } else { (32, 32) };
+    let tiles = m.div_ceil(tm) * n.div_ceil(tn) * batch;
+    let max_z = dev.limits().max_compute_workgroups_per_dimension as usize;
+    let target = if dev.adapter_info().device_type == wgpu::DeviceType::Cpu {
+        64
+    } else {
+        512
+    };
+    let wanted = match split_k {
+        Some(s) => s.max(1) as usize,
+        None if k >= 1024 && tiles < target => target.div_ceil(tiles).min(k / 256),
+        None => 1,
+    };
+    let splits = wanted.clamp(1, k).min((max_z / batch).max(1));
+    let k_chunk = k.div_ceil(splits);
+    GemmPlan {
+        sg8,
+        splits: k.div_ceil(k_chunk) as u32,
+        k_chunk: k_chunk as u32,
+    }
+}
+
+/// Merges adjacent batch dims that are laid out as one (in every operand) and drops size-1
+/// dims, so arbitrary batch ranks reduce to the kernel's four.
+fn merge_batch(shape: &[usize], strides: [&[usize]; 3]) -> (Vec<usize>, [Vec<usize>; 3]) {
+    let mut dims: Vec<(usize, [usize; 3])> = Vec::new();
+    for (i, &d) in shape.iter().enumerate() {
+        if d == 1 {
+            continue;
+        }
+        let st = [strides[0][i], strides[1][i], strides[2][i]];
+        if let Some(last) = dims.last_mut() {
+            if (0..3).all(|t| last.1[t] == st[t] * d) {
+                last.0 *= d;
+                last.1 = st;
+                continue;
+            }
+        }
+        dims.push((d, st));
+    }
+    let shape = dims.iter().map(|x| x.0).collect();
+    let s = |t: usize| dims.iter().map(|x| x.1[t]).collect();
+    (shape, [s(0), s(1), s(2)])
+}
+
+fn pack4(v: &[usize]) -> [u32; 4] {
+    let mut out = [0u32; 4];
+    for (o, &x) in out.iter_mut().zip(v) {
+        *o = x as u32;
+    }
+    out
+}
+
+/// Output shape of a batched product of `a [..., M, K]` and `b [..., K, N]` (both rank >= 2).
+fn product_shape(
+    op: &'static str,
+    a: &[usize],
+    b: &[usize],
+) -> Result<(Vec<usize>, usize, usize, usize)> {
+    let (ra, rb) = (a.len(), b.len());
+    if ra < 2 || rb < 2 {
+        return Err(Error::shape(
+            op,
+            format!("operands need rank >= 2, got {a:?} and {b:?}"),
+        ));
+    }
+    let (m, ka, kb, n) = (a[ra - 2], a[ra - 1], b[rb - 2], b[rb - 1]);
+    if ka != kb {
+        return Err(Error::shape(
+            op,
+            format!("inner dimensions differ: a {a:?} has K={ka}, b {b:?} has K={kb}"),
+        ));
+    }
+    let batch = broadcast_shapes(op, &a[..ra - 2], &b[..rb - 2]).map_err(|_| {
+        Error::shape(
+            op,
+            format!("batch dims of a {a:?} and b {b:?} do not broadcast"),
+        )
+    })?;
+    let mut out = batch;
+    out.extend([m, n]);
+    Ok((out, m, n, ka))
+}
+
+/// Checks and loads a bias vector of `len` elements.
+fn bias_view(op: &'static str, t: &Tensor, len: usize, what: &str) -> Result<(u32, u32)> {
+    if t.shape() != [len] {
+        return Err(Error::shape(
+            op,
+            format!("{what} bias must have shape [{len}], got {:?}", t.shape()),
+        ));
+    }
+    Ok((t.layout.offset() as u32, t.strides()[0] as u32))
+}
+
+/// The shared core of every public entry: validates, plans and records the dispatches.
+/// `out` is `None` for a fresh output, or the in-place target (C_MODE 2) for [`gemm_into`].
+fn run(
+    op: &'static str,
+    a: &Tensor,
+    b: &Tensor,
+    o: &GemmOptions,
+    into: Option<&Tensor>,
+) -> Result<Tensor> {
+    a.same_device(op, b)?;
+    a.same_dtype(op, b)?;
+    let dev = a.device();
+    dev.require_dtype(op, a.dtype)?;
+    let (out_shape, m, n, k) = product_shape(op, a.shape(), b.shape())?;
+    let rank = out_shape.len();
+    let batch_shape = &out_shape[..rank - 2];
+    let mut bm = batch_shape.to_vec();
+    let al = a.layout.broadcast_to(&[bm.clone(), vec![m, k]].concat())?;
+    let bl = b.layout.broadcast_to(&[bm.clone(), vec![k, n]].concat())?;
+
+    let (c_mode, cl) = match (into, o.c) {
+        (Some(t), _) => {
+            if t.shape() != out_shape.as_slice() || !t.is_contiguous() {
+                return Err(Error::shape(
+                    op,
+                    format!(
+                        "in-place C must be contiguous with shape {out_shape:?}, got {:?}",
+                        t.shape()
+                    ),
+                ));
+            }
+            a.same_device(op, t)?;
+            a.same_dtype(op, t)?;
+            if t.shares_storage(a) || t.shares_storage(b) {
+                return Err(Error::arg(
+                    op,
+                    "the in-place C must not share storage with A or B",
+                ));
+            }
+            (2u32, Layout::contiguous(&out_shape))
+        }
+        (None, Some(c)) if o.beta != 0.0 => {
+            a.same_device(op, c)?;
+            a.same_dtype(op, c)?;
+            let l = c.layout.broadcast_to(&out_shape).map_err(|_| {
+                Error::shape(
+                    op,
+                    format!(
+                        "C {:?} does not broadcast to the output {out_shape:?}",
+                        c.shape()
+                    ),
+                )
+            })?;
+            (1u32, l)
+        }
+        _ => (0u32, Layout::contiguous(&out_shape)),
+    };
+    let (bias_code, bias_t, bias_off, bias_stride) = match o.bias {
+        None => (0u32, None, 0, 0),
+        Some(Bias::PerColumn(t)) => {
+            let (off, st) = bias_view(op, t, n, "per-column")?;
+            (1, Some(t), off, st)
+        }
+        Some(Bias::PerRow(t)) => {
+            let (off, st) = bias_view(op, t, m, "per-row")?;
+            (2, Some(t), off, st)
+        }
+    };
+    if let Some(t) = bias_t {
+        a.same_device(op, t)?;
+        a.same_dtype(op, t)?;
+    }
+
+    let bdims = bm.len();
+    let (merged, [a_bs, b_bs, c_bs]) = merge_batch(
+        &bm,
+        [
+            &al.strides()[..bdims],
+            &bl.strides()[..bdims],
+            &cl.strides()[..bdims],
+        ],
+    );
+    if merged.len() > MAX_BATCH_DIMS {
+        return Err(Error::arg(
+            op,
+            format!("batch dims {batch_shape:?} need {} strided dims, at most {MAX_BATCH_DIMS} are supported", merged.len()),
+        ));
+    }
+    bm = merged;
+    let batch: usize = bm.iter().product();
+
+    let out = match into {
+        Some(t) => t.clone(),
+        None => Tensor::empty(dev, op, &out_shape, a.dtype)?,
+    };
+    let pl = plan(dev, m, n, k, batch, o.split_k);
+    let p = GemmParams {
+        m: m as u32,
+        n: n as u32,
+        k: k as u32,
+        batch: batch as u32,
+        a_off: al.offset() as u32,
+        a_rs: al.strides()[rank - 2] as u32,
+        a_cs: al.strides()[rank - 1] as u32,
+        splits: pl.splits,
+        b_off: bl.offset() as u32,
+        b_rs: bl.strides()[rank - 2] as u32,
+        b_cs: bl.strides()[rank - 1] as u32,
+        k_chunk: pl.k_chunk,
+        c_off: cl.offset() as u32,
+        c_rs: cl.strides()[rank - 2] as u32,
+        c_cs: cl.strides()[rank - 1] as u32,
+        bias_off,
+        alpha: o.alpha,
+        beta: o.beta,
+        batch_rank: bm.len() as u32,
+        bias_stride,
+        bshape: pack4(&bm),
+        a_bs: pack4(&a_bs),
+        b_bs: pack4(&b_bs),
+        c_bs: pack4(&c_bs),
+    };
+    let epi = [
+        ("C_MODE", c_mode as f64),
+        ("BIAS", bias_code as f64),
+        ("ACT", o.activation as u32 as f64),
+    ];
+    let c_buf = match (c_mode, o.c) {
+        (1, Some(c)) => c.buffer(),
+        _ => a.buffer(),
+    };
+    let bias_buf = bias_t.map_or(a.buffer(), |t| t.buffer());
+    let (tm, tn) = pl.tile();
+    let max = dev.limits().max_compute_workgroups_per_dimension;
+    let gx = n.div_ceil(tn);
+    let gy = m.div_ceil(tm);
+    let gz = batch * pl.splits as usize;
+    if gx > max as usize || gy > max as usize || gz > max as usize {
+        return Err(Error::size(
+            op,
+            format!("[{m} x {k}] x [{k} x {n}] (batch {batch}) needs a grid of {gx}x{gy}x{gz} workgroups, over the adapter's {max}"),
+        ));
+    }
+    let grid = [gx as u32, gy as u32, gz as u32];
+    let bytes = bytemuck::bytes_of(&p);
+    let dts = [a.dtype];
+    if pl.splits == 1 {
+        let kernel = if pl.sg8 { &SG8 } else { &TILED };
+        dev.launch(
+            op,
+            kernel,
+            &dts,
+            &epi,
+            bytes,
+            &[a.buffer(), b.buffer(), c_buf, bias_buf, out.buffer()],
+            grid,
+        )?;
+        return Ok(out);
+    }
+    let ws_bytes = (pl.splits as u64) * (batch * m * n) as u64 * 4;
+    let ws = Storage::scratch(dev, op, ws_bytes)?;
+    let partial = if pl.sg8 { &SG8_PARTIAL } else { &TILED_PARTIAL };
+    dev.launch(
+        op,
+        partial,
+        &dts,
+        &[],
+        bytes,
+        &[a.buffer(), b.buffer(), ws.buffer()],
+        grid,
+    )?;
+    let total = (batch * m * n) as u64;
+    let mut consts = epi.to_vec();
+    consts.push(("WG", REDUCE_WG as f64));
+    dev.launch(
+        op,
+        &SPLITK_REDUCE,
+        &dts,
+        &consts,
+        bytes,
+        &[c_buf, bias_buf, out.buffer(), ws.buffer()],
+        grid_1d(op, total.div_ceil(REDUCE_WG as u64), max)?,
+    )?;
+    Ok(out)
+}
+
+/// `act(alpha * a @ b + beta * c + bias)` for `a [..., M, K]`, `b [..., K, N]` with broadcast
+/// batch dims (`[4,1,m,k] x [1,3,k,n] -> [4,3,m,n]`).
+pub fn gemm(a: &Tensor, b: &Tensor, options: &GemmOptions) -> Result<Tensor> {
+    run("gemm", a, b, options, None)
+}
+
+/// In place: `c = alpha * a @ b + beta * c` (c contiguous with the output shape, not sharing
+/// storage with a or b).
+pub fn gemm_into(c: &Tensor, a: &Tensor, b: &Tensor, alpha: f32, beta: f32) -> Result<()> {
+    let o = GemmOptions {
+        alpha,
+        beta,
+        ..Default::default()
+    };
+    run("gemm_into", a, b, &o, Some(c)).map(|_| ())
+}
+
+/// numpy / PyTorch `matmul`: 1-D operands are promoted (and the added dim removed again),
+/// batch dims broadcast.
+pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let op = "matmul";
+    if a.rank() == 0 || b.rank() == 0 {
+        return Err(Error::shape(
+            op,
+            format!(
+                "matmul needs rank >= 1, got {:?} and {:?}",
+                a.shape(),
+                b.shape()
+            ),
+        ));
+    }
+    let a2 = if a.rank() == 1 {
+        a.reshape(&[1, a.shape()[0]])?
+    } else {
+        a.clone()
+    };
+    let b2 = if b.rank() == 1 {
+        b.reshape(&[b.shape()[0], 1])?
+    } else {
+        b.clone()
+    };
+    let out = run(op, &a2, &b2, &GemmOptions::default(), None)?;
+    let mut shape = out.shape().to_vec();
+    let r = shape.len();
+    match (a.rank() == 1, b.rank() == 1) {
+        (true, true) => shape.truncate(r - 2),
+        (true, false) => {
+            shape.remove(r - 2);
+        }
+        (false, true) => {
+            shape.pop();
+        }
+        (false, false) => return Ok(out),
+    }
+    out.reshape(&shape)
+}
+
+impl Tensor {
+    pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
+        matmul(self, other)
+    }
+}
+
+#[doc(hidden)]
+pub fn gemm_variants() -> Vec<ShaderVariant> {
+    let mut v = Vec::new();
+    for dt in [DType::F32, DType::F16] {
+        for c_mode in 0..3u32 {
+            for bias in 0..3u32 {
+                for act in 0..5u32 {
+                    let epi = [
+                        ("C_MODE", c_mode as f64),
+                        ("BIAS", bias as f64),
+                        ("ACT", act as f64),
+                    ];
+                    v.push(ShaderVariant::new(&TILED, &[dt], &epi));
+                    v.push(ShaderVariant::new(&SG8, &[dt], &epi));
+                    let mut r = epi.to_vec();
+                    r.push(("WG", REDUCE_WG as f64));
+                    v.push(ShaderVariant::new(&SPLITK_REDUCE, &[dt], &r));
+                }
+            }
+        }
+        v.push(ShaderVariant::new(&TILED_PARTIAL, &[dt], &[]));
+        v.push(ShaderVariant::new(&SG8_PARTIAL, &[dt], &[]));
+    }
+    v
+}
