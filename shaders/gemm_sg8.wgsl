@@ -1,25 +1,34 @@
 // GEMM for adapters whose subgroups are exactly 8 lanes wide (CPU adapters such as lavapipe on
 // AVX2: one subgroup = one SIMD register). There every storage load inside a loop is an 8-lane
-// gather, so loads per FMA decide the speed. Each lane loads a *different* row of A (2 gathers
-// fetch 16 rows) and the rows reach all lanes through subgroupBroadcast (a register shuffle);
+// gather, so loads per FMA decide the speed. Each lane loads a *different* row of A (4 gathers
+// fetch 32 rows) and the rows reach all lanes through subgroupBroadcast (a register shuffle);
 // each lane owns 4 columns of B (4 gathers). Per k: 6 gathers feed 64 FMAs per lane.
-// A subgroup computes a 16x32 tile; a workgroup stacks 4 subgroups into a 64x32 tile.
+// A subgroup computes a 32x32 tile; a workgroup stacks SGS subgroups into a (32*SGS)x32 tile
+// (SGS follows M so small-M problems do not compute idle rows).
+// Grid x walks down the rows so consecutive workgroups reuse the same B panel from cache.
 // Accumulators are only ever indexed with constants so they stay in registers.
 // Needs lib/activation.wgsl and lib/gemm_common.wgsl.
 
-fn tile_sg8(bs: Bases, row0: u32, col0: u32, lane: u32, kr: vec2<u32>) -> array<vec4<f32>, 16> {
+// Subgroups per workgroup.
+override SGS: u32 = 4u;
+
+fn tile_sg8(bs: Bases, row0: u32, col0: u32, lane: u32, kr: vec2<u32>) -> array<vec4<f32>, 32> {
     let lr = p.m - 1u;
     let lc = p.n - 1u;
     let ra0 = bs.a + min(row0 + lane, lr) * p.a_rs;
     let ra1 = bs.a + min(row0 + 8u + lane, lr) * p.a_rs;
+    let ra2 = bs.a + min(row0 + 16u + lane, lr) * p.a_rs;
+    let ra3 = bs.a + min(row0 + 24u + lane, lr) * p.a_rs;
     let c = col0 + lane;
     let cb = vec4<u32>(min(c, lc), min(c + 8u, lc), min(c + 16u, lc), min(c + 24u, lc)) * p.b_cs + bs.b;
-    var acc: array<vec4<f32>, 16>;
+    var acc: array<vec4<f32>, 32>;
     for (var k = kr.x; k < kr.y; k++) {
         let ka = k * p.a_cs;
         let kb = k * p.b_rs;
         let a0 = f32(a[ra0 + ka]);
         let a1 = f32(a[ra1 + ka]);
+        let a2 = f32(a[ra2 + ka]);
+        let a3 = f32(a[ra3 + ka]);
         let bv = vec4<f32>(f32(b[cb.x + kb]), f32(b[cb.y + kb]), f32(b[cb.z + kb]), f32(b[cb.w + kb]));
         acc[0] = fma(vec4<f32>(subgroupBroadcast(a0, 0u)), bv, acc[0]);
         acc[1] = fma(vec4<f32>(subgroupBroadcast(a0, 1u)), bv, acc[1]);
@@ -37,6 +46,22 @@ fn tile_sg8(bs: Bases, row0: u32, col0: u32, lane: u32, kr: vec2<u32>) -> array<
         acc[13] = fma(vec4<f32>(subgroupBroadcast(a1, 5u)), bv, acc[13]);
         acc[14] = fma(vec4<f32>(subgroupBroadcast(a1, 6u)), bv, acc[14]);
         acc[15] = fma(vec4<f32>(subgroupBroadcast(a1, 7u)), bv, acc[15]);
+        acc[16] = fma(vec4<f32>(subgroupBroadcast(a2, 0u)), bv, acc[16]);
+        acc[17] = fma(vec4<f32>(subgroupBroadcast(a2, 1u)), bv, acc[17]);
+        acc[18] = fma(vec4<f32>(subgroupBroadcast(a2, 2u)), bv, acc[18]);
+        acc[19] = fma(vec4<f32>(subgroupBroadcast(a2, 3u)), bv, acc[19]);
+        acc[20] = fma(vec4<f32>(subgroupBroadcast(a2, 4u)), bv, acc[20]);
+        acc[21] = fma(vec4<f32>(subgroupBroadcast(a2, 5u)), bv, acc[21]);
+        acc[22] = fma(vec4<f32>(subgroupBroadcast(a2, 6u)), bv, acc[22]);
+        acc[23] = fma(vec4<f32>(subgroupBroadcast(a2, 7u)), bv, acc[23]);
+        acc[24] = fma(vec4<f32>(subgroupBroadcast(a3, 0u)), bv, acc[24]);
+        acc[25] = fma(vec4<f32>(subgroupBroadcast(a3, 1u)), bv, acc[25]);
+        acc[26] = fma(vec4<f32>(subgroupBroadcast(a3, 2u)), bv, acc[26]);
+        acc[27] = fma(vec4<f32>(subgroupBroadcast(a3, 3u)), bv, acc[27]);
+        acc[28] = fma(vec4<f32>(subgroupBroadcast(a3, 4u)), bv, acc[28]);
+        acc[29] = fma(vec4<f32>(subgroupBroadcast(a3, 5u)), bv, acc[29]);
+        acc[30] = fma(vec4<f32>(subgroupBroadcast(a3, 6u)), bv, acc[30]);
+        acc[31] = fma(vec4<f32>(subgroupBroadcast(a3, 7u)), bv, acc[31]);
     }
     return acc;
 }
@@ -56,14 +81,14 @@ fn sg8_ws(z: u32, row: u32, c: u32, v: vec4<f32>) {
     store_ws(z, row, c + 24u, v.w);
 }
 
-@compute @workgroup_size(32)
+@compute @workgroup_size(SGS * 8u)
 fn gemm_sg8(@builtin(workgroup_id) wid: vec3<u32>,
             @builtin(local_invocation_index) lid: u32,
             @builtin(subgroup_invocation_id) lane: u32) {
-    let row0 = wid.y * 64u + (lid / 8u) * 16u;
-    let c = wid.x * 32u + lane;
+    let row0 = wid.x * SGS * 32u + (lid / 8u) * 32u;
+    let c = wid.y * 32u + lane;
     let bs = bases(wid.z);
-    let acc = tile_sg8(bs, row0, wid.x * 32u, lane, k_range(wid.z));
+    let acc = tile_sg8(bs, row0, wid.y * 32u, lane, k_range(wid.z));
     sg8_out(row0 + 0u, c, acc[0], bs);
     sg8_out(row0 + 1u, c, acc[1], bs);
     sg8_out(row0 + 2u, c, acc[2], bs);
@@ -80,15 +105,31 @@ fn gemm_sg8(@builtin(workgroup_id) wid: vec3<u32>,
     sg8_out(row0 + 13u, c, acc[13], bs);
     sg8_out(row0 + 14u, c, acc[14], bs);
     sg8_out(row0 + 15u, c, acc[15], bs);
+    sg8_out(row0 + 16u, c, acc[16], bs);
+    sg8_out(row0 + 17u, c, acc[17], bs);
+    sg8_out(row0 + 18u, c, acc[18], bs);
+    sg8_out(row0 + 19u, c, acc[19], bs);
+    sg8_out(row0 + 20u, c, acc[20], bs);
+    sg8_out(row0 + 21u, c, acc[21], bs);
+    sg8_out(row0 + 22u, c, acc[22], bs);
+    sg8_out(row0 + 23u, c, acc[23], bs);
+    sg8_out(row0 + 24u, c, acc[24], bs);
+    sg8_out(row0 + 25u, c, acc[25], bs);
+    sg8_out(row0 + 26u, c, acc[26], bs);
+    sg8_out(row0 + 27u, c, acc[27], bs);
+    sg8_out(row0 + 28u, c, acc[28], bs);
+    sg8_out(row0 + 29u, c, acc[29], bs);
+    sg8_out(row0 + 30u, c, acc[30], bs);
+    sg8_out(row0 + 31u, c, acc[31], bs);
 }
 
-@compute @workgroup_size(32)
+@compute @workgroup_size(SGS * 8u)
 fn gemm_sg8_partial(@builtin(workgroup_id) wid: vec3<u32>,
                     @builtin(local_invocation_index) lid: u32,
                     @builtin(subgroup_invocation_id) lane: u32) {
-    let row0 = wid.y * 64u + (lid / 8u) * 16u;
-    let c = wid.x * 32u + lane;
-    let acc = tile_sg8(bases(wid.z), row0, wid.x * 32u, lane, k_range(wid.z));
+    let row0 = wid.x * SGS * 32u + (lid / 8u) * 32u;
+    let c = wid.y * 32u + lane;
+    let acc = tile_sg8(bases(wid.z), row0, wid.y * 32u, lane, k_range(wid.z));
     sg8_ws(wid.z, row0 + 0u, c, acc[0]);
     sg8_ws(wid.z, row0 + 1u, c, acc[1]);
     sg8_ws(wid.z, row0 + 2u, c, acc[2]);
@@ -105,4 +146,20 @@ fn gemm_sg8_partial(@builtin(workgroup_id) wid: vec3<u32>,
     sg8_ws(wid.z, row0 + 13u, c, acc[13]);
     sg8_ws(wid.z, row0 + 14u, c, acc[14]);
     sg8_ws(wid.z, row0 + 15u, c, acc[15]);
+    sg8_ws(wid.z, row0 + 16u, c, acc[16]);
+    sg8_ws(wid.z, row0 + 17u, c, acc[17]);
+    sg8_ws(wid.z, row0 + 18u, c, acc[18]);
+    sg8_ws(wid.z, row0 + 19u, c, acc[19]);
+    sg8_ws(wid.z, row0 + 20u, c, acc[20]);
+    sg8_ws(wid.z, row0 + 21u, c, acc[21]);
+    sg8_ws(wid.z, row0 + 22u, c, acc[22]);
+    sg8_ws(wid.z, row0 + 23u, c, acc[23]);
+    sg8_ws(wid.z, row0 + 24u, c, acc[24]);
+    sg8_ws(wid.z, row0 + 25u, c, acc[25]);
+    sg8_ws(wid.z, row0 + 26u, c, acc[26]);
+    sg8_ws(wid.z, row0 + 27u, c, acc[27]);
+    sg8_ws(wid.z, row0 + 28u, c, acc[28]);
+    sg8_ws(wid.z, row0 + 29u, c, acc[29]);
+    sg8_ws(wid.z, row0 + 30u, c, acc[30]);
+    sg8_ws(wid.z, row0 + 31u, c, acc[31]);
 }

@@ -144,6 +144,8 @@ struct GemmParams {
 pub struct GemmPlan {
     /// The 8-lane subgroup kernel (CPU adapters) instead of the portable register tile.
     pub sg8: bool,
+    /// sg8 only: subgroups per workgroup (1, 2 or 4); a workgroup covers 32 * sgs rows.
+    pub sgs: u32,
     pub splits: u32,
     pub k_chunk: u32,
 }
@@ -151,7 +153,7 @@ pub struct GemmPlan {
 impl GemmPlan {
     fn tile(&self) -> (usize, usize) {
         if self.sg8 {
-            (64, 32)
+            (32 * self.sgs as usize, 32)
         } else {
             (32, 32)
         }
@@ -178,8 +180,9 @@ pub fn plan(
     split_k: Option<u32>,
 ) -> GemmPlan {
     let sg8 = has_sg8(dev);
-    let (tm, tn) = if sg8 { (64, 32) } else { (32, 32) };
-    let tiles = m.div_ceil(tm) * n.div_ceil(tn) * batch;
+    let sgs = m.div_ceil(32).next_power_of_two().min(4) as u32;
+    let tm = if sg8 { 32 * sgs as usize } else { 32 };
+    let tiles = m.div_ceil(tm) * n.div_ceil(32) * batch;
     let max_z = dev.limits().max_compute_workgroups_per_dimension as usize;
     let target = if dev.adapter_info().device_type == wgpu::DeviceType::Cpu {
         64
@@ -195,6 +198,7 @@ pub fn plan(
     let k_chunk = k.div_ceil(splits);
     GemmPlan {
         sg8,
+        sgs,
         splits: k.div_ceil(k_chunk) as u32,
         k_chunk: k_chunk as u32,
     }
@@ -416,7 +420,12 @@ fn run(
             format!("[{m} x {k}] x [{k} x {n}] (batch {batch}) needs a grid of {gx}x{gy}x{gz} workgroups, over the adapter's {max}"),
         ));
     }
-    let grid = [gx as u32, gy as u32, gz as u32];
+    // The sg8 kernel walks rows along x (B-panel reuse between consecutive workgroups).
+    let grid = if pl.sg8 {
+        [gy as u32, gx as u32, gz as u32]
+    } else {
+        [gx as u32, gy as u32, gz as u32]
+    };
     let bytes = bytemuck::bytes_of(&p);
     let dts = [a.dtype];
     if pl.splits == 1 {
@@ -535,7 +544,11 @@ pub fn gemm_variants() -> Vec<ShaderVariant> {
                         ("ACT", act as f64),
                     ];
                     v.push(ShaderVariant::new(&TILED, &[dt], &epi));
-                    v.push(ShaderVariant::new(&SG8, &[dt], &epi));
+                    for sgs in [1.0, 2.0, 4.0] {
+                        let mut e = epi.to_vec();
+                        e.push(("SGS", sgs));
+                        v.push(ShaderVariant::new(&SG8, &[dt], &e));
+                    }
                     let mut r = epi.to_vec();
                     r.push(("WG", REDUCE_WG as f64));
                     v.push(ShaderVariant::new(&SPLITK_REDUCE, &[dt], &r));
@@ -543,7 +556,9 @@ pub fn gemm_variants() -> Vec<ShaderVariant> {
             }
         }
         v.push(ShaderVariant::new(&TILED_PARTIAL, &[dt], &[]));
-        v.push(ShaderVariant::new(&SG8_PARTIAL, &[dt], &[]));
+        for sgs in [1.0, 2.0, 4.0] {
+            v.push(ShaderVariant::new(&SG8_PARTIAL, &[dt], &[("SGS", sgs)]));
+        }
     }
     v
 }
