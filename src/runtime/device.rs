@@ -598,15 +598,25 @@ impl Device {
         // The copy was submitted before map_async, so once the newest submission is done the
         // map callback fires on the next poll, whichever thread runs it. Another thread may
         // already have waited for our submission, so do not rely on our own in-flight queue.
+        // A concurrent poll may also have collected our callback and be about to run it after
+        // ours returned empty-handed: keep polling (briefly yielding) until it has run.
         let mut status = None;
-        for _ in 0..2 {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        for attempt in 0.. {
             self.inner
                 .device
                 .poll(wgpu::PollType::wait_indefinitely())
                 .map_err(|e| poll_error(op, e))?;
-            if let Ok(Some(s)) = rx.try_recv() {
-                status = Some(s);
-                break;
+            match rx.try_recv() {
+                Ok(Some(s)) => {
+                    status = Some(s);
+                    break;
+                }
+                // The callback was dropped without running: it never will.
+                Err(_) => break,
+                Ok(None) if attempt >= 2 && std::time::Instant::now() >= deadline => break,
+                Ok(None) if attempt >= 2 => std::thread::yield_now(),
+                Ok(None) => {}
             }
         }
         self.lock_state().submitter.prune(&self.inner.device);

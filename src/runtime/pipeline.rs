@@ -65,6 +65,7 @@ pub(crate) fn dtype_prelude(dtypes: &[DType]) -> String {
 
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct PipelineKey {
+    source: usize,
     kernel: &'static str,
     entry: &'static str,
     dtypes: Vec<DType>,
@@ -78,7 +79,8 @@ pub(crate) struct CachedPipeline {
 
 #[derive(Default)]
 pub(crate) struct PipelineCache {
-    modules: HashMap<(&'static str, Vec<DType>), wgpu::ShaderModule>,
+    /// Keyed by the source text's address: several kernels (entry points) share one module.
+    modules: HashMap<(usize, Vec<DType>), wgpu::ShaderModule>,
     pipelines: HashMap<PipelineKey, Arc<CachedPipeline>>,
     pub(crate) compiled: u64,
 }
@@ -128,6 +130,7 @@ impl PipelineCache {
 
     fn key(kernel: &Kernel, dtypes: &[DType], constants: &[(&'static str, f64)]) -> PipelineKey {
         PipelineKey {
+            source: kernel.source.as_ptr() as usize,
             kernel: kernel.name,
             entry: kernel.entry,
             dtypes: dtypes.to_vec(),
@@ -145,7 +148,7 @@ impl PipelineCache {
     ) -> Arc<CachedPipeline> {
         let module = self
             .modules
-            .entry((kernel.name, dtypes.to_vec()))
+            .entry((kernel.source.as_ptr() as usize, dtypes.to_vec()))
             .or_insert_with(|| {
                 let source = kernel.full_source(dtypes);
                 device.create_shader_module(wgpu::ShaderModuleDescriptor {
