@@ -6,18 +6,32 @@
 //! compilation included. Where an issue gives a peer figure on this adapter, `peer_ms` and
 //! `vs_peer` (peer time / ours) are printed too. Timings on a shared CPU are noisy: compare
 //! ratios from one run, never absolute times across runs.
+//!
+//! Bandwidth-bound cases (batch norm) print `gbps=` instead of `gflops=`: effective bytes / time,
+//! where the effective bytes are the least any implementation must move, every tensor element
+//! read or written once (see each case's `bytes`). `copy_bw` measures the adapter's plain buffer
+//! copy on the same byte convention (bytes read + bytes written); it runs whenever a bandwidth
+//! case is selected, and bandwidth cases then also print `of_copy=` (their gbps / copy_bw's
+//! gbps in the same run). `copy_shader` is the same copy through a compute shader: the ceiling
+//! of shader-based bandwidth kernels on this adapter.
 
 use std::time::Instant;
 
-use wgtensor::ops::{gemm, GemmOptions};
+use wgtensor::ops::{
+    batch_norm_backward, batch_norm_inference, batch_norm_train, gemm, Activation, BatchNormState,
+    GemmOptions,
+};
 use wgtensor::{DType, Device, Tensor};
 
 type Run = Box<dyn FnMut() -> wgtensor::Result<()>>;
 
 struct Case {
     name: &'static str,
-    /// Floating-point operations of one run (for gflops).
+    /// Floating-point operations of one run (for gflops); 0 for bandwidth-bound cases.
     flops: f64,
+    /// Effective bytes of one run (for gbps): the least any implementation must read plus write;
+    /// 0 for compute-bound cases.
+    bytes: f64,
     /// Median from the issue's peer measurement on this adapter, if any.
     peer_ms: Option<f64>,
     needs_f16: bool,
@@ -58,8 +72,9 @@ fn gemm_case(
     Ok(Box::new(move || gemm(&ta, &tb, &opts).map(drop)))
 }
 
-/// A register-only FMA loop with the same shape of work as the GEMM kernel's inner loop
-/// (16 vec4 accumulators per invocation): the ceiling any GEMM here can approach.
+/// A register-only FMA loop: 6 independent vec4 chains per invocation. On SIMD-per-lane CPU
+/// adapters a vec4 occupies 4 vector registers, so 24 accumulators stay in registers and the
+/// chains are enough to hide FMA latency: the ceiling any kernel here can approach.
 const FMA_WGSL: &str = "
 struct P { iters: u32, pad0: u32, pad1: u32, pad2: u32 }
 @group(0) @binding(0) var<uniform> p: P;
@@ -68,22 +83,19 @@ struct P { iters: u32, pad0: u32, pad1: u32, pad2: u32 }
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let x = vec4<f32>(f32(gid.x) * 1e-7, 0.999, 0.998, 0.997);
     let y = vec4<f32>(1e-6);
-    var a0 = x; var a1 = x + 1.0; var a2 = x + 2.0; var a3 = x + 3.0;
-    var a4 = x + 4.0; var a5 = x + 5.0; var a6 = x + 6.0; var a7 = x + 7.0;
-    var a8 = x + 8.0; var a9 = x + 9.0; var a10 = x + 10.0; var a11 = x + 11.0;
-    var a12 = x + 12.0; var a13 = x + 13.0; var a14 = x + 14.0; var a15 = x + 15.0;
+    var a0 = x; var a1 = x + 1.0; var a2 = x + 2.0; var a3 = x + 3.0; var a4 = x + 4.0; var a5 = x + 5.0;
     for (var i = 0u; i < p.iters; i++) {
-        a0 = fma(a0, x, y); a1 = fma(a1, x, y); a2 = fma(a2, x, y); a3 = fma(a3, x, y);
-        a4 = fma(a4, x, y); a5 = fma(a5, x, y); a6 = fma(a6, x, y); a7 = fma(a7, x, y);
-        a8 = fma(a8, x, y); a9 = fma(a9, x, y); a10 = fma(a10, x, y); a11 = fma(a11, x, y);
-        a12 = fma(a12, x, y); a13 = fma(a13, x, y); a14 = fma(a14, x, y); a15 = fma(a15, x, y);
+        a0 = fma(a0, x, y); a1 = fma(a1, x, y); a2 = fma(a2, x, y);
+        a3 = fma(a3, x, y); a4 = fma(a4, x, y); a5 = fma(a5, x, y);
     }
-    let s = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11 + a12 + a13 + a14 + a15;
+    let s = a0 + a1 + a2 + a3 + a4 + a5;
     out[gid.x] = s.x + s.y + s.z + s.w;
 }
 ";
+/// vec4 FMAs per loop iteration in FMA_WGSL (6 chains x 4 lanes).
+const FMA_PER_ITER: f64 = 24.0;
 const FMA_INVOCATIONS: u32 = 64 * 256;
-const FMA_ITERS: u32 = 2048;
+const FMA_ITERS: u32 = 8192;
 
 fn fma_case(dev: &Device) -> wgtensor::Result<Run> {
     use wgpu::util::DeviceExt;
@@ -142,12 +154,180 @@ fn fma_case(dev: &Device) -> wgtensor::Result<Run> {
     }))
 }
 
+/// The batch-norm benchmark shape (ResNet-50's first stage), f32.
+const BN_SHAPE: [usize; 4] = [32, 64, 56, 56];
+const BN_BYTES: f64 = (32 * 64 * 56 * 56 * 4) as f64;
+/// Bytes one `copy_bw` run moves: the source read and the destination written once.
+const COPY_BYTES: f64 = 2.0 * BN_BYTES;
+
+/// Training forward with affine parameters and running statistics (momentum 0.1).
+fn bn_train_case(dev: &Device) -> wgtensor::Result<Run> {
+    let c = BN_SHAPE[1];
+    let x = tensor(dev, &BN_SHAPE, DType::F32, 1)?;
+    let g = tensor(dev, &[c], DType::F32, 2)?.add_scalar(2.0)?;
+    let b = tensor(dev, &[c], DType::F32, 3)?;
+    let mut st = BatchNormState::new(dev, c, DType::F32)?;
+    dev.sync()?;
+    Ok(Box::new(move || {
+        batch_norm_train(&x, Some(&g), Some(&b), Some(&mut st), 1e-5).map(drop)
+    }))
+}
+
+fn bn_backward_case(dev: &Device) -> wgtensor::Result<Run> {
+    let c = BN_SHAPE[1];
+    let x = tensor(dev, &BN_SHAPE, DType::F32, 1)?;
+    let dy = tensor(dev, &BN_SHAPE, DType::F32, 4)?;
+    let g = tensor(dev, &[c], DType::F32, 2)?.add_scalar(2.0)?;
+    let (_, mean, invstd) = batch_norm_train(&x, Some(&g), None, None, 1e-5)?;
+    dev.sync()?;
+    Ok(Box::new(move || {
+        batch_norm_backward(&dy, &x, &mean, &invstd, Some(&g)).map(drop)
+    }))
+}
+
+fn bn_infer_case(dev: &Device) -> wgtensor::Result<Run> {
+    let c = BN_SHAPE[1];
+    let x = tensor(dev, &BN_SHAPE, DType::F32, 1)?;
+    let g = tensor(dev, &[c], DType::F32, 2)?.add_scalar(2.0)?;
+    let b = tensor(dev, &[c], DType::F32, 3)?;
+    let rm = tensor(dev, &[c], DType::F32, 5)?;
+    let rv = tensor(dev, &[c], DType::F32, 6)?.add_scalar(2.0)?;
+    dev.sync()?;
+    Ok(Box::new(move || {
+        batch_norm_inference(&x, &rm, &rv, Some(&g), Some(&b), 1e-5, Activation::None).map(drop)
+    }))
+}
+
+/// A plain buffer-to-buffer copy of the batch-norm tensor's size (`copy_buffer_to_buffer`),
+/// submitted directly to the queue: the adapter's copy bandwidth.
+fn copy_case(dev: &Device) -> wgtensor::Result<Run> {
+    let d = dev.wgpu_device().clone();
+    let q = dev.wgpu_queue().clone();
+    let size = BN_BYTES as u64;
+    let usage = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+    let mk = || {
+        d.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("copy_bw"),
+            size,
+            usage,
+            mapped_at_creation: false,
+        })
+    };
+    let (src, dst) = (mk(), mk());
+    // Fill the source once so the copy reads committed memory.
+    let mut e = d.create_command_encoder(&Default::default());
+    e.clear_buffer(&src, 0, None);
+    q.submit([e.finish()]);
+    Ok(Box::new(move || {
+        let mut e = d.create_command_encoder(&Default::default());
+        e.copy_buffer_to_buffer(&src, 0, &dst, 0, size);
+        q.submit([e.finish()]);
+        d.poll(wgpu::PollType::wait_indefinitely())
+            .map(drop)
+            .map_err(|e| wgtensor::Error::NoAdapter(e.to_string()))
+    }))
+}
+
+/// The same copy through a compute shader (vec4 loads and stores, each workgroup streaming a
+/// contiguous block): the ceiling of any shader-based bandwidth kernel on this adapter, which
+/// on CPU adapters sits well below the driver's memcpy (`copy_bw`).
+const COPY_WGSL: &str = "
+struct P { n4: u32, per: u32, pad0: u32, pad1: u32 }
+@group(0) @binding(0) var<uniform> p: P;
+@group(0) @binding(1) var<storage, read> src: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read_write> dst: array<vec4<f32>>;
+override WG: u32 = 64u;
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lane: u32) {
+    let base = wid.x * WG * p.per + lane;
+    for (var k = 0u; k < p.per; k++) {
+        let i = base + k * WG;
+        if (i < p.n4) {
+            dst[i] = src[i];
+        }
+    }
+}
+";
+
+fn copy_shader_case(dev: &Device) -> wgtensor::Result<Run> {
+    use wgpu::util::DeviceExt;
+    let d = dev.wgpu_device().clone();
+    let q = dev.wgpu_queue().clone();
+    // 8-lane workgroups with long loops on CPU adapters (one SIMD register streams a block),
+    // 64-lane ones elsewhere.
+    let cpu = dev.adapter_info().device_type == wgpu::DeviceType::Cpu;
+    let (wg, per) = if cpu { (8u32, 512u32) } else { (64, 16) };
+    let n4 = (BN_BYTES / 16.0) as u32;
+    let module = d.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("copy_shader"),
+        source: wgpu::ShaderSource::Wgsl(COPY_WGSL.into()),
+    });
+    let pipe = d.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some("copy_shader"),
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: wgpu::PipelineCompilationOptions {
+            constants: &[("WG", wg as f64)],
+            ..Default::default()
+        },
+        cache: None,
+    });
+    let params = d.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        label: None,
+        contents: bytemuck::cast_slice(&[n4, per, 0, 0]),
+        usage: wgpu::BufferUsages::UNIFORM,
+    });
+    let mk = || {
+        d.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("copy_shader"),
+            size: BN_BYTES as u64,
+            usage: wgpu::BufferUsages::STORAGE,
+            mapped_at_creation: false,
+        })
+    };
+    let (src, dst) = (mk(), mk());
+    let bg = d.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: None,
+        layout: &pipe.get_bind_group_layout(0),
+        entries: &[
+            wgpu::BindGroupEntry {
+                binding: 0,
+                resource: params.as_entire_binding(),
+            },
+            wgpu::BindGroupEntry {
+                binding: 1,
+                resource: src.as_entire_binding(),
+            },
+            wgpu::BindGroupEntry {
+                binding: 2,
+                resource: dst.as_entire_binding(),
+            },
+        ],
+    });
+    let groups = n4.div_ceil(wg * per);
+    Ok(Box::new(move || {
+        let mut e = d.create_command_encoder(&Default::default());
+        {
+            let mut pass = e.begin_compute_pass(&Default::default());
+            pass.set_pipeline(&pipe);
+            pass.set_bind_group(0, &bg, &[]);
+            pass.dispatch_workgroups(groups, 1, 1);
+        }
+        q.submit([e.finish()]);
+        d.poll(wgpu::PollType::wait_indefinitely())
+            .map(drop)
+            .map_err(|e| wgtensor::Error::NoAdapter(e.to_string()))
+    }))
+}
+
 fn cases() -> Vec<Case> {
     let g = |m: f64, n: f64, k: f64, b: f64| 2.0 * m * n * k * b;
     vec![
         Case {
             name: "fma_peak",
-            flops: 2.0 * 64.0 * FMA_ITERS as f64 * FMA_INVOCATIONS as f64,
+            flops: 2.0 * FMA_PER_ITER * FMA_ITERS as f64 * FMA_INVOCATIONS as f64,
+            bytes: 0.0,
             peer_ms: None,
             needs_f16: false,
             setup: fma_case,
@@ -155,6 +335,7 @@ fn cases() -> Vec<Case> {
         Case {
             name: "gemm_1024",
             flops: g(1024.0, 1024.0, 1024.0, 1.0),
+            bytes: 0.0,
             peer_ms: Some(179.0),
             needs_f16: false,
             setup: |d| gemm_case(d, &[1024, 1024], &[1024, 1024], DType::F32, None),
@@ -162,6 +343,7 @@ fn cases() -> Vec<Case> {
         Case {
             name: "bgemm",
             flops: g(256.0, 256.0, 256.0, 32.0),
+            bytes: 0.0,
             peer_ms: Some(119.0),
             needs_f16: false,
             setup: |d| gemm_case(d, &[32, 256, 256], &[32, 256, 256], DType::F32, None),
@@ -169,6 +351,7 @@ fn cases() -> Vec<Case> {
         Case {
             name: "gemm_splitk",
             flops: g(64.0, 64.0, 8192.0, 1.0),
+            bytes: 0.0,
             peer_ms: Some(7.8),
             needs_f16: false,
             setup: |d| gemm_case(d, &[64, 8192], &[8192, 64], DType::F32, None),
@@ -176,6 +359,7 @@ fn cases() -> Vec<Case> {
         Case {
             name: "gemm_splitk_s1",
             flops: g(64.0, 64.0, 8192.0, 1.0),
+            bytes: 0.0,
             peer_ms: None,
             needs_f16: false,
             setup: |d| gemm_case(d, &[64, 8192], &[8192, 64], DType::F32, Some(1)),
@@ -183,9 +367,54 @@ fn cases() -> Vec<Case> {
         Case {
             name: "gemm_1024_f16",
             flops: g(1024.0, 1024.0, 1024.0, 1.0),
+            bytes: 0.0,
             peer_ms: None,
             needs_f16: true,
             setup: |d| gemm_case(d, &[1024, 1024], &[1024, 1024], DType::F16, None),
+        },
+        Case {
+            name: "copy_bw",
+            flops: 0.0,
+            bytes: COPY_BYTES,
+            peer_ms: None,
+            needs_f16: false,
+            setup: copy_case,
+        },
+        Case {
+            name: "copy_shader",
+            flops: 0.0,
+            bytes: 2.0 * BN_BYTES,
+            peer_ms: None,
+            needs_f16: false,
+            setup: copy_shader_case,
+        },
+        Case {
+            name: "batchnorm_train",
+            flops: 0.0,
+            // x read once, y written once (the per-channel vectors, 2 KiB, are not counted).
+            // The issue's peer figure (~0.3 GB/s) counts x alone; on this convention it is ~0.55.
+            bytes: 2.0 * BN_BYTES,
+            peer_ms: Some(94.0),
+            needs_f16: false,
+            setup: bn_train_case,
+        },
+        Case {
+            name: "batchnorm_backward",
+            flops: 0.0,
+            // dy and x read once, dx written once.
+            bytes: 3.0 * BN_BYTES,
+            peer_ms: None,
+            needs_f16: false,
+            setup: bn_backward_case,
+        },
+        Case {
+            name: "batchnorm_infer",
+            flops: 0.0,
+            // x read once, y written once.
+            bytes: 2.0 * BN_BYTES,
+            peer_ms: None,
+            needs_f16: false,
+            setup: bn_infer_case,
         },
     ]
 }
@@ -220,7 +449,10 @@ fn first_ms_in_fresh_process(name: &str) -> Option<f64> {
 struct Row {
     name: &'static str,
     ms: f64,
-    gflops: f64,
+    gflops: Option<f64>,
+    gbps: Option<f64>,
+    /// gbps / copy_bw's gbps in the same run (bandwidth cases).
+    of_copy: Option<f64>,
     first_ms: Option<f64>,
     peer_ms: Option<f64>,
 }
@@ -251,9 +483,14 @@ fn main() -> wgtensor::Result<()> {
             info.name, info.backend, info.driver_info
         );
     }
+    let all = cases();
+    // Bandwidth cases are reported against copy_bw of the same run, so selecting one selects
+    // copy_bw too (it is listed, and so measured, before them).
+    let selected = |name: &str| wanted.is_empty() || wanted.iter().any(|w| *w == name);
+    let wants_copy = all.iter().any(|c| c.bytes > 0.0 && selected(c.name));
     let mut rows = Vec::new();
-    for case in cases() {
-        if !wanted.is_empty() && !wanted.iter().any(|w| *w == case.name) {
+    for case in all {
+        if !(selected(case.name) || case.name == "copy_bw" && wants_copy) {
             continue;
         }
         if case.needs_f16 && !dev.supports_f16() {
@@ -273,10 +510,20 @@ fn main() -> wgtensor::Result<()> {
             .collect::<wgtensor::Result<_>>()?;
         t.sort_by(f64::total_cmp);
         let ms = t[t.len() / 2];
+        let gbps = (case.bytes > 0.0).then(|| case.bytes / ms / 1e6);
+        let copy_gbps = rows
+            .iter()
+            .find(|r: &&Row| r.name == "copy_bw")
+            .and_then(|r| r.gbps);
         let row = Row {
             name: case.name,
             ms,
-            gflops: case.flops / ms / 1e6,
+            gflops: (case.flops > 0.0).then(|| case.flops / ms / 1e6),
+            gbps,
+            of_copy: match (gbps, copy_gbps) {
+                (Some(g), Some(c)) if case.name != "copy_bw" => Some(g / c),
+                _ => None,
+            },
             first_ms,
             peer_ms: case.peer_ms,
         };
@@ -289,12 +536,15 @@ fn main() -> wgtensor::Result<()> {
         let items: Vec<String> = rows
             .iter()
             .map(|r| {
+                let opt = |v: Option<f64>| v.map_or("null".into(), |v| format!("{v:.3}"));
                 format!(
-                    "{{\"case\":\"{}\",\"ms\":{:.3},\"gflops\":{:.2},\"first_ms\":{},\"peer_ms\":{}}}",
+                    "{{\"case\":\"{}\",\"ms\":{:.3},\"gflops\":{},\"gbps\":{},\"of_copy\":{},\"first_ms\":{},\"peer_ms\":{}}}",
                     r.name,
                     r.ms,
-                    r.gflops,
-                    r.first_ms.map_or("null".into(), |v| format!("{v:.2}")),
+                    opt(r.gflops),
+                    opt(r.gbps),
+                    opt(r.of_copy),
+                    opt(r.first_ms),
                     r.peer_ms.map_or("null".into(), |v| format!("{v}"))
                 )
             })
@@ -305,7 +555,16 @@ fn main() -> wgtensor::Result<()> {
 }
 
 fn print_line(r: &Row) {
-    let mut s = format!("case={} ms={:.3} gflops={:.2}", r.name, r.ms, r.gflops);
+    let mut s = format!("case={} ms={:.3}", r.name, r.ms);
+    if let Some(g) = r.gflops {
+        s += &format!(" gflops={g:.2}");
+    }
+    if let Some(g) = r.gbps {
+        s += &format!(" gbps={g:.2}");
+    }
+    if let Some(f) = r.of_copy {
+        s += &format!(" of_copy={f:.2}");
+    }
     match r.first_ms {
         Some(f) => s += &format!(" first_ms={f:.1}"),
         None => s += " first_ms=?",

@@ -67,11 +67,12 @@ fn tile_sg8(bs: Bases, row0: u32, col0: u32, lane: u32, kr: vec2<u32>) -> array<
 }
 
 // Row `row` of the tile: this lane's columns are c, c + 8, c + 16, c + 24.
+// `v` is already scaled by alpha.
 fn sg8_out(row: u32, c: u32, v: vec4<f32>, bs: Bases) {
-    store_out(row, c, v.x, bs);
-    store_out(row, c + 8u, v.y, bs);
-    store_out(row, c + 16u, v.z, bs);
-    store_out(row, c + 24u, v.w, bs);
+    store_scaled(row, c, v.x, bs);
+    store_scaled(row, c + 8u, v.y, bs);
+    store_scaled(row, c + 16u, v.z, bs);
+    store_scaled(row, c + 24u, v.w, bs);
 }
 
 fn sg8_ws(z: u32, row: u32, c: u32, v: vec4<f32>) {
@@ -89,38 +90,45 @@ fn gemm_sg8(@builtin(workgroup_id) wid: vec3<u32>,
     let c = wid.y * 32u + lane;
     let bs = bases(wid.z);
     let acc = tile_sg8(bs, row0, wid.y * 32u, lane, k_range(wid.z));
-    sg8_out(row0 + 0u, c, acc[0], bs);
-    sg8_out(row0 + 1u, c, acc[1], bs);
-    sg8_out(row0 + 2u, c, acc[2], bs);
-    sg8_out(row0 + 3u, c, acc[3], bs);
-    sg8_out(row0 + 4u, c, acc[4], bs);
-    sg8_out(row0 + 5u, c, acc[5], bs);
-    sg8_out(row0 + 6u, c, acc[6], bs);
-    sg8_out(row0 + 7u, c, acc[7], bs);
-    sg8_out(row0 + 8u, c, acc[8], bs);
-    sg8_out(row0 + 9u, c, acc[9], bs);
-    sg8_out(row0 + 10u, c, acc[10], bs);
-    sg8_out(row0 + 11u, c, acc[11], bs);
-    sg8_out(row0 + 12u, c, acc[12], bs);
-    sg8_out(row0 + 13u, c, acc[13], bs);
-    sg8_out(row0 + 14u, c, acc[14], bs);
-    sg8_out(row0 + 15u, c, acc[15], bs);
-    sg8_out(row0 + 16u, c, acc[16], bs);
-    sg8_out(row0 + 17u, c, acc[17], bs);
-    sg8_out(row0 + 18u, c, acc[18], bs);
-    sg8_out(row0 + 19u, c, acc[19], bs);
-    sg8_out(row0 + 20u, c, acc[20], bs);
-    sg8_out(row0 + 21u, c, acc[21], bs);
-    sg8_out(row0 + 22u, c, acc[22], bs);
-    sg8_out(row0 + 23u, c, acc[23], bs);
-    sg8_out(row0 + 24u, c, acc[24], bs);
-    sg8_out(row0 + 25u, c, acc[25], bs);
-    sg8_out(row0 + 26u, c, acc[26], bs);
-    sg8_out(row0 + 27u, c, acc[27], bs);
-    sg8_out(row0 + 28u, c, acc[28], bs);
-    sg8_out(row0 + 29u, c, acc[29], bs);
-    sg8_out(row0 + 30u, c, acc[30], bs);
-    sg8_out(row0 + 31u, c, acc[31], bs);
+    // Scale into a second array with constant indices (acc stays in registers during the loop;
+    // a plain copy would be merged back into acc and force it to memory), then run the
+    // epilogue once in a loop: inlining it 32 times made the pipeline compile for seconds.
+    var res: array<vec4<f32>, 32>;
+    res[0] = p.alpha * acc[0];
+    res[1] = p.alpha * acc[1];
+    res[2] = p.alpha * acc[2];
+    res[3] = p.alpha * acc[3];
+    res[4] = p.alpha * acc[4];
+    res[5] = p.alpha * acc[5];
+    res[6] = p.alpha * acc[6];
+    res[7] = p.alpha * acc[7];
+    res[8] = p.alpha * acc[8];
+    res[9] = p.alpha * acc[9];
+    res[10] = p.alpha * acc[10];
+    res[11] = p.alpha * acc[11];
+    res[12] = p.alpha * acc[12];
+    res[13] = p.alpha * acc[13];
+    res[14] = p.alpha * acc[14];
+    res[15] = p.alpha * acc[15];
+    res[16] = p.alpha * acc[16];
+    res[17] = p.alpha * acc[17];
+    res[18] = p.alpha * acc[18];
+    res[19] = p.alpha * acc[19];
+    res[20] = p.alpha * acc[20];
+    res[21] = p.alpha * acc[21];
+    res[22] = p.alpha * acc[22];
+    res[23] = p.alpha * acc[23];
+    res[24] = p.alpha * acc[24];
+    res[25] = p.alpha * acc[25];
+    res[26] = p.alpha * acc[26];
+    res[27] = p.alpha * acc[27];
+    res[28] = p.alpha * acc[28];
+    res[29] = p.alpha * acc[29];
+    res[30] = p.alpha * acc[30];
+    res[31] = p.alpha * acc[31];
+    for (var r = 0u; r < 32u; r++) {
+        sg8_out(row0 + r, c, res[r], bs);
+    }
 }
 
 @compute @workgroup_size(SGS * 8u)

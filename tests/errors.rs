@@ -2,7 +2,7 @@
 //! and a sweep of random invalid arguments never panics.
 
 use proptest::prelude::*;
-use wgtensor::ops::{BinaryOp, ReduceOp};
+use wgtensor::ops::{gemm, gemm_into, matmul, Bias, BinaryOp, GemmOptions, ReduceOp};
 use wgtensor::{f16, DType, Device, DeviceOptions, Error, Tensor};
 
 fn dev() -> &'static Device {
@@ -285,6 +285,7 @@ enum Call {
     Broadcast(Vec<usize>),
     Reduce(isize, u8, bool),
     Binary(Vec<usize>, u8),
+    Matmul(Vec<usize>, u8),
 }
 
 fn dim() -> impl Strategy<Value = usize> + Clone {
@@ -312,6 +313,7 @@ fn call() -> impl Strategy<Value = Call> {
         shape().prop_map(Call::Broadcast),
         (-6isize..6, 0u8..4, any::<bool>()).prop_map(|(d, o, k)| Call::Reduce(d, o, k)),
         (shape(), 0u8..6).prop_map(|(s, o)| Call::Binary(s, o)),
+        (shape(), 0u8..4).prop_map(|(s, o)| Call::Matmul(s, o)),
     ]
 }
 
@@ -354,6 +356,17 @@ fn run(c: &Call, x: &Tensor) -> wgtensor::Result<()> {
                 x.binary(&y, BIN[*o as usize])?;
             }
         }
+        Call::Matmul(s, o) => {
+            if small(s) {
+                let y = Tensor::zeros(dev(), s, DType::F32)?;
+                match o {
+                    0 => drop(x.matmul(&y)?),
+                    1 => drop(y.matmul(x)?),
+                    2 => drop(gemm(x, &y, &GemmOptions::default())?),
+                    _ => drop(gemm_into(&y, x, x, 1.0, 1.0)?),
+                }
+            }
+        }
     }
     Ok(())
 }
@@ -367,4 +380,538 @@ proptest! {
             let _ = run(c, &x);
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Batch normalization
+// ---------------------------------------------------------------------------------------------
+
+mod batchnorm {
+    use super::*;
+    use wgtensor::ops::{
+        batch_norm_backward, batch_norm_inference, batch_norm_train, Activation, BatchNormState,
+    };
+
+    const TRAIN: &str = "batch_norm_train";
+    const INFER: &str = "batch_norm_inference";
+    const BACKWARD: &str = "batch_norm_backward";
+
+    fn shape_err(e: &Error, op: &str, parts: &[&str]) {
+        assert!(matches!(e, Error::Shape { op: o, .. } if *o == op), "{e:?}");
+        for p in parts {
+            assert!(msg(e).contains(p), "{e} should mention {p}");
+        }
+    }
+
+    #[test]
+    fn channel_size_mismatch_names_the_values() {
+        let x = t(&[2, 3, 4]);
+        let (c3, c4) = (t(&[3]), t(&[4]));
+        let e = batch_norm_train(&x, Some(&c4), None, None, 1e-5).unwrap_err();
+        shape_err(&e, TRAIN, &["weight (gamma)", "[4]", "[3]", "[2, 3, 4]"]);
+        let e = batch_norm_train(&x, Some(&c3), Some(&c4), None, 1e-5).unwrap_err();
+        shape_err(&e, TRAIN, &["bias (beta)", "[4]", "[3]"]);
+        let mut st = BatchNormState::from_tensors(t(&[4]), t(&[3]), Some(0.1));
+        let e = batch_norm_train(&x, None, None, Some(&mut st), 1e-5).unwrap_err();
+        shape_err(&e, TRAIN, &["running_mean", "[4]", "[3]"]);
+        let mut st = BatchNormState::from_tensors(t(&[3]), t(&[3, 1]), Some(0.1));
+        let e = batch_norm_train(&x, None, None, Some(&mut st), 1e-5).unwrap_err();
+        shape_err(&e, TRAIN, &["running_var", "[3, 1]", "[3]"]);
+        assert_eq!(st.num_batches_tracked, 0);
+
+        let e = batch_norm_inference(&x, &c4, &c3, None, None, 1e-5, Activation::None).unwrap_err();
+        shape_err(&e, INFER, &["running_mean", "[4]", "[3]"]);
+        let e = batch_norm_inference(&x, &c3, &c3, None, Some(&c4), 1e-5, Activation::Relu)
+            .unwrap_err();
+        shape_err(&e, INFER, &["bias (beta)", "[4]"]);
+
+        let e = batch_norm_backward(&x, &x, &c4, &c3, None).unwrap_err();
+        shape_err(&e, BACKWARD, &["saved_mean", "[4]", "[3]"]);
+        let e = batch_norm_backward(&x, &x, &c3, &c3, Some(&c4)).unwrap_err();
+        shape_err(&e, BACKWARD, &["weight (gamma)", "[4]"]);
+        let e = batch_norm_backward(&t(&[2, 3, 5]), &x, &c3, &c3, None).unwrap_err();
+        shape_err(&e, BACKWARD, &["grad_output", "[2, 3, 5]", "[2, 3, 4]"]);
+    }
+
+    #[test]
+    fn training_needs_more_than_one_value_per_channel() {
+        for shape in [&[1usize, 3][..], &[1, 3, 1], &[1, 3, 1, 1]] {
+            let e = batch_norm_train(&t(shape), None, None, None, 1e-5).unwrap_err();
+            shape_err(
+                &e,
+                TRAIN,
+                &[
+                    "Expected more than 1 value per channel when training",
+                    &format!("{shape:?}"),
+                ],
+            );
+        }
+        // Inference and backward are defined for one value per channel.
+        let x = t(&[1, 3, 1, 1]);
+        let c = t(&[3]);
+        batch_norm_inference(&x, &c, &c, None, None, 1e-5, Activation::None).unwrap();
+        batch_norm_backward(&x, &x, &c, &c, Some(&c)).unwrap();
+    }
+
+    #[test]
+    fn rank_below_two() {
+        let c = t(&[3]);
+        let e = batch_norm_train(&t(&[3]), None, None, None, 1e-5).unwrap_err();
+        shape_err(&e, TRAIN, &["rank >= 2", "[3]"]);
+        let e =
+            batch_norm_inference(&t(&[]), &c, &c, None, None, 1e-5, Activation::None).unwrap_err();
+        shape_err(&e, INFER, &["rank >= 2", "[]"]);
+        let e = batch_norm_backward(&t(&[3]), &t(&[3]), &c, &c, None).unwrap_err();
+        shape_err(&e, BACKWARD, &["rank >= 2"]);
+    }
+
+    #[test]
+    fn dtype_mismatch() {
+        let x = t(&[2, 3]);
+        let c = t(&[3]);
+        if dev().supports_f16() {
+            let h = Tensor::from_slice(dev(), &[f16::ONE; 3], &[3]).unwrap();
+            let want = |op| Error::DType {
+                op,
+                expected: DType::F32,
+                got: DType::F16,
+            };
+            let e = batch_norm_train(&x, Some(&h), None, None, 1e-5).unwrap_err();
+            assert_eq!(e, want(TRAIN));
+            let mut st = BatchNormState::from_tensors(c.clone(), h.clone(), None);
+            let e = batch_norm_train(&x, None, None, Some(&mut st), 1e-5).unwrap_err();
+            assert_eq!(e, want(TRAIN));
+            let e =
+                batch_norm_inference(&x, &h, &c, None, None, 1e-5, Activation::None).unwrap_err();
+            assert_eq!(e, want(INFER));
+            // Saved statistics are always f32, also for f16 inputs.
+            let e = batch_norm_backward(&x, &x, &h, &c, None).unwrap_err();
+            assert_eq!(e, want(BACKWARD));
+            let hx = Tensor::from_slice(dev(), &[f16::ONE; 6], &[2, 3]).unwrap();
+            let e = batch_norm_backward(&hx, &x, &c, &c, None).unwrap_err();
+            assert_eq!(e, want(BACKWARD));
+            let e = batch_norm_backward(&hx, &hx, &h, &c, None).unwrap_err();
+            assert_eq!(
+                e,
+                Error::DType {
+                    op: BACKWARD,
+                    expected: DType::F32,
+                    got: DType::F16
+                }
+            );
+            let e = batch_norm_train(&hx, Some(&c), None, None, 1e-5).unwrap_err();
+            assert_eq!(
+                e,
+                Error::DType {
+                    op: TRAIN,
+                    expected: DType::F16,
+                    got: DType::F32
+                }
+            );
+        } else {
+            eprintln!("skipping batch-norm dtype mismatches: adapter lacks SHADER_F16");
+        }
+    }
+
+    #[test]
+    fn invalid_arguments() {
+        let x = t(&[2, 3]);
+        let c = t(&[3]);
+        for eps in [-1e-5, f32::NAN, f32::INFINITY] {
+            let e = batch_norm_train(&x, None, None, None, eps).unwrap_err();
+            assert!(
+                matches!(e, Error::InvalidArgument { op: TRAIN, .. }),
+                "{e:?}"
+            );
+            let e =
+                batch_norm_inference(&x, &c, &c, None, None, eps, Activation::None).unwrap_err();
+            assert!(
+                matches!(e, Error::InvalidArgument { op: INFER, .. }),
+                "{e:?}"
+            );
+        }
+        let mut st = BatchNormState::from_tensors(t(&[3]), t(&[3]), Some(f32::NAN));
+        let e = batch_norm_train(&x, None, None, Some(&mut st), 1e-5).unwrap_err();
+        assert!(msg(&e).contains("momentum"), "{e}");
+        // Running statistics are written in place: no repeated elements, no overlap with the
+        // input, the parameters or each other.
+        let mut st =
+            BatchNormState::from_tensors(t(&[1]).broadcast_to(&[3]).unwrap(), t(&[3]), None);
+        let e = batch_norm_train(&x, None, None, Some(&mut st), 1e-5).unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidArgument { op: TRAIN, .. }),
+            "{e:?}"
+        );
+        assert!(msg(&e).contains("running_mean"), "{e}");
+        let flat = t(&[9]);
+        let rm = flat.narrow(0, 0, 3).unwrap();
+        let rv = flat.narrow(0, 2, 3).unwrap();
+        let mut st = BatchNormState::from_tensors(rm.clone(), rv, None);
+        let e = batch_norm_train(&x, None, None, Some(&mut st), 1e-5).unwrap_err();
+        assert!(msg(&e).contains("must not overlap running_var"), "{e}");
+        let g = flat.narrow(0, 3, 3).unwrap();
+        let mut st = BatchNormState::from_tensors(flat.narrow(0, 6, 3).unwrap(), g.clone(), None);
+        let e = batch_norm_train(&x, Some(&g), None, Some(&mut st), 1e-5).unwrap_err();
+        assert!(msg(&e).contains("must not overlap weight (gamma)"), "{e}");
+        let big = t(&[12]);
+        let xv = big.narrow(0, 0, 6).unwrap().reshape(&[2, 3]).unwrap();
+        let mut st = BatchNormState::from_tensors(big.narrow(0, 3, 3).unwrap(), t(&[3]), None);
+        let e = batch_norm_train(&xv, None, None, Some(&mut st), 1e-5).unwrap_err();
+        assert!(msg(&e).contains("must not overlap the input"), "{e}");
+        // Disjoint views of one flat parameter buffer are fine.
+        let mut st = BatchNormState::from_tensors(rm, flat.narrow(0, 3, 3).unwrap(), None);
+        let g = flat.narrow(0, 6, 3).unwrap();
+        batch_norm_train(&x, Some(&g), None, Some(&mut st), 1e-5).unwrap();
+        assert_eq!(st.num_batches_tracked, 1);
+    }
+
+    #[test]
+    fn device_mismatch() {
+        let other = Device::new().unwrap();
+        let x = t(&[2, 3]);
+        let c = Tensor::from_slice(&other, &[1.0f32; 3], &[3]).unwrap();
+        let e = batch_norm_train(&x, Some(&c), None, None, 1e-5).unwrap_err();
+        assert_eq!(e, Error::DeviceMismatch { op: TRAIN });
+        let e = batch_norm_inference(&x, &c, &c, None, None, 1e-5, Activation::None).unwrap_err();
+        assert_eq!(e, Error::DeviceMismatch { op: INFER });
+    }
+
+    /// Random shapes for every argument: Ok or Err, never a panic.
+    #[derive(Debug, Clone)]
+    struct BnCall {
+        x: Vec<usize>,
+        params: [Option<Vec<usize>>; 4],
+        eps: f32,
+        which: u8,
+    }
+
+    fn bn_call() -> impl Strategy<Value = BnCall> {
+        let shape = || prop::collection::vec(0usize..5, 0..5);
+        (
+            shape(),
+            [
+                prop::option::of(shape()),
+                prop::option::of(shape()),
+                prop::option::of(shape()),
+                prop::option::of(shape()),
+            ],
+            prop_oneof![Just(1e-5f32), Just(-1.0), Just(f32::NAN), Just(0.0)],
+            0u8..3,
+        )
+            .prop_map(|(x, params, eps, which)| BnCall {
+                x,
+                params,
+                eps,
+                which,
+            })
+    }
+
+    fn bn_run(c: &BnCall) -> wgtensor::Result<()> {
+        let mk = |s: &[usize]| -> wgtensor::Result<Tensor> { Tensor::zeros(dev(), s, DType::F32) };
+        let x = mk(&c.x)?;
+        let p: Vec<Option<Tensor>> = c
+            .params
+            .iter()
+            .map(|s| s.as_ref().and_then(|s| mk(s).ok()))
+            .collect();
+        let or_x = |i: usize| p[i].clone().unwrap_or_else(|| x.clone());
+        match c.which {
+            0 => {
+                let mut st = match (&p[2], &p[3]) {
+                    (Some(m), Some(v)) => {
+                        Some(BatchNormState::from_tensors(m.clone(), v.clone(), None))
+                    }
+                    _ => None,
+                };
+                batch_norm_train(&x, p[0].as_ref(), p[1].as_ref(), st.as_mut(), c.eps)?;
+            }
+            1 => {
+                batch_norm_inference(
+                    &x,
+                    &or_x(2),
+                    &or_x(3),
+                    p[0].as_ref(),
+                    p[1].as_ref(),
+                    c.eps,
+                    Activation::Tanh,
+                )?;
+            }
+            _ => {
+                batch_norm_backward(&x, &x, &or_x(2), &or_x(3), p[0].as_ref())?;
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 200, failure_persistence: None, ..ProptestConfig::default() })]
+        #[test]
+        fn random_batchnorm_arguments_never_panic(c in bn_call()) {
+            let _ = bn_run(&c);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// GEMM
+// ---------------------------------------------------------------------------------------------
+
+fn gemm_err(a: &Tensor, b: &Tensor, o: &GemmOptions) -> Error {
+    match gemm(a, b, o) {
+        Ok(y) => panic!(
+            "gemm {:?} x {:?} succeeded with shape {:?}",
+            a.shape(),
+            b.shape(),
+            y.shape()
+        ),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn gemm_inner_dimension_mismatch() {
+    let e = gemm_err(&t(&[2, 3]), &t(&[4, 5]), &GemmOptions::default());
+    assert!(matches!(e, Error::Shape { op: "gemm", .. }), "{e:?}");
+    assert!(
+        msg(&e).contains("[2, 3]") && msg(&e).contains("[4, 5]"),
+        "{e}"
+    );
+    assert!(msg(&e).contains("K=3") && msg(&e).contains("K=4"), "{e}");
+    // Transposed views are checked by their logical shapes.
+    let bt = t(&[5, 4]).transpose(0, 1).unwrap();
+    let e = gemm_err(&t(&[2, 3]), &bt, &GemmOptions::default());
+    assert!(msg(&e).contains("[4, 5]"), "{e}");
+    // matmul, including 1-D operands.
+    let e = t(&[3]).matmul(&t(&[4])).unwrap_err();
+    assert!(matches!(e, Error::Shape { op: "matmul", .. }), "{e:?}");
+    assert!(msg(&e).contains("K=3") && msg(&e).contains("K=4"), "{e}");
+    let e = matmul(&t(&[2, 3]), &t(&[2])).unwrap_err();
+    assert!(matches!(e, Error::Shape { op: "matmul", .. }), "{e:?}");
+    assert!(msg(&e).contains("K=3") && msg(&e).contains("K=2"), "{e}");
+    let e = matmul(&t(&[]), &t(&[2])).unwrap_err();
+    assert!(matches!(e, Error::Shape { op: "matmul", .. }), "{e:?}");
+    // gemm needs matrices.
+    let e = gemm_err(&t(&[3]), &t(&[3, 2]), &GemmOptions::default());
+    assert!(matches!(e, Error::Shape { op: "gemm", .. }), "{e:?}");
+    assert!(msg(&e).contains("[3]"), "{e}");
+}
+
+#[test]
+fn gemm_incompatible_batch_dims() {
+    let e = gemm_err(&t(&[2, 3, 4]), &t(&[3, 4, 5]), &GemmOptions::default());
+    assert!(matches!(e, Error::Shape { op: "gemm", .. }), "{e:?}");
+    assert!(
+        msg(&e).contains("[2, 3, 4]") && msg(&e).contains("[3, 4, 5]"),
+        "{e}"
+    );
+    let e = t(&[4, 3, 2, 3]).matmul(&t(&[2, 3, 5])).unwrap_err();
+    assert!(matches!(e, Error::Shape { op: "matmul", .. }), "{e:?}");
+    assert!(
+        msg(&e).contains("[4, 3, 2, 3]") && msg(&e).contains("[2, 3, 5]"),
+        "{e}"
+    );
+}
+
+#[test]
+fn gemm_dtype_mix_f16() {
+    assert!(
+        dev().supports_f16(),
+        "adapter lacks SHADER_F16: run the suite with `--skip f16`"
+    );
+    let h = |shape: &[usize]| t(shape).to_dtype(DType::F16).unwrap();
+    let mismatch = |op| Error::DType {
+        op,
+        expected: DType::F32,
+        got: DType::F16,
+    };
+    let o = GemmOptions::default();
+    assert_eq!(gemm_err(&t(&[2, 3]), &h(&[3, 4]), &o), mismatch("gemm"));
+    assert_eq!(
+        gemm_err(&h(&[2, 3]), &t(&[3, 4]), &o),
+        Error::DType {
+            op: "gemm",
+            expected: DType::F16,
+            got: DType::F32
+        }
+    );
+    let c = h(&[2, 4]);
+    let with_c = GemmOptions {
+        c: Some(&c),
+        ..Default::default()
+    };
+    assert_eq!(
+        gemm_err(&t(&[2, 3]), &t(&[3, 4]), &with_c),
+        mismatch("gemm")
+    );
+    let bias = h(&[4]);
+    let with_bias = GemmOptions {
+        bias: Some(Bias::PerColumn(&bias)),
+        ..Default::default()
+    };
+    assert_eq!(
+        gemm_err(&t(&[2, 3]), &t(&[3, 4]), &with_bias),
+        mismatch("gemm")
+    );
+    let e = gemm_into(&h(&[2, 4]), &t(&[2, 3]), &t(&[3, 4]), 1.0, 0.0).unwrap_err();
+    assert_eq!(
+        e,
+        Error::DType {
+            op: "gemm_into",
+            expected: DType::F32,
+            got: DType::F16
+        }
+    );
+    assert_eq!(t(&[2, 3]).matmul(&h(&[3])).unwrap_err(), mismatch("matmul"));
+}
+
+/// Without SHADER_F16 no f16 tensor can exist, so GEMM never sees one: creating or casting to
+/// f16 fails naming the feature, and f32 GEMM still works on that device.
+#[test]
+fn gemm_half_without_feature() {
+    let d = Device::with_options(DeviceOptions {
+        disable_f16: true,
+        ..Default::default()
+    })
+    .unwrap();
+    assert!(!d.supports_f16());
+    let a = Tensor::from_slice(&d, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]).unwrap();
+    let b = Tensor::from_slice(&d, &[1.0f32, 0.0, 0.0, 1.0, 1.0, 1.0], &[3, 2]).unwrap();
+    let e = a
+        .to_dtype(DType::F16)
+        .and_then(|h| gemm(&h, &b, &GemmOptions::default()))
+        .unwrap_err();
+    assert_eq!(
+        e,
+        Error::MissingFeature {
+            op: "to_dtype",
+            feature: "SHADER_F16"
+        }
+    );
+    assert!(msg(&e).contains("SHADER_F16"), "{e}");
+    let e = Tensor::from_slice(&d, &[f16::ONE; 6], &[3, 2])
+        .and_then(|h| a.matmul(&h))
+        .unwrap_err();
+    assert_eq!(
+        e,
+        Error::MissingFeature {
+            op: "from_slice",
+            feature: "SHADER_F16"
+        }
+    );
+    let y = a.matmul(&b).unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(y, vec![4.0, 5.0, 10.0, 11.0]);
+}
+
+#[test]
+fn gemm_bias_of_wrong_length() {
+    let (a, b) = (t(&[2, 3]), t(&[3, 4]));
+    for (bias, what, want) in [
+        (Bias::PerColumn(&t(&[5])), "per-column", "[4]"),
+        (Bias::PerColumn(&t(&[2])), "per-column", "[4]"),
+        (Bias::PerRow(&t(&[4])), "per-row", "[2]"),
+        (Bias::PerRow(&t(&[1, 2])), "per-row", "[2]"),
+    ] {
+        let got = match bias {
+            Bias::PerColumn(x) | Bias::PerRow(x) => format!("{:?}", x.shape()),
+        };
+        let o = GemmOptions {
+            bias: Some(bias),
+            ..Default::default()
+        };
+        let e = gemm_err(&a, &b, &o);
+        assert!(matches!(e, Error::Shape { op: "gemm", .. }), "{e:?}");
+        assert!(
+            msg(&e).contains(what) && msg(&e).contains(want) && msg(&e).contains(&got),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn gemm_c_that_does_not_broadcast() {
+    let (a, b) = (t(&[2, 3, 4]), t(&[4, 5]));
+    for c in [t(&[4, 5]), t(&[2, 5, 1, 5]), t(&[4]), t(&[3, 1, 1])] {
+        let o = GemmOptions {
+            c: Some(&c),
+            ..Default::default()
+        };
+        let e = gemm_err(&a, &b, &o);
+        assert!(matches!(e, Error::Shape { op: "gemm", .. }), "{e:?}");
+        assert!(
+            msg(&e).contains(&format!("{:?}", c.shape())) && msg(&e).contains("[2, 3, 5]"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn gemm_into_target_errors() {
+    let (a, b) = (t(&[4, 4]), t(&[4, 4]));
+    // A target sharing storage with A or B (the whole tensor, or a view of it).
+    for c in [
+        a.clone(),
+        b.clone(),
+        a.transpose(0, 1).unwrap().contiguous().unwrap(),
+    ] {
+        let shares = c.shares_storage(&a) || c.shares_storage(&b);
+        let r = gemm_into(&c, &a, &b, 1.0, 1.0);
+        if shares {
+            let e = r.unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    Error::InvalidArgument {
+                        op: "gemm_into",
+                        ..
+                    }
+                ),
+                "{e:?}"
+            );
+            assert!(msg(&e).contains("share storage"), "{e}");
+        } else {
+            r.unwrap();
+        }
+    }
+    let parent = t(&[8, 4]);
+    let a_rows = parent.narrow(0, 0, 4).unwrap();
+    let c_rows = parent.narrow(0, 4, 4).unwrap();
+    let e = gemm_into(&c_rows, &a_rows, &b, 1.0, 1.0).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::InvalidArgument {
+                op: "gemm_into",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    // Wrong shape and non-contiguous targets.
+    let e = gemm_into(&t(&[4, 5]), &a, &b, 1.0, 1.0).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Shape {
+                op: "gemm_into",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(
+        msg(&e).contains("[4, 4]") && msg(&e).contains("[4, 5]"),
+        "{e}"
+    );
+    let e = gemm_into(&t(&[4, 4]).transpose(0, 1).unwrap(), &a, &b, 1.0, 1.0).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Shape {
+                op: "gemm_into",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(msg(&e).contains("contiguous"), "{e}");
 }

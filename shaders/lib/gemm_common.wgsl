@@ -70,7 +70,9 @@ fn bases(z: u32) -> Bases {
         bo += c * p.b_bs[e];
         co += c * p.c_bs[e];
     }
-    return Bases(ao, bo, co, bi * p.m * p.n);
+    // In place (C_MODE 2) the output is the C view, which may start at element c_off.
+    let oo = select(0u, p.c_off, C_MODE == 2u);
+    return Bases(ao, bo, co, oo + bi * p.m * p.n);
 }
 
 fn k_range(z: u32) -> vec2<u32> {
@@ -78,12 +80,15 @@ fn k_range(z: u32) -> vec2<u32> {
     return vec2<u32>(kb, min(kb + p.k_chunk, p.k));
 }
 
-fn epilogue(v: f32, row: u32, col: u32, bs: Bases) -> f32 {
-    var y = p.alpha * v;
+// `y` = alpha * (A B)[row, col]; adds C and bias, applies the activation.
+fn epilogue_scaled(y_in: f32, row: u32, col: u32, bs: Bases) -> f32 {
+    var y = y_in;
     if (C_MODE == 1u) {
         y += p.beta * f32(cin[bs.c + row * p.c_rs + col * p.c_cs]);
     }
-    if (C_MODE == 2u) {
+    // beta = 0 does not read the in-place target (BLAS / PyTorch: NaN and inf in C are not
+    // propagated, C may be uninitialized), like a separate C, which is dropped when beta = 0.
+    if (C_MODE == 2u && p.beta != 0.0) {
         y += p.beta * f32(out[bs.o + row * p.n + col]);
     }
     if (BIAS == 1u) {
@@ -95,10 +100,14 @@ fn epilogue(v: f32, row: u32, col: u32, bs: Bases) -> f32 {
     return activate(y, ACT);
 }
 
-fn store_out(row: u32, col: u32, v: f32, bs: Bases) {
+fn store_scaled(row: u32, col: u32, y: f32, bs: Bases) {
     if (row < p.m && col < p.n) {
-        out[bs.o + row * p.n + col] = T(epilogue(v, row, col, bs));
+        out[bs.o + row * p.n + col] = T(epilogue_scaled(y, row, col, bs));
     }
+}
+
+fn store_out(row: u32, col: u32, v: f32, bs: Bases) {
+    store_scaled(row, col, p.alpha * v, bs);
 }
 
 fn store_ws(z: u32, row: u32, col: u32, v: f32) {

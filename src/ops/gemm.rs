@@ -161,7 +161,7 @@ impl GemmPlan {
 }
 
 /// True when the adapter runs subgroups of exactly 8 lanes (lavapipe on AVX2 and the like).
-fn has_sg8(dev: &Device) -> bool {
+pub(crate) fn has_sg8(dev: &Device) -> bool {
     let info = dev.adapter_info();
     dev.features().contains(wgpu::Features::SUBGROUP)
         && info.subgroup_min_size == 8
@@ -316,7 +316,9 @@ fn run(
                     "the in-place C must not share storage with A or B",
                 ));
             }
-            (2u32, Layout::contiguous(&out_shape))
+            // The target may be a contiguous view that starts at a non-zero offset (e.g. rows
+            // of a larger tensor): its layout carries that offset to the kernel as `c_off`.
+            (2u32, t.layout.clone())
         }
         (None, Some(c)) if o.beta != 0.0 => {
             a.same_device(op, c)?;

@@ -1,14 +1,20 @@
 //! Public ops. Each family: validate -> pick variant -> launch through the runtime.
 
+pub mod batchnorm;
 pub mod binary;
 pub mod gemm;
 pub mod map;
 pub mod reduce;
+pub mod rnn;
 
+pub use batchnorm::{
+    batch_norm_backward, batch_norm_inference, batch_norm_train, BatchNormPlan, BatchNormState,
+};
 pub use binary::BinaryOp;
 pub use gemm::{gemm, gemm_into, matmul, Activation, Bias, GemmOptions};
 pub use map::{ScalarOp, UnaryOp};
 pub use reduce::ReduceOp;
+pub use rnn::{gru_cell, lstm_cell, Rnn, RnnKind, RnnOutput, RnnWeights};
 
 /// Every shader variant the crate can compile (kernel, dtypes, override constants).
 #[doc(hidden)]
@@ -17,5 +23,7 @@ pub fn shader_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
     v.extend(binary::binary_variants());
     v.extend(reduce::reduce_variants());
     v.extend(gemm::gemm_variants());
+    v.extend(rnn::rnn_variants());
+    v.extend(batchnorm::batchnorm_variants());
     v
 }

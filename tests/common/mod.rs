@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod reference;
+pub mod rnn_ref;
 
 use std::sync::OnceLock;
 
@@ -14,6 +15,19 @@ pub fn device() -> &'static Device {
     static DEVICE: OnceLock<Device> = OnceLock::new();
     DEVICE.get_or_init(|| {
         Device::new().expect("no wgpu adapter: install a Vulkan driver (e.g. Mesa lavapipe)")
+    })
+}
+
+/// A second process-wide device without the SUBGROUP feature: kernels with a subgroup variant
+/// (GEMM's `sg8`) run their portable variant on it, so tests can cover both.
+pub fn portable_device() -> &'static Device {
+    static DEVICE: OnceLock<Device> = OnceLock::new();
+    DEVICE.get_or_init(|| {
+        Device::with_options(wgtensor::DeviceOptions {
+            disable_subgroups: true,
+            ..Default::default()
+        })
+        .expect("no wgpu adapter: install a Vulkan driver (e.g. Mesa lavapipe)")
     })
 }
 

@@ -8,9 +8,11 @@
 //! - indexing helpers and the strided gather (the model of every view),
 //! - numpy broadcasting and elementwise binary ops,
 //! - unary math (with an accurate `erf`/`erfc` for exact GELU) and scalar ops,
-//! - single-axis reductions.
+//! - single-axis reductions,
+//! - batched GEMM with broadcast batch dims and the fused epilogue, and numpy `matmul`,
+//! - batch normalization (statistics, inference, training forward, running stats, backward).
 
-use wgtensor::ops::{BinaryOp, ReduceOp, ScalarOp, UnaryOp};
+use wgtensor::ops::{Activation, BinaryOp, ReduceOp, ScalarOp, UnaryOp};
 
 // ---------------------------------------------------------------------------------------------
 // Indexing
@@ -341,4 +343,365 @@ pub fn reduce(
 /// sum |x_i| over `dim`, the scale of a summation's rounding error.
 pub fn abs_sum(x: &[f64], shape: &[usize], dim: usize) -> Vec<f64> {
     fold_axis(x, shape, dim, 0.0, |a, v| a + v.abs())
+}
+
+// ---------------------------------------------------------------------------------------------
+// GEMM
+// ---------------------------------------------------------------------------------------------
+
+/// The activation of a GEMM epilogue as a function (`None` is the identity).
+pub fn activation_fn(act: Activation) -> fn(f64) -> f64 {
+    match act {
+        Activation::None => |x| x,
+        Activation::Relu => unary_fn(UnaryOp::Relu),
+        Activation::Gelu => unary_fn(UnaryOp::Gelu),
+        Activation::Sigmoid => unary_fn(UnaryOp::Sigmoid),
+        Activation::Tanh => unary_fn(UnaryOp::Tanh),
+    }
+}
+
+/// Which way the epilogue's bias vector runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BiasSide {
+    /// One value per output column (`[N]`).
+    Column,
+    /// One value per output row (`[M]`).
+    Row,
+}
+
+/// Output of [`gemm`]: the result and the magnitudes its rounding errors scale with, every
+/// vector row-major over `shape`.
+#[derive(Clone, Debug)]
+pub struct GemmRef {
+    pub shape: Vec<usize>,
+    /// `act(pre)`.
+    pub out: Vec<f64>,
+    /// `alpha * sum_k a_ik b_kj + beta * c_ij + bias`, before the activation.
+    pub pre: Vec<f64>,
+    /// `sum_k |a_ik b_kj|`: the scale of the accumulation error.
+    pub abs_prod: Vec<f64>,
+    /// `|beta * c_ij| + |bias|`: the scale of the epilogue's additions.
+    pub abs_epi: Vec<f64>,
+}
+
+/// Batched product of row-major `a [..., M, K]` and `b [..., K, N]` (both rank >= 2) whose
+/// batch dims broadcast numpy style. Returns `(sum_k a b, sum_k |a b|, shape)`.
+pub fn batched_matmul(
+    a: &[f64],
+    a_shape: &[usize],
+    b: &[f64],
+    b_shape: &[usize],
+) -> (Vec<f64>, Vec<f64>, Vec<usize>) {
+    let (ra, rb) = (a_shape.len(), b_shape.len());
+    assert!(
+        ra >= 2 && rb >= 2,
+        "reference batched_matmul needs rank >= 2"
+    );
+    let (m, k, n) = (a_shape[ra - 2], a_shape[ra - 1], b_shape[rb - 1]);
+    assert_eq!(
+        b_shape[rb - 2],
+        k,
+        "reference batched_matmul: inner dims differ"
+    );
+    let batch = broadcast_shapes(&a_shape[..ra - 2], &b_shape[..rb - 2]).unwrap_or_else(|| {
+        panic!(
+            "reference batched_matmul: batch dims of {a_shape:?} and {b_shape:?} do not broadcast"
+        )
+    });
+    // Materialize both operands at the full batch shape (stride-0 gathers), then plain loops.
+    let full = |r: usize, c: usize| [batch.clone(), vec![r, c]].concat();
+    let a = broadcast_to(a, a_shape, &full(m, k));
+    let b = broadcast_to(b, b_shape, &full(k, n));
+    let nb = numel(&batch);
+    let mut sum = vec![0.0; nb * m * n];
+    let mut abs = vec![0.0; nb * m * n];
+    for z in 0..nb {
+        let (ab, bb, ob) = (z * m * k, z * k * n, z * m * n);
+        for i in 0..m {
+            let row = ob + i * n;
+            for kk in 0..k {
+                let x = a[ab + i * k + kk];
+                let brow = &b[bb + kk * n..bb + (kk + 1) * n];
+                for (j, &y) in brow.iter().enumerate() {
+                    sum[row + j] += x * y;
+                    abs[row + j] += (x * y).abs();
+                }
+            }
+        }
+    }
+    let mut shape = batch;
+    shape.extend([m, n]);
+    (sum, abs, shape)
+}
+
+/// `act(alpha * a @ b + beta * c + bias)` for `a [..., M, K]`, `b [..., K, N]` with broadcast
+/// batch dims; `c` broadcasts to the output shape, the bias has `N` (column) or `M` (row)
+/// values.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm(
+    a: &[f64],
+    a_shape: &[usize],
+    b: &[f64],
+    b_shape: &[usize],
+    alpha: f64,
+    beta: f64,
+    c: Option<(&[f64], &[usize])>,
+    bias: Option<(BiasSide, &[f64])>,
+    act: Activation,
+) -> GemmRef {
+    let (prod, abs_prod, shape) = batched_matmul(a, a_shape, b, b_shape);
+    let r = shape.len();
+    let (m, n) = (shape[r - 2], shape[r - 1]);
+    let c = c.map(|(data, c_shape)| broadcast_to(data, c_shape, &shape));
+    if let Some((side, v)) = bias {
+        let want = if side == BiasSide::Column { n } else { m };
+        assert_eq!(v.len(), want, "reference gemm: bias length");
+    }
+    let f = activation_fn(act);
+    let len = prod.len();
+    let (mut out, mut pre, mut abs_epi) = (vec![0.0; len], vec![0.0; len], vec![0.0; len]);
+    for i in 0..len {
+        let (row, col) = ((i / n) % m, i % n);
+        let mut y = alpha * prod[i];
+        let mut mag = 0.0;
+        if let Some(c) = &c {
+            y += beta * c[i];
+            mag += (beta * c[i]).abs();
+        }
+        if let Some((side, v)) = bias {
+            let t = if side == BiasSide::Column {
+                v[col]
+            } else {
+                v[row]
+            };
+            y += t;
+            mag += t.abs();
+        }
+        pre[i] = y;
+        out[i] = f(y);
+        abs_epi[i] = mag;
+    }
+    GemmRef {
+        shape,
+        out,
+        pre,
+        abs_prod,
+        abs_epi,
+    }
+}
+
+/// numpy `matmul`: a 1-D first operand is a row `[1, K]`, a 1-D second operand a column
+/// `[K, 1]`, and the added dims are removed from the result. Returns
+/// `(sum_k a b, sum_k |a b|, shape)`.
+pub fn matmul(
+    a: &[f64],
+    a_shape: &[usize],
+    b: &[f64],
+    b_shape: &[usize],
+) -> (Vec<f64>, Vec<f64>, Vec<usize>) {
+    let a2: Vec<usize> = if a_shape.len() == 1 {
+        vec![1, a_shape[0]]
+    } else {
+        a_shape.to_vec()
+    };
+    let b2: Vec<usize> = if b_shape.len() == 1 {
+        vec![b_shape[0], 1]
+    } else {
+        b_shape.to_vec()
+    };
+    let (sum, abs, mut shape) = batched_matmul(a, &a2, b, &b2);
+    let r = shape.len();
+    if b_shape.len() == 1 {
+        shape.remove(r - 1);
+    }
+    if a_shape.len() == 1 {
+        shape.remove(r - 2);
+    }
+    (sum, abs, shape)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Batch normalization
+// ---------------------------------------------------------------------------------------------
+
+/// `(N, C, S)` of a batch-norm input `[N, C, ...]` (S = product of the trailing dims).
+pub fn bn_dims(shape: &[usize]) -> (usize, usize, usize) {
+    assert!(shape.len() >= 2, "reference batch norm needs rank >= 2");
+    (shape[0], shape[1], numel(&shape[2..]))
+}
+
+/// The row-major indices of channel `c`'s values in a `[N, C, S]` tensor.
+pub fn bn_channel_indices(shape: &[usize], c: usize) -> Vec<usize> {
+    let (n, ch, s) = bn_dims(shape);
+    (0..n)
+        .flat_map(|i| (0..s).map(move |j| (i * ch + c) * s + j))
+        .collect()
+}
+
+/// Per-channel statistics of the row-major `(x, shape)`, by two passes in f64.
+#[derive(Clone, Debug)]
+pub struct BnStats {
+    pub mean: Vec<f64>,
+    /// Biased variance (divided by the count).
+    pub var: Vec<f64>,
+    /// Unbiased variance (divided by count - 1; NaN for a count of 1).
+    pub var_unbiased: Vec<f64>,
+    /// `max |x - mean|` per channel: the spread the kernel's rounding errors scale with.
+    pub spread: Vec<f64>,
+    /// Values per channel, N * S.
+    pub count: usize,
+}
+
+pub fn bn_stats(x: &[f64], shape: &[usize]) -> BnStats {
+    let (_, c, _) = bn_dims(shape);
+    let mut st = BnStats {
+        mean: vec![0.0; c],
+        var: vec![0.0; c],
+        var_unbiased: vec![0.0; c],
+        spread: vec![0.0; c],
+        count: 0,
+    };
+    for ch in 0..c {
+        let idx = bn_channel_indices(shape, ch);
+        let m = idx.len() as f64;
+        let mean = idx.iter().map(|&i| x[i]).sum::<f64>() / m;
+        let m2: f64 = idx.iter().map(|&i| (x[i] - mean) * (x[i] - mean)).sum();
+        st.mean[ch] = mean;
+        st.var[ch] = m2 / m;
+        st.var_unbiased[ch] = m2 / (m - 1.0);
+        st.spread[ch] = idx.iter().map(|&i| (x[i] - mean).abs()).fold(0.0, f64::max);
+        st.count = idx.len();
+    }
+    st
+}
+
+/// `(x - mean[c]) * invstd[c] * gamma[c] + beta[c]` per element, before any activation;
+/// gamma / beta default to 1 / 0.
+pub fn bn_normalize(
+    x: &[f64],
+    shape: &[usize],
+    mean: &[f64],
+    invstd: &[f64],
+    gamma: Option<&[f64]>,
+    beta: Option<&[f64]>,
+) -> Vec<f64> {
+    let (_, c, s) = bn_dims(shape);
+    x.iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let ch = (i / s) % c;
+            let g = gamma.map_or(1.0, |g| g[ch]);
+            let b = beta.map_or(0.0, |b| b[ch]);
+            (v - mean[ch]) * invstd[ch] * g + b
+        })
+        .collect()
+}
+
+/// Inference: `act((x - rm) / sqrt(rv + eps) * gamma + beta)`; returns (output, pre-activation).
+#[allow(clippy::too_many_arguments)]
+pub fn batch_norm_inference(
+    x: &[f64],
+    shape: &[usize],
+    running_mean: &[f64],
+    running_var: &[f64],
+    gamma: Option<&[f64]>,
+    beta: Option<&[f64]>,
+    eps: f64,
+    act: Activation,
+) -> (Vec<f64>, Vec<f64>) {
+    let invstd: Vec<f64> = running_var.iter().map(|v| 1.0 / (v + eps).sqrt()).collect();
+    let pre = bn_normalize(x, shape, running_mean, &invstd, gamma, beta);
+    let f = activation_fn(act);
+    (pre.iter().map(|&v| f(v)).collect(), pre)
+}
+
+/// Training forward: the batch statistics, `saved_invstd = 1 / sqrt(var + eps)` and the output.
+#[derive(Clone, Debug)]
+pub struct BnTrainRef {
+    pub stats: BnStats,
+    pub invstd: Vec<f64>,
+    pub y: Vec<f64>,
+}
+
+pub fn batch_norm_train(
+    x: &[f64],
+    shape: &[usize],
+    gamma: Option<&[f64]>,
+    beta: Option<&[f64]>,
+    eps: f64,
+) -> BnTrainRef {
+    let stats = bn_stats(x, shape);
+    let invstd: Vec<f64> = stats.var.iter().map(|v| 1.0 / (v + eps).sqrt()).collect();
+    let y = bn_normalize(x, shape, &stats.mean, &invstd, gamma, beta);
+    BnTrainRef { stats, invstd, y }
+}
+
+/// PyTorch's running-statistic update: `(1 - f) * running + f * batch` with the unbiased
+/// variance.
+pub fn bn_running_update(
+    running_mean: &[f64],
+    running_var: &[f64],
+    stats: &BnStats,
+    factor: f64,
+) -> (Vec<f64>, Vec<f64>) {
+    let upd = |r: &[f64], b: &[f64]| -> Vec<f64> {
+        r.iter()
+            .zip(b)
+            .map(|(&r, &b)| (1.0 - factor) * r + factor * b)
+            .collect()
+    };
+    (
+        upd(running_mean, &stats.mean),
+        upd(running_var, &stats.var_unbiased),
+    )
+}
+
+/// Backward of the training forward, from the saved statistics, plus the magnitudes the
+/// kernel's rounding errors scale with.
+#[derive(Clone, Debug)]
+pub struct BnBackwardRef {
+    pub dx: Vec<f64>,
+    /// `sum dy * (x - mean) * invstd` per channel.
+    pub dgamma: Vec<f64>,
+    /// `sum dy` per channel.
+    pub dbeta: Vec<f64>,
+    /// `sum |dy|` and `sum |dy (x - mean)|` per channel.
+    pub abs_dy: Vec<f64>,
+    pub abs_dyx: Vec<f64>,
+}
+
+/// `dx = gamma * invstd * (dy - mean(dy) - xhat * mean(dy * xhat))`, `xhat = (x - mean) invstd`.
+pub fn batch_norm_backward(
+    dy: &[f64],
+    x: &[f64],
+    shape: &[usize],
+    mean: &[f64],
+    invstd: &[f64],
+    gamma: Option<&[f64]>,
+) -> BnBackwardRef {
+    let (_, c, s) = bn_dims(shape);
+    let mut r = BnBackwardRef {
+        dx: vec![0.0; x.len()],
+        dgamma: vec![0.0; c],
+        dbeta: vec![0.0; c],
+        abs_dy: vec![0.0; c],
+        abs_dyx: vec![0.0; c],
+    };
+    for ch in 0..c {
+        for i in bn_channel_indices(shape, ch) {
+            let t = dy[i] * (x[i] - mean[ch]);
+            r.dbeta[ch] += dy[i];
+            r.dgamma[ch] += t * invstd[ch];
+            r.abs_dy[ch] += dy[i].abs();
+            r.abs_dyx[ch] += t.abs();
+        }
+    }
+    let m = (x.len() / c) as f64;
+    for (i, d) in r.dx.iter_mut().enumerate() {
+        let ch = (i / s) % c;
+        let g = gamma.map_or(1.0, |g| g[ch]);
+        let xhat = (x[i] - mean[ch]) * invstd[ch];
+        *d = g * invstd[ch] * (dy[i] - r.dbeta[ch] / m - xhat * r.dgamma[ch] / m);
+    }
+    r
 }

@@ -96,7 +96,7 @@ fn unary_problem(dtype: DType, large: bool) -> impl Strategy<Value = UnaryProble
 
 /// Error bound of the kernel's f32 result for input `x` with exact result `want`.
 /// `EPS32 * |want|` bounds one f32 ulp of the result.
-fn unary_err32(op: UnaryOp, x: f64, want: f64) -> f64 {
+pub(crate) fn unary_err32(op: UnaryOp, x: f64, want: f64) -> f64 {
     let ulps = |k: f64| k * EPS32 * want.abs();
     match op {
         UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu => 0.0,

@@ -7,9 +7,12 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod batchnorm;
 mod check;
 mod elementwise;
+mod gemm;
 mod reduce;
+mod rnn;
 mod strategies;
 
 /// The reference's erf against published values (Abramowitz & Stegun table 7.1 / high-precision

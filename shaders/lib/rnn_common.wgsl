@@ -1,0 +1,97 @@
+// One fused recurrent step of an LSTM (gates i, f, g, o) or GRU (gates r, z, n), PyTorch
+// semantics. The input projection x W_ih^T + b_ih for every step was done beforehand by one
+// GEMM (xp [T, B, G*H]); a step computes h_{t-1} W_hh^T for all gates of a block of hidden units
+// and batch rows and applies the gate math in registers: no gate kernels, no gate slices in
+// memory except the activations saved for backward.
+//
+// States live in "sequence" buffers [T + 2, B, D*H]: slot 0 holds h0/c0 of the forward
+// direction, slot T + 1 that of the reverse one, slot t + 1 the state after step t. A step reads
+// slot `prev` and writes slot `next` of the same buffer (disjoint rows), so consecutive steps
+// chain without copies and the layer output is a view of slots 1..T.
+// This file: parameters, bindings and the gate math shared by rnn.wgsl (portable step,
+// state copies) and rnn_sg8.wgsl (8-lane subgroup step). Needs lib/activation.wgsl.
+
+struct Params {
+    batch: u32,
+    hidden: u32,
+    // Row stride (elements) of the sequence buffers: D * H.
+    seq_rs: u32,
+    // Offsets of this step's previous / next state rows (slot * B * D*H + dir * H).
+    prev_off: u32,
+    next_off: u32,
+    // This step's slice of xp and its row stride (G * H).
+    x_off: u32,
+    x_rs: u32,
+    // Saved gate activations for this step ([B, 4H] at g_off).
+    g_off: u32,
+    // load_state: copy a [B, H] block from src (src_off, src_rs) to dst (dst_off, dst_rs).
+    src_off: u32,
+    src_rs: u32,
+    dst_off: u32,
+    dst_rs: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> whh: array<T>;
+@group(0) @binding(2) var<storage, read> bhh: array<T>;
+@group(0) @binding(3) var<storage, read> xp: array<T>;
+@group(0) @binding(4) var<storage, read_write> hseq: array<T>;
+@group(0) @binding(5) var<storage, read_write> cseq: array<T>;
+@group(0) @binding(6) var<storage, read_write> gates: array<T>;
+@group(0) @binding(7) var<storage, read> src: array<T>;
+
+// ---- gate math (shared by both variants) -------------------------------------------------
+
+// b_hh of hidden unit j's gates (the 4th lane is unused by a GRU's 3 gates).
+fn hidden_bias(j: u32, ngates: u32) -> vec4<f32> {
+    let h = p.hidden;
+    let jj = min(j, h - 1u);
+    let g3 = f32(bhh[min(3u, ngates - 1u) * h + jj]);
+    return vec4<f32>(f32(bhh[jj]), f32(bhh[h + jj]), f32(bhh[2u * h + jj]), g3);
+}
+
+// pre_h: h_{t-1} W_hh^T + b_hh for gates (i, f, g, o) of batch row b, hidden unit j.
+fn lstm_finish(b: u32, j: u32, pre_h: vec4<f32>) {
+    if (b >= p.batch || j >= p.hidden) {
+        return;
+    }
+    let h = p.hidden;
+    let xo = p.x_off + b * p.x_rs + j;
+    let pre = pre_h
+        + vec4<f32>(f32(xp[xo]), f32(xp[xo + h]), f32(xp[xo + 2u * h]), f32(xp[xo + 3u * h]));
+    let ig = sigmoid_f(pre.x);
+    let fg = sigmoid_f(pre.y);
+    let gg = tanh_f(pre.z);
+    let og = sigmoid_f(pre.w);
+    let row = b * p.seq_rs + j;
+    let c = fg * f32(cseq[p.prev_off + row]) + ig * gg;
+    cseq[p.next_off + row] = T(c);
+    hseq[p.next_off + row] = T(og * tanh_f(c));
+    let go = p.g_off + b * 4u * h + j;
+    gates[go] = T(ig);
+    gates[go + h] = T(fg);
+    gates[go + 2u * h] = T(gg);
+    gates[go + 3u * h] = T(og);
+}
+
+// pre_h: (W_hr h + b_hr, W_hz h + b_hz, W_hn h + b_hn, unused). r scales (W_hn h + b_hn) as in
+// PyTorch.
+fn gru_finish(b: u32, j: u32, pre_h: vec4<f32>) {
+    if (b >= p.batch || j >= p.hidden) {
+        return;
+    }
+    let h = p.hidden;
+    let xo = p.x_off + b * p.x_rs + j;
+    let r = sigmoid_f(f32(xp[xo]) + pre_h.x);
+    let z = sigmoid_f(f32(xp[xo + h]) + pre_h.y);
+    let hn = pre_h.z;
+    let n = tanh_f(f32(xp[xo + 2u * h]) + r * hn);
+    let row = b * p.seq_rs + j;
+    let hp = f32(hseq[p.prev_off + row]);
+    hseq[p.next_off + row] = T((1.0 - z) * n + z * hp);
+    let go = p.g_off + b * 4u * h + j;
+    gates[go] = T(r);
+    gates[go + h] = T(z);
+    gates[go + 2u * h] = T(n);
+    gates[go + 3u * h] = T(hn);
+}

@@ -1,0 +1,741 @@
+//! Batch normalization over channel axis 1 (shaders/batchnorm.wgsl): inference, training forward
+//! and backward for inputs `[N, C]`, `[N, C, L]`, `[N, C, H, W]` (any rank >= 2: the dims after
+//! the channel axis are flattened), with PyTorch semantics.
+//!
+//! dtypes: `x`, `dy`, outputs, `gamma`, `beta` and the running statistics share one dtype (f32 or
+//! f16, as PyTorch keeps them in the parameter dtype). The saved statistics (`saved_mean`,
+//! `saved_invstd`) are always f32, as PyTorch's half-precision kernels save them in the
+//! accumulation type; all arithmetic runs in f32.
+//!
+//! Each data pass splits channel c's `N*S` values into chunks (a plain function of the shape and
+//! the adapter type, see [`BatchNormPlan`]); one workgroup per (chunk, channel) loops over its
+//! chunk without barriers and every lane leaves its own partial in a pooled f32 workspace. A
+//! per-channel pass then merges the partials in a fixed order, so results are bitwise identical
+//! on every run. Training statistics are Welford updates of pivot-shifted values per lane,
+//! merged with Chan's formula (never E[x^2] - E[x]^2), so a mean of 1e4 with a spread of 1e-2
+//! keeps full precision.
+//!
+//! Dispatches: inference 1; training 3 (partial statistics, per-channel finalize with the
+//! in-place running-stat update, normalize); backward 3 (partial sums, per-channel finalize,
+//! dx).
+//!
+//! ```no_run
+//! # fn main() -> wgtensor::Result<()> {
+//! use wgtensor::ops::{
+//!     batch_norm_backward, batch_norm_inference, batch_norm_train, Activation, BatchNormState,
+//! };
+//! use wgtensor::{DType, Device, Tensor};
+//!
+//! let dev = Device::new()?;
+//! let x = Tensor::full(&dev, &[8, 16, 32, 32], 0.5, DType::F32)?;
+//! let gamma = Tensor::full(&dev, &[16], 1.0, DType::F32)?;
+//! let beta = Tensor::zeros(&dev, &[16], DType::F32)?;
+//! let mut state = BatchNormState::new(&dev, 16, DType::F32)?; // momentum 0.1, as PyTorch
+//! let (y, mean, invstd) = batch_norm_train(&x, Some(&gamma), Some(&beta), Some(&mut state), 1e-5)?;
+//! let (dx, dgamma, dbeta) = batch_norm_backward(&y, &x, &mean, &invstd, Some(&gamma))?;
+//! let eval = batch_norm_inference(
+//!     &x,
+//!     &state.running_mean,
+//!     &state.running_var,
+//!     Some(&gamma),
+//!     Some(&beta),
+//!     1e-5,
+//!     Activation::Relu,
+//! )?;
+//! # Ok(()) }
+//! ```
+
+use std::collections::HashSet;
+
+use bytemuck::{Pod, Zeroable};
+
+use crate::ops::gemm::Activation;
+use crate::runtime::pipeline::{ShaderVariant, ACTIVATION_LIB};
+use crate::runtime::{grid_1d, Access, Kernel, Storage};
+use crate::{DType, Device, Error, Result, Tensor};
+
+const SRC: &str = include_str!("../../shaders/batchnorm.wgsl");
+const LIBS: &[&str] = &[ACTIVATION_LIB];
+
+use Access::{Read as R, ReadWrite as RW};
+
+// Binding numbers of shaders/batchnorm.wgsl.
+const X4: u32 = 1;
+const X1: u32 = 2;
+const DY4: u32 = 3;
+const DY1: u32 = 4;
+const OUT4: u32 = 5;
+const OUT1: u32 = 6;
+const WS: u32 = 7;
+const GAMMA: u32 = 8;
+const BETA: u32 = 9;
+const RMEAN: u32 = 10;
+const RVAR: u32 = 11;
+const SMEAN: u32 = 12;
+const SINV: u32 = 13;
+const DGAMMA: u32 = 14;
+const DBETA: u32 = 15;
+
+static STATS: Kernel = Kernel {
+    name: "batchnorm",
+    source: SRC,
+    entry: "bn_stats",
+    bindings: &[R, R, RW],
+    slots: &[X4, X1, WS],
+    libs: LIBS,
+};
+static FINALIZE: Kernel = Kernel {
+    name: "batchnorm",
+    source: SRC,
+    entry: "bn_finalize",
+    bindings: &[RW, RW, RW, RW, RW, RW, RW],
+    slots: &[WS, GAMMA, BETA, RMEAN, RVAR, SMEAN, SINV],
+    libs: LIBS,
+};
+static APPLY: Kernel = Kernel {
+    name: "batchnorm",
+    source: SRC,
+    entry: "bn_apply",
+    bindings: &[R, R, RW, RW, RW],
+    slots: &[X4, X1, OUT4, OUT1, WS],
+    libs: LIBS,
+};
+static INFER: Kernel = Kernel {
+    name: "batchnorm",
+    source: SRC,
+    entry: "bn_infer",
+    bindings: &[R, R, RW, RW, RW, RW, RW, RW],
+    slots: &[X4, X1, OUT4, OUT1, GAMMA, BETA, RMEAN, RVAR],
+    libs: LIBS,
+};
+static GRAD_STATS: Kernel = Kernel {
+    name: "batchnorm",
+    source: SRC,
+    entry: "bn_grad_stats",
+    bindings: &[R, R, R, R, RW, RW],
+    slots: &[X4, X1, DY4, DY1, SMEAN, WS],
+    libs: LIBS,
+};
+static GRAD_FINALIZE: Kernel = Kernel {
+    name: "batchnorm",
+    source: SRC,
+    entry: "bn_grad_finalize",
+    bindings: &[RW, RW, RW, RW, RW, RW],
+    slots: &[WS, GAMMA, SMEAN, SINV, DGAMMA, DBETA],
+    libs: LIBS,
+};
+static GRAD_APPLY: Kernel = Kernel {
+    name: "batchnorm",
+    source: SRC,
+    entry: "bn_grad_apply",
+    bindings: &[R, R, R, R, RW, RW, RW],
+    slots: &[X4, X1, DY4, DY1, OUT4, OUT1, WS],
+    libs: LIBS,
+};
+
+/// Invocations per workgroup of the per-channel passes (`FIN_WG` in the shader).
+const FIN_WG: u64 = 64;
+/// Groups (of VEC values) one workgroup's chunk aims at: 4096 vec4 groups are 16k values, 512
+/// loop steps per lane with 8-lane workgroups (CPU adapters) and 64 with 64-lane ones.
+const CHUNK_TARGET: usize = 4096;
+
+const FLAG_GAMMA: u32 = 1;
+const FLAG_BETA: u32 = 2;
+const FLAG_RUNNING: u32 = 4;
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable, Default)]
+struct BnParams {
+    channels: u32,
+    sg: u32,
+    plane: u32,
+    groups: u32,
+    chunk: u32,
+    chunks: u32,
+    step_n: u32,
+    step_s: u32,
+    x_off: u32,
+    dy_off: u32,
+    count: f32,
+    eps: f32,
+    factor: f32,
+    flags: u32,
+    gamma_os: [u32; 2],
+    beta_os: [u32; 2],
+    rmean_os: [u32; 2],
+    rvar_os: [u32; 2],
+    smean_os: [u32; 2],
+    sinv_os: [u32; 2],
+    ws_part: u32,
+    _pad0: u32,
+}
+
+/// How the data passes split the work: a plain function of the shape, the input offsets and the
+/// adapter type (exposed for tests and benchmarks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchNormPlan {
+    /// Values per group: 4 (vec4 loads and stores) when S and the offsets are multiples of 4.
+    pub vec: u32,
+    /// Lanes per workgroup: 8 on CPU adapters (one SIMD register streams 8 consecutive groups),
+    /// 64 elsewhere.
+    pub wg: u32,
+    /// Groups per chunk (a multiple of `wg`).
+    pub chunk: u32,
+    /// Chunks (workgroups) per channel.
+    pub chunks: u32,
+}
+
+/// The work split for an input of `shape` whose x (and dy) start at element offsets `offsets`.
+pub fn plan(dev: &Device, shape: &[usize], offsets: &[usize]) -> BatchNormPlan {
+    let (n, s) = (shape[0], shape[2..].iter().product::<usize>());
+    let vec = if s % 4 == 0 && offsets.iter().all(|o| o % 4 == 0) {
+        4
+    } else {
+        1
+    };
+    let wg = if dev.adapter_info().device_type == wgpu::DeviceType::Cpu {
+        8
+    } else {
+        64
+    };
+    let groups = n * s / vec;
+    let max = dev.limits().max_compute_workgroups_per_dimension as usize;
+    let want = groups.div_ceil(CHUNK_TARGET).clamp(1, max);
+    let chunk = groups.div_ceil(want).div_ceil(wg) * wg;
+    BatchNormPlan {
+        vec: vec as u32,
+        wg: wg as u32,
+        chunk: chunk as u32,
+        chunks: groups.div_ceil(chunk) as u32,
+    }
+}
+
+/// Running statistics of a batch-norm layer (PyTorch's `running_mean`, `running_var`,
+/// `momentum` and `num_batches_tracked`), updated in place on the GPU by [`batch_norm_train`].
+///
+/// The tensors are shared handles: a clone of a tensor held elsewhere sees the updates.
+#[derive(Debug, Clone)]
+pub struct BatchNormState {
+    /// `[C]`, the input's dtype.
+    pub running_mean: Tensor,
+    /// `[C]`, the input's dtype.
+    pub running_var: Tensor,
+    /// Weight of the batch statistic in the exponential moving average; `None` is PyTorch's
+    /// `momentum=None`: a cumulative moving average with factor `1 / num_batches_tracked`.
+    pub momentum: Option<f32>,
+    /// Training batches folded into the running statistics so far.
+    pub num_batches_tracked: u64,
+}
+
+impl BatchNormState {
+    /// PyTorch's initial state: mean 0, variance 1, momentum 0.1, no batches tracked.
+    pub fn new(device: &Device, channels: usize, dtype: DType) -> Result<BatchNormState> {
+        Ok(BatchNormState {
+            running_mean: Tensor::zeros(device, &[channels], dtype)?,
+            running_var: Tensor::full(device, &[channels], 1.0, dtype)?,
+            momentum: Some(0.1),
+            num_batches_tracked: 0,
+        })
+    }
+
+    /// Wraps existing running statistics (no batches tracked yet).
+    pub fn from_tensors(
+        running_mean: Tensor,
+        running_var: Tensor,
+        momentum: Option<f32>,
+    ) -> BatchNormState {
+        BatchNormState {
+            running_mean,
+            running_var,
+            momentum,
+            num_batches_tracked: 0,
+        }
+    }
+}
+
+/// The validated input: shape facts and the tensors to bind (packed copies of strided views).
+struct Input {
+    x: Tensor,
+    c: usize,
+    plan: BatchNormPlan,
+    params: BnParams,
+}
+
+fn check_input(op: &'static str, x: &Tensor) -> Result<()> {
+    if x.rank() < 2 {
+        return Err(Error::shape(
+            op,
+            format!(
+                "expected an input of rank >= 2 ([N, C], [N, C, L], [N, C, H, W]), got shape {:?}",
+                x.shape()
+            ),
+        ));
+    }
+    x.device().require_dtype(op, x.dtype)
+}
+
+/// `t` itself when the kernels can read it in place (packed row-major), else a packed copy.
+fn packed(t: &Tensor) -> Result<Tensor> {
+    if t.is_contiguous() {
+        Ok(t.clone())
+    } else {
+        t.contiguous()
+    }
+}
+
+/// Checks a per-channel vector: same device and dtype as `x`, shape `[c]`. Returns its
+/// (offset, stride).
+fn check_channel_vec(
+    op: &'static str,
+    what: &str,
+    x: &Tensor,
+    t: &Tensor,
+    c: usize,
+    dtype: DType,
+) -> Result<[u32; 2]> {
+    x.same_device(op, t)?;
+    if t.shape() != [c] {
+        return Err(Error::shape(
+            op,
+            format!(
+                "{what} has shape {:?}, expected [{c}] (one value per channel of the input {:?})",
+                t.shape(),
+                x.shape()
+            ),
+        ));
+    }
+    if t.dtype != dtype {
+        return Err(Error::DType {
+            op,
+            expected: dtype,
+            got: t.dtype,
+        });
+    }
+    Ok([t.layout.offset() as u32, t.strides()[0] as u32])
+}
+
+/// Element indices of a 1-D view.
+fn elements(t: &Tensor) -> impl Iterator<Item = usize> + '_ {
+    let (off, st) = (t.layout.offset(), t.strides()[0]);
+    (0..t.numel()).map(move |i| off + i * st)
+}
+
+/// Errors when `a` (a 1-D vector updated in place) repeats an element (a broadcast view) or
+/// shares an element with one of `others`.
+fn check_in_place(
+    op: &'static str,
+    what: &str,
+    a: &Tensor,
+    others: &[(&str, &Tensor)],
+) -> Result<()> {
+    if a.numel() > 1 && a.strides()[0] == 0 {
+        return Err(Error::arg(
+            op,
+            format!(
+                "{what} (shape {:?}, strides {:?}) is updated in place and must not repeat elements",
+                a.shape(),
+                a.strides()
+            ),
+        ));
+    }
+    for (name, b) in others {
+        if !a.shares_storage(b) {
+            continue;
+        }
+        let mine: HashSet<usize> = elements(a).collect();
+        let overlap = if b.rank() == 1 {
+            elements(b).any(|i| mine.contains(&i))
+        } else {
+            let (lo, hi) = (b.layout.offset(), b.layout.span());
+            mine.iter().any(|&i| i >= lo && i < hi)
+        };
+        if overlap {
+            return Err(Error::arg(
+                op,
+                format!("{what} is updated in place and must not overlap {name}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_eps(op: &'static str, eps: f32) -> Result<()> {
+    if !eps.is_finite() || eps < 0.0 {
+        return Err(Error::arg(
+            op,
+            format!("eps must be finite and >= 0, got {eps}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Validates `x` (and `dy`), packs strided views and fills the shape part of the params.
+fn prepare(op: &'static str, x: &Tensor, dy: Option<&Tensor>) -> Result<(Input, Option<Tensor>)> {
+    check_input(op, x)?;
+    if let Some(dy) = dy {
+        x.same_device(op, dy)?;
+        x.same_dtype(op, dy)?;
+        if dy.shape() != x.shape() {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "grad_output has shape {:?} but the input has shape {:?}",
+                    dy.shape(),
+                    x.shape()
+                ),
+            ));
+        }
+    }
+    let x = packed(x)?;
+    let dy = dy.map(packed).transpose()?;
+    let shape = x.shape().to_vec();
+    let (n, c, s) = (shape[0], shape[1], shape[2..].iter().product::<usize>());
+    let mut offsets = vec![x.layout.offset()];
+    if let Some(d) = &dy {
+        offsets.push(d.layout.offset());
+    }
+    let pl = plan(x.device(), &shape, &offsets);
+    let vec = pl.vec as usize;
+    let sg = s / vec;
+    let wg = pl.wg as usize;
+    let params = BnParams {
+        channels: c as u32,
+        sg: sg as u32,
+        plane: (c * sg) as u32,
+        groups: (n * sg) as u32,
+        chunk: pl.chunk,
+        chunks: pl.chunks,
+        step_n: (wg / sg) as u32,
+        step_s: (wg % sg) as u32,
+        x_off: (x.layout.offset() / vec) as u32,
+        dy_off: dy.as_ref().map_or(0, |d| d.layout.offset() / vec) as u32,
+        count: (n * s) as f32,
+        ws_part: c as u32,
+        ..Default::default()
+    };
+    Ok((
+        Input {
+            x,
+            c,
+            plan: pl,
+            params,
+        },
+        dy,
+    ))
+}
+
+impl Input {
+    fn consts(&self, act: Option<Activation>) -> Vec<(&'static str, f64)> {
+        let mut v = vec![("VEC", self.plan.vec as f64), ("WG", self.plan.wg as f64)];
+        if let Some(a) = act {
+            v.push(("ACT", a as u32 as f64));
+        }
+        v
+    }
+
+    fn data_grid(&self) -> [u32; 3] {
+        [self.plan.chunks, self.c as u32, 1]
+    }
+
+    fn channel_grid(&self, op: &'static str) -> Result<[u32; 3]> {
+        let dev = self.x.device();
+        grid_1d(
+            op,
+            (self.c as u64).div_ceil(FIN_WG),
+            dev.limits().max_compute_workgroups_per_dimension,
+        )
+    }
+
+    /// The f32 workspace: per-channel coefficients, then one partial per lane.
+    fn workspace(&self, op: &'static str) -> Result<Storage> {
+        let partials = self.c as u64 * self.plan.chunks as u64 * self.plan.wg as u64;
+        Storage::scratch(self.x.device(), op, (self.c as u64 + partials) * 16)
+    }
+}
+
+/// Inference: `act((x - running_mean) / sqrt(running_var + eps) * gamma + beta)` per channel, in
+/// one pass (the per-channel scale and shift are folded in each workgroup). `gamma` / `beta`
+/// default to 1 / 0.
+pub fn batch_norm_inference(
+    x: &Tensor,
+    running_mean: &Tensor,
+    running_var: &Tensor,
+    gamma: Option<&Tensor>,
+    beta: Option<&Tensor>,
+    eps: f32,
+    activation: Activation,
+) -> Result<Tensor> {
+    let op = "batch_norm_inference";
+    check_input(op, x)?;
+    check_eps(op, eps)?;
+    let c = x.shape()[1];
+    let dt = x.dtype;
+    let rmean_os = check_channel_vec(op, "running_mean", x, running_mean, c, dt)?;
+    let rvar_os = check_channel_vec(op, "running_var", x, running_var, c, dt)?;
+    let gamma_os = gamma
+        .map(|g| check_channel_vec(op, "weight (gamma)", x, g, c, dt))
+        .transpose()?;
+    let beta_os = beta
+        .map(|b| check_channel_vec(op, "bias (beta)", x, b, c, dt))
+        .transpose()?;
+    let (mut inp, _) = prepare(op, x, None)?;
+    let dev = inp.x.device().clone();
+    let y = Tensor::empty(&dev, op, inp.x.shape(), dt)?;
+    let p = &mut inp.params;
+    p.eps = eps;
+    p.rmean_os = rmean_os;
+    p.rvar_os = rvar_os;
+    p.gamma_os = gamma_os.unwrap_or_default();
+    p.beta_os = beta_os.unwrap_or_default();
+    p.flags =
+        if gamma.is_some() { FLAG_GAMMA } else { 0 } | if beta.is_some() { FLAG_BETA } else { 0 };
+    // Absent parameters bind a buffer the kernel never reads (flags say so).
+    let gamma_buf = gamma.unwrap_or(running_mean).buffer();
+    let beta_buf = beta.unwrap_or(running_mean).buffer();
+    dev.launch(
+        op,
+        &INFER,
+        &[dt],
+        &inp.consts(Some(activation)),
+        bytemuck::bytes_of(&inp.params),
+        &[
+            inp.x.buffer(),
+            inp.x.buffer(),
+            y.buffer(),
+            y.buffer(),
+            gamma_buf,
+            beta_buf,
+            running_mean.buffer(),
+            running_var.buffer(),
+        ],
+        inp.data_grid(),
+    )?;
+    Ok(y)
+}
+
+/// Training forward: normalizes with the batch statistics of each channel (mean and biased
+/// variance over N and the trailing dims) and returns `(y, saved_mean, saved_invstd)`, the last
+/// two `[C]` f32 (`saved_invstd = 1 / sqrt(var + eps)`), as PyTorch's `native_batch_norm`.
+///
+/// With a `state`, its running statistics are updated in place on the GPU exactly as PyTorch's
+/// `BatchNorm` module does: `num_batches_tracked += 1`, factor = `momentum` or, for
+/// `momentum: None`, `1 / num_batches_tracked`, and
+/// `running = (1 - factor) * running + factor * batch_stat` with the unbiased variance
+/// `var * n / (n - 1)`. The state is left untouched when the call returns an error.
+pub fn batch_norm_train(
+    x: &Tensor,
+    gamma: Option<&Tensor>,
+    beta: Option<&Tensor>,
+    state: Option<&mut BatchNormState>,
+    eps: f32,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let op = "batch_norm_train";
+    check_input(op, x)?;
+    check_eps(op, eps)?;
+    let c = x.shape()[1];
+    let dt = x.dtype;
+    let count = x.numel() / c;
+    if count <= 1 {
+        return Err(Error::shape(
+            op,
+            format!(
+                "Expected more than 1 value per channel when training, got input size {:?}",
+                x.shape()
+            ),
+        ));
+    }
+    let gamma_os = gamma
+        .map(|g| check_channel_vec(op, "weight (gamma)", x, g, c, dt))
+        .transpose()?;
+    let beta_os = beta
+        .map(|b| check_channel_vec(op, "bias (beta)", x, b, c, dt))
+        .transpose()?;
+    let mut running = None;
+    if let Some(st) = &state {
+        let rm = &st.running_mean;
+        let rv = &st.running_var;
+        let rmean_os = check_channel_vec(op, "running_mean", x, rm, c, dt)?;
+        let rvar_os = check_channel_vec(op, "running_var", x, rv, c, dt)?;
+        let mut others = vec![("the input", x), ("running_var", rv)];
+        others.extend(gamma.map(|g| ("weight (gamma)", g)));
+        others.extend(beta.map(|b| ("bias (beta)", b)));
+        check_in_place(op, "running_mean", rm, &others)?;
+        others[1] = ("running_mean", rm);
+        check_in_place(op, "running_var", rv, &others)?;
+        let factor = match st.momentum {
+            Some(m) if m.is_finite() => m,
+            Some(m) => {
+                return Err(Error::arg(op, format!("momentum must be finite, got {m}")));
+            }
+            None => 1.0 / (st.num_batches_tracked + 1) as f32,
+        };
+        running = Some((rmean_os, rvar_os, factor));
+    }
+    let (mut inp, _) = prepare(op, x, None)?;
+    let dev = inp.x.device().clone();
+    let y = Tensor::empty(&dev, op, inp.x.shape(), dt)?;
+    let saved_mean = Tensor::empty(&dev, op, &[c], DType::F32)?;
+    let saved_invstd = Tensor::empty(&dev, op, &[c], DType::F32)?;
+    let ws = inp.workspace(op)?;
+    let p = &mut inp.params;
+    p.eps = eps;
+    p.gamma_os = gamma_os.unwrap_or_default();
+    p.beta_os = beta_os.unwrap_or_default();
+    p.smean_os = [0, 1];
+    p.sinv_os = [0, 1];
+    p.flags =
+        if gamma.is_some() { FLAG_GAMMA } else { 0 } | if beta.is_some() { FLAG_BETA } else { 0 };
+    if let Some((rm, rv, f)) = running {
+        p.rmean_os = rm;
+        p.rvar_os = rv;
+        p.factor = f;
+        p.flags |= FLAG_RUNNING;
+    }
+    let params = bytemuck::bytes_of(&inp.params);
+    let dts = [dt];
+    let data = inp.consts(None);
+    let xb = inp.x.buffer();
+    dev.launch(
+        op,
+        &STATS,
+        &dts,
+        &data,
+        params,
+        &[xb, xb, ws.buffer()],
+        inp.data_grid(),
+    )?;
+    // Absent tensors bind the workspace, which the kernel then never touches through them.
+    let wsb = ws.buffer();
+    let (rmb, rvb) = match &state {
+        Some(st) => (st.running_mean.buffer(), st.running_var.buffer()),
+        None => (wsb, wsb),
+    };
+    dev.launch(
+        op,
+        &FINALIZE,
+        &dts,
+        &data,
+        params,
+        &[
+            wsb,
+            gamma.map_or(wsb, |g| g.buffer()),
+            beta.map_or(wsb, |b| b.buffer()),
+            rmb,
+            rvb,
+            saved_mean.buffer(),
+            saved_invstd.buffer(),
+        ],
+        inp.channel_grid(op)?,
+    )?;
+    dev.launch(
+        op,
+        &APPLY,
+        &dts,
+        &inp.consts(Some(Activation::None)),
+        params,
+        &[xb, xb, y.buffer(), y.buffer(), wsb],
+        inp.data_grid(),
+    )?;
+    if let Some(st) = state {
+        st.num_batches_tracked += 1;
+    }
+    Ok((y, saved_mean, saved_invstd))
+}
+
+/// Backward of [`batch_norm_train`]: from `dy` (grad of y), the input `x` and the saved batch
+/// statistics, returns `(dx, dgamma, dbeta)` with `dgamma = sum dy * xhat`, `dbeta = sum dy`
+/// (`[C]`, the input's dtype) and
+/// `dx = gamma * invstd * (dy - mean(dy) - xhat * mean(dy * xhat))`, `xhat = (x - mean) * invstd`.
+/// One reduction pass over (dy, x), a per-channel pass, and one elementwise pass.
+pub fn batch_norm_backward(
+    dy: &Tensor,
+    x: &Tensor,
+    saved_mean: &Tensor,
+    saved_invstd: &Tensor,
+    gamma: Option<&Tensor>,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let op = "batch_norm_backward";
+    check_input(op, x)?;
+    let c = x.shape()[1];
+    let dt = x.dtype;
+    let smean_os = check_channel_vec(op, "saved_mean", x, saved_mean, c, DType::F32)?;
+    let sinv_os = check_channel_vec(op, "saved_invstd", x, saved_invstd, c, DType::F32)?;
+    let gamma_os = gamma
+        .map(|g| check_channel_vec(op, "weight (gamma)", x, g, c, dt))
+        .transpose()?;
+    let (mut inp, dy) = prepare(op, x, Some(dy))?;
+    let dy = dy.expect("prepared with dy");
+    let dev = inp.x.device().clone();
+    let dx = Tensor::empty(&dev, op, inp.x.shape(), dt)?;
+    let dgamma = Tensor::empty(&dev, op, &[c], dt)?;
+    let dbeta = Tensor::empty(&dev, op, &[c], dt)?;
+    let ws = inp.workspace(op)?;
+    let p = &mut inp.params;
+    p.smean_os = smean_os;
+    p.sinv_os = sinv_os;
+    p.gamma_os = gamma_os.unwrap_or_default();
+    p.flags = if gamma.is_some() { FLAG_GAMMA } else { 0 };
+    let params = bytemuck::bytes_of(&inp.params);
+    let dts = [dt];
+    let data = inp.consts(None);
+    let (xb, dyb, wsb) = (inp.x.buffer(), dy.buffer(), ws.buffer());
+    dev.launch(
+        op,
+        &GRAD_STATS,
+        &dts,
+        &data,
+        params,
+        &[xb, xb, dyb, dyb, saved_mean.buffer(), wsb],
+        inp.data_grid(),
+    )?;
+    dev.launch(
+        op,
+        &GRAD_FINALIZE,
+        &dts,
+        &data,
+        params,
+        &[
+            wsb,
+            gamma.map_or(wsb, |g| g.buffer()),
+            saved_mean.buffer(),
+            saved_invstd.buffer(),
+            dgamma.buffer(),
+            dbeta.buffer(),
+        ],
+        inp.channel_grid(op)?,
+    )?;
+    dev.launch(
+        op,
+        &GRAD_APPLY,
+        &dts,
+        &data,
+        params,
+        &[xb, xb, dyb, dyb, dx.buffer(), dx.buffer(), wsb],
+        inp.data_grid(),
+    )?;
+    Ok((dx, dgamma, dbeta))
+}
+
+#[doc(hidden)]
+pub fn batchnorm_variants() -> Vec<ShaderVariant> {
+    let mut v = Vec::new();
+    for dt in [DType::F32, DType::F16] {
+        for vec in [1.0, 4.0] {
+            for wg in [8.0, 64.0] {
+                let c = [("VEC", vec), ("WG", wg)];
+                for k in [&STATS, &FINALIZE, &GRAD_STATS, &GRAD_FINALIZE, &GRAD_APPLY] {
+                    v.push(ShaderVariant::new(k, &[dt], &c));
+                }
+                for act in 0..5u32 {
+                    let mut ca = c.to_vec();
+                    ca.push(("ACT", act as f64));
+                    v.push(ShaderVariant::new(&INFER, &[dt], &ca));
+                    if act == 0 {
+                        v.push(ShaderVariant::new(&APPLY, &[dt], &ca));
+                    }
+                }
+            }
+        }
+    }
+    v
+}

@@ -1,0 +1,611 @@
+//! Fused LSTM and GRU (shaders/rnn.wgsl, shaders/rnn_sg8.wgsl, shaders/lib/rnn_common.wgsl).
+//!
+//! PyTorch semantics and layouts: LSTM gates (i, f, g, o), GRU gates (r, z, n) with r applied
+//! to (W_hn h + b_hn); `W_ih [G*H, I]`, `W_hh [G*H, H]`, biases `[G*H]`; input `[T, B, I]`
+//! (or `[B, T, I]` with `batch_first`). A layer runs one GEMM for the input projection of all
+//! steps, then one fused dispatch per step, all recorded into the batched encoder.
+
+use std::collections::HashMap;
+
+use bytemuck::{Pod, Zeroable};
+
+use crate::ops::gemm::{gemm, has_sg8, Bias, GemmOptions};
+use crate::runtime::pipeline::{ShaderVariant, ACTIVATION_LIB};
+use crate::runtime::{Access, Kernel};
+use crate::{DType, Device, Error, Result, Tensor};
+
+const COMMON: &str = include_str!("../../shaders/lib/rnn_common.wgsl");
+const LIBS: &[&str] = &[ACTIVATION_LIB, COMMON];
+const PORTABLE_SRC: &str = include_str!("../../shaders/rnn.wgsl");
+const SG8_SRC: &str = include_str!("../../shaders/rnn_sg8.wgsl");
+const WG: u32 = 64;
+
+use Access::{Read as R, ReadWrite as RW};
+
+macro_rules! step_kernel {
+    ($name:ident, $src:expr, $entry:literal, lstm) => {
+        static $name: Kernel = Kernel {
+            name: $entry,
+            source: $src,
+            entry: $entry,
+            bindings: &[R, R, R, RW, RW, RW],
+            slots: &[1, 2, 3, 4, 5, 6],
+            libs: LIBS,
+        };
+    };
+    ($name:ident, $src:expr, $entry:literal, gru) => {
+        static $name: Kernel = Kernel {
+            name: $entry,
+            source: $src,
+            entry: $entry,
+            bindings: &[R, R, R, RW, RW],
+            slots: &[1, 2, 3, 4, 6],
+            libs: LIBS,
+        };
+    };
+}
+step_kernel!(LSTM_STEP, PORTABLE_SRC, "lstm_step", lstm);
+step_kernel!(GRU_STEP, PORTABLE_SRC, "gru_step", gru);
+step_kernel!(LSTM_STEP_SG8, SG8_SRC, "lstm_step_sg8", lstm);
+step_kernel!(GRU_STEP_SG8, SG8_SRC, "gru_step_sg8", gru);
+static LOAD_STATE: Kernel = Kernel {
+    name: "rnn",
+    source: PORTABLE_SRC,
+    entry: "load_state",
+    bindings: &[R, RW],
+    slots: &[7, 4],
+    libs: LIBS,
+};
+
+/// LSTM or GRU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RnnKind {
+    Lstm,
+    Gru,
+}
+
+impl RnnKind {
+    /// Gates per hidden unit (PyTorch's multiplier of the weight rows).
+    pub fn gates(self) -> usize {
+        match self {
+            RnnKind::Lstm => 4,
+            RnnKind::Gru => 3,
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            RnnKind::Lstm => "lstm",
+            RnnKind::Gru => "gru",
+        }
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable, Default)]
+struct RnnParams {
+    batch: u32,
+    hidden: u32,
+    seq_rs: u32,
+    prev_off: u32,
+    next_off: u32,
+    x_off: u32,
+    x_rs: u32,
+    g_off: u32,
+    src_off: u32,
+    src_rs: u32,
+    dst_off: u32,
+    dst_rs: u32,
+}
+
+/// Weights of one layer and direction, PyTorch layout.
+#[derive(Debug, Clone)]
+pub struct RnnWeights {
+    pub w_ih: Tensor,
+    pub w_hh: Tensor,
+    pub b_ih: Tensor,
+    pub b_hh: Tensor,
+}
+
+impl RnnWeights {
+    /// Checks the shapes against (kind, input size, hidden size); missing biases become zeros.
+    pub fn new(
+        kind: RnnKind,
+        w_ih: &Tensor,
+        w_hh: &Tensor,
+        b_ih: Option<&Tensor>,
+        b_hh: Option<&Tensor>,
+    ) -> Result<RnnWeights> {
+        let op = kind.name();
+        if w_hh.rank() != 2 || w_hh.shape()[0] != kind.gates() * w_hh.shape()[1] {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "weight_hh must be [{} * H, H], got {:?}",
+                    kind.gates(),
+                    w_hh.shape()
+                ),
+            ));
+        }
+        let gh = w_hh.shape()[0];
+        if w_ih.rank() != 2 || w_ih.shape()[0] != gh {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "weight_ih must be [{gh}, input_size] to match weight_hh {:?}, got {:?}",
+                    w_hh.shape(),
+                    w_ih.shape()
+                ),
+            ));
+        }
+        w_ih.same_device(op, w_hh)?;
+        w_ih.same_dtype(op, w_hh)?;
+        let bias = |b: Option<&Tensor>, what: &str| -> Result<Tensor> {
+            match b {
+                Some(t) => {
+                    if t.shape() != [gh] {
+                        return Err(Error::shape(
+                            op,
+                            format!("{what} must be [{gh}], got {:?}", t.shape()),
+                        ));
+                    }
+                    w_ih.same_device(op, t)?;
+                    w_ih.same_dtype(op, t)?;
+                    Ok(t.clone())
+                }
+                None => Tensor::zeros(w_ih.device(), &[gh], w_ih.dtype()),
+            }
+        };
+        Ok(RnnWeights {
+            w_ih: w_ih.clone(),
+            w_hh: w_hh.contiguous()?,
+            b_ih: bias(b_ih, "bias_ih")?,
+            b_hh: bias(b_hh, "bias_hh")?.contiguous()?,
+        })
+    }
+
+    fn hidden(&self, kind: RnnKind) -> usize {
+        self.w_hh.shape()[0] / kind.gates()
+    }
+    fn input(&self) -> usize {
+        self.w_ih.shape()[1]
+    }
+}
+
+/// A multi-layer, optionally bidirectional LSTM or GRU (PyTorch's `nn.LSTM` / `nn.GRU`).
+#[derive(Debug, Clone)]
+pub struct Rnn {
+    pub kind: RnnKind,
+    pub input_size: usize,
+    pub hidden_size: usize,
+    pub num_layers: usize,
+    pub bidirectional: bool,
+    pub batch_first: bool,
+    /// Indexed `layer * D + direction`.
+    pub weights: Vec<RnnWeights>,
+}
+
+/// What [`Rnn::forward`] returns, PyTorch's `(output, h_n)` / `(output, (h_n, c_n))`.
+#[derive(Debug, Clone)]
+pub struct RnnOutput {
+    /// `[T, B, D*H]` (`[B, T, D*H]` with batch_first).
+    pub output: Tensor,
+    /// `[num_layers * D, B, H]`.
+    pub h_n: Tensor,
+    /// LSTM only.
+    pub c_n: Option<Tensor>,
+}
+
+impl Rnn {
+    /// Builds from per-(layer, direction) weights, checking that sizes chain.
+    pub fn new(
+        kind: RnnKind,
+        num_layers: usize,
+        bidirectional: bool,
+        batch_first: bool,
+        weights: Vec<RnnWeights>,
+    ) -> Result<Rnn> {
+        let op = kind.name();
+        let d = if bidirectional { 2 } else { 1 };
+        if num_layers == 0 || weights.len() != num_layers * d {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "{} weight sets for {num_layers} layers x {d} directions",
+                    weights.len()
+                ),
+            ));
+        }
+        let hidden = weights[0].hidden(kind);
+        let input = weights[0].input();
+        for (i, w) in weights.iter().enumerate() {
+            let want_in = if i < d { input } else { d * hidden };
+            if w.hidden(kind) != hidden || w.input() != want_in {
+                return Err(Error::shape(
+                    op,
+                    format!(
+                        "layer {} direction {}: weight_ih {:?} / weight_hh {:?} do not match input {want_in}, hidden {hidden}",
+                        i / d,
+                        i % d,
+                        w.w_ih.shape(),
+                        w.w_hh.shape()
+                    ),
+                ));
+            }
+        }
+        Ok(Rnn {
+            kind,
+            input_size: input,
+            hidden_size: hidden,
+            num_layers,
+            bidirectional,
+            batch_first,
+            weights,
+        })
+    }
+
+    /// Builds from PyTorch state-dict names: `weight_ih_l{k}`, `weight_hh_l{k}`, `bias_ih_l{k}`,
+    /// `bias_hh_l{k}`, with `_reverse` for the second direction.
+    pub fn from_pytorch(
+        kind: RnnKind,
+        tensors: &HashMap<String, Tensor>,
+        num_layers: usize,
+        bidirectional: bool,
+        batch_first: bool,
+    ) -> Result<Rnn> {
+        let op = kind.name();
+        let mut weights = Vec::new();
+        for l in 0..num_layers {
+            for suffix in if bidirectional {
+                &["", "_reverse"][..]
+            } else {
+                &[""][..]
+            } {
+                let get = |n: &str| tensors.get(&format!("{n}_l{l}{suffix}"));
+                let need = |n: &str| {
+                    get(n).ok_or_else(|| Error::arg(op, format!("missing tensor {n}_l{l}{suffix}")))
+                };
+                weights.push(RnnWeights::new(
+                    kind,
+                    need("weight_ih")?,
+                    need("weight_hh")?,
+                    get("bias_ih"),
+                    get("bias_hh"),
+                )?);
+            }
+        }
+        Rnn::new(kind, num_layers, bidirectional, batch_first, weights)
+    }
+
+    fn dirs(&self) -> usize {
+        if self.bidirectional {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Runs the whole sequence. `h0`/`c0`: `[num_layers * D, B, H]`, zeros when absent.
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        h0: Option<&Tensor>,
+        c0: Option<&Tensor>,
+    ) -> Result<RnnOutput> {
+        let op = self.kind.name();
+        let w0 = &self.weights[0].w_ih;
+        x.same_device(op, w0)?;
+        x.same_dtype(op, w0)?;
+        if x.rank() != 3 {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "input must be [T, B, I] (or [B, T, I] with batch_first), got {:?}",
+                    x.shape()
+                ),
+            ));
+        }
+        let xs = if self.batch_first {
+            x.transpose(0, 1)?
+        } else {
+            x.clone()
+        };
+        let (t, b, i) = (xs.shape()[0], xs.shape()[1], xs.shape()[2]);
+        if i != self.input_size {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "input size {i} does not match the weights' {}",
+                    self.input_size
+                ),
+            ));
+        }
+        let (d, h, l) = (self.dirs(), self.hidden_size, self.num_layers);
+        let state_shape = [l * d, b, h];
+        for (name, s) in [("h0", h0), ("c0", c0)] {
+            if let Some(s) = s {
+                if s.shape() != state_shape {
+                    return Err(Error::shape(
+                        op,
+                        format!("{name} must be {state_shape:?}, got {:?}", s.shape()),
+                    ));
+                }
+                x.same_device(op, s)?;
+                x.same_dtype(op, s)?;
+            }
+        }
+        if c0.is_some() && self.kind == RnnKind::Gru {
+            return Err(Error::arg(op, "a GRU has no cell state c0"));
+        }
+        let dev = x.device();
+        let mut input = xs;
+        let mut finals_h = Vec::new();
+        let mut finals_c = Vec::new();
+        for layer in 0..l {
+            let hseq = Tensor::zeros(dev, &[t + 2, b, d * h], x.dtype())?;
+            let cseq = match self.kind {
+                RnnKind::Lstm => Some(Tensor::zeros(dev, &[t + 2, b, d * h], x.dtype())?),
+                RnnKind::Gru => None,
+            };
+            for dir in 0..d {
+                let w = &self.weights[layer * d + dir];
+                let idx = layer * d + dir;
+                // The initial state of the forward direction sits in slot 0, reverse in T + 1.
+                let slot = if dir == 0 { 0 } else { t + 1 };
+                if let Some(s) = h0 {
+                    copy_state(dev, &s.narrow(0, idx, 1)?, &hseq, slot, dir, h)?;
+                }
+                if let (Some(s), Some(cs)) = (c0, &cseq) {
+                    copy_state(dev, &s.narrow(0, idx, 1)?, cs, slot, dir, h)?;
+                }
+                self.run_direction(&input, w, &hseq, cseq.as_ref(), dir)?;
+                let last = if dir == 0 { t } else { 1 };
+                finals_h.push(hseq.narrow(0, last, 1)?.narrow(2, dir * h, h)?);
+                if let Some(cs) = &cseq {
+                    finals_c.push(cs.narrow(0, last, 1)?.narrow(2, dir * h, h)?);
+                }
+            }
+            input = hseq.narrow(0, 1, t)?;
+        }
+        let output = if self.batch_first {
+            input.transpose(0, 1)?
+        } else {
+            input
+        };
+        let h_n = stack_states(dev, &finals_h, b, h)?;
+        let c_n = if finals_c.is_empty() {
+            None
+        } else {
+            Some(stack_states(dev, &finals_c, b, h)?)
+        };
+        Ok(RnnOutput { output, h_n, c_n })
+    }
+
+    /// One direction of one layer: the input-projection GEMM, then one fused dispatch per step.
+    fn run_direction(
+        &self,
+        input: &Tensor,
+        w: &RnnWeights,
+        hseq: &Tensor,
+        cseq: Option<&Tensor>,
+        dir: usize,
+    ) -> Result<()> {
+        let op = self.kind.name();
+        let dev = input.device();
+        let (t, b) = (input.shape()[0], input.shape()[1]);
+        let (h, g, d) = (self.hidden_size, self.kind.gates(), self.dirs());
+        // xp [T, B, G*H] = input W_ih^T + b_ih, one GEMM for every step.
+        let xp = gemm(
+            input,
+            &w.w_ih.transpose(0, 1)?,
+            &GemmOptions {
+                bias: Some(Bias::PerColumn(&w.b_ih)),
+                ..Default::default()
+            },
+        )?;
+        let gates = Tensor::empty(dev, op, &[b, 4 * h], input.dtype())?;
+        let plan = step_plan(dev, self.kind, b, h)?;
+        let slot_elems = b * d * h;
+        for step in 0..t {
+            let (ti, prev, next) = if dir == 0 {
+                (step, step, step + 1)
+            } else {
+                (t - 1 - step, t + 1 - step, t - step)
+            };
+            let p = RnnParams {
+                batch: b as u32,
+                hidden: h as u32,
+                seq_rs: (d * h) as u32,
+                prev_off: (prev * slot_elems + dir * h) as u32,
+                next_off: (next * slot_elems + dir * h) as u32,
+                x_off: (ti * b * g * h) as u32,
+                x_rs: (g * h) as u32,
+                g_off: 0,
+                ..Default::default()
+            };
+            let mut bufs = vec![w.w_hh.buffer(), w.b_hh.buffer(), xp.buffer(), hseq.buffer()];
+            if let Some(c) = cseq {
+                bufs.push(c.buffer());
+            }
+            bufs.push(gates.buffer());
+            dev.launch(
+                op,
+                plan.kernel,
+                &[input.dtype()],
+                &plan.consts,
+                bytemuck::bytes_of(&p),
+                &bufs,
+                plan.grid,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The step kernel, its override constants and its grid.
+struct StepPlan {
+    kernel: &'static Kernel,
+    consts: Vec<(&'static str, f64)>,
+    grid: [u32; 3],
+}
+
+/// The sg8 variant on 8-lane-subgroup adapters (32 batch rows x 8 hidden units per subgroup),
+/// the portable one (one invocation per unit) elsewhere.
+fn step_plan(dev: &Device, kind: RnnKind, b: usize, h: usize) -> Result<StepPlan> {
+    let max = dev.limits().max_compute_workgroups_per_dimension as usize;
+    let lstm = kind == RnnKind::Lstm;
+    let (kernel, consts, grid) = if has_sg8(dev) {
+        let sgs = b.div_ceil(32).next_power_of_two().min(4);
+        let k = if lstm { &LSTM_STEP_SG8 } else { &GRU_STEP_SG8 };
+        (
+            k,
+            vec![("SGS", sgs as f64)],
+            [b.div_ceil(32 * sgs), h.div_ceil(8), 1],
+        )
+    } else {
+        let k = if lstm { &LSTM_STEP } else { &GRU_STEP };
+        (
+            k,
+            vec![("WG", WG as f64)],
+            [(b * h).div_ceil(WG as usize), 1, 1],
+        )
+    };
+    if grid.iter().any(|&g| g > max) {
+        return Err(Error::size(
+            kind.name(),
+            format!("batch {b} x hidden {h} needs grid {grid:?}, over the adapter's {max}"),
+        ));
+    }
+    Ok(StepPlan {
+        kernel,
+        consts,
+        grid: grid.map(|g| g as u32),
+    })
+}
+
+/// Copies a `[1, B, H]` state into slot `slot`, direction `dir` of a sequence buffer.
+fn copy_state(
+    dev: &Device,
+    src: &Tensor,
+    seq: &Tensor,
+    slot: usize,
+    dir: usize,
+    h: usize,
+) -> Result<()> {
+    let (b, dh) = (seq.shape()[1], seq.shape()[2]);
+    let p = RnnParams {
+        batch: b as u32,
+        hidden: h as u32,
+        src_off: src.layout().offset() as u32,
+        src_rs: src.strides()[1] as u32,
+        dst_off: (slot * b * dh + dir * h) as u32,
+        dst_rs: dh as u32,
+        ..Default::default()
+    };
+    // src's last dim must be unit-stride for the copy's addressing.
+    let src = if src.strides()[2] == 1 {
+        src.clone()
+    } else {
+        src.contiguous()?
+    };
+    dev.launch(
+        "rnn_state",
+        &LOAD_STATE,
+        &[seq.dtype()],
+        &[("WG", WG as f64)],
+        bytemuck::bytes_of(&p),
+        &[src.buffer(), seq.buffer()],
+        [(b * h).div_ceil(WG as usize) as u32, 1, 1],
+    )
+}
+
+/// `[L*D, B, H]` from per-(layer, direction) `[1, B, H]` views. A single state is returned as
+/// a view (no dispatch); several are copied into one tensor.
+fn stack_states(dev: &Device, parts: &[Tensor], b: usize, h: usize) -> Result<Tensor> {
+    if parts.len() == 1 {
+        return Ok(parts[0].clone());
+    }
+    let out = Tensor::empty(dev, "rnn_state", &[parts.len(), b, h], parts[0].dtype())?;
+    for (i, part) in parts.iter().enumerate() {
+        let p = RnnParams {
+            batch: b as u32,
+            hidden: h as u32,
+            src_off: part.layout().offset() as u32,
+            src_rs: part.strides()[1] as u32,
+            dst_off: (i * b * h) as u32,
+            dst_rs: h as u32,
+            ..Default::default()
+        };
+        dev.launch(
+            "rnn_state",
+            &LOAD_STATE,
+            &[out.dtype()],
+            &[("WG", WG as f64)],
+            bytemuck::bytes_of(&p),
+            &[part.buffer(), out.buffer()],
+            [(b * h).div_ceil(WG as usize) as u32, 1, 1],
+        )?;
+    }
+    Ok(out)
+}
+
+/// One LSTM step: `(h', c')` from `x [B, I]`, `h [B, H]`, `c [B, H]`.
+pub fn lstm_cell(x: &Tensor, h: &Tensor, c: &Tensor, w: &RnnWeights) -> Result<(Tensor, Tensor)> {
+    let out = cell(RnnKind::Lstm, x, h, Some(c), w)?;
+    let c_n = out
+        .c_n
+        .ok_or_else(|| Error::arg("lstm", "internal: an LSTM forward returned no cell state"))?;
+    Ok((out.h_n.reshape(h.shape())?, c_n.reshape(c.shape())?))
+}
+
+/// One GRU step: `h'` from `x [B, I]`, `h [B, H]`.
+pub fn gru_cell(x: &Tensor, h: &Tensor, w: &RnnWeights) -> Result<Tensor> {
+    let out = cell(RnnKind::Gru, x, h, None, w)?;
+    out.h_n.reshape(h.shape())
+}
+
+fn cell(
+    kind: RnnKind,
+    x: &Tensor,
+    h: &Tensor,
+    c: Option<&Tensor>,
+    w: &RnnWeights,
+) -> Result<RnnOutput> {
+    let op = kind.name();
+    if x.rank() != 2 || h.rank() != 2 {
+        return Err(Error::shape(
+            op,
+            format!(
+                "cell inputs must be x [B, I] and h [B, H], got {:?} and {:?}",
+                x.shape(),
+                h.shape()
+            ),
+        ));
+    }
+    let rnn = Rnn::new(kind, 1, false, false, vec![w.clone()])?;
+    let (b, hs) = (x.shape()[0], rnn.hidden_size);
+    if h.shape() != [b, hs] || c.is_some_and(|c| c.shape() != [b, hs]) {
+        return Err(Error::shape(
+            op,
+            format!("states must be [{b}, {hs}], got h {:?}", h.shape()),
+        ));
+    }
+    let h3 = h.reshape(&[1, b, hs])?;
+    let c3 = c.map(|c| c.reshape(&[1, b, hs])).transpose()?;
+    rnn.forward(&x.reshape(&[1, b, x.shape()[1]])?, Some(&h3), c3.as_ref())
+}
+
+#[doc(hidden)]
+pub fn rnn_variants() -> Vec<ShaderVariant> {
+    let mut v = Vec::new();
+    for dt in [DType::F32, DType::F16] {
+        for k in [&LSTM_STEP, &GRU_STEP, &LOAD_STATE] {
+            v.push(ShaderVariant::new(k, &[dt], &[("WG", WG as f64)]));
+        }
+        for k in [&LSTM_STEP_SG8, &GRU_STEP_SG8] {
+            for sgs in [1.0, 2.0, 4.0] {
+                v.push(ShaderVariant::new(k, &[dt], &[("SGS", sgs)]));
+            }
+        }
+    }
+    v
+}

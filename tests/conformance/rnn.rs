@@ -1,0 +1,339 @@
+//! LSTM / GRU sequences and cells against the f64 reference in tests/common/rnn_ref.rs.
+//!
+//! Tolerance: every step's gate pre-activations are f32 dot products of length I + H with
+//! |w|, |x|, |h| <= 1, so each carries <= (I + H + 2) * eps_f32 relative error of its magnitude;
+//! sigmoid/tanh/exp add a few ulps and are 1-Lipschitz or less, and the recurrence is a
+//! contraction for the small weights used here, so errors do not compound beyond ~T times the
+//! per-step error. Outputs are bounded by 1: |err| <= 2e-6 * T * (I + H + 8) is generous yet
+//! orders of magnitude below what a wrong gate, bias or index would produce.
+
+use std::collections::HashMap;
+
+use proptest::prelude::*;
+use wgtensor::ops::{gru_cell, lstm_cell, Rnn, RnnKind, RnnWeights};
+use wgtensor::{DType, Device, Tensor};
+
+use crate::common::rnn_ref::{self, RefWeights};
+use crate::common::{device, download, portable_device, upload};
+
+#[derive(Debug, Clone)]
+struct Problem {
+    lstm: bool,
+    t: usize,
+    b: usize,
+    i: usize,
+    h: usize,
+    layers: usize,
+    bidirectional: bool,
+    batch_first: bool,
+    with_h0: bool,
+    seed: u64,
+}
+
+fn problem() -> impl Strategy<Value = Problem> {
+    (
+        any::<bool>(),
+        1usize..=20,
+        1usize..=16,
+        1usize..=12,
+        1usize..=20,
+        1usize..=2,
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+        any::<u64>(),
+    )
+        .prop_map(
+            |(lstm, t, b, i, h, layers, bidirectional, batch_first, with_h0, seed)| Problem {
+                lstm,
+                t,
+                b,
+                i,
+                h,
+                layers,
+                bidirectional,
+                batch_first,
+                with_h0,
+                seed,
+            },
+        )
+}
+
+/// Deterministic values in [-scale, scale].
+fn values(n: usize, seed: u64, scale: f64) -> Vec<f64> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let u = ((s >> 11) as f64) / ((1u64 << 53) as f64);
+            // Round through f32 so GPU and reference start from identical inputs.
+            ((2.0 * u - 1.0) * scale) as f32 as f64
+        })
+        .collect()
+}
+
+fn weights_for(p: &Problem, dev: &Device, idx: usize, in_size: usize) -> (RefWeights, RnnWeights) {
+    let g = rnn_ref::gates(p.lstm);
+    let seed = p.seed ^ (idx as u64 * 7919);
+    // PyTorch initializes with U(-1/sqrt(H), 1/sqrt(H)).
+    let k = 1.0 / (p.h as f64).sqrt();
+    let rw = RefWeights {
+        w_ih: values(g * p.h * in_size, seed + 1, k),
+        w_hh: values(g * p.h * p.h, seed + 2, k),
+        b_ih: values(g * p.h, seed + 3, k),
+        b_hh: values(g * p.h, seed + 4, k),
+    };
+    let kind = if p.lstm { RnnKind::Lstm } else { RnnKind::Gru };
+    let gw = RnnWeights::new(
+        kind,
+        &upload(dev, &rw.w_ih, &[g * p.h, in_size], DType::F32),
+        &upload(dev, &rw.w_hh, &[g * p.h, p.h], DType::F32),
+        Some(&upload(dev, &rw.b_ih, &[g * p.h], DType::F32)),
+        Some(&upload(dev, &rw.b_hh, &[g * p.h], DType::F32)),
+    )
+    .unwrap();
+    (rw, gw)
+}
+
+fn check_close(what: &str, got: &[f64], want: &[f64], tol: f64) -> Result<(), TestCaseError> {
+    prop_assert_eq!(got.len(), want.len(), "{} length", what);
+    for (k, (g, w)) in got.iter().zip(want).enumerate() {
+        prop_assert!(
+            (g - w).abs() <= tol,
+            "{}[{}]: got {} want {} (tol {})",
+            what,
+            k,
+            g,
+            w,
+            tol
+        );
+    }
+    Ok(())
+}
+
+fn run_sequence(p: &Problem, dev: &Device) -> Result<(), TestCaseError> {
+    let d = if p.bidirectional { 2 } else { 1 };
+    let mut refw = Vec::new();
+    let mut gpuw = Vec::new();
+    for l in 0..p.layers {
+        for dir in 0..d {
+            let in_size = if l == 0 { p.i } else { d * p.h };
+            let (r, g) = weights_for(p, dev, l * d + dir, in_size);
+            refw.push(r);
+            gpuw.push(g);
+        }
+    }
+    let kind = if p.lstm { RnnKind::Lstm } else { RnnKind::Gru };
+    let rnn = Rnn::new(kind, p.layers, p.bidirectional, p.batch_first, gpuw).unwrap();
+    let x = values(p.t * p.b * p.i, p.seed ^ 99, 1.0);
+    let states = p.layers * d * p.b * p.h;
+    let h0 = p.with_h0.then(|| values(states, p.seed ^ 5, 0.5));
+    let c0 = (p.with_h0 && p.lstm).then(|| values(states, p.seed ^ 6, 0.5));
+    let (want_y, want_h, want_c) = rnn_ref::sequence(
+        p.lstm,
+        &refw,
+        p.layers,
+        d,
+        &x,
+        p.t,
+        p.b,
+        p.i,
+        p.h,
+        h0.as_deref(),
+        c0.as_deref(),
+    );
+
+    // batch_first input is the [B, T, I] transpose of the same data.
+    let xt = upload(dev, &x, &[p.t, p.b, p.i], DType::F32);
+    let xin = if p.batch_first {
+        xt.transpose(0, 1).unwrap().contiguous().unwrap()
+    } else {
+        xt
+    };
+    let sshape = [p.layers * d, p.b, p.h];
+    let h0t = h0.as_ref().map(|v| upload(dev, v, &sshape, DType::F32));
+    let c0t = c0.as_ref().map(|v| upload(dev, v, &sshape, DType::F32));
+    let out = rnn.forward(&xin, h0t.as_ref(), c0t.as_ref()).unwrap();
+    let y = if p.batch_first {
+        out.output.transpose(0, 1).unwrap()
+    } else {
+        out.output.clone()
+    };
+    prop_assert_eq!(y.shape(), &[p.t, p.b, d * p.h][..]);
+    let tol = 2e-6 * p.t as f64 * p.layers as f64 * (p.i + d * p.h + 8) as f64;
+    check_close("output", &download(&y).unwrap(), &want_y, tol)?;
+    check_close("h_n", &download(&out.h_n).unwrap(), &want_h, tol)?;
+    if p.lstm {
+        // c is not bounded by 1 (it accumulates up to T), so scale the bound with T.
+        check_close(
+            "c_n",
+            &download(out.c_n.as_ref().unwrap()).unwrap(),
+            &want_c,
+            tol * p.t as f64,
+        )?;
+    } else {
+        prop_assert!(out.c_n.is_none());
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn rnn_sequence_f32(p in problem()) {
+        run_sequence(&p, device())?;
+    }
+
+    #[test]
+    fn rnn_sequence_portable_f32(p in problem()) {
+        run_sequence(&p, portable_device())?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn rnn_cells_f32(lstm in any::<bool>(), b in 1usize..=16, i in 1usize..=12, h in 1usize..=20, seed in any::<u64>()) {
+        let dev = device();
+        let p = Problem { lstm, t: 1, b, i, h, layers: 1, bidirectional: false, batch_first: false, with_h0: true, seed };
+        let (rw, gw) = weights_for(&p, dev, 0, i);
+        let x = values(b * i, seed ^ 1, 1.0);
+        let hv = values(b * h, seed ^ 2, 0.5);
+        let cv = values(b * h, seed ^ 3, 0.5);
+        let (want_h, want_c) = rnn_ref::cell(lstm, &rw, &x, &hv, &cv, b, i, h);
+        let xt = upload(dev, &x, &[b, i], DType::F32);
+        let ht = upload(dev, &hv, &[b, h], DType::F32);
+        let tol = 2e-6 * (i + h + 8) as f64;
+        if lstm {
+            let ct = upload(dev, &cv, &[b, h], DType::F32);
+            let (h2, c2) = lstm_cell(&xt, &ht, &ct, &gw).unwrap();
+            prop_assert_eq!(h2.shape(), &[b, h][..]);
+            check_close("h'", &download(&h2).unwrap(), &want_h, tol)?;
+            check_close("c'", &download(&c2).unwrap(), &want_c, tol)?;
+        } else {
+            let h2 = gru_cell(&xt, &ht, &gw).unwrap();
+            check_close("h'", &download(&h2).unwrap(), &want_h, tol)?;
+        }
+    }
+}
+
+/// A single-layer forward is the input-projection GEMM plus one dispatch per step.
+#[test]
+fn single_layer_forward_records_t_plus_one_dispatches() {
+    let dev = Device::new().unwrap();
+    for lstm in [true, false] {
+        let p = Problem {
+            lstm,
+            t: 13,
+            b: 5,
+            i: 7,
+            h: 9,
+            layers: 1,
+            bidirectional: false,
+            batch_first: false,
+            with_h0: false,
+            seed: 3,
+        };
+        let (_, gw) = weights_for(&p, &dev, 0, p.i);
+        let kind = if lstm { RnnKind::Lstm } else { RnnKind::Gru };
+        let rnn = Rnn::new(kind, 1, false, false, vec![gw]).unwrap();
+        let x = upload(&dev, &values(13 * 5 * 7, 1, 1.0), &[13, 5, 7], DType::F32);
+        let before = dev.stats().dispatches;
+        let out = rnn.forward(&x, None, None).unwrap();
+        assert_eq!(dev.stats().dispatches - before, 13 + 1, "lstm={lstm}");
+        // The outputs are views of the state buffer: reading them back costs no dispatch.
+        assert_eq!(out.output.shape(), &[13, 5, 9]);
+    }
+}
+
+/// PyTorch state-dict names load the right tensors (checked through the computation).
+#[test]
+fn loads_pytorch_named_weights() {
+    let dev = device();
+    let p = Problem {
+        lstm: true,
+        t: 4,
+        b: 3,
+        i: 5,
+        h: 6,
+        layers: 2,
+        bidirectional: true,
+        batch_first: false,
+        with_h0: false,
+        seed: 11,
+    };
+    let mut named = HashMap::new();
+    let mut refw = Vec::new();
+    for l in 0..2 {
+        for (dir, suffix) in ["", "_reverse"].iter().enumerate() {
+            let in_size = if l == 0 { p.i } else { 2 * p.h };
+            let (r, g) = weights_for(&p, dev, l * 2 + dir, in_size);
+            named.insert(format!("weight_ih_l{l}{suffix}"), g.w_ih.clone());
+            named.insert(format!("weight_hh_l{l}{suffix}"), g.w_hh.clone());
+            named.insert(format!("bias_ih_l{l}{suffix}"), g.b_ih.clone());
+            named.insert(format!("bias_hh_l{l}{suffix}"), g.b_hh.clone());
+            refw.push(r);
+        }
+    }
+    let rnn = Rnn::from_pytorch(RnnKind::Lstm, &named, 2, true, false).unwrap();
+    let x = values(4 * 3 * 5, 8, 1.0);
+    let (want, _, _) = rnn_ref::sequence(true, &refw, 2, 2, &x, 4, 3, 5, 6, None, None);
+    let out = rnn
+        .forward(&upload(dev, &x, &[4, 3, 5], DType::F32), None, None)
+        .unwrap();
+    let got = download(&out.output).unwrap();
+    for (g, w) in got.iter().zip(&want) {
+        assert!((g - w).abs() < 1e-4, "{g} vs {w}");
+    }
+    named.remove("weight_hh_l1_reverse");
+    let e = Rnn::from_pytorch(RnnKind::Lstm, &named, 2, true, false).unwrap_err();
+    assert!(e.to_string().contains("weight_hh_l1_reverse"), "{e}");
+}
+
+#[test]
+fn rnn_errors_name_the_values() {
+    let dev = device();
+    let t = |shape: &[usize]| Tensor::zeros(dev, shape, DType::F32).unwrap();
+    // weight_hh must be [G*H, H].
+    let e = RnnWeights::new(RnnKind::Lstm, &t(&[16, 3]), &t(&[12, 4]), None, None).unwrap_err();
+    assert!(
+        matches!(e, wgtensor::Error::Shape { op: "lstm", .. }),
+        "{e:?}"
+    );
+    // weight_ih rows must match weight_hh.
+    let e = RnnWeights::new(RnnKind::Gru, &t(&[9, 3]), &t(&[12, 4]), None, None).unwrap_err();
+    assert!(
+        matches!(e, wgtensor::Error::Shape { op: "gru", .. }),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("[9, 3]"), "{e}");
+    let w = RnnWeights::new(RnnKind::Lstm, &t(&[16, 3]), &t(&[16, 4]), None, None).unwrap();
+    let rnn = Rnn::new(RnnKind::Lstm, 1, false, false, vec![w.clone()]).unwrap();
+    // Input size mismatch.
+    let e = rnn.forward(&t(&[2, 5, 7]), None, None).unwrap_err();
+    assert!(e.to_string().contains('7'), "{e}");
+    // State shape mismatch.
+    let e = rnn
+        .forward(&t(&[2, 5, 3]), Some(&t(&[1, 4, 4])), None)
+        .unwrap_err();
+    assert!(matches!(e, wgtensor::Error::Shape { .. }), "{e:?}");
+    assert!(e.to_string().contains("[1, 5, 4]"), "{e}");
+    // Wrong rank input; an empty sequence cannot even be built (zero-size dims are rejected).
+    assert!(rnn.forward(&t(&[5, 3]), None, None).is_err());
+    assert!(matches!(
+        Tensor::zeros(dev, &[0, 5, 3], DType::F32),
+        Err(wgtensor::Error::Size { .. })
+    ));
+    // Layer count and weight sets must agree.
+    let e = Rnn::new(RnnKind::Lstm, 2, false, false, vec![w]).unwrap_err();
+    assert!(
+        matches!(e, wgtensor::Error::InvalidArgument { .. }),
+        "{e:?}"
+    );
+}

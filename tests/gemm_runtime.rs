@@ -1,0 +1,203 @@
+//! GEMM runtime behaviour, on private devices so that the pool and dispatch counters see only
+//! this test's work: the split-k workspace comes from the pool and is reused (no pool growth
+//! over 100 calls after a warm-up), split-k records exactly two dispatches (partial GEMMs and
+//! the fixed-order reduction), and transposed or broadcast operands are read through their
+//! strides (one dispatch, no copies).
+
+use wgtensor::ops::gemm::plan;
+use wgtensor::ops::{gemm, Activation, Bias, GemmOptions};
+use wgtensor::{Device, DeviceOptions, Tensor};
+
+/// A fresh device; `portable` disables subgroups (the `tiled` kernel instead of `sg8`).
+fn device(portable: bool) -> Device {
+    Device::with_options(DeviceOptions {
+        disable_subgroups: portable,
+        ..Default::default()
+    })
+    .expect("no wgpu adapter")
+}
+
+/// Deterministic values in [-1, 1).
+fn values(n: usize, seed: u32) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            let x = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed);
+            (x >> 8) as f32 / (1u32 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+fn upload(dev: &Device, shape: &[usize], seed: u32) -> Tensor {
+    let n = shape.iter().product();
+    Tensor::from_slice(dev, &values(n, seed), shape).expect("upload")
+}
+
+/// After a warm-up with the same call pattern, 100 split-k GEMMs (results dropped, `sync`
+/// every `sync_every` calls or only at the end) create no buffer: no pool misses, the same
+/// peak and live bytes; every call's workspace and output come from the cache.
+fn workspace_reused(portable: bool, sync_every: Option<usize>) {
+    let dev = device(portable);
+    let (m, n, k) = (16, 24, 8192);
+    let pl = plan(&dev, m, n, k, 1, None);
+    assert!(
+        pl.splits > 1,
+        "[{m} x {k}] x [{k} x {n}] does not split: {pl:?}"
+    );
+    assert!(!(portable && pl.sg8), "the portable device planned {pl:?}");
+    let a = upload(&dev, &[m, k], 1);
+    let b = upload(&dev, &[k, n], 2);
+    let bias = upload(&dev, &[n], 3);
+    let opts = GemmOptions {
+        bias: Some(Bias::PerColumn(&bias)),
+        activation: Activation::Relu,
+        ..Default::default()
+    };
+    let calls = |count: usize| {
+        for i in 1..=count {
+            drop(gemm(&a, &b, &opts).expect("gemm"));
+            if sync_every.is_some_and(|s| i % s == 0) {
+                dev.sync().expect("sync");
+            }
+        }
+        dev.sync().expect("sync");
+    };
+    let reference = gemm(&a, &b, &opts).unwrap().to_vec::<f32>().unwrap();
+    calls(100);
+    let before = dev.stats();
+    calls(100);
+    let after = dev.stats();
+    let last = gemm(&a, &b, &opts).unwrap().to_vec::<f32>().unwrap();
+    println!(
+        "split-k x100 ({}, sync every {sync_every:?}): {pl:?} before {:?} after {:?}",
+        if portable { "tiled" } else { "sg8" },
+        before.pool,
+        after.pool
+    );
+    assert_eq!(
+        after.pool.misses, before.pool.misses,
+        "buffers were created after the warm-up"
+    );
+    assert_eq!(after.pool.peak_bytes, before.pool.peak_bytes, "pool grew");
+    assert_eq!(
+        after.pool.live_bytes, before.pool.live_bytes,
+        "live bytes leaked"
+    );
+    // Workspace + output per call, at least (param arenas come from the pool too).
+    assert!(
+        after.pool.hits >= before.pool.hits + 200,
+        "only {} pool hits for 100 calls",
+        after.pool.hits - before.pool.hits
+    );
+    assert_eq!(after.dispatches - before.dispatches, 200);
+    // Reusing the workspace does not change the result.
+    assert!(
+        last.iter()
+            .zip(&reference)
+            .all(|(x, y)| x.to_bits() == y.to_bits()),
+        "result changed after 200 calls"
+    );
+}
+
+#[test]
+fn splitk_workspace_reused_periodic_sync() {
+    workspace_reused(false, Some(10));
+}
+
+#[test]
+fn splitk_workspace_reused_final_sync() {
+    workspace_reused(false, None);
+}
+
+#[test]
+fn splitk_tiled_workspace_reused_periodic_sync() {
+    workspace_reused(true, Some(10));
+}
+
+#[test]
+fn splitk_tiled_workspace_reused_final_sync() {
+    workspace_reused(true, None);
+}
+
+/// Split-k is two dispatches (partials, then the reduction with the epilogue), S = 1 one.
+#[test]
+fn splitk_dispatch_counts() {
+    for portable in [false, true] {
+        let dev = device(portable);
+        let a = upload(&dev, &[8, 4096], 1);
+        let b = upload(&dev, &[4096, 8], 2);
+        for (split_k, want) in [(None, 2), (Some(1), 1), (Some(3), 2)] {
+            let before = dev.stats().dispatches;
+            let opts = GemmOptions {
+                split_k,
+                ..Default::default()
+            };
+            let y = gemm(&a, &b, &opts).unwrap();
+            assert_eq!(
+                dev.stats().dispatches - before,
+                want,
+                "split_k {split_k:?}: {:?}",
+                plan(&dev, 8, 8, 4096, 1, split_k)
+            );
+            drop(y);
+        }
+    }
+}
+
+/// Transposed operands, a broadcast batch (`[4,1,m,k] x [1,3,k,n]`), a stride-0 broadcast view,
+/// a sliced batch and a broadcast C are consumed through their strides: one dispatch and as
+/// many pool allocations as the same GEMM on contiguous copies (the output and the batch's
+/// param arena), i.e. no hidden copies.
+#[test]
+fn views_are_read_in_place() {
+    for portable in [false, true] {
+        let dev = device(portable);
+        let (m, n, k) = (20, 12, 36);
+        let at = upload(&dev, &[4, 1, k, m], 1).transpose(-1, -2).unwrap();
+        let bt = upload(&dev, &[1, 3, n, k], 2).transpose(-1, -2).unwrap();
+        let b_bcast = upload(&dev, &[k, n], 3)
+            .broadcast_to(&[4, 3, k, n])
+            .unwrap();
+        let a_sliced = at.narrow(0, 1, 2).unwrap();
+        let c_row = upload(&dev, &[n], 4);
+        let bias = upload(&dev, &[m], 5);
+        let with_epilogue = GemmOptions {
+            c: Some(&c_row),
+            bias: Some(Bias::PerRow(&bias)),
+            activation: Activation::Gelu,
+            ..Default::default()
+        };
+        let cases: [(&Tensor, &Tensor, GemmOptions); 3] = [
+            (&at, &bt, GemmOptions::default()),
+            (&at, &b_bcast, with_epilogue),
+            (&a_sliced, &bt, with_epilogue),
+        ];
+        // (dispatches, pool allocations) of one GEMM recorded into a fresh batch.
+        let cost = |a: &Tensor, b: &Tensor, opts: &GemmOptions| {
+            dev.sync().unwrap();
+            let before = dev.stats();
+            let y = gemm(a, b, opts).unwrap();
+            let after = dev.stats();
+            drop(y);
+            let allocs = |s: &wgtensor::DeviceStats| s.pool.hits + s.pool.misses;
+            (
+                after.dispatches - before.dispatches,
+                allocs(&after) - allocs(&before),
+            )
+        };
+        for (a, b, opts) in cases {
+            let (ac, bc) = (a.contiguous().unwrap(), b.contiguous().unwrap());
+            let packed = cost(&ac, &bc, &opts);
+            let views = cost(a, b, &opts);
+            assert_eq!(packed.0, 1);
+            assert_eq!(
+                views,
+                packed,
+                "(dispatches, allocations) for views {:?} {:?} x {:?} {:?}, vs contiguous",
+                a.shape(),
+                a.strides(),
+                b.shape(),
+                b.strides()
+            );
+        }
+    }
+}
