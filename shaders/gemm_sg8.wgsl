@@ -84,9 +84,9 @@ fn sg8_ws(z: u32, row: u32, c: u32, v: vec4<f32>) {
 
 @compute @workgroup_size(SGS * 8u)
 fn gemm_sg8(@builtin(workgroup_id) wid: vec3<u32>,
-            @builtin(local_invocation_index) lid: u32,
+            @builtin(subgroup_id) sg: u32,
             @builtin(subgroup_invocation_id) lane: u32) {
-    let row0 = wid.x * SGS * 32u + (lid / 8u) * 32u;
+    let row0 = wid.x * SGS * 32u + sg * 32u;
     let c = wid.y * 32u + lane;
     let bs = bases(wid.z);
     let acc = tile_sg8(bs, row0, wid.y * 32u, lane, k_range(wid.z));
@@ -133,9 +133,9 @@ fn gemm_sg8(@builtin(workgroup_id) wid: vec3<u32>,
 
 @compute @workgroup_size(SGS * 8u)
 fn gemm_sg8_partial(@builtin(workgroup_id) wid: vec3<u32>,
-                    @builtin(local_invocation_index) lid: u32,
+                    @builtin(subgroup_id) sg: u32,
                     @builtin(subgroup_invocation_id) lane: u32) {
-    let row0 = wid.x * SGS * 32u + (lid / 8u) * 32u;
+    let row0 = wid.x * SGS * 32u + sg * 32u;
     let c = wid.y * 32u + lane;
     let acc = tile_sg8(bases(wid.z), row0, wid.y * 32u, lane, k_range(wid.z));
     sg8_ws(wid.z, row0 + 0u, c, acc[0]);

@@ -63,9 +63,9 @@ fn step_sg8(row0: u32, j: u32, lane: u32, ngates: u32) -> array<vec4<f32>, 32> {
 
 @compute @workgroup_size(SGS * 8u)
 fn lstm_step_sg8(@builtin(workgroup_id) wid: vec3<u32>,
-                 @builtin(local_invocation_index) lid: u32,
+                 @builtin(subgroup_id) sg: u32,
                  @builtin(subgroup_invocation_id) lane: u32) {
-    let row0 = wid.x * SGS * 32u + (lid / 8u) * 32u;
+    let row0 = wid.x * SGS * 32u + sg * 32u;
     let j = wid.y * 8u + lane;
     let acc = step_sg8(row0, j, lane, 4u);
     // Add b_hh into a second array with constant indices (acc stays in registers during the
@@ -112,9 +112,9 @@ fn lstm_step_sg8(@builtin(workgroup_id) wid: vec3<u32>,
 
 @compute @workgroup_size(SGS * 8u)
 fn gru_step_sg8(@builtin(workgroup_id) wid: vec3<u32>,
-                 @builtin(local_invocation_index) lid: u32,
+                 @builtin(subgroup_id) sg: u32,
                  @builtin(subgroup_invocation_id) lane: u32) {
-    let row0 = wid.x * SGS * 32u + (lid / 8u) * 32u;
+    let row0 = wid.x * SGS * 32u + sg * 32u;
     let j = wid.y * 8u + lane;
     let acc = step_sg8(row0, j, lane, 3u);
     // Add b_hh into a second array with constant indices (acc stays in registers during the

@@ -180,6 +180,9 @@ pub fn plan(
     split_k: Option<u32>,
 ) -> GemmPlan {
     let sg8 = has_sg8(dev);
+    // At most 4: with 8 or more subgroups (64+ invocations, each holding 1 KiB of private
+    // accumulator arrays) lavapipe returned wrong tiles, most likely past its per-workgroup
+    // scratch budget.
     let sgs = m.div_ceil(32).next_power_of_two().min(4) as u32;
     let tm = if sg8 { 32 * sgs as usize } else { 32 };
     let tiles = m.div_ceil(tm) * n.div_ceil(32) * batch;

@@ -797,3 +797,54 @@ mod tests {
         assert!(e.to_string().contains("vkAllocateMemory"));
     }
 }
+
+#[cfg(test)]
+mod override_tests {
+    use super::*;
+    use crate::runtime::{Access, Kernel};
+
+    // Each invocation of one workgroup bumps a counter: the count is the real workgroup size.
+    static COUNT: Kernel = Kernel {
+        name: "count_invocations",
+        source: "override WG: u32 = 64u;\n\
+                 override SGS: u32 = 4u;\n\
+                 @group(0) @binding(1) var<storage, read_write> out: array<atomic<u32>>;\n\
+                 @compute @workgroup_size(WG) fn plain() { atomicAdd(&out[0], 1u); }\n\
+                 @compute @workgroup_size(SGS * 8u) fn expr() { atomicAdd(&out[0], 1u); }",
+        entry: "plain",
+        bindings: &[Access::ReadWrite],
+        slots: &[],
+        libs: &[],
+    };
+    static COUNT_EXPR: Kernel = Kernel {
+        entry: "expr",
+        ..COUNT
+    };
+
+    fn invocations(dev: &Device, k: &Kernel, consts: &[(&'static str, f64)]) -> u32 {
+        let t = crate::Tensor::zeros(dev, &[4], DType::F32).unwrap();
+        dev.launch(
+            "count",
+            k,
+            &[DType::F32],
+            consts,
+            &[0u8; 16],
+            &[t.buffer()],
+            [1, 1, 1],
+        )
+        .unwrap();
+        let raw = dev.read_bytes("count", t.buffer(), 0, 4).unwrap();
+        u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]])
+    }
+
+    /// Kernels size their grids from the override values, so the pipeline must really run
+    /// workgroups of that size (not the default).
+    #[test]
+    fn override_workgroup_sizes_take_effect() {
+        let dev = Device::new().unwrap();
+        assert_eq!(invocations(&dev, &COUNT, &[("WG", 8.0)]), 8);
+        assert_eq!(invocations(&dev, &COUNT, &[("WG", 128.0)]), 128);
+        assert_eq!(invocations(&dev, &COUNT_EXPR, &[("SGS", 1.0)]), 8);
+        assert_eq!(invocations(&dev, &COUNT_EXPR, &[("SGS", 8.0)]), 64);
+    }
+}
