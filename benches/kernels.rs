@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use wgtensor::ops::{
     batch_norm_backward, batch_norm_inference, batch_norm_train, gemm, Activation, BatchNormState,
-    GemmOptions,
+    GemmOptions, Rnn, RnnKind, RnnWeights,
 };
 use wgtensor::{DType, Device, Tensor};
 
@@ -416,7 +416,58 @@ fn cases() -> Vec<Case> {
             needs_f16: false,
             setup: bn_infer_case,
         },
+        Case {
+            name: "lstm_seq",
+            flops: rnn_flops(4),
+            bytes: 0.0,
+            peer_ms: Some(433.0),
+            needs_f16: false,
+            setup: |d| rnn_case(d, RnnKind::Lstm),
+        },
+        Case {
+            name: "gru_seq",
+            flops: rnn_flops(3),
+            bytes: 0.0,
+            peer_ms: Some(355.0),
+            needs_f16: false,
+            setup: |d| rnn_case(d, RnnKind::Gru),
+        },
     ]
+}
+
+/// lstm_seq / gru_seq: input 64, hidden 64, batch 256, T 50, one layer, forward.
+const RNN: (usize, usize, usize, usize) = (50, 256, 64, 64);
+
+/// GEMM flops of a forward: input projection plus the recurrent product of every step.
+fn rnn_flops(gates: usize) -> f64 {
+    let (t, b, i, h) = RNN;
+    2.0 * (t * b * gates * h * (i + h)) as f64
+}
+
+fn rnn_case(dev: &Device, kind: RnnKind) -> wgtensor::Result<Run> {
+    let (t, b, i, h) = RNN;
+    let g = kind.gates();
+    // PyTorch's init range U(-1/sqrt(H), 1/sqrt(H)) keeps the gates out of saturation.
+    let scale = 1.0 / (h as f32).sqrt();
+    let w = |shape: &[usize], seed| -> wgtensor::Result<Tensor> {
+        let n = shape.iter().product();
+        Tensor::from_slice(
+            dev,
+            &data(n, seed).iter().map(|v| v * scale).collect::<Vec<_>>(),
+            shape,
+        )
+    };
+    let weights = RnnWeights::new(
+        kind,
+        &w(&[g * h, i], 11)?,
+        &w(&[g * h, h], 12)?,
+        Some(&w(&[g * h], 13)?),
+        Some(&w(&[g * h], 14)?),
+    )?;
+    let rnn = Rnn::new(kind, 1, false, false, vec![weights])?;
+    let x = tensor(dev, &[t, b, i], DType::F32, 15)?;
+    dev.sync()?;
+    Ok(Box::new(move || rnn.forward(&x, None, None).map(drop)))
 }
 
 fn time_once(dev: &Device, run: &mut Run) -> wgtensor::Result<f64> {
