@@ -61,17 +61,10 @@ fn step_sg8(row0: u32, j: u32, lane: u32, ngates: u32) -> array<vec4<f32>, 32> {
     return acc;
 }
 
-@compute @workgroup_size(SGS * 8u)
-fn lstm_step_sg8(@builtin(workgroup_id) wid: vec3<u32>,
-                 @builtin(subgroup_id) sg: u32,
-                 @builtin(subgroup_invocation_id) lane: u32) {
-    let row0 = wid.x * SGS * 32u + sg * 32u;
-    let j = wid.y * 8u + lane;
-    let acc = step_sg8(row0, j, lane, 4u);
-    // Add b_hh into a second array with constant indices (acc stays in registers during the
-    // loop; a plain copy would be merged back into acc), then run the gate math once in a
-    // loop: inlining it 32 times made the pipeline compile for seconds.
-    let bias = hidden_bias(j, 4u);
+// Adds b_hh into a second array with constant indices: acc stays in registers during the
+// k loop (a plain copy would be merged back into acc), and the gate math then runs once
+// in a loop over this array; inlining it 32 times made the pipeline compile for seconds.
+fn with_bias(acc: array<vec4<f32>, 32>, bias: vec4<f32>) -> array<vec4<f32>, 32> {
     var pre: array<vec4<f32>, 32>;
     pre[0] = acc[0] + bias;
     pre[1] = acc[1] + bias;
@@ -105,6 +98,16 @@ fn lstm_step_sg8(@builtin(workgroup_id) wid: vec3<u32>,
     pre[29] = acc[29] + bias;
     pre[30] = acc[30] + bias;
     pre[31] = acc[31] + bias;
+    return pre;
+}
+
+@compute @workgroup_size(SGS * 8u)
+fn lstm_step_sg8(@builtin(workgroup_id) wid: vec3<u32>,
+                 @builtin(subgroup_id) sg: u32,
+                 @builtin(subgroup_invocation_id) lane: u32) {
+    let row0 = wid.x * SGS * 32u + sg * 32u;
+    let j = wid.y * 8u + lane;
+    let pre = with_bias(step_sg8(row0, j, lane, 4u), hidden_bias(j, 4u));
     for (var r = 0u; r < 32u; r++) {
         lstm_finish(row0 + r, j, pre[r]);
     }
@@ -116,44 +119,7 @@ fn gru_step_sg8(@builtin(workgroup_id) wid: vec3<u32>,
                  @builtin(subgroup_invocation_id) lane: u32) {
     let row0 = wid.x * SGS * 32u + sg * 32u;
     let j = wid.y * 8u + lane;
-    let acc = step_sg8(row0, j, lane, 3u);
-    // Add b_hh into a second array with constant indices (acc stays in registers during the
-    // loop; a plain copy would be merged back into acc), then run the gate math once in a
-    // loop: inlining it 32 times made the pipeline compile for seconds.
-    let bias = hidden_bias(j, 3u);
-    var pre: array<vec4<f32>, 32>;
-    pre[0] = acc[0] + bias;
-    pre[1] = acc[1] + bias;
-    pre[2] = acc[2] + bias;
-    pre[3] = acc[3] + bias;
-    pre[4] = acc[4] + bias;
-    pre[5] = acc[5] + bias;
-    pre[6] = acc[6] + bias;
-    pre[7] = acc[7] + bias;
-    pre[8] = acc[8] + bias;
-    pre[9] = acc[9] + bias;
-    pre[10] = acc[10] + bias;
-    pre[11] = acc[11] + bias;
-    pre[12] = acc[12] + bias;
-    pre[13] = acc[13] + bias;
-    pre[14] = acc[14] + bias;
-    pre[15] = acc[15] + bias;
-    pre[16] = acc[16] + bias;
-    pre[17] = acc[17] + bias;
-    pre[18] = acc[18] + bias;
-    pre[19] = acc[19] + bias;
-    pre[20] = acc[20] + bias;
-    pre[21] = acc[21] + bias;
-    pre[22] = acc[22] + bias;
-    pre[23] = acc[23] + bias;
-    pre[24] = acc[24] + bias;
-    pre[25] = acc[25] + bias;
-    pre[26] = acc[26] + bias;
-    pre[27] = acc[27] + bias;
-    pre[28] = acc[28] + bias;
-    pre[29] = acc[29] + bias;
-    pre[30] = acc[30] + bias;
-    pre[31] = acc[31] + bias;
+    let pre = with_bias(step_sg8(row0, j, lane, 3u), hidden_bias(j, 3u));
     for (var r = 0u; r < 32u; r++) {
         gru_finish(row0 + r, j, pre[r]);
     }
