@@ -432,6 +432,16 @@ fn cases() -> Vec<Case> {
             needs_f16: false,
             setup: |d| rnn_case(d, RnnKind::Gru),
         },
+        Case {
+            name: "lstm_seq_backward",
+            // Forward, then backward: the recurrent gradient of every step plus the three
+            // whole-sequence GEMMs (dW_ih, dW_hh, dx), about twice the forward's flops.
+            flops: 3.0 * rnn_flops(4),
+            bytes: 0.0,
+            peer_ms: None,
+            needs_f16: false,
+            setup: rnn_backward_case,
+        },
     ]
 }
 
@@ -468,6 +478,37 @@ fn rnn_case(dev: &Device, kind: RnnKind) -> wgtensor::Result<Run> {
     let x = tensor(dev, &[t, b, i], DType::F32, 15)?;
     dev.sync()?;
     Ok(Box::new(move || rnn.forward(&x, None, None).map(drop)))
+}
+
+/// lstm_seq_backward: forward_train + backward of the lstm_seq problem, dy of ones-scale data.
+fn rnn_backward_case(dev: &Device) -> wgtensor::Result<Run> {
+    let (t, b, i, h) = RNN;
+    let kind = RnnKind::Lstm;
+    let g = kind.gates();
+    let scale = 1.0 / (h as f32).sqrt();
+    let w = |shape: &[usize], seed| -> wgtensor::Result<Tensor> {
+        let n = shape.iter().product();
+        Tensor::from_slice(
+            dev,
+            &data(n, seed).iter().map(|v| v * scale).collect::<Vec<_>>(),
+            shape,
+        )
+    };
+    let weights = RnnWeights::new(
+        kind,
+        &w(&[g * h, i], 11)?,
+        &w(&[g * h, h], 12)?,
+        Some(&w(&[g * h], 13)?),
+        Some(&w(&[g * h], 14)?),
+    )?;
+    let rnn = Rnn::new(kind, 1, false, false, vec![weights])?;
+    let x = tensor(dev, &[t, b, i], DType::F32, 15)?;
+    let dy = tensor(dev, &[t, b, h], DType::F32, 16)?;
+    dev.sync()?;
+    Ok(Box::new(move || {
+        let (_, saved) = rnn.forward_train(&x, None, None)?;
+        rnn.backward(&saved, &dy, None, None).map(drop)
+    }))
 }
 
 fn time_once(dev: &Device, run: &mut Run) -> wgtensor::Result<f64> {

@@ -14,7 +14,9 @@ pub use binary::BinaryOp;
 pub use gemm::{gemm, gemm_into, matmul, Activation, Bias, GemmOptions};
 pub use map::{ScalarOp, UnaryOp};
 pub use reduce::ReduceOp;
-pub use rnn::{gru_cell, lstm_cell, Rnn, RnnKind, RnnOutput, RnnWeights};
+pub use rnn::{
+    gru_cell, lstm_cell, Rnn, RnnGrads, RnnKind, RnnOutput, RnnSaved, RnnWeightGrads, RnnWeights,
+};
 
 /// Every shader variant the crate can compile (kernel, dtypes, override constants).
 #[doc(hidden)]

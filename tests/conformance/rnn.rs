@@ -337,3 +337,416 @@ fn rnn_errors_name_the_values() {
         "{e:?}"
     );
 }
+
+// ---- backward (BPTT) -----------------------------------------------------------------------
+
+/// Weights, GPU Rnn and the host data of a backward problem.
+struct BackwardCase {
+    refw: Vec<RefWeights>,
+    rnn: Rnn,
+    x: Vec<f64>,
+    h0: Option<Vec<f64>>,
+    c0: Option<Vec<f64>>,
+    dy: Vec<f64>,
+    dh_n: Option<Vec<f64>>,
+    dc_n: Option<Vec<f64>>,
+}
+
+fn backward_case(p: &Problem, with_dhn: bool, dev: &Device) -> BackwardCase {
+    let d = if p.bidirectional { 2 } else { 1 };
+    let mut refw = Vec::new();
+    let mut gpuw = Vec::new();
+    for l in 0..p.layers {
+        for dir in 0..d {
+            let in_size = if l == 0 { p.i } else { d * p.h };
+            let (r, g) = weights_for(p, dev, l * d + dir, in_size);
+            refw.push(r);
+            gpuw.push(g);
+        }
+    }
+    let kind = if p.lstm { RnnKind::Lstm } else { RnnKind::Gru };
+    let rnn = Rnn::new(kind, p.layers, p.bidirectional, p.batch_first, gpuw).unwrap();
+    let states = p.layers * d * p.b * p.h;
+    BackwardCase {
+        refw,
+        rnn,
+        x: values(p.t * p.b * p.i, p.seed ^ 99, 1.0),
+        h0: p.with_h0.then(|| values(states, p.seed ^ 5, 0.5)),
+        c0: (p.with_h0 && p.lstm).then(|| values(states, p.seed ^ 6, 0.5)),
+        dy: values(p.t * p.b * d * p.h, p.seed ^ 7, 1.0),
+        dh_n: with_dhn.then(|| values(states, p.seed ^ 8, 1.0)),
+        dc_n: (with_dhn && p.lstm).then(|| values(states, p.seed ^ 9, 1.0)),
+    }
+}
+
+/// `[T, B, N]` host data uploaded as the layout the Rnn expects (`[B, T, N]` when batch_first).
+fn upload_seq(dev: &Device, v: &[f64], shape: [usize; 3], batch_first: bool) -> Tensor {
+    let t = upload(dev, v, &shape, DType::F32);
+    if batch_first {
+        t.transpose(0, 1).unwrap().contiguous().unwrap()
+    } else {
+        t
+    }
+}
+
+/// GPU gradients as host vectors: dx [T, B, I] (time-major), dh0, dc0, per-set weight grads.
+fn gpu_grads(p: &Problem, c: &BackwardCase, dev: &Device) -> rnn_ref::RefGrads {
+    let d = if p.bidirectional { 2 } else { 1 };
+    let sshape = [p.layers * d, p.b, p.h];
+    let st = |v: &Option<Vec<f64>>| v.as_ref().map(|v| upload(dev, v, &sshape, DType::F32));
+    let xt = upload_seq(dev, &c.x, [p.t, p.b, p.i], p.batch_first);
+    let (h0, c0, dhn, dcn) = (st(&c.h0), st(&c.c0), st(&c.dh_n), st(&c.dc_n));
+    let (_, saved) = c.rnn.forward_train(&xt, h0.as_ref(), c0.as_ref()).unwrap();
+    let dy = upload_seq(dev, &c.dy, [p.t, p.b, d * p.h], p.batch_first);
+    let g = c
+        .rnn
+        .backward(&saved, &dy, dhn.as_ref(), dcn.as_ref())
+        .unwrap();
+    let dx = if p.batch_first {
+        g.dx.transpose(0, 1).unwrap()
+    } else {
+        g.dx.clone()
+    };
+    assert_eq!(dx.shape(), &[p.t, p.b, p.i]);
+    assert_eq!(g.dh0.shape(), &sshape);
+    assert_eq!(g.dc0.is_some(), p.lstm);
+    rnn_ref::RefGrads {
+        dx: download(&dx).unwrap(),
+        dh0: download(&g.dh0).unwrap(),
+        dc0: g.dc0.as_ref().map_or_else(
+            || vec![0.0; p.layers * d * p.b * p.h],
+            |t| download(t).unwrap(),
+        ),
+        dw: g
+            .weights
+            .iter()
+            .map(|w| RefWeights {
+                w_ih: download(&w.w_ih).unwrap(),
+                w_hh: download(&w.w_hh).unwrap(),
+                b_ih: download(&w.b_ih).unwrap(),
+                b_hh: download(&w.b_hh).unwrap(),
+            })
+            .collect(),
+    }
+}
+
+fn ref_grads(p: &Problem, c: &BackwardCase) -> rnn_ref::RefGrads {
+    let d = if p.bidirectional { 2 } else { 1 };
+    rnn_ref::sequence_backward(
+        p.lstm,
+        &c.refw,
+        p.layers,
+        d,
+        &c.x,
+        p.t,
+        p.b,
+        p.i,
+        p.h,
+        c.h0.as_deref(),
+        c.c0.as_deref(),
+        &c.dy,
+        c.dh_n.as_deref(),
+        c.dc_n.as_deref(),
+    )
+}
+
+/// Gradients are sums over up to T * B products of bounded terms, each step's error is that of
+/// the forward (see the module note) times bounded gate derivatives; the bound scales with the
+/// largest gradient magnitude of the tensor checked.
+fn check_grad(what: &str, got: &[f64], want: &[f64], base: f64) -> Result<(), TestCaseError> {
+    let scale = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+    check_close(what, got, want, base * scale)
+}
+
+fn compare_grads(
+    p: &Problem,
+    got: &rnn_ref::RefGrads,
+    want: &rnn_ref::RefGrads,
+) -> Result<(), TestCaseError> {
+    let d = if p.bidirectional { 2 } else { 1 };
+    let base = 4e-6 * (p.t * p.layers) as f64 * (p.i + d * p.h + 8) as f64;
+    check_grad("dx", &got.dx, &want.dx, base)?;
+    check_grad("dh0", &got.dh0, &want.dh0, base)?;
+    if p.lstm {
+        check_grad("dc0", &got.dc0, &want.dc0, base)?;
+    }
+    prop_assert_eq!(got.dw.len(), want.dw.len());
+    for (k, (g, w)) in got.dw.iter().zip(&want.dw).enumerate() {
+        check_grad(&format!("dW_ih[{k}]"), &g.w_ih, &w.w_ih, base)?;
+        check_grad(&format!("dW_hh[{k}]"), &g.w_hh, &w.w_hh, base)?;
+        check_grad(&format!("db_ih[{k}]"), &g.b_ih, &w.b_ih, base)?;
+        check_grad(&format!("db_hh[{k}]"), &g.b_hh, &w.b_hh, base)?;
+    }
+    Ok(())
+}
+
+fn backward_problem() -> impl Strategy<Value = (Problem, bool)> {
+    (
+        any::<bool>(),
+        1usize..=8,
+        1usize..=6,
+        1usize..=6,
+        0usize..=4,
+        1usize..=2,
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+        any::<u64>(),
+    )
+        .prop_map(
+            |(lstm, t, b, i, hh, layers, bidirectional, batch_first, with_h0, with_dhn, seed)| {
+                (
+                    Problem {
+                        lstm,
+                        t,
+                        b,
+                        i,
+                        // Odd hidden sizes 1..=9.
+                        h: 2 * hh + 1,
+                        layers,
+                        bidirectional,
+                        batch_first,
+                        with_h0,
+                        seed,
+                    },
+                    with_dhn,
+                )
+            },
+        )
+}
+
+fn run_backward(p: &Problem, with_dhn: bool, dev: &Device) -> Result<(), TestCaseError> {
+    let c = backward_case(p, with_dhn, dev);
+    compare_grads(p, &gpu_grads(p, &c, dev), &ref_grads(p, &c))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn rnn_backward_f32((p, with_dhn) in backward_problem()) {
+        run_backward(&p, with_dhn, device())?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 8, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn rnn_backward_portable_f32((p, with_dhn) in backward_problem()) {
+        run_backward(&p, with_dhn, portable_device())?;
+    }
+}
+
+/// Loss sum(y * dy) + sum(h_n * dh_n) + sum(c_n * dc_n) of the f64 reference forward.
+fn ref_loss(p: &Problem, c: &BackwardCase) -> f64 {
+    let d = if p.bidirectional { 2 } else { 1 };
+    let (y, hn, cn) = rnn_ref::sequence(
+        p.lstm,
+        &c.refw,
+        p.layers,
+        d,
+        &c.x,
+        p.t,
+        p.b,
+        p.i,
+        p.h,
+        c.h0.as_deref(),
+        c.c0.as_deref(),
+    );
+    let dot = |a: &[f64], b: &Option<Vec<f64>>| {
+        b.as_ref()
+            .map_or(0.0, |b| a.iter().zip(b).map(|(x, y)| x * y).sum())
+    };
+    y.iter().zip(&c.dy).map(|(a, b)| a * b).sum::<f64>() + dot(&hn, &c.dh_n) + dot(&cn, &c.dc_n)
+}
+
+/// Central differences of the f64 reference forward check both the reference BPTT (tightly)
+/// and the GPU gradients (at f32 accuracy), on tiny 2-layer bidirectional cases.
+#[test]
+fn rnn_backward_matches_finite_differences() {
+    let dev = device();
+    for lstm in [true, false] {
+        let p = Problem {
+            lstm,
+            t: 3,
+            b: 2,
+            i: 3,
+            h: 3,
+            layers: 2,
+            bidirectional: true,
+            batch_first: false,
+            with_h0: true,
+            seed: 21,
+        };
+        let mut c = backward_case(&p, true, dev);
+        let want = ref_grads(&p, &c);
+        let got = gpu_grads(&p, &c, dev);
+        let eps = 1e-5;
+        let check = |what: &str, analytic_ref: f64, analytic_gpu: f64, fd: f64| {
+            assert!(
+                (analytic_ref - fd).abs() <= 1e-7 * (1.0 + fd.abs()),
+                "lstm={lstm} {what}: reference {analytic_ref} vs finite difference {fd}"
+            );
+            assert!(
+                (analytic_gpu - fd).abs() <= 1e-4 * (1.0 + fd.abs()),
+                "lstm={lstm} {what}: gpu {analytic_gpu} vs finite difference {fd}"
+            );
+        };
+        macro_rules! fd {
+            ($field:expr, $k:expr) => {{
+                let v = $field[$k];
+                $field[$k] = v + eps;
+                let up = ref_loss(&p, &c);
+                $field[$k] = v - eps;
+                let down = ref_loss(&p, &c);
+                $field[$k] = v;
+                (up - down) / (2.0 * eps)
+            }};
+        }
+        for set in 0..4 {
+            for k in [0, 5, 13] {
+                let f = fd!(c.refw[set].w_ih, k);
+                check(
+                    &format!("dW_ih[{set}][{k}]"),
+                    want.dw[set].w_ih[k],
+                    got.dw[set].w_ih[k],
+                    f,
+                );
+                let f = fd!(c.refw[set].w_hh, k);
+                check(
+                    &format!("dW_hh[{set}][{k}]"),
+                    want.dw[set].w_hh[k],
+                    got.dw[set].w_hh[k],
+                    f,
+                );
+            }
+            for k in [1, 7] {
+                let f = fd!(c.refw[set].b_ih, k);
+                check(
+                    &format!("db_ih[{set}][{k}]"),
+                    want.dw[set].b_ih[k],
+                    got.dw[set].b_ih[k],
+                    f,
+                );
+                let f = fd!(c.refw[set].b_hh, k);
+                check(
+                    &format!("db_hh[{set}][{k}]"),
+                    want.dw[set].b_hh[k],
+                    got.dw[set].b_hh[k],
+                    f,
+                );
+            }
+        }
+        for k in [0, 4, 11, 17] {
+            let f = fd!(c.x, k);
+            check(&format!("dx[{k}]"), want.dx[k], got.dx[k], f);
+            let f = fd!(c.h0.as_mut().unwrap(), k);
+            check(&format!("dh0[{k}]"), want.dh0[k], got.dh0[k], f);
+            if lstm {
+                let f = fd!(c.c0.as_mut().unwrap(), k);
+                check(&format!("dc0[{k}]"), want.dc0[k], got.dc0[k], f);
+            }
+        }
+    }
+}
+
+/// Backward costs exactly one dispatch per step and direction (the rest is per layer).
+#[test]
+fn backward_records_one_dispatch_per_step() {
+    let dev = Device::new().unwrap();
+    for lstm in [true, false] {
+        let mut counts = Vec::new();
+        for t in [5, 13] {
+            let p = Problem {
+                lstm,
+                t,
+                b: 4,
+                i: 5,
+                h: 7,
+                layers: 1,
+                bidirectional: false,
+                batch_first: false,
+                with_h0: false,
+                seed: 4,
+            };
+            let (_, gw) = weights_for(&p, &dev, 0, p.i);
+            let kind = if lstm { RnnKind::Lstm } else { RnnKind::Gru };
+            let rnn = Rnn::new(kind, 1, false, false, vec![gw]).unwrap();
+            let x = upload(&dev, &values(t * 4 * 5, 1, 1.0), &[t, 4, 5], DType::F32);
+            let dy = upload(&dev, &values(t * 4 * 7, 2, 1.0), &[t, 4, 7], DType::F32);
+            let (_, saved) = rnn.forward_train(&x, None, None).unwrap();
+            let before = dev.stats().dispatches;
+            rnn.backward(&saved, &dy, None, None).unwrap();
+            counts.push(dev.stats().dispatches - before);
+        }
+        assert_eq!(counts[1] - counts[0], 8, "lstm={lstm}: {counts:?}");
+    }
+}
+
+#[test]
+fn rnn_backward_errors_name_the_values() {
+    let dev = device();
+    let t = |shape: &[usize]| Tensor::zeros(dev, shape, DType::F32).unwrap();
+    let lstm_w = RnnWeights::new(RnnKind::Lstm, &t(&[16, 3]), &t(&[16, 4]), None, None).unwrap();
+    let rnn = Rnn::new(RnnKind::Lstm, 1, false, false, vec![lstm_w]).unwrap();
+    let (_, saved) = rnn.forward_train(&t(&[2, 5, 3]), None, None).unwrap();
+    // dy must match the output [T, B, D*H].
+    let e = rnn
+        .backward(&saved, &t(&[2, 5, 3]), None, None)
+        .unwrap_err();
+    assert!(
+        matches!(e, wgtensor::Error::Shape { op: "lstm", .. }),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("[2, 5, 4]"), "{e}");
+    let e = rnn
+        .backward(&saved, &t(&[5, 2, 4]), None, None)
+        .unwrap_err();
+    assert!(e.to_string().contains("[5, 2, 4]"), "{e}");
+    // Final-state gradients must be [L*D, B, H].
+    let e = rnn
+        .backward(&saved, &t(&[2, 5, 4]), Some(&t(&[1, 5, 3])), None)
+        .unwrap_err();
+    assert!(e.to_string().contains("dh_n"), "{e}");
+    let e = rnn
+        .backward(&saved, &t(&[2, 5, 4]), None, Some(&t(&[2, 5, 4])))
+        .unwrap_err();
+    assert!(e.to_string().contains("dc_n"), "{e}");
+    // A GRU has no dc_n; a saved state from another Rnn is rejected.
+    let gru_w = RnnWeights::new(RnnKind::Gru, &t(&[12, 3]), &t(&[12, 4]), None, None).unwrap();
+    let gru = Rnn::new(RnnKind::Gru, 1, true, false, vec![gru_w.clone(), gru_w]).unwrap();
+    let (_, gsaved) = gru.forward_train(&t(&[2, 5, 3]), None, None).unwrap();
+    let e = gru
+        .backward(&gsaved, &t(&[2, 5, 8]), None, Some(&t(&[2, 5, 4])))
+        .unwrap_err();
+    assert!(
+        matches!(e, wgtensor::Error::InvalidArgument { .. }),
+        "{e:?}"
+    );
+    assert!(rnn.backward(&gsaved, &t(&[2, 5, 4]), None, None).is_err());
+}
+
+/// Batches past one subgroup block (32 rows; sg8 stacks up to 4 per workgroup) and hidden
+/// sizes past one 8-unit block, in both directions.
+#[test]
+fn rnn_backward_wide_batch() {
+    for (lstm, b, h, bidirectional) in [(true, 70, 11, false), (false, 37, 17, true)] {
+        let p = Problem {
+            lstm,
+            t: 3,
+            b,
+            i: 5,
+            h,
+            layers: 1,
+            bidirectional,
+            batch_first: false,
+            with_h0: true,
+            seed: 77,
+        };
+        for dev in [device(), portable_device()] {
+            run_backward(&p, true, dev).unwrap();
+        }
+    }
+}

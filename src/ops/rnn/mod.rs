@@ -5,6 +5,10 @@
 //! (or `[B, T, I]` with `batch_first`). A layer runs one GEMM for the input projection of all
 //! steps, then one fused dispatch per step, all recorded into the batched encoder.
 
+mod backward;
+
+pub use backward::{RnnGrads, RnnWeightGrads};
+
 use std::collections::HashMap;
 
 use bytemuck::{Pod, Zeroable};
@@ -14,10 +18,10 @@ use crate::runtime::pipeline::{ShaderVariant, ACTIVATION_LIB};
 use crate::runtime::{Access, Kernel};
 use crate::{DType, Device, Error, Result, Tensor};
 
-const COMMON: &str = include_str!("../../shaders/lib/rnn_common.wgsl");
+const COMMON: &str = include_str!("../../../shaders/lib/rnn_common.wgsl");
 const LIBS: &[&str] = &[ACTIVATION_LIB, COMMON];
-const PORTABLE_SRC: &str = include_str!("../../shaders/rnn.wgsl");
-const SG8_SRC: &str = include_str!("../../shaders/rnn_sg8.wgsl");
+const PORTABLE_SRC: &str = include_str!("../../../shaders/rnn.wgsl");
+const SG8_SRC: &str = include_str!("../../../shaders/rnn_sg8.wgsl");
 const WG: u32 = 64;
 
 use Access::{Read as R, ReadWrite as RW};
@@ -195,6 +199,25 @@ pub struct RnnOutput {
     pub c_n: Option<Tensor>,
 }
 
+/// What [`Rnn::forward_train`] keeps for [`Rnn::backward`].
+#[derive(Debug, Clone)]
+pub struct RnnSaved {
+    t: usize,
+    b: usize,
+    layers: Vec<SavedLayer>,
+}
+
+#[derive(Debug, Clone)]
+struct SavedLayer {
+    /// The layer input `[T, B, I_l]` (a view: layer 0's x, or the previous layer's states).
+    input: Tensor,
+    /// `[T + 2, B, D*H]` state sequences (see shaders/lib/rnn_common.wgsl).
+    hseq: Tensor,
+    cseq: Option<Tensor>,
+    /// Per direction: `[T, B, 4H]` gate activations (LSTM i, f, g, o; GRU r, z, n, W_hn h + b_hn).
+    gates: Vec<Tensor>,
+}
+
 impl Rnn {
     /// Builds from per-(layer, direction) weights, checking that sizes chain.
     pub fn new(
@@ -291,6 +314,31 @@ impl Rnn {
         h0: Option<&Tensor>,
         c0: Option<&Tensor>,
     ) -> Result<RnnOutput> {
+        self.forward_impl(x, h0, c0, false).map(|(out, _)| out)
+    }
+
+    /// [`Rnn::forward`] that also keeps what [`Rnn::backward`] needs: every step's gate
+    /// activations (`[T, B, 4H]` per layer and direction), the state sequences and the inputs.
+    pub fn forward_train(
+        &self,
+        x: &Tensor,
+        h0: Option<&Tensor>,
+        c0: Option<&Tensor>,
+    ) -> Result<(RnnOutput, RnnSaved)> {
+        let (out, saved) = self.forward_impl(x, h0, c0, true)?;
+        let saved = saved.ok_or_else(|| {
+            Error::arg(self.kind.name(), "internal: training forward saved nothing")
+        })?;
+        Ok((out, saved))
+    }
+
+    fn forward_impl(
+        &self,
+        x: &Tensor,
+        h0: Option<&Tensor>,
+        c0: Option<&Tensor>,
+        train: bool,
+    ) -> Result<(RnnOutput, Option<RnnSaved>)> {
         let op = self.kind.name();
         let w0 = &self.weights[0].w_ih;
         x.same_device(op, w0)?;
@@ -340,12 +388,14 @@ impl Rnn {
         let mut input = xs;
         let mut finals_h = Vec::new();
         let mut finals_c = Vec::new();
+        let mut saved = Vec::new();
         for layer in 0..l {
             let hseq = Tensor::zeros(dev, &[t + 2, b, d * h], x.dtype())?;
             let cseq = match self.kind {
                 RnnKind::Lstm => Some(Tensor::zeros(dev, &[t + 2, b, d * h], x.dtype())?),
                 RnnKind::Gru => None,
             };
+            let mut gates = Vec::new();
             for dir in 0..d {
                 let w = &self.weights[layer * d + dir];
                 let idx = layer * d + dir;
@@ -357,14 +407,29 @@ impl Rnn {
                 if let (Some(s), Some(cs)) = (c0, &cseq) {
                     copy_state(dev, &s.narrow(0, idx, 1)?, cs, slot, dir, h)?;
                 }
-                self.run_direction(&input, w, &hseq, cseq.as_ref(), dir)?;
+                let g = if train {
+                    Some(Tensor::empty(dev, op, &[t, b, 4 * h], x.dtype())?)
+                } else {
+                    None
+                };
+                self.run_direction(&input, w, &hseq, cseq.as_ref(), g.as_ref(), dir)?;
+                gates.extend(g);
                 let last = if dir == 0 { t } else { 1 };
                 finals_h.push(hseq.narrow(0, last, 1)?.narrow(2, dir * h, h)?);
                 if let Some(cs) = &cseq {
                     finals_c.push(cs.narrow(0, last, 1)?.narrow(2, dir * h, h)?);
                 }
             }
-            input = hseq.narrow(0, 1, t)?;
+            let next = hseq.narrow(0, 1, t)?;
+            if train {
+                saved.push(SavedLayer {
+                    input,
+                    hseq,
+                    cseq,
+                    gates,
+                });
+            }
+            input = next;
         }
         let output = if self.batch_first {
             input.transpose(0, 1)?
@@ -377,7 +442,12 @@ impl Rnn {
         } else {
             Some(stack_states(dev, &finals_c, b, h)?)
         };
-        Ok(RnnOutput { output, h_n, c_n })
+        let saved = train.then(|| RnnSaved {
+            t,
+            b,
+            layers: saved,
+        });
+        Ok((RnnOutput { output, h_n, c_n }, saved))
     }
 
     /// One direction of one layer: the input-projection GEMM, then one fused dispatch per step.
@@ -387,6 +457,7 @@ impl Rnn {
         w: &RnnWeights,
         hseq: &Tensor,
         cseq: Option<&Tensor>,
+        train_gates: Option<&Tensor>,
         dir: usize,
     ) -> Result<()> {
         let op = self.kind.name();
@@ -402,7 +473,14 @@ impl Rnn {
                 ..Default::default()
             },
         )?;
-        let gates = Tensor::empty(dev, op, &[b, 4 * h], input.dtype())?;
+        let scratch;
+        let gates = match train_gates {
+            Some(g) => g,
+            None => {
+                scratch = Tensor::empty(dev, op, &[b, 4 * h], input.dtype())?;
+                &scratch
+            }
+        };
         let plan = step_plan(dev, self.kind, b, h)?;
         let slot_elems = b * d * h;
         for step in 0..t {
@@ -419,7 +497,11 @@ impl Rnn {
                 next_off: (next * slot_elems + dir * h) as u32,
                 x_off: (ti * b * g * h) as u32,
                 x_rs: (g * h) as u32,
-                g_off: 0,
+                g_off: if train_gates.is_some() {
+                    (ti * b * 4 * h) as u32
+                } else {
+                    0
+                },
                 ..Default::default()
             };
             let mut bufs = vec![w.w_hh.buffer(), w.b_hh.buffer(), xp.buffer(), hseq.buffer()];
@@ -607,5 +689,6 @@ pub fn rnn_variants() -> Vec<ShaderVariant> {
             }
         }
     }
+    v.extend(backward::backward_variants());
     v
 }

@@ -1,0 +1,108 @@
+// One fused BPTT step of an LSTM (gates i, f, g, o) or GRU (gates r, z, n), PyTorch semantics.
+// One invocation per (batch row b, hidden unit j) computes the recurrent gradient
+//   dh_t[b, j] = dy_t[b, j] + carry_h[b, j] + sum_k dA_h_{t+1}[b, k] W_hh[k, j]   (K = G*H)
+// and the gate derivatives in registers, writing the pre-activation gate gradients of this
+// step (dA_h for W_hh / b_hh / the next recurrent product; for a GRU also dA_x for W_ih / b_ih /
+// dx, which differs from dA_h in the n block) and the carries into the previous step:
+// LSTM dc_{t-1} (carry_c), GRU dh_t * z (the direct path of h_{t-1}, carry_h).
+// Saved state from the training forward: gates [T, B, 4H] (LSTM i, f, g, o; GRU r, z, n, hn),
+// the sequence buffers [T + 2, B, D*H] holding h_{t-1} / c_{t-1} (slot `prev`) and c_t (slot
+// `cur`). Carries live in [T + 1, 2, B, H]: step s reads slot s and writes slot s + 1.
+// This file: parameters, bindings and the gate derivatives shared by rnn_backward.wgsl
+// (portable step) and rnn_backward_sg8.wgsl (8-lane subgroup step). Needs lib/activation.wgsl.
+
+struct Params {
+    batch: u32,
+    hidden: u32,
+    // G * H.
+    gh: u32,
+    // 0 on the first processed step (no dA_{t+1} yet), 1 afterwards.
+    has_rec: u32,
+    // dy of this step and direction (offset of row 0, row stride D*H).
+    dy_off: u32,
+    dy_rs: u32,
+    // This step's dA rows ([B, G*H] at a_off) and the previously processed step's (a_prev).
+    a_off: u32,
+    a_prev: u32,
+    // This step's saved gates ([B, 4H] at g_off).
+    g_off: u32,
+    // Sequence buffers: row stride D*H, previous-state and current-state row offsets.
+    seq_rs: u32,
+    prev_off: u32,
+    cur_off: u32,
+    // Carry slots read and written by this step ([2, B, H] each: h then c).
+    carry_in: u32,
+    carry_out: u32,
+    // Always 0, unknown to the compiler (see rnn_backward_sg8.wgsl).
+    zero: f32,
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> whh: array<T>;
+@group(0) @binding(2) var<storage, read> dy: array<T>;
+@group(0) @binding(3) var<storage, read> gates: array<T>;
+@group(0) @binding(4) var<storage, read> hseq: array<T>;
+@group(0) @binding(5) var<storage, read> cseq: array<T>;
+@group(0) @binding(6) var<storage, read_write> carry: array<T>;
+@group(0) @binding(7) var<storage, read_write> dah: array<T>;
+@group(0) @binding(8) var<storage, read_write> dax: array<T>;
+
+// rec: this row's dA_h_{t+1} W_hh (0 on the first processed step).
+fn lstm_backward_finish(b: u32, j: u32, rec: f32) {
+    let h = p.hidden;
+    if (b >= p.batch || j >= h) {
+        return;
+    }
+    let cin = p.carry_in + b * h + j;
+    let dh = rec + f32(dy[p.dy_off + b * p.dy_rs + j]) + f32(carry[cin]);
+    let go = p.g_off + b * 4u * h + j;
+    let ig = f32(gates[go]);
+    let fg = f32(gates[go + h]);
+    let gg = f32(gates[go + 2u * h]);
+    let og = f32(gates[go + 3u * h]);
+    let row = b * p.seq_rs + j;
+    let c = f32(cseq[p.cur_off + row]);
+    let cp = f32(cseq[p.prev_off + row]);
+    let tc = tanh_f(c);
+    let dc = f32(carry[cin + p.batch * h]) + dh * og * (1.0 - tc * tc);
+    let d_o = dh * tc;
+    let di = dc * gg;
+    let dg = dc * ig;
+    let df = dc * cp;
+    let cout = p.carry_out + b * h + j;
+    carry[cout] = T(0.0);
+    carry[cout + p.batch * h] = T(dc * fg);
+    let ao = p.a_off + b * p.gh + j;
+    dah[ao] = T(di * ig * (1.0 - ig));
+    dah[ao + h] = T(df * fg * (1.0 - fg));
+    dah[ao + 2u * h] = T(dg * (1.0 - gg * gg));
+    dah[ao + 3u * h] = T(d_o * og * (1.0 - og));
+}
+
+fn gru_backward_finish(b: u32, j: u32, rec: f32) {
+    let h = p.hidden;
+    if (b >= p.batch || j >= h) {
+        return;
+    }
+    let dh = rec + f32(dy[p.dy_off + b * p.dy_rs + j]) + f32(carry[p.carry_in + b * h + j]);
+    let go = p.g_off + b * 4u * h + j;
+    let r = f32(gates[go]);
+    let z = f32(gates[go + h]);
+    let n = f32(gates[go + 2u * h]);
+    let hn = f32(gates[go + 3u * h]);
+    let hp = f32(hseq[p.prev_off + b * p.seq_rs + j]);
+    let dan = dh * (1.0 - z) * (1.0 - n * n);
+    let dar = dan * hn * r * (1.0 - r);
+    let daz = dh * (hp - n) * z * (1.0 - z);
+    let cout = p.carry_out + b * h + j;
+    carry[cout] = T(dh * z);
+    carry[cout + p.batch * h] = T(0.0);
+    let ao = p.a_off + b * p.gh + j;
+    dah[ao] = T(dar);
+    dah[ao + h] = T(daz);
+    dah[ao + 2u * h] = T(dan * r);
+    dax[ao] = T(dar);
+    dax[ao + h] = T(daz);
+    dax[ao + 2u * h] = T(dan);
+}

@@ -1,0 +1,33 @@
+// Portable BPTT step (any adapter): one invocation per (batch row, hidden unit), looping over
+// the G*H columns of dA_{t+1} for the recurrent gradient. Needs lib/activation.wgsl and
+// lib/rnn_backward_common.wgsl.
+
+override WG: u32 = 64u;
+
+// dA_h_{t+1} W_hh for row b, unit j.
+fn recurrent_grad(b: u32, j: u32) -> f32 {
+    let h = p.hidden;
+    var acc = 0.0;
+    if (p.has_rec != 0u) {
+        let arow = p.a_prev + min(b, p.batch - 1u) * p.gh;
+        let jj = min(j, h - 1u);
+        for (var k = 0u; k < p.gh; k++) {
+            acc = fma(f32(dah[arow + k]), f32(whh[k * h + jj]), acc);
+        }
+    }
+    return acc;
+}
+
+@compute @workgroup_size(WG)
+fn lstm_backward_step(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let b = gid.x / p.hidden;
+    let j = gid.x % p.hidden;
+    lstm_backward_finish(b, j, recurrent_grad(b, j));
+}
+
+@compute @workgroup_size(WG)
+fn gru_backward_step(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let b = gid.x / p.hidden;
+    let j = gid.x % p.hidden;
+    gru_backward_finish(b, j, recurrent_grad(b, j));
+}

@@ -1,0 +1,367 @@
+//! BPTT backward of the fused LSTM/GRU (shaders/rnn_backward.wgsl, rnn_backward_sg8.wgsl,
+//! shaders/lib/rnn_backward_common.wgsl): one fused dispatch per step for the recurrent
+//! gradient and the gate derivatives, then the weight gradients as GEMMs over the sequence.
+
+use bytemuck::{Pod, Zeroable};
+
+use super::*;
+
+const BACKWARD_COMMON: &str = include_str!("../../../shaders/lib/rnn_backward_common.wgsl");
+const BACKWARD_LIBS: &[&str] = &[ACTIVATION_LIB, BACKWARD_COMMON];
+const BACKWARD_SRC: &str = include_str!("../../../shaders/rnn_backward.wgsl");
+const BACKWARD_SG8_SRC: &str = include_str!("../../../shaders/rnn_backward_sg8.wgsl");
+
+macro_rules! backward_kernel {
+    ($name:ident, $src:expr, $entry:literal, lstm) => {
+        static $name: Kernel = Kernel {
+            name: $entry,
+            source: $src,
+            entry: $entry,
+            bindings: &[R, R, R, R, RW, RW],
+            slots: &[1, 2, 3, 5, 6, 7],
+            libs: BACKWARD_LIBS,
+        };
+    };
+    ($name:ident, $src:expr, $entry:literal, gru) => {
+        static $name: Kernel = Kernel {
+            name: $entry,
+            source: $src,
+            entry: $entry,
+            bindings: &[R, R, R, R, RW, RW, RW],
+            slots: &[1, 2, 3, 4, 6, 7, 8],
+            libs: BACKWARD_LIBS,
+        };
+    };
+}
+backward_kernel!(LSTM_BACKWARD, BACKWARD_SRC, "lstm_backward_step", lstm);
+backward_kernel!(GRU_BACKWARD, BACKWARD_SRC, "gru_backward_step", gru);
+backward_kernel!(
+    LSTM_BACKWARD_SG8,
+    BACKWARD_SG8_SRC,
+    "lstm_backward_step_sg8",
+    lstm
+);
+backward_kernel!(
+    GRU_BACKWARD_SG8,
+    BACKWARD_SG8_SRC,
+    "gru_backward_step_sg8",
+    gru
+);
+
+/// Gradients of one layer and direction's weights, PyTorch layout.
+#[derive(Debug, Clone)]
+pub struct RnnWeightGrads {
+    pub w_ih: Tensor,
+    pub w_hh: Tensor,
+    pub b_ih: Tensor,
+    pub b_hh: Tensor,
+}
+
+/// What [`Rnn::backward`] returns.
+#[derive(Debug, Clone)]
+pub struct RnnGrads {
+    /// Same shape and layout convention as the forward input.
+    pub dx: Tensor,
+    /// `[num_layers * D, B, H]`.
+    pub dh0: Tensor,
+    /// LSTM only, `[num_layers * D, B, H]`.
+    pub dc0: Option<Tensor>,
+    /// Indexed `layer * D + direction`.
+    pub weights: Vec<RnnWeightGrads>,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable, Default)]
+struct BackwardParams {
+    batch: u32,
+    hidden: u32,
+    gh: u32,
+    has_rec: u32,
+    dy_off: u32,
+    dy_rs: u32,
+    a_off: u32,
+    a_prev: u32,
+    g_off: u32,
+    seq_rs: u32,
+    prev_off: u32,
+    cur_off: u32,
+    carry_in: u32,
+    carry_out: u32,
+    zero: f32,
+    pad: u32,
+}
+
+/// `[T, B, N]` (or any rank-3 view whose first two dims merge) as `[T*B, N]`, copying only
+/// when the view cannot be reshaped.
+fn flat2(x: &Tensor) -> Result<Tensor> {
+    let s = x.shape();
+    x.reshape(&[s[0] * s[1], s[2]])
+}
+
+impl Rnn {
+    /// BPTT through a [`Rnn::forward_train`] run. `dy`: gradient of the output (its shape,
+    /// `[T, B, D*H]` or `[B, T, D*H]` with batch_first); `dh_n` / `dc_n`: gradients of the final
+    /// states `[L*D, B, H]`, zeros when absent. Per layer and direction: one fused dispatch per
+    /// step (recurrent gradient and gate derivatives), then the weight, bias and input gradients
+    /// as GEMMs / column sums over the whole sequence.
+    pub fn backward(
+        &self,
+        saved: &RnnSaved,
+        dy: &Tensor,
+        dh_n: Option<&Tensor>,
+        dc_n: Option<&Tensor>,
+    ) -> Result<RnnGrads> {
+        let op = self.kind.name();
+        let (t, b) = (saved.t, saved.b);
+        let (d, h, l, g) = (
+            self.dirs(),
+            self.hidden_size,
+            self.num_layers,
+            self.kind.gates(),
+        );
+        let lstm = self.kind == RnnKind::Lstm;
+        if saved.layers.len() != l || saved.layers.iter().any(|s| s.gates.len() != d) {
+            return Err(Error::arg(
+                op,
+                "the saved state comes from an Rnn with other layers or directions",
+            ));
+        }
+        let w0 = &self.weights[0].w_ih;
+        dy.same_device(op, w0)?;
+        dy.same_dtype(op, w0)?;
+        let want = if self.batch_first {
+            [b, t, d * h]
+        } else {
+            [t, b, d * h]
+        };
+        if dy.shape() != want {
+            return Err(Error::shape(
+                op,
+                format!("dy must be {want:?} like the output, got {:?}", dy.shape()),
+            ));
+        }
+        let state_shape = [l * d, b, h];
+        for (name, s) in [("dh_n", dh_n), ("dc_n", dc_n)] {
+            if let Some(s) = s {
+                if s.shape() != state_shape {
+                    return Err(Error::shape(
+                        op,
+                        format!("{name} must be {state_shape:?}, got {:?}", s.shape()),
+                    ));
+                }
+                dy.same_device(op, s)?;
+                dy.same_dtype(op, s)?;
+            }
+        }
+        if dc_n.is_some() && !lstm {
+            return Err(Error::arg(op, "a GRU has no cell state: dc_n must be None"));
+        }
+        let dev = dy.device();
+        let dtype = dy.dtype();
+        let plan = backward_plan(dev, self.kind, b, h)?;
+        let mut grad = if self.batch_first {
+            dy.transpose(0, 1)?
+        } else {
+            dy.clone()
+        };
+        let mut wgrads: Vec<Option<RnnWeightGrads>> = vec![None; l * d];
+        let mut dh0s: Vec<Option<Tensor>> = vec![None; l * d];
+        let mut dc0s: Vec<Option<Tensor>> = vec![None; l * d];
+        for layer in (0..l).rev() {
+            let sl = &saved.layers[layer];
+            let dyc = if grad.is_contiguous() {
+                grad.clone()
+            } else {
+                grad.contiguous()?
+            };
+            let in_size = sl.input.shape()[2];
+            let x2 = flat2(&sl.input)?;
+            let slot_elems = b * d * h;
+            let mut dx: Option<Tensor> = None;
+            for dir in 0..d {
+                let idx = layer * d + dir;
+                let w = &self.weights[idx];
+                // Carries [T + 1, 2, B, H] flattened to [2(T + 1), B, H]: slot 2s holds the h
+                // carry into processed step s, slot 2s + 1 the c carry.
+                let carry = Tensor::zeros(dev, &[2 * (t + 1), b, h], dtype)?;
+                if let Some(s) = dh_n {
+                    copy_state(dev, &s.narrow(0, idx, 1)?, &carry, 0, 0, h)?;
+                }
+                if let Some(s) = dc_n {
+                    copy_state(dev, &s.narrow(0, idx, 1)?, &carry, 1, 0, h)?;
+                }
+                let dah = Tensor::empty(dev, op, &[t, b, g * h], dtype)?;
+                let dax = if lstm {
+                    None
+                } else {
+                    Some(Tensor::empty(dev, op, &[t, b, g * h], dtype)?)
+                };
+                let state = if lstm {
+                    sl.cseq.as_ref().ok_or_else(|| {
+                        Error::arg(op, "internal: an LSTM forward saved no cell states")
+                    })?
+                } else {
+                    &sl.hseq
+                };
+                let mut prev_ti = 0;
+                for s in 0..t {
+                    // Reverse processing order: the forward direction walks T-1..0.
+                    let (ti, prev) = if dir == 0 {
+                        (t - 1 - s, t - 1 - s)
+                    } else {
+                        (s, s + 2)
+                    };
+                    let p = BackwardParams {
+                        batch: b as u32,
+                        hidden: h as u32,
+                        gh: (g * h) as u32,
+                        has_rec: (s > 0) as u32,
+                        dy_off: (dyc.layout().offset() + ti * b * d * h + dir * h) as u32,
+                        dy_rs: (d * h) as u32,
+                        a_off: (ti * b * g * h) as u32,
+                        a_prev: (prev_ti * b * g * h) as u32,
+                        g_off: (ti * b * 4 * h) as u32,
+                        seq_rs: (d * h) as u32,
+                        prev_off: (prev * slot_elems + dir * h) as u32,
+                        cur_off: ((ti + 1) * slot_elems + dir * h) as u32,
+                        carry_in: (s * 2 * b * h) as u32,
+                        carry_out: ((s + 1) * 2 * b * h) as u32,
+                        ..Default::default()
+                    };
+                    let mut bufs = vec![
+                        w.w_hh.buffer(),
+                        dyc.buffer(),
+                        sl.gates[dir].buffer(),
+                        state.buffer(),
+                        carry.buffer(),
+                        dah.buffer(),
+                    ];
+                    if let Some(a) = &dax {
+                        bufs.push(a.buffer());
+                    }
+                    dev.launch(
+                        op,
+                        plan.kernel,
+                        &[dtype],
+                        &plan.consts,
+                        bytemuck::bytes_of(&p),
+                        &bufs,
+                        plan.grid,
+                    )?;
+                    prev_ti = ti;
+                }
+                let dah2 = flat2(&dah)?;
+                let dax2 = match &dax {
+                    Some(a) => flat2(a)?,
+                    None => dah2.clone(),
+                };
+                // h_{t-1} of every step: slots 0..T (forward) or 2..T+2 (reverse).
+                let first = if dir == 0 { 0 } else { 2 };
+                let hprev = flat2(&sl.hseq.narrow(0, first, t)?.narrow(2, dir * h, h)?)?;
+                let plain = GemmOptions::default();
+                wgrads[idx] = Some(RnnWeightGrads {
+                    w_ih: gemm(&dax2.transpose(0, 1)?, &x2, &plain)?,
+                    w_hh: gemm(&dah2.transpose(0, 1)?, &hprev, &plain)?,
+                    b_ih: dax2.sum(0, false)?,
+                    b_hh: dah2.sum(0, false)?,
+                });
+                // Both directions' input gradients add up (fused as the GEMM's C term).
+                dx = Some(gemm(
+                    &dax2,
+                    &w.w_ih,
+                    &GemmOptions {
+                        c: dx.as_ref(),
+                        ..Default::default()
+                    },
+                )?);
+                // dh0: the last processed step's recurrent product plus the direct carry.
+                let carry_h = carry.narrow(0, 2 * t, 1)?.reshape(&[b, h])?;
+                let da_last = dah.narrow(0, prev_ti, 1)?.reshape(&[b, g * h])?;
+                let dh0 = gemm(
+                    &da_last,
+                    &w.w_hh,
+                    &GemmOptions {
+                        c: Some(&carry_h),
+                        ..Default::default()
+                    },
+                )?;
+                dh0s[idx] = Some(dh0.reshape(&[1, b, h])?);
+                if lstm {
+                    dc0s[idx] = Some(carry.narrow(0, 2 * t + 1, 1)?);
+                }
+            }
+            let dx = dx.ok_or_else(|| Error::arg(op, "internal: no direction ran"))?;
+            grad = dx.reshape(&[t, b, in_size])?;
+        }
+        let dx = if self.batch_first {
+            grad.transpose(0, 1)?
+        } else {
+            grad
+        };
+        let dh0: Vec<Tensor> = dh0s.into_iter().flatten().collect();
+        let dc0: Vec<Tensor> = dc0s.into_iter().flatten().collect();
+        Ok(RnnGrads {
+            dx,
+            dh0: stack_states(dev, &dh0, b, h)?,
+            dc0: if lstm {
+                Some(stack_states(dev, &dc0, b, h)?)
+            } else {
+                None
+            },
+            weights: wgrads.into_iter().flatten().collect(),
+        })
+    }
+}
+
+/// The BPTT step kernel: sg8 (32 batch rows x 8 hidden units per subgroup) on 8-lane-subgroup
+/// adapters, portable (one invocation per unit) elsewhere.
+fn backward_plan(dev: &Device, kind: RnnKind, b: usize, h: usize) -> Result<StepPlan> {
+    let max = dev.limits().max_compute_workgroups_per_dimension as usize;
+    let lstm = kind == RnnKind::Lstm;
+    let (kernel, consts, grid) = if has_sg8(dev) {
+        let sgs = b.div_ceil(32).next_power_of_two().min(4);
+        let k = if lstm {
+            &LSTM_BACKWARD_SG8
+        } else {
+            &GRU_BACKWARD_SG8
+        };
+        (
+            k,
+            vec![("SGS", sgs as f64)],
+            [b.div_ceil(32 * sgs), h.div_ceil(8), 1],
+        )
+    } else {
+        let k = if lstm { &LSTM_BACKWARD } else { &GRU_BACKWARD };
+        (
+            k,
+            vec![("WG", WG as f64)],
+            [(b * h).div_ceil(WG as usize), 1, 1],
+        )
+    };
+    if grid.iter().any(|&g| g > max) {
+        return Err(Error::size(
+            kind.name(),
+            format!("batch {b} x hidden {h} needs grid {grid:?}, over the adapter's {max}"),
+        ));
+    }
+    Ok(StepPlan {
+        kernel,
+        consts,
+        grid: grid.map(|g| g as u32),
+    })
+}
+
+pub(super) fn backward_variants() -> Vec<ShaderVariant> {
+    let mut v = Vec::new();
+    for dt in [DType::F32, DType::F16] {
+        for k in [&LSTM_BACKWARD, &GRU_BACKWARD] {
+            v.push(ShaderVariant::new(k, &[dt], &[("WG", WG as f64)]));
+        }
+        for k in [&LSTM_BACKWARD_SG8, &GRU_BACKWARD_SG8] {
+            for sgs in [1.0, 2.0, 4.0] {
+                v.push(ShaderVariant::new(k, &[dt], &[("SGS", sgs)]));
+            }
+        }
+    }
+    v
+}
