@@ -158,7 +158,7 @@ impl Rnn {
         }
         let dev = dy.device();
         let dtype = dy.dtype();
-        let plan = backward_plan(dev, self.kind, b, h)?;
+        let plan = step_plan(dev, self.kind, b, h, &BACKWARD_STEPS)?;
         let mut grad = if self.batch_first {
             dy.transpose(0, 1)?
         } else {
@@ -313,43 +313,11 @@ impl Rnn {
     }
 }
 
-/// The BPTT step kernel: sg8 (32 batch rows x 8 hidden units per subgroup) on 8-lane-subgroup
-/// adapters, portable (one invocation per unit) elsewhere.
-fn backward_plan(dev: &Device, kind: RnnKind, b: usize, h: usize) -> Result<StepPlan> {
-    let max = dev.limits().max_compute_workgroups_per_dimension as usize;
-    let lstm = kind == RnnKind::Lstm;
-    let (kernel, consts, grid) = if has_sg8(dev) {
-        let sgs = b.div_ceil(32).next_power_of_two().min(4);
-        let k = if lstm {
-            &LSTM_BACKWARD_SG8
-        } else {
-            &GRU_BACKWARD_SG8
-        };
-        (
-            k,
-            vec![("SGS", sgs as f64)],
-            [b.div_ceil(32 * sgs), h.div_ceil(8), 1],
-        )
-    } else {
-        let k = if lstm { &LSTM_BACKWARD } else { &GRU_BACKWARD };
-        (
-            k,
-            vec![("WG", WG as f64)],
-            [(b * h).div_ceil(WG as usize), 1, 1],
-        )
-    };
-    if grid.iter().any(|&g| g > max) {
-        return Err(Error::size(
-            kind.name(),
-            format!("batch {b} x hidden {h} needs grid {grid:?}, over the adapter's {max}"),
-        ));
-    }
-    Ok(StepPlan {
-        kernel,
-        consts,
-        grid: grid.map(|g| g as u32),
-    })
-}
+/// The BPTT step kernels, chosen like the forward's.
+const BACKWARD_STEPS: StepKernels = StepKernels {
+    sg8: [&LSTM_BACKWARD_SG8, &GRU_BACKWARD_SG8],
+    portable: [&LSTM_BACKWARD, &GRU_BACKWARD],
+};
 
 pub(super) fn backward_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();

@@ -481,7 +481,7 @@ impl Rnn {
                 &scratch
             }
         };
-        let plan = step_plan(dev, self.kind, b, h)?;
+        let plan = step_plan(dev, self.kind, b, h, &FORWARD_STEPS)?;
         let slot_elems = b * d * h;
         for step in 0..t {
             let (ti, prev, next) = if dir == 0 {
@@ -530,23 +530,38 @@ struct StepPlan {
     grid: [u32; 3],
 }
 
+/// The kernels of one per-step family: `[LSTM, GRU]` for the sg8 and the portable variant.
+struct StepKernels {
+    sg8: [&'static Kernel; 2],
+    portable: [&'static Kernel; 2],
+}
+
+const FORWARD_STEPS: StepKernels = StepKernels {
+    sg8: [&LSTM_STEP_SG8, &GRU_STEP_SG8],
+    portable: [&LSTM_STEP, &GRU_STEP],
+};
+
 /// The sg8 variant on 8-lane-subgroup adapters (32 batch rows x 8 hidden units per subgroup),
 /// the portable one (one invocation per unit) elsewhere.
-fn step_plan(dev: &Device, kind: RnnKind, b: usize, h: usize) -> Result<StepPlan> {
+fn step_plan(
+    dev: &Device,
+    kind: RnnKind,
+    b: usize,
+    h: usize,
+    family: &StepKernels,
+) -> Result<StepPlan> {
     let max = dev.limits().max_compute_workgroups_per_dimension as usize;
-    let lstm = kind == RnnKind::Lstm;
+    let which = usize::from(kind == RnnKind::Gru);
     let (kernel, consts, grid) = if has_sg8(dev) {
         let sgs = b.div_ceil(32).next_power_of_two().min(4);
-        let k = if lstm { &LSTM_STEP_SG8 } else { &GRU_STEP_SG8 };
         (
-            k,
+            family.sg8[which],
             vec![("SGS", sgs as f64)],
             [b.div_ceil(32 * sgs), h.div_ceil(8), 1],
         )
     } else {
-        let k = if lstm { &LSTM_STEP } else { &GRU_STEP };
         (
-            k,
+            family.portable[which],
             vec![("WG", WG as f64)],
             [(b * h).div_ceil(WG as usize), 1, 1],
         )
