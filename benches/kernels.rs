@@ -454,10 +454,11 @@ fn rnn_flops(gates: usize) -> f64 {
     2.0 * (t * b * gates * h * (i + h)) as f64
 }
 
-fn rnn_case(dev: &Device, kind: RnnKind) -> wgtensor::Result<Run> {
+/// The lstm_seq / gru_seq layer and input, weights in PyTorch's init range
+/// U(-1/sqrt(H), 1/sqrt(H)) so the gates stay out of saturation.
+fn rnn_problem(dev: &Device, kind: RnnKind) -> wgtensor::Result<(Rnn, Tensor)> {
     let (t, b, i, h) = RNN;
     let g = kind.gates();
-    // PyTorch's init range U(-1/sqrt(H), 1/sqrt(H)) keeps the gates out of saturation.
     let scale = 1.0 / (h as f32).sqrt();
     let w = |shape: &[usize], seed| -> wgtensor::Result<Tensor> {
         let n = shape.iter().product();
@@ -476,33 +477,19 @@ fn rnn_case(dev: &Device, kind: RnnKind) -> wgtensor::Result<Run> {
     )?;
     let rnn = Rnn::new(kind, 1, false, false, vec![weights])?;
     let x = tensor(dev, &[t, b, i], DType::F32, 15)?;
+    Ok((rnn, x))
+}
+
+fn rnn_case(dev: &Device, kind: RnnKind) -> wgtensor::Result<Run> {
+    let (rnn, x) = rnn_problem(dev, kind)?;
     dev.sync()?;
     Ok(Box::new(move || rnn.forward(&x, None, None).map(drop)))
 }
 
 /// lstm_seq_backward: forward_train + backward of the lstm_seq problem, dy of ones-scale data.
 fn rnn_backward_case(dev: &Device) -> wgtensor::Result<Run> {
-    let (t, b, i, h) = RNN;
-    let kind = RnnKind::Lstm;
-    let g = kind.gates();
-    let scale = 1.0 / (h as f32).sqrt();
-    let w = |shape: &[usize], seed| -> wgtensor::Result<Tensor> {
-        let n = shape.iter().product();
-        Tensor::from_slice(
-            dev,
-            &data(n, seed).iter().map(|v| v * scale).collect::<Vec<_>>(),
-            shape,
-        )
-    };
-    let weights = RnnWeights::new(
-        kind,
-        &w(&[g * h, i], 11)?,
-        &w(&[g * h, h], 12)?,
-        Some(&w(&[g * h], 13)?),
-        Some(&w(&[g * h], 14)?),
-    )?;
-    let rnn = Rnn::new(kind, 1, false, false, vec![weights])?;
-    let x = tensor(dev, &[t, b, i], DType::F32, 15)?;
+    let (t, b, _, h) = RNN;
+    let (rnn, x) = rnn_problem(dev, RnnKind::Lstm)?;
     let dy = tensor(dev, &[t, b, h], DType::F32, 16)?;
     dev.sync()?;
     Ok(Box::new(move || {

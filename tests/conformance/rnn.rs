@@ -115,7 +115,8 @@ fn check_close(what: &str, got: &[f64], want: &[f64], tol: f64) -> Result<(), Te
     Ok(())
 }
 
-fn run_sequence(p: &Problem, dev: &Device) -> Result<(), TestCaseError> {
+/// The problem's layer stack: f64 reference weights and the GPU `Rnn` built from them.
+fn build_rnn(p: &Problem, dev: &Device) -> (Vec<RefWeights>, Rnn) {
     let d = if p.bidirectional { 2 } else { 1 };
     let mut refw = Vec::new();
     let mut gpuw = Vec::new();
@@ -129,6 +130,12 @@ fn run_sequence(p: &Problem, dev: &Device) -> Result<(), TestCaseError> {
     }
     let kind = if p.lstm { RnnKind::Lstm } else { RnnKind::Gru };
     let rnn = Rnn::new(kind, p.layers, p.bidirectional, p.batch_first, gpuw).unwrap();
+    (refw, rnn)
+}
+
+fn run_sequence(p: &Problem, dev: &Device) -> Result<(), TestCaseError> {
+    let d = if p.bidirectional { 2 } else { 1 };
+    let (refw, rnn) = build_rnn(p, dev);
     let x = values(p.t * p.b * p.i, p.seed ^ 99, 1.0);
     let states = p.layers * d * p.b * p.h;
     let h0 = p.with_h0.then(|| values(states, p.seed ^ 5, 0.5));
@@ -354,18 +361,7 @@ struct BackwardCase {
 
 fn backward_case(p: &Problem, with_dhn: bool, dev: &Device) -> BackwardCase {
     let d = if p.bidirectional { 2 } else { 1 };
-    let mut refw = Vec::new();
-    let mut gpuw = Vec::new();
-    for l in 0..p.layers {
-        for dir in 0..d {
-            let in_size = if l == 0 { p.i } else { d * p.h };
-            let (r, g) = weights_for(p, dev, l * d + dir, in_size);
-            refw.push(r);
-            gpuw.push(g);
-        }
-    }
-    let kind = if p.lstm { RnnKind::Lstm } else { RnnKind::Gru };
-    let rnn = Rnn::new(kind, p.layers, p.bidirectional, p.batch_first, gpuw).unwrap();
+    let (refw, rnn) = build_rnn(p, dev);
     let states = p.layers * d * p.b * p.h;
     BackwardCase {
         refw,
