@@ -14,6 +14,9 @@
 //! case is selected, and bandwidth cases then also print `of_copy=` (their gbps / copy_bw's
 //! gbps in the same run). `copy_shader` is the same copy through a compute shader: the ceiling
 //! of shader-based bandwidth kernels on this adapter.
+// Native only (blocking device, readback and wall clock): an empty program on wasm32.
+#![cfg_attr(target_arch = "wasm32", no_main)]
+#![cfg(not(target_arch = "wasm32"))]
 
 use std::time::Instant;
 

@@ -1,5 +1,8 @@
 //! Prints the adapter wgtensor would use. `--require-f16` exits with status 3 when the adapter
 //! lacks SHADER_F16 (scripts/test.sh uses it to skip the f16 conformance cases).
+// Native only (blocking device): an empty program on wasm32.
+#![cfg_attr(target_arch = "wasm32", no_main)]
+#![cfg(not(target_arch = "wasm32"))]
 
 fn main() {
     let dev = match wgtensor::Device::new() {

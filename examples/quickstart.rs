@@ -1,5 +1,8 @@
 //! Prints the adapter, runs a small computation on the GPU and checks it against the CPU.
 //! `cargo run --release --example quickstart`
+// Native only (blocking device and readback): an empty program on wasm32.
+#![cfg_attr(target_arch = "wasm32", no_main)]
+#![cfg(not(target_arch = "wasm32"))]
 
 use wgtensor::{Device, Tensor};
 

@@ -1,5 +1,7 @@
 //! Every error case returns the right variant with a message naming the op and the values,
 //! and a sweep of random invalid arguments never panics.
+// Native only (blocking device and readback); tests/browser.rs is the wasm32 suite.
+#![cfg(not(target_arch = "wasm32"))]
 
 use proptest::prelude::*;
 use wgtensor::ops::{gemm, gemm_into, matmul, Bias, BinaryOp, GemmOptions, ReduceOp};

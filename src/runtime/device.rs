@@ -745,7 +745,8 @@ fn poll_error(op: &'static str, e: wgpu::PollError) -> Error {
     }
 }
 
-#[cfg(test)]
+// Native only: they open devices with the blocking `Device::new`.
+#[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;
     use crate::runtime::{Access, Kernel};
@@ -798,7 +799,7 @@ mod tests {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(target_arch = "wasm32")))]
 mod override_tests {
     use super::*;
     use crate::runtime::{Access, Kernel};

@@ -3,6 +3,8 @@
 //!
 //! f16 tests have `f16` in their names and fail on adapters without SHADER_F16; run with
 //! `--skip f16` there (scripts/test.sh does).
+// Native only (blocking device and readback); tests/browser.rs is the wasm32 suite.
+#![cfg(not(target_arch = "wasm32"))]
 
 #[path = "../common/mod.rs"]
 mod common;
