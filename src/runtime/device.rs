@@ -17,7 +17,8 @@ pub struct DeviceOptions {
     pub max_dispatches_per_submit: usize,
     /// ... or once the buffers allocated for it reach this many bytes.
     pub max_bytes_per_submit: u64,
-    /// At most this many submissions are outstanding; the next submit waits for the oldest.
+    /// At most this many submissions are outstanding; the next submit waits for the oldest
+    /// (wasm: a batch finished at the cap is parked until the next async point).
     pub max_in_flight: usize,
     /// Freed buffers beyond this many cached bytes are destroyed instead of kept.
     pub pool_cap_bytes: u64,
@@ -48,6 +49,9 @@ pub struct DeviceStats {
     pub submissions: u64,
     pub in_flight: usize,
     pub peak_in_flight: usize,
+    /// Finished batches held back by the in-flight cap until the next async point (wasm only;
+    /// always 0 on native, where submitting waits instead).
+    pub parked: usize,
     pub pool: PoolStats,
 }
 
@@ -254,6 +258,7 @@ impl Device {
             submissions: st.submitter.submissions,
             in_flight: st.submitter.in_flight(),
             peak_in_flight: st.submitter.peak,
+            parked: st.submitter.parked(),
             pool: st.pool.stats,
         }
     }
@@ -535,18 +540,80 @@ impl Device {
         self.flush_locked(&mut st, op)
     }
 
+    /// Finishes the pending batch and submits it. wasm: when the in-flight cap is reached the
+    /// batch is parked instead, and the next async point submits it ([`Device::submit_parked`]).
     pub(crate) fn flush_locked(&self, st: &mut State, op: &'static str) -> Result<()> {
         let Some((cmd, arena)) = st.batch.finish(&self.inner.queue) else {
             return Ok(());
         };
-        st.submitter
-            .submit(&self.inner.device, &self.inner.queue, cmd)
-            .map_err(|e| poll_error(op, e))?;
         if let Some(a) = arena {
             st.pool.release(a);
         }
-        st.pool.on_submit();
-        Ok(())
+        // What was freed while this batch was recorded (its arena too) is reusable once the
+        // batch is submitted.
+        let freed = st.pool.take_pending();
+        #[cfg(target_arch = "wasm32")]
+        if st.submitter.must_park(&self.inner.device) {
+            st.submitter
+                .parked
+                .push_back(super::submitter::Parked { cmd, freed });
+            return Ok(());
+        }
+        self.submit_locked(st, cmd, freed, op)
+    }
+
+    fn submit_locked(
+        &self,
+        st: &mut State,
+        cmd: wgpu::CommandBuffer,
+        freed: super::pool::Freed,
+        op: &'static str,
+    ) -> Result<()> {
+        let r = st
+            .submitter
+            .submit(&self.inner.device, &self.inner.queue, cmd);
+        st.pool.reuse(freed);
+        r.map(|_| ()).map_err(|e| poll_error(op, e))
+    }
+
+    /// wasm: submits the parked batches in order, awaiting the oldest outstanding submission
+    /// whenever the in-flight cap is reached. This is where the cap is enforced on wasm.
+    #[cfg(target_arch = "wasm32")]
+    async fn submit_parked(&self, op: &'static str) -> Result<()> {
+        loop {
+            let finished = {
+                let mut st = self.lock_state();
+                let st = &mut *st;
+                st.submitter.prune(&self.inner.device);
+                if st.submitter.parked.is_empty() {
+                    return Ok(());
+                }
+                if st.submitter.in_flight() < st.submitter.max_in_flight {
+                    let p = st.submitter.parked.pop_front().expect("not empty");
+                    self.submit_locked(st, p.cmd, p.freed, op)?;
+                    continue;
+                }
+                st.submitter.oldest_finished()
+            };
+            match finished {
+                Some(rx) => {
+                    let _ = rx.await;
+                }
+                // Another task awaits the oldest one: wait for everything submitted so far.
+                None => self.submitted_work_done().await,
+            }
+            self.check(op)?;
+        }
+    }
+
+    /// wasm: resolves once every submission made so far has finished.
+    #[cfg(target_arch = "wasm32")]
+    async fn submitted_work_done(&self) {
+        let (tx, rx) = futures::channel::oneshot::channel();
+        self.inner.queue.on_submitted_work_done(move || {
+            let _ = tx.send(());
+        });
+        let _ = rx.await;
     }
 
     /// Submits pending work and waits until the GPU has finished all of it (native).
@@ -563,8 +630,10 @@ impl Device {
         self.check(op)
     }
 
-    /// Submits pending work and resolves once the GPU has finished it. On wasm this is where
-    /// the in-flight cap is enforced: after it resolves, nothing is outstanding.
+    /// Submits pending work and resolves once the GPU has finished it. On wasm this is one of
+    /// the async points where batches parked by the in-flight cap are submitted (at most
+    /// `max_in_flight` at a time); after it resolves, nothing is outstanding. Long loops on
+    /// wasm should await it now and then: parked batches keep their buffers.
     pub async fn sync_async(&self) -> Result<()> {
         #[cfg(not(target_arch = "wasm32"))]
         {
@@ -575,11 +644,8 @@ impl Device {
             let op = "sync";
             self.check(op)?;
             self.flush(op)?;
-            let (tx, rx) = futures::channel::oneshot::channel();
-            self.inner.queue.on_submitted_work_done(move || {
-                let _ = tx.send(());
-            });
-            let _ = rx.await;
+            self.submit_parked(op).await?;
+            self.submitted_work_done().await;
             self.lock_state().submitter.prune(&self.inner.device);
             self.check(op)
         }
@@ -637,13 +703,20 @@ impl Device {
         }
         #[cfg(target_arch = "wasm32")]
         {
-            let (staging, padded, rx) = self.start_readback(op, src, offset, bytes)?;
+            let (staging, padded) = self.record_readback(op, src, offset, bytes)?;
+            // The copy must be submitted before its staging buffer is mapped.
+            if let Err(e) = self.submit_parked(op).await {
+                self.release_buffer(staging);
+                return Err(e);
+            }
+            let rx = map_staging(&staging, padded);
             let status = rx.await.ok();
             self.lock_state().submitter.prune(&self.inner.device);
             self.finish_readback(op, staging, padded, bytes, status)
         }
     }
 
+    #[cfg(not(target_arch = "wasm32"))]
     #[allow(clippy::type_complexity)]
     fn start_readback(
         &self,
@@ -651,20 +724,29 @@ impl Device {
         src: &wgpu::Buffer,
         offset: u64,
         bytes: u64,
-    ) -> Result<(
-        wgpu::Buffer,
-        u64,
-        futures::channel::oneshot::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>,
-    )> {
+    ) -> Result<(wgpu::Buffer, u64, MapReceiver)> {
+        let (staging, padded) = self.record_readback(op, src, offset, bytes)?;
+        let rx = map_staging(&staging, padded);
+        Ok((staging, padded, rx))
+    }
+
+    /// Copies the bytes to a fresh staging buffer and submits the batch (returns the staging
+    /// buffer and the padded byte count).
+    fn record_readback(
+        &self,
+        op: &'static str,
+        src: &wgpu::Buffer,
+        offset: u64,
+        bytes: u64,
+    ) -> Result<(wgpu::Buffer, u64)> {
         let padded = bytes.div_ceil(4) * 4;
         let staging = self.alloc_buffer(op, padded, READBACK_USAGE)?;
         self.record_copy(src, offset, &staging, padded);
-        self.flush(op)?;
-        let (tx, rx) = futures::channel::oneshot::channel();
-        staging.map_async(wgpu::MapMode::Read, 0..padded, move |r| {
-            let _ = tx.send(r);
-        });
-        Ok((staging, padded, rx))
+        if let Err(e) = self.flush(op) {
+            self.release_buffer(staging);
+            return Err(e);
+        }
+        Ok((staging, padded))
     }
 
     fn finish_readback(
@@ -705,6 +787,18 @@ impl Device {
         self.release_buffer(staging);
         result
     }
+}
+
+type MapReceiver =
+    futures::channel::oneshot::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>;
+
+/// Requests the map of a staging buffer whose copy has been submitted.
+fn map_staging(staging: &wgpu::Buffer, padded: u64) -> MapReceiver {
+    let (tx, rx) = futures::channel::oneshot::channel();
+    staging.map_async(wgpu::MapMode::Read, 0..padded, move |r| {
+        let _ = tx.send(r);
+    });
+    rx
 }
 
 pub(crate) const PARAMS_USAGE: wgpu::BufferUsages =

@@ -22,6 +22,9 @@ pub struct PoolStats {
     pub misses: u64,
 }
 
+/// The buffers freed while one batch was recorded (see [`BufferPool::take_pending`]).
+pub(crate) struct Freed(Vec<(Key, wgpu::Buffer)>);
+
 pub(crate) struct BufferPool {
     free: HashMap<Key, Vec<wgpu::Buffer>>,
     /// Freed while the current batch was open: reusable after it is submitted.
@@ -98,9 +101,17 @@ impl BufferPool {
         self.stats.live_bytes -= buf.size();
     }
 
-    /// Called right after a batch was submitted: its freed buffers become reusable.
-    pub(crate) fn on_submit(&mut self) {
-        for (key, buf) in self.pending.drain(..) {
+    /// Closes the current batch's list of freed buffers (when the batch is finished). They
+    /// become reusable through [`BufferPool::reuse`] once that batch has been submitted; on
+    /// wasm a finished batch may wait for room under the in-flight cap, holding its list.
+    pub(crate) fn take_pending(&mut self) -> Freed {
+        Freed(std::mem::take(&mut self.pending))
+    }
+
+    /// Called right after the batch that owned `freed` was submitted: its buffers become
+    /// reusable.
+    pub(crate) fn reuse(&mut self, freed: Freed) {
+        for (key, buf) in freed.0 {
             self.free.entry(key).or_default().push(buf);
         }
         self.trim();

@@ -1,7 +1,9 @@
 //! Bounded in-flight submissions. Native: submitting past the cap first blocks on the oldest
-//! SubmissionIndex. wasm: nothing may block, so `submit` only records the submission and the
-//! cap is enforced at the async points (`Device::sync_async`, `Tensor::to_vec_async`), which
-//! wait until the queue has drained to the cap before they return.
+//! SubmissionIndex. wasm: nothing may block, so a batch finished while the cap is reached is
+//! not submitted but parked (in order, with the buffers freed while it was recorded); the
+//! async points (`Device::sync_async`, `Tensor::to_vec_async`) submit the parked batches,
+//! awaiting the oldest submission whenever the cap is reached. Either way at most
+//! `max_in_flight` submissions are ever outstanding.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,14 +13,27 @@ struct InFlight {
     #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     index: wgpu::SubmissionIndex,
     done: Arc<AtomicBool>,
+    /// Resolves when the submission has finished (wasm: awaited to make room under the cap).
+    #[cfg(target_arch = "wasm32")]
+    finished: Option<futures::channel::oneshot::Receiver<()>>,
+}
+
+/// wasm: a finished batch waiting for room under the in-flight cap.
+#[cfg(target_arch = "wasm32")]
+pub(crate) struct Parked {
+    pub(crate) cmd: wgpu::CommandBuffer,
+    /// Buffers freed while the batch was recorded: reusable once it is submitted.
+    pub(crate) freed: super::pool::Freed,
 }
 
 pub(crate) struct Submitter {
     queue: VecDeque<InFlight>,
-    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     pub(crate) max_in_flight: usize,
     pub(crate) peak: usize,
     pub(crate) submissions: u64,
+    /// wasm: finished batches not yet submitted because the cap was reached, oldest first.
+    #[cfg(target_arch = "wasm32")]
+    pub(crate) parked: VecDeque<Parked>,
 }
 
 impl Submitter {
@@ -28,6 +43,8 @@ impl Submitter {
             max_in_flight: max_in_flight.max(1),
             peak: 0,
             submissions: 0,
+            #[cfg(target_arch = "wasm32")]
+            parked: VecDeque::new(),
         }
     }
 
@@ -45,6 +62,29 @@ impl Submitter {
 
     pub(crate) fn in_flight(&self) -> usize {
         self.queue.len()
+    }
+
+    /// Batches parked under the cap (always 0 on native, where submit waits instead).
+    pub(crate) fn parked(&self) -> usize {
+        #[cfg(target_arch = "wasm32")]
+        return self.parked.len();
+        #[cfg(not(target_arch = "wasm32"))]
+        0
+    }
+
+    /// wasm: true when a batch finished now must be parked instead of submitted (the cap is
+    /// reached, or older batches are parked and submissions must stay in order).
+    #[cfg(target_arch = "wasm32")]
+    pub(crate) fn must_park(&mut self, device: &wgpu::Device) -> bool {
+        self.prune(device);
+        !self.parked.is_empty() || self.queue.len() >= self.max_in_flight
+    }
+
+    /// wasm: the completion of the oldest outstanding submission, to await outside the lock.
+    /// `None` when nothing is in flight or another task already awaits it.
+    #[cfg(target_arch = "wasm32")]
+    pub(crate) fn oldest_finished(&mut self) -> Option<futures::channel::oneshot::Receiver<()>> {
+        self.queue.front_mut().and_then(|s| s.finished.take())
     }
 
     /// Native: blocks until at most `limit` submissions are outstanding.
@@ -66,7 +106,8 @@ impl Submitter {
         Ok(())
     }
 
-    /// Submits one command buffer, first making room under the cap (native).
+    /// Submits one command buffer, first making room under the cap (native; on wasm the
+    /// caller has checked [`Submitter::must_park`]).
     pub(crate) fn submit(
         &mut self,
         device: &wgpu::Device,
@@ -80,10 +121,18 @@ impl Submitter {
         let index = queue.submit([cmd]);
         let done = Arc::new(AtomicBool::new(false));
         let flag = done.clone();
-        queue.on_submitted_work_done(move || flag.store(true, Ordering::Release));
+        #[cfg(target_arch = "wasm32")]
+        let (tx, finished) = futures::channel::oneshot::channel();
+        queue.on_submitted_work_done(move || {
+            flag.store(true, Ordering::Release);
+            #[cfg(target_arch = "wasm32")]
+            let _ = tx.send(());
+        });
         self.queue.push_back(InFlight {
             index: index.clone(),
             done,
+            #[cfg(target_arch = "wasm32")]
+            finished: Some(finished),
         });
         self.submissions += 1;
         self.peak = self.peak.max(self.queue.len());
