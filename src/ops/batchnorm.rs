@@ -433,6 +433,23 @@ impl Input {
         v
     }
 
+    /// A buffer for a binding this dispatch never touches (the other VEC width's output, an
+    /// absent gamma / beta / running statistic). WebGPU, unlike Vulkan, rejects a dispatch in
+    /// which a read_write storage binding aliases any other binding, so an unused binding may
+    /// not repeat a buffer bound elsewhere: each one gets its own small pooled buffer.
+    fn placeholder(&self, op: &'static str) -> Result<Storage> {
+        Storage::scratch(self.x.device(), op, 16)
+    }
+
+    /// `out` at the output binding the VEC variant writes (OUT4 or OUT1), `unused` at the other.
+    fn outputs<'a>(&self, out: &'a wgpu::Buffer, unused: &'a Storage) -> [&'a wgpu::Buffer; 2] {
+        if self.plan.vec == 4 {
+            [out, unused.buffer()]
+        } else {
+            [unused.buffer(), out]
+        }
+    }
+
     fn data_grid(&self) -> [u32; 3] {
         [self.plan.chunks, self.c as u32, 1]
     }
@@ -489,9 +506,13 @@ pub fn batch_norm_inference(
     p.beta_os = beta_os.unwrap_or_default();
     p.flags =
         if gamma.is_some() { FLAG_GAMMA } else { 0 } | if beta.is_some() { FLAG_BETA } else { 0 };
-    // Absent parameters bind a buffer the kernel never reads (flags say so).
-    let gamma_buf = gamma.unwrap_or(running_mean).buffer();
-    let beta_buf = beta.unwrap_or(running_mean).buffer();
+    // Absent parameters bind placeholders the kernel never reads (flags say so).
+    let (unused, no_gamma, no_beta) = (
+        inp.placeholder(op)?,
+        inp.placeholder(op)?,
+        inp.placeholder(op)?,
+    );
+    let [out4, out1] = inp.outputs(y.buffer(), &unused);
     dev.launch(
         op,
         &INFER,
@@ -501,10 +522,10 @@ pub fn batch_norm_inference(
         &[
             inp.x.buffer(),
             inp.x.buffer(),
-            y.buffer(),
-            y.buffer(),
-            gamma_buf,
-            beta_buf,
+            out4,
+            out1,
+            gamma.map_or(no_gamma.buffer(), |g| g.buffer()),
+            beta.map_or(no_beta.buffer(), |b| b.buffer()),
             running_mean.buffer(),
             running_var.buffer(),
         ],
@@ -604,11 +625,12 @@ pub fn batch_norm_train(
         &[xb, xb, ws.buffer()],
         inp.data_grid(),
     )?;
-    // Absent tensors bind the workspace, which the kernel then never touches through them.
+    // Absent tensors bind placeholders, which the kernel never touches (flags say so).
     let wsb = ws.buffer();
+    let unused: Vec<Storage> = (0..4).map(|_| inp.placeholder(op)).collect::<Result<_>>()?;
     let (rmb, rvb) = match &state {
         Some(st) => (st.running_mean.buffer(), st.running_var.buffer()),
-        None => (wsb, wsb),
+        None => (unused[2].buffer(), unused[3].buffer()),
     };
     dev.launch(
         op,
@@ -618,8 +640,8 @@ pub fn batch_norm_train(
         params,
         &[
             wsb,
-            gamma.map_or(wsb, |g| g.buffer()),
-            beta.map_or(wsb, |b| b.buffer()),
+            gamma.map_or(unused[0].buffer(), |g| g.buffer()),
+            beta.map_or(unused[1].buffer(), |b| b.buffer()),
             rmb,
             rvb,
             saved_mean.buffer(),
@@ -627,13 +649,14 @@ pub fn batch_norm_train(
         ],
         inp.channel_grid(op)?,
     )?;
+    let [out4, out1] = inp.outputs(y.buffer(), &unused[0]);
     dev.launch(
         op,
         &APPLY,
         &dts,
         &inp.consts(Some(Activation::None)),
         params,
-        &[xb, xb, y.buffer(), y.buffer(), wsb],
+        &[xb, xb, out4, out1, wsb],
         inp.data_grid(),
     )?;
     if let Some(st) = state {
@@ -679,6 +702,8 @@ pub fn batch_norm_backward(
     let dts = [dt];
     let data = inp.consts(None);
     let (xb, dyb, wsb) = (inp.x.buffer(), dy.buffer(), ws.buffer());
+    // Bindings this pass never touches get placeholders (see `Input::placeholder`).
+    let unused = inp.placeholder(op)?;
     dev.launch(
         op,
         &GRAD_STATS,
@@ -696,7 +721,7 @@ pub fn batch_norm_backward(
         params,
         &[
             wsb,
-            gamma.map_or(wsb, |g| g.buffer()),
+            gamma.map_or(unused.buffer(), |g| g.buffer()),
             saved_mean.buffer(),
             saved_invstd.buffer(),
             dgamma.buffer(),
@@ -704,13 +729,14 @@ pub fn batch_norm_backward(
         ],
         inp.channel_grid(op)?,
     )?;
+    let [dx4, dx1] = inp.outputs(dx.buffer(), &unused);
     dev.launch(
         op,
         &GRAD_APPLY,
         &dts,
         &data,
         params,
-        &[xb, xb, dyb, dyb, dx.buffer(), dx.buffer(), wsb],
+        &[xb, xb, dyb, dyb, dx4, dx1, wsb],
         inp.data_grid(),
     )?;
     Ok((dx, dgamma, dbeta))
