@@ -6,11 +6,13 @@
 pub mod reference;
 pub mod rnn_ref;
 
+#[cfg(not(target_arch = "wasm32"))]
 use std::sync::OnceLock;
 
 use wgtensor::{f16, DType, Device, Element, Tensor};
 
 /// The process-wide device every test shares (adapter creation is slow on lavapipe).
+#[cfg(not(target_arch = "wasm32"))]
 pub fn device() -> &'static Device {
     static DEVICE: OnceLock<Device> = OnceLock::new();
     DEVICE.get_or_init(|| {
@@ -20,6 +22,7 @@ pub fn device() -> &'static Device {
 
 /// A second process-wide device without the SUBGROUP feature: kernels with a subgroup variant
 /// (GEMM's `sg8`) run their portable variant on it, so tests can cover both.
+#[cfg(not(target_arch = "wasm32"))]
 pub fn portable_device() -> &'static Device {
     static DEVICE: OnceLock<Device> = OnceLock::new();
     DEVICE.get_or_init(|| {
@@ -30,6 +33,61 @@ pub fn portable_device() -> &'static Device {
         .expect("no wgpu adapter: install a Vulkan driver (e.g. Mesa lavapipe)")
     })
 }
+
+/// The browser's two shared devices (default and without subgroups), opened by
+/// [`init_devices`]: a wasm test cannot block on device creation, so each browser test awaits
+/// `init_devices()` first and the shared code then finds them through `device()` and
+/// `portable_device()` as on native.
+#[cfg(target_arch = "wasm32")]
+mod wasm_devices {
+    use std::cell::Cell;
+
+    use wgtensor::{Device, DeviceOptions};
+
+    thread_local! {
+        static DEVICES: Cell<Option<(&'static Device, &'static Device)>> =
+            const { Cell::new(None) };
+    }
+
+    pub async fn init_devices() -> &'static Device {
+        if let Some((d, _)) = DEVICES.get() {
+            return d;
+        }
+        let open = |opts: DeviceOptions| async move {
+            let dev = Device::new_async_with(opts)
+                .await
+                .expect("no WebGPU adapter: run Chromium with --enable-unsafe-webgpu");
+            &*Box::leak(Box::new(dev))
+        };
+        let d = open(DeviceOptions::default()).await;
+        let p = open(DeviceOptions {
+            disable_subgroups: true,
+            ..Default::default()
+        })
+        .await;
+        // Two tests racing through the awaits above keep the first pair.
+        if DEVICES.get().is_none() {
+            DEVICES.set(Some((d, p)));
+        }
+        DEVICES.get().expect("set above").0
+    }
+
+    fn get() -> (&'static Device, &'static Device) {
+        DEVICES
+            .get()
+            .expect("browser tests must `init_devices().await` before using the device")
+    }
+
+    pub fn device() -> &'static Device {
+        get().0
+    }
+
+    pub fn portable_device() -> &'static Device {
+        get().1
+    }
+}
+#[cfg(target_arch = "wasm32")]
+pub use wasm_devices::{device, init_devices, portable_device};
 
 /// Fails the calling f16 test on adapters without SHADER_F16. scripts/test.sh passes
 /// `--skip f16` on such adapters, so f16 cases show up as filtered out, never as passed.
@@ -70,11 +128,27 @@ pub fn upload(dev: &Device, data: &[f64], shape: &[usize], dtype: DType) -> Tens
 }
 
 /// Reads any tensor back as f64 (row-major over its logical shape).
-pub fn download(t: &Tensor) -> wgtensor::Result<Vec<f64>> {
+pub async fn download_async(t: &Tensor) -> wgtensor::Result<Vec<f64>> {
     Ok(match t.dtype() {
-        DType::F32 => t.to_vec::<f32>()?.into_iter().map(f64::from).collect(),
-        DType::F16 => t.to_vec::<f16>()?.into_iter().map(f64::from).collect(),
+        DType::F32 => t
+            .to_vec_async::<f32>()
+            .await?
+            .into_iter()
+            .map(f64::from)
+            .collect(),
+        DType::F16 => t
+            .to_vec_async::<f16>()
+            .await?
+            .into_iter()
+            .map(f64::from)
+            .collect(),
     })
+}
+
+/// [`download_async`], blocking (native).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn download(t: &Tensor) -> wgtensor::Result<Vec<f64>> {
+    pollster::block_on(download_async(t))
 }
 
 /// One step that turns a tensor into a view of it. Applied both to the GPU tensor (through

@@ -47,11 +47,13 @@ use wgtensor::ops::{
 };
 use wgtensor::{DType, Device, Tensor};
 
-use crate::check::{compare, compare_bits, fetch, ok, out_round, ulp, EPS32};
+use crate::check::{compare, compare_bits, fetch_async, ok, out_round, ulp, EPS32};
 use crate::common::reference::{self, BnStats};
 use crate::common::{self, device, require_f16};
 use crate::elementwise::unary_err32;
-use crate::strategies::{dim, operand_of_shape, run, Dist, Operand, ViewKind};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::strategies::run_async;
+use crate::strategies::{dim, operand_of_shape, Dist, Operand, ViewKind};
 
 // Case counts: each case is a few dispatches and readbacks; f16 shares the code paths.
 const CASES_F32: u32 = 40;
@@ -75,7 +77,7 @@ const MOMENTA: [Option<f32>; 5] = [Some(0.1), Some(0.0), Some(1.0), Some(0.37), 
 
 /// `[N, C]`, `[N, C, L]`, `[N, C, H, W]` with small dims (size 1 often, so one value per channel
 /// occurs), N up to 6 and C up to 5.
-fn small_shape() -> impl Strategy<Value = Vec<usize>> + Clone {
+pub(crate) fn small_shape() -> impl Strategy<Value = Vec<usize>> + Clone {
     (1usize..=6, 1usize..=5, prop::collection::vec(dim(), 0..=2)).prop_map(|(n, c, rest)| {
         let mut s = vec![n, c];
         s.extend(rest);
@@ -86,7 +88,7 @@ fn small_shape() -> impl Strategy<Value = Vec<usize>> + Clone {
 /// Shapes whose channels span several chunks: vec4 groups (S % 4 == 0, more than 16k values
 /// per channel) and single values (odd S or [N, C], more than 4k values per channel), with
 /// partial last chunks and partial last rows of lanes.
-fn large_shape() -> BoxedStrategy<Vec<usize>> {
+pub(crate) fn large_shape() -> BoxedStrategy<Vec<usize>> {
     prop_oneof![
         (2usize..=4, 1usize..=3, 60usize..=75, 17usize..=21).prop_map(|(n, c, h, w)| vec![
             n,
@@ -100,7 +102,7 @@ fn large_shape() -> BoxedStrategy<Vec<usize>> {
     .boxed()
 }
 
-fn x_dists() -> impl Strategy<Value = Dist> + Clone {
+pub(crate) fn x_dists() -> impl Strategy<Value = Dist> + Clone {
     prop_oneof![
         Just(Dist::SmallInt(-8, 8)),
         Just(Dist::Uniform(-10.0, 10.0)),
@@ -113,7 +115,7 @@ fn x_dists() -> impl Strategy<Value = Dist> + Clone {
 /// A large mean and a small spread an f16 can hold: 1500 +- 4 (f16 spacing there is 1).
 const F16_LARGE_MEAN: Dist = Dist::Uniform(1496.0, 1504.0);
 
-fn x_dists_f16() -> impl Strategy<Value = Dist> + Clone {
+pub(crate) fn x_dists_f16() -> impl Strategy<Value = Dist> + Clone {
     prop_oneof![
         Just(Dist::SmallInt(-8, 8)),
         Just(Dist::Uniform(-10.0, 10.0)),
@@ -184,7 +186,7 @@ fn channel_of(i: usize, shape: &[usize]) -> usize {
 // ---------------------------------------------------------------------------------------------
 
 #[derive(Clone, Debug)]
-struct InferProblem {
+pub(crate) struct InferProblem {
     x: Operand,
     running_mean: Operand,
     running_var: Operand,
@@ -194,7 +196,7 @@ struct InferProblem {
     act: Activation,
 }
 
-fn infer_problem(
+pub(crate) fn infer_problem(
     dtype: DType,
     shapes: BoxedStrategy<Vec<usize>>,
     dists: BoxedStrategy<Dist>,
@@ -248,7 +250,7 @@ fn act_err32(act: Activation, x: f64, want: f64, e: f64) -> f64 {
     lipschitz * e + unary_err32(op, x.abs() + e, want.abs() + lipschitz * e)
 }
 
-fn check_inference(p: &InferProblem) -> Result<(), TestCaseError> {
+pub(crate) async fn check_inference(p: &InferProblem) -> Result<(), TestCaseError> {
     let dev = device();
     let what = format!("batch_norm_inference({:?}, eps {})", p.act, p.eps);
     let gamma = p.gamma.as_ref().map(|o| o.tensor(dev));
@@ -280,7 +282,7 @@ fn check_inference(p: &InferProblem) -> Result<(), TestCaseError> {
         p.eps as f64,
         p.act,
     );
-    let got = fetch(&what, &y, shape)?;
+    let got = fetch_async(&what, &y, shape).await?;
     compare(&what, shape, &got, &want, |i| {
         let c = channel_of(i, shape);
         let gc = g.as_ref().map_or(1.0, |g| g[c]);
@@ -295,7 +297,7 @@ fn check_inference(p: &InferProblem) -> Result<(), TestCaseError> {
 #[test]
 fn batchnorm_inference_f32() {
     let dists = x_dists().boxed();
-    run(
+    run_async(
         CASES_F32,
         infer_problem(DType::F32, small_shape().boxed(), dists),
         check_inference,
@@ -305,7 +307,7 @@ fn batchnorm_inference_f32() {
 #[test]
 fn batchnorm_inference_f16() {
     require_f16(device());
-    run(
+    run_async(
         CASES_F16,
         infer_problem(DType::F16, small_shape().boxed(), x_dists_f16().boxed()),
         check_inference,
@@ -314,7 +316,7 @@ fn batchnorm_inference_f16() {
 
 #[test]
 fn batchnorm_inference_large_f32() {
-    run(
+    run_async(
         CASES_LARGE_F32,
         infer_problem(DType::F32, large_shape(), x_dists().boxed()),
         check_inference,
@@ -324,7 +326,7 @@ fn batchnorm_inference_large_f32() {
 #[test]
 fn batchnorm_inference_large_f16() {
     require_f16(device());
-    run(
+    run_async(
         CASES_LARGE_F16,
         infer_problem(DType::F16, large_shape(), x_dists_f16().boxed()),
         check_inference,
@@ -336,7 +338,7 @@ fn batchnorm_inference_large_f16() {
 // ---------------------------------------------------------------------------------------------
 
 #[derive(Clone, Debug)]
-struct TrainProblem {
+pub(crate) struct TrainProblem {
     x: Operand,
     gamma: Option<Operand>,
     beta: Option<Operand>,
@@ -348,7 +350,7 @@ struct TrainProblem {
     eps: f32,
 }
 
-fn train_problem(
+pub(crate) fn train_problem(
     dtype: DType,
     shapes: BoxedStrategy<Vec<usize>>,
     dists: BoxedStrategy<Dist>,
@@ -459,7 +461,7 @@ fn train_y_bounds(
         .collect()
 }
 
-fn check_train(p: &TrainProblem) -> Result<(), TestCaseError> {
+pub(crate) async fn check_train(p: &TrainProblem) -> Result<(), TestCaseError> {
     let dev = device();
     let what = format!("batch_norm_train(eps {}, momentum {:?})", p.eps, p.momentum);
     let (y, smean, sinv, state) = ok(&what, run_train(dev, p))?;
@@ -475,16 +477,16 @@ fn check_train(p: &TrainProblem) -> Result<(), TestCaseError> {
     let n = chain(dev, shape, &[&p.x.tensor(dev)]);
     let bounds: Vec<StatBounds> = (0..c).map(|ch| stat_bounds(&r.stats, ch, n, eps)).collect();
 
-    let got = fetch("saved_mean", &smean, &[c])?;
+    let got = fetch_async("saved_mean", &smean, &[c]).await?;
     compare("saved_mean", &[c], &got, &r.stats.mean, |ch| {
         bounds[ch].mean + 0.5 * ulp(DType::F32, r.stats.mean[ch])
     })?;
-    let got = fetch("saved_invstd", &sinv, &[c])?;
+    let got = fetch_async("saved_invstd", &sinv, &[c]).await?;
     compare("saved_invstd", &[c], &got, &r.invstd, |ch| {
         bounds[ch].invstd_rel * r.invstd[ch]
     })?;
     let e = train_y_bounds(&xs, shape, &r, g.as_deref(), b.as_deref(), &bounds);
-    let got = fetch(&what, &y, shape)?;
+    let got = fetch_async(&what, &y, shape).await?;
     compare(&what, shape, &got, &r.y, |i| {
         out_round(p.x.dtype, r.y[i], e[i])
     })?;
@@ -499,13 +501,13 @@ fn check_train(p: &TrainProblem) -> Result<(), TestCaseError> {
     let (rm0, rv0) = (rm0.values(), rv0.values());
     let (want_m, want_v) = reference::bn_running_update(&rm0, &rv0, &r.stats, f);
     let count = r.stats.count as f64;
-    let got = fetch("running_mean", &st.running_mean, &[c])?;
+    let got = fetch_async("running_mean", &st.running_mean, &[c]).await?;
     compare("running_mean", &[c], &got, &want_m, |ch| {
         let e = f * (bounds[ch].mean + 0.5 * ulp(DType::F32, r.stats.mean[ch]))
             + 3.0 * EPS32 * ((1.0 - f).abs() * rm0[ch].abs() + f * r.stats.mean[ch].abs());
         out_round(p.x.dtype, want_m[ch], e)
     })?;
-    let got = fetch("running_var", &st.running_var, &[c])?;
+    let got = fetch_async("running_var", &st.running_var, &[c]).await?;
     compare("running_var", &[c], &got, &want_v, |ch| {
         let vu = r.stats.var_unbiased[ch];
         let e = f * (bounds[ch].var * count / (count - 1.0) + 2.0 * EPS32 * vu)
@@ -516,7 +518,7 @@ fn check_train(p: &TrainProblem) -> Result<(), TestCaseError> {
 
 #[test]
 fn batchnorm_train_f32() {
-    run(
+    run_async(
         CASES_F32,
         train_problem(DType::F32, small_shape().boxed(), x_dists().boxed()),
         check_train,
@@ -526,7 +528,7 @@ fn batchnorm_train_f32() {
 #[test]
 fn batchnorm_train_f16() {
     require_f16(device());
-    run(
+    run_async(
         CASES_F16,
         train_problem(DType::F16, small_shape().boxed(), x_dists_f16().boxed()),
         check_train,
@@ -535,7 +537,7 @@ fn batchnorm_train_f16() {
 
 #[test]
 fn batchnorm_train_large_f32() {
-    run(
+    run_async(
         CASES_LARGE_F32,
         train_problem(DType::F32, large_shape(), x_dists().boxed()),
         check_train,
@@ -545,7 +547,7 @@ fn batchnorm_train_large_f32() {
 #[test]
 fn batchnorm_train_large_f16() {
     require_f16(device());
-    run(
+    run_async(
         CASES_LARGE_F16,
         train_problem(DType::F16, large_shape(), x_dists_f16().boxed()),
         check_train,
@@ -555,7 +557,7 @@ fn batchnorm_train_large_f16() {
 /// Mean 1e4, spread 1e-2 (f32) and 1500 +- 4 (f16) on every rank, one chunk and several, the
 /// vec4 and the single-value path: the two-pass f64 reference and the tight bounds of the module
 /// doc (which do not grow with the mean) must hold.
-fn large_mean_cases(dtype: DType) {
+pub(crate) async fn large_mean_cases(dtype: DType) {
     let dist = match dtype {
         DType::F32 => Dist::Uniform(1e4 - 1e-2, 1e4 + 1e-2),
         DType::F16 => F16_LARGE_MEAN,
@@ -597,7 +599,7 @@ fn large_mean_cases(dtype: DType) {
             tracked: 0,
             eps: 1e-5,
         };
-        if let Err(e) = check_train(&p) {
+        if let Err(e) = check_train(&p).await {
             panic!("{e}\nproblem: {p:#?}");
         }
     }
@@ -605,13 +607,13 @@ fn large_mean_cases(dtype: DType) {
 
 #[test]
 fn batchnorm_large_mean_f32() {
-    large_mean_cases(DType::F32);
+    pollster::block_on(large_mean_cases(DType::F32));
 }
 
 #[test]
 fn batchnorm_large_mean_f16() {
     require_f16(device());
-    large_mean_cases(DType::F16);
+    pollster::block_on(large_mean_cases(DType::F16));
 }
 
 /// More channels than one workgroup of the per-channel passes holds (64): C = 130 on the vec4
@@ -661,9 +663,11 @@ fn batchnorm_many_channels() {
             invstd: (0..c).map(|i| [0.25, 0.5, 1.0][i % 3]).collect(),
             gamma: g,
         };
-        let result = check_train(&train)
-            .and_then(|_| check_inference(&infer))
-            .and_then(|_| check_backward(&backward));
+        let result = pollster::block_on(async {
+            check_train(&train).await?;
+            check_inference(&infer).await?;
+            check_backward(&backward).await
+        });
         if let Err(e) = result {
             panic!("{e}\nshape {shape:?}");
         }
@@ -673,7 +677,7 @@ fn batchnorm_many_channels() {
 /// momentum None: PyTorch's cumulative moving average over several batches. With the initial
 /// state (mean 0, var 1) the factors 1, 1/2, 1/3 make the running statistics the plain average
 /// of the batches' mean and unbiased variance; num_batches_tracked counts the calls.
-fn cumulative_average(dtype: DType) {
+pub(crate) async fn cumulative_average(dtype: DType) {
     let dev = device();
     let shape = [6usize, 3, 5];
     let mut st = BatchNormState::new(dev, 3, dtype).unwrap();
@@ -704,7 +708,7 @@ fn cumulative_average(dtype: DType) {
         DType::F32 => 64.0 * EPS32 * 16.0,
         DType::F16 => 3.0 * ulp(DType::F16, want.abs() + 1.0) + 64.0 * EPS32 * 16.0,
     };
-    let got = common::download(&st.running_mean).unwrap();
+    let got = common::download_async(&st.running_mean).await.unwrap();
     for c in 0..3 {
         assert!(
             (got[c] - means[c]).abs() <= tol(means[c]),
@@ -713,7 +717,7 @@ fn cumulative_average(dtype: DType) {
             means[c]
         );
     }
-    let got = common::download(&st.running_var).unwrap();
+    let got = common::download_async(&st.running_var).await.unwrap();
     for c in 0..3 {
         assert!(
             (got[c] - vars[c]).abs() <= tol(vars[c]),
@@ -726,13 +730,13 @@ fn cumulative_average(dtype: DType) {
 
 #[test]
 fn batchnorm_cumulative_average_f32() {
-    cumulative_average(DType::F32);
+    pollster::block_on(cumulative_average(DType::F32));
 }
 
 #[test]
 fn batchnorm_cumulative_average_f16() {
     require_f16(device());
-    cumulative_average(DType::F16);
+    pollster::block_on(cumulative_average(DType::F16));
 }
 
 /// A failing call leaves the state as it was: no update recorded, no batch counted.
@@ -756,7 +760,7 @@ fn batchnorm_train_error_leaves_state_untouched() {
 // ---------------------------------------------------------------------------------------------
 
 #[derive(Clone, Debug)]
-struct BackwardProblem {
+pub(crate) struct BackwardProblem {
     dy: Operand,
     x: Operand,
     /// Saved mean (f32): near the data, or small integers.
@@ -777,7 +781,7 @@ impl BackwardProblem {
     }
 }
 
-fn backward_problem(
+pub(crate) fn backward_problem(
     dtype: DType,
     shapes: BoxedStrategy<Vec<usize>>,
     dists: BoxedStrategy<Dist>,
@@ -877,7 +881,7 @@ fn backward_bounds(
     (e1, e_dg, e_dx)
 }
 
-fn check_backward(p: &BackwardProblem) -> Result<(), TestCaseError> {
+pub(crate) async fn check_backward(p: &BackwardProblem) -> Result<(), TestCaseError> {
     let dev = device();
     let what = "batch_norm_backward";
     let (dyt, xt) = (p.dy.tensor(dev), p.x.tensor(dev));
@@ -897,27 +901,27 @@ fn check_backward(p: &BackwardProblem) -> Result<(), TestCaseError> {
     let (dys, xs, mean) = (p.dy.values(), p.x.values(), p.mean.values());
     let r = reference::batch_norm_backward(&dys, &xs, shape, &mean, &p.invstd, g.as_deref());
     let (e1, e_dg, e_dx) = backward_bounds(p, &r, chain(dev, shape, &[&xt, &dyt]));
-    let got = fetch("dbeta", &dbeta, &[c])?;
+    let got = fetch_async("dbeta", &dbeta, &[c]).await?;
     compare("dbeta", &[c], &got, &r.dbeta, |ch| {
         out_round(dt, r.dbeta[ch], e1[ch])
     })?;
-    let got = fetch("dgamma", &dgamma, &[c])?;
+    let got = fetch_async("dgamma", &dgamma, &[c]).await?;
     compare("dgamma", &[c], &got, &r.dgamma, |ch| {
         out_round(dt, r.dgamma[ch], e_dg[ch])
     })?;
-    let got = fetch("dx", &dx, shape)?;
+    let got = fetch_async("dx", &dx, shape).await?;
     compare("dx", shape, &got, &r.dx, |i| {
         out_round(dt, r.dx[i], e_dx[i])
     })
 }
 
-fn backward_dists() -> BoxedStrategy<Dist> {
+pub(crate) fn backward_dists() -> BoxedStrategy<Dist> {
     x_dists().boxed()
 }
 
 #[test]
 fn batchnorm_backward_f32() {
-    run(
+    run_async(
         CASES_F32,
         backward_problem(DType::F32, small_shape().boxed(), backward_dists()),
         check_backward,
@@ -927,7 +931,7 @@ fn batchnorm_backward_f32() {
 #[test]
 fn batchnorm_backward_f16() {
     require_f16(device());
-    run(
+    run_async(
         CASES_F16,
         backward_problem(DType::F16, small_shape().boxed(), x_dists_f16().boxed()),
         check_backward,
@@ -936,7 +940,7 @@ fn batchnorm_backward_f16() {
 
 #[test]
 fn batchnorm_backward_large_f32() {
-    run(
+    run_async(
         CASES_LARGE_F32,
         backward_problem(DType::F32, large_shape(), backward_dists()),
         check_backward,
@@ -946,7 +950,7 @@ fn batchnorm_backward_large_f32() {
 #[test]
 fn batchnorm_backward_large_f16() {
     require_f16(device());
-    run(
+    run_async(
         CASES_LARGE_F16,
         backward_problem(DType::F16, large_shape(), x_dists_f16().boxed()),
         check_backward,
@@ -958,6 +962,7 @@ fn batchnorm_backward_large_f16() {
 // ---------------------------------------------------------------------------------------------
 
 /// `L = sum w * y(x, gamma, beta)` of the training forward on the device, in f64.
+#[cfg(not(target_arch = "wasm32"))]
 fn loss_gpu(x: &[f64], shape: &[usize], g: &[f64], b: &[f64], w: &[f64]) -> f64 {
     let dev = device();
     let c = shape[1];
@@ -1069,6 +1074,7 @@ fn batchnorm_backward_finite_differences() {
 // Reproducibility
 // ---------------------------------------------------------------------------------------------
 
+#[cfg(not(target_arch = "wasm32"))]
 fn bits_equal(what: &str, a: &Tensor, b: &Tensor) {
     let (x, y) = (common::download(a).unwrap(), common::download(b).unwrap());
     if let Err(e) = compare_bits(what, a.shape(), a.dtype(), &x, &y) {

@@ -83,14 +83,26 @@ pub fn correctly_rounded(dtype: DType, want: f64) -> f64 {
 }
 
 /// Reads `t` back and checks its shape.
-pub fn fetch(what: &str, t: &Tensor, shape: &[usize]) -> Result<Vec<f64>, TestCaseError> {
+pub async fn fetch_async(
+    what: &str,
+    t: &Tensor,
+    shape: &[usize],
+) -> Result<Vec<f64>, TestCaseError> {
     if t.shape() != shape {
         return Err(TestCaseError::fail(format!(
             "{what}: result shape {:?}, reference shape {shape:?}",
             t.shape()
         )));
     }
-    common::download(t).map_err(|e| TestCaseError::fail(format!("{what}: readback failed: {e}")))
+    common::download_async(t)
+        .await
+        .map_err(|e| TestCaseError::fail(format!("{what}: readback failed: {e}")))
+}
+
+/// [`fetch_async`], blocking (native).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn fetch(what: &str, t: &Tensor, shape: &[usize]) -> Result<Vec<f64>, TestCaseError> {
+    pollster::block_on(fetch_async(what, t, shape))
 }
 
 /// Turns a library error into a test failure naming the step.

@@ -17,11 +17,15 @@ use proptest::prelude::*;
 use wgtensor::ops::{BinaryOp, ScalarOp, UnaryOp};
 use wgtensor::{DType, Tensor};
 
-use crate::check::{compare, compare_bits, correctly_rounded, fetch, ok, out_round, EPS32};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::check::fetch;
+use crate::check::{compare, compare_bits, correctly_rounded, fetch_async, ok, out_round, EPS32};
 use crate::common::{device, reference, require_f16};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::strategies::run_async;
 use crate::strategies::{
-    broadcast_source, general_dist, large_shape, operand, operand_of_shape, run, small_shape,
-    view_kind, Dist, Operand, Rng, ViewKind,
+    broadcast_source, general_dist, large_shape, operand, operand_of_shape, small_shape, view_kind,
+    Dist, Operand, Rng, ViewKind,
 };
 
 // Case counts: f32 tests run more cases than f16 ones (f16 shares most code paths); tests on
@@ -56,7 +60,7 @@ const UNARY_OPS: [UnaryOp; 9] = [
 ];
 
 #[derive(Clone, Debug)]
-struct UnaryProblem {
+pub(crate) struct UnaryProblem {
     op: UnaryOp,
     x: Operand,
 }
@@ -87,7 +91,7 @@ fn unary_dists(op: UnaryOp, dtype: DType) -> BoxedStrategy<Dist> {
     }
 }
 
-fn unary_problem(dtype: DType, large: bool) -> impl Strategy<Value = UnaryProblem> {
+pub(crate) fn unary_problem(dtype: DType, large: bool) -> impl Strategy<Value = UnaryProblem> {
     prop::sample::select(&UNARY_OPS[..]).prop_flat_map(move |op| {
         operand(dtype, shapes(large), view_kind(), unary_dists(op, dtype))
             .prop_map(move |x| UnaryProblem { op, x })
@@ -128,14 +132,14 @@ pub(crate) fn unary_err32(op: UnaryOp, x: f64, want: f64) -> f64 {
     }
 }
 
-fn check_unary(p: &UnaryProblem) -> Result<(), TestCaseError> {
+pub(crate) async fn check_unary(p: &UnaryProblem) -> Result<(), TestCaseError> {
     let dev = device();
     let what = format!("{:?}", p.op);
     let y = ok(&what, p.x.tensor(dev).unary(p.op))?;
     prop_assert_eq!(y.dtype(), p.x.dtype);
     let xs = p.x.values();
     let want = reference::unary(&xs, p.op);
-    let got = fetch(&what, &y, &p.x.shape)?;
+    let got = fetch_async(&what, &y, &p.x.shape).await?;
     compare(&what, &p.x.shape, &got, &want, |i| {
         out_round(p.x.dtype, want[i], unary_err32(p.op, xs[i], want[i]))
     })
@@ -143,18 +147,18 @@ fn check_unary(p: &UnaryProblem) -> Result<(), TestCaseError> {
 
 #[test]
 fn unary_f32() {
-    run(CASES_F32, unary_problem(DType::F32, false), check_unary);
+    run_async(CASES_F32, unary_problem(DType::F32, false), check_unary);
 }
 
 #[test]
 fn unary_f16() {
     require_f16(device());
-    run(CASES_F16, unary_problem(DType::F16, false), check_unary);
+    run_async(CASES_F16, unary_problem(DType::F16, false), check_unary);
 }
 
 #[test]
 fn unary_large_f32() {
-    run(
+    run_async(
         CASES_LARGE_F32,
         unary_problem(DType::F32, true),
         check_unary,
@@ -164,7 +168,7 @@ fn unary_large_f32() {
 #[test]
 fn unary_large_f16() {
     require_f16(device());
-    run(
+    run_async(
         CASES_LARGE_F16,
         unary_problem(DType::F16, true),
         check_unary,
@@ -187,7 +191,7 @@ const SCALAR_OPS: [ScalarOp; 8] = [
 ];
 
 #[derive(Clone, Debug)]
-struct ScalarProblem {
+pub(crate) struct ScalarProblem {
     op: ScalarOp,
     s: f32,
     x: Operand,
@@ -207,7 +211,7 @@ fn away_from_zero_scalar() -> BoxedStrategy<f32> {
     .boxed()
 }
 
-fn scalar_problem(dtype: DType) -> impl Strategy<Value = ScalarProblem> {
+pub(crate) fn scalar_problem(dtype: DType) -> impl Strategy<Value = ScalarProblem> {
     prop::sample::select(&SCALAR_OPS[..]).prop_flat_map(move |op| {
         let (scalars, dists) = match op {
             ScalarOp::Div => (away_from_zero_scalar(), general_dist().boxed()),
@@ -223,13 +227,13 @@ fn scalar_problem(dtype: DType) -> impl Strategy<Value = ScalarProblem> {
     })
 }
 
-fn check_scalar(p: &ScalarProblem) -> Result<(), TestCaseError> {
+pub(crate) async fn check_scalar(p: &ScalarProblem) -> Result<(), TestCaseError> {
     let dev = device();
     let what = format!("{:?} scalar {}", p.op, p.s);
     let y = ok(&what, p.x.tensor(dev).scalar_op(p.op, p.s))?;
     prop_assert_eq!(y.dtype(), p.x.dtype);
     let want = reference::scalar(&p.x.values(), p.op, p.s as f64);
-    let got = fetch(&what, &y, &p.x.shape)?;
+    let got = fetch_async(&what, &y, &p.x.shape).await?;
     let dt = p.x.dtype;
     compare(&what, &p.x.shape, &got, &want, |i| match p.op {
         ScalarOp::Add | ScalarOp::Sub | ScalarOp::RSub | ScalarOp::Mul => {
@@ -243,13 +247,13 @@ fn check_scalar(p: &ScalarProblem) -> Result<(), TestCaseError> {
 
 #[test]
 fn scalar_f32() {
-    run(CASES_F32, scalar_problem(DType::F32), check_scalar);
+    run_async(CASES_F32, scalar_problem(DType::F32), check_scalar);
 }
 
 #[test]
 fn scalar_f16() {
     require_f16(device());
-    run(CASES_F16, scalar_problem(DType::F16), check_scalar);
+    run_async(CASES_F16, scalar_problem(DType::F16), check_scalar);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -266,7 +270,7 @@ const BINARY_OPS: [BinaryOp; 6] = [
 ];
 
 #[derive(Clone, Debug)]
-struct BinaryProblem {
+pub(crate) struct BinaryProblem {
     op: BinaryOp,
     a: Operand,
     b: Operand,
@@ -275,7 +279,7 @@ struct BinaryProblem {
 /// Two operands whose shapes broadcast to (at most) a drawn shape: when `broadcast` is drawn,
 /// each operand drops some leading dims and sets some dims to 1 (e.g. [4, 1, 3] with [5, 1]);
 /// each is independently a contiguous tensor or a strided view.
-fn binary_problem(dtype: DType, large: bool) -> impl Strategy<Value = BinaryProblem> {
+pub(crate) fn binary_problem(dtype: DType, large: bool) -> impl Strategy<Value = BinaryProblem> {
     (
         prop::sample::select(&BINARY_OPS[..]),
         shapes(large),
@@ -305,7 +309,7 @@ fn binary_problem(dtype: DType, large: bool) -> impl Strategy<Value = BinaryProb
         })
 }
 
-fn check_binary(p: &BinaryProblem) -> Result<(), TestCaseError> {
+pub(crate) async fn check_binary(p: &BinaryProblem) -> Result<(), TestCaseError> {
     let dev = device();
     let what = format!("{:?}", p.op);
     let (a, b) = (p.a.tensor(dev), p.b.tensor(dev));
@@ -313,7 +317,7 @@ fn check_binary(p: &BinaryProblem) -> Result<(), TestCaseError> {
     prop_assert_eq!(c.dtype(), p.a.dtype);
     let (want, shape) =
         reference::binary(&p.a.values(), &p.a.shape, &p.b.values(), &p.b.shape, p.op);
-    let got = fetch(&what, &c, &shape)?;
+    let got = fetch_async(&what, &c, &shape).await?;
     let dt = p.a.dtype;
     compare(&what, &shape, &got, &want, |i| match p.op {
         BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul => correctly_rounded(dt, want[i]),
@@ -324,18 +328,18 @@ fn check_binary(p: &BinaryProblem) -> Result<(), TestCaseError> {
 
 #[test]
 fn binary_f32() {
-    run(CASES_F32, binary_problem(DType::F32, false), check_binary);
+    run_async(CASES_F32, binary_problem(DType::F32, false), check_binary);
 }
 
 #[test]
 fn binary_f16() {
     require_f16(device());
-    run(CASES_F16, binary_problem(DType::F16, false), check_binary);
+    run_async(CASES_F16, binary_problem(DType::F16, false), check_binary);
 }
 
 #[test]
 fn binary_large_f32() {
-    run(
+    run_async(
         CASES_LARGE_F32,
         binary_problem(DType::F32, true),
         check_binary,
@@ -345,7 +349,7 @@ fn binary_large_f32() {
 #[test]
 fn binary_large_f16() {
     require_f16(device());
-    run(
+    run_async(
         CASES_LARGE_F16,
         binary_problem(DType::F16, true),
         check_binary,
@@ -356,7 +360,7 @@ fn binary_large_f16() {
 // contiguous(), reshape
 // ---------------------------------------------------------------------------------------------
 
-fn check_contiguous(x: &Operand) -> Result<(), TestCaseError> {
+pub(crate) async fn check_contiguous(x: &Operand) -> Result<(), TestCaseError> {
     let dev = device();
     let t = x.tensor(dev);
     let c = ok("contiguous", t.contiguous())?;
@@ -371,13 +375,13 @@ fn check_contiguous(x: &Operand) -> Result<(), TestCaseError> {
             "contiguous() copied an already packed tensor"
         );
     }
-    let got = fetch("contiguous", &c, &x.shape)?;
+    let got = fetch_async("contiguous", &c, &x.shape).await?;
     compare_bits("contiguous", &x.shape, x.dtype, &got, &x.values())
 }
 
 #[test]
 fn contiguous_f32() {
-    run(
+    run_async(
         CASES_F32,
         operand(DType::F32, small_shape(), view_kind(), general_dist()),
         check_contiguous,
@@ -387,7 +391,7 @@ fn contiguous_f32() {
 #[test]
 fn contiguous_f16() {
     require_f16(device());
-    run(
+    run_async(
         CASES_F16,
         operand(DType::F16, small_shape(), view_kind(), general_dist()),
         check_contiguous,
@@ -395,7 +399,7 @@ fn contiguous_f16() {
 }
 
 #[derive(Clone, Debug)]
-struct ReshapeProblem {
+pub(crate) struct ReshapeProblem {
     x: Operand,
     to: Vec<usize>,
 }
@@ -427,7 +431,7 @@ fn factor_shape(n: usize, rng: &mut Rng) -> Vec<usize> {
     shape
 }
 
-fn reshape_problem(dtype: DType) -> impl Strategy<Value = ReshapeProblem> {
+pub(crate) fn reshape_problem(dtype: DType) -> impl Strategy<Value = ReshapeProblem> {
     (
         operand(dtype, small_shape(), view_kind(), general_dist()),
         any::<u64>(),
@@ -440,7 +444,7 @@ fn reshape_problem(dtype: DType) -> impl Strategy<Value = ReshapeProblem> {
 
 /// Reshape keeps the row-major element order; of contiguous data it is a view (no copy),
 /// of a strided view it copies first.
-fn check_reshape(p: &ReshapeProblem) -> Result<(), TestCaseError> {
+pub(crate) async fn check_reshape(p: &ReshapeProblem) -> Result<(), TestCaseError> {
     let dev = device();
     let t = p.x.tensor(dev);
     let r = ok("reshape", t.reshape(&p.to))?;
@@ -449,19 +453,19 @@ fn check_reshape(p: &ReshapeProblem) -> Result<(), TestCaseError> {
     } else {
         prop_assert!(r.is_contiguous(), "reshape of a strided view gave {:?}", r);
     }
-    let got = fetch("reshape", &r, &p.to)?;
+    let got = fetch_async("reshape", &r, &p.to).await?;
     compare_bits("reshape", &p.to, p.x.dtype, &got, &p.x.values())
 }
 
 #[test]
 fn reshape_f32() {
-    run(CASES_F32, reshape_problem(DType::F32), check_reshape);
+    run_async(CASES_F32, reshape_problem(DType::F32), check_reshape);
 }
 
 #[test]
 fn reshape_f16() {
     require_f16(device());
-    run(CASES_F16, reshape_problem(DType::F16), check_reshape);
+    run_async(CASES_F16, reshape_problem(DType::F16), check_reshape);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -469,7 +473,7 @@ fn reshape_f16() {
 // ---------------------------------------------------------------------------------------------
 
 /// `to_dtype` promises round to nearest even (f32 -> f16) and is exact (f16 -> f32).
-fn check_to_dtype(x: &Operand, to: DType) -> Result<(), TestCaseError> {
+pub(crate) async fn check_to_dtype(x: &Operand, to: DType) -> Result<(), TestCaseError> {
     let dev = device();
     let y = ok("to_dtype", x.tensor(dev).to_dtype(to))?;
     prop_assert_eq!(y.dtype(), to);
@@ -478,27 +482,27 @@ fn check_to_dtype(x: &Operand, to: DType) -> Result<(), TestCaseError> {
         .iter()
         .map(|&v| crate::common::round_to_dtype(to, v))
         .collect();
-    let got = fetch("to_dtype", &y, &x.shape)?;
+    let got = fetch_async("to_dtype", &y, &x.shape).await?;
     compare_bits("to_dtype", &x.shape, to, &got, &want)
 }
 
 #[test]
 fn to_dtype_f32_to_f16() {
     require_f16(device());
-    run(
+    run_async(
         CASES_F16,
         operand(DType::F32, small_shape(), view_kind(), Just(Dist::F16Grid)),
-        |x| check_to_dtype(x, DType::F16),
+        async |x| check_to_dtype(x, DType::F16).await,
     );
 }
 
 #[test]
 fn to_dtype_f16_to_f32() {
     require_f16(device());
-    run(
+    run_async(
         CASES_F16,
         operand(DType::F16, small_shape(), view_kind(), general_dist()),
-        |x| check_to_dtype(x, DType::F32),
+        async |x| check_to_dtype(x, DType::F32).await,
     );
 }
 
@@ -507,12 +511,12 @@ fn to_dtype_f16_to_f32() {
 // ---------------------------------------------------------------------------------------------
 
 #[derive(Clone, Debug)]
-struct FillProblem {
+pub(crate) struct FillProblem {
     shape: Vec<usize>,
     value: f64,
 }
 
-fn fill_problem() -> impl Strategy<Value = FillProblem> {
+pub(crate) fn fill_problem() -> impl Strategy<Value = FillProblem> {
     let shapes = prop_oneof![4 => small_shape().boxed(), 1 => large_shape()];
     // Integers, and values that round when converted (exercise the conversion of `value`).
     let values = prop_oneof![(-8i32..=8).prop_map(f64::from), -6e4f64..6e4];
@@ -521,7 +525,7 @@ fn fill_problem() -> impl Strategy<Value = FillProblem> {
 
 /// `full` fills with `value` converted to the dtype; `zeros` really clears its (possibly
 /// reused, previously filled) pooled buffer.
-fn check_fill(p: &FillProblem, dtype: DType) -> Result<(), TestCaseError> {
+pub(crate) async fn check_fill(p: &FillProblem, dtype: DType) -> Result<(), TestCaseError> {
     let dev = device();
     let n = reference::numel(&p.shape);
     let full = ok("full", Tensor::full(dev, &p.shape, p.value, dtype))?;
@@ -531,7 +535,7 @@ fn check_fill(p: &FillProblem, dtype: DType) -> Result<(), TestCaseError> {
         "full",
         &p.shape,
         dtype,
-        &fetch("full", &full, &p.shape)?,
+        &fetch_async("full", &full, &p.shape).await?,
         &want,
     )?;
     // Free a buffer full of non-zero data right before allocating the zeros of the same size.
@@ -542,20 +546,24 @@ fn check_fill(p: &FillProblem, dtype: DType) -> Result<(), TestCaseError> {
         "zeros",
         &p.shape,
         dtype,
-        &fetch("zeros", &zeros, &p.shape)?,
+        &fetch_async("zeros", &zeros, &p.shape).await?,
         &vec![0.0; n],
     )
 }
 
 #[test]
 fn zeros_full_f32() {
-    run(CASES_F32, fill_problem(), |p| check_fill(p, DType::F32));
+    run_async(CASES_F32, fill_problem(), async |p| {
+        check_fill(p, DType::F32).await
+    });
 }
 
 #[test]
 fn zeros_full_f16() {
     require_f16(device());
-    run(CASES_F16, fill_problem(), |p| check_fill(p, DType::F16));
+    run_async(CASES_F16, fill_problem(), async |p| {
+        check_fill(p, DType::F16).await
+    });
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -33,13 +33,13 @@ use wgtensor::ops::gemm::{plan, GemmPlan};
 use wgtensor::ops::{gemm, gemm_into, Activation, Bias, GemmOptions, UnaryOp};
 use wgtensor::{DType, Device, Tensor};
 
-use crate::check::{compare, compare_bits, fetch, ok, out_round, EPS32};
+use crate::check::{compare, compare_bits, fetch_async, ok, out_round, EPS32};
 use crate::common::reference::{self, BiasSide, GemmRef};
 use crate::common::{self, device, portable_device, require_f16, ViewOp};
 use crate::elementwise::unary_err32;
-use crate::strategies::{
-    broadcast_source, plan_view, run, view_kind, Dist, Operand, Rng, ViewKind,
-};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::strategies::run_async;
+use crate::strategies::{broadcast_source, plan_view, view_kind, Dist, Operand, Rng, ViewKind};
 
 // Case counts (each case costs ~1-10 ms; the large and long-K ones more). Both kernels run every
 // strategy; f16 shares the kernels' code paths and runs fewer cases.
@@ -71,7 +71,7 @@ const ACTIVATIONS: [Activation; 5] = [
 // ---------------------------------------------------------------------------------------------
 
 #[derive(Clone, Debug)]
-struct GemmProblem {
+pub(crate) struct GemmProblem {
     /// `[..., M, K]`.
     a: Operand,
     /// `[..., K, N]`.
@@ -306,10 +306,10 @@ fn batch_pair(max: usize) -> BoxedStrategy<(Vec<usize>, Vec<usize>)> {
     .boxed()
 }
 
-type Sizes = (usize, usize, usize, Vec<usize>, Vec<usize>);
+pub(crate) type Sizes = (usize, usize, usize, Vec<usize>, Vec<usize>);
 
 /// Unbatched problems over the full 1..=300 range, or batched ones with smaller matrices.
-fn general_sizes() -> BoxedStrategy<Sizes> {
+pub(crate) fn general_sizes() -> BoxedStrategy<Sizes> {
     prop_oneof![
         (gemm_dim(), gemm_dim(), gemm_dim()).prop_map(|(m, n, k)| (m, n, k, vec![], vec![])),
         (batched_dim(), batched_dim(), batched_dim(), batch_pair(16))
@@ -319,14 +319,14 @@ fn general_sizes() -> BoxedStrategy<Sizes> {
 }
 
 /// All three dims in 100..=300 (no batch): long K loops over many full and ragged tiles.
-fn large_sizes() -> BoxedStrategy<Sizes> {
+pub(crate) fn large_sizes() -> BoxedStrategy<Sizes> {
     (100usize..=300, 100usize..=300, 100usize..=300)
         .prop_map(|(m, n, k)| (m, n, k, vec![], vec![]))
         .boxed()
 }
 
 /// Small M, N and K up to 20000 (split-k territory), with an occasional small batch.
-fn splitk_sizes() -> BoxedStrategy<Sizes> {
+pub(crate) fn splitk_sizes() -> BoxedStrategy<Sizes> {
     let mn = || prop_oneof![2 => Just(1usize), 6 => 2usize..=24, 1 => 31usize..=33];
     let k = prop_oneof![
         1 => 1usize..=1023,
@@ -394,7 +394,7 @@ fn bias_side() -> BoxedStrategy<Option<BiasSide>> {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Mode {
+pub(crate) enum Mode {
     /// Any values, any epilogue, automatic split or a forced small split.
     General,
     /// Small integers, integer alpha/beta, no or relu activation.
@@ -405,7 +405,7 @@ enum Mode {
     SplitKExact,
 }
 
-fn gemm_problem(
+pub(crate) fn gemm_problem(
     dtype: DType,
     sizes: BoxedStrategy<Sizes>,
     mode: Mode,
@@ -544,7 +544,11 @@ fn dims(p: &GemmProblem) -> (usize, usize, usize, usize) {
 
 /// Runs the problem on `dev` and checks it against the reference. With `must_be_exact`, also
 /// fails unless the problem qualifies for the zero tolerance.
-fn check_gemm(dev: &Device, p: &GemmProblem, must_be_exact: bool) -> Result<(), TestCaseError> {
+pub(crate) async fn check_gemm(
+    dev: &Device,
+    p: &GemmProblem,
+    must_be_exact: bool,
+) -> Result<(), TestCaseError> {
     let dtype = p.dtype();
     let (m, n, k, batch) = dims(p);
     let pl = plan(dev, m, n, k, batch, p.split_k);
@@ -587,7 +591,7 @@ fn check_gemm(dev: &Device, p: &GemmProblem, must_be_exact: bool) -> Result<(), 
         }
         ok(&what, gemm_into(&target, &a, &b, p.alpha, p.beta))?;
         // Elements of the parent outside the target view are untouched.
-        let all = fetch("gemm_into parent", &parent, &c.parent)?;
+        let all = fetch_async("gemm_into parent", &parent, &c.parent).await?;
         let inner: usize = c.shape[1..].iter().product();
         let start = match c.ops.first() {
             Some(ViewOp::Narrow { start, .. }) => start * inner,
@@ -604,7 +608,7 @@ fn check_gemm(dev: &Device, p: &GemmProblem, must_be_exact: bool) -> Result<(), 
             &got_out,
             &want_out,
         )?;
-        fetch(&what, &target, &r.shape)?
+        fetch_async(&what, &target, &r.shape).await?
     } else {
         let c = p.c.as_ref().map(|c| c.tensor(dev));
         let bias_t = p.bias.as_ref().map(|(_, t)| t.tensor(dev));
@@ -623,7 +627,7 @@ fn check_gemm(dev: &Device, p: &GemmProblem, must_be_exact: bool) -> Result<(), 
         };
         let y = ok(&what, gemm(&a, &b, &opts))?;
         prop_assert_eq!(y.dtype(), dtype);
-        fetch(&what, &y, &r.shape)?
+        fetch_async(&what, &y, &r.shape).await?
     };
     let exact = p.exact();
     compare(&what, &r.shape, &got, &r.out, |i| {
@@ -631,10 +635,11 @@ fn check_gemm(dev: &Device, p: &GemmProblem, must_be_exact: bool) -> Result<(), 
     })
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 fn gemm_cases(dev: &Device, cases: u32, dtype: DType, sizes: BoxedStrategy<Sizes>, mode: Mode) {
     let exact = matches!(mode, Mode::Exact | Mode::SplitKExact);
-    run(cases, gemm_problem(dtype, sizes, mode), |p| {
-        check_gemm(dev, p, exact)
+    run_async(cases, gemm_problem(dtype, sizes, mode), async |p| {
+        check_gemm(dev, p, exact).await
     });
 }
 
@@ -900,7 +905,7 @@ fn gemm_broadcast_batch_fixed() {
                     Dist::Uniform(-1.0, 1.0),
                     5,
                 ));
-                if let Err(e) = check_gemm(dev, &p, false) {
+                if let Err(e) = pollster::block_on(check_gemm(dev, &p, false)) {
                     panic!("{e}\nproblem: {p:#?}");
                 }
             }
@@ -932,7 +937,7 @@ fn gemm_into_offset_target() {
                     split_k: None,
                     into: true,
                 };
-                if let Err(e) = check_gemm(dev, &p, true) {
+                if let Err(e) = pollster::block_on(check_gemm(dev, &p, true)) {
                     panic!("{e}\nproblem: {p:#?}");
                 }
             }
@@ -985,14 +990,14 @@ fn gemm_beta_zero_ignores_c() {
 // ---------------------------------------------------------------------------------------------
 
 #[derive(Clone, Debug)]
-struct MatmulProblem {
+pub(crate) struct MatmulProblem {
     a: Operand,
     b: Operand,
 }
 
 /// Ranks 1..=4 for each operand: 1-D vectors, matrices (either transposed) and batched
 /// matrices whose batch dims broadcast.
-fn matmul_problem(dtype: DType) -> impl Strategy<Value = MatmulProblem> {
+pub(crate) fn matmul_problem(dtype: DType) -> impl Strategy<Value = MatmulProblem> {
     (
         (batched_dim(), batched_dim(), batched_dim()),
         (1usize..=4, 1usize..=4, batch_pair(12)),
@@ -1035,7 +1040,7 @@ fn mat_or_vec(
     }
 }
 
-fn check_matmul(dev: &Device, p: &MatmulProblem) -> Result<(), TestCaseError> {
+pub(crate) async fn check_matmul(dev: &Device, p: &MatmulProblem) -> Result<(), TestCaseError> {
     let what = format!("matmul {:?} x {:?}", p.a.shape, p.b.shape);
     let y = ok(&what, p.a.tensor(dev).matmul(&p.b.tensor(dev)))?;
     prop_assert_eq!(y.dtype(), p.a.dtype);
@@ -1043,7 +1048,7 @@ fn check_matmul(dev: &Device, p: &MatmulProblem) -> Result<(), TestCaseError> {
         reference::matmul(&p.a.values(), &p.a.shape, &p.b.values(), &p.b.shape);
     let k = *p.a.shape.last().expect("rank >= 1") as f64;
     let exact = p.a.dist.is_int();
-    let got = fetch(&what, &y, &shape)?;
+    let got = fetch_async(&what, &y, &shape).await?;
     compare(&what, &shape, &got, &want, |i| {
         // The gemm bound with alpha 1 and no epilogue: EPS32 * (K + 5) * S.
         let err32 = if exact && abs[i] < F32_INT_LIMIT {
@@ -1057,23 +1062,25 @@ fn check_matmul(dev: &Device, p: &MatmulProblem) -> Result<(), TestCaseError> {
 
 #[test]
 fn matmul_f32() {
-    run(CASES_MATMUL_F32, matmul_problem(DType::F32), |p| {
-        check_matmul(device(), p)
+    run_async(CASES_MATMUL_F32, matmul_problem(DType::F32), async |p| {
+        check_matmul(device(), p).await
     });
 }
 
 #[test]
 fn matmul_tiled_f32() {
-    run(CASES_MATMUL_F32 / 2, matmul_problem(DType::F32), |p| {
-        check_matmul(portable_device(), p)
-    });
+    run_async(
+        CASES_MATMUL_F32 / 2,
+        matmul_problem(DType::F32),
+        async |p| check_matmul(portable_device(), p).await,
+    );
 }
 
 #[test]
 fn matmul_f16() {
     require_f16(device());
-    run(CASES_MATMUL_F16, matmul_problem(DType::F16), |p| {
-        check_matmul(device(), p)
+    run_async(CASES_MATMUL_F16, matmul_problem(DType::F16), async |p| {
+        check_matmul(device(), p).await
     });
 }
 
@@ -1133,7 +1140,7 @@ fn splitk_fixed(dtype: DType, dist: Dist) -> Vec<GemmProblem> {
     ]
 }
 
-fn run_gemm(dev: &Device, p: &GemmProblem, split_k: Option<u32>) -> Vec<f64> {
+pub(crate) async fn run_gemm(dev: &Device, p: &GemmProblem, split_k: Option<u32>) -> Vec<f64> {
     let a = p.a.tensor(dev);
     let b = p.b.tensor(dev);
     let c = p.c.as_ref().map(|c| c.tensor(dev));
@@ -1152,7 +1159,7 @@ fn run_gemm(dev: &Device, p: &GemmProblem, split_k: Option<u32>) -> Vec<f64> {
         split_k,
     };
     let y: Tensor = gemm(&a, &b, &opts).unwrap_or_else(|e| panic!("gemm failed: {e}\n{p:#?}"));
-    common::download(&y).expect("readback")
+    common::download_async(&y).await.expect("readback")
 }
 
 fn splitk_plan(dev: &Device, p: &GemmProblem, split_k: Option<u32>) -> GemmPlan {
@@ -1161,14 +1168,14 @@ fn splitk_plan(dev: &Device, p: &GemmProblem, split_k: Option<u32>) -> GemmPlan 
 }
 
 /// Three runs of the same split-k GEMM (automatic and forced S) are bitwise identical.
-fn splitk_deterministic(dev: &Device, dtype: DType) {
+pub(crate) async fn splitk_deterministic(dev: &Device, dtype: DType) {
     for p in splitk_fixed(dtype, Dist::Uniform(-1.0, 1.0)) {
         for split_k in [p.split_k, Some(5)] {
             let pl = splitk_plan(dev, &p, split_k);
             assert!(pl.splits > 1, "not a split-k problem: {pl:?}\n{p:#?}");
-            let first = run_gemm(dev, &p, split_k);
+            let first = run_gemm(dev, &p, split_k).await;
             for run in 1..3 {
-                let again = run_gemm(dev, &p, split_k);
+                let again = run_gemm(dev, &p, split_k).await;
                 if let Err(e) = compare_bits(
                     &format!("split-k run {run} vs run 0 ({pl:?})"),
                     &[first.len()],
@@ -1185,24 +1192,24 @@ fn splitk_deterministic(dev: &Device, dtype: DType) {
 
 #[test]
 fn splitk_deterministic_f32() {
-    splitk_deterministic(device(), DType::F32);
+    pollster::block_on(splitk_deterministic(device(), DType::F32));
 }
 
 #[test]
 fn splitk_tiled_deterministic_f32() {
-    splitk_deterministic(portable_device(), DType::F32);
+    pollster::block_on(splitk_deterministic(portable_device(), DType::F32));
 }
 
 #[test]
 fn splitk_deterministic_f16() {
     require_f16(device());
-    splitk_deterministic(device(), DType::F16);
+    pollster::block_on(splitk_deterministic(device(), DType::F16));
 }
 
 /// Split (automatic and forced S, dividing K or not) and unsplit (S = 1) results each meet the
 /// bound against the reference, so they agree within the sum of their bounds; on small-integer
 /// inputs both are exact and therefore bitwise equal.
-fn splitk_agrees_with_unsplit(dev: &Device, dtype: DType) {
+pub(crate) async fn splitk_agrees_with_unsplit(dev: &Device, dtype: DType) {
     // Small integers: |sum| <= 64 * 20000 < 2^24 in f32; f16 keeps random-sign sums of 20000
     // products of |x| <= 3 far below 65504.
     let int = match dtype {
@@ -1228,13 +1235,13 @@ fn splitk_agrees_with_unsplit(dev: &Device, dtype: DType) {
             let exact = p.exact();
             let tol = |i| gemm_tol(dtype, k, p.alpha, p.act, exact, &r, i);
             assert_eq!(splitk_plan(dev, &p, Some(1)).splits, 1);
-            let unsplit = run_gemm(dev, &p, Some(1));
+            let unsplit = run_gemm(dev, &p, Some(1)).await;
             let fail = |e: TestCaseError| panic!("{e}\nproblem: {p:#?}");
             compare("S = 1 vs reference", &r.shape, &unsplit, &r.out, tol).unwrap_or_else(fail);
             for split_k in [None, Some(2), Some(3), Some(7), Some(64)] {
                 let pl = splitk_plan(dev, &p, split_k);
                 assert!(pl.splits > 1, "not split: {pl:?}");
-                let split = run_gemm(dev, &p, split_k);
+                let split = run_gemm(dev, &p, split_k).await;
                 let what = format!("{pl:?}");
                 compare(
                     &format!("{what} vs reference"),
@@ -1269,16 +1276,16 @@ fn splitk_agrees_with_unsplit(dev: &Device, dtype: DType) {
 
 #[test]
 fn splitk_agrees_with_unsplit_f32() {
-    splitk_agrees_with_unsplit(device(), DType::F32);
+    pollster::block_on(splitk_agrees_with_unsplit(device(), DType::F32));
 }
 
 #[test]
 fn splitk_tiled_agrees_with_unsplit_f32() {
-    splitk_agrees_with_unsplit(portable_device(), DType::F32);
+    pollster::block_on(splitk_agrees_with_unsplit(portable_device(), DType::F32));
 }
 
 #[test]
 fn splitk_agrees_with_unsplit_f16() {
     require_f16(device());
-    splitk_agrees_with_unsplit(device(), DType::F16);
+    pollster::block_on(splitk_agrees_with_unsplit(device(), DType::F16));
 }

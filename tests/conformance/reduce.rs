@@ -16,10 +16,12 @@ use proptest::prelude::*;
 use wgtensor::ops::ReduceOp;
 use wgtensor::DType;
 
-use crate::check::{compare, fetch, ok, out_round, EPS32};
+use crate::check::{compare, fetch_async, ok, out_round, EPS32};
 use crate::common::{device, reference, require_f16};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::strategies::run_async;
 use crate::strategies::{
-    dim, general_dist, operand_of_shape, run, shape, view_kind, Dist, Operand, ViewKind,
+    dim, general_dist, operand_of_shape, shape, view_kind, Dist, Operand, ViewKind,
 };
 
 const CASES_F32: u32 = 40;
@@ -32,7 +34,7 @@ const CASES_MANY_F16: u32 = 4;
 const REDUCE_OPS: [ReduceOp; 4] = [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min];
 
 #[derive(Clone, Debug)]
-struct ReduceProblem {
+pub(crate) struct ReduceProblem {
     op: ReduceOp,
     dim: isize,
     keepdim: bool,
@@ -77,7 +79,7 @@ fn problem_for(
 }
 
 /// Rank 1..=5 shapes with small dims, any axis: many outputs, short reductions.
-fn small_problem(dtype: DType) -> impl Strategy<Value = ReduceProblem> {
+pub(crate) fn small_problem(dtype: DType) -> impl Strategy<Value = ReduceProblem> {
     shape(1..=5)
         .prop_flat_map(|s| {
             let r = s.len();
@@ -88,7 +90,7 @@ fn small_problem(dtype: DType) -> impl Strategy<Value = ReduceProblem> {
 
 /// Few outputs, long reductions (65..=9000): the workgroup-per-output variant, along the
 /// last axis, the only axis, or a strided leading/middle axis.
-fn long_problem(dtype: DType) -> impl Strategy<Value = ReduceProblem> {
+pub(crate) fn long_problem(dtype: DType) -> impl Strategy<Value = ReduceProblem> {
     let shapes = prop_oneof![
         (1usize..=8, 65usize..=9000).prop_map(|(o, r)| (vec![o, r], 1)),
         (65usize..=9000).prop_map(|r| (vec![r], 0)),
@@ -102,7 +104,7 @@ fn long_problem(dtype: DType) -> impl Strategy<Value = ReduceProblem> {
 /// Many outputs (>= 4096) with long reductions (one invocation per output loops over 65+
 /// elements), contiguous or strided along the reduced axis, and many outputs with short
 /// reductions over a middle axis.
-fn many_outputs_problem(dtype: DType) -> impl Strategy<Value = ReduceProblem> {
+pub(crate) fn many_outputs_problem(dtype: DType) -> impl Strategy<Value = ReduceProblem> {
     let shapes = prop_oneof![
         (4096usize..=4400, 65usize..=72).prop_map(|(n, r)| (vec![n, r], 1)),
         (65usize..=72, 4096usize..=4400).prop_map(|(r, n)| (vec![r, n], 0)),
@@ -112,7 +114,7 @@ fn many_outputs_problem(dtype: DType) -> impl Strategy<Value = ReduceProblem> {
         .prop_flat_map(move |((s, d), neg)| problem_for(dtype, s, d, neg, long_dists()))
 }
 
-fn check_reduce(p: &ReduceProblem) -> Result<(), TestCaseError> {
+pub(crate) async fn check_reduce(p: &ReduceProblem) -> Result<(), TestCaseError> {
     let dev = device();
     let what = format!("{:?}(dim {}, keepdim {})", p.op, p.dim, p.keepdim);
     let y = ok(&what, p.x.tensor(dev).reduce(p.dim, p.op, p.keepdim))?;
@@ -127,7 +129,7 @@ fn check_reduce(p: &ReduceProblem) -> Result<(), TestCaseError> {
     let (want, shape) = reference::reduce(&xs, &p.x.shape, d, p.op, p.keepdim);
     let abs_sum = reference::abs_sum(&xs, &p.x.shape, d);
     let r = p.x.shape[d] as f64;
-    let got = fetch(&what, &y, &shape)?;
+    let got = fetch_async(&what, &y, &shape).await?;
     compare(&what, &shape, &got, &want, |i| {
         // Small-integer inputs whose magnitudes sum below 2^24: the f32 sum is exact.
         let exact_sum = p.x.dist.is_int() && abs_sum[i] < 16_777_216.0;
@@ -147,29 +149,29 @@ fn check_reduce(p: &ReduceProblem) -> Result<(), TestCaseError> {
 
 #[test]
 fn reduce_f32() {
-    run(CASES_F32, small_problem(DType::F32), check_reduce);
+    run_async(CASES_F32, small_problem(DType::F32), check_reduce);
 }
 
 #[test]
 fn reduce_f16() {
     require_f16(device());
-    run(CASES_F16, small_problem(DType::F16), check_reduce);
+    run_async(CASES_F16, small_problem(DType::F16), check_reduce);
 }
 
 #[test]
 fn reduce_long_f32() {
-    run(CASES_LONG_F32, long_problem(DType::F32), check_reduce);
+    run_async(CASES_LONG_F32, long_problem(DType::F32), check_reduce);
 }
 
 #[test]
 fn reduce_long_f16() {
     require_f16(device());
-    run(CASES_LONG_F16, long_problem(DType::F16), check_reduce);
+    run_async(CASES_LONG_F16, long_problem(DType::F16), check_reduce);
 }
 
 #[test]
 fn reduce_many_outputs_f32() {
-    run(
+    run_async(
         CASES_MANY_F32,
         many_outputs_problem(DType::F32),
         check_reduce,
@@ -179,7 +181,7 @@ fn reduce_many_outputs_f32() {
 #[test]
 fn reduce_many_outputs_f16() {
     require_f16(device());
-    run(
+    run_async(
         CASES_MANY_F16,
         many_outputs_problem(DType::F16),
         check_reduce,
@@ -189,7 +191,7 @@ fn reduce_many_outputs_f16() {
 /// The workgroup-variant shapes named in the design review, every op, both keepdims, on the
 /// contiguous tensor and on a transposed view: [3, 5000] over dim 1 and [7000] over dim 0,
 /// with small-integer (exact sums) and real-valued data.
-fn fixed_long_cases(dtype: DType) {
+pub(crate) async fn fixed_long_cases(dtype: DType) {
     let cases: [(&[usize], isize, ViewKind); 4] = [
         (&[3, 5000], 1, ViewKind::Contiguous),
         (&[3, 5000], -1, ViewKind::Permuted),
@@ -206,7 +208,7 @@ fn fixed_long_cases(dtype: DType) {
                         keepdim,
                         x: Operand::new(dtype, shape, kind, dist, 7),
                     };
-                    if let Err(e) = check_reduce(&p) {
+                    if let Err(e) = check_reduce(&p).await {
                         panic!("{e}\nproblem: {p:#?}");
                     }
                 }
@@ -217,11 +219,11 @@ fn fixed_long_cases(dtype: DType) {
 
 #[test]
 fn reduce_workgroup_fixed_f32() {
-    fixed_long_cases(DType::F32);
+    pollster::block_on(fixed_long_cases(DType::F32));
 }
 
 #[test]
 fn reduce_workgroup_fixed_f16() {
     require_f16(device());
-    fixed_long_cases(DType::F16);
+    pollster::block_on(fixed_long_cases(DType::F16));
 }

@@ -13,11 +13,13 @@ use proptest::prelude::*;
 use wgtensor::ops::{gru_cell, lstm_cell, Rnn, RnnKind, RnnWeights};
 use wgtensor::{DType, Device, Tensor};
 
+#[cfg(not(target_arch = "wasm32"))]
+use crate::common::download;
 use crate::common::rnn_ref::{self, RefWeights};
-use crate::common::{device, download, portable_device, upload};
+use crate::common::{device, download_async, portable_device, upload};
 
 #[derive(Debug, Clone)]
-struct Problem {
+pub(crate) struct Problem {
     lstm: bool,
     t: usize,
     b: usize,
@@ -30,7 +32,7 @@ struct Problem {
     seed: u64,
 }
 
-fn problem() -> impl Strategy<Value = Problem> {
+pub(crate) fn problem() -> impl Strategy<Value = Problem> {
     (
         any::<bool>(),
         1usize..=20,
@@ -133,7 +135,7 @@ fn build_rnn(p: &Problem, dev: &Device) -> (Vec<RefWeights>, Rnn) {
     (refw, rnn)
 }
 
-fn run_sequence(p: &Problem, dev: &Device) -> Result<(), TestCaseError> {
+pub(crate) async fn run_sequence(p: &Problem, dev: &Device) -> Result<(), TestCaseError> {
     let d = if p.bidirectional { 2 } else { 1 };
     let (refw, rnn) = build_rnn(p, dev);
     let x = values(p.t * p.b * p.i, p.seed ^ 99, 1.0);
@@ -172,13 +174,18 @@ fn run_sequence(p: &Problem, dev: &Device) -> Result<(), TestCaseError> {
     };
     prop_assert_eq!(y.shape(), &[p.t, p.b, d * p.h][..]);
     let tol = 2e-6 * p.t as f64 * p.layers as f64 * (p.i + d * p.h + 8) as f64;
-    check_close("output", &download(&y).unwrap(), &want_y, tol)?;
-    check_close("h_n", &download(&out.h_n).unwrap(), &want_h, tol)?;
+    check_close("output", &download_async(&y).await.unwrap(), &want_y, tol)?;
+    check_close(
+        "h_n",
+        &download_async(&out.h_n).await.unwrap(),
+        &want_h,
+        tol,
+    )?;
     if p.lstm {
         // c is not bounded by 1 (it accumulates up to T), so scale the bound with T.
         check_close(
             "c_n",
-            &download(out.c_n.as_ref().unwrap()).unwrap(),
+            &download_async(out.c_n.as_ref().unwrap()).await.unwrap(),
             &want_c,
             tol * p.t as f64,
         )?;
@@ -193,12 +200,12 @@ proptest! {
 
     #[test]
     fn rnn_sequence_f32(p in problem()) {
-        run_sequence(&p, device())?;
+        pollster::block_on(run_sequence(&p, device()))?;
     }
 
     #[test]
     fn rnn_sequence_portable_f32(p in problem()) {
-        run_sequence(&p, portable_device())?;
+        pollster::block_on(run_sequence(&p, portable_device()))?;
     }
 }
 
@@ -206,28 +213,55 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 16, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn rnn_cells_f32(lstm in any::<bool>(), b in 1usize..=16, i in 1usize..=12, h in 1usize..=20, seed in any::<u64>()) {
-        let dev = device();
-        let p = Problem { lstm, t: 1, b, i, h, layers: 1, bidirectional: false, batch_first: false, with_h0: true, seed };
-        let (rw, gw) = weights_for(&p, dev, 0, i);
-        let x = values(b * i, seed ^ 1, 1.0);
-        let hv = values(b * h, seed ^ 2, 0.5);
-        let cv = values(b * h, seed ^ 3, 0.5);
-        let (want_h, want_c) = rnn_ref::cell(lstm, &rw, &x, &hv, &cv, b, i, h);
-        let xt = upload(dev, &x, &[b, i], DType::F32);
-        let ht = upload(dev, &hv, &[b, h], DType::F32);
-        let tol = 2e-6 * (i + h + 8) as f64;
-        if lstm {
-            let ct = upload(dev, &cv, &[b, h], DType::F32);
-            let (h2, c2) = lstm_cell(&xt, &ht, &ct, &gw).unwrap();
-            prop_assert_eq!(h2.shape(), &[b, h][..]);
-            check_close("h'", &download(&h2).unwrap(), &want_h, tol)?;
-            check_close("c'", &download(&c2).unwrap(), &want_c, tol)?;
-        } else {
-            let h2 = gru_cell(&xt, &ht, &gw).unwrap();
-            check_close("h'", &download(&h2).unwrap(), &want_h, tol)?;
-        }
+    fn rnn_cells_f32(p in cell_problem()) {
+        pollster::block_on(run_cell(&p, device()))?;
     }
+}
+
+/// Single steps (`lstm_cell`, `gru_cell`): a one-step, one-layer problem with an initial state.
+pub(crate) fn cell_problem() -> impl Strategy<Value = Problem> {
+    (
+        any::<bool>(),
+        1usize..=16,
+        1usize..=12,
+        1usize..=20,
+        any::<u64>(),
+    )
+        .prop_map(|(lstm, b, i, h, seed)| Problem {
+            lstm,
+            t: 1,
+            b,
+            i,
+            h,
+            layers: 1,
+            bidirectional: false,
+            batch_first: false,
+            with_h0: true,
+            seed,
+        })
+}
+
+pub(crate) async fn run_cell(p: &Problem, dev: &Device) -> Result<(), TestCaseError> {
+    let (lstm, b, i, h, seed) = (p.lstm, p.b, p.i, p.h, p.seed);
+    let (rw, gw) = weights_for(p, dev, 0, i);
+    let x = values(b * i, seed ^ 1, 1.0);
+    let hv = values(b * h, seed ^ 2, 0.5);
+    let cv = values(b * h, seed ^ 3, 0.5);
+    let (want_h, want_c) = rnn_ref::cell(lstm, &rw, &x, &hv, &cv, b, i, h);
+    let xt = upload(dev, &x, &[b, i], DType::F32);
+    let ht = upload(dev, &hv, &[b, h], DType::F32);
+    let tol = 2e-6 * (i + h + 8) as f64;
+    if lstm {
+        let ct = upload(dev, &cv, &[b, h], DType::F32);
+        let (h2, c2) = lstm_cell(&xt, &ht, &ct, &gw).unwrap();
+        prop_assert_eq!(h2.shape(), &[b, h][..]);
+        check_close("h'", &download_async(&h2).await.unwrap(), &want_h, tol)?;
+        check_close("c'", &download_async(&c2).await.unwrap(), &want_c, tol)?;
+    } else {
+        let h2 = gru_cell(&xt, &ht, &gw).unwrap();
+        check_close("h'", &download_async(&h2).await.unwrap(), &want_h, tol)?;
+    }
+    Ok(())
 }
 
 /// A single-layer forward is the input-projection GEMM plus one dispatch per step.
@@ -386,7 +420,7 @@ fn upload_seq(dev: &Device, v: &[f64], shape: [usize; 3], batch_first: bool) -> 
 }
 
 /// GPU gradients as host vectors: dx [T, B, I] (time-major), dh0, dc0, per-set weight grads.
-fn gpu_grads(p: &Problem, c: &BackwardCase, dev: &Device) -> rnn_ref::RefGrads {
+async fn gpu_grads(p: &Problem, c: &BackwardCase, dev: &Device) -> rnn_ref::RefGrads {
     let d = if p.bidirectional { 2 } else { 1 };
     let sshape = [p.layers * d, p.b, p.h];
     let st = |v: &Option<Vec<f64>>| v.as_ref().map(|v| upload(dev, v, &sshape, DType::F32));
@@ -406,23 +440,24 @@ fn gpu_grads(p: &Problem, c: &BackwardCase, dev: &Device) -> rnn_ref::RefGrads {
     assert_eq!(dx.shape(), &[p.t, p.b, p.i]);
     assert_eq!(g.dh0.shape(), &sshape);
     assert_eq!(g.dc0.is_some(), p.lstm);
+    let get = async |t: &Tensor| download_async(t).await.unwrap();
+    let mut dw = Vec::new();
+    for w in &g.weights {
+        dw.push(RefWeights {
+            w_ih: get(&w.w_ih).await,
+            w_hh: get(&w.w_hh).await,
+            b_ih: get(&w.b_ih).await,
+            b_hh: get(&w.b_hh).await,
+        });
+    }
     rnn_ref::RefGrads {
-        dx: download(&dx).unwrap(),
-        dh0: download(&g.dh0).unwrap(),
-        dc0: g.dc0.as_ref().map_or_else(
-            || vec![0.0; p.layers * d * p.b * p.h],
-            |t| download(t).unwrap(),
-        ),
-        dw: g
-            .weights
-            .iter()
-            .map(|w| RefWeights {
-                w_ih: download(&w.w_ih).unwrap(),
-                w_hh: download(&w.w_hh).unwrap(),
-                b_ih: download(&w.b_ih).unwrap(),
-                b_hh: download(&w.b_hh).unwrap(),
-            })
-            .collect(),
+        dx: get(&dx).await,
+        dh0: get(&g.dh0).await,
+        dc0: match &g.dc0 {
+            Some(t) => get(t).await,
+            None => vec![0.0; p.layers * d * p.b * p.h],
+        },
+        dw,
     }
 }
 
@@ -476,7 +511,7 @@ fn compare_grads(
     Ok(())
 }
 
-fn backward_problem() -> impl Strategy<Value = (Problem, bool)> {
+pub(crate) fn backward_problem() -> impl Strategy<Value = (Problem, bool)> {
     (
         any::<bool>(),
         1usize..=8,
@@ -512,9 +547,13 @@ fn backward_problem() -> impl Strategy<Value = (Problem, bool)> {
         )
 }
 
-fn run_backward(p: &Problem, with_dhn: bool, dev: &Device) -> Result<(), TestCaseError> {
+pub(crate) async fn run_backward(
+    p: &Problem,
+    with_dhn: bool,
+    dev: &Device,
+) -> Result<(), TestCaseError> {
     let c = backward_case(p, with_dhn, dev);
-    compare_grads(p, &gpu_grads(p, &c, dev), &ref_grads(p, &c))
+    compare_grads(p, &gpu_grads(p, &c, dev).await, &ref_grads(p, &c))
 }
 
 proptest! {
@@ -522,7 +561,7 @@ proptest! {
 
     #[test]
     fn rnn_backward_f32((p, with_dhn) in backward_problem()) {
-        run_backward(&p, with_dhn, device())?;
+        pollster::block_on(run_backward(&p, with_dhn, device()))?;
     }
 }
 
@@ -531,7 +570,7 @@ proptest! {
 
     #[test]
     fn rnn_backward_portable_f32((p, with_dhn) in backward_problem()) {
-        run_backward(&p, with_dhn, portable_device())?;
+        pollster::block_on(run_backward(&p, with_dhn, portable_device()))?;
     }
 }
 
@@ -578,7 +617,7 @@ fn rnn_backward_matches_finite_differences() {
         };
         let mut c = backward_case(&p, true, dev);
         let want = ref_grads(&p, &c);
-        let got = gpu_grads(&p, &c, dev);
+        let got = pollster::block_on(gpu_grads(&p, &c, dev));
         let eps = 1e-5;
         let check = |what: &str, analytic_ref: f64, analytic_gpu: f64, fd: f64| {
             assert!(
@@ -742,7 +781,7 @@ fn rnn_backward_wide_batch() {
             seed: 77,
         };
         for dev in [device(), portable_device()] {
-            run_backward(&p, true, dev).unwrap();
+            pollster::block_on(run_backward(&p, true, dev)).unwrap();
         }
     }
 }

@@ -412,3 +412,17 @@ where
         panic!("{e}");
     }
 }
+
+/// [`run`] for checks that read back asynchronously (shared with the browser suite,
+/// tests/browser, which runs them with a deterministic seed and `.await`).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn run_async<S>(
+    cases: u32,
+    strategy: S,
+    test: impl AsyncFn(&S::Value) -> Result<(), TestCaseError>,
+) where
+    S: Strategy,
+    S::Value: fmt::Debug,
+{
+    run(cases, strategy, |v| pollster::block_on(test(v)));
+}
