@@ -1,0 +1,280 @@
+//! The browser's subset of the conformance suite: for every op family, the native suite's
+//! strategies and checks (tests/conformance) with fewer cases, fixed seeds and awaited
+//! readbacks. `device()` runs the kernels the adapter's features select; `portable_device()`
+//! (no SUBGROUP) the portable variants. f16 cases run only when the adapter has SHADER_F16
+//! and are reported as skipped otherwise.
+
+use proptest::prelude::*;
+use wasm_bindgen_test::{console_log, wasm_bindgen_test};
+use wgtensor::DType;
+
+use crate::common::{device, init_devices, portable_device};
+use crate::gemm::Mode;
+use crate::runner::check_cases;
+use crate::strategies::{general_dist, operand, small_shape, view_kind, Dist};
+use crate::{batchnorm as bn, elementwise as ew, gemm, reduce, rnn};
+
+/// Opens the shared devices; false (after saying so) when f16 cases must be skipped.
+async fn f16_or_skip(name: &str) -> bool {
+    let dev = init_devices().await;
+    if dev.supports_f16() {
+        return true;
+    }
+    console_log!(
+        "{name}: SKIPPED, the adapter ({}) lacks SHADER_F16",
+        dev.adapter_info().name
+    );
+    false
+}
+
+#[wasm_bindgen_test]
+async fn adapter() {
+    let dev = init_devices().await;
+    let info = dev.adapter_info();
+    console_log!(
+        "adapter: {:?} ({:?}, {:?}), f16 {}, subgroups {} ({}..={} lanes), \
+         max workgroup storage {} B, storage buffers per stage {}",
+        info.name,
+        info.backend,
+        info.device_type,
+        dev.supports_f16(),
+        dev.features().contains(wgpu::Features::SUBGROUP),
+        info.subgroup_min_size,
+        info.subgroup_max_size,
+        dev.limits().max_compute_workgroup_storage_size,
+        dev.limits().max_storage_buffers_per_shader_stage,
+    );
+    assert_eq!(info.backend, wgpu::Backend::BrowserWebGpu);
+}
+
+// ---- elementwise ----------------------------------------------------------------------------
+
+#[wasm_bindgen_test]
+async fn elementwise_f32() {
+    init_devices().await;
+    let f = DType::F32;
+    check_cases(
+        "unary_f32",
+        12,
+        ew::unary_problem(f, false),
+        ew::check_unary,
+    )
+    .await;
+    check_cases(
+        "unary_large_f32",
+        2,
+        ew::unary_problem(f, true),
+        ew::check_unary,
+    )
+    .await;
+    check_cases("scalar_f32", 10, ew::scalar_problem(f), ew::check_scalar).await;
+    check_cases(
+        "binary_f32",
+        12,
+        ew::binary_problem(f, false),
+        ew::check_binary,
+    )
+    .await;
+    check_cases(
+        "binary_large_f32",
+        2,
+        ew::binary_problem(f, true),
+        ew::check_binary,
+    )
+    .await;
+    let x = operand(f, small_shape(), view_kind(), general_dist());
+    check_cases("contiguous_f32", 8, x, ew::check_contiguous).await;
+    check_cases("reshape_f32", 8, ew::reshape_problem(f), ew::check_reshape).await;
+    let fill = async |p: &ew::FillProblem| ew::check_fill(p, f).await;
+    check_cases("zeros_full_f32", 6, ew::fill_problem(), fill).await;
+}
+
+#[wasm_bindgen_test]
+async fn elementwise_f16() {
+    if !f16_or_skip("elementwise_f16").await {
+        return;
+    }
+    let h = DType::F16;
+    check_cases("unary_f16", 6, ew::unary_problem(h, false), ew::check_unary).await;
+    check_cases("scalar_f16", 4, ew::scalar_problem(h), ew::check_scalar).await;
+    check_cases(
+        "binary_f16",
+        6,
+        ew::binary_problem(h, false),
+        ew::check_binary,
+    )
+    .await;
+    let to_f16 = operand(DType::F32, small_shape(), view_kind(), Just(Dist::F16Grid));
+    let conv = async |x: &_| ew::check_to_dtype(x, h).await;
+    check_cases("to_dtype_f32_to_f16", 4, to_f16, conv).await;
+    let to_f32 = operand(h, small_shape(), view_kind(), general_dist());
+    let conv = async |x: &_| ew::check_to_dtype(x, DType::F32).await;
+    check_cases("to_dtype_f16_to_f32", 4, to_f32, conv).await;
+}
+
+// ---- reductions -----------------------------------------------------------------------------
+
+#[wasm_bindgen_test]
+async fn reduce_f32() {
+    init_devices().await;
+    let f = DType::F32;
+    check_cases(
+        "reduce_f32",
+        12,
+        reduce::small_problem(f),
+        reduce::check_reduce,
+    )
+    .await;
+    check_cases(
+        "reduce_long_f32",
+        3,
+        reduce::long_problem(f),
+        reduce::check_reduce,
+    )
+    .await;
+    let many = reduce::many_outputs_problem(f);
+    check_cases("reduce_many_outputs_f32", 2, many, reduce::check_reduce).await;
+    reduce::fixed_long_cases(f).await;
+    console_log!("reduce_workgroup_fixed_f32: 64 fixed cases passed");
+}
+
+#[wasm_bindgen_test]
+async fn reduce_f16() {
+    if !f16_or_skip("reduce_f16").await {
+        return;
+    }
+    let h = DType::F16;
+    check_cases(
+        "reduce_f16",
+        6,
+        reduce::small_problem(h),
+        reduce::check_reduce,
+    )
+    .await;
+    check_cases(
+        "reduce_long_f16",
+        2,
+        reduce::long_problem(h),
+        reduce::check_reduce,
+    )
+    .await;
+}
+
+// ---- GEMM (incl. split-k) -------------------------------------------------------------------
+
+#[wasm_bindgen_test]
+async fn gemm_f32() {
+    init_devices().await;
+    let f = DType::F32;
+    for (name, dev) in [("default", device()), ("portable", portable_device())] {
+        let check = async |p: &_| gemm::check_gemm(dev, p, false).await;
+        let exact = async |p: &_| gemm::check_gemm(dev, p, true).await;
+        let general = gemm::gemm_problem(f, gemm::general_sizes(), Mode::General);
+        check_cases(&format!("gemm_f32 ({name})"), 8, general, check).await;
+        let ex = gemm::gemm_problem(f, gemm::general_sizes(), Mode::Exact);
+        check_cases(&format!("gemm_exact_f32 ({name})"), 4, ex, exact).await;
+        let large = gemm::gemm_problem(f, gemm::large_sizes(), Mode::General);
+        check_cases(&format!("gemm_large_f32 ({name})"), 1, large, check).await;
+        let matmul = async |p: &_| gemm::check_matmul(dev, p).await;
+        let mm = gemm::matmul_problem(f);
+        check_cases(&format!("matmul_f32 ({name})"), 6, mm, matmul).await;
+    }
+}
+
+#[wasm_bindgen_test]
+async fn gemm_splitk_f32() {
+    init_devices().await;
+    let f = DType::F32;
+    for (name, dev) in [("default", device()), ("portable", portable_device())] {
+        let check = async |p: &_| gemm::check_gemm(dev, p, false).await;
+        let exact = async |p: &_| gemm::check_gemm(dev, p, true).await;
+        let sk = gemm::gemm_problem(f, gemm::splitk_sizes(), Mode::SplitK);
+        check_cases(&format!("gemm_splitk_f32 ({name})"), 4, sk, check).await;
+        let ske = gemm::gemm_problem(f, gemm::splitk_sizes(), Mode::SplitKExact);
+        check_cases(&format!("gemm_splitk_exact_f32 ({name})"), 3, ske, exact).await;
+    }
+    gemm::splitk_deterministic(device(), f).await;
+    console_log!("splitk_deterministic_f32: 3 problems x 2 splits x 3 runs bitwise equal");
+}
+
+#[wasm_bindgen_test]
+async fn gemm_f16() {
+    if !f16_or_skip("gemm_f16").await {
+        return;
+    }
+    let h = DType::F16;
+    let check = async |p: &_| gemm::check_gemm(device(), p, false).await;
+    let general = gemm::gemm_problem(h, gemm::general_sizes(), Mode::General);
+    check_cases("gemm_f16", 4, general, check).await;
+    let sk = gemm::gemm_problem(h, gemm::splitk_sizes(), Mode::SplitK);
+    check_cases("gemm_splitk_f16", 2, sk, check).await;
+}
+
+// ---- batch normalization --------------------------------------------------------------------
+
+#[wasm_bindgen_test]
+async fn batchnorm_f32() {
+    init_devices().await;
+    let f = DType::F32;
+    let small = || bn::small_shape().boxed();
+    let infer = bn::infer_problem(f, small(), bn::x_dists().boxed());
+    check_cases("batchnorm_inference_f32", 8, infer, bn::check_inference).await;
+    let train = bn::train_problem(f, small(), bn::x_dists().boxed());
+    check_cases("batchnorm_train_f32", 8, train, bn::check_train).await;
+    let backward = bn::backward_problem(f, small(), bn::backward_dists());
+    check_cases("batchnorm_backward_f32", 8, backward, bn::check_backward).await;
+    let train = bn::train_problem(f, bn::large_shape(), bn::x_dists().boxed());
+    check_cases("batchnorm_train_large_f32", 1, train, bn::check_train).await;
+    let backward = bn::backward_problem(f, bn::large_shape(), bn::backward_dists());
+    check_cases(
+        "batchnorm_backward_large_f32",
+        1,
+        backward,
+        bn::check_backward,
+    )
+    .await;
+    bn::cumulative_average(f).await;
+    console_log!("batchnorm_cumulative_average_f32: passed");
+}
+
+#[wasm_bindgen_test]
+async fn batchnorm_f16() {
+    if !f16_or_skip("batchnorm_f16").await {
+        return;
+    }
+    let h = DType::F16;
+    let small = || bn::small_shape().boxed();
+    let infer = bn::infer_problem(h, small(), bn::x_dists_f16().boxed());
+    check_cases("batchnorm_inference_f16", 4, infer, bn::check_inference).await;
+    let train = bn::train_problem(h, small(), bn::x_dists_f16().boxed());
+    check_cases("batchnorm_train_f16", 4, train, bn::check_train).await;
+}
+
+// ---- LSTM / GRU -----------------------------------------------------------------------------
+
+#[wasm_bindgen_test]
+async fn rnn_forward_f32() {
+    init_devices().await;
+    for (name, dev) in [("default", device()), ("portable", portable_device())] {
+        let seq = async |p: &_| rnn::run_sequence(p, dev).await;
+        check_cases(
+            &format!("rnn_sequence_f32 ({name})"),
+            6,
+            rnn::problem(),
+            seq,
+        )
+        .await;
+    }
+    let cell = async |p: &_| rnn::run_cell(p, device()).await;
+    check_cases("rnn_cells_f32", 6, rnn::cell_problem(), cell).await;
+}
+
+#[wasm_bindgen_test]
+async fn rnn_backward_f32() {
+    init_devices().await;
+    for (name, dev, cases) in [("default", device(), 6), ("portable", portable_device(), 3)] {
+        let bptt = async |(p, with_dhn): &_| rnn::run_backward(p, *with_dhn, dev).await;
+        let problems = rnn::backward_problem();
+        check_cases(&format!("rnn_backward_f32 ({name})"), cases, problems, bptt).await;
+    }
+}

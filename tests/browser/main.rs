@@ -1,0 +1,71 @@
+//! Browser tests (wasm32 + WebGPU): `wasm-bindgen-test-runner` runs them in headless Chromium
+//! (scripts/test-browser.sh sets it up; `cargo test --target wasm32-unknown-unknown --test
+//! browser`). On native this binary is empty: the full suites run there as usual.
+//!
+//! - `conformance`: a fixed-seed subset of the conformance cases of every op family, generated
+//!   by the same proptest strategies and checked by the same code against the same pure-Rust
+//!   f64 references as natively (the conformance modules are included below), with the
+//!   readbacks awaited instead of blocking.
+//! - `runtime`: the in-flight cap over a 10k-op loop, and errors surfacing as `Err` in the
+//!   browser.
+//!
+//! No libtest harness (`harness = false`): wasm-bindgen-test exports every test for the
+//! runner, and the native `#[test]` fns of the included modules compile out, which is why the
+//! modules allow dead code (their native-only helpers and case counts).
+
+#[cfg(target_arch = "wasm32")]
+wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
+
+#[cfg(target_arch = "wasm32")]
+#[path = "../common/mod.rs"]
+mod common; // allows dead code itself
+
+#[cfg(target_arch = "wasm32")]
+#[allow(dead_code, unused_imports)]
+#[path = "../conformance/check.rs"]
+mod check;
+
+#[cfg(target_arch = "wasm32")]
+#[allow(dead_code, unused_imports)]
+#[path = "../conformance/strategies.rs"]
+mod strategies;
+
+#[cfg(target_arch = "wasm32")]
+#[allow(dead_code, unused_imports)]
+#[path = "../conformance/elementwise.rs"]
+mod elementwise;
+
+#[cfg(target_arch = "wasm32")]
+#[allow(dead_code, unused_imports)]
+#[path = "../conformance/reduce.rs"]
+mod reduce;
+
+#[cfg(target_arch = "wasm32")]
+#[allow(dead_code, unused_imports)]
+#[path = "../conformance/gemm.rs"]
+mod gemm;
+
+#[cfg(target_arch = "wasm32")]
+#[allow(dead_code, unused_imports)]
+#[path = "../conformance/batchnorm.rs"]
+mod batchnorm;
+
+#[cfg(target_arch = "wasm32")]
+#[allow(dead_code, unused_imports)]
+#[path = "../conformance/rnn.rs"]
+mod rnn;
+
+#[cfg(target_arch = "wasm32")]
+mod conformance;
+#[cfg(target_arch = "wasm32")]
+mod runner;
+#[cfg(target_arch = "wasm32")]
+mod runtime;
+
+fn main() {
+    #[cfg(not(target_arch = "wasm32"))]
+    println!(
+        "browser tests run on wasm32 only: scripts/test-browser.sh \
+         (cargo test --target wasm32-unknown-unknown --test browser)"
+    );
+}

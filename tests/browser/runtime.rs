@@ -1,0 +1,99 @@
+//! Runtime behaviour in the browser, on private devices so the counters see only this test:
+//! the in-flight cap over a long loop, and errors that surface as `Err`, never as panics.
+
+use wasm_bindgen_test::{console_log, wasm_bindgen_test};
+use wgtensor::{Device, DeviceOptions, Error, Tensor};
+
+const OPS: usize = 10_000;
+const SYNC_EVERY: usize = 1_000;
+
+/// 10k dependent ops with a `sync_async().await` every 1000: batches of 64 dispatches give 16
+/// batches between syncs, far more than the cap of 3, yet at no point are more than 3
+/// submissions in flight (batches past the cap are parked until the next sync). The result is
+/// exact (small integers), so nothing was lost or reordered.
+#[wasm_bindgen_test]
+async fn ten_thousand_ops_keep_in_flight_at_or_under_the_cap() {
+    let opts = DeviceOptions::default();
+    let cap = opts.max_in_flight;
+    let dev = Device::new_async_with(opts).await.unwrap();
+    let n = 4096;
+    let start: Vec<f32> = (0..n).map(|i| (i % 97) as f32).collect();
+    let mut x = Tensor::from_slice(&dev, &start, &[n]).unwrap();
+    let (mut peak_in_flight, mut peak_parked, mut syncs) = (0, 0, 0);
+    let t0 = js_now();
+    for i in 0..OPS {
+        x = x.add_scalar(1.0).unwrap();
+        let s = dev.stats();
+        peak_in_flight = peak_in_flight.max(s.in_flight);
+        peak_parked = peak_parked.max(s.parked);
+        assert!(
+            s.in_flight <= cap,
+            "op {i}: {} in flight > cap {cap}",
+            s.in_flight
+        );
+        if (i + 1) % SYNC_EVERY == 0 {
+            dev.sync_async().await.unwrap();
+            syncs += 1;
+            let s = dev.stats();
+            assert_eq!((s.in_flight, s.parked), (0, 0), "after sync {syncs}");
+        }
+    }
+    let got = x.to_vec_async::<f32>().await.unwrap();
+    let ms = js_now() - t0;
+    let want: Vec<f32> = start.iter().map(|v| v + OPS as f32).collect();
+    assert_eq!(got, want);
+    let s = dev.stats();
+    console_log!(
+        "in-flight: {OPS} ops, {} dispatches, {} submissions, {syncs} syncs; peak in flight {} \
+         (runtime counter {}) vs cap {cap}; up to {peak_parked} batches parked at once; pool \
+         peak {} KiB; {ms:.0} ms",
+        s.dispatches,
+        s.submissions,
+        peak_in_flight,
+        s.peak_in_flight,
+        s.pool.peak_bytes >> 10,
+    );
+    assert!(s.peak_in_flight <= cap && peak_in_flight <= cap);
+    assert_eq!(s.dispatches, OPS as u64);
+    assert!(s.submissions >= (OPS / 64) as u64);
+    // The cap really was in the way: without parking, 16 batches would have been in flight.
+    assert!(peak_parked >= SYNC_EVERY / 64 - cap, "parked {peak_parked}");
+}
+
+/// A wgpu validation error (made here through the raw device, as a faulty kernel would) is
+/// reported by WebGPU asynchronously; it surfaces as `Err(Validation)` at the next async point
+/// and the device keeps working. Argument errors are plain `Err`s as on native.
+#[wasm_bindgen_test]
+async fn errors_surface_as_err_not_panics() {
+    let dev = Device::new_async().await.unwrap();
+    let e = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0], &[2]).unwrap_err();
+    assert!(matches!(e, Error::Shape { .. }), "{e:?}");
+    let a = Tensor::from_slice(&dev, &[1.0f32; 6], &[2, 3]).unwrap();
+    let e = a.add(&Tensor::from_slice(&dev, &[1.0f32; 4], &[4]).unwrap());
+    assert!(matches!(e, Err(Error::Shape { .. })), "{e:?}");
+
+    // MAP_READ may only be combined with COPY_DST: an invalid buffer.
+    let _bad = dev.wgpu_device().create_buffer(&wgpu::BufferDescriptor {
+        label: Some("invalid on purpose"),
+        size: 16,
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::STORAGE,
+        mapped_at_creation: false,
+    });
+    let e = dev.sync_async().await.unwrap_err();
+    assert!(matches!(e, Error::Validation { .. }), "{e:?}");
+    console_log!("errors: surfaced as {e}");
+
+    let y = a
+        .mul_scalar(2.0)
+        .unwrap()
+        .to_vec_async::<f32>()
+        .await
+        .unwrap();
+    assert_eq!(y, vec![2.0; 6]);
+}
+
+fn js_now() -> f64 {
+    web_sys::window()
+        .and_then(|w| w.performance())
+        .map_or(0.0, |p| p.now())
+}
