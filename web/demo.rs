@@ -1,0 +1,252 @@
+//! The demo page's wasm module (`web/build.sh` builds it and runs `wasm-bindgen --target web`
+//! into `web/pkg/`; `web/main.js` calls [`run_demo`]).
+//!
+//! It opens the device, then runs a small workload on deterministic random data — batch
+//! normalization (training forward) of `[N, C, L]` and an LSTM over the normalized sequence —
+//! timing each op (first call, pipeline compilation included, and the median of a few more)
+//! and checking every output against the pure-Rust f64 reference of the conformance suite
+//! (tests/common), the same code the native and browser tests use.
+//!
+//! Adding a step is a few lines in `run`: produce the input, call [`Demo::step`] with the GPU
+//! op and the reference. The convolution step goes first once `ops::conv1d` exists (see the
+//! TODO there).
+#![cfg(target_arch = "wasm32")]
+
+#[allow(dead_code)]
+#[path = "../tests/common/reference.rs"]
+mod reference;
+#[allow(dead_code)]
+#[path = "../tests/common/rnn_ref.rs"]
+mod rnn_ref;
+
+use std::fmt::Write as _;
+
+use wasm_bindgen::prelude::*;
+use wgtensor::ops::{batch_norm_train, Rnn, RnnKind, RnnWeights};
+use wgtensor::{Device, Result, Tensor};
+
+/// Workload sizes: a batch of N sequences with C channels and L steps; LSTM hidden size H.
+const N: usize = 8;
+const C: usize = 16;
+const L: usize = 64;
+const H: usize = 32;
+const BN_EPS: f32 = 1e-5;
+/// Timed calls after the first one (the median is reported).
+const REPEATS: usize = 5;
+
+/// Runs the workload; resolves to a JSON report (adapter, per-op timings and checks, `pass`).
+#[wasm_bindgen]
+pub async fn run_demo() -> std::result::Result<String, JsValue> {
+    run().await.map_err(|e| JsValue::from_str(&e.to_string()))
+}
+
+async fn run() -> Result<String> {
+    let dev = Device::new_async().await?;
+    let mut demo = Demo {
+        dev: dev.clone(),
+        steps: Vec::new(),
+    };
+
+    let x_data = uniform(N * C * L, 1, 1.0);
+    let x = upload(&dev, &x_data, &[N, C, L])?;
+
+    // TODO(conv): once ops::conv1d lands, convolve first and normalize its output:
+    //   let w_data = uniform(C * C * 3, 8, 0.3);
+    //   let w = upload(&dev, &w_data, &[C, C, 3])?;
+    //   let conv = || ops::conv1d(&x, &w, /* bias None, stride 1, padding 1 */);
+    //   let want = || reference::conv1d(&x_data, &[N, C, L], &w_data, /* same */);
+    //   let (x, x_data) = demo.step("conv1d", conv, want, /* K = 3C: */ 1e-5).await?;
+
+    // Batch norm (training forward): per-channel statistics over N and L.
+    let gamma_data = uniform(C, 2, 1.0)
+        .iter()
+        .map(|v| 1.0 + 0.5 * v)
+        .collect::<Vec<_>>();
+    let beta_data = uniform(C, 3, 0.5);
+    let (gamma, beta) = (
+        upload(&dev, &gamma_data, &[C])?,
+        upload(&dev, &beta_data, &[C])?,
+    );
+    let bn = || batch_norm_train(&x, Some(&gamma), Some(&beta), None, BN_EPS).map(|r| r.0);
+    let want = || {
+        let (g, b) = (Some(&gamma_data[..]), Some(&beta_data[..]));
+        reference::batch_norm_train(&x_data, &[N, C, L], g, b, BN_EPS as f64).y
+    };
+    // |y| <= a few: the f32 statistics over N * L values err by far less than this.
+    let (y, y_data) = demo.step("batch_norm_train", bn, want, 1e-4).await?;
+
+    // LSTM over the sequence: [N, C, L] -> [L, N, C] (seq-first), hidden H, one layer. Its
+    // reference starts from the normalized values the GPU produced.
+    let xs = y.permute(&[2, 0, 1])?.contiguous()?;
+    let seq = reference::permute(&y_data, &[N, C, L], &[2, 0, 1]);
+    let k = 1.0 / (H as f64).sqrt();
+    let w = rnn_ref::RefWeights {
+        w_ih: uniform(4 * H * C, 4, k),
+        w_hh: uniform(4 * H * H, 5, k),
+        b_ih: uniform(4 * H, 6, k),
+        b_hh: uniform(4 * H, 7, k),
+    };
+    let weights = RnnWeights::new(
+        RnnKind::Lstm,
+        &upload(&dev, &w.w_ih, &[4 * H, C])?,
+        &upload(&dev, &w.w_hh, &[4 * H, H])?,
+        Some(&upload(&dev, &w.b_ih, &[4 * H])?),
+        Some(&upload(&dev, &w.b_hh, &[4 * H])?),
+    )?;
+    let lstm = Rnn::new(RnnKind::Lstm, 1, false, false, vec![weights])?;
+    let run_lstm = || lstm.forward(&xs, None, None).map(|o| o.output);
+    let want = || {
+        let ws = std::slice::from_ref(&w);
+        rnn_ref::sequence(true, ws, 1, 1, &seq, L, N, C, H, None, None).0
+    };
+    // The conformance suite's bound: 2e-6 per step and per term of the gate dot products.
+    let tol = 2e-6 * L as f64 * (C + H + 8) as f64;
+    demo.step("lstm_forward", run_lstm, want, tol).await?;
+
+    Ok(demo.report())
+}
+
+struct Step {
+    name: &'static str,
+    shape: Vec<usize>,
+    first_ms: f64,
+    median_ms: f64,
+    max_err: f64,
+    tol: f64,
+}
+
+struct Demo {
+    dev: Device,
+    steps: Vec<Step>,
+}
+
+impl Demo {
+    /// Runs `op` once (pipelines compile) and `REPEATS` more times, each timed up to the GPU's
+    /// completion; checks the last output against `reference` (max abs error within `tol`);
+    /// returns the output and its values, the next step's input.
+    async fn step(
+        &mut self,
+        name: &'static str,
+        op: impl Fn() -> Result<Tensor>,
+        reference: impl FnOnce() -> Vec<f64>,
+        tol: f64,
+    ) -> Result<(Tensor, Vec<f64>)> {
+        let mut times = Vec::new();
+        let mut out = None;
+        for _ in 0..=REPEATS {
+            let t0 = now_ms();
+            let y = op()?;
+            self.dev.sync_async().await?;
+            times.push(now_ms() - t0);
+            out = Some(y);
+        }
+        let out = out.expect("ran at least once");
+        let got: Vec<f64> = out
+            .to_vec_async::<f32>()
+            .await?
+            .into_iter()
+            .map(f64::from)
+            .collect();
+        let want = reference();
+        let max_err = if want.len() == got.len() {
+            got.iter()
+                .zip(&want)
+                .map(|(g, w)| (g - w).abs())
+                .fold(0.0, f64::max)
+        } else {
+            f64::INFINITY
+        };
+        let first_ms = times[0];
+        let mut rest = times[1..].to_vec();
+        rest.sort_by(f64::total_cmp);
+        self.steps.push(Step {
+            name,
+            shape: out.shape().to_vec(),
+            first_ms,
+            median_ms: rest[rest.len() / 2],
+            max_err,
+            tol,
+        });
+        Ok((out, got))
+    }
+
+    fn report(&self) -> String {
+        let info = self.dev.adapter_info();
+        let pass = self.steps.iter().all(|s| s.max_err <= s.tol);
+        let mut j = String::from("{");
+        let _ = write!(
+            j,
+            "\"adapter\":{{\"name\":{},\"backend\":{},\"device_type\":{},\"driver\":{},\"f16\":{}}},",
+            json_str(&info.name),
+            json_str(&format!("{:?}", info.backend)),
+            json_str(&format!("{:?}", info.device_type)),
+            json_str(format!("{} {}", info.driver, info.driver_info).trim()),
+            self.dev.supports_f16(),
+        );
+        j.push_str("\"steps\":[");
+        for (i, s) in self.steps.iter().enumerate() {
+            let _ = write!(
+                j,
+                "{}{{\"name\":{},\"shape\":{:?},\"first_ms\":{:.2},\"median_ms\":{:.2},\
+                 \"max_abs_err\":{:e},\"tol\":{:e},\"pass\":{}}}",
+                if i > 0 { "," } else { "" },
+                json_str(s.name),
+                s.shape,
+                s.first_ms,
+                s.median_ms,
+                s.max_err,
+                s.tol,
+                s.max_err <= s.tol,
+            );
+        }
+        let st = self.dev.stats();
+        let _ = write!(
+            j,
+            "],\"dispatches\":{},\"submissions\":{},\"pipelines\":{},\"pass\":{pass}}}",
+            st.dispatches, st.submissions, st.pipelines_compiled
+        );
+        j
+    }
+}
+
+/// Deterministic values uniform in [-scale, scale), rounded through f32 so the GPU and the
+/// reference start from identical inputs.
+fn uniform(n: usize, seed: u64, scale: f64) -> Vec<f64> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            let u = (s >> 11) as f64 / (1u64 << 53) as f64;
+            ((2.0 * u - 1.0) * scale) as f32 as f64
+        })
+        .collect()
+}
+
+fn upload(dev: &Device, data: &[f64], shape: &[usize]) -> Result<Tensor> {
+    let v: Vec<f32> = data.iter().map(|&x| x as f32).collect();
+    Tensor::from_slice(dev, &v, shape)
+}
+
+fn now_ms() -> f64 {
+    web_sys::window()
+        .and_then(|w| w.performance())
+        .map_or(0.0, |p| p.now())
+}
+
+fn json_str(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
