@@ -55,7 +55,7 @@ async fn elementwise_f32() {
     let f = DType::F32;
     check_cases(
         "unary_f32",
-        12,
+        20,
         ew::unary_problem(f, false),
         ew::check_unary,
     )
@@ -67,10 +67,10 @@ async fn elementwise_f32() {
         ew::check_unary,
     )
     .await;
-    check_cases("scalar_f32", 10, ew::scalar_problem(f), ew::check_scalar).await;
+    check_cases("scalar_f32", 16, ew::scalar_problem(f), ew::check_scalar).await;
     check_cases(
         "binary_f32",
-        12,
+        20,
         ew::binary_problem(f, false),
         ew::check_binary,
     )
@@ -83,10 +83,10 @@ async fn elementwise_f32() {
     )
     .await;
     let x = operand(f, small_shape(), view_kind(), general_dist());
-    check_cases("contiguous_f32", 8, x, ew::check_contiguous).await;
-    check_cases("reshape_f32", 8, ew::reshape_problem(f), ew::check_reshape).await;
+    check_cases("contiguous_f32", 12, x, ew::check_contiguous).await;
+    check_cases("reshape_f32", 12, ew::reshape_problem(f), ew::check_reshape).await;
     let fill = async |p: &ew::FillProblem| ew::check_fill(p, f).await;
-    check_cases("zeros_full_f32", 6, ew::fill_problem(), fill).await;
+    check_cases("zeros_full_f32", 8, ew::fill_problem(), fill).await;
 }
 
 #[wasm_bindgen_test]
@@ -120,14 +120,14 @@ async fn reduce_f32() {
     let f = DType::F32;
     check_cases(
         "reduce_f32",
-        12,
+        20,
         reduce::small_problem(f),
         reduce::check_reduce,
     )
     .await;
     check_cases(
         "reduce_long_f32",
-        3,
+        4,
         reduce::long_problem(f),
         reduce::check_reduce,
     )
@@ -170,14 +170,14 @@ async fn gemm_f32() {
         let check = async |p: &_| gemm::check_gemm(dev, p, false).await;
         let exact = async |p: &_| gemm::check_gemm(dev, p, true).await;
         let general = gemm::gemm_problem(f, gemm::general_sizes(), Mode::General);
-        check_cases(&format!("gemm_f32 ({name})"), 8, general, check).await;
+        check_cases(&format!("gemm_f32 ({name})"), 12, general, check).await;
         let ex = gemm::gemm_problem(f, gemm::general_sizes(), Mode::Exact);
-        check_cases(&format!("gemm_exact_f32 ({name})"), 4, ex, exact).await;
+        check_cases(&format!("gemm_exact_f32 ({name})"), 6, ex, exact).await;
         let large = gemm::gemm_problem(f, gemm::large_sizes(), Mode::General);
         check_cases(&format!("gemm_large_f32 ({name})"), 1, large, check).await;
         let matmul = async |p: &_| gemm::check_matmul(dev, p).await;
         let mm = gemm::matmul_problem(f);
-        check_cases(&format!("matmul_f32 ({name})"), 6, mm, matmul).await;
+        check_cases(&format!("matmul_f32 ({name})"), 8, mm, matmul).await;
     }
 }
 
@@ -189,9 +189,9 @@ async fn gemm_splitk_f32() {
         let check = async |p: &_| gemm::check_gemm(dev, p, false).await;
         let exact = async |p: &_| gemm::check_gemm(dev, p, true).await;
         let sk = gemm::gemm_problem(f, gemm::splitk_sizes(), Mode::SplitK);
-        check_cases(&format!("gemm_splitk_f32 ({name})"), 4, sk, check).await;
+        check_cases(&format!("gemm_splitk_f32 ({name})"), 6, sk, check).await;
         let ske = gemm::gemm_problem(f, gemm::splitk_sizes(), Mode::SplitKExact);
-        check_cases(&format!("gemm_splitk_exact_f32 ({name})"), 3, ske, exact).await;
+        check_cases(&format!("gemm_splitk_exact_f32 ({name})"), 4, ske, exact).await;
     }
     gemm::splitk_deterministic(device(), f).await;
     console_log!("splitk_deterministic_f32: 3 problems x 2 splits x 3 runs bitwise equal");
@@ -218,11 +218,11 @@ async fn batchnorm_f32() {
     let f = DType::F32;
     let small = || bn::small_shape().boxed();
     let infer = bn::infer_problem(f, small(), bn::x_dists().boxed());
-    check_cases("batchnorm_inference_f32", 8, infer, bn::check_inference).await;
+    check_cases("batchnorm_inference_f32", 12, infer, bn::check_inference).await;
     let train = bn::train_problem(f, small(), bn::x_dists().boxed());
-    check_cases("batchnorm_train_f32", 8, train, bn::check_train).await;
+    check_cases("batchnorm_train_f32", 12, train, bn::check_train).await;
     let backward = bn::backward_problem(f, small(), bn::backward_dists());
-    check_cases("batchnorm_backward_f32", 8, backward, bn::check_backward).await;
+    check_cases("batchnorm_backward_f32", 12, backward, bn::check_backward).await;
     let train = bn::train_problem(f, bn::large_shape(), bn::x_dists().boxed());
     check_cases("batchnorm_train_large_f32", 1, train, bn::check_train).await;
     let backward = bn::backward_problem(f, bn::large_shape(), bn::backward_dists());
@@ -259,20 +259,20 @@ async fn rnn_forward_f32() {
         let seq = async |p: &_| rnn::run_sequence(p, dev).await;
         check_cases(
             &format!("rnn_sequence_f32 ({name})"),
-            6,
+            8,
             rnn::problem(),
             seq,
         )
         .await;
     }
     let cell = async |p: &_| rnn::run_cell(p, device()).await;
-    check_cases("rnn_cells_f32", 6, rnn::cell_problem(), cell).await;
+    check_cases("rnn_cells_f32", 8, rnn::cell_problem(), cell).await;
 }
 
 #[wasm_bindgen_test]
 async fn rnn_backward_f32() {
     init_devices().await;
-    for (name, dev, cases) in [("default", device(), 6), ("portable", portable_device(), 3)] {
+    for (name, dev, cases) in [("default", device(), 8), ("portable", portable_device(), 4)] {
         let bptt = async |(p, with_dhn): &_| rnn::run_backward(p, *with_dhn, dev).await;
         let problems = rnn::backward_problem();
         check_cases(&format!("rnn_backward_f32 ({name})"), cases, problems, bptt).await;
