@@ -4,7 +4,7 @@
 //! compute dispatches into a pending command encoder that is submitted in batches through a
 //! bounded in-flight queue, so memory stays bounded however far the caller runs ahead.
 //!
-//! ```no_run
+//! ```no_run,ignore-wasm32
 //! # fn main() -> wgtensor::Result<()> {
 //! use wgtensor::{Device, Tensor};
 //! let dev = Device::new()?;

@@ -19,7 +19,7 @@
 //! in-place running-stat update, normalize); backward 3 (partial sums, per-channel finalize,
 //! dx).
 //!
-//! ```no_run
+//! ```no_run,ignore-wasm32
 //! # fn main() -> wgtensor::Result<()> {
 //! use wgtensor::ops::{
 //!     batch_norm_backward, batch_norm_inference, batch_norm_train, Activation, BatchNormState,
