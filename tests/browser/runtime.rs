@@ -6,11 +6,13 @@ use wgtensor::{Device, DeviceOptions, Error, Tensor};
 
 const OPS: usize = 10_000;
 const SYNC_EVERY: usize = 1_000;
+const TAIL: usize = 500;
 
 /// 10k dependent ops with a `sync_async().await` every 1000: batches of 64 dispatches give 16
 /// batches between syncs, far more than the cap of 3, yet at no point are more than 3
-/// submissions in flight (batches past the cap are parked until the next sync). The result is
-/// exact (small integers), so nothing was lost or reordered.
+/// submissions in flight (batches past the cap are parked until the next sync). Then 500 more
+/// ops are read back without a sync: the readback submits the parked batches itself. The
+/// result is exact (small integers), so nothing was lost or reordered.
 #[wasm_bindgen_test]
 async fn ten_thousand_ops_keep_in_flight_at_or_under_the_cap() {
     let opts = DeviceOptions::default();
@@ -38,15 +40,24 @@ async fn ten_thousand_ops_keep_in_flight_at_or_under_the_cap() {
             assert_eq!((s.in_flight, s.parked), (0, 0), "after sync {syncs}");
         }
     }
-    let got = x.to_vec_async::<f32>().await.unwrap();
-    let ms = js_now() - t0;
-    let want: Vec<f32> = start.iter().map(|v| v + OPS as f32).collect();
-    assert_eq!(got, want);
+    let loop_ms = js_now() - t0;
     let s = dev.stats();
+    for _ in 0..TAIL {
+        x = x.add_scalar(1.0).unwrap();
+    }
+    let parked_before_readback = dev.stats().parked;
+    assert!(parked_before_readback > 0, "the tail left nothing parked");
+    let got = x.to_vec_async::<f32>().await.unwrap();
+    let want: Vec<f32> = start.iter().map(|v| v + (OPS + TAIL) as f32).collect();
+    assert_eq!(got, want);
+    let after = dev.stats();
+    assert_eq!((after.parked, after.dispatches), (0, (OPS + TAIL) as u64));
+    assert!(after.peak_in_flight <= cap);
     console_log!(
         "in-flight: {OPS} ops, {} dispatches, {} submissions, {syncs} syncs; peak in flight {} \
          (runtime counter {}) vs cap {cap}; up to {peak_parked} batches parked at once; pool \
-         peak {} KiB; {ms:.0} ms",
+         peak {} KiB; {loop_ms:.0} ms; then {TAIL} ops read back without a sync: \
+         {parked_before_readback} parked batches submitted by the readback",
         s.dispatches,
         s.submissions,
         peak_in_flight,
