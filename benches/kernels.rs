@@ -23,6 +23,9 @@ use wgtensor::ops::{
 };
 use wgtensor::{DType, Device, Tensor};
 
+#[path = "cases/conv.rs"]
+mod conv;
+
 type Run = Box<dyn FnMut() -> wgtensor::Result<()>>;
 
 struct Case {
@@ -35,7 +38,7 @@ struct Case {
     /// Median from the peer measurement on this adapter, if any.
     peer_ms: Option<f64>,
     needs_f16: bool,
-    setup: fn(&Device) -> wgtensor::Result<Run>,
+    setup: Box<dyn Fn(&Device) -> wgtensor::Result<Run>>,
 }
 
 fn data(n: usize, seed: u32) -> Vec<f32> {
@@ -323,14 +326,14 @@ fn copy_shader_case(dev: &Device) -> wgtensor::Result<Run> {
 
 fn cases() -> Vec<Case> {
     let g = |m: f64, n: f64, k: f64, b: f64| 2.0 * m * n * k * b;
-    vec![
+    let mut v = vec![
         Case {
             name: "fma_peak",
             flops: 2.0 * FMA_PER_ITER * FMA_ITERS as f64 * FMA_INVOCATIONS as f64,
             bytes: 0.0,
             peer_ms: None,
             needs_f16: false,
-            setup: fma_case,
+            setup: Box::new(fma_case),
         },
         Case {
             name: "gemm_1024",
@@ -338,7 +341,7 @@ fn cases() -> Vec<Case> {
             bytes: 0.0,
             peer_ms: Some(179.0),
             needs_f16: false,
-            setup: |d| gemm_case(d, &[1024, 1024], &[1024, 1024], DType::F32, None),
+            setup: Box::new(|d| gemm_case(d, &[1024, 1024], &[1024, 1024], DType::F32, None)),
         },
         Case {
             name: "bgemm",
@@ -346,7 +349,7 @@ fn cases() -> Vec<Case> {
             bytes: 0.0,
             peer_ms: Some(119.0),
             needs_f16: false,
-            setup: |d| gemm_case(d, &[32, 256, 256], &[32, 256, 256], DType::F32, None),
+            setup: Box::new(|d| gemm_case(d, &[32, 256, 256], &[32, 256, 256], DType::F32, None)),
         },
         Case {
             name: "gemm_splitk",
@@ -354,7 +357,7 @@ fn cases() -> Vec<Case> {
             bytes: 0.0,
             peer_ms: Some(7.8),
             needs_f16: false,
-            setup: |d| gemm_case(d, &[64, 8192], &[8192, 64], DType::F32, None),
+            setup: Box::new(|d| gemm_case(d, &[64, 8192], &[8192, 64], DType::F32, None)),
         },
         Case {
             name: "gemm_splitk_s1",
@@ -362,7 +365,7 @@ fn cases() -> Vec<Case> {
             bytes: 0.0,
             peer_ms: None,
             needs_f16: false,
-            setup: |d| gemm_case(d, &[64, 8192], &[8192, 64], DType::F32, Some(1)),
+            setup: Box::new(|d| gemm_case(d, &[64, 8192], &[8192, 64], DType::F32, Some(1))),
         },
         Case {
             name: "gemm_1024_f16",
@@ -370,7 +373,7 @@ fn cases() -> Vec<Case> {
             bytes: 0.0,
             peer_ms: None,
             needs_f16: true,
-            setup: |d| gemm_case(d, &[1024, 1024], &[1024, 1024], DType::F16, None),
+            setup: Box::new(|d| gemm_case(d, &[1024, 1024], &[1024, 1024], DType::F16, None)),
         },
         Case {
             name: "copy_bw",
@@ -378,7 +381,7 @@ fn cases() -> Vec<Case> {
             bytes: COPY_BYTES,
             peer_ms: None,
             needs_f16: false,
-            setup: copy_case,
+            setup: Box::new(copy_case),
         },
         Case {
             name: "copy_shader",
@@ -386,7 +389,7 @@ fn cases() -> Vec<Case> {
             bytes: 2.0 * BN_BYTES,
             peer_ms: None,
             needs_f16: false,
-            setup: copy_shader_case,
+            setup: Box::new(copy_shader_case),
         },
         Case {
             name: "batchnorm_train",
@@ -396,7 +399,7 @@ fn cases() -> Vec<Case> {
             bytes: 2.0 * BN_BYTES,
             peer_ms: Some(94.0),
             needs_f16: false,
-            setup: bn_train_case,
+            setup: Box::new(bn_train_case),
         },
         Case {
             name: "batchnorm_backward",
@@ -405,7 +408,7 @@ fn cases() -> Vec<Case> {
             bytes: 3.0 * BN_BYTES,
             peer_ms: None,
             needs_f16: false,
-            setup: bn_backward_case,
+            setup: Box::new(bn_backward_case),
         },
         Case {
             name: "batchnorm_infer",
@@ -414,7 +417,7 @@ fn cases() -> Vec<Case> {
             bytes: 2.0 * BN_BYTES,
             peer_ms: None,
             needs_f16: false,
-            setup: bn_infer_case,
+            setup: Box::new(bn_infer_case),
         },
         Case {
             name: "lstm_seq",
@@ -422,7 +425,7 @@ fn cases() -> Vec<Case> {
             bytes: 0.0,
             peer_ms: Some(433.0),
             needs_f16: false,
-            setup: |d| rnn_case(d, RnnKind::Lstm),
+            setup: Box::new(|d| rnn_case(d, RnnKind::Lstm)),
         },
         Case {
             name: "gru_seq",
@@ -430,7 +433,7 @@ fn cases() -> Vec<Case> {
             bytes: 0.0,
             peer_ms: Some(355.0),
             needs_f16: false,
-            setup: |d| rnn_case(d, RnnKind::Gru),
+            setup: Box::new(|d| rnn_case(d, RnnKind::Gru)),
         },
         Case {
             name: "lstm_seq_backward",
@@ -440,9 +443,11 @@ fn cases() -> Vec<Case> {
             bytes: 0.0,
             peer_ms: None,
             needs_f16: false,
-            setup: rnn_backward_case,
+            setup: Box::new(rnn_backward_case),
         },
-    ]
+    ];
+    v.extend(conv::cases());
+    v
 }
 
 /// lstm_seq / gru_seq: input 64, hidden 64, batch 256, T 50, one layer, forward.
@@ -565,7 +570,16 @@ fn main() -> wgtensor::Result<()> {
     let all = cases();
     // Bandwidth cases are reported against copy_bw of the same run, so selecting one selects
     // copy_bw too (it is listed, and so measured, before them).
-    let selected = |name: &str| wanted.is_empty() || wanted.iter().any(|w| *w == name);
+    // A case name selects itself; a family prefix (`conv1d_groups_sweep`) selects its lines.
+    let selected = |name: &str| {
+        wanted.is_empty()
+            || wanted.iter().any(|w| {
+                name == w.as_str()
+                    || name
+                        .strip_prefix(w.as_str())
+                        .is_some_and(|r| r.starts_with('/'))
+            })
+    };
     let wants_copy = all.iter().any(|c| c.bytes > 0.0 && selected(c.name));
     let mut rows = Vec::new();
     for case in all {

@@ -6,9 +6,9 @@
 fn tile_4x4(g: u32, r0: u32, c0: u32, kr: vec2<u32>) -> array<vec4<f32>, 4> {
     let ra = vec4<u32>(a_row(g, r0), a_row(g, r0 + 1u), a_row(g, r0 + 2u), a_row(g, r0 + 3u));
     let c_0 = col_state(g, c0);
-    let c_1 = col_state(g, c0 + 1u);
-    let c_2 = col_state(g, c0 + 2u);
-    let c_3 = col_state(g, c0 + 3u);
+    let c_1 = col_step(g, c_0, c0 + 1u, 1u);
+    let c_2 = col_step(g, c_1, c0 + 2u, 1u);
+    let c_3 = col_step(g, c_2, c0 + 3u, 1u);
     var acc: array<vec4<f32>, 4>;
     var it = k_start(kr.x);
     for (var k = kr.x; k < kr.y; k++) {
@@ -24,11 +24,19 @@ fn tile_4x4(g: u32, r0: u32, c0: u32, kr: vec2<u32>) -> array<vec4<f32>, 4> {
     return acc;
 }
 
-fn store_row4(g: u32, row: u32, c0: u32, v: vec4<f32>) {
-    store_out(g, row, c0, col_state(g, c0), v.x);
-    store_out(g, row, c0 + 1u, col_state(g, c0 + 1u), v.y);
-    store_out(g, row, c0 + 2u, col_state(g, c0 + 2u), v.z);
-    store_out(g, row, c0 + 3u, col_state(g, c0 + 3u), v.w);
+// The 4 columns c0.. of a row; `cs` are their states (from cols4).
+fn store_row4(g: u32, row: u32, c0: u32, cs: array<Col, 4>, v: vec4<f32>) {
+    store_out(g, row, c0, cs[0], v.x);
+    store_out(g, row, c0 + 1u, cs[1], v.y);
+    store_out(g, row, c0 + 2u, cs[2], v.z);
+    store_out(g, row, c0 + 3u, cs[3], v.w);
+}
+
+fn cols4(g: u32, c0: u32) -> array<Col, 4> {
+    let c_0 = col_state(g, c0);
+    let c_1 = col_step(g, c_0, c0 + 1u, 1u);
+    let c_2 = col_step(g, c_1, c0 + 2u, 1u);
+    return array<Col, 4>(c_0, c_1, c_2, col_step(g, c_2, c0 + 3u, 1u));
 }
 
 fn store_row4_ws(z: u32, row: u32, c0: u32, v: vec4<f32>) {
@@ -42,19 +50,20 @@ fn store_row4_ws(z: u32, row: u32, c0: u32, v: vec4<f32>) {
 fn conv_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let r0 = wid.y * 32u + lid.y * 4u;
     let c0 = wid.x * 32u + lid.x * 4u;
-    let g = wid.z % p.groups;
+    let g = group_of(wid.z);
     let acc = tile_4x4(g, r0, c0, k_range(wid.z));
-    store_row4(g, r0, c0, acc[0]);
-    store_row4(g, r0 + 1u, c0, acc[1]);
-    store_row4(g, r0 + 2u, c0, acc[2]);
-    store_row4(g, r0 + 3u, c0, acc[3]);
+    let cs = cols4(g, c0);
+    store_row4(g, r0, c0, cs, acc[0]);
+    store_row4(g, r0 + 1u, c0, cs, acc[1]);
+    store_row4(g, r0 + 2u, c0, cs, acc[2]);
+    store_row4(g, r0 + 3u, c0, cs, acc[3]);
 }
 
 @compute @workgroup_size(8, 8)
 fn conv_tiled_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let r0 = wid.y * 32u + lid.y * 4u;
     let c0 = wid.x * 32u + lid.x * 4u;
-    let acc = tile_4x4(wid.z % p.groups, r0, c0, k_range(wid.z));
+    let acc = tile_4x4(group_of(wid.z), r0, c0, k_range(wid.z));
     store_row4_ws(wid.z, r0, c0, acc[0]);
     store_row4_ws(wid.z, r0 + 1u, c0, acc[1]);
     store_row4_ws(wid.z, r0 + 2u, c0, acc[2]);

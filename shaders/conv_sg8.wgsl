@@ -17,9 +17,9 @@ fn tile_sg8(g: u32, row0: u32, col0: u32, lane: u32, kr: vec2<u32>) -> array<vec
     let ra2 = a_row(g, row0 + 16u + lane);
     let ra3 = a_row(g, row0 + 24u + lane);
     let c_0 = col_state(g, col0 + lane);
-    let c_1 = col_state(g, col0 + lane + 8u);
-    let c_2 = col_state(g, col0 + lane + 16u);
-    let c_3 = col_state(g, col0 + lane + 24u);
+    let c_1 = col_step(g, c_0, col0 + lane + 8u, 8u);
+    let c_2 = col_step(g, c_1, col0 + lane + 16u, 8u);
+    let c_3 = col_step(g, c_2, col0 + lane + 24u, 8u);
     var acc: array<vec4<f32>, 32>;
     var it = k_start(kr.x);
     for (var k = kr.x; k < kr.y; k++) {
@@ -73,12 +73,12 @@ fn tile_sg8(g: u32, row0: u32, col0: u32, lane: u32, kr: vec2<u32>) -> array<vec
     return acc;
 }
 
-// Row `row` of the tile: this lane's columns are c, c + 8, c + 16, c + 24.
-fn sg8_out(g: u32, row: u32, c: u32, v: vec4<f32>) {
-    store_out(g, row, c, col_state(g, c), v.x);
-    store_out(g, row, c + 8u, col_state(g, c + 8u), v.y);
-    store_out(g, row, c + 16u, col_state(g, c + 16u), v.z);
-    store_out(g, row, c + 24u, col_state(g, c + 24u), v.w);
+// Row `row` of the tile: this lane's columns are c, c + 8, c + 16, c + 24 with states `cs`.
+fn sg8_out(g: u32, row: u32, c: u32, cs: array<Col, 4>, v: vec4<f32>) {
+    store_out(g, row, c, cs[0], v.x);
+    store_out(g, row, c + 8u, cs[1], v.y);
+    store_out(g, row, c + 16u, cs[2], v.z);
+    store_out(g, row, c + 24u, cs[3], v.w);
 }
 
 fn sg8_ws(z: u32, row: u32, c: u32, v: vec4<f32>) {
@@ -94,7 +94,7 @@ fn conv_sg8(@builtin(workgroup_id) wid: vec3<u32>,
             @builtin(subgroup_invocation_id) lane: u32) {
     let row0 = wid.x * RT * 8u;
     let col0 = (wid.y * SGS + sg) * 32u;
-    let g = wid.z % p.groups;
+    let g = group_of(wid.z);
     let acc = tile_sg8(g, row0, col0, lane, k_range(wid.z));
     // Copied through a real transform into a second array, then stored in a loop: inlining
     // the epilogue 32 times made the pipeline compile for seconds (see gemm_sg8.wgsl).
@@ -131,8 +131,13 @@ fn conv_sg8(@builtin(workgroup_id) wid: vec3<u32>,
     res[29] = p.scale * acc[29];
     res[30] = p.scale * acc[30];
     res[31] = p.scale * acc[31];
+    let c = col0 + lane;
+    let c_0 = col_state(g, c);
+    let c_1 = col_step(g, c_0, c + 8u, 8u);
+    let c_2 = col_step(g, c_1, c + 16u, 8u);
+    let cs = array<Col, 4>(c_0, c_1, c_2, col_step(g, c_2, c + 24u, 8u));
     for (var r = 0u; r < RT * 8u; r++) {
-        sg8_out(g, row0 + r, col0 + lane, res[r]);
+        sg8_out(g, row0 + r, c, cs, res[r]);
     }
 }
 
@@ -142,7 +147,7 @@ fn conv_sg8_partial(@builtin(workgroup_id) wid: vec3<u32>,
                     @builtin(subgroup_invocation_id) lane: u32) {
     let row0 = wid.x * RT * 8u;
     let col0 = (wid.y * SGS + sg) * 32u;
-    let acc = tile_sg8(wid.z % p.groups, row0, col0, lane, k_range(wid.z));
+    let acc = tile_sg8(group_of(wid.z), row0, col0, lane, k_range(wid.z));
     let c = col0 + lane;
     sg8_ws(wid.z, row0 + 0u, c, acc[0]);
     sg8_ws(wid.z, row0 + 1u, c, acc[1]);

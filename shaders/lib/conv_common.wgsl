@@ -65,26 +65,52 @@ override BIAS: u32 = 0u;
 override ACT: u32 = 0u;
 override TRANSPOSED: bool = false;
 
-// One output column as seen by the gather (offset, h and w parts) and by the store.
+
+// One output column as seen by the gather (offset, h and w parts) and by the store, with its
+// counters so that neighbouring columns follow without integer division (a vector division is
+// a scalar loop on CPU adapters and cost more than the whole depthwise kernel).
 struct Col {
     off: u32,
     h: i32,
     w: i32,
     out: u32,
+    j: vec3<u32>,
 }
 
+fn col_at(g: u32, j: vec3<u32>) -> Col {
+    return Col(
+        p.b_off + g * p.b_gs + j.x * p.b_c0,
+        p.b_h0 + i32(j.y) * p.b_c1,
+        p.b_w0 + i32(j.z) * p.b_c2,
+        g * p.o_gs + j.x * p.o_s0 + j.y * p.o_s1 + j.z * p.o_s2,
+        j,
+    );
+}
+
+// Column `col_in` (clamped to the last column: ragged lanes load valid data and skip stores).
 fn col_state(g: u32, col_in: u32) -> Col {
     let col = min(col_in, p.ncols - 1u);
-    let j2 = col % p.c_e2;
     let t = col / p.c_e2;
-    let j1 = t % p.c_e1;
     let j0 = t / p.c_e1;
-    return Col(
-        p.b_off + g * p.b_gs + j0 * p.b_c0,
-        p.b_h0 + i32(j1) * p.b_c1,
-        p.b_w0 + i32(j2) * p.b_c2,
-        g * p.o_gs + j0 * p.o_s0 + j1 * p.o_s1 + j2 * p.o_s2,
-    );
+    return col_at(g, vec3<u32>(j0, t - j0 * p.c_e1, col - t * p.c_e2));
+}
+
+// Column `col` given `c`, the state of column `col - by` (clamped like col_state).
+fn col_step(g: u32, c: Col, col: u32, by: u32) -> Col {
+    if (col >= p.ncols) {
+        return col_state(g, col);
+    }
+    var j = c.j;
+    j.z += by;
+    while (j.z >= p.c_e2) {
+        j.z -= p.c_e2;
+        j.y += 1u;
+        if (j.y == p.c_e1) {
+            j.y = 0u;
+            j.x += 1u;
+        }
+    }
+    return col_at(g, j);
 }
 
 // The k counters, advanced in order (uniform across the subgroup, so the wraps do not diverge).
@@ -95,6 +121,9 @@ struct KIter {
 }
 
 fn k_start(k: u32) -> KIter {
+    if (p.splits == 1u) {
+        return KIter(0u, 0u, 0u);
+    }
     let t = k / p.k_e2;
     return KIter(t / p.k_e1, t % p.k_e1, k % p.k_e2);
 }
@@ -150,7 +179,18 @@ fn gather(c: Col, kp: KPart) -> f32 {
     return select(0.0, f32(b[select(0u, idx, ok)]), ok);
 }
 
+// Group of grid z (split-k: z = split * groups + g); without a split z is the group.
+fn group_of(z: u32) -> u32 {
+    if (p.splits == 1u) {
+        return z;
+    }
+    return z % p.groups;
+}
+
 fn k_range(z: u32) -> vec2<u32> {
+    if (p.splits == 1u) {
+        return vec2<u32>(0u, p.k);
+    }
     let kb = (z / p.groups) * p.k_chunk;
     return vec2<u32>(kb, min(kb + p.k_chunk, p.k));
 }

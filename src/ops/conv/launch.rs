@@ -59,7 +59,28 @@ static SG8_PARTIAL: Kernel = Kernel {
     libs: LIBS,
 };
 
+const DIRECT_SRC: &str = include_str!("../../../shaders/conv_direct.wgsl");
+
+static DIRECT: Kernel = Kernel {
+    name: "conv_direct",
+    source: DIRECT_SRC,
+    entry: "conv_direct",
+    bindings: &[R, R, R, RW],
+    slots: &[1, 2, 3, 4],
+    libs: LIBS,
+};
+static DIRECT_PARTIAL: Kernel = Kernel {
+    name: "conv_direct",
+    source: DIRECT_SRC,
+    entry: "conv_direct_partial",
+    bindings: &[R, R, RW],
+    slots: &[1, 2, 5],
+    libs: LIBS,
+};
 const REDUCE_WG: u32 = 256;
+/// Columns per invocation (one output line) and invocations per workgroup of `conv_direct`.
+const DIRECT_COLS: usize = 8;
+const DIRECT_WG: usize = 64;
 
 /// Mirrors `Params` in shaders/lib/conv_common.wgsl.
 #[repr(C)]
@@ -187,37 +208,60 @@ impl ConvParams {
     }
 }
 
+/// The kernel family a launch uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConvVariant {
+    /// 8-lane subgroup implicit GEMM (CPU adapters such as lavapipe).
+    Sg8,
+    /// Portable 32x32 register tile.
+    Tiled,
+    /// One row x 4 columns per invocation: groups with fewer than 8 rows (depthwise).
+    Direct,
+}
+
 /// Kernel variant, tile and split factor: a plain function of the GEMM view and the adapter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConvPlan {
-    /// The 8-lane subgroup kernel (CPU adapters) instead of the portable 32x32 register tile.
-    pub sg8: bool,
-    /// sg8: row blocks of 8 per subgroup (1, 2 or 4).
+    pub variant: ConvVariant,
+    /// Sg8: row blocks of 8 per subgroup (1, 2 or 4); Direct: rows per invocation (1 to 8).
     pub rt: u32,
-    /// sg8: subgroups per workgroup, each on its own 32 columns.
+    /// Sg8: subgroups per workgroup, each on its own 32 columns.
     pub sgs: u32,
     pub splits: u32,
     pub k_chunk: u32,
 }
 
 impl ConvPlan {
+    /// Rows x columns one workgroup covers.
     fn tile(&self) -> (usize, usize) {
-        if self.sg8 {
-            (8 * self.rt as usize, 32 * self.sgs as usize)
-        } else {
-            (32, 32)
+        match self.variant {
+            ConvVariant::Sg8 => (8 * self.rt as usize, 32 * self.sgs as usize),
+            ConvVariant::Tiled => (32, 32),
+            // Lines are padded to whole 8-column blocks; used for the split decision only.
+            ConvVariant::Direct => (self.rt as usize, DIRECT_COLS * DIRECT_WG),
         }
     }
 }
 
-/// Split-k pays when the output tiles are too few to keep the device busy and K is long (the
-/// weight gradient, whose K is N * OH * OW); slices keep at least 256 steps of K.
-pub(crate) fn plan(dev: &Device, m: usize, ncols: usize, k: usize, groups: usize) -> ConvPlan {
-    let sg8 = has_sg8(dev);
-    let rt = m.div_ceil(8).next_power_of_two().min(4) as u32;
+/// Picks the kernel from the rows per group `m` (a group with fewer than 8 rows leaves most of
+/// a GEMM tile idle: the direct kernel), then splits K when the output tiles are too few to
+/// keep the device busy and K is long (the weight gradient, K = N * OH * OW); slices keep at
+/// least 256 steps of K.
+pub fn plan(dev: &Device, m: usize, ncols: usize, k: usize, groups: usize) -> ConvPlan {
+    let variant = if m < 8 {
+        ConvVariant::Direct
+    } else if has_sg8(dev) {
+        ConvVariant::Sg8
+    } else {
+        ConvVariant::Tiled
+    };
+    let rt = match variant {
+        ConvVariant::Direct => m.next_power_of_two().min(8) as u32,
+        _ => m.div_ceil(8).next_power_of_two().min(4) as u32,
+    };
     let sgs = if ncols > 32 { 2 } else { 1 };
     let mut pl = ConvPlan {
-        sg8,
+        variant,
         rt,
         sgs,
         splits: 1,
@@ -268,6 +312,7 @@ pub(crate) fn run(
         p.bias_off = t.layout().offset() as u32;
     }
     let (m, ncols, k) = (p.m as usize, p.ncols as usize, p.k as usize);
+    let b_buf = b.buffer();
     let pl = plan(dev, m, ncols, k, g.groups);
     p.splits = pl.splits;
     p.k_chunk = pl.k_chunk;
@@ -282,10 +327,19 @@ pub(crate) fn run(
             format!("{m} x {ncols} outputs per group over K = {k} need a grid of {rows}x{cols}x{gz} workgroups, over the adapter's {max}"),
         ));
     }
-    let grid = if pl.sg8 {
-        [rows as u32, cols as u32, gz as u32]
-    } else {
-        [cols as u32, rows as u32, gz as u32]
+    let grid = match pl.variant {
+        ConvVariant::Sg8 => [rows as u32, cols as u32, gz as u32],
+        ConvVariant::Tiled => [cols as u32, rows as u32, gz as u32],
+        ConvVariant::Direct => {
+            // One invocation per (group, row block, line, 8-column block), flat over x and y.
+            let lines = ncols / p.c_e2 as usize;
+            let inv = g.groups
+                * m.div_ceil(pl.rt as usize)
+                * lines
+                * (p.c_e2 as usize).div_ceil(DIRECT_COLS);
+            let [x, y, _] = grid_1d(op, inv.div_ceil(DIRECT_WG) as u64, max as u32)?;
+            [x, y, pl.splits]
+        }
     };
     let mut consts = vec![
         ("BIAS", bias.is_some() as u32 as f64),
@@ -297,11 +351,16 @@ pub(crate) fn run(
     let dts = [a.dtype()];
     let bias_buf = bias.map_or(a.buffer(), |t| t.buffer());
     if pl.splits == 1 {
-        let kernel = if pl.sg8 {
-            consts.extend(shape_consts);
-            &SG8
-        } else {
-            &TILED
+        let kernel = match pl.variant {
+            ConvVariant::Sg8 => {
+                consts.extend(shape_consts);
+                &SG8
+            }
+            ConvVariant::Tiled => &TILED,
+            ConvVariant::Direct => {
+                consts.extend([("WG", DIRECT_WG as f64), ("DR", pl.rt as f64)]);
+                &DIRECT
+            }
         };
         return dev.launch(
             op,
@@ -309,18 +368,23 @@ pub(crate) fn run(
             &dts,
             &consts,
             bytes,
-            &[a.buffer(), b.buffer(), bias_buf, out.buffer()],
+            &[a.buffer(), b_buf, bias_buf, out.buffer()],
             grid,
         );
     }
     let ws_bytes = pl.splits as u64 * (g.groups * m * ncols) as u64 * 4;
     let ws = Storage::scratch(dev, op, ws_bytes)?;
     let mut pconsts = vec![consts[2]];
-    let partial = if pl.sg8 {
-        pconsts.extend(shape_consts);
-        &SG8_PARTIAL
-    } else {
-        &TILED_PARTIAL
+    let partial = match pl.variant {
+        ConvVariant::Sg8 => {
+            pconsts.extend(shape_consts);
+            &SG8_PARTIAL
+        }
+        ConvVariant::Tiled => &TILED_PARTIAL,
+        ConvVariant::Direct => {
+            pconsts.extend([("WG", DIRECT_WG as f64), ("DR", pl.rt as f64)]);
+            &DIRECT_PARTIAL
+        }
     };
     dev.launch(
         op,
@@ -328,7 +392,7 @@ pub(crate) fn run(
         &dts,
         &pconsts,
         bytes,
-        &[a.buffer(), b.buffer(), ws.buffer()],
+        &[a.buffer(), b_buf, ws.buffer()],
         grid,
     )?;
     let total = (g.groups * m * ncols) as u64;
@@ -350,13 +414,20 @@ pub fn conv_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();
     for dt in [DType::F32, DType::F16] {
         for tr in [0.0, 1.0] {
+            let gather = [("TRANSPOSED", tr)];
             for bias in [0.0, 1.0] {
                 for act in 0..5u32 {
-                    let c = [("BIAS", bias), ("ACT", act as f64), ("TRANSPOSED", tr)];
+                    let mut c = vec![("BIAS", bias), ("ACT", act as f64)];
+                    c.extend(gather);
                     v.push(ShaderVariant::new(&TILED, &[dt], &c));
+                    for dr in [1.0, 2.0, 4.0, 8.0] {
+                        let mut d = c.clone();
+                        d.extend([("WG", DIRECT_WG as f64), ("DR", dr)]);
+                        v.push(ShaderVariant::new(&DIRECT, &[dt], &d));
+                    }
                     for rt in [1.0, 2.0, 4.0] {
                         for sgs in [1.0, 2.0] {
-                            let mut e = c.to_vec();
+                            let mut e = c.clone();
                             e.extend([("RT", rt), ("SGS", sgs)]);
                             v.push(ShaderVariant::new(&SG8, &[dt], &e));
                         }
@@ -371,14 +442,15 @@ pub fn conv_variants() -> Vec<ShaderVariant> {
                     }
                 }
             }
-            v.push(ShaderVariant::new(
-                &TILED_PARTIAL,
-                &[dt],
-                &[("TRANSPOSED", tr)],
-            ));
+            v.push(ShaderVariant::new(&TILED_PARTIAL, &[dt], &gather));
+            for dr in [1.0, 2.0, 4.0, 8.0] {
+                let d = [gather[0], ("WG", DIRECT_WG as f64), ("DR", dr)];
+                v.push(ShaderVariant::new(&DIRECT_PARTIAL, &[dt], &d));
+            }
             for rt in [1.0, 2.0, 4.0] {
                 for sgs in [1.0, 2.0] {
-                    let e = [("TRANSPOSED", tr), ("RT", rt), ("SGS", sgs)];
+                    let mut e = gather.to_vec();
+                    e.extend([("RT", rt), ("SGS", sgs)]);
                     v.push(ShaderVariant::new(&SG8_PARTIAL, &[dt], &e));
                 }
             }

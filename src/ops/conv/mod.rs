@@ -9,7 +9,7 @@ mod launch;
 pub use geom::{
     Conv1dOptions, Conv2dOptions, ConvTranspose1dOptions, ConvTranspose2dOptions, Padding,
 };
-pub use launch::{conv_variants, ConvPlan};
+pub use launch::{conv_variants, plan, ConvPlan, ConvVariant};
 
 use geom::{as_4d, dims4, Geom};
 use launch::Direction;
