@@ -27,6 +27,8 @@ use wgtensor::{DType, Device, Tensor};
 mod conv;
 
 type Run = Box<dyn FnMut() -> wgtensor::Result<()>>;
+/// Builds a case's inputs on the device and returns its timed body.
+type Setup = Box<dyn Fn(&Device) -> wgtensor::Result<Run>>;
 
 struct Case {
     name: &'static str,
@@ -38,7 +40,7 @@ struct Case {
     /// Median from the peer measurement on this adapter, if any.
     peer_ms: Option<f64>,
     needs_f16: bool,
-    setup: Box<dyn Fn(&Device) -> wgtensor::Result<Run>>,
+    setup: Setup,
 }
 
 fn data(n: usize, seed: u32) -> Vec<f32> {
