@@ -69,6 +69,14 @@ static DIRECT: Kernel = Kernel {
     slots: &[1, 2, 3, 4],
     libs: LIBS,
 };
+static DIRECT_L4: Kernel = Kernel {
+    name: "conv_direct",
+    source: DIRECT_SRC,
+    entry: "conv_direct_l4",
+    bindings: &[R, R, R, RW],
+    slots: &[1, 2, 3, 4],
+    libs: LIBS,
+};
 static DIRECT_PARTIAL: Kernel = Kernel {
     name: "conv_direct",
     source: DIRECT_SRC,
@@ -215,8 +223,11 @@ pub enum ConvVariant {
     Sg8,
     /// Portable 32x32 register tile.
     Tiled,
-    /// One row x 4 columns per invocation: groups with fewer than 8 rows (depthwise).
+    /// DR rows x 8 columns of one output line per invocation: groups with fewer than 8 rows.
     Direct,
+    /// Direct on 4 lines at once for single-row groups whose kernel rows step one line
+    /// (depthwise with stride == dilation): each kernel row loads one new line.
+    DirectLines,
 }
 
 /// Kernel variant, tile and split factor: a plain function of the GEMM view and the adapter.
@@ -238,7 +249,9 @@ impl ConvPlan {
             ConvVariant::Sg8 => (8 * self.rt as usize, 32 * self.sgs as usize),
             ConvVariant::Tiled => (32, 32),
             // Lines are padded to whole 8-column blocks; used for the split decision only.
-            ConvVariant::Direct => (self.rt as usize, DIRECT_COLS * DIRECT_WG),
+            ConvVariant::Direct | ConvVariant::DirectLines => {
+                (self.rt as usize, DIRECT_COLS * DIRECT_WG)
+            }
         }
     }
 }
@@ -313,7 +326,16 @@ pub(crate) fn run(
     }
     let (m, ncols, k) = (p.m as usize, p.ncols as usize, p.k as usize);
     let b_buf = b.buffer();
-    let pl = plan(dev, m, ncols, k, g.groups);
+    let mut pl = plan(dev, m, ncols, k, g.groups);
+    if pl.variant == ConvVariant::Direct
+        && pl.splits == 1
+        && m == 1
+        && !transposed
+        && p.b_k1 == p.b_c1
+        && p.c_e1 >= 4
+    {
+        pl.variant = ConvVariant::DirectLines;
+    }
     p.splits = pl.splits;
     p.k_chunk = pl.k_chunk;
 
@@ -340,6 +362,12 @@ pub(crate) fn run(
             let [x, y, _] = grid_1d(op, inv.div_ceil(DIRECT_WG) as u64, max as u32)?;
             [x, y, pl.splits]
         }
+        ConvVariant::DirectLines => {
+            let lines = ncols / (p.c_e1 * p.c_e2) as usize * (p.c_e1 as usize).div_ceil(4);
+            let inv = g.groups * lines * (p.c_e2 as usize).div_ceil(DIRECT_COLS);
+            let [x, y, _] = grid_1d(op, inv.div_ceil(DIRECT_WG) as u64, max as u32)?;
+            [x, y, 1]
+        }
     };
     let mut consts = vec![
         ("BIAS", bias.is_some() as u32 as f64),
@@ -361,6 +389,10 @@ pub(crate) fn run(
                 consts.extend([("WG", DIRECT_WG as f64), ("DR", pl.rt as f64)]);
                 &DIRECT
             }
+            ConvVariant::DirectLines => {
+                consts.push(("WG", DIRECT_WG as f64));
+                &DIRECT_L4
+            }
         };
         return dev.launch(
             op,
@@ -381,7 +413,7 @@ pub(crate) fn run(
             &SG8_PARTIAL
         }
         ConvVariant::Tiled => &TILED_PARTIAL,
-        ConvVariant::Direct => {
+        ConvVariant::Direct | ConvVariant::DirectLines => {
             pconsts.extend([("WG", DIRECT_WG as f64), ("DR", pl.rt as f64)]);
             &DIRECT_PARTIAL
         }
@@ -420,6 +452,9 @@ pub fn conv_variants() -> Vec<ShaderVariant> {
                     let mut c = vec![("BIAS", bias), ("ACT", act as f64)];
                     c.extend(gather);
                     v.push(ShaderVariant::new(&TILED, &[dt], &c));
+                    let mut l4 = c.clone();
+                    l4.push(("WG", DIRECT_WG as f64));
+                    v.push(ShaderVariant::new(&DIRECT_L4, &[dt], &l4));
                     for dr in [1.0, 2.0, 4.0, 8.0] {
                         let mut d = c.clone();
                         d.extend([("WG", DIRECT_WG as f64), ("DR", dr)]);
