@@ -26,7 +26,12 @@ use wgtensor::ops::{
 };
 use wgtensor::{DType, Device, Tensor};
 
+#[path = "cases/conv.rs"]
+mod conv;
+
 type Run = Box<dyn FnMut() -> wgtensor::Result<()>>;
+/// Builds a case's inputs on the device and returns its timed body.
+type Setup = Box<dyn Fn(&Device) -> wgtensor::Result<Run>>;
 
 struct Case {
     name: &'static str,
@@ -38,7 +43,7 @@ struct Case {
     /// Median from the issue's peer measurement on this adapter, if any.
     peer_ms: Option<f64>,
     needs_f16: bool,
-    setup: fn(&Device) -> wgtensor::Result<Run>,
+    setup: Setup,
 }
 
 fn data(n: usize, seed: u32) -> Vec<f32> {
@@ -243,11 +248,16 @@ override WG: u32 = 64u;
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lane: u32) {
     let base = wid.x * WG * p.per + lane;
-    for (var k = 0u; k < p.per; k++) {
-        let i = base + k * WG;
-        if (i < p.n4) {
-            dst[i] = src[i];
-        }
+    // Whole iterations first with no test inside the loop (a per-element branch puts the loop
+    // under an execution mask on CPU adapters and halves its speed), then the ragged tail.
+    let avail = (p.n4 - min(p.n4, wid.x * WG * p.per)) / WG;
+    let full = min(p.per, avail);
+    for (var k = 0u; k < full; k++) {
+        dst[base + k * WG] = src[base + k * WG];
+    }
+    let i = base + full * WG;
+    if (full < p.per && i < p.n4) {
+        dst[i] = src[i];
     }
 }
 ";
@@ -326,14 +336,14 @@ fn copy_shader_case(dev: &Device) -> wgtensor::Result<Run> {
 
 fn cases() -> Vec<Case> {
     let g = |m: f64, n: f64, k: f64, b: f64| 2.0 * m * n * k * b;
-    vec![
+    let mut v = vec![
         Case {
             name: "fma_peak",
             flops: 2.0 * FMA_PER_ITER * FMA_ITERS as f64 * FMA_INVOCATIONS as f64,
             bytes: 0.0,
             peer_ms: None,
             needs_f16: false,
-            setup: fma_case,
+            setup: Box::new(fma_case),
         },
         Case {
             name: "gemm_1024",
@@ -341,7 +351,7 @@ fn cases() -> Vec<Case> {
             bytes: 0.0,
             peer_ms: Some(179.0),
             needs_f16: false,
-            setup: |d| gemm_case(d, &[1024, 1024], &[1024, 1024], DType::F32, None),
+            setup: Box::new(|d| gemm_case(d, &[1024, 1024], &[1024, 1024], DType::F32, None)),
         },
         Case {
             name: "bgemm",
@@ -349,7 +359,7 @@ fn cases() -> Vec<Case> {
             bytes: 0.0,
             peer_ms: Some(119.0),
             needs_f16: false,
-            setup: |d| gemm_case(d, &[32, 256, 256], &[32, 256, 256], DType::F32, None),
+            setup: Box::new(|d| gemm_case(d, &[32, 256, 256], &[32, 256, 256], DType::F32, None)),
         },
         Case {
             name: "gemm_splitk",
@@ -357,7 +367,7 @@ fn cases() -> Vec<Case> {
             bytes: 0.0,
             peer_ms: Some(7.8),
             needs_f16: false,
-            setup: |d| gemm_case(d, &[64, 8192], &[8192, 64], DType::F32, None),
+            setup: Box::new(|d| gemm_case(d, &[64, 8192], &[8192, 64], DType::F32, None)),
         },
         Case {
             name: "gemm_splitk_s1",
@@ -365,7 +375,7 @@ fn cases() -> Vec<Case> {
             bytes: 0.0,
             peer_ms: None,
             needs_f16: false,
-            setup: |d| gemm_case(d, &[64, 8192], &[8192, 64], DType::F32, Some(1)),
+            setup: Box::new(|d| gemm_case(d, &[64, 8192], &[8192, 64], DType::F32, Some(1))),
         },
         Case {
             name: "gemm_1024_f16",
@@ -373,7 +383,7 @@ fn cases() -> Vec<Case> {
             bytes: 0.0,
             peer_ms: None,
             needs_f16: true,
-            setup: |d| gemm_case(d, &[1024, 1024], &[1024, 1024], DType::F16, None),
+            setup: Box::new(|d| gemm_case(d, &[1024, 1024], &[1024, 1024], DType::F16, None)),
         },
         Case {
             name: "copy_bw",
@@ -381,7 +391,7 @@ fn cases() -> Vec<Case> {
             bytes: COPY_BYTES,
             peer_ms: None,
             needs_f16: false,
-            setup: copy_case,
+            setup: Box::new(copy_case),
         },
         Case {
             name: "copy_shader",
@@ -389,7 +399,7 @@ fn cases() -> Vec<Case> {
             bytes: 2.0 * BN_BYTES,
             peer_ms: None,
             needs_f16: false,
-            setup: copy_shader_case,
+            setup: Box::new(copy_shader_case),
         },
         Case {
             name: "batchnorm_train",
@@ -399,7 +409,7 @@ fn cases() -> Vec<Case> {
             bytes: 2.0 * BN_BYTES,
             peer_ms: Some(94.0),
             needs_f16: false,
-            setup: bn_train_case,
+            setup: Box::new(bn_train_case),
         },
         Case {
             name: "batchnorm_backward",
@@ -408,7 +418,7 @@ fn cases() -> Vec<Case> {
             bytes: 3.0 * BN_BYTES,
             peer_ms: None,
             needs_f16: false,
-            setup: bn_backward_case,
+            setup: Box::new(bn_backward_case),
         },
         Case {
             name: "batchnorm_infer",
@@ -417,7 +427,7 @@ fn cases() -> Vec<Case> {
             bytes: 2.0 * BN_BYTES,
             peer_ms: None,
             needs_f16: false,
-            setup: bn_infer_case,
+            setup: Box::new(bn_infer_case),
         },
         Case {
             name: "lstm_seq",
@@ -425,7 +435,7 @@ fn cases() -> Vec<Case> {
             bytes: 0.0,
             peer_ms: Some(433.0),
             needs_f16: false,
-            setup: |d| rnn_case(d, RnnKind::Lstm),
+            setup: Box::new(|d| rnn_case(d, RnnKind::Lstm)),
         },
         Case {
             name: "gru_seq",
@@ -433,7 +443,7 @@ fn cases() -> Vec<Case> {
             bytes: 0.0,
             peer_ms: Some(355.0),
             needs_f16: false,
-            setup: |d| rnn_case(d, RnnKind::Gru),
+            setup: Box::new(|d| rnn_case(d, RnnKind::Gru)),
         },
         Case {
             name: "lstm_seq_backward",
@@ -443,9 +453,11 @@ fn cases() -> Vec<Case> {
             bytes: 0.0,
             peer_ms: None,
             needs_f16: false,
-            setup: rnn_backward_case,
+            setup: Box::new(rnn_backward_case),
         },
-    ]
+    ];
+    v.extend(conv::cases());
+    v
 }
 
 /// lstm_seq / gru_seq: input 64, hidden 64, batch 256, T 50, one layer, forward.
@@ -568,7 +580,16 @@ fn main() -> wgtensor::Result<()> {
     let all = cases();
     // Bandwidth cases are reported against copy_bw of the same run, so selecting one selects
     // copy_bw too (it is listed, and so measured, before them).
-    let selected = |name: &str| wanted.is_empty() || wanted.iter().any(|w| *w == name);
+    // A case name selects itself; a family prefix (`conv1d_groups_sweep`) selects its lines.
+    let selected = |name: &str| {
+        wanted.is_empty()
+            || wanted.iter().any(|w| {
+                name == w.as_str()
+                    || name
+                        .strip_prefix(w.as_str())
+                        .is_some_and(|r| r.starts_with('/'))
+            })
+    };
     let wants_copy = all.iter().any(|c| c.bytes > 0.0 && selected(c.name));
     let mut rows = Vec::new();
     for case in all {

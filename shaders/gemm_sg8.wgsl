@@ -171,3 +171,305 @@ fn gemm_sg8_partial(@builtin(workgroup_id) wid: vec3<u32>,
     sg8_ws(wid.z, row0 + 30u, c, acc[30]);
     sg8_ws(wid.z, row0 + 31u, c, acc[31]);
 }
+
+// ---------------------------------------------------------------------------------------------
+// vec4 variant: A row-major along K and B row-major along N, both 16-byte aligned (the Rust
+// side checks strides and offsets). A storage load costs a per-lane loop on CPU adapters
+// whatever its width, so loading vec4s cuts the loads per FMA by four: per 4 steps of K a lane
+// loads 4 vec4 of A (4 steps of one row each for its 4 rows) and 4 vec4 of B (its 4
+// neighbouring columns), feeding 512 FMAs. Lane l owns columns col0 + 4l .. col0 + 4l + 3.
+// The same buffers are also bound as vec4 arrays (a4, b4).
+
+@group(0) @binding(7) var<storage, read> a4: array<vec4<T>>;
+@group(0) @binding(8) var<storage, read> b4: array<vec4<T>>;
+
+fn tile_sg8v4(bs: Bases, row0: u32, col0: u32, lane: u32, kr: vec2<u32>) -> array<vec4<f32>, 32> {
+    let lr = p.m - 1u;
+    let ra0 = bs.a + min(row0 + lane, lr) * p.a_rs;
+    let ra1 = bs.a + min(row0 + 8u + lane, lr) * p.a_rs;
+    let ra2 = bs.a + min(row0 + 16u + lane, lr) * p.a_rs;
+    let ra3 = bs.a + min(row0 + 24u + lane, lr) * p.a_rs;
+    let cb = bs.b + min(col0 + 4u * lane, p.n - 4u);
+    var acc: array<vec4<f32>, 32>;
+    // k_chunk is a multiple of 4, so only the last slice can end in a partial block.
+    let k4 = kr.x + (kr.y - kr.x) / 4u * 4u;
+    for (var k = kr.x; k < k4; k += 4u) {
+        let av0 = vec4<f32>(a4[(ra0 + k) / 4u]);
+        let av1 = vec4<f32>(a4[(ra1 + k) / 4u]);
+        let av2 = vec4<f32>(a4[(ra2 + k) / 4u]);
+        let av3 = vec4<f32>(a4[(ra3 + k) / 4u]);
+        let bv0 = vec4<f32>(b4[(cb + (k + 0u) * p.b_rs) / 4u]);
+        let bv1 = vec4<f32>(b4[(cb + (k + 1u) * p.b_rs) / 4u]);
+        let bv2 = vec4<f32>(b4[(cb + (k + 2u) * p.b_rs) / 4u]);
+        let bv3 = vec4<f32>(b4[(cb + (k + 3u) * p.b_rs) / 4u]);
+        acc[0] = fma(vec4<f32>(subgroupBroadcast(av0.x, 0u)), bv0, acc[0]);
+        acc[1] = fma(vec4<f32>(subgroupBroadcast(av0.x, 1u)), bv0, acc[1]);
+        acc[2] = fma(vec4<f32>(subgroupBroadcast(av0.x, 2u)), bv0, acc[2]);
+        acc[3] = fma(vec4<f32>(subgroupBroadcast(av0.x, 3u)), bv0, acc[3]);
+        acc[4] = fma(vec4<f32>(subgroupBroadcast(av0.x, 4u)), bv0, acc[4]);
+        acc[5] = fma(vec4<f32>(subgroupBroadcast(av0.x, 5u)), bv0, acc[5]);
+        acc[6] = fma(vec4<f32>(subgroupBroadcast(av0.x, 6u)), bv0, acc[6]);
+        acc[7] = fma(vec4<f32>(subgroupBroadcast(av0.x, 7u)), bv0, acc[7]);
+        acc[8] = fma(vec4<f32>(subgroupBroadcast(av1.x, 0u)), bv0, acc[8]);
+        acc[9] = fma(vec4<f32>(subgroupBroadcast(av1.x, 1u)), bv0, acc[9]);
+        acc[10] = fma(vec4<f32>(subgroupBroadcast(av1.x, 2u)), bv0, acc[10]);
+        acc[11] = fma(vec4<f32>(subgroupBroadcast(av1.x, 3u)), bv0, acc[11]);
+        acc[12] = fma(vec4<f32>(subgroupBroadcast(av1.x, 4u)), bv0, acc[12]);
+        acc[13] = fma(vec4<f32>(subgroupBroadcast(av1.x, 5u)), bv0, acc[13]);
+        acc[14] = fma(vec4<f32>(subgroupBroadcast(av1.x, 6u)), bv0, acc[14]);
+        acc[15] = fma(vec4<f32>(subgroupBroadcast(av1.x, 7u)), bv0, acc[15]);
+        acc[16] = fma(vec4<f32>(subgroupBroadcast(av2.x, 0u)), bv0, acc[16]);
+        acc[17] = fma(vec4<f32>(subgroupBroadcast(av2.x, 1u)), bv0, acc[17]);
+        acc[18] = fma(vec4<f32>(subgroupBroadcast(av2.x, 2u)), bv0, acc[18]);
+        acc[19] = fma(vec4<f32>(subgroupBroadcast(av2.x, 3u)), bv0, acc[19]);
+        acc[20] = fma(vec4<f32>(subgroupBroadcast(av2.x, 4u)), bv0, acc[20]);
+        acc[21] = fma(vec4<f32>(subgroupBroadcast(av2.x, 5u)), bv0, acc[21]);
+        acc[22] = fma(vec4<f32>(subgroupBroadcast(av2.x, 6u)), bv0, acc[22]);
+        acc[23] = fma(vec4<f32>(subgroupBroadcast(av2.x, 7u)), bv0, acc[23]);
+        acc[24] = fma(vec4<f32>(subgroupBroadcast(av3.x, 0u)), bv0, acc[24]);
+        acc[25] = fma(vec4<f32>(subgroupBroadcast(av3.x, 1u)), bv0, acc[25]);
+        acc[26] = fma(vec4<f32>(subgroupBroadcast(av3.x, 2u)), bv0, acc[26]);
+        acc[27] = fma(vec4<f32>(subgroupBroadcast(av3.x, 3u)), bv0, acc[27]);
+        acc[28] = fma(vec4<f32>(subgroupBroadcast(av3.x, 4u)), bv0, acc[28]);
+        acc[29] = fma(vec4<f32>(subgroupBroadcast(av3.x, 5u)), bv0, acc[29]);
+        acc[30] = fma(vec4<f32>(subgroupBroadcast(av3.x, 6u)), bv0, acc[30]);
+        acc[31] = fma(vec4<f32>(subgroupBroadcast(av3.x, 7u)), bv0, acc[31]);
+        acc[0] = fma(vec4<f32>(subgroupBroadcast(av0.y, 0u)), bv1, acc[0]);
+        acc[1] = fma(vec4<f32>(subgroupBroadcast(av0.y, 1u)), bv1, acc[1]);
+        acc[2] = fma(vec4<f32>(subgroupBroadcast(av0.y, 2u)), bv1, acc[2]);
+        acc[3] = fma(vec4<f32>(subgroupBroadcast(av0.y, 3u)), bv1, acc[3]);
+        acc[4] = fma(vec4<f32>(subgroupBroadcast(av0.y, 4u)), bv1, acc[4]);
+        acc[5] = fma(vec4<f32>(subgroupBroadcast(av0.y, 5u)), bv1, acc[5]);
+        acc[6] = fma(vec4<f32>(subgroupBroadcast(av0.y, 6u)), bv1, acc[6]);
+        acc[7] = fma(vec4<f32>(subgroupBroadcast(av0.y, 7u)), bv1, acc[7]);
+        acc[8] = fma(vec4<f32>(subgroupBroadcast(av1.y, 0u)), bv1, acc[8]);
+        acc[9] = fma(vec4<f32>(subgroupBroadcast(av1.y, 1u)), bv1, acc[9]);
+        acc[10] = fma(vec4<f32>(subgroupBroadcast(av1.y, 2u)), bv1, acc[10]);
+        acc[11] = fma(vec4<f32>(subgroupBroadcast(av1.y, 3u)), bv1, acc[11]);
+        acc[12] = fma(vec4<f32>(subgroupBroadcast(av1.y, 4u)), bv1, acc[12]);
+        acc[13] = fma(vec4<f32>(subgroupBroadcast(av1.y, 5u)), bv1, acc[13]);
+        acc[14] = fma(vec4<f32>(subgroupBroadcast(av1.y, 6u)), bv1, acc[14]);
+        acc[15] = fma(vec4<f32>(subgroupBroadcast(av1.y, 7u)), bv1, acc[15]);
+        acc[16] = fma(vec4<f32>(subgroupBroadcast(av2.y, 0u)), bv1, acc[16]);
+        acc[17] = fma(vec4<f32>(subgroupBroadcast(av2.y, 1u)), bv1, acc[17]);
+        acc[18] = fma(vec4<f32>(subgroupBroadcast(av2.y, 2u)), bv1, acc[18]);
+        acc[19] = fma(vec4<f32>(subgroupBroadcast(av2.y, 3u)), bv1, acc[19]);
+        acc[20] = fma(vec4<f32>(subgroupBroadcast(av2.y, 4u)), bv1, acc[20]);
+        acc[21] = fma(vec4<f32>(subgroupBroadcast(av2.y, 5u)), bv1, acc[21]);
+        acc[22] = fma(vec4<f32>(subgroupBroadcast(av2.y, 6u)), bv1, acc[22]);
+        acc[23] = fma(vec4<f32>(subgroupBroadcast(av2.y, 7u)), bv1, acc[23]);
+        acc[24] = fma(vec4<f32>(subgroupBroadcast(av3.y, 0u)), bv1, acc[24]);
+        acc[25] = fma(vec4<f32>(subgroupBroadcast(av3.y, 1u)), bv1, acc[25]);
+        acc[26] = fma(vec4<f32>(subgroupBroadcast(av3.y, 2u)), bv1, acc[26]);
+        acc[27] = fma(vec4<f32>(subgroupBroadcast(av3.y, 3u)), bv1, acc[27]);
+        acc[28] = fma(vec4<f32>(subgroupBroadcast(av3.y, 4u)), bv1, acc[28]);
+        acc[29] = fma(vec4<f32>(subgroupBroadcast(av3.y, 5u)), bv1, acc[29]);
+        acc[30] = fma(vec4<f32>(subgroupBroadcast(av3.y, 6u)), bv1, acc[30]);
+        acc[31] = fma(vec4<f32>(subgroupBroadcast(av3.y, 7u)), bv1, acc[31]);
+        acc[0] = fma(vec4<f32>(subgroupBroadcast(av0.z, 0u)), bv2, acc[0]);
+        acc[1] = fma(vec4<f32>(subgroupBroadcast(av0.z, 1u)), bv2, acc[1]);
+        acc[2] = fma(vec4<f32>(subgroupBroadcast(av0.z, 2u)), bv2, acc[2]);
+        acc[3] = fma(vec4<f32>(subgroupBroadcast(av0.z, 3u)), bv2, acc[3]);
+        acc[4] = fma(vec4<f32>(subgroupBroadcast(av0.z, 4u)), bv2, acc[4]);
+        acc[5] = fma(vec4<f32>(subgroupBroadcast(av0.z, 5u)), bv2, acc[5]);
+        acc[6] = fma(vec4<f32>(subgroupBroadcast(av0.z, 6u)), bv2, acc[6]);
+        acc[7] = fma(vec4<f32>(subgroupBroadcast(av0.z, 7u)), bv2, acc[7]);
+        acc[8] = fma(vec4<f32>(subgroupBroadcast(av1.z, 0u)), bv2, acc[8]);
+        acc[9] = fma(vec4<f32>(subgroupBroadcast(av1.z, 1u)), bv2, acc[9]);
+        acc[10] = fma(vec4<f32>(subgroupBroadcast(av1.z, 2u)), bv2, acc[10]);
+        acc[11] = fma(vec4<f32>(subgroupBroadcast(av1.z, 3u)), bv2, acc[11]);
+        acc[12] = fma(vec4<f32>(subgroupBroadcast(av1.z, 4u)), bv2, acc[12]);
+        acc[13] = fma(vec4<f32>(subgroupBroadcast(av1.z, 5u)), bv2, acc[13]);
+        acc[14] = fma(vec4<f32>(subgroupBroadcast(av1.z, 6u)), bv2, acc[14]);
+        acc[15] = fma(vec4<f32>(subgroupBroadcast(av1.z, 7u)), bv2, acc[15]);
+        acc[16] = fma(vec4<f32>(subgroupBroadcast(av2.z, 0u)), bv2, acc[16]);
+        acc[17] = fma(vec4<f32>(subgroupBroadcast(av2.z, 1u)), bv2, acc[17]);
+        acc[18] = fma(vec4<f32>(subgroupBroadcast(av2.z, 2u)), bv2, acc[18]);
+        acc[19] = fma(vec4<f32>(subgroupBroadcast(av2.z, 3u)), bv2, acc[19]);
+        acc[20] = fma(vec4<f32>(subgroupBroadcast(av2.z, 4u)), bv2, acc[20]);
+        acc[21] = fma(vec4<f32>(subgroupBroadcast(av2.z, 5u)), bv2, acc[21]);
+        acc[22] = fma(vec4<f32>(subgroupBroadcast(av2.z, 6u)), bv2, acc[22]);
+        acc[23] = fma(vec4<f32>(subgroupBroadcast(av2.z, 7u)), bv2, acc[23]);
+        acc[24] = fma(vec4<f32>(subgroupBroadcast(av3.z, 0u)), bv2, acc[24]);
+        acc[25] = fma(vec4<f32>(subgroupBroadcast(av3.z, 1u)), bv2, acc[25]);
+        acc[26] = fma(vec4<f32>(subgroupBroadcast(av3.z, 2u)), bv2, acc[26]);
+        acc[27] = fma(vec4<f32>(subgroupBroadcast(av3.z, 3u)), bv2, acc[27]);
+        acc[28] = fma(vec4<f32>(subgroupBroadcast(av3.z, 4u)), bv2, acc[28]);
+        acc[29] = fma(vec4<f32>(subgroupBroadcast(av3.z, 5u)), bv2, acc[29]);
+        acc[30] = fma(vec4<f32>(subgroupBroadcast(av3.z, 6u)), bv2, acc[30]);
+        acc[31] = fma(vec4<f32>(subgroupBroadcast(av3.z, 7u)), bv2, acc[31]);
+        acc[0] = fma(vec4<f32>(subgroupBroadcast(av0.w, 0u)), bv3, acc[0]);
+        acc[1] = fma(vec4<f32>(subgroupBroadcast(av0.w, 1u)), bv3, acc[1]);
+        acc[2] = fma(vec4<f32>(subgroupBroadcast(av0.w, 2u)), bv3, acc[2]);
+        acc[3] = fma(vec4<f32>(subgroupBroadcast(av0.w, 3u)), bv3, acc[3]);
+        acc[4] = fma(vec4<f32>(subgroupBroadcast(av0.w, 4u)), bv3, acc[4]);
+        acc[5] = fma(vec4<f32>(subgroupBroadcast(av0.w, 5u)), bv3, acc[5]);
+        acc[6] = fma(vec4<f32>(subgroupBroadcast(av0.w, 6u)), bv3, acc[6]);
+        acc[7] = fma(vec4<f32>(subgroupBroadcast(av0.w, 7u)), bv3, acc[7]);
+        acc[8] = fma(vec4<f32>(subgroupBroadcast(av1.w, 0u)), bv3, acc[8]);
+        acc[9] = fma(vec4<f32>(subgroupBroadcast(av1.w, 1u)), bv3, acc[9]);
+        acc[10] = fma(vec4<f32>(subgroupBroadcast(av1.w, 2u)), bv3, acc[10]);
+        acc[11] = fma(vec4<f32>(subgroupBroadcast(av1.w, 3u)), bv3, acc[11]);
+        acc[12] = fma(vec4<f32>(subgroupBroadcast(av1.w, 4u)), bv3, acc[12]);
+        acc[13] = fma(vec4<f32>(subgroupBroadcast(av1.w, 5u)), bv3, acc[13]);
+        acc[14] = fma(vec4<f32>(subgroupBroadcast(av1.w, 6u)), bv3, acc[14]);
+        acc[15] = fma(vec4<f32>(subgroupBroadcast(av1.w, 7u)), bv3, acc[15]);
+        acc[16] = fma(vec4<f32>(subgroupBroadcast(av2.w, 0u)), bv3, acc[16]);
+        acc[17] = fma(vec4<f32>(subgroupBroadcast(av2.w, 1u)), bv3, acc[17]);
+        acc[18] = fma(vec4<f32>(subgroupBroadcast(av2.w, 2u)), bv3, acc[18]);
+        acc[19] = fma(vec4<f32>(subgroupBroadcast(av2.w, 3u)), bv3, acc[19]);
+        acc[20] = fma(vec4<f32>(subgroupBroadcast(av2.w, 4u)), bv3, acc[20]);
+        acc[21] = fma(vec4<f32>(subgroupBroadcast(av2.w, 5u)), bv3, acc[21]);
+        acc[22] = fma(vec4<f32>(subgroupBroadcast(av2.w, 6u)), bv3, acc[22]);
+        acc[23] = fma(vec4<f32>(subgroupBroadcast(av2.w, 7u)), bv3, acc[23]);
+        acc[24] = fma(vec4<f32>(subgroupBroadcast(av3.w, 0u)), bv3, acc[24]);
+        acc[25] = fma(vec4<f32>(subgroupBroadcast(av3.w, 1u)), bv3, acc[25]);
+        acc[26] = fma(vec4<f32>(subgroupBroadcast(av3.w, 2u)), bv3, acc[26]);
+        acc[27] = fma(vec4<f32>(subgroupBroadcast(av3.w, 3u)), bv3, acc[27]);
+        acc[28] = fma(vec4<f32>(subgroupBroadcast(av3.w, 4u)), bv3, acc[28]);
+        acc[29] = fma(vec4<f32>(subgroupBroadcast(av3.w, 5u)), bv3, acc[29]);
+        acc[30] = fma(vec4<f32>(subgroupBroadcast(av3.w, 6u)), bv3, acc[30]);
+        acc[31] = fma(vec4<f32>(subgroupBroadcast(av3.w, 7u)), bv3, acc[31]);
+    }
+    for (var k = k4; k < kr.y; k++) {
+        let bv = vec4<f32>(b4[(cb + k * p.b_rs) / 4u]);
+        let a0 = f32(a[ra0 + k]);
+        let a1 = f32(a[ra1 + k]);
+        let a2 = f32(a[ra2 + k]);
+        let a3 = f32(a[ra3 + k]);
+        acc[0] = fma(vec4<f32>(subgroupBroadcast(a0, 0u)), bv, acc[0]);
+        acc[1] = fma(vec4<f32>(subgroupBroadcast(a0, 1u)), bv, acc[1]);
+        acc[2] = fma(vec4<f32>(subgroupBroadcast(a0, 2u)), bv, acc[2]);
+        acc[3] = fma(vec4<f32>(subgroupBroadcast(a0, 3u)), bv, acc[3]);
+        acc[4] = fma(vec4<f32>(subgroupBroadcast(a0, 4u)), bv, acc[4]);
+        acc[5] = fma(vec4<f32>(subgroupBroadcast(a0, 5u)), bv, acc[5]);
+        acc[6] = fma(vec4<f32>(subgroupBroadcast(a0, 6u)), bv, acc[6]);
+        acc[7] = fma(vec4<f32>(subgroupBroadcast(a0, 7u)), bv, acc[7]);
+        acc[8] = fma(vec4<f32>(subgroupBroadcast(a1, 0u)), bv, acc[8]);
+        acc[9] = fma(vec4<f32>(subgroupBroadcast(a1, 1u)), bv, acc[9]);
+        acc[10] = fma(vec4<f32>(subgroupBroadcast(a1, 2u)), bv, acc[10]);
+        acc[11] = fma(vec4<f32>(subgroupBroadcast(a1, 3u)), bv, acc[11]);
+        acc[12] = fma(vec4<f32>(subgroupBroadcast(a1, 4u)), bv, acc[12]);
+        acc[13] = fma(vec4<f32>(subgroupBroadcast(a1, 5u)), bv, acc[13]);
+        acc[14] = fma(vec4<f32>(subgroupBroadcast(a1, 6u)), bv, acc[14]);
+        acc[15] = fma(vec4<f32>(subgroupBroadcast(a1, 7u)), bv, acc[15]);
+        acc[16] = fma(vec4<f32>(subgroupBroadcast(a2, 0u)), bv, acc[16]);
+        acc[17] = fma(vec4<f32>(subgroupBroadcast(a2, 1u)), bv, acc[17]);
+        acc[18] = fma(vec4<f32>(subgroupBroadcast(a2, 2u)), bv, acc[18]);
+        acc[19] = fma(vec4<f32>(subgroupBroadcast(a2, 3u)), bv, acc[19]);
+        acc[20] = fma(vec4<f32>(subgroupBroadcast(a2, 4u)), bv, acc[20]);
+        acc[21] = fma(vec4<f32>(subgroupBroadcast(a2, 5u)), bv, acc[21]);
+        acc[22] = fma(vec4<f32>(subgroupBroadcast(a2, 6u)), bv, acc[22]);
+        acc[23] = fma(vec4<f32>(subgroupBroadcast(a2, 7u)), bv, acc[23]);
+        acc[24] = fma(vec4<f32>(subgroupBroadcast(a3, 0u)), bv, acc[24]);
+        acc[25] = fma(vec4<f32>(subgroupBroadcast(a3, 1u)), bv, acc[25]);
+        acc[26] = fma(vec4<f32>(subgroupBroadcast(a3, 2u)), bv, acc[26]);
+        acc[27] = fma(vec4<f32>(subgroupBroadcast(a3, 3u)), bv, acc[27]);
+        acc[28] = fma(vec4<f32>(subgroupBroadcast(a3, 4u)), bv, acc[28]);
+        acc[29] = fma(vec4<f32>(subgroupBroadcast(a3, 5u)), bv, acc[29]);
+        acc[30] = fma(vec4<f32>(subgroupBroadcast(a3, 6u)), bv, acc[30]);
+        acc[31] = fma(vec4<f32>(subgroupBroadcast(a3, 7u)), bv, acc[31]);
+    }
+    return acc;
+}
+
+fn v4_out(row: u32, c: u32, v: vec4<f32>, bs: Bases) {
+    store_scaled(row, c, v.x, bs);
+    store_scaled(row, c + 1u, v.y, bs);
+    store_scaled(row, c + 2u, v.z, bs);
+    store_scaled(row, c + 3u, v.w, bs);
+}
+
+fn v4_ws(z: u32, row: u32, c: u32, v: vec4<f32>) {
+    store_ws(z, row, c, v.x);
+    store_ws(z, row, c + 1u, v.y);
+    store_ws(z, row, c + 2u, v.z);
+    store_ws(z, row, c + 3u, v.w);
+}
+
+@compute @workgroup_size(SGS * 8u)
+fn gemm_sg8v4(@builtin(workgroup_id) wid: vec3<u32>,
+              @builtin(subgroup_id) sg: u32,
+              @builtin(subgroup_invocation_id) lane: u32) {
+    let row0 = wid.x * SGS * 32u + sg * 32u;
+    let c = wid.y * 32u + 4u * lane;
+    let bs = bases(wid.z);
+    let acc = tile_sg8v4(bs, row0, wid.y * 32u, lane, k_range(wid.z));
+    var res: array<vec4<f32>, 32>;
+    res[0] = p.alpha * acc[0];
+    res[1] = p.alpha * acc[1];
+    res[2] = p.alpha * acc[2];
+    res[3] = p.alpha * acc[3];
+    res[4] = p.alpha * acc[4];
+    res[5] = p.alpha * acc[5];
+    res[6] = p.alpha * acc[6];
+    res[7] = p.alpha * acc[7];
+    res[8] = p.alpha * acc[8];
+    res[9] = p.alpha * acc[9];
+    res[10] = p.alpha * acc[10];
+    res[11] = p.alpha * acc[11];
+    res[12] = p.alpha * acc[12];
+    res[13] = p.alpha * acc[13];
+    res[14] = p.alpha * acc[14];
+    res[15] = p.alpha * acc[15];
+    res[16] = p.alpha * acc[16];
+    res[17] = p.alpha * acc[17];
+    res[18] = p.alpha * acc[18];
+    res[19] = p.alpha * acc[19];
+    res[20] = p.alpha * acc[20];
+    res[21] = p.alpha * acc[21];
+    res[22] = p.alpha * acc[22];
+    res[23] = p.alpha * acc[23];
+    res[24] = p.alpha * acc[24];
+    res[25] = p.alpha * acc[25];
+    res[26] = p.alpha * acc[26];
+    res[27] = p.alpha * acc[27];
+    res[28] = p.alpha * acc[28];
+    res[29] = p.alpha * acc[29];
+    res[30] = p.alpha * acc[30];
+    res[31] = p.alpha * acc[31];
+    for (var r = 0u; r < 32u; r++) {
+        v4_out(row0 + r, c, res[r], bs);
+    }
+}
+
+@compute @workgroup_size(SGS * 8u)
+fn gemm_sg8v4_partial(@builtin(workgroup_id) wid: vec3<u32>,
+                      @builtin(subgroup_id) sg: u32,
+                      @builtin(subgroup_invocation_id) lane: u32) {
+    let row0 = wid.x * SGS * 32u + sg * 32u;
+    let c = wid.y * 32u + 4u * lane;
+    let acc = tile_sg8v4(bases(wid.z), row0, wid.y * 32u, lane, k_range(wid.z));
+    v4_ws(wid.z, row0 + 0u, c, acc[0]);
+    v4_ws(wid.z, row0 + 1u, c, acc[1]);
+    v4_ws(wid.z, row0 + 2u, c, acc[2]);
+    v4_ws(wid.z, row0 + 3u, c, acc[3]);
+    v4_ws(wid.z, row0 + 4u, c, acc[4]);
+    v4_ws(wid.z, row0 + 5u, c, acc[5]);
+    v4_ws(wid.z, row0 + 6u, c, acc[6]);
+    v4_ws(wid.z, row0 + 7u, c, acc[7]);
+    v4_ws(wid.z, row0 + 8u, c, acc[8]);
+    v4_ws(wid.z, row0 + 9u, c, acc[9]);
+    v4_ws(wid.z, row0 + 10u, c, acc[10]);
+    v4_ws(wid.z, row0 + 11u, c, acc[11]);
+    v4_ws(wid.z, row0 + 12u, c, acc[12]);
+    v4_ws(wid.z, row0 + 13u, c, acc[13]);
+    v4_ws(wid.z, row0 + 14u, c, acc[14]);
+    v4_ws(wid.z, row0 + 15u, c, acc[15]);
+    v4_ws(wid.z, row0 + 16u, c, acc[16]);
+    v4_ws(wid.z, row0 + 17u, c, acc[17]);
+    v4_ws(wid.z, row0 + 18u, c, acc[18]);
+    v4_ws(wid.z, row0 + 19u, c, acc[19]);
+    v4_ws(wid.z, row0 + 20u, c, acc[20]);
+    v4_ws(wid.z, row0 + 21u, c, acc[21]);
+    v4_ws(wid.z, row0 + 22u, c, acc[22]);
+    v4_ws(wid.z, row0 + 23u, c, acc[23]);
+    v4_ws(wid.z, row0 + 24u, c, acc[24]);
+    v4_ws(wid.z, row0 + 25u, c, acc[25]);
+    v4_ws(wid.z, row0 + 26u, c, acc[26]);
+    v4_ws(wid.z, row0 + 27u, c, acc[27]);
+    v4_ws(wid.z, row0 + 28u, c, acc[28]);
+    v4_ws(wid.z, row0 + 29u, c, acc[29]);
+    v4_ws(wid.z, row0 + 30u, c, acc[30]);
+    v4_ws(wid.z, row0 + 31u, c, acc[31]);
+}

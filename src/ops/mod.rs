@@ -2,6 +2,7 @@
 
 pub mod batchnorm;
 pub mod binary;
+pub mod conv;
 pub mod gemm;
 pub mod map;
 pub mod reduce;
@@ -11,6 +12,11 @@ pub use batchnorm::{
     batch_norm_backward, batch_norm_inference, batch_norm_train, BatchNormPlan, BatchNormState,
 };
 pub use binary::BinaryOp;
+pub use conv::{
+    conv1d, conv1d_backward_input, conv1d_backward_weight, conv2d, conv2d_backward_input,
+    conv2d_backward_weight, conv_backward_bias, conv_transpose1d, conv_transpose2d, Conv1dOptions,
+    Conv2dOptions, ConvTranspose1dOptions, ConvTranspose2dOptions, Padding,
+};
 pub use gemm::{gemm, gemm_into, matmul, Activation, Bias, GemmOptions};
 pub use map::{ScalarOp, UnaryOp};
 pub use reduce::ReduceOp;
@@ -25,6 +31,7 @@ pub fn shader_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
     v.extend(binary::binary_variants());
     v.extend(reduce::reduce_variants());
     v.extend(gemm::gemm_variants());
+    v.extend(conv::conv_variants());
     v.extend(rnn::rnn_variants());
     v.extend(batchnorm::batchnorm_variants());
     v

@@ -255,18 +255,14 @@ async fn batchnorm_f16() {
 #[wasm_bindgen_test]
 async fn rnn_forward_f32() {
     init_devices().await;
+    let f = DType::F32;
     for (name, dev) in [("default", device()), ("portable", portable_device())] {
         let seq = async |p: &_| rnn::run_sequence(p, dev).await;
-        check_cases(
-            &format!("rnn_sequence_f32 ({name})"),
-            8,
-            rnn::problem(),
-            seq,
-        )
-        .await;
+        let name = format!("rnn_sequence_f32 ({name})");
+        check_cases(&name, 8, rnn::problem(f), seq).await;
     }
-    let cell = async |p: &_| rnn::run_cell(p, device()).await;
-    check_cases("rnn_cells_f32", 8, rnn::cell_problem(), cell).await;
+    let cell = async |&(lstm, b, i, h, seed): &_| rnn::run_cell(f, lstm, b, i, h, seed).await;
+    check_cases("rnn_cells_f32", 8, rnn::cell_args(), cell).await;
 }
 
 #[wasm_bindgen_test]
@@ -274,7 +270,19 @@ async fn rnn_backward_f32() {
     init_devices().await;
     for (name, dev, cases) in [("default", device(), 8), ("portable", portable_device(), 4)] {
         let bptt = async |(p, with_dhn): &_| rnn::run_backward(p, *with_dhn, dev).await;
-        let problems = rnn::backward_problem();
+        let problems = rnn::backward_problem(DType::F32);
         check_cases(&format!("rnn_backward_f32 ({name})"), cases, problems, bptt).await;
     }
+}
+
+#[wasm_bindgen_test]
+async fn rnn_f16() {
+    if !f16_or_skip("rnn_f16").await {
+        return;
+    }
+    let h = DType::F16;
+    let seq = async |p: &_| rnn::run_sequence(p, device()).await;
+    check_cases("rnn_sequence_f16", 4, rnn::problem(h), seq).await;
+    let bptt = async |(p, with_dhn): &_| rnn::run_backward(p, *with_dhn, device()).await;
+    check_cases("rnn_backward_f16", 4, rnn::backward_problem(h), bptt).await;
 }

@@ -3,6 +3,7 @@
 //! model of the same view.
 #![allow(dead_code)]
 
+pub mod conv_ref;
 pub mod reference;
 pub mod rnn_ref;
 

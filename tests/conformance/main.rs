@@ -11,6 +11,7 @@ mod common;
 
 mod batchnorm;
 mod check;
+mod conv;
 mod elementwise;
 mod gemm;
 mod reduce;

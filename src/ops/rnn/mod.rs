@@ -241,6 +241,9 @@ impl Rnn {
         let hidden = weights[0].hidden(kind);
         let input = weights[0].input();
         for (i, w) in weights.iter().enumerate() {
+            // One dtype and device for the whole stack, so a mix fails here, naming the layer.
+            weights[0].w_ih.same_dtype(op, &w.w_ih)?;
+            weights[0].w_ih.same_device(op, &w.w_ih)?;
             let want_in = if i < d { input } else { d * hidden };
             if w.hidden(kind) != hidden || w.input() != want_in {
                 return Err(Error::shape(

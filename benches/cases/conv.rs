@@ -1,0 +1,116 @@
+//! Convolution cases of the kernels bench (issue shapes exactly; peer figures: burn 0.22 wgpu on
+//! this machine's adapter, median ms, as given in the issue).
+
+use wgtensor::ops::{
+    conv1d, conv2d, conv2d_backward_weight, Conv1dOptions, Conv2dOptions, Padding,
+};
+use wgtensor::{DType, Device};
+
+use super::{tensor, Case, Run};
+
+/// x[8,64,56,56], w[64,64/groups,3,3], pad 1, stride 1.
+const X2: [usize; 4] = [8, 64, 56, 56];
+
+fn conv2d_flops(groups: usize) -> f64 {
+    let [n, c, h, w] = X2;
+    2.0 * (n * c * h * w * (c / groups) * 9) as f64
+}
+
+fn conv2d_case(dev: &Device, groups: usize) -> wgtensor::Result<Run> {
+    let x = tensor(dev, &X2, DType::F32, 1)?;
+    let w = tensor(dev, &[64, 64 / groups, 3, 3], DType::F32, 2)?;
+    let b = tensor(dev, &[64], DType::F32, 3)?;
+    let o = Conv2dOptions {
+        padding: Padding::uniform(1),
+        groups,
+        ..Default::default()
+    };
+    dev.sync()?;
+    Ok(Box::new(move || conv2d(&x, &w, Some(&b), &o).map(drop)))
+}
+
+fn wgrad_case(dev: &Device) -> wgtensor::Result<Run> {
+    let x = tensor(dev, &X2, DType::F32, 1)?;
+    let dy = tensor(dev, &X2, DType::F32, 4)?;
+    let o = Conv2dOptions {
+        padding: Padding::uniform(1),
+        ..Default::default()
+    };
+    dev.sync()?;
+    Ok(Box::new(move || {
+        conv2d_backward_weight(&dy, &x, [3, 3], &o).map(drop)
+    }))
+}
+
+/// conv1d x[n, c, l] * w[o, c/groups, 5], pad 2 (output length l).
+fn conv1d_case(dev: &Device, x: [usize; 3], o: usize, groups: usize) -> wgtensor::Result<Run> {
+    let xt = tensor(dev, &x, DType::F32, 5)?;
+    let w = tensor(dev, &[o, x[1] / groups, 5], DType::F32, 6)?;
+    let opts = Conv1dOptions {
+        padding: [2, 2],
+        groups,
+        ..Default::default()
+    };
+    dev.sync()?;
+    Ok(Box::new(move || conv1d(&xt, &w, None, &opts).map(drop)))
+}
+
+fn conv1d_flops(x: [usize; 3], o: usize, groups: usize) -> f64 {
+    2.0 * (x[0] * o * x[2] * (x[1] / groups) * 5) as f64
+}
+
+fn case(
+    name: &'static str,
+    flops: f64,
+    peer_ms: Option<f64>,
+    setup: impl Fn(&Device) -> wgtensor::Result<Run> + 'static,
+) -> Case {
+    Case {
+        name,
+        flops,
+        bytes: 0.0,
+        peer_ms,
+        needs_f16: false,
+        setup: Box::new(setup),
+    }
+}
+
+pub fn cases() -> Vec<Case> {
+    let mut v = vec![
+        case("conv2d", conv2d_flops(1), Some(541.0), |d| {
+            conv2d_case(d, 1)
+        }),
+        case("conv2d_grouped", conv2d_flops(8), Some(101.0), |d| {
+            conv2d_case(d, 8)
+        }),
+        // The issue gives 25-49 ms (noisy); the midpoint is used for vs_peer.
+        case("conv2d_depthwise", conv2d_flops(64), Some(37.0), |d| {
+            conv2d_case(d, 64)
+        }),
+        case(
+            "conv1d_grouped",
+            conv1d_flops([4, 256, 32], 512, 128),
+            Some(3.3),
+            |d| conv1d_case(d, [4, 256, 32], 512, 128),
+        ),
+        case("conv2d_wgrad", conv2d_flops(1), Some(556.0), wgrad_case),
+    ];
+    // The MLX groups table: for a fixed input the time must not grow with the group count.
+    const SWEEP: [(&str, [usize; 3], usize, usize); 9] = [
+        ("conv1d_groups_sweep/x32_g1", [4, 32, 32], 32, 1),
+        ("conv1d_groups_sweep/x32_g2", [4, 32, 32], 32, 2),
+        ("conv1d_groups_sweep/x32_g4", [4, 32, 32], 32, 4),
+        ("conv1d_groups_sweep/x32_g8", [4, 32, 32], 32, 8),
+        ("conv1d_groups_sweep/x32_g16", [4, 32, 32], 32, 16),
+        ("conv1d_groups_sweep/x32_g32", [4, 32, 32], 32, 32),
+        ("conv1d_groups_sweep/x256_g2", [4, 256, 32], 512, 2),
+        ("conv1d_groups_sweep/x256_g128", [4, 256, 32], 512, 128),
+        ("conv1d_groups_sweep/x256_g256", [4, 256, 32], 512, 256),
+    ];
+    for (name, x, o, g) in SWEEP {
+        v.push(case(name, conv1d_flops(x, o, g), None, move |d| {
+            conv1d_case(d, x, o, g)
+        }));
+    }
+    v
+}

@@ -1,0 +1,95 @@
+// Portable convolution (any adapter): the implicit GEMM of lib/conv_common.wgsl on a register
+// tile. An 8x8 workgroup computes 32 rows x 32 columns of one group, each invocation a 4x4
+// block; no workgroup memory, no barriers. Also holds the deterministic split-k reduction.
+// Needs lib/activation.wgsl and lib/conv_common.wgsl.
+
+fn tile_4x4(g: u32, r0: u32, c0: u32, kr: vec2<u32>) -> array<vec4<f32>, 4> {
+    let ra = vec4<u32>(a_row(g, r0), a_row(g, r0 + 1u), a_row(g, r0 + 2u), a_row(g, r0 + 3u));
+    let c_0 = col_state(g, c0);
+    let c_1 = col_step(g, c_0, c0 + 1u, 1u);
+    let c_2 = col_step(g, c_1, c0 + 2u, 1u);
+    let c_3 = col_step(g, c_2, c0 + 3u, 1u);
+    var acc: array<vec4<f32>, 4>;
+    var it = k_start(kr.x);
+    for (var k = kr.x; k < kr.y; k++) {
+        let kp = k_part(it);
+        let ak = a_k(it);
+        let bv = vec4<f32>(gather(c_0, kp), gather(c_1, kp), gather(c_2, kp), gather(c_3, kp));
+        acc[0] = fma(vec4<f32>(f32(a[ra.x + ak])), bv, acc[0]);
+        acc[1] = fma(vec4<f32>(f32(a[ra.y + ak])), bv, acc[1]);
+        acc[2] = fma(vec4<f32>(f32(a[ra.z + ak])), bv, acc[2]);
+        acc[3] = fma(vec4<f32>(f32(a[ra.w + ak])), bv, acc[3]);
+        it = k_next(it);
+    }
+    return acc;
+}
+
+// The 4 columns c0.. of a row; `cs` are their states (from cols4).
+fn store_row4(g: u32, row: u32, c0: u32, cs: array<Col, 4>, v: vec4<f32>) {
+    store_out(g, row, c0, cs[0], v.x);
+    store_out(g, row, c0 + 1u, cs[1], v.y);
+    store_out(g, row, c0 + 2u, cs[2], v.z);
+    store_out(g, row, c0 + 3u, cs[3], v.w);
+}
+
+fn cols4(g: u32, c0: u32) -> array<Col, 4> {
+    let c_0 = col_state(g, c0);
+    let c_1 = col_step(g, c_0, c0 + 1u, 1u);
+    let c_2 = col_step(g, c_1, c0 + 2u, 1u);
+    return array<Col, 4>(c_0, c_1, c_2, col_step(g, c_2, c0 + 3u, 1u));
+}
+
+fn store_row4_ws(z: u32, row: u32, c0: u32, v: vec4<f32>) {
+    store_ws(z, row, c0, v.x);
+    store_ws(z, row, c0 + 1u, v.y);
+    store_ws(z, row, c0 + 2u, v.z);
+    store_ws(z, row, c0 + 3u, v.w);
+}
+
+@compute @workgroup_size(8, 8)
+fn conv_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let r0 = wid.y * 32u + lid.y * 4u;
+    let c0 = wid.x * 32u + lid.x * 4u;
+    let g = group_of(wid.z);
+    let acc = tile_4x4(g, r0, c0, k_range(wid.z));
+    let cs = cols4(g, c0);
+    store_row4(g, r0, c0, cs, acc[0]);
+    store_row4(g, r0 + 1u, c0, cs, acc[1]);
+    store_row4(g, r0 + 2u, c0, cs, acc[2]);
+    store_row4(g, r0 + 3u, c0, cs, acc[3]);
+}
+
+@compute @workgroup_size(8, 8)
+fn conv_tiled_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let r0 = wid.y * 32u + lid.y * 4u;
+    let c0 = wid.x * 32u + lid.x * 4u;
+    let acc = tile_4x4(group_of(wid.z), r0, c0, k_range(wid.z));
+    store_row4_ws(wid.z, r0, c0, acc[0]);
+    store_row4_ws(wid.z, r0 + 1u, c0, acc[1]);
+    store_row4_ws(wid.z, r0 + 2u, c0, acc[2]);
+    store_row4_ws(wid.z, r0 + 3u, c0, acc[3]);
+}
+
+override WG: u32 = 256u;
+
+// out = epilogue(sum over s = 0, 1, ..., splits-1 of ws[s]): a fixed order, so the same inputs
+// give bitwise-identical results on every run. One invocation per output element.
+@compute @workgroup_size(WG)
+fn conv_splitk_reduce(@builtin(workgroup_id) wid: vec3<u32>,
+                      @builtin(num_workgroups) nwg: vec3<u32>,
+                      @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.x + wid.y * nwg.x) * WG + lid;
+    let mn = p.m * p.ncols;
+    let total = mn * p.groups;
+    if (i >= total) {
+        return;
+    }
+    var acc = 0.0;
+    for (var s = 0u; s < p.splits; s++) {
+        acc += ws[s * total + i];
+    }
+    let g = i / mn;
+    let rc = i % mn;
+    let col = rc % p.ncols;
+    store_out(g, rc / p.ncols, col, col_state(g, col), acc);
+}

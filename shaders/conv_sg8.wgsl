@@ -1,0 +1,190 @@
+// Convolution for adapters whose subgroups are exactly 8 lanes wide (lavapipe on AVX2): the
+// implicit GEMM of lib/conv_common.wgsl with the load sharing of gemm_sg8.wgsl. Each lane loads
+// a different row of A (the weights, or dy for wgrad) and the rows reach all lanes through
+// subgroupBroadcast; each lane gathers 4 columns of B (c, c+8, c+16, c+24). A subgroup covers
+// 8*RT rows x 32 columns; RT follows the rows per group so small groups (8 output channels)
+// do not compute idle rows. SGS subgroups of a workgroup take neighbouring column blocks.
+// Accumulators are only ever indexed with constants so they stay in registers.
+// Needs lib/activation.wgsl and lib/conv_common.wgsl.
+
+// Row blocks of 8 per subgroup (1, 2 or 4) and subgroups per workgroup.
+override RT: u32 = 4u;
+override SGS: u32 = 2u;
+
+fn tile_sg8(g: u32, row0: u32, col0: u32, lane: u32, kr: vec2<u32>) -> array<vec4<f32>, 32> {
+    let ra0 = a_row(g, row0 + lane);
+    let ra1 = a_row(g, row0 + 8u + lane);
+    let ra2 = a_row(g, row0 + 16u + lane);
+    let ra3 = a_row(g, row0 + 24u + lane);
+    let c_0 = col_state(g, col0 + lane);
+    let c_1 = col_step(g, c_0, col0 + lane + 8u, 8u);
+    let c_2 = col_step(g, c_1, col0 + lane + 16u, 8u);
+    let c_3 = col_step(g, c_2, col0 + lane + 24u, 8u);
+    var acc: array<vec4<f32>, 32>;
+    var it = k_start(kr.x);
+    for (var k = kr.x; k < kr.y; k++) {
+        let kp = k_part(it);
+        let ak = a_k(it);
+        let bv = vec4<f32>(gather(c_0, kp), gather(c_1, kp), gather(c_2, kp), gather(c_3, kp));
+        let a0 = f32(a[ra0 + ak]);
+        acc[0] = fma(vec4<f32>(subgroupBroadcast(a0, 0u)), bv, acc[0]);
+        acc[1] = fma(vec4<f32>(subgroupBroadcast(a0, 1u)), bv, acc[1]);
+        acc[2] = fma(vec4<f32>(subgroupBroadcast(a0, 2u)), bv, acc[2]);
+        acc[3] = fma(vec4<f32>(subgroupBroadcast(a0, 3u)), bv, acc[3]);
+        acc[4] = fma(vec4<f32>(subgroupBroadcast(a0, 4u)), bv, acc[4]);
+        acc[5] = fma(vec4<f32>(subgroupBroadcast(a0, 5u)), bv, acc[5]);
+        acc[6] = fma(vec4<f32>(subgroupBroadcast(a0, 6u)), bv, acc[6]);
+        acc[7] = fma(vec4<f32>(subgroupBroadcast(a0, 7u)), bv, acc[7]);
+        if (RT >= 2u) {
+            let a1 = f32(a[ra1 + ak]);
+            acc[8] = fma(vec4<f32>(subgroupBroadcast(a1, 0u)), bv, acc[8]);
+            acc[9] = fma(vec4<f32>(subgroupBroadcast(a1, 1u)), bv, acc[9]);
+            acc[10] = fma(vec4<f32>(subgroupBroadcast(a1, 2u)), bv, acc[10]);
+            acc[11] = fma(vec4<f32>(subgroupBroadcast(a1, 3u)), bv, acc[11]);
+            acc[12] = fma(vec4<f32>(subgroupBroadcast(a1, 4u)), bv, acc[12]);
+            acc[13] = fma(vec4<f32>(subgroupBroadcast(a1, 5u)), bv, acc[13]);
+            acc[14] = fma(vec4<f32>(subgroupBroadcast(a1, 6u)), bv, acc[14]);
+            acc[15] = fma(vec4<f32>(subgroupBroadcast(a1, 7u)), bv, acc[15]);
+        }
+        if (RT >= 4u) {
+            let a2 = f32(a[ra2 + ak]);
+            acc[16] = fma(vec4<f32>(subgroupBroadcast(a2, 0u)), bv, acc[16]);
+            acc[17] = fma(vec4<f32>(subgroupBroadcast(a2, 1u)), bv, acc[17]);
+            acc[18] = fma(vec4<f32>(subgroupBroadcast(a2, 2u)), bv, acc[18]);
+            acc[19] = fma(vec4<f32>(subgroupBroadcast(a2, 3u)), bv, acc[19]);
+            acc[20] = fma(vec4<f32>(subgroupBroadcast(a2, 4u)), bv, acc[20]);
+            acc[21] = fma(vec4<f32>(subgroupBroadcast(a2, 5u)), bv, acc[21]);
+            acc[22] = fma(vec4<f32>(subgroupBroadcast(a2, 6u)), bv, acc[22]);
+            acc[23] = fma(vec4<f32>(subgroupBroadcast(a2, 7u)), bv, acc[23]);
+        }
+        if (RT >= 4u) {
+            let a3 = f32(a[ra3 + ak]);
+            acc[24] = fma(vec4<f32>(subgroupBroadcast(a3, 0u)), bv, acc[24]);
+            acc[25] = fma(vec4<f32>(subgroupBroadcast(a3, 1u)), bv, acc[25]);
+            acc[26] = fma(vec4<f32>(subgroupBroadcast(a3, 2u)), bv, acc[26]);
+            acc[27] = fma(vec4<f32>(subgroupBroadcast(a3, 3u)), bv, acc[27]);
+            acc[28] = fma(vec4<f32>(subgroupBroadcast(a3, 4u)), bv, acc[28]);
+            acc[29] = fma(vec4<f32>(subgroupBroadcast(a3, 5u)), bv, acc[29]);
+            acc[30] = fma(vec4<f32>(subgroupBroadcast(a3, 6u)), bv, acc[30]);
+            acc[31] = fma(vec4<f32>(subgroupBroadcast(a3, 7u)), bv, acc[31]);
+        }
+        it = k_next(it);
+    }
+    return acc;
+}
+
+// Row `row` of the tile: this lane's columns are c, c + 8, c + 16, c + 24 with states `cs`.
+fn sg8_out(g: u32, row: u32, c: u32, cs: array<Col, 4>, v: vec4<f32>) {
+    store_out(g, row, c, cs[0], v.x);
+    store_out(g, row, c + 8u, cs[1], v.y);
+    store_out(g, row, c + 16u, cs[2], v.z);
+    store_out(g, row, c + 24u, cs[3], v.w);
+}
+
+fn sg8_ws(z: u32, row: u32, c: u32, v: vec4<f32>) {
+    store_ws(z, row, c, v.x);
+    store_ws(z, row, c + 8u, v.y);
+    store_ws(z, row, c + 16u, v.z);
+    store_ws(z, row, c + 24u, v.w);
+}
+
+@compute @workgroup_size(SGS * 8u)
+fn conv_sg8(@builtin(workgroup_id) wid: vec3<u32>,
+            @builtin(subgroup_id) sg: u32,
+            @builtin(subgroup_invocation_id) lane: u32) {
+    let row0 = wid.x * RT * 8u;
+    let col0 = (wid.y * SGS + sg) * 32u;
+    let g = group_of(wid.z);
+    let acc = tile_sg8(g, row0, col0, lane, k_range(wid.z));
+    // Copied through a real transform into a second array, then stored in a loop: inlining
+    // the epilogue 32 times made the pipeline compile for seconds (see gemm_sg8.wgsl).
+    var res: array<vec4<f32>, 32>;
+    res[0] = p.scale * acc[0];
+    res[1] = p.scale * acc[1];
+    res[2] = p.scale * acc[2];
+    res[3] = p.scale * acc[3];
+    res[4] = p.scale * acc[4];
+    res[5] = p.scale * acc[5];
+    res[6] = p.scale * acc[6];
+    res[7] = p.scale * acc[7];
+    res[8] = p.scale * acc[8];
+    res[9] = p.scale * acc[9];
+    res[10] = p.scale * acc[10];
+    res[11] = p.scale * acc[11];
+    res[12] = p.scale * acc[12];
+    res[13] = p.scale * acc[13];
+    res[14] = p.scale * acc[14];
+    res[15] = p.scale * acc[15];
+    res[16] = p.scale * acc[16];
+    res[17] = p.scale * acc[17];
+    res[18] = p.scale * acc[18];
+    res[19] = p.scale * acc[19];
+    res[20] = p.scale * acc[20];
+    res[21] = p.scale * acc[21];
+    res[22] = p.scale * acc[22];
+    res[23] = p.scale * acc[23];
+    res[24] = p.scale * acc[24];
+    res[25] = p.scale * acc[25];
+    res[26] = p.scale * acc[26];
+    res[27] = p.scale * acc[27];
+    res[28] = p.scale * acc[28];
+    res[29] = p.scale * acc[29];
+    res[30] = p.scale * acc[30];
+    res[31] = p.scale * acc[31];
+    let c = col0 + lane;
+    let c_0 = col_state(g, c);
+    let c_1 = col_step(g, c_0, c + 8u, 8u);
+    let c_2 = col_step(g, c_1, c + 16u, 8u);
+    let cs = array<Col, 4>(c_0, c_1, c_2, col_step(g, c_2, c + 24u, 8u));
+    for (var r = 0u; r < RT * 8u; r++) {
+        sg8_out(g, row0 + r, c, cs, res[r]);
+    }
+}
+
+@compute @workgroup_size(SGS * 8u)
+fn conv_sg8_partial(@builtin(workgroup_id) wid: vec3<u32>,
+                    @builtin(subgroup_id) sg: u32,
+                    @builtin(subgroup_invocation_id) lane: u32) {
+    let row0 = wid.x * RT * 8u;
+    let col0 = (wid.y * SGS + sg) * 32u;
+    let acc = tile_sg8(group_of(wid.z), row0, col0, lane, k_range(wid.z));
+    let c = col0 + lane;
+    sg8_ws(wid.z, row0 + 0u, c, acc[0]);
+    sg8_ws(wid.z, row0 + 1u, c, acc[1]);
+    sg8_ws(wid.z, row0 + 2u, c, acc[2]);
+    sg8_ws(wid.z, row0 + 3u, c, acc[3]);
+    sg8_ws(wid.z, row0 + 4u, c, acc[4]);
+    sg8_ws(wid.z, row0 + 5u, c, acc[5]);
+    sg8_ws(wid.z, row0 + 6u, c, acc[6]);
+    sg8_ws(wid.z, row0 + 7u, c, acc[7]);
+    if (RT >= 2u) {
+        sg8_ws(wid.z, row0 + 8u, c, acc[8]);
+        sg8_ws(wid.z, row0 + 9u, c, acc[9]);
+        sg8_ws(wid.z, row0 + 10u, c, acc[10]);
+        sg8_ws(wid.z, row0 + 11u, c, acc[11]);
+        sg8_ws(wid.z, row0 + 12u, c, acc[12]);
+        sg8_ws(wid.z, row0 + 13u, c, acc[13]);
+        sg8_ws(wid.z, row0 + 14u, c, acc[14]);
+        sg8_ws(wid.z, row0 + 15u, c, acc[15]);
+    }
+    if (RT >= 4u) {
+        sg8_ws(wid.z, row0 + 16u, c, acc[16]);
+        sg8_ws(wid.z, row0 + 17u, c, acc[17]);
+        sg8_ws(wid.z, row0 + 18u, c, acc[18]);
+        sg8_ws(wid.z, row0 + 19u, c, acc[19]);
+        sg8_ws(wid.z, row0 + 20u, c, acc[20]);
+        sg8_ws(wid.z, row0 + 21u, c, acc[21]);
+        sg8_ws(wid.z, row0 + 22u, c, acc[22]);
+        sg8_ws(wid.z, row0 + 23u, c, acc[23]);
+    }
+    if (RT >= 4u) {
+        sg8_ws(wid.z, row0 + 24u, c, acc[24]);
+        sg8_ws(wid.z, row0 + 25u, c, acc[25]);
+        sg8_ws(wid.z, row0 + 26u, c, acc[26]);
+        sg8_ws(wid.z, row0 + 27u, c, acc[27]);
+        sg8_ws(wid.z, row0 + 28u, c, acc[28]);
+        sg8_ws(wid.z, row0 + 29u, c, acc[29]);
+        sg8_ws(wid.z, row0 + 30u, c, acc[30]);
+        sg8_ws(wid.z, row0 + 31u, c, acc[31]);
+    }
+}

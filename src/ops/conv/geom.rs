@@ -1,0 +1,340 @@
+//! Convolution geometry: the public option structs, validation, and the output-size math.
+//! conv1d is conv2d with H = 1 (kernel height 1, no vertical padding or stride).
+
+use crate::ops::gemm::Activation;
+use crate::{Error, Result, Tensor};
+
+/// Zero padding per side, in elements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Padding {
+    pub top: usize,
+    pub bottom: usize,
+    pub left: usize,
+    pub right: usize,
+}
+
+impl Padding {
+    /// The same padding on all four sides.
+    pub fn uniform(p: usize) -> Self {
+        Padding::symmetric(p, p)
+    }
+
+    /// `ph` above and below, `pw` left and right (PyTorch's `padding=(ph, pw)`).
+    pub fn symmetric(ph: usize, pw: usize) -> Self {
+        Padding {
+            top: ph,
+            bottom: ph,
+            left: pw,
+            right: pw,
+        }
+    }
+
+    /// PyTorch's `padding='same'` for stride 1: the output keeps the input size. The total
+    /// `dilation * (kernel - 1)` is split with the odd element at the bottom / right.
+    pub fn same(kernel: [usize; 2], dilation: [usize; 2]) -> Self {
+        let split = |k: usize, d: usize| {
+            let total = d * k.saturating_sub(1);
+            (total / 2, total - total / 2)
+        };
+        let (top, bottom) = split(kernel[0], dilation[0]);
+        let (left, right) = split(kernel[1], dilation[1]);
+        Padding {
+            top,
+            bottom,
+            left,
+            right,
+        }
+    }
+}
+
+/// Options of [`conv2d`](super::conv2d) and its gradients. `Default`: stride 1, no padding,
+/// dilation 1, one group, no activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conv2dOptions {
+    /// (vertical, horizontal).
+    pub stride: [usize; 2],
+    pub padding: Padding,
+    /// (vertical, horizontal).
+    pub dilation: [usize; 2],
+    pub groups: usize,
+    /// Fused after the bias (forward only; gradients reject anything but `None`).
+    pub activation: Activation,
+}
+
+impl Default for Conv2dOptions {
+    fn default() -> Self {
+        Conv2dOptions {
+            stride: [1, 1],
+            padding: Padding::default(),
+            dilation: [1, 1],
+            groups: 1,
+            activation: Activation::None,
+        }
+    }
+}
+
+/// Options of [`conv1d`](super::conv1d) and its gradients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conv1dOptions {
+    pub stride: usize,
+    /// (left, right).
+    pub padding: [usize; 2],
+    pub dilation: usize,
+    pub groups: usize,
+    pub activation: Activation,
+}
+
+impl Default for Conv1dOptions {
+    fn default() -> Self {
+        Conv1dOptions {
+            stride: 1,
+            padding: [0, 0],
+            dilation: 1,
+            groups: 1,
+            activation: Activation::None,
+        }
+    }
+}
+
+impl Conv1dOptions {
+    /// PyTorch's `padding='same'` for stride 1 (the odd element goes right).
+    pub fn same_padding(kernel: usize, dilation: usize) -> [usize; 2] {
+        let p = Padding::same([1, kernel], [1, dilation]);
+        [p.left, p.right]
+    }
+
+    pub(crate) fn to_2d(self) -> Conv2dOptions {
+        Conv2dOptions {
+            stride: [1, self.stride],
+            padding: Padding {
+                top: 0,
+                bottom: 0,
+                left: self.padding[0],
+                right: self.padding[1],
+            },
+            dilation: [1, self.dilation],
+            groups: self.groups,
+            activation: self.activation,
+        }
+    }
+}
+
+/// Options of [`conv_transpose2d`](super::conv_transpose2d) (PyTorch `ConvTranspose2d`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvTranspose2dOptions {
+    pub stride: [usize; 2],
+    pub padding: Padding,
+    /// Extra rows / columns on the bottom / right; each must be below its stride or dilation.
+    pub output_padding: [usize; 2],
+    pub dilation: [usize; 2],
+    pub groups: usize,
+    pub activation: Activation,
+}
+
+impl Default for ConvTranspose2dOptions {
+    fn default() -> Self {
+        ConvTranspose2dOptions {
+            stride: [1, 1],
+            padding: Padding::default(),
+            output_padding: [0, 0],
+            dilation: [1, 1],
+            groups: 1,
+            activation: Activation::None,
+        }
+    }
+}
+
+/// Options of [`conv_transpose1d`](super::conv_transpose1d).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvTranspose1dOptions {
+    pub stride: usize,
+    pub padding: [usize; 2],
+    pub output_padding: usize,
+    pub dilation: usize,
+    pub groups: usize,
+    pub activation: Activation,
+}
+
+impl Default for ConvTranspose1dOptions {
+    fn default() -> Self {
+        ConvTranspose1dOptions {
+            stride: 1,
+            padding: [0, 0],
+            output_padding: 0,
+            dilation: 1,
+            groups: 1,
+            activation: Activation::None,
+        }
+    }
+}
+
+impl ConvTranspose1dOptions {
+    pub(crate) fn to_2d(self) -> ConvTranspose2dOptions {
+        ConvTranspose2dOptions {
+            stride: [1, self.stride],
+            padding: Padding {
+                top: 0,
+                bottom: 0,
+                left: self.padding[0],
+                right: self.padding[1],
+            },
+            output_padding: [0, self.output_padding],
+            dilation: [1, self.dilation],
+            groups: self.groups,
+            activation: self.activation,
+        }
+    }
+}
+
+/// One convolution problem in forward terms: x [n, c, h, w] * w [o, c/groups, kh, kw] ->
+/// y [n, o, oh, ow].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Geom {
+    pub n: usize,
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    pub o: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub groups: usize,
+    pub stride: [usize; 2],
+    pub pad: Padding,
+    pub dil: [usize; 2],
+    pub oh: usize,
+    pub ow: usize,
+}
+
+/// Output length of one spatial axis, or `None` when the (dilated) kernel does not fit.
+pub(crate) fn out_len(len: usize, pad: usize, k: usize, s: usize, d: usize) -> Option<usize> {
+    let padded = len + pad;
+    let span = d * (k - 1) + 1;
+    (padded >= span).then(|| (padded - span) / s + 1)
+}
+
+impl Geom {
+    pub fn cg(&self) -> usize {
+        self.c / self.groups
+    }
+    pub fn og(&self) -> usize {
+        self.o / self.groups
+    }
+
+    /// Validates the options and builds the geometry of input `[n, c, h, w]` with weight
+    /// `[o, cw, kh, kw]` (`cw` must be c / groups).
+    pub fn new(
+        op: &'static str,
+        x: [usize; 4],
+        wshape: [usize; 4],
+        o: &Conv2dOptions,
+    ) -> Result<Geom> {
+        let [n, c, h, w] = x;
+        let [oc, cw, kh, kw] = wshape;
+        let g = o.groups;
+        if g == 0 {
+            return Err(Error::arg(op, "groups must be at least 1, got 0"));
+        }
+        if o.stride.contains(&0) || o.dilation.contains(&0) {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "stride {:?} and dilation {:?} must be at least 1",
+                    o.stride, o.dilation
+                ),
+            ));
+        }
+        if c % g != 0 {
+            return Err(Error::arg(
+                op,
+                format!("groups {g} does not divide in_channels {c}"),
+            ));
+        }
+        if oc % g != 0 {
+            return Err(Error::arg(
+                op,
+                format!("groups {g} does not divide out_channels {oc}"),
+            ));
+        }
+        if cw != c / g {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "weight {wshape:?} must have in_channels / groups = {c} / {g} = {} in dim 1, got {cw}",
+                    c / g
+                ),
+            ));
+        }
+        if [n, c, h, w, oc, kh, kw].contains(&0) {
+            return Err(Error::shape(
+                op,
+                format!("zero-size dimension: input {x:?}, weight {wshape:?}"),
+            ));
+        }
+        let p = o.padding;
+        let oh = out_len(h, p.top + p.bottom, kh, o.stride[0], o.dilation[0]);
+        let ow = out_len(w, p.left + p.right, kw, o.stride[1], o.dilation[1]);
+        let (Some(oh), Some(ow)) = (oh, ow) else {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "output size would be <= 0: input {h}x{w} padded by {p:?}, kernel {kh}x{kw} with dilation {:?}",
+                    o.dilation
+                ),
+            ));
+        };
+        // The kernels index with u32 / i32: keep every extent and stride far from overflow.
+        let limit = i32::MAX as usize;
+        for (what, v) in [
+            ("input", n * c * h * w),
+            ("weight", oc * cw * kh * kw),
+            ("output", n * oc * oh * ow),
+            (
+                "padded input",
+                (h + p.top + p.bottom) * (w + p.left + p.right),
+            ),
+        ] {
+            if v > limit {
+                return Err(Error::size(
+                    op,
+                    format!("{what} has {v} elements, more than {limit}"),
+                ));
+            }
+        }
+        Ok(Geom {
+            n,
+            c,
+            h,
+            w,
+            o: oc,
+            kh,
+            kw,
+            groups: g,
+            stride: o.stride,
+            pad: p,
+            dil: o.dilation,
+            oh,
+            ow,
+        })
+    }
+}
+
+/// The dims of a rank-`r` tensor as an array, or a shape error naming `what`.
+pub(crate) fn dims4(op: &'static str, t: &Tensor, what: &str) -> Result<[usize; 4]> {
+    t.shape().try_into().map_err(|_| {
+        Error::shape(
+            op,
+            format!("{what} must be 4-D [N, C, H, W], got shape {:?}", t.shape()),
+        )
+    })
+}
+
+/// A 3-D `[N, C, L]` tensor (or weight `[O, C/groups, K]`) as its 4-D `H = 1` view.
+pub(crate) fn as_4d(op: &'static str, t: &Tensor, what: &str) -> Result<Tensor> {
+    match t.shape() {
+        &[a, b, l] => t.reshape(&[a, b, 1, l]),
+        s => Err(Error::shape(
+            op,
+            format!("{what} must be 3-D [N, C, L], got shape {s:?}"),
+        )),
+    }
+}

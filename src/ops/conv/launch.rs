@@ -1,0 +1,495 @@
+//! The implicit-GEMM launch shared by forward, data gradient and weight gradient
+//! (shaders/conv.wgsl, shaders/conv_sg8.wgsl, shaders/lib/conv_common.wgsl). Each direction is
+//! only a different [`ConvParams`]: which tensor is A, which is gathered as B, and how rows,
+//! columns and K map onto them. All groups run in one dispatch (grid z = split * groups + g).
+
+use bytemuck::{Pod, Zeroable};
+
+use super::geom::Geom;
+use crate::ops::gemm::{has_sg8, Activation};
+use crate::runtime::pipeline::{ShaderVariant, ACTIVATION_LIB};
+use crate::runtime::{grid_1d, Access, Kernel, Storage};
+use crate::{DType, Device, Error, Result, Tensor};
+
+const CONV_COMMON: &str = include_str!("../../../shaders/lib/conv_common.wgsl");
+const LIBS: &[&str] = &[ACTIVATION_LIB, CONV_COMMON];
+const TILED_SRC: &str = include_str!("../../../shaders/conv.wgsl");
+const SG8_SRC: &str = include_str!("../../../shaders/conv_sg8.wgsl");
+
+use Access::{Read as R, ReadWrite as RW};
+
+static TILED: Kernel = Kernel {
+    name: "conv",
+    source: TILED_SRC,
+    entry: "conv_tiled",
+    bindings: &[R, R, R, RW],
+    slots: &[1, 2, 3, 4],
+    libs: LIBS,
+};
+static TILED_PARTIAL: Kernel = Kernel {
+    name: "conv",
+    source: TILED_SRC,
+    entry: "conv_tiled_partial",
+    bindings: &[R, R, RW],
+    slots: &[1, 2, 5],
+    libs: LIBS,
+};
+static SPLITK_REDUCE: Kernel = Kernel {
+    name: "conv",
+    source: TILED_SRC,
+    entry: "conv_splitk_reduce",
+    bindings: &[R, RW, RW],
+    slots: &[3, 4, 5],
+    libs: LIBS,
+};
+static SG8: Kernel = Kernel {
+    name: "conv_sg8",
+    source: SG8_SRC,
+    entry: "conv_sg8",
+    bindings: &[R, R, R, RW],
+    slots: &[1, 2, 3, 4],
+    libs: LIBS,
+};
+static SG8_PARTIAL: Kernel = Kernel {
+    name: "conv_sg8",
+    source: SG8_SRC,
+    entry: "conv_sg8_partial",
+    bindings: &[R, R, RW],
+    slots: &[1, 2, 5],
+    libs: LIBS,
+};
+
+const DIRECT_SRC: &str = include_str!("../../../shaders/conv_direct.wgsl");
+
+static DIRECT: Kernel = Kernel {
+    name: "conv_direct",
+    source: DIRECT_SRC,
+    entry: "conv_direct",
+    bindings: &[R, R, R, RW],
+    slots: &[1, 2, 3, 4],
+    libs: LIBS,
+};
+static DIRECT_L4: Kernel = Kernel {
+    name: "conv_direct",
+    source: DIRECT_SRC,
+    entry: "conv_direct_l4",
+    bindings: &[R, R, R, RW],
+    slots: &[1, 2, 3, 4],
+    libs: LIBS,
+};
+static DIRECT_PARTIAL: Kernel = Kernel {
+    name: "conv_direct",
+    source: DIRECT_SRC,
+    entry: "conv_direct_partial",
+    bindings: &[R, R, RW],
+    slots: &[1, 2, 5],
+    libs: LIBS,
+};
+const REDUCE_WG: u32 = 256;
+/// Columns per invocation (one output line) and invocations per workgroup of `conv_direct`.
+const DIRECT_COLS: usize = 8;
+const DIRECT_WG: usize = 64;
+
+/// Mirrors `Params` in shaders/lib/conv_common.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable, Default, Debug)]
+pub(crate) struct ConvParams {
+    m: u32,
+    ncols: u32,
+    k: u32,
+    groups: u32,
+    k_e1: u32,
+    k_e2: u32,
+    c_e1: u32,
+    c_e2: u32,
+    a_off: u32,
+    a_gs: u32,
+    a_rs: u32,
+    a_s0: u32,
+    a_s1: u32,
+    a_s2: u32,
+    b_off: u32,
+    b_gs: u32,
+    b_k0: u32,
+    b_c0: u32,
+    b_k1: i32,
+    b_k2: i32,
+    b_c1: i32,
+    b_c2: i32,
+    b_h0: i32,
+    b_w0: i32,
+    src_h: u32,
+    src_w: u32,
+    div_h: i32,
+    div_w: i32,
+    o_gs: u32,
+    o_rs: u32,
+    o_s0: u32,
+    o_s1: u32,
+    o_s2: u32,
+    splits: u32,
+    k_chunk: u32,
+    bias_off: u32,
+    scale: f32,
+}
+
+/// Which gradient (or the forward) a launch computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Direction {
+    Forward,
+    /// dx from dy and the weight (also the transposed convolution).
+    Data,
+    /// dW from dy and x.
+    Weight,
+}
+
+fn u(v: usize) -> u32 {
+    v as u32
+}
+fn i(v: usize) -> i32 {
+    v as i32
+}
+
+impl ConvParams {
+    /// The GEMM view of `dir` on geometry `g` (offsets and split are filled in by `run`).
+    /// Returns the params and whether the gather needs the strided-transposed test.
+    fn new(g: &Geom, dir: Direction) -> (ConvParams, bool) {
+        let (cg, og) = (g.cg(), g.og());
+        let kk = g.kh * g.kw;
+        let (hw, ohw) = (g.h * g.w, g.oh * g.ow);
+        let mut p = ConvParams {
+            groups: u(g.groups),
+            div_h: 1,
+            div_w: 1,
+            scale: 1.0,
+            ..Default::default()
+        };
+        let mut transposed = false;
+        match dir {
+            Direction::Forward => {
+                // rows o, k (c, kh, kw), cols (n, oh, ow); A = weight, B = x.
+                (p.m, p.ncols, p.k) = (u(og), u(g.n * ohw), u(cg * kk));
+                (p.k_e1, p.k_e2, p.c_e1, p.c_e2) = (u(g.kh), u(g.kw), u(g.oh), u(g.ow));
+                (p.a_gs, p.a_rs, p.a_s0, p.a_s1, p.a_s2) =
+                    (u(og * cg * kk), u(cg * kk), u(kk), u(g.kw), 1);
+                (p.b_gs, p.b_k0, p.b_c0) = (u(cg * hw), u(hw), u(g.c * hw));
+                (p.b_k1, p.b_k2) = (i(g.dil[0]), i(g.dil[1]));
+                (p.b_c1, p.b_c2) = (i(g.stride[0]), i(g.stride[1]));
+                (p.b_h0, p.b_w0) = (-i(g.pad.top), -i(g.pad.left));
+                (p.src_h, p.src_w) = (u(g.h), u(g.w));
+                (p.o_gs, p.o_rs, p.o_s0, p.o_s1, p.o_s2) =
+                    (u(og * ohw), u(ohw), u(g.o * ohw), u(g.ow), 1);
+            }
+            Direction::Data => {
+                // rows c, k (o, kh, kw), cols (n, ih, iw); A = weight, B = dy at
+                // oh = (ih + pad - kh * d) / stride.
+                (p.m, p.ncols, p.k) = (u(cg), u(g.n * hw), u(og * kk));
+                (p.k_e1, p.k_e2, p.c_e1, p.c_e2) = (u(g.kh), u(g.kw), u(g.h), u(g.w));
+                (p.a_gs, p.a_rs, p.a_s0, p.a_s1, p.a_s2) =
+                    (u(og * cg * kk), u(kk), u(cg * kk), u(g.kw), 1);
+                (p.b_gs, p.b_k0, p.b_c0) = (u(og * ohw), u(ohw), u(g.o * ohw));
+                (p.b_k1, p.b_k2) = (-i(g.dil[0]), -i(g.dil[1]));
+                (p.b_c1, p.b_c2) = (1, 1);
+                (p.b_h0, p.b_w0) = (i(g.pad.top), i(g.pad.left));
+                (p.src_h, p.src_w) = (u(g.oh), u(g.ow));
+                (p.div_h, p.div_w) = (i(g.stride[0]), i(g.stride[1]));
+                transposed = g.stride != [1, 1];
+                (p.o_gs, p.o_rs, p.o_s0, p.o_s1, p.o_s2) =
+                    (u(cg * hw), u(hw), u(g.c * hw), u(g.w), 1);
+            }
+            Direction::Weight => {
+                // rows o, k (n, oh, ow), cols (c, kh, kw); A = dy, B = x.
+                (p.m, p.ncols, p.k) = (u(og), u(cg * kk), u(g.n * ohw));
+                (p.k_e1, p.k_e2, p.c_e1, p.c_e2) = (u(g.oh), u(g.ow), u(g.kh), u(g.kw));
+                (p.a_gs, p.a_rs, p.a_s0, p.a_s1, p.a_s2) =
+                    (u(og * ohw), u(ohw), u(g.o * ohw), u(g.ow), 1);
+                (p.b_gs, p.b_k0, p.b_c0) = (u(cg * hw), u(g.c * hw), u(hw));
+                (p.b_k1, p.b_k2) = (i(g.stride[0]), i(g.stride[1]));
+                (p.b_c1, p.b_c2) = (i(g.dil[0]), i(g.dil[1]));
+                (p.b_h0, p.b_w0) = (-i(g.pad.top), -i(g.pad.left));
+                (p.src_h, p.src_w) = (u(g.h), u(g.w));
+                (p.o_gs, p.o_rs, p.o_s0, p.o_s1, p.o_s2) =
+                    (u(og * cg * kk), u(cg * kk), u(kk), u(g.kw), 1);
+            }
+        }
+        (p, transposed)
+    }
+}
+
+/// The kernel family a launch uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConvVariant {
+    /// 8-lane subgroup implicit GEMM (CPU adapters such as lavapipe).
+    Sg8,
+    /// Portable 32x32 register tile.
+    Tiled,
+    /// DR rows x 8 columns of one output line per invocation: groups with fewer than 8 rows.
+    Direct,
+    /// Direct on 4 lines at once for single-row groups whose kernel rows step one line
+    /// (depthwise with stride == dilation): each kernel row loads one new line.
+    DirectLines,
+}
+
+/// Kernel variant, tile and split factor: a plain function of the GEMM view and the adapter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvPlan {
+    pub variant: ConvVariant,
+    /// Sg8: row blocks of 8 per subgroup (1, 2 or 4); Direct: rows per invocation (1 to 8).
+    pub rt: u32,
+    /// Sg8: subgroups per workgroup, each on its own 32 columns.
+    pub sgs: u32,
+    pub splits: u32,
+    pub k_chunk: u32,
+}
+
+impl ConvPlan {
+    /// Rows x columns one workgroup covers.
+    fn tile(&self) -> (usize, usize) {
+        match self.variant {
+            ConvVariant::Sg8 => (8 * self.rt as usize, 32 * self.sgs as usize),
+            ConvVariant::Tiled => (32, 32),
+            // Lines are padded to whole 8-column blocks; used for the split decision only.
+            ConvVariant::Direct | ConvVariant::DirectLines => {
+                (self.rt as usize, DIRECT_COLS * DIRECT_WG)
+            }
+        }
+    }
+}
+
+/// Picks the kernel from the rows per group `m` (a group with fewer than 8 rows leaves most of
+/// a GEMM tile idle: the direct kernel), then splits K when the output tiles are too few to
+/// keep the device busy and K is long (the weight gradient, K = N * OH * OW); slices keep at
+/// least 256 steps of K.
+pub fn plan(dev: &Device, m: usize, ncols: usize, k: usize, groups: usize) -> ConvPlan {
+    let variant = if m < 8 {
+        ConvVariant::Direct
+    } else if has_sg8(dev) {
+        ConvVariant::Sg8
+    } else {
+        ConvVariant::Tiled
+    };
+    let rt = match variant {
+        ConvVariant::Direct => m.next_power_of_two().min(8) as u32,
+        _ => m.div_ceil(8).next_power_of_two().min(4) as u32,
+    };
+    let sgs = if ncols > 32 { 2 } else { 1 };
+    let mut pl = ConvPlan {
+        variant,
+        rt,
+        sgs,
+        splits: 1,
+        k_chunk: k as u32,
+    };
+    let (tm, tn) = pl.tile();
+    let tiles = m.div_ceil(tm) * ncols.div_ceil(tn) * groups;
+    let target = if dev.adapter_info().device_type == wgpu::DeviceType::Cpu {
+        64
+    } else {
+        512
+    };
+    let max_z = dev.limits().max_compute_workgroups_per_dimension as usize;
+    if k >= 1024 && tiles < target {
+        let wanted = target
+            .div_ceil(tiles)
+            .min(k / 256)
+            .min(max_z / groups)
+            .max(1);
+        let chunk = k.div_ceil(wanted);
+        pl.splits = k.div_ceil(chunk) as u32;
+        pl.k_chunk = chunk as u32;
+    }
+    pl
+}
+
+/// Records `dir` on geometry `g`: `a` and `b` are the GEMM operands in the roles of
+/// [`ConvParams::new`], `out` the contiguous result. `bias` ([o] or [c] per output channel)
+/// and `act` are fused into the store.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run(
+    op: &'static str,
+    g: &Geom,
+    dir: Direction,
+    a: &Tensor,
+    b: &Tensor,
+    bias: Option<&Tensor>,
+    act: Activation,
+    out: &Tensor,
+) -> Result<()> {
+    let dev = a.device();
+    let (mut p, transposed) = ConvParams::new(g, dir);
+    let a = a.contiguous()?;
+    let b = b.contiguous()?;
+    p.a_off = a.layout().offset() as u32;
+    p.b_off = b.layout().offset() as u32;
+    if let Some(t) = bias {
+        p.bias_off = t.layout().offset() as u32;
+    }
+    let (m, ncols, k) = (p.m as usize, p.ncols as usize, p.k as usize);
+    let b_buf = b.buffer();
+    let mut pl = plan(dev, m, ncols, k, g.groups);
+    if pl.variant == ConvVariant::Direct
+        && pl.splits == 1
+        && m == 1
+        && !transposed
+        && p.b_k1 == p.b_c1
+        && p.c_e1 >= 4
+    {
+        pl.variant = ConvVariant::DirectLines;
+    }
+    p.splits = pl.splits;
+    p.k_chunk = pl.k_chunk;
+
+    let (tm, tn) = pl.tile();
+    let (rows, cols) = (m.div_ceil(tm), ncols.div_ceil(tn));
+    let gz = g.groups * pl.splits as usize;
+    let max = dev.limits().max_compute_workgroups_per_dimension as usize;
+    if rows > max || cols > max || gz > max {
+        return Err(Error::size(
+            op,
+            format!("{m} x {ncols} outputs per group over K = {k} need a grid of {rows}x{cols}x{gz} workgroups, over the adapter's {max}"),
+        ));
+    }
+    let grid = match pl.variant {
+        ConvVariant::Sg8 => [rows as u32, cols as u32, gz as u32],
+        ConvVariant::Tiled => [cols as u32, rows as u32, gz as u32],
+        ConvVariant::Direct => {
+            // One invocation per (group, row block, line, 8-column block), flat over x and y.
+            let lines = ncols / p.c_e2 as usize;
+            let inv = g.groups
+                * m.div_ceil(pl.rt as usize)
+                * lines
+                * (p.c_e2 as usize).div_ceil(DIRECT_COLS);
+            let [x, y, _] = grid_1d(op, inv.div_ceil(DIRECT_WG) as u64, max as u32)?;
+            [x, y, pl.splits]
+        }
+        ConvVariant::DirectLines => {
+            let lines = ncols / (p.c_e1 * p.c_e2) as usize * (p.c_e1 as usize).div_ceil(4);
+            let inv = g.groups * lines * (p.c_e2 as usize).div_ceil(DIRECT_COLS);
+            let [x, y, _] = grid_1d(op, inv.div_ceil(DIRECT_WG) as u64, max as u32)?;
+            [x, y, 1]
+        }
+    };
+    let mut consts = vec![
+        ("BIAS", bias.is_some() as u32 as f64),
+        ("ACT", act as u32 as f64),
+        ("TRANSPOSED", transposed as u32 as f64),
+    ];
+    let shape_consts = [("RT", pl.rt as f64), ("SGS", pl.sgs as f64)];
+    let bytes = bytemuck::bytes_of(&p);
+    let dts = [a.dtype()];
+    let bias_buf = bias.map_or(a.buffer(), |t| t.buffer());
+    if pl.splits == 1 {
+        let kernel = match pl.variant {
+            ConvVariant::Sg8 => {
+                consts.extend(shape_consts);
+                &SG8
+            }
+            ConvVariant::Tiled => &TILED,
+            ConvVariant::Direct => {
+                consts.extend([("WG", DIRECT_WG as f64), ("DR", pl.rt as f64)]);
+                &DIRECT
+            }
+            ConvVariant::DirectLines => {
+                consts.push(("WG", DIRECT_WG as f64));
+                &DIRECT_L4
+            }
+        };
+        return dev.launch(
+            op,
+            kernel,
+            &dts,
+            &consts,
+            bytes,
+            &[a.buffer(), b_buf, bias_buf, out.buffer()],
+            grid,
+        );
+    }
+    let ws_bytes = pl.splits as u64 * (g.groups * m * ncols) as u64 * 4;
+    let ws = Storage::scratch(dev, op, ws_bytes)?;
+    let mut pconsts = vec![consts[2]];
+    let partial = match pl.variant {
+        ConvVariant::Sg8 => {
+            pconsts.extend(shape_consts);
+            &SG8_PARTIAL
+        }
+        ConvVariant::Tiled => &TILED_PARTIAL,
+        ConvVariant::Direct | ConvVariant::DirectLines => {
+            pconsts.extend([("WG", DIRECT_WG as f64), ("DR", pl.rt as f64)]);
+            &DIRECT_PARTIAL
+        }
+    };
+    dev.launch(
+        op,
+        partial,
+        &dts,
+        &pconsts,
+        bytes,
+        &[a.buffer(), b_buf, ws.buffer()],
+        grid,
+    )?;
+    let total = (g.groups * m * ncols) as u64;
+    consts.truncate(2);
+    consts.push(("WG", REDUCE_WG as f64));
+    dev.launch(
+        op,
+        &SPLITK_REDUCE,
+        &dts,
+        &consts,
+        bytes,
+        &[bias_buf, out.buffer(), ws.buffer()],
+        grid_1d(op, total.div_ceil(REDUCE_WG as u64), max as u32)?,
+    )
+}
+
+#[doc(hidden)]
+pub fn conv_variants() -> Vec<ShaderVariant> {
+    let mut v = Vec::new();
+    for dt in [DType::F32, DType::F16] {
+        for tr in [0.0, 1.0] {
+            let gather = [("TRANSPOSED", tr)];
+            for bias in [0.0, 1.0] {
+                for act in 0..5u32 {
+                    let mut c = vec![("BIAS", bias), ("ACT", act as f64)];
+                    c.extend(gather);
+                    v.push(ShaderVariant::new(&TILED, &[dt], &c));
+                    let mut l4 = c.clone();
+                    l4.push(("WG", DIRECT_WG as f64));
+                    v.push(ShaderVariant::new(&DIRECT_L4, &[dt], &l4));
+                    for dr in [1.0, 2.0, 4.0, 8.0] {
+                        let mut d = c.clone();
+                        d.extend([("WG", DIRECT_WG as f64), ("DR", dr)]);
+                        v.push(ShaderVariant::new(&DIRECT, &[dt], &d));
+                    }
+                    for rt in [1.0, 2.0, 4.0] {
+                        for sgs in [1.0, 2.0] {
+                            let mut e = c.clone();
+                            e.extend([("RT", rt), ("SGS", sgs)]);
+                            v.push(ShaderVariant::new(&SG8, &[dt], &e));
+                        }
+                    }
+                    if tr == 0.0 {
+                        let r = [
+                            ("BIAS", bias),
+                            ("ACT", act as f64),
+                            ("WG", REDUCE_WG as f64),
+                        ];
+                        v.push(ShaderVariant::new(&SPLITK_REDUCE, &[dt], &r));
+                    }
+                }
+            }
+            v.push(ShaderVariant::new(&TILED_PARTIAL, &[dt], &gather));
+            for dr in [1.0, 2.0, 4.0, 8.0] {
+                let d = [gather[0], ("WG", DIRECT_WG as f64), ("DR", dr)];
+                v.push(ShaderVariant::new(&DIRECT_PARTIAL, &[dt], &d));
+            }
+            for rt in [1.0, 2.0, 4.0] {
+                for sgs in [1.0, 2.0] {
+                    let mut e = gather.to_vec();
+                    e.extend([("RT", rt), ("SGS", sgs)]);
+                    v.push(ShaderVariant::new(&SG8_PARTIAL, &[dt], &e));
+                }
+            }
+        }
+    }
+    v
+}

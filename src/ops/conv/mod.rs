@@ -1,0 +1,350 @@
+//! Grouped convolution, PyTorch layouts: input NCHW (NCL), weight `[O, C/groups, kH, kW]`
+//! (`[O, C/groups, K]`), bias `[O]`. Forward, data gradient (= transposed convolution) and
+//! weight gradient are one implicit GEMM each ([`launch`]): all groups in one dispatch, no
+//! im2col buffer, split-k with a fixed-order reduction when K is long (weight gradients).
+
+mod geom;
+mod launch;
+
+pub use geom::{
+    Conv1dOptions, Conv2dOptions, ConvTranspose1dOptions, ConvTranspose2dOptions, Padding,
+};
+pub use launch::{conv_variants, plan, ConvPlan, ConvVariant};
+
+use geom::{as_4d, dims4, Geom};
+use launch::Direction;
+
+use crate::ops::gemm::Activation;
+use crate::{DType, Error, Result, Tensor};
+
+fn check_pair(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
+    a.same_device(op, b)?;
+    a.same_dtype(op, b)?;
+    a.device().require_dtype(op, a.dtype())
+}
+
+fn check_bias(op: &'static str, x: &Tensor, bias: Option<&Tensor>, channels: usize) -> Result<()> {
+    if let Some(b) = bias {
+        check_pair(op, x, b)?;
+        if b.shape() != [channels] {
+            return Err(Error::shape(
+                op,
+                format!("bias must have shape [{channels}], got {:?}", b.shape()),
+            ));
+        }
+        if b.strides() != [1] {
+            return Err(Error::arg(op, "bias must be contiguous"));
+        }
+    }
+    Ok(())
+}
+
+fn no_activation(op: &'static str, act: Activation) -> Result<()> {
+    if act != Activation::None {
+        return Err(Error::arg(
+            op,
+            format!("a gradient has no fused activation, got {act:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// 2-D convolution `act(conv(x, w) + bias)`: x `[N, C, H, W]`, w `[O, C/groups, kH, kW]`,
+/// bias `[O]` -> `[N, O, OH, OW]`.
+pub fn conv2d(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, o: &Conv2dOptions) -> Result<Tensor> {
+    forward("conv2d", x, w, bias, o)
+}
+
+fn forward(
+    op: &'static str,
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    o: &Conv2dOptions,
+) -> Result<Tensor> {
+    check_pair(op, x, w)?;
+    let g = Geom::new(op, dims4(op, x, "input")?, dims4(op, w, "weight")?, o)?;
+    check_bias(op, x, bias, g.o)?;
+    let out = Tensor::empty(x.device(), op, &[g.n, g.o, g.oh, g.ow], x.dtype())?;
+    launch::run(op, &g, Direction::Forward, w, x, bias, o.activation, &out)?;
+    Ok(out)
+}
+
+/// 1-D convolution: x `[N, C, L]`, w `[O, C/groups, K]`, bias `[O]` -> `[N, O, OL]`.
+pub fn conv1d(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, o: &Conv1dOptions) -> Result<Tensor> {
+    let op = "conv1d";
+    let y = forward(
+        op,
+        &as_4d(op, x, "input")?,
+        &as_4d(op, w, "weight")?,
+        bias,
+        &o.to_2d(),
+    )?;
+    squeeze_h(&y)
+}
+
+fn squeeze_h(t: &Tensor) -> Result<Tensor> {
+    let s = t.shape();
+    t.reshape(&[s[0], s[1], s[3]])
+}
+
+/// Data gradient of [`conv2d`]: dx `[N, C, H, W]` from dy `[N, O, OH, OW]` and the weight;
+/// `input_size` is (H, W) of the forward input (several sizes give the same OH with stride > 1).
+pub fn conv2d_backward_input(
+    dy: &Tensor,
+    w: &Tensor,
+    input_size: [usize; 2],
+    o: &Conv2dOptions,
+) -> Result<Tensor> {
+    let op = "conv2d_backward_input";
+    no_activation(op, o.activation)?;
+    data_grad(op, dy, w, input_size, None, o, true)
+}
+
+fn data_grad(
+    op: &'static str,
+    dy: &Tensor,
+    w: &Tensor,
+    input_size: [usize; 2],
+    bias: Option<&Tensor>,
+    o: &Conv2dOptions,
+    exact: bool,
+) -> Result<Tensor> {
+    check_pair(op, dy, w)?;
+    let [n, oc, dh, dw] = dims4(op, dy, "dy")?;
+    let ws = dims4(op, w, "weight")?;
+    if ws[0] != oc {
+        return Err(Error::shape(
+            op,
+            format!(
+                "dy has {oc} channels but the weight {ws:?} has {} output channels",
+                ws[0]
+            ),
+        ));
+    }
+    let c = ws[1] * o.groups;
+    let mut g = Geom::new(op, [n, c, input_size[0], input_size[1]], ws, o)?;
+    // A transposed convolution whose output_padding exceeds its stride (allowed when the
+    // dilation is larger) has a forward view one row longer than its input: the missing
+    // rows of dy are zeros, which the gather's bounds test provides.
+    let fits = g.oh >= dh && g.ow >= dw && !exact;
+    if [g.oh, g.ow] != [dh, dw] && !fits {
+        return Err(Error::shape(
+            op,
+            format!(
+                "dy is {dh}x{dw} but an input of {}x{} gives a {}x{} output with these options",
+                input_size[0], input_size[1], g.oh, g.ow
+            ),
+        ));
+    }
+    (g.oh, g.ow) = (dh, dw);
+    check_bias(op, dy, bias, c)?;
+    let out = Tensor::empty(dy.device(), op, &[n, c, g.h, g.w], dy.dtype())?;
+    launch::run(op, &g, Direction::Data, w, dy, bias, o.activation, &out)?;
+    Ok(out)
+}
+
+/// Data gradient of [`conv1d`]: dx `[N, C, L]` from dy `[N, O, OL]`.
+pub fn conv1d_backward_input(
+    dy: &Tensor,
+    w: &Tensor,
+    input_len: usize,
+    o: &Conv1dOptions,
+) -> Result<Tensor> {
+    let op = "conv1d_backward_input";
+    no_activation(op, o.activation)?;
+    let dx = data_grad(
+        op,
+        &as_4d(op, dy, "dy")?,
+        &as_4d(op, w, "weight")?,
+        [1, input_len],
+        None,
+        &o.to_2d(),
+        true,
+    )?;
+    squeeze_h(&dx)
+}
+
+/// PyTorch `conv_transpose2d`: x `[N, C_in, H, W]`, w `[C_in, C_out/groups, kH, kW]`, bias
+/// `[C_out]` -> `[N, C_out, (H-1)*s - pad + d*(k-1) + output_padding + 1, ...]`. The same kernel
+/// as the data gradient of a convolution from C_out to C_in channels.
+pub fn conv_transpose2d(
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    o: &ConvTranspose2dOptions,
+) -> Result<Tensor> {
+    transpose_impl("conv_transpose2d", x, w, bias, o)
+}
+
+fn transpose_impl(
+    op: &'static str,
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    o: &ConvTranspose2dOptions,
+) -> Result<Tensor> {
+    let [_, _, h, wd] = dims4(op, x, "input")?;
+    let ws = dims4(op, w, "weight")?;
+    for ax in 0..2 {
+        let op_pad = o.output_padding[ax];
+        if op_pad >= o.stride[ax].max(o.dilation[ax]) {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "output_padding {:?} must be smaller than stride {:?} or dilation {:?}",
+                    o.output_padding, o.stride, o.dilation
+                ),
+            ));
+        }
+    }
+    if o.stride.contains(&0) || o.dilation.contains(&0) {
+        return Err(Error::arg(
+            op,
+            format!(
+                "stride {:?} and dilation {:?} must be at least 1",
+                o.stride, o.dilation
+            ),
+        ));
+    }
+    let p = o.padding;
+    let size = |len: usize, k: usize, ax: usize, pad: usize| -> Result<usize> {
+        let full = (len.max(1) - 1) * o.stride[ax]
+            + o.dilation[ax] * (k.max(1) - 1)
+            + 1
+            + o.output_padding[ax];
+        full.checked_sub(pad).filter(|&v| v > 0).ok_or_else(|| {
+            Error::shape(
+                op,
+                format!(
+                    "output size would be <= 0: input {h}x{wd}, kernel {}x{}, padding {p:?}",
+                    ws[2], ws[3]
+                ),
+            )
+        })
+    };
+    let out_h = size(h, ws[2], 0, p.top + p.bottom)?;
+    let out_w = size(wd, ws[3], 1, p.left + p.right)?;
+    let conv = Conv2dOptions {
+        stride: o.stride,
+        padding: p,
+        dilation: o.dilation,
+        groups: o.groups,
+        activation: o.activation,
+    };
+    data_grad(op, x, w, [out_h, out_w], bias, &conv, false)
+}
+
+/// PyTorch `conv_transpose1d`: x `[N, C_in, L]`, w `[C_in, C_out/groups, K]`.
+pub fn conv_transpose1d(
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    o: &ConvTranspose1dOptions,
+) -> Result<Tensor> {
+    let op = "conv_transpose1d";
+    let y = transpose_impl(
+        op,
+        &as_4d(op, x, "input")?,
+        &as_4d(op, w, "weight")?,
+        bias,
+        &o.to_2d(),
+    )?;
+    squeeze_h(&y)
+}
+
+/// Weight gradient of [`conv2d`]: dW `[O, C/groups, kH, kW]` from dy `[N, O, OH, OW]` and the
+/// forward input x. K = N * OH * OW is long, so this uses the deterministic split-k.
+pub fn conv2d_backward_weight(
+    dy: &Tensor,
+    x: &Tensor,
+    kernel_size: [usize; 2],
+    o: &Conv2dOptions,
+) -> Result<Tensor> {
+    let op = "conv2d_backward_weight";
+    no_activation(op, o.activation)?;
+    weight_grad(op, dy, x, kernel_size, o)
+}
+
+fn weight_grad(
+    op: &'static str,
+    dy: &Tensor,
+    x: &Tensor,
+    kernel_size: [usize; 2],
+    o: &Conv2dOptions,
+) -> Result<Tensor> {
+    check_pair(op, dy, x)?;
+    let xs = dims4(op, x, "input")?;
+    let [n, oc, dh, dw] = dims4(op, dy, "dy")?;
+    if n != xs[0] {
+        return Err(Error::shape(
+            op,
+            format!("dy {:?} and input {xs:?} differ in batch size", dy.shape()),
+        ));
+    }
+    if o.groups == 0 || xs[1] % o.groups != 0 {
+        return Err(Error::arg(
+            op,
+            format!("groups {} does not divide in_channels {}", o.groups, xs[1]),
+        ));
+    }
+    let ws = [oc, xs[1] / o.groups, kernel_size[0], kernel_size[1]];
+    let g = Geom::new(op, xs, ws, o)?;
+    if [g.oh, g.ow] != [dh, dw] {
+        return Err(Error::shape(
+            op,
+            format!(
+                "dy is {dh}x{dw} but input {xs:?} with kernel {kernel_size:?} gives {}x{}",
+                g.oh, g.ow
+            ),
+        ));
+    }
+    let out = Tensor::empty(dy.device(), op, &ws, dy.dtype())?;
+    launch::run(
+        op,
+        &g,
+        Direction::Weight,
+        dy,
+        x,
+        None,
+        Activation::None,
+        &out,
+    )?;
+    Ok(out)
+}
+
+/// Weight gradient of [`conv1d`]: dW `[O, C/groups, K]`.
+pub fn conv1d_backward_weight(
+    dy: &Tensor,
+    x: &Tensor,
+    kernel_size: usize,
+    o: &Conv1dOptions,
+) -> Result<Tensor> {
+    let op = "conv1d_backward_weight";
+    no_activation(op, o.activation)?;
+    let dw = weight_grad(
+        op,
+        &as_4d(op, dy, "dy")?,
+        &as_4d(op, x, "input")?,
+        [1, kernel_size],
+        &o.to_2d(),
+    )?;
+    squeeze_h(&dw)
+}
+
+/// Bias gradient of a convolution (1-D or 2-D): dy `[N, O, ...]` summed over all but dim 1.
+pub fn conv_backward_bias(dy: &Tensor) -> Result<Tensor> {
+    let op = "conv_backward_bias";
+    let s = dy.shape();
+    if s.len() < 3 {
+        return Err(Error::shape(
+            op,
+            format!("dy must be [N, O, ...] with at least one spatial dim, got {s:?}"),
+        ));
+    }
+    let spatial: usize = s[2..].iter().product();
+    // f16 sums in f32: the per-sample partials would otherwise round to f16 between the two
+    // reductions.
+    let flat = dy.to_dtype(DType::F32)?.reshape(&[s[0], s[1], spatial])?;
+    flat.sum(2, false)?.sum(0, false)?.to_dtype(dy.dtype())
+}
