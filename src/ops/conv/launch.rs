@@ -261,7 +261,19 @@ impl ConvPlan {
 /// keep the device busy and K is long (the weight gradient, K = N * OH * OW); slices keep at
 /// least 256 steps of K.
 pub fn plan(dev: &Device, m: usize, ncols: usize, k: usize, groups: usize) -> ConvPlan {
-    let variant = if m < 8 {
+    plan_with(dev, m < 8, m, ncols, k, groups)
+}
+
+/// [`plan`], with the direct kernel only when `direct` allows it.
+fn plan_with(
+    dev: &Device,
+    direct: bool,
+    m: usize,
+    ncols: usize,
+    k: usize,
+    groups: usize,
+) -> ConvPlan {
+    let variant = if direct && m < 8 {
         ConvVariant::Direct
     } else if has_sg8(dev) {
         ConvVariant::Sg8
@@ -326,7 +338,13 @@ pub(crate) fn run(
     }
     let (m, ncols, k) = (p.m as usize, p.ncols as usize, p.k as usize);
     let b_buf = b.buffer();
-    let mut pl = plan(dev, m, ncols, k, g.groups);
+    // Chromium's CPU WebGPU adapter (SwiftShader) does not finish compiling conv_direct with
+    // TRANSPOSED (the strided data gradient): after minutes its GPU process is killed and the
+    // device is lost. The tiled kernel, which compiles there, serves that case in the browser.
+    let info = dev.adapter_info();
+    let swiftshader =
+        info.backend == wgpu::Backend::BrowserWebGpu && info.device_type == wgpu::DeviceType::Cpu;
+    let mut pl = plan_with(dev, !(transposed && swiftshader), m, ncols, k, g.groups);
     if pl.variant == ConvVariant::Direct
         && pl.splits == 1
         && m == 1
