@@ -12,7 +12,7 @@ use crate::common::{device, init_devices, portable_device};
 use crate::gemm::Mode;
 use crate::runner::check_cases;
 use crate::strategies::{general_dist, operand, small_shape, view_kind, Dist};
-use crate::{batchnorm as bn, elementwise as ew, gemm, reduce, rnn};
+use crate::{batchnorm as bn, conv, elementwise as ew, gemm, reduce, rnn};
 
 /// Opens the shared devices; false (after saying so) when f16 cases must be skipped.
 async fn f16_or_skip(name: &str) -> bool {
@@ -208,6 +208,36 @@ async fn gemm_f16() {
     check_cases("gemm_f16", 4, general, check).await;
     let sk = gemm::gemm_problem(h, gemm::splitk_sizes(), Mode::SplitK);
     check_cases("gemm_splitk_f16", 2, sk, check).await;
+}
+
+// ---- convolution ----------------------------------------------------------------------------
+
+#[wasm_bindgen_test]
+async fn conv_f32() {
+    init_devices().await;
+    let f = DType::F32;
+    let fwd = async |p: &_| conv::check_forward(p, f).await;
+    check_cases("conv2d_forward_f32 (and conv1d)", 12, conv::problem(), fwd).await;
+    let bwd = async |p: &_| conv::check_backward(p, f).await;
+    let name = "conv2d_backward_f32 (dgrad, wgrad, bias)";
+    check_cases(name, 12, conv::problem(), bwd).await;
+    let tr = async |(p, a, b): &_| conv::check_transpose_padded(p, *a, *b, f).await;
+    let problems = (conv::problem(), 0usize..=2, 0usize..=2);
+    check_cases("conv_transpose2d_f32", 6, problems, tr).await;
+    let problems = conv::problem_1d();
+    check_cases("conv1d_backward_f32", 6, problems, conv::check_backward_1d).await;
+}
+
+#[wasm_bindgen_test]
+async fn conv_f16() {
+    if !f16_or_skip("conv_f16").await {
+        return;
+    }
+    let h = DType::F16;
+    let fwd = async |p: &_| conv::check_forward(p, h).await;
+    check_cases("conv2d_forward_f16", 4, conv::problem(), fwd).await;
+    let bwd = async |p: &_| conv::check_backward(p, h).await;
+    check_cases("conv2d_backward_f16", 4, conv::problem(), bwd).await;
 }
 
 // ---- batch normalization --------------------------------------------------------------------

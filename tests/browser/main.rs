@@ -47,6 +47,11 @@ mod gemm;
 
 #[cfg(target_arch = "wasm32")]
 #[allow(dead_code, unused_imports)]
+#[path = "../conformance/conv.rs"]
+mod conv;
+
+#[cfg(target_arch = "wasm32")]
+#[allow(dead_code, unused_imports)]
 #[path = "../conformance/batchnorm.rs"]
 mod batchnorm;
 

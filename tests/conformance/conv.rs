@@ -20,10 +20,12 @@ use wgtensor::ops::{
 };
 use wgtensor::DType;
 
-use crate::check::{compare, fetch, ok, out_round, EPS32};
+use crate::check::{compare, fetch_async, ok, out_round, EPS32};
 use crate::common::conv_ref::{self, ConvGeom};
 use crate::common::{self, device, require_f16};
-use crate::strategies::{run, Rng};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::strategies::run_async;
+use crate::strategies::Rng;
 
 const CASES_F32: u32 = 48;
 const CASES_F16: u32 = 12;
@@ -158,7 +160,7 @@ fn make_data(p: &Problem, dtype: DType) -> Data {
     }
 }
 
-fn check_forward(p: &Problem, dtype: DType) -> Result<(), TestCaseError> {
+pub(crate) async fn check_forward(p: &Problem, dtype: DType) -> Result<(), TestCaseError> {
     let dev = device();
     let g = &p.g;
     let d = make_data(p, dtype);
@@ -169,7 +171,7 @@ fn check_forward(p: &Problem, dtype: DType) -> Result<(), TestCaseError> {
     let (want, mag) = conv_ref::conv_forward(g, &d.x, &d.w, p.bias.then_some(d.bias.as_slice()));
     let len = g.cg() * g.kh * g.kw;
     let y = ok("conv2d", conv2d(&x, &w, bias, &options(g)))?;
-    let got = fetch("conv2d", &y, &g.y_shape())?;
+    let got = fetch_async("conv2d", &y, &g.y_shape()).await?;
     compare("conv2d", &g.y_shape(), &got, &want, |i| {
         tol(dtype, want[i], mag[i] + want[i].abs(), len, p.int)
     })?;
@@ -184,7 +186,7 @@ fn check_forward(p: &Problem, dtype: DType) -> Result<(), TestCaseError> {
         let x1 = ok("reshape", x.reshape(&[g.n, g.c, g.w]))?;
         let w1 = ok("reshape", w.reshape(&[g.o, g.cg(), g.kw]))?;
         let y1 = ok("conv1d", conv1d(&x1, &w1, bias, &o1))?;
-        let got1 = fetch("conv1d", &y1, &[g.n, g.o, g.ow()])?;
+        let got1 = fetch_async("conv1d", &y1, &[g.n, g.o, g.ow()]).await?;
         compare("conv1d", &[g.n, g.o, g.ow()], &got1, &want, |i| {
             tol(dtype, want[i], mag[i] + want[i].abs(), len, p.int)
         })?;
@@ -192,7 +194,7 @@ fn check_forward(p: &Problem, dtype: DType) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-fn check_backward(p: &Problem, dtype: DType) -> Result<(), TestCaseError> {
+pub(crate) async fn check_backward(p: &Problem, dtype: DType) -> Result<(), TestCaseError> {
     let dev = device();
     let g = &p.g;
     let d = make_data(p, dtype);
@@ -203,7 +205,7 @@ fn check_backward(p: &Problem, dtype: DType) -> Result<(), TestCaseError> {
 
     let (want, mag) = conv_ref::conv_backward_input(g, &d.dy, &d.w);
     let dx = ok("dgrad", conv2d_backward_input(&dy, &w, [g.h, g.w], &o))?;
-    let got = fetch("dgrad", &dx, &g.x_shape())?;
+    let got = fetch_async("dgrad", &dx, &g.x_shape()).await?;
     let len = g.og() * g.kh * g.kw;
     compare("conv2d_backward_input", &g.x_shape(), &got, &want, |i| {
         tol(dtype, want[i], mag[i], len, p.int)
@@ -211,7 +213,7 @@ fn check_backward(p: &Problem, dtype: DType) -> Result<(), TestCaseError> {
 
     let (want, mag) = conv_ref::conv_backward_weight(g, &d.dy, &d.x);
     let dw = ok("wgrad", conv2d_backward_weight(&dy, &x, [g.kh, g.kw], &o))?;
-    let got = fetch("wgrad", &dw, &g.w_shape())?;
+    let got = fetch_async("wgrad", &dw, &g.w_shape()).await?;
     let len = g.n * g.oh() * g.ow();
     compare("conv2d_backward_weight", &g.w_shape(), &got, &want, |i| {
         tol(dtype, want[i], mag[i], len, p.int)
@@ -219,7 +221,7 @@ fn check_backward(p: &Problem, dtype: DType) -> Result<(), TestCaseError> {
 
     let want = conv_ref::conv_backward_bias(g, &d.dy);
     let db = ok("bias grad", conv_backward_bias(&dy))?;
-    let got = fetch("bias grad", &db, &[g.o])?;
+    let got = fetch_async("bias grad", &db, &[g.o]).await?;
     let mag = conv_ref::conv_backward_bias(g, &d.dy.iter().map(|v| v.abs()).collect::<Vec<_>>());
     compare("conv_backward_bias", &[g.o], &got, &want, |i| {
         tol(dtype, want[i], mag[i], len, p.int)
@@ -229,24 +231,32 @@ fn check_backward(p: &Problem, dtype: DType) -> Result<(), TestCaseError> {
 
 #[test]
 fn conv2d_forward_f32() {
-    run(CASES_F32, problem(), |p| check_forward(p, DType::F32));
+    run_async(CASES_F32, problem(), async |p| {
+        check_forward(p, DType::F32).await
+    });
 }
 
 #[test]
 fn conv2d_forward_f16() {
     require_f16(device());
-    run(CASES_F16, problem(), |p| check_forward(p, DType::F16));
+    run_async(CASES_F16, problem(), async |p| {
+        check_forward(p, DType::F16).await
+    });
 }
 
 #[test]
 fn conv2d_backward_f32() {
-    run(CASES_F32, problem(), |p| check_backward(p, DType::F32));
+    run_async(CASES_F32, problem(), async |p| {
+        check_backward(p, DType::F32).await
+    });
 }
 
 #[test]
 fn conv2d_backward_f16() {
     require_f16(device());
-    run(CASES_F16, problem(), |p| check_backward(p, DType::F16));
+    run_async(CASES_F16, problem(), async |p| {
+        check_backward(p, DType::F16).await
+    });
 }
 
 /// conv_transpose2d is the data gradient of the forward convolution from C_out to C_in. Its
@@ -254,7 +264,11 @@ fn conv2d_backward_f16() {
 /// PyTorch's `(i - 1) * s - pad + d * (k - 1) + output_padding + 1`, which is the forward input
 /// of a geometry `g2` whose forward output may be one longer than ih when output_padding
 /// exceeds the stride (dilation > stride): those dy rows are zeros.
-fn check_transpose(p: &Problem, dtype: DType, out_pad: [usize; 2]) -> Result<(), TestCaseError> {
+pub(crate) async fn check_transpose(
+    p: &Problem,
+    dtype: DType,
+    out_pad: [usize; 2],
+) -> Result<(), TestCaseError> {
     let dev = device();
     let g = p.g;
     let (ih, iw) = (g.oh(), g.ow());
@@ -314,7 +328,7 @@ fn check_transpose(p: &Problem, dtype: DType, out_pad: [usize; 2]) -> Result<(),
         "conv_transpose2d",
         conv_transpose2d(&x, &w, p.bias.then_some(&b), &o),
     )?;
-    let got = fetch("conv_transpose2d", &y, &g2.x_shape())?;
+    let got = fetch_async("conv_transpose2d", &y, &g2.x_shape()).await?;
     let len = g.og() * g.kh * g.kw;
     compare("conv_transpose2d", &g2.x_shape(), &got, &want, |i| {
         tol(dtype, want[i], mag[i] + want[i].abs(), len, p.int)
@@ -324,54 +338,70 @@ fn check_transpose(p: &Problem, dtype: DType, out_pad: [usize; 2]) -> Result<(),
 #[test]
 fn conv_transpose2d_f32() {
     let s = (problem(), 0usize..=2, 0usize..=2);
-    run(CASES_F32, s, |(p, a, b)| {
-        let op = [
-            (*a).min(p.g.stride[0].max(p.g.dil[0]) - 1),
-            (*b).min(p.g.stride[1].max(p.g.dil[1]) - 1),
-        ];
-        check_transpose(p, DType::F32, op)
+    run_async(CASES_F32, s, async |(p, a, b)| {
+        check_transpose_padded(p, *a, *b, DType::F32).await
     });
+}
+
+/// [`check_transpose`] with output paddings `a`, `b` clamped to what PyTorch accepts.
+pub(crate) async fn check_transpose_padded(
+    p: &Problem,
+    a: usize,
+    b: usize,
+    dtype: DType,
+) -> Result<(), TestCaseError> {
+    let op = [
+        a.min(p.g.stride[0].max(p.g.dil[0]) - 1),
+        b.min(p.g.stride[1].max(p.g.dil[1]) - 1),
+    ];
+    check_transpose(p, dtype, op).await
 }
 
 /// The 1-D gradient entry points agree with the reference on H = 1 problems.
 #[test]
 fn conv1d_backward_f32() {
-    let s = problem().prop_filter("1-D", |p| {
+    run_async(24, problem_1d(), check_backward_1d);
+}
+
+/// Problems with H = 1 (the 1-D entry points).
+pub(crate) fn problem_1d() -> impl Strategy<Value = Problem> {
+    problem().prop_filter("1-D", |p| {
         p.g.h == 1 && p.g.kh == 1 && p.g.stride[0] == 1 && p.g.pad[0] + p.g.pad[1] == 0
-    });
-    run(24, s, |p| {
-        let dev = device();
-        let g = &p.g;
-        let d = make_data(p, DType::F32);
-        let x = common::upload(dev, &d.x, &[g.n, g.c, g.w], DType::F32);
-        let w = common::upload(dev, &d.w, &[g.o, g.cg(), g.kw], DType::F32);
-        let dy = common::upload(dev, &d.dy, &[g.n, g.o, g.ow()], DType::F32);
-        let o = Conv1dOptions {
-            stride: g.stride[1],
-            padding: [g.pad[2], g.pad[3]],
-            dilation: g.dil[1],
-            groups: g.groups,
-            ..Default::default()
-        };
-        let (want, mag) = conv_ref::conv_backward_input(g, &d.dy, &d.w);
-        let dx = ok("dgrad1d", conv1d_backward_input(&dy, &w, g.w, &o))?;
-        let got = fetch("dgrad1d", &dx, &[g.n, g.c, g.w])?;
-        compare(
-            "conv1d_backward_input",
-            &[g.n, g.c, g.w],
-            &got,
-            &want,
-            |i| tol(DType::F32, want[i], mag[i], g.og() * g.kw, p.int),
-        )?;
-        let (want, mag) = conv_ref::conv_backward_weight(g, &d.dy, &d.x);
-        let dw = ok("wgrad1d", conv1d_backward_weight(&dy, &x, g.kw, &o))?;
-        let got = fetch("wgrad1d", &dw, &[g.o, g.cg(), g.kw])?;
-        compare(
-            "conv1d_backward_weight",
-            &[g.o, g.cg(), g.kw],
-            &got,
-            &want,
-            |i| tol(DType::F32, want[i], mag[i], g.n * g.ow(), p.int),
-        )
-    });
+    })
+}
+
+pub(crate) async fn check_backward_1d(p: &Problem) -> Result<(), TestCaseError> {
+    let dev = device();
+    let g = &p.g;
+    let d = make_data(p, DType::F32);
+    let x = common::upload(dev, &d.x, &[g.n, g.c, g.w], DType::F32);
+    let w = common::upload(dev, &d.w, &[g.o, g.cg(), g.kw], DType::F32);
+    let dy = common::upload(dev, &d.dy, &[g.n, g.o, g.ow()], DType::F32);
+    let o = Conv1dOptions {
+        stride: g.stride[1],
+        padding: [g.pad[2], g.pad[3]],
+        dilation: g.dil[1],
+        groups: g.groups,
+        ..Default::default()
+    };
+    let (want, mag) = conv_ref::conv_backward_input(g, &d.dy, &d.w);
+    let dx = ok("dgrad1d", conv1d_backward_input(&dy, &w, g.w, &o))?;
+    let got = fetch_async("dgrad1d", &dx, &[g.n, g.c, g.w]).await?;
+    compare(
+        "conv1d_backward_input",
+        &[g.n, g.c, g.w],
+        &got,
+        &want,
+        |i| tol(DType::F32, want[i], mag[i], g.og() * g.kw, p.int),
+    )?;
+    let (want, mag) = conv_ref::conv_backward_weight(g, &d.dy, &d.x);
+    let dw = ok("wgrad1d", conv1d_backward_weight(&dy, &x, g.kw, &o))?;
+    let got = fetch_async("wgrad1d", &dw, &[g.o, g.cg(), g.kw]).await?;
+    compare(
+        "conv1d_backward_weight",
+        &[g.o, g.cg(), g.kw],
+        &got,
+        &want,
+        |i| tol(DType::F32, want[i], mag[i], g.n * g.ow(), p.int),
+    )
 }
