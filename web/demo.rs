@@ -1,16 +1,19 @@
 //! The demo page's wasm module (`web/build.sh` builds it and runs `wasm-bindgen --target web`
 //! into `web/pkg/`; `web/main.js` calls [`run_demo`]).
 //!
-//! It opens the device, then runs a small workload on deterministic random data — batch
-//! normalization (training forward) of `[N, C, L]` and an LSTM over the normalized sequence —
+//! It opens the device, then runs a small workload on deterministic random data — a grouped
+//! 1-D convolution of `[N, C, L]`, batch normalization (training forward) of its output and an
+//! LSTM over the normalized sequence —
 //! timing each op (first call, pipeline compilation included, and the median of a few more)
 //! and checking every output against the pure-Rust f64 reference of the conformance suite
 //! (tests/common), the same code the native and browser tests use.
 //!
 //! Adding a step is a few lines in `run`: produce the input, call [`Demo::step`] with the GPU
-//! op and the reference. The convolution step goes first once `ops::conv1d` exists (see the
-//! TODO there).
+//! op and the reference (each step's reference starts from the GPU values of its input).
 #![cfg(target_arch = "wasm32")]
+
+#[path = "../tests/common/conv_ref.rs"]
+mod conv_ref; // allows dead code itself
 
 #[allow(dead_code)]
 #[path = "../tests/common/reference.rs"]
@@ -22,13 +25,16 @@ mod rnn_ref;
 use std::fmt::Write as _;
 
 use wasm_bindgen::prelude::*;
-use wgtensor::ops::{batch_norm_train, Rnn, RnnKind, RnnWeights};
+use wgtensor::ops::{batch_norm_train, conv1d, Conv1dOptions, Rnn, RnnKind, RnnWeights};
 use wgtensor::{Device, Result, Tensor};
 
-/// Workload sizes: a batch of N sequences with C channels and L steps; LSTM hidden size H.
+/// Workload sizes: a batch of N sequences with C channels and L steps; a convolution of
+/// kernel size KW in GROUPS groups (padding keeps the length); LSTM hidden size H.
 const N: usize = 8;
 const C: usize = 16;
 const L: usize = 64;
+const KW: usize = 3;
+const GROUPS: usize = 4;
 const H: usize = 32;
 const BN_EPS: f32 = 1e-5;
 /// Timed calls after the first one (the median is reported).
@@ -47,15 +53,40 @@ async fn run() -> Result<String> {
         steps: Vec::new(),
     };
 
-    let x_data = uniform(N * C * L, 1, 1.0);
-    let x = upload(&dev, &x_data, &[N, C, L])?;
+    let in_data = uniform(N * C * L, 1, 1.0);
+    let input = upload(&dev, &in_data, &[N, C, L])?;
 
-    // TODO(conv): once ops::conv1d lands, convolve first and normalize its output:
-    //   let w_data = uniform(C * C * 3, 8, 0.3);
-    //   let w = upload(&dev, &w_data, &[C, C, 3])?;
-    //   let conv = || ops::conv1d(&x, &w, /* bias None, stride 1, padding 1 */);
-    //   let want = || reference::conv1d(&x_data, &[N, C, L], &w_data, /* same */);
-    //   let (x, x_data) = demo.step("conv1d", conv, want, /* K = 3C: */ 1e-5).await?;
+    // Grouped conv1d [N, C, L] -> [N, C, L]: weight [C, C / GROUPS, KW], bias, padding 1.
+    let cg = C / GROUPS;
+    let w_data = uniform(C * cg * KW, 8, 0.5);
+    let b_data = uniform(C, 9, 0.1);
+    let (w, b) = (
+        upload(&dev, &w_data, &[C, cg, KW])?,
+        upload(&dev, &b_data, &[C])?,
+    );
+    let opts = Conv1dOptions {
+        padding: [KW / 2, KW / 2],
+        groups: GROUPS,
+        ..Default::default()
+    };
+    let conv = || conv1d(&input, &w, Some(&b), &opts);
+    let geom = conv_ref::ConvGeom {
+        n: N,
+        c: C,
+        h: 1,
+        w: L,
+        o: C,
+        kh: 1,
+        kw: KW,
+        groups: GROUPS,
+        stride: [1, 1],
+        pad: [0, 0, KW / 2, KW / 2],
+        dil: [1, 1],
+    };
+    let (want, mag) = conv_ref::conv_forward(&geom, &in_data, &w_data, Some(&b_data));
+    // The conformance bound: (K + 2) f32 epsilons of the sum of |products| (plus the bias).
+    let tol = (cg * KW + 3) as f64 * f32::EPSILON as f64 * mag.iter().fold(1.0, |m, v| v.max(m));
+    let (x, x_data) = demo.step("conv1d (grouped)", conv, || want, tol).await?;
 
     // Batch norm (training forward): per-channel statistics over N and L.
     let gamma_data = uniform(C, 2, 1.0)
