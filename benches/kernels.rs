@@ -10,10 +10,11 @@
 //! Bandwidth-bound cases (batch norm) print `gbps=` instead of `gflops=`: effective bytes / time,
 //! where the effective bytes are the least any implementation must move, every tensor element
 //! read or written once (see each case's `bytes`). `copy_bw` measures the adapter's plain buffer
-//! copy on the same byte convention (bytes read + bytes written); it runs whenever a bandwidth
-//! case is selected, and bandwidth cases then also print `of_copy=` (their gbps / copy_bw's
-//! gbps in the same run). `copy_shader` is the same copy through a compute shader: the ceiling
-//! of shader-based bandwidth kernels on this adapter.
+//! copy on the same byte convention (bytes read + bytes written); `copy_shader` is the same copy
+//! through a compute shader (on CPU adapters a storage load is a per-lane loop, so shaders stay
+//! well below the driver's memcpy). Both run whenever a bandwidth case is selected, and
+//! bandwidth cases then also print `of_copy=` and `of_shader=` (their gbps / copy_bw's and
+//! copy_shader's gbps in the same run).
 // Native only (blocking device, readback and wall clock): an empty program on wasm32.
 #![cfg_attr(target_arch = "wasm32", no_main)]
 #![cfg(not(target_arch = "wasm32"))]
@@ -547,6 +548,8 @@ struct Row {
     gbps: Option<f64>,
     /// gbps / copy_bw's gbps in the same run (bandwidth cases).
     of_copy: Option<f64>,
+    /// gbps / copy_shader's gbps in the same run (the shader-copy ceiling).
+    of_shader: Option<f64>,
     first_ms: Option<f64>,
     peer_ms: Option<f64>,
 }
@@ -593,7 +596,8 @@ fn main() -> wgtensor::Result<()> {
     let wants_copy = all.iter().any(|c| c.bytes > 0.0 && selected(c.name));
     let mut rows = Vec::new();
     for case in all {
-        if !(selected(case.name) || case.name == "copy_bw" && wants_copy) {
+        let copy_case = case.name == "copy_bw" || case.name == "copy_shader";
+        if !(selected(case.name) || copy_case && wants_copy) {
             continue;
         }
         if case.needs_f16 && !dev.supports_f16() {
@@ -614,10 +618,13 @@ fn main() -> wgtensor::Result<()> {
         t.sort_by(f64::total_cmp);
         let ms = t[t.len() / 2];
         let gbps = (case.bytes > 0.0).then(|| case.bytes / ms / 1e6);
-        let copy_gbps = rows
-            .iter()
-            .find(|r: &&Row| r.name == "copy_bw")
-            .and_then(|r| r.gbps);
+        let gbps_of = |name: &str| {
+            rows.iter()
+                .find(|r: &&Row| r.name == name)
+                .and_then(|r| r.gbps)
+        };
+        let copy_gbps = gbps_of("copy_bw");
+        let shader_gbps = gbps_of("copy_shader");
         let row = Row {
             name: case.name,
             ms,
@@ -625,6 +632,10 @@ fn main() -> wgtensor::Result<()> {
             gbps,
             of_copy: match (gbps, copy_gbps) {
                 (Some(g), Some(c)) if case.name != "copy_bw" => Some(g / c),
+                _ => None,
+            },
+            of_shader: match (gbps, shader_gbps) {
+                (Some(g), Some(c)) if !copy_case => Some(g / c),
                 _ => None,
             },
             first_ms,
@@ -641,12 +652,13 @@ fn main() -> wgtensor::Result<()> {
             .map(|r| {
                 let opt = |v: Option<f64>| v.map_or("null".into(), |v| format!("{v:.3}"));
                 format!(
-                    "{{\"case\":\"{}\",\"ms\":{:.3},\"gflops\":{},\"gbps\":{},\"of_copy\":{},\"first_ms\":{},\"peer_ms\":{}}}",
+                    "{{\"case\":\"{}\",\"ms\":{:.3},\"gflops\":{},\"gbps\":{},\"of_copy\":{},\"of_shader\":{},\"first_ms\":{},\"peer_ms\":{}}}",
                     r.name,
                     r.ms,
                     opt(r.gflops),
                     opt(r.gbps),
                     opt(r.of_copy),
+                    opt(r.of_shader),
                     opt(r.first_ms),
                     r.peer_ms.map_or("null".into(), |v| format!("{v}"))
                 )
@@ -667,6 +679,9 @@ fn print_line(r: &Row) {
     }
     if let Some(f) = r.of_copy {
         s += &format!(" of_copy={f:.2}");
+    }
+    if let Some(f) = r.of_shader {
+        s += &format!(" of_shader={f:.2}");
     }
     match r.first_ms {
         Some(f) => s += &format!(" first_ms={f:.1}"),

@@ -236,7 +236,7 @@ fn conv_direct_partial(@builtin(workgroup_id) wid: vec3<u32>,
 // k1 step moves the source by exactly one line (stride == dilation vertically): line q at kernel
 // row kh reads the source row that line q + 1 read at kh - 1, so each new kernel row loads one
 // new 8-wide window instead of four (S keeps the windows at the line's first tap). Lines past
-// the last one (ragged heights) are computed on clamped data and not stored. No split-k.
+// the last one (ragged heights) are computed and not stored. No split-k.
 struct Lines4 {
     ok: bool,
     g: u32,
@@ -255,12 +255,14 @@ fn lines4_of(i: u32) -> Lines4 {
     let n0 = p.ncols / (p.c_e1 * p.c_e2);
     let j0 = t2 % n0;
     let g = min(t2 / n0, p.groups - 1u);
-    let last = p.c_e1 - 1u;
+    // Lines past the last one are not clamped: line q's next kernel row is line q + 1's
+    // current window, so it must be the true neighbour (zeros past the source come from the
+    // gather's bounds test); their stores are skipped.
     var c: array<Col, 4>;
-    c[0] = col_at(g, vec3<u32>(j0, min(j1 + 0u, last), jb * 8u));
-    c[1] = col_at(g, vec3<u32>(j0, min(j1 + 1u, last), jb * 8u));
-    c[2] = col_at(g, vec3<u32>(j0, min(j1 + 2u, last), jb * 8u));
-    c[3] = col_at(g, vec3<u32>(j0, min(j1 + 3u, last), jb * 8u));
+    c[0] = col_at(g, vec3<u32>(j0, j1 + 0u, jb * 8u));
+    c[1] = col_at(g, vec3<u32>(j0, j1 + 1u, jb * 8u));
+    c[2] = col_at(g, vec3<u32>(j0, j1 + 2u, jb * 8u));
+    c[3] = col_at(g, vec3<u32>(j0, j1 + 3u, jb * 8u));
     return Lines4(t2 / n0 < p.groups, g, c, min(4u, p.c_e1 - j1), min(8u, p.c_e2 - jb * 8u));
 }
 

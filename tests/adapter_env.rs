@@ -1,5 +1,5 @@
 //! Adapter selection honours WGPU_ADAPTER_NAME (own test binary: it sets the environment).
-// Native only (blocking device and readback); tests/browser.rs is the wasm32 suite.
+// Native only (blocking device and readback); tests/browser/ is the wasm32 suite.
 #![cfg(not(target_arch = "wasm32"))]
 
 use wgtensor::{Device, Error};

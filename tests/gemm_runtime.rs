@@ -3,7 +3,7 @@
 //! over 100 calls after a warm-up), split-k records exactly two dispatches (partial GEMMs and
 //! the fixed-order reduction), and transposed or broadcast operands are read through their
 //! strides (one dispatch, no copies).
-// Native only (blocking device and readback); tests/browser.rs is the wasm32 suite.
+// Native only (blocking device and readback); tests/browser/ is the wasm32 suite.
 #![cfg(not(target_arch = "wasm32"))]
 
 use wgtensor::ops::gemm::plan;

@@ -1,6 +1,6 @@
 //! Runtime behaviour: bounded in-flight submissions, bounded pool memory, the write_buffer
 //! reuse hazard, shape-independent pipeline caching, batching and readback.
-// Native only (blocking device and readback); tests/browser.rs is the wasm32 suite.
+// Native only (blocking device and readback); tests/browser/ is the wasm32 suite.
 #![cfg(not(target_arch = "wasm32"))]
 
 use wgtensor::ops::ReduceOp;

@@ -1,7 +1,7 @@
 //! Portability: every shader variant the crate compiles (each dtype prelude and override set)
 //! is parsed and validated by naga and translated to SPIR-V (Vulkan), MSL (Metal) and HLSL
 //! (DX12). Metal and DX12 cannot run here; this is how we know they would compile.
-// Native only (blocking device and readback); tests/browser.rs is the wasm32 suite.
+// Native only (blocking device and readback); tests/browser/ is the wasm32 suite.
 #![cfg(not(target_arch = "wasm32"))]
 
 use std::collections::HashSet;

@@ -6,13 +6,15 @@
 
 use proptest::prelude::*;
 use wasm_bindgen_test::{console_log, wasm_bindgen_test};
+use wgtensor::ops::Activation;
 use wgtensor::DType;
 
 use crate::common::{device, init_devices, portable_device};
+use crate::conv_check::{self as conv, Rows};
 use crate::gemm::Mode;
 use crate::runner::check_cases;
 use crate::strategies::{general_dist, operand, small_shape, view_kind, Dist};
-use crate::{batchnorm as bn, conv, elementwise as ew, gemm, reduce, rnn};
+use crate::{batchnorm as bn, elementwise as ew, gemm, reduce, rnn};
 
 /// Opens the shared devices; false (after saying so) when f16 cases must be skipped.
 async fn f16_or_skip(name: &str) -> bool {
@@ -215,17 +217,43 @@ async fn gemm_f16() {
 #[wasm_bindgen_test]
 async fn conv_f32() {
     init_devices().await;
-    let f = DType::F32;
-    let fwd = async |p: &_| conv::check_forward(p, f).await;
-    check_cases("conv2d_forward_f32 (and conv1d)", 12, conv::problem(), fwd).await;
-    let bwd = async |p: &_| conv::check_backward(p, f).await;
-    let name = "conv2d_backward_f32 (dgrad, wgrad, bias)";
-    check_cases(name, 12, conv::problem(), bwd).await;
-    let tr = async |(p, a, b): &_| conv::check_transpose_padded(p, *a, *b, f).await;
-    let problems = (conv::problem(), 0usize..=2, 0usize..=2);
-    check_cases("conv_transpose2d_f32", 6, problems, tr).await;
-    let problems = conv::problem_1d();
-    check_cases("conv1d_backward_f32", 6, problems, conv::check_backward_1d).await;
+    let (f, none) = (DType::F32, Activation::None);
+    // Few rows per group: the direct kernels; 8-12: the GEMM kernels (both devices).
+    for (rows, dev, name) in [
+        (Rows::Few, device(), "direct"),
+        (Rows::Gemm, device(), "gemm, default"),
+        (Rows::Gemm, portable_device(), "gemm, portable"),
+    ] {
+        let fwd = async |p: &_| conv::check_forward(dev, p, f, none).await;
+        let name_f = format!("conv2d_forward_f32 and conv1d ({name})");
+        check_cases(&name_f, 8, conv::problem(rows), fwd).await;
+        let bwd = async |p: &_| conv::check_backward(dev, p, f).await;
+        let name_b = format!("conv2d_backward_f32: dgrad, wgrad, bias ({name})");
+        check_cases(&name_b, 8, conv::problem(rows), bwd).await;
+        let tr = async |(p, a, b): &(conv::Problem, usize, usize)| {
+            let out_pad = conv::output_padding(&p.g, (*a, *b));
+            conv::check_transpose(dev, p, f, out_pad, none).await
+        };
+        let problems = (conv::problem(rows), 0usize..=2, 0usize..=2);
+        let name_t = format!("conv_transpose2d_f32 and 1d ({name})");
+        check_cases(&name_t, 4, problems, tr).await;
+    }
+    let one_d = conv::problem(Rows::Few).prop_filter("1-D", |p| {
+        p.g.h == 1 && p.g.kh == 1 && p.g.stride[0] == 1 && p.g.pad[0] + p.g.pad[1] == 0
+    });
+    let bwd_1d = async |p: &_| conv::check_1d_backward(device(), p).await;
+    check_cases("conv1d_backward_f32", 6, one_d, bwd_1d).await;
+    // Every fused activation, forward and transposed.
+    for act in conv::ACTIVATIONS {
+        let fwd = async |p: &_| conv::check_forward(device(), p, f, act).await;
+        check_cases(
+            &format!("conv2d_{act:?}_f32"),
+            2,
+            conv::problem(Rows::Few),
+            fwd,
+        )
+        .await;
+    }
 }
 
 #[wasm_bindgen_test]
@@ -233,11 +261,11 @@ async fn conv_f16() {
     if !f16_or_skip("conv_f16").await {
         return;
     }
-    let h = DType::F16;
-    let fwd = async |p: &_| conv::check_forward(p, h).await;
-    check_cases("conv2d_forward_f16", 4, conv::problem(), fwd).await;
-    let bwd = async |p: &_| conv::check_backward(p, h).await;
-    check_cases("conv2d_backward_f16", 4, conv::problem(), bwd).await;
+    let (h, none) = (DType::F16, Activation::None);
+    let fwd = async |p: &_| conv::check_forward(device(), p, h, none).await;
+    check_cases("conv2d_forward_f16", 4, conv::problem(Rows::Few), fwd).await;
+    let bwd = async |p: &_| conv::check_backward(device(), p, h).await;
+    check_cases("conv2d_backward_f16", 4, conv::problem(Rows::Few), bwd).await;
 }
 
 // ---- batch normalization --------------------------------------------------------------------

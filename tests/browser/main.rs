@@ -47,8 +47,8 @@ mod gemm;
 
 #[cfg(target_arch = "wasm32")]
 #[allow(dead_code, unused_imports)]
-#[path = "../conformance/conv.rs"]
-mod conv;
+#[path = "../conformance/conv_check.rs"]
+mod conv_check;
 
 #[cfg(target_arch = "wasm32")]
 #[allow(dead_code, unused_imports)]

@@ -148,3 +148,26 @@ pub fn conv_backward_bias(g: &ConvGeom, dy: &[f64]) -> Vec<f64> {
     }
     db
 }
+
+/// The three implicit GEMMs of the kernels (src/ops/conv/launch.rs), per group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dir {
+    /// rows O/groups, columns N*OH*OW, K = C/groups*kH*kW.
+    Forward,
+    /// Data gradient (and conv_transpose): rows C/groups, columns N*H*W, K = O/groups*kH*kW.
+    Data,
+    /// Weight gradient: rows O/groups, columns C/groups*kH*kW, K = N*OH*OW.
+    Weight,
+}
+
+impl ConvGeom {
+    /// (rows, columns, K) per group of the GEMM that `dir` runs.
+    pub fn gemm_dims(&self, dir: Dir) -> (usize, usize, usize) {
+        let kk = self.kh * self.kw;
+        match dir {
+            Dir::Forward => (self.og(), self.n * self.oh() * self.ow(), self.cg() * kk),
+            Dir::Data => (self.cg(), self.n * self.h * self.w, self.og() * kk),
+            Dir::Weight => (self.og(), self.cg() * kk, self.n * self.oh() * self.ow()),
+        }
+    }
+}

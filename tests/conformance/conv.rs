@@ -1,407 +1,312 @@
-//! Convolution conformance: conv2d / conv1d forward (bias, every activation), data gradient,
-//! transposed convolution, weight gradient (split-k) and bias gradient against the f64 loops of
-//! tests/common/conv_ref.rs, on generated geometries: N, C, H, W from 1 and odd, kernels 1-7,
-//! stride 1-3, dilation 1-3, asymmetric padding, groups dividing C and O, depthwise with a
-//! channel multiplier.
-//!
-//! Error model: every output is a sum of L products (L = the reduction length: C/groups*kH*kW
-//! forward, O/groups*kH*kW data gradient, N*OH*OW weight gradient) accumulated in f32, in
-//! slices for split-k then summed. Each product rounds once and each partial sum rounds once,
-//! so `|got - want| <= (L + S + 1) * EPS32/2 * sum|products|` (S = number of split slices,
-//! bounded by L), taken here as `(L + 2) * EPS32 * sum|products|` plus the output rounding
-//! (`check::out_round`); the bias adds one rounding of |y|. Small-integer inputs whose sums stay
-//! below 2^24 are exact: tolerance 0.
+//! Convolution conformance on small generated problems: conv2d / conv1d forward (bias, every
+//! fused activation), data gradient, transposed convolution (conv_transpose2d / 1d), weight
+//! gradient and bias gradient against the f64 loops of tests/common/conv_ref.rs: N, C, H, W
+//! from 1 and odd, kernels 1-7, stride 1-3, dilation 1-3, asymmetric padding, groups dividing C
+//! and O, depthwise with a channel multiplier, operands that are views (offsets, transposed
+//! weights, sliced channels). Small problems (`Rows::Few`: the Direct kernel, the same WGSL on
+//! every device) run on the default device; 8-12 rows per group (`Rows::Gemm`: `Sg8` on the
+//! default device on lavapipe, `Tiled` on the portable one) on both. Problems, checks and the
+//! error model: conv_check.rs; larger paths: conv_large.rs; finite differences: conv_grad.rs.
 
 use proptest::prelude::*;
-use wgtensor::ops::{
-    conv1d, conv1d_backward_input, conv1d_backward_weight, conv2d, conv2d_backward_input,
-    conv2d_backward_weight, conv_backward_bias, conv_transpose2d, Conv1dOptions, Conv2dOptions,
-    ConvTranspose2dOptions, Padding,
-};
+use wgtensor::ops::conv::{plan, ConvVariant};
+use wgtensor::ops::Activation;
 use wgtensor::DType;
+use wgtensor::Device;
 
-use crate::check::{compare, fetch_async, ok, out_round, EPS32};
-use crate::common::conv_ref::{self, ConvGeom};
-use crate::common::{self, device, require_f16};
-#[cfg(not(target_arch = "wasm32"))]
-use crate::strategies::run_async;
-use crate::strategies::Rng;
+use crate::common::conv_ref::{ConvGeom, Dir};
+use crate::common::{device, portable_device, require_f16};
+use crate::conv_check::{
+    check_1d_backward, check_backward, check_forward, check_transpose, check_wgrad, expected_plan,
+    output_padding, problem, Problem, Rows, ACTIVATIONS,
+};
+use crate::strategies::run;
+use pollster::block_on;
 
+// Case counts: small problems (the Direct kernel, device-independent) run on the default device
+// only; problems with 8-12 rows per group run the GEMM kernels on both devices.
 const CASES_F32: u32 = 48;
-const CASES_F16: u32 = 12;
+const CASES_GEMM_F32: u32 = 16;
+// f16 shares the kernels' code (f32 accumulation, one rounding at the store) and every f16
+// variant is another pipeline: small problems here, the GEMM kernels in conv_large.rs.
+const CASES_F16: u32 = 8;
 
-/// A generated problem: geometry plus seeds for the data; `int` draws small integers.
-#[derive(Debug, Clone, Copy)]
-pub struct Problem {
-    pub g: ConvGeom,
-    pub seed: u64,
-    pub int: bool,
-    pub bias: bool,
-}
-
-fn geom_strategy() -> impl Strategy<Value = ConvGeom> {
-    (
-        (1usize..=3, 1usize..=4, 1usize..=4, 1usize..=9, 1usize..=9),
-        (
-            1usize..=7,
-            1usize..=7,
-            1usize..=3,
-            1usize..=3,
-            1usize..=3,
-            1usize..=3,
-        ),
-        (0usize..=3, 0usize..=3, 0usize..=3, 0usize..=3),
-        (1usize..=3, any::<bool>(), any::<bool>()),
-    )
-        .prop_map(
-            |((n, cg, og, h, w), (kh, kw, sh, sw, dh, dw), pad, (g, depthwise, one_d))| {
-                let (cg, groups) = if depthwise { (1, cg.max(2)) } else { (cg, g) };
-                let mut geom = ConvGeom {
-                    n,
-                    c: cg * groups,
-                    h: if one_d { 1 } else { h },
-                    w,
-                    o: og * groups,
-                    kh: if one_d { 1 } else { kh },
-                    kw,
-                    groups,
-                    stride: [if one_d { 1 } else { sh }, sw],
-                    pad: if one_d {
-                        [0, 0, pad.2, pad.3]
-                    } else {
-                        [pad.0, pad.1, pad.2, pad.3]
-                    },
-                    dil: [if one_d { 1 } else { dh }, dw],
-                };
-                // Shrink the kernel until it fits (keeps every generated case legal).
-                while !geom.valid() {
-                    if geom.h + geom.pad[0] + geom.pad[1] <= geom.dil[0] * (geom.kh - 1) {
-                        geom.kh -= 1;
-                    }
-                    if geom.w + geom.pad[2] + geom.pad[3] <= geom.dil[1] * (geom.kw - 1) {
-                        geom.kw -= 1;
-                    }
-                }
-                geom
-            },
-        )
-}
-
-pub fn problem() -> impl Strategy<Value = Problem> {
-    (
-        geom_strategy(),
-        any::<u64>(),
-        prop::bool::weighted(0.25),
-        any::<bool>(),
-    )
-        .prop_map(|(g, seed, int, bias)| Problem { g, seed, int, bias })
-}
-
-/// Values in [-1, 1), or small integers in -3..=3 (exact sums).
-pub fn data(len: usize, int: bool, rng: &mut Rng) -> Vec<f64> {
-    (0..len)
-        .map(|_| {
-            if int {
-                rng.below(7) as f64 - 3.0
-            } else {
-                rng.unit() * 2.0 - 1.0
-            }
-        })
-        .collect()
-}
-
-pub fn options(g: &ConvGeom) -> Conv2dOptions {
-    Conv2dOptions {
-        stride: g.stride,
-        padding: Padding {
-            top: g.pad[0],
-            bottom: g.pad[1],
-            left: g.pad[2],
-            right: g.pad[3],
-        },
-        dilation: g.dil,
-        groups: g.groups,
-        ..Default::default()
-    }
-}
-
-/// Bound for a sum of `len` products whose magnitudes sum to `mag`, rounded to `dtype`.
-fn tol(dtype: DType, want: f64, mag: f64, len: usize, int: bool) -> f64 {
-    let err32 = if int && mag < 16_777_216.0 {
-        0.0
-    } else {
-        (len as f64 + 2.0) * EPS32 * mag
+/// The kernels under test: groups with fewer than 8 rows run `Direct` on any device; larger
+/// ones run `Sg8` on the default device exactly when the adapter has 8-lane subgroups (lavapipe
+/// on AVX2) and `Tiled` on the portable device.
+#[test]
+fn conv_kernel_selection() {
+    let sg8 = {
+        let info = device().adapter_info();
+        device().features().contains(wgpu::Features::SUBGROUP)
+            && info.subgroup_min_size == 8
+            && info.subgroup_max_size == 8
     };
-    out_round(dtype, want, err32)
-}
-
-/// Rounds reference inputs to `dtype` (the kernels see exactly those values).
-fn rounded(dtype: DType, v: Vec<f64>) -> Vec<f64> {
-    v.into_iter()
-        .map(|x| common::round_to_dtype(dtype, x))
-        .collect()
-}
-
-struct Data {
-    x: Vec<f64>,
-    w: Vec<f64>,
-    dy: Vec<f64>,
-    bias: Vec<f64>,
-}
-
-fn make_data(p: &Problem, dtype: DType) -> Data {
-    let mut rng = Rng::new(p.seed);
-    let g = &p.g;
-    Data {
-        x: rounded(dtype, data(g.x_len(), p.int, &mut rng)),
-        w: rounded(dtype, data(g.w_len(), p.int, &mut rng)),
-        dy: rounded(dtype, data(g.y_len(), p.int, &mut rng)),
-        bias: rounded(dtype, data(g.o, p.int, &mut rng)),
+    for (dev, gemm) in [
+        (
+            device(),
+            if sg8 {
+                ConvVariant::Sg8
+            } else {
+                ConvVariant::Tiled
+            },
+        ),
+        (portable_device(), ConvVariant::Tiled),
+    ] {
+        for (m, want) in [
+            (1, ConvVariant::Direct),
+            (7, ConvVariant::Direct),
+            (8, gemm),
+        ] {
+            let pl = plan(dev, m, 100, 100, 2);
+            assert_eq!(pl.variant, want, "m = {m}: {pl:?}");
+        }
     }
-}
-
-pub(crate) async fn check_forward(p: &Problem, dtype: DType) -> Result<(), TestCaseError> {
-    let dev = device();
-    let g = &p.g;
-    let d = make_data(p, dtype);
-    let x = common::upload(dev, &d.x, &g.x_shape(), dtype);
-    let w = common::upload(dev, &d.w, &g.w_shape(), dtype);
-    let b = common::upload(dev, &d.bias, &[g.o], dtype);
-    let bias = p.bias.then_some(&b);
-    let (want, mag) = conv_ref::conv_forward(g, &d.x, &d.w, p.bias.then_some(d.bias.as_slice()));
-    let len = g.cg() * g.kh * g.kw;
-    let y = ok("conv2d", conv2d(&x, &w, bias, &options(g)))?;
-    let got = fetch_async("conv2d", &y, &g.y_shape()).await?;
-    compare("conv2d", &g.y_shape(), &got, &want, |i| {
-        tol(dtype, want[i], mag[i] + want[i].abs(), len, p.int)
-    })?;
-    if g.h == 1 && g.kh == 1 && g.stride[0] == 1 && g.pad[0] + g.pad[1] == 0 {
-        let o1 = Conv1dOptions {
-            stride: g.stride[1],
-            padding: [g.pad[2], g.pad[3]],
-            dilation: g.dil[1],
-            groups: g.groups,
-            ..Default::default()
-        };
-        let x1 = ok("reshape", x.reshape(&[g.n, g.c, g.w]))?;
-        let w1 = ok("reshape", w.reshape(&[g.o, g.cg(), g.kw]))?;
-        let y1 = ok("conv1d", conv1d(&x1, &w1, bias, &o1))?;
-        let got1 = fetch_async("conv1d", &y1, &[g.n, g.o, g.ow()]).await?;
-        compare("conv1d", &[g.n, g.o, g.ow()], &got1, &want, |i| {
-            tol(dtype, want[i], mag[i] + want[i].abs(), len, p.int)
-        })?;
-    }
-    Ok(())
-}
-
-pub(crate) async fn check_backward(p: &Problem, dtype: DType) -> Result<(), TestCaseError> {
-    let dev = device();
-    let g = &p.g;
-    let d = make_data(p, dtype);
-    let x = common::upload(dev, &d.x, &g.x_shape(), dtype);
-    let w = common::upload(dev, &d.w, &g.w_shape(), dtype);
-    let dy = common::upload(dev, &d.dy, &g.y_shape(), dtype);
-    let o = options(g);
-
-    let (want, mag) = conv_ref::conv_backward_input(g, &d.dy, &d.w);
-    let dx = ok("dgrad", conv2d_backward_input(&dy, &w, [g.h, g.w], &o))?;
-    let got = fetch_async("dgrad", &dx, &g.x_shape()).await?;
-    let len = g.og() * g.kh * g.kw;
-    compare("conv2d_backward_input", &g.x_shape(), &got, &want, |i| {
-        tol(dtype, want[i], mag[i], len, p.int)
-    })?;
-
-    let (want, mag) = conv_ref::conv_backward_weight(g, &d.dy, &d.x);
-    let dw = ok("wgrad", conv2d_backward_weight(&dy, &x, [g.kh, g.kw], &o))?;
-    let got = fetch_async("wgrad", &dw, &g.w_shape()).await?;
-    let len = g.n * g.oh() * g.ow();
-    compare("conv2d_backward_weight", &g.w_shape(), &got, &want, |i| {
-        tol(dtype, want[i], mag[i], len, p.int)
-    })?;
-
-    let want = conv_ref::conv_backward_bias(g, &d.dy);
-    let db = ok("bias grad", conv_backward_bias(&dy))?;
-    let got = fetch_async("bias grad", &db, &[g.o]).await?;
-    let mag = conv_ref::conv_backward_bias(g, &d.dy.iter().map(|v| v.abs()).collect::<Vec<_>>());
-    compare("conv_backward_bias", &[g.o], &got, &want, |i| {
-        tol(dtype, want[i], mag[i], len, p.int)
-    })?;
-    Ok(())
+    eprintln!(
+        "conv kernels under test (8+ rows per group): default device {}, portable device Tiled",
+        if sg8 { "Sg8" } else { "Tiled" }
+    );
 }
 
 #[test]
 fn conv2d_forward_f32() {
-    run_async(CASES_F32, problem(), async |p| {
-        check_forward(p, DType::F32).await
+    run(CASES_F32, problem(Rows::Few), |p| {
+        block_on(check_forward(device(), p, DType::F32, Activation::None))
+    });
+}
+
+#[test]
+fn conv2d_forward_gemm_f32() {
+    run(CASES_GEMM_F32, problem(Rows::Gemm), |p| {
+        block_on(check_forward(device(), p, DType::F32, Activation::None))
+    });
+}
+
+#[test]
+fn conv2d_forward_tiled_f32() {
+    run(CASES_GEMM_F32, problem(Rows::Gemm), |p| {
+        block_on(check_forward(
+            portable_device(),
+            p,
+            DType::F32,
+            Activation::None,
+        ))
     });
 }
 
 #[test]
 fn conv2d_forward_f16() {
     require_f16(device());
-    run_async(CASES_F16, problem(), async |p| {
-        check_forward(p, DType::F16).await
+    run(CASES_F16, problem(Rows::Few), |p| {
+        block_on(check_forward(device(), p, DType::F16, Activation::None))
     });
+}
+
+/// Fixed problems for the activation tests, one per kernel family: 3 rows per group (the
+/// Direct kernel, DR = 4), and 12 rows per group over ragged columns (the GEMM kernels, RT = 2
+/// on `Sg8`). The activation is fused into each kernel's store; the geometry does not matter
+/// for it, and each (kernel, activation, dtype) is one more pipeline to compile.
+fn act_problems() -> [Problem; 2] {
+    let p = |g, seed| Problem {
+        g,
+        seed,
+        int: false,
+        bias: true,
+        views: false,
+    };
+    let gemm = ConvGeom {
+        n: 2,
+        c: 8,
+        h: 6,
+        w: 7,
+        o: 24,
+        kh: 3,
+        kw: 2,
+        groups: 2,
+        stride: [1, 2],
+        pad: [1, 0, 1, 1],
+        dil: [2, 1],
+    };
+    let direct = ConvGeom { c: 6, o: 6, ..gemm };
+    [p(direct, 30), p(gemm, 31)]
+}
+
+/// Every fused activation after the bias, forward and (with `transposed`) conv_transpose2d
+/// (whose output_padding here exceeds the vertical stride: dy rows past the input are zeros).
+fn activations(dev: &Device, dtype: DType, problems: &[Problem], transposed: bool) {
+    for act in ACTIVATIONS {
+        for p in problems {
+            let mut r = block_on(check_forward(dev, p, dtype, act));
+            if transposed {
+                r = r.and_then(|_| block_on(check_transpose(dev, p, dtype, [1, 0], act)));
+            }
+            r.unwrap_or_else(|e| panic!("{act:?}: {e}\n{p:?}"));
+        }
+    }
+}
+
+#[test]
+fn conv2d_activations_f32() {
+    activations(device(), DType::F32, &act_problems(), true);
+}
+
+#[test]
+fn conv2d_activations_tiled_f32() {
+    // The Direct problem runs the same WGSL on every device.
+    activations(portable_device(), DType::F32, &act_problems()[1..], true);
+}
+
+#[test]
+fn conv2d_activations_f16() {
+    require_f16(device());
+    // The f16 store (one rounding after the activation) is the same code in every kernel.
+    activations(device(), DType::F16, &act_problems()[..1], false);
 }
 
 #[test]
 fn conv2d_backward_f32() {
-    run_async(CASES_F32, problem(), async |p| {
-        check_backward(p, DType::F32).await
+    run(CASES_F32, problem(Rows::Few), |p| {
+        block_on(check_backward(device(), p, DType::F32))
+    });
+}
+
+#[test]
+fn conv2d_backward_gemm_f32() {
+    run(CASES_GEMM_F32, problem(Rows::Gemm), |p| {
+        block_on(check_backward(device(), p, DType::F32))
+    });
+}
+
+#[test]
+fn conv2d_backward_tiled_f32() {
+    run(CASES_GEMM_F32, problem(Rows::Gemm), |p| {
+        block_on(check_backward(portable_device(), p, DType::F32))
     });
 }
 
 #[test]
 fn conv2d_backward_f16() {
     require_f16(device());
-    run_async(CASES_F16, problem(), async |p| {
-        check_backward(p, DType::F16).await
+    run(CASES_F16, problem(Rows::Few), |p| {
+        block_on(check_backward(device(), p, DType::F16))
     });
 }
 
-/// conv_transpose2d is the data gradient of the forward convolution from C_out to C_in. Its
-/// input is `[N, O, ih, iw]` with (ih, iw) = the forward output of `p.g`; its output size is
-/// PyTorch's `(i - 1) * s - pad + d * (k - 1) + output_padding + 1`, which is the forward input
-/// of a geometry `g2` whose forward output may be one longer than ih when output_padding
-/// exceeds the stride (dilation > stride): those dy rows are zeros.
-pub(crate) async fn check_transpose(
-    p: &Problem,
-    dtype: DType,
-    out_pad: [usize; 2],
-) -> Result<(), TestCaseError> {
-    let dev = device();
-    let g = p.g;
-    let (ih, iw) = (g.oh(), g.ow());
-    let size = |i: usize, s: usize, d: usize, k: usize, op: usize, pad: usize| {
-        ((i - 1) * s + d * (k - 1) + 1 + op)
-            .checked_sub(pad)
-            .filter(|&v| v > 0)
-    };
-    let oh = size(
-        ih,
-        g.stride[0],
-        g.dil[0],
-        g.kh,
-        out_pad[0],
-        g.pad[0] + g.pad[1],
-    );
-    let ow = size(
-        iw,
-        g.stride[1],
-        g.dil[1],
-        g.kw,
-        out_pad[1],
-        g.pad[2] + g.pad[3],
-    );
-    let (Some(oh), Some(ow)) = (oh, ow) else {
-        return Ok(()); // PyTorch rejects these too (checked in the error tests)
-    };
-    let g2 = ConvGeom { h: oh, w: ow, ..g };
-    let mut rng = Rng::new(p.seed);
-    let xt = rounded(dtype, data(g.n * g.o * ih * iw, p.int, &mut rng));
-    let wv = rounded(dtype, data(g.w_len(), p.int, &mut rng));
-    let bv = rounded(dtype, data(g.c, p.int, &mut rng));
-    let mut dy = vec![0.0; g2.y_len()];
-    let (fh, fw) = (g2.oh(), g2.ow());
-    for (i, v) in xt.iter().enumerate() {
-        let (nc, r) = (i / (ih * iw), i % (ih * iw));
-        dy[(nc * fh + r / iw) * fw + r % iw] = *v;
-    }
-    let (mut want, mag) = conv_ref::conv_backward_input(&g2, &dy, &wv);
-    if p.bias {
-        for (i, v) in want.iter_mut().enumerate() {
-            *v += bv[(i / (oh * ow)) % g.c];
-        }
-    }
-    let x = common::upload(dev, &xt, &[g.n, g.o, ih, iw], dtype);
-    let w = common::upload(dev, &wv, &g.w_shape(), dtype);
-    let b = common::upload(dev, &bv, &[g.c], dtype);
-    let o = ConvTranspose2dOptions {
-        stride: g.stride,
-        padding: options(&g).padding,
-        output_padding: out_pad,
-        dilation: g.dil,
-        groups: g.groups,
-        ..Default::default()
-    };
-    let y = ok(
-        "conv_transpose2d",
-        conv_transpose2d(&x, &w, p.bias.then_some(&b), &o),
-    )?;
-    let got = fetch_async("conv_transpose2d", &y, &g2.x_shape()).await?;
-    let len = g.og() * g.kh * g.kw;
-    compare("conv_transpose2d", &g2.x_shape(), &got, &want, |i| {
-        tol(dtype, want[i], mag[i] + want[i].abs(), len, p.int)
-    })
+/// conv_transpose2d with bias, output_padding below stride or dilation.
+fn transpose_cases(dev: &Device, rows: Rows, cases: u32, dtype: DType) {
+    let s = (problem(rows), 0usize..=2, 0usize..=2);
+    run(cases, s, |(p, a, b)| {
+        let out_pad = output_padding(&p.g, (*a, *b));
+        block_on(check_transpose(dev, p, dtype, out_pad, Activation::None))
+    });
 }
 
 #[test]
 fn conv_transpose2d_f32() {
-    let s = (problem(), 0usize..=2, 0usize..=2);
-    run_async(CASES_F32, s, async |(p, a, b)| {
-        check_transpose_padded(p, *a, *b, DType::F32).await
-    });
+    transpose_cases(device(), Rows::Few, CASES_F32, DType::F32);
 }
 
-/// [`check_transpose`] with output paddings `a`, `b` clamped to what PyTorch accepts.
-pub(crate) async fn check_transpose_padded(
-    p: &Problem,
-    a: usize,
-    b: usize,
-    dtype: DType,
-) -> Result<(), TestCaseError> {
-    let op = [
-        a.min(p.g.stride[0].max(p.g.dil[0]) - 1),
-        b.min(p.g.stride[1].max(p.g.dil[1]) - 1),
-    ];
-    check_transpose(p, dtype, op).await
+#[test]
+fn conv_transpose2d_gemm_f32() {
+    transpose_cases(device(), Rows::Gemm, CASES_GEMM_F32, DType::F32);
+}
+
+#[test]
+fn conv_transpose2d_tiled_f32() {
+    transpose_cases(portable_device(), Rows::Gemm, CASES_GEMM_F32, DType::F32);
+}
+
+#[test]
+fn conv_transpose2d_f16() {
+    require_f16(device());
+    transpose_cases(device(), Rows::Few, CASES_F16, DType::F16);
 }
 
 /// The 1-D gradient entry points agree with the reference on H = 1 problems.
 #[test]
 fn conv1d_backward_f32() {
-    run_async(24, problem_1d(), check_backward_1d);
-}
-
-/// Problems with H = 1 (the 1-D entry points).
-pub(crate) fn problem_1d() -> impl Strategy<Value = Problem> {
-    problem().prop_filter("1-D", |p| {
+    let s = problem(Rows::Few).prop_filter("1-D", |p| {
         p.g.h == 1 && p.g.kh == 1 && p.g.stride[0] == 1 && p.g.pad[0] + p.g.pad[1] == 0
-    })
+    });
+    run(24, s, |p| block_on(check_1d_backward(device(), p)));
 }
 
-pub(crate) async fn check_backward_1d(p: &Problem) -> Result<(), TestCaseError> {
-    let dev = device();
-    let g = &p.g;
-    let d = make_data(p, DType::F32);
-    let x = common::upload(dev, &d.x, &[g.n, g.c, g.w], DType::F32);
-    let w = common::upload(dev, &d.w, &[g.o, g.cg(), g.kw], DType::F32);
-    let dy = common::upload(dev, &d.dy, &[g.n, g.o, g.ow()], DType::F32);
-    let o = Conv1dOptions {
-        stride: g.stride[1],
-        padding: [g.pad[2], g.pad[3]],
-        dilation: g.dil[1],
-        groups: g.groups,
-        ..Default::default()
+/// `DirectLines` (one row per group, kernel rows stepping one source line: depthwise forward
+/// with stride == dilation, and the weight gradient of a single-output-channel group) over
+/// heights that are not multiples of its 4-line blocks, against the reference on integers
+/// (exact). The kernel is the same WGSL on every device: the default device only. Minimal failing case: conv2d of x = [1, 2, 3, 4, 5, 6] as [1, 1, 6, 1] with
+/// w = [1, 10] as [1, 1, 2, 1] must give [21, 32, 43, 54, 65].
+#[test]
+fn conv2d_direct_lines_ragged() {
+    let base = ConvGeom {
+        n: 2,
+        c: 3,
+        h: 6,
+        w: 5,
+        o: 3,
+        kh: 2,
+        kw: 3,
+        groups: 3,
+        stride: [1, 1],
+        pad: [0, 0, 1, 1],
+        dil: [1, 1],
     };
-    let (want, mag) = conv_ref::conv_backward_input(g, &d.dy, &d.w);
-    let dx = ok("dgrad1d", conv1d_backward_input(&dy, &w, g.w, &o))?;
-    let got = fetch_async("dgrad1d", &dx, &[g.n, g.c, g.w]).await?;
-    compare(
-        "conv1d_backward_input",
-        &[g.n, g.c, g.w],
-        &got,
-        &want,
-        |i| tol(DType::F32, want[i], mag[i], g.og() * g.kw, p.int),
-    )?;
-    let (want, mag) = conv_ref::conv_backward_weight(g, &d.dy, &d.x);
-    let dw = ok("wgrad1d", conv1d_backward_weight(&dy, &x, g.kw, &o))?;
-    let got = fetch_async("wgrad1d", &dw, &[g.o, g.cg(), g.kw]).await?;
-    compare(
-        "conv1d_backward_weight",
-        &[g.o, g.cg(), g.kw],
-        &got,
-        &want,
-        |i| tol(DType::F32, want[i], mag[i], g.n * g.ow(), p.int),
-    )
+    let mut cases = vec![(
+        ConvGeom {
+            n: 1,
+            c: 1,
+            h: 6,
+            w: 1,
+            o: 1,
+            kh: 2,
+            kw: 1,
+            groups: 1,
+            pad: [0; 4],
+            ..base
+        },
+        Dir::Forward,
+    )];
+    for h in 5..=12 {
+        cases.push((ConvGeom { h, ..base }, Dir::Forward));
+        let s2 = ConvGeom {
+            h,
+            stride: [2, 1],
+            dil: [2, 1],
+            pad: [2, 1, 1, 1],
+            ..base
+        };
+        cases.push((s2, Dir::Forward));
+    }
+    // Three 8-column blocks per line, the last ragged.
+    cases.push((
+        ConvGeom {
+            h: 9,
+            w: 19,
+            ..base
+        },
+        Dir::Forward,
+    ));
+    for kh in 4..=7 {
+        cases.push((ConvGeom { h: 9, kh, ..base }, Dir::Weight));
+    }
+    let dev = device();
+    let mut failures = Vec::new();
+    for (i, &(g, dir)) in cases.iter().enumerate() {
+        let pl = expected_plan(dev, &g, dir);
+        let p = Problem {
+            g,
+            seed: 70 + i as u64,
+            int: true,
+            bias: dir == Dir::Forward,
+            views: false,
+        };
+        let r = match dir {
+            Dir::Forward => block_on(check_forward(dev, &p, DType::F32, Activation::None)),
+            _ => block_on(check_wgrad(dev, &p, DType::F32)),
+        };
+        if let Err(e) = r {
+            failures.push(format!("{dir:?} {pl:?} of {g:?}:\n{e}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

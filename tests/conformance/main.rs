@@ -3,7 +3,7 @@
 //!
 //! f16 tests have `f16` in their names and fail on adapters without SHADER_F16; run with
 //! `--skip f16` there (scripts/test.sh does).
-// Native only (blocking device and readback); tests/browser.rs is the wasm32 suite.
+// Native only (blocking device and readback); tests/browser/ is the wasm32 suite.
 #![cfg(not(target_arch = "wasm32"))]
 
 #[path = "../common/mod.rs"]
@@ -12,6 +12,9 @@ mod common;
 mod batchnorm;
 mod check;
 mod conv;
+mod conv_check;
+mod conv_grad;
+mod conv_large;
 mod elementwise;
 mod gemm;
 mod reduce;

@@ -205,11 +205,36 @@ pub(crate) struct Geom {
     pub ow: usize,
 }
 
-/// Output length of one spatial axis, or `None` when the (dilated) kernel does not fit.
+/// Output length of one spatial axis, or `None` when the (dilated) kernel does not fit. In
+/// u64: with operands below [`OPTION_LIMIT`] and tensor dims nothing overflows, even where
+/// usize is 32 bits.
 pub(crate) fn out_len(len: usize, pad: usize, k: usize, s: usize, d: usize) -> Option<usize> {
-    let padded = len + pad;
-    let span = d * (k - 1) + 1;
-    (padded >= span).then(|| (padded - span) / s + 1)
+    let padded = len as u64 + pad as u64;
+    let span = d as u64 * (k.max(1) as u64 - 1) + 1;
+    (padded >= span).then(|| ((padded - span) / s as u64 + 1) as usize)
+}
+
+/// Largest stride, dilation, padding, output padding or group count accepted: far beyond any
+/// real model, and small enough that the size arithmetic cannot overflow.
+pub(crate) const OPTION_LIMIT: usize = 1 << 20;
+
+/// Rejects option values the size arithmetic could overflow on, naming them.
+pub(crate) fn check_option_limits(op: &'static str, values: &[(&str, &[usize])]) -> Result<()> {
+    for (what, v) in values {
+        if v.iter().any(|&x| x > OPTION_LIMIT) {
+            return Err(Error::size(
+                op,
+                format!("{what} {v:?} is above the supported {OPTION_LIMIT}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The product of `dims`, or `None` past u64.
+fn product(dims: &[usize]) -> Option<u64> {
+    dims.iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64))
 }
 
 impl Geom {
@@ -231,6 +256,16 @@ impl Geom {
         let [n, c, h, w] = x;
         let [oc, cw, kh, kw] = wshape;
         let g = o.groups;
+        let p = o.padding;
+        check_option_limits(
+            op,
+            &[
+                ("stride", &o.stride),
+                ("dilation", &o.dilation),
+                ("padding", &[p.top, p.bottom, p.left, p.right]),
+                ("groups", &[g]),
+            ],
+        )?;
         if g == 0 {
             return Err(Error::arg(op, "groups must be at least 1, got 0"));
         }
@@ -270,7 +305,6 @@ impl Geom {
                 format!("zero-size dimension: input {x:?}, weight {wshape:?}"),
             ));
         }
-        let p = o.padding;
         let oh = out_len(h, p.top + p.bottom, kh, o.stride[0], o.dilation[0]);
         let ow = out_len(w, p.left + p.right, kw, o.stride[1], o.dilation[1]);
         let (Some(oh), Some(ow)) = (oh, ow) else {
@@ -283,17 +317,18 @@ impl Geom {
             ));
         };
         // The kernels index with u32 / i32: keep every extent and stride far from overflow.
-        let limit = i32::MAX as usize;
+        let limit = i32::MAX as u64;
         for (what, v) in [
-            ("input", n * c * h * w),
-            ("weight", oc * cw * kh * kw),
-            ("output", n * oc * oh * ow),
+            ("input", product(&x)),
+            ("weight", product(&wshape)),
+            ("output", product(&[n, oc, oh, ow])),
             (
                 "padded input",
-                (h + p.top + p.bottom) * (w + p.left + p.right),
+                product(&[h + p.top + p.bottom, w + p.left + p.right]),
             ),
         ] {
-            if v > limit {
+            if v.is_none_or(|v| v > limit) {
+                let v = v.map_or("more than 2^64".into(), |v| v.to_string());
                 return Err(Error::size(
                     op,
                     format!("{what} has {v} elements, more than {limit}"),

@@ -114,14 +114,22 @@ fn data_grad(
     let [n, oc, dh, dw] = dims4(op, dy, "dy")?;
     let ws = dims4(op, w, "weight")?;
     if ws[0] != oc {
+        // For conv_transpose the "dy" of this view is the caller's input, and weight dim 0
+        // holds its input channels.
+        let (what, dim0) = if exact {
+            ("dy", "output")
+        } else {
+            ("input", "input")
+        };
         return Err(Error::shape(
             op,
             format!(
-                "dy has {oc} channels but the weight {ws:?} has {} output channels",
+                "{what} has {oc} channels but the weight {ws:?} has {} {dim0} channels",
                 ws[0]
             ),
         ));
     }
+    geom::check_option_limits(op, &[("groups", &[o.groups])])?;
     let c = ws[1] * o.groups;
     let mut g = Geom::new(op, [n, c, input_size[0], input_size[1]], ws, o)?;
     // A transposed convolution whose output_padding exceeds its stride (allowed when the
@@ -186,6 +194,15 @@ fn transpose_impl(
 ) -> Result<Tensor> {
     let [_, _, h, wd] = dims4(op, x, "input")?;
     let ws = dims4(op, w, "weight")?;
+    if o.stride.contains(&0) || o.dilation.contains(&0) {
+        return Err(Error::arg(
+            op,
+            format!(
+                "stride {:?} and dilation {:?} must be at least 1",
+                o.stride, o.dilation
+            ),
+        ));
+    }
     for ax in 0..2 {
         let op_pad = o.output_padding[ax];
         if op_pad >= o.stride[ax].max(o.dilation[ax]) {
@@ -198,30 +215,36 @@ fn transpose_impl(
             ));
         }
     }
-    if o.stride.contains(&0) || o.dilation.contains(&0) {
-        return Err(Error::arg(
-            op,
-            format!(
-                "stride {:?} and dilation {:?} must be at least 1",
-                o.stride, o.dilation
-            ),
-        ));
-    }
     let p = o.padding;
+    geom::check_option_limits(
+        op,
+        &[
+            ("stride", &o.stride),
+            ("dilation", &o.dilation),
+            ("padding", &[p.top, p.bottom, p.left, p.right]),
+            ("output_padding", &o.output_padding),
+            ("groups", &[o.groups]),
+        ],
+    )?;
+    // u64: operands are below OPTION_LIMIT and tensor dims, so nothing overflows.
     let size = |len: usize, k: usize, ax: usize, pad: usize| -> Result<usize> {
-        let full = (len.max(1) - 1) * o.stride[ax]
-            + o.dilation[ax] * (k.max(1) - 1)
+        let u = |v: usize| v as u64;
+        let full = u(len.max(1) - 1) * u(o.stride[ax])
+            + u(o.dilation[ax]) * u(k.max(1) - 1)
             + 1
-            + o.output_padding[ax];
-        full.checked_sub(pad).filter(|&v| v > 0).ok_or_else(|| {
-            Error::shape(
-                op,
-                format!(
-                    "output size would be <= 0: input {h}x{wd}, kernel {}x{}, padding {p:?}",
-                    ws[2], ws[3]
-                ),
-            )
-        })
+            + u(o.output_padding[ax]);
+        let out = full.checked_sub(u(pad)).filter(|&v| v > 0);
+        out.filter(|&v| v <= i32::MAX as u64)
+            .map(|v| v as usize)
+            .ok_or_else(|| {
+                Error::shape(
+                    op,
+                    format!(
+                        "output size would be <= 0: input {h}x{wd}, kernel {}x{}, padding {p:?}",
+                        ws[2], ws[3]
+                    ),
+                )
+            })
     };
     let out_h = size(h, ws[2], 0, p.top + p.bottom)?;
     let out_w = size(wd, ws[3], 1, p.left + p.right)?;

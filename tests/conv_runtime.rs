@@ -1,0 +1,343 @@
+//! Convolution runtime behaviour, on private devices so that the dispatch and pool counters see
+//! only this test's work: a grouped or depthwise convolution is one launch whatever the group
+//! count (all groups in one grid), split-k records exactly two dispatches (partial GEMMs and the
+//! fixed-order reduction) where `ops::conv::plan` says it splits, and the split-k workspace
+//! comes from the pool and is reused (no pool growth over repeated calls after a warm-up).
+// Native only (blocking device and readback); tests/browser/ is the wasm32 suite.
+#![cfg(not(target_arch = "wasm32"))]
+
+#[path = "common/mod.rs"]
+mod common;
+
+use common::conv_ref::{ConvGeom, Dir};
+use wgtensor::ops::conv::{plan, ConvPlan};
+use wgtensor::ops::{
+    conv2d, conv2d_backward_input, conv2d_backward_weight, conv_transpose2d, Activation,
+    Conv2dOptions, ConvTranspose2dOptions, Padding,
+};
+use wgtensor::{Device, DeviceOptions, Tensor};
+
+/// A fresh device; `portable` disables subgroups (no `Sg8` kernel).
+fn device(portable: bool) -> Device {
+    Device::with_options(DeviceOptions {
+        disable_subgroups: portable,
+        ..Default::default()
+    })
+    .expect("no wgpu adapter")
+}
+
+/// Deterministic values in [-1, 1).
+fn values(n: usize, seed: u32) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            let x = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed);
+            (x >> 8) as f32 / (1u32 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+fn upload(dev: &Device, shape: &[usize], seed: u32) -> Tensor {
+    let n = shape.iter().product();
+    Tensor::from_slice(dev, &values(n, seed), shape).expect("upload")
+}
+
+fn options(g: &ConvGeom) -> Conv2dOptions {
+    Conv2dOptions {
+        stride: g.stride,
+        padding: Padding {
+            top: g.pad[0],
+            bottom: g.pad[1],
+            left: g.pad[2],
+            right: g.pad[3],
+        },
+        dilation: g.dil,
+        groups: g.groups,
+        ..Default::default()
+    }
+}
+
+fn plan_of(dev: &Device, g: &ConvGeom, dir: Dir) -> ConvPlan {
+    let (m, ncols, k) = g.gemm_dims(dir);
+    plan(dev, m, ncols, k, g.groups)
+}
+
+/// The operands of `g`, uploaded once.
+struct Operands {
+    x: Tensor,
+    w: Tensor,
+    dy: Tensor,
+    bias: Tensor,
+}
+
+impl Operands {
+    fn new(dev: &Device, g: &ConvGeom) -> Operands {
+        Operands {
+            x: upload(dev, &g.x_shape(), 1),
+            w: upload(dev, &g.w_shape(), 2),
+            dy: upload(dev, &g.y_shape(), 3),
+            bias: upload(dev, &[g.o], 4),
+        }
+    }
+
+    /// Runs `dir` (the forward with bias and relu) and returns the result.
+    fn run(&self, g: &ConvGeom, dir: Dir) -> Tensor {
+        let o = options(g);
+        let r = match dir {
+            Dir::Forward => conv2d(
+                &self.x,
+                &self.w,
+                Some(&self.bias),
+                &Conv2dOptions {
+                    activation: Activation::Relu,
+                    ..o
+                },
+            ),
+            Dir::Data => conv2d_backward_input(&self.dy, &self.w, [g.h, g.w], &o),
+            Dir::Weight => conv2d_backward_weight(&self.dy, &self.x, [g.kh, g.kw], &o),
+        };
+        r.unwrap_or_else(|e| panic!("{dir:?} of {g:?}: {e}"))
+    }
+}
+
+/// Dispatches recorded by `dir` of `g` (operands uploaded beforehand).
+fn dispatches(dev: &Device, g: &ConvGeom, dir: Dir) -> u64 {
+    let ops = Operands::new(dev, g);
+    dev.sync().unwrap();
+    let before = dev.stats().dispatches;
+    let y = ops.run(g, dir);
+    let n = dev.stats().dispatches - before;
+    drop(y);
+    n
+}
+
+const DIRS: [Dir; 3] = [Dir::Forward, Dir::Data, Dir::Weight];
+
+/// x [2, 32, 8, 8] with a 3x3 kernel, 32 output channels, groups 1 ... 32 (depthwise at 32):
+/// forward, data gradient and weight gradient each record one dispatch whatever the group
+/// count (all groups are one grid; K is short, no split), on both devices. The same on
+/// 24x24 images, whose weight gradient (K = 2 * 24 * 24 = 1152) splits for every group
+/// count: two dispatches each.
+#[test]
+fn grouped_convolution_dispatches_do_not_depend_on_groups() {
+    for portable in [false, true] {
+        let dev = device(portable);
+        for (hw, wgrad_split) in [(8, false), (24, true)] {
+            let mut counts = Vec::new();
+            for groups in [1, 2, 4, 8, 16, 32] {
+                let g = ConvGeom {
+                    n: 2,
+                    c: 32,
+                    h: hw,
+                    w: hw,
+                    o: 32,
+                    kh: 3,
+                    kw: 3,
+                    groups,
+                    stride: [1, 1],
+                    pad: [1; 4],
+                    dil: [1, 1],
+                };
+                let row: Vec<u64> = DIRS.iter().map(|&d| dispatches(&dev, &g, d)).collect();
+                for (dir, n) in DIRS.iter().zip(&row) {
+                    let pl = plan_of(&dev, &g, *dir);
+                    let split = *dir == Dir::Weight && wgrad_split;
+                    assert_eq!(
+                        (pl.splits > 1, *n),
+                        (split, 1 + split as u64),
+                        "{dir:?} with groups {groups} on {hw}x{hw} (portable {portable}): {pl:?}"
+                    );
+                }
+                counts.push((groups, row));
+            }
+            println!("dispatches (fwd, dgrad, wgrad) by groups, {hw}x{hw}, portable {portable}: {counts:?}");
+            assert!(counts.iter().all(|(_, c)| *c == counts[0].1), "{counts:?}");
+        }
+    }
+}
+
+/// Split-k is two dispatches (partials, then the reduction with bias and activation), an
+/// unsplit launch one, exactly as `ops::conv::plan` decides, for each direction and kernel.
+#[test]
+fn splitk_dispatch_counts_match_the_plan() {
+    let base = ConvGeom {
+        n: 1,
+        c: 8,
+        h: 6,
+        w: 6,
+        o: 8,
+        kh: 3,
+        kw: 3,
+        groups: 1,
+        stride: [1, 1],
+        pad: [0; 4],
+        dil: [1, 1],
+    };
+    let cases = [
+        // Forward: K = C/groups * 9 = 1152 over 16 columns (splits); K = 72 (does not).
+        (Dir::Forward, ConvGeom { c: 128, ..base }, true),
+        (
+            Dir::Forward,
+            ConvGeom {
+                c: 256,
+                groups: 2,
+                o: 16,
+                ..base
+            },
+            true,
+        ),
+        (Dir::Forward, base, false),
+        // Data gradient: K = O/groups * 9 = 1152, strided (the TRANSPOSED gather).
+        (
+            Dir::Data,
+            ConvGeom {
+                o: 128,
+                stride: [2, 2],
+                ..base
+            },
+            true,
+        ),
+        (
+            Dir::Data,
+            ConvGeom {
+                o: 256,
+                c: 16,
+                groups: 2,
+                ..base
+            },
+            true,
+        ),
+        // Weight gradient: K = N * OH * OW = 4 * 576 (8 rows per group: a GEMM kernel) or
+        // 2 * 576 (depthwise: the Direct kernel); 16 is far too short.
+        (
+            Dir::Weight,
+            ConvGeom {
+                n: 4,
+                h: 24,
+                w: 24,
+                pad: [1; 4],
+                ..base
+            },
+            true,
+        ),
+        (
+            Dir::Weight,
+            ConvGeom {
+                n: 2,
+                h: 24,
+                w: 24,
+                pad: [1; 4],
+                groups: 8,
+                ..base
+            },
+            true,
+        ),
+        (Dir::Weight, base, false),
+    ];
+    for portable in [false, true] {
+        let dev = device(portable);
+        for (dir, g, split) in cases {
+            let pl = plan_of(&dev, &g, dir);
+            assert_eq!(pl.splits > 1, split, "{dir:?} of {g:?}: {pl:?}");
+            let n = dispatches(&dev, &g, dir);
+            assert_eq!(n, 1 + split as u64, "{dir:?} of {g:?}: {pl:?}");
+        }
+        // conv_transpose2d with bias and an activation: the data-gradient launch.
+        let g = ConvGeom {
+            o: 128,
+            stride: [2, 2],
+            ..base
+        };
+        let x = upload(&dev, &g.y_shape(), 5);
+        let w = upload(&dev, &g.w_shape(), 6);
+        let b = upload(&dev, &[g.c], 7);
+        let o = ConvTranspose2dOptions {
+            stride: [2, 2],
+            output_padding: [1, 1],
+            activation: Activation::Gelu,
+            ..Default::default()
+        };
+        dev.sync().unwrap();
+        let before = dev.stats().dispatches;
+        let y = conv_transpose2d(&x, &w, Some(&b), &o).unwrap();
+        assert_eq!(dev.stats().dispatches - before, 2, "{:?}", y.shape());
+    }
+}
+
+/// After a warm-up with the same call pattern, 100 split-k weight gradients (results dropped,
+/// `sync` every 10 calls or only at the end) create no buffer: no pool misses, the same peak
+/// and live bytes; every call's workspace and output come from the cache, and the result does
+/// not change.
+fn workspace_reused(portable: bool, sync_every: Option<usize>) {
+    let dev = device(portable);
+    let g = ConvGeom {
+        n: 4,
+        c: 8,
+        h: 24,
+        w: 24,
+        o: 16,
+        kh: 3,
+        kw: 3,
+        groups: 2,
+        stride: [1, 1],
+        pad: [1; 4],
+        dil: [1, 1],
+    };
+    let pl = plan_of(&dev, &g, Dir::Weight);
+    assert!(pl.splits > 1, "{g:?} does not split: {pl:?}");
+    let ops = Operands::new(&dev, &g);
+    let calls = |count: usize| {
+        for i in 1..=count {
+            drop(ops.run(&g, Dir::Weight));
+            if sync_every.is_some_and(|s| i % s == 0) {
+                dev.sync().expect("sync");
+            }
+        }
+        dev.sync().expect("sync");
+    };
+    let reference = ops.run(&g, Dir::Weight).to_vec::<f32>().unwrap();
+    calls(100);
+    let before = dev.stats();
+    calls(100);
+    let after = dev.stats();
+    let last = ops.run(&g, Dir::Weight).to_vec::<f32>().unwrap();
+    println!(
+        "conv wgrad split-k x100 (portable {portable}, sync every {sync_every:?}): {pl:?} before {:?} after {:?}",
+        before.pool, after.pool
+    );
+    assert_eq!(
+        after.pool.misses, before.pool.misses,
+        "buffers were created after the warm-up"
+    );
+    assert_eq!(after.pool.peak_bytes, before.pool.peak_bytes, "pool grew");
+    assert_eq!(
+        after.pool.live_bytes, before.pool.live_bytes,
+        "live bytes leaked"
+    );
+    assert!(
+        after.pool.hits >= before.pool.hits + 200,
+        "only {} pool hits for 100 calls",
+        after.pool.hits - before.pool.hits
+    );
+    assert_eq!(after.dispatches - before.dispatches, 200);
+    assert!(
+        last.iter()
+            .zip(&reference)
+            .all(|(x, y)| x.to_bits() == y.to_bits()),
+        "result changed after 200 calls"
+    );
+}
+
+#[test]
+fn conv_splitk_workspace_reused_periodic_sync() {
+    workspace_reused(false, Some(10));
+}
+
+#[test]
+fn conv_splitk_workspace_reused_final_sync() {
+    workspace_reused(false, None);
+}
+
+#[test]
+fn conv_splitk_tiled_workspace_reused() {
+    workspace_reused(true, Some(10));
+}

@@ -1,0 +1,261 @@
+//! Batch-norm argument errors.
+
+use super::*;
+use wgtensor::ops::{
+    batch_norm_backward, batch_norm_inference, batch_norm_train, Activation, BatchNormState,
+};
+
+const TRAIN: &str = "batch_norm_train";
+const INFER: &str = "batch_norm_inference";
+const BACKWARD: &str = "batch_norm_backward";
+
+fn shape_err(e: &Error, op: &str, parts: &[&str]) {
+    assert!(matches!(e, Error::Shape { op: o, .. } if *o == op), "{e:?}");
+    for p in parts {
+        assert!(msg(e).contains(p), "{e} should mention {p}");
+    }
+}
+
+#[test]
+fn channel_size_mismatch_names_the_values() {
+    let x = t(&[2, 3, 4]);
+    let (c3, c4) = (t(&[3]), t(&[4]));
+    let e = batch_norm_train(&x, Some(&c4), None, None, 1e-5).unwrap_err();
+    shape_err(&e, TRAIN, &["weight (gamma)", "[4]", "[3]", "[2, 3, 4]"]);
+    let e = batch_norm_train(&x, Some(&c3), Some(&c4), None, 1e-5).unwrap_err();
+    shape_err(&e, TRAIN, &["bias (beta)", "[4]", "[3]"]);
+    let mut st = BatchNormState::from_tensors(t(&[4]), t(&[3]), Some(0.1));
+    let e = batch_norm_train(&x, None, None, Some(&mut st), 1e-5).unwrap_err();
+    shape_err(&e, TRAIN, &["running_mean", "[4]", "[3]"]);
+    let mut st = BatchNormState::from_tensors(t(&[3]), t(&[3, 1]), Some(0.1));
+    let e = batch_norm_train(&x, None, None, Some(&mut st), 1e-5).unwrap_err();
+    shape_err(&e, TRAIN, &["running_var", "[3, 1]", "[3]"]);
+    assert_eq!(st.num_batches_tracked, 0);
+
+    let e = batch_norm_inference(&x, &c4, &c3, None, None, 1e-5, Activation::None).unwrap_err();
+    shape_err(&e, INFER, &["running_mean", "[4]", "[3]"]);
+    let e =
+        batch_norm_inference(&x, &c3, &c3, None, Some(&c4), 1e-5, Activation::Relu).unwrap_err();
+    shape_err(&e, INFER, &["bias (beta)", "[4]"]);
+
+    let e = batch_norm_backward(&x, &x, &c4, &c3, None).unwrap_err();
+    shape_err(&e, BACKWARD, &["saved_mean", "[4]", "[3]"]);
+    let e = batch_norm_backward(&x, &x, &c3, &c3, Some(&c4)).unwrap_err();
+    shape_err(&e, BACKWARD, &["weight (gamma)", "[4]"]);
+    let e = batch_norm_backward(&t(&[2, 3, 5]), &x, &c3, &c3, None).unwrap_err();
+    shape_err(&e, BACKWARD, &["grad_output", "[2, 3, 5]", "[2, 3, 4]"]);
+}
+
+#[test]
+fn training_needs_more_than_one_value_per_channel() {
+    for shape in [&[1usize, 3][..], &[1, 3, 1], &[1, 3, 1, 1]] {
+        let e = batch_norm_train(&t(shape), None, None, None, 1e-5).unwrap_err();
+        shape_err(
+            &e,
+            TRAIN,
+            &[
+                "Expected more than 1 value per channel when training",
+                &format!("{shape:?}"),
+            ],
+        );
+    }
+    // Inference and backward are defined for one value per channel.
+    let x = t(&[1, 3, 1, 1]);
+    let c = t(&[3]);
+    batch_norm_inference(&x, &c, &c, None, None, 1e-5, Activation::None).unwrap();
+    batch_norm_backward(&x, &x, &c, &c, Some(&c)).unwrap();
+}
+
+#[test]
+fn rank_below_two() {
+    let c = t(&[3]);
+    let e = batch_norm_train(&t(&[3]), None, None, None, 1e-5).unwrap_err();
+    shape_err(&e, TRAIN, &["rank >= 2", "[3]"]);
+    let e = batch_norm_inference(&t(&[]), &c, &c, None, None, 1e-5, Activation::None).unwrap_err();
+    shape_err(&e, INFER, &["rank >= 2", "[]"]);
+    let e = batch_norm_backward(&t(&[3]), &t(&[3]), &c, &c, None).unwrap_err();
+    shape_err(&e, BACKWARD, &["rank >= 2"]);
+}
+
+#[test]
+fn dtype_mismatch() {
+    let x = t(&[2, 3]);
+    let c = t(&[3]);
+    if dev().supports_f16() {
+        let h = Tensor::from_slice(dev(), &[f16::ONE; 3], &[3]).unwrap();
+        let want = |op| Error::DType {
+            op,
+            expected: DType::F32,
+            got: DType::F16,
+        };
+        let e = batch_norm_train(&x, Some(&h), None, None, 1e-5).unwrap_err();
+        assert_eq!(e, want(TRAIN));
+        let mut st = BatchNormState::from_tensors(c.clone(), h.clone(), None);
+        let e = batch_norm_train(&x, None, None, Some(&mut st), 1e-5).unwrap_err();
+        assert_eq!(e, want(TRAIN));
+        let e = batch_norm_inference(&x, &h, &c, None, None, 1e-5, Activation::None).unwrap_err();
+        assert_eq!(e, want(INFER));
+        // Saved statistics are always f32, also for f16 inputs.
+        let e = batch_norm_backward(&x, &x, &h, &c, None).unwrap_err();
+        assert_eq!(e, want(BACKWARD));
+        let hx = Tensor::from_slice(dev(), &[f16::ONE; 6], &[2, 3]).unwrap();
+        let e = batch_norm_backward(&hx, &x, &c, &c, None).unwrap_err();
+        assert_eq!(e, want(BACKWARD));
+        let e = batch_norm_backward(&hx, &hx, &h, &c, None).unwrap_err();
+        assert_eq!(
+            e,
+            Error::DType {
+                op: BACKWARD,
+                expected: DType::F32,
+                got: DType::F16
+            }
+        );
+        let e = batch_norm_train(&hx, Some(&c), None, None, 1e-5).unwrap_err();
+        assert_eq!(
+            e,
+            Error::DType {
+                op: TRAIN,
+                expected: DType::F16,
+                got: DType::F32
+            }
+        );
+    } else {
+        eprintln!("skipping batch-norm dtype mismatches: adapter lacks SHADER_F16");
+    }
+}
+
+#[test]
+fn invalid_arguments() {
+    let x = t(&[2, 3]);
+    let c = t(&[3]);
+    for eps in [-1e-5, f32::NAN, f32::INFINITY] {
+        let e = batch_norm_train(&x, None, None, None, eps).unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidArgument { op: TRAIN, .. }),
+            "{e:?}"
+        );
+        let e = batch_norm_inference(&x, &c, &c, None, None, eps, Activation::None).unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidArgument { op: INFER, .. }),
+            "{e:?}"
+        );
+    }
+    let mut st = BatchNormState::from_tensors(t(&[3]), t(&[3]), Some(f32::NAN));
+    let e = batch_norm_train(&x, None, None, Some(&mut st), 1e-5).unwrap_err();
+    assert!(msg(&e).contains("momentum"), "{e}");
+    // Running statistics are written in place: no repeated elements, no overlap with the
+    // input, the parameters or each other.
+    let mut st = BatchNormState::from_tensors(t(&[1]).broadcast_to(&[3]).unwrap(), t(&[3]), None);
+    let e = batch_norm_train(&x, None, None, Some(&mut st), 1e-5).unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument { op: TRAIN, .. }),
+        "{e:?}"
+    );
+    assert!(msg(&e).contains("running_mean"), "{e}");
+    let flat = t(&[9]);
+    let rm = flat.narrow(0, 0, 3).unwrap();
+    let rv = flat.narrow(0, 2, 3).unwrap();
+    let mut st = BatchNormState::from_tensors(rm.clone(), rv, None);
+    let e = batch_norm_train(&x, None, None, Some(&mut st), 1e-5).unwrap_err();
+    assert!(msg(&e).contains("must not overlap running_var"), "{e}");
+    let g = flat.narrow(0, 3, 3).unwrap();
+    let mut st = BatchNormState::from_tensors(flat.narrow(0, 6, 3).unwrap(), g.clone(), None);
+    let e = batch_norm_train(&x, Some(&g), None, Some(&mut st), 1e-5).unwrap_err();
+    assert!(msg(&e).contains("must not overlap weight (gamma)"), "{e}");
+    let big = t(&[12]);
+    let xv = big.narrow(0, 0, 6).unwrap().reshape(&[2, 3]).unwrap();
+    let mut st = BatchNormState::from_tensors(big.narrow(0, 3, 3).unwrap(), t(&[3]), None);
+    let e = batch_norm_train(&xv, None, None, Some(&mut st), 1e-5).unwrap_err();
+    assert!(msg(&e).contains("must not overlap the input"), "{e}");
+    // Disjoint views of one flat parameter buffer are fine.
+    let mut st = BatchNormState::from_tensors(rm, flat.narrow(0, 3, 3).unwrap(), None);
+    let g = flat.narrow(0, 6, 3).unwrap();
+    batch_norm_train(&x, Some(&g), None, Some(&mut st), 1e-5).unwrap();
+    assert_eq!(st.num_batches_tracked, 1);
+}
+
+#[test]
+fn device_mismatch() {
+    let other = Device::new().unwrap();
+    let x = t(&[2, 3]);
+    let c = Tensor::from_slice(&other, &[1.0f32; 3], &[3]).unwrap();
+    let e = batch_norm_train(&x, Some(&c), None, None, 1e-5).unwrap_err();
+    assert_eq!(e, Error::DeviceMismatch { op: TRAIN });
+    let e = batch_norm_inference(&x, &c, &c, None, None, 1e-5, Activation::None).unwrap_err();
+    assert_eq!(e, Error::DeviceMismatch { op: INFER });
+}
+
+/// Random shapes for every argument: Ok or Err, never a panic.
+#[derive(Debug, Clone)]
+struct BnCall {
+    x: Vec<usize>,
+    params: [Option<Vec<usize>>; 4],
+    eps: f32,
+    which: u8,
+}
+
+fn bn_call() -> impl Strategy<Value = BnCall> {
+    let shape = || prop::collection::vec(0usize..5, 0..5);
+    (
+        shape(),
+        [
+            prop::option::of(shape()),
+            prop::option::of(shape()),
+            prop::option::of(shape()),
+            prop::option::of(shape()),
+        ],
+        prop_oneof![Just(1e-5f32), Just(-1.0), Just(f32::NAN), Just(0.0)],
+        0u8..3,
+    )
+        .prop_map(|(x, params, eps, which)| BnCall {
+            x,
+            params,
+            eps,
+            which,
+        })
+}
+
+fn bn_run(c: &BnCall) -> wgtensor::Result<()> {
+    let mk = |s: &[usize]| -> wgtensor::Result<Tensor> { Tensor::zeros(dev(), s, DType::F32) };
+    let x = mk(&c.x)?;
+    let p: Vec<Option<Tensor>> = c
+        .params
+        .iter()
+        .map(|s| s.as_ref().and_then(|s| mk(s).ok()))
+        .collect();
+    let or_x = |i: usize| p[i].clone().unwrap_or_else(|| x.clone());
+    match c.which {
+        0 => {
+            let mut st = match (&p[2], &p[3]) {
+                (Some(m), Some(v)) => {
+                    Some(BatchNormState::from_tensors(m.clone(), v.clone(), None))
+                }
+                _ => None,
+            };
+            batch_norm_train(&x, p[0].as_ref(), p[1].as_ref(), st.as_mut(), c.eps)?;
+        }
+        1 => {
+            batch_norm_inference(
+                &x,
+                &or_x(2),
+                &or_x(3),
+                p[0].as_ref(),
+                p[1].as_ref(),
+                c.eps,
+                Activation::Tanh,
+            )?;
+        }
+        _ => {
+            batch_norm_backward(&x, &x, &or_x(2), &or_x(3), p[0].as_ref())?;
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, failure_persistence: None, ..ProptestConfig::default() })]
+    #[test]
+    fn random_batchnorm_arguments_never_panic(c in bn_call()) {
+        let _ = bn_run(&c);
+    }
+}
