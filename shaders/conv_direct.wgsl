@@ -233,9 +233,10 @@ fn conv_direct_partial(@builtin(workgroup_id) wid: vec3<u32>,
 }
 
 // 4 lines x 8 columns of a single-row group (depthwise with multiplier 1), for gathers whose
-// k1 step moves the source by exactly one line (stride == dilation vertically): line q at kernel
-// row kh reads the source row that line q + 1 read at kh - 1, so each new kernel row loads one
-// new 8-wide window instead of four (S keeps the windows at the line's first tap). Lines past
+// k1 and k2 steps move the source by exactly one line and one column (stride == dilation both
+// ways): line q at kernel row kh reads the source row that line q + 1 read at kh - 1, so each
+// new kernel row loads one new 8-wide window instead of four (S keeps the windows at the
+// lines' first tap), and each further tap one value per line. Lines past
 // the last one (ragged heights) are computed and not stored. No split-k.
 struct Lines4 {
     ok: bool,
@@ -276,8 +277,6 @@ fn conv_direct_l4(@builtin(workgroup_id) wid: vec3<u32>,
     }
     let g = ln.g;
     let ra = a_row(g, 0u);
-    let slide_w = !TRANSPOSED && p.b_k2 == p.b_c2;
-    let slide_h = !TRANSPOSED && p.b_k1 == p.b_c1;
     var s: array<f32, 32>;
     var x: array<f32, 32>;
     var acc: array<vec4<f32>, 8>;
@@ -285,7 +284,12 @@ fn conv_direct_l4(@builtin(workgroup_id) wid: vec3<u32>,
     for (var k = 0u; k < p.k; k++) {
         let kp = k_part(it);
         if (it.k2 == 0u) {
-            if (slide_h && it.k1 != 0u) {
+            // A new kernel row: the lines move up one and line 3 loads its window. At a
+            // channel's first row, line 3 at kernel rows -3, -2, -1, 0 reads exactly the rows
+            // of lines 0, 1, 2, 3, so four such steps fill all four (one load site: compiles
+            // fast).
+            let n = select(1u, 4u, it.k1 == 0u);
+            for (var i = 0u; i < n; i++) {
                 s[0] = s[8];
                 s[1] = s[9];
                 s[2] = s[10];
@@ -310,50 +314,19 @@ fn conv_direct_l4(@builtin(workgroup_id) wid: vec3<u32>,
                 s[21] = s[29];
                 s[22] = s[30];
                 s[23] = s[31];
-                s[24] = tap(ln.c[3], kp, 0u);
-                s[25] = tap(ln.c[3], kp, 1u);
-                s[26] = tap(ln.c[3], kp, 2u);
-                s[27] = tap(ln.c[3], kp, 3u);
-                s[28] = tap(ln.c[3], kp, 4u);
-                s[29] = tap(ln.c[3], kp, 5u);
-                s[30] = tap(ln.c[3], kp, 6u);
-                s[31] = tap(ln.c[3], kp, 7u);
-            } else {
-                s[0] = tap(ln.c[0], kp, 0u);
-                s[1] = tap(ln.c[0], kp, 1u);
-                s[2] = tap(ln.c[0], kp, 2u);
-                s[3] = tap(ln.c[0], kp, 3u);
-                s[4] = tap(ln.c[0], kp, 4u);
-                s[5] = tap(ln.c[0], kp, 5u);
-                s[6] = tap(ln.c[0], kp, 6u);
-                s[7] = tap(ln.c[0], kp, 7u);
-                s[8] = tap(ln.c[1], kp, 0u);
-                s[9] = tap(ln.c[1], kp, 1u);
-                s[10] = tap(ln.c[1], kp, 2u);
-                s[11] = tap(ln.c[1], kp, 3u);
-                s[12] = tap(ln.c[1], kp, 4u);
-                s[13] = tap(ln.c[1], kp, 5u);
-                s[14] = tap(ln.c[1], kp, 6u);
-                s[15] = tap(ln.c[1], kp, 7u);
-                s[16] = tap(ln.c[2], kp, 0u);
-                s[17] = tap(ln.c[2], kp, 1u);
-                s[18] = tap(ln.c[2], kp, 2u);
-                s[19] = tap(ln.c[2], kp, 3u);
-                s[20] = tap(ln.c[2], kp, 4u);
-                s[21] = tap(ln.c[2], kp, 5u);
-                s[22] = tap(ln.c[2], kp, 6u);
-                s[23] = tap(ln.c[2], kp, 7u);
-                s[24] = tap(ln.c[3], kp, 0u);
-                s[25] = tap(ln.c[3], kp, 1u);
-                s[26] = tap(ln.c[3], kp, 2u);
-                s[27] = tap(ln.c[3], kp, 3u);
-                s[28] = tap(ln.c[3], kp, 4u);
-                s[29] = tap(ln.c[3], kp, 5u);
-                s[30] = tap(ln.c[3], kp, 6u);
-                s[31] = tap(ln.c[3], kp, 7u);
+                var kr = kp;
+                kr.h -= i32(n - 1u - i) * p.b_k1;
+                s[24] = tap(ln.c[3], kr, 0u);
+                s[25] = tap(ln.c[3], kr, 1u);
+                s[26] = tap(ln.c[3], kr, 2u);
+                s[27] = tap(ln.c[3], kr, 3u);
+                s[28] = tap(ln.c[3], kr, 4u);
+                s[29] = tap(ln.c[3], kr, 5u);
+                s[30] = tap(ln.c[3], kr, 6u);
+                s[31] = tap(ln.c[3], kr, 7u);
             }
             x = s;
-        } else if (slide_w) {
+        } else {
             x[0] = x[1];
             x[1] = x[2];
             x[2] = x[3];
@@ -385,39 +358,6 @@ fn conv_direct_l4(@builtin(workgroup_id) wid: vec3<u32>,
             x[28] = x[29];
             x[29] = x[30];
             x[30] = x[31];
-            x[31] = tap(ln.c[3], kp, 7u);
-        } else {
-            x[0] = tap(ln.c[0], kp, 0u);
-            x[1] = tap(ln.c[0], kp, 1u);
-            x[2] = tap(ln.c[0], kp, 2u);
-            x[3] = tap(ln.c[0], kp, 3u);
-            x[4] = tap(ln.c[0], kp, 4u);
-            x[5] = tap(ln.c[0], kp, 5u);
-            x[6] = tap(ln.c[0], kp, 6u);
-            x[7] = tap(ln.c[0], kp, 7u);
-            x[8] = tap(ln.c[1], kp, 0u);
-            x[9] = tap(ln.c[1], kp, 1u);
-            x[10] = tap(ln.c[1], kp, 2u);
-            x[11] = tap(ln.c[1], kp, 3u);
-            x[12] = tap(ln.c[1], kp, 4u);
-            x[13] = tap(ln.c[1], kp, 5u);
-            x[14] = tap(ln.c[1], kp, 6u);
-            x[15] = tap(ln.c[1], kp, 7u);
-            x[16] = tap(ln.c[2], kp, 0u);
-            x[17] = tap(ln.c[2], kp, 1u);
-            x[18] = tap(ln.c[2], kp, 2u);
-            x[19] = tap(ln.c[2], kp, 3u);
-            x[20] = tap(ln.c[2], kp, 4u);
-            x[21] = tap(ln.c[2], kp, 5u);
-            x[22] = tap(ln.c[2], kp, 6u);
-            x[23] = tap(ln.c[2], kp, 7u);
-            x[24] = tap(ln.c[3], kp, 0u);
-            x[25] = tap(ln.c[3], kp, 1u);
-            x[26] = tap(ln.c[3], kp, 2u);
-            x[27] = tap(ln.c[3], kp, 3u);
-            x[28] = tap(ln.c[3], kp, 4u);
-            x[29] = tap(ln.c[3], kp, 5u);
-            x[30] = tap(ln.c[3], kp, 6u);
             x[31] = tap(ln.c[3], kp, 7u);
         }
         let wv = vec4<f32>(f32(a[ra + a_k(it)]));

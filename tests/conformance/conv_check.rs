@@ -309,9 +309,9 @@ fn layouts(p: &Problem) -> [Layout; 4] {
 
 /// The launch's plan for direction `dir` of `g` on `dev` (`ops::conv::plan` on the GEMM view),
 /// with the upgrade that `launch::run` makes on top of it: an unsplit `Direct` launch with one
-/// row per group whose kernel rows step one source line (forward: stride == dilation
-/// vertically; weight gradient: the same with the kernel rows as lines) and at least 4 lines
-/// runs `DirectLines`.
+/// row per group whose kernel rows and columns step one source line and column (forward:
+/// stride == dilation both ways; weight gradient: the same with the kernel rows as lines) and
+/// at least 4 lines runs `DirectLines`.
 pub fn expected_plan(dev: &Device, g: &ConvGeom, dir: Dir) -> ConvPlan {
     let (m, ncols, k) = g.gemm_dims(dir);
     let mut pl = plan(dev, m, ncols, k, g.groups);
@@ -323,7 +323,7 @@ pub fn expected_plan(dev: &Device, g: &ConvGeom, dir: Dir) -> ConvPlan {
     if pl.variant == ConvVariant::Direct
         && pl.splits == 1
         && m == 1
-        && g.stride[0] == g.dil[0]
+        && g.stride == g.dil
         && lines >= 4
     {
         pl.variant = ConvVariant::DirectLines;

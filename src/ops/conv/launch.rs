@@ -225,8 +225,9 @@ pub enum ConvVariant {
     Tiled,
     /// DR rows x 8 columns of one output line per invocation: groups with fewer than 8 rows.
     Direct,
-    /// Direct on 4 lines at once for single-row groups whose kernel rows step one line
-    /// (depthwise with stride == dilation): each kernel row loads one new line.
+    /// Direct on 4 lines at once for single-row groups whose kernel rows and columns step one
+    /// line and one column (depthwise with stride == dilation): each kernel row loads one new
+    /// line, each tap one value per line.
     DirectLines,
 }
 
@@ -352,6 +353,7 @@ pub(crate) fn run(
         && m == 1
         && !transposed
         && p.b_k1 == p.b_c1
+        && p.b_k2 == p.b_c2
         && p.c_e1 >= 4
     {
         pl.variant = ConvVariant::DirectLines;
