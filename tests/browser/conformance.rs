@@ -6,9 +6,11 @@
 
 use proptest::prelude::*;
 use wasm_bindgen_test::{console_log, wasm_bindgen_test};
+use wgtensor::ops::conv::ConvVariant;
 use wgtensor::ops::Activation;
 use wgtensor::DType;
 
+use crate::common::conv_ref::{ConvGeom, Dir};
 use crate::common::{device, init_devices, portable_device};
 use crate::conv_check::{self as conv, Rows};
 use crate::gemm::Mode;
@@ -243,6 +245,35 @@ async fn conv_f32() {
     });
     let bwd_1d = async |p: &_| conv::check_1d_backward(device(), p).await;
     check_cases("conv1d_backward_f32", 6, one_d, bwd_1d).await;
+    // The 4-line direct kernel (depthwise, kernel rows stepping one line), ragged heights.
+    for h in [5, 8, 11] {
+        let g = ConvGeom {
+            n: 2,
+            c: 3,
+            h,
+            w: 5,
+            o: 3,
+            kh: 2,
+            kw: 3,
+            groups: 3,
+            stride: [1, 1],
+            pad: [0, 0, 1, 1],
+            dil: [1, 1],
+        };
+        let pl = conv::expected_plan(device(), &g, Dir::Forward);
+        assert_eq!(pl.variant, ConvVariant::DirectLines, "{g:?}");
+        let p = conv::Problem {
+            g,
+            seed: h as u64,
+            int: true,
+            bias: true,
+            views: false,
+        };
+        if let Err(e) = conv::check_forward(device(), &p, f, none).await {
+            panic!("DirectLines forward: {e}\n{p:?}");
+        }
+    }
+    console_log!("conv2d_direct_lines_f32: 3 fixed cases passed");
     // Every fused activation, forward and transposed.
     for act in conv::ACTIVATIONS {
         let fwd = async |p: &_| conv::check_forward(device(), p, f, act).await;

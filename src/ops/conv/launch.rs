@@ -340,15 +340,14 @@ pub(crate) fn run(
     let (m, ncols, k) = (p.m as usize, p.ncols as usize, p.k as usize);
     let b_buf = b.buffer();
     // Chromium's CPU WebGPU adapter (SwiftShader) does not finish compiling conv_direct with
-    // TRANSPOSED (the strided data gradient) nor conv_direct_l4: after minutes its GPU process
-    // is killed and the device is lost. There the tiled kernel serves the first case and
-    // conv_direct the second (both compile in well under a second).
+    // TRANSPOSED (the strided data gradient): after minutes its GPU process is killed and the
+    // device is lost. The tiled kernel, which compiles there in under a second, serves that
+    // case in the browser.
     let info = dev.adapter_info();
     let swiftshader =
         info.backend == wgpu::Backend::BrowserWebGpu && info.device_type == wgpu::DeviceType::Cpu;
     let mut pl = plan_with(dev, !(transposed && swiftshader), m, ncols, k, g.groups);
     if pl.variant == ConvVariant::Direct
-        && !swiftshader
         && pl.splits == 1
         && m == 1
         && !transposed
