@@ -457,9 +457,9 @@ fn run(
     let dts = [a.dtype];
     // vec4 loads: A and B row-major in their last dim and every offset and stride a multiple
     // of 4 elements (16-byte aligned vec4 views of the same buffers).
-    let aligned = |v: &[u32]| v.iter().all(|x| x.is_multiple_of(4));
+    let aligned = |v: &[u32]| v.iter().all(|x| x % 4 == 0);
     let v4 = pl.sg8
-        && (pl.splits == 1 || pl.k_chunk.is_multiple_of(4))
+        && (pl.splits == 1 || pl.k_chunk % 4 == 0)
         && p.a_cs == 1
         && p.b_cs == 1
         && aligned(&[p.n, p.a_off, p.a_rs, p.b_off, p.b_rs])
