@@ -60,23 +60,6 @@ static SG8_PARTIAL: Kernel = Kernel {
     libs: LIBS,
 };
 
-static SG8V4: Kernel = Kernel {
-    name: "gemm_sg8",
-    source: SG8_SRC,
-    entry: "gemm_sg8v4",
-    bindings: &[R, R, R, R, R, R, RW],
-    slots: &[1, 2, 7, 8, 3, 4, 5],
-    libs: LIBS,
-};
-static SG8V4_PARTIAL: Kernel = Kernel {
-    name: "gemm_sg8",
-    source: SG8_SRC,
-    entry: "gemm_sg8v4_partial",
-    bindings: &[R, R, R, R, RW],
-    slots: &[1, 2, 7, 8, 6],
-    libs: LIBS,
-};
-
 const REDUCE_WG: u32 = 256;
 /// Batch dims left after merging must fit the kernel's vec4 batch decode.
 const MAX_BATCH_DIMS: usize = 4;
@@ -215,12 +198,7 @@ pub fn plan(
         None => 1,
     };
     let splits = wanted.clamp(1, k).min((max_z / batch).max(1));
-    // Automatic slices start on multiples of 4 so the vec4 kernel's loads stay aligned; a
-    // forced split count is honoured exactly (and may fall back to the scalar kernel).
-    let k_chunk = match split_k {
-        None => k.div_ceil(splits).next_multiple_of(4),
-        Some(_) => k.div_ceil(splits),
-    };
+    let k_chunk = k.div_ceil(splits);
     GemmPlan {
         sg8,
         sgs,
@@ -455,54 +433,31 @@ fn run(
     };
     let bytes = bytemuck::bytes_of(&p);
     let dts = [a.dtype];
-    // vec4 loads: A and B row-major in their last dim and every offset and stride a multiple
-    // of 4 elements (16-byte aligned vec4 views of the same buffers).
-    let aligned = |v: &[u32]| v.iter().all(|x| x % 4 == 0);
-    let v4 = pl.sg8
-        && (pl.splits == 1 || pl.k_chunk % 4 == 0)
-        && p.a_cs == 1
-        && p.b_cs == 1
-        && aligned(&[p.n, p.a_off, p.a_rs, p.b_off, p.b_rs])
-        && aligned(&p.a_bs)
-        && aligned(&p.b_bs);
     if pl.splits == 1 {
-        let (kernel, bufs) = if v4 {
-            (
-                &SG8V4,
-                vec![
-                    a.buffer(),
-                    b.buffer(),
-                    a.buffer(),
-                    b.buffer(),
-                    c_buf,
-                    bias_buf,
-                    out.buffer(),
-                ],
-            )
-        } else if pl.sg8 {
-            (
-                &SG8,
-                vec![a.buffer(), b.buffer(), c_buf, bias_buf, out.buffer()],
-            )
-        } else {
-            (
-                &TILED,
-                vec![a.buffer(), b.buffer(), c_buf, bias_buf, out.buffer()],
-            )
-        };
-        dev.launch(op, kernel, &dts, &epi, bytes, &bufs, grid)?;
+        let kernel = if pl.sg8 { &SG8 } else { &TILED };
+        dev.launch(
+            op,
+            kernel,
+            &dts,
+            &epi,
+            bytes,
+            &[a.buffer(), b.buffer(), c_buf, bias_buf, out.buffer()],
+            grid,
+        )?;
         return Ok(out);
     }
     let ws_bytes = (pl.splits as u64) * (batch * m * n) as u64 * 4;
     let ws = Storage::scratch(dev, op, ws_bytes)?;
-    if v4 {
-        let bufs = [a.buffer(), b.buffer(), a.buffer(), b.buffer(), ws.buffer()];
-        dev.launch(op, &SG8V4_PARTIAL, &dts, &[], bytes, &bufs, grid)?;
-    } else {
-        let partial = if pl.sg8 { &SG8_PARTIAL } else { &TILED_PARTIAL };
-        let bufs = [a.buffer(), b.buffer(), ws.buffer()];
-        dev.launch(op, partial, &dts, &[], bytes, &bufs, grid)?;
-    }
+    let partial = if pl.sg8 { &SG8_PARTIAL } else { &TILED_PARTIAL };
+    dev.launch(
+        op,
+        partial,
+        &dts,
+        &[],
+        bytes,
+        &[a.buffer(), b.buffer(), ws.buffer()],
+        grid,
+    )?;
     let total = (batch * m * n) as u64;
     let mut consts = epi.to_vec();
     consts.push(("WG", REDUCE_WG as f64));
@@ -598,7 +553,6 @@ pub fn gemm_variants() -> Vec<ShaderVariant> {
                         let mut e = epi.to_vec();
                         e.push(("SGS", sgs));
                         v.push(ShaderVariant::new(&SG8, &[dt], &e));
-                        v.push(ShaderVariant::new(&SG8V4, &[dt], &e));
                     }
                     let mut r = epi.to_vec();
                     r.push(("WG", REDUCE_WG as f64));
@@ -609,7 +563,6 @@ pub fn gemm_variants() -> Vec<ShaderVariant> {
         v.push(ShaderVariant::new(&TILED_PARTIAL, &[dt], &[]));
         for sgs in [1.0, 2.0, 4.0] {
             v.push(ShaderVariant::new(&SG8_PARTIAL, &[dt], &[("SGS", sgs)]));
-            v.push(ShaderVariant::new(&SG8V4_PARTIAL, &[dt], &[("SGS", sgs)]));
         }
     }
     v
