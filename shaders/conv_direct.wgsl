@@ -149,9 +149,6 @@ fn store_line(g: u32, ln: Line, r: u32, lo: vec4<f32>, hi: vec4<f32>) {
     }
 }
 
-fn store_cols(g: u32, c: Col, nv: u32, lo: vec4<f32>, hi: vec4<f32>) {
-    store_row8(g, 0u, c, nv, lo, hi);
-}
 
 fn store_line_ws(z: u32, ln: Line, r: u32, lo: vec4<f32>, hi: vec4<f32>) {
     // Column index of the line's first column: (j0 * c_e1 + j1) * c_e2 + j2.
@@ -372,15 +369,15 @@ fn conv_direct_l4(@builtin(workgroup_id) wid: vec3<u32>,
         it = k_next(it);
     }
     {
-        store_cols(g, ln.c[0], ln.nv, acc[0], acc[1]);
+        store_row8(g, 0u, ln.c[0], ln.nv, acc[0], acc[1]);
     }
     if (ln.nl > 1u) {
-        store_cols(g, ln.c[1], ln.nv, acc[2], acc[3]);
+        store_row8(g, 0u, ln.c[1], ln.nv, acc[2], acc[3]);
     }
     if (ln.nl > 2u) {
-        store_cols(g, ln.c[2], ln.nv, acc[4], acc[5]);
+        store_row8(g, 0u, ln.c[2], ln.nv, acc[4], acc[5]);
     }
     if (ln.nl > 3u) {
-        store_cols(g, ln.c[3], ln.nv, acc[6], acc[7]);
+        store_row8(g, 0u, ln.c[3], ln.nv, acc[6], acc[7]);
     }
 }

@@ -338,7 +338,6 @@ pub(crate) fn run(
         p.bias_off = t.layout().offset() as u32;
     }
     let (m, ncols, k) = (p.m as usize, p.ncols as usize, p.k as usize);
-    let b_buf = b.buffer();
     // Chromium's CPU WebGPU adapter (SwiftShader) does not finish compiling conv_direct with
     // TRANSPOSED (the strided data gradient): after minutes its GPU process is killed and the
     // device is lost. The tiled kernel, which compiles there in under a second, serves that
@@ -421,7 +420,7 @@ pub(crate) fn run(
             &dts,
             &consts,
             bytes,
-            &[a.buffer(), b_buf, bias_buf, out.buffer()],
+            &[a.buffer(), b.buffer(), bias_buf, out.buffer()],
             grid,
         );
     }
@@ -445,7 +444,7 @@ pub(crate) fn run(
         &dts,
         &pconsts,
         bytes,
-        &[a.buffer(), b_buf, ws.buffer()],
+        &[a.buffer(), b.buffer(), ws.buffer()],
         grid,
     )?;
     let total = (g.groups * m * ncols) as u64;
