@@ -13,8 +13,11 @@
 //! copy on the same byte convention (bytes read + bytes written); `copy_shader` is the same copy
 //! through a compute shader (on CPU adapters a storage load is a per-lane loop, so shaders stay
 //! well below the driver's memcpy). Both run whenever a bandwidth case is selected, and
-//! bandwidth cases then also print `of_copy=` and `of_shader=` (their gbps / copy_bw's and
-//! copy_shader's gbps in the same run).
+//! bandwidth cases then also print `of_copy=` (their gbps / copy_bw's gbps in the same run).
+//!
+//! Paired ratios come from runs alternating with a baseline (see [`Paired`]), so host-speed drift
+//! cancels: `of_shader=` (bandwidth cases: gbps / copy_shader's gbps), `of_peak=` (GEMM cases:
+//! gflops / fma_peak's gflops) and `vs_s1=` (gemm_splitk: the S=1 time / the split time).
 // Native only (blocking device, readback and wall clock): an empty program on wasm32.
 #![cfg_attr(target_arch = "wasm32", no_main)]
 #![cfg(not(target_arch = "wasm32"))]
@@ -81,9 +84,11 @@ fn gemm_case(
     Ok(Box::new(move || gemm(&ta, &tb, &opts).map(drop)))
 }
 
-/// A register-only FMA loop: 6 independent vec4 chains per invocation. On SIMD-per-lane CPU
-/// adapters a vec4 occupies 4 vector registers, so 24 accumulators stay in registers and the
-/// chains are enough to hide FMA latency: the ceiling any kernel here can approach.
+/// A register-only FMA loop: 6 independent vec4 chains per invocation, the loop body unrolled 4
+/// times. On SIMD-per-lane CPU adapters a vec4 occupies 4 vector registers, so 24 accumulators
+/// stay in registers and the chains hide FMA latency; the unrolling matters there because every
+/// iteration also pays for the loop's execution mask (blending each loop-carried value), which
+/// halves the rate of a body of one FMA per chain. The ceiling any kernel here can approach.
 const FMA_WGSL: &str = "
 struct P { iters: u32, pad0: u32, pad1: u32, pad2: u32 }
 @group(0) @binding(0) var<uniform> p: P;
@@ -93,7 +98,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let x = vec4<f32>(f32(gid.x) * 1e-7, 0.999, 0.998, 0.997);
     let y = vec4<f32>(1e-6);
     var a0 = x; var a1 = x + 1.0; var a2 = x + 2.0; var a3 = x + 3.0; var a4 = x + 4.0; var a5 = x + 5.0;
-    for (var i = 0u; i < p.iters; i++) {
+    for (var i = 0u; i < p.iters; i += 4u) {
+        a0 = fma(a0, x, y); a1 = fma(a1, x, y); a2 = fma(a2, x, y);
+        a3 = fma(a3, x, y); a4 = fma(a4, x, y); a5 = fma(a5, x, y);
+        a0 = fma(a0, x, y); a1 = fma(a1, x, y); a2 = fma(a2, x, y);
+        a3 = fma(a3, x, y); a4 = fma(a4, x, y); a5 = fma(a5, x, y);
+        a0 = fma(a0, x, y); a1 = fma(a1, x, y); a2 = fma(a2, x, y);
+        a3 = fma(a3, x, y); a4 = fma(a4, x, y); a5 = fma(a5, x, y);
         a0 = fma(a0, x, y); a1 = fma(a1, x, y); a2 = fma(a2, x, y);
         a3 = fma(a3, x, y); a4 = fma(a4, x, y); a5 = fma(a5, x, y);
     }
@@ -101,7 +112,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     out[gid.x] = s.x + s.y + s.z + s.w;
 }
 ";
-/// vec4 FMAs per loop iteration in FMA_WGSL (6 chains x 4 lanes).
+/// vec4 FMAs per step of `i` in FMA_WGSL (6 chains x 4 lanes; FMA_ITERS is a multiple of 4).
 const FMA_PER_ITER: f64 = 24.0;
 const FMA_INVOCATIONS: u32 = 64 * 256;
 const FMA_ITERS: u32 = 8192;
@@ -541,6 +552,50 @@ fn first_ms_in_fresh_process(name: &str) -> Option<f64> {
     String::from_utf8(out.stdout).ok()?.trim().parse().ok()
 }
 
+/// Ratios reported against a baseline case timed in alternation with the case itself: pair i
+/// runs the baseline, then the case, and contributes baseline_ms / case_ms; the printed value is
+/// the median over the pairs, scaled to the named quantity. On a shared host whose speed drifts
+/// by 2x within minutes, a pair sees the same machine, so these ratios hold where two medians
+/// taken seconds apart do not.
+struct Paired {
+    label: &'static str,
+    baseline: &'static str,
+    /// Multiplies baseline_ms / case_ms (e.g. byte or flop ratios, so the result compares rates).
+    scale: fn(&Case, &Case) -> f64,
+}
+
+fn paired_for(case: &Case) -> Vec<Paired> {
+    let mut v = Vec::new();
+    let copy = case.name == "copy_bw" || case.name == "copy_shader";
+    if case.bytes > 0.0 && !copy {
+        v.push(Paired {
+            label: "of_shader",
+            baseline: "copy_shader",
+            scale: |c, b| c.bytes / b.bytes,
+        });
+    }
+    if case.name.contains("gemm") {
+        v.push(Paired {
+            label: "of_peak",
+            baseline: "fma_peak",
+            scale: |c, b| c.flops / b.flops,
+        });
+    }
+    if case.name == "gemm_splitk" {
+        v.push(Paired {
+            label: "vs_s1",
+            baseline: "gemm_splitk_s1",
+            scale: |_, _| 1.0,
+        });
+    }
+    v
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 struct Row {
     name: &'static str,
     ms: f64,
@@ -548,8 +603,8 @@ struct Row {
     gbps: Option<f64>,
     /// gbps / copy_bw's gbps in the same run (bandwidth cases).
     of_copy: Option<f64>,
-    /// gbps / copy_shader's gbps in the same run (the shader-copy ceiling).
-    of_shader: Option<f64>,
+    /// Paired ratios (see [`Paired`]), in print order.
+    paired: Vec<(&'static str, f64)>,
     first_ms: Option<f64>,
     peer_ms: Option<f64>,
 }
@@ -595,7 +650,9 @@ fn main() -> wgtensor::Result<()> {
     };
     let wants_copy = all.iter().any(|c| c.bytes > 0.0 && selected(c.name));
     let mut rows = Vec::new();
-    for case in all {
+    // Baselines of paired ratios, set up once on first use.
+    let mut baselines: Vec<(&'static str, Run)> = Vec::new();
+    for case in &all {
         let copy_case = case.name == "copy_bw" || case.name == "copy_shader";
         if !(selected(case.name) || copy_case && wants_copy) {
             continue;
@@ -612,11 +669,33 @@ fn main() -> wgtensor::Result<()> {
         // At least 7 timed runs, more for short cases (up to ~2 s of timing).
         let probe = time_once(&dev, &mut run)?;
         let n = ((2000.0 / probe.max(0.1)) as usize).clamp(7, 51);
-        let mut t: Vec<f64> = (0..n)
+        let t: Vec<f64> = (0..n)
             .map(|_| time_once(&dev, &mut run))
             .collect::<wgtensor::Result<_>>()?;
-        t.sort_by(f64::total_cmp);
-        let ms = t[t.len() / 2];
+        let ms = median(t);
+        let mut paired = Vec::new();
+        for pr in paired_for(case) {
+            let Some(bcase) = all.iter().find(|c| c.name == pr.baseline) else {
+                continue;
+            };
+            if !baselines.iter().any(|(nm, _)| *nm == pr.baseline) {
+                let mut b = (bcase.setup)(&dev)?;
+                time_once(&dev, &mut b)?;
+                baselines.push((pr.baseline, b));
+            }
+            let base = &mut baselines
+                .iter_mut()
+                .find(|(nm, _)| *nm == pr.baseline)
+                .expect("just inserted")
+                .1;
+            let mut r = Vec::with_capacity(n);
+            for _ in 0..n {
+                let tb = time_once(&dev, base)?;
+                let tc = time_once(&dev, &mut run)?;
+                r.push(tb / tc);
+            }
+            paired.push((pr.label, median(r) * (pr.scale)(case, bcase)));
+        }
         let gbps = (case.bytes > 0.0).then(|| case.bytes / ms / 1e6);
         let gbps_of = |name: &str| {
             rows.iter()
@@ -624,7 +703,6 @@ fn main() -> wgtensor::Result<()> {
                 .and_then(|r| r.gbps)
         };
         let copy_gbps = gbps_of("copy_bw");
-        let shader_gbps = gbps_of("copy_shader");
         let row = Row {
             name: case.name,
             ms,
@@ -634,10 +712,7 @@ fn main() -> wgtensor::Result<()> {
                 (Some(g), Some(c)) if case.name != "copy_bw" => Some(g / c),
                 _ => None,
             },
-            of_shader: match (gbps, shader_gbps) {
-                (Some(g), Some(c)) if !copy_case => Some(g / c),
-                _ => None,
-            },
+            paired,
             first_ms,
             peer_ms: case.peer_ms,
         };
@@ -651,14 +726,19 @@ fn main() -> wgtensor::Result<()> {
             .iter()
             .map(|r| {
                 let opt = |v: Option<f64>| v.map_or("null".into(), |v| format!("{v:.3}"));
+                let paired: String = r
+                    .paired
+                    .iter()
+                    .map(|(l, v)| format!(",\"{l}\":{v:.3}"))
+                    .collect();
                 format!(
-                    "{{\"case\":\"{}\",\"ms\":{:.3},\"gflops\":{},\"gbps\":{},\"of_copy\":{},\"of_shader\":{},\"first_ms\":{},\"peer_ms\":{}}}",
+                    "{{\"case\":\"{}\",\"ms\":{:.3},\"gflops\":{},\"gbps\":{},\"of_copy\":{}{},\"first_ms\":{},\"peer_ms\":{}}}",
                     r.name,
                     r.ms,
                     opt(r.gflops),
                     opt(r.gbps),
                     opt(r.of_copy),
-                    opt(r.of_shader),
+                    paired,
                     opt(r.first_ms),
                     r.peer_ms.map_or("null".into(), |v| format!("{v}"))
                 )
@@ -680,8 +760,8 @@ fn print_line(r: &Row) {
     if let Some(f) = r.of_copy {
         s += &format!(" of_copy={f:.2}");
     }
-    if let Some(f) = r.of_shader {
-        s += &format!(" of_shader={f:.2}");
+    for (l, v) in &r.paired {
+        s += &format!(" {l}={v:.2}");
     }
     match r.first_ms {
         Some(f) => s += &format!(" first_ms={f:.1}"),
