@@ -17,7 +17,7 @@
 //!
 //! Paired ratios come from runs alternating with a baseline (see [`Paired`]), so host-speed drift
 //! cancels: `of_shader=` (bandwidth cases: gbps / copy_shader's gbps), `of_peak=` (GEMM cases:
-//! gflops / fma_peak's gflops) and `vs_s1=` (gemm_splitk: the S=1 time / the split time).
+//! gflops / fma_peak's gflops) and `vs_s1=` (gemm_splitk*: the S=1 time / the automatic plan's).
 // Native only (blocking device, readback and wall clock): an empty program on wasm32.
 #![cfg_attr(target_arch = "wasm32", no_main)]
 #![cfg(not(target_arch = "wasm32"))]
@@ -389,6 +389,24 @@ fn cases() -> Vec<Case> {
             needs_f16: false,
             setup: Box::new(|d| gemm_case(d, &[64, 8192], &[8192, 64], DType::F32, Some(1))),
         },
+        // One output tile of the subgroup kernel: fewer tiles than cores, where split-k pays on
+        // a CPU adapter too (gemm_splitk's two tiles already cover two cores).
+        Case {
+            name: "gemm_splitk_1tile",
+            flops: g(32.0, 32.0, 8192.0, 1.0),
+            bytes: 0.0,
+            peer_ms: None,
+            needs_f16: false,
+            setup: Box::new(|d| gemm_case(d, &[32, 8192], &[8192, 32], DType::F32, None)),
+        },
+        Case {
+            name: "gemm_splitk_1tile_s1",
+            flops: g(32.0, 32.0, 8192.0, 1.0),
+            bytes: 0.0,
+            peer_ms: None,
+            needs_f16: false,
+            setup: Box::new(|d| gemm_case(d, &[32, 8192], &[8192, 32], DType::F32, Some(1))),
+        },
         Case {
             name: "gemm_1024_f16",
             flops: g(1024.0, 1024.0, 1024.0, 1.0),
@@ -581,10 +599,15 @@ fn paired_for(case: &Case) -> Vec<Paired> {
             scale: |c, b| c.flops / b.flops,
         });
     }
-    if case.name == "gemm_splitk" {
+    let s1 = match case.name {
+        "gemm_splitk" => Some("gemm_splitk_s1"),
+        "gemm_splitk_1tile" => Some("gemm_splitk_1tile_s1"),
+        _ => None,
+    };
+    if let Some(baseline) = s1 {
         v.push(Paired {
             label: "vs_s1",
-            baseline: "gemm_splitk_s1",
+            baseline,
             scale: |_, _| 1.0,
         });
     }
