@@ -76,9 +76,9 @@ struct Params {
 @group(0) @binding(15) var<storage, read_write> dbeta: array<T>;
 
 // Values per group: 4 (vec4 loads) or 1.
-override VEC: u32 = 4u;
+override VEC: u32;
 // Lanes per workgroup of the data passes (8 on CPU adapters: one SIMD register).
-override WG: u32 = 64u;
+override WG: u32;
 // Activation code of lib/activation.wgsl, applied by the inference pass.
 override ACT: u32 = 0u;
 // Invocations per workgroup of the per-channel finalize passes.

@@ -17,7 +17,7 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> c: array<T>;
 
 override OP: u32 = 0u;
-override WG: u32 = 256u;
+override WG: u32;
 // Both inputs packed row-major with the output's shape: no coordinate decode.
 override CONTIG: bool = false;
 

@@ -9,9 +9,9 @@
 // workgroups; grid z is the split-k slice.
 // Needs lib/activation.wgsl and lib/conv_common.wgsl.
 
-override WG: u32 = 64u;
+override WG: u32;
 // Rows per invocation: 1, 2, 4 or 8.
-override DR: u32 = 1u;
+override DR: u32;
 
 struct Line {
     ok: bool,

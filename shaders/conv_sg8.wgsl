@@ -8,8 +8,8 @@
 // Needs lib/activation.wgsl and lib/conv_common.wgsl.
 
 // Row blocks of 8 per subgroup (1, 2 or 4) and subgroups per workgroup.
-override RT: u32 = 4u;
-override SGS: u32 = 2u;
+override RT: u32;
+override SGS: u32;
 
 fn tile_sg8(g: u32, row0: u32, col0: u32, lane: u32, kr: vec2<u32>) -> array<vec4<f32>, 32> {
     let ra0 = a_row(g, row0 + lane);

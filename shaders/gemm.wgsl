@@ -60,7 +60,7 @@ fn gemm_tiled_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invo
     store_row4_ws(wid.z, r0 + 3u, c0, acc[3]);
 }
 
-override WG: u32 = 256u;
+override WG: u32;
 
 // out[i] = epilogue(sum over s = 0, 1, ..., splits-1 of ws[s, i]): a fixed order, so the same
 // inputs give bitwise-identical results on every run. One invocation per output element.

@@ -10,7 +10,7 @@
 // Needs lib/activation.wgsl and lib/gemm_common.wgsl.
 
 // Subgroups per workgroup.
-override SGS: u32 = 4u;
+override SGS: u32;
 
 fn tile_sg8(bs: Bases, row0: u32, col0: u32, lane: u32, kr: vec2<u32>) -> array<vec4<f32>, 32> {
     let lr = p.m - 1u;

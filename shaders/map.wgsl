@@ -18,7 +18,7 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> y: array<U>;
 
 override OP: u32 = 0u;
-override WG: u32 = 256u;
+override WG: u32;
 // Input is packed row-major from `offset`: skip the coordinate decode.
 override CONTIG: bool = false;
 

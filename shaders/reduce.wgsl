@@ -23,7 +23,7 @@ struct Params {
 
 // 0 sum (mean = sum / divisor, as PyTorch divides), 1 max, 2 min.
 override OP: u32 = 0u;
-override WG: u32 = 256u;
+override WG: u32;
 
 var<workgroup> partial: array<f32, WG>;
 

@@ -2,7 +2,7 @@
 // gates of that unit accumulated in one vec4. Also the state-block copy used for h0/c0 and
 // h_n/c_n. Needs lib/activation.wgsl and lib/rnn_common.wgsl.
 
-override WG: u32 = 64u;
+override WG: u32;
 
 fn recurrent_dot(b: u32, j: u32, ngates: u32) -> vec4<f32> {
     let h = p.hidden;

@@ -2,7 +2,7 @@
 // the G*H columns of dA_{t+1} for the recurrent gradient. Needs lib/activation.wgsl and
 // lib/rnn_backward_common.wgsl.
 
-override WG: u32 = 64u;
+override WG: u32;
 
 // dA_h_{t+1} W_hh for row b, unit j.
 fn recurrent_grad(b: u32, j: u32) -> f32 {

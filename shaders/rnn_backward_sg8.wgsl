@@ -6,7 +6,7 @@
 // rows x 8 hidden units; a workgroup stacks SGS subgroups along the batch.
 // Needs lib/activation.wgsl and lib/rnn_backward_common.wgsl.
 
-override SGS: u32 = 4u;
+override SGS: u32;
 
 fn recurrent_sg8(row0: u32, j: u32, lane: u32) -> array<f32, 32> {
     let h = p.hidden;

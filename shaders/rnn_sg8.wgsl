@@ -7,7 +7,7 @@
 // Accumulators are indexed with constants only, so they stay in registers.
 // Needs lib/activation.wgsl and lib/rnn_common.wgsl.
 
-override SGS: u32 = 4u;
+override SGS: u32;
 
 fn step_sg8(row0: u32, j: u32, lane: u32, ngates: u32) -> array<vec4<f32>, 32> {
     let h = p.hidden;

@@ -1,5 +1,10 @@
 //! Kernel descriptions and the pipeline cache. A pipeline is keyed by (kernel, entry, dtypes,
 //! override constants) and never by a tensor shape, so changing shapes compiles nothing new.
+//!
+//! Overrides the dispatch grid depends on (workgroup sizes `WG`, subgroups per workgroup `SGS`,
+//! row blocks `RT` / `DR`, `VEC`) have no default in the shaders: a launch that forgets one
+//! fails pipeline creation instead of silently running the default tile against a grid
+//! planned for another (GEMM once launched SGS = 4 workgroups on a grid planned for 2).
 
 use std::collections::HashMap;
 use std::sync::Arc;
