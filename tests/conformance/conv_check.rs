@@ -3,7 +3,7 @@
 //! kernel plan of each direction, the error model and the checks of every op against the f64
 //! loops of tests/common/conv_ref.rs.
 //!
-//! Kernel families (`ops::conv::plan` on each direction's GEMM view): groups with fewer than 8
+//! Kernel families (`ops::conv::conv2d_plan` of each direction): groups with fewer than 8
 //! rows (the GEMM's M) run `Direct` (`DirectLines` for single-row groups whose kernel rows step
 //! one source line) on every device; larger groups run `Sg8` (8-lane subgroups, the default
 //! device on lavapipe) or the portable `Tiled` (the device without subgroups).
@@ -19,7 +19,7 @@
 //! product and partial sum, in any order and split, is an integer below 2^24): tolerance 0.
 
 use proptest::prelude::*;
-use wgtensor::ops::conv::{plan, ConvPlan, ConvVariant};
+use wgtensor::ops::conv::{conv2d_plan, ConvDirection, ConvPlan};
 use wgtensor::ops::{
     conv1d, conv1d_backward_input, conv1d_backward_weight, conv2d, conv2d_backward_input,
     conv2d_backward_weight, conv_backward_bias, conv_transpose1d, conv_transpose2d, Activation,
@@ -307,28 +307,22 @@ fn layouts(p: &Problem) -> [Layout; 4] {
 // Kernel plans
 // ---------------------------------------------------------------------------------------------
 
-/// The launch's plan for direction `dir` of `g` on `dev` (`ops::conv::plan` on the GEMM view),
-/// with the upgrade that `launch::run` makes on top of it: an unsplit `Direct` launch with one
-/// row per group whose kernel rows and columns step one source line and column (forward:
-/// stride == dilation both ways; weight gradient: the same with the kernel rows as lines) and
-/// at least 4 lines runs `DirectLines`.
+/// The launch's plan for direction `dir` of `g` on `dev`, as the library reports it
+/// (`ops::conv::conv2d_plan`, which `launch::run` itself uses).
 pub fn expected_plan(dev: &Device, g: &ConvGeom, dir: Dir) -> ConvPlan {
-    let (m, ncols, k) = g.gemm_dims(dir);
-    let mut pl = plan(dev, m, ncols, k, g.groups);
-    let lines = match dir {
-        Dir::Forward => g.oh(),
-        Dir::Weight => g.kh,
-        Dir::Data => 0, // its k step moves the source by -dilation: never one line
+    let d = match dir {
+        Dir::Forward => ConvDirection::Forward,
+        Dir::Data => ConvDirection::Data,
+        Dir::Weight => ConvDirection::Weight,
     };
-    if pl.variant == ConvVariant::Direct
-        && pl.splits == 1
-        && m == 1
-        && g.stride == g.dil
-        && lines >= 4
-    {
-        pl.variant = ConvVariant::DirectLines;
-    }
-    pl
+    conv2d_plan(
+        dev,
+        d,
+        [g.n, g.c, g.h, g.w],
+        [g.o, g.c / g.groups, g.kh, g.kw],
+        &options(g),
+    )
+    .unwrap_or_else(|e| panic!("conv2d_plan of {g:?}: {e}"))
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -133,9 +133,9 @@ pub(crate) struct ConvParams {
     scale: f32,
 }
 
-/// Which gradient (or the forward) a launch computes.
+/// Which gradient (or the forward) a convolution launch computes: see [`conv2d_plan`](super::conv2d_plan).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Direction {
+pub enum Direction {
     Forward,
     /// dx from dy and the weight (also the transposed convolution).
     Data,
@@ -314,6 +314,39 @@ fn plan_with(
     pl
 }
 
+/// The plan a launch uses for the GEMM view `p`: [`plan`], except on SwiftShader's strided data
+/// gradient, then the `DirectLines` upgrade for an unsplit `Direct` launch with one row per
+/// group whose kernel rows and columns step one source line and column (forward and weight
+/// gradient with stride == dilation) over at least 4 lines.
+fn plan_params(dev: &Device, p: &ConvParams, transposed: bool, groups: usize) -> ConvPlan {
+    let (m, ncols, k) = (p.m as usize, p.ncols as usize, p.k as usize);
+    // Chromium's CPU WebGPU adapter (SwiftShader) does not finish compiling conv_direct with
+    // TRANSPOSED (the strided data gradient): after minutes its GPU process is killed and the
+    // device is lost. The tiled kernel, which compiles there in under a second, serves that
+    // case in the browser.
+    let info = dev.adapter_info();
+    let swiftshader =
+        info.backend == wgpu::Backend::BrowserWebGpu && info.device_type == wgpu::DeviceType::Cpu;
+    let mut pl = plan_with(dev, !(transposed && swiftshader), m, ncols, k, groups);
+    if pl.variant == ConvVariant::Direct
+        && pl.splits == 1
+        && m == 1
+        && !transposed
+        && p.b_k1 == p.b_c1
+        && p.b_k2 == p.b_c2
+        && p.c_e1 >= 4
+    {
+        pl.variant = ConvVariant::DirectLines;
+    }
+    pl
+}
+
+/// The plan a launch of direction `dir` on `g` uses.
+pub(crate) fn launch_plan(dev: &Device, g: &Geom, dir: Direction) -> ConvPlan {
+    let (p, transposed) = ConvParams::new(g, dir);
+    plan_params(dev, &p, transposed, g.groups)
+}
+
 /// Records `dir` on geometry `g`: `a` and `b` are the GEMM operands in the roles of
 /// [`ConvParams::new`], `out` the contiguous result. `bias` ([o] or [c] per output channel)
 /// and `act` are fused into the store.
@@ -338,24 +371,7 @@ pub(crate) fn run(
         p.bias_off = t.layout().offset() as u32;
     }
     let (m, ncols, k) = (p.m as usize, p.ncols as usize, p.k as usize);
-    // Chromium's CPU WebGPU adapter (SwiftShader) does not finish compiling conv_direct with
-    // TRANSPOSED (the strided data gradient): after minutes its GPU process is killed and the
-    // device is lost. The tiled kernel, which compiles there in under a second, serves that
-    // case in the browser.
-    let info = dev.adapter_info();
-    let swiftshader =
-        info.backend == wgpu::Backend::BrowserWebGpu && info.device_type == wgpu::DeviceType::Cpu;
-    let mut pl = plan_with(dev, !(transposed && swiftshader), m, ncols, k, g.groups);
-    if pl.variant == ConvVariant::Direct
-        && pl.splits == 1
-        && m == 1
-        && !transposed
-        && p.b_k1 == p.b_c1
-        && p.b_k2 == p.b_c2
-        && p.c_e1 >= 4
-    {
-        pl.variant = ConvVariant::DirectLines;
-    }
+    let pl = plan_params(dev, &p, transposed, g.groups);
     p.splits = pl.splits;
     p.k_chunk = pl.k_chunk;
 

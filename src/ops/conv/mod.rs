@@ -9,10 +9,12 @@ mod launch;
 pub use geom::{
     Conv1dOptions, Conv2dOptions, ConvTranspose1dOptions, ConvTranspose2dOptions, Padding,
 };
-pub use launch::{conv_variants, plan, ConvPlan, ConvVariant};
+pub use launch::{conv_variants, plan, ConvPlan, ConvVariant, Direction as ConvDirection};
 
 use geom::{as_4d, dims4, Geom};
 use launch::Direction;
+
+use crate::Device;
 
 use crate::ops::gemm::Activation;
 use crate::{DType, Error, Result, Tensor};
@@ -37,6 +39,22 @@ fn check_bias(op: &'static str, x: &Tensor, bias: Option<&Tensor>, channels: usi
         }
     }
     Ok(())
+}
+
+/// The plan (kernel variant, row block, split) that `conv2d` ([`ConvDirection::Forward`]),
+/// `conv2d_backward_input` (`Data`, with dy of the forward's output size) or
+/// `conv2d_backward_weight` (`Weight`) launches for input `[n, c, h, w]` and weight
+/// `[o, c / groups, kh, kw]` with `options` on `dev`. It validates like the ops; the 1-D ops
+/// use the same plan with h = kh = 1.
+pub fn conv2d_plan(
+    dev: &Device,
+    dir: ConvDirection,
+    input: [usize; 4],
+    weight: [usize; 4],
+    options: &Conv2dOptions,
+) -> Result<ConvPlan> {
+    let g = Geom::new("conv2d_plan", input, weight, options)?;
+    Ok(launch::launch_plan(dev, &g, dir))
 }
 
 fn no_activation(op: &'static str, act: Activation) -> Result<()> {
