@@ -1,7 +1,7 @@
 //! Convolution runtime behaviour, on private devices so that the dispatch and pool counters see
 //! only this test's work: a grouped or depthwise convolution is one launch whatever the group
 //! count (all groups in one grid), split-k records exactly two dispatches (partial GEMMs and the
-//! fixed-order reduction) where `ops::conv::plan` says it splits, and the split-k workspace
+//! fixed-order reduction) where `ops::conv::conv2d_plan` says it splits, and the split-k workspace
 //! comes from the pool and is reused (no pool growth over repeated calls after a warm-up).
 // Native only (blocking device and readback); tests/browser/ is the wasm32 suite.
 #![cfg(not(target_arch = "wasm32"))]
@@ -10,10 +10,9 @@
 mod common;
 
 use common::conv_ref::{ConvGeom, Dir};
-use wgtensor::ops::conv::{plan, ConvPlan};
 use wgtensor::ops::{
     conv2d, conv2d_backward_input, conv2d_backward_weight, conv_transpose2d, Activation,
-    Conv2dOptions, ConvTranspose2dOptions, Padding,
+    Conv2dOptions, ConvTranspose2dOptions,
 };
 use wgtensor::{Device, DeviceOptions, Tensor};
 
@@ -41,25 +40,9 @@ fn upload(dev: &Device, shape: &[usize], seed: u32) -> Tensor {
     Tensor::from_slice(dev, &values(n, seed), shape).expect("upload")
 }
 
-fn options(g: &ConvGeom) -> Conv2dOptions {
-    Conv2dOptions {
-        stride: g.stride,
-        padding: Padding {
-            top: g.pad[0],
-            bottom: g.pad[1],
-            left: g.pad[2],
-            right: g.pad[3],
-        },
-        dilation: g.dil,
-        groups: g.groups,
-        ..Default::default()
-    }
-}
+use common::conv_options as options;
 
-fn plan_of(dev: &Device, g: &ConvGeom, dir: Dir) -> ConvPlan {
-    let (m, ncols, k) = g.gemm_dims(dir);
-    plan(dev, m, ncols, k, g.groups)
-}
+use common::conv_plan as plan_of;
 
 /// The operands of `g`, uploaded once.
 struct Operands {

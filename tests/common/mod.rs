@@ -238,3 +238,41 @@ pub fn host_view(data: &[f64], parent: &[usize], ops: &[ViewOp]) -> (Vec<f64>, V
     }
     cur
 }
+
+/// The `Conv2dOptions` of a reference convolution problem.
+pub fn conv_options(g: &conv_ref::ConvGeom) -> wgtensor::ops::Conv2dOptions {
+    wgtensor::ops::Conv2dOptions {
+        stride: g.stride,
+        padding: wgtensor::ops::Padding {
+            top: g.pad[0],
+            bottom: g.pad[1],
+            left: g.pad[2],
+            right: g.pad[3],
+        },
+        dilation: g.dil,
+        groups: g.groups,
+        ..Default::default()
+    }
+}
+
+/// The plan the library launches for direction `dir` of `g` (`ops::conv::conv2d_plan`).
+pub fn conv_plan(
+    dev: &Device,
+    g: &conv_ref::ConvGeom,
+    dir: conv_ref::Dir,
+) -> wgtensor::ops::conv::ConvPlan {
+    use wgtensor::ops::conv::ConvDirection;
+    let d = match dir {
+        conv_ref::Dir::Forward => ConvDirection::Forward,
+        conv_ref::Dir::Data => ConvDirection::Data,
+        conv_ref::Dir::Weight => ConvDirection::Weight,
+    };
+    wgtensor::ops::conv::conv2d_plan(
+        dev,
+        d,
+        [g.n, g.c, g.h, g.w],
+        [g.o, g.c / g.groups, g.kh, g.kw],
+        &conv_options(g),
+    )
+    .unwrap_or_else(|e| panic!("conv2d_plan of {g:?}: {e}"))
+}

@@ -19,11 +19,10 @@
 //! product and partial sum, in any order and split, is an integer below 2^24): tolerance 0.
 
 use proptest::prelude::*;
-use wgtensor::ops::conv::{conv2d_plan, ConvDirection, ConvPlan};
 use wgtensor::ops::{
     conv1d, conv1d_backward_input, conv1d_backward_weight, conv2d, conv2d_backward_input,
     conv2d_backward_weight, conv_backward_bias, conv_transpose1d, conv_transpose2d, Activation,
-    Conv1dOptions, Conv2dOptions, ConvTranspose1dOptions, ConvTranspose2dOptions, Padding, UnaryOp,
+    Conv1dOptions, Conv2dOptions, ConvTranspose1dOptions, ConvTranspose2dOptions, UnaryOp,
 };
 use wgtensor::{DType, Device, Tensor};
 
@@ -196,20 +195,7 @@ pub fn data(len: usize, int: bool, rng: &mut Rng) -> Vec<f64> {
         .collect()
 }
 
-pub fn options(g: &ConvGeom) -> Conv2dOptions {
-    Conv2dOptions {
-        stride: g.stride,
-        padding: Padding {
-            top: g.pad[0],
-            bottom: g.pad[1],
-            left: g.pad[2],
-            right: g.pad[3],
-        },
-        dilation: g.dil,
-        groups: g.groups,
-        ..Default::default()
-    }
-}
+pub use crate::common::conv_options as options;
 
 /// Rounds reference inputs to `dtype` (the kernels see exactly those values).
 pub fn rounded(dtype: DType, v: Vec<f64>) -> Vec<f64> {
@@ -307,23 +293,7 @@ fn layouts(p: &Problem) -> [Layout; 4] {
 // Kernel plans
 // ---------------------------------------------------------------------------------------------
 
-/// The launch's plan for direction `dir` of `g` on `dev`, as the library reports it
-/// (`ops::conv::conv2d_plan`, which `launch::run` itself uses).
-pub fn expected_plan(dev: &Device, g: &ConvGeom, dir: Dir) -> ConvPlan {
-    let d = match dir {
-        Dir::Forward => ConvDirection::Forward,
-        Dir::Data => ConvDirection::Data,
-        Dir::Weight => ConvDirection::Weight,
-    };
-    conv2d_plan(
-        dev,
-        d,
-        [g.n, g.c, g.h, g.w],
-        [g.o, g.c / g.groups, g.kh, g.kw],
-        &options(g),
-    )
-    .unwrap_or_else(|e| panic!("conv2d_plan of {g:?}: {e}"))
-}
+pub use crate::common::conv_plan as expected_plan;
 
 // ---------------------------------------------------------------------------------------------
 // Tolerances
