@@ -579,7 +579,7 @@ impl Device {
     /// wasm: submits the parked batches in order, awaiting the oldest outstanding submission
     /// whenever the in-flight cap is reached. This is where the cap is enforced on wasm.
     #[cfg(target_arch = "wasm32")]
-    async fn submit_parked(&self, op: &'static str) -> Result<()> {
+    pub(super) async fn submit_parked(&self, op: &'static str) -> Result<()> {
         loop {
             let finished = {
                 let mut st = self.lock_state();
@@ -650,155 +650,6 @@ impl Device {
             self.check(op)
         }
     }
-
-    /// Copies `bytes` bytes at `offset` of `src` to the host. Native: blocks.
-    #[cfg(not(target_arch = "wasm32"))]
-    pub(crate) fn read_bytes(
-        &self,
-        op: &'static str,
-        src: &wgpu::Buffer,
-        offset: u64,
-        bytes: u64,
-    ) -> Result<Vec<u8>> {
-        let (staging, padded, mut rx) = self.start_readback(op, src, offset, bytes)?;
-        // The copy was submitted before map_async, so once the newest submission is done the
-        // map callback fires on the next poll, whichever thread runs it. Another thread may
-        // already have waited for our submission, so do not rely on our own in-flight queue.
-        // A concurrent poll may also have collected our callback and be about to run it after
-        // ours returned empty-handed: keep polling (briefly yielding) until it has run.
-        let mut status = None;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        for attempt in 0.. {
-            self.inner
-                .device
-                .poll(wgpu::PollType::wait_indefinitely())
-                .map_err(|e| poll_error(op, e))?;
-            match rx.try_recv() {
-                Ok(Some(s)) => {
-                    status = Some(s);
-                    break;
-                }
-                // The callback was dropped without running: it never will.
-                Err(_) => break,
-                Ok(None) if attempt >= 2 && std::time::Instant::now() >= deadline => break,
-                Ok(None) if attempt >= 2 => std::thread::yield_now(),
-                Ok(None) => {}
-            }
-        }
-        self.lock_state().submitter.prune(&self.inner.device);
-        self.finish_readback(op, staging, padded, bytes, status)
-    }
-
-    /// Async readback (the wasm path; also works natively).
-    pub(crate) async fn read_bytes_async(
-        &self,
-        op: &'static str,
-        src: &wgpu::Buffer,
-        offset: u64,
-        bytes: u64,
-    ) -> Result<Vec<u8>> {
-        #[cfg(not(target_arch = "wasm32"))]
-        {
-            self.read_bytes(op, src, offset, bytes)
-        }
-        #[cfg(target_arch = "wasm32")]
-        {
-            let (staging, padded) = self.record_readback(op, src, offset, bytes)?;
-            // The copy must be submitted before its staging buffer is mapped.
-            if let Err(e) = self.submit_parked(op).await {
-                self.release_buffer(staging);
-                return Err(e);
-            }
-            let rx = map_staging(&staging, padded);
-            let status = rx.await.ok();
-            self.lock_state().submitter.prune(&self.inner.device);
-            self.finish_readback(op, staging, padded, bytes, status)
-        }
-    }
-
-    #[cfg(not(target_arch = "wasm32"))]
-    #[allow(clippy::type_complexity)]
-    fn start_readback(
-        &self,
-        op: &'static str,
-        src: &wgpu::Buffer,
-        offset: u64,
-        bytes: u64,
-    ) -> Result<(wgpu::Buffer, u64, MapReceiver)> {
-        let (staging, padded) = self.record_readback(op, src, offset, bytes)?;
-        let rx = map_staging(&staging, padded);
-        Ok((staging, padded, rx))
-    }
-
-    /// Copies the bytes to a fresh staging buffer and submits the batch (returns the staging
-    /// buffer and the padded byte count).
-    fn record_readback(
-        &self,
-        op: &'static str,
-        src: &wgpu::Buffer,
-        offset: u64,
-        bytes: u64,
-    ) -> Result<(wgpu::Buffer, u64)> {
-        let padded = bytes.div_ceil(4) * 4;
-        let staging = self.alloc_buffer(op, padded, READBACK_USAGE)?;
-        self.record_copy(src, offset, &staging, padded);
-        if let Err(e) = self.flush(op) {
-            self.release_buffer(staging);
-            return Err(e);
-        }
-        Ok((staging, padded))
-    }
-
-    fn finish_readback(
-        &self,
-        op: &'static str,
-        staging: wgpu::Buffer,
-        padded: u64,
-        bytes: u64,
-        status: Option<std::result::Result<(), wgpu::BufferAsyncError>>,
-    ) -> Result<Vec<u8>> {
-        self.check(op)?;
-        let result = match status {
-            Some(Ok(())) => {
-                let out = match staging.get_mapped_range(0..padded) {
-                    Ok(view) => Ok(view[..bytes as usize].to_vec()),
-                    Err(e) => Err(Error::Readback {
-                        op,
-                        msg: e.to_string(),
-                    }),
-                };
-                staging.unmap();
-                out
-            }
-            Some(Err(e)) => Err(Error::Readback {
-                op,
-                msg: e.to_string(),
-            }),
-            None => {
-                // Its map request may still be pending: never hand it out again.
-                self.lock_state().pool.forget(&staging);
-                staging.destroy();
-                return Err(Error::Readback {
-                    op,
-                    msg: "the map callback never ran".into(),
-                });
-            }
-        };
-        self.release_buffer(staging);
-        result
-    }
-}
-
-type MapReceiver =
-    futures::channel::oneshot::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>;
-
-/// Requests the map of a staging buffer whose copy has been submitted.
-fn map_staging(staging: &wgpu::Buffer, padded: u64) -> MapReceiver {
-    let (tx, rx) = futures::channel::oneshot::channel();
-    staging.map_async(wgpu::MapMode::Read, 0..padded, move |r| {
-        let _ = tx.send(r);
-    });
-    rx
 }
 
 pub(crate) const PARAMS_USAGE: wgpu::BufferUsages =
@@ -826,7 +677,7 @@ pub(crate) fn map_wgpu_error(op: &'static str, e: wgpu::Error) -> Error {
     }
 }
 
-fn poll_error(op: &'static str, e: wgpu::PollError) -> Error {
+pub(super) fn poll_error(op: &'static str, e: wgpu::PollError) -> Error {
     match e {
         wgpu::PollError::Timeout => Error::Readback {
             op,

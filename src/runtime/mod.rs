@@ -5,6 +5,7 @@ mod batch;
 pub(crate) mod device;
 pub(crate) mod pipeline;
 pub(crate) mod pool;
+mod readback;
 mod storage;
 mod submitter;
 
