@@ -582,6 +582,14 @@ pub(crate) async fn check_gemm(
         bias_vals.as_ref().map(|(side, v)| (*side, &v[..])),
         p.act,
     );
+    // f16 holds nothing beyond 65504. Random-sign sums stay far below it (see `dists`), but
+    // when both operands are broadcast along K the K products add up coherently and the exact
+    // result can leave f16's range: the kernel's inf is then right and no comparison applies.
+    if dtype == DType::F16 && r.out.iter().any(|v| v.abs() > 65504.0) {
+        return Err(TestCaseError::reject(
+            "the exact result is outside f16's range",
+        ));
+    }
     let got = if p.into {
         let c = p.c.as_ref().expect("gemm_into has a target");
         let parent = common::upload(dev, &c.data, &c.parent, dtype);
