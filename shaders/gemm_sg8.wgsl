@@ -1,10 +1,13 @@
 // GEMM for adapters whose subgroups are exactly 8 lanes wide (CPU adapters such as lavapipe on
-// AVX2: one subgroup = one SIMD register). There every storage load inside a loop is an 8-lane
-// gather, so loads per FMA decide the speed. Each lane loads a *different* row of A (4 gathers
-// fetch 32 rows) and the rows reach all lanes through subgroupBroadcast (a register shuffle);
-// each lane owns 4 columns of B (4 gathers). Per k: 6 gathers feed 64 FMAs per lane.
+// AVX2: one subgroup = one SIMD register). There every storage load is a per-lane loop (about
+// 38 cycles per 8 lanes), so loads per FMA matter. Each lane loads a *different* row of A (4
+// gathers fetch 32 rows) and the rows reach all lanes through subgroupBroadcast (a register
+// shuffle); each lane owns 4 columns of B (4 gathers). Per k: 8 gathers feed 128 FMAs per lane.
+// The 128 accumulators spill, and lavapipe blends each with the loop's execution mask every
+// iteration: about 1900 x86 instructions per k, 40% of them the gathers (measured; wider tiles,
+// vec4 loads and k-unrolling all measured no faster, see the notes of issue 3).
 // A subgroup computes a 32x32 tile; a workgroup stacks SGS subgroups into a (32*SGS)x32 tile
-// (SGS follows M so small-M problems do not compute idle rows).
+// (the plan sets SGS = 1: on lavapipe more subgroups per workgroup gained nothing).
 // Grid x walks down the rows so consecutive workgroups reuse the same B panel from cache.
 // Accumulators are only ever indexed with constants so they stay in registers.
 // Needs lib/activation.wgsl and lib/gemm_common.wgsl.

@@ -144,7 +144,8 @@ struct GemmParams {
 pub struct GemmPlan {
     /// The 8-lane subgroup kernel (CPU adapters) instead of the portable register tile.
     pub sg8: bool,
-    /// sg8 only: subgroups per workgroup (1, 2 or 4); a workgroup covers 32 * sgs rows.
+    /// sg8 only: subgroups per workgroup (1 on every adapter so far); a workgroup covers
+    /// 32 * sgs rows.
     pub sgs: u32,
     pub splits: u32,
     pub k_chunk: u32,
@@ -180,10 +181,11 @@ pub fn plan(
     split_k: Option<u32>,
 ) -> GemmPlan {
     let sg8 = has_sg8(dev);
-    // At most 4: with 8 or more subgroups (64+ invocations, each holding 1 KiB of private
-    // accumulator arrays) lavapipe returned wrong tiles, most likely past its per-workgroup
-    // scratch budget.
-    let sgs = m.div_ceil(32).next_power_of_two().min(4) as u32;
+    // One subgroup per workgroup. On lavapipe 1, 2 and 4 subgroups per workgroup ran alike
+    // (gemm_1024, bgemm and [64 x 8192] x [8192 x 64], paired against the FMA ceiling), and a
+    // single value keeps one pipeline per epilogue (a cold compile of this kernel takes about
+    // 2 s) and leaves no idle rows when M is small. (8 or more subgroups returned wrong tiles.)
+    let sgs = 1;
     let tm = if sg8 { 32 * sgs as usize } else { 32 };
     let tiles = m.div_ceil(tm) * n.div_ceil(32) * batch;
     let max_z = dev.limits().max_compute_workgroups_per_dimension as usize;
@@ -557,11 +559,9 @@ pub fn gemm_variants() -> Vec<ShaderVariant> {
                         ("ACT", act as f64),
                     ];
                     v.push(ShaderVariant::new(&TILED, &[dt], &epi));
-                    for sgs in [1.0, 2.0, 4.0] {
-                        let mut e = epi.to_vec();
-                        e.push(("SGS", sgs));
-                        v.push(ShaderVariant::new(&SG8, &[dt], &e));
-                    }
+                    let mut e = epi.to_vec();
+                    e.push(("SGS", 1.0));
+                    v.push(ShaderVariant::new(&SG8, &[dt], &e));
                     let mut r = epi.to_vec();
                     r.push(("WG", REDUCE_WG as f64));
                     v.push(ShaderVariant::new(&SPLITK_REDUCE, &[dt], &r));
@@ -569,9 +569,7 @@ pub fn gemm_variants() -> Vec<ShaderVariant> {
             }
         }
         v.push(ShaderVariant::new(&TILED_PARTIAL, &[dt], &[]));
-        for sgs in [1.0, 2.0, 4.0] {
-            v.push(ShaderVariant::new(&SG8_PARTIAL, &[dt], &[("SGS", sgs)]));
-        }
+        v.push(ShaderVariant::new(&SG8_PARTIAL, &[dt], &[("SGS", 1.0)]));
     }
     v
 }
