@@ -169,6 +169,13 @@ pub(crate) fn has_sg8(dev: &Device) -> bool {
         && info.subgroup_max_size == 8
 }
 
+/// Host threads, at least 2 (4 where the platform cannot tell, e.g. wasm32): read once, since
+/// `available_parallelism` may read cgroup files and `plan` runs on every call.
+fn cpu_threads() -> usize {
+    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(4, |n| n.get().max(2)))
+}
+
 /// Picks the kernel and split factor. Split-k pays when the output tiles are too few to keep
 /// the device busy and each tile has a long K loop (weight-gradient shapes such as
 /// [64 x 8192] x [8192 x 64] on a GPU); slices keep at least 256 steps of K.
@@ -195,7 +202,7 @@ pub fn plan(
     // took 1.06, 1.08, 1.09 and 1.18x the unsplit time. At least 2, so that a single tile with
     // a long K still splits on a one-core host.
     let target = if dev.adapter_info().device_type == wgpu::DeviceType::Cpu {
-        std::thread::available_parallelism().map_or(4, |n| n.get().max(2))
+        cpu_threads()
     } else {
         512
     };
