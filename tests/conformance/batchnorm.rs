@@ -900,6 +900,15 @@ pub(crate) async fn check_backward(p: &BackwardProblem) -> Result<(), TestCaseEr
     let g = values(&p.gamma);
     let (dys, xs, mean) = (p.dy.values(), p.x.values(), p.mean.values());
     let r = reference::batch_norm_backward(&dys, &xs, shape, &mean, &p.invstd, g.as_deref());
+    // The magnitudes above keep random-sign sums far below f16's 65504, but a broadcast dy (one
+    // value everywhere) with x off the given mean sums coherently, and the exact result can leave
+    // f16's range: the kernel's inf is then right and no comparison applies.
+    let beyond_f16 = |v: &[f64]| v.iter().any(|x| x.abs() > 65504.0);
+    if dt == DType::F16 && (beyond_f16(&r.dbeta) || beyond_f16(&r.dgamma) || beyond_f16(&r.dx)) {
+        return Err(TestCaseError::reject(
+            "the exact result is outside f16's range",
+        ));
+    }
     let (e1, e_dg, e_dx) = backward_bounds(p, &r, chain(dev, shape, &[&xt, &dyt]));
     let got = fetch_async("dbeta", &dbeta, &[c]).await?;
     compare("dbeta", &[c], &got, &r.dbeta, |ch| {
