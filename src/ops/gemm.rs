@@ -169,6 +169,12 @@ pub(crate) fn has_sg8(dev: &Device) -> bool {
         && info.subgroup_max_size == 8
 }
 
+/// Subgroups per workgroup of the sg8 kernels, for every shape. On lavapipe 1, 2 and 4 ran
+/// alike (gemm_1024, bgemm and [64 x 8192] x [8192 x 64], paired against the FMA ceiling), and
+/// a single value keeps one pipeline per epilogue (a cold compile of this kernel takes about
+/// 2 s) and leaves no idle rows when M is small. (8 or more subgroups returned wrong tiles.)
+const SG8_SGS: u32 = 1;
+
 /// Host threads, at least 2 (4 where the platform cannot tell, e.g. wasm32): read once, since
 /// `available_parallelism` may read cgroup files and `plan` runs on every call.
 fn cpu_threads() -> usize {
@@ -188,11 +194,7 @@ pub fn plan(
     split_k: Option<u32>,
 ) -> GemmPlan {
     let sg8 = has_sg8(dev);
-    // One subgroup per workgroup. On lavapipe 1, 2 and 4 subgroups per workgroup ran alike
-    // (gemm_1024, bgemm and [64 x 8192] x [8192 x 64], paired against the FMA ceiling), and a
-    // single value keeps one pipeline per epilogue (a cold compile of this kernel takes about
-    // 2 s) and leaves no idle rows when M is small. (8 or more subgroups returned wrong tiles.)
-    let sgs = 1;
+    let sgs = SG8_SGS;
     let tm = if sg8 { 32 * sgs as usize } else { 32 };
     let tiles = m.div_ceil(tm) * n.div_ceil(32) * batch;
     let max_z = dev.limits().max_compute_workgroups_per_dimension as usize;
@@ -567,7 +569,7 @@ pub fn gemm_variants() -> Vec<ShaderVariant> {
                     ];
                     v.push(ShaderVariant::new(&TILED, &[dt], &epi));
                     let mut e = epi.to_vec();
-                    e.push(("SGS", 1.0));
+                    e.push(("SGS", SG8_SGS as f64));
                     v.push(ShaderVariant::new(&SG8, &[dt], &e));
                     let mut r = epi.to_vec();
                     r.push(("WG", REDUCE_WG as f64));
@@ -576,7 +578,11 @@ pub fn gemm_variants() -> Vec<ShaderVariant> {
             }
         }
         v.push(ShaderVariant::new(&TILED_PARTIAL, &[dt], &[]));
-        v.push(ShaderVariant::new(&SG8_PARTIAL, &[dt], &[("SGS", 1.0)]));
+        v.push(ShaderVariant::new(
+            &SG8_PARTIAL,
+            &[dt],
+            &[("SGS", SG8_SGS as f64)],
+        ));
     }
     v
 }
