@@ -13,7 +13,7 @@ static BINARY: Kernel = Kernel {
     entry: "main",
     bindings: &[Access::Read, Access::Read, Access::ReadWrite],
     slots: &[],
-    libs: &[],
+    libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

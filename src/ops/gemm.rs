@@ -61,6 +61,9 @@ static SG8_PARTIAL: Kernel = Kernel {
 };
 
 const REDUCE_WG: u32 = 256;
+/// Longest inner dimension accepted (as convolutions accept at most i32::MAX elements): the
+/// kernels' K arithmetic stays far from u32 wrap, and a K this long already takes minutes.
+const MAX_K: usize = i32::MAX as usize;
 /// Batch dims left after merging must fit the kernel's vec4 batch decode.
 const MAX_BATCH_DIMS: usize = 4;
 
@@ -330,6 +333,17 @@ fn run(
     let dev = a.device();
     dev.require_dtype(op, a.dtype)?;
     let (out_shape, m, n, k) = product_shape(op, a.shape(), b.shape())?;
+    if k > MAX_K {
+        // Only broadcast views reach such K; each output would loop 2^31 times over a tile.
+        return Err(Error::size(
+            op,
+            format!(
+                "K = {k} ({:?} x {:?}) is above the supported {MAX_K}",
+                a.shape(),
+                b.shape()
+            ),
+        ));
+    }
     let rank = out_shape.len();
     let batch_shape = &out_shape[..rank - 2];
     let mut bm = batch_shape.to_vec();

@@ -16,7 +16,7 @@ static ROWS: Kernel = Kernel {
     entry: "reduce_rows",
     bindings: &[Access::Read, Access::ReadWrite],
     slots: &[],
-    libs: &[],
+    libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
 };
 static WORKGROUP: Kernel = Kernel {
     name: "reduce",
@@ -24,7 +24,7 @@ static WORKGROUP: Kernel = Kernel {
     entry: "reduce_wg",
     bindings: &[Access::Read, Access::ReadWrite],
     slots: &[],
-    libs: &[],
+    libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -39,6 +39,10 @@ pub struct DeviceOptions {
 /// bookkeeping would overflow or make no sense.
 const MAX_DISPATCHES_PER_SUBMIT: usize = 1 << 16;
 const MAX_IN_FLIGHT: usize = 1 << 10;
+/// wasm: most finished batches parked under the in-flight cap before new work is refused
+/// (64 dispatches each by default: 65k queued dispatches between two async points).
+#[cfg(target_arch = "wasm32")]
+const MAX_PARKED: usize = 1024;
 
 impl DeviceOptions {
     /// Rejects values the runtime cannot honour (a cap of 0, an arena whose size overflows).
@@ -325,6 +329,24 @@ impl Device {
         }
         if let Some(e) = lock(&self.inner.uncaptured).take() {
             return Err(e);
+        }
+        // wasm cannot block for room under the in-flight cap, so finished batches park until
+        // the next async point; a loop that never awaits one would park (and hold the memory
+        // of) batches without end. Past a bound, new work is refused before anything is
+        // recorded, so nothing computed so far is lost.
+        #[cfg(target_arch = "wasm32")]
+        {
+            let parked = self.lock_state().submitter.parked();
+            if parked >= MAX_PARKED {
+                return Err(Error::arg(
+                    op,
+                    format!(
+                        "{parked} finished batches are waiting for room under the in-flight cap \
+                         of {}: await Device::sync_async() (or a to_vec_async) in long loops",
+                        self.inner.opts.max_in_flight
+                    ),
+                ));
+            }
         }
         Ok(())
     }

@@ -6,7 +6,9 @@
 #![cfg(not(target_arch = "wasm32"))]
 
 mod empty;
+mod limits;
 mod memory;
+mod nan;
 mod rnn;
 
 use wgtensor::{Device, Error, Tensor};
