@@ -195,6 +195,12 @@ impl Tensor {
         Ok(self.view(self.layout.narrow(dim, start, len)?))
     }
 
+    /// A view with a size-1 dim inserted at `dim` (PyTorch's `unsqueeze`; negative dims count
+    /// from `rank + 1`). Never copies, whatever the strides.
+    pub fn unsqueeze(&self, dim: isize) -> Result<Tensor> {
+        Ok(self.view(self.layout.unsqueeze(dim)?))
+    }
+
     pub fn broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
         checked_numel("broadcast_to", shape)?;
         Ok(self.view(self.layout.broadcast_to(shape)?))
