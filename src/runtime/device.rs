@@ -622,6 +622,8 @@ impl Device {
                 Some(b) => b,
                 None => {
                     let size = size_class(slots * self.inner.param_slot);
+                    // The arena counts toward the memory budget like any buffer.
+                    self.make_room_locked(st, op, size)?;
                     st.pool.note_created(size);
                     self.inner.device.create_buffer(&wgpu::BufferDescriptor {
                         label: Some("param arena"),

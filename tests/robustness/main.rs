@@ -13,6 +13,7 @@ mod limits;
 mod memory;
 mod nan;
 mod rnn;
+mod sweep;
 
 use wgtensor::{Device, Error, Tensor};
 
