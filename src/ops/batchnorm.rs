@@ -83,6 +83,7 @@ static STATS: Kernel = Kernel {
     bindings: &[R, R, RW],
     slots: &[X4, X1, WS],
     libs: LIBS,
+    defs: &[],
 };
 static FINALIZE: Kernel = Kernel {
     name: "batchnorm",
@@ -91,6 +92,7 @@ static FINALIZE: Kernel = Kernel {
     bindings: &[RW, RW, RW, RW, RW, RW, RW],
     slots: &[WS, GAMMA, BETA, RMEAN, RVAR, SMEAN, SINV],
     libs: LIBS,
+    defs: &[],
 };
 static APPLY: Kernel = Kernel {
     name: "batchnorm",
@@ -99,6 +101,7 @@ static APPLY: Kernel = Kernel {
     bindings: &[R, R, RW, RW, RW],
     slots: &[X4, X1, OUT4, OUT1, WS],
     libs: LIBS,
+    defs: &[],
 };
 static INFER: Kernel = Kernel {
     name: "batchnorm",
@@ -107,6 +110,7 @@ static INFER: Kernel = Kernel {
     bindings: &[R, R, RW, RW, RW, RW, RW, RW],
     slots: &[X4, X1, OUT4, OUT1, GAMMA, BETA, RMEAN, RVAR],
     libs: LIBS,
+    defs: &[],
 };
 static GRAD_STATS: Kernel = Kernel {
     name: "batchnorm",
@@ -115,6 +119,7 @@ static GRAD_STATS: Kernel = Kernel {
     bindings: &[R, R, R, R, RW, RW],
     slots: &[X4, X1, DY4, DY1, SMEAN, WS],
     libs: LIBS,
+    defs: &[],
 };
 static GRAD_FINALIZE: Kernel = Kernel {
     name: "batchnorm",
@@ -123,6 +128,7 @@ static GRAD_FINALIZE: Kernel = Kernel {
     bindings: &[RW, RW, RW, RW, RW, RW],
     slots: &[WS, GAMMA, SMEAN, SINV, DGAMMA, DBETA],
     libs: LIBS,
+    defs: &[],
 };
 static GRAD_APPLY: Kernel = Kernel {
     name: "batchnorm",
@@ -131,6 +137,7 @@ static GRAD_APPLY: Kernel = Kernel {
     bindings: &[R, R, R, R, RW, RW, RW],
     slots: &[X4, X1, DY4, DY1, OUT4, OUT1, WS],
     libs: LIBS,
+    defs: &[],
 };
 
 /// Invocations per workgroup of the per-channel passes (`FIN_WG` in the shader).
@@ -823,4 +830,37 @@ pub fn batchnorm_variants() -> Vec<ShaderVariant> {
         }
     }
     v
+}
+
+/// The params struct's layout, checked against the shader's `struct Params` in tests/shaders.rs.
+#[doc(hidden)]
+pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
+    crate::runtime::pipeline::params_layout!(
+        STATS,
+        &[DType::F32],
+        BnParams {
+            channels,
+            sg,
+            plane,
+            groups,
+            chunk,
+            chunks,
+            step_n,
+            step_s,
+            x_off,
+            dy_off,
+            count,
+            eps,
+            factor,
+            flags,
+            gamma_os,
+            beta_os,
+            rmean_os,
+            rvar_os,
+            smean_os,
+            sinv_os,
+            ws_part,
+            _pad0
+        }
+    )
 }

@@ -26,6 +26,7 @@ static TILED: Kernel = Kernel {
     bindings: &[R, R, R, R, RW],
     slots: &[1, 2, 3, 4, 5],
     libs: LIBS,
+    defs: &[],
 };
 static TILED_PARTIAL: Kernel = Kernel {
     name: "gemm",
@@ -34,6 +35,7 @@ static TILED_PARTIAL: Kernel = Kernel {
     bindings: &[R, R, RW],
     slots: &[1, 2, 6],
     libs: LIBS,
+    defs: &[],
 };
 static SPLITK_REDUCE: Kernel = Kernel {
     name: "gemm",
@@ -42,6 +44,7 @@ static SPLITK_REDUCE: Kernel = Kernel {
     bindings: &[R, R, RW, RW],
     slots: &[3, 4, 5, 6],
     libs: LIBS,
+    defs: &[],
 };
 static SG8: Kernel = Kernel {
     name: "gemm_sg8",
@@ -50,6 +53,7 @@ static SG8: Kernel = Kernel {
     bindings: &[R, R, R, R, RW],
     slots: &[1, 2, 3, 4, 5],
     libs: LIBS,
+    defs: &[],
 };
 static SG8_PARTIAL: Kernel = Kernel {
     name: "gemm_sg8",
@@ -58,6 +62,7 @@ static SG8_PARTIAL: Kernel = Kernel {
     bindings: &[R, R, RW],
     slots: &[1, 2, 6],
     libs: LIBS,
+    defs: &[],
 };
 
 const REDUCE_WG: u32 = 256;
@@ -68,7 +73,7 @@ const MAX_K: usize = 1 << 24;
 /// Batch dims left after merging must fit the kernel's vec4 batch decode.
 const MAX_BATCH_DIMS: usize = 4;
 
-/// Activation fused into an epilogue (codes match `activate()` in shaders/lib/activation.wgsl).
+/// Activation fused into an epilogue (its codes reach the shaders through [`ACTIVATION_DEFS`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Activation {
     #[default]
@@ -79,6 +84,16 @@ pub enum Activation {
     Sigmoid,
     Tanh,
 }
+
+/// The epilogue activation codes as the shaders name them (`activate()` in
+/// shaders/lib/activation.wgsl switches on these constants, emitted from this table).
+pub(crate) const ACTIVATION_DEFS: &[(&str, u32)] = &[
+    ("ACT_NONE", Activation::None as u32),
+    ("ACT_RELU", Activation::Relu as u32),
+    ("ACT_GELU", Activation::Gelu as u32),
+    ("ACT_SIGMOID", Activation::Sigmoid as u32),
+    ("ACT_TANH", Activation::Tanh as u32),
+];
 
 /// A bias added in the epilogue: one value per output column (`[N]`) or per row (`[M]`).
 #[derive(Debug, Clone, Copy)]
@@ -626,4 +641,39 @@ pub fn gemm_variants() -> Vec<ShaderVariant> {
         ));
     }
     v
+}
+
+/// The params struct's layout, checked against the shader's `struct Params` in tests/shaders.rs.
+#[doc(hidden)]
+pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
+    crate::runtime::pipeline::params_layout!(
+        TILED,
+        &[DType::F32],
+        GemmParams {
+            m,
+            n,
+            k,
+            batch,
+            a_off,
+            a_rs,
+            a_cs,
+            splits,
+            b_off,
+            b_rs,
+            b_cs,
+            k_chunk,
+            c_off,
+            c_rs,
+            c_cs,
+            bias_off,
+            alpha,
+            beta,
+            batch_rank,
+            bias_stride,
+            bshape,
+            a_bs,
+            b_bs,
+            c_bs
+        }
+    )
 }

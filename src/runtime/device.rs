@@ -911,6 +911,7 @@ mod tests {
         bindings: &[Access::ReadWrite],
         slots: &[],
         libs: &[],
+        defs: &[],
     };
 
     #[test]
@@ -968,6 +969,7 @@ mod override_tests {
         bindings: &[Access::ReadWrite],
         slots: &[],
         libs: &[],
+        defs: &[],
     };
     static COUNT_EXPR: Kernel = Kernel {
         entry: "expr",

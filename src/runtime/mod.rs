@@ -12,9 +12,9 @@ mod storage;
 mod submitter;
 
 pub use device::{Device, DeviceOptions, DeviceStats};
-#[doc(hidden)]
-pub use pipeline::ShaderVariant;
 pub(crate) use pipeline::{Access, Kernel};
+#[doc(hidden)]
+pub use pipeline::{ParamsLayout, ShaderVariant};
 pub use pool::PoolStats;
 pub(crate) use storage::Storage;
 

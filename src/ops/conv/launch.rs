@@ -25,6 +25,7 @@ static TILED: Kernel = Kernel {
     bindings: &[R, R, R, RW],
     slots: &[1, 2, 3, 4],
     libs: LIBS,
+    defs: &[],
 };
 static TILED_PARTIAL: Kernel = Kernel {
     name: "conv",
@@ -33,6 +34,7 @@ static TILED_PARTIAL: Kernel = Kernel {
     bindings: &[R, R, RW],
     slots: &[1, 2, 5],
     libs: LIBS,
+    defs: &[],
 };
 static SPLITK_REDUCE: Kernel = Kernel {
     name: "conv",
@@ -41,6 +43,7 @@ static SPLITK_REDUCE: Kernel = Kernel {
     bindings: &[R, RW, RW],
     slots: &[3, 4, 5],
     libs: LIBS,
+    defs: &[],
 };
 static SG8: Kernel = Kernel {
     name: "conv_sg8",
@@ -49,6 +52,7 @@ static SG8: Kernel = Kernel {
     bindings: &[R, R, R, RW],
     slots: &[1, 2, 3, 4],
     libs: LIBS,
+    defs: &[],
 };
 static SG8_PARTIAL: Kernel = Kernel {
     name: "conv_sg8",
@@ -57,6 +61,7 @@ static SG8_PARTIAL: Kernel = Kernel {
     bindings: &[R, R, RW],
     slots: &[1, 2, 5],
     libs: LIBS,
+    defs: &[],
 };
 
 const DIRECT_SRC: &str = include_str!("../../../shaders/conv_direct.wgsl");
@@ -68,6 +73,7 @@ static DIRECT: Kernel = Kernel {
     bindings: &[R, R, R, RW],
     slots: &[1, 2, 3, 4],
     libs: LIBS,
+    defs: &[],
 };
 static DIRECT_L4: Kernel = Kernel {
     name: "conv_direct",
@@ -76,6 +82,7 @@ static DIRECT_L4: Kernel = Kernel {
     bindings: &[R, R, R, RW],
     slots: &[1, 2, 3, 4],
     libs: LIBS,
+    defs: &[],
 };
 static DIRECT_PARTIAL: Kernel = Kernel {
     name: "conv_direct",
@@ -84,6 +91,7 @@ static DIRECT_PARTIAL: Kernel = Kernel {
     bindings: &[R, R, RW],
     slots: &[1, 2, 5],
     libs: LIBS,
+    defs: &[],
 };
 const REDUCE_WG: u32 = 256;
 /// Columns per invocation (one output line) and invocations per workgroup of `conv_direct`.
@@ -540,4 +548,52 @@ pub fn conv_variants() -> Vec<ShaderVariant> {
         }
     }
     v
+}
+
+/// The params struct's layout, checked against the shader's `struct Params` in tests/shaders.rs.
+#[doc(hidden)]
+pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
+    crate::runtime::pipeline::params_layout!(
+        TILED,
+        &[DType::F32],
+        ConvParams {
+            m,
+            ncols,
+            k,
+            groups,
+            k_e1,
+            k_e2,
+            c_e1,
+            c_e2,
+            a_off,
+            a_gs,
+            a_rs,
+            a_s0,
+            a_s1,
+            a_s2,
+            b_off,
+            b_gs,
+            b_k0,
+            b_c0,
+            b_k1,
+            b_k2,
+            b_c1,
+            b_c2,
+            b_h0,
+            b_w0,
+            src_h,
+            src_w,
+            div_h,
+            div_w,
+            o_gs,
+            o_rs,
+            o_s0,
+            o_s1,
+            o_s2,
+            splits,
+            k_chunk,
+            bias_off,
+            scale
+        }
+    )
 }

@@ -4,7 +4,7 @@
 //! im2col buffer, split-k with a fixed-order reduction when K is long (weight gradients).
 
 mod geom;
-mod launch;
+pub(crate) mod launch;
 
 pub use geom::{
     Conv1dOptions, Conv2dOptions, ConvTranspose1dOptions, ConvTranspose2dOptions, Padding,
