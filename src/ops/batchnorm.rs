@@ -52,7 +52,7 @@ use bytemuck::{Pod, Zeroable};
 use crate::ops::gemm::Activation;
 use crate::runtime::pipeline::{ShaderVariant, ACTIVATION_LIB};
 use crate::runtime::{grid_1d, Access, Kernel, Storage};
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{Caps, DType, Device, Error, Result, Tensor};
 
 const SRC: &str = include_str!("../../shaders/batchnorm.wgsl");
 const LIBS: &[&str] = &[ACTIVATION_LIB];
@@ -195,6 +195,11 @@ pub struct BatchNormPlan {
 /// The work split for an input of `shape` whose x (and dy) start at element offsets `offsets`.
 /// Errors for a shape the ops reject (rank below 2).
 pub fn plan(dev: &Device, shape: &[usize], offsets: &[usize]) -> Result<BatchNormPlan> {
+    plan_for(dev.caps(), shape, offsets)
+}
+
+/// [`plan`] as a pure function of the adapter facts (unit-tested without a GPU).
+pub fn plan_for(caps: &Caps, shape: &[usize], offsets: &[usize]) -> Result<BatchNormPlan> {
     if shape.len() < 2 {
         return Err(Error::shape(
             "batch_norm",
@@ -217,13 +222,9 @@ pub fn plan(dev: &Device, shape: &[usize], offsets: &[usize]) -> Result<BatchNor
     } else {
         1
     };
-    let wg = if dev.adapter_info().device_type == wgpu::DeviceType::Cpu {
-        8
-    } else {
-        64
-    };
+    let wg = if caps.cpu { 8 } else { 64 };
     let groups = n * s / vec;
-    let max = dev.limits().max_compute_workgroups_per_dimension as usize;
+    let max = caps.max_workgroups_per_dim as usize;
     let want = groups.div_ceil(CHUNK_TARGET).clamp(1, max);
     let chunk = (groups.div_ceil(want).div_ceil(wg) * wg).max(wg);
     Ok(BatchNormPlan {
@@ -863,4 +864,25 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
             _pad0
         }
     )
+}
+
+#[cfg(test)]
+mod plan_tests {
+    use super::*;
+
+    #[test]
+    fn vec4_lanes_and_chunks() {
+        let (gpu, lvp) = (Caps::test_gpu(), Caps::test_lavapipe(2));
+        let p = plan_for(&lvp, &[32, 64, 56, 56], &[0]).unwrap();
+        assert_eq!((p.vec, p.wg), (4, 8));
+        assert_eq!(p.chunk % p.wg, 0);
+        assert!(p.chunks as u64 * p.chunk as u64 * 4 >= 32 * 56 * 56);
+        assert_eq!(plan_for(&gpu, &[32, 64, 56, 56], &[0]).unwrap().wg, 64);
+        // S not a multiple of 4, or an offset that is not: scalar groups.
+        assert_eq!(plan_for(&gpu, &[4, 3, 5], &[0]).unwrap().vec, 1);
+        assert_eq!(plan_for(&gpu, &[4, 3, 8], &[0, 2]).unwrap().vec, 1);
+        // Empty and invalid shapes.
+        assert!(plan_for(&gpu, &[0, 3], &[0]).is_ok());
+        assert!(plan_for(&gpu, &[3], &[0]).is_err());
+    }
 }

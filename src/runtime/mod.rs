@@ -3,6 +3,7 @@
 
 mod batch;
 mod bind_cache;
+mod caps;
 pub(crate) mod device;
 mod memory;
 pub(crate) mod pipeline;
@@ -11,6 +12,7 @@ mod readback;
 mod storage;
 mod submitter;
 
+pub use caps::Caps;
 pub use device::{Device, DeviceOptions, DeviceStats};
 pub(crate) use pipeline::{Access, Kernel};
 #[doc(hidden)]

@@ -6,10 +6,10 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::geom::Geom;
-use crate::ops::gemm::{has_sg8, Activation};
+use crate::ops::gemm::Activation;
 use crate::runtime::pipeline::{ShaderVariant, ACTIVATION_LIB};
 use crate::runtime::{grid_1d, Access, Kernel, Storage};
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{Caps, DType, Device, Error, Result, Tensor};
 
 const CONV_COMMON: &str = include_str!("../../../shaders/lib/conv_common.wgsl");
 const LIBS: &[&str] = &[ACTIVATION_LIB, CONV_COMMON];
@@ -277,12 +277,12 @@ pub fn plan(dev: &Device, m: usize, ncols: usize, k: usize, groups: usize) -> Re
             "groups must be at least 1, got 0",
         ));
     }
-    Ok(plan_with(dev, m < 8, m, ncols, k, groups))
+    Ok(plan_with(dev.caps(), m < 8, m, ncols, k, groups))
 }
 
 /// [`plan`], with the direct kernel only when `direct` allows it.
 fn plan_with(
-    dev: &Device,
+    caps: &Caps,
     direct: bool,
     m: usize,
     ncols: usize,
@@ -291,7 +291,7 @@ fn plan_with(
 ) -> ConvPlan {
     let variant = if direct && m < 8 {
         ConvVariant::Direct
-    } else if has_sg8(dev) {
+    } else if caps.sg8 {
         ConvVariant::Sg8
     } else {
         ConvVariant::Tiled
@@ -315,12 +315,8 @@ fn plan_with(
         .saturating_mul(ncols.div_ceil(tn))
         .saturating_mul(groups)
         .max(1);
-    let target = if dev.adapter_info().device_type == wgpu::DeviceType::Cpu {
-        64
-    } else {
-        512
-    };
-    let max_z = dev.limits().max_compute_workgroups_per_dimension as usize;
+    let target = if caps.cpu { 64 } else { 512 };
+    let max_z = caps.max_workgroups_per_dim as usize;
     if k >= 1024 && tiles < target {
         let wanted = target
             .div_ceil(tiles)
@@ -338,16 +334,13 @@ fn plan_with(
 /// gradient, then the `DirectLines` upgrade for an unsplit `Direct` launch with one row per
 /// group whose kernel rows and columns step one source line and column (forward and weight
 /// gradient with stride == dilation) over at least 4 lines.
-fn plan_params(dev: &Device, p: &ConvParams, transposed: bool, groups: usize) -> ConvPlan {
+fn plan_params(caps: &Caps, p: &ConvParams, transposed: bool, groups: usize) -> ConvPlan {
     let (m, ncols, k) = (p.m as usize, p.ncols as usize, p.k as usize);
     // Chromium's CPU WebGPU adapter (SwiftShader) does not finish compiling conv_direct with
     // TRANSPOSED (the strided data gradient): after minutes its GPU process is killed and the
     // device is lost. The tiled kernel, which compiles there in under a second, serves that
     // case in the browser.
-    let info = dev.adapter_info();
-    let swiftshader =
-        info.backend == wgpu::Backend::BrowserWebGpu && info.device_type == wgpu::DeviceType::Cpu;
-    let mut pl = plan_with(dev, !(transposed && swiftshader), m, ncols, k, groups);
+    let mut pl = plan_with(caps, !(transposed && caps.swiftshader), m, ncols, k, groups);
     if pl.variant == ConvVariant::Direct
         && pl.splits == 1
         && m == 1
@@ -364,7 +357,7 @@ fn plan_params(dev: &Device, p: &ConvParams, transposed: bool, groups: usize) ->
 /// The plan a launch of direction `dir` on `g` uses.
 pub(crate) fn launch_plan(dev: &Device, g: &Geom, dir: Direction) -> ConvPlan {
     let (p, transposed) = ConvParams::new(g, dir);
-    plan_params(dev, &p, transposed, g.groups)
+    plan_params(dev.caps(), &p, transposed, g.groups)
 }
 
 /// Records `dir` on geometry `g`: `a` and `b` are the GEMM operands in the roles of
@@ -391,7 +384,7 @@ pub(crate) fn run(
         p.bias_off = t.layout().offset() as u32;
     }
     let (m, ncols, k) = (p.m as usize, p.ncols as usize, p.k as usize);
-    let pl = plan_params(dev, &p, transposed, g.groups);
+    let pl = plan_params(dev.caps(), &p, transposed, g.groups);
     p.splits = pl.splits;
     p.k_chunk = pl.k_chunk;
 
@@ -596,4 +589,51 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
             scale
         }
     )
+}
+
+#[cfg(test)]
+mod plan_tests {
+    use super::*;
+
+    #[test]
+    fn variants_follow_rows_per_group_and_adapter() {
+        let (gpu, lvp) = (Caps::test_gpu(), Caps::test_lavapipe(2));
+        assert_eq!(
+            plan_with(&gpu, true, 1, 100, 100, 32).variant,
+            ConvVariant::Direct
+        );
+        assert_eq!(
+            plan_with(&gpu, true, 7, 100, 100, 1).variant,
+            ConvVariant::Direct
+        );
+        assert_eq!(
+            plan_with(&gpu, true, 8, 100, 100, 1).variant,
+            ConvVariant::Tiled
+        );
+        assert_eq!(
+            plan_with(&lvp, true, 8, 100, 100, 1).variant,
+            ConvVariant::Sg8
+        );
+        // Direct not allowed (SwiftShader's strided data gradient): the GEMM kernels.
+        assert_eq!(
+            plan_with(&gpu, false, 1, 100, 100, 1).variant,
+            ConvVariant::Tiled
+        );
+        // Row blocks: direct rows up to 8, GEMM blocks up to 4.
+        assert_eq!(plan_with(&gpu, true, 3, 100, 100, 1).rt, 4);
+        assert_eq!(plan_with(&gpu, true, 64, 100, 100, 1).rt, 4);
+    }
+
+    #[test]
+    fn weight_gradients_split_long_k() {
+        let lvp = Caps::test_lavapipe(2);
+        // K = N * OH * OW = 8 * 56 * 56 over few tiles: split, slices of at least 256.
+        let p = plan_with(&lvp, true, 64, 576, 25088, 1);
+        assert!(p.splits > 1, "{p:?}");
+        assert!(p.k_chunk >= 256 && p.splits * p.k_chunk >= 25088, "{p:?}");
+        // Short K never splits.
+        assert_eq!(plan_with(&lvp, true, 64, 576, 576, 1).splits, 1);
+        // Zero groups is refused by the public plan, empty sizes plan without panicking.
+        assert_eq!(plan_with(&lvp, true, 0, 0, 0, 1).splits, 1);
+    }
 }
