@@ -238,7 +238,37 @@ impl Device {
             })
             .await
             .map_err(|e| Error::NoAdapter(format!("request_device failed: {e}")))?;
+        Self::assemble(adapter, device, queue, limits, opts)
+    }
 
+    /// Runs wgtensor on a wgpu device the application already has (a game engine, an
+    /// egui/winit app), so tensors and the app's own passes share buffers. wgtensor uses the
+    /// features and limits the device was created with (SUBGROUP and SHADER_F16 enable the
+    /// kernels that need them).
+    ///
+    /// It installs the device's uncaptured-error handler and device-lost callback (wgpu keeps
+    /// one of each), through which it reports errors as `Err`. Submit the app's own command
+    /// buffers with [`Device::submit`] so that they run after wgtensor's pending work and under
+    /// the in-flight cap; see [`Tensor::wgpu_buffer`](crate::Tensor::wgpu_buffer) for reading
+    /// and writing tensors from those passes.
+    pub fn from_wgpu(
+        adapter: wgpu::Adapter,
+        device: wgpu::Device,
+        queue: wgpu::Queue,
+        opts: DeviceOptions,
+    ) -> Result<Device> {
+        opts.validate()?;
+        let limits = device.limits();
+        Self::assemble(adapter, device, queue, limits, opts)
+    }
+
+    fn assemble(
+        adapter: wgpu::Adapter,
+        device: wgpu::Device,
+        queue: wgpu::Queue,
+        limits: wgpu::Limits,
+        opts: DeviceOptions,
+    ) -> Result<Device> {
         // Both callbacks raise `flagged` after filling their slot, so `check` takes no lock
         // while nothing has gone wrong (it runs on every op).
         let flagged = Arc::new(AtomicBool::new(false));
