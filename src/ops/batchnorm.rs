@@ -49,7 +49,7 @@ use std::collections::HashSet;
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::ops::gemm::Activation;
+use crate::ops::gemm::{Activation, ACTIVATION_DEFS};
 use crate::runtime::pipeline::{ShaderVariant, ACTIVATION_LIB};
 use crate::runtime::{grid_1d, Access, Kernel, Storage};
 use crate::{Caps, DType, Device, Error, Result, Tensor};
@@ -192,6 +192,13 @@ pub struct BatchNormPlan {
     pub chunks: u32,
 }
 
+// The values the plan picks from, which the variant list enumerates: values per group (VEC)
+// and lanes per workgroup (WG).
+const SCALAR_GROUPS: u32 = 1;
+const VEC4_GROUPS: u32 = 4;
+const CPU_LANES: u32 = 8;
+const GPU_LANES: u32 = 64;
+
 /// The work split for an input of `shape` whose x (and dy) start at element offsets `offsets`.
 /// Errors for a shape the ops reject (rank below 2).
 pub fn plan(dev: &Device, shape: &[usize], offsets: &[usize]) -> Result<BatchNormPlan> {
@@ -218,11 +225,11 @@ pub fn plan_for(caps: &Caps, shape: &[usize], offsets: &[usize]) -> Result<Batch
         })?;
     let n = shape[0];
     let vec = if s % 4 == 0 && offsets.iter().all(|o| o % 4 == 0) {
-        4
+        VEC4_GROUPS as usize
     } else {
-        1
+        SCALAR_GROUPS as usize
     };
-    let wg = if caps.cpu { 8 } else { 64 };
+    let wg = if caps.cpu { CPU_LANES } else { GPU_LANES } as usize;
     let groups = n * s / vec;
     let max = caps.max_workgroups_per_dim as usize;
     let want = groups.div_ceil(CHUNK_TARGET).clamp(1, max);
@@ -813,17 +820,17 @@ pub fn batch_norm_backward(
 pub fn batchnorm_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();
     for dt in [DType::F32, DType::F16] {
-        for vec in [1.0, 4.0] {
-            for wg in [8.0, 64.0] {
-                let c = [("VEC", vec), ("WG", wg)];
+        for vec in [SCALAR_GROUPS, VEC4_GROUPS] {
+            for wg in [CPU_LANES, GPU_LANES] {
+                let c = [("VEC", vec as f64), ("WG", wg as f64)];
                 for k in [&STATS, &FINALIZE, &GRAD_STATS, &GRAD_FINALIZE, &GRAD_APPLY] {
                     v.push(ShaderVariant::new(k, &[dt], &c));
                 }
-                for act in 0..5u32 {
+                for &(_, act) in ACTIVATION_DEFS {
                     let mut ca = c.to_vec();
                     ca.push(("ACT", act as f64));
                     v.push(ShaderVariant::new(&INFER, &[dt], &ca));
-                    if act == 0 {
+                    if act == Activation::None as u32 {
                         v.push(ShaderVariant::new(&APPLY, &[dt], &ca));
                     }
                 }
