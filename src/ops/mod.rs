@@ -7,6 +7,7 @@ pub mod gemm;
 pub mod map;
 pub mod reduce;
 pub mod rnn;
+pub mod softmax;
 
 pub use batchnorm::{
     batch_norm_backward, batch_norm_inference, batch_norm_train, BatchNormPlan, BatchNormState,
@@ -23,6 +24,7 @@ pub use reduce::ReduceOp;
 pub use rnn::{
     gru_cell, lstm_cell, Rnn, RnnGrads, RnnKind, RnnOutput, RnnSaved, RnnWeightGrads, RnnWeights,
 };
+pub use softmax::{log_softmax, softmax};
 
 /// The layout of every kernel family's `#[repr(C)]` params struct (see
 /// [`ParamsLayout`](crate::runtime::pipeline::ParamsLayout)).
@@ -37,6 +39,7 @@ pub fn params_layouts() -> Vec<crate::runtime::pipeline::ParamsLayout> {
         conv::launch::params_layout(),
         rnn::params_layout(),
         rnn::backward::params_layout(),
+        softmax::params_layout(),
     ]
 }
 
@@ -50,5 +53,6 @@ pub fn shader_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
     v.extend(conv::conv_variants());
     v.extend(rnn::rnn_variants());
     v.extend(batchnorm::batchnorm_variants());
+    v.extend(softmax::softmax_variants());
     v
 }
