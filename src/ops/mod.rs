@@ -5,6 +5,7 @@ pub mod binary;
 pub mod conv;
 pub mod gemm;
 pub mod map;
+pub mod random;
 pub mod reduce;
 pub mod rnn;
 pub mod softmax;
@@ -20,6 +21,9 @@ pub use conv::{
 };
 pub use gemm::{gemm, gemm_into, matmul, Activation, Bias, GemmOptions};
 pub use map::{ScalarOp, UnaryOp};
+pub use random::{
+    bernoulli, dropout, kaiming_uniform, normal, rand, randn, uniform, xavier_uniform,
+};
 pub use reduce::ReduceOp;
 pub use rnn::{
     gru_cell, lstm_cell, Rnn, RnnGrads, RnnKind, RnnOutput, RnnSaved, RnnWeightGrads, RnnWeights,
@@ -40,6 +44,7 @@ pub fn params_layouts() -> Vec<crate::runtime::pipeline::ParamsLayout> {
         rnn::params_layout(),
         rnn::backward::params_layout(),
         softmax::params_layout(),
+        random::params_layout(),
     ]
 }
 
@@ -54,5 +59,6 @@ pub fn shader_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
     v.extend(rnn::rnn_variants());
     v.extend(batchnorm::batchnorm_variants());
     v.extend(softmax::softmax_variants());
+    v.extend(random::random_variants());
     v
 }

@@ -60,6 +60,8 @@ pub(crate) struct Inner {
     pub(crate) param_slot: u64,
     pub(crate) memory_limit: u64,
     pub(crate) caps: super::caps::Caps,
+    /// The random generator: (seed, next Philox counter). See `ops::random`.
+    rng: Mutex<(u64, u64)>,
     pub(super) state: Mutex<State>,
     pub(super) pipelines: Mutex<PipelineCache>,
     lost: Arc<Mutex<Option<String>>>,
@@ -90,6 +92,10 @@ impl std::fmt::Debug for Device {
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The generator's seed until [`Device::manual_seed`] sets one (PyTorch's default generator
+/// starts from a fixed seed too, so runs are reproducible by default).
+const DEFAULT_SEED: u64 = 67_280_421_310_721;
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock cannot leave our counters half-updated in a way that
@@ -281,6 +287,7 @@ impl Device {
                 param_slot,
                 memory_limit,
                 caps,
+                rng: Mutex::new((DEFAULT_SEED, 0)),
                 lost,
                 uncaptured,
                 flagged,
@@ -326,6 +333,22 @@ impl Device {
     /// support).
     pub fn wgpu_adapter(&self) -> &wgpu::Adapter {
         &self.inner.adapter
+    }
+
+    /// Seeds the device's random generator and restarts its stream (PyTorch's
+    /// `torch.manual_seed`): the same seed gives the same numbers from the same sequence of
+    /// calls, on every backend.
+    pub fn manual_seed(&self, seed: u64) {
+        *lock(&self.inner.rng) = (seed, 0);
+    }
+
+    /// The seed and the first of `blocks` counters reserved for one random op; the next call
+    /// starts after them, so streams never overlap.
+    pub(crate) fn take_random_counters(&self, blocks: u64) -> (u64, u64) {
+        let mut g = lock(&self.inner.rng);
+        let start = g.1;
+        g.1 = g.1.wrapping_add(blocks);
+        (g.0, start)
     }
 
     /// True when both handles drive the same device.
