@@ -45,6 +45,7 @@ pub fn params_layouts() -> Vec<crate::runtime::pipeline::ParamsLayout> {
         rnn::backward::params_layout(),
         softmax::params_layout(),
         random::params_layout(),
+        crate::optim::params_layout(),
     ]
 }
 
@@ -60,5 +61,6 @@ pub fn shader_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
     v.extend(batchnorm::batchnorm_variants());
     v.extend(softmax::softmax_variants());
     v.extend(random::random_variants());
+    v.extend(crate::optim::optim_variants());
     v
 }
