@@ -22,7 +22,7 @@ use crate::{DType, Element, Error, Result};
 /// returns to the device's pool when the last handle (and the last pending command using it)
 /// is gone.
 ///
-/// ```no_run,ignore-wasm32
+/// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
 /// use wgtensor::{DType, Device, Tensor};
 /// let dev = Device::new()?;
@@ -105,7 +105,7 @@ impl Tensor {
     /// [`Error::TooLarge`] for shapes past the rank limit ([`MAX_RANK`](crate::layout::MAX_RANK))
     /// or the adapter's buffer limits.
     ///
-    /// ```no_run,ignore-wasm32
+    /// ```ignore-wasm32
     /// # fn main() -> wgtensor::Result<()> {
     /// use wgtensor::{f16, Device, Tensor};
     /// let dev = Device::new()?;
@@ -307,7 +307,7 @@ impl Tensor {
     /// (PyTorch's `permute`). Never copies. Errors with [`Error::InvalidArgument`] when `perm`
     /// is not a permutation of `0..rank`.
     ///
-    /// ```no_run,ignore-wasm32
+    /// ```ignore-wasm32
     /// # fn main() -> wgtensor::Result<()> {
     /// use wgtensor::{DType, Device, Tensor};
     /// let dev = Device::new()?;
@@ -325,7 +325,7 @@ impl Tensor {
     /// the end). Never copies: matmul and the other ops read the strided result directly.
     /// Errors with [`Error::InvalidArgument`] for a dim out of range.
     ///
-    /// ```no_run,ignore-wasm32
+    /// ```ignore-wasm32
     /// # fn main() -> wgtensor::Result<()> {
     /// use wgtensor::{DType, Device, Tensor};
     /// let dev = Device::new()?;
@@ -392,7 +392,7 @@ impl Tensor {
     /// ([`Error::DeviceLost`], [`Error::OutOfMemory`], [`Error::Validation`],
     /// [`Error::Readback`]).
     ///
-    /// ```no_run,ignore-wasm32
+    /// ```ignore-wasm32
     /// # fn main() -> wgtensor::Result<()> {
     /// use wgtensor::{f16, DType, Device, Tensor};
     /// let dev = Device::new()?;

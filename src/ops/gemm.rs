@@ -73,7 +73,7 @@ const MAX_K: usize = 1 << 24;
 /// Batch dims left after merging must fit the kernel's vec4 batch decode.
 const MAX_BATCH_DIMS: usize = 4;
 
-/// Activation fused into an epilogue (its codes reach the shaders through [`ACTIVATION_DEFS`]).
+/// Activation fused into an epilogue (its codes reach the shaders through `ACTIVATION_DEFS`).
 ///
 /// GEMM ([`GemmOptions::activation`]), the convolutions and batch-norm inference apply it to
 /// the result before it is stored, saving the extra pass (and memory round trip) that a

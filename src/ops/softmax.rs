@@ -125,7 +125,7 @@ pub fn log_softmax(x: &Tensor, dim: isize) -> Result<Tensor> {
 }
 
 impl Tensor {
-    /// [`softmax`](crate::ops::softmax) along `dim`.
+    /// [`softmax`](crate::ops::softmax()) along `dim`.
     pub fn softmax(&self, dim: isize) -> Result<Tensor> {
         softmax(self, dim)
     }

@@ -145,7 +145,7 @@ impl Device {
     /// whose message says what to install, when no adapter is found or the device cannot be
     /// created.
     ///
-    /// ```no_run,ignore-wasm32
+    /// ```ignore-wasm32
     /// # fn main() -> wgtensor::Result<()> {
     /// let dev = wgtensor::Device::new()?;
     /// let info = dev.adapter_info();
@@ -162,7 +162,7 @@ impl Device {
     /// Errors as [`Device::new`], and with [`Error::InvalidArgument`] for option values the
     /// runtime cannot honour (a cap of 0, a memory limit of 0).
     ///
-    /// ```no_run,ignore-wasm32
+    /// ```ignore-wasm32
     /// # fn main() -> wgtensor::Result<()> {
     /// use wgtensor::{Device, DeviceOptions};
     /// // At most 2 batches queued on the GPU, and a 2 GiB memory budget.
@@ -360,7 +360,7 @@ impl Device {
     /// queue and the pool's memory (PyTorch's `torch.cuda.memory_stats` and the like). Cheap
     /// enough to call every step; it does not wait for the GPU.
     ///
-    /// ```no_run,ignore-wasm32
+    /// ```ignore-wasm32
     /// # fn main() -> wgtensor::Result<()> {
     /// use wgtensor::{DType, Device, Tensor};
     /// let dev = Device::new()?;

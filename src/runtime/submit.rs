@@ -13,7 +13,7 @@ impl Device {
     /// Errors with the error the GPU reported for earlier work, if any, or
     /// [`Error::DeviceLost`].
     ///
-    /// ```no_run,ignore-wasm32
+    /// ```ignore-wasm32
     /// # fn main() -> wgtensor::Result<()> {
     /// use wgtensor::{DType, Device, Tensor};
     /// let dev = Device::new()?;
