@@ -5,6 +5,7 @@ pub mod binary;
 pub mod conv;
 pub mod gemm;
 pub mod map;
+pub mod pool;
 pub mod random;
 pub mod reduce;
 pub mod rnn;
@@ -21,6 +22,12 @@ pub use conv::{
 };
 pub use gemm::{gemm, gemm_into, matmul, Activation, Bias, GemmOptions};
 pub use map::{ScalarOp, UnaryOp};
+pub use pool::{
+    adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool2d_backward, adaptive_max_pool2d,
+    adaptive_max_pool2d_backward, avg_pool1d, avg_pool2d, avg_pool2d_backward, max_pool1d,
+    max_pool2d, max_pool2d_backward, AvgPool1dOptions, AvgPool2dOptions, MaxPool1dOptions,
+    MaxPool2dOptions,
+};
 pub use random::{
     bernoulli, dropout, kaiming_uniform, normal, rand, randn, uniform, xavier_uniform,
 };
@@ -45,6 +52,7 @@ pub fn params_layouts() -> Vec<crate::runtime::pipeline::ParamsLayout> {
         rnn::backward::params_layout(),
         softmax::params_layout(),
         random::params_layout(),
+        pool::params_layout(),
         crate::optim::params_layout(),
     ]
 }
@@ -61,6 +69,7 @@ pub fn shader_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
     v.extend(batchnorm::batchnorm_variants());
     v.extend(softmax::softmax_variants());
     v.extend(random::random_variants());
+    v.extend(pool::pool_variants());
     v.extend(crate::optim::optim_variants());
     v
 }
