@@ -4,6 +4,7 @@ pub mod batchnorm;
 pub mod binary;
 pub mod conv;
 pub mod gemm;
+pub mod loss;
 pub mod map;
 pub mod pool;
 pub mod random;
@@ -21,6 +22,10 @@ pub use conv::{
     Conv2dOptions, ConvTranspose1dOptions, ConvTranspose2dOptions, Padding,
 };
 pub use gemm::{gemm, gemm_into, matmul, Activation, Bias, GemmOptions};
+pub use loss::{
+    binary_cross_entropy_with_logits, cross_entropy_probs, mse_loss, BceWithLogitsOptions,
+    CrossEntropyOptions, Reduction,
+};
 pub use map::{ScalarOp, UnaryOp};
 pub use pool::{
     adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool2d_backward, adaptive_max_pool2d,
