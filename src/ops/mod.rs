@@ -3,6 +3,7 @@
 pub mod batchnorm;
 pub mod binary;
 pub mod conv;
+pub mod copy;
 pub mod gemm;
 pub mod loss;
 pub mod map;
@@ -21,6 +22,7 @@ pub use conv::{
     conv2d_backward_weight, conv_backward_bias, conv_transpose1d, conv_transpose2d, Conv1dOptions,
     Conv2dOptions, ConvTranspose1dOptions, ConvTranspose2dOptions, Padding,
 };
+pub use copy::{cat, pad, stack, PadMode};
 pub use gemm::{gemm, gemm_into, matmul, Activation, Bias, GemmOptions};
 pub use loss::{
     binary_cross_entropy_with_logits, cross_entropy_probs, mse_loss, BceWithLogitsOptions,
@@ -58,6 +60,7 @@ pub fn params_layouts() -> Vec<crate::runtime::pipeline::ParamsLayout> {
         softmax::params_layout(),
         random::params_layout(),
         pool::params_layout(),
+        copy::params_layout(),
         crate::optim::params_layout(),
     ]
 }
@@ -75,6 +78,7 @@ pub fn shader_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
     v.extend(softmax::softmax_variants());
     v.extend(random::random_variants());
     v.extend(pool::pool_variants());
+    v.extend(copy::copy_variants());
     v.extend(crate::optim::optim_variants());
     v
 }
