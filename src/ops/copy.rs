@@ -196,7 +196,7 @@ pub fn stack(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
 /// [`PadMode::Constant`] borders.
 pub fn pad(x: &Tensor, pads: &[usize], mode: PadMode, value: f64) -> Result<Tensor> {
     let op = "pad";
-    if pads.len() % 2 != 0 || pads.len() / 2 > x.rank() {
+    if !pads.len().is_multiple_of(2) || pads.len() / 2 > x.rank() {
         return Err(Error::arg(
             op,
             format!(
