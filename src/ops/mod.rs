@@ -4,6 +4,7 @@ pub mod batchnorm;
 pub mod binary;
 pub mod conv;
 pub mod copy;
+pub mod extra;
 pub mod gemm;
 pub mod loss;
 pub mod map;
