@@ -153,6 +153,7 @@
 
 mod dtype;
 mod error;
+pub mod io;
 pub mod layout;
 pub mod ops;
 pub mod optim;
