@@ -7,7 +7,8 @@
 //! One line per case: `case=<name> ms=<median> gflops=<x> first_ms=<y>`. `ms` is the median of
 //! at least 7 timed runs after warm-up, each waiting for the GPU to finish. `first_ms` is the
 //! cold first call in a fresh process (this binary re-runs itself with `--first CASE`), pipeline
-//! compilation included. Timings on a shared CPU are noisy: compare ratios from one run, never
+//! compilation included, with the driver's shader caches disabled (`MESA_SHADER_CACHE_DISABLE`);
+//! `first_warm_ms` the same with them warm. Timings on a shared CPU are noisy: compare ratios from one run, never
 //! absolute times across runs.
 //!
 //! Bandwidth-bound cases (batch norm) print `gbps=` instead of `gflops=`: effective bytes / time,
@@ -19,7 +20,8 @@
 //! Paired ratios come from runs alternating with a baseline (see [`Paired`]), so host-speed drift
 //! cancels: `of_shader=` (bandwidth cases: gbps / copy_shader's gbps), `of_peak=` (GEMM cases:
 //! gflops / fma_peak's gflops), `vs_s1=` (gemm_splitk*: the S=1 time / the automatic plan's) and
-//! `vs_raw=` (tiny_ops: its time / tiny_ops_raw's).
+//! `vs_raw=` (tiny_ops: its time / tiny_ops_raw's), `vs_one_shape=` (dynamic_shapes: its time /
+//! dynamic_shapes_one's).
 // Native only (blocking device, readback and wall clock): an empty program on wasm32.
 #![cfg_attr(target_arch = "wasm32", no_main)]
 #![cfg(not(target_arch = "wasm32"))]
@@ -34,6 +36,8 @@ mod batchnorm;
 mod conv;
 #[path = "cases/copy.rs"]
 mod copy;
+#[path = "cases/dynamic.rs"]
+mod dynamic;
 #[path = "cases/gemm.rs"]
 mod gemm;
 #[path = "cases/inputs.rs"]
@@ -97,6 +101,7 @@ fn cases() -> Vec<Case> {
     v.extend(rnn::cases());
     v.extend(conv::cases());
     v.extend(tiny::cases());
+    v.extend(dynamic::cases());
     v
 }
 
@@ -123,13 +128,27 @@ fn first_call(name: &str) -> wgtensor::Result<f64> {
 }
 
 /// Runs this binary again with `--first NAME`: this process has compiled pipelines already.
-fn first_ms_in_fresh_process(name: &str) -> Option<f64> {
+/// The first call in a fresh process: `cold` with every shader cache disabled (Mesa's disk
+/// cache would otherwise hold the compiled shaders of any earlier run on this machine, making a
+/// "first" call 4-9x faster than a real cold start), else warm (the driver's caches as they
+/// are, after one run that filled them).
+fn first_ms_in_fresh_process(name: &str, cold: bool) -> Option<f64> {
     let exe = std::env::current_exe().ok()?;
-    let out = std::process::Command::new(exe)
-        .args(["--first", name])
-        .output()
-        .ok()?;
-    String::from_utf8(out.stdout).ok()?.trim().parse().ok()
+    let run = || {
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.args(["--first", name]);
+        if cold {
+            cmd.env("MESA_SHADER_CACHE_DISABLE", "true");
+        }
+        let out = cmd.output().ok()?;
+        // The figure is the last line (a case's setup may print lines of its own).
+        let text = String::from_utf8(out.stdout).ok()?;
+        text.lines().last()?.trim().parse().ok()
+    };
+    if !cold {
+        run()?;
+    }
+    run()
 }
 
 /// Ratios reported against a baseline case timed in alternation with the case itself: pair i
@@ -175,6 +194,14 @@ fn paired_for(case: &Case) -> Vec<Paired> {
             baseline,
             scale: |_, _| 1.0,
             inverse: false,
+        });
+    }
+    if case.name == "dynamic_shapes" {
+        v.push(Paired {
+            label: "vs_one_shape",
+            baseline: "dynamic_shapes_one",
+            scale: |_, _| 1.0,
+            inverse: true,
         });
     }
     if case.name == "tiny_ops" {
@@ -241,6 +268,8 @@ struct Row {
     /// Paired ratios (see [`Paired`]), in print order.
     paired: Vec<(&'static str, f64)>,
     first_ms: Option<f64>,
+    /// The first call with the driver's shader caches warm.
+    first_warm_ms: Option<f64>,
     /// Small-op cases: dispatches recorded per second of the median run.
     dispatches_per_s: Option<f64>,
 }
@@ -254,7 +283,8 @@ fn measure(
     baselines: &mut Baselines,
     rows: &[Row],
 ) -> wgtensor::Result<Row> {
-    let first_ms = first_ms_in_fresh_process(case.name);
+    let first_ms = first_ms_in_fresh_process(case.name, true);
+    let first_warm_ms = first_ms_in_fresh_process(case.name, false);
     let mut run = (case.setup)(dev)?;
     for _ in 0..2 {
         time_once(dev, &mut run)?;
@@ -286,6 +316,7 @@ fn measure(
         },
         paired,
         first_ms,
+        first_warm_ms,
         dispatches_per_s: (dispatches > 0 && case.flops == 0.0 && case.bytes == 0.0)
             .then(|| dispatches as f64 / ms * 1e3),
     })
@@ -375,6 +406,9 @@ fn line(r: &Row) -> String {
     if r.name.starts_with("tiny_ops") {
         s += &format!(" us_per_op={:.1}", r.ms * 1e3 / tiny::CHAIN as f64);
     }
+    if let Some(w) = r.first_warm_ms {
+        s += &format!(" first_warm_ms={w:.1}");
+    }
     match r.first_ms {
         Some(f) => s += &format!(" first_ms={f:.1}"),
         None => s += " first_ms=?",
@@ -391,7 +425,7 @@ fn json_item(r: &Row) -> String {
         .map(|(l, v)| format!(",\"{l}\":{v:.3}"))
         .collect();
     format!(
-        "{{\"case\":\"{}\",\"ms\":{:.3},\"gflops\":{},\"gbps\":{},\"of_copy\":{}{},\"first_ms\":{}}}",
+        "{{\"case\":\"{}\",\"ms\":{:.3},\"gflops\":{},\"gbps\":{},\"of_copy\":{}{},\"first_ms\":{},\"first_warm_ms\":{}}}",
         r.name,
         r.ms,
         opt(r.gflops),
@@ -399,5 +433,6 @@ fn json_item(r: &Row) -> String {
         opt(r.of_copy),
         paired,
         opt(r.first_ms),
+        opt(r.first_warm_ms),
     )
 }
