@@ -19,6 +19,7 @@
 // and Tensor cheap to clone are kept there for the same API on every target.
 #![cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
 
+pub mod autograd;
 mod dtype;
 mod error;
 pub mod layout;
@@ -26,6 +27,7 @@ pub mod ops;
 pub mod runtime;
 mod tensor;
 
+pub use autograd::{no_grad, Grads, NoGradGuard};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use half::f16;

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use crate::layout::{checked_numel, Layout};
+use crate::ops::view_grad::{self, ViewKind};
 use crate::runtime::{Device, Storage};
 use crate::{DType, Element, Error, Result};
 
@@ -12,6 +13,8 @@ pub struct Tensor {
     pub(crate) storage: Arc<Storage>,
     pub(crate) layout: Layout,
     pub(crate) dtype: DType,
+    /// Autograd: `None` for tensors no gradient flows through (see `crate::autograd`).
+    pub(crate) grad: Option<Arc<crate::autograd::GradMeta>>,
 }
 
 impl std::fmt::Debug for Tensor {
@@ -61,6 +64,7 @@ impl Tensor {
             storage: Arc::new(storage),
             layout: Layout::contiguous(shape),
             dtype,
+            grad: None,
         })
     }
 
@@ -146,6 +150,7 @@ impl Tensor {
             storage: self.storage.clone(),
             layout,
             dtype: self.dtype,
+            grad: None,
         }
     }
 
@@ -168,7 +173,7 @@ impl Tensor {
     }
 
     /// A view with a new shape; copies first when the data is not contiguous.
-    pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
+    pub(crate) fn reshape_untracked(&self, shape: &[usize]) -> Result<Tensor> {
         let op = "reshape";
         let n = checked_numel(op, shape)?;
         if n != self.numel() || shape.contains(&0) {
@@ -193,11 +198,17 @@ impl Tensor {
     }
 
     pub fn permute(&self, perm: &[usize]) -> Result<Tensor> {
-        Ok(self.view(self.layout.permute(perm)?))
+        let out = self.view(self.layout.permute(perm)?);
+        Ok(view_grad::record_view(self, out, || {
+            ViewKind::permute(perm)
+        }))
     }
 
     pub fn transpose(&self, a: isize, b: isize) -> Result<Tensor> {
-        Ok(self.view(self.layout.transpose(a, b)?))
+        let out = self.view(self.layout.transpose(a, b)?);
+        Ok(view_grad::record_view(self, out, || {
+            ViewKind::Transpose(a, b)
+        }))
     }
 
     /// The `len` elements starting at `start` along `dim` (negative dims count from the end).
@@ -208,12 +219,16 @@ impl Tensor {
                 "a zero-length narrow would create an empty tensor".to_string(),
             ));
         }
-        Ok(self.view(self.layout.narrow(dim, start, len)?))
+        let out = self.view(self.layout.narrow(dim, start, len)?);
+        Ok(view_grad::record_view(self, out, || {
+            ViewKind::narrow(self, dim, start)
+        }))
     }
 
     pub fn broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
         checked_numel("broadcast_to", shape)?;
-        Ok(self.view(self.layout.broadcast_to(shape)?))
+        let out = self.view(self.layout.broadcast_to(shape)?);
+        Ok(view_grad::record_view(self, out, || ViewKind::Broadcast))
     }
 
     /// Reads the tensor back (native, blocking). `T` must match the dtype.

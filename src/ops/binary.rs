@@ -27,7 +27,7 @@ pub enum BinaryOp {
 }
 
 impl BinaryOp {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         ["add", "sub", "mul", "div", "maximum", "minimum"][self as usize]
     }
 }
@@ -45,8 +45,8 @@ struct BinaryParams {
 }
 
 impl Tensor {
-    /// `self (op) other` with numpy broadcasting; strided inputs are read without copies.
-    pub fn binary(&self, other: &Tensor, op: BinaryOp) -> Result<Tensor> {
+    /// The untracked forward of [`Tensor::binary`] (src/ops/binary_grad.rs records it).
+    pub(crate) fn binary_forward(&self, other: &Tensor, op: BinaryOp) -> Result<Tensor> {
         let name = op.name();
         self.same_device(name, other)?;
         self.same_dtype(name, other)?;

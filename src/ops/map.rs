@@ -4,6 +4,8 @@
 use bytemuck::{Pod, Zeroable};
 
 use crate::layout::{pack_dims, MAX_RANK};
+use crate::ops::map_grad;
+use crate::ops::view_grad::{self, ViewKind};
 use crate::runtime::{grid_1d, Access, Kernel};
 use crate::{DType, Result, Tensor};
 
@@ -140,7 +142,8 @@ impl Tensor {
         if self.is_contiguous() && self.layout.offset() == 0 {
             return Ok(self.clone());
         }
-        map("contiguous", self, MapOp::Identity, 0.0, self.dtype)
+        let out = map("contiguous", self, MapOp::Identity, 0.0, self.dtype)?;
+        Ok(view_grad::record_view(self, out, || ViewKind::Identity))
     }
 
     /// Converts to `dtype` (f32 <-> f16, round to nearest even).
@@ -149,27 +152,30 @@ impl Tensor {
             return Ok(self.clone());
         }
         self.device().require_dtype("to_dtype", dtype)?;
-        map("to_dtype", self, MapOp::Identity, 0.0, dtype)
+        let out = map("to_dtype", self, MapOp::Identity, 0.0, dtype)?;
+        Ok(map_grad::record_to_dtype(self, out))
     }
 
     pub fn unary(&self, op: UnaryOp) -> Result<Tensor> {
-        map(
+        let out = map(
             UNARY_NAMES[op as usize],
             self,
             MapOp::Unary(op),
             0.0,
             self.dtype,
-        )
+        )?;
+        Ok(map_grad::record_unary(self, op, out))
     }
 
     pub fn scalar_op(&self, op: ScalarOp, s: f32) -> Result<Tensor> {
-        map(
+        let out = map(
             SCALAR_NAMES[op as usize],
             self,
             MapOp::Scalar(op),
             s,
             self.dtype,
-        )
+        )?;
+        Ok(map_grad::record_scalar(self, op, s, out))
     }
 
     pub fn neg(&self) -> Result<Tensor> {

@@ -2,11 +2,17 @@
 
 pub mod batchnorm;
 pub mod binary;
+mod binary_grad;
 pub mod conv;
 pub mod gemm;
+mod gemm_grad;
+pub(crate) mod grad_kernel;
 pub mod map;
+mod map_grad;
 pub mod reduce;
+mod reduce_grad;
 pub mod rnn;
+pub(crate) mod view_grad;
 
 pub use batchnorm::{
     batch_norm_backward, batch_norm_inference, batch_norm_train, BatchNormPlan, BatchNormState,
@@ -34,5 +40,6 @@ pub fn shader_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
     v.extend(conv::conv_variants());
     v.extend(rnn::rnn_variants());
     v.extend(batchnorm::batchnorm_variants());
+    v.extend(grad_kernel::grad_variants());
     v
 }

@@ -1,0 +1,167 @@
+// Backward helpers for autograd (src/ops/grad_kernel.rs). Three entry points share one Params
+// layout; every input is read through its own element strides (0 on broadcast dims) and the
+// output is contiguous over `shape`.
+// - grad_binary: out = f(a, b) with numpy broadcasting, f picked by the OP override
+//   (activation derivatives from the saved input or output, max/min tie weights, clamp masks);
+// - narrow_grad: the gradient of a narrow, zero outside [start, start + len) along `dim`;
+// - argext_grad: the gradient of max/min over `dim`, routed to the first index equal to the
+//   reduced value (the index PyTorch's max(dim) returns).
+// The runtime prepends the dtype prelude (`alias T = ...;`) and shaders/lib/activation.wgsl.
+
+struct Params {
+    numel: u32,
+    rank: u32,
+    dim: u32,
+    start: u32,
+    off_a: u32,
+    off_b: u32,
+    off_c: u32,
+    scalar: f32,
+    len: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+    shape: array<vec4<u32>, 2>,
+    sa: array<vec4<u32>, 2>,
+    sb: array<vec4<u32>, 2>,
+    sc: array<vec4<u32>, 2>,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> a: array<T>;
+@group(0) @binding(2) var<storage, read> b: array<T>;
+@group(0) @binding(3) var<storage, read> c: array<T>;
+@group(0) @binding(4) var<storage, read_write> dst: array<T>;
+
+override OP: u32 = 0u;
+override WG: u32;
+
+fn dim_of(v: array<vec4<u32>, 2>, k: u32) -> u32 {
+    return v[k / 4u][k % 4u];
+}
+
+// d/dx of exact GELU: Phi(x) + x phi(x).
+fn gelu_grad(x: f32) -> f32 {
+    let cdf = 0.5 * (1.0 + erf_approx(x * 0.70710678118654752));
+    let pdf = 0.39894228040143268 * exp(-0.5 * x * x);
+    return cdf + x * pdf;
+}
+
+fn combine(g: f32, s: f32) -> f32 {
+    switch OP {
+        // relu from its output: PyTorch's threshold_backward passes the gradient where y > 0.
+        case 0u: { return select(0.0, g, s > 0.0); }
+        case 1u: { return g * s * (1.0 - s); }
+        case 2u: { return g * (1.0 - s * s); }
+        case 3u: { return g * gelu_grad(s); }
+        case 4u: { return g * sign(s); }
+        case 5u: { return g / (2.0 * s); }
+        // maximum / minimum: weight of the first operand, ties split half/half as PyTorch.
+        case 6u: { return select(select(0.0, 0.5, g == s), 1.0, g > s); }
+        case 7u: { return select(select(0.0, 0.5, g == s), 1.0, g < s); }
+        // clamp_min / clamp_max (max_scalar / min_scalar): the gradient passes where x >= s
+        // (x <= s), as PyTorch's clamp backward.
+        case 8u: { return select(0.0, g, s >= p.scalar); }
+        case 9u: { return select(0.0, g, s <= p.scalar); }
+        default: { return g; }
+    }
+}
+
+@compute @workgroup_size(WG)
+fn grad_binary(@builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.x + wid.y * nwg.x) * WG + lid;
+    if (i >= p.numel) {
+        return;
+    }
+    var ia = p.off_a;
+    var ib = p.off_b;
+    var rem = i;
+    for (var d = i32(p.rank) - 1; d >= 0; d--) {
+        let k = u32(d);
+        let n = dim_of(p.shape, k);
+        let co = rem % n;
+        rem = rem / n;
+        ia += co * dim_of(p.sa, k);
+        ib += co * dim_of(p.sb, k);
+    }
+    dst[i] = T(combine(f32(a[ia]), f32(b[ib])));
+}
+
+@compute @workgroup_size(WG)
+fn narrow_grad(@builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.x + wid.y * nwg.x) * WG + lid;
+    if (i >= p.numel) {
+        return;
+    }
+    var ia = p.off_a;
+    var inside = true;
+    var rem = i;
+    for (var d = i32(p.rank) - 1; d >= 0; d--) {
+        let k = u32(d);
+        let n = dim_of(p.shape, k);
+        var co = rem % n;
+        rem = rem / n;
+        if (k == p.dim) {
+            if (co < p.start || co >= p.start + p.len) {
+                inside = false;
+            }
+            co = co - min(co, p.start);
+        }
+        ia += co * dim_of(p.sa, k);
+    }
+    if (inside) {
+        dst[i] = a[ia];
+    } else {
+        dst[i] = T(0.0);
+    }
+}
+
+// a: the reduced input x, b: the reduced value y, c: its gradient (b and c have stride 0
+// along `dim`).
+@compute @workgroup_size(WG)
+fn argext_grad(@builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.x + wid.y * nwg.x) * WG + lid;
+    if (i >= p.numel) {
+        return;
+    }
+    var base = p.off_a;
+    var ib = p.off_b;
+    var ic = p.off_c;
+    var here = 0u;
+    var rem = i;
+    for (var d = i32(p.rank) - 1; d >= 0; d--) {
+        let k = u32(d);
+        let n = dim_of(p.shape, k);
+        let co = rem % n;
+        rem = rem / n;
+        if (k == p.dim) {
+            here = co;
+        } else {
+            base += co * dim_of(p.sa, k);
+        }
+        ib += co * dim_of(p.sb, k);
+        ic += co * dim_of(p.sc, k);
+    }
+    let y = b[ib];
+    let step = dim_of(p.sa, p.dim);
+    // The first position along dim holding the reduced value; positions after `here` cannot
+    // change whether `here` is the first.
+    var first = here + 1u;
+    for (var j = 0u; j <= here; j++) {
+        if (a[base + j * step] == y) {
+            first = j;
+            break;
+        }
+    }
+    if (first == here) {
+        dst[i] = c[ic];
+    } else {
+        dst[i] = T(0.0);
+    }
+}

@@ -1,0 +1,117 @@
+//! Backward of the binary ops (forward in src/ops/binary.rs). Each input's gradient is
+//! computed at the broadcast shape and summed back to the input's shape (`sum_to`).
+
+use crate::autograd::{record, sum_to, BackwardOp};
+use crate::ops::grad_kernel::{grad_binary, GradCode};
+use crate::ops::BinaryOp;
+use crate::{Error, Result, Tensor};
+
+struct BinaryBackward {
+    op: BinaryOp,
+    a_shape: Vec<usize>,
+    b_shape: Vec<usize>,
+    /// Saved only when some gradient needs them (mul keeps b for a's gradient and a for b's).
+    a: Option<Tensor>,
+    b: Option<Tensor>,
+    /// The output, kept by div for the divisor's gradient.
+    y: Option<Tensor>,
+}
+
+impl BinaryBackward {
+    fn saved<'t>(&self, t: &'t Option<Tensor>) -> Result<&'t Tensor> {
+        t.as_ref().ok_or_else(|| {
+            Error::arg(
+                self.op.name(),
+                "backward is missing a saved tensor".to_string(),
+            )
+        })
+    }
+}
+
+impl BackwardOp for BinaryBackward {
+    fn name(&self) -> &'static str {
+        self.op.name()
+    }
+
+    fn backward(&self, grads: &[Option<Tensor>], needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+        let Some(g) = grads.first().and_then(Option::as_ref) else {
+            return Ok(vec![None, None]);
+        };
+        let (need_a, need_b) = (needs.first() == Some(&true), needs.get(1) == Some(&true));
+        // Gradients at the broadcast shape.
+        let (ga, gb) = match self.op {
+            BinaryOp::Add => (need_a.then(|| g.clone()), need_b.then(|| g.clone())),
+            BinaryOp::Sub => (
+                need_a.then(|| g.clone()),
+                if need_b { Some(g.neg()?) } else { None },
+            ),
+            BinaryOp::Mul => (
+                if need_a {
+                    Some(g.mul(self.saved(&self.b)?)?)
+                } else {
+                    None
+                },
+                if need_b {
+                    Some(g.mul(self.saved(&self.a)?)?)
+                } else {
+                    None
+                },
+            ),
+            BinaryOp::Div => {
+                let g_over_b = g.div(self.saved(&self.b)?)?;
+                // d(a / b)/db = -a / b^2 = -(a / b) / b.
+                let gb = if need_b {
+                    Some(g_over_b.mul(self.saved(&self.y)?)?.neg()?)
+                } else {
+                    None
+                };
+                (need_a.then_some(g_over_b), gb)
+            }
+            BinaryOp::Max | BinaryOp::Min => {
+                let code = if self.op == BinaryOp::Max {
+                    GradCode::MaxWeight
+                } else {
+                    GradCode::MinWeight
+                };
+                // Weight of a is 1, 1/2 on ties, 0; b gets the rest (exact: g - g/2 = g/2).
+                let w = grad_binary(self.saved(&self.a)?, self.saved(&self.b)?, code, 0.0)?;
+                let ga = g.mul(&w)?;
+                let gb = if need_b { Some(g.sub(&ga)?) } else { None };
+                (need_a.then_some(ga), gb)
+            }
+        };
+        let ga = match ga {
+            Some(t) => Some(sum_to(&t, &self.a_shape)?),
+            None => None,
+        };
+        let gb = match gb {
+            Some(t) => Some(sum_to(&t, &self.b_shape)?),
+            None => None,
+        };
+        Ok(vec![ga, gb])
+    }
+}
+
+impl Tensor {
+    /// `self (op) other` with numpy broadcasting; strided inputs are read without copies.
+    pub fn binary(&self, other: &Tensor, op: BinaryOp) -> Result<Tensor> {
+        let out = self.binary_forward(other, op)?;
+        Ok(record(out, &[self, other], |y| {
+            let (ta, tb) = (self.is_tracked(), other.is_tracked());
+            let (keep_a, keep_b, keep_y) = match op {
+                BinaryOp::Add | BinaryOp::Sub => (false, false, false),
+                BinaryOp::Mul => (tb, ta, false),
+                BinaryOp::Div => (false, true, tb),
+                BinaryOp::Max | BinaryOp::Min => (true, true, false),
+            };
+            Box::new(BinaryBackward {
+                op,
+                a_shape: self.shape().to_vec(),
+                b_shape: other.shape().to_vec(),
+                a: keep_a.then(|| self.detach()),
+                b: keep_b.then(|| other.detach()),
+                y: keep_y.then(|| y.clone()),
+            })
+        }))
+    }
+}

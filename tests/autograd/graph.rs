@@ -1,0 +1,231 @@
+//! The graph's behaviour, independent of any one op's derivative.
+
+use wgtensor::autograd::{is_grad_enabled, no_grad, NoGradGuard};
+use wgtensor::ops::{gemm_into, matmul};
+use wgtensor::{DType, Error, Tensor};
+
+use crate::common::device;
+
+fn t(data: &[f32], shape: &[usize]) -> Tensor {
+    Tensor::from_slice(device(), data, shape).unwrap()
+}
+
+fn leaf(data: &[f32], shape: &[usize]) -> Tensor {
+    t(data, shape).requires_grad().unwrap()
+}
+
+fn vals(x: &Tensor) -> Vec<f32> {
+    x.to_vec::<f32>().unwrap()
+}
+
+fn total(y: &Tensor) -> Tensor {
+    y.reshape(&[y.numel()]).unwrap().sum(0, false).unwrap()
+}
+
+/// x used twice (and through two paths) accumulates: d/dx sum(x*x + 3x) = 2x + 3.
+#[test]
+fn reuse_accumulates() {
+    let x = leaf(&[1.0, -2.0, 0.5], &[3]);
+    let y = x.mul(&x).unwrap().add(&x.mul_scalar(3.0).unwrap()).unwrap();
+    let g = total(&y).backward().unwrap();
+    assert_eq!(vals(g.get(&x).unwrap()), vec![5.0, -1.0, 4.0]);
+    assert_eq!(g.len(), 1);
+}
+
+/// Leaves that the loss does not depend on, and untracked inputs, get no gradient.
+#[test]
+fn only_reached_leaves() {
+    let x = leaf(&[1.0, 2.0], &[2]);
+    let unused = leaf(&[1.0, 2.0], &[2]);
+    let c = t(&[3.0, 4.0], &[2]);
+    let g = total(&x.mul(&c).unwrap()).backward().unwrap();
+    assert_eq!(vals(g.get(&x).unwrap()), vec![3.0, 4.0]);
+    assert!(g.get(&unused).is_none());
+    assert!(g.get(&c).is_none());
+    // A clone of a leaf is the same leaf.
+    assert!(g.get(&x.clone()).is_some());
+}
+
+#[test]
+fn second_backward_is_an_error() {
+    let x = leaf(&[1.0, 2.0], &[2]);
+    let loss = total(&x.exp().unwrap());
+    loss.backward().unwrap();
+    let e = loss.backward().unwrap_err();
+    assert!(
+        e.to_string().contains("already freed"),
+        "unexpected error: {e}"
+    );
+    // An intermediate of a consumed graph is consumed too.
+    let y = x.mul_scalar(2.0).unwrap();
+    let l1 = total(&y);
+    l1.backward().unwrap();
+    let e = total(&y.exp().unwrap()).backward().unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument { op: "backward", .. }),
+        "{e}"
+    );
+}
+
+#[test]
+fn backward_argument_errors() {
+    let x = leaf(&[1.0, 2.0], &[2]);
+    let y = x.mul_scalar(2.0).unwrap();
+    let e = y.backward().unwrap_err();
+    assert!(e.to_string().contains("only for scalar outputs"), "{e}");
+    let e = t(&[1.0], &[1]).backward().unwrap_err();
+    assert!(e.to_string().contains("does not require grad"), "{e}");
+    // backward_with_grad: the seed must match.
+    let e = y.backward_with_grad(&t(&[1.0], &[1])).unwrap_err();
+    assert!(matches!(e, Error::Shape { .. }), "{e}");
+    let g = y.backward_with_grad(&t(&[1.0, -1.0], &[2])).unwrap();
+    assert_eq!(vals(g.get(&x).unwrap()), vec![2.0, -2.0]);
+    // Only leaves change requires_grad.
+    let z = x.exp().unwrap();
+    assert!(z.clone().requires_grad().is_err());
+    let mut d = z.detach();
+    assert!(!d.is_tracked());
+    d.set_requires_grad(true).unwrap();
+    assert!(d.is_leaf() && d.is_tracked());
+    d.set_requires_grad(false).unwrap();
+    assert!(!d.is_tracked());
+    // The loss itself as a leaf.
+    let s = leaf(&[2.0], &[]);
+    assert_eq!(vals(s.backward().unwrap().get(&s).unwrap()), vec![1.0]);
+}
+
+#[test]
+fn no_grad_records_nothing() {
+    let x = leaf(&[1.0, 2.0], &[2]);
+    let y = no_grad(|| x.mul_scalar(2.0).unwrap().exp().unwrap());
+    assert!(!y.is_tracked());
+    assert!(is_grad_enabled());
+    {
+        let _g = NoGradGuard::new();
+        assert!(!is_grad_enabled());
+        assert!(!matmul(&x, &x).unwrap().is_tracked());
+        // Nested scopes restore the outer mode.
+        no_grad(|| assert!(!is_grad_enabled()));
+        assert!(!is_grad_enabled());
+    }
+    assert!(is_grad_enabled());
+    // A panic inside no_grad does not leave grad mode off.
+    let r = std::panic::catch_unwind(|| no_grad(|| panic!("inside no_grad")));
+    assert!(r.is_err());
+    assert!(is_grad_enabled());
+    // Untracked inputs record nothing with grad mode on either.
+    assert!(!t(&[1.0], &[1]).exp().unwrap().is_tracked());
+    // detach() cuts the graph.
+    let d = x.mul_scalar(3.0).unwrap().detach();
+    assert!(!d.exp().unwrap().is_tracked());
+}
+
+/// In-place GEMM refuses tracked operands while recording, and works under no_grad.
+#[test]
+fn in_place_gemm() {
+    let a = leaf(&[1.0, 2.0, 3.0, 4.0], &[2, 2]);
+    let b = t(&[1.0, 0.0, 0.0, 1.0], &[2, 2]);
+    let c = Tensor::zeros(device(), &[2, 2], DType::F32).unwrap();
+    assert!(gemm_into(&c, &a, &b, 1.0, 0.0).is_err());
+    no_grad(|| gemm_into(&c, &a, &b, 1.0, 0.0)).unwrap();
+    assert_eq!(vals(&c), vec![1.0, 2.0, 3.0, 4.0]);
+}
+
+/// One step of y = sum((x w)^2) / n and a hand-written SGD update under no_grad.
+fn train_step(x: &Tensor, w: &Tensor, lr: f32) -> Tensor {
+    let y = matmul(x, w).unwrap();
+    let loss = total(&y.mul(&y).unwrap())
+        .div_scalar(y.numel() as f32)
+        .unwrap();
+    let g = loss.backward().unwrap();
+    let gw = g.get(w).unwrap();
+    no_grad(|| w.sub(&gw.mul_scalar(lr).unwrap()).unwrap())
+        .requires_grad()
+        .unwrap()
+}
+
+/// 1000 steps keep the pool's live bytes flat: backward releases every saved tensor and the
+/// graph of each step is freed with its loss.
+#[test]
+fn training_loop_memory_is_flat() {
+    // A device of its own: the shared one serves tests running in parallel.
+    let dev = &wgtensor::Device::new().unwrap();
+    let x = Tensor::from_slice(
+        dev,
+        &(0..32).map(|i| (i as f32 * 0.37).sin()).collect::<Vec<_>>(),
+        &[8, 4],
+    )
+    .unwrap();
+    let w0 = [0.5f32, -0.25, 0.125, 1.0, 0.3, -0.7, 0.2, 0.9];
+    let mut w = Tensor::from_slice(dev, &w0, &[4, 2])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let mut at_100 = 0;
+    for step in 1..=1000 {
+        w = train_step(&x, &w, 0.05);
+        if step == 100 || step == 1000 {
+            dev.sync().unwrap();
+            let live = dev.stats().pool.live_bytes;
+            if step == 100 {
+                at_100 = live;
+            } else {
+                assert_eq!(live, at_100, "live bytes grew from step 100 to 1000");
+            }
+        }
+    }
+    // The loss went down (the loop trains).
+    let y = matmul(&x, &w).unwrap();
+    let l = vals(&total(&y.mul(&y).unwrap()))[0];
+    assert!(l < 1.0, "loss {l}");
+}
+
+/// Same inputs, bitwise-same gradients (split-k GEMM, broadcast sums, accumulation).
+#[test]
+fn gradients_are_deterministic() {
+    let run = || {
+        let a = leaf(
+            &(0..64 * 1500)
+                .map(|i| ((i * 7919) % 113) as f32 / 57.0 - 1.0)
+                .collect::<Vec<_>>(),
+            &[64, 1500],
+        );
+        let b = leaf(
+            &(0..1500 * 3)
+                .map(|i| ((i * 104729) % 97) as f32 / 49.0 - 1.0)
+                .collect::<Vec<_>>(),
+            &[1500, 3],
+        );
+        let bias = leaf(&[0.1, -0.2, 0.3], &[3]);
+        let y = matmul(&a, &b).unwrap().add(&bias).unwrap().tanh().unwrap();
+        let loss = total(&y.mul(&y).unwrap().add(&y).unwrap());
+        let g = loss.backward().unwrap();
+        [
+            vals(g.get(&a).unwrap()),
+            vals(g.get(&b).unwrap()),
+            vals(g.get(&bias).unwrap()),
+        ]
+    };
+    let (r1, r2) = (run(), run());
+    for (x, y) in r1.iter().zip(&r2) {
+        assert!(x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()));
+    }
+}
+
+/// A 20k-node chain is freed without overflowing the stack, and backward through a long
+/// chain works.
+#[test]
+fn deep_graph() {
+    let x = leaf(&[1.0], &[1]);
+    let mut y = x.clone();
+    for _ in 0..20_000 {
+        y = y.add_scalar(0.0).unwrap();
+    }
+    drop(y);
+    let mut y = x.clone();
+    for _ in 0..300 {
+        y = y.mul_scalar(1.0).unwrap();
+    }
+    let g = total(&y).backward().unwrap();
+    assert_eq!(vals(g.get(&x).unwrap()), vec![1.0]);
+}
