@@ -120,7 +120,7 @@ const FMA_ITERS: u32 = 8192;
 fn fma_case(dev: &Device) -> wgtensor::Result<Run> {
     use wgpu::util::DeviceExt;
     let d = dev.wgpu_device().clone();
-    let q = dev.wgpu_queue().clone();
+    let q = dev.clone();
     let module = d.create_shader_module(wgpu::ShaderModuleDescriptor {
         label: Some("fma_peak"),
         source: wgpu::ShaderSource::Wgsl(FMA_WGSL.into()),
@@ -166,11 +166,8 @@ fn fma_case(dev: &Device) -> wgtensor::Result<Run> {
             pass.set_bind_group(0, &bg, &[]);
             pass.dispatch_workgroups(FMA_INVOCATIONS / 64, 1, 1);
         }
-        q.submit([e.finish()]);
-        // Submitted outside the runtime's queue, so wait here rather than in Device::sync.
-        d.poll(wgpu::PollType::wait_indefinitely())
-            .map(drop)
-            .map_err(|e| wgtensor::Error::NoAdapter(e.to_string()))
+        q.submit([e.finish()])?;
+        q.sync()
     }))
 }
 
@@ -222,7 +219,7 @@ fn bn_infer_case(dev: &Device) -> wgtensor::Result<Run> {
 /// submitted directly to the queue: the adapter's copy bandwidth.
 fn copy_case(dev: &Device) -> wgtensor::Result<Run> {
     let d = dev.wgpu_device().clone();
-    let q = dev.wgpu_queue().clone();
+    let q = dev.clone();
     let size = BN_BYTES as u64;
     let usage = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
     let mk = || {
@@ -237,14 +234,12 @@ fn copy_case(dev: &Device) -> wgtensor::Result<Run> {
     // Fill the source once so the copy reads committed memory.
     let mut e = d.create_command_encoder(&Default::default());
     e.clear_buffer(&src, 0, None);
-    q.submit([e.finish()]);
+    q.submit([e.finish()])?;
     Ok(Box::new(move || {
         let mut e = d.create_command_encoder(&Default::default());
         e.copy_buffer_to_buffer(&src, 0, &dst, 0, size);
-        q.submit([e.finish()]);
-        d.poll(wgpu::PollType::wait_indefinitely())
-            .map(drop)
-            .map_err(|e| wgtensor::Error::NoAdapter(e.to_string()))
+        q.submit([e.finish()])?;
+        q.sync()
     }))
 }
 
@@ -277,7 +272,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 fn copy_shader_case(dev: &Device) -> wgtensor::Result<Run> {
     use wgpu::util::DeviceExt;
     let d = dev.wgpu_device().clone();
-    let q = dev.wgpu_queue().clone();
+    let q = dev.clone();
     // 8-lane workgroups with long loops on CPU adapters (one SIMD register streams a block),
     // 64-lane ones elsewhere.
     let cpu = dev.adapter_info().device_type == wgpu::DeviceType::Cpu;
@@ -339,10 +334,8 @@ fn copy_shader_case(dev: &Device) -> wgtensor::Result<Run> {
             pass.set_bind_group(0, &bg, &[]);
             pass.dispatch_workgroups(groups, 1, 1);
         }
-        q.submit([e.finish()]);
-        d.poll(wgpu::PollType::wait_indefinitely())
-            .map(drop)
-            .map_err(|e| wgtensor::Error::NoAdapter(e.to_string()))
+        q.submit([e.finish()])?;
+        q.sync()
     }))
 }
 

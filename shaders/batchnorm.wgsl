@@ -245,7 +245,9 @@ fn bn_finalize(@builtin(global_invocation_id) gid: vec3<u32>) {
     for (var i = 0u; i < p.chunks * WG; i++) {
         acc = merge(acc, ws[first + i].xyz);
     }
-    let var_b = max(acc.z / p.count, 0.0);
+    // Clamps rounding below 0, but keeps a NaN: a channel holding NaN must not normalize
+    // with invstd = 1/sqrt(eps).
+    let var_b = relu_f(acc.z / p.count);
     let invstd = inverseSqrt(var_b + p.eps);
     let mean = pivot + acc.y;
     smean[param(c, p.smean_os)] = mean;

@@ -1,5 +1,6 @@
 // Binary elementwise ops with numpy broadcasting: both inputs are read through their own
 // element strides (0 on broadcast dims), the output is contiguous. The op is an override.
+// Needs lib/activation.wgsl (the NaN-propagating max/min).
 
 struct Params {
     numel: u32,
@@ -26,8 +27,8 @@ fn combine(x: f32, y: f32) -> f32 {
         case 1u: { return x - y; }
         case 2u: { return x * y; }
         case 3u: { return x / y; }
-        case 4u: { return max(x, y); }
-        case 5u: { return min(x, y); }
+        case 4u: { return max_nan(x, y); }
+        case 5u: { return min_nan(x, y); }
         default: { return x + y; }
     }
 }

@@ -44,7 +44,7 @@ fn apply(v: f32, s: f32) -> f32 {
         case 3u: { return exp(v); }
         case 4u: { return log(v); }
         case 5u: { return sqrt(v); }
-        case 6u: { return max(v, 0.0); }
+        case 6u: { return relu_f(v); }
         case 7u: { return sigmoid_f(v); }
         case 8u: { return tanh_f(v); }
         case 9u: { return gelu_f(v); }
@@ -54,8 +54,8 @@ fn apply(v: f32, s: f32) -> f32 {
         case 13u: { return v * s; }
         case 14u: { return v / s; }
         case 15u: { return s / v; }
-        case 16u: { return max(v, s); }
-        case 17u: { return min(v, s); }
+        case 16u: { return max_nan(v, s); }
+        case 17u: { return min_nan(v, s); }
         default: { return v; }
     }
 }

@@ -2,7 +2,7 @@
 // r = 0..red_len, always in a fixed order so results are bitwise reproducible.
 // `reduce_rows`: one invocation per output (many outputs / short reductions).
 // `reduce_wg`: one workgroup per output, strided partial folds then a shared-memory tree
-// (few outputs / long reductions).
+// (few outputs / long reductions). Needs lib/activation.wgsl (the NaN-propagating max/min).
 
 struct Params {
     n_out: u32,
@@ -29,16 +29,17 @@ var<workgroup> partial: array<f32, WG>;
 
 fn identity() -> f32 {
     switch OP {
-        case 1u: { return -3.4028234663852886e38; }
-        case 2u: { return 3.4028234663852886e38; }
+        // -inf / +inf, so a row of infinities reduces to itself.
+        case 1u: { return bitcast<f32>(0xff800000u); }
+        case 2u: { return bitcast<f32>(0x7f800000u); }
         default: { return 0.0; }
     }
 }
 
 fn fold(acc: f32, v: f32) -> f32 {
     switch OP {
-        case 1u: { return max(acc, v); }
-        case 2u: { return min(acc, v); }
+        case 1u: { return max_nan(acc, v); }
+        case 2u: { return min_nan(acc, v); }
         default: { return acc + v; }
     }
 }
@@ -88,8 +89,12 @@ fn reduce_wg(@builtin(workgroup_id) wid: vec3<u32>,
     var acc = identity();
     if (live) {
         let base = base_index(o);
+        // red_len may be just under 2^32 (a broadcast view): stop before `r + WG` could wrap.
         for (var r = lid; r < p.red_len; r += WG) {
             acc = fold(acc, f32(x[base + r * p.red_stride]));
+            if (p.red_len - r <= WG) {
+                break;
+            }
         }
     }
     partial[lid] = acc;

@@ -34,3 +34,5 @@ pub use half::f16;
 pub use layout::Layout;
 pub use runtime::{Device, DeviceOptions, DeviceStats, PoolStats};
 pub use tensor::Tensor;
+/// The wgpu crate this version of wgtensor is built on, so interop code names the same types.
+pub use wgpu;

@@ -28,19 +28,15 @@ impl std::fmt::Debug for Tensor {
     }
 }
 
-/// Validates a shape for a new tensor: rank, no zero dims, u32-indexable, fits one binding.
+/// Validates a shape for a new tensor: rank, u32-indexable, fits one binding. Zero-size dims
+/// are allowed (an empty tensor, as in PyTorch): its storage is a minimal buffer no kernel
+/// reads.
 pub(crate) fn check_new_shape(
     device: &Device,
     op: &'static str,
     shape: &[usize],
     dtype: DType,
 ) -> Result<usize> {
-    if shape.contains(&0) {
-        return Err(Error::size(
-            op,
-            format!("shape {shape:?} has a zero-size dimension; empty tensors are not supported"),
-        ));
-    }
     let n = checked_numel(op, shape)?;
     device.require_dtype(op, dtype)?;
     let bytes = (n as u64)
@@ -82,15 +78,7 @@ impl Tensor {
             ));
         }
         let t = Tensor::empty(device, op, shape, T::DTYPE)?;
-        let bytes: &[u8] = bytemuck::cast_slice(data);
-        // write_buffer needs a multiple of 4 bytes (odd-length f16 data).
-        if bytes.len().is_multiple_of(4) {
-            device.wgpu_queue().write_buffer(t.buffer(), 0, bytes);
-        } else {
-            let mut padded = bytes.to_vec();
-            padded.resize(bytes.len().div_ceil(4) * 4, 0);
-            device.wgpu_queue().write_buffer(t.buffer(), 0, &padded);
-        }
+        device.write_buffer(op, t.buffer(), 0, bytemuck::cast_slice(data))?;
         Ok(t)
     }
 
@@ -98,7 +86,9 @@ impl Tensor {
     pub fn zeros(device: &Device, shape: &[usize], dtype: DType) -> Result<Tensor> {
         let t = Tensor::empty(device, "zeros", shape, dtype)?;
         let bytes = (t.numel() * dtype.size()).div_ceil(4) as u64 * 4;
-        device.record_clear(t.buffer(), bytes);
+        if bytes > 0 {
+            device.record_clear(t.buffer(), bytes);
+        }
         Ok(t)
     }
 
@@ -176,7 +166,7 @@ impl Tensor {
     pub(crate) fn reshape_untracked(&self, shape: &[usize]) -> Result<Tensor> {
         let op = "reshape";
         let n = checked_numel(op, shape)?;
-        if n != self.numel() || shape.contains(&0) {
+        if n != self.numel() {
             return Err(Error::shape(
                 op,
                 format!(
@@ -213,12 +203,6 @@ impl Tensor {
 
     /// The `len` elements starting at `start` along `dim` (negative dims count from the end).
     pub fn narrow(&self, dim: isize, start: usize, len: usize) -> Result<Tensor> {
-        if len == 0 {
-            return Err(Error::size(
-                "narrow",
-                "a zero-length narrow would create an empty tensor".to_string(),
-            ));
-        }
         let out = self.view(self.layout.narrow(dim, start, len)?);
         Ok(view_grad::record_view(self, out, || {
             ViewKind::narrow(self, dim, start)
@@ -234,6 +218,10 @@ impl Tensor {
     /// Reads the tensor back (native, blocking). `T` must match the dtype.
     #[cfg(not(target_arch = "wasm32"))]
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        if self.numel() == 0 {
+            self.check_read_dtype::<T>()?;
+            return Ok(Vec::new());
+        }
         let (src, offset, bytes) = self.readback_source::<T>()?;
         let raw = self
             .device()
@@ -243,6 +231,10 @@ impl Tensor {
 
     /// Reads the tensor back without blocking (the wasm path).
     pub async fn to_vec_async<T: Element>(&self) -> Result<Vec<T>> {
+        if self.numel() == 0 {
+            self.check_read_dtype::<T>()?;
+            return Ok(Vec::new());
+        }
         let (src, offset, bytes) = self.readback_source::<T>()?;
         let raw = self
             .device()
@@ -252,7 +244,7 @@ impl Tensor {
     }
 
     /// A tensor whose bytes can be copied out directly (contiguous, 4-byte aligned start).
-    fn readback_source<T: Element>(&self) -> Result<(Tensor, u64, u64)> {
+    fn check_read_dtype<T: Element>(&self) -> Result<()> {
         if T::DTYPE != self.dtype {
             return Err(Error::DType {
                 op: "to_vec",
@@ -260,6 +252,11 @@ impl Tensor {
                 got: T::DTYPE,
             });
         }
+        Ok(())
+    }
+
+    fn readback_source<T: Element>(&self) -> Result<(Tensor, u64, u64)> {
+        self.check_read_dtype::<T>()?;
         let size = self.dtype.size() as u64;
         let offset = self.layout.offset() as u64 * size;
         let src = if self.is_contiguous() && offset.is_multiple_of(4) {

@@ -40,7 +40,7 @@ fn upload(dev: &Device, shape: &[usize], seed: u32) -> Tensor {
 fn workspace_reused(portable: bool, sync_every: Option<usize>) {
     let dev = device(portable);
     let (m, n, k) = (16, 24, 8192);
-    let pl = plan(&dev, m, n, k, 1, None);
+    let pl = plan(&dev, m, n, k, 1, None).unwrap();
     assert!(
         pl.splits > 1,
         "[{m} x {k}] x [{k} x {n}] does not split: {pl:?}"
@@ -138,7 +138,7 @@ fn splitk_dispatch_counts() {
                 dev.stats().dispatches - before,
                 want,
                 "split_k {split_k:?}: {:?}",
-                plan(&dev, 8, 8, 4096, 1, split_k)
+                plan(&dev, 8, 8, 4096, 1, split_k).unwrap()
             );
             drop(y);
         }

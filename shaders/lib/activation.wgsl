@@ -1,6 +1,26 @@
 // Activation functions shared by the map kernel and the fused epilogues (GEMM, conv, ...).
 // The runtime places this file between the dtype prelude and a kernel that lists it.
 
+// NaN tests and NaN-propagating max/min. WGSL leaves max/min of a NaN to the implementation
+// (lavapipe returns the other operand), and compilers may fold `v != v`, so the test reads the
+// bits. PyTorch propagates NaN through relu, maximum/minimum and the max/min reductions: a NaN
+// that vanishes would hide a diverging training run.
+fn isnan_f(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
+}
+
+fn max_nan(a: f32, b: f32) -> f32 {
+    return select(max(a, b), a + b, isnan_f(a) || isnan_f(b));
+}
+
+fn min_nan(a: f32, b: f32) -> f32 {
+    return select(min(a, b), a + b, isnan_f(a) || isnan_f(b));
+}
+
+fn relu_f(v: f32) -> f32 {
+    return select(max(v, 0.0), v, isnan_f(v));
+}
+
 // Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7): WGSL has no erf and GELU needs the exact form.
 fn erf_approx(v: f32) -> f32 {
     let a = abs(v);
@@ -39,7 +59,7 @@ fn gelu_f(v: f32) -> f32 {
 // Epilogue activation codes: 0 none, 1 relu, 2 gelu, 3 sigmoid, 4 tanh.
 fn activate(v: f32, code: u32) -> f32 {
     switch code {
-        case 1u: { return max(v, 0.0); }
+        case 1u: { return relu_f(v); }
         case 2u: { return gelu_f(v); }
         case 3u: { return sigmoid_f(v); }
         case 4u: { return tanh_f(v); }

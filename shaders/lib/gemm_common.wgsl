@@ -75,9 +75,11 @@ fn bases(z: u32) -> Bases {
     return Bases(ao, bo, co, oo + bi * p.m * p.n);
 }
 
+// (z / batch) * k_chunk <= k (the plan makes splits = ceil(k / k_chunk)); the end is computed
+// as kb + min(k_chunk, k - kb) so that it cannot wrap past 2^32.
 fn k_range(z: u32) -> vec2<u32> {
-    let kb = (z / p.batch) * p.k_chunk;
-    return vec2<u32>(kb, min(kb + p.k_chunk, p.k));
+    let kb = min((z / p.batch) * p.k_chunk, p.k);
+    return vec2<u32>(kb, kb + min(p.k_chunk, p.k - kb));
 }
 
 // `y` = alpha * (A B)[row, col]; adds C and bias, applies the activation.

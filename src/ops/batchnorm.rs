@@ -186,7 +186,14 @@ pub struct BatchNormPlan {
 }
 
 /// The work split for an input of `shape` whose x (and dy) start at element offsets `offsets`.
-pub fn plan(dev: &Device, shape: &[usize], offsets: &[usize]) -> BatchNormPlan {
+/// Errors for a shape the ops reject (rank below 2).
+pub fn plan(dev: &Device, shape: &[usize], offsets: &[usize]) -> Result<BatchNormPlan> {
+    if shape.len() < 2 {
+        return Err(Error::shape(
+            "batch_norm",
+            format!("expected an input of rank >= 2 ([N, C, ...]), got shape {shape:?}"),
+        ));
+    }
     let (n, s) = (shape[0], shape[2..].iter().product::<usize>());
     let vec = if s % 4 == 0 && offsets.iter().all(|o| o % 4 == 0) {
         4
@@ -201,13 +208,13 @@ pub fn plan(dev: &Device, shape: &[usize], offsets: &[usize]) -> BatchNormPlan {
     let groups = n * s / vec;
     let max = dev.limits().max_compute_workgroups_per_dimension as usize;
     let want = groups.div_ceil(CHUNK_TARGET).clamp(1, max);
-    let chunk = groups.div_ceil(want).div_ceil(wg) * wg;
-    BatchNormPlan {
+    let chunk = (groups.div_ceil(want).div_ceil(wg) * wg).max(wg);
+    Ok(BatchNormPlan {
         vec: vec as u32,
         wg: wg as u32,
         chunk: chunk as u32,
         chunks: groups.div_ceil(chunk) as u32,
-    }
+    })
 }
 
 /// Running statistics of a batch-norm layer (PyTorch's `running_mean`, `running_var`,
@@ -394,7 +401,7 @@ fn prepare(op: &'static str, x: &Tensor, dy: Option<&Tensor>) -> Result<(Input, 
     if let Some(d) = &dy {
         offsets.push(d.layout.offset());
     }
-    let pl = plan(x.device(), &shape, &offsets);
+    let pl = plan(x.device(), &shape, &offsets)?;
     let vec = pl.vec as usize;
     let sg = s / vec;
     let wg = pl.wg as usize;
@@ -495,6 +502,9 @@ pub fn batch_norm_inference(
     let beta_os = beta
         .map(|b| check_channel_vec(op, "bias (beta)", x, b, c, dt))
         .transpose()?;
+    if x.numel() == 0 {
+        return Tensor::empty(x.device(), op, x.shape(), dt);
+    }
     let (mut inp, _) = prepare(op, x, None)?;
     let dev = inp.x.device().clone();
     let y = Tensor::empty(&dev, op, inp.x.shape(), dt)?;
@@ -555,7 +565,8 @@ pub fn batch_norm_train(
     check_eps(op, eps)?;
     let c = x.shape()[1];
     let dt = x.dtype;
-    let count = x.numel() / c;
+    // Values per channel (N times the trailing dims): not numel / C, which C = 0 would divide.
+    let count: usize = x.shape()[0] * x.shape()[2..].iter().product::<usize>();
     if count <= 1 {
         return Err(Error::shape(
             op,
@@ -588,9 +599,22 @@ pub fn batch_norm_train(
             Some(m) => {
                 return Err(Error::arg(op, format!("momentum must be finite, got {m}")));
             }
-            None => 1.0 / (st.num_batches_tracked + 1) as f32,
+            None => 1.0 / st.num_batches_tracked.saturating_add(1) as f32,
         };
         running = Some((rmean_os, rvar_os, factor));
+    }
+    if c == 0 {
+        // No channels: nothing to normalize, but the call still counts as a training batch.
+        let dev = x.device();
+        let out = (
+            Tensor::empty(dev, op, x.shape(), dt)?,
+            Tensor::empty(dev, op, &[0], DType::F32)?,
+            Tensor::empty(dev, op, &[0], DType::F32)?,
+        );
+        if let Some(st) = state {
+            st.num_batches_tracked = st.num_batches_tracked.saturating_add(1);
+        }
+        return Ok(out);
     }
     let (mut inp, _) = prepare(op, x, None)?;
     let dev = inp.x.device().clone();
@@ -660,7 +684,8 @@ pub fn batch_norm_train(
         inp.data_grid(),
     )?;
     if let Some(st) = state {
-        st.num_batches_tracked += 1;
+        // Saturates: a wrapped count would make momentum=None's factor 1/0.
+        st.num_batches_tracked = st.num_batches_tracked.saturating_add(1);
     }
     Ok((y, saved_mean, saved_invstd))
 }
@@ -686,8 +711,32 @@ pub fn batch_norm_backward(
     let gamma_os = gamma
         .map(|g| check_channel_vec(op, "weight (gamma)", x, g, c, dt))
         .transpose()?;
+    if x.numel() == 0 || dy.numel() == 0 {
+        // Validate dy as prepare would, then return empty dx and zero parameter gradients
+        // (sums over no values).
+        x.same_device(op, dy)?;
+        x.same_dtype(op, dy)?;
+        if dy.shape() != x.shape() {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "grad_output has shape {:?} but the input has shape {:?}",
+                    dy.shape(),
+                    x.shape()
+                ),
+            ));
+        }
+        let dev = x.device();
+        return Ok((
+            Tensor::empty(dev, op, x.shape(), dt)?,
+            Tensor::zeros(dev, &[c], dt)?,
+            Tensor::zeros(dev, &[c], dt)?,
+        ));
+    }
     let (mut inp, dy) = prepare(op, x, Some(dy))?;
-    let dy = dy.expect("prepared with dy");
+    let Some(dy) = dy else {
+        return Err(Error::arg(op, "grad_output is missing"));
+    };
     let dev = inp.x.device().clone();
     let dx = Tensor::empty(&dev, op, inp.x.shape(), dt)?;
     let dgamma = Tensor::empty(&dev, op, &[c], dt)?;

@@ -13,7 +13,7 @@ static BINARY: Kernel = Kernel {
     entry: "main",
     bindings: &[Access::Read, Access::Read, Access::ReadWrite],
     slots: &[],
-    libs: &[],
+    libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +56,9 @@ impl Tensor {
         let dev = self.device();
         let out = Tensor::empty(dev, name, &shape, self.dtype)?;
         let n = out.numel();
+        if n == 0 {
+            return Ok(out);
+        }
         let contig = a.is_contiguous() && b.is_contiguous();
         let params = BinaryParams {
             numel: n as u32,

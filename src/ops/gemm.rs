@@ -62,6 +62,9 @@ static SG8_PARTIAL: Kernel = Kernel {
 };
 
 const REDUCE_WG: u32 = 256;
+/// Longest inner dimension accepted (as convolutions accept at most i32::MAX elements): the
+/// kernels' K arithmetic stays far from u32 wrap, and a K this long already takes minutes.
+const MAX_K: usize = i32::MAX as usize;
 /// Batch dims left after merging must fit the kernel's vec4 batch decode.
 const MAX_BATCH_DIMS: usize = 4;
 
@@ -186,6 +189,9 @@ fn cpu_threads() -> usize {
 /// Picks the kernel and split factor. Split-k pays when the output tiles are too few to keep
 /// the device busy and each tile has a long K loop (weight-gradient shapes such as
 /// [64 x 8192] x [8192 x 64] on a GPU); slices keep at least 256 steps of K.
+///
+/// Total over its inputs: empty problems (a zero M, N, K or batch) plan one unsplit launch;
+/// a forced `split_k` of 0 is refused as [`gemm`] refuses it.
 pub fn plan(
     dev: &Device,
     m: usize,
@@ -193,11 +199,19 @@ pub fn plan(
     k: usize,
     batch: usize,
     split_k: Option<u32>,
-) -> GemmPlan {
+) -> Result<GemmPlan> {
+    if split_k == Some(0) {
+        return Err(Error::arg(
+            "gemm",
+            "split_k must be at least 1 (None picks it automatically)",
+        ));
+    }
     let sg8 = has_sg8(dev);
     let sgs = SG8_SGS;
     let tm = if sg8 { 32 * sgs as usize } else { 32 };
-    let tiles = m.div_ceil(tm) * n.div_ceil(32) * batch;
+    let tiles = (m.div_ceil(tm) * n.div_ceil(32))
+        .saturating_mul(batch)
+        .max(1);
     let max_z = dev.limits().max_compute_workgroups_per_dimension as usize;
     // Workgroups that keep the device busy. A CPU adapter (lavapipe) runs one workgroup per
     // thread and has a thread per core, so split-k only pays while the tiles are fewer than the
@@ -210,18 +224,27 @@ pub fn plan(
         512
     };
     let wanted = match split_k {
-        Some(s) => s.max(1) as usize,
+        Some(s) => s as usize,
         None if k >= 1024 && tiles < target => target.div_ceil(tiles).min(k / 256),
         None => 1,
     };
-    let splits = wanted.clamp(1, k).min((max_z / batch).max(1));
+    if k == 0 {
+        // Nothing to sum: one launch writes the epilogue (beta * C + bias) alone.
+        return Ok(GemmPlan {
+            sg8,
+            sgs,
+            splits: 1,
+            k_chunk: 0,
+        });
+    }
+    let splits = wanted.clamp(1, k).min((max_z / batch.max(1)).max(1));
     let k_chunk = k.div_ceil(splits);
-    GemmPlan {
+    Ok(GemmPlan {
         sg8,
         sgs,
         splits: k.div_ceil(k_chunk) as u32,
         k_chunk: k_chunk as u32,
-    }
+    })
 }
 
 /// Merges adjacent batch dims that are laid out as one (in every operand) and drops size-1
@@ -311,6 +334,17 @@ fn run(
     let dev = a.device();
     dev.require_dtype(op, a.dtype)?;
     let (out_shape, m, n, k) = product_shape(op, a.shape(), b.shape())?;
+    if k > MAX_K {
+        // Only broadcast views reach such K; each output would loop 2^31 times over a tile.
+        return Err(Error::size(
+            op,
+            format!(
+                "K = {k} ({:?} x {:?}) is above the supported {MAX_K}",
+                a.shape(),
+                b.shape()
+            ),
+        ));
+    }
     let rank = out_shape.len();
     let batch_shape = &out_shape[..rank - 2];
     let mut bm = batch_shape.to_vec();
@@ -390,11 +424,14 @@ fn run(
     bm = merged;
     let batch: usize = bm.iter().product();
 
+    let pl = plan(dev, m, n, k, batch, o.split_k)?;
     let out = match into {
         Some(t) => t.clone(),
         None => Tensor::empty(dev, op, &out_shape, a.dtype)?,
     };
-    let pl = plan(dev, m, n, k, batch, o.split_k);
+    if m == 0 || n == 0 || batch == 0 {
+        return Ok(out);
+    }
     let p = GemmParams {
         m: m as u32,
         n: n as u32,

@@ -91,6 +91,9 @@ fn map(
 ) -> Result<Tensor> {
     let dev = x.device();
     let out = Tensor::empty(dev, op_name, x.shape(), out_dtype)?;
+    if out.numel() == 0 {
+        return Ok(out);
+    }
     let l = &x.layout;
     let params = MapParams {
         numel: l.numel() as u32,

@@ -16,7 +16,7 @@ static ROWS: Kernel = Kernel {
     entry: "reduce_rows",
     bindings: &[Access::Read, Access::ReadWrite],
     slots: &[],
-    libs: &[],
+    libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
 };
 static WORKGROUP: Kernel = Kernel {
     name: "reduce",
@@ -24,7 +24,7 @@ static WORKGROUP: Kernel = Kernel {
     entry: "reduce_wg",
     bindings: &[Access::Read, Access::ReadWrite],
     slots: &[],
-    libs: &[],
+    libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,7 +88,24 @@ impl Tensor {
             out_shape.insert(d, 1);
         }
         let dev = self.device();
+        if red_len == 0 {
+            // PyTorch: max/min of nothing has no value; a sum is 0 and a mean 0/0 = NaN.
+            return match op {
+                ReduceOp::Max | ReduceOp::Min => Err(Error::size(
+                    name,
+                    format!(
+                        "expected reduction dim {d} to have non-zero size (input shape {:?})",
+                        self.shape()
+                    ),
+                )),
+                ReduceOp::Sum => Tensor::zeros(dev, &out_shape, self.dtype),
+                ReduceOp::Mean => Tensor::full(dev, &out_shape, f64::NAN, self.dtype),
+            };
+        }
         let out = Tensor::empty(dev, name, &out_shape, self.dtype)?;
+        if n_out == 0 {
+            return Ok(out);
+        }
         let params = ReduceParams {
             n_out: n_out as u32,
             rank: outer.rank() as u32,

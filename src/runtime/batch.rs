@@ -9,6 +9,8 @@ pub(crate) struct Batch {
     pub(crate) arena: Option<wgpu::Buffer>,
     params: Vec<u8>,
     pub(crate) dispatches: usize,
+    /// Copies and clears recorded (they count toward the batch size like dispatches).
+    pub(crate) commands: usize,
     /// Bytes of new buffers created while this batch was open.
     pub(crate) bytes: u64,
 }
@@ -54,6 +56,7 @@ impl Batch {
         }
         self.params.clear();
         self.dispatches = 0;
+        self.commands = 0;
         self.bytes = 0;
         Some((encoder.finish(), arena))
     }

@@ -26,6 +26,59 @@ pub struct DeviceOptions {
     pub disable_f16: bool,
     /// Do not request SUBGROUP (kernels then use their portable variants).
     pub disable_subgroups: bool,
+    /// Most bytes of GPU buffers (live tensors, workspaces and the pool's cache) the device may
+    /// hold; an allocation past it first drops cached buffers, then fails with
+    /// [`Error::OutOfMemory`] before wgpu is asked (MLX's `set_memory_limit`). `None`: on CPU
+    /// adapters, where device memory is host memory and running out crashes the driver, what
+    /// the process may use (3/4 of physical or cgroup memory, half the address-space limit);
+    /// on GPUs no limit beyond the driver's own out-of-memory errors.
+    pub memory_limit: Option<u64>,
+}
+
+/// Upper bounds on [`DeviceOptions`] values: past them the param arena's size or the queue's
+/// bookkeeping would overflow or make no sense.
+const MAX_DISPATCHES_PER_SUBMIT: usize = 1 << 16;
+const MAX_IN_FLIGHT: usize = 1 << 10;
+/// wasm: most finished batches parked under the in-flight cap before new work is refused
+/// (64 dispatches each by default: 65k queued dispatches between two async points).
+#[cfg(target_arch = "wasm32")]
+const MAX_PARKED: usize = 1024;
+
+impl DeviceOptions {
+    /// Rejects values the runtime cannot honour (a cap of 0, an arena whose size overflows).
+    fn validate(&self) -> Result<()> {
+        let op = "device";
+        if self.max_dispatches_per_submit == 0
+            || self.max_dispatches_per_submit > MAX_DISPATCHES_PER_SUBMIT
+        {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "max_dispatches_per_submit must be in 1..={MAX_DISPATCHES_PER_SUBMIT}, got {}",
+                    self.max_dispatches_per_submit
+                ),
+            ));
+        }
+        if self.max_in_flight == 0 || self.max_in_flight > MAX_IN_FLIGHT {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "max_in_flight must be in 1..={MAX_IN_FLIGHT}, got {}",
+                    self.max_in_flight
+                ),
+            ));
+        }
+        if self.max_bytes_per_submit == 0 {
+            return Err(Error::arg(op, "max_bytes_per_submit must be at least 1"));
+        }
+        if self.memory_limit == Some(0) {
+            return Err(Error::arg(
+                op,
+                "memory_limit must be at least 1 byte (None picks the default)",
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Default for DeviceOptions {
@@ -37,6 +90,7 @@ impl Default for DeviceOptions {
             pool_cap_bytes: 1 << 30,
             disable_f16: false,
             disable_subgroups: false,
+            memory_limit: None,
         }
     }
 }
@@ -53,6 +107,8 @@ pub struct DeviceStats {
     /// always 0 on native, where submitting waits instead).
     pub parked: usize,
     pub pool: PoolStats,
+    /// The memory budget in force ([`DeviceOptions::memory_limit`] or its derived default).
+    pub memory_limit: u64,
 }
 
 pub(crate) struct State {
@@ -72,6 +128,7 @@ pub(crate) struct Inner {
     pub(crate) features: wgpu::Features,
     pub(crate) opts: DeviceOptions,
     pub(crate) param_slot: u64,
+    pub(crate) memory_limit: u64,
     state: Mutex<State>,
     pipelines: Mutex<PipelineCache>,
     lost: Arc<Mutex<Option<String>>>,
@@ -145,15 +202,7 @@ impl Device {
     }
 
     pub async fn new_async_with(opts: DeviceOptions) -> Result<Device> {
-        if opts.max_dispatches_per_submit == 0 || opts.max_in_flight == 0 {
-            return Err(Error::arg(
-                "device",
-                format!(
-                    "max_dispatches_per_submit ({}) and max_in_flight ({}) must be at least 1",
-                    opts.max_dispatches_per_submit, opts.max_in_flight
-                ),
-            ));
-        }
+        opts.validate()?;
         let instance =
             wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
         let adapter = pick_adapter(&instance).await?;
@@ -193,6 +242,9 @@ impl Device {
         let param_slot = PARAM_SLOT.max(limits.min_uniform_buffer_offset_alignment as u64);
         let info = adapter.get_info();
         let features = device.features();
+        let memory_limit = opts
+            .memory_limit
+            .unwrap_or_else(|| super::memory::default_limit(info.device_type));
         Ok(Device {
             inner: Arc::new(Inner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -211,6 +263,7 @@ impl Device {
                 features,
                 opts,
                 param_slot,
+                memory_limit,
                 lost,
                 uncaptured,
             }),
@@ -232,12 +285,12 @@ impl Device {
     pub fn supports_f16(&self) -> bool {
         self.inner.features.contains(wgpu::Features::SHADER_F16)
     }
-    /// The underlying wgpu device and queue, for interop.
+    /// The underlying wgpu device, for interop: create pipelines, buffers and command
+    /// encoders on it, and submit them with [`Device::submit`], which keeps them in order with
+    /// wgtensor's pending work and under the in-flight cap (the queue itself is not exposed,
+    /// since submitting on it directly would bypass both).
     pub fn wgpu_device(&self) -> &wgpu::Device {
         &self.inner.device
-    }
-    pub fn wgpu_queue(&self) -> &wgpu::Queue {
-        &self.inner.queue
     }
     pub fn wgpu_adapter(&self) -> &wgpu::Adapter {
         &self.inner.adapter
@@ -260,6 +313,7 @@ impl Device {
             peak_in_flight: st.submitter.peak,
             parked: st.submitter.parked(),
             pool: st.pool.stats,
+            memory_limit: self.inner.memory_limit,
         }
     }
 
@@ -275,6 +329,24 @@ impl Device {
         }
         if let Some(e) = lock(&self.inner.uncaptured).take() {
             return Err(e);
+        }
+        // wasm cannot block for room under the in-flight cap, so finished batches park until
+        // the next async point; a loop that never awaits one would park (and hold the memory
+        // of) batches without end. Past a bound, new work is refused before anything is
+        // recorded, so nothing computed so far is lost.
+        #[cfg(target_arch = "wasm32")]
+        {
+            let parked = self.lock_state().submitter.parked();
+            if parked >= MAX_PARKED {
+                return Err(Error::arg(
+                    op,
+                    format!(
+                        "{parked} finished batches are waiting for room under the in-flight cap \
+                         of {}: await Device::sync_async() (or a to_vec_async) in long loops",
+                        self.inner.opts.max_in_flight
+                    ),
+                ));
+            }
         }
         Ok(())
     }
@@ -375,6 +447,7 @@ impl Device {
             return Ok(buf);
         }
         let size = size_class(bytes);
+        self.make_room_locked(&mut st, op, size)?;
         // Create under the lock so pool accounting and creation stay one step.
         let buf = self.scoped(op, || {
             self.inner.device.create_buffer(&wgpu::BufferDescriptor {
@@ -392,8 +465,100 @@ impl Device {
         Ok(buf)
     }
 
+    /// Keeps the pool within the memory budget for a new buffer of `size` bytes: drops cached
+    /// buffers, then (when freed buffers wait for the pending batch) submits it and drops
+    /// those too; errors when live buffers alone leave no room.
+    fn make_room_locked(&self, st: &mut State, op: &'static str, size: u64) -> Result<()> {
+        let limit = self.inner.memory_limit;
+        let over =
+            |st: &State| st.pool.stats.live_bytes + st.pool.stats.cached_bytes + size > limit;
+        if !over(st) {
+            return Ok(());
+        }
+        st.pool.clear();
+        if over(st) && st.pool.pending_bytes() > 0 {
+            self.flush_locked(st, op)?;
+            st.pool.clear();
+        }
+        if over(st) {
+            return Err(Error::OutOfMemory {
+                op,
+                msg: format!(
+                    "a buffer of {size} bytes would exceed the device memory limit of {limit} \
+                     bytes ({} bytes live, {} cached awaiting submission; \
+                     DeviceOptions::memory_limit sets the limit)",
+                    st.pool.stats.live_bytes, st.pool.stats.cached_bytes
+                ),
+            });
+        }
+        Ok(())
+    }
+
     pub(crate) fn release_buffer(&self, buf: wgpu::Buffer) {
-        self.lock_state().pool.release(buf);
+        let mut st = self.lock_state();
+        // With no batch recorded (nor parked) since the last submit, no pending command can
+        // read this buffer, so it is reusable at once: a loop of uploads and drops that records
+        // no op must not grow the cache.
+        if st.batch.encoder.is_none() && st.submitter.parked() == 0 {
+            st.pool.release_now(buf);
+        } else {
+            st.pool.release(buf);
+        }
+    }
+
+    /// Uploads `data` into `buf` at `offset` through the queue (lands before the next
+    /// submission's commands). Counts toward the batch's byte budget, so a long run of uploads
+    /// submits now and then and wgpu's staging copies are released.
+    pub(crate) fn write_buffer(
+        &self,
+        op: &'static str,
+        buf: &wgpu::Buffer,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let mut st = self.lock_state();
+        // write_buffer needs a multiple of 4 bytes (odd-length f16 data).
+        if data.len().is_multiple_of(4) {
+            self.inner.queue.write_buffer(buf, offset, data);
+        } else {
+            let mut padded = data.to_vec();
+            padded.resize(data.len().div_ceil(4) * 4, 0);
+            self.inner.queue.write_buffer(buf, offset, &padded);
+        }
+        st.batch.bytes += data.len() as u64;
+        if st.batch.bytes >= self.inner.opts.max_bytes_per_submit {
+            if st.batch.encoder.is_none() {
+                // An empty submission still flushes wgpu's staged writes.
+                st.batch.open_without_arena(&self.inner.device);
+            }
+            self.flush_locked(&mut st, op)?;
+        }
+        Ok(())
+    }
+
+    /// Submits command buffers the caller recorded on [`Device::wgpu_device`] (interop), after
+    /// the work wgtensor has recorded so far and through the same bounded in-flight queue, so
+    /// outside work can neither overtake pending ops nor run past `max_in_flight`.
+    pub fn submit(&self, commands: impl IntoIterator<Item = wgpu::CommandBuffer>) -> Result<()> {
+        let op = "submit";
+        self.check(op)?;
+        let mut st = self.lock_state();
+        self.flush_locked(&mut st, op)?;
+        for cmd in commands {
+            let freed = st.pool.take_pending();
+            #[cfg(target_arch = "wasm32")]
+            if st.submitter.must_park(&self.inner.device) {
+                st.submitter
+                    .parked
+                    .push_back(super::submitter::Parked { cmd, freed });
+                continue;
+            }
+            self.submit_locked(&mut st, cmd, freed, op)?;
+        }
+        Ok(())
     }
 
     /// Looks up or compiles a pipeline.
@@ -502,7 +667,7 @@ impl Device {
             pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
         }
         st.dispatches += 1;
-        if st.batch.dispatches >= self.inner.opts.max_dispatches_per_submit {
+        if st.batch.dispatches + st.batch.commands >= self.inner.opts.max_dispatches_per_submit {
             self.flush_locked(st, op)?;
         }
         Ok(())
@@ -522,6 +687,7 @@ impl Device {
         }
         let enc = st.batch.encoder.as_mut().expect("opened above");
         enc.copy_buffer_to_buffer(src, src_offset, dst, 0, bytes);
+        st.batch.commands += 1;
     }
 
     /// Records a clear (zero fill) into the pending batch.
@@ -532,6 +698,12 @@ impl Device {
         }
         let enc = st.batch.encoder.as_mut().expect("opened above");
         enc.clear_buffer(buf, 0, Some(bytes));
+        st.batch.commands += 1;
+        // Clears and copies count toward the batch size like dispatches, so a loop of them
+        // submits now and then and the buffers freed meanwhile become reusable.
+        if st.batch.dispatches + st.batch.commands >= self.inner.opts.max_dispatches_per_submit {
+            let _ = self.flush_locked(&mut st, "record_clear");
+        }
     }
 
     /// Submits the pending batch (if any) and returns the index of the last submission.

@@ -3,6 +3,7 @@
 
 mod batch;
 pub(crate) mod device;
+mod memory;
 pub(crate) mod pipeline;
 pub(crate) mod pool;
 mod readback;

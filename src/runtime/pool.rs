@@ -96,6 +96,20 @@ impl BufferPool {
         self.pending.push((key, buf));
     }
 
+    /// Returns a buffer no pending command can read: reusable at once.
+    pub(crate) fn release_now(&mut self, buf: wgpu::Buffer) {
+        let key = (buf.size(), buf.usage().bits());
+        self.stats.live_bytes -= key.0;
+        self.stats.cached_bytes += key.0;
+        self.free.entry(key).or_default().push(buf);
+        self.trim();
+    }
+
+    /// Bytes freed while the current batch was open (reusable once it is submitted).
+    pub(crate) fn pending_bytes(&self) -> u64 {
+        self.pending.iter().map(|(k, _)| k.0).sum()
+    }
+
     /// Stops accounting for a live buffer the caller destroys instead of releasing.
     pub(crate) fn forget(&mut self, buf: &wgpu::Buffer) {
         self.stats.live_bytes -= buf.size();

@@ -172,7 +172,7 @@ fn chain(dev: &Device, shape: &[usize], inputs: &[&Tensor]) -> f64 {
             }
         })
         .collect();
-    let pl = plan(dev, shape, &offsets);
+    let pl = plan(dev, shape, &offsets).unwrap();
     (pl.chunk / pl.wg + pl.chunks * pl.wg + 3) as f64
 }
 

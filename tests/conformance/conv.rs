@@ -58,7 +58,7 @@ fn conv_kernel_selection() {
             (7, ConvVariant::Direct),
             (8, gemm),
         ] {
-            let pl = plan(dev, m, 100, 100, 2);
+            let pl = plan(dev, m, 100, 100, 2).unwrap();
             assert_eq!(pl.variant, want, "m = {m}: {pl:?}");
         }
     }

@@ -551,7 +551,7 @@ pub(crate) async fn check_gemm(
 ) -> Result<(), TestCaseError> {
     let dtype = p.dtype();
     let (m, n, k, batch) = dims(p);
-    let pl = plan(dev, m, n, k, batch, p.split_k);
+    let pl = plan(dev, m, n, k, batch, p.split_k).unwrap();
     if must_be_exact {
         prop_assert!(p.exact(), "exact-mode problem is not exact: {:?}", p);
     }
@@ -659,14 +659,14 @@ fn gemm_cases(dev: &Device, cases: u32, dtype: DType, sizes: BoxedStrategy<Sizes
 /// exactly when the adapter runs 8-lane subgroups (lavapipe on AVX2 does).
 #[test]
 fn gemm_kernel_selection() {
-    let p = plan(portable_device(), 100, 100, 100, 1, None);
+    let p = plan(portable_device(), 100, 100, 100, 1, None).unwrap();
     assert!(!p.sg8, "the device without subgroups planned {p:?}");
     let dev = device();
     let info = dev.adapter_info();
     let has_sg8 = dev.features().contains(wgpu::Features::SUBGROUP)
         && info.subgroup_min_size == 8
         && info.subgroup_max_size == 8;
-    let p = plan(dev, 100, 100, 100, 1, None);
+    let p = plan(dev, 100, 100, 100, 1, None).unwrap();
     assert_eq!(p.sg8, has_sg8, "{p:?} on {info:?}");
     eprintln!(
         "gemm kernels under test: default device {}, portable device tiled",
@@ -1173,7 +1173,7 @@ pub(crate) async fn run_gemm(dev: &Device, p: &GemmProblem, split_k: Option<u32>
 
 fn splitk_plan(dev: &Device, p: &GemmProblem, split_k: Option<u32>) -> GemmPlan {
     let (m, n, k, batch) = dims(p);
-    plan(dev, m, n, k, batch, split_k)
+    plan(dev, m, n, k, batch, split_k).unwrap()
 }
 
 /// Three runs of the same split-k GEMM (automatic and forced S) are bitwise identical.

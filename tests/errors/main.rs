@@ -165,20 +165,6 @@ fn device_mismatch() {
 
 #[test]
 fn size_errors() {
-    let e = Tensor::zeros(dev(), &[2, 0, 3], DType::F32).unwrap_err();
-    assert!(matches!(e, Error::Size { op: "zeros", .. }), "{e:?}");
-    assert!(msg(&e).contains("[2, 0, 3]"), "{e}");
-    let e = Tensor::from_slice::<f32>(dev(), &[], &[0]).unwrap_err();
-    assert!(
-        matches!(
-            e,
-            Error::Size {
-                op: "from_slice",
-                ..
-            }
-        ),
-        "{e:?}"
-    );
     // 2^32 elements: not indexable with u32.
     let e = Tensor::zeros(dev(), &[65536, 65536], DType::F32).unwrap_err();
     assert!(matches!(e, Error::Size { op: "zeros", .. }), "{e:?}");
@@ -187,8 +173,11 @@ fn size_errors() {
     assert!(matches!(e, Error::Size { op: "zeros", .. }), "{e:?}");
     let e = Tensor::zeros(dev(), &[1; 9], DType::F32).unwrap_err();
     assert!(matches!(e, Error::Size { op: "zeros", .. }), "{e:?}");
-    let e = t(&[3]).narrow(0, 1, 0).unwrap_err();
-    assert!(matches!(e, Error::Size { op: "narrow", .. }), "{e:?}");
+    let e = t(&[3]).narrow(0, 2, 2).unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument { op: "narrow", .. }),
+        "{e:?}"
+    );
     let e = t(&[1]).broadcast_to(&[65536, 65536]).unwrap_err();
     assert!(
         matches!(

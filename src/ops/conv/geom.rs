@@ -299,10 +299,15 @@ impl Geom {
                 ),
             ));
         }
-        if [n, c, h, w, oc, kh, kw].contains(&0) {
+        // An empty batch or no output channels give an empty result (PyTorch); empty input
+        // channels, spatial dims or kernels have no meaningful convolution.
+        if [c, h, w, kh, kw].contains(&0) {
             return Err(Error::shape(
                 op,
-                format!("zero-size dimension: input {x:?}, weight {wshape:?}"),
+                format!(
+                    "zero-size dimension: input {x:?}, weight {wshape:?} (only the batch and the \
+                     output channels may be empty)"
+                ),
             ));
         }
         let oh = out_len(h, p.top + p.bottom, kh, o.stride[0], o.dilation[0]);

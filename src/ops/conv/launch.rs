@@ -261,8 +261,15 @@ impl ConvPlan {
 /// a GEMM tile idle: the direct kernel), then splits K when the output tiles are too few to
 /// keep the device busy and K is long (the weight gradient, K = N * OH * OW); slices keep at
 /// least 256 steps of K.
-pub fn plan(dev: &Device, m: usize, ncols: usize, k: usize, groups: usize) -> ConvPlan {
-    plan_with(dev, m < 8, m, ncols, k, groups)
+/// Errors for a group count of 0, which every convolution rejects.
+pub fn plan(dev: &Device, m: usize, ncols: usize, k: usize, groups: usize) -> Result<ConvPlan> {
+    if groups == 0 {
+        return Err(crate::Error::arg(
+            "conv plan",
+            "groups must be at least 1, got 0",
+        ));
+    }
+    Ok(plan_with(dev, m < 8, m, ncols, k, groups))
 }
 
 /// [`plan`], with the direct kernel only when `direct` allows it.
@@ -294,7 +301,8 @@ fn plan_with(
         k_chunk: k as u32,
     };
     let (tm, tn) = pl.tile();
-    let tiles = m.div_ceil(tm) * ncols.div_ceil(tn) * groups;
+    let groups = groups.max(1);
+    let tiles = (m.div_ceil(tm) * ncols.div_ceil(tn) * groups).max(1);
     let target = if dev.adapter_info().device_type == wgpu::DeviceType::Cpu {
         64
     } else {

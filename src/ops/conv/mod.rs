@@ -84,6 +84,9 @@ fn forward(
     let g = Geom::new(op, dims4(op, x, "input")?, dims4(op, w, "weight")?, o)?;
     check_bias(op, x, bias, g.o)?;
     let out = Tensor::empty(x.device(), op, &[g.n, g.o, g.oh, g.ow], x.dtype())?;
+    if out.numel() == 0 {
+        return Ok(out);
+    }
     launch::run(op, &g, Direction::Forward, w, x, bias, o.activation, &out)?;
     Ok(out)
 }
@@ -99,6 +102,28 @@ pub fn conv1d(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, o: &Conv1dOptions) 
         &o.to_2d(),
     )?;
     squeeze_h(&y)
+}
+
+/// `act(0 + bias)` over `shape` `[N, C, H, W]`: the result of a convolution that sums no terms.
+fn empty_sum_epilogue(
+    dev: &crate::Device,
+    shape: &[usize],
+    dtype: DType,
+    bias: Option<&Tensor>,
+    act: Activation,
+) -> Result<Tensor> {
+    let zeros = Tensor::zeros(dev, shape, dtype)?;
+    let y = match bias {
+        Some(b) => zeros.add(&b.reshape(&[1, shape[1], 1, 1])?)?,
+        None => zeros,
+    };
+    match act {
+        Activation::None => Ok(y),
+        Activation::Relu => y.relu(),
+        Activation::Gelu => y.gelu(),
+        Activation::Sigmoid => y.sigmoid(),
+        Activation::Tanh => y.tanh(),
+    }
 }
 
 fn squeeze_h(t: &Tensor) -> Result<Tensor> {
@@ -165,6 +190,19 @@ fn data_grad(
     }
     (g.oh, g.ow) = (dh, dw);
     check_bias(op, dy, bias, c)?;
+    if n == 0 {
+        return Tensor::empty(dy.device(), op, &[n, c, g.h, g.w], dy.dtype());
+    }
+    if oc == 0 {
+        // A sum over no channels: zeros, then the fused bias and activation.
+        return empty_sum_epilogue(
+            dy.device(),
+            &[n, c, g.h, g.w],
+            dy.dtype(),
+            bias,
+            o.activation,
+        );
+    }
     let out = Tensor::empty(dy.device(), op, &[n, c, g.h, g.w], dy.dtype())?;
     launch::run(op, &g, Direction::Data, w, dy, bias, o.activation, &out)?;
     Ok(out)
@@ -340,7 +378,14 @@ fn weight_grad(
             ),
         ));
     }
+    if n == 0 {
+        // Every weight gradient is a sum over the (empty) batch.
+        return Tensor::zeros(dy.device(), &ws, dy.dtype());
+    }
     let out = Tensor::empty(dy.device(), op, &ws, dy.dtype())?;
+    if out.numel() == 0 {
+        return Ok(out);
+    }
     launch::run(
         op,
         &g,

@@ -126,6 +126,30 @@ impl Rnn {
                 "the saved state comes from an Rnn with other layers or directions",
             ));
         }
+        self.check_weights()?;
+        // The saved tensors must have the sizes this Rnn produces, else they come from another
+        // model (or another call's shapes) and the per-step views would fall outside them.
+        for (li, layer) in saved.layers.iter().enumerate() {
+            let want_in = if li == 0 { self.input_size } else { d * h };
+            let seq = [t + 2, b, d * h];
+            let ok = layer.input.shape() == [t, b, want_in]
+                && layer.hseq.shape() == seq
+                && layer.cseq.as_ref().map(|c| c.shape() == seq) != Some(false)
+                && layer.cseq.is_some() == lstm
+                && layer.gates.iter().all(|g| g.shape() == [t, b, 4 * h]);
+            if !ok {
+                return Err(Error::arg(
+                    op,
+                    format!(
+                        "the saved state (layer {li}: input {:?}, states {:?}) does not come from \
+                         forward_train of this Rnn (input {}, hidden {h}, {d} direction(s))",
+                        layer.input.shape(),
+                        layer.hseq.shape(),
+                        self.input_size
+                    ),
+                ));
+            }
+        }
         let w0 = &self.weights[0].w_ih;
         dy.same_device(op, w0)?;
         dy.same_dtype(op, w0)?;

@@ -229,6 +229,12 @@ impl Rnn {
     ) -> Result<Rnn> {
         let op = kind.name();
         let d = if bidirectional { 2 } else { 1 };
+        // Weight sets may have been built by struct literal: check each as RnnWeights::new
+        // does (and pack strided w_hh / b_hh, which the step kernels read row-major).
+        let weights = weights
+            .iter()
+            .map(|w| RnnWeights::new(kind, &w.w_ih, &w.w_hh, Some(&w.b_ih), Some(&w.b_hh)))
+            .collect::<Result<Vec<_>>>()?;
         if num_layers == 0 || weights.len() != num_layers * d {
             return Err(Error::arg(
                 op,
@@ -302,6 +308,67 @@ impl Rnn {
         Rnn::new(kind, num_layers, bidirectional, batch_first, weights)
     }
 
+    /// Checks the public fields at use: they may have been changed (or the whole struct built
+    /// by literal) since [`Rnn::new`] validated them.
+    pub(crate) fn check_weights(&self) -> Result<()> {
+        let op = self.kind.name();
+        let (d, h, g) = (self.dirs(), self.hidden_size, self.kind.gates());
+        if self.num_layers == 0 || self.weights.len() != self.num_layers * d {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "{} weight sets for {} layers x {d} directions",
+                    self.weights.len(),
+                    self.num_layers
+                ),
+            ));
+        }
+        for (i, w) in self.weights.iter().enumerate() {
+            let want_in = if i < d { self.input_size } else { d * h };
+            let shapes_ok = w.w_ih.shape() == [g * h, want_in]
+                && w.w_hh.shape() == [g * h, h]
+                && w.b_ih.shape() == [g * h]
+                && w.b_hh.shape() == [g * h];
+            if !shapes_ok {
+                return Err(Error::shape(
+                    op,
+                    format!(
+                        "layer {} direction {}: weight_ih {:?}, weight_hh {:?}, bias_ih {:?}, \
+                         bias_hh {:?} do not match input {want_in}, hidden {h} ({g} gates)",
+                        i / d,
+                        i % d,
+                        w.w_ih.shape(),
+                        w.w_hh.shape(),
+                        w.b_ih.shape(),
+                        w.b_hh.shape()
+                    ),
+                ));
+            }
+            // The step kernels read w_hh and b_hh as packed rows from element 0.
+            for (what, t) in [("weight_hh", &w.w_hh), ("bias_hh", &w.b_hh)] {
+                if !t.is_contiguous() || t.layout.offset() != 0 {
+                    return Err(Error::arg(
+                        op,
+                        format!(
+                            "layer {} direction {}: {what} must be contiguous from offset 0 \
+                             (strides {:?}, offset {}); build weights with RnnWeights::new",
+                            i / d,
+                            i % d,
+                            t.strides(),
+                            t.layout.offset()
+                        ),
+                    ));
+                }
+            }
+            let w0 = &self.weights[0].w_ih;
+            for t in [&w.w_ih, &w.w_hh, &w.b_ih, &w.b_hh] {
+                w0.same_device(op, t)?;
+                w0.same_dtype(op, t)?;
+            }
+        }
+        Ok(())
+    }
+
     fn dirs(&self) -> usize {
         if self.bidirectional {
             2
@@ -343,6 +410,7 @@ impl Rnn {
         train: bool,
     ) -> Result<(RnnOutput, Option<RnnSaved>)> {
         let op = self.kind.name();
+        self.check_weights()?;
         let w0 = &self.weights[0].w_ih;
         x.same_device(op, w0)?;
         x.same_dtype(op, w0)?;
@@ -361,6 +429,15 @@ impl Rnn {
             x.clone()
         };
         let (t, b, i) = (xs.shape()[0], xs.shape()[1], xs.shape()[2]);
+        if t == 0 {
+            return Err(Error::size(
+                op,
+                format!(
+                    "Expected sequence length to be larger than 0 in RNN, got input {:?}",
+                    x.shape()
+                ),
+            ));
+        }
         if i != self.input_size {
             return Err(Error::shape(
                 op,
@@ -683,11 +760,19 @@ fn cell(
     }
     let rnn = Rnn::new(kind, 1, false, false, vec![w.clone()])?;
     let (b, hs) = (x.shape()[0], rnn.hidden_size);
-    if h.shape() != [b, hs] || c.is_some_and(|c| c.shape() != [b, hs]) {
-        return Err(Error::shape(
-            op,
-            format!("states must be [{b}, {hs}], got h {:?}", h.shape()),
-        ));
+    for (what, t) in [("h", Some(h)), ("c", c)] {
+        if let Some(t) = t {
+            if t.shape() != [b, hs] {
+                return Err(Error::shape(
+                    op,
+                    format!(
+                        "{what} must be [{b}, {hs}] (batch of x {:?}, hidden size {hs}), got {:?}",
+                        x.shape(),
+                        t.shape()
+                    ),
+                ));
+            }
+        }
     }
     let h3 = h.reshape(&[1, b, hs])?;
     let c3 = c.map(|c| c.reshape(&[1, b, hs])).transpose()?;

@@ -1,0 +1,110 @@
+//! The device memory budget: how many bytes of pooled buffers (live plus cached) a device may
+//! hold. On a CPU adapter (lavapipe, SwiftShader) device memory is host memory, and running it
+//! out does not return wgpu's out-of-memory error: the driver crashes the process (lavapipe
+//! segfaults once the address space is exhausted). So the pool refuses an allocation that would
+//! pass the budget before wgpu is asked, and returns `Error::OutOfMemory` instead.
+
+/// The default budget for an adapter of `device_type`: on CPU adapters, what the process may
+/// use (3/4 of physical memory or of its cgroup limit, half of its address-space limit, since
+/// the driver maps each buffer and keeps staging copies); on GPUs `u64::MAX`, leaving the
+/// limit to the driver, whose out-of-memory errors wgpu reports and we map to
+/// `Error::OutOfMemory`.
+pub(crate) fn default_limit(device_type: wgpu::DeviceType) -> u64 {
+    if device_type != wgpu::DeviceType::Cpu {
+        return u64::MAX;
+    }
+    host_limit().unwrap_or(u64::MAX)
+}
+
+/// What the host lets this process use, when the platform tells (Linux).
+#[cfg(not(target_arch = "wasm32"))]
+fn host_limit() -> Option<u64> {
+    let mut limit: Option<u64> = None;
+    let mut take = |v: u64| limit = Some(limit.map_or(v, |l| l.min(v)));
+    if let Some(total) = meminfo_total() {
+        take(total / 4 * 3);
+    }
+    if let Some(cg) = cgroup_limit() {
+        take(cg / 4 * 3);
+    }
+    if let Some(addr) = address_space_limit() {
+        take(addr / 2);
+    }
+    limit
+}
+
+#[cfg(target_arch = "wasm32")]
+fn host_limit() -> Option<u64> {
+    None
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn meminfo_total() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// cgroup v2 `memory.max` (or v1 `memory.limit_in_bytes`) of this process's group.
+#[cfg(not(target_arch = "wasm32"))]
+fn cgroup_limit() -> Option<u64> {
+    for path in [
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ] {
+        if let Ok(s) = std::fs::read_to_string(path) {
+            // "max" (v2) or a huge page-rounded number (v1) mean no limit.
+            if let Ok(v) = s.trim().parse::<u64>() {
+                if v < (1u64 << 60) {
+                    return Some(v);
+                }
+            }
+        }
+    }
+    None
+}
+
+/// The soft `RLIMIT_AS` (ulimit -v), read from /proc/self/limits so no libc binding is needed.
+#[cfg(not(target_arch = "wasm32"))]
+fn address_space_limit() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
+    parse_address_space(&text)
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn parse_address_space(limits: &str) -> Option<u64> {
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max address space"))?;
+    let soft = line
+        .trim_start_matches("Max address space")
+        .split_whitespace()
+        .next()?;
+    soft.parse().ok()
+}
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn address_space_line_is_parsed() {
+        let text = "Limit                     Soft Limit           Hard Limit           Units\n\
+                    Max cpu time              unlimited            unlimited            seconds\n\
+                    Max address space         6442450944           unlimited            bytes\n";
+        assert_eq!(parse_address_space(text), Some(6442450944));
+        let unlimited =
+            "Max address space         unlimited            unlimited            bytes\n";
+        assert_eq!(parse_address_space(unlimited), None);
+    }
+
+    #[test]
+    fn cpu_default_is_bounded_by_physical_memory() {
+        let total = meminfo_total().expect("Linux has /proc/meminfo");
+        let l = default_limit(wgpu::DeviceType::Cpu);
+        assert!(l <= total / 4 * 3, "{l} vs {total}");
+        assert!(l > 0);
+        assert_eq!(default_limit(wgpu::DeviceType::DiscreteGpu), u64::MAX);
+    }
+}

@@ -1,0 +1,238 @@
+//! Zero-size dimensions behave as in PyTorch: empty results where nothing is computed, zeros for
+//! sums over nothing, NaN for the mean of nothing, and errors where PyTorch raises.
+
+use wgtensor::ops::{
+    batch_norm_backward, batch_norm_inference, batch_norm_train, conv2d, conv2d_backward_input,
+    conv2d_backward_weight, conv_backward_bias, gemm, gemm_into, matmul, Activation,
+    BatchNormState, Bias, Conv2dOptions, GemmOptions,
+};
+use wgtensor::{DType, Error, Tensor};
+
+use super::{dev, names_op, ramp, still_works, vals};
+
+fn empty(shape: &[usize]) -> Tensor {
+    Tensor::from_slice::<f32>(dev(), &[], shape).unwrap()
+}
+
+#[test]
+fn creation_views_and_readback() {
+    for shape in [&[0][..], &[2, 0, 3], &[0, 0]] {
+        let t = Tensor::zeros(dev(), shape, DType::F32).unwrap();
+        assert_eq!(t.shape(), shape);
+        assert_eq!(t.numel(), 0);
+        assert!(vals(&t).is_empty());
+        assert!(vals(&Tensor::full(dev(), shape, 3.0, DType::F32).unwrap()).is_empty());
+    }
+    let e = empty(&[2, 0, 3]);
+    assert_eq!(e.reshape(&[0, 6]).unwrap().shape(), &[0, 6]);
+    assert_eq!(e.reshape(&[3, 0]).unwrap().shape(), &[3, 0]);
+    assert!(e.reshape(&[1]).is_err());
+    assert_eq!(e.permute(&[2, 0, 1]).unwrap().shape(), &[3, 2, 0]);
+    assert_eq!(e.contiguous().unwrap().shape(), &[2, 0, 3]);
+    let t = ramp(&[3, 4]);
+    let n = t.narrow(1, 4, 0).unwrap();
+    assert_eq!(n.shape(), &[3, 0]);
+    assert!(vals(&n).is_empty());
+    assert!(t.narrow(1, 5, 0).is_err(), "start past the end");
+    let b = ramp(&[1, 3]).broadcast_to(&[0, 3]).unwrap();
+    assert_eq!(b.shape(), &[0, 3]);
+    assert!(vals(&b.contiguous().unwrap()).is_empty());
+    // An empty f16 readback checks the dtype like any other.
+    assert!(e.to_vec::<wgtensor::f16>().is_err());
+}
+
+#[test]
+fn elementwise_on_empty() {
+    let e = empty(&[0, 3]);
+    assert_eq!(e.exp().unwrap().shape(), &[0, 3]);
+    assert_eq!(e.add_scalar(1.0).unwrap().shape(), &[0, 3]);
+    assert_eq!(e.to_dtype(DType::F32).unwrap().shape(), &[0, 3]);
+    // numpy broadcasting with a 0 extent: [0, 3] + [3] and [0, 1] + [1, 4].
+    assert_eq!(e.add(&ramp(&[3])).unwrap().shape(), &[0, 3]);
+    assert_eq!(empty(&[0, 1]).mul(&ramp(&[1, 4])).unwrap().shape(), &[0, 4]);
+    // 0 does not broadcast against 2.
+    let err = e.add(&ramp(&[2, 3])).unwrap_err();
+    names_op(&err, "add");
+}
+
+#[test]
+fn reductions_over_empty_axes() {
+    let e = empty(&[2, 0]);
+    assert_eq!(vals(&e.sum(1, false).unwrap()), vec![0.0, 0.0]);
+    assert_eq!(e.sum(1, true).unwrap().shape(), &[2, 1]);
+    let m = vals(&e.mean(1, false).unwrap());
+    assert!(m.len() == 2 && m.iter().all(|v| v.is_nan()), "{m:?}");
+    for op in ["max", "min"] {
+        let err = if op == "max" {
+            e.max(1, false)
+        } else {
+            e.min(1, false)
+        }
+        .unwrap_err();
+        assert!(matches!(err, Error::Size { .. }), "{err:?}");
+        names_op(&err, op);
+        assert!(err.to_string().contains("non-zero size"), "{err}");
+    }
+    // Reducing a non-empty axis of an empty tensor gives an empty result.
+    assert_eq!(e.sum(0, false).unwrap().shape(), &[0]);
+    assert_eq!(e.max(0, false).unwrap().shape(), &[0]);
+    still_works(dev());
+}
+
+#[test]
+fn gemm_with_empty_dims() {
+    // K = 0: the product is zeros, so the result is act(beta * C + bias), as in PyTorch's addmm.
+    let a = empty(&[2, 0]);
+    let b = empty(&[0, 3]);
+    assert_eq!(vals(&matmul(&a, &b).unwrap()), vec![0.0; 6]);
+    let c = ramp(&[2, 3]).sub_scalar(3.0).unwrap(); // -2.5 .. 2.5
+    let bias = Tensor::from_slice(dev(), &[1.0f32, 0.0, -1.0], &[3]).unwrap();
+    let y = gemm(
+        &a,
+        &b,
+        &GemmOptions {
+            beta: 2.0,
+            c: Some(&c),
+            bias: Some(Bias::PerColumn(&bias)),
+            activation: Activation::Relu,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let cv = vals(&c);
+    let want: Vec<f32> = (0..6)
+        .map(|i| (2.0 * cv[i] + [1.0, 0.0, -1.0][i % 3]).max(0.0))
+        .collect();
+    assert_eq!(vals(&y), want);
+    // Forced split-k on K = 0 is harmless.
+    let y = gemm(
+        &a,
+        &b,
+        &GemmOptions {
+            split_k: Some(4),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(vals(&y), vec![0.0; 6]);
+    // In place with K = 0: c = beta * c.
+    let t = ramp(&[2, 3]);
+    gemm_into(&t, &a, &b, 1.0, 0.5).unwrap();
+    assert_eq!(
+        vals(&t),
+        (0..6).map(|i| (i as f32 + 0.5) * 0.5).collect::<Vec<_>>()
+    );
+    // Empty M, N or batch: empty results.
+    assert_eq!(
+        matmul(&empty(&[0, 4]), &ramp(&[4, 3])).unwrap().shape(),
+        &[0, 3]
+    );
+    assert_eq!(
+        matmul(&ramp(&[2, 4]), &empty(&[4, 0])).unwrap().shape(),
+        &[2, 0]
+    );
+    assert_eq!(
+        matmul(&empty(&[0, 2, 4]), &ramp(&[4, 3])).unwrap().shape(),
+        &[0, 2, 3]
+    );
+    // 1-D operands of length 0: a dot product of nothing is 0.
+    let d = matmul(&empty(&[0]), &empty(&[0])).unwrap();
+    assert_eq!(d.shape(), &[] as &[usize]);
+    assert_eq!(vals(&d), vec![0.0]);
+    still_works(dev());
+}
+
+#[test]
+fn convolution_with_empty_batch_or_channels() {
+    let o = Conv2dOptions::default();
+    let x = empty(&[0, 3, 5, 5]);
+    let w = ramp(&[4, 3, 3, 3]);
+    let y = conv2d(&x, &w, None, &o).unwrap();
+    assert_eq!(y.shape(), &[0, 4, 3, 3]);
+    // No output channels.
+    let y = conv2d(&ramp(&[2, 3, 5, 5]), &empty(&[0, 3, 3, 3]), None, &o).unwrap();
+    assert_eq!(y.shape(), &[2, 0, 3, 3]);
+    // Gradients of an empty batch: an empty dx, a zero weight gradient, a zero bias gradient.
+    let dy = empty(&[0, 4, 3, 3]);
+    assert_eq!(
+        conv2d_backward_input(&dy, &w, [5, 5], &o).unwrap().shape(),
+        &[0, 3, 5, 5]
+    );
+    let dw = conv2d_backward_weight(&dy, &x, [3, 3], &o).unwrap();
+    assert_eq!(dw.shape(), &[4, 3, 3, 3]);
+    assert!(vals(&dw).iter().all(|&v| v == 0.0));
+    assert_eq!(vals(&conv_backward_bias(&dy).unwrap()), vec![0.0; 4]);
+    // Data gradient through zero output channels: zeros.
+    let dx =
+        conv2d_backward_input(&empty(&[2, 0, 3, 3]), &empty(&[0, 3, 3, 3]), [5, 5], &o).unwrap();
+    assert_eq!(dx.shape(), &[2, 3, 5, 5]);
+    assert!(vals(&dx).iter().all(|&v| v == 0.0));
+    // Empty input channels or spatial dims have no meaning: an error naming the op.
+    let e = conv2d(&empty(&[1, 0, 5, 5]), &empty(&[4, 0, 3, 3]), None, &o).unwrap_err();
+    names_op(&e, "conv2d");
+    still_works(dev());
+}
+
+#[test]
+fn batch_norm_with_empty_and_single_values() {
+    let x = ramp(&[1, 3]);
+    // One value per channel when training: PyTorch's error, not NaN.
+    let e = batch_norm_train(&x, None, None, None, 1e-5).unwrap_err();
+    names_op(&e, "batch_norm_train");
+    assert!(
+        e.to_string().contains("more than 1 value per channel"),
+        "{e}"
+    );
+    let e = batch_norm_train(&empty(&[0, 3]), None, None, None, 1e-5).unwrap_err();
+    assert!(
+        e.to_string().contains("more than 1 value per channel"),
+        "{e}"
+    );
+    let e = batch_norm_train(&ramp(&[1, 2, 1, 1]), None, None, None, 1e-5).unwrap_err();
+    assert!(
+        e.to_string().contains("more than 1 value per channel"),
+        "{e}"
+    );
+    // No channels: empty outputs, and the batch is counted.
+    let mut st = BatchNormState::new(dev(), 0, DType::F32).unwrap();
+    let (y, m, s) = batch_norm_train(&empty(&[4, 0, 2]), None, None, Some(&mut st), 1e-5).unwrap();
+    assert_eq!(
+        (y.shape(), m.shape(), s.shape()),
+        (&[4, 0, 2][..], &[0][..], &[0][..])
+    );
+    assert_eq!(st.num_batches_tracked, 1);
+    // Inference on an empty batch.
+    let rm = Tensor::zeros(dev(), &[3], DType::F32).unwrap();
+    let rv = Tensor::full(dev(), &[3], 1.0, DType::F32).unwrap();
+    let y = batch_norm_inference(
+        &empty(&[0, 3]),
+        &rm,
+        &rv,
+        None,
+        None,
+        1e-5,
+        Activation::None,
+    )
+    .unwrap();
+    assert_eq!(y.shape(), &[0, 3]);
+    // Backward over an empty batch: empty dx, zero parameter gradients.
+    let (dx, dg, db) =
+        batch_norm_backward(&empty(&[0, 3]), &empty(&[0, 3]), &rm, &rv, None).unwrap();
+    assert_eq!(dx.shape(), &[0, 3]);
+    assert_eq!(vals(&dg), vec![0.0; 3]);
+    assert_eq!(vals(&db), vec![0.0; 3]);
+    still_works(dev());
+}
+
+#[test]
+fn num_batches_tracked_saturates() {
+    let mut st = BatchNormState::new(dev(), 2, DType::F32).unwrap();
+    st.momentum = None;
+    st.num_batches_tracked = u64::MAX;
+    let x = ramp(&[4, 2]);
+    batch_norm_train(&x, None, None, Some(&mut st), 1e-5).unwrap();
+    assert_eq!(st.num_batches_tracked, u64::MAX);
+    let rm = vals(&st.running_mean);
+    let rv = vals(&st.running_var);
+    assert!(rm.iter().chain(&rv).all(|v| v.is_finite()), "{rm:?} {rv:?}");
+}

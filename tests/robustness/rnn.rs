@@ -1,0 +1,167 @@
+//! RNN inputs that used to panic, run with wrong weights, or fail with an unclear error.
+
+use wgtensor::ops::{lstm_cell, Rnn, RnnKind, RnnWeights};
+use wgtensor::{DType, Error, Tensor};
+
+use super::{dev, names_op, ramp, still_works, vals};
+
+fn small(shape: &[usize], scale: f32) -> Tensor {
+    let n: usize = shape.iter().product();
+    let v: Vec<f32> = (0..n)
+        .map(|i| ((i * 7 % 11) as f32 - 5.0) * scale)
+        .collect();
+    Tensor::from_slice(dev(), &v, shape).unwrap()
+}
+
+fn weights(kind: RnnKind, input: usize, hidden: usize) -> RnnWeights {
+    let g = kind.gates() * hidden;
+    RnnWeights::new(
+        kind,
+        &small(&[g, input], 0.05),
+        &small(&[g, hidden], 0.04),
+        Some(&small(&[g], 0.03)),
+        Some(&small(&[g], 0.02)),
+    )
+    .unwrap()
+}
+
+/// Input size 0: the gates see only the biases and the recurrence, exactly as an input of size
+/// 1 holding zeros.
+#[test]
+fn input_size_zero_matches_a_zero_input() {
+    for kind in [RnnKind::Lstm, RnnKind::Gru] {
+        let (t, b, h) = (3, 2, 4);
+        let w1 = weights(kind, 1, h);
+        let w0 = RnnWeights::new(
+            kind,
+            &Tensor::zeros(dev(), &[kind.gates() * h, 0], DType::F32).unwrap(),
+            &w1.w_hh,
+            Some(&w1.b_ih),
+            Some(&w1.b_hh),
+        )
+        .unwrap();
+        let r0 = Rnn::new(kind, 1, false, false, vec![w0]).unwrap();
+        let r1 = Rnn::new(kind, 1, false, false, vec![w1]).unwrap();
+        let x0 = Tensor::zeros(dev(), &[t, b, 0], DType::F32).unwrap();
+        let x1 = Tensor::zeros(dev(), &[t, b, 1], DType::F32).unwrap();
+        let y0 = r0.forward(&x0, None, None).unwrap();
+        let y1 = r1.forward(&x1, None, None).unwrap();
+        let (a, e) = (vals(&y0.output), vals(&y1.output));
+        assert_eq!(a.len(), t * b * h);
+        for (p, q) in a.iter().zip(&e) {
+            assert!((p - q).abs() < 1e-6, "{kind:?}: {a:?} vs {e:?}");
+        }
+        assert!(a.iter().any(|&v| v != 0.0), "the biases must show");
+    }
+}
+
+/// Weights built by struct literal are checked (and strided ones packed) by `Rnn::new`, and
+/// fields changed afterwards are checked at use.
+#[test]
+fn struct_literal_weights_are_validated() {
+    let (i, h) = (3, 4);
+    let good = weights(RnnKind::Lstm, i, h);
+    // The same w_hh as a transposed (strided) view.
+    let wt = good.w_hh.transpose(0, 1).unwrap().contiguous().unwrap();
+    let strided = RnnWeights {
+        w_hh: wt.transpose(0, 1).unwrap(),
+        ..good.clone()
+    };
+    assert!(!strided.w_hh.is_contiguous());
+    let x = small(&[2, 2, i], 0.3);
+    let want = vals(
+        &Rnn::new(RnnKind::Lstm, 1, false, false, vec![good.clone()])
+            .unwrap()
+            .forward(&x, None, None)
+            .unwrap()
+            .output,
+    );
+    let got = vals(
+        &Rnn::new(RnnKind::Lstm, 1, false, false, vec![strided.clone()])
+            .unwrap()
+            .forward(&x, None, None)
+            .unwrap()
+            .output,
+    );
+    assert_eq!(got, want);
+    // A wrong hidden size (w_hh of a GRU in an LSTM) is refused.
+    let wrong = RnnWeights {
+        w_hh: small(&[3 * h, h], 0.1),
+        ..good.clone()
+    };
+    let e = Rnn::new(RnnKind::Lstm, 1, false, false, vec![wrong.clone()]).unwrap_err();
+    names_op(&e, "lstm");
+    // Fields changed after construction are checked at use.
+    let mut r = Rnn::new(RnnKind::Lstm, 1, false, false, vec![good]).unwrap();
+    r.weights[0].w_hh = strided.w_hh.clone();
+    let e = r.forward(&x, None, None).unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument { op: "lstm", .. }),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("weight_hh"), "{e}");
+    r.weights[0] = wrong;
+    let e = r.forward(&x, None, None).unwrap_err();
+    assert!(e.to_string().contains("weight_hh"), "{e}");
+    still_works(dev());
+}
+
+#[test]
+fn cell_errors_name_the_wrong_state() {
+    let w = weights(RnnKind::Lstm, 3, 4);
+    let x = ramp(&[2, 3]);
+    let h = ramp(&[2, 4]);
+    let e = lstm_cell(&x, &h, &ramp(&[2, 5]), &w).unwrap_err();
+    names_op(&e, "lstm");
+    let m = e.to_string();
+    assert!(
+        m.contains("c must be [2, 4]") && m.contains("[2, 5]"),
+        "{m}"
+    );
+    let e = lstm_cell(&x, &ramp(&[3, 4]), &ramp(&[2, 4]), &w).unwrap_err();
+    assert!(e.to_string().contains("h must be [2, 4]"), "{e}");
+}
+
+#[test]
+fn backward_with_a_foreign_saved_state_names_it() {
+    let r = Rnn::new(
+        RnnKind::Lstm,
+        1,
+        false,
+        false,
+        vec![weights(RnnKind::Lstm, 3, 4)],
+    )
+    .unwrap();
+    let (_, saved_long) = r
+        .forward_train(&small(&[5, 2, 3], 0.2), None, None)
+        .unwrap();
+    let (out, _) = r
+        .forward_train(&small(&[2, 2, 3], 0.2), None, None)
+        .unwrap();
+    // dy of the short call with the long call's saved state: the shapes disagree.
+    let e = r
+        .backward(&saved_long, &out.output, None, None)
+        .unwrap_err();
+    names_op(&e, "lstm");
+    assert!(
+        e.to_string().contains("dy") || e.to_string().contains("saved"),
+        "{e}"
+    );
+    // A saved state of another model (other hidden size) is named as such.
+    let other = Rnn::new(
+        RnnKind::Lstm,
+        1,
+        false,
+        false,
+        vec![weights(RnnKind::Lstm, 3, 6)],
+    )
+    .unwrap();
+    let (o2, saved_other) = other
+        .forward_train(&small(&[2, 2, 3], 0.2), None, None)
+        .unwrap();
+    let dy = Tensor::zeros(dev(), out.output.shape(), DType::F32).unwrap();
+    let e = r.backward(&saved_other, &dy, None, None).unwrap_err();
+    assert!(e.to_string().contains("saved state"), "{e}");
+    drop(o2);
+    still_works(dev());
+}
