@@ -208,19 +208,7 @@ pub fn gemm(p: &GemmProblem) -> (Want, Want, Option<Want>, Option<Want>) {
         let z = f.pre[i];
         let dz = (2.0 * (k as f64 + 4.0) * U) * (p.alpha.abs() * f.abs_prod[i] + f.abs_epi[i])
             + 2.0 * U * z.abs();
-        let (d, e) = match p.act {
-            Activation::None => (1.0, 0.0),
-            Activation::Relu => (
-                (z > 0.0) as u8 as f64,
-                if z.abs() <= dz { 1.0 } else { 0.0 },
-            ),
-            Activation::Sigmoid => (unary_deriv(UnaryOp::Sigmoid, z), 16.0 * U + 0.1 * dz),
-            Activation::Tanh => (unary_deriv(UnaryOp::Tanh, z), 16.0 * U + 0.8 * dz),
-            Activation::Gelu => (
-                unary_deriv(UnaryOp::Gelu, z),
-                4e-7 + (16.0 + 4.0 * z * z) * U * (1.0 + z.abs()) + 0.8 * dz,
-            ),
-        };
+        let (d, e) = act_deriv(p.act, z, dz);
         gz[i] = p.g[i] * d;
         ez[i] = p.g[i].abs() * e + 2.0 * U * gz[i].abs();
     }
@@ -297,4 +285,113 @@ pub fn gemm(p: &GemmProblem) -> (Want, Want, Option<Want>, Option<Want>) {
         }
     });
     (da, db, dc, dbias)
+}
+
+/// `act'(z)` and the absolute error of the library's f32 derivative, which it computes from
+/// the f32 output (or the f32 pre-activation for GELU) whose own error is `dz`.
+pub fn act_deriv(act: Activation, z: f64, dz: f64) -> (f64, f64) {
+    match act {
+        Activation::None => (1.0, 0.0),
+        Activation::Relu => (
+            (z > 0.0) as u8 as f64,
+            if z.abs() <= dz { 1.0 } else { 0.0 },
+        ),
+        Activation::Sigmoid => (unary_deriv(UnaryOp::Sigmoid, z), 16.0 * U + 0.1 * dz),
+        Activation::Tanh => (unary_deriv(UnaryOp::Tanh, z), 16.0 * U + 0.8 * dz),
+        Activation::Gelu => (
+            unary_deriv(UnaryOp::Gelu, z),
+            4e-7 + (16.0 + 4.0 * z * z) * U * (1.0 + z.abs()) + 0.8 * dz,
+        ),
+    }
+}
+
+/// The bias channel of an output index.
+pub type ChannelOf = dyn Fn(usize) -> usize;
+
+/// One tap `(p index, q index, output index)`; `Pick` maps it to (own index, other index).
+type Tap = (usize, usize, usize);
+type Pick = dyn Fn(&Tap) -> (usize, usize);
+
+/// Gradients of a bilinear op `out[o] = act(sum over taps (i, j, o) of p[i] q[j] + bias[ch(o)])`
+/// (a convolution and its transpose), for upstream `g`: `(dp, dq, dbias)`.
+pub struct Taps<'a> {
+    pub taps: &'a [(usize, usize, usize)],
+    pub p: &'a [f64],
+    pub q: &'a [f64],
+    pub out_len: usize,
+    /// Bias values and the channel of each output.
+    pub bias: Option<(&'a [f64], &'a ChannelOf)>,
+    pub act: Activation,
+    pub g: &'a [f64],
+}
+
+pub fn taps(t: &Taps) -> (Want, Want, Option<Want>) {
+    let (mut z, mut mag, mut cnt) = (
+        vec![0.0; t.out_len],
+        vec![0.0; t.out_len],
+        vec![0.0; t.out_len],
+    );
+    for &(i, j, o) in t.taps {
+        z[o] += t.p[i] * t.q[j];
+        mag[o] += (t.p[i] * t.q[j]).abs();
+        cnt[o] += 1.0;
+    }
+    if let Some((b, ch)) = t.bias {
+        for o in 0..t.out_len {
+            z[o] += b[ch(o)];
+            mag[o] += b[ch(o)].abs();
+        }
+    }
+    let (mut gz, mut ez) = (vec![0.0; t.out_len], vec![0.0; t.out_len]);
+    for o in 0..t.out_len {
+        let dz = (cnt[o] + 4.0) * 2.0 * U * mag[o] + 2.0 * U * z[o].abs();
+        let (d, e) = act_deriv(t.act, z[o], dz);
+        gz[o] = t.g[o] * d;
+        ez[o] = t.g[o].abs() * e + 2.0 * U * gz[o].abs();
+    }
+    let side = |len: usize, other: &[f64], pick: &Pick| {
+        let (mut v, mut m, mut c, mut e) = (
+            vec![0.0; len],
+            vec![0.0; len],
+            vec![0.0; len],
+            vec![0.0; len],
+        );
+        for tap in t.taps {
+            let (me, you) = pick(tap);
+            let o = tap.2;
+            v[me] += gz[o] * other[you];
+            m[me] += (gz[o] * other[you]).abs();
+            c[me] += 1.0;
+            e[me] += ez[o] * other[you].abs();
+        }
+        Want {
+            grad: v,
+            tol: (0..len)
+                .map(|k| (c[k] + 4.0) * 2.0 * U * m[k] + e[k])
+                .collect(),
+        }
+    };
+    let dp = side(t.p.len(), t.q, &|&(i, j, _)| (i, j));
+    let dq = side(t.q.len(), t.p, &|&(i, j, _)| (j, i));
+    let db = t.bias.map(|(b, ch)| {
+        let (mut v, mut m, mut c, mut e) = (
+            vec![0.0; b.len()],
+            vec![0.0; b.len()],
+            vec![0.0; b.len()],
+            vec![0.0; b.len()],
+        );
+        for o in 0..t.out_len {
+            v[ch(o)] += gz[o];
+            m[ch(o)] += gz[o].abs();
+            c[ch(o)] += 1.0;
+            e[ch(o)] += ez[o];
+        }
+        Want {
+            grad: v,
+            tol: (0..b.len())
+                .map(|k| (c[k] + 4.0) * 2.0 * U * m[k] + e[k])
+                .collect(),
+        }
+    });
+    (dp, dq, db)
 }

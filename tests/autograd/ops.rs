@@ -16,10 +16,10 @@ use crate::grad_ref::{self, GemmProblem, Want, U};
 const CASES: u32 = 64;
 
 /// xorshift64*: the case's values from its seed.
-struct Rng(u64);
+pub struct Rng(u64);
 
 impl Rng {
-    fn new(seed: u64) -> Rng {
+    pub fn new(seed: u64) -> Rng {
         Rng(seed | 1)
     }
     fn next(&mut self) -> u64 {
@@ -28,26 +28,26 @@ impl Rng {
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
-    fn below(&mut self, n: usize) -> usize {
+    pub fn below(&mut self, n: usize) -> usize {
         (self.next() % n as u64) as usize
     }
-    fn coin(&mut self, p: f64) -> bool {
+    pub fn coin(&mut self, p: f64) -> bool {
         self.unit() < p
     }
     fn unit(&mut self) -> f64 {
         (self.next() >> 11) as f64 / (1u64 << 53) as f64
     }
     /// Uniform in [lo, hi), rounded to f32.
-    fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+    pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
         (lo + (hi - lo) * self.unit()) as f32 as f64
     }
-    fn int(&mut self, lo: i32, hi: i32) -> f64 {
+    pub fn int(&mut self, lo: i32, hi: i32) -> f64 {
         (lo + self.below((hi - lo + 1) as usize) as i32) as f64
     }
-    fn values(&mut self, n: usize, f: impl Fn(&mut Rng) -> f64) -> Vec<f64> {
+    pub fn values(&mut self, n: usize, f: impl Fn(&mut Rng) -> f64) -> Vec<f64> {
         (0..n).map(|_| f(self)).collect()
     }
-    fn shape(&mut self, min_rank: usize, max_rank: usize, max_dim: usize) -> Vec<usize> {
+    pub fn shape(&mut self, min_rank: usize, max_rank: usize, max_dim: usize) -> Vec<usize> {
         let r = min_rank + self.below(max_rank - min_rank + 1);
         (0..r).map(|_| 1 + self.below(max_dim)).collect()
     }
@@ -58,17 +58,17 @@ fn upload(data: &[f64], shape: &[usize]) -> Tensor {
     Tensor::from_slice(device(), &v, shape).unwrap()
 }
 
-fn leaf(data: &[f64], shape: &[usize]) -> Tensor {
+pub fn leaf(data: &[f64], shape: &[usize]) -> Tensor {
     upload(data, shape).requires_grad().unwrap()
 }
 
 /// `sum(y * r)` as a one-element tensor.
-fn loss(y: &Tensor, r: &[f64]) -> Tensor {
+pub fn loss(y: &Tensor, r: &[f64]) -> Tensor {
     let p = y.mul(&upload(r, y.shape())).unwrap();
     p.reshape(&[p.numel()]).unwrap().sum(0, false).unwrap()
 }
 
-fn check(what: &str, got: Option<&Tensor>, want: &Want) -> Result<(), TestCaseError> {
+pub fn check(what: &str, got: Option<&Tensor>, want: &Want) -> Result<(), TestCaseError> {
     let got = got.ok_or_else(|| TestCaseError::fail(format!("{what}: no gradient")))?;
     let got = download(got).map_err(|e| TestCaseError::fail(format!("{what}: {e}")))?;
     prop_assert_eq!(got.len(), want.grad.len(), "{}: element count", what);
@@ -419,7 +419,7 @@ fn view_case(seed: u64) -> Result<(), TestCaseError> {
     )
 }
 
-const ACTS: [Activation; 5] = [
+pub const ACTS: [Activation; 5] = [
     Activation::None,
     Activation::Relu,
     Activation::Gelu,
