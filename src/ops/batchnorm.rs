@@ -49,6 +49,7 @@ use std::collections::HashSet;
 
 use bytemuck::{Pod, Zeroable};
 
+use crate::ops::batchnorm_grad;
 use crate::ops::gemm::Activation;
 use crate::runtime::pipeline::{ShaderVariant, ACTIVATION_LIB};
 use crate::runtime::{grid_1d, Access, Kernel, Storage};
@@ -489,6 +490,19 @@ pub fn batch_norm_inference(
     eps: f32,
     activation: Activation,
 ) -> Result<Tensor> {
+    batchnorm_grad::inference(x, running_mean, running_var, gamma, beta, eps, activation)
+}
+
+/// The untracked forward of [`batch_norm_inference`] (batchnorm_grad.rs records it).
+pub(crate) fn batch_norm_inference_untracked(
+    x: &Tensor,
+    running_mean: &Tensor,
+    running_var: &Tensor,
+    gamma: Option<&Tensor>,
+    beta: Option<&Tensor>,
+    eps: f32,
+    activation: Activation,
+) -> Result<Tensor> {
     let op = "batch_norm_inference";
     check_input(op, x)?;
     check_eps(op, eps)?;
@@ -554,6 +568,17 @@ pub fn batch_norm_inference(
 /// `running = (1 - factor) * running + factor * batch_stat` with the unbiased variance
 /// `var * n / (n - 1)`. The state is left untouched when the call returns an error.
 pub fn batch_norm_train(
+    x: &Tensor,
+    gamma: Option<&Tensor>,
+    beta: Option<&Tensor>,
+    state: Option<&mut BatchNormState>,
+    eps: f32,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    batchnorm_grad::train(x, gamma, beta, state, eps)
+}
+
+/// The untracked forward of [`batch_norm_train`] (batchnorm_grad.rs records it).
+pub(crate) fn batch_norm_train_untracked(
     x: &Tensor,
     gamma: Option<&Tensor>,
     beta: Option<&Tensor>,

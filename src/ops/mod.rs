@@ -1,6 +1,7 @@
 //! Public ops. Each family: validate -> pick variant -> launch through the runtime.
 
 pub mod batchnorm;
+mod batchnorm_grad;
 pub mod binary;
 mod binary_grad;
 pub mod conv;

@@ -7,6 +7,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod batchnorm;
 mod conv;
 mod grad_ref;
 mod graph;

@@ -53,7 +53,7 @@ impl Rng {
     }
 }
 
-fn upload(data: &[f64], shape: &[usize]) -> Tensor {
+pub fn upload(data: &[f64], shape: &[usize]) -> Tensor {
     let v: Vec<f32> = data.iter().map(|&x| x as f32).collect();
     Tensor::from_slice(device(), &v, shape).unwrap()
 }

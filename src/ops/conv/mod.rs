@@ -13,6 +13,7 @@ pub use geom::{
 pub use launch::{conv_variants, plan, ConvPlan, ConvVariant, Direction as ConvDirection};
 
 use geom::{as_4d, dims4, Geom};
+pub(crate) use grad::activation_grad;
 use grad::{forward, transpose_impl};
 use launch::Direction;
 
