@@ -169,7 +169,6 @@ where
 }
 
 /// Records an op with several outputs (each gets its own gradient slot).
-#[allow(dead_code)]
 pub(crate) fn record_multi<F>(outs: Vec<Tensor>, inputs: &[&Tensor], make: F) -> Vec<Tensor>
 where
     F: FnOnce(&[Tensor]) -> Box<dyn BackwardOp>,

@@ -12,3 +12,4 @@ mod conv;
 mod grad_ref;
 mod graph;
 mod ops;
+mod rnn;
