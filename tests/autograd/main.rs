@@ -11,5 +11,6 @@ mod batchnorm;
 mod conv;
 mod grad_ref;
 mod graph;
+mod graphs;
 mod ops;
 mod rnn;
