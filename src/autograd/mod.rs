@@ -1,9 +1,23 @@
 //! Reverse-mode automatic differentiation, with the graph kept on the tensors (as candle and
 //! PyTorch do; the reasons are in docs/AUTOGRAD.md).
 //!
+//! ```no_run,ignore-wasm32
+//! # fn main() -> wgtensor::Result<()> {
+//! use wgtensor::{no_grad, Device, Tensor};
+//! let dev = Device::new()?;
+//! let x = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0], &[3])?;
+//! let w = Tensor::from_slice(&dev, &[0.5f32, -1.0, 2.0], &[3])?.requires_grad()?;
+//! let loss = x.mul(&w)?.tanh()?.sum(0, false)?; // one element
+//! let grads = loss.backward()?;
+//! let gw = grads.get(&w).expect("the loss depends on w");
+//! let w2 = no_grad(|| w.sub(&gw.mul_scalar(0.1)?))?; // untracked update
+//! assert!(!w2.is_tracked());
+//! # Ok(()) }
+//! ```
+//!
 //! A tensor marked with [`Tensor::requires_grad`] is a *leaf*. An op whose inputs include a
 //! tracked tensor (and that runs while grad mode is on, see [`no_grad`]) gives its output a
-//! [`Node`] holding the op's backward (one small [`BackwardOp`] struct per op family, kept
+//! `Node` holding the op's backward (one small `BackwardOp` struct per op family, kept
 //! beside the op's forward in `src/ops/`) and an edge to each tracked input. Untracked tensors
 //! carry `None` and pay nothing: an op checks its inputs' `Option` and returns.
 //!
@@ -12,6 +26,10 @@
 //! on that number visits a node only after every consumer has added its gradient, with no
 //! recursive sort. Each visited node's backward is *taken* out of it, which releases its saved
 //! tensors to the pool during the pass; a later backward through the same node is an error.
+//!
+//! Not differentiable: in-place ops (`gemm_into` refuses tracked operands while recording;
+//! `batch_norm_train` refuses tracked running statistics). `Rnn::forward_train` /
+//! `Rnn::backward` stay the manual path and record nothing of their own.
 
 use std::cell::Cell;
 use std::collections::{BinaryHeap, HashMap};

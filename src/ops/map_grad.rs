@@ -9,8 +9,8 @@ use crate::{DType, Error, Result, Tensor};
 
 struct UnaryBackward {
     op: UnaryOp,
-    /// The input or the output, whichever the derivative needs (unused by neg).
-    saved: Tensor,
+    /// The input or the output, whichever the derivative needs (`None` for neg).
+    saved: Option<Tensor>,
 }
 
 fn first(grads: &[Option<Tensor>]) -> Option<&Tensor> {
@@ -36,7 +36,13 @@ impl BackwardOp for UnaryBackward {
         let Some(g) = first(grads) else {
             return Ok(vec![None]);
         };
-        let s = &self.saved;
+        if self.op == UnaryOp::Neg {
+            return Ok(vec![Some(g.neg()?)]);
+        }
+        let s = self
+            .saved
+            .as_ref()
+            .ok_or_else(|| Error::arg(self.name(), "backward is missing a saved tensor"))?;
         let gx = match self.op {
             UnaryOp::Neg => g.neg()?,
             UnaryOp::Abs => grad_binary(g, s, GradCode::AbsFromX, 0.0)?,
@@ -56,9 +62,10 @@ impl BackwardOp for UnaryBackward {
 pub(crate) fn record_unary(x: &Tensor, op: UnaryOp, out: Tensor) -> Tensor {
     record(out, &[x], |y| {
         let saved = match op {
-            UnaryOp::Abs | UnaryOp::Log | UnaryOp::Gelu | UnaryOp::Neg => x.detach(),
+            UnaryOp::Neg => None,
+            UnaryOp::Abs | UnaryOp::Log | UnaryOp::Gelu => Some(x.detach()),
             UnaryOp::Exp | UnaryOp::Sqrt | UnaryOp::Relu | UnaryOp::Sigmoid | UnaryOp::Tanh => {
-                y.clone()
+                Some(y.clone())
             }
         };
         Box::new(UnaryBackward { op, saved })
