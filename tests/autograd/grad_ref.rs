@@ -8,6 +8,25 @@ use crate::common::reference::{self as r, numel, unravel};
 /// Unit roundoff of f32 (half an ulp of 1).
 pub const U: f64 = f32::EPSILON as f64 / 2.0;
 
+/// Unit roundoff of f16 (2^-11).
+pub const U16: f64 = 1.0 / 2048.0;
+
+thread_local! {
+    /// The unit roundoff the bounds below use: f32's, or f16's for f16 tests (every f16 op
+    /// stores its result in f16, one f16 rounding per store the f32 bounds count as U).
+    static UNIT: std::cell::Cell<f64> = const { std::cell::Cell::new(U) };
+}
+
+/// The unit roundoff in effect on this thread.
+pub fn u() -> f64 {
+    UNIT.with(|c| c.get())
+}
+
+/// Sets [`u`] for this thread.
+pub fn set_unit(v: f64) {
+    UNIT.with(|c| c.set(v));
+}
+
 /// A reference gradient and an error bound per element.
 #[derive(Debug, Clone)]
 pub struct Want {
@@ -42,7 +61,7 @@ pub fn sum_to(terms: &[f64], extra: &[f64], out: &[usize], shape: &[usize], k: f
         ex[j] += e;
     }
     let tol = (0..n)
-        .map(|j| (cnt[j] + k) * 2.0 * U * mag[j] + ex[j])
+        .map(|j| (cnt[j] + k) * 2.0 * u() * mag[j] + ex[j])
         .collect();
     Want { grad: g, tol }
 }
@@ -86,17 +105,17 @@ pub fn unary(op: UnaryOp, x: &[f64], g: &[f64]) -> Want {
         let a = x.abs();
         let t = match op {
             UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu => 0.0,
-            UnaryOp::Exp => (2.0 * (3.0 + 2.0 * a) + 2.0) * U * w.abs(),
-            UnaryOp::Log => 6.0 * U * w.abs(),
-            UnaryOp::Sqrt => 20.0 * U * w.abs(),
+            UnaryOp::Exp => (2.0 * (3.0 + 2.0 * a) + 2.0) * u() * w.abs(),
+            UnaryOp::Log => 6.0 * u() * w.abs(),
+            UnaryOp::Sqrt => 20.0 * u() * w.abs(),
             UnaryOp::Sigmoid => {
-                g.abs() * ((10.0 + 4.0 * a) * 2.0 * U * d + 8.0 * U) + 2.0 * U * w.abs()
+                g.abs() * ((10.0 + 4.0 * a) * 2.0 * u() * d + 8.0 * u()) + 2.0 * u() * w.abs()
             }
             UnaryOp::Tanh => {
-                g.abs() * ((10.0 + 8.0 * a) * 2.0 * U * d + 16.0 * U) + 2.0 * U * w.abs()
+                g.abs() * ((10.0 + 8.0 * a) * 2.0 * u() * d + 16.0 * u()) + 2.0 * u() * w.abs()
             }
             UnaryOp::Gelu => {
-                g.abs() * (4e-7 + (16.0 + 4.0 * a * a) * U * (1.0 + a)) + 2.0 * U * w.abs()
+                g.abs() * (4e-7 + (16.0 + 4.0 * a * a) * u() * (1.0 + a)) + 2.0 * u() * w.abs()
             }
         };
         grad.push(w);
@@ -121,7 +140,7 @@ pub fn scalar(op: ScalarOp, s: f64, x: &[f64], g: &[f64]) -> Want {
             ScalarOp::Min => (if x <= s { g } else { 0.0 }, 0.0),
         };
         grad.push(w);
-        tol.push(k * U * w.abs());
+        tol.push(k * u() * w.abs());
     }
     Want { grad, tol }
 }
@@ -142,7 +161,7 @@ pub fn reduce(op: ReduceOp, x: &[f64], shape: &[usize], dim: usize, g: &[f64]) -
                 ReduceOp::Sum => (0..len).for_each(|j| grad[at(j)] = gi),
                 ReduceOp::Mean => (0..len).for_each(|j| {
                     grad[at(j)] = gi / len as f64;
-                    tol[at(j)] = 3.0 * U * (gi / len as f64).abs();
+                    tol[at(j)] = 3.0 * u() * (gi / len as f64).abs();
                 }),
                 ReduceOp::Max | ReduceOp::Min => {
                     let mut best = 0;
@@ -206,11 +225,11 @@ pub fn gemm(p: &GemmProblem) -> (Want, Want, Option<Want>, Option<Want>) {
     let (mut gz, mut ez) = (vec![0.0; len], vec![0.0; len]);
     for i in 0..len {
         let z = f.pre[i];
-        let dz = (2.0 * (k as f64 + 4.0) * U) * (p.alpha.abs() * f.abs_prod[i] + f.abs_epi[i])
-            + 2.0 * U * z.abs();
+        let dz = (2.0 * (k as f64 + 4.0) * u()) * (p.alpha.abs() * f.abs_prod[i] + f.abs_epi[i])
+            + 2.0 * u() * z.abs();
         let (d, e) = act_deriv(p.act, z, dz);
         gz[i] = p.g[i] * d;
-        ez[i] = p.g[i].abs() * e + 2.0 * U * gz[i].abs();
+        ez[i] = p.g[i].abs() * e + 2.0 * u() * gz[i].abs();
     }
     // dA [batch, m, k] and dB [batch, k, n] at the full batch shape, then summed to the
     // operands' shapes.
@@ -250,7 +269,7 @@ pub fn gemm(p: &GemmProblem) -> (Want, Want, Option<Want>, Option<Want>) {
         let abs = sum_to(mg, &zeros, &full(rows, cols), op_shape, 0.0);
         let err = sum_to(e, &zeros, &full(rows, cols), op_shape, 0.0);
         let tol = (0..s.grad.len())
-            .map(|j| ((nb * inner) as f64 + 4.0) * 2.0 * U * abs.grad[j] + err.grad[j])
+            .map(|j| ((nb * inner) as f64 + 4.0) * 2.0 * u() * abs.grad[j] + err.grad[j])
             .collect::<Vec<_>>();
         Want { grad: s.grad, tol }
     };
@@ -277,7 +296,7 @@ pub fn gemm(p: &GemmProblem) -> (Want, Want, Option<Want>, Option<Want>) {
             Want {
                 grad: t,
                 tol: (0..v.len())
-                    .map(|j| (cnt + 2.0) * 2.0 * U * mg[j] + e[j])
+                    .map(|j| (cnt + 2.0) * 2.0 * u() * mg[j] + e[j])
                     .collect(),
             }
         } else {
@@ -296,11 +315,11 @@ pub fn act_deriv(act: Activation, z: f64, dz: f64) -> (f64, f64) {
             (z > 0.0) as u8 as f64,
             if z.abs() <= dz { 1.0 } else { 0.0 },
         ),
-        Activation::Sigmoid => (unary_deriv(UnaryOp::Sigmoid, z), 16.0 * U + 0.1 * dz),
-        Activation::Tanh => (unary_deriv(UnaryOp::Tanh, z), 16.0 * U + 0.8 * dz),
+        Activation::Sigmoid => (unary_deriv(UnaryOp::Sigmoid, z), 16.0 * u() + 0.1 * dz),
+        Activation::Tanh => (unary_deriv(UnaryOp::Tanh, z), 16.0 * u() + 0.8 * dz),
         Activation::Gelu => (
             unary_deriv(UnaryOp::Gelu, z),
-            4e-7 + (16.0 + 4.0 * z * z) * U * (1.0 + z.abs()) + 0.8 * dz,
+            4e-7 + (16.0 + 4.0 * z * z) * u() * (1.0 + z.abs()) + 0.8 * dz,
         ),
     }
 }
@@ -344,10 +363,10 @@ pub fn taps(t: &Taps) -> (Want, Want, Option<Want>) {
     }
     let (mut gz, mut ez) = (vec![0.0; t.out_len], vec![0.0; t.out_len]);
     for o in 0..t.out_len {
-        let dz = (cnt[o] + 4.0) * 2.0 * U * mag[o] + 2.0 * U * z[o].abs();
+        let dz = (cnt[o] + 4.0) * 2.0 * u() * mag[o] + 2.0 * u() * z[o].abs();
         let (d, e) = act_deriv(t.act, z[o], dz);
         gz[o] = t.g[o] * d;
-        ez[o] = t.g[o].abs() * e + 2.0 * U * gz[o].abs();
+        ez[o] = t.g[o].abs() * e + 2.0 * u() * gz[o].abs();
     }
     let side = |len: usize, other: &[f64], pick: &Pick| {
         let (mut v, mut m, mut c, mut e) = (
@@ -367,7 +386,7 @@ pub fn taps(t: &Taps) -> (Want, Want, Option<Want>) {
         Want {
             grad: v,
             tol: (0..len)
-                .map(|k| (c[k] + 4.0) * 2.0 * U * m[k] + e[k])
+                .map(|k| (c[k] + 4.0) * 2.0 * u() * m[k] + e[k])
                 .collect(),
         }
     };
@@ -389,7 +408,7 @@ pub fn taps(t: &Taps) -> (Want, Want, Option<Want>) {
         Want {
             grad: v,
             tol: (0..b.len())
-                .map(|k| (c[k] + 4.0) * 2.0 * U * m[k] + e[k])
+                .map(|k| (c[k] + 4.0) * 2.0 * u() * m[k] + e[k])
                 .collect(),
         }
     });

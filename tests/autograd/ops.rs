@@ -7,13 +7,33 @@ use proptest::test_runner::TestCaseError;
 use wgtensor::ops::{
     gemm, matmul, Activation, Bias, BinaryOp, GemmOptions, ReduceOp, ScalarOp, UnaryOp,
 };
-use wgtensor::Tensor;
+use wgtensor::{DType, Tensor};
 
 use crate::common::reference::{numel, permute};
 use crate::common::{device, download, ViewOp};
-use crate::grad_ref::{self, GemmProblem, Want, U};
+use crate::grad_ref::{self, u, GemmProblem, Want, U, U16};
 
 const CASES: u32 = 64;
+const CASES_F16: u32 = 32;
+
+thread_local! {
+    static DTYPE: std::cell::Cell<DType> = const { std::cell::Cell::new(DType::F32) };
+}
+
+/// The dtype this thread's cases run in (values, uploads and the bounds' unit roundoff).
+pub fn set_dtype(dt: DType) {
+    DTYPE.with(|c| c.set(dt));
+    grad_ref::set_unit(if dt == DType::F16 { U16 } else { U });
+}
+
+fn dtype() -> DType {
+    DTYPE.with(|c| c.get())
+}
+
+/// `v` rounded to this thread's dtype.
+fn round(v: f64) -> f64 {
+    crate::common::round_to_dtype(dtype(), v)
+}
 
 /// xorshift64*: the case's values from its seed.
 pub struct Rng(u64);
@@ -37,9 +57,9 @@ impl Rng {
     fn unit(&mut self) -> f64 {
         (self.next() >> 11) as f64 / (1u64 << 53) as f64
     }
-    /// Uniform in [lo, hi), rounded to f32.
+    /// Uniform in [lo, hi), rounded to the case's dtype.
     pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
-        (lo + (hi - lo) * self.unit()) as f32 as f64
+        round(lo + (hi - lo) * self.unit())
     }
     pub fn int(&mut self, lo: i32, hi: i32) -> f64 {
         (lo + self.below((hi - lo + 1) as usize) as i32) as f64
@@ -54,8 +74,7 @@ impl Rng {
 }
 
 pub fn upload(data: &[f64], shape: &[usize]) -> Tensor {
-    let v: Vec<f32> = data.iter().map(|&x| x as f32).collect();
-    Tensor::from_slice(device(), &v, shape).unwrap()
+    crate::common::upload(device(), data, shape, dtype())
 }
 
 pub fn leaf(data: &[f64], shape: &[usize]) -> Tensor {
@@ -72,8 +91,14 @@ pub fn check(what: &str, got: Option<&Tensor>, want: &Want) -> Result<(), TestCa
     let got = got.ok_or_else(|| TestCaseError::fail(format!("{what}: no gradient")))?;
     let got = download(got).map_err(|e| TestCaseError::fail(format!("{what}: {e}")))?;
     prop_assert_eq!(got.len(), want.grad.len(), "{}: element count", what);
+    // f16: the gradient's own final store, and subnormal spacing (2^-24) for tiny values.
+    let (store, floor) = match dtype() {
+        DType::F16 => (2.0 * U16, 1e-6),
+        DType::F32 => (0.0, 1e-30),
+    };
     for (i, ((&g, &w), &t)) in got.iter().zip(&want.grad).zip(&want.tol).enumerate() {
-        let ok = (g - w).abs() <= t + 1e-30;
+        let t = t + store * w.abs() + floor;
+        let ok = (g - w).abs() <= t;
         prop_assert!(
             ok,
             "{}: element {} is {} want {} (|err| {:e} > tol {:e})",
@@ -411,7 +436,7 @@ fn view_case(seed: u64) -> Result<(), TestCaseError> {
         mag[src as usize] += g[i].abs();
         cnt[src as usize] += 1.0;
     }
-    let tol = (0..n).map(|j| cnt[j] * 2.0 * U * mag[j]).collect();
+    let tol = (0..n).map(|j| cnt[j] * 2.0 * u() * mag[j]).collect();
     check(
         &format!("{shape:?} {steps:?}"),
         grads.get(&xt),
@@ -634,6 +659,37 @@ fn to_dtype_grad_f16() {
         .map(|&v| f64::from(wgtensor::f16::from_f64(f64::from(v as f32))) * 2.0)
         .collect();
     assert_eq!(got, want);
+}
+
+/// Runs `case` in f16 (after the adapter check).
+fn f16(case: fn(u64) -> Result<(), TestCaseError>, seed: u64) -> Result<(), TestCaseError> {
+    crate::common::require_f16(device());
+    set_dtype(DType::F16);
+    let r = case(seed);
+    set_dtype(DType::F32);
+    r
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(CASES_F16))]
+
+    #[test]
+    fn unary_grads_f16(seed in any::<u64>()) { f16(unary_case, seed)?; }
+
+    #[test]
+    fn scalar_grads_f16(seed in any::<u64>()) { f16(scalar_case, seed)?; }
+
+    #[test]
+    fn binary_grads_f16(seed in any::<u64>()) { f16(binary_case, seed)?; }
+
+    #[test]
+    fn reduce_grads_f16(seed in any::<u64>()) { f16(reduce_case, seed)?; }
+
+    #[test]
+    fn view_grads_f16(seed in any::<u64>()) { f16(view_case, seed)?; }
+
+    #[test]
+    fn gemm_grads_f16(seed in any::<u64>()) { f16(gemm_case, seed)?; }
 }
 
 proptest! {
