@@ -174,16 +174,16 @@ pub fn no_grad<R>(f: impl FnOnce() -> R) -> R {
 
 /// Records an op with one output. `make` builds the backward from the untracked output and is
 /// only called when something is tracked, so untracked ops pay one `Option` check per input.
-pub(crate) fn record<F>(out: Tensor, inputs: &[&Tensor], make: F) -> Tensor
+pub(crate) fn record<F>(mut out: Tensor, inputs: &[&Tensor], make: F) -> Tensor
 where
     F: FnOnce(&Tensor) -> Box<dyn BackwardOp>,
 {
     if !inputs.iter().any(|t| t.grad.is_some()) || !is_grad_enabled() {
         return out;
     }
-    let op = make(&out);
-    let mut outs = attach(vec![out], inputs, op);
-    outs.pop().expect("attach returns one tensor per output")
+    let node = new_node(1, inputs, make(&out));
+    out.grad = Some(output_meta(&out, node, 0));
+    out
 }
 
 /// Records an op with several outputs (each gets its own gradient slot).
@@ -194,33 +194,36 @@ where
     if !inputs.iter().any(|t| t.grad.is_some()) || !is_grad_enabled() {
         return outs;
     }
-    let op = make(&outs);
-    attach(outs, inputs, op)
+    let node = new_node(outs.len(), inputs, make(&outs));
+    outs.into_iter()
+        .enumerate()
+        .map(|(index, mut t)| {
+            t.grad = Some(output_meta(&t, node.clone(), index));
+            t
+        })
+        .collect()
 }
 
-fn attach(outs: Vec<Tensor>, inputs: &[&Tensor], op: Box<dyn BackwardOp>) -> Vec<Tensor> {
-    let node = Arc::new(Node {
+fn new_node(outputs: usize, inputs: &[&Tensor], op: Box<dyn BackwardOp>) -> Arc<Node> {
+    Arc::new(Node {
         seq: next_id(),
         name: op.name(),
-        outputs: outs.len(),
+        outputs,
         state: Mutex::new(Some(NodeState {
             op,
             inputs: inputs.iter().map(|t| t.grad.clone()).collect(),
         })),
-    });
-    outs.into_iter()
-        .enumerate()
-        .map(|(index, mut t)| {
-            t.grad = Some(Arc::new(GradMeta {
-                id: next_id(),
-                node: Some(node.clone()),
-                index,
-                shape: t.shape().to_vec(),
-                dtype: t.dtype,
-            }));
-            t
-        })
-        .collect()
+    })
+}
+
+fn output_meta(t: &Tensor, node: Arc<Node>, index: usize) -> Arc<GradMeta> {
+    Arc::new(GradMeta {
+        id: next_id(),
+        node: Some(node),
+        index,
+        shape: t.shape().to_vec(),
+        dtype: t.dtype,
+    })
 }
 
 /// Gradients of the leaves a backward pass reached, keyed by tensor (clones of a leaf share
@@ -295,7 +298,9 @@ fn run_backward(meta: &Arc<GradMeta>, seed: Tensor) -> Result<Grads> {
     let mut heap = BinaryHeap::new();
     let mut pending: HashMap<u64, (Arc<Node>, Vec<Option<Tensor>>)> = HashMap::new();
     let mut slots = vec![None; root.outputs];
-    slots[meta.index] = Some(seed);
+    if let Some(slot) = slots.get_mut(meta.index) {
+        *slot = Some(seed);
+    }
     pending.insert(root.seq, (root.clone(), slots));
     heap.push(root.seq);
     while let Some(seq) = heap.pop() {
@@ -357,7 +362,10 @@ fn run_backward(meta: &Arc<GradMeta>, seed: Tensor) -> Result<Grads> {
                         heap.push(n.seq);
                         (n.clone(), vec![None; n.outputs])
                     });
-                    accumulate(&mut entry.1[m.index], g)?;
+                    let slot = entry.1.get_mut(m.index).ok_or_else(|| {
+                        Error::arg("backward", format!("{} has no output {}", n.name, m.index))
+                    })?;
+                    accumulate(slot, g)?;
                 }
             }
         }
