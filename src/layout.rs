@@ -237,6 +237,27 @@ impl Layout {
         })
     }
 
+    /// Inserts a dimension of size 1 at `dim` (`0..=rank`; negative counts from `rank + 1`).
+    /// Pure view: the new dim's stride never matters.
+    pub fn unsqueeze(&self, dim: isize) -> Result<Layout> {
+        let op = "unsqueeze";
+        let d = Self::normalize_dim(op, dim, self.rank() + 1)?;
+        if self.rank() + 1 > MAX_RANK {
+            return Err(Error::size(
+                op,
+                format!(
+                    "rank {} exceeds the maximum rank {MAX_RANK}",
+                    self.rank() + 1
+                ),
+            ));
+        }
+        let mut l = self.clone();
+        let stride = l.strides.get(d).map_or(1, |&s| s * l.shape[d]);
+        l.shape.insert(d, 1);
+        l.strides.insert(d, stride);
+        Ok(l)
+    }
+
     /// Drops dimension `d` (used by reductions to describe the output coordinates).
     pub(crate) fn without_dim(&self, d: usize) -> Layout {
         let mut l = self.clone();

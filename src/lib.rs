@@ -4,6 +4,9 @@
 //! compute dispatches into a pending command encoder that is submitted in batches through a
 //! bounded in-flight queue, so memory stays bounded however far the caller runs ahead.
 //!
+//! The design (layers, the life of an op, buffer reuse and hazards, how to add a kernel
+//! family) is in `docs/ARCHITECTURE.md` in the repository.
+//!
 //! ```no_run,ignore-wasm32
 //! # fn main() -> wgtensor::Result<()> {
 //! use wgtensor::{Device, Tensor};

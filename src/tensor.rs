@@ -209,6 +209,14 @@ impl Tensor {
         }))
     }
 
+    /// A view with a size-1 dim inserted at `dim` (PyTorch's `unsqueeze`; negative dims count
+    /// from `rank + 1`). Never copies, whatever the strides.
+    pub fn unsqueeze(&self, dim: isize) -> Result<Tensor> {
+        let out = self.view(self.layout.unsqueeze(dim)?);
+        // Its gradient drops the size-1 dim again: a reshape to the source's shape.
+        Ok(view_grad::record_view(self, out, || ViewKind::Reshape))
+    }
+
     pub fn broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
         checked_numel("broadcast_to", shape)?;
         let out = self.view(self.layout.broadcast_to(shape)?);

@@ -10,6 +10,9 @@ fn unknown_adapter_name_is_an_error_naming_it() {
     let e = Device::new().unwrap_err();
     assert!(matches!(e, Error::NoAdapter(_)), "{e:?}");
     assert!(e.to_string().contains("no-such-adapter-xyz"), "{e}");
+    // The message says what to install and which variables pick an adapter.
+    assert!(e.to_string().contains("mesa-vulkan-drivers"), "{e}");
+    assert!(e.to_string().contains("WGPU_BACKEND"), "{e}");
 
     // A substring of the real adapter's name selects it.
     std::env::remove_var("WGPU_ADAPTER_NAME");

@@ -69,7 +69,7 @@ fn hundred_thousand_ops_stay_bounded() {
     assert_eq!(s.dispatches, n as u64 + 1); // + the `full` broadcast copy
 }
 
-/// The DESIGN.md hazard: `queue.write_buffer` runs before every command of the next submit.
+/// The write_buffer reuse hazard (docs/ARCHITECTURE.md, "Buffers"): `queue.write_buffer` runs before every command of the next submit.
 /// If the pool handed `a`'s buffer to `c` while `b = a + 1` was still pending, the upload of
 /// `c` would land before `b` is computed and `b` would read `c`'s values.
 #[test]

@@ -62,9 +62,10 @@ static SG8_PARTIAL: Kernel = Kernel {
 };
 
 const REDUCE_WG: u32 = 256;
-/// Longest inner dimension accepted (as convolutions accept at most i32::MAX elements): the
-/// kernels' K arithmetic stays far from u32 wrap, and a K this long already takes minutes.
-const MAX_K: usize = i32::MAX as usize;
+/// Longest inner dimension accepted. Past it the f32 accumulation has lost most of its digits
+/// (adding 1.0 stops changing a sum at 2^24) and one output tile loops for minutes on a CPU
+/// adapter; such K only arise from broadcast views. Callers can sum GEMMs over K chunks.
+const MAX_K: usize = 1 << 24;
 /// Batch dims left after merging must fit the kernel's vec4 batch decode.
 const MAX_BATCH_DIMS: usize = 4;
 
@@ -335,11 +336,11 @@ fn run(
     dev.require_dtype(op, a.dtype)?;
     let (out_shape, m, n, k) = product_shape(op, a.shape(), b.shape())?;
     if k > MAX_K {
-        // Only broadcast views reach such K; each output would loop 2^31 times over a tile.
         return Err(Error::size(
             op,
             format!(
-                "K = {k} ({:?} x {:?}) is above the supported {MAX_K}",
+                "K = {k} ({:?} x {:?}) is above the supported {MAX_K} (split the product \
+                 into GEMMs over K chunks and add them)",
                 a.shape(),
                 b.shape()
             ),
@@ -562,13 +563,14 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
             ),
         ));
     }
+    // Views, not reshapes: a strided or broadcast 1-D operand must not be copied.
     let a2 = if a.rank() == 1 {
-        a.reshape(&[1, a.shape()[0]])?
+        a.unsqueeze(0)?
     } else {
         a.clone()
     };
     let b2 = if b.rank() == 1 {
-        b.reshape(&[b.shape()[0], 1])?
+        b.unsqueeze(1)?
     } else {
         b.clone()
     };

@@ -169,7 +169,8 @@ async fn pick_adapter(instance: &wgpu::Instance) -> Result<wgpu::Adapter> {
             .find(|a| a.get_info().name.to_lowercase().contains(&want))
             .ok_or_else(|| {
                 Error::NoAdapter(format!(
-                    "WGPU_ADAPTER_NAME={name:?} matches none of the adapters {names:?}"
+                    "WGPU_ADAPTER_NAME={name:?} matches none of the adapters {names:?}. \
+                     {NO_ADAPTER_HINT}"
                 ))
             });
     }
@@ -179,8 +180,16 @@ async fn pick_adapter(instance: &wgpu::Instance) -> Result<wgpu::Adapter> {
             ..Default::default()
         })
         .await
-        .map_err(|e| Error::NoAdapter(format!("no adapter available: {e}")))
+        .map_err(|e| Error::NoAdapter(format!("no adapter available: {e}. {NO_ADAPTER_HINT}")))
 }
+
+/// What to do when no adapter is found (the message users see first on a machine without a
+/// GPU driver).
+const NO_ADAPTER_HINT: &str = "Install a GPU driver with Vulkan, Metal or DX12 support; without \
+a GPU, Mesa's lavapipe runs Vulkan on the CPU (Debian/Ubuntu: `apt-get install \
+mesa-vulkan-drivers libvulkan1`, or run scripts/install-lavapipe.sh). WGPU_BACKEND \
+(vulkan, metal, dx12), WGPU_ADAPTER_NAME and WGPU_POWER_PREF pick among several adapters; in \
+a browser, WebGPU must be enabled (chrome://gpu tells)";
 
 impl Device {
     /// Opens the default device, blocking (native only). Honours WGPU_BACKEND,
@@ -622,6 +631,8 @@ impl Device {
                 Some(b) => b,
                 None => {
                     let size = size_class(slots * self.inner.param_slot);
+                    // The arena counts toward the memory budget like any buffer.
+                    self.make_room_locked(st, op, size)?;
                     st.pool.note_created(size);
                     self.inner.device.create_buffer(&wgpu::BufferDescriptor {
                         label: Some("param arena"),

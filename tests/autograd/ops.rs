@@ -353,12 +353,22 @@ fn reduce_op(seed: u64, op: ReduceOp) -> Result<(), TestCaseError> {
 enum Step {
     View(ViewOp),
     Reshape(Vec<usize>),
+    /// `unsqueeze(dim)` with dim in `-(rank+1)..=rank`.
+    Unsqueeze(isize),
     Contiguous,
 }
 
 fn view_step(rng: &mut Rng, shape: &[usize]) -> Step {
     let r = shape.len();
-    match rng.below(6) {
+    match rng.below(7) {
+        5 if r < 4 => {
+            let d = rng.below(r + 1) as isize;
+            Step::Unsqueeze(if rng.coin(0.5) {
+                d - (r as isize + 1)
+            } else {
+                d
+            })
+        }
         0 if r > 0 => {
             let dim = rng.below(r);
             let start = rng.below(shape[dim]);
@@ -422,6 +432,15 @@ fn view_case(seed: u64) -> Result<(), TestCaseError> {
             Step::Reshape(s) => {
                 y = y.reshape(s).unwrap();
                 cur_shape = s.clone();
+            }
+            Step::Unsqueeze(d) => {
+                y = y.unsqueeze(*d).unwrap();
+                let at = if *d < 0 {
+                    *d + cur_shape.len() as isize + 1
+                } else {
+                    *d
+                };
+                cur_shape.insert(at as usize, 1);
             }
             Step::Contiguous => y = y.contiguous().unwrap(),
         }

@@ -1,5 +1,5 @@
 //! Property-based conformance suite: every kernel against the f64 reference in
-//! tests/common/reference.rs, on generated shapes and strided views (see DESIGN.md, "Tests").
+//! tests/common/reference.rs, on generated shapes and strided views (see docs/ARCHITECTURE.md, "Testing strategy").
 //!
 //! f16 tests have `f16` in their names and fail on adapters without SHADER_F16; run with
 //! `--skip f16` there (scripts/test.sh does).

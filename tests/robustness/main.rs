@@ -5,11 +5,15 @@
 // Native only (blocking device and readback); tests/browser/ is the wasm32 suite.
 #![cfg(not(target_arch = "wasm32"))]
 
+#[path = "../common/mod.rs"]
+mod common;
 mod empty;
+mod fuzz;
 mod limits;
 mod memory;
 mod nan;
 mod rnn;
+mod sweep;
 
 use wgtensor::{Device, Error, Tensor};
 

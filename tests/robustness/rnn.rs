@@ -165,3 +165,32 @@ fn backward_with_a_foreign_saved_state_names_it() {
     drop(o2);
     still_works(dev());
 }
+
+/// Initial states given as strided views (last dim not unit-stride) are read correctly.
+#[test]
+fn strided_initial_states() {
+    let (t, b, i, h) = (2, 3, 2, 4);
+    let r = Rnn::new(
+        RnnKind::Lstm,
+        1,
+        true,
+        false,
+        vec![weights(RnnKind::Lstm, i, h), weights(RnnKind::Lstm, i, h)],
+    )
+    .unwrap();
+    let x = small(&[t, b, i], 0.3);
+    // [2, H, B] transposed to [2, B, H]: stride of H is B.
+    let h0t = small(&[2, h, b], 0.2).transpose(1, 2).unwrap();
+    let c0t = small(&[2, h, b], 0.1).transpose(1, 2).unwrap();
+    assert_ne!(h0t.strides()[2], 1);
+    let want = r
+        .forward(
+            &x,
+            Some(&h0t.contiguous().unwrap()),
+            Some(&c0t.contiguous().unwrap()),
+        )
+        .unwrap();
+    let got = r.forward(&x, Some(&h0t), Some(&c0t)).unwrap();
+    assert_eq!(vals(&got.output), vals(&want.output));
+    assert_eq!(vals(&got.h_n), vals(&want.h_n));
+}

@@ -670,6 +670,13 @@ fn copy_state(
     h: usize,
 ) -> Result<()> {
     let (b, dh) = (seq.shape()[1], seq.shape()[2]);
+    // src's last dim must be unit-stride for the copy's addressing; the offsets below must
+    // describe the tensor actually bound (the packed copy when one is made).
+    let src = if src.strides()[2] == 1 || h <= 1 {
+        src.clone()
+    } else {
+        src.contiguous()?
+    };
     let p = RnnParams {
         batch: b as u32,
         hidden: h as u32,
@@ -678,12 +685,6 @@ fn copy_state(
         dst_off: (slot * b * dh + dir * h) as u32,
         dst_rs: dh as u32,
         ..Default::default()
-    };
-    // src's last dim must be unit-stride for the copy's addressing.
-    let src = if src.strides()[2] == 1 {
-        src.clone()
-    } else {
-        src.contiguous()?
     };
     dev.launch(
         "rnn_state",
