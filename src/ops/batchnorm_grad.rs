@@ -57,12 +57,16 @@ pub(crate) fn train(
     state: Option<&mut BatchNormState>,
     eps: f32,
 ) -> Result<(Tensor, Tensor, Tensor)> {
+    let tracked = [Some(x), gamma, beta]
+        .iter()
+        .flatten()
+        .any(|t| t.is_tracked());
+    if !tracked || !is_grad_enabled() {
+        return batch_norm_train_untracked(x, gamma, beta, state, eps);
+    }
     let mut inputs = vec![x];
     inputs.extend(gamma);
     inputs.extend(beta);
-    if !inputs.iter().any(|t| t.is_tracked()) || !is_grad_enabled() {
-        return batch_norm_train_untracked(x, gamma, beta, state, eps);
-    }
     if let Some(st) = &state {
         if st.running_mean.is_tracked() || st.running_var.is_tracked() {
             return Err(Error::arg(
@@ -163,10 +167,11 @@ pub(crate) fn inference(
     eps: f32,
     activation: Activation,
 ) -> Result<Tensor> {
-    let mut inputs = vec![x];
-    inputs.extend(gamma);
-    inputs.extend(beta);
-    if !inputs.iter().any(|t| t.is_tracked()) || !is_grad_enabled() {
+    let tracked = [Some(x), gamma, beta]
+        .iter()
+        .flatten()
+        .any(|t| t.is_tracked());
+    if !tracked || !is_grad_enabled() {
         return batch_norm_inference_untracked(
             x,
             running_mean,
@@ -177,6 +182,9 @@ pub(crate) fn inference(
             activation,
         );
     }
+    let mut inputs = vec![x];
+    inputs.extend(gamma);
+    inputs.extend(beta);
     let fused = if activation == Activation::Gelu {
         Activation::None
     } else {

@@ -148,12 +148,17 @@ pub(crate) fn recorded(
         Some(Bias::PerColumn(t)) | Some(Bias::PerRow(t)) => Some(t),
         None => None,
     };
+    // Checked on the stack: an untracked GEMM allocates nothing for autograd.
+    let tracked = [Some(a), Some(b), o.c, bias_t]
+        .iter()
+        .flatten()
+        .any(|t| t.is_tracked());
+    if !tracked || !is_grad_enabled() {
+        return forward(o);
+    }
     let mut inputs = vec![a, b];
     inputs.extend(o.c);
     inputs.extend(bias_t);
-    if !inputs.iter().any(|t| t.is_tracked()) || !is_grad_enabled() {
-        return forward(o);
-    }
     if o.activation == Activation::Gelu {
         let pre = recorded(
             a,

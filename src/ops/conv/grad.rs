@@ -140,11 +140,15 @@ fn recorded(
     run: impl Fn(Activation) -> Result<Tensor>,
 ) -> Result<Tensor> {
     let act = geometry.activation;
-    let mut inputs = vec![x, w];
-    inputs.extend(bias);
-    if !inputs.iter().any(|t| t.is_tracked()) || !is_grad_enabled() {
+    let tracked = [Some(x), Some(w), bias]
+        .iter()
+        .flatten()
+        .any(|t| t.is_tracked());
+    if !tracked || !is_grad_enabled() {
         return run(act);
     }
+    let mut inputs = vec![x, w];
+    inputs.extend(bias);
     let fused = if act == Activation::Gelu {
         Activation::None
     } else {

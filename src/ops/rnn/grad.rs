@@ -71,14 +71,20 @@ pub(super) fn forward(
     h0: Option<&Tensor>,
     c0: Option<&Tensor>,
 ) -> Result<RnnOutput> {
+    let tracked = [Some(x), h0, c0].iter().flatten().any(|t| t.is_tracked())
+        || rnn.weights.iter().any(|w| {
+            [&w.w_ih, &w.w_hh, &w.b_ih, &w.b_hh]
+                .iter()
+                .any(|t| t.is_tracked())
+        });
+    if !tracked || !is_grad_enabled() {
+        return rnn.forward_impl(x, h0, c0, false).map(|(out, _)| out);
+    }
     let mut inputs = vec![x];
     inputs.extend(h0);
     inputs.extend(c0);
     for w in &rnn.weights {
         inputs.extend([&w.w_ih, &w.w_hh, &w.b_ih, &w.b_hh]);
-    }
-    if !inputs.iter().any(|t| t.is_tracked()) || !is_grad_enabled() {
-        return rnn.forward_impl(x, h0, c0, false).map(|(out, _)| out);
     }
     let detached = Rnn {
         weights: rnn
