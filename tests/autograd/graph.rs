@@ -229,3 +229,64 @@ fn deep_graph() {
     let g = total(&y).backward().unwrap();
     assert_eq!(vals(g.get(&x).unwrap()), vec![1.0]);
 }
+
+/// The fused families release their saved tensors too: 200 steps of conv2d (bias, relu) ->
+/// batch_norm_train -> LSTM cell -> GEMM loss keep live bytes equal at steps 50 and 200.
+#[test]
+fn fused_training_loop_memory_is_flat() {
+    use wgtensor::ops::{
+        batch_norm_train, conv2d, lstm_cell, Activation, Conv2dOptions, Padding, RnnKind,
+        RnnWeights,
+    };
+    let dev = &wgtensor::Device::new().unwrap();
+    let up = |data: Vec<f32>, shape: &[usize]| Tensor::from_slice(dev, &data, shape).unwrap();
+    let wave = |n: usize, k: f32| (0..n).map(|i| ((i as f32 + 1.0) * k).sin() * 0.5).collect();
+    let x = up(wave(2 * 3 * 5 * 5, 0.37), &[2, 3, 5, 5]);
+    let mut params = vec![
+        up(wave(4 * 3 * 3 * 3, 0.11), &[4, 3, 3, 3]), // conv weight
+        up(wave(4, 0.7), &[4]),                       // conv bias
+        up(wave(4, 0.3).iter().map(|v| v + 1.0).collect(), &[4]), // bn gamma
+        up(wave(16 * 4, 0.05), &[16, 4]),             // w_ih (4 gates x H 4, input 4)
+        up(wave(16 * 4, 0.09), &[16, 4]),             // w_hh
+    ];
+    params = params
+        .into_iter()
+        .map(|p| p.requires_grad().unwrap())
+        .collect();
+    let o = Conv2dOptions {
+        padding: Padding::same([3, 3], [1, 1]),
+        activation: Activation::Relu,
+        ..Default::default()
+    };
+    let mut at_50 = 0;
+    for step in 1..=200 {
+        let y = conv2d(&x, &params[0], Some(&params[1]), &o).unwrap();
+        let (y, _, _) = batch_norm_train(&y, Some(&params[2]), None, None, 1e-5).unwrap();
+        // [2, 4, 5, 5] -> per-sample channel means [2, 4] as the LSTM input.
+        let feat = y.reshape(&[2, 4, 25]).unwrap().mean(2, false).unwrap();
+        let w = RnnWeights::new(RnnKind::Lstm, &params[3], &params[4], None, None).unwrap();
+        let h0 = Tensor::zeros(dev, &[2, 4], DType::F32).unwrap();
+        let (h, c) = lstm_cell(&feat, &h0, &h0, &w).unwrap();
+        let loss = total(&h.mul(&h).unwrap().add(&c).unwrap());
+        let g = loss.backward().unwrap();
+        params = params
+            .iter()
+            .map(|p| {
+                let gp = g.get(p).unwrap();
+                no_grad(|| p.sub(&gp.mul_scalar(0.01)?))
+                    .unwrap()
+                    .requires_grad()
+                    .unwrap()
+            })
+            .collect();
+        if step == 50 || step == 200 {
+            dev.sync().unwrap();
+            let live = dev.stats().pool.live_bytes;
+            if step == 50 {
+                at_50 = live;
+            } else {
+                assert_eq!(live, at_50, "live bytes grew from step 50 to 200");
+            }
+        }
+    }
+}
