@@ -86,8 +86,8 @@ pub(crate) struct Node {
     seq: u64,
     name: &'static str,
     outputs: usize,
-    /// Taken by backward; `None` afterwards.
-    state: Mutex<Option<NodeState>>,
+    /// Taken by backward (`None` afterwards), or shared while a `retain_graph` pass runs it.
+    state: Mutex<Option<Arc<NodeState>>>,
 }
 
 struct NodeState {
@@ -96,12 +96,13 @@ struct NodeState {
     inputs: Vec<Option<Arc<GradMeta>>>,
 }
 
-fn take_inputs(state: &Mutex<Option<NodeState>>) -> Vec<Arc<GradMeta>> {
+fn take_inputs(state: &Mutex<Option<Arc<NodeState>>>) -> Vec<Arc<GradMeta>> {
     let mut guard = match state.lock() {
         Ok(g) => g,
         Err(poisoned) => poisoned.into_inner(),
     };
-    match guard.as_mut() {
+    // Shared only while a retain_graph pass is running this node; that pass then drops it.
+    match guard.as_mut().and_then(Arc::get_mut) {
         Some(s) => std::mem::take(&mut s.inputs)
             .into_iter()
             .flatten()
@@ -209,10 +210,10 @@ fn new_node(outputs: usize, inputs: &[&Tensor], op: Box<dyn BackwardOp>) -> Arc<
         seq: next_id(),
         name: op.name(),
         outputs,
-        state: Mutex::new(Some(NodeState {
+        state: Mutex::new(Some(Arc::new(NodeState {
             op,
             inputs: inputs.iter().map(|t| t.grad.clone()).collect(),
-        })),
+        }))),
     })
 }
 
@@ -286,7 +287,8 @@ fn check_grad(meta: &GradMeta, g: &Tensor, node: &'static str) -> Result<()> {
 }
 
 /// Gradients of every leaf `meta` depends on, with `seed` as the gradient of `meta`'s tensor.
-fn run_backward(meta: &Arc<GradMeta>, seed: Tensor) -> Result<Grads> {
+/// `retain` keeps every node's backward (and saved tensors) for another pass.
+fn run_backward(meta: &Arc<GradMeta>, seed: Tensor, retain: bool) -> Result<Grads> {
     // Backward ops run on untracked tensors; the guard also covers user code that called
     // backward inside a scope where some op could otherwise record.
     let _guard = NoGradGuard::new();
@@ -307,26 +309,29 @@ fn run_backward(meta: &Arc<GradMeta>, seed: Tensor) -> Result<Grads> {
         let Some((node, outs)) = pending.remove(&seq) else {
             continue;
         };
-        let state = node
-            .state
-            .lock()
-            .map_err(|_| {
+        let state = {
+            let mut guard = node.state.lock().map_err(|_| {
                 Error::arg(
                     "backward",
                     format!("the {} node was poisoned by a panic", node.name),
                 )
-            })?
-            .take()
-            .ok_or_else(|| {
-                Error::arg(
-                    "backward",
-                    format!(
-                        "the graph through {} was already freed by an earlier backward(); \
-                         run the forward again to differentiate a second time",
-                        node.name
-                    ),
-                )
             })?;
+            if retain {
+                guard.clone()
+            } else {
+                guard.take()
+            }
+        }
+        .ok_or_else(|| {
+            Error::arg(
+                "backward",
+                format!(
+                    "the graph through {} was already freed by an earlier backward(); \
+                     run the forward again, or use backward_retain_graph() on the first pass",
+                    node.name
+                ),
+            )
+        })?;
         let needs: Vec<bool> = state.inputs.iter().map(Option::is_some).collect();
         let gin = state.op.backward(&outs, &needs)?;
         drop(outs);
@@ -341,9 +346,14 @@ fn run_backward(meta: &Arc<GradMeta>, seed: Tensor) -> Result<Grads> {
                 ),
             ));
         }
-        let NodeState { op, inputs } = state;
-        // The saved tensors go back to the pool before the next node allocates.
-        drop(op);
+        let inputs = match Arc::try_unwrap(state) {
+            // The saved tensors go back to the pool before the next node allocates.
+            Ok(NodeState { op, inputs }) => {
+                drop(op);
+                inputs
+            }
+            Err(shared) => shared.inputs.clone(),
+        };
         for (input, g) in inputs.iter().zip(gin) {
             let (Some(m), Some(g)) = (input, g) else {
                 continue;
@@ -461,6 +471,22 @@ impl Tensor {
     /// tensors are released, and a second backward through them is an error.
     pub fn backward(&self) -> Result<Grads> {
         let meta = self.tracked_meta()?;
+        self.check_scalar_loss()?;
+        let seed = Tensor::full(self.device(), self.shape(), 1.0, self.dtype)?;
+        run_backward(meta, seed, false)
+    }
+
+    /// [`Tensor::backward`] that keeps the graph (PyTorch's `retain_graph=True`): the saved
+    /// tensors stay alive, so another backward through the same nodes works. They cost their
+    /// memory until the outputs drop or a plain `backward` consumes the nodes.
+    pub fn backward_retain_graph(&self) -> Result<Grads> {
+        let meta = self.tracked_meta()?;
+        self.check_scalar_loss()?;
+        let seed = Tensor::full(self.device(), self.shape(), 1.0, self.dtype)?;
+        run_backward(meta, seed, true)
+    }
+
+    fn check_scalar_loss(&self) -> Result<()> {
         if self.numel() != 1 {
             return Err(Error::shape(
                 "backward",
@@ -471,8 +497,7 @@ impl Tensor {
                 ),
             ));
         }
-        let seed = Tensor::full(self.device(), self.shape(), 1.0, self.dtype)?;
-        run_backward(meta, seed)
+        Ok(())
     }
 
     /// [`Tensor::backward`] from an explicit gradient of this tensor (same shape and dtype).
@@ -480,7 +505,7 @@ impl Tensor {
         let meta = self.tracked_meta()?;
         self.same_device("backward", grad)?;
         check_grad(meta, grad, "backward_with_grad")?;
-        run_backward(meta, grad.detach())
+        run_backward(meta, grad.detach(), false)
     }
 
     fn tracked_meta(&self) -> Result<&Arc<GradMeta>> {

@@ -290,3 +290,18 @@ fn fused_training_loop_memory_is_flat() {
         }
     }
 }
+
+/// retain_graph keeps the saved tensors: two passes give the same gradients, then a plain
+/// backward consumes the graph and a further one is an error.
+#[test]
+fn retain_graph() {
+    let x = leaf(&[0.5, -1.0, 2.0], &[3]);
+    let loss = total(&x.mul(&x).unwrap().tanh().unwrap());
+    let g1 = vals(loss.backward_retain_graph().unwrap().get(&x).unwrap());
+    let g2 = vals(loss.backward_retain_graph().unwrap().get(&x).unwrap());
+    assert_eq!(g1, g2);
+    let g3 = vals(loss.backward().unwrap().get(&x).unwrap());
+    assert_eq!(g1, g3);
+    assert!(loss.backward().is_err());
+    assert!(loss.backward_retain_graph().is_err());
+}
