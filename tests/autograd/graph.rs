@@ -305,3 +305,42 @@ fn retain_graph() {
     assert!(loss.backward().is_err());
     assert!(loss.backward_retain_graph().is_err());
 }
+
+/// Tensors and gradients cross threads (grad mode is per thread; the graph is not).
+#[test]
+fn backward_on_another_thread() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Tensor>();
+    send_sync::<wgtensor::Grads>();
+    let x = leaf(&[1.0, 2.0], &[2]);
+    let loss = total(&x.mul_scalar(3.0).unwrap());
+    let g = std::thread::spawn(move || loss.backward().unwrap())
+        .join()
+        .unwrap();
+    assert_eq!(vals(g.get(&x).unwrap()), vec![3.0, 3.0]);
+}
+
+/// Untracked calls run exactly the dispatches they ran before autograd: a fused GELU GEMM is
+/// one launch; tracked, GELU is split out (GEMM + gelu) so its backward has the
+/// pre-activation.
+#[test]
+fn untracked_ops_launch_what_they_did() {
+    use wgtensor::ops::{gemm, Activation, GemmOptions};
+    let dev = &wgtensor::Device::new().unwrap();
+    let a = Tensor::from_slice(dev, &[1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap();
+    let o = GemmOptions {
+        activation: Activation::Gelu,
+        split_k: Some(1),
+        ..Default::default()
+    };
+    let count = |f: &dyn Fn() -> Tensor| {
+        let before = dev.stats().dispatches;
+        let y = f();
+        drop(y);
+        dev.stats().dispatches - before
+    };
+    assert_eq!(count(&|| gemm(&a, &a, &o).unwrap()), 1);
+    let t = a.clone().requires_grad().unwrap();
+    assert_eq!(count(&|| gemm(&t, &a, &o).unwrap()), 2);
+    assert_eq!(count(&|| no_grad(|| gemm(&t, &a, &o).unwrap())), 1);
+}
