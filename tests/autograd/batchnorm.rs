@@ -10,8 +10,8 @@ use wgtensor::ops::{batch_norm_inference, batch_norm_train, BatchNormState};
 
 use crate::common::reference::{self as r, bn_dims};
 use crate::common::{device, download};
-use crate::grad_ref::{act_deriv, Want, U};
-use crate::ops::{check, leaf, loss, Rng, ACTS};
+use crate::grad_ref::{act_deriv, u, Want, U};
+use crate::ops::{check, f16, leaf, loss, Rng, ACTS};
 
 const CASES: u32 = 24;
 
@@ -132,16 +132,16 @@ fn inference_case(seed: u64) -> Result<(), TestCaseError> {
         let xhat = (x[i] - rm[ch]) * inv[ch];
         let z = xhat * gamma[ch] + beta[ch];
         // The forward's error in z: a few roundings of each term.
-        let dz = 16.0 * U * ((x[i].abs() + rm[ch].abs()) * inv[ch] * gamma[ch] + beta[ch].abs());
+        let dz = 16.0 * u() * ((x[i].abs() + rm[ch].abs()) * inv[ch] * gamma[ch] + beta[ch].abs());
         let (d, e) = act_deriv(act, z, dz);
         let gz = up[i] * d;
-        let ez = up[i].abs() * e + 2.0 * U * gz.abs();
+        let ez = up[i].abs() * e + 2.0 * u() * gz.abs();
         let a = gamma[ch] * inv[ch];
         dx[i] = gz * a;
-        ex[i] = ez * a + 12.0 * U * (gz * a).abs();
+        ex[i] = ez * a + 12.0 * u() * (gz * a).abs();
         dg[ch] += gz * xhat;
         mg[ch] += (gz * xhat).abs();
-        eg[ch] += ez * xhat.abs() + 12.0 * U * (gz * xhat).abs();
+        eg[ch] += ez * xhat.abs() + 12.0 * u() * (gz * xhat).abs();
         db[ch] += gz;
         mb[ch] += gz.abs();
         eb[ch] += ez;
@@ -149,7 +149,7 @@ fn inference_case(seed: u64) -> Result<(), TestCaseError> {
     let cnt = (n / c) as f64;
     let tol = |mg: &[f64], eg: &[f64]| -> Vec<f64> {
         (0..c)
-            .map(|k| (cnt + 4.0) * 2.0 * U * mg[k] + eg[k])
+            .map(|k| (cnt + 4.0) * 2.0 * u() * mg[k] + eg[k])
             .collect()
     };
     let what = format!("batch_norm_inference {shape:?} {act:?}");
@@ -193,4 +193,7 @@ proptest! {
 
     #[test]
     fn batch_norm_inference_grads(seed in any::<u64>()) { inference_case(seed)?; }
+
+    #[test]
+    fn batch_norm_inference_grads_f16(seed in any::<u64>()) { f16(inference_case, seed)?; }
 }

@@ -9,7 +9,7 @@ use wgtensor::ops::{
 
 use crate::common::conv_ref::ConvGeom;
 use crate::grad_ref::{self, Taps};
-use crate::ops::{check, leaf, loss, Rng, ACTS};
+use crate::ops::{check, f16, leaf, loss, Rng, ACTS};
 
 const CASES: u32 = 24;
 
@@ -221,4 +221,17 @@ proptest! {
 
     #[test]
     fn conv_transpose2d_grads(seed in any::<u64>()) { transpose_case(seed)?; }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(CASES / 2))]
+
+    #[test]
+    fn conv2d_grads_f16(seed in any::<u64>()) { f16(|s| conv_case(s, false), seed)?; }
+
+    #[test]
+    fn conv1d_grads_f16(seed in any::<u64>()) { f16(|s| conv_case(s, true), seed)?; }
+
+    #[test]
+    fn conv_transpose2d_grads_f16(seed in any::<u64>()) { f16(transpose_case, seed)?; }
 }

@@ -681,7 +681,10 @@ fn to_dtype_grad_f16() {
 }
 
 /// Runs `case` in f16 (after the adapter check).
-fn f16(case: fn(u64) -> Result<(), TestCaseError>, seed: u64) -> Result<(), TestCaseError> {
+pub fn f16(
+    case: impl Fn(u64) -> Result<(), TestCaseError>,
+    seed: u64,
+) -> Result<(), TestCaseError> {
     crate::common::require_f16(device());
     set_dtype(DType::F16);
     let r = case(seed);
