@@ -31,17 +31,20 @@ pub(crate) fn checked_numel(op: &'static str, shape: &[usize]) -> Result<usize> 
             format!("rank {} exceeds the maximum rank {MAX_RANK}", shape.len()),
         ));
     }
-    let n = shape
+    // The product of the non-zero dims is bounded too: an empty shape such as [0, 2^40, 2^40]
+    // would otherwise pass and overflow the stride and view arithmetic later.
+    let extent = shape
         .iter()
+        .filter(|&&d| d != 0)
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
         .ok_or_else(|| Error::size(op, format!("shape {shape:?} overflows usize")))?;
-    if n > u32::MAX as usize {
+    if extent > u32::MAX as usize {
         return Err(Error::size(
             op,
-            format!("shape {shape:?} has {n} elements, more than u32 indexing allows"),
+            format!("shape {shape:?} has {extent} elements, more than u32 indexing allows"),
         ));
     }
-    Ok(n)
+    Ok(if shape.contains(&0) { 0 } else { extent })
 }
 
 /// numpy broadcasting of two shapes.
@@ -101,6 +104,9 @@ impl Layout {
 
     /// True when elements are packed in row-major order starting at `offset`.
     pub fn is_contiguous(&self) -> bool {
+        if self.shape.contains(&0) {
+            return true;
+        }
         let mut acc = 1;
         for (&d, &s) in self.shape.iter().zip(&self.strides).rev() {
             if d != 1 && s != acc {
@@ -188,10 +194,11 @@ impl Layout {
             }
         }
         let mut l = self.clone();
-        if len > 0 {
+        l.shape[d] = len;
+        // An empty view reads nothing; a non-empty one's offset is bounded by its storage.
+        if !l.shape.contains(&0) {
             l.offset += start * self.strides[d];
         }
-        l.shape[d] = len;
         Ok(l)
     }
 
@@ -252,7 +259,10 @@ impl Layout {
             ));
         }
         let mut l = self.clone();
-        let stride = l.strides.get(d).map_or(1, |&s| s * l.shape[d]);
+        let stride = l
+            .strides
+            .get(d)
+            .map_or(1, |&s| s.saturating_mul(l.shape[d]));
         l.shape.insert(d, 1);
         l.strides.insert(d, stride);
         Ok(l)

@@ -191,8 +191,9 @@ fn k_range(z: u32) -> vec2<u32> {
     if (p.splits == 1u) {
         return vec2<u32>(0u, p.k);
     }
-    let kb = (z / p.groups) * p.k_chunk;
-    return vec2<u32>(kb, min(kb + p.k_chunk, p.k));
+    // As GEMM's k_range: the end is kb + min(k_chunk, k - kb), which cannot wrap.
+    let kb = min((z / p.groups) * p.k_chunk, p.k);
+    return vec2<u32>(kb, kb + min(p.k_chunk, p.k - kb));
 }
 
 fn store_out(g: u32, row: u32, col: u32, c: Col, v: f32) {

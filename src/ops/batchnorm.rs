@@ -195,7 +195,17 @@ pub fn plan(dev: &Device, shape: &[usize], offsets: &[usize]) -> Result<BatchNor
             format!("expected an input of rank >= 2 ([N, C, ...]), got shape {shape:?}"),
         ));
     }
-    let (n, s) = (shape[0], shape[2..].iter().product::<usize>());
+    let s = shape[2..]
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .filter(|&s| s.checked_mul(shape[0]).is_some())
+        .ok_or_else(|| {
+            Error::size(
+                "batch_norm",
+                format!("shape {shape:?} overflows the element count"),
+            )
+        })?;
+    let n = shape[0];
     let vec = if s % 4 == 0 && offsets.iter().all(|o| o % 4 == 0) {
         4
     } else {

@@ -210,7 +210,9 @@ pub fn plan(
     let sg8 = has_sg8(dev);
     let sgs = SG8_SGS;
     let tm = if sg8 { 32 * sgs as usize } else { 32 };
-    let tiles = (m.div_ceil(tm) * n.div_ceil(32))
+    let tiles = m
+        .div_ceil(tm)
+        .saturating_mul(n.div_ceil(32))
         .saturating_mul(batch)
         .max(1);
     let max_z = dev.limits().max_compute_workgroups_per_dimension as usize;

@@ -406,14 +406,20 @@ impl Device {
     /// Byte limit checks shared by every allocation.
     pub(crate) fn check_bytes(&self, op: &'static str, bytes: u64) -> Result<()> {
         let l = &self.inner.limits;
-        let (name, limit) = if l.max_buffer_size < l.max_storage_buffer_binding_size {
-            ("max_buffer_size", l.max_buffer_size)
-        } else {
+        // Kernels index with u32, and Metal hands naga's bounds checks u32 byte sizes (reads past
+        // 4 GiB would return 0): no binding may exceed 4 GiB - 1 whatever the adapter reports.
+        let (name, limit) = [
+            ("max_buffer_size", l.max_buffer_size),
+            ("u32 indexing (4 GiB - 1)", u32::MAX as u64),
+        ]
+        .into_iter()
+        .fold(
             (
                 "max_storage_buffer_binding_size",
                 l.max_storage_buffer_binding_size,
-            )
-        };
+            ),
+            |best, cand| if cand.1 < best.1 { cand } else { best },
+        );
         if size_class(bytes) > limit {
             return Err(Error::TooLarge {
                 op,

@@ -51,3 +51,36 @@ fn gemm_k_at_the_limit() {
     }
     still_works(dev());
 }
+
+/// Empty shapes whose other dims are huge are refused (their strides would overflow), and
+/// views of empty tensors never compute an offset.
+#[test]
+fn empty_shapes_with_huge_extents() {
+    let e = Tensor::zeros(dev(), &[0, 1 << 40, 1 << 40], DType::F32).unwrap_err();
+    names_op(&e, "zeros");
+    let t = Tensor::zeros(dev(), &[0, 1 << 16, 1 << 15], DType::F32).unwrap();
+    assert!(t.is_contiguous());
+    assert_eq!(t.permute(&[1, 2, 0]).unwrap().numel(), 0);
+    assert_eq!(t.unsqueeze(1).unwrap().shape(), &[0, 1, 1 << 16, 1 << 15]);
+    assert_eq!(t.narrow(1, 1 << 15, 1).unwrap().shape(), &[0, 1, 1 << 15]);
+    assert_eq!(t.reshape(&[1 << 15, 0, 1 << 16]).unwrap().numel(), 0);
+    let e = t.reshape(&[0, 1 << 40]).unwrap_err();
+    names_op(&e, "reshape");
+}
+
+/// unsqueeze inserts a size-1 dim anywhere (negative dims count from rank + 1) as a view.
+#[test]
+fn unsqueeze_is_a_view() {
+    let t = super::ramp(&[2, 3]);
+    assert_eq!(t.unsqueeze(0).unwrap().shape(), &[1, 2, 3]);
+    assert_eq!(t.unsqueeze(-1).unwrap().shape(), &[2, 3, 1]);
+    assert_eq!(t.unsqueeze(1).unwrap().shape(), &[2, 1, 3]);
+    let v = t.transpose(0, 1).unwrap().unsqueeze(1).unwrap();
+    assert!(v.shares_storage(&t));
+    assert_eq!(
+        vals(&v.contiguous().unwrap()),
+        vec![0.5, 3.5, 1.5, 4.5, 2.5, 5.5]
+    );
+    assert!(t.unsqueeze(3).is_err());
+    assert!(t.unsqueeze(-4).is_err());
+}

@@ -33,7 +33,7 @@ impl Padding {
     /// `dilation * (kernel - 1)` is split with the odd element at the bottom / right.
     pub fn same(kernel: [usize; 2], dilation: [usize; 2]) -> Self {
         let split = |k: usize, d: usize| {
-            let total = d * k.saturating_sub(1);
+            let total = d.saturating_mul(k.saturating_sub(1));
             (total / 2, total - total / 2)
         };
         let (top, bottom) = split(kernel[0], dilation[0]);

@@ -302,7 +302,11 @@ fn plan_with(
     };
     let (tm, tn) = pl.tile();
     let groups = groups.max(1);
-    let tiles = (m.div_ceil(tm) * ncols.div_ceil(tn) * groups).max(1);
+    let tiles = m
+        .div_ceil(tm)
+        .saturating_mul(ncols.div_ceil(tn))
+        .saturating_mul(groups)
+        .max(1);
     let target = if dev.adapter_info().device_type == wgpu::DeviceType::Cpu {
         64
     } else {
