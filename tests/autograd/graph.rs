@@ -344,3 +344,33 @@ fn untracked_ops_launch_what_they_did() {
     assert_eq!(count(&|| gemm(&t, &a, &o).unwrap()), 2);
     assert_eq!(count(&|| no_grad(|| gemm(&t, &a, &o).unwrap())), 1);
 }
+
+/// Empty tensors flow through backward (PyTorch: their gradients are empty), and NaN inputs
+/// give NaN gradients, not errors or panics.
+#[test]
+fn empty_and_nan_inputs() {
+    let dev = device();
+    let x = Tensor::zeros(dev, &[0, 3], DType::F32)
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let w = leaf(&[1.0, 2.0, 3.0], &[3]);
+    let y = x.mul(&w).unwrap().exp().unwrap().sum(0, false).unwrap(); // [3] of zeros
+    let g = total(&y.add(&w).unwrap()).backward().unwrap();
+    assert_eq!(g.get(&x).unwrap().shape(), &[0, 3]);
+    assert_eq!(vals(g.get(&w).unwrap()), vec![1.0, 1.0, 1.0]);
+    let m = Tensor::zeros(dev, &[2, 0], DType::F32)
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let p = matmul(&m, &t(&[0.0; 0], &[0, 2])).unwrap(); // [2, 2] of zeros (K = 0)
+    let g = total(&p).backward().unwrap();
+    assert_eq!(g.get(&m).unwrap().shape(), &[2, 0]);
+
+    let n = leaf(&[f32::NAN, 1.0], &[2]);
+    let g = total(&n.mul(&n).unwrap().sigmoid().unwrap())
+        .backward()
+        .unwrap();
+    let gv = vals(g.get(&n).unwrap());
+    assert!(gv[0].is_nan() && gv[1].is_finite(), "{gv:?}");
+}
