@@ -11,7 +11,7 @@ use wgtensor::ops::{batch_norm_inference, batch_norm_train, BatchNormState};
 use crate::common::reference::{self as r, bn_dims};
 use crate::common::{device, download};
 use crate::grad_ref::{act_deriv, u, Want, U};
-use crate::ops::{check, f16, leaf, loss, Rng, ACTS};
+use crate::ops::{check, f16, leaf, loss, run, Rng, ACTS};
 
 const CASES: u32 = 24;
 
@@ -189,10 +189,10 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(CASES))]
 
     #[test]
-    fn batch_norm_train_grads(seed in any::<u64>()) { train_case(seed)?; }
+    fn batch_norm_train_grads(seed in any::<u64>()) { run(train_case, seed)?; }
 
     #[test]
-    fn batch_norm_inference_grads(seed in any::<u64>()) { inference_case(seed)?; }
+    fn batch_norm_inference_grads(seed in any::<u64>()) { run(inference_case, seed)?; }
 
     #[test]
     fn batch_norm_inference_grads_f16(seed in any::<u64>()) { f16(inference_case, seed)?; }

@@ -9,7 +9,7 @@ use wgtensor::ops::{
 
 use crate::common::conv_ref::ConvGeom;
 use crate::grad_ref::{self, Taps};
-use crate::ops::{check, f16, leaf, loss, Rng, ACTS};
+use crate::ops::{check, f16, leaf, loss, run, Rng, ACTS};
 
 const CASES: u32 = 24;
 
@@ -214,13 +214,13 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(CASES))]
 
     #[test]
-    fn conv2d_grads(seed in any::<u64>()) { conv_case(seed, false)?; }
+    fn conv2d_grads(seed in any::<u64>()) { run(|s| conv_case(s, false), seed)?; }
 
     #[test]
-    fn conv1d_grads(seed in any::<u64>()) { conv_case(seed, true)?; }
+    fn conv1d_grads(seed in any::<u64>()) { run(|s| conv_case(s, true), seed)?; }
 
     #[test]
-    fn conv_transpose2d_grads(seed in any::<u64>()) { transpose_case(seed)?; }
+    fn conv_transpose2d_grads(seed in any::<u64>()) { run(transpose_case, seed)?; }
 }
 
 proptest! {

@@ -10,7 +10,7 @@ use wgtensor::ops::{
 use wgtensor::{DType, Tensor};
 
 use crate::common::reference::{numel, permute};
-use crate::common::{device, download, ViewOp};
+use crate::common::{device, ViewOp};
 use crate::grad_ref::{self, u, GemmProblem, Want, U, U16};
 
 const CASES: u32 = 64;
@@ -87,20 +87,62 @@ pub fn loss(y: &Tensor, r: &[f64]) -> Tensor {
     p.reshape(&[p.numel()]).unwrap().sum(0, false).unwrap()
 }
 
-pub fn check(what: &str, got: Option<&Tensor>, want: &Want) -> Result<(), TestCaseError> {
-    let got = got.ok_or_else(|| TestCaseError::fail(format!("{what}: no gradient")))?;
-    let got = download(got).map_err(|e| TestCaseError::fail(format!("{what}: {e}")))?;
-    prop_assert_eq!(got.len(), want.grad.len(), "{}: element count", what);
-    // f16: the gradient's own final store, and subnormal spacing (2^-24) for tiny values.
+/// A gradient to compare once the case has recorded everything: readbacks are done together
+/// at the end (blocking natively, awaited in the browser), so a case needs no readback itself.
+pub struct Pending {
+    what: String,
+    got: Option<Tensor>,
+    want: Want,
+    /// A missing gradient means zero (finite-difference checks of unreached leaves).
+    none_is_zero: bool,
+    /// f16: the gradient's own final store, and subnormal spacing (2^-24) for tiny values.
+    store: f64,
+    floor: f64,
+}
+
+thread_local! {
+    static PENDING: std::cell::RefCell<Vec<Pending>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn push(what: &str, got: Option<&Tensor>, want: &Want, none_is_zero: bool) {
     let (store, floor) = match dtype() {
         DType::F16 => (2.0 * U16, 1e-6),
         DType::F32 => (0.0, 1e-30),
     };
-    for (i, ((&g, &w), &t)) in got.iter().zip(&want.grad).zip(&want.tol).enumerate() {
-        let t = t + store * w.abs() + floor;
-        let ok = (g - w).abs() <= t;
+    PENDING.with(|p| {
+        p.borrow_mut().push(Pending {
+            what: what.to_string(),
+            got: got.cloned(),
+            want: want.clone(),
+            none_is_zero,
+            store,
+            floor,
+        })
+    });
+}
+
+/// Queues the comparison of `got` (which must exist) with `want`.
+pub fn check(what: &str, got: Option<&Tensor>, want: &Want) -> Result<(), TestCaseError> {
+    push(what, got, want, false);
+    Ok(())
+}
+
+/// [`check`] where a missing gradient stands for zeros.
+pub fn check_or_zero(what: &str, got: Option<&Tensor>, want: &Want) {
+    push(what, got, want, true);
+}
+
+fn take_pending() -> Vec<Pending> {
+    PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()))
+}
+
+fn compare(p: &Pending, got: &[f64]) -> Result<(), TestCaseError> {
+    let what = &p.what;
+    prop_assert_eq!(got.len(), p.want.grad.len(), "{}: element count", what);
+    for (i, ((&g, &w), &t)) in got.iter().zip(&p.want.grad).zip(&p.want.tol).enumerate() {
+        let t = t + p.store * w.abs() + p.floor;
         prop_assert!(
-            ok,
+            (g - w).abs() <= t,
             "{}: element {} is {} want {} (|err| {:e} > tol {:e})",
             what,
             i,
@@ -111,6 +153,32 @@ pub fn check(what: &str, got: Option<&Tensor>, want: &Want) -> Result<(), TestCa
         );
     }
     Ok(())
+}
+
+/// Reads back and compares every queued gradient.
+pub async fn verify_async() -> Result<(), TestCaseError> {
+    for p in take_pending() {
+        let got = match &p.got {
+            Some(t) => crate::common::download_async(t)
+                .await
+                .map_err(|e| TestCaseError::fail(format!("{}: {e}", p.what)))?,
+            None if p.none_is_zero => vec![0.0; p.want.grad.len()],
+            None => return Err(TestCaseError::fail(format!("{}: no gradient", p.what))),
+        };
+        compare(&p, &got)?;
+    }
+    Ok(())
+}
+
+/// Runs one case and checks what it queued (native: the readbacks block).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn run(
+    case: impl Fn(u64) -> Result<(), TestCaseError>,
+    seed: u64,
+) -> Result<(), TestCaseError> {
+    take_pending();
+    case(seed)?;
+    pollster::block_on(verify_async())
 }
 
 const UNARY: [UnaryOp; 9] = [
@@ -660,6 +728,7 @@ fn matmul_case(seed: u64) -> Result<(), TestCaseError> {
 }
 
 /// to_dtype: the gradient converts back (f32 -> f16 -> f32 passes g rounded to f16).
+#[cfg(not(target_arch = "wasm32"))]
 #[test]
 fn to_dtype_grad_f16() {
     let dev = device();
@@ -672,7 +741,7 @@ fn to_dtype_grad_f16() {
         .to_dtype(wgtensor::DType::F32)
         .unwrap();
     let grads = loss(&y, &[0.1, 1.0, -3.0]).backward().unwrap();
-    let got = download(grads.get(&x).unwrap()).unwrap();
+    let got = crate::common::download(grads.get(&x).unwrap()).unwrap();
     let want: Vec<f64> = [0.1f64, 1.0, -3.0]
         .iter()
         .map(|&v| f64::from(wgtensor::f16::from_f64(f64::from(v as f32))) * 2.0)
@@ -680,16 +749,27 @@ fn to_dtype_grad_f16() {
     assert_eq!(got, want);
 }
 
-/// Runs `case` in f16 (after the adapter check).
+/// Builds `case` in f16 (after the adapter check); the caller verifies.
+pub fn build_f16(
+    case: impl Fn(u64) -> Result<(), TestCaseError>,
+    seed: u64,
+) -> Result<(), TestCaseError> {
+    take_pending();
+    set_dtype(DType::F16);
+    let r = case(seed);
+    set_dtype(DType::F32);
+    r
+}
+
+/// [`run`] in f16.
+#[cfg(not(target_arch = "wasm32"))]
 pub fn f16(
     case: impl Fn(u64) -> Result<(), TestCaseError>,
     seed: u64,
 ) -> Result<(), TestCaseError> {
     crate::common::require_f16(device());
-    set_dtype(DType::F16);
-    let r = case(seed);
-    set_dtype(DType::F32);
-    r
+    build_f16(case, seed)?;
+    pollster::block_on(verify_async())
 }
 
 proptest! {
@@ -718,23 +798,23 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(CASES))]
 
     #[test]
-    fn unary_grads(seed in any::<u64>()) { unary_case(seed)?; }
+    fn unary_grads(seed in any::<u64>()) { run(unary_case, seed)?; }
 
     #[test]
-    fn scalar_grads(seed in any::<u64>()) { scalar_case(seed)?; }
+    fn scalar_grads(seed in any::<u64>()) { run(scalar_case, seed)?; }
 
     #[test]
-    fn binary_grads(seed in any::<u64>()) { binary_case(seed)?; }
+    fn binary_grads(seed in any::<u64>()) { run(binary_case, seed)?; }
 
     #[test]
-    fn reduce_grads(seed in any::<u64>()) { reduce_case(seed)?; }
+    fn reduce_grads(seed in any::<u64>()) { run(reduce_case, seed)?; }
 
     #[test]
-    fn view_grads(seed in any::<u64>()) { view_case(seed)?; }
+    fn view_grads(seed in any::<u64>()) { run(view_case, seed)?; }
 
     #[test]
-    fn gemm_grads(seed in any::<u64>()) { gemm_case(seed)?; }
+    fn gemm_grads(seed in any::<u64>()) { run(gemm_case, seed)?; }
 
     #[test]
-    fn matmul_grads(seed in any::<u64>()) { matmul_case(seed)?; }
+    fn matmul_grads(seed in any::<u64>()) { run(matmul_case, seed)?; }
 }

@@ -10,7 +10,7 @@ use wgtensor::Tensor;
 use crate::common::reference::permute;
 use crate::common::rnn_ref::{self, RefWeights};
 use crate::grad_ref::Want;
-use crate::ops::{check, leaf, Rng};
+use crate::ops::{check, leaf, run, Rng};
 
 const CASES: u32 = 16;
 
@@ -253,8 +253,8 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(CASES))]
 
     #[test]
-    fn rnn_grads(seed in any::<u64>()) { rnn_case(seed)?; }
+    fn rnn_grads(seed in any::<u64>()) { run(rnn_case, seed)?; }
 
     #[test]
-    fn rnn_cell_grads(seed in any::<u64>()) { cell_case(seed)?; }
+    fn rnn_cell_grads(seed in any::<u64>()) { run(cell_case, seed)?; }
 }
