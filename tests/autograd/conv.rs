@@ -46,7 +46,7 @@ fn taps_of(g: &ConvGeom) -> Vec<(usize, usize, usize)> {
     t
 }
 
-fn conv_case(seed: u64, one_d: bool) -> Result<(), TestCaseError> {
+pub fn conv_case(seed: u64, one_d: bool) -> Result<(), TestCaseError> {
     let mut rng = Rng::new(seed);
     let g = geom(&mut rng, one_d);
     let act = ACTS[rng.below(ACTS.len())];
@@ -114,7 +114,7 @@ fn conv_case(seed: u64, one_d: bool) -> Result<(), TestCaseError> {
 
 /// conv_transpose2d of x [N, C_in, H, W] is the data gradient of the convolution `t` from
 /// [N, C_out, H', W'] to [N, C_in, H(+1), W(+1)]; the reference runs t's taps backwards.
-fn transpose_case(seed: u64) -> Result<(), TestCaseError> {
+pub fn transpose_case(seed: u64) -> Result<(), TestCaseError> {
     let mut rng = Rng::new(seed);
     let (groups, n) = (1 + rng.below(2), 1 + rng.below(2));
     let (c_in, c_out) = (groups * (1 + rng.below(3)), groups * (1 + rng.below(3)));

@@ -151,7 +151,7 @@ fn pick(rng: &mut Rng, v: &[Val]) -> Option<Op> {
     })
 }
 
-fn graph_case(seed: u64) -> Result<(), TestCaseError> {
+pub fn graph_case(seed: u64) -> Result<(), TestCaseError> {
     let mut rng = Rng::new(seed);
     let (m, n) = (2 + rng.below(2), 2 + rng.below(2));
     let shapes = [vec![m, n], vec![n], vec![n, n], vec![m, 1]];

@@ -170,14 +170,22 @@ pub async fn verify_async() -> Result<(), TestCaseError> {
     Ok(())
 }
 
-/// Runs one case and checks what it queued (native: the readbacks block).
-#[cfg(not(target_arch = "wasm32"))]
-pub fn run(
+/// Builds one case in f32, queueing its checks (the caller verifies).
+pub fn build(
     case: impl Fn(u64) -> Result<(), TestCaseError>,
     seed: u64,
 ) -> Result<(), TestCaseError> {
     take_pending();
-    case(seed)?;
+    set_dtype(DType::F32);
+    case(seed)
+}
+
+/// Runs one case and checks what it queued (the readbacks block: native only).
+pub fn run(
+    case: impl Fn(u64) -> Result<(), TestCaseError>,
+    seed: u64,
+) -> Result<(), TestCaseError> {
+    build(case, seed)?;
     pollster::block_on(verify_async())
 }
 
@@ -194,7 +202,7 @@ const UNARY: [UnaryOp; 9] = [
 ];
 
 /// One case of every op of the family from the same seed.
-fn unary_case(seed: u64) -> Result<(), TestCaseError> {
+pub fn unary_case(seed: u64) -> Result<(), TestCaseError> {
     for (i, &op) in UNARY.iter().enumerate() {
         unary_op(seed.wrapping_add(i as u64 * 0x9e37_79b9), op)?;
     }
@@ -234,7 +242,7 @@ const SCALAR: [ScalarOp; 8] = [
 ];
 
 /// One case of every op of the family from the same seed.
-fn scalar_case(seed: u64) -> Result<(), TestCaseError> {
+pub fn scalar_case(seed: u64) -> Result<(), TestCaseError> {
     for (i, &op) in SCALAR.iter().enumerate() {
         scalar_op(seed.wrapping_add(i as u64 * 0x9e37_79b9), op)?;
     }
@@ -286,7 +294,7 @@ fn broadcast_source(rng: &mut Rng, out: &[usize]) -> Vec<usize> {
 }
 
 /// One case of every op of the family from the same seed.
-fn binary_case(seed: u64) -> Result<(), TestCaseError> {
+pub fn binary_case(seed: u64) -> Result<(), TestCaseError> {
     for (i, &op) in BINARY.iter().enumerate() {
         binary_op(seed.wrapping_add(i as u64 * 0x9e37_79b9), op)?;
     }
@@ -381,7 +389,7 @@ fn binary_op(seed: u64, op: BinaryOp) -> Result<(), TestCaseError> {
 const REDUCE: [ReduceOp; 4] = [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min];
 
 /// One case of every op of the family from the same seed.
-fn reduce_case(seed: u64) -> Result<(), TestCaseError> {
+pub fn reduce_case(seed: u64) -> Result<(), TestCaseError> {
     for (i, &op) in REDUCE.iter().enumerate() {
         reduce_op(seed.wrapping_add(i as u64 * 0x9e37_79b9), op)?;
     }
@@ -479,7 +487,7 @@ fn view_step(rng: &mut Rng, shape: &[usize]) -> Step {
     }
 }
 
-fn view_case(seed: u64) -> Result<(), TestCaseError> {
+pub fn view_case(seed: u64) -> Result<(), TestCaseError> {
     let mut rng = Rng::new(seed);
     let shape = rng.shape(1, 3, 4);
     let n = numel(&shape);
@@ -570,7 +578,7 @@ fn stored(w: Want, shape: &[usize], transposed: bool) -> Want {
     }
 }
 
-fn gemm_case(seed: u64) -> Result<(), TestCaseError> {
+pub fn gemm_case(seed: u64) -> Result<(), TestCaseError> {
     let mut rng = Rng::new(seed);
     let (m, n) = (1 + rng.below(6), 1 + rng.below(6));
     let k = if rng.coin(0.3) {
@@ -683,7 +691,7 @@ fn broadcast_batch(rng: &mut Rng, batch: &[usize]) -> Vec<usize> {
 }
 
 /// numpy matmul with 1-D operands (the promoted dims are views recorded around the GEMM).
-fn matmul_case(seed: u64) -> Result<(), TestCaseError> {
+pub fn matmul_case(seed: u64) -> Result<(), TestCaseError> {
     let mut rng = Rng::new(seed);
     let (m, k, n) = (1 + rng.below(5), 1 + rng.below(7), 1 + rng.below(5));
     let sa = if rng.coin(0.5) { vec![k] } else { vec![m, k] };
@@ -761,8 +769,7 @@ pub fn build_f16(
     r
 }
 
-/// [`run`] in f16.
-#[cfg(not(target_arch = "wasm32"))]
+/// [`run`] in f16 (native only).
 pub fn f16(
     case: impl Fn(u64) -> Result<(), TestCaseError>,
     seed: u64,
