@@ -32,6 +32,8 @@ use wgtensor::{DType, Device, Tensor};
 
 #[path = "cases/conv.rs"]
 mod conv;
+#[path = "cases/tiny.rs"]
+mod tiny;
 
 type Run = Box<dyn FnMut() -> wgtensor::Result<()>>;
 /// Builds a case's inputs on the device and returns its timed body.
@@ -480,6 +482,7 @@ fn cases() -> Vec<Case> {
         },
     ];
     v.extend(conv::cases());
+    v.extend(tiny::cases());
     v
 }
 
@@ -573,6 +576,8 @@ struct Paired {
     baseline: &'static str,
     /// Multiplies baseline_ms / case_ms (e.g. byte or flop ratios, so the result compares rates).
     scale: fn(&Case, &Case) -> f64,
+    /// Report case_ms / baseline_ms instead (a cost relative to the baseline, e.g. `vs_raw`).
+    inverse: bool,
 }
 
 fn paired_for(case: &Case) -> Vec<Paired> {
@@ -583,6 +588,7 @@ fn paired_for(case: &Case) -> Vec<Paired> {
             label: "of_shader",
             baseline: "copy_shader",
             scale: |c, b| c.bytes / b.bytes,
+            inverse: false,
         });
     }
     if case.name.contains("gemm") {
@@ -590,6 +596,7 @@ fn paired_for(case: &Case) -> Vec<Paired> {
             label: "of_peak",
             baseline: "fma_peak",
             scale: |c, b| c.flops / b.flops,
+            inverse: false,
         });
     }
     let s1 = match case.name {
@@ -602,6 +609,15 @@ fn paired_for(case: &Case) -> Vec<Paired> {
             label: "vs_s1",
             baseline,
             scale: |_, _| 1.0,
+            inverse: false,
+        });
+    }
+    if case.name == "tiny_ops" {
+        v.push(Paired {
+            label: "vs_raw",
+            baseline: "tiny_ops_raw",
+            scale: |_, _| 1.0,
+            inverse: true,
         });
     }
     v
@@ -623,6 +639,8 @@ struct Row {
     paired: Vec<(&'static str, f64)>,
     first_ms: Option<f64>,
     peer_ms: Option<f64>,
+    /// Small-op cases: dispatches recorded per second of the median run.
+    dispatches_per_s: Option<f64>,
 }
 
 fn main() -> wgtensor::Result<()> {
@@ -682,6 +700,9 @@ fn main() -> wgtensor::Result<()> {
         for _ in 0..2 {
             time_once(&dev, &mut run)?;
         }
+        let before = dev.stats().dispatches;
+        time_once(&dev, &mut run)?;
+        let dispatches = dev.stats().dispatches - before;
         // At least 7 timed runs, more for short cases (up to ~2 s of timing).
         let probe = time_once(&dev, &mut run)?;
         let n = ((2000.0 / probe.max(0.1)) as usize).clamp(7, 51);
@@ -708,7 +729,7 @@ fn main() -> wgtensor::Result<()> {
             for _ in 0..n {
                 let tb = time_once(&dev, base)?;
                 let tc = time_once(&dev, &mut run)?;
-                r.push(tb / tc);
+                r.push(if pr.inverse { tc / tb } else { tb / tc });
             }
             paired.push((pr.label, median(r) * (pr.scale)(case, bcase)));
         }
@@ -731,6 +752,8 @@ fn main() -> wgtensor::Result<()> {
             paired,
             first_ms,
             peer_ms: case.peer_ms,
+            dispatches_per_s: (dispatches > 0 && case.flops == 0.0 && case.bytes == 0.0)
+                .then(|| dispatches as f64 / ms * 1e3),
         };
         if !json {
             print_line(&row);
@@ -778,6 +801,12 @@ fn print_line(r: &Row) {
     }
     for (l, v) in &r.paired {
         s += &format!(" {l}={v:.2}");
+    }
+    if let Some(d) = r.dispatches_per_s {
+        s += &format!(" dispatches_per_s={d:.0}");
+    }
+    if r.name.starts_with("tiny_ops") {
+        s += &format!(" us_per_op={:.1}", r.ms * 1e3 / tiny::CHAIN as f64);
     }
     match r.first_ms {
         Some(f) => s += &format!(" first_ms={f:.1}"),

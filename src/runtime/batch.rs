@@ -1,9 +1,17 @@
-//! The pending batch: one command encoder plus its param arena. Params of every dispatch are
-//! packed on the CPU and written with a single `write_buffer` just before the batch is
-//! submitted; each dispatch binds its slot through a dynamic offset.
+//! The pending batch: one command encoder, the compute pass its dispatches are recorded into,
+//! and its param arena. Params of every dispatch are packed on the CPU and written with a single
+//! `write_buffer` just before the batch is submitted; each dispatch binds its slot through a
+//! dynamic offset.
+//!
+//! All dispatches of a batch share one compute pass: wgpu makes each dispatch its own usage
+//! scope and inserts the barriers dependent dispatches need, so one pass costs no correctness
+//! and saves a begin/end per dispatch. The pass ends only where a command must run outside it
+//! (buffer clears and copies, readbacks) and when the batch is finished.
 
 #[derive(Default)]
 pub(crate) struct Batch {
+    // Declared before the encoder so that it is dropped (ended) first.
+    pass: Option<wgpu::ComputePass<'static>>,
     pub(crate) encoder: Option<wgpu::CommandEncoder>,
     /// Uniform buffer holding `max_dispatches_per_submit` param slots.
     pub(crate) arena: Option<wgpu::Buffer>,
@@ -11,7 +19,7 @@ pub(crate) struct Batch {
     pub(crate) dispatches: usize,
     /// Copies and clears recorded (they count toward the batch size like dispatches).
     pub(crate) commands: usize,
-    /// Bytes of new buffers created while this batch was open.
+    /// Bytes of new buffers created, and of uploads made, while this batch was open.
     pub(crate) bytes: u64,
 }
 
@@ -31,6 +39,32 @@ impl Batch {
         );
     }
 
+    /// The batch's compute pass, begun on first use (`None` when no encoder is open).
+    pub(crate) fn pass(&mut self) -> Option<&mut wgpu::ComputePass<'static>> {
+        if self.pass.is_none() {
+            let encoder = self.encoder.as_mut()?;
+            let pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("wgtensor batch"),
+                timestamp_writes: None,
+            });
+            // The encoder stays locked while the pass lives; `end_pass` ends it before the
+            // encoder is used again.
+            self.pass = Some(pass.forget_lifetime());
+        }
+        self.pass.as_mut()
+    }
+
+    /// Ends the open pass (if any): the next command records outside it.
+    pub(crate) fn end_pass(&mut self) {
+        self.pass = None;
+    }
+
+    /// The encoder for a command that must run outside a compute pass (copies, clears).
+    pub(crate) fn encoder_outside_pass(&mut self) -> Option<&mut wgpu::CommandEncoder> {
+        self.end_pass();
+        self.encoder.as_mut()
+    }
+
     /// Appends one dispatch's params at the next slot; returns its byte offset.
     pub(crate) fn push_params(&mut self, params: &[u8], slot: u64) -> u64 {
         let offset = self.dispatches as u64 * slot;
@@ -46,6 +80,7 @@ impl Batch {
         &mut self,
         queue: &wgpu::Queue,
     ) -> Option<(wgpu::CommandBuffer, Option<wgpu::Buffer>)> {
+        self.end_pass();
         let encoder = self.encoder.take()?;
         let arena = self.arena.take();
         if let Some(a) = &arena {

@@ -1,10 +1,11 @@
 //! The device: adapter selection, limits and features, and the shared execution state
 //! (pool, pending batch, in-flight queue, pipeline cache) behind one cheap-to-clone handle.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::batch::Batch;
+use super::bind_cache::{BindGroupCache, Bindings};
 use super::pipeline::{CachedPipeline, Kernel, PipelineCache, PARAM_SLOT};
 use super::pool::{size_class, BufferPool, PoolStats};
 use super::submitter::Submitter;
@@ -113,6 +114,7 @@ pub struct DeviceStats {
 
 pub(crate) struct State {
     pub(crate) pool: BufferPool,
+    pub(crate) bind_groups: BindGroupCache,
     pub(crate) batch: Batch,
     pub(crate) submitter: Submitter,
     pub(crate) dispatches: u64,
@@ -133,6 +135,8 @@ pub(crate) struct Inner {
     pipelines: Mutex<PipelineCache>,
     lost: Arc<Mutex<Option<String>>>,
     uncaptured: Arc<Mutex<Option<Error>>>,
+    /// Set when `lost` or `uncaptured` may hold something.
+    flagged: Arc<AtomicBool>,
 }
 
 /// A GPU device. Clone is an `Arc` bump; every clone drives the same queue and batch.
@@ -234,18 +238,23 @@ impl Device {
             .await
             .map_err(|e| Error::NoAdapter(format!("request_device failed: {e}")))?;
 
+        // Both callbacks raise `flagged` after filling their slot, so `check` takes no lock
+        // while nothing has gone wrong (it runs on every op).
+        let flagged = Arc::new(AtomicBool::new(false));
         let lost = Arc::new(Mutex::new(None));
-        let lost_cb = lost.clone();
+        let (lost_cb, flag_cb) = (lost.clone(), flagged.clone());
         device.set_device_lost_callback(move |reason, msg| {
             *lock(&lost_cb) = Some(format!("{reason:?}: {msg}"));
+            flag_cb.store(true, Ordering::Release);
         });
         let uncaptured = Arc::new(Mutex::new(None));
-        let unc_cb = uncaptured.clone();
+        let (unc_cb, flag_cb) = (uncaptured.clone(), flagged.clone());
         device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
             let mut slot = lock(&unc_cb);
             if slot.is_none() {
                 *slot = Some(map_wgpu_error("device", e));
             }
+            flag_cb.store(true, Ordering::Release);
         }));
 
         let param_slot = PARAM_SLOT.max(limits.min_uniform_buffer_offset_alignment as u64);
@@ -259,6 +268,7 @@ impl Device {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 state: Mutex::new(State {
                     pool: BufferPool::new(opts.pool_cap_bytes),
+                    bind_groups: BindGroupCache::default(),
                     batch: Batch::default(),
                     submitter: Submitter::new(opts.max_in_flight),
                     dispatches: 0,
@@ -275,6 +285,7 @@ impl Device {
                 memory_limit,
                 lost,
                 uncaptured,
+                flagged,
             }),
         })
     }
@@ -328,16 +339,28 @@ impl Device {
 
     /// Destroys cached pool buffers that are free now (live tensors are untouched).
     pub fn clear_pool(&self) {
-        lock(&self.inner.state).pool.clear();
+        let mut st = lock(&self.inner.state);
+        st.pool.clear();
+        // Cached bind groups hold the destroyed buffers: let them go too.
+        st.bind_groups.clear();
     }
 
     /// Errors out if the device was lost or wgpu reported an error outside an error scope.
     pub(crate) fn check(&self, op: &'static str) -> Result<()> {
-        if let Some(msg) = lock(&self.inner.lost).clone() {
-            return Err(Error::DeviceLost { op, msg });
-        }
-        if let Some(e) = lock(&self.inner.uncaptured).take() {
-            return Err(e);
+        if self.inner.flagged.load(Ordering::Acquire) {
+            if let Some(msg) = lock(&self.inner.lost).clone() {
+                return Err(Error::DeviceLost { op, msg });
+            }
+            let taken = lock(&self.inner.uncaptured).take();
+            // Cleared, then raised again if either slot was filled meanwhile (a callback
+            // that ran between our reads and the clear).
+            self.inner.flagged.store(false, Ordering::Release);
+            if lock(&self.inner.lost).is_some() || lock(&self.inner.uncaptured).is_some() {
+                self.inner.flagged.store(true, Ordering::Release);
+            }
+            if let Some(e) = taken {
+                return Err(e);
+            }
         }
         // wasm cannot block for room under the in-flight cap, so finished batches park until
         // the next async point; a loop that never awaits one would park (and hold the memory
@@ -651,38 +674,31 @@ impl Device {
             st.batch.open(&self.inner.device, arena);
         }
         let offset = st.batch.push_params(params, self.inner.param_slot);
-        let mut entries = vec![wgpu::BindGroupEntry {
-            binding: 0,
-            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                buffer: st.batch.arena.as_ref().expect("opened above"),
-                offset: 0,
-                size: wgpu::BufferSize::new(self.inner.param_slot),
-            }),
-        }];
-        for (i, b) in buffers.iter().enumerate() {
-            entries.push(wgpu::BindGroupEntry {
-                binding: kernel.slot(i),
-                resource: b.as_entire_binding(),
-            });
-        }
-        let bind_group = self
-            .inner
-            .device
-            .create_bind_group(&wgpu::BindGroupDescriptor {
-                label: Some(kernel.name),
+        let Some(arena) = st.batch.arena.as_ref() else {
+            return Err(Error::arg(op, "internal: no param arena for the dispatch"));
+        };
+        let slot_of = |i: usize| kernel.slot(i);
+        let bind_group = st.bind_groups.get(
+            &self.inner.device,
+            &Bindings {
                 layout: &pipeline.layout,
-                entries: &entries,
-            });
-        {
-            let encoder = st.batch.encoder.as_mut().expect("opened above");
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some(kernel.name),
-                timestamp_writes: None,
-            });
-            pass.set_pipeline(&pipeline.pipeline);
-            pass.set_bind_group(0, &bind_group, &[offset as u32]);
-            pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
-        }
+                label: kernel.name,
+                arena,
+                slot_size: self.inner.param_slot,
+                buffers,
+                slot_of: &slot_of,
+            },
+            st.pool.generation,
+        );
+        let Some(pass) = st.batch.pass() else {
+            return Err(Error::arg(
+                op,
+                "internal: no command encoder open for the dispatch",
+            ));
+        };
+        pass.set_pipeline(&pipeline.pipeline);
+        pass.set_bind_group(0, &bind_group, &[offset as u32]);
+        pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
         st.dispatches += 1;
         if st.batch.dispatches + st.batch.commands >= self.inner.opts.max_dispatches_per_submit {
             self.flush_locked(st, op)?;
@@ -702,8 +718,9 @@ impl Device {
         if st.batch.encoder.is_none() {
             st.batch.open_without_arena(&self.inner.device);
         }
-        let enc = st.batch.encoder.as_mut().expect("opened above");
-        enc.copy_buffer_to_buffer(src, src_offset, dst, 0, bytes);
+        if let Some(enc) = st.batch.encoder_outside_pass() {
+            enc.copy_buffer_to_buffer(src, src_offset, dst, 0, bytes);
+        }
         st.batch.commands += 1;
     }
 
@@ -713,8 +730,9 @@ impl Device {
         if st.batch.encoder.is_none() {
             st.batch.open_without_arena(&self.inner.device);
         }
-        let enc = st.batch.encoder.as_mut().expect("opened above");
-        enc.clear_buffer(buf, 0, Some(bytes));
+        if let Some(enc) = st.batch.encoder_outside_pass() {
+            enc.clear_buffer(buf, 0, Some(bytes));
+        }
         st.batch.commands += 1;
         // Clears and copies count toward the batch size like dispatches, so a loop of them
         // submits now and then and the buffers freed meanwhile become reusable.

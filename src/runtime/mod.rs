@@ -2,6 +2,7 @@
 //! submission, param arena, pipeline cache and the single launch path.
 
 mod batch;
+mod bind_cache;
 pub(crate) mod device;
 mod memory;
 pub(crate) mod pipeline;

@@ -86,8 +86,45 @@ pub(crate) struct CachedPipeline {
 pub(crate) struct PipelineCache {
     /// Keyed by the source text's address: several kernels (entry points) share one module.
     modules: HashMap<(usize, Vec<DType>), wgpu::ShaderModule>,
-    pipelines: HashMap<PipelineKey, Arc<CachedPipeline>>,
+    /// Buckets by a hash of the key computed without allocating (the lookup runs on every
+    /// dispatch); each entry keeps its full key to compare.
+    pipelines: HashMap<u64, Vec<(PipelineKey, Arc<CachedPipeline>)>>,
     pub(crate) compiled: u64,
+}
+
+/// The hash of (kernel, dtypes, constants) as [`PipelineKey`] would hash, without building it.
+fn key_hash(kernel: &Kernel, dtypes: &[DType], constants: &[(&'static str, f64)]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (kernel.source.as_ptr() as usize).hash(&mut h);
+    kernel.name.hash(&mut h);
+    kernel.entry.hash(&mut h);
+    dtypes.hash(&mut h);
+    for (n, v) in constants {
+        n.hash(&mut h);
+        v.to_bits().hash(&mut h);
+    }
+    h.finish()
+}
+
+impl PipelineKey {
+    fn matches(
+        &self,
+        kernel: &Kernel,
+        dtypes: &[DType],
+        constants: &[(&'static str, f64)],
+    ) -> bool {
+        self.source == kernel.source.as_ptr() as usize
+            && self.kernel == kernel.name
+            && self.entry == kernel.entry
+            && self.dtypes == dtypes
+            && self.constants.len() == constants.len()
+            && self
+                .constants
+                .iter()
+                .zip(constants)
+                .all(|(a, b)| a.0 == b.0 && a.1 == b.1.to_bits())
+    }
 }
 
 fn bind_group_layout(device: &wgpu::Device, kernel: &Kernel) -> wgpu::BindGroupLayout {
@@ -129,8 +166,10 @@ impl PipelineCache {
         constants: &[(&'static str, f64)],
     ) -> Option<Arc<CachedPipeline>> {
         self.pipelines
-            .get(&Self::key(kernel, dtypes, constants))
-            .cloned()
+            .get(&key_hash(kernel, dtypes, constants))?
+            .iter()
+            .find(|(k, _)| k.matches(kernel, dtypes, constants))
+            .map(|(_, p)| p.clone())
     }
 
     fn key(kernel: &Kernel, dtypes: &[DType], constants: &[(&'static str, f64)]) -> PipelineKey {
@@ -183,7 +222,9 @@ impl PipelineCache {
         });
         let cached = Arc::new(CachedPipeline { pipeline, layout });
         self.pipelines
-            .insert(Self::key(kernel, dtypes, constants), cached.clone());
+            .entry(key_hash(kernel, dtypes, constants))
+            .or_default()
+            .push((Self::key(kernel, dtypes, constants), cached.clone()));
         self.compiled += 1;
         cached
     }

@@ -31,6 +31,9 @@ pub(crate) struct BufferPool {
     pending: Vec<(Key, wgpu::Buffer)>,
     cap_bytes: u64,
     pub(crate) stats: PoolStats,
+    /// Moves on whenever buffers are destroyed, so caches of objects that hold buffers (bind
+    /// groups) know to start over.
+    pub(crate) generation: u64,
 }
 
 /// Rounds a request up to its size class: 4 classes per power of two (<= 25% waste),
@@ -49,6 +52,7 @@ impl BufferPool {
             pending: Vec::new(),
             cap_bytes,
             stats: PoolStats::default(),
+            generation: 0,
         }
     }
 
@@ -136,6 +140,7 @@ impl BufferPool {
         if self.stats.cached_bytes <= self.cap_bytes {
             return;
         }
+        self.generation += 1;
         let mut keys: Vec<Key> = self.free.keys().copied().collect();
         keys.sort_unstable_by(|a, b| b.cmp(a));
         for key in keys {
@@ -160,6 +165,7 @@ impl BufferPool {
 
     /// Drops every cached buffer that is already reusable.
     pub(crate) fn clear(&mut self) {
+        self.generation += 1;
         for (key, list) in self.free.drain() {
             for buf in list {
                 self.stats.cached_bytes -= key.0;

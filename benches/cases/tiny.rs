@@ -1,0 +1,227 @@
+//! Small-op throughput: where the cost per dispatch, not the kernel, sets the speed.
+//!
+//! - `tiny_ops`: a chain of dependent adds of 64 floats through wgtensor.
+//! - `tiny_ops_raw`: the same chain as a plain wgpu loop on a device of its own: the same add,
+//!   a fresh bind group per dispatch, params packed into one uniform arena per batch (dynamic
+//!   offsets), one compute pass per batch of 64 dispatches, at most 3 submissions in flight.
+//!   `tiny_ops` reports `vs_raw=` (its time / the raw loop's, paired in one run).
+//! - `small_op_mix`: an LSTM step's elementwise tail and an SGD update over 50 parameters,
+//!   reporting dispatches per second.
+
+use std::collections::VecDeque;
+
+use wgtensor::ops::ScalarOp;
+use wgtensor::{DType, Device, Tensor};
+
+use super::{tensor, Case, Run};
+
+/// Dependent ops per run.
+pub const CHAIN: usize = 2000;
+const N: usize = 64;
+const BATCH: usize = 64;
+const SLOT: u64 = 256;
+
+fn tiny_case(dev: &Device) -> wgtensor::Result<Run> {
+    let y = tensor(dev, &[N], DType::F32, 1)?;
+    let mut x = tensor(dev, &[N], DType::F32, 2)?;
+    dev.sync()?;
+    Ok(Box::new(move || {
+        for _ in 0..CHAIN {
+            x = x.add(&y)?;
+        }
+        Ok(())
+    }))
+}
+
+const ADD_WGSL: &str = "
+struct P { n: u32, pad0: u32, pad1: u32, pad2: u32 }
+@group(0) @binding(0) var<uniform> p: P;
+@group(0) @binding(1) var<storage, read> a: array<f32>;
+@group(0) @binding(2) var<storage, read> b: array<f32>;
+@group(0) @binding(3) var<storage, read_write> c: array<f32>;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) g: vec3<u32>) {
+    if (g.x < p.n) {
+        c[g.x] = a[g.x] + b[g.x];
+    }
+}
+";
+
+fn err(e: impl std::fmt::Display) -> wgtensor::Error {
+    wgtensor::Error::NoAdapter(e.to_string())
+}
+
+fn raw_case(_dev: &Device) -> wgtensor::Result<Run> {
+    use wgtensor::wgpu;
+    let instance =
+        wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+    let adapter = pollster::block_on(instance.request_adapter(&Default::default())).map_err(err)?;
+    let (d, q) = pollster::block_on(adapter.request_device(&Default::default())).map_err(err)?;
+    let module = d.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("raw_add"),
+        source: wgpu::ShaderSource::Wgsl(ADD_WGSL.into()),
+    });
+    let entry =
+        |binding: u32, ty: wgpu::BufferBindingType, dynamic: bool| wgpu::BindGroupLayoutEntry {
+            binding,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty,
+                has_dynamic_offset: dynamic,
+                min_binding_size: None,
+            },
+            count: None,
+        };
+    let ro = wgpu::BufferBindingType::Storage { read_only: true };
+    let rw = wgpu::BufferBindingType::Storage { read_only: false };
+    let layout = d.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+        label: None,
+        entries: &[
+            entry(0, wgpu::BufferBindingType::Uniform, true),
+            entry(1, ro, false),
+            entry(2, ro, false),
+            entry(3, rw, false),
+        ],
+    });
+    let pl = d.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+        label: None,
+        bind_group_layouts: &[Some(&layout)],
+        immediate_size: 0,
+    });
+    let pipe = d.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some("raw_add"),
+        layout: Some(&pl),
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    let storage = || {
+        d.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size: (N * 4) as u64,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
+    };
+    let (y, x0, x1) = (storage(), storage(), storage());
+    let arena = d.create_buffer(&wgpu::BufferDescriptor {
+        label: None,
+        size: BATCH as u64 * SLOT,
+        usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let mut params = vec![0u8; BATCH * SLOT as usize];
+    for s in 0..BATCH {
+        params[s * SLOT as usize..s * SLOT as usize + 4].copy_from_slice(&(N as u32).to_le_bytes());
+    }
+    let mut in_flight: VecDeque<wgpu::SubmissionIndex> = VecDeque::new();
+    Ok(Box::new(move || {
+        let mut done = 0;
+        let mut flip = false;
+        while done < CHAIN {
+            let n = BATCH.min(CHAIN - done);
+            q.write_buffer(&arena, 0, &params);
+            let mut enc = d.create_command_encoder(&Default::default());
+            {
+                let mut pass = enc.begin_compute_pass(&Default::default());
+                pass.set_pipeline(&pipe);
+                for i in 0..n {
+                    let (src, dst) = if flip { (&x1, &x0) } else { (&x0, &x1) };
+                    flip = !flip;
+                    let bg = d.create_bind_group(&wgpu::BindGroupDescriptor {
+                        label: None,
+                        layout: &layout,
+                        entries: &[
+                            wgpu::BindGroupEntry {
+                                binding: 0,
+                                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                                    buffer: &arena,
+                                    offset: 0,
+                                    size: wgpu::BufferSize::new(SLOT),
+                                }),
+                            },
+                            wgpu::BindGroupEntry {
+                                binding: 1,
+                                resource: src.as_entire_binding(),
+                            },
+                            wgpu::BindGroupEntry {
+                                binding: 2,
+                                resource: y.as_entire_binding(),
+                            },
+                            wgpu::BindGroupEntry {
+                                binding: 3,
+                                resource: dst.as_entire_binding(),
+                            },
+                        ],
+                    });
+                    pass.set_bind_group(0, &bg, &[(i as u64 * SLOT) as u32]);
+                    pass.dispatch_workgroups(1, 1, 1);
+                }
+            }
+            // At most 3 submissions outstanding, as wgtensor's default cap.
+            while in_flight.len() >= 3 {
+                let oldest = in_flight.pop_front().expect("len >= 3");
+                d.poll(wgpu::PollType::Wait {
+                    submission_index: Some(oldest),
+                    timeout: None,
+                })
+                .map_err(err)?;
+            }
+            in_flight.push_back(q.submit([enc.finish()]));
+            done += n;
+        }
+        // Finish here: the harness's Device::sync does not cover this device.
+        d.poll(wgpu::PollType::wait_indefinitely()).map_err(err)?;
+        in_flight.clear();
+        Ok(())
+    }))
+}
+
+/// An LSTM step's elementwise tail on [64, 256] gates, then an SGD step (p -= lr * g) over 50
+/// parameters of assorted sizes.
+fn mix_case(dev: &Device) -> wgtensor::Result<Run> {
+    let gates: Vec<Tensor> = (0..4)
+        .map(|i| tensor(dev, &[64, 256], DType::F32, 10 + i))
+        .collect::<wgtensor::Result<_>>()?;
+    let mut c = tensor(dev, &[64, 256], DType::F32, 20)?;
+    let sizes = [64usize, 256, 1024, 4096, 256 * 64];
+    let mut params: Vec<Tensor> = (0..50)
+        .map(|i| tensor(dev, &[sizes[i % sizes.len()]], DType::F32, 30 + i as u32))
+        .collect::<wgtensor::Result<_>>()?;
+    let grads: Vec<Tensor> = params
+        .iter()
+        .enumerate()
+        .map(|(i, p)| tensor(dev, p.shape(), DType::F32, 100 + i as u32))
+        .collect::<wgtensor::Result<_>>()?;
+    dev.sync()?;
+    Ok(Box::new(move || {
+        let i = gates[0].sigmoid()?;
+        let f = gates[1].sigmoid()?;
+        let g = gates[2].tanh()?;
+        let o = gates[3].sigmoid()?;
+        c = f.mul(&c)?.add(&i.mul(&g)?)?;
+        let h = o.mul(&c.tanh()?)?;
+        drop(h);
+        for (p, g) in params.iter_mut().zip(&grads) {
+            *p = p.sub(&g.scalar_op(ScalarOp::Mul, 0.01)?)?;
+        }
+        Ok(())
+    }))
+}
+
+pub fn cases() -> Vec<Case> {
+    let case = |name, setup: fn(&Device) -> wgtensor::Result<Run>| Case {
+        name,
+        flops: 0.0,
+        bytes: 0.0,
+        peer_ms: None,
+        needs_f16: false,
+        setup: Box::new(setup),
+    };
+    vec![
+        case("tiny_ops_raw", raw_case),
+        case("tiny_ops", tiny_case),
+        case("small_op_mix", mix_case),
+    ]
+}
