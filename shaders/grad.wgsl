@@ -121,7 +121,9 @@ fn narrow_grad(@builtin(workgroup_id) wid: vec3<u32>,
 }
 
 // a: the reduced input x, b: the reduced value y, c: its gradient (b and c have stride 0
-// along `dim`).
+// along `dim`). One invocation per reduced row (`numel` = rows): it scans the row once and
+// writes the whole output row, so the cost is linear in the row length wherever the first
+// extremum is.
 @compute @workgroup_size(WG)
 fn argext_grad(@builtin(workgroup_id) wid: vec3<u32>,
                @builtin(num_workgroups) nwg: vec3<u32>,
@@ -133,35 +135,32 @@ fn argext_grad(@builtin(workgroup_id) wid: vec3<u32>,
     var base = p.off_a;
     var ib = p.off_b;
     var ic = p.off_c;
-    var here = 0u;
+    var base_out = 0u;
+    var step_out = 0u;
+    var packed = 1u;
     var rem = i;
     for (var d = i32(p.rank) - 1; d >= 0; d--) {
         let k = u32(d);
         let n = dim_of(p.shape, k);
-        let co = rem % n;
-        rem = rem / n;
         if (k == p.dim) {
-            here = co;
+            step_out = packed;
         } else {
+            let co = rem % n;
+            rem = rem / n;
             base += co * dim_of(p.sa, k);
+            ib += co * dim_of(p.sb, k);
+            ic += co * dim_of(p.sc, k);
+            base_out += co * packed;
         }
-        ib += co * dim_of(p.sb, k);
-        ic += co * dim_of(p.sc, k);
+        packed *= n;
     }
     let y = b[ib];
+    let g = c[ic];
     let step = dim_of(p.sa, p.dim);
-    // The first position along dim holding the reduced value; positions after `here` cannot
-    // change whether `here` is the first.
-    var first = here + 1u;
-    for (var j = 0u; j <= here; j++) {
-        if (a[base + j * step] == y) {
-            first = j;
-            break;
-        }
-    }
-    if (first == here) {
-        dst[i] = c[ic];
-    } else {
-        dst[i] = T(0.0);
+    var found = false;
+    for (var j = 0u; j < p.len; j++) {
+        let hit = !found && a[base + j * step] == y;
+        found = found || hit;
+        dst[base_out + j * step_out] = select(T(0.0), g, hit);
     }
 }

@@ -183,7 +183,8 @@ pub(crate) fn narrow_grad(
 }
 
 /// The gradient of `max`/`min` of `x` over `dim`: `g` (keepdim shape) at the first index of
-/// each row equal to the reduced value `y` (keepdim shape), zero elsewhere.
+/// each row equal to the reduced value `y` (keepdim shape), zero elsewhere. One invocation
+/// scans and writes each row: linear in the row length.
 pub(crate) fn argext_grad(x: &Tensor, y: &Tensor, g: &Tensor, dim: usize) -> Result<Tensor> {
     let op = "max/min backward";
     let shape = x.shape().to_vec();
@@ -205,9 +206,11 @@ pub(crate) fn argext_grad(x: &Tensor, y: &Tensor, g: &Tensor, dim: usize) -> Res
         return Ok(out);
     }
     let p = GradParams {
-        numel: out.numel() as u32,
+        // One invocation per reduced row.
+        numel: (out.numel() / shape[dim]) as u32,
         rank: shape.len() as u32,
         dim: dim as u32,
+        len: shape[dim] as u32,
         off_a: x.layout.offset() as u32,
         off_b: ly.offset() as u32,
         off_c: lg.offset() as u32,

@@ -374,3 +374,26 @@ fn empty_and_nan_inputs() {
     let gv = vals(g.get(&n).unwrap());
     assert!(gv[0].is_nan() && gv[1].is_finite(), "{gv:?}");
 }
+
+/// max/min backward scans each row once: a 200k-element row with its maximum last, and a row
+/// of ties (the first index gets the gradient, as PyTorch's max(dim)).
+#[test]
+fn long_rows_and_ties_in_max_backward() {
+    let n = 200_000;
+    let x = leaf(&(0..n).map(|i| i as f32).collect::<Vec<_>>(), &[n]);
+    let g = x.max(0, false).unwrap().backward().unwrap();
+    let gv = vals(g.get(&x).unwrap());
+    assert_eq!(gv[n - 1], 1.0);
+    assert_eq!(gv.iter().sum::<f32>(), 1.0);
+    let y = leaf(&[2.0, 2.0, 1.0, 2.0, 3.0, 3.0], &[2, 3]);
+    let g = total(
+        &y.min(1, true)
+            .unwrap()
+            .add(&y.max(1, false).unwrap().reshape(&[2, 1]).unwrap())
+            .unwrap(),
+    )
+    .backward()
+    .unwrap();
+    // Row 0 [2, 2, 1]: min at 2, max first at 0. Row 1 [2, 3, 3]: min at 0, max first at 1.
+    assert_eq!(vals(g.get(&y).unwrap()), vec![1.0, 0.0, 1.0, 1.0, 1.0, 0.0]);
+}
