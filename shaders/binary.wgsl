@@ -22,13 +22,14 @@ override WG: u32;
 // Both inputs packed row-major with the output's shape: no coordinate decode.
 override CONTIG: bool = false;
 
+// OP_* are emitted by the runtime from BINARY_DEFS in src/ops/binary.rs.
 fn combine(x: f32, y: f32) -> f32 {
     switch OP {
-        case 1u: { return x - y; }
-        case 2u: { return x * y; }
-        case 3u: { return x / y; }
-        case 4u: { return max_nan(x, y); }
-        case 5u: { return min_nan(x, y); }
+        case OP_SUB: { return x - y; }
+        case OP_MUL: { return x * y; }
+        case OP_DIV: { return x / y; }
+        case OP_MAX: { return max_nan(x, y); }
+        case OP_MIN: { return min_nan(x, y); }
         default: { return x + y; }
     }
 }

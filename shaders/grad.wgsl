@@ -6,7 +6,8 @@
 // - narrow_grad: the gradient of a narrow, zero outside [start, start + len) along `dim`;
 // - argext_grad: the gradient of max/min over `dim`, routed to the first index equal to the
 //   reduced value (the index PyTorch's max(dim) returns).
-// The runtime prepends the dtype prelude (`alias T = ...;`) and shaders/lib/activation.wgsl.
+// The runtime prepends the dtype prelude (`alias T = ...;`), the op codes (GRAD_DEFS in
+// src/ops/grad_kernel.rs) and shaders/lib/activation.wgsl.
 
 struct Params {
     numel: u32,
@@ -18,9 +19,9 @@ struct Params {
     off_c: u32,
     scalar: f32,
     len: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
     shape: array<vec4<u32>, 2>,
     sa: array<vec4<u32>, 2>,
     sb: array<vec4<u32>, 2>,
@@ -50,19 +51,19 @@ fn gelu_grad(x: f32) -> f32 {
 fn combine(g: f32, s: f32) -> f32 {
     switch OP {
         // relu from its output: PyTorch's threshold_backward passes the gradient where y > 0.
-        case 0u: { return select(0.0, g, s > 0.0); }
-        case 1u: { return g * s * (1.0 - s); }
-        case 2u: { return g * (1.0 - s * s); }
-        case 3u: { return g * gelu_grad(s); }
-        case 4u: { return g * sign(s); }
-        case 5u: { return g / (2.0 * s); }
+        case GRAD_RELU_FROM_Y: { return select(0.0, g, s > 0.0); }
+        case GRAD_SIGMOID_FROM_Y: { return g * s * (1.0 - s); }
+        case GRAD_TANH_FROM_Y: { return g * (1.0 - s * s); }
+        case GRAD_GELU_FROM_X: { return g * gelu_grad(s); }
+        case GRAD_ABS_FROM_X: { return g * sign(s); }
+        case GRAD_SQRT_FROM_Y: { return g / (2.0 * s); }
         // maximum / minimum: weight of the first operand, ties split half/half as PyTorch.
-        case 6u: { return select(select(0.0, 0.5, g == s), 1.0, g > s); }
-        case 7u: { return select(select(0.0, 0.5, g == s), 1.0, g < s); }
+        case GRAD_MAX_WEIGHT: { return select(select(0.0, 0.5, g == s), 1.0, g > s); }
+        case GRAD_MIN_WEIGHT: { return select(select(0.0, 0.5, g == s), 1.0, g < s); }
         // clamp_min / clamp_max (max_scalar / min_scalar): the gradient passes where x >= s
         // (x <= s), as PyTorch's clamp backward.
-        case 8u: { return select(0.0, g, s >= p.scalar); }
-        case 9u: { return select(0.0, g, s <= p.scalar); }
+        case GRAD_PASS_GE: { return select(0.0, g, s >= p.scalar); }
+        case GRAD_PASS_LE: { return select(0.0, g, s <= p.scalar); }
         default: { return g; }
     }
 }

@@ -37,25 +37,26 @@ fn src_index(i: u32) -> u32 {
     return off;
 }
 
+// OP_* are emitted by the runtime from MAP_DEFS in src/ops/map.rs.
 fn apply(v: f32, s: f32) -> f32 {
     switch OP {
-        case 1u: { return -v; }
-        case 2u: { return abs(v); }
-        case 3u: { return exp(v); }
-        case 4u: { return log(v); }
-        case 5u: { return sqrt(v); }
-        case 6u: { return relu_f(v); }
-        case 7u: { return sigmoid_f(v); }
-        case 8u: { return tanh_f(v); }
-        case 9u: { return gelu_f(v); }
-        case 10u: { return v + s; }
-        case 11u: { return v - s; }
-        case 12u: { return s - v; }
-        case 13u: { return v * s; }
-        case 14u: { return v / s; }
-        case 15u: { return s / v; }
-        case 16u: { return max_nan(v, s); }
-        case 17u: { return min_nan(v, s); }
+        case OP_NEG: { return -v; }
+        case OP_ABS: { return abs(v); }
+        case OP_EXP: { return exp(v); }
+        case OP_LOG: { return log(v); }
+        case OP_SQRT: { return sqrt(v); }
+        case OP_RELU: { return relu_f(v); }
+        case OP_SIGMOID: { return sigmoid_f(v); }
+        case OP_TANH: { return tanh_f(v); }
+        case OP_GELU: { return gelu_f(v); }
+        case OP_ADD_SCALAR: { return v + s; }
+        case OP_SUB_SCALAR: { return v - s; }
+        case OP_RSUB_SCALAR: { return s - v; }
+        case OP_MUL_SCALAR: { return v * s; }
+        case OP_DIV_SCALAR: { return v / s; }
+        case OP_RDIV_SCALAR: { return s / v; }
+        case OP_MAX_SCALAR: { return max_nan(v, s); }
+        case OP_MIN_SCALAR: { return min_nan(v, s); }
         default: { return v; }
     }
 }

@@ -21,7 +21,8 @@ struct Params {
 @group(0) @binding(1) var<storage, read> x: array<T>;
 @group(0) @binding(2) var<storage, read_write> y: array<T>;
 
-// 0 sum (mean = sum / divisor, as PyTorch divides), 1 max, 2 min.
+// RED_SUM (mean = sum / divisor, as PyTorch divides), RED_MAX, RED_MIN: constants the runtime
+// emits from REDUCE_DEFS in src/ops/reduce.rs.
 override OP: u32 = 0u;
 override WG: u32;
 
@@ -32,22 +33,22 @@ fn identity() -> f32 {
         // -inf / +inf, so a row of infinities reduces to itself. WGSL constant expressions
         // cannot hold an infinity (Tint rejects the shader), so the bits pass through a
         // uniform load and are only put together at run time.
-        case 1u: { return bitcast<f32>(0xff800000u | (p.rank & 0u)); }
-        case 2u: { return bitcast<f32>(0x7f800000u | (p.rank & 0u)); }
+        case RED_MAX: { return bitcast<f32>(0xff800000u | (p.rank & 0u)); }
+        case RED_MIN: { return bitcast<f32>(0x7f800000u | (p.rank & 0u)); }
         default: { return 0.0; }
     }
 }
 
 fn fold(acc: f32, v: f32) -> f32 {
     switch OP {
-        case 1u: { return max_nan(acc, v); }
-        case 2u: { return min_nan(acc, v); }
+        case RED_MAX: { return max_nan(acc, v); }
+        case RED_MIN: { return min_nan(acc, v); }
         default: { return acc + v; }
     }
 }
 
 fn finish(acc: f32) -> T {
-    if (OP == 0u) {
+    if (OP == RED_SUM) {
         return T(acc / p.divisor);
     }
     return T(acc);

@@ -136,3 +136,48 @@ fn every_entry_point_of_every_shader_is_listed() {
         }
     }
 }
+
+/// Every kernel family's `#[repr(C)]` params struct matches the shader's `struct Params` read
+/// through naga: the same member names, byte offsets and sizes, and the same total size, with
+/// the Rust fields tiling the struct (none left out of the comparison).
+#[test]
+fn params_structs_match_the_shaders() {
+    let layouts = wgtensor::ops::params_layouts();
+    assert_eq!(layouts.len(), 9, "one per kernel family with params");
+    for l in layouts {
+        let what = l.rust_struct;
+        let module = naga::front::wgsl::parse_str(&l.source)
+            .unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(&l.source)));
+        let (_, ty) = module
+            .types
+            .iter()
+            .find(|(_, t)| t.name.as_deref() == Some("Params"))
+            .unwrap_or_else(|| panic!("{what}: the shader declares no struct Params"));
+        let naga::TypeInner::Struct { members, span } = &ty.inner else {
+            panic!("{what}: Params is not a struct");
+        };
+        let gctx = module.to_ctx();
+        let wgsl: Vec<(String, usize, usize)> = members
+            .iter()
+            .map(|m| {
+                (
+                    m.name.clone().unwrap_or_default(),
+                    m.offset as usize,
+                    module.types[m.ty].inner.size(gctx) as usize,
+                )
+            })
+            .collect();
+        let rust: Vec<(String, usize, usize)> = l
+            .fields
+            .iter()
+            .map(|&(n, o, s)| (n.to_string(), o, s))
+            .collect();
+        assert_eq!(rust, wgsl, "{what} and the shader's Params differ");
+        let covered: usize = l.fields.iter().map(|f| f.2).sum();
+        assert_eq!(
+            covered, l.size,
+            "{what}: fields left out of the layout list"
+        );
+        assert_eq!(*span as usize, l.size, "{what}: struct sizes differ");
+    }
+}

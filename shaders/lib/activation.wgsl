@@ -56,13 +56,14 @@ fn gelu_f(v: f32) -> f32 {
     return 0.5 * v * (1.0 + erf_approx(v * 0.70710678118654752));
 }
 
-// Epilogue activation codes: 0 none, 1 relu, 2 gelu, 3 sigmoid, 4 tanh.
+// Epilogue activation codes: the ACT_* constants the runtime emits from the Rust table
+// (ACTIVATION_DEFS in src/ops/gemm.rs).
 fn activate(v: f32, code: u32) -> f32 {
     switch code {
-        case 1u: { return relu_f(v); }
-        case 2u: { return gelu_f(v); }
-        case 3u: { return sigmoid_f(v); }
-        case 4u: { return tanh_f(v); }
+        case ACT_RELU: { return relu_f(v); }
+        case ACT_GELU: { return gelu_f(v); }
+        case ACT_SIGMOID: { return sigmoid_f(v); }
+        case ACT_TANH: { return tanh_f(v); }
         default: { return v; }
     }
 }

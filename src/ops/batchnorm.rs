@@ -53,7 +53,7 @@ use crate::ops::batchnorm_grad;
 use crate::ops::gemm::Activation;
 use crate::runtime::pipeline::{ShaderVariant, ACTIVATION_LIB};
 use crate::runtime::{grid_1d, Access, Kernel, Storage};
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{Caps, DType, Device, Error, Result, Tensor};
 
 const SRC: &str = include_str!("../../shaders/batchnorm.wgsl");
 const LIBS: &[&str] = &[ACTIVATION_LIB];
@@ -84,6 +84,7 @@ static STATS: Kernel = Kernel {
     bindings: &[R, R, RW],
     slots: &[X4, X1, WS],
     libs: LIBS,
+    defs: &[],
 };
 static FINALIZE: Kernel = Kernel {
     name: "batchnorm",
@@ -92,6 +93,7 @@ static FINALIZE: Kernel = Kernel {
     bindings: &[RW, RW, RW, RW, RW, RW, RW],
     slots: &[WS, GAMMA, BETA, RMEAN, RVAR, SMEAN, SINV],
     libs: LIBS,
+    defs: &[],
 };
 static APPLY: Kernel = Kernel {
     name: "batchnorm",
@@ -100,6 +102,7 @@ static APPLY: Kernel = Kernel {
     bindings: &[R, R, RW, RW, RW],
     slots: &[X4, X1, OUT4, OUT1, WS],
     libs: LIBS,
+    defs: &[],
 };
 static INFER: Kernel = Kernel {
     name: "batchnorm",
@@ -108,6 +111,7 @@ static INFER: Kernel = Kernel {
     bindings: &[R, R, RW, RW, RW, RW, RW, RW],
     slots: &[X4, X1, OUT4, OUT1, GAMMA, BETA, RMEAN, RVAR],
     libs: LIBS,
+    defs: &[],
 };
 static GRAD_STATS: Kernel = Kernel {
     name: "batchnorm",
@@ -116,6 +120,7 @@ static GRAD_STATS: Kernel = Kernel {
     bindings: &[R, R, R, R, RW, RW],
     slots: &[X4, X1, DY4, DY1, SMEAN, WS],
     libs: LIBS,
+    defs: &[],
 };
 static GRAD_FINALIZE: Kernel = Kernel {
     name: "batchnorm",
@@ -124,6 +129,7 @@ static GRAD_FINALIZE: Kernel = Kernel {
     bindings: &[RW, RW, RW, RW, RW, RW],
     slots: &[WS, GAMMA, SMEAN, SINV, DGAMMA, DBETA],
     libs: LIBS,
+    defs: &[],
 };
 static GRAD_APPLY: Kernel = Kernel {
     name: "batchnorm",
@@ -132,6 +138,7 @@ static GRAD_APPLY: Kernel = Kernel {
     bindings: &[R, R, R, R, RW, RW, RW],
     slots: &[X4, X1, DY4, DY1, OUT4, OUT1, WS],
     libs: LIBS,
+    defs: &[],
 };
 
 /// Invocations per workgroup of the per-channel passes (`FIN_WG` in the shader).
@@ -189,6 +196,11 @@ pub struct BatchNormPlan {
 /// The work split for an input of `shape` whose x (and dy) start at element offsets `offsets`.
 /// Errors for a shape the ops reject (rank below 2).
 pub fn plan(dev: &Device, shape: &[usize], offsets: &[usize]) -> Result<BatchNormPlan> {
+    plan_for(dev.caps(), shape, offsets)
+}
+
+/// [`plan`] as a pure function of the adapter facts (unit-tested without a GPU).
+pub fn plan_for(caps: &Caps, shape: &[usize], offsets: &[usize]) -> Result<BatchNormPlan> {
     if shape.len() < 2 {
         return Err(Error::shape(
             "batch_norm",
@@ -211,13 +223,9 @@ pub fn plan(dev: &Device, shape: &[usize], offsets: &[usize]) -> Result<BatchNor
     } else {
         1
     };
-    let wg = if dev.adapter_info().device_type == wgpu::DeviceType::Cpu {
-        8
-    } else {
-        64
-    };
+    let wg = if caps.cpu { 8 } else { 64 };
     let groups = n * s / vec;
-    let max = dev.limits().max_compute_workgroups_per_dimension as usize;
+    let max = caps.max_workgroups_per_dim as usize;
     let want = groups.div_ceil(CHUNK_TARGET).clamp(1, max);
     let chunk = (groups.div_ceil(want).div_ceil(wg) * wg).max(wg);
     Ok(BatchNormPlan {
@@ -848,4 +856,58 @@ pub fn batchnorm_variants() -> Vec<ShaderVariant> {
         }
     }
     v
+}
+
+/// The params struct's layout, checked against the shader's `struct Params` in tests/shaders.rs.
+#[doc(hidden)]
+pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
+    crate::runtime::pipeline::params_layout!(
+        STATS,
+        &[DType::F32],
+        BnParams {
+            channels,
+            sg,
+            plane,
+            groups,
+            chunk,
+            chunks,
+            step_n,
+            step_s,
+            x_off,
+            dy_off,
+            count,
+            eps,
+            factor,
+            flags,
+            gamma_os,
+            beta_os,
+            rmean_os,
+            rvar_os,
+            smean_os,
+            sinv_os,
+            ws_part,
+            _pad0
+        }
+    )
+}
+
+#[cfg(test)]
+mod plan_tests {
+    use super::*;
+
+    #[test]
+    fn vec4_lanes_and_chunks() {
+        let (gpu, lvp) = (Caps::test_gpu(), Caps::test_lavapipe(2));
+        let p = plan_for(&lvp, &[32, 64, 56, 56], &[0]).unwrap();
+        assert_eq!((p.vec, p.wg), (4, 8));
+        assert_eq!(p.chunk % p.wg, 0);
+        assert!(p.chunks as u64 * p.chunk as u64 * 4 >= 32 * 56 * 56);
+        assert_eq!(plan_for(&gpu, &[32, 64, 56, 56], &[0]).unwrap().wg, 64);
+        // S not a multiple of 4, or an offset that is not: scalar groups.
+        assert_eq!(plan_for(&gpu, &[4, 3, 5], &[0]).unwrap().vec, 1);
+        assert_eq!(plan_for(&gpu, &[4, 3, 8], &[0, 2]).unwrap().vec, 1);
+        // Empty and invalid shapes.
+        assert!(plan_for(&gpu, &[0, 3], &[0]).is_ok());
+        assert!(plan_for(&gpu, &[3], &[0]).is_err());
+    }
 }

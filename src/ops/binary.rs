@@ -14,6 +14,7 @@ static BINARY: Kernel = Kernel {
     bindings: &[Access::Read, Access::Read, Access::ReadWrite],
     slots: &[],
     libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
+    defs: BINARY_DEFS,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,6 +26,17 @@ pub enum BinaryOp {
     Max,
     Min,
 }
+
+/// The binary kernel's op codes (the `BinaryOp` discriminants), emitted to the shader as WGSL
+/// constants.
+const BINARY_DEFS: &[(&str, u32)] = &[
+    ("OP_ADD", BinaryOp::Add as u32),
+    ("OP_SUB", BinaryOp::Sub as u32),
+    ("OP_MUL", BinaryOp::Mul as u32),
+    ("OP_DIV", BinaryOp::Div as u32),
+    ("OP_MAX", BinaryOp::Max as u32),
+    ("OP_MIN", BinaryOp::Min as u32),
+];
 
 impl BinaryOp {
     pub(crate) fn name(self) -> &'static str {
@@ -113,7 +125,7 @@ impl Tensor {
 pub fn binary_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
     let mut v = Vec::new();
     for dt in [DType::F32, DType::F16] {
-        for code in 0..6u32 {
+        for &(_, code) in BINARY_DEFS {
             for contig in [0.0, 1.0] {
                 v.push(crate::runtime::pipeline::ShaderVariant::new(
                     &BINARY,
@@ -124,4 +136,22 @@ pub fn binary_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
         }
     }
     v
+}
+
+/// The params struct's layout, checked against the shader's `struct Params` in tests/shaders.rs.
+#[doc(hidden)]
+pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
+    crate::runtime::pipeline::params_layout!(
+        BINARY,
+        &[DType::F32],
+        BinaryParams {
+            numel,
+            rank,
+            off_a,
+            off_b,
+            shape,
+            sa,
+            sb
+        }
+    )
 }

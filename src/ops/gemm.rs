@@ -11,7 +11,7 @@ use crate::layout::{broadcast_shapes, Layout};
 use crate::ops::gemm_grad;
 use crate::runtime::pipeline::{ShaderVariant, ACTIVATION_LIB};
 use crate::runtime::{grid_1d, Access, Kernel, Storage};
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{Caps, DType, Device, Error, Result, Tensor};
 
 const GEMM_COMMON: &str = include_str!("../../shaders/lib/gemm_common.wgsl");
 const LIBS: &[&str] = &[ACTIVATION_LIB, GEMM_COMMON];
@@ -27,6 +27,7 @@ static TILED: Kernel = Kernel {
     bindings: &[R, R, R, R, RW],
     slots: &[1, 2, 3, 4, 5],
     libs: LIBS,
+    defs: &[],
 };
 static TILED_PARTIAL: Kernel = Kernel {
     name: "gemm",
@@ -35,6 +36,7 @@ static TILED_PARTIAL: Kernel = Kernel {
     bindings: &[R, R, RW],
     slots: &[1, 2, 6],
     libs: LIBS,
+    defs: &[],
 };
 static SPLITK_REDUCE: Kernel = Kernel {
     name: "gemm",
@@ -43,6 +45,7 @@ static SPLITK_REDUCE: Kernel = Kernel {
     bindings: &[R, R, RW, RW],
     slots: &[3, 4, 5, 6],
     libs: LIBS,
+    defs: &[],
 };
 static SG8: Kernel = Kernel {
     name: "gemm_sg8",
@@ -51,6 +54,7 @@ static SG8: Kernel = Kernel {
     bindings: &[R, R, R, R, RW],
     slots: &[1, 2, 3, 4, 5],
     libs: LIBS,
+    defs: &[],
 };
 static SG8_PARTIAL: Kernel = Kernel {
     name: "gemm_sg8",
@@ -59,6 +63,7 @@ static SG8_PARTIAL: Kernel = Kernel {
     bindings: &[R, R, RW],
     slots: &[1, 2, 6],
     libs: LIBS,
+    defs: &[],
 };
 
 const REDUCE_WG: u32 = 256;
@@ -69,7 +74,7 @@ const MAX_K: usize = 1 << 24;
 /// Batch dims left after merging must fit the kernel's vec4 batch decode.
 const MAX_BATCH_DIMS: usize = 4;
 
-/// Activation fused into an epilogue (codes match `activate()` in shaders/lib/activation.wgsl).
+/// Activation fused into an epilogue (its codes reach the shaders through [`ACTIVATION_DEFS`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Activation {
     #[default]
@@ -80,6 +85,16 @@ pub enum Activation {
     Sigmoid,
     Tanh,
 }
+
+/// The epilogue activation codes as the shaders name them (`activate()` in
+/// shaders/lib/activation.wgsl switches on these constants, emitted from this table).
+pub(crate) const ACTIVATION_DEFS: &[(&str, u32)] = &[
+    ("ACT_NONE", Activation::None as u32),
+    ("ACT_RELU", Activation::Relu as u32),
+    ("ACT_GELU", Activation::Gelu as u32),
+    ("ACT_SIGMOID", Activation::Sigmoid as u32),
+    ("ACT_TANH", Activation::Tanh as u32),
+];
 
 /// A bias added in the epilogue: one value per output column (`[N]`) or per row (`[M]`).
 #[derive(Debug, Clone, Copy)]
@@ -168,10 +183,7 @@ impl GemmPlan {
 
 /// True when the adapter runs subgroups of exactly 8 lanes (lavapipe on AVX2 and the like).
 pub(crate) fn has_sg8(dev: &Device) -> bool {
-    let info = dev.adapter_info();
-    dev.features().contains(wgpu::Features::SUBGROUP)
-        && info.subgroup_min_size == 8
-        && info.subgroup_max_size == 8
+    dev.caps().sg8
 }
 
 /// Subgroups per workgroup of the sg8 kernels, for every shape. On lavapipe 1, 2 and 4 ran
@@ -179,13 +191,6 @@ pub(crate) fn has_sg8(dev: &Device) -> bool {
 /// a single value keeps one pipeline per epilogue (a cold compile of this kernel takes about
 /// 2 s) and leaves no idle rows when M is small. (8 or more subgroups returned wrong tiles.)
 const SG8_SGS: u32 = 1;
-
-/// Host threads, at least 2 (4 where the platform cannot tell, e.g. wasm32): read once, since
-/// `available_parallelism` may read cgroup files and `plan` runs on every call.
-fn cpu_threads() -> usize {
-    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(4, |n| n.get().max(2)))
-}
 
 /// Picks the kernel and split factor. Split-k pays when the output tiles are too few to keep
 /// the device busy and each tile has a long K loop (weight-gradient shapes such as
@@ -201,13 +206,25 @@ pub fn plan(
     batch: usize,
     split_k: Option<u32>,
 ) -> Result<GemmPlan> {
+    plan_for(dev.caps(), m, n, k, batch, split_k)
+}
+
+/// [`plan`] as a pure function of the adapter facts (unit-tested without a GPU).
+pub fn plan_for(
+    caps: &Caps,
+    m: usize,
+    n: usize,
+    k: usize,
+    batch: usize,
+    split_k: Option<u32>,
+) -> Result<GemmPlan> {
     if split_k == Some(0) {
         return Err(Error::arg(
             "gemm",
             "split_k must be at least 1 (None picks it automatically)",
         ));
     }
-    let sg8 = has_sg8(dev);
+    let sg8 = caps.sg8;
     let sgs = SG8_SGS;
     let tm = if sg8 { 32 * sgs as usize } else { 32 };
     let tiles = m
@@ -215,17 +232,13 @@ pub fn plan(
         .saturating_mul(n.div_ceil(32))
         .saturating_mul(batch)
         .max(1);
-    let max_z = dev.limits().max_compute_workgroups_per_dimension as usize;
+    let max_z = caps.max_workgroups_per_dim as usize;
     // Workgroups that keep the device busy. A CPU adapter (lavapipe) runs one workgroup per
     // thread and has a thread per core, so split-k only pays while the tiles are fewer than the
     // cores: measured on 2 cores, [64 x 8192] x [8192 x 64] (2 tiles) split 2, 4, 8 or 32 ways
     // took 1.06, 1.08, 1.09 and 1.18x the unsplit time. At least 2, so that a single tile with
     // a long K still splits on a one-core host.
-    let target = if dev.adapter_info().device_type == wgpu::DeviceType::Cpu {
-        cpu_threads()
-    } else {
-        512
-    };
+    let target = if caps.cpu { caps.host_threads } else { 512 };
     let wanted = match split_k {
         Some(s) => s as usize,
         None if k >= 1024 && tiles < target => target.div_ceil(tiles).min(k / 256),
@@ -630,4 +643,81 @@ pub fn gemm_variants() -> Vec<ShaderVariant> {
         ));
     }
     v
+}
+
+/// The params struct's layout, checked against the shader's `struct Params` in tests/shaders.rs.
+#[doc(hidden)]
+pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
+    crate::runtime::pipeline::params_layout!(
+        TILED,
+        &[DType::F32],
+        GemmParams {
+            m,
+            n,
+            k,
+            batch,
+            a_off,
+            a_rs,
+            a_cs,
+            splits,
+            b_off,
+            b_rs,
+            b_cs,
+            k_chunk,
+            c_off,
+            c_rs,
+            c_cs,
+            bias_off,
+            alpha,
+            beta,
+            batch_rank,
+            bias_stride,
+            bshape,
+            a_bs,
+            b_bs,
+            c_bs
+        }
+    )
+}
+
+#[cfg(test)]
+mod plan_tests {
+    use super::*;
+
+    #[test]
+    fn lavapipe_splits_only_while_tiles_are_fewer_than_cores() {
+        let caps = Caps::test_lavapipe(2);
+        // One 32x32 tile with a long K: split over the 2 cores.
+        let p = plan_for(&caps, 32, 32, 8192, 1, None).unwrap();
+        assert!(p.sg8);
+        assert_eq!((p.splits, p.k_chunk), (2, 4096));
+        // Two tiles already cover 2 cores.
+        assert_eq!(plan_for(&caps, 64, 32, 8192, 1, None).unwrap().splits, 1);
+        // Short K never splits.
+        assert_eq!(plan_for(&caps, 32, 32, 1000, 1, None).unwrap().splits, 1);
+    }
+
+    #[test]
+    fn gpus_split_long_k_over_few_tiles_with_slices_of_at_least_256() {
+        let caps = Caps::test_gpu();
+        let p = plan_for(&caps, 64, 64, 8192, 1, None).unwrap();
+        assert!(!p.sg8);
+        assert_eq!(p.splits, 32, "{p:?}");
+        assert!(p.k_chunk >= 256);
+        let p = plan_for(&caps, 64, 64, 1 << 20, 1, Some(7)).unwrap();
+        assert_eq!(p.splits, 7);
+        assert!(p.splits as u64 * p.k_chunk as u64 >= 1 << 20);
+    }
+
+    #[test]
+    fn empty_and_degenerate_problems() {
+        let caps = Caps::test_gpu();
+        let p = plan_for(&caps, 3, 3, 0, 1, Some(4)).unwrap();
+        assert_eq!((p.splits, p.k_chunk), (1, 0));
+        assert!(plan_for(&caps, 0, 0, 4096, 0, None).unwrap().splits >= 1);
+        assert!(plan_for(&caps, 3, 3, 3, 1, Some(0)).is_err());
+        // Forced splits beyond K give one-step slices, never empty ones.
+        let p = plan_for(&caps, 3, 3, 5, 1, Some(64)).unwrap();
+        assert_eq!((p.splits, p.k_chunk), (5, 1));
+    }
 }

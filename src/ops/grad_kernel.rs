@@ -20,6 +20,7 @@ static GRAD_BINARY: Kernel = Kernel {
     bindings: &[Access::Read, Access::Read, Access::ReadWrite],
     slots: &[1, 2, 4],
     libs: LIBS,
+    defs: GRAD_DEFS,
 };
 static NARROW_GRAD: Kernel = Kernel {
     name: "grad",
@@ -28,6 +29,7 @@ static NARROW_GRAD: Kernel = Kernel {
     bindings: &[Access::Read, Access::ReadWrite],
     slots: &[1, 4],
     libs: LIBS,
+    defs: GRAD_DEFS,
 };
 static ARGEXT_GRAD: Kernel = Kernel {
     name: "grad",
@@ -36,6 +38,7 @@ static ARGEXT_GRAD: Kernel = Kernel {
     bindings: &[Access::Read, Access::Read, Access::Read, Access::ReadWrite],
     slots: &[1, 2, 3, 4],
     libs: LIBS,
+    defs: GRAD_DEFS,
 };
 
 /// The `OP` codes of `grad_binary` (shaders/grad.wgsl `combine`): `f(a, b)` per element.
@@ -63,7 +66,19 @@ pub(crate) enum GradCode {
     PassLe = 9,
 }
 
-const CODES: u32 = 10;
+/// The shader's names of the [`GradCode`]s, one row per code in order.
+pub(crate) const GRAD_DEFS: &[(&str, u32)] = &[
+    ("GRAD_RELU_FROM_Y", GradCode::ReluFromY as u32),
+    ("GRAD_SIGMOID_FROM_Y", GradCode::SigmoidFromY as u32),
+    ("GRAD_TANH_FROM_Y", GradCode::TanhFromY as u32),
+    ("GRAD_GELU_FROM_X", GradCode::GeluFromX as u32),
+    ("GRAD_ABS_FROM_X", GradCode::AbsFromX as u32),
+    ("GRAD_SQRT_FROM_Y", GradCode::SqrtFromY as u32),
+    ("GRAD_MAX_WEIGHT", GradCode::MaxWeight as u32),
+    ("GRAD_MIN_WEIGHT", GradCode::MinWeight as u32),
+    ("GRAD_PASS_GE", GradCode::PassGe as u32),
+    ("GRAD_PASS_LE", GradCode::PassLe as u32),
+];
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable, Default)]
@@ -77,7 +92,9 @@ struct GradParams {
     off_c: u32,
     scalar: f32,
     len: u32,
-    _pad: [u32; 3],
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
     shape: [u32; MAX_RANK],
     sa: [u32; MAX_RANK],
     sb: [u32; MAX_RANK],
@@ -229,7 +246,7 @@ pub fn grad_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
     use crate::runtime::pipeline::ShaderVariant;
     let mut v = Vec::new();
     for dt in [DType::F32, DType::F16] {
-        for code in 0..CODES {
+        for &(_, code) in GRAD_DEFS {
             v.push(ShaderVariant::new(
                 &GRAD_BINARY,
                 &[dt],
@@ -241,4 +258,45 @@ pub fn grad_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
         }
     }
     v
+}
+
+/// The params struct's layout, checked against the shader's `struct Params` in tests/shaders.rs.
+#[doc(hidden)]
+pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
+    crate::runtime::pipeline::params_layout!(
+        GRAD_BINARY,
+        &[DType::F32],
+        GradParams {
+            numel,
+            rank,
+            dim,
+            start,
+            off_a,
+            off_b,
+            off_c,
+            scalar,
+            len,
+            pad0,
+            pad1,
+            pad2,
+            shape,
+            sa,
+            sb,
+            sc
+        }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The code table has one row per code, in order (the shader switches on these names).
+    #[test]
+    fn grad_codes_are_the_rows() {
+        for (i, (name, code)) in GRAD_DEFS.iter().enumerate() {
+            assert_eq!(*code as usize, i, "{name}");
+        }
+        assert_eq!(GRAD_DEFS.len(), GradCode::PassLe as usize + 1);
+    }
 }

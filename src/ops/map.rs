@@ -16,6 +16,7 @@ static MAP: Kernel = Kernel {
     bindings: &[Access::Read, Access::ReadWrite],
     slots: &[],
     libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
+    defs: MAP_DEFS,
 };
 
 pub(crate) const WG: u32 = 256;
@@ -71,15 +72,40 @@ enum MapOp {
 }
 
 impl MapOp {
-    /// The shader's OP codes.
+    /// The shader's OP code: the row of [`MAP_DEFS`] that names this op.
     fn code(self) -> u32 {
-        match self {
+        let i = match self {
             MapOp::Identity => 0,
-            MapOp::Unary(u) => 1 + u as u32,
-            MapOp::Scalar(s) => 10 + s as u32,
-        }
+            MapOp::Unary(u) => 1 + u as usize,
+            MapOp::Scalar(s) => 1 + UNARY_NAMES.len() + s as usize,
+        };
+        MAP_DEFS[i].1
     }
 }
+
+/// The map kernel's op codes, in `MapOp` order (identity, the unary ops, the scalar ops): the
+/// one table of them. The shader switches on these names, which the runtime emits as WGSL
+/// constants; the values are the row numbers, so no two ops can share one.
+pub(crate) const MAP_DEFS: &[(&str, u32)] = &[
+    ("OP_COPY", 0),
+    ("OP_NEG", 1),
+    ("OP_ABS", 2),
+    ("OP_EXP", 3),
+    ("OP_LOG", 4),
+    ("OP_SQRT", 5),
+    ("OP_RELU", 6),
+    ("OP_SIGMOID", 7),
+    ("OP_TANH", 8),
+    ("OP_GELU", 9),
+    ("OP_ADD_SCALAR", 10),
+    ("OP_SUB_SCALAR", 11),
+    ("OP_RSUB_SCALAR", 12),
+    ("OP_MUL_SCALAR", 13),
+    ("OP_DIV_SCALAR", 14),
+    ("OP_RDIV_SCALAR", 15),
+    ("OP_MAX_SCALAR", 16),
+    ("OP_MIN_SCALAR", 17),
+];
 
 /// Runs the map kernel: `out[i] = op(x[strided i], scalar)`, output contiguous of `out_dtype`.
 fn map(
@@ -231,7 +257,7 @@ pub fn map_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
         [DType::F32, DType::F16],
         [DType::F16, DType::F32],
     ] {
-        for code in 0..18u32 {
+        for &(_, code) in MAP_DEFS {
             for contig in [0.0, 1.0] {
                 v.push(crate::runtime::pipeline::ShaderVariant::new(
                     &MAP,
@@ -242,4 +268,41 @@ pub fn map_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
         }
     }
     v
+}
+
+/// The params struct's layout, checked against the shader's `struct Params` in tests/shaders.rs.
+#[doc(hidden)]
+pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
+    crate::runtime::pipeline::params_layout!(
+        MAP,
+        &[DType::F32, DType::F32],
+        MapParams {
+            numel,
+            rank,
+            offset,
+            scalar,
+            shape,
+            strides
+        }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every op has its own code, the table covers every op, and the codes are the rows.
+    #[test]
+    fn map_codes_are_distinct_and_complete() {
+        assert_eq!(MAP_DEFS.len(), 1 + UNARY_NAMES.len() + SCALAR_NAMES.len());
+        for (i, (name, code)) in MAP_DEFS.iter().enumerate() {
+            assert_eq!(*code as usize, i, "{name}");
+        }
+        let mut names: Vec<&str> = MAP_DEFS.iter().map(|d| d.0).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), MAP_DEFS.len());
+        assert_eq!(MapOp::Scalar(ScalarOp::Min).code(), 17);
+        assert_eq!(MapOp::Unary(UnaryOp::Gelu).code(), 9);
+    }
 }

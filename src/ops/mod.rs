@@ -31,6 +31,23 @@ pub use rnn::{
     gru_cell, lstm_cell, Rnn, RnnGrads, RnnKind, RnnOutput, RnnSaved, RnnWeightGrads, RnnWeights,
 };
 
+/// The layout of every kernel family's `#[repr(C)]` params struct (see
+/// [`ParamsLayout`](crate::runtime::pipeline::ParamsLayout)).
+#[doc(hidden)]
+pub fn params_layouts() -> Vec<crate::runtime::pipeline::ParamsLayout> {
+    vec![
+        map::params_layout(),
+        binary::params_layout(),
+        reduce::params_layout(),
+        gemm::params_layout(),
+        batchnorm::params_layout(),
+        conv::launch::params_layout(),
+        rnn::params_layout(),
+        rnn::backward::params_layout(),
+        grad_kernel::params_layout(),
+    ]
+}
+
 /// Every shader variant the crate can compile (kernel, dtypes, override constants).
 #[doc(hidden)]
 pub fn shader_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {

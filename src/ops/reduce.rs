@@ -17,6 +17,7 @@ static ROWS: Kernel = Kernel {
     bindings: &[Access::Read, Access::ReadWrite],
     slots: &[],
     libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
+    defs: REDUCE_DEFS,
 };
 static WORKGROUP: Kernel = Kernel {
     name: "reduce",
@@ -25,6 +26,7 @@ static WORKGROUP: Kernel = Kernel {
     bindings: &[Access::Read, Access::ReadWrite],
     slots: &[],
     libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
+    defs: REDUCE_DEFS,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,12 +43,22 @@ impl ReduceOp {
     }
     fn code(self) -> u32 {
         match self {
-            ReduceOp::Sum | ReduceOp::Mean => 0,
-            ReduceOp::Max => 1,
-            ReduceOp::Min => 2,
+            ReduceOp::Sum | ReduceOp::Mean => RED_SUM,
+            ReduceOp::Max => RED_MAX,
+            ReduceOp::Min => RED_MIN,
         }
     }
 }
+
+// The fold codes (mean is a sum divided on store), emitted to the shader as WGSL constants.
+const RED_SUM: u32 = 0;
+const RED_MAX: u32 = 1;
+const RED_MIN: u32 = 2;
+const REDUCE_DEFS: &[(&str, u32)] = &[
+    ("RED_SUM", RED_SUM),
+    ("RED_MAX", RED_MAX),
+    ("RED_MIN", RED_MIN),
+];
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -57,7 +69,8 @@ struct ReduceParams {
     red_len: u32,
     red_stride: u32,
     divisor: f32,
-    _pad: [u32; 2],
+    _pad0: u32,
+    _pad1: u32,
     shape: [u32; MAX_RANK],
     strides: [u32; MAX_RANK],
 }
@@ -117,7 +130,8 @@ impl Tensor {
             } else {
                 1.0
             },
-            _pad: [0; 2],
+            _pad0: 0,
+            _pad1: 0,
             shape: pack_dims(outer.shape()),
             strides: pack_dims(outer.strides()),
         };
@@ -158,7 +172,7 @@ pub fn reduce_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
     let mut v = Vec::new();
     for k in [&ROWS, &WORKGROUP] {
         for dt in [DType::F32, DType::F16] {
-            for code in 0..3u32 {
+            for &(_, code) in REDUCE_DEFS {
                 v.push(crate::runtime::pipeline::ShaderVariant::new(
                     k,
                     &[dt],
@@ -168,4 +182,25 @@ pub fn reduce_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
         }
     }
     v
+}
+
+/// The params struct's layout, checked against the shader's `struct Params` in tests/shaders.rs.
+#[doc(hidden)]
+pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
+    crate::runtime::pipeline::params_layout!(
+        ROWS,
+        &[DType::F32],
+        ReduceParams {
+            n_out,
+            rank,
+            offset,
+            red_len,
+            red_stride,
+            divisor,
+            _pad0,
+            _pad1,
+            shape,
+            strides
+        }
+    )
 }

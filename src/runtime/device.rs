@@ -131,6 +131,7 @@ pub(crate) struct Inner {
     pub(crate) opts: DeviceOptions,
     pub(crate) param_slot: u64,
     pub(crate) memory_limit: u64,
+    pub(crate) caps: super::caps::Caps,
     state: Mutex<State>,
     pipelines: Mutex<PipelineCache>,
     lost: Arc<Mutex<Option<String>>>,
@@ -260,6 +261,7 @@ impl Device {
         let param_slot = PARAM_SLOT.max(limits.min_uniform_buffer_offset_alignment as u64);
         let info = adapter.get_info();
         let features = device.features();
+        let caps = super::caps::Caps::read(&info, features, &limits);
         let memory_limit = opts
             .memory_limit
             .unwrap_or_else(|| super::memory::default_limit(info.device_type));
@@ -283,6 +285,7 @@ impl Device {
                 opts,
                 param_slot,
                 memory_limit,
+                caps,
                 lost,
                 uncaptured,
                 flagged,
@@ -301,6 +304,10 @@ impl Device {
     }
     pub fn options(&self) -> &DeviceOptions {
         &self.inner.opts
+    }
+    /// The adapter facts the kernel planners use, read once when the device opened.
+    pub fn caps(&self) -> &super::caps::Caps {
+        &self.inner.caps
     }
     pub fn supports_f16(&self) -> bool {
         self.inner.features.contains(wgpu::Features::SHADER_F16)
@@ -911,6 +918,7 @@ mod tests {
         bindings: &[Access::ReadWrite],
         slots: &[],
         libs: &[],
+        defs: &[],
     };
 
     #[test]
@@ -968,6 +976,7 @@ mod override_tests {
         bindings: &[Access::ReadWrite],
         slots: &[],
         libs: &[],
+        defs: &[],
     };
     static COUNT_EXPR: Kernel = Kernel {
         entry: "expr",

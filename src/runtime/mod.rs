@@ -3,6 +3,7 @@
 
 mod batch;
 mod bind_cache;
+mod caps;
 pub(crate) mod device;
 mod memory;
 pub(crate) mod pipeline;
@@ -11,10 +12,11 @@ mod readback;
 mod storage;
 mod submitter;
 
+pub use caps::Caps;
 pub use device::{Device, DeviceOptions, DeviceStats};
-#[doc(hidden)]
-pub use pipeline::ShaderVariant;
 pub(crate) use pipeline::{Access, Kernel};
+#[doc(hidden)]
+pub use pipeline::{ParamsLayout, ShaderVariant};
 pub use pool::PoolStats;
 pub(crate) use storage::Storage;
 

@@ -31,6 +31,9 @@ pub(crate) struct Kernel {
     pub slots: &'static [u32],
     /// Shared WGSL pieces (shaders/lib) placed between the dtype prelude and the source.
     pub libs: &'static [&'static str],
+    /// Named `u32` codes the shader switches on (op codes): emitted as WGSL `const`
+    /// declarations, so each value is written once, on the Rust side.
+    pub defs: &'static [(&'static str, u32)],
 }
 
 impl Kernel {
@@ -41,6 +44,13 @@ impl Kernel {
     /// The complete WGSL text for `dtypes`.
     pub(crate) fn full_source(&self, dtypes: &[DType]) -> String {
         let mut s = dtype_prelude(dtypes);
+        let mut defs: Vec<(&str, u32)> = self.defs.to_vec();
+        if self.libs.contains(&ACTIVATION_LIB) {
+            defs.extend_from_slice(crate::ops::gemm::ACTIVATION_DEFS);
+        }
+        for (name, value) in defs {
+            s.push_str(&format!("const {name}: u32 = {value}u;\n"));
+        }
         for lib in self.libs {
             s.push_str(lib);
             s.push('\n');
@@ -258,3 +268,42 @@ impl ShaderVariant {
         }
     }
 }
+
+/// The field layout of a `#[repr(C)]` params struct, for the test that compares it with the
+/// shader's `struct Params` (read through naga): names, byte offsets and sizes must agree, so a
+/// field added on one side only fails the build's tests.
+#[doc(hidden)]
+#[derive(Debug, Clone)]
+pub struct ParamsLayout {
+    /// The Rust struct's name.
+    pub rust_struct: &'static str,
+    /// The kernel's complete WGSL source (f32 prelude), which declares `struct Params`.
+    pub source: String,
+    /// `size_of` the Rust struct.
+    pub size: usize,
+    /// (name, byte offset, byte size) of every field, in declaration order.
+    pub fields: Vec<(&'static str, usize, usize)>,
+}
+
+/// Byte size of the field a projection closure points at.
+pub(crate) fn field_size<T, F>(_: fn(&T) -> &F) -> usize {
+    std::mem::size_of::<F>()
+}
+
+/// `params_layout!(KERNEL, [dtypes], Struct { field, ... })`: the [`ParamsLayout`] of `Struct`,
+/// whose every field must be listed (the test checks the fields tile the struct).
+macro_rules! params_layout {
+    ($kernel:expr, $dtypes:expr, $ty:ident { $($f:ident),* $(,)? }) => {
+        $crate::runtime::pipeline::ParamsLayout {
+            rust_struct: stringify!($ty),
+            source: $kernel.full_source($dtypes),
+            size: std::mem::size_of::<$ty>(),
+            fields: vec![$((
+                stringify!($f),
+                std::mem::offset_of!($ty, $f),
+                $crate::runtime::pipeline::field_size(|s: &$ty| &s.$f),
+            )),*],
+        }
+    };
+}
+pub(crate) use params_layout;

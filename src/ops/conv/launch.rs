@@ -6,10 +6,10 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::geom::Geom;
-use crate::ops::gemm::{has_sg8, Activation};
+use crate::ops::gemm::Activation;
 use crate::runtime::pipeline::{ShaderVariant, ACTIVATION_LIB};
 use crate::runtime::{grid_1d, Access, Kernel, Storage};
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{Caps, DType, Device, Error, Result, Tensor};
 
 const CONV_COMMON: &str = include_str!("../../../shaders/lib/conv_common.wgsl");
 const LIBS: &[&str] = &[ACTIVATION_LIB, CONV_COMMON];
@@ -25,6 +25,7 @@ static TILED: Kernel = Kernel {
     bindings: &[R, R, R, RW],
     slots: &[1, 2, 3, 4],
     libs: LIBS,
+    defs: &[],
 };
 static TILED_PARTIAL: Kernel = Kernel {
     name: "conv",
@@ -33,6 +34,7 @@ static TILED_PARTIAL: Kernel = Kernel {
     bindings: &[R, R, RW],
     slots: &[1, 2, 5],
     libs: LIBS,
+    defs: &[],
 };
 static SPLITK_REDUCE: Kernel = Kernel {
     name: "conv",
@@ -41,6 +43,7 @@ static SPLITK_REDUCE: Kernel = Kernel {
     bindings: &[R, RW, RW],
     slots: &[3, 4, 5],
     libs: LIBS,
+    defs: &[],
 };
 static SG8: Kernel = Kernel {
     name: "conv_sg8",
@@ -49,6 +52,7 @@ static SG8: Kernel = Kernel {
     bindings: &[R, R, R, RW],
     slots: &[1, 2, 3, 4],
     libs: LIBS,
+    defs: &[],
 };
 static SG8_PARTIAL: Kernel = Kernel {
     name: "conv_sg8",
@@ -57,6 +61,7 @@ static SG8_PARTIAL: Kernel = Kernel {
     bindings: &[R, R, RW],
     slots: &[1, 2, 5],
     libs: LIBS,
+    defs: &[],
 };
 
 const DIRECT_SRC: &str = include_str!("../../../shaders/conv_direct.wgsl");
@@ -68,6 +73,7 @@ static DIRECT: Kernel = Kernel {
     bindings: &[R, R, R, RW],
     slots: &[1, 2, 3, 4],
     libs: LIBS,
+    defs: &[],
 };
 static DIRECT_L4: Kernel = Kernel {
     name: "conv_direct",
@@ -76,6 +82,7 @@ static DIRECT_L4: Kernel = Kernel {
     bindings: &[R, R, R, RW],
     slots: &[1, 2, 3, 4],
     libs: LIBS,
+    defs: &[],
 };
 static DIRECT_PARTIAL: Kernel = Kernel {
     name: "conv_direct",
@@ -84,6 +91,7 @@ static DIRECT_PARTIAL: Kernel = Kernel {
     bindings: &[R, R, RW],
     slots: &[1, 2, 5],
     libs: LIBS,
+    defs: &[],
 };
 const REDUCE_WG: u32 = 256;
 /// Columns per invocation (one output line) and invocations per workgroup of `conv_direct`.
@@ -269,12 +277,12 @@ pub fn plan(dev: &Device, m: usize, ncols: usize, k: usize, groups: usize) -> Re
             "groups must be at least 1, got 0",
         ));
     }
-    Ok(plan_with(dev, m < 8, m, ncols, k, groups))
+    Ok(plan_with(dev.caps(), m < 8, m, ncols, k, groups))
 }
 
 /// [`plan`], with the direct kernel only when `direct` allows it.
 fn plan_with(
-    dev: &Device,
+    caps: &Caps,
     direct: bool,
     m: usize,
     ncols: usize,
@@ -283,7 +291,7 @@ fn plan_with(
 ) -> ConvPlan {
     let variant = if direct && m < 8 {
         ConvVariant::Direct
-    } else if has_sg8(dev) {
+    } else if caps.sg8 {
         ConvVariant::Sg8
     } else {
         ConvVariant::Tiled
@@ -307,12 +315,8 @@ fn plan_with(
         .saturating_mul(ncols.div_ceil(tn))
         .saturating_mul(groups)
         .max(1);
-    let target = if dev.adapter_info().device_type == wgpu::DeviceType::Cpu {
-        64
-    } else {
-        512
-    };
-    let max_z = dev.limits().max_compute_workgroups_per_dimension as usize;
+    let target = if caps.cpu { 64 } else { 512 };
+    let max_z = caps.max_workgroups_per_dim as usize;
     if k >= 1024 && tiles < target {
         let wanted = target
             .div_ceil(tiles)
@@ -330,16 +334,13 @@ fn plan_with(
 /// gradient, then the `DirectLines` upgrade for an unsplit `Direct` launch with one row per
 /// group whose kernel rows and columns step one source line and column (forward and weight
 /// gradient with stride == dilation) over at least 4 lines.
-fn plan_params(dev: &Device, p: &ConvParams, transposed: bool, groups: usize) -> ConvPlan {
+fn plan_params(caps: &Caps, p: &ConvParams, transposed: bool, groups: usize) -> ConvPlan {
     let (m, ncols, k) = (p.m as usize, p.ncols as usize, p.k as usize);
     // Chromium's CPU WebGPU adapter (SwiftShader) does not finish compiling conv_direct with
     // TRANSPOSED (the strided data gradient): after minutes its GPU process is killed and the
     // device is lost. The tiled kernel, which compiles there in under a second, serves that
     // case in the browser.
-    let info = dev.adapter_info();
-    let swiftshader =
-        info.backend == wgpu::Backend::BrowserWebGpu && info.device_type == wgpu::DeviceType::Cpu;
-    let mut pl = plan_with(dev, !(transposed && swiftshader), m, ncols, k, groups);
+    let mut pl = plan_with(caps, !(transposed && caps.swiftshader), m, ncols, k, groups);
     if pl.variant == ConvVariant::Direct
         && pl.splits == 1
         && m == 1
@@ -356,7 +357,7 @@ fn plan_params(dev: &Device, p: &ConvParams, transposed: bool, groups: usize) ->
 /// The plan a launch of direction `dir` on `g` uses.
 pub(crate) fn launch_plan(dev: &Device, g: &Geom, dir: Direction) -> ConvPlan {
     let (p, transposed) = ConvParams::new(g, dir);
-    plan_params(dev, &p, transposed, g.groups)
+    plan_params(dev.caps(), &p, transposed, g.groups)
 }
 
 /// Records `dir` on geometry `g`: `a` and `b` are the GEMM operands in the roles of
@@ -383,7 +384,7 @@ pub(crate) fn run(
         p.bias_off = t.layout().offset() as u32;
     }
     let (m, ncols, k) = (p.m as usize, p.ncols as usize, p.k as usize);
-    let pl = plan_params(dev, &p, transposed, g.groups);
+    let pl = plan_params(dev.caps(), &p, transposed, g.groups);
     p.splits = pl.splits;
     p.k_chunk = pl.k_chunk;
 
@@ -540,4 +541,99 @@ pub fn conv_variants() -> Vec<ShaderVariant> {
         }
     }
     v
+}
+
+/// The params struct's layout, checked against the shader's `struct Params` in tests/shaders.rs.
+#[doc(hidden)]
+pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
+    crate::runtime::pipeline::params_layout!(
+        TILED,
+        &[DType::F32],
+        ConvParams {
+            m,
+            ncols,
+            k,
+            groups,
+            k_e1,
+            k_e2,
+            c_e1,
+            c_e2,
+            a_off,
+            a_gs,
+            a_rs,
+            a_s0,
+            a_s1,
+            a_s2,
+            b_off,
+            b_gs,
+            b_k0,
+            b_c0,
+            b_k1,
+            b_k2,
+            b_c1,
+            b_c2,
+            b_h0,
+            b_w0,
+            src_h,
+            src_w,
+            div_h,
+            div_w,
+            o_gs,
+            o_rs,
+            o_s0,
+            o_s1,
+            o_s2,
+            splits,
+            k_chunk,
+            bias_off,
+            scale
+        }
+    )
+}
+
+#[cfg(test)]
+mod plan_tests {
+    use super::*;
+
+    #[test]
+    fn variants_follow_rows_per_group_and_adapter() {
+        let (gpu, lvp) = (Caps::test_gpu(), Caps::test_lavapipe(2));
+        assert_eq!(
+            plan_with(&gpu, true, 1, 100, 100, 32).variant,
+            ConvVariant::Direct
+        );
+        assert_eq!(
+            plan_with(&gpu, true, 7, 100, 100, 1).variant,
+            ConvVariant::Direct
+        );
+        assert_eq!(
+            plan_with(&gpu, true, 8, 100, 100, 1).variant,
+            ConvVariant::Tiled
+        );
+        assert_eq!(
+            plan_with(&lvp, true, 8, 100, 100, 1).variant,
+            ConvVariant::Sg8
+        );
+        // Direct not allowed (SwiftShader's strided data gradient): the GEMM kernels.
+        assert_eq!(
+            plan_with(&gpu, false, 1, 100, 100, 1).variant,
+            ConvVariant::Tiled
+        );
+        // Row blocks: direct rows up to 8, GEMM blocks up to 4.
+        assert_eq!(plan_with(&gpu, true, 3, 100, 100, 1).rt, 4);
+        assert_eq!(plan_with(&gpu, true, 64, 100, 100, 1).rt, 4);
+    }
+
+    #[test]
+    fn weight_gradients_split_long_k() {
+        let lvp = Caps::test_lavapipe(2);
+        // K = N * OH * OW = 8 * 56 * 56 over few tiles: split, slices of at least 256.
+        let p = plan_with(&lvp, true, 64, 576, 25088, 1);
+        assert!(p.splits > 1, "{p:?}");
+        assert!(p.k_chunk >= 256 && p.splits * p.k_chunk >= 25088, "{p:?}");
+        // Short K never splits.
+        assert_eq!(plan_with(&lvp, true, 64, 576, 576, 1).splits, 1);
+        // Zero groups is refused by the public plan, empty sizes plan without panicking.
+        assert_eq!(plan_with(&lvp, true, 0, 0, 0, 1).splits, 1);
+    }
 }

@@ -5,7 +5,7 @@
 
 mod geom;
 mod grad;
-mod launch;
+pub(crate) mod launch;
 
 pub use geom::{
     Conv1dOptions, Conv2dOptions, ConvTranspose1dOptions, ConvTranspose2dOptions, Padding,

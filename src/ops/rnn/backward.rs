@@ -20,6 +20,7 @@ macro_rules! backward_kernel {
             bindings: &[R, R, R, R, RW, RW],
             slots: &[1, 2, 3, 5, 6, 7],
             libs: BACKWARD_LIBS,
+            defs: &[],
         };
     };
     ($name:ident, $src:expr, $entry:literal, gru) => {
@@ -30,6 +31,7 @@ macro_rules! backward_kernel {
             bindings: &[R, R, R, R, RW, RW, RW],
             slots: &[1, 2, 3, 4, 6, 7, 8],
             libs: BACKWARD_LIBS,
+            defs: &[],
         };
     };
 }
@@ -88,7 +90,7 @@ struct BackwardParams {
     carry_in: u32,
     carry_out: u32,
     zero: f32,
-    pad: u32,
+    _pad: u32,
 }
 
 /// `[T, B, N]` (or any rank-3 view whose first two dims merge) as `[T*B, N]`, copying only
@@ -356,4 +358,31 @@ pub(super) fn backward_variants() -> Vec<ShaderVariant> {
         }
     }
     v
+}
+
+/// The params struct's layout, checked against the shader's `struct Params` in tests/shaders.rs.
+#[doc(hidden)]
+pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
+    crate::runtime::pipeline::params_layout!(
+        LSTM_BACKWARD,
+        &[DType::F32],
+        BackwardParams {
+            batch,
+            hidden,
+            gh,
+            has_rec,
+            dy_off,
+            dy_rs,
+            a_off,
+            a_prev,
+            g_off,
+            seq_rs,
+            prev_off,
+            cur_off,
+            carry_in,
+            carry_out,
+            zero,
+            _pad
+        }
+    )
 }

@@ -5,7 +5,7 @@
 //! (or `[B, T, I]` with `batch_first`). A layer runs one GEMM for the input projection of all
 //! steps, then one fused dispatch per step, all recorded into the batched encoder.
 
-mod backward;
+pub(crate) mod backward;
 mod grad;
 
 pub use backward::{RnnGrads, RnnWeightGrads};
@@ -36,6 +36,7 @@ macro_rules! step_kernel {
             bindings: &[R, R, R, RW, RW, RW],
             slots: &[1, 2, 3, 4, 5, 6],
             libs: LIBS,
+            defs: &[],
         };
     };
     ($name:ident, $src:expr, $entry:literal, gru) => {
@@ -46,6 +47,7 @@ macro_rules! step_kernel {
             bindings: &[R, R, R, RW, RW],
             slots: &[1, 2, 3, 4, 6],
             libs: LIBS,
+            defs: &[],
         };
     };
 }
@@ -60,6 +62,7 @@ static LOAD_STATE: Kernel = Kernel {
     bindings: &[R, RW],
     slots: &[7, 4],
     libs: LIBS,
+    defs: &[],
 };
 
 /// LSTM or GRU.
@@ -796,4 +799,27 @@ pub fn rnn_variants() -> Vec<ShaderVariant> {
     }
     v.extend(backward::backward_variants());
     v
+}
+
+/// The params struct's layout, checked against the shader's `struct Params` in tests/shaders.rs.
+#[doc(hidden)]
+pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
+    crate::runtime::pipeline::params_layout!(
+        LSTM_STEP,
+        &[DType::F32],
+        RnnParams {
+            batch,
+            hidden,
+            seq_rs,
+            prev_off,
+            next_off,
+            x_off,
+            x_rs,
+            g_off,
+            src_off,
+            src_rs,
+            dst_off,
+            dst_rs
+        }
+    )
 }
