@@ -2,10 +2,15 @@
 
 use half::f16;
 
-/// The element type of a tensor.
+/// The element type of a tensor's storage (PyTorch's `torch.float32` / `torch.float16`).
+/// Kernels load either into f32 registers and compute in f32, rounding only when they store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
+    /// 32-bit IEEE float, host type `f32`. Available on every adapter.
     F32,
+    /// 16-bit IEEE half float, host type [`f16`](crate::f16). Needs the adapter's SHADER_F16
+    /// feature ([`Device::supports_f16`](crate::Device::supports_f16)); ops on a device
+    /// without it return [`Error::MissingFeature`](crate::Error::MissingFeature).
     F16,
 }
 
@@ -27,10 +32,15 @@ impl DType {
     }
 }
 
-/// A host element type that maps to a [`DType`].
+/// A host element type that maps to a [`DType`]: `f32` and [`f16`](crate::f16). It types the
+/// uploads and readbacks ([`Tensor::from_slice`](crate::Tensor::from_slice),
+/// [`Tensor::to_vec`](crate::Tensor::to_vec)), whose bytes are copied as they are.
 pub trait Element: bytemuck::Pod + Copy + Send + Sync + std::fmt::Debug + 'static {
+    /// The tensor dtype whose storage holds values of this type.
     const DTYPE: DType;
+    /// The value widened to f64 (exact for both element types).
     fn to_f64(self) -> f64;
+    /// `v` rounded to the nearest value of this type.
     fn from_f64(v: f64) -> Self;
 }
 

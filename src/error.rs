@@ -12,35 +12,63 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     /// Shapes that the op cannot combine (broadcast, inner dims, element counts, ...).
     #[error("{op}: {msg}")]
-    Shape { op: &'static str, msg: String },
+    Shape {
+        /// The op that failed, as named in the API (`"matmul"`, `"conv2d"`, `"to_vec"`, ...).
+        op: &'static str,
+        /// What was wrong, with the values involved.
+        msg: String,
+    },
     /// An argument that is out of range (axis, permutation, narrow range, option values).
     #[error("{op}: {msg}")]
-    InvalidArgument { op: &'static str, msg: String },
+    InvalidArgument {
+        /// The op that failed, as named in the API (`"matmul"`, `"conv2d"`, `"to_vec"`, ...).
+        op: &'static str,
+        /// What was wrong, with the values involved.
+        msg: String,
+    },
     /// Two tensors (or a tensor and the requested element type) have different dtypes.
     #[error("{op}: dtype mismatch, expected {expected:?} got {got:?}")]
     DType {
+        /// The op that failed, as named in the API (`"matmul"`, `"conv2d"`, `"to_vec"`, ...).
         op: &'static str,
+        /// The dtype the op needed (usually the first operand's).
         expected: DType,
+        /// The dtype it was given.
         got: DType,
     },
     /// Tensors created on different devices were combined.
     #[error("{op}: tensors live on different devices")]
-    DeviceMismatch { op: &'static str },
+    DeviceMismatch {
+        /// The op that failed, as named in the API (`"matmul"`, `"conv2d"`, `"to_vec"`, ...).
+        op: &'static str,
+    },
     /// A dimension is zero where the op needs data, or a size overflows u32 / usize.
     #[error("{op}: {msg}")]
-    Size { op: &'static str, msg: String },
+    Size {
+        /// The op that failed, as named in the API (`"matmul"`, `"conv2d"`, `"to_vec"`, ...).
+        op: &'static str,
+        /// What was wrong, with the values involved.
+        msg: String,
+    },
     /// The tensor does not fit in one binding or buffer of this adapter.
     #[error("{op}: {bytes} bytes exceed the adapter's {limit_name} of {limit} bytes")]
     TooLarge {
+        /// The op that failed, as named in the API (`"matmul"`, `"conv2d"`, `"to_vec"`, ...).
         op: &'static str,
+        /// The size asked for, in bytes.
         bytes: u64,
+        /// The limit exceeded: a wgpu limit (`max_storage_buffer_binding_size`,
+        /// `max_buffer_size`) or the 4 GiB - 1 that u32 indexing reaches.
         limit_name: &'static str,
+        /// That limit's value on this adapter, in bytes.
         limit: u64,
     },
     /// The op needs an adapter feature this device lacks (e.g. SHADER_F16 for f16 tensors).
     #[error("{op}: the adapter lacks the {feature} feature")]
     MissingFeature {
+        /// The op that failed, as named in the API (`"matmul"`, `"conv2d"`, `"to_vec"`, ...).
         op: &'static str,
+        /// The wgpu feature's name, e.g. `SHADER_F16`.
         feature: &'static str,
     },
     /// No adapter matched, or the device could not be created.
@@ -48,16 +76,36 @@ pub enum Error {
     NoAdapter(String),
     /// wgpu reported a validation error.
     #[error("{op}: wgpu validation error: {msg}")]
-    Validation { op: &'static str, msg: String },
+    Validation {
+        /// The op that failed, as named in the API (`"matmul"`, `"conv2d"`, `"to_vec"`, ...).
+        op: &'static str,
+        /// wgpu's message.
+        msg: String,
+    },
     /// wgpu reported an out-of-memory error.
     #[error("{op}: out of GPU memory: {msg}")]
-    OutOfMemory { op: &'static str, msg: String },
+    OutOfMemory {
+        /// The op that failed, as named in the API (`"matmul"`, `"conv2d"`, `"to_vec"`, ...).
+        op: &'static str,
+        /// wgpu's message, or which budget ([`DeviceOptions::memory_limit`](crate::DeviceOptions::memory_limit)) ran out.
+        msg: String,
+    },
     /// The device was lost (driver reset, destroyed, ...). Nothing can run on it any more.
     #[error("{op}: device lost: {msg}")]
-    DeviceLost { op: &'static str, msg: String },
+    DeviceLost {
+        /// The op that failed, as named in the API (`"matmul"`, `"conv2d"`, `"to_vec"`, ...).
+        op: &'static str,
+        /// The reason and message the driver gave.
+        msg: String,
+    },
     /// Mapping a buffer for readback failed.
     #[error("{op}: readback failed: {msg}")]
-    Readback { op: &'static str, msg: String },
+    Readback {
+        /// The op that failed, as named in the API (`"matmul"`, `"conv2d"`, `"to_vec"`, ...).
+        op: &'static str,
+        /// Why the mapping failed.
+        msg: String,
+    },
 }
 
 impl Error {

@@ -6,6 +6,17 @@ use crate::{Error, Result};
 /// Highest rank a kernel accepts; shapes and strides travel to the GPU in `[u32; MAX_RANK]`.
 pub const MAX_RANK: usize = 8;
 
+/// How a tensor's elements sit in its storage: the shape, the stride of each dim and the
+/// offset of the first element, all counted in elements (not bytes), as PyTorch's `size()`,
+/// `stride()` and `storage_offset()`. Element `[i0, i1, ...]` lives at
+/// `offset + i0 * strides[0] + i1 * strides[1] + ...`; a stride of 0 repeats one value along
+/// a broadcast dim.
+///
+/// The methods are pure arithmetic on the description and never touch data; [`Tensor`]'s
+/// view ops of the same names apply them to a tensor ([`Tensor::layout`] reads one).
+///
+/// [`Tensor`]: crate::Tensor
+/// [`Tensor::layout`]: crate::Tensor::layout
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
     shape: Vec<usize>,
@@ -78,6 +89,7 @@ pub(crate) fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Re
 }
 
 impl Layout {
+    /// The packed row-major layout of `shape` at offset 0 (the last dim has stride 1).
     pub fn contiguous(shape: &[usize]) -> Self {
         Layout {
             shape: shape.to_vec(),
@@ -86,18 +98,23 @@ impl Layout {
         }
     }
 
+    /// The size of each dim.
     pub fn shape(&self) -> &[usize] {
         &self.shape
     }
+    /// The step between neighbours of each dim, in elements.
     pub fn strides(&self) -> &[usize] {
         &self.strides
     }
+    /// The position of the first element in the storage, in elements.
     pub fn offset(&self) -> usize {
         self.offset
     }
+    /// The number of dims.
     pub fn rank(&self) -> usize {
         self.shape.len()
     }
+    /// The number of elements (the product of the shape; 1 for rank 0).
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
     }
@@ -144,6 +161,8 @@ impl Layout {
         Ok(d as usize)
     }
 
+    /// Dims reordered so that dim `i` of the result is dim `perm[i]` of `self`. Errors with
+    /// [`Error::InvalidArgument`] when `perm` is not a permutation of `0..rank`.
     pub fn permute(&self, perm: &[usize]) -> Result<Layout> {
         let op = "permute";
         if perm.len() != self.rank() {
@@ -170,6 +189,8 @@ impl Layout {
         })
     }
 
+    /// Dims `a` and `b` swapped (negative dims count from the end). Errors with
+    /// [`Error::InvalidArgument`] for a dim out of range.
     pub fn transpose(&self, a: isize, b: isize) -> Result<Layout> {
         let a = Self::normalize_dim("transpose", a, self.rank())?;
         let b = Self::normalize_dim("transpose", b, self.rank())?;
@@ -178,6 +199,8 @@ impl Layout {
         self.permute(&perm)
     }
 
+    /// The `len` elements from `start` along `dim` (negative dims count from the end). Errors
+    /// with [`Error::InvalidArgument`] for a dim or range out of bounds.
     pub fn narrow(&self, dim: isize, start: usize, len: usize) -> Result<Layout> {
         let op = "narrow";
         let d = Self::normalize_dim(op, dim, self.rank())?;
@@ -202,6 +225,8 @@ impl Layout {
         Ok(l)
     }
 
+    /// Expanded to `shape` by numpy broadcasting (stride 0 on stretched and new leading dims).
+    /// Errors with [`Error::Shape`] when the shapes do not broadcast.
     pub fn broadcast_to(&self, shape: &[usize]) -> Result<Layout> {
         let op = "broadcast_to";
         if shape.len() < self.rank() {
@@ -233,6 +258,8 @@ impl Layout {
     }
 
     /// A reshaped view, or `None` when the data is not contiguous (the caller copies first).
+    /// The element count of `shape` is not checked here: it must equal [`Layout::numel`], as
+    /// [`Tensor::reshape`](crate::Tensor::reshape) checks before it calls this.
     pub fn reshape(&self, shape: &[usize]) -> Option<Layout> {
         if !self.is_contiguous() {
             return None;

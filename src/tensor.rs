@@ -8,6 +8,41 @@ use crate::ops::view_grad::{self, ViewKind};
 use crate::runtime::{Device, Storage};
 use crate::{DType, Element, Error, Result};
 
+/// An n-dimensional array on a GPU [`Device`], like a PyTorch `torch.Tensor` on a CUDA device.
+///
+/// A tensor is a handle: pooled GPU storage plus a [`Layout`] (shape, element strides, offset)
+/// and a [`DType`]. `Clone` is cheap and shares the storage. View ops ([`reshape`] of
+/// contiguous data, [`permute`], [`transpose`], [`narrow`], [`unsqueeze`],
+/// [`broadcast_to`]) return new handles on the same storage without a copy; ops read strided
+/// views directly and always write a fresh contiguous output, so tensors are never modified in
+/// place (the exceptions say so: [`gemm_into`](crate::ops::gemm_into) and the running
+/// statistics of [`batch_norm_train`](crate::ops::batch_norm_train)).
+///
+/// Ops are recorded, not run: they return at once and the GPU runs them in batches. Reading
+/// back ([`to_vec`], [`to_vec_async`]) or [`Device::sync`] waits for the work. The storage
+/// returns to the device's pool when the last handle (and the last pending command using it)
+/// is gone.
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let x = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?;
+/// assert_eq!((x.shape(), x.dtype()), (&[2, 3][..], DType::F32));
+/// let xt = x.transpose(0, 1)?; // [3, 2], a view: no copy, not contiguous
+/// assert!(xt.shares_storage(&x) && !xt.is_contiguous());
+/// assert_eq!(xt.to_vec::<f32>()?, vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+/// # Ok(()) }
+/// ```
+///
+/// [`reshape`]: Tensor::reshape
+/// [`permute`]: Tensor::permute
+/// [`transpose`]: Tensor::transpose
+/// [`narrow`]: Tensor::narrow
+/// [`unsqueeze`]: Tensor::unsqueeze
+/// [`broadcast_to`]: Tensor::broadcast_to
+/// [`to_vec`]: Tensor::to_vec
+/// [`to_vec_async`]: Tensor::to_vec_async
 #[derive(Clone)]
 pub struct Tensor {
     pub(crate) storage: Arc<Storage>,
@@ -64,7 +99,28 @@ impl Tensor {
         })
     }
 
-    /// Uploads `data` (row-major) as a tensor of `shape`.
+    /// Uploads `data` (row-major) as a new contiguous tensor of `shape`, with the dtype of `T`
+    /// (`f32` or [`f16`](crate::f16)); PyTorch's `torch.tensor(data).reshape(shape)`. An empty
+    /// `shape` (`&[]`) is a scalar holding one value.
+    ///
+    /// The upload is queued and lands before any op recorded later runs. Errors:
+    /// [`Error::Shape`] when `data.len()` is not the element count of `shape`,
+    /// [`Error::MissingFeature`] for f16 on a device without SHADER_F16, [`Error::Size`] /
+    /// [`Error::TooLarge`] for shapes past the rank limit ([`MAX_RANK`](crate::layout::MAX_RANK))
+    /// or the adapter's buffer limits.
+    ///
+    /// ```ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// use wgtensor::{f16, Device, Tensor};
+    /// let dev = Device::new()?;
+    /// let a = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0, 4.0], &[2, 2])?;
+    /// let s = Tensor::from_slice(&dev, &[0.5f32], &[])?; // a 0-d scalar
+    /// if dev.supports_f16() {
+    ///     let h = Tensor::from_slice(&dev, &[f16::from_f32(1.5)], &[1])?;
+    /// }
+    /// assert!(Tensor::from_slice(&dev, &[1.0f32; 3], &[2, 2]).is_err()); // 3 values, 4 slots
+    /// # Ok(()) }
+    /// ```
     pub fn from_slice<T: Element>(device: &Device, data: &[T], shape: &[usize]) -> Result<Tensor> {
         let op = "from_slice";
         let n = check_new_shape(device, op, shape, T::DTYPE)?;
@@ -82,7 +138,8 @@ impl Tensor {
         Ok(t)
     }
 
-    /// A tensor of zeros.
+    /// A new contiguous tensor of `shape` filled with zeros (PyTorch's `torch.zeros`), cleared
+    /// on the GPU with no upload. Errors as [`Tensor::from_slice`] does for the shape and dtype.
     pub fn zeros(device: &Device, shape: &[usize], dtype: DType) -> Result<Tensor> {
         let t = Tensor::empty(device, "zeros", shape, dtype)?;
         let bytes = (t.numel() * dtype.size()).div_ceil(4) as u64 * 4;
@@ -92,7 +149,8 @@ impl Tensor {
         Ok(t)
     }
 
-    /// A tensor filled with `value` (converted to `dtype`).
+    /// A new contiguous tensor of `shape` filled with `value`, rounded to `dtype` (PyTorch's
+    /// `torch.full`). Errors as [`Tensor::from_slice`] does for the shape and dtype.
     pub fn full(device: &Device, shape: &[usize], value: f64, dtype: DType) -> Result<Tensor> {
         check_new_shape(device, "full", shape, dtype)?;
         let one = match dtype {
@@ -102,32 +160,79 @@ impl Tensor {
         one.broadcast_to(shape)?.contiguous()
     }
 
+    /// The device whose memory holds the tensor; ops combine only tensors of the same device
+    /// (else [`Error::DeviceMismatch`]).
     pub fn device(&self) -> &Device {
         &self.storage.device
     }
+    /// The element type (PyTorch's `tensor.dtype`).
     pub fn dtype(&self) -> DType {
         self.dtype
     }
+    /// The size of each dimension (PyTorch's `tensor.shape`); `[]` for a 0-d scalar.
     pub fn shape(&self) -> &[usize] {
         self.layout.shape()
     }
+    /// The step between neighbours of each dimension, in elements (PyTorch's
+    /// `tensor.stride()`); 0 along broadcast dimensions.
     pub fn strides(&self) -> &[usize] {
         self.layout.strides()
     }
+    /// Shape, strides and element offset into the storage together.
     pub fn layout(&self) -> &Layout {
         &self.layout
     }
+    /// The number of dimensions (PyTorch's `tensor.dim()`).
     pub fn rank(&self) -> usize {
         self.layout.rank()
     }
+    /// The number of elements, the product of the shape (PyTorch's `tensor.numel()`).
     pub fn numel(&self) -> usize {
         self.layout.numel()
     }
+    /// True when the elements are packed in row-major order (PyTorch's
+    /// `tensor.is_contiguous()`); the offset may be non-zero.
     pub fn is_contiguous(&self) -> bool {
         self.layout.is_contiguous()
     }
     pub(crate) fn buffer(&self) -> &wgpu::Buffer {
         self.storage.buffer()
+    }
+
+    /// The wgpu buffer holding this tensor and the byte range of its elements, for the
+    /// application's own passes on [`Device::wgpu_device`] (interop). The tensor must be
+    /// contiguous (call [`Tensor::contiguous`] first) and its range 4-byte aligned; the buffer
+    /// may be larger than the range (pooled size classes). A binding at a non-zero offset must
+    /// also respect the adapter's `min_storage_buffer_offset_alignment`; otherwise bind the whole
+    /// buffer and index from `offset / element size`.
+    ///
+    /// When it is safe: ops on the tensor may still be pending (recorded, not yet run), so
+    /// submit the work that uses the buffer with [`Device::submit`], which runs it after
+    /// everything wgtensor recorded before. Writing the buffer changes every view sharing the
+    /// storage (see [`Tensor::shares_storage`]); keep the tensor alive while the app's work
+    /// may use the buffer, since a dropped tensor's buffer is reused by later ops.
+    pub fn wgpu_buffer(&self) -> Result<(&wgpu::Buffer, u64, u64)> {
+        let op = "wgpu_buffer";
+        let size = self.dtype.size() as u64;
+        let offset = self.layout.offset() as u64 * size;
+        let bytes = self.numel() as u64 * size;
+        if !self.is_contiguous() {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "the tensor (shape {:?}, strides {:?}) is not contiguous; call contiguous() first",
+                    self.shape(),
+                    self.strides()
+                ),
+            ));
+        }
+        if !offset.is_multiple_of(4) {
+            return Err(Error::arg(
+                op,
+                format!("the view starts at byte {offset}, not a multiple of 4; call contiguous() first"),
+            ));
+        }
+        Ok((self.buffer(), offset, bytes))
     }
 
     /// True when both tensors view the same GPU buffer.
@@ -187,6 +292,20 @@ impl Tensor {
         }
     }
 
+    /// A view with the dimensions reordered: dim `i` of the result is dim `perm[i]` of `self`
+    /// (PyTorch's `permute`). Never copies. Errors with [`Error::InvalidArgument`] when `perm`
+    /// is not a permutation of `0..rank`.
+    ///
+    /// ```ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// use wgtensor::{DType, Device, Tensor};
+    /// let dev = Device::new()?;
+    /// let nhwc = Tensor::zeros(&dev, &[8, 32, 32, 3], DType::F32)?;
+    /// let nchw = nhwc.permute(&[0, 3, 1, 2])?; // a strided view, ready for conv2d
+    /// assert_eq!(nchw.shape(), &[8, 3, 32, 32]);
+    /// assert_eq!(nchw.strides(), &[3072, 1, 96, 3]);
+    /// # Ok(()) }
+    /// ```
     pub fn permute(&self, perm: &[usize]) -> Result<Tensor> {
         let out = self.view(self.layout.permute(perm)?);
         Ok(view_grad::record_view(self, out, || {
@@ -194,6 +313,20 @@ impl Tensor {
         }))
     }
 
+    /// A view with dims `a` and `b` swapped (PyTorch's `transpose`; negative dims count from
+    /// the end). Never copies: matmul and the other ops read the strided result directly.
+    /// Errors with [`Error::InvalidArgument`] for a dim out of range.
+    ///
+    /// ```ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// use wgtensor::{DType, Device, Tensor};
+    /// let dev = Device::new()?;
+    /// let w = Tensor::zeros(&dev, &[10, 64], DType::F32)?; // [out, in], as nn.Linear keeps it
+    /// let x = Tensor::zeros(&dev, &[32, 64], DType::F32)?;
+    /// let y = x.matmul(&w.transpose(-2, -1)?)?; // x @ w.T without a copy of w
+    /// assert_eq!(y.shape(), &[32, 10]);
+    /// # Ok(()) }
+    /// ```
     pub fn transpose(&self, a: isize, b: isize) -> Result<Tensor> {
         let out = self.view(self.layout.transpose(a, b)?);
         Ok(view_grad::record_view(self, out, || {
@@ -201,7 +334,20 @@ impl Tensor {
         }))
     }
 
-    /// The `len` elements starting at `start` along `dim` (negative dims count from the end).
+    /// A view of the `len` elements starting at `start` along `dim` (PyTorch's `narrow`;
+    /// negative dims count from the end). Never copies. Errors with
+    /// [`Error::InvalidArgument`] for a dim or a range out of bounds.
+    ///
+    /// ```ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// use wgtensor::{Device, Tensor};
+    /// let dev = Device::new()?;
+    /// let x = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?;
+    /// let cols = x.narrow(-1, 1, 2)?; // x[:, 1:3]
+    /// assert_eq!(cols.to_vec::<f32>()?, vec![2.0, 3.0, 5.0, 6.0]);
+    /// assert!(x.narrow(1, 2, 2).is_err());
+    /// # Ok(()) }
+    /// ```
     pub fn narrow(&self, dim: isize, start: usize, len: usize) -> Result<Tensor> {
         let out = self.view(self.layout.narrow(dim, start, len)?);
         Ok(view_grad::record_view(self, out, || {
@@ -217,13 +363,45 @@ impl Tensor {
         Ok(view_grad::record_view(self, out, || ViewKind::Reshape))
     }
 
+    /// A view expanded to `shape` by numpy broadcasting rules (PyTorch's `expand` /
+    /// `broadcast_to`): size-1 dims stretch with stride 0 and new leading dims are added; no
+    /// memory is allocated. Errors with [`Error::Shape`] when the shapes do not broadcast.
+    ///
+    /// ```ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// use wgtensor::{Device, Tensor};
+    /// let dev = Device::new()?;
+    /// let row = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0], &[3])?;
+    /// let m = row.broadcast_to(&[2, 3])?;
+    /// assert_eq!(m.strides(), &[0, 1]);
+    /// assert_eq!(m.to_vec::<f32>()?, vec![1.0, 2.0, 3.0, 1.0, 2.0, 3.0]);
+    /// assert!(row.broadcast_to(&[2, 4]).is_err());
+    /// # Ok(()) }
+    /// ```
     pub fn broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
         checked_numel("broadcast_to", shape)?;
         let out = self.view(self.layout.broadcast_to(shape)?);
         Ok(view_grad::record_view(self, out, || ViewKind::Broadcast))
     }
 
-    /// Reads the tensor back (native, blocking). `T` must match the dtype.
+    /// Copies the elements to the host in row-major order of the shape (PyTorch's
+    /// `tensor.cpu().flatten().tolist()`), blocking until every op it depends on has run.
+    /// Native only; on wasm use [`Tensor::to_vec_async`].
+    ///
+    /// Errors: [`Error::DType`] when `T` is not the tensor's dtype (no conversion happens: use
+    /// [`Tensor::to_dtype`] first), and any error the GPU reported for the pending work
+    /// ([`Error::DeviceLost`], [`Error::OutOfMemory`], [`Error::Validation`],
+    /// [`Error::Readback`]).
+    ///
+    /// ```ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// use wgtensor::{f16, DType, Device, Tensor};
+    /// let dev = Device::new()?;
+    /// let x = Tensor::full(&dev, &[2, 2], 0.25, DType::F32)?;
+    /// assert_eq!(x.to_vec::<f32>()?, vec![0.25; 4]);
+    /// assert!(x.to_vec::<f16>().is_err()); // wrong element type
+    /// # Ok(()) }
+    /// ```
     #[cfg(not(target_arch = "wasm32"))]
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         if self.numel() == 0 {
@@ -237,7 +415,11 @@ impl Tensor {
         Ok(bytemuck::pod_collect_to_vec(&raw))
     }
 
-    /// Reads the tensor back without blocking (the wasm path).
+    /// [`Tensor::to_vec`] as a future that resolves once the data is on the host: the
+    /// readback on wasm, where the browser thread cannot block, and an async point where work
+    /// held back by the in-flight cap is submitted (see [`Device::sync_async`]). On native it
+    /// blocks inside the first poll, as `to_vec` does, so the same async code runs on both.
+    /// Errors as `to_vec` does.
     pub async fn to_vec_async<T: Element>(&self) -> Result<Vec<T>> {
         if self.numel() == 0 {
             self.check_read_dtype::<T>()?;

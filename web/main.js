@@ -15,9 +15,10 @@ function render(r, gpuInfo) {
   // wgpu's adapter name is empty when the browser masks it; GPUAdapterInfo says more.
   const web = gpuInfo ? [gpuInfo.vendor, gpuInfo.architecture, gpuInfo.description]
     .filter(Boolean).join(' / ') : '';
+  const software = a.device_type === 'Cpu' ? ' · software WebGPU: timings are not a real GPU\'s' : '';
   $('adapter').textContent =
     `${a.name || web || '(name hidden by the browser)'} · ${a.backend} · ${a.device_type}` +
-    `${a.driver ? ' · ' + a.driver : ''} · f16 ${a.f16 ? 'yes' : 'no'}`;
+    `${a.driver ? ' · ' + a.driver : ''} · f16 ${a.f16 ? 'yes' : 'no'}${software}`;
   const body = $('steps').querySelector('tbody');
   for (const s of r.steps) {
     const tr = document.createElement('tr');
@@ -49,6 +50,18 @@ try {
     report.pass ? 'correctness check passed' : 'correctness check FAILED');
 } catch (e) {
   window.demoError = String(e);
-  finish('error', `error: ${e}`);
-  console.error(e);
+  const noGpu = !navigator.gpu || /adapter|webgpu|not compiled in/i.test(String(e));
+  if (noGpu) {
+    // wgpu's own message lists the backends it was built without: say what to do instead.
+    finish('error', 'WebGPU is not available in this browser');
+    $('help').dataset.show = '';
+    $('help').innerHTML = 'This page needs WebGPU: Chrome or Edge 113+, Safari 18+ or ' +
+      'Firefox 141+ (Windows). On Linux, start Chrome with <code>--enable-unsafe-webgpu ' +
+      '--enable-features=Vulkan</code>; <code>chrome://gpu</code> shows whether WebGPU is ' +
+      'enabled and which adapter it uses.';
+    console.warn(e);
+  } else {
+    finish('error', `error: ${e}`);
+    console.error(e);
+  }
 }

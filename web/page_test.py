@@ -57,7 +57,8 @@ class WebDriver:
             raise RuntimeError(f"webdriver {method} {path}: {e.read().decode()[:2000]}") from None
 
     def start(self, args):
-        caps = {"browserName": "chrome", "goog:chromeOptions": {"args": args}}
+        caps = {"browserName": "chrome", "goog:chromeOptions": {"args": args},
+                "goog:loggingPrefs": {"browser": "ALL"}}
         binary = os.environ.get("CHROMIUM") or shutil.which("chromium")
         if binary:
             caps["goog:chromeOptions"]["binary"] = binary
@@ -118,6 +119,17 @@ def main():
         os.makedirs(os.path.dirname(os.path.abspath(opts.screenshot)), exist_ok=True)
         with open(opts.screenshot, "wb") as f:
             f.write(shot)
+        # Errors logged to the console (a missing favicon, an uncaught exception).
+        console = [e for e in wd.call("POST", wd.s("/se/log"), {"type": "browser"}) or []
+                   if e.get("level") == "SEVERE"]
+        # A phone-sized window (390 x 844): the page must not overflow horizontally.
+        wd.call("POST", wd.s("/window/rect"), {"width": 390, "height": 844})
+        time.sleep(0.3)
+        widths = wd.js("return [document.scrollingElement.scrollWidth, window.innerWidth]")
+        phone = base64.b64decode(wd.call("GET", wd.s("/screenshot")))
+        phone_path = opts.screenshot.replace(".png", "-phone.png")
+        with open(phone_path, "wb") as f:
+            f.write(phone)
         wd.call("DELETE", wd.s(""))
     finally:
         driver.terminate()
@@ -139,6 +151,13 @@ def main():
     ok = True
     if status != "pass":
         print(f"page_test: FAILED: the page reports {status!r}: {text}", file=sys.stderr)
+        ok = False
+    print(f"page_test: phone width: scrollWidth {widths[0]} vs innerWidth {widths[1]} ({phone_path})")
+    if widths[0] > widths[1]:
+        print("page_test: FAILED: the page overflows horizontally at phone size", file=sys.stderr)
+        ok = False
+    if console:
+        print(f"page_test: FAILED: console errors: {console}", file=sys.stderr)
         ok = False
     if size == 0 or not shot.startswith(PNG_MAGIC):
         print("page_test: FAILED: the screenshot is empty or not a PNG", file=sys.stderr)

@@ -1,12 +1,14 @@
-//! Convolution cases of the kernels bench (issue shapes exactly; peer figures: burn 0.22 wgpu on
-//! this machine's adapter, median ms, as given in the issue).
+//! Convolution cases: a ResNet-style 3x3 conv2d (dense, grouped, depthwise, weight gradient), a
+//! grouped conv1d, and a groups sweep over conv1d. gflops count 2 x output elements x the taps
+//! of one output (input channels per group x kernel size), padded taps included.
 
 use wgtensor::ops::{
     conv1d, conv2d, conv2d_backward_weight, Conv1dOptions, Conv2dOptions, Padding,
 };
 use wgtensor::{DType, Device};
 
-use super::{tensor, Case, Run};
+use super::inputs::tensor;
+use super::{Case, Run};
 
 /// x[8,64,56,56], w[64,64/groups,3,3], pad 1, stride 1.
 const X2: [usize; 4] = [8, 64, 56, 56];
@@ -59,41 +61,15 @@ fn conv1d_flops(x: [usize; 3], o: usize, groups: usize) -> f64 {
     2.0 * (x[0] * o * x[2] * (x[1] / groups) * 5) as f64
 }
 
-fn case(
-    name: &'static str,
-    flops: f64,
-    peer_ms: Option<f64>,
-    setup: impl Fn(&Device) -> wgtensor::Result<Run> + 'static,
-) -> Case {
-    Case {
-        name,
-        flops,
-        bytes: 0.0,
-        peer_ms,
-        needs_f16: false,
-        setup: Box::new(setup),
-    }
-}
-
 pub fn cases() -> Vec<Case> {
     let mut v = vec![
-        case("conv2d", conv2d_flops(1), Some(541.0), |d| {
-            conv2d_case(d, 1)
-        }),
-        case("conv2d_grouped", conv2d_flops(8), Some(101.0), |d| {
-            conv2d_case(d, 8)
-        }),
-        // The issue gives 25-49 ms (noisy); the midpoint is used for vs_peer.
-        case("conv2d_depthwise", conv2d_flops(64), Some(37.0), |d| {
-            conv2d_case(d, 64)
-        }),
-        case(
-            "conv1d_grouped",
-            conv1d_flops([4, 256, 32], 512, 128),
-            Some(3.3),
-            |d| conv1d_case(d, [4, 256, 32], 512, 128),
-        ),
-        case("conv2d_wgrad", conv2d_flops(1), Some(556.0), wgrad_case),
+        Case::new("conv2d", |d| conv2d_case(d, 1)).flops(conv2d_flops(1)),
+        Case::new("conv2d_grouped", |d| conv2d_case(d, 8)).flops(conv2d_flops(8)),
+        Case::new("conv2d_depthwise", |d| conv2d_case(d, 64)).flops(conv2d_flops(64)),
+        Case::new("conv1d_grouped", |d| conv1d_case(d, [4, 256, 32], 512, 128))
+            .flops(conv1d_flops([4, 256, 32], 512, 128)),
+        // The weight gradient of the conv2d case.
+        Case::new("conv2d_wgrad", wgrad_case).flops(conv2d_flops(1)),
     ];
     // The MLX groups table: for a fixed input the time must not grow with the group count.
     const SWEEP: [(&str, [usize; 3], usize, usize); 9] = [
@@ -108,9 +84,7 @@ pub fn cases() -> Vec<Case> {
         ("conv1d_groups_sweep/x256_g256", [4, 256, 32], 512, 256),
     ];
     for (name, x, o, g) in SWEEP {
-        v.push(case(name, conv1d_flops(x, o, g), None, move |d| {
-            conv1d_case(d, x, o, g)
-        }));
+        v.push(Case::new(name, move |d| conv1d_case(d, x, o, g)).flops(conv1d_flops(x, o, g)));
     }
     v
 }

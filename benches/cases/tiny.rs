@@ -13,7 +13,8 @@ use std::collections::VecDeque;
 use wgtensor::ops::ScalarOp;
 use wgtensor::{DType, Device, Tensor};
 
-use super::{tensor, Case, Run};
+use super::inputs::tensor;
+use super::{Case, Run};
 
 /// Dependent ops per run.
 pub const CHAIN: usize = 2000;
@@ -210,18 +211,12 @@ fn mix_case(dev: &Device) -> wgtensor::Result<Run> {
     }))
 }
 
+/// No flops or bytes: instead of gflops or gbps these report `us_per_op=` (tiny_ops*) and
+/// `dispatches_per_s=` (what goes through the wgtensor device; tiny_ops_raw uses its own).
 pub fn cases() -> Vec<Case> {
-    let case = |name, setup: fn(&Device) -> wgtensor::Result<Run>| Case {
-        name,
-        flops: 0.0,
-        bytes: 0.0,
-        peer_ms: None,
-        needs_f16: false,
-        setup: Box::new(setup),
-    };
     vec![
-        case("tiny_ops_raw", raw_case),
-        case("tiny_ops", tiny_case),
-        case("small_op_mix", mix_case),
+        Case::new("tiny_ops_raw", raw_case),
+        Case::new("tiny_ops", tiny_case),
+        Case::new("small_op_mix", mix_case),
     ]
 }

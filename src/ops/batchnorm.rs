@@ -12,7 +12,7 @@
 //! chunk without barriers and every lane leaves its own partial in a pooled f32 workspace. A
 //! per-channel pass then merges the partials in a fixed order, so results are bitwise identical
 //! on every run. Training statistics are Welford updates of pivot-shifted values per lane,
-//! merged with Chan's formula (never E[x^2] - E[x]^2), so a mean of 1e4 with a spread of 1e-2
+//! merged with Chan's formula (never `E[x^2] - E[x]^2`), so a mean of 1e4 with a spread of 1e-2
 //! keeps full precision.
 //!
 //! Dispatches: inference 1; training 3 (partial statistics, per-channel finalize with the
@@ -32,7 +32,8 @@
 //! let beta = Tensor::zeros(&dev, &[16], DType::F32)?;
 //! let mut state = BatchNormState::new(&dev, 16, DType::F32)?; // momentum 0.1, as PyTorch
 //! let (y, mean, invstd) = batch_norm_train(&x, Some(&gamma), Some(&beta), Some(&mut state), 1e-5)?;
-//! let (dx, dgamma, dbeta) = batch_norm_backward(&y, &x, &mean, &invstd, Some(&gamma))?;
+//! let dy = Tensor::full(&dev, y.shape(), 1.0, DType::F32)?; // the gradient of y
+//! let (dx, dgamma, dbeta) = batch_norm_backward(&dy, &x, &mean, &invstd, Some(&gamma))?;
 //! let eval = batch_norm_inference(
 //!     &x,
 //!     &state.running_mean,
@@ -50,7 +51,7 @@ use std::collections::HashSet;
 use bytemuck::{Pod, Zeroable};
 
 use crate::ops::batchnorm_grad;
-use crate::ops::gemm::Activation;
+use crate::ops::gemm::{Activation, ACTIVATION_DEFS};
 use crate::runtime::pipeline::{ShaderVariant, ACTIVATION_LIB};
 use crate::runtime::{grid_1d, Access, Kernel, Storage};
 use crate::{Caps, DType, Device, Error, Result, Tensor};
@@ -193,6 +194,13 @@ pub struct BatchNormPlan {
     pub chunks: u32,
 }
 
+// The values the plan picks from, which the variant list enumerates: values per group (VEC)
+// and lanes per workgroup (WG).
+const SCALAR_GROUPS: u32 = 1;
+const VEC4_GROUPS: u32 = 4;
+const CPU_LANES: u32 = 8;
+const GPU_LANES: u32 = 64;
+
 /// The work split for an input of `shape` whose x (and dy) start at element offsets `offsets`.
 /// Errors for a shape the ops reject (rank below 2).
 pub fn plan(dev: &Device, shape: &[usize], offsets: &[usize]) -> Result<BatchNormPlan> {
@@ -219,11 +227,11 @@ pub fn plan_for(caps: &Caps, shape: &[usize], offsets: &[usize]) -> Result<Batch
         })?;
     let n = shape[0];
     let vec = if s % 4 == 0 && offsets.iter().all(|o| o % 4 == 0) {
-        4
+        VEC4_GROUPS as usize
     } else {
-        1
+        SCALAR_GROUPS as usize
     };
-    let wg = if caps.cpu { 8 } else { 64 };
+    let wg = if caps.cpu { CPU_LANES } else { GPU_LANES } as usize;
     let groups = n * s / vec;
     let max = caps.max_workgroups_per_dim as usize;
     let want = groups.div_ceil(CHUNK_TARGET).clamp(1, max);
@@ -499,6 +507,27 @@ impl Input {
 /// Inference: `act((x - running_mean) / sqrt(running_var + eps) * gamma + beta)` per channel, in
 /// one pass (the per-channel scale and shift are folded in each workgroup). `gamma` / `beta`
 /// default to 1 / 0.
+///
+/// PyTorch's `BatchNorm{1,2,3}d` in `eval()` mode (`F.batch_norm(training=False)`), with a
+/// fused activation. Returns a new contiguous tensor of x's shape and dtype. Errors:
+/// [`Error::Shape`] for an input of rank below 2 or per-channel vectors that are not `[C]`;
+/// [`Error::DType`] / [`Error::DeviceMismatch`] when they differ from x;
+/// [`Error::InvalidArgument`] for a negative or non-finite `eps`.
+///
+/// ```no_run,ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::ops::{batch_norm_inference, Activation, BatchNormState};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let state = BatchNormState::new(&dev, 16, DType::F32)?; // or trained statistics
+/// let x = Tensor::full(&dev, &[4, 16, 8, 8], 2.0, DType::F32)?;
+/// // bn followed by relu, one pass
+/// let y = batch_norm_inference(
+///     &x, &state.running_mean, &state.running_var, None, None, 1e-5, Activation::Relu,
+/// )?;
+/// assert_eq!(y.shape(), x.shape());
+/// # Ok(()) }
+/// ```
 pub fn batch_norm_inference(
     x: &Tensor,
     running_mean: &Tensor,
@@ -585,6 +614,30 @@ pub(crate) fn batch_norm_inference_untracked(
 /// `momentum: None`, `1 / num_batches_tracked`, and
 /// `running = (1 - factor) * running + factor * batch_stat` with the unbiased variance
 /// `var * n / (n - 1)`. The state is left untouched when the call returns an error.
+///
+/// Results are bitwise identical from run to run (fixed-order merges of the partial
+/// statistics). Errors as [`batch_norm_inference`], plus [`Error::Shape`] for a single value
+/// per channel (no variance to estimate; PyTorch refuses it too), and
+/// [`Error::InvalidArgument`] for a non-finite momentum or running statistics that overlap
+/// each other or an input (they are written in place).
+///
+/// ```no_run,ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::ops::{batch_norm_train, BatchNormState};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let gamma = Tensor::full(&dev, &[16], 1.0, DType::F32)?;
+/// let beta = Tensor::zeros(&dev, &[16], DType::F32)?;
+/// let mut state = BatchNormState::new(&dev, 16, DType::F32)?;
+/// for _ in 0..3 {
+///     let x = Tensor::full(&dev, &[8, 16, 32, 32], 0.5, DType::F32)?;
+///     let (y, saved_mean, saved_invstd) =
+///         batch_norm_train(&x, Some(&gamma), Some(&beta), Some(&mut state), 1e-5)?;
+///     assert_eq!((y.shape(), saved_mean.shape()), (x.shape(), &[16][..]));
+/// }
+/// assert_eq!(state.num_batches_tracked, 3);
+/// # Ok(()) }
+/// ```
 pub fn batch_norm_train(
     x: &Tensor,
     gamma: Option<&Tensor>,
@@ -738,6 +791,27 @@ pub(crate) fn batch_norm_train_untracked(
 /// (`[C]`, the input's dtype) and
 /// `dx = gamma * invstd * (dy - mean(dy) - xhat * mean(dy * xhat))`, `xhat = (x - mean) * invstd`.
 /// One reduction pass over (dy, x), a per-channel pass, and one elementwise pass.
+///
+/// PyTorch's `native_batch_norm_backward` in training mode: pass the same `x` and `gamma` as
+/// the forward and its `saved_mean` / `saved_invstd` (f32 `[C]`); `dy` has x's shape and dtype.
+/// Nothing tells swapped arguments of equal shapes apart, so keep the order. Errors:
+/// [`Error::Shape`] when `dy` and `x` differ in shape or the vectors are not `[C]`;
+/// [`Error::DType`] / [`Error::DeviceMismatch`] as for the forward.
+///
+/// ```no_run,ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::ops::{batch_norm_backward, batch_norm_train};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let x = Tensor::full(&dev, &[8, 16, 32], 0.5, DType::F32)?; // [N, C, L]
+/// let gamma = Tensor::full(&dev, &[16], 1.0, DType::F32)?;
+/// let (y, saved_mean, saved_invstd) = batch_norm_train(&x, Some(&gamma), None, None, 1e-5)?;
+/// let dy = Tensor::full(&dev, y.shape(), 1.0, DType::F32)?; // upstream gradient
+/// let (dx, dgamma, dbeta) =
+///     batch_norm_backward(&dy, &x, &saved_mean, &saved_invstd, Some(&gamma))?;
+/// assert_eq!((dx.shape(), dgamma.shape(), dbeta.shape()), (x.shape(), &[16][..], &[16][..]));
+/// # Ok(()) }
+/// ```
 pub fn batch_norm_backward(
     dy: &Tensor,
     x: &Tensor,
@@ -838,17 +912,17 @@ pub fn batch_norm_backward(
 pub fn batchnorm_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();
     for dt in [DType::F32, DType::F16] {
-        for vec in [1.0, 4.0] {
-            for wg in [8.0, 64.0] {
-                let c = [("VEC", vec), ("WG", wg)];
+        for vec in [SCALAR_GROUPS, VEC4_GROUPS] {
+            for wg in [CPU_LANES, GPU_LANES] {
+                let c = [("VEC", vec as f64), ("WG", wg as f64)];
                 for k in [&STATS, &FINALIZE, &GRAD_STATS, &GRAD_FINALIZE, &GRAD_APPLY] {
                     v.push(ShaderVariant::new(k, &[dt], &c));
                 }
-                for act in 0..5u32 {
+                for &(_, act) in ACTIVATION_DEFS {
                     let mut ca = c.to_vec();
                     ca.push(("ACT", act as f64));
                     v.push(ShaderVariant::new(&INFER, &[dt], &ca));
-                    if act == 0 {
+                    if act == Activation::None as u32 {
                         v.push(ShaderVariant::new(&APPLY, &[dt], &ca));
                     }
                 }

@@ -17,13 +17,21 @@ static BINARY: Kernel = Kernel {
     defs: BINARY_DEFS,
 };
 
+/// Elementwise functions of two tensors, computed in f32 by [`Tensor::binary`] (and its
+/// shorthands such as [`Tensor::add`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BinaryOp {
+    /// `a + b` (`torch.add`).
     Add,
+    /// `a - b` (`torch.sub`).
     Sub,
+    /// `a * b` (`torch.mul`).
     Mul,
+    /// `a / b` (`torch.div`, true division).
     Div,
+    /// The larger of `a` and `b` (`torch.maximum`).
     Max,
+    /// The smaller of `a` and `b` (`torch.minimum`).
     Min,
 }
 
@@ -101,21 +109,27 @@ impl Tensor {
         Ok(out)
     }
 
+    /// `self + other` with broadcasting ([`BinaryOp::Add`]).
     pub fn add(&self, other: &Tensor) -> Result<Tensor> {
         self.binary(other, BinaryOp::Add)
     }
+    /// `self - other` with broadcasting ([`BinaryOp::Sub`]).
     pub fn sub(&self, other: &Tensor) -> Result<Tensor> {
         self.binary(other, BinaryOp::Sub)
     }
+    /// `self * other` elementwise with broadcasting ([`BinaryOp::Mul`]).
     pub fn mul(&self, other: &Tensor) -> Result<Tensor> {
         self.binary(other, BinaryOp::Mul)
     }
+    /// `self / other` elementwise with broadcasting ([`BinaryOp::Div`]).
     pub fn div(&self, other: &Tensor) -> Result<Tensor> {
         self.binary(other, BinaryOp::Div)
     }
+    /// The elementwise maximum with broadcasting ([`BinaryOp::Max`], `torch.maximum`).
     pub fn maximum(&self, other: &Tensor) -> Result<Tensor> {
         self.binary(other, BinaryOp::Max)
     }
+    /// The elementwise minimum with broadcasting ([`BinaryOp::Min`], `torch.minimum`).
     pub fn minimum(&self, other: &Tensor) -> Result<Tensor> {
         self.binary(other, BinaryOp::Min)
     }

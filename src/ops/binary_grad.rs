@@ -94,6 +94,13 @@ impl BackwardOp for BinaryBackward {
 
 impl Tensor {
     /// `self (op) other` with numpy broadcasting; strided inputs are read without copies.
+    /// Returns a new contiguous tensor of the broadcast shape. Errors: [`Error::Shape`] when
+    /// the shapes do not broadcast, [`Error::DType`] / [`Error::DeviceMismatch`] when the
+    /// operands differ in dtype or device (no implicit promotion, unlike PyTorch).
+    ///
+    /// [`Error::Shape`]: crate::Error::Shape
+    /// [`Error::DType`]: crate::Error::DType
+    /// [`Error::DeviceMismatch`]: crate::Error::DeviceMismatch
     pub fn binary(&self, other: &Tensor, op: BinaryOp) -> Result<Tensor> {
         let out = self.binary_forward(other, op)?;
         Ok(record(out, &[self, other], |y| {

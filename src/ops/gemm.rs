@@ -74,15 +74,23 @@ const MAX_K: usize = 1 << 24;
 /// Batch dims left after merging must fit the kernel's vec4 batch decode.
 const MAX_BATCH_DIMS: usize = 4;
 
-/// Activation fused into an epilogue (its codes reach the shaders through [`ACTIVATION_DEFS`]).
+/// Activation fused into an epilogue (its codes reach the shaders through `ACTIVATION_DEFS`).
+///
+/// GEMM ([`GemmOptions::activation`]), the convolutions and batch-norm inference apply it to
+/// the result before it is stored, saving the extra pass (and memory round trip) that a
+/// separate [`Tensor::relu`] and the like would cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Activation {
+    /// The identity (no activation).
     #[default]
     None,
+    /// `max(x, 0)`.
     Relu,
     /// Exact (erf) GELU.
     Gelu,
+    /// The logistic sigmoid `1 / (1 + e^-x)`.
     Sigmoid,
+    /// Hyperbolic tangent.
     Tanh,
 }
 
@@ -97,9 +105,12 @@ pub(crate) const ACTIVATION_DEFS: &[(&str, u32)] = &[
 ];
 
 /// A bias added in the epilogue: one value per output column (`[N]`) or per row (`[M]`).
+/// The same bias is added to every batch entry; its dtype and device must match the operands.
 #[derive(Debug, Clone, Copy)]
 pub enum Bias<'a> {
+    /// `[N]`, added to every row: `nn.Linear`'s bias.
     PerColumn(&'a Tensor),
+    /// `[M]`, added to every column.
     PerRow(&'a Tensor),
 }
 
@@ -107,11 +118,16 @@ pub enum Bias<'a> {
 /// no bias, no activation, split-k chosen automatically.
 #[derive(Debug, Clone, Copy)]
 pub struct GemmOptions<'a> {
+    /// Scale of the product `a @ b` (PyTorch's `addmm` `alpha`).
     pub alpha: f32,
+    /// Scale of `c` (PyTorch's `addmm` `beta`). With 0, `c` is not read at all, so NaN or inf
+    /// in it do not propagate (as in PyTorch).
     pub beta: f32,
     /// Added as `beta * C`; broadcastable to the output shape.
     pub c: Option<&'a Tensor>,
+    /// A vector added after `alpha * a @ b + beta * c`, before the activation.
     pub bias: Option<Bias<'a>>,
+    /// Applied last, to the whole sum.
     pub activation: Activation,
     /// Force the number of K slices (1 disables split-k). `None`: chosen from the problem.
     pub split_k: Option<u32>,
@@ -167,7 +183,11 @@ pub struct GemmPlan {
     /// sg8 only: subgroups per workgroup (1 on every adapter so far); a workgroup covers
     /// 32 * sgs rows.
     pub sgs: u32,
+    /// K slices (split-k): 1 is one launch; above 1, each slice writes a partial product to
+    /// an f32 workspace and a fixed-order reduction sums them, so results do not vary between
+    /// runs.
     pub splits: u32,
+    /// Steps of K each slice covers (K itself when unsplit).
     pub k_chunk: u32,
 }
 
@@ -548,12 +568,48 @@ fn run(
 
 /// `act(alpha * a @ b + beta * c + bias)` for `a [..., M, K]`, `b [..., K, N]` with broadcast
 /// batch dims (`[4,1,m,k] x [1,3,k,n] -> [4,3,m,n]`).
+///
+/// PyTorch's `torch.addmm` / `torch.baddbmm` generalised, with a fused bias and activation:
+/// `act(x @ w.T + b)` is one call, the `nn.Linear` forward. Operands are read through their
+/// strides (transposed or broadcast views cost no copy); the output is a new contiguous tensor
+/// of the operands' dtype, accumulated in f32. Long K is split into slices summed in a fixed
+/// order ([`GemmOptions::split_k`]), so repeated runs give bitwise identical results.
+///
+/// Errors: [`Error::Shape`] for ranks below 2, inner dims that differ, batch dims or `c` that
+/// do not broadcast, a bias of the wrong length; [`Error::DType`] / [`Error::DeviceMismatch`]
+/// when operands differ; [`Error::InvalidArgument`] for `split_k: Some(0)`; [`Error::Size`]
+/// for K beyond the supported length.
+///
+/// ```no_run,ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::ops::{gemm, Activation, Bias, GemmOptions};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let x = Tensor::full(&dev, &[32, 128], 0.5, DType::F32)?; // [batch, in]
+/// let w = Tensor::full(&dev, &[64, 128], 0.01, DType::F32)?; // [out, in] (nn.Linear.weight)
+/// let b = Tensor::zeros(&dev, &[64], DType::F32)?;
+/// // relu(x @ w.T + b), one dispatch
+/// let opts = GemmOptions {
+///     bias: Some(Bias::PerColumn(&b)),
+///     activation: Activation::Relu,
+///     ..Default::default()
+/// };
+/// let y = gemm(&x, &w.transpose(0, 1)?, &opts)?;
+/// assert_eq!(y.shape(), &[32, 64]);
+/// # Ok(()) }
+/// ```
 pub fn gemm(a: &Tensor, b: &Tensor, options: &GemmOptions) -> Result<Tensor> {
     gemm_grad::recorded(a, b, options, |o| run("gemm", a, b, o, None))
 }
 
 /// In place: `c = alpha * a @ b + beta * c` (c contiguous with the output shape, not sharing
 /// storage with a or b).
+///
+/// PyTorch's `c.addmm_(a, b, beta=beta, alpha=alpha)`: for accumulating into an existing
+/// buffer (gradient accumulation, sums over K chunks) without allocating. Every handle and
+/// view sharing `c`'s storage sees the result. Errors as [`gemm`], plus [`Error::Shape`] when
+/// `c` is not a contiguous tensor of the output shape and [`Error::InvalidArgument`] when it
+/// shares storage with `a` or `b`.
 pub fn gemm_into(c: &Tensor, a: &Tensor, b: &Tensor, alpha: f32, beta: f32) -> Result<()> {
     let o = GemmOptions {
         alpha,
@@ -566,6 +622,23 @@ pub fn gemm_into(c: &Tensor, a: &Tensor, b: &Tensor, alpha: f32, beta: f32) -> R
 
 /// numpy / PyTorch `matmul`: 1-D operands are promoted (and the added dim removed again),
 /// batch dims broadcast.
+///
+/// [`gemm`] with default options behind PyTorch's `@`: `[K] @ [K]` is a 0-d dot product,
+/// `[M, K] @ [K]` a matrix-vector product `[M]`, `[B, M, K] @ [K, N]` a batched product
+/// `[B, M, N]`. Errors as [`gemm`], and [`Error::Shape`] for a 0-d operand.
+///
+/// ```no_run,ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::ops::matmul;
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let a = Tensor::full(&dev, &[8, 16, 32], 1.0, DType::F32)?;
+/// let b = Tensor::full(&dev, &[32, 4], 2.0, DType::F32)?;
+/// assert_eq!(matmul(&a, &b)?.shape(), &[8, 16, 4]); // b broadcasts over the batch
+/// let v = Tensor::full(&dev, &[32], 1.0, DType::F32)?;
+/// assert_eq!(a.matmul(&v)?.shape(), &[8, 16]); // matrix-vector
+/// # Ok(()) }
+/// ```
 pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let op = "matmul";
     if a.rank() == 0 || b.rank() == 0 {
@@ -608,6 +681,7 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 }
 
 impl Tensor {
+    /// `self @ other`, PyTorch's `Tensor.matmul`: see [`matmul`].
     pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
         matmul(self, other)
     }
@@ -619,7 +693,7 @@ pub fn gemm_variants() -> Vec<ShaderVariant> {
     for dt in [DType::F32, DType::F16] {
         for c_mode in 0..3u32 {
             for bias in 0..3u32 {
-                for act in 0..5u32 {
+                for &(_, act) in ACTIVATION_DEFS {
                     let epi = [
                         ("C_MODE", c_mode as f64),
                         ("BIAS", bias as f64),

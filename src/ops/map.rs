@@ -32,35 +32,49 @@ struct MapParams {
     strides: [u32; MAX_RANK],
 }
 
-/// Unary functions, applied elementwise in f32.
+/// Unary functions, applied elementwise in f32 by [`Tensor::unary`] (and its shorthands such
+/// as [`Tensor::relu`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UnaryOp {
+    /// `-x` (`torch.neg`).
     Neg,
+    /// `|x|` (`torch.abs`).
     Abs,
+    /// `e^x` (`torch.exp`).
     Exp,
+    /// Natural logarithm (`torch.log`): NaN below 0, -inf at 0.
     Log,
+    /// Square root (`torch.sqrt`): NaN below 0.
     Sqrt,
+    /// `max(x, 0)` (`torch.relu`).
     Relu,
+    /// `1 / (1 + e^-x)` (`torch.sigmoid`).
     Sigmoid,
+    /// Hyperbolic tangent (`torch.tanh`).
     Tanh,
     /// Exact (erf) GELU, as PyTorch's default.
     Gelu,
 }
 
-/// `tensor (op) scalar` and the reversed forms.
+/// `tensor (op) scalar` and the reversed forms, applied elementwise in f32 by
+/// [`Tensor::scalar_op`] (PyTorch's ops with a Python number as one operand).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ScalarOp {
+    /// x + s
     Add,
     /// x - s
     Sub,
     /// s - x
     RSub,
+    /// x * s
     Mul,
     /// x / s
     Div,
     /// s / x
     RDiv,
+    /// max(x, s) (`torch.clamp(x, min=s)`)
     Max,
+    /// min(x, s) (`torch.clamp(x, max=s)`)
     Min,
 }
 
@@ -185,6 +199,8 @@ impl Tensor {
         Ok(map_grad::record_to_dtype(self, out))
     }
 
+    /// `op` applied to every element: a new contiguous tensor of the same shape and dtype.
+    /// Strided views are read in place, without a copy first.
     pub fn unary(&self, op: UnaryOp) -> Result<Tensor> {
         let out = map(
             UNARY_NAMES[op as usize],
@@ -196,6 +212,8 @@ impl Tensor {
         Ok(map_grad::record_unary(self, op, out))
     }
 
+    /// `x (op) s` for every element `x` (or `s (op) x` for the reversed ops): a new contiguous
+    /// tensor of the same shape and dtype, computed in f32.
     pub fn scalar_op(&self, op: ScalarOp, s: f32) -> Result<Tensor> {
         let out = map(
             SCALAR_NAMES[op as usize],
@@ -207,42 +225,55 @@ impl Tensor {
         Ok(map_grad::record_scalar(self, op, s, out))
     }
 
+    /// `-x` elementwise ([`UnaryOp::Neg`]).
     pub fn neg(&self) -> Result<Tensor> {
         self.unary(UnaryOp::Neg)
     }
+    /// `|x|` elementwise ([`UnaryOp::Abs`]).
     pub fn abs(&self) -> Result<Tensor> {
         self.unary(UnaryOp::Abs)
     }
+    /// `e^x` elementwise ([`UnaryOp::Exp`]).
     pub fn exp(&self) -> Result<Tensor> {
         self.unary(UnaryOp::Exp)
     }
+    /// Natural logarithm elementwise ([`UnaryOp::Log`]).
     pub fn log(&self) -> Result<Tensor> {
         self.unary(UnaryOp::Log)
     }
+    /// Square root elementwise ([`UnaryOp::Sqrt`]).
     pub fn sqrt(&self) -> Result<Tensor> {
         self.unary(UnaryOp::Sqrt)
     }
+    /// `max(x, 0)` elementwise ([`UnaryOp::Relu`]).
     pub fn relu(&self) -> Result<Tensor> {
         self.unary(UnaryOp::Relu)
     }
+    /// The logistic sigmoid elementwise ([`UnaryOp::Sigmoid`]).
     pub fn sigmoid(&self) -> Result<Tensor> {
         self.unary(UnaryOp::Sigmoid)
     }
+    /// Hyperbolic tangent elementwise ([`UnaryOp::Tanh`]).
     pub fn tanh(&self) -> Result<Tensor> {
         self.unary(UnaryOp::Tanh)
     }
+    /// Exact (erf) GELU elementwise ([`UnaryOp::Gelu`]).
     pub fn gelu(&self) -> Result<Tensor> {
         self.unary(UnaryOp::Gelu)
     }
+    /// `x + s` elementwise ([`ScalarOp::Add`]).
     pub fn add_scalar(&self, s: f32) -> Result<Tensor> {
         self.scalar_op(ScalarOp::Add, s)
     }
+    /// `x - s` elementwise ([`ScalarOp::Sub`]; [`ScalarOp::RSub`] is `s - x`).
     pub fn sub_scalar(&self, s: f32) -> Result<Tensor> {
         self.scalar_op(ScalarOp::Sub, s)
     }
+    /// `x * s` elementwise ([`ScalarOp::Mul`]).
     pub fn mul_scalar(&self, s: f32) -> Result<Tensor> {
         self.scalar_op(ScalarOp::Mul, s)
     }
+    /// `x / s` elementwise ([`ScalarOp::Div`]; [`ScalarOp::RDiv`] is `s / x`).
     pub fn div_scalar(&self, s: f32) -> Result<Tensor> {
         self.scalar_op(ScalarOp::Div, s)
     }

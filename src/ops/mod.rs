@@ -5,14 +5,19 @@ mod batchnorm_grad;
 pub mod binary;
 mod binary_grad;
 pub mod conv;
+pub mod copy;
 pub mod gemm;
 mod gemm_grad;
 pub(crate) mod grad_kernel;
+pub mod loss;
 pub mod map;
 mod map_grad;
+pub mod pool;
+pub mod random;
 pub mod reduce;
 mod reduce_grad;
 pub mod rnn;
+pub mod softmax;
 pub(crate) mod view_grad;
 
 pub use batchnorm::{
@@ -24,12 +29,27 @@ pub use conv::{
     conv2d_backward_weight, conv_backward_bias, conv_transpose1d, conv_transpose2d, Conv1dOptions,
     Conv2dOptions, ConvTranspose1dOptions, ConvTranspose2dOptions, Padding,
 };
+pub use copy::{cat, pad, stack, PadMode};
 pub use gemm::{gemm, gemm_into, matmul, Activation, Bias, GemmOptions};
+pub use loss::{
+    binary_cross_entropy_with_logits, cross_entropy_probs, mse_loss, BceWithLogitsOptions,
+    CrossEntropyOptions, Reduction,
+};
 pub use map::{ScalarOp, UnaryOp};
+pub use pool::{
+    adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool2d_backward, adaptive_max_pool2d,
+    adaptive_max_pool2d_backward, avg_pool1d, avg_pool2d, avg_pool2d_backward, max_pool1d,
+    max_pool2d, max_pool2d_backward, AvgPool1dOptions, AvgPool2dOptions, MaxPool1dOptions,
+    MaxPool2dOptions,
+};
+pub use random::{
+    bernoulli, dropout, kaiming_uniform, normal, rand, randn, uniform, xavier_uniform,
+};
 pub use reduce::ReduceOp;
 pub use rnn::{
     gru_cell, lstm_cell, Rnn, RnnGrads, RnnKind, RnnOutput, RnnSaved, RnnWeightGrads, RnnWeights,
 };
+pub use softmax::{log_softmax, softmax};
 
 /// The layout of every kernel family's `#[repr(C)]` params struct (see
 /// [`ParamsLayout`](crate::runtime::pipeline::ParamsLayout)).
@@ -45,6 +65,11 @@ pub fn params_layouts() -> Vec<crate::runtime::pipeline::ParamsLayout> {
         rnn::params_layout(),
         rnn::backward::params_layout(),
         grad_kernel::params_layout(),
+        softmax::params_layout(),
+        random::params_layout(),
+        pool::params_layout(),
+        copy::params_layout(),
+        crate::optim::params_layout(),
     ]
 }
 
@@ -59,5 +84,10 @@ pub fn shader_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
     v.extend(rnn::rnn_variants());
     v.extend(batchnorm::batchnorm_variants());
     v.extend(grad_kernel::grad_variants());
+    v.extend(softmax::softmax_variants());
+    v.extend(random::random_variants());
+    v.extend(pool::pool_variants());
+    v.extend(copy::copy_variants());
+    v.extend(crate::optim::optim_variants());
     v
 }

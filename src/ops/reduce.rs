@@ -29,11 +29,17 @@ static WORKGROUP: Kernel = Kernel {
     defs: REDUCE_DEFS,
 };
 
+/// Reductions along one dim, accumulated in f32 by [`Tensor::reduce`] (and its shorthands
+/// such as [`Tensor::sum`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReduceOp {
+    /// The sum (`torch.sum`); 0 over an empty dim.
     Sum,
+    /// The largest value (`torch.amax`); an error over an empty dim.
     Max,
+    /// The smallest value (`torch.amin`); an error over an empty dim.
     Min,
+    /// The arithmetic mean (`torch.mean`); NaN over an empty dim.
     Mean,
 }
 
@@ -153,15 +159,21 @@ impl Tensor {
         Ok(out)
     }
 
+    /// The sum along `dim` ([`ReduceOp::Sum`]; PyTorch's `x.sum(dim, keepdim)`).
     pub fn sum(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
         self.reduce(dim, ReduceOp::Sum, keepdim)
     }
+    /// The mean along `dim` ([`ReduceOp::Mean`]; PyTorch's `x.mean(dim, keepdim)`).
     pub fn mean(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
         self.reduce(dim, ReduceOp::Mean, keepdim)
     }
+    /// The maximum along `dim`, values only ([`ReduceOp::Max`]; PyTorch's
+    /// `x.amax(dim, keepdim)`).
     pub fn max(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
         self.reduce(dim, ReduceOp::Max, keepdim)
     }
+    /// The minimum along `dim`, values only ([`ReduceOp::Min`]; PyTorch's
+    /// `x.amin(dim, keepdim)`).
     pub fn min(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
         self.reduce(dim, ReduceOp::Min, keepdim)
     }

@@ -68,7 +68,10 @@ impl BackwardOp for ReduceBackward {
 }
 
 impl Tensor {
-    /// Reduces along `dim` (negative counts from the end); `keepdim` keeps it as size 1.
+    /// Reduces along `dim` (negative counts from the end); `keepdim` keeps it as size 1
+    /// (PyTorch's `keepdim=True`), else the dim is removed. Returns a new contiguous tensor of
+    /// the input's dtype. Errors: [`Error::InvalidArgument`] for a rank-0 input or a dim out of
+    /// range, [`Error::Size`] for max / min over an empty dim.
     pub fn reduce(&self, dim: isize, op: ReduceOp, keepdim: bool) -> Result<Tensor> {
         let out = self.reduce_forward(dim, op, keepdim)?;
         Ok(record(out, &[self], |y| {

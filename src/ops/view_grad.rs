@@ -86,7 +86,25 @@ pub(crate) fn record_view(x: &Tensor, out: Tensor, kind: impl FnOnce() -> ViewKi
 }
 
 impl Tensor {
-    /// A view with a new shape; copies first when the data is not contiguous.
+    /// The same elements in row-major order with a new `shape` (PyTorch's `reshape`): a view
+    /// sharing storage when the tensor is contiguous, else a packed copy first. Errors with
+    /// [`Error::Shape`] when the element counts differ.
+    ///
+    /// ```ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// use wgtensor::{Device, Tensor};
+    /// let dev = Device::new()?;
+    /// let x = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?;
+    /// let y = x.reshape(&[3, 2])?;
+    /// assert!(y.shares_storage(&x)); // contiguous: a view
+    /// assert_eq!(y.shape(), &[3, 2]);
+    /// let yt = x.transpose(0, 1)?.reshape(&[6])?; // strided: packed into new storage
+    /// assert_eq!(yt.to_vec::<f32>()?, vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+    /// assert!(x.reshape(&[4]).is_err());
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// [`Error::Shape`]: crate::Error::Shape
     pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
         if !self.is_tracked() {
             return self.reshape_untracked(shape);

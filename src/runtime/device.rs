@@ -4,109 +4,37 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+pub(crate) use super::alloc::{PARAMS_USAGE, READBACK_USAGE, STORAGE_USAGE};
 use super::batch::Batch;
-use super::bind_cache::{BindGroupCache, Bindings};
-use super::pipeline::{CachedPipeline, Kernel, PipelineCache, PARAM_SLOT};
-use super::pool::{size_class, BufferPool, PoolStats};
+use super::bind_cache::BindGroupCache;
+pub use super::options::DeviceOptions;
+#[cfg(target_arch = "wasm32")]
+use super::options::MAX_PARKED;
+use super::pipeline::{PipelineCache, PARAM_SLOT};
+use super::pool::{BufferPool, PoolStats};
 use super::submitter::Submitter;
 use crate::{DType, Error, Result};
-
-/// Knobs of the execution model. The defaults suit both lavapipe and discrete GPUs.
-#[derive(Debug, Clone)]
-pub struct DeviceOptions {
-    /// The pending batch is submitted once it holds this many dispatches.
-    pub max_dispatches_per_submit: usize,
-    /// ... or once the buffers allocated for it reach this many bytes.
-    pub max_bytes_per_submit: u64,
-    /// At most this many submissions are outstanding; the next submit waits for the oldest
-    /// (wasm: a batch finished at the cap is parked until the next async point).
-    pub max_in_flight: usize,
-    /// Freed buffers beyond this many cached bytes are destroyed instead of kept.
-    pub pool_cap_bytes: u64,
-    /// Do not request SHADER_F16 even when the adapter has it (to exercise f32-only paths).
-    pub disable_f16: bool,
-    /// Do not request SUBGROUP (kernels then use their portable variants).
-    pub disable_subgroups: bool,
-    /// Most bytes of GPU buffers (live tensors, workspaces and the pool's cache) the device may
-    /// hold; an allocation past it first drops cached buffers, then fails with
-    /// [`Error::OutOfMemory`] before wgpu is asked (MLX's `set_memory_limit`). `None`: on CPU
-    /// adapters, where device memory is host memory and running out crashes the driver, what
-    /// the process may use (3/4 of physical or cgroup memory, half the address-space limit);
-    /// on GPUs no limit beyond the driver's own out-of-memory errors.
-    pub memory_limit: Option<u64>,
-}
-
-/// Upper bounds on [`DeviceOptions`] values: past them the param arena's size or the queue's
-/// bookkeeping would overflow or make no sense.
-const MAX_DISPATCHES_PER_SUBMIT: usize = 1 << 16;
-const MAX_IN_FLIGHT: usize = 1 << 10;
-/// wasm: most finished batches parked under the in-flight cap before new work is refused
-/// (64 dispatches each by default: 65k queued dispatches between two async points).
-#[cfg(target_arch = "wasm32")]
-const MAX_PARKED: usize = 1024;
-
-impl DeviceOptions {
-    /// Rejects values the runtime cannot honour (a cap of 0, an arena whose size overflows).
-    fn validate(&self) -> Result<()> {
-        let op = "device";
-        if self.max_dispatches_per_submit == 0
-            || self.max_dispatches_per_submit > MAX_DISPATCHES_PER_SUBMIT
-        {
-            return Err(Error::arg(
-                op,
-                format!(
-                    "max_dispatches_per_submit must be in 1..={MAX_DISPATCHES_PER_SUBMIT}, got {}",
-                    self.max_dispatches_per_submit
-                ),
-            ));
-        }
-        if self.max_in_flight == 0 || self.max_in_flight > MAX_IN_FLIGHT {
-            return Err(Error::arg(
-                op,
-                format!(
-                    "max_in_flight must be in 1..={MAX_IN_FLIGHT}, got {}",
-                    self.max_in_flight
-                ),
-            ));
-        }
-        if self.max_bytes_per_submit == 0 {
-            return Err(Error::arg(op, "max_bytes_per_submit must be at least 1"));
-        }
-        if self.memory_limit == Some(0) {
-            return Err(Error::arg(
-                op,
-                "memory_limit must be at least 1 byte (None picks the default)",
-            ));
-        }
-        Ok(())
-    }
-}
-
-impl Default for DeviceOptions {
-    fn default() -> Self {
-        DeviceOptions {
-            max_dispatches_per_submit: 64,
-            max_bytes_per_submit: 256 << 20,
-            max_in_flight: 3,
-            pool_cap_bytes: 1 << 30,
-            disable_f16: false,
-            disable_subgroups: false,
-            memory_limit: None,
-        }
-    }
-}
 
 /// Counters reported by [`Device::stats`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DeviceStats {
+    /// Compute pipelines compiled so far (each kernel variant compiles once per device, on
+    /// first use; a jump here during a steady loop means new shapes keep picking new
+    /// variants).
     pub pipelines_compiled: u64,
+    /// Compute dispatches recorded so far.
     pub dispatches: u64,
+    /// Command buffers submitted to the queue so far (batches of dispatches, and interop
+    /// submissions through [`Device::submit`]).
     pub submissions: u64,
+    /// Submissions the GPU has not finished yet, at most [`DeviceOptions::max_in_flight`].
     pub in_flight: usize,
+    /// The highest `in_flight` seen.
     pub peak_in_flight: usize,
     /// Finished batches held back by the in-flight cap until the next async point (wasm only;
     /// always 0 on native, where submitting waits instead).
     pub parked: usize,
+    /// The buffer pool's memory counters.
     pub pool: PoolStats,
     /// The memory budget in force ([`DeviceOptions::memory_limit`] or its derived default).
     pub memory_limit: u64,
@@ -132,8 +60,10 @@ pub(crate) struct Inner {
     pub(crate) param_slot: u64,
     pub(crate) memory_limit: u64,
     pub(crate) caps: super::caps::Caps,
-    state: Mutex<State>,
-    pipelines: Mutex<PipelineCache>,
+    /// The random generator: (seed, next Philox counter). See `ops::random`.
+    rng: Mutex<(u64, u64)>,
+    pub(super) state: Mutex<State>,
+    pub(super) pipelines: Mutex<PipelineCache>,
     lost: Arc<Mutex<Option<String>>>,
     uncaptured: Arc<Mutex<Option<Error>>>,
     /// Set when `lost` or `uncaptured` may hold something.
@@ -141,6 +71,12 @@ pub(crate) struct Inner {
 }
 
 /// A GPU device. Clone is an `Arc` bump; every clone drives the same queue and batch.
+///
+/// The counterpart of PyTorch's `torch.device("cuda:0")` plus its caching allocator and
+/// stream: it owns the wgpu device and queue, the buffer pool, the batch of recorded
+/// dispatches and the bounded queue of submissions. Tensors keep their device alive. Open
+/// one per adapter and share it; tensors of two `Device`s (even on the same adapter) cannot
+/// be combined.
 #[derive(Clone)]
 pub struct Device {
     pub(crate) inner: Arc<Inner>,
@@ -157,7 +93,11 @@ impl std::fmt::Debug for Device {
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+/// The generator's seed until [`Device::manual_seed`] sets one (PyTorch's default generator
+/// starts from a fixed seed too, so runs are reproducible by default).
+const DEFAULT_SEED: u64 = 67_280_421_310_721;
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock cannot leave our counters half-updated in a way that
     // matters more than refusing all further work, so recover the guard.
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -199,12 +139,41 @@ a browser, WebGPU must be enabled (chrome://gpu tells)";
 impl Device {
     /// Opens the default device, blocking (native only). Honours WGPU_BACKEND,
     /// WGPU_ADAPTER_NAME and WGPU_POWER_PREF.
+    ///
+    /// Uses [`DeviceOptions::default`] and requests the adapter's SUBGROUP and SHADER_F16
+    /// features when present (faster kernels, f16 tensors). Errors with [`Error::NoAdapter`],
+    /// whose message says what to install, when no adapter is found or the device cannot be
+    /// created.
+    ///
+    /// ```ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// let dev = wgtensor::Device::new()?;
+    /// let info = dev.adapter_info();
+    /// println!("{} ({:?}), f16: {}", info.name, info.backend, dev.supports_f16());
+    /// # Ok(()) }
+    /// ```
     #[cfg(not(target_arch = "wasm32"))]
     pub fn new() -> Result<Device> {
         Self::with_options(DeviceOptions::default())
     }
 
     /// Like [`Device::new`] with explicit execution options.
+    ///
+    /// Errors as [`Device::new`], and with [`Error::InvalidArgument`] for option values the
+    /// runtime cannot honour (a cap of 0, a memory limit of 0).
+    ///
+    /// ```ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// use wgtensor::{Device, DeviceOptions};
+    /// // At most 2 batches queued on the GPU, and a 2 GiB memory budget.
+    /// let dev = Device::with_options(DeviceOptions {
+    ///     max_in_flight: 2,
+    ///     memory_limit: Some(2 << 30),
+    ///     ..Default::default()
+    /// })?;
+    /// assert_eq!(dev.stats().memory_limit, 2 << 30);
+    /// # Ok(()) }
+    /// ```
     #[cfg(not(target_arch = "wasm32"))]
     pub fn with_options(opts: DeviceOptions) -> Result<Device> {
         pollster::block_on(Self::new_async_with(opts))
@@ -215,6 +184,8 @@ impl Device {
         Self::new_async_with(DeviceOptions::default()).await
     }
 
+    /// [`Device::with_options`] without blocking (the entry point on wasm, where the
+    /// browser's adapter and device requests are asynchronous). Errors as `with_options`.
     pub async fn new_async_with(opts: DeviceOptions) -> Result<Device> {
         opts.validate()?;
         let instance =
@@ -238,7 +209,37 @@ impl Device {
             })
             .await
             .map_err(|e| Error::NoAdapter(format!("request_device failed: {e}")))?;
+        Self::assemble(adapter, device, queue, limits, opts)
+    }
 
+    /// Runs wgtensor on a wgpu device the application already has (a game engine, an
+    /// egui/winit app), so tensors and the app's own passes share buffers. wgtensor uses the
+    /// features and limits the device was created with (SUBGROUP and SHADER_F16 enable the
+    /// kernels that need them).
+    ///
+    /// It installs the device's uncaptured-error handler and device-lost callback (wgpu keeps
+    /// one of each), through which it reports errors as `Err`. Submit the app's own command
+    /// buffers with [`Device::submit`] so that they run after wgtensor's pending work and under
+    /// the in-flight cap; see [`Tensor::wgpu_buffer`](crate::Tensor::wgpu_buffer) for reading
+    /// and writing tensors from those passes.
+    pub fn from_wgpu(
+        adapter: wgpu::Adapter,
+        device: wgpu::Device,
+        queue: wgpu::Queue,
+        opts: DeviceOptions,
+    ) -> Result<Device> {
+        opts.validate()?;
+        let limits = device.limits();
+        Self::assemble(adapter, device, queue, limits, opts)
+    }
+
+    fn assemble(
+        adapter: wgpu::Adapter,
+        device: wgpu::Device,
+        queue: wgpu::Queue,
+        limits: wgpu::Limits,
+        opts: DeviceOptions,
+    ) -> Result<Device> {
         // Both callbacks raise `flagged` after filling their slot, so `check` takes no lock
         // while nothing has gone wrong (it runs on every op).
         let flagged = Arc::new(AtomicBool::new(false));
@@ -286,6 +287,7 @@ impl Device {
                 param_slot,
                 memory_limit,
                 caps,
+                rng: Mutex::new((DEFAULT_SEED, 0)),
                 lost,
                 uncaptured,
                 flagged,
@@ -293,15 +295,21 @@ impl Device {
         })
     }
 
+    /// The adapter's name, vendor, device type (GPU or CPU) and backend.
     pub fn adapter_info(&self) -> &wgpu::AdapterInfo {
         &self.inner.info
     }
+    /// The limits the device was created with (the adapter's own): they bound the largest
+    /// tensor ([`Error::TooLarge`]) and the grid sizes.
     pub fn limits(&self) -> &wgpu::Limits {
         &self.inner.limits
     }
+    /// The wgpu features enabled on the device (SUBGROUP, SHADER_F16 when requested and
+    /// available).
     pub fn features(&self) -> wgpu::Features {
         self.inner.features
     }
+    /// The execution options the device was opened with.
     pub fn options(&self) -> &DeviceOptions {
         &self.inner.opts
     }
@@ -309,6 +317,8 @@ impl Device {
     pub fn caps(&self) -> &super::caps::Caps {
         &self.inner.caps
     }
+    /// True when [`DType::F16`] tensors can be created here (the SHADER_F16 feature is
+    /// enabled); without it f16 ops return [`Error::MissingFeature`].
     pub fn supports_f16(&self) -> bool {
         self.inner.features.contains(wgpu::Features::SHADER_F16)
     }
@@ -319,8 +329,26 @@ impl Device {
     pub fn wgpu_device(&self) -> &wgpu::Device {
         &self.inner.device
     }
+    /// The wgpu adapter the device was opened on, for interop (e.g. to query its surface
+    /// support).
     pub fn wgpu_adapter(&self) -> &wgpu::Adapter {
         &self.inner.adapter
+    }
+
+    /// Seeds the device's random generator and restarts its stream (PyTorch's
+    /// `torch.manual_seed`): the same seed gives the same numbers from the same sequence of
+    /// calls, on every backend.
+    pub fn manual_seed(&self, seed: u64) {
+        *lock(&self.inner.rng) = (seed, 0);
+    }
+
+    /// The seed and the first of `blocks` counters reserved for one random op; the next call
+    /// starts after them, so streams never overlap.
+    pub(crate) fn take_random_counters(&self, blocks: u64) -> (u64, u64) {
+        let mut g = lock(&self.inner.rng);
+        let start = g.1;
+        g.1 = g.1.wrapping_add(blocks);
+        (g.0, start)
     }
 
     /// True when both handles drive the same device.
@@ -328,6 +356,27 @@ impl Device {
         self.inner.id == other.inner.id
     }
 
+    /// A snapshot of the device's counters: pipelines, dispatches, submissions, the in-flight
+    /// queue and the pool's memory (PyTorch's `torch.cuda.memory_stats` and the like). Cheap
+    /// enough to call every step; it does not wait for the GPU.
+    ///
+    /// ```ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// use wgtensor::{DType, Device, Tensor};
+    /// let dev = Device::new()?;
+    /// for _ in 0..10 {
+    ///     let x = Tensor::full(&dev, &[1024, 1024], 1.0, DType::F32)?;
+    ///     x.relu()?; // freed at once: the next iteration reuses its buffer
+    /// }
+    /// dev.sync()?;
+    /// let s = dev.stats();
+    /// println!(
+    ///     "{} dispatches in {} submissions, peak {} in flight; pool: {} hits, {} misses, peak {} MiB",
+    ///     s.dispatches, s.submissions, s.peak_in_flight, s.pool.hits, s.pool.misses,
+    ///     s.pool.peak_bytes >> 20,
+    /// );
+    /// # Ok(()) }
+    /// ```
     pub fn stats(&self) -> DeviceStats {
         let compiled = lock(&self.inner.pipelines).compiled;
         let mut st = lock(&self.inner.state);
@@ -432,447 +481,7 @@ impl Device {
             Ok(f())
         }
     }
-
-    /// Byte limit checks shared by every allocation.
-    pub(crate) fn check_bytes(&self, op: &'static str, bytes: u64) -> Result<()> {
-        let l = &self.inner.limits;
-        // Kernels index with u32, and Metal hands naga's bounds checks u32 byte sizes (reads past
-        // 4 GiB would return 0): no binding may exceed 4 GiB - 1 whatever the adapter reports.
-        let (name, limit) = [
-            ("max_buffer_size", l.max_buffer_size),
-            ("u32 indexing (4 GiB - 1)", u32::MAX as u64),
-        ]
-        .into_iter()
-        .fold(
-            (
-                "max_storage_buffer_binding_size",
-                l.max_storage_buffer_binding_size,
-            ),
-            |best, cand| if cand.1 < best.1 { cand } else { best },
-        );
-        if size_class(bytes) > limit {
-            return Err(Error::TooLarge {
-                op,
-                bytes,
-                limit_name: name,
-                limit,
-            });
-        }
-        Ok(())
-    }
-
-    /// A buffer of at least `bytes` bytes from the pool (or new).
-    pub(crate) fn alloc_buffer(
-        &self,
-        op: &'static str,
-        bytes: u64,
-        usage: wgpu::BufferUsages,
-    ) -> Result<wgpu::Buffer> {
-        self.alloc_buffer_from(op, bytes, usage, false)
-    }
-
-    /// `scratch`: the buffer will only be written by commands recorded from now on (see
-    /// [`BufferPool::take_scratch`]), so one freed earlier in this batch may be reused.
-    pub(crate) fn alloc_buffer_from(
-        &self,
-        op: &'static str,
-        bytes: u64,
-        usage: wgpu::BufferUsages,
-        scratch: bool,
-    ) -> Result<wgpu::Buffer> {
-        self.check(op)?;
-        self.check_bytes(op, bytes)?;
-        let mut st = self.lock_state();
-        let cached = if scratch {
-            st.pool.take_scratch(bytes, usage)
-        } else {
-            st.pool.take(bytes, usage)
-        };
-        if let Some(buf) = cached {
-            return Ok(buf);
-        }
-        let size = size_class(bytes);
-        self.make_room_locked(&mut st, op, size)?;
-        // Create under the lock so pool accounting and creation stay one step.
-        let buf = self.scoped(op, || {
-            self.inner.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some(op),
-                size,
-                usage,
-                mapped_at_creation: false,
-            })
-        })?;
-        st.pool.note_created(size);
-        st.batch.bytes += size;
-        if st.batch.bytes >= self.inner.opts.max_bytes_per_submit {
-            self.flush_locked(&mut st, op)?;
-        }
-        Ok(buf)
-    }
-
-    /// Keeps the pool within the memory budget for a new buffer of `size` bytes: drops cached
-    /// buffers, then (when freed buffers wait for the pending batch) submits it and drops
-    /// those too; errors when live buffers alone leave no room.
-    fn make_room_locked(&self, st: &mut State, op: &'static str, size: u64) -> Result<()> {
-        let limit = self.inner.memory_limit;
-        let over =
-            |st: &State| st.pool.stats.live_bytes + st.pool.stats.cached_bytes + size > limit;
-        if !over(st) {
-            return Ok(());
-        }
-        st.pool.clear();
-        if over(st) && st.pool.pending_bytes() > 0 {
-            self.flush_locked(st, op)?;
-            st.pool.clear();
-        }
-        if over(st) {
-            return Err(Error::OutOfMemory {
-                op,
-                msg: format!(
-                    "a buffer of {size} bytes would exceed the device memory limit of {limit} \
-                     bytes ({} bytes live, {} cached awaiting submission; \
-                     DeviceOptions::memory_limit sets the limit)",
-                    st.pool.stats.live_bytes, st.pool.stats.cached_bytes
-                ),
-            });
-        }
-        Ok(())
-    }
-
-    pub(crate) fn release_buffer(&self, buf: wgpu::Buffer) {
-        let mut st = self.lock_state();
-        // With no batch recorded (nor parked) since the last submit, no pending command can
-        // read this buffer, so it is reusable at once: a loop of uploads and drops that records
-        // no op must not grow the cache.
-        if st.batch.encoder.is_none() && st.submitter.parked() == 0 {
-            st.pool.release_now(buf);
-        } else {
-            st.pool.release(buf);
-        }
-    }
-
-    /// Uploads `data` into `buf` at `offset` through the queue (lands before the next
-    /// submission's commands). Counts toward the batch's byte budget, so a long run of uploads
-    /// submits now and then and wgpu's staging copies are released.
-    pub(crate) fn write_buffer(
-        &self,
-        op: &'static str,
-        buf: &wgpu::Buffer,
-        offset: u64,
-        data: &[u8],
-    ) -> Result<()> {
-        if data.is_empty() {
-            return Ok(());
-        }
-        let mut st = self.lock_state();
-        // write_buffer needs a multiple of 4 bytes (odd-length f16 data).
-        if data.len().is_multiple_of(4) {
-            self.inner.queue.write_buffer(buf, offset, data);
-        } else {
-            let mut padded = data.to_vec();
-            padded.resize(data.len().div_ceil(4) * 4, 0);
-            self.inner.queue.write_buffer(buf, offset, &padded);
-        }
-        st.batch.bytes += data.len() as u64;
-        if st.batch.bytes >= self.inner.opts.max_bytes_per_submit {
-            if st.batch.encoder.is_none() {
-                // An empty submission still flushes wgpu's staged writes.
-                st.batch.open_without_arena(&self.inner.device);
-            }
-            self.flush_locked(&mut st, op)?;
-        }
-        Ok(())
-    }
-
-    /// Submits command buffers the caller recorded on [`Device::wgpu_device`] (interop), after
-    /// the work wgtensor has recorded so far and through the same bounded in-flight queue, so
-    /// outside work can neither overtake pending ops nor run past `max_in_flight`.
-    pub fn submit(&self, commands: impl IntoIterator<Item = wgpu::CommandBuffer>) -> Result<()> {
-        let op = "submit";
-        self.check(op)?;
-        let mut st = self.lock_state();
-        self.flush_locked(&mut st, op)?;
-        for cmd in commands {
-            let freed = st.pool.take_pending();
-            #[cfg(target_arch = "wasm32")]
-            if st.submitter.must_park(&self.inner.device) {
-                st.submitter
-                    .parked
-                    .push_back(super::submitter::Parked { cmd, freed });
-                continue;
-            }
-            self.submit_locked(&mut st, cmd, freed, op)?;
-        }
-        Ok(())
-    }
-
-    /// Looks up or compiles a pipeline.
-    pub(crate) fn pipeline(
-        &self,
-        op: &'static str,
-        kernel: &Kernel,
-        dtypes: &[DType],
-        constants: &[(&'static str, f64)],
-    ) -> Result<Arc<CachedPipeline>> {
-        let mut cache = lock(&self.inner.pipelines);
-        if let Some(p) = cache.get(kernel, dtypes, constants) {
-            return Ok(p);
-        }
-        self.scoped(op, || {
-            cache.compile(&self.inner.device, kernel, dtypes, constants)
-        })
-    }
-
-    /// The one launch path: bind Params (binding 0, a slice of the batch's param arena) and the
-    /// storage buffers (bindings 1..), record the dispatch, submit when the batch is full.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn launch(
-        &self,
-        op: &'static str,
-        kernel: &Kernel,
-        dtypes: &[DType],
-        constants: &[(&'static str, f64)],
-        params: &[u8],
-        buffers: &[&wgpu::Buffer],
-        grid: [u32; 3],
-    ) -> Result<()> {
-        debug_assert_eq!(buffers.len(), kernel.bindings.len(), "{}", kernel.name);
-        if params.len() as u64 > self.inner.param_slot {
-            return Err(Error::arg(
-                op,
-                format!(
-                    "params of {} bytes exceed the {} byte slot",
-                    params.len(),
-                    self.inner.param_slot
-                ),
-            ));
-        }
-        let max = self.inner.limits.max_compute_workgroups_per_dimension;
-        if grid.iter().any(|&g| g > max) {
-            return Err(Error::size(
-                op,
-                format!("grid {grid:?} exceeds max_compute_workgroups_per_dimension {max}"),
-            ));
-        }
-        self.check(op)?;
-        let pipeline = self.pipeline(op, kernel, dtypes, constants)?;
-        if grid.contains(&0) {
-            return Ok(());
-        }
-        let mut st = self.lock_state();
-        let st = &mut *st;
-        if st.batch.arena.is_none() {
-            let slots = self.inner.opts.max_dispatches_per_submit as u64;
-            let arena = match st.pool.take(slots * self.inner.param_slot, PARAMS_USAGE) {
-                Some(b) => b,
-                None => {
-                    let size = size_class(slots * self.inner.param_slot);
-                    // The arena counts toward the memory budget like any buffer.
-                    self.make_room_locked(st, op, size)?;
-                    st.pool.note_created(size);
-                    self.inner.device.create_buffer(&wgpu::BufferDescriptor {
-                        label: Some("param arena"),
-                        size,
-                        usage: PARAMS_USAGE,
-                        mapped_at_creation: false,
-                    })
-                }
-            };
-            st.batch.open(&self.inner.device, arena);
-        }
-        let offset = st.batch.push_params(params, self.inner.param_slot);
-        let Some(arena) = st.batch.arena.as_ref() else {
-            return Err(Error::arg(op, "internal: no param arena for the dispatch"));
-        };
-        let slot_of = |i: usize| kernel.slot(i);
-        let bind_group = st.bind_groups.get(
-            &self.inner.device,
-            &Bindings {
-                layout: &pipeline.layout,
-                label: kernel.name,
-                arena,
-                slot_size: self.inner.param_slot,
-                buffers,
-                slot_of: &slot_of,
-            },
-            st.pool.generation,
-        );
-        let Some(pass) = st.batch.pass() else {
-            return Err(Error::arg(
-                op,
-                "internal: no command encoder open for the dispatch",
-            ));
-        };
-        pass.set_pipeline(&pipeline.pipeline);
-        pass.set_bind_group(0, &bind_group, &[offset as u32]);
-        pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
-        st.dispatches += 1;
-        if st.batch.dispatches + st.batch.commands >= self.inner.opts.max_dispatches_per_submit {
-            self.flush_locked(st, op)?;
-        }
-        Ok(())
-    }
-
-    /// Records a buffer-to-buffer copy into the pending batch.
-    pub(crate) fn record_copy(
-        &self,
-        src: &wgpu::Buffer,
-        src_offset: u64,
-        dst: &wgpu::Buffer,
-        bytes: u64,
-    ) {
-        let mut st = self.lock_state();
-        if st.batch.encoder.is_none() {
-            st.batch.open_without_arena(&self.inner.device);
-        }
-        if let Some(enc) = st.batch.encoder_outside_pass() {
-            enc.copy_buffer_to_buffer(src, src_offset, dst, 0, bytes);
-        }
-        st.batch.commands += 1;
-    }
-
-    /// Records a clear (zero fill) into the pending batch.
-    pub(crate) fn record_clear(&self, buf: &wgpu::Buffer, bytes: u64) {
-        let mut st = self.lock_state();
-        if st.batch.encoder.is_none() {
-            st.batch.open_without_arena(&self.inner.device);
-        }
-        if let Some(enc) = st.batch.encoder_outside_pass() {
-            enc.clear_buffer(buf, 0, Some(bytes));
-        }
-        st.batch.commands += 1;
-        // Clears and copies count toward the batch size like dispatches, so a loop of them
-        // submits now and then and the buffers freed meanwhile become reusable.
-        if st.batch.dispatches + st.batch.commands >= self.inner.opts.max_dispatches_per_submit {
-            let _ = self.flush_locked(&mut st, "record_clear");
-        }
-    }
-
-    /// Submits the pending batch (if any) and returns the index of the last submission.
-    pub(crate) fn flush(&self, op: &'static str) -> Result<()> {
-        let mut st = self.lock_state();
-        self.flush_locked(&mut st, op)
-    }
-
-    /// Finishes the pending batch and submits it. wasm: when the in-flight cap is reached the
-    /// batch is parked instead, and the next async point submits it ([`Device::submit_parked`]).
-    pub(crate) fn flush_locked(&self, st: &mut State, op: &'static str) -> Result<()> {
-        let Some((cmd, arena)) = st.batch.finish(&self.inner.queue) else {
-            return Ok(());
-        };
-        if let Some(a) = arena {
-            st.pool.release(a);
-        }
-        // What was freed while this batch was recorded (its arena too) is reusable once the
-        // batch is submitted.
-        let freed = st.pool.take_pending();
-        #[cfg(target_arch = "wasm32")]
-        if st.submitter.must_park(&self.inner.device) {
-            st.submitter
-                .parked
-                .push_back(super::submitter::Parked { cmd, freed });
-            return Ok(());
-        }
-        self.submit_locked(st, cmd, freed, op)
-    }
-
-    fn submit_locked(
-        &self,
-        st: &mut State,
-        cmd: wgpu::CommandBuffer,
-        freed: super::pool::Freed,
-        op: &'static str,
-    ) -> Result<()> {
-        let r = st
-            .submitter
-            .submit(&self.inner.device, &self.inner.queue, cmd);
-        st.pool.reuse(freed);
-        r.map(|_| ()).map_err(|e| poll_error(op, e))
-    }
-
-    /// wasm: submits the parked batches in order, awaiting the oldest outstanding submission
-    /// whenever the in-flight cap is reached. This is where the cap is enforced on wasm.
-    #[cfg(target_arch = "wasm32")]
-    pub(super) async fn submit_parked(&self, op: &'static str) -> Result<()> {
-        loop {
-            let finished = {
-                let mut st = self.lock_state();
-                let st = &mut *st;
-                st.submitter.prune(&self.inner.device);
-                if st.submitter.parked.is_empty() {
-                    return Ok(());
-                }
-                if st.submitter.in_flight() < st.submitter.max_in_flight {
-                    let p = st.submitter.parked.pop_front().expect("not empty");
-                    self.submit_locked(st, p.cmd, p.freed, op)?;
-                    continue;
-                }
-                st.submitter.oldest_finished()
-            };
-            match finished {
-                Some(rx) => {
-                    let _ = rx.await;
-                }
-                // Another task awaits the oldest one: wait for everything submitted so far.
-                None => self.submitted_work_done().await,
-            }
-            self.check(op)?;
-        }
-    }
-
-    /// wasm: resolves once every submission made so far has finished.
-    #[cfg(target_arch = "wasm32")]
-    async fn submitted_work_done(&self) {
-        let (tx, rx) = futures::channel::oneshot::channel();
-        self.inner.queue.on_submitted_work_done(move || {
-            let _ = tx.send(());
-        });
-        let _ = rx.await;
-    }
-
-    /// Submits pending work and waits until the GPU has finished all of it (native).
-    #[cfg(not(target_arch = "wasm32"))]
-    pub fn sync(&self) -> Result<()> {
-        let op = "sync";
-        self.check(op)?;
-        let mut st = self.lock_state();
-        self.flush_locked(&mut st, op)?;
-        st.submitter
-            .wait_until_at_most(&self.inner.device, 0)
-            .map_err(|e| poll_error(op, e))?;
-        drop(st);
-        self.check(op)
-    }
-
-    /// Submits pending work and resolves once the GPU has finished it. On wasm this is one of
-    /// the async points where batches parked by the in-flight cap are submitted (at most
-    /// `max_in_flight` at a time); after it resolves, nothing is outstanding. Long loops on
-    /// wasm should await it now and then: parked batches keep their buffers.
-    pub async fn sync_async(&self) -> Result<()> {
-        #[cfg(not(target_arch = "wasm32"))]
-        {
-            self.sync()
-        }
-        #[cfg(target_arch = "wasm32")]
-        {
-            let op = "sync";
-            self.check(op)?;
-            self.flush(op)?;
-            self.submit_parked(op).await?;
-            self.submitted_work_done().await;
-            self.lock_state().submitter.prune(&self.inner.device);
-            self.check(op)
-        }
-    }
 }
-
-pub(crate) const PARAMS_USAGE: wgpu::BufferUsages =
-    wgpu::BufferUsages::UNIFORM.union(wgpu::BufferUsages::COPY_DST);
-pub(crate) const READBACK_USAGE: wgpu::BufferUsages =
-    wgpu::BufferUsages::MAP_READ.union(wgpu::BufferUsages::COPY_DST);
-pub(crate) const STORAGE_USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
-    .union(wgpu::BufferUsages::COPY_SRC)
-    .union(wgpu::BufferUsages::COPY_DST);
 
 pub(crate) fn map_wgpu_error(op: &'static str, e: wgpu::Error) -> Error {
     match e {
@@ -885,19 +494,6 @@ pub(crate) fn map_wgpu_error(op: &'static str, e: wgpu::Error) -> Error {
             msg: description,
         },
         other => Error::Validation {
-            op,
-            msg: other.to_string(),
-        },
-    }
-}
-
-pub(super) fn poll_error(op: &'static str, e: wgpu::PollError) -> Error {
-    match e {
-        wgpu::PollError::Timeout => Error::Readback {
-            op,
-            msg: "timed out waiting for the GPU".into(),
-        },
-        other => Error::DeviceLost {
             op,
             msg: other.to_string(),
         },
@@ -956,57 +552,5 @@ mod tests {
         );
         assert!(matches!(e, Error::OutOfMemory { op: "zeros", .. }), "{e:?}");
         assert!(e.to_string().contains("vkAllocateMemory"));
-    }
-}
-
-#[cfg(all(test, not(target_arch = "wasm32")))]
-mod override_tests {
-    use super::*;
-    use crate::runtime::{Access, Kernel};
-
-    // Each invocation of one workgroup bumps a counter: the count is the real workgroup size.
-    static COUNT: Kernel = Kernel {
-        name: "count_invocations",
-        source: "override WG: u32 = 64u;\n\
-                 override SGS: u32 = 4u;\n\
-                 @group(0) @binding(1) var<storage, read_write> out: array<atomic<u32>>;\n\
-                 @compute @workgroup_size(WG) fn plain() { atomicAdd(&out[0], 1u); }\n\
-                 @compute @workgroup_size(SGS * 8u) fn expr() { atomicAdd(&out[0], 1u); }",
-        entry: "plain",
-        bindings: &[Access::ReadWrite],
-        slots: &[],
-        libs: &[],
-        defs: &[],
-    };
-    static COUNT_EXPR: Kernel = Kernel {
-        entry: "expr",
-        ..COUNT
-    };
-
-    fn invocations(dev: &Device, k: &Kernel, consts: &[(&'static str, f64)]) -> u32 {
-        let t = crate::Tensor::zeros(dev, &[4], DType::F32).unwrap();
-        dev.launch(
-            "count",
-            k,
-            &[DType::F32],
-            consts,
-            &[0u8; 16],
-            &[t.buffer()],
-            [1, 1, 1],
-        )
-        .unwrap();
-        let raw = dev.read_bytes("count", t.buffer(), 0, 4).unwrap();
-        u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]])
-    }
-
-    /// Kernels size their grids from the override values, so the pipeline must really run
-    /// workgroups of that size (not the default).
-    #[test]
-    fn override_workgroup_sizes_take_effect() {
-        let dev = Device::new().unwrap();
-        assert_eq!(invocations(&dev, &COUNT, &[("WG", 8.0)]), 8);
-        assert_eq!(invocations(&dev, &COUNT, &[("WG", 128.0)]), 128);
-        assert_eq!(invocations(&dev, &COUNT_EXPR, &[("SGS", 1.0)]), 8);
-        assert_eq!(invocations(&dev, &COUNT_EXPR, &[("SGS", 8.0)]), 64);
     }
 }

@@ -1,15 +1,19 @@
 //! Execution machinery shared by every op: device, buffer pool, batched encoder, bounded
 //! submission, param arena, pipeline cache and the single launch path.
 
+mod alloc;
 mod batch;
 mod bind_cache;
 mod caps;
 pub(crate) mod device;
+mod launch;
 mod memory;
+mod options;
 pub(crate) mod pipeline;
 pub(crate) mod pool;
 mod readback;
 mod storage;
+mod submit;
 mod submitter;
 
 pub use caps::Caps;

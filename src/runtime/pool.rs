@@ -8,6 +8,12 @@ use std::collections::HashMap;
 /// Buffers are bucketed by (size class, usage).
 type Key = (u64, u32);
 
+/// Memory counters of a device's buffer pool, in bytes (part of [`DeviceStats`]). Freed
+/// tensors' buffers are cached and reused for later tensors of a similar size (size classes
+/// of at most 25% waste), as PyTorch's CUDA caching allocator does; these counters show how
+/// much memory that holds and how well reuse works.
+///
+/// [`DeviceStats`]: crate::DeviceStats
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct PoolStats {
     /// Bytes in buffers currently owned by tensors or batches.

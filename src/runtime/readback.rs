@@ -1,9 +1,9 @@
 //! Reading buffers back to the host: a copy into a pooled staging buffer, submitted with the
 //! pending batch, then mapped (blocking natively, awaited on wasm).
 
-#[cfg(not(target_arch = "wasm32"))]
-use super::device::poll_error;
 use super::device::{Device, READBACK_USAGE};
+#[cfg(not(target_arch = "wasm32"))]
+use super::submit::poll_error;
 use crate::{Error, Result};
 
 impl Device {

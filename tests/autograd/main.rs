@@ -12,5 +12,6 @@ mod conv;
 mod grad_ref;
 mod graph;
 mod graphs;
+mod newer;
 mod ops;
 mod rnn;

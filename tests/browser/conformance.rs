@@ -24,10 +24,17 @@ async fn f16_or_skip(name: &str) -> bool {
     if dev.supports_f16() {
         return true;
     }
-    console_log!(
-        "{name}: SKIPPED, the adapter ({}) lacks SHADER_F16",
-        dev.adapter_info().name
-    );
+    // Browsers may hide the adapter's name: fall back to its backend and type.
+    let info = dev.adapter_info();
+    let adapter = if info.name.is_empty() {
+        format!(
+            "{:?} {:?} adapter, name hidden by the browser",
+            info.backend, info.device_type
+        )
+    } else {
+        info.name.clone()
+    };
+    console_log!("{name}: SKIPPED, the adapter ({adapter}) lacks SHADER_F16");
     false
 }
 

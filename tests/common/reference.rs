@@ -705,3 +705,31 @@ pub fn batch_norm_backward(
     }
     r
 }
+
+// ---------------------------------------------------------------------------------------------
+// softmax
+// ---------------------------------------------------------------------------------------------
+
+/// softmax (or log_softmax) of the row-major `(x, shape)` along `dim`, in f64; also returns,
+/// per element, `|x - max|` and `|log(sum exp(x - max))|` of its row (the scales of the f32
+/// evaluation's error).
+pub fn softmax(x: &[f64], shape: &[usize], dim: usize, log: bool) -> (Vec<f64>, Vec<f64>) {
+    let outer: usize = shape[..dim].iter().product();
+    let len = shape[dim];
+    let inner: usize = shape[dim + 1..].iter().product();
+    let mut y = vec![0.0; x.len()];
+    let mut scale = vec![0.0; x.len()];
+    for o in 0..outer {
+        for i in 0..inner {
+            let at = |r: usize| (o * len + r) * inner + i;
+            let m = (0..len).map(|r| x[at(r)]).fold(f64::NEG_INFINITY, f64::max);
+            let s: f64 = (0..len).map(|r| (x[at(r)] - m).exp()).sum();
+            for r in 0..len {
+                let d = x[at(r)] - m;
+                y[at(r)] = if log { d - s.ln() } else { d.exp() / s };
+                scale[at(r)] = d.abs() + s.ln().abs();
+            }
+        }
+    }
+    (y, scale)
+}

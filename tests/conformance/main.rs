@@ -19,6 +19,7 @@ mod elementwise;
 mod gemm;
 mod reduce;
 mod rnn;
+mod softmax;
 mod strategies;
 
 /// The reference's erf against published values (Abramowitz & Stegun table 7.1 / high-precision

@@ -5,11 +5,20 @@ use crate::ops::gemm::Activation;
 use crate::{Error, Result, Tensor};
 
 /// Zero padding per side, in elements.
+///
+/// Per side rather than PyTorch's one `(ph, pw)` pair, so asymmetric padding (`'same'` with
+/// an even kernel, TensorFlow-style `SAME` with stride) needs no padded copy of the input.
+/// For the transposed convolutions it is PyTorch's `padding` there: rows and columns cropped
+/// from the output's sides. `Default` is no padding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Padding {
+    /// Rows of zeros above the input.
     pub top: usize,
+    /// Rows of zeros below the input.
     pub bottom: usize,
+    /// Columns of zeros left of the input.
     pub left: usize,
+    /// Columns of zeros right of the input.
     pub right: usize,
 }
 
@@ -53,9 +62,12 @@ impl Padding {
 pub struct Conv2dOptions {
     /// (vertical, horizontal).
     pub stride: [usize; 2],
+    /// Zeros around the input, per side.
     pub padding: Padding,
     /// (vertical, horizontal).
     pub dilation: [usize; 2],
+    /// Channel groups (PyTorch's `groups`): C and O must both divide by it; `groups == C`
+    /// is a depthwise convolution. All groups run in one dispatch.
     pub groups: usize,
     /// Fused after the bias (forward only; gradients reject anything but `None`).
     pub activation: Activation,
@@ -73,14 +85,19 @@ impl Default for Conv2dOptions {
     }
 }
 
-/// Options of [`conv1d`](super::conv1d) and its gradients.
+/// Options of [`conv1d`](super::conv1d) and its gradients. `Default`: stride 1, no padding,
+/// dilation 1, one group, no activation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Conv1dOptions {
+    /// Step between output positions, in input elements.
     pub stride: usize,
     /// (left, right).
     pub padding: [usize; 2],
+    /// Spacing between kernel taps (1: adjacent).
     pub dilation: usize,
+    /// Channel groups, as [`Conv2dOptions::groups`].
     pub groups: usize,
+    /// Fused after the bias (forward only; gradients reject anything but `None`).
     pub activation: Activation,
 }
 
@@ -122,12 +139,17 @@ impl Conv1dOptions {
 /// Options of [`conv_transpose2d`](super::conv_transpose2d) (PyTorch `ConvTranspose2d`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConvTranspose2dOptions {
+    /// (vertical, horizontal): the upsampling factor.
     pub stride: [usize; 2],
+    /// Rows / columns cropped from each side of the output (PyTorch's `padding`).
     pub padding: Padding,
     /// Extra rows / columns on the bottom / right; each must be below its stride or dilation.
     pub output_padding: [usize; 2],
+    /// (vertical, horizontal) spacing between kernel taps.
     pub dilation: [usize; 2],
+    /// Channel groups: C_in and C_out must both divide by it.
     pub groups: usize,
+    /// Fused after the bias.
     pub activation: Activation,
 }
 
@@ -147,11 +169,17 @@ impl Default for ConvTranspose2dOptions {
 /// Options of [`conv_transpose1d`](super::conv_transpose1d).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConvTranspose1dOptions {
+    /// The upsampling factor.
     pub stride: usize,
+    /// (left, right) elements cropped from the output (PyTorch's `padding`).
     pub padding: [usize; 2],
+    /// Extra elements on the right; must be below the stride or the dilation.
     pub output_padding: usize,
+    /// Spacing between kernel taps.
     pub dilation: usize,
+    /// Channel groups: C_in and C_out must both divide by it.
     pub groups: usize,
+    /// Fused after the bias.
     pub activation: Activation,
 }
 

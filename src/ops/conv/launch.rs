@@ -6,7 +6,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::geom::Geom;
-use crate::ops::gemm::Activation;
+use crate::ops::gemm::{Activation, ACTIVATION_DEFS};
 use crate::runtime::pipeline::{ShaderVariant, ACTIVATION_LIB};
 use crate::runtime::{grid_1d, Access, Kernel, Storage};
 use crate::{Caps, DType, Device, Error, Result, Tensor};
@@ -144,6 +144,7 @@ pub(crate) struct ConvParams {
 /// Which gradient (or the forward) a convolution launch computes: see [`conv2d_plan`](super::conv2d_plan).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direction {
+    /// y from x and the weight.
     Forward,
     /// dx from dy and the weight (also the transposed convolution).
     Data,
@@ -242,12 +243,16 @@ pub enum ConvVariant {
 /// Kernel variant, tile and split factor: a plain function of the GEMM view and the adapter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConvPlan {
+    /// The kernel family the launch uses.
     pub variant: ConvVariant,
     /// Sg8: row blocks of 8 per subgroup (1, 2 or 4); Direct: rows per invocation (1 to 8).
     pub rt: u32,
     /// Sg8: subgroups per workgroup, each on its own 32 columns.
     pub sgs: u32,
+    /// K slices (split-k): above 1, partial results in an f32 workspace are summed in a fixed
+    /// order, so results do not vary between runs.
     pub splits: u32,
+    /// Steps of K each slice covers (K itself when unsplit).
     pub k_chunk: u32,
 }
 
@@ -280,6 +285,13 @@ pub fn plan(dev: &Device, m: usize, ncols: usize, k: usize, groups: usize) -> Re
     Ok(plan_with(dev.caps(), m < 8, m, ncols, k, groups))
 }
 
+/// Rows per invocation of the direct kernels (`DR`).
+const DIRECT_ROWS: [u32; 4] = [1, 2, 4, 8];
+/// Row blocks of 8 rows of the GEMM kernels (`RT`).
+const GEMM_ROW_BLOCKS: [u32; 3] = [1, 2, 4];
+/// Subgroups per workgroup of the sg8 kernel (`SGS`): 2 for more than 32 output columns.
+const SG8_SUBGROUPS: [u32; 2] = [1, 2];
+
 /// [`plan`], with the direct kernel only when `direct` allows it.
 fn plan_with(
     caps: &Caps,
@@ -296,11 +308,21 @@ fn plan_with(
     } else {
         ConvVariant::Tiled
     };
-    let rt = match variant {
-        ConvVariant::Direct => m.next_power_of_two().min(8) as u32,
-        _ => m.div_ceil(8).next_power_of_two().min(4) as u32,
+    // The smallest table entry covering the rows, else the largest: the variant list below
+    // enumerates the same tables, so every plan has a precompiled variant.
+    let pick = |table: &[u32], rows: usize| -> u32 {
+        let last = table[table.len() - 1];
+        table
+            .iter()
+            .copied()
+            .find(|&r| r as usize >= rows)
+            .unwrap_or(last)
     };
-    let sgs = if ncols > 32 { 2 } else { 1 };
+    let rt = match variant {
+        ConvVariant::Direct => pick(&DIRECT_ROWS, m),
+        _ => pick(&GEMM_ROW_BLOCKS, m.div_ceil(8)),
+    };
+    let sgs = SG8_SUBGROUPS[usize::from(ncols > 32)];
     let mut pl = ConvPlan {
         variant,
         rt,
@@ -492,27 +514,28 @@ pub(crate) fn run(
 
 #[doc(hidden)]
 pub fn conv_variants() -> Vec<ShaderVariant> {
+    // Every table the planner picks from, so the list cannot drift from the plans.
     let mut v = Vec::new();
     for dt in [DType::F32, DType::F16] {
         for tr in [0.0, 1.0] {
             let gather = [("TRANSPOSED", tr)];
             for bias in [0.0, 1.0] {
-                for act in 0..5u32 {
+                for &(_, act) in ACTIVATION_DEFS {
                     let mut c = vec![("BIAS", bias), ("ACT", act as f64)];
                     c.extend(gather);
                     v.push(ShaderVariant::new(&TILED, &[dt], &c));
                     let mut l4 = c.clone();
                     l4.push(("WG", DIRECT_WG as f64));
                     v.push(ShaderVariant::new(&DIRECT_L4, &[dt], &l4));
-                    for dr in [1.0, 2.0, 4.0, 8.0] {
+                    for dr in DIRECT_ROWS {
                         let mut d = c.clone();
-                        d.extend([("WG", DIRECT_WG as f64), ("DR", dr)]);
+                        d.extend([("WG", DIRECT_WG as f64), ("DR", dr as f64)]);
                         v.push(ShaderVariant::new(&DIRECT, &[dt], &d));
                     }
-                    for rt in [1.0, 2.0, 4.0] {
-                        for sgs in [1.0, 2.0] {
+                    for rt in GEMM_ROW_BLOCKS {
+                        for sgs in SG8_SUBGROUPS {
                             let mut e = c.clone();
-                            e.extend([("RT", rt), ("SGS", sgs)]);
+                            e.extend([("RT", rt as f64), ("SGS", sgs as f64)]);
                             v.push(ShaderVariant::new(&SG8, &[dt], &e));
                         }
                     }
@@ -527,14 +550,14 @@ pub fn conv_variants() -> Vec<ShaderVariant> {
                 }
             }
             v.push(ShaderVariant::new(&TILED_PARTIAL, &[dt], &gather));
-            for dr in [1.0, 2.0, 4.0, 8.0] {
-                let d = [gather[0], ("WG", DIRECT_WG as f64), ("DR", dr)];
+            for dr in DIRECT_ROWS {
+                let d = [gather[0], ("WG", DIRECT_WG as f64), ("DR", dr as f64)];
                 v.push(ShaderVariant::new(&DIRECT_PARTIAL, &[dt], &d));
             }
-            for rt in [1.0, 2.0, 4.0] {
-                for sgs in [1.0, 2.0] {
+            for rt in GEMM_ROW_BLOCKS {
+                for sgs in SG8_SUBGROUPS {
                     let mut e = gather.to_vec();
-                    e.extend([("RT", rt), ("SGS", sgs)]);
+                    e.extend([("RT", rt as f64), ("SGS", sgs as f64)]);
                     v.push(ShaderVariant::new(&SG8_PARTIAL, &[dt], &e));
                 }
             }
@@ -622,6 +645,21 @@ mod plan_tests {
         // Row blocks: direct rows up to 8, GEMM blocks up to 4.
         assert_eq!(plan_with(&gpu, true, 3, 100, 100, 1).rt, 4);
         assert_eq!(plan_with(&gpu, true, 64, 100, 100, 1).rt, 4);
+        // Every plan's row block and subgroup count is in the tables the variant list
+        // enumerates.
+        for m in 0..80 {
+            for ncols in [1, 32, 33, 500] {
+                for caps in [gpu, lvp] {
+                    let p = plan_with(&caps, true, m, ncols, 100, 1);
+                    let table: &[u32] = match p.variant {
+                        ConvVariant::Direct | ConvVariant::DirectLines => &DIRECT_ROWS,
+                        _ => &GEMM_ROW_BLOCKS,
+                    };
+                    assert!(table.contains(&p.rt), "{p:?}");
+                    assert!(SG8_SUBGROUPS.contains(&p.sgs), "{p:?}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Grouped convolution, PyTorch layouts: input NCHW (NCL), weight `[O, C/groups, kH, kW]`
 //! (`[O, C/groups, K]`), bias `[O]`. Forward, data gradient (= transposed convolution) and
-//! weight gradient are one implicit GEMM each ([`launch`]): all groups in one dispatch, no
+//! weight gradient are one implicit GEMM each (src/ops/conv/launch.rs): all groups in one dispatch, no
 //! im2col buffer, split-k with a fixed-order reduction when K is long (weight gradients).
 
 mod geom;
@@ -72,6 +72,38 @@ fn no_activation(op: &'static str, act: Activation) -> Result<()> {
 
 /// 2-D convolution `act(conv(x, w) + bias)`: x `[N, C, H, W]`, w `[O, C/groups, kH, kW]`,
 /// bias `[O]` -> `[N, O, OH, OW]`.
+///
+/// PyTorch's `F.conv2d` (a cross-correlation, as there) with a fused activation;
+/// `OH = (H + top + bottom - dilation * (kH - 1) - 1) / stride + 1`, likewise OW. x and w
+/// may be strided views (an NHWC tensor permuted to NCHW is read in place); the output is a
+/// new contiguous NCHW tensor of x's dtype. Grouped and depthwise convolutions run all groups
+/// in one dispatch, without im2col buffers.
+///
+/// Errors: [`Error::Shape`] for inputs that are not rank 4, a weight whose channels are not
+/// `C / groups`, a bias that is not `[O]`, or a kernel larger than the padded input;
+/// [`Error::InvalidArgument`] for a zero stride, dilation or group count, channels not
+/// divisible by `groups`, or a non-contiguous bias; [`Error::DType`] /
+/// [`Error::DeviceMismatch`] when the tensors differ.
+///
+/// ```no_run,ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::ops::{conv2d, Activation, Conv2dOptions, Padding};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let x = Tensor::full(&dev, &[8, 32, 56, 56], 1.0, DType::F32)?;
+/// // A 3x3 depthwise convolution with stride 2, ReLU fused.
+/// let w = Tensor::full(&dev, &[32, 1, 3, 3], 0.1, DType::F32)?;
+/// let opts = Conv2dOptions {
+///     stride: [2, 2],
+///     padding: Padding::uniform(1),
+///     groups: 32,
+///     activation: Activation::Relu,
+///     ..Default::default()
+/// };
+/// let y = conv2d(&x, &w, None, &opts)?;
+/// assert_eq!(y.shape(), &[8, 32, 28, 28]);
+/// # Ok(()) }
+/// ```
 pub fn conv2d(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, o: &Conv2dOptions) -> Result<Tensor> {
     forward("conv2d", x, w, bias, o)
 }
@@ -96,6 +128,27 @@ fn forward_untracked(
 }
 
 /// 1-D convolution: x `[N, C, L]`, w `[O, C/groups, K]`, bias `[O]` -> `[N, O, OL]`.
+///
+/// PyTorch's `F.conv1d` with a fused activation: [`conv2d`] with a height of 1, so it shares
+/// its kernels, output-size rule and errors.
+///
+/// ```no_run,ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::ops::{conv1d, Conv1dOptions};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let x = Tensor::full(&dev, &[4, 16, 100], 1.0, DType::F32)?; // [N, C, L]
+/// let w = Tensor::full(&dev, &[32, 16, 5], 0.1, DType::F32)?;
+/// let b = Tensor::zeros(&dev, &[32], DType::F32)?;
+/// // padding='same', dilation 2
+/// let opts = Conv1dOptions {
+///     padding: Conv1dOptions::same_padding(5, 2),
+///     dilation: 2,
+///     ..Default::default()
+/// };
+/// assert_eq!(conv1d(&x, &w, Some(&b), &opts)?.shape(), &[4, 32, 100]);
+/// # Ok(()) }
+/// ```
 pub fn conv1d(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, o: &Conv1dOptions) -> Result<Tensor> {
     let op = "conv1d";
     let y = forward(
@@ -236,6 +289,26 @@ pub fn conv1d_backward_input(
 /// PyTorch `conv_transpose2d`: x `[N, C_in, H, W]`, w `[C_in, C_out/groups, kH, kW]`, bias
 /// `[C_out]` -> `[N, C_out, (H-1)*s - pad + d*(k-1) + output_padding + 1, ...]`. The same kernel
 /// as the data gradient of a convolution from C_out to C_in channels.
+///
+/// `pad` is the sum of the two sides' [`Padding`]. Errors as [`conv2d`], plus
+/// [`Error::InvalidArgument`] for an `output_padding` not below its stride or dilation.
+///
+/// ```no_run,ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::ops::{conv_transpose2d, ConvTranspose2dOptions, Padding};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let x = Tensor::full(&dev, &[2, 64, 16, 16], 1.0, DType::F32)?;
+/// let w = Tensor::full(&dev, &[64, 32, 4, 4], 0.01, DType::F32)?; // [C_in, C_out, kH, kW]
+/// // The usual 2x upsampling layer: kernel 4, stride 2, padding 1.
+/// let opts = ConvTranspose2dOptions {
+///     stride: [2, 2],
+///     padding: Padding::uniform(1),
+///     ..Default::default()
+/// };
+/// assert_eq!(conv_transpose2d(&x, &w, None, &opts)?.shape(), &[2, 32, 32, 32]);
+/// # Ok(()) }
+/// ```
 pub fn conv_transpose2d(
     x: &Tensor,
     w: &Tensor,

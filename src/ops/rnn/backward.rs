@@ -50,12 +50,18 @@ backward_kernel!(
     gru
 );
 
-/// Gradients of one layer and direction's weights, PyTorch layout.
+/// Gradients of one layer and direction's weights, PyTorch layout: each field has the shape
+/// of the [`RnnWeights`](super::RnnWeights) field of the same name (what PyTorch leaves in
+/// `.grad` after `backward()`).
 #[derive(Debug, Clone)]
 pub struct RnnWeightGrads {
+    /// `[G*H, I]`, the gradient of `weight_ih_l{k}`.
     pub w_ih: Tensor,
+    /// `[G*H, H]`, the gradient of `weight_hh_l{k}`.
     pub w_hh: Tensor,
+    /// `[G*H]`, the gradient of `bias_ih_l{k}`.
     pub b_ih: Tensor,
+    /// `[G*H]`, the gradient of `bias_hh_l{k}`.
     pub b_hh: Tensor,
 }
 
@@ -106,6 +112,32 @@ impl Rnn {
     /// states `[L*D, B, H]`, zeros when absent. Per layer and direction: one fused dispatch per
     /// step (recurrent gradient and gate derivatives), then the weight, bias and input gradients
     /// as GEMMs / column sums over the whole sequence.
+    ///
+    /// What PyTorch's autograd computes for `nn.LSTM` / `nn.GRU` given the upstream gradients:
+    /// the input and initial-state gradients and every weight gradient (see [`RnnGrads`]).
+    /// `saved` must come from `forward_train` on this same `Rnn` with unchanged weights.
+    /// Errors: [`Error::Shape`] when `dy`, `dh_n` or `dc_n` do not have the forward's shapes;
+    /// [`Error::InvalidArgument`] when `saved` does not come from this configuration or a GRU
+    /// is given a `dc_n`; [`Error::DType`] / [`Error::DeviceMismatch`] as for the forward.
+    ///
+    /// ```no_run,ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// use wgtensor::ops::{Rnn, RnnKind, RnnWeights};
+    /// use wgtensor::{DType, Device, Tensor};
+    /// let dev = Device::new()?;
+    /// let w_ih = Tensor::full(&dev, &[4 * 16, 8], 0.1, DType::F32)?;
+    /// let w_hh = Tensor::full(&dev, &[4 * 16, 16], 0.1, DType::F32)?;
+    /// let w = RnnWeights::new(RnnKind::Lstm, &w_ih, &w_hh, None, None)?;
+    /// let lstm = Rnn::new(RnnKind::Lstm, 1, false, false, vec![w])?;
+    /// let x = Tensor::full(&dev, &[20, 4, 8], 0.5, DType::F32)?; // [T, B, I]
+    /// let (out, saved) = lstm.forward_train(&x, None, None)?;
+    /// // loss = out.output.sum(): its gradient is all ones
+    /// let dy = Tensor::full(&dev, out.output.shape(), 1.0, DType::F32)?;
+    /// let grads = lstm.backward(&saved, &dy, None, None)?;
+    /// assert_eq!(grads.dx.shape(), x.shape());
+    /// assert_eq!(grads.weights[0].w_hh.shape(), &[64, 16]);
+    /// # Ok(()) }
+    /// ```
     pub fn backward(
         &self,
         saved: &RnnSaved,

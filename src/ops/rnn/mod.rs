@@ -68,7 +68,9 @@ static LOAD_STATE: Kernel = Kernel {
 /// LSTM or GRU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RnnKind {
+    /// PyTorch's `nn.LSTM`: gates (i, f, g, o), a hidden and a cell state.
     Lstm,
+    /// PyTorch's `nn.GRU`: gates (r, z, n), a hidden state only.
     Gru,
 }
 
@@ -106,11 +108,19 @@ struct RnnParams {
 }
 
 /// Weights of one layer and direction, PyTorch layout.
+///
+/// G is [`RnnKind::gates`] (4 for LSTM, 3 for GRU), H the hidden size, I the layer's input
+/// size (the model's input size for layer 0, `D * H` above it). Build with
+/// [`RnnWeights::new`], which checks the shapes.
 #[derive(Debug, Clone)]
 pub struct RnnWeights {
+    /// `[G*H, I]`, PyTorch's `weight_ih_l{k}`.
     pub w_ih: Tensor,
+    /// `[G*H, H]`, PyTorch's `weight_hh_l{k}`.
     pub w_hh: Tensor,
+    /// `[G*H]`, PyTorch's `bias_ih_l{k}`.
     pub b_ih: Tensor,
+    /// `[G*H]`, PyTorch's `bias_hh_l{k}`.
     pub b_hh: Tensor,
 }
 
@@ -180,13 +190,27 @@ impl RnnWeights {
 }
 
 /// A multi-layer, optionally bidirectional LSTM or GRU (PyTorch's `nn.LSTM` / `nn.GRU`).
+///
+/// Built with [`Rnn::new`] or [`Rnn::from_pytorch`]; run with [`Rnn::forward`] (inference) or
+/// [`Rnn::forward_train`] then [`Rnn::backward`] (BPTT). D is 2 when bidirectional, else 1.
+/// The fields are public for inspection and updates (e.g. an optimizer step on the weights);
+/// every run checks them again, so an edit that breaks the shapes is an error, not a
+/// wrong result.
 #[derive(Debug, Clone)]
 pub struct Rnn {
+    /// LSTM or GRU.
     pub kind: RnnKind,
+    /// Features per step of the input (I).
     pub input_size: usize,
+    /// Features of the hidden state (H).
     pub hidden_size: usize,
+    /// Stacked layers; layer `l > 0` reads the `D * H` outputs of layer `l - 1`.
     pub num_layers: usize,
+    /// A second direction runs over the reversed sequence; outputs are concatenated on the
+    /// feature dim (forward first), as in PyTorch.
     pub bidirectional: bool,
+    /// Input and output are `[B, T, ...]` instead of `[T, B, ...]` (the states stay
+    /// `[num_layers * D, B, H]`), as PyTorch's `batch_first`.
     pub batch_first: bool,
     /// Indexed `layer * D + direction`.
     pub weights: Vec<RnnWeights>,
@@ -224,6 +248,29 @@ struct SavedLayer {
 
 impl Rnn {
     /// Builds from per-(layer, direction) weights, checking that sizes chain.
+    ///
+    /// `weights` holds `num_layers * D` sets indexed `layer * D + direction`; the input and
+    /// hidden sizes are read from them. Errors: [`Error::InvalidArgument`] for a wrong number of
+    /// sets, [`Error::Shape`] when a layer's sizes do not follow from the one below,
+    /// [`Error::DType`] / [`Error::DeviceMismatch`] for a mix of dtypes or devices.
+    ///
+    /// ```no_run,ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// use wgtensor::ops::{Rnn, RnnKind, RnnWeights};
+    /// use wgtensor::{DType, Device, Tensor};
+    /// let dev = Device::new()?;
+    /// let (input, hidden) = (32, 64);
+    /// // A 2-layer LSTM (nn.LSTM(32, 64, num_layers=2)); biases default to zeros.
+    /// let mut weights = Vec::new();
+    /// for in_size in [input, hidden] {
+    ///     let w_ih = Tensor::full(&dev, &[4 * hidden, in_size], 0.05, DType::F32)?;
+    ///     let w_hh = Tensor::full(&dev, &[4 * hidden, hidden], 0.05, DType::F32)?;
+    ///     weights.push(RnnWeights::new(RnnKind::Lstm, &w_ih, &w_hh, None, None)?);
+    /// }
+    /// let lstm = Rnn::new(RnnKind::Lstm, 2, false, false, weights)?;
+    /// assert_eq!((lstm.input_size, lstm.hidden_size), (32, 64));
+    /// # Ok(()) }
+    /// ```
     pub fn new(
         kind: RnnKind,
         num_layers: usize,
@@ -382,6 +429,30 @@ impl Rnn {
     }
 
     /// Runs the whole sequence. `h0`/`c0`: `[num_layers * D, B, H]`, zeros when absent.
+    ///
+    /// PyTorch's `module(x, h0)` / `module(x, (h0, c0))` for x `[T, B, I]` (`[B, T, I]` with
+    /// `batch_first`); see [`RnnOutput`] for the shapes returned. Keeps nothing for a backward
+    /// pass (use [`Rnn::forward_train`] for that). Errors: [`Error::Shape`] for an input that is
+    /// not rank 3 or whose feature size is not `input_size`, or states of the wrong shape;
+    /// [`Error::Size`] for an empty sequence; [`Error::DType`] / [`Error::DeviceMismatch`]
+    /// when x or the states differ from the weights.
+    ///
+    /// ```no_run,ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// use wgtensor::ops::{Rnn, RnnKind, RnnWeights};
+    /// use wgtensor::{DType, Device, Tensor};
+    /// let dev = Device::new()?;
+    /// let w_ih = Tensor::full(&dev, &[3 * 16, 8], 0.1, DType::F32)?;
+    /// let w_hh = Tensor::full(&dev, &[3 * 16, 16], 0.1, DType::F32)?;
+    /// let w = RnnWeights::new(RnnKind::Gru, &w_ih, &w_hh, None, None)?;
+    /// let gru = Rnn::new(RnnKind::Gru, 1, false, true, vec![w])?; // batch_first
+    /// let x = Tensor::full(&dev, &[4, 50, 8], 0.5, DType::F32)?; // [B, T, I]
+    /// let out = gru.forward(&x, None, None)?;
+    /// assert_eq!(out.output.shape(), &[4, 50, 16]);
+    /// assert_eq!(out.h_n.shape(), &[1, 4, 16]);
+    /// assert!(out.c_n.is_none()); // GRU: no cell state
+    /// # Ok(()) }
+    /// ```
     pub fn forward(
         &self,
         x: &Tensor,
@@ -731,6 +802,28 @@ fn stack_states(dev: &Device, parts: &[Tensor], b: usize, h: usize) -> Result<Te
 }
 
 /// One LSTM step: `(h', c')` from `x [B, I]`, `h [B, H]`, `c [B, H]`.
+///
+/// PyTorch's `nn.LSTMCell` forward, for loops that feed each step's output back in (decoders,
+/// sampling); [`Rnn::forward`] runs a known sequence faster. Errors as [`Rnn::forward`] for
+/// a one-step sequence.
+///
+/// ```no_run,ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::ops::{lstm_cell, RnnKind, RnnWeights};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let w_ih = Tensor::full(&dev, &[4 * 32, 10], 0.1, DType::F32)?;
+/// let w_hh = Tensor::full(&dev, &[4 * 32, 32], 0.1, DType::F32)?;
+/// let w = RnnWeights::new(RnnKind::Lstm, &w_ih, &w_hh, None, None)?;
+/// let mut h = Tensor::zeros(&dev, &[2, 32], DType::F32)?; // [B, H]
+/// let mut c = Tensor::zeros(&dev, &[2, 32], DType::F32)?;
+/// let x = Tensor::full(&dev, &[2, 10], 1.0, DType::F32)?; // [B, I]
+/// for _ in 0..5 {
+///     (h, c) = lstm_cell(&x, &h, &c, &w)?;
+/// }
+/// assert_eq!(h.shape(), &[2, 32]);
+/// # Ok(()) }
+/// ```
 pub fn lstm_cell(x: &Tensor, h: &Tensor, c: &Tensor, w: &RnnWeights) -> Result<(Tensor, Tensor)> {
     let out = cell(RnnKind::Lstm, x, h, Some(c), w)?;
     let c_n = out

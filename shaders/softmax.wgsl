@@ -1,0 +1,138 @@
+// softmax / log_softmax along one axis of a strided tensor, numerically stable: each row is
+// scanned for its max m, then s = sum exp(x - m), then y = exp(x - m) / s (or x - m - log s).
+// `softmax_rows`: one invocation per row (many short rows). `softmax_wg`: one workgroup per row
+// with workgroup-memory reductions (few long rows). Rows are read through the input's strides
+// and written to the contiguous output at the row's own positions, so any axis works without a
+// copy. Needs lib/activation.wgsl (max_nan: a NaN in a row makes the whole row NaN, as in
+// PyTorch).
+
+struct Params {
+    rows: u32,
+    rank: u32,
+    offset: u32,
+    len: u32,
+    stride: u32,
+    out_stride: u32,
+    _pad0: u32,
+    _pad1: u32,
+    shape: array<vec4<u32>, 2>,
+    strides: array<vec4<u32>, 2>,
+    out_strides: array<vec4<u32>, 2>,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<T>;
+@group(0) @binding(2) var<storage, read_write> y: array<T>;
+
+// log_softmax instead of softmax.
+override LOG: bool = false;
+override WG: u32;
+
+var<workgroup> red: array<f32, WG>;
+
+// Element offsets of row `o` in x and in the output.
+fn row_bases(o: u32) -> vec2<u32> {
+    var rem = o;
+    var xi = p.offset;
+    var yi = 0u;
+    for (var d = i32(p.rank) - 1; d >= 0; d--) {
+        let k = u32(d);
+        let n = p.shape[k / 4u][k % 4u];
+        let c = rem % n;
+        rem = rem / n;
+        xi += c * p.strides[k / 4u][k % 4u];
+        yi += c * p.out_strides[k / 4u][k % 4u];
+    }
+    return vec2<u32>(xi, yi);
+}
+
+fn finish(v: f32, m: f32, s: f32) -> T {
+    if (LOG) {
+        return T(v - m - log(s));
+    }
+    return T(exp(v - m) / s);
+}
+
+@compute @workgroup_size(WG)
+fn softmax_rows(@builtin(workgroup_id) wid: vec3<u32>,
+                @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    let o = (wid.x + wid.y * nwg.x) * WG + lid;
+    if (o >= p.rows) {
+        return;
+    }
+    let b = row_bases(o);
+    var m = bitcast<f32>(0xff800000u | (p.rank & 0u));
+    for (var r = 0u; r < p.len; r++) {
+        m = max_nan(m, f32(x[b.x + r * p.stride]));
+    }
+    var s = 0.0;
+    for (var r = 0u; r < p.len; r++) {
+        s += exp(f32(x[b.x + r * p.stride]) - m);
+    }
+    for (var r = 0u; r < p.len; r++) {
+        y[b.y + r * p.out_stride] = finish(f32(x[b.x + r * p.stride]), m, s);
+    }
+}
+
+// Tree reduction of `red` (max or sum); every invocation of the workgroup calls it.
+fn reduce_red(lid: u32, is_max: bool) -> f32 {
+    workgroupBarrier();
+    for (var w = WG / 2u; w > 0u; w = w / 2u) {
+        if (lid < w) {
+            if (is_max) {
+                red[lid] = max_nan(red[lid], red[lid + w]);
+            } else {
+                red[lid] = red[lid] + red[lid + w];
+            }
+        }
+        workgroupBarrier();
+    }
+    let v = red[0];
+    workgroupBarrier();
+    return v;
+}
+
+@compute @workgroup_size(WG)
+fn softmax_wg(@builtin(workgroup_id) wid: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+    // Uniform control flow: every invocation reaches the barriers.
+    let o = wid.x + wid.y * nwg.x;
+    let live = o < p.rows;
+    var b = vec2<u32>(0u, 0u);
+    if (live) {
+        b = row_bases(o);
+    }
+    var m = bitcast<f32>(0xff800000u | (p.rank & 0u));
+    if (live) {
+        // Stops before `r + WG` could wrap for a row just under 2^32.
+        for (var r = lid; r < p.len; r += WG) {
+            m = max_nan(m, f32(x[b.x + r * p.stride]));
+            if (p.len - r <= WG) {
+                break;
+            }
+        }
+    }
+    red[lid] = m;
+    m = reduce_red(lid, true);
+    var s = 0.0;
+    if (live) {
+        for (var r = lid; r < p.len; r += WG) {
+            s += exp(f32(x[b.x + r * p.stride]) - m);
+            if (p.len - r <= WG) {
+                break;
+            }
+        }
+    }
+    red[lid] = s;
+    s = reduce_red(lid, false);
+    if (live) {
+        for (var r = lid; r < p.len; r += WG) {
+            y[b.y + r * p.out_stride] = finish(f32(x[b.x + r * p.stride]), m, s);
+            if (p.len - r <= WG) {
+                break;
+            }
+        }
+    }
+}

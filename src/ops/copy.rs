@@ -1,0 +1,479 @@
+//! Shape ops that move data (shaders/copy.wgsl): `cat`, `stack` and `pad` (constant, reflect,
+//! replicate), plus the view-only `split` and `chunk`, with PyTorch's names and semantics.
+//! Inputs are read through their strides; outputs are contiguous.
+
+use bytemuck::{Pod, Zeroable};
+
+use crate::layout::{pack_dims, Layout, MAX_RANK};
+use crate::runtime::pipeline::ShaderVariant;
+use crate::runtime::{grid_1d, Access, Kernel};
+use crate::{DType, Error, Result, Tensor};
+
+const WG: u32 = 256;
+const SRC: &str = include_str!("../../shaders/copy.wgsl");
+const PAD_CONSTANT: u32 = 0;
+const PAD_REFLECT: u32 = 1;
+const PAD_REPLICATE: u32 = 2;
+const COPY_DEFS: &[(&str, u32)] = &[
+    ("PAD_CONSTANT", PAD_CONSTANT),
+    ("PAD_REFLECT", PAD_REFLECT),
+    ("PAD_REPLICATE", PAD_REPLICATE),
+];
+
+static COPY_INTO: Kernel = Kernel {
+    name: "copy",
+    source: SRC,
+    entry: "copy_into",
+    bindings: &[Access::Read, Access::ReadWrite],
+    slots: &[],
+    libs: &[],
+    defs: COPY_DEFS,
+};
+static PAD: Kernel = Kernel {
+    name: "copy",
+    source: SRC,
+    entry: "pad",
+    bindings: &[Access::Read, Access::ReadWrite],
+    slots: &[],
+    libs: &[],
+    defs: COPY_DEFS,
+};
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct CopyParams {
+    numel: u32,
+    rank: u32,
+    src_off: u32,
+    dst_off: u32,
+    value: f32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+    shape: [u32; MAX_RANK],
+    src_strides: [u32; MAX_RANK],
+    aux: [u32; MAX_RANK],
+    before: [u32; MAX_RANK],
+}
+
+/// How [`pad`] fills the border (PyTorch's `mode=`).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum PadMode {
+    /// A constant value.
+    #[default]
+    Constant,
+    /// The input mirrored at its edges, without repeating the edge (`[1, 2, 3]` padded by 2 on
+    /// the left: `[3, 2, 1, 2, 3]`); each pad must be smaller than its dim.
+    Reflect,
+    /// The edge value repeated.
+    Replicate,
+}
+
+/// Copies `src` into the region `dst` (a view of a contiguous output with the same shape).
+fn copy_into(op: &'static str, src: &Tensor, dst: &Tensor) -> Result<()> {
+    let n = src.numel();
+    if n == 0 {
+        return Ok(());
+    }
+    let dev = src.device();
+    let params = CopyParams {
+        numel: n as u32,
+        rank: src.rank() as u32,
+        src_off: src.layout.offset() as u32,
+        dst_off: dst.layout.offset() as u32,
+        value: 0.0,
+        _pad0: 0,
+        _pad1: 0,
+        _pad2: 0,
+        shape: pack_dims(src.shape()),
+        src_strides: pack_dims(src.strides()),
+        aux: pack_dims(dst.strides()),
+        before: [0; MAX_RANK],
+    };
+    dev.launch(
+        op,
+        &COPY_INTO,
+        &[src.dtype],
+        &[("MODE", 0.0), ("WG", WG as f64)],
+        bytemuck::bytes_of(&params),
+        &[src.buffer(), dst.buffer()],
+        grid_1d(
+            op,
+            (n as u64).div_ceil(WG as u64),
+            dev.limits().max_compute_workgroups_per_dimension,
+        )?,
+    )
+}
+
+/// PyTorch's `torch.cat`: joins tensors of the same rank and dtype along `dim`, their other
+/// dims equal. A `[0]` tensor is skipped, as PyTorch allows for legacy reasons.
+pub fn cat(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
+    let out = cat_untracked(tensors, dim)?;
+    let joined = tensors.iter().any(|t| !is_legacy_empty(t));
+    if !joined || out.rank() == 0 {
+        // Nothing was copied: the result is the first input itself.
+        return Ok(out);
+    }
+    let d = Layout::normalize_dim("cat", dim, out.rank())?;
+    Ok(crate::autograd::record(out, tensors, |_| {
+        Box::new(CatBackward {
+            dim: d,
+            // (start, len) of each input along dim; None for the skipped [0] tensors.
+            ranges: tensors
+                .iter()
+                .scan(0usize, |start, t| {
+                    Some(if is_legacy_empty(t) {
+                        None
+                    } else {
+                        let len = t.shape()[d];
+                        *start += len;
+                        Some((*start - len, len))
+                    })
+                })
+                .collect(),
+        })
+    }))
+}
+
+/// A `[0]` tensor, which cat skips.
+fn is_legacy_empty(t: &Tensor) -> bool {
+    t.rank() == 1 && t.numel() == 0
+}
+
+/// cat's backward: each input's slice of the gradient.
+struct CatBackward {
+    dim: usize,
+    ranges: Vec<Option<(usize, usize)>>,
+}
+
+impl crate::autograd::BackwardOp for CatBackward {
+    fn name(&self) -> &'static str {
+        "cat"
+    }
+
+    fn backward(&self, grads: &[Option<Tensor>], needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+        let Some(g) = grads.first().and_then(Option::as_ref) else {
+            return Ok(vec![None; needs.len()]);
+        };
+        self.ranges
+            .iter()
+            .zip(needs)
+            .map(|(r, &need)| match r {
+                Some((start, len)) if need => {
+                    Ok(Some(g.narrow(self.dim as isize, *start, *len)?))
+                }
+                _ => Ok(None),
+            })
+            .collect()
+    }
+}
+
+fn cat_untracked(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
+    let op = "cat";
+    let parts: Vec<&Tensor> = tensors
+        .iter()
+        .copied()
+        .filter(|t| !(t.rank() == 1 && t.numel() == 0))
+        .collect();
+    let Some(first) = parts.first().copied().or(tensors.first().copied()) else {
+        return Err(Error::arg(op, "expected a non-empty list of tensors"));
+    };
+    if parts.is_empty() {
+        return Ok(first.clone());
+    }
+    let rank = first.rank();
+    if rank == 0 {
+        return Err(Error::shape(
+            op,
+            "zero-dimensional tensors cannot be concatenated",
+        ));
+    }
+    let d = Layout::normalize_dim(op, dim, rank)?;
+    let mut total = 0usize;
+    for (i, t) in parts.iter().enumerate() {
+        first.same_device(op, t)?;
+        first.same_dtype(op, t)?;
+        let same =
+            t.rank() == rank && (0..rank).all(|k| k == d || t.shape()[k] == first.shape()[k]);
+        if !same {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "sizes of tensors must match except in dimension {d}: tensor 0 has shape \
+                     {:?}, tensor {i} has shape {:?}",
+                    first.shape(),
+                    t.shape()
+                ),
+            ));
+        }
+        total = total
+            .checked_add(t.shape()[d])
+            .ok_or_else(|| Error::size(op, "the joined size overflows"))?;
+    }
+    let mut shape = first.shape().to_vec();
+    shape[d] = total;
+    let out = Tensor::empty(first.device(), op, &shape, first.dtype)?;
+    let mut start = 0;
+    for t in &parts {
+        let len = t.shape()[d];
+        copy_into(op, t, &out.narrow(d as isize, start, len)?)?;
+        start += len;
+    }
+    Ok(out)
+}
+
+/// PyTorch's `torch.stack`: tensors of one shape joined along a new dim `dim`
+/// (`0..=rank`; negative counts from `rank + 1`).
+pub fn stack(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
+    let op = "stack";
+    let Some(first) = tensors.first() else {
+        return Err(Error::arg(op, "expected a non-empty list of tensors"));
+    };
+    for (i, t) in tensors.iter().enumerate() {
+        if t.shape() != first.shape() {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "stack expects each tensor to be equal size, but got {:?} at entry 0 and \
+                     {:?} at entry {i}",
+                    first.shape(),
+                    t.shape()
+                ),
+            ));
+        }
+    }
+    let d = Layout::normalize_dim(op, dim, first.rank() + 1)? as isize;
+    let views = tensors
+        .iter()
+        .map(|t| t.unsqueeze(d))
+        .collect::<Result<Vec<_>>>()?;
+    let refs: Vec<&Tensor> = views.iter().collect();
+    // Every view has size 1 at d, so no [0] tensor is skipped by cat.
+    cat(&refs, d)
+}
+
+/// PyTorch's `torch.nn.functional.pad`: `pads` lists (before, after) pairs starting from the
+/// last dim (`[left, right, top, bottom, ...]`), at most one pair per dim; `value` fills
+/// [`PadMode::Constant`] borders.
+pub fn pad(x: &Tensor, pads: &[usize], mode: PadMode, value: f64) -> Result<Tensor> {
+    let tracking = x.is_tracked() && crate::autograd::is_grad_enabled();
+    if tracking && mode != PadMode::Constant {
+        return Err(Error::arg(
+            "pad",
+            format!(
+                "{mode:?} padding has no backward yet; only PadMode::Constant is differentiable"
+            ),
+        ));
+    }
+    let out = pad_untracked(x, pads, mode, value)?;
+    Ok(crate::autograd::record(out, &[x], |_| {
+        // Pair i pads dim rank - 1 - i; the gradient is the unpadded window of g.
+        let rank = x.rank();
+        let window = pads
+            .chunks(2)
+            .enumerate()
+            .map(|(i, pair)| (rank - 1 - i, pair[0], x.shape()[rank - 1 - i]))
+            .collect();
+        Box::new(PadBackward { window })
+    }))
+}
+
+/// Constant pad's backward: narrow the gradient back to the input's window.
+struct PadBackward {
+    /// (dim, start, len) per padded dim.
+    window: Vec<(usize, usize, usize)>,
+}
+
+impl crate::autograd::BackwardOp for PadBackward {
+    fn name(&self) -> &'static str {
+        "pad"
+    }
+
+    fn backward(&self, grads: &[Option<Tensor>], _needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+        let Some(g) = grads.first().and_then(Option::as_ref) else {
+            return Ok(vec![None]);
+        };
+        let mut gx = g.clone();
+        for &(d, start, len) in &self.window {
+            gx = gx.narrow(d as isize, start, len)?;
+        }
+        Ok(vec![Some(gx)])
+    }
+}
+
+fn pad_untracked(x: &Tensor, pads: &[usize], mode: PadMode, value: f64) -> Result<Tensor> {
+    let op = "pad";
+    if !pads.len().is_multiple_of(2) || pads.len() / 2 > x.rank() {
+        return Err(Error::arg(
+            op,
+            format!(
+                "padding length must be even and cover at most the {} dims of the input, got \
+                 {pads:?}",
+                x.rank()
+            ),
+        ));
+    }
+    let rank = x.rank();
+    let mut before = vec![0usize; rank];
+    let mut shape = x.shape().to_vec();
+    for (i, pair) in pads.chunks(2).enumerate() {
+        let d = rank - 1 - i;
+        let len = x.shape()[d];
+        if pair[0] > 1 << 24 || pair[1] > 1 << 24 {
+            return Err(Error::size(op, format!("padding {pair:?} is above 2^24")));
+        }
+        match mode {
+            PadMode::Reflect if pair[0] >= len || pair[1] >= len => {
+                return Err(Error::arg(
+                    op,
+                    format!(
+                        "padding size should be less than the corresponding input dimension, \
+                         but got padding ({}, {}) at dimension {d} of input {:?}",
+                        pair[0],
+                        pair[1],
+                        x.shape()
+                    ),
+                ))
+            }
+            PadMode::Replicate if len == 0 && pair[0] + pair[1] > 0 => {
+                return Err(Error::arg(
+                    op,
+                    format!(
+                        "cannot replicate-pad the empty dimension {d} of {:?}",
+                        x.shape()
+                    ),
+                ))
+            }
+            _ => {}
+        }
+        before[d] = pair[0];
+        shape[d] = len + pair[0] + pair[1];
+    }
+    let dev = x.device();
+    let out = Tensor::empty(dev, op, &shape, x.dtype)?;
+    let n = out.numel();
+    if n == 0 {
+        return Ok(out);
+    }
+    let code = match mode {
+        PadMode::Constant => PAD_CONSTANT,
+        PadMode::Reflect => PAD_REFLECT,
+        PadMode::Replicate => PAD_REPLICATE,
+    };
+    let params = CopyParams {
+        numel: n as u32,
+        rank: rank as u32,
+        src_off: x.layout.offset() as u32,
+        dst_off: 0,
+        value: value as f32,
+        _pad0: 0,
+        _pad1: 0,
+        _pad2: 0,
+        shape: pack_dims(&shape),
+        src_strides: pack_dims(x.strides()),
+        aux: pack_dims(x.shape()),
+        before: pack_dims(&before),
+    };
+    dev.launch(
+        op,
+        &PAD,
+        &[x.dtype],
+        &[("MODE", code as f64), ("WG", WG as f64)],
+        bytemuck::bytes_of(&params),
+        &[x.buffer(), out.buffer()],
+        grid_1d(
+            op,
+            (n as u64).div_ceil(WG as u64),
+            dev.limits().max_compute_workgroups_per_dimension,
+        )?,
+    )?;
+    Ok(out)
+}
+
+impl Tensor {
+    /// PyTorch's `split(split_size, dim)`: views of `split_size` along `dim`, the last one
+    /// smaller when the size does not divide (no copy).
+    pub fn split(&self, split_size: usize, dim: isize) -> Result<Vec<Tensor>> {
+        let op = "split";
+        let d = Layout::normalize_dim(op, dim, self.rank())?;
+        let len = self.shape()[d];
+        if split_size == 0 {
+            if len == 0 {
+                return Ok(vec![self.clone()]);
+            }
+            return Err(Error::arg(
+                op,
+                "split_size must be positive for a non-empty dim",
+            ));
+        }
+        let mut out = Vec::new();
+        let mut start = 0;
+        while start < len {
+            let n = split_size.min(len - start);
+            out.push(self.narrow(d as isize, start, n)?);
+            start += n;
+        }
+        if out.is_empty() {
+            out.push(self.clone());
+        }
+        Ok(out)
+    }
+
+    /// PyTorch's `chunk(chunks, dim)`: at most `chunks` views of `ceil(len / chunks)` each (so
+    /// possibly fewer chunks), no copy.
+    pub fn chunk(&self, chunks: usize, dim: isize) -> Result<Vec<Tensor>> {
+        let op = "chunk";
+        if chunks == 0 {
+            return Err(Error::arg(
+                op,
+                "chunk expects `chunks` to be greater than 0, got: 0",
+            ));
+        }
+        let d = Layout::normalize_dim(op, dim, self.rank())?;
+        let len = self.shape()[d];
+        self.split(len.div_ceil(chunks).max(usize::from(len == 0)), dim)
+    }
+}
+
+#[doc(hidden)]
+pub fn copy_variants() -> Vec<ShaderVariant> {
+    let mut v = Vec::new();
+    for dt in [DType::F32, DType::F16] {
+        v.push(ShaderVariant::new(
+            &COPY_INTO,
+            &[dt],
+            &[("MODE", 0.0), ("WG", WG as f64)],
+        ));
+        for &(_, mode) in COPY_DEFS {
+            v.push(ShaderVariant::new(
+                &PAD,
+                &[dt],
+                &[("MODE", mode as f64), ("WG", WG as f64)],
+            ));
+        }
+    }
+    v
+}
+
+/// The params struct's layout, checked against the shader's `struct Params` in tests/shaders.rs.
+#[doc(hidden)]
+pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
+    crate::runtime::pipeline::params_layout!(
+        COPY_INTO,
+        &[DType::F32],
+        CopyParams {
+            numel,
+            rank,
+            src_off,
+            dst_off,
+            value,
+            _pad0,
+            _pad1,
+            _pad2,
+            shape,
+            src_strides,
+            aux,
+            before
+        }
+    )
+}

@@ -1,0 +1,167 @@
+//! Losses with PyTorch's names, formulas and `reduction` (`none` / `mean` / `sum`), composed
+//! from the elementwise, reduction and softmax ops (so they run wherever those do and are
+//! differentiated through them).
+
+use crate::{Error, Result, Tensor};
+
+/// How a loss reduces its per-element values (PyTorch's `reduction=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Reduction {
+    /// The per-element losses, unreduced.
+    None,
+    /// Their mean (PyTorch's default); NaN for an empty input, as in PyTorch.
+    #[default]
+    Mean,
+    /// Their sum.
+    Sum,
+}
+
+/// The sum of every element, as a `[]` tensor.
+fn sum_all(t: &Tensor) -> Result<Tensor> {
+    t.reshape(&[t.numel()])?.sum(0, false)
+}
+
+fn reduce(t: Tensor, r: Reduction) -> Result<Tensor> {
+    match r {
+        Reduction::None => Ok(t),
+        Reduction::Sum => sum_all(&t),
+        Reduction::Mean => t.reshape(&[t.numel()])?.mean(0, false),
+    }
+}
+
+fn same_shape(op: &'static str, input: &Tensor, target: &Tensor) -> Result<()> {
+    input.same_device(op, target)?;
+    input.same_dtype(op, target)?;
+    if input.shape() != target.shape() {
+        return Err(Error::shape(
+            op,
+            format!(
+                "target shape {:?} must match input shape {:?}",
+                target.shape(),
+                input.shape()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Mean squared error `(input - target)^2` (PyTorch's `mse_loss`; shapes must match).
+pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
+    let op = "mse_loss";
+    same_shape(op, input, target)?;
+    let d = input.sub(target)?;
+    reduce(d.mul(&d)?, reduction)
+}
+
+/// Options of [`binary_cross_entropy_with_logits`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BceWithLogitsOptions<'a> {
+    /// Rescales each element's loss (broadcast to the input).
+    pub weight: Option<&'a Tensor>,
+    /// Weight of the positive term per class (broadcast along the last dim).
+    pub pos_weight: Option<&'a Tensor>,
+    /// How the per-element losses are reduced.
+    pub reduction: Reduction,
+}
+
+/// PyTorch's `binary_cross_entropy_with_logits`, in its numerically stable form:
+/// `(1 - y) x + l (log(exp(-m) + exp(-x - m)) + m)` with `m = max(-x, 0)` and
+/// `l = 1 + (pos_weight - 1) y`.
+pub fn binary_cross_entropy_with_logits(
+    input: &Tensor,
+    target: &Tensor,
+    o: &BceWithLogitsOptions,
+) -> Result<Tensor> {
+    let op = "binary_cross_entropy_with_logits";
+    same_shape(op, input, target)?;
+    let m = input.neg()?.relu()?;
+    let softplus = m
+        .neg()?
+        .exp()?
+        .add(&input.neg()?.sub(&m)?.exp()?)?
+        .log()?
+        .add(&m)?;
+    let term = match o.pos_weight {
+        Some(pw) => {
+            input.same_device(op, pw)?;
+            let l = pw.add_scalar(-1.0)?.mul(target)?.add_scalar(1.0)?;
+            l.mul(&softplus)?
+        }
+        None => softplus,
+    };
+    let mut loss = target
+        .scalar_op(crate::ops::ScalarOp::RSub, 1.0)?
+        .mul(input)?
+        .add(&term)?;
+    if let Some(w) = o.weight {
+        input.same_device(op, w)?;
+        loss = loss.mul(w)?;
+    }
+    reduce(loss, o.reduction)
+}
+
+/// Options of [`cross_entropy_probs`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CrossEntropyOptions<'a> {
+    /// A weight per class (`[C]`).
+    pub weight: Option<&'a Tensor>,
+    /// Mixes the target with the uniform distribution: `y (1 - e) + e / C`.
+    pub label_smoothing: f64,
+    /// How the per-sample losses are reduced (the mean is over samples, as PyTorch's for
+    /// probability targets).
+    pub reduction: Reduction,
+}
+
+/// PyTorch's `cross_entropy` with class-probability targets: input logits `[N, C, d1, ...]`
+/// (or `[C]`), target probabilities of the same shape; the loss of each sample is
+/// `-sum_c w_c y_c log_softmax(x)_c` over the class dim (1, or 0 for a `[C]` input).
+pub fn cross_entropy_probs(
+    input: &Tensor,
+    target: &Tensor,
+    o: &CrossEntropyOptions,
+) -> Result<Tensor> {
+    let op = "cross_entropy";
+    same_shape(op, input, target)?;
+    if input.rank() == 0 {
+        return Err(Error::shape(
+            op,
+            "input must have a class dim, got a scalar",
+        ));
+    }
+    if !(0.0..=1.0).contains(&o.label_smoothing) {
+        return Err(Error::arg(
+            op,
+            format!(
+                "label_smoothing must be in [0, 1], got {}",
+                o.label_smoothing
+            ),
+        ));
+    }
+    let cdim = if input.rank() == 1 { 0 } else { 1 };
+    let c = input.shape()[cdim];
+    let logp = input.log_softmax(cdim as isize)?;
+    let mut y = target.clone();
+    if o.label_smoothing > 0.0 {
+        let e = o.label_smoothing as f32;
+        y = y.mul_scalar(1.0 - e)?.add_scalar(e / c as f32)?;
+    }
+    let mut prod = logp.mul(&y)?;
+    if let Some(w) = o.weight {
+        input.same_device(op, w)?;
+        if w.shape() != [c] {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "weight must have shape [{c}] (one per class), got {:?}",
+                    w.shape()
+                ),
+            ));
+        }
+        // [C] along the class dim: [C, 1, ..., 1].
+        let mut ws = vec![c];
+        ws.extend(std::iter::repeat_n(1, input.rank() - cdim - 1));
+        prod = prod.mul(&w.reshape(&ws)?)?;
+    }
+    let per_sample = prod.sum(cdim as isize, false)?.neg()?;
+    reduce(per_sample, o.reduction)
+}

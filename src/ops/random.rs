@@ -1,0 +1,274 @@
+//! Random numbers on the device (shaders/random.wgsl): a counter-based Philox4x32-10
+//! generator, so a stream is a pure function of (seed, offset), the same on every backend and
+//! in the browser. Each call takes the next `ceil(n / 4)` counters of the device's generator
+//! ([`Device::manual_seed`] resets it), so streams of successive calls never overlap.
+//!
+//! PyTorch's `rand`, `randn`, `uniform_`, `normal_`, `bernoulli`, `dropout` (inverted scaling)
+//! and the default initializers of its layers (`kaiming_uniform_`, `xavier_uniform_`).
+
+use bytemuck::{Pod, Zeroable};
+
+use crate::runtime::pipeline::ShaderVariant;
+use crate::runtime::{grid_1d, Access, Kernel, Storage};
+use crate::tensor::check_new_shape;
+use crate::{DType, Device, Error, Result, Tensor};
+
+const WG: u32 = 64;
+
+const DIST_UNIFORM: u32 = 0;
+const DIST_NORMAL: u32 = 1;
+const DIST_BERNOULLI: u32 = 2;
+const DIST_DROPOUT: u32 = 3;
+const RANDOM_DEFS: &[(&str, u32)] = &[
+    ("DIST_UNIFORM", DIST_UNIFORM),
+    ("DIST_NORMAL", DIST_NORMAL),
+    ("DIST_BERNOULLI", DIST_BERNOULLI),
+    ("DIST_DROPOUT", DIST_DROPOUT),
+];
+
+static RANDOM: Kernel = Kernel {
+    name: "random",
+    source: include_str!("../../shaders/random.wgsl"),
+    entry: "main",
+    bindings: &[Access::Read, Access::ReadWrite],
+    slots: &[],
+    libs: &[],
+    defs: RANDOM_DEFS,
+};
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct RandomParams {
+    numel: u32,
+    key_lo: u32,
+    key_hi: u32,
+    ctr_lo: u32,
+    ctr_hi: u32,
+    a: f32,
+    b: f32,
+    _pad0: u32,
+}
+
+/// Fills a new tensor of `shape` with distribution `dist` (reading `x` for dropout).
+#[allow(clippy::too_many_arguments)]
+fn generate(
+    op: &'static str,
+    dev: &Device,
+    shape: &[usize],
+    dtype: DType,
+    dist: u32,
+    a: f32,
+    b: f32,
+    x: Option<&Tensor>,
+) -> Result<Tensor> {
+    check_new_shape(dev, op, shape, dtype)?;
+    let out = Tensor::empty(dev, op, shape, dtype)?;
+    let n = out.numel() as u64;
+    if n == 0 {
+        return Ok(out);
+    }
+    let blocks = n.div_ceil(4);
+    let (seed, ctr) = dev.take_random_counters(blocks);
+    let params = RandomParams {
+        numel: n as u32,
+        key_lo: seed as u32,
+        key_hi: (seed >> 32) as u32,
+        ctr_lo: ctr as u32,
+        ctr_hi: (ctr >> 32) as u32,
+        a,
+        b,
+        _pad0: 0,
+    };
+    // Generators read nothing: their input binding gets a small placeholder (a read binding
+    // may not alias the output's read_write one).
+    let placeholder;
+    let input = match x {
+        Some(t) => t.buffer(),
+        None => {
+            placeholder = Storage::scratch(dev, op, 16)?;
+            placeholder.buffer()
+        }
+    };
+    dev.launch(
+        op,
+        &RANDOM,
+        &[dtype],
+        &[("DIST", dist as f64), ("WG", WG as f64)],
+        bytemuck::bytes_of(&params),
+        &[input, out.buffer()],
+        grid_1d(
+            op,
+            blocks.div_ceil(WG as u64),
+            dev.limits().max_compute_workgroups_per_dimension,
+        )?,
+    )?;
+    Ok(out)
+}
+
+fn check_finite(op: &'static str, what: &str, v: f64) -> Result<()> {
+    if !v.is_finite() {
+        return Err(Error::arg(op, format!("{what} must be finite, got {v}")));
+    }
+    Ok(())
+}
+
+/// Uniform samples in `[low, high)` (PyTorch's `torch.empty(shape).uniform_(low, high)`).
+pub fn uniform(dev: &Device, shape: &[usize], low: f64, high: f64, dtype: DType) -> Result<Tensor> {
+    let op = "uniform";
+    check_finite(op, "low", low)?;
+    check_finite(op, "high", high)?;
+    if low > high {
+        return Err(Error::arg(op, format!("low {low} is above high {high}")));
+    }
+    generate(
+        op,
+        dev,
+        shape,
+        dtype,
+        DIST_UNIFORM,
+        low as f32,
+        high as f32,
+        None,
+    )
+}
+
+/// Normal samples with `mean` and standard deviation `std` (PyTorch's `normal_`), by
+/// Box-Muller on pairs of uniforms.
+pub fn normal(dev: &Device, shape: &[usize], mean: f64, std: f64, dtype: DType) -> Result<Tensor> {
+    let op = "normal";
+    check_finite(op, "mean", mean)?;
+    check_finite(op, "std", std)?;
+    if std < 0.0 {
+        return Err(Error::arg(op, format!("std must be >= 0, got {std}")));
+    }
+    generate(
+        op,
+        dev,
+        shape,
+        dtype,
+        DIST_NORMAL,
+        mean as f32,
+        std as f32,
+        None,
+    )
+}
+
+/// `U[0, 1)` samples (PyTorch's `torch.rand`).
+pub fn rand(dev: &Device, shape: &[usize], dtype: DType) -> Result<Tensor> {
+    generate("rand", dev, shape, dtype, DIST_UNIFORM, 0.0, 1.0, None)
+}
+
+/// Standard normal samples (PyTorch's `torch.randn`).
+pub fn randn(dev: &Device, shape: &[usize], dtype: DType) -> Result<Tensor> {
+    generate("randn", dev, shape, dtype, DIST_NORMAL, 0.0, 1.0, None)
+}
+
+/// 1 with probability `p`, else 0 (PyTorch's `torch.bernoulli` of a constant probability).
+pub fn bernoulli(dev: &Device, shape: &[usize], p: f64, dtype: DType) -> Result<Tensor> {
+    let op = "bernoulli";
+    if !(0.0..=1.0).contains(&p) {
+        return Err(Error::arg(op, format!("p must be in [0, 1], got {p}")));
+    }
+    generate(op, dev, shape, dtype, DIST_BERNOULLI, p as f32, 0.0, None)
+}
+
+/// PyTorch's `dropout(x, p, training)`: in training, each element is zeroed with probability
+/// `p` and the rest scaled by `1 / (1 - p)` (inverted dropout, so evaluation needs no
+/// rescaling); `p = 1` gives zeros. Not training (or `p = 0`): `x` itself.
+pub fn dropout(x: &Tensor, p: f64, training: bool) -> Result<Tensor> {
+    let op = "dropout";
+    if !(0.0..=1.0).contains(&p) {
+        return Err(Error::arg(
+            op,
+            format!("dropout probability has to be between 0 and 1, but got {p}"),
+        ));
+    }
+    if !training || p == 0.0 {
+        return Ok(x.clone());
+    }
+    if p == 1.0 {
+        return Tensor::zeros(x.device(), x.shape(), x.dtype);
+    }
+    // Packed from element 0 (contiguous() copies any other view), as the kernel reads x[e].
+    let xs = x.contiguous()?;
+    generate(
+        op,
+        x.device(),
+        x.shape(),
+        x.dtype,
+        DIST_DROPOUT,
+        p as f32,
+        (1.0 / (1.0 - p)) as f32,
+        Some(&xs),
+    )
+}
+
+/// `(fan_in, fan_out)` of a weight of `shape` as PyTorch computes them
+/// (`torch.nn.init._calculate_fan_in_and_fan_out`): dims 1 and 0 times the receptive field.
+pub fn fan_in_and_fan_out(shape: &[usize]) -> Result<(usize, usize)> {
+    if shape.len() < 2 {
+        return Err(Error::shape(
+            "fan_in_and_fan_out",
+            format!("fan in and fan out need at least 2 dims, got shape {shape:?}"),
+        ));
+    }
+    let field: usize = shape[2..].iter().product();
+    Ok((shape[1] * field, shape[0] * field))
+}
+
+/// PyTorch's `kaiming_uniform_(w, a, mode='fan_in', nonlinearity='leaky_relu')`, the default
+/// initializer of `Linear` and `Conv` weights (with `a = sqrt(5)`): `U(-b, b)` with
+/// `b = sqrt(6 / ((1 + a^2) * fan_in))`.
+pub fn kaiming_uniform(dev: &Device, shape: &[usize], a: f64, dtype: DType) -> Result<Tensor> {
+    let (fan_in, _) = fan_in_and_fan_out(shape)?;
+    if fan_in == 0 {
+        return Tensor::zeros(dev, shape, dtype);
+    }
+    let bound = (6.0 / ((1.0 + a * a) * fan_in as f64)).sqrt();
+    uniform(dev, shape, -bound, bound, dtype)
+}
+
+/// PyTorch's `xavier_uniform_(w, gain)`: `U(-b, b)` with
+/// `b = gain * sqrt(6 / (fan_in + fan_out))`.
+pub fn xavier_uniform(dev: &Device, shape: &[usize], gain: f64, dtype: DType) -> Result<Tensor> {
+    let (fan_in, fan_out) = fan_in_and_fan_out(shape)?;
+    if fan_in + fan_out == 0 {
+        return Tensor::zeros(dev, shape, dtype);
+    }
+    let bound = gain * (6.0 / (fan_in + fan_out) as f64).sqrt();
+    uniform(dev, shape, -bound, bound, dtype)
+}
+
+#[doc(hidden)]
+pub fn random_variants() -> Vec<ShaderVariant> {
+    let mut v = Vec::new();
+    for dt in [DType::F32, DType::F16] {
+        for &(_, dist) in RANDOM_DEFS {
+            v.push(ShaderVariant::new(
+                &RANDOM,
+                &[dt],
+                &[("DIST", dist as f64), ("WG", WG as f64)],
+            ));
+        }
+    }
+    v
+}
+
+/// The params struct's layout, checked against the shader's `struct Params` in tests/shaders.rs.
+#[doc(hidden)]
+pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
+    crate::runtime::pipeline::params_layout!(
+        RANDOM,
+        &[DType::F32],
+        RandomParams {
+            numel,
+            key_lo,
+            key_hi,
+            ctr_lo,
+            ctr_hi,
+            a,
+            b,
+            _pad0
+        }
+    )
+}

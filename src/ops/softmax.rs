@@ -1,0 +1,221 @@
+//! softmax and log_softmax along one axis (shaders/softmax.wgsl), PyTorch's `softmax(x, dim)`
+//! and `log_softmax(x, dim)`: numerically stable (the row max is subtracted first), any axis of
+//! any strided view read in place, one pass per row where the row fits one invocation's loop
+//! or one workgroup per row for few long rows; f16 computes in f32.
+
+use bytemuck::{Pod, Zeroable};
+
+use crate::layout::{contiguous_strides, pack_dims, Layout, MAX_RANK};
+use crate::runtime::pipeline::{ShaderVariant, ACTIVATION_LIB};
+use crate::runtime::{grid_1d, Access, Kernel};
+use crate::{DType, Result, Tensor};
+
+const SRC: &str = include_str!("../../shaders/softmax.wgsl");
+const WG: u32 = 64;
+
+static ROWS: Kernel = Kernel {
+    name: "softmax",
+    source: SRC,
+    entry: "softmax_rows",
+    bindings: &[Access::Read, Access::ReadWrite],
+    slots: &[],
+    libs: &[ACTIVATION_LIB],
+    defs: &[],
+};
+static WORKGROUP: Kernel = Kernel {
+    name: "softmax",
+    source: SRC,
+    entry: "softmax_wg",
+    bindings: &[Access::Read, Access::ReadWrite],
+    slots: &[],
+    libs: &[ACTIVATION_LIB],
+    defs: &[],
+};
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct SoftmaxParams {
+    rows: u32,
+    rank: u32,
+    offset: u32,
+    len: u32,
+    stride: u32,
+    out_stride: u32,
+    _pad0: u32,
+    _pad1: u32,
+    shape: [u32; MAX_RANK],
+    strides: [u32; MAX_RANK],
+    out_strides: [u32; MAX_RANK],
+}
+
+/// A workgroup per row pays barriers, so it is used only when rows are too few to fill the
+/// device and each is long.
+fn use_workgroup_variant(rows: usize, len: usize) -> bool {
+    len > 256 && rows < 1024
+}
+
+/// The recorded forward: softmax's backward is `y * (g - sum(g * y))` and log_softmax's
+/// `g - exp(y) * sum(g)` along `dim`, composed from existing ops (one reduction each).
+fn run(op: &'static str, x: &Tensor, dim: isize, log: bool) -> Result<Tensor> {
+    let y = run_untracked(op, x, dim, log)?;
+    Ok(crate::autograd::record(y, &[x], |y| {
+        Box::new(SoftmaxBackward {
+            y: y.clone(),
+            dim,
+            log,
+        })
+    }))
+}
+
+struct SoftmaxBackward {
+    y: Tensor,
+    dim: isize,
+    log: bool,
+}
+
+impl crate::autograd::BackwardOp for SoftmaxBackward {
+    fn name(&self) -> &'static str {
+        if self.log {
+            "log_softmax"
+        } else {
+            "softmax"
+        }
+    }
+
+    fn backward(&self, grads: &[Option<Tensor>], _needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+        let Some(g) = grads.first().and_then(Option::as_ref) else {
+            return Ok(vec![None]);
+        };
+        let y = &self.y;
+        if y.rank() == 0 {
+            // One element: the output is constant (1, or 0 for log_softmax).
+            return Ok(vec![Some(Tensor::zeros(y.device(), &[], y.dtype)?)]);
+        }
+        let gx = if self.log {
+            g.sub(&y.exp()?.mul(&g.sum(self.dim, true)?)?)?
+        } else {
+            y.mul(&g.sub(&g.mul(y)?.sum(self.dim, true)?)?)?
+        };
+        Ok(vec![Some(gx)])
+    }
+}
+
+fn run_untracked(op: &'static str, x: &Tensor, dim: isize, log: bool) -> Result<Tensor> {
+    let dev = x.device();
+    // PyTorch treats a rank-0 tensor as one element along dim 0 or -1.
+    if x.rank() == 0 {
+        Layout::normalize_dim(op, dim, 1)?;
+        return run(op, &x.reshape(&[1])?, 0, log)?.reshape(&[]);
+    }
+    let d = Layout::normalize_dim(op, dim, x.rank())?;
+    let out = Tensor::empty(dev, op, x.shape(), x.dtype)?;
+    let len = x.shape()[d];
+    let outer = x.layout.without_dim(d);
+    let rows = outer.numel();
+    if rows == 0 || len == 0 {
+        return Ok(out);
+    }
+    let mut out_strides = contiguous_strides(x.shape());
+    let out_stride = out_strides.remove(d);
+    let params = SoftmaxParams {
+        rows: rows as u32,
+        rank: outer.rank() as u32,
+        offset: x.layout.offset() as u32,
+        len: len as u32,
+        stride: x.strides()[d] as u32,
+        out_stride: out_stride as u32,
+        _pad0: 0,
+        _pad1: 0,
+        shape: pack_dims(outer.shape()),
+        strides: pack_dims(outer.strides()),
+        out_strides: pack_dims(&out_strides),
+    };
+    let max = dev.limits().max_compute_workgroups_per_dimension;
+    let (kernel, groups) = if use_workgroup_variant(rows, len) {
+        (&WORKGROUP, rows as u64)
+    } else {
+        (&ROWS, (rows as u64).div_ceil(WG as u64))
+    };
+    dev.launch(
+        op,
+        kernel,
+        &[x.dtype],
+        &[("LOG", f64::from(u8::from(log))), ("WG", WG as f64)],
+        bytemuck::bytes_of(&params),
+        &[x.buffer(), out.buffer()],
+        grid_1d(op, groups, max)?,
+    )?;
+    Ok(out)
+}
+
+/// `exp(x) / sum(exp(x))` along `dim` (negative counts from the end), PyTorch's
+/// `torch.softmax(x, dim)`. The row max is subtracted first, so large inputs do not overflow;
+/// a NaN makes its row NaN; a row of `-inf` gives NaN, as in PyTorch.
+///
+/// ```no_run,ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// let dev = wgtensor::Device::new()?;
+/// let logits = wgtensor::Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0, 1.0, 1.0, 1.0], &[2, 3])?;
+/// let p = wgtensor::ops::softmax(&logits, -1)?; // each row sums to 1
+/// # Ok(()) }
+/// ```
+pub fn softmax(x: &Tensor, dim: isize) -> Result<Tensor> {
+    run("softmax", x, dim, false)
+}
+
+/// `x - log(sum(exp(x)))` along `dim`, PyTorch's `torch.log_softmax(x, dim)`: computed as
+/// `x - max - log(sum(exp(x - max)))`, exact where `softmax(x).log()` would underflow to
+/// `-inf`.
+pub fn log_softmax(x: &Tensor, dim: isize) -> Result<Tensor> {
+    run("log_softmax", x, dim, true)
+}
+
+impl Tensor {
+    /// [`softmax`](crate::ops::softmax()) along `dim`.
+    pub fn softmax(&self, dim: isize) -> Result<Tensor> {
+        softmax(self, dim)
+    }
+    /// [`log_softmax`](crate::ops::log_softmax) along `dim`.
+    pub fn log_softmax(&self, dim: isize) -> Result<Tensor> {
+        log_softmax(self, dim)
+    }
+}
+
+#[doc(hidden)]
+pub fn softmax_variants() -> Vec<ShaderVariant> {
+    let mut v = Vec::new();
+    for k in [&ROWS, &WORKGROUP] {
+        for dt in [DType::F32, DType::F16] {
+            for log in [0.0, 1.0] {
+                v.push(ShaderVariant::new(
+                    k,
+                    &[dt],
+                    &[("LOG", log), ("WG", WG as f64)],
+                ));
+            }
+        }
+    }
+    v
+}
+
+/// The params struct's layout, checked against the shader's `struct Params` in tests/shaders.rs.
+#[doc(hidden)]
+pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
+    crate::runtime::pipeline::params_layout!(
+        ROWS,
+        &[DType::F32],
+        SoftmaxParams {
+            rows,
+            rank,
+            offset,
+            len,
+            stride,
+            out_stride,
+            _pad0,
+            _pad1,
+            shape,
+            strides,
+            out_strides
+        }
+    )
+}

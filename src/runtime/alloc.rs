@@ -1,0 +1,172 @@
+//! Buffer allocation on a device: the binding-size checks, the memory budget, the pool, and
+//! uploads. Freed buffers go back to the pool, reusable once no pending command can read them.
+
+use super::device::{Device, State};
+use super::pool::size_class;
+use crate::{Error, Result};
+
+pub(crate) const PARAMS_USAGE: wgpu::BufferUsages =
+    wgpu::BufferUsages::UNIFORM.union(wgpu::BufferUsages::COPY_DST);
+pub(crate) const READBACK_USAGE: wgpu::BufferUsages =
+    wgpu::BufferUsages::MAP_READ.union(wgpu::BufferUsages::COPY_DST);
+pub(crate) const STORAGE_USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
+    .union(wgpu::BufferUsages::COPY_SRC)
+    .union(wgpu::BufferUsages::COPY_DST);
+
+impl Device {
+    /// Byte limit checks shared by every allocation.
+    pub(crate) fn check_bytes(&self, op: &'static str, bytes: u64) -> Result<()> {
+        let l = &self.inner.limits;
+        // Kernels index with u32, and Metal hands naga's bounds checks u32 byte sizes (reads past
+        // 4 GiB would return 0): no binding may exceed 4 GiB - 1 whatever the adapter reports.
+        let (name, limit) = [
+            ("max_buffer_size", l.max_buffer_size),
+            ("u32 indexing (4 GiB - 1)", u32::MAX as u64),
+        ]
+        .into_iter()
+        .fold(
+            (
+                "max_storage_buffer_binding_size",
+                l.max_storage_buffer_binding_size,
+            ),
+            |best, cand| if cand.1 < best.1 { cand } else { best },
+        );
+        if size_class(bytes) > limit {
+            return Err(Error::TooLarge {
+                op,
+                bytes,
+                limit_name: name,
+                limit,
+            });
+        }
+        Ok(())
+    }
+
+    /// A buffer of at least `bytes` bytes from the pool (or new).
+    pub(crate) fn alloc_buffer(
+        &self,
+        op: &'static str,
+        bytes: u64,
+        usage: wgpu::BufferUsages,
+    ) -> Result<wgpu::Buffer> {
+        self.alloc_buffer_from(op, bytes, usage, false)
+    }
+
+    /// `scratch`: the buffer will only be written by commands recorded from now on (see
+    /// [`BufferPool::take_scratch`]), so one freed earlier in this batch may be reused.
+    pub(crate) fn alloc_buffer_from(
+        &self,
+        op: &'static str,
+        bytes: u64,
+        usage: wgpu::BufferUsages,
+        scratch: bool,
+    ) -> Result<wgpu::Buffer> {
+        self.check(op)?;
+        self.check_bytes(op, bytes)?;
+        let mut st = self.lock_state();
+        let cached = if scratch {
+            st.pool.take_scratch(bytes, usage)
+        } else {
+            st.pool.take(bytes, usage)
+        };
+        if let Some(buf) = cached {
+            return Ok(buf);
+        }
+        let size = size_class(bytes);
+        self.make_room_locked(&mut st, op, size)?;
+        // Create under the lock so pool accounting and creation stay one step.
+        let buf = self.scoped(op, || {
+            self.inner.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(op),
+                size,
+                usage,
+                mapped_at_creation: false,
+            })
+        })?;
+        st.pool.note_created(size);
+        st.batch.bytes += size;
+        if st.batch.bytes >= self.inner.opts.max_bytes_per_submit {
+            self.flush_locked(&mut st, op)?;
+        }
+        Ok(buf)
+    }
+
+    /// Keeps the pool within the memory budget for a new buffer of `size` bytes: drops cached
+    /// buffers, then (when freed buffers wait for the pending batch) submits it and drops
+    /// those too; errors when live buffers alone leave no room.
+    pub(super) fn make_room_locked(
+        &self,
+        st: &mut State,
+        op: &'static str,
+        size: u64,
+    ) -> Result<()> {
+        let limit = self.inner.memory_limit;
+        let over =
+            |st: &State| st.pool.stats.live_bytes + st.pool.stats.cached_bytes + size > limit;
+        if !over(st) {
+            return Ok(());
+        }
+        st.pool.clear();
+        if over(st) && st.pool.pending_bytes() > 0 {
+            self.flush_locked(st, op)?;
+            st.pool.clear();
+        }
+        if over(st) {
+            return Err(Error::OutOfMemory {
+                op,
+                msg: format!(
+                    "a buffer of {size} bytes would exceed the device memory limit of {limit} \
+                     bytes ({} bytes live, {} cached awaiting submission; \
+                     DeviceOptions::memory_limit sets the limit)",
+                    st.pool.stats.live_bytes, st.pool.stats.cached_bytes
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn release_buffer(&self, buf: wgpu::Buffer) {
+        let mut st = self.lock_state();
+        // With no batch recorded (nor parked) since the last submit, no pending command can
+        // read this buffer, so it is reusable at once: a loop of uploads and drops that records
+        // no op must not grow the cache.
+        if st.batch.encoder.is_none() && st.submitter.parked() == 0 {
+            st.pool.release_now(buf);
+        } else {
+            st.pool.release(buf);
+        }
+    }
+
+    /// Uploads `data` into `buf` at `offset` through the queue (lands before the next
+    /// submission's commands). Counts toward the batch's byte budget, so a long run of uploads
+    /// submits now and then and wgpu's staging copies are released.
+    pub(crate) fn write_buffer(
+        &self,
+        op: &'static str,
+        buf: &wgpu::Buffer,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let mut st = self.lock_state();
+        // write_buffer needs a multiple of 4 bytes (odd-length f16 data).
+        if data.len().is_multiple_of(4) {
+            self.inner.queue.write_buffer(buf, offset, data);
+        } else {
+            let mut padded = data.to_vec();
+            padded.resize(data.len().div_ceil(4) * 4, 0);
+            self.inner.queue.write_buffer(buf, offset, &padded);
+        }
+        st.batch.bytes += data.len() as u64;
+        if st.batch.bytes >= self.inner.opts.max_bytes_per_submit {
+            if st.batch.encoder.is_none() {
+                // An empty submission still flushes wgpu's staged writes.
+                st.batch.open_without_arena(&self.inner.device);
+            }
+            self.flush_locked(&mut st, op)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,89 @@
+//! `DeviceOptions`: the execution model's knobs, with their defaults and the bounds checked
+//! when a device opens.
+
+use crate::{Error, Result};
+
+/// Knobs of the execution model. The defaults suit both lavapipe and discrete GPUs.
+#[derive(Debug, Clone)]
+pub struct DeviceOptions {
+    /// The pending batch is submitted once it holds this many dispatches.
+    pub max_dispatches_per_submit: usize,
+    /// ... or once the buffers allocated for it reach this many bytes.
+    pub max_bytes_per_submit: u64,
+    /// At most this many submissions are outstanding; the next submit waits for the oldest
+    /// (wasm: a batch finished at the cap is parked until the next async point).
+    pub max_in_flight: usize,
+    /// Freed buffers beyond this many cached bytes are destroyed instead of kept.
+    pub pool_cap_bytes: u64,
+    /// Do not request SHADER_F16 even when the adapter has it (to exercise f32-only paths).
+    pub disable_f16: bool,
+    /// Do not request SUBGROUP (kernels then use their portable variants).
+    pub disable_subgroups: bool,
+    /// Most bytes of GPU buffers (live tensors, workspaces and the pool's cache) the device may
+    /// hold; an allocation past it first drops cached buffers, then fails with
+    /// [`Error::OutOfMemory`] before wgpu is asked (MLX's `set_memory_limit`). `None`: on CPU
+    /// adapters, where device memory is host memory and running out crashes the driver, what
+    /// the process may use (3/4 of physical or cgroup memory, half the address-space limit);
+    /// on GPUs no limit beyond the driver's own out-of-memory errors.
+    pub memory_limit: Option<u64>,
+}
+
+/// Upper bounds on [`DeviceOptions`] values: past them the param arena's size or the queue's
+/// bookkeeping would overflow or make no sense.
+const MAX_DISPATCHES_PER_SUBMIT: usize = 1 << 16;
+const MAX_IN_FLIGHT: usize = 1 << 10;
+/// wasm: most finished batches parked under the in-flight cap before new work is refused
+/// (64 dispatches each by default: 65k queued dispatches between two async points).
+#[cfg(target_arch = "wasm32")]
+pub(crate) const MAX_PARKED: usize = 1024;
+
+impl DeviceOptions {
+    /// Rejects values the runtime cannot honour (a cap of 0, an arena whose size overflows).
+    pub(crate) fn validate(&self) -> Result<()> {
+        let op = "device";
+        if self.max_dispatches_per_submit == 0
+            || self.max_dispatches_per_submit > MAX_DISPATCHES_PER_SUBMIT
+        {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "max_dispatches_per_submit must be in 1..={MAX_DISPATCHES_PER_SUBMIT}, got {}",
+                    self.max_dispatches_per_submit
+                ),
+            ));
+        }
+        if self.max_in_flight == 0 || self.max_in_flight > MAX_IN_FLIGHT {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "max_in_flight must be in 1..={MAX_IN_FLIGHT}, got {}",
+                    self.max_in_flight
+                ),
+            ));
+        }
+        if self.max_bytes_per_submit == 0 {
+            return Err(Error::arg(op, "max_bytes_per_submit must be at least 1"));
+        }
+        if self.memory_limit == Some(0) {
+            return Err(Error::arg(
+                op,
+                "memory_limit must be at least 1 byte (None picks the default)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Default for DeviceOptions {
+    fn default() -> Self {
+        DeviceOptions {
+            max_dispatches_per_submit: 64,
+            max_bytes_per_submit: 256 << 20,
+            max_in_flight: 3,
+            pool_cap_bytes: 1 << 30,
+            disable_f16: false,
+            disable_subgroups: false,
+            memory_limit: None,
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! Submission: finishing the pending batch and submitting it under the in-flight cap (native:
+//! waiting for the oldest submission; wasm: parking until the next async point), outside
+//! command buffers through the same queue, and `sync`.
+
+use super::device::{Device, State};
+use crate::{Error, Result};
+
+impl Device {
+    /// Submits command buffers the caller recorded on [`Device::wgpu_device`] (interop), after
+    /// the work wgtensor has recorded so far and through the same bounded in-flight queue, so
+    /// outside work can neither overtake pending ops nor run past `max_in_flight`.
+    ///
+    /// Errors with the error the GPU reported for earlier work, if any, or
+    /// [`Error::DeviceLost`].
+    ///
+    /// ```ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// use wgtensor::{DType, Device, Tensor};
+    /// let dev = Device::new()?;
+    /// let src = Tensor::full(&dev, &[256], 3.0, DType::F32)?; // recorded, maybe not run yet
+    /// let dst = Tensor::zeros(&dev, &[256], DType::F32)?;
+    /// let (src_buf, src_off, bytes) = src.wgpu_buffer()?;
+    /// let (dst_buf, dst_off, _) = dst.wgpu_buffer()?;
+    /// let mut enc = dev.wgpu_device().create_command_encoder(&Default::default());
+    /// enc.copy_buffer_to_buffer(src_buf, src_off, dst_buf, dst_off, bytes);
+    /// dev.submit([enc.finish()])?; // runs after the ops that fill `src`
+    /// assert_eq!(dst.to_vec::<f32>()?, vec![3.0; 256]);
+    /// # Ok(()) }
+    /// ```
+    pub fn submit(&self, commands: impl IntoIterator<Item = wgpu::CommandBuffer>) -> Result<()> {
+        let op = "submit";
+        self.check(op)?;
+        let mut st = self.lock_state();
+        self.flush_locked(&mut st, op)?;
+        for cmd in commands {
+            let freed = st.pool.take_pending();
+            #[cfg(target_arch = "wasm32")]
+            if st.submitter.must_park(&self.inner.device) {
+                st.submitter
+                    .parked
+                    .push_back(super::submitter::Parked { cmd, freed });
+                continue;
+            }
+            self.submit_locked(&mut st, cmd, freed, op)?;
+        }
+        Ok(())
+    }
+
+    /// Submits the pending batch (if any) and returns the index of the last submission.
+    pub(crate) fn flush(&self, op: &'static str) -> Result<()> {
+        let mut st = self.lock_state();
+        self.flush_locked(&mut st, op)
+    }
+
+    /// Finishes the pending batch and submits it. wasm: when the in-flight cap is reached the
+    /// batch is parked instead, and the next async point submits it ([`Device::submit_parked`]).
+    pub(crate) fn flush_locked(&self, st: &mut State, op: &'static str) -> Result<()> {
+        let Some((cmd, arena)) = st.batch.finish(&self.inner.queue) else {
+            return Ok(());
+        };
+        if let Some(a) = arena {
+            st.pool.release(a);
+        }
+        // What was freed while this batch was recorded (its arena too) is reusable once the
+        // batch is submitted.
+        let freed = st.pool.take_pending();
+        #[cfg(target_arch = "wasm32")]
+        if st.submitter.must_park(&self.inner.device) {
+            st.submitter
+                .parked
+                .push_back(super::submitter::Parked { cmd, freed });
+            return Ok(());
+        }
+        self.submit_locked(st, cmd, freed, op)
+    }
+
+    fn submit_locked(
+        &self,
+        st: &mut State,
+        cmd: wgpu::CommandBuffer,
+        freed: super::pool::Freed,
+        op: &'static str,
+    ) -> Result<()> {
+        let r = st
+            .submitter
+            .submit(&self.inner.device, &self.inner.queue, cmd);
+        st.pool.reuse(freed);
+        r.map(|_| ()).map_err(|e| poll_error(op, e))
+    }
+
+    /// wasm: submits the parked batches in order, awaiting the oldest outstanding submission
+    /// whenever the in-flight cap is reached. This is where the cap is enforced on wasm.
+    #[cfg(target_arch = "wasm32")]
+    pub(super) async fn submit_parked(&self, op: &'static str) -> Result<()> {
+        loop {
+            let finished = {
+                let mut st = self.lock_state();
+                let st = &mut *st;
+                st.submitter.prune(&self.inner.device);
+                if st.submitter.parked.is_empty() {
+                    return Ok(());
+                }
+                if st.submitter.in_flight() < st.submitter.max_in_flight {
+                    let p = st.submitter.parked.pop_front().expect("not empty");
+                    self.submit_locked(st, p.cmd, p.freed, op)?;
+                    continue;
+                }
+                st.submitter.oldest_finished()
+            };
+            match finished {
+                Some(rx) => {
+                    let _ = rx.await;
+                }
+                // Another task awaits the oldest one: wait for everything submitted so far.
+                None => self.submitted_work_done().await,
+            }
+            self.check(op)?;
+        }
+    }
+
+    /// wasm: resolves once every submission made so far has finished.
+    #[cfg(target_arch = "wasm32")]
+    async fn submitted_work_done(&self) {
+        let (tx, rx) = futures::channel::oneshot::channel();
+        self.inner.queue.on_submitted_work_done(move || {
+            let _ = tx.send(());
+        });
+        let _ = rx.await;
+    }
+
+    /// Submits pending work and waits until the GPU has finished all of it (native).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn sync(&self) -> Result<()> {
+        let op = "sync";
+        self.check(op)?;
+        let mut st = self.lock_state();
+        self.flush_locked(&mut st, op)?;
+        st.submitter
+            .wait_until_at_most(&self.inner.device, 0)
+            .map_err(|e| poll_error(op, e))?;
+        drop(st);
+        self.check(op)
+    }
+
+    /// Submits pending work and resolves once the GPU has finished it. On wasm this is one of
+    /// the async points where batches parked by the in-flight cap are submitted (at most
+    /// `max_in_flight` at a time); after it resolves, nothing is outstanding. Long loops on
+    /// wasm should await it now and then: parked batches keep their buffers.
+    pub async fn sync_async(&self) -> Result<()> {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            self.sync()
+        }
+        #[cfg(target_arch = "wasm32")]
+        {
+            let op = "sync";
+            self.check(op)?;
+            self.flush(op)?;
+            self.submit_parked(op).await?;
+            self.submitted_work_done().await;
+            self.lock_state().submitter.prune(&self.inner.device);
+            self.check(op)
+        }
+    }
+}
+
+pub(crate) fn poll_error(op: &'static str, e: wgpu::PollError) -> Error {
+    match e {
+        wgpu::PollError::Timeout => Error::Readback {
+            op,
+            msg: "timed out waiting for the GPU".into(),
+        },
+        other => Error::DeviceLost {
+            op,
+            msg: other.to_string(),
+        },
+    }
+}

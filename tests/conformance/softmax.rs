@@ -1,0 +1,141 @@
+//! softmax / log_softmax conformance: every axis (negative dims too), contiguous tensors and
+//! strided views, both kernel variants (one invocation per row; one workgroup per long row).
+//!
+//! Tolerances, with L the row length, d = |x - max| and l = |log sum exp(x - max)|: exp of d
+//! errs by a few ulp plus d ulp (its argument's rounding), the f32 sum by L ulp, the log by a
+//! few ulp of l. softmax: (8 + 2d + L) * EPS32 * y; log_softmax: (8 + d + l + L) * EPS32 *
+//! max(1, |y|). f16 adds the final rounding (`check::out_round`).
+
+use proptest::prelude::*;
+use wgtensor::DType;
+
+use crate::check::{compare, fetch_async, ok, out_round, EPS32};
+use crate::common::{device, reference, require_f16};
+use crate::strategies::{general_dist, operand_of_shape, run_async, shape, view_kind, Operand};
+
+const CASES_F32: u32 = 40;
+const CASES_F16: u32 = 20;
+const CASES_LONG: u32 = 8;
+
+#[derive(Clone, Debug)]
+pub(crate) struct SoftmaxProblem {
+    log: bool,
+    dim: isize,
+    x: Operand,
+}
+
+fn problem(
+    dtype: DType,
+    shapes: BoxedStrategy<(Vec<usize>, usize)>,
+) -> impl Strategy<Value = SoftmaxProblem> {
+    (shapes, any::<bool>(), any::<bool>()).prop_flat_map(move |((s, d), neg, log)| {
+        let dim = if neg {
+            d as isize - s.len() as isize
+        } else {
+            d as isize
+        };
+        operand_of_shape(dtype, s, view_kind(), general_dist()).prop_map(move |x| SoftmaxProblem {
+            log,
+            dim,
+            x,
+        })
+    })
+}
+
+pub(crate) fn small_problem(dtype: DType) -> impl Strategy<Value = SoftmaxProblem> {
+    let shapes = shape(1..=5)
+        .prop_flat_map(|s| {
+            let r = s.len();
+            (Just(s), 0..r)
+        })
+        .boxed();
+    problem(dtype, shapes)
+}
+
+/// Few rows of 257..=5000 elements: the workgroup-per-row variant, last or leading axis.
+fn long_problem(dtype: DType) -> impl Strategy<Value = SoftmaxProblem> {
+    let shapes = prop_oneof![
+        (1usize..=6, 257usize..=5000).prop_map(|(o, r)| (vec![o, r], 1)),
+        (257usize..=3000, 1usize..=4).prop_map(|(r, i)| (vec![r, i], 0)),
+    ]
+    .boxed();
+    problem(dtype, shapes)
+}
+
+pub(crate) async fn check_softmax(p: &SoftmaxProblem) -> Result<(), TestCaseError> {
+    let dev = device();
+    let what = format!(
+        "{}(dim {})",
+        if p.log { "log_softmax" } else { "softmax" },
+        p.dim
+    );
+    let x = p.x.tensor(dev);
+    let y = if p.log {
+        x.log_softmax(p.dim)
+    } else {
+        x.softmax(p.dim)
+    };
+    let y = ok(&what, y)?;
+    prop_assert_eq!(y.dtype(), p.x.dtype);
+    let rank = p.x.shape.len() as isize;
+    let d = if p.dim < 0 { p.dim + rank } else { p.dim } as usize;
+    let (want, scale) = reference::softmax(&p.x.values(), &p.x.shape, d, p.log);
+    let len = p.x.shape[d] as f64;
+    let got = fetch_async(&what, &y, &p.x.shape).await?;
+    compare(&what, &p.x.shape, &got, &want, |i| {
+        let err32 = if p.log {
+            (8.0 + scale[i] + len) * EPS32 * want[i].abs().max(1.0)
+        } else {
+            (8.0 + 2.0 * scale[i] + len) * EPS32 * want[i]
+        };
+        out_round(p.x.dtype, want[i], err32)
+    })
+}
+
+#[test]
+fn softmax_f32() {
+    run_async(CASES_F32, small_problem(DType::F32), check_softmax);
+}
+
+#[test]
+fn softmax_f16() {
+    require_f16(device());
+    run_async(CASES_F16, small_problem(DType::F16), check_softmax);
+}
+
+#[test]
+fn softmax_long_f32() {
+    run_async(CASES_LONG, long_problem(DType::F32), check_softmax);
+}
+
+/// Large logits do not overflow, a NaN makes its row NaN, and rank 0 and empty tensors work as
+/// in PyTorch.
+#[test]
+fn softmax_edge_cases() {
+    let dev = device();
+    let x =
+        wgtensor::Tensor::from_slice(dev, &[1000.0f32, 1001.0, f32::NAN, 0.0], &[2, 2]).unwrap();
+    let y = x.softmax(1).unwrap().to_vec::<f32>().unwrap();
+    let e = 1.0 / (1.0 + (-1.0f64).exp());
+    assert!(
+        (y[1] as f64 - e).abs() < 1e-6 && (y[0] as f64 - (1.0 - e)).abs() < 1e-6,
+        "{y:?}"
+    );
+    assert!(y[2].is_nan() && y[3].is_nan(), "{y:?}");
+    let l = x.log_softmax(1).unwrap().to_vec::<f32>().unwrap();
+    assert!(
+        (l[1] as f64 + (1.0 + (-1.0f64).exp()).ln()).abs() < 1e-5,
+        "{l:?}"
+    );
+    let s = wgtensor::Tensor::from_slice(dev, &[3.0f32], &[]).unwrap();
+    assert_eq!(s.softmax(0).unwrap().to_vec::<f32>().unwrap(), vec![1.0]);
+    assert_eq!(
+        s.log_softmax(-1).unwrap().to_vec::<f32>().unwrap(),
+        vec![0.0]
+    );
+    assert!(s.softmax(1).is_err());
+    let e = wgtensor::Tensor::zeros(dev, &[0, 3], DType::F32).unwrap();
+    assert_eq!(e.softmax(1).unwrap().shape(), &[0, 3]);
+    let err = x.softmax(2).unwrap_err();
+    assert!(err.to_string().starts_with("softmax:"), "{err}");
+}

@@ -1,0 +1,117 @@
+//! wgpu interop: wgtensor on a device the application created, and tensors used by the
+//! application's own compute pipeline (a plain wgpu pipeline written here), ordered with
+//! wgtensor's pending work through `Device::submit`.
+// Native only (blocking device and readback); tests/browser/ is the wasm32 suite.
+#![cfg(not(target_arch = "wasm32"))]
+
+use wgtensor::wgpu;
+use wgtensor::{DType, Device, DeviceOptions, Tensor};
+
+const DOUBLE: &str = "
+@group(0) @binding(0) var<storage, read_write> v: array<f32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) g: vec3<u32>) {
+    if (g.x < arrayLength(&v)) {
+        v[g.x] = v[g.x] * 2.0;
+    }
+}
+";
+
+/// Doubles `bytes` bytes at `offset` of `buf` with the app's own pipeline, submitted through
+/// wgtensor's queue.
+fn double_in_place(dev: &Device, buf: &wgpu::Buffer, offset: u64, bytes: u64) {
+    let d = dev.wgpu_device();
+    let module = d.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("app_double"),
+        source: wgpu::ShaderSource::Wgsl(DOUBLE.into()),
+    });
+    let pipe = d.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some("app_double"),
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    let bg = d.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: None,
+        layout: &pipe.get_bind_group_layout(0),
+        entries: &[wgpu::BindGroupEntry {
+            binding: 0,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: buf,
+                offset,
+                size: wgpu::BufferSize::new(bytes),
+            }),
+        }],
+    });
+    let mut enc = d.create_command_encoder(&Default::default());
+    {
+        let mut pass = enc.begin_compute_pass(&Default::default());
+        pass.set_pipeline(&pipe);
+        pass.set_bind_group(0, &bg, &[]);
+        pass.dispatch_workgroups((bytes / 4).div_ceil(64) as u32, 1, 1);
+    }
+    dev.submit([enc.finish()]).unwrap();
+}
+
+#[test]
+fn app_pipeline_reads_and_writes_a_tensor_in_order() {
+    let dev = Device::new().unwrap();
+    let a = Tensor::from_slice(
+        &dev,
+        &(0..100).map(|i| i as f32).collect::<Vec<_>>(),
+        &[100],
+    )
+    .unwrap();
+    // Pending (not yet submitted) wgtensor work produces the tensor the app then doubles.
+    let b = a.add_scalar(1.0).unwrap();
+    let (buf, offset, bytes) = b.wgpu_buffer().unwrap();
+    assert_eq!((offset, bytes), (0, 400));
+    double_in_place(&dev, buf, offset, bytes);
+    // wgtensor work after the app's sees its result.
+    let c = b.add_scalar(0.5).unwrap();
+    let want: Vec<f32> = (0..100).map(|i| (i as f32 + 1.0) * 2.0 + 0.5).collect();
+    assert_eq!(c.to_vec::<f32>().unwrap(), want);
+
+    // A contiguous view at an offset gives its byte range; strided views are refused. (Binding
+    // at an offset needs min_storage_buffer_offset_alignment: rows of exactly that size.)
+    let w = (dev.limits().min_storage_buffer_offset_alignment / 4) as usize;
+    let m = Tensor::from_slice(&dev, &vec![1.0f32; 3 * w], &[3, w]).unwrap();
+    let row = m.narrow(0, 1, 1).unwrap();
+    let (buf, offset, bytes) = row.wgpu_buffer().unwrap();
+    assert_eq!((offset, bytes), (4 * w as u64, 4 * w as u64));
+    double_in_place(&dev, buf, offset, bytes);
+    let want = [vec![1.0f32; w], vec![2.0; w], vec![1.0; w]].concat();
+    assert_eq!(m.to_vec::<f32>().unwrap(), want);
+    let e = m.transpose(0, 1).unwrap().wgpu_buffer().unwrap_err();
+    assert!(e.to_string().starts_with("wgpu_buffer:"), "{e}");
+}
+
+#[test]
+fn runs_on_a_device_the_app_created() {
+    let instance =
+        wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+    let adapter = pollster::block_on(instance.request_adapter(&Default::default())).unwrap();
+    let (device, queue) = pollster::block_on(adapter.request_device(&Default::default())).unwrap();
+    let dev = Device::from_wgpu(adapter, device.clone(), queue, DeviceOptions::default()).unwrap();
+    assert!(dev.wgpu_device() == &device);
+    // No SHADER_F16 requested by the app: f16 is refused, f32 works.
+    assert!(Tensor::zeros(&dev, &[2], DType::F16).is_err());
+    let x = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap();
+    let y = x.matmul(&x).unwrap().sum(1, false).unwrap();
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![17.0, 37.0]);
+    // The app's own buffer and pipeline on the same device, through the same queue.
+    let t = Tensor::from_slice(&dev, &[3.0f32; 64], &[64]).unwrap();
+    let (buf, off, bytes) = t.wgpu_buffer().unwrap();
+    double_in_place(&dev, buf, off, bytes);
+    assert_eq!(t.to_vec::<f32>().unwrap(), vec![6.0; 64]);
+    // Bad options are refused as by Device::with_options.
+    let adapter = pollster::block_on(instance.request_adapter(&Default::default())).unwrap();
+    let (device, queue) = pollster::block_on(adapter.request_device(&Default::default())).unwrap();
+    let opts = DeviceOptions {
+        max_in_flight: 0,
+        ..Default::default()
+    };
+    assert!(Device::from_wgpu(adapter, device, queue, opts).is_err());
+}

@@ -1,0 +1,334 @@
+//! Pooling against an f64 transcription of PyTorch's kernels: max (padding, dilation,
+//! ceil_mode, ties to the first maximum), average (count_include_pad, ceil_mode,
+//! divisor_override), adaptive average and max, 1-D and unbatched inputs, and the backward of
+//! each; plus PyTorch's argument errors.
+// Native only (blocking device and readback); tests/browser/ is the wasm32 suite.
+#![cfg(not(target_arch = "wasm32"))]
+
+use proptest::prelude::*;
+use wgtensor::ops::{
+    adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool2d_backward, adaptive_max_pool2d,
+    adaptive_max_pool2d_backward, avg_pool1d, avg_pool2d, avg_pool2d_backward, max_pool1d,
+    max_pool2d, max_pool2d_backward, AvgPool1dOptions, AvgPool2dOptions, MaxPool1dOptions,
+    MaxPool2dOptions,
+};
+use wgtensor::{Device, Tensor};
+
+fn dev() -> &'static Device {
+    static DEV: std::sync::OnceLock<Device> = std::sync::OnceLock::new();
+    DEV.get_or_init(|| Device::new().expect("device"))
+}
+
+fn vals(t: &Tensor) -> Vec<f64> {
+    t.to_vec::<f32>()
+        .unwrap()
+        .into_iter()
+        .map(f64::from)
+        .collect()
+}
+
+/// Small integers with ties (exact sums in f32).
+fn data(n: usize, seed: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i * 7 + seed * 13) % 9) as f32 - 4.0)
+        .collect()
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Win {
+    Regular {
+        k: [usize; 2],
+        s: [usize; 2],
+        p: [usize; 2],
+        d: [usize; 2],
+    },
+    Adaptive,
+}
+
+/// (windows: per output (oy, ox) the list of in-plane indices, and the avg divisor) as
+/// PyTorch's CPU kernels define them.
+fn windows(
+    h: usize,
+    w: usize,
+    oh: usize,
+    ow: usize,
+    win: Win,
+    include_pad: bool,
+    div: Option<usize>,
+) -> Vec<(Vec<usize>, f64)> {
+    let mut out = Vec::new();
+    for oy in 0..oh {
+        for ox in 0..ow {
+            let (mut idx, divisor) = (Vec::new(), 0.0);
+            match win {
+                Win::Adaptive => {
+                    let (h0, h1) = (oy * h / oh, ((oy + 1) * h).div_ceil(oh));
+                    let (w0, w1) = (ox * w / ow, ((ox + 1) * w).div_ceil(ow));
+                    for r in h0..h1 {
+                        for c in w0..w1 {
+                            idx.push(r * w + c);
+                        }
+                    }
+                    let n = idx.len() as f64;
+                    out.push((idx, n));
+                    continue;
+                }
+                Win::Regular { k, s, p, d } => {
+                    let hs = (oy * s[0]) as i64 - p[0] as i64;
+                    let ws = (ox * s[1]) as i64 - p[1] as i64;
+                    for i in 0..k[0] {
+                        for j in 0..k[1] {
+                            let (r, c) = (hs + (i * d[0]) as i64, ws + (j * d[1]) as i64);
+                            if r >= 0 && r < h as i64 && c >= 0 && c < w as i64 {
+                                idx.push(r as usize * w + c as usize);
+                            }
+                        }
+                    }
+                    let he = (hs + k[0] as i64).min((h + p[0]) as i64);
+                    let we = (ws + k[1] as i64).min((w + p[1]) as i64);
+                    let pool = ((he - hs) * (we - ws)) as f64;
+                    let valid =
+                        ((he.min(h as i64) - hs.max(0)) * (we.min(w as i64) - ws.max(0))) as f64;
+                    let dv = match div {
+                        Some(v) => v as f64,
+                        None if include_pad => pool,
+                        None => valid,
+                    };
+                    let _ = divisor;
+                    out.push((idx, dv));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn out_size(len: usize, k: usize, p: usize, s: usize, d: usize, ceil: bool) -> usize {
+    let numer = len + 2 * p - d * (k - 1) - 1;
+    let mut o = (numer + if ceil { s - 1 } else { 0 }) / s + 1;
+    if ceil && (o - 1) * s >= len + p {
+        o -= 1;
+    }
+    o
+}
+
+/// Forward and input gradient of every plane for max (`max = true`) or average pooling.
+fn reference(
+    x: &[f32],
+    dy: &[f32],
+    planes: usize,
+    hw: [usize; 2],
+    ohw: [usize; 2],
+    wins: &[(Vec<usize>, f64)],
+    max: bool,
+) -> (Vec<f64>, Vec<f64>) {
+    let (per, oper) = (hw[0] * hw[1], ohw[0] * ohw[1]);
+    let mut y = vec![0.0; planes * oper];
+    let mut dx = vec![0.0; planes * per];
+    for pl in 0..planes {
+        for (o, (idx, div)) in wins.iter().enumerate() {
+            let xv = |i: usize| x[pl * per + i] as f64;
+            let g = dy[pl * oper + o] as f64;
+            if max && idx.is_empty() {
+                // A dilated window whose taps all fall in the padding (PyTorch: -inf).
+                y[pl * oper + o] = f64::NEG_INFINITY;
+            } else if max {
+                let mut best = idx[0];
+                for &i in idx {
+                    if xv(i) > xv(best) {
+                        best = i;
+                    }
+                }
+                y[pl * oper + o] = xv(best);
+                dx[pl * per + best] += g;
+            } else {
+                y[pl * oper + o] = idx.iter().map(|&i| xv(i)).sum::<f64>() / div;
+                for &i in idx {
+                    dx[pl * per + i] += g / div;
+                }
+            }
+        }
+    }
+    (y, dx)
+}
+
+fn close(got: &[f64], want: &[f64], what: &str) -> Result<(), TestCaseError> {
+    prop_assert_eq!(got.len(), want.len(), "{}", what);
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        prop_assert!(
+            g == w || (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+            "{}: element {}: {} vs {}",
+            what,
+            i,
+            g,
+            w
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn max_and_avg_pool2d_match_pytorch(
+        n in 1usize..3, c in 1usize..3, h in 1usize..9, w in 1usize..9,
+        k in (1usize..4, 1usize..4), s in (1usize..4, 1usize..4), d in (1usize..3, 1usize..3),
+        pfrac in (0usize..2, 0usize..2), ceil in any::<bool>(), include_pad in any::<bool>(),
+        unbatched in any::<bool>(),
+    ) {
+        let (k, s, d) = ([k.0, k.1], [s.0, s.1], [d.0, d.1]);
+        let p = [pfrac.0 * (k[0] / 2), pfrac.1 * (k[1] / 2)];
+        let shape = if unbatched { vec![c, h, w] } else { vec![n, c, h, w] };
+        let planes: usize = shape[..shape.len() - 2].iter().product();
+        let xv = data(planes * h * w, 1);
+        let x = Tensor::from_slice(dev(), &xv, &shape).unwrap();
+        // Max pooling (dilated effective kernel must fit the padded input).
+        let mo = MaxPool2dOptions { kernel_size: k, stride: Some(s), padding: p, dilation: d, ceil_mode: ceil };
+        let fits = (0..2).all(|a| [h, w][a] + 2 * p[a] > d[a] * (k[a] - 1) && p[a] <= ((k[a] - 1) * d[a]).div_ceil(2));
+        match max_pool2d(&x, &mo) {
+            Err(e) => prop_assert!(!fits, "{mo:?} on {shape:?}: {e}"),
+            Ok(y) => {
+                prop_assert!(fits);
+                let o = [out_size(h, k[0], p[0], s[0], d[0], ceil), out_size(w, k[1], p[1], s[1], d[1], ceil)];
+                let wins = windows(h, w, o[0], o[1], Win::Regular { k, s, p, d }, false, None);
+                let dyv = data(planes * o[0] * o[1], 2);
+                let mut yshape = shape.clone();
+                let r = yshape.len();
+                yshape[r - 2..].copy_from_slice(&o);
+                prop_assert_eq!(y.shape(), yshape.as_slice());
+                let dy = Tensor::from_slice(dev(), &dyv, &yshape).unwrap();
+                let (wy, wdx) = reference(&xv, &dyv, planes, [h, w], o, &wins, true);
+                close(&vals(&y), &wy, "max forward")?;
+                close(&vals(&max_pool2d_backward(&dy, &x, &mo).unwrap()), &wdx, "max backward")?;
+            }
+        }
+        // Average pooling (no dilation).
+        let ao = AvgPool2dOptions { kernel_size: k, stride: Some(s), padding: p, ceil_mode: ceil, count_include_pad: include_pad, divisor_override: None };
+        let fits = (0..2).all(|a| [h, w][a] + 2 * p[a] >= k[a]);
+        match avg_pool2d(&x, &ao) {
+            Err(e) => prop_assert!(!fits, "{ao:?} on {shape:?}: {e}"),
+            Ok(y) => {
+                let o = [out_size(h, k[0], p[0], s[0], 1, ceil), out_size(w, k[1], p[1], s[1], 1, ceil)];
+                let wins = windows(h, w, o[0], o[1], Win::Regular { k, s, p, d: [1, 1] }, include_pad, None);
+                let dyv = data(planes * o[0] * o[1], 3);
+                let mut yshape = shape.clone();
+                let r = yshape.len();
+                yshape[r - 2..].copy_from_slice(&o);
+                let dy = Tensor::from_slice(dev(), &dyv, &yshape).unwrap();
+                let (wy, wdx) = reference(&xv, &dyv, planes, [h, w], o, &wins, false);
+                close(&vals(&y), &wy, "avg forward")?;
+                close(&vals(&avg_pool2d_backward(&dy, &x, &ao).unwrap()), &wdx, "avg backward")?;
+            }
+        }
+    }
+
+    #[test]
+    fn adaptive_pools_match_pytorch(planes in 1usize..4, h in 1usize..12, w in 1usize..12, oh in 1usize..6, ow in 1usize..6) {
+        let xv = data(planes * h * w, 4);
+        let x = Tensor::from_slice(dev(), &xv, &[1, planes, h, w]).unwrap();
+        let wins = windows(h, w, oh, ow, Win::Adaptive, false, None);
+        let dyv = data(planes * oh * ow, 5);
+        let dy = Tensor::from_slice(dev(), &dyv, &[1, planes, oh, ow]).unwrap();
+        let (wy, wdx) = reference(&xv, &dyv, planes, [h, w], [oh, ow], &wins, false);
+        close(&vals(&adaptive_avg_pool2d(&x, [oh, ow]).unwrap()), &wy, "adaptive avg")?;
+        close(&vals(&adaptive_avg_pool2d_backward(&dy, &x).unwrap()), &wdx, "adaptive avg backward")?;
+        let (wy, wdx) = reference(&xv, &dyv, planes, [h, w], [oh, ow], &wins, true);
+        close(&vals(&adaptive_max_pool2d(&x, [oh, ow]).unwrap()), &wy, "adaptive max")?;
+        close(&vals(&adaptive_max_pool2d_backward(&dy, &x).unwrap()), &wdx, "adaptive max backward")?;
+    }
+}
+
+#[test]
+fn one_d_pools_and_options() {
+    let x = Tensor::from_slice(dev(), &[1.0f32, 5.0, 2.0, 4.0, 3.0, 0.0, 7.0], &[1, 1, 7]).unwrap();
+    assert_eq!(
+        vals(&max_pool1d(&x, &MaxPool1dOptions::new(2)).unwrap()),
+        vec![5.0, 4.0, 3.0]
+    );
+    let ceil = MaxPool1dOptions {
+        ceil_mode: true,
+        ..MaxPool1dOptions::new(2)
+    };
+    assert_eq!(
+        vals(&max_pool1d(&x, &ceil).unwrap()),
+        vec![5.0, 4.0, 3.0, 7.0]
+    );
+    let near = |got: Vec<f64>, want: &[f64]| {
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(want) {
+            assert!((g - w).abs() < 1e-6, "{got:?} vs {want:?}");
+        }
+    };
+    near(
+        vals(&avg_pool1d(&x, &AvgPool1dOptions::new(3)).unwrap()),
+        &[8.0 / 3.0, 7.0 / 3.0],
+    );
+    let pad = AvgPool1dOptions {
+        padding: 1,
+        count_include_pad: false,
+        ..AvgPool1dOptions::new(3)
+    };
+    near(vals(&avg_pool1d(&x, &pad).unwrap()), &[3.0, 3.0, 3.5]);
+    near(vals(&adaptive_avg_pool1d(&x, 1).unwrap()), &[22.0 / 7.0]);
+    // Unbatched [C, L].
+    let u = x.reshape(&[1, 7]).unwrap();
+    assert_eq!(
+        max_pool1d(&u, &MaxPool1dOptions::new(3)).unwrap().shape(),
+        &[1, 2]
+    );
+    // divisor_override and NaN.
+    let x2 = Tensor::from_slice(dev(), &[1.0f32, 2.0, 3.0, f32::NAN], &[1, 1, 2, 2]).unwrap();
+    let o = AvgPool2dOptions {
+        divisor_override: Some(2),
+        ..AvgPool2dOptions::new(2)
+    };
+    assert!(vals(&avg_pool2d(&x2, &o).unwrap())[0].is_nan());
+    assert!(vals(&max_pool2d(&x2, &MaxPool2dOptions::new(2)).unwrap())[0].is_nan());
+    let x3 = Tensor::from_slice(dev(), &[1.0f32, 2.0, 3.0, 4.0], &[1, 1, 2, 2]).unwrap();
+    assert_eq!(vals(&avg_pool2d(&x3, &o).unwrap()), vec![5.0]);
+}
+
+#[test]
+fn pytorch_argument_errors() {
+    let x = Tensor::from_slice(dev(), &[0.0f32; 16], &[1, 1, 4, 4]).unwrap();
+    let e = max_pool2d(
+        &x,
+        &MaxPool2dOptions {
+            padding: [2, 2],
+            ..MaxPool2dOptions::new(3)
+        },
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("pad should be at most half"), "{e}");
+    let e = max_pool2d(&x, &MaxPool2dOptions::new(5)).unwrap_err();
+    assert!(e.to_string().starts_with("max_pool2d:"), "{e}");
+    let e = max_pool2d(
+        &x,
+        &MaxPool2dOptions {
+            stride: Some([0, 1]),
+            ..MaxPool2dOptions::new(2)
+        },
+    )
+    .unwrap_err();
+    assert!(e.to_string().starts_with("max_pool2d:"), "{e}");
+    let e = avg_pool2d(
+        &x,
+        &AvgPool2dOptions {
+            divisor_override: Some(0),
+            ..AvgPool2dOptions::new(2)
+        },
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("divisor"), "{e}");
+    let e = adaptive_avg_pool2d(&x, [0, 2]).unwrap_err();
+    assert!(e.to_string().starts_with("adaptive_avg_pool2d:"), "{e}");
+    let e = max_pool2d(&x.reshape(&[16]).unwrap(), &MaxPool2dOptions::new(2)).unwrap_err();
+    assert!(e.to_string().starts_with("max_pool2d:"), "{e}");
+    // An empty batch pools to an empty batch.
+    let e0 = Tensor::zeros(dev(), &[0, 2, 4, 4], wgtensor::DType::F32).unwrap();
+    assert_eq!(
+        max_pool2d(&e0, &MaxPool2dOptions::new(2)).unwrap().shape(),
+        &[0, 2, 2, 2]
+    );
+}

@@ -1,0 +1,202 @@
+//! On-device random numbers: bit-exact against a CPU Philox4x32-10, reproducible per seed,
+//! non-overlapping across calls, the distributions' moments, dropout's inverted scaling, the
+//! initializers' bounds, and errors naming the op.
+// Native only (blocking device and readback); tests/browser/ is the wasm32 suite.
+#![cfg(not(target_arch = "wasm32"))]
+
+use wgtensor::ops::{
+    bernoulli, dropout, kaiming_uniform, normal, rand, randn, uniform, xavier_uniform,
+};
+use wgtensor::{DType, Device, Tensor};
+
+fn dev() -> &'static Device {
+    static DEV: std::sync::OnceLock<Device> = std::sync::OnceLock::new();
+    DEV.get_or_init(|| Device::new().expect("device"))
+}
+
+/// A fresh device per test that seeds: the generator is per device.
+fn seeded(seed: u64) -> Device {
+    let d = Device::new().unwrap();
+    d.manual_seed(seed);
+    d
+}
+
+fn mulhilo(a: u32, b: u32) -> (u32, u32) {
+    let p = a as u64 * b as u64;
+    ((p >> 32) as u32, p as u32)
+}
+
+/// Philox4x32-10 (Random123's constants).
+fn philox(ctr: [u32; 4], key: [u32; 2]) -> [u32; 4] {
+    let (mut c, mut k) = (ctr, key);
+    for _ in 0..10 {
+        let (h0, l0) = mulhilo(0xD251_1F53, c[0]);
+        let (h1, l1) = mulhilo(0xCD9E_8D57, c[2]);
+        c = [h1 ^ c[1] ^ k[0], l1, h0 ^ c[3] ^ k[1], l0];
+        k = [
+            k[0].wrapping_add(0x9E37_79B9),
+            k[1].wrapping_add(0xBB67_AE85),
+        ];
+    }
+    c
+}
+
+/// The first `n` u32s of the stream of `seed` from block `block`.
+fn stream(seed: u64, block: u64, n: usize) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut b = block;
+    while out.len() < n {
+        out.extend(philox(
+            [b as u32, (b >> 32) as u32, 0, 0],
+            [seed as u32, (seed >> 32) as u32],
+        ));
+        b += 1;
+    }
+    out.truncate(n);
+    out
+}
+
+fn unit(v: u32) -> f32 {
+    (v >> 8) as f32 * 5.960_464_5e-8
+}
+
+fn vals(t: &Tensor) -> Vec<f32> {
+    t.to_vec::<f32>().unwrap()
+}
+
+/// Random123's published known-answer vector for Philox4x32-10 (counter and key all ones).
+#[test]
+fn cpu_reference_matches_the_known_answer() {
+    assert_eq!(
+        philox([u32::MAX; 4], [u32::MAX; 2]),
+        [0x408f_276d, 0x41c8_3b0e, 0xa20b_c7c6, 0x6d54_51fd]
+    );
+}
+
+#[test]
+fn rand_is_bit_exact_and_streams_do_not_overlap() {
+    let seed = 0x1234_5678_9abc_def0;
+    let d = seeded(seed);
+    let a = vals(&rand(&d, &[10], DType::F32).unwrap());
+    let b = vals(&rand(&d, &[7, 3], DType::F32).unwrap());
+    // The first call used ceil(10 / 4) = 3 blocks; the second starts at block 3.
+    let want_a: Vec<f32> = stream(seed, 0, 10).into_iter().map(unit).collect();
+    let want_b: Vec<f32> = stream(seed, 3, 21).into_iter().map(unit).collect();
+    assert_eq!(a, want_a);
+    assert_eq!(b, want_b);
+    assert!(a.iter().chain(&b).all(|&v| (0.0..1.0).contains(&v)));
+    // The same seed again gives the same numbers; another seed others.
+    d.manual_seed(seed);
+    assert_eq!(vals(&rand(&d, &[10], DType::F32).unwrap()), want_a);
+    d.manual_seed(seed + 1);
+    assert_ne!(vals(&rand(&d, &[10], DType::F32).unwrap()), want_a);
+}
+
+#[test]
+fn normal_matches_box_muller_and_its_moments() {
+    let d = seeded(42);
+    let n = 200_000;
+    let z = vals(&randn(&d, &[n], DType::F32).unwrap());
+    let u = stream(42, 0, n);
+    for (e, &g) in z.iter().enumerate().take(1000) {
+        let pair = e & !1;
+        let r = (-2.0 * (1.0 - unit(u[pair]) as f64).ln()).sqrt();
+        let a = 2.0 * std::f64::consts::PI * unit(u[pair + 1]) as f64;
+        let want = if e % 2 == 0 { r * a.cos() } else { r * a.sin() };
+        assert!(
+            (g as f64 - want).abs() < 1e-4 * (1.0 + want.abs()),
+            "{e}: {g} vs {want}"
+        );
+    }
+    let mean = z.iter().map(|&v| v as f64).sum::<f64>() / n as f64;
+    let var = z.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n as f64;
+    assert!(
+        mean.abs() < 0.01 && (var - 1.0).abs() < 0.02,
+        "mean {mean} var {var}"
+    );
+    let y = vals(&normal(&d, &[n], 3.0, 0.5, DType::F32).unwrap());
+    let mean = y.iter().map(|&v| v as f64).sum::<f64>() / n as f64;
+    assert!((mean - 3.0).abs() < 0.01, "{mean}");
+    let u = vals(&uniform(&d, &[n], -2.0, 6.0, DType::F32).unwrap());
+    assert!(u.iter().all(|&v| (-2.0..6.0).contains(&v)));
+    let mean = u.iter().map(|&v| v as f64).sum::<f64>() / n as f64;
+    assert!((mean - 2.0).abs() < 0.03, "{mean}");
+    if d.supports_f16() {
+        let h = rand(&d, &[1000], DType::F16)
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap();
+        assert!(vals(&h).iter().all(|&v| (0.0..=1.0).contains(&v)));
+    }
+}
+
+#[test]
+fn bernoulli_and_dropout() {
+    let d = dev();
+    let n = 100_000;
+    let b = vals(&bernoulli(d, &[n], 0.3, DType::F32).unwrap());
+    assert!(b.iter().all(|&v| v == 0.0 || v == 1.0));
+    let frac = b.iter().sum::<f32>() / n as f32;
+    assert!((frac - 0.3).abs() < 0.01, "{frac}");
+    assert!(vals(&bernoulli(d, &[100], 0.0, DType::F32).unwrap())
+        .iter()
+        .all(|&v| v == 0.0));
+    assert!(vals(&bernoulli(d, &[100], 1.0, DType::F32).unwrap())
+        .iter()
+        .all(|&v| v == 1.0));
+
+    let x = Tensor::full(d, &[n], 3.0, DType::F32).unwrap();
+    let y = vals(&dropout(&x, 0.25, true).unwrap());
+    assert!(
+        y.iter().all(|&v| v == 0.0 || v == 4.0),
+        "kept values are scaled by 1 / (1 - p)"
+    );
+    let kept = y.iter().filter(|&&v| v != 0.0).count() as f64 / n as f64;
+    assert!((kept - 0.75).abs() < 0.01, "{kept}");
+    // A strided view is read through its strides.
+    let m = Tensor::from_slice(d, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]).unwrap();
+    let t = dropout(&m.transpose(0, 1).unwrap(), 0.5, true).unwrap();
+    let want = [1.0f32, 4.0, 2.0, 5.0, 3.0, 6.0];
+    for (g, w) in vals(&t).iter().zip(want) {
+        assert!(*g == 0.0 || *g == 2.0 * w, "{g} vs {w}");
+    }
+    // Evaluation and p = 0 return x; p = 1 zeros; a bad p is an error naming the op.
+    assert_eq!(vals(&dropout(&x, 0.25, false).unwrap()), vec![3.0; n]);
+    assert_eq!(vals(&dropout(&x, 0.0, true).unwrap()), vec![3.0; n]);
+    assert_eq!(vals(&dropout(&x, 1.0, true).unwrap()), vec![0.0; n]);
+    let e = dropout(&x, 1.5, true).unwrap_err();
+    assert!(e.to_string().starts_with("dropout:"), "{e}");
+}
+
+#[test]
+fn initializers_follow_pytorch_bounds() {
+    let d = dev();
+    // Linear(200, 100): kaiming_uniform_(a = sqrt(5)) gives U(-1/sqrt(200), 1/sqrt(200)).
+    let w = vals(&kaiming_uniform(d, &[100, 200], 5f64.sqrt(), DType::F32).unwrap());
+    let bound = 1.0 / 200f32.sqrt();
+    assert!(w.iter().all(|&v| v.abs() <= bound));
+    assert!(w.iter().any(|&v| v.abs() > 0.95 * bound));
+    // Conv2d(16, 32, 3): fan_in 16 * 9.
+    let w = vals(&kaiming_uniform(d, &[32, 16, 3, 3], 5f64.sqrt(), DType::F32).unwrap());
+    assert!(w.iter().all(|&v| v.abs() <= 1.0 / 144f32.sqrt()));
+    let w = vals(&xavier_uniform(d, &[30, 20], 1.0, DType::F32).unwrap());
+    let b = (6.0f32 / 50.0).sqrt();
+    assert!(w.iter().all(|&v| v.abs() <= b) && w.iter().any(|&v| v.abs() > 0.95 * b));
+    assert!(kaiming_uniform(d, &[5], 0.0, DType::F32).is_err());
+}
+
+#[test]
+fn errors_name_the_op() {
+    let d = dev();
+    for (r, op) in [
+        (uniform(d, &[3], 2.0, 1.0, DType::F32), "uniform"),
+        (uniform(d, &[3], f64::NAN, 1.0, DType::F32), "uniform"),
+        (normal(d, &[3], 0.0, -1.0, DType::F32), "normal"),
+        (bernoulli(d, &[3], 1.5, DType::F32), "bernoulli"),
+        (rand(d, &[65536, 65536], DType::F32), "rand"),
+    ] {
+        let e = r.unwrap_err();
+        assert!(e.to_string().starts_with(&format!("{op}:")), "{e}");
+    }
+    assert_eq!(rand(d, &[0, 4], DType::F32).unwrap().shape(), &[0, 4]);
+}

@@ -1,0 +1,185 @@
+//! cat, stack, split, chunk and pad against host references (PyTorch's results), with strided
+//! inputs, empty pieces and errors.
+// Native only (blocking device and readback); tests/browser/ is the wasm32 suite.
+#![cfg(not(target_arch = "wasm32"))]
+
+use proptest::prelude::*;
+use wgtensor::ops::{cat, pad, stack, PadMode};
+use wgtensor::{DType, Device, Tensor};
+
+fn dev() -> &'static Device {
+    static DEV: std::sync::OnceLock<Device> = std::sync::OnceLock::new();
+    DEV.get_or_init(|| Device::new().expect("device"))
+}
+
+fn ramp(shape: &[usize], base: f32) -> (Tensor, Vec<f32>) {
+    let n: usize = shape.iter().product();
+    let v: Vec<f32> = (0..n).map(|i| base + i as f32).collect();
+    (Tensor::from_slice(dev(), &v, shape).unwrap(), v)
+}
+
+fn vals(t: &Tensor) -> Vec<f32> {
+    t.to_vec::<f32>().unwrap()
+}
+
+#[test]
+fn cat_and_stack() {
+    let (a, av) = ramp(&[2, 3], 0.0);
+    let (b, bv) = ramp(&[2, 1], 100.0);
+    let c = cat(&[&a, &b], 1).unwrap();
+    assert_eq!(c.shape(), &[2, 4]);
+    assert_eq!(
+        vals(&c),
+        vec![av[0], av[1], av[2], bv[0], av[3], av[4], av[5], bv[1]]
+    );
+    // A transposed view, dim -2, and an empty piece.
+    let e = Tensor::zeros(dev(), &[0, 2], DType::F32).unwrap();
+    let t = a.transpose(0, 1).unwrap(); // [3, 2]
+    let c = cat(&[&t, &e, &b.transpose(0, 1).unwrap()], -2).unwrap();
+    assert_eq!(c.shape(), &[4, 2]);
+    assert_eq!(vals(&c), vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0, 100.0, 101.0]);
+    // A legacy [0] tensor is skipped.
+    let z = Tensor::zeros(dev(), &[0], DType::F32).unwrap();
+    assert_eq!(cat(&[&z, &a], 0).unwrap().shape(), &[2, 3]);
+    // Stack: a new dim.
+    let (x, xv) = ramp(&[3], 0.0);
+    let (y, yv) = ramp(&[3], 10.0);
+    let s = stack(&[&x, &y], 0).unwrap();
+    assert_eq!(s.shape(), &[2, 3]);
+    assert_eq!(vals(&s), [xv.clone(), yv.clone()].concat());
+    let s = stack(&[&x, &y], -1).unwrap();
+    assert_eq!(s.shape(), &[3, 2]);
+    assert_eq!(vals(&s), vec![0.0, 10.0, 1.0, 11.0, 2.0, 12.0]);
+    // Errors name the op.
+    for (r, op) in [
+        (cat(&[&a, &x], 0), "cat"),
+        (cat(&[&a, &b], 0), "cat"),
+        (cat(&[], 0), "cat"),
+        (cat(&[&a, &b], 2), "cat"),
+        (stack(&[&x, &a], 0), "stack"),
+    ] {
+        let e = r.unwrap_err();
+        assert!(e.to_string().starts_with(&format!("{op}:")), "{e}");
+    }
+}
+
+#[test]
+fn split_and_chunk_are_views() {
+    let (a, _) = ramp(&[7, 2], 0.0);
+    let parts = a.split(3, 0).unwrap();
+    assert_eq!(
+        parts.iter().map(|p| p.shape()[0]).collect::<Vec<_>>(),
+        vec![3, 3, 1]
+    );
+    assert!(parts.iter().all(|p| p.shares_storage(&a)));
+    assert_eq!(vals(&parts[2].contiguous().unwrap()), vec![12.0, 13.0]);
+    // chunk(3) of 7 -> ceil(7/3) = 3 per chunk: 3, 3, 1; chunk(4) of 6 -> 2, 2, 2 (3 chunks).
+    assert_eq!(a.chunk(3, 0).unwrap().len(), 3);
+    let (b, _) = ramp(&[6], 0.0);
+    assert_eq!(b.chunk(4, 0).unwrap().len(), 3);
+    assert!(b.chunk(0, 0).is_err());
+    assert!(b.split(0, 0).is_err());
+}
+
+/// Host reference of `pad` for one dim at a time.
+fn pad_ref(
+    v: &[f32],
+    shape: &[usize],
+    pads: &[usize],
+    mode: PadMode,
+    value: f32,
+) -> (Vec<f32>, Vec<usize>) {
+    let rank = shape.len();
+    let mut before = vec![0; rank];
+    let mut out_shape = shape.to_vec();
+    for (i, pair) in pads.chunks(2).enumerate() {
+        let d = rank - 1 - i;
+        before[d] = pair[0];
+        out_shape[d] += pair[0] + pair[1];
+    }
+    let n: usize = out_shape.iter().product();
+    let mut out = vec![0.0; n];
+    for (o, slot) in out.iter_mut().enumerate() {
+        let mut rem = o;
+        let mut src = 0usize;
+        let mut stride = 1usize;
+        let mut inside = true;
+        let mut idx = vec![0i64; rank];
+        for d in (0..rank).rev() {
+            idx[d] = (rem % out_shape[d]) as i64 - before[d] as i64;
+            rem /= out_shape[d];
+        }
+        for d in (0..rank).rev() {
+            let len = shape[d] as i64;
+            let mut s = idx[d];
+            if s < 0 || s >= len {
+                match mode {
+                    PadMode::Reflect => {
+                        s = if s < 0 { -s } else { 2 * (len - 1) - s };
+                    }
+                    PadMode::Replicate => s = s.clamp(0, len - 1),
+                    PadMode::Constant => inside = false,
+                }
+            }
+            src += s.max(0) as usize * stride;
+            stride *= shape[d];
+        }
+        *slot = if inside { v[src] } else { value };
+    }
+    (out, out_shape)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
+
+    #[test]
+    fn pad_matches_pytorch(
+        shape in proptest::collection::vec(1usize..5, 1..4),
+        pads in proptest::collection::vec(0usize..4, 1..4),
+        mode in prop_oneof![Just(PadMode::Constant), Just(PadMode::Reflect), Just(PadMode::Replicate)],
+        transposed in any::<bool>(),
+    ) {
+        let pairs = (pads.len()).min(shape.len());
+        let pads: Vec<usize> = pads.iter().take(pairs).flat_map(|&p| [p, (p + 1) % 3]).collect();
+        let (x, xv) = ramp(&shape, 1.0);
+        // A transposed view padded equals the padded contiguous copy of the same view.
+        let (x, xv, shape) = if transposed && shape.len() >= 2 {
+            let t = x.transpose(0, -1).unwrap();
+            let c = t.contiguous().unwrap();
+            let v = vals(&c);
+            let s = t.shape().to_vec();
+            (t, v, s)
+        } else {
+            (x, xv, shape)
+        };
+        let reflect_ok = pads.chunks(2).enumerate().all(|(i, p)| {
+            let len = shape[shape.len() - 1 - i];
+            p[0] < len && p[1] < len
+        });
+        let got = pad(&x, &pads, mode, -7.5);
+        if mode == PadMode::Reflect && !reflect_ok {
+            let e = got.unwrap_err();
+            prop_assert!(e.to_string().starts_with("pad:"), "{}", e);
+            return Ok(());
+        }
+        let got = got.unwrap();
+        let (want, want_shape) = pad_ref(&xv, &shape, &pads, mode, -7.5);
+        prop_assert_eq!(got.shape(), want_shape.as_slice());
+        prop_assert_eq!(vals(&got), want);
+    }
+}
+
+#[test]
+fn pad_errors() {
+    let (x, _) = ramp(&[2, 3], 0.0);
+    for pads in [&[1usize][..], &[1, 1, 1, 1, 1, 1]] {
+        let e = pad(&x, pads, PadMode::Constant, 0.0).unwrap_err();
+        assert!(e.to_string().starts_with("pad:"), "{e}");
+    }
+    let e = pad(&x, &[3, 0], PadMode::Reflect, 0.0).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("less than the corresponding input dimension"),
+        "{e}"
+    );
+}
