@@ -30,6 +30,7 @@ fn combine(x: f32, y: f32) -> f32 {
         case OP_DIV: { return x / y; }
         case OP_MAX: { return max_nan(x, y); }
         case OP_MIN: { return min_nan(x, y); }
+        case OP_POW: { return pow_f(x, y); }
         default: { return x + y; }
     }
 }

@@ -64,6 +64,9 @@ fn combine(g: f32, s: f32) -> f32 {
         // (x <= s), as PyTorch's clamp backward.
         case GRAD_PASS_GE: { return select(0.0, g, s >= p.scalar); }
         case GRAD_PASS_LE: { return select(0.0, g, s <= p.scalar); }
+        // pow's masks: a term is 0 where the mask operand is 0 (PyTorch's masked_fill for
+        // exponent == 0 and for base == 0).
+        case GRAD_ZERO_WHERE_ZERO: { return select(g, 0.0, s == 0.0); }
         default: { return g; }
     }
 }

@@ -57,6 +57,7 @@ fn apply(v: f32, s: f32) -> f32 {
         case OP_RDIV_SCALAR: { return s / v; }
         case OP_MAX_SCALAR: { return max_nan(v, s); }
         case OP_MIN_SCALAR: { return min_nan(v, s); }
+        case OP_POW_SCALAR: { return pow_f(v, s); }
         default: { return v; }
     }
 }

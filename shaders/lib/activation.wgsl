@@ -21,6 +21,34 @@ fn relu_f(v: f32) -> f32 {
     return select(max(v, 0.0), v, isnan_f(v));
 }
 
+// PyTorch's pow: x^0 = 1 (NaN included), a negative base with an integer exponent keeps its
+// sign rule, with a fractional one it is NaN; WGSL's pow leaves x <= 0 undefined.
+fn pow_f(x: f32, e: f32) -> f32 {
+    if (e == 0.0) {
+        return 1.0;
+    }
+    if (isnan_f(x) || isnan_f(e)) {
+        return x + e;
+    }
+    // Built at run time: WGSL constant expressions cannot hold infinities or NaN.
+    let inf = bitcast<f32>(0x7f800000u | (bitcast<u32>(x) & 0u));
+    if (x == 0.0) {
+        let odd_neg = e < 0.0 && e == floor(e) && (e - 2.0 * floor(e * 0.5)) == 1.0
+            && bitcast<u32>(x) == 0x80000000u;
+        return select(select(0.0, inf, e < 0.0), -inf, odd_neg);
+    }
+    let r = pow(abs(x), e);
+    if (x < 0.0) {
+        if (e != floor(e)) {
+            // A quiet NaN, also built at run time (inf - inf may be folded to 0).
+            return bitcast<f32>(0x7fc00000u | (bitcast<u32>(x) & 0u));
+        }
+        let odd = (e - 2.0 * floor(e * 0.5)) == 1.0;
+        return select(r, -r, odd);
+    }
+    return r;
+}
+
 // Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7): WGSL has no erf and GELU needs the exact form.
 fn erf_approx(v: f32) -> f32 {
     let a = abs(v);

@@ -33,6 +33,8 @@ pub enum BinaryOp {
     Max,
     /// The smaller of `a` and `b` (`torch.minimum`).
     Min,
+    /// `a ^ b` (`torch.pow` with a tensor exponent).
+    Pow,
 }
 
 /// The binary kernel's op codes (the `BinaryOp` discriminants), emitted to the shader as WGSL
@@ -44,11 +46,12 @@ const BINARY_DEFS: &[(&str, u32)] = &[
     ("OP_DIV", BinaryOp::Div as u32),
     ("OP_MAX", BinaryOp::Max as u32),
     ("OP_MIN", BinaryOp::Min as u32),
+    ("OP_POW", BinaryOp::Pow as u32),
 ];
 
 impl BinaryOp {
     pub(crate) fn name(self) -> &'static str {
-        ["add", "sub", "mul", "div", "maximum", "minimum"][self as usize]
+        ["add", "sub", "mul", "div", "maximum", "minimum", "pow"][self as usize]
     }
 }
 
@@ -132,6 +135,10 @@ impl Tensor {
     /// The elementwise minimum with broadcasting ([`BinaryOp::Min`], `torch.minimum`).
     pub fn minimum(&self, other: &Tensor) -> Result<Tensor> {
         self.binary(other, BinaryOp::Min)
+    }
+    /// `self ^ exponent` elementwise with broadcasting (PyTorch's `torch.pow(a, b)`).
+    pub fn pow(&self, exponent: &Tensor) -> Result<Tensor> {
+        self.binary(exponent, BinaryOp::Pow)
     }
 }
 

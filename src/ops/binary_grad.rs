@@ -67,6 +67,24 @@ impl BackwardOp for BinaryBackward {
                 };
                 (need_a.then_some(g_over_b), gb)
             }
+            BinaryOp::Pow => {
+                let (a, b) = (self.saved(&self.a)?, self.saved(&self.b)?);
+                // PyTorch: da = g b a^(b - 1), 0 where b == 0; db = g a^b ln(a), 0 where a == 0
+                // (for a negative exponent PyTorch keeps the -inf term; this gives 0).
+                let ga = if need_a {
+                    let t = g.mul(b)?.mul(&a.pow(&b.sub_scalar(1.0)?)?)?;
+                    Some(grad_binary(&t, b, GradCode::ZeroWhereZero, 0.0)?)
+                } else {
+                    None
+                };
+                let gb = if need_b {
+                    let t = g.mul(self.saved(&self.y)?)?.mul(&a.log()?)?;
+                    Some(grad_binary(&t, a, GradCode::ZeroWhereZero, 0.0)?)
+                } else {
+                    None
+                };
+                (ga, gb)
+            }
             BinaryOp::Max | BinaryOp::Min => {
                 let code = if self.op == BinaryOp::Max {
                     GradCode::MaxWeight
@@ -110,6 +128,7 @@ impl Tensor {
                 BinaryOp::Mul => (tb, ta, false),
                 BinaryOp::Div => (false, true, tb),
                 BinaryOp::Max | BinaryOp::Min => (true, true, false),
+                BinaryOp::Pow => (true, true, tb),
             };
             Box::new(BinaryBackward {
                 op,

@@ -389,12 +389,22 @@ fn run(
 
     let (c_mode, cl) = match (into, o.c) {
         (Some(t), _) => {
-            if t.shape() != out_shape.as_slice() || !t.is_contiguous() {
+            if t.shape() != out_shape.as_slice() {
                 return Err(Error::shape(
                     op,
                     format!(
-                        "in-place C must be contiguous with shape {out_shape:?}, got {:?}",
+                        "in-place C must have the output's shape {out_shape:?}, got {:?}",
                         t.shape()
+                    ),
+                ));
+            }
+            if !t.is_contiguous() {
+                return Err(Error::arg(
+                    op,
+                    format!(
+                        "in-place C (shape {:?}) must be contiguous, got strides {:?}",
+                        t.shape(),
+                        t.strides()
                     ),
                 ));
             }

@@ -64,6 +64,8 @@ pub(crate) enum GradCode {
     PassGe = 8,
     /// `a` where `b <= scalar`, else 0.
     PassLe = 9,
+    /// `a`, but 0 where `b == 0`.
+    ZeroWhereZero = 10,
 }
 
 /// The shader's names of the [`GradCode`]s, one row per code in order.
@@ -78,6 +80,7 @@ pub(crate) const GRAD_DEFS: &[(&str, u32)] = &[
     ("GRAD_MIN_WEIGHT", GradCode::MinWeight as u32),
     ("GRAD_PASS_GE", GradCode::PassGe as u32),
     ("GRAD_PASS_LE", GradCode::PassLe as u32),
+    ("GRAD_ZERO_WHERE_ZERO", GradCode::ZeroWhereZero as u32),
 ];
 
 #[repr(C)]
@@ -297,6 +300,6 @@ mod tests {
         for (i, (name, code)) in GRAD_DEFS.iter().enumerate() {
             assert_eq!(*code as usize, i, "{name}");
         }
-        assert_eq!(GRAD_DEFS.len(), GradCode::PassLe as usize + 1);
+        assert_eq!(GRAD_DEFS.len(), GradCode::ZeroWhereZero as usize + 1);
     }
 }

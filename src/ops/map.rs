@@ -76,6 +76,8 @@ pub enum ScalarOp {
     Max,
     /// min(x, s) (`torch.clamp(x, max=s)`)
     Min,
+    /// x ^ s (`torch.pow(x, s)`)
+    Pow,
 }
 
 #[derive(Clone, Copy)]
@@ -119,6 +121,7 @@ pub(crate) const MAP_DEFS: &[(&str, u32)] = &[
     ("OP_RDIV_SCALAR", 15),
     ("OP_MAX_SCALAR", 16),
     ("OP_MIN_SCALAR", 17),
+    ("OP_POW_SCALAR", 18),
 ];
 
 /// Runs the map kernel: `out[i] = op(x[strided i], scalar)`, output contiguous of `out_dtype`.
@@ -168,7 +171,7 @@ fn map(
 const UNARY_NAMES: [&str; 9] = [
     "neg", "abs", "exp", "log", "sqrt", "relu", "sigmoid", "tanh", "gelu",
 ];
-const SCALAR_NAMES: [&str; 8] = [
+const SCALAR_NAMES: [&str; 9] = [
     "add_scalar",
     "sub_scalar",
     "rsub_scalar",
@@ -177,6 +180,7 @@ const SCALAR_NAMES: [&str; 8] = [
     "rdiv_scalar",
     "max_scalar",
     "min_scalar",
+    "pow",
 ];
 
 impl Tensor {
@@ -277,6 +281,46 @@ impl Tensor {
     pub fn div_scalar(&self, s: f32) -> Result<Tensor> {
         self.scalar_op(ScalarOp::Div, s)
     }
+    /// `s - x` (PyTorch's `torch.rsub(x, s)`).
+    pub fn rsub_scalar(&self, s: f32) -> Result<Tensor> {
+        self.scalar_op(ScalarOp::RSub, s)
+    }
+    /// `s / x`.
+    pub fn rdiv_scalar(&self, s: f32) -> Result<Tensor> {
+        self.scalar_op(ScalarOp::RDiv, s)
+    }
+    /// `max(x, s)` elementwise (NaN propagates).
+    pub fn max_scalar(&self, s: f32) -> Result<Tensor> {
+        self.scalar_op(ScalarOp::Max, s)
+    }
+    /// `min(x, s)` elementwise (NaN propagates).
+    pub fn min_scalar(&self, s: f32) -> Result<Tensor> {
+        self.scalar_op(ScalarOp::Min, s)
+    }
+    /// `x ^ s` (PyTorch's `torch.pow(x, s)`: `x^0 = 1`, a negative base with a fractional
+    /// exponent is NaN, `0^-s` is infinite).
+    pub fn pow_scalar(&self, s: f32) -> Result<Tensor> {
+        self.scalar_op(ScalarOp::Pow, s)
+    }
+    /// PyTorch's `clamp(min, max)`: bounds each element (either bound may be absent; NaN
+    /// stays NaN). With `min > max` every element becomes `max`, as in PyTorch.
+    pub fn clamp(&self, min: Option<f32>, max: Option<f32>) -> Result<Tensor> {
+        if min.is_some_and(f32::is_nan) || max.is_some_and(f32::is_nan) {
+            return Err(crate::Error::arg("clamp", "bounds must not be NaN"));
+        }
+        let lo = match min {
+            Some(m) => self.max_scalar(m)?,
+            None => self.clone(),
+        };
+        match max {
+            Some(m) => lo.min_scalar(m),
+            None if min.is_none() => Err(crate::Error::arg(
+                "clamp",
+                "at least one of min or max must be given",
+            )),
+            None => Ok(lo),
+        }
+    }
 }
 
 #[doc(hidden)]
@@ -334,6 +378,7 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), MAP_DEFS.len());
         assert_eq!(MapOp::Scalar(ScalarOp::Min).code(), 17);
+        assert_eq!(MapOp::Scalar(ScalarOp::Pow).code(), 18);
         assert_eq!(MapOp::Unary(UnaryOp::Gelu).code(), 9);
     }
 }

@@ -92,6 +92,7 @@ impl BackwardOp for ScalarBackward {
             ScalarOp::RDiv => "rdiv_scalar",
             ScalarOp::Max => "max_scalar",
             ScalarOp::Min => "min_scalar",
+            ScalarOp::Pow => "pow_scalar",
         }
     }
 
@@ -116,6 +117,11 @@ impl BackwardOp for ScalarBackward {
             ScalarOp::RDiv => g.mul(&saved(&self.y)?)?.div(&saved(&self.x)?)?.neg()?,
             ScalarOp::Max => grad_binary(g, &saved(&self.x)?, GradCode::PassGe, self.s)?,
             ScalarOp::Min => grad_binary(g, &saved(&self.x)?, GradCode::PassLe, self.s)?,
+            // PyTorch: grad * s * x^(s - 1), and 0 for s == 0 (x^-1 would be inf at x = 0).
+            ScalarOp::Pow if self.s == 0.0 => g.mul_scalar(0.0)?,
+            ScalarOp::Pow => g
+                .mul(&saved(&self.x)?.pow_scalar(self.s - 1.0)?)?
+                .mul_scalar(self.s)?,
         };
         Ok(vec![Some(gx)])
     }
@@ -126,7 +132,7 @@ pub(crate) fn record_scalar(x: &Tensor, op: ScalarOp, s: f32, out: Tensor) -> Te
     record(out, &[x], |y| {
         let (keep_x, keep_y) = match op {
             ScalarOp::RDiv => (true, true),
-            ScalarOp::Max | ScalarOp::Min => (true, false),
+            ScalarOp::Max | ScalarOp::Min | ScalarOp::Pow => (true, false),
             _ => (false, false),
         };
         Box::new(ScalarBackward {

@@ -6,6 +6,7 @@ pub mod binary;
 mod binary_grad;
 pub mod conv;
 pub mod copy;
+pub mod extra;
 pub mod gemm;
 mod gemm_grad;
 pub(crate) mod grad_kernel;

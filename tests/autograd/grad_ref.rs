@@ -138,6 +138,8 @@ pub fn scalar(op: ScalarOp, s: f64, x: &[f64], g: &[f64]) -> Want {
             ScalarOp::RDiv => (-g * s / (x * x), 14.0),
             ScalarOp::Max => (if x >= s { g } else { 0.0 }, 0.0),
             ScalarOp::Min => (if x <= s { g } else { 0.0 }, 0.0),
+            // WGSL pow is exp2(s log2 x): its error grows with |s ln x|.
+            ScalarOp::Pow => (g * s * x.powf(s - 1.0), 16.0 + 8.0 * (s * x.ln()).abs()),
         };
         grad.push(w);
         tol.push(k * u() * w.abs());

@@ -230,7 +230,8 @@ fn unary_op(seed: u64, op: UnaryOp) -> Result<(), TestCaseError> {
     )
 }
 
-const SCALAR: [ScalarOp; 8] = [
+const SCALAR: [ScalarOp; 9] = [
+    ScalarOp::Pow,
     ScalarOp::Add,
     ScalarOp::Sub,
     ScalarOp::RSub,
@@ -257,6 +258,7 @@ fn scalar_op(seed: u64, op: ScalarOp) -> Result<(), TestCaseError> {
     let x = rng.values(n, |r| match op {
         ScalarOp::Max | ScalarOp::Min => r.int(-3, 3),
         ScalarOp::RDiv => r.uniform(0.25, 4.0) * if r.coin(0.5) { -1.0 } else { 1.0 },
+        ScalarOp::Pow => r.uniform(0.5, 3.0),
         _ => r.uniform(-4.0, 4.0),
     });
     let s = match op {
@@ -275,7 +277,8 @@ fn scalar_op(seed: u64, op: ScalarOp) -> Result<(), TestCaseError> {
     )
 }
 
-const BINARY: [BinaryOp; 6] = [
+const BINARY: [BinaryOp; 7] = [
+    BinaryOp::Pow,
     BinaryOp::Add,
     BinaryOp::Sub,
     BinaryOp::Mul,
@@ -312,6 +315,8 @@ fn binary_op(seed: u64, op: BinaryOp) -> Result<(), TestCaseError> {
     let gen = |r: &mut Rng, divisor: bool| match op {
         BinaryOp::Max | BinaryOp::Min => r.int(-2, 2),
         BinaryOp::Div if divisor => r.uniform(0.5, 2.0) * if r.coin(0.5) { -1.0 } else { 1.0 },
+        // pow: positive bases (a negative base needs an integer exponent), exponents in [-2, 2].
+        BinaryOp::Pow if !divisor => r.uniform(0.5, 2.0),
         _ => r.uniform(-2.0, 2.0),
     };
     let a = rng.values(numel(&sa), |r| gen(r, false));
@@ -341,7 +346,11 @@ fn binary_op(seed: u64, op: BinaryOp) -> Result<(), TestCaseError> {
         BinaryOp::Add | BinaryOp::Sub | BinaryOp::Max | BinaryOp::Min => (0.0, 0.0),
         BinaryOp::Mul => (1.0, 1.0),
         BinaryOp::Div => (3.0, 12.0),
+        BinaryOp::Pow => (4.0, 4.0),
     };
+    // pow's own error (WGSL: pow is exp2(y log2 x), log within 2^-21 absolute near 1), as an
+    // absolute error per term.
+    let (mut ea, mut eb) = (vec![0.0; len], vec![0.0; len]);
     for i in 0..len {
         let x = a[grad_ref::bcast_index(i, &out, &sa)];
         let y = b[grad_ref::bcast_index(i, &out, &sb)];
@@ -361,17 +370,23 @@ fn binary_op(seed: u64, op: BinaryOp) -> Result<(), TestCaseError> {
             BinaryOp::Div => (1.0 / y, -x / (y * y)),
             BinaryOp::Max => (w(x > y), w(y > x)),
             BinaryOp::Min => (w(x < y), w(y < x)),
+            BinaryOp::Pow => (y * x.powf(y - 1.0), x.powf(y) * x.ln()),
         };
         ta[i] = g[i] * da;
         tb[i] = g[i] * db;
+        if op == BinaryOp::Pow {
+            let l = x.ln().abs();
+            ea[i] = ta[i].abs() * 2.0 * u() * (8.0 + 8.0 * (y - 1.0).abs() * l);
+            eb[i] = (g[i] * x.powf(y)).abs() * 2e-6
+                + tb[i].abs() * 2.0 * u() * (8.0 + 8.0 * y.abs() * l);
+        }
     }
-    let zeros = vec![0.0; len];
     let what = format!("{op:?} {sa:?} {sb:?}");
     if track_a {
         check(
             &format!("{what} da"),
             grads.get(&at),
-            &grad_ref::sum_to(&ta, &zeros, &out, &sa, ka),
+            &grad_ref::sum_to(&ta, &ea, &out, &sa, ka),
         )?;
     } else {
         prop_assert!(grads.get(&at).is_none());
@@ -380,7 +395,7 @@ fn binary_op(seed: u64, op: BinaryOp) -> Result<(), TestCaseError> {
         check(
             &format!("{what} db"),
             grads.get(&bt),
-            &grad_ref::sum_to(&tb, &zeros, &out, &sb, kb),
+            &grad_ref::sum_to(&tb, &eb, &out, &sb, kb),
         )?;
     }
     Ok(())

@@ -144,6 +144,16 @@ pub fn binary_fn(op: BinaryOp) -> fn(f64, f64) -> f64 {
         BinaryOp::Div => |x, y| x / y,
         BinaryOp::Max => f64::max,
         BinaryOp::Min => f64::min,
+        BinaryOp::Pow => pow,
+    }
+}
+
+/// PyTorch's pow: `x^0 = 1`, negative bases follow the integer exponent's sign rule.
+pub fn pow(x: f64, e: f64) -> f64 {
+    if e == 0.0 {
+        1.0
+    } else {
+        x.powf(e)
     }
 }
 
@@ -271,6 +281,7 @@ pub fn scalar_fn(op: ScalarOp) -> fn(f64, f64) -> f64 {
         ScalarOp::RDiv => |x, s| s / x,
         ScalarOp::Max => f64::max,
         ScalarOp::Min => f64::min,
+        ScalarOp::Pow => pow,
     }
 }
 

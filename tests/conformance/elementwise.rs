@@ -242,6 +242,8 @@ pub(crate) async fn check_scalar(p: &ScalarProblem) -> Result<(), TestCaseError>
         ScalarOp::Div | ScalarOp::RDiv => out_round(dt, want[i], 2.5 * EPS32 * want[i].abs()),
         // The result is x or s exactly; only an f16 output may round s.
         ScalarOp::Max | ScalarOp::Min => out_round(dt, want[i], 0.0),
+        // Not drawn here (tests/elementwise_extra.rs checks pow): exp2(e log2 x) accuracy.
+        ScalarOp::Pow => out_round(dt, want[i], 64.0 * EPS32 * want[i].abs()),
     })
 }
 
@@ -323,6 +325,7 @@ pub(crate) async fn check_binary(p: &BinaryProblem) -> Result<(), TestCaseError>
         BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul => correctly_rounded(dt, want[i]),
         BinaryOp::Div => out_round(dt, want[i], 2.5 * EPS32 * want[i].abs()),
         BinaryOp::Max | BinaryOp::Min => 0.0,
+        BinaryOp::Pow => out_round(dt, want[i], 64.0 * EPS32 * want[i].abs()),
     })
 }
 

@@ -626,16 +626,20 @@ fn gemm_into_target_errors() {
         msg(&e).contains("[4, 4]") && msg(&e).contains("[4, 5]"),
         "{e}"
     );
+    // Right shape, wrong strides: the message says it is the strides.
     let e = gemm_into(&t(&[4, 4]).transpose(0, 1).unwrap(), &a, &b, 1.0, 1.0).unwrap_err();
     assert!(
         matches!(
             e,
-            Error::Shape {
+            Error::InvalidArgument {
                 op: "gemm_into",
                 ..
             }
         ),
         "{e:?}"
     );
-    assert!(msg(&e).contains("contiguous"), "{e}");
+    assert!(
+        msg(&e).contains("contiguous") && msg(&e).contains("strides [1, 4]"),
+        "{e}"
+    );
 }

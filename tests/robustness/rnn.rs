@@ -194,3 +194,27 @@ fn strided_initial_states() {
     assert_eq!(vals(&got.output), vals(&want.output));
     assert_eq!(vals(&got.h_n), vals(&want.h_n));
 }
+
+/// A whole model's state dict: names carry the module prefix.
+#[test]
+fn from_pytorch_accepts_module_prefixes() {
+    use std::collections::HashMap;
+    let w = weights(RnnKind::Gru, 3, 4);
+    let mut sd = HashMap::new();
+    sd.insert("encoder.rnn.weight_ih_l0".to_string(), w.w_ih.clone());
+    sd.insert("encoder.rnn.weight_hh_l0".to_string(), w.w_hh.clone());
+    sd.insert("encoder.rnn.bias_ih_l0".to_string(), w.b_ih.clone());
+    sd.insert("encoder.rnn.bias_hh_l0".to_string(), w.b_hh.clone());
+    sd.insert("decoder.weight".to_string(), small(&[2, 2], 0.1));
+    let r = Rnn::from_pytorch(RnnKind::Gru, &sd, 1, false, false).unwrap();
+    let direct = Rnn::new(RnnKind::Gru, 1, false, false, vec![w]).unwrap();
+    let x = small(&[2, 2, 3], 0.3);
+    assert_eq!(
+        vals(&r.forward(&x, None, None).unwrap().output),
+        vals(&direct.forward(&x, None, None).unwrap().output)
+    );
+    // Two RNN modules in one dict are ambiguous: an error naming them.
+    sd.insert("other.weight_ih_l0".to_string(), small(&[12, 3], 0.1));
+    let e = Rnn::from_pytorch(RnnKind::Gru, &sd, 1, false, false).unwrap_err();
+    assert!(e.to_string().contains("several RNN modules"), "{e}");
+}

@@ -402,6 +402,9 @@ pub(crate) fn run(
     let b = b.contiguous()?;
     p.a_off = a.layout().offset() as u32;
     p.b_off = b.layout().offset() as u32;
+    // The kernels read the bias with unit stride: a strided view is packed first.
+    let bias = bias.map(|t| t.contiguous()).transpose()?;
+    let bias = bias.as_ref();
     if let Some(t) = bias {
         p.bias_off = t.layout().offset() as u32;
     }

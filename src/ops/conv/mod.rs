@@ -37,9 +37,6 @@ fn check_bias(op: &'static str, x: &Tensor, bias: Option<&Tensor>, channels: usi
                 format!("bias must have shape [{channels}], got {:?}", b.shape()),
             ));
         }
-        if b.strides() != [1] {
-            return Err(Error::arg(op, "bias must be contiguous"));
-        }
     }
     Ok(())
 }

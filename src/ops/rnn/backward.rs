@@ -65,6 +65,31 @@ pub struct RnnWeightGrads {
     pub b_hh: Tensor,
 }
 
+impl From<RnnWeightGrads> for RnnWeights {
+    /// The gradients as a weight set (e.g. to apply an update by hand); no check is made, so
+    /// build an [`Rnn`] through [`Rnn::new`], which validates it.
+    fn from(g: RnnWeightGrads) -> RnnWeights {
+        RnnWeights {
+            w_ih: g.w_ih,
+            w_hh: g.w_hh,
+            b_ih: g.b_ih,
+            b_hh: g.b_hh,
+        }
+    }
+}
+
+impl From<RnnWeights> for RnnWeightGrads {
+    /// A weight set in the gradients' struct (the same four tensors).
+    fn from(w: RnnWeights) -> RnnWeightGrads {
+        RnnWeightGrads {
+            w_ih: w.w_ih,
+            w_hh: w.w_hh,
+            b_ih: w.b_ih,
+            b_hh: w.b_hh,
+        }
+    }
+}
+
 /// What [`Rnn::backward`] returns.
 #[derive(Debug, Clone)]
 pub struct RnnGrads {

@@ -327,7 +327,9 @@ impl Rnn {
     }
 
     /// Builds from PyTorch state-dict names: `weight_ih_l{k}`, `weight_hh_l{k}`, `bias_ih_l{k}`,
-    /// `bias_hh_l{k}`, with `_reverse` for the second direction.
+    /// `bias_hh_l{k}`, with `_reverse` for the second direction. Names may carry a module
+    /// prefix, as a whole model's state dict has them (`lstm.weight_ih_l0`,
+    /// `encoder.rnn.weight_hh_l1_reverse`); one prefix must serve every name.
     pub fn from_pytorch(
         kind: RnnKind,
         tensors: &HashMap<String, Tensor>,
@@ -336,6 +338,24 @@ impl Rnn {
         batch_first: bool,
     ) -> Result<Rnn> {
         let op = kind.name();
+        // The module prefix: what precedes "weight_ih_l0" in the (one) key that ends with it.
+        let prefixes: Vec<&str> = tensors
+            .keys()
+            .filter_map(|k| k.strip_suffix("weight_ih_l0"))
+            .filter(|p| p.is_empty() || p.ends_with('.'))
+            .collect();
+        let prefix = match prefixes.as_slice() {
+            [p] => p.to_string(),
+            [] => String::new(),
+            many => {
+                return Err(Error::arg(
+                    op,
+                    format!(
+                    "several RNN modules in the state dict ({many:?}): pass one module's tensors"
+                ),
+                ))
+            }
+        };
         let mut weights = Vec::new();
         for l in 0..num_layers {
             for suffix in if bidirectional {
@@ -343,9 +363,11 @@ impl Rnn {
             } else {
                 &[""][..]
             } {
-                let get = |n: &str| tensors.get(&format!("{n}_l{l}{suffix}"));
+                let get = |n: &str| tensors.get(&format!("{prefix}{n}_l{l}{suffix}"));
                 let need = |n: &str| {
-                    get(n).ok_or_else(|| Error::arg(op, format!("missing tensor {n}_l{l}{suffix}")))
+                    get(n).ok_or_else(|| {
+                        Error::arg(op, format!("missing tensor {prefix}{n}_l{l}{suffix}"))
+                    })
                 };
                 weights.push(RnnWeights::new(
                     kind,

@@ -1,0 +1,190 @@
+//! pow (scalar and tensor exponents, PyTorch's special cases), clamp, the scalar-op methods,
+//! ones / arange / linspace / *_like, multi-dim reductions and the std::ops operators.
+// Native only (blocking device and readback); tests/browser/ is the wasm32 suite.
+#![cfg(not(target_arch = "wasm32"))]
+
+use wgtensor::{DType, Device, Tensor};
+
+fn dev() -> &'static Device {
+    static DEV: std::sync::OnceLock<Device> = std::sync::OnceLock::new();
+    DEV.get_or_init(|| Device::new().expect("device"))
+}
+
+fn t(v: &[f32], shape: &[usize]) -> Tensor {
+    Tensor::from_slice(dev(), v, shape).unwrap()
+}
+
+fn vals(t: &Tensor) -> Vec<f32> {
+    t.to_vec::<f32>().unwrap()
+}
+
+fn close(got: &[f32], want: &[f64]) {
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(want) {
+        let ok = (g.is_nan() && w.is_nan())
+            || (*g as f64 == *w)
+            || ((*g as f64 - w).abs() <= 1e-5 * w.abs().max(1.0));
+        assert!(ok, "{got:?} vs {want:?}");
+    }
+}
+
+#[test]
+fn pow_follows_pytorch() {
+    let x = t(&[2.0, -2.0, 0.0, -0.0, 9.0, f32::NAN, -8.0, 1.5], &[8]);
+    close(
+        &vals(&x.pow_scalar(2.0).unwrap()),
+        &[4.0, 4.0, 0.0, 0.0, 81.0, f64::NAN, 64.0, 2.25],
+    );
+    close(
+        &vals(&x.pow_scalar(3.0).unwrap()),
+        &[8.0, -8.0, 0.0, 0.0, 729.0, f64::NAN, -512.0, 3.375],
+    );
+    close(
+        &vals(&x.pow_scalar(0.5).unwrap()),
+        &[
+            2f64.sqrt(),
+            f64::NAN,
+            0.0,
+            0.0,
+            3.0,
+            f64::NAN,
+            f64::NAN,
+            1.5f64.sqrt(),
+        ],
+    );
+    // x^0 = 1 even for NaN; 0^-1 = inf, (-0)^-1 = -inf.
+    close(&vals(&x.pow_scalar(0.0).unwrap()), &[1.0; 8]);
+    let r = vals(&x.pow_scalar(-1.0).unwrap());
+    assert_eq!((r[2], r[3]), (f32::INFINITY, f32::NEG_INFINITY));
+    // Tensor exponents broadcast.
+    let e = t(&[2.0, 3.0], &[2, 1]);
+    let b = t(&[2.0, -3.0, 0.5], &[1, 3]);
+    close(
+        &vals(&b.pow(&e).unwrap()),
+        &[4.0, 9.0, 0.25, 8.0, -27.0, 0.125],
+    );
+}
+
+#[test]
+fn clamp_and_scalar_methods() {
+    let x = t(&[-3.0, -0.5, 0.0, 0.5, 3.0, f32::NAN], &[6]);
+    close(
+        &vals(&x.clamp(Some(-1.0), Some(1.0)).unwrap()),
+        &[-1.0, -0.5, 0.0, 0.5, 1.0, f64::NAN],
+    );
+    close(
+        &vals(&x.clamp(Some(0.0), None).unwrap()),
+        &[0.0, 0.0, 0.0, 0.5, 3.0, f64::NAN],
+    );
+    close(
+        &vals(&x.clamp(None, Some(0.0)).unwrap()),
+        &[-3.0, -0.5, 0.0, 0.0, 0.0, f64::NAN],
+    );
+    // min > max: everything becomes max, as in PyTorch.
+    close(
+        &vals(&x.clamp(Some(2.0), Some(1.0)).unwrap()),
+        &[1.0, 1.0, 1.0, 1.0, 1.0, f64::NAN],
+    );
+    assert!(x.clamp(None, None).is_err());
+    let y = t(&[1.0, 2.0, 4.0], &[3]);
+    close(&vals(&y.rsub_scalar(10.0).unwrap()), &[9.0, 8.0, 6.0]);
+    close(&vals(&y.rdiv_scalar(8.0).unwrap()), &[8.0, 4.0, 2.0]);
+    close(&vals(&y.max_scalar(2.0).unwrap()), &[2.0, 2.0, 4.0]);
+    close(&vals(&y.min_scalar(2.0).unwrap()), &[1.0, 2.0, 2.0]);
+}
+
+#[test]
+fn creation_helpers() {
+    let d = dev();
+    assert_eq!(
+        vals(&Tensor::ones(d, &[2, 2], DType::F32).unwrap()),
+        vec![1.0; 4]
+    );
+    assert_eq!(
+        vals(&Tensor::arange(d, 0.0, 5.0, 1.0, DType::F32).unwrap()),
+        vec![0.0, 1.0, 2.0, 3.0, 4.0]
+    );
+    assert_eq!(
+        vals(&Tensor::arange(d, 1.0, 2.0, 0.25, DType::F32).unwrap()),
+        vec![1.0, 1.25, 1.5, 1.75]
+    );
+    assert_eq!(
+        vals(&Tensor::arange(d, 3.0, 0.0, -1.0, DType::F32).unwrap()),
+        vec![3.0, 2.0, 1.0]
+    );
+    assert_eq!(
+        Tensor::arange(d, 0.0, 0.0, 1.0, DType::F32)
+            .unwrap()
+            .shape(),
+        &[0]
+    );
+    assert!(Tensor::arange(d, 0.0, 5.0, -1.0, DType::F32).is_err());
+    assert!(Tensor::arange(d, 0.0, 5.0, 0.0, DType::F32).is_err());
+    assert_eq!(
+        vals(&Tensor::linspace(d, 0.0, 1.0, 5, DType::F32).unwrap()),
+        vec![0.0, 0.25, 0.5, 0.75, 1.0]
+    );
+    assert_eq!(
+        vals(&Tensor::linspace(d, 2.0, 2.0, 1, DType::F32).unwrap()),
+        vec![2.0]
+    );
+    assert_eq!(
+        Tensor::linspace(d, 0.0, 1.0, 0, DType::F32)
+            .unwrap()
+            .shape(),
+        &[0]
+    );
+    let x = t(&[1.0, 2.0, 3.0], &[3]);
+    assert_eq!(vals(&x.zeros_like().unwrap()), vec![0.0; 3]);
+    assert_eq!(vals(&x.ones_like().unwrap()), vec![1.0; 3]);
+    assert_eq!(vals(&x.full_like(7.0).unwrap()), vec![7.0; 3]);
+    assert_eq!(x.rand_like().unwrap().shape(), &[3]);
+    assert_eq!(x.randn_like().unwrap().shape(), &[3]);
+}
+
+#[test]
+fn multi_dim_reductions() {
+    let x = t(&(0..24).map(|i| i as f32).collect::<Vec<_>>(), &[2, 3, 4]);
+    let s = x.sum_dims(&[0, -1], false).unwrap();
+    assert_eq!(s.shape(), &[3]);
+    // Rows j of every batch: sum over b and k of b*12 + j*4 + k.
+    let want: Vec<f32> = (0..3)
+        .map(|j| {
+            (0..2)
+                .flat_map(|b| (0..4).map(move |k| (b * 12 + j * 4 + k) as f32))
+                .sum()
+        })
+        .collect();
+    assert_eq!(vals(&s), want);
+    assert_eq!(x.sum_dims(&[2, 0], true).unwrap().shape(), &[1, 3, 1]);
+    let m = x.mean_dims(&[0, 2], false).unwrap();
+    assert_eq!(vals(&m), want.iter().map(|v| v / 8.0).collect::<Vec<_>>());
+    assert_eq!(vals(&x.sum_all().unwrap()), vec![276.0]);
+    assert_eq!(vals(&x.mean_all().unwrap()), vec![11.5]);
+    assert!(x.sum_dims(&[1, 1], false).is_err());
+    assert!(x.sum_dims(&[3], false).is_err());
+    let e = Tensor::zeros(dev(), &[2, 0], DType::F32).unwrap();
+    assert!(vals(&e.mean_dims(&[1], false).unwrap())
+        .iter()
+        .all(|v| v.is_nan()));
+    assert!(vals(&e.mean_all().unwrap())[0].is_nan());
+}
+
+#[test]
+fn operators_return_results() {
+    let a = t(&[1.0, 2.0, 3.0], &[3]);
+    let b = t(&[10.0, 20.0, 30.0], &[3]);
+    assert_eq!(vals(&(&a + &b).unwrap()), vec![11.0, 22.0, 33.0]);
+    assert_eq!(vals(&(&b - &a).unwrap()), vec![9.0, 18.0, 27.0]);
+    assert_eq!(vals(&(&a * 2.0).unwrap()), vec![2.0, 4.0, 6.0]);
+    assert_eq!(vals(&(&b / &a).unwrap()), vec![10.0, 10.0, 10.0]);
+    assert_eq!(vals(&(-&a).unwrap()), vec![-1.0, -2.0, -3.0]);
+    assert_eq!(
+        vals(&(a.clone() + b.clone()).unwrap()),
+        vec![11.0, 22.0, 33.0]
+    );
+    // Mismatched shapes are an Err, not a panic.
+    let c = t(&[1.0, 2.0], &[2]);
+    let e = (&a + &c).unwrap_err();
+    assert!(e.to_string().starts_with("add:"), "{e}");
+}
