@@ -98,6 +98,14 @@ pub enum Error {
         /// The reason and message the driver gave.
         msg: String,
     },
+    /// Reading or writing a file or a serialized format (safetensors) failed.
+    #[error("{op}: {msg}")]
+    Io {
+        /// The operation that failed.
+        op: &'static str,
+        /// What went wrong (the path, the key, the parser's message).
+        msg: String,
+    },
     /// Mapping a buffer for readback failed.
     #[error("{op}: readback failed: {msg}")]
     Readback {

@@ -154,6 +154,7 @@
 pub mod autograd;
 mod dtype;
 mod error;
+pub mod io;
 pub mod layout;
 pub mod ops;
 pub mod optim;

@@ -391,6 +391,57 @@ fn pad_untracked(x: &Tensor, pads: &[usize], mode: PadMode, value: f64) -> Resul
 }
 
 impl Tensor {
+    /// Copies `src` (any layout, same shape and dtype) into this tensor's elements in place
+    /// (PyTorch's `copy_`): every view sharing the storage sees the new values. `self` must not
+    /// repeat elements (a broadcast view) and `src` must not share its storage.
+    pub fn copy_from(&self, src: &Tensor) -> Result<()> {
+        let op = "copy_from";
+        // Overwriting a tracked tensor would change values its graph saved (PyTorch refuses
+        // in-place ops on leaves that require grad outside no_grad).
+        super::gemm_grad::check_in_place(op, &[self])?;
+        self.same_device(op, src)?;
+        self.same_dtype(op, src)?;
+        if self.shape() != src.shape() {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "source shape {:?} differs from the destination's {:?}",
+                    src.shape(),
+                    self.shape()
+                ),
+            ));
+        }
+        if self
+            .shape()
+            .iter()
+            .zip(self.strides())
+            .any(|(&d, &s)| d > 1 && s == 0)
+        {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "the destination (shape {:?}, strides {:?}) repeats elements",
+                    self.shape(),
+                    self.strides()
+                ),
+            ));
+        }
+        // A read binding may not alias the written one: copy an aliasing source first.
+        let src = if src.shares_storage(self) {
+            src.map_clone()?
+        } else {
+            src.clone()
+        };
+        copy_into(op, &src, self)
+    }
+
+    /// A packed copy in new storage, even when `self` is already packed.
+    fn map_clone(&self) -> Result<Tensor> {
+        let out = Tensor::empty(self.device(), "copy_from", self.shape(), self.dtype)?;
+        copy_into("copy_from", self, &out)?;
+        Ok(out)
+    }
+
     /// PyTorch's `split(split_size, dim)`: views of `split_size` along `dim`, the last one
     /// smaller when the size does not divide (no copy).
     pub fn split(&self, split_size: usize, dim: isize) -> Result<Vec<Tensor>> {

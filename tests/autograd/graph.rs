@@ -397,3 +397,13 @@ fn long_rows_and_ties_in_max_backward() {
     // Row 0 [2, 2, 1]: min at 2, max first at 0. Row 1 [2, 3, 3]: min at 0, max first at 1.
     assert_eq!(vals(g.get(&y).unwrap()), vec![1.0, 0.0, 1.0, 1.0, 1.0, 0.0]);
 }
+
+/// copy_from into a tracked tensor is refused while recording and allowed under no_grad.
+#[test]
+fn copy_from_into_tracked() {
+    let w = leaf(&[1.0, 2.0], &[2]);
+    let src = t(&[3.0, 4.0], &[2]);
+    assert!(w.copy_from(&src).is_err());
+    no_grad(|| w.copy_from(&src)).unwrap();
+    assert_eq!(vals(&w), vec![3.0, 4.0]);
+}

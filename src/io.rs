@@ -1,0 +1,232 @@
+//! Weights IO in the safetensors format (the `safetensors` crate parses and validates it):
+//! tensors by name from bytes or a file, saved back the same way, and loading a state dict
+//! into existing parameter tensors in place (strict or not), as PyTorch's `load_state_dict`.
+//! f32 and f16 load as they are; bf16 and f64 convert to f32 on load, and so do integer entries
+//! (a BatchNorm's `num_batches_tracked`), exact below 2^24.
+
+use std::collections::HashMap;
+
+use safetensors::{Dtype as StDtype, SafeTensors};
+
+use crate::{DType, Device, Error, Result, Tensor};
+
+fn io_err(op: &'static str, e: impl std::fmt::Display) -> Error {
+    Error::Io {
+        op,
+        msg: e.to_string(),
+    }
+}
+
+/// One tensor's values converted to a dtype the device stores.
+fn upload(
+    dev: &Device,
+    name: &str,
+    dtype: StDtype,
+    shape: &[usize],
+    data: &[u8],
+) -> Result<Tensor> {
+    let op = "load_safetensors";
+    let words = |n: usize| data.chunks_exact(n);
+    match dtype {
+        StDtype::F32 => {
+            let v: Vec<f32> = words(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            Tensor::from_slice(dev, &v, shape)
+        }
+        StDtype::F16 => {
+            let v: Vec<half::f16> = words(2)
+                .map(|b| half::f16::from_le_bytes([b[0], b[1]]))
+                .collect();
+            Tensor::from_slice(dev, &v, shape)
+        }
+        StDtype::BF16 => {
+            let v: Vec<f32> = words(2)
+                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect();
+            Tensor::from_slice(dev, &v, shape)
+        }
+        StDtype::F64 => {
+            let v: Vec<f32> = words(8)
+                .map(|b| f64::from_le_bytes(b.try_into().unwrap_or([0; 8])) as f32)
+                .collect();
+            Tensor::from_slice(dev, &v, shape)
+        }
+        // Integer entries (e.g. a BatchNorm's int64 `num_batches_tracked`) load as f32 values
+        // (exact below 2^24), since tensors are floating point.
+        StDtype::I64 => {
+            let v: Vec<f32> = words(8)
+                .map(|b| i64::from_le_bytes(b.try_into().unwrap_or([0; 8])) as f32)
+                .collect();
+            Tensor::from_slice(dev, &v, shape)
+        }
+        StDtype::I32 => {
+            let v: Vec<f32> = words(4).map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32).collect();
+            Tensor::from_slice(dev, &v, shape)
+        }
+        StDtype::U8 | StDtype::BOOL => {
+            let v: Vec<f32> = data.iter().map(|&b| b as f32).collect();
+            Tensor::from_slice(dev, &v, shape)
+        }
+        other => Err(Error::Io {
+            op,
+            msg: format!(
+                "tensor {name:?} has dtype {other:?}; F32, F16, BF16, F64, I64, I32, U8 and BOOL load"
+            ),
+        }),
+    }
+}
+
+/// Every tensor of a safetensors file's `bytes`, by name, on `dev` (wasm: bytes from `fetch`).
+pub fn load_safetensors(dev: &Device, bytes: &[u8]) -> Result<HashMap<String, Tensor>> {
+    let op = "load_safetensors";
+    let st = SafeTensors::deserialize(bytes).map_err(|e| io_err(op, e))?;
+    let mut out = HashMap::new();
+    for (name, view) in st.tensors() {
+        let t = upload(dev, &name, view.dtype(), view.shape(), view.data())?;
+        out.insert(name, t);
+    }
+    Ok(out)
+}
+
+/// [`load_safetensors`] of the file at `path` (native).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn load_safetensors_file(
+    dev: &Device,
+    path: impl AsRef<std::path::Path>,
+) -> Result<HashMap<String, Tensor>> {
+    let path = path.as_ref();
+    let bytes = std::fs::read(path)
+        .map_err(|e| io_err("load_safetensors", format!("{}: {e}", path.display())))?;
+    load_safetensors(dev, &bytes)
+}
+
+/// Serializes host copies of `tensors` (name, dtype, shape, row-major bytes).
+fn serialize(
+    op: &'static str,
+    host: Vec<(String, StDtype, Vec<usize>, Vec<u8>)>,
+) -> Result<Vec<u8>> {
+    let views = host
+        .iter()
+        .map(|(n, d, s, b)| {
+            safetensors::tensor::TensorView::new(*d, s.clone(), b).map(|v| (n.clone(), v))
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| io_err(op, e))?;
+    safetensors::serialize(views, None).map_err(|e| io_err(op, e))
+}
+
+fn host_entry(name: &str, t: &Tensor, bytes: Vec<u8>) -> (String, StDtype, Vec<usize>, Vec<u8>) {
+    let dtype = match t.dtype() {
+        DType::F32 => StDtype::F32,
+        DType::F16 => StDtype::F16,
+    };
+    (name.to_string(), dtype, t.shape().to_vec(), bytes)
+}
+
+/// The safetensors bytes of `tensors` by name (native: reads them back, blocking).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn save_safetensors(tensors: &[(&str, &Tensor)]) -> Result<Vec<u8>> {
+    let op = "save_safetensors";
+    let mut host = Vec::new();
+    for (name, t) in tensors {
+        let bytes = match t.dtype() {
+            DType::F32 => bytemuck::cast_slice(&t.to_vec::<f32>()?).to_vec(),
+            DType::F16 => bytemuck::cast_slice(&t.to_vec::<half::f16>()?).to_vec(),
+        };
+        host.push(host_entry(name, t, bytes));
+    }
+    serialize(op, host)
+}
+
+/// [`save_safetensors`] without blocking (the wasm path).
+pub async fn save_safetensors_async(tensors: &[(&str, &Tensor)]) -> Result<Vec<u8>> {
+    let op = "save_safetensors";
+    let mut host = Vec::new();
+    for (name, t) in tensors {
+        let bytes = match t.dtype() {
+            DType::F32 => bytemuck::cast_slice(&t.to_vec_async::<f32>().await?).to_vec(),
+            DType::F16 => bytemuck::cast_slice(&t.to_vec_async::<half::f16>().await?).to_vec(),
+        };
+        host.push(host_entry(name, t, bytes));
+    }
+    serialize(op, host)
+}
+
+/// Writes [`save_safetensors`] to `path` atomically (a temporary file, then a rename).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn save_safetensors_file(
+    path: impl AsRef<std::path::Path>,
+    tensors: &[(&str, &Tensor)],
+) -> Result<()> {
+    let op = "save_safetensors";
+    let path = path.as_ref();
+    let bytes = save_safetensors(tensors)?;
+    let tmp = path.with_extension("safetensors.tmp");
+    std::fs::write(&tmp, bytes).map_err(|e| io_err(op, format!("{}: {e}", tmp.display())))?;
+    std::fs::rename(&tmp, path).map_err(|e| io_err(op, format!("{}: {e}", path.display())))
+}
+
+/// What [`load_state_dict`] did not match (PyTorch's `missing_keys` / `unexpected_keys`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoadReport {
+    /// Target names the source lacks.
+    pub missing: Vec<String>,
+    /// Source names no target has.
+    pub unexpected: Vec<String>,
+}
+
+/// Copies `source` tensors into the `targets` (a model's parameters and buffers by their
+/// state-dict names) in place, converting dtypes; shapes must match. `strict` (PyTorch's
+/// default) makes any missing or unexpected key an error naming them; otherwise they are
+/// reported. Nothing is copied when an error is returned.
+pub fn load_state_dict(
+    targets: &[(&str, &Tensor)],
+    source: &HashMap<String, Tensor>,
+    strict: bool,
+) -> Result<LoadReport> {
+    let op = "load_state_dict";
+    let mut report = LoadReport::default();
+    let mut pairs = Vec::new();
+    for (name, t) in targets {
+        match source.get(*name) {
+            None => report.missing.push(name.to_string()),
+            Some(s) if s.shape() != t.shape() => {
+                return Err(Error::shape(
+                    op,
+                    format!(
+                        "size mismatch for {name}: copying a param with shape {:?}, the \
+                         parameter in the current model has shape {:?}",
+                        s.shape(),
+                        t.shape()
+                    ),
+                ))
+            }
+            Some(s) => pairs.push((*t, s)),
+        }
+    }
+    let known: std::collections::HashSet<&str> = targets.iter().map(|(n, _)| *n).collect();
+    report.unexpected = source
+        .keys()
+        .filter(|k| !known.contains(k.as_str()))
+        .cloned()
+        .collect();
+    report.missing.sort();
+    report.unexpected.sort();
+    if strict && (!report.missing.is_empty() || !report.unexpected.is_empty()) {
+        return Err(Error::Io {
+            op,
+            msg: format!(
+                "Error(s) in loading state_dict: missing keys {:?}, unexpected keys {:?}",
+                report.missing, report.unexpected
+            ),
+        });
+    }
+    for (t, s) in pairs {
+        let s = s.to_dtype(t.dtype())?;
+        // Loading parameters is not part of any graph (PyTorch's load_state_dict runs under
+        // no_grad), so tracked parameters load too.
+        crate::autograd::no_grad(|| t.copy_from(&s))?;
+    }
+    Ok(report)
+}
