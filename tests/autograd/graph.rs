@@ -436,5 +436,8 @@ fn optimizer_steps_on_autograd_gradients() {
         no_grad(|| opt.step(&[g.get(&w)])).unwrap();
     }
     // The least-squares optimum of this 3 x 2 system is about 1.54.
-    assert!(last < 1.6 && last < first.unwrap(), "loss {first:?} -> {last}");
+    assert!(
+        last < 1.6 && last < first.unwrap(),
+        "loss {first:?} -> {last}"
+    );
 }
