@@ -156,6 +156,7 @@ mod dtype;
 mod error;
 pub mod io;
 pub mod layout;
+pub mod nn;
 pub mod ops;
 pub mod optim;
 pub mod runtime;

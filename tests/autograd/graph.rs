@@ -441,3 +441,22 @@ fn optimizer_steps_on_autograd_gradients() {
         "loss {first:?} -> {last}"
     );
 }
+
+/// nn layers with public parameter fields train through autograd: mark the fields, run the
+/// module, read the gradients by the same tensors.
+#[test]
+fn nn_linear_through_autograd() {
+    use wgtensor::nn::{Linear, Module};
+    let mut lin = Linear::new(device(), 2, 1, true).unwrap();
+    lin.weight.set_requires_grad(true).unwrap();
+    if let Some(b) = lin.bias.as_mut() {
+        b.set_requires_grad(true).unwrap();
+    }
+    let x = t(&[0.5, -1.0, 2.0, 0.25], &[2, 2]);
+    let y = lin.forward(&x).unwrap();
+    let g = total(&y).backward().unwrap();
+    // d sum(x W^T + b) / dW = column sums of x; / db = batch size.
+    let gw = vals(g.get(&lin.weight).unwrap());
+    assert_eq!(gw, vec![2.5, -0.75]);
+    assert_eq!(vals(g.get(lin.bias.as_ref().unwrap()).unwrap()), vec![2.0]);
+}

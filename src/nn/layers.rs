@@ -1,0 +1,441 @@
+//! The layers: parameters created with PyTorch's default initialization, state-dict names as
+//! PyTorch's, forward passes through the crate's ops.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use super::Module;
+use crate::ops::{
+    adaptive_avg_pool2d, avg_pool2d, batch_norm_inference, batch_norm_train, conv2d, dropout, gemm,
+    kaiming_uniform, max_pool2d, uniform, Activation, AvgPool2dOptions, BatchNormState, Bias,
+    Conv2dOptions, GemmOptions, MaxPool2dOptions, Padding,
+};
+use crate::{DType, Device, Error, Result, Tensor};
+
+/// A trainable parameter (the one place layers create them).
+fn param(t: Tensor) -> Result<Tensor> {
+    Ok(t)
+}
+
+/// PyTorch's bias initialization for a layer with `fan_in` inputs: `U(-1/sqrt(fan_in),
+/// 1/sqrt(fan_in))`.
+fn bias_init(dev: &Device, n: usize, fan_in: usize) -> Result<Tensor> {
+    let b = if fan_in > 0 {
+        1.0 / (fan_in as f64).sqrt()
+    } else {
+        0.0
+    };
+    uniform(dev, &[n], -b, b, DType::F32)
+}
+
+/// `y = x W^T + b` (PyTorch's `nn.Linear`): `weight [out, in]`, `bias [out]`, initialized with
+/// `kaiming_uniform_(a = sqrt(5))` and `U(-1/sqrt(in), 1/sqrt(in))`. Input `[..., in]`.
+#[derive(Debug, Clone)]
+pub struct Linear {
+    /// `[out_features, in_features]`.
+    pub weight: Tensor,
+    /// `[out_features]`, when the layer has a bias.
+    pub bias: Option<Tensor>,
+}
+
+impl Linear {
+    /// A new layer with PyTorch's default initialization.
+    pub fn new(
+        dev: &Device,
+        in_features: usize,
+        out_features: usize,
+        bias: bool,
+    ) -> Result<Linear> {
+        let weight = param(kaiming_uniform(
+            dev,
+            &[out_features, in_features],
+            5f64.sqrt(),
+            DType::F32,
+        )?)?;
+        let bias = if bias {
+            Some(param(bias_init(dev, out_features, in_features)?)?)
+        } else {
+            None
+        };
+        Ok(Linear { weight, bias })
+    }
+}
+
+impl Module for Linear {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        gemm(
+            x,
+            &self.weight.transpose(0, 1)?,
+            &GemmOptions {
+                bias: self.bias.as_ref().map(Bias::PerColumn),
+                ..Default::default()
+            },
+        )
+    }
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut v = vec![("weight".to_string(), self.weight.clone())];
+        v.extend(self.bias.iter().map(|b| ("bias".to_string(), b.clone())));
+        v
+    }
+}
+
+/// Options of [`Conv2d`] beyond the channel counts and kernel size (PyTorch's defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conv2dConfig {
+    /// Step between windows.
+    pub stride: usize,
+    /// Zero padding on every side.
+    pub padding: usize,
+    /// Spacing between kernel taps.
+    pub dilation: usize,
+    /// Channel groups (in and out channels must be divisible; `groups = in` is depthwise).
+    pub groups: usize,
+    /// Whether the layer has a bias.
+    pub bias: bool,
+}
+
+impl Default for Conv2dConfig {
+    fn default() -> Self {
+        Conv2dConfig {
+            stride: 1,
+            padding: 0,
+            dilation: 1,
+            groups: 1,
+            bias: true,
+        }
+    }
+}
+
+/// PyTorch's `nn.Conv2d`: `weight [out, in / groups, k, k]`, `bias [out]`, initialized as
+/// PyTorch does (kaiming_uniform with a = sqrt(5); bias from the fan-in).
+#[derive(Debug, Clone)]
+pub struct Conv2d {
+    /// `[out_channels, in_channels / groups, k, k]`.
+    pub weight: Tensor,
+    /// `[out_channels]`, when the layer has a bias.
+    pub bias: Option<Tensor>,
+    /// The convolution's options.
+    pub options: Conv2dOptions,
+}
+
+impl Conv2d {
+    /// A new layer with a square `kernel_size`.
+    pub fn new(
+        dev: &Device,
+        in_channels: usize,
+        out_channels: usize,
+        kernel_size: usize,
+        c: Conv2dConfig,
+    ) -> Result<Conv2d> {
+        let op = "Conv2d";
+        if c.groups == 0
+            || !in_channels.is_multiple_of(c.groups)
+            || !out_channels.is_multiple_of(c.groups)
+        {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "groups {} must divide in_channels {in_channels} and out_channels {out_channels}",
+                    c.groups
+                ),
+            ));
+        }
+        let shape = [
+            out_channels,
+            in_channels / c.groups,
+            kernel_size,
+            kernel_size,
+        ];
+        let weight = param(kaiming_uniform(dev, &shape, 5f64.sqrt(), DType::F32)?)?;
+        let fan_in = in_channels / c.groups * kernel_size * kernel_size;
+        let bias = if c.bias {
+            Some(param(bias_init(dev, out_channels, fan_in)?)?)
+        } else {
+            None
+        };
+        Ok(Conv2d {
+            weight,
+            bias,
+            options: Conv2dOptions {
+                stride: [c.stride; 2],
+                padding: Padding::uniform(c.padding),
+                dilation: [c.dilation; 2],
+                groups: c.groups,
+                activation: Activation::None,
+            },
+        })
+    }
+}
+
+impl Module for Conv2d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        conv2d(x, &self.weight, self.bias.as_ref(), &self.options)
+    }
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut v = vec![("weight".to_string(), self.weight.clone())];
+        v.extend(self.bias.iter().map(|b| ("bias".to_string(), b.clone())));
+        v
+    }
+}
+
+/// Batch normalization over `[N, C, H, W]` (PyTorch's `nn.BatchNorm2d`): `weight` (1s) and
+/// `bias` (0s) per channel, buffers `running_mean`, `running_var`, `num_batches_tracked`;
+/// training normalizes with the batch statistics and updates the running ones, evaluation uses
+/// the running ones.
+#[derive(Debug)]
+pub struct BatchNorm2d {
+    /// `[C]`, initialized to 1 (absent with `affine = false`).
+    pub weight: Option<Tensor>,
+    /// `[C]`, initialized to 0 (absent with `affine = false`).
+    pub bias: Option<Tensor>,
+    /// Running statistics, momentum and the count of training batches.
+    pub state: RefCell<BatchNormState>,
+    /// Added to the variance.
+    pub eps: f32,
+    /// Training mode (batch statistics); `set_training(false)` is PyTorch's `eval()`.
+    pub training: bool,
+    rank: usize,
+}
+
+impl BatchNorm2d {
+    /// PyTorch's defaults: eps 1e-5, momentum 0.1, affine, tracking running statistics.
+    pub fn new(dev: &Device, channels: usize) -> Result<BatchNorm2d> {
+        Ok(BatchNorm2d {
+            weight: Some(param(Tensor::ones(dev, &[channels], DType::F32)?)?),
+            bias: Some(param(Tensor::zeros(dev, &[channels], DType::F32)?)?),
+            state: RefCell::new(BatchNormState::new(dev, channels, DType::F32)?),
+            eps: 1e-5,
+            training: true,
+            rank: 4,
+        })
+    }
+}
+
+/// Batch normalization over `[N, C]` or `[N, C, L]` (PyTorch's `nn.BatchNorm1d`), the same
+/// parameters, buffers and modes as [`BatchNorm2d`].
+#[derive(Debug)]
+pub struct BatchNorm1d(pub BatchNorm2d);
+
+impl BatchNorm1d {
+    /// PyTorch's defaults: eps 1e-5, momentum 0.1, affine, tracking running statistics.
+    pub fn new(dev: &Device, channels: usize) -> Result<BatchNorm1d> {
+        Ok(BatchNorm1d(BatchNorm2d {
+            rank: 3,
+            ..BatchNorm2d::new(dev, channels)?
+        }))
+    }
+}
+
+impl Module for BatchNorm1d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.0.forward(x)
+    }
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        self.0.named_parameters()
+    }
+    fn named_buffers(&self) -> Vec<(String, Tensor)> {
+        self.0.named_buffers()
+    }
+    fn set_training(&mut self, training: bool) {
+        self.0.set_training(training)
+    }
+    fn load_counters(&mut self, source: &HashMap<String, Tensor>, prefix: &str) -> Result<()> {
+        self.0.load_counters(source, prefix)
+    }
+}
+
+impl Module for BatchNorm2d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let ok = if self.rank == 4 {
+            x.rank() == 4
+        } else {
+            x.rank() == 2 || x.rank() == 3
+        };
+        if !ok {
+            return Err(Error::shape(
+                if self.rank == 4 {
+                    "BatchNorm2d"
+                } else {
+                    "BatchNorm1d"
+                },
+                format!(
+                    "expected {} input, got shape {:?}",
+                    if self.rank == 4 { "4D" } else { "2D or 3D" },
+                    x.shape()
+                ),
+            ));
+        }
+        if self.training {
+            let mut st = self.state.borrow_mut();
+            let (y, _, _) = batch_norm_train(
+                x,
+                self.weight.as_ref(),
+                self.bias.as_ref(),
+                Some(&mut st),
+                self.eps,
+            )?;
+            Ok(y)
+        } else {
+            let st = self.state.borrow();
+            batch_norm_inference(
+                x,
+                &st.running_mean,
+                &st.running_var,
+                self.weight.as_ref(),
+                self.bias.as_ref(),
+                self.eps,
+                Activation::None,
+            )
+        }
+    }
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut v = Vec::new();
+        v.extend(
+            self.weight
+                .iter()
+                .map(|w| ("weight".to_string(), w.clone())),
+        );
+        v.extend(self.bias.iter().map(|b| ("bias".to_string(), b.clone())));
+        v
+    }
+    fn named_buffers(&self) -> Vec<(String, Tensor)> {
+        let st = self.state.borrow();
+        let mut v = vec![
+            ("running_mean".to_string(), st.running_mean.clone()),
+            ("running_var".to_string(), st.running_var.clone()),
+        ];
+        // PyTorch stores the count as an int64 scalar; here an f32 one made on demand.
+        if let Ok(t) = Tensor::from_slice(
+            st.running_mean.device(),
+            &[st.num_batches_tracked as f32],
+            &[],
+        ) {
+            v.push(("num_batches_tracked".to_string(), t));
+        }
+        v
+    }
+    fn set_training(&mut self, training: bool) {
+        self.training = training;
+    }
+    fn load_counters(&mut self, source: &HashMap<String, Tensor>, prefix: &str) -> Result<()> {
+        if let Some(t) = source.get(&format!("{prefix}num_batches_tracked")) {
+            let v = t.to_dtype(DType::F32)?;
+            #[cfg(not(target_arch = "wasm32"))]
+            let host = v.to_vec::<f32>()?;
+            #[cfg(target_arch = "wasm32")]
+            let host: Vec<f32> = {
+                let _ = v;
+                Vec::new()
+            };
+            if let Some(&n) = host.first() {
+                self.state.borrow_mut().num_batches_tracked = n.max(0.0) as u64;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// PyTorch's `nn.Dropout(p)`: inverted dropout in training, the identity in evaluation.
+#[derive(Debug, Clone, Copy)]
+pub struct Dropout {
+    /// The probability of zeroing an element.
+    pub p: f64,
+    /// Training mode.
+    pub training: bool,
+}
+
+impl Dropout {
+    /// A dropout layer in training mode.
+    pub fn new(p: f64) -> Dropout {
+        Dropout { p, training: true }
+    }
+}
+
+impl Module for Dropout {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        dropout(x, self.p, self.training)
+    }
+    fn set_training(&mut self, training: bool) {
+        self.training = training;
+    }
+}
+
+/// PyTorch's `nn.MaxPool2d`.
+#[derive(Debug, Clone, Copy)]
+pub struct MaxPool2d(pub MaxPool2dOptions);
+
+impl Module for MaxPool2d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        max_pool2d(x, &self.0)
+    }
+}
+
+/// PyTorch's `nn.AvgPool2d`.
+#[derive(Debug, Clone, Copy)]
+pub struct AvgPool2d(pub AvgPool2dOptions);
+
+impl Module for AvgPool2d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        avg_pool2d(x, &self.0)
+    }
+}
+
+/// PyTorch's `nn.AdaptiveAvgPool2d(output_size)`.
+#[derive(Debug, Clone, Copy)]
+pub struct AdaptiveAvgPool2d(pub [usize; 2]);
+
+impl Module for AdaptiveAvgPool2d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        adaptive_avg_pool2d(x, self.0)
+    }
+}
+
+/// PyTorch's `nn.Flatten()`: `[N, ...]` to `[N, prod(...)]`.
+#[derive(Debug, Clone, Copy)]
+pub struct Flatten;
+
+impl Module for Flatten {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if x.rank() == 0 {
+            return Err(Error::shape("Flatten", "cannot flatten a scalar"));
+        }
+        let n = x.shape()[0];
+        let rest: usize = x.shape()[1..].iter().product();
+        x.reshape(&[n, rest])
+    }
+}
+
+macro_rules! activation_module {
+    ($(#[$doc:meta])* $name:ident, $method:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy)]
+        pub struct $name;
+
+        impl Module for $name {
+            fn forward(&self, x: &Tensor) -> Result<Tensor> {
+                x.$method()
+            }
+        }
+    };
+}
+
+activation_module!(
+    /// PyTorch's `nn.ReLU`.
+    ReLU,
+    relu
+);
+activation_module!(
+    /// PyTorch's `nn.GELU` (exact, erf form).
+    GELU,
+    gelu
+);
+activation_module!(
+    /// PyTorch's `nn.Tanh`.
+    Tanh,
+    tanh
+);
+activation_module!(
+    /// PyTorch's `nn.Sigmoid`.
+    Sigmoid,
+    sigmoid
+);

@@ -1,0 +1,193 @@
+//! Layers: PyTorch's state-dict names and order, default-initialization bounds, forwards equal
+//! to the functional ops, BatchNorm's train/eval modes and counters, and a state dict saved to
+//! safetensors and loaded into a fresh model (strict and not).
+// Native only (blocking device and readback); tests/browser/ is the wasm32 suite.
+#![cfg(not(target_arch = "wasm32"))]
+
+use wgtensor::io::{load_safetensors, save_safetensors};
+use wgtensor::nn::{self, Module};
+use wgtensor::ops::{conv2d, AvgPool2dOptions, MaxPool2dOptions};
+use wgtensor::{DType, Device, Tensor};
+
+fn dev() -> &'static Device {
+    static DEV: std::sync::OnceLock<Device> = std::sync::OnceLock::new();
+    DEV.get_or_init(|| Device::new().expect("device"))
+}
+
+fn vals(t: &Tensor) -> Vec<f32> {
+    t.to_vec::<f32>().unwrap()
+}
+
+fn cnn() -> nn::Sequential {
+    let d = dev();
+    nn::Sequential::new()
+        .push(
+            nn::Conv2d::new(
+                d,
+                1,
+                4,
+                3,
+                nn::Conv2dConfig {
+                    padding: 1,
+                    ..Default::default()
+                },
+            )
+            .unwrap(),
+        )
+        .push(nn::BatchNorm2d::new(d, 4).unwrap())
+        .push(nn::ReLU)
+        .push(nn::MaxPool2d(MaxPool2dOptions::new(2)))
+        .push(
+            nn::Conv2d::new(
+                d,
+                4,
+                4,
+                3,
+                nn::Conv2dConfig {
+                    padding: 1,
+                    groups: 4,
+                    bias: false,
+                    ..Default::default()
+                },
+            )
+            .unwrap(),
+        )
+        .push(nn::AvgPool2d(AvgPool2dOptions::new(2)))
+        .push(nn::Flatten)
+        .push(nn::Dropout::new(0.5))
+        .push(nn::Linear::new(d, 4 * 2 * 2, 3, true).unwrap())
+}
+
+#[test]
+fn state_dict_names_follow_pytorch() {
+    let m = cnn();
+    let names: Vec<String> = m.state_dict().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        names,
+        [
+            "0.weight",
+            "0.bias",
+            "1.weight",
+            "1.bias",
+            "1.running_mean",
+            "1.running_var",
+            "1.num_batches_tracked",
+            "4.weight",
+            "8.weight",
+            "8.bias",
+        ]
+    );
+    let params: Vec<String> = m.named_parameters().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(params.len(), 7);
+    assert_eq!(m.num_parameters(), 4 * 9 + 4 + 4 + 4 + 4 * 9 + 16 * 3 + 3);
+}
+
+#[test]
+fn default_initialization_bounds() {
+    let l = nn::Linear::new(dev(), 200, 50, true).unwrap();
+    let b = 1.0 / 200f32.sqrt();
+    assert!(vals(&l.weight).iter().all(|v| v.abs() <= b));
+    assert!(vals(l.bias.as_ref().unwrap()).iter().all(|v| v.abs() <= b));
+    let c = nn::Conv2d::new(dev(), 8, 16, 3, Default::default()).unwrap();
+    let b = 1.0 / 72f32.sqrt();
+    assert!(vals(&c.weight).iter().all(|v| v.abs() <= b));
+    assert_eq!(c.weight.shape(), &[16, 8, 3, 3]);
+    let bn = nn::BatchNorm2d::new(dev(), 3).unwrap();
+    assert_eq!(vals(bn.weight.as_ref().unwrap()), vec![1.0; 3]);
+    assert!(nn::Conv2d::new(
+        dev(),
+        3,
+        4,
+        3,
+        nn::Conv2dConfig {
+            groups: 2,
+            ..Default::default()
+        }
+    )
+    .is_err());
+}
+
+#[test]
+fn forwards_match_the_functional_ops() {
+    let x = wgtensor::ops::randn(dev(), &[2, 1, 8, 8], DType::F32).unwrap();
+    let c = nn::Conv2d::new(dev(), 1, 4, 3, Default::default()).unwrap();
+    let want = vals(&conv2d(&x, &c.weight, c.bias.as_ref(), &c.options).unwrap());
+    assert_eq!(vals(&c.forward(&x).unwrap()), want);
+    let l = nn::Linear::new(dev(), 8, 3, true).unwrap();
+    let xs = wgtensor::ops::randn(dev(), &[5, 8], DType::F32).unwrap();
+    let y = vals(&l.forward(&xs).unwrap());
+    let (xv, wv, bv) = (vals(&xs), vals(&l.weight), vals(l.bias.as_ref().unwrap()));
+    for r in 0..5 {
+        for o in 0..3 {
+            let want: f32 = bv[o] + (0..8).map(|i| xv[r * 8 + i] * wv[o * 8 + i]).sum::<f32>();
+            assert!((y[r * 3 + o] - want).abs() < 1e-4, "{r} {o}");
+        }
+    }
+    // The whole model runs; eval mode makes it deterministic (no dropout, running stats).
+    let mut m = cnn();
+    let xi = wgtensor::ops::randn(dev(), &[3, 1, 8, 8], DType::F32).unwrap();
+    assert_eq!(m.forward(&xi).unwrap().shape(), &[3, 3]);
+    m.set_training(false);
+    assert_eq!(
+        vals(&m.forward(&xi).unwrap()),
+        vals(&m.forward(&xi).unwrap())
+    );
+}
+
+#[test]
+fn batch_norm_modes_and_counter() {
+    let mut bn = nn::BatchNorm1d::new(dev(), 2).unwrap();
+    let x = Tensor::from_slice(dev(), &[1.0f32, 10.0, 3.0, 20.0, 5.0, 30.0], &[3, 2]).unwrap();
+    let y = vals(&bn.forward(&x).unwrap());
+    // Training: batch statistics (mean 3, biased var 8/3 for channel 0).
+    let s = (8.0f32 / 3.0 + 1e-5).sqrt();
+    assert!((y[0] + 2.0 / s).abs() < 1e-4, "{y:?}");
+    assert_eq!(bn.0.state.borrow().num_batches_tracked, 1);
+    // Running mean after one step with momentum 0.1: 0.1 * 3 = 0.3.
+    let rm = vals(&bn.0.state.borrow().running_mean);
+    assert!((rm[0] - 0.3).abs() < 1e-6, "{rm:?}");
+    bn.set_training(false);
+    let y = vals(&bn.forward(&x).unwrap());
+    let rv = vals(&bn.0.state.borrow().running_var);
+    let want = (1.0 - rm[0]) / (rv[0] + 1e-5).sqrt();
+    assert!((y[0] - want).abs() < 1e-4);
+    assert!(bn
+        .forward(&Tensor::zeros(dev(), &[2, 2, 2, 2], DType::F32).unwrap())
+        .is_err());
+}
+
+#[test]
+fn save_and_load_into_a_fresh_model() {
+    let mut m = cnn();
+    let x = wgtensor::ops::randn(dev(), &[4, 1, 8, 8], DType::F32).unwrap();
+    m.forward(&x).unwrap(); // updates running stats and the counter
+    m.set_training(false);
+    let want = vals(&m.forward(&x).unwrap());
+    let sd = m.state_dict();
+    let refs: Vec<(&str, &Tensor)> = sd.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let bytes = save_safetensors(&refs).unwrap();
+    let mut fresh = cnn();
+    fresh.set_training(false);
+    assert_ne!(vals(&fresh.forward(&x).unwrap()), want);
+    let src = load_safetensors(dev(), &bytes).unwrap();
+    let report = nn::load_state_dict(&mut fresh, &src, true).unwrap();
+    assert!(
+        report.missing.is_empty() && report.unexpected.is_empty(),
+        "{report:?}"
+    );
+    assert_eq!(vals(&fresh.forward(&x).unwrap()), want);
+    let counter: Vec<f32> = fresh
+        .state_dict()
+        .into_iter()
+        .filter(|(n, _)| n == "1.num_batches_tracked")
+        .map(|(_, t)| vals(&t)[0])
+        .collect();
+    assert_eq!(counter, vec![1.0]);
+    // Strict loading of a partial dict fails naming the missing keys; non-strict reports them.
+    let mut partial = src.clone();
+    partial.remove("8.bias");
+    let e = nn::load_state_dict(&mut cnn(), &partial, true).unwrap_err();
+    assert!(e.to_string().contains("8.bias"), "{e}");
+    let r = nn::load_state_dict(&mut cnn(), &partial, false).unwrap();
+    assert_eq!(r.missing, vec!["8.bias".to_string()]);
+}
