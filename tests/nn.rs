@@ -191,3 +191,42 @@ fn save_and_load_into_a_fresh_model() {
     let r = nn::load_state_dict(&mut cnn(), &partial, false).unwrap();
     assert_eq!(r.missing, vec!["8.bias".to_string()]);
 }
+
+#[test]
+fn lstm_and_gru_names_and_init() {
+    let c = nn::RnnConfig {
+        num_layers: 2,
+        bidirectional: true,
+        batch_first: true,
+    };
+    let lstm = nn::Lstm::new(dev(), 5, 4, c).unwrap();
+    let names: Vec<String> = lstm.state_dict().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        &names[..5],
+        [
+            "weight_ih_l0",
+            "weight_hh_l0",
+            "bias_ih_l0",
+            "bias_hh_l0",
+            "weight_ih_l0_reverse"
+        ]
+    );
+    assert_eq!(names.len(), 16);
+    assert_eq!(names[8], "weight_ih_l1");
+    let sd = lstm.state_dict();
+    assert_eq!(sd[8].1.shape(), &[16, 8], "layer 1 sees both directions");
+    let k = 1.0 / 2.0f32;
+    assert!(sd.iter().all(|(_, t)| vals(t).iter().all(|v| v.abs() <= k)));
+    let x = wgtensor::ops::randn(dev(), &[3, 6, 5], DType::F32).unwrap();
+    assert_eq!(lstm.forward(&x).unwrap().shape(), &[3, 6, 8]);
+    let out = lstm.forward_with_state(&x, None, None).unwrap();
+    assert_eq!(out.h_n.shape(), &[4, 3, 4]);
+    let gru = nn::Gru::new(dev(), 5, 4, Default::default()).unwrap();
+    assert_eq!(gru.state_dict()[0].1.shape(), &[12, 5]);
+    assert_eq!(
+        gru.forward(&wgtensor::ops::randn(dev(), &[6, 3, 5], DType::F32).unwrap())
+            .unwrap()
+            .shape(),
+        &[6, 3, 4]
+    );
+}
