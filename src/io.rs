@@ -224,7 +224,9 @@ pub fn load_state_dict(
     }
     for (t, s) in pairs {
         let s = s.to_dtype(t.dtype())?;
-        t.copy_from(&s)?;
+        // Loading parameters is not part of any graph (PyTorch's load_state_dict runs under
+        // no_grad), so tracked parameters load too.
+        crate::autograd::no_grad(|| t.copy_from(&s))?;
     }
     Ok(report)
 }

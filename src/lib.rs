@@ -151,6 +151,7 @@
 #![cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
 #![warn(missing_docs)]
 
+pub mod autograd;
 mod dtype;
 mod error;
 pub mod io;
@@ -161,6 +162,7 @@ pub mod optim;
 pub mod runtime;
 mod tensor;
 
+pub use autograd::{no_grad, Grads, NoGradGuard};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use half::f16;

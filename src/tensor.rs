@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use crate::layout::{checked_numel, Layout};
+use crate::ops::view_grad::{self, ViewKind};
 use crate::runtime::{Device, Storage};
 use crate::{DType, Element, Error, Result};
 
@@ -47,6 +48,8 @@ pub struct Tensor {
     pub(crate) storage: Arc<Storage>,
     pub(crate) layout: Layout,
     pub(crate) dtype: DType,
+    /// Autograd: `None` for tensors no gradient flows through (see `crate::autograd`).
+    pub(crate) grad: Option<Arc<crate::autograd::GradMeta>>,
 }
 
 impl std::fmt::Debug for Tensor {
@@ -92,6 +95,7 @@ impl Tensor {
             storage: Arc::new(storage),
             layout: Layout::contiguous(shape),
             dtype,
+            grad: None,
         })
     }
 
@@ -241,6 +245,7 @@ impl Tensor {
             storage: self.storage.clone(),
             layout,
             dtype: self.dtype,
+            grad: None,
         }
     }
 
@@ -262,24 +267,8 @@ impl Tensor {
         Ok(())
     }
 
-    /// The same elements in row-major order with a new `shape` (PyTorch's `reshape`): a view
-    /// sharing storage when the tensor is contiguous, else a packed copy first. Errors with
-    /// [`Error::Shape`] when the element counts differ.
-    ///
-    /// ```ignore-wasm32
-    /// # fn main() -> wgtensor::Result<()> {
-    /// use wgtensor::{Device, Tensor};
-    /// let dev = Device::new()?;
-    /// let x = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?;
-    /// let y = x.reshape(&[3, 2])?;
-    /// assert!(y.shares_storage(&x)); // contiguous: a view
-    /// assert_eq!(y.shape(), &[3, 2]);
-    /// let yt = x.transpose(0, 1)?.reshape(&[6])?; // strided: packed into new storage
-    /// assert_eq!(yt.to_vec::<f32>()?, vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
-    /// assert!(x.reshape(&[4]).is_err());
-    /// # Ok(()) }
-    /// ```
-    pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
+    /// A view with a new shape; copies first when the data is not contiguous.
+    pub(crate) fn reshape_untracked(&self, shape: &[usize]) -> Result<Tensor> {
         let op = "reshape";
         let n = checked_numel(op, shape)?;
         if n != self.numel() {
@@ -318,7 +307,10 @@ impl Tensor {
     /// # Ok(()) }
     /// ```
     pub fn permute(&self, perm: &[usize]) -> Result<Tensor> {
-        Ok(self.view(self.layout.permute(perm)?))
+        let out = self.view(self.layout.permute(perm)?);
+        Ok(view_grad::record_view(self, out, || {
+            ViewKind::permute(perm)
+        }))
     }
 
     /// A view with dims `a` and `b` swapped (PyTorch's `transpose`; negative dims count from
@@ -336,7 +328,10 @@ impl Tensor {
     /// # Ok(()) }
     /// ```
     pub fn transpose(&self, a: isize, b: isize) -> Result<Tensor> {
-        Ok(self.view(self.layout.transpose(a, b)?))
+        let out = self.view(self.layout.transpose(a, b)?);
+        Ok(view_grad::record_view(self, out, || {
+            ViewKind::Transpose(a, b)
+        }))
     }
 
     /// A view of the `len` elements starting at `start` along `dim` (PyTorch's `narrow`;
@@ -354,13 +349,18 @@ impl Tensor {
     /// # Ok(()) }
     /// ```
     pub fn narrow(&self, dim: isize, start: usize, len: usize) -> Result<Tensor> {
-        Ok(self.view(self.layout.narrow(dim, start, len)?))
+        let out = self.view(self.layout.narrow(dim, start, len)?);
+        Ok(view_grad::record_view(self, out, || {
+            ViewKind::narrow(self, dim, start)
+        }))
     }
 
     /// A view with a size-1 dim inserted at `dim` (PyTorch's `unsqueeze`; negative dims count
     /// from `rank + 1`). Never copies, whatever the strides.
     pub fn unsqueeze(&self, dim: isize) -> Result<Tensor> {
-        Ok(self.view(self.layout.unsqueeze(dim)?))
+        let out = self.view(self.layout.unsqueeze(dim)?);
+        // Its gradient drops the size-1 dim again: a reshape to the source's shape.
+        Ok(view_grad::record_view(self, out, || ViewKind::Reshape))
     }
 
     /// A view expanded to `shape` by numpy broadcasting rules (PyTorch's `expand` /
@@ -380,7 +380,8 @@ impl Tensor {
     /// ```
     pub fn broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
         checked_numel("broadcast_to", shape)?;
-        Ok(self.view(self.layout.broadcast_to(shape)?))
+        let out = self.view(self.layout.broadcast_to(shape)?);
+        Ok(view_grad::record_view(self, out, || ViewKind::Broadcast))
     }
 
     /// Copies the elements to the host in row-major order of the shape (PyTorch's

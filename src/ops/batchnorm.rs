@@ -50,6 +50,7 @@ use std::collections::HashSet;
 
 use bytemuck::{Pod, Zeroable};
 
+use crate::ops::batchnorm_grad;
 use crate::ops::gemm::{Activation, ACTIVATION_DEFS};
 use crate::runtime::pipeline::{ShaderVariant, ACTIVATION_LIB};
 use crate::runtime::{grid_1d, Access, Kernel, Storage};
@@ -536,6 +537,19 @@ pub fn batch_norm_inference(
     eps: f32,
     activation: Activation,
 ) -> Result<Tensor> {
+    batchnorm_grad::inference(x, running_mean, running_var, gamma, beta, eps, activation)
+}
+
+/// The untracked forward of [`batch_norm_inference`] (batchnorm_grad.rs records it).
+pub(crate) fn batch_norm_inference_untracked(
+    x: &Tensor,
+    running_mean: &Tensor,
+    running_var: &Tensor,
+    gamma: Option<&Tensor>,
+    beta: Option<&Tensor>,
+    eps: f32,
+    activation: Activation,
+) -> Result<Tensor> {
     let op = "batch_norm_inference";
     check_input(op, x)?;
     check_eps(op, eps)?;
@@ -625,6 +639,17 @@ pub fn batch_norm_inference(
 /// # Ok(()) }
 /// ```
 pub fn batch_norm_train(
+    x: &Tensor,
+    gamma: Option<&Tensor>,
+    beta: Option<&Tensor>,
+    state: Option<&mut BatchNormState>,
+    eps: f32,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    batchnorm_grad::train(x, gamma, beta, state, eps)
+}
+
+/// The untracked forward of [`batch_norm_train`] (batchnorm_grad.rs records it).
+pub(crate) fn batch_norm_train_untracked(
     x: &Tensor,
     gamma: Option<&Tensor>,
     beta: Option<&Tensor>,

@@ -50,7 +50,7 @@ const BINARY_DEFS: &[(&str, u32)] = &[
 ];
 
 impl BinaryOp {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         ["add", "sub", "mul", "div", "maximum", "minimum", "pow"][self as usize]
     }
 }
@@ -68,15 +68,8 @@ struct BinaryParams {
 }
 
 impl Tensor {
-    /// `self (op) other` with numpy broadcasting; strided inputs are read without copies.
-    /// Returns a new contiguous tensor of the broadcast shape. Errors: [`Error::Shape`] when
-    /// the shapes do not broadcast, [`Error::DType`] / [`Error::DeviceMismatch`] when the
-    /// operands differ in dtype or device (no implicit promotion, unlike PyTorch).
-    ///
-    /// [`Error::Shape`]: crate::Error::Shape
-    /// [`Error::DType`]: crate::Error::DType
-    /// [`Error::DeviceMismatch`]: crate::Error::DeviceMismatch
-    pub fn binary(&self, other: &Tensor, op: BinaryOp) -> Result<Tensor> {
+    /// The untracked forward of [`Tensor::binary`] (src/ops/binary_grad.rs records it).
+    pub(crate) fn binary_forward(&self, other: &Tensor, op: BinaryOp) -> Result<Tensor> {
         let name = op.name();
         self.same_device(name, other)?;
         self.same_dtype(name, other)?;

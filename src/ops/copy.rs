@@ -108,6 +108,67 @@ fn copy_into(op: &'static str, src: &Tensor, dst: &Tensor) -> Result<()> {
 /// PyTorch's `torch.cat`: joins tensors of the same rank and dtype along `dim`, their other
 /// dims equal. A `[0]` tensor is skipped, as PyTorch allows for legacy reasons.
 pub fn cat(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
+    let out = cat_untracked(tensors, dim)?;
+    let joined = tensors.iter().any(|t| !is_legacy_empty(t));
+    if !joined || out.rank() == 0 {
+        // Nothing was copied: the result is the first input itself.
+        return Ok(out);
+    }
+    let d = Layout::normalize_dim("cat", dim, out.rank())?;
+    Ok(crate::autograd::record(out, tensors, |_| {
+        Box::new(CatBackward {
+            dim: d,
+            // (start, len) of each input along dim; None for the skipped [0] tensors.
+            ranges: tensors
+                .iter()
+                .scan(0usize, |start, t| {
+                    Some(if is_legacy_empty(t) {
+                        None
+                    } else {
+                        let len = t.shape()[d];
+                        *start += len;
+                        Some((*start - len, len))
+                    })
+                })
+                .collect(),
+        })
+    }))
+}
+
+/// A `[0]` tensor, which cat skips.
+fn is_legacy_empty(t: &Tensor) -> bool {
+    t.rank() == 1 && t.numel() == 0
+}
+
+/// cat's backward: each input's slice of the gradient.
+struct CatBackward {
+    dim: usize,
+    ranges: Vec<Option<(usize, usize)>>,
+}
+
+impl crate::autograd::BackwardOp for CatBackward {
+    fn name(&self) -> &'static str {
+        "cat"
+    }
+
+    fn backward(&self, grads: &[Option<Tensor>], needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+        let Some(g) = grads.first().and_then(Option::as_ref) else {
+            return Ok(vec![None; needs.len()]);
+        };
+        self.ranges
+            .iter()
+            .zip(needs)
+            .map(|(r, &need)| match r {
+                Some((start, len)) if need => {
+                    Ok(Some(g.narrow(self.dim as isize, *start, *len)?))
+                }
+                _ => Ok(None),
+            })
+            .collect()
+    }
+}
+
+fn cat_untracked(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
     let op = "cat";
     let parts: Vec<&Tensor> = tensors
         .iter()
@@ -195,6 +256,52 @@ pub fn stack(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
 /// last dim (`[left, right, top, bottom, ...]`), at most one pair per dim; `value` fills
 /// [`PadMode::Constant`] borders.
 pub fn pad(x: &Tensor, pads: &[usize], mode: PadMode, value: f64) -> Result<Tensor> {
+    let tracking = x.is_tracked() && crate::autograd::is_grad_enabled();
+    if tracking && mode != PadMode::Constant {
+        return Err(Error::arg(
+            "pad",
+            format!(
+                "{mode:?} padding has no backward yet; only PadMode::Constant is differentiable"
+            ),
+        ));
+    }
+    let out = pad_untracked(x, pads, mode, value)?;
+    Ok(crate::autograd::record(out, &[x], |_| {
+        // Pair i pads dim rank - 1 - i; the gradient is the unpadded window of g.
+        let rank = x.rank();
+        let window = pads
+            .chunks(2)
+            .enumerate()
+            .map(|(i, pair)| (rank - 1 - i, pair[0], x.shape()[rank - 1 - i]))
+            .collect();
+        Box::new(PadBackward { window })
+    }))
+}
+
+/// Constant pad's backward: narrow the gradient back to the input's window.
+struct PadBackward {
+    /// (dim, start, len) per padded dim.
+    window: Vec<(usize, usize, usize)>,
+}
+
+impl crate::autograd::BackwardOp for PadBackward {
+    fn name(&self) -> &'static str {
+        "pad"
+    }
+
+    fn backward(&self, grads: &[Option<Tensor>], _needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+        let Some(g) = grads.first().and_then(Option::as_ref) else {
+            return Ok(vec![None]);
+        };
+        let mut gx = g.clone();
+        for &(d, start, len) in &self.window {
+            gx = gx.narrow(d as isize, start, len)?;
+        }
+        Ok(vec![Some(gx)])
+    }
+}
+
+fn pad_untracked(x: &Tensor, pads: &[usize], mode: PadMode, value: f64) -> Result<Tensor> {
     let op = "pad";
     if !pads.len().is_multiple_of(2) || pads.len() / 2 > x.rank() {
         return Err(Error::arg(
@@ -289,6 +396,9 @@ impl Tensor {
     /// repeat elements (a broadcast view) and `src` must not share its storage.
     pub fn copy_from(&self, src: &Tensor) -> Result<()> {
         let op = "copy_from";
+        // Overwriting a tracked tensor would change values its graph saved (PyTorch refuses
+        // in-place ops on leaves that require grad outside no_grad).
+        super::gemm_grad::check_in_place(op, &[self])?;
         self.same_device(op, src)?;
         self.same_dtype(op, src)?;
         if self.shape() != src.shape() {

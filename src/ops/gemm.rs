@@ -8,6 +8,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use crate::layout::{broadcast_shapes, Layout};
+use crate::ops::gemm_grad;
 use crate::runtime::pipeline::{ShaderVariant, ACTIVATION_LIB};
 use crate::runtime::{grid_1d, Access, Kernel, Storage};
 use crate::{Caps, DType, Device, Error, Result, Tensor};
@@ -608,7 +609,7 @@ fn run(
 /// # Ok(()) }
 /// ```
 pub fn gemm(a: &Tensor, b: &Tensor, options: &GemmOptions) -> Result<Tensor> {
-    run("gemm", a, b, options, None)
+    gemm_grad::recorded(a, b, options, |o| run("gemm", a, b, o, None))
 }
 
 /// In place: `c = alpha * a @ b + beta * c` (c contiguous with the output shape, not sharing
@@ -625,6 +626,7 @@ pub fn gemm_into(c: &Tensor, a: &Tensor, b: &Tensor, alpha: f32, beta: f32) -> R
         beta,
         ..Default::default()
     };
+    gemm_grad::check_in_place("gemm_into", &[c, a, b])?;
     run("gemm_into", a, b, &o, Some(c)).map(|_| ())
 }
 
@@ -670,7 +672,9 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     } else {
         b.clone()
     };
-    let out = run(op, &a2, &b2, &GemmOptions::default(), None)?;
+    let out = gemm_grad::recorded(&a2, &b2, &GemmOptions::default(), |o| {
+        run(op, &a2, &b2, o, None)
+    })?;
     let mut shape = out.shape().to_vec();
     let r = shape.len();
     match (a.rank() == 1, b.rank() == 1) {

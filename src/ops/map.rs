@@ -4,6 +4,8 @@
 use bytemuck::{Pod, Zeroable};
 
 use crate::layout::{pack_dims, MAX_RANK};
+use crate::ops::map_grad;
+use crate::ops::view_grad::{self, ViewKind};
 use crate::runtime::{grid_1d, Access, Kernel};
 use crate::{DType, Result, Tensor};
 
@@ -187,7 +189,8 @@ impl Tensor {
         if self.is_contiguous() && self.layout.offset() == 0 {
             return Ok(self.clone());
         }
-        map("contiguous", self, MapOp::Identity, 0.0, self.dtype)
+        let out = map("contiguous", self, MapOp::Identity, 0.0, self.dtype)?;
+        Ok(view_grad::record_view(self, out, || ViewKind::Identity))
     }
 
     /// Converts to `dtype` (f32 <-> f16, round to nearest even).
@@ -196,31 +199,34 @@ impl Tensor {
             return Ok(self.clone());
         }
         self.device().require_dtype("to_dtype", dtype)?;
-        map("to_dtype", self, MapOp::Identity, 0.0, dtype)
+        let out = map("to_dtype", self, MapOp::Identity, 0.0, dtype)?;
+        Ok(map_grad::record_to_dtype(self, out))
     }
 
     /// `op` applied to every element: a new contiguous tensor of the same shape and dtype.
     /// Strided views are read in place, without a copy first.
     pub fn unary(&self, op: UnaryOp) -> Result<Tensor> {
-        map(
+        let out = map(
             UNARY_NAMES[op as usize],
             self,
             MapOp::Unary(op),
             0.0,
             self.dtype,
-        )
+        )?;
+        Ok(map_grad::record_unary(self, op, out))
     }
 
     /// `x (op) s` for every element `x` (or `s (op) x` for the reversed ops): a new contiguous
     /// tensor of the same shape and dtype, computed in f32.
     pub fn scalar_op(&self, op: ScalarOp, s: f32) -> Result<Tensor> {
-        map(
+        let out = map(
             SCALAR_NAMES[op as usize],
             self,
             MapOp::Scalar(op),
             s,
             self.dtype,
-        )
+        )?;
+        Ok(map_grad::record_scalar(self, op, s, out))
     }
 
     /// `-x` elementwise ([`UnaryOp::Neg`]).

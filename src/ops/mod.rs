@@ -1,18 +1,25 @@
 //! Public ops. Each family: validate -> pick variant -> launch through the runtime.
 
 pub mod batchnorm;
+mod batchnorm_grad;
 pub mod binary;
+mod binary_grad;
 pub mod conv;
 pub mod copy;
 pub mod extra;
 pub mod gemm;
+mod gemm_grad;
+pub(crate) mod grad_kernel;
 pub mod loss;
 pub mod map;
+mod map_grad;
 pub mod pool;
 pub mod random;
 pub mod reduce;
+mod reduce_grad;
 pub mod rnn;
 pub mod softmax;
+pub(crate) mod view_grad;
 
 pub use batchnorm::{
     batch_norm_backward, batch_norm_inference, batch_norm_train, BatchNormPlan, BatchNormState,
@@ -58,6 +65,7 @@ pub fn params_layouts() -> Vec<crate::runtime::pipeline::ParamsLayout> {
         conv::launch::params_layout(),
         rnn::params_layout(),
         rnn::backward::params_layout(),
+        grad_kernel::params_layout(),
         softmax::params_layout(),
         random::params_layout(),
         pool::params_layout(),
@@ -76,6 +84,7 @@ pub fn shader_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
     v.extend(conv::conv_variants());
     v.extend(rnn::rnn_variants());
     v.extend(batchnorm::batchnorm_variants());
+    v.extend(grad_kernel::grad_variants());
     v.extend(softmax::softmax_variants());
     v.extend(random::random_variants());
     v.extend(pool::pool_variants());

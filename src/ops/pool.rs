@@ -296,7 +296,56 @@ fn check_regular(
     Ok(())
 }
 
+/// The recorded forward (`dy` None) or a gradient launch (`dy` given, untracked): a pool's
+/// backward is the same family's gradient gather over the saved input's windows.
 fn run(
+    op: &'static str,
+    x: &Tensor,
+    win: Window,
+    out_hw: [usize; 2],
+    dy: Option<&Tensor>,
+) -> Result<Tensor> {
+    let y = run_untracked(op, x, win, out_hw, dy)?;
+    if dy.is_some() {
+        return Ok(y);
+    }
+    Ok(crate::autograd::record(y, &[x], |_| {
+        Box::new(PoolBackward {
+            x: x.detach(),
+            win,
+            out_hw,
+            name: op,
+        })
+    }))
+}
+
+struct PoolBackward {
+    x: Tensor,
+    win: Window,
+    out_hw: [usize; 2],
+    name: &'static str,
+}
+
+impl crate::autograd::BackwardOp for PoolBackward {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn backward(&self, grads: &[Option<Tensor>], _needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+        Ok(vec![match grads.first().and_then(Option::as_ref) {
+            Some(g) => Some(run_untracked(
+                "pool backward",
+                &self.x,
+                self.win,
+                self.out_hw,
+                Some(g),
+            )?),
+            None => None,
+        }])
+    }
+}
+
+fn run_untracked(
     op: &'static str,
     x: &Tensor,
     win: Window,

@@ -44,7 +44,7 @@ pub enum ReduceOp {
 }
 
 impl ReduceOp {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         ["sum", "max", "min", "mean"][self as usize]
     }
     fn code(self) -> u32 {
@@ -89,11 +89,8 @@ fn use_workgroup_variant(n_out: usize, red_len: usize) -> bool {
 }
 
 impl Tensor {
-    /// Reduces along `dim` (negative counts from the end); `keepdim` keeps it as size 1
-    /// (PyTorch's `keepdim=True`), else the dim is removed. Returns a new contiguous tensor of
-    /// the input's dtype. Errors: [`Error::InvalidArgument`] for a rank-0 input or a dim out of
-    /// range, [`Error::Size`] for max / min over an empty dim.
-    pub fn reduce(&self, dim: isize, op: ReduceOp, keepdim: bool) -> Result<Tensor> {
+    /// The untracked forward of [`Tensor::reduce`] (src/ops/reduce_grad.rs records it).
+    pub(crate) fn reduce_forward(&self, dim: isize, op: ReduceOp, keepdim: bool) -> Result<Tensor> {
         let name = op.name();
         if self.rank() == 0 {
             return Err(Error::arg(

@@ -54,7 +54,53 @@ fn use_workgroup_variant(rows: usize, len: usize) -> bool {
     len > 256 && rows < 1024
 }
 
+/// The recorded forward: softmax's backward is `y * (g - sum(g * y))` and log_softmax's
+/// `g - exp(y) * sum(g)` along `dim`, composed from existing ops (one reduction each).
 fn run(op: &'static str, x: &Tensor, dim: isize, log: bool) -> Result<Tensor> {
+    let y = run_untracked(op, x, dim, log)?;
+    Ok(crate::autograd::record(y, &[x], |y| {
+        Box::new(SoftmaxBackward {
+            y: y.clone(),
+            dim,
+            log,
+        })
+    }))
+}
+
+struct SoftmaxBackward {
+    y: Tensor,
+    dim: isize,
+    log: bool,
+}
+
+impl crate::autograd::BackwardOp for SoftmaxBackward {
+    fn name(&self) -> &'static str {
+        if self.log {
+            "log_softmax"
+        } else {
+            "softmax"
+        }
+    }
+
+    fn backward(&self, grads: &[Option<Tensor>], _needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+        let Some(g) = grads.first().and_then(Option::as_ref) else {
+            return Ok(vec![None]);
+        };
+        let y = &self.y;
+        if y.rank() == 0 {
+            // One element: the output is constant (1, or 0 for log_softmax).
+            return Ok(vec![Some(Tensor::zeros(y.device(), &[], y.dtype)?)]);
+        }
+        let gx = if self.log {
+            g.sub(&y.exp()?.mul(&g.sum(self.dim, true)?)?)?
+        } else {
+            y.mul(&g.sub(&g.mul(y)?.sum(self.dim, true)?)?)?
+        };
+        Ok(vec![Some(gx)])
+    }
+}
+
+fn run_untracked(op: &'static str, x: &Tensor, dim: isize, log: bool) -> Result<Tensor> {
     let dev = x.device();
     // PyTorch treats a rank-0 tensor as one element along dim 0 or -1.
     if x.rank() == 0 {

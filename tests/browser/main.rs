@@ -8,6 +8,9 @@
 //!   readbacks awaited instead of blocking.
 //! - `runtime`: the in-flight cap over a 10k-op loop, and errors surfacing as `Err` in the
 //!   browser.
+//! - `autograd`: fixed seeds of the native autograd cases (tests/autograd: every elementwise,
+//!   view, reduction, GEMM and convolution gradient against its f64 reference, and random
+//!   graphs against finite differences), the gradients read back with awaits.
 //!
 //! No libtest harness (`harness = false`): wasm-bindgen-test exports every test for the
 //! runner, and the native `#[test]` fns of the included modules compile out, which is why the
@@ -60,6 +63,29 @@ mod batchnorm;
 #[path = "../conformance/rnn.rs"]
 mod rnn;
 
+// Autograd: the native suite's case builders (tests/autograd), verified with awaited readbacks.
+#[cfg(target_arch = "wasm32")]
+#[allow(dead_code, unused_imports)]
+#[path = "../autograd/grad_ref.rs"]
+mod grad_ref;
+
+#[cfg(target_arch = "wasm32")]
+#[allow(dead_code, unused_imports)]
+#[path = "../autograd/ops.rs"]
+mod ops;
+
+#[cfg(target_arch = "wasm32")]
+#[allow(dead_code, unused_imports)]
+#[path = "../autograd/conv.rs"]
+mod conv;
+
+#[cfg(target_arch = "wasm32")]
+#[allow(dead_code, unused_imports)]
+#[path = "../autograd/graphs.rs"]
+mod graphs;
+
+#[cfg(target_arch = "wasm32")]
+mod autograd;
 #[cfg(target_arch = "wasm32")]
 mod conformance;
 #[cfg(target_arch = "wasm32")]

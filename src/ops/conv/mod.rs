@@ -4,6 +4,7 @@
 //! im2col buffer, split-k with a fixed-order reduction when K is long (weight gradients).
 
 mod geom;
+mod grad;
 pub(crate) mod launch;
 
 pub use geom::{
@@ -12,6 +13,8 @@ pub use geom::{
 pub use launch::{conv_variants, plan, ConvPlan, ConvVariant, Direction as ConvDirection};
 
 use geom::{as_4d, dims4, Geom};
+pub(crate) use grad::activation_grad;
+use grad::{forward, transpose_impl};
 use launch::Direction;
 
 use crate::Device;
@@ -102,7 +105,8 @@ pub fn conv2d(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, o: &Conv2dOptions) 
     forward("conv2d", x, w, bias, o)
 }
 
-fn forward(
+/// The untracked forward of [`conv2d`] (grad.rs records it).
+fn forward_untracked(
     op: &'static str,
     x: &Tensor,
     w: &Tensor,
@@ -311,7 +315,8 @@ pub fn conv_transpose2d(
     transpose_impl("conv_transpose2d", x, w, bias, o)
 }
 
-fn transpose_impl(
+/// The untracked forward of [`conv_transpose2d`] (grad.rs records it).
+fn transpose_untracked(
     op: &'static str,
     x: &Tensor,
     w: &Tensor,

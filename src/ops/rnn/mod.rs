@@ -6,6 +6,7 @@
 //! steps, then one fused dispatch per step, all recorded into the batched encoder.
 
 pub(crate) mod backward;
+mod grad;
 
 pub use backward::{RnnGrads, RnnWeightGrads};
 
@@ -480,7 +481,7 @@ impl Rnn {
         h0: Option<&Tensor>,
         c0: Option<&Tensor>,
     ) -> Result<RnnOutput> {
-        self.forward_impl(x, h0, c0, false).map(|(out, _)| out)
+        grad::forward(self, x, h0, c0)
     }
 
     /// [`Rnn::forward`] that also keeps what [`Rnn::backward`] needs: every step's gate

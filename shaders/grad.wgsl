@@ -1,0 +1,170 @@
+// Backward helpers for autograd (src/ops/grad_kernel.rs). Three entry points share one Params
+// layout; every input is read through its own element strides (0 on broadcast dims) and the
+// output is contiguous over `shape`.
+// - grad_binary: out = f(a, b) with numpy broadcasting, f picked by the OP override
+//   (activation derivatives from the saved input or output, max/min tie weights, clamp masks);
+// - narrow_grad: the gradient of a narrow, zero outside [start, start + len) along `dim`;
+// - argext_grad: the gradient of max/min over `dim`, routed to the first index equal to the
+//   reduced value (the index PyTorch's max(dim) returns).
+// The runtime prepends the dtype prelude (`alias T = ...;`), the op codes (GRAD_DEFS in
+// src/ops/grad_kernel.rs) and shaders/lib/activation.wgsl.
+
+struct Params {
+    numel: u32,
+    rank: u32,
+    dim: u32,
+    start: u32,
+    off_a: u32,
+    off_b: u32,
+    off_c: u32,
+    scalar: f32,
+    len: u32,
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
+    shape: array<vec4<u32>, 2>,
+    sa: array<vec4<u32>, 2>,
+    sb: array<vec4<u32>, 2>,
+    sc: array<vec4<u32>, 2>,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> a: array<T>;
+@group(0) @binding(2) var<storage, read> b: array<T>;
+@group(0) @binding(3) var<storage, read> c: array<T>;
+@group(0) @binding(4) var<storage, read_write> dst: array<T>;
+
+override OP: u32 = 0u;
+override WG: u32;
+
+fn dim_of(v: array<vec4<u32>, 2>, k: u32) -> u32 {
+    return v[k / 4u][k % 4u];
+}
+
+// d/dx of exact GELU: Phi(x) + x phi(x).
+fn gelu_grad(x: f32) -> f32 {
+    let cdf = 0.5 * (1.0 + erf_approx(x * 0.70710678118654752));
+    let pdf = 0.39894228040143268 * exp(-0.5 * x * x);
+    return cdf + x * pdf;
+}
+
+fn combine(g: f32, s: f32) -> f32 {
+    switch OP {
+        // relu from its output: PyTorch's threshold_backward passes the gradient where y > 0.
+        case GRAD_RELU_FROM_Y: { return select(0.0, g, s > 0.0); }
+        case GRAD_SIGMOID_FROM_Y: { return g * s * (1.0 - s); }
+        case GRAD_TANH_FROM_Y: { return g * (1.0 - s * s); }
+        case GRAD_GELU_FROM_X: { return g * gelu_grad(s); }
+        case GRAD_ABS_FROM_X: { return g * sign(s); }
+        case GRAD_SQRT_FROM_Y: { return g / (2.0 * s); }
+        // maximum / minimum: weight of the first operand, ties split half/half as PyTorch.
+        case GRAD_MAX_WEIGHT: { return select(select(0.0, 0.5, g == s), 1.0, g > s); }
+        case GRAD_MIN_WEIGHT: { return select(select(0.0, 0.5, g == s), 1.0, g < s); }
+        // clamp_min / clamp_max (max_scalar / min_scalar): the gradient passes where x >= s
+        // (x <= s), as PyTorch's clamp backward.
+        case GRAD_PASS_GE: { return select(0.0, g, s >= p.scalar); }
+        case GRAD_PASS_LE: { return select(0.0, g, s <= p.scalar); }
+        // pow's masks: a term is 0 where the mask operand is 0 (PyTorch's masked_fill for
+        // exponent == 0 and for base == 0).
+        case GRAD_ZERO_WHERE_ZERO: { return select(g, 0.0, s == 0.0); }
+        default: { return g; }
+    }
+}
+
+@compute @workgroup_size(WG)
+fn grad_binary(@builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.x + wid.y * nwg.x) * WG + lid;
+    if (i >= p.numel) {
+        return;
+    }
+    var ia = p.off_a;
+    var ib = p.off_b;
+    var rem = i;
+    for (var d = i32(p.rank) - 1; d >= 0; d--) {
+        let k = u32(d);
+        let n = dim_of(p.shape, k);
+        let co = rem % n;
+        rem = rem / n;
+        ia += co * dim_of(p.sa, k);
+        ib += co * dim_of(p.sb, k);
+    }
+    dst[i] = T(combine(f32(a[ia]), f32(b[ib])));
+}
+
+@compute @workgroup_size(WG)
+fn narrow_grad(@builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.x + wid.y * nwg.x) * WG + lid;
+    if (i >= p.numel) {
+        return;
+    }
+    var ia = p.off_a;
+    var inside = true;
+    var rem = i;
+    for (var d = i32(p.rank) - 1; d >= 0; d--) {
+        let k = u32(d);
+        let n = dim_of(p.shape, k);
+        var co = rem % n;
+        rem = rem / n;
+        if (k == p.dim) {
+            if (co < p.start || co >= p.start + p.len) {
+                inside = false;
+            }
+            co = co - min(co, p.start);
+        }
+        ia += co * dim_of(p.sa, k);
+    }
+    if (inside) {
+        dst[i] = a[ia];
+    } else {
+        dst[i] = T(0.0);
+    }
+}
+
+// a: the reduced input x, b: the reduced value y, c: its gradient (b and c have stride 0
+// along `dim`). One invocation per reduced row (`numel` = rows): it scans the row once and
+// writes the whole output row, so the cost is linear in the row length wherever the first
+// extremum is.
+@compute @workgroup_size(WG)
+fn argext_grad(@builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.x + wid.y * nwg.x) * WG + lid;
+    if (i >= p.numel) {
+        return;
+    }
+    var base = p.off_a;
+    var ib = p.off_b;
+    var ic = p.off_c;
+    var base_out = 0u;
+    var step_out = 0u;
+    var packed = 1u;
+    var rem = i;
+    for (var d = i32(p.rank) - 1; d >= 0; d--) {
+        let k = u32(d);
+        let n = dim_of(p.shape, k);
+        if (k == p.dim) {
+            step_out = packed;
+        } else {
+            let co = rem % n;
+            rem = rem / n;
+            base += co * dim_of(p.sa, k);
+            ib += co * dim_of(p.sb, k);
+            ic += co * dim_of(p.sc, k);
+            base_out += co * packed;
+        }
+        packed *= n;
+    }
+    let y = b[ib];
+    let g = c[ic];
+    let step = dim_of(p.sa, p.dim);
+    var found = false;
+    for (var j = 0u; j < p.len; j++) {
+        let hit = !found && a[base + j * step] == y;
+        found = found || hit;
+        dst[base_out + j * step_out] = select(T(0.0), g, hit);
+    }
+}

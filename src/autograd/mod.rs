@@ -1,0 +1,520 @@
+//! Reverse-mode automatic differentiation, with the graph kept on the tensors (as candle and
+//! PyTorch do; the reasons are in docs/AUTOGRAD.md).
+//!
+//! ```no_run,ignore-wasm32
+//! # fn main() -> wgtensor::Result<()> {
+//! use wgtensor::{no_grad, Device, Tensor};
+//! let dev = Device::new()?;
+//! let x = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0], &[3])?;
+//! let w = Tensor::from_slice(&dev, &[0.5f32, -1.0, 2.0], &[3])?.requires_grad()?;
+//! let loss = x.mul(&w)?.tanh()?.sum(0, false)?; // one element
+//! let grads = loss.backward()?;
+//! let gw = grads.get(&w).expect("the loss depends on w");
+//! let w2 = no_grad(|| w.sub(&gw.mul_scalar(0.1)?))?; // untracked update
+//! assert!(!w2.is_tracked());
+//! # Ok(()) }
+//! ```
+//!
+//! A tensor marked with [`Tensor::requires_grad`] is a *leaf*. An op whose inputs include a
+//! tracked tensor (and that runs while grad mode is on, see [`no_grad`]) gives its output a
+//! `Node` holding the op's backward (one small `BackwardOp` struct per op family, kept
+//! beside the op's forward in `src/ops/`) and an edge to each tracked input. Untracked tensors
+//! carry `None` and pay nothing: an op checks its inputs' `Option` and returns.
+//!
+//! [`Tensor::backward`] walks the nodes from the highest creation number down. Creation order
+//! is a topological order (every node is created after the nodes of its inputs), so a max-heap
+//! on that number visits a node only after every consumer has added its gradient, with no
+//! recursive sort. Each visited node's backward is *taken* out of it, which releases its saved
+//! tensors to the pool during the pass; a later backward through the same node is an error.
+//!
+//! Not differentiable: in-place ops (`gemm_into` refuses tracked operands while recording;
+//! `batch_norm_train` refuses tracked running statistics). `Rnn::forward_train` /
+//! `Rnn::backward` stay the manual path and record nothing of their own.
+
+use std::cell::Cell;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::{DType, Error, Result, Tensor};
+
+/// `Send + Sync` on native targets, nothing on wasm32 (where wgpu handles, and so tensors,
+/// are neither): backward ops hold tensors and must be as shareable as tensors are.
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) trait Shareable: Send + Sync {}
+#[cfg(not(target_arch = "wasm32"))]
+impl<T: Send + Sync> Shareable for T {}
+/// See the native definition.
+#[cfg(target_arch = "wasm32")]
+pub(crate) trait Shareable {}
+#[cfg(target_arch = "wasm32")]
+impl<T> Shareable for T {}
+
+/// The backward of one recorded op. Implementations save *detached* tensors (see
+/// [`Tensor::detach`]): a saved tensor that kept its graph would make dropping a deep graph
+/// recursive and pin nodes that backward has already consumed.
+pub(crate) trait BackwardOp: Shareable {
+    /// The op's name, for error messages.
+    fn name(&self) -> &'static str;
+    /// Gradients of the inputs from the gradients of the outputs (`None`: no gradient reached
+    /// that output). `needs[i]` is false for inputs that are not tracked; their entry may be
+    /// `None` and should not be computed.
+    fn backward(&self, grads: &[Option<Tensor>], needs: &[bool]) -> Result<Vec<Option<Tensor>>>;
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+fn next_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// What a tracked tensor knows about its place in the graph.
+pub(crate) struct GradMeta {
+    /// The key of this tensor's gradient in [`Grads`]; clones of a tensor share it.
+    id: u64,
+    /// `None` for a leaf; else the node that produced the tensor and which of its outputs.
+    node: Option<Arc<Node>>,
+    index: usize,
+    /// Checked against the gradient backward computes for this tensor.
+    shape: Vec<usize>,
+    dtype: DType,
+}
+
+/// One recorded op.
+pub(crate) struct Node {
+    /// Creation number: larger means created later (a topological order).
+    seq: u64,
+    name: &'static str,
+    outputs: usize,
+    /// Taken by backward (`None` afterwards), or shared while a `retain_graph` pass runs it.
+    state: Mutex<Option<Arc<NodeState>>>,
+}
+
+struct NodeState {
+    op: Box<dyn BackwardOp>,
+    /// One per op input: `None` for inputs that need no gradient.
+    inputs: Vec<Option<Arc<GradMeta>>>,
+}
+
+fn take_inputs(state: &Mutex<Option<Arc<NodeState>>>) -> Vec<Arc<GradMeta>> {
+    let mut guard = match state.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    // Shared only while a retain_graph pass is running this node; that pass then drops it.
+    match guard.as_mut().and_then(Arc::get_mut) {
+        Some(s) => std::mem::take(&mut s.inputs)
+            .into_iter()
+            .flatten()
+            .collect(),
+        None => Vec::new(),
+    }
+}
+
+impl Drop for Node {
+    /// Frees the chain of nodes only this one keeps alive with an explicit stack: dropping a
+    /// graph one call per node would overflow the stack on deep graphs (PyTorch issue #5534).
+    fn drop(&mut self) {
+        let mut stack = take_inputs(&self.state);
+        while let Some(meta) = stack.pop() {
+            let Ok(meta) = Arc::try_unwrap(meta) else {
+                continue;
+            };
+            let Some(node) = meta.node else {
+                continue;
+            };
+            if let Ok(node) = Arc::try_unwrap(node) {
+                stack.extend(take_inputs(&node.state));
+            }
+        }
+    }
+}
+
+thread_local! {
+    static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
+}
+
+/// True unless the calling thread is inside [`no_grad`] or holds a [`NoGradGuard`].
+pub fn is_grad_enabled() -> bool {
+    GRAD_ENABLED.with(|g| g.get())
+}
+
+/// Disables recording on this thread until dropped, then restores the previous mode (also
+/// when unwinding, so a panic cannot leave grad mode off).
+pub struct NoGradGuard {
+    prev: bool,
+    // Thread-local state: the guard must be dropped on the thread that created it.
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl NoGradGuard {
+    /// Turns grad mode off for this thread until the guard drops.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> NoGradGuard {
+        let prev = GRAD_ENABLED.with(|g| g.replace(false));
+        NoGradGuard {
+            prev,
+            _not_send: std::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for NoGradGuard {
+    fn drop(&mut self) {
+        GRAD_ENABLED.with(|g| g.set(self.prev));
+    }
+}
+
+/// Runs `f` with recording off on this thread: ops inside record nothing, even on tracked
+/// inputs (inference, optimizer updates). Outputs kept from a tracked forward pin its graph
+/// until they drop; run inference under `no_grad` so nothing is kept.
+pub fn no_grad<R>(f: impl FnOnce() -> R) -> R {
+    let _guard = NoGradGuard::new();
+    f()
+}
+
+/// Records an op with one output. `make` builds the backward from the untracked output and is
+/// only called when something is tracked, so untracked ops pay one `Option` check per input.
+pub(crate) fn record<F>(mut out: Tensor, inputs: &[&Tensor], make: F) -> Tensor
+where
+    F: FnOnce(&Tensor) -> Box<dyn BackwardOp>,
+{
+    if !inputs.iter().any(|t| t.grad.is_some()) || !is_grad_enabled() {
+        return out;
+    }
+    let node = new_node(1, inputs, make(&out));
+    out.grad = Some(output_meta(&out, node, 0));
+    out
+}
+
+/// Records an op with several outputs (each gets its own gradient slot).
+pub(crate) fn record_multi<F>(outs: Vec<Tensor>, inputs: &[&Tensor], make: F) -> Vec<Tensor>
+where
+    F: FnOnce(&[Tensor]) -> Box<dyn BackwardOp>,
+{
+    if !inputs.iter().any(|t| t.grad.is_some()) || !is_grad_enabled() {
+        return outs;
+    }
+    let node = new_node(outs.len(), inputs, make(&outs));
+    outs.into_iter()
+        .enumerate()
+        .map(|(index, mut t)| {
+            t.grad = Some(output_meta(&t, node.clone(), index));
+            t
+        })
+        .collect()
+}
+
+fn new_node(outputs: usize, inputs: &[&Tensor], op: Box<dyn BackwardOp>) -> Arc<Node> {
+    Arc::new(Node {
+        seq: next_id(),
+        name: op.name(),
+        outputs,
+        state: Mutex::new(Some(Arc::new(NodeState {
+            op,
+            inputs: inputs.iter().map(|t| t.grad.clone()).collect(),
+        }))),
+    })
+}
+
+fn output_meta(t: &Tensor, node: Arc<Node>, index: usize) -> Arc<GradMeta> {
+    Arc::new(GradMeta {
+        id: next_id(),
+        node: Some(node),
+        index,
+        shape: t.shape().to_vec(),
+        dtype: t.dtype,
+    })
+}
+
+/// Gradients of the leaves a backward pass reached, keyed by tensor (clones of a leaf share
+/// its key).
+#[derive(Default)]
+pub struct Grads {
+    map: HashMap<u64, Tensor>,
+}
+
+impl std::fmt::Debug for Grads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Grads")
+            .field("tensors", &self.map.len())
+            .finish()
+    }
+}
+
+impl Grads {
+    /// The gradient of `t`, if `t` is a tracked leaf that the loss depends on.
+    pub fn get(&self, t: &Tensor) -> Option<&Tensor> {
+        self.map.get(&t.grad.as_ref()?.id)
+    }
+    /// Takes the gradient of `t` out of the map.
+    pub fn remove(&mut self, t: &Tensor) -> Option<Tensor> {
+        self.map.remove(&t.grad.as_ref()?.id)
+    }
+    /// Number of leaves with a gradient.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+    /// True when no leaf received a gradient.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+/// Adds `g` into `slot` (the first gradient is kept as is).
+fn accumulate(slot: &mut Option<Tensor>, g: Tensor) -> Result<()> {
+    *slot = Some(match slot.take() {
+        None => g,
+        Some(prev) => prev.add(&g)?,
+    });
+    Ok(())
+}
+
+fn check_grad(meta: &GradMeta, g: &Tensor, node: &'static str) -> Result<()> {
+    if g.shape() != meta.shape.as_slice() || g.dtype != meta.dtype {
+        return Err(Error::shape(
+            "backward",
+            format!(
+                "{node} produced a {:?} gradient of shape {:?} for a {:?} input of shape {:?}",
+                g.dtype,
+                g.shape(),
+                meta.dtype,
+                meta.shape
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Gradients of every leaf `meta` depends on, with `seed` as the gradient of `meta`'s tensor.
+/// `retain` keeps every node's backward (and saved tensors) for another pass.
+fn run_backward(meta: &Arc<GradMeta>, seed: Tensor, retain: bool) -> Result<Grads> {
+    // Backward ops run on untracked tensors; the guard also covers user code that called
+    // backward inside a scope where some op could otherwise record.
+    let _guard = NoGradGuard::new();
+    let mut grads = Grads::default();
+    let Some(root) = &meta.node else {
+        grads.map.insert(meta.id, seed);
+        return Ok(grads);
+    };
+    let mut heap = BinaryHeap::new();
+    let mut pending: HashMap<u64, (Arc<Node>, Vec<Option<Tensor>>)> = HashMap::new();
+    let mut slots = vec![None; root.outputs];
+    if let Some(slot) = slots.get_mut(meta.index) {
+        *slot = Some(seed);
+    }
+    pending.insert(root.seq, (root.clone(), slots));
+    heap.push(root.seq);
+    while let Some(seq) = heap.pop() {
+        let Some((node, outs)) = pending.remove(&seq) else {
+            continue;
+        };
+        let state = {
+            let mut guard = node.state.lock().map_err(|_| {
+                Error::arg(
+                    "backward",
+                    format!("the {} node was poisoned by a panic", node.name),
+                )
+            })?;
+            if retain {
+                guard.clone()
+            } else {
+                guard.take()
+            }
+        }
+        .ok_or_else(|| {
+            Error::arg(
+                "backward",
+                format!(
+                    "the graph through {} was already freed by an earlier backward(); \
+                     run the forward again, or use backward_retain_graph() on the first pass",
+                    node.name
+                ),
+            )
+        })?;
+        let needs: Vec<bool> = state.inputs.iter().map(Option::is_some).collect();
+        let gin = state.op.backward(&outs, &needs)?;
+        drop(outs);
+        if gin.len() != state.inputs.len() {
+            return Err(Error::arg(
+                "backward",
+                format!(
+                    "{} returned {} gradients for {} inputs",
+                    node.name,
+                    gin.len(),
+                    state.inputs.len()
+                ),
+            ));
+        }
+        let inputs = match Arc::try_unwrap(state) {
+            // The saved tensors go back to the pool before the next node allocates.
+            Ok(NodeState { op, inputs }) => {
+                drop(op);
+                inputs
+            }
+            Err(shared) => shared.inputs.clone(),
+        };
+        for (input, g) in inputs.iter().zip(gin) {
+            let (Some(m), Some(g)) = (input, g) else {
+                continue;
+            };
+            check_grad(m, &g, node.name)?;
+            match &m.node {
+                None => {
+                    let mut slot = grads.map.remove(&m.id);
+                    accumulate(&mut slot, g)?;
+                    if let Some(s) = slot {
+                        grads.map.insert(m.id, s);
+                    }
+                }
+                Some(n) => {
+                    let entry = pending.entry(n.seq).or_insert_with(|| {
+                        heap.push(n.seq);
+                        (n.clone(), vec![None; n.outputs])
+                    });
+                    let slot = entry.1.get_mut(m.index).ok_or_else(|| {
+                        Error::arg("backward", format!("{} has no output {}", n.name, m.index))
+                    })?;
+                    accumulate(slot, g)?;
+                }
+            }
+        }
+    }
+    Ok(grads)
+}
+
+/// PyTorch's `sum_to`: sums a broadcast gradient back to `shape` (the leading dims the
+/// broadcast added, and every dim where `shape` has 1).
+pub(crate) fn sum_to(g: &Tensor, shape: &[usize]) -> Result<Tensor> {
+    if g.shape() == shape {
+        return Ok(g.clone());
+    }
+    let op = "sum_to";
+    if g.rank() < shape.len() {
+        return Err(Error::shape(
+            op,
+            format!("cannot sum {:?} to the higher rank {shape:?}", g.shape()),
+        ));
+    }
+    let mut t = g.clone();
+    for _ in 0..g.rank() - shape.len() {
+        t = t.sum(0, false)?;
+    }
+    for (d, &s) in shape.iter().enumerate() {
+        if s == 1 && t.shape()[d] != 1 {
+            t = t.sum(d as isize, true)?;
+        } else if s != t.shape()[d] {
+            return Err(Error::shape(
+                op,
+                format!("{:?} does not broadcast to {shape:?}", g.shape()),
+            ));
+        }
+    }
+    Ok(t)
+}
+
+impl Tensor {
+    /// Marks this tensor as a leaf whose gradient [`Tensor::backward`] computes. A tensor that
+    /// is already a leaf is returned as is; an op output that is tracked cannot become a leaf
+    /// (detach it first).
+    pub fn requires_grad(mut self) -> Result<Tensor> {
+        self.set_requires_grad(true)?;
+        Ok(self)
+    }
+
+    /// Turns tracking of a leaf on or off. Off on an untracked tensor does nothing; either
+    /// way on the output of a tracked op is an error, as in PyTorch ("you can only change
+    /// requires_grad flags of leaf variables").
+    pub fn set_requires_grad(&mut self, on: bool) -> Result<()> {
+        match (&self.grad, on) {
+            (Some(m), _) if m.node.is_some() => Err(Error::arg(
+                "requires_grad",
+                "only leaf tensors can change requires_grad; this one is the output of a tracked op (use detach())",
+            )),
+            (Some(_), true) | (None, false) => Ok(()),
+            (Some(_), false) => {
+                self.grad = None;
+                Ok(())
+            }
+            (None, true) => {
+                self.grad = Some(Arc::new(GradMeta {
+                    id: next_id(),
+                    node: None,
+                    index: 0,
+                    shape: self.shape().to_vec(),
+                    dtype: self.dtype,
+                }));
+                Ok(())
+            }
+        }
+    }
+
+    /// True when this tensor is a leaf that requires grad or the output of a tracked op.
+    pub fn is_tracked(&self) -> bool {
+        self.grad.is_some()
+    }
+
+    /// True for tensors that are not the output of a tracked op (untracked ones included).
+    pub fn is_leaf(&self) -> bool {
+        self.grad.as_ref().is_none_or(|m| m.node.is_none())
+    }
+
+    /// The same data without its graph: ops on it record nothing. Shares storage, no copy.
+    pub fn detach(&self) -> Tensor {
+        let mut t = self.clone();
+        t.grad = None;
+        t
+    }
+
+    /// Gradients of this single-element tensor (the loss) with respect to every tracked leaf
+    /// it depends on, seeded with 1. The nodes it runs through are consumed: their saved
+    /// tensors are released, and a second backward through them is an error.
+    pub fn backward(&self) -> Result<Grads> {
+        let meta = self.tracked_meta()?;
+        self.check_scalar_loss()?;
+        let seed = Tensor::full(self.device(), self.shape(), 1.0, self.dtype)?;
+        run_backward(meta, seed, false)
+    }
+
+    /// [`Tensor::backward`] that keeps the graph (PyTorch's `retain_graph=True`): the saved
+    /// tensors stay alive, so another backward through the same nodes works. They cost their
+    /// memory until the outputs drop or a plain `backward` consumes the nodes.
+    pub fn backward_retain_graph(&self) -> Result<Grads> {
+        let meta = self.tracked_meta()?;
+        self.check_scalar_loss()?;
+        let seed = Tensor::full(self.device(), self.shape(), 1.0, self.dtype)?;
+        run_backward(meta, seed, true)
+    }
+
+    fn check_scalar_loss(&self) -> Result<()> {
+        if self.numel() != 1 {
+            return Err(Error::shape(
+                "backward",
+                format!(
+                    "grad can be implicitly created only for scalar outputs, got shape {:?}; \
+                     reduce to one element or call backward_with_grad",
+                    self.shape()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// [`Tensor::backward`] from an explicit gradient of this tensor (same shape and dtype).
+    pub fn backward_with_grad(&self, grad: &Tensor) -> Result<Grads> {
+        let meta = self.tracked_meta()?;
+        self.same_device("backward", grad)?;
+        check_grad(meta, grad, "backward_with_grad")?;
+        run_backward(meta, grad.detach(), false)
+    }
+
+    fn tracked_meta(&self) -> Result<&Arc<GradMeta>> {
+        self.grad.as_ref().ok_or_else(|| {
+            Error::arg(
+                "backward",
+                "the tensor does not require grad and has no grad_fn: mark a leaf with \
+                 requires_grad() and compute from it while grad mode is on",
+            )
+        })
+    }
+}

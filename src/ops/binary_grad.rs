@@ -1,0 +1,143 @@
+//! Backward of the binary ops (forward in src/ops/binary.rs). Each input's gradient is
+//! computed at the broadcast shape and summed back to the input's shape (`sum_to`).
+
+use crate::autograd::{record, sum_to, BackwardOp};
+use crate::ops::grad_kernel::{grad_binary, GradCode};
+use crate::ops::BinaryOp;
+use crate::{Error, Result, Tensor};
+
+struct BinaryBackward {
+    op: BinaryOp,
+    a_shape: Vec<usize>,
+    b_shape: Vec<usize>,
+    /// Saved only when some gradient needs them (mul keeps b for a's gradient and a for b's).
+    a: Option<Tensor>,
+    b: Option<Tensor>,
+    /// The output, kept by div for the divisor's gradient.
+    y: Option<Tensor>,
+}
+
+impl BinaryBackward {
+    fn saved<'t>(&self, t: &'t Option<Tensor>) -> Result<&'t Tensor> {
+        t.as_ref().ok_or_else(|| {
+            Error::arg(
+                self.op.name(),
+                "backward is missing a saved tensor".to_string(),
+            )
+        })
+    }
+}
+
+impl BackwardOp for BinaryBackward {
+    fn name(&self) -> &'static str {
+        self.op.name()
+    }
+
+    fn backward(&self, grads: &[Option<Tensor>], needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+        let Some(g) = grads.first().and_then(Option::as_ref) else {
+            return Ok(vec![None, None]);
+        };
+        let (need_a, need_b) = (needs.first() == Some(&true), needs.get(1) == Some(&true));
+        // Gradients at the broadcast shape.
+        let (ga, gb) = match self.op {
+            BinaryOp::Add => (need_a.then(|| g.clone()), need_b.then(|| g.clone())),
+            BinaryOp::Sub => (
+                need_a.then(|| g.clone()),
+                if need_b { Some(g.neg()?) } else { None },
+            ),
+            BinaryOp::Mul => (
+                if need_a {
+                    Some(g.mul(self.saved(&self.b)?)?)
+                } else {
+                    None
+                },
+                if need_b {
+                    Some(g.mul(self.saved(&self.a)?)?)
+                } else {
+                    None
+                },
+            ),
+            BinaryOp::Div => {
+                let g_over_b = g.div(self.saved(&self.b)?)?;
+                // d(a / b)/db = -a / b^2 = -(a / b) / b.
+                let gb = if need_b {
+                    Some(g_over_b.mul(self.saved(&self.y)?)?.neg()?)
+                } else {
+                    None
+                };
+                (need_a.then_some(g_over_b), gb)
+            }
+            BinaryOp::Pow => {
+                let (a, b) = (self.saved(&self.a)?, self.saved(&self.b)?);
+                // PyTorch: da = g b a^(b - 1), 0 where b == 0; db = g a^b ln(a), 0 where a == 0
+                // (for a negative exponent PyTorch keeps the -inf term; this gives 0).
+                let ga = if need_a {
+                    let t = g.mul(b)?.mul(&a.pow(&b.sub_scalar(1.0)?)?)?;
+                    Some(grad_binary(&t, b, GradCode::ZeroWhereZero, 0.0)?)
+                } else {
+                    None
+                };
+                let gb = if need_b {
+                    let t = g.mul(self.saved(&self.y)?)?.mul(&a.log()?)?;
+                    Some(grad_binary(&t, a, GradCode::ZeroWhereZero, 0.0)?)
+                } else {
+                    None
+                };
+                (ga, gb)
+            }
+            BinaryOp::Max | BinaryOp::Min => {
+                let code = if self.op == BinaryOp::Max {
+                    GradCode::MaxWeight
+                } else {
+                    GradCode::MinWeight
+                };
+                // Weight of a is 1, 1/2 on ties, 0; b gets the rest (exact: g - g/2 = g/2).
+                let w = grad_binary(self.saved(&self.a)?, self.saved(&self.b)?, code, 0.0)?;
+                let ga = g.mul(&w)?;
+                let gb = if need_b { Some(g.sub(&ga)?) } else { None };
+                (need_a.then_some(ga), gb)
+            }
+        };
+        let ga = match ga {
+            Some(t) => Some(sum_to(&t, &self.a_shape)?),
+            None => None,
+        };
+        let gb = match gb {
+            Some(t) => Some(sum_to(&t, &self.b_shape)?),
+            None => None,
+        };
+        Ok(vec![ga, gb])
+    }
+}
+
+impl Tensor {
+    /// `self (op) other` with numpy broadcasting; strided inputs are read without copies.
+    /// Returns a new contiguous tensor of the broadcast shape. Errors: [`Error::Shape`] when
+    /// the shapes do not broadcast, [`Error::DType`] / [`Error::DeviceMismatch`] when the
+    /// operands differ in dtype or device (no implicit promotion, unlike PyTorch).
+    ///
+    /// [`Error::Shape`]: crate::Error::Shape
+    /// [`Error::DType`]: crate::Error::DType
+    /// [`Error::DeviceMismatch`]: crate::Error::DeviceMismatch
+    pub fn binary(&self, other: &Tensor, op: BinaryOp) -> Result<Tensor> {
+        let out = self.binary_forward(other, op)?;
+        Ok(record(out, &[self, other], |y| {
+            let (ta, tb) = (self.is_tracked(), other.is_tracked());
+            let (keep_a, keep_b, keep_y) = match op {
+                BinaryOp::Add | BinaryOp::Sub => (false, false, false),
+                BinaryOp::Mul => (tb, ta, false),
+                BinaryOp::Div => (false, true, tb),
+                BinaryOp::Max | BinaryOp::Min => (true, true, false),
+                BinaryOp::Pow => (true, true, tb),
+            };
+            Box::new(BinaryBackward {
+                op,
+                a_shape: self.shape().to_vec(),
+                b_shape: other.shape().to_vec(),
+                a: keep_a.then(|| self.detach()),
+                b: keep_b.then(|| other.detach()),
+                y: keep_y.then(|| y.clone()),
+            })
+        }))
+    }
+}

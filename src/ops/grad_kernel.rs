@@ -1,0 +1,305 @@
+//! Kernels only the backward passes need (shaders/grad.wgsl): activation derivatives from a
+//! saved input or output, tie weights of maximum/minimum, clamp masks, the zero-padded
+//! gradient of a narrow and the first-index routing of max/min over a dim. Untracked: they run
+//! inside backward, where nothing records.
+
+use bytemuck::{Pod, Zeroable};
+
+use crate::layout::{broadcast_shapes, pack_dims, Layout, MAX_RANK};
+use crate::ops::map::WG;
+use crate::runtime::{grid_1d, Access, Kernel};
+use crate::{DType, Error, Result, Tensor};
+
+const SRC: &str = include_str!("../../shaders/grad.wgsl");
+const LIBS: &[&str] = &[crate::runtime::pipeline::ACTIVATION_LIB];
+
+static GRAD_BINARY: Kernel = Kernel {
+    name: "grad",
+    source: SRC,
+    entry: "grad_binary",
+    bindings: &[Access::Read, Access::Read, Access::ReadWrite],
+    slots: &[1, 2, 4],
+    libs: LIBS,
+    defs: GRAD_DEFS,
+};
+static NARROW_GRAD: Kernel = Kernel {
+    name: "grad",
+    source: SRC,
+    entry: "narrow_grad",
+    bindings: &[Access::Read, Access::ReadWrite],
+    slots: &[1, 4],
+    libs: LIBS,
+    defs: GRAD_DEFS,
+};
+static ARGEXT_GRAD: Kernel = Kernel {
+    name: "grad",
+    source: SRC,
+    entry: "argext_grad",
+    bindings: &[Access::Read, Access::Read, Access::Read, Access::ReadWrite],
+    slots: &[1, 2, 3, 4],
+    libs: LIBS,
+    defs: GRAD_DEFS,
+};
+
+/// The `OP` codes of `grad_binary` (shaders/grad.wgsl `combine`): `f(a, b)` per element.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GradCode {
+    /// `a * relu'` with `b` the relu output.
+    ReluFromY = 0,
+    /// `a * y (1 - y)`, `b = sigmoid(x)`.
+    SigmoidFromY = 1,
+    /// `a * (1 - y^2)`, `b = tanh(x)`.
+    TanhFromY = 2,
+    /// `a * gelu'(x)`, `b = x`.
+    GeluFromX = 3,
+    /// `a * sign(x)`, `b = x`.
+    AbsFromX = 4,
+    /// `a / (2 y)`, `b = sqrt(x)`.
+    SqrtFromY = 5,
+    /// Weight of `a` in `maximum(a, b)`: 1, 0.5 on ties, 0.
+    MaxWeight = 6,
+    /// Weight of `a` in `minimum(a, b)`.
+    MinWeight = 7,
+    /// `a` where `b >= scalar`, else 0.
+    PassGe = 8,
+    /// `a` where `b <= scalar`, else 0.
+    PassLe = 9,
+    /// `a`, but 0 where `b == 0`.
+    ZeroWhereZero = 10,
+}
+
+/// The shader's names of the [`GradCode`]s, one row per code in order.
+pub(crate) const GRAD_DEFS: &[(&str, u32)] = &[
+    ("GRAD_RELU_FROM_Y", GradCode::ReluFromY as u32),
+    ("GRAD_SIGMOID_FROM_Y", GradCode::SigmoidFromY as u32),
+    ("GRAD_TANH_FROM_Y", GradCode::TanhFromY as u32),
+    ("GRAD_GELU_FROM_X", GradCode::GeluFromX as u32),
+    ("GRAD_ABS_FROM_X", GradCode::AbsFromX as u32),
+    ("GRAD_SQRT_FROM_Y", GradCode::SqrtFromY as u32),
+    ("GRAD_MAX_WEIGHT", GradCode::MaxWeight as u32),
+    ("GRAD_MIN_WEIGHT", GradCode::MinWeight as u32),
+    ("GRAD_PASS_GE", GradCode::PassGe as u32),
+    ("GRAD_PASS_LE", GradCode::PassLe as u32),
+    ("GRAD_ZERO_WHERE_ZERO", GradCode::ZeroWhereZero as u32),
+];
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable, Default)]
+struct GradParams {
+    numel: u32,
+    rank: u32,
+    dim: u32,
+    start: u32,
+    off_a: u32,
+    off_b: u32,
+    off_c: u32,
+    scalar: f32,
+    len: u32,
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
+    shape: [u32; MAX_RANK],
+    sa: [u32; MAX_RANK],
+    sb: [u32; MAX_RANK],
+    sc: [u32; MAX_RANK],
+}
+
+fn launch(
+    op: &'static str,
+    kernel: &Kernel,
+    code: u32,
+    p: &GradParams,
+    inputs: &[&Tensor],
+    out: &Tensor,
+) -> Result<()> {
+    let dev = out.device();
+    let mut bufs: Vec<&wgpu::Buffer> = inputs.iter().map(|t| t.buffer()).collect();
+    bufs.push(out.buffer());
+    let mut consts = vec![("WG", WG as f64)];
+    if std::ptr::eq(kernel, &GRAD_BINARY) {
+        consts.push(("OP", code as f64));
+    }
+    dev.launch(
+        op,
+        kernel,
+        &[out.dtype],
+        &consts,
+        bytemuck::bytes_of(p),
+        &bufs,
+        grid_1d(
+            op,
+            (p.numel as u64).div_ceil(WG as u64),
+            dev.limits().max_compute_workgroups_per_dimension,
+        )?,
+    )
+}
+
+/// `f(a, b)` elementwise with numpy broadcasting; `scalar` is read by the clamp masks only.
+pub(crate) fn grad_binary(a: &Tensor, b: &Tensor, code: GradCode, scalar: f32) -> Result<Tensor> {
+    let op = "backward";
+    a.same_device(op, b)?;
+    a.same_dtype(op, b)?;
+    let shape = broadcast_shapes(op, a.shape(), b.shape())?;
+    let la = a.layout.broadcast_to(&shape)?;
+    let lb = b.layout.broadcast_to(&shape)?;
+    let out = Tensor::empty(a.device(), op, &shape, a.dtype)?;
+    if out.numel() == 0 {
+        return Ok(out);
+    }
+    let p = GradParams {
+        numel: out.numel() as u32,
+        rank: shape.len() as u32,
+        off_a: la.offset() as u32,
+        off_b: lb.offset() as u32,
+        scalar,
+        shape: pack_dims(&shape),
+        sa: pack_dims(la.strides()),
+        sb: pack_dims(lb.strides()),
+        ..Default::default()
+    };
+    launch(op, &GRAD_BINARY, code as u32, &p, &[a, b], &out)?;
+    Ok(out)
+}
+
+/// The gradient of `x.narrow(dim, start, g.shape()[dim])`: `g` placed in zeros of `x_shape`.
+pub(crate) fn narrow_grad(
+    g: &Tensor,
+    x_shape: &[usize],
+    dim: usize,
+    start: usize,
+) -> Result<Tensor> {
+    let op = "narrow backward";
+    let len = g.shape().get(dim).copied().unwrap_or(0);
+    let fits = g.rank() == x_shape.len()
+        && dim < x_shape.len()
+        && start + len <= x_shape[dim]
+        && (0..x_shape.len()).all(|d| d == dim || g.shape()[d] == x_shape[d]);
+    if !fits {
+        return Err(Error::shape(
+            op,
+            format!(
+                "gradient {:?} does not fit {x_shape:?} at dim {dim} from {start}",
+                g.shape()
+            ),
+        ));
+    }
+    let out = Tensor::empty(g.device(), op, x_shape, g.dtype)?;
+    if out.numel() == 0 {
+        return Ok(out);
+    }
+    let p = GradParams {
+        numel: out.numel() as u32,
+        rank: x_shape.len() as u32,
+        dim: dim as u32,
+        start: start as u32,
+        len: len as u32,
+        off_a: g.layout.offset() as u32,
+        shape: pack_dims(x_shape),
+        sa: pack_dims(g.strides()),
+        ..Default::default()
+    };
+    launch(op, &NARROW_GRAD, 0, &p, &[g], &out)?;
+    Ok(out)
+}
+
+/// The gradient of `max`/`min` of `x` over `dim`: `g` (keepdim shape) at the first index of
+/// each row equal to the reduced value `y` (keepdim shape), zero elsewhere. One invocation
+/// scans and writes each row: linear in the row length.
+pub(crate) fn argext_grad(x: &Tensor, y: &Tensor, g: &Tensor, dim: usize) -> Result<Tensor> {
+    let op = "max/min backward";
+    let shape = x.shape().to_vec();
+    let ly = y.layout.broadcast_to(&shape)?;
+    let lg = g.layout.broadcast_to(&shape)?;
+    let zero_dim = |l: &Layout| l.strides().get(dim) == Some(&0) || shape[dim] == 1;
+    if dim >= shape.len() || !zero_dim(&ly) || !zero_dim(&lg) {
+        return Err(Error::shape(
+            op,
+            format!(
+                "reduced value {:?} and gradient {:?} must have size 1 at dim {dim} of {shape:?}",
+                y.shape(),
+                g.shape()
+            ),
+        ));
+    }
+    let out = Tensor::empty(x.device(), op, &shape, x.dtype)?;
+    if out.numel() == 0 {
+        return Ok(out);
+    }
+    let p = GradParams {
+        // One invocation per reduced row.
+        numel: (out.numel() / shape[dim]) as u32,
+        rank: shape.len() as u32,
+        dim: dim as u32,
+        len: shape[dim] as u32,
+        off_a: x.layout.offset() as u32,
+        off_b: ly.offset() as u32,
+        off_c: lg.offset() as u32,
+        shape: pack_dims(&shape),
+        sa: pack_dims(x.strides()),
+        sb: pack_dims(ly.strides()),
+        sc: pack_dims(lg.strides()),
+        ..Default::default()
+    };
+    launch(op, &ARGEXT_GRAD, 0, &p, &[x, y, g], &out)?;
+    Ok(out)
+}
+
+#[doc(hidden)]
+pub fn grad_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
+    use crate::runtime::pipeline::ShaderVariant;
+    let mut v = Vec::new();
+    for dt in [DType::F32, DType::F16] {
+        for &(_, code) in GRAD_DEFS {
+            v.push(ShaderVariant::new(
+                &GRAD_BINARY,
+                &[dt],
+                &[("WG", WG as f64), ("OP", code as f64)],
+            ));
+        }
+        for k in [&NARROW_GRAD, &ARGEXT_GRAD] {
+            v.push(ShaderVariant::new(k, &[dt], &[("WG", WG as f64)]));
+        }
+    }
+    v
+}
+
+/// The params struct's layout, checked against the shader's `struct Params` in tests/shaders.rs.
+#[doc(hidden)]
+pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
+    crate::runtime::pipeline::params_layout!(
+        GRAD_BINARY,
+        &[DType::F32],
+        GradParams {
+            numel,
+            rank,
+            dim,
+            start,
+            off_a,
+            off_b,
+            off_c,
+            scalar,
+            len,
+            pad0,
+            pad1,
+            pad2,
+            shape,
+            sa,
+            sb,
+            sc
+        }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The code table has one row per code, in order (the shader switches on these names).
+    #[test]
+    fn grad_codes_are_the_rows() {
+        for (i, (name, code)) in GRAD_DEFS.iter().enumerate() {
+            assert_eq!(*code as usize, i, "{name}");
+        }
+        assert_eq!(GRAD_DEFS.len(), GradCode::ZeroWhereZero as usize + 1);
+    }
+}

@@ -1,0 +1,167 @@
+//! Backward of the map family (forward in src/ops/map.rs): unary math, scalar ops, to_dtype.
+//! Derivatives that PyTorch takes from the output (exp, sqrt, relu, sigmoid, tanh) save the
+//! output; the others save the input.
+
+use crate::autograd::{record, BackwardOp};
+use crate::ops::grad_kernel::{grad_binary, GradCode};
+use crate::ops::{ScalarOp, UnaryOp};
+use crate::{DType, Error, Result, Tensor};
+
+struct UnaryBackward {
+    op: UnaryOp,
+    /// The input or the output, whichever the derivative needs (`None` for neg).
+    saved: Option<Tensor>,
+}
+
+fn first(grads: &[Option<Tensor>]) -> Option<&Tensor> {
+    grads.first().and_then(Option::as_ref)
+}
+
+impl BackwardOp for UnaryBackward {
+    fn name(&self) -> &'static str {
+        match self.op {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Log => "log",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Relu => "relu",
+            UnaryOp::Sigmoid => "sigmoid",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Gelu => "gelu",
+        }
+    }
+
+    fn backward(&self, grads: &[Option<Tensor>], _needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+        let Some(g) = first(grads) else {
+            return Ok(vec![None]);
+        };
+        if self.op == UnaryOp::Neg {
+            return Ok(vec![Some(g.neg()?)]);
+        }
+        let s = self
+            .saved
+            .as_ref()
+            .ok_or_else(|| Error::arg(self.name(), "backward is missing a saved tensor"))?;
+        let gx = match self.op {
+            UnaryOp::Neg => g.neg()?,
+            UnaryOp::Abs => grad_binary(g, s, GradCode::AbsFromX, 0.0)?,
+            UnaryOp::Exp => g.mul(s)?,
+            UnaryOp::Log => g.div(s)?,
+            UnaryOp::Sqrt => grad_binary(g, s, GradCode::SqrtFromY, 0.0)?,
+            UnaryOp::Relu => grad_binary(g, s, GradCode::ReluFromY, 0.0)?,
+            UnaryOp::Sigmoid => grad_binary(g, s, GradCode::SigmoidFromY, 0.0)?,
+            UnaryOp::Tanh => grad_binary(g, s, GradCode::TanhFromY, 0.0)?,
+            UnaryOp::Gelu => grad_binary(g, s, GradCode::GeluFromX, 0.0)?,
+        };
+        Ok(vec![Some(gx)])
+    }
+}
+
+/// Records `out = x.unary(op)`.
+pub(crate) fn record_unary(x: &Tensor, op: UnaryOp, out: Tensor) -> Tensor {
+    record(out, &[x], |y| {
+        let saved = match op {
+            UnaryOp::Neg => None,
+            UnaryOp::Abs | UnaryOp::Log | UnaryOp::Gelu => Some(x.detach()),
+            UnaryOp::Exp | UnaryOp::Sqrt | UnaryOp::Relu | UnaryOp::Sigmoid | UnaryOp::Tanh => {
+                Some(y.clone())
+            }
+        };
+        Box::new(UnaryBackward { op, saved })
+    })
+}
+
+struct ScalarBackward {
+    op: ScalarOp,
+    s: f32,
+    /// The input, kept only by rdiv, max and min.
+    x: Option<Tensor>,
+    /// The output, kept only by rdiv.
+    y: Option<Tensor>,
+}
+
+impl BackwardOp for ScalarBackward {
+    fn name(&self) -> &'static str {
+        match self.op {
+            ScalarOp::Add => "add_scalar",
+            ScalarOp::Sub => "sub_scalar",
+            ScalarOp::RSub => "rsub_scalar",
+            ScalarOp::Mul => "mul_scalar",
+            ScalarOp::Div => "div_scalar",
+            ScalarOp::RDiv => "rdiv_scalar",
+            ScalarOp::Max => "max_scalar",
+            ScalarOp::Min => "min_scalar",
+            ScalarOp::Pow => "pow_scalar",
+        }
+    }
+
+    fn backward(&self, grads: &[Option<Tensor>], _needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+        let Some(g) = first(grads) else {
+            return Ok(vec![None]);
+        };
+        let saved = |t: &Option<Tensor>| {
+            t.clone().ok_or_else(|| {
+                Error::arg(
+                    self.name(),
+                    "backward is missing a saved tensor".to_string(),
+                )
+            })
+        };
+        let gx = match self.op {
+            ScalarOp::Add | ScalarOp::Sub => g.clone(),
+            ScalarOp::RSub => g.neg()?,
+            ScalarOp::Mul => g.mul_scalar(self.s)?,
+            ScalarOp::Div => g.div_scalar(self.s)?,
+            // d(s / x) = -s / x^2 = -(s / x) / x.
+            ScalarOp::RDiv => g.mul(&saved(&self.y)?)?.div(&saved(&self.x)?)?.neg()?,
+            ScalarOp::Max => grad_binary(g, &saved(&self.x)?, GradCode::PassGe, self.s)?,
+            ScalarOp::Min => grad_binary(g, &saved(&self.x)?, GradCode::PassLe, self.s)?,
+            // PyTorch: grad * s * x^(s - 1), and 0 for s == 0 (x^-1 would be inf at x = 0).
+            ScalarOp::Pow if self.s == 0.0 => g.mul_scalar(0.0)?,
+            ScalarOp::Pow => g
+                .mul(&saved(&self.x)?.pow_scalar(self.s - 1.0)?)?
+                .mul_scalar(self.s)?,
+        };
+        Ok(vec![Some(gx)])
+    }
+}
+
+/// Records `out = x (op) s`.
+pub(crate) fn record_scalar(x: &Tensor, op: ScalarOp, s: f32, out: Tensor) -> Tensor {
+    record(out, &[x], |y| {
+        let (keep_x, keep_y) = match op {
+            ScalarOp::RDiv => (true, true),
+            ScalarOp::Max | ScalarOp::Min | ScalarOp::Pow => (true, false),
+            _ => (false, false),
+        };
+        Box::new(ScalarBackward {
+            op,
+            s,
+            x: keep_x.then(|| x.detach()),
+            y: keep_y.then(|| y.clone()),
+        })
+    })
+}
+
+struct ToDtypeBackward {
+    from: DType,
+}
+
+impl BackwardOp for ToDtypeBackward {
+    fn name(&self) -> &'static str {
+        "to_dtype"
+    }
+
+    fn backward(&self, grads: &[Option<Tensor>], _needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+        Ok(vec![match first(grads) {
+            Some(g) => Some(g.to_dtype(self.from)?),
+            None => None,
+        }])
+    }
+}
+
+/// Records `out = x.to_dtype(_)`: the gradient converts back.
+pub(crate) fn record_to_dtype(x: &Tensor, out: Tensor) -> Tensor {
+    record(out, &[x], |_| Box::new(ToDtypeBackward { from: x.dtype }))
+}

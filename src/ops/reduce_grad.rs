@@ -1,0 +1,89 @@
+//! Backward of the one-axis reductions (forward in src/ops/reduce.rs). sum and mean spread
+//! the gradient over the reduced axis; max and min route it to the first index holding the
+//! extremum, the index PyTorch's `max(dim)` returns.
+
+use crate::autograd::{record, BackwardOp};
+use crate::layout::Layout;
+use crate::ops::grad_kernel::argext_grad;
+use crate::ops::ReduceOp;
+use crate::{Error, Result, Tensor};
+
+struct ReduceBackward {
+    op: ReduceOp,
+    /// Normalized.
+    dim: usize,
+    x_shape: Vec<usize>,
+    /// max / min only: the input and the output.
+    x: Option<Tensor>,
+    y: Option<Tensor>,
+}
+
+/// `t` with a size-1 axis inserted at `dim` (undoes `keepdim = false`).
+fn unsqueeze(t: &Tensor, dim: usize) -> Result<Tensor> {
+    if dim > t.rank() {
+        return Err(Error::arg(
+            "unsqueeze",
+            format!("dim {dim} is out of range for shape {:?}", t.shape()),
+        ));
+    }
+    let mut shape = t.shape().to_vec();
+    shape.insert(dim, 1);
+    t.reshape(&shape)
+}
+
+impl BackwardOp for ReduceBackward {
+    fn name(&self) -> &'static str {
+        self.op.name()
+    }
+
+    fn backward(&self, grads: &[Option<Tensor>], _needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+        let Some(g) = grads.first().and_then(Option::as_ref) else {
+            return Ok(vec![None]);
+        };
+        let g = if g.rank() < self.x_shape.len() {
+            unsqueeze(g, self.dim)?
+        } else {
+            g.clone()
+        };
+        let gx = match self.op {
+            ReduceOp::Sum => g.broadcast_to(&self.x_shape)?,
+            // PyTorch divides the expanded gradient by the count (not a multiply by 1/n).
+            ReduceOp::Mean => g
+                .broadcast_to(&self.x_shape)?
+                .div_scalar(self.x_shape[self.dim] as f32)?,
+            ReduceOp::Max | ReduceOp::Min => {
+                let missing = || Error::arg(self.op.name(), "backward is missing a saved tensor");
+                let x = self.x.as_ref().ok_or_else(missing)?;
+                let y = self.y.as_ref().ok_or_else(missing)?;
+                let y = if y.rank() < self.x_shape.len() {
+                    unsqueeze(y, self.dim)?
+                } else {
+                    y.clone()
+                };
+                argext_grad(x, &y, &g, self.dim)?
+            }
+        };
+        Ok(vec![Some(gx)])
+    }
+}
+
+impl Tensor {
+    /// Reduces along `dim` (negative counts from the end); `keepdim` keeps it as size 1
+    /// (PyTorch's `keepdim=True`), else the dim is removed. Returns a new contiguous tensor of
+    /// the input's dtype. Errors: [`Error::InvalidArgument`] for a rank-0 input or a dim out of
+    /// range, [`Error::Size`] for max / min over an empty dim.
+    pub fn reduce(&self, dim: isize, op: ReduceOp, keepdim: bool) -> Result<Tensor> {
+        let out = self.reduce_forward(dim, op, keepdim)?;
+        Ok(record(out, &[self], |y| {
+            let extremum = matches!(op, ReduceOp::Max | ReduceOp::Min);
+            Box::new(ReduceBackward {
+                op,
+                // The forward accepted `dim`, so it normalizes.
+                dim: Layout::normalize_dim(op.name(), dim, self.rank()).unwrap_or(0),
+                x_shape: self.shape().to_vec(),
+                x: extremum.then(|| self.detach()),
+                y: extremum.then(|| y.clone()),
+            })
+        }))
+    }
+}

@@ -1,0 +1,462 @@
+//! The graph's behaviour, independent of any one op's derivative.
+
+use wgtensor::autograd::{is_grad_enabled, no_grad, NoGradGuard};
+use wgtensor::ops::{gemm_into, matmul};
+use wgtensor::{DType, Error, Tensor};
+
+use crate::common::device;
+
+fn t(data: &[f32], shape: &[usize]) -> Tensor {
+    Tensor::from_slice(device(), data, shape).unwrap()
+}
+
+fn leaf(data: &[f32], shape: &[usize]) -> Tensor {
+    t(data, shape).requires_grad().unwrap()
+}
+
+fn vals(x: &Tensor) -> Vec<f32> {
+    x.to_vec::<f32>().unwrap()
+}
+
+fn total(y: &Tensor) -> Tensor {
+    y.reshape(&[y.numel()]).unwrap().sum(0, false).unwrap()
+}
+
+/// x used twice (and through two paths) accumulates: d/dx sum(x*x + 3x) = 2x + 3.
+#[test]
+fn reuse_accumulates() {
+    let x = leaf(&[1.0, -2.0, 0.5], &[3]);
+    let y = x.mul(&x).unwrap().add(&x.mul_scalar(3.0).unwrap()).unwrap();
+    let g = total(&y).backward().unwrap();
+    assert_eq!(vals(g.get(&x).unwrap()), vec![5.0, -1.0, 4.0]);
+    assert_eq!(g.len(), 1);
+}
+
+/// Leaves that the loss does not depend on, and untracked inputs, get no gradient.
+#[test]
+fn only_reached_leaves() {
+    let x = leaf(&[1.0, 2.0], &[2]);
+    let unused = leaf(&[1.0, 2.0], &[2]);
+    let c = t(&[3.0, 4.0], &[2]);
+    let g = total(&x.mul(&c).unwrap()).backward().unwrap();
+    assert_eq!(vals(g.get(&x).unwrap()), vec![3.0, 4.0]);
+    assert!(g.get(&unused).is_none());
+    assert!(g.get(&c).is_none());
+    // A clone of a leaf is the same leaf.
+    assert!(g.get(&x.clone()).is_some());
+}
+
+#[test]
+fn second_backward_is_an_error() {
+    let x = leaf(&[1.0, 2.0], &[2]);
+    let loss = total(&x.exp().unwrap());
+    loss.backward().unwrap();
+    let e = loss.backward().unwrap_err();
+    assert!(
+        e.to_string().contains("already freed"),
+        "unexpected error: {e}"
+    );
+    // An intermediate of a consumed graph is consumed too.
+    let y = x.mul_scalar(2.0).unwrap();
+    let l1 = total(&y);
+    l1.backward().unwrap();
+    let e = total(&y.exp().unwrap()).backward().unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument { op: "backward", .. }),
+        "{e}"
+    );
+}
+
+#[test]
+fn backward_argument_errors() {
+    let x = leaf(&[1.0, 2.0], &[2]);
+    let y = x.mul_scalar(2.0).unwrap();
+    let e = y.backward().unwrap_err();
+    assert!(e.to_string().contains("only for scalar outputs"), "{e}");
+    let e = t(&[1.0], &[1]).backward().unwrap_err();
+    assert!(e.to_string().contains("does not require grad"), "{e}");
+    // backward_with_grad: the seed must match.
+    let e = y.backward_with_grad(&t(&[1.0], &[1])).unwrap_err();
+    assert!(matches!(e, Error::Shape { .. }), "{e}");
+    let g = y.backward_with_grad(&t(&[1.0, -1.0], &[2])).unwrap();
+    assert_eq!(vals(g.get(&x).unwrap()), vec![2.0, -2.0]);
+    // Only leaves change requires_grad.
+    let z = x.exp().unwrap();
+    assert!(z.clone().requires_grad().is_err());
+    let mut d = z.detach();
+    assert!(!d.is_tracked());
+    d.set_requires_grad(true).unwrap();
+    assert!(d.is_leaf() && d.is_tracked());
+    d.set_requires_grad(false).unwrap();
+    assert!(!d.is_tracked());
+    // The loss itself as a leaf.
+    let s = leaf(&[2.0], &[]);
+    assert_eq!(vals(s.backward().unwrap().get(&s).unwrap()), vec![1.0]);
+}
+
+#[test]
+fn no_grad_records_nothing() {
+    let x = leaf(&[1.0, 2.0], &[2]);
+    let y = no_grad(|| x.mul_scalar(2.0).unwrap().exp().unwrap());
+    assert!(!y.is_tracked());
+    assert!(is_grad_enabled());
+    {
+        let _g = NoGradGuard::new();
+        assert!(!is_grad_enabled());
+        assert!(!matmul(&x, &x).unwrap().is_tracked());
+        // Nested scopes restore the outer mode.
+        no_grad(|| assert!(!is_grad_enabled()));
+        assert!(!is_grad_enabled());
+    }
+    assert!(is_grad_enabled());
+    // A panic inside no_grad does not leave grad mode off.
+    let r = std::panic::catch_unwind(|| no_grad(|| panic!("inside no_grad")));
+    assert!(r.is_err());
+    assert!(is_grad_enabled());
+    // Untracked inputs record nothing with grad mode on either.
+    assert!(!t(&[1.0], &[1]).exp().unwrap().is_tracked());
+    // detach() cuts the graph.
+    let d = x.mul_scalar(3.0).unwrap().detach();
+    assert!(!d.exp().unwrap().is_tracked());
+}
+
+/// In-place GEMM refuses tracked operands while recording, and works under no_grad.
+#[test]
+fn in_place_gemm() {
+    let a = leaf(&[1.0, 2.0, 3.0, 4.0], &[2, 2]);
+    let b = t(&[1.0, 0.0, 0.0, 1.0], &[2, 2]);
+    let c = Tensor::zeros(device(), &[2, 2], DType::F32).unwrap();
+    assert!(gemm_into(&c, &a, &b, 1.0, 0.0).is_err());
+    no_grad(|| gemm_into(&c, &a, &b, 1.0, 0.0)).unwrap();
+    assert_eq!(vals(&c), vec![1.0, 2.0, 3.0, 4.0]);
+}
+
+/// One step of y = sum((x w)^2) / n and a hand-written SGD update under no_grad.
+fn train_step(x: &Tensor, w: &Tensor, lr: f32) -> Tensor {
+    let y = matmul(x, w).unwrap();
+    let loss = total(&y.mul(&y).unwrap())
+        .div_scalar(y.numel() as f32)
+        .unwrap();
+    let g = loss.backward().unwrap();
+    let gw = g.get(w).unwrap();
+    no_grad(|| w.sub(&gw.mul_scalar(lr).unwrap()).unwrap())
+        .requires_grad()
+        .unwrap()
+}
+
+/// 1000 steps keep the pool's live bytes flat: backward releases every saved tensor and the
+/// graph of each step is freed with its loss.
+#[test]
+fn training_loop_memory_is_flat() {
+    // A device of its own: the shared one serves tests running in parallel.
+    let dev = &wgtensor::Device::new().unwrap();
+    let x = Tensor::from_slice(
+        dev,
+        &(0..32).map(|i| (i as f32 * 0.37).sin()).collect::<Vec<_>>(),
+        &[8, 4],
+    )
+    .unwrap();
+    let w0 = [0.5f32, -0.25, 0.125, 1.0, 0.3, -0.7, 0.2, 0.9];
+    let mut w = Tensor::from_slice(dev, &w0, &[4, 2])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let mut at_100 = 0;
+    for step in 1..=1000 {
+        w = train_step(&x, &w, 0.05);
+        if step == 100 || step == 1000 {
+            dev.sync().unwrap();
+            let live = dev.stats().pool.live_bytes;
+            if step == 100 {
+                at_100 = live;
+            } else {
+                assert_eq!(live, at_100, "live bytes grew from step 100 to 1000");
+            }
+        }
+    }
+    // The loss went down (the loop trains).
+    let y = matmul(&x, &w).unwrap();
+    let l = vals(&total(&y.mul(&y).unwrap()))[0];
+    assert!(l < 1.0, "loss {l}");
+}
+
+/// Same inputs, bitwise-same gradients (split-k GEMM, broadcast sums, accumulation).
+#[test]
+fn gradients_are_deterministic() {
+    let run = || {
+        let a = leaf(
+            &(0..64 * 1500)
+                .map(|i| ((i * 7919) % 113) as f32 / 57.0 - 1.0)
+                .collect::<Vec<_>>(),
+            &[64, 1500],
+        );
+        let b = leaf(
+            &(0..1500 * 3)
+                .map(|i| ((i * 104729) % 97) as f32 / 49.0 - 1.0)
+                .collect::<Vec<_>>(),
+            &[1500, 3],
+        );
+        let bias = leaf(&[0.1, -0.2, 0.3], &[3]);
+        let y = matmul(&a, &b).unwrap().add(&bias).unwrap().tanh().unwrap();
+        let loss = total(&y.mul(&y).unwrap().add(&y).unwrap());
+        let g = loss.backward().unwrap();
+        [
+            vals(g.get(&a).unwrap()),
+            vals(g.get(&b).unwrap()),
+            vals(g.get(&bias).unwrap()),
+        ]
+    };
+    let (r1, r2) = (run(), run());
+    for (x, y) in r1.iter().zip(&r2) {
+        assert!(x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()));
+    }
+}
+
+/// A 20k-node chain is freed without overflowing the stack, and backward through a long
+/// chain works.
+#[test]
+fn deep_graph() {
+    let x = leaf(&[1.0], &[1]);
+    let mut y = x.clone();
+    for _ in 0..20_000 {
+        y = y.add_scalar(0.0).unwrap();
+    }
+    drop(y);
+    let mut y = x.clone();
+    for _ in 0..300 {
+        y = y.mul_scalar(1.0).unwrap();
+    }
+    let g = total(&y).backward().unwrap();
+    assert_eq!(vals(g.get(&x).unwrap()), vec![1.0]);
+}
+
+/// The fused families release their saved tensors too: 200 steps of conv2d (bias, relu) ->
+/// batch_norm_train -> LSTM cell -> GEMM loss keep live bytes equal at steps 50 and 200.
+#[test]
+fn fused_training_loop_memory_is_flat() {
+    use wgtensor::ops::{
+        batch_norm_train, conv2d, lstm_cell, Activation, Conv2dOptions, Padding, RnnKind,
+        RnnWeights,
+    };
+    let dev = &wgtensor::Device::new().unwrap();
+    let up = |data: Vec<f32>, shape: &[usize]| Tensor::from_slice(dev, &data, shape).unwrap();
+    let wave = |n: usize, k: f32| (0..n).map(|i| ((i as f32 + 1.0) * k).sin() * 0.5).collect();
+    let x = up(wave(2 * 3 * 5 * 5, 0.37), &[2, 3, 5, 5]);
+    let mut params = vec![
+        up(wave(4 * 3 * 3 * 3, 0.11), &[4, 3, 3, 3]), // conv weight
+        up(wave(4, 0.7), &[4]),                       // conv bias
+        up(wave(4, 0.3).iter().map(|v| v + 1.0).collect(), &[4]), // bn gamma
+        up(wave(16 * 4, 0.05), &[16, 4]),             // w_ih (4 gates x H 4, input 4)
+        up(wave(16 * 4, 0.09), &[16, 4]),             // w_hh
+    ];
+    params = params
+        .into_iter()
+        .map(|p| p.requires_grad().unwrap())
+        .collect();
+    let o = Conv2dOptions {
+        padding: Padding::same([3, 3], [1, 1]),
+        activation: Activation::Relu,
+        ..Default::default()
+    };
+    let mut at_50 = 0;
+    for step in 1..=200 {
+        let y = conv2d(&x, &params[0], Some(&params[1]), &o).unwrap();
+        let (y, _, _) = batch_norm_train(&y, Some(&params[2]), None, None, 1e-5).unwrap();
+        // [2, 4, 5, 5] -> per-sample channel means [2, 4] as the LSTM input.
+        let feat = y.reshape(&[2, 4, 25]).unwrap().mean(2, false).unwrap();
+        let w = RnnWeights::new(RnnKind::Lstm, &params[3], &params[4], None, None).unwrap();
+        let h0 = Tensor::zeros(dev, &[2, 4], DType::F32).unwrap();
+        let (h, c) = lstm_cell(&feat, &h0, &h0, &w).unwrap();
+        let loss = total(&h.mul(&h).unwrap().add(&c).unwrap());
+        let g = loss.backward().unwrap();
+        params = params
+            .iter()
+            .map(|p| {
+                let gp = g.get(p).unwrap();
+                no_grad(|| p.sub(&gp.mul_scalar(0.01)?))
+                    .unwrap()
+                    .requires_grad()
+                    .unwrap()
+            })
+            .collect();
+        if step == 50 || step == 200 {
+            dev.sync().unwrap();
+            let live = dev.stats().pool.live_bytes;
+            if step == 50 {
+                at_50 = live;
+            } else {
+                assert_eq!(live, at_50, "live bytes grew from step 50 to 200");
+            }
+        }
+    }
+}
+
+/// retain_graph keeps the saved tensors: two passes give the same gradients, then a plain
+/// backward consumes the graph and a further one is an error.
+#[test]
+fn retain_graph() {
+    let x = leaf(&[0.5, -1.0, 2.0], &[3]);
+    let loss = total(&x.mul(&x).unwrap().tanh().unwrap());
+    let g1 = vals(loss.backward_retain_graph().unwrap().get(&x).unwrap());
+    let g2 = vals(loss.backward_retain_graph().unwrap().get(&x).unwrap());
+    assert_eq!(g1, g2);
+    let g3 = vals(loss.backward().unwrap().get(&x).unwrap());
+    assert_eq!(g1, g3);
+    assert!(loss.backward().is_err());
+    assert!(loss.backward_retain_graph().is_err());
+}
+
+/// Tensors and gradients cross threads (grad mode is per thread; the graph is not).
+#[test]
+fn backward_on_another_thread() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Tensor>();
+    send_sync::<wgtensor::Grads>();
+    let x = leaf(&[1.0, 2.0], &[2]);
+    let loss = total(&x.mul_scalar(3.0).unwrap());
+    let g = std::thread::spawn(move || loss.backward().unwrap())
+        .join()
+        .unwrap();
+    assert_eq!(vals(g.get(&x).unwrap()), vec![3.0, 3.0]);
+}
+
+/// Untracked calls run exactly the dispatches they ran before autograd: a fused GELU GEMM is
+/// one launch; tracked, GELU is split out (GEMM + gelu) so its backward has the
+/// pre-activation.
+#[test]
+fn untracked_ops_launch_what_they_did() {
+    use wgtensor::ops::{gemm, Activation, GemmOptions};
+    let dev = &wgtensor::Device::new().unwrap();
+    let a = Tensor::from_slice(dev, &[1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap();
+    let o = GemmOptions {
+        activation: Activation::Gelu,
+        split_k: Some(1),
+        ..Default::default()
+    };
+    let count = |f: &dyn Fn() -> Tensor| {
+        let before = dev.stats().dispatches;
+        let y = f();
+        drop(y);
+        dev.stats().dispatches - before
+    };
+    assert_eq!(count(&|| gemm(&a, &a, &o).unwrap()), 1);
+    let t = a.clone().requires_grad().unwrap();
+    assert_eq!(count(&|| gemm(&t, &a, &o).unwrap()), 2);
+    assert_eq!(count(&|| no_grad(|| gemm(&t, &a, &o).unwrap())), 1);
+}
+
+/// Empty tensors flow through backward (PyTorch: their gradients are empty), and NaN inputs
+/// give NaN gradients, not errors or panics.
+#[test]
+fn empty_and_nan_inputs() {
+    let dev = device();
+    let x = Tensor::zeros(dev, &[0, 3], DType::F32)
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let w = leaf(&[1.0, 2.0, 3.0], &[3]);
+    let y = x.mul(&w).unwrap().exp().unwrap().sum(0, false).unwrap(); // [3] of zeros
+    let g = total(&y.add(&w).unwrap()).backward().unwrap();
+    assert_eq!(g.get(&x).unwrap().shape(), &[0, 3]);
+    assert_eq!(vals(g.get(&w).unwrap()), vec![1.0, 1.0, 1.0]);
+    let m = Tensor::zeros(dev, &[2, 0], DType::F32)
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let p = matmul(&m, &t(&[0.0; 0], &[0, 2])).unwrap(); // [2, 2] of zeros (K = 0)
+    let g = total(&p).backward().unwrap();
+    assert_eq!(g.get(&m).unwrap().shape(), &[2, 0]);
+
+    let n = leaf(&[f32::NAN, 1.0], &[2]);
+    let g = total(&n.mul(&n).unwrap().sigmoid().unwrap())
+        .backward()
+        .unwrap();
+    let gv = vals(g.get(&n).unwrap());
+    assert!(gv[0].is_nan() && gv[1].is_finite(), "{gv:?}");
+}
+
+/// max/min backward scans each row once: a 200k-element row with its maximum last, and a row
+/// of ties (the first index gets the gradient, as PyTorch's max(dim)).
+#[test]
+fn long_rows_and_ties_in_max_backward() {
+    let n = 200_000;
+    let x = leaf(&(0..n).map(|i| i as f32).collect::<Vec<_>>(), &[n]);
+    let g = x.max(0, false).unwrap().backward().unwrap();
+    let gv = vals(g.get(&x).unwrap());
+    assert_eq!(gv[n - 1], 1.0);
+    assert_eq!(gv.iter().sum::<f32>(), 1.0);
+    let y = leaf(&[2.0, 2.0, 1.0, 2.0, 3.0, 3.0], &[2, 3]);
+    let g = total(
+        &y.min(1, true)
+            .unwrap()
+            .add(&y.max(1, false).unwrap().reshape(&[2, 1]).unwrap())
+            .unwrap(),
+    )
+    .backward()
+    .unwrap();
+    // Row 0 [2, 2, 1]: min at 2, max first at 0. Row 1 [2, 3, 3]: min at 0, max first at 1.
+    assert_eq!(vals(g.get(&y).unwrap()), vec![1.0, 0.0, 1.0, 1.0, 1.0, 0.0]);
+}
+
+/// copy_from into a tracked tensor is refused while recording and allowed under no_grad.
+#[test]
+fn copy_from_into_tracked() {
+    let w = leaf(&[1.0, 2.0], &[2]);
+    let src = t(&[3.0, 4.0], &[2]);
+    assert!(w.copy_from(&src).is_err());
+    no_grad(|| w.copy_from(&src)).unwrap();
+    assert_eq!(vals(&w), vec![3.0, 4.0]);
+}
+
+/// The optimizers take autograd's gradients directly: `Grads::get` per parameter, one in-place
+/// step, the same leaves (their ids unchanged) tracked for the next forward.
+#[test]
+fn optimizer_steps_on_autograd_gradients() {
+    use wgtensor::optim::{Sgd, SgdOptions};
+    let x = t(&[0.5, -1.0, 2.0, 0.25, 1.5, -0.5], &[3, 2]);
+    let target = t(&[1.0, 0.0, -1.0], &[3, 1]);
+    let w = leaf(&[0.1, -0.2], &[2, 1]);
+    let mut opt = Sgd::new(
+        vec![w.clone()],
+        SgdOptions {
+            lr: 0.1,
+            momentum: 0.9,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut first = None;
+    let mut last = 0.0;
+    for _ in 0..50 {
+        let d = matmul(&x, &w).unwrap().sub(&target).unwrap();
+        let l = total(&d.mul(&d).unwrap());
+        last = vals(&l)[0];
+        first.get_or_insert(last);
+        let g = l.backward().unwrap();
+        no_grad(|| opt.step(&[g.get(&w)])).unwrap();
+    }
+    // The least-squares optimum of this 3 x 2 system is about 1.54.
+    assert!(
+        last < 1.6 && last < first.unwrap(),
+        "loss {first:?} -> {last}"
+    );
+}
+
+/// nn layers with public parameter fields train through autograd: mark the fields, run the
+/// module, read the gradients by the same tensors.
+#[test]
+fn nn_linear_through_autograd() {
+    use wgtensor::nn::{Linear, Module};
+    let mut lin = Linear::new(device(), 2, 1, true).unwrap();
+    lin.weight.set_requires_grad(true).unwrap();
+    if let Some(b) = lin.bias.as_mut() {
+        b.set_requires_grad(true).unwrap();
+    }
+    let x = t(&[0.5, -1.0, 2.0, 0.25], &[2, 2]);
+    let y = lin.forward(&x).unwrap();
+    let g = total(&y).backward().unwrap();
+    // d sum(x W^T + b) / dW = column sums of x; / db = batch size.
+    let gw = vals(g.get(&lin.weight).unwrap());
+    assert_eq!(gw, vec![2.5, -0.75]);
+    assert_eq!(vals(g.get(lin.bias.as_ref().unwrap()).unwrap()), vec![2.0]);
+}

@@ -1,0 +1,125 @@
+//! Ops added after the autograd core (softmax, pooling, cat/stack/pad, losses): gradients
+//! against f64 closed forms, or against the family's own gradient kernel for pooling.
+
+use wgtensor::ops::{
+    avg_pool1d, cat, log_softmax, max_pool2d, max_pool2d_backward, pad, softmax, stack,
+    AvgPool1dOptions, MaxPool2dOptions, PadMode,
+};
+use wgtensor::Tensor;
+
+use crate::common::download;
+use crate::ops::{leaf, loss, upload};
+
+fn close(what: &str, got: &[f64], want: &[f64]) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+            "{what}[{i}]: {g} vs {w}"
+        );
+    }
+}
+
+fn grad(l: &Tensor, x: &Tensor) -> Vec<f64> {
+    download(l.backward().unwrap().get(x).unwrap()).unwrap()
+}
+
+#[test]
+fn softmax_and_log_softmax() {
+    let xv = [0.5, -1.0, 2.0, 0.25, 1.5, -0.5];
+    let r = [0.3, -0.7, 1.1, 0.2, -0.4, 0.9];
+    for log in [false, true] {
+        let x = leaf(&xv, &[2, 3]);
+        let y = if log {
+            log_softmax(&x, 1)
+        } else {
+            softmax(&x, 1)
+        }
+        .unwrap();
+        let got = grad(&loss(&y, &r), &x);
+        let mut want = vec![0.0; 6];
+        for row in 0..2 {
+            let e: Vec<f64> = (0..3).map(|j| f64::exp(xv[row * 3 + j])).collect();
+            let s: f64 = e.iter().sum();
+            let p: Vec<f64> = e.iter().map(|v| v / s).collect();
+            let rr = &r[row * 3..row * 3 + 3];
+            for j in 0..3 {
+                want[row * 3 + j] = if log {
+                    rr[j] - p[j] * rr.iter().sum::<f64>()
+                } else {
+                    p[j] * (rr[j] - (0..3).map(|k| rr[k] * p[k]).sum::<f64>())
+                };
+            }
+        }
+        close(if log { "log_softmax" } else { "softmax" }, &got, &want);
+    }
+}
+
+#[test]
+fn cat_stack_pad() {
+    let a = leaf(&[1.0, 2.0, 3.0, 4.0], &[2, 2]);
+    let b = leaf(&[5.0, 6.0], &[2, 1]);
+    let y = cat(&[&a, &b], 1).unwrap();
+    let r = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+    let g = loss(&y, &r).backward().unwrap();
+    close(
+        "cat a",
+        &download(g.get(&a).unwrap()).unwrap(),
+        &[1.0, 2.0, 4.0, 5.0],
+    );
+    close("cat b", &download(g.get(&b).unwrap()).unwrap(), &[3.0, 6.0]);
+
+    let c = leaf(&[1.0, 2.0], &[2]);
+    let d = leaf(&[3.0, 4.0], &[2]);
+    let y = stack(&[&c, &d], 1).unwrap(); // [[1, 3], [2, 4]]
+    let g = loss(&y, &[1.0, 2.0, 3.0, 4.0]).backward().unwrap();
+    close(
+        "stack c",
+        &download(g.get(&c).unwrap()).unwrap(),
+        &[1.0, 3.0],
+    );
+    close(
+        "stack d",
+        &download(g.get(&d).unwrap()).unwrap(),
+        &[2.0, 4.0],
+    );
+
+    let x = leaf(&[1.0, 2.0, 3.0, 4.0], &[2, 2]);
+    let y = pad(&x, &[1, 0, 0, 1], PadMode::Constant, 7.0).unwrap(); // [3, 3]
+    let r: Vec<f64> = (0..9).map(f64::from).collect();
+    // y[i][j] = x[i][j - 1] for i < 2, j >= 1.
+    close("pad", &grad(&loss(&y, &r), &x), &[1.0, 2.0, 4.0, 5.0]);
+    assert!(pad(&x, &[1, 1], PadMode::Reflect, 0.0).is_err());
+    assert!(wgtensor::no_grad(|| pad(&x, &[1, 1], PadMode::Reflect, 0.0)).is_ok());
+}
+
+#[test]
+fn pooling() {
+    let xv: Vec<f64> = (0..32).map(|i| ((i * 37) % 11) as f64 - 5.0).collect();
+    let x = leaf(&xv, &[2, 1, 4, 4]);
+    let o = MaxPool2dOptions::new(2);
+    let y = max_pool2d(&x, &o).unwrap();
+    let r: Vec<f64> = (0..y.numel()).map(|i| i as f64 * 0.5 - 1.0).collect();
+    let got = grad(&loss(&y, &r), &x);
+    let want =
+        download(&max_pool2d_backward(&upload(&r, y.shape()), &x.detach(), &o).unwrap()).unwrap();
+    close("max_pool2d", &got, &want);
+
+    let x1 = leaf(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[1, 1, 6]);
+    let y = avg_pool1d(&x1, &AvgPool1dOptions::new(2)).unwrap(); // [1, 1, 3]
+    close(
+        "avg_pool1d",
+        &grad(&loss(&y, &[2.0, 4.0, 6.0]), &x1),
+        &[1.0, 1.0, 2.0, 2.0, 3.0, 3.0],
+    );
+}
+
+#[test]
+fn losses_are_differentiable() {
+    use wgtensor::ops::loss::{mse_loss, Reduction};
+    let x = leaf(&[1.0, 2.0, 3.0], &[3]);
+    let t = upload(&[0.0, 2.0, 5.0], &[3]);
+    let l = mse_loss(&x, &t, Reduction::Mean).unwrap();
+    // d/dx mean((x - t)^2) = 2 (x - t) / n.
+    close("mse", &grad(&l, &x), &[2.0 / 3.0, 0.0, -4.0 / 3.0]);
+}
