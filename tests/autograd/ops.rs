@@ -26,7 +26,7 @@ pub fn set_dtype(dt: DType) {
     grad_ref::set_unit(if dt == DType::F16 { U16 } else { U });
 }
 
-fn dtype() -> DType {
+pub fn dtype() -> DType {
     DTYPE.with(|c| c.get())
 }
 

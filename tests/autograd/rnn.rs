@@ -258,3 +258,131 @@ proptest! {
     #[test]
     fn rnn_cell_grads(seed in any::<u64>()) { run(cell_case, seed)?; }
 }
+
+/// f16: autograd must route an `Rnn` node's gradients through the fused BPTT exactly as a
+/// direct `Rnn::backward` call does (whose f16 accuracy the conformance suite bounds against
+/// the f64 reference with its perturbed-store tolerances): the gradients are compared bitwise.
+fn rnn_f16_matches_the_fused_backward(seed: u64) -> Result<(), TestCaseError> {
+    use wgtensor::{f16, DType};
+    let dev = crate::common::device();
+    crate::common::require_f16(dev);
+    let mut rng = Rng::new(seed);
+    let lstm = rng.coin(0.5);
+    let kind = if lstm { RnnKind::Lstm } else { RnnKind::Gru };
+    let (layers, bidir, batch_first) = (1 + rng.below(2), rng.coin(0.5), rng.coin(0.5));
+    let (t, b, i, h) = (
+        1 + rng.below(4),
+        1 + rng.below(3),
+        1 + rng.below(4),
+        1 + rng.below(4),
+    );
+    let d = if bidir { 2 } else { 1 };
+    let g = kind.gates() * h;
+    let up = |v: &[f64], shape: &[usize]| -> Tensor {
+        let hv: Vec<f16> = v.iter().map(|&x| f16::from_f64(x)).collect();
+        Tensor::from_slice(dev, &hv, shape).unwrap()
+    };
+    let vals = |n: usize, r: &mut Rng| -> Vec<f64> {
+        (0..n)
+            .map(|_| (r.below(2001) as f64 - 1000.0) / 1600.0)
+            .collect()
+    };
+    let mut plain = Vec::new();
+    let mut tracked = Vec::new();
+    for l in 0..layers {
+        for _ in 0..d {
+            let il = if l == 0 { i } else { d * h };
+            let ws = [
+                (vals(g * il, &mut rng), vec![g, il]),
+                (vals(g * h, &mut rng), vec![g, h]),
+                (vals(g, &mut rng), vec![g]),
+                (vals(g, &mut rng), vec![g]),
+            ];
+            let ts: Vec<Tensor> = ws.iter().map(|(v, s)| up(v, s)).collect();
+            plain.push(RnnWeights::new(kind, &ts[0], &ts[1], Some(&ts[2]), Some(&ts[3])).unwrap());
+            let tr: Vec<Tensor> = ws
+                .iter()
+                .map(|(v, s)| up(v, s).requires_grad().unwrap())
+                .collect();
+            tracked.push(RnnWeights {
+                w_ih: tr[0].clone(),
+                w_hh: tr[1].clone(),
+                b_ih: tr[2].clone(),
+                b_hh: tr[3].clone(),
+            });
+        }
+    }
+    let xs = if batch_first { [b, t, i] } else { [t, b, i] };
+    let xv = vals(t * b * i, &mut rng);
+    let state = [layers * d, b, h];
+    let h0v = vals(layers * d * b * h, &mut rng);
+    let ys = if batch_first {
+        [b, t, d * h]
+    } else {
+        [t, b, d * h]
+    };
+    let dyv = vals(t * b * d * h, &mut rng);
+    let dhv = vals(layers * d * b * h, &mut rng);
+    // The direct call.
+    let rnn = Rnn::new(kind, layers, bidir, batch_first, plain).unwrap();
+    let (x, h0) = (up(&xv, &xs), up(&h0v, &state));
+    let (_, saved) = rnn.forward_train(&x, Some(&h0), None).unwrap();
+    let direct = rnn
+        .backward(&saved, &up(&dyv, &ys), Some(&up(&dhv, &state)), None)
+        .unwrap();
+    // Autograd: loss = sum(out * dy) + sum(h_n * dh), so d out = dy and d h_n = dh exactly.
+    let rnn_t = Rnn::new(kind, layers, bidir, batch_first, tracked.clone()).unwrap();
+    let (xt, h0t) = (
+        up(&xv, &xs).requires_grad().unwrap(),
+        up(&h0v, &state).requires_grad().unwrap(),
+    );
+    let out = rnn_t.forward(&xt, Some(&h0t), None).unwrap();
+    let sum = |y: &Tensor, r: &Tensor| -> Tensor {
+        let p = y.mul(r).unwrap();
+        p.reshape(&[p.numel()])
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap()
+            .sum(0, false)
+            .unwrap()
+    };
+    let loss = sum(&out.output, &up(&dyv, &ys))
+        .add(&sum(&out.h_n, &up(&dhv, &state)))
+        .unwrap();
+    let grads = loss.backward().unwrap();
+    let bits = |t: &Tensor| -> Vec<u16> {
+        t.to_vec::<f16>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect()
+    };
+    let what = format!("{kind:?} L{layers} D{d} batch_first {batch_first} T{t} B{b} I{i} H{h}");
+    let pairs: Vec<(&str, &Tensor, Option<&Tensor>)> = {
+        let mut v = vec![
+            ("dx", &direct.dx, grads.get(&xt)),
+            ("dh0", &direct.dh0, grads.get(&h0t)),
+        ];
+        for (k, (dw, tw)) in direct.weights.iter().zip(&tracked).enumerate() {
+            let _ = k;
+            v.push(("dW_ih", &dw.w_ih, grads.get(&tw.w_ih)));
+            v.push(("dW_hh", &dw.w_hh, grads.get(&tw.w_hh)));
+            v.push(("db_ih", &dw.b_ih, grads.get(&tw.b_ih)));
+            v.push(("db_hh", &dw.b_hh, grads.get(&tw.b_hh)));
+        }
+        v
+    };
+    for (name, want, got) in pairs {
+        let got =
+            got.ok_or_else(|| TestCaseError::fail(format!("{what}: no gradient for {name}")))?;
+        prop_assert_eq!(bits(got), bits(want), "{}: {}", what, name);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(CASES))]
+
+    #[test]
+    fn rnn_grads_f16(seed in any::<u64>()) { rnn_f16_matches_the_fused_backward(seed)?; }
+}
