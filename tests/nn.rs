@@ -230,3 +230,23 @@ fn lstm_and_gru_names_and_init() {
         &[6, 3, 4]
     );
 }
+
+/// Layer parameters are tracked (PyTorch's parameters require grad): a loss through a model
+/// has gradients for every parameter; under no_grad nothing is recorded.
+#[test]
+fn parameters_are_tracked_and_trainable() {
+    let m = cnn();
+    assert!(m.named_parameters().iter().all(|(_, t)| t.is_tracked()));
+    let x = wgtensor::ops::randn(dev(), &[4, 1, 8, 8], DType::F32).unwrap();
+    let y = m.forward(&x).unwrap();
+    let loss = y.mul(&y).unwrap().sum_all().unwrap();
+    let grads = loss.backward().unwrap();
+    for (name, p) in m.named_parameters() {
+        let g = grads
+            .get(&p)
+            .unwrap_or_else(|| panic!("no gradient for {name}"));
+        assert_eq!(g.shape(), p.shape(), "{name}");
+    }
+    let y = wgtensor::no_grad(|| m.forward(&x)).unwrap();
+    assert!(!y.is_tracked());
+}

@@ -200,3 +200,22 @@ fn errors_name_the_op() {
     }
     assert_eq!(rand(d, &[0, 4], DType::F32).unwrap().shape(), &[0, 4]);
 }
+
+/// A tracked input is dropped out through a recorded multiply: gradients flow (the kept
+/// elements get 1 / (1 - p)), and the values equal an untracked call with the same seed.
+#[test]
+fn dropout_is_differentiable() {
+    let d = seeded(7);
+    let x = Tensor::full(&d, &[1000], 2.0, DType::F32).unwrap();
+    let plain = vals(&dropout(&x, 0.3, true).unwrap());
+    d.manual_seed(7);
+    let xt = x.clone().requires_grad().unwrap();
+    let y = dropout(&xt, 0.3, true).unwrap();
+    assert_eq!(vals(&y), plain);
+    let g = y.sum_all().unwrap().backward().unwrap();
+    let gx = vals(g.get(&xt).unwrap());
+    for (gi, yi) in gx.iter().zip(&plain) {
+        let want = if *yi == 0.0 { 0.0 } else { 1.0 / 0.7f32 };
+        assert!((gi - want).abs() < 1e-6, "{gi} vs {want}");
+    }
+}

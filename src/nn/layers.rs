@@ -12,9 +12,11 @@ use crate::ops::{
 };
 use crate::{DType, Device, Error, Result, Tensor};
 
-/// A trainable parameter (the one place layers create them).
+/// A trainable parameter (the one place layers create them): tracked by autograd, as
+/// PyTorch's `nn.Parameter` requires grad. Run inference inside `no_grad` so that no graph is
+/// recorded.
 fn param(t: Tensor) -> Result<Tensor> {
-    Ok(t)
+    t.requires_grad()
 }
 
 /// PyTorch's bias initialization for a layer with `fan_in` inputs: `U(-1/sqrt(fan_in),

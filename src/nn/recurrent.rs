@@ -57,8 +57,10 @@ impl Recurrent {
             for dir in 0..d {
                 let suffix = if dir == 1 { "_reverse" } else { "" };
                 let inp = if l == 0 { input_size } else { d * hidden_size };
-                let t =
-                    |shape: &[usize]| -> Result<Tensor> { uniform(dev, shape, -k, k, DType::F32) };
+                // Tracked parameters, as every layer's (see `layers::param`).
+                let t = |shape: &[usize]| -> Result<Tensor> {
+                    uniform(dev, shape, -k, k, DType::F32)?.requires_grad()
+                };
                 let (w_ih, w_hh, b_ih, b_hh) =
                     (t(&[g, inp])?, t(&[g, hidden_size])?, t(&[g])?, t(&[g])?);
                 params.push((format!("weight_ih_l{l}{suffix}"), w_ih.clone()));

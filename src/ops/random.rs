@@ -189,6 +189,22 @@ pub fn dropout(x: &Tensor, p: f64, training: bool) -> Result<Tensor> {
     if p == 1.0 {
         return Tensor::zeros(x.device(), x.shape(), x.dtype);
     }
+    if x.is_tracked() {
+        // Recorded for autograd as x * mask, the mask (0 or 1 / (1 - p)) drawn by the same
+        // kernel from ones, so a tracked and an untracked call give bitwise the same result.
+        let ones = Tensor::ones(x.device(), x.shape(), x.dtype)?;
+        let mask = generate(
+            op,
+            x.device(),
+            x.shape(),
+            x.dtype,
+            DIST_DROPOUT,
+            p as f32,
+            (1.0 / (1.0 - p)) as f32,
+            Some(&ones),
+        )?;
+        return x.mul(&mask);
+    }
     // Packed from element 0 (contiguous() copies any other view), as the kernel reads x[e].
     let xs = x.contiguous()?;
     generate(
