@@ -16,16 +16,11 @@ pub enum Reduction {
     Sum,
 }
 
-/// The sum of every element, as a `[]` tensor.
-fn sum_all(t: &Tensor) -> Result<Tensor> {
-    t.reshape(&[t.numel()])?.sum(0, false)
-}
-
 fn reduce(t: Tensor, r: Reduction) -> Result<Tensor> {
     match r {
         Reduction::None => Ok(t),
-        Reduction::Sum => sum_all(&t),
-        Reduction::Mean => t.reshape(&[t.numel()])?.mean(0, false),
+        Reduction::Sum => t.sum_all(),
+        Reduction::Mean => t.mean_all(),
     }
 }
 

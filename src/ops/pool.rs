@@ -590,15 +590,7 @@ pub fn adaptive_avg_pool2d(x: &Tensor, output_size: [usize; 2]) -> Result<Tensor
 
 /// Gradient of [`adaptive_avg_pool2d`].
 pub fn adaptive_avg_pool2d_backward(dy: &Tensor, x: &Tensor) -> Result<Tensor> {
-    let op = "adaptive_avg_pool2d_backward";
-    let s = dy.shape();
-    let out = if s.len() >= 2 {
-        [s[s.len() - 2], s[s.len() - 1]]
-    } else {
-        [0, 0]
-    };
-    let (win, out) = adaptive_window(op, x, out, POOL_AVG)?;
-    run(op, x, win, out, Some(dy))
+    adaptive_backward("adaptive_avg_pool2d_backward", dy, x, POOL_AVG)
 }
 
 /// PyTorch's `adaptive_max_pool2d` (values; the windows as [`adaptive_avg_pool2d`]'s).
@@ -610,14 +602,18 @@ pub fn adaptive_max_pool2d(x: &Tensor, output_size: [usize; 2]) -> Result<Tensor
 
 /// Gradient of [`adaptive_max_pool2d`].
 pub fn adaptive_max_pool2d_backward(dy: &Tensor, x: &Tensor) -> Result<Tensor> {
-    let op = "adaptive_max_pool2d_backward";
+    adaptive_backward("adaptive_max_pool2d_backward", dy, x, POOL_MAX)
+}
+
+/// The adaptive pools' backward: the output size is the gradient's trailing two dims.
+fn adaptive_backward(op: &'static str, dy: &Tensor, x: &Tensor, mode: u32) -> Result<Tensor> {
     let s = dy.shape();
     let out = if s.len() >= 2 {
         [s[s.len() - 2], s[s.len() - 1]]
     } else {
         [0, 0]
     };
-    let (win, out) = adaptive_window(op, x, out, POOL_MAX)?;
+    let (win, out) = adaptive_window(op, x, out, mode)?;
     run(op, x, win, out, Some(dy))
 }
 

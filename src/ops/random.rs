@@ -189,25 +189,16 @@ pub fn dropout(x: &Tensor, p: f64, training: bool) -> Result<Tensor> {
     if p == 1.0 {
         return Tensor::zeros(x.device(), x.shape(), x.dtype);
     }
-    if x.is_tracked() {
-        // Recorded for autograd as x * mask, the mask (0 or 1 / (1 - p)) drawn by the same
-        // kernel from ones, so a tracked and an untracked call give bitwise the same result.
-        let ones = Tensor::ones(x.device(), x.shape(), x.dtype)?;
-        let mask = generate(
-            op,
-            x.device(),
-            x.shape(),
-            x.dtype,
-            DIST_DROPOUT,
-            p as f32,
-            (1.0 / (1.0 - p)) as f32,
-            Some(&ones),
-        )?;
-        return x.mul(&mask);
-    }
-    // Packed from element 0 (contiguous() copies any other view), as the kernel reads x[e].
-    let xs = x.contiguous()?;
-    generate(
+    // A tracked input is recorded for autograd as x * mask, the mask (0 or 1 / (1 - p)) drawn
+    // by the same kernel from ones, so tracked and untracked calls give bitwise the same result.
+    // Otherwise the kernel reads x itself, packed from element 0 as it indexes x[e].
+    let tracked = x.is_tracked();
+    let input = if tracked {
+        Tensor::ones(x.device(), x.shape(), x.dtype)?
+    } else {
+        x.contiguous()?
+    };
+    let out = generate(
         op,
         x.device(),
         x.shape(),
@@ -215,8 +206,13 @@ pub fn dropout(x: &Tensor, p: f64, training: bool) -> Result<Tensor> {
         DIST_DROPOUT,
         p as f32,
         (1.0 / (1.0 - p)) as f32,
-        Some(&xs),
-    )
+        Some(&input),
+    )?;
+    if tracked {
+        x.mul(&out)
+    } else {
+        Ok(out)
+    }
 }
 
 /// `(fan_in, fan_out)` of a weight of `shape` as PyTorch computes them
