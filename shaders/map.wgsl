@@ -70,5 +70,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     if (i >= p.numel) {
         return;
     }
+    // Copies and casts convert T to U directly: exact for i32 (no f32 detour), and
+    // f32 -> f16 rounds once as before.
+    if (OP == OP_COPY) {
+        y[i] = U(x[src_index(i)]);
+        return;
+    }
     y[i] = U(apply(f32(x[src_index(i)]), p.scalar));
 }

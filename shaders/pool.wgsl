@@ -30,6 +30,7 @@ struct Params {
 @group(0) @binding(1) var<storage, read> x: array<T>;
 @group(0) @binding(2) var<storage, read> dy: array<T>;
 @group(0) @binding(3) var<storage, read_write> y: array<T>;
+@group(0) @binding(4) var<storage, read_write> yi: array<i32>;
 
 // POOL_* are emitted by the runtime from POOL_DEFS in src/ops/pool.rs.
 override MODE: u32 = 0u;
@@ -127,6 +128,21 @@ fn pool_forward(@builtin(workgroup_id) wid: vec3<u32>,
     let plane = i / per;
     let rem = i % per;
     y[i] = T(window(plane, rem / p.ow, rem % p.ow).value);
+}
+
+// Max pooling's `return_indices`: the flat in-plane index of each window's maximum.
+@compute @workgroup_size(WG)
+fn pool_indices(@builtin(workgroup_id) wid: vec3<u32>,
+                @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.x + wid.y * nwg.x) * WG + lid;
+    let per = p.oh * p.ow;
+    if (i >= p.planes * per) {
+        return;
+    }
+    let plane = i / per;
+    let rem = i % per;
+    yi[i] = window(plane, rem / p.ow, rem % p.ow).arg;
 }
 
 // The range of outputs along one axis whose taps can reach input index `v` (inclusive low,

@@ -12,6 +12,13 @@ pub enum DType {
     /// feature ([`Device::supports_f16`](crate::Device::supports_f16)); ops on a device
     /// without it return [`Error::MissingFeature`](crate::Error::MissingFeature).
     F16,
+    /// 32-bit signed integer, host type `i32`: class labels, token ids, gather/scatter indices
+    /// and the results of [`argmax`](crate::Tensor::argmax). Views, copies, casts
+    /// ([`to_dtype`](crate::Tensor::to_dtype), truncating toward zero from floats),
+    /// comparisons, [`where_cond`](crate::Tensor::where_cond) and the index ops take it; float
+    /// math (arithmetic, reductions, GEMM, conv, ...) returns an error asking for a cast.
+    /// PyTorch's int64 indices load as i32 (see [`io`](crate::io)).
+    I32,
 }
 
 impl DType {
@@ -20,6 +27,7 @@ impl DType {
         match self {
             DType::F32 => 4,
             DType::F16 => 2,
+            DType::I32 => 4,
         }
     }
 
@@ -28,19 +36,25 @@ impl DType {
         match self {
             DType::F32 => "f32",
             DType::F16 => "f16",
+            DType::I32 => "i32",
         }
+    }
+
+    /// True for the floating-point dtypes (PyTorch's `dtype.is_floating_point`).
+    pub const fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F16)
     }
 }
 
-/// A host element type that maps to a [`DType`]: `f32` and [`f16`](crate::f16). It types the
+/// A host element type that maps to a [`DType`]: `f32`, [`f16`](crate::f16) and `i32`. It types the
 /// uploads and readbacks ([`Tensor::from_slice`](crate::Tensor::from_slice),
 /// [`Tensor::to_vec`](crate::Tensor::to_vec)), whose bytes are copied as they are.
 pub trait Element: bytemuck::Pod + Copy + Send + Sync + std::fmt::Debug + 'static {
     /// The tensor dtype whose storage holds values of this type.
     const DTYPE: DType;
-    /// The value widened to f64 (exact for both element types).
+    /// The value widened to f64 (exact for every element type).
     fn to_f64(self) -> f64;
-    /// `v` rounded to the nearest value of this type.
+    /// `v` rounded to the nearest value of this type (saturating for `i32`, NaN to 0).
     fn from_f64(v: f64) -> Self;
 }
 
@@ -61,5 +75,15 @@ impl Element for f16 {
     }
     fn from_f64(v: f64) -> Self {
         f16::from_f64(v)
+    }
+}
+
+impl Element for i32 {
+    const DTYPE: DType = DType::I32;
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    fn from_f64(v: f64) -> Self {
+        v.round() as i32
     }
 }

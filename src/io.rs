@@ -1,8 +1,9 @@
 //! Weights IO in the safetensors format (the `safetensors` crate parses and validates it):
 //! tensors by name from bytes or a file, saved back the same way, and loading a state dict
 //! into existing parameter tensors in place (strict or not), as PyTorch's `load_state_dict`.
-//! f32 and f16 load as they are; bf16 and f64 convert to f32 on load, and so do integer entries
-//! (a BatchNorm's `num_batches_tracked`), exact below 2^24.
+//! f32, f16 and i32 load as they are; bf16 and f64 convert to f32 on load; int64, uint8 and
+//! bool entries load as i32 (int64 values outside the i32 range are an error). i32 tensors save
+//! as `I32`.
 
 use std::collections::HashMap;
 
@@ -52,20 +53,29 @@ fn upload(
                 .collect();
             Tensor::from_slice(dev, &v, shape)
         }
-        // Integer entries (e.g. a BatchNorm's int64 `num_batches_tracked`) load as f32 values
-        // (exact below 2^24), since tensors are floating point.
+        // Integer entries (class labels, token ids, a BatchNorm's int64 `num_batches_tracked`)
+        // load as i32, the device's integer type; an int64 value outside its range is an
+        // error rather than a silently wrapped index.
         StDtype::I64 => {
-            let v: Vec<f32> = words(8)
-                .map(|b| i64::from_le_bytes(b.try_into().unwrap_or([0; 8])) as f32)
-                .collect();
+            let v = words(8)
+                .map(|b| {
+                    let x = i64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
+                    i32::try_from(x).map_err(|_| Error::Io {
+                        op,
+                        msg: format!("tensor {name:?}: int64 value {x} does not fit the i32 the device stores"),
+                    })
+                })
+                .collect::<Result<Vec<i32>>>()?;
             Tensor::from_slice(dev, &v, shape)
         }
         StDtype::I32 => {
-            let v: Vec<f32> = words(4).map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32).collect();
+            let v: Vec<i32> = words(4)
+                .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
             Tensor::from_slice(dev, &v, shape)
         }
         StDtype::U8 | StDtype::BOOL => {
-            let v: Vec<f32> = data.iter().map(|&b| b as f32).collect();
+            let v: Vec<i32> = data.iter().map(|&b| b as i32).collect();
             Tensor::from_slice(dev, &v, shape)
         }
         other => Err(Error::Io {
@@ -120,6 +130,7 @@ fn host_entry(name: &str, t: &Tensor, bytes: Vec<u8>) -> (String, StDtype, Vec<u
     let dtype = match t.dtype() {
         DType::F32 => StDtype::F32,
         DType::F16 => StDtype::F16,
+        DType::I32 => StDtype::I32,
     };
     (name.to_string(), dtype, t.shape().to_vec(), bytes)
 }
@@ -133,6 +144,7 @@ pub fn save_safetensors(tensors: &[(&str, &Tensor)]) -> Result<Vec<u8>> {
         let bytes = match t.dtype() {
             DType::F32 => bytemuck::cast_slice(&t.to_vec::<f32>()?).to_vec(),
             DType::F16 => bytemuck::cast_slice(&t.to_vec::<half::f16>()?).to_vec(),
+            DType::I32 => bytemuck::cast_slice(&t.to_vec::<i32>()?).to_vec(),
         };
         host.push(host_entry(name, t, bytes));
     }
@@ -147,6 +159,7 @@ pub async fn save_safetensors_async(tensors: &[(&str, &Tensor)]) -> Result<Vec<u
         let bytes = match t.dtype() {
             DType::F32 => bytemuck::cast_slice(&t.to_vec_async::<f32>().await?).to_vec(),
             DType::F16 => bytemuck::cast_slice(&t.to_vec_async::<half::f16>().await?).to_vec(),
+            DType::I32 => bytemuck::cast_slice(&t.to_vec_async::<i32>().await?).to_vec(),
         };
         host.push(host_entry(name, t, bytes));
     }

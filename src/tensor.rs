@@ -150,12 +150,13 @@ impl Tensor {
     }
 
     /// A new contiguous tensor of `shape` filled with `value`, rounded to `dtype` (PyTorch's
-    /// `torch.full`). Errors as [`Tensor::from_slice`] does for the shape and dtype.
+    /// `torch.full`; for [`DType::I32`] rounded to the nearest integer, saturating). Errors as [`Tensor::from_slice`] does for the shape and dtype.
     pub fn full(device: &Device, shape: &[usize], value: f64, dtype: DType) -> Result<Tensor> {
         check_new_shape(device, "full", shape, dtype)?;
         let one = match dtype {
             DType::F32 => Tensor::from_slice(device, &[value as f32], &[])?,
             DType::F16 => Tensor::from_slice(device, &[half::f16::from_f64(value)], &[])?,
+            DType::I32 => Tensor::from_slice(device, &[value.round() as i32], &[])?,
         };
         one.broadcast_to(shape)?.contiguous()
     }
@@ -263,6 +264,20 @@ impl Tensor {
                 expected: self.dtype,
                 got: other.dtype,
             });
+        }
+        Ok(())
+    }
+
+    /// Float-only ops (math, reductions, GEMM, ...) refuse i32 tensors with this error.
+    pub(crate) fn require_float(&self, op: &'static str) -> Result<()> {
+        if !self.dtype.is_float() {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "expects a floating-point tensor (f32 or f16), got {:?}; convert with to_dtype(DType::F32)",
+                    self.dtype
+                ),
+            ));
         }
         Ok(())
     }

@@ -84,16 +84,44 @@ fn loads_a_pytorch_export() {
         m["classifier.bias"].to_vec::<f32>().unwrap(),
         vec![1.5, -2.25]
     );
+    // int64 loads as the device's i32.
     let n = &m["bn1.num_batches_tracked"];
     assert_eq!(
-        (n.shape(), n.to_vec::<f32>().unwrap()),
-        (&[][..], vec![123.0])
+        (n.shape(), n.dtype(), n.to_vec::<i32>().unwrap()),
+        (&[][..], DType::I32, vec![123])
     );
     // Garbage is an error naming the op, not a panic.
     let e = load_safetensors(dev(), b"not a safetensors file").unwrap_err();
     assert!(e.to_string().starts_with("load_safetensors:"), "{e}");
     let e = load_safetensors_file(dev(), "/nonexistent/x.safetensors").unwrap_err();
     assert!(e.to_string().contains("/nonexistent/x.safetensors"), "{e}");
+}
+
+/// Class labels exported from PyTorch are int64: they load as i32 (and drive the class-index
+/// losses directly); values past the i32 range are an error naming the tensor; i32 tensors
+/// save and reload as I32.
+#[test]
+fn int64_labels_load_as_i32() {
+    let file = |vals: &[i64]| {
+        let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let view = TensorView::new(Dtype::I64, vec![vals.len()], &bytes).unwrap();
+        safetensors::serialize(vec![("labels".to_string(), view)], None).unwrap()
+    };
+    let m = load_safetensors(dev(), &file(&[3, 0, -1, 2_000_000_000])).unwrap();
+    let l = &m["labels"];
+    assert_eq!(l.dtype(), DType::I32);
+    assert_eq!(l.to_vec::<i32>().unwrap(), vec![3, 0, -1, 2_000_000_000]);
+    let e = load_safetensors(dev(), &file(&[1, 1 << 40])).unwrap_err();
+    assert!(
+        e.to_string().contains("labels") && e.to_string().contains("1099511627776"),
+        "{e}"
+    );
+    let bytes = wgtensor::io::save_safetensors(&[("labels", l)]).unwrap();
+    let back = load_safetensors(dev(), &bytes).unwrap();
+    assert_eq!(
+        back["labels"].to_vec::<i32>().unwrap(),
+        l.to_vec::<i32>().unwrap()
+    );
 }
 
 #[test]

@@ -145,6 +145,7 @@ fn cross_entropy_with_probability_targets() {
                 let o = CrossEntropyOptions {
                     weight: weighted.then_some(&wt),
                     label_smoothing: smoothing,
+                    ignore_index: -100,
                     reduction: red,
                 };
                 let got = cross_entropy_probs(&t(&x, &[2, 3, 2]), &t(&y, &[2, 3, 2]), &o).unwrap();
@@ -176,4 +177,177 @@ fn cross_entropy_with_probability_targets() {
         ..Default::default()
     };
     assert!(cross_entropy_probs(&t(&x, &[12]), &t(&y, &[12]), &o).is_err());
+}
+
+/// PyTorch's cross_entropy with class-index targets, in f64: input `[N, C, D]` flattened,
+/// targets `[N, D]`.
+#[allow(clippy::too_many_arguments)]
+fn ce_index_ref(
+    x: &[f64],
+    n: usize,
+    c: usize,
+    d: usize,
+    target: &[i32],
+    weight: Option<&[f64]>,
+    ignore: i32,
+    eps: f64,
+    red: Reduction,
+) -> Vec<f64> {
+    let w = |k: usize| weight.map_or(1.0, |w| w[k]);
+    let mut nll = vec![0.0; n * d];
+    let mut smooth = vec![0.0; n * d];
+    let mut denom = 0.0;
+    for s in 0..n {
+        for j in 0..d {
+            let at = |k: usize| x[(s * c + k) * d + j];
+            let m = (0..c).map(at).fold(f64::NEG_INFINITY, f64::max);
+            let lse = m + (0..c).map(|k| (at(k) - m).exp()).sum::<f64>().ln();
+            let t = target[s * d + j];
+            if t == ignore {
+                continue;
+            }
+            let t = t as usize;
+            nll[s * d + j] = -w(t) * (at(t) - lse);
+            smooth[s * d + j] = -(0..c).map(|k| w(k) * (at(k) - lse)).sum::<f64>();
+            denom += w(t);
+        }
+    }
+    let red_of = |v: Vec<f64>| match red {
+        Reduction::None => v,
+        Reduction::Sum => vec![v.iter().sum()],
+        Reduction::Mean => vec![v.iter().sum::<f64>() / denom],
+    };
+    red_of(nll)
+        .into_iter()
+        .zip(red_of(smooth))
+        .map(|(a, b)| (1.0 - eps) * a + eps / c as f64 * b)
+        .collect()
+}
+
+#[test]
+fn cross_entropy_class_indices_match_pytorch_with_gradients() {
+    use wgtensor::ops::cross_entropy;
+    // [N=2, C=3, D=2] with one ignored target, and [N=3, C=4].
+    let cases: [(usize, usize, usize, Vec<i32>); 2] =
+        [(2, 3, 2, vec![0, 2, -100, 1]), (3, 4, 1, vec![3, 0, 3])];
+    for (n, c, d, target) in cases {
+        let x: Vec<f64> = (0..n * c * d)
+            .map(|k| ((k as f64) * 1.37).sin() * 3.0)
+            .collect();
+        let shape: Vec<usize> = if d == 1 { vec![n, c] } else { vec![n, c, d] };
+        let tshape: Vec<usize> = if d == 1 { vec![n] } else { vec![n, d] };
+        let w: Vec<f64> = (0..c).map(|k| 0.5 + k as f64 * 0.25).collect();
+        let xf: Vec<f32> = x.iter().map(|&v| v as f32).collect();
+        let xr: Vec<f64> = xf.iter().map(|&v| v as f64).collect();
+        let wf: Vec<f32> = w.iter().map(|&v| v as f32).collect();
+        let tw = t(&wf, &[c]);
+        let tt = Tensor::from_slice(dev(), &target, &tshape).unwrap();
+        for weighted in [false, true] {
+            for eps in [0.0, 0.2] {
+                for red in REDUCTIONS {
+                    let o = CrossEntropyOptions {
+                        weight: weighted.then_some(&tw),
+                        label_smoothing: eps,
+                        reduction: red,
+                        ..Default::default()
+                    };
+                    let tx = t(&xf, &shape).requires_grad().unwrap();
+                    let got = cross_entropy(&tx, &tt, &o).unwrap();
+                    let wref = weighted.then_some(&w[..]);
+                    let want = ce_index_ref(&xr, n, c, d, &target, wref, -100, eps, red);
+                    let what = format!("n{n} c{c} d{d} w{weighted} e{eps} {red:?}");
+                    close(&vals(&got), &want, &what);
+                    if red == Reduction::None {
+                        continue;
+                    }
+                    // Gradient against central differences of the f64 reference.
+                    let g = got.backward().unwrap();
+                    let gx = vals(g.get(&tx).unwrap());
+                    for k in 0..xr.len() {
+                        let h = 1e-5;
+                        let mut p = xr.clone();
+                        p[k] += h;
+                        let up = ce_index_ref(&p, n, c, d, &target, wref, -100, eps, red)[0];
+                        p[k] -= 2.0 * h;
+                        let dn = ce_index_ref(&p, n, c, d, &target, wref, -100, eps, red)[0];
+                        let fd = (up - dn) / (2.0 * h);
+                        assert!(
+                            (gx[k] - fd).abs() < 1e-4,
+                            "{what} grad {k}: {} vs {fd}",
+                            gx[k]
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn nll_loss_ignore_index_weights_and_errors() {
+    use wgtensor::ops::{cross_entropy, nll_loss, NllLossOptions};
+    let logp = t(&[-0.5, -1.0, -2.0, -0.25, -3.0, -0.1], &[3, 2]);
+    let target = Tensor::from_slice(dev(), &[1i32, 7, 0], &[3]).unwrap();
+    let w = t(&[2.0, 3.0], &[2]);
+    let o = NllLossOptions {
+        weight: Some(&w),
+        ignore_index: 7,
+        ..Default::default()
+    };
+    // (3 * 1.0 + 2 * 3.0) / (3 + 2)
+    close(
+        &vals(&nll_loss(&logp, &target, &o).unwrap()),
+        &[9.0 / 5.0],
+        "mean",
+    );
+    let o_none = NllLossOptions {
+        reduction: Reduction::None,
+        ..o
+    };
+    close(
+        &vals(&nll_loss(&logp, &target, &o_none).unwrap()),
+        &[3.0, 0.0, 6.0],
+        "none",
+    );
+    // Every target ignored: the mean is 0 / 0 = NaN, as PyTorch.
+    let all = Tensor::from_slice(dev(), &[7i32, 7, 7], &[3]).unwrap();
+    assert!(vals(&nll_loss(&logp, &all, &o).unwrap())[0].is_nan());
+    // An out-of-range target gives NaN rather than reading out of bounds.
+    let bad = Tensor::from_slice(dev(), &[1i32, 2, 0], &[3]).unwrap();
+    assert!(vals(&nll_loss(&logp, &bad, &NllLossOptions::default()).unwrap())[0].is_nan());
+    // An unbatched [C] input with a 0-d target.
+    let one = Tensor::from_slice(dev(), &[1i32], &[]).unwrap();
+    close(
+        &vals(&nll_loss(&t(&[-0.5, -1.5], &[2]), &one, &NllLossOptions::default()).unwrap()),
+        &[1.5],
+        "unbatched",
+    );
+    // Errors: float target shape, wrong target shape, weight shape, empty batch is fine.
+    assert!(nll_loss(
+        &logp,
+        &Tensor::from_slice(dev(), &[0i32; 2], &[2]).unwrap(),
+        &Default::default()
+    )
+    .is_err());
+    let bad_w = t(&[1.0; 3], &[3]);
+    let e = nll_loss(
+        &logp,
+        &target,
+        &NllLossOptions {
+            weight: Some(&bad_w),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert!(e.to_string().starts_with("nll_loss:"), "{e}");
+    let empty = cross_entropy(
+        &t(&[], &[0, 4]),
+        &Tensor::from_slice(dev(), &[0i32; 0], &[0]).unwrap(),
+        &CrossEntropyOptions {
+            reduction: Reduction::Sum,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(vals(&empty), vec![0.0]);
 }

@@ -176,13 +176,14 @@ fn save_and_load_into_a_fresh_model() {
         "{report:?}"
     );
     assert_eq!(vals(&fresh.forward(&x).unwrap()), want);
-    let counter: Vec<f32> = fresh
+    // The counter is an integer scalar, as PyTorch's (int64 there, i32 here).
+    let counter: Vec<i32> = fresh
         .state_dict()
         .into_iter()
         .filter(|(n, _)| n == "1.num_batches_tracked")
-        .map(|(_, t)| vals(&t)[0])
+        .map(|(_, t)| t.to_vec::<i32>().unwrap()[0])
         .collect();
-    assert_eq!(counter, vec![1.0]);
+    assert_eq!(counter, vec![1]);
     // Strict loading of a partial dict fails naming the missing keys; non-strict reports them.
     let mut partial = src.clone();
     partial.remove("8.bias");

@@ -8,8 +8,9 @@
 use proptest::prelude::*;
 use wgtensor::ops::{
     adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool2d_backward, adaptive_max_pool2d,
-    adaptive_max_pool2d_backward, avg_pool1d, avg_pool2d, avg_pool2d_backward, max_pool1d,
-    max_pool2d, max_pool2d_backward, AvgPool1dOptions, AvgPool2dOptions, MaxPool1dOptions,
+    adaptive_max_pool2d_backward, adaptive_max_pool2d_with_indices, avg_pool1d, avg_pool2d,
+    avg_pool2d_backward, max_pool1d, max_pool1d_with_indices, max_pool2d, max_pool2d_backward,
+    max_pool2d_with_indices, AvgPool1dOptions, AvgPool2dOptions, MaxPool1dOptions,
     MaxPool2dOptions,
 };
 use wgtensor::{Device, Tensor};
@@ -152,6 +153,27 @@ fn reference(
     (y, dx)
 }
 
+/// The flat in-plane index of each window's first maximum (PyTorch's `return_indices`); -1
+/// for a window with no input.
+fn arg_reference(x: &[f32], planes: usize, hw: [usize; 2], wins: &[(Vec<usize>, f64)]) -> Vec<i32> {
+    let per = hw[0] * hw[1];
+    let mut out = Vec::new();
+    for pl in 0..planes {
+        for (idx, _) in wins {
+            let xv = |i: usize| x[pl * per + i];
+            let best = idx
+                .iter()
+                .copied()
+                .fold(None, |b: Option<usize>, i| match b {
+                    Some(b) if xv(i) <= xv(b) => Some(b),
+                    _ => Some(i),
+                });
+            out.push(best.map_or(-1, |b| b as i32));
+        }
+    }
+    out
+}
+
 fn close(got: &[f64], want: &[f64], what: &str) -> Result<(), TestCaseError> {
     prop_assert_eq!(got.len(), want.len(), "{}", what);
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
@@ -201,6 +223,10 @@ proptest! {
                 let (wy, wdx) = reference(&xv, &dyv, planes, [h, w], o, &wins, true);
                 close(&vals(&y), &wy, "max forward")?;
                 close(&vals(&max_pool2d_backward(&dy, &x, &mo).unwrap()), &wdx, "max backward")?;
+                let (yi, idx) = max_pool2d_with_indices(&x, &mo).unwrap();
+                close(&vals(&yi), &wy, "max forward with indices")?;
+                prop_assert_eq!(idx.shape(), yshape.as_slice());
+                prop_assert_eq!(idx.to_vec::<i32>().unwrap(), arg_reference(&xv, planes, [h, w], &wins));
             }
         }
         // Average pooling (no dilation).
@@ -236,6 +262,8 @@ proptest! {
         let (wy, wdx) = reference(&xv, &dyv, planes, [h, w], [oh, ow], &wins, true);
         close(&vals(&adaptive_max_pool2d(&x, [oh, ow]).unwrap()), &wy, "adaptive max")?;
         close(&vals(&adaptive_max_pool2d_backward(&dy, &x).unwrap()), &wdx, "adaptive max backward")?;
+        let (_, idx) = adaptive_max_pool2d_with_indices(&x, [oh, ow]).unwrap();
+        prop_assert_eq!(idx.to_vec::<i32>().unwrap(), arg_reference(&xv, planes, [h, w], &wins));
     }
 }
 
@@ -253,6 +281,12 @@ fn one_d_pools_and_options() {
     assert_eq!(
         vals(&max_pool1d(&x, &ceil).unwrap()),
         vec![5.0, 4.0, 3.0, 7.0]
+    );
+    let (y, idx) = max_pool1d_with_indices(&x, &ceil).unwrap();
+    assert_eq!(vals(&y), vec![5.0, 4.0, 3.0, 7.0]);
+    assert_eq!(
+        (idx.shape(), idx.to_vec::<i32>().unwrap()),
+        (&[1, 1, 4][..], vec![1, 3, 4, 6])
     );
     let near = |got: Vec<f64>, want: &[f64]| {
         assert_eq!(got.len(), want.len());

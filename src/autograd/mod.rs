@@ -179,7 +179,8 @@ pub(crate) fn record<F>(mut out: Tensor, inputs: &[&Tensor], make: F) -> Tensor
 where
     F: FnOnce(&Tensor) -> Box<dyn BackwardOp>,
 {
-    if !inputs.iter().any(|t| t.grad.is_some()) || !is_grad_enabled() {
+    // Integer outputs (indices, argmax, casts to i32) carry no gradient, as in PyTorch.
+    if !inputs.iter().any(|t| t.grad.is_some()) || !is_grad_enabled() || !out.dtype.is_float() {
         return out;
     }
     let node = new_node(1, inputs, make(&out));
@@ -199,7 +200,9 @@ where
     outs.into_iter()
         .enumerate()
         .map(|(index, mut t)| {
-            t.grad = Some(output_meta(&t, node.clone(), index));
+            if t.dtype.is_float() {
+                t.grad = Some(output_meta(&t, node.clone(), index));
+            }
             t
         })
         .collect()
@@ -430,6 +433,13 @@ impl Tensor {
             (Some(m), _) if m.node.is_some() => Err(Error::arg(
                 "requires_grad",
                 "only leaf tensors can change requires_grad; this one is the output of a tracked op (use detach())",
+            )),
+            (None, true) if !self.dtype.is_float() => Err(Error::arg(
+                "requires_grad",
+                format!(
+                    "only floating point tensors can require gradients, got {:?}",
+                    self.dtype
+                ),
             )),
             (Some(_), true) | (None, false) => Ok(()),
             (Some(_), false) => {

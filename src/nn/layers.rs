@@ -306,10 +306,11 @@ impl Module for BatchNorm2d {
             ("running_mean".to_string(), st.running_mean.clone()),
             ("running_var".to_string(), st.running_var.clone()),
         ];
-        // PyTorch stores the count as an int64 scalar; here an f32 one made on demand.
+        // PyTorch stores the count as an int64 scalar; here an i32 one (the device's integer
+        // type, saturating) made on demand.
         if let Ok(t) = Tensor::from_slice(
             st.running_mean.device(),
-            &[st.num_batches_tracked as f32],
+            &[st.num_batches_tracked.min(i32::MAX as u64) as i32],
             &[],
         ) {
             v.push(("num_batches_tracked".to_string(), t));
@@ -321,16 +322,16 @@ impl Module for BatchNorm2d {
     }
     fn load_counters(&mut self, source: &HashMap<String, Tensor>, prefix: &str) -> Result<()> {
         if let Some(t) = source.get(&format!("{prefix}num_batches_tracked")) {
-            let v = t.to_dtype(DType::F32)?;
+            let v = t.to_dtype(DType::I32)?;
             #[cfg(not(target_arch = "wasm32"))]
-            let host = v.to_vec::<f32>()?;
+            let host = v.to_vec::<i32>()?;
             #[cfg(target_arch = "wasm32")]
-            let host: Vec<f32> = {
+            let host: Vec<i32> = {
                 let _ = v;
                 Vec::new()
             };
             if let Some(&n) = host.first() {
-                self.state.borrow_mut().num_batches_tracked = n.max(0.0) as u64;
+                self.state.borrow_mut().num_batches_tracked = n.max(0) as u64;
             }
         }
         Ok(())

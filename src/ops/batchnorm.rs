@@ -86,6 +86,7 @@ static STATS: Kernel = Kernel {
     slots: &[X4, X1, WS],
     libs: LIBS,
     defs: &[],
+    ints: false,
 };
 static FINALIZE: Kernel = Kernel {
     name: "batchnorm",
@@ -95,6 +96,7 @@ static FINALIZE: Kernel = Kernel {
     slots: &[WS, GAMMA, BETA, RMEAN, RVAR, SMEAN, SINV],
     libs: LIBS,
     defs: &[],
+    ints: false,
 };
 static APPLY: Kernel = Kernel {
     name: "batchnorm",
@@ -104,6 +106,7 @@ static APPLY: Kernel = Kernel {
     slots: &[X4, X1, OUT4, OUT1, WS],
     libs: LIBS,
     defs: &[],
+    ints: false,
 };
 static INFER: Kernel = Kernel {
     name: "batchnorm",
@@ -113,6 +116,7 @@ static INFER: Kernel = Kernel {
     slots: &[X4, X1, OUT4, OUT1, GAMMA, BETA, RMEAN, RVAR],
     libs: LIBS,
     defs: &[],
+    ints: false,
 };
 static GRAD_STATS: Kernel = Kernel {
     name: "batchnorm",
@@ -122,6 +126,7 @@ static GRAD_STATS: Kernel = Kernel {
     slots: &[X4, X1, DY4, DY1, SMEAN, WS],
     libs: LIBS,
     defs: &[],
+    ints: false,
 };
 static GRAD_FINALIZE: Kernel = Kernel {
     name: "batchnorm",
@@ -131,6 +136,7 @@ static GRAD_FINALIZE: Kernel = Kernel {
     slots: &[WS, GAMMA, SMEAN, SINV, DGAMMA, DBETA],
     libs: LIBS,
     defs: &[],
+    ints: false,
 };
 static GRAD_APPLY: Kernel = Kernel {
     name: "batchnorm",
@@ -140,6 +146,7 @@ static GRAD_APPLY: Kernel = Kernel {
     slots: &[X4, X1, DY4, DY1, OUT4, OUT1, WS],
     libs: LIBS,
     defs: &[],
+    ints: false,
 };
 
 /// Invocations per workgroup of the per-channel passes (`FIN_WG` in the shader).

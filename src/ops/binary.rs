@@ -15,6 +15,7 @@ static BINARY: Kernel = Kernel {
     slots: &[],
     libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
     defs: BINARY_DEFS,
+    ints: false,
 };
 
 /// Elementwise functions of two tensors, computed in f32 by [`Tensor::binary`] (and its

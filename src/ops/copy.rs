@@ -28,6 +28,7 @@ static COPY_INTO: Kernel = Kernel {
     slots: &[],
     libs: &[],
     defs: COPY_DEFS,
+    ints: true,
 };
 static PAD: Kernel = Kernel {
     name: "copy",
@@ -37,6 +38,7 @@ static PAD: Kernel = Kernel {
     slots: &[],
     libs: &[],
     defs: COPY_DEFS,
+    ints: true,
 };
 
 #[repr(C)]
@@ -489,7 +491,7 @@ impl Tensor {
 #[doc(hidden)]
 pub fn copy_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();
-    for dt in [DType::F32, DType::F16] {
+    for dt in [DType::F32, DType::F16, DType::I32] {
         v.push(ShaderVariant::new(
             &COPY_INTO,
             &[dt],

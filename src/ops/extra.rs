@@ -18,6 +18,10 @@ fn upload(dev: &Device, v: &[f64], shape: &[usize], dtype: DType) -> Result<Tens
             let h: Vec<half::f16> = v.iter().map(|&x| half::f16::from_f64(x)).collect();
             Tensor::from_slice(dev, &h, shape)
         }
+        DType::I32 => {
+            let h: Vec<i32> = v.iter().map(|&x| i32::from_f64(x)).collect();
+            Tensor::from_slice(dev, &h, shape)
+        }
     }
 }
 

@@ -28,6 +28,7 @@ static TILED: Kernel = Kernel {
     slots: &[1, 2, 3, 4, 5],
     libs: LIBS,
     defs: &[],
+    ints: false,
 };
 static TILED_PARTIAL: Kernel = Kernel {
     name: "gemm",
@@ -37,6 +38,7 @@ static TILED_PARTIAL: Kernel = Kernel {
     slots: &[1, 2, 6],
     libs: LIBS,
     defs: &[],
+    ints: false,
 };
 static SPLITK_REDUCE: Kernel = Kernel {
     name: "gemm",
@@ -46,6 +48,7 @@ static SPLITK_REDUCE: Kernel = Kernel {
     slots: &[3, 4, 5, 6],
     libs: LIBS,
     defs: &[],
+    ints: false,
 };
 static SG8: Kernel = Kernel {
     name: "gemm_sg8",
@@ -55,6 +58,7 @@ static SG8: Kernel = Kernel {
     slots: &[1, 2, 3, 4, 5],
     libs: LIBS,
     defs: &[],
+    ints: false,
 };
 static SG8_PARTIAL: Kernel = Kernel {
     name: "gemm_sg8",
@@ -64,6 +68,7 @@ static SG8_PARTIAL: Kernel = Kernel {
     slots: &[1, 2, 6],
     libs: LIBS,
     defs: &[],
+    ints: false,
 };
 
 const REDUCE_WG: u32 = 256;

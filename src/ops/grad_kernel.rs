@@ -21,6 +21,7 @@ static GRAD_BINARY: Kernel = Kernel {
     slots: &[1, 2, 4],
     libs: LIBS,
     defs: GRAD_DEFS,
+    ints: false,
 };
 static NARROW_GRAD: Kernel = Kernel {
     name: "grad",
@@ -30,6 +31,7 @@ static NARROW_GRAD: Kernel = Kernel {
     slots: &[1, 4],
     libs: LIBS,
     defs: GRAD_DEFS,
+    ints: false,
 };
 static ARGEXT_GRAD: Kernel = Kernel {
     name: "grad",
@@ -39,6 +41,7 @@ static ARGEXT_GRAD: Kernel = Kernel {
     slots: &[1, 2, 3, 4],
     libs: LIBS,
     defs: GRAD_DEFS,
+    ints: false,
 };
 
 /// The `OP` codes of `grad_binary` (shaders/grad.wgsl `combine`): `f(a, b)` per element.

@@ -95,16 +95,58 @@ pub fn binary_cross_entropy_with_logits(
     reduce(loss, o.reduction)
 }
 
-/// Options of [`cross_entropy_probs`].
-#[derive(Debug, Clone, Copy, Default)]
+/// Options of [`cross_entropy`] and [`cross_entropy_probs`] (PyTorch's keyword arguments and
+/// defaults).
+#[derive(Debug, Clone, Copy)]
 pub struct CrossEntropyOptions<'a> {
     /// A weight per class (`[C]`).
     pub weight: Option<&'a Tensor>,
+    /// Class-index targets equal to this value count for nothing (PyTorch's default -100);
+    /// unused with probability targets, as in PyTorch.
+    pub ignore_index: i64,
     /// Mixes the target with the uniform distribution: `y (1 - e) + e / C`.
     pub label_smoothing: f64,
-    /// How the per-sample losses are reduced (the mean is over samples, as PyTorch's for
-    /// probability targets).
+    /// How the per-sample losses are reduced: for class-index targets `Mean` divides by the
+    /// summed weights of the counted targets; for probability targets it is the mean over
+    /// samples, as PyTorch's.
     pub reduction: Reduction,
+}
+
+impl Default for CrossEntropyOptions<'_> {
+    fn default() -> Self {
+        CrossEntropyOptions {
+            weight: None,
+            ignore_index: -100,
+            label_smoothing: 0.0,
+            reduction: Reduction::Mean,
+        }
+    }
+}
+
+/// PyTorch's `cross_entropy(input, target)`: input logits `[N, C]`, `[C]` or
+/// `[N, C, d1, ...]`. An i32 `target` holds class indices (`[N]`, `[]` or `[N, d1, ...]`;
+/// `ignore_index`, `label_smoothing` and class `weight` as PyTorch); a float `target` of the
+/// input's shape holds class probabilities ([`cross_entropy_probs`]). Numerically stable (a
+/// fused log_softmax) and differentiable in the input.
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::ops::{cross_entropy, CrossEntropyOptions};
+/// use wgtensor::{Device, Tensor};
+/// let dev = Device::new()?;
+/// let logits = Tensor::from_slice(&dev, &[2.0f32, 0.0, 0.0, 0.0, 3.0, 0.0], &[2, 3])?;
+/// let labels = Tensor::from_slice(&dev, &[0i32, 1], &[2])?;
+/// let loss = cross_entropy(&logits, &labels, &CrossEntropyOptions::default())?;
+/// let expect = ((1.0 + 2.0 * (-2.0f64).exp()).ln() + (1.0 + 2.0 * (-3.0f64).exp()).ln()) / 2.0;
+/// assert!((loss.to_vec::<f32>()?[0] as f64 - expect).abs() < 1e-6);
+/// # Ok(()) }
+/// ```
+pub fn cross_entropy(input: &Tensor, target: &Tensor, o: &CrossEntropyOptions) -> Result<Tensor> {
+    if target.dtype() == crate::DType::I32 {
+        crate::ops::nll::cross_entropy_indices(input, target, o)
+    } else {
+        cross_entropy_probs(input, target, o)
+    }
 }
 
 /// PyTorch's `cross_entropy` with class-probability targets: input logits `[N, C, d1, ...]`

@@ -17,6 +17,9 @@ static MAP: Kernel = Kernel {
     slots: &[],
     libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
     defs: MAP_DEFS,
+    // The copy path (OP_COPY) converts T to U directly, exact for i32; the math ops refuse
+    // i32 in `map` before launching.
+    ints: true,
 };
 
 pub(crate) const WG: u32 = 256;
@@ -133,6 +136,9 @@ fn map(
     out_dtype: DType,
 ) -> Result<Tensor> {
     let dev = x.device();
+    if !matches!(op, MapOp::Identity) {
+        x.require_float(op_name)?;
+    }
     let out = Tensor::empty(dev, op_name, x.shape(), out_dtype)?;
     if out.numel() == 0 {
         return Ok(out);
@@ -193,7 +199,11 @@ impl Tensor {
         Ok(view_grad::record_view(self, out, || ViewKind::Identity))
     }
 
-    /// Converts to `dtype` (f32 <-> f16, round to nearest even).
+    /// Converts to `dtype` (PyTorch's `tensor.to(dtype)`): f32 <-> f16 rounds to nearest
+    /// even; a float to [`DType::I32`] truncates toward zero and saturates (at `i32::MIN`, and
+    /// at 2147483520, the largest f32 below 2^31; NaN gives an unspecified value, as in
+    /// PyTorch); i32 to a float rounds to nearest. A cast to
+    /// i32 carries no gradient.
     pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
         if dtype == self.dtype {
             return Ok(self.clone());
@@ -340,6 +350,22 @@ pub fn map_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
                     &[("OP", code as f64), ("WG", WG as f64), ("CONTIG", contig)],
                 ));
             }
+        }
+    }
+    // i32 only copies and casts.
+    for dts in [
+        [DType::I32, DType::I32],
+        [DType::I32, DType::F32],
+        [DType::F32, DType::I32],
+        [DType::I32, DType::F16],
+        [DType::F16, DType::I32],
+    ] {
+        for contig in [0.0, 1.0] {
+            v.push(crate::runtime::pipeline::ShaderVariant::new(
+                &MAP,
+                &dts,
+                &[("OP", 0.0), ("WG", WG as f64), ("CONTIG", contig)],
+            ));
         }
     }
     v

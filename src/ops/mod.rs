@@ -4,15 +4,18 @@ pub mod batchnorm;
 mod batchnorm_grad;
 pub mod binary;
 mod binary_grad;
+pub mod compare;
 pub mod conv;
 pub mod copy;
 pub mod extra;
 pub mod gemm;
 mod gemm_grad;
 pub(crate) mod grad_kernel;
+pub mod index;
 pub mod loss;
 pub mod map;
 mod map_grad;
+pub mod nll;
 pub mod pool;
 pub mod random;
 pub mod reduce;
@@ -25,6 +28,7 @@ pub use batchnorm::{
     batch_norm_backward, batch_norm_inference, batch_norm_train, BatchNormPlan, BatchNormState,
 };
 pub use binary::BinaryOp;
+pub use compare::{where_cond, CmpOp};
 pub use conv::{
     conv1d, conv1d_backward_input, conv1d_backward_weight, conv2d, conv2d_backward_input,
     conv2d_backward_weight, conv_backward_bias, conv_transpose1d, conv_transpose2d, Conv1dOptions,
@@ -32,15 +36,18 @@ pub use conv::{
 };
 pub use copy::{cat, pad, stack, PadMode};
 pub use gemm::{gemm, gemm_into, matmul, Activation, Bias, GemmOptions};
+pub use index::embedding;
 pub use loss::{
-    binary_cross_entropy_with_logits, cross_entropy_probs, mse_loss, BceWithLogitsOptions,
-    CrossEntropyOptions, Reduction,
+    binary_cross_entropy_with_logits, cross_entropy, cross_entropy_probs, mse_loss,
+    BceWithLogitsOptions, CrossEntropyOptions, Reduction,
 };
 pub use map::{ScalarOp, UnaryOp};
+pub use nll::{nll_loss, NllLossOptions};
 pub use pool::{
     adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool2d_backward, adaptive_max_pool2d,
-    adaptive_max_pool2d_backward, avg_pool1d, avg_pool2d, avg_pool2d_backward, max_pool1d,
-    max_pool2d, max_pool2d_backward, AvgPool1dOptions, AvgPool2dOptions, MaxPool1dOptions,
+    adaptive_max_pool2d_backward, adaptive_max_pool2d_with_indices, avg_pool1d, avg_pool2d,
+    avg_pool2d_backward, max_pool1d, max_pool1d_with_indices, max_pool2d, max_pool2d_backward,
+    max_pool2d_with_indices, AvgPool1dOptions, AvgPool2dOptions, MaxPool1dOptions,
     MaxPool2dOptions,
 };
 pub use random::{
@@ -71,6 +78,9 @@ pub fn params_layouts() -> Vec<crate::runtime::pipeline::ParamsLayout> {
         pool::params_layout(),
         copy::params_layout(),
         crate::optim::params_layout(),
+        compare::params_layout(),
+        index::params_layout(),
+        nll::params_layout(),
     ]
 }
 
@@ -90,5 +100,8 @@ pub fn shader_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
     v.extend(pool::pool_variants());
     v.extend(copy::copy_variants());
     v.extend(crate::optim::optim_variants());
+    v.extend(compare::compare_variants());
+    v.extend(index::index_variants());
+    v.extend(nll::nll_variants());
     v
 }

@@ -25,6 +25,17 @@ static FORWARD: Kernel = Kernel {
     slots: &[1, 3],
     libs: &[ACTIVATION_LIB],
     defs: POOL_DEFS,
+    ints: false,
+};
+static INDICES: Kernel = Kernel {
+    name: "pool",
+    source: SRC,
+    entry: "pool_indices",
+    bindings: &[Access::Read, Access::ReadWrite],
+    slots: &[1, 4],
+    libs: &[ACTIVATION_LIB],
+    defs: POOL_DEFS,
+    ints: false,
 };
 static BACKWARD: Kernel = Kernel {
     name: "pool",
@@ -34,6 +45,7 @@ static BACKWARD: Kernel = Kernel {
     slots: &[1, 2, 3],
     libs: &[ACTIVATION_LIB],
     defs: POOL_DEFS,
+    ints: false,
 };
 
 #[repr(C)]
@@ -352,6 +364,27 @@ fn run_untracked(
     out_hw: [usize; 2],
     dy: Option<&Tensor>,
 ) -> Result<Tensor> {
+    launch(op, x, win, out_hw, dy, false)
+}
+
+/// The flat in-plane index of each window's maximum (PyTorch's `return_indices=True`), i32.
+fn indices_untracked(
+    op: &'static str,
+    x: &Tensor,
+    win: Window,
+    out_hw: [usize; 2],
+) -> Result<Tensor> {
+    launch(op, x, win, out_hw, None, true)
+}
+
+fn launch(
+    op: &'static str,
+    x: &Tensor,
+    win: Window,
+    out_hw: [usize; 2],
+    dy: Option<&Tensor>,
+    indices: bool,
+) -> Result<Tensor> {
     let (planes, h, w, lead) = planes_2d(op, x)?;
     let mut out_shape = lead.clone();
     out_shape.extend(out_hw);
@@ -387,7 +420,8 @@ fn run_untracked(
     } else {
         out_shape
     };
-    let out = Tensor::empty(dev, op, &result_shape, x.dtype)?;
+    let out_dtype = if indices { DType::I32 } else { x.dtype };
+    let out = Tensor::empty(dev, op, &result_shape, out_dtype)?;
     if out.numel() == 0 {
         return Ok(out);
     }
@@ -422,6 +456,15 @@ fn run_untracked(
         dev.limits().max_compute_workgroups_per_dimension,
     )?;
     match dy {
+        None if indices => dev.launch(
+            op,
+            &INDICES,
+            &[x.dtype],
+            &consts,
+            bytemuck::bytes_of(&params),
+            &[xs.buffer(), out.buffer()],
+            grid,
+        )?,
         None => dev.launch(
             op,
             &FORWARD,
@@ -617,6 +660,58 @@ fn adaptive_backward(op: &'static str, dy: &Tensor, x: &Tensor, mode: u32) -> Re
     run(op, x, win, out, Some(dy))
 }
 
+/// PyTorch's `max_pool2d(..., return_indices=True)`: the pooled values (tracked as
+/// [`max_pool2d`]'s) and, as an i32 tensor of the same shape, the flat index within each
+/// input plane (`h * W + w`) of every window's maximum (its first maximum, or its NaN). The
+/// indices scatter gradients or values back with [`Tensor::scatter_add`] over the
+/// `[N, C, H * W]` view (PyTorch's `max_unpool2d`).
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::ops::{max_pool2d_with_indices, MaxPool2dOptions};
+/// use wgtensor::{Device, Tensor};
+/// let dev = Device::new()?;
+/// let x = Tensor::from_slice(&dev, &[1.0f32, 5.0, 2.0, 0.0, 3.0, 4.0, 9.0, 8.0], &[1, 1, 2, 4])?;
+/// let (y, idx) = max_pool2d_with_indices(&x, &MaxPool2dOptions::new(2))?;
+/// assert_eq!(y.to_vec::<f32>()?, vec![5.0, 9.0]);
+/// assert_eq!(idx.to_vec::<i32>()?, vec![1, 6]);
+/// # Ok(()) }
+/// ```
+pub fn max_pool2d_with_indices(x: &Tensor, o: &MaxPool2dOptions) -> Result<(Tensor, Tensor)> {
+    let op = "max_pool2d";
+    let (win, out) = max_window(op, x, o)?;
+    Ok((
+        run(op, x, win, out, None)?,
+        indices_untracked(op, x, win, out)?,
+    ))
+}
+
+/// PyTorch's `max_pool1d(..., return_indices=True)`: values and i32 indices within each
+/// input row of length L (see [`max_pool2d_with_indices`]).
+pub fn max_pool1d_with_indices(x: &Tensor, o: &MaxPool1dOptions) -> Result<(Tensor, Tensor)> {
+    let op = "max_pool1d";
+    let x2 = lift_1d(op, x)?;
+    let (win, out) = max_window(op, &x2, &o.to_2d())?;
+    Ok((
+        drop_h(run(op, &x2, win, out, None)?)?,
+        drop_h(indices_untracked(op, &x2, win, out)?)?,
+    ))
+}
+
+/// PyTorch's `adaptive_max_pool2d(..., return_indices=True)` (see
+/// [`max_pool2d_with_indices`]).
+pub fn adaptive_max_pool2d_with_indices(
+    x: &Tensor,
+    output_size: [usize; 2],
+) -> Result<(Tensor, Tensor)> {
+    let op = "adaptive_max_pool2d";
+    let (win, out) = adaptive_window(op, x, output_size, POOL_MAX)?;
+    Ok((
+        run(op, x, win, out, None)?,
+        indices_untracked(op, x, win, out)?,
+    ))
+}
+
 /// PyTorch's `max_pool1d` over `[N, C, L]` or `[C, L]`.
 pub fn max_pool1d(x: &Tensor, o: &MaxPool1dOptions) -> Result<Tensor> {
     let op = "max_pool1d";
@@ -654,6 +749,7 @@ pub fn pool_variants() -> Vec<ShaderVariant> {
                 ];
                 v.push(ShaderVariant::new(&FORWARD, &[dt], &c));
                 v.push(ShaderVariant::new(&BACKWARD, &[dt], &c));
+                v.push(ShaderVariant::new(&INDICES, &[dt], &c));
             }
         }
     }

@@ -34,6 +34,7 @@ static RANDOM: Kernel = Kernel {
     slots: &[],
     libs: &[],
     defs: RANDOM_DEFS,
+    ints: false,
 };
 
 #[repr(C)]

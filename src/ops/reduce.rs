@@ -18,6 +18,7 @@ static ROWS: Kernel = Kernel {
     slots: &[],
     libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
     defs: REDUCE_DEFS,
+    ints: false,
 };
 static WORKGROUP: Kernel = Kernel {
     name: "reduce",
@@ -27,6 +28,7 @@ static WORKGROUP: Kernel = Kernel {
     slots: &[],
     libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
     defs: REDUCE_DEFS,
+    ints: false,
 };
 
 /// Reductions along one dim, accumulated in f32 by [`Tensor::reduce`] (and its shorthands

@@ -21,6 +21,7 @@ static ROWS: Kernel = Kernel {
     slots: &[],
     libs: &[ACTIVATION_LIB],
     defs: &[],
+    ints: false,
 };
 static WORKGROUP: Kernel = Kernel {
     name: "softmax",
@@ -30,6 +31,7 @@ static WORKGROUP: Kernel = Kernel {
     slots: &[],
     libs: &[ACTIVATION_LIB],
     defs: &[],
+    ints: false,
 };
 
 #[repr(C)]

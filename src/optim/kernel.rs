@@ -42,6 +42,7 @@ static OPTIM: Kernel = Kernel {
     slots: &[],
     libs: &[],
     defs: OPTIM_DEFS,
+    ints: false,
 };
 
 #[repr(C)]

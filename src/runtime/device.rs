@@ -515,6 +515,7 @@ mod tests {
         slots: &[],
         libs: &[],
         defs: &[],
+        ints: false,
     };
 
     #[test]

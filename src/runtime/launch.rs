@@ -59,6 +59,12 @@ impl Device {
                 format!("grid {grid:?} exceeds max_compute_workgroups_per_dimension {max}"),
             ));
         }
+        if !kernel.ints && dtypes.contains(&DType::I32) {
+            return Err(Error::arg(
+                op,
+                "expects floating-point tensors (f32 or f16), got I32; convert with to_dtype(DType::F32)",
+            ));
+        }
         self.check(op)?;
         let pipeline = self.pipeline(op, kernel, dtypes, constants)?;
         if grid.contains(&0) {
@@ -172,6 +178,7 @@ mod override_tests {
         slots: &[],
         libs: &[],
         defs: &[],
+        ints: false,
     };
     static COUNT_EXPR: Kernel = Kernel {
         entry: "expr",

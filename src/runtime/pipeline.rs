@@ -34,6 +34,11 @@ pub(crate) struct Kernel {
     /// Named `u32` codes the shader switches on (op codes): emitted as WGSL `const`
     /// declarations, so each value is written once, on the Rust side.
     pub defs: &'static [(&'static str, u32)],
+    /// Whether the kernel handles `i32` storage (`T = i32`) correctly: copies, casts,
+    /// comparisons and index ops. Float kernels leave it false and the launch path refuses i32
+    /// tensors for them with an error naming the op, rather than computing in a type they were
+    /// not written for.
+    pub ints: bool,
 }
 
 impl Kernel {

@@ -107,7 +107,7 @@ thread_local! {
 fn push(what: &str, got: Option<&Tensor>, want: &Want, none_is_zero: bool) {
     let (store, floor) = match dtype() {
         DType::F16 => (2.0 * U16, 1e-6),
-        DType::F32 => (0.0, 1e-30),
+        DType::F32 | DType::I32 => (0.0, 1e-30),
     };
     PENDING.with(|p| {
         p.borrow_mut().push(Pending {

@@ -108,6 +108,7 @@ pub fn round_to_dtype(dtype: DType, v: f64) -> f64 {
     match dtype {
         DType::F32 => round_to::<f32>(v),
         DType::F16 => round_to::<f16>(v),
+        DType::I32 => round_to::<i32>(v),
     }
 }
 
@@ -122,6 +123,11 @@ pub fn upload(dev: &Device, data: &[f64], shape: &[usize], dtype: DType) -> Tens
         DType::F16 => Tensor::from_slice(
             dev,
             &data.iter().map(|&v| f16::from_f64(v)).collect::<Vec<_>>(),
+            shape,
+        ),
+        DType::I32 => Tensor::from_slice(
+            dev,
+            &data.iter().map(|&v| v.round() as i32).collect::<Vec<_>>(),
             shape,
         ),
     };
@@ -139,6 +145,12 @@ pub async fn download_async(t: &Tensor) -> wgtensor::Result<Vec<f64>> {
             .collect(),
         DType::F16 => t
             .to_vec_async::<f16>()
+            .await?
+            .into_iter()
+            .map(f64::from)
+            .collect(),
+        DType::I32 => t
+            .to_vec_async::<i32>()
             .await?
             .into_iter()
             .map(f64::from)

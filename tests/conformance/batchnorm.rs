@@ -559,7 +559,7 @@ fn batchnorm_train_large_f16() {
 /// doc (which do not grow with the mean) must hold.
 pub(crate) async fn large_mean_cases(dtype: DType) {
     let dist = match dtype {
-        DType::F32 => Dist::Uniform(1e4 - 1e-2, 1e4 + 1e-2),
+        DType::F32 | DType::I32 => Dist::Uniform(1e4 - 1e-2, 1e4 + 1e-2),
         DType::F16 => F16_LARGE_MEAN,
     };
     let shapes: [&[usize]; 7] = [
@@ -705,7 +705,7 @@ pub(crate) async fn cumulative_average(dtype: DType) {
     // Values below 8 and variances below 10: a few f32 roundings per update (module doc) over
     // three updates stay below 64 ulp of 16; f16 adds one f16 ulp per stored update.
     let tol = |want: f64| match dtype {
-        DType::F32 => 64.0 * EPS32 * 16.0,
+        DType::F32 | DType::I32 => 64.0 * EPS32 * 16.0,
         DType::F16 => 3.0 * ulp(DType::F16, want.abs() + 1.0) + 64.0 * EPS32 * 16.0,
     };
     let got = common::download_async(&st.running_mean).await.unwrap();

@@ -32,7 +32,7 @@ fn exponent(x: f64) -> i32 {
 /// Spacing of `dtype` values in the binade of |x| (subnormal spacing below the normal range).
 pub fn ulp(dtype: DType, x: f64) -> f64 {
     let (mant_bits, min_exp) = match dtype {
-        DType::F32 => (23, -126),
+        DType::F32 | DType::I32 => (23, -126),
         DType::F16 => (10, -14),
     };
     let e = if x == 0.0 {
@@ -57,12 +57,12 @@ pub fn representable(dtype: DType, x: f64) -> bool {
 /// - either: results in the subnormal range may be flushed to zero (allowed by WGSL).
 pub fn out_round(dtype: DType, want: f64, err32: f64) -> f64 {
     let mut tol = match dtype {
-        DType::F32 => err32,
+        DType::F32 | DType::I32 => err32,
         DType::F16 if err32 == 0.0 && representable(DType::F16, want) => 0.0,
         DType::F16 => err32 + ulp(DType::F16, want.abs() + err32),
     };
     let min_normal = match dtype {
-        DType::F32 => MIN_NORMAL32,
+        DType::F32 | DType::I32 => MIN_NORMAL32,
         DType::F16 => MIN_NORMAL16,
     };
     if want != 0.0 && want.abs() < min_normal {
@@ -169,7 +169,7 @@ pub fn compare_bits(
     want: &[f64],
 ) -> Result<(), TestCaseError> {
     let bits = |v: f64| match dtype {
-        DType::F32 => (v as f32).to_bits() as u64,
+        DType::F32 | DType::I32 => (v as f32).to_bits() as u64,
         DType::F16 => f16::from_f64(v).to_bits() as u64,
     };
     if got.len() != want.len() {

@@ -349,7 +349,7 @@ fn dists(dtype: DType, act: Activation, long_k: bool) -> BoxedStrategy<Dist> {
             Just(Dist::SignedLog(-3.0, 0.0)),
         ]
         .boxed(),
-        (_, DType::F32) => prop_oneof![
+        (_, DType::F32 | DType::I32) => prop_oneof![
             Just(Dist::SmallInt(-8, 8)),
             Just(Dist::Uniform(-100.0, 100.0)),
             Just(Dist::SignedLog(-4.0, 2.0)),
@@ -449,7 +449,7 @@ pub(crate) fn gemm_problem(
         .prop_flat_map(move |(sz, act)| {
             let dist = if exact {
                 match dtype {
-                    DType::F32 => Just(Dist::SmallInt(-8, 8)).boxed(),
+                    DType::F32 | DType::I32 => Just(Dist::SmallInt(-8, 8)).boxed(),
                     DType::F16 => Just(Dist::SmallInt(-3, 3)).boxed(),
                 }
             } else {
@@ -1222,7 +1222,7 @@ pub(crate) async fn splitk_agrees_with_unsplit(dev: &Device, dtype: DType) {
     // Small integers: |sum| <= 64 * 20000 < 2^24 in f32; f16 keeps random-sign sums of 20000
     // products of |x| <= 3 far below 65504.
     let int = match dtype {
-        DType::F32 => Dist::SmallInt(-8, 8),
+        DType::F32 | DType::I32 => Dist::SmallInt(-8, 8),
         DType::F16 => Dist::SmallInt(-3, 3),
     };
     for dist in [Dist::Uniform(-1.0, 1.0), int] {

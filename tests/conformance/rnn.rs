@@ -189,7 +189,7 @@ fn forward_tols(
     let (tol, tol_c) = seq_tol32(p);
     let tol32 = [tol, tol, tol_c];
     match p.dtype {
-        DType::F32 => tol32,
+        DType::F32 | DType::I32 => tol32,
         DType::F16 => {
             let spread = mc_spread(p.seed, &want, |st| {
                 let (y, h, c) = rnn_ref::sequence_with(
@@ -732,7 +732,7 @@ fn compare_grads(
         .map(|(_, w)| base * max_abs(w).max(1.0))
         .collect();
     let tols = match p.dtype {
-        DType::F32 => tol32,
+        DType::F32 | DType::I32 => tol32,
         DType::F16 => {
             let exact: Vec<&[f64]> = want.iter().map(|(_, w)| *w).collect();
             let spread = mc_spread(p.seed, &exact, |st| {

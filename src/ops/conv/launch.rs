@@ -26,6 +26,7 @@ static TILED: Kernel = Kernel {
     slots: &[1, 2, 3, 4],
     libs: LIBS,
     defs: &[],
+    ints: false,
 };
 static TILED_PARTIAL: Kernel = Kernel {
     name: "conv",
@@ -35,6 +36,7 @@ static TILED_PARTIAL: Kernel = Kernel {
     slots: &[1, 2, 5],
     libs: LIBS,
     defs: &[],
+    ints: false,
 };
 static SPLITK_REDUCE: Kernel = Kernel {
     name: "conv",
@@ -44,6 +46,7 @@ static SPLITK_REDUCE: Kernel = Kernel {
     slots: &[3, 4, 5],
     libs: LIBS,
     defs: &[],
+    ints: false,
 };
 static SG8: Kernel = Kernel {
     name: "conv_sg8",
@@ -53,6 +56,7 @@ static SG8: Kernel = Kernel {
     slots: &[1, 2, 3, 4],
     libs: LIBS,
     defs: &[],
+    ints: false,
 };
 static SG8_PARTIAL: Kernel = Kernel {
     name: "conv_sg8",
@@ -62,6 +66,7 @@ static SG8_PARTIAL: Kernel = Kernel {
     slots: &[1, 2, 5],
     libs: LIBS,
     defs: &[],
+    ints: false,
 };
 
 const DIRECT_SRC: &str = include_str!("../../../shaders/conv_direct.wgsl");
@@ -74,6 +79,7 @@ static DIRECT: Kernel = Kernel {
     slots: &[1, 2, 3, 4],
     libs: LIBS,
     defs: &[],
+    ints: false,
 };
 static DIRECT_L4: Kernel = Kernel {
     name: "conv_direct",
@@ -83,6 +89,7 @@ static DIRECT_L4: Kernel = Kernel {
     slots: &[1, 2, 3, 4],
     libs: LIBS,
     defs: &[],
+    ints: false,
 };
 static DIRECT_PARTIAL: Kernel = Kernel {
     name: "conv_direct",
@@ -92,6 +99,7 @@ static DIRECT_PARTIAL: Kernel = Kernel {
     slots: &[1, 2, 5],
     libs: LIBS,
     defs: &[],
+    ints: false,
 };
 const REDUCE_WG: u32 = 256;
 /// Columns per invocation (one output line) and invocations per workgroup of `conv_direct`.

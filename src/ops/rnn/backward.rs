@@ -21,6 +21,7 @@ macro_rules! backward_kernel {
             slots: &[1, 2, 3, 5, 6, 7],
             libs: BACKWARD_LIBS,
             defs: &[],
+            ints: false,
         };
     };
     ($name:ident, $src:expr, $entry:literal, gru) => {
@@ -32,6 +33,7 @@ macro_rules! backward_kernel {
             slots: &[1, 2, 3, 4, 6, 7, 8],
             libs: BACKWARD_LIBS,
             defs: &[],
+            ints: false,
         };
     };
 }

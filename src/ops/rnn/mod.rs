@@ -37,6 +37,7 @@ macro_rules! step_kernel {
             slots: &[1, 2, 3, 4, 5, 6],
             libs: LIBS,
             defs: &[],
+            ints: false,
         };
     };
     ($name:ident, $src:expr, $entry:literal, gru) => {
@@ -48,6 +49,7 @@ macro_rules! step_kernel {
             slots: &[1, 2, 3, 4, 6],
             libs: LIBS,
             defs: &[],
+            ints: false,
         };
     };
 }
@@ -63,6 +65,7 @@ static LOAD_STATE: Kernel = Kernel {
     slots: &[7, 4],
     libs: LIBS,
     defs: &[],
+    ints: false,
 };
 
 /// LSTM or GRU.

@@ -1,0 +1,359 @@
+//! Comparisons and selection (shaders/compare.wgsl): `eq ne lt le gt ge` with numpy
+//! broadcasting, producing a mask, and `where_cond(cond, a, b)`.
+//!
+//! Masks are **f32** tensors holding 1.0 where the relation holds and 0.0 elsewhere (PyTorch
+//! returns `torch.bool`; an f32 mask multiplies, sums and averages directly, e.g.
+//! `pred.eq(&labels)?.mean_all()` is the accuracy). Any tensor works as a condition: non-zero
+//! (or NaN, as PyTorch's `bool(nan)`) is true. Comparisons run in the inputs' own dtype, so
+//! i32 compares exactly; a NaN operand makes every relation false except `ne`.
+
+use bytemuck::{Pod, Zeroable};
+
+use crate::autograd::{record, sum_to, BackwardOp};
+use crate::layout::{broadcast_shapes, pack_dims, MAX_RANK};
+use crate::ops::map::WG;
+use crate::runtime::pipeline::ShaderVariant;
+use crate::runtime::{grid_1d, Access, Kernel};
+use crate::{DType, Result, Tensor};
+
+const SRC: &str = include_str!("../../shaders/compare.wgsl");
+
+static COMPARE: Kernel = Kernel {
+    name: "compare",
+    source: SRC,
+    entry: "compare",
+    bindings: &[Access::Read, Access::Read, Access::ReadWrite],
+    slots: &[1, 2, 5],
+    libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
+    defs: CMP_DEFS,
+    ints: true,
+};
+
+static SELECT: Kernel = Kernel {
+    name: "compare",
+    source: SRC,
+    entry: "select_where",
+    bindings: &[Access::Read, Access::Read, Access::Read, Access::ReadWrite],
+    slots: &[1, 2, 3, 4],
+    libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
+    defs: CMP_DEFS,
+    ints: true,
+};
+
+/// A relation between two tensors' elements ([`Tensor::compare`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmpOp {
+    /// `a == b` (`torch.eq`).
+    Eq,
+    /// `a != b` (`torch.ne`); true when either is NaN.
+    Ne,
+    /// `a < b` (`torch.lt`).
+    Lt,
+    /// `a <= b` (`torch.le`).
+    Le,
+    /// `a > b` (`torch.gt`).
+    Gt,
+    /// `a >= b` (`torch.ge`).
+    Ge,
+}
+
+/// The compare kernel's op codes (the `CmpOp` discriminants), emitted as WGSL constants.
+const CMP_DEFS: &[(&str, u32)] = &[
+    ("CMP_EQ", CmpOp::Eq as u32),
+    ("CMP_NE", CmpOp::Ne as u32),
+    ("CMP_LT", CmpOp::Lt as u32),
+    ("CMP_LE", CmpOp::Le as u32),
+    ("CMP_GT", CmpOp::Gt as u32),
+    ("CMP_GE", CmpOp::Ge as u32),
+];
+
+impl CmpOp {
+    fn name(self) -> &'static str {
+        ["eq", "ne", "lt", "le", "gt", "ge"][self as usize]
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct CompareParams {
+    numel: u32,
+    rank: u32,
+    off_a: u32,
+    off_b: u32,
+    off_c: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+    shape: [u32; MAX_RANK],
+    sa: [u32; MAX_RANK],
+    sb: [u32; MAX_RANK],
+    sc: [u32; MAX_RANK],
+}
+
+/// Params for output `shape` reading each tensor of `inputs` broadcast to it.
+fn params(shape: &[usize], inputs: &[&Tensor]) -> Result<CompareParams> {
+    let mut p = CompareParams::zeroed();
+    p.numel = shape.iter().product::<usize>() as u32;
+    p.rank = shape.len() as u32;
+    p.shape = pack_dims(shape);
+    let slots: [(&mut u32, &mut [u32; MAX_RANK]); 3] = [
+        (&mut p.off_a, &mut p.sa),
+        (&mut p.off_b, &mut p.sb),
+        (&mut p.off_c, &mut p.sc),
+    ];
+    for ((off, strides), t) in slots.into_iter().zip(inputs) {
+        let l = t.layout.broadcast_to(shape)?;
+        *off = l.offset() as u32;
+        *strides = pack_dims(l.strides());
+    }
+    Ok(p)
+}
+
+fn grid(op: &'static str, t: &Tensor, n: usize) -> Result<[u32; 3]> {
+    grid_1d(
+        op,
+        (n as u64).div_ceil(WG as u64),
+        t.device().limits().max_compute_workgroups_per_dimension,
+    )
+}
+
+impl Tensor {
+    /// The mask of `self (op) other` with broadcasting: an f32 tensor of 1.0 / 0.0 (see the
+    /// module docs of [`compare`](crate::ops::compare)). Both tensors must have the same dtype
+    /// (f32, f16 or i32). Never tracked by autograd (a mask has no gradient).
+    ///
+    /// ```ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// use wgtensor::{Device, Tensor};
+    /// let dev = Device::new()?;
+    /// let pred = Tensor::from_slice(&dev, &[1i32, 2, 3, 0], &[4])?;
+    /// let labels = Tensor::from_slice(&dev, &[1i32, 0, 3, 0], &[4])?;
+    /// let hit = pred.eq(&labels)?; // [1.0, 0.0, 1.0, 1.0]
+    /// assert_eq!(hit.mean_all()?.to_vec::<f32>()?, vec![0.75]); // accuracy
+    /// # Ok(()) }
+    /// ```
+    pub fn compare(&self, other: &Tensor, op: CmpOp) -> Result<Tensor> {
+        let name = op.name();
+        self.same_device(name, other)?;
+        self.same_dtype(name, other)?;
+        let shape = broadcast_shapes(name, self.shape(), other.shape())?;
+        let dev = self.device();
+        let out = Tensor::empty(dev, name, &shape, DType::F32)?;
+        let n = out.numel();
+        if n == 0 {
+            return Ok(out);
+        }
+        let p = params(&shape, &[self, other])?;
+        dev.launch(
+            name,
+            &COMPARE,
+            &[self.dtype, DType::I32],
+            &[("OP", op as u32 as f64), ("WG", WG as f64)],
+            bytemuck::bytes_of(&p),
+            &[self.buffer(), other.buffer(), out.buffer()],
+            grid(name, self, n)?,
+        )?;
+        Ok(out)
+    }
+
+    /// [`Tensor::compare`] against a scalar (PyTorch's `x > 0.5`). For an i32 tensor and a
+    /// scalar with a fraction, both compare as f32, as PyTorch promotes them.
+    pub fn compare_scalar(&self, s: f64, op: CmpOp) -> Result<Tensor> {
+        if self.dtype == DType::I32 && s.fract() != 0.0 {
+            let x = self.to_dtype(DType::F32)?;
+            let t = Tensor::full(self.device(), &[], s, DType::F32)?;
+            return x.compare(&t, op);
+        }
+        let t = Tensor::full(self.device(), &[], s, self.dtype)?;
+        self.compare(&t, op)
+    }
+
+    /// `self == other` elementwise, as an f32 mask ([`Tensor::compare`]).
+    pub fn eq(&self, other: &Tensor) -> Result<Tensor> {
+        self.compare(other, CmpOp::Eq)
+    }
+    /// `self != other` elementwise, as an f32 mask ([`Tensor::compare`]).
+    pub fn ne(&self, other: &Tensor) -> Result<Tensor> {
+        self.compare(other, CmpOp::Ne)
+    }
+    /// `self < other` elementwise, as an f32 mask ([`Tensor::compare`]).
+    pub fn lt(&self, other: &Tensor) -> Result<Tensor> {
+        self.compare(other, CmpOp::Lt)
+    }
+    /// `self <= other` elementwise, as an f32 mask ([`Tensor::compare`]).
+    pub fn le(&self, other: &Tensor) -> Result<Tensor> {
+        self.compare(other, CmpOp::Le)
+    }
+    /// `self > other` elementwise, as an f32 mask ([`Tensor::compare`]).
+    pub fn gt(&self, other: &Tensor) -> Result<Tensor> {
+        self.compare(other, CmpOp::Gt)
+    }
+    /// `self >= other` elementwise, as an f32 mask ([`Tensor::compare`]).
+    pub fn ge(&self, other: &Tensor) -> Result<Tensor> {
+        self.compare(other, CmpOp::Ge)
+    }
+    /// `self == s`, as an f32 mask ([`Tensor::compare_scalar`]).
+    pub fn eq_scalar(&self, s: f64) -> Result<Tensor> {
+        self.compare_scalar(s, CmpOp::Eq)
+    }
+    /// `self != s`, as an f32 mask ([`Tensor::compare_scalar`]).
+    pub fn ne_scalar(&self, s: f64) -> Result<Tensor> {
+        self.compare_scalar(s, CmpOp::Ne)
+    }
+    /// `self < s`, as an f32 mask ([`Tensor::compare_scalar`]).
+    pub fn lt_scalar(&self, s: f64) -> Result<Tensor> {
+        self.compare_scalar(s, CmpOp::Lt)
+    }
+    /// `self <= s`, as an f32 mask ([`Tensor::compare_scalar`]).
+    pub fn le_scalar(&self, s: f64) -> Result<Tensor> {
+        self.compare_scalar(s, CmpOp::Le)
+    }
+    /// `self > s`, as an f32 mask ([`Tensor::compare_scalar`]).
+    pub fn gt_scalar(&self, s: f64) -> Result<Tensor> {
+        self.compare_scalar(s, CmpOp::Gt)
+    }
+    /// `self >= s`, as an f32 mask ([`Tensor::compare_scalar`]).
+    pub fn ge_scalar(&self, s: f64) -> Result<Tensor> {
+        self.compare_scalar(s, CmpOp::Ge)
+    }
+
+    /// PyTorch's `torch.where(self, on_true, on_false)`: `on_true` where this condition is
+    /// true (non-zero or NaN), else `on_false`, all three broadcast together. The condition may
+    /// have any dtype; `on_true` and `on_false` share one (f32, f16 or i32), which the result
+    /// has. Gradients flow to `on_true` where the condition holds and to `on_false` elsewhere.
+    ///
+    /// ```ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// use wgtensor::{Device, Tensor};
+    /// let dev = Device::new()?;
+    /// let x = Tensor::from_slice(&dev, &[-1.0f32, 2.0, -3.0], &[3])?;
+    /// let zero = Tensor::zeros(&dev, &[], x.dtype())?;
+    /// let y = x.gt_scalar(0.0)?.where_cond(&x, &zero)?; // relu
+    /// assert_eq!(y.to_vec::<f32>()?, vec![0.0, 2.0, 0.0]);
+    /// # Ok(()) }
+    /// ```
+    pub fn where_cond(&self, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
+        let out = where_forward(self, on_true, on_false)?;
+        Ok(record(out, &[on_true, on_false], |_| {
+            Box::new(WhereBackward {
+                cond: self.clone(),
+                a_shape: on_true.shape().to_vec(),
+                b_shape: on_false.shape().to_vec(),
+            })
+        }))
+    }
+}
+
+/// PyTorch's `torch.where(cond, on_true, on_false)` ([`Tensor::where_cond`]).
+pub fn where_cond(cond: &Tensor, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
+    cond.where_cond(on_true, on_false)
+}
+
+fn where_forward(cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let name = "where";
+    a.same_device(name, b)?;
+    a.same_device(name, cond)?;
+    a.same_dtype(name, b)?;
+    let ab = broadcast_shapes(name, a.shape(), b.shape())?;
+    let shape = broadcast_shapes(name, &ab, cond.shape())?;
+    let dev = a.device();
+    let out = Tensor::empty(dev, name, &shape, a.dtype)?;
+    let n = out.numel();
+    if n == 0 {
+        return Ok(out);
+    }
+    let p = params(&shape, &[a, b, cond])?;
+    dev.launch(
+        name,
+        &SELECT,
+        &[a.dtype, cond.dtype],
+        &[("OP", 0.0), ("WG", WG as f64)],
+        bytemuck::bytes_of(&p),
+        &[a.buffer(), b.buffer(), cond.buffer(), out.buffer()],
+        grid(name, a, n)?,
+    )?;
+    Ok(out)
+}
+
+struct WhereBackward {
+    cond: Tensor,
+    a_shape: Vec<usize>,
+    b_shape: Vec<usize>,
+}
+
+impl BackwardOp for WhereBackward {
+    fn name(&self) -> &'static str {
+        "where"
+    }
+
+    fn backward(&self, grads: &[Option<Tensor>], needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+        let Some(g) = grads.first().and_then(Option::as_ref) else {
+            return Ok(vec![None, None]);
+        };
+        let zero = Tensor::zeros(g.device(), &[], g.dtype)?;
+        let ga = if needs.first() == Some(&true) {
+            Some(sum_to(
+                &where_forward(&self.cond, g, &zero)?,
+                &self.a_shape,
+            )?)
+        } else {
+            None
+        };
+        let gb = if needs.get(1) == Some(&true) {
+            Some(sum_to(
+                &where_forward(&self.cond, &zero, g)?,
+                &self.b_shape,
+            )?)
+        } else {
+            None
+        };
+        Ok(vec![ga, gb])
+    }
+}
+
+#[doc(hidden)]
+pub fn compare_variants() -> Vec<ShaderVariant> {
+    let mut v = Vec::new();
+    for dt in [DType::F32, DType::F16, DType::I32] {
+        // `compare` launches with U = i32; the other U sources list it too, so every entry
+        // point of every module built is covered.
+        for cond in [DType::F32, DType::F16, DType::I32] {
+            for &(_, code) in CMP_DEFS {
+                v.push(ShaderVariant::new(
+                    &COMPARE,
+                    &[dt, cond],
+                    &[("OP", code as f64), ("WG", WG as f64)],
+                ));
+            }
+            v.push(ShaderVariant::new(
+                &SELECT,
+                &[dt, cond],
+                &[("OP", 0.0), ("WG", WG as f64)],
+            ));
+        }
+    }
+    v
+}
+
+/// The params struct's layout, checked against the shader's `struct Params` in tests/shaders.rs.
+#[doc(hidden)]
+pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
+    crate::runtime::pipeline::params_layout!(
+        COMPARE,
+        &[DType::F32, DType::I32],
+        CompareParams {
+            numel,
+            rank,
+            off_a,
+            off_b,
+            off_c,
+            _pad0,
+            _pad1,
+            _pad2,
+            shape,
+            sa,
+            sb,
+            sc
+        }
+    )
+}

@@ -1,0 +1,667 @@
+//! Index ops (shaders/index.wgsl): `argmax`/`argmin`, `gather`, `index_select`,
+//! `scatter_add`, `embedding` and `one_hot`, with PyTorch's names, shapes and rules. Indices are
+//! [`DType::I32`] tensors.
+//!
+//! Index values live on the device, so they are not checked on the host (that would need a
+//! readback per op): an index outside `[0, n)` reads NaN in float results (0 in i32 results)
+//! and contributes nothing to `scatter_add` and to gradients. It is never an out-of-bounds
+//! access, and the NaN shows up in any loss computed from it.
+//!
+//! The backward of `gather`, `index_select` and `embedding` is a `scatter_add`, computed as a
+//! gather over the index (each output element sums its matches in index order) rather than
+//! with float atomics: the same inputs give the same bits on every run and backend.
+
+use bytemuck::{Pod, Zeroable};
+
+use crate::autograd::{record, BackwardOp};
+use crate::layout::{pack_dims, Layout, MAX_RANK};
+use crate::ops::map::WG;
+use crate::runtime::pipeline::ShaderVariant;
+use crate::runtime::{grid_1d, Access, Kernel};
+use crate::{DType, Error, Result, Tensor};
+
+const SRC: &str = include_str!("../../shaders/index.wgsl");
+
+static ARGEXT: Kernel = Kernel {
+    name: "index",
+    source: SRC,
+    entry: "argext",
+    bindings: &[Access::Read, Access::ReadWrite],
+    slots: &[1, 5],
+    libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
+    defs: INDEX_DEFS,
+    ints: true,
+};
+
+static GATHER: Kernel = Kernel {
+    name: "index",
+    source: SRC,
+    entry: "gather",
+    bindings: &[Access::Read, Access::Read, Access::ReadWrite],
+    slots: &[1, 2, 4],
+    libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
+    defs: INDEX_DEFS,
+    ints: true,
+};
+
+static SCATTER_ADD: Kernel = Kernel {
+    name: "index",
+    source: SRC,
+    entry: "scatter_add",
+    bindings: &[Access::Read, Access::Read, Access::Read, Access::ReadWrite],
+    slots: &[1, 2, 3, 4],
+    libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
+    defs: INDEX_DEFS,
+    // Accumulates in f32: float data only (checked before the launch).
+    ints: false,
+};
+
+/// The argext kernel's op codes, emitted as WGSL constants.
+const INDEX_DEFS: &[(&str, u32)] = &[("ARG_MAX", 0), ("ARG_MIN", 1)];
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct IndexParams {
+    numel: u32,
+    rank: u32,
+    dim: u32,
+    len: u32,
+    off_x: u32,
+    off_i: u32,
+    off_s: u32,
+    skip: i32,
+    shape: [u32; MAX_RANK],
+    sx: [u32; MAX_RANK],
+    si: [u32; MAX_RANK],
+    ss: [u32; MAX_RANK],
+    ishape: [u32; MAX_RANK],
+}
+
+fn grid(op: &'static str, t: &Tensor, n: usize) -> Result<[u32; 3]> {
+    grid_1d(
+        op,
+        (n as u64).div_ceil(WG as u64),
+        t.device().limits().max_compute_workgroups_per_dimension,
+    )
+}
+
+fn require_index(op: &'static str, what: &str, index: &Tensor) -> Result<()> {
+    if index.dtype != DType::I32 {
+        return Err(Error::arg(
+            op,
+            format!("{what} must be an i32 tensor, got {:?}", index.dtype),
+        ));
+    }
+    Ok(())
+}
+
+fn overrides(op: u32, dtype: DType, has_base: bool) -> [(&'static str, f64); 4] {
+    [
+        ("OP", op as f64),
+        ("WG", WG as f64),
+        ("FLOAT", dtype.is_float() as u32 as f64),
+        ("HAS_BASE", has_base as u32 as f64),
+    ]
+}
+
+impl Tensor {
+    /// The index of the largest element along `dim` (PyTorch's `argmax(dim, keepdim)`), as
+    /// an i32 tensor: the first one among equal maxima, and the first NaN if there is one (NaN
+    /// counts as the maximum, as in PyTorch). Works on f32, f16 and i32 tensors. Errors when
+    /// `dim` is out of range or has size 0.
+    ///
+    /// ```ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// use wgtensor::{Device, Tensor};
+    /// let dev = Device::new()?;
+    /// let logits = Tensor::from_slice(&dev, &[0.1f32, 2.0, 2.0, 5.0, -1.0, 0.0], &[2, 3])?;
+    /// assert_eq!(logits.argmax(1, false)?.to_vec::<i32>()?, vec![1, 0]);
+    /// # Ok(()) }
+    /// ```
+    pub fn argmax(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
+        argext(self, "argmax", 0, dim, keepdim)
+    }
+
+    /// The index of the smallest element along `dim` (PyTorch's `argmin(dim, keepdim)`); ties
+    /// and NaN as [`Tensor::argmax`].
+    pub fn argmin(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
+        argext(self, "argmin", 1, dim, keepdim)
+    }
+
+    /// The flat (row-major) index of the largest element, a 0-d i32 tensor (PyTorch's
+    /// `argmax()` with no dim). Errors for an empty tensor.
+    pub fn argmax_all(&self) -> Result<Tensor> {
+        let flat = self.reshape_untracked(&[self.numel()])?;
+        argext(&flat, "argmax", 0, 0, false)
+    }
+
+    /// The flat index of the smallest element, a 0-d i32 tensor (PyTorch's `argmin()`).
+    pub fn argmin_all(&self) -> Result<Tensor> {
+        let flat = self.reshape_untracked(&[self.numel()])?;
+        argext(&flat, "argmin", 1, 0, false)
+    }
+
+    /// PyTorch's `torch.gather(self, dim, index)`: `out[i][j][k] = self[index[i][j][k]][j][k]`
+    /// for `dim = 0` (and so on). `index` is an i32 tensor of the same rank whose size along
+    /// every other dim is at most `self`'s; the result has `index`'s shape and `self`'s dtype.
+    /// Out-of-range indices read NaN (see the [module docs](crate::ops::index)). Differentiable
+    /// in `self` (the gradient scatter-adds back, deterministically).
+    ///
+    /// ```ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// use wgtensor::{Device, Tensor};
+    /// let dev = Device::new()?;
+    /// let logp = Tensor::from_slice(&dev, &[-0.1f32, -2.3, -1.2, -0.4], &[2, 2])?;
+    /// let target = Tensor::from_slice(&dev, &[1i32, 0], &[2, 1])?;
+    /// assert_eq!(logp.gather(1, &target)?.to_vec::<f32>()?, vec![-2.3, -1.2]);
+    /// # Ok(()) }
+    /// ```
+    pub fn gather(&self, dim: isize, index: &Tensor) -> Result<Tensor> {
+        let op = "gather";
+        self.same_device(op, index)?;
+        require_index(op, "index", index)?;
+        let d = Layout::normalize_dim(op, dim, self.rank().max(1))?;
+        if index.rank() != self.rank() {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "index rank {} must equal input rank {} (index shape {:?}, input shape {:?})",
+                    index.rank(),
+                    self.rank(),
+                    index.shape(),
+                    self.shape()
+                ),
+            ));
+        }
+        for k in 0..self.rank() {
+            if k != d && index.shape()[k] > self.shape()[k] {
+                return Err(Error::shape(
+                    op,
+                    format!(
+                        "index shape {:?} exceeds input shape {:?} at dim {k} (only dim {d} may differ)",
+                        index.shape(),
+                        self.shape()
+                    ),
+                ));
+            }
+        }
+        let out = gather_forward(op, self, d, &index.layout, index)?;
+        Ok(record(out, &[self], |_| {
+            Box::new(GatherBackward {
+                op,
+                shape: self.shape().to_vec(),
+                dim: d,
+                index: index.clone(),
+                index_layout: index.layout.clone(),
+                skip: -1,
+            })
+        }))
+    }
+
+    /// PyTorch's `torch.index_select(self, dim, index)`: the entries of `self` along `dim` at
+    /// the positions `index` (a 1-D i32 tensor) lists, in its order, repeats allowed. The
+    /// result has `self`'s shape with `dim` resized to `index`'s length. Out-of-range indices
+    /// read NaN (see the [module docs](crate::ops::index)). Differentiable in `self`.
+    ///
+    /// ```ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// use wgtensor::{Device, Tensor};
+    /// let dev = Device::new()?;
+    /// let x = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2])?;
+    /// let rows = Tensor::from_slice(&dev, &[2i32, 0, 2], &[3])?;
+    /// let y = x.index_select(0, &rows)?;
+    /// assert_eq!(y.to_vec::<f32>()?, vec![5.0, 6.0, 1.0, 2.0, 5.0, 6.0]);
+    /// # Ok(()) }
+    /// ```
+    pub fn index_select(&self, dim: isize, index: &Tensor) -> Result<Tensor> {
+        index_select_impl(self, "index_select", dim, index, -1)
+    }
+
+    /// PyTorch's out-of-place `self.scatter_add(dim, index, src)`: a copy of `self` to which
+    /// each `src[i][j][k]` is added at `[index[i][j][k]][j][k]` (for `dim = 0`). `index` (i32)
+    /// and `src` have `self`'s rank; `index` is no larger than `src` on every dim and no larger
+    /// than `self` on every dim but `dim`. Sums run in index order in f32: deterministic.
+    /// Out-of-range indices add nothing. Differentiable in `self` and `src`.
+    ///
+    /// ```ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// use wgtensor::{DType, Device, Tensor};
+    /// let dev = Device::new()?;
+    /// let counts = Tensor::zeros(&dev, &[3], DType::F32)?;
+    /// let labels = Tensor::from_slice(&dev, &[2i32, 0, 2, 2], &[4])?;
+    /// let ones = Tensor::ones(&dev, &[4], DType::F32)?;
+    /// let hist = counts.scatter_add(0, &labels, &ones)?;
+    /// assert_eq!(hist.to_vec::<f32>()?, vec![1.0, 0.0, 3.0]);
+    /// # Ok(()) }
+    /// ```
+    pub fn scatter_add(&self, dim: isize, index: &Tensor, src: &Tensor) -> Result<Tensor> {
+        let op = "scatter_add";
+        self.same_device(op, index)?;
+        self.same_device(op, src)?;
+        self.same_dtype(op, src)?;
+        self.require_float(op)?;
+        require_index(op, "index", index)?;
+        let d = Layout::normalize_dim(op, dim, self.rank().max(1))?;
+        if index.rank() != self.rank() || src.rank() != self.rank() {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "self {:?}, index {:?} and src {:?} must have the same rank",
+                    self.shape(),
+                    index.shape(),
+                    src.shape()
+                ),
+            ));
+        }
+        for k in 0..self.rank() {
+            let (i, s, x) = (index.shape()[k], src.shape()[k], self.shape()[k]);
+            if i > s || (k != d && i > x) {
+                return Err(Error::shape(
+                    op,
+                    format!(
+                        "index shape {:?} must not exceed src shape {:?} on any dim, nor self shape {:?} on dims other than {d}",
+                        index.shape(),
+                        src.shape(),
+                        self.shape()
+                    ),
+                ));
+            }
+        }
+        let out = scatter_add_forward(
+            op,
+            Some(self),
+            self.shape(),
+            d,
+            index,
+            &index.layout,
+            src,
+            -1,
+        )?;
+        Ok(record(out, &[self, src], |_| {
+            Box::new(ScatterAddBackward {
+                dim: d,
+                index: index.clone(),
+                src_shape: src.shape().to_vec(),
+            })
+        }))
+    }
+
+    /// PyTorch's `F.one_hot(self, num_classes)`: for an i32 tensor of class indices, an i32
+    /// tensor with one more (last) dim of size `num_classes`, 1 at each index and 0 elsewhere.
+    /// An index outside `[0, num_classes)` gives a row of zeros (PyTorch raises; the device
+    /// cannot without a readback). Convert with `to_dtype` to use it as float input.
+    pub fn one_hot(&self, num_classes: usize) -> Result<Tensor> {
+        let op = "one_hot";
+        require_index(op, "input", self)?;
+        if num_classes > i32::MAX as usize {
+            return Err(Error::arg(
+                op,
+                format!("num_classes {num_classes} exceeds the i32 range"),
+            ));
+        }
+        let classes = Tensor::arange(self.device(), 0.0, num_classes as f64, 1.0, DType::I32)?;
+        self.unsqueeze(-1)?.eq(&classes)?.to_dtype(DType::I32)
+    }
+}
+
+/// PyTorch's `F.embedding(input, weight, padding_idx)`: the rows of `weight` (`[V, E]`) at
+/// the i32 indices `input` (any shape), giving `input.shape + [E]`. The row `padding_idx`
+/// (negative counts from the end) gets no gradient, as in PyTorch; its forward value is the
+/// row as it is. Out-of-range indices read NaN (see the [module docs](crate::ops::index)).
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::{ops, Device, Tensor};
+/// let dev = Device::new()?;
+/// let table = Tensor::from_slice(&dev, &[0.0f32, 0.0, 1.0, 2.0, 3.0, 4.0], &[3, 2])?;
+/// let ids = Tensor::from_slice(&dev, &[2i32, 1, 0, 2], &[2, 2])?;
+/// let e = ops::embedding(&ids, &table, Some(0))?;
+/// assert_eq!(e.shape(), &[2, 2, 2]);
+/// assert_eq!(e.to_vec::<f32>()?, vec![3.0, 4.0, 1.0, 2.0, 0.0, 0.0, 3.0, 4.0]);
+/// # Ok(()) }
+/// ```
+pub fn embedding(input: &Tensor, weight: &Tensor, padding_idx: Option<i64>) -> Result<Tensor> {
+    let op = "embedding";
+    input.same_device(op, weight)?;
+    require_index(op, "input", input)?;
+    if weight.rank() != 2 {
+        return Err(Error::shape(
+            op,
+            format!(
+                "weight must be [num_embeddings, embedding_dim], got {:?}",
+                weight.shape()
+            ),
+        ));
+    }
+    let v = weight.shape()[0] as i64;
+    let skip = match padding_idx {
+        None => -1,
+        Some(p) if (-v..v).contains(&p) => (if p < 0 { p + v } else { p }) as i32,
+        Some(p) => {
+            return Err(Error::arg(
+                op,
+                format!("padding_idx {p} must be within num_embeddings {v}"),
+            ))
+        }
+    };
+    let flat = input.reshape_untracked(&[input.numel()])?;
+    let rows = index_select_impl(weight, op, 0, &flat, skip)?;
+    let mut shape = input.shape().to_vec();
+    shape.push(weight.shape()[1]);
+    rows.reshape(&shape)
+}
+
+fn argext(x: &Tensor, op: &'static str, code: u32, dim: isize, keepdim: bool) -> Result<Tensor> {
+    let d = Layout::normalize_dim(op, dim, x.rank().max(1))?;
+    let len = x.shape().get(d).copied().unwrap_or(1);
+    if len == 0 {
+        return Err(Error::shape(
+            op,
+            format!(
+                "cannot take {op} of dim {d} of size 0 (shape {:?})",
+                x.shape()
+            ),
+        ));
+    }
+    let mut kept = x.shape().to_vec();
+    if x.rank() > 0 {
+        kept[d] = 1;
+    }
+    let out_shape: Vec<usize> = if keepdim || x.rank() == 0 {
+        kept.clone()
+    } else {
+        kept.iter()
+            .enumerate()
+            .filter(|&(k, _)| k != d)
+            .map(|(_, &s)| s)
+            .collect()
+    };
+    let dev = x.device();
+    let out = Tensor::empty(dev, op, &out_shape, DType::I32)?;
+    let n = out.numel();
+    if n == 0 {
+        return Ok(out);
+    }
+    let mut p = IndexParams::zeroed();
+    p.numel = n as u32;
+    p.rank = x.rank() as u32;
+    p.dim = if x.rank() == 0 { 0 } else { d as u32 };
+    p.len = len as u32;
+    p.off_x = x.layout.offset() as u32;
+    p.shape = pack_dims(&kept);
+    p.sx = pack_dims(x.strides());
+    dev.launch(
+        op,
+        &ARGEXT,
+        &[x.dtype],
+        &overrides(code, x.dtype, false),
+        bytemuck::bytes_of(&p),
+        &[x.buffer(), out.buffer()],
+        grid(op, x, n)?,
+    )?;
+    Ok(out)
+}
+
+/// `out[c] = x[c with c[dim] = index[c]]` over the output shape `il.shape()`, reading the index
+/// through the layout `il` (possibly a broadcast view of `index`).
+fn gather_forward(
+    op: &'static str,
+    x: &Tensor,
+    dim: usize,
+    il: &Layout,
+    index: &Tensor,
+) -> Result<Tensor> {
+    let dev = x.device();
+    let out = Tensor::empty(dev, op, il.shape(), x.dtype)?;
+    let n = out.numel();
+    if n == 0 {
+        return Ok(out);
+    }
+    let mut p = IndexParams::zeroed();
+    p.numel = n as u32;
+    p.rank = il.rank() as u32;
+    p.dim = dim as u32;
+    p.len = x.shape().get(dim).copied().unwrap_or(1) as u32;
+    p.off_x = x.layout.offset() as u32;
+    p.off_i = il.offset() as u32;
+    p.shape = pack_dims(il.shape());
+    p.sx = pack_dims(x.strides());
+    p.si = pack_dims(il.strides());
+    dev.launch(
+        op,
+        &GATHER,
+        &[x.dtype],
+        &overrides(0, x.dtype, false),
+        bytemuck::bytes_of(&p),
+        &[x.buffer(), index.buffer(), out.buffer()],
+        grid(op, x, n)?,
+    )?;
+    Ok(out)
+}
+
+/// `out[c] = base[c] + sum_j src[c with dim = j] * (index[c with dim = j] == c[dim])` over
+/// `shape`, reading the index through `il` (whose shape bounds the contributing region) and
+/// skipping the row `skip` (-1: none).
+#[allow(clippy::too_many_arguments)]
+fn scatter_add_forward(
+    op: &'static str,
+    base: Option<&Tensor>,
+    shape: &[usize],
+    dim: usize,
+    index: &Tensor,
+    il: &Layout,
+    src: &Tensor,
+    skip: i32,
+) -> Result<Tensor> {
+    src.require_float(op)?;
+    let dev = src.device();
+    let out = Tensor::empty(dev, op, shape, src.dtype)?;
+    let n = out.numel();
+    if n == 0 {
+        return Ok(out);
+    }
+    let mut p = IndexParams::zeroed();
+    p.numel = n as u32;
+    p.rank = shape.len() as u32;
+    p.dim = dim as u32;
+    p.len = il.shape().get(dim).copied().unwrap_or(1) as u32;
+    p.off_x = src.layout.offset() as u32;
+    p.off_i = il.offset() as u32;
+    p.skip = skip;
+    p.shape = pack_dims(shape);
+    p.sx = pack_dims(src.strides());
+    p.si = pack_dims(il.strides());
+    p.ishape = pack_dims(il.shape());
+    if let Some(b) = base {
+        p.off_s = b.layout.offset() as u32;
+        p.ss = pack_dims(b.strides());
+    }
+    // Without a base the src buffer fills the unused binding (read-only twice is allowed).
+    let base_buf = base.map_or(src.buffer(), |b| b.buffer());
+    dev.launch(
+        op,
+        &SCATTER_ADD,
+        &[src.dtype],
+        &overrides(0, src.dtype, base.is_some()),
+        bytemuck::bytes_of(&p),
+        &[src.buffer(), index.buffer(), base_buf, out.buffer()],
+        grid(op, src, n)?,
+    )?;
+    Ok(out)
+}
+
+/// index_select through a broadcast view of the 1-D index, so gather does the work; `skip` is
+/// the row that gets no gradient (embedding's padding_idx).
+fn index_select_impl(
+    x: &Tensor,
+    op: &'static str,
+    dim: isize,
+    index: &Tensor,
+    skip: i32,
+) -> Result<Tensor> {
+    x.same_device(op, index)?;
+    require_index(op, "index", index)?;
+    if index.rank() > 1 {
+        return Err(Error::shape(
+            op,
+            format!("index must be 1-D, got shape {:?}", index.shape()),
+        ));
+    }
+    if x.rank() == 0 {
+        return Err(Error::shape(
+            op,
+            "input must have at least one dim, got a scalar",
+        ));
+    }
+    let d = Layout::normalize_dim(op, dim, x.rank())?;
+    let l = index.numel();
+    let mut out_shape = x.shape().to_vec();
+    out_shape[d] = l;
+    let mut lifted = vec![1; x.rank()];
+    lifted[d] = l;
+    let il = index
+        .layout
+        .reshape(&lifted)
+        .ok_or_else(|| Error::shape(op, "internal: a 1-D index must reshape"))?
+        .broadcast_to(&out_shape)?;
+    let out = gather_forward(op, x, d, &il, index)?;
+    Ok(record(out, &[x], |_| {
+        Box::new(GatherBackward {
+            op,
+            shape: x.shape().to_vec(),
+            dim: d,
+            index: index.clone(),
+            index_layout: il,
+            skip,
+        })
+    }))
+}
+
+/// gather / index_select / embedding: the gradient scatter-adds back into the input's shape.
+struct GatherBackward {
+    op: &'static str,
+    shape: Vec<usize>,
+    dim: usize,
+    index: Tensor,
+    index_layout: Layout,
+    skip: i32,
+}
+
+impl BackwardOp for GatherBackward {
+    fn name(&self) -> &'static str {
+        self.op
+    }
+
+    fn backward(&self, grads: &[Option<Tensor>], _needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+        let Some(g) = grads.first().and_then(Option::as_ref) else {
+            return Ok(vec![None]);
+        };
+        let gx = scatter_add_forward(
+            self.op,
+            None,
+            &self.shape,
+            self.dim,
+            &self.index,
+            &self.index_layout,
+            g,
+            self.skip,
+        )?;
+        Ok(vec![Some(gx)])
+    }
+}
+
+struct ScatterAddBackward {
+    dim: usize,
+    index: Tensor,
+    src_shape: Vec<usize>,
+}
+
+impl BackwardOp for ScatterAddBackward {
+    fn name(&self) -> &'static str {
+        "scatter_add"
+    }
+
+    fn backward(&self, grads: &[Option<Tensor>], needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+        let Some(g) = grads.first().and_then(Option::as_ref) else {
+            return Ok(vec![None, None]);
+        };
+        let g_self = (needs.first() == Some(&true)).then(|| g.clone());
+        let g_src = if needs.get(1) == Some(&true) {
+            // src entries outside the index's extent receive nothing: pad with zeros.
+            let picked =
+                gather_forward("scatter_add", g, self.dim, &self.index.layout, &self.index)?;
+            let pads: Vec<usize> = self
+                .index
+                .shape()
+                .iter()
+                .zip(&self.src_shape)
+                .rev()
+                .flat_map(|(&i, &s)| [0, s - i])
+                .collect();
+            if pads.iter().all(|&p| p == 0) {
+                Some(picked)
+            } else {
+                Some(crate::ops::pad(
+                    &picked,
+                    &pads,
+                    crate::ops::PadMode::Constant,
+                    0.0,
+                )?)
+            }
+        } else {
+            None
+        };
+        Ok(vec![g_self, g_src])
+    }
+}
+
+#[doc(hidden)]
+pub fn index_variants() -> Vec<ShaderVariant> {
+    let mut v = Vec::new();
+    for dt in [DType::F32, DType::F16, DType::I32] {
+        for &(_, code) in INDEX_DEFS {
+            v.push(ShaderVariant::new(
+                &ARGEXT,
+                &[dt],
+                &overrides(code, dt, false),
+            ));
+        }
+        v.push(ShaderVariant::new(&GATHER, &[dt], &overrides(0, dt, false)));
+        // scatter_add only launches for floats; the i32 module lists it too so every entry
+        // point of every module built is translated by the shader tests.
+        for base in [false, true] {
+            if dt.is_float() || !base {
+                v.push(ShaderVariant::new(
+                    &SCATTER_ADD,
+                    &[dt],
+                    &overrides(0, dt, base),
+                ));
+            }
+        }
+    }
+    v
+}
+
+/// The params struct's layout, checked against the shader's `struct Params` in tests/shaders.rs.
+#[doc(hidden)]
+pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
+    crate::runtime::pipeline::params_layout!(
+        GATHER,
+        &[DType::F32],
+        IndexParams {
+            numel,
+            rank,
+            dim,
+            len,
+            off_x,
+            off_i,
+            off_s,
+            skip,
+            shape,
+            sx,
+            si,
+            ss,
+            ishape
+        }
+    )
+}

@@ -1,0 +1,374 @@
+//! Class-index losses (shaders/nll.wgsl): PyTorch's `nll_loss`, and `cross_entropy` with
+//! class-index targets (log_softmax, then nll, plus label smoothing composed from the
+//! elementwise ops). Targets are [`DType::I32`] tensors.
+
+use bytemuck::{Pod, Zeroable};
+
+use crate::autograd::{record, BackwardOp};
+use crate::ops::loss::{CrossEntropyOptions, Reduction};
+use crate::ops::map::WG;
+use crate::runtime::pipeline::ShaderVariant;
+use crate::runtime::{grid_1d, Access, Kernel};
+use crate::{DType, Error, Result, Tensor};
+
+const SRC: &str = include_str!("../../shaders/nll.wgsl");
+
+static NLL: Kernel = Kernel {
+    name: "nll",
+    source: SRC,
+    entry: "nll",
+    bindings: &[
+        Access::Read,
+        Access::Read,
+        Access::Read,
+        Access::ReadWrite,
+        Access::ReadWrite,
+    ],
+    slots: &[1, 2, 3, 4, 5],
+    libs: &[],
+    defs: &[],
+    ints: false,
+};
+
+static NLL_BACKWARD: Kernel = Kernel {
+    name: "nll",
+    source: SRC,
+    entry: "nll_backward",
+    bindings: &[Access::Read, Access::Read, Access::Read, Access::ReadWrite],
+    slots: &[1, 2, 3, 4],
+    libs: &[],
+    defs: &[],
+    ints: false,
+};
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct NllParams {
+    numel: u32,
+    classes: u32,
+    inner: u32,
+    ignore: i32,
+}
+
+/// Options of [`nll_loss`] (PyTorch's keyword arguments and defaults).
+#[derive(Debug, Clone, Copy)]
+pub struct NllLossOptions<'a> {
+    /// A weight per class (`[C]`, the input's dtype).
+    pub weight: Option<&'a Tensor>,
+    /// Samples whose target equals this value count for nothing (PyTorch's default -100).
+    pub ignore_index: i64,
+    /// How the per-sample losses are reduced; `Mean` divides by the summed weights of the
+    /// counted targets (NaN when every target is ignored, as in PyTorch).
+    pub reduction: Reduction,
+}
+
+impl Default for NllLossOptions<'_> {
+    fn default() -> Self {
+        NllLossOptions {
+            weight: None,
+            ignore_index: -100,
+            reduction: Reduction::Mean,
+        }
+    }
+}
+
+/// The validated problem: `[N, C, D]` log-probabilities and `[N, D]` targets.
+struct Problem {
+    classes: usize,
+    inner: usize,
+    /// The per-sample loss shape (the target's).
+    target_shape: Vec<usize>,
+}
+
+fn check(
+    op: &'static str,
+    input: &Tensor,
+    target: &Tensor,
+    weight: Option<&Tensor>,
+) -> Result<Problem> {
+    input.same_device(op, target)?;
+    input.require_float(op)?;
+    if target.dtype != DType::I32 {
+        return Err(Error::arg(
+            op,
+            format!(
+                "class-index targets must be an i32 tensor, got {:?} (probability targets: cross_entropy with a float target)",
+                target.dtype
+            ),
+        ));
+    }
+    let s = input.shape();
+    let (expected, classes, inner): (Vec<usize>, usize, usize) = match s.len() {
+        0 => {
+            return Err(Error::shape(
+                op,
+                "input must have a class dim ([C], [N, C] or [N, C, d1, ...]), got a scalar",
+            ))
+        }
+        1 => (vec![], s[0], 1),
+        _ => {
+            let mut e = vec![s[0]];
+            e.extend_from_slice(&s[2..]);
+            (e, s[1], s[2..].iter().product())
+        }
+    };
+    if target.shape() != expected.as_slice() {
+        return Err(Error::shape(
+            op,
+            format!(
+                "target shape {:?} must be {expected:?} for input shape {s:?}",
+                target.shape()
+            ),
+        ));
+    }
+    if let Some(w) = weight {
+        input.same_device(op, w)?;
+        input.same_dtype(op, w)?;
+        if w.shape() != [classes] {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "weight must have shape [{classes}] (one per class), got {:?}",
+                    w.shape()
+                ),
+            ));
+        }
+    }
+    Ok(Problem {
+        classes,
+        inner,
+        target_shape: expected,
+    })
+}
+
+fn grid(op: &'static str, t: &Tensor, n: usize) -> Result<[u32; 3]> {
+    grid_1d(
+        op,
+        (n as u64).div_ceil(WG as u64),
+        t.device().limits().max_compute_workgroups_per_dimension,
+    )
+}
+
+fn ignore_i32(ignore_index: i64) -> i32 {
+    // An ignore_index outside the i32 range can match no i32 target; any value outside
+    // [0, C) that no target holds behaves the same.
+    i32::try_from(ignore_index).unwrap_or(i32::MIN)
+}
+
+/// Per-sample losses (tracked) and the f32 `[2, M]` of counted weights and counted flags.
+fn nll_parts(
+    op: &'static str,
+    logp: &Tensor,
+    target: &Tensor,
+    weight: Option<&Tensor>,
+    ignore_index: i64,
+) -> Result<(Tensor, Tensor, Problem)> {
+    let pr = check(op, logp, target, weight)?;
+    let dev = logp.device();
+    let m: usize = pr.target_shape.iter().product();
+    let loss = Tensor::empty(dev, op, &pr.target_shape, logp.dtype)?;
+    let aux = Tensor::empty(dev, op, &[2, m], DType::F32)?;
+    if m > 0 && pr.classes == 0 {
+        return Err(Error::shape(
+            op,
+            format!("input {:?} has no classes (C = 0)", logp.shape()),
+        ));
+    }
+    if m > 0 {
+        let x = logp.contiguous()?;
+        let t = target.contiguous()?;
+        let p = NllParams {
+            numel: m as u32,
+            classes: pr.classes as u32,
+            inner: pr.inner as u32,
+            ignore: ignore_i32(ignore_index),
+        };
+        let wbuf = weight.map(|w| w.contiguous()).transpose()?;
+        dev.launch(
+            op,
+            &NLL,
+            &[logp.dtype],
+            &[
+                ("WG", WG as f64),
+                ("HAS_WEIGHT", weight.is_some() as u32 as f64),
+            ],
+            bytemuck::bytes_of(&p),
+            &[
+                x.buffer(),
+                t.buffer(),
+                wbuf.as_ref().unwrap_or(&x).buffer(),
+                loss.buffer(),
+                aux.buffer(),
+            ],
+            grid(op, logp, m)?,
+        )?;
+    }
+    let loss = record(loss, &[logp], |_| {
+        Box::new(NllBackward {
+            target: target.clone(),
+            weight: weight.cloned(),
+            ignore: ignore_i32(ignore_index),
+            shape: logp.shape().to_vec(),
+            classes: pr.classes,
+            inner: pr.inner,
+        })
+    });
+    Ok((loss, aux, pr))
+}
+
+struct NllBackward {
+    target: Tensor,
+    weight: Option<Tensor>,
+    ignore: i32,
+    shape: Vec<usize>,
+    classes: usize,
+    inner: usize,
+}
+
+impl BackwardOp for NllBackward {
+    fn name(&self) -> &'static str {
+        "nll_loss"
+    }
+
+    fn backward(&self, grads: &[Option<Tensor>], _needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+        let op = "nll_loss";
+        let Some(g) = grads.first().and_then(Option::as_ref) else {
+            return Ok(vec![None]);
+        };
+        let dev = g.device();
+        let out = Tensor::empty(dev, op, &self.shape, g.dtype)?;
+        let n = out.numel();
+        if n > 0 {
+            let g = g.contiguous()?;
+            let t = self.target.contiguous()?;
+            let w = self.weight.as_ref().map(|w| w.contiguous()).transpose()?;
+            let p = NllParams {
+                numel: n as u32,
+                classes: self.classes as u32,
+                inner: self.inner as u32,
+                ignore: self.ignore,
+            };
+            dev.launch(
+                op,
+                &NLL_BACKWARD,
+                &[g.dtype],
+                &[("WG", WG as f64), ("HAS_WEIGHT", w.is_some() as u32 as f64)],
+                bytemuck::bytes_of(&p),
+                &[
+                    g.buffer(),
+                    t.buffer(),
+                    w.as_ref().unwrap_or(&g).buffer(),
+                    out.buffer(),
+                ],
+                grid(op, &g, n)?,
+            )?;
+        }
+        Ok(vec![Some(out)])
+    }
+}
+
+/// Reduces per-sample losses: `Mean` divides by `denom` (the summed counted weights).
+fn reduce(loss: Tensor, denom: &Tensor, r: Reduction) -> Result<Tensor> {
+    match r {
+        Reduction::None => Ok(loss),
+        Reduction::Sum => loss.sum_all(),
+        Reduction::Mean => {
+            let d = denom.sum_all()?.to_dtype(loss.dtype)?;
+            loss.sum_all()?.div(&d)
+        }
+    }
+}
+
+/// PyTorch's `nll_loss(input, target)`: input log-probabilities `[N, C]`, `[C]` or
+/// `[N, C, d1, ...]`; target class indices (i32) `[N]`, `[]` or `[N, d1, ...]`. The loss of
+/// each sample is `-weight[t] * input[n, t]`; `ignore_index` targets count nothing. A target
+/// outside `[0, C)` (other than `ignore_index`) makes the loss NaN: the device cannot raise
+/// PyTorch's error without a readback.
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::ops::{nll_loss, NllLossOptions};
+/// use wgtensor::{Device, Tensor};
+/// let dev = Device::new()?;
+/// let logp = Tensor::from_slice(&dev, &[-0.5f32, -1.0, -2.0, -0.25], &[2, 2])?;
+/// let target = Tensor::from_slice(&dev, &[1i32, 1], &[2])?;
+/// let loss = nll_loss(&logp, &target, &NllLossOptions::default())?;
+/// assert_eq!(loss.to_vec::<f32>()?, vec![0.625]); // (1.0 + 0.25) / 2
+/// # Ok(()) }
+/// ```
+pub fn nll_loss(input: &Tensor, target: &Tensor, o: &NllLossOptions) -> Result<Tensor> {
+    let (loss, aux, _) = nll_parts("nll_loss", input, target, o.weight, o.ignore_index)?;
+    reduce(loss, &aux.narrow(0, 0, 1)?, o.reduction)
+}
+
+/// PyTorch's `cross_entropy` with class-index targets: `log_softmax` over the class dim, then
+/// [`nll_loss`], with `label_smoothing` mixing in the mean over classes as PyTorch does
+/// (`(1 - e) nll + e / C * smooth`, the smoothing term weighted by the class weights, ignored
+/// samples excluded, and `Mean` dividing by the same summed weights). Called by
+/// [`cross_entropy`](crate::ops::cross_entropy) for an i32 target.
+pub(crate) fn cross_entropy_indices(
+    input: &Tensor,
+    target: &Tensor,
+    o: &CrossEntropyOptions,
+) -> Result<Tensor> {
+    let op = "cross_entropy";
+    check(op, input, target, o.weight)?;
+    let cdim: isize = if input.rank() == 1 { 0 } else { 1 };
+    let logp = input.log_softmax(cdim)?;
+    let (nll, aux, pr) = nll_parts(op, &logp, target, o.weight, o.ignore_index)?;
+    let denom = aux.narrow(0, 0, 1)?;
+    let e = o.label_smoothing;
+    if e == 0.0 {
+        return reduce(nll, &denom, o.reduction);
+    }
+    let weighted = match o.weight {
+        Some(w) => {
+            let mut ws = vec![pr.classes];
+            ws.extend(std::iter::repeat_n(1, input.rank() - cdim as usize - 1));
+            logp.mul(&w.reshape(&ws)?)?
+        }
+        None => logp,
+    };
+    let smooth = weighted.sum(cdim, false)?.neg()?;
+    let counted = aux.narrow(0, 1, 1)?.reshape(&pr.target_shape)?;
+    let zero = Tensor::zeros(input.device(), &[], input.dtype)?;
+    let smooth = counted.where_cond(&smooth, &zero)?;
+    let (nll, smooth) = (
+        reduce(nll, &denom, o.reduction)?,
+        reduce(smooth, &denom, o.reduction)?,
+    );
+    nll.mul_scalar((1.0 - e) as f32)?
+        .add(&smooth.mul_scalar((e / pr.classes as f64) as f32)?)
+}
+
+#[doc(hidden)]
+pub fn nll_variants() -> Vec<ShaderVariant> {
+    let mut v = Vec::new();
+    for dt in [DType::F32, DType::F16] {
+        for w in [0.0, 1.0] {
+            for k in [&NLL, &NLL_BACKWARD] {
+                v.push(ShaderVariant::new(
+                    k,
+                    &[dt],
+                    &[("WG", WG as f64), ("HAS_WEIGHT", w)],
+                ));
+            }
+        }
+    }
+    v
+}
+
+/// The params struct's layout, checked against the shader's `struct Params` in tests/shaders.rs.
+#[doc(hidden)]
+pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
+    crate::runtime::pipeline::params_layout!(
+        NLL,
+        &[DType::F32],
+        NllParams {
+            numel,
+            classes,
+            inner,
+            ignore
+        }
+    )
+}

@@ -1,0 +1,474 @@
+//! i32 tensors, comparisons, `where_cond`, argmax/argmin and the index ops (gather,
+//! index_select, scatter_add, embedding, one_hot) against host references written from
+//! PyTorch's definitions, with their gradients, in f32 and f16.
+// Native only (blocking device and readback); tests/browser/ is the wasm32 suite.
+#![cfg(not(target_arch = "wasm32"))]
+
+mod common;
+
+use proptest::prelude::*;
+use wgtensor::ops::{embedding, CmpOp};
+use wgtensor::{f16, DType, Device, Tensor};
+
+fn dev() -> &'static Device {
+    common::device()
+}
+
+fn ti(v: &[i32], shape: &[usize]) -> Tensor {
+    Tensor::from_slice(dev(), v, shape).unwrap()
+}
+
+fn tf(v: &[f32], shape: &[usize]) -> Tensor {
+    Tensor::from_slice(dev(), v, shape).unwrap()
+}
+
+fn f(t: &Tensor) -> Vec<f32> {
+    t.to_vec::<f32>().unwrap()
+}
+
+fn i(t: &Tensor) -> Vec<i32> {
+    t.to_vec::<i32>().unwrap()
+}
+
+/// Row-major coordinates of flat index `k` in `shape`.
+fn coords(mut k: usize, shape: &[usize]) -> Vec<usize> {
+    let mut c = vec![0; shape.len()];
+    for d in (0..shape.len()).rev() {
+        c[d] = k % shape[d];
+        k /= shape[d];
+    }
+    c
+}
+
+fn flat(c: &[usize], shape: &[usize]) -> usize {
+    c.iter().zip(shape).fold(0, |acc, (&x, &n)| acc * n + x)
+}
+
+#[test]
+fn i32_tensors_round_trip_view_and_cast() {
+    let big = [1 << 30, -(1 << 30) - 7, 16_777_217, -1, 0, i32::MAX];
+    let t = ti(&big, &[2, 3]);
+    assert_eq!(t.dtype(), DType::I32);
+    assert_eq!(i(&t), big);
+    // A strided copy is exact past 2^24 (no f32 detour).
+    let tt = t.transpose(0, 1).unwrap().contiguous().unwrap();
+    assert_eq!(
+        i(&tt),
+        vec![1 << 30, -1, -(1 << 30) - 7, 0, 16_777_217, i32::MAX]
+    );
+    assert_eq!(
+        i(&t.narrow(1, 1, 2).unwrap().contiguous().unwrap()),
+        vec![-(1 << 30) - 7, 16_777_217, 0, i32::MAX]
+    );
+    // Casts: float -> i32 truncates toward zero and saturates, i32 -> float rounds.
+    let x = tf(&[2.7, -2.7, 0.5, -0.5, 3e9, -3e9, 1e3], &[7]);
+    // The top saturates at the largest f32 below 2^31 (the shader converts in f32).
+    assert_eq!(
+        i(&x.to_dtype(DType::I32).unwrap()),
+        vec![2, -2, 0, 0, 2_147_483_520, i32::MIN, 1000]
+    );
+    let back = ti(&[3, -4, 16_777_217], &[3]).to_dtype(DType::F32).unwrap();
+    assert_eq!(f(&back), vec![3.0, -4.0, 16_777_216.0]);
+    if dev().supports_f16() {
+        let h = Tensor::from_slice(dev(), &[f16::from_f32(-7.75), f16::from_f32(65504.0)], &[2])
+            .unwrap();
+        assert_eq!(i(&h.to_dtype(DType::I32).unwrap()), vec![-7, 65504]);
+        let h2 = ti(&[5, -3], &[2]).to_dtype(DType::F16).unwrap();
+        assert_eq!(
+            h2.to_vec::<f16>().unwrap(),
+            vec![f16::from_f32(5.0), f16::from_f32(-3.0)]
+        );
+    }
+    // Constructors.
+    assert_eq!(
+        i(&Tensor::full(dev(), &[3], -2.0, DType::I32).unwrap()),
+        vec![-2; 3]
+    );
+    assert_eq!(
+        i(&Tensor::zeros(dev(), &[2], DType::I32).unwrap()),
+        vec![0, 0]
+    );
+    assert_eq!(
+        i(&Tensor::arange(dev(), 0.0, 5.0, 2.0, DType::I32).unwrap()),
+        vec![0, 2, 4]
+    );
+    assert_eq!(
+        i(&wgtensor::ops::cat(&[&ti(&[1, 2], &[2]), &ti(&[3], &[1])], 0).unwrap()),
+        vec![1, 2, 3]
+    );
+    assert_eq!(i(&ti(&[], &[0, 3])), Vec::<i32>::new());
+    // Reading as the wrong host type is an error.
+    assert!(t.to_vec::<f32>().is_err());
+}
+
+#[test]
+fn i32_refused_by_float_math_with_a_clear_error() {
+    let t = ti(&[1, 2, 3], &[3]);
+    for (what, r) in [
+        ("relu", t.relu()),
+        ("add", t.add(&t)),
+        ("add_scalar", t.add_scalar(1.0)),
+        ("sum", t.sum(0, false)),
+        ("softmax", t.softmax(0)),
+    ] {
+        let e = r.unwrap_err().to_string();
+        assert!(e.starts_with(what) && e.contains("I32"), "{what}: {e}");
+        assert!(e.contains("to_dtype"), "{what}: {e}");
+    }
+    let e = t.matmul(&ti(&[1, 2, 3], &[3, 1])).unwrap_err().to_string();
+    assert!(e.contains("I32") || e.contains("i32"), "{e}");
+    let e = t.clone().requires_grad().unwrap_err().to_string();
+    assert!(e.contains("floating point"), "{e}");
+}
+
+fn relation(op: CmpOp, a: f64, b: f64) -> bool {
+    match op {
+        CmpOp::Eq => a == b,
+        CmpOp::Ne => a != b,
+        CmpOp::Lt => a < b,
+        CmpOp::Le => a <= b,
+        CmpOp::Gt => a > b,
+        CmpOp::Ge => a >= b,
+    }
+}
+
+const OPS: [CmpOp; 6] = [
+    CmpOp::Eq,
+    CmpOp::Ne,
+    CmpOp::Lt,
+    CmpOp::Le,
+    CmpOp::Gt,
+    CmpOp::Ge,
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+
+    /// Every relation, broadcast shapes and strided views, in f32, f16 and i32, with NaN.
+    #[test]
+    fn compare_matches_reference(
+        rows in 1usize..5, cols in 1usize..6, seed in 0u64..1000, dt in 0usize..3,
+    ) {
+        let dtype = [DType::F32, DType::F16, DType::I32][dt];
+        if dtype == DType::F16 && !dev().supports_f16() {
+            return Ok(());
+        }
+        let mut s = seed;
+        let mut next = || { s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407); ((s >> 33) % 7) as f64 - 3.0 };
+        let mut a: Vec<f64> = (0..rows * cols).map(|_| next()).collect();
+        let b: Vec<f64> = (0..cols).map(|_| next()).collect();
+        if dtype != DType::I32 {
+            a[0] = f64::NAN;
+        }
+        // a is uploaded transposed, then viewed back: a strided [rows, cols] input.
+        let at: Vec<f64> = (0..rows * cols).map(|k| { let (c, r) = (k / rows, k % rows); a[r * cols + c] }).collect();
+        let ta = common::upload(dev(), &at, &[cols, rows], dtype).transpose(0, 1).unwrap();
+        let tb = common::upload(dev(), &b, &[cols], dtype);
+        for op in OPS {
+            let got = common::download(&ta.compare(&tb, op).unwrap()).unwrap();
+            let want: Vec<f64> = (0..rows * cols).map(|k| relation(op, a[k], b[k % cols]) as u8 as f64).collect();
+            prop_assert_eq!(&got, &want, "{:?} {:?}", op, dtype);
+        }
+        // Scalars.
+        let got = common::download(&ta.gt_scalar(0.5).unwrap()).unwrap();
+        let want: Vec<f64> = a.iter().map(|&v| (v > 0.5) as u8 as f64).collect();
+        prop_assert_eq!(got, want);
+    }
+
+    /// where_cond with a three-way broadcast; gradients go to the chosen side.
+    #[test]
+    fn where_matches_reference(rows in 1usize..4, cols in 1usize..5, seed in 0u64..1000) {
+        let mut s = seed;
+        let mut next = || { s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407); ((s >> 33) % 9) as f64 - 4.0 };
+        let cond: Vec<f64> = (0..rows).map(|_| next()).collect(); // [rows, 1]
+        let a: Vec<f64> = (0..cols).map(|_| next()).collect(); // [cols]
+        let b: Vec<f64> = (0..rows * cols).map(|_| next()).collect(); // [rows, cols]
+        let tc = common::upload(dev(), &cond, &[rows, 1], DType::I32);
+        let ta = common::upload(dev(), &a, &[cols], DType::F32).requires_grad().unwrap();
+        let tb = common::upload(dev(), &b, &[rows, cols], DType::F32).requires_grad().unwrap();
+        let y = tc.where_cond(&ta, &tb).unwrap();
+        let want: Vec<f64> = (0..rows * cols).map(|k| if cond[k / cols] != 0.0 { a[k % cols] } else { b[k] }).collect();
+        prop_assert_eq!(common::download(&y).unwrap(), want);
+        let g = y.mul_scalar(2.0).unwrap().sum_all().unwrap().backward().unwrap();
+        let ga: Vec<f64> = (0..cols).map(|_| (0..rows).filter(|&r| cond[r] != 0.0).count() as f64 * 2.0).collect();
+        let gb: Vec<f64> = (0..rows * cols).map(|k| if cond[k / cols] != 0.0 { 0.0 } else { 2.0 }).collect();
+        prop_assert_eq!(common::download(g.get(&ta).unwrap()).unwrap(), ga);
+        prop_assert_eq!(common::download(g.get(&tb).unwrap()).unwrap(), gb);
+    }
+}
+
+#[test]
+fn where_condition_semantics() {
+    // NaN and any non-zero value are true, as PyTorch's bool(x).
+    let c = tf(&[f32::NAN, 0.0, -0.0, 2.5], &[4]);
+    let y = c
+        .where_cond(&tf(&[1.0; 4], &[4]), &tf(&[0.0; 4], &[4]))
+        .unwrap();
+    assert_eq!(f(&y), vec![1.0, 0.0, 0.0, 1.0]);
+    // i32 on both sides stays exact.
+    let y = ti(&[1, 0], &[2])
+        .where_cond(&ti(&[i32::MAX, 1], &[2]), &ti(&[5, -(1 << 30) - 1], &[2]))
+        .unwrap();
+    assert_eq!(i(&y), vec![i32::MAX, -(1 << 30) - 1]);
+    assert!(ti(&[1], &[1])
+        .where_cond(&tf(&[1.0], &[1]), &ti(&[1], &[1]))
+        .is_err());
+    assert!(ti(&[1, 0], &[2])
+        .where_cond(&tf(&[1.0; 3], &[3]), &tf(&[0.0], &[1]))
+        .is_err());
+}
+
+#[test]
+fn argmax_argmin_ties_nan_keepdim_and_views() {
+    let x = tf(&[1.0, 3.0, 3.0, -1.0, 0.0, -1.0, 2.0, 2.0], &[2, 4]);
+    assert_eq!(i(&x.argmax(1, false).unwrap()), vec![1, 2]);
+    assert_eq!(i(&x.argmin(1, false).unwrap()), vec![3, 1]);
+    let k = x.argmax(-1, true).unwrap();
+    assert_eq!(k.shape(), &[2, 1]);
+    assert_eq!(i(&x.argmax(0, false).unwrap()), vec![0, 0, 0, 1]);
+    assert_eq!(i(&x.argmax_all().unwrap()), vec![1]);
+    assert_eq!(x.argmax_all().unwrap().shape(), &[] as &[usize]);
+    assert_eq!(i(&x.argmin_all().unwrap()), vec![3]);
+    // NaN is the extremum for both, first one wins.
+    let n = tf(&[1.0, f32::NAN, 5.0, f32::NAN], &[4]);
+    assert_eq!(i(&n.argmax(0, false).unwrap()), vec![1]);
+    assert_eq!(i(&n.argmin(0, false).unwrap()), vec![1]);
+    let n0 = tf(&[f32::NAN, 9.0], &[2]);
+    assert_eq!(i(&n0.argmax(0, false).unwrap()), vec![0]);
+    // A transposed view, i32 input past 2^24, and f16.
+    assert_eq!(
+        i(&x.transpose(0, 1).unwrap().argmax(0, false).unwrap()),
+        vec![1, 2]
+    );
+    let big = ti(&[16_777_217, 16_777_216, -5], &[3]);
+    assert_eq!(i(&big.argmax(0, false).unwrap()), vec![0]);
+    assert_eq!(i(&big.argmin(0, false).unwrap()), vec![2]);
+    if dev().supports_f16() {
+        let h = Tensor::from_slice(dev(), &[f16::from_f32(0.5), f16::from_f32(7.0)], &[2]).unwrap();
+        assert_eq!(i(&h.argmax(0, false).unwrap()), vec![1]);
+    }
+    // Errors: an empty reduced dim, a bad dim. An empty other dim is fine.
+    assert!(tf(&[], &[2, 0]).argmax(1, false).is_err());
+    assert!(x.argmax(2, false).is_err());
+    assert_eq!(tf(&[], &[0, 3]).argmax(1, false).unwrap().shape(), &[0]);
+    // Integer outputs are never tracked.
+    let xr = x.clone().requires_grad().unwrap();
+    let e = xr
+        .argmax(1, false)
+        .unwrap()
+        .to_dtype(DType::F32)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward();
+    assert!(e.is_err());
+}
+
+/// Host gather along `dim`, NaN for out-of-range indices.
+fn gather_ref(x: &[f64], xs: &[usize], dim: usize, idx: &[i32], is: &[usize]) -> Vec<f64> {
+    (0..idx.len())
+        .map(|k| {
+            let mut c = coords(k, is);
+            let j = idx[k];
+            if j < 0 || j as usize >= xs[dim] {
+                return f64::NAN;
+            }
+            c[dim] = j as usize;
+            x[flat(&c, xs)]
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(10))]
+
+    /// gather forward and backward (a scatter-add of the gradient) against the reference, on
+    /// a strided input, in f32 and f16.
+    #[test]
+    fn gather_and_its_gradient(
+        a in 1usize..4, b in 1usize..5, dim in 0usize..2, seed in 0u64..1000, half in proptest::bool::ANY,
+    ) {
+        let dtype = if half { DType::F16 } else { DType::F32 };
+        if half && !dev().supports_f16() {
+            return Ok(());
+        }
+        let xs = [a, b];
+        let x: Vec<f64> = (0..a * b).map(|k| common::round_to_dtype(dtype, (k as f64 * 0.37 + seed as f64).sin() * 3.0)).collect();
+        let mut is = xs;
+        is[dim] = 1 + (seed as usize % 4);
+        let n: usize = is.iter().product();
+        let idx: Vec<i32> = (0..n).map(|k| ((seed as usize + 7 * k) % xs[dim]) as i32).collect();
+        let tx = common::upload(dev(), &x, &xs, dtype).requires_grad().unwrap();
+        let tidx = ti(&idx, &is);
+        let y = tx.gather(dim as isize, &tidx).unwrap();
+        prop_assert_eq!(y.shape(), &is[..]);
+        prop_assert_eq!(common::download(&y).unwrap(), gather_ref(&x, &xs, dim, &idx, &is));
+        // d(sum(y * w)) / dx scatters w back: x[.., idx[k], ..] += w[k].
+        let w: Vec<f64> = (0..n).map(|k| k as f64 + 1.0).collect();
+        let g = y.mul(&common::upload(dev(), &w, &is, dtype)).unwrap().sum_all().unwrap().backward().unwrap();
+        let mut want = vec![0.0; a * b];
+        for k in 0..n {
+            let mut c = coords(k, &is);
+            c[dim] = idx[k] as usize;
+            want[flat(&c, &xs)] += w[k];
+        }
+        let got = common::download(g.get(&tx).unwrap()).unwrap();
+        for (g, w) in got.iter().zip(&want) {
+            prop_assert!((g - w).abs() <= 1e-3 * (1.0 + w.abs()), "{:?} vs {:?}", got, want);
+        }
+    }
+}
+
+#[test]
+fn gather_out_of_range_is_nan_never_oob() {
+    let x = tf(&[1.0, 2.0, 3.0, 4.0], &[2, 2]);
+    let y = x.gather(1, &ti(&[0, 2, -1, 1], &[2, 2])).unwrap();
+    let v = f(&y);
+    assert_eq!((v[0], v[3]), (1.0, 4.0));
+    assert!(v[1].is_nan() && v[2].is_nan());
+    let yi = ti(&[7, 8], &[2]).gather(0, &ti(&[1, 5], &[2])).unwrap();
+    assert_eq!(i(&yi), vec![8, 0]);
+    // Shape and dtype errors.
+    assert!(x.gather(1, &tf(&[0.0], &[1, 1])).is_err());
+    assert!(x.gather(1, &ti(&[0, 0, 0], &[3, 1])).is_err());
+    assert!(x.gather(1, &ti(&[0], &[1])).is_err());
+    assert!(x.gather(2, &ti(&[0], &[1, 1])).is_err());
+}
+
+#[test]
+fn index_select_forward_backward_and_views() {
+    let x = tf(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])
+        .requires_grad()
+        .unwrap();
+    let idx = ti(&[2, 0, 2, 2], &[4]);
+    let y = x.index_select(1, &idx).unwrap();
+    assert_eq!(y.shape(), &[2, 4]);
+    assert_eq!(f(&y), vec![3.0, 1.0, 3.0, 3.0, 6.0, 4.0, 6.0, 6.0]);
+    let g = y.sum_all().unwrap().backward().unwrap();
+    assert_eq!(f(g.get(&x).unwrap()), vec![1.0, 0.0, 3.0, 1.0, 0.0, 3.0]);
+    // A strided index (every other element of a longer one) and a strided input.
+    let long = ti(&[1, 9, 0, 9], &[4]);
+    let strided = long
+        .reshape(&[2, 2])
+        .unwrap()
+        .narrow(1, 0, 1)
+        .unwrap()
+        .reshape(&[2])
+        .unwrap();
+    let y = tf(&[1.0, 2.0, 3.0, 4.0], &[2, 2])
+        .transpose(0, 1)
+        .unwrap()
+        .index_select(0, &strided)
+        .unwrap();
+    assert_eq!(f(&y), vec![2.0, 4.0, 1.0, 3.0]);
+    // Empty index, 2-D index error, i32 data.
+    assert_eq!(x.index_select(0, &ti(&[], &[0])).unwrap().shape(), &[0, 3]);
+    assert!(x.index_select(0, &ti(&[0, 0], &[1, 2])).is_err());
+    assert_eq!(
+        i(&ti(&[5, 6, 7], &[3])
+            .index_select(0, &ti(&[2, 2, 0], &[3]))
+            .unwrap()),
+        vec![7, 7, 5]
+    );
+}
+
+#[test]
+fn scatter_add_forward_backward_deterministic() {
+    let base = tf(&[1.0; 6], &[2, 3]).requires_grad().unwrap();
+    let src = tf(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], &[2, 4])
+        .requires_grad()
+        .unwrap();
+    // dim 1: row r of index/src scatters into row r of out; index is [2, 3] (smaller than src).
+    let index = ti(&[0, 2, 2, 1, 1, 0], &[2, 3]);
+    let y = base.scatter_add(1, &index, &src).unwrap();
+    // Row 0: src 1 -> col 0, 2 and 3 -> col 2; row 1: 5 -> col 1, 6 -> col 1, 7 -> col 0.
+    assert_eq!(f(&y), vec![2.0, 1.0, 6.0, 8.0, 12.0, 1.0]);
+    let w = tf(&[1.0, 10.0, 100.0, 1000.0, 10000.0, 100000.0], &[2, 3]);
+    let g = y.mul(&w).unwrap().sum_all().unwrap().backward().unwrap();
+    assert_eq!(f(g.get(&base).unwrap()), f(&w));
+    // src's gradient gathers w at the index; entries past the index's extent get 0.
+    assert_eq!(
+        f(g.get(&src).unwrap()),
+        vec![1.0, 100.0, 100.0, 0.0, 10000.0, 10000.0, 1000.0, 0.0]
+    );
+    // Same bits on every run: many colliding f32 adds.
+    let n = 4096;
+    let vals: Vec<f32> = (0..n)
+        .map(|k| ((k * 7919) % 1000) as f32 * 1e-3 + 1e-7)
+        .collect();
+    let idx: Vec<i32> = (0..n).map(|k| (k % 3) as i32).collect();
+    let run = || {
+        Tensor::zeros(dev(), &[3], DType::F32)
+            .unwrap()
+            .scatter_add(0, &ti(&idx, &[n]), &tf(&vals, &[n]))
+            .unwrap()
+    };
+    let first = f(&run());
+    for _ in 0..3 {
+        assert_eq!(f(&run()), first);
+    }
+    let want: Vec<f64> = (0..3)
+        .map(|c| (0..n).filter(|k| k % 3 == c).map(|k| vals[k] as f64).sum())
+        .collect();
+    for (g, w) in first.iter().zip(&want) {
+        assert!((*g as f64 - w).abs() < 1e-3, "{first:?} vs {want:?}");
+    }
+    // Out-of-range indices add nothing; errors for shapes and dtypes.
+    let y = tf(&[0.0, 0.0], &[2])
+        .scatter_add(0, &ti(&[1, 2, -1], &[3]), &tf(&[1.0, 2.0, 3.0], &[3]))
+        .unwrap();
+    assert_eq!(f(&y), vec![0.0, 1.0]);
+    assert!(base
+        .scatter_add(1, &index, &tf(&[1.0; 4], &[2, 2]))
+        .is_err());
+    assert!(base.scatter_add(1, &tf(&[0.0; 6], &[2, 3]), &src).is_err());
+    assert!(ti(&[0, 0], &[2])
+        .scatter_add(0, &ti(&[0], &[1]), &ti(&[1], &[1]))
+        .is_err());
+}
+
+#[test]
+fn embedding_with_padding_idx_and_one_hot() {
+    let w = tf(&[0.0, 0.0, 1.0, 2.0, 3.0, 4.0], &[3, 2])
+        .requires_grad()
+        .unwrap();
+    let ids = ti(&[2, 1, 0, 2, 2, 0], &[2, 3]);
+    let e = embedding(&ids, &w, Some(0)).unwrap();
+    assert_eq!(e.shape(), &[2, 3, 2]);
+    assert_eq!(
+        f(&e),
+        vec![3.0, 4.0, 1.0, 2.0, 0.0, 0.0, 3.0, 4.0, 3.0, 4.0, 0.0, 0.0]
+    );
+    let g = e.sum_all().unwrap().backward().unwrap();
+    // Row 0 is padding: no gradient. Row 1 used once, row 2 three times.
+    assert_eq!(f(g.get(&w).unwrap()), vec![0.0, 0.0, 1.0, 1.0, 3.0, 3.0]);
+    // Negative padding_idx counts from the end; a transposed (strided) id tensor.
+    let e2 = embedding(&ids.transpose(0, 1).unwrap(), &w, Some(-1)).unwrap();
+    assert_eq!(e2.shape(), &[3, 2, 2]);
+    let g2 = e2.sum_all().unwrap().backward().unwrap();
+    assert_eq!(f(g2.get(&w).unwrap()), vec![2.0, 2.0, 1.0, 1.0, 0.0, 0.0]);
+    assert!(embedding(&ids, &w, Some(3)).is_err());
+    assert!(embedding(&tf(&[0.0], &[1]), &w, None).is_err());
+    assert!(embedding(&ids, &tf(&[0.0; 3], &[3]), None).is_err());
+    // one_hot: i32 output, trailing class dim; out-of-range gives a zero row.
+    let oh = ti(&[0, 2, 1, 5], &[2, 2]).one_hot(3).unwrap();
+    assert_eq!((oh.dtype(), oh.shape()), (DType::I32, &[2, 2, 3][..]));
+    assert_eq!(i(&oh), vec![1, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0]);
+    assert!(tf(&[0.0], &[1]).one_hot(2).is_err());
+}
+
+#[test]
+fn accuracy_from_argmax_and_eq() {
+    let logits = tf(&[0.1, 0.9, 0.8, 0.2, 0.3, 0.7], &[3, 2]);
+    let labels = ti(&[1, 0, 0], &[3]);
+    let acc = logits
+        .argmax(1, false)
+        .unwrap()
+        .eq(&labels)
+        .unwrap()
+        .mean_all()
+        .unwrap();
+    assert!((f(&acc)[0] - 2.0 / 3.0).abs() < 1e-6);
+    let m = ti(&[3], &[1]).compare_scalar(2.5, CmpOp::Gt).unwrap();
+    assert_eq!(f(&m), vec![1.0]);
+}
