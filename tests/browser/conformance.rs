@@ -16,7 +16,7 @@ use crate::conv_check::{self as conv, Rows};
 use crate::gemm::Mode;
 use crate::runner::check_cases;
 use crate::strategies::{general_dist, operand, small_shape, view_kind, Dist};
-use crate::{batchnorm as bn, elementwise as ew, gemm, reduce, rnn};
+use crate::{batchnorm as bn, elementwise as ew, gemm, index_ops as ix, reduce, rnn, softmax};
 
 /// Opens the shared devices; false (after saying so) when f16 cases must be skipped.
 async fn f16_or_skip(name: &str) -> bool {
@@ -121,6 +121,35 @@ async fn elementwise_f16() {
     let to_f32 = operand(h, small_shape(), view_kind(), general_dist());
     let conv = async |x: &_| ew::check_to_dtype(x, DType::F32).await;
     check_cases("to_dtype_f16_to_f32", 4, to_f32, conv).await;
+}
+
+// ---- softmax and the index ops ---------------------------------------------------------------
+
+#[wasm_bindgen_test]
+async fn softmax_and_index_ops_f32() {
+    init_devices().await;
+    let f = DType::F32;
+    let sm = softmax::small_problem(f);
+    check_cases("softmax_f32", 8, sm, softmax::check_softmax).await;
+    check_cases("argmax_argmin_f32", 8, ix::arg_problem(f), ix::check_arg).await;
+    check_cases("compare_f32", 6, ix::compare_problem(f), ix::check_compare).await;
+    let ci = ix::compare_problem(DType::I32);
+    check_cases("compare_i32", 6, ci, ix::check_compare).await;
+    check_cases("gather_f32", 8, ix::gather_problem(f), ix::check_gather).await;
+    check_cases("cross_entropy_f32", 8, ix::ce_problem(f), ix::check_ce).await;
+}
+
+#[wasm_bindgen_test]
+async fn softmax_and_index_ops_f16() {
+    if !f16_or_skip("softmax_and_index_ops_f16").await {
+        return;
+    }
+    let h = DType::F16;
+    let sm = softmax::small_problem(h);
+    check_cases("softmax_f16", 4, sm, softmax::check_softmax).await;
+    check_cases("argmax_argmin_f16", 4, ix::arg_problem(h), ix::check_arg).await;
+    check_cases("gather_f16", 4, ix::gather_problem(h), ix::check_gather).await;
+    check_cases("cross_entropy_f16", 4, ix::ce_problem(h), ix::check_ce).await;
 }
 
 // ---- reductions -----------------------------------------------------------------------------

@@ -17,6 +17,7 @@ mod conv_grad;
 mod conv_large;
 mod elementwise;
 mod gemm;
+mod index_ops;
 mod reduce;
 mod rnn;
 mod softmax;

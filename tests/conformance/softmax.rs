@@ -10,8 +10,12 @@ use proptest::prelude::*;
 use wgtensor::DType;
 
 use crate::check::{compare, fetch_async, ok, out_round, EPS32};
-use crate::common::{device, reference, require_f16};
-use crate::strategies::{general_dist, operand_of_shape, run_async, shape, view_kind, Operand};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::common::require_f16;
+use crate::common::{device, reference};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::strategies::run_async;
+use crate::strategies::{general_dist, operand_of_shape, shape, view_kind, Operand};
 
 const CASES_F32: u32 = 40;
 const CASES_F16: u32 = 20;
