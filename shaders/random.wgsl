@@ -58,6 +58,44 @@ fn unit(v: u32) -> f32 {
     return f32(v >> 8u) * 5.9604644775390625e-8;
 }
 
+// Natural log of x in (0, 1] from +, *, / and bit operations only: WGSL leaves log's accuracy
+// to the implementation (SwiftShader's differs from lavapipe's in the 4th digit), and the same
+// seed must give the same normals on every backend. x = m 2^e with m in [sqrt(1/2), sqrt(2)),
+// log m = 2 atanh(s), s = (m - 1) / (m + 1) < 0.172, whose series to s^9 is below f32's ulp.
+fn ln_portable(x: f32) -> f32 {
+    let bits = bitcast<u32>(x);
+    var e = i32((bits >> 23u) & 0xffu) - 127;
+    var m = bitcast<f32>((bits & 0x007fffffu) | 0x3f800000u);
+    if (m > 1.4142135) {
+        m = m * 0.5;
+        e = e + 1;
+    }
+    let s = (m - 1.0) / (m + 1.0);
+    let s2 = s * s;
+    let poly = s * (2.0 + s2 * (0.6666667 + s2 * (0.4 + s2 * (0.2857143 + s2 * 0.22222222))));
+    // ln 2 split so that e * hi is exact.
+    return f32(e) * 0.693145751953125 + (poly + f32(e) * 1.4286068e-6);
+}
+
+// (sin, cos) of 2 pi u for u in [0, 1), portable for the same reason: the quadrant from 4u
+// (exact), then Taylor series on [0, pi/2) whose truncation (t^13 / 13!) is below f32's ulp.
+fn sincos_turns(u: f32) -> vec2<f32> {
+    let q4 = u * 4.0;
+    let q = floor(q4);
+    let t = (q4 - q) * 1.5707964;
+    let t2 = t * t;
+    let sn = t * (1.0 + t2 * (-0.16666667 + t2 * (0.008333334 + t2 * (-0.0001984127
+        + t2 * (2.7557319e-6 + t2 * -2.5052108e-8)))));
+    let cs = 1.0 + t2 * (-0.5 + t2 * (0.041666668 + t2 * (-0.0013888889 + t2 * (2.4801587e-5
+        + t2 * (-2.7557319e-7 + t2 * 2.0876757e-9)))));
+    switch u32(q) {
+        case 0u: { return vec2<f32>(sn, cs); }
+        case 1u: { return vec2<f32>(cs, -sn); }
+        case 2u: { return vec2<f32>(-sn, -cs); }
+        default: { return vec2<f32>(-cs, sn); }
+    }
+}
+
 fn value(e: u32, r: vec4<u32>, lane: u32) -> f32 {
     let u = unit(r[lane]);
     switch DIST {
@@ -66,9 +104,9 @@ fn value(e: u32, r: vec4<u32>, lane: u32) -> f32 {
             let pair = lane & 2u;
             let u1 = 1.0 - unit(r[pair]);
             let u2 = unit(r[pair + 1u]);
-            let radius = sqrt(-2.0 * log(u1));
-            let angle = 6.283185307179586 * u2;
-            let z = select(radius * sin(angle), radius * cos(angle), (lane & 1u) == 0u);
+            let radius = sqrt(-2.0 * ln_portable(u1));
+            let sc = sincos_turns(u2);
+            let z = select(radius * sc.x, radius * sc.y, (lane & 1u) == 0u);
             return p.a + p.b * z;
         }
         case DIST_BERNOULLI: {

@@ -2,6 +2,10 @@
 //! generator, so a stream is a pure function of (seed, offset), the same on every backend and
 //! in the browser. Each call takes the next `ceil(n / 4)` counters of the device's generator
 //! ([`Device::manual_seed`] resets it), so streams of successive calls never overlap.
+//! Uniform bits (`rand`, `uniform`, `bernoulli`, `dropout`) are bit-identical everywhere; the
+//! normals use the shader's own log and sin/cos polynomials rather than the backend's (whose
+//! accuracy WGSL leaves open), so they agree across backends and browsers to a few f32 ulp
+//! (tests/conformance/random.rs runs in both suites).
 //!
 //! PyTorch's `rand`, `randn`, `uniform_`, `normal_`, `bernoulli`, `dropout` (inverted scaling)
 //! and the default initializers of its layers (`kaiming_uniform_`, `xavier_uniform_`).

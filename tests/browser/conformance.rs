@@ -16,7 +16,9 @@ use crate::conv_check::{self as conv, Rows};
 use crate::gemm::Mode;
 use crate::runner::check_cases;
 use crate::strategies::{general_dist, operand, small_shape, view_kind, Dist};
-use crate::{batchnorm as bn, elementwise as ew, gemm, index_ops as ix, reduce, rnn, softmax};
+use crate::{
+    batchnorm as bn, elementwise as ew, gemm, index_ops as ix, pool, random, reduce, rnn, softmax,
+};
 
 /// Opens the shared devices; false (after saying so) when f16 cases must be skipped.
 async fn f16_or_skip(name: &str) -> bool {
@@ -137,6 +139,35 @@ async fn softmax_and_index_ops_f32() {
     check_cases("compare_i32", 6, ci, ix::check_compare).await;
     check_cases("gather_f32", 8, ix::gather_problem(f), ix::check_gather).await;
     check_cases("cross_entropy_f32", 8, ix::ce_problem(f), ix::check_ce).await;
+}
+
+#[wasm_bindgen_test]
+async fn pooling_f32() {
+    init_devices().await;
+    check_cases(
+        "pool2d_regular",
+        12,
+        pool::regular_problem(),
+        pool::check_regular,
+    )
+    .await;
+    check_cases(
+        "pool2d_adaptive",
+        8,
+        pool::adaptive_problem(),
+        pool::check_adaptive,
+    )
+    .await;
+}
+
+#[wasm_bindgen_test]
+async fn philox_streams_match_native() {
+    let dev = init_devices().await;
+    for seed in [0, 1, 0x1234_5678_9abc_def0, u64::MAX] {
+        random::check_rand_bit_exact(dev, seed).await.unwrap();
+        random::check_randn(dev, seed, 256).await.unwrap();
+    }
+    console_log!("philox_streams_match_native: 4 seeds, rand bit-exact, randn within 2e-6");
 }
 
 #[wasm_bindgen_test]

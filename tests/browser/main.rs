@@ -6,8 +6,10 @@
 //!   by the same proptest strategies and checked by the same code against the same pure-Rust
 //!   f64 references as natively (the conformance modules are included below), with the
 //!   readbacks awaited instead of blocking.
-//!   Softmax and the index ops (argmax, comparisons, gather/index_select with their backward,
-//!   class-index cross_entropy with its gradient) are included the same way.
+//!   Softmax, pooling (with indices and backward), the Philox streams (bit-exact: the same seed
+//!   gives the same numbers here as natively) and the index ops (argmax, comparisons,
+//!   gather/index_select with their backward, class-index cross_entropy with its gradient) are
+//!   included the same way.
 //! - `runtime`: the in-flight cap over a 10k-op loop, and errors surfacing as `Err` in the
 //!   browser.
 //! - `autograd`: fixed seeds of the native autograd cases (tests/autograd: every elementwise,
@@ -74,6 +76,16 @@ mod softmax;
 #[allow(dead_code, unused_imports)]
 #[path = "../conformance/index_ops.rs"]
 mod index_ops;
+
+#[cfg(target_arch = "wasm32")]
+#[allow(dead_code, unused_imports)]
+#[path = "../conformance/pool.rs"]
+mod pool;
+
+#[cfg(target_arch = "wasm32")]
+#[allow(dead_code, unused_imports)]
+#[path = "../conformance/random.rs"]
+mod random;
 
 // Autograd: the native suite's case builders (tests/autograd), verified with awaited readbacks.
 #[cfg(target_arch = "wasm32")]

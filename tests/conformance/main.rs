@@ -18,6 +18,8 @@ mod conv_large;
 mod elementwise;
 mod gemm;
 mod index_ops;
+mod pool;
+mod random;
 mod reduce;
 mod rnn;
 mod softmax;

@@ -1,0 +1,363 @@
+//! Pooling conformance against an f64 transcription of PyTorch's kernels: max (padding,
+//! dilation, ceil_mode, ties to the first maximum, `return_indices`), average
+//! (count_include_pad, ceil_mode), adaptive average and max, with the backward of each. Shared
+//! with the browser suite (tests/browser/conformance.rs). Inputs are small integers, so every
+//! sum is exact in f32 and the comparisons are tight.
+
+use proptest::prelude::*;
+use wgtensor::ops::{
+    adaptive_avg_pool2d, adaptive_avg_pool2d_backward, adaptive_max_pool2d,
+    adaptive_max_pool2d_backward, adaptive_max_pool2d_with_indices, avg_pool2d,
+    avg_pool2d_backward, max_pool2d, max_pool2d_backward, max_pool2d_with_indices,
+    AvgPool2dOptions, MaxPool2dOptions,
+};
+use wgtensor::Tensor;
+
+use crate::common::device;
+
+async fn fetch(t: &Tensor) -> Vec<f64> {
+    t.to_vec_async::<f32>()
+        .await
+        .expect("readback")
+        .into_iter()
+        .map(f64::from)
+        .collect()
+}
+
+async fn ints(t: &Tensor) -> Vec<i32> {
+    t.to_vec_async::<i32>().await.expect("readback")
+}
+
+/// Small integers with ties (exact sums in f32).
+fn data(n: usize, seed: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i * 7 + seed * 13) % 9) as f32 - 4.0)
+        .collect()
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Win {
+    Regular {
+        k: [usize; 2],
+        s: [usize; 2],
+        p: [usize; 2],
+        d: [usize; 2],
+    },
+    Adaptive,
+}
+
+/// (windows: per output (oy, ox) the list of in-plane indices, and the avg divisor) as
+/// PyTorch's CPU kernels define them.
+fn windows(
+    h: usize,
+    w: usize,
+    oh: usize,
+    ow: usize,
+    win: Win,
+    include_pad: bool,
+    div: Option<usize>,
+) -> Vec<(Vec<usize>, f64)> {
+    let mut out = Vec::new();
+    for oy in 0..oh {
+        for ox in 0..ow {
+            let (mut idx, divisor) = (Vec::new(), 0.0);
+            match win {
+                Win::Adaptive => {
+                    let (h0, h1) = (oy * h / oh, ((oy + 1) * h).div_ceil(oh));
+                    let (w0, w1) = (ox * w / ow, ((ox + 1) * w).div_ceil(ow));
+                    for r in h0..h1 {
+                        for c in w0..w1 {
+                            idx.push(r * w + c);
+                        }
+                    }
+                    let n = idx.len() as f64;
+                    out.push((idx, n));
+                    continue;
+                }
+                Win::Regular { k, s, p, d } => {
+                    let hs = (oy * s[0]) as i64 - p[0] as i64;
+                    let ws = (ox * s[1]) as i64 - p[1] as i64;
+                    for i in 0..k[0] {
+                        for j in 0..k[1] {
+                            let (r, c) = (hs + (i * d[0]) as i64, ws + (j * d[1]) as i64);
+                            if r >= 0 && r < h as i64 && c >= 0 && c < w as i64 {
+                                idx.push(r as usize * w + c as usize);
+                            }
+                        }
+                    }
+                    let he = (hs + k[0] as i64).min((h + p[0]) as i64);
+                    let we = (ws + k[1] as i64).min((w + p[1]) as i64);
+                    let pool = ((he - hs) * (we - ws)) as f64;
+                    let valid =
+                        ((he.min(h as i64) - hs.max(0)) * (we.min(w as i64) - ws.max(0))) as f64;
+                    let dv = match div {
+                        Some(v) => v as f64,
+                        None if include_pad => pool,
+                        None => valid,
+                    };
+                    let _ = divisor;
+                    out.push((idx, dv));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn out_size(len: usize, k: usize, p: usize, s: usize, d: usize, ceil: bool) -> usize {
+    let numer = len + 2 * p - d * (k - 1) - 1;
+    let mut o = (numer + if ceil { s - 1 } else { 0 }) / s + 1;
+    if ceil && (o - 1) * s >= len + p {
+        o -= 1;
+    }
+    o
+}
+
+/// Forward and input gradient of every plane for max (`max = true`) or average pooling.
+fn reference(
+    x: &[f32],
+    dy: &[f32],
+    planes: usize,
+    hw: [usize; 2],
+    ohw: [usize; 2],
+    wins: &[(Vec<usize>, f64)],
+    max: bool,
+) -> (Vec<f64>, Vec<f64>) {
+    let (per, oper) = (hw[0] * hw[1], ohw[0] * ohw[1]);
+    let mut y = vec![0.0; planes * oper];
+    let mut dx = vec![0.0; planes * per];
+    for pl in 0..planes {
+        for (o, (idx, div)) in wins.iter().enumerate() {
+            let xv = |i: usize| x[pl * per + i] as f64;
+            let g = dy[pl * oper + o] as f64;
+            if max && idx.is_empty() {
+                // A dilated window whose taps all fall in the padding (PyTorch: -inf).
+                y[pl * oper + o] = f64::NEG_INFINITY;
+            } else if max {
+                let mut best = idx[0];
+                for &i in idx {
+                    if xv(i) > xv(best) {
+                        best = i;
+                    }
+                }
+                y[pl * oper + o] = xv(best);
+                dx[pl * per + best] += g;
+            } else {
+                y[pl * oper + o] = idx.iter().map(|&i| xv(i)).sum::<f64>() / div;
+                for &i in idx {
+                    dx[pl * per + i] += g / div;
+                }
+            }
+        }
+    }
+    (y, dx)
+}
+
+/// The flat in-plane index of each window's first maximum (PyTorch's `return_indices`); -1
+/// for a window with no input.
+fn arg_reference(x: &[f32], planes: usize, hw: [usize; 2], wins: &[(Vec<usize>, f64)]) -> Vec<i32> {
+    let per = hw[0] * hw[1];
+    let mut out = Vec::new();
+    for pl in 0..planes {
+        for (idx, _) in wins {
+            let xv = |i: usize| x[pl * per + i];
+            let best = idx
+                .iter()
+                .copied()
+                .fold(None, |b: Option<usize>, i| match b {
+                    Some(b) if xv(i) <= xv(b) => Some(b),
+                    _ => Some(i),
+                });
+            out.push(best.map_or(-1, |b| b as i32));
+        }
+    }
+    out
+}
+
+fn close(got: &[f64], want: &[f64], what: &str) -> Result<(), TestCaseError> {
+    prop_assert_eq!(got.len(), want.len(), "{}", what);
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        prop_assert!(
+            g == w || (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+            "{}: element {}: {} vs {}",
+            what,
+            i,
+            g,
+            w
+        );
+    }
+    Ok(())
+}
+
+/// A regular pool: (n, c, h, w), kernel, stride, dilation, padding as a fraction of half the
+/// kernel, ceil_mode, count_include_pad, unbatched.
+pub(crate) type RegularProblem = (
+    (usize, usize, usize, usize),
+    ((usize, usize), (usize, usize), (usize, usize)),
+    (usize, usize),
+    (bool, bool, bool),
+);
+
+pub(crate) fn regular_problem() -> impl Strategy<Value = RegularProblem> {
+    (
+        (1usize..3, 1usize..3, 1usize..9, 1usize..9),
+        (
+            (1usize..4, 1usize..4),
+            (1usize..4, 1usize..4),
+            (1usize..3, 1usize..3),
+        ),
+        (0usize..2, 0usize..2),
+        (any::<bool>(), any::<bool>(), any::<bool>()),
+    )
+}
+
+pub(crate) async fn check_regular(p: &RegularProblem) -> Result<(), TestCaseError> {
+    let ((n, c, h, w), (k, s, d), pfrac, (ceil, include_pad, unbatched)) = *p;
+    let (k, s, d) = ([k.0, k.1], [s.0, s.1], [d.0, d.1]);
+    let p = [pfrac.0 * (k[0] / 2), pfrac.1 * (k[1] / 2)];
+    let shape = if unbatched {
+        vec![c, h, w]
+    } else {
+        vec![n, c, h, w]
+    };
+    let planes: usize = shape[..shape.len() - 2].iter().product();
+    let xv = data(planes * h * w, 1);
+    let x = Tensor::from_slice(device(), &xv, &shape).unwrap();
+    // Max pooling (dilated effective kernel must fit the padded input).
+    let mo = MaxPool2dOptions {
+        kernel_size: k,
+        stride: Some(s),
+        padding: p,
+        dilation: d,
+        ceil_mode: ceil,
+    };
+    let fits = (0..2).all(|a| {
+        [h, w][a] + 2 * p[a] > d[a] * (k[a] - 1) && p[a] <= ((k[a] - 1) * d[a]).div_ceil(2)
+    });
+    match max_pool2d(&x, &mo) {
+        Err(e) => prop_assert!(!fits, "{mo:?} on {shape:?}: {e}"),
+        Ok(y) => {
+            prop_assert!(fits);
+            let o = [
+                out_size(h, k[0], p[0], s[0], d[0], ceil),
+                out_size(w, k[1], p[1], s[1], d[1], ceil),
+            ];
+            let wins = windows(h, w, o[0], o[1], Win::Regular { k, s, p, d }, false, None);
+            let dyv = data(planes * o[0] * o[1], 2);
+            let mut yshape = shape.clone();
+            let r = yshape.len();
+            yshape[r - 2..].copy_from_slice(&o);
+            prop_assert_eq!(y.shape(), yshape.as_slice());
+            let dy = Tensor::from_slice(device(), &dyv, &yshape).unwrap();
+            let (wy, wdx) = reference(&xv, &dyv, planes, [h, w], o, &wins, true);
+            close(&fetch(&y).await, &wy, "max forward")?;
+            close(
+                &fetch(&max_pool2d_backward(&dy, &x, &mo).unwrap()).await,
+                &wdx,
+                "max backward",
+            )?;
+            let (yi, idx) = max_pool2d_with_indices(&x, &mo).unwrap();
+            close(&fetch(&yi).await, &wy, "max forward with indices")?;
+            prop_assert_eq!(idx.shape(), yshape.as_slice());
+            prop_assert_eq!(ints(&idx).await, arg_reference(&xv, planes, [h, w], &wins));
+        }
+    }
+    // Average pooling (no dilation).
+    let ao = AvgPool2dOptions {
+        kernel_size: k,
+        stride: Some(s),
+        padding: p,
+        ceil_mode: ceil,
+        count_include_pad: include_pad,
+        divisor_override: None,
+    };
+    let fits = (0..2).all(|a| [h, w][a] + 2 * p[a] >= k[a]);
+    match avg_pool2d(&x, &ao) {
+        Err(e) => prop_assert!(!fits, "{ao:?} on {shape:?}: {e}"),
+        Ok(y) => {
+            let o = [
+                out_size(h, k[0], p[0], s[0], 1, ceil),
+                out_size(w, k[1], p[1], s[1], 1, ceil),
+            ];
+            let wins = windows(
+                h,
+                w,
+                o[0],
+                o[1],
+                Win::Regular { k, s, p, d: [1, 1] },
+                include_pad,
+                None,
+            );
+            let dyv = data(planes * o[0] * o[1], 3);
+            let mut yshape = shape.clone();
+            let r = yshape.len();
+            yshape[r - 2..].copy_from_slice(&o);
+            let dy = Tensor::from_slice(device(), &dyv, &yshape).unwrap();
+            let (wy, wdx) = reference(&xv, &dyv, planes, [h, w], o, &wins, false);
+            close(&fetch(&y).await, &wy, "avg forward")?;
+            close(
+                &fetch(&avg_pool2d_backward(&dy, &x, &ao).unwrap()).await,
+                &wdx,
+                "avg backward",
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Adaptive pools: planes, (h, w), (oh, ow).
+pub(crate) type AdaptiveProblem = (usize, usize, usize, usize, usize);
+
+pub(crate) fn adaptive_problem() -> impl Strategy<Value = AdaptiveProblem> {
+    (1usize..4, 1usize..12, 1usize..12, 1usize..6, 1usize..6)
+}
+
+pub(crate) async fn check_adaptive(p: &AdaptiveProblem) -> Result<(), TestCaseError> {
+    let (planes, h, w, oh, ow) = *p;
+    let xv = data(planes * h * w, 4);
+    let x = Tensor::from_slice(device(), &xv, &[1, planes, h, w]).unwrap();
+    let wins = windows(h, w, oh, ow, Win::Adaptive, false, None);
+    let dyv = data(planes * oh * ow, 5);
+    let dy = Tensor::from_slice(device(), &dyv, &[1, planes, oh, ow]).unwrap();
+    let (wy, wdx) = reference(&xv, &dyv, planes, [h, w], [oh, ow], &wins, false);
+    close(
+        &fetch(&adaptive_avg_pool2d(&x, [oh, ow]).unwrap()).await,
+        &wy,
+        "adaptive avg",
+    )?;
+    close(
+        &fetch(&adaptive_avg_pool2d_backward(&dy, &x).unwrap()).await,
+        &wdx,
+        "adaptive avg backward",
+    )?;
+    let (wy, wdx) = reference(&xv, &dyv, planes, [h, w], [oh, ow], &wins, true);
+    close(
+        &fetch(&adaptive_max_pool2d(&x, [oh, ow]).unwrap()).await,
+        &wy,
+        "adaptive max",
+    )?;
+    close(
+        &fetch(&adaptive_max_pool2d_backward(&dy, &x).unwrap()).await,
+        &wdx,
+        "adaptive max backward",
+    )?;
+    let (_, idx) = adaptive_max_pool2d_with_indices(&x, [oh, ow]).unwrap();
+    prop_assert_eq!(ints(&idx).await, arg_reference(&xv, planes, [h, w], &wins));
+    Ok(())
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+mod native {
+    use super::*;
+    use crate::strategies::run_async;
+
+    #[test]
+    fn max_and_avg_pool2d_match_pytorch() {
+        run_async(48, regular_problem(), check_regular);
+    }
+
+    #[test]
+    fn adaptive_pools_match_pytorch() {
+        run_async(48, adaptive_problem(), check_adaptive);
+    }
+}
