@@ -210,9 +210,13 @@ fn where_condition_semantics() {
         .where_cond(&ti(&[i32::MAX, 1], &[2]), &ti(&[5, -(1 << 30) - 1], &[2]))
         .unwrap();
     assert_eq!(i(&y), vec![i32::MAX, -(1 << 30) - 1]);
-    assert!(ti(&[1], &[1])
-        .where_cond(&tf(&[1.0], &[1]), &ti(&[1], &[1]))
-        .is_err());
+    // Mixed dtypes promote as PyTorch: i32 with f32 gives f32 (where and compare).
+    let y = ti(&[1, 0], &[2])
+        .where_cond(&tf(&[1.5, 1.5], &[2]), &ti(&[7, 7], &[2]))
+        .unwrap();
+    assert_eq!((y.dtype(), f(&y)), (DType::F32, vec![1.5, 7.0]));
+    let m = ti(&[1, 2], &[2]).eq(&tf(&[1.0, 2.5], &[2])).unwrap();
+    assert_eq!(f(&m), vec![1.0, 0.0]);
     assert!(ti(&[1, 0], &[2])
         .where_cond(&tf(&[1.0; 3], &[3]), &tf(&[0.0], &[1]))
         .is_err());

@@ -119,8 +119,9 @@ fn grid(op: &'static str, t: &Tensor, n: usize) -> Result<[u32; 3]> {
 
 impl Tensor {
     /// The mask of `self (op) other` with broadcasting: an f32 tensor of 1.0 / 0.0 (see the
-    /// module docs of [`compare`](crate::ops::compare)). Both tensors must have the same dtype
-    /// (f32, f16 or i32). Never tracked by autograd (a mask has no gradient).
+    /// module docs of [`compare`](crate::ops::compare)). Tensors of different dtypes compare
+    /// after PyTorch's promotion (i32 < f16 < f32). Never tracked by autograd (a mask has no
+    /// gradient).
     ///
     /// ```ignore-wasm32
     /// # fn main() -> wgtensor::Result<()> {
@@ -135,7 +136,10 @@ impl Tensor {
     pub fn compare(&self, other: &Tensor, op: CmpOp) -> Result<Tensor> {
         let name = op.name();
         self.same_device(name, other)?;
-        self.same_dtype(name, other)?;
+        if self.dtype != other.dtype {
+            let dt = promote(self.dtype, other.dtype);
+            return self.to_dtype(dt)?.compare(&other.to_dtype(dt)?, op);
+        }
         let shape = broadcast_shapes(name, self.shape(), other.shape())?;
         let dev = self.device();
         let out = Tensor::empty(dev, name, &shape, DType::F32)?;
@@ -219,8 +223,8 @@ impl Tensor {
 
     /// PyTorch's `torch.where(self, on_true, on_false)`: `on_true` where this condition is
     /// true (non-zero or NaN), else `on_false`, all three broadcast together. The condition may
-    /// have any dtype; `on_true` and `on_false` share one (f32, f16 or i32), which the result
-    /// has. Gradients flow to `on_true` where the condition holds and to `on_false` elsewhere.
+    /// have any dtype; the result has the promoted dtype of `on_true` and `on_false` (i32 <
+    /// f16 < f32, as PyTorch promotes). Gradients flow to `on_true` where the condition holds and to `on_false` elsewhere.
     ///
     /// ```ignore-wasm32
     /// # fn main() -> wgtensor::Result<()> {
@@ -233,6 +237,12 @@ impl Tensor {
     /// # Ok(()) }
     /// ```
     pub fn where_cond(&self, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
+        if on_true.dtype != on_false.dtype {
+            // Promote through the tracked cast, so each side's gradient comes back in its
+            // own dtype.
+            let dt = promote(on_true.dtype, on_false.dtype);
+            return self.where_cond(&on_true.to_dtype(dt)?, &on_false.to_dtype(dt)?);
+        }
         let out = where_forward(self, on_true, on_false)?;
         Ok(record(out, &[on_true, on_false], |_| {
             Box::new(WhereBackward {
@@ -249,11 +259,23 @@ pub fn where_cond(cond: &Tensor, on_true: &Tensor, on_false: &Tensor) -> Result<
     cond.where_cond(on_true, on_false)
 }
 
+/// PyTorch's type promotion among the stored dtypes: any float beats i32, f32 beats f16.
+fn promote(a: DType, b: DType) -> DType {
+    match (a, b) {
+        (DType::F32, _) | (_, DType::F32) => DType::F32,
+        (DType::F16, _) | (_, DType::F16) => DType::F16,
+        _ => DType::I32,
+    }
+}
+
 fn where_forward(cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let name = "where";
     a.same_device(name, b)?;
     a.same_device(name, cond)?;
-    a.same_dtype(name, b)?;
+    if a.dtype != b.dtype {
+        let dt = promote(a.dtype, b.dtype);
+        return where_forward(cond, &a.to_dtype(dt)?, &b.to_dtype(dt)?);
+    }
     let ab = broadcast_shapes(name, a.shape(), b.shape())?;
     let shape = broadcast_shapes(name, &ab, cond.shape())?;
     let dev = a.device();
