@@ -223,6 +223,20 @@ fn where_condition_semantics() {
 }
 
 #[test]
+fn masked_fill_as_pytorch() {
+    let x = tf(&[1.0, 2.0, 3.0, 4.0], &[2, 2]).requires_grad().unwrap();
+    let mask = ti(&[0, 1], &[2]); // broadcast over rows
+    let y = x.masked_fill(&mask, -5.0).unwrap();
+    assert_eq!(f(&y), vec![1.0, -5.0, 3.0, -5.0]);
+    let g = y.sum_all().unwrap().backward().unwrap();
+    assert_eq!(f(g.get(&x).unwrap()), vec![1.0, 0.0, 1.0, 0.0]);
+    // The mask must broadcast to the input, not grow it.
+    assert!(tf(&[1.0], &[1])
+        .masked_fill(&ti(&[1, 0], &[2]), 0.0)
+        .is_err());
+}
+
+#[test]
 fn argmax_argmin_ties_nan_keepdim_and_views() {
     let x = tf(&[1.0, 3.0, 3.0, -1.0, 0.0, -1.0, 2.0, 2.0], &[2, 4]);
     assert_eq!(i(&x.argmax(1, false).unwrap()), vec![1, 2]);

@@ -254,6 +254,38 @@ impl Tensor {
     }
 }
 
+impl Tensor {
+    /// PyTorch's `masked_fill(mask, value)`: `value` where `mask` is true (non-zero or NaN,
+    /// broadcast to this tensor's shape), this tensor elsewhere; gradients flow where the mask
+    /// is false.
+    ///
+    /// ```ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// use wgtensor::{Device, Tensor};
+    /// let dev = Device::new()?;
+    /// let scores = Tensor::from_slice(&dev, &[0.5f32, 2.0, -1.0], &[3])?;
+    /// let pad = Tensor::from_slice(&dev, &[0i32, 1, 0], &[3])?;
+    /// let masked = scores.masked_fill(&pad, f64::NEG_INFINITY)?;
+    /// assert_eq!(masked.to_vec::<f32>()?, vec![0.5, f32::NEG_INFINITY, -1.0]);
+    /// # Ok(()) }
+    /// ```
+    pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Result<Tensor> {
+        let v = Tensor::full(self.device(), &[], value, self.dtype)?;
+        let out = mask.where_cond(&v, self)?;
+        if out.shape() != self.shape() {
+            return Err(crate::Error::shape(
+                "masked_fill",
+                format!(
+                    "mask of shape {:?} does not broadcast to the input's shape {:?}",
+                    mask.shape(),
+                    self.shape()
+                ),
+            ));
+        }
+        Ok(out)
+    }
+}
+
 /// PyTorch's `torch.where(cond, on_true, on_false)` ([`Tensor::where_cond`]).
 pub fn where_cond(cond: &Tensor, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
     cond.where_cond(on_true, on_false)
