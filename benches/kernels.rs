@@ -40,6 +40,8 @@ mod copy;
 mod dynamic;
 #[path = "cases/gemm.rs"]
 mod gemm;
+#[path = "cases/index.rs"]
+mod index;
 #[path = "cases/inputs.rs"]
 mod inputs;
 #[path = "cases/rnn.rs"]
@@ -102,6 +104,7 @@ fn cases() -> Vec<Case> {
     v.extend(conv::cases());
     v.extend(tiny::cases());
     v.extend(dynamic::cases());
+    v.extend(index::cases());
     v
 }
 

@@ -7,9 +7,11 @@
 //! and contributes nothing to `scatter_add` and to gradients. It is never an out-of-bounds
 //! access, and the NaN shows up in any loss computed from it.
 //!
-//! The backward of `gather`, `index_select` and `embedding` is a `scatter_add`, computed as a
-//! gather over the index (each output element sums its matches in index order) rather than
-//! with float atomics: the same inputs give the same bits on every run and backend.
+//! The backward of `gather` is a `scatter_add`, computed as a gather over the index (each
+//! output element sums its matches in index order) rather than with float atomics; that of
+//! `index_select` and `embedding` buckets the index first (ops/segment.rs), so its cost does
+//! not grow with the number of rows times the index length. Either way the sums run in index
+//! order: the same inputs give the same bits on every run and backend.
 
 use bytemuck::{Pod, Zeroable};
 
@@ -194,6 +196,7 @@ impl Tensor {
                 index: index.clone(),
                 index_layout: index.layout.clone(),
                 skip: -1,
+                rows: false,
             })
         }))
     }
@@ -533,6 +536,7 @@ fn index_select_impl(
             index: index.clone(),
             index_layout: il,
             skip,
+            rows: true,
         })
     }))
 }
@@ -545,6 +549,9 @@ struct GatherBackward {
     index: Tensor,
     index_layout: Layout,
     skip: i32,
+    /// index_select and embedding: `index` is 1-D and every slice along `dim` is a whole row,
+    /// so the bucketed row scatter (ops/segment.rs) applies.
+    rows: bool,
 }
 
 impl BackwardOp for GatherBackward {
@@ -556,6 +563,20 @@ impl BackwardOp for GatherBackward {
         let Some(g) = grads.first().and_then(Option::as_ref) else {
             return Ok(vec![None]);
         };
+        if self.rows {
+            let rows = self.shape[self.dim];
+            let inner: usize = self.shape[self.dim + 1..].iter().product();
+            let gx = crate::ops::segment::index_add_rows(
+                self.op,
+                g,
+                &self.index,
+                rows,
+                inner,
+                &self.shape,
+                self.skip,
+            )?;
+            return Ok(vec![Some(gx)]);
+        }
         let gx = scatter_add_forward(
             self.op,
             None,

@@ -21,6 +21,7 @@ pub mod random;
 pub mod reduce;
 mod reduce_grad;
 pub mod rnn;
+pub(crate) mod segment;
 pub mod softmax;
 pub(crate) mod view_grad;
 
@@ -81,6 +82,7 @@ pub fn params_layouts() -> Vec<crate::runtime::pipeline::ParamsLayout> {
         compare::params_layout(),
         index::params_layout(),
         nll::params_layout(),
+        segment::params_layout(),
     ]
 }
 
@@ -103,5 +105,6 @@ pub fn shader_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
     v.extend(compare::compare_variants());
     v.extend(index::index_variants());
     v.extend(nll::nll_variants());
+    v.extend(segment::segment_variants());
     v
 }
