@@ -223,8 +223,10 @@ impl Tensor {
     /// PyTorch's out-of-place `self.scatter_add(dim, index, src)`: a copy of `self` to which
     /// each `src[i][j][k]` is added at `[index[i][j][k]][j][k]` (for `dim = 0`). `index` (i32)
     /// and `src` have `self`'s rank; `index` is no larger than `src` on every dim and no larger
-    /// than `self` on every dim but `dim`. Sums run in index order in f32: deterministic.
-    /// Out-of-range indices add nothing. Differentiable in `self` and `src`.
+    /// than `self` on every dim but `dim`. Sums run in index order in f32: deterministic (no
+    /// atomics), at the cost of every output element scanning `index.size(dim)` entries; for
+    /// whole rows picked by a 1-D index, the backward of [`Tensor::index_select`] buckets the
+    /// index instead. Out-of-range indices add nothing. Differentiable in `self` and `src`.
     ///
     /// ```ignore-wasm32
     /// # fn main() -> wgtensor::Result<()> {
