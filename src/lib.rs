@@ -37,11 +37,15 @@
 //! | Convolution | [`ops::conv2d`], [`ops::conv1d`], [`ops::conv_transpose2d`], [`ops::conv_transpose1d`], gradients ([`ops::conv2d_backward_input`], [`ops::conv2d_backward_weight`], [`ops::conv_backward_bias`], 1-D alike) | grouped and depthwise, stride, dilation, per-side padding; implicit GEMM without im2col; deterministic split-k for weight gradients |
 //! | Batch norm | [`ops::batch_norm_train`] (running statistics updated on the GPU), [`ops::batch_norm_inference`], [`ops::batch_norm_backward`] | Welford / Chan statistics; fixed-order merges, bitwise reproducible |
 //! | RNN | [`ops::Rnn`]: LSTM and GRU, stacked, bidirectional, `batch_first`; [`forward`](ops::Rnn::forward), [`forward_train`](ops::Rnn::forward_train) + [`backward`](ops::Rnn::backward) (BPTT); [`ops::lstm_cell`], [`ops::gru_cell`] | one fused dispatch per step |
+//! | Compare and select | [`Tensor::compare`] and shorthands ([`Tensor::eq`], [`Tensor::gt_scalar`], ...), [`Tensor::where_cond`], [`Tensor::masked_fill`] | f32 0/1 masks; i32 compared exactly; PyTorch's dtype promotion |
+//! | Index ops | [`Tensor::argmax`], [`Tensor::argmin`], [`Tensor::gather`], [`Tensor::index_select`], [`Tensor::scatter_add`], [`ops::embedding`], [`Tensor::one_hot`] | i32 indices; deterministic backward (bucketed for embedding); out-of-range reads give NaN, never an out-of-bounds access |
+//! | Losses | [`ops::cross_entropy`] (class indices or probabilities), [`ops::nll_loss`], [`ops::mse_loss`], [`ops::binary_cross_entropy_with_logits`] | PyTorch's `reduction`, `ignore_index`, class weights, label smoothing |
+//! | Pooling | [`ops::max_pool2d`] (and [`ops::max_pool2d_with_indices`]), [`ops::avg_pool2d`], adaptive and 1-D variants | PyTorch's padding, dilation, ceil_mode, count_include_pad |
 //! | Random | [`ops::rand`], [`ops::randn`], [`ops::uniform`], [`ops::normal`], [`ops::bernoulli`], [`ops::dropout`], [`ops::kaiming_uniform`], [`ops::xavier_uniform`] | counter-based Philox per device, reproducible from [`Device::manual_seed`] |
 //!
 //! | | |
 //! |---|---|
-//! | dtypes | [`DType::F32`] everywhere; [`DType::F16`] storage where the adapter has SHADER_F16 ([`Device::supports_f16`]); arithmetic always in f32 |
+//! | dtypes | [`DType::F32`] everywhere; [`DType::F16`] storage where the adapter has SHADER_F16 ([`Device::supports_f16`]); arithmetic always in f32; [`DType::I32`] for labels, token ids and indices (copies, casts, comparisons, index ops) |
 //! | Native backends | Vulkan (Linux, Windows, Android; lavapipe without a GPU), Metal (macOS, iOS), DX12 (Windows) |
 //! | Browser | WebGPU on `wasm32-unknown-unknown`: open with [`Device::new_async`], read with [`Tensor::to_vec_async`], wait with [`Device::sync_async`] |
 //! | Interop | [`Device::from_wgpu`] runs on an application's own wgpu device; [`Tensor::wgpu_buffer`] exposes a tensor's buffer to the application's passes, and [`Device::submit`] runs those in order with wgtensor's; [`wgpu`] is re-exported at the version used |
