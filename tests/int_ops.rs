@@ -30,20 +30,6 @@ fn i(t: &Tensor) -> Vec<i32> {
     t.to_vec::<i32>().unwrap()
 }
 
-/// Row-major coordinates of flat index `k` in `shape`.
-fn coords(mut k: usize, shape: &[usize]) -> Vec<usize> {
-    let mut c = vec![0; shape.len()];
-    for d in (0..shape.len()).rev() {
-        c[d] = k % shape[d];
-        k /= shape[d];
-    }
-    c
-}
-
-fn flat(c: &[usize], shape: &[usize]) -> usize {
-    c.iter().zip(shape).fold(0, |acc, (&x, &n)| acc * n + x)
-}
-
 #[test]
 fn i32_tensors_round_trip_view_and_cast() {
     let big = [1 << 30, -(1 << 30) - 7, 16_777_217, -1, 0, i32::MAX];
@@ -286,13 +272,13 @@ fn argmax_argmin_ties_nan_keepdim_and_views() {
 fn gather_ref(x: &[f64], xs: &[usize], dim: usize, idx: &[i32], is: &[usize]) -> Vec<f64> {
     (0..idx.len())
         .map(|k| {
-            let mut c = coords(k, is);
+            let mut c = common::reference::unravel(k, is);
             let j = idx[k];
             if j < 0 || j as usize >= xs[dim] {
                 return f64::NAN;
             }
             c[dim] = j as usize;
-            x[flat(&c, xs)]
+            x[common::reference::ravel(&c, xs)]
         })
         .collect()
 }
@@ -326,9 +312,9 @@ proptest! {
         let g = y.mul(&common::upload(dev(), &w, &is, dtype)).unwrap().sum_all().unwrap().backward().unwrap();
         let mut want = vec![0.0; a * b];
         for k in 0..n {
-            let mut c = coords(k, &is);
+            let mut c = common::reference::unravel(k, &is);
             c[dim] = idx[k] as usize;
-            want[flat(&c, &xs)] += w[k];
+            want[common::reference::ravel(&c, &xs)] += w[k];
         }
         let got = common::download(g.get(&tx).unwrap()).unwrap();
         for (g, w) in got.iter().zip(&want) {

@@ -456,18 +456,9 @@ fn launch(
         dev.limits().max_compute_workgroups_per_dimension,
     )?;
     match dy {
-        None if indices => dev.launch(
-            op,
-            &INDICES,
-            &[x.dtype],
-            &consts,
-            bytemuck::bytes_of(&params),
-            &[xs.buffer(), out.buffer()],
-            grid,
-        )?,
         None => dev.launch(
             op,
-            &FORWARD,
+            if indices { &INDICES } else { &FORWARD },
             &[x.dtype],
             &consts,
             bytemuck::bytes_of(&params),

@@ -42,6 +42,11 @@ pub fn unravel(mut i: usize, shape: &[usize]) -> Vec<usize> {
     idx
 }
 
+/// The row-major flat index of the multi-index `c` in `shape` (the inverse of [`unravel`]).
+pub fn ravel(c: &[usize], shape: &[usize]) -> usize {
+    c.iter().zip(shape).fold(0, |acc, (&x, &n)| acc * n + x)
+}
+
 /// Reads the view `(shape, strides, offset)` of `data` into a row-major vector:
 /// `out[i] = data[offset + sum_d idx(i)[d] * strides[d]]` (an odometer walk, no allocation per
 /// element, so multi-million-element views stay cheap).

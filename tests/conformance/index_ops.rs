@@ -18,19 +18,6 @@ use crate::strategies::{general_dist, operand_of_shape, shape, view_kind, Dist, 
 
 pub(crate) const CASES: u32 = 24;
 
-fn unravel(mut k: usize, shape: &[usize]) -> Vec<usize> {
-    let mut c = vec![0; shape.len()];
-    for d in (0..shape.len()).rev() {
-        c[d] = k % shape[d];
-        k /= shape[d];
-    }
-    c
-}
-
-fn ravel(c: &[usize], shape: &[usize]) -> usize {
-    c.iter().zip(shape).fold(0, |acc, (&x, &n)| acc * n + x)
-}
-
 fn upload_i32(v: &[i32], shape: &[usize]) -> Tensor {
     Tensor::from_slice(device(), v, shape).expect("upload i32")
 }
@@ -109,11 +96,11 @@ pub(crate) async fn check_arg(p: &ArgProblem) -> Result<(), TestCaseError> {
     kept[p.dim] = 1;
     let want: Vec<f64> = (0..reference_numel(&kept))
         .map(|o| {
-            let mut c = unravel(o, &kept);
+            let mut c = crate::common::reference::unravel(o, &kept);
             let mut best: Option<(usize, f64)> = None;
             for k in 0..s[p.dim] {
                 c[p.dim] = k;
-                let v = vals[ravel(&c, s)];
+                let v = vals[crate::common::reference::ravel(&c, s)];
                 best = match best {
                     Some((_, b)) if b.is_nan() => best,
                     _ if v.is_nan() => Some((k, v)),
@@ -276,14 +263,14 @@ pub(crate) async fn check_gather(p: &GatherProblem) -> Result<(), TestCaseError>
     // Where each output reads from, in x's row-major order.
     let src: Vec<usize> = (0..reference_numel(&out_shape))
         .map(|o| {
-            let mut c = unravel(o, &out_shape);
+            let mut c = crate::common::reference::unravel(o, &out_shape);
             let j = if p.select {
                 p.index[c[p.dim]]
             } else {
                 p.index[o]
             };
             c[p.dim] = j as usize;
-            ravel(&c, s)
+            crate::common::reference::ravel(&c, s)
         })
         .collect();
     let want: Vec<f64> = src.iter().map(|&k| xv[k]).collect();
