@@ -17,7 +17,8 @@ use crate::gemm::Mode;
 use crate::runner::check_cases;
 use crate::strategies::{general_dist, operand, small_shape, view_kind, Dist};
 use crate::{
-    batchnorm as bn, elementwise as ew, gemm, index_ops as ix, pool, random, reduce, rnn, softmax,
+    batchnorm as bn, elementwise as ew, gemm, index_ops as ix, losses, pool, random, reduce, rnn,
+    softmax,
 };
 
 /// Opens the shared devices; false (after saying so) when f16 cases must be skipped.
@@ -139,6 +140,19 @@ async fn softmax_and_index_ops_f32() {
     check_cases("compare_i32", 6, ci, ix::check_compare).await;
     check_cases("gather_f32", 8, ix::gather_problem(f), ix::check_gather).await;
     check_cases("cross_entropy_f32", 8, ix::ce_problem(f), ix::check_ce).await;
+}
+
+#[wasm_bindgen_test]
+async fn losses_f32() {
+    init_devices().await;
+    losses::mse().await;
+    losses::bce_with_logits().await;
+    losses::cross_entropy_with_probability_targets().await;
+    losses::cross_entropy_class_indices_match_pytorch_with_gradients().await;
+    losses::nll_loss_ignore_index_weights_and_errors().await;
+    console_log!(
+        "losses_f32: mse, bce_with_logits, cross_entropy (probabilities, indices), nll_loss"
+    );
 }
 
 #[wasm_bindgen_test]

@@ -6,7 +6,7 @@
 //!   by the same proptest strategies and checked by the same code against the same pure-Rust
 //!   f64 references as natively (the conformance modules are included below), with the
 //!   readbacks awaited instead of blocking.
-//!   Softmax, pooling (with indices and backward), the Philox streams (bit-exact: the same seed
+//!   Softmax, the losses, pooling (with indices and backward), the Philox streams (bit-exact: the same seed
 //!   gives the same numbers here as natively) and the index ops (argmax, comparisons,
 //!   gather/index_select with their backward, class-index cross_entropy with its gradient) are
 //!   included the same way.
@@ -81,6 +81,11 @@ mod index_ops;
 #[allow(dead_code, unused_imports)]
 #[path = "../conformance/pool.rs"]
 mod pool;
+
+#[cfg(target_arch = "wasm32")]
+#[allow(dead_code, unused_imports)]
+#[path = "../conformance/losses.rs"]
+mod losses;
 
 #[cfg(target_arch = "wasm32")]
 #[allow(dead_code, unused_imports)]

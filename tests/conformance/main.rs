@@ -18,6 +18,7 @@ mod conv_large;
 mod elementwise;
 mod gemm;
 mod index_ops;
+mod losses;
 mod pool;
 mod random;
 mod reduce;

@@ -1,25 +1,21 @@
-//! Losses against f64 transcriptions of PyTorch's formulas, every reduction, weights,
-//! pos_weight, label smoothing, extreme logits and errors.
-// Native only (blocking device and readback); tests/browser/ is the wasm32 suite.
-#![cfg(not(target_arch = "wasm32"))]
+//! Losses against f64 transcriptions of PyTorch's formulas: every reduction, weights,
+//! pos_weight, label smoothing, class indices with ignore_index (and gradients against central
+//! differences), extreme logits and errors. Shared with the browser suite
+//! (tests/browser/conformance.rs), hence the awaited readbacks.
 
 use wgtensor::ops::{
     binary_cross_entropy_with_logits, cross_entropy_probs, mse_loss, BceWithLogitsOptions,
     CrossEntropyOptions, Reduction,
 };
-use wgtensor::{Device, Tensor};
-
-fn dev() -> &'static Device {
-    static DEV: std::sync::OnceLock<Device> = std::sync::OnceLock::new();
-    DEV.get_or_init(|| Device::new().expect("device"))
-}
+use wgtensor::Tensor;
 
 fn t(v: &[f32], shape: &[usize]) -> Tensor {
-    Tensor::from_slice(dev(), v, shape).unwrap()
+    Tensor::from_slice(crate::common::device(), v, shape).unwrap()
 }
 
-fn vals(t: &Tensor) -> Vec<f64> {
-    t.to_vec::<f32>()
+async fn vals(t: &Tensor) -> Vec<f64> {
+    t.to_vec_async::<f32>()
+        .await
         .unwrap()
         .into_iter()
         .map(f64::from)
@@ -46,8 +42,7 @@ fn reduce(v: Vec<f64>, r: Reduction) -> Vec<f64> {
 
 const REDUCTIONS: [Reduction; 3] = [Reduction::None, Reduction::Mean, Reduction::Sum];
 
-#[test]
-fn mse() {
+pub(crate) async fn mse() {
     let x = [0.5f32, -1.0, 2.0, 3.5, 0.0, -2.5];
     let y = [1.0f32, -1.0, 0.0, 3.0, 1.0, 0.5];
     let per: Vec<f64> = x
@@ -57,20 +52,23 @@ fn mse() {
         .collect();
     for r in REDUCTIONS {
         let got = mse_loss(&t(&x, &[2, 3]), &t(&y, &[2, 3]), r).unwrap();
-        close(&vals(&got), &reduce(per.clone(), r), &format!("{r:?}"));
+        close(
+            &vals(&got).await,
+            &reduce(per.clone(), r),
+            &format!("{r:?}"),
+        );
     }
     let e = mse_loss(&t(&x, &[6]), &t(&y, &[2, 3]), Reduction::Mean).unwrap_err();
     assert!(e.to_string().starts_with("mse_loss:"), "{e}");
-    let empty = Tensor::zeros(dev(), &[0], wgtensor::DType::F32).unwrap();
-    assert!(vals(&mse_loss(&empty, &empty, Reduction::Mean).unwrap())[0].is_nan());
+    let empty = Tensor::zeros(crate::common::device(), &[0], wgtensor::DType::F32).unwrap();
+    assert!(vals(&mse_loss(&empty, &empty, Reduction::Mean).unwrap()).await[0].is_nan());
     assert_eq!(
-        vals(&mse_loss(&empty, &empty, Reduction::Sum).unwrap()),
+        vals(&mse_loss(&empty, &empty, Reduction::Sum).unwrap()).await,
         vec![0.0]
     );
 }
 
-#[test]
-fn bce_with_logits() {
+pub(crate) async fn bce_with_logits() {
     // Extreme logits must not overflow.
     let x = [0.3f32, -2.0, 100.0, -100.0, 5.0, 0.0];
     let y = [1.0f32, 0.0, 1.0, 1.0, 0.25, 0.5];
@@ -92,7 +90,7 @@ fn bce_with_logits() {
             reduction: red,
         };
         let got = binary_cross_entropy_with_logits(&t(&x, &[2, 3]), &t(&y, &[2, 3]), &o).unwrap();
-        close(&vals(&got), &reduce(per, red), &format!("{red:?}"));
+        close(&vals(&got).await, &reduce(per, red), &format!("{red:?}"));
     }
     let per: Vec<f64> = (0..6)
         .map(|i| r(x[i] as f64, y[i] as f64, 1.0, 1.0))
@@ -102,11 +100,10 @@ fn bce_with_logits() {
         ..Default::default()
     };
     let got = binary_cross_entropy_with_logits(&t(&x, &[6]), &t(&y, &[6]), &o).unwrap();
-    close(&vals(&got), &per, "plain");
+    close(&vals(&got).await, &per, "plain");
 }
 
-#[test]
-fn cross_entropy_with_probability_targets() {
+pub(crate) async fn cross_entropy_with_probability_targets() {
     // [N = 2, C = 3, L = 2]: the class dim is 1.
     let x = [
         1.0f32, -1.0, 0.5, 2.0, -0.5, 0.0, 3.0, 1.0, 0.0, 0.25, -2.0, 4.0,
@@ -150,7 +147,7 @@ fn cross_entropy_with_probability_targets() {
                 };
                 let got = cross_entropy_probs(&t(&x, &[2, 3, 2]), &t(&y, &[2, 3, 2]), &o).unwrap();
                 close(
-                    &vals(&got),
+                    &vals(&got).await,
                     &reduce(per.clone(), red),
                     &format!("{red:?} {smoothing} {weighted}"),
                 );
@@ -164,7 +161,7 @@ fn cross_entropy_with_probability_targets() {
         &Default::default(),
     )
     .unwrap();
-    close(&vals(&got), &[2f64.ln()], "unbatched");
+    close(&vals(&got).await, &[2f64.ln()], "unbatched");
     let bad_w = t(&[1.0, 2.0], &[2]);
     let o = CrossEntropyOptions {
         weight: Some(&bad_w),
@@ -224,8 +221,7 @@ fn ce_index_ref(
         .collect()
 }
 
-#[test]
-fn cross_entropy_class_indices_match_pytorch_with_gradients() {
+pub(crate) async fn cross_entropy_class_indices_match_pytorch_with_gradients() {
     use wgtensor::ops::cross_entropy;
     // [N=2, C=3, D=2] with one ignored target, and [N=3, C=4].
     let cases: [(usize, usize, usize, Vec<i32>); 2] =
@@ -241,7 +237,7 @@ fn cross_entropy_class_indices_match_pytorch_with_gradients() {
         let xr: Vec<f64> = xf.iter().map(|&v| v as f64).collect();
         let wf: Vec<f32> = w.iter().map(|&v| v as f32).collect();
         let tw = t(&wf, &[c]);
-        let tt = Tensor::from_slice(dev(), &target, &tshape).unwrap();
+        let tt = Tensor::from_slice(crate::common::device(), &target, &tshape).unwrap();
         for weighted in [false, true] {
             for eps in [0.0, 0.2] {
                 for red in REDUCTIONS {
@@ -256,13 +252,13 @@ fn cross_entropy_class_indices_match_pytorch_with_gradients() {
                     let wref = weighted.then_some(&w[..]);
                     let want = ce_index_ref(&xr, n, c, d, &target, wref, -100, eps, red);
                     let what = format!("n{n} c{c} d{d} w{weighted} e{eps} {red:?}");
-                    close(&vals(&got), &want, &what);
+                    close(&vals(&got).await, &want, &what);
                     if red == Reduction::None {
                         continue;
                     }
                     // Gradient against central differences of the f64 reference.
                     let g = got.backward().unwrap();
-                    let gx = vals(g.get(&tx).unwrap());
+                    let gx = vals(g.get(&tx).unwrap()).await;
                     for k in 0..xr.len() {
                         let h = 1e-5;
                         let mut p = xr.clone();
@@ -283,11 +279,10 @@ fn cross_entropy_class_indices_match_pytorch_with_gradients() {
     }
 }
 
-#[test]
-fn nll_loss_ignore_index_weights_and_errors() {
+pub(crate) async fn nll_loss_ignore_index_weights_and_errors() {
     use wgtensor::ops::{cross_entropy, nll_loss, NllLossOptions};
     let logp = t(&[-0.5, -1.0, -2.0, -0.25, -3.0, -0.1], &[3, 2]);
-    let target = Tensor::from_slice(dev(), &[1i32, 7, 0], &[3]).unwrap();
+    let target = Tensor::from_slice(crate::common::device(), &[1i32, 7, 0], &[3]).unwrap();
     let w = t(&[2.0, 3.0], &[2]);
     let o = NllLossOptions {
         weight: Some(&w),
@@ -296,7 +291,7 @@ fn nll_loss_ignore_index_weights_and_errors() {
     };
     // (3 * 1.0 + 2 * 3.0) / (3 + 2)
     close(
-        &vals(&nll_loss(&logp, &target, &o).unwrap()),
+        &vals(&nll_loss(&logp, &target, &o).unwrap()).await,
         &[9.0 / 5.0],
         "mean",
     );
@@ -305,27 +300,27 @@ fn nll_loss_ignore_index_weights_and_errors() {
         ..o
     };
     close(
-        &vals(&nll_loss(&logp, &target, &o_none).unwrap()),
+        &vals(&nll_loss(&logp, &target, &o_none).unwrap()).await,
         &[3.0, 0.0, 6.0],
         "none",
     );
     // Every target ignored: the mean is 0 / 0 = NaN, as PyTorch.
-    let all = Tensor::from_slice(dev(), &[7i32, 7, 7], &[3]).unwrap();
-    assert!(vals(&nll_loss(&logp, &all, &o).unwrap())[0].is_nan());
+    let all = Tensor::from_slice(crate::common::device(), &[7i32, 7, 7], &[3]).unwrap();
+    assert!(vals(&nll_loss(&logp, &all, &o).unwrap()).await[0].is_nan());
     // An out-of-range target gives NaN rather than reading out of bounds.
-    let bad = Tensor::from_slice(dev(), &[1i32, 2, 0], &[3]).unwrap();
-    assert!(vals(&nll_loss(&logp, &bad, &NllLossOptions::default()).unwrap())[0].is_nan());
+    let bad = Tensor::from_slice(crate::common::device(), &[1i32, 2, 0], &[3]).unwrap();
+    assert!(vals(&nll_loss(&logp, &bad, &NllLossOptions::default()).unwrap()).await[0].is_nan());
     // An unbatched [C] input with a 0-d target.
-    let one = Tensor::from_slice(dev(), &[1i32], &[]).unwrap();
+    let one = Tensor::from_slice(crate::common::device(), &[1i32], &[]).unwrap();
     close(
-        &vals(&nll_loss(&t(&[-0.5, -1.5], &[2]), &one, &NllLossOptions::default()).unwrap()),
+        &vals(&nll_loss(&t(&[-0.5, -1.5], &[2]), &one, &NllLossOptions::default()).unwrap()).await,
         &[1.5],
         "unbatched",
     );
     // Errors: float target shape, wrong target shape, weight shape, empty batch is fine.
     assert!(nll_loss(
         &logp,
-        &Tensor::from_slice(dev(), &[0i32; 2], &[2]).unwrap(),
+        &Tensor::from_slice(crate::common::device(), &[0i32; 2], &[2]).unwrap(),
         &Default::default()
     )
     .is_err());
@@ -342,12 +337,40 @@ fn nll_loss_ignore_index_weights_and_errors() {
     assert!(e.to_string().starts_with("nll_loss:"), "{e}");
     let empty = cross_entropy(
         &t(&[], &[0, 4]),
-        &Tensor::from_slice(dev(), &[0i32; 0], &[0]).unwrap(),
+        &Tensor::from_slice(crate::common::device(), &[0i32; 0], &[0]).unwrap(),
         &CrossEntropyOptions {
             reduction: Reduction::Sum,
             ..Default::default()
         },
     )
     .unwrap();
-    assert_eq!(vals(&empty), vec![0.0]);
+    assert_eq!(vals(&empty).await, vec![0.0]);
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+mod native {
+    #[test]
+    fn mse() {
+        pollster::block_on(super::mse());
+    }
+
+    #[test]
+    fn bce_with_logits() {
+        pollster::block_on(super::bce_with_logits());
+    }
+
+    #[test]
+    fn cross_entropy_with_probability_targets() {
+        pollster::block_on(super::cross_entropy_with_probability_targets());
+    }
+
+    #[test]
+    fn cross_entropy_class_indices_match_pytorch_with_gradients() {
+        pollster::block_on(super::cross_entropy_class_indices_match_pytorch_with_gradients());
+    }
+
+    #[test]
+    fn nll_loss_ignore_index_weights_and_errors() {
+        pollster::block_on(super::nll_loss_ignore_index_weights_and_errors());
+    }
 }
