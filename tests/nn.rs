@@ -251,3 +251,89 @@ fn parameters_are_tracked_and_trainable() {
     let y = wgtensor::no_grad(|| m.forward(&x)).unwrap();
     assert!(!y.is_tracked());
 }
+
+/// Conv1d, ConvTranspose2d and Embedding: PyTorch's weight layouts and init bounds, forwards
+/// equal to the functional ops, gradients reaching every parameter, the padding row.
+#[test]
+fn conv1d_conv_transpose2d_and_embedding_layers() {
+    use wgtensor::ops::{conv1d, conv_transpose2d, embedding};
+    let c1 = nn::Conv1d::new(
+        dev(),
+        4,
+        6,
+        3,
+        nn::Conv2dConfig {
+            padding: 1,
+            groups: 2,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(c1.weight.shape(), &[6, 2, 3]);
+    let b = 1.0 / 6f32.sqrt();
+    assert!(vals(&c1.weight).iter().all(|v| v.abs() <= b));
+    assert!(vals(c1.bias.as_ref().unwrap()).iter().all(|v| v.abs() <= b));
+    let x = wgtensor::ops::randn(dev(), &[2, 4, 10], DType::F32).unwrap();
+    let want = vals(&conv1d(&x, &c1.weight, c1.bias.as_ref(), &c1.options).unwrap());
+    let y = c1.forward(&x).unwrap();
+    assert_eq!((y.shape(), vals(&y)), (&[2, 6, 10][..], want));
+    let g = y.sum_all().unwrap().backward().unwrap();
+    assert!(g.get(&c1.weight).is_some() && g.get(c1.bias.as_ref().unwrap()).is_some());
+
+    let ct = nn::ConvTranspose2d::new(
+        dev(),
+        6,
+        4,
+        3,
+        nn::ConvTranspose2dConfig {
+            stride: 2,
+            padding: 1,
+            output_padding: 1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    // PyTorch's transposed layout [in, out / groups, k, k]; fan-in from dim 1: 4 * 9.
+    assert_eq!(ct.weight.shape(), &[6, 4, 3, 3]);
+    let b = 1.0 / 36f32.sqrt();
+    assert!(vals(&ct.weight).iter().all(|v| v.abs() <= b));
+    let x = wgtensor::ops::randn(dev(), &[1, 6, 5, 5], DType::F32).unwrap();
+    let y = ct.forward(&x).unwrap();
+    assert_eq!(y.shape(), &[1, 4, 10, 10]);
+    let want = vals(&conv_transpose2d(&x, &ct.weight, ct.bias.as_ref(), &ct.options).unwrap());
+    assert_eq!(vals(&y), want);
+    let names: Vec<String> = ct.state_dict().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["weight", "bias"]);
+    assert!(nn::ConvTranspose2d::new(
+        dev(),
+        6,
+        4,
+        3,
+        nn::ConvTranspose2dConfig {
+            groups: 4,
+            ..Default::default()
+        }
+    )
+    .is_err());
+
+    let emb = nn::Embedding::new(dev(), 50, 8, Some(-1)).unwrap();
+    assert_eq!(emb.padding_idx, Some(49));
+    let w = vals(&emb.weight);
+    assert!(w[49 * 8..].iter().all(|&v| v == 0.0));
+    let mean = w.iter().map(|&v| v as f64).sum::<f64>() / (49.0 * 8.0);
+    assert!(mean.abs() < 0.3, "N(0, 1) init: mean {mean}");
+    let ids = Tensor::from_slice(dev(), &[3i32, 49, 3, 10], &[2, 2]).unwrap();
+    let y = emb.forward(&ids).unwrap();
+    assert_eq!(y.shape(), &[2, 2, 8]);
+    assert_eq!(
+        vals(&y),
+        vals(&embedding(&ids, &emb.weight, Some(49)).unwrap())
+    );
+    let g = y.sum_all().unwrap().backward().unwrap();
+    let gw = vals(g.get(&emb.weight).unwrap());
+    assert!(gw[3 * 8..4 * 8].iter().all(|&v| v == 2.0));
+    assert!(gw[10 * 8..11 * 8].iter().all(|&v| v == 1.0));
+    assert!(gw[49 * 8..].iter().all(|&v| v == 0.0), "the padding row");
+    assert_eq!(emb.state_dict()[0].0, "weight");
+    assert!(nn::Embedding::new(dev(), 5, 2, Some(5)).is_err());
+}

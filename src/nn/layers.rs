@@ -15,13 +15,13 @@ use crate::{DType, Device, Error, Result, Tensor};
 /// A trainable parameter (the one place layers create them): tracked by autograd, as
 /// PyTorch's `nn.Parameter` requires grad. Run inference inside `no_grad` so that no graph is
 /// recorded.
-fn param(t: Tensor) -> Result<Tensor> {
+pub(super) fn param(t: Tensor) -> Result<Tensor> {
     t.requires_grad()
 }
 
 /// PyTorch's bias initialization for a layer with `fan_in` inputs: `U(-1/sqrt(fan_in),
 /// 1/sqrt(fan_in))`.
-fn bias_init(dev: &Device, n: usize, fan_in: usize) -> Result<Tensor> {
+pub(super) fn bias_init(dev: &Device, n: usize, fan_in: usize) -> Result<Tensor> {
     let b = if fan_in > 0 {
         1.0 / (fan_in as f64).sqrt()
     } else {

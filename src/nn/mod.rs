@@ -1,6 +1,6 @@
 //! Layers with PyTorch's names, parameters, `state_dict()` keys and default initialization
-//! (`torch.nn`): [`Linear`], [`Conv2d`], [`BatchNorm2d`] / [`BatchNorm1d`], [`Lstm`] /
-//! [`Gru`], [`Dropout`], the pools, activations, [`Flatten`] and [`Sequential`]. A user's own model joins by
+//! (`torch.nn`): [`Linear`], [`Conv1d`], [`Conv2d`], [`ConvTranspose2d`], [`Embedding`],
+//! [`BatchNorm2d`] / [`BatchNorm1d`], [`Lstm`] / [`Gru`], [`Dropout`], the pools, activations, [`Flatten`] and [`Sequential`]. A user's own model joins by
 //! implementing [`Module`] (a `forward` and the list of its children or parameters).
 //!
 //! ```no_run,ignore-wasm32
@@ -19,11 +19,15 @@
 //! # Ok(()) }
 //! ```
 
+mod conv;
+mod embedding;
 mod layers;
 mod recurrent;
 
 use std::collections::HashMap;
 
+pub use conv::{Conv1d, ConvTranspose2d, ConvTranspose2dConfig};
+pub use embedding::Embedding;
 pub use layers::{
     AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv2d, Conv2dConfig, Dropout, Flatten,
     Linear, MaxPool2d, ReLU, Sigmoid, Tanh, GELU,

@@ -1,0 +1,197 @@
+//! The other convolution layers: PyTorch's `nn.Conv1d` and `nn.ConvTranspose2d`, with its
+//! parameter names, weight layouts and default initialization (`nn.Conv2d` is in layers.rs).
+
+use super::layers::{bias_init, param};
+use super::Module;
+use crate::ops::{
+    conv1d, conv_transpose2d, kaiming_uniform, Activation, Conv1dOptions, ConvTranspose2dOptions,
+    Padding,
+};
+use crate::{DType, Device, Error, Result, Tensor};
+
+fn check_groups(op: &'static str, inp: usize, out: usize, groups: usize) -> Result<()> {
+    if groups == 0 || !inp.is_multiple_of(groups) || !out.is_multiple_of(groups) {
+        return Err(Error::arg(
+            op,
+            format!("groups {groups} must divide in_channels {inp} and out_channels {out}"),
+        ));
+    }
+    Ok(())
+}
+
+fn named(weight: &Tensor, bias: &Option<Tensor>) -> Vec<(String, Tensor)> {
+    let mut v = vec![("weight".to_string(), weight.clone())];
+    v.extend(bias.iter().map(|b| ("bias".to_string(), b.clone())));
+    v
+}
+
+/// PyTorch's `nn.Conv1d` over `[N, C, L]` (or `[C, L]`): `weight [out, in / groups, k]`,
+/// `bias [out]`, initialized as PyTorch does (kaiming_uniform with a = sqrt(5); bias
+/// `U(-1/sqrt(fan_in), 1/sqrt(fan_in))`). The [`Conv2dConfig`](super::Conv2dConfig) fields
+/// apply along the one spatial dim.
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::nn::{self, Module};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let conv = nn::Conv1d::new(&dev, 4, 8, 3, nn::Conv2dConfig { padding: 1, groups: 2, ..Default::default() })?;
+/// assert_eq!(conv.weight.shape(), &[8, 2, 3]);
+/// let y = conv.forward(&Tensor::zeros(&dev, &[2, 4, 16], DType::F32)?)?;
+/// assert_eq!(y.shape(), &[2, 8, 16]);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Conv1d {
+    /// `[out_channels, in_channels / groups, k]`.
+    pub weight: Tensor,
+    /// `[out_channels]`, when the layer has a bias.
+    pub bias: Option<Tensor>,
+    /// The convolution's options.
+    pub options: Conv1dOptions,
+}
+
+impl Conv1d {
+    /// A new layer with PyTorch's default initialization.
+    pub fn new(
+        dev: &Device,
+        in_channels: usize,
+        out_channels: usize,
+        kernel_size: usize,
+        c: super::Conv2dConfig,
+    ) -> Result<Conv1d> {
+        check_groups("Conv1d", in_channels, out_channels, c.groups)?;
+        let shape = [out_channels, in_channels / c.groups, kernel_size];
+        let weight = param(kaiming_uniform(dev, &shape, 5f64.sqrt(), DType::F32)?)?;
+        let fan_in = in_channels / c.groups * kernel_size;
+        let bias = if c.bias {
+            Some(param(bias_init(dev, out_channels, fan_in)?)?)
+        } else {
+            None
+        };
+        Ok(Conv1d {
+            weight,
+            bias,
+            options: Conv1dOptions {
+                stride: c.stride,
+                padding: [c.padding; 2],
+                dilation: c.dilation,
+                groups: c.groups,
+                activation: Activation::None,
+            },
+        })
+    }
+}
+
+impl Module for Conv1d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        conv1d(x, &self.weight, self.bias.as_ref(), &self.options)
+    }
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        named(&self.weight, &self.bias)
+    }
+}
+
+/// Options of [`ConvTranspose2d`] beyond the channel counts and kernel size (PyTorch's
+/// defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvTranspose2dConfig {
+    /// The upsampling factor.
+    pub stride: usize,
+    /// Rows and columns cropped from each side of the output (PyTorch's `padding`).
+    pub padding: usize,
+    /// Extra rows and columns on the bottom and right; below the stride or the dilation.
+    pub output_padding: usize,
+    /// Spacing between kernel taps.
+    pub dilation: usize,
+    /// Channel groups.
+    pub groups: usize,
+    /// Whether the layer has a bias.
+    pub bias: bool,
+}
+
+impl Default for ConvTranspose2dConfig {
+    fn default() -> Self {
+        ConvTranspose2dConfig {
+            stride: 1,
+            padding: 0,
+            output_padding: 0,
+            dilation: 1,
+            groups: 1,
+            bias: true,
+        }
+    }
+}
+
+/// PyTorch's `nn.ConvTranspose2d`: `weight [in, out / groups, k, k]` (PyTorch's transposed
+/// layout), `bias [out]`, initialized as PyTorch does: kaiming_uniform with a = sqrt(5), whose
+/// fan-in PyTorch takes from the weight's dim 1 (`out / groups * k * k`), and the bias from
+/// the same fan-in.
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::nn::{self, Module};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let up = nn::ConvTranspose2d::new(&dev, 8, 4, 2, nn::ConvTranspose2dConfig { stride: 2, ..Default::default() })?;
+/// assert_eq!(up.weight.shape(), &[8, 4, 2, 2]);
+/// let y = up.forward(&Tensor::zeros(&dev, &[1, 8, 5, 5], DType::F32)?)?;
+/// assert_eq!(y.shape(), &[1, 4, 10, 10]);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct ConvTranspose2d {
+    /// `[in_channels, out_channels / groups, k, k]`.
+    pub weight: Tensor,
+    /// `[out_channels]`, when the layer has a bias.
+    pub bias: Option<Tensor>,
+    /// The transposed convolution's options.
+    pub options: ConvTranspose2dOptions,
+}
+
+impl ConvTranspose2d {
+    /// A new layer with a square `kernel_size` and PyTorch's default initialization.
+    pub fn new(
+        dev: &Device,
+        in_channels: usize,
+        out_channels: usize,
+        kernel_size: usize,
+        c: ConvTranspose2dConfig,
+    ) -> Result<ConvTranspose2d> {
+        check_groups("ConvTranspose2d", in_channels, out_channels, c.groups)?;
+        let shape = [
+            in_channels,
+            out_channels / c.groups,
+            kernel_size,
+            kernel_size,
+        ];
+        let weight = param(kaiming_uniform(dev, &shape, 5f64.sqrt(), DType::F32)?)?;
+        let fan_in = out_channels / c.groups * kernel_size * kernel_size;
+        let bias = if c.bias {
+            Some(param(bias_init(dev, out_channels, fan_in)?)?)
+        } else {
+            None
+        };
+        Ok(ConvTranspose2d {
+            weight,
+            bias,
+            options: ConvTranspose2dOptions {
+                stride: [c.stride; 2],
+                padding: Padding::uniform(c.padding),
+                output_padding: [c.output_padding; 2],
+                dilation: [c.dilation; 2],
+                groups: c.groups,
+                activation: Activation::None,
+            },
+        })
+    }
+}
+
+impl Module for ConvTranspose2d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        conv_transpose2d(x, &self.weight, self.bias.as_ref(), &self.options)
+    }
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        named(&self.weight, &self.bias)
+    }
+}

@@ -1,0 +1,74 @@
+//! PyTorch's `nn.Embedding`: a lookup table of rows by i32 id.
+
+use super::layers::param;
+use super::Module;
+use crate::ops::{embedding, normal};
+use crate::{DType, Device, Error, Result, Tensor};
+
+/// PyTorch's `nn.Embedding(num_embeddings, embedding_dim, padding_idx)`: `weight [V, E]`
+/// initialized `N(0, 1)` with the `padding_idx` row zeroed; the forward maps an i32 tensor of
+/// ids of any shape to `shape + [E]` ([`ops::embedding`](crate::ops::embedding)), and the
+/// padding row gets no gradient. The backward buckets the ids, so its cost does not grow with
+/// the vocabulary size times the number of ids.
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::nn::{self, Module};
+/// use wgtensor::{Device, Tensor};
+/// let dev = Device::new()?;
+/// let emb = nn::Embedding::new(&dev, 100, 16, Some(0))?;
+/// let ids = Tensor::from_slice(&dev, &[5i32, 0, 42, 7], &[2, 2])?;
+/// let x = emb.forward(&ids)?;
+/// assert_eq!(x.shape(), &[2, 2, 16]);
+/// assert!(x.to_vec::<f32>()?[16..32].iter().all(|&v| v == 0.0)); // the padding row
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Embedding {
+    /// `[num_embeddings, embedding_dim]`.
+    pub weight: Tensor,
+    /// The row that reads as given and gets no gradient (non-negative once built).
+    pub padding_idx: Option<i64>,
+}
+
+impl Embedding {
+    /// A new table with PyTorch's initialization; a negative `padding_idx` counts from the
+    /// end, as in PyTorch.
+    pub fn new(
+        dev: &Device,
+        num_embeddings: usize,
+        embedding_dim: usize,
+        padding_idx: Option<i64>,
+    ) -> Result<Embedding> {
+        let v = num_embeddings as i64;
+        let padding_idx = match padding_idx {
+            None => None,
+            Some(p) if (-v..v).contains(&p) => Some(if p < 0 { p + v } else { p }),
+            Some(p) => {
+                return Err(Error::arg(
+                    "Embedding",
+                    format!("padding_idx {p} must be within num_embeddings {num_embeddings}"),
+                ))
+            }
+        };
+        let mut w = normal(dev, &[num_embeddings, embedding_dim], 0.0, 1.0, DType::F32)?;
+        if let Some(p) = padding_idx {
+            let mut keep = vec![1.0f32; num_embeddings];
+            keep[p as usize] = 0.0;
+            w = w.mul(&Tensor::from_slice(dev, &keep, &[num_embeddings, 1])?)?;
+        }
+        Ok(Embedding {
+            weight: param(w)?,
+            padding_idx,
+        })
+    }
+}
+
+impl Module for Embedding {
+    fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+        embedding(ids, &self.weight, self.padding_idx)
+    }
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        vec![("weight".to_string(), self.weight.clone())]
+    }
+}
