@@ -52,7 +52,7 @@ fn cnn_case(dev: &Device) -> wgtensor::Result<Run> {
     let params: Vec<Tensor> = m.named_parameters().into_iter().map(|(_, t)| t).collect();
     let mut opt = adam(params.clone())?;
     let x = Tensor::from_slice(dev, &data(64 * 64, 3), &[64, 1, 8, 8])?;
-    let labels: Vec<i32> = (0..64).map(|i| (i * 7 % 10) as i32).collect();
+    let labels: Vec<i32> = (0..64).map(|i| i * 7 % 10).collect();
     let y = Tensor::from_slice(dev, &labels, &[64])?;
     dev.sync()?;
     Ok(Box::new(move || {
