@@ -162,6 +162,19 @@ impl Module for Recurrent {
 }
 
 /// PyTorch's `nn.LSTM(input_size, hidden_size, num_layers, bidirectional, batch_first,
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::nn::{self, Module};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let lstm = nn::Lstm::new(&dev, 10, 20, nn::RnnConfig { num_layers: 2, ..Default::default() })?;
+/// assert_eq!(lstm.state_dict()[0].0, "weight_ih_l0");
+/// let x = wgtensor::ops::randn(&dev, &[5, 3, 10], DType::F32)?; // [T, B, I]
+/// let out = lstm.forward_with_state(&x, None, None)?;
+/// assert_eq!((out.output.shape(), out.h_n.shape()), (&[5, 3, 20][..], &[2, 3, 20][..]));
+/// # Ok(()) }
+/// ```
 /// dropout)`.
 pub struct Lstm;
 
@@ -179,6 +192,17 @@ impl Lstm {
 }
 
 /// PyTorch's `nn.GRU(input_size, hidden_size, num_layers, bidirectional, batch_first,
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::nn::{self, Module};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let gru = nn::Gru::new(&dev, 10, 20, nn::RnnConfig { batch_first: true, bidirectional: true, ..Default::default() })?;
+/// let y = gru.forward(&wgtensor::ops::randn(&dev, &[3, 5, 10], DType::F32)?)?; // [B, T, I]
+/// assert_eq!(y.shape(), &[3, 5, 40]); // both directions
+/// # Ok(()) }
+/// ```
 /// dropout)`.
 pub struct Gru;
 
