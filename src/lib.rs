@@ -172,6 +172,6 @@ pub use error::{Error, Result};
 pub use half::f16;
 pub use layout::Layout;
 pub use runtime::{Caps, Device, DeviceOptions, DeviceStats, PoolStats};
-pub use tensor::Tensor;
+pub use tensor::{SignedIndex, Tensor};
 /// The wgpu crate this version of wgtensor is built on, so interop code names the same types.
 pub use wgpu;

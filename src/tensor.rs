@@ -63,6 +63,24 @@ impl std::fmt::Debug for Tensor {
     }
 }
 
+/// An integer index that may count from the end when negative, as PyTorch's: `narrow`'s
+/// `start` accepts any of Rust's integer types (a literal infers as `i32`).
+pub trait SignedIndex: Copy {
+    /// The value, widened losslessly.
+    fn to_i128(self) -> i128;
+}
+
+macro_rules! signed_index {
+    ($($t:ty),*) => {$(
+        impl SignedIndex for $t {
+            fn to_i128(self) -> i128 {
+                self as i128
+            }
+        }
+    )*};
+}
+signed_index!(i32, i64, isize, u32, u64, usize);
+
 /// Validates a shape for a new tensor: rank, u32-indexable, fits one binding. Zero-size dims
 /// are allowed (an empty tensor, as in PyTorch): its storage is a minimal buffer no kernel
 /// reads.
@@ -349,8 +367,9 @@ impl Tensor {
         }))
     }
 
-    /// A view of the `len` elements starting at `start` along `dim` (PyTorch's `narrow`;
-    /// negative dims count from the end). Never copies. Errors with
+    /// A view of the `len` elements starting at `start` along `dim` (PyTorch's `narrow`):
+    /// negative dims count from the end, and so does a negative `start` (as PyTorch's), which
+    /// may be any integer type ([`SignedIndex`](crate::SignedIndex)). Never copies. Errors with
     /// [`Error::InvalidArgument`] for a dim or a range out of bounds.
     ///
     /// ```ignore-wasm32
@@ -361,9 +380,25 @@ impl Tensor {
     /// let cols = x.narrow(-1, 1, 2)?; // x[:, 1:3]
     /// assert_eq!(cols.to_vec::<f32>()?, vec![2.0, 3.0, 5.0, 6.0]);
     /// assert!(x.narrow(1, 2, 2).is_err());
+    /// assert_eq!(x.narrow(1, -1, 1)?.to_vec::<f32>()?, vec![3.0, 6.0]); // x[:, -1:]
     /// # Ok(()) }
     /// ```
-    pub fn narrow(&self, dim: isize, start: usize, len: usize) -> Result<Tensor> {
+    pub fn narrow(&self, dim: isize, start: impl SignedIndex, len: usize) -> Result<Tensor> {
+        let op = "narrow";
+        let d = Layout::normalize_dim(op, dim, self.rank())?;
+        let size = self.shape()[d] as i128;
+        let s = start.to_i128();
+        let start = if s < 0 { s + size } else { s };
+        if start < 0 || start > size {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "start {s} is out of range for dim {d} of size {size} (expected {}..={size})",
+                    -size
+                ),
+            ));
+        }
+        let start = start as usize;
         let out = self.view(self.layout.narrow(dim, start, len)?);
         Ok(view_grad::record_view(self, out, || {
             ViewKind::narrow(self, dim, start)

@@ -183,3 +183,37 @@ fn pad_errors() {
         "{e}"
     );
 }
+
+/// narrow's start counts from the end when negative, as PyTorch's, and accepts any integer
+/// type; out-of-range starts are errors naming the values.
+#[test]
+fn narrow_with_negative_and_typed_starts() {
+    let (x, _) = ramp(&[2, 5], 0.0);
+    let tail = x.narrow(1, -2, 2).unwrap();
+    assert_eq!(vals(&tail), vec![3.0, 4.0, 8.0, 9.0]);
+    assert_eq!(
+        vals(&x.narrow(-1, 1usize, 2).unwrap()),
+        vec![1.0, 2.0, 6.0, 7.0]
+    );
+    assert_eq!(
+        vals(&x.narrow(0, 1i64, 1).unwrap()),
+        vec![5.0, 6.0, 7.0, 8.0, 9.0]
+    );
+    assert_eq!(x.narrow(1, -5, 0).unwrap().shape(), &[2, 0]);
+    let e = x.narrow(1, -6, 1).unwrap_err().to_string();
+    assert!(e.starts_with("narrow:") && e.contains("-6"), "{e}");
+    assert!(x.narrow(1, -1, 2).is_err());
+    // Its gradient lands in the narrowed columns.
+    let xr = x.clone().requires_grad().unwrap();
+    let g = xr
+        .narrow(1, -2, 2)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert_eq!(
+        vals(g.get(&xr).unwrap()),
+        vec![0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0]
+    );
+}

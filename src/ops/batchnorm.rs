@@ -186,6 +186,7 @@ struct BnParams {
     _pad0: u32,
 }
 
+#[doc(hidden)]
 /// How the data passes split the work: a plain function of the shape, the input offsets and the
 /// adapter type (exposed for tests and benchmarks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -208,12 +209,14 @@ const VEC4_GROUPS: u32 = 4;
 const CPU_LANES: u32 = 8;
 const GPU_LANES: u32 = 64;
 
+#[doc(hidden)]
 /// The work split for an input of `shape` whose x (and dy) start at element offsets `offsets`.
 /// Errors for a shape the ops reject (rank below 2).
 pub fn plan(dev: &Device, shape: &[usize], offsets: &[usize]) -> Result<BatchNormPlan> {
     plan_for(dev.caps(), shape, offsets)
 }
 
+#[doc(hidden)]
 /// [`plan`] as a pure function of the adapter facts (unit-tested without a GPU).
 pub fn plan_for(caps: &Caps, shape: &[usize], offsets: &[usize]) -> Result<BatchNormPlan> {
     if shape.len() < 2 {

@@ -180,6 +180,7 @@ struct GemmParams {
     c_bs: [u32; 4],
 }
 
+#[doc(hidden)]
 /// Which kernel runs and how K is split: a plain function of the problem and the adapter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GemmPlan {
@@ -217,6 +218,7 @@ pub(crate) fn has_sg8(dev: &Device) -> bool {
 /// 2 s) and leaves no idle rows when M is small. (8 or more subgroups returned wrong tiles.)
 const SG8_SGS: u32 = 1;
 
+#[doc(hidden)]
 /// Picks the kernel and split factor. Split-k pays when the output tiles are too few to keep
 /// the device busy and each tile has a long K loop (weight-gradient shapes such as
 /// [64 x 8192] x [8192 x 64] on a GPU); slices keep at least 256 steps of K.
@@ -234,6 +236,7 @@ pub fn plan(
     plan_for(dev.caps(), m, n, k, batch, split_k)
 }
 
+#[doc(hidden)]
 /// [`plan`] as a pure function of the adapter facts (unit-tested without a GPU).
 pub fn plan_for(
     caps: &Caps,

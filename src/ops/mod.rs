@@ -25,9 +25,10 @@ pub(crate) mod segment;
 pub mod softmax;
 pub(crate) mod view_grad;
 
-pub use batchnorm::{
-    batch_norm_backward, batch_norm_inference, batch_norm_train, BatchNormPlan, BatchNormState,
-};
+/// The planners' types, for inspection by tests and benchmarks; not part of the stable API.
+#[doc(hidden)]
+pub use batchnorm::BatchNormPlan;
+pub use batchnorm::{batch_norm_backward, batch_norm_inference, batch_norm_train, BatchNormState};
 pub use binary::BinaryOp;
 pub use compare::{where_cond, CmpOp};
 pub use conv::{

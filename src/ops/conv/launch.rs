@@ -233,6 +233,7 @@ impl ConvParams {
     }
 }
 
+#[doc(hidden)]
 /// The kernel family a launch uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConvVariant {
@@ -248,6 +249,7 @@ pub enum ConvVariant {
     DirectLines,
 }
 
+#[doc(hidden)]
 /// Kernel variant, tile and split factor: a plain function of the GEMM view and the adapter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConvPlan {
@@ -278,6 +280,7 @@ impl ConvPlan {
     }
 }
 
+#[doc(hidden)]
 /// Picks the kernel from the rows per group `m` (a group with fewer than 8 rows leaves most of
 /// a GEMM tile idle: the direct kernel), then splits K when the output tiles are too few to
 /// keep the device busy and K is long (the weight gradient, K = N * OH * OW); slices keep at

@@ -10,6 +10,7 @@ pub(crate) mod launch;
 pub use geom::{
     Conv1dOptions, Conv2dOptions, ConvTranspose1dOptions, ConvTranspose2dOptions, Padding,
 };
+#[doc(hidden)]
 pub use launch::{conv_variants, plan, ConvPlan, ConvVariant, Direction as ConvDirection};
 
 use geom::{as_4d, dims4, Geom};
