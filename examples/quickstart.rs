@@ -195,7 +195,15 @@ fn main() -> wgtensor::Result<()> {
         Some(&Tensor::from_slice(&dev, &bih, &[4 * h])?),
         None,
     )?;
-    let lstm = Rnn::new(RnnKind::Lstm, 1, false, false, vec![weights])?;
+    let lstm = Rnn::new(
+        RnnKind::Lstm,
+        wgtensor::ops::RnnOptions {
+            num_layers: 1,
+            bidirectional: false,
+            batch_first: false,
+        },
+        vec![weights],
+    )?;
     let (out, saved) = lstm.forward_train(&seq, None, None)?;
     let seq_host: Vec<f32> = seq.contiguous()?.to_vec()?;
     let out_cpu = lstm_ref(&seq_host, &wih, &whh, &bih, [t, bsz, i, h]);

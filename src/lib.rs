@@ -132,14 +132,14 @@
 //!
 //! ```ignore-wasm32
 //! # fn main() -> wgtensor::Result<()> {
-//! use wgtensor::ops::{Rnn, RnnKind, RnnWeights};
+//! use wgtensor::ops::{Rnn, RnnKind, RnnOptions, RnnWeights};
 //! use wgtensor::{DType, Device, Tensor};
 //! let dev = Device::new()?;
 //! let (t, b, i, h) = (5, 2, 3, 4); // steps, batch, input size, hidden size
 //! let w_ih = Tensor::full(&dev, &[4 * h, i], 0.1, DType::F32)?; // gates i, f, g, o
 //! let w_hh = Tensor::full(&dev, &[4 * h, h], 0.1, DType::F32)?;
 //! let w = RnnWeights::new(RnnKind::Lstm, &w_ih, &w_hh, None, None)?;
-//! let lstm = Rnn::new(RnnKind::Lstm, 1, false, false, vec![w])?;
+//! let lstm = Rnn::new(RnnKind::Lstm, RnnOptions::default(), vec![w])?;
 //! let x = Tensor::full(&dev, &[t, b, i], 1.0, DType::F32)?; // [T, B, I]
 //! let out = lstm.forward(&x, None, None)?;
 //! assert_eq!(out.output.shape(), &[t, b, h]);

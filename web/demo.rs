@@ -135,7 +135,15 @@ async fn run() -> Result<String> {
         Some(&upload(&dev, &w.b_ih, &[4 * H])?),
         Some(&upload(&dev, &w.b_hh, &[4 * H])?),
     )?;
-    let lstm = Rnn::new(RnnKind::Lstm, 1, false, false, vec![weights])?;
+    let lstm = Rnn::new(
+        RnnKind::Lstm,
+        wgtensor::ops::RnnOptions {
+            num_layers: 1,
+            bidirectional: false,
+            batch_first: false,
+        },
+        vec![weights],
+    )?;
     let run_lstm = || lstm.forward(&xs, None, None).map(|o| o.output);
     let want = || {
         let ws = std::slice::from_ref(&w);

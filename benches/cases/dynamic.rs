@@ -46,7 +46,15 @@ fn model(dev: &Device) -> wgtensor::Result<Model> {
             padding: Padding::uniform(1),
             ..Default::default()
         },
-        rnn: Rnn::new(RnnKind::Lstm, 1, false, false, vec![weights])?,
+        rnn: Rnn::new(
+            RnnKind::Lstm,
+            wgtensor::ops::RnnOptions {
+                num_layers: 1,
+                bidirectional: false,
+                batch_first: false,
+            },
+            vec![weights],
+        )?,
     })
 }
 

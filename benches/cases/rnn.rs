@@ -38,7 +38,15 @@ fn rnn_problem(dev: &Device, kind: RnnKind) -> wgtensor::Result<(Rnn, Tensor)> {
         Some(&w(&[g * h], 13)?),
         Some(&w(&[g * h], 14)?),
     )?;
-    let rnn = Rnn::new(kind, 1, false, false, vec![weights])?;
+    let rnn = Rnn::new(
+        kind,
+        wgtensor::ops::RnnOptions {
+            num_layers: 1,
+            bidirectional: false,
+            batch_first: false,
+        },
+        vec![weights],
+    )?;
     let x = tensor(dev, &[t, b, i], DType::F32, 15)?;
     Ok((rnn, x))
 }

@@ -97,12 +97,30 @@ impl Recurrent {
         let layers = if c.dropout > 0.0 && c.num_layers > 1 {
             weights
                 .chunks(d)
-                .map(|w| Rnn::new(kind, 1, c.bidirectional, c.batch_first, w.to_vec()))
+                .map(|w| {
+                    Rnn::new(
+                        kind,
+                        crate::ops::RnnOptions {
+                            num_layers: 1,
+                            bidirectional: c.bidirectional,
+                            batch_first: c.batch_first,
+                        },
+                        w.to_vec(),
+                    )
+                })
                 .collect::<Result<Vec<_>>>()?
         } else {
             Vec::new()
         };
-        let rnn = Rnn::new(kind, c.num_layers, c.bidirectional, c.batch_first, weights)?;
+        let rnn = Rnn::new(
+            kind,
+            crate::ops::RnnOptions {
+                num_layers: c.num_layers,
+                bidirectional: c.bidirectional,
+                batch_first: c.batch_first,
+            },
+            weights,
+        )?;
         Ok(Recurrent {
             rnn,
             params,

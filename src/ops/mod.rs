@@ -57,7 +57,8 @@ pub use random::{
 };
 pub use reduce::ReduceOp;
 pub use rnn::{
-    gru_cell, lstm_cell, Rnn, RnnGrads, RnnKind, RnnOutput, RnnSaved, RnnWeightGrads, RnnWeights,
+    gru_cell, lstm_cell, Rnn, RnnGrads, RnnKind, RnnOptions, RnnOutput, RnnSaved, RnnWeightGrads,
+    RnnWeights,
 };
 pub use softmax::{log_softmax, softmax};
 

@@ -75,7 +75,16 @@ fn rnn_case(seed: u64) -> Result<(), TestCaseError> {
             refw.push(w);
         }
     }
-    let rnn = Rnn::new(kind, layers, bidir, batch_first, leaves.clone()).unwrap();
+    let rnn = Rnn::new(
+        kind,
+        wgtensor::ops::RnnOptions {
+            num_layers: layers,
+            bidirectional: bidir,
+            batch_first,
+        },
+        leaves.clone(),
+    )
+    .unwrap();
     let x = rng.values(t * b * i, |r| r.uniform(-1.0, 1.0));
     let with_h0 = rng.coin(0.5);
     let with_c0 = lstm && rng.coin(0.5);
@@ -324,14 +333,32 @@ fn rnn_f16_matches_the_fused_backward(seed: u64) -> Result<(), TestCaseError> {
     let dyv = vals(t * b * d * h, &mut rng);
     let dhv = vals(layers * d * b * h, &mut rng);
     // The direct call.
-    let rnn = Rnn::new(kind, layers, bidir, batch_first, plain).unwrap();
+    let rnn = Rnn::new(
+        kind,
+        wgtensor::ops::RnnOptions {
+            num_layers: layers,
+            bidirectional: bidir,
+            batch_first,
+        },
+        plain,
+    )
+    .unwrap();
     let (x, h0) = (up(&xv, &xs), up(&h0v, &state));
     let (_, saved) = rnn.forward_train(&x, Some(&h0), None).unwrap();
     let direct = rnn
         .backward(&saved, &up(&dyv, &ys), Some(&up(&dhv, &state)), None)
         .unwrap();
     // Autograd: loss = sum(out * dy) + sum(h_n * dh), so d out = dy and d h_n = dh exactly.
-    let rnn_t = Rnn::new(kind, layers, bidir, batch_first, tracked.clone()).unwrap();
+    let rnn_t = Rnn::new(
+        kind,
+        wgtensor::ops::RnnOptions {
+            num_layers: layers,
+            bidirectional: bidir,
+            batch_first,
+        },
+        tracked.clone(),
+    )
+    .unwrap();
     let (xt, h0t) = (
         up(&xv, &xs).requires_grad().unwrap(),
         up(&h0v, &state).requires_grad().unwrap(),

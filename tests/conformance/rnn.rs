@@ -284,7 +284,16 @@ fn build_rnn(p: &Problem, dev: &Device) -> (Vec<RefWeights>, Rnn) {
         }
     }
     let kind = if p.lstm { RnnKind::Lstm } else { RnnKind::Gru };
-    let rnn = Rnn::new(kind, p.layers, p.bidirectional, p.batch_first, gpuw).unwrap();
+    let rnn = Rnn::new(
+        kind,
+        wgtensor::ops::RnnOptions {
+            num_layers: p.layers,
+            bidirectional: p.bidirectional,
+            batch_first: p.batch_first,
+        },
+        gpuw,
+    )
+    .unwrap();
     (refw, rnn)
 }
 
@@ -486,7 +495,16 @@ fn single_layer_forward_records_t_plus_one_dispatches() {
         };
         let (_, gw) = weights_for(&p, &dev, 0, p.i);
         let kind = if lstm { RnnKind::Lstm } else { RnnKind::Gru };
-        let rnn = Rnn::new(kind, 1, false, false, vec![gw]).unwrap();
+        let rnn = Rnn::new(
+            kind,
+            wgtensor::ops::RnnOptions {
+                num_layers: 1,
+                bidirectional: false,
+                batch_first: false,
+            },
+            vec![gw],
+        )
+        .unwrap();
         let x = upload(&dev, &values(13 * 5 * 7, 1, 1.0), &[13, 5, 7], DType::F32);
         let before = dev.stats().dispatches;
         let out = rnn.forward(&x, None, None).unwrap();
@@ -559,7 +577,16 @@ fn rnn_errors_name_the_values() {
     );
     assert!(e.to_string().contains("[9, 3]"), "{e}");
     let w = RnnWeights::new(RnnKind::Lstm, &t(&[16, 3]), &t(&[16, 4]), None, None).unwrap();
-    let rnn = Rnn::new(RnnKind::Lstm, 1, false, false, vec![w.clone()]).unwrap();
+    let rnn = Rnn::new(
+        RnnKind::Lstm,
+        wgtensor::ops::RnnOptions {
+            num_layers: 1,
+            bidirectional: false,
+            batch_first: false,
+        },
+        vec![w.clone()],
+    )
+    .unwrap();
     // Input size mismatch.
     let e = rnn.forward(&t(&[2, 5, 7]), None, None).unwrap_err();
     assert!(e.to_string().contains('7'), "{e}");
@@ -575,7 +602,16 @@ fn rnn_errors_name_the_values() {
     let e = rnn.forward(&empty, None, None).unwrap_err();
     assert!(e.to_string().contains("sequence length"), "{e}");
     // Layer count and weight sets must agree.
-    let e = Rnn::new(RnnKind::Lstm, 2, false, false, vec![w]).unwrap_err();
+    let e = Rnn::new(
+        RnnKind::Lstm,
+        wgtensor::ops::RnnOptions {
+            num_layers: 2,
+            bidirectional: false,
+            batch_first: false,
+        },
+        vec![w],
+    )
+    .unwrap_err();
     assert!(
         matches!(e, wgtensor::Error::InvalidArgument { .. }),
         "{e:?}"
@@ -985,7 +1021,16 @@ fn backward_records_one_dispatch_per_step() {
             };
             let (_, gw) = weights_for(&p, &dev, 0, p.i);
             let kind = if lstm { RnnKind::Lstm } else { RnnKind::Gru };
-            let rnn = Rnn::new(kind, 1, false, false, vec![gw]).unwrap();
+            let rnn = Rnn::new(
+                kind,
+                wgtensor::ops::RnnOptions {
+                    num_layers: 1,
+                    bidirectional: false,
+                    batch_first: false,
+                },
+                vec![gw],
+            )
+            .unwrap();
             let x = upload(&dev, &values(t * 4 * 5, 1, 1.0), &[t, 4, 5], DType::F32);
             let dy = upload(&dev, &values(t * 4 * 7, 2, 1.0), &[t, 4, 7], DType::F32);
             let (_, saved) = rnn.forward_train(&x, None, None).unwrap();
@@ -1002,7 +1047,16 @@ fn rnn_backward_errors_name_the_values() {
     let dev = device();
     let t = |shape: &[usize]| Tensor::zeros(dev, shape, DType::F32).unwrap();
     let lstm_w = RnnWeights::new(RnnKind::Lstm, &t(&[16, 3]), &t(&[16, 4]), None, None).unwrap();
-    let rnn = Rnn::new(RnnKind::Lstm, 1, false, false, vec![lstm_w]).unwrap();
+    let rnn = Rnn::new(
+        RnnKind::Lstm,
+        wgtensor::ops::RnnOptions {
+            num_layers: 1,
+            bidirectional: false,
+            batch_first: false,
+        },
+        vec![lstm_w],
+    )
+    .unwrap();
     let (_, saved) = rnn.forward_train(&t(&[2, 5, 3]), None, None).unwrap();
     // dy must match the output [T, B, D*H].
     let e = rnn
@@ -1028,7 +1082,16 @@ fn rnn_backward_errors_name_the_values() {
     assert!(e.to_string().contains("dc_n"), "{e}");
     // A GRU has no dc_n; a saved state from another Rnn is rejected.
     let gru_w = RnnWeights::new(RnnKind::Gru, &t(&[12, 3]), &t(&[12, 4]), None, None).unwrap();
-    let gru = Rnn::new(RnnKind::Gru, 1, true, false, vec![gru_w.clone(), gru_w]).unwrap();
+    let gru = Rnn::new(
+        RnnKind::Gru,
+        wgtensor::ops::RnnOptions {
+            num_layers: 1,
+            bidirectional: true,
+            batch_first: false,
+        },
+        vec![gru_w.clone(), gru_w],
+    )
+    .unwrap();
     let (_, gsaved) = gru.forward_train(&t(&[2, 5, 3]), None, None).unwrap();
     let e = gru
         .backward(&gsaved, &t(&[2, 5, 8]), None, Some(&t(&[2, 5, 4])))
@@ -1061,7 +1124,16 @@ fn rnn_dtype_errors_f16() {
     };
     let lstm = RnnKind::Lstm;
     let w32 = RnnWeights::new(lstm, &t32(&[16, 3]), &t32(&[16, 4]), None, None).unwrap();
-    let rnn = Rnn::new(lstm, 1, false, false, vec![w32.clone()]).unwrap();
+    let rnn = Rnn::new(
+        lstm,
+        wgtensor::ops::RnnOptions {
+            num_layers: 1,
+            bidirectional: false,
+            batch_first: false,
+        },
+        vec![w32.clone()],
+    )
+    .unwrap();
     // f16 input, f32 weights: forward, training forward and the cells.
     dtype_err(
         rnn.forward(&t16(&[2, 5, 3]), None, None).unwrap_err(),
@@ -1131,7 +1203,16 @@ fn rnn_dtype_errors_f16() {
         (1, true, vec![w16, w32]),
     ] {
         dtype_err(
-            Rnn::new(lstm, layers, bidirectional, false, sets).unwrap_err(),
+            Rnn::new(
+                lstm,
+                wgtensor::ops::RnnOptions {
+                    num_layers: layers,
+                    bidirectional,
+                    batch_first: false,
+                },
+                sets,
+            )
+            .unwrap_err(),
             "lstm",
         );
     }

@@ -40,8 +40,26 @@ fn input_size_zero_matches_a_zero_input() {
             Some(&w1.b_hh),
         )
         .unwrap();
-        let r0 = Rnn::new(kind, 1, false, false, vec![w0]).unwrap();
-        let r1 = Rnn::new(kind, 1, false, false, vec![w1]).unwrap();
+        let r0 = Rnn::new(
+            kind,
+            wgtensor::ops::RnnOptions {
+                num_layers: 1,
+                bidirectional: false,
+                batch_first: false,
+            },
+            vec![w0],
+        )
+        .unwrap();
+        let r1 = Rnn::new(
+            kind,
+            wgtensor::ops::RnnOptions {
+                num_layers: 1,
+                bidirectional: false,
+                batch_first: false,
+            },
+            vec![w1],
+        )
+        .unwrap();
         let x0 = Tensor::zeros(dev(), &[t, b, 0], DType::F32).unwrap();
         let x1 = Tensor::zeros(dev(), &[t, b, 1], DType::F32).unwrap();
         let y0 = r0.forward(&x0, None, None).unwrap();
@@ -70,18 +88,34 @@ fn struct_literal_weights_are_validated() {
     assert!(!strided.w_hh.is_contiguous());
     let x = small(&[2, 2, i], 0.3);
     let want = vals(
-        &Rnn::new(RnnKind::Lstm, 1, false, false, vec![good.clone()])
-            .unwrap()
-            .forward(&x, None, None)
-            .unwrap()
-            .output,
+        &Rnn::new(
+            RnnKind::Lstm,
+            wgtensor::ops::RnnOptions {
+                num_layers: 1,
+                bidirectional: false,
+                batch_first: false,
+            },
+            vec![good.clone()],
+        )
+        .unwrap()
+        .forward(&x, None, None)
+        .unwrap()
+        .output,
     );
     let got = vals(
-        &Rnn::new(RnnKind::Lstm, 1, false, false, vec![strided.clone()])
-            .unwrap()
-            .forward(&x, None, None)
-            .unwrap()
-            .output,
+        &Rnn::new(
+            RnnKind::Lstm,
+            wgtensor::ops::RnnOptions {
+                num_layers: 1,
+                bidirectional: false,
+                batch_first: false,
+            },
+            vec![strided.clone()],
+        )
+        .unwrap()
+        .forward(&x, None, None)
+        .unwrap()
+        .output,
     );
     assert_eq!(got, want);
     // A wrong hidden size (w_hh of a GRU in an LSTM) is refused.
@@ -89,10 +123,28 @@ fn struct_literal_weights_are_validated() {
         w_hh: small(&[3 * h, h], 0.1),
         ..good.clone()
     };
-    let e = Rnn::new(RnnKind::Lstm, 1, false, false, vec![wrong.clone()]).unwrap_err();
+    let e = Rnn::new(
+        RnnKind::Lstm,
+        wgtensor::ops::RnnOptions {
+            num_layers: 1,
+            bidirectional: false,
+            batch_first: false,
+        },
+        vec![wrong.clone()],
+    )
+    .unwrap_err();
     names_op(&e, "lstm");
     // Fields changed after construction are checked at use.
-    let mut r = Rnn::new(RnnKind::Lstm, 1, false, false, vec![good]).unwrap();
+    let mut r = Rnn::new(
+        RnnKind::Lstm,
+        wgtensor::ops::RnnOptions {
+            num_layers: 1,
+            bidirectional: false,
+            batch_first: false,
+        },
+        vec![good],
+    )
+    .unwrap();
     r.weights[0].w_hh = strided.w_hh.clone();
     let e = r.forward(&x, None, None).unwrap_err();
     assert!(
@@ -126,9 +178,11 @@ fn cell_errors_name_the_wrong_state() {
 fn backward_with_a_foreign_saved_state_names_it() {
     let r = Rnn::new(
         RnnKind::Lstm,
-        1,
-        false,
-        false,
+        wgtensor::ops::RnnOptions {
+            num_layers: 1,
+            bidirectional: false,
+            batch_first: false,
+        },
         vec![weights(RnnKind::Lstm, 3, 4)],
     )
     .unwrap();
@@ -150,9 +204,11 @@ fn backward_with_a_foreign_saved_state_names_it() {
     // A saved state of another model (other hidden size) is named as such.
     let other = Rnn::new(
         RnnKind::Lstm,
-        1,
-        false,
-        false,
+        wgtensor::ops::RnnOptions {
+            num_layers: 1,
+            bidirectional: false,
+            batch_first: false,
+        },
         vec![weights(RnnKind::Lstm, 3, 6)],
     )
     .unwrap();
@@ -172,9 +228,11 @@ fn strided_initial_states() {
     let (t, b, i, h) = (2, 3, 2, 4);
     let r = Rnn::new(
         RnnKind::Lstm,
-        1,
-        true,
-        false,
+        wgtensor::ops::RnnOptions {
+            num_layers: 1,
+            bidirectional: true,
+            batch_first: false,
+        },
         vec![weights(RnnKind::Lstm, i, h), weights(RnnKind::Lstm, i, h)],
     )
     .unwrap();
@@ -207,7 +265,16 @@ fn from_pytorch_accepts_module_prefixes() {
     sd.insert("encoder.rnn.bias_hh_l0".to_string(), w.b_hh.clone());
     sd.insert("decoder.weight".to_string(), small(&[2, 2], 0.1));
     let r = Rnn::from_pytorch(RnnKind::Gru, &sd, 1, false, false).unwrap();
-    let direct = Rnn::new(RnnKind::Gru, 1, false, false, vec![w]).unwrap();
+    let direct = Rnn::new(
+        RnnKind::Gru,
+        wgtensor::ops::RnnOptions {
+            num_layers: 1,
+            bidirectional: false,
+            batch_first: false,
+        },
+        vec![w],
+    )
+    .unwrap();
     let x = small(&[2, 2, 3], 0.3);
     assert_eq!(
         vals(&r.forward(&x, None, None).unwrap().output),

@@ -108,7 +108,7 @@ proptest! {
             }
         }
         let name = if gru { "gru" } else { "lstm" };
-        let rnn = match Rnn::new(kind, layers, bidir, false, ws) {
+        let rnn = match Rnn::new(kind, wgtensor::ops::RnnOptions { num_layers: layers, bidirectional: bidir, batch_first: false }, ws) {
             Ok(r) => r,
             Err(e) => return judge(name, Err(e)),
         };

@@ -149,13 +149,13 @@ impl Rnn {
     ///
     /// ```no_run,ignore-wasm32
     /// # fn main() -> wgtensor::Result<()> {
-    /// use wgtensor::ops::{Rnn, RnnKind, RnnWeights};
+    /// use wgtensor::ops::{Rnn, RnnKind, RnnWeights, RnnOptions};
     /// use wgtensor::{DType, Device, Tensor};
     /// let dev = Device::new()?;
     /// let w_ih = Tensor::full(&dev, &[4 * 16, 8], 0.1, DType::F32)?;
     /// let w_hh = Tensor::full(&dev, &[4 * 16, 16], 0.1, DType::F32)?;
     /// let w = RnnWeights::new(RnnKind::Lstm, &w_ih, &w_hh, None, None)?;
-    /// let lstm = Rnn::new(RnnKind::Lstm, 1, false, false, vec![w])?;
+    /// let lstm = Rnn::new(RnnKind::Lstm, RnnOptions::default(), vec![w])?;
     /// let x = Tensor::full(&dev, &[20, 4, 8], 0.5, DType::F32)?; // [T, B, I]
     /// let (out, saved) = lstm.forward_train(&x, None, None)?;
     /// // loss = out.output.sum(): its gradient is all ones

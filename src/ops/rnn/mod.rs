@@ -110,6 +110,28 @@ struct RnnParams {
     dst_rs: u32,
 }
 
+/// Shape options of [`Rnn::new`], with PyTorch's `nn.LSTM` / `nn.GRU` defaults (one layer,
+/// one direction, `[T, B, F]` sequences).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RnnOptions {
+    /// Stacked layers; layer `l > 0` reads the `D * H` outputs of layer `l - 1`.
+    pub num_layers: usize,
+    /// A second direction over the reversed sequence; outputs concatenated (forward first).
+    pub bidirectional: bool,
+    /// Inputs and outputs are `[B, T, F]` instead of `[T, B, F]`.
+    pub batch_first: bool,
+}
+
+impl Default for RnnOptions {
+    fn default() -> Self {
+        RnnOptions {
+            num_layers: 1,
+            bidirectional: false,
+            batch_first: false,
+        }
+    }
+}
+
 /// Weights of one layer and direction, PyTorch layout.
 ///
 /// G is [`RnnKind::gates`] (4 for LSTM, 3 for GRU), H the hidden size, I the layer's input
@@ -259,7 +281,7 @@ impl Rnn {
     ///
     /// ```no_run,ignore-wasm32
     /// # fn main() -> wgtensor::Result<()> {
-    /// use wgtensor::ops::{Rnn, RnnKind, RnnWeights};
+    /// use wgtensor::ops::{Rnn, RnnKind, RnnWeights, RnnOptions};
     /// use wgtensor::{DType, Device, Tensor};
     /// let dev = Device::new()?;
     /// let (input, hidden) = (32, 64);
@@ -270,17 +292,17 @@ impl Rnn {
     ///     let w_hh = Tensor::full(&dev, &[4 * hidden, hidden], 0.05, DType::F32)?;
     ///     weights.push(RnnWeights::new(RnnKind::Lstm, &w_ih, &w_hh, None, None)?);
     /// }
-    /// let lstm = Rnn::new(RnnKind::Lstm, 2, false, false, weights)?;
+    /// let opts = RnnOptions { num_layers: 2, ..Default::default() };
+    /// let lstm = Rnn::new(RnnKind::Lstm, opts, weights)?;
     /// assert_eq!((lstm.input_size, lstm.hidden_size), (32, 64));
     /// # Ok(()) }
     /// ```
-    pub fn new(
-        kind: RnnKind,
-        num_layers: usize,
-        bidirectional: bool,
-        batch_first: bool,
-        weights: Vec<RnnWeights>,
-    ) -> Result<Rnn> {
+    pub fn new(kind: RnnKind, options: RnnOptions, weights: Vec<RnnWeights>) -> Result<Rnn> {
+        let RnnOptions {
+            num_layers,
+            bidirectional,
+            batch_first,
+        } = options;
         let op = kind.name();
         let d = if bidirectional { 2 } else { 1 };
         // Weight sets may have been built by struct literal: check each as RnnWeights::new
@@ -381,7 +403,15 @@ impl Rnn {
                 )?);
             }
         }
-        Rnn::new(kind, num_layers, bidirectional, batch_first, weights)
+        Rnn::new(
+            kind,
+            RnnOptions {
+                num_layers,
+                bidirectional,
+                batch_first,
+            },
+            weights,
+        )
     }
 
     /// Checks the public fields at use: they may have been changed (or the whole struct built
@@ -464,13 +494,14 @@ impl Rnn {
     ///
     /// ```no_run,ignore-wasm32
     /// # fn main() -> wgtensor::Result<()> {
-    /// use wgtensor::ops::{Rnn, RnnKind, RnnWeights};
+    /// use wgtensor::ops::{Rnn, RnnKind, RnnWeights, RnnOptions};
     /// use wgtensor::{DType, Device, Tensor};
     /// let dev = Device::new()?;
     /// let w_ih = Tensor::full(&dev, &[3 * 16, 8], 0.1, DType::F32)?;
     /// let w_hh = Tensor::full(&dev, &[3 * 16, 16], 0.1, DType::F32)?;
     /// let w = RnnWeights::new(RnnKind::Gru, &w_ih, &w_hh, None, None)?;
-    /// let gru = Rnn::new(RnnKind::Gru, 1, false, true, vec![w])?; // batch_first
+    /// let opts = RnnOptions { batch_first: true, ..Default::default() };
+    /// let gru = Rnn::new(RnnKind::Gru, opts, vec![w])?;
     /// let x = Tensor::full(&dev, &[4, 50, 8], 0.5, DType::F32)?; // [B, T, I]
     /// let out = gru.forward(&x, None, None)?;
     /// assert_eq!(out.output.shape(), &[4, 50, 16]);
@@ -881,7 +912,15 @@ fn cell(
             ),
         ));
     }
-    let rnn = Rnn::new(kind, 1, false, false, vec![w.clone()])?;
+    let rnn = Rnn::new(
+        kind,
+        RnnOptions {
+            num_layers: 1,
+            bidirectional: false,
+            batch_first: false,
+        },
+        vec![w.clone()],
+    )?;
     let (b, hs) = (x.shape()[0], rnn.hidden_size);
     for (what, t) in [("h", Some(h)), ("c", c)] {
         if let Some(t) = t {
