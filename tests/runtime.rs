@@ -205,6 +205,29 @@ fn pipelines_do_not_depend_on_shapes() {
     assert_eq!(dev.stats().pipelines_compiled, warm);
 }
 
+/// Batch norm reads vec4 groups when the plane size is a multiple of 4 and single values
+/// otherwise; both run in the same pipelines, so a plane size that breaks divisibility (or an odd
+/// offset) after the first call compiles nothing.
+#[test]
+fn batch_norm_pipelines_do_not_depend_on_plane_divisibility() {
+    use wgtensor::ops::{batch_norm_backward, batch_norm_train};
+    let dev = device_with(DeviceOptions::default());
+    let run = |shape: &[usize]| {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n).map(|i| (i % 7) as f32 - 3.0).collect();
+        let x = Tensor::from_slice(&dev, &v, shape).unwrap();
+        let (y, mean, invstd) = batch_norm_train(&x, None, None, None, 1e-5).unwrap();
+        let (dx, _, _) = batch_norm_backward(&y, &x, &mean, &invstd, None).unwrap();
+        dx.to_vec::<f32>().unwrap();
+    };
+    run(&[2, 3, 4, 4]);
+    let warm = dev.stats().pipelines_compiled;
+    for shape in [[2, 3, 5, 3], [3, 2, 7, 1], [1, 4, 2, 2], [2, 1, 3, 3]] {
+        run(&shape);
+    }
+    assert_eq!(dev.stats().pipelines_compiled, warm);
+}
+
 /// The batch is submitted every `max_dispatches_per_submit` dispatches, and on readback/sync.
 #[test]
 fn batches_split_by_dispatch_count_and_flush_on_sync() {
