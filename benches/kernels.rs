@@ -48,6 +48,8 @@ mod inputs;
 mod rnn;
 #[path = "cases/tiny.rs"]
 mod tiny;
+#[path = "cases/train.rs"]
+mod train;
 
 /// A case's timed body: one run of the measured work.
 type Run = Box<dyn FnMut() -> wgtensor::Result<()>>;
@@ -105,6 +107,7 @@ fn cases() -> Vec<Case> {
     v.extend(tiny::cases());
     v.extend(dynamic::cases());
     v.extend(index::cases());
+    v.extend(train::cases());
     v
 }
 

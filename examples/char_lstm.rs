@@ -1,7 +1,7 @@
 //! A 2-layer LSTM character model trained on the repository's own text (its Rust sources and
-//! docs, embedded at build time) with `nn::Lstm`, a linear head, autograd and Adam; then it
-//! samples text. Characters enter as one-hot vectors (the embedding is the LSTM's input
-//! projection), so no integer tensors are needed.
+//! docs, embedded at build time) with `nn::Embedding`, `nn::Lstm`, a linear head, autograd and
+//! Adam; then it samples text. Characters and targets are i32 ids: the embedding looks them up
+//! and `cross_entropy` takes the class indices directly (no one-hot matrices).
 //!
 //! `cargo run --release --example char_lstm` (last line:
 //! `final_loss=<nats/char> unigram_entropy=<nats/char>`).
@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use wgtensor::nn::{self, Module};
-use wgtensor::ops::{cross_entropy_probs, softmax};
+use wgtensor::ops::{cross_entropy, softmax};
 use wgtensor::optim::{clip_grad_norm, Adam, AdamOptions};
 use wgtensor::{no_grad, Device, Result, Tensor};
 
@@ -27,23 +27,23 @@ const TEXT: &[&str] = &[
 const SEQ: usize = 32;
 const BATCH: usize = 16;
 const HIDDEN: usize = 128;
+const EMBED: usize = 32;
 const STEPS: usize = 800;
 
-/// One-hot `[T, B, V]` inputs and `[T * B, V]` next-character targets of the windows starting
-/// at `starts`.
-fn window(dev: &Device, ids: &[usize], v: usize, starts: &[usize]) -> Result<(Tensor, Tensor)> {
+/// `[T, B]` input ids and `[T * B]` next-character ids of the windows starting at `starts`.
+fn window(dev: &Device, ids: &[usize], starts: &[usize]) -> Result<(Tensor, Tensor)> {
     let b = starts.len();
-    let mut x = vec![0.0f32; SEQ * b * v];
-    let mut y = vec![0.0f32; SEQ * b * v];
+    let mut x = vec![0i32; SEQ * b];
+    let mut y = vec![0i32; SEQ * b];
     for (j, &s) in starts.iter().enumerate() {
         for t in 0..SEQ {
-            x[(t * b + j) * v + ids[s + t]] = 1.0;
-            y[(t * b + j) * v + ids[s + t + 1]] = 1.0;
+            x[t * b + j] = ids[s + t] as i32;
+            y[t * b + j] = ids[s + t + 1] as i32;
         }
     }
     Ok((
-        Tensor::from_slice(dev, &x, &[SEQ, b, v])?,
-        Tensor::from_slice(dev, &y, &[SEQ * b, v])?,
+        Tensor::from_slice(dev, &x, &[SEQ, b])?,
+        Tensor::from_slice(dev, &y, &[SEQ * b])?,
     ))
 }
 
@@ -70,9 +70,10 @@ fn main() -> Result<()> {
         .filter(|&&c| c > 0)
         .map(|&c| -(c as f64 / total) * (c as f64 / total).ln())
         .sum();
+    let embed = nn::Embedding::new(&dev, v, EMBED, None)?;
     let lstm = nn::Lstm::new(
         &dev,
-        v,
+        EMBED,
         HIDDEN,
         nn::RnnConfig {
             num_layers: 2,
@@ -80,9 +81,10 @@ fn main() -> Result<()> {
         },
     )?;
     let head = nn::Linear::new(&dev, HIDDEN, v, true)?;
-    let params: Vec<Tensor> = lstm
+    let params: Vec<Tensor> = embed
         .named_parameters()
         .into_iter()
+        .chain(lstm.named_parameters())
         .chain(head.named_parameters())
         .map(|(_, t)| t)
         .collect();
@@ -109,10 +111,12 @@ fn main() -> Result<()> {
     for step in 0..STEPS {
         let t0 = Instant::now();
         let starts: Vec<usize> = (0..BATCH).map(|_| next(ids.len() - SEQ - 1)).collect();
-        let (x, y) = window(&dev, &ids, v, &starts)?;
-        let h = lstm.forward(&x)?.reshape(&[SEQ * BATCH, HIDDEN])?;
+        let (x, y) = window(&dev, &ids, &starts)?;
+        let h = lstm
+            .forward(&embed.forward(&x)?)?
+            .reshape(&[SEQ * BATCH, HIDDEN])?;
         let logits = head.forward(&h)?;
-        let loss = cross_entropy_probs(&logits, &y, &Default::default())?;
+        let loss = cross_entropy(&logits, &y, &Default::default())?;
         let grads = loss.backward()?;
         let g: Vec<&Tensor> = params.iter().filter_map(|p| grads.get(p)).collect();
         let (clipped, _) = clip_grad_norm(&g, 5.0)?;
@@ -146,13 +150,10 @@ fn main() -> Result<()> {
     no_grad(|| -> Result<()> {
         for _ in 0..200 {
             let start = out.len() - SEQ;
-            let mut x = vec![0.0f32; SEQ * v];
-            for t in 0..SEQ {
-                x[t * v + out[start + t]] = 1.0;
-            }
-            let x = Tensor::from_slice(&dev, &x, &[SEQ, 1, v])?;
+            let x: Vec<i32> = out[start..].iter().map(|&c| c as i32).collect();
+            let x = Tensor::from_slice(&dev, &x, &[SEQ, 1])?;
             let h = lstm
-                .forward(&x)?
+                .forward(&embed.forward(&x)?)?
                 .narrow(0, SEQ - 1, 1)?
                 .reshape(&[1, HIDDEN])?;
             let p = softmax(&head.forward(&h)?, -1)?.to_vec::<f32>()?;

@@ -14,7 +14,7 @@ use std::time::Instant;
 use indicatif::{ProgressBar, ProgressStyle};
 use wgtensor::io::{load_safetensors_file, save_safetensors_file};
 use wgtensor::nn::{self, Module};
-use wgtensor::ops::{cross_entropy_probs, MaxPool2dOptions};
+use wgtensor::ops::{cross_entropy, MaxPool2dOptions};
 use wgtensor::optim::{Adam, AdamOptions};
 use wgtensor::{no_grad, Device, Result, Tensor};
 
@@ -43,46 +43,29 @@ fn model(dev: &Device) -> Result<nn::Sequential> {
         .push(nn::Linear::new(dev, 32 * 4 * 4, 10, true)?))
 }
 
-/// Images [n, 1, 8, 8] scaled to [0, 1] and one-hot targets [n, 10] of the samples `idx`.
-fn batch(dev: &Device, idx: &[usize]) -> Result<(Tensor, Tensor, Vec<usize>)> {
+/// Images [n, 1, 8, 8] scaled to [0, 1] and their i32 labels [n] for the samples `idx`.
+fn batch(dev: &Device, idx: &[usize]) -> Result<(Tensor, Tensor)> {
     let mut px = Vec::with_capacity(idx.len() * 64);
-    let mut onehot = vec![0.0f32; idx.len() * 10];
     let mut labels = Vec::with_capacity(idx.len());
-    for (r, &i) in idx.iter().enumerate() {
+    for &i in idx {
         let rec = &DIGITS[i * 65..(i + 1) * 65];
         px.extend(rec[..64].iter().map(|&p| p as f32 / 16.0));
-        let label = rec[64] as usize;
-        onehot[r * 10 + label] = 1.0;
-        labels.push(label);
+        labels.push(rec[64] as i32);
     }
     Ok((
         Tensor::from_slice(dev, &px, &[idx.len(), 1, 8, 8])?,
-        Tensor::from_slice(dev, &onehot, &[idx.len(), 10])?,
-        labels,
+        Tensor::from_slice(dev, &labels, &[idx.len()])?,
     ))
 }
 
-/// The fraction of `labels` whose logit row has its maximum at the label.
-fn accuracy(logits: &Tensor, labels: &[usize]) -> Result<f64> {
-    let v = logits.to_vec::<f32>()?;
-    let right = labels
-        .iter()
-        .enumerate()
-        .filter(|&(r, &l)| {
-            let row = &v[r * 10..r * 10 + 10];
-            let best = (0..10).fold(0, |b, c| if row[c] > row[b] { c } else { b });
-            best == l
-        })
-        .count();
-    Ok(right as f64 / labels.len() as f64)
-}
-
-fn evaluate(m: &mut nn::Sequential, x: &Tensor, labels: &[usize]) -> Result<f64> {
+/// The fraction of samples whose largest logit is at the label, computed on the device
+/// (argmax, eq, mean): one number is read back.
+fn evaluate(m: &mut nn::Sequential, x: &Tensor, labels: &Tensor) -> Result<f64> {
     m.set_training(false);
     let logits = no_grad(|| m.forward(x))?;
-    let a = accuracy(&logits, labels)?;
+    let acc = logits.argmax(1, false)?.eq(labels)?.mean_all()?;
     m.set_training(true);
-    Ok(a)
+    Ok(acc.to_vec::<f32>()?[0] as f64)
 }
 
 fn main() -> Result<()> {
@@ -97,7 +80,7 @@ fn main() -> Result<()> {
         order.swap(i, (s >> 33) as usize % (i + 1));
     }
     let (train, test) = order.split_at(n - TEST);
-    let (xt, _, test_labels) = batch(&dev, test)?;
+    let (xt, test_labels) = batch(&dev, test)?;
     let mut m = model(&dev)?;
     let params: Vec<Tensor> = m.named_parameters().into_iter().map(|(_, t)| t).collect();
     let mut opt = Adam::new(
@@ -118,9 +101,9 @@ fn main() -> Result<()> {
         let mut loss_sum = 0.0;
         let t0 = Instant::now();
         for chunk in train.chunks(BATCH) {
-            let (x, y, _) = batch(&dev, chunk)?;
+            let (x, y) = batch(&dev, chunk)?;
             let logits = m.forward(&x)?;
-            let loss = cross_entropy_probs(&logits, &y, &Default::default())?;
+            let loss = cross_entropy(&logits, &y, &Default::default())?;
             let grads = loss.backward()?;
             let g: Vec<Option<&Tensor>> = params.iter().map(|p| grads.get(p)).collect();
             opt.step(&g)?;

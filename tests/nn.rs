@@ -199,6 +199,7 @@ fn lstm_and_gru_names_and_init() {
         num_layers: 2,
         bidirectional: true,
         batch_first: true,
+        ..Default::default()
     };
     let lstm = nn::Lstm::new(dev(), 5, 4, c).unwrap();
     let names: Vec<String> = lstm.state_dict().into_iter().map(|(n, _)| n).collect();
@@ -336,4 +337,70 @@ fn conv1d_conv_transpose2d_and_embedding_layers() {
     assert!(gw[49 * 8..].iter().all(|&v| v == 0.0), "the padding row");
     assert_eq!(emb.state_dict()[0].0, "weight");
     assert!(nn::Embedding::new(dev(), 5, 2, Some(5)).is_err());
+}
+
+/// PyTorch's `dropout` between stacked RNN layers: only in training, never after the last
+/// layer; evaluation equals the fused model; p -> 0 matches it too; p = 1 cuts every layer
+/// but the last off its input; gradients reach every layer; states keep their shapes.
+#[test]
+fn rnn_dropout_between_layers() {
+    for gru in [false, true] {
+        let c = |dropout| nn::RnnConfig {
+            num_layers: 3,
+            bidirectional: true,
+            dropout,
+            ..Default::default()
+        };
+        let make = |p| {
+            if gru {
+                nn::Gru::new(dev(), 5, 4, c(p)).unwrap()
+            } else {
+                nn::Lstm::new(dev(), 5, 4, c(p)).unwrap()
+            }
+        };
+        let x = wgtensor::ops::randn(dev(), &[6, 2, 5], DType::F32).unwrap();
+        let mut m = make(0.5);
+        let fused = vals(&m.rnn.forward(&x, None, None).unwrap().output);
+        m.set_training(false);
+        assert_eq!(
+            vals(&m.forward(&x).unwrap()),
+            fused,
+            "eval is the fused model"
+        );
+        m.set_training(true);
+        let train = m.forward_with_state(&x, None, None).unwrap();
+        assert_eq!(train.output.shape(), &[6, 2, 8]);
+        assert_eq!(train.h_n.shape(), &[6, 2, 4]);
+        assert_eq!(train.c_n.is_some(), !gru);
+        assert_ne!(
+            vals(&train.output),
+            fused,
+            "dropout changes the training output"
+        );
+        let g = train.output.sum_all().unwrap().backward().unwrap();
+        assert!(m.named_parameters().iter().all(|(_, p)| g.get(p).is_some()));
+        // A vanishing p keeps (and scales by ~1) every element: the layer-by-layer path equals
+        // the fused one.
+        let tiny = make(1e-9);
+        let want = vals(&tiny.rnn.forward(&x, None, None).unwrap().output);
+        let got = vals(&tiny.forward(&x).unwrap());
+        assert!(got.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-5));
+        // p = 1: the last layer sees zeros whatever the input.
+        let all = make(1.0);
+        let x2 = wgtensor::ops::randn(dev(), &[6, 2, 5], DType::F32).unwrap();
+        assert_eq!(
+            vals(&all.forward(&x).unwrap()),
+            vals(&all.forward(&x2).unwrap())
+        );
+    }
+    assert!(nn::Lstm::new(
+        dev(),
+        5,
+        4,
+        nn::RnnConfig {
+            dropout: 1.5,
+            ..Default::default()
+        }
+    )
+    .is_err());
 }

@@ -31,6 +31,18 @@ pub(super) fn bias_init(dev: &Device, n: usize, fan_in: usize) -> Result<Tensor>
 }
 
 /// `y = x W^T + b` (PyTorch's `nn.Linear`): `weight [out, in]`, `bias [out]`, initialized with
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::nn::{self, Module};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let fc = nn::Linear::new(&dev, 64, 10, true)?;
+/// assert_eq!(fc.weight.shape(), &[10, 64]); // [out, in], as PyTorch
+/// let y = fc.forward(&Tensor::zeros(&dev, &[32, 64], DType::F32)?)?;
+/// assert_eq!(y.shape(), &[32, 10]);
+/// # Ok(()) }
+/// ```
 /// `kaiming_uniform_(a = sqrt(5))` and `U(-1/sqrt(in), 1/sqrt(in))`. Input `[..., in]`.
 #[derive(Debug, Clone)]
 pub struct Linear {
@@ -109,6 +121,18 @@ impl Default for Conv2dConfig {
 }
 
 /// PyTorch's `nn.Conv2d`: `weight [out, in / groups, k, k]`, `bias [out]`, initialized as
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::nn::{self, Module};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let dw = nn::Conv2d::new(&dev, 16, 16, 3, nn::Conv2dConfig { padding: 1, groups: 16, ..Default::default() })?;
+/// assert_eq!(dw.weight.shape(), &[16, 1, 3, 3]); // depthwise
+/// let y = dw.forward(&Tensor::zeros(&dev, &[2, 16, 8, 8], DType::F32)?)?;
+/// assert_eq!(y.shape(), &[2, 16, 8, 8]);
+/// # Ok(()) }
+/// ```
 /// PyTorch does (kaiming_uniform with a = sqrt(5); bias from the fan-in).
 #[derive(Debug, Clone)]
 pub struct Conv2d {
@@ -183,6 +207,21 @@ impl Module for Conv2d {
 /// Batch normalization over `[N, C, H, W]` (PyTorch's `nn.BatchNorm2d`): `weight` (1s) and
 /// `bias` (0s) per channel, buffers `running_mean`, `running_var`, `num_batches_tracked`;
 /// training normalizes with the batch statistics and updates the running ones, evaluation uses
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::nn::{self, Module};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let mut bn = nn::BatchNorm2d::new(&dev, 3)?;
+/// let x = wgtensor::ops::randn(&dev, &[4, 3, 5, 5], DType::F32)?;
+/// let y = bn.forward(&x)?; // batch statistics; running ones updated
+/// bn.set_training(false); // PyTorch's eval(): the running statistics
+/// let z = bn.forward(&x)?;
+/// assert_eq!((y.shape(), z.shape()), (x.shape(), x.shape()));
+/// assert_eq!(bn.state_dict().len(), 5); // weight, bias, running_mean, running_var, num_batches_tracked
+/// # Ok(()) }
+/// ```
 /// the running ones.
 #[derive(Debug)]
 pub struct BatchNorm2d {
@@ -214,6 +253,17 @@ impl BatchNorm2d {
 }
 
 /// Batch normalization over `[N, C]` or `[N, C, L]` (PyTorch's `nn.BatchNorm1d`), the same
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::nn::{self, Module};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let bn = nn::BatchNorm1d::new(&dev, 8)?;
+/// let y = bn.forward(&wgtensor::ops::randn(&dev, &[16, 8], DType::F32)?)?; // [N, C] or [N, C, L]
+/// assert_eq!(y.shape(), &[16, 8]);
+/// # Ok(()) }
+/// ```
 /// parameters, buffers and modes as [`BatchNorm2d`].
 #[derive(Debug)]
 pub struct BatchNorm1d(pub BatchNorm2d);
@@ -338,6 +388,20 @@ impl Module for BatchNorm2d {
     }
 }
 
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::nn::{self, Module};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let mut drop = nn::Dropout::new(0.5);
+/// let x = Tensor::ones(&dev, &[1000], DType::F32)?;
+/// let y = drop.forward(&x)?.to_vec::<f32>()?; // zeros and 2.0s (inverted scaling)
+/// assert!(y.iter().all(|&v| v == 0.0 || v == 2.0));
+/// drop.set_training(false);
+/// assert_eq!(drop.forward(&x)?.to_vec::<f32>()?, vec![1.0; 1000]);
+/// # Ok(()) }
+/// ```
 /// PyTorch's `nn.Dropout(p)`: inverted dropout in training, the identity in evaluation.
 #[derive(Debug, Clone, Copy)]
 pub struct Dropout {
@@ -363,6 +427,18 @@ impl Module for Dropout {
     }
 }
 
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::nn::{self, Module};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// use wgtensor::ops::MaxPool2dOptions;
+/// let pool = nn::MaxPool2d(MaxPool2dOptions::new(2));
+/// let x = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0, 4.0], &[1, 1, 2, 2])?;
+/// assert_eq!(pool.forward(&x)?.to_vec::<f32>()?, vec![4.0]);
+/// # Ok(()) }
+/// ```
 /// PyTorch's `nn.MaxPool2d`.
 #[derive(Debug, Clone, Copy)]
 pub struct MaxPool2d(pub MaxPool2dOptions);
@@ -373,6 +449,18 @@ impl Module for MaxPool2d {
     }
 }
 
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::nn::{self, Module};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// use wgtensor::ops::AvgPool2dOptions;
+/// let pool = nn::AvgPool2d(AvgPool2dOptions::new(2));
+/// let x = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0, 4.0], &[1, 1, 2, 2])?;
+/// assert_eq!(pool.forward(&x)?.to_vec::<f32>()?, vec![2.5]);
+/// # Ok(()) }
+/// ```
 /// PyTorch's `nn.AvgPool2d`.
 #[derive(Debug, Clone, Copy)]
 pub struct AvgPool2d(pub AvgPool2dOptions);
@@ -383,6 +471,17 @@ impl Module for AvgPool2d {
     }
 }
 
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::nn::{self, Module};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let gap = nn::AdaptiveAvgPool2d([1, 1]); // global average pooling
+/// let y = gap.forward(&Tensor::ones(&dev, &[2, 8, 7, 7], DType::F32)?)?;
+/// assert_eq!(y.shape(), &[2, 8, 1, 1]);
+/// # Ok(()) }
+/// ```
 /// PyTorch's `nn.AdaptiveAvgPool2d(output_size)`.
 #[derive(Debug, Clone, Copy)]
 pub struct AdaptiveAvgPool2d(pub [usize; 2]);
@@ -393,6 +492,16 @@ impl Module for AdaptiveAvgPool2d {
     }
 }
 
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::nn::{self, Module};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let y = nn::Flatten.forward(&Tensor::zeros(&dev, &[2, 3, 4, 4], DType::F32)?)?;
+/// assert_eq!(y.shape(), &[2, 48]);
+/// # Ok(()) }
+/// ```
 /// PyTorch's `nn.Flatten()`: `[N, ...]` to `[N, prod(...)]`.
 #[derive(Debug, Clone, Copy)]
 pub struct Flatten;
@@ -424,6 +533,17 @@ macro_rules! activation_module {
 
 activation_module!(
     /// PyTorch's `nn.ReLU`.
+    ///
+    /// ```ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// use wgtensor::nn::{self, Module};
+    /// use wgtensor::{Device, Tensor};
+    /// let dev = Device::new()?;
+    /// let x = Tensor::from_slice(&dev, &[-1.0f32, 2.0], &[2])?;
+    /// assert_eq!(nn::ReLU.forward(&x)?.to_vec::<f32>()?, vec![0.0, 2.0]);
+    /// // nn::GELU, nn::Tanh and nn::Sigmoid work the same way.
+    /// # Ok(()) }
+    /// ```
     ReLU,
     relu
 );

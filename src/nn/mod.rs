@@ -108,6 +108,21 @@ pub fn load_state_dict(
     Ok(report)
 }
 
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::nn::{self, Module};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let mlp = nn::Sequential::new()
+///     .push(nn::Linear::new(&dev, 4, 8, true)?)
+///     .push(nn::ReLU)
+///     .push(nn::Linear::new(&dev, 8, 2, true)?);
+/// let names: Vec<String> = mlp.state_dict().into_iter().map(|(n, _)| n).collect();
+/// assert_eq!(names, ["0.weight", "0.bias", "2.weight", "2.bias"]); // PyTorch's keys
+/// assert_eq!(mlp.forward(&Tensor::zeros(&dev, &[3, 4], DType::F32)?)?.shape(), &[3, 2]);
+/// # Ok(()) }
+/// ```
 /// Layers applied in order, named `0`, `1`, ... as PyTorch's `nn.Sequential`.
 #[derive(Default)]
 pub struct Sequential {

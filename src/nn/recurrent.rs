@@ -8,7 +8,7 @@ use crate::{DType, Device, Result, Tensor};
 
 /// Shape options of [`Lstm`] and [`Gru`] beyond the input and hidden sizes (PyTorch's
 /// defaults: one layer, one direction, `[T, B, I]` inputs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RnnConfig {
     /// Stacked layers.
     pub num_layers: usize,
@@ -16,6 +16,9 @@ pub struct RnnConfig {
     pub bidirectional: bool,
     /// Inputs and outputs are `[B, T, F]` instead of `[T, B, F]`.
     pub batch_first: bool,
+    /// Dropout probability on the outputs of every layer but the last, in training only
+    /// (PyTorch's `dropout`; 0 turns it off).
+    pub dropout: f64,
 }
 
 impl Default for RnnConfig {
@@ -24,6 +27,7 @@ impl Default for RnnConfig {
             num_layers: 1,
             bidirectional: false,
             batch_first: false,
+            dropout: 0.0,
         }
     }
 }
@@ -34,6 +38,11 @@ pub struct Recurrent {
     /// The model the forward pass runs (it shares storage with the parameters).
     pub rnn: Rnn,
     params: Vec<(String, Tensor)>,
+    /// With dropout between layers: one single-layer model per layer (sharing the same
+    /// parameters), run in turn with dropout in between while training.
+    layers: Vec<Rnn>,
+    dropout: f64,
+    training: bool,
 }
 
 impl Recurrent {
@@ -44,6 +53,15 @@ impl Recurrent {
         hidden_size: usize,
         c: RnnConfig,
     ) -> Result<Recurrent> {
+        if !(0.0..=1.0).contains(&c.dropout) {
+            return Err(crate::Error::arg(
+                "RNN",
+                format!(
+                    "dropout should be a number in range [0, 1] representing the probability of an element being zeroed, got {}",
+                    c.dropout
+                ),
+            ));
+        }
         let d = if c.bidirectional { 2 } else { 1 };
         let g = kind.gates() * hidden_size;
         let k = if hidden_size > 0 {
@@ -76,8 +94,22 @@ impl Recurrent {
                 )?);
             }
         }
+        let layers = if c.dropout > 0.0 && c.num_layers > 1 {
+            weights
+                .chunks(d)
+                .map(|w| Rnn::new(kind, 1, c.bidirectional, c.batch_first, w.to_vec()))
+                .collect::<Result<Vec<_>>>()?
+        } else {
+            Vec::new()
+        };
         let rnn = Rnn::new(kind, c.num_layers, c.bidirectional, c.batch_first, weights)?;
-        Ok(Recurrent { rnn, params })
+        Ok(Recurrent {
+            rnn,
+            params,
+            layers,
+            dropout: c.dropout,
+            training: true,
+        })
     }
 
     /// The full forward: output and final states from optional initial states
@@ -88,21 +120,62 @@ impl Recurrent {
         h0: Option<&Tensor>,
         c0: Option<&Tensor>,
     ) -> Result<RnnOutput> {
-        self.rnn.forward(x, h0, c0)
+        if !self.training || self.layers.is_empty() {
+            return self.rnn.forward(x, h0, c0);
+        }
+        // Layer by layer, dropout on every output but the last (PyTorch's placement).
+        let d = if self.rnn.bidirectional { 2 } else { 1 };
+        let state = |s: Option<&Tensor>, l: usize| s.map(|t| t.narrow(0, l * d, d)).transpose();
+        let (mut hs, mut cs) = (Vec::new(), Vec::new());
+        let mut input = x.clone();
+        let n = self.layers.len();
+        for (l, layer) in self.layers.iter().enumerate() {
+            let out = layer.forward(&input, state(h0, l)?.as_ref(), state(c0, l)?.as_ref())?;
+            hs.push(out.h_n);
+            cs.extend(out.c_n);
+            input = if l + 1 < n {
+                crate::ops::dropout(&out.output, self.dropout, true)?
+            } else {
+                out.output
+            };
+        }
+        let cat = |v: &[Tensor]| crate::ops::cat(&v.iter().collect::<Vec<_>>(), 0);
+        Ok(RnnOutput {
+            output: input,
+            h_n: cat(&hs)?,
+            c_n: if cs.is_empty() { None } else { Some(cat(&cs)?) },
+        })
     }
 }
 
 impl Module for Recurrent {
     /// The output sequence (use [`Recurrent::forward_with_state`] for the final states).
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(self.rnn.forward(x, None, None)?.output)
+        Ok(self.forward_with_state(x, None, None)?.output)
     }
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
         self.params.clone()
     }
+    fn set_training(&mut self, training: bool) {
+        self.training = training;
+    }
 }
 
-/// PyTorch's `nn.LSTM(input_size, hidden_size, num_layers, bidirectional, batch_first)`.
+/// PyTorch's `nn.LSTM(input_size, hidden_size, num_layers, bidirectional, batch_first,
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::nn::{self, Module};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let lstm = nn::Lstm::new(&dev, 10, 20, nn::RnnConfig { num_layers: 2, ..Default::default() })?;
+/// assert_eq!(lstm.state_dict()[0].0, "weight_ih_l0");
+/// let x = wgtensor::ops::randn(&dev, &[5, 3, 10], DType::F32)?; // [T, B, I]
+/// let out = lstm.forward_with_state(&x, None, None)?;
+/// assert_eq!((out.output.shape(), out.h_n.shape()), (&[5, 3, 20][..], &[2, 3, 20][..]));
+/// # Ok(()) }
+/// ```
+/// dropout)`.
 pub struct Lstm;
 
 impl Lstm {
@@ -118,7 +191,19 @@ impl Lstm {
     }
 }
 
-/// PyTorch's `nn.GRU(input_size, hidden_size, num_layers, bidirectional, batch_first)`.
+/// PyTorch's `nn.GRU(input_size, hidden_size, num_layers, bidirectional, batch_first,
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::nn::{self, Module};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let gru = nn::Gru::new(&dev, 10, 20, nn::RnnConfig { batch_first: true, bidirectional: true, ..Default::default() })?;
+/// let y = gru.forward(&wgtensor::ops::randn(&dev, &[3, 5, 10], DType::F32)?)?; // [B, T, I]
+/// assert_eq!(y.shape(), &[3, 5, 40]); // both directions
+/// # Ok(()) }
+/// ```
+/// dropout)`.
 pub struct Gru;
 
 impl Gru {

@@ -82,6 +82,20 @@ impl Default for SgdOptions {
     }
 }
 
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// use wgtensor::optim::{Sgd, SgdOptions};
+/// let w = Tensor::from_slice(&dev, &[1.0f32, -2.0], &[2])?.requires_grad()?;
+/// let mut opt = Sgd::new(vec![w.clone()], SgdOptions { lr: 0.1, momentum: 0.9, ..Default::default() })?;
+/// let loss = w.mul(&w)?.sum_all()?; // d/dw = 2w
+/// let grads = loss.backward()?;
+/// opt.step(&[grads.get(&w)])?; // in place on the device
+/// assert_eq!(w.to_vec::<f32>()?, vec![0.8, -1.6]);
+/// # Ok(()) }
+/// ```
 /// Stochastic gradient descent with momentum (PyTorch's `torch.optim.SGD`).
 #[derive(Debug)]
 pub struct Sgd {
@@ -257,6 +271,22 @@ impl AdamOptions {
     }
 }
 
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// use wgtensor::optim::{Adam, AdamOptions};
+/// let w = Tensor::from_slice(&dev, &[1.0f32, -2.0], &[2])?.requires_grad()?;
+/// let mut opt = Adam::new(vec![w.clone()], AdamOptions::adamw())?; // or Default::default() for Adam
+/// for _ in 0..3 {
+///     let grads = w.mul(&w)?.sum_all()?.backward()?;
+///     opt.step(&[grads.get(&w)])?;
+/// }
+/// let v = w.to_vec::<f32>()?;
+/// assert!(v[0] < 1.0 && v[1] > -2.0); // both moved toward 0
+/// # Ok(()) }
+/// ```
 /// Adam and AdamW (PyTorch's `torch.optim.Adam` / `AdamW`), with AMSGrad optional.
 #[derive(Debug)]
 pub struct Adam {
@@ -425,6 +455,19 @@ impl Adam {
 /// Scales `grads` so that their joint L2 norm is at most `max_norm` (PyTorch's
 /// `clip_grad_norm_`: coefficient `max_norm / (total_norm + 1e-6)` clamped to 1), entirely on
 /// the device. Returns the new gradients and the total norm before clipping (a `[]` tensor).
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// use wgtensor::optim::clip_grad_norm;
+/// let g = Tensor::from_slice(&dev, &[3.0f32, 4.0], &[2])?; // norm 5
+/// let (clipped, norm) = clip_grad_norm(&[&g], 1.0)?;
+/// assert_eq!(norm.to_vec::<f32>()?, vec![5.0]);
+/// let c = clipped[0].to_vec::<f32>()?;
+/// assert!((c[0] - 0.6).abs() < 1e-5 && (c[1] - 0.8).abs() < 1e-5);
+/// # Ok(()) }
+/// ```
 pub fn clip_grad_norm(grads: &[&Tensor], max_norm: f64) -> Result<(Vec<Tensor>, Tensor)> {
     let op = "clip_grad_norm";
     check_hyper(op, "max_norm", max_norm, 0.0, f64::MAX)?;

@@ -1,0 +1,104 @@
+//! Whole training steps of the two example models (examples/train_cnn.rs and
+//! examples/char_lstm.rs) on a fixed batch: forward, backward through autograd, and an Adam
+//! step. What a user training those models pays per step, all dispatch overhead included.
+//!
+//! - `cnn_train_step`: the digits CNN (conv + batch norm, grouped and depthwise convs, max
+//!   pool, linear) on a [64, 1, 8, 8] batch, class-index cross_entropy.
+//! - `lstm_train_step`: embedding (V = 96, E = 32), a 2-layer LSTM (hidden 128) over T = 32,
+//!   B = 16, a linear head, class-index cross_entropy.
+
+use wgtensor::nn::{self, Module};
+use wgtensor::ops::{cross_entropy, MaxPool2dOptions};
+use wgtensor::optim::{Adam, AdamOptions};
+use wgtensor::{Device, Tensor};
+
+use super::inputs::data;
+use super::{Case, Run};
+
+fn adam(params: Vec<Tensor>) -> wgtensor::Result<Adam> {
+    Adam::new(
+        params,
+        AdamOptions {
+            lr: 1e-3,
+            ..Default::default()
+        },
+    )
+}
+
+/// One step: loss, backward, Adam over `params`.
+fn step(loss: &Tensor, params: &[Tensor], opt: &mut Adam) -> wgtensor::Result<()> {
+    let grads = loss.backward()?;
+    let g: Vec<Option<&Tensor>> = params.iter().map(|p| grads.get(p)).collect();
+    opt.step(&g)
+}
+
+fn cnn_case(dev: &Device) -> wgtensor::Result<Run> {
+    let cfg = |padding, groups| nn::Conv2dConfig {
+        padding,
+        groups,
+        ..Default::default()
+    };
+    let m = nn::Sequential::new()
+        .push(nn::Conv2d::new(dev, 1, 16, 3, cfg(1, 1))?)
+        .push(nn::BatchNorm2d::new(dev, 16)?)
+        .push(nn::ReLU)
+        .push(nn::Conv2d::new(dev, 16, 32, 3, cfg(1, 4))?)
+        .push(nn::ReLU)
+        .push(nn::Conv2d::new(dev, 32, 32, 3, cfg(1, 32))?)
+        .push(nn::ReLU)
+        .push(nn::MaxPool2d(MaxPool2dOptions::new(2)))
+        .push(nn::Flatten)
+        .push(nn::Linear::new(dev, 32 * 4 * 4, 10, true)?);
+    let params: Vec<Tensor> = m.named_parameters().into_iter().map(|(_, t)| t).collect();
+    let mut opt = adam(params.clone())?;
+    let x = Tensor::from_slice(dev, &data(64 * 64, 3), &[64, 1, 8, 8])?;
+    let labels: Vec<i32> = (0..64).map(|i| i * 7 % 10).collect();
+    let y = Tensor::from_slice(dev, &labels, &[64])?;
+    dev.sync()?;
+    Ok(Box::new(move || {
+        let loss = cross_entropy(&m.forward(&x)?, &y, &Default::default())?;
+        step(&loss, &params, &mut opt)
+    }))
+}
+
+fn lstm_case(dev: &Device) -> wgtensor::Result<Run> {
+    const V: usize = 96;
+    const T: usize = 32;
+    const B: usize = 16;
+    let embed = nn::Embedding::new(dev, V, 32, None)?;
+    let lstm = nn::Lstm::new(
+        dev,
+        32,
+        128,
+        nn::RnnConfig {
+            num_layers: 2,
+            ..Default::default()
+        },
+    )?;
+    let head = nn::Linear::new(dev, 128, V, true)?;
+    let params: Vec<Tensor> = embed
+        .named_parameters()
+        .into_iter()
+        .chain(lstm.named_parameters())
+        .chain(head.named_parameters())
+        .map(|(_, t)| t)
+        .collect();
+    let mut opt = adam(params.clone())?;
+    let ids: Vec<i32> = (0..T * B).map(|i| ((i * 31 + 7) % V) as i32).collect();
+    let x = Tensor::from_slice(dev, &ids, &[T, B])?;
+    let next: Vec<i32> = ids.iter().map(|&i| (i + 1) % V as i32).collect();
+    let y = Tensor::from_slice(dev, &next, &[T * B])?;
+    dev.sync()?;
+    Ok(Box::new(move || {
+        let h = lstm.forward(&embed.forward(&x)?)?.reshape(&[T * B, 128])?;
+        let loss = cross_entropy(&head.forward(&h)?, &y, &Default::default())?;
+        step(&loss, &params, &mut opt)
+    }))
+}
+
+pub fn cases() -> Vec<Case> {
+    vec![
+        Case::new("cnn_train_step", cnn_case),
+        Case::new("lstm_train_step", lstm_case),
+    ]
+}
