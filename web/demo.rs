@@ -8,6 +8,12 @@
 //! and checking every output against the pure-Rust f64 reference of the conformance suite
 //! (tests/common), the same code the native and browser tests use.
 //!
+//! Then the page trains a small CNN on the handwritten digits live (web/train.rs), one step per
+//! call, drawing the loss as it falls.
+//!
+//! Each op's reference is also timed: the plain-Rust CPU implementation in the same wasm
+//! module, for the speed-up column.
+//!
 //! Adding a step is a few lines in `run`: produce the input, call [`Demo::step`] with the GPU
 //! op and the reference (each step's reference starts from the GPU values of its input).
 #![cfg(target_arch = "wasm32")]
@@ -21,6 +27,8 @@ mod reference;
 #[allow(dead_code)]
 #[path = "../tests/common/rnn_ref.rs"]
 mod rnn_ref;
+
+mod train;
 
 use std::fmt::Write as _;
 
@@ -86,7 +94,10 @@ async fn run() -> Result<String> {
     let (want, mag) = conv_ref::conv_forward(&geom, &in_data, &w_data, Some(&b_data));
     // The conformance bound: (K + 2) f32 epsilons of the sum of |products| (plus the bias).
     let tol = (cg * KW + 3) as f64 * f32::EPSILON as f64 * mag.iter().fold(1.0, |m, v| v.max(m));
-    let (x, x_data) = demo.step("conv1d (grouped)", conv, || want, tol).await?;
+    // The reference runs again inside the step so that its CPU time is measured.
+    let _ = want;
+    let cpu_conv = || conv_ref::conv_forward(&geom, &in_data, &w_data, Some(&b_data)).0;
+    let (x, x_data) = demo.step("conv1d (grouped)", conv, cpu_conv, tol).await?;
 
     // Batch norm (training forward): per-channel statistics over N and L.
     let gamma_data = uniform(C, 2, 1.0)
@@ -144,6 +155,7 @@ struct Step {
     median_ms: f64,
     max_err: f64,
     tol: f64,
+    cpu_ms: f64,
 }
 
 struct Demo {
@@ -178,7 +190,9 @@ impl Demo {
             .into_iter()
             .map(f64::from)
             .collect();
+        let t_cpu = now_ms();
         let want = reference();
+        let cpu_ms = now_ms() - t_cpu;
         let max_err = if want.len() == got.len() {
             got.iter()
                 .zip(&want)
@@ -197,6 +211,7 @@ impl Demo {
             median_ms: rest[rest.len() / 2],
             max_err,
             tol,
+            cpu_ms,
         });
         Ok((out, got))
     }
@@ -219,7 +234,7 @@ impl Demo {
             let _ = write!(
                 j,
                 "{}{{\"name\":{},\"shape\":{:?},\"first_ms\":{:.2},\"median_ms\":{:.2},\
-                 \"max_abs_err\":{:e},\"tol\":{:e},\"pass\":{}}}",
+                 \"max_abs_err\":{:e},\"tol\":{:e},\"pass\":{},\"cpu_ms\":{:.2}}}",
                 if i > 0 { "," } else { "" },
                 json_str(s.name),
                 s.shape,
@@ -228,6 +243,7 @@ impl Demo {
                 s.max_err,
                 s.tol,
                 s.max_err <= s.tol,
+                s.cpu_ms,
             );
         }
         let st = self.dev.stats();
@@ -260,7 +276,7 @@ fn upload(dev: &Device, data: &[f64], shape: &[usize]) -> Result<Tensor> {
     Tensor::from_slice(dev, &v, shape)
 }
 
-fn now_ms() -> f64 {
+pub(crate) fn now_ms() -> f64 {
     web_sys::window()
         .and_then(|w| w.performance())
         .map_or(0.0, |p| p.now())

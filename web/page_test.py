@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """End-to-end test of the demo page: serves web/ (after web/build.sh), opens it in headless
 Chromium with WebGPU through chromedriver (the W3C WebDriver protocol, Python stdlib only),
-waits for the result marker #result[data-status], asserts that the correctness check passed
-and that a non-empty PNG screenshot was saved.
+waits for the result marker #result[data-status], asserts that the correctness check passed,
+that the live training lowered the loss (window.trainReport), that the console stayed free of
+errors, that the phone-sized layout does not overflow, and that non-empty PNG screenshots were
+saved.
 
     python3 web/page_test.py [--screenshot PATH] [--timeout SECONDS]
 
@@ -115,6 +117,7 @@ def main():
         elapsed = time.time() - t0
         text = wd.js("return document.getElementById('result').textContent")
         report = wd.js("return window.demoReport || null")
+        train = wd.js("return window.trainReport || null")
         shot = base64.b64decode(wd.call("GET", wd.s("/screenshot")))
         os.makedirs(os.path.dirname(os.path.abspath(opts.screenshot)), exist_ok=True)
         with open(opts.screenshot, "wb") as f:
@@ -144,11 +147,19 @@ def main():
               f" {a['backend']} {a['device_type']}, f16 {a['f16']}")
         for s in report["steps"]:
             print(f"page_test:   {s['name']:<18} {str(s['shape']):<14} first {s['first_ms']:8.2f} ms"
-                  f"  median {s['median_ms']:8.2f} ms  max|err| {s['max_abs_err']:.2e}"
+                  f"  median {s['median_ms']:8.2f} ms  cpu {s['cpu_ms']:8.2f} ms  max|err| {s['max_abs_err']:.2e}"
                   f" (tol {s['tol']:.1e}) {'pass' if s['pass'] else 'FAIL'}")
+    if train:
+        print(f"page_test: training: batch {train['batch']}, {train['steps']} steps, loss "
+              f"{train['first_loss']:.3f} (first 5 steps) -> {train['last_loss']:.3f} (last 5), "
+              f"test accuracy {train['test_accuracy']}")
     size = os.path.getsize(opts.screenshot)
     print(f"page_test: screenshot {opts.screenshot} ({size} bytes)")
     ok = True
+    if not train or not train["last_loss"] < train["first_loss"]:
+        print(f"page_test: FAILED: the training loss did not fall: {train and (train['first_loss'], train['last_loss'])}",
+              file=sys.stderr)
+        ok = False
     if status != "pass":
         print(f"page_test: FAILED: the page reports {status!r}: {text}", file=sys.stderr)
         ok = False

@@ -46,12 +46,7 @@ async fn autograd_f32() {
 
 #[wasm_bindgen_test]
 async fn autograd_f16() {
-    let dev = init_devices().await;
-    if !dev.supports_f16() {
-        console_log!(
-            "autograd_f16: SKIPPED, the adapter ({}) lacks SHADER_F16",
-            dev.adapter_info().name
-        );
+    if !crate::conformance::f16_or_skip("autograd_f16").await {
         return;
     }
     cases("unary_grads_f16", 4, true, ops::unary_case).await;

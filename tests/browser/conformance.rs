@@ -22,7 +22,7 @@ use crate::{
 };
 
 /// Opens the shared devices; false (after saying so) when f16 cases must be skipped.
-async fn f16_or_skip(name: &str) -> bool {
+pub(crate) async fn f16_or_skip(name: &str) -> bool {
     let dev = init_devices().await;
     if dev.supports_f16() {
         return true;
