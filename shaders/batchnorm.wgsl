@@ -51,11 +51,13 @@ struct Params {
     sinv_os: vec2<u32>,
     // Index of the first partial in `ws` (the per-channel coefficients come first).
     ws_part: u32,
-    _pad0: u32,
+    // Values per group: 4 (vec4 loads) or 1. A uniform rather than an override constant, so that
+    // one pipeline serves every shape: a plane size that is not a multiple of 4 compiles nothing.
+    vec: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-// The same buffer is bound twice: as vec4 groups and as single values (override VEC picks).
+// The same buffer is bound twice: as vec4 groups and as single values (p.vec picks).
 @group(0) @binding(1) var<storage, read> x4: array<vec4<T>>;
 @group(0) @binding(2) var<storage, read> x1: array<T>;
 @group(0) @binding(3) var<storage, read> dy4: array<vec4<T>>;
@@ -75,8 +77,6 @@ struct Params {
 @group(0) @binding(14) var<storage, read_write> dgamma: array<T>;
 @group(0) @binding(15) var<storage, read_write> dbeta: array<T>;
 
-// Values per group: 4 (vec4 loads) or 1.
-override VEC: u32;
 // Lanes per workgroup of the data passes (8 on CPU adapters: one SIMD register).
 override WG: u32;
 // Activation code of lib/activation.wgsl, applied by the inference pass.
@@ -104,23 +104,23 @@ fn advance(cur: Cursor) -> Cursor {
     return Cursor(select(a, a + p.plane - p.sg, wrap), select(s, s - p.sg, wrap));
 }
 
-// A group of x as f32 (only .x is meaningful when VEC == 1).
+// A group of x as f32 (only .x is meaningful when p.vec == 1).
 fn load_x(a: u32) -> vec4<f32> {
-    if (VEC == 4u) {
+    if (p.vec == 4u) {
         return vec4<f32>(x4[p.x_off + a]);
     }
     return vec4<f32>(f32(x1[p.x_off + a]), 0.0, 0.0, 0.0);
 }
 
 fn load_dy(a: u32) -> vec4<f32> {
-    if (VEC == 4u) {
+    if (p.vec == 4u) {
         return vec4<f32>(dy4[p.dy_off + a]);
     }
     return vec4<f32>(f32(dy1[p.dy_off + a]), 0.0, 0.0, 0.0);
 }
 
 fn store_out(a: u32, v: vec4<f32>) {
-    if (VEC == 4u) {
+    if (p.vec == 4u) {
         out4[a] = vec4<T>(v);
     } else {
         out1[a] = T(v.x);
@@ -129,7 +129,7 @@ fn store_out(a: u32, v: vec4<f32>) {
 
 // Sum of the meaningful components of a group.
 fn group_sum(v: vec4<f32>) -> f32 {
-    if (VEC == 4u) {
+    if (p.vec == 4u) {
         return (v.x + v.y) + (v.z + v.w);
     }
     return v.x;
@@ -211,7 +211,7 @@ fn bn_stats(@builtin(workgroup_id) wid: vec3<u32>,
     var cnt = n;
     var m = mean.x;
     var q = m2.x;
-    if (VEC == 4u) {
+    if (p.vec == 4u) {
         // Chan's formula for four parts of equal count n.
         cnt = 4.0 * n;
         m = 0.25 * group_sum(mean);

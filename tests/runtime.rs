@@ -205,6 +205,29 @@ fn pipelines_do_not_depend_on_shapes() {
     assert_eq!(dev.stats().pipelines_compiled, warm);
 }
 
+/// Batch norm reads vec4 groups when the plane size is a multiple of 4 and single values
+/// otherwise; both run in the same pipelines, so a plane size that breaks divisibility (or an odd
+/// offset) after the first call compiles nothing.
+#[test]
+fn batch_norm_pipelines_do_not_depend_on_plane_divisibility() {
+    use wgtensor::ops::{batch_norm_backward, batch_norm_train};
+    let dev = device_with(DeviceOptions::default());
+    let run = |shape: &[usize]| {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n).map(|i| (i % 7) as f32 - 3.0).collect();
+        let x = Tensor::from_slice(&dev, &v, shape).unwrap();
+        let (y, mean, invstd) = batch_norm_train(&x, None, None, None, 1e-5).unwrap();
+        let (dx, _, _) = batch_norm_backward(&y, &x, &mean, &invstd, None).unwrap();
+        dx.to_vec::<f32>().unwrap();
+    };
+    run(&[2, 3, 4, 4]);
+    let warm = dev.stats().pipelines_compiled;
+    for shape in [[2, 3, 5, 3], [3, 2, 7, 1], [1, 4, 2, 2], [2, 1, 3, 3]] {
+        run(&shape);
+    }
+    assert_eq!(dev.stats().pipelines_compiled, warm);
+}
+
 /// The batch is submitted every `max_dispatches_per_submit` dispatches, and on readback/sync.
 #[test]
 fn batches_split_by_dispatch_count_and_flush_on_sync() {
@@ -264,4 +287,72 @@ fn async_readback_and_sync_work_natively() {
         pollster::block_on(y.to_vec_async::<f32>()).unwrap(),
         vec![1.0, 2.0, 3.0]
     );
+}
+
+/// A small model's forward: conv2d (3x3, pad 1) + batch-norm training + relu + a sum.
+fn warm_up_model(dev: &Device, n: usize, hw: usize) -> wgtensor::Result<Vec<f32>> {
+    use wgtensor::ops::{batch_norm_train, conv2d, Conv2dOptions, Padding};
+    let xs: Vec<f32> = (0..n * 4 * hw * hw)
+        .map(|i| (i % 11) as f32 * 0.1)
+        .collect();
+    let ws: Vec<f32> = (0..8 * 4 * 9)
+        .map(|i| (i % 5) as f32 * 0.05 - 0.1)
+        .collect();
+    let x = Tensor::from_slice(dev, &xs, &[n, 4, hw, hw])?;
+    let w = Tensor::from_slice(dev, &ws, &[8, 4, 3, 3])?;
+    let o = Conv2dOptions {
+        padding: Padding::same([3, 3], [1, 1]),
+        ..Default::default()
+    };
+    let y = conv2d(&x, &w, None, &o)?;
+    let (y, _, _) = batch_norm_train(&y, None, None, None, 1e-5)?;
+    y.relu()?
+        .reshape(&[n * 8 * hw * hw])?
+        .sum(0, false)?
+        .to_vec::<f32>()
+}
+
+/// After `warm_up` ran a model once on a tiny input, the first real call at another shape
+/// compiles nothing; a call racing the warm-up gets the same results and nothing is compiled
+/// twice.
+#[test]
+fn warm_up_compiles_ahead_of_the_first_call() {
+    let dev = device_with(DeviceOptions::default());
+    dev.warm_up(|d| warm_up_model(d, 1, 8).map(drop))
+        .wait()
+        .unwrap();
+    let warm = dev.stats().pipelines_compiled;
+    assert!(warm > 0);
+    warm_up_model(&dev, 3, 20).unwrap();
+    assert_eq!(
+        dev.stats().pipelines_compiled,
+        warm,
+        "the first real call compiled"
+    );
+
+    // Racing: the real call starts while the warm-up compiles; the pipelines it compiled on the
+    // other device are the count both together must reach, not twice that.
+    let fresh = device_with(DeviceOptions::default());
+    let handle = fresh.warm_up(|d| warm_up_model(d, 1, 8).map(drop));
+    let raced = warm_up_model(&fresh, 3, 20).unwrap();
+    handle.wait().unwrap();
+    assert_eq!(fresh.stats().pipelines_compiled, warm);
+    assert_eq!(raced, warm_up_model(&dev, 3, 20).unwrap());
+}
+
+/// A failing warm-up call reports its error through `wait`, and the device stays usable.
+#[test]
+fn warm_up_reports_errors() {
+    let dev = device_with(DeviceOptions::default());
+    let err = dev
+        .warm_up(|d| {
+            let a = Tensor::zeros(d, &[2, 3], DType::F32)?;
+            let b = Tensor::zeros(d, &[4], DType::F32)?;
+            a.add(&b).map(drop)
+        })
+        .wait()
+        .unwrap_err();
+    assert!(err.to_string().contains("add"), "{err}");
+    let x = Tensor::from_slice(&dev, &[1.0f32, -2.0], &[2]).unwrap();
+    assert_eq!(x.relu().unwrap().to_vec::<f32>().unwrap(), vec![1.0, 0.0]);
 }

@@ -183,7 +183,7 @@ struct BnParams {
     smean_os: [u32; 2],
     sinv_os: [u32; 2],
     ws_part: u32,
-    _pad0: u32,
+    vec: u32,
 }
 
 #[doc(hidden)]
@@ -202,8 +202,8 @@ pub struct BatchNormPlan {
     pub chunks: u32,
 }
 
-// The values the plan picks from, which the variant list enumerates: values per group (VEC)
-// and lanes per workgroup (WG).
+// The values the plan picks from: values per group (a uniform, one pipeline for both)
+// and lanes per workgroup (WG, an override the variant list enumerates).
 const SCALAR_GROUPS: u32 = 1;
 const VEC4_GROUPS: u32 = 4;
 const CPU_LANES: u32 = 8;
@@ -455,6 +455,7 @@ fn prepare(op: &'static str, x: &Tensor, dy: Option<&Tensor>) -> Result<(Input, 
         dy_off: dy.as_ref().map_or(0, |d| d.layout.offset() / vec) as u32,
         count: (n * s) as f32,
         ws_part: c as u32,
+        vec: pl.vec,
         ..Default::default()
     };
     Ok((
@@ -470,7 +471,7 @@ fn prepare(op: &'static str, x: &Tensor, dy: Option<&Tensor>) -> Result<(Input, 
 
 impl Input {
     fn consts(&self, act: Option<Activation>) -> Vec<(&'static str, f64)> {
-        let mut v = vec![("VEC", self.plan.vec as f64), ("WG", self.plan.wg as f64)];
+        let mut v = vec![("WG", self.plan.wg as f64)];
         if let Some(a) = act {
             v.push(("ACT", a as u32 as f64));
         }
@@ -922,19 +923,17 @@ pub fn batch_norm_backward(
 pub fn batchnorm_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();
     for dt in [DType::F32, DType::F16] {
-        for vec in [SCALAR_GROUPS, VEC4_GROUPS] {
-            for wg in [CPU_LANES, GPU_LANES] {
-                let c = [("VEC", vec as f64), ("WG", wg as f64)];
-                for k in [&STATS, &FINALIZE, &GRAD_STATS, &GRAD_FINALIZE, &GRAD_APPLY] {
-                    v.push(ShaderVariant::new(k, &[dt], &c));
-                }
-                for &(_, act) in ACTIVATION_DEFS {
-                    let mut ca = c.to_vec();
-                    ca.push(("ACT", act as f64));
-                    v.push(ShaderVariant::new(&INFER, &[dt], &ca));
-                    if act == Activation::None as u32 {
-                        v.push(ShaderVariant::new(&APPLY, &[dt], &ca));
-                    }
+        for wg in [CPU_LANES, GPU_LANES] {
+            let c = [("WG", wg as f64)];
+            for k in [&STATS, &FINALIZE, &GRAD_STATS, &GRAD_FINALIZE, &GRAD_APPLY] {
+                v.push(ShaderVariant::new(k, &[dt], &c));
+            }
+            for &(_, act) in ACTIVATION_DEFS {
+                let mut ca = c.to_vec();
+                ca.push(("ACT", act as f64));
+                v.push(ShaderVariant::new(&INFER, &[dt], &ca));
+                if act == Activation::None as u32 {
+                    v.push(ShaderVariant::new(&APPLY, &[dt], &ca));
                 }
             }
         }
@@ -970,7 +969,7 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
             smean_os,
             sinv_os,
             ws_part,
-            _pad0
+            vec
         }
     )
 }

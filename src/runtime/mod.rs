@@ -15,6 +15,7 @@ mod readback;
 mod storage;
 mod submit;
 mod submitter;
+mod warm_up;
 
 pub use caps::Caps;
 pub use device::{Device, DeviceOptions, DeviceStats};
@@ -23,6 +24,7 @@ pub(crate) use pipeline::{Access, Kernel};
 pub use pipeline::{ParamsLayout, ShaderVariant};
 pub use pool::PoolStats;
 pub(crate) use storage::Storage;
+pub use warm_up::WarmUp;
 
 /// Splits a 1-D workgroup count over x and y so no dimension exceeds the adapter limit.
 /// Shaders recover the flat index as `wid.x + wid.y * nwg.x` and bounds-check it.

@@ -1,0 +1,104 @@
+//! Ahead-of-time compilation: run a representative call once, off the caller's critical path.
+//!
+//! Pipelines are keyed by (kernel, dtype, override constants), never by shape, so one call of a
+//! model on a tiny input compiles exactly the pipelines its real calls will use. Running that call
+//! on a background thread lets the app do other start-up work (load weights, open a window)
+//! while the driver compiles. A real call that needs a pipeline the warm-up is compiling waits
+//! for it (the pipeline cache is locked during a compile) instead of compiling it a second time.
+
+use super::device::Device;
+use crate::Result;
+
+/// A warm-up started by [`Device::warm_up`]; [`WarmUp::wait`] blocks until it finished.
+///
+/// Dropping it without waiting lets the warm-up run to completion in the background.
+#[derive(Debug)]
+#[must_use = "wait() reports whether the warm-up call failed"]
+pub struct WarmUp {
+    #[cfg(not(target_arch = "wasm32"))]
+    handle: std::thread::JoinHandle<Result<()>>,
+    #[cfg(target_arch = "wasm32")]
+    result: Result<()>,
+}
+
+impl WarmUp {
+    /// Waits for the warm-up call and returns its result (its first error, if any).
+    pub fn wait(self) -> Result<()> {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            self.handle.join().unwrap_or_else(|_| {
+                Err(crate::Error::arg(
+                    "warm_up",
+                    "the warm-up closure panicked on its background thread",
+                ))
+            })
+        }
+        #[cfg(target_arch = "wasm32")]
+        {
+            self.result
+        }
+    }
+
+    /// Whether the warm-up has finished (always true on wasm32, where it runs inline).
+    pub fn is_finished(&self) -> bool {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            self.handle.is_finished()
+        }
+        #[cfg(target_arch = "wasm32")]
+        {
+            true
+        }
+    }
+}
+
+impl Device {
+    /// Compiles ahead of time the pipelines that `run` needs, by running it once: pass the
+    /// model's call on a tiny input (shapes do not matter, pipelines never depend on them;
+    /// dtypes, options and activations do). Natively `run` executes on a background thread
+    /// and this returns at once; on wasm32, which has no threads, it runs before returning
+    /// (WebGPU compiles asynchronously in the browser anyway). The results of `run` are
+    /// discarded; its dispatches execute like any other work of the device.
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// # fn main() -> wgtensor::Result<()> {
+    /// let dev = Device::new()?;
+    /// let warm = dev.warm_up(|d| {
+    ///     let x = Tensor::from_slice(d, &[1.0f32, -2.0, 3.0, -4.0], &[1, 4])?;
+    ///     x.relu()?.mul(&x)?;
+    ///     Ok(())
+    /// });
+    /// // ... other start-up work ...
+    /// warm.wait()?;
+    /// let before = dev.stats().pipelines_compiled;
+    /// let x = Tensor::from_slice(&dev, &vec![0.5f32; 300 * 70], &[300, 70])?;
+    /// x.relu()?.mul(&x)?.to_vec::<f32>()?;
+    /// assert_eq!(dev.stats().pipelines_compiled, before);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn warm_up<F>(&self, run: F) -> WarmUp
+    where
+        F: FnOnce(&Device) -> Result<()> + Send + 'static,
+    {
+        let dev = self.clone();
+        let handle = std::thread::spawn(move || {
+            run(&dev)?;
+            dev.sync()
+        });
+        WarmUp { handle }
+    }
+
+    /// Compiles ahead of time the pipelines that `run` needs, by running it once (see the
+    /// native version: there it runs on a background thread; wasm32 has none, so it runs
+    /// before returning and WebGPU compiles asynchronously in the browser).
+    #[cfg(target_arch = "wasm32")]
+    pub fn warm_up<F>(&self, run: F) -> WarmUp
+    where
+        F: FnOnce(&Device) -> Result<()>,
+    {
+        WarmUp { result: run(self) }
+    }
+}
