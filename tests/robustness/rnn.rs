@@ -285,3 +285,41 @@ fn from_pytorch_accepts_module_prefixes() {
     let e = Rnn::from_pytorch(RnnKind::Gru, &sd, 1, false, false).unwrap_err();
     assert!(e.to_string().contains("several RNN modules"), "{e}");
 }
+
+/// Without an output gradient (`None`), backward equals backward with an all-zeros `dy`: only
+/// the final states' gradients flow.
+#[test]
+fn backward_without_dy_equals_zeros() {
+    use wgtensor::ops::RnnOptions;
+    let dev = dev();
+    let up = |shape: &[usize]| wgtensor::ops::uniform(dev, shape, -0.5, 0.5, DType::F32);
+    let w = RnnWeights::new(
+        RnnKind::Lstm,
+        &up(&[16, 3]).unwrap(),
+        &up(&[16, 4]).unwrap(),
+        Some(&up(&[16]).unwrap()),
+        Some(&up(&[16]).unwrap()),
+    )
+    .unwrap();
+    let rnn = Rnn::new(
+        RnnKind::Lstm,
+        RnnOptions {
+            batch_first: true,
+            ..Default::default()
+        },
+        vec![w],
+    )
+    .unwrap();
+    let x = up(&[2, 5, 3]).unwrap();
+    let (out, saved) = rnn.forward_train(&x, None, None).unwrap();
+    let dh = up(&[1, 2, 4]).unwrap();
+    let zeros = Tensor::zeros(dev, out.output.shape(), DType::F32).unwrap();
+    let a = rnn.backward(&saved, None, Some(&dh), None).unwrap();
+    let b = rnn.backward(&saved, &zeros, Some(&dh), None).unwrap();
+    assert_eq!(a.dx.to_vec::<f32>().unwrap(), b.dx.to_vec::<f32>().unwrap());
+    assert_eq!(
+        a.weights[0].w_hh.to_vec::<f32>().unwrap(),
+        b.weights[0].w_hh.to_vec::<f32>().unwrap()
+    );
+    assert!(a.dx.to_vec::<f32>().unwrap().iter().any(|&v| v != 0.0));
+}

@@ -135,8 +135,9 @@ fn flat2(x: &Tensor) -> Result<Tensor> {
 
 impl Rnn {
     /// BPTT through a [`Rnn::forward_train`] run. `dy`: gradient of the output (its shape,
-    /// `[T, B, D*H]` or `[B, T, D*H]` with batch_first); `dh_n` / `dc_n`: gradients of the final
-    /// states `[L*D, B, H]`, zeros when absent. Per layer and direction: one fused dispatch per
+    /// `[T, B, D*H]` or `[B, T, D*H]` with batch_first), `&dy` or `None` when only the final
+    /// states feed the loss; `dh_n` / `dc_n`: gradients of the final states `[L*D, B, H]`;
+    /// each absent gradient counts as zeros. Per layer and direction: one fused dispatch per
     /// step (recurrent gradient and gate derivatives), then the weight, bias and input gradients
     /// as GEMMs / column sums over the whole sequence.
     ///
@@ -165,14 +166,15 @@ impl Rnn {
     /// assert_eq!(grads.weights[0].w_hh.shape(), &[64, 16]);
     /// # Ok(()) }
     /// ```
-    pub fn backward(
+    pub fn backward<'a>(
         &self,
         saved: &RnnSaved,
-        dy: &Tensor,
+        dy: impl Into<Option<&'a Tensor>>,
         dh_n: Option<&Tensor>,
         dc_n: Option<&Tensor>,
     ) -> Result<RnnGrads> {
         let op = self.kind.name();
+        let dy: Option<&Tensor> = dy.into();
         let (t, b) = (saved.t, saved.b);
         let (d, h, l, g) = (
             self.dirs(),
@@ -212,13 +214,22 @@ impl Rnn {
             }
         }
         let w0 = &self.weights[0].w_ih;
+        let want = if self.batch_first {
+            [saved.b, saved.t, d * h]
+        } else {
+            [saved.t, saved.b, d * h]
+        };
+        // No output gradient (only the final states matter): zeros, cleared on the device.
+        let zeros;
+        let dy = match dy {
+            Some(dy) => dy,
+            None => {
+                zeros = Tensor::zeros(w0.device(), &want, w0.dtype())?;
+                &zeros
+            }
+        };
         dy.same_device(op, w0)?;
         dy.same_dtype(op, w0)?;
-        let want = if self.batch_first {
-            [b, t, d * h]
-        } else {
-            [t, b, d * h]
-        };
         if dy.shape() != want {
             return Err(Error::shape(
                 op,
