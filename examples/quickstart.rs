@@ -158,7 +158,7 @@ fn main() -> wgtensor::Result<()> {
     let w = Tensor::from_slice(&dev, &wv, &[o, c / g, k])?;
     let b = Tensor::from_slice(&dev, &bv, &[o])?;
     let copt = Conv1dOptions {
-        padding: [1, 1],
+        padding: wgtensor::ops::Padding1d::uniform(1),
         groups: g,
         ..Default::default()
     };

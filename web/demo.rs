@@ -73,7 +73,7 @@ async fn run() -> Result<String> {
         upload(&dev, &b_data, &[C])?,
     );
     let opts = Conv1dOptions {
-        padding: [KW / 2, KW / 2],
+        padding: wgtensor::ops::Padding1d::uniform(KW / 2),
         groups: GROUPS,
         ..Default::default()
     };

@@ -49,7 +49,7 @@ fn conv1d_case(dev: &Device, x: [usize; 3], o: usize, groups: usize) -> wgtensor
     let xt = tensor(dev, &x, DType::F32, 5)?;
     let w = tensor(dev, &[o, x[1] / groups, 5], DType::F32, 6)?;
     let opts = Conv1dOptions {
-        padding: [2, 2],
+        padding: wgtensor::ops::Padding1d::uniform(2),
         groups,
         ..Default::default()
     };

@@ -5,7 +5,7 @@ use super::layers::{bias_init, param};
 use super::Module;
 use crate::ops::{
     conv1d, conv_transpose2d, kaiming_uniform, Activation, Conv1dOptions, ConvTranspose2dOptions,
-    Padding,
+    Padding, Padding1d,
 };
 use crate::{DType, Device, Error, Result, Tensor};
 
@@ -74,7 +74,7 @@ impl Conv1d {
             bias,
             options: Conv1dOptions {
                 stride: c.stride,
-                padding: [c.padding; 2],
+                padding: Padding1d::uniform(c.padding),
                 dilation: c.dilation,
                 groups: c.groups,
                 activation: Activation::None,

@@ -34,7 +34,7 @@ pub use compare::{where_cond, CmpOp};
 pub use conv::{
     conv1d, conv1d_backward_input, conv1d_backward_weight, conv2d, conv2d_backward_input,
     conv2d_backward_weight, conv_backward_bias, conv_transpose1d, conv_transpose2d, Conv1dOptions,
-    Conv2dOptions, ConvTranspose1dOptions, ConvTranspose2dOptions, Padding,
+    Conv2dOptions, ConvTranspose1dOptions, ConvTranspose2dOptions, Padding, Padding1d,
 };
 pub use copy::{cat, pad, stack, PadMode};
 pub use gemm::{gemm, gemm_into, matmul, Activation, Bias, GemmOptions};

@@ -81,7 +81,10 @@ pub fn conv_case(seed: u64, one_d: bool) -> Result<(), TestCaseError> {
     let y = if one_d {
         let o1 = Conv1dOptions {
             stride: g.stride[1],
-            padding: [g.pad[2], g.pad[3]],
+            padding: wgtensor::ops::Padding1d {
+                left: g.pad[2],
+                right: g.pad[3],
+            },
             dilation: g.dil[1],
             groups: g.groups,
             activation: act,

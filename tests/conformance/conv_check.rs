@@ -383,7 +383,10 @@ pub async fn check_forward(
     if g.h == 1 && g.kh == 1 && g.stride[0] == 1 && g.pad[0] + g.pad[1] == 0 {
         let o1 = Conv1dOptions {
             stride: g.stride[1],
-            padding: [g.pad[2], g.pad[3]],
+            padding: wgtensor::ops::Padding1d {
+                left: g.pad[2],
+                right: g.pad[3],
+            },
             dilation: g.dil[1],
             groups: g.groups,
             activation: act,
@@ -578,7 +581,10 @@ pub async fn check_transpose(
     if g.h == 1 && g.kh == 1 && g.stride[0] == 1 && g.pad[0] + g.pad[1] == 0 && out_pad[0] == 0 {
         let o1 = ConvTranspose1dOptions {
             stride: g.stride[1],
-            padding: [g.pad[2], g.pad[3]],
+            padding: wgtensor::ops::Padding1d {
+                left: g.pad[2],
+                right: g.pad[3],
+            },
             output_padding: out_pad[1],
             dilation: g.dil[1],
             groups: g.groups,
@@ -610,7 +616,10 @@ pub async fn check_1d_backward(dev: &Device, p: &Problem) -> Result<(), TestCase
     let dy = common::upload(dev, &d.dy, &[g.n, g.o, g.ow()], DType::F32);
     let o = Conv1dOptions {
         stride: g.stride[1],
-        padding: [g.pad[2], g.pad[3]],
+        padding: wgtensor::ops::Padding1d {
+            left: g.pad[2],
+            right: g.pad[3],
+        },
         dilation: g.dil[1],
         groups: g.groups,
         ..Default::default()

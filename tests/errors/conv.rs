@@ -805,7 +805,10 @@ fn conv_run(c: &ConvCall) -> wgtensor::Result<()> {
     };
     let o1 = Conv1dOptions {
         stride: c.stride[1],
-        padding: [c.pad[2], c.pad[3]],
+        padding: wgtensor::ops::Padding1d {
+            left: c.pad[2],
+            right: c.pad[3],
+        },
         dilation: c.dil[1],
         groups: c.groups,
         activation: Activation::None,
@@ -820,7 +823,10 @@ fn conv_run(c: &ConvCall) -> wgtensor::Result<()> {
     };
     let ot1 = ConvTranspose1dOptions {
         stride: c.stride[1],
-        padding: [c.pad[2], c.pad[3]],
+        padding: wgtensor::ops::Padding1d {
+            left: c.pad[2],
+            right: c.pad[3],
+        },
         output_padding: c.out_pad[1],
         dilation: c.dil[1],
         groups: c.groups,

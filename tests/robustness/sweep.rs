@@ -68,7 +68,7 @@ proptest! {
             conv2d_backward_input(&tensor(&[x[0], w[0], 2, 2]), &tw, [x[2], x[3]], &g).map(|t| vec![t]))?;
         let t = ConvTranspose2dOptions { stride: [stride, 1], groups, ..Default::default() };
         judge("conv_transpose2d", conv_transpose2d(&tx, &tw, None, &t).map(|t| vec![t]))?;
-        let c1 = Conv1dOptions { stride, padding: [pad, 0], dilation: dil, groups, ..Default::default() };
+        let c1 = Conv1dOptions { stride, padding: wgtensor::ops::Padding1d { left: pad, right: 0 }, dilation: dil, groups, ..Default::default() };
         judge("conv1d", conv1d(&tensor(&x[..3]), &tensor(&w[..3]), None, &c1).map(|t| vec![t]))?;
     }
 

@@ -85,14 +85,42 @@ impl Default for Conv2dOptions {
     }
 }
 
+/// Zero padding of a 1-D convolution, per side like [`Padding`] (the same style for both
+/// ranks). For [`conv_transpose1d`](super::conv_transpose1d) it is PyTorch's `padding` there:
+/// elements cropped from the output's ends. `Default` is no padding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Padding1d {
+    /// Zeros before the first element.
+    pub left: usize,
+    /// Zeros after the last element.
+    pub right: usize,
+}
+
+impl Padding1d {
+    /// The same padding on both ends (PyTorch's `padding=p`).
+    pub fn uniform(p: usize) -> Self {
+        Padding1d { left: p, right: p }
+    }
+
+    /// PyTorch's `padding='same'` for stride 1: `dilation * (kernel - 1)` split with the odd
+    /// element on the right.
+    pub fn same(kernel: usize, dilation: usize) -> Self {
+        let total = dilation.saturating_mul(kernel.saturating_sub(1));
+        Padding1d {
+            left: total / 2,
+            right: total - total / 2,
+        }
+    }
+}
+
 /// Options of [`conv1d`](super::conv1d) and its gradients. `Default`: stride 1, no padding,
 /// dilation 1, one group, no activation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Conv1dOptions {
     /// Step between output positions, in input elements.
     pub stride: usize,
-    /// (left, right).
-    pub padding: [usize; 2],
+    /// Zeros before and after the sequence.
+    pub padding: Padding1d,
     /// Spacing between kernel taps (1: adjacent).
     pub dilation: usize,
     /// Channel groups, as [`Conv2dOptions::groups`].
@@ -105,7 +133,7 @@ impl Default for Conv1dOptions {
     fn default() -> Self {
         Conv1dOptions {
             stride: 1,
-            padding: [0, 0],
+            padding: Padding1d::default(),
             dilation: 1,
             groups: 1,
             activation: Activation::None,
@@ -114,20 +142,14 @@ impl Default for Conv1dOptions {
 }
 
 impl Conv1dOptions {
-    /// PyTorch's `padding='same'` for stride 1 (the odd element goes right).
-    pub fn same_padding(kernel: usize, dilation: usize) -> [usize; 2] {
-        let p = Padding::same([1, kernel], [1, dilation]);
-        [p.left, p.right]
-    }
-
     pub(crate) fn to_2d(self) -> Conv2dOptions {
         Conv2dOptions {
             stride: [1, self.stride],
             padding: Padding {
                 top: 0,
                 bottom: 0,
-                left: self.padding[0],
-                right: self.padding[1],
+                left: self.padding.left,
+                right: self.padding.right,
             },
             dilation: [1, self.dilation],
             groups: self.groups,
@@ -171,8 +193,8 @@ impl Default for ConvTranspose2dOptions {
 pub struct ConvTranspose1dOptions {
     /// The upsampling factor.
     pub stride: usize,
-    /// (left, right) elements cropped from the output (PyTorch's `padding`).
-    pub padding: [usize; 2],
+    /// Elements cropped from the output's ends (PyTorch's `padding`).
+    pub padding: Padding1d,
     /// Extra elements on the right; must be below the stride or the dilation.
     pub output_padding: usize,
     /// Spacing between kernel taps.
@@ -187,7 +209,7 @@ impl Default for ConvTranspose1dOptions {
     fn default() -> Self {
         ConvTranspose1dOptions {
             stride: 1,
-            padding: [0, 0],
+            padding: Padding1d::default(),
             output_padding: 0,
             dilation: 1,
             groups: 1,
@@ -203,8 +225,8 @@ impl ConvTranspose1dOptions {
             padding: Padding {
                 top: 0,
                 bottom: 0,
-                left: self.padding[0],
-                right: self.padding[1],
+                left: self.padding.left,
+                right: self.padding.right,
             },
             output_padding: [0, self.output_padding],
             dilation: [1, self.dilation],

@@ -9,6 +9,7 @@ pub(crate) mod launch;
 
 pub use geom::{
     Conv1dOptions, Conv2dOptions, ConvTranspose1dOptions, ConvTranspose2dOptions, Padding,
+    Padding1d,
 };
 #[doc(hidden)]
 pub use launch::{conv_variants, plan, ConvPlan, ConvVariant, Direction as ConvDirection};
@@ -132,7 +133,7 @@ fn forward_untracked(
 ///
 /// ```no_run,ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
-/// use wgtensor::ops::{conv1d, Conv1dOptions};
+/// use wgtensor::ops::{conv1d, Conv1dOptions, Padding1d};
 /// use wgtensor::{DType, Device, Tensor};
 /// let dev = Device::new()?;
 /// let x = Tensor::full(&dev, &[4, 16, 100], 1.0, DType::F32)?; // [N, C, L]
@@ -140,7 +141,7 @@ fn forward_untracked(
 /// let b = Tensor::zeros(&dev, &[32], DType::F32)?;
 /// // padding='same', dilation 2
 /// let opts = Conv1dOptions {
-///     padding: Conv1dOptions::same_padding(5, 2),
+///     padding: Padding1d::same(5, 2),
 ///     dilation: 2,
 ///     ..Default::default()
 /// };
