@@ -196,7 +196,7 @@ pub(crate) fn inference(
     let c = x.shape()[1];
     let cs = channel_shape(c, x.rank());
     let invstd = running_var
-        .add_scalar(eps)?
+        .add_scalar(f64::from(eps))?
         .sqrt()?
         .scalar_op(crate::ops::ScalarOp::RDiv, 1.0)?
         .reshape(&cs)?;

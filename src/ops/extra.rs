@@ -154,9 +154,9 @@ impl Tensor {
         let count: usize = ds.iter().map(|&d| self.shape()[d]).product();
         let s = self.sum_dims(dims, keepdim)?;
         if count == 0 {
-            return s.mul_scalar(f32::NAN);
+            return s.mul_scalar(f64::NAN);
         }
-        s.div_scalar(count as f32)
+        s.div_scalar(count as f64)
     }
 
     /// The sum of every element, as a `[]` tensor (PyTorch's `sum()`).
@@ -184,15 +184,15 @@ macro_rules! binary_operator {
                 (&self).$op(&rhs)
             }
         }
-        impl $trait<f32> for &Tensor {
+        impl $trait<f64> for &Tensor {
             type Output = Result<Tensor>;
-            fn $method(self, rhs: f32) -> Result<Tensor> {
+            fn $method(self, rhs: f64) -> Result<Tensor> {
                 self.$scalar(rhs)
             }
         }
-        impl $trait<f32> for Tensor {
+        impl $trait<f64> for Tensor {
             type Output = Result<Tensor>;
-            fn $method(self, rhs: f32) -> Result<Tensor> {
+            fn $method(self, rhs: f64) -> Result<Tensor> {
                 (&self).$scalar(rhs)
             }
         }

@@ -114,7 +114,7 @@ impl BackwardOp for GemmBackward {
                 } else if self.beta == 1.0 {
                     sum_to(&gz, cs)?
                 } else {
-                    sum_to(&gz.mul_scalar(self.beta)?, cs)?
+                    sum_to(&gz.mul_scalar(f64::from(self.beta))?, cs)?
                 })
             } else {
                 None

@@ -179,8 +179,8 @@ pub fn cross_entropy_probs(
     let logp = input.log_softmax(cdim as isize)?;
     let mut y = target.clone();
     if o.label_smoothing > 0.0 {
-        let e = o.label_smoothing as f32;
-        y = y.mul_scalar(1.0 - e)?.add_scalar(e / c as f32)?;
+        let e = o.label_smoothing;
+        y = y.mul_scalar(1.0 - e)?.add_scalar(e / c as f64)?;
     }
     let mut prod = logp.mul(&y)?;
     if let Some(w) = o.weight {

@@ -227,8 +227,10 @@ impl Tensor {
     }
 
     /// `x (op) s` for every element `x` (or `s (op) x` for the reversed ops): a new contiguous
-    /// tensor of the same shape and dtype, computed in f32.
-    pub fn scalar_op(&self, op: ScalarOp, s: f32) -> Result<Tensor> {
+    /// tensor of the same shape and dtype, computed in f32. Scalars are f64 throughout the API
+    /// (as PyTorch's Python numbers and [`Tensor::full`]); the kernel rounds `s` to f32.
+    pub fn scalar_op(&self, op: ScalarOp, s: f64) -> Result<Tensor> {
+        let s = s as f32;
         let out = map(
             SCALAR_NAMES[op as usize],
             self,
@@ -276,46 +278,46 @@ impl Tensor {
         self.unary(UnaryOp::Gelu)
     }
     /// `x + s` elementwise ([`ScalarOp::Add`]).
-    pub fn add_scalar(&self, s: f32) -> Result<Tensor> {
+    pub fn add_scalar(&self, s: f64) -> Result<Tensor> {
         self.scalar_op(ScalarOp::Add, s)
     }
     /// `x - s` elementwise ([`ScalarOp::Sub`]; [`ScalarOp::RSub`] is `s - x`).
-    pub fn sub_scalar(&self, s: f32) -> Result<Tensor> {
+    pub fn sub_scalar(&self, s: f64) -> Result<Tensor> {
         self.scalar_op(ScalarOp::Sub, s)
     }
     /// `x * s` elementwise ([`ScalarOp::Mul`]).
-    pub fn mul_scalar(&self, s: f32) -> Result<Tensor> {
+    pub fn mul_scalar(&self, s: f64) -> Result<Tensor> {
         self.scalar_op(ScalarOp::Mul, s)
     }
     /// `x / s` elementwise ([`ScalarOp::Div`]; [`ScalarOp::RDiv`] is `s / x`).
-    pub fn div_scalar(&self, s: f32) -> Result<Tensor> {
+    pub fn div_scalar(&self, s: f64) -> Result<Tensor> {
         self.scalar_op(ScalarOp::Div, s)
     }
     /// `s - x` (PyTorch's `torch.rsub(x, s)`).
-    pub fn rsub_scalar(&self, s: f32) -> Result<Tensor> {
+    pub fn rsub_scalar(&self, s: f64) -> Result<Tensor> {
         self.scalar_op(ScalarOp::RSub, s)
     }
     /// `s / x`.
-    pub fn rdiv_scalar(&self, s: f32) -> Result<Tensor> {
+    pub fn rdiv_scalar(&self, s: f64) -> Result<Tensor> {
         self.scalar_op(ScalarOp::RDiv, s)
     }
     /// `max(x, s)` elementwise (NaN propagates).
-    pub fn max_scalar(&self, s: f32) -> Result<Tensor> {
+    pub fn max_scalar(&self, s: f64) -> Result<Tensor> {
         self.scalar_op(ScalarOp::Max, s)
     }
     /// `min(x, s)` elementwise (NaN propagates).
-    pub fn min_scalar(&self, s: f32) -> Result<Tensor> {
+    pub fn min_scalar(&self, s: f64) -> Result<Tensor> {
         self.scalar_op(ScalarOp::Min, s)
     }
     /// `x ^ s` (PyTorch's `torch.pow(x, s)`: `x^0 = 1`, a negative base with a fractional
     /// exponent is NaN, `0^-s` is infinite).
-    pub fn pow_scalar(&self, s: f32) -> Result<Tensor> {
+    pub fn pow_scalar(&self, s: f64) -> Result<Tensor> {
         self.scalar_op(ScalarOp::Pow, s)
     }
     /// PyTorch's `clamp(min, max)`: bounds each element (either bound may be absent; NaN
     /// stays NaN). With `min > max` every element becomes `max`, as in PyTorch.
-    pub fn clamp(&self, min: Option<f32>, max: Option<f32>) -> Result<Tensor> {
-        if min.is_some_and(f32::is_nan) || max.is_some_and(f32::is_nan) {
+    pub fn clamp(&self, min: Option<f64>, max: Option<f64>) -> Result<Tensor> {
+        if min.is_some_and(f64::is_nan) || max.is_some_and(f64::is_nan) {
             return Err(crate::Error::arg("clamp", "bounds must not be NaN"));
         }
         let lo = match min {

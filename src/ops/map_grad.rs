@@ -111,8 +111,8 @@ impl BackwardOp for ScalarBackward {
         let gx = match self.op {
             ScalarOp::Add | ScalarOp::Sub => g.clone(),
             ScalarOp::RSub => g.neg()?,
-            ScalarOp::Mul => g.mul_scalar(self.s)?,
-            ScalarOp::Div => g.div_scalar(self.s)?,
+            ScalarOp::Mul => g.mul_scalar(f64::from(self.s))?,
+            ScalarOp::Div => g.div_scalar(f64::from(self.s))?,
             // d(s / x) = -s / x^2 = -(s / x) / x.
             ScalarOp::RDiv => g.mul(&saved(&self.y)?)?.div(&saved(&self.x)?)?.neg()?,
             ScalarOp::Max => grad_binary(g, &saved(&self.x)?, GradCode::PassGe, self.s)?,
@@ -120,8 +120,8 @@ impl BackwardOp for ScalarBackward {
             // PyTorch: grad * s * x^(s - 1), and 0 for s == 0 (x^-1 would be inf at x = 0).
             ScalarOp::Pow if self.s == 0.0 => g.mul_scalar(0.0)?,
             ScalarOp::Pow => g
-                .mul(&saved(&self.x)?.pow_scalar(self.s - 1.0)?)?
-                .mul_scalar(self.s)?,
+                .mul(&saved(&self.x)?.pow_scalar(f64::from(self.s) - 1.0)?)?
+                .mul_scalar(f64::from(self.s))?,
         };
         Ok(vec![Some(gx)])
     }

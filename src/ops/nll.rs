@@ -337,8 +337,8 @@ pub(crate) fn cross_entropy_indices(
         reduce(nll, &denom, o.reduction)?,
         reduce(smooth, &denom, o.reduction)?,
     );
-    nll.mul_scalar((1.0 - e) as f32)?
-        .add(&smooth.mul_scalar((e / pr.classes as f64) as f32)?)
+    nll.mul_scalar(1.0 - e)?
+        .add(&smooth.mul_scalar(e / pr.classes as f64)?)
 }
 
 #[doc(hidden)]

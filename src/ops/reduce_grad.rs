@@ -50,7 +50,7 @@ impl BackwardOp for ReduceBackward {
             // PyTorch divides the expanded gradient by the count (not a multiply by 1/n).
             ReduceOp::Mean => g
                 .broadcast_to(&self.x_shape)?
-                .div_scalar(self.x_shape[self.dim] as f32)?,
+                .div_scalar(self.x_shape[self.dim] as f64)?,
             ReduceOp::Max | ReduceOp::Min => {
                 let missing = || Error::arg(self.op.name(), "backward is missing a saved tensor");
                 let x = self.x.as_ref().ok_or_else(missing)?;

@@ -491,7 +491,7 @@ pub fn clip_grad_norm(grads: &[&Tensor], max_norm: f64) -> Result<(Vec<Tensor>, 
     let norm = total.sqrt()?;
     let coef = norm
         .add_scalar(1e-6)?
-        .scalar_op(crate::ops::ScalarOp::RDiv, max_norm as f32)?
+        .scalar_op(crate::ops::ScalarOp::RDiv, max_norm)?
         .scalar_op(crate::ops::ScalarOp::Min, 1.0)?;
     let clipped = grads
         .iter()

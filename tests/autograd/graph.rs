@@ -135,11 +135,11 @@ fn in_place_gemm() {
 fn train_step(x: &Tensor, w: &Tensor, lr: f32) -> Tensor {
     let y = matmul(x, w).unwrap();
     let loss = total(&y.mul(&y).unwrap())
-        .div_scalar(y.numel() as f32)
+        .div_scalar(y.numel() as f64)
         .unwrap();
     let g = loss.backward().unwrap();
     let gw = g.get(w).unwrap();
-    no_grad(|| w.sub(&gw.mul_scalar(lr).unwrap()).unwrap())
+    no_grad(|| w.sub(&gw.mul_scalar(f64::from(lr)).unwrap()).unwrap())
         .requires_grad()
         .unwrap()
 }

@@ -62,7 +62,7 @@ fn apply_host(op: &Op, v: &[Val]) -> Val {
 fn apply_gpu(op: &Op, v: &[Tensor]) -> Tensor {
     match op {
         Op::Unary(a, u) => v[*a].unary(*u),
-        Op::Scalar(a, s, k) => v[*a].scalar_op(*s, *k as f32),
+        Op::Scalar(a, s, k) => v[*a].scalar_op(*s, *k),
         Op::Binary(a, b, o) => v[*a].binary(&v[*b], *o),
         Op::Matmul(a, b) => matmul(&v[*a], &v[*b]),
         Op::Reduce(a, d, o, k) => v[*a].reduce(*d as isize, *o, *k),

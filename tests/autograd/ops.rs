@@ -267,9 +267,7 @@ fn scalar_op(seed: u64, op: ScalarOp) -> Result<(), TestCaseError> {
     };
     let g = rng.values(n, |r| r.uniform(-2.0, 2.0));
     let xt = leaf(&x, &shape);
-    let grads = loss(&xt.scalar_op(op, s as f32).unwrap(), &g)
-        .backward()
-        .unwrap();
+    let grads = loss(&xt.scalar_op(op, s).unwrap(), &g).backward().unwrap();
     check(
         &format!("{op:?} {s} {shape:?}"),
         grads.get(&xt),

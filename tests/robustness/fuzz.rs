@@ -171,7 +171,11 @@ fn run_call(call: &Call, a: &[usize], b: &[usize]) {
                 "min_scalar",
             ][*o];
             let w = r::scalar(&ad, SCALAR[*o], *s as f64);
-            (name, ta.scalar_op(SCALAR[*o], *s), Some((w, a.to_vec())))
+            (
+                name,
+                ta.scalar_op(SCALAR[*o], f64::from(*s)),
+                Some((w, a.to_vec())),
+            )
         }
         Call::Binary(o) => {
             let op = BINARY[*o];

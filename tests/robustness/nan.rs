@@ -34,7 +34,7 @@ fn elementwise_keeps_nan() {
         assert!(!v[1].is_nan() && !v[2].is_nan(), "{v:?}");
     }
     // A NaN scalar too.
-    let v = vals(&one.scalar_op(ScalarOp::Max, NAN).unwrap());
+    let v = vals(&one.scalar_op(ScalarOp::Max, f64::NAN).unwrap());
     assert!(v.iter().all(|x| x.is_nan()), "{v:?}");
     // f16 as well.
     if dev().supports_f16() {
