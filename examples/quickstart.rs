@@ -12,7 +12,8 @@ use std::time::Instant;
 
 use wgtensor::ops::{
     batch_norm_backward, batch_norm_train, conv1d, conv1d_backward_input, conv1d_backward_weight,
-    conv2d, matmul, Conv1dOptions, Conv2dOptions, Padding, Rnn, RnnKind, RnnWeights,
+    conv2d, matmul, BatchNormOptions, BatchNormOutput, Conv1dOptions, Conv2dOptions, Padding, Rnn,
+    RnnKind, RnnWeights,
 };
 use wgtensor::{DType, Device, Tensor};
 
@@ -173,7 +174,10 @@ fn main() -> wgtensor::Result<()> {
     );
 
     // 2. Batch norm (training statistics) of the convolution's output.
-    let (z, mean, invstd) = batch_norm_train(&y, None, None, None, 1e-5)?;
+    let BatchNormOutput {
+        y: z,
+        saved: bn_saved,
+    } = batch_norm_train(&y, None, &BatchNormOptions::default())?;
     let z_cpu = batch_norm_ref(&y_cpu, n, o, l, 1e-5);
     let e = max_err(&z.to_vec::<f32>()?, &z_cpu);
     worst = worst.max(e);
@@ -219,7 +223,7 @@ fn main() -> wgtensor::Result<()> {
     let dout = Tensor::full(&dev, out.output.shape(), 1.0, DType::F32)?;
     let grads = lstm.backward(&saved, &dout, None, None)?;
     let dz = grads.dx.permute(&[1, 2, 0])?; // back to [N, C, L]
-    let (dy, _, _) = batch_norm_backward(&dz, &y, &mean, &invstd, None)?;
+    let dy = batch_norm_backward(&dz, &y, None, &bn_saved)?.dx;
     let dx = conv1d_backward_input(&dy, &w, l, &copt)?;
     let dw = conv1d_backward_weight(&dy, &x, k, &copt)?;
     let norm = |t: &Tensor| -> wgtensor::Result<f64> {

@@ -115,12 +115,12 @@
 //!
 //! ```ignore-wasm32
 //! # fn main() -> wgtensor::Result<()> {
-//! use wgtensor::ops::{batch_norm_train, BatchNormState};
+//! use wgtensor::ops::{batch_norm_train, BatchNormOptions, BatchNormState};
 //! use wgtensor::{DType, Device, Tensor};
 //! let dev = Device::new()?;
 //! let x = Tensor::from_slice(&dev, &[1.0f32, 10.0, 3.0, 30.0], &[2, 2])?; // [N, C]
 //! let mut state = BatchNormState::new(&dev, 2, DType::F32)?; // momentum 0.1
-//! let (y, _mean, _invstd) = batch_norm_train(&x, None, None, Some(&mut state), 1e-5)?;
+//! let y = batch_norm_train(&x, Some(&mut state), &BatchNormOptions::default())?.y;
 //! let near = |a: Vec<f32>, b: &[f32]| a.iter().zip(b).all(|(a, b)| (a - b).abs() < 1e-4);
 //! assert!(near(y.to_vec()?, &[-1.0, -1.0, 1.0, 1.0]));
 //! assert!(near(state.running_mean.to_vec()?, &[0.2, 2.0])); // 0.9 * 0 + 0.1 * mean

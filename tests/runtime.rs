@@ -210,14 +210,15 @@ fn pipelines_do_not_depend_on_shapes() {
 /// offset) after the first call compiles nothing.
 #[test]
 fn batch_norm_pipelines_do_not_depend_on_plane_divisibility() {
-    use wgtensor::ops::{batch_norm_backward, batch_norm_train};
+    use wgtensor::ops::{batch_norm_backward, batch_norm_train, BatchNormOptions};
     let dev = device_with(DeviceOptions::default());
     let run = |shape: &[usize]| {
         let n: usize = shape.iter().product();
         let v: Vec<f32> = (0..n).map(|i| (i % 7) as f32 - 3.0).collect();
         let x = Tensor::from_slice(&dev, &v, shape).unwrap();
-        let (y, mean, invstd) = batch_norm_train(&x, None, None, None, 1e-5).unwrap();
-        let (dx, _, _) = batch_norm_backward(&y, &x, &mean, &invstd, None).unwrap();
+        let out = batch_norm_train(&x, None, &BatchNormOptions::default()).unwrap();
+        let y = &out.y;
+        let dx = batch_norm_backward(y, &x, None, &out.saved).unwrap().dx;
         dx.to_vec::<f32>().unwrap();
     };
     run(&[2, 3, 4, 4]);
@@ -291,7 +292,7 @@ fn async_readback_and_sync_work_natively() {
 
 /// A small model's forward: conv2d (3x3, pad 1) + batch-norm training + relu + a sum.
 fn warm_up_model(dev: &Device, n: usize, hw: usize) -> wgtensor::Result<Vec<f32>> {
-    use wgtensor::ops::{batch_norm_train, conv2d, Conv2dOptions, Padding};
+    use wgtensor::ops::{batch_norm_train, conv2d, BatchNormOptions, Conv2dOptions, Padding};
     let xs: Vec<f32> = (0..n * 4 * hw * hw)
         .map(|i| (i % 11) as f32 * 0.1)
         .collect();
@@ -305,7 +306,7 @@ fn warm_up_model(dev: &Device, n: usize, hw: usize) -> wgtensor::Result<Vec<f32>
         ..Default::default()
     };
     let y = conv2d(&x, &w, None, &o)?;
-    let (y, _, _) = batch_norm_train(&y, None, None, None, 1e-5)?;
+    let y = batch_norm_train(&y, None, &BatchNormOptions::default())?.y;
     y.relu()?
         .reshape(&[n * 8 * hw * hw])?
         .sum(0, false)?

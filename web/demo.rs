@@ -33,7 +33,9 @@ mod train;
 use std::fmt::Write as _;
 
 use wasm_bindgen::prelude::*;
-use wgtensor::ops::{batch_norm_train, conv1d, Conv1dOptions, Rnn, RnnKind, RnnWeights};
+use wgtensor::ops::{
+    batch_norm_train, conv1d, BatchNormOptions, Conv1dOptions, Rnn, RnnKind, RnnWeights,
+};
 use wgtensor::{Device, Result, Tensor};
 
 /// Workload sizes: a batch of N sequences with C channels and L steps; a convolution of
@@ -44,7 +46,7 @@ const L: usize = 64;
 const KW: usize = 3;
 const GROUPS: usize = 4;
 const H: usize = 32;
-const BN_EPS: f32 = 1e-5;
+const BN_EPS: f64 = 1e-5;
 /// Timed calls after the first one (the median is reported).
 const REPEATS: usize = 5;
 
@@ -109,10 +111,22 @@ async fn run() -> Result<String> {
         upload(&dev, &gamma_data, &[C])?,
         upload(&dev, &beta_data, &[C])?,
     );
-    let bn = || batch_norm_train(&x, Some(&gamma), Some(&beta), None, BN_EPS).map(|r| r.0);
+    let bn = || {
+        batch_norm_train(
+            &x,
+            None,
+            &BatchNormOptions {
+                weight: Some(&gamma),
+                bias: Some(&beta),
+                eps: BN_EPS,
+                ..Default::default()
+            },
+        )
+        .map(|r| r.y)
+    };
     let want = || {
         let (g, b) = (Some(&gamma_data[..]), Some(&beta_data[..]));
-        reference::batch_norm_train(&x_data, &[N, C, L], g, b, BN_EPS as f64).y
+        reference::batch_norm_train(&x_data, &[N, C, L], g, b, BN_EPS).y
     };
     // |y| <= a few: the f32 statistics over N * L values err by far less than this.
     let (y, y_data) = demo.step("batch_norm_train", bn, want, 1e-4).await?;

@@ -3,7 +3,7 @@
 //! paired with `copy_shader` for `of_shader=`.
 
 use wgtensor::ops::{
-    batch_norm_backward, batch_norm_inference, batch_norm_train, Activation, BatchNormState,
+    batch_norm_backward, batch_norm_inference, batch_norm_train, BatchNormOptions, BatchNormState,
 };
 use wgtensor::{DType, Device};
 
@@ -24,7 +24,16 @@ fn bn_train_case(dev: &Device) -> wgtensor::Result<Run> {
     let mut st = BatchNormState::new(dev, c, DType::F32)?;
     dev.sync()?;
     Ok(Box::new(move || {
-        batch_norm_train(&x, Some(&g), Some(&b), Some(&mut st), 1e-5).map(drop)
+        batch_norm_train(
+            &x,
+            Some(&mut st),
+            &BatchNormOptions {
+                weight: Some(&g),
+                bias: Some(&b),
+                ..Default::default()
+            },
+        )
+        .map(drop)
     }))
 }
 
@@ -34,10 +43,18 @@ fn bn_backward_case(dev: &Device) -> wgtensor::Result<Run> {
     let x = tensor(dev, &BN_SHAPE, DType::F32, 1)?;
     let dy = tensor(dev, &BN_SHAPE, DType::F32, 4)?;
     let g = tensor(dev, &[c], DType::F32, 2)?.add_scalar(2.0)?;
-    let (_, mean, invstd) = batch_norm_train(&x, Some(&g), None, None, 1e-5)?;
+    let saved = batch_norm_train(
+        &x,
+        None,
+        &BatchNormOptions {
+            weight: Some(&g),
+            ..Default::default()
+        },
+    )?
+    .saved;
     dev.sync()?;
     Ok(Box::new(move || {
-        batch_norm_backward(&dy, &x, &mean, &invstd, Some(&g)).map(drop)
+        batch_norm_backward(&dy, &x, Some(&g), &saved).map(drop)
     }))
 }
 
@@ -51,7 +68,17 @@ fn bn_infer_case(dev: &Device) -> wgtensor::Result<Run> {
     let rv = tensor(dev, &[c], DType::F32, 6)?.add_scalar(2.0)?;
     dev.sync()?;
     Ok(Box::new(move || {
-        batch_norm_inference(&x, &rm, &rv, Some(&g), Some(&b), 1e-5, Activation::None).map(drop)
+        batch_norm_inference(
+            &x,
+            &rm,
+            &rv,
+            &BatchNormOptions {
+                weight: Some(&g),
+                bias: Some(&b),
+                ..Default::default()
+            },
+        )
+        .map(drop)
     }))
 }
 

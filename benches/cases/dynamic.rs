@@ -5,7 +5,9 @@
 //! one-shape time, paired). Pipelines never depend on shapes, so after the first call nothing
 //! compiles: the setup checks it on a fresh device and prints `pipelines_after_first=`.
 
-use wgtensor::ops::{batch_norm_train, conv2d, Conv2dOptions, Padding, Rnn, RnnKind, RnnWeights};
+use wgtensor::ops::{
+    batch_norm_train, conv2d, BatchNormOptions, Conv2dOptions, Padding, Rnn, RnnKind, RnnWeights,
+};
 use wgtensor::{DType, Device, Tensor};
 
 use super::inputs::tensor;
@@ -62,7 +64,7 @@ fn model(dev: &Device) -> wgtensor::Result<Model> {
 fn call(dev: &Device, m: &Model, inputs: &[(Tensor, Tensor)], i: usize) -> wgtensor::Result<()> {
     let (x, seq) = &inputs[i];
     let y = conv2d(x, &m.w, None, &m.o)?;
-    let _ = batch_norm_train(&y, None, None, None, 1e-5)?;
+    let _ = batch_norm_train(&y, None, &BatchNormOptions::default())?;
     let _ = m.rnn.forward(seq, None, None)?;
     let _ = dev;
     Ok(())

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use super::Module;
 use crate::ops::{
     adaptive_avg_pool2d, avg_pool2d, batch_norm_inference, batch_norm_train, conv2d, dropout, gemm,
-    kaiming_uniform, max_pool2d, uniform, Activation, AvgPool2dOptions, BatchNormState, Bias,
-    Conv2dOptions, GemmOptions, MaxPool2dOptions, Padding,
+    kaiming_uniform, max_pool2d, uniform, Activation, AvgPool2dOptions, BatchNormOptions,
+    BatchNormState, Bias, Conv2dOptions, GemmOptions, MaxPool2dOptions, Padding,
 };
 use crate::{DType, Device, Error, Result, Tensor};
 
@@ -207,6 +207,7 @@ impl Module for Conv2d {
 /// Batch normalization over `[N, C, H, W]` (PyTorch's `nn.BatchNorm2d`): `weight` (1s) and
 /// `bias` (0s) per channel, buffers `running_mean`, `running_var`, `num_batches_tracked`;
 /// training normalizes with the batch statistics and updates the running ones, evaluation uses
+/// the running ones.
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
@@ -222,7 +223,6 @@ impl Module for Conv2d {
 /// assert_eq!(bn.state_dict().len(), 5); // weight, bias, running_mean, running_var, num_batches_tracked
 /// # Ok(()) }
 /// ```
-/// the running ones.
 #[derive(Debug)]
 pub struct BatchNorm2d {
     /// `[C]`, initialized to 1 (absent with `affine = false`).
@@ -232,13 +232,23 @@ pub struct BatchNorm2d {
     /// Running statistics, momentum and the count of training batches.
     pub state: RefCell<BatchNormState>,
     /// Added to the variance.
-    pub eps: f32,
+    pub eps: f64,
     /// Training mode (batch statistics); `set_training(false)` is PyTorch's `eval()`.
     pub training: bool,
     rank: usize,
 }
 
 impl BatchNorm2d {
+    /// The functional ops' options for this layer's parameters.
+    fn options(&self) -> BatchNormOptions<'_> {
+        BatchNormOptions {
+            weight: self.weight.as_ref(),
+            bias: self.bias.as_ref(),
+            eps: self.eps,
+            activation: Activation::None,
+        }
+    }
+
     /// PyTorch's defaults: eps 1e-5, momentum 0.1, affine, tracking running statistics.
     pub fn new(dev: &Device, channels: usize) -> Result<BatchNorm2d> {
         Ok(BatchNorm2d {
@@ -253,6 +263,7 @@ impl BatchNorm2d {
 }
 
 /// Batch normalization over `[N, C]` or `[N, C, L]` (PyTorch's `nn.BatchNorm1d`), the same
+/// parameters, buffers and modes as [`BatchNorm2d`].
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
@@ -264,7 +275,6 @@ impl BatchNorm2d {
 /// assert_eq!(y.shape(), &[16, 8]);
 /// # Ok(()) }
 /// ```
-/// parameters, buffers and modes as [`BatchNorm2d`].
 #[derive(Debug)]
 pub struct BatchNorm1d(pub BatchNorm2d);
 
@@ -319,25 +329,10 @@ impl Module for BatchNorm2d {
         }
         if self.training {
             let mut st = self.state.borrow_mut();
-            let (y, _, _) = batch_norm_train(
-                x,
-                self.weight.as_ref(),
-                self.bias.as_ref(),
-                Some(&mut st),
-                self.eps,
-            )?;
-            Ok(y)
+            Ok(batch_norm_train(x, Some(&mut st), &self.options())?.y)
         } else {
             let st = self.state.borrow();
-            batch_norm_inference(
-                x,
-                &st.running_mean,
-                &st.running_var,
-                self.weight.as_ref(),
-                self.bias.as_ref(),
-                self.eps,
-                Activation::None,
-            )
+            batch_norm_inference(x, &st.running_mean, &st.running_var, &self.options())
         }
     }
     fn named_parameters(&self) -> Vec<(String, Tensor)> {

@@ -4,7 +4,7 @@ use bytemuck::{Pod, Zeroable};
 
 use crate::layout::{broadcast_shapes, pack_dims, MAX_RANK};
 use crate::ops::map::WG;
-use crate::runtime::{grid_1d, Access, Kernel};
+use crate::runtime::{Access, Kernel};
 use crate::{DType, Result, Tensor};
 
 static BINARY: Kernel = Kernel {
@@ -104,11 +104,7 @@ impl Tensor {
             ],
             bytemuck::bytes_of(&params),
             &[self.buffer(), other.buffer(), out.buffer()],
-            grid_1d(
-                name,
-                (n as u64).div_ceil(WG as u64),
-                dev.limits().max_compute_workgroups_per_dimension,
-            )?,
+            dev.grid_1d(name, (n as u64).div_ceil(WG as u64))?,
         )?;
         Ok(out)
     }

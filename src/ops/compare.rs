@@ -13,7 +13,7 @@ use crate::autograd::{record, sum_to, BackwardOp};
 use crate::layout::{broadcast_shapes, pack_dims, MAX_RANK};
 use crate::ops::map::WG;
 use crate::runtime::pipeline::ShaderVariant;
-use crate::runtime::{grid_1d, Access, Kernel};
+use crate::runtime::{Access, Kernel};
 use crate::{DType, Result, Tensor};
 
 const SRC: &str = include_str!("../../shaders/compare.wgsl");
@@ -110,11 +110,7 @@ fn params(shape: &[usize], inputs: &[&Tensor]) -> Result<CompareParams> {
 }
 
 fn grid(op: &'static str, t: &Tensor, n: usize) -> Result<[u32; 3]> {
-    grid_1d(
-        op,
-        (n as u64).div_ceil(WG as u64),
-        t.device().limits().max_compute_workgroups_per_dimension,
-    )
+    t.device().grid_1d(op, (n as u64).div_ceil(WG as u64))
 }
 
 impl Tensor {

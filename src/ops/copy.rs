@@ -6,7 +6,7 @@ use bytemuck::{Pod, Zeroable};
 
 use crate::layout::{pack_dims, Layout, MAX_RANK};
 use crate::runtime::pipeline::ShaderVariant;
-use crate::runtime::{grid_1d, Access, Kernel};
+use crate::runtime::{Access, Kernel};
 use crate::{DType, Error, Result, Tensor};
 
 const WG: u32 = 256;
@@ -99,11 +99,7 @@ fn copy_into(op: &'static str, src: &Tensor, dst: &Tensor) -> Result<()> {
         &[("MODE", 0.0), ("WG", WG as f64)],
         bytemuck::bytes_of(&params),
         &[src.buffer(), dst.buffer()],
-        grid_1d(
-            op,
-            (n as u64).div_ceil(WG as u64),
-            dev.limits().max_compute_workgroups_per_dimension,
-        )?,
+        dev.grid_1d(op, (n as u64).div_ceil(WG as u64))?,
     )
 }
 
@@ -383,11 +379,7 @@ fn pad_untracked(x: &Tensor, pads: &[usize], mode: PadMode, value: f64) -> Resul
         &[("MODE", code as f64), ("WG", WG as f64)],
         bytemuck::bytes_of(&params),
         &[x.buffer(), out.buffer()],
-        grid_1d(
-            op,
-            (n as u64).div_ceil(WG as u64),
-            dev.limits().max_compute_workgroups_per_dimension,
-        )?,
+        dev.grid_1d(op, (n as u64).div_ceil(WG as u64))?,
     )?;
     Ok(out)
 }

@@ -10,7 +10,7 @@ use bytemuck::{Pod, Zeroable};
 use crate::layout::{broadcast_shapes, Layout};
 use crate::ops::gemm_grad;
 use crate::runtime::pipeline::{ShaderVariant, ACTIVATION_LIB};
-use crate::runtime::{grid_1d, Access, Kernel, Storage};
+use crate::runtime::{Access, Kernel, Storage};
 use crate::{Caps, DType, Device, Error, Result, Tensor};
 
 const GEMM_COMMON: &str = include_str!("../../shaders/lib/gemm_common.wgsl");
@@ -124,10 +124,10 @@ pub enum Bias<'a> {
 #[derive(Debug, Clone, Copy)]
 pub struct GemmOptions<'a> {
     /// Scale of the product `a @ b` (PyTorch's `addmm` `alpha`).
-    pub alpha: f32,
+    pub alpha: f64,
     /// Scale of `c` (PyTorch's `addmm` `beta`). With 0, `c` is not read at all, so NaN or inf
     /// in it do not propagate (as in PyTorch).
-    pub beta: f32,
+    pub beta: f64,
     /// Added as `beta * C`; broadcastable to the output shape.
     pub c: Option<&'a Tensor>,
     /// A vector added after `alpha * a @ b + beta * c`, before the activation.
@@ -503,8 +503,8 @@ fn run(
         c_rs: cl.strides()[rank - 2] as u32,
         c_cs: cl.strides()[rank - 1] as u32,
         bias_off,
-        alpha: o.alpha,
-        beta: o.beta,
+        alpha: o.alpha as f32,
+        beta: o.beta as f32,
         batch_rank: bm.len() as u32,
         bias_stride,
         bshape: pack4(&bm),
@@ -579,7 +579,7 @@ fn run(
         &consts,
         bytes,
         &[c_buf, bias_buf, out.buffer(), ws.buffer()],
-        grid_1d(op, total.div_ceil(REDUCE_WG as u64), max)?,
+        dev.grid_1d(op, total.div_ceil(REDUCE_WG as u64))?,
     )?;
     Ok(out)
 }
@@ -628,7 +628,7 @@ pub fn gemm(a: &Tensor, b: &Tensor, options: &GemmOptions) -> Result<Tensor> {
 /// view sharing `c`'s storage sees the result. Errors as [`gemm`], plus [`Error::Shape`] when
 /// `c` is not a contiguous tensor of the output shape and [`Error::InvalidArgument`] when it
 /// shares storage with `a` or `b`.
-pub fn gemm_into(c: &Tensor, a: &Tensor, b: &Tensor, alpha: f32, beta: f32) -> Result<()> {
+pub fn gemm_into(c: &Tensor, a: &Tensor, b: &Tensor, alpha: f64, beta: f64) -> Result<()> {
     let o = GemmOptions {
         alpha,
         beta,

@@ -18,8 +18,8 @@ struct GemmBackward {
     b: Option<Tensor>,
     a_shape: Vec<usize>,
     b_shape: Vec<usize>,
-    alpha: f32,
-    beta: f32,
+    alpha: f64,
+    beta: f64,
     c_shape: Option<Vec<usize>>,
     /// `Some(per_row)` when a bias was added.
     bias_per_row: Option<bool>,
@@ -114,7 +114,7 @@ impl BackwardOp for GemmBackward {
                 } else if self.beta == 1.0 {
                     sum_to(&gz, cs)?
                 } else {
-                    sum_to(&gz.mul_scalar(f64::from(self.beta))?, cs)?
+                    sum_to(&gz.mul_scalar(self.beta)?, cs)?
                 })
             } else {
                 None

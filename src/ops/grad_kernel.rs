@@ -7,7 +7,7 @@ use bytemuck::{Pod, Zeroable};
 
 use crate::layout::{broadcast_shapes, pack_dims, Layout, MAX_RANK};
 use crate::ops::map::WG;
-use crate::runtime::{grid_1d, Access, Kernel};
+use crate::runtime::{Access, Kernel};
 use crate::{DType, Error, Result, Tensor};
 
 const SRC: &str = include_str!("../../shaders/grad.wgsl");
@@ -129,11 +129,7 @@ fn launch(
         &consts,
         bytemuck::bytes_of(p),
         &bufs,
-        grid_1d(
-            op,
-            (p.numel as u64).div_ceil(WG as u64),
-            dev.limits().max_compute_workgroups_per_dimension,
-        )?,
+        dev.grid_1d(op, (p.numel as u64).div_ceil(WG as u64))?,
     )
 }
 

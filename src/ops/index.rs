@@ -19,7 +19,7 @@ use crate::autograd::{record, BackwardOp};
 use crate::layout::{pack_dims, Layout, MAX_RANK};
 use crate::ops::map::WG;
 use crate::runtime::pipeline::ShaderVariant;
-use crate::runtime::{grid_1d, Access, Kernel};
+use crate::runtime::{Access, Kernel};
 use crate::{DType, Error, Result, Tensor};
 
 const SRC: &str = include_str!("../../shaders/index.wgsl");
@@ -80,11 +80,7 @@ struct IndexParams {
 }
 
 fn grid(op: &'static str, t: &Tensor, n: usize) -> Result<[u32; 3]> {
-    grid_1d(
-        op,
-        (n as u64).div_ceil(WG as u64),
-        t.device().limits().max_compute_workgroups_per_dimension,
-    )
+    t.device().grid_1d(op, (n as u64).div_ceil(WG as u64))
 }
 
 fn require_index(op: &'static str, what: &str, index: &Tensor) -> Result<()> {

@@ -6,7 +6,7 @@ use bytemuck::{Pod, Zeroable};
 use crate::layout::{pack_dims, MAX_RANK};
 use crate::ops::map_grad;
 use crate::ops::view_grad::{self, ViewKind};
-use crate::runtime::{grid_1d, Access, Kernel};
+use crate::runtime::{Access, Kernel};
 use crate::{DType, Result, Tensor};
 
 static MAP: Kernel = Kernel {
@@ -165,11 +165,7 @@ fn map(
         ],
         bytemuck::bytes_of(&params),
         &[x.buffer(), out.buffer()],
-        grid_1d(
-            op_name,
-            groups,
-            dev.limits().max_compute_workgroups_per_dimension,
-        )?,
+        dev.grid_1d(op_name, groups)?,
     )?;
     Ok(out)
 }

@@ -1,7 +1,6 @@
 //! Public ops. Each family: validate -> pick variant -> launch through the runtime.
 
 pub mod batchnorm;
-mod batchnorm_grad;
 pub mod binary;
 mod binary_grad;
 pub mod compare;
@@ -28,7 +27,10 @@ pub(crate) mod view_grad;
 /// The planners' types, for inspection by tests and benchmarks; not part of the stable API.
 #[doc(hidden)]
 pub use batchnorm::BatchNormPlan;
-pub use batchnorm::{batch_norm_backward, batch_norm_inference, batch_norm_train, BatchNormState};
+pub use batchnorm::{
+    batch_norm_backward, batch_norm_inference, batch_norm_train, BatchNormGrads, BatchNormOptions,
+    BatchNormOutput, BatchNormSaved, BatchNormState,
+};
 pub use binary::BinaryOp;
 pub use compare::{where_cond, CmpOp};
 pub use conv::{

@@ -8,7 +8,7 @@ use crate::autograd::{record, BackwardOp};
 use crate::ops::loss::{CrossEntropyOptions, Reduction};
 use crate::ops::map::WG;
 use crate::runtime::pipeline::ShaderVariant;
-use crate::runtime::{grid_1d, Access, Kernel};
+use crate::runtime::{Access, Kernel};
 use crate::{DType, Error, Result, Tensor};
 
 const SRC: &str = include_str!("../../shaders/nll.wgsl");
@@ -142,11 +142,7 @@ fn check(
 }
 
 fn grid(op: &'static str, t: &Tensor, n: usize) -> Result<[u32; 3]> {
-    grid_1d(
-        op,
-        (n as u64).div_ceil(WG as u64),
-        t.device().limits().max_compute_workgroups_per_dimension,
-    )
+    t.device().grid_1d(op, (n as u64).div_ceil(WG as u64))
 }
 
 fn ignore_i32(ignore_index: i64) -> i32 {

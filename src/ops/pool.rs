@@ -8,7 +8,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use crate::runtime::pipeline::{ShaderVariant, ACTIVATION_LIB};
-use crate::runtime::{grid_1d, Access, Kernel};
+use crate::runtime::{Access, Kernel};
 use crate::{DType, Error, Result, Tensor};
 
 const WG: u32 = 64;
@@ -450,11 +450,7 @@ fn launch(
         ("WG", WG as f64),
     ];
     let n = out.numel() as u64;
-    let grid = grid_1d(
-        op,
-        n.div_ceil(WG as u64),
-        dev.limits().max_compute_workgroups_per_dimension,
-    )?;
+    let grid = dev.grid_1d(op, n.div_ceil(WG as u64))?;
     match dy {
         None => dev.launch(
             op,

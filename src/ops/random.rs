@@ -13,7 +13,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use crate::runtime::pipeline::ShaderVariant;
-use crate::runtime::{grid_1d, Access, Kernel, Storage};
+use crate::runtime::{Access, Kernel, Storage};
 use crate::tensor::check_new_shape;
 use crate::{DType, Device, Error, Result, Tensor};
 
@@ -101,11 +101,7 @@ fn generate(
         &[("DIST", dist as f64), ("WG", WG as f64)],
         bytemuck::bytes_of(&params),
         &[input, out.buffer()],
-        grid_1d(
-            op,
-            blocks.div_ceil(WG as u64),
-            dev.limits().max_compute_workgroups_per_dimension,
-        )?,
+        dev.grid_1d(op, blocks.div_ceil(WG as u64))?,
     )?;
     Ok(out)
 }

@@ -5,7 +5,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use crate::layout::{pack_dims, Layout, MAX_RANK};
-use crate::runtime::{grid_1d, Access, Kernel};
+use crate::runtime::{Access, Kernel};
 use crate::{DType, Error, Result, Tensor};
 
 const WG: u32 = 256;
@@ -143,7 +143,6 @@ impl Tensor {
             shape: pack_dims(outer.shape()),
             strides: pack_dims(outer.strides()),
         };
-        let max = dev.limits().max_compute_workgroups_per_dimension;
         let (kernel, groups) = if use_workgroup_variant(n_out, red_len) {
             (&WORKGROUP, n_out as u64)
         } else {
@@ -156,7 +155,7 @@ impl Tensor {
             &[("OP", op.code() as f64), ("WG", WG as f64)],
             bytemuck::bytes_of(&params),
             &[self.buffer(), out.buffer()],
-            grid_1d(name, groups, max)?,
+            dev.grid_1d(name, groups)?,
         )?;
         Ok(out)
     }

@@ -8,7 +8,7 @@ use bytemuck::{Pod, Zeroable};
 
 use crate::ops::map::WG;
 use crate::runtime::pipeline::ShaderVariant;
-use crate::runtime::{grid_1d, Access, Kernel};
+use crate::runtime::{Access, Kernel};
 use crate::{DType, Result, Tensor};
 
 const SRC: &str = include_str!("../../shaders/segment.wgsl");
@@ -81,8 +81,7 @@ pub(crate) fn index_add_rows(
     let counts = Tensor::zeros(dev, &[rows + 1], DType::I32)?;
     let starts = Tensor::empty(dev, op, &[rows + 1], DType::I32)?;
     let list = Tensor::empty(dev, op, &[len.max(1)], DType::I32)?;
-    let max = dev.limits().max_compute_workgroups_per_dimension;
-    let groups = |n: usize| grid_1d(op, (n as u64).div_ceil(WG as u64), max);
+    let groups = |n: usize| dev.grid_1d(op, (n as u64).div_ceil(WG as u64));
     let params = bytemuck::bytes_of(&p);
     let c = [("WG", WG as f64)];
     let dt = [g.dtype];

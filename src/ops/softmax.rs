@@ -7,7 +7,7 @@ use bytemuck::{Pod, Zeroable};
 
 use crate::layout::{contiguous_strides, pack_dims, Layout, MAX_RANK};
 use crate::runtime::pipeline::{ShaderVariant, ACTIVATION_LIB};
-use crate::runtime::{grid_1d, Access, Kernel};
+use crate::runtime::{Access, Kernel};
 use crate::{DType, Result, Tensor};
 
 const SRC: &str = include_str!("../../shaders/softmax.wgsl");
@@ -132,7 +132,6 @@ fn run_untracked(op: &'static str, x: &Tensor, dim: isize, log: bool) -> Result<
         strides: pack_dims(outer.strides()),
         out_strides: pack_dims(&out_strides),
     };
-    let max = dev.limits().max_compute_workgroups_per_dimension;
     let (kernel, groups) = if use_workgroup_variant(rows, len) {
         (&WORKGROUP, rows as u64)
     } else {
@@ -145,7 +144,7 @@ fn run_untracked(op: &'static str, x: &Tensor, dim: isize, log: bool) -> Result<
         &[("LOG", f64::from(u8::from(log))), ("WG", WG as f64)],
         bytemuck::bytes_of(&params),
         &[x.buffer(), out.buffer()],
-        grid_1d(op, groups, max)?,
+        dev.grid_1d(op, groups)?,
     )?;
     Ok(out)
 }

@@ -3,7 +3,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use crate::runtime::pipeline::ShaderVariant;
-use crate::runtime::{grid_1d, Access, Kernel, Storage};
+use crate::runtime::{Access, Kernel, Storage};
 use crate::{DType, Error, Result, Tensor};
 
 const WG: u32 = 256;
@@ -141,11 +141,7 @@ pub(crate) fn launch(
         &[("KIND", kind as f64), ("WG", WG as f64)],
         bytemuck::bytes_of(&p),
         &bufs,
-        grid_1d(
-            op,
-            (n as u64).div_ceil(WG as u64),
-            dev.limits().max_compute_workgroups_per_dimension,
-        )?,
+        dev.grid_1d(op, (n as u64).div_ceil(WG as u64))?,
     )
 }
 

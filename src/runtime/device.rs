@@ -304,6 +304,15 @@ impl Device {
     pub fn limits(&self) -> &wgpu::Limits {
         &self.inner.limits
     }
+    /// The dispatch grid for `groups` workgroups, split over x and y within the adapter's
+    /// per-dimension limit (see [`grid_1d`](super::grid_1d)).
+    pub(crate) fn grid_1d(&self, op: &'static str, groups: u64) -> Result<[u32; 3]> {
+        super::grid_1d(
+            op,
+            groups,
+            self.inner.limits.max_compute_workgroups_per_dimension,
+        )
+    }
     /// The wgpu features enabled on the device (SUBGROUP, SHADER_F16 when requested and
     /// available).
     pub fn features(&self) -> wgpu::Features {

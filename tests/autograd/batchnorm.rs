@@ -6,7 +6,7 @@
 
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
-use wgtensor::ops::{batch_norm_inference, batch_norm_train, BatchNormState};
+use wgtensor::ops::{batch_norm_inference, batch_norm_train, BatchNormOptions, BatchNormState};
 
 use crate::common::reference::{self as r, bn_dims};
 use crate::common::{device, download};
@@ -42,14 +42,17 @@ fn train_case(seed: u64) -> Result<(), TestCaseError> {
     let bt = leaf(&beta, &[c]);
     // The running statistics in the input's dtype (f16 cases too).
     let mut state = BatchNormState::new(device(), c, crate::ops::dtype()).unwrap();
-    let (y, mean, invstd) = batch_norm_train(
+    let out = batch_norm_train(
         &xt,
-        with_gamma.then_some(&gt),
-        with_beta.then_some(&bt),
         rng.coin(0.5).then_some(&mut state),
-        1e-5,
+        &BatchNormOptions {
+            weight: with_gamma.then_some(&gt),
+            bias: with_beta.then_some(&bt),
+            ..Default::default()
+        },
     )
     .unwrap();
+    let (y, mean, invstd) = (out.y, out.saved.mean().clone(), out.saved.invstd().clone());
     prop_assert!(!mean.is_tracked() && !invstd.is_tracked());
     let grads = loss(&y, &dy).backward().unwrap();
     let (mean, inv) = (download(&mean).unwrap(), download(&invstd).unwrap());
@@ -117,14 +120,25 @@ fn inference_case(seed: u64) -> Result<(), TestCaseError> {
     let beta = rng.values(c, |r| r.uniform(-1.0, 1.0));
     let up = rng.values(n, |r| r.uniform(-1.0, 1.0));
     let act = ACTS[rng.below(ACTS.len())];
-    let eps = 1e-5f32;
+    let eps = 1e-5f64;
     let xt = leaf(&x, &shape);
     let gt = leaf(&gamma, &[c]);
     let bt = leaf(&beta, &[c]);
     let (rmt, rvt) = (crate::ops::upload(&rm, &[c]), crate::ops::upload(&rv, &[c]));
-    let y = batch_norm_inference(&xt, &rmt, &rvt, Some(&gt), Some(&bt), eps, act).unwrap();
+    let y = batch_norm_inference(
+        &xt,
+        &rmt,
+        &rvt,
+        &BatchNormOptions {
+            weight: Some(&gt),
+            bias: Some(&bt),
+            eps,
+            activation: act,
+        },
+    )
+    .unwrap();
     let grads = loss(&y, &up).backward().unwrap();
-    let inv: Vec<f64> = rv.iter().map(|v| 1.0 / (v + eps as f64).sqrt()).collect();
+    let inv: Vec<f64> = rv.iter().map(|v| 1.0 / (v + eps).sqrt()).collect();
     let (mut dx, mut ex) = (vec![0.0; n], vec![0.0; n]);
     let (mut dg, mut mg, mut eg) = (vec![0.0; c], vec![0.0; c], vec![0.0; c]);
     let (mut db, mut mb, mut eb) = (vec![0.0; c], vec![0.0; c], vec![0.0; c]);
@@ -183,7 +197,7 @@ fn tracked_running_stats_are_refused() {
     let x = leaf(&[1.0, 2.0, 3.0, 4.0], &[2, 2]);
     let mut st = BatchNormState::new(device(), 2, wgtensor::DType::F32).unwrap();
     st.running_mean = st.running_mean.clone().requires_grad().unwrap();
-    assert!(batch_norm_train(&x, None, None, Some(&mut st), 1e-5).is_err());
+    assert!(batch_norm_train(&x, Some(&mut st), &BatchNormOptions::default()).is_err());
 }
 
 proptest! {
@@ -203,4 +217,74 @@ proptest! {
     /// gradient's final f16 store.
     #[test]
     fn batch_norm_train_grads_f16(seed in any::<u64>()) { f16(train_case, seed)?; }
+}
+
+/// Max of `|a - b| / (1 + |b|)` over two downloads.
+fn rel_diff(a: &wgtensor::Tensor, b: &wgtensor::Tensor) -> f64 {
+    let (a, b) = (download(a).unwrap(), download(b).unwrap());
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs() / (1.0 + y.abs()))
+        .fold(0.0, f64::max)
+}
+
+/// Training with a fused activation equals the batch norm followed by the activation op: the
+/// output, autograd's gradients of x, weight and bias, and the direct `batch_norm_backward`
+/// from the saved statistics (which applies the activation's derivative itself).
+#[test]
+fn train_with_fused_activation_matches_the_composition() {
+    use wgtensor::ops::{batch_norm_backward, Activation};
+    let mut rng = Rng::new(7);
+    let shape = [3, 4, 5];
+    let n = 60;
+    let x = rng.values(n, |r| r.uniform(-2.0, 2.0));
+    let gamma = rng.values(4, |r| r.uniform(0.5, 1.5));
+    let beta = rng.values(4, |r| r.uniform(-1.0, 1.0));
+    let dy = rng.values(n, |r| r.uniform(-1.0, 1.0));
+    for act in ACTS {
+        let run_one = |fused: bool| {
+            let (xt, gt, bt) = (leaf(&x, &shape), leaf(&gamma, &[4]), leaf(&beta, &[4]));
+            let o = BatchNormOptions {
+                weight: Some(&gt),
+                bias: Some(&bt),
+                activation: if fused { act } else { Activation::None },
+                ..Default::default()
+            };
+            let out = batch_norm_train(&xt, None, &o).unwrap();
+            let y = if fused {
+                out.y.clone()
+            } else {
+                match act {
+                    Activation::None => out.y.clone(),
+                    Activation::Relu => out.y.relu().unwrap(),
+                    Activation::Gelu => out.y.gelu().unwrap(),
+                    Activation::Sigmoid => out.y.sigmoid().unwrap(),
+                    Activation::Tanh => out.y.tanh().unwrap(),
+                }
+            };
+            let g = loss(&y, &dy).backward().unwrap();
+            let grads = [&xt, &gt, &bt].map(|t| g.get(t).unwrap().clone());
+            (xt, gt, y, out.saved, grads)
+        };
+        let (xt, gt, y, saved, fused) = run_one(true);
+        let (_, _, y_ref, _, composed) = run_one(false);
+        assert_eq!(saved.activation(), act);
+        assert!(rel_diff(&y, &y_ref) < 1e-5, "{act:?}: y");
+        for (name, (a, b)) in ["dx", "dweight", "dbias"]
+            .iter()
+            .zip(fused.iter().zip(&composed))
+        {
+            assert!(rel_diff(a, b) < 1e-4, "{act:?}: autograd {name}");
+        }
+        let dyt = crate::ops::upload(&dy, &shape);
+        let direct = batch_norm_backward(&dyt, &xt.detach(), Some(&gt.detach()), &saved).unwrap();
+        for (name, (a, b)) in ["dx", "dweight", "dbias"].iter().zip(
+            [&direct.dx, &direct.dweight, &direct.dbias]
+                .into_iter()
+                .zip(&composed),
+        ) {
+            assert!(rel_diff(a, b) < 1e-4, "{act:?}: batch_norm_backward {name}");
+        }
+    }
 }

@@ -235,8 +235,8 @@ fn deep_graph() {
 #[test]
 fn fused_training_loop_memory_is_flat() {
     use wgtensor::ops::{
-        batch_norm_train, conv2d, lstm_cell, Activation, Conv2dOptions, Padding, RnnKind,
-        RnnWeights,
+        batch_norm_train, conv2d, lstm_cell, Activation, BatchNormOptions, Conv2dOptions, Padding,
+        RnnKind, RnnWeights,
     };
     let dev = &wgtensor::Device::new().unwrap();
     let up = |data: Vec<f32>, shape: &[usize]| Tensor::from_slice(dev, &data, shape).unwrap();
@@ -261,7 +261,16 @@ fn fused_training_loop_memory_is_flat() {
     let mut at_50 = 0;
     for step in 1..=200 {
         let y = conv2d(&x, &params[0], Some(&params[1]), &o).unwrap();
-        let (y, _, _) = batch_norm_train(&y, Some(&params[2]), None, None, 1e-5).unwrap();
+        let y = batch_norm_train(
+            &y,
+            None,
+            &BatchNormOptions {
+                weight: Some(&params[2]),
+                ..Default::default()
+            },
+        )
+        .unwrap()
+        .y;
         // [2, 4, 5, 5] -> per-sample channel means [2, 4] as the LSTM input.
         let feat = y.reshape(&[2, 4, 25]).unwrap().mean(2, false).unwrap();
         let w = RnnWeights::new(RnnKind::Lstm, &params[3], &params[4], None, None).unwrap();

@@ -641,8 +641,8 @@ pub fn gemm_case(seed: u64) -> Result<(), TestCaseError> {
     let ct = c.as_ref().zip(c_shape.as_ref()).map(|(d, s)| leaf(d, s));
     let bias_t = bias.as_ref().map(|d| leaf(d, &[d.len()]));
     let opts = GemmOptions {
-        alpha: alpha as f32,
-        beta: beta as f32,
+        alpha,
+        beta,
         c: ct.as_ref(),
         bias: bias_row.zip(bias_t.as_ref()).map(|(row, t)| {
             if row {

@@ -42,8 +42,8 @@
 use proptest::prelude::*;
 use wgtensor::ops::batchnorm::plan;
 use wgtensor::ops::{
-    batch_norm_backward, batch_norm_inference, batch_norm_train, Activation, BatchNormState,
-    UnaryOp,
+    batch_norm_backward, batch_norm_inference, batch_norm_train, Activation, BatchNormGrads,
+    BatchNormOptions, BatchNormSaved, BatchNormState, UnaryOp,
 };
 use wgtensor::{DType, Device, Tensor};
 
@@ -261,10 +261,12 @@ pub(crate) async fn check_inference(p: &InferProblem) -> Result<(), TestCaseErro
             &p.x.tensor(dev),
             &p.running_mean.tensor(dev),
             &p.running_var.tensor(dev),
-            gamma.as_ref(),
-            beta.as_ref(),
-            p.eps,
-            p.act,
+            &BatchNormOptions {
+                weight: gamma.as_ref(),
+                bias: beta.as_ref(),
+                eps: p.eps.into(),
+                activation: p.act,
+            },
         ),
     )?;
     prop_assert_eq!(y.dtype(), p.x.dtype);
@@ -424,17 +426,22 @@ fn run_train(
     let gamma = p.gamma.as_ref().map(|o| o.tensor(dev));
     let beta = p.beta.as_ref().map(|o| o.tensor(dev));
     let mut state = p.running.as_ref().map(|(m, v)| {
-        let mut st = BatchNormState::from_tensors(m.tensor(dev), v.tensor(dev), p.momentum);
+        let mut st =
+            BatchNormState::from_tensors(m.tensor(dev), v.tensor(dev), p.momentum.map(f64::from));
         st.num_batches_tracked = p.tracked;
         st
     });
-    let (y, mean, invstd) = batch_norm_train(
+    let out = batch_norm_train(
         &p.x.tensor(dev),
-        gamma.as_ref(),
-        beta.as_ref(),
         state.as_mut(),
-        p.eps,
+        &BatchNormOptions {
+            weight: gamma.as_ref(),
+            bias: beta.as_ref(),
+            eps: p.eps.into(),
+            ..Default::default()
+        },
     )?;
+    let (y, mean, invstd) = (out.y, out.saved.mean().clone(), out.saved.invstd().clone());
     Ok((y, mean, invstd, state))
 }
 
@@ -693,7 +700,7 @@ pub(crate) async fn cumulative_average(dtype: DType) {
             Dist::Uniform(-3.0, 5.0),
             40 + k,
         );
-        batch_norm_train(&x.tensor(dev), None, None, Some(&mut st), 1e-5).unwrap();
+        batch_norm_train(&x.tensor(dev), Some(&mut st), &BatchNormOptions::default()).unwrap();
         let s = reference::bn_stats(&x.values(), &shape);
         for c in 0..3 {
             means[c] += s.mean[c] / batches as f64;
@@ -747,9 +754,17 @@ fn batchnorm_train_error_leaves_state_untouched() {
     st.num_batches_tracked = 7;
     let x = Tensor::from_slice(dev, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]).unwrap();
     let bad_gamma = Tensor::from_slice(dev, &[1.0f32; 4], &[4]).unwrap();
-    assert!(batch_norm_train(&x, Some(&bad_gamma), None, Some(&mut st), 1e-5).is_err());
+    assert!(batch_norm_train(
+        &x,
+        Some(&mut st),
+        &BatchNormOptions {
+            weight: Some(&bad_gamma),
+            ..Default::default()
+        }
+    )
+    .is_err());
     let one = Tensor::from_slice(dev, &[1.0f32, 2.0, 3.0], &[1, 3]).unwrap();
-    assert!(batch_norm_train(&one, None, None, Some(&mut st), 1e-5).is_err());
+    assert!(batch_norm_train(&one, Some(&mut st), &BatchNormOptions::default()).is_err());
     assert_eq!(st.num_batches_tracked, 7);
     assert_eq!(st.running_mean.to_vec::<f32>().unwrap(), vec![0.0; 3]);
     assert_eq!(st.running_var.to_vec::<f32>().unwrap(), vec![1.0; 3]);
@@ -888,10 +903,12 @@ pub(crate) async fn check_backward(p: &BackwardProblem) -> Result<(), TestCaseEr
     let c = p.x.shape[1];
     let gamma = p.gamma.as_ref().map(|o| o.tensor(dev));
     let inv_t = common::upload(dev, &p.invstd, &[c], DType::F32);
-    let (dx, dgamma, dbeta) = ok(
-        what,
-        batch_norm_backward(&dyt, &xt, &p.mean.tensor(dev), &inv_t, gamma.as_ref()),
-    )?;
+    let saved = ok(what, BatchNormSaved::new(p.mean.tensor(dev), inv_t))?;
+    let BatchNormGrads {
+        dx,
+        dweight: dgamma,
+        dbias: dbeta,
+    } = ok(what, batch_norm_backward(&dyt, &xt, gamma.as_ref(), &saved))?;
     let dt = p.x.dtype;
     prop_assert_eq!(dx.dtype(), dt);
     prop_assert_eq!(dgamma.dtype(), dt);
@@ -978,12 +995,23 @@ fn loss_gpu(x: &[f64], shape: &[usize], g: &[f64], b: &[f64], w: &[f64]) -> f64 
     let xt = common::upload(dev, x, shape, DType::F32);
     let gt = common::upload(dev, g, &[c], DType::F32);
     let bt = common::upload(dev, b, &[c], DType::F32);
-    let (y, _, _) = batch_norm_train(&xt, Some(&gt), Some(&bt), None, FD_EPS).unwrap();
+    let y = batch_norm_train(
+        &xt,
+        None,
+        &BatchNormOptions {
+            weight: Some(&gt),
+            bias: Some(&bt),
+            eps: FD_EPS,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+    .y;
     let y = common::download(&y).unwrap();
     y.iter().zip(w).map(|(a, b)| a * b).sum()
 }
 
-const FD_EPS: f32 = 1e-5;
+const FD_EPS: f64 = 1e-5;
 
 /// The device backward against central differences of the device forward, and the reference
 /// backward against central differences of the reference forward, for dx, dgamma and dbeta
@@ -1016,15 +1044,29 @@ fn batchnorm_backward_finite_differences() {
         .values();
         let g: Vec<f64> = (0..c).map(|i| 0.75 + 0.25 * i as f64).collect();
         let b: Vec<f64> = (0..c).map(|i| 0.5 - 0.25 * i as f64).collect();
-        let eps = FD_EPS as f64;
+        let eps = FD_EPS;
 
         // Device backward from the device forward's saved statistics.
         let xt = common::upload(dev, &x, shape, DType::F32);
         let gt = common::upload(dev, &g, &[c], DType::F32);
         let bt = common::upload(dev, &b, &[c], DType::F32);
-        let (_, sm, si) = batch_norm_train(&xt, Some(&gt), Some(&bt), None, FD_EPS).unwrap();
+        let out = batch_norm_train(
+            &xt,
+            None,
+            &BatchNormOptions {
+                weight: Some(&gt),
+                bias: Some(&bt),
+                eps: FD_EPS,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         let wt = common::upload(dev, &w, shape, DType::F32);
-        let (dx, dg, db) = batch_norm_backward(&wt, &xt, &sm, &si, Some(&gt)).unwrap();
+        let BatchNormGrads {
+            dx,
+            dweight: dg,
+            dbias: db,
+        } = batch_norm_backward(&wt, &xt, Some(&gt), &out.saved).unwrap();
         let got = [
             common::download(&dx).unwrap(),
             common::download(&dg).unwrap(),
@@ -1110,16 +1152,32 @@ fn batchnorm_bitwise_reproducible() {
         let b = Operand::new(DType::F32, &[c], ViewKind::Contiguous, d, 401).tensor(dev);
         let step = || {
             let mut st = BatchNormState::new(dev, c, DType::F32).unwrap();
-            let (y, m, v) = batch_norm_train(&x, Some(&g), Some(&b), Some(&mut st), 1e-5).unwrap();
-            let (dx, dg, db) = batch_norm_backward(&dy, &x, &m, &v, Some(&g)).unwrap();
+            let out = batch_norm_train(
+                &x,
+                Some(&mut st),
+                &BatchNormOptions {
+                    weight: Some(&g),
+                    bias: Some(&b),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            let (y, m, v) = (out.y, out.saved.mean().clone(), out.saved.invstd().clone());
+            let BatchNormGrads {
+                dx,
+                dweight: dg,
+                dbias: db,
+            } = batch_norm_backward(&dy, &x, Some(&g), &out.saved).unwrap();
             let yi = batch_norm_inference(
                 &x,
                 &st.running_mean,
                 &st.running_var,
-                Some(&g),
-                Some(&b),
-                1e-5,
-                Activation::Gelu,
+                &BatchNormOptions {
+                    weight: Some(&g),
+                    bias: Some(&b),
+                    activation: Activation::Gelu,
+                    ..Default::default()
+                },
             )
             .unwrap();
             [y, m, v, st.running_mean, st.running_var, dx, dg, db, yi]

@@ -597,7 +597,10 @@ pub(crate) async fn check_gemm(
         for op in &c.ops {
             target = ok("target view", op.apply(&target))?;
         }
-        ok(&what, gemm_into(&target, &a, &b, p.alpha, p.beta))?;
+        ok(
+            &what,
+            gemm_into(&target, &a, &b, p.alpha.into(), p.beta.into()),
+        )?;
         // Elements of the parent outside the target view are untouched.
         let all = fetch_async("gemm_into parent", &parent, &c.parent).await?;
         let inner: usize = c.shape[1..].iter().product();
@@ -626,8 +629,8 @@ pub(crate) async fn check_gemm(
             _ => None,
         };
         let opts = GemmOptions {
-            alpha: p.alpha,
-            beta: p.beta,
+            alpha: p.alpha.into(),
+            beta: p.beta.into(),
             c: c.as_ref(),
             bias,
             activation: p.act,
@@ -1160,8 +1163,8 @@ pub(crate) async fn run_gemm(dev: &Device, p: &GemmProblem, split_k: Option<u32>
         _ => None,
     };
     let opts = GemmOptions {
-        alpha: p.alpha,
-        beta: p.beta,
+        alpha: p.alpha.into(),
+        beta: p.beta.into(),
         c: c.as_ref(),
         bias,
         activation: p.act,

@@ -2,7 +2,8 @@
 
 use super::*;
 use wgtensor::ops::{
-    batch_norm_backward, batch_norm_inference, batch_norm_train, Activation, BatchNormState,
+    batch_norm_backward, batch_norm_inference, batch_norm_train, Activation, BatchNormOptions,
+    BatchNormSaved, BatchNormState,
 };
 
 const TRAIN: &str = "batch_norm_train";
@@ -20,36 +21,82 @@ fn shape_err(e: &Error, op: &str, parts: &[&str]) {
 fn channel_size_mismatch_names_the_values() {
     let x = t(&[2, 3, 4]);
     let (c3, c4) = (t(&[3]), t(&[4]));
-    let e = batch_norm_train(&x, Some(&c4), None, None, 1e-5).unwrap_err();
+    let e = batch_norm_train(
+        &x,
+        None,
+        &BatchNormOptions {
+            weight: Some(&c4),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
     shape_err(&e, TRAIN, &["weight (gamma)", "[4]", "[3]", "[2, 3, 4]"]);
-    let e = batch_norm_train(&x, Some(&c3), Some(&c4), None, 1e-5).unwrap_err();
+    let e = batch_norm_train(
+        &x,
+        None,
+        &BatchNormOptions {
+            weight: Some(&c3),
+            bias: Some(&c4),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
     shape_err(&e, TRAIN, &["bias (beta)", "[4]", "[3]"]);
     let mut st = BatchNormState::from_tensors(t(&[4]), t(&[3]), Some(0.1));
-    let e = batch_norm_train(&x, None, None, Some(&mut st), 1e-5).unwrap_err();
+    let e = batch_norm_train(&x, Some(&mut st), &BatchNormOptions::default()).unwrap_err();
     shape_err(&e, TRAIN, &["running_mean", "[4]", "[3]"]);
     let mut st = BatchNormState::from_tensors(t(&[3]), t(&[3, 1]), Some(0.1));
-    let e = batch_norm_train(&x, None, None, Some(&mut st), 1e-5).unwrap_err();
+    let e = batch_norm_train(&x, Some(&mut st), &BatchNormOptions::default()).unwrap_err();
     shape_err(&e, TRAIN, &["running_var", "[3, 1]", "[3]"]);
     assert_eq!(st.num_batches_tracked, 0);
 
-    let e = batch_norm_inference(&x, &c4, &c3, None, None, 1e-5, Activation::None).unwrap_err();
+    let e = batch_norm_inference(&x, &c4, &c3, &BatchNormOptions::default()).unwrap_err();
     shape_err(&e, INFER, &["running_mean", "[4]", "[3]"]);
-    let e =
-        batch_norm_inference(&x, &c3, &c3, None, Some(&c4), 1e-5, Activation::Relu).unwrap_err();
+    let e = batch_norm_inference(
+        &x,
+        &c3,
+        &c3,
+        &BatchNormOptions {
+            bias: Some(&c4),
+            activation: Activation::Relu,
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
     shape_err(&e, INFER, &["bias (beta)", "[4]"]);
 
-    let e = batch_norm_backward(&x, &x, &c4, &c3, None).unwrap_err();
+    let e = BatchNormSaved::new(c4.clone(), c3.clone()).unwrap_err();
+    shape_err(&e, "BatchNormSaved::new", &["[4]", "[3]"]);
+    let e = batch_norm_backward(
+        &x,
+        &x,
+        None,
+        &BatchNormSaved::new(c4.clone(), c4.clone()).unwrap(),
+    )
+    .unwrap_err();
     shape_err(&e, BACKWARD, &["saved_mean", "[4]", "[3]"]);
-    let e = batch_norm_backward(&x, &x, &c3, &c3, Some(&c4)).unwrap_err();
+    let e = batch_norm_backward(
+        &x,
+        &x,
+        Some(&c4),
+        &BatchNormSaved::new(c3.clone(), c3.clone()).unwrap(),
+    )
+    .unwrap_err();
     shape_err(&e, BACKWARD, &["weight (gamma)", "[4]"]);
-    let e = batch_norm_backward(&t(&[2, 3, 5]), &x, &c3, &c3, None).unwrap_err();
+    let e = batch_norm_backward(
+        &t(&[2, 3, 5]),
+        &x,
+        None,
+        &BatchNormSaved::new(c3.clone(), c3.clone()).unwrap(),
+    )
+    .unwrap_err();
     shape_err(&e, BACKWARD, &["grad_output", "[2, 3, 5]", "[2, 3, 4]"]);
 }
 
 #[test]
 fn training_needs_more_than_one_value_per_channel() {
     for shape in [&[1usize, 3][..], &[1, 3, 1], &[1, 3, 1, 1]] {
-        let e = batch_norm_train(&t(shape), None, None, None, 1e-5).unwrap_err();
+        let e = batch_norm_train(&t(shape), None, &BatchNormOptions::default()).unwrap_err();
         shape_err(
             &e,
             TRAIN,
@@ -62,18 +109,30 @@ fn training_needs_more_than_one_value_per_channel() {
     // Inference and backward are defined for one value per channel.
     let x = t(&[1, 3, 1, 1]);
     let c = t(&[3]);
-    batch_norm_inference(&x, &c, &c, None, None, 1e-5, Activation::None).unwrap();
-    batch_norm_backward(&x, &x, &c, &c, Some(&c)).unwrap();
+    batch_norm_inference(&x, &c, &c, &BatchNormOptions::default()).unwrap();
+    batch_norm_backward(
+        &x,
+        &x,
+        Some(&c),
+        &BatchNormSaved::new(c.clone(), c.clone()).unwrap(),
+    )
+    .unwrap();
 }
 
 #[test]
 fn rank_below_two() {
     let c = t(&[3]);
-    let e = batch_norm_train(&t(&[3]), None, None, None, 1e-5).unwrap_err();
+    let e = batch_norm_train(&t(&[3]), None, &BatchNormOptions::default()).unwrap_err();
     shape_err(&e, TRAIN, &["rank >= 2", "[3]"]);
-    let e = batch_norm_inference(&t(&[]), &c, &c, None, None, 1e-5, Activation::None).unwrap_err();
+    let e = batch_norm_inference(&t(&[]), &c, &c, &BatchNormOptions::default()).unwrap_err();
     shape_err(&e, INFER, &["rank >= 2", "[]"]);
-    let e = batch_norm_backward(&t(&[3]), &t(&[3]), &c, &c, None).unwrap_err();
+    let e = batch_norm_backward(
+        &t(&[3]),
+        &t(&[3]),
+        None,
+        &BatchNormSaved::new(c.clone(), c.clone()).unwrap(),
+    )
+    .unwrap_err();
     shape_err(&e, BACKWARD, &["rank >= 2"]);
 }
 
@@ -88,29 +147,49 @@ fn dtype_mismatch() {
             expected: DType::F32,
             got: DType::F16,
         };
-        let e = batch_norm_train(&x, Some(&h), None, None, 1e-5).unwrap_err();
+        let e = batch_norm_train(
+            &x,
+            None,
+            &BatchNormOptions {
+                weight: Some(&h),
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
         assert_eq!(e, want(TRAIN));
         let mut st = BatchNormState::from_tensors(c.clone(), h.clone(), None);
-        let e = batch_norm_train(&x, None, None, Some(&mut st), 1e-5).unwrap_err();
+        let e = batch_norm_train(&x, Some(&mut st), &BatchNormOptions::default()).unwrap_err();
         assert_eq!(e, want(TRAIN));
-        let e = batch_norm_inference(&x, &h, &c, None, None, 1e-5, Activation::None).unwrap_err();
+        let e = batch_norm_inference(&x, &h, &c, &BatchNormOptions::default()).unwrap_err();
         assert_eq!(e, want(INFER));
         // Saved statistics are always f32, also for f16 inputs.
-        let e = batch_norm_backward(&x, &x, &h, &c, None).unwrap_err();
-        assert_eq!(e, want(BACKWARD));
-        let hx = Tensor::from_slice(dev(), &[f16::ONE; 6], &[2, 3]).unwrap();
-        let e = batch_norm_backward(&hx, &x, &c, &c, None).unwrap_err();
-        assert_eq!(e, want(BACKWARD));
-        let e = batch_norm_backward(&hx, &hx, &h, &c, None).unwrap_err();
+        let e = BatchNormSaved::new(h.clone(), c.clone()).unwrap_err();
         assert_eq!(
             e,
             Error::DType {
-                op: BACKWARD,
+                op: "BatchNormSaved::new",
                 expected: DType::F32,
                 got: DType::F16
             }
         );
-        let e = batch_norm_train(&hx, Some(&c), None, None, 1e-5).unwrap_err();
+        let hx = Tensor::from_slice(dev(), &[f16::ONE; 6], &[2, 3]).unwrap();
+        let e = batch_norm_backward(
+            &hx,
+            &x,
+            None,
+            &BatchNormSaved::new(c.clone(), c.clone()).unwrap(),
+        )
+        .unwrap_err();
+        assert_eq!(e, want(BACKWARD));
+        let e = batch_norm_train(
+            &hx,
+            None,
+            &BatchNormOptions {
+                weight: Some(&c),
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
         assert_eq!(
             e,
             Error::DType {
@@ -128,25 +207,42 @@ fn dtype_mismatch() {
 fn invalid_arguments() {
     let x = t(&[2, 3]);
     let c = t(&[3]);
-    for eps in [-1e-5, f32::NAN, f32::INFINITY] {
-        let e = batch_norm_train(&x, None, None, None, eps).unwrap_err();
+    for eps in [-1e-5, f64::NAN, f64::INFINITY, 1e300] {
+        let e = batch_norm_train(
+            &x,
+            None,
+            &BatchNormOptions {
+                eps,
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
         assert!(
             matches!(e, Error::InvalidArgument { op: TRAIN, .. }),
             "{e:?}"
         );
-        let e = batch_norm_inference(&x, &c, &c, None, None, eps, Activation::None).unwrap_err();
+        let e = batch_norm_inference(
+            &x,
+            &c,
+            &c,
+            &BatchNormOptions {
+                eps,
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
         assert!(
             matches!(e, Error::InvalidArgument { op: INFER, .. }),
             "{e:?}"
         );
     }
-    let mut st = BatchNormState::from_tensors(t(&[3]), t(&[3]), Some(f32::NAN));
-    let e = batch_norm_train(&x, None, None, Some(&mut st), 1e-5).unwrap_err();
+    let mut st = BatchNormState::from_tensors(t(&[3]), t(&[3]), Some(f64::NAN));
+    let e = batch_norm_train(&x, Some(&mut st), &BatchNormOptions::default()).unwrap_err();
     assert!(msg(&e).contains("momentum"), "{e}");
     // Running statistics are written in place: no repeated elements, no overlap with the
     // input, the parameters or each other.
     let mut st = BatchNormState::from_tensors(t(&[1]).broadcast_to(&[3]).unwrap(), t(&[3]), None);
-    let e = batch_norm_train(&x, None, None, Some(&mut st), 1e-5).unwrap_err();
+    let e = batch_norm_train(&x, Some(&mut st), &BatchNormOptions::default()).unwrap_err();
     assert!(
         matches!(e, Error::InvalidArgument { op: TRAIN, .. }),
         "{e:?}"
@@ -156,21 +252,37 @@ fn invalid_arguments() {
     let rm = flat.narrow(0, 0, 3).unwrap();
     let rv = flat.narrow(0, 2, 3).unwrap();
     let mut st = BatchNormState::from_tensors(rm.clone(), rv, None);
-    let e = batch_norm_train(&x, None, None, Some(&mut st), 1e-5).unwrap_err();
+    let e = batch_norm_train(&x, Some(&mut st), &BatchNormOptions::default()).unwrap_err();
     assert!(msg(&e).contains("must not overlap running_var"), "{e}");
     let g = flat.narrow(0, 3, 3).unwrap();
     let mut st = BatchNormState::from_tensors(flat.narrow(0, 6, 3).unwrap(), g.clone(), None);
-    let e = batch_norm_train(&x, Some(&g), None, Some(&mut st), 1e-5).unwrap_err();
+    let e = batch_norm_train(
+        &x,
+        Some(&mut st),
+        &BatchNormOptions {
+            weight: Some(&g),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
     assert!(msg(&e).contains("must not overlap weight (gamma)"), "{e}");
     let big = t(&[12]);
     let xv = big.narrow(0, 0, 6).unwrap().reshape(&[2, 3]).unwrap();
     let mut st = BatchNormState::from_tensors(big.narrow(0, 3, 3).unwrap(), t(&[3]), None);
-    let e = batch_norm_train(&xv, None, None, Some(&mut st), 1e-5).unwrap_err();
+    let e = batch_norm_train(&xv, Some(&mut st), &BatchNormOptions::default()).unwrap_err();
     assert!(msg(&e).contains("must not overlap the input"), "{e}");
     // Disjoint views of one flat parameter buffer are fine.
     let mut st = BatchNormState::from_tensors(rm, flat.narrow(0, 3, 3).unwrap(), None);
     let g = flat.narrow(0, 6, 3).unwrap();
-    batch_norm_train(&x, Some(&g), None, Some(&mut st), 1e-5).unwrap();
+    batch_norm_train(
+        &x,
+        Some(&mut st),
+        &BatchNormOptions {
+            weight: Some(&g),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert_eq!(st.num_batches_tracked, 1);
 }
 
@@ -179,9 +291,17 @@ fn device_mismatch() {
     let other = Device::new().unwrap();
     let x = t(&[2, 3]);
     let c = Tensor::from_slice(&other, &[1.0f32; 3], &[3]).unwrap();
-    let e = batch_norm_train(&x, Some(&c), None, None, 1e-5).unwrap_err();
+    let e = batch_norm_train(
+        &x,
+        None,
+        &BatchNormOptions {
+            weight: Some(&c),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
     assert_eq!(e, Error::DeviceMismatch { op: TRAIN });
-    let e = batch_norm_inference(&x, &c, &c, None, None, 1e-5, Activation::None).unwrap_err();
+    let e = batch_norm_inference(&x, &c, &c, &BatchNormOptions::default()).unwrap_err();
     assert_eq!(e, Error::DeviceMismatch { op: INFER });
 }
 
@@ -190,7 +310,7 @@ fn device_mismatch() {
 struct BnCall {
     x: Vec<usize>,
     params: [Option<Vec<usize>>; 4],
-    eps: f32,
+    eps: f64,
     which: u8,
 }
 
@@ -204,7 +324,7 @@ fn bn_call() -> impl Strategy<Value = BnCall> {
             prop::option::of(shape()),
             prop::option::of(shape()),
         ],
-        prop_oneof![Just(1e-5f32), Just(-1.0), Just(f32::NAN), Just(0.0)],
+        prop_oneof![Just(1e-5f64), Just(-1.0), Just(f64::NAN), Just(0.0)],
         0u8..3,
     )
         .prop_map(|(x, params, eps, which)| BnCall {
@@ -232,21 +352,37 @@ fn bn_run(c: &BnCall) -> wgtensor::Result<()> {
                 }
                 _ => None,
             };
-            batch_norm_train(&x, p[0].as_ref(), p[1].as_ref(), st.as_mut(), c.eps)?;
+            batch_norm_train(
+                &x,
+                st.as_mut(),
+                &BatchNormOptions {
+                    weight: p[0].as_ref(),
+                    bias: p[1].as_ref(),
+                    eps: c.eps,
+                    ..Default::default()
+                },
+            )?;
         }
         1 => {
             batch_norm_inference(
                 &x,
                 &or_x(2),
                 &or_x(3),
-                p[0].as_ref(),
-                p[1].as_ref(),
-                c.eps,
-                Activation::Tanh,
+                &BatchNormOptions {
+                    weight: p[0].as_ref(),
+                    bias: p[1].as_ref(),
+                    eps: c.eps,
+                    activation: Activation::Tanh,
+                },
             )?;
         }
         _ => {
-            batch_norm_backward(&x, &x, &or_x(2), &or_x(3), p[0].as_ref())?;
+            batch_norm_backward(
+                &x,
+                &x,
+                p[0].as_ref(),
+                &BatchNormSaved::new(or_x(2).clone(), or_x(3).clone())?,
+            )?;
         }
     }
     Ok(())
@@ -258,4 +394,45 @@ proptest! {
     fn random_batchnorm_arguments_never_panic(c in bn_call()) {
         let _ = bn_run(&c);
     }
+}
+
+/// The typed saved statistics cannot be passed in the wrong order, and swapped tensors are
+/// caught: the forward's input given as `dy`, or its output given as `x`.
+#[test]
+fn swapped_backward_arguments_are_refused() {
+    let x = Tensor::from_slice(dev(), &[1.0f32, 4.0, 2.0, 0.0, 3.0, 5.0], &[3, 2]).unwrap();
+    let out = batch_norm_train(&x, None, &BatchNormOptions::default()).unwrap();
+    let dy = Tensor::from_slice(dev(), &[0.5f32, -1.0, 2.0, 0.25, 1.0, -0.5], &[3, 2]).unwrap();
+    let good = batch_norm_backward(&dy, &x, None, &out.saved).unwrap();
+    let e = batch_norm_backward(&x, &dy, None, &out.saved).unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument { op: BACKWARD, .. }) && msg(&e).contains("swapped"),
+        "{e:?}"
+    );
+    let e = batch_norm_backward(&dy, &out.y, None, &out.saved).unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument { op: BACKWARD, .. }) && msg(&e).contains("output"),
+        "{e:?}"
+    );
+    // A handle sharing the input's view is the input; dy equal to x is not a swap.
+    let again = batch_norm_backward(&dy, &x.clone(), None, &out.saved).unwrap();
+    assert_eq!(
+        again.dx.to_vec::<f32>().unwrap(),
+        good.dx.to_vec::<f32>().unwrap()
+    );
+    batch_norm_backward(&x, &x, None, &out.saved).unwrap();
+    // Statistics from elsewhere: f32 [C] pairs only.
+    let m = Tensor::zeros(dev(), &[2], DType::F32).unwrap();
+    let h = Tensor::zeros(dev(), &[2], DType::F16);
+    if let Ok(h) = h {
+        let e = BatchNormSaved::new(m.clone(), h).unwrap_err();
+        assert!(matches!(e, Error::DType { .. }), "{e:?}");
+    }
+    let e = BatchNormSaved::new(m.clone(), Tensor::zeros(dev(), &[3], DType::F32).unwrap())
+        .unwrap_err();
+    shape_err(&e, "BatchNormSaved::new", &["[2]", "[3]"]);
+    let saved =
+        BatchNormSaved::new(m, Tensor::full(dev(), &[2], 1.0, DType::F32).unwrap()).unwrap();
+    let g = batch_norm_backward(&dy, &x, None, &saved).unwrap();
+    assert_eq!(g.dbias.to_vec::<f32>().unwrap(), vec![3.5, -1.25]);
 }

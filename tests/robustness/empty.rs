@@ -4,7 +4,8 @@
 use wgtensor::ops::{
     batch_norm_backward, batch_norm_inference, batch_norm_train, conv2d, conv2d_backward_input,
     conv2d_backward_weight, conv_backward_bias, gemm, gemm_into, matmul, Activation,
-    BatchNormState, Bias, Conv2dOptions, GemmOptions,
+    BatchNormGrads, BatchNormOptions, BatchNormSaved, BatchNormState, Bias, Conv2dOptions,
+    GemmOptions,
 };
 use wgtensor::{DType, Error, Tensor};
 
@@ -177,25 +178,31 @@ fn convolution_with_empty_batch_or_channels() {
 fn batch_norm_with_empty_and_single_values() {
     let x = ramp(&[1, 3]);
     // One value per channel when training: PyTorch's error, not NaN.
-    let e = batch_norm_train(&x, None, None, None, 1e-5).unwrap_err();
+    let e = batch_norm_train(&x, None, &BatchNormOptions::default()).unwrap_err();
     names_op(&e, "batch_norm_train");
     assert!(
         e.to_string().contains("more than 1 value per channel"),
         "{e}"
     );
-    let e = batch_norm_train(&empty(&[0, 3]), None, None, None, 1e-5).unwrap_err();
+    let e = batch_norm_train(&empty(&[0, 3]), None, &BatchNormOptions::default()).unwrap_err();
     assert!(
         e.to_string().contains("more than 1 value per channel"),
         "{e}"
     );
-    let e = batch_norm_train(&ramp(&[1, 2, 1, 1]), None, None, None, 1e-5).unwrap_err();
+    let e = batch_norm_train(&ramp(&[1, 2, 1, 1]), None, &BatchNormOptions::default()).unwrap_err();
     assert!(
         e.to_string().contains("more than 1 value per channel"),
         "{e}"
     );
     // No channels: empty outputs, and the batch is counted.
     let mut st = BatchNormState::new(dev(), 0, DType::F32).unwrap();
-    let (y, m, s) = batch_norm_train(&empty(&[4, 0, 2]), None, None, Some(&mut st), 1e-5).unwrap();
+    let out = batch_norm_train(
+        &empty(&[4, 0, 2]),
+        Some(&mut st),
+        &BatchNormOptions::default(),
+    )
+    .unwrap();
+    let (y, m, s) = (out.y, out.saved.mean().clone(), out.saved.invstd().clone());
     assert_eq!(
         (y.shape(), m.shape(), s.shape()),
         (&[4, 0, 2][..], &[0][..], &[0][..])
@@ -204,20 +211,20 @@ fn batch_norm_with_empty_and_single_values() {
     // Inference on an empty batch.
     let rm = Tensor::zeros(dev(), &[3], DType::F32).unwrap();
     let rv = Tensor::full(dev(), &[3], 1.0, DType::F32).unwrap();
-    let y = batch_norm_inference(
-        &empty(&[0, 3]),
-        &rm,
-        &rv,
-        None,
-        None,
-        1e-5,
-        Activation::None,
-    )
-    .unwrap();
+    let y = batch_norm_inference(&empty(&[0, 3]), &rm, &rv, &BatchNormOptions::default()).unwrap();
     assert_eq!(y.shape(), &[0, 3]);
     // Backward over an empty batch: empty dx, zero parameter gradients.
-    let (dx, dg, db) =
-        batch_norm_backward(&empty(&[0, 3]), &empty(&[0, 3]), &rm, &rv, None).unwrap();
+    let BatchNormGrads {
+        dx,
+        dweight: dg,
+        dbias: db,
+    } = batch_norm_backward(
+        &empty(&[0, 3]),
+        &empty(&[0, 3]),
+        None,
+        &BatchNormSaved::new(rm.clone(), rv.clone()).unwrap(),
+    )
+    .unwrap();
     assert_eq!(dx.shape(), &[0, 3]);
     assert_eq!(vals(&dg), vec![0.0; 3]);
     assert_eq!(vals(&db), vec![0.0; 3]);
@@ -230,7 +237,7 @@ fn num_batches_tracked_saturates() {
     st.momentum = None;
     st.num_batches_tracked = u64::MAX;
     let x = ramp(&[4, 2]);
-    batch_norm_train(&x, None, None, Some(&mut st), 1e-5).unwrap();
+    batch_norm_train(&x, Some(&mut st), &BatchNormOptions::default()).unwrap();
     assert_eq!(st.num_batches_tracked, u64::MAX);
     let rm = vals(&st.running_mean);
     let rv = vals(&st.running_var);

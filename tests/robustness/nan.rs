@@ -2,8 +2,8 @@
 //! scalar max/min, the max/min reductions, and batch-norm statistics.
 
 use wgtensor::ops::{
-    batch_norm_inference, batch_norm_train, conv2d, gemm, Activation, Conv2dOptions, GemmOptions,
-    ScalarOp,
+    batch_norm_inference, batch_norm_train, conv2d, gemm, Activation, BatchNormOptions,
+    Conv2dOptions, GemmOptions, ScalarOp,
 };
 use wgtensor::{DType, Tensor};
 
@@ -97,7 +97,19 @@ fn fused_relu_epilogues_keep_nan() {
     let x = t(&[NAN, -1.0, 1.0, -1.0], &[2, 2]);
     let rm = Tensor::zeros(dev(), &[2], DType::F32).unwrap();
     let rv = Tensor::full(dev(), &[2], 1.0, DType::F32).unwrap();
-    let y = vals(&batch_norm_inference(&x, &rm, &rv, None, None, 0.0, Activation::Relu).unwrap());
+    let y = vals(
+        &batch_norm_inference(
+            &x,
+            &rm,
+            &rv,
+            &BatchNormOptions {
+                eps: 0.0,
+                activation: Activation::Relu,
+                ..Default::default()
+            },
+        )
+        .unwrap(),
+    );
     assert!(y[0].is_nan() && y[1] == 0.0, "{y:?}");
 }
 
@@ -105,7 +117,8 @@ fn fused_relu_epilogues_keep_nan() {
 fn batch_norm_statistics_keep_nan() {
     // Channel 0 holds a NaN, channel 1 does not.
     let x = t(&[NAN, 1.0, 2.0, 3.0, 4.0, 5.0], &[3, 2]);
-    let (y, mean, invstd) = batch_norm_train(&x, None, None, None, 1e-5).unwrap();
+    let out = batch_norm_train(&x, None, &BatchNormOptions::default()).unwrap();
+    let (y, mean, invstd) = (out.y, out.saved.mean().clone(), out.saved.invstd().clone());
     let (m, s, y) = (vals(&mean), vals(&invstd), vals(&y));
     assert!(m[0].is_nan() && s[0].is_nan(), "mean {m:?} invstd {s:?}");
     assert!(!m[1].is_nan() && !s[1].is_nan(), "mean {m:?} invstd {s:?}");

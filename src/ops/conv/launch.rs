@@ -8,7 +8,7 @@ use bytemuck::{Pod, Zeroable};
 use super::geom::Geom;
 use crate::ops::gemm::{Activation, ACTIVATION_DEFS};
 use crate::runtime::pipeline::{ShaderVariant, ACTIVATION_LIB};
-use crate::runtime::{grid_1d, Access, Kernel, Storage};
+use crate::runtime::{Access, Kernel, Storage};
 use crate::{Caps, DType, Device, Error, Result, Tensor};
 
 const CONV_COMMON: &str = include_str!("../../../shaders/lib/conv_common.wgsl");
@@ -444,13 +444,13 @@ pub(crate) fn run(
                 * m.div_ceil(pl.rt as usize)
                 * lines
                 * (p.c_e2 as usize).div_ceil(DIRECT_COLS);
-            let [x, y, _] = grid_1d(op, inv.div_ceil(DIRECT_WG) as u64, max as u32)?;
+            let [x, y, _] = dev.grid_1d(op, inv.div_ceil(DIRECT_WG) as u64)?;
             [x, y, pl.splits]
         }
         ConvVariant::DirectLines => {
             let lines = ncols / (p.c_e1 * p.c_e2) as usize * (p.c_e1 as usize).div_ceil(4);
             let inv = g.groups * lines * (p.c_e2 as usize).div_ceil(DIRECT_COLS);
-            let [x, y, _] = grid_1d(op, inv.div_ceil(DIRECT_WG) as u64, max as u32)?;
+            let [x, y, _] = dev.grid_1d(op, inv.div_ceil(DIRECT_WG) as u64)?;
             [x, y, 1]
         }
     };
@@ -522,7 +522,7 @@ pub(crate) fn run(
         &consts,
         bytes,
         &[bias_buf, out.buffer(), ws.buffer()],
-        grid_1d(op, total.div_ceil(REDUCE_WG as u64), max as u32)?,
+        dev.grid_1d(op, total.div_ceil(REDUCE_WG as u64))?,
     )
 }
 

@@ -1,4 +1,4 @@
-//! Backward of batch normalization (forward in src/ops/batchnorm.rs).
+//! Backward of batch normalization for autograd (forward in launch.rs).
 //!
 //! Training: the fused `batch_norm_backward` kernel from the saved batch statistics gives dx,
 //! dgamma and dbeta in three passes. Only `y` carries a gradient: the saved mean and inverse
@@ -7,12 +7,13 @@
 //! `dx = dZ * gamma * invstd`, `dgamma = sum dZ * xhat`, `dbeta = sum dZ` per channel, with
 //! `dZ = dY * act'(y)` (GELU runs unfused and records a separate `gelu`).
 
+use super::api::{batch_norm_backward, BatchNormOptions, BatchNormOutput, BatchNormSaved};
+use super::launch::{inference_untracked, train_untracked};
+use super::BatchNormState;
 use crate::autograd::{is_grad_enabled, record, sum_to, BackwardOp, NoGradGuard};
-use crate::ops::batchnorm::{
-    batch_norm_backward, batch_norm_inference_untracked, batch_norm_train_untracked, BatchNormState,
-};
 use crate::ops::conv::activation_grad;
 use crate::ops::gemm::Activation;
+use crate::ops::grad_kernel::{grad_binary, GradCode};
 use crate::{DType, Error, Result, Tensor};
 
 fn missing(op: &'static str) -> Error {
@@ -21,8 +22,7 @@ fn missing(op: &'static str) -> Error {
 
 struct TrainBackward {
     x: Tensor,
-    mean: Tensor,
-    invstd: Tensor,
+    saved: BatchNormSaved,
     gamma: Option<Tensor>,
     has_beta: bool,
 }
@@ -36,33 +36,69 @@ impl BackwardOp for TrainBackward {
         let Some(g) = grads.first().and_then(Option::as_ref) else {
             return Ok(vec![None; needs.len()]);
         };
-        let (dx, dgamma, dbeta) =
-            batch_norm_backward(g, &self.x, &self.mean, &self.invstd, self.gamma.as_ref())?;
-        let mut out = vec![Some(dx)];
+        let gr = batch_norm_backward(g, &self.x, self.gamma.as_ref(), &self.saved)?;
+        let mut out = vec![Some(gr.dx)];
         if self.gamma.is_some() {
-            out.push(Some(dgamma));
+            out.push(Some(gr.dweight));
         }
         if self.has_beta {
-            out.push(Some(dbeta));
+            out.push(Some(gr.dbias));
         }
         Ok(out)
     }
 }
 
+/// `dy * act'`: the gradient before the forward's fused activation.
+pub(crate) fn undo_activation(
+    op: &'static str,
+    dy: &Tensor,
+    saved: &BatchNormSaved,
+) -> Result<Tensor> {
+    match saved.activation {
+        Activation::None => Ok(dy.clone()),
+        Activation::Gelu => {
+            let pre = saved.act_input.as_ref().ok_or_else(|| missing(op))?;
+            check_like(op, dy, pre)?;
+            grad_binary(dy, pre, GradCode::GeluFromX, 0.0)
+        }
+        act => {
+            let y = saved.act_input.as_ref().ok_or_else(|| missing(op))?;
+            check_like(op, dy, y)?;
+            activation_grad(op, dy, Some(y), act)
+        }
+    }
+}
+
+/// dy against the forward's output, before they meet in an elementwise kernel.
+fn check_like(op: &'static str, dy: &Tensor, y: &Tensor) -> Result<()> {
+    dy.same_device(op, y)?;
+    dy.same_dtype(op, y)?;
+    if dy.shape() != y.shape() {
+        return Err(Error::shape(
+            op,
+            format!(
+                "grad_output has shape {:?} but the forward's output has shape {:?}",
+                dy.shape(),
+                y.shape()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// [`crate::ops::batch_norm_train`], recorded.
 pub(crate) fn train(
     x: &Tensor,
-    gamma: Option<&Tensor>,
-    beta: Option<&Tensor>,
     state: Option<&mut BatchNormState>,
-    eps: f32,
-) -> Result<(Tensor, Tensor, Tensor)> {
+    o: &BatchNormOptions,
+) -> Result<BatchNormOutput> {
+    let (gamma, beta) = (o.weight, o.bias);
     let tracked = [Some(x), gamma, beta]
         .iter()
         .flatten()
         .any(|t| t.is_tracked());
     if !tracked || !is_grad_enabled() {
-        return batch_norm_train_untracked(x, gamma, beta, state, eps);
+        return train_untracked(x, state, o);
     }
     let mut inputs = vec![x];
     inputs.extend(gamma);
@@ -75,20 +111,20 @@ pub(crate) fn train(
             ));
         }
     }
-    let (y, mean, invstd) = {
+    let out = {
         let _guard = NoGradGuard::new();
-        batch_norm_train_untracked(x, gamma, beta, state, eps)?
+        train_untracked(x, state, o)?
     };
-    let y = record(y, &inputs, |_| {
+    let saved = out.saved;
+    let y = record(out.y, &inputs, |_| {
         Box::new(TrainBackward {
             x: x.detach(),
-            mean: mean.clone(),
-            invstd: invstd.clone(),
+            saved: saved.clone(),
             gamma: gamma.map(Tensor::detach),
             has_beta: beta.is_some(),
         })
     });
-    Ok((y, mean, invstd))
+    Ok(BatchNormOutput { y, saved })
 }
 
 struct InferenceBackward {
@@ -162,25 +198,15 @@ pub(crate) fn inference(
     x: &Tensor,
     running_mean: &Tensor,
     running_var: &Tensor,
-    gamma: Option<&Tensor>,
-    beta: Option<&Tensor>,
-    eps: f32,
-    activation: Activation,
+    o: &BatchNormOptions,
 ) -> Result<Tensor> {
+    let (gamma, beta, eps, activation) = (o.weight, o.bias, o.eps, o.activation);
     let tracked = [Some(x), gamma, beta]
         .iter()
         .flatten()
         .any(|t| t.is_tracked());
     if !tracked || !is_grad_enabled() {
-        return batch_norm_inference_untracked(
-            x,
-            running_mean,
-            running_var,
-            gamma,
-            beta,
-            eps,
-            activation,
-        );
+        return inference_untracked(x, running_mean, running_var, o);
     }
     let mut inputs = vec![x];
     inputs.extend(gamma);
@@ -191,12 +217,16 @@ pub(crate) fn inference(
         activation
     };
     let _guard = NoGradGuard::new();
-    let y = batch_norm_inference_untracked(x, running_mean, running_var, gamma, beta, eps, fused)?;
+    let unfused = BatchNormOptions {
+        activation: fused,
+        ..*o
+    };
+    let y = inference_untracked(x, running_mean, running_var, &unfused)?;
     // The per-channel constants of the backward, computed once here (small [C] ops).
     let c = x.shape()[1];
     let cs = channel_shape(c, x.rank());
     let invstd = running_var
-        .add_scalar(f64::from(eps))?
+        .add_scalar(eps)?
         .sqrt()?
         .scalar_op(crate::ops::ScalarOp::RDiv, 1.0)?
         .reshape(&cs)?;

@@ -1,0 +1,344 @@
+//! The kernels' launches behind the public batch-norm entry points (api.rs): untracked, on
+//! validated arguments.
+
+use super::api::{BatchNormOptions, BatchNormOutput, BatchNormSaved, BatchNormState, ViewId};
+use super::*;
+
+/// The untracked forward of [`batch_norm_inference`](super::batch_norm_inference) (grad.rs
+/// records it).
+pub(crate) fn inference_untracked(
+    x: &Tensor,
+    running_mean: &Tensor,
+    running_var: &Tensor,
+    o: &BatchNormOptions,
+) -> Result<Tensor> {
+    let op = "batch_norm_inference";
+    let (gamma, beta, activation) = (o.weight, o.bias, o.activation);
+    check_input(op, x)?;
+    let eps = check_eps(op, o.eps)?;
+    let c = x.shape()[1];
+    let dt = x.dtype;
+    let rmean_os = check_channel_vec(op, "running_mean", x, running_mean, c, dt)?;
+    let rvar_os = check_channel_vec(op, "running_var", x, running_var, c, dt)?;
+    let gamma_os = gamma
+        .map(|g| check_channel_vec(op, "weight (gamma)", x, g, c, dt))
+        .transpose()?;
+    let beta_os = beta
+        .map(|b| check_channel_vec(op, "bias (beta)", x, b, c, dt))
+        .transpose()?;
+    if x.numel() == 0 {
+        return Tensor::empty(x.device(), op, x.shape(), dt);
+    }
+    let (mut inp, _) = prepare(op, x, None)?;
+    let dev = inp.x.device().clone();
+    let y = Tensor::empty(&dev, op, inp.x.shape(), dt)?;
+    let p = &mut inp.params;
+    p.eps = eps;
+    p.rmean_os = rmean_os;
+    p.rvar_os = rvar_os;
+    p.gamma_os = gamma_os.unwrap_or_default();
+    p.beta_os = beta_os.unwrap_or_default();
+    p.flags =
+        if gamma.is_some() { FLAG_GAMMA } else { 0 } | if beta.is_some() { FLAG_BETA } else { 0 };
+    // Absent parameters bind placeholders the kernel never reads (flags say so).
+    let (unused, no_gamma, no_beta) = (
+        inp.placeholder(op)?,
+        inp.placeholder(op)?,
+        inp.placeholder(op)?,
+    );
+    let [out4, out1] = inp.outputs(y.buffer(), &unused);
+    dev.launch(
+        op,
+        &INFER,
+        &[dt],
+        &inp.consts(Some(activation)),
+        bytemuck::bytes_of(&inp.params),
+        &[
+            inp.x.buffer(),
+            inp.x.buffer(),
+            out4,
+            out1,
+            gamma.map_or(no_gamma.buffer(), |g| g.buffer()),
+            beta.map_or(no_beta.buffer(), |b| b.buffer()),
+            running_mean.buffer(),
+            running_var.buffer(),
+        ],
+        inp.data_grid(),
+    )?;
+    Ok(y)
+}
+
+/// The untracked forward of [`batch_norm_train`](super::batch_norm_train) (grad.rs records
+/// it).
+pub(crate) fn train_untracked(
+    x: &Tensor,
+    state: Option<&mut BatchNormState>,
+    o: &BatchNormOptions,
+) -> Result<BatchNormOutput> {
+    let op = "batch_norm_train";
+    let (gamma, beta) = (o.weight, o.bias);
+    check_input(op, x)?;
+    let eps = check_eps(op, o.eps)?;
+    let c = x.shape()[1];
+    let dt = x.dtype;
+    // Values per channel (N times the trailing dims): not numel / C, which C = 0 would divide.
+    let count: usize = x.shape()[0] * x.shape()[2..].iter().product::<usize>();
+    if count <= 1 {
+        return Err(Error::shape(
+            op,
+            format!(
+                "Expected more than 1 value per channel when training, got input size {:?}",
+                x.shape()
+            ),
+        ));
+    }
+    let gamma_os = gamma
+        .map(|g| check_channel_vec(op, "weight (gamma)", x, g, c, dt))
+        .transpose()?;
+    let beta_os = beta
+        .map(|b| check_channel_vec(op, "bias (beta)", x, b, c, dt))
+        .transpose()?;
+    let mut running = None;
+    if let Some(st) = &state {
+        let rm = &st.running_mean;
+        let rv = &st.running_var;
+        let rmean_os = check_channel_vec(op, "running_mean", x, rm, c, dt)?;
+        let rvar_os = check_channel_vec(op, "running_var", x, rv, c, dt)?;
+        let mut others = vec![("the input", x), ("running_var", rv)];
+        others.extend(gamma.map(|g| ("weight (gamma)", g)));
+        others.extend(beta.map(|b| ("bias (beta)", b)));
+        check_in_place(op, "running_mean", rm, &others)?;
+        others[1] = ("running_mean", rm);
+        check_in_place(op, "running_var", rv, &others)?;
+        let factor = match st.momentum {
+            Some(m) if m.is_finite() => m as f32,
+            Some(m) => {
+                return Err(Error::arg(op, format!("momentum must be finite, got {m}")));
+            }
+            None => 1.0 / st.num_batches_tracked.saturating_add(1) as f32,
+        };
+        running = Some((rmean_os, rvar_os, factor));
+    }
+    if c == 0 {
+        // No channels: nothing to normalize, but the call still counts as a training batch.
+        let dev = x.device();
+        let y = Tensor::empty(dev, op, x.shape(), dt)?;
+        let mean = Tensor::empty(dev, op, &[0], DType::F32)?;
+        let invstd = Tensor::empty(dev, op, &[0], DType::F32)?;
+        let out = output(x, y.clone(), y, mean, invstd, o.activation);
+        if let Some(st) = state {
+            st.num_batches_tracked = st.num_batches_tracked.saturating_add(1);
+        }
+        return Ok(out);
+    }
+    let (mut inp, _) = prepare(op, x, None)?;
+    let dev = inp.x.device().clone();
+    let y = Tensor::empty(&dev, op, inp.x.shape(), dt)?;
+    let saved_mean = Tensor::empty(&dev, op, &[c], DType::F32)?;
+    let saved_invstd = Tensor::empty(&dev, op, &[c], DType::F32)?;
+    let ws = inp.workspace(op)?;
+    let p = &mut inp.params;
+    p.eps = eps;
+    p.gamma_os = gamma_os.unwrap_or_default();
+    p.beta_os = beta_os.unwrap_or_default();
+    p.smean_os = [0, 1];
+    p.sinv_os = [0, 1];
+    p.flags =
+        if gamma.is_some() { FLAG_GAMMA } else { 0 } | if beta.is_some() { FLAG_BETA } else { 0 };
+    if let Some((rm, rv, f)) = running {
+        p.rmean_os = rm;
+        p.rvar_os = rv;
+        p.factor = f;
+        p.flags |= FLAG_RUNNING;
+    }
+    let params = bytemuck::bytes_of(&inp.params);
+    let dts = [dt];
+    let data = inp.consts(None);
+    let xb = inp.x.buffer();
+    let fused = match o.activation {
+        Activation::Gelu => Activation::None,
+        a => a,
+    };
+    dev.launch(
+        op,
+        &STATS,
+        &dts,
+        &data,
+        params,
+        &[xb, xb, ws.buffer()],
+        inp.data_grid(),
+    )?;
+    // Absent tensors bind placeholders, which the kernel never touches (flags say so).
+    let wsb = ws.buffer();
+    let unused: Vec<Storage> = (0..4).map(|_| inp.placeholder(op)).collect::<Result<_>>()?;
+    let (rmb, rvb) = match &state {
+        Some(st) => (st.running_mean.buffer(), st.running_var.buffer()),
+        None => (unused[2].buffer(), unused[3].buffer()),
+    };
+    dev.launch(
+        op,
+        &FINALIZE,
+        &dts,
+        &data,
+        params,
+        &[
+            wsb,
+            gamma.map_or(unused[0].buffer(), |g| g.buffer()),
+            beta.map_or(unused[1].buffer(), |b| b.buffer()),
+            rmb,
+            rvb,
+            saved_mean.buffer(),
+            saved_invstd.buffer(),
+        ],
+        inp.channel_grid(op)?,
+    )?;
+    let [out4, out1] = inp.outputs(y.buffer(), &unused[0]);
+    dev.launch(
+        op,
+        &APPLY,
+        &dts,
+        &inp.consts(Some(fused)),
+        params,
+        &[xb, xb, out4, out1, wsb],
+        inp.data_grid(),
+    )?;
+    if let Some(st) = state {
+        // Saturates: a wrapped count would make momentum=None's factor 1/0.
+        st.num_batches_tracked = st.num_batches_tracked.saturating_add(1);
+    }
+    // GELU's derivative needs its input: y is stored as the pre-activation, activated here.
+    let activated = match o.activation {
+        Activation::Gelu => y.gelu()?,
+        _ => y.clone(),
+    };
+    Ok(output(
+        x,
+        activated,
+        y,
+        saved_mean,
+        saved_invstd,
+        o.activation,
+    ))
+}
+
+/// The training result; `pre` is y before a GELU (else y itself).
+fn output(
+    x: &Tensor,
+    y: Tensor,
+    pre: Tensor,
+    mean: Tensor,
+    invstd: Tensor,
+    activation: Activation,
+) -> BatchNormOutput {
+    let saved = BatchNormSaved {
+        mean,
+        invstd,
+        activation,
+        act_input: match activation {
+            Activation::None => None,
+            Activation::Gelu => Some(pre),
+            _ => Some(y.clone()),
+        },
+        input: Some(ViewId::of(x)),
+        output: Some(ViewId::of(&y)),
+    };
+    BatchNormOutput { y, saved }
+}
+
+/// The kernels of [`batch_norm_backward`](super::batch_norm_backward), after the activation's
+/// derivative has been applied to `dy`.
+pub(crate) fn backward_untracked(
+    dy: &Tensor,
+    x: &Tensor,
+    saved_mean: &Tensor,
+    saved_invstd: &Tensor,
+    gamma: Option<&Tensor>,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let op = "batch_norm_backward";
+    check_input(op, x)?;
+    let c = x.shape()[1];
+    let dt = x.dtype;
+    let smean_os = check_channel_vec(op, "saved_mean", x, saved_mean, c, DType::F32)?;
+    let sinv_os = check_channel_vec(op, "saved_invstd", x, saved_invstd, c, DType::F32)?;
+    let gamma_os = gamma
+        .map(|g| check_channel_vec(op, "weight (gamma)", x, g, c, dt))
+        .transpose()?;
+    if x.numel() == 0 || dy.numel() == 0 {
+        // Validate dy as prepare would, then return empty dx and zero parameter gradients
+        // (sums over no values).
+        x.same_device(op, dy)?;
+        x.same_dtype(op, dy)?;
+        if dy.shape() != x.shape() {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "grad_output has shape {:?} but the input has shape {:?}",
+                    dy.shape(),
+                    x.shape()
+                ),
+            ));
+        }
+        let dev = x.device();
+        return Ok((
+            Tensor::empty(dev, op, x.shape(), dt)?,
+            Tensor::zeros(dev, &[c], dt)?,
+            Tensor::zeros(dev, &[c], dt)?,
+        ));
+    }
+    let (mut inp, dy) = prepare(op, x, Some(dy))?;
+    let Some(dy) = dy else {
+        return Err(Error::arg(op, "grad_output is missing"));
+    };
+    let dev = inp.x.device().clone();
+    let dx = Tensor::empty(&dev, op, inp.x.shape(), dt)?;
+    let dgamma = Tensor::empty(&dev, op, &[c], dt)?;
+    let dbeta = Tensor::empty(&dev, op, &[c], dt)?;
+    let ws = inp.workspace(op)?;
+    let p = &mut inp.params;
+    p.smean_os = smean_os;
+    p.sinv_os = sinv_os;
+    p.gamma_os = gamma_os.unwrap_or_default();
+    p.flags = if gamma.is_some() { FLAG_GAMMA } else { 0 };
+    let params = bytemuck::bytes_of(&inp.params);
+    let dts = [dt];
+    let data = inp.consts(None);
+    let (xb, dyb, wsb) = (inp.x.buffer(), dy.buffer(), ws.buffer());
+    // Bindings this pass never touches get placeholders (see `Input::placeholder`).
+    let unused = inp.placeholder(op)?;
+    dev.launch(
+        op,
+        &GRAD_STATS,
+        &dts,
+        &data,
+        params,
+        &[xb, xb, dyb, dyb, saved_mean.buffer(), wsb],
+        inp.data_grid(),
+    )?;
+    dev.launch(
+        op,
+        &GRAD_FINALIZE,
+        &dts,
+        &data,
+        params,
+        &[
+            wsb,
+            gamma.map_or(unused.buffer(), |g| g.buffer()),
+            saved_mean.buffer(),
+            saved_invstd.buffer(),
+            dgamma.buffer(),
+            dbeta.buffer(),
+        ],
+        inp.channel_grid(op)?,
+    )?;
+    let [dx4, dx1] = inp.outputs(dx.buffer(), &unused);
+    dev.launch(
+        op,
+        &GRAD_APPLY,
+        &dts,
+        &data,
+        params,
+        &[xb, xb, dyb, dyb, dx4, dx1, wsb],
+        inp.data_grid(),
+    )?;
+    Ok((dx, dgamma, dbeta))
+}

@@ -1,0 +1,557 @@
+//! Batch normalization over channel axis 1 (shaders/batchnorm.wgsl): inference, training forward
+//! and backward for inputs `[N, C]`, `[N, C, L]`, `[N, C, H, W]` (any rank >= 2: the dims after
+//! the channel axis are flattened), with PyTorch semantics.
+//!
+//! dtypes: `x`, `dy`, outputs, `gamma`, `beta` and the running statistics share one dtype (f32 or
+//! f16, as PyTorch keeps them in the parameter dtype). The saved statistics (`saved_mean`,
+//! `saved_invstd`) are always f32, as PyTorch's half-precision kernels save them in the
+//! accumulation type; all arithmetic runs in f32.
+//!
+//! Each data pass splits channel c's `N*S` values into chunks (a plain function of the shape and
+//! the adapter type, see [`BatchNormPlan`]); one workgroup per (chunk, channel) loops over its
+//! chunk without barriers and every lane leaves its own partial in a pooled f32 workspace. A
+//! per-channel pass then merges the partials in a fixed order, so results are bitwise identical
+//! on every run. Training statistics are Welford updates of pivot-shifted values per lane,
+//! merged with Chan's formula (never `E[x^2] - E[x]^2`), so a mean of 1e4 with a spread of 1e-2
+//! keeps full precision.
+//!
+//! Files: api.rs holds the public types and entry points, launch.rs the kernels' launches,
+//! grad.rs what autograd records.
+//!
+//! Dispatches: inference 1; training 3 (partial statistics, per-channel finalize with the
+//! in-place running-stat update, normalize); backward 3 (partial sums, per-channel finalize,
+//! dx).
+//!
+//! ```no_run,ignore-wasm32
+//! # fn main() -> wgtensor::Result<()> {
+//! use wgtensor::ops::{
+//!     batch_norm_backward, batch_norm_inference, batch_norm_train, Activation, BatchNormOptions,
+//!     BatchNormState,
+//! };
+//! use wgtensor::{DType, Device, Tensor};
+//!
+//! let dev = Device::new()?;
+//! let x = Tensor::full(&dev, &[8, 16, 32, 32], 0.5, DType::F32)?;
+//! let gamma = Tensor::full(&dev, &[16], 1.0, DType::F32)?;
+//! let beta = Tensor::zeros(&dev, &[16], DType::F32)?;
+//! let o = BatchNormOptions {
+//!     weight: Some(&gamma),
+//!     bias: Some(&beta),
+//!     activation: Activation::Relu,
+//!     ..Default::default()
+//! };
+//! let mut state = BatchNormState::new(&dev, 16, DType::F32)?; // momentum 0.1, as PyTorch
+//! let out = batch_norm_train(&x, Some(&mut state), &o)?;
+//! let dy = Tensor::full(&dev, out.y.shape(), 1.0, DType::F32)?; // the gradient of y
+//! let grads = batch_norm_backward(&dy, &x, Some(&gamma), &out.saved)?;
+//! let eval = batch_norm_inference(&x, &state.running_mean, &state.running_var, &o)?;
+//! # Ok(()) }
+//! ```
+
+mod api;
+mod grad;
+mod launch;
+
+pub use api::{
+    batch_norm_backward, batch_norm_inference, batch_norm_train, BatchNormGrads, BatchNormOptions,
+    BatchNormOutput, BatchNormSaved, BatchNormState,
+};
+
+use std::collections::HashSet;
+
+use bytemuck::{Pod, Zeroable};
+
+use crate::ops::gemm::{Activation, ACTIVATION_DEFS};
+use crate::runtime::pipeline::{ShaderVariant, ACTIVATION_LIB};
+use crate::runtime::{Access, Kernel, Storage};
+use crate::{Caps, DType, Device, Error, Result, Tensor};
+
+const SRC: &str = include_str!("../../../shaders/batchnorm.wgsl");
+const LIBS: &[&str] = &[ACTIVATION_LIB];
+
+use Access::{Read as R, ReadWrite as RW};
+
+// Binding numbers of shaders/batchnorm.wgsl.
+const X4: u32 = 1;
+const X1: u32 = 2;
+const DY4: u32 = 3;
+const DY1: u32 = 4;
+const OUT4: u32 = 5;
+const OUT1: u32 = 6;
+const WS: u32 = 7;
+const GAMMA: u32 = 8;
+const BETA: u32 = 9;
+const RMEAN: u32 = 10;
+const RVAR: u32 = 11;
+const SMEAN: u32 = 12;
+const SINV: u32 = 13;
+const DGAMMA: u32 = 14;
+const DBETA: u32 = 15;
+
+static STATS: Kernel = Kernel {
+    name: "batchnorm",
+    source: SRC,
+    entry: "bn_stats",
+    bindings: &[R, R, RW],
+    slots: &[X4, X1, WS],
+    libs: LIBS,
+    defs: &[],
+    ints: false,
+};
+static FINALIZE: Kernel = Kernel {
+    name: "batchnorm",
+    source: SRC,
+    entry: "bn_finalize",
+    bindings: &[RW, RW, RW, RW, RW, RW, RW],
+    slots: &[WS, GAMMA, BETA, RMEAN, RVAR, SMEAN, SINV],
+    libs: LIBS,
+    defs: &[],
+    ints: false,
+};
+static APPLY: Kernel = Kernel {
+    name: "batchnorm",
+    source: SRC,
+    entry: "bn_apply",
+    bindings: &[R, R, RW, RW, RW],
+    slots: &[X4, X1, OUT4, OUT1, WS],
+    libs: LIBS,
+    defs: &[],
+    ints: false,
+};
+static INFER: Kernel = Kernel {
+    name: "batchnorm",
+    source: SRC,
+    entry: "bn_infer",
+    bindings: &[R, R, RW, RW, RW, RW, RW, RW],
+    slots: &[X4, X1, OUT4, OUT1, GAMMA, BETA, RMEAN, RVAR],
+    libs: LIBS,
+    defs: &[],
+    ints: false,
+};
+static GRAD_STATS: Kernel = Kernel {
+    name: "batchnorm",
+    source: SRC,
+    entry: "bn_grad_stats",
+    bindings: &[R, R, R, R, RW, RW],
+    slots: &[X4, X1, DY4, DY1, SMEAN, WS],
+    libs: LIBS,
+    defs: &[],
+    ints: false,
+};
+static GRAD_FINALIZE: Kernel = Kernel {
+    name: "batchnorm",
+    source: SRC,
+    entry: "bn_grad_finalize",
+    bindings: &[RW, RW, RW, RW, RW, RW],
+    slots: &[WS, GAMMA, SMEAN, SINV, DGAMMA, DBETA],
+    libs: LIBS,
+    defs: &[],
+    ints: false,
+};
+static GRAD_APPLY: Kernel = Kernel {
+    name: "batchnorm",
+    source: SRC,
+    entry: "bn_grad_apply",
+    bindings: &[R, R, R, R, RW, RW, RW],
+    slots: &[X4, X1, DY4, DY1, OUT4, OUT1, WS],
+    libs: LIBS,
+    defs: &[],
+    ints: false,
+};
+
+/// Invocations per workgroup of the per-channel passes (`FIN_WG` in the shader).
+const FIN_WG: u64 = 64;
+/// Groups (of VEC values) one workgroup's chunk aims at: 4096 vec4 groups are 16k values, 512
+/// loop steps per lane with 8-lane workgroups (CPU adapters) and 64 with 64-lane ones.
+const CHUNK_TARGET: usize = 4096;
+
+const FLAG_GAMMA: u32 = 1;
+const FLAG_BETA: u32 = 2;
+const FLAG_RUNNING: u32 = 4;
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable, Default)]
+struct BnParams {
+    channels: u32,
+    sg: u32,
+    plane: u32,
+    groups: u32,
+    chunk: u32,
+    chunks: u32,
+    step_n: u32,
+    step_s: u32,
+    x_off: u32,
+    dy_off: u32,
+    count: f32,
+    eps: f32,
+    factor: f32,
+    flags: u32,
+    gamma_os: [u32; 2],
+    beta_os: [u32; 2],
+    rmean_os: [u32; 2],
+    rvar_os: [u32; 2],
+    smean_os: [u32; 2],
+    sinv_os: [u32; 2],
+    ws_part: u32,
+    vec: u32,
+}
+
+#[doc(hidden)]
+/// How the data passes split the work: a plain function of the shape, the input offsets and the
+/// adapter type (exposed for tests and benchmarks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchNormPlan {
+    /// Values per group: 4 (vec4 loads and stores) when S and the offsets are multiples of 4.
+    pub vec: u32,
+    /// Lanes per workgroup: 8 on CPU adapters (one SIMD register streams 8 consecutive groups),
+    /// 64 elsewhere.
+    pub wg: u32,
+    /// Groups per chunk (a multiple of `wg`).
+    pub chunk: u32,
+    /// Chunks (workgroups) per channel.
+    pub chunks: u32,
+}
+
+// The values the plan picks from: values per group (a uniform, one pipeline for both)
+// and lanes per workgroup (WG, an override the variant list enumerates).
+const SCALAR_GROUPS: u32 = 1;
+const VEC4_GROUPS: u32 = 4;
+const CPU_LANES: u32 = 8;
+const GPU_LANES: u32 = 64;
+
+#[doc(hidden)]
+/// The work split for an input of `shape` whose x (and dy) start at element offsets `offsets`.
+/// Errors for a shape the ops reject (rank below 2).
+pub fn plan(dev: &Device, shape: &[usize], offsets: &[usize]) -> Result<BatchNormPlan> {
+    plan_for(dev.caps(), shape, offsets)
+}
+
+#[doc(hidden)]
+/// [`plan`] as a pure function of the adapter facts (unit-tested without a GPU).
+pub fn plan_for(caps: &Caps, shape: &[usize], offsets: &[usize]) -> Result<BatchNormPlan> {
+    if shape.len() < 2 {
+        return Err(Error::shape(
+            "batch_norm",
+            format!("expected an input of rank >= 2 ([N, C, ...]), got shape {shape:?}"),
+        ));
+    }
+    let s = shape[2..]
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .filter(|&s| s.checked_mul(shape[0]).is_some())
+        .ok_or_else(|| {
+            Error::size(
+                "batch_norm",
+                format!("shape {shape:?} overflows the element count"),
+            )
+        })?;
+    let n = shape[0];
+    let vec = if s % 4 == 0 && offsets.iter().all(|o| o % 4 == 0) {
+        VEC4_GROUPS as usize
+    } else {
+        SCALAR_GROUPS as usize
+    };
+    let wg = if caps.cpu { CPU_LANES } else { GPU_LANES } as usize;
+    let groups = n * s / vec;
+    let max = caps.max_workgroups_per_dim as usize;
+    let want = groups.div_ceil(CHUNK_TARGET).clamp(1, max);
+    let chunk = (groups.div_ceil(want).div_ceil(wg) * wg).max(wg);
+    Ok(BatchNormPlan {
+        vec: vec as u32,
+        wg: wg as u32,
+        chunk: chunk as u32,
+        chunks: groups.div_ceil(chunk) as u32,
+    })
+}
+
+/// The validated input: shape facts and the tensors to bind (packed copies of strided views).
+struct Input {
+    x: Tensor,
+    c: usize,
+    plan: BatchNormPlan,
+    params: BnParams,
+}
+
+fn check_input(op: &'static str, x: &Tensor) -> Result<()> {
+    if x.rank() < 2 {
+        return Err(Error::shape(
+            op,
+            format!(
+                "expected an input of rank >= 2 ([N, C], [N, C, L], [N, C, H, W]), got shape {:?}",
+                x.shape()
+            ),
+        ));
+    }
+    x.device().require_dtype(op, x.dtype)
+}
+
+/// `t` itself when the kernels can read it in place (packed row-major), else a packed copy.
+fn packed(t: &Tensor) -> Result<Tensor> {
+    if t.is_contiguous() {
+        Ok(t.clone())
+    } else {
+        t.contiguous()
+    }
+}
+
+/// Checks a per-channel vector: same device and dtype as `x`, shape `[c]`. Returns its
+/// (offset, stride).
+fn check_channel_vec(
+    op: &'static str,
+    what: &str,
+    x: &Tensor,
+    t: &Tensor,
+    c: usize,
+    dtype: DType,
+) -> Result<[u32; 2]> {
+    x.same_device(op, t)?;
+    if t.shape() != [c] {
+        return Err(Error::shape(
+            op,
+            format!(
+                "{what} has shape {:?}, expected [{c}] (one value per channel of the input {:?})",
+                t.shape(),
+                x.shape()
+            ),
+        ));
+    }
+    if t.dtype != dtype {
+        return Err(Error::DType {
+            op,
+            expected: dtype,
+            got: t.dtype,
+        });
+    }
+    Ok([t.layout.offset() as u32, t.strides()[0] as u32])
+}
+
+/// Element indices of a 1-D view.
+fn elements(t: &Tensor) -> impl Iterator<Item = usize> + '_ {
+    let (off, st) = (t.layout.offset(), t.strides()[0]);
+    (0..t.numel()).map(move |i| off + i * st)
+}
+
+/// Errors when `a` (a 1-D vector updated in place) repeats an element (a broadcast view) or
+/// shares an element with one of `others`.
+fn check_in_place(
+    op: &'static str,
+    what: &str,
+    a: &Tensor,
+    others: &[(&str, &Tensor)],
+) -> Result<()> {
+    if a.numel() > 1 && a.strides()[0] == 0 {
+        return Err(Error::arg(
+            op,
+            format!(
+                "{what} (shape {:?}, strides {:?}) is updated in place and must not repeat elements",
+                a.shape(),
+                a.strides()
+            ),
+        ));
+    }
+    for (name, b) in others {
+        if !a.shares_storage(b) {
+            continue;
+        }
+        let mine: HashSet<usize> = elements(a).collect();
+        let overlap = if b.rank() == 1 {
+            elements(b).any(|i| mine.contains(&i))
+        } else {
+            let (lo, hi) = (b.layout.offset(), b.layout.span());
+            mine.iter().any(|&i| i >= lo && i < hi)
+        };
+        if overlap {
+            return Err(Error::arg(
+                op,
+                format!("{what} is updated in place and must not overlap {name}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The kernels' f32 eps, or an error naming the value.
+fn check_eps(op: &'static str, eps: f64) -> Result<f32> {
+    if !(eps as f32).is_finite() || eps < 0.0 {
+        return Err(Error::arg(
+            op,
+            format!("eps must be finite (in f32) and >= 0, got {eps}"),
+        ));
+    }
+    Ok(eps as f32)
+}
+
+/// Validates `x` (and `dy`), packs strided views and fills the shape part of the params.
+fn prepare(op: &'static str, x: &Tensor, dy: Option<&Tensor>) -> Result<(Input, Option<Tensor>)> {
+    check_input(op, x)?;
+    if let Some(dy) = dy {
+        x.same_device(op, dy)?;
+        x.same_dtype(op, dy)?;
+        if dy.shape() != x.shape() {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "grad_output has shape {:?} but the input has shape {:?}",
+                    dy.shape(),
+                    x.shape()
+                ),
+            ));
+        }
+    }
+    let x = packed(x)?;
+    let dy = dy.map(packed).transpose()?;
+    let shape = x.shape().to_vec();
+    let (n, c, s) = (shape[0], shape[1], shape[2..].iter().product::<usize>());
+    let mut offsets = vec![x.layout.offset()];
+    if let Some(d) = &dy {
+        offsets.push(d.layout.offset());
+    }
+    let pl = plan(x.device(), &shape, &offsets)?;
+    let vec = pl.vec as usize;
+    let sg = s / vec;
+    let wg = pl.wg as usize;
+    let params = BnParams {
+        channels: c as u32,
+        sg: sg as u32,
+        plane: (c * sg) as u32,
+        groups: (n * sg) as u32,
+        chunk: pl.chunk,
+        chunks: pl.chunks,
+        step_n: (wg / sg) as u32,
+        step_s: (wg % sg) as u32,
+        x_off: (x.layout.offset() / vec) as u32,
+        dy_off: dy.as_ref().map_or(0, |d| d.layout.offset() / vec) as u32,
+        count: (n * s) as f32,
+        ws_part: c as u32,
+        vec: pl.vec,
+        ..Default::default()
+    };
+    Ok((
+        Input {
+            x,
+            c,
+            plan: pl,
+            params,
+        },
+        dy,
+    ))
+}
+
+impl Input {
+    fn consts(&self, act: Option<Activation>) -> Vec<(&'static str, f64)> {
+        let mut v = vec![("WG", self.plan.wg as f64)];
+        if let Some(a) = act {
+            v.push(("ACT", a as u32 as f64));
+        }
+        v
+    }
+
+    /// A buffer for a binding this dispatch never touches (the other VEC width's output, an
+    /// absent gamma / beta / running statistic). WebGPU, unlike Vulkan, rejects a dispatch in
+    /// which a read_write storage binding aliases any other binding, so an unused binding may
+    /// not repeat a buffer bound elsewhere: each one gets its own small pooled buffer.
+    fn placeholder(&self, op: &'static str) -> Result<Storage> {
+        Storage::scratch(self.x.device(), op, 16)
+    }
+
+    /// `out` at the output binding the VEC variant writes (OUT4 or OUT1), `unused` at the other.
+    fn outputs<'a>(&self, out: &'a wgpu::Buffer, unused: &'a Storage) -> [&'a wgpu::Buffer; 2] {
+        if self.plan.vec == 4 {
+            [out, unused.buffer()]
+        } else {
+            [unused.buffer(), out]
+        }
+    }
+
+    fn data_grid(&self) -> [u32; 3] {
+        [self.plan.chunks, self.c as u32, 1]
+    }
+
+    fn channel_grid(&self, op: &'static str) -> Result<[u32; 3]> {
+        let dev = self.x.device();
+        dev.grid_1d(op, (self.c as u64).div_ceil(FIN_WG))
+    }
+
+    /// The f32 workspace: per-channel coefficients, then one partial per lane.
+    fn workspace(&self, op: &'static str) -> Result<Storage> {
+        let partials = self.c as u64 * self.plan.chunks as u64 * self.plan.wg as u64;
+        Storage::scratch(self.x.device(), op, (self.c as u64 + partials) * 16)
+    }
+}
+
+#[doc(hidden)]
+pub fn batchnorm_variants() -> Vec<ShaderVariant> {
+    let mut v = Vec::new();
+    for dt in [DType::F32, DType::F16] {
+        for wg in [CPU_LANES, GPU_LANES] {
+            let c = [("WG", wg as f64)];
+            for k in [&STATS, &FINALIZE, &GRAD_STATS, &GRAD_FINALIZE, &GRAD_APPLY] {
+                v.push(ShaderVariant::new(k, &[dt], &c));
+            }
+            for &(_, act) in ACTIVATION_DEFS {
+                let mut ca = c.to_vec();
+                ca.push(("ACT", act as f64));
+                v.push(ShaderVariant::new(&INFER, &[dt], &ca));
+                // Training fuses every activation but GELU, whose backward needs its input.
+                if act != Activation::Gelu as u32 {
+                    v.push(ShaderVariant::new(&APPLY, &[dt], &ca));
+                }
+            }
+        }
+    }
+    v
+}
+
+/// The params struct's layout, checked against the shader's `struct Params` in tests/shaders.rs.
+#[doc(hidden)]
+pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
+    crate::runtime::pipeline::params_layout!(
+        STATS,
+        &[DType::F32],
+        BnParams {
+            channels,
+            sg,
+            plane,
+            groups,
+            chunk,
+            chunks,
+            step_n,
+            step_s,
+            x_off,
+            dy_off,
+            count,
+            eps,
+            factor,
+            flags,
+            gamma_os,
+            beta_os,
+            rmean_os,
+            rvar_os,
+            smean_os,
+            sinv_os,
+            ws_part,
+            vec
+        }
+    )
+}
+
+#[cfg(test)]
+mod plan_tests {
+    use super::*;
+
+    #[test]
+    fn vec4_lanes_and_chunks() {
+        let (gpu, lvp) = (Caps::test_gpu(), Caps::test_lavapipe(2));
+        let p = plan_for(&lvp, &[32, 64, 56, 56], &[0]).unwrap();
+        assert_eq!((p.vec, p.wg), (4, 8));
+        assert_eq!(p.chunk % p.wg, 0);
+        assert!(p.chunks as u64 * p.chunk as u64 * 4 >= 32 * 56 * 56);
+        assert_eq!(plan_for(&gpu, &[32, 64, 56, 56], &[0]).unwrap().wg, 64);
+        // S not a multiple of 4, or an offset that is not: scalar groups.
+        assert_eq!(plan_for(&gpu, &[4, 3, 5], &[0]).unwrap().vec, 1);
+        assert_eq!(plan_for(&gpu, &[4, 3, 8], &[0, 2]).unwrap().vec, 1);
+        // Empty and invalid shapes.
+        assert!(plan_for(&gpu, &[0, 3], &[0]).is_ok());
+        assert!(plan_for(&gpu, &[3], &[0]).is_err());
+    }
+}
