@@ -364,40 +364,178 @@ fn bias_view(op: &'static str, t: &Tensor, len: usize, what: &str) -> Result<(u3
     Ok((t.layout.offset() as u32, t.strides()[0] as u32))
 }
 
-/// The shared core of every public entry: validates, plans and records the dispatches.
-/// `out` is `None` for a fresh output, or the in-place target (C_MODE 2) for [`gemm_into`].
-fn run(
+/// A validated product: sizes, the operands' broadcast layouts and the epilogue's inputs.
+struct Problem<'a> {
+    out_shape: Vec<usize>,
+    m: usize,
+    n: usize,
+    k: usize,
+    al: Layout,
+    bl: Layout,
+    /// 0: no C; 1: C read through `cl`; 2: the output itself is C (in place).
+    c_mode: u32,
+    cl: Layout,
+    /// 0: none; 1: per column; 2: per row.
+    bias_code: u32,
+    bias: Option<&'a Tensor>,
+    bias_off: u32,
+    bias_stride: u32,
+    /// Merged batch dims and the operands' strides along them.
+    bm: Vec<usize>,
+    batch_strides: [Vec<usize>; 3],
+}
+
+impl<'a> Problem<'a> {
+    fn new(
+        op: &'static str,
+        a: &Tensor,
+        b: &Tensor,
+        o: &GemmOptions<'a>,
+        into: Option<&Tensor>,
+    ) -> Result<Problem<'a>> {
+        a.same_device(op, b)?;
+        a.same_dtype(op, b)?;
+        a.device().require_dtype(op, a.dtype)?;
+        let (out_shape, m, n, k) = product_shape(op, a.shape(), b.shape())?;
+        if k > MAX_K {
+            return Err(Error::size(
+                op,
+                format!(
+                    "K = {k} ({:?} x {:?}) is above the supported {MAX_K} (split the product \
+                     into GEMMs over K chunks and add them)",
+                    a.shape(),
+                    b.shape()
+                ),
+            ));
+        }
+        let batch_shape = &out_shape[..out_shape.len() - 2];
+        let al = a.layout.broadcast_to(&[batch_shape, &[m, k]].concat())?;
+        let bl = b.layout.broadcast_to(&[batch_shape, &[k, n]].concat())?;
+        let (c_mode, cl) = c_operand(op, a, b, o, into, &out_shape)?;
+        let (bias_code, bias, bias_off, bias_stride) = match o.bias {
+            None => (0u32, None, 0, 0),
+            Some(Bias::PerColumn(t)) => {
+                let (off, st) = bias_view(op, t, n, "per-column")?;
+                (1, Some(t), off, st)
+            }
+            Some(Bias::PerRow(t)) => {
+                let (off, st) = bias_view(op, t, m, "per-row")?;
+                (2, Some(t), off, st)
+            }
+        };
+        if let Some(t) = bias {
+            a.same_device(op, t)?;
+            a.same_dtype(op, t)?;
+        }
+        let bdims = batch_shape.len();
+        let (bm, [a_bs, b_bs, c_bs]) = merge_batch(
+            batch_shape,
+            [
+                &al.strides()[..bdims],
+                &bl.strides()[..bdims],
+                &cl.strides()[..bdims],
+            ],
+        );
+        if bm.len() > MAX_BATCH_DIMS {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "batch dims {batch_shape:?} need {} strided dims, at most {MAX_BATCH_DIMS} \
+                     are supported",
+                    bm.len()
+                ),
+            ));
+        }
+        Ok(Problem {
+            out_shape,
+            m,
+            n,
+            k,
+            al,
+            bl,
+            c_mode,
+            cl,
+            bias_code,
+            bias,
+            bias_off,
+            bias_stride,
+            bm,
+            batch_strides: [a_bs, b_bs, c_bs],
+        })
+    }
+
+    fn batch(&self) -> usize {
+        self.bm.iter().product()
+    }
+
+    fn params(&self, pl: &GemmPlan, o: &GemmOptions) -> GemmParams {
+        let (al, bl, cl) = (&self.al, &self.bl, &self.cl);
+        let r = self.out_shape.len();
+        let [a_bs, b_bs, c_bs] = &self.batch_strides;
+        GemmParams {
+            m: self.m as u32,
+            n: self.n as u32,
+            k: self.k as u32,
+            batch: self.batch() as u32,
+            a_off: al.offset() as u32,
+            a_rs: al.strides()[r - 2] as u32,
+            a_cs: al.strides()[r - 1] as u32,
+            splits: pl.splits,
+            b_off: bl.offset() as u32,
+            b_rs: bl.strides()[r - 2] as u32,
+            b_cs: bl.strides()[r - 1] as u32,
+            k_chunk: pl.k_chunk,
+            c_off: cl.offset() as u32,
+            c_rs: cl.strides()[r - 2] as u32,
+            c_cs: cl.strides()[r - 1] as u32,
+            bias_off: self.bias_off,
+            alpha: o.alpha as f32,
+            beta: o.beta as f32,
+            batch_rank: self.bm.len() as u32,
+            bias_stride: self.bias_stride,
+            bshape: pack4(&self.bm),
+            a_bs: pack4(a_bs),
+            b_bs: pack4(b_bs),
+            c_bs: pack4(c_bs),
+        }
+    }
+
+    /// The workgroup grid of the product pass, or an error past the adapter's limit.
+    fn grid(&self, op: &'static str, pl: &GemmPlan, max: u32) -> Result<[u32; 3]> {
+        let (tm, tn) = pl.tile();
+        let (m, n, k, batch) = (self.m, self.n, self.k, self.batch());
+        let (gx, gy, gz) = (n.div_ceil(tn), m.div_ceil(tm), batch * pl.splits as usize);
+        if gx > max as usize || gy > max as usize || gz > max as usize {
+            return Err(Error::size(
+                op,
+                format!(
+                    "[{m} x {k}] x [{k} x {n}] (batch {batch}) needs a grid of {gx}x{gy}x{gz} \
+                     workgroups, over the adapter's {max}"
+                ),
+            ));
+        }
+        // The sg8 kernel walks rows along x (B-panel reuse between consecutive workgroups).
+        Ok(if pl.sg8 {
+            [gy as u32, gx as u32, gz as u32]
+        } else {
+            [gx as u32, gy as u32, gz as u32]
+        })
+    }
+}
+
+/// How C enters the epilogue: not at all (0), read through a broadcast layout (1), or as the
+/// in-place output of [`gemm_into`] (2).
+fn c_operand(
     op: &'static str,
     a: &Tensor,
     b: &Tensor,
     o: &GemmOptions,
     into: Option<&Tensor>,
-) -> Result<Tensor> {
-    a.same_device(op, b)?;
-    a.same_dtype(op, b)?;
-    let dev = a.device();
-    dev.require_dtype(op, a.dtype)?;
-    let (out_shape, m, n, k) = product_shape(op, a.shape(), b.shape())?;
-    if k > MAX_K {
-        return Err(Error::size(
-            op,
-            format!(
-                "K = {k} ({:?} x {:?}) is above the supported {MAX_K} (split the product \
-                 into GEMMs over K chunks and add them)",
-                a.shape(),
-                b.shape()
-            ),
-        ));
-    }
-    let rank = out_shape.len();
-    let batch_shape = &out_shape[..rank - 2];
-    let mut bm = batch_shape.to_vec();
-    let al = a.layout.broadcast_to(&[bm.clone(), vec![m, k]].concat())?;
-    let bl = b.layout.broadcast_to(&[bm.clone(), vec![k, n]].concat())?;
-
-    let (c_mode, cl) = match (into, o.c) {
+    out_shape: &[usize],
+) -> Result<(u32, Layout)> {
+    match (into, o.c) {
         (Some(t), _) => {
-            if t.shape() != out_shape.as_slice() {
+            if t.shape() != out_shape {
                 return Err(Error::shape(
                     op,
                     format!(
@@ -426,12 +564,12 @@ fn run(
             }
             // The target may be a contiguous view that starts at a non-zero offset (e.g. rows
             // of a larger tensor): its layout carries that offset to the kernel as `c_off`.
-            (2u32, t.layout.clone())
+            Ok((2, t.layout.clone()))
         }
         (None, Some(c)) if o.beta != 0.0 => {
             a.same_device(op, c)?;
             a.same_dtype(op, c)?;
-            let l = c.layout.broadcast_to(&out_shape).map_err(|_| {
+            let l = c.layout.broadcast_to(out_shape).map_err(|_| {
                 Error::shape(
                     op,
                     format!(
@@ -440,147 +578,66 @@ fn run(
                     ),
                 )
             })?;
-            (1u32, l)
+            Ok((1, l))
         }
-        _ => (0u32, Layout::contiguous(&out_shape)),
-    };
-    let (bias_code, bias_t, bias_off, bias_stride) = match o.bias {
-        None => (0u32, None, 0, 0),
-        Some(Bias::PerColumn(t)) => {
-            let (off, st) = bias_view(op, t, n, "per-column")?;
-            (1, Some(t), off, st)
-        }
-        Some(Bias::PerRow(t)) => {
-            let (off, st) = bias_view(op, t, m, "per-row")?;
-            (2, Some(t), off, st)
-        }
-    };
-    if let Some(t) = bias_t {
-        a.same_device(op, t)?;
-        a.same_dtype(op, t)?;
+        _ => Ok((0, Layout::contiguous(out_shape))),
     }
+}
 
-    let bdims = bm.len();
-    let (merged, [a_bs, b_bs, c_bs]) = merge_batch(
-        &bm,
-        [
-            &al.strides()[..bdims],
-            &bl.strides()[..bdims],
-            &cl.strides()[..bdims],
-        ],
-    );
-    if merged.len() > MAX_BATCH_DIMS {
-        return Err(Error::arg(
-            op,
-            format!("batch dims {batch_shape:?} need {} strided dims, at most {MAX_BATCH_DIMS} are supported", merged.len()),
-        ));
-    }
-    bm = merged;
-    let batch: usize = bm.iter().product();
-
-    let pl = plan(dev, m, n, k, batch, o.split_k)?;
+/// The shared core of every public entry: validate, plan, then record the product pass (and,
+/// with split-k, the fixed-order reduction of the slices). `into` is `None` for a fresh
+/// output, or the in-place target (C_MODE 2) for [`gemm_into`].
+fn run(
+    op: &'static str,
+    a: &Tensor,
+    b: &Tensor,
+    o: &GemmOptions,
+    into: Option<&Tensor>,
+) -> Result<Tensor> {
+    let pb = Problem::new(op, a, b, o, into)?;
+    let dev = a.device();
+    let (m, n, batch) = (pb.m, pb.n, pb.batch());
+    let pl = plan(dev, m, n, pb.k, batch, o.split_k)?;
     let out = match into {
         Some(t) => t.clone(),
-        None => Tensor::empty(dev, op, &out_shape, a.dtype)?,
+        None => Tensor::empty(dev, op, &pb.out_shape, a.dtype)?,
     };
     if m == 0 || n == 0 || batch == 0 {
         return Ok(out);
     }
-    let p = GemmParams {
-        m: m as u32,
-        n: n as u32,
-        k: k as u32,
-        batch: batch as u32,
-        a_off: al.offset() as u32,
-        a_rs: al.strides()[rank - 2] as u32,
-        a_cs: al.strides()[rank - 1] as u32,
-        splits: pl.splits,
-        b_off: bl.offset() as u32,
-        b_rs: bl.strides()[rank - 2] as u32,
-        b_cs: bl.strides()[rank - 1] as u32,
-        k_chunk: pl.k_chunk,
-        c_off: cl.offset() as u32,
-        c_rs: cl.strides()[rank - 2] as u32,
-        c_cs: cl.strides()[rank - 1] as u32,
-        bias_off,
-        alpha: o.alpha as f32,
-        beta: o.beta as f32,
-        batch_rank: bm.len() as u32,
-        bias_stride,
-        bshape: pack4(&bm),
-        a_bs: pack4(&a_bs),
-        b_bs: pack4(&b_bs),
-        c_bs: pack4(&c_bs),
-    };
+    let grid = pb.grid(op, &pl, dev.limits().max_compute_workgroups_per_dimension)?;
+    let params = pb.params(&pl, o);
+    let bytes = bytemuck::bytes_of(&params);
     let epi = [
-        ("C_MODE", c_mode as f64),
-        ("BIAS", bias_code as f64),
+        ("C_MODE", pb.c_mode as f64),
+        ("BIAS", pb.bias_code as f64),
         ("ACT", o.activation as u32 as f64),
     ];
-    let c_buf = match (c_mode, o.c) {
+    let c_buf = match (pb.c_mode, o.c) {
         (1, Some(c)) => c.buffer(),
         _ => a.buffer(),
     };
-    let bias_buf = bias_t.map_or(a.buffer(), |t| t.buffer());
-    let (tm, tn) = pl.tile();
-    let max = dev.limits().max_compute_workgroups_per_dimension;
-    let gx = n.div_ceil(tn);
-    let gy = m.div_ceil(tm);
-    let gz = batch * pl.splits as usize;
-    if gx > max as usize || gy > max as usize || gz > max as usize {
-        return Err(Error::size(
-            op,
-            format!("[{m} x {k}] x [{k} x {n}] (batch {batch}) needs a grid of {gx}x{gy}x{gz} workgroups, over the adapter's {max}"),
-        ));
-    }
-    // The sg8 kernel walks rows along x (B-panel reuse between consecutive workgroups).
-    let grid = if pl.sg8 {
-        [gy as u32, gx as u32, gz as u32]
-    } else {
-        [gx as u32, gy as u32, gz as u32]
-    };
-    let bytes = bytemuck::bytes_of(&p);
+    let bias_buf = pb.bias.map_or(a.buffer(), |t| t.buffer());
     let dts = [a.dtype];
     // The subgroup kernel's row tile (SGS subgroups of 32 rows) must match the grid's.
     let sgs = [("SGS", pl.sgs as f64)];
     let shape_consts: &[(&str, f64)] = if pl.sg8 { &sgs } else { &[] };
     if pl.splits == 1 {
         let kernel = if pl.sg8 { &SG8 } else { &TILED };
-        dev.launch(
-            op,
-            kernel,
-            &dts,
-            &[&epi[..], shape_consts].concat(),
-            bytes,
-            &[a.buffer(), b.buffer(), c_buf, bias_buf, out.buffer()],
-            grid,
-        )?;
+        let bufs = [a.buffer(), b.buffer(), c_buf, bias_buf, out.buffer()];
+        let consts = [&epi[..], shape_consts].concat();
+        dev.launch(op, kernel, &dts, &consts, bytes, &bufs, grid)?;
         return Ok(out);
     }
-    let ws_bytes = (pl.splits as u64) * (batch * m * n) as u64 * 4;
-    let ws = Storage::scratch(dev, op, ws_bytes)?;
-    let partial = if pl.sg8 { &SG8_PARTIAL } else { &TILED_PARTIAL };
-    dev.launch(
-        op,
-        partial,
-        &dts,
-        shape_consts,
-        bytes,
-        &[a.buffer(), b.buffer(), ws.buffer()],
-        grid,
-    )?;
     let total = (batch * m * n) as u64;
-    let mut consts = epi.to_vec();
-    consts.push(("WG", REDUCE_WG as f64));
-    dev.launch(
-        op,
-        &SPLITK_REDUCE,
-        &dts,
-        &consts,
-        bytes,
-        &[c_buf, bias_buf, out.buffer(), ws.buffer()],
-        dev.grid_1d(op, total.div_ceil(REDUCE_WG as u64))?,
-    )?;
+    let ws = Storage::scratch(dev, op, pl.splits as u64 * total * 4)?;
+    let partial = if pl.sg8 { &SG8_PARTIAL } else { &TILED_PARTIAL };
+    let bufs = [a.buffer(), b.buffer(), ws.buffer()];
+    dev.launch(op, partial, &dts, shape_consts, bytes, &bufs, grid)?;
+    let consts = [&epi[..], &[("WG", REDUCE_WG as f64)]].concat();
+    let bufs = [c_buf, bias_buf, out.buffer(), ws.buffer()];
+    let grid = dev.grid_1d(op, total.div_ceil(REDUCE_WG as u64))?;
+    dev.launch(op, &SPLITK_REDUCE, &dts, &consts, bytes, &bufs, grid)?;
     Ok(out)
 }
 

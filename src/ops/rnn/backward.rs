@@ -174,24 +174,85 @@ impl Rnn {
         dc_n: Option<&Tensor>,
     ) -> Result<RnnGrads> {
         let op = self.kind.name();
-        let dy: Option<&Tensor> = dy.into();
-        let (t, b) = (saved.t, saved.b);
-        let (d, h, l, g) = (
-            self.dirs(),
-            self.hidden_size,
-            self.num_layers,
-            self.kind.gates(),
-        );
+        self.check_saved(saved)?;
+        self.check_weights()?;
+        let dy = self.output_grad(saved, dy.into())?;
+        self.check_state_grads(&dy, dh_n, dc_n)?;
+        let (t, b, d, h) = (saved.t, saved.b, self.dirs(), self.hidden_size);
+        let dev = &dy.device().clone();
+        let plan = step_plan(dev, self.kind, b, h, &BACKWARD_STEPS)?;
+        // Time-major from here on; each layer's input gradient is the next lower layer's dy.
+        let mut grad = if self.batch_first {
+            dy.transpose(0, 1)?
+        } else {
+            dy
+        };
+        let n = self.num_layers * d;
+        let (mut weights, mut dh0, mut dc0) = (vec![None; n], vec![None; n], vec![None; n]);
+        for layer in (0..self.num_layers).rev() {
+            let sl = &saved.layers[layer];
+            let dyc = if grad.is_contiguous() {
+                grad.clone()
+            } else {
+                grad.contiguous()?
+            };
+            let mut dx: Option<Tensor> = None;
+            for dir in 0..d {
+                let idx = layer * d + dir;
+                let steps = DirSteps {
+                    op,
+                    rnn: self,
+                    sl,
+                    dy: &dyc,
+                    dir,
+                    idx,
+                    t,
+                    b,
+                };
+                let carry = steps.initial_carry(dh_n, dc_n)?;
+                let (dah, dax, last) = steps.run(&plan, &carry)?;
+                let g = steps.finish(&carry, &dah, dax.as_ref(), last, dx.as_ref())?;
+                weights[idx] = Some(g.weights);
+                dh0[idx] = Some(g.dh0);
+                dc0[idx] = g.dc0;
+                dx = Some(g.dx);
+            }
+            let dx = dx.ok_or_else(|| Error::arg(op, "internal: no direction ran"))?;
+            grad = dx.reshape(&[t, b, sl.input.shape()[2]])?;
+        }
+        let dx = if self.batch_first {
+            grad.transpose(0, 1)?
+        } else {
+            grad
+        };
+        let dh0: Vec<Tensor> = dh0.into_iter().flatten().collect();
+        let dc0: Vec<Tensor> = dc0.into_iter().flatten().collect();
+        Ok(RnnGrads {
+            dx,
+            dh0: stack_states(dev, &dh0, b, h)?,
+            dc0: if self.kind == RnnKind::Lstm {
+                Some(stack_states(dev, &dc0, b, h)?)
+            } else {
+                None
+            },
+            weights: weights.into_iter().flatten().collect(),
+        })
+    }
+
+    /// Errors unless `saved` has the layers, directions and sizes this Rnn produces: else it
+    /// comes from another model (or another call's shapes) and the per-step views would fall
+    /// outside its tensors.
+    fn check_saved(&self, saved: &RnnSaved) -> Result<()> {
+        let op = self.kind.name();
+        let (t, b, d, h) = (saved.t, saved.b, self.dirs(), self.hidden_size);
         let lstm = self.kind == RnnKind::Lstm;
-        if saved.layers.len() != l || saved.layers.iter().any(|s| s.gates.len() != d) {
+        if saved.layers.len() != self.num_layers || saved.layers.iter().any(|s| s.gates.len() != d)
+        {
             return Err(Error::arg(
                 op,
                 "the saved state comes from an Rnn with other layers or directions",
             ));
         }
-        self.check_weights()?;
-        // The saved tensors must have the sizes this Rnn produces, else they come from another
-        // model (or another call's shapes) and the per-step views would fall outside them.
         for (li, layer) in saved.layers.iter().enumerate() {
             let want_in = if li == 0 { self.input_size } else { d * h };
             let seq = [t + 2, b, d * h];
@@ -213,20 +274,22 @@ impl Rnn {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// The output's gradient in the forward output's shape: `dy` checked, or zeros (cleared on
+    /// the device) when only the final states feed the loss.
+    fn output_grad(&self, saved: &RnnSaved, dy: Option<&Tensor>) -> Result<Tensor> {
+        let op = self.kind.name();
         let w0 = &self.weights[0].w_ih;
+        let dh = self.dirs() * self.hidden_size;
         let want = if self.batch_first {
-            [saved.b, saved.t, d * h]
+            [saved.b, saved.t, dh]
         } else {
-            [saved.t, saved.b, d * h]
+            [saved.t, saved.b, dh]
         };
-        // No output gradient (only the final states matter): zeros, cleared on the device.
-        let zeros;
-        let dy = match dy {
-            Some(dy) => dy,
-            None => {
-                zeros = Tensor::zeros(w0.device(), &want, w0.dtype())?;
-                &zeros
-            }
+        let Some(dy) = dy else {
+            return Tensor::zeros(w0.device(), &want, w0.dtype());
         };
         dy.same_device(op, w0)?;
         dy.same_dtype(op, w0)?;
@@ -236,7 +299,19 @@ impl Rnn {
                 format!("dy must be {want:?} like the output, got {:?}", dy.shape()),
             ));
         }
-        let state_shape = [l * d, b, h];
+        Ok(dy.clone())
+    }
+
+    /// `dh_n` / `dc_n` against the final states' shape `[L*D, B, H]`, dy's device and dtype.
+    fn check_state_grads(
+        &self,
+        dy: &Tensor,
+        dh_n: Option<&Tensor>,
+        dc_n: Option<&Tensor>,
+    ) -> Result<()> {
+        let op = self.kind.name();
+        let b = dy.shape()[if self.batch_first { 0 } else { 1 }];
+        let state_shape = [self.num_layers * self.dirs(), b, self.hidden_size];
         for (name, s) in [("dh_n", dh_n), ("dc_n", dc_n)] {
             if let Some(s) = s {
                 if s.shape() != state_shape {
@@ -249,162 +324,181 @@ impl Rnn {
                 dy.same_dtype(op, s)?;
             }
         }
-        if dc_n.is_some() && !lstm {
+        if dc_n.is_some() && self.kind != RnnKind::Lstm {
             return Err(Error::arg(op, "a GRU has no cell state: dc_n must be None"));
         }
-        let dev = dy.device();
-        let dtype = dy.dtype();
-        let plan = step_plan(dev, self.kind, b, h, &BACKWARD_STEPS)?;
-        let mut grad = if self.batch_first {
-            dy.transpose(0, 1)?
-        } else {
-            dy.clone()
-        };
-        let mut wgrads: Vec<Option<RnnWeightGrads>> = vec![None; l * d];
-        let mut dh0s: Vec<Option<Tensor>> = vec![None; l * d];
-        let mut dc0s: Vec<Option<Tensor>> = vec![None; l * d];
-        for layer in (0..l).rev() {
-            let sl = &saved.layers[layer];
-            let dyc = if grad.is_contiguous() {
-                grad.clone()
-            } else {
-                grad.contiguous()?
-            };
-            let in_size = sl.input.shape()[2];
-            let x2 = flat2(&sl.input)?;
-            let slot_elems = b * d * h;
-            let mut dx: Option<Tensor> = None;
-            for dir in 0..d {
-                let idx = layer * d + dir;
-                let w = &self.weights[idx];
-                // Carries [T + 1, 2, B, H] flattened to [2(T + 1), B, H]: slot 2s holds the h
-                // carry into processed step s, slot 2s + 1 the c carry.
-                let carry = Tensor::zeros(dev, &[2 * (t + 1), b, h], dtype)?;
-                if let Some(s) = dh_n {
-                    copy_state(dev, &s.narrow(0, idx, 1)?, &carry, 0, 0, h)?;
-                }
-                if let Some(s) = dc_n {
-                    copy_state(dev, &s.narrow(0, idx, 1)?, &carry, 1, 0, h)?;
-                }
-                let dah = Tensor::empty(dev, op, &[t, b, g * h], dtype)?;
-                let dax = if lstm {
-                    None
-                } else {
-                    Some(Tensor::empty(dev, op, &[t, b, g * h], dtype)?)
-                };
-                let state = if lstm {
-                    sl.cseq.as_ref().ok_or_else(|| {
-                        Error::arg(op, "internal: an LSTM forward saved no cell states")
-                    })?
-                } else {
-                    &sl.hseq
-                };
-                let mut prev_ti = 0;
-                for s in 0..t {
-                    // Reverse processing order: the forward direction walks T-1..0.
-                    let (ti, prev) = if dir == 0 {
-                        (t - 1 - s, t - 1 - s)
-                    } else {
-                        (s, s + 2)
-                    };
-                    let p = BackwardParams {
-                        batch: b as u32,
-                        hidden: h as u32,
-                        gh: (g * h) as u32,
-                        has_rec: (s > 0) as u32,
-                        dy_off: (dyc.layout().offset() + ti * b * d * h + dir * h) as u32,
-                        dy_rs: (d * h) as u32,
-                        a_off: (ti * b * g * h) as u32,
-                        a_prev: (prev_ti * b * g * h) as u32,
-                        g_off: (ti * b * 4 * h) as u32,
-                        seq_rs: (d * h) as u32,
-                        prev_off: (prev * slot_elems + dir * h) as u32,
-                        cur_off: ((ti + 1) * slot_elems + dir * h) as u32,
-                        carry_in: (s * 2 * b * h) as u32,
-                        carry_out: ((s + 1) * 2 * b * h) as u32,
-                        ..Default::default()
-                    };
-                    let mut bufs = vec![
-                        w.w_hh.buffer(),
-                        dyc.buffer(),
-                        sl.gates[dir].buffer(),
-                        state.buffer(),
-                        carry.buffer(),
-                        dah.buffer(),
-                    ];
-                    if let Some(a) = &dax {
-                        bufs.push(a.buffer());
-                    }
-                    dev.launch(
-                        op,
-                        plan.kernel,
-                        &[dtype],
-                        &plan.consts,
-                        bytemuck::bytes_of(&p),
-                        &bufs,
-                        plan.grid,
-                    )?;
-                    prev_ti = ti;
-                }
-                let dah2 = flat2(&dah)?;
-                let dax2 = match &dax {
-                    Some(a) => flat2(a)?,
-                    None => dah2.clone(),
-                };
-                // h_{t-1} of every step: slots 0..T (forward) or 2..T+2 (reverse).
-                let first = if dir == 0 { 0 } else { 2 };
-                let hprev = flat2(&sl.hseq.narrow(0, first, t)?.narrow(2, dir * h, h)?)?;
-                let plain = GemmOptions::default();
-                wgrads[idx] = Some(RnnWeightGrads {
-                    w_ih: gemm(&dax2.transpose(0, 1)?, &x2, &plain)?,
-                    w_hh: gemm(&dah2.transpose(0, 1)?, &hprev, &plain)?,
-                    b_ih: dax2.sum(0, false)?,
-                    b_hh: dah2.sum(0, false)?,
-                });
-                // Both directions' input gradients add up (fused as the GEMM's C term).
-                dx = Some(gemm(
-                    &dax2,
-                    &w.w_ih,
-                    &GemmOptions {
-                        c: dx.as_ref(),
-                        ..Default::default()
-                    },
-                )?);
-                // dh0: the last processed step's recurrent product plus the direct carry.
-                let carry_h = carry.narrow(0, 2 * t, 1)?.reshape(&[b, h])?;
-                let da_last = dah.narrow(0, prev_ti, 1)?.reshape(&[b, g * h])?;
-                let dh0 = gemm(
-                    &da_last,
-                    &w.w_hh,
-                    &GemmOptions {
-                        c: Some(&carry_h),
-                        ..Default::default()
-                    },
-                )?;
-                dh0s[idx] = Some(dh0.reshape(&[1, b, h])?);
-                if lstm {
-                    dc0s[idx] = Some(carry.narrow(0, 2 * t + 1, 1)?);
-                }
-            }
-            let dx = dx.ok_or_else(|| Error::arg(op, "internal: no direction ran"))?;
-            grad = dx.reshape(&[t, b, in_size])?;
+        Ok(())
+    }
+}
+
+/// One layer and direction of the BPTT.
+struct DirSteps<'s> {
+    op: &'static str,
+    rnn: &'s Rnn,
+    sl: &'s SavedLayer,
+    /// The layer output's gradient `[T, B, D*H]`, contiguous.
+    dy: &'s Tensor,
+    dir: usize,
+    /// `layer * D + dir`: the weight set and the final-state slice.
+    idx: usize,
+    t: usize,
+    b: usize,
+}
+
+/// What one direction contributes to the layer's gradients.
+struct DirGrads {
+    weights: RnnWeightGrads,
+    /// The layer input's gradient so far (both directions add up).
+    dx: Tensor,
+    dh0: Tensor,
+    dc0: Option<Tensor>,
+}
+
+impl DirSteps<'_> {
+    /// Carries `[T + 1, 2, B, H]` flattened to `[2(T + 1), B, H]`: slot 2s holds the h carry
+    /// into processed step s, slot 2s + 1 the c carry; slot 0 / 1 start from dh_n / dc_n.
+    fn initial_carry(&self, dh_n: Option<&Tensor>, dc_n: Option<&Tensor>) -> Result<Tensor> {
+        let (b, h) = (self.b, self.rnn.hidden_size);
+        let dev = self.dy.device();
+        let carry = Tensor::zeros(dev, &[2 * (self.t + 1), b, h], self.dy.dtype())?;
+        if let Some(s) = dh_n {
+            copy_state(dev, &s.narrow(0, self.idx, 1)?, &carry, 0, 0, h)?;
         }
-        let dx = if self.batch_first {
-            grad.transpose(0, 1)?
+        if let Some(s) = dc_n {
+            copy_state(dev, &s.narrow(0, self.idx, 1)?, &carry, 1, 0, h)?;
+        }
+        Ok(carry)
+    }
+
+    /// One fused dispatch per step, in reverse processing order: the gate pre-activation
+    /// gradients `dah` (and a GRU's separate input-side `dax`), and the last processed time
+    /// index.
+    fn run(&self, plan: &StepPlan, carry: &Tensor) -> Result<(Tensor, Option<Tensor>, usize)> {
+        let (op, t, b) = (self.op, self.t, self.b);
+        let (d, h, g) = (self.rnn.dirs(), self.rnn.hidden_size, self.rnn.kind.gates());
+        let lstm = self.rnn.kind == RnnKind::Lstm;
+        let (dev, dtype) = (self.dy.device(), self.dy.dtype());
+        let dah = Tensor::empty(dev, op, &[t, b, g * h], dtype)?;
+        let dax = if lstm {
+            None
         } else {
-            grad
+            Some(Tensor::empty(dev, op, &[t, b, g * h], dtype)?)
         };
-        let dh0: Vec<Tensor> = dh0s.into_iter().flatten().collect();
-        let dc0: Vec<Tensor> = dc0s.into_iter().flatten().collect();
-        Ok(RnnGrads {
-            dx,
-            dh0: stack_states(dev, &dh0, b, h)?,
-            dc0: if lstm {
-                Some(stack_states(dev, &dc0, b, h)?)
+        let state = if lstm {
+            self.sl
+                .cseq
+                .as_ref()
+                .ok_or_else(|| Error::arg(op, "internal: an LSTM forward saved no cell states"))?
+        } else {
+            &self.sl.hseq
+        };
+        let w_hh = &self.rnn.weights[self.idx].w_hh;
+        let slot_elems = b * d * h;
+        let dir = self.dir;
+        let mut prev_ti = 0;
+        for s in 0..t {
+            // Reverse processing order: the forward direction walks T-1..0.
+            let (ti, prev) = if dir == 0 {
+                (t - 1 - s, t - 1 - s)
             } else {
-                None
-            },
-            weights: wgrads.into_iter().flatten().collect(),
+                (s, s + 2)
+            };
+            let p = BackwardParams {
+                batch: b as u32,
+                hidden: h as u32,
+                gh: (g * h) as u32,
+                has_rec: (s > 0) as u32,
+                dy_off: (self.dy.layout().offset() + ti * b * d * h + dir * h) as u32,
+                dy_rs: (d * h) as u32,
+                a_off: (ti * b * g * h) as u32,
+                a_prev: (prev_ti * b * g * h) as u32,
+                g_off: (ti * b * 4 * h) as u32,
+                seq_rs: (d * h) as u32,
+                prev_off: (prev * slot_elems + dir * h) as u32,
+                cur_off: ((ti + 1) * slot_elems + dir * h) as u32,
+                carry_in: (s * 2 * b * h) as u32,
+                carry_out: ((s + 1) * 2 * b * h) as u32,
+                ..Default::default()
+            };
+            let mut bufs = vec![
+                w_hh.buffer(),
+                self.dy.buffer(),
+                self.sl.gates[dir].buffer(),
+                state.buffer(),
+                carry.buffer(),
+                dah.buffer(),
+            ];
+            if let Some(a) = &dax {
+                bufs.push(a.buffer());
+            }
+            let params = bytemuck::bytes_of(&p);
+            dev.launch(
+                op,
+                plan.kernel,
+                &[dtype],
+                &plan.consts,
+                params,
+                &bufs,
+                plan.grid,
+            )?;
+            prev_ti = ti;
+        }
+        Ok((dah, dax, prev_ti))
+    }
+
+    /// The sequence-wide GEMMs and sums: weight and bias gradients, the input gradient (added
+    /// to `dx_other`, the other direction's), and the initial states' gradients.
+    fn finish(
+        &self,
+        carry: &Tensor,
+        dah: &Tensor,
+        dax: Option<&Tensor>,
+        last: usize,
+        dx_other: Option<&Tensor>,
+    ) -> Result<DirGrads> {
+        let (t, b, h, g) = (self.t, self.b, self.rnn.hidden_size, self.rnn.kind.gates());
+        let w = &self.rnn.weights[self.idx];
+        let dah2 = flat2(dah)?;
+        let dax2 = match dax {
+            Some(a) => flat2(a)?,
+            None => dah2.clone(),
+        };
+        // h_{t-1} of every step: slots 0..T (forward) or 2..T+2 (reverse).
+        let first = if self.dir == 0 { 0 } else { 2 };
+        let hprev = flat2(
+            &self
+                .sl
+                .hseq
+                .narrow(0, first, t)?
+                .narrow(2, self.dir * h, h)?,
+        )?;
+        let plain = GemmOptions::default();
+        let weights = RnnWeightGrads {
+            w_ih: gemm(&dax2.transpose(0, 1)?, &flat2(&self.sl.input)?, &plain)?,
+            w_hh: gemm(&dah2.transpose(0, 1)?, &hprev, &plain)?,
+            b_ih: dax2.sum(0, false)?,
+            b_hh: dah2.sum(0, false)?,
+        };
+        // Both directions' input gradients add up (fused as the GEMM's C term).
+        let with = |c| GemmOptions {
+            c,
+            ..Default::default()
+        };
+        let dx = gemm(&dax2, &w.w_ih, &with(dx_other))?;
+        // dh0: the last processed step's recurrent product plus the direct carry.
+        let carry_h = carry.narrow(0, 2 * t, 1)?.reshape(&[b, h])?;
+        let da_last = dah.narrow(0, last, 1)?.reshape(&[b, g * h])?;
+        let dh0 = gemm(&da_last, &w.w_hh, &with(Some(&carry_h)))?.reshape(&[1, b, h])?;
+        let dc0 = if self.rnn.kind == RnnKind::Lstm {
+            Some(carry.narrow(0, 2 * t + 1, 1)?)
+        } else {
+            None
+        };
+        Ok(DirGrads {
+            weights,
+            dx,
+            dh0,
+            dc0,
         })
     }
 }
