@@ -35,6 +35,25 @@ fn combine(x: f32, y: f32) -> f32 {
     }
 }
 
+// The elements of a and b that output element i combines.
+fn operands(i: u32) -> vec2<u32> {
+    var ia = p.off_a;
+    var ib = p.off_b;
+    if (CONTIG) {
+        return vec2<u32>(ia + i, ib + i);
+    }
+    var rem = i;
+    for (var d = i32(p.rank) - 1; d >= 0; d--) {
+        let k = u32(d);
+        let n = p.shape[k / 4u][k % 4u];
+        let c = rem % n;
+        rem = rem / n;
+        ia += c * p.sa[k / 4u][k % 4u];
+        ib += c * p.sb[k / 4u][k % 4u];
+    }
+    return vec2<u32>(ia, ib);
+}
+
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>,
@@ -43,21 +62,32 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     if (i >= p.numel) {
         return;
     }
-    var ia = p.off_a;
-    var ib = p.off_b;
-    if (CONTIG) {
-        ia += i;
-        ib += i;
-    } else {
-        var rem = i;
-        for (var d = i32(p.rank) - 1; d >= 0; d--) {
-            let k = u32(d);
-            let n = p.shape[k / 4u][k % 4u];
-            let c = rem % n;
-            rem = rem / n;
-            ia += c * p.sa[k / 4u][k % 4u];
-            ib += c * p.sb[k / 4u][k % 4u];
-        }
+    let ix = operands(i);
+    c[i] = T(combine(f32(a[ix.x]), f32(b[ix.y])));
+}
+
+// In place (src/ops/donate.rs): the donated operand is packed with the output's shape and is
+// bound once, read and overwritten; the other operand is read through its strides as usual.
+@group(0) @binding(4) var<storage, read_write> io: array<T>;
+
+@compute @workgroup_size(WG)
+fn main_inplace_a(@builtin(workgroup_id) wid: vec3<u32>,
+                  @builtin(num_workgroups) nwg: vec3<u32>,
+                  @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.x + wid.y * nwg.x) * WG + lid;
+    if (i >= p.numel) {
+        return;
     }
-    c[i] = T(combine(f32(a[ia]), f32(b[ib])));
+    io[i] = T(combine(f32(io[i]), f32(b[operands(i).y])));
+}
+
+@compute @workgroup_size(WG)
+fn main_inplace_b(@builtin(workgroup_id) wid: vec3<u32>,
+                  @builtin(num_workgroups) nwg: vec3<u32>,
+                  @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.x + wid.y * nwg.x) * WG + lid;
+    if (i >= p.numel) {
+        return;
+    }
+    io[i] = T(combine(f32(a[operands(i).x]), f32(io[i])));
 }

@@ -16,6 +16,8 @@ struct Params {
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<T>;
 @group(0) @binding(2) var<storage, read_write> y: array<U>;
+// The donated input of the in-place entry point, read and overwritten (T = U there).
+@group(0) @binding(3) var<storage, read_write> io: array<T>;
 
 override OP: u32 = 0u;
 override WG: u32;
@@ -77,4 +79,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         return;
     }
     y[i] = U(apply(f32(x[src_index(i)]), p.scalar));
+}
+
+// In place over a donated, packed input (src/ops/donate.rs): the same math, one binding.
+@compute @workgroup_size(WG)
+fn main_inplace(@builtin(workgroup_id) wid: vec3<u32>,
+                @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.x + wid.y * nwg.x) * WG + lid;
+    if (i >= p.numel) {
+        return;
+    }
+    io[i] = T(apply(f32(io[i]), p.scalar));
 }

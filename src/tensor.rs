@@ -232,6 +232,9 @@ impl Tensor {
     /// may use the buffer, since a dropped tensor's buffer is reused by later ops.
     pub fn wgpu_buffer(&self) -> Result<(&wgpu::Buffer, u64, u64)> {
         let op = "wgpu_buffer";
+        self.storage
+            .exported
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         let size = self.dtype.size() as u64;
         let offset = self.layout.offset() as u64 * size;
         let bytes = self.numel() as u64 * size;

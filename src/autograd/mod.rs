@@ -268,7 +268,8 @@ impl Grads {
 fn accumulate(slot: &mut Option<Tensor>, g: Tensor) -> Result<()> {
     *slot = Some(match slot.take() {
         None => g,
-        Some(prev) => prev.add(&g)?,
+        // Both are the backward's own temporaries: the sum reuses one's buffer when it can.
+        Some(prev) => (prev + g)?,
     });
     Ok(())
 }

@@ -18,6 +18,36 @@ static BINARY: Kernel = Kernel {
     ints: false,
 };
 
+/// The donated operand's side overwrites it (src/ops/donate.rs): bindings b and io, or a
+/// and io.
+static BINARY_INPLACE_A: Kernel = Kernel {
+    name: "binary",
+    source: include_str!("../../shaders/binary.wgsl"),
+    entry: "main_inplace_a",
+    bindings: &[Access::Read, Access::ReadWrite],
+    slots: &[2, 4],
+    libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
+    defs: BINARY_DEFS,
+    ints: false,
+};
+static BINARY_INPLACE_B: Kernel = Kernel {
+    name: "binary",
+    source: include_str!("../../shaders/binary.wgsl"),
+    entry: "main_inplace_b",
+    bindings: &[Access::Read, Access::ReadWrite],
+    slots: &[1, 4],
+    libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
+    defs: BINARY_DEFS,
+    ints: false,
+};
+
+/// Which operand of a binary op gives its buffer to the output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Donated {
+    A,
+    B,
+}
+
 /// Elementwise functions of two tensors, computed in f32 by [`Tensor::binary`] (and its
 /// shorthands such as [`Tensor::add`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,6 +139,55 @@ impl Tensor {
         Ok(out)
     }
 
+    /// `self op other` written into the donated operand's buffer (`side`), which is packed
+    /// from offset 0 with the broadcast output's shape (checked by the caller).
+    pub(crate) fn binary_in_place(
+        &self,
+        other: &Tensor,
+        op: BinaryOp,
+        side: Donated,
+    ) -> Result<()> {
+        let name = op.name();
+        let n = match side {
+            Donated::A => self.numel(),
+            Donated::B => other.numel(),
+        };
+        if n == 0 {
+            return Ok(());
+        }
+        let shape = broadcast_shapes(name, self.shape(), other.shape())?;
+        let a = self.layout.broadcast_to(&shape)?;
+        let b = other.layout.broadcast_to(&shape)?;
+        let params = BinaryParams {
+            numel: n as u32,
+            rank: shape.len() as u32,
+            off_a: a.offset() as u32,
+            off_b: b.offset() as u32,
+            shape: pack_dims(&shape),
+            sa: pack_dims(a.strides()),
+            sb: pack_dims(b.strides()),
+        };
+        let (kernel, bufs) = match side {
+            Donated::A => (&BINARY_INPLACE_A, [other.buffer(), self.buffer()]),
+            Donated::B => (&BINARY_INPLACE_B, [self.buffer(), other.buffer()]),
+        };
+        let contig = a.is_contiguous() && b.is_contiguous();
+        let dev = self.device();
+        dev.launch(
+            name,
+            kernel,
+            &[self.dtype],
+            &[
+                ("OP", op as u32 as f64),
+                ("WG", WG as f64),
+                ("CONTIG", contig as u32 as f64),
+            ],
+            bytemuck::bytes_of(&params),
+            &bufs,
+            dev.grid_1d(name, (n as u64).div_ceil(WG as u64))?,
+        )
+    }
+
     /// `self + other` with broadcasting ([`BinaryOp::Add`]).
     pub fn add(&self, other: &Tensor) -> Result<Tensor> {
         self.binary(other, BinaryOp::Add)
@@ -145,11 +224,13 @@ pub fn binary_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
     for dt in [DType::F32, DType::F16] {
         for &(_, code) in BINARY_DEFS {
             for contig in [0.0, 1.0] {
-                v.push(crate::runtime::pipeline::ShaderVariant::new(
-                    &BINARY,
-                    &[dt],
-                    &[("OP", code as f64), ("WG", WG as f64), ("CONTIG", contig)],
-                ));
+                for k in [&BINARY, &BINARY_INPLACE_A, &BINARY_INPLACE_B] {
+                    v.push(crate::runtime::pipeline::ShaderVariant::new(
+                        k,
+                        &[dt],
+                        &[("OP", code as f64), ("WG", WG as f64), ("CONTIG", contig)],
+                    ));
+                }
             }
         }
     }

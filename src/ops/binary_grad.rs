@@ -3,7 +3,7 @@
 
 use crate::autograd::{record, sum_to, BackwardOp};
 use crate::ops::grad_kernel::{grad_binary, GradCode};
-use crate::ops::BinaryOp;
+use crate::ops::{BinaryOp, UnaryOp};
 use crate::{Error, Result, Tensor};
 
 struct BinaryBackward {
@@ -61,7 +61,11 @@ impl BackwardOp for BinaryBackward {
                 let g_over_b = g.div(self.saved(&self.b)?)?;
                 // d(a / b)/db = -a / b^2 = -(a / b) / b.
                 let gb = if need_b {
-                    Some(g_over_b.mul(self.saved(&self.y)?)?.neg()?)
+                    Some(
+                        g_over_b
+                            .mul(self.saved(&self.y)?)?
+                            .into_unary(UnaryOp::Neg)?,
+                    )
                 } else {
                     None
                 };

@@ -22,6 +22,30 @@ static MAP: Kernel = Kernel {
     ints: true,
 };
 
+/// The same math over a donated input's own buffer (src/ops/donate.rs).
+static MAP_INPLACE: Kernel = Kernel {
+    name: "map",
+    source: include_str!("../../shaders/map.wgsl"),
+    entry: "main_inplace",
+    bindings: &[Access::ReadWrite],
+    slots: &[3],
+    libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
+    defs: MAP_DEFS,
+    ints: false,
+};
+
+/// f32 <-> i32 over a donated input's own buffer.
+static CAST_INPLACE: Kernel = Kernel {
+    name: "cast_inplace",
+    source: include_str!("../../shaders/cast_inplace.wgsl"),
+    entry: "main",
+    bindings: &[Access::ReadWrite],
+    slots: &[],
+    libs: &[],
+    defs: &[],
+    ints: true,
+};
+
 pub(crate) const WG: u32 = 256;
 
 #[repr(C)]
@@ -168,6 +192,68 @@ fn map(
         dev.grid_1d(op_name, groups)?,
     )?;
     Ok(out)
+}
+
+/// Runs the in-place map kernel over `x` (donated: packed from offset 0, uniquely held).
+fn map_in_place(
+    op_name: &'static str,
+    kernel: &'static Kernel,
+    x: &Tensor,
+    dtypes: &[DType],
+    op: MapOp,
+    scalar: f32,
+) -> Result<()> {
+    let dev = x.device();
+    let n = x.numel();
+    if n == 0 {
+        return Ok(());
+    }
+    let params = MapParams {
+        numel: n as u32,
+        rank: 1,
+        offset: 0,
+        scalar,
+        shape: pack_dims(&[n]),
+        strides: pack_dims(&[1]),
+    };
+    let mut consts = vec![("WG", WG as f64)];
+    if !matches!(op, MapOp::Identity) {
+        consts.push(("OP", op.code() as f64));
+    }
+    let groups = (n as u64).div_ceil(WG as u64);
+    dev.launch(
+        op_name,
+        kernel,
+        dtypes,
+        &consts,
+        bytemuck::bytes_of(&params),
+        &[x.buffer()],
+        dev.grid_1d(op_name, groups)?,
+    )
+}
+
+impl Tensor {
+    /// `op` over this (donated) tensor's own buffer.
+    pub(crate) fn unary_in_place(&self, op: UnaryOp) -> Result<()> {
+        let name = UNARY_NAMES[op as usize];
+        self.require_float(name)?;
+        let dts = [self.dtype, self.dtype];
+        map_in_place(name, &MAP_INPLACE, self, &dts, MapOp::Unary(op), 0.0)
+    }
+
+    /// `x (op) s` over this (donated) tensor's own buffer.
+    pub(crate) fn scalar_in_place(&self, op: ScalarOp, s: f32) -> Result<()> {
+        let name = SCALAR_NAMES[op as usize];
+        self.require_float(name)?;
+        let dts = [self.dtype, self.dtype];
+        map_in_place(name, &MAP_INPLACE, self, &dts, MapOp::Scalar(op), s)
+    }
+
+    /// Converts this (donated) tensor's elements to `dtype` in place; both dtypes are 4 bytes.
+    pub(crate) fn cast_in_place(&self, dtype: DType) -> Result<()> {
+        let dts = [self.dtype, dtype];
+        map_in_place("to_dtype", &CAST_INPLACE, self, &dts, MapOp::Identity, 0.0)
+    }
 }
 
 const UNARY_NAMES: [&str; 9] = [
@@ -350,6 +436,40 @@ pub fn map_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
             }
         }
     }
+    // In place: the same ops over one buffer, and the 4-byte casts.
+    for dt in [DType::F32, DType::F16] {
+        for &(_, code) in &MAP_DEFS[1..] {
+            v.push(crate::runtime::pipeline::ShaderVariant::new(
+                &MAP_INPLACE,
+                &[dt, dt],
+                &[("WG", WG as f64), ("OP", code as f64)],
+            ));
+        }
+    }
+    // The other dtype pairs' modules carry the in-place entry point too (never launched with
+    // them): listed so every entry point of every module is translated.
+    for dts in [
+        [DType::F32, DType::F16],
+        [DType::F16, DType::F32],
+        [DType::I32, DType::I32],
+        [DType::I32, DType::F32],
+        [DType::F32, DType::I32],
+        [DType::I32, DType::F16],
+        [DType::F16, DType::I32],
+    ] {
+        v.push(crate::runtime::pipeline::ShaderVariant::new(
+            &MAP_INPLACE,
+            &dts,
+            &[("WG", WG as f64), ("OP", 1.0)],
+        ));
+    }
+    for dts in [[DType::F32, DType::I32], [DType::I32, DType::F32]] {
+        v.push(crate::runtime::pipeline::ShaderVariant::new(
+            &CAST_INPLACE,
+            &dts,
+            &[("WG", WG as f64)],
+        ));
+    }
     // i32 only copies and casts.
     for dts in [
         [DType::I32, DType::I32],
@@ -375,6 +495,23 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
     crate::runtime::pipeline::params_layout!(
         MAP,
         &[DType::F32, DType::F32],
+        MapParams {
+            numel,
+            rank,
+            offset,
+            scalar,
+            shape,
+            strides
+        }
+    )
+}
+
+/// The in-place cast shader's `struct Params`, which mirrors the map kernel's.
+#[doc(hidden)]
+pub fn cast_params_layout() -> crate::runtime::pipeline::ParamsLayout {
+    crate::runtime::pipeline::params_layout!(
+        CAST_INPLACE,
+        &[DType::F32, DType::I32],
         MapParams {
             numel,
             rank,

@@ -4,7 +4,7 @@
 
 use crate::autograd::{record, BackwardOp};
 use crate::ops::grad_kernel::{grad_binary, GradCode};
-use crate::ops::{ScalarOp, UnaryOp};
+use crate::ops::{BinaryOp, ScalarOp, UnaryOp};
 use crate::{DType, Error, Result, Tensor};
 
 struct UnaryBackward {
@@ -114,7 +114,10 @@ impl BackwardOp for ScalarBackward {
             ScalarOp::Mul => g.mul_scalar(f64::from(self.s))?,
             ScalarOp::Div => g.div_scalar(f64::from(self.s))?,
             // d(s / x) = -s / x^2 = -(s / x) / x.
-            ScalarOp::RDiv => g.mul(&saved(&self.y)?)?.div(&saved(&self.x)?)?.neg()?,
+            ScalarOp::RDiv => g
+                .mul(&saved(&self.y)?)?
+                .into_binary(&saved(&self.x)?, BinaryOp::Div)?
+                .into_unary(UnaryOp::Neg)?,
             ScalarOp::Max => grad_binary(g, &saved(&self.x)?, GradCode::PassGe, self.s)?,
             ScalarOp::Min => grad_binary(g, &saved(&self.x)?, GradCode::PassLe, self.s)?,
             // PyTorch: grad * s * x^(s - 1), and 0 for s == 0 (x^-1 would be inf at x = 0).

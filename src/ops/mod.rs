@@ -6,6 +6,7 @@ mod binary_grad;
 pub mod compare;
 pub mod conv;
 pub mod copy;
+mod donate;
 pub mod extra;
 pub mod gemm;
 mod gemm_grad;
@@ -70,6 +71,7 @@ pub use softmax::{log_softmax, softmax};
 pub fn params_layouts() -> Vec<crate::runtime::pipeline::ParamsLayout> {
     vec![
         map::params_layout(),
+        map::cast_params_layout(),
         binary::params_layout(),
         reduce::params_layout(),
         gemm::params_layout(),

@@ -34,6 +34,10 @@ pub struct DeviceStats {
     /// Finished batches held back by the in-flight cap until the next async point (wasm only;
     /// always 0 on native, where submitting waits instead).
     pub parked: usize,
+    /// Elementwise ops that wrote their result into their input's buffer instead of a new
+    /// one: the owned calls ([`Tensor::into_unary`], `tensor + &other`, ...) on a uniquely held
+    /// input, and the crate's own gradient accumulation.
+    pub donations: u64,
     /// The buffer pool's memory counters.
     pub pool: PoolStats,
     /// The memory budget in force ([`DeviceOptions::memory_limit`] or its derived default).
@@ -46,6 +50,8 @@ pub(crate) struct State {
     pub(crate) batch: Batch,
     pub(crate) submitter: Submitter,
     pub(crate) dispatches: u64,
+    /// Elementwise outputs written into their donated input's buffer (src/ops/donate.rs).
+    pub(crate) donations: u64,
 }
 
 pub(crate) struct Inner {
@@ -275,6 +281,7 @@ impl Device {
                     batch: Batch::default(),
                     submitter: Submitter::new(opts.max_in_flight),
                     dispatches: 0,
+                    donations: 0,
                 }),
                 pipelines: Mutex::new(PipelineCache::default()),
                 adapter,
@@ -393,6 +400,7 @@ impl Device {
         DeviceStats {
             pipelines_compiled: compiled,
             dispatches: st.dispatches,
+            donations: st.donations,
             submissions: st.submitter.submissions,
             in_flight: st.submitter.in_flight(),
             peak_in_flight: st.submitter.peak,
@@ -400,6 +408,11 @@ impl Device {
             pool: st.pool.stats,
             memory_limit: self.inner.memory_limit,
         }
+    }
+
+    /// Counts an output written into its donated input's buffer (src/ops/donate.rs).
+    pub(crate) fn note_donation(&self) {
+        lock(&self.inner.state).donations += 1;
     }
 
     /// Destroys cached pool buffers that are free now (live tensors are untouched).

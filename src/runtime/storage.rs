@@ -2,11 +2,16 @@
 //! hands the buffer back to the pool, which delays reuse until pending readers are submitted.
 
 use super::device::{Device, STORAGE_USAGE};
+use std::sync::atomic::AtomicBool;
+
 use crate::Result;
 
 pub(crate) struct Storage {
     buffer: Option<wgpu::Buffer>,
     pub(crate) device: Device,
+    /// Set once the buffer was handed to the application (`Tensor::wgpu_buffer`): it may hold
+    /// a clone of it, so the buffer is never donated to an op's output.
+    pub(crate) exported: AtomicBool,
 }
 
 impl Storage {
@@ -15,6 +20,7 @@ impl Storage {
         Ok(Storage {
             buffer: Some(buffer),
             device: device.clone(),
+            exported: AtomicBool::new(false),
         })
     }
 
@@ -24,6 +30,7 @@ impl Storage {
         Ok(Storage {
             buffer: Some(buffer),
             device: device.clone(),
+            exported: AtomicBool::new(false),
         })
     }
 
