@@ -148,43 +148,44 @@ fn conv_sg8_partial(@builtin(workgroup_id) wid: vec3<u32>,
     let row0 = wid.x * RT * 8u;
     let col0 = (wid.y * SGS + sg) * 32u;
     let acc = tile_sg8(group_of(wid.z), row0, col0, lane, k_range(wid.z));
+    // Stored in a loop from a second array, as conv_sg8's epilogue: 32 inlined stores made
+    // this pipeline compile for a second on lavapipe. The select is an exact identity the
+    // compiler cannot see through (m is never 0 at a launch).
+    var res: array<vec4<f32>, 32>;
+    res[0] = select(acc[0], vec4<f32>(0.0), p.m == 0u);
+    res[1] = select(acc[1], vec4<f32>(0.0), p.m == 0u);
+    res[2] = select(acc[2], vec4<f32>(0.0), p.m == 0u);
+    res[3] = select(acc[3], vec4<f32>(0.0), p.m == 0u);
+    res[4] = select(acc[4], vec4<f32>(0.0), p.m == 0u);
+    res[5] = select(acc[5], vec4<f32>(0.0), p.m == 0u);
+    res[6] = select(acc[6], vec4<f32>(0.0), p.m == 0u);
+    res[7] = select(acc[7], vec4<f32>(0.0), p.m == 0u);
+    res[8] = select(acc[8], vec4<f32>(0.0), p.m == 0u);
+    res[9] = select(acc[9], vec4<f32>(0.0), p.m == 0u);
+    res[10] = select(acc[10], vec4<f32>(0.0), p.m == 0u);
+    res[11] = select(acc[11], vec4<f32>(0.0), p.m == 0u);
+    res[12] = select(acc[12], vec4<f32>(0.0), p.m == 0u);
+    res[13] = select(acc[13], vec4<f32>(0.0), p.m == 0u);
+    res[14] = select(acc[14], vec4<f32>(0.0), p.m == 0u);
+    res[15] = select(acc[15], vec4<f32>(0.0), p.m == 0u);
+    res[16] = select(acc[16], vec4<f32>(0.0), p.m == 0u);
+    res[17] = select(acc[17], vec4<f32>(0.0), p.m == 0u);
+    res[18] = select(acc[18], vec4<f32>(0.0), p.m == 0u);
+    res[19] = select(acc[19], vec4<f32>(0.0), p.m == 0u);
+    res[20] = select(acc[20], vec4<f32>(0.0), p.m == 0u);
+    res[21] = select(acc[21], vec4<f32>(0.0), p.m == 0u);
+    res[22] = select(acc[22], vec4<f32>(0.0), p.m == 0u);
+    res[23] = select(acc[23], vec4<f32>(0.0), p.m == 0u);
+    res[24] = select(acc[24], vec4<f32>(0.0), p.m == 0u);
+    res[25] = select(acc[25], vec4<f32>(0.0), p.m == 0u);
+    res[26] = select(acc[26], vec4<f32>(0.0), p.m == 0u);
+    res[27] = select(acc[27], vec4<f32>(0.0), p.m == 0u);
+    res[28] = select(acc[28], vec4<f32>(0.0), p.m == 0u);
+    res[29] = select(acc[29], vec4<f32>(0.0), p.m == 0u);
+    res[30] = select(acc[30], vec4<f32>(0.0), p.m == 0u);
+    res[31] = select(acc[31], vec4<f32>(0.0), p.m == 0u);
     let c = col0 + lane;
-    sg8_ws(wid.z, row0 + 0u, c, acc[0]);
-    sg8_ws(wid.z, row0 + 1u, c, acc[1]);
-    sg8_ws(wid.z, row0 + 2u, c, acc[2]);
-    sg8_ws(wid.z, row0 + 3u, c, acc[3]);
-    sg8_ws(wid.z, row0 + 4u, c, acc[4]);
-    sg8_ws(wid.z, row0 + 5u, c, acc[5]);
-    sg8_ws(wid.z, row0 + 6u, c, acc[6]);
-    sg8_ws(wid.z, row0 + 7u, c, acc[7]);
-    if (RT >= 2u) {
-        sg8_ws(wid.z, row0 + 8u, c, acc[8]);
-        sg8_ws(wid.z, row0 + 9u, c, acc[9]);
-        sg8_ws(wid.z, row0 + 10u, c, acc[10]);
-        sg8_ws(wid.z, row0 + 11u, c, acc[11]);
-        sg8_ws(wid.z, row0 + 12u, c, acc[12]);
-        sg8_ws(wid.z, row0 + 13u, c, acc[13]);
-        sg8_ws(wid.z, row0 + 14u, c, acc[14]);
-        sg8_ws(wid.z, row0 + 15u, c, acc[15]);
-    }
-    if (RT >= 4u) {
-        sg8_ws(wid.z, row0 + 16u, c, acc[16]);
-        sg8_ws(wid.z, row0 + 17u, c, acc[17]);
-        sg8_ws(wid.z, row0 + 18u, c, acc[18]);
-        sg8_ws(wid.z, row0 + 19u, c, acc[19]);
-        sg8_ws(wid.z, row0 + 20u, c, acc[20]);
-        sg8_ws(wid.z, row0 + 21u, c, acc[21]);
-        sg8_ws(wid.z, row0 + 22u, c, acc[22]);
-        sg8_ws(wid.z, row0 + 23u, c, acc[23]);
-    }
-    if (RT >= 4u) {
-        sg8_ws(wid.z, row0 + 24u, c, acc[24]);
-        sg8_ws(wid.z, row0 + 25u, c, acc[25]);
-        sg8_ws(wid.z, row0 + 26u, c, acc[26]);
-        sg8_ws(wid.z, row0 + 27u, c, acc[27]);
-        sg8_ws(wid.z, row0 + 28u, c, acc[28]);
-        sg8_ws(wid.z, row0 + 29u, c, acc[29]);
-        sg8_ws(wid.z, row0 + 30u, c, acc[30]);
-        sg8_ws(wid.z, row0 + 31u, c, acc[31]);
+    for (var r = 0u; r < RT * 8u; r++) {
+        sg8_ws(wid.z, row0 + r, c, res[r]);
     }
 }

@@ -31,6 +31,12 @@ struct Params {
     a_bs: vec4<u32>,
     b_bs: vec4<u32>,
     c_bs: vec4<u32>,
+    // 0 none, 1 a separate C tensor, 2 in place (out holds C).
+    c_mode: u32,
+    // 0 none, 1 per column, 2 per row.
+    bias_mode: u32,
+    _pad0: u32,
+    _pad1: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -41,10 +47,10 @@ struct Params {
 @group(0) @binding(5) var<storage, read_write> out: array<T>;
 @group(0) @binding(6) var<storage, read_write> ws: array<f32>;
 
-// C_MODE: 0 none, 1 a separate C tensor, 2 in place (out holds C). BIAS: 0 none, 1 per column,
-// 2 per row. ACT: see activate() in lib/activation.wgsl.
-override C_MODE: u32 = 0u;
-override BIAS: u32 = 0u;
+// ACT: see activate() in lib/activation.wgsl. Where C and the bias come from are uniforms
+// (p.c_mode, p.bias_mode), not overrides: every epilogue shares one pipeline, so a model's
+// first GEMMs with and without bias or C compile once (a pipeline costs ~200 ms on lavapipe),
+// for a branch per stored element.
 override ACT: u32 = 0u;
 
 struct Bases {
@@ -70,8 +76,8 @@ fn bases(z: u32) -> Bases {
         bo += c * p.b_bs[e];
         co += c * p.c_bs[e];
     }
-    // In place (C_MODE 2) the output is the C view, which may start at element c_off.
-    let oo = select(0u, p.c_off, C_MODE == 2u);
+    // In place (c_mode 2) the output is the C view, which may start at element c_off.
+    let oo = select(0u, p.c_off, p.c_mode == 2u);
     return Bases(ao, bo, co, oo + bi * p.m * p.n);
 }
 
@@ -85,18 +91,18 @@ fn k_range(z: u32) -> vec2<u32> {
 // `y` = alpha * (A B)[row, col]; adds C and bias, applies the activation.
 fn epilogue_scaled(y_in: f32, row: u32, col: u32, bs: Bases) -> f32 {
     var y = y_in;
-    if (C_MODE == 1u) {
+    if (p.c_mode == 1u) {
         y += p.beta * f32(cin[bs.c + row * p.c_rs + col * p.c_cs]);
     }
     // beta = 0 does not read the in-place target (BLAS / PyTorch: NaN and inf in C are not
     // propagated, C may be uninitialized), like a separate C, which is dropped when beta = 0.
-    if (C_MODE == 2u && p.beta != 0.0) {
+    if (p.c_mode == 2u && p.beta != 0.0) {
         y += p.beta * f32(out[bs.o + row * p.n + col]);
     }
-    if (BIAS == 1u) {
+    if (p.bias_mode == 1u) {
         y += f32(bias[p.bias_off + col * p.bias_stride]);
     }
-    if (BIAS == 2u) {
+    if (p.bias_mode == 2u) {
         y += f32(bias[p.bias_off + row * p.bias_stride]);
     }
     return activate(y, ACT);
