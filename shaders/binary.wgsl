@@ -10,6 +10,12 @@ struct Params {
     shape: array<vec4<u32>, 2>,
     sa: array<vec4<u32>, 2>,
     sb: array<vec4<u32>, 2>,
+    // Flat index of this dispatch's first element (a window of a tensor larger than one
+    // binding; 0 otherwise): strided operands decode coordinates from base + i.
+    base: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -42,7 +48,7 @@ fn operands(i: u32) -> vec2<u32> {
     if (CONTIG) {
         return vec2<u32>(ia + i, ib + i);
     }
-    var rem = i;
+    var rem = p.base + i;
     for (var d = i32(p.rank) - 1; d >= 0; d--) {
         let k = u32(d);
         let n = p.shape[k / 4u][k % 4u];
@@ -67,7 +73,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
 }
 
 // In place (src/ops/donate.rs): the donated operand is packed with the output's shape and is
-// bound once, read and overwritten; the other operand is read through its strides as usual.
+// bound once, read and overwritten at its own index (its offset in the binding plus i); the
+// other operand is read through its strides as usual.
 @group(0) @binding(4) var<storage, read_write> io: array<T>;
 
 @compute @workgroup_size(WG)
@@ -78,7 +85,8 @@ fn main_inplace_a(@builtin(workgroup_id) wid: vec3<u32>,
     if (i >= p.numel) {
         return;
     }
-    io[i] = T(combine(f32(io[i]), f32(b[operands(i).y])));
+    let ix = operands(i);
+    io[ix.x] = T(combine(f32(io[ix.x]), f32(b[ix.y])));
 }
 
 @compute @workgroup_size(WG)
@@ -89,5 +97,6 @@ fn main_inplace_b(@builtin(workgroup_id) wid: vec3<u32>,
     if (i >= p.numel) {
         return;
     }
-    io[i] = T(combine(f32(a[operands(i).x]), f32(io[i])));
+    let ix = operands(i);
+    io[ix.y] = T(combine(f32(a[ix.x]), f32(io[ix.y])));
 }

@@ -10,6 +10,12 @@ struct Params {
     scalar: f32,
     shape: array<vec4<u32>, 2>,
     strides: array<vec4<u32>, 2>,
+    // Flat index of this dispatch's first element (a window of a tensor larger than one
+    // binding; 0 otherwise): strided inputs decode coordinates from base + i.
+    base: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -25,5 +31,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     if (i >= p.numel) {
         return;
     }
-    words[i] = bitcast<u32>(U(bitcast<T>(words[i])));
+    let k = p.offset + i;
+    words[k] = bitcast<u32>(U(bitcast<T>(words[k])));
 }

@@ -11,6 +11,12 @@ struct Params {
     scalar: f32,
     shape: array<vec4<u32>, 2>,
     strides: array<vec4<u32>, 2>,
+    // Flat index of this dispatch's first element (a window of a tensor larger than one
+    // binding; 0 otherwise): strided inputs decode coordinates from base + i.
+    base: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -28,7 +34,7 @@ fn src_index(i: u32) -> u32 {
     if (CONTIG) {
         return p.offset + i;
     }
-    var rem = i;
+    var rem = p.base + i;
     var off = p.offset;
     for (var d = i32(p.rank) - 1; d >= 0; d--) {
         let k = u32(d);
@@ -90,5 +96,6 @@ fn main_inplace(@builtin(workgroup_id) wid: vec3<u32>,
     if (i >= p.numel) {
         return;
     }
-    io[i] = T(apply(f32(io[i]), p.scalar));
+    let k = p.offset + i;
+    io[k] = T(apply(f32(io[k]), p.scalar));
 }

@@ -11,8 +11,10 @@ struct Params {
     red_len: u32,
     red_stride: u32,
     divisor: f32,
-    _pad0: u32,
-    _pad1: u32,
+    // A window of the outputs (a tensor larger than one binding; 0 and 0 otherwise): outputs
+    // decode their input coordinates from base + o and store at out_off + o.
+    base: u32,
+    out_off: u32,
     shape: array<vec4<u32>, 2>,
     strides: array<vec4<u32>, 2>,
 }
@@ -55,7 +57,7 @@ fn finish(acc: f32) -> T {
 }
 
 fn base_index(o: u32) -> u32 {
-    var rem = o;
+    var rem = p.base + o;
     var off = p.offset;
     for (var d = i32(p.rank) - 1; d >= 0; d--) {
         let k = u32(d);
@@ -79,7 +81,7 @@ fn reduce_rows(@builtin(workgroup_id) wid: vec3<u32>,
     for (var r = 0u; r < p.red_len; r++) {
         acc = fold(acc, f32(x[base + r * p.red_stride]));
     }
-    y[o] = finish(acc);
+    y[p.out_off + o] = finish(acc);
 }
 
 @compute @workgroup_size(WG)
@@ -109,6 +111,6 @@ fn reduce_wg(@builtin(workgroup_id) wid: vec3<u32>,
         workgroupBarrier();
     }
     if (live && lid == 0u) {
-        y[o] = finish(partial[0]);
+        y[p.out_off + o] = finish(partial[0]);
     }
 }

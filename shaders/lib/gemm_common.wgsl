@@ -35,8 +35,10 @@ struct Params {
     c_mode: u32,
     // 0 none, 1 per column, 2 per row.
     bias_mode: u32,
-    _pad0: u32,
-    _pad1: u32,
+    // The output's row stride (n, except in a window of a wider output) and its first
+    // element (0, except in a window; in place the output starts at c_off instead).
+    o_rs: u32,
+    o_off: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -77,7 +79,7 @@ fn bases(z: u32) -> Bases {
         co += c * p.c_bs[e];
     }
     // In place (c_mode 2) the output is the C view, which may start at element c_off.
-    let oo = select(0u, p.c_off, p.c_mode == 2u);
+    let oo = select(p.o_off, p.c_off, p.c_mode == 2u);
     return Bases(ao, bo, co, oo + bi * p.m * p.n);
 }
 
@@ -97,7 +99,7 @@ fn epilogue_scaled(y_in: f32, row: u32, col: u32, bs: Bases) -> f32 {
     // beta = 0 does not read the in-place target (BLAS / PyTorch: NaN and inf in C are not
     // propagated, C may be uninitialized), like a separate C, which is dropped when beta = 0.
     if (p.c_mode == 2u && p.beta != 0.0) {
-        y += p.beta * f32(out[bs.o + row * p.n + col]);
+        y += p.beta * f32(out[bs.o + row * p.o_rs + col]);
     }
     if (p.bias_mode == 1u) {
         y += f32(bias[p.bias_off + col * p.bias_stride]);
@@ -110,7 +112,7 @@ fn epilogue_scaled(y_in: f32, row: u32, col: u32, bs: Bases) -> f32 {
 
 fn store_scaled(row: u32, col: u32, y: f32, bs: Bases) {
     if (row < p.m && col < p.n) {
-        out[bs.o + row * p.n + col] = T(epilogue_scaled(y, row, col, bs));
+        out[bs.o + row * p.o_rs + col] = T(epilogue_scaled(y, row, col, bs));
     }
 }
 

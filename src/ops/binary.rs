@@ -2,8 +2,9 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::layout::{broadcast_shapes, pack_dims, MAX_RANK};
+use crate::layout::{broadcast_shapes, pack_dims, Layout, MAX_RANK};
 use crate::ops::map::WG;
+use crate::runtime::window::{for_windows, Operand};
 use crate::runtime::{Access, Kernel};
 use crate::{DType, Result, Tensor};
 
@@ -96,6 +97,10 @@ struct BinaryParams {
     shape: [u32; MAX_RANK],
     sa: [u32; MAX_RANK],
     sb: [u32; MAX_RANK],
+    base: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 impl Tensor {
@@ -105,37 +110,11 @@ impl Tensor {
         self.same_device(name, other)?;
         self.same_dtype(name, other)?;
         let shape = broadcast_shapes(name, self.shape(), other.shape())?;
-        let a = self.layout.broadcast_to(&shape)?;
-        let b = other.layout.broadcast_to(&shape)?;
-        let dev = self.device();
-        let out = Tensor::empty(dev, name, &shape, self.dtype)?;
-        let n = out.numel();
-        if n == 0 {
+        let out = Tensor::empty(self.device(), name, &shape, self.dtype)?;
+        if out.numel() == 0 {
             return Ok(out);
         }
-        let contig = a.is_contiguous() && b.is_contiguous();
-        let params = BinaryParams {
-            numel: n as u32,
-            rank: shape.len() as u32,
-            off_a: a.offset() as u32,
-            off_b: b.offset() as u32,
-            shape: pack_dims(&shape),
-            sa: pack_dims(a.strides()),
-            sb: pack_dims(b.strides()),
-        };
-        dev.launch(
-            name,
-            &BINARY,
-            &[self.dtype],
-            &[
-                ("OP", op as u32 as f64),
-                ("WG", WG as f64),
-                ("CONTIG", contig as u32 as f64),
-            ],
-            bytemuck::bytes_of(&params),
-            &[self.buffer(), other.buffer(), out.buffer()],
-            dev.grid_1d(name, (n as u64).div_ceil(WG as u64))?,
-        )?;
+        launch_binary(name, &BINARY, op, self, other, Some(&out), &shape)?;
         Ok(out)
     }
 
@@ -148,44 +127,15 @@ impl Tensor {
         side: Donated,
     ) -> Result<()> {
         let name = op.name();
-        let n = match side {
-            Donated::A => self.numel(),
-            Donated::B => other.numel(),
-        };
-        if n == 0 {
+        let shape = broadcast_shapes(name, self.shape(), other.shape())?;
+        if shape.contains(&0) {
             return Ok(());
         }
-        let shape = broadcast_shapes(name, self.shape(), other.shape())?;
-        let a = self.layout.broadcast_to(&shape)?;
-        let b = other.layout.broadcast_to(&shape)?;
-        let params = BinaryParams {
-            numel: n as u32,
-            rank: shape.len() as u32,
-            off_a: a.offset() as u32,
-            off_b: b.offset() as u32,
-            shape: pack_dims(&shape),
-            sa: pack_dims(a.strides()),
-            sb: pack_dims(b.strides()),
+        let kernel = match side {
+            Donated::A => &BINARY_INPLACE_A,
+            Donated::B => &BINARY_INPLACE_B,
         };
-        let (kernel, bufs) = match side {
-            Donated::A => (&BINARY_INPLACE_A, [other.buffer(), self.buffer()]),
-            Donated::B => (&BINARY_INPLACE_B, [self.buffer(), other.buffer()]),
-        };
-        let contig = a.is_contiguous() && b.is_contiguous();
-        let dev = self.device();
-        dev.launch(
-            name,
-            kernel,
-            &[self.dtype],
-            &[
-                ("OP", op as u32 as f64),
-                ("WG", WG as f64),
-                ("CONTIG", contig as u32 as f64),
-            ],
-            bytemuck::bytes_of(&params),
-            &bufs,
-            dev.grid_1d(name, (n as u64).div_ceil(WG as u64))?,
-        )
+        launch_binary(name, kernel, op, self, other, None, &shape)
     }
 
     /// `self + other` with broadcasting ([`BinaryOp::Add`]).
@@ -216,6 +166,87 @@ impl Tensor {
     pub fn pow(&self, exponent: &Tensor) -> Result<Tensor> {
         self.binary(exponent, BinaryOp::Pow)
     }
+}
+
+/// Records `kernel` over the broadcast `shape`, in windows when a buffer is larger than one
+/// binding: `out` for the allocating kernel, `None` for the in-place ones (which bind the
+/// donated operand once, read_write, and the other one read-only).
+fn launch_binary(
+    name: &'static str,
+    kernel: &'static Kernel,
+    op: BinaryOp,
+    x: &Tensor,
+    y: &Tensor,
+    out: Option<&Tensor>,
+    shape: &[usize],
+) -> Result<()> {
+    let a = x.layout.broadcast_to(shape)?;
+    let b = y.layout.broadcast_to(shape)?;
+    let (ca, cb) = (a.is_contiguous(), b.is_contiguous());
+    let contig = ca && cb;
+    let n: usize = shape.iter().product();
+    let mut params = BinaryParams {
+        numel: n as u32,
+        rank: shape.len() as u32,
+        off_a: a.offset() as u32,
+        off_b: b.offset() as u32,
+        shape: pack_dims(shape),
+        sa: pack_dims(a.strides()),
+        sb: pack_dims(b.strides()),
+        base: 0,
+        _pad0: 0,
+        _pad1: 0,
+        _pad2: 0,
+    };
+    fn operand<'t>(t: &'t Tensor, l: &Layout, follows: bool) -> Operand<'t> {
+        Operand {
+            buffer: t.buffer(),
+            es: t.dtype.size() as u64,
+            offset: l.offset() as u64,
+            follows_output: follows,
+            end: l.span() as u64,
+        }
+    }
+    let mut operands = vec![operand(x, &a, ca), operand(y, &b, cb)];
+    if let Some(o) = out {
+        operands.push(operand(o, &o.layout, true));
+    }
+    let consts = [
+        ("OP", op as u32 as f64),
+        ("WG", WG as f64),
+        ("CONTIG", contig as u32 as f64),
+    ];
+    let dev = x.device();
+    for_windows(dev, name, n as u64, &operands, WG as u64, |s, len, sp| {
+        params.numel = len as u32;
+        params.base = s as u32;
+        // An operand packed like the output is decoded from base + i on the strided path:
+        // its offset is shifted back by base (mod 2^32, as the shader's u32 sums wrap).
+        let off = |rel: u64, follows: bool| {
+            if follows && !contig {
+                (rel as u32).wrapping_sub(s as u32)
+            } else {
+                rel as u32
+            }
+        };
+        params.off_a = off(sp[0].rel, ca);
+        params.off_b = off(sp[1].rel, cb);
+        let (ba, bb) = (sp[0].bind(x.buffer()), sp[1].bind(y.buffer()));
+        let binds = match (out, kernel.entry) {
+            (Some(o), _) => vec![ba, bb, sp[2].bind(o.buffer())],
+            (None, "main_inplace_a") => vec![bb, ba],
+            (None, _) => vec![ba, bb],
+        };
+        dev.launch_binds(
+            name,
+            kernel,
+            &[x.dtype],
+            &consts,
+            bytemuck::bytes_of(&params),
+            &binds,
+            dev.grid_1d(name, len.div_ceil(WG as u64))?,
+        )
+    })
 }
 
 #[doc(hidden)]
@@ -250,7 +281,11 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
             off_b,
             shape,
             sa,
-            sb
+            sb,
+            base,
+            _pad0,
+            _pad1,
+            _pad2
         }
     )
 }

@@ -10,7 +10,7 @@ use bytemuck::{Pod, Zeroable};
 use crate::layout::{broadcast_shapes, Layout};
 use crate::ops::gemm_grad;
 use crate::runtime::pipeline::{ShaderVariant, ACTIVATION_LIB};
-use crate::runtime::{Access, Kernel, Storage};
+use crate::runtime::{Access, Bind, Kernel, Storage};
 use crate::{Caps, DType, Device, Error, Result, Tensor};
 
 const GEMM_COMMON: &str = include_str!("../../shaders/lib/gemm_common.wgsl");
@@ -153,35 +153,35 @@ impl Default for GemmOptions<'_> {
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable, Default)]
-struct GemmParams {
-    m: u32,
-    n: u32,
-    k: u32,
-    batch: u32,
-    a_off: u32,
-    a_rs: u32,
-    a_cs: u32,
-    splits: u32,
-    b_off: u32,
-    b_rs: u32,
-    b_cs: u32,
-    k_chunk: u32,
-    c_off: u32,
-    c_rs: u32,
-    c_cs: u32,
-    bias_off: u32,
-    alpha: f32,
-    beta: f32,
-    batch_rank: u32,
-    bias_stride: u32,
-    bshape: [u32; 4],
-    a_bs: [u32; 4],
-    b_bs: [u32; 4],
-    c_bs: [u32; 4],
-    c_mode: u32,
-    bias_mode: u32,
-    _pad0: u32,
-    _pad1: u32,
+pub(crate) struct GemmParams {
+    pub(crate) m: u32,
+    pub(crate) n: u32,
+    pub(crate) k: u32,
+    pub(crate) batch: u32,
+    pub(crate) a_off: u32,
+    pub(crate) a_rs: u32,
+    pub(crate) a_cs: u32,
+    pub(crate) splits: u32,
+    pub(crate) b_off: u32,
+    pub(crate) b_rs: u32,
+    pub(crate) b_cs: u32,
+    pub(crate) k_chunk: u32,
+    pub(crate) c_off: u32,
+    pub(crate) c_rs: u32,
+    pub(crate) c_cs: u32,
+    pub(crate) bias_off: u32,
+    pub(crate) alpha: f32,
+    pub(crate) beta: f32,
+    pub(crate) batch_rank: u32,
+    pub(crate) bias_stride: u32,
+    pub(crate) bshape: [u32; 4],
+    pub(crate) a_bs: [u32; 4],
+    pub(crate) b_bs: [u32; 4],
+    pub(crate) c_bs: [u32; 4],
+    pub(crate) c_mode: u32,
+    pub(crate) bias_mode: u32,
+    pub(crate) o_rs: u32,
+    pub(crate) o_off: u32,
 }
 
 #[doc(hidden)]
@@ -202,7 +202,7 @@ pub struct GemmPlan {
 }
 
 impl GemmPlan {
-    fn tile(&self) -> (usize, usize) {
+    pub(crate) fn tile(&self) -> (usize, usize) {
         if self.sg8 {
             (32 * self.sgs as usize, 32)
         } else {
@@ -369,24 +369,24 @@ fn bias_view(op: &'static str, t: &Tensor, len: usize, what: &str) -> Result<(u3
 }
 
 /// A validated product: sizes, the operands' broadcast layouts and the epilogue's inputs.
-struct Problem<'a> {
-    out_shape: Vec<usize>,
-    m: usize,
-    n: usize,
-    k: usize,
-    al: Layout,
-    bl: Layout,
+pub(crate) struct Problem<'a> {
+    pub(crate) out_shape: Vec<usize>,
+    pub(crate) m: usize,
+    pub(crate) n: usize,
+    pub(crate) k: usize,
+    pub(crate) al: Layout,
+    pub(crate) bl: Layout,
     /// 0: no C; 1: C read through `cl`; 2: the output itself is C (in place).
-    c_mode: u32,
-    cl: Layout,
+    pub(crate) c_mode: u32,
+    pub(crate) cl: Layout,
     /// 0: none; 1: per column; 2: per row.
-    bias_code: u32,
-    bias: Option<&'a Tensor>,
-    bias_off: u32,
-    bias_stride: u32,
+    pub(crate) bias_code: u32,
+    pub(crate) bias: Option<&'a Tensor>,
+    pub(crate) bias_off: u32,
+    pub(crate) bias_stride: u32,
     /// Merged batch dims and the operands' strides along them.
-    bm: Vec<usize>,
-    batch_strides: [Vec<usize>; 3],
+    pub(crate) bm: Vec<usize>,
+    pub(crate) batch_strides: [Vec<usize>; 3],
 }
 
 impl<'a> Problem<'a> {
@@ -468,11 +468,11 @@ impl<'a> Problem<'a> {
         })
     }
 
-    fn batch(&self) -> usize {
+    pub(crate) fn batch(&self) -> usize {
         self.bm.iter().product()
     }
 
-    fn params(&self, pl: &GemmPlan, o: &GemmOptions) -> GemmParams {
+    pub(crate) fn params(&self, pl: &GemmPlan, o: &GemmOptions) -> GemmParams {
         let (al, bl, cl) = (&self.al, &self.bl, &self.cl);
         let r = self.out_shape.len();
         let [a_bs, b_bs, c_bs] = &self.batch_strides;
@@ -503,8 +503,8 @@ impl<'a> Problem<'a> {
             c_bs: pack4(c_bs),
             c_mode: self.c_mode,
             bias_mode: self.bias_code,
-            _pad0: 0,
-            _pad1: 0,
+            o_rs: self.n as u32,
+            o_off: 0,
         }
     }
 
@@ -613,36 +613,82 @@ fn run(
     if m == 0 || n == 0 || batch == 0 {
         return Ok(out);
     }
+    let limit = dev.max_binding_bytes();
+    let c_t = if pb.c_mode == 1 { o.c } else { None };
+    let bufs = [Some(a), Some(b), c_t, pb.bias, Some(&out)];
+    if bufs.iter().flatten().any(|t| t.buffer().size() > limit) {
+        // An operand or the output is larger than one binding: windows of rows and columns.
+        super::gemm_window::run_windowed(op, &pb, &pl, o, a, b, c_t, &out)?;
+        return Ok(out);
+    }
     let grid = pb.grid(op, &pl, dev.limits().max_compute_workgroups_per_dimension)?;
     let params = pb.params(&pl, o);
-    let bytes = bytemuck::bytes_of(&params);
-    let epi = [("ACT", o.activation as u32 as f64)];
-    let c_buf = match (pb.c_mode, o.c) {
-        (1, Some(c)) => c.buffer(),
-        _ => a.buffer(),
-    };
+    let c_buf = c_t.map_or(a.buffer(), |c| c.buffer());
     let bias_buf = pb.bias.map_or(a.buffer(), |t| t.buffer());
+    let binds = GemmBinds {
+        a: Bind::whole(a.buffer()),
+        b: Bind::whole(b.buffer()),
+        c: Bind::whole(c_buf),
+        bias: Bind::whole(bias_buf),
+        out: Bind::whole(out.buffer()),
+    };
+    dispatch(
+        op,
+        a,
+        &pl,
+        &params,
+        o.activation,
+        &binds,
+        grid,
+        (batch * m * n) as u64,
+    )?;
+    Ok(out)
+}
+
+/// What a GEMM dispatch binds (placeholders for an absent C or bias).
+pub(crate) struct GemmBinds<'a> {
+    pub a: Bind<'a>,
+    pub b: Bind<'a>,
+    pub c: Bind<'a>,
+    pub bias: Bind<'a>,
+    pub out: Bind<'a>,
+}
+
+/// Records one product over `params`: the fused kernel, or with split-k the slices into a
+/// workspace and the fixed-order reduction of `total` outputs.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn dispatch(
+    op: &'static str,
+    a: &Tensor,
+    pl: &GemmPlan,
+    params: &GemmParams,
+    act: Activation,
+    binds: &GemmBinds,
+    grid: [u32; 3],
+    total: u64,
+) -> Result<()> {
+    let dev = a.device();
+    let bytes = bytemuck::bytes_of(params);
+    let epi = [("ACT", act as u32 as f64)];
     let dts = [a.dtype];
     // The subgroup kernel's row tile (SGS subgroups of 32 rows) must match the grid's.
     let sgs = [("SGS", pl.sgs as f64)];
     let shape_consts: &[(&str, f64)] = if pl.sg8 { &sgs } else { &[] };
     if pl.splits == 1 {
         let kernel = if pl.sg8 { &SG8 } else { &TILED };
-        let bufs = [a.buffer(), b.buffer(), c_buf, bias_buf, out.buffer()];
+        let bufs = [binds.a, binds.b, binds.c, binds.bias, binds.out];
         let consts = [&epi[..], shape_consts].concat();
-        dev.launch(op, kernel, &dts, &consts, bytes, &bufs, grid)?;
-        return Ok(out);
+        return dev.launch_binds(op, kernel, &dts, &consts, bytes, &bufs, grid);
     }
-    let total = (batch * m * n) as u64;
     let ws = Storage::scratch(dev, op, pl.splits as u64 * total * 4)?;
     let partial = if pl.sg8 { &SG8_PARTIAL } else { &TILED_PARTIAL };
-    let bufs = [a.buffer(), b.buffer(), ws.buffer()];
-    dev.launch(op, partial, &dts, shape_consts, bytes, &bufs, grid)?;
+    let ws_bind = Bind::whole(ws.buffer());
+    let bufs = [binds.a, binds.b, ws_bind];
+    dev.launch_binds(op, partial, &dts, shape_consts, bytes, &bufs, grid)?;
     let consts = [&epi[..], &[("WG", REDUCE_WG as f64)]].concat();
-    let bufs = [c_buf, bias_buf, out.buffer(), ws.buffer()];
+    let bufs = [binds.c, binds.bias, binds.out, ws_bind];
     let grid = dev.grid_1d(op, total.div_ceil(REDUCE_WG as u64))?;
-    dev.launch(op, &SPLITK_REDUCE, &dts, &consts, bytes, &bufs, grid)?;
-    Ok(out)
+    dev.launch_binds(op, &SPLITK_REDUCE, &dts, &consts, bytes, &bufs, grid)
 }
 
 /// `act(alpha * a @ b + beta * c + bias)` for `a [..., M, K]`, `b [..., K, N]` with broadcast
@@ -823,8 +869,8 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
             c_bs,
             c_mode,
             bias_mode,
-            _pad0,
-            _pad1
+            o_rs,
+            o_off
         }
     )
 }

@@ -6,6 +6,7 @@ use bytemuck::{Pod, Zeroable};
 use crate::layout::{pack_dims, MAX_RANK};
 use crate::ops::map_grad;
 use crate::ops::view_grad::{self, ViewKind};
+use crate::runtime::window::{for_windows, Operand};
 use crate::runtime::{Access, Kernel};
 use crate::{DType, Result, Tensor};
 
@@ -57,6 +58,10 @@ struct MapParams {
     scalar: f32,
     shape: [u32; MAX_RANK],
     strides: [u32; MAX_RANK],
+    base: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 /// Unary functions, applied elementwise in f32 by [`Tensor::unary`] (and its shorthands such
@@ -168,28 +173,62 @@ fn map(
         return Ok(out);
     }
     let l = &x.layout;
-    let params = MapParams {
+    let mut params = MapParams {
         numel: l.numel() as u32,
         rank: l.rank() as u32,
         offset: l.offset() as u32,
         scalar,
         shape: pack_dims(l.shape()),
         strides: pack_dims(l.strides()),
+        base: 0,
+        _pad0: 0,
+        _pad1: 0,
+        _pad2: 0,
     };
-    let contig = if l.is_contiguous() { 1.0 } else { 0.0 };
-    let groups = (l.numel() as u64).div_ceil(WG as u64);
-    dev.launch(
+    let contig = l.is_contiguous();
+    let consts = [
+        ("OP", op.code() as f64),
+        ("WG", WG as f64),
+        ("CONTIG", f64::from(u8::from(contig))),
+    ];
+    let dts = [x.dtype, out_dtype];
+    let operands = [
+        Operand {
+            buffer: x.buffer(),
+            es: x.dtype.size() as u64,
+            offset: l.offset() as u64,
+            follows_output: contig,
+            end: l.span() as u64,
+        },
+        Operand {
+            buffer: out.buffer(),
+            es: out_dtype.size() as u64,
+            offset: 0,
+            follows_output: true,
+            end: out.numel() as u64,
+        },
+    ];
+    // One window (whole buffers) unless a buffer is larger than one binding.
+    for_windows(
+        dev,
         op_name,
-        &MAP,
-        &[x.dtype, out_dtype],
-        &[
-            ("OP", op.code() as f64),
-            ("WG", WG as f64),
-            ("CONTIG", contig),
-        ],
-        bytemuck::bytes_of(&params),
-        &[x.buffer(), out.buffer()],
-        dev.grid_1d(op_name, groups)?,
+        out.numel() as u64,
+        &operands,
+        WG as u64,
+        |s, n, sp| {
+            params.numel = n as u32;
+            params.base = s as u32;
+            params.offset = sp[0].rel as u32;
+            dev.launch_binds(
+                op_name,
+                &MAP,
+                &dts,
+                &consts,
+                bytemuck::bytes_of(&params),
+                &[sp[0].bind(x.buffer()), sp[1].bind(out.buffer())],
+                dev.grid_1d(op_name, n.div_ceil(WG as u64))?,
+            )
+        },
     )?;
     Ok(out)
 }
@@ -208,28 +247,43 @@ fn map_in_place(
     if n == 0 {
         return Ok(());
     }
-    let params = MapParams {
+    let mut params = MapParams {
         numel: n as u32,
         rank: 1,
         offset: 0,
         scalar,
         shape: pack_dims(&[n]),
         strides: pack_dims(&[1]),
+        base: 0,
+        _pad0: 0,
+        _pad1: 0,
+        _pad2: 0,
     };
     let mut consts = vec![("WG", WG as f64)];
     if !matches!(op, MapOp::Identity) {
         consts.push(("OP", op.code() as f64));
     }
-    let groups = (n as u64).div_ceil(WG as u64);
-    dev.launch(
-        op_name,
-        kernel,
-        dtypes,
-        &consts,
-        bytemuck::bytes_of(&params),
-        &[x.buffer()],
-        dev.grid_1d(op_name, groups)?,
-    )
+    let io = [Operand {
+        buffer: x.buffer(),
+        es: x.dtype.size() as u64,
+        offset: 0,
+        follows_output: true,
+        end: n as u64,
+    }];
+    for_windows(dev, op_name, n as u64, &io, WG as u64, |s, len, sp| {
+        params.numel = len as u32;
+        params.base = s as u32;
+        params.offset = sp[0].rel as u32;
+        dev.launch_binds(
+            op_name,
+            kernel,
+            dtypes,
+            &consts,
+            bytemuck::bytes_of(&params),
+            &[sp[0].bind(x.buffer())],
+            dev.grid_1d(op_name, len.div_ceil(WG as u64))?,
+        )
+    })
 }
 
 impl Tensor {
@@ -501,7 +555,11 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
             offset,
             scalar,
             shape,
-            strides
+            strides,
+            base,
+            _pad0,
+            _pad1,
+            _pad2
         }
     )
 }
@@ -518,7 +576,11 @@ pub fn cast_params_layout() -> crate::runtime::pipeline::ParamsLayout {
             offset,
             scalar,
             shape,
-            strides
+            strides,
+            base,
+            _pad0,
+            _pad1,
+            _pad2
         }
     )
 }

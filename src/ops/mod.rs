@@ -10,6 +10,7 @@ mod donate;
 pub mod extra;
 pub mod gemm;
 mod gemm_grad;
+mod gemm_window;
 pub(crate) mod grad_kernel;
 pub mod index;
 pub mod loss;

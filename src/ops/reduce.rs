@@ -5,7 +5,8 @@
 use bytemuck::{Pod, Zeroable};
 
 use crate::layout::{pack_dims, Layout, MAX_RANK};
-use crate::runtime::{Access, Kernel};
+use crate::runtime::window::{too_wide, windows, Span};
+use crate::runtime::{Access, Bind, Kernel};
 use crate::{DType, Error, Result, Tensor};
 
 const WG: u32 = 256;
@@ -77,8 +78,8 @@ struct ReduceParams {
     red_len: u32,
     red_stride: u32,
     divisor: f32,
-    _pad0: u32,
-    _pad1: u32,
+    base: u32,
+    out_off: u32,
     shape: [u32; MAX_RANK],
     strides: [u32; MAX_RANK],
 }
@@ -127,7 +128,7 @@ impl Tensor {
         if n_out == 0 {
             return Ok(out);
         }
-        let params = ReduceParams {
+        let mut params = ReduceParams {
             n_out: n_out as u32,
             rank: outer.rank() as u32,
             offset: self.layout.offset() as u32,
@@ -138,25 +139,69 @@ impl Tensor {
             } else {
                 1.0
             },
-            _pad0: 0,
-            _pad1: 0,
+            base: 0,
+            out_off: 0,
             shape: pack_dims(outer.shape()),
             strides: pack_dims(outer.strides()),
         };
-        let (kernel, groups) = if use_workgroup_variant(n_out, red_len) {
-            (&WORKGROUP, n_out as u64)
-        } else {
-            (&ROWS, (n_out as u64).div_ceil(WG as u64))
+        let consts = [("OP", op.code() as f64), ("WG", WG as f64)];
+        let dts = [self.dtype];
+        let wg_variant = use_workgroup_variant(n_out, red_len);
+        let launch = |p: &ReduceParams, binds: &[Bind], n: u64| {
+            let (kernel, groups) = if wg_variant {
+                (&WORKGROUP, n)
+            } else {
+                (&ROWS, n.div_ceil(WG as u64))
+            };
+            let grid = dev.grid_1d(name, groups)?;
+            dev.launch_binds(
+                name,
+                kernel,
+                &dts,
+                &consts,
+                bytemuck::bytes_of(p),
+                binds,
+                grid,
+            )
         };
-        dev.launch(
-            name,
-            kernel,
-            &[self.dtype],
-            &[("OP", op.code() as f64), ("WG", WG as f64)],
-            bytemuck::bytes_of(&params),
-            &[self.buffer(), out.buffer()],
-            dev.grid_1d(name, groups)?,
-        )?;
+        let limit = dev.max_binding_bytes();
+        if self.buffer().size() <= limit && out.buffer().size() <= limit {
+            let binds = [Bind::whole(self.buffer()), Bind::whole(out.buffer())];
+            launch(&params, &binds, n_out as u64)?;
+            return Ok(out);
+        }
+        // Windows of outputs: a packed input reduced along its last dim binds the rows of each
+        // window; any other input must fit one binding whole.
+        let (es, align) = (self.dtype.size() as u64, dev.storage_align());
+        let cap = limit.saturating_sub(align + 4) / es;
+        let rows_follow = d + 1 == self.rank() && self.is_contiguous();
+        let off = self.layout.offset() as u64;
+        let (l, size) = (red_len as u64, self.buffer().size());
+        let fixed = Span::of(off, self.layout.span() as u64, es, align, size);
+        let per = if rows_follow { cap / l } else { cap };
+        if per == 0 || (!rows_follow && fixed.size > limit) {
+            let bytes = if rows_follow { l * es } else { fixed.size };
+            return Err(too_wide(name, bytes, limit));
+        }
+        for (s, len) in windows(n_out as u64, per) {
+            let xs = if rows_follow {
+                Span::of(off + s * l, off + (s + len) * l, es, align, size)
+            } else {
+                fixed
+            };
+            let ys = Span::of(s, s + len, es, align, out.buffer().size());
+            params.n_out = len as u32;
+            params.base = s as u32;
+            params.out_off = ys.rel as u32;
+            // Decoded from base + o: a windowed input's offset is shifted back (mod 2^32).
+            params.offset = if rows_follow {
+                (xs.rel as u32).wrapping_sub((s * l) as u32)
+            } else {
+                xs.rel as u32
+            };
+            let binds = [xs.bind(self.buffer()), ys.bind(out.buffer())];
+            launch(&params, &binds, len)?;
+        }
         Ok(out)
     }
 
@@ -210,8 +255,8 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
             red_len,
             red_stride,
             divisor,
-            _pad0,
-            _pad1,
+            base,
+            out_off,
             shape,
             strides
         }

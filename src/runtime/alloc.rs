@@ -2,7 +2,6 @@
 //! uploads. Freed buffers go back to the pool, reusable once no pending command can read them.
 
 use super::device::{Device, State};
-use super::pool::size_class;
 use crate::{Error, Result};
 
 pub(crate) const PARAMS_USAGE: wgpu::BufferUsages =
@@ -14,24 +13,20 @@ pub(crate) const STORAGE_USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
     .union(wgpu::BufferUsages::COPY_DST);
 
 impl Device {
-    /// Byte limit checks shared by every allocation.
+    /// Byte limit checks shared by every allocation. A tensor may be larger than one storage
+    /// binding (ops that support it split their work into windows that each fit one; the
+    /// others refuse it at launch, naming the binding limit), but not than one buffer.
     pub(crate) fn check_bytes(&self, op: &'static str, bytes: u64) -> Result<()> {
         let l = &self.inner.limits;
-        // Kernels index with u32, and Metal hands naga's bounds checks u32 byte sizes (reads past
-        // 4 GiB would return 0): no binding may exceed 4 GiB - 1 whatever the adapter reports.
-        let (name, limit) = [
-            ("max_buffer_size", l.max_buffer_size),
-            ("u32 indexing (4 GiB - 1)", u32::MAX as u64),
-        ]
-        .into_iter()
-        .fold(
-            (
-                "max_storage_buffer_binding_size",
-                l.max_storage_buffer_binding_size,
-            ),
-            |best, cand| if cand.1 < best.1 { cand } else { best },
-        );
-        if size_class(bytes) > limit {
+        // Kernels index with u32 and params carry u32 offsets: no tensor may exceed 4 GiB - 1
+        // whatever the adapter reports.
+        let (name, limit) = if l.max_buffer_size < u32::MAX as u64 {
+            ("max_buffer_size", l.max_buffer_size)
+        } else {
+            ("u32 indexing (4 GiB - 1)", u32::MAX as u64)
+        };
+        let size = super::pool::buffer_size(bytes, self.inner.binding_limit);
+        if size > limit {
             return Err(Error::TooLarge {
                 op,
                 bytes,
@@ -72,7 +67,7 @@ impl Device {
         if let Some(buf) = cached {
             return Ok(buf);
         }
-        let size = size_class(bytes);
+        let size = st.pool.class(bytes);
         self.make_room_locked(&mut st, op, size)?;
         // Create under the lock so pool accounting and creation stay one step.
         let buf = self.scoped(op, || {

@@ -7,6 +7,25 @@
 
 use std::collections::HashMap;
 
+/// One storage binding: a byte range of a buffer (the whole buffer for most dispatches; a
+/// window of it when an op splits a tensor larger than one binding).
+#[derive(Clone, Copy)]
+pub(crate) struct Bind<'a> {
+    pub(crate) buffer: &'a wgpu::Buffer,
+    pub(crate) offset: u64,
+    pub(crate) size: u64,
+}
+
+impl<'a> Bind<'a> {
+    pub(crate) fn whole(buffer: &'a wgpu::Buffer) -> Bind<'a> {
+        Bind {
+            buffer,
+            offset: 0,
+            size: buffer.size(),
+        }
+    }
+}
+
 /// Most storage bindings cached (batch norm's inference pass binds 8); kernels with more create
 /// their bind group per dispatch.
 const MAX_BINDINGS: usize = 10;
@@ -17,7 +36,7 @@ const MAX_ENTRIES: usize = 4096;
 struct Key {
     layout: wgpu::BindGroupLayout,
     arena: wgpu::Buffer,
-    buffers: [Option<wgpu::Buffer>; MAX_BINDINGS],
+    buffers: [Option<(wgpu::Buffer, u64, u64)>; MAX_BINDINGS],
 }
 
 #[derive(Default)]
@@ -36,7 +55,7 @@ pub(crate) struct Bindings<'a> {
     pub(crate) label: &'static str,
     pub(crate) arena: &'a wgpu::Buffer,
     pub(crate) slot_size: u64,
-    pub(crate) buffers: &'a [&'a wgpu::Buffer],
+    pub(crate) buffers: &'a [Bind<'a>],
     pub(crate) slot_of: &'a dyn Fn(usize) -> u32,
 }
 
@@ -50,10 +69,14 @@ fn create(device: &wgpu::Device, b: &Bindings) -> wgpu::BindGroup {
             size: wgpu::BufferSize::new(b.slot_size),
         }),
     });
-    for (i, buf) in b.buffers.iter().enumerate() {
+    for (i, bind) in b.buffers.iter().enumerate() {
         entries.push(wgpu::BindGroupEntry {
             binding: (b.slot_of)(i),
-            resource: buf.as_entire_binding(),
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: bind.buffer,
+                offset: bind.offset,
+                size: wgpu::BufferSize::new(bind.size),
+            }),
         });
     }
     device.create_bind_group(&wgpu::BindGroupDescriptor {
@@ -79,9 +102,9 @@ impl BindGroupCache {
             self.misses += 1;
             return create(device, b);
         }
-        let mut buffers: [Option<wgpu::Buffer>; MAX_BINDINGS] = Default::default();
-        for (slot, buf) in buffers.iter_mut().zip(b.buffers) {
-            *slot = Some((*buf).clone());
+        let mut buffers: [Option<(wgpu::Buffer, u64, u64)>; MAX_BINDINGS] = Default::default();
+        for (slot, bind) in buffers.iter_mut().zip(b.buffers) {
+            *slot = Some((bind.buffer.clone(), bind.offset, bind.size));
         }
         let key = Key {
             layout: b.layout.clone(),

@@ -65,6 +65,8 @@ pub(crate) struct Inner {
     pub(crate) opts: DeviceOptions,
     pub(crate) param_slot: u64,
     pub(crate) memory_limit: u64,
+    /// Most bytes one storage binding covers (see `DeviceOptions::max_binding_bytes`).
+    pub(crate) binding_limit: u64,
     pub(crate) caps: super::caps::Caps,
     /// The random generator: (seed, next Philox counter). See `ops::random`.
     rng: Mutex<(u64, u64)>,
@@ -269,6 +271,12 @@ impl Device {
         let info = adapter.get_info();
         let features = device.features();
         let caps = super::caps::Caps::read(&info, features, &limits);
+        let align = u64::from(limits.min_storage_buffer_offset_alignment.max(4));
+        let binding_limit = (limits.max_storage_buffer_binding_size)
+            .min(opts.max_binding_bytes.unwrap_or(u64::MAX))
+            .min(u32::MAX as u64)
+            / align
+            * align;
         let memory_limit = opts
             .memory_limit
             .unwrap_or_else(|| super::memory::default_limit(info.device_type));
@@ -276,7 +284,7 @@ impl Device {
             inner: Arc::new(Inner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 state: Mutex::new(State {
-                    pool: BufferPool::new(opts.pool_cap_bytes),
+                    pool: BufferPool::new(opts.pool_cap_bytes, binding_limit),
                     bind_groups: BindGroupCache::default(),
                     batch: Batch::default(),
                     submitter: Submitter::new(opts.max_in_flight),
@@ -293,6 +301,7 @@ impl Device {
                 opts,
                 param_slot,
                 memory_limit,
+                binding_limit,
                 caps,
                 rng: Mutex::new((DEFAULT_SEED, 0)),
                 lost,
@@ -319,6 +328,18 @@ impl Device {
             groups,
             self.inner.limits.max_compute_workgroups_per_dimension,
         )
+    }
+    /// Most bytes one storage binding covers: the adapter's `max_storage_buffer_binding_size`
+    /// or [`DeviceOptions::max_binding_bytes`], whichever is lower. Tensors may be larger
+    /// (up to `max_buffer_size`): elementwise ops, reductions over the last dim and GEMM split
+    /// their work into windows that each fit a binding; other ops refuse them with
+    /// [`Error::TooLarge`].
+    pub fn max_binding_bytes(&self) -> u64 {
+        self.inner.binding_limit
+    }
+    /// The byte alignment of a binding's offset (`min_storage_buffer_offset_alignment`).
+    pub(crate) fn storage_align(&self) -> u64 {
+        u64::from(self.inner.limits.min_storage_buffer_offset_alignment.max(4))
     }
     /// The wgpu features enabled on the device (SUBGROUP, SHADER_F16 when requested and
     /// available).

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::bind_cache::Bindings;
+use super::bind_cache::{Bind, Bindings};
 use super::device::{lock, Device, PARAMS_USAGE};
 use super::pipeline::{CachedPipeline, Kernel};
 use super::pool::size_class;
@@ -41,7 +41,36 @@ impl Device {
         buffers: &[&wgpu::Buffer],
         grid: [u32; 3],
     ) -> Result<()> {
+        let binds: Vec<Bind> = buffers.iter().map(|b| Bind::whole(b)).collect();
+        self.launch_binds(op, kernel, dtypes, constants, params, &binds, grid)
+    }
+
+    /// [`Device::launch`] with byte ranges of buffers: the windowed ops bind the part of a
+    /// large tensor each dispatch reads or writes. Every range must fit one binding
+    /// (`Device::binding_limit`); a whole buffer past it means the op does not split that
+    /// tensor, and the error says so.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn launch_binds(
+        &self,
+        op: &'static str,
+        kernel: &Kernel,
+        dtypes: &[DType],
+        constants: &[(&'static str, f64)],
+        params: &[u8],
+        buffers: &[Bind],
+        grid: [u32; 3],
+    ) -> Result<()> {
         debug_assert_eq!(buffers.len(), kernel.bindings.len(), "{}", kernel.name);
+        let limit = self.inner.binding_limit;
+        if let Some(b) = buffers.iter().find(|b| b.size > limit) {
+            return Err(Error::TooLarge {
+                op,
+                bytes: b.size,
+                limit_name:
+                    "storage binding size (this op does not split tensors larger than one binding)",
+                limit,
+            });
+        }
         if params.len() as u64 > self.inner.param_slot {
             return Err(Error::arg(
                 op,

@@ -16,7 +16,9 @@ mod storage;
 mod submit;
 mod submitter;
 mod warm_up;
+pub(crate) mod window;
 
+pub(crate) use bind_cache::Bind;
 pub use caps::Caps;
 pub use device::{Device, DeviceOptions, DeviceStats};
 pub(crate) use pipeline::{Access, Kernel};

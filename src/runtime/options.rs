@@ -26,6 +26,13 @@ pub struct DeviceOptions {
     /// the process may use (3/4 of physical or cgroup memory, half the address-space limit);
     /// on GPUs no limit beyond the driver's own out-of-memory errors.
     pub memory_limit: Option<u64>,
+    /// Most bytes one storage binding may cover: `None` is the adapter's
+    /// `max_storage_buffer_binding_size` (128 MiB on many adapters, lavapipe included). A
+    /// tensor larger than this still works in the ops that split their work into windows
+    /// that each fit one binding (elementwise, reductions over the last dim, GEMM); others
+    /// refuse it with [`Error::TooLarge`]. Lower it to exercise those windowed paths on small
+    /// tensors. Rounded down to the adapter's storage offset alignment; at least 1 KiB.
+    pub max_binding_bytes: Option<u64>,
 }
 
 /// Upper bounds on [`DeviceOptions`] values: past them the param arena's size or the queue's
@@ -64,6 +71,14 @@ impl DeviceOptions {
         if self.max_bytes_per_submit == 0 {
             return Err(Error::arg(op, "max_bytes_per_submit must be at least 1"));
         }
+        if let Some(b) = self.max_binding_bytes {
+            if b < 1024 {
+                return Err(Error::arg(
+                    op,
+                    format!("max_binding_bytes must be at least 1024, got {b}"),
+                ));
+            }
+        }
         if self.memory_limit == Some(0) {
             return Err(Error::arg(
                 op,
@@ -84,6 +99,7 @@ impl Default for DeviceOptions {
             disable_f16: false,
             disable_subgroups: false,
             memory_limit: None,
+            max_binding_bytes: None,
         }
     }
 }

@@ -40,6 +40,9 @@ pub(crate) struct BufferPool {
     /// Moves on whenever buffers are destroyed, so caches of objects that hold buffers (bind
     /// groups) know to start over.
     pub(crate) generation: u64,
+    /// The device's binding limit: a request that fits one binding never gets a buffer past
+    /// it (the class is capped), so whole-buffer bindings of such tensors stay valid.
+    bind_cap: u64,
 }
 
 /// Rounds a request up to its size class: 4 classes per power of two (<= 25% waste),
@@ -51,21 +54,39 @@ pub(crate) fn size_class(bytes: u64) -> u64 {
     b.div_ceil(step) * step
 }
 
+/// The buffer size for a request of `bytes` on a device whose bindings cover `bind_cap` bytes:
+/// the size class, capped at `bind_cap` when the request fits one binding.
+pub(crate) fn buffer_size(bytes: u64, bind_cap: u64) -> u64 {
+    let c = size_class(bytes);
+    if bytes <= bind_cap {
+        c.min(bind_cap)
+    } else {
+        c
+    }
+}
+
 impl BufferPool {
-    pub(crate) fn new(cap_bytes: u64) -> Self {
+    pub(crate) fn new(cap_bytes: u64, bind_cap: u64) -> Self {
         BufferPool {
             free: HashMap::new(),
             pending: Vec::new(),
             cap_bytes,
             stats: PoolStats::default(),
             generation: 0,
+            bind_cap,
         }
     }
 
+    /// The buffer size for a request of `bytes`: its size class, capped at the binding limit
+    /// when the request fits one binding.
+    pub(crate) fn class(&self, bytes: u64) -> u64 {
+        buffer_size(bytes, self.bind_cap)
+    }
+
     /// A cached buffer of the class for `bytes` and `usage`, or `None` (the caller creates one
-    /// of `size_class(bytes)` bytes and reports it with [`BufferPool::note_created`]).
+    /// of `class(bytes)` bytes and reports it with [`BufferPool::note_created`]).
     pub(crate) fn take(&mut self, bytes: u64, usage: wgpu::BufferUsages) -> Option<wgpu::Buffer> {
-        let key = (size_class(bytes), usage.bits());
+        let key = (self.class(bytes), usage.bits());
         let buf = self.free.get_mut(&key).and_then(|v| v.pop())?;
         self.stats.cached_bytes -= key.0;
         self.stats.live_bytes += key.0;
@@ -81,7 +102,7 @@ impl BufferPool {
         bytes: u64,
         usage: wgpu::BufferUsages,
     ) -> Option<wgpu::Buffer> {
-        let key = (size_class(bytes), usage.bits());
+        let key = (self.class(bytes), usage.bits());
         if let Some(i) = self.pending.iter().rposition(|(k, _)| *k == key) {
             let (_, buf) = self.pending.swap_remove(i);
             self.stats.cached_bytes -= key.0;

@@ -15,6 +15,7 @@ mod memory;
 mod nan;
 mod rnn;
 mod sweep;
+mod windows;
 
 use wgtensor::{Device, Error, Tensor};
 

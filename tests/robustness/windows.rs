@@ -1,0 +1,211 @@
+//! Tensors larger than one storage binding: a device whose binding limit is lowered through
+//! `DeviceOptions::max_binding_bytes` runs the windowed paths on small tensors, and must give
+//! bitwise the results of a device that binds them whole.
+
+use wgtensor::ops::{gemm, gemm_into, Activation, Bias, BinaryOp, GemmOptions, ScalarOp, UnaryOp};
+use wgtensor::{DType, Device, DeviceOptions, Error, Tensor};
+
+fn small(bytes: u64) -> Device {
+    let d = Device::with_options(DeviceOptions {
+        max_binding_bytes: Some(bytes),
+        ..Default::default()
+    })
+    .unwrap();
+    assert!(d.max_binding_bytes() <= bytes);
+    d
+}
+
+fn wave(n: usize, k: f32) -> Vec<f32> {
+    (0..n).map(|i| ((i as f32 + 1.0) * k).sin()).collect()
+}
+
+fn bits(t: &Tensor) -> Vec<u32> {
+    t.to_dtype(DType::F32)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_bits())
+        .collect()
+}
+
+/// Runs `f` on both devices with the same inputs and compares the outputs bit for bit.
+/// The windowed device must also have split the work: more dispatches than the other.
+fn same(what: &str, inputs: &[(Vec<f32>, Vec<usize>)], f: impl Fn(&Device, &[Tensor]) -> Tensor) {
+    let (big, win) = (Device::new().unwrap(), small(4096));
+    let run = |d: &Device| {
+        let ts: Vec<Tensor> = inputs
+            .iter()
+            .map(|(v, s)| Tensor::from_slice(d, v, s).unwrap())
+            .collect();
+        bits(&f(d, &ts))
+    };
+    let (want, got) = (run(&big), run(&win));
+    assert_eq!(want.len(), got.len(), "{what}");
+    let diff = want.iter().zip(&got).position(|(a, b)| a != b);
+    assert!(diff.is_none(), "{what}: first difference at {diff:?}");
+    let (db, dw) = (big.stats().dispatches, win.stats().dispatches);
+    assert!(dw > db, "{what}: {dw} windowed dispatches vs {db}");
+}
+
+#[test]
+fn elementwise_ops_run_in_windows() {
+    let n = 10_000; // 40 KB of f32 against 4 KiB bindings
+    let x = (wave(n, 0.37), vec![100, 100]);
+    let y = (wave(n, 0.11), vec![100, 100]);
+    let row = (wave(100, 0.5), vec![100]);
+    same("exp", std::slice::from_ref(&x), |_, t| t[0].exp().unwrap());
+    same("scalar", std::slice::from_ref(&x), |_, t| {
+        t[0].mul_scalar(3.5).unwrap()
+    });
+    same("cast", std::slice::from_ref(&x), |_, t| {
+        t[0].to_dtype(DType::I32)
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap()
+    });
+    same("add", &[x.clone(), y.clone()], |_, t| {
+        t[0].add(&t[1]).unwrap()
+    });
+    same("broadcast row", &[x.clone(), row.clone()], |_, t| {
+        t[0].mul(&t[1]).unwrap()
+    });
+    same("broadcast lhs", &[row.clone(), x.clone()], |_, t| {
+        t[0].sub(&t[1]).unwrap()
+    });
+    same("full", &[], |d, _| {
+        Tensor::full(d, &[3000], 1.25, DType::F32).unwrap()
+    });
+    // A strided view that fits one binding (30 x 30 floats) read by windows of its output.
+    let m = (wave(900, 0.7), vec![30, 30]);
+    same("transposed", &[m], |_, t| {
+        t[0].transpose(0, 1).unwrap().contiguous().unwrap()
+    });
+    // Donated (in place) windows.
+    same("owned", &[x.clone(), row], |_, t| {
+        let a = t[0].mul_scalar(1.0).unwrap(); // a uniquely held copy
+        let a = a.into_unary(UnaryOp::Tanh).unwrap();
+        let a = a.into_scalar_op(ScalarOp::Add, 0.5).unwrap();
+        a.into_binary(&t[1], BinaryOp::Mul).unwrap()
+    });
+}
+
+#[test]
+fn gemm_runs_in_windows_with_identical_bits() {
+    let big = Device::new().unwrap();
+    let win = small(16 << 10); // 16 KiB: a 64-wide row of A fits, A does not
+    let shapes: &[(&str, [usize; 3])] = &[
+        ("tall A", [300, 64, 50]),
+        ("wide B", [40, 64, 700]),
+        ("long K, split", [8, 2048, 16]),
+    ];
+    for &(what, [m, k, n]) in shapes {
+        let run = |d: &Device| {
+            let a = Tensor::from_slice(d, &wave(m * k, 0.13), &[m, k]).unwrap();
+            let w = Tensor::from_slice(d, &wave(n * k, 0.29), &[n, k]).unwrap();
+            let bias = Tensor::from_slice(d, &wave(n, 0.5), &[n]).unwrap();
+            let c = Tensor::from_slice(d, &wave(m * n, 0.05), &[m, n]).unwrap();
+            // x @ w.T + bias, relu, plus 0.5 C: B is a transposed view.
+            let o = GemmOptions {
+                beta: 0.5,
+                c: Some(&c),
+                bias: Some(Bias::PerColumn(&bias)),
+                activation: Activation::Relu,
+                ..Default::default()
+            };
+            let y = gemm(&a, &w.transpose(0, 1).unwrap(), &o).unwrap();
+            // In place: y = 2 a w.T + y.
+            gemm_into(&y, &a, &w.transpose(0, 1).unwrap(), 2.0, 1.0).unwrap();
+            bits(&y)
+        };
+        let before = (big.stats().dispatches, win.stats().dispatches);
+        let (want, got) = (run(&big), run(&win));
+        assert_eq!(want, got, "{what}");
+        let (db, dw) = (
+            big.stats().dispatches - before.0,
+            win.stats().dispatches - before.1,
+        );
+        assert!(dw > db, "{what}: {dw} windowed dispatches vs {db}");
+    }
+    // Batched, with broadcast batch dims.
+    let run = |d: &Device| {
+        let a = Tensor::from_slice(d, &wave(3 * 100 * 32, 0.2), &[3, 100, 32]).unwrap();
+        let b = Tensor::from_slice(d, &wave(32 * 90, 0.3), &[32, 90]).unwrap();
+        bits(&wgtensor::ops::matmul(&a, &b).unwrap())
+    };
+    assert_eq!(run(&big), run(&win), "batched");
+}
+
+#[test]
+fn what_cannot_be_windowed_is_refused_cleanly() {
+    let d = small(4096);
+    // A transposed view of 40 KB: every output window would need all of it.
+    let x = Tensor::from_slice(&d, &wave(10_000, 0.3), &[100, 100]).unwrap();
+    let e = x.transpose(0, 1).unwrap().contiguous().unwrap_err();
+    assert!(matches!(e, Error::TooLarge { .. }), "{e:?}");
+    assert!(e.to_string().contains("binding"), "{e}");
+    // An op that does not split (softmax) names the binding limit.
+    let e = x.softmax(1).unwrap_err();
+    assert!(matches!(e, Error::TooLarge { .. }), "{e:?}");
+    // The device still works.
+    assert_eq!(
+        x.narrow(0, 0, 1).unwrap().to_vec::<f32>().unwrap().len(),
+        100
+    );
+    // Past max_buffer_size is an allocation error naming that limit.
+    let n = (d.limits().max_buffer_size.min(u32::MAX as u64) / 4 + 1) as usize;
+    let e = Tensor::zeros(&d, &[n], DType::F32).unwrap_err();
+    assert!(matches!(e, Error::TooLarge { .. }), "{e:?}");
+}
+
+/// The case: a 256 MiB f32 operand on the default device (lavapipe's bindings hold
+/// 128 MiB), checked against an f64 reference on sampled rows.
+#[test]
+fn gemm_over_a_256_mib_operand() {
+    let d = Device::new().unwrap();
+    let (m, k, n) = (16384, 4096, 8);
+    let av: Vec<f32> = (0..m * k)
+        .map(|i| ((i % 251) as f32 - 125.0) / 128.0)
+        .collect();
+    let bv: Vec<f32> = (0..k * n).map(|i| ((i % 13) as f32 - 6.0) / 8.0).collect();
+    let a = Tensor::from_slice(&d, &av, &[m, k]).unwrap();
+    let b = Tensor::from_slice(&d, &bv, &[k, n]).unwrap();
+    let y = wgtensor::ops::matmul(&a, &b)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    for r in [0, 1, 4095, 8191, 12000, 16383] {
+        for c in 0..n {
+            let want: f64 = (0..k)
+                .map(|j| av[r * k + j] as f64 * bv[j * n + c] as f64)
+                .sum();
+            let got = y[r * n + c] as f64;
+            assert!(
+                (got - want).abs() <= 1e-3 * (1.0 + want.abs()),
+                "[{r}, {c}] {got} vs {want}"
+            );
+        }
+    }
+}
+
+#[test]
+fn last_dim_reductions_run_in_windows() {
+    let x = (wave(10_000, 0.37), vec![500, 20]);
+    same("sum", std::slice::from_ref(&x), |_, t| {
+        t[0].sum(-1, false).unwrap()
+    });
+    same("mean keepdim", std::slice::from_ref(&x), |_, t| {
+        t[0].mean(1, true).unwrap()
+    });
+    same("max", std::slice::from_ref(&x), |_, t| {
+        t[0].max(-1, false).unwrap()
+    });
+    // Few long rows take the workgroup variant: 4 KiB bindings hold 2 rows of 400.
+    let long = (wave(8 * 400, 0.21), vec![8, 400]);
+    same("long rows", &[long], |_, t| t[0].sum(1, false).unwrap());
+    // Reducing another dim of a tensor past one binding is refused cleanly.
+    let d = small(4096);
+    let t = Tensor::from_slice(&d, &x.0, &x.1).unwrap();
+    let e = t.sum(0, false).unwrap_err();
+    assert!(matches!(e, Error::TooLarge { .. }), "{e:?}");
+}
