@@ -10,6 +10,7 @@ mod launch;
 mod memory;
 mod options;
 pub(crate) mod pipeline;
+mod pipeline_store;
 pub(crate) mod pool;
 mod readback;
 mod storage;
@@ -19,9 +20,11 @@ mod warm_up;
 
 pub use caps::Caps;
 pub use device::{Device, DeviceOptions, DeviceStats};
+pub use options::PipelineCacheSetting;
 pub(crate) use pipeline::{Access, Kernel};
 #[doc(hidden)]
 pub use pipeline::{ParamsLayout, ShaderVariant};
+pub use pipeline_store::PipelineCacheStatus;
 pub use pool::PoolStats;
 pub(crate) use storage::Storage;
 pub use warm_up::WarmUp;
