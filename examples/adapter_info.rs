@@ -14,13 +14,14 @@ fn main() {
     };
     let info = dev.adapter_info();
     println!(
-        "adapter: {} | backend {:?} | type {:?} | driver {} {} | f16 {}",
+        "adapter: {} | backend {:?} | type {:?} | driver {} {} | f16 {} | pipeline cache {:?}",
         info.name,
         info.backend,
         info.device_type,
         info.driver,
         info.driver_info,
-        dev.supports_f16()
+        dev.supports_f16(),
+        dev.stats().pipeline_cache
     );
     if std::env::args().any(|a| a == "--require-f16") && !dev.supports_f16() {
         std::process::exit(3);

@@ -171,7 +171,10 @@ pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use half::f16;
 pub use layout::Layout;
-pub use runtime::{Caps, Device, DeviceOptions, DeviceStats, PoolStats, WarmUp};
+pub use runtime::{
+    Caps, Device, DeviceOptions, DeviceStats, PipelineCacheSetting, PipelineCacheStatus, PoolStats,
+    WarmUp,
+};
 pub use tensor::{SignedIndex, Tensor};
 /// The wgpu crate this version of wgtensor is built on, so interop code names the same types.
 pub use wgpu;

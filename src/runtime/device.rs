@@ -11,6 +11,7 @@ pub use super::options::DeviceOptions;
 #[cfg(target_arch = "wasm32")]
 use super::options::MAX_PARKED;
 use super::pipeline::{PipelineCache, PARAM_SLOT};
+use super::pipeline_store::PipelineCacheStatus;
 use super::pool::{BufferPool, PoolStats};
 use super::submitter::Submitter;
 use crate::{DType, Error, Result};
@@ -42,6 +43,9 @@ pub struct DeviceStats {
     pub pool: PoolStats,
     /// The memory budget in force ([`DeviceOptions::memory_limit`] or its derived default).
     pub memory_limit: u64,
+    /// Whether a persisted pipeline cache was loaded when the device opened (off, unsupported
+    /// by the adapter, empty, loaded or rejected; see [`DeviceOptions::pipeline_cache`]).
+    pub pipeline_cache: PipelineCacheStatus,
 }
 
 pub(crate) struct State {
@@ -72,6 +76,8 @@ pub(crate) struct Inner {
     rng: Mutex<(u64, u64)>,
     pub(super) state: Mutex<State>,
     pub(super) pipelines: Mutex<PipelineCache>,
+    /// What opening the persisted pipeline cache did (`DeviceStats::pipeline_cache`).
+    pipeline_cache: PipelineCacheStatus,
     lost: Arc<Mutex<Option<String>>>,
     uncaptured: Arc<Mutex<Option<Error>>>,
     /// Set when `lost` or `uncaptured` may hold something.
@@ -149,7 +155,9 @@ impl Device {
     /// WGPU_ADAPTER_NAME and WGPU_POWER_PREF.
     ///
     /// Uses [`DeviceOptions::default`] and requests the adapter's SUBGROUP and SHADER_F16
-    /// features when present (faster kernels, f16 tensors). Errors with [`Error::NoAdapter`],
+    /// features when present (faster kernels, f16 tensors), and on Vulkan PIPELINE_CACHE, to
+    /// load the pipelines compiled by earlier runs from the user's cache directory
+    /// ([`DeviceOptions::pipeline_cache`]). Errors with [`Error::NoAdapter`],
     /// whose message says what to install, when no adapter is found or the device cannot be
     /// created.
     ///
@@ -206,6 +214,9 @@ impl Device {
         if !opts.disable_f16 {
             wanted |= wgpu::Features::SHADER_F16;
         }
+        if super::pipeline_store::wants_feature(&opts.pipeline_cache, &adapter.get_info()) {
+            wanted |= wgpu::Features::PIPELINE_CACHE;
+        }
         let features = adapter.features() & wanted;
         let limits = adapter.limits();
         let (device, queue) = adapter
@@ -230,6 +241,10 @@ impl Device {
     /// buffers with [`Device::submit`] so that they run after wgtensor's pending work and under
     /// the in-flight cap; see [`Tensor::wgpu_buffer`](crate::Tensor::wgpu_buffer) for reading
     /// and writing tensors from those passes.
+    ///
+    /// The persisted pipeline cache ([`DeviceOptions::pipeline_cache`]) is used only if the
+    /// device was created with `wgpu::Features::PIPELINE_CACHE`; otherwise
+    /// [`DeviceStats::pipeline_cache`] reports it unsupported.
     pub fn from_wgpu(
         adapter: wgpu::Adapter,
         device: wgpu::Device,
@@ -280,6 +295,9 @@ impl Device {
         let memory_limit = opts
             .memory_limit
             .unwrap_or_else(|| super::memory::default_limit(info.device_type));
+        let mut pipelines = PipelineCache::default();
+        let pipeline_cache =
+            super::pipeline_store::open(&opts.pipeline_cache, &info, &device, &mut pipelines);
         Ok(Device {
             inner: Arc::new(Inner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -291,7 +309,8 @@ impl Device {
                     dispatches: 0,
                     donations: 0,
                 }),
-                pipelines: Mutex::new(PipelineCache::default()),
+                pipelines: Mutex::new(pipelines),
+                pipeline_cache,
                 adapter,
                 device,
                 queue,
@@ -341,8 +360,8 @@ impl Device {
     pub(crate) fn storage_align(&self) -> u64 {
         u64::from(self.inner.limits.min_storage_buffer_offset_alignment.max(4))
     }
-    /// The wgpu features enabled on the device (SUBGROUP, SHADER_F16 when requested and
-    /// available).
+    /// The wgpu features enabled on the device (SUBGROUP, SHADER_F16 and, natively on Vulkan,
+    /// PIPELINE_CACHE when requested and available).
     pub fn features(&self) -> wgpu::Features {
         self.inner.features
     }
@@ -428,6 +447,7 @@ impl Device {
             parked: st.submitter.parked(),
             pool: st.pool.stats,
             memory_limit: self.inner.memory_limit,
+            pipeline_cache: self.inner.pipeline_cache,
         }
     }
 
@@ -523,6 +543,14 @@ impl Device {
             let _ = op;
             Ok(f())
         }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The last handle is gone: persist what was compiled. Best effort, since a drop cannot
+        // report errors; `Device::save_pipeline_cache` does.
+        let _ = self.save_pipeline_cache();
     }
 }
 

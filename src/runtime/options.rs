@@ -1,7 +1,26 @@
 //! `DeviceOptions`: the execution model's knobs, with their defaults and the bounds checked
 //! when a device opens.
 
+use std::path::PathBuf;
+
 use crate::{Error, Result};
+
+/// Where [`DeviceOptions::pipeline_cache`] keeps compiled pipelines between runs (wgpu's
+/// `PIPELINE_CACHE`, Vulkan only; see [`PipelineCacheStatus`](crate::PipelineCacheStatus) for
+/// what the device did with it). Ignored on wasm32, where browsers keep their own cache.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum PipelineCacheSetting {
+    /// The user's cache directory: `$WGTENSOR_CACHE_DIR` if set (used as is), else
+    /// `wgtensor/` under `$XDG_CACHE_HOME`, or under the platform's cache directory
+    /// (`~/.cache` on Linux, `~/Library/Caches` on macOS, `%LOCALAPPDATA%` on Windows). When
+    /// none of these can be found the cache is off.
+    #[default]
+    Default,
+    /// This directory (created on the first save).
+    Dir(PathBuf),
+    /// No persisted cache: nothing is read or written.
+    Off,
+}
 
 /// Knobs of the execution model. The defaults suit both lavapipe and discrete GPUs.
 #[derive(Debug, Clone)]
@@ -33,6 +52,12 @@ pub struct DeviceOptions {
     /// refuse it with [`Error::TooLarge`]. Lower it to exercise those windowed paths on small
     /// tensors. Rounded down to the adapter's storage offset alignment; at least 1 KiB.
     pub max_binding_bytes: Option<u64>,
+    /// Where compiled pipelines are persisted between runs, so the driver need not compile
+    /// them again (native Vulkan adapters that offer `PIPELINE_CACHE`; mostly a gain on mobile
+    /// and Android drivers, desktop drivers keep their own caches). The file is loaded when
+    /// the device opens and written by [`Device::save_pipeline_cache`](crate::Device::save_pipeline_cache)
+    /// and when the device is dropped. Default: [`PipelineCacheSetting::Default`].
+    pub pipeline_cache: PipelineCacheSetting,
 }
 
 /// Upper bounds on [`DeviceOptions`] values: past them the param arena's size or the queue's
@@ -100,6 +125,7 @@ impl Default for DeviceOptions {
             disable_subgroups: false,
             memory_limit: None,
             max_binding_bytes: None,
+            pipeline_cache: PipelineCacheSetting::Default,
         }
     }
 }

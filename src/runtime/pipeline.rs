@@ -105,6 +105,10 @@ pub(crate) struct PipelineCache {
     /// dispatch); each entry keeps its full key to compare.
     pipelines: HashMap<u64, Vec<(PipelineKey, Arc<CachedPipeline>)>>,
     pub(crate) compiled: u64,
+    /// The persisted wgpu cache every pipeline is created with (native Vulkan, unless
+    /// [`DeviceOptions::pipeline_cache`](crate::DeviceOptions::pipeline_cache) is off).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(crate) persisted: Option<super::pipeline_store::Persisted>,
 }
 
 /// The hash of (kernel, dtypes, constants) as [`PipelineKey`] would hash, without building it.
@@ -233,6 +237,9 @@ impl PipelineCache {
                 // barrier-guarded pass per workgroup on CPU adapters.
                 zero_initialize_workgroup_memory: false,
             },
+            #[cfg(not(target_arch = "wasm32"))]
+            cache: self.persisted.as_ref().map(|p| &p.cache),
+            #[cfg(target_arch = "wasm32")]
             cache: None,
         });
         let cached = Arc::new(CachedPipeline { pipeline, layout });
