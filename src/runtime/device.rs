@@ -36,8 +36,9 @@ pub struct DeviceStats {
     /// always 0 on native, where submitting waits instead).
     pub parked: usize,
     /// Elementwise ops that wrote their result into their input's buffer instead of a new
-    /// one: the owned calls ([`Tensor::into_unary`], `tensor + &other`, ...) on a uniquely held
-    /// input, and the crate's own gradient accumulation.
+    /// one: the owned calls ([`Tensor::into_unary`](crate::Tensor::into_unary),
+    /// `tensor + &other`, ...) on a uniquely held input, and the crate's own gradient
+    /// accumulation.
     pub donations: u64,
     /// The buffer pool's memory counters.
     pub pool: PoolStats,
