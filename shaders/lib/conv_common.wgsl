@@ -51,6 +51,11 @@ struct Params {
     // Always 1: conv_sg8 copies its accumulators through `scale *` so the copy stays a real
     // transform (a plain copy is merged back and pushes the accumulators out of registers).
     scale: f32,
+    // The output's first element in its binding (a window of a tensor larger than one
+    // binding; 0 otherwise).
+    o_off: u32,
+    _pad0: u32,
+    _pad1: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -82,7 +87,7 @@ fn col_at(g: u32, j: vec3<u32>) -> Col {
         p.b_off + g * p.b_gs + j.x * p.b_c0,
         p.b_h0 + i32(j.y) * p.b_c1,
         p.b_w0 + i32(j.z) * p.b_c2,
-        g * p.o_gs + j.x * p.o_s0 + j.y * p.o_s1 + j.z * p.o_s2,
+        p.o_off + g * p.o_gs + j.x * p.o_s0 + j.y * p.o_s1 + j.z * p.o_s2,
         j,
     );
 }

@@ -209,3 +209,53 @@ fn last_dim_reductions_run_in_windows() {
     let e = t.sum(0, false).unwrap_err();
     assert!(matches!(e, Error::TooLarge { .. }), "{e:?}");
 }
+
+/// Convolutions over inputs and outputs past one binding run in windows of whole samples
+/// (forward with bias and activation, strided and grouped; data gradient); the weight
+/// gradient, a sum over the samples, is refused cleanly.
+#[test]
+fn convolutions_run_in_windows_of_samples() {
+    use wgtensor::ops::{
+        conv2d, conv2d_backward_input, conv2d_backward_weight, Conv2dOptions, Padding,
+    };
+    let big = Device::new().unwrap();
+    let win = small(16 << 10);
+    let cases = [
+        ("plain", 1, 1, [6, 4, 20, 20], 8),
+        ("strided grouped", 2, 2, [5, 4, 21, 19], 6),
+    ];
+    for (what, stride, groups, xs, oc) in cases {
+        let o = Conv2dOptions {
+            stride: [stride, stride],
+            padding: Padding::uniform(1),
+            groups,
+            activation: Activation::Relu,
+            ..Default::default()
+        };
+        let run = |d: &Device| {
+            let n: usize = xs.iter().product();
+            let x = Tensor::from_slice(d, &wave(n, 0.17), &xs).unwrap();
+            let wn = oc * (xs[1] / groups) * 9;
+            let w = Tensor::from_slice(d, &wave(wn, 0.31), &[oc, xs[1] / groups, 3, 3]).unwrap();
+            let b = Tensor::from_slice(d, &wave(oc, 0.5), &[oc]).unwrap();
+            let y = conv2d(&x, &w, Some(&b), &o).unwrap();
+            let plain = Conv2dOptions {
+                activation: Activation::None,
+                ..o
+            };
+            let dx = conv2d_backward_input(&y, &w, [xs[2], xs[3]], &plain).unwrap();
+            (bits(&y), bits(&dx))
+        };
+        let before = win.stats().dispatches;
+        assert_eq!(run(&big), run(&win), "{what}");
+        assert!(win.stats().dispatches - before > 4, "{what}: not windowed");
+    }
+    let x = Tensor::from_slice(&win, &wave(6 * 4 * 400, 0.1), &[6, 4, 20, 20]).unwrap();
+    let dy = Tensor::from_slice(&win, &wave(6 * 8 * 400, 0.2), &[6, 8, 20, 20]).unwrap();
+    let o = Conv2dOptions {
+        padding: Padding::uniform(1),
+        ..Default::default()
+    };
+    let e = conv2d_backward_weight(&dy, &x, [3, 3], &o).unwrap_err();
+    assert!(matches!(e, Error::TooLarge { .. }), "{e:?}");
+}

@@ -8,7 +8,8 @@ use bytemuck::{Pod, Zeroable};
 use super::geom::Geom;
 use crate::ops::gemm::{Activation, ACTIVATION_DEFS};
 use crate::runtime::pipeline::{ShaderVariant, ACTIVATION_LIB};
-use crate::runtime::{Access, Kernel, Storage};
+use crate::runtime::window::{too_wide, Span};
+use crate::runtime::{Access, Bind, Kernel, Storage};
 use crate::{Caps, DType, Device, Error, Result, Tensor};
 
 const CONV_COMMON: &str = include_str!("../../../shaders/lib/conv_common.wgsl");
@@ -147,6 +148,11 @@ pub(crate) struct ConvParams {
     k_chunk: u32,
     bias_off: u32,
     scale: f32,
+    /// The output's first element in its binding (a window of a tensor larger than one
+    /// binding; 0 otherwise).
+    o_off: u32,
+    _pad0: u32,
+    _pad1: u32,
 }
 
 /// Which gradient (or the forward) a convolution launch computes: see [`conv2d_plan`](super::conv2d_plan).
@@ -419,14 +425,104 @@ pub(crate) fn run(
     if let Some(t) = bias {
         p.bias_off = t.layout().offset() as u32;
     }
-    let (m, ncols, k) = (p.m as usize, p.ncols as usize, p.k as usize);
     let pl = plan_params(dev.caps(), &p, transposed, g.groups);
     p.splits = pl.splits;
     p.k_chunk = pl.k_chunk;
+    let limit = dev.max_binding_bytes();
+    let bias_buf = bias.map_or(a.buffer(), |t| t.buffer());
+    let tensors = [a.buffer(), b.buffer(), bias_buf, out.buffer()];
+    if tensors.iter().all(|t| t.size() <= limit) {
+        let binds = tensors.map(Bind::whole);
+        let dt = a.dtype();
+        return dispatch(
+            op,
+            dev,
+            &p,
+            &pl,
+            g.groups,
+            transposed,
+            bias.is_some(),
+            act,
+            dt,
+            binds,
+        );
+    }
+    // A tensor past one binding: windows of whole samples (forward and data gradient, whose
+    // output columns are (n, ...)), each run with the full problem's plan, so every element
+    // is summed in the same order as unsplit. The weight gradient sums over the samples.
+    let (es, align) = (a.dtype().size() as u64, dev.storage_align());
+    let cap = limit.saturating_sub(align + 4) / es;
+    let per_sample = |t: &Tensor| (t.numel() / g.n.max(1)) as u64;
+    let (sb, so) = (per_sample(&b), per_sample(out));
+    let windowed = dir != Direction::Weight
+        && a.buffer().size() <= limit
+        && bias_buf.size() <= limit
+        && sb.max(so) <= cap;
+    if !windowed {
+        let big = tensors.iter().map(|t| t.size()).max().unwrap_or(0);
+        return Err(too_wide(op, big, limit));
+    }
+    let nw = (cap / sb.max(so)) as usize;
+    let (boff, ooff) = (b.layout().offset() as u64, out.layout().offset() as u64);
+    for n0 in (0..g.n).step_by(nw) {
+        let gw = Geom {
+            n: nw.min(g.n - n0),
+            ..*g
+        };
+        let (mut pw, _) = ConvParams::new(&gw, dir);
+        let n = gw.n as u64;
+        let b0 = boff + n0 as u64 * sb;
+        let spb = Span::of(b0, b0 + n * sb, es, align, b.buffer().size());
+        let o0 = ooff + n0 as u64 * so;
+        let spo = Span::of(o0, o0 + n * so, es, align, out.buffer().size());
+        pw.a_off = p.a_off;
+        pw.b_off = spb.rel as u32;
+        pw.o_off = spo.rel as u32;
+        pw.bias_off = p.bias_off;
+        pw.splits = pl.splits;
+        pw.k_chunk = pl.k_chunk;
+        let binds = [
+            Bind::whole(a.buffer()),
+            spb.bind(b.buffer()),
+            Bind::whole(bias_buf),
+            spo.bind(out.buffer()),
+        ];
+        let dt = a.dtype();
+        dispatch(
+            op,
+            dev,
+            &pw,
+            &pl,
+            g.groups,
+            transposed,
+            bias.is_some(),
+            act,
+            dt,
+            binds,
+        )?;
+    }
+    Ok(())
+}
 
+/// Records one convolution over `p` (planned as `pl`) with the bindings a, b, bias, out.
+#[allow(clippy::too_many_arguments)]
+fn dispatch(
+    op: &'static str,
+    dev: &Device,
+    p: &ConvParams,
+    pl: &ConvPlan,
+    groups: usize,
+    transposed: bool,
+    has_bias: bool,
+    act: Activation,
+    dtype: DType,
+    binds: [Bind; 4],
+) -> Result<()> {
+    let (m, ncols, k) = (p.m as usize, p.ncols as usize, p.k as usize);
+    let [a_bind, b_bind, bias_bind, out_bind] = binds;
     let (tm, tn) = pl.tile();
     let (rows, cols) = (m.div_ceil(tm), ncols.div_ceil(tn));
-    let gz = g.groups * pl.splits as usize;
+    let gz = groups * pl.splits as usize;
     let max = dev.limits().max_compute_workgroups_per_dimension as usize;
     if rows > max || cols > max || gz > max {
         return Err(Error::size(
@@ -440,7 +536,7 @@ pub(crate) fn run(
         ConvVariant::Direct => {
             // One invocation per (group, row block, line, 8-column block), flat over x and y.
             let lines = ncols / p.c_e2 as usize;
-            let inv = g.groups
+            let inv = groups
                 * m.div_ceil(pl.rt as usize)
                 * lines
                 * (p.c_e2 as usize).div_ceil(DIRECT_COLS);
@@ -449,20 +545,19 @@ pub(crate) fn run(
         }
         ConvVariant::DirectLines => {
             let lines = ncols / (p.c_e1 * p.c_e2) as usize * (p.c_e1 as usize).div_ceil(4);
-            let inv = g.groups * lines * (p.c_e2 as usize).div_ceil(DIRECT_COLS);
+            let inv = groups * lines * (p.c_e2 as usize).div_ceil(DIRECT_COLS);
             let [x, y, _] = dev.grid_1d(op, inv.div_ceil(DIRECT_WG) as u64)?;
             [x, y, 1]
         }
     };
     let mut consts = vec![
-        ("BIAS", bias.is_some() as u32 as f64),
+        ("BIAS", has_bias as u32 as f64),
         ("ACT", act as u32 as f64),
         ("TRANSPOSED", transposed as u32 as f64),
     ];
     let shape_consts = [("RT", pl.rt as f64), ("SGS", pl.sgs as f64)];
-    let bytes = bytemuck::bytes_of(&p);
-    let dts = [a.dtype()];
-    let bias_buf = bias.map_or(a.buffer(), |t| t.buffer());
+    let bytes = bytemuck::bytes_of(p);
+    let dts = [dtype];
     if pl.splits == 1 {
         let kernel = match pl.variant {
             ConvVariant::Sg8 => {
@@ -479,17 +574,17 @@ pub(crate) fn run(
                 &DIRECT_L4
             }
         };
-        return dev.launch(
+        return dev.launch_binds(
             op,
             kernel,
             &dts,
             &consts,
             bytes,
-            &[a.buffer(), b.buffer(), bias_buf, out.buffer()],
+            &[a_bind, b_bind, bias_bind, out_bind],
             grid,
         );
     }
-    let ws_bytes = pl.splits as u64 * (g.groups * m * ncols) as u64 * 4;
+    let ws_bytes = pl.splits as u64 * (groups * m * ncols) as u64 * 4;
     let ws = Storage::scratch(dev, op, ws_bytes)?;
     let mut pconsts = vec![consts[2]];
     let partial = match pl.variant {
@@ -503,25 +598,26 @@ pub(crate) fn run(
             &DIRECT_PARTIAL
         }
     };
-    dev.launch(
+    let ws_bind = Bind::whole(ws.buffer());
+    dev.launch_binds(
         op,
         partial,
         &dts,
         &pconsts,
         bytes,
-        &[a.buffer(), b.buffer(), ws.buffer()],
+        &[a_bind, b_bind, ws_bind],
         grid,
     )?;
-    let total = (g.groups * m * ncols) as u64;
+    let total = (groups * m * ncols) as u64;
     consts.truncate(2);
     consts.push(("WG", REDUCE_WG as f64));
-    dev.launch(
+    dev.launch_binds(
         op,
         &SPLITK_REDUCE,
         &dts,
         &consts,
         bytes,
-        &[bias_buf, out.buffer(), ws.buffer()],
+        &[bias_bind, out_bind, ws_bind],
         dev.grid_1d(op, total.div_ceil(REDUCE_WG as u64))?,
     )
 }
@@ -623,7 +719,10 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
             splits,
             k_chunk,
             bias_off,
-            scale
+            scale,
+            o_off,
+            _pad0,
+            _pad1
         }
     )
 }
