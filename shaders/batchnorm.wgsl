@@ -54,6 +54,10 @@ struct Params {
     // Values per group: 4 (vec4 loads) or 1. A uniform rather than an override constant, so that
     // one pipeline serves every shape: a plane size that is not a multiple of 4 compiles nothing.
     vec: u32,
+    // A window of a tensor larger than one binding (0 and 0 otherwise): the data passes run
+    // chunks chunk0 + wid.x, and the output is stored at o_off + its group index.
+    chunk0: u32,
+    o_off: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -121,9 +125,9 @@ fn load_dy(a: u32) -> vec4<f32> {
 
 fn store_out(a: u32, v: vec4<f32>) {
     if (p.vec == 4u) {
-        out4[a] = vec4<T>(v);
+        out4[p.o_off + a] = vec4<T>(v);
     } else {
-        out1[a] = T(v.x);
+        out1[p.o_off + a] = T(v.x);
     }
 }
 
@@ -155,7 +159,7 @@ fn beta_of(c: u32) -> f32 {
 
 // The range of groups workgroup `wid` covers: (channel, first group, number of groups).
 fn chunk_of(wid: vec3<u32>) -> vec3<u32> {
-    let start = wid.x * p.chunk;
+    let start = (p.chunk0 + wid.x) * p.chunk;
     return vec3<u32>(wid.y, start, min(p.chunk, p.groups - start));
 }
 
@@ -171,11 +175,22 @@ fn partial_index(c: u32, j: u32, lane: u32) -> u32 {
 @compute @workgroup_size(WG)
 fn bn_stats(@builtin(workgroup_id) wid: vec3<u32>,
             @builtin(local_invocation_index) lane: u32) {
+    // The channel's first value (n = 0, s = 0): the shift every chunk of the channel shares.
+    stats_chunk(wid, lane, load_x(wid.y * p.sg).x);
+}
+
+// bn_stats for a window that may not hold sample 0: the pivots come gathered in smean (unused
+// by this pass otherwise).
+@compute @workgroup_size(WG)
+fn bn_stats_pivots(@builtin(workgroup_id) wid: vec3<u32>,
+                   @builtin(local_invocation_index) lane: u32) {
+    stats_chunk(wid, lane, smean[wid.y]);
+}
+
+fn stats_chunk(wid: vec3<u32>, lane: u32, pivot: f32) {
     let ch = chunk_of(wid);
     let c = ch.x;
     let full = ch.z / WG;
-    // The channel's first value (n = 0, s = 0): the shift every chunk of the channel shares.
-    let pivot = load_x(c * p.sg).x;
     var cur = cursor_at(c, ch.y + lane);
     var mean = vec4<f32>(0.0);
     var m2 = vec4<f32>(0.0);
@@ -218,7 +233,7 @@ fn bn_stats(@builtin(workgroup_id) wid: vec3<u32>,
         let dm = mean - vec4<f32>(m);
         q = group_sum(m2) + n * dot(dm, dm);
     }
-    ws[partial_index(c, wid.x, lane)] = vec4<f32>(cnt, m, q, pivot);
+    ws[partial_index(c, p.chunk0 + wid.x, lane)] = vec4<f32>(cnt, m, q, pivot);
 }
 
 // Chan's parallel merge of (count, mean, M2) triples.
@@ -337,7 +352,7 @@ fn bn_grad_stats(@builtin(workgroup_id) wid: vec3<u32>,
         s1 += g;
         s2 += g * (load_x(cur.addr) - mean);
     }
-    ws[partial_index(c, wid.x, lane)] = vec4<f32>(group_sum(s1), group_sum(s2), 0.0, 0.0);
+    ws[partial_index(c, p.chunk0 + wid.x, lane)] = vec4<f32>(group_sum(s1), group_sum(s2), 0.0, 0.0);
 }
 
 // One invocation per channel: fixed-order sums, dgamma = invstd * sum dy (x - mean),

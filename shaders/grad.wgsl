@@ -19,7 +19,8 @@ struct Params {
     off_c: u32,
     scalar: f32,
     len: u32,
-    pad0: u32,
+    // grad_binary's first flat index in a window of a tensor larger than one binding.
+    base: u32,
     pad1: u32,
     pad2: u32,
     shape: array<vec4<u32>, 2>,
@@ -81,7 +82,7 @@ fn grad_binary(@builtin(workgroup_id) wid: vec3<u32>,
     }
     var ia = p.off_a;
     var ib = p.off_b;
-    var rem = i;
+    var rem = p.base + i;
     for (var d = i32(p.rank) - 1; d >= 0; d--) {
         let k = u32(d);
         let n = dim_of(p.shape, k);

@@ -7,6 +7,7 @@ use bytemuck::{Pod, Zeroable};
 
 use crate::layout::{broadcast_shapes, pack_dims, Layout, MAX_RANK};
 use crate::ops::map::WG;
+use crate::runtime::window::{for_windows, Operand};
 use crate::runtime::{Access, Kernel};
 use crate::{DType, Error, Result, Tensor};
 
@@ -98,7 +99,7 @@ struct GradParams {
     off_c: u32,
     scalar: f32,
     len: u32,
-    pad0: u32,
+    base: u32,
     pad1: u32,
     pad2: u32,
     shape: [u32; MAX_RANK],
@@ -145,7 +146,7 @@ pub(crate) fn grad_binary(a: &Tensor, b: &Tensor, code: GradCode, scalar: f32) -
     if out.numel() == 0 {
         return Ok(out);
     }
-    let p = GradParams {
+    let mut p = GradParams {
         numel: out.numel() as u32,
         rank: shape.len() as u32,
         off_a: la.offset() as u32,
@@ -156,7 +157,46 @@ pub(crate) fn grad_binary(a: &Tensor, b: &Tensor, code: GradCode, scalar: f32) -
         sb: pack_dims(lb.strides()),
         ..Default::default()
     };
-    launch(op, &GRAD_BINARY, code as u32, &p, &[a, b], &out)?;
+    // Windows when a buffer is past one binding (src/runtime/window.rs): an operand packed
+    // like the output binds its window, decoded from base + i with its offset moved back by
+    // base (mod 2^32); a broadcast one binds its whole span.
+    fn operand<'t>(t: &'t Tensor, l: &Layout) -> Operand<'t> {
+        Operand {
+            buffer: t.buffer(),
+            es: t.dtype.size() as u64,
+            offset: l.offset() as u64,
+            follows_output: l.is_contiguous(),
+            end: l.span() as u64,
+        }
+    }
+    let ops = [operand(a, &la), operand(b, &lb), operand(&out, &out.layout)];
+    let (ca, cb) = (la.is_contiguous(), lb.is_contiguous());
+    let dev = out.device();
+    let consts = [("WG", WG as f64), ("OP", code as u32 as f64)];
+    let n = out.numel() as u64;
+    for_windows(dev, op, n, &ops, WG as u64, |s, len, sp| {
+        let shift =
+            |rel: u64, follows: bool| (rel as u32).wrapping_sub(if follows { s as u32 } else { 0 });
+        p.numel = len as u32;
+        p.base = s as u32;
+        p.off_a = shift(sp[0].rel, ca);
+        p.off_b = shift(sp[1].rel, cb);
+        let binds = [
+            sp[0].bind(a.buffer()),
+            sp[1].bind(b.buffer()),
+            sp[2].bind(out.buffer()),
+        ];
+        let grid = dev.grid_1d(op, len.div_ceil(WG as u64))?;
+        dev.launch_binds(
+            op,
+            &GRAD_BINARY,
+            &[out.dtype],
+            &consts,
+            bytemuck::bytes_of(&p),
+            &binds,
+            grid,
+        )
+    })?;
     Ok(out)
 }
 
@@ -278,7 +318,7 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
             off_c,
             scalar,
             len,
-            pad0,
+            base,
             pad1,
             pad2,
             shape,

@@ -259,3 +259,73 @@ fn convolutions_run_in_windows_of_samples() {
     let e = conv2d_backward_weight(&dy, &x, [3, 3], &o).unwrap_err();
     assert!(matches!(e, Error::TooLarge { .. }), "{e:?}");
 }
+
+/// Batch norm over tensors past one binding: the data passes run in windows of whole samples
+/// with the full problem's chunks (and the gathered pivots), so inference, training (output,
+/// saved and running statistics) and backward give the unsplit bits; both vec4 and scalar
+/// groups.
+#[test]
+fn batch_norm_runs_in_windows_with_identical_bits() {
+    use wgtensor::ops::{
+        batch_norm_backward, batch_norm_inference, batch_norm_train, BatchNormOptions,
+        BatchNormState,
+    };
+    let big = Device::new().unwrap();
+    // Chunks of 4096 groups per channel: 160 KiB bindings hold a few whole samples of these
+    // 256 KiB tensors.
+    let win = small(160 << 10);
+    for shape in [[8, 2, 64, 64], [8, 2, 65, 63]] {
+        let c = shape[1];
+        let n: usize = shape.iter().product();
+        let run = |d: &Device| {
+            let up = |v: Vec<f32>, s: &[usize]| Tensor::from_slice(d, &v, s).unwrap();
+            let x = up(
+                wave(n, 0.23).iter().map(|v| v * 3.0 + 100.0).collect(),
+                &shape,
+            );
+            let dy = up(wave(n, 0.41), &shape);
+            let g = up(wave(c, 0.7), &[c]);
+            let b = up(wave(c, 0.9), &[c]);
+            let o = BatchNormOptions {
+                weight: Some(&g),
+                bias: Some(&b),
+                activation: Activation::Relu,
+                ..Default::default()
+            };
+            let mut st = BatchNormState::new(d, c, DType::F32).unwrap();
+            let out = batch_norm_train(&x, Some(&mut st), &o).unwrap();
+            let gr = batch_norm_backward(&dy, &x, Some(&g), &out.saved).unwrap();
+            let inf = batch_norm_inference(&x, &st.running_mean, &st.running_var, &o).unwrap();
+            [
+                &out.y,
+                out.saved.mean(),
+                out.saved.invstd(),
+                &st.running_var,
+                &gr.dx,
+                &gr.dweight,
+                &gr.dbias,
+                &inf,
+            ]
+            .map(bits)
+        };
+        let before = win.stats().dispatches;
+        let (want, got) = (run(&big), run(&win));
+        let names = [
+            "y",
+            "mean",
+            "invstd",
+            "running_var",
+            "dx",
+            "dweight",
+            "dbias",
+            "inference",
+        ];
+        for ((w, g), name) in want.iter().zip(&got).zip(names) {
+            assert_eq!(w, g, "{shape:?}: {name}");
+        }
+        assert!(
+            win.stats().dispatches - before > 12,
+            "{shape:?}: not windowed"
+        );
+    }
+}

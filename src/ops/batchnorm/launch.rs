@@ -46,24 +46,26 @@ pub(crate) fn inference_untracked(
         inp.placeholder(op)?,
         inp.placeholder(op)?,
     );
-    let [out4, out1] = inp.outputs(y.buffer(), &unused);
-    dev.launch(
+    let windows = inp.windows(op, &[y.buffer()])?;
+    let (gb, bb) = (
+        gamma.map_or(no_gamma.buffer(), |g| g.buffer()),
+        beta.map_or(no_beta.buffer(), |b| b.buffer()),
+    );
+    let consts = inp.consts(Some(activation));
+    inp.run_data(
         op,
         &INFER,
-        &[dt],
-        &inp.consts(Some(activation)),
-        bytemuck::bytes_of(&inp.params),
-        &[
-            inp.x.buffer(),
-            inp.x.buffer(),
-            out4,
-            out1,
-            gamma.map_or(no_gamma.buffer(), |g| g.buffer()),
-            beta.map_or(no_beta.buffer(), |b| b.buffer()),
-            running_mean.buffer(),
-            running_var.buffer(),
-        ],
-        inp.data_grid(),
+        &consts,
+        &windows,
+        None,
+        Some(y.buffer()),
+        |xb, _, ob| {
+            let [o4, o1] = inp.out_binds(ob.unwrap_or(xb), &unused);
+            [xb, xb, o4, o1]
+                .into_iter()
+                .chain([gb, bb, running_mean.buffer(), running_var.buffer()].map(Bind::whole))
+                .collect()
+        },
     )?;
     Ok(y)
 }
@@ -159,17 +161,34 @@ pub(crate) fn train_untracked(
         Activation::Gelu => Activation::None,
         a => a,
     };
-    dev.launch(
-        op,
-        &STATS,
-        &dts,
-        &data,
-        params,
-        &[xb, xb, ws.buffer()],
-        inp.data_grid(),
-    )?;
-    // Absent tensors bind placeholders, which the kernel never touches (flags say so).
+    let windows = inp.windows(op, &[y.buffer()])?;
     let wsb = ws.buffer();
+    if windows.is_some() {
+        // Windows past sample 0 get each channel's first value (the Welford pivot) gathered.
+        let s: usize = inp.x.shape()[2..].iter().product();
+        let pivots = inp
+            .x
+            .narrow(0, 0, 1)?
+            .reshape(&[c, s])?
+            .narrow(1, 0, 1)?
+            .to_dtype(DType::F32)?
+            .contiguous()?;
+        let pb = pivots.buffer();
+        inp.run_data(op, &STATS_PIVOTS, &data, &windows, None, None, |x, _, _| {
+            vec![x, x, Bind::whole(wsb), Bind::whole(pb)]
+        })?;
+    } else {
+        dev.launch(
+            op,
+            &STATS,
+            &dts,
+            &data,
+            params,
+            &[xb, xb, wsb],
+            inp.data_grid(),
+        )?;
+    }
+    // Absent tensors bind placeholders, which the kernel never touches (flags say so).
     let unused: Vec<Storage> = (0..4).map(|_| inp.placeholder(op)).collect::<Result<_>>()?;
     let (rmb, rvb) = match &state {
         Some(st) => (st.running_mean.buffer(), st.running_var.buffer()),
@@ -192,15 +211,18 @@ pub(crate) fn train_untracked(
         ],
         inp.channel_grid(op)?,
     )?;
-    let [out4, out1] = inp.outputs(y.buffer(), &unused[0]);
-    dev.launch(
+    let consts = inp.consts(Some(fused));
+    inp.run_data(
         op,
         &APPLY,
-        &dts,
-        &inp.consts(Some(fused)),
-        params,
-        &[xb, xb, out4, out1, wsb],
-        inp.data_grid(),
+        &consts,
+        &windows,
+        None,
+        Some(y.buffer()),
+        |x, _, ob| {
+            let [o4, o1] = inp.out_binds(ob.unwrap_or(x), &unused[0]);
+            vec![x, x, o4, o1, Bind::whole(wsb)]
+        },
     )?;
     if let Some(st) = state {
         // Saturates: a wrapped count would make momentum=None's factor 1/0.
@@ -302,17 +324,22 @@ pub(crate) fn backward_untracked(
     let params = bytemuck::bytes_of(&inp.params);
     let dts = [dt];
     let data = inp.consts(None);
-    let (xb, dyb, wsb) = (inp.x.buffer(), dy.buffer(), ws.buffer());
+    let (dyb, wsb) = (dy.buffer(), ws.buffer());
     // Bindings this pass never touches get placeholders (see `Input::placeholder`).
     let unused = inp.placeholder(op)?;
-    dev.launch(
+    let windows = inp.windows(op, &[dyb, dx.buffer()])?;
+    let smb = saved_mean.buffer();
+    inp.run_data(
         op,
         &GRAD_STATS,
-        &dts,
         &data,
-        params,
-        &[xb, xb, dyb, dyb, saved_mean.buffer(), wsb],
-        inp.data_grid(),
+        &windows,
+        Some(&dy),
+        None,
+        |x, d, _| {
+            let d = d.unwrap_or(x);
+            vec![x, x, d, d, Bind::whole(smb), Bind::whole(wsb)]
+        },
     )?;
     dev.launch(
         op,
@@ -330,15 +357,18 @@ pub(crate) fn backward_untracked(
         ],
         inp.channel_grid(op)?,
     )?;
-    let [dx4, dx1] = inp.outputs(dx.buffer(), &unused);
-    dev.launch(
+    inp.run_data(
         op,
         &GRAD_APPLY,
-        &dts,
         &data,
-        params,
-        &[xb, xb, dyb, dyb, dx4, dx1, wsb],
-        inp.data_grid(),
+        &windows,
+        Some(&dy),
+        Some(dx.buffer()),
+        |x, d, o| {
+            let d = d.unwrap_or(x);
+            let [o4, o1] = inp.out_binds(o.unwrap_or(x), &unused);
+            vec![x, x, d, d, o4, o1, Bind::whole(wsb)]
+        },
     )?;
     Ok((dx, dgamma, dbeta))
 }

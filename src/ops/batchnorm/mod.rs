@@ -63,7 +63,8 @@ use bytemuck::{Pod, Zeroable};
 
 use crate::ops::gemm::{Activation, ACTIVATION_DEFS};
 use crate::runtime::pipeline::{ShaderVariant, ACTIVATION_LIB};
-use crate::runtime::{Access, Kernel, Storage};
+use crate::runtime::window::{self, Span};
+use crate::runtime::{Access, Bind, Kernel, Storage};
 use crate::{Caps, DType, Device, Error, Result, Tensor};
 
 const SRC: &str = include_str!("../../../shaders/batchnorm.wgsl");
@@ -94,6 +95,17 @@ static STATS: Kernel = Kernel {
     entry: "bn_stats",
     bindings: &[R, R, RW],
     slots: &[X4, X1, WS],
+    libs: LIBS,
+    defs: &[],
+    ints: false,
+};
+/// bn_stats over a window that may not hold sample 0: the pivots come gathered (SMEAN slot).
+static STATS_PIVOTS: Kernel = Kernel {
+    name: "batchnorm",
+    source: SRC,
+    entry: "bn_stats_pivots",
+    bindings: &[R, R, RW, RW],
+    slots: &[X4, X1, WS, SMEAN],
     libs: LIBS,
     defs: &[],
     ints: false,
@@ -194,6 +206,8 @@ struct BnParams {
     sinv_os: [u32; 2],
     ws_part: u32,
     vec: u32,
+    chunk0: u32,
+    o_off: u32,
 }
 
 #[doc(hidden)]
@@ -262,6 +276,14 @@ pub fn plan_for(caps: &Caps, shape: &[usize], offsets: &[usize]) -> Result<Batch
         chunk: chunk as u32,
         chunks: groups.div_ceil(chunk) as u32,
     })
+}
+
+/// Chunks `[chunk0, chunk0 + chunks)` of every channel, over samples `[na, nb)`.
+struct DataWindow {
+    chunk0: u32,
+    chunks: u32,
+    na: u64,
+    nb: u64,
 }
 
 /// The validated input: shape facts and the tensors to bind (packed copies of strided views).
@@ -454,13 +476,150 @@ impl Input {
         Storage::scratch(self.x.device(), op, 16)
     }
 
-    /// `out` at the output binding the VEC variant writes (OUT4 or OUT1), `unused` at the other.
-    fn outputs<'a>(&self, out: &'a wgpu::Buffer, unused: &'a Storage) -> [&'a wgpu::Buffer; 2] {
-        if self.plan.vec == 4 {
-            [out, unused.buffer()]
-        } else {
-            [unused.buffer(), out]
+    /// The windows of chunks the data passes run in when x (or dy, or the output) is larger
+    /// than one binding: each spans whole samples `[na, nb)` that fit a binding. `None`: one
+    /// dispatch binding whole buffers.
+    fn windows(
+        &self,
+        op: &'static str,
+        others: &[&wgpu::Buffer],
+    ) -> Result<Option<Vec<DataWindow>>> {
+        let dev = self.x.device();
+        let limit = dev.max_binding_bytes();
+        let mut bufs = vec![self.x.buffer()];
+        bufs.extend_from_slice(others);
+        if bufs.iter().all(|b| b.size() <= limit) {
+            return Ok(None);
         }
+        let p = &self.params;
+        let (es, align) = (self.x.dtype().size() as u64, dev.storage_align());
+        let sample = (self.c as u64) * (p.sg as u64) * (p.vec as u64) * es;
+        let (chunk, groups, sg) = (p.chunk as u64, p.groups as u64, p.sg as u64);
+        let samples = |j0: u64, j1: u64| {
+            let (a, b) = (j0 * chunk, (j1 * chunk).min(groups));
+            (a / sg, b.div_ceil(sg))
+        };
+        let fits = |j0, j1| {
+            let (na, nb) = samples(j0, j1);
+            (nb - na) * sample + align + 4 <= limit
+        };
+        let mut out = Vec::new();
+        let mut j0 = 0u64;
+        while j0 < p.chunks as u64 {
+            if !fits(j0, j0 + 1) {
+                return Err(window::too_wide(
+                    op,
+                    sample * chunk.div_ceil(sg).max(1),
+                    limit,
+                ));
+            }
+            let mut j1 = j0 + 1;
+            while j1 < p.chunks as u64 && fits(j0, j1 + 1) {
+                j1 += 1;
+            }
+            let (na, nb) = samples(j0, j1);
+            out.push(DataWindow {
+                chunk0: j0 as u32,
+                chunks: (j1 - j0) as u32,
+                na,
+                nb,
+            });
+            j0 = j1;
+        }
+        Ok(Some(out))
+    }
+
+    /// The binding of samples `[w.na, w.nb)` of a packed `[N, C, ...]` tensor starting at
+    /// element `first`, and the group offset the shader adds to a group index (which counts
+    /// from sample 0): the window's start, moved back by `na` planes (mod 2^32).
+    fn window_span(
+        &self,
+        op: &'static str,
+        w: &DataWindow,
+        t: &wgpu::Buffer,
+        first: u64,
+    ) -> Result<(Span, u32)> {
+        let dev = self.x.device();
+        let p = &self.params;
+        let (es, vec) = (self.x.dtype().size() as u64, p.vec as u64);
+        let plane = p.plane as u64 * vec;
+        let sp = Span::of(
+            first + w.na * plane,
+            first + w.nb * plane,
+            es,
+            dev.storage_align(),
+            t.size(),
+        );
+        if !sp.rel.is_multiple_of(vec) {
+            return Err(window::too_wide(op, sp.size, dev.max_binding_bytes()));
+        }
+        let off = ((sp.rel / vec) as u32).wrapping_sub((w.na * p.plane as u64) as u32);
+        Ok((sp, off))
+    }
+
+    /// The output slots (OUT4, OUT1) with `out` where the VEC variant writes, `unused` at the
+    /// other.
+    fn out_binds<'a>(&self, out: Bind<'a>, unused: &'a Storage) -> [Bind<'a>; 2] {
+        let u = Bind::whole(unused.buffer());
+        if self.plan.vec == 4 {
+            [out, u]
+        } else {
+            [u, out]
+        }
+    }
+
+    /// Records a data pass (one workgroup per chunk and channel): once over whole buffers, or
+    /// once per window (see [`Input::windows`]). `binds(x, dy, out)` orders the pass's
+    /// bindings from those of x, dy and the output (whole or the window's range).
+    #[allow(clippy::too_many_arguments)]
+    fn run_data<'a>(
+        &'a self,
+        op: &'static str,
+        kernel: &Kernel,
+        consts: &[(&'static str, f64)],
+        windows: &Option<Vec<DataWindow>>,
+        dy: Option<&'a Tensor>,
+        out: Option<&'a wgpu::Buffer>,
+        binds: impl Fn(Bind<'a>, Option<Bind<'a>>, Option<Bind<'a>>) -> Vec<Bind<'a>>,
+    ) -> Result<()> {
+        let dev = self.x.device();
+        let dts = [self.x.dtype()];
+        let Some(ws) = windows else {
+            let b = binds(
+                Bind::whole(self.x.buffer()),
+                dy.map(|d| Bind::whole(d.buffer())),
+                out.map(Bind::whole),
+            );
+            let params = bytemuck::bytes_of(&self.params);
+            return dev.launch_binds(op, kernel, &dts, consts, params, &b, self.data_grid());
+        };
+        for w in ws {
+            let mut p = self.params;
+            p.chunk0 = w.chunk0;
+            let (xs, xo) =
+                self.window_span(op, w, self.x.buffer(), self.x.layout.offset() as u64)?;
+            p.x_off = xo;
+            let dyb = match dy {
+                Some(d) => {
+                    let (sp, o) = self.window_span(op, w, d.buffer(), d.layout.offset() as u64)?;
+                    p.dy_off = o;
+                    Some(sp.bind(d.buffer()))
+                }
+                None => None,
+            };
+            let ob = match out {
+                Some(o) => {
+                    let (sp, off) = self.window_span(op, w, o, 0)?;
+                    p.o_off = off;
+                    Some(sp.bind(o))
+                }
+                None => None,
+            };
+            let b = binds(xs.bind(self.x.buffer()), dyb, ob);
+            let grid = [w.chunks, self.c as u32, 1];
+            dev.launch_binds(op, kernel, &dts, consts, bytemuck::bytes_of(&p), &b, grid)?;
+        }
+        Ok(())
     }
 
     fn data_grid(&self) -> [u32; 3] {
@@ -485,7 +644,14 @@ pub fn batchnorm_variants() -> Vec<ShaderVariant> {
     for dt in [DType::F32, DType::F16] {
         for wg in [CPU_LANES, GPU_LANES] {
             let c = [("WG", wg as f64)];
-            for k in [&STATS, &FINALIZE, &GRAD_STATS, &GRAD_FINALIZE, &GRAD_APPLY] {
+            for k in [
+                &STATS,
+                &STATS_PIVOTS,
+                &FINALIZE,
+                &GRAD_STATS,
+                &GRAD_FINALIZE,
+                &GRAD_APPLY,
+            ] {
                 v.push(ShaderVariant::new(k, &[dt], &c));
             }
             for &(_, act) in ACTIVATION_DEFS {
@@ -530,7 +696,9 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
             smean_os,
             sinv_os,
             ws_part,
-            vec
+            vec,
+            chunk0,
+            o_off
         }
     )
 }
