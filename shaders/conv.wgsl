@@ -63,11 +63,12 @@ fn conv_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
 fn conv_tiled_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let r0 = wid.y * 32u + lid.y * 4u;
     let c0 = wid.x * 32u + lid.x * 4u;
-    let acc = tile_4x4(group_of(wid.z), r0, c0, k_range(wid.z));
-    store_row4_ws(wid.z, r0, c0, acc[0]);
-    store_row4_ws(wid.z, r0 + 1u, c0, acc[1]);
-    store_row4_ws(wid.z, r0 + 2u, c0, acc[2]);
-    store_row4_ws(wid.z, r0 + 3u, c0, acc[3]);
+    let z = wid.z + p.z0;
+    let acc = tile_4x4(group_of(z), r0, c0, k_range(z));
+    store_row4_ws(z, r0, c0, acc[0]);
+    store_row4_ws(z, r0 + 1u, c0, acc[1]);
+    store_row4_ws(z, r0 + 2u, c0, acc[2]);
+    store_row4_ws(z, r0 + 3u, c0, acc[3]);
 }
 
 override WG: u32;

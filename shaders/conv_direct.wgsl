@@ -199,7 +199,7 @@ fn conv_direct(@builtin(workgroup_id) wid: vec3<u32>,
 fn conv_direct_partial(@builtin(workgroup_id) wid: vec3<u32>,
                        @builtin(num_workgroups) nwg: vec3<u32>,
                        @builtin(local_invocation_index) lid: u32) {
-    let ln = line_of((wid.x + wid.y * nwg.x) * WG + lid, wid.z);
+    let ln = line_of((wid.x + wid.y * nwg.x) * WG + lid, wid.z + p.z0);
     if (!ln.ok) {
         return;
     }

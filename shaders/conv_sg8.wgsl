@@ -147,7 +147,8 @@ fn conv_sg8_partial(@builtin(workgroup_id) wid: vec3<u32>,
                     @builtin(subgroup_invocation_id) lane: u32) {
     let row0 = wid.x * RT * 8u;
     let col0 = (wid.y * SGS + sg) * 32u;
-    let acc = tile_sg8(group_of(wid.z), row0, col0, lane, k_range(wid.z));
+    let z = wid.z + p.z0;
+    let acc = tile_sg8(group_of(z), row0, col0, lane, k_range(z));
     // Stored in a loop from a second array, as conv_sg8's epilogue: 32 inlined stores made
     // this pipeline compile for a second on lavapipe. The select is an exact identity the
     // compiler cannot see through (m is never 0 at a launch).
@@ -186,6 +187,6 @@ fn conv_sg8_partial(@builtin(workgroup_id) wid: vec3<u32>,
     res[31] = select(acc[31], vec4<f32>(0.0), p.m == 0u);
     let c = col0 + lane;
     for (var r = 0u; r < RT * 8u; r++) {
-        sg8_ws(wid.z, row0 + r, c, res[r]);
+        sg8_ws(z, row0 + r, c, res[r]);
     }
 }

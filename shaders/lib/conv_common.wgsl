@@ -54,7 +54,9 @@ struct Params {
     // The output's first element in its binding (a window of a tensor larger than one
     // binding; 0 otherwise).
     o_off: u32,
-    _pad0: u32,
+    // Added to the grid z of the split-k partial passes: a window of the K slices (the
+    // weight gradient over a tensor larger than one binding) writes its slices' partials.
+    z0: u32,
     _pad1: u32,
 }
 

@@ -211,8 +211,8 @@ fn last_dim_reductions_run_in_windows() {
 }
 
 /// Convolutions over inputs and outputs past one binding run in windows of whole samples
-/// (forward with bias and activation, strided and grouped; data gradient); the weight
-/// gradient, a sum over the samples, is refused cleanly.
+/// (forward with bias and activation, strided and grouped; data gradient) and the weight
+/// gradient in windows of its split-k slices, all bitwise the unsplit results.
 #[test]
 fn convolutions_run_in_windows_of_samples() {
     use wgtensor::ops::{
@@ -250,13 +250,29 @@ fn convolutions_run_in_windows_of_samples() {
         assert_eq!(run(&big), run(&win), "{what}");
         assert!(win.stats().dispatches - before > 4, "{what}: not windowed");
     }
-    let x = Tensor::from_slice(&win, &wave(6 * 4 * 400, 0.1), &[6, 4, 20, 20]).unwrap();
-    let dy = Tensor::from_slice(&win, &wave(6 * 8 * 400, 0.2), &[6, 8, 20, 20]).unwrap();
-    let o = Conv2dOptions {
-        padding: Padding::uniform(1),
-        ..Default::default()
+    // The weight gradient: windows of its split-k slices, then one reduction.
+    let win32 = small(32 << 10);
+    let wgrad = |d: &Device| {
+        let x = Tensor::from_slice(d, &wave(6 * 4 * 400, 0.1), &[6, 4, 20, 20]).unwrap();
+        let dy = Tensor::from_slice(d, &wave(6 * 8 * 400, 0.2), &[6, 8, 20, 20]).unwrap();
+        let o = Conv2dOptions {
+            padding: Padding::uniform(1),
+            ..Default::default()
+        };
+        conv2d_backward_weight(&dy, &x, [3, 3], &o).map(|t| bits(&t))
     };
-    let e = conv2d_backward_weight(&dy, &x, [3, 3], &o).unwrap_err();
+    let before = win32.stats().dispatches;
+    assert_eq!(
+        wgrad(&big).unwrap(),
+        wgrad(&win32).unwrap(),
+        "weight gradient"
+    );
+    assert!(
+        win32.stats().dispatches - before > 3,
+        "weight gradient not windowed"
+    );
+    // A binding too small for one slice's samples is refused cleanly.
+    let e = wgrad(&small(8 << 10)).unwrap_err();
     assert!(matches!(e, Error::TooLarge { .. }), "{e:?}");
 }
 

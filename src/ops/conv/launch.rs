@@ -151,7 +151,8 @@ pub(crate) struct ConvParams {
     /// The output's first element in its binding (a window of a tensor larger than one
     /// binding; 0 otherwise).
     o_off: u32,
-    _pad0: u32,
+    /// Added to the grid z of the partial passes (a window of K slices; 0 otherwise).
+    z0: u32,
     _pad1: u32,
 }
 
@@ -454,10 +455,10 @@ pub(crate) fn run(
     let cap = limit.saturating_sub(align + 4) / es;
     let per_sample = |t: &Tensor| (t.numel() / g.n.max(1)) as u64;
     let (sb, so) = (per_sample(&b), per_sample(out));
-    let windowed = dir != Direction::Weight
-        && a.buffer().size() <= limit
-        && bias_buf.size() <= limit
-        && sb.max(so) <= cap;
+    if dir == Direction::Weight {
+        return weight_grad_windows(op, g, &p, &pl, &a, &b, out, transposed);
+    }
+    let windowed = a.buffer().size() <= limit && bias_buf.size() <= limit && sb.max(so) <= cap;
     if !windowed {
         let big = tensors.iter().map(|t| t.size()).max().unwrap_or(0);
         return Err(too_wide(op, big, limit));
@@ -504,6 +505,88 @@ pub(crate) fn run(
     Ok(())
 }
 
+/// The grid of the product pass over `zs` split slices of every group.
+fn grid(
+    op: &'static str,
+    dev: &Device,
+    p: &ConvParams,
+    pl: &ConvPlan,
+    groups: usize,
+    zs: u32,
+) -> Result<[u32; 3]> {
+    let (m, ncols, k) = (p.m as usize, p.ncols as usize, p.k as usize);
+    let (tm, tn) = pl.tile();
+    let (rows, cols) = (m.div_ceil(tm), ncols.div_ceil(tn));
+    let gz = groups * zs as usize;
+    let max = dev.limits().max_compute_workgroups_per_dimension as usize;
+    if rows > max || cols > max || gz > max {
+        return Err(Error::size(
+            op,
+            format!("{m} x {ncols} outputs per group over K = {k} need a grid of {rows}x{cols}x{gz} workgroups, over the adapter's {max}"),
+        ));
+    }
+    Ok(match pl.variant {
+        ConvVariant::Sg8 => [rows as u32, cols as u32, gz as u32],
+        ConvVariant::Tiled => [cols as u32, rows as u32, gz as u32],
+        ConvVariant::Direct => {
+            // One invocation per (group, row block, line, 8-column block), flat over x and y.
+            let lines = ncols / p.c_e2 as usize;
+            let inv = groups
+                * m.div_ceil(pl.rt as usize)
+                * lines
+                * (p.c_e2 as usize).div_ceil(DIRECT_COLS);
+            let [x, y, _] = dev.grid_1d(op, inv.div_ceil(DIRECT_WG) as u64)?;
+            [x, y, zs]
+        }
+        ConvVariant::DirectLines => {
+            let lines = ncols / (p.c_e1 * p.c_e2) as usize * (p.c_e1 as usize).div_ceil(4);
+            let inv = groups * lines * (p.c_e2 as usize).div_ceil(DIRECT_COLS);
+            let [x, y, _] = dev.grid_1d(op, inv.div_ceil(DIRECT_WG) as u64)?;
+            [x, y, 1]
+        }
+    })
+}
+
+/// The split-k partial kernel of `pl` and its constants.
+fn partial_kernel(pl: &ConvPlan, transposed: bool) -> (&'static Kernel, Vec<(&'static str, f64)>) {
+    let mut c = vec![("TRANSPOSED", transposed as u32 as f64)];
+    let k = match pl.variant {
+        ConvVariant::Sg8 => {
+            c.extend([("RT", pl.rt as f64), ("SGS", pl.sgs as f64)]);
+            &SG8_PARTIAL
+        }
+        ConvVariant::Tiled => &TILED_PARTIAL,
+        ConvVariant::Direct | ConvVariant::DirectLines => {
+            c.extend([("WG", DIRECT_WG as f64), ("DR", pl.rt as f64)]);
+            &DIRECT_PARTIAL
+        }
+    };
+    (k, c)
+}
+
+/// The fixed-order sum of the split-k slices in `ws`, with bias and activation, into `out`.
+#[allow(clippy::too_many_arguments)]
+fn reduce(
+    op: &'static str,
+    dev: &Device,
+    p: &ConvParams,
+    groups: usize,
+    has_bias: bool,
+    act: Activation,
+    dtype: DType,
+    binds: [Bind; 3],
+) -> Result<()> {
+    let total = (groups * p.m as usize * p.ncols as usize) as u64;
+    let consts = [
+        ("BIAS", has_bias as u32 as f64),
+        ("ACT", act as u32 as f64),
+        ("WG", REDUCE_WG as f64),
+    ];
+    let grid = dev.grid_1d(op, total.div_ceil(REDUCE_WG as u64))?;
+    let bytes = bytemuck::bytes_of(p);
+    dev.launch_binds(op, &SPLITK_REDUCE, &[dtype], &consts, bytes, &binds, grid)
+}
+
 /// Records one convolution over `p` (planned as `pl`) with the bindings a, b, bias, out.
 #[allow(clippy::too_many_arguments)]
 fn dispatch(
@@ -518,50 +601,19 @@ fn dispatch(
     dtype: DType,
     binds: [Bind; 4],
 ) -> Result<()> {
-    let (m, ncols, k) = (p.m as usize, p.ncols as usize, p.k as usize);
     let [a_bind, b_bind, bias_bind, out_bind] = binds;
-    let (tm, tn) = pl.tile();
-    let (rows, cols) = (m.div_ceil(tm), ncols.div_ceil(tn));
-    let gz = groups * pl.splits as usize;
-    let max = dev.limits().max_compute_workgroups_per_dimension as usize;
-    if rows > max || cols > max || gz > max {
-        return Err(Error::size(
-            op,
-            format!("{m} x {ncols} outputs per group over K = {k} need a grid of {rows}x{cols}x{gz} workgroups, over the adapter's {max}"),
-        ));
-    }
-    let grid = match pl.variant {
-        ConvVariant::Sg8 => [rows as u32, cols as u32, gz as u32],
-        ConvVariant::Tiled => [cols as u32, rows as u32, gz as u32],
-        ConvVariant::Direct => {
-            // One invocation per (group, row block, line, 8-column block), flat over x and y.
-            let lines = ncols / p.c_e2 as usize;
-            let inv = groups
-                * m.div_ceil(pl.rt as usize)
-                * lines
-                * (p.c_e2 as usize).div_ceil(DIRECT_COLS);
-            let [x, y, _] = dev.grid_1d(op, inv.div_ceil(DIRECT_WG) as u64)?;
-            [x, y, pl.splits]
-        }
-        ConvVariant::DirectLines => {
-            let lines = ncols / (p.c_e1 * p.c_e2) as usize * (p.c_e1 as usize).div_ceil(4);
-            let inv = groups * lines * (p.c_e2 as usize).div_ceil(DIRECT_COLS);
-            let [x, y, _] = dev.grid_1d(op, inv.div_ceil(DIRECT_WG) as u64)?;
-            [x, y, 1]
-        }
-    };
-    let mut consts = vec![
-        ("BIAS", has_bias as u32 as f64),
-        ("ACT", act as u32 as f64),
-        ("TRANSPOSED", transposed as u32 as f64),
-    ];
-    let shape_consts = [("RT", pl.rt as f64), ("SGS", pl.sgs as f64)];
+    let grid = grid(op, dev, p, pl, groups, pl.splits)?;
     let bytes = bytemuck::bytes_of(p);
     let dts = [dtype];
     if pl.splits == 1 {
+        let mut consts = vec![
+            ("BIAS", has_bias as u32 as f64),
+            ("ACT", act as u32 as f64),
+            ("TRANSPOSED", transposed as u32 as f64),
+        ];
         let kernel = match pl.variant {
             ConvVariant::Sg8 => {
-                consts.extend(shape_consts);
+                consts.extend([("RT", pl.rt as f64), ("SGS", pl.sgs as f64)]);
                 &SG8
             }
             ConvVariant::Tiled => &TILED,
@@ -574,51 +626,109 @@ fn dispatch(
                 &DIRECT_L4
             }
         };
-        return dev.launch_binds(
-            op,
-            kernel,
-            &dts,
-            &consts,
-            bytes,
-            &[a_bind, b_bind, bias_bind, out_bind],
-            grid,
-        );
+        let binds = [a_bind, b_bind, bias_bind, out_bind];
+        return dev.launch_binds(op, kernel, &dts, &consts, bytes, &binds, grid);
     }
-    let ws_bytes = pl.splits as u64 * (groups * m * ncols) as u64 * 4;
+    let ws_bytes = pl.splits as u64 * (groups * p.m as usize * p.ncols as usize) as u64 * 4;
     let ws = Storage::scratch(dev, op, ws_bytes)?;
-    let mut pconsts = vec![consts[2]];
-    let partial = match pl.variant {
-        ConvVariant::Sg8 => {
-            pconsts.extend(shape_consts);
-            &SG8_PARTIAL
-        }
-        ConvVariant::Tiled => &TILED_PARTIAL,
-        ConvVariant::Direct | ConvVariant::DirectLines => {
-            pconsts.extend([("WG", DIRECT_WG as f64), ("DR", pl.rt as f64)]);
-            &DIRECT_PARTIAL
-        }
-    };
+    let (partial, pconsts) = partial_kernel(pl, transposed);
     let ws_bind = Bind::whole(ws.buffer());
-    dev.launch_binds(
+    let binds = [a_bind, b_bind, ws_bind];
+    dev.launch_binds(op, partial, &dts, &pconsts, bytes, &binds, grid)?;
+    let binds = [bias_bind, out_bind, ws_bind];
+    reduce(op, dev, p, groups, has_bias, act, dtype, binds)
+}
+
+/// The weight gradient over dy or x past one binding: its K (samples x output positions) is
+/// already cut into split-k slices, so windows of whole slices each bind the samples their
+/// slices read and write those slices' partials (grid z offset by `z0`); one reduction then
+/// sums every slice in the usual order: bitwise the unsplit result.
+#[allow(clippy::too_many_arguments)]
+fn weight_grad_windows(
+    op: &'static str,
+    g: &Geom,
+    p: &ConvParams,
+    pl: &ConvPlan,
+    dy: &Tensor,
+    x: &Tensor,
+    out: &Tensor,
+    transposed: bool,
+) -> Result<()> {
+    let dev = dy.device();
+    let (limit, align) = (dev.max_binding_bytes(), dev.storage_align());
+    let es = dy.dtype().size() as u64;
+    let (sa, sb) = (p.a_s0 as u64, p.b_k0 as u64); // elements per sample of dy and x
+    let ohw = (g.oh * g.ow) as u64;
+    let (kc, k) = (pl.k_chunk as u64, p.k as u64);
+    let ws_bytes = pl.splits as u64 * (g.groups as u64) * p.m as u64 * p.ncols as u64 * 4;
+    let samples = |s0: u64, s1: u64| {
+        let (a, b) = (s0 * kc, (s1 * kc).min(k));
+        (a / ohw, b.div_ceil(ohw))
+    };
+    let fits = |s0, s1| {
+        let (na, nb) = samples(s0, s1);
+        (nb - na) * sa.max(sb) * es + align + 4 <= limit
+    };
+    let big = dy.buffer().size().max(x.buffer().size());
+    if pl.splits < 2 || ws_bytes > limit || out.buffer().size() > limit {
+        return Err(too_wide(op, big, limit));
+    }
+    let ws = Storage::scratch(dev, op, ws_bytes)?;
+    let ws_bind = Bind::whole(ws.buffer());
+    let (partial, pconsts) = partial_kernel(pl, transposed);
+    let dts = [dy.dtype()];
+    let mut s0 = 0u64;
+    while s0 < pl.splits as u64 {
+        if !fits(s0, s0 + 1) {
+            return Err(too_wide(op, big, limit));
+        }
+        let mut s1 = s0 + 1;
+        while s1 < pl.splits as u64 && fits(s0, s1 + 1) {
+            s1 += 1;
+        }
+        let (na, nb) = samples(s0, s1);
+        let span = |t: &Tensor, per: u64| {
+            let first = t.layout().offset() as u64 + na * per;
+            Span::of(first, first + (nb - na) * per, es, align, t.buffer().size())
+        };
+        let (spa, spb) = (span(dy, sa), span(x, sb));
+        let mut pw = *p;
+        pw.a_off = (spa.rel as u32).wrapping_sub((na * sa) as u32);
+        pw.b_off = (spb.rel as u32).wrapping_sub((na * sb) as u32);
+        pw.z0 = match pl.variant {
+            ConvVariant::Direct | ConvVariant::DirectLines => s0 as u32,
+            _ => (s0 as usize * g.groups) as u32,
+        };
+        let grid = grid(op, dev, &pw, pl, g.groups, (s1 - s0) as u32)?;
+        let binds = [spa.bind(dy.buffer()), spb.bind(x.buffer()), ws_bind];
+        dev.launch_binds(
+            op,
+            partial,
+            &dts,
+            &pconsts,
+            bytemuck::bytes_of(&pw),
+            &binds,
+            grid,
+        )?;
+        s0 = s1;
+    }
+    // No bias: a placeholder of its own (a buffer may not be bound read-only and writable in
+    // one dispatch).
+    let no_bias = Storage::scratch(dev, op, 16)?;
+    let binds = [
+        Bind::whole(no_bias.buffer()),
+        Bind::whole(out.buffer()),
+        ws_bind,
+    ];
+    reduce(
         op,
-        partial,
-        &dts,
-        &pconsts,
-        bytes,
-        &[a_bind, b_bind, ws_bind],
-        grid,
-    )?;
-    let total = (groups * m * ncols) as u64;
-    consts.truncate(2);
-    consts.push(("WG", REDUCE_WG as f64));
-    dev.launch_binds(
-        op,
-        &SPLITK_REDUCE,
-        &dts,
-        &consts,
-        bytes,
-        &[bias_bind, out_bind, ws_bind],
-        dev.grid_1d(op, total.div_ceil(REDUCE_WG as u64))?,
+        dev,
+        p,
+        g.groups,
+        false,
+        Activation::None,
+        dy.dtype(),
+        binds,
     )
 }
 
@@ -721,7 +831,7 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
             bias_off,
             scale,
             o_off,
-            _pad0,
+            z0,
             _pad1
         }
     )
