@@ -126,6 +126,20 @@ struct BackwardParams {
     _pad: u32,
 }
 
+/// Column sums of `m` `[R, N]` as `ones[1, R] @ m` (the ones a broadcast view of one uploaded
+/// value): the bias gradients then run on the GEMM pipeline the weight gradients already
+/// compiled instead of compiling a reduction too (a pipeline costs ~100 ms cold on lavapipe),
+/// and the deterministic split-k serves long sequences.
+fn col_sum(m: &Tensor) -> Result<Tensor> {
+    let dev = m.device();
+    let one = match m.dtype() {
+        DType::F16 => Tensor::from_slice(dev, &[half::f16::ONE], &[1, 1])?,
+        _ => Tensor::from_slice(dev, &[1f32], &[1, 1])?,
+    };
+    let ones = one.broadcast_to(&[1, m.shape()[0]])?;
+    gemm(&ones, m, &GemmOptions::default())?.reshape(&[m.shape()[1]])
+}
+
 /// `[T, B, N]` (or any rank-3 view whose first two dims merge) as `[T*B, N]`, copying only
 /// when the view cannot be reshaped.
 fn flat2(x: &Tensor) -> Result<Tensor> {
@@ -476,8 +490,8 @@ impl DirSteps<'_> {
         let weights = RnnWeightGrads {
             w_ih: gemm(&dax2.transpose(0, 1)?, &flat2(&self.sl.input)?, &plain)?,
             w_hh: gemm(&dah2.transpose(0, 1)?, &hprev, &plain)?,
-            b_ih: dax2.sum(0, false)?,
-            b_hh: dah2.sum(0, false)?,
+            b_ih: col_sum(&dax2)?,
+            b_hh: col_sum(&dah2)?,
         };
         // Both directions' input gradients add up (fused as the GEMM's C term).
         let with = |c| GemmOptions {
