@@ -170,22 +170,26 @@ impl Tensor {
             launch(&params, &binds, n_out as u64)?;
             return Ok(out);
         }
-        // Windows of outputs: a packed input reduced along its last dim binds the rows of each
-        // window; any other input must fit one binding whole.
+        // Windows of outputs: a packed input [A, R, B] (R reduced, B the dims after it) binds
+        // the slabs of R * B elements of the outer indices each window covers; windows hold
+        // whole multiples of B outputs. Any other input must fit one binding whole.
         let (es, align) = (self.dtype.size() as u64, dev.storage_align());
         let cap = limit.saturating_sub(align + 4) / es;
-        let rows_follow = d + 1 == self.rank() && self.is_contiguous();
+        let packed = self.is_contiguous();
+        let inner: u64 = self.shape()[d + 1..].iter().product::<usize>() as u64;
+        let slab = red_len as u64 * inner;
         let off = self.layout.offset() as u64;
-        let (l, size) = (red_len as u64, self.buffer().size());
+        let size = self.buffer().size();
         let fixed = Span::of(off, self.layout.span() as u64, es, align, size);
-        let per = if rows_follow { cap / l } else { cap };
-        if per == 0 || (!rows_follow && fixed.size > limit) {
-            let bytes = if rows_follow { l * es } else { fixed.size };
+        let per = if packed { cap / slab * inner } else { cap };
+        if per == 0 || (!packed && fixed.size > limit) {
+            let bytes = if packed { slab * es } else { fixed.size };
             return Err(too_wide(name, bytes, limit));
         }
         for (s, len) in windows(n_out as u64, per) {
-            let xs = if rows_follow {
-                Span::of(off + s * l, off + (s + len) * l, es, align, size)
+            let (a0, a1) = (s / inner, (s + len).div_ceil(inner));
+            let xs = if packed {
+                Span::of(off + a0 * slab, off + a1 * slab, es, align, size)
             } else {
                 fixed
             };
@@ -194,8 +198,8 @@ impl Tensor {
             params.base = s as u32;
             params.out_off = ys.rel as u32;
             // Decoded from base + o: a windowed input's offset is shifted back (mod 2^32).
-            params.offset = if rows_follow {
-                (xs.rel as u32).wrapping_sub((s * l) as u32)
+            params.offset = if packed {
+                (xs.rel as u32).wrapping_sub((a0 * slab) as u32)
             } else {
                 xs.rel as u32
             };

@@ -48,9 +48,10 @@ pub struct DeviceOptions {
     /// Most bytes one storage binding may cover: `None` is the adapter's
     /// `max_storage_buffer_binding_size` (128 MiB on many adapters, lavapipe included). A
     /// tensor larger than this still works in the ops that split their work into windows
-    /// that each fit one binding (elementwise, reductions over the last dim, GEMM, the
-    /// convolutions, batch norm); others refuse it with [`Error::TooLarge`]. Lower it to exercise those windowed paths on small
-    /// tensors. Rounded down to the adapter's storage offset alignment; at least 1 KiB.
+    /// that each fit one binding (elementwise, reductions but along the outermost dim, GEMM,
+    /// convolutions, batch norm); others refuse it with [`Error::TooLarge`]. Lower it to
+    /// exercise those windowed paths on small tensors. Rounded down to the adapter's storage
+    /// offset alignment; at least 1 KiB.
     pub max_binding_bytes: Option<u64>,
     /// Where compiled pipelines are persisted between runs, so the driver need not compile
     /// them again (native Vulkan adapters that offer `PIPELINE_CACHE`; mostly a gain on mobile

@@ -189,7 +189,7 @@ fn gemm_over_a_256_mib_operand() {
 }
 
 #[test]
-fn last_dim_reductions_run_in_windows() {
+fn reductions_run_in_windows() {
     let x = (wave(10_000, 0.37), vec![500, 20]);
     same("sum", std::slice::from_ref(&x), |_, t| {
         t[0].sum(-1, false).unwrap()
@@ -203,7 +203,15 @@ fn last_dim_reductions_run_in_windows() {
     // Few long rows take the workgroup variant: 4 KiB bindings hold 2 rows of 400.
     let long = (wave(8 * 400, 0.21), vec![8, 400]);
     same("long rows", &[long], |_, t| t[0].sum(1, false).unwrap());
-    // Reducing another dim of a tensor past one binding is refused cleanly.
+    // Inner dims: windows of whole outer slabs.
+    let cube = (wave(10_000, 0.29), vec![25, 20, 20]);
+    same("sum dim 1", std::slice::from_ref(&cube), |_, t| {
+        t[0].sum(1, false).unwrap()
+    });
+    same("mean dims", std::slice::from_ref(&cube), |_, t| {
+        t[0].mean_dims(&[1, 2], true).unwrap()
+    });
+    // Reducing the outermost dim of a tensor past one binding needs it all at once: refused.
     let d = small(4096);
     let t = Tensor::from_slice(&d, &x.0, &x.1).unwrap();
     let e = t.sum(0, false).unwrap_err();
