@@ -69,15 +69,6 @@ fn tile_sg8(bs: Bases, row0: u32, col0: u32, lane: u32, kr: vec2<u32>) -> array<
     return acc;
 }
 
-// Row `row` of the tile: this lane's columns are c, c + 8, c + 16, c + 24.
-// `v` is already scaled by alpha.
-fn sg8_out(row: u32, c: u32, v: vec4<f32>, bs: Bases) {
-    store_scaled(row, c, v.x, bs);
-    store_scaled(row, c + 8u, v.y, bs);
-    store_scaled(row, c + 16u, v.z, bs);
-    store_scaled(row, c + 24u, v.w, bs);
-}
-
 fn sg8_ws(z: u32, row: u32, c: u32, v: vec4<f32>) {
     store_ws(z, row, c, v.x);
     store_ws(z, row, c + 8u, v.y);
@@ -129,8 +120,12 @@ fn gemm_sg8(@builtin(workgroup_id) wid: vec3<u32>,
     res[29] = p.alpha * acc[29];
     res[30] = p.alpha * acc[30];
     res[31] = p.alpha * acc[31];
-    for (var r = 0u; r < 32u; r++) {
-        sg8_out(row0 + r, c, res[r], bs);
+    // One epilogue in the loop body (128 trips, not unrolled): with the C and bias sources
+    // uniforms, four inlined copies per row made the pipeline compile ~150 ms longer.
+    for (var t = 0u; t < 128u; t++) {
+        let r = t / 4u;
+        let j = t % 4u;
+        store_scaled(row0 + r, c + 8u * j, res[r][j], bs);
     }
 }
 
