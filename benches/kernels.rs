@@ -143,10 +143,15 @@ fn first_ms_in_fresh_process(name: &str, cold: bool) -> Option<f64> {
     let run = || {
         let mut cmd = std::process::Command::new(&exe);
         cmd.args(["--first", name]);
+        // Cold: no driver cache and an empty wgtensor pipeline cache directory (a persisted
+        // PIPELINE_CACHE from an earlier run would otherwise skip the driver's compile).
+        let fresh = std::env::temp_dir().join(format!("wgtensor-cold-{}", std::process::id()));
         if cold {
             cmd.env("MESA_SHADER_CACHE_DISABLE", "true");
+            cmd.env("WGTENSOR_CACHE_DIR", &fresh);
         }
         let out = cmd.output().ok()?;
+        let _ = std::fs::remove_dir_all(&fresh);
         // The figure is the last line (a case's setup may print lines of its own).
         let text = String::from_utf8(out.stdout).ok()?;
         text.lines().last()?.trim().parse().ok()
