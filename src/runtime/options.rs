@@ -51,7 +51,7 @@ pub struct DeviceOptions {
     /// that each fit one binding (elementwise, reductions but along the outermost dim, GEMM,
     /// convolutions, batch norm); others refuse it with [`Error::TooLarge`]. Lower it to
     /// exercise those windowed paths on small tensors. Rounded down to the adapter's storage
-    /// offset alignment; at least 1 KiB.
+    /// offset alignment; at least 4 KiB.
     pub max_binding_bytes: Option<u64>,
     /// Where compiled pipelines are persisted between runs, so the driver need not compile
     /// them again (native Vulkan adapters that offer `PIPELINE_CACHE`; mostly a gain on mobile
@@ -98,10 +98,10 @@ impl DeviceOptions {
             return Err(Error::arg(op, "max_bytes_per_submit must be at least 1"));
         }
         if let Some(b) = self.max_binding_bytes {
-            if b < 1024 {
+            if b < 4096 {
                 return Err(Error::arg(
                     op,
-                    format!("max_binding_bytes must be at least 1024, got {b}"),
+                    format!("max_binding_bytes must be at least 4096, got {b}"),
                 ));
             }
         }
