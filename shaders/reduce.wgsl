@@ -17,6 +17,12 @@ struct Params {
     out_off: u32,
     shape: array<vec4<u32>, 2>,
     strides: array<vec4<u32>, 2>,
+    // The *_carry entry points: bit 0 starts from the carried folds, bit 1 leaves them in
+    // `carry` instead of storing the outputs.
+    flags: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -101,6 +107,75 @@ fn reduce_wg(@builtin(workgroup_id) wid: vec3<u32>,
                 break;
             }
         }
+    }
+    partial[lid] = acc;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s / 2u) {
+        if (lid < s) {
+            partial[lid] = fold(partial[lid], partial[lid + s]);
+        }
+        workgroupBarrier();
+    }
+    if (live && lid == 0u) {
+        y[p.out_off + o] = finish(partial[0]);
+    }
+}
+
+// Windows over the reduced axis (a packed tensor past one binding whose slab per output group
+// exceeds it, e.g. a reduction along the outermost dim): the running folds are carried between
+// windows in f32 (exact), one per output for reduce_rows_carry and one per (output, lane) for
+// reduce_wg_carry, whose windows hold whole multiples of WG values, so every lane folds the same
+// values in the same order as the unsplit pass and the results are bitwise identical.
+@group(0) @binding(3) var<storage, read_write> carry: array<f32>;
+
+@compute @workgroup_size(WG)
+fn reduce_rows_carry(@builtin(workgroup_id) wid: vec3<u32>,
+                     @builtin(num_workgroups) nwg: vec3<u32>,
+                     @builtin(local_invocation_index) lid: u32) {
+    let o = (wid.x + wid.y * nwg.x) * WG + lid;
+    if (o >= p.n_out) {
+        return;
+    }
+    let base = base_index(o);
+    var acc = identity();
+    if ((p.flags & 1u) != 0u) {
+        acc = carry[o];
+    }
+    for (var r = 0u; r < p.red_len; r++) {
+        acc = fold(acc, f32(x[base + r * p.red_stride]));
+    }
+    if ((p.flags & 2u) != 0u) {
+        carry[o] = acc;
+    } else {
+        y[p.out_off + o] = finish(acc);
+    }
+}
+
+@compute @workgroup_size(WG)
+fn reduce_wg_carry(@builtin(workgroup_id) wid: vec3<u32>,
+                   @builtin(num_workgroups) nwg: vec3<u32>,
+                   @builtin(local_invocation_index) lid: u32) {
+    let o = wid.x + wid.y * nwg.x;
+    let live = o < p.n_out;
+    var acc = identity();
+    if (live) {
+        if ((p.flags & 1u) != 0u) {
+            acc = carry[o * WG + lid];
+        }
+        let base = base_index(o);
+        for (var r = lid; r < p.red_len; r += WG) {
+            acc = fold(acc, f32(x[base + r * p.red_stride]));
+            if (p.red_len - r <= WG) {
+                break;
+            }
+        }
+        if ((p.flags & 2u) != 0u) {
+            carry[o * WG + lid] = acc;
+        }
+    }
+    // Uniform (a uniform flag): either every invocation leaves here or all reach the barriers.
+    if ((p.flags & 2u) != 0u) {
+        return;
     }
     partial[lid] = acc;
     workgroupBarrier();

@@ -21,6 +21,27 @@ static ROWS: Kernel = Kernel {
     defs: REDUCE_DEFS,
     ints: false,
 };
+/// The same folds in windows over the reduced axis, carried in an f32 workspace.
+static ROWS_CARRY: Kernel = Kernel {
+    name: "reduce",
+    source: include_str!("../../shaders/reduce.wgsl"),
+    entry: "reduce_rows_carry",
+    bindings: &[Access::Read, Access::ReadWrite, Access::ReadWrite],
+    slots: &[],
+    libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
+    defs: REDUCE_DEFS,
+    ints: false,
+};
+static WORKGROUP_CARRY: Kernel = Kernel {
+    name: "reduce",
+    source: include_str!("../../shaders/reduce.wgsl"),
+    entry: "reduce_wg_carry",
+    bindings: &[Access::Read, Access::ReadWrite, Access::ReadWrite],
+    slots: &[],
+    libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
+    defs: REDUCE_DEFS,
+    ints: false,
+};
 static WORKGROUP: Kernel = Kernel {
     name: "reduce",
     source: include_str!("../../shaders/reduce.wgsl"),
@@ -82,6 +103,10 @@ struct ReduceParams {
     out_off: u32,
     shape: [u32; MAX_RANK],
     strides: [u32; MAX_RANK],
+    flags: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 /// Which kernel reduces `red_len` elements for each of `n_out` outputs. A workgroup per output
@@ -143,6 +168,10 @@ impl Tensor {
             out_off: 0,
             shape: pack_dims(outer.shape()),
             strides: pack_dims(outer.strides()),
+            flags: 0,
+            _pad0: 0,
+            _pad1: 0,
+            _pad2: 0,
         };
         let consts = [("OP", op.code() as f64), ("WG", WG as f64)];
         let dts = [self.dtype];
@@ -182,6 +211,19 @@ impl Tensor {
         let size = self.buffer().size();
         let fixed = Span::of(off, self.layout.span() as u64, es, align, size);
         let per = if packed { cap / slab * inner } else { cap };
+        if packed && per == 0 {
+            // One output group's slab (R x inner) is past a binding: windows over R too.
+            let carry = CarryWindows {
+                name,
+                op_code: op.code(),
+                wg_variant,
+                red_len: red_len as u64,
+                inner,
+                cap,
+            };
+            carry.run(self, &out, params)?;
+            return Ok(out);
+        }
         if per == 0 || (!packed && fixed.size > limit) {
             let bytes = if packed { slab * es } else { fixed.size };
             return Err(too_wide(name, bytes, limit));
@@ -229,10 +271,82 @@ impl Tensor {
     }
 }
 
+/// A packed reduction whose slab per output group (R x the inner dims) exceeds one binding:
+/// for each outer index, windows of R rows each bind their rows, and the running folds are
+/// carried between windows in an f32 workspace (`reduce_*_carry`), so each output (and each
+/// lane of the workgroup variant, whose windows hold whole multiples of WG rows) folds the
+/// same values in the same order as unsplit: bitwise the unsplit result.
+struct CarryWindows {
+    name: &'static str,
+    op_code: u32,
+    wg_variant: bool,
+    red_len: u64,
+    inner: u64,
+    /// Elements one binding holds (less the alignment slack).
+    cap: u64,
+}
+
+impl CarryWindows {
+    fn run(&self, x: &Tensor, out: &Tensor, mut params: ReduceParams) -> Result<()> {
+        let (name, dev) = (self.name, x.device());
+        let (limit, align) = (dev.max_binding_bytes(), dev.storage_align());
+        let es = x.dtype.size() as u64;
+        let (r, inner) = (self.red_len, self.inner);
+        let mut rows = self.cap / inner;
+        if self.wg_variant {
+            rows = rows / WG as u64 * WG as u64;
+        }
+        let lanes = if self.wg_variant { WG as u64 } else { 1 };
+        if rows == 0 || inner * lanes * 4 > limit {
+            return Err(too_wide(name, r * inner * es, limit));
+        }
+        let carry = crate::runtime::Storage::scratch(dev, name, inner * lanes * 4)?;
+        let groups = out.numel() as u64 / inner;
+        let off = x.layout.offset() as u64;
+        let (kernel, per_out) = if self.wg_variant {
+            (&WORKGROUP_CARRY, 1)
+        } else {
+            (&ROWS_CARRY, WG as u64)
+        };
+        let consts = [("OP", self.op_code as f64), ("WG", WG as f64)];
+        for a in 0..groups {
+            let ys = Span::of(a * inner, (a + 1) * inner, es, align, out.buffer().size());
+            let mut r0 = 0;
+            while r0 < r {
+                let r1 = (r0 + rows).min(r);
+                let first = off + (a * r + r0) * inner;
+                let xs = Span::of(
+                    first,
+                    first + (r1 - r0) * inner,
+                    es,
+                    align,
+                    x.buffer().size(),
+                );
+                params.n_out = inner as u32;
+                params.base = (a * inner) as u32;
+                params.red_len = (r1 - r0) as u32;
+                params.out_off = ys.rel as u32;
+                params.offset = (xs.rel as u32).wrapping_sub((a * r * inner) as u32);
+                params.flags = u32::from(r0 > 0) | (u32::from(r1 < r) << 1);
+                let binds = [
+                    xs.bind(x.buffer()),
+                    ys.bind(out.buffer()),
+                    Bind::whole(carry.buffer()),
+                ];
+                let grid = dev.grid_1d(name, inner.div_ceil(per_out))?;
+                let bytes = bytemuck::bytes_of(&params);
+                dev.launch_binds(name, kernel, &[x.dtype], &consts, bytes, &binds, grid)?;
+                r0 = r1;
+            }
+        }
+        Ok(())
+    }
+}
+
 #[doc(hidden)]
 pub fn reduce_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
     let mut v = Vec::new();
-    for k in [&ROWS, &WORKGROUP] {
+    for k in [&ROWS, &WORKGROUP, &ROWS_CARRY, &WORKGROUP_CARRY] {
         for dt in [DType::F32, DType::F16] {
             for &(_, code) in REDUCE_DEFS {
                 v.push(crate::runtime::pipeline::ShaderVariant::new(
@@ -262,7 +376,11 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
             base,
             out_off,
             shape,
-            strides
+            strides,
+            flags,
+            _pad0,
+            _pad1,
+            _pad2
         }
     )
 }

@@ -32,7 +32,17 @@ fn bits(t: &Tensor) -> Vec<u32> {
 /// Runs `f` on both devices with the same inputs and compares the outputs bit for bit.
 /// The windowed device must also have split the work: more dispatches than the other.
 fn same(what: &str, inputs: &[(Vec<f32>, Vec<usize>)], f: impl Fn(&Device, &[Tensor]) -> Tensor) {
-    let (big, win) = (Device::new().unwrap(), small(4096));
+    same_at(4096, what, inputs, f)
+}
+
+/// [`same`] with a binding limit of `limit` bytes.
+fn same_at(
+    limit: u64,
+    what: &str,
+    inputs: &[(Vec<f32>, Vec<usize>)],
+    f: impl Fn(&Device, &[Tensor]) -> Tensor,
+) {
+    let (big, win) = (Device::new().unwrap(), small(limit));
     let run = |d: &Device| {
         let ts: Vec<Tensor> = inputs
             .iter()
@@ -211,9 +221,28 @@ fn reductions_run_in_windows() {
     same("mean dims", std::slice::from_ref(&cube), |_, t| {
         t[0].mean_dims(&[1, 2], true).unwrap()
     });
-    // Reducing the outermost dim of a tensor past one binding needs it all at once: refused.
+    // Along the outermost dim: windows of rows with the folds carried, both variants (few
+    // long columns: the workgroup variant; many short ones: one invocation per output).
+    let tall = (wave(500 * 20, 0.13), vec![500, 20]);
+    same_at(
+        32 << 10,
+        "sum dim 0",
+        std::slice::from_ref(&tall),
+        |_, t| t[0].sum(0, false).unwrap(),
+    );
+    same_at(
+        32 << 10,
+        "max dim 0",
+        std::slice::from_ref(&tall),
+        |_, t| t[0].max(0, true).unwrap(),
+    );
+    let wide = (wave(3 * 5000, 0.07), vec![3, 5000]);
+    same_at(32 << 10, "mean dim 0", &[wide], |_, t| {
+        t[0].mean(0, false).unwrap()
+    });
+    // A row of the inner dims past one binding cannot be windowed: refused cleanly.
     let d = small(4096);
-    let t = Tensor::from_slice(&d, &x.0, &x.1).unwrap();
+    let t = Tensor::from_slice(&d, &wave(2 * 2000, 0.1), &[2, 2000]).unwrap();
     let e = t.sum(0, false).unwrap_err();
     assert!(matches!(e, Error::TooLarge { .. }), "{e:?}");
 }
