@@ -13,8 +13,10 @@ struct Params {
     len: u32,
     stride: u32,
     out_stride: u32,
-    _pad0: u32,
-    _pad1: u32,
+    // A window of whole rows (a tensor larger than one binding; 0 and 0 otherwise): rows
+    // decode their coordinates from base + o, and the output index starts at out_off.
+    base: u32,
+    out_off: u32,
     shape: array<vec4<u32>, 2>,
     strides: array<vec4<u32>, 2>,
     out_strides: array<vec4<u32>, 2>,
@@ -32,9 +34,9 @@ var<workgroup> red: array<f32, WG>;
 
 // Element offsets of row `o` in x and in the output.
 fn row_bases(o: u32) -> vec2<u32> {
-    var rem = o;
+    var rem = p.base + o;
     var xi = p.offset;
-    var yi = 0u;
+    var yi = p.out_off;
     for (var d = i32(p.rank) - 1; d >= 0; d--) {
         let k = u32(d);
         let n = p.shape[k / 4u][k % 4u];

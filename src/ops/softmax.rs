@@ -7,7 +7,8 @@ use bytemuck::{Pod, Zeroable};
 
 use crate::layout::{contiguous_strides, pack_dims, Layout, MAX_RANK};
 use crate::runtime::pipeline::{ShaderVariant, ACTIVATION_LIB};
-use crate::runtime::{Access, Kernel};
+use crate::runtime::window::{too_wide, windows, Span};
+use crate::runtime::{Access, Bind, Kernel};
 use crate::{DType, Result, Tensor};
 
 const SRC: &str = include_str!("../../shaders/softmax.wgsl");
@@ -43,8 +44,8 @@ struct SoftmaxParams {
     len: u32,
     stride: u32,
     out_stride: u32,
-    _pad0: u32,
-    _pad1: u32,
+    base: u32,
+    out_off: u32,
     shape: [u32; MAX_RANK],
     strides: [u32; MAX_RANK],
     out_strides: [u32; MAX_RANK],
@@ -126,26 +127,78 @@ fn run_untracked(op: &'static str, x: &Tensor, dim: isize, log: bool) -> Result<
         len: len as u32,
         stride: x.strides()[d] as u32,
         out_stride: out_stride as u32,
-        _pad0: 0,
-        _pad1: 0,
+        base: 0,
+        out_off: 0,
         shape: pack_dims(outer.shape()),
         strides: pack_dims(outer.strides()),
         out_strides: pack_dims(&out_strides),
     };
-    let (kernel, groups) = if use_workgroup_variant(rows, len) {
-        (&WORKGROUP, rows as u64)
-    } else {
-        (&ROWS, (rows as u64).div_ceil(WG as u64))
+    let wg_variant = use_workgroup_variant(rows, len);
+    let consts = [("LOG", f64::from(u8::from(log))), ("WG", WG as f64)];
+    let dts = [x.dtype];
+    let launch = |p: &SoftmaxParams, binds: &[Bind], n: u64| {
+        let (kernel, groups) = if wg_variant {
+            (&WORKGROUP, n)
+        } else {
+            (&ROWS, n.div_ceil(WG as u64))
+        };
+        let grid = dev.grid_1d(op, groups)?;
+        dev.launch_binds(
+            op,
+            kernel,
+            &dts,
+            &consts,
+            bytemuck::bytes_of(p),
+            binds,
+            grid,
+        )
     };
-    dev.launch(
-        op,
-        kernel,
-        &[x.dtype],
-        &[("LOG", f64::from(u8::from(log))), ("WG", WG as f64)],
-        bytemuck::bytes_of(&params),
-        &[x.buffer(), out.buffer()],
-        dev.grid_1d(op, groups)?,
-    )?;
+    let limit = dev.max_binding_bytes();
+    if x.buffer().size() <= limit && out.buffer().size() <= limit {
+        let binds = [Bind::whole(x.buffer()), Bind::whole(out.buffer())];
+        return launch(&params, &binds, rows as u64).map(|()| out);
+    }
+    // Windows of whole slabs (the softmax dim times the dims after it) of the packed output,
+    // and of x when packed too (else x must fit one binding whole).
+    let mut params = params;
+    let (es, align) = (x.dtype.size() as u64, dev.storage_align());
+    let cap = limit.saturating_sub(align + 4) / es;
+    let inner: u64 = x.shape()[d + 1..].iter().product::<usize>() as u64;
+    let slab = len as u64 * inner;
+    let packed = x.is_contiguous();
+    let off = x.layout.offset() as u64;
+    let fixed = Span::of(off, x.layout.span() as u64, es, align, x.buffer().size());
+    let per = cap / slab * inner;
+    if per == 0 || (!packed && fixed.size > limit) {
+        let bytes = if per == 0 { slab * es } else { fixed.size };
+        return Err(too_wide(op, bytes, limit));
+    }
+    for (s, n) in windows(rows as u64, per) {
+        let (a0, a1) = (s / inner, (s + n).div_ceil(inner));
+        let ys = Span::of(a0 * slab, a1 * slab, es, align, out.buffer().size());
+        let xs = if packed {
+            Span::of(
+                off + a0 * slab,
+                off + a1 * slab,
+                es,
+                align,
+                x.buffer().size(),
+            )
+        } else {
+            fixed
+        };
+        params.rows = n as u32;
+        params.base = s as u32;
+        // Rows decode global coordinates: windowed bindings shift back by the window's start.
+        params.out_off = (ys.rel as u32).wrapping_sub((a0 * slab) as u32);
+        params.offset = if packed {
+            (xs.rel as u32).wrapping_sub((a0 * slab) as u32)
+        } else {
+            xs.rel as u32
+        };
+        let binds = [xs.bind(x.buffer()), ys.bind(out.buffer())];
+        launch(&params, &binds, n)?;
+    }
     Ok(out)
 }
 
@@ -212,8 +265,8 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
             len,
             stride,
             out_stride,
-            _pad0,
-            _pad1,
+            base,
+            out_off,
             shape,
             strides,
             out_strides

@@ -351,7 +351,7 @@ impl Device {
     }
     /// Most bytes one storage binding covers: the adapter's `max_storage_buffer_binding_size`
     /// or [`DeviceOptions::max_binding_bytes`], whichever is lower. Tensors may be larger (up
-    /// to `max_buffer_size`): elementwise ops, reductions, GEMM,
+    /// to `max_buffer_size`): elementwise ops, reductions, softmax, GEMM,
     /// convolutions and batch norm split their work into windows that each fit a binding;
     /// other ops refuse them with [`Error::TooLarge`].
     pub fn max_binding_bytes(&self) -> u64 {

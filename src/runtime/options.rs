@@ -48,7 +48,7 @@ pub struct DeviceOptions {
     /// Most bytes one storage binding may cover: `None` is the adapter's
     /// `max_storage_buffer_binding_size` (128 MiB on many adapters, lavapipe included). A
     /// tensor larger than this still works in the ops that split their work into windows
-    /// that each fit one binding (elementwise, reductions, GEMM,
+    /// that each fit one binding (elementwise, reductions, softmax, GEMM,
     /// convolutions, batch norm); others refuse it with [`Error::TooLarge`]. Lower it to
     /// exercise those windowed paths on small tensors. Rounded down to the adapter's storage
     /// offset alignment; at least 4 KiB.

@@ -154,8 +154,8 @@ fn what_cannot_be_windowed_is_refused_cleanly() {
     let e = x.transpose(0, 1).unwrap().contiguous().unwrap_err();
     assert!(matches!(e, Error::TooLarge { .. }), "{e:?}");
     assert!(e.to_string().contains("binding"), "{e}");
-    // An op that does not split (softmax) names the binding limit.
-    let e = x.softmax(1).unwrap_err();
+    // An op that does not split (argmax) names the binding limit.
+    let e = x.argmax(1, false).unwrap_err();
     assert!(matches!(e, Error::TooLarge { .. }), "{e:?}");
     // The device still works.
     assert_eq!(
@@ -213,8 +213,16 @@ fn reductions_run_in_windows() {
     // Few long rows take the workgroup variant: 4 KiB bindings hold 2 rows of 400.
     let long = (wave(8 * 400, 0.21), vec![8, 400]);
     same("long rows", &[long], |_, t| t[0].sum(1, false).unwrap());
-    // Inner dims: windows of whole outer slabs.
+    // Softmax along the last or an inner dim: windows of whole slabs (its backward is
+    // composed of windowed ops).
+    same("softmax", std::slice::from_ref(&x), |_, t| {
+        t[0].softmax(1).unwrap()
+    });
     let cube = (wave(10_000, 0.29), vec![25, 20, 20]);
+    same("log_softmax dim 1", std::slice::from_ref(&cube), |_, t| {
+        t[0].log_softmax(1).unwrap()
+    });
+    // Inner dims: windows of whole outer slabs.
     same("sum dim 1", std::slice::from_ref(&cube), |_, t| {
         t[0].sum(1, false).unwrap()
     });
