@@ -243,7 +243,7 @@ fn merge(a: vec3<f32>, b: vec3<f32>) -> vec3<f32> {
     }
     let n = a.x + b.x;
     let d = b.y - a.y;
-    return vec3<f32>(n, a.y + d * (b.x / n), a.z + b.z + d * d * (a.x * (b.x / n)));
+    return vec3<f32>(n, a.y + d * div_f(b.x, n), a.z + b.z + d * d * (a.x * div_f(b.x, n)));
 }
 
 // One invocation per channel: merge the partials in a fixed order, save mean and 1/std, update
@@ -262,7 +262,7 @@ fn bn_finalize(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     // Clamps rounding below 0, but keeps a NaN: a channel holding NaN must not normalize
     // with invstd = 1/sqrt(eps).
-    let var_b = relu_f(acc.z / p.count);
+    let var_b = relu_f(div_f(acc.z, p.count));
     let invstd = inverseSqrt(var_b + p.eps);
     let mean = pivot + acc.y;
     smean[param(c, p.smean_os)] = mean;
@@ -276,7 +276,7 @@ fn bn_finalize(@builtin(global_invocation_id) gid: vec3<u32>) {
         let im = param(c, p.rmean_os);
         let iv = param(c, p.rvar_os);
         rmean[im] = T((1.0 - f) * f32(rmean[im]) + f * mean);
-        rvar[iv] = T((1.0 - f) * f32(rvar[iv]) + f * (acc.z / (p.count - 1.0)));
+        rvar[iv] = T((1.0 - f) * f32(rvar[iv]) + f * div_f(acc.z, p.count - 1.0));
     }
 }
 
@@ -377,7 +377,7 @@ fn bn_grad_finalize(@builtin(global_invocation_id) gid: vec3<u32>) {
     dgamma[c] = T(dg);
     dbeta[c] = T(sdy);
     let a = gamma_of(c) * invstd;
-    ws[c] = vec4<f32>(smean[param(c, p.smean_os)], a, -a * invstd * dg / p.count, -a * sdy / p.count);
+    ws[c] = vec4<f32>(smean[param(c, p.smean_os)], a, div_f(-a * invstd * dg, p.count), div_f(-a * sdy, p.count));
 }
 
 @compute @workgroup_size(WG)

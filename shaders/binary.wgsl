@@ -33,7 +33,7 @@ fn combine(x: f32, y: f32) -> f32 {
     switch OP {
         case OP_SUB: { return x - y; }
         case OP_MUL: { return x * y; }
-        case OP_DIV: { return x / y; }
+        case OP_DIV: { return div_f(x, y); }
         case OP_MAX: { return max_nan(x, y); }
         case OP_MIN: { return min_nan(x, y); }
         case OP_POW: { return pow_f(x, y); }

@@ -61,8 +61,8 @@ fn apply(v: f32, s: f32) -> f32 {
         case OP_SUB_SCALAR: { return v - s; }
         case OP_RSUB_SCALAR: { return s - v; }
         case OP_MUL_SCALAR: { return v * s; }
-        case OP_DIV_SCALAR: { return v / s; }
-        case OP_RDIV_SCALAR: { return s / v; }
+        case OP_DIV_SCALAR: { return div_f(v, s); }
+        case OP_RDIV_SCALAR: { return div_f(s, v); }
         case OP_MAX_SCALAR: { return max_nan(v, s); }
         case OP_MIN_SCALAR: { return min_nan(v, s); }
         case OP_POW_SCALAR: { return pow_f(v, s); }

@@ -113,7 +113,7 @@ fn window(plane: u32, oy: u32, ox: u32) -> Pooled {
     if (MODE == POOL_MAX) {
         return Pooled(best, arg);
     }
-    return Pooled(sum / avg_divisor(ty, tx), arg);
+    return Pooled(div_f(sum, avg_divisor(ty, tx)), arg);
 }
 
 @compute @workgroup_size(WG)
@@ -197,7 +197,7 @@ fn pool_backward(@builtin(workgroup_id) wid: vec3<u32>,
                     g += f32(dy[o]);
                 }
             } else {
-                g += f32(dy[o]) / avg_divisor(ty, tx);
+                g += div_f(f32(dy[o]), avg_divisor(ty, tx));
             }
         }
     }

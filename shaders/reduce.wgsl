@@ -57,7 +57,7 @@ fn fold(acc: f32, v: f32) -> f32 {
 
 fn finish(acc: f32) -> T {
     if (OP == RED_SUM) {
-        return T(acc / p.divisor);
+        return T(div_f(acc, p.divisor));
     }
     return T(acc);
 }

@@ -52,7 +52,7 @@ fn finish(v: f32, m: f32, s: f32) -> T {
     if (LOG) {
         return T(v - m - log(s));
     }
-    return T(exp(v - m) / s);
+    return T(div_f(exp(v - m), s));
 }
 
 @compute @workgroup_size(WG)

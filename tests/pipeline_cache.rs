@@ -1,6 +1,6 @@
 //! The persisted pipeline cache (`DeviceOptions::pipeline_cache`): save, reload, a damaged
-//! file, the `WGTENSOR_CACHE_DIR` override and `Off`. Own test binary: one test sets the
-//! environment. On an adapter without `PIPELINE_CACHE` (anything but Vulkan) the tests assert
+//! file, the `WGTENSOR_CACHE_DIR` override (in a child process: no test mutates this
+//! process's environment) and `Off`. On an adapter without `PIPELINE_CACHE` (anything but Vulkan) the tests assert
 //! the `Unsupported` status and that nothing is written, instead of skipping.
 // Native only: wasm32 has no pipeline cache (and no files).
 #![cfg(not(target_arch = "wasm32"))]
@@ -143,12 +143,41 @@ fn saved_cache_reloads_and_a_damaged_file_is_not_used() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// The one test of this binary that touches the environment: `Default` honours
-/// `WGTENSOR_CACHE_DIR`, and `Off` reads and writes nothing.
+/// Runs the named test of this binary in a child process with `vars` set, so that no thread
+/// of this process ever mutates the environment (undefined behaviour while other threads read
+/// it: `set_var` is `unsafe` in Rust 2024). The child finds `CHILD_VAR` set and runs the body.
+fn run_in_child(test: &str, vars: &[(&str, &std::ffi::OsStr)]) {
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([test, "--exact", "--test-threads=1", "--nocapture"])
+        .env(CHILD_VAR, "1");
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("the test binary re-runs itself");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "child run of {test} failed:\n{text}");
+    assert!(text.contains("1 passed"), "the child ran no test:\n{text}");
+}
+
+/// Set in the child process that [`run_in_child`] starts.
+const CHILD_VAR: &str = "WGTENSOR_TEST_CHILD";
+
+/// `Default` honours `WGTENSOR_CACHE_DIR`, and `Off` reads and writes nothing. The body runs
+/// in a child process started with the variable set (see [`run_in_child`]); this process
+/// then checks what the child left in the directory.
 #[test]
 fn default_setting_follows_the_env_override_and_off_writes_nothing() {
-    let dir = temp_cache_dir("env");
-    std::env::set_var("WGTENSOR_CACHE_DIR", &dir);
+    const NAME: &str = "default_setting_follows_the_env_override_and_off_writes_nothing";
+    if std::env::var_os(CHILD_VAR).is_none() {
+        let dir = temp_cache_dir("env");
+        run_in_child(NAME, &[("WGTENSOR_CACHE_DIR", dir.as_os_str())]);
+        // The child saved at most one file, and only where the variable pointed.
+        assert!(files(&dir).len() <= 1, "{:?}", files(&dir));
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
+    let dir = PathBuf::from(std::env::var_os("WGTENSOR_CACHE_DIR").unwrap());
 
     let dev = device(PipelineCacheSetting::Off);
     assert_eq!(dev.stats().pipeline_cache, PipelineCacheStatus::Off);
@@ -183,6 +212,4 @@ fn default_setting_follows_the_env_override_and_off_writes_nothing() {
         assert_eq!(status, PipelineCacheStatus::Unsupported);
         assert!(files(&dir).is_empty());
     }
-    std::env::remove_var("WGTENSOR_CACHE_DIR");
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -17,6 +17,21 @@ fn min_nan(a: f32, b: f32) -> f32 {
     return select(min(a, b), a + b, isnan_f(a) || isnan_f(b));
 }
 
+// Division within 1 ulp on every adapter. WGSL allows 2.5 ulp for `/`, and GPUs use that
+// freedom (NVIDIA: a reciprocal times the dividend), so the mean of ones came out 0.99999994.
+// One Newton step corrects the quotient: with a fused multiply-add the residual a - q * b is
+// exact, and q + residual / b rounds to the nearest float in all but rare ties. A zero,
+// infinite or NaN quotient (a zero or infinite divisor, overflow, underflow) is kept as `/`
+// gave it, since the residual of those is not meaningful.
+fn div_f(a: f32, b: f32) -> f32 {
+    let q = a / b;
+    let r = fma(-q, b, a);
+    let refined = fma(r, 1.0 / b, q);
+    let qa = bitcast<u32>(q) & 0x7fffffffu;
+    let ba = bitcast<u32>(b) & 0x7fffffffu;
+    return select(q, refined, qa != 0u && qa < 0x7f800000u && ba < 0x7f800000u);
+}
+
 fn relu_f(v: f32) -> f32 {
     return select(max(v, 0.0), v, isnan_f(v));
 }

@@ -138,8 +138,15 @@ fn binary_donates_the_operand_with_the_output_shape() {
     let r = (row.clone() * r).unwrap();
     assert_eq!(vals(&r), vec![-8.0, -32.0, -28.0, -72.0]);
     assert_eq!(d.stats().donations, 2);
+    // Division is within 1 ulp on every adapter, not always the CPU's rounding: the donated
+    // result is checked bitwise against the allocating path on the same device (what the
+    // crate promises) and within 1 ulp against the CPU.
+    let allocating = vals(&r.binary(&m, BinaryOp::Div).unwrap());
     let r = r.into_binary(&m, BinaryOp::Div).unwrap();
-    assert_eq!(vals(&r), vec![-0.8, -1.6, -28.0 / 30.0, -1.8]);
+    assert_eq!(vals(&r), allocating);
+    for (g, w) in vals(&r).iter().zip([-0.8f32, -1.6, -28.0 / 30.0, -1.8]) {
+        assert!((g - w).abs() <= w.abs() * f32::EPSILON, "{g} vs {w}");
+    }
     assert_eq!(d.stats().donations, 3);
     // NaN still propagates in place.
     let r = (r + up(&[f32::NAN], &[1])).unwrap();

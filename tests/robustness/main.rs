@@ -7,6 +7,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod division;
 mod donation;
 mod empty;
 mod fuzz;

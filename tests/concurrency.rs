@@ -1,0 +1,208 @@
+//! Many threads at once, more of them than cores: threads each with their own `Device`, and
+//! threads sharing one, mixing GEMMs, split-k GEMMs, elementwise chains, readbacks, syncs,
+//! `stats` and drops. Every result is checked, and a watchdog turns a hang into a failure
+//! naming each stuck worker and the step it was in (a deadlock in the submit / wait / map
+//! path would otherwise stall the whole test binary).
+// Native only (threads, blocking device and readback); tests/browser/ is the wasm32 suite.
+#![cfg(not(target_arch = "wasm32"))]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use wgtensor::ops::{gemm, GemmOptions};
+use wgtensor::{Device, DeviceOptions, Tensor};
+
+/// The steps a worker goes through, in order; its progress slot holds the current one.
+const STEPS: [&str; 7] = [
+    "gemm",
+    "split-k gemm",
+    "elementwise chain",
+    "readback",
+    "sync",
+    "stats",
+    "drop",
+];
+
+/// Deterministic values in [-1, 1).
+fn values(n: usize, seed: u32) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            let x = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed);
+            (x >> 8) as f32 / (1u32 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+/// `a [m, k] @ b [k, n]` in f64, for checking.
+fn matmul_ref(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f64> {
+    let mut c = vec![0.0f64; m * n];
+    for i in 0..m {
+        for p in 0..k {
+            let x = a[i * k + p] as f64;
+            for j in 0..n {
+                c[i * n + j] += x * b[p * n + j] as f64;
+            }
+        }
+    }
+    c
+}
+
+fn assert_close(op: &str, got: &[f32], want: &[f64], tol: f64) {
+    assert_eq!(got.len(), want.len(), "{op}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (*g as f64 - w).abs() <= tol * (1.0 + w.abs()),
+            "{op}: element {i} is {g}, expected {w}"
+        );
+    }
+}
+
+/// One worker's loop on `dev`; `progress` holds `iteration * STEPS.len() + step`.
+fn work(dev: &Device, seed: u32, iters: usize, progress: &AtomicUsize) {
+    let at = |it: usize, step: usize| progress.store(it * STEPS.len() + step, Ordering::SeqCst);
+    let (m, k, n) = (24 + (seed as usize % 3) * 8, 40, 32);
+    let av = values(m * k, seed);
+    let bv = values(k * n, seed ^ 0x5bd1);
+    let want = matmul_ref(&av, &bv, m, k, n);
+    // Split-k shape: a long K against a small output.
+    let (sm, sk, sn) = (8, 2048, 8);
+    let sav = values(sm * sk, seed ^ 0x1234);
+    let sbv = values(sk * sn, seed ^ 0x4321);
+    let swant = matmul_ref(&sav, &sbv, sm, sk, sn);
+    for it in 0..iters {
+        at(it, 0);
+        let a = Tensor::from_slice(dev, &av, &[m, k]).unwrap();
+        let b = Tensor::from_slice(dev, &bv, &[k, n]).unwrap();
+        let c = a.matmul(&b).unwrap();
+        at(it, 1);
+        let sa = Tensor::from_slice(dev, &sav, &[sm, sk]).unwrap();
+        let sb = Tensor::from_slice(dev, &sbv, &[sk, sn]).unwrap();
+        let sc = gemm(
+            &sa,
+            &sb,
+            &GemmOptions {
+                split_k: Some(4),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        at(it, 2);
+        // A chain of small ops the in-flight cap has to throttle.
+        let mut x = c.clone();
+        for _ in 0..20 {
+            x = x.mul_scalar(0.5).unwrap().add_scalar(0.25).unwrap();
+        }
+        at(it, 3);
+        assert_close("gemm", &c.to_vec::<f32>().unwrap(), &want, 1e-5);
+        assert_close("split-k gemm", &sc.to_vec::<f32>().unwrap(), &swant, 1e-4);
+        at(it, 4);
+        if it % 2 == 0 {
+            dev.sync().unwrap();
+        }
+        at(it, 5);
+        let s = dev.stats();
+        assert!(s.in_flight <= dev.options().max_in_flight, "{s:?}");
+        at(it, 6);
+        // x converges to 0.5 whatever c held: one readback of it checks the chain ran.
+        let xs = x.to_vec::<f32>().unwrap();
+        assert!(xs.iter().all(|v| (v - 0.5).abs() < 1e-4), "chain {xs:?}");
+        drop((a, b, c, sa, sb, sc, x));
+    }
+    progress.store(usize::MAX, Ordering::SeqCst);
+}
+
+/// Runs `workers` (each gets its index) on threads and waits at most `limit`; on a hang,
+/// fails naming every worker that has not finished and the step it is stuck in.
+fn run_with_watchdog(workers: Vec<Box<dyn FnOnce(&AtomicUsize) + Send>>, limit: Duration) {
+    let progress: Arc<Vec<AtomicUsize>> =
+        Arc::new((0..workers.len()).map(|_| AtomicUsize::new(0)).collect());
+    let (tx, rx) = mpsc::channel();
+    let count = workers.len();
+    for (i, w) in workers.into_iter().enumerate() {
+        let (tx, progress) = (tx.clone(), progress.clone());
+        std::thread::spawn(move || {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w(&progress[i])));
+            let _ = tx.send((i, r.err().map(|e| panic_text(&*e))));
+        });
+    }
+    let deadline = Instant::now() + limit;
+    let mut finished = 0;
+    while finished < count {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((i, None)) => {
+                let _ = i;
+                finished += 1;
+            }
+            Ok((i, Some(msg))) => panic!("worker {i} failed: {msg}"),
+            Err(_) => {
+                let stuck: Vec<String> = progress
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, p)| p.load(Ordering::SeqCst) != usize::MAX)
+                    .map(|(i, p)| {
+                        let v = p.load(Ordering::SeqCst);
+                        format!(
+                            "worker {i} in iteration {} at '{}'",
+                            v / STEPS.len(),
+                            STEPS[v % STEPS.len()]
+                        )
+                    })
+                    .collect();
+                panic!(
+                    "hang: no progress within {limit:?}; stuck: {}",
+                    stuck.join("; ")
+                );
+            }
+        }
+    }
+}
+
+fn panic_text(e: &(dyn std::any::Any + Send)) -> String {
+    e.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "non-string panic".into())
+}
+
+fn threads() -> usize {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    (cores * 2).clamp(4, 16)
+}
+
+/// A small in-flight cap so the submit path waits for the GPU often.
+fn small_cap() -> DeviceOptions {
+    DeviceOptions {
+        max_in_flight: 2,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn threads_each_with_their_own_device() {
+    let workers: Vec<Box<dyn FnOnce(&AtomicUsize) + Send>> = (0..threads())
+        .map(|i| {
+            Box::new(move |p: &AtomicUsize| {
+                let dev = Device::with_options(small_cap()).unwrap();
+                work(&dev, i as u32, 6, p);
+            }) as Box<dyn FnOnce(&AtomicUsize) + Send>
+        })
+        .collect();
+    run_with_watchdog(workers, Duration::from_secs(240));
+}
+
+#[test]
+fn threads_sharing_one_device() {
+    let dev = Device::with_options(small_cap()).unwrap();
+    let workers: Vec<Box<dyn FnOnce(&AtomicUsize) + Send>> = (0..threads())
+        .map(|i| {
+            let dev = dev.clone();
+            Box::new(move |p: &AtomicUsize| work(&dev, 100 + i as u32, 8, p))
+                as Box<dyn FnOnce(&AtomicUsize) + Send>
+        })
+        .collect();
+    run_with_watchdog(workers, Duration::from_secs(240));
+    dev.sync().unwrap();
+    assert_eq!(dev.stats().in_flight, 0);
+}
