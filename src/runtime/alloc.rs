@@ -133,7 +133,8 @@ impl Device {
     }
 
     /// Uploads `data` into `buf` at `offset` through the queue (lands before the next
-    /// submission's commands). Counts toward the batch's byte budget, so a long run of uploads
+    /// submission's commands). Counts toward the batch's byte budget and its upload count
+    /// ([`super::batch::MAX_UPLOADS_PER_SUBMIT`]), so a long run of uploads, large or small,
     /// submits now and then and wgpu's staging copies are released.
     pub(crate) fn write_buffer(
         &self,
@@ -155,7 +156,10 @@ impl Device {
             self.inner.queue.write_buffer(buf, offset, &padded);
         }
         st.batch.bytes += data.len() as u64;
-        if st.batch.bytes >= self.inner.opts.max_bytes_per_submit {
+        st.batch.uploads += 1;
+        if st.batch.bytes >= self.inner.opts.max_bytes_per_submit
+            || st.batch.uploads >= super::batch::MAX_UPLOADS_PER_SUBMIT
+        {
             if st.batch.encoder.is_none() {
                 // An empty submission still flushes wgpu's staged writes.
                 st.batch.open_without_arena(&self.inner.device);

@@ -21,7 +21,15 @@ pub(crate) struct Batch {
     pub(crate) commands: usize,
     /// Bytes of new buffers created, and of uploads made, while this batch was open.
     pub(crate) bytes: u64,
+    /// Uploads (`queue.write_buffer`) made since the last submit: wgpu stages each one until
+    /// the next submission, so many small uploads flush too ([`MAX_UPLOADS_PER_SUBMIT`]).
+    pub(crate) uploads: usize,
 }
+
+/// A submission is made after this many uploads even when their bytes stay far below
+/// `max_bytes_per_submit` and no dispatch was recorded: wgpu keeps a staging allocation per
+/// upload until the next submit, so an upload-only loop would otherwise grow without bound.
+pub(crate) const MAX_UPLOADS_PER_SUBMIT: usize = 1024;
 
 impl Batch {
     pub(crate) fn open(&mut self, device: &wgpu::Device, arena: wgpu::Buffer) {
@@ -81,6 +89,10 @@ impl Batch {
         queue: &wgpu::Queue,
     ) -> Option<(wgpu::CommandBuffer, Option<wgpu::Buffer>)> {
         self.end_pass();
+        // Counted bytes and uploads start over even with nothing to submit (buffers created
+        // with no batch open): otherwise every later allocation would call a no-op flush.
+        self.bytes = 0;
+        self.uploads = 0;
         let encoder = self.encoder.take()?;
         let arena = self.arena.take();
         if let Some(a) = &arena {
@@ -92,7 +104,6 @@ impl Batch {
         self.params.clear();
         self.dispatches = 0;
         self.commands = 0;
-        self.bytes = 0;
         Some((encoder.finish(), arena))
     }
 }

@@ -16,6 +16,7 @@ mod memory;
 mod nan;
 mod rnn;
 mod sweep;
+mod uploads;
 mod windows;
 
 use wgtensor::{Device, Error, Tensor};
