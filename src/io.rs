@@ -135,10 +135,33 @@ fn host_entry(name: &str, t: &Tensor, bytes: Vec<u8>) -> (String, StDtype, Vec<u
     (name.to_string(), dtype, t.shape().to_vec(), bytes)
 }
 
-/// The safetensors bytes of `tensors` by name (native: reads them back, blocking).
+/// Refuses names a safetensors file cannot hold (before any readback): empty names, the
+/// reserved `__metadata__` key, and a name given twice (the format maps names to tensors).
+fn check_names(op: &'static str, tensors: &[(&str, &Tensor)]) -> Result<()> {
+    let mut seen = std::collections::HashSet::with_capacity(tensors.len());
+    for (name, _) in tensors {
+        if name.is_empty() {
+            return Err(Error::arg(op, "a tensor name is empty"));
+        }
+        if *name == "__metadata__" {
+            return Err(Error::arg(
+                op,
+                "the name \"__metadata__\" is reserved for the file's metadata",
+            ));
+        }
+        if !seen.insert(*name) {
+            return Err(Error::arg(op, format!("the name {name:?} is given twice")));
+        }
+    }
+    Ok(())
+}
+
+/// The safetensors bytes of `tensors` by name (native: reads them back, blocking). Names must
+/// be non-empty, distinct and not `__metadata__` (else [`Error::InvalidArgument`]).
 #[cfg(not(target_arch = "wasm32"))]
 pub fn save_safetensors(tensors: &[(&str, &Tensor)]) -> Result<Vec<u8>> {
     let op = "save_safetensors";
+    check_names(op, tensors)?;
     let mut host = Vec::new();
     for (name, t) in tensors {
         let bytes = match t.dtype() {
@@ -154,6 +177,7 @@ pub fn save_safetensors(tensors: &[(&str, &Tensor)]) -> Result<Vec<u8>> {
 /// [`save_safetensors`] without blocking (the wasm path).
 pub async fn save_safetensors_async(tensors: &[(&str, &Tensor)]) -> Result<Vec<u8>> {
     let op = "save_safetensors";
+    check_names(op, tensors)?;
     let mut host = Vec::new();
     for (name, t) in tensors {
         let bytes = match t.dtype() {

@@ -181,3 +181,152 @@ fn load_state_dict_copies_in_place() {
     );
     let _ = HashMap::<String, Tensor>::new();
 }
+
+/// Names a safetensors file cannot hold are an `Err` naming the op and the name, before any
+/// readback, from both save paths: a name given twice (it panicked inside the safetensors
+/// crate), the reserved `__metadata__` key, and an empty name.
+#[test]
+fn save_refuses_bad_names() {
+    let a = Tensor::from_slice(dev(), &[1.0f32, 2.0], &[2]).unwrap();
+    let b = Tensor::from_slice(dev(), &[3.0f32], &[1]).unwrap();
+    let cases: [(&[(&str, &Tensor)], &str); 4] = [
+        (&[("w", &a), ("w", &b)], "\"w\""),
+        (&[("x", &a), ("w", &a), ("y", &b), ("w", &a)], "\"w\""),
+        (&[("__metadata__", &a)], "__metadata__"),
+        (&[("w", &a), ("", &b)], "empty"),
+    ];
+    for (tensors, needle) in cases {
+        for e in [
+            save_safetensors(tensors).unwrap_err(),
+            pollster::block_on(wgtensor::io::save_safetensors_async(tensors)).unwrap_err(),
+        ] {
+            let m = e.to_string();
+            assert!(
+                matches!(e, wgtensor::Error::InvalidArgument { .. }),
+                "{e:?}"
+            );
+            assert!(
+                m.starts_with("save_safetensors:") && m.contains(needle),
+                "{m}"
+            );
+        }
+        let path = std::env::temp_dir().join(format!(
+            "wgtensor-io-bad-names-{}.safetensors",
+            std::process::id()
+        ));
+        assert!(save_safetensors_file(&path, tensors).is_err());
+        assert!(!path.exists());
+    }
+    // Distinct names still save, and the same tensor under two names is fine.
+    let bytes = save_safetensors(&[("w", &a), ("w2", &a), ("b", &b)]).unwrap();
+    let m = load_safetensors(dev(), &bytes).unwrap();
+    assert_eq!(m["w2"].to_vec::<f32>().unwrap(), vec![1.0, 2.0]);
+}
+
+/// A safetensors file from raw header JSON and data bytes.
+fn raw_file(header: &str, data: &[u8]) -> Vec<u8> {
+    let mut h = header.as_bytes().to_vec();
+    h.resize(h.len().div_ceil(8) * 8, b' ');
+    let mut out = (h.len() as u64).to_le_bytes().to_vec();
+    out.extend(h);
+    out.extend_from_slice(data);
+    out
+}
+
+/// Every malformed or unsupported file is an `Err`, never a panic: truncations, flipped bytes,
+/// headers with duplicate keys, overlapping or out-of-range offsets, overflowing shapes, ranks
+/// past the limit, dtypes the device does not store.
+#[test]
+fn load_refuses_malformed_files() {
+    let good = pytorch_like_file();
+    for n in [0, 1, 7, 8, 9, 16, good.len() / 2, good.len() - 1] {
+        assert!(
+            load_safetensors(dev(), &good[..n]).is_err(),
+            "truncated to {n}"
+        );
+    }
+    let mut extra = good.clone();
+    extra.push(0);
+    assert!(load_safetensors(dev(), &extra).is_err());
+    // Flipped bytes anywhere (deterministic): Ok or Err, never a panic.
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..300 {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let mut f = good.clone();
+        let i = (seed >> 33) as usize % f.len();
+        f[i] ^= 1 << ((seed >> 20) % 8);
+        let _ = load_safetensors(dev(), &f);
+    }
+    let bad = [
+        // Header length past the file.
+        raw_file(
+            r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#,
+            &[],
+        )[..]
+            .to_vec(),
+        // A key given twice in the JSON.
+        raw_file(
+            r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}"#,
+            &[0; 8],
+        ),
+        // Overlapping offsets.
+        raw_file(
+            r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}"#,
+            &[0; 8],
+        ),
+        // Offsets past the data.
+        raw_file(
+            r#"{"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}"#,
+            &[0; 8],
+        ),
+        // Shape and byte count disagree.
+        raw_file(
+            r#"{"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}}"#,
+            &[0; 8],
+        ),
+        // A shape whose element count overflows.
+        raw_file(
+            r#"{"a":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,0]}}"#,
+            &[],
+        ),
+        // Rank past the limit (zero elements).
+        raw_file(
+            r#"{"a":{"dtype":"F32","shape":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,0],"data_offsets":[0,0]}}"#,
+            &[],
+        ),
+        // A dtype the device does not store.
+        raw_file(
+            r#"{"a":{"dtype":"C64","shape":[1],"data_offsets":[0,8]}}"#,
+            &[0; 8],
+        ),
+        raw_file(
+            r#"{"a":{"dtype":"U16","shape":[2],"data_offsets":[0,4]}}"#,
+            &[0; 4],
+        ),
+        // Not a safetensors dtype, not a tensor entry, not JSON.
+        raw_file(
+            r#"{"a":{"dtype":"X9","shape":[1],"data_offsets":[0,4]}}"#,
+            &[0; 4],
+        ),
+        raw_file(
+            r#"{"__metadata__":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#,
+            &[0; 4],
+        ),
+        raw_file(r#"{"a":5}"#, &[]),
+        raw_file("{", &[]),
+        raw_file("\u{0}\u{0}", &[]),
+        // A header length near u64::MAX.
+        [u64::MAX.to_le_bytes().as_slice(), b"{}"].concat(),
+    ];
+    for (i, f) in bad.iter().enumerate() {
+        let e = load_safetensors(dev(), f);
+        assert!(e.is_err(), "case {i} loaded: {:?}", e.map(|m| m.len()));
+    }
+    // An empty file header is an empty state dict.
+    assert_eq!(
+        load_safetensors(dev(), &raw_file("{}", &[])).unwrap().len(),
+        0
+    );
+}
