@@ -206,3 +206,40 @@ fn threads_sharing_one_device() {
     dev.sync().unwrap();
     assert_eq!(dev.stats().in_flight, 0);
 }
+
+/// The hardest mix for the locks: one in flight at a time and no pool cache (every freed
+/// buffer is destroyed, which takes wgpu's device-wide lock), threads clearing the pool and
+/// reading stats while others submit, sync and read back, and threads opening and dropping
+/// devices of their own beside them.
+#[test]
+fn shared_device_under_buffer_churn_beside_private_devices() {
+    let dev = Device::with_options(DeviceOptions {
+        max_in_flight: 1,
+        pool_cap_bytes: 0,
+        ..Default::default()
+    })
+    .unwrap();
+    let n = threads();
+    let mut workers: Vec<Box<dyn FnOnce(&AtomicUsize) + Send>> = Vec::new();
+    for i in 0..n {
+        let dev = dev.clone();
+        workers.push(Box::new(move |p: &AtomicUsize| {
+            if i % 4 == 3 {
+                // Opens, uses and drops devices of its own while the shared one is busy.
+                for round in 0..3 {
+                    let own = Device::with_options(small_cap()).unwrap();
+                    work(&own, 200 + (i * 10 + round) as u32, 1, p);
+                    drop(own);
+                    dev.clear_pool();
+                    let _ = dev.stats();
+                }
+                p.store(usize::MAX, Ordering::SeqCst);
+            } else {
+                work(&dev, 300 + i as u32, 5, p);
+            }
+        }));
+    }
+    run_with_watchdog(workers, Duration::from_secs(240));
+    dev.sync().unwrap();
+    assert_eq!(dev.stats().in_flight, 0);
+}

@@ -5,7 +5,8 @@
 //! returns `torch.bool`; an f32 mask multiplies, sums and averages directly, e.g.
 //! `pred.eq(&labels)?.mean_all()` is the accuracy). Any tensor works as a condition: non-zero
 //! (or NaN, as PyTorch's `bool(nan)`) is true. Comparisons run in the inputs' own dtype, so
-//! i32 compares exactly; a NaN operand makes every relation false except `ne`.
+//! i32 compares exactly (against any `f64` scalar too); a NaN operand makes every relation
+//! false except `ne`.
 
 use bytemuck::{Pod, Zeroable};
 
@@ -156,16 +157,35 @@ impl Tensor {
         Ok(out)
     }
 
-    /// [`Tensor::compare`] against a scalar (PyTorch's `x > 0.5`). For an i32 tensor and a
-    /// scalar with a fraction, both compare as f32, as PyTorch promotes them.
+    /// [`Tensor::compare`] against a scalar (PyTorch's `x > 0.5`): the same f32 mask, shaped
+    /// like this tensor. An i32 tensor compares exactly against any `f64`, as PyTorch does: a
+    /// NaN scalar makes every relation false except `ne`; `eq` / `ne` with a scalar that has a
+    /// fraction or lies outside the i32 range are all false / all true; `lt` and `ge` compare
+    /// with `ceil(s)`, `le` and `gt` with `floor(s)`, and a bound past the i32 range (±inf
+    /// included) gives a constant mask. Float tensors compare against `s` rounded to their
+    /// dtype.
     pub fn compare_scalar(&self, s: f64, op: CmpOp) -> Result<Tensor> {
-        if self.dtype == DType::I32 && s.fract() != 0.0 {
-            let x = self.to_dtype(DType::F32)?;
-            let t = Tensor::full(self.device(), &[], s, DType::F32)?;
-            return x.compare(&t, op);
+        if self.dtype == DType::I32 {
+            return match int_scalar_bound(s, op) {
+                IntBound::Const(v) => self.const_mask(v),
+                IntBound::Int(k) => {
+                    let t = Tensor::from_slice(self.device(), &[k], &[])?;
+                    self.compare(&t, op)
+                }
+            };
         }
         let t = Tensor::full(self.device(), &[], s, self.dtype)?;
         self.compare(&t, op)
+    }
+
+    /// The mask a comparison gives when it holds everywhere (`v`) or nowhere: f32, shaped like
+    /// this tensor, as [`Tensor::compare`] returns.
+    fn const_mask(&self, v: bool) -> Result<Tensor> {
+        if v {
+            Tensor::full(self.device(), self.shape(), 1.0, DType::F32)
+        } else {
+            Tensor::zeros(self.device(), self.shape(), DType::F32)
+        }
     }
 
     /// `self == other` elementwise, as an f32 mask ([`Tensor::compare`]).
@@ -358,6 +378,47 @@ impl BackwardOp for WhereBackward {
             None
         };
         Ok(vec![ga, gb])
+    }
+}
+
+/// How an i32 tensor compares with an `f64` scalar: against an integer, or a constant result.
+#[derive(Debug, PartialEq, Eq)]
+enum IntBound {
+    Int(i32),
+    Const(bool),
+}
+
+/// The exact integer form of `x (op) s` for every i32 `x` (see [`Tensor::compare_scalar`]).
+fn int_scalar_bound(s: f64, op: CmpOp) -> IntBound {
+    if s.is_nan() {
+        return IntBound::Const(op == CmpOp::Ne);
+    }
+    let in_range = |k: f64| k >= i32::MIN as f64 && k <= i32::MAX as f64;
+    match op {
+        CmpOp::Eq | CmpOp::Ne => {
+            if s.fract() == 0.0 && in_range(s) {
+                IntBound::Int(s as i32)
+            } else {
+                IntBound::Const(op == CmpOp::Ne)
+            }
+        }
+        // x < s  <=>  x < ceil(s);  x >= s  <=>  x >= ceil(s).
+        // x <= s <=>  x <= floor(s); x > s  <=>  x > floor(s).
+        CmpOp::Lt | CmpOp::Ge | CmpOp::Le | CmpOp::Gt => {
+            let k = if matches!(op, CmpOp::Lt | CmpOp::Ge) {
+                s.ceil()
+            } else {
+                s.floor()
+            };
+            if in_range(k) {
+                IntBound::Int(k as i32)
+            } else {
+                // k above every i32: `x < k` and `x <= k` hold everywhere; below every i32:
+                // `x > k` and `x >= k` do.
+                let above = k > 0.0;
+                IntBound::Const(above == matches!(op, CmpOp::Lt | CmpOp::Le))
+            }
+        }
     }
 }
 

@@ -59,6 +59,13 @@ pub struct DeviceOptions {
     /// the device opens and written by [`Device::save_pipeline_cache`](crate::Device::save_pipeline_cache)
     /// and when the device is dropped. Default: [`PipelineCacheSetting::Default`].
     pub pipeline_cache: PipelineCacheSetting,
+    /// Longest a blocking wait for the GPU (a sync, a readback, room under the in-flight cap)
+    /// may take before it fails with [`Error::Readback`] ("timed out waiting for the GPU")
+    /// instead of blocking forever: a stalled driver becomes an error naming the op. Waits
+    /// poll the device without holding its locks, so other threads keep recording and
+    /// submitting meanwhile (native; on wasm the browser resolves the awaits). Default: 5
+    /// minutes, far beyond any single batch.
+    pub gpu_timeout: std::time::Duration,
 }
 
 /// Upper bounds on [`DeviceOptions`] values: past them the param arena's size or the queue's
@@ -105,6 +112,9 @@ impl DeviceOptions {
                 ));
             }
         }
+        if self.gpu_timeout.is_zero() {
+            return Err(Error::arg(op, "gpu_timeout must be longer than 0"));
+        }
         if self.memory_limit == Some(0) {
             return Err(Error::arg(
                 op,
@@ -127,6 +137,7 @@ impl Default for DeviceOptions {
             memory_limit: None,
             max_binding_bytes: None,
             pipeline_cache: PipelineCacheSetting::Default,
+            gpu_timeout: std::time::Duration::from_secs(300),
         }
     }
 }

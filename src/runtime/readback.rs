@@ -17,29 +17,28 @@ impl Device {
         bytes: u64,
     ) -> Result<Vec<u8>> {
         let (staging, padded, mut rx) = self.start_readback(op, src, offset, bytes)?;
-        // The copy was submitted before map_async, so once the newest submission is done the
-        // map callback fires on the next poll, whichever thread runs it. Another thread may
-        // already have waited for our submission, so do not rely on our own in-flight queue.
-        // A concurrent poll may also have collected our callback and be about to run it after
-        // ours returned empty-handed: keep polling (briefly yielding) until it has run.
+        // The copy was submitted before map_async, so the map callback fires once that
+        // submission is done and some poll (this thread's or another's) collects it. Wait for
+        // the callback itself, not for the newest submission of the device: other threads'
+        // later work is none of this readback's business.
         let mut status = None;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        for attempt in 0.. {
-            self.inner
-                .device
-                .poll(wgpu::PollType::wait_indefinitely())
-                .map_err(|e| poll_error(op, e))?;
-            match rx.try_recv() {
-                Ok(Some(s)) => {
-                    status = Some(s);
-                    break;
+        let waited =
+            super::submitter::wait_until(&self.inner.device, self.inner.opts.gpu_timeout, || {
+                match rx.try_recv() {
+                    Ok(Some(s)) => {
+                        status = Some(s);
+                        true
+                    }
+                    // The callback was dropped without running: it never will.
+                    Err(_) => true,
+                    Ok(None) => false,
                 }
-                // The callback was dropped without running: it never will.
-                Err(_) => break,
-                Ok(None) if attempt >= 2 && std::time::Instant::now() >= deadline => break,
-                Ok(None) if attempt >= 2 => std::thread::yield_now(),
-                Ok(None) => {}
-            }
+            });
+        if let Err(e) = waited {
+            // Its map request may still be pending: never hand the buffer out again.
+            self.lock_state().pool.forget(&staging);
+            staging.destroy();
+            return Err(poll_error(op, e));
         }
         self.lock_state().submitter.prune(&self.inner.device);
         self.finish_readback(op, staging, padded, bytes, status)

@@ -81,9 +81,12 @@ impl Device {
         freed: super::pool::Freed,
         op: &'static str,
     ) -> Result<()> {
-        let r = st
-            .submitter
-            .submit(&self.inner.device, &self.inner.queue, cmd);
+        let r = st.submitter.submit(
+            &self.inner.device,
+            &self.inner.queue,
+            cmd,
+            self.inner.opts.gpu_timeout,
+        );
         st.pool.reuse(freed);
         r.map(|_| ()).map_err(|e| poll_error(op, e))
     }
@@ -128,17 +131,26 @@ impl Device {
         let _ = rx.await;
     }
 
-    /// Submits pending work and waits until the GPU has finished all of it (native).
+    /// Submits pending work and waits until the GPU has finished all of it (native). The wait
+    /// holds no lock: other threads keep recording and submitting meanwhile. Errors with
+    /// [`Error::Readback`] past [`DeviceOptions::gpu_timeout`](crate::DeviceOptions::gpu_timeout).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn sync(&self) -> Result<()> {
         let op = "sync";
         self.check(op)?;
-        let mut st = self.lock_state();
-        self.flush_locked(&mut st, op)?;
-        st.submitter
-            .wait_until_at_most(&self.inner.device, 0)
+        let newest = {
+            let mut st = self.lock_state();
+            self.flush_locked(&mut st, op)?;
+            st.submitter.newest()
+        };
+        // Submissions finish in order: the newest one done means all of ours are.
+        if let Some(done) = newest {
+            super::submitter::wait_until(&self.inner.device, self.inner.opts.gpu_timeout, || {
+                done.load(std::sync::atomic::Ordering::Acquire)
+            })
             .map_err(|e| poll_error(op, e))?;
-        drop(st);
+        }
+        self.lock_state().submitter.prune(&self.inner.device);
         self.check(op)
     }
 

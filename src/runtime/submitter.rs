@@ -1,5 +1,5 @@
-//! Bounded in-flight submissions. Native: submitting past the cap first blocks on the oldest
-//! SubmissionIndex. wasm: nothing may block, so a batch finished while the cap is reached is
+//! Bounded in-flight submissions. Native: submitting past the cap first waits (polling, see
+//! [`wait_until`]) for the oldest submission to finish. wasm: nothing may block, so a batch finished while the cap is reached is
 //! not submitted but parked (in order, with the buffers freed while it was recorded); the
 //! async points (`Device::sync_async`, `Tensor::to_vec_async`) submit the parked batches,
 //! awaiting the oldest submission whenever the cap is reached. Either way at most
@@ -8,10 +8,9 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 struct InFlight {
-    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
-    index: wgpu::SubmissionIndex,
     done: Arc<AtomicBool>,
     /// Resolves when the submission has finished (wasm: awaited to make room under the cap).
     #[cfg(target_arch = "wasm32")]
@@ -87,23 +86,27 @@ impl Submitter {
         self.queue.front_mut().and_then(|s| s.finished.take())
     }
 
-    /// Native: blocks until at most `limit` submissions are outstanding.
+    /// Native: blocks until at most `limit` submissions are outstanding, for at most
+    /// `timeout` (see [`wait_until`]).
     #[cfg(not(target_arch = "wasm32"))]
     pub(crate) fn wait_until_at_most(
         &mut self,
         device: &wgpu::Device,
         limit: usize,
+        timeout: Duration,
     ) -> Result<(), wgpu::PollError> {
         self.prune(device);
         while self.queue.len() > limit {
-            let oldest = self.queue.pop_front().expect("len > limit >= 0");
-            device.poll(wgpu::PollType::Wait {
-                submission_index: Some(oldest.index),
-                timeout: None,
-            })?;
+            let oldest = self.queue.front().expect("len > limit >= 0").done.clone();
+            wait_until(device, timeout, || oldest.load(Ordering::Acquire))?;
             self.queue.retain(|s| !s.done.load(Ordering::Acquire));
         }
         Ok(())
+    }
+
+    /// The completion flag of the newest submission, if any is outstanding.
+    pub(crate) fn newest(&self) -> Option<Arc<AtomicBool>> {
+        self.queue.back().map(|s| s.done.clone())
     }
 
     /// Submits one command buffer, first making room under the cap (native; on wasm the
@@ -113,9 +116,10 @@ impl Submitter {
         device: &wgpu::Device,
         queue: &wgpu::Queue,
         cmd: wgpu::CommandBuffer,
+        #[cfg_attr(target_arch = "wasm32", allow(unused_variables))] timeout: Duration,
     ) -> Result<wgpu::SubmissionIndex, wgpu::PollError> {
         #[cfg(not(target_arch = "wasm32"))]
-        self.wait_until_at_most(device, self.max_in_flight - 1)?;
+        self.wait_until_at_most(device, self.max_in_flight - 1, timeout)?;
         #[cfg(target_arch = "wasm32")]
         self.prune(device);
         let index = queue.submit([cmd]);
@@ -129,7 +133,6 @@ impl Submitter {
             let _ = tx.send(());
         });
         self.queue.push_back(InFlight {
-            index: index.clone(),
             done,
             #[cfg(target_arch = "wasm32")]
             finished: Some(finished),
@@ -137,5 +140,67 @@ impl Submitter {
         self.submissions += 1;
         self.peak = self.peak.max(self.queue.len());
         Ok(index)
+    }
+}
+
+/// Native: polls `device` until `ready()` holds, for at most `timeout` (then
+/// `PollError::Timeout`). Every wait of the runtime goes through here, never through a
+/// blocking `PollType::Wait`: wgpu holds the device's resource lock for the whole of such a
+/// wait, so while one thread waited, a buffer destroyed on another queued for that lock and
+/// every further submit, write and map on the device queued behind it (the lock is fair to
+/// writers), and nothing bounded the wait if the driver stalled. `Poll` only reads the fence
+/// and runs the callbacks of finished work (ours set the flags `ready` reads), whichever
+/// thread's work it was. Between polls the thread yields, then sleeps with a growing pause,
+/// so a CPU adapter keeps its cores and a GPU's short waits stay short.
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) fn wait_until(
+    device: &wgpu::Device,
+    timeout: Duration,
+    mut ready: impl FnMut() -> bool,
+) -> Result<(), wgpu::PollError> {
+    let start = std::time::Instant::now();
+    let mut pause = Duration::from_micros(20);
+    let mut spins = 0u32;
+    loop {
+        device.poll(wgpu::PollType::Poll)?;
+        if ready() {
+            return Ok(());
+        }
+        if start.elapsed() >= timeout {
+            return Err(wgpu::PollError::Timeout);
+        }
+        if spins < 64 {
+            spins += 1;
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(1));
+        }
+    }
+}
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod tests {
+    use super::*;
+
+    /// A wait whose condition never holds ends with a timeout instead of blocking forever; one
+    /// that holds returns at once.
+    #[test]
+    fn waits_are_bounded() {
+        let dev = crate::Device::new().unwrap();
+        let device = dev.wgpu_device();
+        let start = std::time::Instant::now();
+        let r = wait_until(device, Duration::from_millis(30), || false);
+        assert!(matches!(r, Err(wgpu::PollError::Timeout)), "{r:?}");
+        assert!(start.elapsed() < Duration::from_secs(5));
+        assert!(wait_until(device, Duration::from_millis(30), || true).is_ok());
+        // The error users see names the op.
+        let e = crate::runtime::submit::poll_error("sync", wgpu::PollError::Timeout);
+        assert!(e.to_string().contains("sync"), "{e}");
+        assert!(crate::Device::with_options(crate::DeviceOptions {
+            gpu_timeout: Duration::ZERO,
+            ..Default::default()
+        })
+        .is_err());
     }
 }
