@@ -257,6 +257,19 @@ impl Tensor {
         Ok((self.buffer(), offset, bytes))
     }
 
+    /// How many in-place writes the tensor's storage has seen (PyTorch's `_version`): optimizer
+    /// steps, [`copy_from`](Tensor::copy_from), [`gemm_into`](crate::ops::gemm_into), batch
+    /// norm's running statistics. Views, clones and [`detach`](Tensor::detach)ed tensors share
+    /// the counter. A backward that saved this tensor refuses to run once it moved.
+    pub fn version(&self) -> u64 {
+        self.storage.version()
+    }
+
+    /// Notes an in-place write into this tensor's storage (see [`Tensor::version`]).
+    pub(crate) fn bump_version(&self) {
+        self.storage.bump_version();
+    }
+
     /// True when both tensors view the same GPU buffer.
     pub fn shares_storage(&self, other: &Tensor) -> bool {
         Arc::ptr_eq(&self.storage, &other.storage)

@@ -60,6 +60,10 @@ pub(crate) trait BackwardOp: Shareable {
     /// that output). `needs[i]` is false for inputs that are not tracked; their entry may be
     /// `None` and should not be computed.
     fn backward(&self, grads: &[Option<Tensor>], needs: &[bool]) -> Result<Vec<Option<Tensor>>>;
+    /// The tensors the backward reads that a caller could still write in place (inputs and
+    /// outputs it keeps, not temporaries of its own): their versions are recorded when the
+    /// node is created and checked before the backward runs (PyTorch's saved-tensor check).
+    fn saved(&self) -> Vec<&Tensor>;
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -92,6 +96,8 @@ pub(crate) struct Node {
 
 struct NodeState {
     op: Box<dyn BackwardOp>,
+    /// The versions of `op.saved()` when the op ran.
+    versions: Vec<u64>,
     /// One per op input: `None` for inputs that need no gradient.
     inputs: Vec<Option<Arc<GradMeta>>>,
 }
@@ -214,6 +220,7 @@ fn new_node(outputs: usize, inputs: &[&Tensor], op: Box<dyn BackwardOp>) -> Arc<
         name: op.name(),
         outputs,
         state: Mutex::new(Some(Arc::new(NodeState {
+            versions: op.saved().iter().map(|t| t.version()).collect(),
             op,
             inputs: inputs.iter().map(|t| t.grad.clone()).collect(),
         }))),
@@ -290,6 +297,30 @@ fn check_grad(meta: &GradMeta, g: &Tensor, node: &'static str) -> Result<()> {
     Ok(())
 }
 
+/// PyTorch's error for a saved tensor written in place after the op ran (an optimizer step
+/// before `backward`, a `copy_from` under `no_grad`): the gradient would silently use the new
+/// values.
+fn check_versions(name: &'static str, state: &NodeState) -> Result<()> {
+    for (t, &was) in state.op.saved().iter().zip(&state.versions) {
+        let now = t.version();
+        if now != was {
+            return Err(Error::arg(
+                "backward",
+                format!(
+                    "one of the variables needed for gradient computation has been modified \
+                     by an inplace operation: a {:?} tensor of shape {:?} saved by {name} is at \
+                     version {now}; expected version {was} instead. Run the forward again \
+                     after the in-place write (an optimizer step, copy_from, gemm_into), or \
+                     call backward before it",
+                    t.dtype(),
+                    t.shape()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Gradients of every leaf `meta` depends on, with `seed` as the gradient of `meta`'s tensor.
 /// `retain` keeps every node's backward (and saved tensors) for another pass.
 fn run_backward(meta: &Arc<GradMeta>, seed: Tensor, retain: bool) -> Result<Grads> {
@@ -336,6 +367,7 @@ fn run_backward(meta: &Arc<GradMeta>, seed: Tensor, retain: bool) -> Result<Grad
                 ),
             )
         })?;
+        check_versions(node.name, &state)?;
         let needs: Vec<bool> = state.inputs.iter().map(Option::is_some).collect();
         let gin = state.op.backward(&outs, &needs)?;
         drop(outs);
@@ -352,7 +384,7 @@ fn run_backward(meta: &Arc<GradMeta>, seed: Tensor, retain: bool) -> Result<Grad
         }
         let inputs = match Arc::try_unwrap(state) {
             // The saved tensors go back to the pool before the next node allocates.
-            Ok(NodeState { op, inputs }) => {
+            Ok(NodeState { op, inputs, .. }) => {
                 drop(op);
                 inputs
             }

@@ -29,6 +29,10 @@ impl BinaryBackward {
 }
 
 impl BackwardOp for BinaryBackward {
+    fn saved(&self) -> Vec<&Tensor> {
+        [&self.a, &self.b, &self.y].into_iter().flatten().collect()
+    }
+
     fn name(&self) -> &'static str {
         self.op.name()
     }

@@ -352,6 +352,10 @@ struct WhereBackward {
 }
 
 impl BackwardOp for WhereBackward {
+    fn saved(&self) -> Vec<&Tensor> {
+        vec![&self.cond]
+    }
+
     fn name(&self) -> &'static str {
         "where"
     }

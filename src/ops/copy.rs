@@ -145,6 +145,10 @@ struct CatBackward {
 }
 
 impl crate::autograd::BackwardOp for CatBackward {
+    fn saved(&self) -> Vec<&Tensor> {
+        Vec::new()
+    }
+
     fn name(&self) -> &'static str {
         "cat"
     }
@@ -283,6 +287,10 @@ struct PadBackward {
 }
 
 impl crate::autograd::BackwardOp for PadBackward {
+    fn saved(&self) -> Vec<&Tensor> {
+        Vec::new()
+    }
+
     fn name(&self) -> &'static str {
         "pad"
     }
@@ -426,7 +434,9 @@ impl Tensor {
         } else {
             src.clone()
         };
-        copy_into(op, &src, self)
+        copy_into(op, &src, self)?;
+        self.bump_version();
+        Ok(())
     }
 
     /// A packed copy in new storage, even when `self` is already packed.

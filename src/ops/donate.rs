@@ -39,6 +39,7 @@ impl Tensor {
     /// This tensor's buffer relabelled as `dtype` (after an in-place kernel wrote it).
     fn donated(self, dtype: DType) -> Tensor {
         self.device().note_donation();
+        self.bump_version();
         Tensor {
             storage: self.storage,
             layout: self.layout,

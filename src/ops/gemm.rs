@@ -742,7 +742,9 @@ pub fn gemm_into(c: &Tensor, a: &Tensor, b: &Tensor, alpha: f64, beta: f64) -> R
         ..Default::default()
     };
     gemm_grad::check_in_place("gemm_into", &[c, a, b])?;
-    run("gemm_into", a, b, &o, Some(c)).map(|_| ())
+    run("gemm_into", a, b, &o, Some(c))?;
+    c.bump_version();
+    Ok(())
 }
 
 /// numpy / PyTorch `matmul`: 1-D operands are promoted (and the added dim removed again),

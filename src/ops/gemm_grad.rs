@@ -69,6 +69,10 @@ impl GemmBackward {
 }
 
 impl BackwardOp for GemmBackward {
+    fn saved(&self) -> Vec<&Tensor> {
+        [&self.a, &self.b, &self.y].into_iter().flatten().collect()
+    }
+
     fn name(&self) -> &'static str {
         "gemm"
     }

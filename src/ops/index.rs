@@ -553,6 +553,10 @@ struct GatherBackward {
 }
 
 impl BackwardOp for GatherBackward {
+    fn saved(&self) -> Vec<&Tensor> {
+        vec![&self.index]
+    }
+
     fn name(&self) -> &'static str {
         self.op
     }
@@ -596,6 +600,10 @@ struct ScatterAddBackward {
 }
 
 impl BackwardOp for ScatterAddBackward {
+    fn saved(&self) -> Vec<&Tensor> {
+        vec![&self.index]
+    }
+
     fn name(&self) -> &'static str {
         "scatter_add"
     }

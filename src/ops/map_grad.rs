@@ -18,6 +18,10 @@ fn first(grads: &[Option<Tensor>]) -> Option<&Tensor> {
 }
 
 impl BackwardOp for UnaryBackward {
+    fn saved(&self) -> Vec<&Tensor> {
+        self.saved.iter().collect()
+    }
+
     fn name(&self) -> &'static str {
         match self.op {
             UnaryOp::Neg => "neg",
@@ -82,6 +86,10 @@ struct ScalarBackward {
 }
 
 impl BackwardOp for ScalarBackward {
+    fn saved(&self) -> Vec<&Tensor> {
+        [&self.x, &self.y].into_iter().flatten().collect()
+    }
+
     fn name(&self) -> &'static str {
         match self.op {
             ScalarOp::Add => "add_scalar",
@@ -152,6 +160,10 @@ struct ToDtypeBackward {
 }
 
 impl BackwardOp for ToDtypeBackward {
+    fn saved(&self) -> Vec<&Tensor> {
+        Vec::new()
+    }
+
     fn name(&self) -> &'static str {
         "to_dtype"
     }

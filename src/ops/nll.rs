@@ -222,6 +222,10 @@ struct NllBackward {
 }
 
 impl BackwardOp for NllBackward {
+    fn saved(&self) -> Vec<&Tensor> {
+        std::iter::once(&self.target).chain(&self.weight).collect()
+    }
+
     fn name(&self) -> &'static str {
         "nll_loss"
     }

@@ -339,6 +339,10 @@ struct PoolBackward {
 }
 
 impl crate::autograd::BackwardOp for PoolBackward {
+    fn saved(&self) -> Vec<&Tensor> {
+        vec![&self.x]
+    }
+
     fn name(&self) -> &'static str {
         self.name
     }

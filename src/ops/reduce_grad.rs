@@ -32,6 +32,10 @@ fn unsqueeze(t: &Tensor, dim: usize) -> Result<Tensor> {
 }
 
 impl BackwardOp for ReduceBackward {
+    fn saved(&self) -> Vec<&Tensor> {
+        [&self.x, &self.y].into_iter().flatten().collect()
+    }
+
     fn name(&self) -> &'static str {
         self.op.name()
     }

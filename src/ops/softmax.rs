@@ -77,6 +77,10 @@ struct SoftmaxBackward {
 }
 
 impl crate::autograd::BackwardOp for SoftmaxBackward {
+    fn saved(&self) -> Vec<&Tensor> {
+        vec![&self.y]
+    }
+
     fn name(&self) -> &'static str {
         if self.log {
             "log_softmax"

@@ -48,6 +48,10 @@ struct ViewBackward {
 }
 
 impl BackwardOp for ViewBackward {
+    fn saved(&self) -> Vec<&Tensor> {
+        Vec::new()
+    }
+
     fn name(&self) -> &'static str {
         match self.kind {
             ViewKind::Reshape => "reshape",

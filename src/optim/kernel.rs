@@ -142,7 +142,13 @@ pub(crate) fn launch(
         bytemuck::bytes_of(&p),
         &bufs,
         dev.grid_1d(op, (n as u64).div_ceil(WG as u64))?,
-    )
+    )?;
+    // The parameter and its state were written in place: a graph that saved them is stale.
+    param.bump_version();
+    for t in states.iter().flatten() {
+        t.bump_version();
+    }
+    Ok(())
 }
 
 #[doc(hidden)]

@@ -2,7 +2,7 @@
 //! hands the buffer back to the pool, which delays reuse until pending readers are submitted.
 
 use super::device::{Device, STORAGE_USAGE};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::Result;
 
@@ -12,6 +12,10 @@ pub(crate) struct Storage {
     /// Set once the buffer was handed to the application (`Tensor::wgpu_buffer`): it may hold
     /// a clone of it, so the buffer is never donated to an op's output.
     pub(crate) exported: AtomicBool,
+    /// Bumped by every in-place write into the buffer (optimizer steps, `copy_from`,
+    /// `gemm_into`, running statistics, donation): PyTorch's version counter. Autograd
+    /// records it for the tensors a backward saves and refuses to use them once it moved.
+    version: AtomicU64,
 }
 
 impl Storage {
@@ -21,6 +25,7 @@ impl Storage {
             buffer: Some(buffer),
             device: device.clone(),
             exported: AtomicBool::new(false),
+            version: AtomicU64::new(0),
         })
     }
 
@@ -31,7 +36,18 @@ impl Storage {
             buffer: Some(buffer),
             device: device.clone(),
             exported: AtomicBool::new(false),
+            version: AtomicU64::new(0),
         })
+    }
+
+    /// The number of in-place writes so far.
+    pub(crate) fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
+    }
+
+    /// Notes an in-place write into the buffer.
+    pub(crate) fn bump_version(&self) {
+        self.version.fetch_add(1, Ordering::AcqRel);
     }
 
     pub(crate) fn buffer(&self) -> &wgpu::Buffer {

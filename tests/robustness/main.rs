@@ -17,6 +17,7 @@ mod nan;
 mod rnn;
 mod sweep;
 mod uploads;
+mod versions;
 mod windows;
 
 use wgtensor::{Device, Error, Tensor};

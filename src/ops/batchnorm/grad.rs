@@ -28,6 +28,10 @@ struct TrainBackward {
 }
 
 impl BackwardOp for TrainBackward {
+    fn saved(&self) -> Vec<&Tensor> {
+        std::iter::once(&self.x).chain(&self.gamma).collect()
+    }
+
     fn name(&self) -> &'static str {
         "batch_norm_train"
     }
@@ -147,6 +151,13 @@ fn channel_shape(c: usize, rank: usize) -> Vec<usize> {
 }
 
 impl BackwardOp for InferenceBackward {
+    fn saved(&self) -> Vec<&Tensor> {
+        [&self.xhat, &self.scale, &self.y]
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+
     fn name(&self) -> &'static str {
         "batch_norm_inference"
     }

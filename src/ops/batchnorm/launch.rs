@@ -225,6 +225,8 @@ pub(crate) fn train_untracked(
         },
     )?;
     if let Some(st) = state {
+        st.running_mean.bump_version();
+        st.running_var.bump_version();
         // Saturates: a wrapped count would make momentum=None's factor 1/0.
         st.num_batches_tracked = st.num_batches_tracked.saturating_add(1);
     }

@@ -70,6 +70,10 @@ fn pad_to(t: &Tensor, hw: [usize; 2]) -> Result<Tensor> {
 }
 
 impl BackwardOp for ConvBackward {
+    fn saved(&self) -> Vec<&Tensor> {
+        [&self.x, &self.w, &self.y].into_iter().flatten().collect()
+    }
+
     fn name(&self) -> &'static str {
         if self.transposed {
             "conv_transpose2d"

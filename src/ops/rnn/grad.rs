@@ -19,6 +19,14 @@ struct RnnBackward {
 }
 
 impl BackwardOp for RnnBackward {
+    fn saved(&self) -> Vec<&Tensor> {
+        self.rnn
+            .weights
+            .iter()
+            .flat_map(|w| [&w.w_ih, &w.w_hh, &w.b_ih, &w.b_hh])
+            .collect()
+    }
+
     fn name(&self) -> &'static str {
         match self.rnn.kind {
             RnnKind::Lstm => "lstm",

@@ -1,0 +1,95 @@
+//! Version counters (PyTorch's `_version`): a backward whose saved tensors were written in
+//! place after the op ran (an optimizer step, `copy_from` under `no_grad`, `gemm_into`) is
+//! PyTorch's "modified by an inplace operation" error, never a silently wrong gradient. A
+//! write into a tensor no backward saved is fine, as in PyTorch.
+
+use super::{dev, vals};
+use wgtensor::ops::gemm_into;
+use wgtensor::optim::{Adam, AdamOptions, Sgd, SgdOptions};
+use wgtensor::{no_grad, Tensor};
+
+fn t(v: &[f32]) -> Tensor {
+    Tensor::from_slice(dev(), v, &[v.len()]).unwrap()
+}
+
+fn assert_inplace_error(r: wgtensor::Result<wgtensor::Grads>) {
+    let e = r.expect_err("a stale saved tensor must fail the backward");
+    let m = e.to_string();
+    assert!(m.contains("modified by an inplace operation"), "{m}");
+    assert!(m.contains("expected version"), "{m}");
+}
+
+#[test]
+fn optimizer_step_before_backward_is_an_error() {
+    let w = t(&[1.0, 2.0, 3.0]).requires_grad().unwrap();
+    let loss = w.mul(&w).unwrap().sum_all().unwrap();
+    let before = w.version();
+    let mut opt = Sgd::new(
+        vec![w.clone()],
+        SgdOptions {
+            lr: 0.1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    opt.step(&[Some(&t(&[1.0, 1.0, 1.0]))]).unwrap();
+    assert_eq!(w.version(), before + 1);
+    assert_inplace_error(loss.backward());
+
+    // Adam too, and the right order (backward, then step) works: d(w.w)/dw = 2w.
+    let w = t(&[1.0, 2.0, 3.0]).requires_grad().unwrap();
+    let loss = w.mul(&w).unwrap().sum_all().unwrap();
+    let g = loss.backward().unwrap();
+    assert_eq!(vals(g.get(&w).unwrap()), vec![2.0, 4.0, 6.0]);
+    let mut opt = Adam::new(vec![w.clone()], AdamOptions::default()).unwrap();
+    opt.step(&[g.get(&w)]).unwrap();
+    let loss = w.mul(&w).unwrap().sum_all().unwrap();
+    opt.step(&[g.get(&w)]).unwrap();
+    assert_inplace_error(loss.backward());
+}
+
+#[test]
+fn copy_from_into_a_saved_input_is_an_error() {
+    let w = t(&[1.0, 2.0, 3.0]).requires_grad().unwrap();
+    let x = t(&[1.0, 2.0, 3.0]);
+    let loss = w.mul(&x).unwrap().sum_all().unwrap();
+    no_grad(|| x.copy_from(&t(&[10.0, 20.0, 30.0]))).unwrap();
+    assert_inplace_error(loss.backward());
+
+    // A view shares the counter: writing through it is caught as well.
+    let x = t(&[1.0, 2.0, 3.0, 4.0]);
+    let loss = w
+        .mul(&x.narrow(0, 0, 3).unwrap())
+        .unwrap()
+        .sum_all()
+        .unwrap();
+    no_grad(|| x.narrow(0, 3, 1).unwrap().copy_from(&t(&[9.0]))).unwrap();
+    assert_inplace_error(loss.backward());
+}
+
+#[test]
+fn gemm_into_a_saved_operand_is_an_error() {
+    let w = Tensor::from_slice(dev(), &[1.0f32, 2.0, 3.0, 4.0], &[2, 2])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let x = Tensor::from_slice(dev(), &[1.0f32, 0.0, 0.0, 1.0], &[2, 2]).unwrap();
+    let loss = w.matmul(&x).unwrap().sum_all().unwrap();
+    let a = Tensor::from_slice(dev(), &[2.0f32; 4], &[2, 2]).unwrap();
+    no_grad(|| gemm_into(&x, &a, &a, 1.0, 0.0)).unwrap();
+    assert_inplace_error(loss.backward());
+}
+
+#[test]
+fn writes_into_tensors_no_backward_saved_are_fine() {
+    // add saves neither operand: changing one afterwards does not matter, as in PyTorch.
+    let w = t(&[1.0, 2.0, 3.0]).requires_grad().unwrap();
+    let x = t(&[1.0, 2.0, 3.0]);
+    let loss = w.add(&x).unwrap().sum_all().unwrap();
+    no_grad(|| x.copy_from(&t(&[7.0, 8.0, 9.0]))).unwrap();
+    let g = loss.backward().unwrap();
+    assert_eq!(vals(g.get(&w).unwrap()), vec![1.0, 1.0, 1.0]);
+    // The counter moves once per in-place write.
+    assert_eq!(x.version(), 1);
+    assert_eq!(x.detach().version(), 1);
+}
