@@ -532,3 +532,92 @@ fn accuracy_from_argmax_and_eq() {
     let m = ti(&[3], &[1]).compare_scalar(2.5, CmpOp::Gt).unwrap();
     assert_eq!(f(&m), vec![1.0]);
 }
+
+/// i32 tensors compare exactly against any f64 scalar, as PyTorch: scalars past the i32 range
+/// (they used to saturate in `Tensor::full`), with fractions (they used to round both sides to
+/// f32), ±inf and NaN. The mask keeps compare's dtype (f32) and the tensor's shape.
+#[test]
+fn i32_compare_scalar_is_exact() {
+    let t = ti(&[i32::MAX, 0], &[2]);
+    assert_eq!(f(&t.eq_scalar(4294967296.0).unwrap()), vec![0.0, 0.0]);
+    assert_eq!(f(&t.lt_scalar(3e9).unwrap()), vec![1.0, 1.0]);
+    let t = ti(&[i32::MIN, 0], &[2]);
+    assert_eq!(f(&t.gt_scalar(-3e9).unwrap()), vec![1.0, 1.0]);
+
+    let xs = [
+        i32::MIN,
+        i32::MIN + 1,
+        -16777217,
+        -3,
+        -1,
+        0,
+        1,
+        2,
+        16777216,
+        16777217,
+        i32::MAX - 1,
+        i32::MAX,
+    ];
+    let ss = [
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        0.0,
+        -0.0,
+        0.5,
+        -0.5,
+        1.0,
+        1.5,
+        -1.5,
+        -3.0,
+        16777216.5,
+        16777217.0,
+        -16777216.5,
+        2147483646.5,
+        2147483647.0,
+        2147483647.5,
+        2147483648.0,
+        4294967296.0,
+        -2147483647.5,
+        -2147483648.0,
+        -2147483648.5,
+        -2147483649.0,
+        3e9,
+        -3e9,
+        1e300,
+        -1e300,
+        f64::MIN_POSITIVE,
+    ];
+    // A [3, 4] strided view (a transposed [4, 3] upload).
+    let tt: Vec<i32> = (0..12).map(|k| xs[(k % 3) * 4 + k / 3]).collect();
+    let t = ti(&tt, &[4, 3]).transpose(0, 1).unwrap();
+    assert_eq!(i(&t.contiguous().unwrap()), xs.to_vec());
+    for s in ss {
+        for op in OPS {
+            let m = t.compare_scalar(s, op).unwrap();
+            assert_eq!(
+                (m.dtype(), m.shape()),
+                (DType::F32, &[3, 4][..]),
+                "{op:?} {s}"
+            );
+            let want: Vec<f32> = xs
+                .iter()
+                .map(|&x| relation(op, x as f64, s) as u8 as f32)
+                .collect();
+            assert_eq!(f(&m), want, "{op:?} {s}");
+        }
+    }
+    // Constant masks keep the shape, empty and 0-d included.
+    for shape in [&[0usize, 3][..], &[]] {
+        let n: usize = shape.iter().product();
+        let e = ti(&vec![7; n], shape);
+        for s in [f64::NAN, 1e10, 0.5] {
+            let m = e.ne_scalar(s).unwrap();
+            assert_eq!((m.dtype(), m.shape()), (DType::F32, shape));
+            assert_eq!(f(&m), vec![1.0; n]);
+        }
+    }
+    // Float tensors are unchanged: the scalar rounds to their dtype.
+    let x = tf(&[16777216.0, 1.0], &[2]);
+    assert_eq!(f(&x.eq_scalar(16777217.0).unwrap()), vec![1.0, 0.0]);
+}
