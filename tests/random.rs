@@ -171,3 +171,121 @@ fn dropout_is_differentiable() {
         assert!((gi - want).abs() < 1e-6, "{gi} vs {want}");
     }
 }
+
+/// Ranges whose samples their dtype cannot hold are refused, as PyTorch refuses them (they
+/// gave all inf, all NaN, or f16 infs): bounds outside the dtype, `to - from` past its largest
+/// value, and normals whose reach `|mean| + 5.77 std` passes it. Ranges at the limits still
+/// sample finite values.
+#[test]
+fn ranges_past_the_dtype_are_refused() {
+    let d = dev();
+    let err = |r: wgtensor::Result<Tensor>, op: &str, needle: &str| {
+        let e = r.unwrap_err();
+        assert!(
+            matches!(e, wgtensor::Error::InvalidArgument { .. }),
+            "{e:?}"
+        );
+        let m = e.to_string();
+        assert!(
+            m.starts_with(&format!("{op}:")) && m.contains(needle),
+            "{m}"
+        );
+    };
+    let f32 = DType::F32;
+    err(
+        uniform(d, &[4096], -3e38, 3e38, f32),
+        "uniform",
+        "to - from",
+    );
+    err(
+        uniform(d, &[4096], -1e39, 1e39, f32),
+        "uniform",
+        "from is out of bounds for F32",
+    );
+    err(
+        uniform(d, &[4], 0.0, 1e39, f32),
+        "uniform",
+        "to is out of bounds for F32",
+    );
+    err(
+        uniform(d, &[4], 0.0, f64::INFINITY, f32),
+        "uniform",
+        "finite",
+    );
+    err(uniform(d, &[4], 2.0, 1.0, f32), "uniform", "from=2 > to=1");
+    err(uniform(d, &[4], 0.0, 1.0, DType::I32), "uniform", "I32");
+    err(
+        normal(d, &[4], 0.0, 1e38, f32),
+        "normal",
+        "exceeds the largest F32",
+    );
+    err(
+        normal(d, &[4], 3e38, 1e37, f32),
+        "normal",
+        "exceeds the largest F32",
+    );
+    err(
+        normal(d, &[4], 1e39, 0.0, f32),
+        "normal",
+        "mean is out of bounds for F32",
+    );
+    err(normal(d, &[4], 0.0, f64::NAN, f32), "normal", "finite");
+    err(
+        normal(d, &[4], 0.0, -1.0, f32),
+        "normal",
+        "std must be >= 0",
+    );
+    err(
+        kaiming_uniform(d, &[4, 4], f64::NAN, f32),
+        "kaiming_uniform",
+        "finite",
+    );
+    err(
+        xavier_uniform(d, &[4, 4], 1e39, f32),
+        "xavier_uniform",
+        "out of bounds",
+    );
+    // At the limits: finite samples in range.
+    let m = f32::MAX as f64;
+    let u = vals(&uniform(d, &[4096], -m / 2.0, m / 2.0, f32).unwrap());
+    assert!(u.iter().all(|v| v.is_finite() && v.abs() <= f32::MAX / 2.0));
+    assert!(u.iter().any(|&v| v > 0.0) && u.iter().any(|&v| v < 0.0));
+    let u = vals(&uniform(d, &[4096], 0.0, m, f32).unwrap());
+    assert!(u.iter().all(|v| v.is_finite() && *v >= 0.0));
+    let u = vals(&uniform(d, &[16], 5.0, 5.0, f32).unwrap());
+    assert_eq!(u, vec![5.0; 16]);
+    let z = vals(&normal(d, &[1 << 16], 0.0, m / 5.77, f32).unwrap());
+    assert!(z.iter().all(|v| v.is_finite()));
+    if d.supports_f16() {
+        let f16 = DType::F16;
+        err(
+            uniform(d, &[4096], -1e5, 1e5, f16),
+            "uniform",
+            "from is out of bounds for F16",
+        );
+        err(
+            uniform(d, &[4], -4e4, 4e4, f16),
+            "uniform",
+            "exceeds the largest F16",
+        );
+        err(
+            normal(d, &[4], 0.0, 2e4, f16),
+            "normal",
+            "exceeds the largest F16",
+        );
+        err(
+            normal(d, &[4], 65000.0, 100.0, f16),
+            "normal",
+            "exceeds the largest F16",
+        );
+        let h = |t: Tensor| vals(&t.to_dtype(f32).unwrap());
+        let u = h(uniform(d, &[4096], -32752.0, 32752.0, f16).unwrap());
+        assert!(u.iter().all(|v| v.is_finite() && v.abs() <= 32752.0));
+        let u = h(uniform(d, &[4096], 0.0, 65504.0, f16).unwrap());
+        assert!(u.iter().all(|v| v.is_finite()));
+        let z = h(normal(d, &[1 << 16], 0.0, 65504.0 / 5.77, f16).unwrap());
+        assert!(z.iter().all(|v| v.is_finite()));
+        let z = h(randn(d, &[1 << 16], f16).unwrap());
+        assert!(z.iter().all(|v| v.is_finite()));
+    }
+}

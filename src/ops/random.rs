@@ -113,34 +113,101 @@ fn check_finite(op: &'static str, what: &str, v: f64) -> Result<()> {
     Ok(())
 }
 
-/// Uniform samples in `[low, high)` (PyTorch's `torch.empty(shape).uniform_(low, high)`).
-pub fn uniform(dev: &Device, shape: &[usize], low: f64, high: f64, dtype: DType) -> Result<Tensor> {
-    let op = "uniform";
-    check_finite(op, "low", low)?;
-    check_finite(op, "high", high)?;
-    if low > high {
-        return Err(Error::arg(op, format!("low {low} is above high {high}")));
+/// The largest finite value of a float `dtype` (the random kernels write floats only).
+fn dtype_max(op: &'static str, dtype: DType) -> Result<f64> {
+    match dtype {
+        DType::F32 => Ok(f32::MAX as f64),
+        DType::F16 => Ok(65504.0),
+        DType::I32 => Err(Error::arg(
+            op,
+            "expects a floating-point dtype (F32 or F16), got I32; convert with to_dtype",
+        )),
     }
-    generate(
-        op,
-        dev,
-        shape,
-        dtype,
-        DIST_UNIFORM,
-        low as f32,
-        high as f32,
-        None,
-    )
+}
+
+/// `v` is finite and within `dtype`'s range (PyTorch's "from is out of bounds for Half").
+fn check_in_range(op: &'static str, what: &str, v: f64, dtype: DType, max: f64) -> Result<()> {
+    check_finite(op, what, v)?;
+    if v.abs() > max {
+        return Err(Error::arg(
+            op,
+            format!(
+                "{what} is out of bounds for {dtype:?}: {what}={v}, the largest {dtype:?} is {max}"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The largest |z| of the normal kernel: `sqrt(-2 ln u1)` at its smallest `u1 = 2^-24`
+/// (`1 - unit`, 24-bit uniforms) is 5.7681, times |sin|, |cos| <= 1; rounded up.
+const NORMAL_MAX_Z: f64 = 5.77;
+
+/// Uniform samples in `[low, high)` (PyTorch's `torch.empty(shape).uniform_(low, high)`).
+///
+/// As PyTorch, errors ([`Error::InvalidArgument`]) when a bound is not finite or outside
+/// `dtype`'s range, when `low > high`, or when `high - low` (computed as the kernel does, in
+/// f32 from the bounds rounded to f32) exceeds the largest value of `dtype`: samples would
+/// overflow to inf or NaN.
+pub fn uniform(dev: &Device, shape: &[usize], low: f64, high: f64, dtype: DType) -> Result<Tensor> {
+    uniform_op("uniform", dev, shape, low, high, dtype)
+}
+
+fn uniform_op(
+    op: &'static str,
+    dev: &Device,
+    shape: &[usize],
+    low: f64,
+    high: f64,
+    dtype: DType,
+) -> Result<Tensor> {
+    let max = dtype_max(op, dtype)?;
+    check_in_range(op, "from", low, dtype, max)?;
+    check_in_range(op, "to", high, dtype, max)?;
+    if low > high {
+        return Err(Error::arg(
+            op,
+            format!("expects to return a [from, to) range, but found from={low} > to={high}"),
+        ));
+    }
+    let (a, b) = (low as f32, high as f32);
+    // Exact in f64; at most f32::MAX exactly when the kernel's f32 difference is finite.
+    let span = b as f64 - a as f64;
+    if span > max {
+        return Err(Error::arg(
+            op,
+            format!(
+                "to - from = {span} exceeds the largest {dtype:?} ({max}), with from={low} and \
+                 to={high}: samples would overflow"
+            ),
+        ));
+    }
+    generate(op, dev, shape, dtype, DIST_UNIFORM, a, b, None)
 }
 
 /// Normal samples with `mean` and standard deviation `std` (PyTorch's `normal_`), by
 /// Box-Muller on pairs of uniforms.
+///
+/// Errors ([`Error::InvalidArgument`]) when `mean` or `std` is not finite or outside `dtype`'s
+/// range, when `std < 0`, or when `|mean| + 5.77 std` (the kernel's largest sample: its
+/// uniforms have 24 bits, so `|z| <= 5.7681`) exceeds the largest value of `dtype`.
 pub fn normal(dev: &Device, shape: &[usize], mean: f64, std: f64, dtype: DType) -> Result<Tensor> {
     let op = "normal";
-    check_finite(op, "mean", mean)?;
-    check_finite(op, "std", std)?;
+    let max = dtype_max(op, dtype)?;
+    check_in_range(op, "mean", mean, dtype, max)?;
+    check_in_range(op, "std", std, dtype, max)?;
     if std < 0.0 {
         return Err(Error::arg(op, format!("std must be >= 0, got {std}")));
+    }
+    let reach = mean.abs() + NORMAL_MAX_Z * std;
+    if reach > max {
+        return Err(Error::arg(
+            op,
+            format!(
+                "|mean| + {NORMAL_MAX_Z} * std = {reach} exceeds the largest {dtype:?} ({max}), \
+                 with mean={mean} and std={std}: samples would overflow"
+            ),
+        ));
     }
     generate(
         op,
@@ -238,7 +305,7 @@ pub fn kaiming_uniform(dev: &Device, shape: &[usize], a: f64, dtype: DType) -> R
         return Tensor::zeros(dev, shape, dtype);
     }
     let bound = (6.0 / ((1.0 + a * a) * fan_in as f64)).sqrt();
-    uniform(dev, shape, -bound, bound, dtype)
+    uniform_op("kaiming_uniform", dev, shape, -bound, bound, dtype)
 }
 
 /// PyTorch's `xavier_uniform_(w, gain)`: `U(-b, b)` with
@@ -249,7 +316,7 @@ pub fn xavier_uniform(dev: &Device, shape: &[usize], gain: f64, dtype: DType) ->
         return Tensor::zeros(dev, shape, dtype);
     }
     let bound = gain * (6.0 / (fan_in + fan_out) as f64).sqrt();
-    uniform(dev, shape, -bound, bound, dtype)
+    uniform_op("xavier_uniform", dev, shape, -bound, bound, dtype)
 }
 
 #[doc(hidden)]
