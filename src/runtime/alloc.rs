@@ -65,6 +65,10 @@ impl Device {
             st.pool.take(bytes, usage)
         };
         if let Some(buf) = cached {
+            // A new owner: whatever a failed batch left in it no longer matters.
+            if !st.poisoned.is_empty() {
+                st.poisoned.remove(&buf);
+            }
             return Ok(buf);
         }
         let size = st.pool.class(bytes);
@@ -147,6 +151,7 @@ impl Device {
             return Ok(());
         }
         let mut st = self.lock_state();
+        st.batch.note_written(buf);
         // write_buffer needs a multiple of 4 bytes (odd-length f16 data).
         if data.len().is_multiple_of(4) {
             self.inner.queue.write_buffer(buf, offset, data);

@@ -24,6 +24,9 @@ pub(crate) struct Batch {
     /// Uploads (`queue.write_buffer`) made since the last submit: wgpu stages each one until
     /// the next submission, so many small uploads flush too ([`MAX_UPLOADS_PER_SUBMIT`]).
     pub(crate) uploads: usize,
+    /// Buffers the batch writes (read_write bindings, copy and clear destinations, upload
+    /// targets): if its submission fails, their contents are garbage (see `State::poisoned`).
+    pub(crate) written: Vec<wgpu::Buffer>,
 }
 
 /// A submission is made after this many uploads even when their bytes stay far below
@@ -80,6 +83,13 @@ impl Batch {
         self.params.extend_from_slice(params);
         self.dispatches += 1;
         offset
+    }
+
+    /// Notes a buffer this batch writes (once per batch).
+    pub(crate) fn note_written(&mut self, buf: &wgpu::Buffer) {
+        if !self.written.contains(buf) {
+            self.written.push(buf.clone());
+        }
     }
 
     /// Closes the batch: uploads the params and returns the command buffer and the arena

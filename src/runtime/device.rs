@@ -57,6 +57,22 @@ pub(crate) struct State {
     pub(crate) dispatches: u64,
     /// Elementwise outputs written into their donated input's buffer (src/ops/donate.rs).
     pub(crate) donations: u64,
+    /// Buffers written by a batch whose submission failed, with that failure: their contents
+    /// are garbage, so launching an op on one or reading one back returns the error instead
+    /// of data. A buffer leaves the map when the pool hands it out again.
+    pub(crate) poisoned: std::collections::HashMap<wgpu::Buffer, Error>,
+    /// The failure of a submitted batch, for the next `sync` (once).
+    pub(crate) batch_error: Option<Error>,
+}
+
+impl State {
+    /// The error of a failed batch that wrote `buf`, if any.
+    pub(crate) fn poisoned_by(&self, buf: &wgpu::Buffer) -> Option<Error> {
+        if self.poisoned.is_empty() {
+            return None;
+        }
+        self.poisoned.get(buf).cloned()
+    }
 }
 
 pub(crate) struct Inner {
@@ -309,6 +325,8 @@ impl Device {
                     submitter: Submitter::new(opts.max_in_flight),
                     dispatches: 0,
                     donations: 0,
+                    poisoned: Default::default(),
+                    batch_error: None,
                 }),
                 pipelines: Mutex::new(pipelines),
                 pipeline_cache,
@@ -521,6 +539,19 @@ impl Device {
     /// reports into our errors. On wasm the scopes cannot be awaited synchronously, so errors
     /// arrive through the uncaptured-error handler and surface at the next sync/readback.
     pub(crate) fn scoped<R>(&self, op: &'static str, f: impl FnOnce() -> R) -> Result<R> {
+        let (r, e) = self.scoped_keep(op, f);
+        match e {
+            Some(e) => Err(e),
+            None => Ok(r),
+        }
+    }
+
+    /// [`Device::scoped`] that keeps `f`'s result beside the error wgpu reported, if any.
+    pub(crate) fn scoped_keep<R>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce() -> R,
+    ) -> (R, Option<Error>) {
         #[cfg(not(target_arch = "wasm32"))]
         {
             let oom = self
@@ -534,15 +565,12 @@ impl Device {
             let r = f();
             let val = pollster::block_on(val.pop());
             let oom = pollster::block_on(oom.pop());
-            if let Some(e) = oom.or(val) {
-                return Err(map_wgpu_error(op, e));
-            }
-            Ok(r)
+            (r, oom.or(val).map(|e| map_wgpu_error(op, e)))
         }
         #[cfg(target_arch = "wasm32")]
         {
             let _ = op;
-            Ok(f())
+            (f(), None)
         }
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::bind_cache::{Bind, Bindings};
 use super::device::{lock, Device, PARAMS_USAGE};
-use super::pipeline::{CachedPipeline, Kernel};
+use super::pipeline::{Access, CachedPipeline, Kernel};
 use super::pool::size_class;
 use crate::{DType, Error, Result};
 
@@ -94,6 +94,7 @@ impl Device {
                 "expects floating-point tensors (f32 or f16), got I32; convert with to_dtype(DType::F32)",
             ));
         }
+        check_aliasing(op, kernel, buffers)?;
         self.check(op)?;
         let pipeline = self.pipeline(op, kernel, dtypes, constants)?;
         if grid.contains(&0) {
@@ -101,6 +102,14 @@ impl Device {
         }
         let mut st = self.lock_state();
         let st = &mut *st;
+        if let Some(e) = buffers.iter().find_map(|b| st.poisoned_by(b.buffer)) {
+            return Err(e);
+        }
+        for (i, b) in buffers.iter().enumerate() {
+            if kernel.bindings[i] == Access::ReadWrite {
+                st.batch.note_written(b.buffer);
+            }
+        }
         if st.batch.arena.is_none() {
             let slots = self.inner.opts.max_dispatches_per_submit as u64;
             let arena = match st.pool.take(slots * self.inner.param_slot, PARAMS_USAGE) {
@@ -165,6 +174,7 @@ impl Device {
         if st.batch.encoder.is_none() {
             st.batch.open_without_arena(&self.inner.device);
         }
+        st.batch.note_written(dst);
         if let Some(enc) = st.batch.encoder_outside_pass() {
             enc.copy_buffer_to_buffer(src, src_offset, dst, 0, bytes);
         }
@@ -177,6 +187,7 @@ impl Device {
         if st.batch.encoder.is_none() {
             st.batch.open_without_arena(&self.inner.device);
         }
+        st.batch.note_written(buf);
         if let Some(enc) = st.batch.encoder_outside_pass() {
             enc.clear_buffer(buf, 0, Some(bytes));
         }
@@ -187,6 +198,40 @@ impl Device {
             let _ = self.flush_locked(&mut st, "record_clear");
         }
     }
+}
+
+/// Refuses a dispatch that binds one buffer both read and read_write, or read_write twice
+/// over overlapping bytes: wgpu rejects such a dispatch only when the batch is finished,
+/// dropping the whole batch (every op recorded with it). wgpu tracks usage per whole buffer,
+/// so read beside read_write is refused whatever the ranges.
+fn check_aliasing(op: &'static str, kernel: &Kernel, buffers: &[Bind]) -> Result<()> {
+    for (i, a) in buffers.iter().enumerate() {
+        for (j, b) in buffers.iter().enumerate().skip(i + 1) {
+            if a.buffer != b.buffer {
+                continue;
+            }
+            let (wa, wb) = (
+                kernel.bindings.get(i) == Some(&Access::ReadWrite),
+                kernel.bindings.get(j) == Some(&Access::ReadWrite),
+            );
+            let overlap = a.offset < b.offset + b.size && b.offset < a.offset + a.size;
+            if (wa != wb) || (wa && wb && overlap) {
+                return Err(Error::arg(
+                    op,
+                    format!(
+                        "one buffer is bound as both an input and the output of one dispatch \
+                         ({} bindings {} and {}): an argument aliases another one (for example \
+                         a tensor passed as its own gradient, or an output that shares storage \
+                         with an input); pass a copy instead (e.g. `t.mul_scalar(1.0)?`)",
+                        kernel.name,
+                        kernel.slot(i),
+                        kernel.slot(j)
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(all(test, not(target_arch = "wasm32")))]
@@ -239,5 +284,86 @@ mod override_tests {
         assert_eq!(invocations(&dev, &COUNT, &[("WG", 128.0)]), 128);
         assert_eq!(invocations(&dev, &COUNT_EXPR, &[("SGS", 1.0)]), 8);
         assert_eq!(invocations(&dev, &COUNT_EXPR, &[("SGS", 8.0)]), 64);
+    }
+}
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod hazard_tests {
+    use super::*;
+    use crate::runtime::{Access, Kernel};
+    use crate::Tensor;
+
+    static COPY: Kernel = Kernel {
+        name: "alias_probe",
+        source: "@group(0) @binding(1) var<storage, read> x: array<f32>;\n\
+                 @group(0) @binding(2) var<storage, read_write> y: array<f32>;\n\
+                 @compute @workgroup_size(64) fn main() { y[0] = x[0]; }",
+        entry: "main",
+        bindings: &[Access::Read, Access::ReadWrite],
+        slots: &[],
+        libs: &[],
+        defs: &[],
+        ints: false,
+    };
+
+    /// One buffer bound read and read_write in one dispatch is refused at launch, before
+    /// anything is recorded: earlier work in the same batch still reads back.
+    #[test]
+    fn aliased_bindings_are_refused_at_launch() {
+        let dev = Device::new().unwrap();
+        let a = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0], &[3]).unwrap();
+        let b = a.add_scalar(1.0).unwrap();
+        let w = Tensor::zeros(&dev, &[4], DType::F32).unwrap();
+        let e = dev
+            .launch(
+                "probe",
+                &COPY,
+                &[DType::F32],
+                &[],
+                &[0u8; 16],
+                &[w.buffer(), w.buffer()],
+                [1, 1, 1],
+            )
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("both an input and the output"),
+            "{e}"
+        );
+        assert_eq!(b.to_vec::<f32>().unwrap(), vec![2.0, 3.0, 4.0]);
+        dev.sync().unwrap();
+    }
+
+    /// A batch wgpu refuses at submission (here a copy past the end of its destination) takes
+    /// every op recorded with it down: the buffers it wrote are poisoned, so their readbacks
+    /// and the ops that read them return the error instead of stale data; other tensors and
+    /// later work are unaffected.
+    #[test]
+    fn a_refused_batch_poisons_what_it_wrote() {
+        let dev = Device::new().unwrap();
+        let before = Tensor::from_slice(&dev, &[5.0f32; 4], &[4]).unwrap();
+        dev.sync().unwrap();
+        let a = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0], &[3]).unwrap();
+        let b = a.add_scalar(1.0).unwrap();
+        let small = Tensor::zeros(&dev, &[4], DType::F32).unwrap();
+        // 4 KiB into a 256-byte buffer: invalid, reported when the batch is finished.
+        let big = Tensor::zeros(&dev, &[1024], DType::F32).unwrap();
+        dev.record_copy(big.buffer(), 0, small.buffer(), 4096);
+        let e = dev.sync().unwrap_err();
+        assert!(matches!(e, crate::Error::Validation { .. }), "{e:?}");
+        assert!(
+            b.to_vec::<f32>().is_err(),
+            "b was computed in the refused batch"
+        );
+        assert!(
+            b.mul_scalar(2.0).is_err(),
+            "ops on a poisoned buffer fail too"
+        );
+        // Work outside the refused batch is intact, and the device goes on.
+        assert_eq!(before.to_vec::<f32>().unwrap(), vec![5.0; 4]);
+        let c = Tensor::from_slice(&dev, &[1.0f32, 2.0], &[2]).unwrap();
+        assert_eq!(
+            c.add_scalar(1.0).unwrap().to_vec::<f32>().unwrap(),
+            vec![2.0, 3.0]
+        );
     }
 }

@@ -94,6 +94,9 @@ impl Device {
         offset: u64,
         bytes: u64,
     ) -> Result<(wgpu::Buffer, u64)> {
+        if let Some(e) = self.lock_state().poisoned_by(src) {
+            return Err(e);
+        }
         let padded = bytes.div_ceil(4) * 4;
         let staging = self.alloc_buffer(op, padded, READBACK_USAGE)?;
         self.record_copy(src, offset, &staging, padded);

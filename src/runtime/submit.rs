@@ -54,7 +54,24 @@ impl Device {
 
     /// Finishes the pending batch and submits it. wasm: when the in-flight cap is reached the
     /// batch is parked instead, and the next async point submits it ([`Device::submit_parked`]).
+    ///
+    /// A batch wgpu refuses (at `finish` or `submit`) is dropped whole, so the buffers it
+    /// would have written hold garbage: they are poisoned with the error (`State::poisoned`),
+    /// and ops or readbacks that touch them return it, never stale data.
     pub(crate) fn flush_locked(&self, st: &mut State, op: &'static str) -> Result<()> {
+        let written = std::mem::take(&mut st.batch.written);
+        let (r, err) = self.scoped_keep(op, || self.finish_and_submit(st, op));
+        let Some(e) = err else {
+            return r;
+        };
+        for buf in written {
+            st.poisoned.insert(buf, e.clone());
+        }
+        st.batch_error = Some(e.clone());
+        Err(e)
+    }
+
+    fn finish_and_submit(&self, st: &mut State, op: &'static str) -> Result<()> {
         let Some((cmd, arena)) = st.batch.finish(&self.inner.queue) else {
             return Ok(());
         };
@@ -141,6 +158,9 @@ impl Device {
         let newest = {
             let mut st = self.lock_state();
             self.flush_locked(&mut st, op)?;
+            if let Some(e) = st.batch_error.take() {
+                return Err(e);
+            }
             st.submitter.newest()
         };
         // Submissions finish in order: the newest one done means all of ours are.

@@ -11,6 +11,7 @@ mod division;
 mod donation;
 mod empty;
 mod fuzz;
+mod hazards;
 mod limits;
 mod memory;
 mod nan;
