@@ -2,10 +2,12 @@
 //! `scatter_add`, `embedding` and `one_hot`, with PyTorch's names, shapes and rules. Indices are
 //! [`DType::I32`] tensors.
 //!
-//! Index values live on the device, so they are not checked on the host (that would need a
-//! readback per op): an index outside `[0, n)` reads NaN in float results (0 in i32 results)
-//! and contributes nothing to `scatter_add` and to gradients. It is never an out-of-bounds
-//! access, and the NaN shows up in any loss computed from it.
+//! Index values live on the device, so they are checked there (src/ops/index_check.rs), not
+//! on the host (that would need a readback per op): an index outside `[0, n)` makes the next
+//! sync or readback on the device return an `Err` naming the op, the index and the size, as
+//! PyTorch raises. The kernels themselves never access out of bounds: such an index reads NaN
+//! in float results (0 in i32 results) and contributes nothing to `scatter_add` and to
+//! gradients, which is what a device opened with `DeviceOptions::check_indices = false` gets.
 //!
 //! The backward of `gather` is a `scatter_add`, computed as a gather over the index (each
 //! output element sums its matches in index order) rather than with float atomics; that of
@@ -13,6 +15,7 @@
 //! not grow with the number of rows times the index length. Either way the sums run in index
 //! order: the same inputs give the same bits on every run and backend.
 
+use super::index_check::check_indices;
 use bytemuck::{Pod, Zeroable};
 
 use crate::autograd::{record, BackwardOp};
@@ -142,7 +145,8 @@ impl Tensor {
     /// PyTorch's `torch.gather(self, dim, index)`: `out[i][j][k] = self[index[i][j][k]][j][k]`
     /// for `dim = 0` (and so on). `index` is an i32 tensor of the same rank whose size along
     /// every other dim is at most `self`'s; the result has `index`'s shape and `self`'s dtype.
-    /// Out-of-range indices read NaN (see the [module docs](crate::ops::index)). Differentiable
+    /// Out-of-range indices are an error at the next sync or readback (see the
+    /// [module docs](crate::ops::index)). Differentiable
     /// in `self` (the gradient scatter-adds back, deterministically).
     ///
     /// ```ignore-wasm32
@@ -183,6 +187,13 @@ impl Tensor {
                 ));
             }
         }
+        check_indices(
+            op,
+            index,
+            self.shape().get(d).copied().unwrap_or(1),
+            d,
+            None,
+        )?;
         let out = gather_forward(op, self, d, &index.layout, index)?;
         Ok(record(out, &[self], |_| {
             Box::new(GatherBackward {
@@ -199,7 +210,8 @@ impl Tensor {
 
     /// PyTorch's `torch.index_select(self, dim, index)`: the entries of `self` along `dim` at
     /// the positions `index` (a 1-D i32 tensor) lists, in its order, repeats allowed. The
-    /// result has `self`'s shape with `dim` resized to `index`'s length. Out-of-range indices
+    /// result has `self`'s shape with `dim` resized to `index`'s length. Out-of-range indices are
+    /// an error at the next sync or readback, as in PyTorch; unchecked, they
     /// read NaN (see the [module docs](crate::ops::index)). Differentiable in `self`.
     ///
     /// ```ignore-wasm32
@@ -222,7 +234,8 @@ impl Tensor {
     /// than `self` on every dim but `dim`. Sums run in index order in f32: deterministic (no
     /// atomics), at the cost of every output element scanning `index.size(dim)` entries; for
     /// whole rows picked by a 1-D index, the backward of [`Tensor::index_select`] buckets the
-    /// index instead. Out-of-range indices add nothing. Differentiable in `self` and `src`.
+    /// index instead. Out-of-range indices are an error at the next sync or readback (unchecked,
+    /// they add nothing). Differentiable in `self` and `src`.
     ///
     /// ```ignore-wasm32
     /// # fn main() -> wgtensor::Result<()> {
@@ -268,6 +281,13 @@ impl Tensor {
                 ));
             }
         }
+        check_indices(
+            op,
+            index,
+            self.shape().get(d).copied().unwrap_or(1),
+            d,
+            None,
+        )?;
         let out = scatter_add_forward(
             op,
             Some(self),
@@ -289,8 +309,8 @@ impl Tensor {
 
     /// PyTorch's `F.one_hot(self, num_classes)`: for an i32 tensor of class indices, an i32
     /// tensor with one more (last) dim of size `num_classes`, 1 at each index and 0 elsewhere.
-    /// An index outside `[0, num_classes)` gives a row of zeros (PyTorch raises; the device
-    /// cannot without a readback). Convert with `to_dtype` to use it as float input.
+    /// An index outside `[0, num_classes)` is an error at the next sync or readback, as PyTorch
+    /// raises (unchecked, a row of zeros). Convert with `to_dtype` to use it as float input.
     pub fn one_hot(&self, num_classes: usize) -> Result<Tensor> {
         let op = "one_hot";
         require_index(op, "input", self)?;
@@ -300,6 +320,7 @@ impl Tensor {
                 format!("num_classes {num_classes} exceeds the i32 range"),
             ));
         }
+        check_indices(op, self, num_classes, self.rank(), None)?;
         let classes = Tensor::arange(self.device(), 0.0, num_classes as f64, 1.0, DType::I32)?;
         self.unsqueeze(-1)?.eq(&classes)?.to_dtype(DType::I32)
     }
@@ -308,7 +329,8 @@ impl Tensor {
 /// PyTorch's `F.embedding(input, weight, padding_idx)`: the rows of `weight` (`[V, E]`) at
 /// the i32 indices `input` (any shape), giving `input.shape + [E]`. The row `padding_idx`
 /// (negative counts from the end) gets no gradient, as in PyTorch; its forward value is the
-/// row as it is. Out-of-range indices read NaN (see the [module docs](crate::ops::index)).
+/// row as it is. Out-of-range indices are an error at the next sync or readback (see the
+/// [module docs](crate::ops::index)).
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
@@ -515,6 +537,7 @@ fn index_select_impl(
         ));
     }
     let d = Layout::normalize_dim(op, dim, x.rank())?;
+    check_indices(op, index, x.shape()[d], d, None)?;
     let l = index.numel();
     let mut out_shape = x.shape().to_vec();
     out_shape[d] = l;

@@ -13,6 +13,7 @@ mod gemm_grad;
 mod gemm_window;
 pub(crate) mod grad_kernel;
 pub mod index;
+pub(crate) mod index_check;
 pub mod loss;
 pub mod map;
 mod map_grad;
@@ -88,6 +89,7 @@ pub fn params_layouts() -> Vec<crate::runtime::pipeline::ParamsLayout> {
         crate::optim::params_layout(),
         compare::params_layout(),
         index::params_layout(),
+        index_check::params_layout(),
         nll::params_layout(),
         segment::params_layout(),
     ]
@@ -111,6 +113,7 @@ pub fn shader_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
     v.extend(crate::optim::optim_variants());
     v.extend(compare::compare_variants());
     v.extend(index::index_variants());
+    v.extend(index_check::index_check_variants());
     v.extend(nll::nll_variants());
     v.extend(segment::segment_variants());
     v

@@ -171,6 +171,9 @@ fn nll_parts(
         ));
     }
     if m > 0 {
+        let ignore = i32::try_from(ignore_index).ok();
+        let dim = if logp.rank() == 1 { 0 } else { 1 };
+        super::index_check::check_indices(op, target, pr.classes, dim, ignore)?;
         let x = logp.contiguous()?;
         let t = target.contiguous()?;
         let p = NllParams {

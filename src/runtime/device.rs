@@ -63,6 +63,12 @@ pub(crate) struct State {
     pub(crate) poisoned: std::collections::HashMap<wgpu::Buffer, Error>,
     /// The failure of a submitted batch, for the next `sync` (once).
     pub(crate) batch_error: Option<Error>,
+    /// Device-side index checks (src/ops/index_check.rs): the error buffer (created on first
+    /// use), the ops it can name (its op codes index this list), and whether a check ran since
+    /// the buffer was last read.
+    pub(crate) index_err: Option<wgpu::Buffer>,
+    pub(crate) index_ops: Vec<&'static str>,
+    pub(crate) index_check_pending: bool,
 }
 
 impl State {
@@ -327,6 +333,9 @@ impl Device {
                     donations: 0,
                     poisoned: Default::default(),
                     batch_error: None,
+                    index_err: None,
+                    index_ops: Vec::new(),
+                    index_check_pending: false,
                 }),
                 pipelines: Mutex::new(pipelines),
                 pipeline_cache,

@@ -6,6 +6,7 @@ mod batch;
 mod bind_cache;
 mod caps;
 pub(crate) mod device;
+mod index_errors;
 mod launch;
 mod memory;
 mod options;

@@ -66,6 +66,13 @@ pub struct DeviceOptions {
     /// submitting meanwhile (native; on wasm the browser resolves the awaits). Default: 5
     /// minutes, far beyond any single batch.
     pub gpu_timeout: std::time::Duration,
+    /// Check indices on the device (gather, index_select, embedding, scatter_add, one_hot,
+    /// nll_loss and cross_entropy targets): an index out of range makes the next sync or
+    /// readback return an error naming the op, the index and the size, as PyTorch raises,
+    /// without stalling the queue at the op. `false` skips the check (one small dispatch per
+    /// op): out-of-range indices then read NaN (0 for i32 data), add nothing, or give an
+    /// all-zero one-hot row. Default: `true`.
+    pub check_indices: bool,
 }
 
 /// Upper bounds on [`DeviceOptions`] values: past them the param arena's size or the queue's
@@ -138,6 +145,7 @@ impl Default for DeviceOptions {
             max_binding_bytes: None,
             pipeline_cache: PipelineCacheSetting::Default,
             gpu_timeout: std::time::Duration::from_secs(300),
+            check_indices: true,
         }
     }
 }

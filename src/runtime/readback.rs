@@ -2,6 +2,7 @@
 //! pending batch, then mapped (blocking natively, awaited on wasm).
 
 use super::device::{Device, READBACK_USAGE};
+use super::index_errors::INDEX_ERR_BYTES;
 #[cfg(not(target_arch = "wasm32"))]
 use super::submit::poll_error;
 use crate::{Error, Result};
@@ -16,7 +17,7 @@ impl Device {
         offset: u64,
         bytes: u64,
     ) -> Result<Vec<u8>> {
-        let (staging, padded, mut rx) = self.start_readback(op, src, offset, bytes)?;
+        let (staging, rb, mut rx) = self.start_readback(op, src, offset, bytes)?;
         // The copy was submitted before map_async, so the map callback fires once that
         // submission is done and some poll (this thread's or another's) collects it. Wait for
         // the callback itself, not for the newest submission of the device: other threads'
@@ -41,7 +42,7 @@ impl Device {
             return Err(poll_error(op, e));
         }
         self.lock_state().submitter.prune(&self.inner.device);
-        self.finish_readback(op, staging, padded, bytes, status)
+        self.finish_readback(op, staging, rb, bytes, status)
     }
 
     /// Async readback (the wasm path; also works natively).
@@ -58,16 +59,16 @@ impl Device {
         }
         #[cfg(target_arch = "wasm32")]
         {
-            let (staging, padded) = self.record_readback(op, src, offset, bytes)?;
+            let (staging, rb) = self.record_readback(op, src, offset, bytes)?;
             // The copy must be submitted before its staging buffer is mapped.
             if let Err(e) = self.submit_parked(op).await {
                 self.release_buffer(staging);
                 return Err(e);
             }
-            let rx = map_staging(&staging, padded);
+            let rx = map_staging(&staging, rb.total);
             let status = rx.await.ok();
             self.lock_state().submitter.prune(&self.inner.device);
-            self.finish_readback(op, staging, padded, bytes, status)
+            self.finish_readback(op, staging, rb, bytes, status)
         }
     }
 
@@ -79,47 +80,74 @@ impl Device {
         src: &wgpu::Buffer,
         offset: u64,
         bytes: u64,
-    ) -> Result<(wgpu::Buffer, u64, MapReceiver)> {
-        let (staging, padded) = self.record_readback(op, src, offset, bytes)?;
-        let rx = map_staging(&staging, padded);
-        Ok((staging, padded, rx))
+    ) -> Result<(wgpu::Buffer, Staged, MapReceiver)> {
+        let (staging, rb) = self.record_readback(op, src, offset, bytes)?;
+        let rx = map_staging(&staging, rb.total);
+        Ok((staging, rb, rx))
     }
 
     /// Copies the bytes to a fresh staging buffer and submits the batch (returns the staging
-    /// buffer and the padded byte count).
+    /// buffer and what it holds). When an index check ran since the last readback, the error
+    /// buffer is copied behind the data and cleared in the same batch.
     fn record_readback(
         &self,
         op: &'static str,
         src: &wgpu::Buffer,
         offset: u64,
         bytes: u64,
-    ) -> Result<(wgpu::Buffer, u64)> {
+    ) -> Result<(wgpu::Buffer, Staged)> {
         if let Some(e) = self.lock_state().poisoned_by(src) {
             return Err(e);
         }
         let padded = bytes.div_ceil(4) * 4;
-        let staging = self.alloc_buffer(op, padded, READBACK_USAGE)?;
-        self.record_copy(src, offset, &staging, padded);
+        let check = self.take_pending_index_check();
+        let tail = if check.is_some() { INDEX_ERR_BYTES } else { 0 };
+        let staging = match self.alloc_buffer(op, padded + tail, READBACK_USAGE) {
+            Ok(b) => b,
+            Err(e) => {
+                if check.is_some() {
+                    self.note_index_check();
+                }
+                return Err(e);
+            }
+        };
+        self.record_copy(src, offset, &staging, 0, padded);
+        if let Some(err) = &check {
+            self.record_copy(err, 0, &staging, padded, tail);
+            self.record_clear(err, tail);
+        }
         if let Err(e) = self.flush(op) {
             self.release_buffer(staging);
             return Err(e);
         }
-        Ok((staging, padded))
+        let rb = Staged {
+            total: padded + tail,
+            index_errors_at: check.map(|_| padded),
+        };
+        Ok((staging, rb))
     }
 
     fn finish_readback(
         &self,
         op: &'static str,
         staging: wgpu::Buffer,
-        padded: u64,
+        rb: Staged,
         bytes: u64,
         status: Option<std::result::Result<(), wgpu::BufferAsyncError>>,
     ) -> Result<Vec<u8>> {
         self.check(op)?;
         let result = match status {
             Some(Ok(())) => {
-                let out = match staging.get_mapped_range(0..padded) {
-                    Ok(view) => Ok(view[..bytes as usize].to_vec()),
+                let out = match staging.get_mapped_range(0..rb.total) {
+                    Ok(view) => {
+                        let found = rb.index_errors_at.and_then(|at| {
+                            self.index_error(&view[at as usize..(at + INDEX_ERR_BYTES) as usize])
+                        });
+                        match found {
+                            Some(e) => Err(e),
+                            None => Ok(view[..bytes as usize].to_vec()),
+                        }
+                    }
                     Err(e) => Err(Error::Readback {
                         op,
                         msg: e.to_string(),
@@ -145,6 +173,14 @@ impl Device {
         self.release_buffer(staging);
         result
     }
+}
+
+/// What a staging buffer holds: the data, then (when an index check was pending) the index
+/// error buffer at `index_errors_at`; `total` bytes are mapped.
+#[derive(Clone, Copy)]
+pub(crate) struct Staged {
+    total: u64,
+    index_errors_at: Option<u64>,
 }
 
 type MapReceiver =

@@ -64,6 +64,11 @@ impl Device {
         let Some(e) = err else {
             return r;
         };
+        // A lost device invalidates every buffer: report the loss, not its symptom (a poll
+        // runs the device-lost callback if the loss is what made the batch invalid).
+        #[cfg(not(target_arch = "wasm32"))]
+        let _ = self.inner.device.poll(wgpu::PollType::Poll);
+        let e = self.check(op).err().unwrap_or(e);
         for buf in written {
             st.poisoned.insert(buf, e.clone());
         }
@@ -171,7 +176,13 @@ impl Device {
             .map_err(|e| poll_error(op, e))?;
         }
         self.lock_state().submitter.prune(&self.inner.device);
-        self.check(op)
+        self.check(op)?;
+        // An index check ran since the last readback: read its error buffer (4 bytes plus
+        // the buffer itself, appended by the readback path).
+        if let Some(err) = self.pending_index_buffer() {
+            self.read_bytes(op, &err, 0, 4)?;
+        }
+        Ok(())
     }
 
     /// Submits pending work and resolves once the GPU has finished it. On wasm this is one of
@@ -191,7 +202,11 @@ impl Device {
             self.submit_parked(op).await?;
             self.submitted_work_done().await;
             self.lock_state().submitter.prune(&self.inner.device);
-            self.check(op)
+            self.check(op)?;
+            if let Some(err) = self.pending_index_buffer() {
+                self.read_bytes_async(op, &err, 0, 4).await?;
+            }
+            Ok(())
         }
     }
 }

@@ -12,6 +12,7 @@ mod donation;
 mod empty;
 mod fuzz;
 mod hazards;
+mod indices;
 mod limits;
 mod memory;
 mod nan;

@@ -1,0 +1,113 @@
+//! The device side of index checks (the kernel is src/ops/index_check.rs): the error buffer
+//! kernels record the first out-of-range index in, and its report at the next sync or
+//! readback. A readback made while a check is pending copies the buffer behind the data into
+//! the same staging buffer and clears it, so reporting costs no extra round trip.
+
+use super::device::{Device, STORAGE_USAGE};
+use crate::{Error, Result};
+
+/// Bytes of the error buffer: count, op code, index, size, dim (u32 each), padded.
+pub(crate) const INDEX_ERR_BYTES: u64 = 32;
+
+impl Device {
+    /// The code of `op` in the device's table of checked ops and the error buffer, created on
+    /// first use (wgpu zero-fills new buffers).
+    pub(crate) fn index_check_target(&self, op: &'static str) -> Result<(u32, wgpu::Buffer)> {
+        let mut st = self.lock_state();
+        let code = match st.index_ops.iter().position(|&o| o == op) {
+            Some(i) => i,
+            None => {
+                st.index_ops.push(op);
+                st.index_ops.len() - 1
+            }
+        };
+        let buf = match &st.index_err {
+            Some(b) => b.clone(),
+            None => {
+                let b = self.scoped(op, || {
+                    self.inner.device.create_buffer(&wgpu::BufferDescriptor {
+                        label: Some("index errors"),
+                        size: INDEX_ERR_BYTES,
+                        usage: STORAGE_USAGE,
+                        mapped_at_creation: false,
+                    })
+                })?;
+                st.index_err = Some(b.clone());
+                b
+            }
+        };
+        Ok((code as u32, buf))
+    }
+
+    /// Notes that a check was recorded: the next sync or readback reads the error buffer.
+    pub(crate) fn note_index_check(&self) {
+        self.lock_state().index_check_pending = true;
+    }
+
+    /// The error buffer, when a check ran since it was last read (the flag stays set: a
+    /// readback of it reports and clears it).
+    pub(crate) fn pending_index_buffer(&self) -> Option<wgpu::Buffer> {
+        let st = self.lock_state();
+        st.index_check_pending
+            .then(|| st.index_err.clone())
+            .flatten()
+    }
+
+    /// The error buffer, when a check ran since it was last read; clears the flag (the caller
+    /// copies and clears the buffer).
+    pub(crate) fn take_pending_index_check(&self) -> Option<wgpu::Buffer> {
+        let mut st = self.lock_state();
+        if !st.index_check_pending {
+            return None;
+        }
+        st.index_check_pending = false;
+        st.index_err.clone()
+    }
+
+    /// The error the bytes of the error buffer describe, if any.
+    pub(crate) fn index_error(&self, raw: &[u8]) -> Option<Error> {
+        let word = |i: usize| {
+            raw.get(i * 4..i * 4 + 4)
+                .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        };
+        let count = word(0);
+        if count == 0 {
+            return None;
+        }
+        let op = self
+            .lock_state()
+            .index_ops
+            .get(word(1) as usize)
+            .copied()
+            .unwrap_or("index_check");
+        let (index, size, dim) = (word(2) as i32, word(3), word(4));
+        let more = if count > 1 {
+            format!(" ({count} out-of-range indices in all)")
+        } else {
+            String::new()
+        };
+        let what = match op {
+            "one_hot" if index < 0 => "class values must be non-negative".to_string(),
+            "one_hot" => format!("class values must be smaller than num_classes ({size})"),
+            "nll_loss" | "cross_entropy" => {
+                format!("target {index} is out of bounds for {size} classes")
+            }
+            "embedding" => {
+                format!("index out of range in self: index {index} for a table of {size} rows")
+            }
+            _ => format!("index {index} is out of bounds for dimension {dim} with size {size}"),
+        };
+        let value = if op == "one_hot" {
+            format!(" (got {index})")
+        } else {
+            String::new()
+        };
+        Some(Error::arg(
+            op,
+            format!(
+                "{what}{value}{more}; found on the device by an op recorded before this sync \
+                 or readback (DeviceOptions::check_indices)"
+            ),
+        ))
+    }
+}

@@ -1,0 +1,153 @@
+//! Out-of-range indices are errors, as in PyTorch: ops that take indices check them on the
+//! device without stalling the queue, and the next sync or readback returns an `Err` naming
+//! the op, the index and the size. Each test opens its own device, since the report goes to
+//! whichever readback on the device comes next. `check_indices: false` keeps the documented
+//! fill (NaN, nothing added) as an explicit choice.
+
+use wgtensor::ops::{cross_entropy, embedding, nll_loss, CrossEntropyOptions, NllLossOptions};
+use wgtensor::{DType, Device, DeviceOptions, Error, Tensor};
+
+fn checked() -> Device {
+    Device::new().unwrap()
+}
+
+fn ids(d: &Device, v: &[i32]) -> Tensor {
+    Tensor::from_slice(d, v, &[v.len()]).unwrap()
+}
+
+fn table(d: &Device, rows: usize) -> Tensor {
+    let v: Vec<f32> = (0..rows * 2).map(|i| i as f32).collect();
+    Tensor::from_slice(d, &v, &[rows, 2]).unwrap()
+}
+
+/// The readback of `t` fails naming `op` and containing `needle`; the device then works.
+fn fails(d: &Device, t: wgtensor::Result<Tensor>, op: &str, needle: &str) {
+    let e = t.and_then(|t| {
+        t.to_dtype(DType::F32)?
+            .to_vec::<f32>()
+            .map(|_| ())
+            .map(|_| t)
+    });
+    let e = e.expect_err("an out-of-range index must be reported");
+    assert!(matches!(e, Error::InvalidArgument { .. }), "{e:?}");
+    let m = e.to_string();
+    assert!(m.starts_with(&format!("{op}:")), "{m}");
+    assert!(m.contains(needle), "{op}: {m}");
+    // Reported once: the device goes on.
+    let ok = Tensor::from_slice(d, &[1.0f32, 2.0], &[2]).unwrap();
+    assert_eq!(
+        ok.add_scalar(1.0).unwrap().to_vec::<f32>().unwrap(),
+        vec![2.0, 3.0]
+    );
+}
+
+#[test]
+fn gather_index_select_and_embedding_refuse_out_of_range_indices() {
+    let d = checked();
+    // The probes: id 4 in a 4-row table; 3, -1 and i32::MIN in gather/index_select.
+    fails(
+        &d,
+        embedding(&ids(&d, &[0, 4]), &table(&d, 4), None),
+        "embedding",
+        "index 4",
+    );
+    for bad in [3, -1, i32::MIN] {
+        let x = table(&d, 3);
+        fails(
+            &d,
+            x.index_select(0, &ids(&d, &[0, bad])),
+            "index_select",
+            &bad.to_string(),
+        );
+        let idx = Tensor::from_slice(&d, &[0i32, bad], &[2, 1]).unwrap();
+        fails(
+            &d,
+            x.gather(0, &idx),
+            "gather",
+            "out of bounds for dimension 0 with size 3",
+        );
+    }
+    // In range: no error, right values.
+    let x = table(&d, 4);
+    let e = embedding(&ids(&d, &[3, 0]), &x, None).unwrap();
+    assert_eq!(e.to_vec::<f32>().unwrap(), vec![6.0, 7.0, 0.0, 1.0]);
+}
+
+#[test]
+fn one_hot_and_scatter_add_refuse_out_of_range_indices() {
+    let d = checked();
+    fails(
+        &d,
+        ids(&d, &[0, 3]).one_hot(3),
+        "one_hot",
+        "smaller than num_classes",
+    );
+    fails(&d, ids(&d, &[-1, 0]).one_hot(3), "one_hot", "non-negative");
+    let base = Tensor::zeros(&d, &[3], DType::F32).unwrap();
+    let src = Tensor::ones(&d, &[2], DType::F32).unwrap();
+    fails(
+        &d,
+        base.scatter_add(0, &ids(&d, &[0, 3]), &src),
+        "scatter_add",
+        "index 3",
+    );
+    let ok = base.scatter_add(0, &ids(&d, &[2, 2]), &src).unwrap();
+    assert_eq!(ok.to_vec::<f32>().unwrap(), vec![0.0, 0.0, 2.0]);
+}
+
+#[test]
+fn losses_refuse_out_of_range_targets_but_not_the_ignore_index() {
+    let d = checked();
+    let logits = Tensor::from_slice(&d, &[0.1f32, 0.2, 0.3, 0.4, 0.5, 0.6], &[2, 3]).unwrap();
+    let logp = logits.log_softmax(1).unwrap();
+    fails(
+        &d,
+        nll_loss(&logp, &ids(&d, &[0, 3]), &NllLossOptions::default()),
+        "nll_loss",
+        "target 3",
+    );
+    fails(
+        &d,
+        cross_entropy(&logits, &ids(&d, &[-5, 1]), &CrossEntropyOptions::default()),
+        "cross_entropy",
+        "target -5",
+    );
+    // ignore_index (-100 by default) is no error, and the loss is the other sample's.
+    let l = cross_entropy(
+        &logits,
+        &ids(&d, &[-100, 1]),
+        &CrossEntropyOptions::default(),
+    )
+    .unwrap();
+    let v = l.to_vec::<f32>().unwrap()[0];
+    let want = -(0.5f64 - (0.4f64.exp() + 0.5f64.exp() + 0.6f64.exp()).ln());
+    assert!((v as f64 - want).abs() < 1e-5, "{v} vs {want}");
+}
+
+#[test]
+fn sync_reports_an_index_error_too() {
+    let d = checked();
+    let _y = table(&d, 2).index_select(0, &ids(&d, &[5])).unwrap();
+    let e = d
+        .sync()
+        .expect_err("the pending index error comes out at sync");
+    assert!(e.to_string().contains("index_select"), "{e}");
+    d.sync().unwrap();
+}
+
+#[test]
+fn unchecked_devices_keep_the_documented_fill() {
+    let d = Device::with_options(DeviceOptions {
+        check_indices: false,
+        ..Default::default()
+    })
+    .unwrap();
+    let y = embedding(&ids(&d, &[0, 4]), &table(&d, 4), None).unwrap();
+    let v = y.to_vec::<f32>().unwrap();
+    assert_eq!(&v[..2], &[0.0, 1.0]);
+    assert!(v[2].is_nan() && v[3].is_nan(), "{v:?}");
+    let logp = Tensor::from_slice(&d, &[-1.0f32, -2.0, -0.5, -0.7], &[2, 2]).unwrap();
+    let l = nll_loss(&logp, &ids(&d, &[0, 2]), &NllLossOptions::default()).unwrap();
+    assert!(l.to_vec::<f32>().unwrap()[0].is_nan());
+    d.sync().unwrap();
+}
