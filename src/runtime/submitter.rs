@@ -105,6 +105,7 @@ impl Submitter {
     }
 
     /// The completion flag of the newest submission, if any is outstanding.
+    #[cfg(not(target_arch = "wasm32"))]
     pub(crate) fn newest(&self) -> Option<Arc<AtomicBool>> {
         self.queue.back().map(|s| s.done.clone())
     }
