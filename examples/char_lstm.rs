@@ -81,15 +81,17 @@ fn main() -> Result<()> {
         },
     )?;
     let head = nn::Linear::new(&dev, HIDDEN, v, true)?;
-    let params: Vec<Tensor> = embed
-        .named_parameters()
-        .into_iter()
-        .chain(lstm.named_parameters())
-        .chain(head.named_parameters())
-        .map(|(_, t)| t)
-        .collect();
+    let named: Vec<(String, Tensor)> = [
+        ("embed", embed.named_parameters()),
+        ("lstm", lstm.named_parameters()),
+        ("head", head.named_parameters()),
+    ]
+    .into_iter()
+    .flat_map(|(m, ps)| ps.into_iter().map(move |(n, t)| (format!("{m}.{n}"), t)))
+    .collect();
+    let params: Vec<Tensor> = named.iter().map(|(_, t)| t.clone()).collect();
     let mut opt = Adam::new(
-        params.clone(),
+        named,
         AdamOptions {
             lr: 3e-3,
             ..Default::default()
@@ -125,7 +127,8 @@ fn main() -> Result<()> {
             .iter()
             .map(|p| grads.get(p).and_then(|_| it.next()))
             .collect();
-        opt.step(&gs)?;
+        // Clipped gradients are our own tensors: step by position (the order of `params`).
+        opt.step_with(&gs)?;
         let l = loss.to_vec::<f32>()?[0] as f64;
         recent.push(l);
         if recent.len() > 20 {

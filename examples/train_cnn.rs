@@ -82,9 +82,9 @@ fn main() -> Result<()> {
     let (train, test) = order.split_at(n - TEST);
     let (xt, test_labels) = batch(&dev, test)?;
     let mut m = model(&dev)?;
-    let params: Vec<Tensor> = m.named_parameters().into_iter().map(|(_, t)| t).collect();
+    // Named parameters; each step finds their gradients by identity.
     let mut opt = Adam::new(
-        params.clone(),
+        m.named_parameters(),
         AdamOptions {
             lr: 3e-3,
             ..Default::default()
@@ -105,8 +105,7 @@ fn main() -> Result<()> {
             let logits = m.forward(&x)?;
             let loss = cross_entropy(&logits, &y, &Default::default())?;
             let grads = loss.backward()?;
-            let g: Vec<Option<&Tensor>> = params.iter().map(|p| grads.get(p)).collect();
-            opt.step(&g)?;
+            opt.step(&grads)?;
             loss_sum += loss.to_vec::<f32>()?[0] as f64;
             bar.inc(1);
         }

@@ -21,7 +21,6 @@ const TEST: usize = 360;
 struct Trainer {
     dev: Device,
     model: nn::Sequential,
-    params: Vec<Tensor>,
     opt: Adam,
     train: Vec<usize>,
     batch: usize,
@@ -80,13 +79,8 @@ async fn start(batch_size: usize) -> Result<Trainer> {
         .push(nn::MaxPool2d(MaxPool2dOptions::new(2)))
         .push(nn::Flatten)
         .push(nn::Linear::new(&dev, 16 * 4 * 4, 10, true)?);
-    let params: Vec<Tensor> = model
-        .named_parameters()
-        .into_iter()
-        .map(|(_, t)| t)
-        .collect();
     let opt = Adam::new(
-        params.clone(),
+        model.named_parameters(),
         AdamOptions {
             lr: 5e-3,
             ..Default::default()
@@ -95,7 +89,6 @@ async fn start(batch_size: usize) -> Result<Trainer> {
     Ok(Trainer {
         dev,
         model,
-        params,
         opt,
         train: train.to_vec(),
         batch: batch_size.clamp(1, 512),
@@ -117,8 +110,7 @@ impl Trainer {
         let (x, y) = batch(&self.dev, &idx)?;
         let loss = cross_entropy(&self.model.forward(&x)?, &y, &Default::default())?;
         let grads = loss.backward()?;
-        let g: Vec<Option<&Tensor>> = self.params.iter().map(|p| grads.get(p)).collect();
-        self.opt.step(&g)?;
+        self.opt.step(&grads)?;
         let loss = loss.to_vec_async::<f32>().await?[0];
         self.step += 1;
         let step_ms = crate::now_ms() - t0;

@@ -15,7 +15,7 @@ use wgtensor::{Device, Tensor};
 use super::inputs::data;
 use super::{Case, Run};
 
-fn adam(params: Vec<Tensor>) -> wgtensor::Result<Adam> {
+fn adam(params: Vec<(String, Tensor)>) -> wgtensor::Result<Adam> {
     Adam::new(
         params,
         AdamOptions {
@@ -25,11 +25,10 @@ fn adam(params: Vec<Tensor>) -> wgtensor::Result<Adam> {
     )
 }
 
-/// One step: loss, backward, Adam over `params`.
-fn step(loss: &Tensor, params: &[Tensor], opt: &mut Adam) -> wgtensor::Result<()> {
+/// One step: loss, backward, Adam (gradients matched to parameters by identity).
+fn step(loss: &Tensor, opt: &mut Adam) -> wgtensor::Result<()> {
     let grads = loss.backward()?;
-    let g: Vec<Option<&Tensor>> = params.iter().map(|p| grads.get(p)).collect();
-    opt.step(&g)
+    opt.step(&grads)
 }
 
 fn cnn_case(dev: &Device) -> wgtensor::Result<Run> {
@@ -49,15 +48,14 @@ fn cnn_case(dev: &Device) -> wgtensor::Result<Run> {
         .push(nn::MaxPool2d(MaxPool2dOptions::new(2)))
         .push(nn::Flatten)
         .push(nn::Linear::new(dev, 32 * 4 * 4, 10, true)?);
-    let params: Vec<Tensor> = m.named_parameters().into_iter().map(|(_, t)| t).collect();
-    let mut opt = adam(params.clone())?;
+    let mut opt = adam(m.named_parameters())?;
     let x = Tensor::from_slice(dev, &data(64 * 64, 3), &[64, 1, 8, 8])?;
     let labels: Vec<i32> = (0..64).map(|i| i * 7 % 10).collect();
     let y = Tensor::from_slice(dev, &labels, &[64])?;
     dev.sync()?;
     Ok(Box::new(move || {
         let loss = cross_entropy(&m.forward(&x)?, &y, &Default::default())?;
-        step(&loss, &params, &mut opt)
+        step(&loss, &mut opt)
     }))
 }
 
@@ -76,14 +74,15 @@ fn lstm_case(dev: &Device) -> wgtensor::Result<Run> {
         },
     )?;
     let head = nn::Linear::new(dev, 128, V, true)?;
-    let params: Vec<Tensor> = embed
-        .named_parameters()
-        .into_iter()
-        .chain(lstm.named_parameters())
-        .chain(head.named_parameters())
-        .map(|(_, t)| t)
-        .collect();
-    let mut opt = adam(params.clone())?;
+    let named: Vec<(String, Tensor)> = [
+        ("embed", embed.named_parameters()),
+        ("lstm", lstm.named_parameters()),
+        ("head", head.named_parameters()),
+    ]
+    .into_iter()
+    .flat_map(|(m, ps)| ps.into_iter().map(move |(n, t)| (format!("{m}.{n}"), t)))
+    .collect();
+    let mut opt = adam(named)?;
     let ids: Vec<i32> = (0..T * B).map(|i| ((i * 31 + 7) % V) as i32).collect();
     let x = Tensor::from_slice(dev, &ids, &[T, B])?;
     let next: Vec<i32> = ids.iter().map(|&i| (i + 1) % V as i32).collect();
@@ -92,7 +91,7 @@ fn lstm_case(dev: &Device) -> wgtensor::Result<Run> {
     Ok(Box::new(move || {
         let h = lstm.forward(&embed.forward(&x)?)?.reshape(&[T * B, 128])?;
         let loss = cross_entropy(&head.forward(&h)?, &y, &Default::default())?;
-        step(&loss, &params, &mut opt)
+        step(&loss, &mut opt)
     }))
 }
 

@@ -3,8 +3,8 @@
 use bytemuck::{Pod, Zeroable};
 
 use crate::runtime::pipeline::ShaderVariant;
-use crate::runtime::{Access, Kernel, Storage};
-use crate::{DType, Error, Result, Tensor};
+use crate::runtime::{Access, Kernel};
+use crate::{DType, Device, Error, Result, Tensor};
 
 const WG: u32 = 256;
 
@@ -62,83 +62,71 @@ pub(crate) struct OptimParams {
     pub(crate) _pad2: u32,
 }
 
-/// Checks that `t` can be updated in place as parameter `i`: contiguous from its start.
-pub(crate) fn check_param(op: &'static str, i: usize, t: &Tensor) -> Result<()> {
-    if !t.is_contiguous() {
-        return Err(Error::arg(
-            op,
-            format!(
-                "parameter {i} (shape {:?}, strides {:?}) must be contiguous to be updated in place",
-                t.shape(),
-                t.strides()
-            ),
-        ));
-    }
-    if t.dtype == DType::F16 {
-        t.device().require_dtype(op, DType::F16)?;
-    }
-    Ok(())
+fn constants(kind: u32) -> [(&'static str, f64); 2] {
+    [("KIND", kind as f64), ("WG", WG as f64)]
 }
 
-/// Records one update of `param` (in place) from `grad` with state buffers `states` (absent ones
-/// get placeholders the kernel never touches).
+/// Compiles (or finds) the update pipeline of `kind` for `dtype` ahead of a step's launches,
+/// so that no launch fails on a compile after earlier parameters were updated.
+pub(crate) fn warm(op: &'static str, dev: &Device, kind: u32, dtype: DType) -> Result<()> {
+    dev.pipeline(op, &OPTIM, &[dtype], &constants(kind))
+        .map(drop)
+}
+
+/// Per device, three small buffers bound in place of the state a kernel does not use (it never
+/// touches them); kept by the optimizer so that each step binds the same buffers.
+#[derive(Debug, Default)]
+pub(crate) struct Spares(Vec<[Tensor; 3]>);
+
+impl Spares {
+    /// Creates the placeholders of `dev` unless they exist.
+    pub(crate) fn ensure(&mut self, op: &'static str, dev: &Device) -> Result<()> {
+        if self.get(dev).is_none() {
+            let ph = || Tensor::empty(dev, op, &[4], DType::F32);
+            self.0.push([ph()?, ph()?, ph()?]);
+        }
+        Ok(())
+    }
+
+    fn get(&self, dev: &Device) -> Option<&[Tensor; 3]> {
+        self.0.iter().find(|s| s[0].device().same(dev))
+    }
+}
+
+/// Records one update of `param` (in place) from `grad` (packed from the start of its
+/// storage, see [`packed`]) with state buffers `states` (absent ones bound to the device's
+/// [`Spares`]). The caller has checked shapes, dtypes, devices and aliasing, created the
+/// spares and warmed the pipeline: what is left to fail is the device itself.
 pub(crate) fn launch(
     op: &'static str,
     kind: u32,
     param: &Tensor,
     grad: &Tensor,
     states: [Option<&Tensor>; 3],
+    spares: &Spares,
     mut p: OptimParams,
 ) -> Result<()> {
     let dev = param.device();
-    param.same_device(op, grad)?;
-    param.same_dtype(op, grad)?;
-    if grad.shape() != param.shape() {
-        return Err(Error::shape(
-            op,
-            format!(
-                "the gradient has shape {:?}, its parameter {:?}",
-                grad.shape(),
-                param.shape()
-            ),
-        ));
-    }
     let n = param.numel();
     if n == 0 {
         return Ok(());
     }
-    // Element i of every binding is element i of the tensor: bind from each one's offset by
-    // packing views (the parameter is contiguous; a view at an offset is refused by the kernel
-    // indexing, so copy it).
-    if param.layout.offset() != 0 {
+    let Some(spare) = spares.get(dev) else {
         return Err(Error::arg(
             op,
-            "a parameter that is a view into a larger buffer cannot be updated in place",
+            "internal: no state placeholders for the device",
         ));
-    }
-    let g = grad.contiguous()?;
+    };
     p.numel = n as u32;
-    let placeholders: Vec<Storage> = states
-        .iter()
-        .filter(|s| s.is_none())
-        .map(|_| Storage::scratch(dev, op, 16))
-        .collect::<Result<_>>()?;
-    let mut spare = placeholders.iter();
-    let mut bufs = vec![param.buffer(), g.buffer()];
-    for s in states {
-        match s {
-            Some(t) => bufs.push(t.buffer()),
-            None => match spare.next() {
-                Some(ph) => bufs.push(ph.buffer()),
-                None => return Err(Error::arg(op, "internal: a state placeholder is missing")),
-            },
-        }
+    let mut bufs = vec![param.buffer(), grad.buffer()];
+    for (s, ph) in states.iter().zip(spare) {
+        bufs.push(s.unwrap_or(ph).buffer());
     }
     dev.launch(
         op,
         &OPTIM,
         &[param.dtype],
-        &[("KIND", kind as f64), ("WG", WG as f64)],
+        &constants(kind),
         bytemuck::bytes_of(&p),
         &bufs,
         dev.grid_1d(op, (n as u64).div_ceil(WG as u64))?,
@@ -151,16 +139,39 @@ pub(crate) fn launch(
     Ok(())
 }
 
+/// `grad` as the kernel binds it: element i at index i of its buffer (a packed copy of a
+/// strided or offset view), recording nothing in the graph.
+pub(crate) fn packed(grad: &Tensor) -> Result<Tensor> {
+    let g = grad.detach();
+    if g.is_contiguous() && g.layout().offset() == 0 {
+        return Ok(g);
+    }
+    let out = Tensor::empty(g.device(), "optim", g.shape(), g.dtype())?;
+    out.copy_from(&g)?;
+    Ok(out)
+}
+
+/// The grid of an update of `numel` elements; checked before a step's first launch.
+pub(crate) fn check_grid(op: &'static str, param: &Tensor) -> Result<()> {
+    param
+        .device()
+        .grid_1d(op, (param.numel() as u64).div_ceil(WG as u64))
+        .map(drop)
+}
+
+/// A private copy of `t` (new storage), for state loaded from the caller's tensors.
+pub(crate) fn private_copy(op: &'static str, t: &Tensor) -> Result<Tensor> {
+    let out = Tensor::empty(t.device(), op, t.shape(), t.dtype())?;
+    out.copy_from(&t.detach())?;
+    Ok(out)
+}
+
 #[doc(hidden)]
 pub fn optim_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();
     for dt in [DType::F32, DType::F16] {
         for kind in [OPT_SGD, OPT_ADAM] {
-            v.push(ShaderVariant::new(
-                &OPTIM,
-                &[dt],
-                &[("KIND", kind as f64), ("WG", WG as f64)],
-            ));
+            v.push(ShaderVariant::new(&OPTIM, &[dt], &constants(kind)));
         }
     }
     v

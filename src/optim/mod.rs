@@ -1,67 +1,106 @@
 //! Optimizers with PyTorch's update math (`torch.optim.SGD`, `Adam`, `AdamW`): each step updates
 //! every parameter in place on the device with one fused dispatch (shaders/optim.wgsl), no host
-//! round trip; the state (momentum buffers, moment estimates, step count) lives on the device
+//! round trip; the state (momentum buffers, moment estimates, step counts) lives on the device
 //! and can be saved and loaded. [`clip_grad_norm`] scales gradients on the device too.
 //!
 //! ```no_run,ignore-wasm32
 //! # fn main() -> wgtensor::Result<()> {
+//! use wgtensor::nn::{Linear, Module};
 //! use wgtensor::optim::{Adam, AdamOptions};
-//! use wgtensor::{DType, Device, Tensor};
+//! use wgtensor::{Device, Tensor};
 //! let dev = Device::new()?;
-//! let w = Tensor::zeros(&dev, &[4], DType::F32)?;
-//! let mut opt = Adam::new(vec![w.clone()], AdamOptions { lr: 1e-3, ..Default::default() })?;
-//! let g = Tensor::full(&dev, &[4], 0.5, DType::F32)?;
-//! opt.step(&[Some(&g)])?; // w is updated in place
+//! let model = Linear::new(&dev, 4, 2, true)?;
+//! // Named parameters ("weight", "bias"), as PyTorch's model.named_parameters().
+//! let mut opt = Adam::new(model.named_parameters(), AdamOptions { lr: 1e-3, ..Default::default() })?;
+//! let x = Tensor::ones(&dev, &[8, 4], wgtensor::DType::F32)?;
+//! let loss = model.forward(&x)?.sum_all()?;
+//! let grads = loss.backward()?;
+//! opt.step(&grads)?; // each parameter's gradient found by identity; updated in place
 //! # Ok(()) }
 //! ```
+//!
+//! **Parameters** ([`IntoParams`]) are tracked leaves ([`Tensor::requires_grad`]; the `nn`
+//! layers create theirs so) of a floating-point dtype, contiguous from the start of their
+//! storage. The constructors refuse the output of a tracked op (PyTorch's "can't optimize a
+//! non-leaf Tensor": backward never gives it a gradient), an untracked tensor, an `I32` tensor
+//! and the same tensor (or two views of one storage) given twice. Given with names
+//! (`Vec<(String, Tensor)>`, as [`Module::named_parameters`](crate::nn::Module::named_parameters)
+//! returns them), the names key the saved state; plain tensors are named by their index.
+//! [`ParamGroup`]s add parameters with their own learning rate and weight decay.
+//!
+//! **Gradients** are matched to parameters by identity: `step(&grads)` takes the [`Grads`] of
+//! [`Tensor::backward`] and looks each parameter up in it, so gradients cannot be paired with
+//! the wrong parameter; a parameter the loss did not reach has no gradient and is skipped (as
+//! PyTorch skips a parameter whose `.grad` is `None`). `step_with(&[Option<&Tensor>])` takes
+//! gradients by position instead, one per parameter in the order of `params()`, for gradients
+//! computed by hand (clipped, averaged, from the manual backward kernels).
+//!
+//! **There is no `zero_grad`.** PyTorch accumulates gradients into each parameter's `.grad`
+//! until `optimizer.zero_grad()` clears them; here gradients are never stored on the
+//! parameters: every `backward()` returns a fresh [`Grads`] value that the step reads and the
+//! caller drops, so nothing carries over from one step to the next and there is nothing to
+//! zero. To accumulate over several micro-batches, add their gradients yourself (`grads.get(p)`
+//! of each) and step with the sums through `step_with`.
+//!
+//! **Steps are atomic.** A step checks everything first (the number of gradients, each one's
+//! device, dtype and shape, none of them sharing storage with a parameter or with the
+//! optimizer's state, the devices' health), then allocates the state of parameters stepped for
+//! the first time and compiles the kernel, and only then records the updates; a refused step
+//! leaves the parameters, the state and the step counts exactly as they were. Each parameter's
+//! new state and step count are committed when its update is recorded, so should the device
+//! itself fail in the middle (lost, out of memory), the state still describes what was
+//! recorded. `load_state_tensors` likewise checks every entry before replacing anything, and
+//! keeps private copies of the tensors it is given.
 
 mod kernel;
+mod params;
 
 use kernel::{
-    check_param, launch, OptimParams, FLAG_AMSGRAD, FLAG_DECOUPLED, FLAG_FIRST, FLAG_MAXIMIZE,
-    FLAG_MOMENTUM, FLAG_NESTEROV, OPT_ADAM, OPT_SGD,
+    check_grid, launch, packed, private_copy, warm, OptimParams, Spares, FLAG_AMSGRAD,
+    FLAG_DECOUPLED, FLAG_FIRST, FLAG_MAXIMIZE, FLAG_MOMENTUM, FLAG_NESTEROV, OPT_ADAM, OPT_SGD,
 };
 #[doc(hidden)]
 pub use kernel::{optim_variants, params_layout};
+use params::{check_hyper, GroupOpts, ParamSet};
+pub use params::{IntoParams, ParamGroup};
 
-use crate::{Error, Result, Tensor};
+use crate::{DType, Device, Error, Grads, Result, Tensor};
 
-fn check_hyper(op: &'static str, what: &str, v: f64, lo: f64, hi: f64) -> Result<()> {
-    if !(v.is_finite() && v >= lo && v <= hi) {
-        return Err(Error::arg(
-            op,
-            format!("{what} must be in [{lo}, {hi}], got {v}"),
-        ));
+/// Compiles the update kernel for every (device, dtype) of the parameters a step updates and
+/// checks their grids, before the step's first launch.
+fn warm_all(op: &'static str, kind: u32, set: &ParamSet, grads: &[Option<&Tensor>]) -> Result<()> {
+    let mut seen: Vec<(&Device, DType)> = Vec::new();
+    for (p, g) in set.params.iter().zip(grads) {
+        if g.is_none() {
+            continue;
+        }
+        check_grid(op, p)?;
+        if !seen
+            .iter()
+            .any(|(d, t)| d.same(p.device()) && *t == p.dtype())
+        {
+            warm(op, p.device(), kind, p.dtype())?;
+            seen.push((p.device(), p.dtype()));
+        }
     }
     Ok(())
 }
 
-/// The gradients of one step, aligned with the parameters; `None` skips a parameter (PyTorch
-/// skips parameters whose `.grad` is None).
-fn check_grads(op: &'static str, params: &[Tensor], grads: &[Option<&Tensor>]) -> Result<()> {
-    if grads.len() != params.len() {
-        return Err(Error::arg(
-            op,
-            format!(
-                "{} gradients for {} parameters (pass None for a parameter without one)",
-                grads.len(),
-                params.len()
-            ),
-        ));
-    }
-    Ok(())
+/// A state entry given twice.
+fn duplicate(op: &'static str, name: &str) -> Error {
+    Error::arg(op, format!("state entry {name:?} is given twice"))
 }
 
 /// Options of [`Sgd`], PyTorch's defaults apart from `lr`, which PyTorch requires.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SgdOptions {
-    /// Learning rate.
+    /// Learning rate (of every group that does not set its own).
     pub lr: f64,
     /// Momentum factor (0: plain SGD).
     pub momentum: f64,
     /// Dampening of the momentum's gradient term.
     pub dampening: f64,
-    /// L2 penalty added to the gradient.
+    /// L2 penalty added to the gradient (of every group that does not set its own).
     pub weight_decay: f64,
     /// Nesterov momentum (needs momentum > 0 and dampening 0).
     pub nesterov: bool,
@@ -82,6 +121,7 @@ impl Default for SgdOptions {
     }
 }
 
+/// Stochastic gradient descent with momentum (PyTorch's `torch.optim.SGD`).
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
@@ -92,22 +132,23 @@ impl Default for SgdOptions {
 /// let mut opt = Sgd::new(vec![w.clone()], SgdOptions { lr: 0.1, momentum: 0.9, ..Default::default() })?;
 /// let loss = w.mul(&w)?.sum_all()?; // d/dw = 2w
 /// let grads = loss.backward()?;
-/// opt.step(&[grads.get(&w)])?; // in place on the device
+/// opt.step(&grads)?; // w's gradient found by identity, w updated in place on the device
 /// assert_eq!(w.to_vec::<f32>()?, vec![0.8, -1.6]);
 /// # Ok(()) }
 /// ```
-/// Stochastic gradient descent with momentum (PyTorch's `torch.optim.SGD`).
 #[derive(Debug)]
 pub struct Sgd {
-    params: Vec<Tensor>,
+    set: ParamSet,
     opts: SgdOptions,
     /// Per parameter, created at its first step with momentum.
     momentum_buffers: Vec<Option<Tensor>>,
+    spares: Spares,
 }
 
 impl Sgd {
-    /// An optimizer over `params` (updated in place; each must be contiguous).
-    pub fn new(params: Vec<Tensor>, opts: SgdOptions) -> Result<Sgd> {
+    /// An optimizer over `params` (one group with `opts.lr` and `opts.weight_decay`): tensors
+    /// or named tensors, each a tracked leaf updated in place (see the [module](self) doc).
+    pub fn new(params: impl IntoParams, opts: SgdOptions) -> Result<Sgd> {
         let op = "sgd";
         check_hyper(op, "lr", opts.lr, 0.0, f64::MAX)?;
         check_hyper(op, "momentum", opts.momentum, 0.0, f64::MAX)?;
@@ -119,124 +160,177 @@ impl Sgd {
                 "Nesterov momentum requires a momentum and zero dampening",
             ));
         }
-        for (i, p) in params.iter().enumerate() {
-            check_param(op, i, p)?;
-        }
-        let n = params.len();
-        Ok(Sgd {
-            params,
+        let mut opt = Sgd {
+            set: ParamSet::default(),
             opts,
-            momentum_buffers: vec![None; n],
-        })
+            momentum_buffers: Vec::new(),
+            spares: Spares::default(),
+        };
+        opt.add_param_group(ParamGroup::new(params))?;
+        Ok(opt)
     }
 
-    /// The parameters, in order.
-    pub fn params(&self) -> &[Tensor] {
-        &self.params
-    }
-
-    /// The current learning rate.
-    pub fn lr(&self) -> f64 {
-        self.opts.lr
-    }
-
-    /// Changes the learning rate for the following steps (schedulers).
-    pub fn set_lr(&mut self, lr: f64) -> Result<()> {
-        check_hyper("sgd", "lr", lr, 0.0, f64::MAX)?;
-        self.opts.lr = lr;
+    /// Adds a group of parameters with its own learning rate and weight decay (PyTorch's
+    /// `add_param_group`); unset ones come from the options. Checked as in [`Sgd::new`], also
+    /// against the parameters already present; nothing is added when a check fails.
+    pub fn add_param_group(&mut self, group: ParamGroup) -> Result<()> {
+        let defaults = GroupOpts {
+            lr: self.opts.lr,
+            weight_decay: self.opts.weight_decay,
+        };
+        self.set.add_group("sgd", group, defaults)?;
+        self.momentum_buffers.resize(self.set.params.len(), None);
         Ok(())
     }
 
-    /// One step: every parameter with a gradient is updated in place by one dispatch.
-    pub fn step(&mut self, grads: &[Option<&Tensor>]) -> Result<()> {
+    /// The parameters of every group, in order (the order of [`Sgd::step_with`]).
+    pub fn params(&self) -> &[Tensor] {
+        &self.set.params
+    }
+
+    /// The parameters' names: those given, else each one's index.
+    pub fn param_names(&self) -> &[String] {
+        &self.set.names
+    }
+
+    /// The number of parameter groups.
+    pub fn num_groups(&self) -> usize {
+        self.set.groups.len()
+    }
+
+    /// The learning rate of the first group.
+    pub fn lr(&self) -> f64 {
+        self.set.group_lr(0).unwrap_or(self.opts.lr)
+    }
+
+    /// Sets the learning rate of every group for the following steps (schedulers); see
+    /// [`Sgd::set_group_lr`] for one group.
+    pub fn set_lr(&mut self, lr: f64) -> Result<()> {
+        self.set.set_lr("sgd", lr)
+    }
+
+    /// The learning rate of group `g` (0: the parameters given to [`Sgd::new`]).
+    pub fn group_lr(&self, g: usize) -> Option<f64> {
+        self.set.group_lr(g)
+    }
+
+    /// Sets the learning rate of group `g` for the following steps.
+    pub fn set_group_lr(&mut self, g: usize, lr: f64) -> Result<()> {
+        self.set.set_group_lr("sgd", g, lr)
+    }
+
+    /// The weight decay of group `g`.
+    pub fn group_weight_decay(&self, g: usize) -> Option<f64> {
+        self.set.groups.get(g).map(|o| o.weight_decay)
+    }
+
+    /// One step from autograd's gradients: each parameter's gradient is looked up by identity
+    /// (`grads.get(param)`), a parameter without one is skipped, and each one with a gradient
+    /// is updated in place by one dispatch. Atomic: a refused step changes nothing.
+    pub fn step(&mut self, grads: &Grads) -> Result<()> {
+        let g = self.set.gather(grads);
+        self.step_with(&g)
+    }
+
+    /// One step from gradients given by position: one entry per parameter, in the order of
+    /// [`Sgd::params`], `None` skipping a parameter. Checked as [`Sgd::step`] is.
+    pub fn step_with(&mut self, grads: &[Option<&Tensor>]) -> Result<()> {
         let op = "sgd";
-        check_grads(op, &self.params, grads)?;
+        let state: Vec<&Tensor> = self.momentum_buffers.iter().flatten().collect();
+        self.set.check_grads(op, grads, &state)?;
+        warm_all(op, OPT_SGD, &self.set, grads)?;
         let o = self.opts;
-        for (i, (p, g)) in self.params.iter().zip(grads).enumerate() {
+        // Everything that allocates, into locals; nothing of the optimizer changes yet.
+        let mut jobs = Vec::new();
+        for (i, g) in grads.iter().enumerate() {
             let Some(g) = g else { continue };
+            let p = &self.set.params[i];
+            let group = self.set.groups[self.set.group_of[i]];
+            self.spares.ensure(op, p.device())?;
             let mut flags = if o.maximize { FLAG_MAXIMIZE } else { 0 };
+            let mut new_buf = None;
             if o.momentum != 0.0 {
                 flags |= FLAG_MOMENTUM;
                 if o.nesterov {
                     flags |= FLAG_NESTEROV;
                 }
                 if self.momentum_buffers[i].is_none() {
+                    // The first step writes the buffer without reading it.
                     flags |= FLAG_FIRST;
-                    self.momentum_buffers[i] = Some(Tensor::zeros(p.device(), p.shape(), p.dtype)?);
+                    new_buf = Some(Tensor::empty(p.device(), op, p.shape(), p.dtype)?);
                 }
             }
             let params = OptimParams {
                 flags,
-                lr: o.lr as f32,
-                weight_decay: o.weight_decay as f32,
+                lr: group.lr as f32,
+                weight_decay: group.weight_decay as f32,
                 c0: o.momentum as f32,
                 c1: o.dampening as f32,
                 ..Default::default()
             };
-            let buf = self.momentum_buffers[i].as_ref();
-            launch(op, OPT_SGD, p, g, [buf, None, None], params)?;
+            jobs.push((i, packed(g)?, new_buf, params));
+        }
+        for (i, g, new_buf, params) in jobs {
+            let buf = new_buf.as_ref().or(self.momentum_buffers[i].as_ref());
+            let p = &self.set.params[i];
+            launch(op, OPT_SGD, p, &g, [buf, None, None], &self.spares, params)?;
+            if new_buf.is_some() {
+                self.momentum_buffers[i] = new_buf;
+            }
         }
         Ok(())
     }
 
-    /// The state as PyTorch's `state_dict()['state']` names it: `{i}.momentum_buffer`.
+    /// The state as PyTorch's `state_dict()['state']` holds it, keyed
+    /// `{parameter name}.momentum_buffer` (`0.momentum_buffer` for unnamed parameters). The
+    /// tensors are the optimizer's own, which each step updates in place: copy them to keep a
+    /// snapshot.
     pub fn state_tensors(&self) -> Vec<(String, Tensor)> {
         self.momentum_buffers
             .iter()
             .enumerate()
-            .filter_map(|(i, b)| b.clone().map(|t| (format!("{i}.momentum_buffer"), t)))
+            .filter_map(|(i, b)| {
+                b.clone()
+                    .map(|t| (format!("{}.momentum_buffer", self.set.names[i]), t))
+            })
             .collect()
     }
 
-    /// Restores state saved by [`Sgd::state_tensors`] (names and shapes checked).
+    /// Replaces the state with `state` (as [`Sgd::state_tensors`] names it; a parameter without
+    /// an entry starts again without a momentum buffer, as in PyTorch's `load_state_dict`).
+    /// Every entry is checked (name, device, dtype, shape, none given twice) before anything
+    /// changes; the optimizer keeps copies, never the given tensors.
     pub fn load_state_tensors(&mut self, state: &[(String, Tensor)]) -> Result<()> {
+        let op = "sgd";
+        let mut given: Vec<Option<&Tensor>> = vec![None; self.set.params.len()];
         for (name, t) in state {
-            let i = parse_state_name("sgd", name, &["momentum_buffer"], &self.params, t)?.0;
-            self.momentum_buffers[i] = Some(t.contiguous()?);
+            let (i, _) = self
+                .set
+                .parse_state_name(op, name, &["momentum_buffer"], t)?;
+            if given[i].replace(t).is_some() {
+                return Err(duplicate(op, name));
+            }
         }
+        let copies = given
+            .into_iter()
+            .map(|t| t.map(|t| private_copy(op, t)).transpose())
+            .collect::<Result<Vec<_>>>()?;
+        self.momentum_buffers = copies;
         Ok(())
     }
-}
-
-/// Parses `{i}.{what}` and checks `t` against parameter `i`; returns (i, what).
-fn parse_state_name<'a>(
-    op: &'static str,
-    name: &'a str,
-    known: &[&str],
-    params: &[Tensor],
-    t: &Tensor,
-) -> Result<(usize, &'a str)> {
-    let bad = || Error::arg(op, format!("unexpected state entry {name:?}"));
-    let (idx, what) = name.split_once('.').ok_or_else(bad)?;
-    let i: usize = idx.parse().map_err(|_| bad())?;
-    if i >= params.len() || !known.contains(&what) {
-        return Err(bad());
-    }
-    if t.shape() != params[i].shape() || t.dtype() != params[i].dtype() {
-        return Err(Error::shape(
-            op,
-            format!(
-                "state {name:?} has shape {:?} ({:?}), parameter {i} has {:?} ({:?})",
-                t.shape(),
-                t.dtype(),
-                params[i].shape(),
-                params[i].dtype()
-            ),
-        ));
-    }
-    Ok((i, what))
 }
 
 /// Options of [`Adam`] (PyTorch's defaults; [`AdamOptions::adamw`] gives AdamW's).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AdamOptions {
-    /// Learning rate.
+    /// Learning rate (of every group that does not set its own).
     pub lr: f64,
     /// Decay rates of the first and second moment estimates.
     pub betas: (f64, f64),
     /// Added to the denominator for numerical stability.
     pub eps: f64,
-    /// L2 penalty (Adam: added to the gradient; AdamW: decoupled, `p *= 1 - lr * wd`).
+    /// L2 penalty (Adam: added to the gradient; AdamW: decoupled, `p *= 1 - lr * wd`), of
+    /// every group that does not set its own.
     pub weight_decay: f64,
     /// Keep the maximum of the second moment (AMSGrad).
     pub amsgrad: bool,
@@ -271,6 +365,31 @@ impl AdamOptions {
     }
 }
 
+/// The moment estimates of one parameter.
+#[derive(Debug)]
+struct AdamState {
+    exp_avg: Tensor,
+    exp_avg_sq: Tensor,
+    /// With AMSGrad only.
+    max_exp_avg_sq: Option<Tensor>,
+}
+
+impl AdamState {
+    fn tensors(&self) -> impl Iterator<Item = &Tensor> {
+        [
+            Some(&self.exp_avg),
+            Some(&self.exp_avg_sq),
+            self.max_exp_avg_sq.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+    }
+}
+
+/// The names of Adam's state entries, in PyTorch's order.
+const ADAM_STATE: [&str; 3] = ["exp_avg", "exp_avg_sq", "max_exp_avg_sq"];
+
+/// Adam and AdamW (PyTorch's `torch.optim.Adam` / `AdamW`), with AMSGrad optional.
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
@@ -281,45 +400,47 @@ impl AdamOptions {
 /// let mut opt = Adam::new(vec![w.clone()], AdamOptions::adamw())?; // or Default::default() for Adam
 /// for _ in 0..3 {
 ///     let grads = w.mul(&w)?.sum_all()?.backward()?;
-///     opt.step(&[grads.get(&w)])?;
+///     opt.step(&grads)?;
 /// }
 /// let v = w.to_vec::<f32>()?;
 /// assert!(v[0] < 1.0 && v[1] > -2.0); // both moved toward 0
+/// assert_eq!(opt.step_count(0), Some(3));
 /// # Ok(()) }
 /// ```
-/// Adam and AdamW (PyTorch's `torch.optim.Adam` / `AdamW`), with AMSGrad optional.
 #[derive(Debug)]
 pub struct Adam {
-    params: Vec<Tensor>,
+    set: ParamSet,
     opts: AdamOptions,
-    /// Per parameter: steps taken, exp_avg, exp_avg_sq, max_exp_avg_sq (AMSGrad).
+    /// Per parameter: steps taken (PyTorch's `state[p]['step']`).
     steps: Vec<u64>,
-    state: Vec<Option<[Tensor; 3]>>,
+    /// Per parameter, created at its first step.
+    state: Vec<Option<AdamState>>,
+    spares: Spares,
 }
 
 impl Adam {
-    /// An optimizer over `params` (updated in place; each must be contiguous).
-    pub fn new(params: Vec<Tensor>, opts: AdamOptions) -> Result<Adam> {
+    /// An optimizer over `params` (one group with `opts.lr` and `opts.weight_decay`): tensors
+    /// or named tensors, each a tracked leaf updated in place (see the [module](self) doc).
+    pub fn new(params: impl IntoParams, opts: AdamOptions) -> Result<Adam> {
         let op = "adam";
         check_hyper(op, "lr", opts.lr, 0.0, f64::MAX)?;
         check_hyper(op, "eps", opts.eps, 0.0, f64::MAX)?;
         check_hyper(op, "betas.0", opts.betas.0, 0.0, 1.0 - f64::EPSILON)?;
         check_hyper(op, "betas.1", opts.betas.1, 0.0, 1.0 - f64::EPSILON)?;
         check_hyper(op, "weight_decay", opts.weight_decay, 0.0, f64::MAX)?;
-        for (i, p) in params.iter().enumerate() {
-            check_param(op, i, p)?;
-        }
-        let n = params.len();
-        Ok(Adam {
-            params,
+        let mut opt = Adam {
+            set: ParamSet::default(),
             opts,
-            steps: vec![0; n],
-            state: vec![None; n],
-        })
+            steps: Vec::new(),
+            state: Vec::new(),
+            spares: Spares::default(),
+        };
+        opt.add_param_group(ParamGroup::new(params))?;
+        Ok(opt)
     }
 
     /// AdamW: [`Adam`] with decoupled weight decay (`opts.decoupled_weight_decay` is set).
-    pub fn adamw(params: Vec<Tensor>, opts: AdamOptions) -> Result<Adam> {
+    pub fn adamw(params: impl IntoParams, opts: AdamOptions) -> Result<Adam> {
         Adam::new(
             params,
             AdamOptions {
@@ -329,36 +450,104 @@ impl Adam {
         )
     }
 
-    /// The parameters, in order.
-    pub fn params(&self) -> &[Tensor] {
-        &self.params
-    }
-
-    /// The current learning rate.
-    pub fn lr(&self) -> f64 {
-        self.opts.lr
-    }
-
-    /// Changes the learning rate for the following steps (schedulers).
-    pub fn set_lr(&mut self, lr: f64) -> Result<()> {
-        check_hyper("adam", "lr", lr, 0.0, f64::MAX)?;
-        self.opts.lr = lr;
+    /// Adds a group of parameters with its own learning rate and weight decay (PyTorch's
+    /// `add_param_group`); unset ones come from the options. Checked as in [`Adam::new`], also
+    /// against the parameters already present; nothing is added when a check fails.
+    pub fn add_param_group(&mut self, group: ParamGroup) -> Result<()> {
+        let defaults = GroupOpts {
+            lr: self.opts.lr,
+            weight_decay: self.opts.weight_decay,
+        };
+        self.set.add_group("adam", group, defaults)?;
+        let n = self.set.params.len();
+        self.steps.resize(n, 0);
+        self.state.resize_with(n, || None);
         Ok(())
     }
 
-    /// One step: every parameter with a gradient is updated in place by one dispatch.
-    pub fn step(&mut self, grads: &[Option<&Tensor>]) -> Result<()> {
+    /// The parameters of every group, in order (the order of [`Adam::step_with`]).
+    pub fn params(&self) -> &[Tensor] {
+        &self.set.params
+    }
+
+    /// The parameters' names: those given, else each one's index.
+    pub fn param_names(&self) -> &[String] {
+        &self.set.names
+    }
+
+    /// The number of parameter groups.
+    pub fn num_groups(&self) -> usize {
+        self.set.groups.len()
+    }
+
+    /// The learning rate of the first group.
+    pub fn lr(&self) -> f64 {
+        self.set.group_lr(0).unwrap_or(self.opts.lr)
+    }
+
+    /// Sets the learning rate of every group for the following steps (schedulers); see
+    /// [`Adam::set_group_lr`] for one group.
+    pub fn set_lr(&mut self, lr: f64) -> Result<()> {
+        self.set.set_lr("adam", lr)
+    }
+
+    /// The learning rate of group `g` (0: the parameters given to [`Adam::new`]).
+    pub fn group_lr(&self, g: usize) -> Option<f64> {
+        self.set.group_lr(g)
+    }
+
+    /// Sets the learning rate of group `g` for the following steps.
+    pub fn set_group_lr(&mut self, g: usize, lr: f64) -> Result<()> {
+        self.set.set_group_lr("adam", g, lr)
+    }
+
+    /// The weight decay of group `g`.
+    pub fn group_weight_decay(&self, g: usize) -> Option<f64> {
+        self.set.groups.get(g).map(|o| o.weight_decay)
+    }
+
+    /// One step from autograd's gradients: each parameter's gradient is looked up by identity
+    /// (`grads.get(param)`), a parameter without one is skipped (its step count unchanged), and
+    /// each one with a gradient is updated in place by one dispatch. Atomic: a refused step
+    /// changes nothing, step counts included.
+    pub fn step(&mut self, grads: &Grads) -> Result<()> {
+        let g = self.set.gather(grads);
+        self.step_with(&g)
+    }
+
+    /// One step from gradients given by position: one entry per parameter, in the order of
+    /// [`Adam::params`], `None` skipping a parameter. Checked as [`Adam::step`] is.
+    pub fn step_with(&mut self, grads: &[Option<&Tensor>]) -> Result<()> {
         let op = "adam";
-        check_grads(op, &self.params, grads)?;
+        let state: Vec<&Tensor> = self
+            .state
+            .iter()
+            .flatten()
+            .flat_map(|s| s.tensors())
+            .collect();
+        self.set.check_grads(op, grads, &state)?;
+        warm_all(op, OPT_ADAM, &self.set, grads)?;
         let o = self.opts;
-        for (i, (p, g)) in self.params.iter().zip(grads).enumerate() {
+        // Everything that allocates, and the new step counts, into locals.
+        let mut jobs = Vec::new();
+        for (i, g) in grads.iter().enumerate() {
             let Some(g) = g else { continue };
-            if self.state[i].is_none() {
-                let z = || Tensor::zeros(p.device(), p.shape(), p.dtype);
-                self.state[i] = Some([z()?, z()?, z()?]);
-            }
-            self.steps[i] = self.steps[i].saturating_add(1);
-            let t = self.steps[i].min(i32::MAX as u64) as i32;
+            let p = &self.set.params[i];
+            let group = self.set.groups[self.set.group_of[i]];
+            self.spares.ensure(op, p.device())?;
+            let new_state = match self.state[i] {
+                Some(_) => None,
+                None => {
+                    let z = || Tensor::zeros(p.device(), p.shape(), p.dtype);
+                    Some(AdamState {
+                        exp_avg: z()?,
+                        exp_avg_sq: z()?,
+                        max_exp_avg_sq: if o.amsgrad { Some(z()?) } else { None },
+                    })
+                }
+            };
+            let step = self.steps[i].saturating_add(1);
+            let t = step.min(i32::MAX as u64) as i32;
             // PyTorch's single-tensor Adam: step_size = lr / (1 - beta1^t), denominators
             // divided by sqrt(1 - beta2^t), both in double precision on the host.
             let bc1 = 1.0 - o.betas.0.powi(t);
@@ -372,81 +561,129 @@ impl Adam {
             }
             let params = OptimParams {
                 flags,
-                lr: o.lr as f32,
-                weight_decay: o.weight_decay as f32,
+                lr: group.lr as f32,
+                weight_decay: group.weight_decay as f32,
                 c0: o.betas.0 as f32,
                 c1: o.betas.1 as f32,
                 eps: o.eps as f32,
-                step_size: (o.lr / bc1) as f32,
+                step_size: (group.lr / bc1) as f32,
                 bc2_sqrt: bc2.sqrt() as f32,
                 ..Default::default()
             };
-            let Some([m, v, vmax]) = self.state[i].as_ref() else {
-                continue;
+            jobs.push((i, packed(g)?, new_state, step, params));
+        }
+        for (i, g, new_state, step, params) in jobs {
+            let p = &self.set.params[i];
+            let Some(s) = new_state.as_ref().or(self.state[i].as_ref()) else {
+                return Err(Error::arg(op, "internal: no state for a stepped parameter"));
             };
-            let vmax = o.amsgrad.then_some(vmax);
-            launch(op, OPT_ADAM, p, g, [Some(m), Some(v), vmax], params)?;
+            let states = [
+                Some(&s.exp_avg),
+                Some(&s.exp_avg_sq),
+                s.max_exp_avg_sq.as_ref().filter(|_| o.amsgrad),
+            ];
+            launch(op, OPT_ADAM, p, &g, states, &self.spares, params)?;
+            if new_state.is_some() {
+                self.state[i] = new_state;
+            }
+            self.steps[i] = step;
         }
         Ok(())
     }
 
-    /// Steps taken by parameter `i` (PyTorch's `state[i]['step']`).
+    /// Steps taken by parameter `i` (PyTorch's `state[p]['step']`); `None` past the last
+    /// parameter.
     pub fn step_count(&self, i: usize) -> Option<u64> {
         self.steps.get(i).copied()
     }
 
-    /// The state as PyTorch's `state_dict()['state']` names it: `{i}.exp_avg`,
-    /// `{i}.exp_avg_sq`, `{i}.max_exp_avg_sq` (AMSGrad); the step counts are
-    /// [`Adam::step_count`].
+    /// The step counts of every parameter, in order (for [`Adam::load_state_tensors`]).
+    pub fn step_counts(&self) -> &[u64] {
+        &self.steps
+    }
+
+    /// The state as PyTorch's `state_dict()['state']` holds it, keyed `{parameter name}.exp_avg`,
+    /// `{parameter name}.exp_avg_sq` and, with AMSGrad, `{parameter name}.max_exp_avg_sq`
+    /// (`0.exp_avg` for unnamed parameters); the step counts are [`Adam::step_counts`]. The
+    /// tensors are the optimizer's own, which each step updates in place: copy them to keep a
+    /// snapshot.
     pub fn state_tensors(&self) -> Vec<(String, Tensor)> {
         let mut v = Vec::new();
         for (i, s) in self.state.iter().enumerate() {
-            if let Some([m, s2, vmax]) = s {
-                v.push((format!("{i}.exp_avg"), m.clone()));
-                v.push((format!("{i}.exp_avg_sq"), s2.clone()));
-                if self.opts.amsgrad {
-                    v.push((format!("{i}.max_exp_avg_sq"), vmax.clone()));
-                }
+            let Some(s) = s else { continue };
+            let name = &self.set.names[i];
+            v.push((format!("{name}.exp_avg"), s.exp_avg.clone()));
+            v.push((format!("{name}.exp_avg_sq"), s.exp_avg_sq.clone()));
+            if let Some(m) = s.max_exp_avg_sq.as_ref().filter(|_| self.opts.amsgrad) {
+                v.push((format!("{name}.max_exp_avg_sq"), m.clone()));
             }
         }
         v
     }
 
-    /// Restores state saved by [`Adam::state_tensors`] and the per-parameter step counts.
+    /// Replaces the state with `state` (as [`Adam::state_tensors`] names it) and the step
+    /// counts with `steps` (one per parameter). A parameter with an entry needs all of its
+    /// entries (`exp_avg`, `exp_avg_sq`, and `max_exp_avg_sq` exactly when AMSGrad is on); one
+    /// without starts again from zero moments, as in PyTorch's `load_state_dict`. Every entry
+    /// is checked (name, device, dtype, shape, none given twice) before anything changes; the
+    /// optimizer keeps copies, never the given tensors.
     pub fn load_state_tensors(&mut self, state: &[(String, Tensor)], steps: &[u64]) -> Result<()> {
         let op = "adam";
-        if steps.len() != self.params.len() {
+        let n = self.set.params.len();
+        if steps.len() != n {
             return Err(Error::arg(
                 op,
-                format!(
-                    "{} step counts for {} parameters",
-                    steps.len(),
-                    self.params.len()
-                ),
+                format!("{} step counts for {n} parameters", steps.len()),
             ));
         }
+        let amsgrad = self.opts.amsgrad;
+        let known: &[&str] = if amsgrad {
+            &ADAM_STATE
+        } else {
+            &ADAM_STATE[..2]
+        };
+        let mut given: Vec<[Option<&Tensor>; 3]> = vec![[None; 3]; n];
         for (name, t) in state {
-            let (i, what) = parse_state_name(
-                op,
-                name,
-                &["exp_avg", "exp_avg_sq", "max_exp_avg_sq"],
-                &self.params,
-                t,
-            )?;
-            if self.state[i].is_none() {
-                let p = &self.params[i];
-                let z = || Tensor::zeros(p.device(), p.shape(), p.dtype);
-                self.state[i] = Some([z()?, z()?, z()?]);
-            }
-            let slot = match what {
-                "exp_avg" => 0,
-                "exp_avg_sq" => 1,
-                _ => 2,
-            };
-            if let Some(s) = self.state[i].as_mut() {
-                s[slot] = t.contiguous()?;
+            let (i, what) = self.set.parse_state_name(op, name, known, t)?;
+            let slot = ADAM_STATE.iter().position(|k| *k == what).unwrap_or(2);
+            if given[i][slot].replace(t).is_some() {
+                return Err(duplicate(op, name));
             }
         }
+        for (i, g) in given.iter().enumerate() {
+            let missing: Vec<&str> = known
+                .iter()
+                .zip(g)
+                .filter(|(_, t)| t.is_none())
+                .map(|(k, _)| *k)
+                .collect();
+            if g.iter().any(Option::is_some) && !missing.is_empty() {
+                return Err(Error::arg(
+                    op,
+                    format!(
+                        "the state of {} lacks {}",
+                        self.set.label(i),
+                        missing
+                            .iter()
+                            .map(|k| format!("{:?}", format!("{}.{k}", self.set.names[i])))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ));
+            }
+        }
+        let mut new_state = Vec::with_capacity(n);
+        for [m, v, vmax] in given {
+            new_state.push(match (m, v) {
+                (Some(m), Some(v)) => Some(AdamState {
+                    exp_avg: private_copy(op, m)?,
+                    exp_avg_sq: private_copy(op, v)?,
+                    max_exp_avg_sq: vmax.map(|t| private_copy(op, t)).transpose()?,
+                }),
+                _ => None,
+            });
+        }
+        self.state = new_state;
         self.steps = steps.to_vec();
         Ok(())
     }

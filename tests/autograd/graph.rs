@@ -442,7 +442,7 @@ fn optimizer_steps_on_autograd_gradients() {
         last = vals(&l)[0];
         first.get_or_insert(last);
         let g = l.backward().unwrap();
-        no_grad(|| opt.step(&[g.get(&w)])).unwrap();
+        no_grad(|| opt.step(&g)).unwrap();
     }
     // The least-squares optimum of this 3 x 2 system is about 1.54.
     assert!(

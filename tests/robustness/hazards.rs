@@ -17,7 +17,8 @@ fn a_parameter_as_its_own_gradient_loses_no_queued_work() {
             .requires_grad()
             .unwrap();
         let r = if adam {
-            Adam::new(vec![w.clone()], AdamOptions::default()).and_then(|mut o| o.step(&[Some(&w)]))
+            Adam::new(vec![w.clone()], AdamOptions::default())
+                .and_then(|mut o| o.step_with(&[Some(&w)]))
         } else {
             Sgd::new(
                 vec![w.clone()],
@@ -26,7 +27,7 @@ fn a_parameter_as_its_own_gradient_loses_no_queued_work() {
                     ..Default::default()
                 },
             )
-            .and_then(|mut o| o.step(&[Some(&w)]))
+            .and_then(|mut o| o.step_with(&[Some(&w)]))
         };
         assert!(
             r.is_err(),
