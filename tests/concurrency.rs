@@ -215,7 +215,7 @@ fn threads_sharing_one_device() {
 fn shared_device_under_buffer_churn_beside_private_devices() {
     let dev = Device::with_options(DeviceOptions {
         max_in_flight: 1,
-        pool_cap_bytes: 0,
+        pool_cap_bytes: Some(0),
         ..Default::default()
     })
     .unwrap();

@@ -74,14 +74,33 @@ impl Device {
         let size = st.pool.class(bytes);
         self.make_room_locked(&mut st, op, size)?;
         // Create under the lock so pool accounting and creation stay one step.
-        let buf = self.scoped(op, || {
-            self.inner.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some(op),
-                size,
-                usage,
-                mapped_at_creation: false,
+        let create = || {
+            self.scoped(op, || {
+                self.inner.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some(op),
+                    size,
+                    usage,
+                    mapped_at_creation: false,
+                })
             })
-        })?;
+        };
+        let buf = match create() {
+            // Out of device memory with buffers cached: drop the cache (and what the pending
+            // batch freed, once submitted) and try once more, as PyTorch's caching allocator
+            // does. This is what bounds an uncapped cache on GPUs.
+            Err(Error::OutOfMemory { .. })
+                if st.pool.stats.cached_bytes > 0 || st.pool.pending_bytes() > 0 =>
+            {
+                st.pool.clear();
+                st.bind_groups.clear();
+                if st.pool.pending_bytes() > 0 {
+                    self.flush_locked(&mut st, op)?;
+                    st.pool.clear();
+                }
+                create()?
+            }
+            other => other?,
+        };
         st.pool.note_created(size);
         st.batch.bytes += size;
         if st.batch.bytes >= self.inner.opts.max_bytes_per_submit {

@@ -325,7 +325,11 @@ impl Device {
             inner: Arc::new(Inner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 state: Mutex::new(State {
-                    pool: BufferPool::new(opts.pool_cap_bytes, binding_limit),
+                    pool: BufferPool::new(
+                        opts.pool_cap_bytes
+                            .unwrap_or_else(|| super::memory::default_pool_cap(memory_limit)),
+                        binding_limit,
+                    ),
                     bind_groups: BindGroupCache::default(),
                     batch: Batch::default(),
                     submitter: Submitter::new(opts.max_in_flight),

@@ -16,6 +16,16 @@ pub(crate) fn default_limit(device_type: wgpu::DeviceType) -> u64 {
     host_limit().unwrap_or(u64::MAX)
 }
 
+/// The pool's default cache cap under a memory limit of `limit` bytes: the limit itself, that
+/// is no cap of its own. Cached plus live bytes never pass what the program once held live
+/// unless sizes keep changing, and then the budget bounds them (`make_room_locked` drops the
+/// cache before passing it) or, without one on GPUs, the driver's out-of-memory error, on
+/// which the allocator drops the cache and retries, as PyTorch's caching allocator does. A
+/// fixed cap below the working set made every op past it re-create (and wgpu zero) a buffer.
+pub(crate) fn default_pool_cap(limit: u64) -> u64 {
+    limit
+}
+
 /// What the host lets this process use, when the platform tells (Linux).
 #[cfg(not(target_arch = "wasm32"))]
 fn host_limit() -> Option<u64> {

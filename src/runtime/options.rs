@@ -32,8 +32,13 @@ pub struct DeviceOptions {
     /// At most this many submissions are outstanding; the next submit waits for the oldest
     /// (wasm: a batch finished at the cap is parked until the next async point).
     pub max_in_flight: usize,
-    /// Freed buffers beyond this many cached bytes are destroyed instead of kept.
-    pub pool_cap_bytes: u64,
+    /// Freed buffers beyond this many cached bytes are destroyed instead of kept. `None` (the
+    /// default): no cap besides [`memory_limit`](Self::memory_limit), as PyTorch's caching
+    /// allocator: an allocation that would pass the budget, or that the driver refuses for
+    /// lack of memory, first drops the cache and tries again. A fixed cap below a program's
+    /// working set destroys and re-creates (and wgpu zeroes) a buffer on every op once the
+    /// live set churns past it.
+    pub pool_cap_bytes: Option<u64>,
     /// Do not request SHADER_F16 even when the adapter has it (to exercise f32-only paths).
     pub disable_f16: bool,
     /// Do not request SUBGROUP (kernels then use their portable variants).
@@ -138,7 +143,7 @@ impl Default for DeviceOptions {
             max_dispatches_per_submit: 64,
             max_bytes_per_submit: 256 << 20,
             max_in_flight: 3,
-            pool_cap_bytes: 1 << 30,
+            pool_cap_bytes: None,
             disable_f16: false,
             disable_subgroups: false,
             memory_limit: None,

@@ -45,6 +45,10 @@ pub(crate) struct BufferPool {
     bind_cap: u64,
 }
 
+/// How many classes above a request's own a cached buffer may be and still serve it (with 4
+/// classes per power of two, 2 classes up is at most 1.5x the request's class).
+pub(crate) const LARGER_CLASSES: usize = 2;
+
 /// Rounds a request up to its size class: 4 classes per power of two (<= 25% waste),
 /// at least 256 bytes so small tensors share buckets.
 pub(crate) fn size_class(bytes: u64) -> u64 {
@@ -85,13 +89,30 @@ impl BufferPool {
 
     /// A cached buffer of the class for `bytes` and `usage`, or `None` (the caller creates one
     /// of `class(bytes)` bytes and reports it with [`BufferPool::note_created`]).
+    ///
+    /// A free buffer of a larger class serves too, up to [`LARGER_CLASSES`] classes up (at
+    /// most about 1.5x the request): a program whose sizes drift between calls (a last batch
+    /// shorter than the others, sequences of varying length) then reuses what it freed
+    /// instead of creating buffers while the cache holds slightly larger ones. A request that
+    /// fits one binding never gets a buffer past the binding limit.
     pub(crate) fn take(&mut self, bytes: u64, usage: wgpu::BufferUsages) -> Option<wgpu::Buffer> {
-        let key = (self.class(bytes), usage.bits());
-        let buf = self.free.get_mut(&key).and_then(|v| v.pop())?;
-        self.stats.cached_bytes -= key.0;
-        self.stats.live_bytes += key.0;
-        self.stats.hits += 1;
-        Some(buf)
+        let mut class = self.class(bytes);
+        for step in 0..=LARGER_CLASSES {
+            if step > 0 {
+                class = size_class(class + 1);
+                if bytes <= self.bind_cap && class > self.bind_cap {
+                    return None;
+                }
+            }
+            let key = (class, usage.bits());
+            if let Some(buf) = self.free.get_mut(&key).and_then(|v| v.pop()) {
+                self.stats.cached_bytes -= key.0;
+                self.stats.live_bytes += key.0;
+                self.stats.hits += 1;
+                return Some(buf);
+            }
+        }
+        None
     }
 
     /// Like [`BufferPool::take`], but may also hand out a buffer freed in the current batch.
