@@ -24,6 +24,9 @@ const STEPS: [&str; 7] = [
     "drop",
 ];
 
+/// One worker's body: gets its progress slot.
+type Worker = Box<dyn FnOnce(&AtomicUsize) + Send>;
+
 /// Deterministic values in [-1, 1).
 fn values(n: usize, seed: u32) -> Vec<f32> {
     (0..n)
@@ -114,7 +117,7 @@ fn work(dev: &Device, seed: u32, iters: usize, progress: &AtomicUsize) {
 
 /// Runs `workers` (each gets its index) on threads and waits at most `limit`; on a hang,
 /// fails naming every worker that has not finished and the step it is stuck in.
-fn run_with_watchdog(workers: Vec<Box<dyn FnOnce(&AtomicUsize) + Send>>, limit: Duration) {
+fn run_with_watchdog(workers: Vec<Worker>, limit: Duration) {
     let progress: Arc<Vec<AtomicUsize>> =
         Arc::new((0..workers.len()).map(|_| AtomicUsize::new(0)).collect());
     let (tx, rx) = mpsc::channel();
@@ -181,12 +184,12 @@ fn small_cap() -> DeviceOptions {
 
 #[test]
 fn threads_each_with_their_own_device() {
-    let workers: Vec<Box<dyn FnOnce(&AtomicUsize) + Send>> = (0..threads())
+    let workers: Vec<Worker> = (0..threads())
         .map(|i| {
             Box::new(move |p: &AtomicUsize| {
                 let dev = Device::with_options(small_cap()).unwrap();
                 work(&dev, i as u32, 6, p);
-            }) as Box<dyn FnOnce(&AtomicUsize) + Send>
+            }) as Worker
         })
         .collect();
     run_with_watchdog(workers, Duration::from_secs(240));
@@ -195,11 +198,10 @@ fn threads_each_with_their_own_device() {
 #[test]
 fn threads_sharing_one_device() {
     let dev = Device::with_options(small_cap()).unwrap();
-    let workers: Vec<Box<dyn FnOnce(&AtomicUsize) + Send>> = (0..threads())
+    let workers: Vec<Worker> = (0..threads())
         .map(|i| {
             let dev = dev.clone();
-            Box::new(move |p: &AtomicUsize| work(&dev, 100 + i as u32, 8, p))
-                as Box<dyn FnOnce(&AtomicUsize) + Send>
+            Box::new(move |p: &AtomicUsize| work(&dev, 100 + i as u32, 8, p)) as Worker
         })
         .collect();
     run_with_watchdog(workers, Duration::from_secs(240));
@@ -220,7 +222,7 @@ fn shared_device_under_buffer_churn_beside_private_devices() {
     })
     .unwrap();
     let n = threads();
-    let mut workers: Vec<Box<dyn FnOnce(&AtomicUsize) + Send>> = Vec::new();
+    let mut workers: Vec<Worker> = Vec::new();
     for i in 0..n {
         let dev = dev.clone();
         workers.push(Box::new(move |p: &AtomicUsize| {
