@@ -8,39 +8,35 @@ use crate::runtime::window::{for_windows, Operand};
 use crate::runtime::{Access, Kernel};
 use crate::{DType, Result, Tensor};
 
-static BINARY: Kernel = Kernel {
-    name: "binary",
-    source: include_str!("../../shaders/binary.wgsl"),
-    entry: "main",
-    bindings: &[Access::Read, Access::Read, Access::ReadWrite],
-    slots: &[],
-    libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
-    defs: BINARY_DEFS,
-    ints: false,
-};
+static BINARY: Kernel = Kernel::new(
+    "binary",
+    include_str!("../../shaders/binary.wgsl"),
+    "main",
+    &[Access::Read, Access::Read, Access::ReadWrite],
+)
+.libs(&[crate::runtime::pipeline::ACTIVATION_LIB])
+.defs(BINARY_DEFS);
 
 /// The donated operand's side overwrites it (src/ops/donate.rs): bindings b and io, or a
 /// and io.
-static BINARY_INPLACE_A: Kernel = Kernel {
-    name: "binary",
-    source: include_str!("../../shaders/binary.wgsl"),
-    entry: "main_inplace_a",
-    bindings: &[Access::Read, Access::ReadWrite],
-    slots: &[2, 4],
-    libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
-    defs: BINARY_DEFS,
-    ints: false,
-};
-static BINARY_INPLACE_B: Kernel = Kernel {
-    name: "binary",
-    source: include_str!("../../shaders/binary.wgsl"),
-    entry: "main_inplace_b",
-    bindings: &[Access::Read, Access::ReadWrite],
-    slots: &[1, 4],
-    libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
-    defs: BINARY_DEFS,
-    ints: false,
-};
+static BINARY_INPLACE_A: Kernel = Kernel::new(
+    "binary",
+    include_str!("../../shaders/binary.wgsl"),
+    "main_inplace_a",
+    &[Access::Read, Access::ReadWrite],
+)
+.slots(&[2, 4])
+.libs(&[crate::runtime::pipeline::ACTIVATION_LIB])
+.defs(BINARY_DEFS);
+static BINARY_INPLACE_B: Kernel = Kernel::new(
+    "binary",
+    include_str!("../../shaders/binary.wgsl"),
+    "main_inplace_b",
+    &[Access::Read, Access::ReadWrite],
+)
+.slots(&[1, 4])
+.libs(&[crate::runtime::pipeline::ACTIVATION_LIB])
+.defs(BINARY_DEFS);
 
 /// Which operand of a binary op gives its buffer to the output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,27 +19,27 @@ use crate::{DType, Result, Tensor};
 
 const SRC: &str = include_str!("../../shaders/compare.wgsl");
 
-static COMPARE: Kernel = Kernel {
-    name: "compare",
-    source: SRC,
-    entry: "compare",
-    bindings: &[Access::Read, Access::Read, Access::ReadWrite],
-    slots: &[1, 2, 5],
-    libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
-    defs: CMP_DEFS,
-    ints: true,
-};
+static COMPARE: Kernel = Kernel::new(
+    "compare",
+    SRC,
+    "compare",
+    &[Access::Read, Access::Read, Access::ReadWrite],
+)
+.slots(&[1, 2, 5])
+.libs(&[crate::runtime::pipeline::ACTIVATION_LIB])
+.defs(CMP_DEFS)
+.ints();
 
-static SELECT: Kernel = Kernel {
-    name: "compare",
-    source: SRC,
-    entry: "select_where",
-    bindings: &[Access::Read, Access::Read, Access::Read, Access::ReadWrite],
-    slots: &[1, 2, 3, 4],
-    libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
-    defs: CMP_DEFS,
-    ints: true,
-};
+static SELECT: Kernel = Kernel::new(
+    "compare",
+    SRC,
+    "select_where",
+    &[Access::Read, Access::Read, Access::Read, Access::ReadWrite],
+)
+.slots(&[1, 2, 3, 4])
+.libs(&[crate::runtime::pipeline::ACTIVATION_LIB])
+.defs(CMP_DEFS)
+.ints();
 
 /// A relation between two tensors' elements ([`Tensor::compare`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -20,26 +20,13 @@ const COPY_DEFS: &[(&str, u32)] = &[
     ("PAD_REPLICATE", PAD_REPLICATE),
 ];
 
-static COPY_INTO: Kernel = Kernel {
-    name: "copy",
-    source: SRC,
-    entry: "copy_into",
-    bindings: &[Access::Read, Access::ReadWrite],
-    slots: &[],
-    libs: &[],
-    defs: COPY_DEFS,
-    ints: true,
-};
-static PAD: Kernel = Kernel {
-    name: "copy",
-    source: SRC,
-    entry: "pad",
-    bindings: &[Access::Read, Access::ReadWrite],
-    slots: &[],
-    libs: &[],
-    defs: COPY_DEFS,
-    ints: true,
-};
+static COPY_INTO: Kernel =
+    Kernel::new("copy", SRC, "copy_into", &[Access::Read, Access::ReadWrite])
+        .defs(COPY_DEFS)
+        .ints();
+static PAD: Kernel = Kernel::new("copy", SRC, "pad", &[Access::Read, Access::ReadWrite])
+    .defs(COPY_DEFS)
+    .ints();
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]

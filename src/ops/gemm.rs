@@ -20,56 +20,21 @@ const SG8_SRC: &str = include_str!("../../shaders/gemm_sg8.wgsl");
 
 use Access::{Read as R, ReadWrite as RW};
 
-static TILED: Kernel = Kernel {
-    name: "gemm",
-    source: TILED_SRC,
-    entry: "gemm_tiled",
-    bindings: &[R, R, R, R, RW],
-    slots: &[1, 2, 3, 4, 5],
-    libs: LIBS,
-    defs: &[],
-    ints: false,
-};
-static TILED_PARTIAL: Kernel = Kernel {
-    name: "gemm",
-    source: TILED_SRC,
-    entry: "gemm_tiled_partial",
-    bindings: &[R, R, RW],
-    slots: &[1, 2, 6],
-    libs: LIBS,
-    defs: &[],
-    ints: false,
-};
-static SPLITK_REDUCE: Kernel = Kernel {
-    name: "gemm",
-    source: TILED_SRC,
-    entry: "splitk_reduce",
-    bindings: &[R, R, RW, RW],
-    slots: &[3, 4, 5, 6],
-    libs: LIBS,
-    defs: &[],
-    ints: false,
-};
-static SG8: Kernel = Kernel {
-    name: "gemm_sg8",
-    source: SG8_SRC,
-    entry: "gemm_sg8",
-    bindings: &[R, R, R, R, RW],
-    slots: &[1, 2, 3, 4, 5],
-    libs: LIBS,
-    defs: &[],
-    ints: false,
-};
-static SG8_PARTIAL: Kernel = Kernel {
-    name: "gemm_sg8",
-    source: SG8_SRC,
-    entry: "gemm_sg8_partial",
-    bindings: &[R, R, RW],
-    slots: &[1, 2, 6],
-    libs: LIBS,
-    defs: &[],
-    ints: false,
-};
+static TILED: Kernel = Kernel::new("gemm", TILED_SRC, "gemm_tiled", &[R, R, R, R, RW])
+    .slots(&[1, 2, 3, 4, 5])
+    .libs(LIBS);
+static TILED_PARTIAL: Kernel = Kernel::new("gemm", TILED_SRC, "gemm_tiled_partial", &[R, R, RW])
+    .slots(&[1, 2, 6])
+    .libs(LIBS);
+static SPLITK_REDUCE: Kernel = Kernel::new("gemm", TILED_SRC, "splitk_reduce", &[R, R, RW, RW])
+    .slots(&[3, 4, 5, 6])
+    .libs(LIBS);
+static SG8: Kernel = Kernel::new("gemm_sg8", SG8_SRC, "gemm_sg8", &[R, R, R, R, RW])
+    .slots(&[1, 2, 3, 4, 5])
+    .libs(LIBS);
+static SG8_PARTIAL: Kernel = Kernel::new("gemm_sg8", SG8_SRC, "gemm_sg8_partial", &[R, R, RW])
+    .slots(&[1, 2, 6])
+    .libs(LIBS);
 
 const REDUCE_WG: u32 = 256;
 /// Longest inner dimension accepted. Past it the f32 accumulation has lost most of its digits

@@ -14,36 +14,33 @@ use crate::{DType, Error, Result, Tensor};
 const SRC: &str = include_str!("../../shaders/grad.wgsl");
 const LIBS: &[&str] = &[crate::runtime::pipeline::ACTIVATION_LIB];
 
-static GRAD_BINARY: Kernel = Kernel {
-    name: "grad",
-    source: SRC,
-    entry: "grad_binary",
-    bindings: &[Access::Read, Access::Read, Access::ReadWrite],
-    slots: &[1, 2, 4],
-    libs: LIBS,
-    defs: GRAD_DEFS,
-    ints: false,
-};
-static NARROW_GRAD: Kernel = Kernel {
-    name: "grad",
-    source: SRC,
-    entry: "narrow_grad",
-    bindings: &[Access::Read, Access::ReadWrite],
-    slots: &[1, 4],
-    libs: LIBS,
-    defs: GRAD_DEFS,
-    ints: false,
-};
-static ARGEXT_GRAD: Kernel = Kernel {
-    name: "grad",
-    source: SRC,
-    entry: "argext_grad",
-    bindings: &[Access::Read, Access::Read, Access::Read, Access::ReadWrite],
-    slots: &[1, 2, 3, 4],
-    libs: LIBS,
-    defs: GRAD_DEFS,
-    ints: false,
-};
+static GRAD_BINARY: Kernel = Kernel::new(
+    "grad",
+    SRC,
+    "grad_binary",
+    &[Access::Read, Access::Read, Access::ReadWrite],
+)
+.slots(&[1, 2, 4])
+.libs(LIBS)
+.defs(GRAD_DEFS);
+static NARROW_GRAD: Kernel = Kernel::new(
+    "grad",
+    SRC,
+    "narrow_grad",
+    &[Access::Read, Access::ReadWrite],
+)
+.slots(&[1, 4])
+.libs(LIBS)
+.defs(GRAD_DEFS);
+static ARGEXT_GRAD: Kernel = Kernel::new(
+    "grad",
+    SRC,
+    "argext_grad",
+    &[Access::Read, Access::Read, Access::Read, Access::ReadWrite],
+)
+.slots(&[1, 2, 3, 4])
+.libs(LIBS)
+.defs(GRAD_DEFS);
 
 /// The `OP` codes of `grad_binary` (shaders/grad.wgsl `combine`): `f(a, b)` per element.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -27,39 +27,33 @@ use crate::{DType, Error, Result, Tensor};
 
 const SRC: &str = include_str!("../../shaders/index.wgsl");
 
-static ARGEXT: Kernel = Kernel {
-    name: "index",
-    source: SRC,
-    entry: "argext",
-    bindings: &[Access::Read, Access::ReadWrite],
-    slots: &[1, 5],
-    libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
-    defs: INDEX_DEFS,
-    ints: true,
-};
+static ARGEXT: Kernel = Kernel::new("index", SRC, "argext", &[Access::Read, Access::ReadWrite])
+    .slots(&[1, 5])
+    .libs(&[crate::runtime::pipeline::ACTIVATION_LIB])
+    .defs(INDEX_DEFS)
+    .ints();
 
-static GATHER: Kernel = Kernel {
-    name: "index",
-    source: SRC,
-    entry: "gather",
-    bindings: &[Access::Read, Access::Read, Access::ReadWrite],
-    slots: &[1, 2, 4],
-    libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
-    defs: INDEX_DEFS,
-    ints: true,
-};
+static GATHER: Kernel = Kernel::new(
+    "index",
+    SRC,
+    "gather",
+    &[Access::Read, Access::Read, Access::ReadWrite],
+)
+.slots(&[1, 2, 4])
+.libs(&[crate::runtime::pipeline::ACTIVATION_LIB])
+.defs(INDEX_DEFS)
+.ints();
 
-static SCATTER_ADD: Kernel = Kernel {
-    name: "index",
-    source: SRC,
-    entry: "scatter_add",
-    bindings: &[Access::Read, Access::Read, Access::Read, Access::ReadWrite],
-    slots: &[1, 2, 3, 4],
-    libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
-    defs: INDEX_DEFS,
-    // Accumulates in f32: float data only (checked before the launch).
-    ints: false,
-};
+// Not `.ints()`: it accumulates in f32, so float data only (checked before the launch).
+static SCATTER_ADD: Kernel = Kernel::new(
+    "index",
+    SRC,
+    "scatter_add",
+    &[Access::Read, Access::Read, Access::Read, Access::ReadWrite],
+)
+.slots(&[1, 2, 3, 4])
+.libs(&[crate::runtime::pipeline::ACTIVATION_LIB])
+.defs(INDEX_DEFS);
 
 /// The argext kernel's op codes, emitted as WGSL constants.
 const INDEX_DEFS: &[(&str, u32)] = &[("ARG_MAX", 0), ("ARG_MIN", 1)];

@@ -15,16 +15,13 @@ use crate::{DType, Result, Tensor};
 
 const WG: u32 = 64;
 
-static CHECK: Kernel = Kernel {
-    name: "index_check",
-    source: include_str!("../../shaders/index_check.wgsl"),
-    entry: "index_check",
-    bindings: &[Access::Read, Access::ReadWrite],
-    slots: &[],
-    libs: &[],
-    defs: &[],
-    ints: true,
-};
+static CHECK: Kernel = Kernel::new(
+    "index_check",
+    include_str!("../../shaders/index_check.wgsl"),
+    "index_check",
+    &[Access::Read, Access::ReadWrite],
+)
+.ints();
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]

@@ -10,42 +10,37 @@ use crate::runtime::window::{for_windows, Operand};
 use crate::runtime::{Access, Kernel};
 use crate::{DType, Result, Tensor};
 
-static MAP: Kernel = Kernel {
-    name: "map",
-    source: include_str!("../../shaders/map.wgsl"),
-    entry: "main",
-    bindings: &[Access::Read, Access::ReadWrite],
-    slots: &[],
-    libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
-    defs: MAP_DEFS,
-    // The copy path (OP_COPY) converts T to U directly, exact for i32; the math ops refuse
-    // i32 in `map` before launching.
-    ints: true,
-};
+// The copy path (OP_COPY) converts T to U directly, exact for i32; the math ops refuse
+// i32 in `map` before launching.
+static MAP: Kernel = Kernel::new(
+    "map",
+    include_str!("../../shaders/map.wgsl"),
+    "main",
+    &[Access::Read, Access::ReadWrite],
+)
+.libs(&[crate::runtime::pipeline::ACTIVATION_LIB])
+.defs(MAP_DEFS)
+.ints();
 
 /// The same math over a donated input's own buffer (src/ops/donate.rs).
-static MAP_INPLACE: Kernel = Kernel {
-    name: "map",
-    source: include_str!("../../shaders/map.wgsl"),
-    entry: "main_inplace",
-    bindings: &[Access::ReadWrite],
-    slots: &[3],
-    libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
-    defs: MAP_DEFS,
-    ints: false,
-};
+static MAP_INPLACE: Kernel = Kernel::new(
+    "map",
+    include_str!("../../shaders/map.wgsl"),
+    "main_inplace",
+    &[Access::ReadWrite],
+)
+.slots(&[3])
+.libs(&[crate::runtime::pipeline::ACTIVATION_LIB])
+.defs(MAP_DEFS);
 
 /// f32 <-> i32 over a donated input's own buffer.
-static CAST_INPLACE: Kernel = Kernel {
-    name: "cast_inplace",
-    source: include_str!("../../shaders/cast_inplace.wgsl"),
-    entry: "main",
-    bindings: &[Access::ReadWrite],
-    slots: &[],
-    libs: &[],
-    defs: &[],
-    ints: true,
-};
+static CAST_INPLACE: Kernel = Kernel::new(
+    "cast_inplace",
+    include_str!("../../shaders/cast_inplace.wgsl"),
+    "main",
+    &[Access::ReadWrite],
+)
+.ints();
 
 pub(crate) const WG: u32 = 256;
 

@@ -13,33 +13,27 @@ use crate::{DType, Error, Result, Tensor};
 
 const SRC: &str = include_str!("../../shaders/nll.wgsl");
 
-static NLL: Kernel = Kernel {
-    name: "nll",
-    source: SRC,
-    entry: "nll",
-    bindings: &[
+static NLL: Kernel = Kernel::new(
+    "nll",
+    SRC,
+    "nll",
+    &[
         Access::Read,
         Access::Read,
         Access::Read,
         Access::ReadWrite,
         Access::ReadWrite,
     ],
-    slots: &[1, 2, 3, 4, 5],
-    libs: &[],
-    defs: &[],
-    ints: false,
-};
+)
+.slots(&[1, 2, 3, 4, 5]);
 
-static NLL_BACKWARD: Kernel = Kernel {
-    name: "nll",
-    source: SRC,
-    entry: "nll_backward",
-    bindings: &[Access::Read, Access::Read, Access::Read, Access::ReadWrite],
-    slots: &[1, 2, 3, 4],
-    libs: &[],
-    defs: &[],
-    ints: false,
-};
+static NLL_BACKWARD: Kernel = Kernel::new(
+    "nll",
+    SRC,
+    "nll_backward",
+    &[Access::Read, Access::Read, Access::Read, Access::ReadWrite],
+)
+.slots(&[1, 2, 3, 4]);
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]

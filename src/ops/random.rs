@@ -30,16 +30,13 @@ const RANDOM_DEFS: &[(&str, u32)] = &[
     ("DIST_DROPOUT", DIST_DROPOUT),
 ];
 
-static RANDOM: Kernel = Kernel {
-    name: "random",
-    source: include_str!("../../shaders/random.wgsl"),
-    entry: "main",
-    bindings: &[Access::Read, Access::ReadWrite],
-    slots: &[],
-    libs: &[],
-    defs: RANDOM_DEFS,
-    ints: false,
-};
+static RANDOM: Kernel = Kernel::new(
+    "random",
+    include_str!("../../shaders/random.wgsl"),
+    "main",
+    &[Access::Read, Access::ReadWrite],
+)
+.defs(RANDOM_DEFS);
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]

@@ -11,47 +11,39 @@ use crate::{DType, Error, Result, Tensor};
 
 const WG: u32 = 256;
 
-static ROWS: Kernel = Kernel {
-    name: "reduce",
-    source: include_str!("../../shaders/reduce.wgsl"),
-    entry: "reduce_rows",
-    bindings: &[Access::Read, Access::ReadWrite],
-    slots: &[],
-    libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
-    defs: REDUCE_DEFS,
-    ints: false,
-};
+static ROWS: Kernel = Kernel::new(
+    "reduce",
+    include_str!("../../shaders/reduce.wgsl"),
+    "reduce_rows",
+    &[Access::Read, Access::ReadWrite],
+)
+.libs(&[crate::runtime::pipeline::ACTIVATION_LIB])
+.defs(REDUCE_DEFS);
 /// The same folds in windows over the reduced axis, carried in an f32 workspace.
-static ROWS_CARRY: Kernel = Kernel {
-    name: "reduce",
-    source: include_str!("../../shaders/reduce.wgsl"),
-    entry: "reduce_rows_carry",
-    bindings: &[Access::Read, Access::ReadWrite, Access::ReadWrite],
-    slots: &[],
-    libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
-    defs: REDUCE_DEFS,
-    ints: false,
-};
-static WORKGROUP_CARRY: Kernel = Kernel {
-    name: "reduce",
-    source: include_str!("../../shaders/reduce.wgsl"),
-    entry: "reduce_wg_carry",
-    bindings: &[Access::Read, Access::ReadWrite, Access::ReadWrite],
-    slots: &[],
-    libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
-    defs: REDUCE_DEFS,
-    ints: false,
-};
-static WORKGROUP: Kernel = Kernel {
-    name: "reduce",
-    source: include_str!("../../shaders/reduce.wgsl"),
-    entry: "reduce_wg",
-    bindings: &[Access::Read, Access::ReadWrite],
-    slots: &[],
-    libs: &[crate::runtime::pipeline::ACTIVATION_LIB],
-    defs: REDUCE_DEFS,
-    ints: false,
-};
+static ROWS_CARRY: Kernel = Kernel::new(
+    "reduce",
+    include_str!("../../shaders/reduce.wgsl"),
+    "reduce_rows_carry",
+    &[Access::Read, Access::ReadWrite, Access::ReadWrite],
+)
+.libs(&[crate::runtime::pipeline::ACTIVATION_LIB])
+.defs(REDUCE_DEFS);
+static WORKGROUP_CARRY: Kernel = Kernel::new(
+    "reduce",
+    include_str!("../../shaders/reduce.wgsl"),
+    "reduce_wg_carry",
+    &[Access::Read, Access::ReadWrite, Access::ReadWrite],
+)
+.libs(&[crate::runtime::pipeline::ACTIVATION_LIB])
+.defs(REDUCE_DEFS);
+static WORKGROUP: Kernel = Kernel::new(
+    "reduce",
+    include_str!("../../shaders/reduce.wgsl"),
+    "reduce_wg",
+    &[Access::Read, Access::ReadWrite],
+)
+.libs(&[crate::runtime::pipeline::ACTIVATION_LIB])
+.defs(REDUCE_DEFS);
 
 /// Reductions along one dim, accumulated in f32 by [`Tensor::reduce`] (and its shorthands
 /// such as [`Tensor::sum`]).

@@ -13,27 +13,12 @@ use crate::{DType, Result, Tensor};
 
 const SRC: &str = include_str!("../../shaders/segment.wgsl");
 
-macro_rules! segment_kernel {
-    ($name:ident, $entry:literal, $bindings:expr, $slots:expr) => {
-        static $name: Kernel = Kernel {
-            name: "segment",
-            source: SRC,
-            entry: $entry,
-            bindings: $bindings,
-            slots: $slots,
-            libs: &[],
-            defs: &[],
-            ints: false,
-        };
-    };
-}
-
 use Access::{Read as R, ReadWrite as RW};
-segment_kernel!(COUNT, "seg_count", &[R, RW], &[1, 2]);
-segment_kernel!(SCAN, "seg_scan", &[RW, RW], &[2, 3]);
-segment_kernel!(FILL, "seg_fill", &[R, RW, RW], &[1, 2, 4]);
-segment_kernel!(SORT, "seg_sort", &[RW, RW], &[3, 4]);
-segment_kernel!(SUM, "seg_sum", &[RW, RW, R, RW], &[3, 4, 5, 6]);
+static COUNT: Kernel = Kernel::new("segment", SRC, "seg_count", &[R, RW]).slots(&[1, 2]);
+static SCAN: Kernel = Kernel::new("segment", SRC, "seg_scan", &[RW, RW]).slots(&[2, 3]);
+static FILL: Kernel = Kernel::new("segment", SRC, "seg_fill", &[R, RW, RW]).slots(&[1, 2, 4]);
+static SORT: Kernel = Kernel::new("segment", SRC, "seg_sort", &[RW, RW]).slots(&[3, 4]);
+static SUM: Kernel = Kernel::new("segment", SRC, "seg_sum", &[RW, RW, R, RW]).slots(&[3, 4, 5, 6]);
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]

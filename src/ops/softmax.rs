@@ -14,26 +14,20 @@ use crate::{DType, Result, Tensor};
 const SRC: &str = include_str!("../../shaders/softmax.wgsl");
 const WG: u32 = 64;
 
-static ROWS: Kernel = Kernel {
-    name: "softmax",
-    source: SRC,
-    entry: "softmax_rows",
-    bindings: &[Access::Read, Access::ReadWrite],
-    slots: &[],
-    libs: &[ACTIVATION_LIB],
-    defs: &[],
-    ints: false,
-};
-static WORKGROUP: Kernel = Kernel {
-    name: "softmax",
-    source: SRC,
-    entry: "softmax_wg",
-    bindings: &[Access::Read, Access::ReadWrite],
-    slots: &[],
-    libs: &[ACTIVATION_LIB],
-    defs: &[],
-    ints: false,
-};
+static ROWS: Kernel = Kernel::new(
+    "softmax",
+    SRC,
+    "softmax_rows",
+    &[Access::Read, Access::ReadWrite],
+)
+.libs(&[ACTIVATION_LIB]);
+static WORKGROUP: Kernel = Kernel::new(
+    "softmax",
+    SRC,
+    "softmax_wg",
+    &[Access::Read, Access::ReadWrite],
+)
+.libs(&[ACTIVATION_LIB]);
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]

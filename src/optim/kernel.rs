@@ -28,22 +28,19 @@ const OPTIM_DEFS: &[(&str, u32)] = &[
     ("FLAG_AMSGRAD", FLAG_AMSGRAD),
 ];
 
-static OPTIM: Kernel = Kernel {
-    name: "optim",
-    source: include_str!("../../shaders/optim.wgsl"),
-    entry: "main",
-    bindings: &[
+static OPTIM: Kernel = Kernel::new(
+    "optim",
+    include_str!("../../shaders/optim.wgsl"),
+    "main",
+    &[
         Access::ReadWrite,
         Access::Read,
         Access::ReadWrite,
         Access::ReadWrite,
         Access::ReadWrite,
     ],
-    slots: &[],
-    libs: &[],
-    defs: OPTIM_DEFS,
-    ints: false,
-};
+)
+.defs(OPTIM_DEFS);
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable, Default)]

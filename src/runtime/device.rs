@@ -619,17 +619,13 @@ mod tests {
     use super::*;
     use crate::runtime::{Access, Kernel};
 
-    static BROKEN: Kernel = Kernel {
-        name: "broken",
-        source: "@group(0) @binding(1) var<storage, read_write> y: array<T>;\n\
+    static BROKEN: Kernel = Kernel::new(
+        "broken",
+        "@group(0) @binding(1) var<storage, read_write> y: array<T>;\n\
                  @compute @workgroup_size(64) fn main() { y[0] = undefined_symbol; }",
-        entry: "main",
-        bindings: &[Access::ReadWrite],
-        slots: &[],
-        libs: &[],
-        defs: &[],
-        ints: false,
-    };
+        "main",
+        &[Access::ReadWrite],
+    );
 
     #[test]
     fn invalid_shader_is_a_validation_error_not_a_panic() {

@@ -241,20 +241,16 @@ mod override_tests {
     use crate::runtime::{Access, Kernel};
 
     // Each invocation of one workgroup bumps a counter: the count is the real workgroup size.
-    static COUNT: Kernel = Kernel {
-        name: "count_invocations",
-        source: "override WG: u32 = 64u;\n\
+    static COUNT: Kernel = Kernel::new(
+        "count_invocations",
+        "override WG: u32 = 64u;\n\
                  override SGS: u32 = 4u;\n\
                  @group(0) @binding(1) var<storage, read_write> out: array<atomic<u32>>;\n\
                  @compute @workgroup_size(WG) fn plain() { atomicAdd(&out[0], 1u); }\n\
                  @compute @workgroup_size(SGS * 8u) fn expr() { atomicAdd(&out[0], 1u); }",
-        entry: "plain",
-        bindings: &[Access::ReadWrite],
-        slots: &[],
-        libs: &[],
-        defs: &[],
-        ints: false,
-    };
+        "plain",
+        &[Access::ReadWrite],
+    );
     static COUNT_EXPR: Kernel = Kernel {
         entry: "expr",
         ..COUNT
@@ -294,18 +290,14 @@ mod hazard_tests {
     use crate::runtime::{Access, Kernel};
     use crate::Tensor;
 
-    static COPY: Kernel = Kernel {
-        name: "alias_probe",
-        source: "@group(0) @binding(1) var<storage, read> x: array<f32>;\n\
+    static COPY: Kernel = Kernel::new(
+        "alias_probe",
+        "@group(0) @binding(1) var<storage, read> x: array<f32>;\n\
                  @group(0) @binding(2) var<storage, read_write> y: array<f32>;\n\
                  @compute @workgroup_size(64) fn main() { y[0] = x[0]; }",
-        entry: "main",
-        bindings: &[Access::Read, Access::ReadWrite],
-        slots: &[],
-        libs: &[],
-        defs: &[],
-        ints: false,
-    };
+        "main",
+        &[Access::Read, Access::ReadWrite],
+    );
 
     /// One buffer bound read and read_write in one dispatch is refused at launch, before
     /// anything is recorded: earlier work in the same batch still reads back.

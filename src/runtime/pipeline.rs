@@ -42,6 +42,52 @@ pub(crate) struct Kernel {
 }
 
 impl Kernel {
+    /// A kernel of `source`'s entry point `entry` whose storage bindings are `bindings`, bound
+    /// at 1, 2, 3, ..., with no libs or defs, refusing i32 tensors: the builder methods below
+    /// change those defaults. `name` labels its pipelines and errors; entry points of one
+    /// module usually share it.
+    pub(crate) const fn new(
+        name: &'static str,
+        source: &'static str,
+        entry: &'static str,
+        bindings: &'static [Access],
+    ) -> Self {
+        Kernel {
+            name,
+            source,
+            entry,
+            bindings,
+            slots: &[],
+            libs: &[],
+            defs: &[],
+            ints: false,
+        }
+    }
+
+    /// Binds `bindings` at these binding numbers instead of 1, 2, 3, ...
+    pub(crate) const fn slots(mut self, slots: &'static [u32]) -> Self {
+        self.slots = slots;
+        self
+    }
+
+    /// Places these shared WGSL pieces before the source.
+    pub(crate) const fn libs(mut self, libs: &'static [&'static str]) -> Self {
+        self.libs = libs;
+        self
+    }
+
+    /// Emits these named codes as WGSL `const` declarations.
+    pub(crate) const fn defs(mut self, defs: &'static [(&'static str, u32)]) -> Self {
+        self.defs = defs;
+        self
+    }
+
+    /// Marks the kernel correct for `i32` storage (see [`Kernel::ints`](Self#structfield.ints)).
+    pub(crate) const fn ints(mut self) -> Self {
+        self.ints = true;
+        self
+    }
+
     pub(crate) fn slot(&self, i: usize) -> u32 {
         self.slots.get(i).copied().unwrap_or(i as u32 + 1)
     }

@@ -89,87 +89,41 @@ const SINV: u32 = 13;
 const DGAMMA: u32 = 14;
 const DBETA: u32 = 15;
 
-static STATS: Kernel = Kernel {
-    name: "batchnorm",
-    source: SRC,
-    entry: "bn_stats",
-    bindings: &[R, R, RW],
-    slots: &[X4, X1, WS],
-    libs: LIBS,
-    defs: &[],
-    ints: false,
-};
+/// A batch norm entry point binding `bindings` at `slots`.
+const fn kernel(entry: &'static str, bindings: &'static [Access], slots: &'static [u32]) -> Kernel {
+    Kernel::new("batchnorm", SRC, entry, bindings)
+        .slots(slots)
+        .libs(LIBS)
+}
+static STATS: Kernel = kernel("bn_stats", &[R, R, RW], &[X4, X1, WS]);
 /// bn_stats over a window that may not hold sample 0: the pivots come gathered (SMEAN slot).
-static STATS_PIVOTS: Kernel = Kernel {
-    name: "batchnorm",
-    source: SRC,
-    entry: "bn_stats_pivots",
-    bindings: &[R, R, RW, RW],
-    slots: &[X4, X1, WS, SMEAN],
-    libs: LIBS,
-    defs: &[],
-    ints: false,
-};
-static FINALIZE: Kernel = Kernel {
-    name: "batchnorm",
-    source: SRC,
-    entry: "bn_finalize",
-    bindings: &[RW, RW, RW, RW, RW, RW, RW],
-    slots: &[WS, GAMMA, BETA, RMEAN, RVAR, SMEAN, SINV],
-    libs: LIBS,
-    defs: &[],
-    ints: false,
-};
-static APPLY: Kernel = Kernel {
-    name: "batchnorm",
-    source: SRC,
-    entry: "bn_apply",
-    bindings: &[R, R, RW, RW, RW],
-    slots: &[X4, X1, OUT4, OUT1, WS],
-    libs: LIBS,
-    defs: &[],
-    ints: false,
-};
-static INFER: Kernel = Kernel {
-    name: "batchnorm",
-    source: SRC,
-    entry: "bn_infer",
-    bindings: &[R, R, RW, RW, RW, RW, RW, RW],
-    slots: &[X4, X1, OUT4, OUT1, GAMMA, BETA, RMEAN, RVAR],
-    libs: LIBS,
-    defs: &[],
-    ints: false,
-};
-static GRAD_STATS: Kernel = Kernel {
-    name: "batchnorm",
-    source: SRC,
-    entry: "bn_grad_stats",
-    bindings: &[R, R, R, R, RW, RW],
-    slots: &[X4, X1, DY4, DY1, SMEAN, WS],
-    libs: LIBS,
-    defs: &[],
-    ints: false,
-};
-static GRAD_FINALIZE: Kernel = Kernel {
-    name: "batchnorm",
-    source: SRC,
-    entry: "bn_grad_finalize",
-    bindings: &[RW, RW, RW, RW, RW, RW],
-    slots: &[WS, GAMMA, SMEAN, SINV, DGAMMA, DBETA],
-    libs: LIBS,
-    defs: &[],
-    ints: false,
-};
-static GRAD_APPLY: Kernel = Kernel {
-    name: "batchnorm",
-    source: SRC,
-    entry: "bn_grad_apply",
-    bindings: &[R, R, R, R, RW, RW, RW],
-    slots: &[X4, X1, DY4, DY1, OUT4, OUT1, WS],
-    libs: LIBS,
-    defs: &[],
-    ints: false,
-};
+static STATS_PIVOTS: Kernel = kernel("bn_stats_pivots", &[R, R, RW, RW], &[X4, X1, WS, SMEAN]);
+static FINALIZE: Kernel = kernel(
+    "bn_finalize",
+    &[RW, RW, RW, RW, RW, RW, RW],
+    &[WS, GAMMA, BETA, RMEAN, RVAR, SMEAN, SINV],
+);
+static APPLY: Kernel = kernel("bn_apply", &[R, R, RW, RW, RW], &[X4, X1, OUT4, OUT1, WS]);
+static INFER: Kernel = kernel(
+    "bn_infer",
+    &[R, R, RW, RW, RW, RW, RW, RW],
+    &[X4, X1, OUT4, OUT1, GAMMA, BETA, RMEAN, RVAR],
+);
+static GRAD_STATS: Kernel = kernel(
+    "bn_grad_stats",
+    &[R, R, R, R, RW, RW],
+    &[X4, X1, DY4, DY1, SMEAN, WS],
+);
+static GRAD_FINALIZE: Kernel = kernel(
+    "bn_grad_finalize",
+    &[RW, RW, RW, RW, RW, RW],
+    &[WS, GAMMA, SMEAN, SINV, DGAMMA, DBETA],
+);
+static GRAD_APPLY: Kernel = kernel(
+    "bn_grad_apply",
+    &[R, R, R, R, RW, RW, RW],
+    &[X4, X1, DY4, DY1, OUT4, OUT1, WS],
+);
 
 /// Invocations per workgroup of the per-channel passes (`FIN_WG` in the shader).
 const FIN_WG: u64 = 64;

@@ -19,89 +19,38 @@ const SG8_SRC: &str = include_str!("../../../shaders/conv_sg8.wgsl");
 
 use Access::{Read as R, ReadWrite as RW};
 
-static TILED: Kernel = Kernel {
-    name: "conv",
-    source: TILED_SRC,
-    entry: "conv_tiled",
-    bindings: &[R, R, R, RW],
-    slots: &[1, 2, 3, 4],
-    libs: LIBS,
-    defs: &[],
-    ints: false,
-};
-static TILED_PARTIAL: Kernel = Kernel {
-    name: "conv",
-    source: TILED_SRC,
-    entry: "conv_tiled_partial",
-    bindings: &[R, R, RW],
-    slots: &[1, 2, 5],
-    libs: LIBS,
-    defs: &[],
-    ints: false,
-};
-static SPLITK_REDUCE: Kernel = Kernel {
-    name: "conv",
-    source: TILED_SRC,
-    entry: "conv_splitk_reduce",
-    bindings: &[R, RW, RW],
-    slots: &[3, 4, 5],
-    libs: LIBS,
-    defs: &[],
-    ints: false,
-};
-static SG8: Kernel = Kernel {
-    name: "conv_sg8",
-    source: SG8_SRC,
-    entry: "conv_sg8",
-    bindings: &[R, R, R, RW],
-    slots: &[1, 2, 3, 4],
-    libs: LIBS,
-    defs: &[],
-    ints: false,
-};
-static SG8_PARTIAL: Kernel = Kernel {
-    name: "conv_sg8",
-    source: SG8_SRC,
-    entry: "conv_sg8_partial",
-    bindings: &[R, R, RW],
-    slots: &[1, 2, 5],
-    libs: LIBS,
-    defs: &[],
-    ints: false,
-};
+static TILED: Kernel = Kernel::new("conv", TILED_SRC, "conv_tiled", &[R, R, R, RW])
+    .slots(&[1, 2, 3, 4])
+    .libs(LIBS);
+static TILED_PARTIAL: Kernel = Kernel::new("conv", TILED_SRC, "conv_tiled_partial", &[R, R, RW])
+    .slots(&[1, 2, 5])
+    .libs(LIBS);
+static SPLITK_REDUCE: Kernel = Kernel::new("conv", TILED_SRC, "conv_splitk_reduce", &[R, RW, RW])
+    .slots(&[3, 4, 5])
+    .libs(LIBS);
+static SG8: Kernel = Kernel::new("conv_sg8", SG8_SRC, "conv_sg8", &[R, R, R, RW])
+    .slots(&[1, 2, 3, 4])
+    .libs(LIBS);
+static SG8_PARTIAL: Kernel = Kernel::new("conv_sg8", SG8_SRC, "conv_sg8_partial", &[R, R, RW])
+    .slots(&[1, 2, 5])
+    .libs(LIBS);
 
 const DIRECT_SRC: &str = include_str!("../../../shaders/conv_direct.wgsl");
 
-static DIRECT: Kernel = Kernel {
-    name: "conv_direct",
-    source: DIRECT_SRC,
-    entry: "conv_direct",
-    bindings: &[R, R, R, RW],
-    slots: &[1, 2, 3, 4],
-    libs: LIBS,
-    defs: &[],
-    ints: false,
-};
-static DIRECT_L4: Kernel = Kernel {
-    name: "conv_direct",
-    source: DIRECT_SRC,
-    entry: "conv_direct_l4",
-    bindings: &[R, R, R, RW],
-    slots: &[1, 2, 3, 4],
-    libs: LIBS,
-    defs: &[],
-    ints: false,
-};
-static DIRECT_PARTIAL: Kernel = Kernel {
-    name: "conv_direct",
-    source: DIRECT_SRC,
-    entry: "conv_direct_partial",
-    bindings: &[R, R, RW],
-    slots: &[1, 2, 5],
-    libs: LIBS,
-    defs: &[],
-    ints: false,
-};
+static DIRECT: Kernel = Kernel::new("conv_direct", DIRECT_SRC, "conv_direct", &[R, R, R, RW])
+    .slots(&[1, 2, 3, 4])
+    .libs(LIBS);
+static DIRECT_L4: Kernel = Kernel::new("conv_direct", DIRECT_SRC, "conv_direct_l4", &[R, R, R, RW])
+    .slots(&[1, 2, 3, 4])
+    .libs(LIBS);
+static DIRECT_PARTIAL: Kernel = Kernel::new(
+    "conv_direct",
+    DIRECT_SRC,
+    "conv_direct_partial",
+    &[R, R, RW],
+)
+.slots(&[1, 2, 5])
+.libs(LIBS);
 const REDUCE_WG: u32 = 256;
 /// Columns per invocation (one output line) and invocations per workgroup of `conv_direct`.
 const DIRECT_COLS: usize = 8;

@@ -11,46 +11,24 @@ const BACKWARD_LIBS: &[&str] = &[ACTIVATION_LIB, BACKWARD_COMMON];
 const BACKWARD_SRC: &str = include_str!("../../../shaders/rnn_backward.wgsl");
 const BACKWARD_SG8_SRC: &str = include_str!("../../../shaders/rnn_backward_sg8.wgsl");
 
-macro_rules! backward_kernel {
-    ($name:ident, $src:expr, $entry:literal, lstm) => {
-        static $name: Kernel = Kernel {
-            name: $entry,
-            source: $src,
-            entry: $entry,
-            bindings: &[R, R, R, R, RW, RW],
-            slots: &[1, 2, 3, 5, 6, 7],
-            libs: BACKWARD_LIBS,
-            defs: &[],
-            ints: false,
-        };
-    };
-    ($name:ident, $src:expr, $entry:literal, gru) => {
-        static $name: Kernel = Kernel {
-            name: $entry,
-            source: $src,
-            entry: $entry,
-            bindings: &[R, R, R, R, RW, RW, RW],
-            slots: &[1, 2, 3, 4, 6, 7, 8],
-            libs: BACKWARD_LIBS,
-            defs: &[],
-            ints: false,
-        };
-    };
+/// A backward step kernel: the LSTM one reads the cell states (slot 5), the GRU one the hidden
+/// states (slot 4) and also writes `dax` (slot 8).
+const fn backward_kernel(kind: RnnKind, source: &'static str, entry: &'static str) -> Kernel {
+    match kind {
+        RnnKind::Lstm => {
+            Kernel::new(entry, source, entry, &[R, R, R, R, RW, RW]).slots(&[1, 2, 3, 5, 6, 7])
+        }
+        RnnKind::Gru => Kernel::new(entry, source, entry, &[R, R, R, R, RW, RW, RW])
+            .slots(&[1, 2, 3, 4, 6, 7, 8]),
+    }
+    .libs(BACKWARD_LIBS)
 }
-backward_kernel!(LSTM_BACKWARD, BACKWARD_SRC, "lstm_backward_step", lstm);
-backward_kernel!(GRU_BACKWARD, BACKWARD_SRC, "gru_backward_step", gru);
-backward_kernel!(
-    LSTM_BACKWARD_SG8,
-    BACKWARD_SG8_SRC,
-    "lstm_backward_step_sg8",
-    lstm
-);
-backward_kernel!(
-    GRU_BACKWARD_SG8,
-    BACKWARD_SG8_SRC,
-    "gru_backward_step_sg8",
-    gru
-);
+static LSTM_BACKWARD: Kernel = backward_kernel(RnnKind::Lstm, BACKWARD_SRC, "lstm_backward_step");
+static GRU_BACKWARD: Kernel = backward_kernel(RnnKind::Gru, BACKWARD_SRC, "gru_backward_step");
+static LSTM_BACKWARD_SG8: Kernel =
+    backward_kernel(RnnKind::Lstm, BACKWARD_SG8_SRC, "lstm_backward_step_sg8");
+static GRU_BACKWARD_SG8: Kernel =
+    backward_kernel(RnnKind::Gru, BACKWARD_SG8_SRC, "gru_backward_step_sg8");
 
 /// Gradients of one layer and direction's weights, PyTorch layout: each field has the shape
 /// of the [`RnnWeights`](super::RnnWeights) field of the same name (what PyTorch leaves in

@@ -27,46 +27,25 @@ const WG: u32 = 64;
 
 use Access::{Read as R, ReadWrite as RW};
 
-macro_rules! step_kernel {
-    ($name:ident, $src:expr, $entry:literal, lstm) => {
-        static $name: Kernel = Kernel {
-            name: $entry,
-            source: $src,
-            entry: $entry,
-            bindings: &[R, R, R, RW, RW, RW],
-            slots: &[1, 2, 3, 4, 5, 6],
-            libs: LIBS,
-            defs: &[],
-            ints: false,
-        };
-    };
-    ($name:ident, $src:expr, $entry:literal, gru) => {
-        static $name: Kernel = Kernel {
-            name: $entry,
-            source: $src,
-            entry: $entry,
-            bindings: &[R, R, R, RW, RW],
-            slots: &[1, 2, 3, 4, 6],
-            libs: LIBS,
-            defs: &[],
-            ints: false,
-        };
-    };
+/// A step kernel: the LSTM one binds a cell state (slot 5) the GRU one lacks.
+const fn step_kernel(kind: RnnKind, source: &'static str, entry: &'static str) -> Kernel {
+    match kind {
+        RnnKind::Lstm => {
+            Kernel::new(entry, source, entry, &[R, R, R, RW, RW, RW]).slots(&[1, 2, 3, 4, 5, 6])
+        }
+        RnnKind::Gru => {
+            Kernel::new(entry, source, entry, &[R, R, R, RW, RW]).slots(&[1, 2, 3, 4, 6])
+        }
+    }
+    .libs(LIBS)
 }
-step_kernel!(LSTM_STEP, PORTABLE_SRC, "lstm_step", lstm);
-step_kernel!(GRU_STEP, PORTABLE_SRC, "gru_step", gru);
-step_kernel!(LSTM_STEP_SG8, SG8_SRC, "lstm_step_sg8", lstm);
-step_kernel!(GRU_STEP_SG8, SG8_SRC, "gru_step_sg8", gru);
-static LOAD_STATE: Kernel = Kernel {
-    name: "rnn",
-    source: PORTABLE_SRC,
-    entry: "load_state",
-    bindings: &[R, RW],
-    slots: &[7, 4],
-    libs: LIBS,
-    defs: &[],
-    ints: false,
-};
+static LSTM_STEP: Kernel = step_kernel(RnnKind::Lstm, PORTABLE_SRC, "lstm_step");
+static GRU_STEP: Kernel = step_kernel(RnnKind::Gru, PORTABLE_SRC, "gru_step");
+static LSTM_STEP_SG8: Kernel = step_kernel(RnnKind::Lstm, SG8_SRC, "lstm_step_sg8");
+static GRU_STEP_SG8: Kernel = step_kernel(RnnKind::Gru, SG8_SRC, "gru_step_sg8");
+static LOAD_STATE: Kernel = Kernel::new("rnn", PORTABLE_SRC, "load_state", &[R, RW])
+    .slots(&[7, 4])
+    .libs(LIBS);
 
 /// LSTM or GRU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
