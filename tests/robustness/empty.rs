@@ -184,11 +184,16 @@ fn batch_norm_with_empty_and_single_values() {
         e.to_string().contains("more than 1 value per channel"),
         "{e}"
     );
-    let e = batch_norm_train(&empty(&[0, 3]), None, &BatchNormOptions::default()).unwrap_err();
-    assert!(
-        e.to_string().contains("more than 1 value per channel"),
-        "{e}"
-    );
+    // An empty batch is fine in training, as in PyTorch (it refuses exactly one value): an
+    // empty output, [C] saved statistics, running statistics untouched, the batch counted.
+    let mut st = BatchNormState::new(dev(), 3, DType::F32).unwrap();
+    let out =
+        batch_norm_train(&empty(&[0, 3]), Some(&mut st), &BatchNormOptions::default()).unwrap();
+    assert_eq!(out.y.shape(), &[0, 3]);
+    assert_eq!(out.saved.mean().shape(), &[3]);
+    assert_eq!(vals(&st.running_mean), vec![0.0; 3]);
+    assert_eq!(vals(&st.running_var), vec![1.0; 3]);
+    assert_eq!(st.num_batches_tracked, 1);
     let e = batch_norm_train(&ramp(&[1, 2, 1, 1]), None, &BatchNormOptions::default()).unwrap_err();
     assert!(
         e.to_string().contains("more than 1 value per channel"),

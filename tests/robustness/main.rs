@@ -15,6 +15,7 @@ mod hazards;
 mod indices;
 mod limits;
 mod memory;
+mod model_fuzz;
 mod nan;
 mod rnn;
 mod sweep;

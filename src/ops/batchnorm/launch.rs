@@ -85,7 +85,8 @@ pub(crate) fn train_untracked(
     let dt = x.dtype;
     // Values per channel (N times the trailing dims): not numel / C, which C = 0 would divide.
     let count: usize = x.shape()[0] * x.shape()[2..].iter().product::<usize>();
-    if count <= 1 {
+    // PyTorch refuses exactly one value per channel (no variance); an empty batch is fine.
+    if count == 1 {
         return Err(Error::shape(
             op,
             format!(
@@ -121,12 +122,14 @@ pub(crate) fn train_untracked(
         };
         running = Some((rmean_os, rvar_os, factor));
     }
-    if c == 0 {
-        // No channels: nothing to normalize, but the call still counts as a training batch.
+    if c == 0 || count == 0 {
+        // Nothing to normalize (no channels, or an empty batch, which PyTorch accepts and
+        // leaves the running statistics alone), but the call still counts as a training
+        // batch, as nn.BatchNorm counts it.
         let dev = x.device();
         let y = Tensor::empty(dev, op, x.shape(), dt)?;
-        let mean = Tensor::empty(dev, op, &[0], DType::F32)?;
-        let invstd = Tensor::empty(dev, op, &[0], DType::F32)?;
+        let mean = Tensor::zeros(dev, &[c], DType::F32)?;
+        let invstd = Tensor::zeros(dev, &[c], DType::F32)?;
         let out = output(x, y.clone(), y, mean, invstd, o.activation);
         if let Some(st) = state {
             st.num_batches_tracked = st.num_batches_tracked.saturating_add(1);
@@ -157,10 +160,7 @@ pub(crate) fn train_untracked(
     let dts = [dt];
     let data = inp.consts(None);
     let xb = inp.x.buffer();
-    let fused = match o.activation {
-        Activation::Gelu => Activation::None,
-        a => a,
-    };
+    let (fused, after) = o.activation.split_unfused();
     let windows = inp.windows(op, &[y.buffer()])?;
     let wsb = ws.buffer();
     if windows.is_some() {
@@ -231,10 +231,7 @@ pub(crate) fn train_untracked(
         st.num_batches_tracked = st.num_batches_tracked.saturating_add(1);
     }
     // GELU's derivative needs its input: y is stored as the pre-activation, activated here.
-    let activated = match o.activation {
-        Activation::Gelu => y.gelu()?,
-        _ => y.clone(),
-    };
+    let activated = after.apply(&y)?;
     Ok(output(
         x,
         activated,
@@ -260,8 +257,8 @@ fn output(
         activation,
         act_input: match activation {
             Activation::None => None,
-            Activation::Gelu => Some(pre),
-            _ => Some(y.clone()),
+            a if a.grad_from_output() => Some(y.clone()),
+            _ => Some(pre),
         },
         input: Some(ViewId::of(x)),
         output: Some(ViewId::of(&y)),
