@@ -114,9 +114,72 @@ pub enum Error {
         /// Why the mapping failed.
         msg: String,
     },
+    /// An error raised by code built on wgtensor (a model's own checks), made with
+    /// [`Error::msg`].
+    #[error("{context}: {msg}")]
+    Other {
+        /// Where it happened (a function, a layer, a file).
+        context: String,
+        /// What went wrong.
+        msg: String,
+    },
+    /// An error inside a layer's forward, with the layer's path in its model and its type
+    /// (`classifier.1 (Linear): ...`): see [`Error::in_layer`].
+    #[error("{path} ({layer}): {source}")]
+    Layer {
+        /// The layer's state-dict path (`features.0`), empty for the top-level module.
+        path: String,
+        /// The layer's type (`Linear`, `Conv2d`).
+        layer: &'static str,
+        /// The error the layer's op returned.
+        source: Box<Error>,
+    },
 }
 
 impl Error {
+    /// An error of the caller's own, for code built on wgtensor that returns
+    /// [`Result`](crate::Result): `Err(Error::msg("my_model", "expected 3 channels"))`.
+    pub fn msg(context: impl Into<String>, msg: impl Into<String>) -> Self {
+        Error::Other {
+            context: context.into(),
+            msg: msg.into(),
+        }
+    }
+
+    /// This error as raised inside the layer at `path` (its state-dict prefix) of type
+    /// `layer`. Errors already carrying a layer keep the innermost one and gain the outer
+    /// path as a prefix, so the message names the full path of the layer that failed.
+    pub fn in_layer(self, path: &str, layer: &'static str) -> Self {
+        match self {
+            Error::Layer {
+                path: inner,
+                layer: l,
+                source,
+            } => Error::Layer {
+                path: match (path.is_empty(), inner.is_empty()) {
+                    (true, _) => inner,
+                    (false, true) => path.to_string(),
+                    (false, false) => format!("{path}.{inner}"),
+                },
+                layer: l,
+                source,
+            },
+            other => Error::Layer {
+                path: path.to_string(),
+                layer,
+                source: Box::new(other),
+            },
+        }
+    }
+
+    /// The error beneath any layer context ([`Error::Layer`]): what the op itself reported.
+    pub fn root(&self) -> &Error {
+        match self {
+            Error::Layer { source, .. } => source.root(),
+            other => other,
+        }
+    }
+
     pub(crate) fn shape(op: &'static str, msg: impl Into<String>) -> Self {
         Error::Shape {
             op,

@@ -353,12 +353,28 @@ impl Tensor {
     /// let nchw = nhwc.permute(&[0, 3, 1, 2])?; // a strided view, ready for conv2d
     /// assert_eq!(nchw.shape(), &[8, 3, 32, 32]);
     /// assert_eq!(nchw.strides(), &[3072, 1, 96, 3]);
+    /// assert_eq!(nhwc.permute(&[0, -1, 1, 2])?.shape(), &[8, 3, 32, 32]); // negative dims
     /// # Ok(()) }
     /// ```
-    pub fn permute(&self, perm: &[usize]) -> Result<Tensor> {
-        let out = self.view(self.layout.permute(perm)?);
+    pub fn permute<S: crate::ShapeArg + ?Sized>(&self, perm: &S) -> Result<Tensor> {
+        let rank = self.rank() as i128;
+        let perm: Vec<usize> = perm
+            .dims()
+            .into_iter()
+            .map(|d| {
+                let n = if d < 0 { d + rank } else { d };
+                if n < 0 || n >= rank.max(1) {
+                    return Err(Error::arg(
+                        "permute",
+                        format!("dim {d} is out of range for a tensor of rank {rank}"),
+                    ));
+                }
+                Ok(n as usize)
+            })
+            .collect::<Result<_>>()?;
+        let out = self.view(self.layout.permute(&perm)?);
         Ok(view_grad::record_view(self, out, || {
-            ViewKind::permute(perm)
+            ViewKind::permute(&perm)
         }))
     }
 
@@ -479,6 +495,53 @@ impl Tensor {
             .device()
             .read_bytes("to_vec", src.buffer(), offset, bytes)?;
         Ok(bytemuck::pod_collect_to_vec(&raw))
+    }
+
+    /// The value of a one-element tensor (any shape, any dtype) as an `f64`, PyTorch's
+    /// `item()`: reads it back, so it waits for the work that computes it. Native only; on
+    /// wasm use [`Tensor::item_async`]. Errors with [`Error::Shape`] when the tensor holds
+    /// other than one element, and as [`Tensor::to_vec`].
+    ///
+    /// ```ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// use wgtensor::{Device, Tensor};
+    /// let dev = Device::new()?;
+    /// let loss = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0], &[3])?.mean(0, false)?;
+    /// assert_eq!(loss.item()?, 2.0);
+    /// # Ok(()) }
+    /// ```
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn item(&self) -> Result<f64> {
+        self.check_item()?;
+        Ok(match self.dtype {
+            DType::F32 => self.to_vec::<f32>()?[0] as f64,
+            DType::F16 => self.to_vec::<half::f16>()?[0].to_f64(),
+            DType::I32 => self.to_vec::<i32>()?[0] as f64,
+        })
+    }
+
+    /// [`Tensor::item`] as a future (the wasm path; also works natively).
+    pub async fn item_async(&self) -> Result<f64> {
+        self.check_item()?;
+        Ok(match self.dtype {
+            DType::F32 => self.to_vec_async::<f32>().await?[0] as f64,
+            DType::F16 => self.to_vec_async::<half::f16>().await?[0].to_f64(),
+            DType::I32 => self.to_vec_async::<i32>().await?[0] as f64,
+        })
+    }
+
+    fn check_item(&self) -> Result<()> {
+        if self.numel() != 1 {
+            return Err(Error::shape(
+                "item",
+                format!(
+                    "a Tensor with {} elements (shape {:?}) cannot be converted to a scalar",
+                    self.numel(),
+                    self.shape()
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// [`Tensor::to_vec`] as a future that resolves once the data is on the host: the

@@ -217,3 +217,80 @@ fn narrow_with_negative_and_typed_starts() {
         vec![0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0]
     );
 }
+
+/// PyTorch's conveniences: `reshape` with one `-1`, `squeeze`, `flatten`, negative `permute`
+/// dims, `item`, and a client's own error with layer context.
+#[test]
+fn reshape_infers_one_dim_and_views_squeeze_flatten_item() {
+    let (x, v) = ramp(&[2, 3, 4], 0.0);
+    assert_eq!(x.reshape(&[-1, 4]).unwrap().shape(), &[6, 4]);
+    assert_eq!(x.reshape(&[2, -1]).unwrap().shape(), &[2, 12]);
+    assert_eq!(x.reshape(&vec![4usize, 6]).unwrap().shape(), &[4, 6]);
+    let shape: &[usize] = &[24];
+    assert_eq!(vals(&x.reshape(&shape).unwrap()), v);
+    for bad in [&[-1, -1][..], &[-2, 12], &[5, -1], &[0, -1]] {
+        let e = x.reshape(bad).unwrap_err();
+        assert!(e.to_string().starts_with("reshape:"), "{e}");
+    }
+    // An empty tensor: -1 next to nonzero sizes is inferred as 0.
+    let (z, _) = ramp(&[0, 3], 0.0);
+    assert_eq!(z.reshape(&[-1, 3]).unwrap().shape(), &[0, 3]);
+
+    let (y, _) = ramp(&[1, 3, 1], 0.0);
+    assert_eq!(y.squeeze(0).unwrap().shape(), &[3, 1]);
+    assert_eq!(y.squeeze(-1).unwrap().shape(), &[1, 3]);
+    assert_eq!(
+        y.squeeze(1).unwrap().shape(),
+        &[1, 3, 1],
+        "size 3: unchanged"
+    );
+    assert_eq!(y.squeeze_all().unwrap().shape(), &[3]);
+    assert!(y.squeeze(3).is_err());
+    // A strided view squeezes without a copy.
+    let t = x.narrow(1, 1, 1).unwrap();
+    let s = t.squeeze(1).unwrap();
+    assert!(s.shares_storage(&x));
+    assert_eq!(vals(&s), vec![4.0, 5.0, 6.0, 7.0, 16.0, 17.0, 18.0, 19.0]);
+
+    assert_eq!(x.flatten(1, -1).unwrap().shape(), &[2, 12]);
+    assert_eq!(x.flatten(0, 1).unwrap().shape(), &[6, 4]);
+    assert!(x.flatten(2, 1).is_err());
+    assert_eq!(x.permute(&[-1, 0, 1]).unwrap().shape(), &[4, 2, 3]);
+    assert!(x.permute(&[0, 1, 3]).is_err());
+
+    let m = x.mean_dims(&[0, 1, 2], false).unwrap();
+    assert_eq!(m.item().unwrap(), 11.5);
+    let i = Tensor::from_slice(dev(), &[7i32], &[1, 1]).unwrap();
+    assert_eq!(i.item().unwrap(), 7.0);
+    let e = x.item().unwrap_err();
+    assert!(e.to_string().contains("24 elements"), "{e}");
+
+    // Gradients flow through the new views.
+    let w = ramp(&[2, 1, 3], 1.0).0.requires_grad().unwrap();
+    let g = w
+        .squeeze(1)
+        .unwrap()
+        .reshape(&[-1])
+        .unwrap()
+        .sum_all()
+        .unwrap();
+    let g = g.backward().unwrap();
+    assert_eq!(vals(g.get(&w).unwrap()), vec![1.0; 6]);
+}
+
+#[test]
+fn client_errors_and_layer_context() {
+    use wgtensor::Error;
+    let e = Error::msg("my_model", "expected 3 channels");
+    assert_eq!(e.to_string(), "my_model: expected 3 channels");
+    let inner = Tensor::zeros(dev(), &[2, 3], DType::F32)
+        .unwrap()
+        .matmul(&Tensor::zeros(dev(), &[4, 5], DType::F32).unwrap())
+        .unwrap_err();
+    let e = inner
+        .clone()
+        .in_layer("1", "Linear")
+        .in_layer("classifier", "Sequential");
+    assert!(e.to_string().starts_with("classifier.1 (Linear): "), "{e}");
+    assert_eq!(e.root(), &inner);
+}

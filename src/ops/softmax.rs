@@ -6,7 +6,8 @@
 use bytemuck::{Pod, Zeroable};
 
 use crate::layout::{contiguous_strides, pack_dims, Layout, MAX_RANK};
-use crate::runtime::pipeline::{ShaderVariant, ACTIVATION_LIB};
+use crate::ops::activation::ACTIVATION;
+use crate::runtime::pipeline::ShaderVariant;
 use crate::runtime::window::{too_wide, windows, Span};
 use crate::runtime::{Access, Bind, Kernel};
 use crate::{DType, Result, Tensor};
@@ -20,14 +21,14 @@ static ROWS: Kernel = Kernel::new(
     "softmax_rows",
     &[Access::Read, Access::ReadWrite],
 )
-.libs(&[ACTIVATION_LIB]);
+.libs(&[&ACTIVATION]);
 static WORKGROUP: Kernel = Kernel::new(
     "softmax",
     SRC,
     "softmax_wg",
     &[Access::Read, Access::ReadWrite],
 )
-.libs(&[ACTIVATION_LIB]);
+.libs(&[&ACTIVATION]);
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -106,7 +107,7 @@ fn run_untracked(op: &'static str, x: &Tensor, dim: isize, log: bool) -> Result<
     // PyTorch treats a rank-0 tensor as one element along dim 0 or -1.
     if x.rank() == 0 {
         Layout::normalize_dim(op, dim, 1)?;
-        return run(op, &x.reshape(&[1])?, 0, log)?.reshape(&[]);
+        return run(op, &x.reshape(&[1])?, 0, log)?.reshape(&[0usize; 0]);
     }
     let d = Layout::normalize_dim(op, dim, x.rank())?;
     let out = Tensor::empty(dev, op, x.shape(), x.dtype)?;

@@ -3,7 +3,7 @@
 
 use crate::autograd::{record, sum_to, BackwardOp};
 use crate::ops::grad_kernel::narrow_grad;
-use crate::{Result, Tensor};
+use crate::{Error, Layout, Result, Tensor};
 
 /// Which view produced a tensor; enough to map its gradient back to the source's shape.
 #[derive(Debug, Clone)]
@@ -105,16 +105,141 @@ impl Tensor {
     /// let yt = x.transpose(0, 1)?.reshape(&[6])?; // strided: packed into new storage
     /// assert_eq!(yt.to_vec::<f32>()?, vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
     /// assert!(x.reshape(&[4]).is_err());
+    /// assert_eq!(x.reshape(&[-1, 2])?.shape(), &[3, 2]); // one dim inferred, as PyTorch
     /// # Ok(()) }
     /// ```
     ///
+    /// `shape` is any slice, array or `Vec` of `usize` or of signed integers, where one entry
+    /// may be `-1` (inferred from the element count).
+    ///
     /// [`Error::Shape`]: crate::Error::Shape
-    pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
+    pub fn reshape<S: ShapeArg + ?Sized>(&self, shape: &S) -> Result<Tensor> {
+        let shape = resolve_shape("reshape", &shape.dims(), self.numel())?;
         if !self.is_tracked() {
-            return self.reshape_untracked(shape);
+            return self.reshape_untracked(&shape);
         }
         // The copy a non-contiguous source needs is part of this one recorded op.
-        let out = self.detach().reshape_untracked(shape)?;
+        let out = self.detach().reshape_untracked(&shape)?;
         Ok(record_view(self, out, || ViewKind::Reshape))
     }
+
+    /// Removes `dim` when its size is 1 (PyTorch's `squeeze(dim)`; a dim of another size is
+    /// left as it is; negative dims count from the end). Always a view.
+    pub fn squeeze(&self, dim: isize) -> Result<Tensor> {
+        if self.rank() == 0 {
+            Layout::normalize_dim("squeeze", dim, 1)?;
+            return Ok(self.clone());
+        }
+        let d = Layout::normalize_dim("squeeze", dim, self.rank())?;
+        if self.shape()[d] != 1 {
+            return Ok(self.clone());
+        }
+        let out = self.view(self.layout.without_dim(d));
+        Ok(record_view(self, out, || ViewKind::Reshape))
+    }
+
+    /// Removes every dim of size 1 (PyTorch's `squeeze()`). Always a view.
+    pub fn squeeze_all(&self) -> Result<Tensor> {
+        let mut out = self.clone();
+        for d in (0..self.rank()).rev() {
+            if self.shape()[d] == 1 {
+                out = out.squeeze(d as isize)?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Collapses dims `start..=end` into one (PyTorch's `flatten(start_dim, end_dim)`; negative
+    /// dims count from the end). A view when the tensor is contiguous, as [`Tensor::reshape`].
+    pub fn flatten(&self, start: isize, end: isize) -> Result<Tensor> {
+        let op = "flatten";
+        if self.rank() == 0 {
+            return self.reshape(&[1usize]);
+        }
+        let s = Layout::normalize_dim(op, start, self.rank())?;
+        let e = Layout::normalize_dim(op, end, self.rank())?;
+        if s > e {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "start_dim {start} comes after end_dim {end} (rank {})",
+                    self.rank()
+                ),
+            ));
+        }
+        let mut shape = self.shape()[..s].to_vec();
+        shape.push(self.shape()[s..=e].iter().product());
+        shape.extend_from_slice(&self.shape()[e + 1..]);
+        self.reshape(&shape)
+    }
+}
+
+/// A shape argument of [`Tensor::reshape`]: unsigned sizes, or signed ones where one entry may
+/// be `-1`. Implemented for slices, arrays and `Vec`s of `usize`, `isize`, `i64` and `i32`
+/// (an integer literal infers as `i32`, so `x.reshape(&[2, -1])` works).
+pub trait ShapeArg {
+    /// The entries, widened losslessly.
+    fn dims(&self) -> Vec<i128>;
+}
+
+macro_rules! shape_arg {
+    ($($t:ty),*) => {$(
+        impl ShapeArg for [$t] {
+            fn dims(&self) -> Vec<i128> {
+                self.iter().map(|&d| d as i128).collect()
+            }
+        }
+        impl<const N: usize> ShapeArg for [$t; N] {
+            fn dims(&self) -> Vec<i128> {
+                self.iter().map(|&d| d as i128).collect()
+            }
+        }
+        impl ShapeArg for Vec<$t> {
+            fn dims(&self) -> Vec<i128> {
+                self.iter().map(|&d| d as i128).collect()
+            }
+        }
+    )*};
+}
+shape_arg!(usize, isize, i64, i32, u32, u64);
+
+impl<S: ShapeArg + ?Sized> ShapeArg for &S {
+    fn dims(&self) -> Vec<i128> {
+        (**self).dims()
+    }
+}
+
+/// Resolves a `-1` in `dims` against `numel` elements (PyTorch's rules: at most one `-1`, no
+/// other negative size, and the sizes must multiply to `numel`).
+pub(crate) fn resolve_shape(op: &'static str, dims: &[i128], numel: usize) -> Result<Vec<usize>> {
+    let bad = |msg: String| Error::shape(op, msg);
+    let mut infer = None;
+    let mut known: i128 = 1;
+    for (i, &d) in dims.iter().enumerate() {
+        if d == -1 {
+            if infer.replace(i).is_some() {
+                return Err(bad(format!(
+                    "only one dimension can be inferred, got {dims:?}"
+                )));
+            }
+        } else if d < 0 {
+            return Err(bad(format!("invalid shape dimension {d} in {dims:?}")));
+        } else {
+            known = known.saturating_mul(d);
+        }
+    }
+    let mut out: Vec<usize> = Vec::with_capacity(dims.len());
+    for &d in dims {
+        out.push(usize::try_from(d.max(0)).map_err(|_| bad(format!("size {d} is too large")))?);
+    }
+    if let Some(i) = infer {
+        let n = numel as i128;
+        if known == 0 || n % known != 0 {
+            return Err(bad(format!(
+                "shape {dims:?} is invalid for input of size {numel}"
+            )));
+        }
+        out[i] = usize::try_from(n / known).map_err(|_| bad(format!("{dims:?} overflows")))?;
+    }
+    Ok(out)
 }
