@@ -294,3 +294,41 @@ fn client_errors_and_layer_context() {
     assert!(e.to_string().starts_with("classifier.1 (Linear): "), "{e}");
     assert_eq!(e.root(), &inner);
 }
+
+/// Reflect and replicate padding are differentiable: the gradient sums every output
+/// position's gradient into the input position it copied (PyTorch's backward).
+#[test]
+fn reflect_and_replicate_pad_gradients() {
+    fn src(mode: PadMode, o: usize, left: usize, len: usize) -> usize {
+        let j = o as i64 - left as i64;
+        let last = len as i64 - 1;
+        (match mode {
+            PadMode::Reflect if j < 0 => -j,
+            PadMode::Reflect if j > last => 2 * last - j,
+            _ => j.clamp(0, last),
+        }) as usize
+    }
+    for mode in [PadMode::Reflect, PadMode::Replicate] {
+        let (h, w) = (4usize, 5usize);
+        let (l, r, t, b) = (2usize, 1usize, 1usize, 3usize.min(h - 1));
+        let x = ramp(&[2, h, w], 0.0).0.requires_grad().unwrap();
+        let y = pad(&x, &[l, r, t, b], mode, 0.0).unwrap();
+        let (oh, ow) = (h + t + b, w + l + r);
+        assert_eq!(y.shape(), &[2, oh, ow]);
+        let wv: Vec<f32> = (0..2 * oh * ow)
+            .map(|i| ((i * 7) % 5) as f32 - 2.0)
+            .collect();
+        let wt = Tensor::from_slice(dev(), &wv, &[2, oh, ow]).unwrap();
+        let g = y.mul(&wt).unwrap().sum_all().unwrap().backward().unwrap();
+        let mut want = vec![0.0f32; 2 * h * w];
+        for n in 0..2 {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let (iy, ix) = (src(mode, oy, t, h), src(mode, ox, l, w));
+                    want[(n * h + iy) * w + ix] += wv[(n * oh + oy) * ow + ox];
+                }
+            }
+        }
+        assert_eq!(vals(g.get(&x).unwrap()), want, "{mode:?}");
+    }
+}

@@ -245,15 +245,6 @@ pub fn stack(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
 /// last dim (`[left, right, top, bottom, ...]`), at most one pair per dim; `value` fills
 /// [`PadMode::Constant`] borders.
 pub fn pad(x: &Tensor, pads: &[usize], mode: PadMode, value: f64) -> Result<Tensor> {
-    let tracking = x.is_tracked() && crate::autograd::is_grad_enabled();
-    if tracking && mode != PadMode::Constant {
-        return Err(Error::arg(
-            "pad",
-            format!(
-                "{mode:?} padding has no backward yet; only PadMode::Constant is differentiable"
-            ),
-        ));
-    }
     let out = pad_untracked(x, pads, mode, value)?;
     Ok(crate::autograd::record(out, &[x], |_| {
         // Pair i pads dim rank - 1 - i; the gradient is the unpadded window of g.
@@ -263,14 +254,31 @@ pub fn pad(x: &Tensor, pads: &[usize], mode: PadMode, value: f64) -> Result<Tens
             .enumerate()
             .map(|(i, pair)| (rank - 1 - i, pair[0], x.shape()[rank - 1 - i]))
             .collect();
-        Box::new(PadBackward { window })
+        Box::new(PadBackward { window, mode })
     }))
 }
 
-/// Constant pad's backward: narrow the gradient back to the input's window.
+/// Pad's backward. Constant: the gradient's window over the input. Reflect and replicate
+/// read input positions several times, so their gradient sums every output position's
+/// gradient into the input position it copied: per padded dim, a `scatter_add` (summing in
+/// index order: deterministic) along that dim with the source index of each output position.
 struct PadBackward {
     /// (dim, start, len) per padded dim.
     window: Vec<(usize, usize, usize)>,
+    mode: PadMode,
+}
+
+/// The input position output position `o` of a padded dim copies (`left` padded before an
+/// input of `len`).
+fn pad_source(mode: PadMode, o: usize, left: usize, len: usize) -> usize {
+    let j = o as i64 - left as i64;
+    let last = len as i64 - 1;
+    let s = match mode {
+        PadMode::Reflect if j < 0 => -j,
+        PadMode::Reflect if j > last => 2 * last - j,
+        _ => j.clamp(0, last),
+    };
+    s as usize
 }
 
 impl crate::autograd::BackwardOp for PadBackward {
@@ -288,7 +296,21 @@ impl crate::autograd::BackwardOp for PadBackward {
         };
         let mut gx = g.clone();
         for &(d, start, len) in &self.window {
-            gx = gx.narrow(d as isize, start, len)?;
+            if self.mode == PadMode::Constant || gx.shape()[d] == len {
+                gx = gx.narrow(d as isize, start, len)?;
+                continue;
+            }
+            let out_len = gx.shape()[d];
+            let src: Vec<i32> = (0..out_len)
+                .map(|o| pad_source(self.mode, o, start, len) as i32)
+                .collect();
+            let mut lifted = vec![1usize; gx.rank()];
+            lifted[d] = out_len;
+            let index = Tensor::from_slice(g.device(), &src, &lifted)?.broadcast_to(gx.shape())?;
+            let mut shape = gx.shape().to_vec();
+            shape[d] = len;
+            let zeros = Tensor::zeros(g.device(), &shape, gx.dtype)?;
+            gx = zeros.scatter_add(d as isize, &index, &gx)?;
         }
         Ok(vec![Some(gx)])
     }
