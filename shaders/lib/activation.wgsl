@@ -100,7 +100,7 @@ fn gelu_f(v: f32) -> f32 {
 }
 
 // Epilogue activation codes: the ACT_* constants the runtime emits from the Rust table
-// (ACTIVATION_DEFS in src/ops/gemm.rs).
+// (ACTIVATION_DEFS in src/ops/activation.rs).
 fn activate(v: f32, code: u32) -> f32 {
     switch code {
         case ACT_RELU: { return relu_f(v); }

@@ -3,6 +3,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use crate::layout::{broadcast_shapes, pack_dims, Layout, MAX_RANK};
+use crate::ops::activation::ACTIVATION;
 use crate::ops::map::WG;
 use crate::runtime::window::{for_windows, Operand};
 use crate::runtime::{Access, Kernel};
@@ -14,7 +15,7 @@ static BINARY: Kernel = Kernel::new(
     "main",
     &[Access::Read, Access::Read, Access::ReadWrite],
 )
-.libs(&[crate::runtime::pipeline::ACTIVATION_LIB])
+.libs(&[&ACTIVATION])
 .defs(BINARY_DEFS);
 
 /// The donated operand's side overwrites it (src/ops/donate.rs): bindings b and io, or a
@@ -26,7 +27,7 @@ static BINARY_INPLACE_A: Kernel = Kernel::new(
     &[Access::Read, Access::ReadWrite],
 )
 .slots(&[2, 4])
-.libs(&[crate::runtime::pipeline::ACTIVATION_LIB])
+.libs(&[&ACTIVATION])
 .defs(BINARY_DEFS);
 static BINARY_INPLACE_B: Kernel = Kernel::new(
     "binary",
@@ -35,7 +36,7 @@ static BINARY_INPLACE_B: Kernel = Kernel::new(
     &[Access::Read, Access::ReadWrite],
 )
 .slots(&[1, 4])
-.libs(&[crate::runtime::pipeline::ACTIVATION_LIB])
+.libs(&[&ACTIVATION])
 .defs(BINARY_DEFS);
 
 /// Which operand of a binary op gives its buffer to the output.

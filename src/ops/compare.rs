@@ -12,6 +12,7 @@ use bytemuck::{Pod, Zeroable};
 
 use crate::autograd::{record, sum_to, BackwardOp};
 use crate::layout::{broadcast_shapes, pack_dims, MAX_RANK};
+use crate::ops::activation::ACTIVATION;
 use crate::ops::map::WG;
 use crate::runtime::pipeline::ShaderVariant;
 use crate::runtime::{Access, Kernel};
@@ -26,7 +27,7 @@ static COMPARE: Kernel = Kernel::new(
     &[Access::Read, Access::Read, Access::ReadWrite],
 )
 .slots(&[1, 2, 5])
-.libs(&[crate::runtime::pipeline::ACTIVATION_LIB])
+.libs(&[&ACTIVATION])
 .defs(CMP_DEFS)
 .ints();
 
@@ -37,7 +38,7 @@ static SELECT: Kernel = Kernel::new(
     &[Access::Read, Access::Read, Access::Read, Access::ReadWrite],
 )
 .slots(&[1, 2, 3, 4])
-.libs(&[crate::runtime::pipeline::ACTIVATION_LIB])
+.libs(&[&ACTIVATION])
 .defs(CMP_DEFS)
 .ints();
 

@@ -8,13 +8,18 @@
 use bytemuck::{Pod, Zeroable};
 
 use crate::layout::{broadcast_shapes, Layout};
+use crate::ops::activation::{ACTIVATION, ACTIVATION_DEFS};
 use crate::ops::gemm_grad;
-use crate::runtime::pipeline::{ShaderVariant, ACTIVATION_LIB};
+use crate::runtime::pipeline::{ShaderLib, ShaderVariant};
 use crate::runtime::{Access, Bind, Kernel, Storage};
 use crate::{Caps, DType, Device, Error, Result, Tensor};
 
-const GEMM_COMMON: &str = include_str!("../../shaders/lib/gemm_common.wgsl");
-const LIBS: &[&str] = &[ACTIVATION_LIB, GEMM_COMMON];
+/// The epilogue activation, defined in [`ops::activation`](crate::ops::activation) and
+/// re-exported here where it has always been reachable.
+pub use crate::ops::activation::Activation;
+
+static GEMM_COMMON: ShaderLib = ShaderLib::new(include_str!("../../shaders/lib/gemm_common.wgsl"));
+const LIBS: &[&ShaderLib] = &[&ACTIVATION, &GEMM_COMMON];
 const TILED_SRC: &str = include_str!("../../shaders/gemm.wgsl");
 const SG8_SRC: &str = include_str!("../../shaders/gemm_sg8.wgsl");
 
@@ -43,36 +48,6 @@ const REDUCE_WG: u32 = 256;
 const MAX_K: usize = 1 << 24;
 /// Batch dims left after merging must fit the kernel's vec4 batch decode.
 const MAX_BATCH_DIMS: usize = 4;
-
-/// Activation fused into an epilogue (its codes reach the shaders through `ACTIVATION_DEFS`).
-///
-/// GEMM ([`GemmOptions::activation`]), the convolutions and batch-norm inference apply it to
-/// the result before it is stored, saving the extra pass (and memory round trip) that a
-/// separate [`Tensor::relu`] and the like would cost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Activation {
-    /// The identity (no activation).
-    #[default]
-    None,
-    /// `max(x, 0)`.
-    Relu,
-    /// Exact (erf) GELU.
-    Gelu,
-    /// The logistic sigmoid `1 / (1 + e^-x)`.
-    Sigmoid,
-    /// Hyperbolic tangent.
-    Tanh,
-}
-
-/// The epilogue activation codes as the shaders name them (`activate()` in
-/// shaders/lib/activation.wgsl switches on these constants, emitted from this table).
-pub(crate) const ACTIVATION_DEFS: &[(&str, u32)] = &[
-    ("ACT_NONE", Activation::None as u32),
-    ("ACT_RELU", Activation::Relu as u32),
-    ("ACT_GELU", Activation::Gelu as u32),
-    ("ACT_SIGMOID", Activation::Sigmoid as u32),
-    ("ACT_TANH", Activation::Tanh as u32),
-];
 
 /// A bias added in the epilogue: one value per output column (`[N]`) or per row (`[M]`).
 /// The same bias is added to every batch entry; its dtype and device must match the operands.

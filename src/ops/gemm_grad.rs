@@ -5,11 +5,12 @@
 //! the deterministic split-k), `dC = beta dZ` and the bias gradient is a row or column sum,
 //! each summed back over broadcast batch dims. relu, sigmoid and tanh derivatives come from
 //! the output, so their epilogue stays fused; GELU's needs the pre-activation, so a tracked
-//! GELU GEMM runs as a plain GEMM followed by a recorded `gelu`.
+//! GELU GEMM runs as a plain GEMM followed by a recorded `gelu` (`Activation::split_unfused`).
 
 use crate::autograd::{is_grad_enabled, record, sum_to, BackwardOp};
-use crate::ops::grad_kernel::{grad_binary, GradCode};
-use crate::ops::{gemm, Activation, Bias, GemmOptions};
+use crate::ops::activation::Activation;
+use crate::ops::grad_kernel::activation_grad;
+use crate::ops::{gemm, Bias, GemmOptions};
 use crate::{Error, Result, Tensor};
 
 struct GemmBackward {
@@ -82,22 +83,7 @@ impl BackwardOp for GemmBackward {
         let Some(g) = grads.first().and_then(Option::as_ref) else {
             return Ok(vec![None; n_in]);
         };
-        let gz = match self.act {
-            Activation::None => g.clone(),
-            act => {
-                let y = self.y.as_ref().ok_or_else(missing)?;
-                let code = match act {
-                    Activation::Relu => GradCode::ReluFromY,
-                    Activation::Sigmoid => GradCode::SigmoidFromY,
-                    Activation::Tanh => GradCode::TanhFromY,
-                    // Never recorded fused (see `recorded`).
-                    Activation::Gelu | Activation::None => {
-                        return Err(Error::arg("gemm", "no fused backward for this activation"))
-                    }
-                };
-                grad_binary(g, y, code, 0.0)?
-            }
-        };
+        let gz = activation_grad("gemm", g, self.y.as_ref(), self.act)?;
         let mut out = Vec::with_capacity(n_in);
         out.push(if needs[0] {
             Some(self.grad_a(&gz)?)
@@ -163,20 +149,13 @@ pub(crate) fn recorded(
     let mut inputs = vec![a, b];
     inputs.extend(o.c);
     inputs.extend(bias_t);
-    if o.activation == Activation::Gelu {
-        let pre = recorded(
-            a,
-            b,
-            &GemmOptions {
-                activation: Activation::None,
-                ..*o
-            },
-            forward,
-        )?;
-        return pre.gelu();
-    }
+    let (fused, after) = o.activation.split_unfused();
+    let o = &GemmOptions {
+        activation: fused,
+        ..*o
+    };
     let out = forward(o)?;
-    Ok(record(out, &inputs, |y| {
+    let y = record(out, &inputs, |y| {
         Box::new(GemmBackward {
             a: b.is_tracked().then(|| a.detach()),
             b: a.is_tracked().then(|| b.detach()),
@@ -186,10 +165,11 @@ pub(crate) fn recorded(
             beta: o.beta,
             c_shape: o.c.map(|c| c.shape().to_vec()),
             bias_per_row: o.bias.map(|bias| matches!(bias, Bias::PerRow(_))),
-            act: o.activation,
-            y: (o.activation != Activation::None).then(|| y.clone()),
+            act: fused,
+            y: (fused != Activation::None).then(|| y.clone()),
         })
-    }))
+    });
+    after.apply(&y)
 }
 
 /// In-place ops are not differentiable: refuse tracked operands while grad mode is on (under

@@ -6,13 +6,15 @@
 use bytemuck::{Pod, Zeroable};
 
 use crate::layout::{broadcast_shapes, pack_dims, Layout, MAX_RANK};
+use crate::ops::activation::{Activation, ACTIVATION};
 use crate::ops::map::WG;
+use crate::runtime::pipeline::ShaderLib;
 use crate::runtime::window::{for_windows, Operand};
 use crate::runtime::{Access, Kernel};
 use crate::{DType, Error, Result, Tensor};
 
 const SRC: &str = include_str!("../../shaders/grad.wgsl");
-const LIBS: &[&str] = &[crate::runtime::pipeline::ACTIVATION_LIB];
+const LIBS: &[&ShaderLib] = &[&ACTIVATION];
 
 static GRAD_BINARY: Kernel = Kernel::new(
     "grad",
@@ -83,6 +85,26 @@ pub(crate) const GRAD_DEFS: &[(&str, u32)] = &[
     ("GRAD_PASS_LE", GradCode::PassLe as u32),
     ("GRAD_ZERO_WHERE_ZERO", GradCode::ZeroWhereZero as u32),
 ];
+
+/// `g * act'`, the gradient before a fused activation, for every epilogue's backward (GEMM,
+/// conv, batch norm): `saved` is the activation's output for relu, sigmoid and tanh and its
+/// input for GELU (see [`Activation::grad_from_output`]); the identity returns `g`.
+pub(crate) fn activation_grad(
+    op: &'static str,
+    g: &Tensor,
+    saved: Option<&Tensor>,
+    act: Activation,
+) -> Result<Tensor> {
+    let code = match act {
+        Activation::None => return Ok(g.clone()),
+        Activation::Relu => GradCode::ReluFromY,
+        Activation::Sigmoid => GradCode::SigmoidFromY,
+        Activation::Tanh => GradCode::TanhFromY,
+        Activation::Gelu => GradCode::GeluFromX,
+    };
+    let saved = saved.ok_or_else(|| Error::arg(op, "backward is missing a saved tensor"))?;
+    grad_binary(g, saved, code, 0.0)
+}
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable, Default)]

@@ -20,6 +20,7 @@ use bytemuck::{Pod, Zeroable};
 
 use crate::autograd::{record, BackwardOp};
 use crate::layout::{pack_dims, Layout, MAX_RANK};
+use crate::ops::activation::ACTIVATION;
 use crate::ops::map::WG;
 use crate::runtime::pipeline::ShaderVariant;
 use crate::runtime::{Access, Kernel};
@@ -29,7 +30,7 @@ const SRC: &str = include_str!("../../shaders/index.wgsl");
 
 static ARGEXT: Kernel = Kernel::new("index", SRC, "argext", &[Access::Read, Access::ReadWrite])
     .slots(&[1, 5])
-    .libs(&[crate::runtime::pipeline::ACTIVATION_LIB])
+    .libs(&[&ACTIVATION])
     .defs(INDEX_DEFS)
     .ints();
 
@@ -40,7 +41,7 @@ static GATHER: Kernel = Kernel::new(
     &[Access::Read, Access::Read, Access::ReadWrite],
 )
 .slots(&[1, 2, 4])
-.libs(&[crate::runtime::pipeline::ACTIVATION_LIB])
+.libs(&[&ACTIVATION])
 .defs(INDEX_DEFS)
 .ints();
 
@@ -52,7 +53,7 @@ static SCATTER_ADD: Kernel = Kernel::new(
     &[Access::Read, Access::Read, Access::Read, Access::ReadWrite],
 )
 .slots(&[1, 2, 3, 4])
-.libs(&[crate::runtime::pipeline::ACTIVATION_LIB])
+.libs(&[&ACTIVATION])
 .defs(INDEX_DEFS);
 
 /// The argext kernel's op codes, emitted as WGSL constants.

@@ -4,6 +4,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use crate::layout::{pack_dims, MAX_RANK};
+use crate::ops::activation::ACTIVATION;
 use crate::ops::map_grad;
 use crate::ops::view_grad::{self, ViewKind};
 use crate::runtime::window::{for_windows, Operand};
@@ -18,7 +19,7 @@ static MAP: Kernel = Kernel::new(
     "main",
     &[Access::Read, Access::ReadWrite],
 )
-.libs(&[crate::runtime::pipeline::ACTIVATION_LIB])
+.libs(&[&ACTIVATION])
 .defs(MAP_DEFS)
 .ints();
 
@@ -30,7 +31,7 @@ static MAP_INPLACE: Kernel = Kernel::new(
     &[Access::ReadWrite],
 )
 .slots(&[3])
-.libs(&[crate::runtime::pipeline::ACTIVATION_LIB])
+.libs(&[&ACTIVATION])
 .defs(MAP_DEFS);
 
 /// f32 <-> i32 over a donated input's own buffer.

@@ -1,5 +1,6 @@
 //! Public ops. Each family: validate -> pick variant -> launch through the runtime.
 
+pub mod activation;
 pub mod batchnorm;
 pub mod binary;
 mod binary_grad;
@@ -27,6 +28,7 @@ pub(crate) mod segment;
 pub mod softmax;
 pub(crate) mod view_grad;
 
+pub use activation::Activation;
 /// The planners' types, for inspection by tests and benchmarks; not part of the stable API.
 #[doc(hidden)]
 pub use batchnorm::BatchNormPlan;
@@ -42,7 +44,7 @@ pub use conv::{
     Conv2dOptions, ConvTranspose1dOptions, ConvTranspose2dOptions, Padding, Padding1d,
 };
 pub use copy::{cat, pad, stack, PadMode};
-pub use gemm::{gemm, gemm_into, matmul, Activation, Bias, GemmOptions};
+pub use gemm::{gemm, gemm_into, matmul, Bias, GemmOptions};
 pub use index::embedding;
 pub use loss::{
     binary_cross_entropy_with_logits, cross_entropy, cross_entropy_probs, mse_loss,

@@ -7,7 +7,8 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::runtime::pipeline::{ShaderVariant, ACTIVATION_LIB};
+use crate::ops::activation::ACTIVATION;
+use crate::runtime::pipeline::ShaderVariant;
 use crate::runtime::{Access, Kernel};
 use crate::{DType, Error, Result, Tensor};
 
@@ -24,7 +25,7 @@ static FORWARD: Kernel = Kernel::new(
     &[Access::Read, Access::ReadWrite],
 )
 .slots(&[1, 3])
-.libs(&[ACTIVATION_LIB])
+.libs(&[&ACTIVATION])
 .defs(POOL_DEFS);
 static INDICES: Kernel = Kernel::new(
     "pool",
@@ -33,7 +34,7 @@ static INDICES: Kernel = Kernel::new(
     &[Access::Read, Access::ReadWrite],
 )
 .slots(&[1, 4])
-.libs(&[ACTIVATION_LIB])
+.libs(&[&ACTIVATION])
 .defs(POOL_DEFS);
 static BACKWARD: Kernel = Kernel::new(
     "pool",
@@ -42,7 +43,7 @@ static BACKWARD: Kernel = Kernel::new(
     &[Access::Read, Access::Read, Access::ReadWrite],
 )
 .slots(&[1, 2, 3])
-.libs(&[ACTIVATION_LIB])
+.libs(&[&ACTIVATION])
 .defs(POOL_DEFS);
 
 #[repr(C)]

@@ -5,6 +5,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use crate::layout::{pack_dims, Layout, MAX_RANK};
+use crate::ops::activation::ACTIVATION;
 use crate::runtime::window::{too_wide, windows, Span};
 use crate::runtime::{Access, Bind, Kernel};
 use crate::{DType, Error, Result, Tensor};
@@ -17,7 +18,7 @@ static ROWS: Kernel = Kernel::new(
     "reduce_rows",
     &[Access::Read, Access::ReadWrite],
 )
-.libs(&[crate::runtime::pipeline::ACTIVATION_LIB])
+.libs(&[&ACTIVATION])
 .defs(REDUCE_DEFS);
 /// The same folds in windows over the reduced axis, carried in an f32 workspace.
 static ROWS_CARRY: Kernel = Kernel::new(
@@ -26,7 +27,7 @@ static ROWS_CARRY: Kernel = Kernel::new(
     "reduce_rows_carry",
     &[Access::Read, Access::ReadWrite, Access::ReadWrite],
 )
-.libs(&[crate::runtime::pipeline::ACTIVATION_LIB])
+.libs(&[&ACTIVATION])
 .defs(REDUCE_DEFS);
 static WORKGROUP_CARRY: Kernel = Kernel::new(
     "reduce",
@@ -34,7 +35,7 @@ static WORKGROUP_CARRY: Kernel = Kernel::new(
     "reduce_wg_carry",
     &[Access::Read, Access::ReadWrite, Access::ReadWrite],
 )
-.libs(&[crate::runtime::pipeline::ACTIVATION_LIB])
+.libs(&[&ACTIVATION])
 .defs(REDUCE_DEFS);
 static WORKGROUP: Kernel = Kernel::new(
     "reduce",
@@ -42,7 +43,7 @@ static WORKGROUP: Kernel = Kernel::new(
     "reduce_wg",
     &[Access::Read, Access::ReadWrite],
 )
-.libs(&[crate::runtime::pipeline::ACTIVATION_LIB])
+.libs(&[&ACTIVATION])
 .defs(REDUCE_DEFS);
 
 /// Reductions along one dim, accumulated in f32 by [`Tensor::reduce`] (and its shorthands

@@ -30,7 +30,7 @@ pub(crate) struct Kernel {
     /// points of one module using different subsets of its globals).
     pub slots: &'static [u32],
     /// Shared WGSL pieces (shaders/lib) placed between the dtype prelude and the source.
-    pub libs: &'static [&'static str],
+    pub libs: &'static [&'static ShaderLib],
     /// Named `u32` codes the shader switches on (op codes): emitted as WGSL `const`
     /// declarations, so each value is written once, on the Rust side.
     pub defs: &'static [(&'static str, u32)],
@@ -70,8 +70,8 @@ impl Kernel {
         self
     }
 
-    /// Places these shared WGSL pieces before the source.
-    pub(crate) const fn libs(mut self, libs: &'static [&'static str]) -> Self {
+    /// Places these shared WGSL pieces (and their defs) before the source.
+    pub(crate) const fn libs(mut self, libs: &'static [&'static ShaderLib]) -> Self {
         self.libs = libs;
         self
     }
@@ -92,18 +92,16 @@ impl Kernel {
         self.slots.get(i).copied().unwrap_or(i as u32 + 1)
     }
 
-    /// The complete WGSL text for `dtypes`.
+    /// The complete WGSL text for `dtypes`: the dtype prelude, the kernel's defs then its
+    /// libs' defs as `const` declarations, the libs' text, the source.
     pub(crate) fn full_source(&self, dtypes: &[DType]) -> String {
         let mut s = dtype_prelude(dtypes);
-        let mut defs: Vec<(&str, u32)> = self.defs.to_vec();
-        if self.libs.contains(&ACTIVATION_LIB) {
-            defs.extend_from_slice(crate::ops::gemm::ACTIVATION_DEFS);
-        }
-        for (name, value) in defs {
+        let lib_defs = self.libs.iter().flat_map(|lib| lib.defs);
+        for (name, value) in self.defs.iter().chain(lib_defs) {
             s.push_str(&format!("const {name}: u32 = {value}u;\n"));
         }
         for lib in self.libs {
-            s.push_str(lib);
+            s.push_str(lib.text);
             s.push('\n');
         }
         s.push_str(self.source);
@@ -111,8 +109,30 @@ impl Kernel {
     }
 }
 
-/// Activation functions shared by the map kernel and every fused epilogue.
-pub(crate) const ACTIVATION_LIB: &str = include_str!("../../shaders/lib/activation.wgsl");
+/// A shared piece of WGSL (a file of shaders/lib) that kernels list in [`Kernel::libs`], with
+/// the named codes its functions switch on. The module that owns the lib defines it (the
+/// activation lib and its `ACT_*` codes live in src/ops/activation.rs), so the runtime places
+/// libs without knowing any of them.
+#[derive(Debug)]
+pub(crate) struct ShaderLib {
+    /// The WGSL functions (and bindings) placed before the kernel's source.
+    pub text: &'static str,
+    /// Emitted as WGSL `const` declarations, after the kernel's own defs.
+    pub defs: &'static [(&'static str, u32)],
+}
+
+impl ShaderLib {
+    /// A lib of `text` with no defs.
+    pub(crate) const fn new(text: &'static str) -> Self {
+        ShaderLib { text, defs: &[] }
+    }
+
+    /// The lib with these named codes emitted before its text.
+    pub(crate) const fn defs(mut self, defs: &'static [(&'static str, u32)]) -> Self {
+        self.defs = defs;
+        self
+    }
+}
 
 /// Bytes reserved per dispatch in the batch's param arena. Params structs must fit.
 pub(crate) const PARAM_SLOT: u64 = 256;

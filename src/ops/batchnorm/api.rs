@@ -4,7 +4,7 @@
 use std::sync::{Arc, Weak};
 
 use super::{grad, launch};
-use crate::ops::gemm::Activation;
+use crate::ops::activation::Activation;
 use crate::runtime::Storage;
 use crate::{DType, Device, Error, Layout, Result, Tensor};
 

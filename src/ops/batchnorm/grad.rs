@@ -11,9 +11,8 @@ use super::api::{batch_norm_backward, BatchNormOptions, BatchNormOutput, BatchNo
 use super::launch::{inference_untracked, train_untracked};
 use super::BatchNormState;
 use crate::autograd::{is_grad_enabled, record, sum_to, BackwardOp, NoGradGuard};
-use crate::ops::conv::activation_grad;
-use crate::ops::gemm::Activation;
-use crate::ops::grad_kernel::{grad_binary, GradCode};
+use crate::ops::activation::Activation;
+use crate::ops::grad_kernel::activation_grad;
 use crate::{DType, Error, Result, Tensor};
 
 fn missing(op: &'static str) -> Error {
@@ -52,25 +51,19 @@ impl BackwardOp for TrainBackward {
     }
 }
 
-/// `dy * act'`: the gradient before the forward's fused activation.
+/// `dy * act'`: the gradient before the forward's fused activation (`act_input` is its output,
+/// or for GELU its input).
 pub(crate) fn undo_activation(
     op: &'static str,
     dy: &Tensor,
     saved: &BatchNormSaved,
 ) -> Result<Tensor> {
-    match saved.activation {
-        Activation::None => Ok(dy.clone()),
-        Activation::Gelu => {
-            let pre = saved.act_input.as_ref().ok_or_else(|| missing(op))?;
-            check_like(op, dy, pre)?;
-            grad_binary(dy, pre, GradCode::GeluFromX, 0.0)
-        }
-        act => {
-            let y = saved.act_input.as_ref().ok_or_else(|| missing(op))?;
-            check_like(op, dy, y)?;
-            activation_grad(op, dy, Some(y), act)
-        }
+    if saved.activation == Activation::None {
+        return Ok(dy.clone());
     }
+    let at = saved.act_input.as_ref().ok_or_else(|| missing(op))?;
+    check_like(op, dy, at)?;
+    activation_grad(op, dy, Some(at), saved.activation)
 }
 
 /// dy against the forward's output, before they meet in an elementwise kernel.
@@ -222,11 +215,7 @@ pub(crate) fn inference(
     let mut inputs = vec![x];
     inputs.extend(gamma);
     inputs.extend(beta);
-    let fused = if activation == Activation::Gelu {
-        Activation::None
-    } else {
-        activation
-    };
+    let (fused, after) = activation.split_unfused();
     let _guard = NoGradGuard::new();
     let unfused = BatchNormOptions {
         activation: fused,
@@ -263,9 +252,5 @@ pub(crate) fn inference(
             has_beta: beta.is_some(),
         })
     });
-    if activation == Activation::Gelu {
-        y.gelu()
-    } else {
-        Ok(y)
-    }
+    after.apply(&y)
 }

@@ -61,14 +61,14 @@ use std::collections::HashSet;
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::ops::gemm::{Activation, ACTIVATION_DEFS};
-use crate::runtime::pipeline::{ShaderVariant, ACTIVATION_LIB};
+use crate::ops::activation::{Activation, ACTIVATION};
+use crate::runtime::pipeline::{ShaderLib, ShaderVariant};
 use crate::runtime::window::{self, Span};
 use crate::runtime::{Access, Bind, Kernel, Storage};
 use crate::{Caps, DType, Device, Error, Result, Tensor};
 
 const SRC: &str = include_str!("../../../shaders/batchnorm.wgsl");
-const LIBS: &[&str] = &[ACTIVATION_LIB];
+const LIBS: &[&ShaderLib] = &[&ACTIVATION];
 
 use Access::{Read as R, ReadWrite as RW};
 
@@ -608,12 +608,12 @@ pub fn batchnorm_variants() -> Vec<ShaderVariant> {
             ] {
                 v.push(ShaderVariant::new(k, &[dt], &c));
             }
-            for &(_, act) in ACTIVATION_DEFS {
+            for act in Activation::ALL {
                 let mut ca = c.to_vec();
-                ca.push(("ACT", act as f64));
+                ca.push(("ACT", act as u32 as f64));
                 v.push(ShaderVariant::new(&INFER, &[dt], &ca));
                 // Training fuses every activation but GELU, whose backward needs its input.
-                if act != Activation::Gelu as u32 {
+                if act.grad_from_output() {
                     v.push(ShaderVariant::new(&APPLY, &[dt], &ca));
                 }
             }

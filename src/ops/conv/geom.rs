@@ -1,7 +1,7 @@
 //! Convolution geometry: the public option structs, validation, and the output-size math.
 //! conv1d is conv2d with H = 1 (kernel height 1, no vertical padding or stride).
 
-use crate::ops::gemm::Activation;
+use crate::ops::activation::Activation;
 use crate::{Error, Result, Tensor};
 
 /// Zero padding per side, in elements.

@@ -5,11 +5,12 @@
 //! gradient of a convolution, so its `dx` is a forward convolution of `dZ` and its `dw` a weight
 //! gradient with the roles of input and gradient swapped. The 1-D ops reshape to these 2-D ones
 //! (recorded views), so they need nothing of their own. GELU's derivative needs the
-//! pre-activation: a tracked GELU convolution runs unfused, then a recorded `gelu`.
+//! pre-activation: a tracked GELU convolution runs unfused, then a recorded `gelu`
+//! (`Activation::split_unfused`).
 
 use crate::autograd::{is_grad_enabled, record, BackwardOp, NoGradGuard};
-use crate::ops::gemm::Activation;
-use crate::ops::grad_kernel::{grad_binary, narrow_grad, GradCode};
+use crate::ops::activation::Activation;
+use crate::ops::grad_kernel::{activation_grad, narrow_grad};
 use crate::{Error, Result, Tensor};
 
 use super::{
@@ -34,25 +35,6 @@ struct ConvBackward {
 
 fn missing(op: &'static str) -> Error {
     Error::arg(op, "backward is missing a saved tensor")
-}
-
-/// `g * act'(y)` for activations whose derivative comes from the output.
-pub(crate) fn activation_grad(
-    op: &'static str,
-    g: &Tensor,
-    y: Option<&Tensor>,
-    act: Activation,
-) -> Result<Tensor> {
-    let code = match act {
-        Activation::None => return Ok(g.clone()),
-        Activation::Relu => GradCode::ReluFromY,
-        Activation::Sigmoid => GradCode::SigmoidFromY,
-        Activation::Tanh => GradCode::TanhFromY,
-        Activation::Gelu => {
-            return Err(Error::arg(op, "GELU is never recorded fused"));
-        }
-    };
-    grad_binary(g, y.ok_or_else(|| missing(op))?, code, 0.0)
 }
 
 /// Zero-pads the spatial dims of `t` `[N, C, H, W]` at the end to `hw`.
@@ -153,11 +135,7 @@ fn recorded(
     }
     let mut inputs = vec![x, w];
     inputs.extend(bias);
-    let fused = if act == Activation::Gelu {
-        Activation::None
-    } else {
-        act
-    };
+    let (fused, after) = act.split_unfused();
     // Ops inside the forward (reshapes, empty-problem epilogues) must not record on their own.
     let y = {
         let _guard = NoGradGuard::new();
@@ -180,11 +158,7 @@ fn recorded(
             has_bias: bias.is_some(),
         })
     });
-    if act == Activation::Gelu {
-        y.gelu()
-    } else {
-        Ok(y)
-    }
+    after.apply(&y)
 }
 
 /// [`super::conv2d`]'s recorded forward.

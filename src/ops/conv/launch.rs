@@ -6,14 +6,15 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::geom::Geom;
-use crate::ops::gemm::{Activation, ACTIVATION_DEFS};
-use crate::runtime::pipeline::{ShaderVariant, ACTIVATION_LIB};
+use crate::ops::activation::{Activation, ACTIVATION, ACTIVATION_DEFS};
+use crate::runtime::pipeline::{ShaderLib, ShaderVariant};
 use crate::runtime::window::{too_wide, Span};
 use crate::runtime::{Access, Bind, Kernel, Storage};
 use crate::{Caps, DType, Device, Error, Result, Tensor};
 
-const CONV_COMMON: &str = include_str!("../../../shaders/lib/conv_common.wgsl");
-const LIBS: &[&str] = &[ACTIVATION_LIB, CONV_COMMON];
+static CONV_COMMON: ShaderLib =
+    ShaderLib::new(include_str!("../../../shaders/lib/conv_common.wgsl"));
+const LIBS: &[&ShaderLib] = &[&ACTIVATION, &CONV_COMMON];
 const TILED_SRC: &str = include_str!("../../../shaders/conv.wgsl");
 const SG8_SRC: &str = include_str!("../../../shaders/conv_sg8.wgsl");
 

@@ -15,13 +15,12 @@ pub use geom::{
 pub use launch::{conv_variants, plan, ConvPlan, ConvVariant, Direction as ConvDirection};
 
 use geom::{as_4d, dims4, Geom};
-pub(crate) use grad::activation_grad;
 use grad::{forward, transpose_impl};
 use launch::Direction;
 
 use crate::Device;
 
-use crate::ops::gemm::Activation;
+use crate::ops::activation::Activation;
 use crate::{DType, Error, Result, Tensor};
 
 fn check_pair(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
@@ -173,13 +172,7 @@ fn empty_sum_epilogue(
         Some(b) => zeros.add(&b.reshape(&[1, shape[1], 1, 1])?)?,
         None => zeros,
     };
-    match act {
-        Activation::None => Ok(y),
-        Activation::Relu => y.relu(),
-        Activation::Gelu => y.gelu(),
-        Activation::Sigmoid => y.sigmoid(),
-        Activation::Tanh => y.tanh(),
-    }
+    act.apply(&y)
 }
 
 fn squeeze_h(t: &Tensor) -> Result<Tensor> {

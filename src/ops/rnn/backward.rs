@@ -6,8 +6,10 @@ use bytemuck::{Pod, Zeroable};
 
 use super::*;
 
-const BACKWARD_COMMON: &str = include_str!("../../../shaders/lib/rnn_backward_common.wgsl");
-const BACKWARD_LIBS: &[&str] = &[ACTIVATION_LIB, BACKWARD_COMMON];
+static BACKWARD_COMMON: ShaderLib = ShaderLib::new(include_str!(
+    "../../../shaders/lib/rnn_backward_common.wgsl"
+));
+const BACKWARD_LIBS: &[&ShaderLib] = &[&ACTIVATION, &BACKWARD_COMMON];
 const BACKWARD_SRC: &str = include_str!("../../../shaders/rnn_backward.wgsl");
 const BACKWARD_SG8_SRC: &str = include_str!("../../../shaders/rnn_backward_sg8.wgsl");
 

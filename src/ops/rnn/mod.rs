@@ -14,13 +14,14 @@ use std::collections::HashMap;
 
 use bytemuck::{Pod, Zeroable};
 
+use crate::ops::activation::ACTIVATION;
 use crate::ops::gemm::{gemm, has_sg8, Bias, GemmOptions};
-use crate::runtime::pipeline::{ShaderVariant, ACTIVATION_LIB};
+use crate::runtime::pipeline::{ShaderLib, ShaderVariant};
 use crate::runtime::{Access, Kernel};
 use crate::{DType, Device, Error, Result, Tensor};
 
-const COMMON: &str = include_str!("../../../shaders/lib/rnn_common.wgsl");
-const LIBS: &[&str] = &[ACTIVATION_LIB, COMMON];
+static COMMON: ShaderLib = ShaderLib::new(include_str!("../../../shaders/lib/rnn_common.wgsl"));
+const LIBS: &[&ShaderLib] = &[&ACTIVATION, &COMMON];
 const PORTABLE_SRC: &str = include_str!("../../../shaders/rnn.wgsl");
 const SG8_SRC: &str = include_str!("../../../shaders/rnn_sg8.wgsl");
 const WG: u32 = 64;
