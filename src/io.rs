@@ -87,9 +87,30 @@ fn upload(
     }
 }
 
+/// Refuses bytes that are a PyTorch `torch.save` file (a zip archive, or a bare pickle in
+/// the legacy format), whose first bytes would otherwise parse as an absurd safetensors
+/// header length ("header too large").
+fn not_a_pickle(op: &'static str, bytes: &[u8]) -> Result<()> {
+    let zip = bytes.starts_with(b"PK\x03\x04");
+    let pickle = bytes.len() >= 2 && bytes[0] == 0x80 && (2..=5).contains(&bytes[1]);
+    if zip || pickle {
+        return Err(Error::Io {
+            op,
+            msg: format!(
+                "not a safetensors file: it looks like a PyTorch {} (torch.save); save the state \
+                 dict with safetensors.torch.save_file(model.state_dict(), \"model.safetensors\") \
+                 instead",
+                if zip { "zip checkpoint" } else { "pickle" }
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Every tensor of a safetensors file's `bytes`, by name, on `dev` (wasm: bytes from `fetch`).
 pub fn load_safetensors(dev: &Device, bytes: &[u8]) -> Result<HashMap<String, Tensor>> {
     let op = "load_safetensors";
+    not_a_pickle(op, bytes)?;
     let st = SafeTensors::deserialize(bytes).map_err(|e| io_err(op, e))?;
     let mut out = HashMap::new();
     for (name, view) in st.tensors() {

@@ -158,6 +158,20 @@ pub fn cross_entropy_probs(
     o: &CrossEntropyOptions,
 ) -> Result<Tensor> {
     let op = "cross_entropy";
+    if target.rank() + 1 == input.rank() && input.shape() != target.shape() {
+        // Class indices given as floats (labels built as f32).
+        return Err(Error::shape(
+            op,
+            format!(
+                "target {:?} of shape {:?} looks like class indices for input {:?}: class \
+                 indices must be an I32 tensor (convert with .to_dtype(DType::I32)); a float \
+                 target holds class probabilities and has the input's shape",
+                target.dtype(),
+                target.shape(),
+                input.shape()
+            ),
+        ));
+    }
     same_shape(op, input, target)?;
     if input.rank() == 0 {
         return Err(Error::shape(

@@ -644,3 +644,28 @@ fn gemm_into_target_errors() {
         "{e}"
     );
 }
+
+/// The mistakes a new user makes porting a PyTorch model give errors that say what to fix: a
+/// channels-last image into a convolution, float class labels, a `torch.save` checkpoint.
+#[test]
+fn porting_mistakes_name_the_fix() {
+    let d = Device::new().unwrap();
+    let w = Tensor::zeros(&d, &[16, 3, 3, 3], DType::F32).unwrap();
+    let nhwc = Tensor::zeros(&d, &[2, 32, 32, 3], DType::F32).unwrap();
+    let e = wgtensor::ops::conv2d(&nhwc, &w, None, &Default::default()).unwrap_err();
+    let m = e.to_string();
+    assert!(
+        m.contains("input [2, 32, 32, 3]") && m.contains(".permute(&[0, 3, 1, 2])"),
+        "{m}"
+    );
+
+    let logits = Tensor::zeros(&d, &[4, 10], DType::F32).unwrap();
+    let labels = Tensor::zeros(&d, &[4], DType::F32).unwrap();
+    let e = wgtensor::ops::cross_entropy(&logits, &labels, &Default::default()).unwrap_err();
+    assert!(e.to_string().contains("must be an I32 tensor"), "{e}");
+
+    for bytes in [&b"PK\x03\x04archive"[..], &b"\x80\x02}q\x00"[..]] {
+        let e = wgtensor::io::load_safetensors(&d, bytes).unwrap_err();
+        assert!(e.to_string().contains("not a safetensors file"), "{e}");
+    }
+}

@@ -341,11 +341,30 @@ impl Geom {
             ));
         }
         if cw != c / g {
+            // Name the input first: the usual mistake is the input's layout, not the weight.
+            // 1-D convolutions arrive as [n, c, 1, l].
+            let hint = if x[3] == cw * g && x[2] == 1 {
+                format!(
+                    "; if the input is channels-last ({} channels in its last dim), \
+                     convolutions take channels first: .permute(&[0, 2, 1]) for [N, L, C], \
+                     .permute(&[0, 3, 1, 2]) for [N, H, W, C]",
+                    x[3]
+                )
+            } else if x[3] == cw * g {
+                format!(
+                    "; the input looks channels-last (NHWC, {} channels in its last dim): \
+                     convolutions take NCHW, so permute it with .permute(&[0, 3, 1, 2])",
+                    x[3]
+                )
+            } else {
+                String::new()
+            };
             return Err(Error::shape(
                 op,
                 format!(
-                    "weight {wshape:?} must have in_channels / groups = {c} / {g} = {} in dim 1, got {cw}",
-                    c / g
+                    "input {x:?} has {c} channels in dim 1 (the layout is N, C, ...), but weight \
+                     {wshape:?} with groups {g} expects {} channels ({cw} per group){hint}",
+                    cw * g
                 ),
             ));
         }
