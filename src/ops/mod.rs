@@ -19,6 +19,7 @@ pub mod loss;
 pub mod map;
 mod map_grad;
 pub mod nll;
+pub mod norm;
 pub mod pool;
 pub mod random;
 pub mod reduce;
@@ -52,6 +53,7 @@ pub use loss::{
 };
 pub use map::{ScalarOp, UnaryOp};
 pub use nll::{nll_loss, NllLossOptions};
+pub use norm::{group_norm, layer_norm, rms_norm};
 pub use pool::{
     adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool2d_backward, adaptive_max_pool2d,
     adaptive_max_pool2d_backward, adaptive_max_pool2d_with_indices, avg_pool1d, avg_pool2d,
@@ -94,6 +96,7 @@ pub fn params_layouts() -> Vec<crate::runtime::pipeline::ParamsLayout> {
         index_check::params_layout(),
         nll::params_layout(),
         segment::params_layout(),
+        norm::params_layout(),
     ]
 }
 
@@ -118,5 +121,6 @@ pub fn shader_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
     v.extend(index_check::index_check_variants());
     v.extend(nll::nll_variants());
     v.extend(segment::segment_variants());
+    v.extend(norm::norm_variants());
     v
 }

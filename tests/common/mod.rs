@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod conv_ref;
+pub mod norm_ref;
 pub mod reference;
 pub mod rnn_ref;
 

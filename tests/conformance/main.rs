@@ -19,6 +19,7 @@ mod elementwise;
 mod gemm;
 mod index_ops;
 mod losses;
+mod norm;
 mod pool;
 mod random;
 mod reduce;

@@ -1,0 +1,177 @@
+// Layer norm, group norm and RMS norm (src/ops/norm.rs): each normalizes contiguous rows of a
+// packed [rows, len] tensor (a row is one normalization group: the trailing normalized_shape of
+// layer / RMS norm, the C / G channels times the plane of one group of group norm), then applies
+// a per-channel affine. One workgroup per row; statistics in f32, two passes over the row
+// (mean, then the mean of squared deviations; RMS norm takes mean = 0), each a fixed-order
+// workgroup tree reduction, so results are deterministic. Needs no lib.
+//
+// The weight index of element i of row r is ((r % groups) * len + i) / inner: layer / RMS norm
+// have groups = inner = 1 (the weight spans the row); group norm has groups = G and inner = the
+// plane size (channel = g * C / G + i / inner).
+//
+// Entry points: norm_fwd (y, and the saved mean / rstd per row), norm_dx (the input gradient of
+// a row from the saved statistics), norm_dw (one workgroup per weight index: the weight and
+// bias gradients as a column reduction over rows in a fixed order; no atomics).
+
+struct Params {
+    rows: u32,
+    len: u32,
+    groups: u32,
+    inner: u32,
+    eps: f32,
+    // bit 0: weight given, bit 1: bias given, bit 2: RMS norm (no mean).
+    flags: u32,
+    // norm_dw: number of weights, and rows per group (rows / groups).
+    nweights: u32,
+    per_group: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<T>;
+@group(0) @binding(2) var<storage, read> w: array<T>;
+@group(0) @binding(3) var<storage, read> b: array<T>;
+@group(0) @binding(4) var<storage, read> dy: array<T>;
+// y (norm_fwd), dx (norm_dx) or the weight gradient (norm_dw).
+@group(0) @binding(5) var<storage, read_write> out: array<T>;
+// mean [rows] then rstd [rows], f32.
+@group(0) @binding(6) var<storage, read_write> stats: array<f32>;
+// The bias gradient (norm_dw).
+@group(0) @binding(7) var<storage, read_write> out2: array<T>;
+
+override WG: u32;
+
+var<workgroup> red: array<vec2<f32>, WG>;
+
+// Sum over the workgroup of each invocation's `v`; every invocation calls it.
+fn reduce2(lid: u32, v: vec2<f32>) -> vec2<f32> {
+    red[lid] = v;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s / 2u) {
+        if (lid < s) {
+            red[lid] = red[lid] + red[lid + s];
+        }
+        workgroupBarrier();
+    }
+    let r = red[0];
+    workgroupBarrier();
+    return r;
+}
+
+fn weight_of(r: u32, i: u32) -> f32 {
+    if ((p.flags & 1u) != 0u) {
+        return f32(w[((r % p.groups) * p.len + i) / p.inner]);
+    }
+    return 1.0;
+}
+
+fn bias_of(r: u32, i: u32) -> f32 {
+    if ((p.flags & 2u) != 0u) {
+        return f32(b[((r % p.groups) * p.len + i) / p.inner]);
+    }
+    return 0.0;
+}
+
+fn is_rms() -> bool {
+    return (p.flags & 4u) != 0u;
+}
+
+@compute @workgroup_size(WG)
+fn norm_fwd(@builtin(workgroup_id) wid: vec3<u32>,
+            @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+    // Uniform control flow: every invocation reaches the barriers.
+    let r = wid.x + wid.y * nwg.x;
+    let live = r < p.rows;
+    let base = r * p.len;
+    let n = f32(p.len);
+    var s = 0.0;
+    if (live && !is_rms()) {
+        for (var i = lid; i < p.len; i += WG) {
+            s += f32(x[base + i]);
+        }
+    }
+    let mean = reduce2(lid, vec2<f32>(s, 0.0)).x / n;
+    var q = 0.0;
+    if (live) {
+        for (var i = lid; i < p.len; i += WG) {
+            let d = f32(x[base + i]) - mean;
+            q += d * d;
+        }
+    }
+    let rstd = inverseSqrt(reduce2(lid, vec2<f32>(q, 0.0)).x / n + p.eps);
+    if (!live) {
+        return;
+    }
+    if (lid == 0u) {
+        stats[r] = mean;
+        stats[p.rows + r] = rstd;
+    }
+    for (var i = lid; i < p.len; i += WG) {
+        let xh = (f32(x[base + i]) - mean) * rstd;
+        out[base + i] = T(xh * weight_of(r, i) + bias_of(r, i));
+    }
+}
+
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * weight (no mean(g) term for
+// RMS norm, whose xhat = x * rstd).
+@compute @workgroup_size(WG)
+fn norm_dx(@builtin(workgroup_id) wid: vec3<u32>,
+           @builtin(num_workgroups) nwg: vec3<u32>,
+           @builtin(local_invocation_index) lid: u32) {
+    let r = wid.x + wid.y * nwg.x;
+    let live = r < p.rows;
+    let base = r * p.len;
+    let n = f32(p.len);
+    var mean = 0.0;
+    var rstd = 0.0;
+    var acc = vec2<f32>(0.0);
+    if (live) {
+        mean = stats[r];
+        rstd = stats[p.rows + r];
+        for (var i = lid; i < p.len; i += WG) {
+            let g = f32(dy[base + i]) * weight_of(r, i);
+            let xh = (f32(x[base + i]) - mean) * rstd;
+            acc += vec2<f32>(g, g * xh);
+        }
+    }
+    let m = reduce2(lid, acc) / n;
+    if (!live) {
+        return;
+    }
+    let mg = select(m.x, 0.0, is_rms());
+    for (var i = lid; i < p.len; i += WG) {
+        let g = f32(dy[base + i]) * weight_of(r, i);
+        let xh = (f32(x[base + i]) - mean) * rstd;
+        out[base + i] = T(rstd * (g - mg - xh * m.y));
+    }
+}
+
+// Weight j of group g = j / (len / inner), channel q = j % (len / inner): the values
+// (row n * groups + g, element q * inner + s) for n < per_group, s < inner, summed in that order
+// by lane-strided partials and a tree.
+@compute @workgroup_size(WG)
+fn norm_dw(@builtin(workgroup_id) wid: vec3<u32>,
+           @builtin(num_workgroups) nwg: vec3<u32>,
+           @builtin(local_invocation_index) lid: u32) {
+    let j = wid.x + wid.y * nwg.x;
+    let live = j < p.nweights;
+    var acc = vec2<f32>(0.0);
+    if (live) {
+        let cg = p.len / p.inner;
+        let g = j / cg;
+        let q = j % cg;
+        let total = p.per_group * p.inner;
+        for (var t = lid; t < total; t += WG) {
+            let r = (t / p.inner) * p.groups + g;
+            let i = r * p.len + q * p.inner + t % p.inner;
+            let d = f32(dy[i]);
+            let xh = (f32(x[i]) - stats[r]) * stats[p.rows + r];
+            acc += vec2<f32>(d * xh, d);
+        }
+    }
+    let s = reduce2(lid, acc);
+    if (live && lid == 0u) {
+        out[j] = T(s.x);
+        out2[j] = T(s.y);
+    }
+}

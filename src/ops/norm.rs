@@ -1,0 +1,487 @@
+//! Layer norm, group norm and RMS norm (shaders/norm.wgsl), PyTorch's `F.layer_norm`,
+//! `F.group_norm` and `F.rms_norm`: each normalizes contiguous rows of the packed input (one
+//! workgroup per row, statistics in f32 with fixed-order workgroup reductions), then applies
+//! the per-channel affine; f16 storage computes in f32. The backward is fused too: the input
+//! gradient per row from the saved mean / rstd, and the weight and bias gradients as a column
+//! reduction over rows in a fixed order (deterministic, no atomics).
+
+use bytemuck::{Pod, Zeroable};
+
+use crate::autograd::{record, BackwardOp, NoGradGuard};
+use crate::runtime::pipeline::ShaderVariant;
+use crate::runtime::{Access, Bind, Kernel};
+use crate::{DType, Error, Result, Tensor};
+
+const SRC: &str = include_str!("../../shaders/norm.wgsl");
+const WG: u32 = 64;
+
+static FWD: Kernel = Kernel::new(
+    "norm",
+    SRC,
+    "norm_fwd",
+    &[
+        Access::Read,
+        Access::Read,
+        Access::Read,
+        Access::ReadWrite,
+        Access::ReadWrite,
+    ],
+)
+.slots(&[1, 2, 3, 5, 6]);
+static DX: Kernel = Kernel::new(
+    "norm",
+    SRC,
+    "norm_dx",
+    &[
+        Access::Read,
+        Access::Read,
+        Access::Read,
+        Access::ReadWrite,
+        Access::ReadWrite,
+    ],
+)
+.slots(&[1, 2, 4, 5, 6]);
+static DW: Kernel = Kernel::new(
+    "norm",
+    SRC,
+    "norm_dw",
+    &[
+        Access::Read,
+        Access::Read,
+        Access::ReadWrite,
+        Access::ReadWrite,
+        Access::ReadWrite,
+    ],
+)
+.slots(&[1, 4, 5, 6, 7]);
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct NormParams {
+    rows: u32,
+    len: u32,
+    groups: u32,
+    inner: u32,
+    eps: f32,
+    flags: u32,
+    nweights: u32,
+    per_group: u32,
+}
+
+/// Which normalization, and how its rows and weights lie in the packed input.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    op: &'static str,
+    /// Normalization groups (rows) and values per row.
+    rows: usize,
+    len: usize,
+    /// Group norm's G and plane size (1 and 1 for layer / RMS norm).
+    groups: usize,
+    inner: usize,
+    /// Elements of the weight (and bias).
+    nweights: usize,
+    rms: bool,
+    eps: f32,
+}
+
+impl Plan {
+    fn params(&self, has_w: bool, has_b: bool) -> NormParams {
+        NormParams {
+            rows: self.rows as u32,
+            len: self.len as u32,
+            groups: self.groups as u32,
+            inner: self.inner as u32,
+            eps: self.eps,
+            flags: u32::from(has_w) | (u32::from(has_b) << 1) | (u32::from(self.rms) << 2),
+            nweights: self.nweights as u32,
+            per_group: (self.rows / self.groups.max(1)) as u32,
+        }
+    }
+}
+
+fn check_param(
+    op: &'static str,
+    what: &str,
+    x: &Tensor,
+    t: Option<&Tensor>,
+    shape: &[usize],
+) -> Result<()> {
+    let Some(t) = t else {
+        return Ok(());
+    };
+    x.same_device(op, t)?;
+    x.same_dtype(op, t)?;
+    if t.shape() != shape {
+        return Err(Error::shape(
+            op,
+            format!("{what} must have shape {shape:?}, got {:?}", t.shape()),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks `normalized_shape` against the trailing dims of `x`; returns (rows, len).
+fn trailing(op: &'static str, x: &Tensor, normalized_shape: &[usize]) -> Result<(usize, usize)> {
+    x.require_float(op)?;
+    let k = normalized_shape.len();
+    if k == 0 {
+        return Err(Error::shape(
+            op,
+            "normalized_shape must have at least one dim",
+        ));
+    }
+    let s = x.shape();
+    if s.len() < k || s[s.len() - k..] != *normalized_shape {
+        return Err(Error::shape(
+            op,
+            format!(
+                "normalized_shape {normalized_shape:?} must match the trailing dims of the input, \
+                 got input of shape {s:?}"
+            ),
+        ));
+    }
+    let len: usize = normalized_shape.iter().product();
+    let rows: usize = s[..s.len() - k].iter().product();
+    Ok((rows, len))
+}
+
+fn eps_f32(op: &'static str, eps: f64) -> Result<f32> {
+    if eps.is_nan() || eps < 0.0 {
+        return Err(Error::arg(op, format!("eps must be >= 0, got {eps}")));
+    }
+    Ok(eps as f32)
+}
+
+/// The untracked forward: (y, stats [2 * rows] f32 = mean then rstd).
+fn forward(
+    plan: &Plan,
+    x: &Tensor,
+    w: Option<&Tensor>,
+    b: Option<&Tensor>,
+) -> Result<(Tensor, Tensor)> {
+    let op = plan.op;
+    let dev = x.device();
+    let y = Tensor::empty(dev, op, x.shape(), x.dtype)?;
+    let stats = Tensor::empty(dev, op, &[2 * plan.rows], DType::F32)?;
+    if x.numel() == 0 {
+        return Ok((y, stats));
+    }
+    let x = x.contiguous()?;
+    let w = w.map(Tensor::contiguous).transpose()?;
+    let b = b.map(Tensor::contiguous).transpose()?;
+    let params = plan.params(w.is_some(), b.is_some());
+    // Absent parameters bind x (read-only, never read: the flags say so).
+    let binds = [
+        Bind::whole(x.buffer()),
+        Bind::whole(w.as_ref().unwrap_or(&x).buffer()),
+        Bind::whole(b.as_ref().unwrap_or(&x).buffer()),
+        Bind::whole(y.buffer()),
+        Bind::whole(stats.buffer()),
+    ];
+    let grid = dev.grid_1d(op, plan.rows as u64)?;
+    dev.launch_binds(
+        op,
+        &FWD,
+        &[x.dtype],
+        &[("WG", WG as f64)],
+        bytemuck::bytes_of(&params),
+        &binds,
+        grid,
+    )?;
+    Ok((y, stats))
+}
+
+/// The weight and bias gradients, flat.
+type ParamGrads = (Tensor, Tensor);
+
+/// The untracked backward: dx when `need_x`, (dweight, dbias) when `need_params`.
+fn backward(
+    plan: &Plan,
+    dy: &Tensor,
+    x: &Tensor,
+    w: Option<&Tensor>,
+    stats: &Tensor,
+    need_x: bool,
+    need_params: bool,
+) -> Result<(Option<Tensor>, Option<ParamGrads>)> {
+    let op = plan.op;
+    let dev = x.device();
+    x.same_device(op, dy)?;
+    x.same_dtype(op, dy)?;
+    if dy.shape() != x.shape() {
+        return Err(Error::shape(
+            op,
+            format!(
+                "grad_output has shape {:?} but the input has shape {:?}",
+                dy.shape(),
+                x.shape()
+            ),
+        ));
+    }
+    let params = plan.params(w.is_some(), false);
+    let empty = x.numel() == 0;
+    let (x, dy) = (x.contiguous()?, dy.contiguous()?);
+    let dx = if need_x {
+        let dx = Tensor::empty(dev, op, x.shape(), x.dtype)?;
+        if !empty {
+            let w = w.map(Tensor::contiguous).transpose()?;
+            let binds = [
+                Bind::whole(x.buffer()),
+                Bind::whole(w.as_ref().unwrap_or(&x).buffer()),
+                Bind::whole(dy.buffer()),
+                Bind::whole(dx.buffer()),
+                Bind::whole(stats.buffer()),
+            ];
+            let grid = dev.grid_1d(op, plan.rows as u64)?;
+            dev.launch_binds(
+                op,
+                &DX,
+                &[x.dtype],
+                &[("WG", WG as f64)],
+                bytemuck::bytes_of(&params),
+                &binds,
+                grid,
+            )?;
+        }
+        Some(dx)
+    } else {
+        None
+    };
+    let dwb = if need_params {
+        if empty || plan.nweights == 0 {
+            let z = || Tensor::zeros(dev, &[plan.nweights], x.dtype);
+            Some((z()?, z()?))
+        } else {
+            let dw = Tensor::empty(dev, op, &[plan.nweights], x.dtype)?;
+            let db = Tensor::empty(dev, op, &[plan.nweights], x.dtype)?;
+            let binds = [
+                Bind::whole(x.buffer()),
+                Bind::whole(dy.buffer()),
+                Bind::whole(dw.buffer()),
+                Bind::whole(stats.buffer()),
+                Bind::whole(db.buffer()),
+            ];
+            let grid = dev.grid_1d(op, plan.nweights as u64)?;
+            dev.launch_binds(
+                op,
+                &DW,
+                &[x.dtype],
+                &[("WG", WG as f64)],
+                bytemuck::bytes_of(&params),
+                &binds,
+                grid,
+            )?;
+            Some((dw, db))
+        }
+    } else {
+        None
+    };
+    Ok((dx, dwb))
+}
+
+struct NormBackward {
+    plan: Plan,
+    x: Tensor,
+    weight: Option<Tensor>,
+    has_bias: bool,
+    stats: Tensor,
+    /// The weight's shape (its gradient comes out flat).
+    w_shape: Vec<usize>,
+}
+
+impl BackwardOp for NormBackward {
+    fn saved(&self) -> Vec<&Tensor> {
+        std::iter::once(&self.x).chain(&self.weight).collect()
+    }
+
+    fn name(&self) -> &'static str {
+        self.plan.op
+    }
+
+    fn backward(&self, grads: &[Option<Tensor>], needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+        let Some(g) = grads.first().and_then(Option::as_ref) else {
+            return Ok(vec![None; needs.len()]);
+        };
+        let need = |i: usize| needs.get(i) != Some(&false);
+        let need_params = (1..needs.len()).any(need);
+        let (dx, dwb) = backward(
+            &self.plan,
+            g,
+            &self.x,
+            self.weight.as_ref(),
+            &self.stats,
+            need(0),
+            need_params,
+        )?;
+        let mut out = vec![dx];
+        if let Some((dw, db)) = dwb {
+            if self.weight.is_some() {
+                out.push(Some(dw.reshape(&self.w_shape)?));
+            }
+            if self.has_bias {
+                out.push(Some(db.reshape(&self.w_shape)?));
+            }
+        } else {
+            out.resize(needs.len(), None);
+        }
+        Ok(out)
+    }
+}
+
+/// Runs the forward and records it for autograd.
+fn run(plan: Plan, x: &Tensor, w: Option<&Tensor>, b: Option<&Tensor>) -> Result<Tensor> {
+    let (y, stats) = {
+        let _guard = NoGradGuard::new();
+        forward(&plan, x, w, b)?
+    };
+    let mut inputs = vec![x];
+    inputs.extend(w);
+    inputs.extend(b);
+    Ok(record(y, &inputs, |_| {
+        Box::new(NormBackward {
+            plan,
+            x: x.detach(),
+            weight: w.map(Tensor::detach),
+            has_bias: b.is_some(),
+            stats,
+            w_shape: w.or(b).map(|t| t.shape().to_vec()).unwrap_or_default(),
+        })
+    }))
+}
+
+/// Layer normalization over the trailing `normalized_shape` dims, PyTorch's
+/// `F.layer_norm(x, normalized_shape, weight, bias, eps)`: each slice `x[..., :]` of
+/// `normalized_shape` becomes `(x - mean) / sqrt(var + eps) * weight + bias` with the biased
+/// variance; `weight` and `bias` (optional, shape `normalized_shape`, x's dtype) apply
+/// elementwise. Tracked by autograd (fused backward kernels). A NaN makes its row NaN.
+///
+/// ```no_run,ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// let dev = wgtensor::Device::new()?;
+/// let x = wgtensor::Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0, 4.0, 6.0, 8.0], &[2, 3])?;
+/// let y = wgtensor::ops::layer_norm(&x, &[3], None, None, 1e-5)?; // each row: mean 0, var 1
+/// # Ok(()) }
+/// ```
+pub fn layer_norm(
+    x: &Tensor,
+    normalized_shape: &[usize],
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    eps: f64,
+) -> Result<Tensor> {
+    let op = "layer_norm";
+    let (rows, len) = trailing(op, x, normalized_shape)?;
+    check_param(op, "weight", x, weight, normalized_shape)?;
+    check_param(op, "bias", x, bias, normalized_shape)?;
+    let plan = Plan {
+        op,
+        rows,
+        len,
+        groups: 1,
+        inner: 1,
+        nweights: len,
+        rms: false,
+        eps: eps_f32(op, eps)?,
+    };
+    run(plan, x, weight, bias)
+}
+
+/// Root-mean-square normalization over the trailing `normalized_shape` dims, PyTorch's
+/// `F.rms_norm(x, normalized_shape, weight, eps)`: `x / sqrt(mean(x^2) + eps) * weight`.
+/// `eps` `None` is `f32::EPSILON`, as PyTorch (the epsilon of the f32 computation type, for
+/// f16 inputs too). Tracked by autograd.
+pub fn rms_norm(
+    x: &Tensor,
+    normalized_shape: &[usize],
+    weight: Option<&Tensor>,
+    eps: Option<f64>,
+) -> Result<Tensor> {
+    let op = "rms_norm";
+    let (rows, len) = trailing(op, x, normalized_shape)?;
+    check_param(op, "weight", x, weight, normalized_shape)?;
+    let plan = Plan {
+        op,
+        rows,
+        len,
+        groups: 1,
+        inner: 1,
+        nweights: len,
+        rms: true,
+        eps: eps_f32(op, eps.unwrap_or(f64::from(f32::EPSILON)))?,
+    };
+    run(plan, x, weight, None)
+}
+
+/// Group normalization, PyTorch's `F.group_norm(x, num_groups, weight, bias, eps)`: the
+/// channels (dim 1) of `x` `[N, C, *]` split into `num_groups` groups of `C / num_groups`;
+/// each sample's group is normalized over its channels and spatial positions with the biased
+/// variance, then `weight` and `bias` (optional, shape `[C]`) apply per channel. Tracked by
+/// autograd.
+pub fn group_norm(
+    x: &Tensor,
+    num_groups: usize,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    eps: f64,
+) -> Result<Tensor> {
+    let op = "group_norm";
+    x.require_float(op)?;
+    let s = x.shape();
+    if s.len() < 2 {
+        return Err(Error::shape(
+            op,
+            format!("input must have at least 2 dims [N, C, *], got shape {s:?}"),
+        ));
+    }
+    let c = s[1];
+    if num_groups == 0 || !c.is_multiple_of(num_groups) {
+        return Err(Error::arg(
+            op,
+            format!("num_channels {c} must be divisible by num_groups {num_groups}"),
+        ));
+    }
+    check_param(op, "weight", x, weight, &[c])?;
+    check_param(op, "bias", x, bias, &[c])?;
+    let inner: usize = s[2..].iter().product();
+    let plan = Plan {
+        op,
+        rows: s[0] * num_groups,
+        len: c / num_groups * inner,
+        groups: num_groups,
+        inner: inner.max(1),
+        nweights: c,
+        rms: false,
+        eps: eps_f32(op, eps)?,
+    };
+    run(plan, x, weight, bias)
+}
+
+#[doc(hidden)]
+pub fn norm_variants() -> Vec<ShaderVariant> {
+    let mut v = Vec::new();
+    for k in [&FWD, &DX, &DW] {
+        for dt in [DType::F32, DType::F16] {
+            v.push(ShaderVariant::new(k, &[dt], &[("WG", WG as f64)]));
+        }
+    }
+    v
+}
+
+/// The params struct's layout, checked against the shader's `struct Params` in tests/shaders.rs.
+#[doc(hidden)]
+pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
+    crate::runtime::pipeline::params_layout!(
+        FWD,
+        &[DType::F32],
+        NormParams {
+            rows,
+            len,
+            groups,
+            inner,
+            eps,
+            flags,
+            nweights,
+            per_group
+        }
+    )
+}

@@ -1,0 +1,345 @@
+//! layer_norm, group_norm and rms_norm conformance (forward and the fused backward kernels,
+//! through autograd) against the f64 references of tests/common/norm_ref.rs, on contiguous
+//! inputs and strided views, short rows and rows longer than a workgroup, many rows (the
+//! weight gradients' column reduction), with and without weight / bias; both devices.
+//!
+//! Tolerances, per normalization set of L values with rstd r, largest |x| M and largest
+//! |xhat| X (f32 computation; EPS32 = 2^-23):
+//! - xhat = (x - mean) * r errs by (8 + 2L) EPS32 (M r + |xhat|): the mean's error, relative
+//!   to the spread, and r's relative error;
+//! - y = xhat w + b by |w| times that plus 4 EPS32 (|xhat w| + |b|);
+//! - dx = r (g - mean(g) - xhat mean(g xhat)) with g = dy w, |g| <= G: by
+//!   4 r G (1 + X + X^2) (L + 8) EPS32 (1 + M r);
+//! - dweight[c] = sum dy xhat by sum |dy| err(xhat) + (n + 4) EPS32 sum |dy xhat|, dbias[c] =
+//!   sum dy by (n + 2) EPS32 sum |dy| (n values in the channel's column).
+//!
+//! f16 adds the final rounding of each stored value (`check::out_round`).
+
+use proptest::prelude::*;
+use wgtensor::{DType, Device, Tensor};
+
+use crate::check::{compare, fetch, ok, out_round, EPS32};
+use crate::common::norm_ref::{group_geom, norm_backward, norm_forward, trailing_geom, NormGeom};
+use crate::common::{device, portable_device, require_f16};
+use crate::strategies::{
+    general_dist, operand_of_shape, run, shape, view_kind, Dist, Operand, ViewKind,
+};
+
+const CASES_F32: u32 = 24;
+const CASES_F16: u32 = 12;
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Kind {
+    /// layer_norm over the trailing `k` dims.
+    Layer(usize),
+    /// rms_norm over the trailing `k` dims; `eps` None uses the default.
+    Rms(usize),
+    /// group_norm with this many groups.
+    Group(usize),
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct NormProblem {
+    kind: Kind,
+    x: Operand,
+    w: Option<Operand>,
+    b: Option<Operand>,
+    dy: Operand,
+    eps: Option<f64>,
+}
+
+fn params_shape(kind: Kind, shape: &[usize]) -> Vec<usize> {
+    match kind {
+        Kind::Layer(k) | Kind::Rms(k) => shape[shape.len() - k..].to_vec(),
+        Kind::Group(_) => vec![shape[1]],
+    }
+}
+
+fn with_operands(dtype: DType, kind: Kind, s: Vec<usize>) -> impl Strategy<Value = NormProblem> {
+    let ps = params_shape(kind, &s);
+    let param = move || {
+        proptest::option::weighted(
+            0.7,
+            operand_of_shape(
+                dtype,
+                ps.clone(),
+                view_kind(),
+                Just(Dist::Uniform(-2.0, 2.0)),
+            ),
+        )
+    };
+    let bias = match kind {
+        Kind::Rms(_) => Just(None).boxed(),
+        _ => param().boxed(),
+    };
+    let eps = match kind {
+        Kind::Rms(_) => prop_oneof![Just(None), Just(Some(1e-5)), Just(Some(0.25))].boxed(),
+        _ => prop_oneof![Just(Some(1e-5)), Just(Some(1e-3)), Just(Some(0.25))].boxed(),
+    };
+    (
+        operand_of_shape(dtype, s.clone(), view_kind(), general_dist()),
+        param(),
+        bias,
+        operand_of_shape(
+            dtype,
+            s,
+            Just(ViewKind::Contiguous),
+            Just(Dist::Uniform(-1.0, 1.0)),
+        ),
+        eps,
+    )
+        .prop_map(move |(x, w, b, dy, eps)| NormProblem {
+            kind,
+            x,
+            w,
+            b,
+            dy,
+            eps,
+        })
+}
+
+/// Layer / RMS norm shapes: small ranks, rows longer than a workgroup, many short rows.
+fn trailing_shapes() -> BoxedStrategy<(Vec<usize>, usize)> {
+    prop_oneof![
+        3 => shape(1..=4).prop_flat_map(|s| {
+            let r = s.len();
+            (Just(s), 1..=r)
+        }),
+        1 => (1usize..=3, 65usize..=1500).prop_map(|(r, l)| (vec![r, l], 1)),
+        1 => (65usize..=300, 1usize..=6).prop_map(|(r, l)| (vec![r, l], 1)),
+    ]
+    .boxed()
+}
+
+/// Group norm shapes [N, C, *] and the group count.
+fn group_shapes() -> BoxedStrategy<(Vec<usize>, usize)> {
+    (1usize..=3, 1usize..=4, 1usize..=3, shape(0..=2))
+        .prop_map(|(n, g, cg, sp)| {
+            let mut s = vec![n, g * cg];
+            s.extend(sp);
+            (s, g)
+        })
+        .boxed()
+}
+
+pub(crate) fn problem(dtype: DType) -> impl Strategy<Value = NormProblem> {
+    prop_oneof![
+        trailing_shapes().prop_flat_map(move |(s, k)| with_operands(dtype, Kind::Layer(k), s)),
+        trailing_shapes().prop_flat_map(move |(s, k)| with_operands(dtype, Kind::Rms(k), s)),
+        group_shapes().prop_flat_map(move |(s, g)| with_operands(dtype, Kind::Group(g), s)),
+    ]
+}
+
+fn geom(kind: Kind, shape: &[usize]) -> NormGeom {
+    match kind {
+        Kind::Layer(k) => trailing_geom(shape, k, false),
+        Kind::Rms(k) => trailing_geom(shape, k, true),
+        Kind::Group(g) => group_geom(shape, g),
+    }
+}
+
+fn forward(
+    p: &NormProblem,
+    x: &Tensor,
+    w: Option<&Tensor>,
+    b: Option<&Tensor>,
+) -> wgtensor::Result<Tensor> {
+    let s = x.shape();
+    match p.kind {
+        Kind::Layer(k) => {
+            wgtensor::ops::layer_norm(x, &s[s.len() - k..], w, b, p.eps.unwrap_or(1e-5))
+        }
+        Kind::Rms(k) => wgtensor::ops::rms_norm(x, &s[s.len() - k..], w, p.eps),
+        Kind::Group(g) => wgtensor::ops::group_norm(x, g, w, b, p.eps.unwrap_or(1e-5)),
+    }
+}
+
+pub(crate) fn check_norm_on(dev: &Device, p: &NormProblem) -> Result<(), TestCaseError> {
+    let what = format!("{:?} {:?} eps {:?}", p.kind, p.x.shape, p.eps);
+    let dt = p.x.dtype;
+    let x = ok(&what, p.x.tensor(dev).requires_grad())?;
+    let w = match &p.w {
+        Some(o) => Some(ok(&what, o.tensor(dev).requires_grad())?),
+        None => None,
+    };
+    let b = match &p.b {
+        Some(o) => Some(ok(&what, o.tensor(dev).requires_grad())?),
+        None => None,
+    };
+    let y = ok(&what, forward(p, &x, w.as_ref(), b.as_ref()))?;
+    prop_assert_eq!(y.dtype(), dt);
+    let g = geom(p.kind, &p.x.shape);
+    let xv = p.x.values();
+    let wv = p.w.as_ref().map(Operand::values);
+    let bv = p.b.as_ref().map(Operand::values);
+    let eps = p.eps.unwrap_or(match p.kind {
+        Kind::Rms(_) => f64::from(f32::EPSILON),
+        _ => 1e-5,
+    });
+    let f = norm_forward(&g, &xv, wv.as_deref(), bv.as_deref(), eps);
+    let wt = |i: usize| wv.as_ref().map_or(1.0, |w| w[g.channel_of[i]]);
+    let bt = |i: usize| bv.as_ref().map_or(0.0, |b| b[g.channel_of[i]]);
+    let l = |i: usize| f.count[i];
+    let xh_err =
+        |i: usize| (8.0 + 2.0 * l(i)) * EPS32 * (f.max_abs[i] * f.rstd[i] + f.xhat[i].abs());
+    let got = fetch(&what, &y, &p.x.shape)?;
+    compare(&format!("{what}: y"), &p.x.shape, &got, &f.y, |i| {
+        let e = wt(i).abs() * xh_err(i) + 4.0 * EPS32 * ((f.xhat[i] * wt(i)).abs() + bt(i).abs());
+        out_round(dt, f.y[i], e)
+    })?;
+
+    // Backward through autograd: sum(y * dy).
+    let dyv = p.dy.values();
+    let dy = p.dy.tensor(dev);
+    let grads = ok(&what, y.backward_with_grad(&dy))?;
+    let (dx, dw, db) = norm_backward(&g, &f, &dyv, wv.as_deref());
+    // Per set: the largest |xhat| and |dy w|; per channel: sums of |dy| err(xhat), |dy xhat|,
+    // |dy| and counts.
+    let (mut xm, mut gm) = (vec![0.0f64; g.sets], vec![0.0f64; g.sets]);
+    let mut col = vec![[0.0f64; 4]; g.channels];
+    for i in 0..xv.len() {
+        let s = g.set_of[i];
+        xm[s] = xm[s].max(f.xhat[i].abs());
+        gm[s] = gm[s].max((dyv[i] * wt(i)).abs());
+        let c = &mut col[g.channel_of[i]];
+        c[0] += dyv[i].abs() * xh_err(i);
+        c[1] += (dyv[i] * f.xhat[i]).abs();
+        c[2] += dyv[i].abs();
+        c[3] += 1.0;
+    }
+    let gx = grads
+        .get(&x)
+        .ok_or_else(|| TestCaseError::fail(format!("{what}: no gradient for x")))?;
+    let got = fetch(&what, gx, &p.x.shape)?;
+    compare(&format!("{what}: dx"), &p.x.shape, &got, &dx, |i| {
+        let s = g.set_of[i];
+        let (r, xs) = (f.rstd[i], xm[s]);
+        let e = 4.0
+            * r
+            * gm[s]
+            * (1.0 + xs + xs * xs)
+            * (l(i) + 8.0)
+            * EPS32
+            * (1.0 + f.max_abs[i] * r);
+        out_round(dt, dx[i], e)
+    })?;
+    let ps = params_shape(p.kind, &p.x.shape);
+    for (t, want, is_w) in [(&w, &dw, true), (&b, &db, false)] {
+        let Some(t) = t else { continue };
+        let name = if is_w { "dweight" } else { "dbias" };
+        let gt = grads
+            .get(t)
+            .ok_or_else(|| TestCaseError::fail(format!("{what}: no gradient for {name}")))?;
+        let got = fetch(&what, gt, &ps)?;
+        compare(&format!("{what}: {name}"), &ps, &got, want, |c| {
+            let [ex, sdx, sd, n] = col[c];
+            let e = if is_w {
+                ex + (n + 4.0) * EPS32 * sdx
+            } else {
+                (n + 2.0) * EPS32 * sd
+            };
+            out_round(dt, want[c], e)
+        })?;
+    }
+    Ok(())
+}
+
+pub(crate) fn check_norm(p: &NormProblem) -> Result<(), TestCaseError> {
+    check_norm_on(device(), p)
+}
+
+#[test]
+fn norm_f32() {
+    run(CASES_F32, problem(DType::F32), check_norm);
+}
+
+#[test]
+fn norm_portable_f32() {
+    run(CASES_F32 / 2, problem(DType::F32), |p| {
+        check_norm_on(portable_device(), p)
+    });
+}
+
+#[test]
+fn norm_f16() {
+    require_f16(device());
+    run(CASES_F16, problem(DType::F16), check_norm);
+}
+
+/// Empty tensors (PyTorch returns empty outputs and zero parameter gradients), NaN rows, the
+/// default RMS eps, and argument errors naming the op.
+#[test]
+fn norm_edge_cases() {
+    use wgtensor::ops::{group_norm, layer_norm, rms_norm};
+    let dev = device();
+    let e = Tensor::zeros(dev, &[0, 3], DType::F32).unwrap();
+    let w = Tensor::ones(dev, &[3], DType::F32)
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let ex = e.requires_grad().unwrap();
+    let y = layer_norm(&ex, &[3], Some(&w), None, 1e-5).unwrap();
+    assert_eq!(y.shape(), &[0, 3]);
+    let grads = y.sum_all().unwrap().backward().unwrap();
+    assert_eq!(
+        grads.get(&w).unwrap().to_vec::<f32>().unwrap(),
+        vec![0.0; 3]
+    );
+    assert_eq!(grads.get(&ex).unwrap().shape(), &[0, 3]);
+    let g = Tensor::zeros(dev, &[2, 4, 0], DType::F32).unwrap();
+    assert_eq!(
+        group_norm(&g, 2, None, None, 1e-5).unwrap().shape(),
+        &[2, 4, 0]
+    );
+    let g = Tensor::zeros(dev, &[0, 4, 3], DType::F32).unwrap();
+    assert_eq!(
+        group_norm(&g, 2, None, None, 1e-5).unwrap().shape(),
+        &[0, 4, 3]
+    );
+
+    let x = Tensor::from_slice(dev, &[1.0f32, f32::NAN, 2.0, 3.0, 5.0, 7.0], &[2, 3]).unwrap();
+    let y = layer_norm(&x, &[3], None, None, 1e-5)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    assert!(
+        y[..3].iter().all(|v| v.is_nan()) && y[3..].iter().all(|v| v.is_finite()),
+        "{y:?}"
+    );
+
+    // rms_norm's default eps is f32's epsilon: a zero row stays 0, [1e-4] gives
+    // 1e-4 / sqrt(1e-8 + 1.19e-7).
+    let x = Tensor::from_slice(dev, &[1e-4f32], &[1]).unwrap();
+    let y = rms_norm(&x, &[1], None, None)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap()[0] as f64;
+    let want = 1e-4 / (1e-8 + f64::from(f32::EPSILON)).sqrt();
+    assert!((y - want).abs() < 1e-5 * want, "{y} vs {want}");
+
+    let x = Tensor::zeros(dev, &[2, 6], DType::F32).unwrap();
+    for err in [
+        layer_norm(&x, &[5], None, None, 1e-5).unwrap_err(),
+        layer_norm(&x, &[], None, None, 1e-5).unwrap_err(),
+        layer_norm(&x, &[6], Some(&w), None, 1e-5).unwrap_err(),
+    ] {
+        assert!(err.to_string().starts_with("layer_norm:"), "{err}");
+    }
+    for err in [
+        group_norm(&x, 4, None, None, 1e-5).unwrap_err(),
+        group_norm(&x, 0, None, None, 1e-5).unwrap_err(),
+        group_norm(
+            &Tensor::zeros(dev, &[6], DType::F32).unwrap(),
+            1,
+            None,
+            None,
+            1e-5,
+        )
+        .unwrap_err(),
+        group_norm(&x, 3, Some(&w), None, 1e-5).unwrap_err(),
+    ] {
+        assert!(err.to_string().starts_with("group_norm:"), "{err}");
+    }
+    let err = rms_norm(&x, &[6], None, Some(-1.0)).unwrap_err();
+    assert!(err.to_string().starts_with("rms_norm:"), "{err}");
+}
