@@ -362,8 +362,10 @@ impl Geom {
             return Err(Error::shape(
                 op,
                 format!(
-                    "input {x:?} has {c} channels in dim 1 (the layout is N, C, ...), but weight \
-                     {wshape:?} with groups {g} expects {} channels ({cw} per group){hint}",
+                    "input {x:?} has {c} channels in dim 1 (the layout is N, C, ...): weight \
+                     {wshape:?} must have in_channels / groups = {c} / {g} = {} in dim 1, got \
+                     {cw} (it expects inputs of {} channels){hint}",
+                    c / g,
                     cw * g
                 ),
             ));
