@@ -173,7 +173,6 @@ pub use half::f16;
 pub use layout::Layout;
 /// The [`nn::Module`] trait and its derive, at the root as well (`#[derive(wgtensor::Module)]`).
 pub use nn::Module;
-pub use ops::view_grad::ShapeArg;
 pub use runtime::{
     Caps, Device, DeviceOptions, DeviceStats, PipelineCacheSetting, PipelineCacheStatus, PoolStats,
     WarmUp,

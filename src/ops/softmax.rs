@@ -107,7 +107,7 @@ fn run_untracked(op: &'static str, x: &Tensor, dim: isize, log: bool) -> Result<
     // PyTorch treats a rank-0 tensor as one element along dim 0 or -1.
     if x.rank() == 0 {
         Layout::normalize_dim(op, dim, 1)?;
-        return run(op, &x.reshape(&[1])?, 0, log)?.reshape(&[0usize; 0]);
+        return run(op, &x.reshape(&[1])?, 0, log)?.reshape(&[]);
     }
     let d = Layout::normalize_dim(op, dim, x.rank())?;
     let out = Tensor::empty(dev, op, x.shape(), x.dtype)?;

@@ -105,22 +105,38 @@ impl Tensor {
     /// let yt = x.transpose(0, 1)?.reshape(&[6])?; // strided: packed into new storage
     /// assert_eq!(yt.to_vec::<f32>()?, vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
     /// assert!(x.reshape(&[4]).is_err());
-    /// assert_eq!(x.reshape(&[-1, 2])?.shape(), &[3, 2]); // one dim inferred, as PyTorch
     /// # Ok(()) }
     /// ```
     ///
-    /// `shape` is any slice, array or `Vec` of `usize` or of signed integers, where one entry
-    /// may be `-1` (inferred from the element count).
+    /// [`Tensor::reshape_infer`] takes PyTorch's `-1` for one inferred size.
     ///
     /// [`Error::Shape`]: crate::Error::Shape
-    pub fn reshape<S: ShapeArg + ?Sized>(&self, shape: &S) -> Result<Tensor> {
-        let shape = resolve_shape("reshape", &shape.dims(), self.numel())?;
+    pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
         if !self.is_tracked() {
-            return self.reshape_untracked(&shape);
+            return self.reshape_untracked(shape);
         }
         // The copy a non-contiguous source needs is part of this one recorded op.
-        let out = self.detach().reshape_untracked(&shape)?;
+        let out = self.detach().reshape_untracked(shape)?;
         Ok(record_view(self, out, || ViewKind::Reshape))
+    }
+
+    /// [`Tensor::reshape`] with PyTorch's signed sizes: one entry may be `-1`, inferred from
+    /// the element count (`x.reshape(-1, 4)` in PyTorch is `x.reshape_infer(&[-1, 4])`).
+    /// Errors with [`Error::Shape`](crate::Error::Shape) for two `-1`s, another negative size,
+    /// or sizes that cannot hold the elements.
+    ///
+    /// ```ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// use wgtensor::{DType, Device, Tensor};
+    /// let dev = Device::new()?;
+    /// let x = Tensor::zeros(&dev, &[2, 3, 4], DType::F32)?;
+    /// assert_eq!(x.reshape_infer(&[-1, 4])?.shape(), &[6, 4]);
+    /// # Ok(()) }
+    /// ```
+    pub fn reshape_infer(&self, shape: &[i64]) -> Result<Tensor> {
+        let dims: Vec<i128> = shape.iter().map(|&d| d as i128).collect();
+        let shape = resolve_shape("reshape", &dims, self.numel())?;
+        self.reshape(&shape)
     }
 
     /// Removes `dim` when its size is 1 (PyTorch's `squeeze(dim)`; a dim of another size is
@@ -171,41 +187,6 @@ impl Tensor {
         shape.push(self.shape()[s..=e].iter().product());
         shape.extend_from_slice(&self.shape()[e + 1..]);
         self.reshape(&shape)
-    }
-}
-
-/// A shape argument of [`Tensor::reshape`]: unsigned sizes, or signed ones where one entry may
-/// be `-1`. Implemented for slices, arrays and `Vec`s of `usize`, `isize`, `i64` and `i32`
-/// (an integer literal infers as `i32`, so `x.reshape(&[2, -1])` works).
-pub trait ShapeArg {
-    /// The entries, widened losslessly.
-    fn dims(&self) -> Vec<i128>;
-}
-
-macro_rules! shape_arg {
-    ($($t:ty),*) => {$(
-        impl ShapeArg for [$t] {
-            fn dims(&self) -> Vec<i128> {
-                self.iter().map(|&d| d as i128).collect()
-            }
-        }
-        impl<const N: usize> ShapeArg for [$t; N] {
-            fn dims(&self) -> Vec<i128> {
-                self.iter().map(|&d| d as i128).collect()
-            }
-        }
-        impl ShapeArg for Vec<$t> {
-            fn dims(&self) -> Vec<i128> {
-                self.iter().map(|&d| d as i128).collect()
-            }
-        }
-    )*};
-}
-shape_arg!(usize, isize, i64, i32, u32, u64);
-
-impl<S: ShapeArg + ?Sized> ShapeArg for &S {
-    fn dims(&self) -> Vec<i128> {
-        (**self).dims()
     }
 }
 
