@@ -12,7 +12,7 @@
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use wgtensor::nn::{self, Module};
+use wgtensor::nn::{self, Forward, Module};
 use wgtensor::ops::{cross_entropy, softmax};
 use wgtensor::optim::{clip_grad_norm, Adam, AdamOptions};
 use wgtensor::{no_grad, Device, Result, Tensor};
@@ -29,6 +29,23 @@ const BATCH: usize = 16;
 const HIDDEN: usize = 128;
 const EMBED: usize = 32;
 const STEPS: usize = 800;
+
+/// The model, with PyTorch's attribute names: its parameters are `embed.weight`,
+/// `lstm.weight_ih_l0`, ..., `head.bias`, as a PyTorch `nn.Module` with the same attributes
+/// names them.
+#[derive(Module)]
+struct CharLstm {
+    embed: nn::Embedding,
+    lstm: nn::Recurrent,
+    head: nn::Linear,
+}
+
+impl CharLstm {
+    /// The hidden states `[T, B, H]` of the ids `[T, B]`.
+    fn hidden(&self, ids: &Tensor) -> Result<Tensor> {
+        self.lstm.forward(&self.embed.forward(ids)?)
+    }
+}
 
 /// `[T, B]` input ids and `[T * B]` next-character ids of the windows starting at `starts`.
 fn window(dev: &Device, ids: &[usize], starts: &[usize]) -> Result<(Tensor, Tensor)> {
@@ -70,28 +87,22 @@ fn main() -> Result<()> {
         .filter(|&&c| c > 0)
         .map(|&c| -(c as f64 / total) * (c as f64 / total).ln())
         .sum();
-    let embed = nn::Embedding::new(&dev, v, EMBED, None)?;
-    let lstm = nn::Lstm::new(
-        &dev,
-        EMBED,
-        HIDDEN,
-        nn::RnnConfig {
-            num_layers: 2,
-            ..Default::default()
-        },
-    )?;
-    let head = nn::Linear::new(&dev, HIDDEN, v, true)?;
-    let named: Vec<(String, Tensor)> = [
-        ("embed", embed.named_parameters()),
-        ("lstm", lstm.named_parameters()),
-        ("head", head.named_parameters()),
-    ]
-    .into_iter()
-    .flat_map(|(m, ps)| ps.into_iter().map(move |(n, t)| (format!("{m}.{n}"), t)))
-    .collect();
-    let params: Vec<Tensor> = named.iter().map(|(_, t)| t.clone()).collect();
+    let model = CharLstm {
+        embed: nn::Embedding::new(&dev, v, EMBED, None)?,
+        lstm: nn::Lstm::new(
+            &dev,
+            EMBED,
+            HIDDEN,
+            nn::RnnConfig {
+                num_layers: 2,
+                ..Default::default()
+            },
+        )?,
+        head: nn::Linear::new(&dev, HIDDEN, v, true)?,
+    };
+    let params = model.parameters();
     let mut opt = Adam::new(
-        named,
+        model.named_parameters(),
         AdamOptions {
             lr: 3e-3,
             ..Default::default()
@@ -114,10 +125,8 @@ fn main() -> Result<()> {
         let t0 = Instant::now();
         let starts: Vec<usize> = (0..BATCH).map(|_| next(ids.len() - SEQ - 1)).collect();
         let (x, y) = window(&dev, &ids, &starts)?;
-        let h = lstm
-            .forward(&embed.forward(&x)?)?
-            .reshape(&[SEQ * BATCH, HIDDEN])?;
-        let logits = head.forward(&h)?;
+        let h = model.hidden(&x)?.reshape(&[SEQ * BATCH, HIDDEN])?;
+        let logits = model.head.forward(&h)?;
         let loss = cross_entropy(&logits, &y, &Default::default())?;
         let grads = loss.backward()?;
         let g: Vec<&Tensor> = params.iter().filter_map(|p| grads.get(p)).collect();
@@ -155,11 +164,11 @@ fn main() -> Result<()> {
             let start = out.len() - SEQ;
             let x: Vec<i32> = out[start..].iter().map(|&c| c as i32).collect();
             let x = Tensor::from_slice(&dev, &x, &[SEQ, 1])?;
-            let h = lstm
-                .forward(&embed.forward(&x)?)?
+            let h = model
+                .hidden(&x)?
                 .narrow(0, SEQ - 1, 1)?
                 .reshape(&[1, HIDDEN])?;
-            let p = softmax(&head.forward(&h)?, -1)?.to_vec::<f32>()?;
+            let p = softmax(&model.head.forward(&h)?, -1)?.to_vec::<f32>()?;
             let u = next(1_000_000) as f32 / 1e6;
             let mut acc = 0.0;
             let c = p

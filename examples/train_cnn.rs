@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use wgtensor::io::{load_safetensors_file, save_safetensors_file};
-use wgtensor::nn::{self, Module};
+use wgtensor::nn::{self, Forward, Module};
 use wgtensor::ops::{cross_entropy, MaxPool2dOptions};
 use wgtensor::optim::{Adam, AdamOptions};
 use wgtensor::{no_grad, Device, Result, Tensor};
@@ -61,10 +61,10 @@ fn batch(dev: &Device, idx: &[usize]) -> Result<(Tensor, Tensor)> {
 /// The fraction of samples whose largest logit is at the label, computed on the device
 /// (argmax, eq, mean): one number is read back.
 fn evaluate(m: &mut nn::Sequential, x: &Tensor, labels: &Tensor) -> Result<f64> {
-    m.set_training(false);
+    m.eval();
     let logits = no_grad(|| m.forward(x))?;
     let acc = logits.argmax(1, false)?.eq(labels)?.mean_all()?;
-    m.set_training(true);
+    m.train();
     Ok(acc.to_vec::<f32>()?[0] as f64)
 }
 

@@ -678,7 +678,7 @@ fn param_groups_have_their_own_hyperparameters() {
 /// The constructors take `nn::Module::named_parameters()` as they are.
 #[test]
 fn optimizers_take_named_parameters_of_a_module() {
-    use wgtensor::nn::{Linear, Module};
+    use wgtensor::nn::{Forward, Linear, Module};
     let lin = Linear::new(dev(), 3, 2, true).unwrap();
     let mut opt = Adam::adamw(lin.named_parameters(), AdamOptions::adamw()).unwrap();
     assert_eq!(opt.param_names(), &["weight", "bias"]);

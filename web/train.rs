@@ -8,7 +8,7 @@ use std::cell::RefCell;
 use std::fmt::Write as _;
 
 use wasm_bindgen::prelude::*;
-use wgtensor::nn::{self, Module};
+use wgtensor::nn::{self, Forward, Module};
 use wgtensor::ops::{cross_entropy, MaxPool2dOptions};
 use wgtensor::optim::{Adam, AdamOptions};
 use wgtensor::{no_grad, Device, Result, Tensor};

@@ -7,7 +7,7 @@
 //! - `lstm_train_step`: embedding (V = 96, E = 32), a 2-layer LSTM (hidden 128) over T = 32,
 //!   B = 16, a linear head, class-index cross_entropy.
 
-use wgtensor::nn::{self, Module};
+use wgtensor::nn::{self, Forward, Module};
 use wgtensor::ops::{cross_entropy, MaxPool2dOptions};
 use wgtensor::optim::{Adam, AdamOptions};
 use wgtensor::{Device, Tensor};

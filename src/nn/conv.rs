@@ -1,8 +1,8 @@
 //! The other convolution layers: PyTorch's `nn.Conv1d` and `nn.ConvTranspose2d`, with its
 //! parameter names, weight layouts and default initialization (`nn.Conv2d` is in layers.rs).
 
-use super::layers::{bias_init, param};
-use super::Module;
+use super::layers::{bias_init, param, visit_weight_bias};
+use super::{Forward, Module, Visitor, VisitorMut};
 use crate::ops::{
     conv1d, conv_transpose2d, kaiming_uniform, Activation, Conv1dOptions, ConvTranspose2dOptions,
     Padding, Padding1d,
@@ -19,12 +19,6 @@ fn check_groups(op: &'static str, inp: usize, out: usize, groups: usize) -> Resu
     Ok(())
 }
 
-fn named(weight: &Tensor, bias: &Option<Tensor>) -> Vec<(String, Tensor)> {
-    let mut v = vec![("weight".to_string(), weight.clone())];
-    v.extend(bias.iter().map(|b| ("bias".to_string(), b.clone())));
-    v
-}
-
 /// PyTorch's `nn.Conv1d` over `[N, C, L]` (or `[C, L]`): `weight [out, in / groups, k]`,
 /// `bias [out]`, initialized as PyTorch does (kaiming_uniform with a = sqrt(5); bias
 /// `U(-1/sqrt(fan_in), 1/sqrt(fan_in))`). The [`Conv2dConfig`](super::Conv2dConfig) fields
@@ -32,7 +26,7 @@ fn named(weight: &Tensor, bias: &Option<Tensor>) -> Vec<(String, Tensor)> {
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
-/// use wgtensor::nn::{self, Module};
+/// use wgtensor::nn::{self, Forward, Module};
 /// use wgtensor::{DType, Device, Tensor};
 /// let dev = Device::new()?;
 /// let conv = nn::Conv1d::new(&dev, 4, 8, 3, nn::Conv2dConfig { padding: 1, groups: 2, ..Default::default() })?;
@@ -84,11 +78,16 @@ impl Conv1d {
 }
 
 impl Module for Conv1d {
+    fn visit(&self, v: &mut dyn Visitor) {
+        visit_weight_bias(&self.weight, self.bias.as_ref(), v);
+    }
+    /// No flags, counters or children.
+    fn visit_mut(&mut self, _: &mut dyn VisitorMut) {}
+}
+
+impl Forward for Conv1d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         conv1d(x, &self.weight, self.bias.as_ref(), &self.options)
-    }
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        named(&self.weight, &self.bias)
     }
 }
 
@@ -130,7 +129,7 @@ impl Default for ConvTranspose2dConfig {
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
-/// use wgtensor::nn::{self, Module};
+/// use wgtensor::nn::{self, Forward, Module};
 /// use wgtensor::{DType, Device, Tensor};
 /// let dev = Device::new()?;
 /// let up = nn::ConvTranspose2d::new(&dev, 8, 4, 2, nn::ConvTranspose2dConfig { stride: 2, ..Default::default() })?;
@@ -188,10 +187,15 @@ impl ConvTranspose2d {
 }
 
 impl Module for ConvTranspose2d {
+    fn visit(&self, v: &mut dyn Visitor) {
+        visit_weight_bias(&self.weight, self.bias.as_ref(), v);
+    }
+    /// No flags, counters or children.
+    fn visit_mut(&mut self, _: &mut dyn VisitorMut) {}
+}
+
+impl Forward for ConvTranspose2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         conv_transpose2d(x, &self.weight, self.bias.as_ref(), &self.options)
-    }
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        named(&self.weight, &self.bias)
     }
 }

@@ -1,7 +1,7 @@
 //! PyTorch's `nn.Embedding`: a lookup table of rows by i32 id.
 
 use super::layers::param;
-use super::Module;
+use super::{Forward, Module, Visitor, VisitorMut};
 use crate::ops::{embedding, normal};
 use crate::{DType, Device, Error, Result, Tensor};
 
@@ -13,7 +13,7 @@ use crate::{DType, Device, Error, Result, Tensor};
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
-/// use wgtensor::nn::{self, Module};
+/// use wgtensor::nn::{self, Forward, Module};
 /// use wgtensor::{Device, Tensor};
 /// let dev = Device::new()?;
 /// let emb = nn::Embedding::new(&dev, 100, 16, Some(0))?;
@@ -65,10 +65,15 @@ impl Embedding {
 }
 
 impl Module for Embedding {
+    fn visit(&self, v: &mut dyn Visitor) {
+        v.parameter("weight", &self.weight);
+    }
+    /// No flags, counters or children.
+    fn visit_mut(&mut self, _: &mut dyn VisitorMut) {}
+}
+
+impl Forward for Embedding {
     fn forward(&self, ids: &Tensor) -> Result<Tensor> {
         embedding(ids, &self.weight, self.padding_idx)
-    }
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        vec![("weight".to_string(), self.weight.clone())]
     }
 }

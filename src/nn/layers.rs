@@ -2,9 +2,8 @@
 //! PyTorch's, forward passes through the crate's ops.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 
-use super::Module;
+use super::{Forward, Module, Visitor, VisitorMut};
 use crate::ops::{
     adaptive_avg_pool2d, avg_pool2d, batch_norm_inference, batch_norm_train, conv2d, dropout, gemm,
     kaiming_uniform, max_pool2d, uniform, Activation, AvgPool2dOptions, BatchNormOptions,
@@ -30,11 +29,23 @@ pub(super) fn bias_init(dev: &Device, n: usize, fan_in: usize) -> Result<Tensor>
     uniform(dev, &[n], -b, b, DType::F32)
 }
 
+/// `impl Module` for a layer without parameters, buffers, flags or children (a pool, an
+/// activation): it has nothing to report.
+macro_rules! stateless_module {
+    ($name:ident) => {
+        /// Nothing: no parameters, buffers, flags or children.
+        impl Module for $name {
+            fn visit(&self, _: &mut dyn Visitor) {}
+            fn visit_mut(&mut self, _: &mut dyn VisitorMut) {}
+        }
+    };
+}
+
 /// `y = x W^T + b` (PyTorch's `nn.Linear`): `weight [out, in]`, `bias [out]`, initialized with
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
-/// use wgtensor::nn::{self, Module};
+/// use wgtensor::nn::{self, Forward, Module};
 /// use wgtensor::{DType, Device, Tensor};
 /// let dev = Device::new()?;
 /// let fc = nn::Linear::new(&dev, 64, 10, true)?;
@@ -75,7 +86,23 @@ impl Linear {
     }
 }
 
+/// `weight`, then `bias` when present: the parameters of Linear and the convolutions.
+pub(super) fn visit_weight_bias(weight: &Tensor, bias: Option<&Tensor>, v: &mut dyn Visitor) {
+    v.parameter("weight", weight);
+    if let Some(b) = bias {
+        v.parameter("bias", b);
+    }
+}
+
 impl Module for Linear {
+    fn visit(&self, v: &mut dyn Visitor) {
+        visit_weight_bias(&self.weight, self.bias.as_ref(), v);
+    }
+    /// No flags, counters or children.
+    fn visit_mut(&mut self, _: &mut dyn VisitorMut) {}
+}
+
+impl Forward for Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         gemm(
             x,
@@ -85,11 +112,6 @@ impl Module for Linear {
                 ..Default::default()
             },
         )
-    }
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        let mut v = vec![("weight".to_string(), self.weight.clone())];
-        v.extend(self.bias.iter().map(|b| ("bias".to_string(), b.clone())));
-        v
     }
 }
 
@@ -124,7 +146,7 @@ impl Default for Conv2dConfig {
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
-/// use wgtensor::nn::{self, Module};
+/// use wgtensor::nn::{self, Forward, Module};
 /// use wgtensor::{DType, Device, Tensor};
 /// let dev = Device::new()?;
 /// let dw = nn::Conv2d::new(&dev, 16, 16, 3, nn::Conv2dConfig { padding: 1, groups: 16, ..Default::default() })?;
@@ -194,13 +216,16 @@ impl Conv2d {
 }
 
 impl Module for Conv2d {
+    fn visit(&self, v: &mut dyn Visitor) {
+        visit_weight_bias(&self.weight, self.bias.as_ref(), v);
+    }
+    /// No flags, counters or children.
+    fn visit_mut(&mut self, _: &mut dyn VisitorMut) {}
+}
+
+impl Forward for Conv2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         conv2d(x, &self.weight, self.bias.as_ref(), &self.options)
-    }
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        let mut v = vec![("weight".to_string(), self.weight.clone())];
-        v.extend(self.bias.iter().map(|b| ("bias".to_string(), b.clone())));
-        v
     }
 }
 
@@ -211,13 +236,13 @@ impl Module for Conv2d {
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
-/// use wgtensor::nn::{self, Module};
+/// use wgtensor::nn::{self, Forward, Module};
 /// use wgtensor::{DType, Device, Tensor};
 /// let dev = Device::new()?;
 /// let mut bn = nn::BatchNorm2d::new(&dev, 3)?;
 /// let x = wgtensor::ops::randn(&dev, &[4, 3, 5, 5], DType::F32)?;
 /// let y = bn.forward(&x)?; // batch statistics; running ones updated
-/// bn.set_training(false); // PyTorch's eval(): the running statistics
+/// bn.eval(); // PyTorch's eval(): the running statistics
 /// let z = bn.forward(&x)?;
 /// assert_eq!((y.shape(), z.shape()), (x.shape(), x.shape()));
 /// assert_eq!(bn.state_dict().len(), 5); // weight, bias, running_mean, running_var, num_batches_tracked
@@ -233,7 +258,7 @@ pub struct BatchNorm2d {
     pub state: RefCell<BatchNormState>,
     /// Added to the variance.
     pub eps: f64,
-    /// Training mode (batch statistics); `set_training(false)` is PyTorch's `eval()`.
+    /// Training mode (batch statistics); [`Module::eval`] clears it, [`Module::train`] sets it.
     pub training: bool,
     rank: usize,
 }
@@ -267,7 +292,7 @@ impl BatchNorm2d {
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
-/// use wgtensor::nn::{self, Module};
+/// use wgtensor::nn::{self, Forward, Module};
 /// use wgtensor::{DType, Device, Tensor};
 /// let dev = Device::new()?;
 /// let bn = nn::BatchNorm1d::new(&dev, 8)?;
@@ -288,25 +313,52 @@ impl BatchNorm1d {
     }
 }
 
+/// The same entries as the [`BatchNorm2d`] inside, under the same names (no `0.` prefix).
 impl Module for BatchNorm1d {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        self.0.forward(x)
+    fn visit(&self, v: &mut dyn Visitor) {
+        self.0.visit(v)
     }
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        self.0.named_parameters()
-    }
-    fn named_buffers(&self) -> Vec<(String, Tensor)> {
-        self.0.named_buffers()
-    }
-    fn set_training(&mut self, training: bool) {
-        self.0.set_training(training)
-    }
-    fn load_counters(&mut self, source: &HashMap<String, Tensor>, prefix: &str) -> Result<()> {
-        self.0.load_counters(source, prefix)
+    fn visit_mut(&mut self, v: &mut dyn VisitorMut) {
+        self.0.visit_mut(v)
     }
 }
 
+impl Forward for BatchNorm1d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.0.forward(x)
+    }
+}
+
+/// Parameters `weight` and `bias` (when affine), buffers `running_mean`, `running_var` and
+/// the counter `num_batches_tracked`, the training flag.
 impl Module for BatchNorm2d {
+    fn visit(&self, v: &mut dyn Visitor) {
+        if let Some(w) = &self.weight {
+            v.parameter("weight", w);
+        }
+        if let Some(b) = &self.bias {
+            v.parameter("bias", b);
+        }
+        let st = self.state.borrow();
+        v.buffer("running_mean", &st.running_mean);
+        v.buffer("running_var", &st.running_var);
+        v.counter(
+            "num_batches_tracked",
+            st.num_batches_tracked,
+            st.running_mean.device(),
+        );
+        v.training(self.training);
+    }
+    fn visit_mut(&mut self, v: &mut dyn VisitorMut) {
+        v.counter(
+            "num_batches_tracked",
+            &mut self.state.get_mut().num_batches_tracked,
+        );
+        v.training(&mut self.training);
+    }
+}
+
+impl Forward for BatchNorm2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let ok = if self.rank == 4 {
             x.rank() == 4
@@ -335,65 +387,19 @@ impl Module for BatchNorm2d {
             batch_norm_inference(x, &st.running_mean, &st.running_var, &self.options())
         }
     }
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        let mut v = Vec::new();
-        v.extend(
-            self.weight
-                .iter()
-                .map(|w| ("weight".to_string(), w.clone())),
-        );
-        v.extend(self.bias.iter().map(|b| ("bias".to_string(), b.clone())));
-        v
-    }
-    fn named_buffers(&self) -> Vec<(String, Tensor)> {
-        let st = self.state.borrow();
-        let mut v = vec![
-            ("running_mean".to_string(), st.running_mean.clone()),
-            ("running_var".to_string(), st.running_var.clone()),
-        ];
-        // PyTorch stores the count as an int64 scalar; here an i32 one (the device's integer
-        // type, saturating) made on demand.
-        if let Ok(t) = Tensor::from_slice(
-            st.running_mean.device(),
-            &[st.num_batches_tracked.min(i32::MAX as u64) as i32],
-            &[],
-        ) {
-            v.push(("num_batches_tracked".to_string(), t));
-        }
-        v
-    }
-    fn set_training(&mut self, training: bool) {
-        self.training = training;
-    }
-    fn load_counters(&mut self, source: &HashMap<String, Tensor>, prefix: &str) -> Result<()> {
-        if let Some(t) = source.get(&format!("{prefix}num_batches_tracked")) {
-            let v = t.to_dtype(DType::I32)?;
-            #[cfg(not(target_arch = "wasm32"))]
-            let host = v.to_vec::<i32>()?;
-            #[cfg(target_arch = "wasm32")]
-            let host: Vec<i32> = {
-                let _ = v;
-                Vec::new()
-            };
-            if let Some(&n) = host.first() {
-                self.state.borrow_mut().num_batches_tracked = n.max(0) as u64;
-            }
-        }
-        Ok(())
-    }
 }
 
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
-/// use wgtensor::nn::{self, Module};
+/// use wgtensor::nn::{self, Forward, Module};
 /// use wgtensor::{DType, Device, Tensor};
 /// let dev = Device::new()?;
 /// let mut drop = nn::Dropout::new(0.5);
 /// let x = Tensor::ones(&dev, &[1000], DType::F32)?;
 /// let y = drop.forward(&x)?.to_vec::<f32>()?; // zeros and 2.0s (inverted scaling)
 /// assert!(y.iter().all(|&v| v == 0.0 || v == 2.0));
-/// drop.set_training(false);
+/// drop.eval();
 /// assert_eq!(drop.forward(&x)?.to_vec::<f32>()?, vec![1.0; 1000]);
 /// # Ok(()) }
 /// ```
@@ -413,19 +419,26 @@ impl Dropout {
     }
 }
 
+/// The training flag alone.
 impl Module for Dropout {
+    fn visit(&self, v: &mut dyn Visitor) {
+        v.training(self.training);
+    }
+    fn visit_mut(&mut self, v: &mut dyn VisitorMut) {
+        v.training(&mut self.training);
+    }
+}
+
+impl Forward for Dropout {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         dropout(x, self.p, self.training)
-    }
-    fn set_training(&mut self, training: bool) {
-        self.training = training;
     }
 }
 
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
-/// use wgtensor::nn::{self, Module};
+/// use wgtensor::nn::{self, Forward, Module};
 /// use wgtensor::{DType, Device, Tensor};
 /// let dev = Device::new()?;
 /// use wgtensor::ops::MaxPool2dOptions;
@@ -438,7 +451,9 @@ impl Module for Dropout {
 #[derive(Debug, Clone, Copy)]
 pub struct MaxPool2d(pub MaxPool2dOptions);
 
-impl Module for MaxPool2d {
+stateless_module!(MaxPool2d);
+
+impl Forward for MaxPool2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         max_pool2d(x, &self.0)
     }
@@ -447,7 +462,7 @@ impl Module for MaxPool2d {
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
-/// use wgtensor::nn::{self, Module};
+/// use wgtensor::nn::{self, Forward, Module};
 /// use wgtensor::{DType, Device, Tensor};
 /// let dev = Device::new()?;
 /// use wgtensor::ops::AvgPool2dOptions;
@@ -460,7 +475,9 @@ impl Module for MaxPool2d {
 #[derive(Debug, Clone, Copy)]
 pub struct AvgPool2d(pub AvgPool2dOptions);
 
-impl Module for AvgPool2d {
+stateless_module!(AvgPool2d);
+
+impl Forward for AvgPool2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         avg_pool2d(x, &self.0)
     }
@@ -469,7 +486,7 @@ impl Module for AvgPool2d {
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
-/// use wgtensor::nn::{self, Module};
+/// use wgtensor::nn::{self, Forward, Module};
 /// use wgtensor::{DType, Device, Tensor};
 /// let dev = Device::new()?;
 /// let gap = nn::AdaptiveAvgPool2d([1, 1]); // global average pooling
@@ -481,7 +498,9 @@ impl Module for AvgPool2d {
 #[derive(Debug, Clone, Copy)]
 pub struct AdaptiveAvgPool2d(pub [usize; 2]);
 
-impl Module for AdaptiveAvgPool2d {
+stateless_module!(AdaptiveAvgPool2d);
+
+impl Forward for AdaptiveAvgPool2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         adaptive_avg_pool2d(x, self.0)
     }
@@ -490,7 +509,7 @@ impl Module for AdaptiveAvgPool2d {
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
-/// use wgtensor::nn::{self, Module};
+/// use wgtensor::nn::{self, Forward, Module};
 /// use wgtensor::{DType, Device, Tensor};
 /// let dev = Device::new()?;
 /// let y = nn::Flatten.forward(&Tensor::zeros(&dev, &[2, 3, 4, 4], DType::F32)?)?;
@@ -501,7 +520,9 @@ impl Module for AdaptiveAvgPool2d {
 #[derive(Debug, Clone, Copy)]
 pub struct Flatten;
 
-impl Module for Flatten {
+stateless_module!(Flatten);
+
+impl Forward for Flatten {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         if x.rank() == 0 {
             return Err(Error::shape("Flatten", "cannot flatten a scalar"));
@@ -518,7 +539,9 @@ macro_rules! activation_module {
         #[derive(Debug, Clone, Copy)]
         pub struct $name;
 
-        impl Module for $name {
+        stateless_module!($name);
+
+        impl Forward for $name {
             fn forward(&self, x: &Tensor) -> Result<Tensor> {
                 x.$method()
             }
@@ -531,7 +554,7 @@ activation_module!(
     ///
     /// ```ignore-wasm32
     /// # fn main() -> wgtensor::Result<()> {
-    /// use wgtensor::nn::{self, Module};
+    /// use wgtensor::nn::{self, Forward, Module};
     /// use wgtensor::{Device, Tensor};
     /// let dev = Device::new()?;
     /// let x = Tensor::from_slice(&dev, &[-1.0f32, 2.0], &[2])?;

@@ -1,204 +1,167 @@
 //! Layers with PyTorch's names, parameters, `state_dict()` keys and default initialization
 //! (`torch.nn`): [`Linear`], [`Conv1d`], [`Conv2d`], [`ConvTranspose2d`], [`Embedding`],
-//! [`BatchNorm2d`] / [`BatchNorm1d`], [`Lstm`] / [`Gru`], [`Dropout`], the pools, activations, [`Flatten`] and [`Sequential`]. A user's own model joins by
-//! implementing [`Module`] (a `forward` and the list of its children or parameters).
+//! [`BatchNorm2d`] / [`BatchNorm1d`], [`Lstm`] / [`Gru`], [`Dropout`], the pools, activations,
+//! [`Flatten`], and the containers [`Sequential`], [`ModuleList`] and [`ModuleDict`].
 //!
-//! ```no_run,ignore-wasm32
+//! A model is a struct of layers with `#[derive(Module)]`, as a PyTorch model is an
+//! `nn.Module` whose `__init__` assigns them: the derive registers each field under its name,
+//! so the model's parameters, buffers and `state_dict()` keys are PyTorch's
+//! (`features.0.weight`, `classifier.bias`), and `train()` / `eval()` reach every layer. Its
+//! forward pass is an implementation of [`Forward`] (or any method of your own).
+//!
+//! ```ignore-wasm32
 //! # fn main() -> wgtensor::Result<()> {
-//! use wgtensor::nn::{self, Module};
-//! use wgtensor::{DType, Device, Tensor};
+//! use wgtensor::nn::{self, Forward, Module};
+//! use wgtensor::ops::MaxPool2dOptions;
+//! use wgtensor::{DType, Device, Result, Tensor};
+//!
+//! #[derive(Module)]
+//! struct Net {
+//!     features: nn::Sequential,      // features.0.weight, features.1.running_mean, ...
+//!     blocks: Vec<nn::Conv2d>,       // blocks.0.weight, blocks.1.weight (an nn.ModuleList)
+//!     head: Option<nn::Linear>,      // head.weight, head.bias when Some (None: nothing)
+//!     classifier: nn::Linear,        // classifier.weight, classifier.bias
+//!     #[module(skip)]
+//!     classes: usize,                // anything else is skipped explicitly
+//! }
+//!
+//! impl Forward for Net {
+//!     fn forward(&self, x: &Tensor) -> Result<Tensor> {
+//!         let mut x = self.features.forward(x)?;
+//!         for b in &self.blocks {
+//!             x = b.forward(&x)?.relu()?;
+//!         }
+//!         let x = nn::Flatten.forward(&x)?;
+//!         let x = match &self.head {
+//!             Some(h) => h.forward(&x)?.relu()?,
+//!             None => x,
+//!         };
+//!         self.classifier.forward(&x)
+//!     }
+//! }
+//!
 //! let dev = Device::new()?;
-//! let model = nn::Sequential::new()
-//!     .push(nn::Conv2d::new(&dev, 1, 8, 3, Default::default())?)
-//!     .push(nn::ReLU)
-//!     .push(nn::Flatten)
-//!     .push(nn::Linear::new(&dev, 8 * 6 * 6, 10, true)?);
-//! let names: Vec<String> = model.state_dict().into_iter().map(|(n, _)| n).collect();
-//! assert_eq!(names, ["0.weight", "0.bias", "3.weight", "3.bias"]);
-//! let y = model.forward(&Tensor::zeros(&dev, &[2, 1, 8, 8], DType::F32)?)?;
+//! let same = nn::Conv2dConfig { padding: 1, ..Default::default() };
+//! let mut net = Net {
+//!     features: nn::Sequential::new()
+//!         .push(nn::Conv2d::new(&dev, 1, 8, 3, same)?)
+//!         .push(nn::BatchNorm2d::new(&dev, 8)?)
+//!         .push(nn::ReLU)
+//!         .push(nn::MaxPool2d(MaxPool2dOptions::new(2))),
+//!     blocks: vec![nn::Conv2d::new(&dev, 8, 8, 3, same)?, nn::Conv2d::new(&dev, 8, 8, 3, same)?],
+//!     head: None,
+//!     classifier: nn::Linear::new(&dev, 8 * 4 * 4, 10, true)?,
+//!     classes: 10,
+//! };
+//! let names: Vec<String> = net.state_dict().into_iter().map(|(n, _)| n).collect();
+//! assert_eq!(names, [
+//!     "features.0.weight", "features.0.bias",
+//!     "features.1.weight", "features.1.bias",
+//!     "features.1.running_mean", "features.1.running_var", "features.1.num_batches_tracked",
+//!     "blocks.0.weight", "blocks.0.bias", "blocks.1.weight", "blocks.1.bias",
+//!     "classifier.weight", "classifier.bias",
+//! ]);
+//! net.eval(); // the batch norm inside `features` now uses its running statistics
+//! let y = net.forward(&Tensor::zeros(&dev, &[2, 1, 8, 8], DType::F32)?)?;
+//! assert_eq!(y.shape(), &[2, net.classes]);
+//! # Ok(()) }
+//! ```
+//!
+//! Field rules and attributes:
+//!
+//! - a field holding a module (a layer, a container, a derived struct, a `Box<dyn Forward>`) is
+//!   a child, a [`Tensor`] a parameter; an `Option` of either counts when `Some`, a `Vec` (or
+//!   an array) is a list whose items are named `0`, `1`, ... ([`ModuleField`]);
+//! - `#[module(skip)]` leaves a field out (sizes, options; anything else is a compile error
+//!   naming the field, so that nothing holding parameters is forgotten);
+//! - `#[module(buffer)]` makes a `Tensor` (or `Option<Tensor>`) field a buffer: saved and
+//!   loaded, not a parameter;
+//! - `#[module(training)]` makes a `bool` field the module's training flag (`train()` /
+//!   `eval()` set it), for a model that runs e.g. [`ops::dropout`](crate::ops::dropout) itself;
+//! - `#[module(rename = "name")]` gives a field another state-dict name;
+//! - `#[module(crate = "path")]` on the struct names this crate when it is re-exported.
+//!
+//! A field the derive cannot place is a compile error at the field, not a parameter silently
+//! left out:
+//!
+//! ```compile_fail,E0277
+//! use wgtensor::nn::{self, Module};
+//! #[derive(Module)]
+//! struct Net {
+//!     fc: nn::Linear,
+//!     hidden: usize, // `usize` is not a module, a Tensor, or an Option or Vec of them
+//! }
+//! ```
+//!
+//! A layer of your own with tensors to compute from implements [`Module`] by hand: `visit`
+//! reports each parameter, buffer, training flag and child to a [`Visitor`], `visit_mut` lends
+//! the flags, counters and children to a [`VisitorMut`]; everything else
+//! ([`named_parameters`](Module::named_parameters), [`state_dict`](Module::state_dict),
+//! [`eval`](Module::eval), [`load_state_dict`](Module::load_state_dict), ...) is provided.
+//!
+//! ```ignore-wasm32
+//! # fn main() -> wgtensor::Result<()> {
+//! use wgtensor::nn::{self, Forward, Module, Visitor, VisitorMut};
+//! use wgtensor::{DType, Device, Result, Tensor};
+//!
+//! /// `x * scale`, with a learned per-feature scale.
+//! struct Scale {
+//!     scale: Tensor,
+//! }
+//!
+//! impl Module for Scale {
+//!     fn visit(&self, v: &mut dyn Visitor) {
+//!         v.parameter("scale", &self.scale);
+//!     }
+//!     fn visit_mut(&mut self, _: &mut dyn VisitorMut) {} // no flags, counters or children
+//! }
+//!
+//! impl Forward for Scale {
+//!     fn forward(&self, x: &Tensor) -> Result<Tensor> {
+//!         x.mul(&self.scale)
+//!     }
+//! }
+//!
+//! let dev = Device::new()?;
+//! let s = Scale { scale: Tensor::ones(&dev, &[4], DType::F32)?.requires_grad()? };
+//! let model = nn::Sequential::new().push(nn::Linear::new(&dev, 4, 4, true)?).push(s);
+//! let names: Vec<String> = model.named_parameters().into_iter().map(|(n, _)| n).collect();
+//! assert_eq!(names, ["0.weight", "0.bias", "1.scale"]);
 //! # Ok(()) }
 //! ```
 
+mod container;
 mod conv;
 mod embedding;
 mod layers;
+mod module;
 mod recurrent;
 
 use std::collections::HashMap;
 
+pub use container::{ModuleDict, ModuleList, Sequential};
 pub use conv::{Conv1d, ConvTranspose2d, ConvTranspose2dConfig};
 pub use embedding::Embedding;
 pub use layers::{
     AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv2d, Conv2dConfig, Dropout, Flatten,
     Linear, MaxPool2d, ReLU, Sigmoid, Tanh, GELU,
 };
+pub use module::{BufferField, Forward, Module, ModuleField, Visitor, VisitorMut};
 pub use recurrent::{Gru, Lstm, Recurrent, RnnConfig};
+/// `#[derive(Module)]`: implements [`Module`] for a struct from its fields (see the
+/// [module documentation](self) for the rules and the `#[module(...)]` attributes). It shares
+/// the trait's name, so `use wgtensor::nn::Module;` brings both.
+pub use wgtensor_derive::Module;
 
 use crate::{Result, Tensor};
 
-/// A layer or model: a forward pass and its named parameters and buffers.
-pub trait Module {
-    /// The forward pass.
-    fn forward(&self, x: &Tensor) -> Result<Tensor>;
-
-    /// Parameters by their `state_dict()` names, in PyTorch's registration order.
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        Vec::new()
-    }
-
-    /// Buffers (e.g. running statistics) by their `state_dict()` names.
-    fn named_buffers(&self) -> Vec<(String, Tensor)> {
-        Vec::new()
-    }
-
-    /// Switches training behaviour (batch statistics, dropout) on or off (PyTorch's
-    /// `train()` / `eval()`).
-    fn set_training(&mut self, _training: bool) {}
-
-    /// Restores what is not a tensor in place (e.g. `num_batches_tracked`) from a state dict
-    /// whose keys carry `prefix`.
-    fn load_counters(&mut self, _source: &HashMap<String, Tensor>, _prefix: &str) -> Result<()> {
-        Ok(())
-    }
-
-    /// Parameters and buffers by name, as PyTorch's `state_dict()` orders them per module
-    /// (parameters first, then buffers).
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        let mut v = self.named_parameters();
-        v.extend(self.named_buffers());
-        v
-    }
-
-    /// The number of parameter elements.
-    fn num_parameters(&self) -> usize {
-        self.named_parameters().iter().map(|(_, t)| t.numel()).sum()
-    }
-}
-
 /// Copies a state dict (e.g. from [`crate::io::load_safetensors`]) into `module`'s parameters
-/// and buffers in place; `strict` as PyTorch's `load_state_dict`.
+/// and buffers in place; `strict` as PyTorch's `load_state_dict`. The same as
+/// [`Module::load_state_dict`].
 pub fn load_state_dict(
     module: &mut dyn Module,
     source: &HashMap<String, Tensor>,
     strict: bool,
 ) -> Result<crate::io::LoadReport> {
-    let sd = module.state_dict();
-    // Counters are restored by the module itself, not copied into a tensor.
-    let (counters, tensors): (Vec<_>, Vec<_>) = sd
-        .iter()
-        .partition(|(n, _)| n.ends_with("num_batches_tracked"));
-    let targets: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    let mut rest = source.clone();
-    let mut missing_counters = Vec::new();
-    for (n, _) in &counters {
-        if rest.remove(n.as_str()).is_none() {
-            missing_counters.push(n.clone());
-        }
-    }
-    let mut report =
-        crate::io::load_state_dict(&targets, &rest, strict && missing_counters.is_empty())?;
-    if strict && !missing_counters.is_empty() {
-        return Err(crate::Error::Io {
-            op: "load_state_dict",
-            msg: format!("Error(s) in loading state_dict: missing keys {missing_counters:?}"),
-        });
-    }
-    report.missing.extend(missing_counters);
-    module.load_counters(source, "")?;
-    Ok(report)
-}
-
-///
-/// ```ignore-wasm32
-/// # fn main() -> wgtensor::Result<()> {
-/// use wgtensor::nn::{self, Module};
-/// use wgtensor::{DType, Device, Tensor};
-/// let dev = Device::new()?;
-/// let mlp = nn::Sequential::new()
-///     .push(nn::Linear::new(&dev, 4, 8, true)?)
-///     .push(nn::ReLU)
-///     .push(nn::Linear::new(&dev, 8, 2, true)?);
-/// let names: Vec<String> = mlp.state_dict().into_iter().map(|(n, _)| n).collect();
-/// assert_eq!(names, ["0.weight", "0.bias", "2.weight", "2.bias"]); // PyTorch's keys
-/// assert_eq!(mlp.forward(&Tensor::zeros(&dev, &[3, 4], DType::F32)?)?.shape(), &[3, 2]);
-/// # Ok(()) }
-/// ```
-/// Layers applied in order, named `0`, `1`, ... as PyTorch's `nn.Sequential`.
-#[derive(Default)]
-pub struct Sequential {
-    layers: Vec<Box<dyn Module>>,
-}
-
-impl Sequential {
-    /// An empty sequence.
-    pub fn new() -> Sequential {
-        Sequential { layers: Vec::new() }
-    }
-
-    /// Appends a layer (builder style).
-    pub fn push(mut self, layer: impl Module + 'static) -> Sequential {
-        self.layers.push(Box::new(layer));
-        self
-    }
-
-    /// The number of layers.
-    pub fn len(&self) -> usize {
-        self.layers.len()
-    }
-
-    /// True when there is no layer.
-    pub fn is_empty(&self) -> bool {
-        self.layers.is_empty()
-    }
-}
-
-/// `prefix.name` for every entry.
-fn prefixed(prefix: &str, v: Vec<(String, Tensor)>) -> Vec<(String, Tensor)> {
-    v.into_iter()
-        .map(|(n, t)| (format!("{prefix}.{n}"), t))
-        .collect()
-}
-
-impl Module for Sequential {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let mut y = x.clone();
-        for l in &self.layers {
-            y = l.forward(&y)?;
-        }
-        Ok(y)
-    }
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        self.layers
-            .iter()
-            .enumerate()
-            .flat_map(|(i, l)| prefixed(&i.to_string(), l.named_parameters()))
-            .collect()
-    }
-    fn named_buffers(&self) -> Vec<(String, Tensor)> {
-        self.layers
-            .iter()
-            .enumerate()
-            .flat_map(|(i, l)| prefixed(&i.to_string(), l.named_buffers()))
-            .collect()
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        // PyTorch orders a container's state dict by module: each child's parameters, then its
-        // buffers.
-        self.layers
-            .iter()
-            .enumerate()
-            .flat_map(|(i, l)| prefixed(&i.to_string(), l.state_dict()))
-            .collect()
-    }
-    fn set_training(&mut self, training: bool) {
-        for l in &mut self.layers {
-            l.set_training(training);
-        }
-    }
-    fn load_counters(&mut self, source: &HashMap<String, Tensor>, prefix: &str) -> Result<()> {
-        for (i, l) in self.layers.iter_mut().enumerate() {
-            l.load_counters(source, &format!("{prefix}{i}."))?;
-        }
-        Ok(())
-    }
+    module.load_state_dict(source, strict)
 }

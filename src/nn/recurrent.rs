@@ -2,7 +2,7 @@
 //! `bias_ih_l{k}`, `bias_hh_l{k}`, `_reverse` for the second direction) and initialization
 //! (every weight and bias `U(-1/sqrt(H), 1/sqrt(H))`), over the fused [`Rnn`] kernels.
 
-use super::Module;
+use super::{Forward, Module, Visitor, VisitorMut};
 use crate::ops::{uniform, Rnn, RnnKind, RnnOutput, RnnWeights};
 use crate::{DType, Device, Result, Tensor};
 
@@ -166,16 +166,24 @@ impl Recurrent {
     }
 }
 
+/// The parameters by PyTorch's names (`weight_ih_l0`, ...), the training flag (dropout
+/// between layers).
 impl Module for Recurrent {
+    fn visit(&self, v: &mut dyn Visitor) {
+        for (name, t) in &self.params {
+            v.parameter(name, t);
+        }
+        v.training(self.training);
+    }
+    fn visit_mut(&mut self, v: &mut dyn VisitorMut) {
+        v.training(&mut self.training);
+    }
+}
+
+impl Forward for Recurrent {
     /// The output sequence (use [`Recurrent::forward_with_state`] for the final states).
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         Ok(self.forward_with_state(x, None, None)?.output)
-    }
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        self.params.clone()
-    }
-    fn set_training(&mut self, training: bool) {
-        self.training = training;
     }
 }
 
@@ -183,7 +191,7 @@ impl Module for Recurrent {
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
-/// use wgtensor::nn::{self, Module};
+/// use wgtensor::nn::{self, Forward, Module};
 /// use wgtensor::{DType, Device, Tensor};
 /// let dev = Device::new()?;
 /// let lstm = nn::Lstm::new(&dev, 10, 20, nn::RnnConfig { num_layers: 2, ..Default::default() })?;
@@ -213,7 +221,7 @@ impl Lstm {
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
-/// use wgtensor::nn::{self, Module};
+/// use wgtensor::nn::{self, Forward, Module};
 /// use wgtensor::{DType, Device, Tensor};
 /// let dev = Device::new()?;
 /// let gru = nn::Gru::new(&dev, 10, 20, nn::RnnConfig { batch_first: true, bidirectional: true, ..Default::default() })?;

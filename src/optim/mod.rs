@@ -5,7 +5,7 @@
 //!
 //! ```no_run,ignore-wasm32
 //! # fn main() -> wgtensor::Result<()> {
-//! use wgtensor::nn::{Linear, Module};
+//! use wgtensor::nn::{Forward, Linear, Module};
 //! use wgtensor::optim::{Adam, AdamOptions};
 //! use wgtensor::{Device, Tensor};
 //! let dev = Device::new()?;

@@ -455,7 +455,7 @@ fn optimizer_steps_on_autograd_gradients() {
 /// module, read the gradients by the same tensors.
 #[test]
 fn nn_linear_through_autograd() {
-    use wgtensor::nn::{Linear, Module};
+    use wgtensor::nn::{Forward, Linear};
     let mut lin = Linear::new(device(), 2, 1, true).unwrap();
     lin.weight.set_requires_grad(true).unwrap();
     if let Some(b) = lin.bias.as_mut() {

@@ -7,7 +7,7 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
-use wgtensor::nn::{self, Module};
+use wgtensor::nn::{self, Forward, Module};
 use wgtensor::optim::{Adam, AdamOptions};
 use wgtensor::{io, DType, Device, Tensor};
 

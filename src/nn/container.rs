@@ -1,0 +1,421 @@
+//! The containers, with PyTorch's child names: [`Sequential`] (`0`, `1`, ... applied in
+//! order), [`ModuleList`] (`0`, `1`, ...) and [`ModuleDict`] (by key, in insertion order).
+
+use std::any::Any;
+use std::ops::{Index, IndexMut};
+
+use super::{Forward, Module, ModuleField, Visitor, VisitorMut};
+use crate::{Error, Result, Tensor};
+
+/// A layer of a [`Sequential`]: a [`Forward`] that can be handed out as a module and looked at
+/// as its own type. (`Box<dyn Layer>` is a `Layer` too: call these on `**box`, the layer.)
+trait Layer: Forward {
+    fn as_forward(&self) -> &(dyn Forward + 'static);
+    fn as_forward_mut(&mut self) -> &mut (dyn Forward + 'static);
+    fn as_module(&self) -> &dyn Module;
+    fn as_module_mut(&mut self) -> &mut dyn Module;
+    fn as_any(&self) -> &dyn Any;
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+impl<T: Forward + 'static> Layer for T {
+    fn as_forward(&self) -> &(dyn Forward + 'static) {
+        self
+    }
+    fn as_forward_mut(&mut self) -> &mut (dyn Forward + 'static) {
+        self
+    }
+    fn as_module(&self) -> &dyn Module {
+        self
+    }
+    fn as_module_mut(&mut self) -> &mut dyn Module {
+        self
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+/// Layers applied in order, named `0`, `1`, ... as PyTorch's `nn.Sequential`; indexable
+/// (`seq[1]` is the second layer as a [`Forward`]; [`get_as`](Sequential::get_as) gives it as
+/// its own type).
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::nn::{self, Forward, Module};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let mlp = nn::Sequential::new()
+///     .push(nn::Linear::new(&dev, 4, 8, true)?)
+///     .push(nn::ReLU)
+///     .push(nn::Linear::new(&dev, 8, 2, true)?);
+/// let names: Vec<String> = mlp.state_dict().into_iter().map(|(n, _)| n).collect();
+/// assert_eq!(names, ["0.weight", "0.bias", "2.weight", "2.bias"]); // PyTorch's keys
+/// assert_eq!(mlp.forward(&Tensor::zeros(&dev, &[3, 4], DType::F32)?)?.shape(), &[3, 2]);
+/// let h = mlp[0].forward(&Tensor::zeros(&dev, &[3, 4], DType::F32)?)?; // the first layer alone
+/// assert_eq!(h.shape(), &[3, 8]);
+/// let last: &nn::Linear = mlp.get_as(2).unwrap(); // typed access
+/// assert_eq!(last.weight.shape(), &[2, 8]);
+/// # Ok(()) }
+/// ```
+#[derive(Default)]
+pub struct Sequential {
+    layers: Vec<Box<dyn Layer>>,
+}
+
+impl Sequential {
+    /// An empty sequence.
+    pub fn new() -> Sequential {
+        Sequential { layers: Vec::new() }
+    }
+
+    /// Appends a layer (builder style).
+    pub fn push(mut self, layer: impl Forward + 'static) -> Sequential {
+        self.layers.push(Box::new(layer));
+        self
+    }
+
+    /// Appends a layer in place (PyTorch's `append`).
+    pub fn append(&mut self, layer: impl Forward + 'static) -> &mut Sequential {
+        self.layers.push(Box::new(layer));
+        self
+    }
+
+    /// The number of layers.
+    pub fn len(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// True when there is no layer.
+    pub fn is_empty(&self) -> bool {
+        self.layers.is_empty()
+    }
+
+    /// The layer at `index`, if there is one.
+    pub fn get(&self, index: usize) -> Option<&dyn Forward> {
+        self.layers.get(index).map(|l| (**l).as_forward())
+    }
+
+    /// The layer at `index`, mutably.
+    pub fn get_mut(&mut self, index: usize) -> Option<&mut (dyn Forward + 'static)> {
+        self.layers.get_mut(index).map(|l| (**l).as_forward_mut())
+    }
+
+    /// The layer at `index` as its own type: `None` when there is no layer there or it is
+    /// another type.
+    pub fn get_as<T: Forward + 'static>(&self, index: usize) -> Option<&T> {
+        (**self.layers.get(index)?).as_any().downcast_ref()
+    }
+
+    /// The layer at `index` as its own type, mutably.
+    pub fn get_as_mut<T: Forward + 'static>(&mut self, index: usize) -> Option<&mut T> {
+        (**self.layers.get_mut(index)?).as_any_mut().downcast_mut()
+    }
+
+    /// The layers in order.
+    pub fn iter(&self) -> impl Iterator<Item = &dyn Forward> + '_ {
+        self.layers.iter().map(|l| (**l).as_forward())
+    }
+}
+
+impl Index<usize> for Sequential {
+    type Output = dyn Forward;
+    /// The layer at `index`; panics past the end, as a slice does.
+    fn index(&self, index: usize) -> &(dyn Forward + 'static) {
+        let len = self.layers.len();
+        match self.layers.get(index) {
+            Some(l) => (**l).as_forward(),
+            None => panic!("Sequential index {index} out of range for {len} layers"),
+        }
+    }
+}
+
+impl IndexMut<usize> for Sequential {
+    fn index_mut(&mut self, index: usize) -> &mut (dyn Forward + 'static) {
+        let len = self.layers.len();
+        match self.layers.get_mut(index) {
+            Some(l) => (**l).as_forward_mut(),
+            None => panic!("Sequential index {index} out of range for {len} layers"),
+        }
+    }
+}
+
+impl Module for Sequential {
+    fn visit(&self, visitor: &mut dyn Visitor) {
+        for (i, l) in self.layers.iter().enumerate() {
+            visitor.child(&i.to_string(), (**l).as_module());
+        }
+    }
+    fn visit_mut(&mut self, visitor: &mut dyn VisitorMut) {
+        for (i, l) in self.layers.iter_mut().enumerate() {
+            visitor.child(&i.to_string(), (**l).as_module_mut());
+        }
+    }
+}
+
+impl Forward for Sequential {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let mut y = x.clone();
+        for l in &self.layers {
+            y = l.forward(&y)?;
+        }
+        Ok(y)
+    }
+}
+
+/// Modules in a list, named `0`, `1`, ... (PyTorch's `nn.ModuleList`): `blocks.0.weight`
+/// inside a model. Typed (`ModuleList<Block>`) or, by default, boxed layers of any type
+/// (`ModuleList<Box<dyn Forward>>`). It has no forward of its own: the model's forward runs
+/// the items as it needs. (A `Vec` field of a `#[derive(Module)]` struct is named the same
+/// way.)
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::nn::{self, Forward, Module};
+/// use wgtensor::Device;
+/// let dev = Device::new()?;
+/// let layers: nn::ModuleList<nn::Linear> =
+///     (0..3).map(|_| nn::Linear::new(&dev, 4, 4, false)).collect::<Result<_, _>>()?;
+/// let names: Vec<String> = layers.state_dict().into_iter().map(|(n, _)| n).collect();
+/// assert_eq!(names, ["0.weight", "1.weight", "2.weight"]);
+/// assert_eq!(layers[1].weight.shape(), &[4, 4]);
+/// let mut mixed = nn::ModuleList::new(); // ModuleList<Box<dyn Forward>>
+/// mixed.push(Box::new(nn::Linear::new(&dev, 4, 4, true)?) as Box<dyn Forward>);
+/// mixed.push(Box::new(nn::ReLU));
+/// assert_eq!(mixed.len(), 2);
+/// # Ok(()) }
+/// ```
+pub struct ModuleList<M = Box<dyn Forward>> {
+    items: Vec<M>,
+}
+
+impl<M> ModuleList<M> {
+    /// An empty list.
+    pub fn new() -> ModuleList<M> {
+        ModuleList { items: Vec::new() }
+    }
+
+    /// Appends a module (PyTorch's `append`).
+    pub fn push(&mut self, module: M) {
+        self.items.push(module);
+    }
+
+    /// The number of modules.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// True when there is no module.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// The module at `index`, if there is one.
+    pub fn get(&self, index: usize) -> Option<&M> {
+        self.items.get(index)
+    }
+
+    /// The module at `index`, mutably.
+    pub fn get_mut(&mut self, index: usize) -> Option<&mut M> {
+        self.items.get_mut(index)
+    }
+
+    /// The modules in order.
+    pub fn iter(&self) -> std::slice::Iter<'_, M> {
+        self.items.iter()
+    }
+
+    /// The modules in order, mutably.
+    pub fn iter_mut(&mut self) -> std::slice::IterMut<'_, M> {
+        self.items.iter_mut()
+    }
+}
+
+impl<M> Default for ModuleList<M> {
+    fn default() -> Self {
+        ModuleList::new()
+    }
+}
+
+impl<M> From<Vec<M>> for ModuleList<M> {
+    fn from(items: Vec<M>) -> Self {
+        ModuleList { items }
+    }
+}
+
+impl<M> FromIterator<M> for ModuleList<M> {
+    fn from_iter<I: IntoIterator<Item = M>>(iter: I) -> Self {
+        ModuleList {
+            items: iter.into_iter().collect(),
+        }
+    }
+}
+
+impl<M> Index<usize> for ModuleList<M> {
+    type Output = M;
+    fn index(&self, index: usize) -> &M {
+        &self.items[index]
+    }
+}
+
+impl<M> IndexMut<usize> for ModuleList<M> {
+    fn index_mut(&mut self, index: usize) -> &mut M {
+        &mut self.items[index]
+    }
+}
+
+impl<'a, M> IntoIterator for &'a ModuleList<M> {
+    type Item = &'a M;
+    type IntoIter = std::slice::Iter<'a, M>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.items.iter()
+    }
+}
+
+impl<'a, M> IntoIterator for &'a mut ModuleList<M> {
+    type Item = &'a mut M;
+    type IntoIter = std::slice::IterMut<'a, M>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.items.iter_mut()
+    }
+}
+
+impl<M: Module> Module for ModuleList<M> {
+    fn visit(&self, visitor: &mut dyn Visitor) {
+        self.items.visit(visitor)
+    }
+    fn visit_mut(&mut self, visitor: &mut dyn VisitorMut) {
+        self.items.visit_mut(visitor)
+    }
+}
+
+/// Modules by name, in insertion order (PyTorch's `nn.ModuleDict`): `blocks.name.weight`
+/// inside a model. Typed or, by default, boxed layers of any type. A name must be non-empty
+/// and hold no `.`, as in PyTorch.
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::nn::{self, Forward, Module};
+/// use wgtensor::Device;
+/// let dev = Device::new()?;
+/// let mut heads = nn::ModuleDict::new(); // ModuleDict<Box<dyn Forward>>
+/// heads.insert("classify", Box::new(nn::Linear::new(&dev, 8, 10, true)?) as Box<dyn Forward>)?;
+/// heads.insert("score", Box::new(nn::Linear::new(&dev, 8, 1, false)?))?;
+/// let names: Vec<String> = heads.state_dict().into_iter().map(|(n, _)| n).collect();
+/// assert_eq!(names, ["classify.weight", "classify.bias", "score.weight"]);
+/// assert!(heads.get("score").is_some() && heads.insert("a.b", Box::new(nn::ReLU)).is_err());
+/// # Ok(()) }
+/// ```
+pub struct ModuleDict<M = Box<dyn Forward>> {
+    entries: Vec<(String, M)>,
+}
+
+impl<M> ModuleDict<M> {
+    /// An empty dict.
+    pub fn new() -> ModuleDict<M> {
+        ModuleDict {
+            entries: Vec::new(),
+        }
+    }
+
+    /// Adds `module` as `name` (at the end), or replaces the module of that name in its place
+    /// and returns the old one. An empty name or one with a `.` is an error.
+    pub fn insert(&mut self, name: impl Into<String>, module: M) -> Result<Option<M>> {
+        let name = name.into();
+        if name.is_empty() || name.contains('.') {
+            return Err(Error::arg(
+                "ModuleDict::insert",
+                format!("module name can't be empty or contain \".\", got {name:?}"),
+            ));
+        }
+        match self.entries.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, m)) => Ok(Some(std::mem::replace(m, module))),
+            None => {
+                self.entries.push((name, module));
+                Ok(None)
+            }
+        }
+    }
+
+    /// Removes and returns the module called `name` (PyTorch's `pop`).
+    pub fn remove(&mut self, name: &str) -> Option<M> {
+        let i = self.entries.iter().position(|(n, _)| n == name)?;
+        Some(self.entries.remove(i).1)
+    }
+
+    /// The module called `name`.
+    pub fn get(&self, name: &str) -> Option<&M> {
+        self.entries.iter().find(|(n, _)| n == name).map(|(_, m)| m)
+    }
+
+    /// The module called `name`, mutably.
+    pub fn get_mut(&mut self, name: &str) -> Option<&mut M> {
+        self.entries
+            .iter_mut()
+            .find(|(n, _)| n == name)
+            .map(|(_, m)| m)
+    }
+
+    /// True when a module is called `name`.
+    pub fn contains_key(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+
+    /// The names in insertion order.
+    pub fn keys(&self) -> impl Iterator<Item = &str> + '_ {
+        self.entries.iter().map(|(n, _)| n.as_str())
+    }
+
+    /// Names and modules in insertion order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &M)> + '_ {
+        self.entries.iter().map(|(n, m)| (n.as_str(), m))
+    }
+
+    /// Names and modules in insertion order, the modules mutably.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&str, &mut M)> + '_ {
+        self.entries.iter_mut().map(|(n, m)| (n.as_str(), m))
+    }
+
+    /// The number of modules.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when there is no module.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+impl<M> Default for ModuleDict<M> {
+    fn default() -> Self {
+        ModuleDict::new()
+    }
+}
+
+impl<M> Index<&str> for ModuleDict<M> {
+    type Output = M;
+    /// The module called `name`; panics when there is none, as a `HashMap` does.
+    fn index(&self, name: &str) -> &M {
+        match self.get(name) {
+            Some(m) => m,
+            None => panic!("ModuleDict has no module {name:?}"),
+        }
+    }
+}
+
+impl<M: Module> Module for ModuleDict<M> {
+    fn visit(&self, visitor: &mut dyn Visitor) {
+        for (n, m) in &self.entries {
+            m.visit_field(n, visitor);
+        }
+    }
+    fn visit_mut(&mut self, visitor: &mut dyn VisitorMut) {
+        for (n, m) in &mut self.entries {
+            m.visit_field_mut(n, visitor);
+        }
+    }
+}

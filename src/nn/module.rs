@@ -1,0 +1,516 @@
+//! The [`Module`] trait: one required pair of visitor methods that every layer implements (or
+//! `#[derive(Module)]` writes), and everything a model needs (named parameters and buffers,
+//! the state dict, `train()` / `eval()`, loading) provided on top of it, so that none of it can
+//! be forgotten by one layer and silently skipped.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::io::LoadReport;
+use crate::{DType, Device, Error, Result, Tensor};
+
+/// What a module shows of itself, for reading: see [`Module::visit`]. The methods a visitor
+/// does not care about keep their default (ignore the entry); `child` must decide whether to
+/// descend.
+pub trait Visitor {
+    /// A trainable parameter (PyTorch's `nn.Parameter`) registered as `name`.
+    fn parameter(&mut self, name: &str, tensor: &Tensor) {
+        let _ = (name, tensor);
+    }
+
+    /// A buffer (running statistics and other state that is saved but not trained; PyTorch's
+    /// `register_buffer`) registered as `name`.
+    fn buffer(&mut self, name: &str, tensor: &Tensor) {
+        let _ = (name, tensor);
+    }
+
+    /// A buffer kept on the host as an integer (BatchNorm's `num_batches_tracked`): in the
+    /// state dict as an i32 scalar on `device`.
+    fn counter(&mut self, name: &str, value: u64, device: &Device) {
+        let _ = (name, value, device);
+    }
+
+    /// A training flag of this module (PyTorch's `module.training`).
+    fn training(&mut self, training: bool) {
+        let _ = training;
+    }
+
+    /// A child module registered as `name` (its entries are `name.<entry>`); call
+    /// `module.visit(self)` (with the name pushed) to descend.
+    fn child(&mut self, name: &str, module: &dyn Module);
+}
+
+/// What a module lets change in place: see [`Module::visit_mut`]. Tensors are not here: they
+/// are changed through their storage (loading copies into it), which every holder of the
+/// tensor shares.
+pub trait VisitorMut {
+    /// A training flag of this module, to set for `train()` / `eval()`.
+    fn training(&mut self, training: &mut bool) {
+        let _ = training;
+    }
+
+    /// A counter buffer (see [`Visitor::counter`]) registered as `name`, to restore.
+    fn counter(&mut self, name: &str, value: &mut u64) {
+        let _ = (name, value);
+    }
+
+    /// A child module registered as `name`; call `module.visit_mut(self)` to descend.
+    fn child(&mut self, name: &str, module: &mut dyn Module);
+}
+
+/// A layer or a model: its parameters, buffers, training flags and child modules, by PyTorch's
+/// names. Implement the two visitor methods (or `#[derive(Module)]` them from a struct's
+/// fields, see [the `nn` module](crate::nn)); every other method is provided on top of them,
+/// the same for every module. The computation is [`Forward`].
+///
+/// Names and order follow PyTorch's `nn.Module`: a child's entries are prefixed with its name
+/// and a dot (`features.0.weight`), and [`state_dict`](Module::state_dict) lists each module's
+/// own parameters, then its own buffers, then each child's entries in registration order.
+pub trait Module {
+    /// Shows `visitor` this module's own parameters, buffers, counters and training flags and
+    /// each child (by the names it registers them under, in registration order). A module
+    /// reports everything it holds: what it leaves out is not saved, loaded, trained or
+    /// switched to evaluation.
+    fn visit(&self, visitor: &mut dyn Visitor);
+
+    /// Lends `visitor` this module's training flags, counters and children, mutably: the same
+    /// entries as [`visit`](Module::visit) reports, less the tensors.
+    fn visit_mut(&mut self, visitor: &mut dyn VisitorMut);
+
+    /// Parameters by their `state_dict()` names, in PyTorch's order (each module's own, then
+    /// its children's); a tensor registered twice (tied weights) is listed once, under its
+    /// first name, as PyTorch's `named_parameters()` does.
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        dedup(collect(self, true, false))
+    }
+
+    /// The parameters alone, in the order of [`named_parameters`](Module::named_parameters).
+    fn parameters(&self) -> Vec<Tensor> {
+        self.named_parameters()
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect()
+    }
+
+    /// Buffers (running statistics, `num_batches_tracked`) by their `state_dict()` names,
+    /// each module's own before its children's.
+    fn named_buffers(&self) -> Vec<(String, Tensor)> {
+        dedup(collect(self, false, true))
+    }
+
+    /// Parameters and buffers by name, in PyTorch's `state_dict()` order: per module, its
+    /// parameters, then its buffers, then its children's entries.
+    fn state_dict(&self) -> Vec<(String, Tensor)> {
+        collect(self, true, true)
+    }
+
+    /// The number of parameter elements.
+    fn num_parameters(&self) -> usize {
+        self.named_parameters().iter().map(|(_, t)| t.numel()).sum()
+    }
+
+    /// Sets every training flag in the module and its children (PyTorch's `train(mode)`).
+    fn set_training(&mut self, training: bool) {
+        struct Set(bool);
+        impl VisitorMut for Set {
+            fn training(&mut self, training: &mut bool) {
+                *training = self.0;
+            }
+            fn child(&mut self, _: &str, module: &mut dyn Module) {
+                module.visit_mut(self);
+            }
+        }
+        self.visit_mut(&mut Set(training));
+    }
+
+    /// Training mode everywhere (PyTorch's `train()`): batch statistics, dropout.
+    fn train(&mut self) {
+        self.set_training(true);
+    }
+
+    /// Evaluation mode everywhere (PyTorch's `eval()`): running statistics, no dropout.
+    fn eval(&mut self) {
+        self.set_training(false);
+    }
+
+    /// False when any layer of the module is in evaluation mode (true for a module without
+    /// training flags).
+    fn is_training(&self) -> bool {
+        struct All(bool);
+        impl Visitor for All {
+            fn training(&mut self, training: bool) {
+                self.0 &= training;
+            }
+            fn child(&mut self, _: &str, module: &dyn Module) {
+                module.visit(self);
+            }
+        }
+        let mut all = All(true);
+        self.visit(&mut all);
+        all.0
+    }
+
+    /// Copies a state dict (e.g. from [`crate::io::load_safetensors`]) into the parameters and
+    /// buffers in place and restores the counters; `strict` as PyTorch's `load_state_dict`
+    /// (missing or unexpected keys are an error naming them; otherwise they are reported).
+    /// Nothing changes when an error is returned.
+    fn load_state_dict(
+        &mut self,
+        source: &HashMap<String, Tensor>,
+        strict: bool,
+    ) -> Result<LoadReport> {
+        load(self, source, strict)
+    }
+}
+
+/// The parameters and buffers of `m` (as asked), by name, in PyTorch's state-dict order.
+fn collect<M: Module + ?Sized>(m: &M, params: bool, buffers: bool) -> Vec<(String, Tensor)> {
+    let mut c = Collect {
+        prefix: String::new(),
+        params,
+        buffers,
+        own_params: Vec::new(),
+        own_buffers: Vec::new(),
+        children: Vec::new(),
+    };
+    m.visit(&mut c);
+    c.finish()
+}
+
+/// One module's entries: its own parameters and buffers in the order it reports them, and its
+/// children's entries (collected depth first as they are met), emitted in PyTorch's order.
+struct Collect {
+    prefix: String,
+    params: bool,
+    buffers: bool,
+    own_params: Vec<(String, Tensor)>,
+    own_buffers: Vec<(String, Tensor)>,
+    children: Vec<(String, Tensor)>,
+}
+
+impl Collect {
+    fn finish(mut self) -> Vec<(String, Tensor)> {
+        self.own_params.append(&mut self.own_buffers);
+        self.own_params.append(&mut self.children);
+        self.own_params
+    }
+}
+
+impl Visitor for Collect {
+    fn parameter(&mut self, name: &str, tensor: &Tensor) {
+        if self.params {
+            self.own_params
+                .push((format!("{}{name}", self.prefix), tensor.clone()));
+        }
+    }
+    fn buffer(&mut self, name: &str, tensor: &Tensor) {
+        if self.buffers {
+            self.own_buffers
+                .push((format!("{}{name}", self.prefix), tensor.clone()));
+        }
+    }
+    fn counter(&mut self, name: &str, value: u64, device: &Device) {
+        // PyTorch stores the count as an int64 scalar; here an i32 one (the device's integer
+        // type, saturating) made on demand. Making it fails only on a lost device, where saving
+        // the state dict fails too.
+        if self.buffers {
+            let v = value.min(i32::MAX as u64) as i32;
+            if let Ok(t) = Tensor::from_slice(device, &[v], &[]) {
+                self.own_buffers.push((format!("{}{name}", self.prefix), t));
+            }
+        }
+    }
+    fn child(&mut self, name: &str, module: &dyn Module) {
+        let mut sub = Collect {
+            prefix: format!("{}{name}.", self.prefix),
+            params: self.params,
+            buffers: self.buffers,
+            own_params: Vec::new(),
+            own_buffers: Vec::new(),
+            children: Vec::new(),
+        };
+        module.visit(&mut sub);
+        self.children.extend(sub.finish());
+    }
+}
+
+/// Drops the second and later names of one tensor (the same storage, view and dtype).
+fn dedup(v: Vec<(String, Tensor)>) -> Vec<(String, Tensor)> {
+    let mut seen = HashSet::new();
+    v.into_iter()
+        .filter(|(_, t)| {
+            seen.insert((
+                std::sync::Arc::as_ptr(&t.storage) as usize,
+                t.shape().to_vec(),
+                t.strides().to_vec(),
+                t.layout.offset(),
+                t.dtype,
+            ))
+        })
+        .collect()
+}
+
+/// Everything loading touches: the tensors by name and the counters' names.
+struct Targets {
+    prefix: String,
+    tensors: Vec<(String, Tensor)>,
+    counters: Vec<String>,
+}
+
+impl Visitor for Targets {
+    fn parameter(&mut self, name: &str, tensor: &Tensor) {
+        self.tensors
+            .push((format!("{}{name}", self.prefix), tensor.clone()));
+    }
+    fn buffer(&mut self, name: &str, tensor: &Tensor) {
+        self.tensors
+            .push((format!("{}{name}", self.prefix), tensor.clone()));
+    }
+    fn counter(&mut self, name: &str, _: u64, _: &Device) {
+        self.counters.push(format!("{}{name}", self.prefix));
+    }
+    fn child(&mut self, name: &str, module: &dyn Module) {
+        let len = self.prefix.len();
+        self.prefix.push_str(name);
+        self.prefix.push('.');
+        module.visit(self);
+        self.prefix.truncate(len);
+    }
+}
+
+/// Restores counters by their full names.
+struct SetCounters<'a> {
+    prefix: String,
+    values: &'a HashMap<String, u64>,
+}
+
+impl VisitorMut for SetCounters<'_> {
+    fn counter(&mut self, name: &str, value: &mut u64) {
+        if let Some(v) = self.values.get(&format!("{}{name}", self.prefix)) {
+            *value = *v;
+        }
+    }
+    fn child(&mut self, name: &str, module: &mut dyn Module) {
+        let len = self.prefix.len();
+        self.prefix.push_str(name);
+        self.prefix.push('.');
+        module.visit_mut(self);
+        self.prefix.truncate(len);
+    }
+}
+
+/// A counter's value from its state-dict tensor (PyTorch's int64 scalar, loaded as i32).
+fn read_counter(name: &str, t: &Tensor) -> Result<Option<u64>> {
+    if t.numel() != 1 {
+        return Err(Error::shape(
+            "load_state_dict",
+            format!(
+                "size mismatch for {name}: copying a counter with shape {:?}, the counter in \
+                 the current model has shape []",
+                t.shape()
+            ),
+        ));
+    }
+    let v = t.to_dtype(DType::I32)?;
+    // The readback blocks: native only. In the browser the counter keeps its value (it only
+    // matters to a momentum of None, PyTorch's cumulative average).
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        Ok(v.to_vec::<i32>()?.first().map(|&n| n.max(0) as u64))
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        let _ = v;
+        Ok(None)
+    }
+}
+
+fn load<M: Module + ?Sized>(
+    m: &mut M,
+    source: &HashMap<String, Tensor>,
+    strict: bool,
+) -> Result<LoadReport> {
+    let op = "load_state_dict";
+    let mut t = Targets {
+        prefix: String::new(),
+        tensors: Vec::new(),
+        counters: Vec::new(),
+    };
+    m.visit(&mut t);
+    let known: HashSet<&str> = t
+        .tensors
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .chain(t.counters.iter().map(String::as_str))
+        .collect();
+    let mut report = LoadReport {
+        missing: known
+            .iter()
+            .filter(|n| !source.contains_key(**n))
+            .map(|n| n.to_string())
+            .collect(),
+        unexpected: source
+            .keys()
+            .filter(|k| !known.contains(k.as_str()))
+            .cloned()
+            .collect(),
+    };
+    report.missing.sort();
+    report.unexpected.sort();
+    if strict && (!report.missing.is_empty() || !report.unexpected.is_empty()) {
+        return Err(Error::Io {
+            op,
+            msg: format!(
+                "Error(s) in loading state_dict: missing keys {:?}, unexpected keys {:?}",
+                report.missing, report.unexpected
+            ),
+        });
+    }
+    // The counters are read before anything is written, so that a bad one changes nothing.
+    let mut counters = HashMap::new();
+    for name in &t.counters {
+        if let Some(src) = source.get(name) {
+            if let Some(v) = read_counter(name, src)? {
+                counters.insert(name.clone(), v);
+            }
+        }
+    }
+    // Checks every shape before copying (non-strict here: the keys were checked above).
+    let targets: Vec<(&str, &Tensor)> = t.tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    crate::io::load_state_dict(&targets, source, false)?;
+    m.visit_mut(&mut SetCounters {
+        prefix: String::new(),
+        values: &counters,
+    });
+    Ok(report)
+}
+
+/// The computation of a module: `y = module(x)`. Layers and models with one input and one
+/// output implement it (and so fit in a [`Sequential`](super::Sequential)); a model with
+/// other inputs writes its own methods next to its [`Module`] implementation.
+pub trait Forward: Module {
+    /// The forward pass.
+    fn forward(&self, x: &Tensor) -> Result<Tensor>;
+}
+
+impl<M: Module + ?Sized> Module for Box<M> {
+    fn visit(&self, visitor: &mut dyn Visitor) {
+        (**self).visit(visitor)
+    }
+    fn visit_mut(&mut self, visitor: &mut dyn VisitorMut) {
+        (**self).visit_mut(visitor)
+    }
+}
+
+impl<M: Forward + ?Sized> Forward for Box<M> {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        (**self).forward(x)
+    }
+}
+
+/// What a field of a `#[derive(Module)]` struct can be (the derive visits each one under its
+/// name): a module (a child), a [`Tensor`] (a parameter), or an `Option` or `Vec` of them.
+/// A `Vec` (and an array) is itself a module whose items are named `0`, `1`, ... (PyTorch's
+/// `nn.ModuleList` / `nn.ParameterList`), so its entries read `field.0.weight`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a module, a Tensor, or an Option or Vec of them",
+    label = "this field holds no parameters the derive knows of",
+    note = "mark a field without parameters `#[module(skip)]`, a training flag \
+            `#[module(training)]`, a buffer tensor `#[module(buffer)]`"
+)]
+pub trait ModuleField {
+    /// Reports the field, registered as `name`, to `visitor`.
+    fn visit_field(&self, name: &str, visitor: &mut dyn Visitor);
+    /// Lends the field, registered as `name`, to `visitor` (see [`Module::visit_mut`]).
+    fn visit_field_mut(&mut self, name: &str, visitor: &mut dyn VisitorMut);
+}
+
+impl<M: Module> ModuleField for M {
+    fn visit_field(&self, name: &str, visitor: &mut dyn Visitor) {
+        visitor.child(name, self);
+    }
+    fn visit_field_mut(&mut self, name: &str, visitor: &mut dyn VisitorMut) {
+        visitor.child(name, self);
+    }
+}
+
+impl ModuleField for Tensor {
+    fn visit_field(&self, name: &str, visitor: &mut dyn Visitor) {
+        visitor.parameter(name, self);
+    }
+    /// A tensor has nothing a [`VisitorMut`] changes.
+    fn visit_field_mut(&mut self, _: &str, _: &mut dyn VisitorMut) {}
+}
+
+impl<T: ModuleField> ModuleField for Option<T> {
+    fn visit_field(&self, name: &str, visitor: &mut dyn Visitor) {
+        if let Some(x) = self {
+            x.visit_field(name, visitor);
+        }
+    }
+    fn visit_field_mut(&mut self, name: &str, visitor: &mut dyn VisitorMut) {
+        if let Some(x) = self {
+            x.visit_field_mut(name, visitor);
+        }
+    }
+}
+
+impl<T: ModuleField> Module for Vec<T> {
+    fn visit(&self, visitor: &mut dyn Visitor) {
+        self.as_slice().visit_items(visitor);
+    }
+    fn visit_mut(&mut self, visitor: &mut dyn VisitorMut) {
+        self.as_mut_slice().visit_items_mut(visitor);
+    }
+}
+
+impl<T: ModuleField, const N: usize> Module for [T; N] {
+    fn visit(&self, visitor: &mut dyn Visitor) {
+        self.as_slice().visit_items(visitor);
+    }
+    fn visit_mut(&mut self, visitor: &mut dyn VisitorMut) {
+        self.as_mut_slice().visit_items_mut(visitor);
+    }
+}
+
+/// Items named by their index.
+trait Items {
+    fn visit_items(&self, visitor: &mut dyn Visitor);
+    fn visit_items_mut(&mut self, visitor: &mut dyn VisitorMut);
+}
+
+impl<T: ModuleField> Items for [T] {
+    fn visit_items(&self, visitor: &mut dyn Visitor) {
+        for (i, x) in self.iter().enumerate() {
+            x.visit_field(&i.to_string(), visitor);
+        }
+    }
+    fn visit_items_mut(&mut self, visitor: &mut dyn VisitorMut) {
+        for (i, x) in self.iter_mut().enumerate() {
+            x.visit_field_mut(&i.to_string(), visitor);
+        }
+    }
+}
+
+/// What a `#[module(buffer)]` field can be: a [`Tensor`] (a buffer: saved and loaded, not
+/// trained) or an `Option` of one.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a buffer: `#[module(buffer)]` takes a Tensor or an Option<Tensor>"
+)]
+pub trait BufferField {
+    /// Reports the buffer, registered as `name`, to `visitor`.
+    fn visit_buffer(&self, name: &str, visitor: &mut dyn Visitor);
+}
+
+impl BufferField for Tensor {
+    fn visit_buffer(&self, name: &str, visitor: &mut dyn Visitor) {
+        visitor.buffer(name, self);
+    }
+}
+
+impl<T: BufferField> BufferField for Option<T> {
+    fn visit_buffer(&self, name: &str, visitor: &mut dyn Visitor) {
+        if let Some(x) = self {
+            x.visit_buffer(name, visitor);
+        }
+    }
+}
