@@ -17,6 +17,7 @@ mod limits;
 mod memory;
 mod model_fuzz;
 mod nan;
+mod probes;
 mod rnn;
 mod sweep;
 mod uploads;
