@@ -69,6 +69,8 @@ pub(crate) enum GradCode {
     PassLe = 9,
     /// `a`, but 0 where `b == 0`.
     ZeroWhereZero = 10,
+    /// `a * silu'(x)` = `a * s (1 + x (1 - s))` with `s = sigmoid(x)`, `b = x`.
+    SiluFromX = 11,
 }
 
 /// The shader's names of the [`GradCode`]s, one row per code in order.
@@ -84,6 +86,7 @@ pub(crate) const GRAD_DEFS: &[(&str, u32)] = &[
     ("GRAD_PASS_GE", GradCode::PassGe as u32),
     ("GRAD_PASS_LE", GradCode::PassLe as u32),
     ("GRAD_ZERO_WHERE_ZERO", GradCode::ZeroWhereZero as u32),
+    ("GRAD_SILU_FROM_X", GradCode::SiluFromX as u32),
 ];
 
 /// `g * act'`, the gradient before a fused activation, for every epilogue's backward (GEMM,

@@ -82,6 +82,8 @@ pub enum UnaryOp {
     Tanh,
     /// Exact (erf) GELU, as PyTorch's default.
     Gelu,
+    /// `x * sigmoid(x)` (`torch.nn.functional.silu`, also called swish).
+    Silu,
 }
 
 /// `tensor (op) scalar` and the reversed forms, applied elementwise in f32 by
@@ -141,15 +143,16 @@ pub(crate) const MAP_DEFS: &[(&str, u32)] = &[
     ("OP_SIGMOID", 7),
     ("OP_TANH", 8),
     ("OP_GELU", 9),
-    ("OP_ADD_SCALAR", 10),
-    ("OP_SUB_SCALAR", 11),
-    ("OP_RSUB_SCALAR", 12),
-    ("OP_MUL_SCALAR", 13),
-    ("OP_DIV_SCALAR", 14),
-    ("OP_RDIV_SCALAR", 15),
-    ("OP_MAX_SCALAR", 16),
-    ("OP_MIN_SCALAR", 17),
-    ("OP_POW_SCALAR", 18),
+    ("OP_SILU", 10),
+    ("OP_ADD_SCALAR", 11),
+    ("OP_SUB_SCALAR", 12),
+    ("OP_RSUB_SCALAR", 13),
+    ("OP_MUL_SCALAR", 14),
+    ("OP_DIV_SCALAR", 15),
+    ("OP_RDIV_SCALAR", 16),
+    ("OP_MAX_SCALAR", 17),
+    ("OP_MIN_SCALAR", 18),
+    ("OP_POW_SCALAR", 19),
 ];
 
 /// Runs the map kernel: `out[i] = op(x[strided i], scalar)`, output contiguous of `out_dtype`.
@@ -306,8 +309,8 @@ impl Tensor {
     }
 }
 
-const UNARY_NAMES: [&str; 9] = [
-    "neg", "abs", "exp", "log", "sqrt", "relu", "sigmoid", "tanh", "gelu",
+const UNARY_NAMES: [&str; 10] = [
+    "neg", "abs", "exp", "log", "sqrt", "relu", "sigmoid", "tanh", "gelu", "silu",
 ];
 const SCALAR_NAMES: [&str; 9] = [
     "add_scalar",
@@ -408,6 +411,10 @@ impl Tensor {
     /// Exact (erf) GELU elementwise ([`UnaryOp::Gelu`]).
     pub fn gelu(&self) -> Result<Tensor> {
         self.unary(UnaryOp::Gelu)
+    }
+    /// `x * sigmoid(x)` elementwise ([`UnaryOp::Silu`], PyTorch's `F.silu`).
+    pub fn silu(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Silu)
     }
     /// `x + s` elementwise ([`ScalarOp::Add`]).
     pub fn add_scalar(&self, s: f64) -> Result<Tensor> {
@@ -596,8 +603,9 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), MAP_DEFS.len());
-        assert_eq!(MapOp::Scalar(ScalarOp::Min).code(), 17);
-        assert_eq!(MapOp::Scalar(ScalarOp::Pow).code(), 18);
+        assert_eq!(MapOp::Scalar(ScalarOp::Min).code(), 18);
+        assert_eq!(MapOp::Scalar(ScalarOp::Pow).code(), 19);
         assert_eq!(MapOp::Unary(UnaryOp::Gelu).code(), 9);
+        assert_eq!(MapOp::Unary(UnaryOp::Silu).code(), 10);
     }
 }

@@ -1,6 +1,6 @@
 //! Backward of the map family (forward in src/ops/map.rs): unary math, scalar ops, to_dtype.
 //! Derivatives that PyTorch takes from the output (exp, sqrt, relu, sigmoid, tanh) save the
-//! output; the others save the input.
+//! output; the others (abs, log, gelu, silu) save the input.
 
 use crate::autograd::{record, BackwardOp};
 use crate::ops::grad_kernel::{grad_binary, GradCode};
@@ -33,6 +33,7 @@ impl BackwardOp for UnaryBackward {
             UnaryOp::Sigmoid => "sigmoid",
             UnaryOp::Tanh => "tanh",
             UnaryOp::Gelu => "gelu",
+            UnaryOp::Silu => "silu",
         }
     }
 
@@ -57,6 +58,7 @@ impl BackwardOp for UnaryBackward {
             UnaryOp::Sigmoid => grad_binary(g, s, GradCode::SigmoidFromY, 0.0)?,
             UnaryOp::Tanh => grad_binary(g, s, GradCode::TanhFromY, 0.0)?,
             UnaryOp::Gelu => grad_binary(g, s, GradCode::GeluFromX, 0.0)?,
+            UnaryOp::Silu => grad_binary(g, s, GradCode::SiluFromX, 0.0)?,
         };
         Ok(vec![Some(gx)])
     }
@@ -67,7 +69,7 @@ pub(crate) fn record_unary(x: &Tensor, op: UnaryOp, out: Tensor) -> Tensor {
     record(out, &[x], |y| {
         let saved = match op {
             UnaryOp::Neg => None,
-            UnaryOp::Abs | UnaryOp::Log | UnaryOp::Gelu => Some(x.detach()),
+            UnaryOp::Abs | UnaryOp::Log | UnaryOp::Gelu | UnaryOp::Silu => Some(x.detach()),
             UnaryOp::Exp | UnaryOp::Sqrt | UnaryOp::Relu | UnaryOp::Sigmoid | UnaryOp::Tanh => {
                 Some(y.clone())
             }

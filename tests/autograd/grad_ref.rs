@@ -90,6 +90,7 @@ pub fn unary_deriv(op: UnaryOp, x: f64) -> f64 {
             let cdf = 0.5 * (1.0 + r::erf(x / std::f64::consts::SQRT_2));
             cdf + x * (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt()
         }
+        UnaryOp::Silu => s * (1.0 + x * (1.0 - s)),
     }
 }
 
@@ -116,6 +117,15 @@ pub fn unary(op: UnaryOp, x: &[f64], g: &[f64]) -> Want {
             }
             UnaryOp::Gelu => {
                 g.abs() * (4e-7 + (16.0 + 4.0 * a * a) * u() * (1.0 + a)) + 2.0 * u() * w.abs()
+            }
+            // s (1 + x (1 - s)) from sigmoid's s (within (8 + 2|x|) ulp, amplified by at most
+            // 1 + 3|x| through the formula), plus a few roundings of its terms.
+            UnaryOp::Silu => {
+                let s = r::sigmoid(x);
+                g.abs()
+                    * ((1.0 + 3.0 * a) * (10.0 + 2.0 * a) * 2.0 * u() * s
+                        + 8.0 * u() * (1.0 + a) * s)
+                    + 2.0 * u() * w.abs()
             }
         };
         grad.push(w);

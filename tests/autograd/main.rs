@@ -13,5 +13,6 @@ mod grad_ref;
 mod graph;
 mod graphs;
 mod newer;
+mod norm;
 mod ops;
 mod rnn;

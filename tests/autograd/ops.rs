@@ -189,7 +189,7 @@ pub fn run(
     pollster::block_on(verify_async())
 }
 
-const UNARY: [UnaryOp; 9] = [
+const UNARY: [UnaryOp; 10] = [
     UnaryOp::Neg,
     UnaryOp::Abs,
     UnaryOp::Exp,
@@ -199,6 +199,7 @@ const UNARY: [UnaryOp; 9] = [
     UnaryOp::Sigmoid,
     UnaryOp::Tanh,
     UnaryOp::Gelu,
+    UnaryOp::Silu,
 ];
 
 /// One case of every op of the family from the same seed.

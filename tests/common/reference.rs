@@ -268,6 +268,7 @@ pub fn unary_fn(op: UnaryOp) -> fn(f64) -> f64 {
         UnaryOp::Sigmoid => sigmoid,
         UnaryOp::Tanh => f64::tanh,
         UnaryOp::Gelu => gelu,
+        UnaryOp::Silu => |x| x * sigmoid(x),
     }
 }
 

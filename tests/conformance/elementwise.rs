@@ -47,7 +47,7 @@ fn shapes(large: bool) -> BoxedStrategy<Vec<usize>> {
 // Unary
 // ---------------------------------------------------------------------------------------------
 
-const UNARY_OPS: [UnaryOp; 9] = [
+const UNARY_OPS: [UnaryOp; 10] = [
     UnaryOp::Neg,
     UnaryOp::Abs,
     UnaryOp::Relu,
@@ -57,6 +57,7 @@ const UNARY_OPS: [UnaryOp; 9] = [
     UnaryOp::Sigmoid,
     UnaryOp::Tanh,
     UnaryOp::Gelu,
+    UnaryOp::Silu,
 ];
 
 #[derive(Clone, Debug)]
@@ -83,7 +84,7 @@ fn unary_dists(op: UnaryOp, dtype: DType) -> BoxedStrategy<Dist> {
         UnaryOp::Log | UnaryOp::Sqrt => {
             prop_oneof![Just(Dist::PosLog(-4.0, 4.0)), Just(Dist::PosLog(-0.4, 0.4))].boxed()
         }
-        UnaryOp::Sigmoid | UnaryOp::Tanh | UnaryOp::Gelu => prop_oneof![
+        UnaryOp::Sigmoid | UnaryOp::Tanh | UnaryOp::Gelu | UnaryOp::Silu => prop_oneof![
             Just(Dist::SignedLog(-4.0, 1.0)),
             Just(Dist::Uniform(-10.0, 10.0))
         ]
@@ -129,6 +130,8 @@ pub(crate) fn unary_err32(op: UnaryOp, x: f64, want: f64) -> f64 {
         // whose exp contributes at most ~3 ulp of 1 (6 * 2^-24 with margin): the erf error is
         // scaled by 0.5|x|; then a few roundings of the result.
         UnaryOp::Gelu => 0.5 * x.abs() * (1.5e-7 + 3.0 * EPS32) + ulps(4.0),
+        // x * sigmoid(x): sigmoid's 8 + 2|x| ulp, then one product.
+        UnaryOp::Silu => ulps(9.0 + 2.0 * x.abs()),
     }
 }
 
