@@ -6,4 +6,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-lavapipe.sh
-cargo run --quiet --release --example quickstart
+# No --quiet: on a fresh machine the first build takes minutes, and cargo's progress shows it
+# is not hung.
+cargo run --release --example quickstart

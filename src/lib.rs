@@ -18,13 +18,15 @@
 //! # Ok(()) }
 //! ```
 //!
-//! It is the training kernels of a small deep-learning stack (what PyTorch's CUDA backend
-//! provides for convolutional and recurrent models) for wherever wgpu runs: any GPU through
-//! Vulkan, Metal or DX12, a CPU through a software Vulkan driver such as Mesa's lavapipe,
-//! and the browser through WebGPU. Semantics and layouts follow PyTorch (NCHW, weight shapes,
-//! gate order, batch-norm statistics), so weights and results carry over. There is no
-//! autograd: GEMM serves its own gradients, and convolution, batch norm and the RNNs have
-//! explicit backward functions.
+//! It is a small deep-learning stack (what PyTorch's CUDA backend provides for convolutional
+//! and recurrent models) for wherever wgpu runs: any GPU through Vulkan, Metal or DX12, a CPU
+//! through a software Vulkan driver such as Mesa's lavapipe, and the browser through WebGPU.
+//! Semantics and layouts follow PyTorch (NCHW, weight shapes, gate order, batch-norm
+//! statistics), so weights and results carry over. Reverse-mode autograd ([`autograd`]:
+//! [`Tensor::requires_grad`], [`Tensor::backward`]) differentiates every op; the kernels'
+//! own backward functions (convolution, batch norm, the RNNs) are public too. [`nn`] has
+//! layers with PyTorch's names and state-dict keys, [`optim`] SGD, Adam and AdamW, and [`io`]
+//! safetensors loading and saving.
 //!
 //! ## What is in it
 //!
@@ -38,7 +40,7 @@
 //! | Batch norm | [`ops::batch_norm_train`] (running statistics updated on the GPU), [`ops::batch_norm_inference`], [`ops::batch_norm_backward`] | Welford / Chan statistics; fixed-order merges, bitwise reproducible |
 //! | RNN | [`ops::Rnn`]: LSTM and GRU, stacked, bidirectional, `batch_first`; [`forward`](ops::Rnn::forward), [`forward_train`](ops::Rnn::forward_train) + [`backward`](ops::Rnn::backward) (BPTT); [`ops::lstm_cell`], [`ops::gru_cell`] | one fused dispatch per step |
 //! | Compare and select | [`Tensor::compare`] and shorthands ([`Tensor::eq`], [`Tensor::gt_scalar`], ...), [`Tensor::where_cond`], [`Tensor::masked_fill`] | f32 0/1 masks; i32 compared exactly; PyTorch's dtype promotion |
-//! | Index ops | [`Tensor::argmax`], [`Tensor::argmin`], [`Tensor::gather`], [`Tensor::index_select`], [`Tensor::scatter_add`], [`ops::embedding`], [`Tensor::one_hot`] | i32 indices; deterministic backward (bucketed for embedding); out-of-range reads give NaN, never an out-of-bounds access |
+//! | Index ops | [`Tensor::argmax`], [`Tensor::argmin`], [`Tensor::gather`], [`Tensor::index_select`], [`Tensor::scatter_add`], [`ops::embedding`], [`Tensor::one_hot`] | i32 indices; deterministic backward (bucketed for embedding); out-of-range indices checked on the device and reported as `Err` at the next sync or readback, never an out-of-bounds access |
 //! | Losses | [`ops::cross_entropy`] (class indices or probabilities), [`ops::nll_loss`], [`ops::mse_loss`], [`ops::binary_cross_entropy_with_logits`] | PyTorch's `reduction`, `ignore_index`, class weights, label smoothing |
 //! | Pooling | [`ops::max_pool2d`] (and [`ops::max_pool2d_with_indices`]), [`ops::avg_pool2d`], adaptive and 1-D variants | PyTorch's padding, dilation, ceil_mode, count_include_pad |
 //! | Random | [`ops::rand`], [`ops::randn`], [`ops::uniform`], [`ops::normal`], [`ops::bernoulli`], [`ops::dropout`], [`ops::kaiming_uniform`], [`ops::xavier_uniform`] | counter-based Philox per device, reproducible from [`Device::manual_seed`] |
