@@ -9,35 +9,24 @@ use crate::runtime::window::{for_windows, Operand};
 use crate::runtime::{Access, Kernel};
 use crate::{DType, Result, Tensor};
 
-static BINARY: Kernel = Kernel::new(
-    "binary",
-    include_str!("../../shaders/binary.wgsl"),
-    "main",
-    &[Access::Read, Access::Read, Access::ReadWrite],
-)
-.libs(&[&ACTIVATION])
-.defs(BINARY_DEFS);
+const SRC: &str = include_str!("../../shaders/binary.wgsl");
+
+use Access::{Read as R, ReadWrite as RW};
+
+static BINARY: Kernel = Kernel::new("binary", SRC, "main", &[R, R, RW])
+    .libs(&[&ACTIVATION])
+    .defs(BINARY_DEFS);
 
 /// The donated operand's side overwrites it (src/ops/donate.rs): bindings b and io, or a
 /// and io.
-static BINARY_INPLACE_A: Kernel = Kernel::new(
-    "binary",
-    include_str!("../../shaders/binary.wgsl"),
-    "main_inplace_a",
-    &[Access::Read, Access::ReadWrite],
-)
-.slots(&[2, 4])
-.libs(&[&ACTIVATION])
-.defs(BINARY_DEFS);
-static BINARY_INPLACE_B: Kernel = Kernel::new(
-    "binary",
-    include_str!("../../shaders/binary.wgsl"),
-    "main_inplace_b",
-    &[Access::Read, Access::ReadWrite],
-)
-.slots(&[1, 4])
-.libs(&[&ACTIVATION])
-.defs(BINARY_DEFS);
+static BINARY_INPLACE_A: Kernel = Kernel::new("binary", SRC, "main_inplace_a", &[R, RW])
+    .slots(&[2, 4])
+    .libs(&[&ACTIVATION])
+    .defs(BINARY_DEFS);
+static BINARY_INPLACE_B: Kernel = Kernel::new("binary", SRC, "main_inplace_b", &[R, RW])
+    .slots(&[1, 4])
+    .libs(&[&ACTIVATION])
+    .defs(BINARY_DEFS);
 
 /// Which operand of a binary op gives its buffer to the output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

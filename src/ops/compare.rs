@@ -20,27 +20,19 @@ use crate::{DType, Result, Tensor};
 
 const SRC: &str = include_str!("../../shaders/compare.wgsl");
 
-static COMPARE: Kernel = Kernel::new(
-    "compare",
-    SRC,
-    "compare",
-    &[Access::Read, Access::Read, Access::ReadWrite],
-)
-.slots(&[1, 2, 5])
-.libs(&[&ACTIVATION])
-.defs(CMP_DEFS)
-.ints();
+use Access::{Read as R, ReadWrite as RW};
 
-static SELECT: Kernel = Kernel::new(
-    "compare",
-    SRC,
-    "select_where",
-    &[Access::Read, Access::Read, Access::Read, Access::ReadWrite],
-)
-.slots(&[1, 2, 3, 4])
-.libs(&[&ACTIVATION])
-.defs(CMP_DEFS)
-.ints();
+static COMPARE: Kernel = Kernel::new("compare", SRC, "compare", &[R, R, RW])
+    .slots(&[1, 2, 5])
+    .libs(&[&ACTIVATION])
+    .defs(CMP_DEFS)
+    .ints();
+
+static SELECT: Kernel = Kernel::new("compare", SRC, "select_where", &[R, R, R, RW])
+    .slots(&[1, 2, 3, 4])
+    .libs(&[&ACTIVATION])
+    .defs(CMP_DEFS)
+    .ints();
 
 /// A relation between two tensors' elements ([`Tensor::compare`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -16,33 +16,20 @@ use crate::{DType, Error, Result, Tensor};
 const SRC: &str = include_str!("../../shaders/grad.wgsl");
 const LIBS: &[&ShaderLib] = &[&ACTIVATION];
 
-static GRAD_BINARY: Kernel = Kernel::new(
-    "grad",
-    SRC,
-    "grad_binary",
-    &[Access::Read, Access::Read, Access::ReadWrite],
-)
-.slots(&[1, 2, 4])
-.libs(LIBS)
-.defs(GRAD_DEFS);
-static NARROW_GRAD: Kernel = Kernel::new(
-    "grad",
-    SRC,
-    "narrow_grad",
-    &[Access::Read, Access::ReadWrite],
-)
-.slots(&[1, 4])
-.libs(LIBS)
-.defs(GRAD_DEFS);
-static ARGEXT_GRAD: Kernel = Kernel::new(
-    "grad",
-    SRC,
-    "argext_grad",
-    &[Access::Read, Access::Read, Access::Read, Access::ReadWrite],
-)
-.slots(&[1, 2, 3, 4])
-.libs(LIBS)
-.defs(GRAD_DEFS);
+use Access::{Read as R, ReadWrite as RW};
+
+static GRAD_BINARY: Kernel = Kernel::new("grad", SRC, "grad_binary", &[R, R, RW])
+    .slots(&[1, 2, 4])
+    .libs(LIBS)
+    .defs(GRAD_DEFS);
+static NARROW_GRAD: Kernel = Kernel::new("grad", SRC, "narrow_grad", &[R, RW])
+    .slots(&[1, 4])
+    .libs(LIBS)
+    .defs(GRAD_DEFS);
+static ARGEXT_GRAD: Kernel = Kernel::new("grad", SRC, "argext_grad", &[R, R, R, RW])
+    .slots(&[1, 2, 3, 4])
+    .libs(LIBS)
+    .defs(GRAD_DEFS);
 
 /// The `OP` codes of `grad_binary` (shaders/grad.wgsl `combine`): `f(a, b)` per element.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

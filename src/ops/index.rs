@@ -28,33 +28,23 @@ use crate::{DType, Error, Result, Tensor};
 
 const SRC: &str = include_str!("../../shaders/index.wgsl");
 
-static ARGEXT: Kernel = Kernel::new("index", SRC, "argext", &[Access::Read, Access::ReadWrite])
+use Access::{Read as R, ReadWrite as RW};
+
+static ARGEXT: Kernel = Kernel::new("index", SRC, "argext", &[R, RW])
     .slots(&[1, 5])
     .libs(&[&ACTIVATION])
     .defs(INDEX_DEFS)
     .ints();
-
-static GATHER: Kernel = Kernel::new(
-    "index",
-    SRC,
-    "gather",
-    &[Access::Read, Access::Read, Access::ReadWrite],
-)
-.slots(&[1, 2, 4])
-.libs(&[&ACTIVATION])
-.defs(INDEX_DEFS)
-.ints();
-
+static GATHER: Kernel = Kernel::new("index", SRC, "gather", &[R, R, RW])
+    .slots(&[1, 2, 4])
+    .libs(&[&ACTIVATION])
+    .defs(INDEX_DEFS)
+    .ints();
 // Not `.ints()`: it accumulates in f32, so float data only (checked before the launch).
-static SCATTER_ADD: Kernel = Kernel::new(
-    "index",
-    SRC,
-    "scatter_add",
-    &[Access::Read, Access::Read, Access::Read, Access::ReadWrite],
-)
-.slots(&[1, 2, 3, 4])
-.libs(&[&ACTIVATION])
-.defs(INDEX_DEFS);
+static SCATTER_ADD: Kernel = Kernel::new("index", SRC, "scatter_add", &[R, R, R, RW])
+    .slots(&[1, 2, 3, 4])
+    .libs(&[&ACTIVATION])
+    .defs(INDEX_DEFS);
 
 /// The argext kernel's op codes, emitted as WGSL constants.
 const INDEX_DEFS: &[(&str, u32)] = &[("ARG_MAX", 0), ("ARG_MIN", 1)];

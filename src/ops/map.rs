@@ -11,35 +11,29 @@ use crate::runtime::window::{for_windows, Operand};
 use crate::runtime::{Access, Kernel};
 use crate::{DType, Result, Tensor};
 
+const SRC: &str = include_str!("../../shaders/map.wgsl");
+
+use Access::{Read as R, ReadWrite as RW};
+
 // The copy path (OP_COPY) converts T to U directly, exact for i32; the math ops refuse
 // i32 in `map` before launching.
-static MAP: Kernel = Kernel::new(
-    "map",
-    include_str!("../../shaders/map.wgsl"),
-    "main",
-    &[Access::Read, Access::ReadWrite],
-)
-.libs(&[&ACTIVATION])
-.defs(MAP_DEFS)
-.ints();
+static MAP: Kernel = Kernel::new("map", SRC, "main", &[R, RW])
+    .libs(&[&ACTIVATION])
+    .defs(MAP_DEFS)
+    .ints();
 
 /// The same math over a donated input's own buffer (src/ops/donate.rs).
-static MAP_INPLACE: Kernel = Kernel::new(
-    "map",
-    include_str!("../../shaders/map.wgsl"),
-    "main_inplace",
-    &[Access::ReadWrite],
-)
-.slots(&[3])
-.libs(&[&ACTIVATION])
-.defs(MAP_DEFS);
+static MAP_INPLACE: Kernel = Kernel::new("map", SRC, "main_inplace", &[RW])
+    .slots(&[3])
+    .libs(&[&ACTIVATION])
+    .defs(MAP_DEFS);
 
 /// f32 <-> i32 over a donated input's own buffer.
 static CAST_INPLACE: Kernel = Kernel::new(
     "cast_inplace",
     include_str!("../../shaders/cast_inplace.wgsl"),
     "main",
-    &[Access::ReadWrite],
+    &[RW],
 )
 .ints();
 

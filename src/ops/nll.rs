@@ -13,27 +13,12 @@ use crate::{DType, Error, Result, Tensor};
 
 const SRC: &str = include_str!("../../shaders/nll.wgsl");
 
-static NLL: Kernel = Kernel::new(
-    "nll",
-    SRC,
-    "nll",
-    &[
-        Access::Read,
-        Access::Read,
-        Access::Read,
-        Access::ReadWrite,
-        Access::ReadWrite,
-    ],
-)
-.slots(&[1, 2, 3, 4, 5]);
+use Access::{Read as R, ReadWrite as RW};
 
-static NLL_BACKWARD: Kernel = Kernel::new(
-    "nll",
-    SRC,
-    "nll_backward",
-    &[Access::Read, Access::Read, Access::Read, Access::ReadWrite],
-)
-.slots(&[1, 2, 3, 4]);
+static NLL: Kernel = Kernel::new("nll", SRC, "nll", &[R, R, R, RW, RW]).slots(&[1, 2, 3, 4, 5]);
+
+static NLL_BACKWARD: Kernel =
+    Kernel::new("nll", SRC, "nll_backward", &[R, R, R, RW]).slots(&[1, 2, 3, 4]);
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]

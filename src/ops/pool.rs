@@ -18,33 +18,20 @@ const POOL_AVG: u32 = 1;
 const POOL_DEFS: &[(&str, u32)] = &[("POOL_MAX", POOL_MAX), ("POOL_AVG", POOL_AVG)];
 const SRC: &str = include_str!("../../shaders/pool.wgsl");
 
-static FORWARD: Kernel = Kernel::new(
-    "pool",
-    SRC,
-    "pool_forward",
-    &[Access::Read, Access::ReadWrite],
-)
-.slots(&[1, 3])
-.libs(&[&ACTIVATION])
-.defs(POOL_DEFS);
-static INDICES: Kernel = Kernel::new(
-    "pool",
-    SRC,
-    "pool_indices",
-    &[Access::Read, Access::ReadWrite],
-)
-.slots(&[1, 4])
-.libs(&[&ACTIVATION])
-.defs(POOL_DEFS);
-static BACKWARD: Kernel = Kernel::new(
-    "pool",
-    SRC,
-    "pool_backward",
-    &[Access::Read, Access::Read, Access::ReadWrite],
-)
-.slots(&[1, 2, 3])
-.libs(&[&ACTIVATION])
-.defs(POOL_DEFS);
+use Access::{Read as R, ReadWrite as RW};
+
+static FORWARD: Kernel = Kernel::new("pool", SRC, "pool_forward", &[R, RW])
+    .slots(&[1, 3])
+    .libs(&[&ACTIVATION])
+    .defs(POOL_DEFS);
+static INDICES: Kernel = Kernel::new("pool", SRC, "pool_indices", &[R, RW])
+    .slots(&[1, 4])
+    .libs(&[&ACTIVATION])
+    .defs(POOL_DEFS);
+static BACKWARD: Kernel = Kernel::new("pool", SRC, "pool_backward", &[R, R, RW])
+    .slots(&[1, 2, 3])
+    .libs(&[&ACTIVATION])
+    .defs(POOL_DEFS);
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable, Default)]

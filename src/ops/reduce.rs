@@ -12,39 +12,23 @@ use crate::{DType, Error, Result, Tensor};
 
 const WG: u32 = 256;
 
-static ROWS: Kernel = Kernel::new(
-    "reduce",
-    include_str!("../../shaders/reduce.wgsl"),
-    "reduce_rows",
-    &[Access::Read, Access::ReadWrite],
-)
-.libs(&[&ACTIVATION])
-.defs(REDUCE_DEFS);
+const SRC: &str = include_str!("../../shaders/reduce.wgsl");
+
+use Access::{Read as R, ReadWrite as RW};
+
+static ROWS: Kernel = Kernel::new("reduce", SRC, "reduce_rows", &[R, RW])
+    .libs(&[&ACTIVATION])
+    .defs(REDUCE_DEFS);
 /// The same folds in windows over the reduced axis, carried in an f32 workspace.
-static ROWS_CARRY: Kernel = Kernel::new(
-    "reduce",
-    include_str!("../../shaders/reduce.wgsl"),
-    "reduce_rows_carry",
-    &[Access::Read, Access::ReadWrite, Access::ReadWrite],
-)
-.libs(&[&ACTIVATION])
-.defs(REDUCE_DEFS);
-static WORKGROUP_CARRY: Kernel = Kernel::new(
-    "reduce",
-    include_str!("../../shaders/reduce.wgsl"),
-    "reduce_wg_carry",
-    &[Access::Read, Access::ReadWrite, Access::ReadWrite],
-)
-.libs(&[&ACTIVATION])
-.defs(REDUCE_DEFS);
-static WORKGROUP: Kernel = Kernel::new(
-    "reduce",
-    include_str!("../../shaders/reduce.wgsl"),
-    "reduce_wg",
-    &[Access::Read, Access::ReadWrite],
-)
-.libs(&[&ACTIVATION])
-.defs(REDUCE_DEFS);
+static ROWS_CARRY: Kernel = Kernel::new("reduce", SRC, "reduce_rows_carry", &[R, RW, RW])
+    .libs(&[&ACTIVATION])
+    .defs(REDUCE_DEFS);
+static WORKGROUP_CARRY: Kernel = Kernel::new("reduce", SRC, "reduce_wg_carry", &[R, RW, RW])
+    .libs(&[&ACTIVATION])
+    .defs(REDUCE_DEFS);
+static WORKGROUP: Kernel = Kernel::new("reduce", SRC, "reduce_wg", &[R, RW])
+    .libs(&[&ACTIVATION])
+    .defs(REDUCE_DEFS);
 
 /// Reductions along one dim, accumulated in f32 by [`Tensor::reduce`] (and its shorthands
 /// such as [`Tensor::sum`]).
