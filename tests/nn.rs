@@ -885,3 +885,77 @@ fn derive_attributes_and_field_kinds() {
     w.mask = None;
     assert!(w.named_buffers().is_empty());
 }
+
+/// LayerNorm, GroupNorm, RMSNorm and SiLU: PyTorch's parameter names, shapes and init (weight
+/// ones, bias zeros), the options that drop parameters, forwards equal to the functional ops,
+/// gradients reaching the parameters, a group count that does not divide the channels refused.
+#[test]
+fn norm_layers_and_silu() {
+    let d = dev();
+    let names = |m: &dyn Module| -> Vec<String> {
+        m.named_parameters().into_iter().map(|(n, _)| n).collect()
+    };
+    let ln = nn::LayerNorm::new(d, &[2, 3]).unwrap();
+    assert_eq!(names(&ln), ["weight", "bias"]);
+    assert_eq!(ln.weight.as_ref().unwrap().shape(), &[2, 3]);
+    assert_eq!(vals(ln.weight.as_ref().unwrap()), vec![1.0; 6]);
+    assert_eq!(vals(ln.bias.as_ref().unwrap()), vec![0.0; 6]);
+    let no_bias = nn::LayerNormConfig {
+        bias: false,
+        ..Default::default()
+    };
+    assert_eq!(
+        names(&nn::LayerNorm::with_config(d, &[3], no_bias).unwrap()),
+        ["weight"]
+    );
+    let plain = nn::LayerNormConfig {
+        elementwise_affine: false,
+        ..Default::default()
+    };
+    assert!(names(&nn::LayerNorm::with_config(d, &[3], plain).unwrap()).is_empty());
+
+    let gn = nn::GroupNorm::new(d, 2, 4).unwrap();
+    assert_eq!(names(&gn), ["weight", "bias"]);
+    assert_eq!(gn.weight.as_ref().unwrap().shape(), &[4]);
+    assert!(nn::GroupNorm::new(d, 3, 4).is_err());
+    let rn = nn::RMSNorm::new(d, &[3]).unwrap();
+    assert_eq!(names(&rn), ["weight"]);
+    assert_eq!(rn.eps, None);
+
+    let x = Tensor::from_slice(
+        d,
+        &(0..24)
+            .map(|i| ((i * 7) % 11) as f32 - 5.0)
+            .collect::<Vec<_>>(),
+        &[2, 4, 3],
+    )
+    .unwrap();
+    let want = wgtensor::ops::group_norm(&x, 2, None, None, 1e-5).unwrap();
+    assert_eq!(vals(&gn.forward(&x).unwrap()), vals(&want));
+    assert!(gn.forward(&x.reshape(&[2, 12]).unwrap()).is_err());
+    let want = wgtensor::ops::layer_norm(&x, &[3], None, None, 1e-5).unwrap();
+    let ln3 = nn::LayerNorm::new(d, &[3]).unwrap();
+    assert_eq!(vals(&ln3.forward(&x).unwrap()), vals(&want));
+    let want = wgtensor::ops::rms_norm(&x, &[3], None, None).unwrap();
+    assert_eq!(vals(&rn.forward(&x).unwrap()), vals(&want));
+    assert_eq!(
+        vals(&nn::SiLU.forward(&x).unwrap()),
+        vals(&x.silu().unwrap())
+    );
+
+    // A small block: names with the Sequential's indices, gradients for every parameter.
+    let block = nn::Sequential::new()
+        .push(nn::Linear::new(d, 3, 3, true).unwrap())
+        .push(nn::LayerNorm::new(d, &[3]).unwrap())
+        .push(nn::SiLU)
+        .push(nn::RMSNorm::new(d, &[3]).unwrap());
+    assert_eq!(
+        names(&block),
+        ["0.weight", "0.bias", "1.weight", "1.bias", "3.weight"]
+    );
+    let y = block.forward(&x.reshape(&[8, 3]).unwrap()).unwrap();
+    let grads = y.mul(&y).unwrap().sum_all().unwrap().backward().unwrap();
+    for (n, p) in block.named_parameters() {
+        assert!(grads.get(&p).is_some(), "{n} has no gradient");
+    }
+}

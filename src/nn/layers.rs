@@ -580,3 +580,8 @@ activation_module!(
     Sigmoid,
     sigmoid
 );
+activation_module!(
+    /// PyTorch's `nn.SiLU`: `x * sigmoid(x)`.
+    SiLU,
+    silu
+);

@@ -1,6 +1,7 @@
 //! Layers with PyTorch's names, parameters, `state_dict()` keys and default initialization
 //! (`torch.nn`): [`Linear`], [`Conv1d`], [`Conv2d`], [`ConvTranspose2d`], [`Embedding`],
-//! [`BatchNorm2d`] / [`BatchNorm1d`], [`Lstm`] / [`Gru`], [`Dropout`], the pools, activations,
+//! [`BatchNorm2d`] / [`BatchNorm1d`], [`LayerNorm`], [`GroupNorm`], [`RMSNorm`],
+//! [`Lstm`] / [`Gru`], [`Dropout`], the pools, activations,
 //! [`Flatten`], and the containers [`Sequential`], [`ModuleList`] and [`ModuleDict`].
 //!
 //! A model is a struct of layers with `#[derive(Module)]`, as a PyTorch model is an
@@ -135,6 +136,7 @@ mod conv;
 mod embedding;
 mod layers;
 mod module;
+mod norm;
 mod recurrent;
 
 use std::collections::HashMap;
@@ -144,9 +146,10 @@ pub use conv::{Conv1d, ConvTranspose2d, ConvTranspose2dConfig};
 pub use embedding::Embedding;
 pub use layers::{
     AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv2d, Conv2dConfig, Dropout, Flatten,
-    Linear, MaxPool2d, ReLU, Sigmoid, Tanh, GELU,
+    Linear, MaxPool2d, ReLU, SiLU, Sigmoid, Tanh, GELU,
 };
 pub use module::{BufferField, Forward, Module, ModuleField, Visitor, VisitorMut};
+pub use norm::{GroupNorm, GroupNormConfig, LayerNorm, LayerNormConfig, RMSNorm, RMSNormConfig};
 pub use recurrent::{Gru, Lstm, Recurrent, RnnConfig};
 /// `#[derive(Module)]`: implements [`Module`] for a struct from its fields (see the
 /// [module documentation](self) for the rules and the `#[module(...)]` attributes). It shares
