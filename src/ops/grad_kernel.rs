@@ -348,6 +348,6 @@ mod tests {
         for (i, (name, code)) in GRAD_DEFS.iter().enumerate() {
             assert_eq!(*code as usize, i, "{name}");
         }
-        assert_eq!(GRAD_DEFS.len(), GradCode::ZeroWhereZero as usize + 1);
+        assert_eq!(GRAD_DEFS.len(), GradCode::SiluFromX as usize + 1);
     }
 }
