@@ -17,8 +17,8 @@ use crate::gemm::Mode;
 use crate::runner::check_cases;
 use crate::strategies::{general_dist, operand, small_shape, view_kind, Dist};
 use crate::{
-    batchnorm as bn, elementwise as ew, gemm, index_ops as ix, losses, pool, random, reduce, rnn,
-    softmax,
+    batchnorm as bn, elementwise as ew, gemm, index_ops as ix, losses, norm, pool, random, reduce,
+    rnn, softmax,
 };
 
 /// Opens the shared devices; false (after saying so) when f16 cases must be skipped.
@@ -195,6 +195,30 @@ async fn softmax_and_index_ops_f16() {
     check_cases("argmax_argmin_f16", 4, ix::arg_problem(h), ix::check_arg).await;
     check_cases("gather_f16", 4, ix::gather_problem(h), ix::check_gather).await;
     check_cases("cross_entropy_f16", 4, ix::ce_problem(h), ix::check_ce).await;
+}
+
+// ---- layer / group / RMS norm --------------------------------------------------------------
+
+#[wasm_bindgen_test]
+async fn norms_f32() {
+    init_devices().await;
+    let f = DType::F32;
+    check_cases("norm_f32", 8, norm::problem(f), norm::check_norm).await;
+    check_cases(
+        "norm_portable_f32",
+        4,
+        norm::problem(f),
+        norm::check_norm_portable,
+    )
+    .await;
+}
+
+#[wasm_bindgen_test]
+async fn norms_f16() {
+    if !f16_or_skip("norms_f16").await {
+        return;
+    }
+    check_cases("norm_f16", 4, norm::problem(DType::F16), norm::check_norm).await;
 }
 
 // ---- reductions -----------------------------------------------------------------------------

@@ -18,11 +18,15 @@
 use proptest::prelude::*;
 use wgtensor::{DType, Device, Tensor};
 
-use crate::check::{compare, fetch, ok, out_round, EPS32};
+use crate::check::{compare, fetch_async, ok, out_round, EPS32};
 use crate::common::norm_ref::{group_geom, norm_backward, norm_forward, trailing_geom, NormGeom};
-use crate::common::{device, portable_device, require_f16};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::common::require_f16;
+use crate::common::{device, portable_device};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::strategies::run_async;
 use crate::strategies::{
-    general_dist, operand_of_shape, run, shape, view_kind, Dist, Operand, ViewKind,
+    general_dist, operand_of_shape, shape, view_kind, Dist, Operand, ViewKind,
 };
 
 const CASES_F32: u32 = 24;
@@ -154,7 +158,7 @@ fn forward(
     }
 }
 
-pub(crate) fn check_norm_on(dev: &Device, p: &NormProblem) -> Result<(), TestCaseError> {
+pub(crate) async fn check_norm_on(dev: &Device, p: &NormProblem) -> Result<(), TestCaseError> {
     let what = format!("{:?} {:?} eps {:?}", p.kind, p.x.shape, p.eps);
     let dt = p.x.dtype;
     let x = ok(&what, p.x.tensor(dev).requires_grad())?;
@@ -182,7 +186,7 @@ pub(crate) fn check_norm_on(dev: &Device, p: &NormProblem) -> Result<(), TestCas
     let l = |i: usize| f.count[i];
     let xh_err =
         |i: usize| (8.0 + 2.0 * l(i)) * EPS32 * (f.max_abs[i] * f.rstd[i] + f.xhat[i].abs());
-    let got = fetch(&what, &y, &p.x.shape)?;
+    let got = fetch_async(&what, &y, &p.x.shape).await?;
     compare(&format!("{what}: y"), &p.x.shape, &got, &f.y, |i| {
         let e = wt(i).abs() * xh_err(i) + 4.0 * EPS32 * ((f.xhat[i] * wt(i)).abs() + bt(i).abs());
         out_round(dt, f.y[i], e)
@@ -210,7 +214,7 @@ pub(crate) fn check_norm_on(dev: &Device, p: &NormProblem) -> Result<(), TestCas
     let gx = grads
         .get(&x)
         .ok_or_else(|| TestCaseError::fail(format!("{what}: no gradient for x")))?;
-    let got = fetch(&what, gx, &p.x.shape)?;
+    let got = fetch_async(&what, gx, &p.x.shape).await?;
     compare(&format!("{what}: dx"), &p.x.shape, &got, &dx, |i| {
         let s = g.set_of[i];
         let (r, xs) = (f.rstd[i], xm[s]);
@@ -230,7 +234,7 @@ pub(crate) fn check_norm_on(dev: &Device, p: &NormProblem) -> Result<(), TestCas
         let gt = grads
             .get(t)
             .ok_or_else(|| TestCaseError::fail(format!("{what}: no gradient for {name}")))?;
-        let got = fetch(&what, gt, &ps)?;
+        let got = fetch_async(&what, gt, &ps).await?;
         compare(&format!("{what}: {name}"), &ps, &got, want, |c| {
             let [ex, sdx, sd, n] = col[c];
             let e = if is_w {
@@ -244,26 +248,28 @@ pub(crate) fn check_norm_on(dev: &Device, p: &NormProblem) -> Result<(), TestCas
     Ok(())
 }
 
-pub(crate) fn check_norm(p: &NormProblem) -> Result<(), TestCaseError> {
-    check_norm_on(device(), p)
+pub(crate) async fn check_norm(p: &NormProblem) -> Result<(), TestCaseError> {
+    check_norm_on(device(), p).await
+}
+
+pub(crate) async fn check_norm_portable(p: &NormProblem) -> Result<(), TestCaseError> {
+    check_norm_on(portable_device(), p).await
 }
 
 #[test]
 fn norm_f32() {
-    run(CASES_F32, problem(DType::F32), check_norm);
+    run_async(CASES_F32, problem(DType::F32), check_norm);
 }
 
 #[test]
 fn norm_portable_f32() {
-    run(CASES_F32 / 2, problem(DType::F32), |p| {
-        check_norm_on(portable_device(), p)
-    });
+    run_async(CASES_F32 / 2, problem(DType::F32), check_norm_portable);
 }
 
 #[test]
 fn norm_f16() {
     require_f16(device());
-    run(CASES_F16, problem(DType::F16), check_norm);
+    run_async(CASES_F16, problem(DType::F16), check_norm);
 }
 
 /// Empty tensors (PyTorch returns empty outputs and zero parameter gradients), NaN rows, the
