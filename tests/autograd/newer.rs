@@ -89,7 +89,15 @@ fn cat_stack_pad() {
     let r: Vec<f64> = (0..9).map(f64::from).collect();
     // y[i][j] = x[i][j - 1] for i < 2, j >= 1.
     close("pad", &grad(&loss(&y, &r), &x), &[1.0, 2.0, 4.0, 5.0]);
-    assert!(pad(&x, &[1, 1], PadMode::Reflect, 0.0).is_err());
+    // Reflect padding is differentiable too: x = [[1, 2], [3, 4]] padded by 1 on both sides
+    // of the last dim reads [x1, x0, x1, x0]; r per output [[0, 1, 2, 3], [4, 5, 6, 7]].
+    let y = pad(&x, &[1, 1], PadMode::Reflect, 0.0).unwrap();
+    let r: Vec<f64> = (0..8).map(f64::from).collect();
+    close(
+        "reflect pad",
+        &grad(&loss(&y, &r), &x),
+        &[1.0 + 3.0, 0.0 + 2.0, 5.0 + 7.0, 4.0 + 6.0],
+    );
     assert!(wgtensor::no_grad(|| pad(&x, &[1, 1], PadMode::Reflect, 0.0)).is_ok());
 }
 
