@@ -112,3 +112,37 @@ proptest! {
         let _ = group_norm(&x, groups, w.as_ref(), w.as_ref(), 1e-5);
     }
 }
+
+/// A tensor past one storage binding is refused with `TooLarge` naming the op (the norms run
+/// no windows), never a panic or a partial result.
+#[test]
+fn past_one_binding_is_refused() {
+    let small = Device::with_options(DeviceOptions {
+        max_binding_bytes: Some(4096),
+        ..Default::default()
+    })
+    .unwrap();
+    let x = Tensor::from_slice(&small, &vec![1.0f32; 2048], &[2, 1024]).unwrap();
+    let e = layer_norm(&x, &[1024], None, None, 1e-5).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::TooLarge {
+                op: "layer_norm",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let e = group_norm(&x.reshape(&[2, 4, 256]).unwrap(), 2, None, None, 1e-5).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::TooLarge {
+                op: "group_norm",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+}
