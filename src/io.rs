@@ -93,7 +93,11 @@ fn upload(
 fn not_a_pickle(op: &'static str, bytes: &[u8]) -> Result<()> {
     let zip = bytes.starts_with(b"PK\x03\x04");
     let pickle = bytes.len() >= 2 && bytes[0] == 0x80 && (2..=5).contains(&bytes[1]);
-    if zip || pickle {
+    // A safetensors header of 640, 896, 1152 or 1408 bytes also starts 0x80 0x02..=0x05 (its
+    // length, little-endian); its JSON then opens at byte 8, where neither a zip nor a
+    // torch.save pickle has a `{`.
+    let safetensors = bytes.get(8) == Some(&b'{');
+    if (zip || pickle) && !safetensors {
         return Err(Error::Io {
             op,
             msg: format!(

@@ -97,6 +97,24 @@ fn loads_a_pytorch_export() {
     assert!(e.to_string().contains("/nonexistent/x.safetensors"), "{e}");
 }
 
+/// A safetensors file whose header length reads as a pickle's first bytes (0x80, then 2..=5:
+/// headers of 640, 896, 1152, 1408 bytes, as train_cnn's state dict has) loads: it is not
+/// taken for a torch.save file.
+#[test]
+fn headers_that_start_like_a_pickle_load() {
+    for len in [0x280u64, 0x380, 0x480, 0x580] {
+        let mut json = r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#.to_string();
+        while (json.len() as u64) < len {
+            json.push(' ');
+        }
+        let mut bytes = len.to_le_bytes().to_vec();
+        bytes.extend(json.as_bytes());
+        bytes.extend(1.5f32.to_le_bytes());
+        let m = load_safetensors(dev(), &bytes).unwrap();
+        assert_eq!(m["a"].to_vec::<f32>().unwrap(), vec![1.5], "header {len}");
+    }
+}
+
 /// Class labels exported from PyTorch are int64: they load as i32 (and drive the class-index
 /// losses directly); values past the i32 range are an error naming the tensor; i32 tensors
 /// save and reload as I32.
