@@ -10,7 +10,8 @@
 use crate::autograd::{is_grad_enabled, record, sum_to, BackwardOp};
 use crate::ops::activation::Activation;
 use crate::ops::grad_kernel::activation_grad;
-use crate::ops::{gemm, Bias, GemmOptions};
+use crate::ops::gemm::gemm;
+use crate::ops::gemm::options::{Bias, GemmOptions};
 use crate::{Error, Result, Tensor};
 
 struct GemmBackward {

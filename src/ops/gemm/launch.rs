@@ -1,0 +1,483 @@
+//! The GEMM kernels, their params and the launch: validating a product into a [`Problem`] and
+//! recording it ([`dispatch`]); the shader variants and the params layout for the tests.
+
+use bytemuck::{Pod, Zeroable};
+
+use super::options::{Bias, GemmOptions};
+use super::plan::{GemmPlan, SG8_SGS};
+use crate::layout::{broadcast_shapes, Layout};
+use crate::ops::activation::{Activation, ACTIVATION, ACTIVATION_DEFS};
+use crate::runtime::pipeline::{ShaderLib, ShaderVariant};
+use crate::runtime::{Access, Bind, Kernel, Storage};
+use crate::{DType, Error, Result, Tensor};
+
+static GEMM_COMMON: ShaderLib =
+    ShaderLib::new(include_str!("../../../shaders/lib/gemm_common.wgsl"));
+const LIBS: &[&ShaderLib] = &[&ACTIVATION, &GEMM_COMMON];
+const TILED_SRC: &str = include_str!("../../../shaders/gemm.wgsl");
+const SG8_SRC: &str = include_str!("../../../shaders/gemm_sg8.wgsl");
+
+use Access::{Read as R, ReadWrite as RW};
+
+static TILED: Kernel = Kernel::new("gemm", TILED_SRC, "gemm_tiled", &[R, R, R, R, RW])
+    .slots(&[1, 2, 3, 4, 5])
+    .libs(LIBS);
+static TILED_PARTIAL: Kernel = Kernel::new("gemm", TILED_SRC, "gemm_tiled_partial", &[R, R, RW])
+    .slots(&[1, 2, 6])
+    .libs(LIBS);
+static SPLITK_REDUCE: Kernel = Kernel::new("gemm", TILED_SRC, "splitk_reduce", &[R, R, RW, RW])
+    .slots(&[3, 4, 5, 6])
+    .libs(LIBS);
+static SG8: Kernel = Kernel::new("gemm_sg8", SG8_SRC, "gemm_sg8", &[R, R, R, R, RW])
+    .slots(&[1, 2, 3, 4, 5])
+    .libs(LIBS);
+static SG8_PARTIAL: Kernel = Kernel::new("gemm_sg8", SG8_SRC, "gemm_sg8_partial", &[R, R, RW])
+    .slots(&[1, 2, 6])
+    .libs(LIBS);
+
+const REDUCE_WG: u32 = 256;
+/// Longest inner dimension accepted. Past it the f32 accumulation has lost most of its digits
+/// (adding 1.0 stops changing a sum at 2^24) and one output tile loops for minutes on a CPU
+/// adapter; such K only arise from broadcast views. Callers can sum GEMMs over K chunks.
+const MAX_K: usize = 1 << 24;
+/// Batch dims left after merging must fit the kernel's vec4 batch decode.
+const MAX_BATCH_DIMS: usize = 4;
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable, Default)]
+pub(crate) struct GemmParams {
+    pub(crate) m: u32,
+    pub(crate) n: u32,
+    pub(crate) k: u32,
+    pub(crate) batch: u32,
+    pub(crate) a_off: u32,
+    pub(crate) a_rs: u32,
+    pub(crate) a_cs: u32,
+    pub(crate) splits: u32,
+    pub(crate) b_off: u32,
+    pub(crate) b_rs: u32,
+    pub(crate) b_cs: u32,
+    pub(crate) k_chunk: u32,
+    pub(crate) c_off: u32,
+    pub(crate) c_rs: u32,
+    pub(crate) c_cs: u32,
+    pub(crate) bias_off: u32,
+    pub(crate) alpha: f32,
+    pub(crate) beta: f32,
+    pub(crate) batch_rank: u32,
+    pub(crate) bias_stride: u32,
+    pub(crate) bshape: [u32; 4],
+    pub(crate) a_bs: [u32; 4],
+    pub(crate) b_bs: [u32; 4],
+    pub(crate) c_bs: [u32; 4],
+    pub(crate) c_mode: u32,
+    pub(crate) bias_mode: u32,
+    pub(crate) o_rs: u32,
+    pub(crate) o_off: u32,
+}
+
+/// Merges adjacent batch dims that are laid out as one (in every operand) and drops size-1
+/// dims, so arbitrary batch ranks reduce to the kernel's four.
+fn merge_batch(shape: &[usize], strides: [&[usize]; 3]) -> (Vec<usize>, [Vec<usize>; 3]) {
+    let mut dims: Vec<(usize, [usize; 3])> = Vec::new();
+    for (i, &d) in shape.iter().enumerate() {
+        if d == 1 {
+            continue;
+        }
+        let st = [strides[0][i], strides[1][i], strides[2][i]];
+        if let Some(last) = dims.last_mut() {
+            if (0..3).all(|t| last.1[t] == st[t] * d) {
+                last.0 *= d;
+                last.1 = st;
+                continue;
+            }
+        }
+        dims.push((d, st));
+    }
+    let shape = dims.iter().map(|x| x.0).collect();
+    let s = |t: usize| dims.iter().map(|x| x.1[t]).collect();
+    (shape, [s(0), s(1), s(2)])
+}
+
+fn pack4(v: &[usize]) -> [u32; 4] {
+    let mut out = [0u32; 4];
+    for (o, &x) in out.iter_mut().zip(v) {
+        *o = x as u32;
+    }
+    out
+}
+
+/// Output shape of a batched product of `a [..., M, K]` and `b [..., K, N]` (both rank >= 2).
+fn product_shape(
+    op: &'static str,
+    a: &[usize],
+    b: &[usize],
+) -> Result<(Vec<usize>, usize, usize, usize)> {
+    let (ra, rb) = (a.len(), b.len());
+    if ra < 2 || rb < 2 {
+        return Err(Error::shape(
+            op,
+            format!("operands need rank >= 2, got {a:?} and {b:?}"),
+        ));
+    }
+    let (m, ka, kb, n) = (a[ra - 2], a[ra - 1], b[rb - 2], b[rb - 1]);
+    if ka != kb {
+        return Err(Error::shape(
+            op,
+            format!("inner dimensions differ: a {a:?} has K={ka}, b {b:?} has K={kb}"),
+        ));
+    }
+    let batch = broadcast_shapes(op, &a[..ra - 2], &b[..rb - 2]).map_err(|_| {
+        Error::shape(
+            op,
+            format!("batch dims of a {a:?} and b {b:?} do not broadcast"),
+        )
+    })?;
+    let mut out = batch;
+    out.extend([m, n]);
+    Ok((out, m, n, ka))
+}
+
+/// Checks and loads a bias vector of `len` elements.
+fn bias_view(op: &'static str, t: &Tensor, len: usize, what: &str) -> Result<(u32, u32)> {
+    if t.shape() != [len] {
+        return Err(Error::shape(
+            op,
+            format!("{what} bias must have shape [{len}], got {:?}", t.shape()),
+        ));
+    }
+    Ok((t.layout.offset() as u32, t.strides()[0] as u32))
+}
+
+/// A validated product: sizes, the operands' broadcast layouts and the epilogue's inputs.
+pub(crate) struct Problem<'a> {
+    pub(crate) out_shape: Vec<usize>,
+    pub(crate) m: usize,
+    pub(crate) n: usize,
+    pub(crate) k: usize,
+    pub(crate) al: Layout,
+    pub(crate) bl: Layout,
+    /// 0: no C; 1: C read through `cl`; 2: the output itself is C (in place).
+    pub(crate) c_mode: u32,
+    pub(crate) cl: Layout,
+    /// 0: none; 1: per column; 2: per row.
+    pub(crate) bias_code: u32,
+    pub(crate) bias: Option<&'a Tensor>,
+    pub(crate) bias_off: u32,
+    pub(crate) bias_stride: u32,
+    /// Merged batch dims and the operands' strides along them.
+    pub(crate) bm: Vec<usize>,
+    pub(crate) batch_strides: [Vec<usize>; 3],
+}
+
+impl<'a> Problem<'a> {
+    pub(super) fn new(
+        op: &'static str,
+        a: &Tensor,
+        b: &Tensor,
+        o: &GemmOptions<'a>,
+        into: Option<&Tensor>,
+    ) -> Result<Problem<'a>> {
+        a.same_device(op, b)?;
+        a.same_dtype(op, b)?;
+        a.device().require_dtype(op, a.dtype)?;
+        let (out_shape, m, n, k) = product_shape(op, a.shape(), b.shape())?;
+        if k > MAX_K {
+            return Err(Error::size(
+                op,
+                format!(
+                    "K = {k} ({:?} x {:?}) is above the supported {MAX_K} (split the product \
+                     into GEMMs over K chunks and add them)",
+                    a.shape(),
+                    b.shape()
+                ),
+            ));
+        }
+        let batch_shape = &out_shape[..out_shape.len() - 2];
+        let al = a.layout.broadcast_to(&[batch_shape, &[m, k]].concat())?;
+        let bl = b.layout.broadcast_to(&[batch_shape, &[k, n]].concat())?;
+        let (c_mode, cl) = c_operand(op, a, b, o, into, &out_shape)?;
+        let (bias_code, bias, bias_off, bias_stride) = match o.bias {
+            None => (0u32, None, 0, 0),
+            Some(Bias::PerColumn(t)) => {
+                let (off, st) = bias_view(op, t, n, "per-column")?;
+                (1, Some(t), off, st)
+            }
+            Some(Bias::PerRow(t)) => {
+                let (off, st) = bias_view(op, t, m, "per-row")?;
+                (2, Some(t), off, st)
+            }
+        };
+        if let Some(t) = bias {
+            a.same_device(op, t)?;
+            a.same_dtype(op, t)?;
+        }
+        let bdims = batch_shape.len();
+        let (bm, [a_bs, b_bs, c_bs]) = merge_batch(
+            batch_shape,
+            [
+                &al.strides()[..bdims],
+                &bl.strides()[..bdims],
+                &cl.strides()[..bdims],
+            ],
+        );
+        if bm.len() > MAX_BATCH_DIMS {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "batch dims {batch_shape:?} need {} strided dims, at most {MAX_BATCH_DIMS} \
+                     are supported",
+                    bm.len()
+                ),
+            ));
+        }
+        Ok(Problem {
+            out_shape,
+            m,
+            n,
+            k,
+            al,
+            bl,
+            c_mode,
+            cl,
+            bias_code,
+            bias,
+            bias_off,
+            bias_stride,
+            bm,
+            batch_strides: [a_bs, b_bs, c_bs],
+        })
+    }
+
+    pub(crate) fn batch(&self) -> usize {
+        self.bm.iter().product()
+    }
+
+    pub(crate) fn params(&self, pl: &GemmPlan, o: &GemmOptions) -> GemmParams {
+        let (al, bl, cl) = (&self.al, &self.bl, &self.cl);
+        let r = self.out_shape.len();
+        let [a_bs, b_bs, c_bs] = &self.batch_strides;
+        GemmParams {
+            m: self.m as u32,
+            n: self.n as u32,
+            k: self.k as u32,
+            batch: self.batch() as u32,
+            a_off: al.offset() as u32,
+            a_rs: al.strides()[r - 2] as u32,
+            a_cs: al.strides()[r - 1] as u32,
+            splits: pl.splits,
+            b_off: bl.offset() as u32,
+            b_rs: bl.strides()[r - 2] as u32,
+            b_cs: bl.strides()[r - 1] as u32,
+            k_chunk: pl.k_chunk,
+            c_off: cl.offset() as u32,
+            c_rs: cl.strides()[r - 2] as u32,
+            c_cs: cl.strides()[r - 1] as u32,
+            bias_off: self.bias_off,
+            alpha: o.alpha as f32,
+            beta: o.beta as f32,
+            batch_rank: self.bm.len() as u32,
+            bias_stride: self.bias_stride,
+            bshape: pack4(&self.bm),
+            a_bs: pack4(a_bs),
+            b_bs: pack4(b_bs),
+            c_bs: pack4(c_bs),
+            c_mode: self.c_mode,
+            bias_mode: self.bias_code,
+            o_rs: self.n as u32,
+            o_off: 0,
+        }
+    }
+
+    /// The workgroup grid of the product pass, or an error past the adapter's limit.
+    pub(super) fn grid(&self, op: &'static str, pl: &GemmPlan, max: u32) -> Result<[u32; 3]> {
+        let (tm, tn) = pl.tile();
+        let (m, n, k, batch) = (self.m, self.n, self.k, self.batch());
+        let (gx, gy, gz) = (n.div_ceil(tn), m.div_ceil(tm), batch * pl.splits as usize);
+        if gx > max as usize || gy > max as usize || gz > max as usize {
+            return Err(Error::size(
+                op,
+                format!(
+                    "[{m} x {k}] x [{k} x {n}] (batch {batch}) needs a grid of {gx}x{gy}x{gz} \
+                     workgroups, over the adapter's {max}"
+                ),
+            ));
+        }
+        // The sg8 kernel walks rows along x (B-panel reuse between consecutive workgroups).
+        Ok(if pl.sg8 {
+            [gy as u32, gx as u32, gz as u32]
+        } else {
+            [gx as u32, gy as u32, gz as u32]
+        })
+    }
+}
+
+/// How C enters the epilogue: not at all (0), read through a broadcast layout (1), or as the
+/// in-place output of [`gemm_into`](super::gemm_into) (2).
+fn c_operand(
+    op: &'static str,
+    a: &Tensor,
+    b: &Tensor,
+    o: &GemmOptions,
+    into: Option<&Tensor>,
+    out_shape: &[usize],
+) -> Result<(u32, Layout)> {
+    match (into, o.c) {
+        (Some(t), _) => {
+            if t.shape() != out_shape {
+                return Err(Error::shape(
+                    op,
+                    format!(
+                        "in-place C must have the output's shape {out_shape:?}, got {:?}",
+                        t.shape()
+                    ),
+                ));
+            }
+            if !t.is_contiguous() {
+                return Err(Error::arg(
+                    op,
+                    format!(
+                        "in-place C (shape {:?}) must be contiguous, got strides {:?}",
+                        t.shape(),
+                        t.strides()
+                    ),
+                ));
+            }
+            a.same_device(op, t)?;
+            a.same_dtype(op, t)?;
+            if t.shares_storage(a) || t.shares_storage(b) {
+                return Err(Error::arg(
+                    op,
+                    "the in-place C must not share storage with A or B",
+                ));
+            }
+            // The target may be a contiguous view that starts at a non-zero offset (e.g. rows
+            // of a larger tensor): its layout carries that offset to the kernel as `c_off`.
+            Ok((2, t.layout.clone()))
+        }
+        (None, Some(c)) if o.beta != 0.0 => {
+            a.same_device(op, c)?;
+            a.same_dtype(op, c)?;
+            let l = c.layout.broadcast_to(out_shape).map_err(|_| {
+                Error::shape(
+                    op,
+                    format!(
+                        "C {:?} does not broadcast to the output {out_shape:?}",
+                        c.shape()
+                    ),
+                )
+            })?;
+            Ok((1, l))
+        }
+        _ => Ok((0, Layout::contiguous(out_shape))),
+    }
+}
+
+/// What a GEMM dispatch binds (placeholders for an absent C or bias).
+pub(crate) struct GemmBinds<'a> {
+    pub a: Bind<'a>,
+    pub b: Bind<'a>,
+    pub c: Bind<'a>,
+    pub bias: Bind<'a>,
+    pub out: Bind<'a>,
+}
+
+/// Records one product over `params`: the fused kernel, or with split-k the slices into a
+/// workspace and the fixed-order reduction of `total` outputs.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn dispatch(
+    op: &'static str,
+    a: &Tensor,
+    pl: &GemmPlan,
+    params: &GemmParams,
+    act: Activation,
+    binds: &GemmBinds,
+    grid: [u32; 3],
+    total: u64,
+) -> Result<()> {
+    let dev = a.device();
+    let bytes = bytemuck::bytes_of(params);
+    let epi = [("ACT", act as u32 as f64)];
+    let dts = [a.dtype];
+    // The subgroup kernel's row tile (SGS subgroups of 32 rows) must match the grid's.
+    let sgs = [("SGS", pl.sgs as f64)];
+    let shape_consts: &[(&str, f64)] = if pl.sg8 { &sgs } else { &[] };
+    if pl.splits == 1 {
+        let kernel = if pl.sg8 { &SG8 } else { &TILED };
+        let bufs = [binds.a, binds.b, binds.c, binds.bias, binds.out];
+        let consts = [&epi[..], shape_consts].concat();
+        return dev.launch_binds(op, kernel, &dts, &consts, bytes, &bufs, grid);
+    }
+    let ws = Storage::scratch(dev, op, pl.splits as u64 * total * 4)?;
+    let partial = if pl.sg8 { &SG8_PARTIAL } else { &TILED_PARTIAL };
+    let ws_bind = Bind::whole(ws.buffer());
+    let bufs = [binds.a, binds.b, ws_bind];
+    dev.launch_binds(op, partial, &dts, shape_consts, bytes, &bufs, grid)?;
+    let consts = [&epi[..], &[("WG", REDUCE_WG as f64)]].concat();
+    let bufs = [binds.c, binds.bias, binds.out, ws_bind];
+    let grid = dev.grid_1d(op, total.div_ceil(REDUCE_WG as u64))?;
+    dev.launch_binds(op, &SPLITK_REDUCE, &dts, &consts, bytes, &bufs, grid)
+}
+
+#[doc(hidden)]
+pub fn gemm_variants() -> Vec<ShaderVariant> {
+    let mut v = Vec::new();
+    for dt in [DType::F32, DType::F16] {
+        for &(_, act) in ACTIVATION_DEFS {
+            let epi = [("ACT", act as f64)];
+            v.push(ShaderVariant::new(&TILED, &[dt], &epi));
+            let mut e = epi.to_vec();
+            e.push(("SGS", SG8_SGS as f64));
+            v.push(ShaderVariant::new(&SG8, &[dt], &e));
+            let mut r = epi.to_vec();
+            r.push(("WG", REDUCE_WG as f64));
+            v.push(ShaderVariant::new(&SPLITK_REDUCE, &[dt], &r));
+        }
+        v.push(ShaderVariant::new(&TILED_PARTIAL, &[dt], &[]));
+        v.push(ShaderVariant::new(
+            &SG8_PARTIAL,
+            &[dt],
+            &[("SGS", SG8_SGS as f64)],
+        ));
+    }
+    v
+}
+
+/// The params struct's layout, checked against the shader's `struct Params` in tests/shaders.rs.
+#[doc(hidden)]
+pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
+    crate::runtime::pipeline::params_layout!(
+        TILED,
+        &[DType::F32],
+        GemmParams {
+            m,
+            n,
+            k,
+            batch,
+            a_off,
+            a_rs,
+            a_cs,
+            splits,
+            b_off,
+            b_rs,
+            b_cs,
+            k_chunk,
+            c_off,
+            c_rs,
+            c_cs,
+            bias_off,
+            alpha,
+            beta,
+            batch_rank,
+            bias_stride,
+            bshape,
+            a_bs,
+            b_bs,
+            c_bs,
+            c_mode,
+            bias_mode,
+            o_rs,
+            o_off
+        }
+    )
+}

@@ -1,0 +1,200 @@
+//! Batched GEMM (shaders/gemm.wgsl, shaders/gemm_sg8.wgsl, shaders/lib/gemm_common.wgsl).
+//!
+//! `out[b] = act(alpha * A[b] B[b] + beta * C[b] + bias)` with numpy batch broadcasting; every
+//! operand is read through its strides, so transposes and broadcast batches cost no copy.
+//! Large-K problems use a deterministic split-k: S partial GEMMs write an f32 workspace
+//! `[S, batch, M, N]` and a reduction sums the slices in a fixed order.
+pub(crate) mod launch;
+pub(crate) mod options;
+pub(crate) mod plan;
+
+use crate::ops::gemm_grad;
+use crate::runtime::Bind;
+use crate::{Error, Result, Tensor};
+use launch::{dispatch, GemmBinds, Problem};
+#[doc(hidden)]
+pub use launch::{gemm_variants, params_layout};
+pub use options::{Bias, GemmOptions};
+pub(crate) use plan::has_sg8;
+#[doc(hidden)]
+pub use plan::{plan, plan_for, GemmPlan};
+
+/// The epilogue activation, defined in [`ops::activation`](crate::ops::activation) and
+/// re-exported here where it has always been reachable.
+pub use crate::ops::activation::Activation;
+
+/// The shared core of every public entry: validate, plan, then record the product pass (and,
+/// with split-k, the fixed-order reduction of the slices). `into` is `None` for a fresh
+/// output, or the in-place target (c_mode 2) for [`gemm_into`].
+fn run(
+    op: &'static str,
+    a: &Tensor,
+    b: &Tensor,
+    o: &GemmOptions,
+    into: Option<&Tensor>,
+) -> Result<Tensor> {
+    let pb = Problem::new(op, a, b, o, into)?;
+    let dev = a.device();
+    let (m, n, batch) = (pb.m, pb.n, pb.batch());
+    let pl = plan(dev, m, n, pb.k, batch, o.split_k)?;
+    let out = match into {
+        Some(t) => t.clone(),
+        None => Tensor::empty(dev, op, &pb.out_shape, a.dtype)?,
+    };
+    if m == 0 || n == 0 || batch == 0 {
+        return Ok(out);
+    }
+    let limit = dev.max_binding_bytes();
+    let c_t = if pb.c_mode == 1 { o.c } else { None };
+    let bufs = [Some(a), Some(b), c_t, pb.bias, Some(&out)];
+    if bufs.iter().flatten().any(|t| t.buffer().size() > limit) {
+        // An operand or the output is larger than one binding: windows of rows and columns.
+        super::gemm_window::run_windowed(op, &pb, &pl, o, a, b, c_t, &out)?;
+        return Ok(out);
+    }
+    let grid = pb.grid(op, &pl, dev.limits().max_compute_workgroups_per_dimension)?;
+    let params = pb.params(&pl, o);
+    let c_buf = c_t.map_or(a.buffer(), |c| c.buffer());
+    let bias_buf = pb.bias.map_or(a.buffer(), |t| t.buffer());
+    let binds = GemmBinds {
+        a: Bind::whole(a.buffer()),
+        b: Bind::whole(b.buffer()),
+        c: Bind::whole(c_buf),
+        bias: Bind::whole(bias_buf),
+        out: Bind::whole(out.buffer()),
+    };
+    dispatch(
+        op,
+        a,
+        &pl,
+        &params,
+        o.activation,
+        &binds,
+        grid,
+        (batch * m * n) as u64,
+    )?;
+    Ok(out)
+}
+
+/// `act(alpha * a @ b + beta * c + bias)` for `a [..., M, K]`, `b [..., K, N]` with broadcast
+/// batch dims (`[4,1,m,k] x [1,3,k,n] -> [4,3,m,n]`).
+///
+/// PyTorch's `torch.addmm` / `torch.baddbmm` generalised, with a fused bias and activation:
+/// `act(x @ w.T + b)` is one call, the `nn.Linear` forward. Operands are read through their
+/// strides (transposed or broadcast views cost no copy); the output is a new contiguous tensor
+/// of the operands' dtype, accumulated in f32. Long K is split into slices summed in a fixed
+/// order ([`GemmOptions::split_k`]), so repeated runs give bitwise identical results.
+///
+/// Errors: [`Error::Shape`] for ranks below 2, inner dims that differ, batch dims or `c` that
+/// do not broadcast, a bias of the wrong length; [`Error::DType`] / [`Error::DeviceMismatch`]
+/// when operands differ; [`Error::InvalidArgument`] for `split_k: Some(0)`; [`Error::Size`]
+/// for K beyond the supported length.
+///
+/// ```no_run,ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::ops::{gemm, Activation, Bias, GemmOptions};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let x = Tensor::full(&dev, &[32, 128], 0.5, DType::F32)?; // [batch, in]
+/// let w = Tensor::full(&dev, &[64, 128], 0.01, DType::F32)?; // [out, in] (nn.Linear.weight)
+/// let b = Tensor::zeros(&dev, &[64], DType::F32)?;
+/// // relu(x @ w.T + b), one dispatch
+/// let opts = GemmOptions {
+///     bias: Some(Bias::PerColumn(&b)),
+///     activation: Activation::Relu,
+///     ..Default::default()
+/// };
+/// let y = gemm(&x, &w.transpose(0, 1)?, &opts)?;
+/// assert_eq!(y.shape(), &[32, 64]);
+/// # Ok(()) }
+/// ```
+pub fn gemm(a: &Tensor, b: &Tensor, options: &GemmOptions) -> Result<Tensor> {
+    gemm_grad::recorded(a, b, options, |o| run("gemm", a, b, o, None))
+}
+
+/// In place: `c = alpha * a @ b + beta * c` (c contiguous with the output shape, not sharing
+/// storage with a or b).
+///
+/// PyTorch's `c.addmm_(a, b, beta=beta, alpha=alpha)`: for accumulating into an existing
+/// buffer (gradient accumulation, sums over K chunks) without allocating. Every handle and
+/// view sharing `c`'s storage sees the result. Errors as [`gemm`], plus [`Error::Shape`] when
+/// `c` is not a contiguous tensor of the output shape and [`Error::InvalidArgument`] when it
+/// shares storage with `a` or `b`.
+pub fn gemm_into(c: &Tensor, a: &Tensor, b: &Tensor, alpha: f64, beta: f64) -> Result<()> {
+    let o = GemmOptions {
+        alpha,
+        beta,
+        ..Default::default()
+    };
+    gemm_grad::check_in_place("gemm_into", &[c, a, b])?;
+    run("gemm_into", a, b, &o, Some(c))?;
+    c.bump_version();
+    Ok(())
+}
+
+/// numpy / PyTorch `matmul`: 1-D operands are promoted (and the added dim removed again),
+/// batch dims broadcast.
+///
+/// [`gemm`] with default options behind PyTorch's `@`: `[K] @ [K]` is a 0-d dot product,
+/// `[M, K] @ [K]` a matrix-vector product `[M]`, `[B, M, K] @ [K, N]` a batched product
+/// `[B, M, N]`. Errors as [`gemm`], and [`Error::Shape`] for a 0-d operand.
+///
+/// ```no_run,ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::ops::matmul;
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let a = Tensor::full(&dev, &[8, 16, 32], 1.0, DType::F32)?;
+/// let b = Tensor::full(&dev, &[32, 4], 2.0, DType::F32)?;
+/// assert_eq!(matmul(&a, &b)?.shape(), &[8, 16, 4]); // b broadcasts over the batch
+/// let v = Tensor::full(&dev, &[32], 1.0, DType::F32)?;
+/// assert_eq!(a.matmul(&v)?.shape(), &[8, 16]); // matrix-vector
+/// # Ok(()) }
+/// ```
+pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let op = "matmul";
+    if a.rank() == 0 || b.rank() == 0 {
+        return Err(Error::shape(
+            op,
+            format!(
+                "matmul needs rank >= 1, got {:?} and {:?}",
+                a.shape(),
+                b.shape()
+            ),
+        ));
+    }
+    // Views, not reshapes: a strided or broadcast 1-D operand must not be copied.
+    let a2 = if a.rank() == 1 {
+        a.unsqueeze(0)?
+    } else {
+        a.clone()
+    };
+    let b2 = if b.rank() == 1 {
+        b.unsqueeze(1)?
+    } else {
+        b.clone()
+    };
+    let out = gemm_grad::recorded(&a2, &b2, &GemmOptions::default(), |o| {
+        run(op, &a2, &b2, o, None)
+    })?;
+    let mut shape = out.shape().to_vec();
+    let r = shape.len();
+    match (a.rank() == 1, b.rank() == 1) {
+        (true, true) => shape.truncate(r - 2),
+        (true, false) => {
+            shape.remove(r - 2);
+        }
+        (false, true) => {
+            shape.pop();
+        }
+        (false, false) => return Ok(out),
+    }
+    out.reshape(&shape)
+}
+
+impl Tensor {
+    /// `self @ other`, PyTorch's `Tensor.matmul`: see [`matmul`].
+    pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
+        matmul(self, other)
+    }
+}
