@@ -5,6 +5,11 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::*;
+use crate::ops::activation::ACTIVATION;
+use crate::runtime::pipeline::{ShaderLib, ShaderVariant};
+use crate::runtime::{Access, Kernel};
+
+use Access::{Read as R, ReadWrite as RW};
 
 static BACKWARD_COMMON: ShaderLib = ShaderLib::new(include_str!(
     "../../../shaders/lib/rnn_backward_common.wgsl"

@@ -1,0 +1,204 @@
+//! The per-step kernels of the LSTM / GRU forward (shaders/rnn.wgsl, shaders/rnn_sg8.wgsl,
+//! shaders/lib/rnn_common.wgsl): their params, the choice between the sg8 and the portable
+//! variant, and the state copies between a sequence buffer and `[L*D, B, H]` states.
+
+use bytemuck::{Pod, Zeroable};
+
+use super::weights::RnnKind;
+use crate::ops::activation::ACTIVATION;
+use crate::ops::gemm::has_sg8;
+use crate::runtime::pipeline::ShaderLib;
+use crate::runtime::{Access, Kernel};
+use crate::{DType, Device, Error, Result, Tensor};
+
+pub(crate) static COMMON: ShaderLib =
+    ShaderLib::new(include_str!("../../../shaders/lib/rnn_common.wgsl"));
+const LIBS: &[&ShaderLib] = &[&ACTIVATION, &COMMON];
+const PORTABLE_SRC: &str = include_str!("../../../shaders/rnn.wgsl");
+const SG8_SRC: &str = include_str!("../../../shaders/rnn_sg8.wgsl");
+pub(crate) const WG: u32 = 64;
+
+use Access::{Read as R, ReadWrite as RW};
+
+/// A step kernel: the LSTM one binds a cell state (slot 5) the GRU one lacks.
+const fn step_kernel(kind: RnnKind, source: &'static str, entry: &'static str) -> Kernel {
+    match kind {
+        RnnKind::Lstm => {
+            Kernel::new(entry, source, entry, &[R, R, R, RW, RW, RW]).slots(&[1, 2, 3, 4, 5, 6])
+        }
+        RnnKind::Gru => {
+            Kernel::new(entry, source, entry, &[R, R, R, RW, RW]).slots(&[1, 2, 3, 4, 6])
+        }
+    }
+    .libs(LIBS)
+}
+pub(crate) static LSTM_STEP: Kernel = step_kernel(RnnKind::Lstm, PORTABLE_SRC, "lstm_step");
+pub(crate) static GRU_STEP: Kernel = step_kernel(RnnKind::Gru, PORTABLE_SRC, "gru_step");
+pub(crate) static LSTM_STEP_SG8: Kernel = step_kernel(RnnKind::Lstm, SG8_SRC, "lstm_step_sg8");
+pub(crate) static GRU_STEP_SG8: Kernel = step_kernel(RnnKind::Gru, SG8_SRC, "gru_step_sg8");
+pub(crate) static LOAD_STATE: Kernel = Kernel::new("rnn", PORTABLE_SRC, "load_state", &[R, RW])
+    .slots(&[7, 4])
+    .libs(LIBS);
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable, Default)]
+pub(crate) struct RnnParams {
+    pub(crate) batch: u32,
+    pub(crate) hidden: u32,
+    pub(crate) seq_rs: u32,
+    pub(crate) prev_off: u32,
+    pub(crate) next_off: u32,
+    pub(crate) x_off: u32,
+    pub(crate) x_rs: u32,
+    pub(crate) g_off: u32,
+    pub(crate) src_off: u32,
+    pub(crate) src_rs: u32,
+    pub(crate) dst_off: u32,
+    pub(crate) dst_rs: u32,
+}
+
+/// The step kernel, its override constants and its grid.
+pub(crate) struct StepPlan {
+    pub(crate) kernel: &'static Kernel,
+    pub(crate) consts: Vec<(&'static str, f64)>,
+    pub(crate) grid: [u32; 3],
+}
+
+/// The kernels of one per-step family: `[LSTM, GRU]` for the sg8 and the portable variant.
+pub(crate) struct StepKernels {
+    pub(crate) sg8: [&'static Kernel; 2],
+    pub(crate) portable: [&'static Kernel; 2],
+}
+
+pub(crate) const FORWARD_STEPS: StepKernels = StepKernels {
+    sg8: [&LSTM_STEP_SG8, &GRU_STEP_SG8],
+    portable: [&LSTM_STEP, &GRU_STEP],
+};
+
+/// The sg8 variant on 8-lane-subgroup adapters (32 batch rows x 8 hidden units per subgroup),
+/// the portable one (one invocation per unit) elsewhere.
+pub(crate) fn step_plan(
+    dev: &Device,
+    kind: RnnKind,
+    b: usize,
+    h: usize,
+    family: &StepKernels,
+) -> Result<StepPlan> {
+    let max = dev.limits().max_compute_workgroups_per_dimension as usize;
+    let which = usize::from(kind == RnnKind::Gru);
+    let (kernel, consts, grid) = if has_sg8(dev) {
+        let sgs = b.div_ceil(32).next_power_of_two().min(4);
+        (
+            family.sg8[which],
+            vec![("SGS", sgs as f64)],
+            [b.div_ceil(32 * sgs), h.div_ceil(8), 1],
+        )
+    } else {
+        (
+            family.portable[which],
+            vec![("WG", WG as f64)],
+            [(b * h).div_ceil(WG as usize), 1, 1],
+        )
+    };
+    if grid.iter().any(|&g| g > max) {
+        return Err(Error::size(
+            kind.name(),
+            format!("batch {b} x hidden {h} needs grid {grid:?}, over the adapter's {max}"),
+        ));
+    }
+    Ok(StepPlan {
+        kernel,
+        consts,
+        grid: grid.map(|g| g as u32),
+    })
+}
+
+/// Copies a `[1, B, H]` state into slot `slot`, direction `dir` of a sequence buffer.
+pub(crate) fn copy_state(
+    dev: &Device,
+    src: &Tensor,
+    seq: &Tensor,
+    slot: usize,
+    dir: usize,
+    h: usize,
+) -> Result<()> {
+    let (b, dh) = (seq.shape()[1], seq.shape()[2]);
+    // src's last dim must be unit-stride for the copy's addressing; the offsets below must
+    // describe the tensor actually bound (the packed copy when one is made).
+    let src = if src.strides()[2] == 1 || h <= 1 {
+        src.clone()
+    } else {
+        src.contiguous()?
+    };
+    let p = RnnParams {
+        batch: b as u32,
+        hidden: h as u32,
+        src_off: src.layout().offset() as u32,
+        src_rs: src.strides()[1] as u32,
+        dst_off: (slot * b * dh + dir * h) as u32,
+        dst_rs: dh as u32,
+        ..Default::default()
+    };
+    dev.launch(
+        "rnn_state",
+        &LOAD_STATE,
+        &[seq.dtype()],
+        &[("WG", WG as f64)],
+        bytemuck::bytes_of(&p),
+        &[src.buffer(), seq.buffer()],
+        [(b * h).div_ceil(WG as usize) as u32, 1, 1],
+    )
+}
+
+/// `[L*D, B, H]` from per-(layer, direction) `[1, B, H]` views. A single state is returned as
+/// a view (no dispatch); several are copied into one tensor.
+pub(crate) fn stack_states(dev: &Device, parts: &[Tensor], b: usize, h: usize) -> Result<Tensor> {
+    if parts.len() == 1 {
+        return Ok(parts[0].clone());
+    }
+    let out = Tensor::empty(dev, "rnn_state", &[parts.len(), b, h], parts[0].dtype())?;
+    for (i, part) in parts.iter().enumerate() {
+        let p = RnnParams {
+            batch: b as u32,
+            hidden: h as u32,
+            src_off: part.layout().offset() as u32,
+            src_rs: part.strides()[1] as u32,
+            dst_off: (i * b * h) as u32,
+            dst_rs: h as u32,
+            ..Default::default()
+        };
+        dev.launch(
+            "rnn_state",
+            &LOAD_STATE,
+            &[out.dtype()],
+            &[("WG", WG as f64)],
+            bytemuck::bytes_of(&p),
+            &[part.buffer(), out.buffer()],
+            [(b * h).div_ceil(WG as usize) as u32, 1, 1],
+        )?;
+    }
+    Ok(out)
+}
+
+/// The params struct's layout, checked against the shader's `struct Params` in tests/shaders.rs.
+#[doc(hidden)]
+pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
+    crate::runtime::pipeline::params_layout!(
+        LSTM_STEP,
+        &[DType::F32],
+        RnnParams {
+            batch,
+            hidden,
+            seq_rs,
+            prev_off,
+            next_off,
+            x_off,
+            x_rs,
+            g_off,
+            src_off,
+            src_rs,
+            dst_off,
+            dst_rs
+        }
+    )
+}
