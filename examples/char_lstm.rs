@@ -22,7 +22,7 @@ const TEXT: &[&str] = &[
     include_str!("../docs/ARCHITECTURE.md"),
     include_str!("../src/tensor.rs"),
     include_str!("../src/layout.rs"),
-    include_str!("../src/ops/gemm.rs"),
+    include_str!("../src/ops/gemm/mod.rs"),
 ];
 const SEQ: usize = 32;
 const BATCH: usize = 16;
