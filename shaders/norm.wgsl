@@ -11,7 +11,9 @@
 //
 // Entry points: norm_fwd (y, and the saved mean / rstd per row), norm_dx (the input gradient of
 // a row from the saved statistics), norm_dw (one workgroup per weight index: the weight and
-// bias gradients as a column reduction over rows in a fixed order; no atomics).
+// bias gradients as a column reduction over rows in a fixed order; no atomics). Short rows,
+// which would leave most of a workgroup idle, run norm_fwd_rows / norm_dx_rows instead: one
+// invocation per row, the same two passes as a sequential loop.
 
 struct Params {
     rows: u32,
@@ -173,5 +175,65 @@ fn norm_dw(@builtin(workgroup_id) wid: vec3<u32>,
     if (live && lid == 0u) {
         out[j] = T(s.x);
         out2[j] = T(s.y);
+    }
+}
+
+// norm_fwd with one invocation per row (short rows).
+@compute @workgroup_size(WG)
+fn norm_fwd_rows(@builtin(workgroup_id) wid: vec3<u32>,
+                 @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+    let r = (wid.x + wid.y * nwg.x) * WG + lid;
+    if (r >= p.rows) {
+        return;
+    }
+    let base = r * p.len;
+    let n = f32(p.len);
+    var s = 0.0;
+    if (!is_rms()) {
+        for (var i = 0u; i < p.len; i++) {
+            s += f32(x[base + i]);
+        }
+    }
+    let mean = s / n;
+    var q = 0.0;
+    for (var i = 0u; i < p.len; i++) {
+        let d = f32(x[base + i]) - mean;
+        q += d * d;
+    }
+    let rstd = inverseSqrt(q / n + p.eps);
+    stats[r] = mean;
+    stats[p.rows + r] = rstd;
+    for (var i = 0u; i < p.len; i++) {
+        let xh = (f32(x[base + i]) - mean) * rstd;
+        out[base + i] = T(xh * weight_of(r, i) + bias_of(r, i));
+    }
+}
+
+// norm_dx with one invocation per row (short rows).
+@compute @workgroup_size(WG)
+fn norm_dx_rows(@builtin(workgroup_id) wid: vec3<u32>,
+                @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    let r = (wid.x + wid.y * nwg.x) * WG + lid;
+    if (r >= p.rows) {
+        return;
+    }
+    let base = r * p.len;
+    let n = f32(p.len);
+    let mean = stats[r];
+    let rstd = stats[p.rows + r];
+    var acc = vec2<f32>(0.0);
+    for (var i = 0u; i < p.len; i++) {
+        let g = f32(dy[base + i]) * weight_of(r, i);
+        let xh = (f32(x[base + i]) - mean) * rstd;
+        acc += vec2<f32>(g, g * xh);
+    }
+    let m = acc / n;
+    let mg = select(m.x, 0.0, is_rms());
+    for (var i = 0u; i < p.len; i++) {
+        let g = f32(dy[base + i]) * weight_of(r, i);
+        let xh = (f32(x[base + i]) - mean) * rstd;
+        out[base + i] = T(rstd * (g - mg - xh * m.y));
     }
 }

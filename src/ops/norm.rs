@@ -1,7 +1,8 @@
 //! Layer norm, group norm and RMS norm (shaders/norm.wgsl), PyTorch's `F.layer_norm`,
 //! `F.group_norm` and `F.rms_norm`: each normalizes contiguous rows of the packed input (one
-//! workgroup per row, statistics in f32 with fixed-order workgroup reductions), then applies
-//! the per-channel affine; f16 storage computes in f32. The backward is fused too: the input
+//! workgroup per row, statistics in f32 with fixed-order workgroup reductions; one invocation
+//! per row for rows of at most 32 values), then applies the per-channel affine; f16 storage
+//! computes in f32. The backward is fused too: the input
 //! gradient per row from the saved mean / rstd, and the weight and bias gradients as a column
 //! reduction over rows in a fixed order (deterministic, no atomics).
 
@@ -32,6 +33,32 @@ static DX: Kernel = Kernel::new(
     "norm",
     SRC,
     "norm_dx",
+    &[
+        Access::Read,
+        Access::Read,
+        Access::Read,
+        Access::ReadWrite,
+        Access::ReadWrite,
+    ],
+)
+.slots(&[1, 2, 4, 5, 6]);
+static FWD_ROWS: Kernel = Kernel::new(
+    "norm",
+    SRC,
+    "norm_fwd_rows",
+    &[
+        Access::Read,
+        Access::Read,
+        Access::Read,
+        Access::ReadWrite,
+        Access::ReadWrite,
+    ],
+)
+.slots(&[1, 2, 3, 5, 6]);
+static DX_ROWS: Kernel = Kernel::new(
+    "norm",
+    SRC,
+    "norm_dx_rows",
     &[
         Access::Read,
         Access::Read,
@@ -85,6 +112,28 @@ struct Plan {
 }
 
 impl Plan {
+    /// Rows this short leave most of a workgroup idle: one invocation per row instead.
+    fn short_rows(&self) -> bool {
+        self.len <= 32
+    }
+
+    /// The row kernel (forward or dx) and its grid.
+    fn row_kernel(
+        &self,
+        dev: &crate::Device,
+        wide: &'static Kernel,
+        short: &'static Kernel,
+    ) -> Result<(&'static Kernel, [u32; 3])> {
+        if self.short_rows() {
+            Ok((
+                short,
+                dev.grid_1d(self.op, (self.rows as u64).div_ceil(WG as u64))?,
+            ))
+        } else {
+            Ok((wide, dev.grid_1d(self.op, self.rows as u64)?))
+        }
+    }
+
     fn params(&self, has_w: bool, has_b: bool) -> NormParams {
         NormParams {
             rows: self.rows as u32,
@@ -178,10 +227,10 @@ fn forward(
         Bind::whole(y.buffer()),
         Bind::whole(stats.buffer()),
     ];
-    let grid = dev.grid_1d(op, plan.rows as u64)?;
+    let (kernel, grid) = plan.row_kernel(dev, &FWD, &FWD_ROWS)?;
     dev.launch_binds(
         op,
-        &FWD,
+        kernel,
         &[x.dtype],
         &[("WG", WG as f64)],
         bytemuck::bytes_of(&params),
@@ -232,10 +281,10 @@ fn backward(
                 Bind::whole(dx.buffer()),
                 Bind::whole(stats.buffer()),
             ];
-            let grid = dev.grid_1d(op, plan.rows as u64)?;
+            let (kernel, grid) = plan.row_kernel(dev, &DX, &DX_ROWS)?;
             dev.launch_binds(
                 op,
-                &DX,
+                kernel,
                 &[x.dtype],
                 &[("WG", WG as f64)],
                 bytemuck::bytes_of(&params),
@@ -459,7 +508,7 @@ pub fn group_norm(
 #[doc(hidden)]
 pub fn norm_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();
-    for k in [&FWD, &DX, &DW] {
+    for k in [&FWD, &DX, &DW, &FWD_ROWS, &DX_ROWS] {
         for dt in [DType::F32, DType::F16] {
             v.push(ShaderVariant::new(k, &[dt], &[("WG", WG as f64)]));
         }
