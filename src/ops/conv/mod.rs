@@ -6,17 +6,21 @@
 mod geom;
 mod grad;
 pub(crate) mod launch;
+mod params;
+mod plan;
 
 pub use geom::{
     Conv1dOptions, Conv2dOptions, ConvTranspose1dOptions, ConvTranspose2dOptions, Padding,
     Padding1d,
 };
 #[doc(hidden)]
-pub use launch::{conv_variants, plan, ConvPlan, ConvVariant, Direction as ConvDirection};
+pub use launch::conv_variants;
+pub use params::Direction as ConvDirection;
+pub use plan::{plan, ConvPlan, ConvVariant};
 
 use geom::{as_4d, dims4, Geom};
 use grad::{forward, transpose_impl};
-use launch::Direction;
+use params::Direction;
 
 use crate::Device;
 
@@ -55,7 +59,7 @@ pub fn conv2d_plan(
     options: &Conv2dOptions,
 ) -> Result<ConvPlan> {
     let g = Geom::new("conv2d_plan", input, weight, options)?;
-    Ok(launch::launch_plan(dev, &g, dir))
+    Ok(plan::launch_plan(dev, &g, dir))
 }
 
 fn no_activation(op: &'static str, act: Activation) -> Result<()> {

@@ -1,0 +1,237 @@
+//! The convolution planner: kernel variant, tile and split factor as a plain function of the
+//! GEMM view ([`ConvParams`]) and the adapter.
+
+use super::geom::Geom;
+use super::params::{ConvParams, Direction};
+use crate::{Caps, Device, Result};
+
+/// Columns per invocation (one output line) and invocations per workgroup of `conv_direct`.
+pub(crate) const DIRECT_COLS: usize = 8;
+pub(crate) const DIRECT_WG: usize = 64;
+
+#[doc(hidden)]
+/// The kernel family a launch uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConvVariant {
+    /// 8-lane subgroup implicit GEMM (CPU adapters such as lavapipe).
+    Sg8,
+    /// Portable 32x32 register tile.
+    Tiled,
+    /// DR rows x 8 columns of one output line per invocation: groups with fewer than 8 rows.
+    Direct,
+    /// Direct on 4 lines at once for single-row groups whose kernel rows and columns step one
+    /// line and one column (depthwise with stride == dilation): each kernel row loads one new
+    /// line, each tap one value per line.
+    DirectLines,
+}
+
+#[doc(hidden)]
+/// Kernel variant, tile and split factor: a plain function of the GEMM view and the adapter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvPlan {
+    /// The kernel family the launch uses.
+    pub variant: ConvVariant,
+    /// Sg8: row blocks of 8 per subgroup (1, 2 or 4); Direct: rows per invocation (1 to 8).
+    pub rt: u32,
+    /// Sg8: subgroups per workgroup, each on its own 32 columns.
+    pub sgs: u32,
+    /// K slices (split-k): above 1, partial results in an f32 workspace are summed in a fixed
+    /// order, so results do not vary between runs.
+    pub splits: u32,
+    /// Steps of K each slice covers (K itself when unsplit).
+    pub k_chunk: u32,
+}
+
+impl ConvPlan {
+    /// Rows x columns one workgroup covers.
+    pub(crate) fn tile(&self) -> (usize, usize) {
+        match self.variant {
+            ConvVariant::Sg8 => (8 * self.rt as usize, 32 * self.sgs as usize),
+            ConvVariant::Tiled => (32, 32),
+            // Lines are padded to whole 8-column blocks; used for the split decision only.
+            ConvVariant::Direct | ConvVariant::DirectLines => {
+                (self.rt as usize, DIRECT_COLS * DIRECT_WG)
+            }
+        }
+    }
+}
+
+#[doc(hidden)]
+/// Picks the kernel from the rows per group `m` (a group with fewer than 8 rows leaves most of
+/// a GEMM tile idle: the direct kernel), then splits K when the output tiles are too few to
+/// keep the device busy and K is long (the weight gradient, K = N * OH * OW); slices keep at
+/// least 256 steps of K.
+/// Errors for a group count of 0, which every convolution rejects.
+pub fn plan(dev: &Device, m: usize, ncols: usize, k: usize, groups: usize) -> Result<ConvPlan> {
+    if groups == 0 {
+        return Err(crate::Error::arg(
+            "conv plan",
+            "groups must be at least 1, got 0",
+        ));
+    }
+    Ok(plan_with(dev.caps(), m < 8, m, ncols, k, groups))
+}
+
+/// Rows per invocation of the direct kernels (`DR`).
+pub(crate) const DIRECT_ROWS: [u32; 4] = [1, 2, 4, 8];
+/// Row blocks of 8 rows of the GEMM kernels (`RT`).
+pub(crate) const GEMM_ROW_BLOCKS: [u32; 3] = [1, 2, 4];
+/// Subgroups per workgroup of the sg8 kernel (`SGS`): 2 for more than 32 output columns.
+pub(crate) const SG8_SUBGROUPS: [u32; 2] = [1, 2];
+
+/// [`plan`], with the direct kernel only when `direct` allows it.
+fn plan_with(
+    caps: &Caps,
+    direct: bool,
+    m: usize,
+    ncols: usize,
+    k: usize,
+    groups: usize,
+) -> ConvPlan {
+    let variant = if direct && m < 8 {
+        ConvVariant::Direct
+    } else if caps.sg8 {
+        ConvVariant::Sg8
+    } else {
+        ConvVariant::Tiled
+    };
+    // The smallest table entry covering the rows, else the largest: the variant list below
+    // enumerates the same tables, so every plan has a precompiled variant.
+    let pick = |table: &[u32], rows: usize| -> u32 {
+        let last = table[table.len() - 1];
+        table
+            .iter()
+            .copied()
+            .find(|&r| r as usize >= rows)
+            .unwrap_or(last)
+    };
+    let rt = match variant {
+        ConvVariant::Direct => pick(&DIRECT_ROWS, m),
+        _ => pick(&GEMM_ROW_BLOCKS, m.div_ceil(8)),
+    };
+    let sgs = SG8_SUBGROUPS[usize::from(ncols > 32)];
+    let mut pl = ConvPlan {
+        variant,
+        rt,
+        sgs,
+        splits: 1,
+        k_chunk: k as u32,
+    };
+    let (tm, tn) = pl.tile();
+    let groups = groups.max(1);
+    let tiles = m
+        .div_ceil(tm)
+        .saturating_mul(ncols.div_ceil(tn))
+        .saturating_mul(groups)
+        .max(1);
+    let target = if caps.cpu { 64 } else { 512 };
+    let max_z = caps.max_workgroups_per_dim as usize;
+    if k >= 1024 && tiles < target {
+        let wanted = target
+            .div_ceil(tiles)
+            .min(k / 256)
+            .min(max_z / groups)
+            .max(1);
+        let chunk = k.div_ceil(wanted);
+        pl.splits = k.div_ceil(chunk) as u32;
+        pl.k_chunk = chunk as u32;
+    }
+    pl
+}
+
+/// The plan a launch uses for the GEMM view `p`: [`plan`], except on SwiftShader's strided data
+/// gradient, then the `DirectLines` upgrade for an unsplit `Direct` launch with one row per
+/// group whose kernel rows and columns step one source line and column (forward and weight
+/// gradient with stride == dilation) over at least 4 lines.
+pub(crate) fn plan_params(
+    caps: &Caps,
+    p: &ConvParams,
+    transposed: bool,
+    groups: usize,
+) -> ConvPlan {
+    let (m, ncols, k) = (p.m as usize, p.ncols as usize, p.k as usize);
+    // Chromium's CPU WebGPU adapter (SwiftShader) does not finish compiling conv_direct with
+    // TRANSPOSED (the strided data gradient): after minutes its GPU process is killed and the
+    // device is lost. The tiled kernel, which compiles there in under a second, serves that
+    // case in the browser.
+    let mut pl = plan_with(caps, !(transposed && caps.swiftshader), m, ncols, k, groups);
+    if pl.variant == ConvVariant::Direct
+        && pl.splits == 1
+        && m == 1
+        && !transposed
+        && p.b_k1 == p.b_c1
+        && p.b_k2 == p.b_c2
+        && p.c_e1 >= 4
+    {
+        pl.variant = ConvVariant::DirectLines;
+    }
+    pl
+}
+
+/// The plan a launch of direction `dir` on `g` uses.
+pub(crate) fn launch_plan(dev: &Device, g: &Geom, dir: Direction) -> ConvPlan {
+    let (p, transposed) = ConvParams::new(g, dir);
+    plan_params(dev.caps(), &p, transposed, g.groups)
+}
+
+#[cfg(test)]
+mod plan_tests {
+    use super::*;
+
+    #[test]
+    fn variants_follow_rows_per_group_and_adapter() {
+        let (gpu, lvp) = (Caps::test_gpu(), Caps::test_lavapipe(2));
+        assert_eq!(
+            plan_with(&gpu, true, 1, 100, 100, 32).variant,
+            ConvVariant::Direct
+        );
+        assert_eq!(
+            plan_with(&gpu, true, 7, 100, 100, 1).variant,
+            ConvVariant::Direct
+        );
+        assert_eq!(
+            plan_with(&gpu, true, 8, 100, 100, 1).variant,
+            ConvVariant::Tiled
+        );
+        assert_eq!(
+            plan_with(&lvp, true, 8, 100, 100, 1).variant,
+            ConvVariant::Sg8
+        );
+        // Direct not allowed (SwiftShader's strided data gradient): the GEMM kernels.
+        assert_eq!(
+            plan_with(&gpu, false, 1, 100, 100, 1).variant,
+            ConvVariant::Tiled
+        );
+        // Row blocks: direct rows up to 8, GEMM blocks up to 4.
+        assert_eq!(plan_with(&gpu, true, 3, 100, 100, 1).rt, 4);
+        assert_eq!(plan_with(&gpu, true, 64, 100, 100, 1).rt, 4);
+        // Every plan's row block and subgroup count is in the tables the variant list
+        // enumerates.
+        for m in 0..80 {
+            for ncols in [1, 32, 33, 500] {
+                for caps in [gpu, lvp] {
+                    let p = plan_with(&caps, true, m, ncols, 100, 1);
+                    let table: &[u32] = match p.variant {
+                        ConvVariant::Direct | ConvVariant::DirectLines => &DIRECT_ROWS,
+                        _ => &GEMM_ROW_BLOCKS,
+                    };
+                    assert!(table.contains(&p.rt), "{p:?}");
+                    assert!(SG8_SUBGROUPS.contains(&p.sgs), "{p:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn weight_gradients_split_long_k() {
+        let lvp = Caps::test_lavapipe(2);
+        // K = N * OH * OW = 8 * 56 * 56 over few tiles: split, slices of at least 256.
+        let p = plan_with(&lvp, true, 64, 576, 25088, 1);
+        assert!(p.splits > 1, "{p:?}");
+        assert!(p.k_chunk >= 256 && p.splits * p.k_chunk >= 25088, "{p:?}");
+        // Short K never splits.
+        assert_eq!(plan_with(&lvp, true, 64, 576, 576, 1).splits, 1);
+        // Zero groups is refused by the public plan, empty sizes plan without panicking.
+        assert_eq!(plan_with(&lvp, true, 0, 0, 0, 1).splits, 1);
+    }
+}
