@@ -1,22 +1,19 @@
-//! Pooling (shaders/pool.wgsl) with PyTorch's semantics and names: `max_pool1d/2d` (kernel,
-//! stride, padding, dilation, ceil_mode), `avg_pool1d/2d` (count_include_pad, ceil_mode,
-//! divisor_override), `adaptive_avg_pool1d/2d`, `adaptive_max_pool2d`, and their backward
-//! passes. Inputs are `[N, C, H, W]` or unbatched `[C, H, W]` (1-D: `[N, C, L]` or `[C, L]`).
-//! The backward gathers per input element (max: the gradient goes to each window's first
-//! maximum, as PyTorch routes it), so it is deterministic and needs no atomics.
+//! The pooling kernels (shaders/pool.wgsl): window geometry, the recorded launch and its
+//! backward, the shader variants and the params layout.
 
 use bytemuck::{Pod, Zeroable};
 
+use super::options::{AvgPool2dOptions, MaxPool2dOptions};
 use crate::ops::activation::ACTIVATION;
 use crate::runtime::pipeline::ShaderVariant;
 use crate::runtime::{Access, Kernel};
 use crate::{DType, Error, Result, Tensor};
 
 const WG: u32 = 64;
-const POOL_MAX: u32 = 0;
-const POOL_AVG: u32 = 1;
+pub(super) const POOL_MAX: u32 = 0;
+pub(super) const POOL_AVG: u32 = 1;
 const POOL_DEFS: &[(&str, u32)] = &[("POOL_MAX", POOL_MAX), ("POOL_AVG", POOL_AVG)];
-const SRC: &str = include_str!("../../shaders/pool.wgsl");
+const SRC: &str = include_str!("../../../shaders/pool.wgsl");
 
 use Access::{Read as R, ReadWrite as RW};
 
@@ -54,143 +51,9 @@ struct PoolParams {
     divisor: f32,
 }
 
-/// Options of [`max_pool2d`] (PyTorch's `nn.MaxPool2d` arguments).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MaxPool2dOptions {
-    /// Window size (kH, kW).
-    pub kernel_size: [usize; 2],
-    /// Step between windows; `None` is the kernel size (PyTorch's default).
-    pub stride: Option<[usize; 2]>,
-    /// Implicit `-inf` padding on both sides of each axis (at most half the effective kernel).
-    pub padding: [usize; 2],
-    /// Spacing between window taps.
-    pub dilation: [usize; 2],
-    /// Round the output size up (the last window may start in the input or left padding only).
-    pub ceil_mode: bool,
-}
-
-impl MaxPool2dOptions {
-    /// A `k x k` window with stride `k` (PyTorch's `MaxPool2d(k)`).
-    pub fn new(k: usize) -> Self {
-        MaxPool2dOptions {
-            kernel_size: [k, k],
-            stride: None,
-            padding: [0, 0],
-            dilation: [1, 1],
-            ceil_mode: false,
-        }
-    }
-}
-
-/// Options of [`avg_pool2d`] (PyTorch's `nn.AvgPool2d` arguments).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AvgPool2dOptions {
-    /// Window size (kH, kW).
-    pub kernel_size: [usize; 2],
-    /// Step between windows; `None` is the kernel size.
-    pub stride: Option<[usize; 2]>,
-    /// Zero padding on both sides of each axis (at most half the kernel).
-    pub padding: [usize; 2],
-    /// Round the output size up.
-    pub ceil_mode: bool,
-    /// Count padded positions in the divisor (PyTorch's default, true).
-    pub count_include_pad: bool,
-    /// Divide by this instead of the window size.
-    pub divisor_override: Option<usize>,
-}
-
-impl AvgPool2dOptions {
-    /// A `k x k` window with stride `k` (PyTorch's `AvgPool2d(k)`).
-    pub fn new(k: usize) -> Self {
-        AvgPool2dOptions {
-            kernel_size: [k, k],
-            stride: None,
-            padding: [0, 0],
-            ceil_mode: false,
-            count_include_pad: true,
-            divisor_override: None,
-        }
-    }
-}
-
-/// Options of [`max_pool1d`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MaxPool1dOptions {
-    /// Window size.
-    pub kernel_size: usize,
-    /// Step between windows; `None` is the kernel size.
-    pub stride: Option<usize>,
-    /// Implicit `-inf` padding on both sides.
-    pub padding: usize,
-    /// Spacing between window taps.
-    pub dilation: usize,
-    /// Round the output size up.
-    pub ceil_mode: bool,
-}
-
-impl MaxPool1dOptions {
-    /// A window of `k` with stride `k`.
-    pub fn new(k: usize) -> Self {
-        MaxPool1dOptions {
-            kernel_size: k,
-            stride: None,
-            padding: 0,
-            dilation: 1,
-            ceil_mode: false,
-        }
-    }
-    fn to_2d(self) -> MaxPool2dOptions {
-        MaxPool2dOptions {
-            kernel_size: [1, self.kernel_size],
-            stride: Some([1, self.stride.unwrap_or(self.kernel_size)]),
-            padding: [0, self.padding],
-            dilation: [1, self.dilation],
-            ceil_mode: self.ceil_mode,
-        }
-    }
-}
-
-/// Options of [`avg_pool1d`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AvgPool1dOptions {
-    /// Window size.
-    pub kernel_size: usize,
-    /// Step between windows; `None` is the kernel size.
-    pub stride: Option<usize>,
-    /// Zero padding on both sides.
-    pub padding: usize,
-    /// Round the output size up.
-    pub ceil_mode: bool,
-    /// Count padded positions in the divisor.
-    pub count_include_pad: bool,
-}
-
-impl AvgPool1dOptions {
-    /// A window of `k` with stride `k`.
-    pub fn new(k: usize) -> Self {
-        AvgPool1dOptions {
-            kernel_size: k,
-            stride: None,
-            padding: 0,
-            ceil_mode: false,
-            count_include_pad: true,
-        }
-    }
-    fn to_2d(self) -> AvgPool2dOptions {
-        AvgPool2dOptions {
-            kernel_size: [1, self.kernel_size],
-            stride: Some([1, self.stride.unwrap_or(self.kernel_size)]),
-            padding: [0, self.padding],
-            ceil_mode: self.ceil_mode,
-            count_include_pad: self.count_include_pad,
-            divisor_override: None,
-        }
-    }
-}
-
 /// What the kernel needs for one pooling problem.
 #[derive(Clone, Copy)]
-struct Window {
+pub(super) struct Window {
     mode: u32,
     adaptive: bool,
     k: [usize; 2],
@@ -295,7 +158,7 @@ fn check_regular(
 
 /// The recorded forward (`dy` None) or a gradient launch (`dy` given, untracked): a pool's
 /// backward is the same family's gradient gather over the saved input's windows.
-fn run(
+pub(super) fn run(
     op: &'static str,
     x: &Tensor,
     win: Window,
@@ -357,7 +220,7 @@ fn run_untracked(
 }
 
 /// The flat in-plane index of each window's maximum (PyTorch's `return_indices=True`), i32.
-fn indices_untracked(
+pub(super) fn indices_untracked(
     op: &'static str,
     x: &Tensor,
     win: Window,
@@ -466,7 +329,11 @@ fn launch(
     Ok(out)
 }
 
-fn max_window(op: &'static str, x: &Tensor, o: &MaxPool2dOptions) -> Result<(Window, [usize; 2])> {
+pub(super) fn max_window(
+    op: &'static str,
+    x: &Tensor,
+    o: &MaxPool2dOptions,
+) -> Result<(Window, [usize; 2])> {
     let s = o.stride.unwrap_or(o.kernel_size);
     check_regular(op, o.kernel_size, s, o.padding, o.dilation, true)?;
     let (_, h, w, _) = planes_2d(op, x)?;
@@ -501,7 +368,11 @@ fn max_window(op: &'static str, x: &Tensor, o: &MaxPool2dOptions) -> Result<(Win
     Ok((win, [oh, ow]))
 }
 
-fn avg_window(op: &'static str, x: &Tensor, o: &AvgPool2dOptions) -> Result<(Window, [usize; 2])> {
+pub(super) fn avg_window(
+    op: &'static str,
+    x: &Tensor,
+    o: &AvgPool2dOptions,
+) -> Result<(Window, [usize; 2])> {
     let s = o.stride.unwrap_or(o.kernel_size);
     check_regular(op, o.kernel_size, s, o.padding, [1, 1], false)?;
     if o.divisor_override == Some(0) {
@@ -523,7 +394,7 @@ fn avg_window(op: &'static str, x: &Tensor, o: &AvgPool2dOptions) -> Result<(Win
     Ok((win, [oh, ow]))
 }
 
-fn adaptive_window(
+pub(super) fn adaptive_window(
     op: &'static str,
     x: &Tensor,
     out: [usize; 2],
@@ -547,169 +418,6 @@ fn adaptive_window(
         divisor: 0,
     };
     Ok((win, out))
-}
-
-/// Lifts a 1-D input ([N, C, L] or [C, L]) to 2-D with H = 1.
-fn lift_1d(op: &'static str, x: &Tensor) -> Result<Tensor> {
-    match x.rank() {
-        2 | 3 => x.unsqueeze(-2),
-        _ => Err(Error::shape(
-            op,
-            format!(
-                "expected a 2-D [C, L] or 3-D [N, C, L] input, got shape {:?}",
-                x.shape()
-            ),
-        )),
-    }
-}
-
-fn drop_h(t: Tensor) -> Result<Tensor> {
-    let mut s = t.shape().to_vec();
-    s.remove(s.len() - 2);
-    t.reshape(&s)
-}
-
-/// PyTorch's `max_pool2d`: the maximum of each window (padding is `-inf`; a NaN in a window is
-/// its result).
-pub fn max_pool2d(x: &Tensor, o: &MaxPool2dOptions) -> Result<Tensor> {
-    let op = "max_pool2d";
-    let (win, out) = max_window(op, x, o)?;
-    run(op, x, win, out, None)
-}
-
-/// Gradient of [`max_pool2d`] with respect to its input: each window's gradient goes to the
-/// window's first maximum (PyTorch's index order), summed where windows overlap.
-pub fn max_pool2d_backward(dy: &Tensor, x: &Tensor, o: &MaxPool2dOptions) -> Result<Tensor> {
-    let op = "max_pool2d_backward";
-    let (win, out) = max_window(op, x, o)?;
-    run(op, x, win, out, Some(dy))
-}
-
-/// PyTorch's `avg_pool2d`.
-pub fn avg_pool2d(x: &Tensor, o: &AvgPool2dOptions) -> Result<Tensor> {
-    let op = "avg_pool2d";
-    let (win, out) = avg_window(op, x, o)?;
-    run(op, x, win, out, None)
-}
-
-/// Gradient of [`avg_pool2d`] with respect to its input (`x` gives the input's shape).
-pub fn avg_pool2d_backward(dy: &Tensor, x: &Tensor, o: &AvgPool2dOptions) -> Result<Tensor> {
-    let op = "avg_pool2d_backward";
-    let (win, out) = avg_window(op, x, o)?;
-    run(op, x, win, out, Some(dy))
-}
-
-/// PyTorch's `adaptive_avg_pool2d`: output `[.., oh, ow]`, window o covering
-/// `[floor(o * in / out), ceil((o + 1) * in / out))` on each axis.
-pub fn adaptive_avg_pool2d(x: &Tensor, output_size: [usize; 2]) -> Result<Tensor> {
-    let op = "adaptive_avg_pool2d";
-    let (win, out) = adaptive_window(op, x, output_size, POOL_AVG)?;
-    run(op, x, win, out, None)
-}
-
-/// Gradient of [`adaptive_avg_pool2d`].
-pub fn adaptive_avg_pool2d_backward(dy: &Tensor, x: &Tensor) -> Result<Tensor> {
-    adaptive_backward("adaptive_avg_pool2d_backward", dy, x, POOL_AVG)
-}
-
-/// PyTorch's `adaptive_max_pool2d` (values; the windows as [`adaptive_avg_pool2d`]'s).
-pub fn adaptive_max_pool2d(x: &Tensor, output_size: [usize; 2]) -> Result<Tensor> {
-    let op = "adaptive_max_pool2d";
-    let (win, out) = adaptive_window(op, x, output_size, POOL_MAX)?;
-    run(op, x, win, out, None)
-}
-
-/// Gradient of [`adaptive_max_pool2d`].
-pub fn adaptive_max_pool2d_backward(dy: &Tensor, x: &Tensor) -> Result<Tensor> {
-    adaptive_backward("adaptive_max_pool2d_backward", dy, x, POOL_MAX)
-}
-
-/// The adaptive pools' backward: the output size is the gradient's trailing two dims.
-fn adaptive_backward(op: &'static str, dy: &Tensor, x: &Tensor, mode: u32) -> Result<Tensor> {
-    let s = dy.shape();
-    let out = if s.len() >= 2 {
-        [s[s.len() - 2], s[s.len() - 1]]
-    } else {
-        [0, 0]
-    };
-    let (win, out) = adaptive_window(op, x, out, mode)?;
-    run(op, x, win, out, Some(dy))
-}
-
-/// PyTorch's `max_pool2d(..., return_indices=True)`: the pooled values (tracked as
-/// [`max_pool2d`]'s) and, as an i32 tensor of the same shape, the flat index within each
-/// input plane (`h * W + w`) of every window's maximum (its first maximum, or its NaN). The
-/// indices scatter gradients or values back with [`Tensor::scatter_add`] over the
-/// `[N, C, H * W]` view (PyTorch's `max_unpool2d`).
-///
-/// ```ignore-wasm32
-/// # fn main() -> wgtensor::Result<()> {
-/// use wgtensor::ops::{max_pool2d_with_indices, MaxPool2dOptions};
-/// use wgtensor::{Device, Tensor};
-/// let dev = Device::new()?;
-/// let x = Tensor::from_slice(&dev, &[1.0f32, 5.0, 2.0, 0.0, 3.0, 4.0, 9.0, 8.0], &[1, 1, 2, 4])?;
-/// let (y, idx) = max_pool2d_with_indices(&x, &MaxPool2dOptions::new(2))?;
-/// assert_eq!(y.to_vec::<f32>()?, vec![5.0, 9.0]);
-/// assert_eq!(idx.to_vec::<i32>()?, vec![1, 6]);
-/// # Ok(()) }
-/// ```
-pub fn max_pool2d_with_indices(x: &Tensor, o: &MaxPool2dOptions) -> Result<(Tensor, Tensor)> {
-    let op = "max_pool2d";
-    let (win, out) = max_window(op, x, o)?;
-    Ok((
-        run(op, x, win, out, None)?,
-        indices_untracked(op, x, win, out)?,
-    ))
-}
-
-/// PyTorch's `max_pool1d(..., return_indices=True)`: values and i32 indices within each
-/// input row of length L (see [`max_pool2d_with_indices`]).
-pub fn max_pool1d_with_indices(x: &Tensor, o: &MaxPool1dOptions) -> Result<(Tensor, Tensor)> {
-    let op = "max_pool1d";
-    let x2 = lift_1d(op, x)?;
-    let (win, out) = max_window(op, &x2, &o.to_2d())?;
-    Ok((
-        drop_h(run(op, &x2, win, out, None)?)?,
-        drop_h(indices_untracked(op, &x2, win, out)?)?,
-    ))
-}
-
-/// PyTorch's `adaptive_max_pool2d(..., return_indices=True)` (see
-/// [`max_pool2d_with_indices`]).
-pub fn adaptive_max_pool2d_with_indices(
-    x: &Tensor,
-    output_size: [usize; 2],
-) -> Result<(Tensor, Tensor)> {
-    let op = "adaptive_max_pool2d";
-    let (win, out) = adaptive_window(op, x, output_size, POOL_MAX)?;
-    Ok((
-        run(op, x, win, out, None)?,
-        indices_untracked(op, x, win, out)?,
-    ))
-}
-
-/// PyTorch's `max_pool1d` over `[N, C, L]` or `[C, L]`.
-pub fn max_pool1d(x: &Tensor, o: &MaxPool1dOptions) -> Result<Tensor> {
-    let op = "max_pool1d";
-    let x2 = lift_1d(op, x)?;
-    let (win, out) = max_window(op, &x2, &o.to_2d())?;
-    drop_h(run(op, &x2, win, out, None)?)
-}
-
-/// PyTorch's `avg_pool1d` over `[N, C, L]` or `[C, L]`.
-pub fn avg_pool1d(x: &Tensor, o: &AvgPool1dOptions) -> Result<Tensor> {
-    let op = "avg_pool1d";
-    let x2 = lift_1d(op, x)?;
-    let (win, out) = avg_window(op, &x2, &o.to_2d())?;
-    drop_h(run(op, &x2, win, out, None)?)
-}
-
-/// PyTorch's `adaptive_avg_pool1d` over `[N, C, L]` or `[C, L]`.
-pub fn adaptive_avg_pool1d(x: &Tensor, output_size: usize) -> Result<Tensor> {
-    let op = "adaptive_avg_pool1d";
-    let x2 = lift_1d(op, x)?;
-    let (win, out) = adaptive_window(op, &x2, [1, output_size], POOL_AVG)?;
-    drop_h(run(op, &x2, win, out, None)?)
 }
 
 #[doc(hidden)]

@@ -1,0 +1,179 @@
+//! Pooling (shaders/pool.wgsl) with PyTorch's semantics and names: `max_pool1d/2d` (kernel,
+//! stride, padding, dilation, ceil_mode), `avg_pool1d/2d` (count_include_pad, ceil_mode,
+//! divisor_override), `adaptive_avg_pool1d/2d`, `adaptive_max_pool2d`, and their backward
+//! passes. Inputs are `[N, C, H, W]` or unbatched `[C, H, W]` (1-D: `[N, C, L]` or `[C, L]`).
+//! The backward gathers per input element (max: the gradient goes to each window's first
+//! maximum, as PyTorch routes it), so it is deterministic and needs no atomics.
+
+mod launch;
+mod options;
+
+use launch::{adaptive_window, avg_window, indices_untracked, max_window, run, POOL_AVG, POOL_MAX};
+#[doc(hidden)]
+pub use launch::{params_layout, pool_variants};
+pub use options::{AvgPool1dOptions, AvgPool2dOptions, MaxPool1dOptions, MaxPool2dOptions};
+
+use crate::{Error, Result, Tensor};
+
+/// Lifts a 1-D input ([N, C, L] or [C, L]) to 2-D with H = 1.
+fn lift_1d(op: &'static str, x: &Tensor) -> Result<Tensor> {
+    match x.rank() {
+        2 | 3 => x.unsqueeze(-2),
+        _ => Err(Error::shape(
+            op,
+            format!(
+                "expected a 2-D [C, L] or 3-D [N, C, L] input, got shape {:?}",
+                x.shape()
+            ),
+        )),
+    }
+}
+
+fn drop_h(t: Tensor) -> Result<Tensor> {
+    let mut s = t.shape().to_vec();
+    s.remove(s.len() - 2);
+    t.reshape(&s)
+}
+
+/// PyTorch's `max_pool2d`: the maximum of each window (padding is `-inf`; a NaN in a window is
+/// its result).
+pub fn max_pool2d(x: &Tensor, o: &MaxPool2dOptions) -> Result<Tensor> {
+    let op = "max_pool2d";
+    let (win, out) = max_window(op, x, o)?;
+    run(op, x, win, out, None)
+}
+
+/// Gradient of [`max_pool2d`] with respect to its input: each window's gradient goes to the
+/// window's first maximum (PyTorch's index order), summed where windows overlap.
+pub fn max_pool2d_backward(dy: &Tensor, x: &Tensor, o: &MaxPool2dOptions) -> Result<Tensor> {
+    let op = "max_pool2d_backward";
+    let (win, out) = max_window(op, x, o)?;
+    run(op, x, win, out, Some(dy))
+}
+
+/// PyTorch's `avg_pool2d`.
+pub fn avg_pool2d(x: &Tensor, o: &AvgPool2dOptions) -> Result<Tensor> {
+    let op = "avg_pool2d";
+    let (win, out) = avg_window(op, x, o)?;
+    run(op, x, win, out, None)
+}
+
+/// Gradient of [`avg_pool2d`] with respect to its input (`x` gives the input's shape).
+pub fn avg_pool2d_backward(dy: &Tensor, x: &Tensor, o: &AvgPool2dOptions) -> Result<Tensor> {
+    let op = "avg_pool2d_backward";
+    let (win, out) = avg_window(op, x, o)?;
+    run(op, x, win, out, Some(dy))
+}
+
+/// PyTorch's `adaptive_avg_pool2d`: output `[.., oh, ow]`, window o covering
+/// `[floor(o * in / out), ceil((o + 1) * in / out))` on each axis.
+pub fn adaptive_avg_pool2d(x: &Tensor, output_size: [usize; 2]) -> Result<Tensor> {
+    let op = "adaptive_avg_pool2d";
+    let (win, out) = adaptive_window(op, x, output_size, POOL_AVG)?;
+    run(op, x, win, out, None)
+}
+
+/// Gradient of [`adaptive_avg_pool2d`].
+pub fn adaptive_avg_pool2d_backward(dy: &Tensor, x: &Tensor) -> Result<Tensor> {
+    adaptive_backward("adaptive_avg_pool2d_backward", dy, x, POOL_AVG)
+}
+
+/// PyTorch's `adaptive_max_pool2d` (values; the windows as [`adaptive_avg_pool2d`]'s).
+pub fn adaptive_max_pool2d(x: &Tensor, output_size: [usize; 2]) -> Result<Tensor> {
+    let op = "adaptive_max_pool2d";
+    let (win, out) = adaptive_window(op, x, output_size, POOL_MAX)?;
+    run(op, x, win, out, None)
+}
+
+/// Gradient of [`adaptive_max_pool2d`].
+pub fn adaptive_max_pool2d_backward(dy: &Tensor, x: &Tensor) -> Result<Tensor> {
+    adaptive_backward("adaptive_max_pool2d_backward", dy, x, POOL_MAX)
+}
+
+/// The adaptive pools' backward: the output size is the gradient's trailing two dims.
+fn adaptive_backward(op: &'static str, dy: &Tensor, x: &Tensor, mode: u32) -> Result<Tensor> {
+    let s = dy.shape();
+    let out = if s.len() >= 2 {
+        [s[s.len() - 2], s[s.len() - 1]]
+    } else {
+        [0, 0]
+    };
+    let (win, out) = adaptive_window(op, x, out, mode)?;
+    run(op, x, win, out, Some(dy))
+}
+
+/// PyTorch's `max_pool2d(..., return_indices=True)`: the pooled values (tracked as
+/// [`max_pool2d`]'s) and, as an i32 tensor of the same shape, the flat index within each
+/// input plane (`h * W + w`) of every window's maximum (its first maximum, or its NaN). The
+/// indices scatter gradients or values back with [`Tensor::scatter_add`] over the
+/// `[N, C, H * W]` view (PyTorch's `max_unpool2d`).
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::ops::{max_pool2d_with_indices, MaxPool2dOptions};
+/// use wgtensor::{Device, Tensor};
+/// let dev = Device::new()?;
+/// let x = Tensor::from_slice(&dev, &[1.0f32, 5.0, 2.0, 0.0, 3.0, 4.0, 9.0, 8.0], &[1, 1, 2, 4])?;
+/// let (y, idx) = max_pool2d_with_indices(&x, &MaxPool2dOptions::new(2))?;
+/// assert_eq!(y.to_vec::<f32>()?, vec![5.0, 9.0]);
+/// assert_eq!(idx.to_vec::<i32>()?, vec![1, 6]);
+/// # Ok(()) }
+/// ```
+pub fn max_pool2d_with_indices(x: &Tensor, o: &MaxPool2dOptions) -> Result<(Tensor, Tensor)> {
+    let op = "max_pool2d";
+    let (win, out) = max_window(op, x, o)?;
+    Ok((
+        run(op, x, win, out, None)?,
+        indices_untracked(op, x, win, out)?,
+    ))
+}
+
+/// PyTorch's `max_pool1d(..., return_indices=True)`: values and i32 indices within each
+/// input row of length L (see [`max_pool2d_with_indices`]).
+pub fn max_pool1d_with_indices(x: &Tensor, o: &MaxPool1dOptions) -> Result<(Tensor, Tensor)> {
+    let op = "max_pool1d";
+    let x2 = lift_1d(op, x)?;
+    let (win, out) = max_window(op, &x2, &o.to_2d())?;
+    Ok((
+        drop_h(run(op, &x2, win, out, None)?)?,
+        drop_h(indices_untracked(op, &x2, win, out)?)?,
+    ))
+}
+
+/// PyTorch's `adaptive_max_pool2d(..., return_indices=True)` (see
+/// [`max_pool2d_with_indices`]).
+pub fn adaptive_max_pool2d_with_indices(
+    x: &Tensor,
+    output_size: [usize; 2],
+) -> Result<(Tensor, Tensor)> {
+    let op = "adaptive_max_pool2d";
+    let (win, out) = adaptive_window(op, x, output_size, POOL_MAX)?;
+    Ok((
+        run(op, x, win, out, None)?,
+        indices_untracked(op, x, win, out)?,
+    ))
+}
+
+/// PyTorch's `max_pool1d` over `[N, C, L]` or `[C, L]`.
+pub fn max_pool1d(x: &Tensor, o: &MaxPool1dOptions) -> Result<Tensor> {
+    let op = "max_pool1d";
+    let x2 = lift_1d(op, x)?;
+    let (win, out) = max_window(op, &x2, &o.to_2d())?;
+    drop_h(run(op, &x2, win, out, None)?)
+}
+
+/// PyTorch's `avg_pool1d` over `[N, C, L]` or `[C, L]`.
+pub fn avg_pool1d(x: &Tensor, o: &AvgPool1dOptions) -> Result<Tensor> {
+    let op = "avg_pool1d";
+    let x2 = lift_1d(op, x)?;
+    let (win, out) = avg_window(op, &x2, &o.to_2d())?;
+    drop_h(run(op, &x2, win, out, None)?)
+}
+
+/// PyTorch's `adaptive_avg_pool1d` over `[N, C, L]` or `[C, L]`.
+pub fn adaptive_avg_pool1d(x: &Tensor, output_size: usize) -> Result<Tensor> {
+    let op = "adaptive_avg_pool1d";
+    let x2 = lift_1d(op, x)?;
+    let (win, out) = adaptive_window(op, &x2, [1, output_size], POOL_AVG)?;
+    drop_h(run(op, &x2, win, out, None)?)
+}
