@@ -2,19 +2,8 @@
 //! from the elementwise, reduction and softmax ops (so they run wherever those do and are
 //! differentiated through them).
 
+pub use crate::ops::loss_options::{CrossEntropyOptions, Reduction};
 use crate::{Error, Result, Tensor};
-
-/// How a loss reduces its per-element values (PyTorch's `reduction=`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Reduction {
-    /// The per-element losses, unreduced.
-    None,
-    /// Their mean (PyTorch's default); NaN for an empty input, as in PyTorch.
-    #[default]
-    Mean,
-    /// Their sum.
-    Sum,
-}
 
 fn reduce(t: Tensor, r: Reduction) -> Result<Tensor> {
     match r {
@@ -93,34 +82,6 @@ pub fn binary_cross_entropy_with_logits(
         loss = loss.mul(w)?;
     }
     reduce(loss, o.reduction)
-}
-
-/// Options of [`cross_entropy`] and [`cross_entropy_probs`] (PyTorch's keyword arguments and
-/// defaults).
-#[derive(Debug, Clone, Copy)]
-pub struct CrossEntropyOptions<'a> {
-    /// A weight per class (`[C]`).
-    pub weight: Option<&'a Tensor>,
-    /// Class-index targets equal to this value count for nothing (PyTorch's default -100);
-    /// unused with probability targets, as in PyTorch.
-    pub ignore_index: i64,
-    /// Mixes the target with the uniform distribution: `y (1 - e) + e / C`.
-    pub label_smoothing: f64,
-    /// How the per-sample losses are reduced: for class-index targets `Mean` divides by the
-    /// summed weights of the counted targets; for probability targets it is the mean over
-    /// samples, as PyTorch's.
-    pub reduction: Reduction,
-}
-
-impl Default for CrossEntropyOptions<'_> {
-    fn default() -> Self {
-        CrossEntropyOptions {
-            weight: None,
-            ignore_index: -100,
-            label_smoothing: 0.0,
-            reduction: Reduction::Mean,
-        }
-    }
 }
 
 /// PyTorch's `cross_entropy(input, target)`: input logits `[N, C]`, `[C]` or

@@ -16,6 +16,7 @@ pub(crate) mod grad_kernel;
 pub mod index;
 pub(crate) mod index_check;
 pub mod loss;
+pub(crate) mod loss_options;
 pub mod map;
 mod map_grad;
 pub mod nll;

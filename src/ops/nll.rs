@@ -5,7 +5,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use crate::autograd::{record, BackwardOp};
-use crate::ops::loss::{CrossEntropyOptions, Reduction};
+use crate::ops::loss_options::{CrossEntropyOptions, Reduction};
 use crate::ops::map::WG;
 use crate::runtime::pipeline::ShaderVariant;
 use crate::runtime::{Access, Kernel};
