@@ -1,0 +1,53 @@
+//! Gradient clipping by the joint L2 norm, composed from existing ops.
+
+use super::params::check_hyper;
+use crate::ops::map::ScalarOp;
+use crate::{Error, Result, Tensor};
+
+/// Scales `grads` so that their joint L2 norm is at most `max_norm` (PyTorch's
+/// `clip_grad_norm_`: coefficient `max_norm / (total_norm + 1e-6)` clamped to 1), entirely on
+/// the device. Returns the new gradients and the total norm before clipping (a `[]` tensor).
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// use wgtensor::optim::clip_grad_norm;
+/// let g = Tensor::from_slice(&dev, &[3.0f32, 4.0], &[2])?; // norm 5
+/// let (clipped, norm) = clip_grad_norm(&[&g], 1.0)?;
+/// assert_eq!(norm.to_vec::<f32>()?, vec![5.0]);
+/// let c = clipped[0].to_vec::<f32>()?;
+/// assert!((c[0] - 0.6).abs() < 1e-5 && (c[1] - 0.8).abs() < 1e-5);
+/// # Ok(()) }
+/// ```
+pub fn clip_grad_norm(grads: &[&Tensor], max_norm: f64) -> Result<(Vec<Tensor>, Tensor)> {
+    let op = "clip_grad_norm";
+    check_hyper(op, "max_norm", max_norm, 0.0, f64::MAX)?;
+    let Some(first) = grads.first() else {
+        return Err(Error::arg(op, "no gradients given"));
+    };
+    let mut total: Option<Tensor> = None;
+    for g in grads {
+        first.same_device(op, g)?;
+        // Squares summed in f32, so f16 gradients do not overflow the norm.
+        let flat = g.reshape(&[g.numel()])?.to_dtype(crate::DType::F32)?;
+        let sq = flat.mul(&flat)?.sum(0, false)?;
+        total = Some(match total {
+            None => sq,
+            Some(t) => t.add(&sq)?,
+        });
+    }
+    let Some(total) = total else {
+        return Err(Error::arg(op, "no gradients given"));
+    };
+    let norm = total.sqrt()?;
+    let coef = norm
+        .add_scalar(1e-6)?
+        .scalar_op(ScalarOp::RDiv, max_norm)?
+        .scalar_op(ScalarOp::Min, 1.0)?;
+    let clipped = grads
+        .iter()
+        .map(|g| g.mul(&coef.to_dtype(g.dtype())?))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((clipped, norm))
+}
