@@ -7,9 +7,10 @@
 //! `dx = dZ * gamma * invstd`, `dgamma = sum dZ * xhat`, `dbeta = sum dZ` per channel, with
 //! `dZ = dY * act'(y)` (GELU runs unfused and records a separate `gelu`).
 
-use super::api::{batch_norm_backward, BatchNormOptions, BatchNormOutput, BatchNormSaved};
-use super::launch::{inference_untracked, train_untracked};
-use super::BatchNormState;
+use super::launch::{backward_untracked, inference_untracked, train_untracked};
+use super::types::{
+    BatchNormGrads, BatchNormOptions, BatchNormOutput, BatchNormSaved, BatchNormState,
+};
 use crate::autograd::{is_grad_enabled, record, sum_to, BackwardOp, NoGradGuard};
 use crate::ops::activation::Activation;
 use crate::ops::grad_kernel::activation_grad;
@@ -253,4 +254,61 @@ pub(crate) fn inference(
         })
     });
     after.apply(&y)
+}
+
+/// Backward of [`batch_norm_train`](super::batch_norm_train): from `dy` (the gradient of y), the forward's input `x`,
+/// its `weight` and its saved statistics, returns dx, dweight and dbias. With
+/// `dz = dy * act'` (the forward's fused activation, none by default) and
+/// `xhat = (x - mean) * invstd`: `dweight = sum dz * xhat`, `dbias = sum dz` per channel and
+/// `dx = weight * invstd * (dz - mean(dz) - xhat * mean(dz * xhat))`. One reduction pass over
+/// (dz, x), a per-channel pass, and one elementwise pass.
+///
+/// PyTorch's `native_batch_norm_backward(grad_out, input, weight, ..., save_mean, save_invstd,
+/// train=True, ...)`. Errors: [`Error::Shape`] when `dy` and `x` differ in shape or the
+/// statistics are not `[C]`; [`Error::DType`] / [`Error::DeviceMismatch`] as for the forward;
+/// [`Error::InvalidArgument`] when `dy` is the forward's input (x and dy swapped) or `x` is its
+/// output.
+///
+/// ```no_run,ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::ops::{batch_norm_backward, batch_norm_train, BatchNormOptions};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let x = Tensor::full(&dev, &[8, 16, 32], 0.5, DType::F32)?; // [N, C, L]
+/// let gamma = Tensor::full(&dev, &[16], 1.0, DType::F32)?;
+/// let o = BatchNormOptions { weight: Some(&gamma), ..Default::default() };
+/// let out = batch_norm_train(&x, None, &o)?;
+/// let dy = Tensor::full(&dev, out.y.shape(), 1.0, DType::F32)?; // upstream gradient
+/// let g = batch_norm_backward(&dy, &x, Some(&gamma), &out.saved)?;
+/// assert_eq!((g.dx.shape(), g.dweight.shape(), g.dbias.shape()), (x.shape(), &[16][..], &[16][..]));
+/// // Swapped arguments are caught.
+/// assert!(batch_norm_backward(&x, &dy, Some(&gamma), &out.saved).is_err());
+/// # Ok(()) }
+/// ```
+pub fn batch_norm_backward(
+    dy: &Tensor,
+    x: &Tensor,
+    weight: Option<&Tensor>,
+    saved: &BatchNormSaved,
+) -> Result<BatchNormGrads> {
+    let op = "batch_norm_backward";
+    if let Some(input) = &saved.input {
+        if input.is(dy) && !input.is(x) {
+            return Err(Error::arg(
+                op,
+                "dy is the forward's input: x and dy look swapped (the order is dy, x, weight, saved)",
+            ));
+        }
+    }
+    if let Some(output) = &saved.output {
+        if output.is(x) {
+            return Err(Error::arg(
+                op,
+                "x is the forward's output y: pass the forward's input (the order is dy, x, weight, saved)",
+            ));
+        }
+    }
+    let dz = undo_activation(op, dy, saved)?;
+    let (dx, dweight, dbias) = backward_untracked(&dz, x, &saved.mean, &saved.invstd, weight)?;
+    Ok(BatchNormGrads { dx, dweight, dbias })
 }

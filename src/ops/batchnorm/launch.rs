@@ -1,7 +1,7 @@
 //! The kernels' launches behind the public batch-norm entry points (api.rs): untracked, on
 //! validated arguments.
 
-use super::api::{BatchNormOptions, BatchNormOutput, BatchNormSaved, BatchNormState, ViewId};
+use super::types::{BatchNormOptions, BatchNormOutput, BatchNormSaved, BatchNormState, ViewId};
 use super::*;
 
 /// The untracked forward of [`batch_norm_inference`](super::batch_norm_inference) (grad.rs

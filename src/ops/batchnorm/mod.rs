@@ -15,8 +15,8 @@
 //! merged with Chan's formula (never `E[x^2] - E[x]^2`), so a mean of 1e4 with a spread of 1e-2
 //! keeps full precision.
 //!
-//! Files: api.rs holds the public types and entry points, launch.rs the kernels' launches,
-//! grad.rs what autograd records.
+//! Files: types.rs holds the public types, api.rs the forward entry points, launch.rs the
+//! kernels' launches, grad.rs what autograd records and the explicit `batch_norm_backward`.
 //!
 //! Dispatches: inference 1; training 3 (partial statistics, per-channel finalize with the
 //! in-place running-stat update, normalize); backward 3 (partial sums, per-channel finalize,
@@ -51,10 +51,12 @@
 mod api;
 mod grad;
 mod launch;
+mod types;
 
-pub use api::{
-    batch_norm_backward, batch_norm_inference, batch_norm_train, BatchNormGrads, BatchNormOptions,
-    BatchNormOutput, BatchNormSaved, BatchNormState,
+pub use api::{batch_norm_inference, batch_norm_train};
+pub use grad::batch_norm_backward;
+pub use types::{
+    BatchNormGrads, BatchNormOptions, BatchNormOutput, BatchNormSaved, BatchNormState,
 };
 
 use std::collections::HashSet;
