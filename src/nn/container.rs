@@ -16,6 +16,8 @@ trait Layer: Forward {
     fn as_module_mut(&mut self) -> &mut dyn Module;
     fn as_any(&self) -> &dyn Any;
     fn as_any_mut(&mut self) -> &mut dyn Any;
+    /// The layer's type name without its path (`Linear`), for error messages.
+    fn type_name(&self) -> &'static str;
 }
 
 impl<T: Forward + 'static> Layer for T {
@@ -36,6 +38,11 @@ impl<T: Forward + 'static> Layer for T {
     }
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
+    }
+    fn type_name(&self) -> &'static str {
+        let full = std::any::type_name::<T>();
+        let base = full.split('<').next().unwrap_or(full);
+        base.rsplit("::").next().unwrap_or(base)
     }
 }
 
@@ -157,10 +164,15 @@ impl Module for Sequential {
 }
 
 impl Forward for Sequential {
+    /// Runs the layers in order. An error names the layer that raised it by its index and
+    /// type (`1 (Linear): ...`, [`Error::Layer`]; nested containers join their paths), and
+    /// [`Error::root`] gives what the op itself reported.
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let mut y = x.clone();
-        for l in &self.layers {
-            y = l.forward(&y)?;
+        for (i, l) in self.layers.iter().enumerate() {
+            y = l
+                .forward(&y)
+                .map_err(|e| e.in_layer(&i.to_string(), (**l).type_name()))?;
         }
         Ok(y)
     }

@@ -104,6 +104,20 @@ impl Module for Linear {
 
 impl Forward for Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let (out_f, in_f) = (self.weight.shape()[0], self.weight.shape()[1]);
+        let got = x.shape().last().copied();
+        if got != Some(in_f) {
+            return Err(Error::shape(
+                "linear",
+                format!(
+                    "input of shape {:?} has {} features in its last dim, expected {in_f} \
+                     (weight [{out_f}, {in_f}]); check the size the layer before produces \
+                     (an image of another size changes what Flatten gives)",
+                    x.shape(),
+                    got.map_or("no".to_string(), |g| g.to_string())
+                ),
+            ));
+        }
         gemm(
             x,
             &self.weight.transpose(0, 1)?,

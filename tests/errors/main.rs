@@ -665,6 +665,36 @@ fn porting_mistakes_name_the_fix() {
     let e = wgtensor::ops::cross_entropy(&logits, &labels, &Default::default()).unwrap_err();
     assert!(e.to_string().contains("must be an I32 tensor"), "{e}");
 
+    // A wrong image size reaches the classifier: the error names the layer and its input.
+    use wgtensor::nn::{self, Forward};
+    let model = nn::Sequential::new()
+        .push(nn::Conv2d::new(&d, 3, 4, 3, Default::default()).unwrap())
+        .push(nn::Flatten)
+        .push(
+            nn::Sequential::new()
+                .push(nn::ReLU)
+                .push(nn::Linear::new(&d, 4 * 6 * 6, 10, true).unwrap()),
+        );
+    let x = Tensor::zeros(&d, &[2, 3, 10, 10], DType::F32).unwrap();
+    let e = model.forward(&x).unwrap_err();
+    let m = e.to_string();
+    assert!(m.starts_with("2.1 (Linear): "), "{m}");
+    assert!(
+        m.contains("256 features") && m.contains("expected 144"),
+        "{m}"
+    );
+    assert!(
+        matches!(e.root(), Error::Shape { op: "linear", .. }),
+        "{e:?}"
+    );
+    assert_eq!(
+        model
+            .forward(&Tensor::zeros(&d, &[2, 3, 8, 8], DType::F32).unwrap())
+            .unwrap()
+            .shape(),
+        &[2, 10]
+    );
+
     for bytes in [&b"PK\x03\x04archive"[..], &b"\x80\x02}q\x00"[..]] {
         let e = wgtensor::io::load_safetensors(&d, bytes).unwrap_err();
         assert!(e.to_string().contains("not a safetensors file"), "{e}");
