@@ -16,56 +16,15 @@
 //! order: the same inputs give the same bits on every run and backend.
 
 use super::index_check::check_indices;
-use bytemuck::{Pod, Zeroable};
+#[doc(hidden)]
+pub use super::index_kernels::{index_variants, params_layout};
+use super::index_kernels::{overrides, IndexParams, ARGEXT, GATHER, SCATTER_ADD};
+use bytemuck::Zeroable;
 
 use crate::autograd::{record, BackwardOp};
-use crate::layout::{pack_dims, Layout, MAX_RANK};
-use crate::ops::activation::ACTIVATION;
+use crate::layout::{pack_dims, Layout};
 use crate::ops::map::WG;
-use crate::runtime::pipeline::ShaderVariant;
-use crate::runtime::{Access, Kernel};
 use crate::{DType, Error, Result, Tensor};
-
-const SRC: &str = include_str!("../../shaders/index.wgsl");
-
-use Access::{Read as R, ReadWrite as RW};
-
-static ARGEXT: Kernel = Kernel::new("index", SRC, "argext", &[R, RW])
-    .slots(&[1, 5])
-    .libs(&[&ACTIVATION])
-    .defs(INDEX_DEFS)
-    .ints();
-static GATHER: Kernel = Kernel::new("index", SRC, "gather", &[R, R, RW])
-    .slots(&[1, 2, 4])
-    .libs(&[&ACTIVATION])
-    .defs(INDEX_DEFS)
-    .ints();
-// Not `.ints()`: it accumulates in f32, so float data only (checked before the launch).
-static SCATTER_ADD: Kernel = Kernel::new("index", SRC, "scatter_add", &[R, R, R, RW])
-    .slots(&[1, 2, 3, 4])
-    .libs(&[&ACTIVATION])
-    .defs(INDEX_DEFS);
-
-/// The argext kernel's op codes, emitted as WGSL constants.
-const INDEX_DEFS: &[(&str, u32)] = &[("ARG_MAX", 0), ("ARG_MIN", 1)];
-
-#[repr(C)]
-#[derive(Clone, Copy, Pod, Zeroable)]
-struct IndexParams {
-    numel: u32,
-    rank: u32,
-    dim: u32,
-    len: u32,
-    off_x: u32,
-    off_i: u32,
-    off_s: u32,
-    skip: i32,
-    shape: [u32; MAX_RANK],
-    sx: [u32; MAX_RANK],
-    si: [u32; MAX_RANK],
-    ss: [u32; MAX_RANK],
-    ishape: [u32; MAX_RANK],
-}
 
 fn grid(op: &'static str, t: &Tensor, n: usize) -> Result<[u32; 3]> {
     t.device().grid_1d(op, (n as u64).div_ceil(WG as u64))
@@ -79,15 +38,6 @@ fn require_index(op: &'static str, what: &str, index: &Tensor) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-fn overrides(op: u32, dtype: DType, has_base: bool) -> [(&'static str, f64); 4] {
-    [
-        ("OP", op as f64),
-        ("WG", WG as f64),
-        ("FLOAT", dtype.is_float() as u32 as f64),
-        ("HAS_BASE", has_base as u32 as f64),
-    ]
 }
 
 impl Tensor {
@@ -648,55 +598,4 @@ impl BackwardOp for ScatterAddBackward {
         };
         Ok(vec![g_self, g_src])
     }
-}
-
-#[doc(hidden)]
-pub fn index_variants() -> Vec<ShaderVariant> {
-    let mut v = Vec::new();
-    for dt in [DType::F32, DType::F16, DType::I32] {
-        for &(_, code) in INDEX_DEFS {
-            v.push(ShaderVariant::new(
-                &ARGEXT,
-                &[dt],
-                &overrides(code, dt, false),
-            ));
-        }
-        v.push(ShaderVariant::new(&GATHER, &[dt], &overrides(0, dt, false)));
-        // scatter_add only launches for floats; the i32 module lists it too so every entry
-        // point of every module built is translated by the shader tests.
-        for base in [false, true] {
-            if dt.is_float() || !base {
-                v.push(ShaderVariant::new(
-                    &SCATTER_ADD,
-                    &[dt],
-                    &overrides(0, dt, base),
-                ));
-            }
-        }
-    }
-    v
-}
-
-/// The params struct's layout, checked against the shader's `struct Params` in tests/shaders.rs.
-#[doc(hidden)]
-pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
-    crate::runtime::pipeline::params_layout!(
-        GATHER,
-        &[DType::F32],
-        IndexParams {
-            numel,
-            rank,
-            dim,
-            len,
-            off_x,
-            off_i,
-            off_s,
-            skip,
-            shape,
-            sx,
-            si,
-            ss,
-            ishape
-        }
-    )
 }

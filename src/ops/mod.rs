@@ -15,6 +15,7 @@ mod gemm_window;
 pub(crate) mod grad_kernel;
 pub mod index;
 pub(crate) mod index_check;
+pub(crate) mod index_kernels;
 pub mod loss;
 pub(crate) mod loss_options;
 pub mod map;
