@@ -44,6 +44,8 @@ mod gemm;
 mod index;
 #[path = "cases/inputs.rs"]
 mod inputs;
+#[path = "cases/norm.rs"]
+mod norm;
 #[path = "cases/rnn.rs"]
 mod rnn;
 #[path = "cases/tiny.rs"]
@@ -107,6 +109,7 @@ fn cases() -> Vec<Case> {
     v.extend(tiny::cases());
     v.extend(dynamic::cases());
     v.extend(index::cases());
+    v.extend(norm::cases());
     v.extend(train::cases());
     v
 }

@@ -13,7 +13,9 @@
 // a row from the saved statistics), norm_dw (one workgroup per weight index: the weight and
 // bias gradients as a column reduction over rows in a fixed order; no atomics). Short rows,
 // which would leave most of a workgroup idle, run norm_fwd_rows / norm_dx_rows instead: one
-// invocation per row, the same two passes as a sequential loop.
+// invocation per row, the same two passes as a sequential loop. Weights of one value per row
+// (inner = 1: layer / RMS norm) take norm_dw_cols: one invocation per weight looping over the
+// rows in order, neighbouring invocations reading neighbouring values.
 
 struct Params {
     rows: u32,
@@ -59,16 +61,24 @@ fn reduce2(lid: u32, v: vec2<f32>) -> vec2<f32> {
     return r;
 }
 
+// The weight / bias index of element i of row r (no integer division for layer / RMS norm).
+fn channel(r: u32, i: u32) -> u32 {
+    if (p.groups == 1u && p.inner == 1u) {
+        return i;
+    }
+    return ((r % p.groups) * p.len + i) / p.inner;
+}
+
 fn weight_of(r: u32, i: u32) -> f32 {
     if ((p.flags & 1u) != 0u) {
-        return f32(w[((r % p.groups) * p.len + i) / p.inner]);
+        return f32(w[channel(r, i)]);
     }
     return 1.0;
 }
 
 fn bias_of(r: u32, i: u32) -> f32 {
     if ((p.flags & 2u) != 0u) {
-        return f32(b[((r % p.groups) * p.len + i) / p.inner]);
+        return f32(b[channel(r, i)]);
     }
     return 0.0;
 }
@@ -236,4 +246,28 @@ fn norm_dx_rows(@builtin(workgroup_id) wid: vec3<u32>,
         let xh = (f32(x[base + i]) - mean) * rstd;
         out[base + i] = T(rstd * (g - mg - xh * m.y));
     }
+}
+
+// norm_dw for inner = 1: one invocation per weight j (group j / len, element j % len of each of
+// its rows), the rows summed in order.
+@compute @workgroup_size(WG)
+fn norm_dw_cols(@builtin(workgroup_id) wid: vec3<u32>,
+                @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    let j = (wid.x + wid.y * nwg.x) * WG + lid;
+    if (j >= p.nweights) {
+        return;
+    }
+    let g = j / p.len;
+    let q = j % p.len;
+    var acc = vec2<f32>(0.0);
+    for (var n = 0u; n < p.per_group; n++) {
+        let r = n * p.groups + g;
+        let i = r * p.len + q;
+        let d = f32(dy[i]);
+        let xh = (f32(x[i]) - stats[r]) * stats[p.rows + r];
+        acc += vec2<f32>(d * xh, d);
+    }
+    out[j] = T(acc.x);
+    out2[j] = T(acc.y);
 }

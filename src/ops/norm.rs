@@ -14,7 +14,18 @@ use crate::runtime::{Access, Bind, Kernel};
 use crate::{DType, Error, Result, Tensor};
 
 const SRC: &str = include_str!("../../shaders/norm.wgsl");
-const WG: u32 = 64;
+/// Invocations per workgroup: one 8-lane SIMD register on CPU adapters (a wider workgroup
+/// pays a context switch per barrier there), 64 on GPUs.
+const CPU_WG: u32 = 8;
+const GPU_WG: u32 = 64;
+
+fn wg(dev: &crate::Device) -> u32 {
+    if dev.caps().cpu {
+        CPU_WG
+    } else {
+        GPU_WG
+    }
+}
 
 static FWD: Kernel = Kernel::new(
     "norm",
@@ -81,6 +92,19 @@ static DW: Kernel = Kernel::new(
     ],
 )
 .slots(&[1, 4, 5, 6, 7]);
+static DW_COLS: Kernel = Kernel::new(
+    "norm",
+    SRC,
+    "norm_dw_cols",
+    &[
+        Access::Read,
+        Access::Read,
+        Access::ReadWrite,
+        Access::ReadWrite,
+        Access::ReadWrite,
+    ],
+)
+.slots(&[1, 4, 5, 6, 7]);
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -127,7 +151,7 @@ impl Plan {
         if self.short_rows() {
             Ok((
                 short,
-                dev.grid_1d(self.op, (self.rows as u64).div_ceil(WG as u64))?,
+                dev.grid_1d(self.op, (self.rows as u64).div_ceil(u64::from(wg(dev))))?,
             ))
         } else {
             Ok((wide, dev.grid_1d(self.op, self.rows as u64)?))
@@ -232,7 +256,7 @@ fn forward(
         op,
         kernel,
         &[x.dtype],
-        &[("WG", WG as f64)],
+        &[("WG", f64::from(wg(dev)))],
         bytemuck::bytes_of(&params),
         &binds,
         grid,
@@ -286,7 +310,7 @@ fn backward(
                 op,
                 kernel,
                 &[x.dtype],
-                &[("WG", WG as f64)],
+                &[("WG", f64::from(wg(dev)))],
                 bytemuck::bytes_of(&params),
                 &binds,
                 grid,
@@ -310,12 +334,21 @@ fn backward(
                 Bind::whole(stats.buffer()),
                 Bind::whole(db.buffer()),
             ];
-            let grid = dev.grid_1d(op, plan.nweights as u64)?;
+            // One value per row and weight: an invocation per weight; else a workgroup.
+            let (kernel, groups) = if plan.inner == 1 {
+                (
+                    &DW_COLS,
+                    (plan.nweights as u64).div_ceil(u64::from(wg(dev))),
+                )
+            } else {
+                (&DW, plan.nweights as u64)
+            };
+            let grid = dev.grid_1d(op, groups)?;
             dev.launch_binds(
                 op,
-                &DW,
+                kernel,
                 &[x.dtype],
-                &[("WG", WG as f64)],
+                &[("WG", f64::from(wg(dev)))],
                 bytemuck::bytes_of(&params),
                 &binds,
                 grid,
@@ -508,9 +541,11 @@ pub fn group_norm(
 #[doc(hidden)]
 pub fn norm_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();
-    for k in [&FWD, &DX, &DW, &FWD_ROWS, &DX_ROWS] {
+    for k in [&FWD, &DX, &DW, &FWD_ROWS, &DX_ROWS, &DW_COLS] {
         for dt in [DType::F32, DType::F16] {
-            v.push(ShaderVariant::new(k, &[dt], &[("WG", WG as f64)]));
+            for w in [CPU_WG, GPU_WG] {
+                v.push(ShaderVariant::new(k, &[dt], &[("WG", f64::from(w))]));
+            }
         }
     }
     v
