@@ -87,6 +87,36 @@ fn upload(
     }
 }
 
+/// The tensors of `tensors` whose names start with `prefix` followed by a dot, under the rest
+/// of their names: the part of a whole model's state dict that one submodule loads
+/// (`select_prefix(&sd, "encoder")` maps `encoder.0.weight` to `0.weight`). A `prefix` with a
+/// trailing dot works the same; an empty one selects everything.
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::{io, DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let w = Tensor::zeros(&dev, &[2], DType::F32)?;
+/// let bytes = io::save_safetensors(&[("encoder.0.weight", &w), ("head.weight", &w)])?;
+/// let enc = io::select_prefix(&io::load_safetensors(&dev, &bytes)?, "encoder");
+/// assert_eq!(enc.keys().collect::<Vec<_>>(), ["0.weight"]);
+/// # Ok(()) }
+/// ```
+pub fn select_prefix(tensors: &HashMap<String, Tensor>, prefix: &str) -> HashMap<String, Tensor> {
+    let p = prefix.trim_end_matches('.');
+    tensors
+        .iter()
+        .filter_map(|(name, t)| {
+            let rest = if p.is_empty() {
+                Some(name.as_str())
+            } else {
+                name.strip_prefix(p).and_then(|r| r.strip_prefix('.'))
+            };
+            rest.map(|r| (r.to_string(), t.clone()))
+        })
+        .collect()
+}
+
 /// Refuses bytes that are a PyTorch `torch.save` file (a zip archive, or a bare pickle in
 /// the legacy format), whose first bytes would otherwise parse as an absurd safetensors
 /// header length ("header too large").

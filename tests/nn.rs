@@ -959,3 +959,88 @@ fn norm_layers_and_silu() {
         assert!(grads.get(&p).is_some(), "{n} has no gradient");
     }
 }
+
+/// The constructors PyTorch users reach for: a non-square, strided, dilated Conv2d with
+/// per-side padding; BatchNorm's eps, momentum and affine; pools from a size; loading the part
+/// of a state dict under a prefix.
+#[test]
+fn pytorch_constructor_arguments() {
+    use wgtensor::ops::{Conv2dOptions, Padding};
+    let d = dev();
+    let o = Conv2dOptions {
+        stride: [2, 1],
+        padding: Padding {
+            top: 1,
+            bottom: 1,
+            left: 2,
+            right: 2,
+        },
+        dilation: [1, 2],
+        ..Default::default()
+    };
+    let conv = nn::Conv2d::with_options(d, 3, 4, [3, 5], o, false).unwrap();
+    assert_eq!(conv.weight.shape(), &[4, 3, 3, 5]);
+    assert!(conv.bias.is_none());
+    let y = conv
+        .forward(&Tensor::zeros(d, &[1, 3, 8, 9], DType::F32).unwrap())
+        .unwrap();
+    // H: (8 + 2 - 3) / 2 + 1 = 4; W: (9 + 4 - 2 * 4 - 1) / 1 + 1 = 5.
+    assert_eq!(y.shape(), &[1, 4, 4, 5]);
+    assert!(
+        nn::Conv2d::with_options(d, 3, 4, [3, 3], Conv2dOptions { groups: 2, ..o }, true).is_err()
+    );
+
+    let bn = nn::BatchNorm2d::with_config(
+        d,
+        3,
+        nn::BatchNormConfig {
+            eps: 1e-3,
+            momentum: None,
+            affine: false,
+        },
+    )
+    .unwrap();
+    assert_eq!(bn.eps, 1e-3);
+    assert!(bn.weight.is_none() && bn.bias.is_none());
+    assert_eq!(bn.state.borrow().momentum, None);
+    let names: Vec<String> = bn.state_dict().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        names,
+        ["running_mean", "running_var", "num_batches_tracked"]
+    );
+    assert!(nn::BatchNorm1d::with_config(
+        d,
+        3,
+        nn::BatchNormConfig {
+            eps: 0.0,
+            ..Default::default()
+        }
+    )
+    .is_err());
+
+    let x = Tensor::ones(d, &[1, 1, 4, 4], DType::F32).unwrap();
+    assert_eq!(
+        nn::MaxPool2d::new(2).forward(&x).unwrap().shape(),
+        &[1, 1, 2, 2]
+    );
+    assert_eq!(
+        nn::AvgPool2d::new(4)
+            .forward(&x)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap(),
+        vec![1.0]
+    );
+
+    let w = Tensor::zeros(d, &[2], DType::F32).unwrap();
+    let bytes = wgtensor::io::save_safetensors(&[
+        ("encoder.0.weight", &w),
+        ("encoderx.w", &w),
+        ("head.weight", &w),
+    ])
+    .unwrap();
+    let all = wgtensor::io::load_safetensors(d, &bytes).unwrap();
+    let enc = wgtensor::io::select_prefix(&all, "encoder.");
+    assert_eq!(enc.keys().collect::<Vec<_>>(), ["0.weight"]);
+    assert_eq!(wgtensor::io::select_prefix(&all, "").len(), 3);
+}

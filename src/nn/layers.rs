@@ -42,6 +42,7 @@ macro_rules! stateless_module {
 }
 
 /// `y = x W^T + b` (PyTorch's `nn.Linear`): `weight [out, in]`, `bias [out]`, initialized with
+/// `kaiming_uniform_(a = sqrt(5))` and `U(-1/sqrt(in), 1/sqrt(in))`. Input `[..., in]`.
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
@@ -54,7 +55,6 @@ macro_rules! stateless_module {
 /// assert_eq!(y.shape(), &[32, 10]);
 /// # Ok(()) }
 /// ```
-/// `kaiming_uniform_(a = sqrt(5))` and `U(-1/sqrt(in), 1/sqrt(in))`. Input `[..., in]`.
 #[derive(Debug, Clone)]
 pub struct Linear {
     /// `[out_features, in_features]`.
@@ -157,6 +157,7 @@ impl Default for Conv2dConfig {
 }
 
 /// PyTorch's `nn.Conv2d`: `weight [out, in / groups, k, k]`, `bias [out]`, initialized as
+/// PyTorch does (kaiming_uniform with a = sqrt(5); bias from the fan-in).
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
@@ -169,7 +170,6 @@ impl Default for Conv2dConfig {
 /// assert_eq!(y.shape(), &[2, 16, 8, 8]);
 /// # Ok(()) }
 /// ```
-/// PyTorch does (kaiming_uniform with a = sqrt(5); bias from the fan-in).
 #[derive(Debug, Clone)]
 pub struct Conv2d {
     /// `[out_channels, in_channels / groups, k, k]`.
@@ -181,7 +181,8 @@ pub struct Conv2d {
 }
 
 impl Conv2d {
-    /// A new layer with a square `kernel_size`.
+    /// A new layer with a square `kernel_size` and the same stride, padding and dilation on
+    /// both axes.
     pub fn new(
         dev: &Device,
         in_channels: usize,
@@ -189,28 +190,54 @@ impl Conv2d {
         kernel_size: usize,
         c: Conv2dConfig,
     ) -> Result<Conv2d> {
+        let options = Conv2dOptions {
+            stride: [c.stride; 2],
+            padding: Padding::uniform(c.padding),
+            dilation: [c.dilation; 2],
+            groups: c.groups,
+            activation: Activation::None,
+        };
+        Self::with_options(
+            dev,
+            in_channels,
+            out_channels,
+            [kernel_size; 2],
+            options,
+            c.bias,
+        )
+    }
+
+    /// A new layer with a `[kh, kw]` kernel and any [`Conv2dOptions`]: per-axis stride and
+    /// dilation, per-side padding (PyTorch's `nn.Conv2d(c, o, (3, 5), stride=(2, 1),
+    /// padding=(1, 2), dilation=(1, 2))` is `[3, 5]` with `stride: [2, 1]`,
+    /// `padding: Padding { top: 1, bottom: 1, left: 2, right: 2 }`, `dilation: [1, 2]`).
+    pub fn with_options(
+        dev: &Device,
+        in_channels: usize,
+        out_channels: usize,
+        kernel_size: [usize; 2],
+        options: Conv2dOptions,
+        bias: bool,
+    ) -> Result<Conv2d> {
         let op = "Conv2d";
-        if c.groups == 0
-            || !in_channels.is_multiple_of(c.groups)
-            || !out_channels.is_multiple_of(c.groups)
-        {
+        let g = options.groups;
+        if g == 0 || !in_channels.is_multiple_of(g) || !out_channels.is_multiple_of(g) {
             return Err(Error::arg(
                 op,
                 format!(
-                    "groups {} must divide in_channels {in_channels} and out_channels {out_channels}",
-                    c.groups
+                    "groups {g} must divide in_channels {in_channels} and out_channels {out_channels}"
                 ),
             ));
         }
         let shape = [
             out_channels,
-            in_channels / c.groups,
-            kernel_size,
-            kernel_size,
+            in_channels / g,
+            kernel_size[0],
+            kernel_size[1],
         ];
         let weight = param(kaiming_uniform(dev, &shape, 5f64.sqrt(), DType::F32)?)?;
-        let fan_in = in_channels / c.groups * kernel_size * kernel_size;
-        let bias = if c.bias {
+        let fan_in = in_channels / g * kernel_size[0] * kernel_size[1];
+        let bias = if bias {
             Some(param(bias_init(dev, out_channels, fan_in)?)?)
         } else {
             None
@@ -218,13 +245,7 @@ impl Conv2d {
         Ok(Conv2d {
             weight,
             bias,
-            options: Conv2dOptions {
-                stride: [c.stride; 2],
-                padding: Padding::uniform(c.padding),
-                dilation: [c.dilation; 2],
-                groups: c.groups,
-                activation: Activation::None,
-            },
+            options,
         })
     }
 }
@@ -290,14 +311,65 @@ impl BatchNorm2d {
 
     /// PyTorch's defaults: eps 1e-5, momentum 0.1, affine, tracking running statistics.
     pub fn new(dev: &Device, channels: usize) -> Result<BatchNorm2d> {
+        Self::with_config(dev, channels, BatchNormConfig::default())
+    }
+
+    /// PyTorch's `nn.BatchNorm2d(channels, eps, momentum, affine)`.
+    pub fn with_config(dev: &Device, channels: usize, c: BatchNormConfig) -> Result<BatchNorm2d> {
+        let op = "BatchNorm2d";
+        if !(c.eps.is_finite() && c.eps > 0.0) {
+            return Err(Error::arg(
+                op,
+                format!("eps must be positive, got {}", c.eps),
+            ));
+        }
+        if c.momentum.is_some_and(|m| !m.is_finite()) {
+            return Err(Error::arg(
+                op,
+                format!("momentum must be finite, got {:?}", c.momentum),
+            ));
+        }
+        let (weight, bias) = if c.affine {
+            (
+                Some(param(Tensor::ones(dev, &[channels], DType::F32)?)?),
+                Some(param(Tensor::zeros(dev, &[channels], DType::F32)?)?),
+            )
+        } else {
+            (None, None)
+        };
+        let mut state = BatchNormState::new(dev, channels, DType::F32)?;
+        state.momentum = c.momentum;
         Ok(BatchNorm2d {
-            weight: Some(param(Tensor::ones(dev, &[channels], DType::F32)?)?),
-            bias: Some(param(Tensor::zeros(dev, &[channels], DType::F32)?)?),
-            state: RefCell::new(BatchNormState::new(dev, channels, DType::F32)?),
-            eps: 1e-5,
+            weight,
+            bias,
+            state: RefCell::new(state),
+            eps: c.eps,
             training: true,
             rank: 4,
         })
+    }
+}
+
+/// Options of [`BatchNorm2d`] and [`BatchNorm1d`] (PyTorch's constructor arguments and
+/// defaults: eps 1e-5, momentum 0.1, affine).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BatchNormConfig {
+    /// Added to the variance.
+    pub eps: f64,
+    /// Weight of the batch statistic in the running averages; `None` is a cumulative average
+    /// (PyTorch's `momentum=None`).
+    pub momentum: Option<f64>,
+    /// Learnable per-channel weight and bias.
+    pub affine: bool,
+}
+
+impl Default for BatchNormConfig {
+    fn default() -> Self {
+        BatchNormConfig {
+            eps: 1e-5,
+            momentum: Some(0.1),
+            affine: true,
+        }
     }
 }
 
@@ -320,9 +392,14 @@ pub struct BatchNorm1d(pub BatchNorm2d);
 impl BatchNorm1d {
     /// PyTorch's defaults: eps 1e-5, momentum 0.1, affine, tracking running statistics.
     pub fn new(dev: &Device, channels: usize) -> Result<BatchNorm1d> {
+        Self::with_config(dev, channels, BatchNormConfig::default())
+    }
+
+    /// PyTorch's `nn.BatchNorm1d(channels, eps, momentum, affine)`.
+    pub fn with_config(dev: &Device, channels: usize, c: BatchNormConfig) -> Result<BatchNorm1d> {
         Ok(BatchNorm1d(BatchNorm2d {
             rank: 3,
-            ..BatchNorm2d::new(dev, channels)?
+            ..BatchNorm2d::with_config(dev, channels, c)?
         }))
     }
 }
@@ -403,6 +480,7 @@ impl Forward for BatchNorm2d {
     }
 }
 
+/// PyTorch's `nn.Dropout(p)`: inverted dropout in training, the identity in evaluation.
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
@@ -417,7 +495,6 @@ impl Forward for BatchNorm2d {
 /// assert_eq!(drop.forward(&x)?.to_vec::<f32>()?, vec![1.0; 1000]);
 /// # Ok(()) }
 /// ```
-/// PyTorch's `nn.Dropout(p)`: inverted dropout in training, the identity in evaluation.
 #[derive(Debug, Clone, Copy)]
 pub struct Dropout {
     /// The probability of zeroing an element.
@@ -449,6 +526,7 @@ impl Forward for Dropout {
     }
 }
 
+/// PyTorch's `nn.MaxPool2d`.
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
@@ -461,9 +539,19 @@ impl Forward for Dropout {
 /// assert_eq!(pool.forward(&x)?.to_vec::<f32>()?, vec![4.0]);
 /// # Ok(()) }
 /// ```
-/// PyTorch's `nn.MaxPool2d`.
 #[derive(Debug, Clone, Copy)]
 pub struct MaxPool2d(pub MaxPool2dOptions);
+
+impl MaxPool2d {
+    /// A `k x k` window with stride `k` (PyTorch's `nn.MaxPool2d(k)`).
+    pub fn new(k: usize) -> MaxPool2d {
+        MaxPool2d(MaxPool2dOptions::new(k))
+    }
+    /// Any window, stride, padding, dilation and ceil mode.
+    pub fn with_options(o: MaxPool2dOptions) -> MaxPool2d {
+        MaxPool2d(o)
+    }
+}
 
 stateless_module!(MaxPool2d);
 
@@ -473,6 +561,7 @@ impl Forward for MaxPool2d {
     }
 }
 
+/// PyTorch's `nn.AvgPool2d`.
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
@@ -485,9 +574,19 @@ impl Forward for MaxPool2d {
 /// assert_eq!(pool.forward(&x)?.to_vec::<f32>()?, vec![2.5]);
 /// # Ok(()) }
 /// ```
-/// PyTorch's `nn.AvgPool2d`.
 #[derive(Debug, Clone, Copy)]
 pub struct AvgPool2d(pub AvgPool2dOptions);
+
+impl AvgPool2d {
+    /// A `k x k` window with stride `k` (PyTorch's `nn.AvgPool2d(k)`).
+    pub fn new(k: usize) -> AvgPool2d {
+        AvgPool2d(AvgPool2dOptions::new(k))
+    }
+    /// Any window, stride, padding, ceil mode and divisor rule.
+    pub fn with_options(o: AvgPool2dOptions) -> AvgPool2d {
+        AvgPool2d(o)
+    }
+}
 
 stateless_module!(AvgPool2d);
 
@@ -497,6 +596,7 @@ impl Forward for AvgPool2d {
     }
 }
 
+/// PyTorch's `nn.AdaptiveAvgPool2d(output_size)`.
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
@@ -508,7 +608,6 @@ impl Forward for AvgPool2d {
 /// assert_eq!(y.shape(), &[2, 8, 1, 1]);
 /// # Ok(()) }
 /// ```
-/// PyTorch's `nn.AdaptiveAvgPool2d(output_size)`.
 #[derive(Debug, Clone, Copy)]
 pub struct AdaptiveAvgPool2d(pub [usize; 2]);
 
@@ -520,6 +619,7 @@ impl Forward for AdaptiveAvgPool2d {
     }
 }
 
+/// PyTorch's `nn.Flatten()`: `[N, ...]` to `[N, prod(...)]`.
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
@@ -530,7 +630,6 @@ impl Forward for AdaptiveAvgPool2d {
 /// assert_eq!(y.shape(), &[2, 48]);
 /// # Ok(()) }
 /// ```
-/// PyTorch's `nn.Flatten()`: `[N, ...]` to `[N, prod(...)]`.
 #[derive(Debug, Clone, Copy)]
 pub struct Flatten;
 

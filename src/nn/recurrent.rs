@@ -188,6 +188,8 @@ impl Forward for Recurrent {
 }
 
 /// PyTorch's `nn.LSTM(input_size, hidden_size, num_layers, bidirectional, batch_first,
+/// dropout)`. `Lstm::new` returns the [`Recurrent`] layer (LSTM and GRU are one type, so a
+/// model may hold either in one field).
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
@@ -201,7 +203,6 @@ impl Forward for Recurrent {
 /// assert_eq!((out.output.shape(), out.h_n.shape()), (&[5, 3, 20][..], &[2, 3, 20][..]));
 /// # Ok(()) }
 /// ```
-/// dropout)`.
 pub struct Lstm;
 
 impl Lstm {
@@ -218,6 +219,8 @@ impl Lstm {
 }
 
 /// PyTorch's `nn.GRU(input_size, hidden_size, num_layers, bidirectional, batch_first,
+/// dropout)`. `Gru::new` returns the [`Recurrent`] layer (LSTM and GRU are one type, so a
+/// model may hold either in one field).
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
@@ -229,7 +232,6 @@ impl Lstm {
 /// assert_eq!(y.shape(), &[3, 5, 40]); // both directions
 /// # Ok(()) }
 /// ```
-/// dropout)`.
 pub struct Gru;
 
 impl Gru {
