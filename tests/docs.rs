@@ -124,3 +124,37 @@ fn the_path_scanner_finds_paths_and_skips_placeholders() {
     assert_eq!(found, vec!["src/ops/softmax.rs".to_string()]);
     assert!(Path::new(&root().join("src/lib.rs")).exists());
 }
+
+/// The crate never mutates the process environment (undefined behaviour while other threads
+/// read it; `set_var` is `unsafe` in Rust 2024), and neither do the tests: settings travel in
+/// `DeviceOptions`, and tests of environment variables re-run their binary in a child process.
+#[test]
+fn nothing_mutates_the_process_environment() {
+    let mut hits = Vec::new();
+    for dir in ["src", "tests", "examples", "benches", "web"] {
+        let mut stack = vec![root().join(dir)];
+        while let Some(d) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&d) else {
+                continue;
+            };
+            for e in entries {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if p.extension().is_some_and(|x| x == "rs") {
+                    let text = std::fs::read_to_string(&p).unwrap();
+                    // This file names the calls it looks for.
+                    if p.ends_with("tests/docs.rs") {
+                        continue;
+                    }
+                    for call in ["env::set_var(", "env::remove_var("] {
+                        if text.contains(call) {
+                            hits.push(format!("{}: {call}", p.display()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(hits.is_empty(), "{hits:?}");
+}
