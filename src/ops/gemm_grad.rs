@@ -9,10 +9,15 @@
 
 use crate::autograd::{is_grad_enabled, record, sum_to, BackwardOp};
 use crate::ops::activation::Activation;
-use crate::ops::grad_kernel::activation_grad;
-use crate::ops::gemm::gemm;
 use crate::ops::gemm::options::{Bias, GemmOptions};
+use crate::ops::gemm::run::run;
+use crate::ops::grad_kernel::activation_grad;
 use crate::{Error, Result, Tensor};
+
+/// The tracked `gemm` (what `ops::gemm` runs), for the backward's products.
+fn gemm(a: &Tensor, b: &Tensor, o: &GemmOptions) -> Result<Tensor> {
+    recorded(a, b, o, |o| run("gemm", a, b, o, None))
+}
 
 struct GemmBackward {
     /// Saved only when the other operand needs a gradient.

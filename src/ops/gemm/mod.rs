@@ -7,74 +7,21 @@
 pub(crate) mod launch;
 pub(crate) mod options;
 pub(crate) mod plan;
+pub(crate) mod run;
 
 use crate::ops::gemm_grad;
-use crate::runtime::Bind;
 use crate::{Error, Result, Tensor};
-use launch::{dispatch, GemmBinds, Problem};
 #[doc(hidden)]
 pub use launch::{gemm_variants, params_layout};
 pub use options::{Bias, GemmOptions};
 pub(crate) use plan::has_sg8;
 #[doc(hidden)]
 pub use plan::{plan, plan_for, GemmPlan};
+use run::run;
 
 /// The epilogue activation, defined in [`ops::activation`](crate::ops::activation) and
 /// re-exported here where it has always been reachable.
 pub use crate::ops::activation::Activation;
-
-/// The shared core of every public entry: validate, plan, then record the product pass (and,
-/// with split-k, the fixed-order reduction of the slices). `into` is `None` for a fresh
-/// output, or the in-place target (c_mode 2) for [`gemm_into`].
-fn run(
-    op: &'static str,
-    a: &Tensor,
-    b: &Tensor,
-    o: &GemmOptions,
-    into: Option<&Tensor>,
-) -> Result<Tensor> {
-    let pb = Problem::new(op, a, b, o, into)?;
-    let dev = a.device();
-    let (m, n, batch) = (pb.m, pb.n, pb.batch());
-    let pl = plan(dev, m, n, pb.k, batch, o.split_k)?;
-    let out = match into {
-        Some(t) => t.clone(),
-        None => Tensor::empty(dev, op, &pb.out_shape, a.dtype)?,
-    };
-    if m == 0 || n == 0 || batch == 0 {
-        return Ok(out);
-    }
-    let limit = dev.max_binding_bytes();
-    let c_t = if pb.c_mode == 1 { o.c } else { None };
-    let bufs = [Some(a), Some(b), c_t, pb.bias, Some(&out)];
-    if bufs.iter().flatten().any(|t| t.buffer().size() > limit) {
-        // An operand or the output is larger than one binding: windows of rows and columns.
-        super::gemm_window::run_windowed(op, &pb, &pl, o, a, b, c_t, &out)?;
-        return Ok(out);
-    }
-    let grid = pb.grid(op, &pl, dev.limits().max_compute_workgroups_per_dimension)?;
-    let params = pb.params(&pl, o);
-    let c_buf = c_t.map_or(a.buffer(), |c| c.buffer());
-    let bias_buf = pb.bias.map_or(a.buffer(), |t| t.buffer());
-    let binds = GemmBinds {
-        a: Bind::whole(a.buffer()),
-        b: Bind::whole(b.buffer()),
-        c: Bind::whole(c_buf),
-        bias: Bind::whole(bias_buf),
-        out: Bind::whole(out.buffer()),
-    };
-    dispatch(
-        op,
-        a,
-        &pl,
-        &params,
-        o.activation,
-        &binds,
-        grid,
-        (batch * m * n) as u64,
-    )?;
-    Ok(out)
-}
 
 /// `act(alpha * a @ b + beta * c + bias)` for `a [..., M, K]`, `b [..., K, N]` with broadcast
 /// batch dims (`[4,1,m,k] x [1,3,k,n] -> [4,3,m,n]`).
