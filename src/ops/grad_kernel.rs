@@ -7,7 +7,7 @@ use bytemuck::{Pod, Zeroable};
 
 use crate::layout::{broadcast_shapes, pack_dims, Layout, MAX_RANK};
 use crate::ops::activation::{Activation, ACTIVATION};
-use crate::ops::map::WG;
+use crate::ops::wg::WG;
 use crate::runtime::pipeline::ShaderLib;
 use crate::runtime::window::{for_windows, Operand};
 use crate::runtime::{Access, Kernel};

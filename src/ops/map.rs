@@ -37,7 +37,7 @@ static CAST_INPLACE: Kernel = Kernel::new(
 )
 .ints();
 
-pub(crate) const WG: u32 = 256;
+pub(crate) use crate::ops::wg::WG;
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]

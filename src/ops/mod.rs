@@ -30,6 +30,7 @@ pub mod rnn;
 pub(crate) mod segment;
 pub mod softmax;
 pub(crate) mod view_grad;
+pub(crate) mod wg;
 
 pub use activation::Activation;
 /// The planners' types, for inspection by tests and benchmarks; not part of the stable API.
