@@ -8,11 +8,12 @@ use crate::{Result, Tensor};
 /// Inference: `act((x - running_mean) / sqrt(running_var + eps) * weight + bias)` per channel,
 /// in one pass (the per-channel scale and shift are folded in each workgroup).
 ///
-/// PyTorch's `BatchNorm{1,2,3}d` in `eval()` mode (`F.batch_norm(x, running_mean,
-/// running_var, weight, bias, training=False, eps=eps)`), with a fused activation. Returns a
-/// new contiguous tensor of x's shape and dtype. Differentiable (autograd) in x, weight and
-/// bias. Errors: [`Error::Shape`](crate::Error::Shape) for an input of rank below 2 or per-channel vectors that are
-/// not `[C]`; [`Error::DType`](crate::Error::DType) / [`Error::DeviceMismatch`](crate::Error::DeviceMismatch) when they differ from x;
+/// PyTorch's `BatchNorm{1,2,3}d` in `eval()` mode (`F.batch_norm(x, running_mean, running_var,
+/// weight, bias, training=False, eps=eps)`), with a fused activation. Returns a new contiguous
+/// tensor of x's shape and dtype. Differentiable (autograd) in x, weight and bias. Errors:
+/// [`Error::Shape`](crate::Error::Shape) for an input of rank below 2 or per-channel vectors that
+/// are not `[C]`; [`Error::DType`](crate::Error::DType) /
+/// [`Error::DeviceMismatch`](crate::Error::DeviceMismatch) when they differ from x;
 /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a negative or non-finite `eps`.
 ///
 /// ```no_run,ignore-wasm32
@@ -48,11 +49,12 @@ pub fn batch_norm_inference(
 /// `running = (1 - factor) * running + factor * batch_stat` with the unbiased variance
 /// `var * n / (n - 1)`. The state is left untouched when the call returns an error.
 ///
-/// Differentiable (autograd) in x, weight and bias. Results are bitwise identical from run to
-/// run (fixed-order merges of the partial statistics). Errors as [`batch_norm_inference`], plus
-/// [`Error::Shape`](crate::Error::Shape) for a single value per channel (no variance to estimate; PyTorch refuses it
-/// too), and [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a non-finite momentum or running statistics that
-/// overlap each other or an input (they are written in place).
+/// Differentiable (autograd) in x, weight and bias. Results are bitwise identical from run to run
+/// (fixed-order merges of the partial statistics). Errors as [`batch_norm_inference`], plus
+/// [`Error::Shape`](crate::Error::Shape) for a single value per channel (no variance to estimate;
+/// PyTorch refuses it too), and [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a
+/// non-finite momentum or running statistics that overlap each other or an input (they are written
+/// in place).
 ///
 /// ```no_run,ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {

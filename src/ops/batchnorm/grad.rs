@@ -256,9 +256,9 @@ pub(crate) fn inference(
     after.apply(&y)
 }
 
-/// Backward of [`batch_norm_train`](super::batch_norm_train): from `dy` (the gradient of y), the forward's input `x`,
-/// its `weight` and its saved statistics, returns dx, dweight and dbias. With
-/// `dz = dy * act'` (the forward's fused activation, none by default) and
+/// Backward of [`batch_norm_train`](super::batch_norm_train): from `dy` (the gradient of y), the
+/// forward's input `x`, its `weight` and its saved statistics, returns dx, dweight and dbias.
+/// With `dz = dy * act'` (the forward's fused activation, none by default) and
 /// `xhat = (x - mean) * invstd`: `dweight = sum dz * xhat`, `dbias = sum dz` per channel and
 /// `dx = weight * invstd * (dz - mean(dz) - xhat * mean(dz * xhat))`. One reduction pass over
 /// (dz, x), a per-channel pass, and one elementwise pass.

@@ -7,8 +7,9 @@ use crate::ops::activation::Activation;
 use crate::runtime::Storage;
 use crate::{DType, Device, Error, Layout, Result, Tensor};
 
-/// Options shared by [`batch_norm_inference`](super::batch_norm_inference) and [`batch_norm_train`](super::batch_norm_train) (PyTorch's
-/// `F.batch_norm` keyword arguments, plus a fused activation).
+/// Options shared by [`batch_norm_inference`](super::batch_norm_inference) and
+/// [`batch_norm_train`](super::batch_norm_train) (PyTorch's `F.batch_norm` keyword arguments, plus
+/// a fused activation).
 ///
 /// ```
 /// use wgtensor::ops::{Activation, BatchNormOptions};
@@ -40,8 +41,9 @@ impl Default for BatchNormOptions<'_> {
     }
 }
 
-/// Running statistics of a batch-norm layer (PyTorch's `running_mean`, `running_var`,
-/// `momentum` and `num_batches_tracked`), updated in place on the GPU by [`batch_norm_train`](super::batch_norm_train).
+/// Running statistics of a batch-norm layer (PyTorch's `running_mean`, `running_var`, `momentum`
+/// and `num_batches_tracked`), updated in place on the GPU by
+/// [`batch_norm_train`](super::batch_norm_train).
 ///
 /// The tensors are shared handles: a clone of a tensor held elsewhere sees the updates.
 ///
@@ -117,13 +119,14 @@ impl ViewId {
     }
 }
 
-/// The statistics [`batch_norm_train`](super::batch_norm_train) saves for [`batch_norm_backward`](super::batch_norm_backward) (PyTorch's
-/// `save_mean` and `save_invstd`), with what the backward needs to undo a fused activation.
+/// The statistics [`batch_norm_train`](super::batch_norm_train) saves for
+/// [`batch_norm_backward`](super::batch_norm_backward) (PyTorch's `save_mean` and `save_invstd`),
+/// with what the backward needs to undo a fused activation.
 ///
-/// Built by [`batch_norm_train`](super::batch_norm_train), or by [`BatchNormSaved::new`] from statistics computed
-/// elsewhere. The mean and inverse std cannot be passed in the wrong order, and the backward
-/// refuses an `x` / `dy` pair that is the forward's input passed as `dy`, or its output passed
-/// as `x`.
+/// Built by [`batch_norm_train`](super::batch_norm_train), or by [`BatchNormSaved::new`] from
+/// statistics computed elsewhere. The mean and inverse std cannot be passed in the wrong order, and
+/// the backward refuses an `x` / `dy` pair that is the forward's input passed as `dy`, or its
+/// output passed as `x`.
 #[derive(Debug, Clone)]
 pub struct BatchNormSaved {
     pub(crate) mean: Tensor,
@@ -188,7 +191,8 @@ impl BatchNormSaved {
     }
 }
 
-/// What [`batch_norm_train`](super::batch_norm_train) returns: the output and the statistics for the backward.
+/// What [`batch_norm_train`](super::batch_norm_train) returns: the output and the statistics for
+/// the backward.
 #[derive(Debug, Clone)]
 pub struct BatchNormOutput {
     /// The normalized (and activated) input: x's shape and dtype.
@@ -197,7 +201,8 @@ pub struct BatchNormOutput {
     pub saved: BatchNormSaved,
 }
 
-/// What [`batch_norm_backward`](super::batch_norm_backward) returns (PyTorch's `grad_input`, `grad_weight`, `grad_bias`).
+/// What [`batch_norm_backward`](super::batch_norm_backward) returns (PyTorch's `grad_input`,
+/// `grad_weight`, `grad_bias`).
 #[derive(Debug, Clone)]
 pub struct BatchNormGrads {
     /// The gradient of x: x's shape and dtype.

@@ -54,7 +54,8 @@ pub(crate) struct ConvParams {
     pub(crate) _pad1: u32,
 }
 
-/// Which gradient (or the forward) a convolution launch computes: see [`conv2d_plan`](super::conv2d_plan).
+/// Which gradient (or the forward) a convolution launch computes: see
+/// [`conv2d_plan`](super::conv2d_plan).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direction {
     /// y from x and the weight.

@@ -313,7 +313,7 @@ impl<'a> Problem<'a> {
 }
 
 /// How C enters the epilogue: not at all (0), read through a broadcast layout (1), or as the
-/// in-place output of [`gemm_into`](super::gemm_into) (2).
+/// in-place output of `gemm_into` (2).
 fn c_operand(
     op: &'static str,
     a: &Tensor,

@@ -14,8 +14,8 @@ pub enum Bias<'a> {
     PerRow(&'a Tensor),
 }
 
-/// Options of [`gemm`](fn@super::gemm). `Default` is a plain product: alpha 1, beta 1 (used only with `c`),
-/// no bias, no activation, split-k chosen automatically.
+/// Options of [`gemm`](fn@super::gemm). `Default` is a plain product: alpha 1, beta 1 (used
+/// only with `c`), no bias, no activation, split-k chosen automatically.
 #[derive(Debug, Clone, Copy)]
 pub struct GemmOptions<'a> {
     /// Scale of the product `a @ b` (PyTorch's `addmm` `alpha`).

@@ -47,7 +47,7 @@ pub(crate) const SG8_SGS: u32 = 1;
 /// [64 x 8192] x [8192 x 64] on a GPU); slices keep at least 256 steps of K.
 ///
 /// Total over its inputs: empty problems (a zero M, N, K or batch) plan one unsplit launch;
-/// a forced `split_k` of 0 is refused as [`gemm`](fn@super::gemm) refuses it.
+/// a forced `split_k` of 0 is refused as `gemm` refuses it.
 pub fn plan(
     dev: &Device,
     m: usize,

@@ -10,7 +10,7 @@ use crate::{Result, Tensor};
 
 /// The shared core of every public entry: validate, plan, then record the product pass (and,
 /// with split-k, the fixed-order reduction of the slices). `into` is `None` for a fresh
-/// output, or the in-place target (c_mode 2) for [`gemm_into`](super::gemm_into).
+/// output, or the in-place target (c_mode 2) for `gemm_into`.
 pub(crate) fn run(
     op: &'static str,
     a: &Tensor,

@@ -27,8 +27,8 @@ impl RnnKind {
     }
 }
 
-/// Shape options of [`Rnn::new`](crate::ops::Rnn::new), with PyTorch's `nn.LSTM` / `nn.GRU` defaults (one layer,
-/// one direction, `[T, B, F]` sequences).
+/// Shape options of [`Rnn::new`](crate::ops::Rnn::new), with PyTorch's `nn.LSTM` / `nn.GRU`
+/// defaults (one layer, one direction, `[T, B, F]` sequences).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RnnOptions {
     /// Stacked layers; layer `l > 0` reads the `D * H` outputs of layer `l - 1`.
