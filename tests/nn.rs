@@ -1044,3 +1044,76 @@ fn pytorch_constructor_arguments() {
     assert_eq!(enc.keys().collect::<Vec<_>>(), ["0.weight"]);
     assert_eq!(wgtensor::io::select_prefix(&all, "").len(), 3);
 }
+
+/// The composed activations MobileNets and classifiers use, against their PyTorch formulas
+/// (infinities and NaN included), and a gradient through one.
+#[test]
+fn composed_activations_match_pytorch() {
+    let d = dev();
+    let xs = [
+        -8.0f32,
+        -3.0,
+        -1.5,
+        0.0,
+        0.5,
+        3.0,
+        7.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+    ];
+    let x = Tensor::from_slice(d, &xs, &[xs.len()]).unwrap();
+    let relu6 = |v: f32| v.clamp(0.0, 6.0);
+    let check = |name: &str, got: Tensor, f: &dyn Fn(f32) -> f32| {
+        let got = got.to_vec::<f32>().unwrap();
+        for (g, &v) in got.iter().zip(&xs) {
+            let w = f(v);
+            assert!(
+                (g.is_nan() && w.is_nan()) || g == &w || (g - w).abs() <= 1e-6 * w.abs().max(1.0),
+                "{name}({v}) = {g}, expected {w}"
+            );
+        }
+    };
+    check("relu6", nn::ReLU6.forward(&x).unwrap(), &relu6);
+    check("hardsigmoid", nn::Hardsigmoid.forward(&x).unwrap(), &|v| {
+        relu6(v + 3.0) / 6.0
+    });
+    check("hardswish", nn::Hardswish.forward(&x).unwrap(), &|v| {
+        if v == f32::NEG_INFINITY {
+            f32::NAN // -inf * 0, as PyTorch's x * relu6(x + 3) / 6 composition gives
+        } else {
+            v * relu6(v + 3.0) / 6.0
+        }
+    });
+    let leaky = nn::LeakyReLU {
+        negative_slope: 0.1,
+    };
+    check("leaky_relu", leaky.forward(&x).unwrap(), &|v| {
+        if v > 0.0 {
+            v
+        } else {
+            0.1 * v
+        }
+    });
+    let nan = Tensor::from_slice(d, &[f32::NAN], &[1]).unwrap();
+    assert!(leaky.forward(&nan).unwrap().to_vec::<f32>().unwrap()[0].is_nan());
+    let p = nn::Softmax { dim: -1 }
+        .forward(&Tensor::from_slice(d, &[0.0f32, 0.0], &[1, 2]).unwrap())
+        .unwrap();
+    assert_eq!(p.to_vec::<f32>().unwrap(), vec![0.5, 0.5]);
+    assert!(nn::ReLU6.named_parameters().is_empty());
+
+    // d/dx leaky_relu = 1 for x > 0, slope elsewhere.
+    let w = Tensor::from_slice(d, &[-2.0f32, 3.0], &[2])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let g = leaky
+        .forward(&w)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    let gw = g.get(&w).unwrap().to_vec::<f32>().unwrap();
+    assert!((gw[0] - 0.1).abs() < 1e-7 && gw[1] == 1.0, "{gw:?}");
+}

@@ -1,7 +1,8 @@
 //! Layers with PyTorch's names, parameters, `state_dict()` keys and default initialization
 //! (`torch.nn`): [`Linear`], [`Conv1d`], [`Conv2d`], [`ConvTranspose2d`], [`Embedding`],
 //! [`BatchNorm2d`] / [`BatchNorm1d`], [`LayerNorm`], [`GroupNorm`], [`RMSNorm`],
-//! [`Lstm`] / [`Gru`], [`Dropout`], the pools, activations,
+//! [`Lstm`] / [`Gru`], [`Dropout`], the pools, activations (with [`ReLU6`], [`Hardswish`],
+//! [`Hardsigmoid`], [`LeakyReLU`], [`Softmax`], [`LogSoftmax`]),
 //! [`Flatten`], and the containers [`Sequential`], [`ModuleList`] and [`ModuleDict`].
 //!
 //! A model is a struct of layers with `#[derive(Module)]`, as a PyTorch model is an
@@ -131,6 +132,7 @@
 //! # Ok(()) }
 //! ```
 
+mod activation;
 mod container;
 mod conv;
 mod embedding;
@@ -141,6 +143,7 @@ mod recurrent;
 
 use std::collections::HashMap;
 
+pub use activation::{Hardsigmoid, Hardswish, LeakyReLU, LogSoftmax, ReLU6, Softmax};
 pub use container::{ModuleDict, ModuleList, Sequential};
 pub use conv::{Conv1d, ConvTranspose2d, ConvTranspose2dConfig};
 pub use embedding::Embedding;

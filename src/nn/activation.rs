@@ -1,0 +1,117 @@
+//! Activation layers that are compositions of elementwise ops (autograd differentiates them
+//! through their parts): PyTorch's `nn.ReLU6`, `nn.Hardsigmoid`, `nn.Hardswish` (MobileNet),
+//! `nn.LeakyReLU`, `nn.Softmax` and `nn.LogSoftmax`. The single-op activations (`ReLU`, `GELU`,
+//! `SiLU`, ...) are in layers.rs.
+
+use super::{Forward, Module, Visitor, VisitorMut};
+use crate::{Error, Result, Tensor};
+
+/// `impl Module` for a layer without parameters, buffers, flags or children.
+macro_rules! parameterless {
+    ($($name:ident),*) => {$(
+        /// No parameters, buffers, flags or children.
+        impl Module for $name {
+            fn visit(&self, _: &mut dyn Visitor) {}
+            fn visit_mut(&mut self, _: &mut dyn VisitorMut) {}
+        }
+    )*};
+}
+
+/// PyTorch's `nn.ReLU6`: `min(max(x, 0), 6)`.
+#[derive(Debug, Clone, Copy)]
+pub struct ReLU6;
+
+/// PyTorch's `nn.Hardsigmoid`: `relu6(x + 3) / 6`.
+#[derive(Debug, Clone, Copy)]
+pub struct Hardsigmoid;
+
+/// PyTorch's `nn.Hardswish`: `x * relu6(x + 3) / 6` (MobileNetV3).
+#[derive(Debug, Clone, Copy)]
+pub struct Hardswish;
+
+/// PyTorch's `nn.LeakyReLU(negative_slope)`: `x` where positive, `negative_slope * x` elsewhere.
+#[derive(Debug, Clone, Copy)]
+pub struct LeakyReLU {
+    /// The slope for negative inputs (PyTorch's default 0.01).
+    pub negative_slope: f64,
+}
+
+impl Default for LeakyReLU {
+    fn default() -> Self {
+        LeakyReLU {
+            negative_slope: 0.01,
+        }
+    }
+}
+
+/// PyTorch's `nn.Softmax(dim)`.
+#[derive(Debug, Clone, Copy)]
+pub struct Softmax {
+    /// The dim normalized over (negative counts from the end).
+    pub dim: isize,
+}
+
+/// PyTorch's `nn.LogSoftmax(dim)`.
+#[derive(Debug, Clone, Copy)]
+pub struct LogSoftmax {
+    /// The dim normalized over (negative counts from the end).
+    pub dim: isize,
+}
+
+parameterless!(
+    ReLU6,
+    Hardsigmoid,
+    Hardswish,
+    LeakyReLU,
+    Softmax,
+    LogSoftmax
+);
+
+fn relu6(x: &Tensor) -> Result<Tensor> {
+    x.clamp(Some(0.0), Some(6.0))
+}
+
+impl Forward for ReLU6 {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        relu6(x)
+    }
+}
+
+impl Forward for Hardsigmoid {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        relu6(&x.add_scalar(3.0)?)?.div_scalar(6.0)
+    }
+}
+
+impl Forward for Hardswish {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.mul(&relu6(&x.add_scalar(3.0)?)?.div_scalar(6.0)?)
+    }
+}
+
+impl Forward for LeakyReLU {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if !self.negative_slope.is_finite() {
+            return Err(Error::msg(
+                "LeakyReLU",
+                format!("negative_slope must be finite, got {}", self.negative_slope),
+            ));
+        }
+        // A select, not relu(x) + slope * (x - relu(x)), which is NaN at +inf; a NaN input
+        // fails `x > 0` and comes out as slope * NaN = NaN, as in PyTorch.
+        x.gt_scalar(0.0)?
+            .where_cond(x, &x.mul_scalar(self.negative_slope)?)
+    }
+}
+
+impl Forward for Softmax {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.softmax(self.dim)
+    }
+}
+
+impl Forward for LogSoftmax {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.log_softmax(self.dim)
+    }
+}
