@@ -19,9 +19,11 @@
 //!
 //! Paired ratios come from runs alternating with a baseline (see [`Paired`]), so host-speed drift
 //! cancels: `of_shader=` (bandwidth cases: gbps / copy_shader's gbps), `of_peak=` (GEMM cases:
-//! gflops / fma_peak's gflops), `vs_s1=` (gemm_splitk*: the S=1 time / the automatic plan's) and
+//! gflops / fma_peak's gflops; `gpu/` cases: / gpu/fma_peak's), `vs_s1=` (gemm_splitk*: the S=1 time / the automatic plan's) and
 //! `vs_raw=` (tiny_ops: its time / tiny_ops_raw's), `vs_one_shape=` (dynamic_shapes: its time /
 //! dynamic_shapes_one's).
+//!
+//! The `gpu/` family (`cases/gpu.rs`) is skipped on CPU adapters unless a case is named in full.
 // Native only (blocking device, readback and wall clock): an empty program on wasm32.
 #![cfg_attr(target_arch = "wasm32", no_main)]
 #![cfg(not(target_arch = "wasm32"))]
@@ -40,6 +42,8 @@ mod copy;
 mod dynamic;
 #[path = "cases/gemm.rs"]
 mod gemm;
+#[path = "cases/gpu.rs"]
+mod gpu;
 #[path = "cases/index.rs"]
 mod index;
 #[path = "cases/inputs.rs"]
@@ -111,6 +115,7 @@ fn cases() -> Vec<Case> {
     v.extend(index::cases());
     v.extend(norm::cases());
     v.extend(train::cases());
+    v.extend(gpu::cases());
     v
 }
 
@@ -189,7 +194,16 @@ fn paired_for(case: &Case) -> Vec<Paired> {
             inverse: false,
         });
     }
-    if case.name.contains("gemm") {
+    // gpu/ cases: against their own, GPU-sized FMA grid.
+    let gpu_peak = case.name.starts_with("gpu/") && case.flops > 0.0;
+    if gpu_peak && case.name != "gpu/fma_peak" {
+        v.push(Paired {
+            label: "of_peak",
+            baseline: "gpu/fma_peak",
+            scale: |c, b| c.flops / b.flops,
+            inverse: false,
+        });
+    } else if case.name.contains("gemm") && !gpu_peak {
         v.push(Paired {
             label: "of_peak",
             baseline: "fma_peak",
@@ -315,17 +329,21 @@ fn measure(
     let ms = median(t);
     let paired = paired_ratios(dev, case, &mut run, n, all, baselines)?;
     let gbps = (case.bytes > 0.0).then(|| case.bytes / ms / 1e6);
-    let copy_gbps = rows
-        .iter()
-        .find(|r| r.name == "copy_bw")
-        .and_then(|r| r.gbps);
+    // gpu/ cases against gpu/copy_bw where it ran (it is skipped on CPU adapters).
+    let copy_row = |n: &str| rows.iter().find(|r| r.name == n).and_then(|r| r.gbps);
+    let copy_gbps = case
+        .name
+        .starts_with("gpu/")
+        .then(|| copy_row("gpu/copy_bw"))
+        .flatten()
+        .or_else(|| copy_row("copy_bw"));
     Ok(Row {
         name: case.name,
         ms,
         gflops: (case.flops > 0.0).then(|| case.flops / ms / 1e6),
         gbps,
         of_copy: match (gbps, copy_gbps) {
-            (Some(g), Some(c)) if case.name != "copy_bw" => Some(g / c),
+            (Some(g), Some(c)) if !case.name.ends_with("copy_bw") => Some(g / c),
             _ => None,
         },
         paired,
@@ -363,23 +381,44 @@ fn main() -> wgtensor::Result<()> {
         );
     }
     let all = cases();
-    // A case name selects itself; a family prefix (`conv1d_groups_sweep`) selects its lines.
+    // A case name selects itself; a family prefix (`conv1d_groups_sweep`, or `gpu/` with its
+    // slash) selects its lines.
+    let named = |name: &str| wanted.iter().any(|w| name == w.as_str());
     let selected = |name: &str| {
         wanted.is_empty()
+            || named(name)
             || wanted.iter().any(|w| {
-                name == w.as_str()
-                    || name
-                        .strip_prefix(w.as_str())
-                        .is_some_and(|r| r.starts_with('/'))
+                name.strip_prefix(w.as_str())
+                    .is_some_and(|r| r.starts_with('/') || w.ends_with('/') && !r.is_empty())
             })
     };
     // Bandwidth cases are reported against the copies of the same run, so selecting one
     // selects the copies too (they are listed, and so measured, before them).
-    let wants_copy = all.iter().any(|c| c.bytes > 0.0 && selected(c.name));
+    // gpu/ cases are skipped on CPU adapters unless named in full.
+    let cpu = info.device_type == wgpu::DeviceType::Cpu;
+    let skipped = |name: &str| name.starts_with("gpu/") && cpu && !named(name);
+    let wants_copy = all
+        .iter()
+        .any(|c| c.bytes > 0.0 && selected(c.name) && !skipped(c.name));
+    // gpu/ bandwidth cases also select their own GPU-sized copy.
+    let wants_gpu_copy = all
+        .iter()
+        .any(|c| c.bytes > 0.0 && c.name.starts_with("gpu/") && selected(c.name));
     let mut rows = Vec::new();
     let mut baselines = Baselines::new();
     for case in &all {
-        if !(selected(case.name) || is_copy_baseline(case.name) && wants_copy) {
+        if !(selected(case.name)
+            || is_copy_baseline(case.name) && wants_copy
+            || case.name == "gpu/copy_bw" && wants_gpu_copy)
+        {
+            continue;
+        }
+        if skipped(case.name) {
+            println!(
+                "case={} skipped=cpu-adapter (gpu/ cases run on a CPU adapter only when named \
+                 in full: kernels --bench {})",
+                case.name, case.name
+            );
             continue;
         }
         if case.needs_f16 && !dev.supports_f16() {
@@ -416,6 +455,9 @@ fn line(r: &Row) -> String {
     }
     if let Some(d) = r.dispatches_per_s {
         s += &format!(" dispatches_per_s={d:.0}");
+    }
+    if r.name == "gpu/sync_op" {
+        s += &format!(" us={:.1}", r.ms * 1e3);
     }
     if r.name.starts_with("tiny_ops") {
         s += &format!(" us_per_op={:.1}", r.ms * 1e3 / tiny::CHAIN as f64);

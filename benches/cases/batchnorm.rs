@@ -17,8 +17,13 @@ pub const BN_BYTES: f64 = (32 * 64 * 56 * 56 * 4) as f64;
 
 /// Training forward with affine parameters and running statistics (momentum 0.1).
 fn bn_train_case(dev: &Device) -> wgtensor::Result<Run> {
-    let c = BN_SHAPE[1];
-    let x = tensor(dev, &BN_SHAPE, DType::F32, 1)?;
+    bn_train_run(dev, BN_SHAPE)
+}
+
+/// [`bn_train_case`] on an input of `shape` ([N, C, H, W]).
+pub fn bn_train_run(dev: &Device, shape: [usize; 4]) -> wgtensor::Result<Run> {
+    let c = shape[1];
+    let x = tensor(dev, &shape, DType::F32, 1)?;
     let g = tensor(dev, &[c], DType::F32, 2)?.add_scalar(2.0)?;
     let b = tensor(dev, &[c], DType::F32, 3)?;
     let mut st = BatchNormState::new(dev, c, DType::F32)?;

@@ -14,14 +14,25 @@ use super::{Case, Run};
 const X2: [usize; 4] = [8, 64, 56, 56];
 
 fn conv2d_flops(groups: usize) -> f64 {
-    let [n, c, h, w] = X2;
+    conv2d_flops_of(X2, groups)
+}
+
+/// Flops of a 3x3 conv2d on `x` with as many output channels as input channels.
+pub fn conv2d_flops_of(x: [usize; 4], groups: usize) -> f64 {
+    let [n, c, h, w] = x;
     2.0 * (n * c * h * w * (c / groups) * 9) as f64
 }
 
 fn conv2d_case(dev: &Device, groups: usize) -> wgtensor::Result<Run> {
-    let x = tensor(dev, &X2, DType::F32, 1)?;
-    let w = tensor(dev, &[64, 64 / groups, 3, 3], DType::F32, 2)?;
-    let b = tensor(dev, &[64], DType::F32, 3)?;
+    conv2d_run(dev, X2, groups)
+}
+
+/// A 3x3 conv2d, pad 1, on `x` with as many output channels as input channels, with bias.
+pub fn conv2d_run(dev: &Device, x: [usize; 4], groups: usize) -> wgtensor::Result<Run> {
+    let c = x[1];
+    let x = tensor(dev, &x, DType::F32, 1)?;
+    let w = tensor(dev, &[c, c / groups, 3, 3], DType::F32, 2)?;
+    let b = tensor(dev, &[c], DType::F32, 3)?;
     let o = Conv2dOptions {
         padding: Padding::uniform(1),
         groups,
@@ -32,8 +43,13 @@ fn conv2d_case(dev: &Device, groups: usize) -> wgtensor::Result<Run> {
 }
 
 fn wgrad_case(dev: &Device) -> wgtensor::Result<Run> {
-    let x = tensor(dev, &X2, DType::F32, 1)?;
-    let dy = tensor(dev, &X2, DType::F32, 4)?;
+    wgrad_run(dev, X2)
+}
+
+/// The weight gradient of [`conv2d_run`]'s dense conv on `x`.
+pub fn wgrad_run(dev: &Device, x: [usize; 4]) -> wgtensor::Result<Run> {
+    let dy = tensor(dev, &x, DType::F32, 4)?;
+    let x = tensor(dev, &x, DType::F32, 1)?;
     let o = Conv2dOptions {
         padding: Padding::uniform(1),
         ..Default::default()

@@ -15,9 +15,13 @@ use super::{Case, Run};
 
 /// A plain buffer-to-buffer copy (`copy_buffer_to_buffer`), submitted directly to the queue.
 fn copy_case(dev: &Device) -> wgtensor::Result<Run> {
+    copy_run(dev, BN_BYTES as u64)
+}
+
+/// [`copy_case`] on buffers of `size` bytes.
+pub fn copy_run(dev: &Device, size: u64) -> wgtensor::Result<Run> {
     let d = dev.wgpu_device().clone();
     let q = dev.clone();
-    let size = BN_BYTES as u64;
     let usage = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
     let mk = || {
         d.create_buffer(&wgpu::BufferDescriptor {

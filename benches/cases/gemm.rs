@@ -10,7 +10,7 @@ use super::{Case, Run};
 
 /// `a x b` in `dtype`; `split_k: Some(1)` forces the unsplit plan (the `*_s1` baselines of
 /// `vs_s1=`), `None` lets the planner choose.
-fn gemm_case(
+pub fn gemm_case(
     dev: &Device,
     a: &[usize],
     b: &[usize],
@@ -63,6 +63,17 @@ const FMA_ITERS: u32 = 8192;
 /// FMA_WGSL on plain wgpu (no wgtensor planning in the way), submitted through the device so
 /// the harness's sync covers it.
 fn fma_case(dev: &Device) -> wgtensor::Result<Run> {
+    fma_run(dev, FMA_INVOCATIONS, FMA_ITERS)
+}
+
+/// Flops of one [`fma_run`] of `invocations` x `iters`.
+pub fn fma_flops(invocations: u32, iters: u32) -> f64 {
+    2.0 * FMA_PER_ITER * iters as f64 * invocations as f64
+}
+
+/// [`fma_case`] on a grid of `invocations` (a multiple of 64, at most 64 x 65535) running
+/// `iters` steps (a multiple of 4) each.
+pub fn fma_run(dev: &Device, invocations: u32, iters: u32) -> wgtensor::Result<Run> {
     use wgpu::util::DeviceExt;
     let d = dev.wgpu_device().clone();
     let q = dev.clone();
@@ -80,12 +91,12 @@ fn fma_case(dev: &Device) -> wgtensor::Result<Run> {
     });
     let params = d.create_buffer_init(&wgpu::util::BufferInitDescriptor {
         label: None,
-        contents: bytemuck::cast_slice(&[FMA_ITERS, 0, 0, 0]),
+        contents: bytemuck::cast_slice(&[iters, 0, 0, 0]),
         usage: wgpu::BufferUsages::UNIFORM,
     });
     let out = d.create_buffer(&wgpu::BufferDescriptor {
         label: None,
-        size: FMA_INVOCATIONS as u64 * 4,
+        size: invocations as u64 * 4,
         usage: wgpu::BufferUsages::STORAGE,
         mapped_at_creation: false,
     });
@@ -109,7 +120,7 @@ fn fma_case(dev: &Device) -> wgtensor::Result<Run> {
             let mut pass = e.begin_compute_pass(&Default::default());
             pass.set_pipeline(&pipe);
             pass.set_bind_group(0, &bg, &[]);
-            pass.dispatch_workgroups(FMA_INVOCATIONS / 64, 1, 1);
+            pass.dispatch_workgroups(invocations / 64, 1, 1);
         }
         q.submit([e.finish()])?;
         q.sync()
@@ -120,12 +131,11 @@ fn fma_case(dev: &Device) -> wgtensor::Result<Run> {
 /// same GEMM forced to one K-slice, the baseline of the `vs_s1=` of the case before it.
 pub fn cases() -> Vec<Case> {
     let g = |m: f64, n: f64, k: f64, b: f64| 2.0 * m * n * k * b;
-    let fma_flops = 2.0 * FMA_PER_ITER * FMA_ITERS as f64 * FMA_INVOCATIONS as f64;
     let f32_case = |a: [usize; 2], b: [usize; 2], split_k| {
         move |d: &Device| gemm_case(d, &a, &b, DType::F32, split_k)
     };
     vec![
-        Case::new("fma_peak", fma_case).flops(fma_flops),
+        Case::new("fma_peak", fma_case).flops(fma_flops(FMA_INVOCATIONS, FMA_ITERS)),
         Case::new("gemm_1024", f32_case([1024, 1024], [1024, 1024], None))
             .flops(g(1024.0, 1024.0, 1024.0, 1.0)),
         Case::new("bgemm", |d| {

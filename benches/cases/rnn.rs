@@ -13,14 +13,23 @@ const RNN: (usize, usize, usize, usize) = (50, 256, 64, 64);
 
 /// GEMM flops of a forward: input projection plus the recurrent product of every step.
 fn rnn_flops(gates: usize) -> f64 {
-    let (t, b, i, h) = RNN;
+    rnn_flops_of(RNN, gates)
+}
+
+/// [`rnn_flops`] for the problem `(T, batch, input, hidden)`.
+pub fn rnn_flops_of(dims: (usize, usize, usize, usize), gates: usize) -> f64 {
+    let (t, b, i, h) = dims;
     2.0 * (t * b * gates * h * (i + h)) as f64
 }
 
 /// The layer and its input, weights in PyTorch's init range U(-1/sqrt(H), 1/sqrt(H)) so the
 /// gates stay out of saturation.
-fn rnn_problem(dev: &Device, kind: RnnKind) -> wgtensor::Result<(Rnn, Tensor)> {
-    let (t, b, i, h) = RNN;
+fn rnn_problem(
+    dev: &Device,
+    kind: RnnKind,
+    dims: (usize, usize, usize, usize),
+) -> wgtensor::Result<(Rnn, Tensor)> {
+    let (t, b, i, h) = dims;
     let g = kind.gates();
     let scale = 1.0 / (h as f32).sqrt();
     let w = |shape: &[usize], seed| -> wgtensor::Result<Tensor> {
@@ -52,7 +61,16 @@ fn rnn_problem(dev: &Device, kind: RnnKind) -> wgtensor::Result<(Rnn, Tensor)> {
 }
 
 fn rnn_case(dev: &Device, kind: RnnKind) -> wgtensor::Result<Run> {
-    let (rnn, x) = rnn_problem(dev, kind)?;
+    rnn_forward_run(dev, kind, RNN)
+}
+
+/// The forward of one layer on the problem `(T, batch, input, hidden)`.
+pub fn rnn_forward_run(
+    dev: &Device,
+    kind: RnnKind,
+    dims: (usize, usize, usize, usize),
+) -> wgtensor::Result<Run> {
+    let (rnn, x) = rnn_problem(dev, kind, dims)?;
     dev.sync()?;
     Ok(Box::new(move || rnn.forward(&x, None, None).map(drop)))
 }
@@ -60,8 +78,13 @@ fn rnn_case(dev: &Device, kind: RnnKind) -> wgtensor::Result<Run> {
 /// forward_train + backward of the lstm_seq problem: backward needs the saved activations of
 /// its own forward, so each run does both.
 fn rnn_backward_case(dev: &Device) -> wgtensor::Result<Run> {
-    let (t, b, _, h) = RNN;
-    let (rnn, x) = rnn_problem(dev, RnnKind::Lstm)?;
+    lstm_train_run(dev, RNN)
+}
+
+/// [`rnn_backward_case`] on the problem `(T, batch, input, hidden)`.
+pub fn lstm_train_run(dev: &Device, dims: (usize, usize, usize, usize)) -> wgtensor::Result<Run> {
+    let (t, b, _, h) = dims;
+    let (rnn, x) = rnn_problem(dev, RnnKind::Lstm, dims)?;
     let dy = tensor(dev, &[t, b, h], DType::F32, 16)?;
     dev.sync()?;
     Ok(Box::new(move || {

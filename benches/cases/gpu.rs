@@ -1,0 +1,166 @@
+//! GPU-scale cases (issues 25 and 26), family `gpu/`: shapes that fill a discrete GPU and would
+//! take minutes on a CPU adapter, so the harness skips them on CPU adapters (device_type Cpu)
+//! unless a case is named in full on the command line. A GPU session runs them all with
+//! `kernels --bench gpu/`.
+//!
+//! Their own baselines come first: `gpu/fma_peak` (the FMA kernel of `fma_peak` on a grid of 1M
+//! invocations, which a large GPU can fill; the 16k of `fma_peak` cannot), the `of_peak=` of
+//! every compute case here, and `gpu/copy_bw` (a 256 MiB buffer copy), the `of_copy=` of every
+//! bandwidth case here.
+
+use wgtensor::ops::RnnKind;
+use wgtensor::{DType, Device, Tensor};
+
+use super::batchnorm::bn_train_run;
+use super::conv::{conv2d_flops_of, conv2d_run, wgrad_run};
+use super::copy::copy_run;
+use super::gemm::{fma_flops, fma_run, gemm_case};
+use super::inputs::tensor;
+use super::rnn::{lstm_train_run, rnn_flops_of, rnn_forward_run};
+use super::{Case, Run};
+
+const FMA_INVOCATIONS: u32 = 64 * 16384;
+const FMA_ITERS: u32 = 4096;
+/// gpu/copy_bw's buffers: 2^26 f32.
+const COPY_BYTES: u64 = 4 << 26;
+/// The conv2d problem of issue 25 and its grouped / depthwise variants' input.
+const CONV_X: [usize; 4] = [32, 128, 56, 56];
+const CONV_XG: [usize; 4] = [32, 256, 56, 56];
+/// The churn / steady op's shape (205 MB of f32) and the churn working set (6 of them, 1.2 GB).
+const CHURN: [usize; 4] = [64, 256, 56, 56];
+const CHURN_TENSORS: usize = 6;
+const BN: [usize; 4] = [64, 256, 56, 56];
+/// (T, batch, input, hidden) of the recurrent cases; T varies.
+const fn rnn(t: usize) -> (usize, usize, usize, usize) {
+    (t, 64, 512, 512)
+}
+
+fn numel(shape: &[usize]) -> f64 {
+    shape.iter().product::<usize>() as f64
+}
+
+/// `x * 1.5` on `n` f32 elements.
+fn map_run(dev: &Device, n: usize) -> wgtensor::Result<Run> {
+    let x = tensor(dev, &[n], DType::F32, 1)?;
+    dev.sync()?;
+    Ok(Box::new(move || x.mul_scalar(1.5).map(drop)))
+}
+
+/// `x + y` on `n` f32 elements.
+fn add_run(dev: &Device, n: usize) -> wgtensor::Result<Run> {
+    let x = tensor(dev, &[n], DType::F32, 1)?;
+    let y = tensor(dev, &[n], DType::F32, 2)?;
+    dev.sync()?;
+    Ok(Box::new(move || x.add(&y).map(drop)))
+}
+
+fn transpose_run(dev: &Device) -> wgtensor::Result<Run> {
+    let x = tensor(dev, &[4096, 4096], DType::F32, 1)?;
+    dev.sync()?;
+    Ok(Box::new(move || x.transpose(0, 1)?.contiguous().map(drop)))
+}
+
+/// `x * 1.0` on CHURN; with `churn`, set-up first allocates, syncs and frees a working set of
+/// CHURN_TENSORS tensors of the same size (past 1 GiB), as a training step's activations do.
+fn churn_run(dev: &Device, churn: bool) -> wgtensor::Result<Run> {
+    let x = tensor(dev, &CHURN, DType::F32, 1)?;
+    if churn {
+        let set = (0..CHURN_TENSORS)
+            .map(|_| Tensor::zeros(dev, &CHURN, DType::F32))
+            .collect::<wgtensor::Result<Vec<_>>>()?;
+        dev.sync()?;
+        drop(set);
+    }
+    dev.sync()?;
+    Ok(Box::new(move || x.mul_scalar(1.0).map(drop)))
+}
+
+/// One small op and a sync: the round trip a synced single op costs.
+fn sync_op_run(dev: &Device) -> wgtensor::Result<Run> {
+    let x = tensor(dev, &[1 << 20], DType::F32, 1)?;
+    let d = dev.clone();
+    dev.sync()?;
+    Ok(Box::new(move || {
+        x.mul_scalar(1.5)?;
+        d.sync()
+    }))
+}
+
+pub fn cases() -> Vec<Case> {
+    let g = |m: usize, n: usize, k: usize, b: usize| 2.0 * (m * n * k * b) as f64;
+    let gemm =
+        |a: [usize; 2], b: [usize; 2], dtype| move |d: &Device| gemm_case(d, &a, &b, dtype, None);
+    let f32b = |n: f64| 4.0 * n;
+    let (n20, n26) = (1usize << 20, 1usize << 26);
+    vec![
+        Case::new("gpu/fma_peak", |d| fma_run(d, FMA_INVOCATIONS, FMA_ITERS))
+            .flops(fma_flops(FMA_INVOCATIONS, FMA_ITERS)),
+        Case::new("gpu/copy_bw", |d| copy_run(d, COPY_BYTES)).bytes(2.0 * COPY_BYTES as f64),
+        // Issue 25: GEMM and convolution.
+        Case::new(
+            "gpu/gemm_4096",
+            gemm([4096, 4096], [4096, 4096], DType::F32),
+        )
+        .flops(g(4096, 4096, 4096, 1)),
+        Case::new(
+            "gpu/gemm_8192",
+            gemm([8192, 8192], [8192, 8192], DType::F32),
+        )
+        .flops(g(8192, 8192, 8192, 1)),
+        Case::new(
+            "gpu/gemm_4096_f16",
+            gemm([4096, 4096], [4096, 4096], DType::F16),
+        )
+        .flops(g(4096, 4096, 4096, 1))
+        .f16_only(),
+        Case::new(
+            "gpu/gemm_8192_f16",
+            gemm([8192, 8192], [8192, 8192], DType::F16),
+        )
+        .flops(g(8192, 8192, 8192, 1))
+        .f16_only(),
+        Case::new("gpu/bgemm_64x512", |d| {
+            gemm_case(d, &[64, 512, 512], &[64, 512, 512], DType::F32, None)
+        })
+        .flops(g(512, 512, 512, 64)),
+        Case::new(
+            "gpu/gemm_splitk_256x65536",
+            gemm([256, 65536], [65536, 256], DType::F32),
+        )
+        .flops(g(256, 256, 65536, 1)),
+        Case::new("gpu/conv2d", |d| conv2d_run(d, CONV_X, 1)).flops(conv2d_flops_of(CONV_X, 1)),
+        Case::new("gpu/conv2d_wgrad", |d| wgrad_run(d, CONV_X)).flops(conv2d_flops_of(CONV_X, 1)),
+        Case::new("gpu/conv2d_grouped", |d| conv2d_run(d, CONV_XG, 32))
+            .flops(conv2d_flops_of(CONV_XG, 32)),
+        Case::new("gpu/conv2d_depthwise", |d| conv2d_run(d, CONV_XG, 256))
+            .flops(conv2d_flops_of(CONV_XG, 256)),
+        // Issue 26: bandwidth, allocation, recurrent and latency cases.
+        Case::new("gpu/map_2e20", move |d| map_run(d, n20)).bytes(f32b(2.0 * n20 as f64)),
+        Case::new("gpu/map_2e26", move |d| map_run(d, n26)).bytes(f32b(2.0 * n26 as f64)),
+        Case::new("gpu/add_2e20", move |d| add_run(d, n20)).bytes(f32b(3.0 * n20 as f64)),
+        Case::new("gpu/add_2e26", move |d| add_run(d, n26)).bytes(f32b(3.0 * n26 as f64)),
+        Case::new("gpu/transpose_contig_4096", transpose_run).bytes(f32b(2.0 * 4096.0 * 4096.0)),
+        Case::new("gpu/churn", |d| churn_run(d, true)).bytes(f32b(2.0 * numel(&CHURN))),
+        Case::new("gpu/churn_steady", |d| churn_run(d, false)).bytes(f32b(2.0 * numel(&CHURN))),
+        Case::new("gpu/batchnorm_train", |d| bn_train_run(d, BN)).bytes(f32b(2.0 * numel(&BN))),
+        Case::new("gpu/lstm_h512_t100", |d| {
+            rnn_forward_run(d, RnnKind::Lstm, rnn(100))
+        })
+        .flops(rnn_flops_of(rnn(100), 4)),
+        Case::new("gpu/gru_h512_t100", |d| {
+            rnn_forward_run(d, RnnKind::Gru, rnn(100))
+        })
+        .flops(rnn_flops_of(rnn(100), 3)),
+        Case::new("gpu/lstm_h512_t100_train", |d| lstm_train_run(d, rnn(100)))
+            .flops(3.0 * rnn_flops_of(rnn(100), 4)),
+        Case::new("gpu/lstm_h512_t1", |d| {
+            rnn_forward_run(d, RnnKind::Lstm, rnn(1))
+        })
+        .flops(rnn_flops_of(rnn(1), 4)),
+        Case::new("gpu/lstm_h512_t10", |d| {
+            rnn_forward_run(d, RnnKind::Lstm, rnn(10))
+        })
+        .flops(rnn_flops_of(rnn(10), 4)),
+        Case::new("gpu/sync_op", sync_op_run),
+    ]
+}
