@@ -4,14 +4,6 @@
 use super::device::{Device, State};
 use crate::{Error, Result};
 
-pub(crate) const PARAMS_USAGE: wgpu::BufferUsages =
-    wgpu::BufferUsages::UNIFORM.union(wgpu::BufferUsages::COPY_DST);
-pub(crate) const READBACK_USAGE: wgpu::BufferUsages =
-    wgpu::BufferUsages::MAP_READ.union(wgpu::BufferUsages::COPY_DST);
-pub(crate) const STORAGE_USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
-    .union(wgpu::BufferUsages::COPY_SRC)
-    .union(wgpu::BufferUsages::COPY_DST);
-
 impl Device {
     /// Byte limit checks shared by every allocation. A tensor may be larger than one storage
     /// binding (ops that support it split their work into windows that each fit one; the

@@ -4,7 +4,16 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-pub(crate) use super::alloc::{PARAMS_USAGE, READBACK_USAGE, STORAGE_USAGE};
+/// The per-batch param arena (uniform, written by the queue).
+pub(crate) const PARAMS_USAGE: wgpu::BufferUsages =
+    wgpu::BufferUsages::UNIFORM.union(wgpu::BufferUsages::COPY_DST);
+/// Readback staging buffers.
+pub(crate) const READBACK_USAGE: wgpu::BufferUsages =
+    wgpu::BufferUsages::MAP_READ.union(wgpu::BufferUsages::COPY_DST);
+/// Tensor storage: bound to kernels, copied in and out.
+pub(crate) const STORAGE_USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
+    .union(wgpu::BufferUsages::COPY_SRC)
+    .union(wgpu::BufferUsages::COPY_DST);
 use super::batch::Batch;
 use super::bind_cache::BindGroupCache;
 pub use super::options::DeviceOptions;
@@ -12,42 +21,10 @@ pub use super::options::DeviceOptions;
 use super::options::MAX_PARKED;
 use super::pipeline::{PipelineCache, PARAM_SLOT};
 use super::pipeline_store::PipelineCacheStatus;
-use super::pool::{BufferPool, PoolStats};
+use super::pool::BufferPool;
+use super::stats::DeviceStats;
 use super::submitter::Submitter;
 use crate::{DType, Error, Result};
-
-/// Counters reported by [`Device::stats`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DeviceStats {
-    /// Compute pipelines compiled so far (each kernel variant compiles once per device, on
-    /// first use; a jump here during a steady loop means new shapes keep picking new
-    /// variants).
-    pub pipelines_compiled: u64,
-    /// Compute dispatches recorded so far.
-    pub dispatches: u64,
-    /// Command buffers submitted to the queue so far (batches of dispatches, and interop
-    /// submissions through [`Device::submit`]).
-    pub submissions: u64,
-    /// Submissions the GPU has not finished yet, at most [`DeviceOptions::max_in_flight`].
-    pub in_flight: usize,
-    /// The highest `in_flight` seen.
-    pub peak_in_flight: usize,
-    /// Finished batches held back by the in-flight cap until the next async point (wasm only;
-    /// always 0 on native, where submitting waits instead).
-    pub parked: usize,
-    /// Elementwise ops that wrote their result into their input's buffer instead of a new
-    /// one: the owned calls ([`Tensor::into_unary`](crate::Tensor::into_unary),
-    /// `tensor + &other`, ...) on a uniquely held input, and the crate's own gradient
-    /// accumulation.
-    pub donations: u64,
-    /// The buffer pool's memory counters.
-    pub pool: PoolStats,
-    /// The memory budget in force ([`DeviceOptions::memory_limit`] or its derived default).
-    pub memory_limit: u64,
-    /// Whether a persisted pipeline cache was loaded when the device opened (off, unsupported
-    /// by the adapter, empty, loaded or rejected; see [`DeviceOptions::pipeline_cache`]).
-    pub pipeline_cache: PipelineCacheStatus,
-}
 
 pub(crate) struct State {
     pub(crate) pool: BufferPool,
@@ -585,6 +562,51 @@ impl Device {
             let _ = op;
             (f(), None)
         }
+    }
+}
+
+impl Inner {
+    /// [`Device::save_pipeline_cache`]; also run when the last handle drops.
+    pub(crate) fn save_pipeline_cache(&self) -> Result<bool> {
+        super::pipeline_store::save(&self.pipelines)
+    }
+}
+
+impl Device {
+    /// Writes the persisted pipeline cache ([`DeviceOptions::pipeline_cache`]) if pipelines
+    /// were compiled since it was loaded or last saved and the driver's blob changed. The file
+    /// is replaced atomically (a temporary file in the same directory, then a rename), so
+    /// devices opening concurrently in other processes read the old or the new file, never a
+    /// partial one. The device also saves when its last handle drops, ignoring errors there;
+    /// call this to learn about them, or to save early in a long-running process.
+    ///
+    /// Returns `Ok(true)` when the file was written, `Ok(false)` when there was nothing to
+    /// write (the cache is off or unsupported, see [`DeviceStats::pipeline_cache`], nothing new
+    /// was compiled, or the blob is unchanged); always `Ok(false)` on wasm32. Errors with
+    /// [`Error::Io`](crate::Error::Io) (op `"pipeline_cache"`, naming the path) when the
+    /// directory or file cannot be written.
+    ///
+    /// ```ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// use wgtensor::{Device, DeviceOptions, PipelineCacheSetting, Tensor};
+    /// let dir = std::env::temp_dir().join("wgtensor-doc-pipeline-cache");
+    /// let dev = Device::with_options(DeviceOptions {
+    ///     pipeline_cache: PipelineCacheSetting::Dir(dir.clone()),
+    ///     ..Default::default()
+    /// })?;
+    /// // Empty the first time, Loaded { .. } afterwards (Unsupported off Vulkan).
+    /// println!("pipeline cache: {:?}", dev.stats().pipeline_cache);
+    /// let x = Tensor::from_slice(&dev, &[1.0f32, -1.0], &[2])?;
+    /// assert_eq!(x.relu()?.to_vec::<f32>()?, vec![1.0, 0.0]);
+    /// dev.save_pipeline_cache()?; // also attempted when the last handle drops
+    /// # std::fs::remove_dir_all(&dir).ok();
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// [`DeviceOptions::pipeline_cache`]: crate::DeviceOptions::pipeline_cache
+    /// [`DeviceStats::pipeline_cache`]: crate::DeviceStats::pipeline_cache
+    pub fn save_pipeline_cache(&self) -> crate::Result<bool> {
+        self.inner.save_pipeline_cache()
     }
 }
 

@@ -14,6 +14,7 @@ pub(crate) mod pipeline;
 mod pipeline_store;
 pub(crate) mod pool;
 mod readback;
+mod stats;
 mod storage;
 mod submit;
 mod submitter;
@@ -22,13 +23,14 @@ pub(crate) mod window;
 
 pub(crate) use bind_cache::Bind;
 pub use caps::Caps;
-pub use device::{Device, DeviceOptions, DeviceStats};
+pub use device::{Device, DeviceOptions};
 pub use options::PipelineCacheSetting;
 pub(crate) use pipeline::{Access, Kernel};
 #[doc(hidden)]
 pub use pipeline::{ParamsLayout, ShaderVariant};
 pub use pipeline_store::PipelineCacheStatus;
 pub use pool::PoolStats;
+pub use stats::DeviceStats;
 pub(crate) use storage::Storage;
 pub use warm_up::WarmUp;
 

@@ -174,7 +174,19 @@ pub(crate) struct PipelineCache {
     /// The persisted wgpu cache every pipeline is created with (native Vulkan, unless
     /// [`DeviceOptions::pipeline_cache`](crate::DeviceOptions::pipeline_cache) is off).
     #[cfg(not(target_arch = "wasm32"))]
-    pub(crate) persisted: Option<super::pipeline_store::Persisted>,
+    pub(crate) persisted: Option<Persisted>,
+}
+
+/// The persisted cache of an open device (written by runtime/pipeline_store.rs): the wgpu cache every pipeline is created with, the
+/// file it is saved to, and what is already on disk.
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) struct Persisted {
+    pub(crate) cache: wgpu::PipelineCache,
+    pub(crate) path: std::path::PathBuf,
+    /// FNV-1a of the blob on disk (loaded or last saved): an unchanged cache is not rewritten.
+    pub(crate) saved_hash: Option<u64>,
+    /// `PipelineCache::compiled` when the file was loaded or last saved.
+    pub(crate) saved_at: u64,
 }
 
 /// The hash of (kernel, dtypes, constants) as [`PipelineKey`] would hash, without building it.

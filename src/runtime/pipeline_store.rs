@@ -16,6 +16,8 @@
 use std::path::{Path, PathBuf};
 
 use super::options::PipelineCacheSetting;
+#[cfg(not(target_arch = "wasm32"))]
+use super::pipeline::Persisted;
 use super::pipeline::PipelineCache;
 #[cfg(not(target_arch = "wasm32"))]
 use crate::{Error, Result};
@@ -68,18 +70,6 @@ pub(crate) fn wants_feature(setting: &PipelineCacheSetting, info: &wgpu::Adapter
 /// The op name in every error of this module.
 #[cfg(not(target_arch = "wasm32"))]
 const OP: &str = "pipeline_cache";
-
-/// The persisted cache of an open device: the wgpu cache every pipeline is created with, the
-/// file it is saved to, and what is already on disk.
-#[cfg(not(target_arch = "wasm32"))]
-pub(crate) struct Persisted {
-    pub(crate) cache: wgpu::PipelineCache,
-    path: PathBuf,
-    /// FNV-1a of the blob on disk (loaded or last saved): an unchanged cache is not rewritten.
-    saved_hash: Option<u64>,
-    /// `PipelineCache::compiled` when the file was loaded or last saved.
-    saved_at: u64,
-}
 
 /// Opens the persisted cache for a new device and installs it into `pipelines` (nothing when
 /// it is off or unsupported); returns what happened. Never fails: a file that cannot be used
@@ -291,84 +281,50 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-impl super::device::Inner {
-    /// [`Device::save_pipeline_cache`](crate::Device::save_pipeline_cache); also run when the
-    /// last handle drops.
-    pub(crate) fn save_pipeline_cache(&self) -> crate::Result<bool> {
-        #[cfg(target_arch = "wasm32")]
-        {
-            // No cache is ever created here (and `get_data` would panic).
-            Ok(false)
-        }
-        #[cfg(not(target_arch = "wasm32"))]
-        {
-            let (blob, hash, path, compiled) = {
-                let mut pipelines = super::device::lock(&self.pipelines);
-                let compiled = pipelines.compiled;
-                let Some(p) = &mut pipelines.persisted else {
-                    return Ok(false);
-                };
-                if compiled == p.saved_at {
-                    return Ok(false);
-                }
-                let Some(blob) = p.cache.get_data() else {
-                    return Ok(false);
-                };
-                let hash = fnv1a64(&blob);
-                if p.saved_hash == Some(hash) {
-                    // The driver added nothing (e.g. every pipeline came from the file).
-                    p.saved_at = compiled;
-                    return Ok(false);
-                }
-                (blob, hash, p.path.clone(), compiled)
-            };
-            // Written without the pipeline lock: ops keep compiling meanwhile.
-            write_atomic(&path, &wrap_blob(&blob))?;
-            let mut pipelines = super::device::lock(&self.pipelines);
-            if let Some(p) = &mut pipelines.persisted {
-                p.saved_hash = Some(hash);
-                p.saved_at = p.saved_at.max(compiled);
-            }
-            Ok(true)
-        }
+/// Writes the persisted cache of `pipelines` if pipelines were compiled since it was loaded or
+/// last saved and the driver's blob changed (`Device::save_pipeline_cache`, also run when the
+/// last handle of a device drops).
+pub(crate) fn save(pipelines: &std::sync::Mutex<PipelineCache>) -> crate::Result<bool> {
+    #[cfg(target_arch = "wasm32")]
+    {
+        // No cache is ever created here (and `get_data` would panic).
+        let _ = pipelines;
+        Ok(false)
     }
-}
-
-impl crate::Device {
-    /// Writes the persisted pipeline cache ([`DeviceOptions::pipeline_cache`]) if pipelines
-    /// were compiled since it was loaded or last saved and the driver's blob changed. The file
-    /// is replaced atomically (a temporary file in the same directory, then a rename), so
-    /// devices opening concurrently in other processes read the old or the new file, never a
-    /// partial one. The device also saves when its last handle drops, ignoring errors there;
-    /// call this to learn about them, or to save early in a long-running process.
-    ///
-    /// Returns `Ok(true)` when the file was written, `Ok(false)` when there was nothing to
-    /// write (the cache is off or unsupported, see [`DeviceStats::pipeline_cache`], nothing new
-    /// was compiled, or the blob is unchanged); always `Ok(false)` on wasm32. Errors with
-    /// [`Error::Io`](crate::Error::Io) (op `"pipeline_cache"`, naming the path) when the
-    /// directory or file cannot be written.
-    ///
-    /// ```ignore-wasm32
-    /// # fn main() -> wgtensor::Result<()> {
-    /// use wgtensor::{Device, DeviceOptions, PipelineCacheSetting, Tensor};
-    /// let dir = std::env::temp_dir().join("wgtensor-doc-pipeline-cache");
-    /// let dev = Device::with_options(DeviceOptions {
-    ///     pipeline_cache: PipelineCacheSetting::Dir(dir.clone()),
-    ///     ..Default::default()
-    /// })?;
-    /// // Empty the first time, Loaded { .. } afterwards (Unsupported off Vulkan).
-    /// println!("pipeline cache: {:?}", dev.stats().pipeline_cache);
-    /// let x = Tensor::from_slice(&dev, &[1.0f32, -1.0], &[2])?;
-    /// assert_eq!(x.relu()?.to_vec::<f32>()?, vec![1.0, 0.0]);
-    /// dev.save_pipeline_cache()?; // also attempted when the last handle drops
-    /// # std::fs::remove_dir_all(&dir).ok();
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// [`DeviceOptions::pipeline_cache`]: crate::DeviceOptions::pipeline_cache
-    /// [`DeviceStats::pipeline_cache`]: crate::DeviceStats::pipeline_cache
-    pub fn save_pipeline_cache(&self) -> crate::Result<bool> {
-        self.inner.save_pipeline_cache()
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        fn lock(m: &std::sync::Mutex<PipelineCache>) -> std::sync::MutexGuard<'_, PipelineCache> {
+            // As the device's own lock: a panic elsewhere must not stop the save.
+            m.lock().unwrap_or_else(|e| e.into_inner())
+        }
+        let (blob, hash, path, compiled) = {
+            let mut pipelines = lock(pipelines);
+            let compiled = pipelines.compiled;
+            let Some(p) = &mut pipelines.persisted else {
+                return Ok(false);
+            };
+            if compiled == p.saved_at {
+                return Ok(false);
+            }
+            let Some(blob) = p.cache.get_data() else {
+                return Ok(false);
+            };
+            let hash = fnv1a64(&blob);
+            if p.saved_hash == Some(hash) {
+                // The driver added nothing (e.g. every pipeline came from the file).
+                p.saved_at = compiled;
+                return Ok(false);
+            }
+            (blob, hash, p.path.clone(), compiled)
+        };
+        // Written without the pipeline lock: ops keep compiling meanwhile.
+        write_atomic(&path, &wrap_blob(&blob))?;
+        let mut pipelines = lock(pipelines);
+        if let Some(p) = &mut pipelines.persisted {
+            p.saved_hash = Some(hash);
+            p.saved_at = p.saved_at.max(compiled);
+        }
+        Ok(true)
     }
 }
 

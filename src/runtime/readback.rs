@@ -4,7 +4,7 @@
 use super::device::{Device, READBACK_USAGE};
 use super::index_errors::INDEX_ERR_BYTES;
 #[cfg(not(target_arch = "wasm32"))]
-use super::submit::poll_error;
+use super::submitter::poll_error;
 use crate::{Error, Result};
 
 impl Device {

@@ -3,7 +3,8 @@
 //! command buffers through the same queue, and `sync`.
 
 use super::device::{Device, State};
-use crate::{Error, Result};
+use super::submitter::poll_error;
+use crate::Result;
 
 impl Device {
     /// Submits command buffers the caller recorded on [`Device::wgpu_device`] (interop), after
@@ -208,18 +209,5 @@ impl Device {
             }
             Ok(())
         }
-    }
-}
-
-pub(crate) fn poll_error(op: &'static str, e: wgpu::PollError) -> Error {
-    match e {
-        wgpu::PollError::Timeout => Error::Readback {
-            op,
-            msg: "timed out waiting for the GPU".into(),
-        },
-        other => Error::DeviceLost {
-            op,
-            msg: other.to_string(),
-        },
     }
 }

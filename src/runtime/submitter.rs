@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::Error;
+
 struct InFlight {
     done: Arc<AtomicBool>,
     /// Resolves when the submission has finished (wasm: awaited to make room under the cap).
@@ -180,6 +182,20 @@ pub(crate) fn wait_until(
     }
 }
 
+/// The error a failed or timed-out wait becomes, naming the op.
+pub(crate) fn poll_error(op: &'static str, e: wgpu::PollError) -> Error {
+    match e {
+        wgpu::PollError::Timeout => Error::Readback {
+            op,
+            msg: "timed out waiting for the GPU".into(),
+        },
+        other => Error::DeviceLost {
+            op,
+            msg: other.to_string(),
+        },
+    }
+}
+
 #[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;
@@ -196,7 +212,7 @@ mod tests {
         assert!(start.elapsed() < Duration::from_secs(5));
         assert!(wait_until(device, Duration::from_millis(30), || true).is_ok());
         // The error users see names the op.
-        let e = crate::runtime::submit::poll_error("sync", wgpu::PollError::Timeout);
+        let e = poll_error("sync", wgpu::PollError::Timeout);
         assert!(e.to_string().contains("sync"), "{e}");
         assert!(crate::Device::with_options(crate::DeviceOptions {
             gpu_timeout: Duration::ZERO,
