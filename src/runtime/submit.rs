@@ -12,7 +12,7 @@ impl Device {
     /// outside work can neither overtake pending ops nor run past `max_in_flight`.
     ///
     /// Errors with the error the GPU reported for earlier work, if any, or
-    /// [`Error::DeviceLost`].
+    /// [`Error::DeviceLost`](crate::Error::DeviceLost).
     ///
     /// ```ignore-wasm32
     /// # fn main() -> wgtensor::Result<()> {
@@ -156,7 +156,7 @@ impl Device {
 
     /// Submits pending work and waits until the GPU has finished all of it (native). The wait
     /// holds no lock: other threads keep recording and submitting meanwhile. Errors with
-    /// [`Error::Readback`] past [`DeviceOptions::gpu_timeout`](crate::DeviceOptions::gpu_timeout).
+    /// [`Error::Readback`](crate::Error::Readback) past [`DeviceOptions::gpu_timeout`](crate::DeviceOptions::gpu_timeout).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn sync(&self) -> Result<()> {
         let op = "sync";
