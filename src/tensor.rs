@@ -302,6 +302,23 @@ impl Tensor {
         Ok(())
     }
 
+    /// A backward's `dy` must be a gradient of `self`: same device, dtype and shape.
+    pub(crate) fn check_grad_output(&self, op: &'static str, dy: &Tensor) -> Result<()> {
+        self.same_device(op, dy)?;
+        self.same_dtype(op, dy)?;
+        if dy.shape() != self.shape() {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "grad_output has shape {:?} but the input has shape {:?}",
+                    dy.shape(),
+                    self.shape()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Float-only ops (math, reductions, GEMM, ...) refuse i32 tensors with this error.
     pub(crate) fn require_float(&self, op: &'static str) -> Result<()> {
         if !self.dtype.is_float() {

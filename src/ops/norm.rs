@@ -12,6 +12,7 @@ use crate::autograd::{record, BackwardOp, NoGradGuard};
 use crate::runtime::pipeline::ShaderVariant;
 use crate::runtime::{Access, Bind, Kernel};
 use crate::{DType, Error, Result, Tensor};
+use Access::{Read as R, ReadWrite as RW};
 
 const SRC: &str = include_str!("../../shaders/norm.wgsl");
 /// Invocations per workgroup: one 8-lane SIMD register on CPU adapters (a wider workgroup
@@ -27,84 +28,18 @@ fn wg(dev: &crate::Device) -> u32 {
     }
 }
 
-static FWD: Kernel = Kernel::new(
-    "norm",
-    SRC,
-    "norm_fwd",
-    &[
-        Access::Read,
-        Access::Read,
-        Access::Read,
-        Access::ReadWrite,
-        Access::ReadWrite,
-    ],
-)
-.slots(&[1, 2, 3, 5, 6]);
-static DX: Kernel = Kernel::new(
-    "norm",
-    SRC,
-    "norm_dx",
-    &[
-        Access::Read,
-        Access::Read,
-        Access::Read,
-        Access::ReadWrite,
-        Access::ReadWrite,
-    ],
-)
-.slots(&[1, 2, 4, 5, 6]);
-static FWD_ROWS: Kernel = Kernel::new(
-    "norm",
-    SRC,
-    "norm_fwd_rows",
-    &[
-        Access::Read,
-        Access::Read,
-        Access::Read,
-        Access::ReadWrite,
-        Access::ReadWrite,
-    ],
-)
-.slots(&[1, 2, 3, 5, 6]);
-static DX_ROWS: Kernel = Kernel::new(
-    "norm",
-    SRC,
-    "norm_dx_rows",
-    &[
-        Access::Read,
-        Access::Read,
-        Access::Read,
-        Access::ReadWrite,
-        Access::ReadWrite,
-    ],
-)
-.slots(&[1, 2, 4, 5, 6]);
-static DW: Kernel = Kernel::new(
-    "norm",
-    SRC,
-    "norm_dw",
-    &[
-        Access::Read,
-        Access::Read,
-        Access::ReadWrite,
-        Access::ReadWrite,
-        Access::ReadWrite,
-    ],
-)
-.slots(&[1, 4, 5, 6, 7]);
-static DW_COLS: Kernel = Kernel::new(
-    "norm",
-    SRC,
-    "norm_dw_cols",
-    &[
-        Access::Read,
-        Access::Read,
-        Access::ReadWrite,
-        Access::ReadWrite,
-        Access::ReadWrite,
-    ],
-)
-.slots(&[1, 4, 5, 6, 7]);
+/// Forward and dx kernels: three inputs (x, weight or dy, bias or saved stats), two outputs.
+const IN3_OUT2: &[Access] = &[R, R, R, RW, RW];
+/// Weight-gradient kernels: two inputs, three outputs.
+const IN2_OUT3: &[Access] = &[R, R, RW, RW, RW];
+
+static FWD: Kernel = Kernel::new("norm", SRC, "norm_fwd", IN3_OUT2).slots(&[1, 2, 3, 5, 6]);
+static DX: Kernel = Kernel::new("norm", SRC, "norm_dx", IN3_OUT2).slots(&[1, 2, 4, 5, 6]);
+static FWD_ROWS: Kernel =
+    Kernel::new("norm", SRC, "norm_fwd_rows", IN3_OUT2).slots(&[1, 2, 3, 5, 6]);
+static DX_ROWS: Kernel = Kernel::new("norm", SRC, "norm_dx_rows", IN3_OUT2).slots(&[1, 2, 4, 5, 6]);
+static DW: Kernel = Kernel::new("norm", SRC, "norm_dw", IN2_OUT3).slots(&[1, 4, 5, 6, 7]);
+static DW_COLS: Kernel = Kernel::new("norm", SRC, "norm_dw_cols", IN2_OUT3).slots(&[1, 4, 5, 6, 7]);
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -279,18 +214,7 @@ fn backward(
 ) -> Result<(Option<Tensor>, Option<ParamGrads>)> {
     let op = plan.op;
     let dev = x.device();
-    x.same_device(op, dy)?;
-    x.same_dtype(op, dy)?;
-    if dy.shape() != x.shape() {
-        return Err(Error::shape(
-            op,
-            format!(
-                "grad_output has shape {:?} but the input has shape {:?}",
-                dy.shape(),
-                x.shape()
-            ),
-        ));
-    }
+    x.check_grad_output(op, dy)?;
     let params = plan.params(w.is_some(), false);
     let empty = x.numel() == 0;
     let (x, dy) = (x.contiguous()?, dy.contiguous()?);

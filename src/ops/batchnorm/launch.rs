@@ -287,18 +287,7 @@ pub(crate) fn backward_untracked(
     if x.numel() == 0 || dy.numel() == 0 {
         // Validate dy as prepare would, then return empty dx and zero parameter gradients
         // (sums over no values).
-        x.same_device(op, dy)?;
-        x.same_dtype(op, dy)?;
-        if dy.shape() != x.shape() {
-            return Err(Error::shape(
-                op,
-                format!(
-                    "grad_output has shape {:?} but the input has shape {:?}",
-                    dy.shape(),
-                    x.shape()
-                ),
-            ));
-        }
+        x.check_grad_output(op, dy)?;
         let dev = x.device();
         return Ok((
             Tensor::empty(dev, op, x.shape(), dt)?,

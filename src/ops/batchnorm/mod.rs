@@ -363,18 +363,7 @@ fn check_eps(op: &'static str, eps: f64) -> Result<f32> {
 fn prepare(op: &'static str, x: &Tensor, dy: Option<&Tensor>) -> Result<(Input, Option<Tensor>)> {
     check_input(op, x)?;
     if let Some(dy) = dy {
-        x.same_device(op, dy)?;
-        x.same_dtype(op, dy)?;
-        if dy.shape() != x.shape() {
-            return Err(Error::shape(
-                op,
-                format!(
-                    "grad_output has shape {:?} but the input has shape {:?}",
-                    dy.shape(),
-                    x.shape()
-                ),
-            ));
-        }
+        x.check_grad_output(op, dy)?;
     }
     let x = packed(x)?;
     let dy = dy.map(packed).transpose()?;
