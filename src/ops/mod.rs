@@ -1,6 +1,7 @@
 //! Public ops. Each family: validate -> pick variant -> launch through the runtime.
 
 pub mod activation;
+pub mod attention;
 pub mod batchnorm;
 pub mod binary;
 mod binary_grad;
@@ -33,6 +34,7 @@ pub(crate) mod view_grad;
 pub(crate) mod wg;
 
 pub use activation::Activation;
+pub use attention::{scaled_dot_product_attention, AttnMask, SdpaOptions};
 /// The planners' types, for inspection by tests and benchmarks; not part of the stable API.
 #[doc(hidden)]
 pub use batchnorm::BatchNormPlan;
@@ -100,6 +102,7 @@ pub fn params_layouts() -> Vec<crate::runtime::pipeline::ParamsLayout> {
         nll::params_layout(),
         segment::params_layout(),
         norm::params_layout(),
+        attention::kernel::params_layout(),
     ]
 }
 
@@ -125,5 +128,6 @@ pub fn shader_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
     v.extend(nll::nll_variants());
     v.extend(segment::segment_variants());
     v.extend(norm::norm_variants());
+    v.extend(attention::kernel::attention_variants());
     v
 }

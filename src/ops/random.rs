@@ -12,7 +12,7 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::runtime::pipeline::ShaderVariant;
+use crate::runtime::pipeline::{ShaderLib, ShaderVariant};
 use crate::runtime::{Access, Kernel, Storage};
 use crate::tensor::check_new_shape;
 use crate::{DType, Device, Error, Result, Tensor};
@@ -36,7 +36,11 @@ static RANDOM: Kernel = Kernel::new(
     "main",
     &[Access::Read, Access::ReadWrite],
 )
-.defs(RANDOM_DEFS);
+.defs(RANDOM_DEFS)
+.libs(&[&PHILOX]);
+
+/// Philox4x32-10 (shaders/lib/philox.wgsl), shared with attention's dropout.
+pub(crate) static PHILOX: ShaderLib = ShaderLib::new(include_str!("../../shaders/lib/philox.wgsl"));
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]

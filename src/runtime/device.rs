@@ -285,7 +285,8 @@ impl Device {
         let param_slot = PARAM_SLOT.max(limits.min_uniform_buffer_offset_alignment as u64);
         let info = adapter.get_info();
         let features = device.features();
-        let caps = super::caps::Caps::read(&info, features, &limits);
+        let mut caps = super::caps::Caps::read(&info, features, &limits);
+        caps.cpu &= !opts.gpu_plans;
         let align = u64::from(limits.min_storage_buffer_offset_alignment.max(4));
         let binding_limit = (limits.max_storage_buffer_binding_size)
             .min(opts.max_binding_bytes.unwrap_or(u64::MAX))

@@ -78,6 +78,10 @@ pub struct DeviceOptions {
     /// op): out-of-range indices then read NaN (0 for i32 data), add nothing, or give an
     /// all-zero one-hot row. Default: `true`.
     pub check_indices: bool,
+    /// Plan kernels as on a GPU even on a CPU adapter ([`Caps::cpu`](crate::runtime::Caps)
+    /// false): the GPU tile shapes and variants then run on lavapipe, which is how the test
+    /// suite covers them without a GPU. Slower there; results agree within rounding.
+    pub gpu_plans: bool,
 }
 
 /// Upper bounds on [`DeviceOptions`] values: past them the param arena's size or the queue's
@@ -151,6 +155,7 @@ impl Default for DeviceOptions {
             pipeline_cache: PipelineCacheSetting::Default,
             gpu_timeout: std::time::Duration::from_secs(300),
             check_indices: true,
+            gpu_plans: false,
         }
     }
 }

@@ -1,0 +1,502 @@
+// Fused scaled-dot-product attention (src/ops/attention/kernel.rs), FlashAttention-2's
+// schedule (Dao, "FlashAttention-2: Faster Attention with Better Parallelism and Work
+// Partitioning", 2023) in portable WGSL. q is [N, L, E], k [Nk, S, E], v [Nk, S, Ev], all packed;
+// query batch n reads key/value batch kv_of(n) (grouped-query attention: `group` query heads
+// share one key/value head). A workgroup of BR x BC invocations owns BR rows and walks the
+// other side in tiles of BC; invocation (r, c) computes one score of the tile, and owns the
+// output columns c0 + a * BC + c (a < ACC) of its row. Operand chunks of DK values pass
+// through workgroup memory with rows padded to PK = DK + 1 floats (no bank conflicts when
+// the lanes of a row read a column). Sums run in a fixed order: results are deterministic.
+//
+// attn_fwd: rows are queries. Per key tile: scores, then the row's running max m and sum l
+// (online softmax, by the row's c = 0 invocation), then the rescaled accumulation of P V.
+// Writes out = acc / l and stats[n L + i] = m + log l (the log-sum-exp; +inf for a row whose
+// keys are all masked, whose output is then 0 as in PyTorch's safe softmax).
+// attn_dq: rows are queries. D_i = dO_i . O_i (written to stats[N L + n L + i] for attn_dkv),
+// then per key tile P = exp(s - lse), dS = P (z dO V^T - D), dQ += dS K.
+// attn_dkv: rows are keys of one key/value batch; walks the query tiles of every query head
+// of its group: dV += (P z)^T dO, dK += dS^T Q.
+// Column blocks (grid) split Ev (and E for dQ / dK) into ranges of ACC * BC columns; a block
+// recomputes the scores, so ACC bounds registers, not head sizes.
+//
+// Dropout keeps weight (n, i, j) when Philox(j, i, n, ctr) (lib/philox.wgsl) gives a unit
+// value >= p, and scales kept weights by 1 / (1 - p); the backward redraws the same bits.
+
+struct Params {
+    n: u32,
+    l: u32,
+    s: u32,
+    e: u32,
+    ev: u32,
+    heads: u32,
+    kv_heads: u32,
+    group: u32,
+    scale: f32,
+    // bit 0: mask, bit 1: causal, bit 2: dropout.
+    flags: u32,
+    drop_p: f32,
+    drop_scale: f32,
+    seed_lo: u32,
+    seed_hi: u32,
+    ctr: u32,
+    // Workgroups along the rows of one batch, and column blocks.
+    row_blocks: u32,
+    col_blocks: u32,
+    // Batches the grid walks (N for attn_fwd / attn_dq, Nk for attn_dkv).
+    batches: u32,
+    // The additive f32 mask: element (n, i, j) is at m_off + (n / heads) m_n0 + (n % heads) m_n1
+    // + i m_l + j m_s.
+    m_off: u32,
+    m_n0: u32,
+    m_n1: u32,
+    m_l: u32,
+    m_s: u32,
+    _pad0: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> q: array<T>;
+@group(0) @binding(2) var<storage, read> k: array<T>;
+@group(0) @binding(3) var<storage, read> v: array<T>;
+@group(0) @binding(4) var<storage, read> mask: array<f32>;
+@group(0) @binding(5) var<storage, read_write> out: array<T>;
+// lse [N L] then D [N L].
+@group(0) @binding(6) var<storage, read_write> stats: array<f32>;
+@group(0) @binding(7) var<storage, read> o: array<T>;
+@group(0) @binding(8) var<storage, read> dout: array<T>;
+@group(0) @binding(9) var<storage, read_write> dq: array<T>;
+@group(0) @binding(10) var<storage, read> stats_r: array<f32>;
+@group(0) @binding(11) var<storage, read_write> dk: array<T>;
+@group(0) @binding(12) var<storage, read_write> dv: array<T>;
+
+override BR: u32;
+override BC: u32;
+// Chunk width of the staged operands; a multiple of BC.
+override DK: u32;
+override PK: u32 = DK + 1u;
+override WGS: u32 = BR * BC;
+override TA: u32 = BR * PK;
+override TB: u32 = BC * PK;
+override TP: u32 = BR * BC;
+
+// Output columns per invocation and column block (src/ops/attention/kernel.rs mirrors it).
+const ACC: u32 = 16u;
+
+var<workgroup> ta: array<f32, TA>;
+var<workgroup> tb: array<f32, TB>;
+var<workgroup> pt: array<f32, TP>;
+var<workgroup> pt2: array<f32, TP>;
+var<workgroup> rm: array<f32, BR>;
+var<workgroup> rl: array<f32, BR>;
+var<workgroup> ralpha: array<f32, BR>;
+
+// Non-finite values built at run time (WGSL constants must be finite).
+fn neg_inf() -> f32 {
+    return bitcast<f32>(0xff800000u | (p.flags & 0u));
+}
+
+fn pos_inf() -> f32 {
+    return bitcast<f32>(0x7f800000u | (p.flags & 0u));
+}
+
+// max that propagates NaN.
+fn max_nan(a: f32, b: f32) -> f32 {
+    if (a != a || b != b) {
+        return a + b;
+    }
+    return max(a, b);
+}
+
+fn kv_of(n: u32) -> u32 {
+    return (n / p.heads) * p.kv_heads + (n % p.heads) / p.group;
+}
+
+// The scaled, masked score of query i and key j of batch n from their dot product; -inf
+// outside the problem, above the causal diagonal, or where the mask says so.
+fn logit(dot: f32, n: u32, i: u32, j: u32) -> f32 {
+    if (i >= p.l || j >= p.s || ((p.flags & 2u) != 0u && j > i)) {
+        return neg_inf();
+    }
+    var s = dot * p.scale;
+    if ((p.flags & 1u) != 0u) {
+        s += mask[p.m_off + (n / p.heads) * p.m_n0 + (n % p.heads) * p.m_n1 + i * p.m_l
+            + j * p.m_s];
+    }
+    return s;
+}
+
+// The dropout factor of weight (n, i, j): 1 without dropout, else 0 or 1 / (1 - p).
+fn drop_factor(n: u32, i: u32, j: u32) -> f32 {
+    if ((p.flags & 4u) == 0u) {
+        return 1.0;
+    }
+    let bits = philox(vec4<u32>(j, i, n, p.ctr), vec2<u32>(p.seed_lo, p.seed_hi));
+    return select(0.0, p.drop_scale, unit(bits.x) >= p.drop_p);
+}
+
+// Stages rows [r0, r0 + rows) x columns [c0, c0 + DK) of a packed [.., width] matrix at
+// `base` (whose rows end at `lim`) into ta (side 0) or tb (side 1), zero outside.
+fn stage_q(side: u32, lid: u32, base: u32, r0: u32, rows: u32, lim: u32, c0: u32, width: u32) {
+    for (var t = lid; t < rows * DK; t += WGS) {
+        let rr = t / DK;
+        let cc = c0 + t % DK;
+        var val = 0.0;
+        if (r0 + rr < lim && cc < width) {
+            val = f32(q[base + (r0 + rr) * width + cc]);
+        }
+        put(side, rr * PK + t % DK, val);
+    }
+}
+
+fn stage_k(side: u32, lid: u32, base: u32, r0: u32, rows: u32, lim: u32, c0: u32, width: u32) {
+    for (var t = lid; t < rows * DK; t += WGS) {
+        let rr = t / DK;
+        let cc = c0 + t % DK;
+        var val = 0.0;
+        if (r0 + rr < lim && cc < width) {
+            val = f32(k[base + (r0 + rr) * width + cc]);
+        }
+        put(side, rr * PK + t % DK, val);
+    }
+}
+
+fn stage_v(side: u32, lid: u32, base: u32, r0: u32, rows: u32, lim: u32, c0: u32, width: u32) {
+    for (var t = lid; t < rows * DK; t += WGS) {
+        let rr = t / DK;
+        let cc = c0 + t % DK;
+        var val = 0.0;
+        if (r0 + rr < lim && cc < width) {
+            val = f32(v[base + (r0 + rr) * width + cc]);
+        }
+        put(side, rr * PK + t % DK, val);
+    }
+}
+
+fn stage_dout(side: u32, lid: u32, base: u32, r0: u32, rows: u32, lim: u32, c0: u32, width: u32) {
+    for (var t = lid; t < rows * DK; t += WGS) {
+        let rr = t / DK;
+        let cc = c0 + t % DK;
+        var val = 0.0;
+        if (r0 + rr < lim && cc < width) {
+            val = f32(dout[base + (r0 + rr) * width + cc]);
+        }
+        put(side, rr * PK + t % DK, val);
+    }
+}
+
+fn put(side: u32, at: u32, val: f32) {
+    if (side == 0u) {
+        ta[at] = val;
+    } else {
+        tb[at] = val;
+    }
+}
+
+// Dot product of staged ta row r and tb row c over the first w values of the chunk.
+fn chunk_dot(r: u32, c: u32, w: u32) -> f32 {
+    var acc = 0.0;
+    for (var d = 0u; d < w; d++) {
+        acc = fma(ta[r * PK + d], tb[c * PK + d], acc);
+    }
+    return acc;
+}
+
+// Decodes the flat workgroup index into (row block, batch, column block); x = batches
+// walked, false past the grid's end.
+fn decode(wid: vec3<u32>, nwg: vec3<u32>) -> vec4<u32> {
+    let flat = wid.x + wid.y * nwg.x;
+    let rb = flat % p.row_blocks;
+    let rest = flat / p.row_blocks;
+    return vec4<u32>(rb, rest % p.batches, rest / p.batches, u32(rest < p.batches * p.col_blocks));
+}
+
+@compute @workgroup_size(WGS)
+fn attn_fwd(@builtin(workgroup_id) wid: vec3<u32>,
+            @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+    let w = decode(wid, nwg);
+    if (w.w == 0u) {
+        return;
+    }
+    let rb = w.x;
+    let n = w.y;
+    let cb = w.z;
+    let r = lid / BC;
+    let c = lid % BC;
+    let i = rb * BR + r;
+    let nk = kv_of(n);
+    let c0 = cb * ACC * BC;
+    let qbase = n * p.l * p.e;
+    let kbase = nk * p.s * p.e;
+    let vbase = nk * p.s * p.ev;
+    if (c == 0u) {
+        rm[r] = neg_inf();
+        rl[r] = 0.0;
+    }
+    workgroupBarrier();
+    var acc: array<f32, ACC>;
+    var s_end = p.s;
+    if ((p.flags & 2u) != 0u) {
+        s_end = min(p.s, rb * BR + BR);
+    }
+    for (var j0 = 0u; j0 < s_end; j0 += BC) {
+        var dot = 0.0;
+        for (var e0 = 0u; e0 < p.e; e0 += DK) {
+            stage_q(0u, lid, qbase, rb * BR, BR, p.l, e0, p.e);
+            stage_k(1u, lid, kbase, j0, BC, p.s, e0, p.e);
+            workgroupBarrier();
+            dot += chunk_dot(r, c, min(DK, p.e - e0));
+            workgroupBarrier();
+        }
+        pt[lid] = logit(dot, n, i, j0 + c);
+        workgroupBarrier();
+        if (c == 0u) {
+            let m_old = rm[r];
+            var mx = m_old;
+            for (var cc = 0u; cc < BC; cc++) {
+                mx = max_nan(mx, pt[r * BC + cc]);
+            }
+            var alpha = 1.0;
+            if (mx != neg_inf()) {
+                alpha = exp(m_old - mx);
+            }
+            var sum = 0.0;
+            for (var cc = 0u; cc < BC; cc++) {
+                let sc = pt[r * BC + cc];
+                var pv = 0.0;
+                if (sc != neg_inf()) {
+                    pv = exp(sc - mx);
+                }
+                sum += pv;
+                pt[r * BC + cc] = pv * drop_factor(n, i, j0 + cc);
+            }
+            rl[r] = rl[r] * alpha + sum;
+            rm[r] = mx;
+            ralpha[r] = alpha;
+        }
+        workgroupBarrier();
+        let alpha = ralpha[r];
+        for (var a = 0u; a < ACC; a++) {
+            acc[a] *= alpha;
+        }
+        for (var v0 = 0u; v0 < ACC * BC && c0 + v0 < p.ev; v0 += DK) {
+            stage_v(1u, lid, vbase, j0, BC, p.s, c0 + v0, p.ev);
+            workgroupBarrier();
+            for (var t = 0u; t < DK / BC; t++) {
+                var sum = 0.0;
+                for (var jj = 0u; jj < BC; jj++) {
+                    sum = fma(pt[r * BC + jj], tb[jj * PK + c + t * BC], sum);
+                }
+                acc[v0 / BC + t] += sum;
+            }
+            workgroupBarrier();
+        }
+    }
+    if (i >= p.l) {
+        return;
+    }
+    let lf = rl[r];
+    for (var a = 0u; a < ACC; a++) {
+        let col = c0 + a * BC + c;
+        if (col < p.ev) {
+            out[(n * p.l + i) * p.ev + col] = T(select(acc[a] / lf, 0.0, lf == 0.0));
+        }
+    }
+    if (cb == 0u && c == 0u) {
+        stats[n * p.l + i] = select(rm[r] + log(lf), pos_inf(), lf == 0.0);
+    }
+}
+
+@compute @workgroup_size(WGS)
+fn attn_dq(@builtin(workgroup_id) wid: vec3<u32>,
+           @builtin(num_workgroups) nwg: vec3<u32>,
+           @builtin(local_invocation_index) lid: u32) {
+    let w = decode(wid, nwg);
+    if (w.w == 0u) {
+        return;
+    }
+    let rb = w.x;
+    let n = w.y;
+    let cb = w.z;
+    let r = lid / BC;
+    let c = lid % BC;
+    let i = rb * BR + r;
+    let nk = kv_of(n);
+    let c0 = cb * ACC * BC;
+    let qbase = n * p.l * p.e;
+    let obase = n * p.l * p.ev;
+    let kbase = nk * p.s * p.e;
+    let vbase = nk * p.s * p.ev;
+    // D_i = dO_i . O_i: this invocation's share of the row, then the row's c = 0 sums them.
+    var part = 0.0;
+    if (i < p.l) {
+        for (var col = c; col < p.ev; col += BC) {
+            part = fma(f32(dout[obase + i * p.ev + col]), f32(o[obase + i * p.ev + col]), part);
+        }
+    }
+    pt[lid] = part;
+    workgroupBarrier();
+    if (c == 0u) {
+        var d = 0.0;
+        for (var cc = 0u; cc < BC; cc++) {
+            d += pt[r * BC + cc];
+        }
+        rm[r] = d;
+        if (i < p.l) {
+            rl[r] = stats[n * p.l + i];
+            if (cb == 0u) {
+                stats[p.n * p.l + n * p.l + i] = d;
+            }
+        } else {
+            rl[r] = pos_inf();
+        }
+    }
+    workgroupBarrier();
+    let d_i = rm[r];
+    let lse = rl[r];
+    var acc: array<f32, ACC>;
+    var s_end = p.s;
+    if ((p.flags & 2u) != 0u) {
+        s_end = min(p.s, rb * BR + BR);
+    }
+    for (var j0 = 0u; j0 < s_end; j0 += BC) {
+        let j = j0 + c;
+        var dot = 0.0;
+        for (var e0 = 0u; e0 < p.e; e0 += DK) {
+            stage_q(0u, lid, qbase, rb * BR, BR, p.l, e0, p.e);
+            stage_k(1u, lid, kbase, j0, BC, p.s, e0, p.e);
+            workgroupBarrier();
+            dot += chunk_dot(r, c, min(DK, p.e - e0));
+            workgroupBarrier();
+        }
+        var dp = 0.0;
+        for (var e0 = 0u; e0 < p.ev; e0 += DK) {
+            stage_dout(0u, lid, obase, rb * BR, BR, p.l, e0, p.ev);
+            stage_v(1u, lid, vbase, j0, BC, p.s, e0, p.ev);
+            workgroupBarrier();
+            dp += chunk_dot(r, c, min(DK, p.ev - e0));
+            workgroupBarrier();
+        }
+        let sc = logit(dot, n, i, j);
+        var pv = 0.0;
+        if (sc != neg_inf()) {
+            pv = exp(sc - lse);
+        }
+        pt[lid] = pv * (drop_factor(n, i, j) * dp - d_i);
+        for (var e0 = 0u; e0 < ACC * BC && c0 + e0 < p.e; e0 += DK) {
+            stage_k(1u, lid, kbase, j0, BC, p.s, c0 + e0, p.e);
+            workgroupBarrier();
+            for (var t = 0u; t < DK / BC; t++) {
+                var sum = 0.0;
+                for (var jj = 0u; jj < BC; jj++) {
+                    sum = fma(pt[r * BC + jj], tb[jj * PK + c + t * BC], sum);
+                }
+                acc[e0 / BC + t] += sum;
+            }
+            workgroupBarrier();
+        }
+    }
+    if (i >= p.l) {
+        return;
+    }
+    for (var a = 0u; a < ACC; a++) {
+        let col = c0 + a * BC + c;
+        if (col < p.e) {
+            dq[qbase + i * p.e + col] = T(acc[a] * p.scale);
+        }
+    }
+}
+
+@compute @workgroup_size(WGS)
+fn attn_dkv(@builtin(workgroup_id) wid: vec3<u32>,
+            @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+    let w = decode(wid, nwg);
+    if (w.w == 0u) {
+        return;
+    }
+    let rb = w.x;
+    let nk = w.y;
+    let cb = w.z;
+    let r = lid / BC;
+    let c = lid % BC;
+    let j = rb * BR + r;
+    let c0 = cb * ACC * BC;
+    let kbase = nk * p.s * p.e;
+    let vbase = nk * p.s * p.ev;
+    var acck: array<f32, ACC>;
+    var accv: array<f32, ACC>;
+    // Causal: queries before the block's first key attend to none of its keys.
+    var i_start = 0u;
+    if ((p.flags & 2u) != 0u) {
+        i_start = (rb * BR / BC) * BC;
+    }
+    for (var g = 0u; g < p.group; g++) {
+        let n = (nk / p.kv_heads) * p.heads + (nk % p.kv_heads) * p.group + g;
+        let qbase = n * p.l * p.e;
+        let obase = n * p.l * p.ev;
+        for (var i0 = i_start; i0 < p.l; i0 += BC) {
+            let i = i0 + c;
+            var dot = 0.0;
+            for (var e0 = 0u; e0 < p.e; e0 += DK) {
+                stage_k(0u, lid, kbase, rb * BR, BR, p.s, e0, p.e);
+                stage_q(1u, lid, qbase, i0, BC, p.l, e0, p.e);
+                workgroupBarrier();
+                dot += chunk_dot(r, c, min(DK, p.e - e0));
+                workgroupBarrier();
+            }
+            var dp = 0.0;
+            for (var e0 = 0u; e0 < p.ev; e0 += DK) {
+                stage_v(0u, lid, vbase, rb * BR, BR, p.s, e0, p.ev);
+                stage_dout(1u, lid, obase, i0, BC, p.l, e0, p.ev);
+                workgroupBarrier();
+                dp += chunk_dot(r, c, min(DK, p.ev - e0));
+                workgroupBarrier();
+            }
+            let sc = logit(dot, n, i, j);
+            var pv = 0.0;
+            var d_i = 0.0;
+            if (sc != neg_inf()) {
+                pv = exp(sc - stats_r[n * p.l + i]);
+                d_i = stats_r[p.n * p.l + n * p.l + i];
+            }
+            let z = drop_factor(n, i, j);
+            pt[lid] = pv * z;
+            pt2[lid] = pv * (z * dp - d_i);
+            for (var e0 = 0u; e0 < ACC * BC && c0 + e0 < max(p.e, p.ev); e0 += DK) {
+                stage_dout(1u, lid, obase, i0, BC, p.l, c0 + e0, p.ev);
+                workgroupBarrier();
+                for (var t = 0u; t < DK / BC; t++) {
+                    var sum = 0.0;
+                    for (var ii = 0u; ii < BC; ii++) {
+                        sum = fma(pt[r * BC + ii], tb[ii * PK + c + t * BC], sum);
+                    }
+                    accv[e0 / BC + t] += sum;
+                }
+                workgroupBarrier();
+                stage_q(1u, lid, qbase, i0, BC, p.l, c0 + e0, p.e);
+                workgroupBarrier();
+                for (var t = 0u; t < DK / BC; t++) {
+                    var sum = 0.0;
+                    for (var ii = 0u; ii < BC; ii++) {
+                        sum = fma(pt2[r * BC + ii], tb[ii * PK + c + t * BC], sum);
+                    }
+                    acck[e0 / BC + t] += sum;
+                }
+                workgroupBarrier();
+            }
+        }
+    }
+    if (j >= p.s) {
+        return;
+    }
+    for (var a = 0u; a < ACC; a++) {
+        let col = c0 + a * BC + c;
+        if (col < p.e) {
+            dk[kbase + j * p.e + col] = T(acck[a] * p.scale);
+        }
+        if (col < p.ev) {
+            dv[vbase + j * p.ev + col] = T(accv[a]);
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! Scaled dot-product attention, PyTorch's `F.scaled_dot_product_attention`: one fused kernel
+//! family (shaders/attention.wgsl, launched from [`kernel`]) that streams K/V tiles through
+//! workgroup memory with an online softmax (FlashAttention-2's schedule), so the `L x S` score
+//! matrix never exists in memory: the forward keeps O(L E) (the output and one log-sum-exp per
+//! query row). The backward recomputes the scores from that log-sum-exp: one pass over query
+//! blocks for dQ, one over key blocks for dK and dV, each summing in a fixed order (no
+//! atomics), so gradients are deterministic. [`reference`] is the plain composition of
+//! `matmul` and `softmax`, kept as the test oracle.
+
+pub(crate) mod kernel;
+mod problem;
+pub mod reference;
+
+use crate::autograd::{record, BackwardOp, NoGradGuard};
+use crate::{Result, Tensor};
+
+pub use problem::Problem;
+
+/// How an attention mask is read ([`SdpaOptions::attn_mask`]).
+#[derive(Clone, Copy, Debug)]
+pub enum AttnMask<'a> {
+    /// PyTorch's boolean mask: a nonzero entry means the query may attend to that key, zero
+    /// means it may not (the crate has no bool dtype: comparisons give f32 1/0 and bool
+    /// tensors load as i32; any dtype is read as nonzero / zero).
+    Bool(&'a Tensor),
+    /// A float mask added to the scaled scores (`-inf` excludes a key). Its gradient is not
+    /// computed: it takes part in autograd as a constant.
+    Additive(&'a Tensor),
+}
+
+/// Options of [`scaled_dot_product_attention`], PyTorch's keyword arguments; `Default` gives
+/// PyTorch's defaults (no mask, not causal, scale `1 / sqrt(E)`, no dropout, no GQA).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SdpaOptions<'a> {
+    /// A mask broadcastable to `[.., L, S]` (see [`AttnMask`]).
+    pub attn_mask: Option<AttnMask<'a>>,
+    /// Causal attention with PyTorch's upper-left alignment: query `i` attends to keys
+    /// `j <= i`. Must not be combined with `attn_mask`.
+    pub is_causal: bool,
+    /// Multiplies `q k^T`; `None` is `1 / sqrt(E)`.
+    pub scale: Option<f64>,
+    /// Dropout on the attention weights (inverted scaling, drawn from the device's generator,
+    /// [`Device::manual_seed`](crate::Device::manual_seed)); applied whenever it is nonzero, as
+    /// in PyTorch's functional form (pass 0 in evaluation).
+    pub dropout_p: f64,
+    /// Grouped-query attention: `k` and `v` may have fewer heads (dim -3) than `q`, a divisor
+    /// of them; query head `h` reads key/value head `h / (Hq / Hkv)`.
+    pub enable_gqa: bool,
+}
+
+/// Attention `softmax(q k^T * scale + mask) v`, PyTorch's
+/// `F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal, scale,
+/// enable_gqa)`: `q` `[.., L, E]`, `k` `[.., S, E]`, `v` `[.., S, Ev]` give `[.., L, Ev]`; the
+/// leading dims broadcast. f32 or f16 (computed in f32). A query row whose keys are all masked
+/// gives zeros (as PyTorch's math backend does), an empty key sequence gives zeros, and a NaN
+/// makes its row NaN. Tracked by autograd for `q`, `k` and `v` (a fused, deterministic
+/// backward).
+///
+/// ```no_run,ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::ops::{scaled_dot_product_attention, SdpaOptions};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let q = wgtensor::ops::randn(&dev, &[2, 4, 16, 8], DType::F32)?; // [batch, heads, L, E]
+/// let k = wgtensor::ops::randn(&dev, &[2, 4, 16, 8], DType::F32)?;
+/// let v = wgtensor::ops::randn(&dev, &[2, 4, 16, 8], DType::F32)?;
+/// let causal = SdpaOptions { is_causal: true, ..Default::default() };
+/// let out = scaled_dot_product_attention(&q, &k, &v, &causal)?;
+/// assert_eq!(out.shape(), &[2, 4, 16, 8]);
+/// # Ok(()) }
+/// ```
+pub fn scaled_dot_product_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    opts: &SdpaOptions,
+) -> Result<Tensor> {
+    let prob = Problem::new("scaled_dot_product_attention", q, k, v, opts)?;
+    let (out, saved) = {
+        let _guard = NoGradGuard::new();
+        kernel::forward(&prob)?
+    };
+    Ok(record(out, &[q, k, v], |out| {
+        Box::new(SdpaBackward {
+            prob: prob.detached(),
+            out: out.detach(),
+            saved,
+        })
+    }))
+}
+
+/// What the backward needs beyond the problem: the forward's output and its saved statistics.
+struct SdpaBackward {
+    prob: Problem,
+    out: Tensor,
+    saved: kernel::Saved,
+}
+
+impl BackwardOp for SdpaBackward {
+    fn saved(&self) -> Vec<&Tensor> {
+        vec![&self.prob.q, &self.prob.k, &self.prob.v]
+    }
+
+    fn name(&self) -> &'static str {
+        self.prob.op
+    }
+
+    fn backward(&self, grads: &[Option<Tensor>], needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+        let Some(g) = grads.first().and_then(Option::as_ref) else {
+            return Ok(vec![None; 3]);
+        };
+        let need = |i: usize| needs.get(i) != Some(&false);
+        let (dq, dk, dv) = kernel::backward(
+            &self.prob,
+            &self.out,
+            &self.saved,
+            g,
+            need(0),
+            need(1) || need(2),
+        )?;
+        Ok(vec![dq, dk, dv])
+    }
+}

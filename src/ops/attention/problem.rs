@@ -1,0 +1,293 @@
+//! One attention call, validated: the operands broadcast and packed as the kernels read them
+//! (`q` `[N, L, E]`, `k` `[Nk, S, E]`, `v` `[Nk, S, Ev]`), the mask turned additive and
+//! described by strides, and the shapes the gradients must come back in.
+
+use super::{AttnMask, SdpaOptions};
+use crate::autograd::NoGradGuard;
+use crate::layout::broadcast_shapes;
+use crate::{DType, Error, Result, Tensor};
+
+/// An additive f32 mask read in place through strides: element (n, i, j) of the scores, with
+/// `n = n0 * heads + n1`, adds `t[off + n0 * n0_stride + n1 * n1_stride + i * l_stride + j *
+/// s_stride]`.
+#[derive(Clone, Debug)]
+pub(crate) struct MaskView {
+    pub t: Tensor,
+    pub off: usize,
+    pub n0_stride: usize,
+    pub n1_stride: usize,
+    pub l_stride: usize,
+    pub s_stride: usize,
+}
+
+/// A validated attention problem (see the module docs); built by
+/// [`scaled_dot_product_attention`](super::scaled_dot_product_attention) and its reference.
+#[derive(Clone, Debug)]
+pub struct Problem {
+    pub(crate) op: &'static str,
+    /// Packed, broadcast operands (untracked).
+    pub(crate) q: Tensor,
+    pub(crate) k: Tensor,
+    pub(crate) v: Tensor,
+    pub(crate) mask: Option<MaskView>,
+    /// The broadcast leading dims of q (and of the output), and of k / v.
+    pub(crate) lead: Vec<usize>,
+    pub(crate) kv_lead: Vec<usize>,
+    /// The callers' shapes, which the gradients take.
+    pub(crate) shapes: [Vec<usize>; 3],
+    pub(crate) n: usize,
+    pub(crate) l: usize,
+    pub(crate) s: usize,
+    pub(crate) e: usize,
+    pub(crate) ev: usize,
+    /// Query heads (the last leading dim, 1 without leading dims) and key/value heads.
+    pub(crate) heads: usize,
+    pub(crate) kv_heads: usize,
+    pub(crate) scale: f32,
+    pub(crate) causal: bool,
+    pub(crate) dropout_p: f32,
+}
+
+/// The stride `s` with `offset(f) = f * s` for the flat index `f` over dims `shape` with
+/// `strides`, if one exists (broadcast dims have stride 0; unit dims do not count).
+fn merged_stride(shape: &[usize], strides: &[usize]) -> Option<usize> {
+    let mut s = None;
+    let mut inner = 1usize;
+    for (&n, &st) in shape.iter().zip(strides).rev() {
+        if n > 1 {
+            let base = *s.get_or_insert(if inner == 1 { st } else { 0 });
+            if st != base.checked_mul(inner)? {
+                return None;
+            }
+        }
+        inner = inner.checked_mul(n)?;
+    }
+    Some(s.unwrap_or(0))
+}
+
+impl Problem {
+    /// Validates and packs one call's operands (untracked: the caller records the op).
+    pub fn new(
+        op: &'static str,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        opts: &SdpaOptions,
+    ) -> Result<Problem> {
+        let _guard = NoGradGuard::new();
+        q.require_float(op)?;
+        for t in [k, v] {
+            q.same_device(op, t)?;
+            q.same_dtype(op, t)?;
+        }
+        for (name, t) in [("query", q), ("key", k), ("value", v)] {
+            if t.rank() < 2 {
+                return Err(Error::shape(
+                    op,
+                    format!(
+                        "{name} must have at least 2 dims [.., len, dim], got shape {:?}",
+                        t.shape()
+                    ),
+                ));
+            }
+        }
+        let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
+        let (l, e) = (qs[qs.len() - 2], qs[qs.len() - 1]);
+        let (s, ek) = (ks[ks.len() - 2], ks[ks.len() - 1]);
+        let (sv, ev) = (vs[vs.len() - 2], vs[vs.len() - 1]);
+        if ek != e {
+            return Err(Error::shape(
+                op,
+                format!("key's last dim must equal query's ({e}), got key {ks:?}, query {qs:?}"),
+            ));
+        }
+        if sv != s {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "value's length (dim -2) must equal key's ({s}), got value {vs:?}, key {ks:?}"
+                ),
+            ));
+        }
+        if !(0.0..=1.0).contains(&opts.dropout_p) {
+            return Err(Error::arg(
+                op,
+                format!("dropout_p must be in [0, 1], got {}", opts.dropout_p),
+            ));
+        }
+        if opts.is_causal && opts.attn_mask.is_some() {
+            return Err(Error::arg(
+                op,
+                "attn_mask must not be given together with is_causal = true",
+            ));
+        }
+        let lead_of = |sh: &[usize]| sh[..sh.len() - 2].to_vec();
+        let (ql, kl, vl) = (lead_of(qs), lead_of(ks), lead_of(vs));
+        let gqa = opts.enable_gqa && qs.len() >= 3 && ks.len() >= 3 && vs.len() >= 3;
+        let (lead, kv_lead) = if gqa {
+            let (hq, hk, hv) = (qs[qs.len() - 3], ks[ks.len() - 3], vs[vs.len() - 3]);
+            if hk != hv || hk == 0 || hq % hk != 0 {
+                return Err(Error::shape(
+                    op,
+                    format!(
+                        "enable_gqa needs key and value heads (dim -3) equal and dividing the \
+                         query heads, got query {hq}, key {hk}, value {hv}"
+                    ),
+                ));
+            }
+            let b = broadcast_shapes(op, &ql[..ql.len() - 1], &kl[..kl.len() - 1])?;
+            let b = broadcast_shapes(op, &b, &vl[..vl.len() - 1])?;
+            let mut lead = b.clone();
+            lead.push(hq);
+            let mut kv_lead = b;
+            kv_lead.push(hk);
+            (lead, kv_lead)
+        } else {
+            let b = broadcast_shapes(op, &ql, &kl)?;
+            let b = broadcast_shapes(op, &b, &vl)?;
+            (b.clone(), b)
+        };
+        let full = |lead: &[usize], a: usize, b: usize| {
+            let mut sh = lead.to_vec();
+            sh.extend([a, b]);
+            sh
+        };
+        let pack = |t: &Tensor, sh: Vec<usize>| -> Result<Tensor> {
+            let t = t.detach();
+            if t.shape() == sh.as_slice() {
+                t.contiguous()
+            } else {
+                t.broadcast_to(&sh)?.contiguous()
+            }
+        };
+        let n: usize = lead.iter().product();
+        let heads = lead.last().copied().unwrap_or(1);
+        let kv_heads = kv_lead.last().copied().unwrap_or(1);
+        let mask = match opts.attn_mask {
+            None => None,
+            Some(m) => Some(mask_view(op, q, m, &full(&lead, l, s), heads)?),
+        };
+        let scale = opts.scale.unwrap_or(1.0 / (e as f64).sqrt());
+        Ok(Problem {
+            op,
+            q: pack(q, full(&lead, l, e))?,
+            k: pack(k, full(&kv_lead, s, e))?,
+            v: pack(v, full(&kv_lead, s, ev))?,
+            mask,
+            shapes: [qs.to_vec(), ks.to_vec(), vs.to_vec()],
+            n,
+            l,
+            s,
+            e,
+            ev,
+            heads,
+            kv_heads,
+            lead,
+            kv_lead,
+            scale: scale as f32,
+            causal: opts.is_causal,
+            dropout_p: opts.dropout_p as f32,
+        })
+    }
+
+    /// The output's shape `[.., L, Ev]`.
+    pub fn out_shape(&self) -> Vec<usize> {
+        let mut sh = self.lead.clone();
+        sh.extend([self.l, self.ev]);
+        sh
+    }
+
+    /// The same problem holding no autograd history (for a saved backward).
+    pub(crate) fn detached(&self) -> Problem {
+        self.clone()
+    }
+
+    /// Query heads per key/value head.
+    pub(crate) fn group(&self) -> usize {
+        self.heads / self.kv_heads.max(1)
+    }
+}
+
+/// The mask as additive f32, viewed as `[.., L, S]` broadcast to the scores.
+fn mask_view(
+    op: &'static str,
+    q: &Tensor,
+    m: AttnMask,
+    scores: &[usize],
+    heads: usize,
+) -> Result<MaskView> {
+    let t = match m {
+        AttnMask::Bool(t) | AttnMask::Additive(t) => t,
+    };
+    q.same_device(op, t)?;
+    if t.rank() > scores.len() || broadcast_shapes(op, t.shape(), scores)? != scores {
+        return Err(Error::shape(
+            op,
+            format!(
+                "attn_mask of shape {:?} does not broadcast to the scores' shape {scores:?}",
+                t.shape()
+            ),
+        ));
+    }
+    let add = match m {
+        AttnMask::Bool(t) => {
+            let dev = t.device();
+            let zero = Tensor::full(dev, &[], 0.0, DType::F32)?;
+            let ninf = Tensor::full(dev, &[], f64::NEG_INFINITY, DType::F32)?;
+            t.detach().where_cond(&zero, &ninf)?
+        }
+        AttnMask::Additive(t) => {
+            if t.dtype == DType::I32 {
+                return Err(Error::DType {
+                    op,
+                    expected: DType::F32,
+                    got: DType::I32,
+                });
+            }
+            t.detach().to_dtype(DType::F32)?
+        }
+    };
+    let b = add.broadcast_to(scores)?;
+    let r = scores.len();
+    let lead_b = &scores[..r - 2];
+    let split = lead_b.len().saturating_sub(1);
+    let try_view = |b: &Tensor| -> Option<MaskView> {
+        let st = b.strides();
+        let n0 = merged_stride(&lead_b[..split], &st[..split])?;
+        let n1 = if lead_b.is_empty() || heads <= 1 {
+            0
+        } else {
+            st[split]
+        };
+        Some(MaskView {
+            t: b.clone(),
+            off: b.layout.offset(),
+            n0_stride: n0,
+            n1_stride: n1,
+            l_stride: st[r - 2],
+            s_stride: st[r - 1],
+        })
+    };
+    if let Some(v) = try_view(&b) {
+        return Ok(v);
+    }
+    // Broadcast over some batch dims but not others: no single stride walks them; pack it.
+    let packed = b.contiguous()?;
+    try_view(&packed).ok_or_else(|| Error::arg(op, "attn_mask: packed mask has no merged stride"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merged_stride;
+
+    #[test]
+    fn merged_strides() {
+        assert_eq!(merged_stride(&[], &[]), Some(0));
+        assert_eq!(merged_stride(&[2, 3], &[3, 1]), Some(1));
+        assert_eq!(merged_stride(&[2, 3], &[0, 0]), Some(0));
+        assert_eq!(merged_stride(&[2, 1, 3], &[30, 99, 10]), Some(10));
+        assert_eq!(merged_stride(&[2, 3], &[0, 5]), None);
+        assert_eq!(merged_stride(&[2, 3], &[5, 0]), None);
+        assert_eq!(merged_stride(&[1, 4], &[7, 0]), Some(0));
+    }
+}

@@ -1,0 +1,59 @@
+//! The plain composition of attention out of `matmul`, `softmax` and `dropout`, as PyTorch's
+//! math backend writes it: it materialises the `[.., L, S]` scores (O(L S) memory), so it
+//! serves as the oracle of the fused kernels' tests and as a comparison in benchmarks, not as
+//! a path for users.
+
+use super::{Problem, SdpaOptions};
+use crate::{Result, Tensor};
+
+/// [`scaled_dot_product_attention`](super::scaled_dot_product_attention) composed from
+/// tracked ops (autograd flows through each of them): the same validation, semantics and
+/// results up to rounding; dropout draws its mask from the device generator in a different
+/// order than the fused kernel.
+pub fn scaled_dot_product_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    opts: &SdpaOptions,
+) -> Result<Tensor> {
+    let prob = Problem::new("scaled_dot_product_attention", q, k, v, opts)?;
+    let dev = q.device();
+    let (k, v) = if prob.group() > 1 {
+        let idx: Vec<i32> = (0..prob.heads).map(|h| (h / prob.group()) as i32).collect();
+        let idx = Tensor::from_slice(dev, &idx, &[prob.heads])?;
+        (k.index_select(-3, &idx)?, v.index_select(-3, &idx)?)
+    } else {
+        (k.clone(), v.clone())
+    };
+    let mut scores = q
+        .matmul(&k.transpose(-2, -1)?)?
+        .mul_scalar(f64::from(prob.scale))?;
+    if let Some(m) = &prob.mask {
+        scores = scores.add(&m.t.to_dtype(q.dtype)?)?;
+    }
+    if prob.causal {
+        let (l, s) = (prob.l, prob.s);
+        let tril: Vec<f32> = (0..l * s)
+            .map(|x| {
+                if x % s.max(1) <= x / s.max(1) {
+                    0.0
+                } else {
+                    f32::NEG_INFINITY
+                }
+            })
+            .collect();
+        let tril = Tensor::from_slice(dev, &tril, &[l, s])?.to_dtype(q.dtype)?;
+        scores = scores.add(&tril)?;
+    }
+    if prob.s == 0 {
+        return Tensor::zeros(dev, &prob.out_shape(), q.dtype);
+    }
+    let p = scores.softmax(-1)?;
+    // PyTorch's safe softmax: a row of -inf scores (every key masked) gives zero weights.
+    let dead = scores.max(-1, true)?.eq_scalar(f64::NEG_INFINITY)?;
+    let mut p = p.masked_fill(&dead, 0.0)?;
+    if opts.dropout_p > 0.0 {
+        p = crate::ops::dropout(&p, opts.dropout_p, true)?;
+    }
+    p.matmul(&v)
+}
