@@ -19,6 +19,8 @@
 // Column blocks (grid) split Ev (and E for dQ / dK) into ranges of ACC * BC columns; a block
 // recomputes the scores, so ACC bounds registers, not head sizes.
 //
+// max_nan (a NaN score makes its row NaN, as PyTorch) comes from lib/activation.wgsl.
+//
 // Dropout keeps weight (n, i, j) when Philox(j, i, n, ctr) (lib/philox.wgsl) gives a unit
 // value >= p, and scales kept weights by 1 / (1 - p); the backward redraws the same bits.
 
@@ -95,16 +97,14 @@ fn neg_inf() -> f32 {
     return bitcast<f32>(0xff800000u | (p.flags & 0u));
 }
 
-fn pos_inf() -> f32 {
-    return bitcast<f32>(0x7f800000u | (p.flags & 0u));
+// Tests -inf by its bits: compilers that assume float compares never see a NaN (lavapipe's
+// does) may answer `x != -inf` wrongly for a NaN x, which turned a NaN row into zeros.
+fn is_neg_inf(x: f32) -> bool {
+    return bitcast<u32>(x) == 0xff800000u;
 }
 
-// max that propagates NaN.
-fn max_nan(a: f32, b: f32) -> f32 {
-    if (a != a || b != b) {
-        return a + b;
-    }
-    return max(a, b);
+fn pos_inf() -> f32 {
+    return bitcast<f32>(0x7f800000u | (p.flags & 0u));
 }
 
 fn kv_of(n: u32) -> u32 {
@@ -257,14 +257,14 @@ fn attn_fwd(@builtin(workgroup_id) wid: vec3<u32>,
                 mx = max_nan(mx, pt[r * BC + cc]);
             }
             var alpha = 1.0;
-            if (mx != neg_inf()) {
+            if (!is_neg_inf(mx)) {
                 alpha = exp(m_old - mx);
             }
             var sum = 0.0;
             for (var cc = 0u; cc < BC; cc++) {
                 let sc = pt[r * BC + cc];
                 var pv = 0.0;
-                if (sc != neg_inf()) {
+                if (!is_neg_inf(sc)) {
                     pv = exp(sc - mx);
                 }
                 sum += pv;
@@ -296,14 +296,17 @@ fn attn_fwd(@builtin(workgroup_id) wid: vec3<u32>,
         return;
     }
     let lf = rl[r];
+    // Every key masked (the running max never left -inf): zeros, and a log-sum-exp of +inf
+    // that gives zero weights in the backward.
+    let dead = is_neg_inf(rm[r]);
     for (var a = 0u; a < ACC; a++) {
         let col = c0 + a * BC + c;
         if (col < p.ev) {
-            out[(n * p.l + i) * p.ev + col] = T(select(acc[a] / lf, 0.0, lf == 0.0));
+            out[(n * p.l + i) * p.ev + col] = T(select(acc[a] / lf, 0.0, dead));
         }
     }
     if (cb == 0u && c == 0u) {
-        stats[n * p.l + i] = select(rm[r] + log(lf), pos_inf(), lf == 0.0);
+        stats[n * p.l + i] = select(rm[r] + log(lf), pos_inf(), dead);
     }
 }
 
@@ -379,7 +382,7 @@ fn attn_dq(@builtin(workgroup_id) wid: vec3<u32>,
         }
         let sc = logit(dot, n, i, j);
         var pv = 0.0;
-        if (sc != neg_inf()) {
+        if (!is_neg_inf(sc)) {
             pv = exp(sc - lse);
         }
         pt[lid] = pv * (drop_factor(n, i, j) * dp - d_i);
@@ -456,7 +459,7 @@ fn attn_dkv(@builtin(workgroup_id) wid: vec3<u32>,
             let sc = logit(dot, n, i, j);
             var pv = 0.0;
             var d_i = 0.0;
-            if (sc != neg_inf()) {
+            if (!is_neg_inf(sc)) {
                 pv = exp(sc - stats_r[n * p.l + i]);
                 d_i = stats_r[p.n * p.l + n * p.l + i];
             }

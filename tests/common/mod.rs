@@ -3,6 +3,7 @@
 //! model of the same view.
 #![allow(dead_code)]
 
+pub mod attention_ref;
 pub mod conv_ref;
 pub mod norm_ref;
 pub mod reference;
@@ -30,6 +31,21 @@ pub fn portable_device() -> &'static Device {
     DEVICE.get_or_init(|| {
         Device::with_options(wgtensor::DeviceOptions {
             disable_subgroups: true,
+            ..Default::default()
+        })
+        .expect("no wgpu adapter: install a Vulkan driver (e.g. Mesa lavapipe)")
+    })
+}
+
+/// A third process-wide device that plans kernels as on a GPU
+/// ([`DeviceOptions::gpu_plans`](wgtensor::DeviceOptions::gpu_plans)): the GPU tile shapes run
+/// on lavapipe, so tests cover them without a GPU.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn gpu_plans_device() -> &'static Device {
+    static DEVICE: OnceLock<Device> = OnceLock::new();
+    DEVICE.get_or_init(|| {
+        Device::with_options(wgtensor::DeviceOptions {
+            gpu_plans: true,
             ..Default::default()
         })
         .expect("no wgpu adapter: install a Vulkan driver (e.g. Mesa lavapipe)")

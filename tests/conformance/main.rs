@@ -9,6 +9,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod attention;
 mod batchnorm;
 mod check;
 mod conv;

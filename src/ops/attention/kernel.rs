@@ -4,6 +4,7 @@ use bytemuck::{Pod, Zeroable};
 
 use super::Problem;
 use crate::autograd::sum_to;
+use crate::ops::activation::ACTIVATION;
 use crate::ops::random::PHILOX;
 use crate::runtime::pipeline::ShaderVariant;
 use crate::runtime::{Access, Bind, Caps, Kernel};
@@ -18,13 +19,13 @@ pub(crate) const ACC: u32 = 16;
 
 static FWD: Kernel = Kernel::new("attention", SRC, "attn_fwd", &[R, R, R, R, RW, RW])
     .slots(&[1, 2, 3, 4, 5, 6])
-    .libs(&[&PHILOX]);
+    .libs(&[&PHILOX, &ACTIVATION]);
 static DQ: Kernel = Kernel::new("attention", SRC, "attn_dq", &[R, R, R, R, R, R, RW, RW])
     .slots(&[1, 2, 3, 4, 7, 8, 6, 9])
-    .libs(&[&PHILOX]);
+    .libs(&[&PHILOX, &ACTIVATION]);
 static DKV: Kernel = Kernel::new("attention", SRC, "attn_dkv", &[R, R, R, R, R, R, RW, RW])
     .slots(&[1, 2, 3, 4, 8, 10, 11, 12])
-    .libs(&[&PHILOX]);
+    .libs(&[&PHILOX, &ACTIVATION]);
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]

@@ -220,7 +220,13 @@ fn mask_view(
         AttnMask::Bool(t) | AttnMask::Additive(t) => t,
     };
     q.same_device(op, t)?;
-    if t.rank() > scores.len() || broadcast_shapes(op, t.shape(), scores)? != scores {
+    let fits = t.rank() <= scores.len()
+        && t.shape()
+            .iter()
+            .rev()
+            .zip(scores.iter().rev())
+            .all(|(&a, &b)| a == b || a == 1);
+    if !fits {
         return Err(Error::shape(
             op,
             format!(

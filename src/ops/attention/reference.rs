@@ -48,9 +48,10 @@ pub fn scaled_dot_product_attention(
     if prob.s == 0 {
         return Tensor::zeros(dev, &prob.out_shape(), q.dtype);
     }
-    let p = scores.softmax(-1)?;
-    // PyTorch's safe softmax: a row of -inf scores (every key masked) gives zero weights.
+    // PyTorch's safe softmax: a row of -inf scores (every key masked) gives zero weights, and
+    // zero gradients (its softmax runs on zeros, so no NaN reaches the backward).
     let dead = scores.max(-1, true)?.eq_scalar(f64::NEG_INFINITY)?;
+    let p = scores.masked_fill(&dead, 0.0)?.softmax(-1)?;
     let mut p = p.masked_fill(&dead, 0.0)?;
     if opts.dropout_p > 0.0 {
         p = crate::ops::dropout(&p, opts.dropout_p, true)?;

@@ -1,0 +1,526 @@
+//! scaled_dot_product_attention beyond the conformance suite: broadcasting leading dims and
+//! low ranks against the plain composition, empty and degenerate shapes as PyTorch gives them,
+//! NaN rows, fully masked rows, argument errors, dropout (kept fraction, values, determinism and
+//! gradients against the f64 reference with the same dropout pattern), a finite-difference
+//! check, deterministic gradients, and O(L E) forward memory at L = S = 8192.
+// Native only (blocking device and readback); tests/browser/ is the wasm32 suite.
+#![cfg(not(target_arch = "wasm32"))]
+
+#[path = "common/mod.rs"]
+mod common;
+
+use common::attention_ref::{attention, AttnGeom};
+use common::{device, download, upload};
+use wgtensor::ops::attention::reference::scaled_dot_product_attention as composed;
+use wgtensor::ops::{scaled_dot_product_attention as sdpa, AttnMask, SdpaOptions};
+use wgtensor::{DType, Device, DeviceOptions, Error, Tensor};
+
+fn randn(dev: &Device, shape: &[usize]) -> Tensor {
+    wgtensor::ops::randn(dev, shape, DType::F32).unwrap()
+}
+
+fn leaf(dev: &Device, shape: &[usize]) -> Tensor {
+    randn(dev, shape).requires_grad().unwrap()
+}
+
+fn vals(t: &Tensor) -> Vec<f32> {
+    t.to_vec::<f32>().unwrap()
+}
+
+fn assert_close(what: &str, got: &Tensor, want: &Tensor, tol: f32) {
+    assert_eq!(got.shape(), want.shape(), "{what}: shapes");
+    let (g, w) = (vals(got), vals(want));
+    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+        let ok = (a.is_nan() && b.is_nan()) || (a - b).abs() <= tol * (1.0 + b.abs());
+        assert!(ok, "{what}: element {i}: got {a}, want {b}");
+    }
+}
+
+/// The fused op and the composition agree on outputs and on the gradients of q, k and v.
+fn agree(q: &Tensor, k: &Tensor, v: &Tensor, opts: &SdpaOptions) {
+    let dev = q.device();
+    let a = sdpa(q, k, v, opts).unwrap();
+    let b = composed(q, k, v, opts).unwrap();
+    assert_close("out", &a, &b, 2e-5);
+    let g = randn(dev, a.shape());
+    let ga = a.backward_with_grad(&g).unwrap();
+    let gb = b.backward_with_grad(&g).unwrap();
+    for (name, t) in [("dq", q), ("dk", k), ("dv", v)] {
+        let (x, y) = (ga.get(t).unwrap(), gb.get(t).unwrap());
+        assert_eq!(x.shape(), t.shape(), "{name} takes its operand's shape");
+        assert_close(name, x, y, 5e-5);
+    }
+}
+
+#[test]
+fn broadcast_leading_dims_and_low_ranks() {
+    let dev = device();
+    let d = SdpaOptions::default();
+    // k and v broadcast over q's batch; v has no leading dims at all.
+    agree(
+        &leaf(dev, &[2, 3, 7, 5]),
+        &leaf(dev, &[1, 3, 9, 5]),
+        &leaf(dev, &[9, 4]),
+        &d,
+    );
+    // Rank 2 (no batch) and rank 3.
+    agree(
+        &leaf(dev, &[6, 8]),
+        &leaf(dev, &[11, 8]),
+        &leaf(dev, &[11, 3]),
+        &d,
+    );
+    agree(
+        &leaf(dev, &[3, 6, 8]),
+        &leaf(dev, &[3, 11, 8]),
+        &leaf(dev, &[3, 11, 3]),
+        &SdpaOptions {
+            is_causal: true,
+            scale: Some(0.7),
+            ..d
+        },
+    );
+    // A bool mask broadcast over batches, one per head ([H, L, S]): the batch and head strides
+    // do not merge, so the op packs it.
+    let m = wgtensor::ops::rand(dev, &[3, 7, 9], DType::F32)
+        .unwrap()
+        .gt_scalar(0.3)
+        .unwrap();
+    agree(
+        &leaf(dev, &[2, 3, 7, 5]),
+        &leaf(dev, &[2, 3, 9, 5]),
+        &leaf(dev, &[2, 3, 9, 6]),
+        &SdpaOptions {
+            attn_mask: Some(AttnMask::Bool(&m)),
+            ..d
+        },
+    );
+    // Grouped-query attention through the composition too.
+    agree(
+        &leaf(dev, &[1, 6, 5, 4]),
+        &leaf(dev, &[1, 2, 8, 4]),
+        &leaf(dev, &[1, 2, 8, 4]),
+        &SdpaOptions {
+            enable_gqa: true,
+            ..d
+        },
+    );
+}
+
+#[test]
+fn empty_and_degenerate_shapes() {
+    let dev = device();
+    let d = SdpaOptions::default();
+    // No keys: zeros, as PyTorch; gradients zero.
+    let q = leaf(dev, &[2, 3, 4]);
+    let k = leaf(dev, &[2, 0, 4]);
+    let v = leaf(dev, &[2, 0, 5]);
+    let o = sdpa(&q, &k, &v, &d).unwrap();
+    assert_eq!(o.shape(), &[2, 3, 5]);
+    assert!(vals(&o).iter().all(|&x| x == 0.0));
+    let g = o.sum_all().unwrap().backward().unwrap();
+    assert!(vals(g.get(&q).unwrap()).iter().all(|&x| x == 0.0));
+    assert_eq!(g.get(&k).unwrap().shape(), &[2, 0, 4]);
+    // No queries, no batches, no value columns.
+    for (qs, ks, vs, out) in [
+        (vec![2, 0, 4], vec![2, 3, 4], vec![2, 3, 5], vec![2, 0, 5]),
+        (vec![0, 2, 4], vec![0, 3, 4], vec![0, 3, 5], vec![0, 2, 5]),
+        (vec![2, 2, 4], vec![2, 3, 4], vec![2, 3, 0], vec![2, 2, 0]),
+    ] {
+        let (q, k, v) = (leaf(dev, &qs), leaf(dev, &ks), leaf(dev, &vs));
+        let o = sdpa(&q, &k, &v, &d).unwrap();
+        assert_eq!(o.shape(), out.as_slice());
+        let g = o.sum_all().unwrap().backward().unwrap();
+        assert_eq!(g.get(&k).unwrap().shape(), ks.as_slice());
+    }
+    // No head dim: every score is 0, the weights uniform: the mean of v (PyTorch).
+    let q = randn(dev, &[3, 0]);
+    let k = randn(dev, &[4, 0]);
+    let v = Tensor::from_slice(dev, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], &[4, 2]).unwrap();
+    let o = sdpa(&q, &k, &v, &d).unwrap();
+    assert_eq!(vals(&o), vec![4.0, 5.0, 4.0, 5.0, 4.0, 5.0]);
+}
+
+#[test]
+fn nan_rows_and_fully_masked_rows() {
+    let dev = device();
+    let mut qh = vec![0.5f32; 3 * 4];
+    qh[4] = f32::NAN; // row 1
+    let q = Tensor::from_slice(dev, &qh, &[3, 4]).unwrap();
+    let k = randn(dev, &[5, 4]);
+    let v = randn(dev, &[5, 2]);
+    let o = vals(&sdpa(&q, &k, &v, &SdpaOptions::default()).unwrap());
+    assert!(o[2].is_nan() && o[3].is_nan(), "{o:?}");
+    assert!(o[0].is_finite() && o[5].is_finite(), "{o:?}");
+    // Row 1 may attend to nothing: its output and its gradients are 0 (PyTorch's safe
+    // softmax); the other rows are unaffected.
+    let mut mh = vec![1.0f32; 15];
+    mh[5..10].fill(0.0);
+    let m = Tensor::from_slice(dev, &mh, &[3, 5]).unwrap();
+    let q = leaf(dev, &[3, 4]);
+    let k = leaf(dev, &[5, 4]);
+    let v = leaf(dev, &[5, 2]);
+    let opts = SdpaOptions {
+        attn_mask: Some(AttnMask::Bool(&m)),
+        ..Default::default()
+    };
+    let o = sdpa(&q, &k, &v, &opts).unwrap();
+    let ov = vals(&o);
+    assert_eq!(&ov[2..4], &[0.0, 0.0]);
+    let g = o.sum_all().unwrap().backward().unwrap();
+    assert_eq!(&vals(g.get(&q).unwrap())[4..8], &[0.0; 4]);
+    agree(&q, &k, &v, &opts);
+    // The same with an additive mask of -inf.
+    let add = m
+        .eq_scalar(0.0)
+        .unwrap()
+        .mul_scalar(-1e30)
+        .unwrap()
+        .mul_scalar(1e30)
+        .unwrap();
+    let o2 = sdpa(
+        &q,
+        &k,
+        &v,
+        &SdpaOptions {
+            attn_mask: Some(AttnMask::Additive(&add)),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_close("additive -inf mask", &o2, &o, 1e-6);
+}
+
+fn err(r: wgtensor::Result<Tensor>) -> String {
+    let e = r.expect_err("must fail");
+    assert!(
+        matches!(
+            e,
+            Error::Shape { .. }
+                | Error::InvalidArgument { .. }
+                | Error::DType { .. }
+                | Error::DeviceMismatch { .. }
+        ),
+        "{e:?}"
+    );
+    e.to_string()
+}
+
+#[test]
+fn argument_errors_name_the_op_and_values() {
+    let dev = device();
+    let d = SdpaOptions::default();
+    let (q, k, v) = (
+        randn(dev, &[2, 3, 4]),
+        randn(dev, &[2, 5, 4]),
+        randn(dev, &[2, 5, 6]),
+    );
+    let e = err(sdpa(&q, &randn(dev, &[2, 5, 3]), &v, &d));
+    assert!(
+        e.contains("scaled_dot_product_attention") && e.contains("(4)"),
+        "{e}"
+    );
+    let e = err(sdpa(&q, &k, &randn(dev, &[2, 6, 6]), &d));
+    assert!(e.contains("value") && e.contains("(5)"), "{e}");
+    let e = err(sdpa(&randn(dev, &[4]), &k, &v, &d));
+    assert!(e.contains("at least 2 dims"), "{e}");
+    let e = err(sdpa(
+        &q,
+        &randn(dev, &[3, 5, 4]),
+        &randn(dev, &[3, 5, 6]),
+        &d,
+    ));
+    assert!(e.contains("broadcast") || e.contains("[2]"), "{e}");
+    let bad_mask = randn(dev, &[4, 5]);
+    let e = err(sdpa(
+        &q,
+        &k,
+        &v,
+        &SdpaOptions {
+            attn_mask: Some(AttnMask::Bool(&bad_mask)),
+            ..d
+        },
+    ));
+    assert!(e.contains("attn_mask") && e.contains("[4, 5]"), "{e}");
+    let m = randn(dev, &[3, 5]);
+    let e = err(sdpa(
+        &q,
+        &k,
+        &v,
+        &SdpaOptions {
+            attn_mask: Some(AttnMask::Bool(&m)),
+            is_causal: true,
+            ..d
+        },
+    ));
+    assert!(e.contains("is_causal"), "{e}");
+    for p in [-0.1, 1.5, f64::NAN] {
+        let e = err(sdpa(&q, &k, &v, &SdpaOptions { dropout_p: p, ..d }));
+        assert!(e.contains("dropout_p"), "{e}");
+    }
+    let e = err(sdpa(
+        &randn(dev, &[1, 3, 2, 4]),
+        &randn(dev, &[1, 2, 5, 4]),
+        &randn(dev, &[1, 2, 5, 4]),
+        &SdpaOptions {
+            enable_gqa: true,
+            ..d
+        },
+    ));
+    assert!(e.contains("enable_gqa") && e.contains("query 3"), "{e}");
+    let ints = Tensor::from_slice(dev, &[1i32; 15], &[3, 5]).unwrap();
+    err(sdpa(
+        &q,
+        &k,
+        &v,
+        &SdpaOptions {
+            attn_mask: Some(AttnMask::Additive(&ints)),
+            ..d
+        },
+    ));
+    // i32 operands are refused, an i32 bool mask is fine.
+    let qi = Tensor::from_slice(dev, &[1i32; 24], &[2, 3, 4]).unwrap();
+    err(sdpa(&qi, &k, &v, &d));
+    let o = sdpa(
+        &q,
+        &k,
+        &v,
+        &SdpaOptions {
+            attn_mask: Some(AttnMask::Bool(&ints)),
+            ..d
+        },
+    )
+    .unwrap();
+    assert_close(
+        "all-true i32 mask",
+        &o,
+        &sdpa(&q, &k, &v, &d).unwrap(),
+        1e-6,
+    );
+    let other = Device::new().unwrap();
+    err(sdpa(&q, &randn(&other, &[2, 5, 4]), &v, &d));
+}
+
+/// Dropout: with v the identity, the output is the dropped weight matrix itself.
+#[test]
+fn dropout_pattern_values_and_gradients() {
+    // A private device: tests running beside this one draw from the shared device's generator
+    // between a `manual_seed` and the call it is meant for.
+    let dev = &Device::new().unwrap();
+    let (l, s, e) = (24, 32, 8);
+    let q = randn(dev, &[2, l, e]);
+    let k = randn(dev, &[2, s, e]);
+    let mut eye = vec![0.0f32; s * s];
+    for j in 0..s {
+        eye[j * s + j] = 1.0;
+    }
+    let eye = Tensor::from_slice(dev, &eye, &[s, s])
+        .unwrap()
+        .broadcast_to(&[2, s, s])
+        .unwrap();
+    let p = 0.25;
+    let plain = vals(&sdpa(&q, &k, &eye, &SdpaOptions::default()).unwrap());
+    let opts = SdpaOptions {
+        dropout_p: p,
+        ..Default::default()
+    };
+    dev.manual_seed(7);
+    let a = vals(&sdpa(&q, &k, &eye, &opts).unwrap());
+    dev.manual_seed(7);
+    let b = vals(&sdpa(&q, &k, &eye, &opts).unwrap());
+    assert_eq!(a, b, "the same seed gives the same pattern");
+    let c = vals(&sdpa(&q, &k, &eye, &opts).unwrap());
+    assert_ne!(a, c, "the next call draws a new pattern");
+    let mut kept = 0;
+    for (x, w) in a.iter().zip(&plain) {
+        if *x != 0.0 {
+            kept += 1;
+            assert!(
+                (x - w / (1.0 - p as f32)).abs() <= 1e-6 * (1.0 + x.abs()),
+                "{x} vs {w}"
+            );
+        }
+    }
+    let frac = kept as f64 / a.len() as f64;
+    assert!((frac - (1.0 - p)).abs() < 0.05, "kept {frac}");
+    // Gradients with that pattern against the f64 reference.
+    let drop: Vec<f64> = a
+        .iter()
+        .zip(&plain)
+        .map(|(x, _)| if *x != 0.0 { 1.0 / (1.0 - p) } else { 0.0 })
+        .collect();
+    let qh: Vec<f64> = vals(&q).iter().map(|&x| f64::from(x)).collect();
+    let kh: Vec<f64> = vals(&k).iter().map(|&x| f64::from(x)).collect();
+    let vh: Vec<f64> = (0..2 * s * 3)
+        .map(|i| ((i * 37 % 11) as f64 - 5.0) / 5.0)
+        .collect();
+    let gh: Vec<f64> = (0..2 * l * 3)
+        .map(|i| ((i * 13 % 7) as f64 - 3.0) / 3.0)
+        .collect();
+    let geom = AttnGeom {
+        n: 2,
+        heads: 1,
+        kv_heads: 1,
+        l,
+        s,
+        e,
+        ev: 3,
+        scale: f64::from(1.0f32 / (e as f32).sqrt()),
+        causal: false,
+    };
+    let want = attention(&geom, &qh, &kh, &vh, None, Some(&drop), &gh);
+    let ql = q.detach().requires_grad().unwrap();
+    let kl = k.detach().requires_grad().unwrap();
+    let vl = upload(dev, &vh, &[2, s, 3], DType::F32)
+        .requires_grad()
+        .unwrap();
+    dev.manual_seed(7);
+    let o = sdpa(&ql, &kl, &vl, &opts).unwrap();
+    let g = o
+        .backward_with_grad(&upload(dev, &gh, &[2, l, 3], DType::F32))
+        .unwrap();
+    for (name, got, want) in [
+        ("out", o.clone(), &want.out),
+        ("dq", g.get(&ql).unwrap().clone(), &want.dq),
+        ("dk", g.get(&kl).unwrap().clone(), &want.dk),
+        ("dv", g.get(&vl).unwrap().clone(), &want.dv),
+    ] {
+        let got = download(&got).unwrap();
+        for (i, (x, w)) in got.iter().zip(want.iter()).enumerate() {
+            assert!(
+                (x - w).abs() <= 1e-4 * (1.0 + w.abs()),
+                "{name}[{i}]: {x} vs {w}"
+            );
+        }
+    }
+    // p = 1 drops everything.
+    let o = sdpa(
+        &q,
+        &k,
+        &eye,
+        &SdpaOptions {
+            dropout_p: 1.0,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(vals(&o).iter().all(|&x| x == 0.0));
+}
+
+/// Central differences of sum(out * g) in f64-accumulated f32 agree with the fused backward.
+#[test]
+fn finite_differences() {
+    let dev = device();
+    let (l, s, e, ev) = (5, 7, 4, 3);
+    let m = Tensor::from_slice(dev, &[0.0f32, -1.0, 0.5, 0.0, 2.0, 0.0, -0.5], &[s]).unwrap();
+    let q0: Vec<f32> = (0..l * e)
+        .map(|i| ((i * 7 % 13) as f32 - 6.0) / 6.0)
+        .collect();
+    let k = randn(dev, &[s, e]);
+    let v = randn(dev, &[s, ev]);
+    let g = randn(dev, &[l, ev]);
+    let opts = SdpaOptions {
+        attn_mask: Some(AttnMask::Additive(&m)),
+        ..Default::default()
+    };
+    let loss = |qv: &[f32]| -> f64 {
+        let q = Tensor::from_slice(dev, qv, &[l, e]).unwrap();
+        let o = vals(&sdpa(&q, &k, &v, &opts).unwrap());
+        o.iter()
+            .zip(vals(&g))
+            .map(|(a, b)| f64::from(*a) * f64::from(b))
+            .sum()
+    };
+    let q = Tensor::from_slice(dev, &q0, &[l, e])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let o = sdpa(&q, &k, &v, &opts).unwrap();
+    let dq = vals(o.backward_with_grad(&g).unwrap().get(&q).unwrap());
+    let h = 1e-2f32;
+    for i in [0, 3, 7, 12, 19] {
+        let (mut up, mut dn) = (q0.clone(), q0.clone());
+        up[i] += h;
+        dn[i] -= h;
+        let fd = (loss(&up) - loss(&dn)) / (2.0 * f64::from(h));
+        assert!(
+            (fd - f64::from(dq[i])).abs() <= 2e-3 * (1.0 + fd.abs()),
+            "dq[{i}]: finite difference {fd}, backward {}",
+            dq[i]
+        );
+    }
+}
+
+#[test]
+fn gradients_are_deterministic() {
+    let dev = device();
+    let q = leaf(dev, &[2, 4, 33, 16]);
+    let k = leaf(dev, &[2, 2, 45, 16]);
+    let v = leaf(dev, &[2, 2, 45, 16]);
+    let g = randn(dev, &[2, 4, 33, 16]);
+    let opts = SdpaOptions {
+        enable_gqa: true,
+        ..Default::default()
+    };
+    let run = || {
+        let o = sdpa(&q, &k, &v, &opts).unwrap();
+        let gr = o.backward_with_grad(&g).unwrap();
+        [&q, &k, &v].map(|t| vals(gr.get(t).unwrap()))
+    };
+    assert_eq!(run(), run());
+}
+
+/// The forward never materialises the L x S scores: at L = S = 8192 they would take 256 MiB,
+/// four times the device's whole memory limit here.
+#[test]
+fn forward_memory_is_linear_in_length() {
+    let dev = Device::with_options(DeviceOptions {
+        memory_limit: Some(64 << 20),
+        ..Default::default()
+    })
+    .unwrap();
+    let (n, e) = (8192, 8);
+    let q = randn(&dev, &[n, e]);
+    let k = randn(&dev, &[n, e]);
+    let v = randn(&dev, &[n, e]);
+    let o = sdpa(
+        &q,
+        &k,
+        &v,
+        &SdpaOptions {
+            is_causal: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let got = vals(&o);
+    // A few rows against the f64 definition (causal: row i sees keys 0..=i).
+    let (qh, kh, vh) = (vals(&q), vals(&k), vals(&v));
+    let scale = 1.0 / (e as f64).sqrt();
+    for i in [0usize, 1, 4097, 8191] {
+        let sc: Vec<f64> = (0..=i)
+            .map(|j| {
+                (0..e)
+                    .map(|x| f64::from(qh[i * e + x]) * f64::from(kh[j * e + x]))
+                    .sum::<f64>()
+                    * scale
+            })
+            .collect();
+        let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let w: Vec<f64> = sc.iter().map(|x| (x - m).exp()).collect();
+        let sum: f64 = w.iter().sum();
+        for c in 0..e {
+            let want: f64 = (0..=i).map(|j| w[j] / sum * f64::from(vh[j * e + c])).sum();
+            let g = f64::from(got[i * e + c]);
+            assert!(
+                (g - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                "row {i} col {c}: {g} vs {want}"
+            );
+        }
+    }
+    // The composition needs the scores and runs out of memory under the same limit.
+    assert!(matches!(
+        composed(&q, &k, &v, &SdpaOptions::default()),
+        Err(Error::OutOfMemory { .. })
+    ));
+}

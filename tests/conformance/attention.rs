@@ -1,0 +1,302 @@
+//! scaled_dot_product_attention conformance (the fused forward and backward kernels, through
+//! autograd) against the f64 reference of tests/common/attention_ref.rs: odd lengths (L, S not
+//! multiples of any tile), head dims up to 300 (several column blocks), grouped-query heads,
+//! every mask kind and broadcast, causal, empty sequences; on the CPU tile plan and on the GPU
+//! one (`gpu_plans_device`).
+//!
+//! Tolerance per element, with A = scale * E * max|q| max|k| bounding a score and T = L + S + E
+//! + Ev + 16 terms per sum: 8 * T * (1 + A) * EPS32 times the sum of the absolute values of the
+//! element's terms (the reference's `*_mag`): a score's rounding error moves every weight of
+//! its row by that relative amount, and each result is a sum of at most T products; f16
+//! multiplies it by 2^11 for the rounded storage of the output (read back by the backward)
+//! and of the gradients.
+
+use proptest::prelude::*;
+use wgtensor::ops::{scaled_dot_product_attention, AttnMask, SdpaOptions};
+use wgtensor::{DType, Device, Tensor};
+
+use crate::check::{compare, ok, EPS32};
+use crate::common::attention_ref::{attention, AttnGeom};
+use crate::common::{device, download, gpu_plans_device, require_f16, round_to_dtype, upload};
+use crate::strategies::{run, Rng};
+
+const CASES_F32: u32 = 48;
+const CASES_F16: u32 = 16;
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum MaskKind {
+    None,
+    /// Bool `[L, S]` (nonzero = attend), shared by every batch and head.
+    BoolShared,
+    /// Bool `[B, 1, L, S]`: per batch, broadcast over heads.
+    BoolPerBatch,
+    /// Additive `[H, L, S]` with some `-inf`: per head, broadcast over batches (the batch and
+    /// head strides cannot merge into one).
+    AddPerHead,
+    /// Additive `[B, H, L, S]`.
+    AddFull,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct AttnProblem {
+    b: usize,
+    heads: usize,
+    kv_heads: usize,
+    l: usize,
+    s: usize,
+    e: usize,
+    ev: usize,
+    causal: bool,
+    mask: MaskKind,
+    scale: Option<f64>,
+    gpu: bool,
+    seed: u64,
+    dtype: DType,
+}
+
+fn problem(
+    dtype: DType,
+    lens: std::ops::RangeInclusive<usize>,
+    dims: std::ops::RangeInclusive<usize>,
+) -> impl Strategy<Value = AttnProblem> {
+    (
+        (
+            1usize..=2,
+            prop_oneof![
+                Just((1usize, 1usize)),
+                Just((2, 2)),
+                Just((3, 1)),
+                Just((4, 2))
+            ],
+        ),
+        (lens.clone(), lens, dims.clone(), dims),
+        (
+            any::<bool>(),
+            prop_oneof![
+                Just(MaskKind::None),
+                Just(MaskKind::BoolShared),
+                Just(MaskKind::BoolPerBatch),
+                Just(MaskKind::AddPerHead),
+                Just(MaskKind::AddFull)
+            ],
+            prop_oneof![Just(None), Just(Some(0.3))],
+        ),
+        (any::<bool>(), any::<u64>()),
+    )
+        .prop_map(
+            move |((b, (heads, kv_heads)), (l, s, e, ev), (causal, mask, scale), (gpu, seed))| {
+                AttnProblem {
+                    b,
+                    heads,
+                    kv_heads,
+                    l,
+                    s,
+                    e,
+                    ev,
+                    causal: causal && matches!(mask, MaskKind::None),
+                    mask,
+                    scale,
+                    gpu,
+                    seed,
+                    dtype,
+                }
+            },
+        )
+}
+
+/// Host values uniform in [-1, 1), rounded to the dtype.
+fn values(rng: &mut Rng, n: usize, dtype: DType) -> Vec<f64> {
+    (0..n)
+        .map(|_| round_to_dtype(dtype, rng.unit() * 2.0 - 1.0))
+        .collect()
+}
+
+fn max_abs(v: &[f64]) -> f64 {
+    v.iter()
+        .filter(|x| x.is_finite())
+        .fold(0.0, |a, x| a.max(x.abs()))
+}
+
+pub(crate) fn check_attention(p: &AttnProblem) -> Result<(), TestCaseError> {
+    let dev: &Device = if p.gpu { gpu_plans_device() } else { device() };
+    let what = format!("{p:?}");
+    let mut rng = Rng::new(p.seed);
+    let n = p.b * p.heads;
+    let nk = p.b * p.kv_heads;
+    let (qs, ks, vs) = (
+        vec![p.b, p.heads, p.l, p.e],
+        vec![p.b, p.kv_heads, p.s, p.e],
+        vec![p.b, p.kv_heads, p.s, p.ev],
+    );
+    let qh = values(&mut rng, n * p.l * p.e, p.dtype);
+    let kh = values(&mut rng, nk * p.s * p.e, p.dtype);
+    let vh = values(&mut rng, nk * p.s * p.ev, p.dtype);
+    let gh = values(&mut rng, n * p.l * p.ev, p.dtype);
+    // The mask as given (shape, values) and broadcast to the reference's additive [n, l, s].
+    let ls = p.l * p.s;
+    let (mshape, mvals, bool_mask): (Vec<usize>, Vec<f64>, bool) = match p.mask {
+        MaskKind::None => (vec![], vec![], false),
+        MaskKind::BoolShared => (
+            vec![p.l, p.s],
+            (0..ls)
+                .map(|_| f64::from(u8::from(rng.coin(0.8))))
+                .collect(),
+            true,
+        ),
+        MaskKind::BoolPerBatch => (
+            vec![p.b, 1, p.l, p.s],
+            (0..p.b * ls)
+                .map(|_| f64::from(u8::from(rng.coin(0.7))))
+                .collect(),
+            true,
+        ),
+        MaskKind::AddPerHead | MaskKind::AddFull => {
+            let count = if matches!(p.mask, MaskKind::AddPerHead) {
+                p.heads * ls
+            } else {
+                n * ls
+            };
+            let shape = if matches!(p.mask, MaskKind::AddPerHead) {
+                vec![p.heads, p.l, p.s]
+            } else {
+                vec![p.b, p.heads, p.l, p.s]
+            };
+            let v = (0..count)
+                .map(|_| {
+                    if rng.coin(0.1) {
+                        f64::NEG_INFINITY
+                    } else {
+                        rng.unit() * 4.0 - 2.0
+                    }
+                })
+                .collect();
+            (shape, v, false)
+        }
+    };
+    let full_mask: Option<Vec<f64>> = (!mshape.is_empty()).then(|| {
+        let mut m = vec![0.0; n * ls];
+        for bb in 0..p.b {
+            for h in 0..p.heads {
+                for x in 0..ls {
+                    let src = match p.mask {
+                        MaskKind::BoolShared => mvals[x],
+                        MaskKind::BoolPerBatch => mvals[bb * ls + x],
+                        MaskKind::AddPerHead => mvals[h * ls + x],
+                        _ => mvals[(bb * p.heads + h) * ls + x],
+                    };
+                    m[(bb * p.heads + h) * ls + x] = if bool_mask {
+                        if src != 0.0 {
+                            0.0
+                        } else {
+                            f64::NEG_INFINITY
+                        }
+                    } else {
+                        src
+                    };
+                }
+            }
+        }
+        m
+    });
+    let scale = p.scale.unwrap_or(1.0 / (p.e as f64).sqrt());
+    let g = AttnGeom {
+        n,
+        heads: p.heads,
+        kv_heads: p.kv_heads,
+        l: p.l,
+        s: p.s,
+        e: p.e,
+        ev: p.ev,
+        scale: f64::from(scale as f32),
+        causal: p.causal,
+    };
+    let want = attention(&g, &qh, &kh, &vh, full_mask.as_deref(), None, &gh);
+
+    let q = ok(&what, upload(dev, &qh, &qs, p.dtype).requires_grad())?;
+    let k = ok(&what, upload(dev, &kh, &ks, p.dtype).requires_grad())?;
+    let v = ok(&what, upload(dev, &vh, &vs, p.dtype).requires_grad())?;
+    let gt = upload(
+        dev,
+        &gh,
+        &qs[..2]
+            .iter()
+            .chain(&[p.l, p.ev])
+            .copied()
+            .collect::<Vec<_>>(),
+        p.dtype,
+    );
+    let mt: Option<Tensor> = (!mshape.is_empty()).then(|| {
+        let m32: Vec<f32> = mvals.iter().map(|&x| x as f32).collect();
+        Tensor::from_slice(dev, &m32, &mshape).expect("mask upload")
+    });
+    let attn_mask = mt.as_ref().map(|m| {
+        if bool_mask {
+            AttnMask::Bool(m)
+        } else {
+            AttnMask::Additive(m)
+        }
+    });
+    let opts = SdpaOptions {
+        attn_mask,
+        is_causal: p.causal,
+        scale: p.scale,
+        enable_gqa: p.heads != p.kv_heads,
+        ..Default::default()
+    };
+    let out = ok(&what, scaled_dot_product_attention(&q, &k, &v, &opts))?;
+    prop_assert_eq!(out.shape(), &[p.b, p.heads, p.l, p.ev][..]);
+    let grads = ok(&what, out.backward_with_grad(&gt))?;
+    let amax = scale * p.e as f64 * max_abs(&qh) * max_abs(&kh);
+    let terms = (p.l + p.s + p.e + p.ev + 16) as f64;
+    let rel = 8.0
+        * terms
+        * (1.0 + amax)
+        * EPS32
+        * if p.dtype == DType::F16 {
+            256.0 * 8.0
+        } else {
+            1.0
+        };
+    let check = |name: &str, t: &Tensor, want: &[f64], mag: &[f64]| -> Result<(), TestCaseError> {
+        let got = ok(name, download(t))?;
+        compare(&format!("{what} {name}"), t.shape(), &got, want, |i| {
+            rel * mag[i] + 1e-30
+        })
+    };
+    check("out", &out, &want.out, &want.out_mag)?;
+    let grad = |t: &Tensor| {
+        grads
+            .get(t)
+            .cloned()
+            .ok_or_else(|| TestCaseError::fail("missing gradient"))
+    };
+    check("dq", &grad(&q)?, &want.dq, &want.dq_mag)?;
+    check("dk", &grad(&k)?, &want.dk, &want.dk_mag)?;
+    check("dv", &grad(&v)?, &want.dv, &want.dv_mag)?;
+    Ok(())
+}
+
+#[test]
+fn attention_f32() {
+    run(
+        CASES_F32,
+        problem(DType::F32, 0..=40, 1..=72),
+        check_attention,
+    );
+}
+
+/// Head dims past one column block (ACC * BC columns) and past one staged chunk.
+#[test]
+fn attention_wide_heads_f32() {
+    run(8, problem(DType::F32, 1..=20, 120..=300), check_attention);
+}
+
+#[test]
+fn attention_f16() {
+    require_f16(device());
+    run(
+        CASES_F16,
+        problem(DType::F16, 1..=33, 1..=48),
+        check_attention,
+    );
+}
