@@ -32,6 +32,8 @@ use std::time::Instant;
 
 use wgtensor::Device;
 
+#[path = "cases/attention.rs"]
+mod attention;
 #[path = "cases/batchnorm.rs"]
 mod batchnorm;
 #[path = "cases/conv.rs"]
@@ -114,6 +116,7 @@ fn cases() -> Vec<Case> {
     v.extend(dynamic::cases());
     v.extend(index::cases());
     v.extend(norm::cases());
+    v.extend(attention::cases());
     v.extend(train::cases());
     v.extend(gpu::cases());
     v
