@@ -499,6 +499,14 @@ impl Tensor {
     }
 }
 
+/// The copy family's entry in the kernel-family registry (`ops::families()`).
+pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipeline::Family {
+    name: "copy",
+    shaders: &["copy.wgsl"],
+    params: || vec![params_layout()],
+    variants: copy_variants,
+};
+
 #[doc(hidden)]
 pub fn copy_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();

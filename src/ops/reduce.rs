@@ -320,6 +320,14 @@ impl CarryWindows {
     }
 }
 
+/// The reduce family's entry in the kernel-family registry (`ops::families()`).
+pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipeline::Family {
+    name: "reduce",
+    shaders: &["reduce.wgsl"],
+    params: || vec![params_layout()],
+    variants: reduce_variants,
+};
+
 #[doc(hidden)]
 pub fn reduce_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
     let mut v = Vec::new();

@@ -234,6 +234,14 @@ impl Tensor {
     }
 }
 
+/// The softmax family's entry in the kernel-family registry (`ops::families()`).
+pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipeline::Family {
+    name: "softmax",
+    shaders: &["softmax.wgsl"],
+    params: || vec![params_layout()],
+    variants: softmax_variants,
+};
+
 #[doc(hidden)]
 pub fn softmax_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();

@@ -58,6 +58,7 @@ mod params;
 
 #[doc(hidden)]
 pub use clip::clip_grad_norm;
+pub(crate) use kernel::FAMILY;
 use kernel::{
     check_grid, launch, packed, private_copy, warm, OptimParams, Spares, FLAG_AMSGRAD,
     FLAG_DECOUPLED, FLAG_FIRST, FLAG_MAXIMIZE, FLAG_MOMENTUM, FLAG_NESTEROV, OPT_ADAM, OPT_SGD,
