@@ -409,7 +409,7 @@ impl Tensor {
         let op = "copy_from";
         // Overwriting a tracked tensor would change values its graph saved (PyTorch refuses
         // in-place ops on leaves that require grad outside no_grad).
-        super::gemm_grad::check_in_place(op, &[self])?;
+        super::gemm::grad::check_in_place(op, &[self])?;
         self.same_device(op, src)?;
         self.same_dtype(op, src)?;
         if self.shape() != src.shape() {
