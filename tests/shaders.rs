@@ -117,6 +117,80 @@ fn every_shader_file_is_covered_by_a_variant() {
     );
 }
 
+/// The kernel-family registry (`ops::families()`) names every file of shaders/ (not
+/// shaders/lib/) exactly once, and what a family lists (variants, params layouts) is built
+/// from the files it names: a family left out of the registry, or a shader left out of its
+/// family, fails here.
+#[test]
+fn every_shader_file_is_named_by_exactly_one_family() {
+    let families = wgtensor::ops::families();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("shaders");
+    let mut names = HashSet::new();
+    for f in families {
+        assert!(
+            names.insert(f.name),
+            "family {} is registered twice",
+            f.name
+        );
+    }
+    let mut files = 0;
+    for entry in std::fs::read_dir(&dir).expect("shaders dir") {
+        let path = entry.expect("dir entry").path();
+        if path.extension().and_then(|e| e.to_str()) != Some("wgsl") {
+            continue;
+        }
+        files += 1;
+        let file = path.file_name().unwrap().to_string_lossy().into_owned();
+        let owners: Vec<&str> = families
+            .iter()
+            .filter(|f| f.shaders.contains(&file.as_str()))
+            .map(|f| f.name)
+            .collect();
+        assert_eq!(
+            owners.len(),
+            1,
+            "shaders/{file} is named by the families {owners:?}; it must belong to exactly one \
+             FAMILY listed in ops::families()"
+        );
+    }
+    assert!(files >= 3, "found only {files} shader files");
+    for f in families {
+        let texts: Vec<String> = f
+            .shaders
+            .iter()
+            .map(|s| {
+                std::fs::read_to_string(dir.join(s))
+                    .unwrap_or_else(|e| panic!("family {} names shaders/{s}: {e}", f.name))
+            })
+            .collect();
+        let variants = (f.variants)();
+        for v in &variants {
+            assert!(
+                texts.iter().any(|t| v.source.ends_with(t.as_str())),
+                "family {}: variant {} / {} is built from a shader the family does not name",
+                f.name,
+                v.kernel,
+                v.entry
+            );
+        }
+        for (s, t) in f.shaders.iter().zip(&texts) {
+            assert!(
+                variants.iter().any(|v| v.source.ends_with(t.as_str())),
+                "family {} names shaders/{s} but lists no variant of it",
+                f.name
+            );
+        }
+        for l in (f.params)() {
+            assert!(
+                texts.iter().any(|t| l.source.ends_with(t.as_str())),
+                "family {}: params layout {} is of a shader the family does not name",
+                f.name,
+                l.rust_struct
+            );
+        }
+    }
+}
+
 #[test]
 fn every_entry_point_of_every_shader_is_listed() {
     let variants = shader_variants();
@@ -144,7 +218,8 @@ fn every_entry_point_of_every_shader_is_listed() {
 fn params_structs_match_the_shaders() {
     let layouts = wgtensor::ops::params_layouts();
     // Every shader that declares a Params struct has its Rust mirror listed (no count kept by
-    // hand: a new family is covered once its params_layout() is in ops::params_layouts()).
+    // hand: a new family is covered once its FAMILY, with its params layouts, is registered in
+    // ops::families()).
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("shaders");
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
@@ -153,7 +228,7 @@ fn params_structs_match_the_shaders() {
             if text.contains("struct Params") {
                 assert!(
                     layouts.iter().any(|l| l.source.contains(&text)),
-                    "{} declares struct Params but no params_layout() in ops::params_layouts() \
+                    "{} declares struct Params but no params layout of a registered FAMILY \
                      checks it",
                     path.display()
                 );

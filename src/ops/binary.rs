@@ -235,6 +235,14 @@ fn launch_binary(
     })
 }
 
+/// The binary family's entry in the kernel-family registry (`ops::families()`).
+pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipeline::Family {
+    name: "binary",
+    shaders: &["binary.wgsl"],
+    params: || vec![params_layout()],
+    variants: binary_variants,
+};
+
 #[doc(hidden)]
 pub fn binary_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
     let mut v = Vec::new();

@@ -419,6 +419,14 @@ fn int_scalar_bound(s: f64, op: CmpOp) -> IntBound {
     }
 }
 
+/// The compare family's entry in the kernel-family registry (`ops::families()`).
+pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipeline::Family {
+    name: "compare",
+    shaders: &["compare.wgsl"],
+    params: || vec![params_layout()],
+    variants: compare_variants,
+};
+
 #[doc(hidden)]
 pub fn compare_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();

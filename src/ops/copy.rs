@@ -409,7 +409,7 @@ impl Tensor {
         let op = "copy_from";
         // Overwriting a tracked tensor would change values its graph saved (PyTorch refuses
         // in-place ops on leaves that require grad outside no_grad).
-        super::gemm_grad::check_in_place(op, &[self])?;
+        super::gemm::grad::check_in_place(op, &[self])?;
         self.same_device(op, src)?;
         self.same_dtype(op, src)?;
         if self.shape() != src.shape() {
@@ -498,6 +498,14 @@ impl Tensor {
         self.split(len.div_ceil(chunks).max(usize::from(len == 0)), dim)
     }
 }
+
+/// The copy family's entry in the kernel-family registry (`ops::families()`).
+pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipeline::Family {
+    name: "copy",
+    shaders: &["copy.wgsl"],
+    params: || vec![params_layout()],
+    variants: copy_variants,
+};
 
 #[doc(hidden)]
 pub fn copy_variants() -> Vec<ShaderVariant> {

@@ -292,6 +292,14 @@ pub(crate) fn argext_grad(x: &Tensor, y: &Tensor, g: &Tensor, dim: usize) -> Res
     Ok(out)
 }
 
+/// The grad family's entry in the kernel-family registry (`ops::families()`).
+pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipeline::Family {
+    name: "grad",
+    shaders: &["grad.wgsl"],
+    params: || vec![params_layout()],
+    variants: grad_variants,
+};
+
 #[doc(hidden)]
 pub fn grad_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
     use crate::runtime::pipeline::ShaderVariant;

@@ -75,6 +75,14 @@ pub(crate) fn check_indices(
     Ok(())
 }
 
+/// The index_check family's entry in the kernel-family registry (`ops::families()`).
+pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipeline::Family {
+    name: "index_check",
+    shaders: &["index_check.wgsl"],
+    params: || vec![params_layout()],
+    variants: index_check_variants,
+};
+
 #[doc(hidden)]
 pub fn index_check_variants() -> Vec<ShaderVariant> {
     vec![ShaderVariant::new(

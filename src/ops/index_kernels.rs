@@ -60,6 +60,14 @@ pub(crate) fn overrides(op: u32, dtype: DType, has_base: bool) -> [(&'static str
     ]
 }
 
+/// The index family's entry in the kernel-family registry (`ops::families()`).
+pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipeline::Family {
+    name: "index",
+    shaders: &["index.wgsl"],
+    params: || vec![params_layout()],
+    variants: index_variants,
+};
+
 #[doc(hidden)]
 pub fn index_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();

@@ -468,6 +468,14 @@ impl Tensor {
     }
 }
 
+/// The map family's entry in the kernel-family registry (`ops::families()`).
+pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipeline::Family {
+    name: "map",
+    shaders: &["map.wgsl", "cast_inplace.wgsl"],
+    params: || vec![params_layout(), cast_params_layout()],
+    variants: map_variants,
+};
+
 #[doc(hidden)]
 pub fn map_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
     let mut v = Vec::new();

@@ -6,13 +6,11 @@ pub mod batchnorm;
 pub mod binary;
 mod binary_grad;
 pub mod compare;
+mod constructors;
 pub mod conv;
 pub mod copy;
 mod donate;
-pub mod extra;
 pub mod gemm;
-mod gemm_grad;
-mod gemm_window;
 pub(crate) mod grad_kernel;
 pub mod index;
 pub(crate) mod index_check;
@@ -23,9 +21,11 @@ pub mod map;
 mod map_grad;
 pub mod nll;
 pub mod norm;
+mod operators;
 pub mod pool;
 pub mod random;
 pub mod reduce;
+mod reduce_dims;
 mod reduce_grad;
 pub mod rnn;
 pub(crate) mod segment;
@@ -76,58 +76,47 @@ pub use rnn::{
 };
 pub use softmax::{log_softmax, softmax};
 
-/// The layout of every kernel family's `#[repr(C)]` params struct (see
-/// [`ParamsLayout`](crate::runtime::pipeline::ParamsLayout)).
+/// The kernel-family registry: one entry per family, each defined as `FAMILY` next to the
+/// family's kernels. A new family adds its `FAMILY` here and nowhere else;
+/// [`params_layouts`] and [`shader_variants`] are folds over this list, and tests/shaders.rs
+/// fails for a file of `shaders/` that no family (or more than one) names.
 #[doc(hidden)]
-pub fn params_layouts() -> Vec<crate::runtime::pipeline::ParamsLayout> {
-    vec![
-        map::params_layout(),
-        map::cast_params_layout(),
-        binary::params_layout(),
-        reduce::params_layout(),
-        gemm::params_layout(),
-        batchnorm::params_layout(),
-        conv::launch::params_layout(),
-        rnn::params_layout(),
-        rnn::backward::params_layout(),
-        grad_kernel::params_layout(),
-        softmax::params_layout(),
-        random::params_layout(),
-        pool::params_layout(),
-        copy::params_layout(),
-        crate::optim::params_layout(),
-        compare::params_layout(),
-        index::params_layout(),
-        index_check::params_layout(),
-        nll::params_layout(),
-        segment::params_layout(),
-        norm::params_layout(),
-        attention::kernel::params_layout(),
-    ]
+pub fn families() -> &'static [crate::runtime::pipeline::Family] {
+    const FAMILIES: &[crate::runtime::pipeline::Family] = &[
+        map::FAMILY,
+        binary::FAMILY,
+        reduce::FAMILY,
+        gemm::launch::FAMILY,
+        conv::launch::FAMILY,
+        rnn::FAMILY,
+        batchnorm::FAMILY,
+        grad_kernel::FAMILY,
+        softmax::FAMILY,
+        random::FAMILY,
+        pool::FAMILY,
+        copy::FAMILY,
+        crate::optim::FAMILY,
+        compare::FAMILY,
+        index_kernels::FAMILY,
+        index_check::FAMILY,
+        nll::FAMILY,
+        segment::FAMILY,
+        norm::FAMILY,
+        attention::kernel::FAMILY,
+    ];
+    FAMILIES
 }
 
-/// Every shader variant the crate can compile (kernel, dtypes, override constants).
+/// The layout of every kernel family's `#[repr(C)]` params structs (see
+/// [`ParamsLayout`](crate::runtime::pipeline::ParamsLayout)), gathered from [`families`].
+#[doc(hidden)]
+pub fn params_layouts() -> Vec<crate::runtime::pipeline::ParamsLayout> {
+    families().iter().flat_map(|f| (f.params)()).collect()
+}
+
+/// Every shader variant the crate can compile (kernel, dtypes, override constants), gathered
+/// from [`families`].
 #[doc(hidden)]
 pub fn shader_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
-    let mut v = map::map_variants();
-    v.extend(binary::binary_variants());
-    v.extend(reduce::reduce_variants());
-    v.extend(gemm::gemm_variants());
-    v.extend(conv::conv_variants());
-    v.extend(rnn::rnn_variants());
-    v.extend(batchnorm::batchnorm_variants());
-    v.extend(grad_kernel::grad_variants());
-    v.extend(softmax::softmax_variants());
-    v.extend(random::random_variants());
-    v.extend(pool::pool_variants());
-    v.extend(copy::copy_variants());
-    v.extend(crate::optim::optim_variants());
-    v.extend(compare::compare_variants());
-    v.extend(index::index_variants());
-    v.extend(index_check::index_check_variants());
-    v.extend(nll::nll_variants());
-    v.extend(segment::segment_variants());
-    v.extend(norm::norm_variants());
-    v.extend(attention::kernel::attention_variants());
-    v
+    families().iter().flat_map(|f| (f.variants)()).collect()
 }

@@ -323,6 +323,14 @@ pub(crate) fn cross_entropy_indices(
         .add(&smooth.mul_scalar(e / pr.classes as f64)?)
 }
 
+/// The nll family's entry in the kernel-family registry (`ops::families()`).
+pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipeline::Family {
+    name: "nll",
+    shaders: &["nll.wgsl"],
+    params: || vec![params_layout()],
+    variants: nll_variants,
+};
+
 #[doc(hidden)]
 pub fn nll_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();

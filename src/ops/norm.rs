@@ -462,6 +462,14 @@ pub fn group_norm(
     run(plan, x, weight, bias)
 }
 
+/// The norm family's entry in the kernel-family registry (`ops::families()`).
+pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipeline::Family {
+    name: "norm",
+    shaders: &["norm.wgsl"],
+    params: || vec![params_layout()],
+    variants: norm_variants,
+};
+
 #[doc(hidden)]
 pub fn norm_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();

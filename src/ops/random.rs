@@ -320,6 +320,14 @@ pub fn xavier_uniform(dev: &Device, shape: &[usize], gain: f64, dtype: DType) ->
     uniform_op("xavier_uniform", dev, shape, -bound, bound, dtype)
 }
 
+/// The random family's entry in the kernel-family registry (`ops::families()`).
+pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipeline::Family {
+    name: "random",
+    shaders: &["random.wgsl"],
+    params: || vec![params_layout()],
+    variants: random_variants,
+};
+
 #[doc(hidden)]
 pub fn random_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();

@@ -6,7 +6,7 @@ use bytemuck::{Pod, Zeroable};
 
 use crate::layout::{pack_dims, Layout, MAX_RANK};
 use crate::ops::activation::ACTIVATION;
-use crate::runtime::window::{too_wide, windows, Span};
+use crate::runtime::window::{binding_elems, for_slab_windows, too_wide, SlabInput, Span};
 use crate::runtime::{Access, Bind, Kernel};
 use crate::{DType, Error, Result, Tensor};
 
@@ -179,16 +179,11 @@ impl Tensor {
         // Windows of outputs: a packed input [A, R, B] (R reduced, B the dims after it) binds
         // the slabs of R * B elements of the outer indices each window covers; windows hold
         // whole multiples of B outputs. Any other input must fit one binding whole.
-        let (es, align) = (self.dtype.size() as u64, dev.storage_align());
-        let cap = limit.saturating_sub(align + 4) / es;
+        let es = self.dtype.size() as u64;
+        let cap = binding_elems(dev, es);
         let packed = self.is_contiguous();
         let inner: u64 = self.shape()[d + 1..].iter().product::<usize>() as u64;
-        let slab = red_len as u64 * inner;
-        let off = self.layout.offset() as u64;
-        let size = self.buffer().size();
-        let fixed = Span::of(off, self.layout.span() as u64, es, align, size);
-        let per = if packed { cap / slab * inner } else { cap };
-        if packed && per == 0 {
+        if packed && cap / (red_len as u64 * inner) == 0 {
             // One output group's slab (R x inner) is past a binding: windows over R too.
             let carry = CarryWindows {
                 name,
@@ -201,30 +196,33 @@ impl Tensor {
             carry.run(self, &out, params)?;
             return Ok(out);
         }
-        if per == 0 || (!packed && fixed.size > limit) {
-            let bytes = if packed { slab * es } else { fixed.size };
-            return Err(too_wide(name, bytes, limit));
-        }
-        for (s, len) in windows(n_out as u64, per) {
-            let (a0, a1) = (s / inner, (s + len).div_ceil(inner));
-            let xs = if packed {
-                Span::of(off + a0 * slab, off + a1 * slab, es, align, size)
-            } else {
-                fixed
-            };
-            let ys = Span::of(s, s + len, es, align, out.buffer().size());
-            params.n_out = len as u32;
-            params.base = s as u32;
-            params.out_off = ys.rel as u32;
-            // Decoded from base + o: a windowed input's offset is shifted back (mod 2^32).
-            params.offset = if packed {
-                (xs.rel as u32).wrapping_sub((a0 * slab) as u32)
-            } else {
-                xs.rel as u32
-            };
-            let binds = [xs.bind(self.buffer()), ys.bind(out.buffer())];
-            launch(&params, &binds, len)?;
-        }
+        let input = SlabInput {
+            buffer: self.buffer(),
+            es,
+            offset: self.layout.offset() as u64,
+            end: self.layout.span() as u64,
+            packed,
+        };
+        let align = dev.storage_align();
+        for_slab_windows(
+            dev,
+            name,
+            &input,
+            n_out as u64,
+            red_len as u64,
+            inner,
+            false,
+            |w| {
+                let ys = Span::of(w.start, w.start + w.rows, es, align, out.buffer().size());
+                params.n_out = w.rows as u32;
+                params.base = w.start as u32;
+                params.out_off = ys.rel as u32;
+                // Decoded from base + o: a windowed input's offset is shifted back (mod 2^32).
+                params.offset = w.x_offset;
+                let binds = [w.x.bind(self.buffer()), ys.bind(out.buffer())];
+                launch(&params, &binds, w.rows)
+            },
+        )?;
         Ok(out)
     }
 
@@ -319,6 +317,14 @@ impl CarryWindows {
         Ok(())
     }
 }
+
+/// The reduce family's entry in the kernel-family registry (`ops::families()`).
+pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipeline::Family {
+    name: "reduce",
+    shaders: &["reduce.wgsl"],
+    params: || vec![params_layout()],
+    variants: reduce_variants,
+};
 
 #[doc(hidden)]
 pub fn reduce_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {

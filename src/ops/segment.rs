@@ -101,6 +101,14 @@ pub(crate) fn index_add_rows(
     Ok(out)
 }
 
+/// The segment family's entry in the kernel-family registry (`ops::families()`).
+pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipeline::Family {
+    name: "segment",
+    shaders: &["segment.wgsl"],
+    params: || vec![params_layout()],
+    variants: segment_variants,
+};
+
 #[doc(hidden)]
 pub fn segment_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();

@@ -8,7 +8,7 @@ use bytemuck::{Pod, Zeroable};
 use crate::layout::{contiguous_strides, pack_dims, Layout, MAX_RANK};
 use crate::ops::activation::ACTIVATION;
 use crate::runtime::pipeline::ShaderVariant;
-use crate::runtime::window::{too_wide, windows, Span};
+use crate::runtime::window::{for_slab_windows, SlabInput, Span};
 use crate::runtime::{Access, Bind, Kernel};
 use crate::{DType, Result, Tensor};
 
@@ -161,43 +161,24 @@ fn run_untracked(op: &'static str, x: &Tensor, dim: isize, log: bool) -> Result<
     // and of x when packed too (else x must fit one binding whole).
     let mut params = params;
     let (es, align) = (x.dtype.size() as u64, dev.storage_align());
-    let cap = limit.saturating_sub(align + 4) / es;
     let inner: u64 = x.shape()[d + 1..].iter().product::<usize>() as u64;
-    let slab = len as u64 * inner;
-    let packed = x.is_contiguous();
-    let off = x.layout.offset() as u64;
-    let fixed = Span::of(off, x.layout.span() as u64, es, align, x.buffer().size());
-    let per = cap / slab * inner;
-    if per == 0 || (!packed && fixed.size > limit) {
-        let bytes = if per == 0 { slab * es } else { fixed.size };
-        return Err(too_wide(op, bytes, limit));
-    }
-    for (s, n) in windows(rows as u64, per) {
-        let (a0, a1) = (s / inner, (s + n).div_ceil(inner));
-        let ys = Span::of(a0 * slab, a1 * slab, es, align, out.buffer().size());
-        let xs = if packed {
-            Span::of(
-                off + a0 * slab,
-                off + a1 * slab,
-                es,
-                align,
-                x.buffer().size(),
-            )
-        } else {
-            fixed
-        };
-        params.rows = n as u32;
-        params.base = s as u32;
+    let input = SlabInput {
+        buffer: x.buffer(),
+        es,
+        offset: x.layout.offset() as u64,
+        end: x.layout.span() as u64,
+        packed: x.is_contiguous(),
+    };
+    for_slab_windows(dev, op, &input, rows as u64, len as u64, inner, true, |w| {
+        let ys = Span::of(w.slab_start, w.slab_end, es, align, out.buffer().size());
+        params.rows = w.rows as u32;
+        params.base = w.start as u32;
         // Rows decode global coordinates: windowed bindings shift back by the window's start.
-        params.out_off = (ys.rel as u32).wrapping_sub((a0 * slab) as u32);
-        params.offset = if packed {
-            (xs.rel as u32).wrapping_sub((a0 * slab) as u32)
-        } else {
-            xs.rel as u32
-        };
-        let binds = [xs.bind(x.buffer()), ys.bind(out.buffer())];
-        launch(&params, &binds, n)?;
-    }
+        params.out_off = (ys.rel as u32).wrapping_sub(w.slab_start as u32);
+        params.offset = w.x_offset;
+        let binds = [w.x.bind(x.buffer()), ys.bind(out.buffer())];
+        launch(&params, &binds, w.rows)
+    })?;
     Ok(out)
 }
 
@@ -233,6 +214,14 @@ impl Tensor {
         log_softmax(self, dim)
     }
 }
+
+/// The softmax family's entry in the kernel-family registry (`ops::families()`).
+pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipeline::Family {
+    name: "softmax",
+    shaders: &["softmax.wgsl"],
+    params: || vec![params_layout()],
+    variants: softmax_variants,
+};
 
 #[doc(hidden)]
 pub fn softmax_variants() -> Vec<ShaderVariant> {

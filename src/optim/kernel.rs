@@ -163,6 +163,14 @@ pub(crate) fn private_copy(op: &'static str, t: &Tensor) -> Result<Tensor> {
     Ok(out)
 }
 
+/// The optim family's entry in the kernel-family registry (`ops::families()`).
+pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipeline::Family {
+    name: "optim",
+    shaders: &["optim.wgsl"],
+    params: || vec![params_layout()],
+    variants: optim_variants,
+};
+
 #[doc(hidden)]
 pub fn optim_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();

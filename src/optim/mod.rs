@@ -58,6 +58,7 @@ mod params;
 
 #[doc(hidden)]
 pub use clip::clip_grad_norm;
+pub(crate) use kernel::FAMILY;
 use kernel::{
     check_grid, launch, packed, private_copy, warm, OptimParams, Spares, FLAG_AMSGRAD,
     FLAG_DECOUPLED, FLAG_FIRST, FLAG_MAXIMIZE, FLAG_MOMENTUM, FLAG_NESTEROV, OPT_ADAM, OPT_SGD,
@@ -92,6 +93,71 @@ fn warm_all(op: &'static str, kind: u32, set: &ParamSet, grads: &[Option<&Tensor
 fn duplicate(op: &'static str, name: &str) -> Error {
     Error::arg(op, format!("state entry {name:?} is given twice"))
 }
+
+/// The accessors every optimizer has, over its parameter groups (`self.set`, a [`ParamSet`])
+/// and its options' learning rate (`self.opts.lr`): written once, expanded into an inherent
+/// `impl` of each optimizer (`$op` names the optimizer in errors).
+macro_rules! group_accessors {
+    ($opt:ident, $op:literal) => {
+        impl $opt {
+            #[doc = concat!(
+                "The parameters of every group, in order (the order of [`",
+                stringify!($opt),
+                "::step_with`])."
+            )]
+            pub fn params(&self) -> &[Tensor] {
+                &self.set.params
+            }
+
+            /// The parameters' names: those given, else each one's index.
+            pub fn param_names(&self) -> &[String] {
+                &self.set.names
+            }
+
+            /// The number of parameter groups.
+            pub fn num_groups(&self) -> usize {
+                self.set.groups.len()
+            }
+
+            /// The learning rate of the first group.
+            pub fn lr(&self) -> f64 {
+                self.set.group_lr(0).unwrap_or(self.opts.lr)
+            }
+
+            #[doc = concat!(
+                "Sets the learning rate of every group for the following steps (schedulers); \
+                 see [`",
+                stringify!($opt),
+                "::set_group_lr`] for one group."
+            )]
+            pub fn set_lr(&mut self, lr: f64) -> Result<()> {
+                self.set.set_lr($op, lr)
+            }
+
+            #[doc = concat!(
+                "The learning rate of group `g` (0: the parameters given to [`",
+                stringify!($opt),
+                "::new`])."
+            )]
+            pub fn group_lr(&self, g: usize) -> Option<f64> {
+                self.set.group_lr(g)
+            }
+
+            /// Sets the learning rate of group `g` for the following steps.
+            pub fn set_group_lr(&mut self, g: usize, lr: f64) -> Result<()> {
+                self.set.set_group_lr($op, g, lr)
+            }
+
+            /// The weight decay of group `g`.
+            pub fn group_weight_decay(&self, g: usize) -> Option<f64> {
+                self.set.groups.get(g).map(|o| o.weight_decay)
+            }
+        }
+    };
+}
+
+group_accessors!(Sgd, "sgd");
+group_accessors!(Adam, "adam");
 
 /// Options of [`Sgd`], PyTorch's defaults apart from `lr`, which PyTorch requires.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -183,47 +249,6 @@ impl Sgd {
         self.set.add_group("sgd", group, defaults)?;
         self.momentum_buffers.resize(self.set.params.len(), None);
         Ok(())
-    }
-
-    /// The parameters of every group, in order (the order of [`Sgd::step_with`]).
-    pub fn params(&self) -> &[Tensor] {
-        &self.set.params
-    }
-
-    /// The parameters' names: those given, else each one's index.
-    pub fn param_names(&self) -> &[String] {
-        &self.set.names
-    }
-
-    /// The number of parameter groups.
-    pub fn num_groups(&self) -> usize {
-        self.set.groups.len()
-    }
-
-    /// The learning rate of the first group.
-    pub fn lr(&self) -> f64 {
-        self.set.group_lr(0).unwrap_or(self.opts.lr)
-    }
-
-    /// Sets the learning rate of every group for the following steps (schedulers); see
-    /// [`Sgd::set_group_lr`] for one group.
-    pub fn set_lr(&mut self, lr: f64) -> Result<()> {
-        self.set.set_lr("sgd", lr)
-    }
-
-    /// The learning rate of group `g` (0: the parameters given to [`Sgd::new`]).
-    pub fn group_lr(&self, g: usize) -> Option<f64> {
-        self.set.group_lr(g)
-    }
-
-    /// Sets the learning rate of group `g` for the following steps.
-    pub fn set_group_lr(&mut self, g: usize, lr: f64) -> Result<()> {
-        self.set.set_group_lr("sgd", g, lr)
-    }
-
-    /// The weight decay of group `g`.
-    pub fn group_weight_decay(&self, g: usize) -> Option<f64> {
-        self.set.groups.get(g).map(|o| o.weight_decay)
     }
 
     /// One step from autograd's gradients: each parameter's gradient is looked up by identity
@@ -465,47 +490,6 @@ impl Adam {
         self.steps.resize(n, 0);
         self.state.resize_with(n, || None);
         Ok(())
-    }
-
-    /// The parameters of every group, in order (the order of [`Adam::step_with`]).
-    pub fn params(&self) -> &[Tensor] {
-        &self.set.params
-    }
-
-    /// The parameters' names: those given, else each one's index.
-    pub fn param_names(&self) -> &[String] {
-        &self.set.names
-    }
-
-    /// The number of parameter groups.
-    pub fn num_groups(&self) -> usize {
-        self.set.groups.len()
-    }
-
-    /// The learning rate of the first group.
-    pub fn lr(&self) -> f64 {
-        self.set.group_lr(0).unwrap_or(self.opts.lr)
-    }
-
-    /// Sets the learning rate of every group for the following steps (schedulers); see
-    /// [`Adam::set_group_lr`] for one group.
-    pub fn set_lr(&mut self, lr: f64) -> Result<()> {
-        self.set.set_lr("adam", lr)
-    }
-
-    /// The learning rate of group `g` (0: the parameters given to [`Adam::new`]).
-    pub fn group_lr(&self, g: usize) -> Option<f64> {
-        self.set.group_lr(g)
-    }
-
-    /// Sets the learning rate of group `g` for the following steps.
-    pub fn set_group_lr(&mut self, g: usize, lr: f64) -> Result<()> {
-        self.set.set_group_lr("adam", g, lr)
-    }
-
-    /// The weight decay of group `g`.
-    pub fn group_weight_decay(&self, g: usize) -> Option<f64> {
-        self.set.groups.get(g).map(|o| o.weight_decay)
     }
 
     /// One step from autograd's gradients: each parameter's gradient is looked up by identity

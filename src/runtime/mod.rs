@@ -27,7 +27,7 @@ pub use device::{Device, DeviceOptions};
 pub use options::PipelineCacheSetting;
 pub(crate) use pipeline::{Access, Kernel};
 #[doc(hidden)]
-pub use pipeline::{ParamsLayout, ShaderVariant};
+pub use pipeline::{Family, ParamsLayout, ShaderVariant};
 pub use pipeline_store::PipelineCacheStatus;
 pub use pool::PoolStats;
 pub use stats::DeviceStats;

@@ -359,6 +359,24 @@ impl ShaderVariant {
     }
 }
 
+/// One kernel family as the registry (`ops::families()`) lists it: the shader files it owns,
+/// its params structs' layouts and every variant its planners can launch. Each family's module
+/// defines one `FAMILY` next to its kernels; `ops::params_layouts()` and
+/// `ops::shader_variants()` are folds over the registry, and tests/shaders.rs checks that
+/// every file of `shaders/` (not `shaders/lib/`) is named by exactly one family.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct Family {
+    /// The family's name (unique in the registry).
+    pub name: &'static str,
+    /// File names, relative to `shaders/`, of the kernel sources the family owns.
+    pub shaders: &'static [&'static str],
+    /// The layouts of the family's `#[repr(C)]` params structs (one per struct).
+    pub params: fn() -> Vec<ParamsLayout>,
+    /// Every (kernel, dtypes, constants) combination the family's planners can launch.
+    pub variants: fn() -> Vec<ShaderVariant>,
+}
+
 /// The field layout of a `#[repr(C)]` params struct, for the test that compares it with the
 /// shader's `struct Params` (read through naga): names, byte offsets and sizes must agree, so a
 /// field added on one side only fails the build's tests.

@@ -122,6 +122,107 @@ pub(crate) fn for_windows(
     Ok(())
 }
 
+/// Elements of `es` bytes that one binding holds, less the alignment slack a window's binding
+/// may start with.
+pub(crate) fn binding_elems(dev: &Device, es: u64) -> u64 {
+    dev.max_binding_bytes()
+        .saturating_sub(dev.storage_align() + 4)
+        / es
+}
+
+/// The input of an op over slabs, as [`for_slab_windows`] sees it.
+pub(crate) struct SlabInput<'a> {
+    pub buffer: &'a wgpu::Buffer,
+    /// Element size in bytes.
+    pub es: u64,
+    /// Element index of the input's first element (its layout offset).
+    pub offset: u64,
+    /// One past the last element index the input reads (its layout's span).
+    pub end: u64,
+    /// Packed (contiguous): each window binds just its own slabs. Otherwise every window binds
+    /// the input's whole span, which must fit one binding.
+    pub packed: bool,
+}
+
+/// One window of [`for_slab_windows`].
+pub(crate) struct SlabWindow {
+    /// The window's first row.
+    pub start: u64,
+    /// The window's number of rows.
+    pub rows: u64,
+    /// Element index, in the packed order, of the window's first slab: kernels decode global
+    /// coordinates, so a slab-windowed binding's offset is shifted back by it.
+    pub slab_start: u64,
+    /// One past the window's last slab element (packed order).
+    pub slab_end: u64,
+    /// The input's binding for this window.
+    pub x: Span,
+    /// The element offset the kernel adds to the input's global indices: the binding's `rel`,
+    /// shifted back by `slab_start` (mod 2^32) for a packed input.
+    pub x_offset: u32,
+}
+
+/// Runs `launch` once per window of `rows` rows of an op along one axis of an input viewed as
+/// `[A, R, B]` (R the axis, of `len` elements; B the `inner` elements after it): row `i` is
+/// `(i / inner, i % inner)` and reads the slab `i / inner`, `len * inner` consecutive elements
+/// of a packed input. Windows hold whole multiples of `inner` rows, as many slabs as one
+/// binding holds. `slabbed_output`: the output is laid out in slabs like the input (softmax),
+/// so windows are sized by slabs even for a strided input; otherwise it holds one element per
+/// row (a reduction) and a strided input's windows are sized by rows. Errors when one slab, or
+/// a strided input's whole span, is past one binding.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn for_slab_windows(
+    dev: &Device,
+    op: &'static str,
+    x: &SlabInput,
+    rows: u64,
+    len: u64,
+    inner: u64,
+    slabbed_output: bool,
+    mut launch: impl FnMut(&SlabWindow) -> Result<()>,
+) -> Result<()> {
+    let (limit, align) = (dev.max_binding_bytes(), dev.storage_align());
+    let cap = binding_elems(dev, x.es);
+    let slab = len * inner;
+    let size = x.buffer.size();
+    let fixed = Span::of(x.offset, x.end, x.es, align, size);
+    let by_slabs = x.packed || slabbed_output;
+    let per = if by_slabs { cap / slab * inner } else { cap };
+    if per == 0 || (!x.packed && fixed.size > limit) {
+        let bytes = if per == 0 && by_slabs {
+            slab * x.es
+        } else {
+            fixed.size
+        };
+        return Err(too_wide(op, bytes, limit));
+    }
+    for (start, n) in windows(rows, per) {
+        let (a0, a1) = (start / inner, (start + n).div_ceil(inner));
+        let (slab_start, slab_end) = (a0 * slab, a1 * slab);
+        let (xs, x_offset) = if x.packed {
+            let xs = Span::of(
+                x.offset + slab_start,
+                x.offset + slab_end,
+                x.es,
+                align,
+                size,
+            );
+            (xs, (xs.rel as u32).wrapping_sub(slab_start as u32))
+        } else {
+            (fixed, fixed.rel as u32)
+        };
+        launch(&SlabWindow {
+            start,
+            rows: n,
+            slab_start,
+            slab_end,
+            x: xs,
+            x_offset,
+        })?;
+    }
+    Ok(())
+}
+
 /// `[start, start + len)` windows covering `n` elements.
 pub(crate) fn windows(n: u64, len: u64) -> impl Iterator<Item = (u64, u64)> {
     let len = len.max(1);

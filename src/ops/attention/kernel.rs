@@ -278,6 +278,14 @@ pub(crate) fn backward(
     Ok((dq, dk, dv))
 }
 
+/// The attention family's entry in the kernel-family registry (`ops::families()`).
+pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipeline::Family {
+    name: "attention",
+    shaders: &["attention.wgsl"],
+    params: || vec![params_layout()],
+    variants: attention_variants,
+};
+
 #[doc(hidden)]
 pub fn attention_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();

@@ -1,10 +1,10 @@
 //! Scaled dot-product attention, PyTorch's `F.scaled_dot_product_attention`: one fused kernel
-//! family (shaders/attention.wgsl, launched from [`kernel`]) that streams K/V tiles through
+//! family (shaders/attention.wgsl, launched from `kernel.rs`) that streams K/V tiles through
 //! workgroup memory with an online softmax (FlashAttention-2's schedule), so the `L x S` score
 //! matrix never exists in memory: the forward keeps O(L E) (the output and one log-sum-exp per
 //! query row). The backward recomputes the scores from that log-sum-exp: one pass over query
 //! blocks for dQ, one over key blocks for dK and dV, each summing in a fixed order (no
-//! atomics), so gradients are deterministic. [`reference`] is the plain composition of
+//! atomics), so gradients are deterministic. [`mod@reference`] is the plain composition of
 //! `matmul` and `softmax`, kept as the test oracle.
 
 pub(crate) mod kernel;

@@ -583,6 +583,14 @@ impl Input {
     }
 }
 
+/// The batchnorm family's entry in the kernel-family registry (`ops::families()`).
+pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipeline::Family {
+    name: "batchnorm",
+    shaders: &["batchnorm.wgsl"],
+    params: || vec![params_layout()],
+    variants: batchnorm_variants,
+};
+
 #[doc(hidden)]
 pub fn batchnorm_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();

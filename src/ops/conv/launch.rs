@@ -389,6 +389,14 @@ fn weight_grad_windows(
     )
 }
 
+/// The conv family's entry in the kernel-family registry (`ops::families()`).
+pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipeline::Family {
+    name: "conv",
+    shaders: &["conv.wgsl", "conv_sg8.wgsl", "conv_direct.wgsl"],
+    params: || vec![params_layout()],
+    variants: conv_variants,
+};
+
 #[doc(hidden)]
 pub fn conv_variants() -> Vec<ShaderVariant> {
     // Every table the planner picks from, so the list cannot drift from the plans.

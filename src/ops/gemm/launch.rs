@@ -419,6 +419,14 @@ pub(crate) fn dispatch(
     dev.launch_binds(op, &SPLITK_REDUCE, &dts, &consts, bytes, &bufs, grid)
 }
 
+/// The gemm family's entry in the kernel-family registry (`ops::families()`).
+pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipeline::Family {
+    name: "gemm",
+    shaders: &["gemm.wgsl", "gemm_sg8.wgsl"],
+    params: || vec![params_layout()],
+    variants: gemm_variants,
+};
+
 #[doc(hidden)]
 pub fn gemm_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();

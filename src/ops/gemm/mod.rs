@@ -4,12 +4,13 @@
 //! operand is read through its strides, so transposes and broadcast batches cost no copy.
 //! Large-K problems use a deterministic split-k: S partial GEMMs write an f32 workspace
 //! `[S, batch, M, N]` and a reduction sums the slices in a fixed order.
+pub(crate) mod grad;
 pub(crate) mod launch;
 pub(crate) mod options;
 pub(crate) mod plan;
 pub(crate) mod run;
+mod window;
 
-use crate::ops::gemm_grad;
 use crate::{Error, Result, Tensor};
 #[doc(hidden)]
 pub use launch::{gemm_variants, params_layout};
@@ -56,7 +57,7 @@ pub use crate::ops::activation::Activation;
 /// # Ok(()) }
 /// ```
 pub fn gemm(a: &Tensor, b: &Tensor, options: &GemmOptions) -> Result<Tensor> {
-    gemm_grad::recorded(a, b, options, |o| run("gemm", a, b, o, None))
+    grad::recorded(a, b, options, |o| run("gemm", a, b, o, None))
 }
 
 /// In place: `c = alpha * a @ b + beta * c` (c contiguous with the output shape, not sharing
@@ -73,7 +74,7 @@ pub fn gemm_into(c: &Tensor, a: &Tensor, b: &Tensor, alpha: f64, beta: f64) -> R
         beta,
         ..Default::default()
     };
-    gemm_grad::check_in_place("gemm_into", &[c, a, b])?;
+    grad::check_in_place("gemm_into", &[c, a, b])?;
     run("gemm_into", a, b, &o, Some(c))?;
     c.bump_version();
     Ok(())
@@ -121,7 +122,7 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     } else {
         b.clone()
     };
-    let out = gemm_grad::recorded(&a2, &b2, &GemmOptions::default(), |o| {
+    let out = grad::recorded(&a2, &b2, &GemmOptions::default(), |o| {
         run(op, &a2, &b2, o, None)
     })?;
     let mut shape = out.shape().to_vec();

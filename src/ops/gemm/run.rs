@@ -1,6 +1,6 @@
 //! The untracked GEMM: validate, plan and record one product (directly, or in windows when an
 //! operand exceeds one binding). The entry points in gemm/mod.rs and the backward in
-//! ops/gemm_grad.rs both call it.
+//! ops/gemm/grad.rs both call it.
 
 use super::launch::{dispatch, GemmBinds, Problem};
 use super::options::GemmOptions;
@@ -34,7 +34,7 @@ pub(crate) fn run(
     let bufs = [Some(a), Some(b), c_t, pb.bias, Some(&out)];
     if bufs.iter().flatten().any(|t| t.buffer().size() > limit) {
         // An operand or the output is larger than one binding: windows of rows and columns.
-        crate::ops::gemm_window::run_windowed(op, &pb, &pl, o, a, b, c_t, &out)?;
+        super::window::run_windowed(op, &pb, &pl, o, a, b, c_t, &out)?;
         return Ok(out);
     }
     let grid = pb.grid(op, &pl, dev.limits().max_compute_workgroups_per_dimension)?;

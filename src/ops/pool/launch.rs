@@ -420,6 +420,14 @@ pub(super) fn adaptive_window(
     Ok((win, out))
 }
 
+/// The pool family's entry in the kernel-family registry (`ops::families()`).
+pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipeline::Family {
+    name: "pool",
+    shaders: &["pool.wgsl"],
+    params: || vec![params_layout()],
+    variants: pool_variants,
+};
+
 #[doc(hidden)]
 pub fn pool_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();

@@ -8,6 +8,7 @@
 mod launch;
 mod options;
 
+pub(crate) use launch::FAMILY;
 use launch::{adaptive_window, avg_window, indices_untracked, max_window, run, POOL_AVG, POOL_MAX};
 #[doc(hidden)]
 pub use launch::{params_layout, pool_variants};

@@ -626,6 +626,19 @@ fn cell(
     rnn.forward(&x.reshape(&[1, b, x.shape()[1]])?, Some(&h3), c3.as_ref())
 }
 
+/// The rnn family's entry in the kernel-family registry (`ops::families()`).
+pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipeline::Family {
+    name: "rnn",
+    shaders: &[
+        "rnn.wgsl",
+        "rnn_sg8.wgsl",
+        "rnn_backward.wgsl",
+        "rnn_backward_sg8.wgsl",
+    ],
+    params: || vec![step::params_layout(), backward::params_layout()],
+    variants: rnn_variants,
+};
+
 #[doc(hidden)]
 pub fn rnn_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();

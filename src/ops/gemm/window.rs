@@ -7,9 +7,9 @@
 //! An operand whose window cannot shrink below a binding (a transposed A whose every row spans
 //! the whole buffer, for instance) is refused with `Error::TooLarge`.
 
-use super::gemm::launch::{dispatch, GemmBinds, GemmParams, Problem};
-use super::gemm::options::GemmOptions;
-use super::gemm::plan::GemmPlan;
+use super::launch::{dispatch, GemmBinds, GemmParams, Problem};
+use super::options::GemmOptions;
+use super::plan::GemmPlan;
 use crate::runtime::window::{too_wide, Span};
 use crate::{Error, Result, Tensor};
 

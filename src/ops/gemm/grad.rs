@@ -1,4 +1,4 @@
-//! Backward of `gemm` / `matmul` (forward in src/ops/gemm.rs).
+//! Backward of `gemm` / `matmul` (forward in src/ops/gemm/mod.rs).
 //!
 //! For `y = act(z)`, `z = alpha * A B + beta * C + bias`: `dZ = dY * act'`, then
 //! `dA = alpha dZ B^T`, `dB = alpha A^T dZ` (transposes are free views; both are GEMMs with
@@ -7,10 +7,10 @@
 //! the output, so their epilogue stays fused; GELU's needs the pre-activation, so a tracked
 //! GELU GEMM runs as a plain GEMM followed by a recorded `gelu` (`Activation::split_unfused`).
 
+use super::options::{Bias, GemmOptions};
+use super::run::run;
 use crate::autograd::{is_grad_enabled, record, sum_to, BackwardOp};
 use crate::ops::activation::Activation;
-use crate::ops::gemm::options::{Bias, GemmOptions};
-use crate::ops::gemm::run::run;
 use crate::ops::grad_kernel::activation_grad;
 use crate::{Error, Result, Tensor};
 

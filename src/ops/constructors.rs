@@ -1,0 +1,120 @@
+//! Constructors PyTorch users reach for: `ones`, `arange`, `linspace` and the `*_like`
+//! constructors (`zeros`, `full` and `from_slice` are in src/tensor.rs, the random ones in
+//! src/ops/random.rs).
+
+use crate::{DType, Device, Element, Error, Result, Tensor};
+
+/// Uploads host values as `dtype`.
+fn upload(dev: &Device, v: &[f64], shape: &[usize], dtype: DType) -> Result<Tensor> {
+    match dtype {
+        DType::F32 => {
+            let h: Vec<f32> = v.iter().map(|&x| f32::from_f64(x)).collect();
+            Tensor::from_slice(dev, &h, shape)
+        }
+        DType::F16 => {
+            let h: Vec<half::f16> = v.iter().map(|&x| half::f16::from_f64(x)).collect();
+            Tensor::from_slice(dev, &h, shape)
+        }
+        DType::I32 => {
+            let h: Vec<i32> = v.iter().map(|&x| i32::from_f64(x)).collect();
+            Tensor::from_slice(dev, &h, shape)
+        }
+    }
+}
+
+impl Tensor {
+    /// A tensor of ones (PyTorch's `torch.ones`).
+    pub fn ones(device: &Device, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        Tensor::full(device, shape, 1.0, dtype)
+    }
+
+    /// `start, start + step, ...` up to but excluding `end` (PyTorch's `torch.arange`).
+    pub fn arange(
+        device: &Device,
+        start: f64,
+        end: f64,
+        step: f64,
+        dtype: DType,
+    ) -> Result<Tensor> {
+        let op = "arange";
+        if !(start.is_finite() && end.is_finite() && step.is_finite()) || step == 0.0 {
+            return Err(Error::arg(
+                op,
+                format!("start {start}, end {end} and step {step} must be finite, step non-zero"),
+            ));
+        }
+        if (end - start) * step < 0.0 {
+            return Err(Error::arg(
+                op,
+                format!("upper bound and larger bound inconsistent with step sign: start {start}, end {end}, step {step}"),
+            ));
+        }
+        let n = ((end - start) / step).ceil().max(0.0);
+        if n > u32::MAX as f64 {
+            return Err(Error::size(op, format!("{n} elements exceed u32 indexing")));
+        }
+        let v: Vec<f64> = (0..n as usize).map(|i| start + i as f64 * step).collect();
+        upload(device, &v, &[v.len()], dtype)
+    }
+
+    /// `steps` evenly spaced values from `start` to `end` inclusive (PyTorch's
+    /// `torch.linspace`).
+    pub fn linspace(
+        device: &Device,
+        start: f64,
+        end: f64,
+        steps: usize,
+        dtype: DType,
+    ) -> Result<Tensor> {
+        let op = "linspace";
+        if !(start.is_finite() && end.is_finite()) {
+            return Err(Error::arg(
+                op,
+                format!("start {start} and end {end} must be finite"),
+            ));
+        }
+        let v: Vec<f64> = match steps {
+            0 => Vec::new(),
+            1 => vec![start],
+            n => {
+                let step = (end - start) / (n - 1) as f64;
+                // PyTorch fills the second half from the end, so `end` is exact.
+                (0..n)
+                    .map(|i| {
+                        if i < n / 2 {
+                            start + step * i as f64
+                        } else {
+                            end - step * (n - 1 - i) as f64
+                        }
+                    })
+                    .collect()
+            }
+        };
+        upload(device, &v, &[steps], dtype)
+    }
+
+    /// Zeros with this tensor's shape, dtype and device.
+    pub fn zeros_like(&self) -> Result<Tensor> {
+        Tensor::zeros(self.device(), self.shape(), self.dtype)
+    }
+
+    /// Ones with this tensor's shape, dtype and device.
+    pub fn ones_like(&self) -> Result<Tensor> {
+        Tensor::ones(self.device(), self.shape(), self.dtype)
+    }
+
+    /// `value` with this tensor's shape, dtype and device.
+    pub fn full_like(&self, value: f64) -> Result<Tensor> {
+        Tensor::full(self.device(), self.shape(), value, self.dtype)
+    }
+
+    /// `U[0, 1)` samples with this tensor's shape, dtype and device.
+    pub fn rand_like(&self) -> Result<Tensor> {
+        crate::ops::rand(self.device(), self.shape(), self.dtype)
+    }
+
+    /// Standard normal samples with this tensor's shape, dtype and device.
+    pub fn randn_like(&self) -> Result<Tensor> {
+        crate::ops::randn(self.device(), self.shape(), self.dtype)
+    }
+}

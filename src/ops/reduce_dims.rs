@@ -1,0 +1,55 @@
+//! Reductions over several dims or all of them (`sum_dims`, `mean_dims`, `sum_all`,
+//! `mean_all`), composed from the one-dim reductions of src/ops/reduce.rs.
+
+use crate::layout::Layout;
+use crate::{Error, Result, Tensor};
+
+impl Tensor {
+    /// Distinct dims, normalized and sorted from the last to the first.
+    fn reduction_dims(&self, op: &'static str, dims: &[isize]) -> Result<Vec<usize>> {
+        let mut ds = dims
+            .iter()
+            .map(|&d| Layout::normalize_dim(op, d, self.rank()))
+            .collect::<Result<Vec<_>>>()?;
+        ds.sort_unstable_by(|a, b| b.cmp(a));
+        let n = ds.len();
+        ds.dedup();
+        if ds.len() != n {
+            return Err(Error::arg(op, format!("dims {dims:?} repeat a dim")));
+        }
+        Ok(ds)
+    }
+
+    /// The sum over several dims (PyTorch's `sum(dim=(..), keepdim)`), reduced one dim at a
+    /// time from the last.
+    pub fn sum_dims(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        let ds = self.reduction_dims("sum", dims)?;
+        let mut t = self.clone();
+        for d in ds {
+            t = t.sum(d as isize, keepdim)?;
+        }
+        Ok(t)
+    }
+
+    /// The mean over several dims (PyTorch's `mean(dim=(..), keepdim)`): the sum divided once
+    /// by the number of elements reduced.
+    pub fn mean_dims(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        let ds = self.reduction_dims("mean", dims)?;
+        let count: usize = ds.iter().map(|&d| self.shape()[d]).product();
+        let s = self.sum_dims(dims, keepdim)?;
+        if count == 0 {
+            return s.mul_scalar(f64::NAN);
+        }
+        s.div_scalar(count as f64)
+    }
+
+    /// The sum of every element, as a `[]` tensor (PyTorch's `sum()`).
+    pub fn sum_all(&self) -> Result<Tensor> {
+        self.reshape(&[self.numel()])?.sum(0, false)
+    }
+
+    /// The mean of every element, as a `[]` tensor (NaN when empty, as PyTorch's `mean()`).
+    pub fn mean_all(&self) -> Result<Tensor> {
+        self.reshape(&[self.numel()])?.mean(0, false)
+    }
+}
