@@ -164,7 +164,7 @@ impl MultiheadAttention {
         num_heads: usize,
         c: MultiheadAttentionConfig,
     ) -> Result<MultiheadAttention> {
-        if num_heads == 0 || embed_dim % num_heads != 0 {
+        if num_heads == 0 || !embed_dim.is_multiple_of(num_heads) {
             return Err(Error::arg(
                 OP,
                 format!("embed_dim must be divisible by num_heads, got embed_dim {embed_dim} and num_heads {num_heads}"),
