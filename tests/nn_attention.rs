@@ -93,7 +93,7 @@ fn check_forward_backward(c: &Case, model: &dyn Module, out: &Tensor, inputs: &[
 }
 
 fn mha(cfg: MultiheadAttentionConfig, c: &Case) -> MultiheadAttention {
-    let mut m = MultiheadAttention::with_config(common::device(), 8, 2, cfg).unwrap();
+    let mut m = MultiheadAttention::new(common::device(), 8, 2, cfg).unwrap();
     m.load_state_dict(&c.state_dict(), true).unwrap();
     m.eval();
     m
@@ -290,7 +290,7 @@ fn encoder_stack_with_final_norm_matches_pytorch() {
 #[test]
 fn state_dict_names_and_initialization_are_pytorchs() {
     let dev = common::device();
-    let m = MultiheadAttention::new(dev, 8, 2).unwrap();
+    let m = MultiheadAttention::new(dev, 8, 2, Default::default()).unwrap();
     let names: Vec<String> = m.state_dict().into_iter().map(|(n, _)| n).collect();
     assert_eq!(
         names,
@@ -313,7 +313,7 @@ fn state_dict_names_and_initialization_are_pytorchs() {
         bias: false,
         ..Default::default()
     };
-    let m = MultiheadAttention::with_config(dev, 8, 2, cfg).unwrap();
+    let m = MultiheadAttention::new(dev, 8, 2, cfg).unwrap();
     let names: Vec<String> = m.state_dict().into_iter().map(|(n, _)| n).collect();
     assert_eq!(names, ["in_proj_weight", "out_proj.weight"]);
 
@@ -377,7 +377,7 @@ fn dropout_follows_train_and_eval() {
         batch_first: true,
         ..Default::default()
     };
-    let mut m = MultiheadAttention::with_config(dev, 8, 2, cfg).unwrap();
+    let mut m = MultiheadAttention::new(dev, 8, 2, cfg).unwrap();
     let (_, w) = m.forward_attn(&x, &x, &x, &Default::default()).unwrap();
     let w = w.unwrap().to_vec::<f32>().unwrap();
     assert!(w.contains(&0.0));
@@ -389,7 +389,7 @@ fn dropout_follows_train_and_eval() {
 #[test]
 fn need_weights_gives_averaged_weights_and_unbatched_inputs_work() {
     let dev = common::device();
-    let m = MultiheadAttention::new(dev, 8, 4).unwrap(); // [L, N, E]
+    let m = MultiheadAttention::new(dev, 8, 4, Default::default()).unwrap(); // [L, N, E]
     let q = wgtensor::ops::randn(dev, &[3, 2, 8], DType::F32).unwrap();
     let kv = wgtensor::ops::randn(dev, &[5, 2, 8], DType::F32).unwrap();
     let (out, w) = m.forward_attn(&q, &kv, &kv, &Default::default()).unwrap();
@@ -441,7 +441,9 @@ fn need_weights_gives_averaged_weights_and_unbatched_inputs_work() {
 #[test]
 fn wrong_shapes_are_errors_naming_the_layer_and_the_shapes() {
     let dev = common::device();
-    let err = MultiheadAttention::new(dev, 10, 3).unwrap_err().to_string();
+    let err = MultiheadAttention::new(dev, 10, 3, Default::default())
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("MultiheadAttention") && err.contains("10") && err.contains('3'),
         "{err}"
@@ -450,12 +452,12 @@ fn wrong_shapes_are_errors_naming_the_layer_and_the_shapes() {
         dropout: 1.5,
         ..Default::default()
     };
-    let err = MultiheadAttention::with_config(dev, 8, 2, cfg)
+    let err = MultiheadAttention::new(dev, 8, 2, cfg)
         .unwrap_err()
         .to_string();
     assert!(err.contains("1.5"), "{err}");
 
-    let m = MultiheadAttention::new(dev, 8, 2).unwrap();
+    let m = MultiheadAttention::new(dev, 8, 2, Default::default()).unwrap();
     let x = Tensor::zeros(dev, &[4, 2, 8], DType::F32).unwrap();
     let bad = Tensor::zeros(dev, &[4, 2, 6], DType::F32).unwrap();
     let msg = |r: wgtensor::Result<(Tensor, Option<Tensor>)>| r.unwrap_err().to_string();
@@ -498,7 +500,11 @@ fn wrong_shapes_are_errors_naming_the_layer_and_the_shapes() {
     let layer = TransformerEncoderLayer::new(dev, 8, 2, Default::default()).unwrap();
     let e = layer.forward(&bad).unwrap_err().to_string();
     assert!(
-        e.contains("TransformerEncoderLayer") && e.contains("[4, 2, 6]"),
+        e.contains("self_attn (MultiheadAttention)") && e.contains("[4, 2, 6]"),
         "{e}"
     );
+    // In a stack, the path names the layer.
+    let enc = nn::TransformerEncoder::new(&layer, 2, None).unwrap();
+    let e = enc.forward(&bad).unwrap_err().to_string();
+    assert!(e.contains("layers.0.self_attn (MultiheadAttention)"), "{e}");
 }

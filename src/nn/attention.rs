@@ -104,7 +104,7 @@ impl Default for MhaOptions<'_> {
 /// use wgtensor::{DType, Device, Tensor};
 /// let dev = Device::new()?;
 /// let cfg = nn::MultiheadAttentionConfig { batch_first: true, ..Default::default() };
-/// let mha = nn::MultiheadAttention::with_config(&dev, 8, 2, cfg)?;
+/// let mha = nn::MultiheadAttention::new(&dev, 8, 2, cfg)?;
 /// let names: Vec<String> = mha.state_dict().into_iter().map(|(n, _)| n).collect();
 /// assert_eq!(names, ["in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"]);
 /// let x = Tensor::zeros(&dev, &[2, 5, 8], DType::F32)?; // [N, L, E]
@@ -147,18 +147,11 @@ pub struct MultiheadAttention {
 }
 
 impl MultiheadAttention {
-    /// PyTorch's defaults (see [`MultiheadAttentionConfig`]).
-    pub fn new(dev: &Device, embed_dim: usize, num_heads: usize) -> Result<MultiheadAttention> {
-        Self::with_config(
-            dev,
-            embed_dim,
-            num_heads,
-            MultiheadAttentionConfig::default(),
-        )
-    }
-
-    /// A layer with these options, PyTorch's initialization.
-    pub fn with_config(
+    /// PyTorch's `nn.MultiheadAttention(embed_dim, num_heads, dropout, bias, kdim=, vdim=,
+    /// batch_first=)` with its initialization (`MultiheadAttentionConfig::default()` gives
+    /// PyTorch's defaults). Errors when `embed_dim` is not a multiple of `num_heads` or
+    /// `dropout` is not a probability.
+    pub fn new(
         dev: &Device,
         embed_dim: usize,
         num_heads: usize,

@@ -133,7 +133,7 @@ impl TransformerEncoderLayer {
             bias: c.bias,
         };
         Ok(TransformerEncoderLayer {
-            self_attn: MultiheadAttention::with_config(dev, d_model, nhead, mha)?,
+            self_attn: MultiheadAttention::new(dev, d_model, nhead, mha)?,
             linear1: Linear::new(dev, d_model, c.dim_feedforward, c.bias)?,
             dropout: Dropout::new(c.dropout),
             linear2: Linear::new(dev, c.dim_feedforward, d_model, c.bias)?,
@@ -158,6 +158,8 @@ impl TransformerEncoderLayer {
         src_key_padding_mask: Option<MhaMask>,
         is_causal: bool,
     ) -> Result<Tensor> {
+        // A child's error names it (`self_attn (MultiheadAttention): ...`).
+        let at = |name: &'static str, layer: &'static str| move |e: Error| e.in_layer(name, layer);
         let sa = |x: &Tensor| -> Result<Tensor> {
             let opts = MhaOptions {
                 key_padding_mask: src_key_padding_mask,
@@ -166,28 +168,31 @@ impl TransformerEncoderLayer {
                 average_attn_weights: true,
                 is_causal,
             };
-            let (y, _) = self.self_attn.forward_attn(x, x, x, &opts)?;
+            let (y, _) = self
+                .self_attn
+                .forward_attn(x, x, x, &opts)
+                .map_err(at("self_attn", "MultiheadAttention"))?;
             self.dropout1.forward(&y)
         };
         let ff = |x: &Tensor| -> Result<Tensor> {
-            let h = self.linear1.forward(x)?;
+            let h = self.linear1.forward(x).map_err(at("linear1", "Linear"))?;
             let h = match self.activation {
                 TransformerActivation::Relu => h.relu()?,
                 TransformerActivation::Gelu => h.gelu()?,
             };
-            let h = self.linear2.forward(&self.dropout.forward(&h)?)?;
+            let h = self.dropout.forward(&h)?;
+            let h = self.linear2.forward(&h).map_err(at("linear2", "Linear"))?;
             self.dropout2.forward(&h)
         };
-        let run = || -> Result<Tensor> {
-            if self.norm_first {
-                let x = src.add(&sa(&self.norm1.forward(src)?)?)?;
-                x.add(&ff(&self.norm2.forward(&x)?)?)
-            } else {
-                let x = self.norm1.forward(&src.add(&sa(src)?)?)?;
-                self.norm2.forward(&x.add(&ff(&x)?)?)
-            }
-        };
-        run().map_err(|e| e.in_layer("", "TransformerEncoderLayer"))
+        let norm1 = |x: &Tensor| self.norm1.forward(x).map_err(at("norm1", "LayerNorm"));
+        let norm2 = |x: &Tensor| self.norm2.forward(x).map_err(at("norm2", "LayerNorm"));
+        if self.norm_first {
+            let x = src.add(&sa(&norm1(src)?)?)?;
+            x.add(&ff(&norm2(&x)?)?)
+        } else {
+            let x = norm1(&src.add(&sa(src)?)?)?;
+            norm2(&x.add(&ff(&x)?)?)
+        }
     }
 }
 
