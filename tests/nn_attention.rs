@@ -508,3 +508,52 @@ fn wrong_shapes_are_errors_naming_the_layer_and_the_shapes() {
     let e = enc.forward(&bad).unwrap_err().to_string();
     assert!(e.contains("layers.0.self_attn (MultiheadAttention)"), "{e}");
 }
+
+#[test]
+fn causal_with_key_padding_agrees_between_fused_and_explicit_paths() {
+    let dev = common::device();
+    let cfg = MultiheadAttentionConfig {
+        batch_first: true,
+        ..Default::default()
+    };
+    let mut m = MultiheadAttention::new(dev, 8, 2, cfg).unwrap();
+    m.eval();
+    let x = wgtensor::ops::randn(dev, &[2, 4, 8], DType::F32).unwrap();
+    // Batch 1 pads its last key; no query row is left without keys.
+    let pad =
+        Tensor::from_slice(dev, &[0.0f32, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0], &[2, 4]).unwrap();
+    let run = |need_weights: bool, attn_mask: Option<MhaMask>| {
+        let opts = MhaOptions {
+            key_padding_mask: Some(MhaMask::Bool(&pad)),
+            attn_mask,
+            need_weights,
+            is_causal: true,
+            ..Default::default()
+        };
+        let (out, w) = m.forward_attn(&x, &x, &x, &opts).unwrap();
+        (out.to_vec::<f32>().unwrap(), w)
+    };
+    let (fused, _) = run(false, None);
+    let (explicit, w) = run(true, None);
+    // The same causal mask given as PyTorch's bool mask (nonzero above the diagonal).
+    let upper: Vec<f32> = (0..16)
+        .map(|i| if i % 4 > i / 4 { 1.0 } else { 0.0 })
+        .collect();
+    let upper = Tensor::from_slice(dev, &upper, &[4, 4]).unwrap();
+    let (given, _) = run(false, Some(MhaMask::Bool(&upper)));
+    for other in [&explicit, &given] {
+        for (a, b) in fused.iter().zip(other) {
+            assert!((a - b).abs() < 1e-5, "{a} vs {b}");
+        }
+    }
+    // Weights: zero above the diagonal and on the padded key.
+    let w = w.unwrap().to_vec::<f32>().unwrap();
+    for (i, p) in w.iter().enumerate() {
+        let (n, l, s) = (i / 16, i / 4 % 4, i % 4);
+        if s > l || (n == 1 && s == 3) {
+            assert_eq!(*p, 0.0, "weight [{n}, {l}, {s}]");
+        } else {
+            assert!(*p > 0.0, "weight [{n}, {l}, {s}]");
+        }
+    }
+}
