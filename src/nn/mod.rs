@@ -1,7 +1,8 @@
 //! Layers with PyTorch's names, parameters, `state_dict()` keys and default initialization
 //! (`torch.nn`): [`Linear`], [`Conv1d`], [`Conv2d`], [`ConvTranspose2d`], [`Embedding`],
 //! [`BatchNorm2d`] / [`BatchNorm1d`], [`LayerNorm`], [`GroupNorm`], [`RMSNorm`],
-//! [`Lstm`] / [`Gru`], [`Dropout`], the pools, activations (with [`ReLU6`], [`Hardswish`],
+//! [`Lstm`] / [`Gru`], [`MultiheadAttention`], [`TransformerEncoderLayer`] /
+//! [`TransformerEncoder`], [`Dropout`], the pools, activations (with [`ReLU6`], [`Hardswish`],
 //! [`Hardsigmoid`], [`LeakyReLU`], [`Softmax`], [`LogSoftmax`]),
 //! [`Flatten`], and the containers [`Sequential`], [`ModuleList`] and [`ModuleDict`].
 //!
@@ -133,6 +134,7 @@
 //! ```
 
 mod activation;
+mod attention;
 mod container;
 mod conv;
 mod embedding;
@@ -140,10 +142,12 @@ mod layers;
 mod module;
 mod norm;
 mod recurrent;
+mod transformer;
 
 use std::collections::HashMap;
 
 pub use activation::{Hardsigmoid, Hardswish, LeakyReLU, LogSoftmax, ReLU6, Softmax};
+pub use attention::{MhaMask, MhaOptions, MultiheadAttention, MultiheadAttentionConfig};
 pub use container::{ModuleDict, ModuleList, Sequential};
 pub use conv::{Conv1d, ConvTranspose2d, ConvTranspose2dConfig};
 pub use embedding::Embedding;
@@ -154,6 +158,10 @@ pub use layers::{
 pub use module::{BufferField, Forward, Module, ModuleField, Visitor, VisitorMut};
 pub use norm::{GroupNorm, GroupNormConfig, LayerNorm, LayerNormConfig, RMSNorm, RMSNormConfig};
 pub use recurrent::{Gru, Lstm, Recurrent, RnnConfig};
+pub use transformer::{
+    TransformerActivation, TransformerEncoder, TransformerEncoderLayer,
+    TransformerEncoderLayerConfig,
+};
 /// `#[derive(Module)]`: implements [`Module`] for a struct from its fields (see the
 /// [module documentation](self) for the rules and the `#[module(...)]` attributes). It shares
 /// the trait's name, so `use wgtensor::nn::Module;` brings both.

@@ -1,0 +1,548 @@
+//! `nn.MultiheadAttention`: PyTorch's parameters (`in_proj_weight`, or `q_proj_weight` /
+//! `k_proj_weight` / `v_proj_weight` when `kdim` / `vdim` differ from `embed_dim`;
+//! `in_proj_bias`; the `out_proj` child), initialization, mask conventions and layouts. Without
+//! attention weights to return, the attention itself is the fused
+//! [`scaled_dot_product_attention`] kernel; with them, the explicit composition PyTorch writes.
+
+use super::layers::{param, Linear};
+use super::{Forward, Module, Visitor, VisitorMut};
+use crate::ops::{
+    gemm, scaled_dot_product_attention, xavier_uniform, AttnMask, Bias, GemmOptions, SdpaOptions,
+};
+use crate::{DType, Device, Error, Result, Tensor};
+
+const OP: &str = "MultiheadAttention";
+
+/// A mask of [`MultiheadAttention`], read as `nn.MultiheadAttention` reads its
+/// `key_padding_mask` and `attn_mask`. Note that the boolean convention is the opposite of
+/// [`AttnMask::Bool`] (`F.scaled_dot_product_attention`'s), as it is in PyTorch.
+#[derive(Clone, Copy, Debug)]
+pub enum MhaMask<'a> {
+    /// PyTorch's boolean mask: a nonzero entry means the position is masked out (may NOT be
+    /// attended to), zero means it may. The crate has no bool dtype: bool tensors load from
+    /// safetensors as i32 and comparisons give f32 1 / 0; any dtype is read as nonzero / zero.
+    Bool(&'a Tensor),
+    /// A float mask added to the scaled scores (`-inf` excludes a position).
+    Additive(&'a Tensor),
+}
+
+/// Options of [`MultiheadAttention`] beyond `embed_dim` and `num_heads` (PyTorch's defaults:
+/// no dropout, biases, `[L, N, E]` inputs, `kdim = vdim = embed_dim`). PyTorch's
+/// `add_bias_kv` and `add_zero_attn` are not offered.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MultiheadAttentionConfig {
+    /// Dropout probability on the attention weights, in training mode only (0).
+    pub dropout: f64,
+    /// Biases on the input and output projections (true).
+    pub bias: bool,
+    /// Inputs and outputs are `[N, L, E]` instead of `[L, N, E]` (false).
+    pub batch_first: bool,
+    /// Features of the keys; `None` is `embed_dim`.
+    pub kdim: Option<usize>,
+    /// Features of the values; `None` is `embed_dim`.
+    pub vdim: Option<usize>,
+}
+
+impl Default for MultiheadAttentionConfig {
+    fn default() -> Self {
+        MultiheadAttentionConfig {
+            dropout: 0.0,
+            bias: true,
+            batch_first: false,
+            kdim: None,
+            vdim: None,
+        }
+    }
+}
+
+/// The keyword arguments of [`MultiheadAttention::forward_attn`], PyTorch's; `Default` gives
+/// PyTorch's defaults (no masks, `need_weights` and `average_attn_weights` true, not causal).
+#[derive(Clone, Copy, Debug)]
+pub struct MhaOptions<'a> {
+    /// Keys to ignore per batch element: `[N, S]` (`[S]` for unbatched inputs).
+    pub key_padding_mask: Option<MhaMask<'a>>,
+    /// Positions each query may not attend to: `[L, S]` (shared by the batch and the heads)
+    /// or `[N * num_heads, L, S]`.
+    pub attn_mask: Option<MhaMask<'a>>,
+    /// Return the attention weights (computed explicitly, O(L S) memory); false runs the
+    /// fused kernel and returns `None`.
+    pub need_weights: bool,
+    /// Return the weights averaged over the heads (`[N, L, S]`) instead of per head
+    /// (`[N, num_heads, L, S]`).
+    pub average_attn_weights: bool,
+    /// Causal attention (query `i` attends to keys `j <= i`). As in PyTorch, a given
+    /// `attn_mask` is taken to be the causal mask; unlike PyTorch, `attn_mask` may be left out
+    /// (the causal mask is then made here).
+    pub is_causal: bool,
+}
+
+impl Default for MhaOptions<'_> {
+    fn default() -> Self {
+        MhaOptions {
+            key_padding_mask: None,
+            attn_mask: None,
+            need_weights: true,
+            average_attn_weights: true,
+            is_causal: false,
+        }
+    }
+}
+
+/// Multi-head attention (PyTorch's `nn.MultiheadAttention`): `out_proj(attention(q W_q^T +
+/// b_q, k W_k^T + b_k, v W_v^T + b_v))` over `num_heads` heads of `embed_dim / num_heads`
+/// features each. Parameters and `state_dict()` names are PyTorch's: `in_proj_weight`
+/// `[3E, E]` (xavier uniform) or, when `kdim` / `vdim` differ from `E`, `q_proj_weight` `[E, E]`,
+/// `k_proj_weight` `[E, kdim]`, `v_proj_weight` `[E, vdim]`; `in_proj_bias` `[3E]` (zeros);
+/// `out_proj.weight` (Linear's initialization) and `out_proj.bias` (zeros).
+///
+/// Inputs are `[L, N, E]` (`[N, L, E]` with `batch_first`) or unbatched `[L, E]`. As a
+/// [`Forward`] it is self-attention without masks.
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::nn::{self, Forward, MhaMask, MhaOptions, Module};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let cfg = nn::MultiheadAttentionConfig { batch_first: true, ..Default::default() };
+/// let mha = nn::MultiheadAttention::new(&dev, 8, 2, cfg)?;
+/// let names: Vec<String> = mha.state_dict().into_iter().map(|(n, _)| n).collect();
+/// assert_eq!(names, ["in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"]);
+/// let x = Tensor::zeros(&dev, &[2, 5, 8], DType::F32)?; // [N, L, E]
+/// let pad = Tensor::from_slice(&dev, &[0i32, 0, 0, 1, 1, 0, 0, 0, 0, 0], &[2, 5])?;
+/// let opts = MhaOptions { key_padding_mask: Some(MhaMask::Bool(&pad)), ..Default::default() };
+/// let (out, weights) = mha.forward_attn(&x, &x, &x, &opts)?;
+/// assert_eq!(out.shape(), &[2, 5, 8]);
+/// assert_eq!(weights.unwrap().shape(), &[2, 5, 5]); // averaged over the heads
+/// assert_eq!(mha.forward(&x)?.shape(), &[2, 5, 8]);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct MultiheadAttention {
+    /// `[3E, E]`: the query, key and value projections stacked (when `kdim = vdim = E`).
+    pub in_proj_weight: Option<Tensor>,
+    /// `[E, E]`, when `kdim` or `vdim` differs from `E`.
+    pub q_proj_weight: Option<Tensor>,
+    /// `[E, kdim]`, when `kdim` or `vdim` differs from `E`.
+    pub k_proj_weight: Option<Tensor>,
+    /// `[E, vdim]`, when `kdim` or `vdim` differs from `E`.
+    pub v_proj_weight: Option<Tensor>,
+    /// `[3E]`, with `bias`.
+    pub in_proj_bias: Option<Tensor>,
+    /// The output projection `[E, E]`.
+    pub out_proj: Linear,
+    /// `E`.
+    pub embed_dim: usize,
+    /// Heads; `E / num_heads` features each.
+    pub num_heads: usize,
+    /// Features of the keys.
+    pub kdim: usize,
+    /// Features of the values.
+    pub vdim: usize,
+    /// Dropout probability on the attention weights (training only).
+    pub dropout: f64,
+    /// `[N, L, E]` inputs and outputs.
+    pub batch_first: bool,
+    /// Training mode (dropout on).
+    pub training: bool,
+}
+
+impl MultiheadAttention {
+    /// PyTorch's `nn.MultiheadAttention(embed_dim, num_heads, dropout, bias, kdim=, vdim=,
+    /// batch_first=)` with its initialization (`MultiheadAttentionConfig::default()` gives
+    /// PyTorch's defaults). Errors when `embed_dim` is not a multiple of `num_heads` or
+    /// `dropout` is not a probability.
+    pub fn new(
+        dev: &Device,
+        embed_dim: usize,
+        num_heads: usize,
+        c: MultiheadAttentionConfig,
+    ) -> Result<MultiheadAttention> {
+        if num_heads == 0 || !embed_dim.is_multiple_of(num_heads) {
+            return Err(Error::arg(
+                OP,
+                format!("embed_dim must be divisible by num_heads, got embed_dim {embed_dim} and num_heads {num_heads}"),
+            ));
+        }
+        if !(0.0..=1.0).contains(&c.dropout) {
+            return Err(Error::arg(
+                OP,
+                format!(
+                    "dropout should be a probability in [0, 1], got {}",
+                    c.dropout
+                ),
+            ));
+        }
+        let (kdim, vdim) = (c.kdim.unwrap_or(embed_dim), c.vdim.unwrap_or(embed_dim));
+        let e = embed_dim;
+        let xavier = |shape: &[usize]| param(xavier_uniform(dev, shape, 1.0, DType::F32)?);
+        let same = kdim == e && vdim == e;
+        let (in_proj_weight, q, k, v) = if same {
+            (Some(xavier(&[3 * e, e])?), None, None, None)
+        } else {
+            let (q, k, v) = (xavier(&[e, e])?, xavier(&[e, kdim])?, xavier(&[e, vdim])?);
+            (None, Some(q), Some(k), Some(v))
+        };
+        let zeros = |n: usize| param(Tensor::zeros(dev, &[n], DType::F32)?);
+        let in_proj_bias = c.bias.then(|| zeros(3 * e)).transpose()?;
+        let mut out_proj = Linear::new(dev, e, e, c.bias)?;
+        out_proj.bias = c.bias.then(|| zeros(e)).transpose()?;
+        Ok(MultiheadAttention {
+            in_proj_weight,
+            q_proj_weight: q,
+            k_proj_weight: k,
+            v_proj_weight: v,
+            in_proj_bias,
+            out_proj,
+            embed_dim,
+            num_heads,
+            kdim,
+            vdim,
+            dropout: c.dropout,
+            batch_first: c.batch_first,
+            training: true,
+        })
+    }
+
+    /// PyTorch's `forward(query, key, value, key_padding_mask, need_weights, attn_mask,
+    /// average_attn_weights, is_causal)`: `query` `[L, N, E]`, `key` `[S, N, kdim]`, `value`
+    /// `[S, N, vdim]` (`[N, L, E]`, ... with `batch_first`; `[L, E]`, `[S, kdim]`, `[S, vdim]`
+    /// unbatched) give the output `[L, N, E]` (the query's layout) and, with `need_weights`,
+    /// the attention weights `[N, L, S]` (`[N, num_heads, L, S]` without
+    /// `average_attn_weights`; no `N` unbatched), after dropout as PyTorch returns them.
+    ///
+    /// Masks: see [`MhaOptions`] and [`MhaMask`] (bool nonzero = masked out). Without
+    /// `need_weights` the key padding and attention masks are merged into one additive mask
+    /// and the fused kernel runs (where a query has every key masked, it gives zeros; the
+    /// explicit path gives NaN there, as PyTorch's does).
+    ///
+    /// Errors ([`Error::Shape`]) name the layer and the shapes: inputs of other ranks or
+    /// feature sizes, keys and values of different lengths or batches, masks of other shapes.
+    pub fn forward_attn(
+        &self,
+        query: &Tensor,
+        key: &Tensor,
+        value: &Tensor,
+        opts: &MhaOptions,
+    ) -> Result<(Tensor, Option<Tensor>)> {
+        let batched = query.rank() == 3;
+        if !(query.rank() == 2 || batched)
+            || key.rank() != query.rank()
+            || value.rank() != query.rank()
+        {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "query, key and value should all be 3-D (batched) or all 2-D (unbatched), got query {:?}, key {:?}, value {:?}",
+                    query.shape(),
+                    key.shape(),
+                    value.shape()
+                ),
+            ));
+        }
+        // Everything below works on [N, L, features].
+        let to_batch_first = |t: &Tensor| -> Result<Tensor> {
+            match (batched, self.batch_first) {
+                (false, _) => t.unsqueeze(0),
+                (true, true) => Ok(t.clone()),
+                (true, false) => t.transpose(0, 1),
+            }
+        };
+        let (q_in, k_in, v_in) = (
+            to_batch_first(query)?,
+            to_batch_first(key)?,
+            to_batch_first(value)?,
+        );
+        let (n, l, s) = (q_in.shape()[0], q_in.shape()[1], k_in.shape()[1]);
+        let (e, h) = (self.embed_dim, self.num_heads);
+        let d = e / h;
+        let layout = if !batched {
+            "unbatched [L, E]"
+        } else if self.batch_first {
+            "batch_first [N, L, E]"
+        } else {
+            "[L, N, E]"
+        };
+        if q_in.shape()[2] != e || k_in.shape()[2] != self.kdim || v_in.shape()[2] != self.vdim {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "expected query, key and value ({layout}) with {e}, {} and {} features (embed_dim, kdim, vdim), got query {:?}, key {:?}, value {:?}",
+                    self.kdim,
+                    self.vdim,
+                    query.shape(),
+                    key.shape(),
+                    value.shape()
+                ),
+            ));
+        }
+        if k_in.shape()[..2] != v_in.shape()[..2] || k_in.shape()[0] != n {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "key and value should have the same sequence length and the query's batch ({layout}), got query {:?}, key {:?}, value {:?}",
+                    query.shape(),
+                    key.shape(),
+                    value.shape()
+                ),
+            ));
+        }
+        let (q, k, v) = self.project(&q_in, &k_in, &v_in, query, key, value, [n, l, s])?;
+        let dt = q.dtype();
+        let kpm = opts
+            .key_padding_mask
+            .map(|m| self.key_padding_mask(m, batched, n, s, dt))
+            .transpose()?;
+        let mut attn = opts
+            .attn_mask
+            .map(|m| self.attn_mask(m, batched, n, l, s, dt))
+            .transpose()?;
+        let dropout_p = if self.training { self.dropout } else { 0.0 };
+        let fused_causal = opts.is_causal && kpm.is_none() && !opts.need_weights;
+        if opts.is_causal && !fused_causal && attn.is_none() {
+            attn = Some(causal_mask(q.device(), l, s, dt)?);
+        }
+        let (out, weights) = if !opts.need_weights {
+            let mask = match (fused_causal, attn, kpm) {
+                (true, _, _) => None,
+                (false, Some(a), Some(p)) => Some(a.add(&p)?),
+                (false, a, p) => a.or(p),
+            };
+            let sdpa = SdpaOptions {
+                attn_mask: mask.as_ref().map(AttnMask::Additive),
+                is_causal: fused_causal,
+                scale: None,
+                dropout_p,
+                enable_gqa: false,
+            };
+            (scaled_dot_product_attention(&q, &k, &v, &sdpa)?, None)
+        } else {
+            // PyTorch's explicit path: scale q, add the masks, softmax, dropout, then v.
+            let mut scores = q
+                .mul_scalar(1.0 / (d as f64).sqrt())?
+                .matmul(&k.transpose(-2, -1)?)?;
+            for m in attn.iter().chain(kpm.iter()) {
+                scores = scores.add(m)?;
+            }
+            let mut p = scores.softmax(-1)?;
+            if dropout_p > 0.0 {
+                p = crate::ops::dropout(&p, dropout_p, true)?;
+            }
+            let out = p.matmul(&v)?;
+            let w = if opts.average_attn_weights {
+                p.mean(1, false)?
+            } else {
+                p
+            };
+            let w = if batched { w } else { w.squeeze(0)? };
+            (out, Some(w))
+        };
+        // [N, H, L, D] -> [N, L, E] -> out_proj -> the query's layout.
+        let out = out.permute(&[0, 2, 1, 3])?.reshape(&[n, l, e])?;
+        let out = self.out_proj.forward(&out)?;
+        let out = match (batched, self.batch_first) {
+            (false, _) => out.squeeze(0)?,
+            (true, true) => out,
+            (true, false) => out.transpose(0, 1)?,
+        };
+        Ok((out, weights))
+    }
+
+    /// The input projections split into heads: q `[N, H, L, D]`, k and v `[N, H, S, D]`.
+    #[allow(clippy::too_many_arguments)]
+    fn project(
+        &self,
+        q_in: &Tensor,
+        k_in: &Tensor,
+        v_in: &Tensor,
+        query: &Tensor,
+        key: &Tensor,
+        value: &Tensor,
+        [n, l, s]: [usize; 3],
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        let (e, h) = (self.embed_dim, self.num_heads);
+        let d = e / h;
+        let bias = |i: usize| -> Result<Option<Tensor>> {
+            self.in_proj_bias
+                .as_ref()
+                .map(|b| b.narrow(0, i * e, e))
+                .transpose()
+        };
+        let linear = |x: &Tensor, w: &Tensor, b: Option<&Tensor>| -> Result<Tensor> {
+            gemm(
+                x,
+                &w.transpose(0, 1)?,
+                &GemmOptions {
+                    bias: b.map(Bias::PerColumn),
+                    ..Default::default()
+                },
+            )
+        };
+        let heads = |t: Tensor, len: usize| -> Result<Tensor> {
+            t.reshape(&[n, len, h, d])?.permute(&[0, 2, 1, 3])
+        };
+        if let Some(w) = &self.in_proj_weight {
+            if same_view(query, key) && same_view(key, value) {
+                // Self-attention: one GEMM for the three projections.
+                let qkv = linear(q_in, w, self.in_proj_bias.as_ref())?
+                    .reshape(&[n, l, 3, h, d])?
+                    .permute(&[2, 0, 3, 1, 4])?;
+                let part = |i: usize| qkv.narrow(0, i, 1)?.squeeze(0);
+                return Ok((part(0)?, part(1)?, part(2)?));
+            }
+            let wi = |i: usize| w.narrow(0, i * e, e);
+            let q = linear(q_in, &wi(0)?, bias(0)?.as_ref())?;
+            let k = linear(k_in, &wi(1)?, bias(1)?.as_ref())?;
+            let v = linear(v_in, &wi(2)?, bias(2)?.as_ref())?;
+            return Ok((heads(q, l)?, heads(k, s)?, heads(v, s)?));
+        }
+        let (Some(wq), Some(wk), Some(wv)) = (
+            &self.q_proj_weight,
+            &self.k_proj_weight,
+            &self.v_proj_weight,
+        ) else {
+            return Err(Error::arg(
+                OP,
+                "the layer holds neither in_proj_weight nor q/k/v_proj_weight",
+            ));
+        };
+        let q = linear(q_in, wq, bias(0)?.as_ref())?;
+        let k = linear(k_in, wk, bias(1)?.as_ref())?;
+        let v = linear(v_in, wv, bias(2)?.as_ref())?;
+        Ok((heads(q, l)?, heads(k, s)?, heads(v, s)?))
+    }
+
+    /// The key padding mask as an additive `[N, 1, 1, S]`.
+    fn key_padding_mask(
+        &self,
+        m: MhaMask,
+        batched: bool,
+        n: usize,
+        s: usize,
+        dt: DType,
+    ) -> Result<Tensor> {
+        let t = mask_tensor(m);
+        let want: &[usize] = if batched { &[n, s] } else { &[s] };
+        if t.shape() != want {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "expected key_padding_mask of shape {want:?} ({}), got {:?}",
+                    if batched {
+                        "[N, S]"
+                    } else {
+                        "[S] for unbatched inputs"
+                    },
+                    t.shape()
+                ),
+            ));
+        }
+        additive(m, dt)?.reshape(&[n, 1, 1, s])
+    }
+
+    /// The attention mask as an additive `[L, S]` or `[N, H, L, S]`.
+    fn attn_mask(
+        &self,
+        m: MhaMask,
+        batched: bool,
+        n: usize,
+        l: usize,
+        s: usize,
+        dt: DType,
+    ) -> Result<Tensor> {
+        let t = mask_tensor(m);
+        let h = self.num_heads;
+        let nh = if batched { n * h } else { h };
+        let ok = t.shape() == [l, s] || t.shape() == [nh, l, s];
+        if !ok {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "expected attn_mask of shape [{l}, {s}] (L, S) or [{nh}, {l}, {s}] ({}), got {:?}",
+                    if batched { "N * num_heads, L, S" } else { "num_heads, L, S" },
+                    t.shape()
+                ),
+            ));
+        }
+        let a = additive(m, dt)?;
+        if a.rank() == 3 {
+            a.reshape(&[n, h, l, s])
+        } else {
+            Ok(a)
+        }
+    }
+}
+
+/// The tensor of a mask.
+fn mask_tensor<'a>(m: MhaMask<'a>) -> &'a Tensor {
+    match m {
+        MhaMask::Bool(t) | MhaMask::Additive(t) => t,
+    }
+}
+
+/// A mask as an additive float mask of dtype `dt` (bool: `-inf` where nonzero, else 0).
+fn additive(m: MhaMask, dt: DType) -> Result<Tensor> {
+    match m {
+        MhaMask::Bool(t) => {
+            Tensor::zeros(t.device(), t.shape(), dt)?.masked_fill(t, f64::NEG_INFINITY)
+        }
+        MhaMask::Additive(t) => t.to_dtype(dt),
+    }
+}
+
+/// PyTorch's upper-left causal mask `[L, S]`: `-inf` above the diagonal.
+fn causal_mask(dev: &Device, l: usize, s: usize, dt: DType) -> Result<Tensor> {
+    let v: Vec<f32> = (0..l * s)
+        .map(|x| {
+            if x % s <= x / s {
+                0.0
+            } else {
+                f32::NEG_INFINITY
+            }
+        })
+        .collect();
+    Tensor::from_slice(dev, &v, &[l, s])?.to_dtype(dt)
+}
+
+/// The same view of the same storage (PyTorch's `query is key` for self-attention).
+fn same_view(a: &Tensor, b: &Tensor) -> bool {
+    a.shares_storage(b)
+        && a.shape() == b.shape()
+        && a.strides() == b.strides()
+        && a.layout().offset() == b.layout().offset()
+        && a.dtype() == b.dtype()
+}
+
+impl Module for MultiheadAttention {
+    fn visit(&self, v: &mut dyn Visitor) {
+        let own = [
+            ("in_proj_weight", &self.in_proj_weight),
+            ("q_proj_weight", &self.q_proj_weight),
+            ("k_proj_weight", &self.k_proj_weight),
+            ("v_proj_weight", &self.v_proj_weight),
+            ("in_proj_bias", &self.in_proj_bias),
+        ];
+        for (name, t) in own {
+            if let Some(t) = t {
+                v.parameter(name, t);
+            }
+        }
+        v.training(self.training);
+        v.child("out_proj", &self.out_proj);
+    }
+    fn visit_mut(&mut self, v: &mut dyn VisitorMut) {
+        v.training(&mut self.training);
+        v.child("out_proj", &mut self.out_proj);
+    }
+}
+
+impl Forward for MultiheadAttention {
+    /// Self-attention without masks, `forward_attn(x, x, x)`'s output (on the fused kernel:
+    /// no weights are computed).
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let opts = MhaOptions {
+            need_weights: false,
+            ..Default::default()
+        };
+        Ok(self.forward_attn(x, x, x, &opts)?.0)
+    }
+}

@@ -1,0 +1,337 @@
+//! `nn.TransformerEncoderLayer` and `nn.TransformerEncoder`: PyTorch's child names
+//! (`self_attn`, `linear1`, `dropout`, `linear2`, `norm1`, `norm2`, `dropout1`, `dropout2`;
+//! `layers.{i}`, `norm`), defaults and both normalization placements, over
+//! [`MultiheadAttention`]'s fused path.
+
+use super::attention::{MhaMask, MhaOptions, MultiheadAttention, MultiheadAttentionConfig};
+use super::layers::{Dropout, Linear};
+use super::norm::{LayerNorm, LayerNormConfig};
+use super::{Forward, Module, Visitor, VisitorMut};
+use crate::{Device, Error, Result, Tensor};
+
+/// The feed-forward activation of a [`TransformerEncoderLayer`] (PyTorch's `activation="relu"`
+/// or `"gelu"`, the exact erf form).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TransformerActivation {
+    /// `max(x, 0)`, PyTorch's default.
+    #[default]
+    Relu,
+    /// The exact GELU.
+    Gelu,
+}
+
+/// Options of [`TransformerEncoderLayer`] beyond `d_model` and `nhead`, with PyTorch's
+/// defaults.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TransformerEncoderLayerConfig {
+    /// Hidden size of the feed-forward block (2048).
+    pub dim_feedforward: usize,
+    /// Dropout probability in the attention and after each block, training only (0.1).
+    pub dropout: f64,
+    /// The feed-forward activation (relu).
+    pub activation: TransformerActivation,
+    /// The layer norms' epsilon (1e-5).
+    pub layer_norm_eps: f64,
+    /// `[N, L, E]` inputs and outputs instead of `[L, N, E]` (false).
+    pub batch_first: bool,
+    /// Pre-norm (`x + block(norm(x))`) instead of post-norm (`norm(x + block(x))`) (false).
+    pub norm_first: bool,
+    /// Biases in the linear layers and the layer norms (true).
+    pub bias: bool,
+}
+
+impl Default for TransformerEncoderLayerConfig {
+    fn default() -> Self {
+        TransformerEncoderLayerConfig {
+            dim_feedforward: 2048,
+            dropout: 0.1,
+            activation: TransformerActivation::Relu,
+            layer_norm_eps: 1e-5,
+            batch_first: false,
+            norm_first: false,
+            bias: true,
+        }
+    }
+}
+
+/// A transformer encoder layer (PyTorch's `nn.TransformerEncoderLayer`): self-attention and a
+/// feed-forward block `linear2(dropout(act(linear1(x))))`, each with a residual connection and
+/// a layer norm, before (`norm_first`) or after the residual sum. Children and `state_dict()`
+/// names are PyTorch's (`self_attn.in_proj_weight`, `linear1.weight`, `norm1.bias`, ...).
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::nn::{self, Forward, Module};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let cfg = nn::TransformerEncoderLayerConfig {
+///     dim_feedforward: 32,
+///     batch_first: true,
+///     norm_first: true,
+///     activation: nn::TransformerActivation::Gelu,
+///     ..Default::default()
+/// };
+/// let mut layer = nn::TransformerEncoderLayer::new(&dev, 16, 4, cfg)?;
+/// layer.eval();
+/// let x = Tensor::zeros(&dev, &[2, 7, 16], DType::F32)?; // [N, L, E]
+/// let y = layer.forward_with(&x, None, None, true)?; // causal
+/// assert_eq!(y.shape(), &[2, 7, 16]);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct TransformerEncoderLayer {
+    /// The self-attention.
+    pub self_attn: MultiheadAttention,
+    /// `d_model -> dim_feedforward`.
+    pub linear1: Linear,
+    /// Dropout after the activation.
+    pub dropout: Dropout,
+    /// `dim_feedforward -> d_model`.
+    pub linear2: Linear,
+    /// The norm of the attention block.
+    pub norm1: LayerNorm,
+    /// The norm of the feed-forward block.
+    pub norm2: LayerNorm,
+    /// Dropout on the attention block's output.
+    pub dropout1: Dropout,
+    /// Dropout on the feed-forward block's output.
+    pub dropout2: Dropout,
+    /// The feed-forward activation.
+    pub activation: TransformerActivation,
+    /// Pre-norm.
+    pub norm_first: bool,
+}
+
+impl TransformerEncoderLayer {
+    /// A layer of width `d_model` with `nhead` heads, PyTorch's initialization.
+    pub fn new(
+        dev: &Device,
+        d_model: usize,
+        nhead: usize,
+        c: TransformerEncoderLayerConfig,
+    ) -> Result<TransformerEncoderLayer> {
+        let op = "TransformerEncoderLayer";
+        if !(0.0..=1.0).contains(&c.dropout) {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "dropout should be a probability in [0, 1], got {}",
+                    c.dropout
+                ),
+            ));
+        }
+        let mha = MultiheadAttentionConfig {
+            dropout: c.dropout,
+            bias: c.bias,
+            batch_first: c.batch_first,
+            kdim: None,
+            vdim: None,
+        };
+        let norm = LayerNormConfig {
+            eps: c.layer_norm_eps,
+            elementwise_affine: true,
+            bias: c.bias,
+        };
+        Ok(TransformerEncoderLayer {
+            self_attn: MultiheadAttention::new(dev, d_model, nhead, mha)?,
+            linear1: Linear::new(dev, d_model, c.dim_feedforward, c.bias)?,
+            dropout: Dropout::new(c.dropout),
+            linear2: Linear::new(dev, c.dim_feedforward, d_model, c.bias)?,
+            norm1: LayerNorm::with_config(dev, &[d_model], norm)?,
+            norm2: LayerNorm::with_config(dev, &[d_model], norm)?,
+            dropout1: Dropout::new(c.dropout),
+            dropout2: Dropout::new(c.dropout),
+            activation: c.activation,
+            norm_first: c.norm_first,
+        })
+    }
+
+    /// PyTorch's `forward(src, src_mask, src_key_padding_mask, is_causal)`: `src` `[L, N, E]`
+    /// (`[N, L, E]` with `batch_first`, or `[L, E]`), masks as
+    /// [`MultiheadAttention::forward_attn`] reads them (bool nonzero = masked out; `src_mask`
+    /// `[L, L]` or `[N * nhead, L, L]`, `src_key_padding_mask` `[N, L]`); `is_causal` with no
+    /// `src_mask` makes the causal mask.
+    pub fn forward_with(
+        &self,
+        src: &Tensor,
+        src_mask: Option<MhaMask>,
+        src_key_padding_mask: Option<MhaMask>,
+        is_causal: bool,
+    ) -> Result<Tensor> {
+        // A child's error names it (`self_attn (MultiheadAttention): ...`).
+        let at = |name: &'static str, layer: &'static str| move |e: Error| e.in_layer(name, layer);
+        let sa = |x: &Tensor| -> Result<Tensor> {
+            let opts = MhaOptions {
+                key_padding_mask: src_key_padding_mask,
+                attn_mask: src_mask,
+                need_weights: false,
+                average_attn_weights: true,
+                is_causal,
+            };
+            let (y, _) = self
+                .self_attn
+                .forward_attn(x, x, x, &opts)
+                .map_err(at("self_attn", "MultiheadAttention"))?;
+            self.dropout1.forward(&y)
+        };
+        let ff = |x: &Tensor| -> Result<Tensor> {
+            let h = self.linear1.forward(x).map_err(at("linear1", "Linear"))?;
+            let h = match self.activation {
+                TransformerActivation::Relu => h.relu()?,
+                TransformerActivation::Gelu => h.gelu()?,
+            };
+            let h = self.dropout.forward(&h)?;
+            let h = self.linear2.forward(&h).map_err(at("linear2", "Linear"))?;
+            self.dropout2.forward(&h)
+        };
+        let norm1 = |x: &Tensor| self.norm1.forward(x).map_err(at("norm1", "LayerNorm"));
+        let norm2 = |x: &Tensor| self.norm2.forward(x).map_err(at("norm2", "LayerNorm"));
+        if self.norm_first {
+            let x = src.add(&sa(&norm1(src)?)?)?;
+            x.add(&ff(&norm2(&x)?)?)
+        } else {
+            let x = norm1(&src.add(&sa(src)?)?)?;
+            norm2(&x.add(&ff(&x)?)?)
+        }
+    }
+}
+
+impl Module for TransformerEncoderLayer {
+    fn visit(&self, v: &mut dyn Visitor) {
+        v.child("self_attn", &self.self_attn);
+        v.child("linear1", &self.linear1);
+        v.child("dropout", &self.dropout);
+        v.child("linear2", &self.linear2);
+        v.child("norm1", &self.norm1);
+        v.child("norm2", &self.norm2);
+        v.child("dropout1", &self.dropout1);
+        v.child("dropout2", &self.dropout2);
+    }
+    fn visit_mut(&mut self, v: &mut dyn VisitorMut) {
+        v.child("self_attn", &mut self.self_attn);
+        v.child("linear1", &mut self.linear1);
+        v.child("dropout", &mut self.dropout);
+        v.child("linear2", &mut self.linear2);
+        v.child("norm1", &mut self.norm1);
+        v.child("norm2", &mut self.norm2);
+        v.child("dropout1", &mut self.dropout1);
+        v.child("dropout2", &mut self.dropout2);
+    }
+}
+
+impl Forward for TransformerEncoderLayer {
+    /// [`forward_with`](TransformerEncoderLayer::forward_with) without masks.
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.forward_with(x, None, None, false)
+    }
+}
+
+/// A stack of encoder layers with an optional final norm (PyTorch's `nn.TransformerEncoder`):
+/// `state_dict()` names `layers.{i}.*` and `norm.*`.
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::nn::{self, Forward, Module};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let cfg = nn::TransformerEncoderLayerConfig { dim_feedforward: 32, ..Default::default() };
+/// let layer = nn::TransformerEncoderLayer::new(&dev, 16, 4, cfg)?;
+/// let enc = nn::TransformerEncoder::new(&layer, 2, Some(nn::LayerNorm::new(&dev, &[16])?))?;
+/// assert!(enc.state_dict().iter().any(|(n, _)| n == "layers.1.linear2.bias"));
+/// assert_eq!(enc.forward(&Tensor::zeros(&dev, &[7, 2, 16], DType::F32)?)?.shape(), &[7, 2, 16]);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct TransformerEncoder {
+    /// The layers, run in order.
+    pub layers: Vec<TransformerEncoderLayer>,
+    /// The final norm, if any.
+    pub norm: Option<LayerNorm>,
+}
+
+impl TransformerEncoder {
+    /// `num_layers` independent copies of `encoder_layer` (its parameters copied, not shared,
+    /// as PyTorch's deep copies) and an optional final norm.
+    pub fn new(
+        encoder_layer: &TransformerEncoderLayer,
+        num_layers: usize,
+        norm: Option<LayerNorm>,
+    ) -> Result<TransformerEncoder> {
+        let layers = (0..num_layers)
+            .map(|_| deep_copy(encoder_layer))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(TransformerEncoder { layers, norm })
+    }
+
+    /// PyTorch's `forward(src, mask, src_key_padding_mask, is_causal)`: each layer's
+    /// [`forward_with`](TransformerEncoderLayer::forward_with), then the norm.
+    pub fn forward_with(
+        &self,
+        src: &Tensor,
+        mask: Option<MhaMask>,
+        src_key_padding_mask: Option<MhaMask>,
+        is_causal: bool,
+    ) -> Result<Tensor> {
+        let mut x = src.clone();
+        for (i, layer) in self.layers.iter().enumerate() {
+            x = layer
+                .forward_with(&x, mask, src_key_padding_mask, is_causal)
+                .map_err(|e| e.in_layer(&format!("layers.{i}"), "TransformerEncoderLayer"))?;
+        }
+        match &self.norm {
+            Some(n) => n.forward(&x),
+            None => Ok(x),
+        }
+    }
+}
+
+/// A copy of `layer` whose parameters are new tensors holding the same values.
+fn deep_copy(layer: &TransformerEncoderLayer) -> Result<TransformerEncoderLayer> {
+    let mut c = layer.clone();
+    let fresh = |t: &Tensor| -> Result<Tensor> {
+        let copy = t.detach().mul_scalar(1.0)?;
+        if t.is_tracked() {
+            copy.requires_grad()
+        } else {
+            Ok(copy)
+        }
+    };
+    let opt = |t: &Option<Tensor>| t.as_ref().map(fresh).transpose();
+    let a = &mut c.self_attn;
+    a.in_proj_weight = opt(&a.in_proj_weight)?;
+    a.q_proj_weight = opt(&a.q_proj_weight)?;
+    a.k_proj_weight = opt(&a.k_proj_weight)?;
+    a.v_proj_weight = opt(&a.v_proj_weight)?;
+    a.in_proj_bias = opt(&a.in_proj_bias)?;
+    for lin in [&mut a.out_proj, &mut c.linear1, &mut c.linear2] {
+        lin.weight = fresh(&lin.weight)?;
+        lin.bias = opt(&lin.bias)?;
+    }
+    for n in [&mut c.norm1, &mut c.norm2] {
+        n.weight = opt(&n.weight)?;
+        n.bias = opt(&n.bias)?;
+    }
+    Ok(c)
+}
+
+impl Module for TransformerEncoder {
+    fn visit(&self, v: &mut dyn Visitor) {
+        v.child("layers", &self.layers);
+        if let Some(n) = &self.norm {
+            v.child("norm", n);
+        }
+    }
+    fn visit_mut(&mut self, v: &mut dyn VisitorMut) {
+        v.child("layers", &mut self.layers);
+        if let Some(n) = &mut self.norm {
+            v.child("norm", n);
+        }
+    }
+}
+
+impl Forward for TransformerEncoder {
+    /// [`forward_with`](TransformerEncoder::forward_with) without masks.
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.forward_with(x, None, None, false)
+    }
+}

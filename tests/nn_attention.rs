@@ -1,0 +1,559 @@
+//! nn::MultiheadAttention, nn::TransformerEncoderLayer and nn::TransformerEncoder against
+//! PyTorch: each case loads PyTorch's state dict strictly, runs the forward on PyTorch's
+//! inputs and the backward of `sum(out * g)`, and compares the output, the input gradients and
+//! every parameter gradient with PyTorch's (tests/fixtures/attention.safetensors, written by
+//! scripts/export_attention.py). Then the layers' names, initialization, modes, weights and
+//! errors.
+// Native only (blocking device and readback).
+#![cfg(not(target_arch = "wasm32"))]
+
+mod common;
+
+use std::collections::HashMap;
+
+use wgtensor::nn::{
+    self, Forward, MhaMask, MhaOptions, Module, MultiheadAttention, MultiheadAttentionConfig,
+    TransformerActivation, TransformerEncoderLayer, TransformerEncoderLayerConfig,
+};
+use wgtensor::{io, DType, Tensor};
+
+/// One case of the fixture: the entries under `<case>.`.
+struct Case {
+    name: &'static str,
+    all: HashMap<String, Tensor>,
+}
+
+impl Case {
+    fn load(name: &'static str) -> Case {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/attention.safetensors"
+        );
+        let file = io::load_safetensors_file(common::device(), path).unwrap();
+        Case {
+            name,
+            all: io::select_prefix(&file, name),
+        }
+    }
+    fn get(&self, key: &str) -> Tensor {
+        self.all
+            .get(key)
+            .unwrap_or_else(|| panic!("{}: no {key} in the fixture", self.name))
+            .clone()
+    }
+    fn state_dict(&self) -> HashMap<String, Tensor> {
+        io::select_prefix(&self.all, "sd")
+    }
+    /// A float input as a leaf that records gradients.
+    fn input(&self, key: &str) -> Tensor {
+        self.get(&format!("in.{key}")).requires_grad().unwrap()
+    }
+}
+
+/// `got` within 1e-5 (relative to the larger of 1 and PyTorch's value) of `want`.
+fn close(got: &Tensor, want: &Tensor, what: &str) {
+    assert_eq!(got.shape(), want.shape(), "{what}: shape");
+    let g = got.to_vec::<f32>().unwrap();
+    let w = want.to_vec::<f32>().unwrap();
+    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-5 * b.abs().max(1.0),
+            "{what}[{i}]: {a} vs PyTorch's {b}"
+        );
+    }
+}
+
+/// Backward of `sum(out * g)`; compares the output, the named inputs' gradients and every
+/// parameter's gradient with the case's.
+fn check_forward_backward(c: &Case, model: &dyn Module, out: &Tensor, inputs: &[(&str, &Tensor)]) {
+    close(out, &c.get("out"), &format!("{} output", c.name));
+    let grads = out.backward_with_grad(&c.get("g")).unwrap();
+    for (name, t) in inputs {
+        let g = grads
+            .get(t)
+            .unwrap_or_else(|| panic!("{}: no grad of {name}", c.name));
+        close(
+            g,
+            &c.get(&format!("grad.in.{name}")),
+            &format!("{} d{name}", c.name),
+        );
+    }
+    let params = model.named_parameters();
+    assert!(!params.is_empty());
+    for (name, p) in params {
+        let g = grads
+            .get(&p)
+            .unwrap_or_else(|| panic!("{}: no grad of {name}", c.name));
+        close(
+            g,
+            &c.get(&format!("grad.sd.{name}")),
+            &format!("{} d{name}", c.name),
+        );
+    }
+}
+
+fn mha(cfg: MultiheadAttentionConfig, c: &Case) -> MultiheadAttention {
+    let mut m = MultiheadAttention::new(common::device(), 8, 2, cfg).unwrap();
+    m.load_state_dict(&c.state_dict(), true).unwrap();
+    m.eval();
+    m
+}
+
+#[test]
+fn mha_sequence_first_with_bool_masks_matches_pytorch_on_both_paths() {
+    let c = Case::load("mha_a");
+    let m = mha(MultiheadAttentionConfig::default(), &c);
+    let (kpm, am) = (c.get("in.key_padding_mask"), c.get("in.attn_mask"));
+    for need_weights in [false, true] {
+        let (q, k, v) = (c.input("query"), c.input("key"), c.input("value"));
+        let opts = MhaOptions {
+            key_padding_mask: Some(MhaMask::Bool(&kpm)),
+            attn_mask: Some(MhaMask::Bool(&am)),
+            need_weights,
+            ..Default::default()
+        };
+        let (out, w) = m.forward_attn(&q, &k, &v, &opts).unwrap();
+        assert_eq!(out.shape(), &[5, 3, 8]);
+        match w {
+            Some(w) => close(&w, &c.get("weights"), "mha_a averaged weights"),
+            None => assert!(!need_weights),
+        }
+        check_forward_backward(&c, &m, &out, &[("query", &q), ("key", &k), ("value", &v)]);
+    }
+}
+
+#[test]
+fn mha_batch_first_self_attention_with_float_mask_matches_pytorch() {
+    let c = Case::load("mha_b");
+    let cfg = MultiheadAttentionConfig {
+        batch_first: true,
+        ..Default::default()
+    };
+    let m = mha(cfg, &c);
+    let am = c.get("in.attn_mask");
+    let x = c.input("x");
+    let opts = MhaOptions {
+        attn_mask: Some(MhaMask::Additive(&am)),
+        need_weights: false,
+        ..Default::default()
+    };
+    let (out, w) = m.forward_attn(&x, &x, &x, &opts).unwrap();
+    assert!(w.is_none());
+    check_forward_backward(&c, &m, &out, &[("x", &x)]);
+    // Per-head weights [N, H, L, S].
+    let opts = MhaOptions {
+        need_weights: true,
+        average_attn_weights: false,
+        ..opts
+    };
+    let (_, w) = m.forward_attn(&x, &x, &x, &opts).unwrap();
+    close(&w.unwrap(), &c.get("weights"), "mha_b per-head weights");
+}
+
+#[test]
+fn mha_with_kdim_vdim_uses_separate_projections_and_matches_pytorch() {
+    let c = Case::load("mha_c");
+    let cfg = MultiheadAttentionConfig {
+        batch_first: true,
+        kdim: Some(4),
+        vdim: Some(6),
+        ..Default::default()
+    };
+    let m = mha(cfg, &c);
+    let names: Vec<String> = m.state_dict().into_iter().map(|(n, _)| n).collect();
+    let want = [
+        "q_proj_weight",
+        "k_proj_weight",
+        "v_proj_weight",
+        "in_proj_bias",
+        "out_proj.weight",
+        "out_proj.bias",
+    ];
+    assert_eq!(names, want);
+    let kpm = c.get("in.key_padding_mask");
+    let (q, k, v) = (c.input("query"), c.input("key"), c.input("value"));
+    let opts = MhaOptions {
+        key_padding_mask: Some(MhaMask::Bool(&kpm)),
+        need_weights: false,
+        ..Default::default()
+    };
+    let (out, _) = m.forward_attn(&q, &k, &v, &opts).unwrap();
+    check_forward_backward(&c, &m, &out, &[("query", &q), ("key", &k), ("value", &v)]);
+    let opts = MhaOptions {
+        need_weights: true,
+        ..opts
+    };
+    let (_, w) = m.forward_attn(&q, &k, &v, &opts).unwrap();
+    close(&w.unwrap(), &c.get("weights"), "mha_c weights");
+}
+
+fn encoder_layer(c: &Case, cfg: TransformerEncoderLayerConfig) -> TransformerEncoderLayer {
+    let mut l = TransformerEncoderLayer::new(common::device(), 8, 2, cfg).unwrap();
+    l.load_state_dict(&c.state_dict(), true).unwrap();
+    l.eval();
+    l
+}
+
+#[test]
+fn pre_norm_gelu_causal_encoder_layer_matches_pytorch() {
+    let c = Case::load("enc_pre");
+    let cfg = TransformerEncoderLayerConfig {
+        dim_feedforward: 16,
+        dropout: 0.0,
+        activation: TransformerActivation::Gelu,
+        batch_first: true,
+        norm_first: true,
+        ..Default::default()
+    };
+    let layer = encoder_layer(&c, cfg);
+    // PyTorch's call: the float causal mask with the is_causal hint.
+    let mask = nn_causal(5);
+    let src = c.input("src");
+    let out = layer
+        .forward_with(&src, Some(MhaMask::Additive(&mask)), None, true)
+        .unwrap();
+    check_forward_backward(&c, &layer, &out, &[("src", &src)]);
+    // The hint alone (the mask made here) and the mask alone (the explicit masked path) agree.
+    let src = c.input("src");
+    let out = layer.forward_with(&src, None, None, true).unwrap();
+    check_forward_backward(&c, &layer, &out, &[("src", &src)]);
+    let src = c.input("src");
+    let out = layer
+        .forward_with(&src, Some(MhaMask::Additive(&mask)), None, false)
+        .unwrap();
+    check_forward_backward(&c, &layer, &out, &[("src", &src)]);
+}
+
+/// `nn.Transformer.generate_square_subsequent_mask(l)`.
+fn nn_causal(l: usize) -> Tensor {
+    let v: Vec<f32> = (0..l * l)
+        .map(|x| {
+            if x % l <= x / l {
+                0.0
+            } else {
+                f32::NEG_INFINITY
+            }
+        })
+        .collect();
+    Tensor::from_slice(common::device(), &v, &[l, l]).unwrap()
+}
+
+#[test]
+fn post_norm_relu_encoder_layer_with_padding_matches_pytorch() {
+    let c = Case::load("enc_post");
+    let cfg = TransformerEncoderLayerConfig {
+        dim_feedforward: 16,
+        ..Default::default()
+    };
+    let layer = encoder_layer(&c, cfg); // dropout 0.1, in eval
+    let kpm = c.get("in.src_key_padding_mask");
+    let src = c.input("src");
+    let out = layer
+        .forward_with(&src, None, Some(MhaMask::Bool(&kpm)), false)
+        .unwrap();
+    check_forward_backward(&c, &layer, &out, &[("src", &src)]);
+}
+
+#[test]
+fn encoder_stack_with_final_norm_matches_pytorch() {
+    let c = Case::load("enc_stack");
+    let dev = common::device();
+    let cfg = TransformerEncoderLayerConfig {
+        dim_feedforward: 16,
+        dropout: 0.0,
+        batch_first: true,
+        norm_first: true,
+        ..Default::default()
+    };
+    let base = TransformerEncoderLayer::new(dev, 8, 2, cfg).unwrap();
+    let norm = nn::LayerNorm::new(dev, &[8]).unwrap();
+    let mut enc = nn::TransformerEncoder::new(&base, 2, Some(norm)).unwrap();
+    // The copies start equal and independent.
+    let sd = enc.state_dict();
+    let find = |n: &str| sd.iter().find(|(k, _)| k == n).unwrap().1.clone();
+    let (w0, w1) = (
+        find("layers.0.linear1.weight"),
+        find("layers.1.linear1.weight"),
+    );
+    assert!(!w0.shares_storage(&w1));
+    assert_eq!(w0.to_vec::<f32>().unwrap(), w1.to_vec::<f32>().unwrap());
+    enc.load_state_dict(&c.state_dict(), true).unwrap();
+    enc.eval();
+    let mask = nn_causal(5);
+    let src = c.input("src");
+    let out = enc
+        .forward_with(&src, Some(MhaMask::Additive(&mask)), None, true)
+        .unwrap();
+    check_forward_backward(&c, &enc, &out, &[("src", &src)]);
+}
+
+#[test]
+fn state_dict_names_and_initialization_are_pytorchs() {
+    let dev = common::device();
+    let m = MultiheadAttention::new(dev, 8, 2, Default::default()).unwrap();
+    let names: Vec<String> = m.state_dict().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        names,
+        [
+            "in_proj_weight",
+            "in_proj_bias",
+            "out_proj.weight",
+            "out_proj.bias"
+        ]
+    );
+    assert_eq!(m.in_proj_weight.as_ref().unwrap().shape(), &[24, 8]);
+    // xavier_uniform_ on [3E, E]: bound sqrt(6 / (E + 3E)).
+    let bound = (6.0f32 / 32.0).sqrt();
+    let w = m.in_proj_weight.as_ref().unwrap().to_vec::<f32>().unwrap();
+    assert!(w.iter().all(|x| x.abs() <= bound) && w.iter().any(|x| x.abs() > bound / 2.0));
+    let zeros = |t: &Tensor| t.to_vec::<f32>().unwrap().iter().all(|&x| x == 0.0);
+    assert!(zeros(m.in_proj_bias.as_ref().unwrap()));
+    assert!(zeros(m.out_proj.bias.as_ref().unwrap()));
+    let cfg = MultiheadAttentionConfig {
+        bias: false,
+        ..Default::default()
+    };
+    let m = MultiheadAttention::new(dev, 8, 2, cfg).unwrap();
+    let names: Vec<String> = m.state_dict().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["in_proj_weight", "out_proj.weight"]);
+
+    let layer = TransformerEncoderLayer::new(dev, 8, 2, Default::default()).unwrap();
+    let names: Vec<String> = layer.state_dict().into_iter().map(|(n, _)| n).collect();
+    let want = [
+        "self_attn.in_proj_weight",
+        "self_attn.in_proj_bias",
+        "self_attn.out_proj.weight",
+        "self_attn.out_proj.bias",
+        "linear1.weight",
+        "linear1.bias",
+        "linear2.weight",
+        "linear2.bias",
+        "norm1.weight",
+        "norm1.bias",
+        "norm2.weight",
+        "norm2.bias",
+    ];
+    assert_eq!(names, want);
+    assert_eq!(layer.linear1.weight.shape(), &[2048, 8]);
+}
+
+#[test]
+fn dropout_follows_train_and_eval() {
+    let dev = common::device();
+    let cfg = TransformerEncoderLayerConfig {
+        dim_feedforward: 16,
+        dropout: 0.5,
+        batch_first: true,
+        ..Default::default()
+    };
+    let mut layer = TransformerEncoderLayer::new(dev, 8, 2, cfg).unwrap();
+    let x = wgtensor::ops::randn(dev, &[2, 6, 8], DType::F32).unwrap();
+    let run = |l: &TransformerEncoderLayer| l.forward(&x).unwrap().to_vec::<f32>().unwrap();
+    assert!(layer.is_training() && layer.self_attn.training);
+    assert_ne!(
+        run(&layer),
+        run(&layer),
+        "dropout should draw a new mask each call"
+    );
+    layer.eval();
+    assert!(!layer.is_training() && !layer.self_attn.training);
+    assert!(!layer.dropout.training && !layer.dropout1.training && !layer.dropout2.training);
+    let a = run(&layer);
+    assert_eq!(a, run(&layer));
+    // Evaluation equals the same weights with dropout 0.
+    let mut plain = layer.clone();
+    for d in [&mut plain.dropout, &mut plain.dropout1, &mut plain.dropout2] {
+        d.p = 0.0;
+    }
+    plain.self_attn.dropout = 0.0;
+    plain.train();
+    let b = run(&plain);
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x - y).abs() <= 1e-6, "{x} vs {y}");
+    }
+    // Attention dropout alone: weights in training are rescaled and some are zeroed.
+    let cfg = MultiheadAttentionConfig {
+        dropout: 0.5,
+        batch_first: true,
+        ..Default::default()
+    };
+    let mut m = MultiheadAttention::new(dev, 8, 2, cfg).unwrap();
+    let (_, w) = m.forward_attn(&x, &x, &x, &Default::default()).unwrap();
+    let w = w.unwrap().to_vec::<f32>().unwrap();
+    assert!(w.contains(&0.0));
+    m.eval();
+    let (_, w) = m.forward_attn(&x, &x, &x, &Default::default()).unwrap();
+    assert!(w.unwrap().to_vec::<f32>().unwrap().iter().all(|&p| p > 0.0));
+}
+
+#[test]
+fn need_weights_gives_averaged_weights_and_unbatched_inputs_work() {
+    let dev = common::device();
+    let m = MultiheadAttention::new(dev, 8, 4, Default::default()).unwrap(); // [L, N, E]
+    let q = wgtensor::ops::randn(dev, &[3, 2, 8], DType::F32).unwrap();
+    let kv = wgtensor::ops::randn(dev, &[5, 2, 8], DType::F32).unwrap();
+    let (out, w) = m.forward_attn(&q, &kv, &kv, &Default::default()).unwrap();
+    assert_eq!(out.shape(), &[3, 2, 8]);
+    let w = w.unwrap();
+    assert_eq!(w.shape(), &[2, 3, 5]); // [N, L, S]
+    for row in w.to_vec::<f32>().unwrap().chunks(5) {
+        assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5);
+    }
+    let per_head = MhaOptions {
+        average_attn_weights: false,
+        ..Default::default()
+    };
+    let (_, wh) = m.forward_attn(&q, &kv, &kv, &per_head).unwrap();
+    let wh = wh.unwrap();
+    assert_eq!(wh.shape(), &[2, 4, 3, 5]);
+    let avg = wh.mean(1, false).unwrap().to_vec::<f32>().unwrap();
+    for (a, b) in avg.iter().zip(w.to_vec::<f32>().unwrap()) {
+        assert!((a - b).abs() < 1e-6);
+    }
+    // Unbatched [L, E] equals the batch of one; the fused path agrees with the explicit one.
+    let q0 = q.narrow(1, 0, 1).unwrap().squeeze(1).unwrap();
+    let kv0 = kv.narrow(1, 0, 1).unwrap().squeeze(1).unwrap();
+    let (o0, w0) = m
+        .forward_attn(&q0, &kv0, &kv0, &Default::default())
+        .unwrap();
+    assert_eq!(o0.shape(), &[3, 8]);
+    assert_eq!(w0.unwrap().shape(), &[3, 5]);
+    let fused = MhaOptions {
+        need_weights: false,
+        ..Default::default()
+    };
+    let (f0, none) = m.forward_attn(&q0, &kv0, &kv0, &fused).unwrap();
+    assert!(none.is_none());
+    let want = out
+        .narrow(1, 0, 1)
+        .unwrap()
+        .squeeze(1)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    for got in [o0, f0] {
+        for (a, b) in got.to_vec::<f32>().unwrap().iter().zip(&want) {
+            assert!((a - b).abs() < 1e-5, "{a} vs {b}");
+        }
+    }
+}
+
+#[test]
+fn wrong_shapes_are_errors_naming_the_layer_and_the_shapes() {
+    let dev = common::device();
+    let err = MultiheadAttention::new(dev, 10, 3, Default::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("MultiheadAttention") && err.contains("10") && err.contains('3'),
+        "{err}"
+    );
+    let cfg = MultiheadAttentionConfig {
+        dropout: 1.5,
+        ..Default::default()
+    };
+    let err = MultiheadAttention::new(dev, 8, 2, cfg)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("1.5"), "{err}");
+
+    let m = MultiheadAttention::new(dev, 8, 2, Default::default()).unwrap();
+    let x = Tensor::zeros(dev, &[4, 2, 8], DType::F32).unwrap();
+    let bad = Tensor::zeros(dev, &[4, 2, 6], DType::F32).unwrap();
+    let msg = |r: wgtensor::Result<(Tensor, Option<Tensor>)>| r.unwrap_err().to_string();
+    let e = msg(m.forward_attn(&bad, &x, &x, &Default::default()));
+    assert!(
+        e.contains("MultiheadAttention") && e.contains("[4, 2, 6]"),
+        "{e}"
+    );
+    let flat = Tensor::zeros(dev, &[8], DType::F32).unwrap();
+    let e = msg(m.forward_attn(&flat, &x, &x, &Default::default()));
+    assert!(e.contains("MultiheadAttention") && e.contains("[8]"), "{e}");
+    let short = Tensor::zeros(dev, &[3, 2, 8], DType::F32).unwrap();
+    let e = msg(m.forward_attn(&x, &x, &short, &Default::default()));
+    assert!(
+        e.contains("sequence length") && e.contains("[3, 2, 8]"),
+        "{e}"
+    );
+    let kpm = Tensor::zeros(dev, &[4, 2], DType::F32).unwrap(); // [S, N]: transposed
+    let opts = MhaOptions {
+        key_padding_mask: Some(MhaMask::Bool(&kpm)),
+        ..Default::default()
+    };
+    let e = msg(m.forward_attn(&x, &x, &x, &opts));
+    assert!(
+        e.contains("key_padding_mask") && e.contains("[2, 4]") && e.contains("[4, 2]"),
+        "{e}"
+    );
+    let am = Tensor::zeros(dev, &[2, 4, 4], DType::F32).unwrap(); // needs N * H = 4
+    let opts = MhaOptions {
+        attn_mask: Some(MhaMask::Additive(&am)),
+        need_weights: false,
+        ..Default::default()
+    };
+    let e = msg(m.forward_attn(&x, &x, &x, &opts));
+    assert!(
+        e.contains("attn_mask") && e.contains("[4, 4, 4]") && e.contains("[2, 4, 4]"),
+        "{e}"
+    );
+
+    let layer = TransformerEncoderLayer::new(dev, 8, 2, Default::default()).unwrap();
+    let e = layer.forward(&bad).unwrap_err().to_string();
+    assert!(
+        e.contains("self_attn (MultiheadAttention)") && e.contains("[4, 2, 6]"),
+        "{e}"
+    );
+    // In a stack, the path names the layer.
+    let enc = nn::TransformerEncoder::new(&layer, 2, None).unwrap();
+    let e = enc.forward(&bad).unwrap_err().to_string();
+    assert!(e.contains("layers.0.self_attn (MultiheadAttention)"), "{e}");
+}
+
+#[test]
+fn causal_with_key_padding_agrees_between_fused_and_explicit_paths() {
+    let dev = common::device();
+    let cfg = MultiheadAttentionConfig {
+        batch_first: true,
+        ..Default::default()
+    };
+    let mut m = MultiheadAttention::new(dev, 8, 2, cfg).unwrap();
+    m.eval();
+    let x = wgtensor::ops::randn(dev, &[2, 4, 8], DType::F32).unwrap();
+    // Batch 1 pads its last key; no query row is left without keys.
+    let pad =
+        Tensor::from_slice(dev, &[0.0f32, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0], &[2, 4]).unwrap();
+    let run = |need_weights: bool, attn_mask: Option<MhaMask>| {
+        let opts = MhaOptions {
+            key_padding_mask: Some(MhaMask::Bool(&pad)),
+            attn_mask,
+            need_weights,
+            is_causal: true,
+            ..Default::default()
+        };
+        let (out, w) = m.forward_attn(&x, &x, &x, &opts).unwrap();
+        (out.to_vec::<f32>().unwrap(), w)
+    };
+    let (fused, _) = run(false, None);
+    let (explicit, w) = run(true, None);
+    // The same causal mask given as PyTorch's bool mask (nonzero above the diagonal).
+    let upper: Vec<f32> = (0..16)
+        .map(|i| if i % 4 > i / 4 { 1.0 } else { 0.0 })
+        .collect();
+    let upper = Tensor::from_slice(dev, &upper, &[4, 4]).unwrap();
+    let (given, _) = run(false, Some(MhaMask::Bool(&upper)));
+    for other in [&explicit, &given] {
+        for (a, b) in fused.iter().zip(other) {
+            assert!((a - b).abs() < 1e-5, "{a} vs {b}");
+        }
+    }
+    // Weights: zero above the diagonal and on the padded key.
+    let w = w.unwrap().to_vec::<f32>().unwrap();
+    for (i, p) in w.iter().enumerate() {
+        let (n, l, s) = (i / 16, i / 4 % 4, i % 4);
+        if s > l || (n == 1 && s == 3) {
+            assert_eq!(*p, 0.0, "weight [{n}, {l}, {s}]");
+        } else {
+            assert!(*p > 0.0, "weight [{n}, {l}, {s}]");
+        }
+    }
+}
