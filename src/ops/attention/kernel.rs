@@ -1,4 +1,6 @@
-//! The fused attention kernels' params, tile plan and launches (shaders/attention.wgsl).
+//! The fused attention kernels' params, plan and launches: tiles through workgroup memory on
+//! GPUs (shaders/attention.wgsl), one invocation per row on CPU adapters
+//! (shaders/attention_rows.wgsl); both share shaders/lib/attention_common.wgsl.
 
 use bytemuck::{Pod, Zeroable};
 
@@ -6,26 +8,53 @@ use super::Problem;
 use crate::autograd::sum_to;
 use crate::ops::activation::ACTIVATION;
 use crate::ops::random::PHILOX;
-use crate::runtime::pipeline::ShaderVariant;
+use crate::runtime::pipeline::{ShaderLib, ShaderVariant};
 use crate::runtime::{Access, Bind, Caps, Kernel};
 use crate::{DType, Result, Tensor};
 use Access::{Read as R, ReadWrite as RW};
 
 const SRC: &str = include_str!("../../../shaders/attention.wgsl");
+const ROWS_SRC: &str = include_str!("../../../shaders/attention_rows.wgsl");
+static COMMON: ShaderLib =
+    ShaderLib::new(include_str!("../../../shaders/lib/attention_common.wgsl"));
+const LIBS: &[&ShaderLib] = &[&PHILOX, &ACTIVATION, &COMMON];
 
-/// Output columns per invocation and column block: the shader's `const ACC` (a private array's
-/// length must be a constant; a unit test checks the two agree).
+/// Output columns per invocation and column block: the shaders' `const ACC` (tiles) and
+/// `const ACCR` (rows); a private array's length must be a constant, a unit test checks that
+/// the two sides agree.
 pub(crate) const ACC: u32 = 16;
+pub(crate) const ACCR: u32 = 64;
+/// Invocations per workgroup of the row kernels.
+const ROWS_WG: u32 = 64;
 
-static FWD: Kernel = Kernel::new("attention", SRC, "attn_fwd", &[R, R, R, R, RW, RW])
-    .slots(&[1, 2, 3, 4, 5, 6])
-    .libs(&[&PHILOX, &ACTIVATION]);
-static DQ: Kernel = Kernel::new("attention", SRC, "attn_dq", &[R, R, R, R, R, R, RW, RW])
-    .slots(&[1, 2, 3, 4, 7, 8, 6, 9])
-    .libs(&[&PHILOX, &ACTIVATION]);
-static DKV: Kernel = Kernel::new("attention", SRC, "attn_dkv", &[R, R, R, R, R, R, RW, RW])
-    .slots(&[1, 2, 3, 4, 8, 10, 11, 12])
-    .libs(&[&PHILOX, &ACTIVATION]);
+/// Forward: q, k, v, mask read; out, stats written.
+const FWD_BINDS: &[Access] = &[R, R, R, R, RW, RW];
+const FWD_SLOTS: &[u32] = &[1, 2, 3, 4, 5, 6];
+/// dQ: q, k, v, mask, o, dout read; stats (lse read, D written), dq written.
+const DQ_BINDS: &[Access] = &[R, R, R, R, R, R, RW, RW];
+const DQ_SLOTS: &[u32] = &[1, 2, 3, 4, 7, 8, 6, 9];
+/// dK/dV: q, k, v, mask, dout, stats read; dk, dv written.
+const DKV_BINDS: &[Access] = &[R, R, R, R, R, R, RW, RW];
+const DKV_SLOTS: &[u32] = &[1, 2, 3, 4, 8, 10, 11, 12];
+
+static FWD: Kernel = Kernel::new("attention", SRC, "attn_fwd", FWD_BINDS)
+    .slots(FWD_SLOTS)
+    .libs(LIBS);
+static DQ: Kernel = Kernel::new("attention", SRC, "attn_dq", DQ_BINDS)
+    .slots(DQ_SLOTS)
+    .libs(LIBS);
+static DKV: Kernel = Kernel::new("attention", SRC, "attn_dkv", DKV_BINDS)
+    .slots(DKV_SLOTS)
+    .libs(LIBS);
+static FWD_ROWS: Kernel = Kernel::new("attention", ROWS_SRC, "attn_fwd_rows", FWD_BINDS)
+    .slots(FWD_SLOTS)
+    .libs(LIBS);
+static DQ_ROWS: Kernel = Kernel::new("attention", ROWS_SRC, "attn_dq_rows", DQ_BINDS)
+    .slots(DQ_SLOTS)
+    .libs(LIBS);
+static DKV_ROWS: Kernel = Kernel::new("attention", ROWS_SRC, "attn_dkv_rows", DKV_BINDS)
+    .slots(DKV_SLOTS)
+    .libs(LIBS);
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -68,21 +97,64 @@ pub struct Tile {
     pub dk: u32,
 }
 
-/// The tile for an adapter: 8 x 8 invocations on CPU adapters (a barrier there switches every
-/// fibre of the workgroup, so fewer lanes per barrier), 16 x 16 on GPUs (256 lanes, 10.5 KB of
-/// workgroup memory: within WebGPU's default 16 KB with room for occupancy).
-pub fn plan(caps: &Caps) -> Tile {
+/// Which kernels run and how they are shaped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Plan {
+    /// One invocation per row and block of [`ACCR`] columns, no barriers (CPU adapters: a
+    /// barrier switches every fibre of a workgroup there, and the tiled kernels compile slowly).
+    Rows,
+    /// Workgroup tiles through workgroup memory (GPUs).
+    Tiles(Tile),
+}
+
+/// The plan for an adapter: rows on CPU adapters; on GPUs tiles of 16 x 16 invocations (256
+/// lanes, 10.5 KB of workgroup memory: within WebGPU's default 16 KB with room for occupancy).
+pub fn plan(caps: &Caps) -> Plan {
     if caps.cpu {
-        Tile {
-            br: 8,
-            bc: 8,
-            dk: 32,
-        }
+        Plan::Rows
     } else {
-        Tile {
+        Plan::Tiles(Tile {
             br: 16,
             bc: 16,
             dk: 64,
+        })
+    }
+}
+
+impl Plan {
+    /// The forward, dQ and dK/dV kernels.
+    fn kernels(self) -> [&'static Kernel; 3] {
+        match self {
+            Plan::Rows => [&FWD_ROWS, &DQ_ROWS, &DKV_ROWS],
+            Plan::Tiles(_) => [&FWD, &DQ, &DKV],
+        }
+    }
+
+    fn consts(self) -> Vec<(&'static str, f64)> {
+        match self {
+            Plan::Rows => vec![("WG", f64::from(ROWS_WG))],
+            Plan::Tiles(t) => vec![
+                ("BR", f64::from(t.br)),
+                ("BC", f64::from(t.bc)),
+                ("DK", f64::from(t.dk)),
+            ],
+        }
+    }
+
+    /// Rows per workgroup (1: the row kernels count invocations) and columns per block.
+    fn rows_cols(self) -> (u32, u32) {
+        match self {
+            Plan::Rows => (1, ACCR),
+            Plan::Tiles(t) => (t.br, ACC * t.bc),
+        }
+    }
+
+    /// Workgroups for `p`'s grid.
+    fn groups(self, p: &AttnParams) -> u64 {
+        let units = u64::from(p.row_blocks) * u64::from(p.batches) * u64::from(p.col_blocks);
+        match self {
+            Plan::Rows => units.div_ceil(u64::from(ROWS_WG)),
+            Plan::Tiles(_) => units,
         }
     }
 }
@@ -97,7 +169,7 @@ pub(crate) struct Saved {
 
 fn params(
     prob: &Problem,
-    tile: Tile,
+    plan: Plan,
     saved: (u64, u32),
     rows: usize,
     batches: usize,
@@ -124,8 +196,8 @@ fn params(
         seed_lo: saved.0 as u32,
         seed_hi: (saved.0 >> 32) as u32,
         ctr: saved.1,
-        row_blocks: rows.div_ceil(tile.br as usize) as u32,
-        col_blocks: cols.div_ceil((ACC * tile.bc) as usize).max(1) as u32,
+        row_blocks: rows.div_ceil(plan.rows_cols().0 as usize) as u32,
+        col_blocks: cols.div_ceil(plan.rows_cols().1 as usize).max(1) as u32,
         batches: batches as u32,
         m_off: m.map_or(0, |m| m.off as u32),
         m_n0: m.map_or(0, |m| m.n0_stride as u32),
@@ -136,14 +208,6 @@ fn params(
     }
 }
 
-fn consts(tile: Tile) -> [(&'static str, f64); 3] {
-    [
-        ("BR", f64::from(tile.br)),
-        ("BC", f64::from(tile.bc)),
-        ("DK", f64::from(tile.dk)),
-    ]
-}
-
 /// The mask's buffer, or a one-value stand-in (never read: the flags say there is no mask).
 fn mask_tensor(prob: &Problem) -> Result<Tensor> {
     match &prob.mask {
@@ -152,21 +216,15 @@ fn mask_tensor(prob: &Problem) -> Result<Tensor> {
     }
 }
 
-fn launch(
-    prob: &Problem,
-    kernel: &Kernel,
-    tile: Tile,
-    p: &AttnParams,
-    binds: &[Bind],
-) -> Result<()> {
+/// Launches kernel `which` (0 forward, 1 dQ, 2 dK/dV) of the plan.
+fn launch(prob: &Problem, plan: Plan, which: usize, p: &AttnParams, binds: &[Bind]) -> Result<()> {
     let dev = prob.q.device();
-    let groups = u64::from(p.row_blocks) * u64::from(p.batches) * u64::from(p.col_blocks);
-    let grid = dev.grid_1d(prob.op, groups)?;
+    let grid = dev.grid_1d(prob.op, plan.groups(p))?;
     dev.launch_binds(
         prob.op,
-        kernel,
+        plan.kernels()[which],
         &[prob.q.dtype],
-        &consts(tile),
+        &plan.consts(),
         bytemuck::bytes_of(p),
         binds,
         grid,
@@ -195,8 +253,8 @@ pub(crate) fn forward(prob: &Problem) -> Result<(Tensor, Saved)> {
         return Ok((Tensor::zeros(dev, &shape, prob.q.dtype)?, saved));
     }
     let out = Tensor::empty(dev, prob.op, &shape, prob.q.dtype)?;
-    let tile = plan(dev.caps());
-    let p = params(prob, tile, (seed, saved.ctr), prob.l, prob.n, prob.ev);
+    let plan = plan(dev.caps());
+    let p = params(prob, plan, (seed, saved.ctr), prob.l, prob.n, prob.ev);
     let mask = mask_tensor(prob)?;
     let binds = [
         Bind::whole(prob.q.buffer()),
@@ -206,7 +264,7 @@ pub(crate) fn forward(prob: &Problem) -> Result<(Tensor, Saved)> {
         Bind::whole(out.buffer()),
         Bind::whole(saved.stats.buffer()),
     ];
-    launch(prob, &FWD, tile, &p, &binds)?;
+    launch(prob, plan, 0, &p, &binds)?;
     Ok((out, saved))
 }
 
@@ -236,11 +294,11 @@ pub(crate) fn backward(
     };
     let (dq, dk, dv) = (alloc(&prob.q)?, alloc(&prob.k)?, alloc(&prob.v)?);
     if live {
-        let tile = plan(dev.caps());
+        let plan = plan(dev.caps());
         let key = (saved.seed, saved.ctr);
         let mask = mask_tensor(prob)?;
         // dQ (and D, which the dK/dV pass reads): always, D is needed by both.
-        let p = params(prob, tile, key, prob.l, prob.n, prob.e);
+        let p = params(prob, plan, key, prob.l, prob.n, prob.e);
         let binds = [
             Bind::whole(prob.q.buffer()),
             Bind::whole(prob.k.buffer()),
@@ -251,10 +309,10 @@ pub(crate) fn backward(
             Bind::whole(saved.stats.buffer()),
             Bind::whole(dq.buffer()),
         ];
-        launch(prob, &DQ, tile, &p, &binds)?;
+        launch(prob, plan, 1, &p, &binds)?;
         if need_kv {
             let nk: usize = prob.kv_lead.iter().product();
-            let p = params(prob, tile, key, prob.s, nk, prob.e.max(prob.ev));
+            let p = params(prob, plan, key, prob.s, nk, prob.e.max(prob.ev));
             let binds = [
                 Bind::whole(prob.q.buffer()),
                 Bind::whole(prob.k.buffer()),
@@ -265,7 +323,7 @@ pub(crate) fn backward(
                 Bind::whole(dk.buffer()),
                 Bind::whole(dv.buffer()),
             ];
-            launch(prob, &DKV, tile, &p, &binds)?;
+            launch(prob, plan, 2, &p, &binds)?;
         }
     }
     let [qs, ks, vs] = &prob.shapes;
@@ -281,7 +339,7 @@ pub(crate) fn backward(
 /// The attention family's entry in the kernel-family registry (`ops::families()`).
 pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipeline::Family {
     name: "attention",
-    shaders: &["attention.wgsl"],
+    shaders: &["attention.wgsl", "attention_rows.wgsl"],
     params: || vec![params_layout()],
     variants: attention_variants,
 };
@@ -289,10 +347,11 @@ pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipe
 #[doc(hidden)]
 pub fn attention_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();
-    for k in [&FWD, &DQ, &DKV] {
-        for dt in [DType::F32, DType::F16] {
-            for caps in [Caps::test_lavapipe(2), Caps::test_gpu()] {
-                v.push(ShaderVariant::new(k, &[dt], &consts(plan(&caps))));
+    for caps in [Caps::test_lavapipe(2), Caps::test_gpu()] {
+        let plan = plan(&caps);
+        for k in plan.kernels() {
+            for dt in [DType::F32, DType::F16] {
+                v.push(ShaderVariant::new(k, &[dt], &plan.consts()));
             }
         }
     }
@@ -341,18 +400,20 @@ mod tests {
     #[test]
     fn shader_acc_matches() {
         assert!(SRC.contains(&format!("const ACC: u32 = {ACC}u;")));
+        assert!(ROWS_SRC.contains(&format!("const ACCR: u32 = {ACCR}u;")));
     }
 
     #[test]
-    fn tiles_fit_webgpu_defaults() {
-        for caps in [Caps::test_lavapipe(2), Caps::test_gpu()] {
-            let t = plan(&caps);
-            assert_eq!(t.dk % t.bc, 0, "{t:?}");
-            assert_eq!((ACC * t.bc) % t.dk, 0, "{t:?}");
-            assert!(t.br * t.bc <= 256, "{t:?}");
-            let pk = t.dk + 1;
-            let floats = t.br * pk + t.bc * pk + 2 * t.br * t.bc + 3 * t.br;
-            assert!(floats * 4 <= 16384, "{t:?}: {} bytes", floats * 4);
-        }
+    fn plans_by_adapter() {
+        assert_eq!(plan(&Caps::test_lavapipe(2)), Plan::Rows);
+        let Plan::Tiles(t) = plan(&Caps::test_gpu()) else {
+            panic!("GPUs take tiles");
+        };
+        assert_eq!(t.dk % t.bc, 0, "{t:?}");
+        assert_eq!((ACC * t.bc) % t.dk, 0, "{t:?}");
+        assert!(t.br * t.bc <= 256, "{t:?}");
+        let pk = t.dk + 1;
+        let floats = t.br * pk + t.bc * pk + 2 * t.br * t.bc + 3 * t.br;
+        assert!(floats * 4 <= 16384, "{t:?}: {} bytes", floats * 4);
     }
 }

@@ -1,0 +1,238 @@
+// Attention for CPU adapters (src/ops/attention/kernel.rs picks it by Caps): the same
+// problem, params and results as attention.wgsl, with one invocation per row and column block
+// instead of a workgroup per tile. No workgroup memory and no barriers (each barrier switches
+// every fibre of a workgroup on a CPU adapter, and the tiled kernels' many barriers also made
+// them slow to compile there); neighbouring invocations take neighbouring rows, so the key and
+// value rows they read are shared through the host's caches. The online softmax rescales the
+// accumulator only when the running max grows.
+//
+// attn_fwd_rows: query row i of batch n, output columns [c0, c0 + ACCR). attn_dq_rows: dQ of
+// query row i (and D_i = dO_i . O_i into stats for the next pass). attn_dkv_rows: dK and dV
+// of key row j of key/value batch nk, over the query rows of every query head of its group.
+// Sums run in a fixed order: results are deterministic.
+//
+// max_nan comes from lib/activation.wgsl, philox and unit from lib/philox.wgsl.
+
+// Params, bindings and the score / dropout helpers: lib/attention_common.wgsl.
+
+override WG: u32;
+
+// Output columns per invocation and column block (src/ops/attention/kernel.rs mirrors it).
+const ACCR: u32 = 64u;
+
+// (row, batch, column block) of this invocation for `rows` rows per batch; w = 0 past the end.
+fn decode_rows(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, rows: u32) -> vec4<u32> {
+    let id = (wid.x + wid.y * nwg.x) * WG + lid;
+    let rest = id / max(rows, 1u);
+    return vec4<u32>(id % max(rows, 1u), rest % p.batches, rest / p.batches,
+                     u32(rest < p.batches * p.col_blocks));
+}
+
+// Dot products of a cached row (its first ACCR values in a private array, the rest read from
+// memory) with a row of another tensor: the cached row is this invocation's own, while the
+// other is the same for every invocation of a SIMD group, so its loads broadcast instead of
+// gathering across lanes.
+fn dot_qk(cached: ptr<function, array<f32, ACCR>>, qi: u32, kj: u32, q_cached: bool) -> f32 {
+    let head = min(p.e, ACCR);
+    var acc = 0.0;
+    for (var x = 0u; x < head; x++) {
+        if (q_cached) {
+            acc = fma((*cached)[x], f32(k[kj + x]), acc);
+        } else {
+            acc = fma(f32(q[qi + x]), (*cached)[x], acc);
+        }
+    }
+    for (var x = head; x < p.e; x++) {
+        acc = fma(f32(q[qi + x]), f32(k[kj + x]), acc);
+    }
+    return acc;
+}
+
+fn dot_dov(cached: ptr<function, array<f32, ACCR>>, oi: u32, vj: u32, do_cached: bool) -> f32 {
+    let head = min(p.ev, ACCR);
+    var acc = 0.0;
+    for (var x = 0u; x < head; x++) {
+        if (do_cached) {
+            acc = fma((*cached)[x], f32(v[vj + x]), acc);
+        } else {
+            acc = fma(f32(dout[oi + x]), (*cached)[x], acc);
+        }
+    }
+    for (var x = head; x < p.ev; x++) {
+        acc = fma(f32(dout[oi + x]), f32(v[vj + x]), acc);
+    }
+    return acc;
+}
+
+@compute @workgroup_size(WG)
+fn attn_fwd_rows(@builtin(workgroup_id) wid: vec3<u32>,
+                 @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+    let w = decode_rows(wid, nwg, lid, p.l);
+    if (w.w == 0u) {
+        return;
+    }
+    let i = w.x;
+    let n = w.y;
+    let c0 = w.z * ACCR;
+    let nk = kv_of(n);
+    let ncols = min(ACCR, p.ev - c0);
+    var s_end = p.s;
+    if ((p.flags & 2u) != 0u) {
+        s_end = min(p.s, i + 1u);
+    }
+    var m = neg_inf();
+    var l = 0.0;
+    var acc: array<f32, ACCR>;
+    let qi = (n * p.l + i) * p.e;
+    var qr: array<f32, ACCR>;
+    for (var x = 0u; x < min(p.e, ACCR); x++) {
+        qr[x] = f32(q[qi + x]);
+    }
+    for (var j = 0u; j < s_end; j++) {
+        let sc = logit(dot_qk(&qr, qi, (nk * p.s + j) * p.e, true), n, i, j);
+        if (is_neg_inf(sc)) {
+            continue;
+        }
+        let m_new = max_nan(m, sc);
+        // Bits, not a float compare: a NaN max must take this branch (see is_neg_inf).
+        if (bitcast<u32>(m_new) != bitcast<u32>(m)) {
+            var alpha = 0.0;
+            if (!is_neg_inf(m)) {
+                alpha = exp(m - m_new);
+            }
+            l *= alpha;
+            for (var c = 0u; c < ncols; c++) {
+                acc[c] *= alpha;
+            }
+            m = m_new;
+        }
+        let pv = exp(sc - m);
+        l += pv;
+        let pz = pv * drop_factor(n, i, j);
+        let vj = (nk * p.s + j) * p.ev + c0;
+        for (var c = 0u; c < ncols; c++) {
+            acc[c] = fma(pz, f32(v[vj + c]), acc[c]);
+        }
+    }
+    let dead = is_neg_inf(m);
+    let oi = (n * p.l + i) * p.ev + c0;
+    for (var c = 0u; c < ncols; c++) {
+        out[oi + c] = T(select(acc[c] / l, 0.0, dead));
+    }
+    if (w.z == 0u) {
+        stats[n * p.l + i] = select(m + log(l), pos_inf(), dead);
+    }
+}
+
+@compute @workgroup_size(WG)
+fn attn_dq_rows(@builtin(workgroup_id) wid: vec3<u32>,
+                @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    let w = decode_rows(wid, nwg, lid, p.l);
+    if (w.w == 0u) {
+        return;
+    }
+    let i = w.x;
+    let n = w.y;
+    let c0 = w.z * ACCR;
+    let nk = kv_of(n);
+    let ncols = min(ACCR, p.e - c0);
+    let oi = (n * p.l + i) * p.ev;
+    var d = 0.0;
+    for (var x = 0u; x < p.ev; x++) {
+        d = fma(f32(dout[oi + x]), f32(o[oi + x]), d);
+    }
+    if (w.z == 0u) {
+        stats[p.n * p.l + n * p.l + i] = d;
+    }
+    let lse = stats[n * p.l + i];
+    var s_end = p.s;
+    if ((p.flags & 2u) != 0u) {
+        s_end = min(p.s, i + 1u);
+    }
+    var acc: array<f32, ACCR>;
+    let qrow = (n * p.l + i) * p.e;
+    var qr: array<f32, ACCR>;
+    for (var x = 0u; x < min(p.e, ACCR); x++) {
+        qr[x] = f32(q[qrow + x]);
+    }
+    var dr: array<f32, ACCR>;
+    for (var x = 0u; x < min(p.ev, ACCR); x++) {
+        dr[x] = f32(dout[oi + x]);
+    }
+    for (var j = 0u; j < s_end; j++) {
+        let sc = logit(dot_qk(&qr, qrow, (nk * p.s + j) * p.e, true), n, i, j);
+        if (is_neg_inf(sc)) {
+            continue;
+        }
+        let pv = exp(sc - lse);
+        let ds = pv * (drop_factor(n, i, j) * dot_dov(&dr, oi, (nk * p.s + j) * p.ev, true) - d);
+        let kj = (nk * p.s + j) * p.e + c0;
+        for (var c = 0u; c < ncols; c++) {
+            acc[c] = fma(ds, f32(k[kj + c]), acc[c]);
+        }
+    }
+    let qi = (n * p.l + i) * p.e + c0;
+    for (var c = 0u; c < ncols; c++) {
+        dq[qi + c] = T(acc[c] * p.scale);
+    }
+}
+
+@compute @workgroup_size(WG)
+fn attn_dkv_rows(@builtin(workgroup_id) wid: vec3<u32>,
+                 @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+    let w = decode_rows(wid, nwg, lid, p.s);
+    if (w.w == 0u) {
+        return;
+    }
+    let j = w.x;
+    let nk = w.y;
+    let c0 = w.z * ACCR;
+    let kc = min(ACCR, max(p.e, c0) - c0);
+    let vc = min(ACCR, max(p.ev, c0) - c0);
+    let kj = (nk * p.s + j) * p.e;
+    let vj = (nk * p.s + j) * p.ev;
+    var acck: array<f32, ACCR>;
+    var accv: array<f32, ACCR>;
+    var kr: array<f32, ACCR>;
+    for (var x = 0u; x < min(p.e, ACCR); x++) {
+        kr[x] = f32(k[kj + x]);
+    }
+    var vr: array<f32, ACCR>;
+    for (var x = 0u; x < min(p.ev, ACCR); x++) {
+        vr[x] = f32(v[vj + x]);
+    }
+    var i_start = 0u;
+    if ((p.flags & 2u) != 0u) {
+        i_start = j;
+    }
+    for (var g = 0u; g < p.group; g++) {
+        let n = (nk / p.kv_heads) * p.heads + (nk % p.kv_heads) * p.group + g;
+        for (var i = i_start; i < p.l; i++) {
+            let sc = logit(dot_qk(&kr, (n * p.l + i) * p.e, kj, false), n, i, j);
+            if (is_neg_inf(sc)) {
+                continue;
+            }
+            let oi = (n * p.l + i) * p.ev;
+            let pv = exp(sc - stats_r[n * p.l + i]);
+            let z = drop_factor(n, i, j);
+            let ds = pv * (z * dot_dov(&vr, oi, vj, false) - stats_r[p.n * p.l + n * p.l + i]);
+            let pz = pv * z;
+            for (var c = 0u; c < vc; c++) {
+                accv[c] = fma(pz, f32(dout[oi + c0 + c]), accv[c]);
+            }
+            let qi = (n * p.l + i) * p.e + c0;
+            for (var c = 0u; c < kc; c++) {
+                acck[c] = fma(ds, f32(q[qi + c]), acck[c]);
+            }
+        }
+    }
+    for (var c = 0u; c < kc; c++) {
+        dk[kj + c0 + c] = T(acck[c] * p.scale);
+    }
+    for (var c = 0u; c < vc; c++) {
+        dv[vj + c0 + c] = T(accv[c]);
+    }
+}

@@ -1,0 +1,93 @@
+// What the two attention kernels share (shaders/attention.wgsl for GPUs, attention_rows.wgsl
+// for CPU adapters; src/ops/attention/kernel.rs): the params, the bindings, and the score,
+// mask, causal and dropout rules, so both compute the same function. Needs lib/philox.wgsl
+// (dropout) before it.
+
+struct Params {
+    n: u32,
+    l: u32,
+    s: u32,
+    e: u32,
+    ev: u32,
+    heads: u32,
+    kv_heads: u32,
+    group: u32,
+    scale: f32,
+    // bit 0: mask, bit 1: causal, bit 2: dropout.
+    flags: u32,
+    drop_p: f32,
+    drop_scale: f32,
+    seed_lo: u32,
+    seed_hi: u32,
+    ctr: u32,
+    // Workgroups along the rows of one batch, and column blocks.
+    row_blocks: u32,
+    col_blocks: u32,
+    // Batches the grid walks (N for attn_fwd / attn_dq, Nk for attn_dkv).
+    batches: u32,
+    // The additive f32 mask: element (n, i, j) is at m_off + (n / heads) m_n0 + (n % heads) m_n1
+    // + i m_l + j m_s.
+    m_off: u32,
+    m_n0: u32,
+    m_n1: u32,
+    m_l: u32,
+    m_s: u32,
+    _pad0: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> q: array<T>;
+@group(0) @binding(2) var<storage, read> k: array<T>;
+@group(0) @binding(3) var<storage, read> v: array<T>;
+@group(0) @binding(4) var<storage, read> mask: array<f32>;
+@group(0) @binding(5) var<storage, read_write> out: array<T>;
+// lse [N L] then D [N L].
+@group(0) @binding(6) var<storage, read_write> stats: array<f32>;
+@group(0) @binding(7) var<storage, read> o: array<T>;
+@group(0) @binding(8) var<storage, read> dout: array<T>;
+@group(0) @binding(9) var<storage, read_write> dq: array<T>;
+@group(0) @binding(10) var<storage, read> stats_r: array<f32>;
+@group(0) @binding(11) var<storage, read_write> dk: array<T>;
+@group(0) @binding(12) var<storage, read_write> dv: array<T>;
+
+// Non-finite values built at run time (WGSL constants must be finite).
+fn neg_inf() -> f32 {
+    return bitcast<f32>(0xff800000u | (p.flags & 0u));
+}
+
+// Tests -inf by its bits: compilers that assume float compares never see a NaN (lavapipe's
+// does) may answer `x != -inf` wrongly for a NaN x, which turned a NaN row into zeros.
+fn is_neg_inf(x: f32) -> bool {
+    return bitcast<u32>(x) == 0xff800000u;
+}
+
+fn pos_inf() -> f32 {
+    return bitcast<f32>(0x7f800000u | (p.flags & 0u));
+}
+
+fn kv_of(n: u32) -> u32 {
+    return (n / p.heads) * p.kv_heads + (n % p.heads) / p.group;
+}
+
+// The scaled, masked score of query i and key j of batch n from their dot product; -inf
+// outside the problem, above the causal diagonal, or where the mask says so.
+fn logit(dot: f32, n: u32, i: u32, j: u32) -> f32 {
+    if (i >= p.l || j >= p.s || ((p.flags & 2u) != 0u && j > i)) {
+        return neg_inf();
+    }
+    var s = dot * p.scale;
+    if ((p.flags & 1u) != 0u) {
+        s += mask[p.m_off + (n / p.heads) * p.m_n0 + (n % p.heads) * p.m_n1 + i * p.m_l
+            + j * p.m_s];
+    }
+    return s;
+}
+
+// The dropout factor of weight (n, i, j): 1 without dropout, else 0 or 1 / (1 - p).
+fn drop_factor(n: u32, i: u32, j: u32) -> f32 {
+    if ((p.flags & 4u) == 0u) {
+        return 1.0;
+    }
+    let bits = philox(vec4<u32>(j, i, n, p.ctr), vec2<u32>(p.seed_lo, p.seed_hi));
+    return select(0.0, p.drop_scale, unit(bits.x) >= p.drop_p);
+}
