@@ -17,8 +17,8 @@ use crate::gemm::Mode;
 use crate::runner::check_cases;
 use crate::strategies::{general_dist, operand, small_shape, view_kind, Dist};
 use crate::{
-    batchnorm as bn, elementwise as ew, gemm, index_ops as ix, losses, norm, pool, random, reduce,
-    rnn, softmax,
+    attention, batchnorm as bn, elementwise as ew, gemm, index_ops as ix, losses, norm, pool,
+    random, reduce, rnn, softmax,
 };
 
 /// Opens the shared devices; false (after saying so) when f16 cases must be skipped.
@@ -219,6 +219,15 @@ async fn norms_f16() {
         return;
     }
     check_cases("norm_f16", 4, norm::problem(DType::F16), norm::check_norm).await;
+}
+
+// ---- attention ------------------------------------------------------------------------------
+
+#[wasm_bindgen_test]
+async fn attention_f32() {
+    init_devices().await;
+    let p = attention::problem(DType::F32, 0..=24, 1..=40);
+    check_cases("attention_f32", 8, p, attention::check_attention).await;
 }
 
 // ---- reductions -----------------------------------------------------------------------------

@@ -6,7 +6,8 @@
 //!   by the same proptest strategies and checked by the same code against the same pure-Rust
 //!   f64 references as natively (the conformance modules are included below), with the
 //!   readbacks awaited instead of blocking.
-//!   Layer / group / RMS norm (forward and backward through autograd).
+//!   Layer / group / RMS norm and scaled-dot-product attention (forward and backward through
+//!   autograd).
 //!   Softmax, the losses, pooling (with indices and backward), the Philox streams (bit-exact: the same seed
 //!   gives the same numbers here as natively) and the index ops (argmax, comparisons,
 //!   gather/index_select with their backward, class-index cross_entropy with its gradient) are
@@ -77,6 +78,11 @@ mod softmax;
 #[allow(dead_code, unused_imports)]
 #[path = "../conformance/norm.rs"]
 mod norm;
+
+#[cfg(target_arch = "wasm32")]
+#[allow(dead_code, unused_imports)]
+#[path = "../conformance/attention.rs"]
+mod attention;
 
 #[cfg(target_arch = "wasm32")]
 #[allow(dead_code, unused_imports)]

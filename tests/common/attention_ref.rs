@@ -4,6 +4,8 @@
 //! `n = b * heads`, `nk = b * kv_heads` (query head h reads key/value head
 //! `h / (heads / kv_heads)`); the mask is additive `[n, l, s]` (`-inf` excludes); `drop` holds
 //! each weight's dropout factor `[n, l, s]` (0 or 1 / (1 - p)).
+// Index loops mirror the formulas' subscripts.
+#![allow(clippy::needless_range_loop)]
 
 /// One problem's geometry and options.
 #[derive(Clone, Debug)]

@@ -4,21 +4,25 @@
 //! every mask kind and broadcast, causal, empty sequences; on the CPU tile plan and on the GPU
 //! one (`gpu_plans_device`).
 //!
-//! Tolerance per element, with A = scale * E * max|q| max|k| bounding a score and T = L + S + E
-//! + Ev + 16 terms per sum: 8 * T * (1 + A) * EPS32 times the sum of the absolute values of the
-//! element's terms (the reference's `*_mag`): a score's rounding error moves every weight of
-//! its row by that relative amount, and each result is a sum of at most T products; f16
-//! multiplies it by 2^11 for the rounded storage of the output (read back by the backward)
-//! and of the gradients.
+//! Tolerance per element, with A = scale * E * max|q| max|k| bounding a score and T the
+//! number of terms per sum (L + S + E + Ev + 16): 8 T (1 + A) EPS32 times the sum of the
+//! absolute values of the element's terms (the reference's `*_mag`), since a score's rounding
+//! error moves every weight of its row by that relative amount and each result is a sum of at
+//! most T products; f16 multiplies it by 2^11 for the rounded storage of the output (read back
+//! by the backward) and of the gradients.
 
 use proptest::prelude::*;
 use wgtensor::ops::{scaled_dot_product_attention, AttnMask, SdpaOptions};
 use wgtensor::{DType, Device, Tensor};
 
-use crate::check::{compare, ok, EPS32};
+use crate::check::{compare, fetch_async, ok, EPS32};
 use crate::common::attention_ref::{attention, AttnGeom};
-use crate::common::{device, download, gpu_plans_device, require_f16, round_to_dtype, upload};
-use crate::strategies::{run, Rng};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::common::require_f16;
+use crate::common::{device, round_to_dtype, upload};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::strategies::run_async;
+use crate::strategies::Rng;
 
 const CASES_F32: u32 = 48;
 const CASES_F16: u32 = 16;
@@ -54,7 +58,18 @@ pub(crate) struct AttnProblem {
     dtype: DType,
 }
 
-fn problem(
+/// The device a case runs on: natively the GPU plan forced on the CPU adapter when `gpu`;
+/// the browser's default device (a CPU WebGPU adapter in CI) always.
+fn plan_device(gpu: bool) -> &'static Device {
+    #[cfg(not(target_arch = "wasm32"))]
+    if gpu {
+        return crate::common::gpu_plans_device();
+    }
+    let _ = gpu;
+    device()
+}
+
+pub(crate) fn problem(
     dtype: DType,
     lens: std::ops::RangeInclusive<usize>,
     dims: std::ops::RangeInclusive<usize>,
@@ -117,8 +132,8 @@ fn max_abs(v: &[f64]) -> f64 {
         .fold(0.0, |a, x| a.max(x.abs()))
 }
 
-pub(crate) fn check_attention(p: &AttnProblem) -> Result<(), TestCaseError> {
-    let dev: &Device = if p.gpu { gpu_plans_device() } else { device() };
+pub(crate) async fn check_attention(p: &AttnProblem) -> Result<(), TestCaseError> {
+    let dev = plan_device(p.gpu);
     let what = format!("{p:?}");
     let mut rng = Rng::new(p.seed);
     let n = p.b * p.heads;
@@ -257,28 +272,30 @@ pub(crate) fn check_attention(p: &AttnProblem) -> Result<(), TestCaseError> {
         } else {
             1.0
         };
-    let check = |name: &str, t: &Tensor, want: &[f64], mag: &[f64]| -> Result<(), TestCaseError> {
-        let got = ok(name, download(t))?;
-        compare(&format!("{what} {name}"), t.shape(), &got, want, |i| {
-            rel * mag[i] + 1e-30
-        })
-    };
-    check("out", &out, &want.out, &want.out_mag)?;
     let grad = |t: &Tensor| {
         grads
             .get(t)
             .cloned()
             .ok_or_else(|| TestCaseError::fail("missing gradient"))
     };
-    check("dq", &grad(&q)?, &want.dq, &want.dq_mag)?;
-    check("dk", &grad(&k)?, &want.dk, &want.dk_mag)?;
-    check("dv", &grad(&v)?, &want.dv, &want.dv_mag)?;
+    for (name, t, want, mag) in [
+        ("out", out.clone(), &want.out, &want.out_mag),
+        ("dq", grad(&q)?, &want.dq, &want.dq_mag),
+        ("dk", grad(&k)?, &want.dk, &want.dk_mag),
+        ("dv", grad(&v)?, &want.dv, &want.dv_mag),
+    ] {
+        let got = fetch_async(name, &t, t.shape()).await?;
+        compare(&format!("{what} {name}"), t.shape(), &got, want, |i| {
+            rel * mag[i] + 1e-30
+        })?;
+    }
     Ok(())
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 #[test]
 fn attention_f32() {
-    run(
+    run_async(
         CASES_F32,
         problem(DType::F32, 0..=40, 1..=72),
         check_attention,
@@ -286,15 +303,17 @@ fn attention_f32() {
 }
 
 /// Head dims past one column block (ACC * BC columns) and past one staged chunk.
+#[cfg(not(target_arch = "wasm32"))]
 #[test]
 fn attention_wide_heads_f32() {
-    run(8, problem(DType::F32, 1..=20, 120..=300), check_attention);
+    run_async(8, problem(DType::F32, 1..=20, 120..=300), check_attention);
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 #[test]
 fn attention_f16() {
     require_f16(device());
-    run(
+    run_async(
         CASES_F16,
         problem(DType::F16, 1..=33, 1..=48),
         check_attention,
