@@ -9,7 +9,7 @@
 //! - `gpu/attention_*` (skipped on CPU adapters unless named): the B 8, H 12,
 //!   L = S = 1024, E 64 forward and forward + backward in f32 and f16, a causal f16 forward, and
 //!   a decode step (L = 1, S = 2048, f16). scripts/bench_attention_torch.py times PyTorch's
-//!   flash and math backends on the same shapes.
+//!   flash, efficient and math backends on the same shapes (docs/BENCHMARKS.md).
 
 use wgtensor::ops::attention::reference::scaled_dot_product_attention as composed;
 use wgtensor::ops::{scaled_dot_product_attention, SdpaOptions};
