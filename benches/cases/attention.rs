@@ -1,7 +1,7 @@
-//! Attention cases (shaders/attention.wgsl): `gflops=` over the standard count, 4 B H L S E for
-//! the forward (Q K^T and P V) and 10 B H L S E for the backward (FlashAttention-2's count, 2.5x
-//! the forward; the fused backward recomputes the scores, which is not counted), halved for
-//! causal masks.
+//! Attention cases (shaders/attention.wgsl on GPUs, shaders/attention_rows.wgsl on CPU
+//! adapters): `gflops=` over the standard count, 4 B H L S E for the forward (Q K^T and P V)
+//! and 10 B H L S E for the backward (FlashAttention-2's count, 2.5x the forward; the fused
+//! backward recomputes the scores, which is not counted), halved for causal masks.
 //!
 //! - `attention_fwd` / `attention_fwd_bwd`: B 1, H 4, L = S = 256, E 64 (lavapipe-sized).
 //! - `attention_composed_fwd`: the same forward as the plain composition (matmul, softmax,
