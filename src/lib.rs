@@ -18,15 +18,16 @@
 //! # Ok(()) }
 //! ```
 //!
-//! It is a small deep-learning stack (what PyTorch's CUDA backend provides for convolutional
-//! and recurrent models) for wherever wgpu runs: any GPU through Vulkan, Metal or DX12, a CPU
-//! through a software Vulkan driver such as Mesa's lavapipe, and the browser through WebGPU.
-//! Semantics and layouts follow PyTorch (NCHW, weight shapes, gate order, batch-norm
-//! statistics), so weights and results carry over. Reverse-mode autograd ([`autograd`]:
+//! It is a small deep-learning stack (what PyTorch's CUDA backend provides for convolutional,
+//! recurrent and transformer models) for wherever wgpu runs: any GPU through Vulkan, Metal or
+//! DX12, a CPU through a software Vulkan driver such as Mesa's lavapipe, and the browser
+//! through WebGPU. Semantics and layouts follow PyTorch (NCHW, weight shapes, gate order,
+//! batch-norm statistics, attention masks), so weights and results carry over. Reverse-mode autograd ([`autograd`]:
 //! [`Tensor::requires_grad`], [`Tensor::backward`]) differentiates every op; the kernels'
 //! own backward functions (convolution, batch norm, the RNNs) are public too. [`nn`] has
-//! layers with PyTorch's names and state-dict keys, [`optim`] SGD, Adam and AdamW, and [`io`]
-//! safetensors loading and saving.
+//! layers with PyTorch's names and state-dict keys (among them [`nn::MultiheadAttention`],
+//! [`nn::TransformerEncoderLayer`] and [`nn::TransformerEncoder`]), [`optim`] SGD, Adam and
+//! AdamW, and [`io`] safetensors loading and saving.
 //!
 //! ## What is in it
 //!
@@ -38,6 +39,8 @@
 //! | Batched GEMM | [`ops::gemm()`], [`ops::gemm_into`], [`ops::matmul`] | batch broadcasting; fused `alpha`, `beta * C`, bias and activation; deterministic split-k for long K |
 //! | Convolution | [`ops::conv2d`], [`ops::conv1d`], [`ops::conv_transpose2d`], [`ops::conv_transpose1d`], gradients ([`ops::conv2d_backward_input`], [`ops::conv2d_backward_weight`], [`ops::conv_backward_bias`], 1-D alike) | grouped and depthwise, stride, dilation, per-side padding; implicit GEMM without im2col; deterministic split-k for weight gradients |
 //! | Batch norm | [`ops::batch_norm_train`] (running statistics updated on the GPU), [`ops::batch_norm_inference`], [`ops::batch_norm_backward`] | Welford / Chan statistics; fixed-order merges, bitwise reproducible |
+//! | Layer, group, RMS norm | [`ops::layer_norm`], [`ops::group_norm`], [`ops::rms_norm`] | a workgroup per normalized row, f32 statistics, affine fused; fused backward with fixed-order weight gradients |
+//! | Attention | [`ops::scaled_dot_product_attention`] with [`ops::SdpaOptions`] (mask as [`ops::AttnMask`], causal, scale, dropout, grouped-query heads) | FlashAttention-2 style fused forward (online softmax, O(L E) memory, masks read in place through strides; a barrier-free row kernel on CPU adapters); fused deterministic backward; [`nn::MultiheadAttention`], [`nn::TransformerEncoderLayer`] and [`nn::TransformerEncoder`] run on it |
 //! | RNN | [`ops::Rnn`]: LSTM and GRU, stacked, bidirectional, `batch_first`; [`forward`](ops::Rnn::forward), [`forward_train`](ops::Rnn::forward_train) + [`backward`](ops::Rnn::backward) (BPTT); [`ops::lstm_cell`], [`ops::gru_cell`] | one fused dispatch per step |
 //! | Compare and select | [`Tensor::compare`] and shorthands ([`Tensor::eq`], [`Tensor::gt_scalar`], ...), [`Tensor::where_cond`], [`Tensor::masked_fill`] | f32 0/1 masks; i32 compared exactly; PyTorch's dtype promotion |
 //! | Index ops | [`Tensor::argmax`], [`Tensor::argmin`], [`Tensor::gather`], [`Tensor::index_select`], [`Tensor::scatter_add`], [`ops::embedding`], [`Tensor::one_hot`] | i32 indices; deterministic backward (bucketed for embedding); out-of-range indices checked on the device and reported as `Err` at the next sync or readback, never an out-of-bounds access |
@@ -149,6 +152,32 @@
 //! let last = out.output.narrow(0, t - 1, 1)?;
 //! assert_eq!(last.to_vec::<f32>()?, out.h_n.to_vec::<f32>()?);
 //! assert_eq!(out.c_n.map(|c| c.shape().to_vec()), Some(vec![1, b, h]));
+//! # Ok(()) }
+//! ```
+//!
+//! Scaled dot-product attention, causal and with a key mask (for [`ops::AttnMask::Bool`],
+//! nonzero = may attend, as in `F.scaled_dot_product_attention`), and its gradients:
+//!
+//! ```ignore-wasm32
+//! # fn main() -> wgtensor::Result<()> {
+//! use wgtensor::ops::{scaled_dot_product_attention as sdpa, AttnMask, SdpaOptions};
+//! use wgtensor::{DType, Device, Tensor};
+//! let dev = Device::new()?;
+//! // q = 0: every score is 0, so a query averages the values of the keys it may see.
+//! let q = Tensor::zeros(&dev, &[1, 1, 3, 2], DType::F32)?; // [batch, heads, L, E]
+//! let k = Tensor::full(&dev, &[1, 1, 3, 2], 1.0, DType::F32)?; // [batch, heads, S, E]
+//! let v = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[1, 1, 3, 2])?;
+//! let near = |a: Vec<f32>, b: &[f32]| a.iter().zip(b).all(|(a, b)| (a - b).abs() < 1e-5);
+//! let causal = SdpaOptions { is_causal: true, ..Default::default() }; // query i sees keys <= i
+//! assert!(near(sdpa(&q, &k, &v, &causal)?.to_vec()?, &[1.0, 2.0, 2.0, 3.0, 3.0, 4.0]));
+//! let keys = Tensor::from_slice(&dev, &[1.0f32, 1.0, 0.0], &[3])?; // broadcast to [.., L, S]
+//! let masked = SdpaOptions { attn_mask: Some(AttnMask::Bool(&keys)), ..Default::default() };
+//! let v = v.requires_grad()?;
+//! let out = sdpa(&q, &k, &v, &masked)?; // every row: the mean of values 0 and 1
+//! assert!(near(out.to_vec()?, &[2.0, 3.0, 2.0, 3.0, 2.0, 3.0]));
+//! let grads = out.sum_all()?.backward()?; // the fused backward
+//! let dv = grads.get(&v).expect("v is a tracked leaf");
+//! assert!(near(dv.to_vec()?, &[1.5, 1.5, 1.5, 1.5, 0.0, 0.0])); // the masked key gets none
 //! # Ok(()) }
 //! ```
 

@@ -1,7 +1,7 @@
-//! Attention cases (shaders/attention.wgsl): `gflops=` over the standard count, 4 B H L S E for
-//! the forward (Q K^T and P V) and 10 B H L S E for the backward (FlashAttention-2's count, 2.5x
-//! the forward; the fused backward recomputes the scores, which is not counted), halved for
-//! causal masks.
+//! Attention cases (shaders/attention.wgsl on GPUs, shaders/attention_rows.wgsl on CPU
+//! adapters): `gflops=` over the standard count, 4 B H L S E for the forward (Q K^T and P V)
+//! and 10 B H L S E for the backward (FlashAttention-2's count, 2.5x the forward; the fused
+//! backward recomputes the scores, which is not counted), halved for causal masks.
 //!
 //! - `attention_fwd` / `attention_fwd_bwd`: B 1, H 4, L = S = 256, E 64 (lavapipe-sized).
 //! - `attention_composed_fwd`: the same forward as the plain composition (matmul, softmax,
@@ -9,7 +9,7 @@
 //! - `gpu/attention_*` (skipped on CPU adapters unless named): the B 8, H 12,
 //!   L = S = 1024, E 64 forward and forward + backward in f32 and f16, a causal f16 forward, and
 //!   a decode step (L = 1, S = 2048, f16). scripts/bench_attention_torch.py times PyTorch's
-//!   flash and math backends on the same shapes.
+//!   flash, efficient and math backends on the same shapes (docs/BENCHMARKS.md).
 
 use wgtensor::ops::attention::reference::scaled_dot_product_attention as composed;
 use wgtensor::ops::{scaled_dot_product_attention, SdpaOptions};
