@@ -8,8 +8,9 @@
 //! and checking every output against the pure-Rust f64 reference of the conformance suite
 //! (tests/common), the same code the native and browser tests use.
 //!
-//! Then the page trains a small CNN on the handwritten digits live (web/train.rs), one step per
-//! call, drawing the loss as it falls.
+//! Then the page trains a model live, one step per call, drawing the loss as it falls: a small
+//! CNN on the handwritten digits (web/train.rs, the default) or a small decoder-only character
+//! transformer (web/train_transformer.rs), as the page's model select box says.
 //!
 //! Each op's reference is also timed: the plain-Rust CPU implementation in the same wasm
 //! module, for the speed-up column.
@@ -29,6 +30,7 @@ mod reference;
 mod rnn_ref;
 
 mod train;
+mod train_transformer;
 
 use std::fmt::Write as _;
 

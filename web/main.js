@@ -1,7 +1,11 @@
 // Loads the wasm-bindgen output (web/pkg, built by web/build.sh), runs the demo workload and
 // renders its report. The result marker is #result[data-status] (pending, pass, fail, error);
-// the full report is also left in window.demoReport for tests.
-import init, { run_demo, train_start, train_step } from './pkg/web_demo.js';
+// the full report is also left in window.demoReport for tests, and the last training run in
+// window.trainReport. The model select box picks the live model: the digits CNN (web/train.rs,
+// the default) or the character transformer (web/train_transformer.rs).
+import init, {
+  run_demo, train_start, train_step, char_train_start, char_train_step,
+} from './pkg/web_demo.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -38,7 +42,32 @@ function render(r, gpuInfo) {
     `${r.dispatches} dispatches in ${r.submissions} submissions, ${r.pipelines} pipelines compiled.`;
 }
 
-// The loss (blue line) and test accuracy (green dots, right axis 0..1) per step.
+// The live models: how each starts and steps, its default knobs and how often it evaluates
+// (the CNN: held-out accuracy; the transformer: a sample of text).
+const MODELS = {
+  cnn: {
+    start: (batch) => train_start(batch), step: train_step, batch: 64, steps: 60, every: 10,
+    maxBatch: 512,
+    about: 'A small CNN (conv 3x3, ReLU, max pool, linear) learns the 8x8 handwritten digits ' +
+      'with the crate\'s layers, autograd, cross-entropy and Adam, one step at a time; the test ' +
+      'accuracy is measured on 360 held-out images.',
+  },
+  char_transformer: {
+    start: (batch, steps) => char_train_start(batch, steps), step: char_train_step,
+    batch: 8, steps: 100, every: 25, maxBatch: 64,
+    about: 'A decoder-only character transformer (token and positional embeddings, 2 pre-norm ' +
+      'causal layers, 2 heads, width 64, context 32) learns the repository\'s own text with ' +
+      'AdamW and a warm-up then cosine learning-rate schedule; the dashed line is the unigram ' +
+      'entropy (a model that ignores context), and every 25 steps it writes a short sample.',
+  },
+};
+
+function currentModel() {
+  return MODELS[$('model').value] ? $('model').value : 'cnn';
+}
+
+// The loss (blue line), test accuracy (green dots, right axis 0..1) and unigram entropy
+// (dashed) per step.
 function draw(points, steps) {
   const c = $('chart');
   const ctx = c.getContext('2d');
@@ -53,7 +82,16 @@ function draw(points, steps) {
   ctx.strokeStyle = '#ccc';
   ctx.beginPath(); ctx.moveTo(pad, h - pad); ctx.lineTo(w - pad, h - pad); ctx.stroke();
   ctx.fillText(`loss (max ${maxLoss.toFixed(2)})`, pad, 14);
-  ctx.fillText('accuracy', w - pad - 52, 14);
+  if (points.some((p) => p.test_accuracy !== null)) ctx.fillText('accuracy', w - pad - 52, 14);
+  const unigram = points[0].unigram;
+  if (unigram !== undefined && unigram <= maxLoss) {
+    ctx.strokeStyle = '#999';
+    ctx.setLineDash([4, 4]);
+    ctx.beginPath(); ctx.moveTo(pad, y(unigram, maxLoss)); ctx.lineTo(w - pad, y(unigram, maxLoss));
+    ctx.stroke();
+    ctx.setLineDash([]);
+    ctx.fillText('unigram entropy', w - pad - 100, y(unigram, maxLoss) - 4);
+  }
   ctx.strokeStyle = '#2563eb';
   ctx.lineWidth = 2;
   ctx.beginPath();
@@ -74,34 +112,65 @@ function showRuntime(p) {
     `live (peak ${(p.pool_peak_bytes / 1024).toFixed(0)} KiB), ${p.pipelines} pipelines compiled`;
 }
 
-// Trains for the knobs' steps; resolves to the report kept in window.trainReport.
+// Trains the selected model for the knobs' steps; resolves to the report kept in
+// window.trainReport.
 async function train() {
-  const batch = Math.max(1, Math.min(512, Number($('batch').value) || 64));
-  const steps = Math.max(1, Math.min(2000, Number($('steps').value) || 60));
+  const name = currentModel();
+  const m = MODELS[name];
+  const batch = Math.max(1, Math.min(m.maxBatch, Number($('batch').value) || m.batch));
+  const steps = Math.max(1, Math.min(2000, Number($('steps').value) || m.steps));
   $('again').disabled = true;
+  $('model').disabled = true;
+  $('sample').textContent = '';
   $('phase').textContent = 'training: building the model…';
-  await train_start(batch);
+  await m.start(batch, steps);
   const points = [];
   for (let s = 1; s <= steps; s++) {
-    const p = JSON.parse(await train_step(s % 10 === 0 || s === steps));
+    const p = JSON.parse(await m.step(s % m.every === 0 || s === steps));
     points.push(p);
     draw(points, steps);
     showRuntime(p);
     const acc = points.filter((q) => q.test_accuracy !== null).pop();
     $('train').textContent = `step ${p.step}/${steps} · loss ${p.loss.toFixed(3)} · ` +
       `${acc ? 'test accuracy ' + (100 * acc.test_accuracy).toFixed(1) + '% · ' : ''}` +
+      `${p.unigram !== undefined ? 'unigram entropy ' + p.unigram.toFixed(3) + ' · ' : ''}` +
       `${p.step_ms.toFixed(0)} ms/step`;
+    if (p.sample) $('sample').textContent = `sample after step ${p.step}: ${p.sample}`;
     $('phase').textContent = `training: step ${s} of ${steps}`;
   }
   const head = points.slice(0, 5), tail = points.slice(-5);
   const mean = (v) => v.reduce((a, p) => a + p.loss, 0) / v.length;
-  const report = { batch, steps, first_loss: mean(head), last_loss: mean(tail),
-    test_accuracy: points[points.length - 1].test_accuracy, points };
+  const last = points[points.length - 1];
+  const report = { model: name, batch, steps, first_loss: mean(head), last_loss: mean(tail),
+    test_accuracy: last.test_accuracy, sample: points.filter((p) => p.sample).map((p) => p.sample).pop() ?? null,
+    points };
   window.trainReport = report;
   $('phase').textContent = 'done';
   $('again').disabled = false;
+  $('model').disabled = false;
   return report;
 }
+
+// Trains, then sets the result marker: pass when the op checks passed and the loss fell.
+async function trainAndReport(checksPassed) {
+  $('result').dataset.status = 'pending';
+  $('result').textContent = 'training…';
+  const t = await train();
+  const learned = t.last_loss < t.first_loss;
+  const ok = checksPassed && learned;
+  finish(ok ? 'pass' : 'fail', ok ? 'correctness check passed · the model learned' :
+    (checksPassed ? 'training did not lower the loss' : 'correctness check FAILED'));
+}
+
+// Switching models loads its default knobs and description.
+$('model').onchange = () => {
+  const m = MODELS[currentModel()];
+  $('batch').value = m.batch;
+  $('batch').max = m.maxBatch;
+  $('steps').value = m.steps;
+  $('about').textContent = m.about;
+};
+$('model').onchange();
 
 try {
   if (!navigator.gpu) {
@@ -116,12 +185,8 @@ try {
   report.adapter.web = gpuInfo ? { vendor: gpuInfo.vendor, architecture: gpuInfo.architecture } : null;
   window.demoReport = report;
   render(report, gpuInfo);
-  const t = await train();
-  const learned = t.last_loss < t.first_loss;
-  const ok = report.pass && learned;
-  finish(ok ? 'pass' : 'fail', ok ? 'correctness check passed · the model learned' :
-    (report.pass ? 'training did not lower the loss' : 'correctness check FAILED'));
-  $('again').onclick = () => train().catch((e) => finish('error', `error: ${e}`));
+  await trainAndReport(report.pass);
+  $('again').onclick = () => trainAndReport(report.pass).catch((e) => finish('error', `error: ${e}`));
 } catch (e) {
   window.demoError = String(e);
   const noGpu = !navigator.gpu || /adapter|webgpu|not compiled in/i.test(String(e));

@@ -2,8 +2,9 @@
 """End-to-end test of the demo page: serves web/ (after web/build.sh), opens it in headless
 Chromium with WebGPU through chromedriver (the W3C WebDriver protocol, Python stdlib only),
 waits for the result marker #result[data-status], asserts that the correctness check passed,
-that the live training lowered the loss (window.trainReport), that the console stayed free of
-errors, that the phone-sized layout does not overflow, and that non-empty PNG screenshots were
+that the live training lowered the loss (window.trainReport), then picks the character
+transformer in the model select box, trains it for a few steps ("run again") and asserts that
+it lowered the loss and wrote a sample, that the console stayed free of errors, that the phone-sized layout does not overflow, and that non-empty PNG screenshots were
 saved.
 
     python3 web/page_test.py [--screenshot PATH] [--timeout SECONDS]
@@ -78,6 +79,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--screenshot", default=os.path.join(ROOT, "target", "web-demo.png"))
     ap.add_argument("--timeout", type=float, default=120)
+    ap.add_argument("--transformer-steps", type=int, default=12,
+                    help="steps of the character transformer's run (0: skip it)")
     opts = ap.parse_args()
     if not os.path.exists(os.path.join(WEB, "pkg", "web_demo.js")):
         sys.exit("page_test: web/pkg is missing: run web/build.sh first")
@@ -118,6 +121,25 @@ def main():
         text = wd.js("return document.getElementById('result').textContent")
         report = wd.js("return window.demoReport || null")
         train = wd.js("return window.trainReport || null")
+        # The second model: the character transformer, a few steps ("run again").
+        char = None
+        char_elapsed = 0.0
+        if status == "pass" and opts.transformer_steps > 0:
+            t1 = time.time()
+            wd.js("const m = document.getElementById('model'); m.value = 'char_transformer';"
+                  "m.onchange(); document.getElementById('batch').value = 4;"
+                  f"document.getElementById('steps').value = {opts.transformer_steps};"
+                  "document.getElementById('again').click();")
+            while time.time() - t1 < opts.timeout:
+                char = wd.js("const r = window.trainReport;"
+                             "return r && r.model === 'char_transformer' && "
+                             "document.getElementById('result').dataset.status !== 'pending' ? r : null")
+                if char:
+                    break
+                time.sleep(0.2)
+            char_elapsed = time.time() - t1
+            status = wd.js("return document.getElementById('result').dataset.status")
+            text = wd.js("return document.getElementById('result').textContent")
         shot = base64.b64decode(wd.call("GET", wd.s("/screenshot")))
         os.makedirs(os.path.dirname(os.path.abspath(opts.screenshot)), exist_ok=True)
         with open(opts.screenshot, "wb") as f:
@@ -149,13 +171,23 @@ def main():
             print(f"page_test:   {s['name']:<18} {str(s['shape']):<14} first {s['first_ms']:8.2f} ms"
                   f"  median {s['median_ms']:8.2f} ms  cpu {s['cpu_ms']:8.2f} ms  max|err| {s['max_abs_err']:.2e}"
                   f" (tol {s['tol']:.1e}) {'pass' if s['pass'] else 'FAIL'}")
+    ok = True
     if train:
         print(f"page_test: training: batch {train['batch']}, {train['steps']} steps, loss "
               f"{train['first_loss']:.3f} (first 5 steps) -> {train['last_loss']:.3f} (last 5), "
               f"test accuracy {train['test_accuracy']}")
+    if opts.transformer_steps > 0:
+        if char:
+            print(f"page_test: char transformer: batch {char['batch']}, {char['steps']} steps in "
+                  f"{char_elapsed:.1f} s, loss {char['first_loss']:.3f} (first 5 steps) -> "
+                  f"{char['last_loss']:.3f} (last 5), sample {char['sample']!r}")
+        if not char or not char["last_loss"] < char["first_loss"] or not char["sample"]:
+            print(f"page_test: FAILED: the char transformer did not train, lower its loss and "
+                  f"write a sample: {char and (char['first_loss'], char['last_loss'], char['sample'])}",
+                  file=sys.stderr)
+            ok = False
     size = os.path.getsize(opts.screenshot)
     print(f"page_test: screenshot {opts.screenshot} ({size} bytes)")
-    ok = True
     if not train or not train["last_loss"] < train["first_loss"]:
         print(f"page_test: FAILED: the training loss did not fall: {train and (train['first_loss'], train['last_loss'])}",
               file=sys.stderr)
