@@ -1,7 +1,8 @@
-// Portable register-tiled GEMM (any adapter): an 8x8 workgroup computes a 32x32 tile, each
-// invocation a 4x4 block held in registers; no workgroup memory, no barriers (barriers are very
-// costly on CPU adapters and this shape still keeps GPU caches busy). Ragged edges clamp their
-// loads and skip their stores. Also holds the deterministic split-k reduction.
+// Portable register-tiled GEMM (any adapter; the plan runs it on CPU adapters without 8-lane
+// subgroups, GPUs get gemm_wg.wgsl): an 8x8 workgroup computes a 32x32 tile, each invocation a
+// 4x4 block held in registers; no workgroup memory, no barriers (barriers are very costly on
+// CPU adapters). Ragged edges clamp their loads and skip their stores. Also holds the
+// deterministic split-k reduction that every kernel's `*_partial` entry feeds.
 // Needs lib/activation.wgsl and lib/gemm_common.wgsl.
 
 // The 4x4 block at rows r0.., cols c0.. over k in kr: acc[i][j] = sum_k A[r0+i,k] B[k,c0+j].

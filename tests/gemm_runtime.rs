@@ -45,7 +45,10 @@ fn workspace_reused(portable: bool, sync_every: Option<usize>) {
         pl.splits > 1,
         "[{m} x {k}] x [{k} x {n}] does not split: {pl:?}"
     );
-    assert!(!(portable && pl.sg8), "the portable device planned {pl:?}");
+    assert!(
+        !(portable && pl.sg8()),
+        "the portable device planned {pl:?}"
+    );
     let a = upload(&dev, &[m, k], 1);
     let b = upload(&dev, &[k, n], 2);
     let bias = upload(&dev, &[n], 3);

@@ -17,6 +17,53 @@ pub struct Caps {
     pub max_workgroups_per_dim: u32,
     /// Host threads (at least 2; 4 where the platform cannot tell, e.g. wasm32).
     pub host_threads: usize,
+    /// Workgroups of 256 invocations the adapter runs at once: an *estimate* (wgpu reports no
+    /// compute-unit count) from the adapter's vendor, type and name, used as the split-k target (enough
+    /// output tiles to fill the device once). CPU adapters: the host threads.
+    pub parallelism: usize,
+}
+
+/// Vendor ids of `wgpu::AdapterInfo::vendor` (PCI ids; Apple's is its Metal registry id).
+const NVIDIA: u32 = 0x10de;
+const AMD: u32 = 0x1002;
+const INTEL: u32 = 0x8086;
+const APPLE: u32 = 0x106b;
+
+/// Concurrent 256-invocation workgroups of an adapter, estimated conservatively from its
+/// vendor, type and name (wgpu exposes no SM / CU count): a discrete NVIDIA or AMD GPU is
+/// taken as 128 SMs / CUs x 2 workgroups (an H200 has 132 SMs, an RTX 4090 128, an MI300X
+/// 304 CUs; smaller cards get split-k slices they do not need, which costs one reduction),
+/// a discrete Intel GPU 32 Xe cores x 2, Apple silicon by its name (M-series base 10 GPU
+/// cores, Pro 16, Max 40, Ultra 80, x 2), other integrated GPUs 16, unknown devices 64, CPU
+/// adapters one workgroup per host thread.
+pub(crate) fn estimate_parallelism(
+    vendor: u32,
+    device_type: wgpu::DeviceType,
+    name: &str,
+    host_threads: usize,
+) -> usize {
+    use wgpu::DeviceType as D;
+    if device_type == D::Cpu {
+        return host_threads.max(1);
+    }
+    if vendor == APPLE || name.starts_with("Apple") {
+        let cores = if name.contains("Ultra") {
+            80
+        } else if name.contains("Max") {
+            40
+        } else if name.contains("Pro") {
+            16
+        } else {
+            10
+        };
+        return cores * 2;
+    }
+    match (device_type, vendor) {
+        (D::DiscreteGpu, NVIDIA | AMD) => 128 * 2,
+        (D::DiscreteGpu, INTEL) => 32 * 2,
+        (D::IntegratedGpu, _) => 16,
+        _ => 64,
+    }
 }
 
 impl Caps {
@@ -27,6 +74,7 @@ impl Caps {
         limits: &wgpu::Limits,
     ) -> Caps {
         let cpu = info.device_type == wgpu::DeviceType::Cpu;
+        let host_threads = std::thread::available_parallelism().map_or(4, |n| n.get().max(2));
         Caps {
             cpu,
             swiftshader: cpu && info.backend == wgpu::Backend::BrowserWebGpu,
@@ -35,11 +83,17 @@ impl Caps {
                 && info.subgroup_max_size == 8,
             f16: features.contains(wgpu::Features::SHADER_F16),
             max_workgroups_per_dim: limits.max_compute_workgroups_per_dimension,
-            host_threads: std::thread::available_parallelism().map_or(4, |n| n.get().max(2)),
+            host_threads,
+            parallelism: estimate_parallelism(
+                info.vendor,
+                info.device_type,
+                &info.name,
+                host_threads,
+            ),
         }
     }
 
-    /// A discrete GPU without 8-lane subgroups, for planner tests.
+    /// A discrete GPU without 8-lane subgroups (parallelism 256), for planner tests.
     #[doc(hidden)]
     pub fn test_gpu() -> Caps {
         Caps {
@@ -49,6 +103,7 @@ impl Caps {
             f16: true,
             max_workgroups_per_dim: 65535,
             host_threads: 8,
+            parallelism: 256,
         }
     }
 
@@ -59,7 +114,40 @@ impl Caps {
             cpu: true,
             sg8: true,
             host_threads: threads.max(2),
+            parallelism: threads.max(2),
             ..Caps::test_gpu()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wgpu::DeviceType as D;
+
+    #[test]
+    fn parallelism_estimates() {
+        assert_eq!(
+            estimate_parallelism(NVIDIA, D::DiscreteGpu, "NVIDIA H200", 16),
+            256
+        );
+        assert_eq!(
+            estimate_parallelism(AMD, D::DiscreteGpu, "AMD Radeon", 16),
+            256
+        );
+        assert_eq!(
+            estimate_parallelism(INTEL, D::IntegratedGpu, "Intel UHD", 8),
+            16
+        );
+        assert_eq!(
+            estimate_parallelism(APPLE, D::IntegratedGpu, "Apple M2 Max", 8),
+            80
+        );
+        assert_eq!(
+            estimate_parallelism(APPLE, D::IntegratedGpu, "Apple M1", 8),
+            20
+        );
+        assert_eq!(estimate_parallelism(0x10005, D::Cpu, "llvmpipe", 6), 6);
+        assert_eq!(estimate_parallelism(0, D::Other, "", 6), 64);
     }
 }

@@ -3,7 +3,8 @@
 //! operands whose batch dims broadcast (`[4,1,m,k] x [1,3,k,n]`), in all four transpose
 //! combinations (`.transpose(-1, -2)` views, so the inner stride is not 1) and on sliced,
 //! permuted and broadcast views — for both kernels: the default device (the `sg8` subgroup
-//! kernel on lavapipe) and a device without subgroups (the portable `tiled` kernel).
+//! kernel on lavapipe) and a device without subgroups (the portable `tiled` kernel); the GPU
+//! plan's workgroup-memory kernel (`gemm_wg`) runs a share of the cases in [`wg`].
 //!
 //! Error bound (f32 accumulation; u = 2^-24 = EPS32 / 2; S = sum_k |a_ik b_kj|; K the
 //! reduction length). Each accumulation step `acc = fma(a, b, acc)` rounds at most twice (WGSL
@@ -663,17 +664,17 @@ fn gemm_cases(dev: &Device, cases: u32, dtype: DType, sizes: BoxedStrategy<Sizes
 #[test]
 fn gemm_kernel_selection() {
     let p = plan(portable_device(), 100, 100, 100, 1, None).unwrap();
-    assert!(!p.sg8, "the device without subgroups planned {p:?}");
+    assert!(!p.sg8(), "the device without subgroups planned {p:?}");
     let dev = device();
     let info = dev.adapter_info();
     let has_sg8 = dev.features().contains(wgpu::Features::SUBGROUP)
         && info.subgroup_min_size == 8
         && info.subgroup_max_size == 8;
     let p = plan(dev, 100, 100, 100, 1, None).unwrap();
-    assert_eq!(p.sg8, has_sg8, "{p:?} on {info:?}");
+    assert_eq!(p.sg8(), has_sg8, "{p:?} on {info:?}");
     eprintln!(
         "gemm kernels under test: default device {}, portable device tiled",
-        if p.sg8 { "sg8" } else { "tiled" }
+        if p.sg8() { "sg8" } else { "tiled" }
     );
 }
 
@@ -1303,3 +1304,6 @@ fn splitk_agrees_with_unsplit_f16() {
     require_f16(device());
     pollster::block_on(splitk_agrees_with_unsplit(device(), DType::F16));
 }
+
+#[cfg(not(target_arch = "wasm32"))]
+mod wg;

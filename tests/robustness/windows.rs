@@ -6,8 +6,14 @@ use wgtensor::ops::{gemm, gemm_into, Activation, Bias, BinaryOp, GemmOptions, Sc
 use wgtensor::{DType, Device, DeviceOptions, Error, Tensor};
 
 fn small(bytes: u64) -> Device {
+    small_with(bytes, false)
+}
+
+/// [`small`], planning as on a GPU with `gpu_plans`.
+fn small_with(bytes: u64, gpu_plans: bool) -> Device {
     let d = Device::with_options(DeviceOptions {
         max_binding_bytes: Some(bytes),
+        gpu_plans,
         ..Default::default()
     })
     .unwrap();
@@ -102,8 +108,22 @@ fn elementwise_ops_run_in_windows() {
 
 #[test]
 fn gemm_runs_in_windows_with_identical_bits() {
-    let big = Device::new().unwrap();
-    let win = small(16 << 10); // 16 KiB: a 64-wide row of A fits, A does not
+    gemm_windows(false);
+}
+
+/// The same on the GPU plan (`gemm_wg`, 64 x 64 tiles).
+#[test]
+fn gemm_wg_runs_in_windows_with_identical_bits() {
+    gemm_windows(true);
+}
+
+fn gemm_windows(gpu_plans: bool) {
+    let big = Device::with_options(DeviceOptions {
+        gpu_plans,
+        ..Default::default()
+    })
+    .unwrap();
+    let win = small_with(16 << 10, gpu_plans); // 16 KiB: a 64-wide row of A fits, A does not
     let shapes: &[(&str, [usize; 3])] = &[
         ("tall A", [300, 64, 50]),
         ("wide B", [40, 64, 700]),

@@ -4,7 +4,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::options::{Bias, GemmOptions};
-use super::plan::{GemmPlan, SG8_SGS};
+use super::plan::{GemmKernel, GemmPlan, SG8_SGS, WG_KT};
 use crate::layout::{broadcast_shapes, Layout};
 use crate::ops::activation::{Activation, ACTIVATION, ACTIVATION_DEFS};
 use crate::runtime::pipeline::{ShaderLib, ShaderVariant};
@@ -16,6 +16,7 @@ static GEMM_COMMON: ShaderLib =
 const LIBS: &[&ShaderLib] = &[&ACTIVATION, &GEMM_COMMON];
 const TILED_SRC: &str = include_str!("../../../shaders/gemm.wgsl");
 const SG8_SRC: &str = include_str!("../../../shaders/gemm_sg8.wgsl");
+const WG_SRC: &str = include_str!("../../../shaders/gemm_wg.wgsl");
 
 use Access::{Read as R, ReadWrite as RW};
 
@@ -32,6 +33,12 @@ static SG8: Kernel = Kernel::new("gemm_sg8", SG8_SRC, "gemm_sg8", &[R, R, R, R, 
     .slots(&[1, 2, 3, 4, 5])
     .libs(LIBS);
 static SG8_PARTIAL: Kernel = Kernel::new("gemm_sg8", SG8_SRC, "gemm_sg8_partial", &[R, R, RW])
+    .slots(&[1, 2, 6])
+    .libs(LIBS);
+static WG: Kernel = Kernel::new("gemm_wg", WG_SRC, "gemm_wg", &[R, R, R, R, RW])
+    .slots(&[1, 2, 3, 4, 5])
+    .libs(LIBS);
+static WG_PARTIAL: Kernel = Kernel::new("gemm_wg", WG_SRC, "gemm_wg_partial", &[R, R, RW])
     .slots(&[1, 2, 6])
     .libs(LIBS);
 
@@ -303,12 +310,8 @@ impl<'a> Problem<'a> {
                 ),
             ));
         }
-        // The sg8 kernel walks rows along x (B-panel reuse between consecutive workgroups).
-        Ok(if pl.sg8 {
-            [gy as u32, gx as u32, gz as u32]
-        } else {
-            [gx as u32, gy as u32, gz as u32]
-        })
+        let [x, y] = pl.grid_xy(gx as u32, gy as u32);
+        Ok([x, y, gz as u32])
     }
 }
 
@@ -401,15 +404,18 @@ pub(crate) fn dispatch(
     let dts = [a.dtype];
     // The subgroup kernel's row tile (SGS subgroups of 32 rows) must match the grid's.
     let sgs = [("SGS", pl.sgs as f64)];
-    let shape_consts: &[(&str, f64)] = if pl.sg8 { &sgs } else { &[] };
+    let kt = [("KT", WG_KT as f64)];
+    let (kernel, partial, shape_consts): (_, _, &[(&str, f64)]) = match pl.kernel {
+        GemmKernel::Sg8 => (&SG8, &SG8_PARTIAL, &sgs),
+        GemmKernel::Tiled => (&TILED, &TILED_PARTIAL, &[]),
+        GemmKernel::WgTiled => (&WG, &WG_PARTIAL, &kt),
+    };
     if pl.splits == 1 {
-        let kernel = if pl.sg8 { &SG8 } else { &TILED };
         let bufs = [binds.a, binds.b, binds.c, binds.bias, binds.out];
         let consts = [&epi[..], shape_consts].concat();
         return dev.launch_binds(op, kernel, &dts, &consts, bytes, &bufs, grid);
     }
     let ws = Storage::scratch(dev, op, pl.splits as u64 * total * 4)?;
-    let partial = if pl.sg8 { &SG8_PARTIAL } else { &TILED_PARTIAL };
     let ws_bind = Bind::whole(ws.buffer());
     let bufs = [binds.a, binds.b, ws_bind];
     dev.launch_binds(op, partial, &dts, shape_consts, bytes, &bufs, grid)?;
@@ -422,7 +428,7 @@ pub(crate) fn dispatch(
 /// The gemm family's entry in the kernel-family registry (`ops::families()`).
 pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipeline::Family {
     name: "gemm",
-    shaders: &["gemm.wgsl", "gemm_sg8.wgsl"],
+    shaders: &["gemm.wgsl", "gemm_sg8.wgsl", "gemm_wg.wgsl"],
     params: || vec![params_layout()],
     variants: gemm_variants,
 };
@@ -437,6 +443,9 @@ pub fn gemm_variants() -> Vec<ShaderVariant> {
             let mut e = epi.to_vec();
             e.push(("SGS", SG8_SGS as f64));
             v.push(ShaderVariant::new(&SG8, &[dt], &e));
+            let mut w = epi.to_vec();
+            w.push(("KT", WG_KT as f64));
+            v.push(ShaderVariant::new(&WG, &[dt], &w));
             let mut r = epi.to_vec();
             r.push(("WG", REDUCE_WG as f64));
             v.push(ShaderVariant::new(&SPLITK_REDUCE, &[dt], &r));
@@ -446,6 +455,11 @@ pub fn gemm_variants() -> Vec<ShaderVariant> {
             &SG8_PARTIAL,
             &[dt],
             &[("SGS", SG8_SGS as f64)],
+        ));
+        v.push(ShaderVariant::new(
+            &WG_PARTIAL,
+            &[dt],
+            &[("KT", WG_KT as f64)],
         ));
     }
     v

@@ -1,4 +1,5 @@
-//! Batched GEMM (shaders/gemm.wgsl, shaders/gemm_sg8.wgsl, shaders/lib/gemm_common.wgsl).
+//! Batched GEMM (shaders/gemm_wg.wgsl on GPUs; shaders/gemm_sg8.wgsl and shaders/gemm.wgsl on
+//! CPU adapters; shaders/lib/gemm_common.wgsl shared).
 //!
 //! `out[b] = act(alpha * A[b] B[b] + beta * C[b] + bias)` with numpy batch broadcasting; every
 //! operand is read through its strides, so transposes and broadcast batches cost no copy.
@@ -17,7 +18,7 @@ pub use launch::{gemm_variants, params_layout};
 pub use options::{Bias, GemmOptions};
 pub(crate) use plan::has_sg8;
 #[doc(hidden)]
-pub use plan::{plan, plan_for, GemmPlan};
+pub use plan::{plan, plan_for, GemmKernel, GemmPlan};
 use run::run;
 
 /// The epilogue activation, defined in [`ops::activation`](crate::ops::activation) and

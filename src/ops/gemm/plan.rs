@@ -3,12 +3,30 @@
 
 use crate::{Caps, Device, Error, Result};
 
+/// The GEMM kernels (shaders/gemm_sg8.wgsl, gemm.wgsl, gemm_wg.wgsl).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GemmKernel {
+    /// `gemm_sg8`: 8-lane subgroups, a 32 x 32 tile per subgroup (CPU adapters with 8-lane
+    /// subgroups: lavapipe on AVX2).
+    Sg8,
+    /// `gemm_tiled`: 8 x 8 invocations, a 32 x 32 tile, no workgroup memory (other CPU
+    /// adapters).
+    Tiled,
+    /// `gemm_wg`: 16 x 16 invocations, a 64 x 64 tile staged through workgroup memory KT = 8
+    /// steps of K at a time, double buffered (GPUs).
+    WgTiled,
+}
+
+/// K steps per staged tile of `gemm_wg` (its `KT` override).
+pub(crate) const WG_KT: u32 = 8;
+
 #[doc(hidden)]
 /// Which kernel runs and how K is split: a plain function of the problem and the adapter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GemmPlan {
-    /// The 8-lane subgroup kernel (CPU adapters) instead of the portable register tile.
-    pub sg8: bool,
+    /// The kernel: [`GemmKernel::WgTiled`] on GPUs, [`GemmKernel::Sg8`] or
+    /// [`GemmKernel::Tiled`] on CPU adapters.
+    pub kernel: GemmKernel,
     /// sg8 only: subgroups per workgroup (1 on every adapter so far); a workgroup covers
     /// 32 * sgs rows.
     pub sgs: u32,
@@ -21,12 +39,32 @@ pub struct GemmPlan {
 }
 
 impl GemmPlan {
+    /// True for the 8-lane subgroup kernel.
+    pub fn sg8(&self) -> bool {
+        self.kernel == GemmKernel::Sg8
+    }
+
+    /// Output rows and columns per workgroup.
     pub(crate) fn tile(&self) -> (usize, usize) {
-        if self.sg8 {
-            (32 * self.sgs as usize, 32)
+        tile_of(self.kernel, self.sgs)
+    }
+
+    /// The product pass's grid from its tile counts along N (`gx`) and M (`gy`): the sg8 kernel
+    /// walks rows along x (B-panel reuse between consecutive workgroups).
+    pub(crate) fn grid_xy<T>(&self, gx: T, gy: T) -> [T; 2] {
+        if self.sg8() {
+            [gy, gx]
         } else {
-            (32, 32)
+            [gx, gy]
         }
+    }
+}
+
+fn tile_of(kernel: GemmKernel, sgs: u32) -> (usize, usize) {
+    match kernel {
+        GemmKernel::Sg8 => (32 * sgs as usize, 32),
+        GemmKernel::Tiled => (32, 32),
+        GemmKernel::WgTiled => (64, 64),
     }
 }
 
@@ -75,21 +113,30 @@ pub fn plan_for(
             "split_k must be at least 1 (None picks it automatically)",
         ));
     }
-    let sg8 = caps.sg8;
+    // GPUs stage tiles through workgroup memory; CPU adapters, where barriers and workgroup
+    // memory are costly, keep their register-only kernels.
+    let kernel = if !caps.cpu {
+        GemmKernel::WgTiled
+    } else if caps.sg8 {
+        GemmKernel::Sg8
+    } else {
+        GemmKernel::Tiled
+    };
     let sgs = SG8_SGS;
-    let tm = if sg8 { 32 * sgs as usize } else { 32 };
+    let (tm, tn) = tile_of(kernel, sgs);
     let tiles = m
         .div_ceil(tm)
-        .saturating_mul(n.div_ceil(32))
+        .saturating_mul(n.div_ceil(tn))
         .saturating_mul(batch)
         .max(1);
     let max_z = caps.max_workgroups_per_dim as usize;
-    // Workgroups that keep the device busy. A CPU adapter (lavapipe) runs one workgroup per
-    // thread and has a thread per core, so split-k only pays while the tiles are fewer than the
-    // cores: measured on 2 cores, [64 x 8192] x [8192 x 64] (2 tiles) split 2, 4, 8 or 32 ways
-    // took 1.06, 1.08, 1.09 and 1.18x the unsplit time. At least 2, so that a single tile with
-    // a long K still splits on a one-core host.
-    let target = if caps.cpu { caps.host_threads } else { 512 };
+    // Workgroups that keep the device busy: `Caps::parallelism`, an estimate of the
+    // workgroups the adapter runs at once (GPUs: by vendor and type). A CPU adapter (lavapipe)
+    // runs one workgroup per thread and has a thread per core, so split-k only pays while the
+    // tiles are fewer than the cores: measured on 2 cores, [64 x 8192] x [8192 x 64] (2 tiles)
+    // split 2, 4, 8 or 32 ways took 1.06, 1.08, 1.09 and 1.18x the unsplit time. At least 2,
+    // so that a single tile with a long K still splits on a one-core host.
+    let target = caps.parallelism.max(2);
     let wanted = match split_k {
         Some(s) => s as usize,
         None if k >= 1024 && tiles < target => target.div_ceil(tiles).min(k / 256),
@@ -98,7 +145,7 @@ pub fn plan_for(
     if k == 0 {
         // Nothing to sum: one launch writes the epilogue (beta * C + bias) alone.
         return Ok(GemmPlan {
-            sg8,
+            kernel,
             sgs,
             splits: 1,
             k_chunk: 0,
@@ -107,7 +154,7 @@ pub fn plan_for(
     let splits = wanted.clamp(1, k).min((max_z / batch.max(1)).max(1));
     let k_chunk = k.div_ceil(splits);
     Ok(GemmPlan {
-        sg8,
+        kernel,
         sgs,
         splits: k.div_ceil(k_chunk) as u32,
         k_chunk: k_chunk as u32,
@@ -123,7 +170,7 @@ mod plan_tests {
         let caps = Caps::test_lavapipe(2);
         // One 32x32 tile with a long K: split over the 2 cores.
         let p = plan_for(&caps, 32, 32, 8192, 1, None).unwrap();
-        assert!(p.sg8);
+        assert_eq!(p.kernel, GemmKernel::Sg8);
         assert_eq!((p.splits, p.k_chunk), (2, 4096));
         // Two tiles already cover 2 cores.
         assert_eq!(plan_for(&caps, 64, 32, 8192, 1, None).unwrap().splits, 1);
@@ -135,12 +182,64 @@ mod plan_tests {
     fn gpus_split_long_k_over_few_tiles_with_slices_of_at_least_256() {
         let caps = Caps::test_gpu();
         let p = plan_for(&caps, 64, 64, 8192, 1, None).unwrap();
-        assert!(!p.sg8);
+        assert_eq!(p.kernel, GemmKernel::WgTiled);
         assert_eq!(p.splits, 32, "{p:?}");
         assert!(p.k_chunk >= 256);
         let p = plan_for(&caps, 64, 64, 1 << 20, 1, Some(7)).unwrap();
         assert_eq!(p.splits, 7);
         assert!(p.splits as u64 * p.k_chunk as u64 >= 1 << 20);
+    }
+
+    #[test]
+    fn kernel_follows_the_adapter() {
+        // GPUs take the workgroup-memory kernel, even where 8-lane subgroups exist.
+        let gpu_sg8 = Caps {
+            sg8: true,
+            ..Caps::test_gpu()
+        };
+        for caps in [Caps::test_gpu(), gpu_sg8] {
+            let p = plan_for(&caps, 100, 100, 100, 1, None).unwrap();
+            assert_eq!(p.kernel, GemmKernel::WgTiled);
+            assert_eq!(p.tile(), (64, 64));
+            assert_eq!(p.grid_xy(1, 2), [1, 2]);
+        }
+        // CPU adapters keep theirs: sg8 with 8-lane subgroups, else the register tile.
+        let lvp = Caps::test_lavapipe(4);
+        let p = plan_for(&lvp, 100, 100, 100, 1, None).unwrap();
+        assert_eq!(
+            (p.kernel, p.tile(), p.grid_xy(1, 2)),
+            (GemmKernel::Sg8, (32, 32), [2, 1])
+        );
+        let portable = Caps { sg8: false, ..lvp };
+        let p = plan_for(&portable, 100, 100, 100, 1, None).unwrap();
+        assert_eq!((p.kernel, p.tile()), (GemmKernel::Tiled, (32, 32)));
+    }
+
+    #[test]
+    fn gpu_split_target_is_the_parallelism_estimate_over_64x64_tiles() {
+        let caps = Caps::test_gpu();
+        assert_eq!(caps.parallelism, 256);
+        // 4 x 4 tiles of 64 x 64: 256 / 16 = 16 slices (K / 256 = 64 allows them).
+        let p = plan_for(&caps, 256, 256, 16384, 1, None).unwrap();
+        assert_eq!((p.splits, p.k_chunk), (16, 1024));
+        // 16 x 16 tiles (256) already fill the estimate: no split.
+        assert_eq!(
+            plan_for(&caps, 1024, 1024, 16384, 1, None).unwrap().splits,
+            1
+        );
+        // 15 x 16 = 240 tiles (the ragged last row of tiles counts) split in two.
+        let p = plan_for(&caps, 14 * 64 + 1, 16 * 64, 16384, 1, None).unwrap();
+        assert_eq!(p.splits, 2);
+        // A smaller device splits less.
+        let small = Caps {
+            parallelism: 16,
+            ..caps
+        };
+        assert_eq!(
+            plan_for(&small, 256, 256, 16384, 1, None).unwrap().splits,
+            1
+        );
+        assert_eq!(plan_for(&small, 64, 64, 16384, 1, None).unwrap().splits, 16);
     }
 
     #[test]

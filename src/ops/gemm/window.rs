@@ -177,7 +177,8 @@ pub(crate) fn run_windowed(
                 let (tm, tn) = pl.tile();
                 let (gx, gy) = (cols.div_ceil(tn as u64), rows.div_ceil(tm as u64));
                 let gz = pl.splits as u64;
-                let grid = if pl.sg8 { [gy, gx, gz] } else { [gx, gy, gz] };
+                let [x, y] = pl.grid_xy(gx, gy);
+                let grid = [x, y, gz];
                 let grid = grid.map(|g| g as u32);
                 let max = dev.limits().max_compute_workgroups_per_dimension;
                 if grid.iter().any(|&g| g > max) {
