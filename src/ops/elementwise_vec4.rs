@@ -133,13 +133,12 @@ pub(crate) fn map_body(
     if let Some(o) = out {
         operands.push(packed(o, 0, n));
     }
-    let (kernel, consts): (&'static Kernel, Vec<(&'static str, f64)>) = match out {
-        Some(_) => (&MAP_VEC4, vec![("OP", code as f64), ("WG", WG as f64)]),
-        None => (
-            &MAP_VEC4_INPLACE,
-            vec![("OP", code as f64), ("WG", WG as f64)],
-        ),
+    let kernel = if out.is_some() {
+        &MAP_VEC4
+    } else {
+        &MAP_VEC4_INPLACE
     };
+    let consts = [("OP", code as f64), ("WG", WG as f64)];
     vec4_windows(x, op, body, &operands, |n4, sp| {
         params.numel = n4 as u32;
         params.offset = (sp[0].rel / 4) as u32;
