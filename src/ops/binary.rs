@@ -1,9 +1,9 @@
 //! Binary elementwise ops with numpy broadcasting (shaders/binary.wgsl).
 
-use bytemuck::{Pod, Zeroable};
-
-use crate::layout::{broadcast_shapes, pack_dims, Layout, MAX_RANK};
+use crate::layout::{broadcast_shapes, pack_dims, Layout};
 use crate::ops::activation::ACTIVATION;
+pub(crate) use crate::ops::elementwise_params::Donated;
+use crate::ops::elementwise_params::{BinaryParams, BINARY_DEFS};
 use crate::ops::elementwise_vec4 as vec4;
 use crate::ops::map::WG;
 use crate::runtime::window::{for_windows, Operand};
@@ -29,13 +29,6 @@ static BINARY_INPLACE_B: Kernel = Kernel::new("binary", SRC, "main_inplace_b", &
     .libs(&[&ACTIVATION])
     .defs(BINARY_DEFS);
 
-/// Which operand of a binary op gives its buffer to the output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Donated {
-    A,
-    B,
-}
-
 /// Elementwise functions of two tensors, computed in f32 by [`Tensor::binary`] (and its
 /// shorthands such as [`Tensor::add`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,39 +49,10 @@ pub enum BinaryOp {
     Pow,
 }
 
-/// The binary kernel's op codes (the `BinaryOp` discriminants), emitted to the shader as WGSL
-/// constants.
-pub(crate) const BINARY_DEFS: &[(&str, u32)] = &[
-    ("OP_ADD", BinaryOp::Add as u32),
-    ("OP_SUB", BinaryOp::Sub as u32),
-    ("OP_MUL", BinaryOp::Mul as u32),
-    ("OP_DIV", BinaryOp::Div as u32),
-    ("OP_MAX", BinaryOp::Max as u32),
-    ("OP_MIN", BinaryOp::Min as u32),
-    ("OP_POW", BinaryOp::Pow as u32),
-];
-
 impl BinaryOp {
     pub(crate) fn name(self) -> &'static str {
         ["add", "sub", "mul", "div", "maximum", "minimum", "pow"][self as usize]
     }
-}
-
-/// The binary kernel's params (the vec4 entry points reuse them: src/ops/elementwise_vec4.rs).
-#[repr(C)]
-#[derive(Clone, Copy, Pod, Zeroable)]
-pub(crate) struct BinaryParams {
-    pub(crate) numel: u32,
-    rank: u32,
-    pub(crate) off_a: u32,
-    pub(crate) off_b: u32,
-    shape: [u32; MAX_RANK],
-    sa: [u32; MAX_RANK],
-    sb: [u32; MAX_RANK],
-    pub(crate) base: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
 }
 
 impl Tensor {
@@ -301,4 +265,28 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
             _pad2
         }
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shader's op codes are the `BinaryOp` discriminants, in order.
+    #[test]
+    fn binary_codes_are_the_discriminants() {
+        let ops = [
+            BinaryOp::Add,
+            BinaryOp::Sub,
+            BinaryOp::Mul,
+            BinaryOp::Div,
+            BinaryOp::Max,
+            BinaryOp::Min,
+            BinaryOp::Pow,
+        ];
+        assert_eq!(ops.len(), BINARY_DEFS.len());
+        for (op, (name, code)) in ops.iter().zip(BINARY_DEFS) {
+            assert_eq!(*op as u32, *code, "{name}");
+            assert_eq!(format!("OP_{}", op.name()).to_uppercase()[..6], name[..6]);
+        }
+    }
 }

@@ -17,8 +17,7 @@
 //! `apply` / `combine`, so results (NaN included) are the same.
 
 use crate::ops::activation::ACTIVATION;
-use crate::ops::binary::{BinaryParams, Donated, BINARY_DEFS};
-use crate::ops::map::{MapParams, MAP_DEFS};
+use crate::ops::elementwise_params::{BinaryParams, Donated, MapParams, BINARY_DEFS, MAP_DEFS};
 use crate::ops::wg::WG;
 use crate::runtime::pipeline::ShaderVariant;
 use crate::runtime::window::{for_windows, Operand, Span};

@@ -1,10 +1,10 @@
 //! The map family (shaders/map.wgsl): contiguous copy, dtype cast, unary math, scalar ops.
 //! One kernel, specialized by the `OP` override; strided inputs are read in place.
 
-use bytemuck::{Pod, Zeroable};
-
-use crate::layout::{pack_dims, MAX_RANK};
+use crate::layout::pack_dims;
 use crate::ops::activation::ACTIVATION;
+use crate::ops::elementwise_params::MapParams;
+pub(crate) use crate::ops::elementwise_params::MAP_DEFS;
 use crate::ops::elementwise_vec4 as vec4;
 use crate::ops::map_grad;
 use crate::ops::transpose_copy;
@@ -40,22 +40,6 @@ static CAST_INPLACE: Kernel = Kernel::new(
 .ints();
 
 pub(crate) use crate::ops::wg::WG;
-
-/// The map kernel's params (the vec4 entry points reuse them: src/ops/elementwise_vec4.rs).
-#[repr(C)]
-#[derive(Clone, Copy, Pod, Zeroable)]
-pub(crate) struct MapParams {
-    pub(crate) numel: u32,
-    rank: u32,
-    pub(crate) offset: u32,
-    scalar: f32,
-    shape: [u32; MAX_RANK],
-    strides: [u32; MAX_RANK],
-    pub(crate) base: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
-}
 
 /// Unary functions, applied elementwise in f32 by [`Tensor::unary`] (and its shorthands such
 /// as [`Tensor::relu`]).
@@ -125,32 +109,6 @@ impl MapOp {
         MAP_DEFS[i].1
     }
 }
-
-/// The map kernel's op codes, in `MapOp` order (identity, the unary ops, the scalar ops): the
-/// one table of them. The shader switches on these names, which the runtime emits as WGSL
-/// constants; the values are the row numbers, so no two ops can share one.
-pub(crate) const MAP_DEFS: &[(&str, u32)] = &[
-    ("OP_COPY", 0),
-    ("OP_NEG", 1),
-    ("OP_ABS", 2),
-    ("OP_EXP", 3),
-    ("OP_LOG", 4),
-    ("OP_SQRT", 5),
-    ("OP_RELU", 6),
-    ("OP_SIGMOID", 7),
-    ("OP_TANH", 8),
-    ("OP_GELU", 9),
-    ("OP_SILU", 10),
-    ("OP_ADD_SCALAR", 11),
-    ("OP_SUB_SCALAR", 12),
-    ("OP_RSUB_SCALAR", 13),
-    ("OP_MUL_SCALAR", 14),
-    ("OP_DIV_SCALAR", 15),
-    ("OP_RDIV_SCALAR", 16),
-    ("OP_MAX_SCALAR", 17),
-    ("OP_MIN_SCALAR", 18),
-    ("OP_POW_SCALAR", 19),
-];
 
 /// Runs the map kernel: `out[i] = op(x[strided i], scalar)`, output contiguous of `out_dtype`.
 fn map(

@@ -10,6 +10,7 @@ mod constructors;
 pub mod conv;
 pub mod copy;
 mod donate;
+pub(crate) mod elementwise_params;
 pub(crate) mod elementwise_vec4;
 pub mod gemm;
 pub(crate) mod grad_kernel;
