@@ -100,3 +100,56 @@ fn main_inplace_b(@builtin(workgroup_id) wid: vec3<u32>,
     let ix = operands(i);
     io[ix.y] = T(combine(f32(a[ix.x]), f32(io[ix.y])));
 }
+
+// ---------------------------------------------------------------------------------------------
+// vec4 variants for GPUs (src/ops/elementwise_vec4.rs): both operands packed with the output's
+// shape, their offsets multiples of 4 elements, read and written as vec4 through bindings of
+// their own in a grid-stride loop (the grid sized to the GPU). The params are reused: `numel`
+// counts vec4s, `off_a` / `off_b` are in vec4s and `base` is the output's offset in vec4s. The
+// same `combine` per lane: results match the scalar kernel's. Elements past the last whole
+// vec4 window are left to the scalar kernel.
+// ---------------------------------------------------------------------------------------------
+
+@group(0) @binding(5) var<storage, read> a4: array<vec4<T>>;
+@group(0) @binding(6) var<storage, read> b4: array<vec4<T>>;
+@group(0) @binding(7) var<storage, read_write> c4: array<vec4<T>>;
+@group(0) @binding(8) var<storage, read_write> io4: array<vec4<T>>;
+
+fn combine4(x: vec4<T>, y: vec4<T>) -> vec4<T> {
+    let u = vec4<f32>(x);
+    let v = vec4<f32>(y);
+    return vec4<T>(vec4<f32>(combine(u.x, v.x), combine(u.y, v.y), combine(u.z, v.z),
+                             combine(u.w, v.w)));
+}
+
+@compute @workgroup_size(WG)
+fn main_vec4(@builtin(workgroup_id) wid: vec3<u32>,
+             @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+    let stride = nwg.x * WG;
+    for (var i = wid.x * WG + lid; i < p.numel; i += stride) {
+        c4[p.base + i] = combine4(a4[p.off_a + i], b4[p.off_b + i]);
+    }
+}
+
+@compute @workgroup_size(WG)
+fn main_vec4_inplace_a(@builtin(workgroup_id) wid: vec3<u32>,
+                       @builtin(num_workgroups) nwg: vec3<u32>,
+                       @builtin(local_invocation_index) lid: u32) {
+    let stride = nwg.x * WG;
+    for (var i = wid.x * WG + lid; i < p.numel; i += stride) {
+        let k = p.off_a + i;
+        io4[k] = combine4(io4[k], b4[p.off_b + i]);
+    }
+}
+
+@compute @workgroup_size(WG)
+fn main_vec4_inplace_b(@builtin(workgroup_id) wid: vec3<u32>,
+                       @builtin(num_workgroups) nwg: vec3<u32>,
+                       @builtin(local_invocation_index) lid: u32) {
+    let stride = nwg.x * WG;
+    for (var i = wid.x * WG + lid; i < p.numel; i += stride) {
+        let k = p.off_b + i;
+        io4[k] = combine4(a4[p.off_a + i], io4[k]);
+    }
+}

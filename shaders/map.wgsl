@@ -100,3 +100,46 @@ fn main_inplace(@builtin(workgroup_id) wid: vec3<u32>,
     let k = p.offset + i;
     io[k] = T(apply(f32(io[k]), p.scalar));
 }
+
+// ---------------------------------------------------------------------------------------------
+// vec4 variants for GPUs (src/ops/elementwise_vec4.rs): a packed input whose offset is a
+// multiple of 4 elements, read and written as vec4 through bindings of their own, each
+// invocation walking a grid-stride loop over the vec4s so the grid is sized to the GPU, not to
+// the tensor. The params are reused: `numel` counts vec4s, `offset` is the input's offset in
+// vec4s and `base` the output's. The same `apply` per lane: results match the scalar kernel's.
+// Elements past the last whole vec4 window are left to the scalar kernel.
+// ---------------------------------------------------------------------------------------------
+
+@group(0) @binding(4) var<storage, read> x4: array<vec4<T>>;
+@group(0) @binding(5) var<storage, read_write> y4: array<vec4<U>>;
+@group(0) @binding(6) var<storage, read_write> io4: array<vec4<T>>;
+
+fn apply4(v: vec4<f32>, s: f32) -> vec4<f32> {
+    return vec4<f32>(apply(v.x, s), apply(v.y, s), apply(v.z, s), apply(v.w, s));
+}
+
+@compute @workgroup_size(WG)
+fn main_vec4(@builtin(workgroup_id) wid: vec3<u32>,
+             @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+    let stride = nwg.x * WG;
+    for (var i = wid.x * WG + lid; i < p.numel; i += stride) {
+        let v = x4[p.offset + i];
+        if (OP == OP_COPY) {
+            y4[p.base + i] = vec4<U>(v);
+        } else {
+            y4[p.base + i] = vec4<U>(apply4(vec4<f32>(v), p.scalar));
+        }
+    }
+}
+
+@compute @workgroup_size(WG)
+fn main_vec4_inplace(@builtin(workgroup_id) wid: vec3<u32>,
+                     @builtin(num_workgroups) nwg: vec3<u32>,
+                     @builtin(local_invocation_index) lid: u32) {
+    let stride = nwg.x * WG;
+    for (var i = wid.x * WG + lid; i < p.numel; i += stride) {
+        let k = p.offset + i;
+        io4[k] = vec4<T>(apply4(vec4<f32>(io4[k]), p.scalar));
+    }
+}

@@ -1,9 +1,10 @@
 //! Binary elementwise ops with numpy broadcasting (shaders/binary.wgsl).
 
-use bytemuck::{Pod, Zeroable};
-
-use crate::layout::{broadcast_shapes, pack_dims, Layout, MAX_RANK};
+use crate::layout::{broadcast_shapes, pack_dims, Layout};
 use crate::ops::activation::ACTIVATION;
+pub(crate) use crate::ops::elementwise_params::Donated;
+use crate::ops::elementwise_params::{BinaryParams, BINARY_DEFS};
+use crate::ops::elementwise_vec4 as vec4;
 use crate::ops::map::WG;
 use crate::runtime::window::{for_windows, Operand};
 use crate::runtime::{Access, Kernel};
@@ -28,13 +29,6 @@ static BINARY_INPLACE_B: Kernel = Kernel::new("binary", SRC, "main_inplace_b", &
     .libs(&[&ACTIVATION])
     .defs(BINARY_DEFS);
 
-/// Which operand of a binary op gives its buffer to the output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Donated {
-    A,
-    B,
-}
-
 /// Elementwise functions of two tensors, computed in f32 by [`Tensor::binary`] (and its
 /// shorthands such as [`Tensor::add`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,38 +49,10 @@ pub enum BinaryOp {
     Pow,
 }
 
-/// The binary kernel's op codes (the `BinaryOp` discriminants), emitted to the shader as WGSL
-/// constants.
-const BINARY_DEFS: &[(&str, u32)] = &[
-    ("OP_ADD", BinaryOp::Add as u32),
-    ("OP_SUB", BinaryOp::Sub as u32),
-    ("OP_MUL", BinaryOp::Mul as u32),
-    ("OP_DIV", BinaryOp::Div as u32),
-    ("OP_MAX", BinaryOp::Max as u32),
-    ("OP_MIN", BinaryOp::Min as u32),
-    ("OP_POW", BinaryOp::Pow as u32),
-];
-
 impl BinaryOp {
     pub(crate) fn name(self) -> &'static str {
         ["add", "sub", "mul", "div", "maximum", "minimum", "pow"][self as usize]
     }
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Pod, Zeroable)]
-struct BinaryParams {
-    numel: u32,
-    rank: u32,
-    off_a: u32,
-    off_b: u32,
-    shape: [u32; MAX_RANK],
-    sa: [u32; MAX_RANK],
-    sb: [u32; MAX_RANK],
-    base: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
 }
 
 impl Tensor {
@@ -100,7 +66,7 @@ impl Tensor {
         if out.numel() == 0 {
             return Ok(out);
         }
-        launch_binary(name, &BINARY, op, self, other, Some(&out), &shape)?;
+        launch_binary(name, &BINARY, op, self, other, Some(&out), &shape, None)?;
         Ok(out)
     }
 
@@ -121,7 +87,7 @@ impl Tensor {
             Donated::A => &BINARY_INPLACE_A,
             Donated::B => &BINARY_INPLACE_B,
         };
-        launch_binary(name, kernel, op, self, other, None, &shape)
+        launch_binary(name, kernel, op, self, other, None, &shape, Some(side))
     }
 
     /// `self + other` with broadcasting ([`BinaryOp::Add`]).
@@ -156,7 +122,10 @@ impl Tensor {
 
 /// Records `kernel` over the broadcast `shape`, in windows when a buffer is larger than one
 /// binding: `out` for the allocating kernel, `None` for the in-place ones (which bind the
-/// donated operand once, read_write, and the other one read-only).
+/// donated operand `side` once, read_write, and the other one read-only). On a GPU, operands
+/// packed with the output's shape go through the vec4 kernel first (src/ops/elementwise_vec4.rs)
+/// and this kernel does the elements after its body.
+#[allow(clippy::too_many_arguments)]
 fn launch_binary(
     name: &'static str,
     kernel: &'static Kernel,
@@ -165,14 +134,15 @@ fn launch_binary(
     y: &Tensor,
     out: Option<&Tensor>,
     shape: &[usize],
+    side: Option<Donated>,
 ) -> Result<()> {
     let a = x.layout.broadcast_to(shape)?;
     let b = y.layout.broadcast_to(shape)?;
     let (ca, cb) = (a.is_contiguous(), b.is_contiguous());
     let contig = ca && cb;
-    let n: usize = shape.iter().product();
+    let total: usize = shape.iter().product();
     let mut params = BinaryParams {
-        numel: n as u32,
+        numel: total as u32,
         rank: shape.len() as u32,
         off_a: a.offset() as u32,
         off_b: b.offset() as u32,
@@ -184,18 +154,30 @@ fn launch_binary(
         _pad1: 0,
         _pad2: 0,
     };
-    fn operand<'t>(t: &'t Tensor, l: &Layout, follows: bool) -> Operand<'t> {
+    let skip = if contig {
+        let offs = [a.offset() as u64, b.offset() as u64];
+        let code = op as u32;
+        vec4::binary_body(name, code, x, y, total as u64, offs, out, side, &mut params)?
+    } else {
+        0
+    };
+    let n = total as u64 - skip;
+    if n == 0 {
+        return Ok(());
+    }
+    // Packed operands start `skip` elements on (0 on the strided path).
+    fn operand<'t>(t: &'t Tensor, l: &Layout, follows: bool, skip: u64) -> Operand<'t> {
         Operand {
             buffer: t.buffer(),
             es: t.dtype.size() as u64,
-            offset: l.offset() as u64,
+            offset: l.offset() as u64 + skip,
             follows_output: follows,
             end: l.span() as u64,
         }
     }
-    let mut operands = vec![operand(x, &a, ca), operand(y, &b, cb)];
+    let mut operands = vec![operand(x, &a, ca, skip), operand(y, &b, cb, skip)];
     if let Some(o) = out {
-        operands.push(operand(o, &o.layout, true));
+        operands.push(operand(o, &o.layout, true, skip));
     }
     let consts = [
         ("OP", op as u32 as f64),
@@ -203,7 +185,7 @@ fn launch_binary(
         ("CONTIG", contig as u32 as f64),
     ];
     let dev = x.device();
-    for_windows(dev, name, n as u64, &operands, WG as u64, |s, len, sp| {
+    for_windows(dev, name, n, &operands, WG as u64, |s, len, sp| {
         params.numel = len as u32;
         params.base = s as u32;
         // An operand packed like the output is decoded from base + i on the strided path:
@@ -259,6 +241,7 @@ pub fn binary_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
             }
         }
     }
+    v.extend(vec4::binary_vec4_variants());
     v
 }
 
@@ -282,4 +265,28 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
             _pad2
         }
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shader's op codes are the `BinaryOp` discriminants, in order.
+    #[test]
+    fn binary_codes_are_the_discriminants() {
+        let ops = [
+            BinaryOp::Add,
+            BinaryOp::Sub,
+            BinaryOp::Mul,
+            BinaryOp::Div,
+            BinaryOp::Max,
+            BinaryOp::Min,
+            BinaryOp::Pow,
+        ];
+        assert_eq!(ops.len(), BINARY_DEFS.len());
+        for (op, (name, code)) in ops.iter().zip(BINARY_DEFS) {
+            assert_eq!(*op as u32, *code, "{name}");
+            assert_eq!(format!("OP_{}", op.name()).to_uppercase()[..6], name[..6]);
+        }
+    }
 }

@@ -1,11 +1,13 @@
 //! The map family (shaders/map.wgsl): contiguous copy, dtype cast, unary math, scalar ops.
 //! One kernel, specialized by the `OP` override; strided inputs are read in place.
 
-use bytemuck::{Pod, Zeroable};
-
-use crate::layout::{pack_dims, MAX_RANK};
+use crate::layout::pack_dims;
 use crate::ops::activation::ACTIVATION;
+use crate::ops::elementwise_params::MapParams;
+pub(crate) use crate::ops::elementwise_params::MAP_DEFS;
+use crate::ops::elementwise_vec4 as vec4;
 use crate::ops::map_grad;
+use crate::ops::transpose_copy;
 use crate::ops::view_grad::{self, ViewKind};
 use crate::runtime::window::{for_windows, Operand};
 use crate::runtime::{Access, Kernel};
@@ -38,21 +40,6 @@ static CAST_INPLACE: Kernel = Kernel::new(
 .ints();
 
 pub(crate) use crate::ops::wg::WG;
-
-#[repr(C)]
-#[derive(Clone, Copy, Pod, Zeroable)]
-struct MapParams {
-    numel: u32,
-    rank: u32,
-    offset: u32,
-    scalar: f32,
-    shape: [u32; MAX_RANK],
-    strides: [u32; MAX_RANK],
-    base: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
-}
 
 /// Unary functions, applied elementwise in f32 by [`Tensor::unary`] (and its shorthands such
 /// as [`Tensor::relu`]).
@@ -123,32 +110,6 @@ impl MapOp {
     }
 }
 
-/// The map kernel's op codes, in `MapOp` order (identity, the unary ops, the scalar ops): the
-/// one table of them. The shader switches on these names, which the runtime emits as WGSL
-/// constants; the values are the row numbers, so no two ops can share one.
-pub(crate) const MAP_DEFS: &[(&str, u32)] = &[
-    ("OP_COPY", 0),
-    ("OP_NEG", 1),
-    ("OP_ABS", 2),
-    ("OP_EXP", 3),
-    ("OP_LOG", 4),
-    ("OP_SQRT", 5),
-    ("OP_RELU", 6),
-    ("OP_SIGMOID", 7),
-    ("OP_TANH", 8),
-    ("OP_GELU", 9),
-    ("OP_SILU", 10),
-    ("OP_ADD_SCALAR", 11),
-    ("OP_SUB_SCALAR", 12),
-    ("OP_RSUB_SCALAR", 13),
-    ("OP_MUL_SCALAR", 14),
-    ("OP_DIV_SCALAR", 15),
-    ("OP_RDIV_SCALAR", 16),
-    ("OP_MAX_SCALAR", 17),
-    ("OP_MIN_SCALAR", 18),
-    ("OP_POW_SCALAR", 19),
-];
-
 /// Runs the map kernel: `out[i] = op(x[strided i], scalar)`, output contiguous of `out_dtype`.
 fn map(
     op_name: &'static str,
@@ -163,6 +124,10 @@ fn map(
     }
     let out = Tensor::empty(dev, op_name, x.shape(), out_dtype)?;
     if out.numel() == 0 {
+        return Ok(out);
+    }
+    // On a GPU a view with its last two dims transposed is copied through tiles.
+    if matches!(op, MapOp::Identity) && transpose_copy::try_copy(op_name, x, &out)? {
         return Ok(out);
     }
     let l = &x.layout;
@@ -185,44 +150,50 @@ fn map(
         ("CONTIG", f64::from(u8::from(contig))),
     ];
     let dts = [x.dtype, out_dtype];
+    // On a GPU a packed input's first `skip` elements go through the vec4 kernel.
+    let skip = if contig {
+        vec4::map_body(op_name, x, Some(&out), &dts, op.code(), &mut params)?
+    } else {
+        0
+    };
+    let n = out.numel() as u64 - skip;
+    if n == 0 {
+        return Ok(out);
+    }
     let operands = [
         Operand {
             buffer: x.buffer(),
             es: x.dtype.size() as u64,
-            offset: l.offset() as u64,
+            offset: l.offset() as u64 + skip,
             follows_output: contig,
             end: l.span() as u64,
         },
         Operand {
             buffer: out.buffer(),
             es: out_dtype.size() as u64,
-            offset: 0,
+            offset: skip,
             follows_output: true,
             end: out.numel() as u64,
         },
     ];
     // One window (whole buffers) unless a buffer is larger than one binding.
-    for_windows(
-        dev,
-        op_name,
-        out.numel() as u64,
-        &operands,
-        WG as u64,
-        |s, n, sp| {
-            params.numel = n as u32;
-            params.base = s as u32;
-            params.offset = sp[0].rel as u32;
-            dev.launch_binds(
-                op_name,
-                &MAP,
-                &dts,
-                &consts,
-                bytemuck::bytes_of(&params),
-                &[sp[0].bind(x.buffer()), sp[1].bind(out.buffer())],
-                dev.grid_1d(op_name, n.div_ceil(WG as u64))?,
-            )
-        },
-    )?;
+    for_windows(dev, op_name, n, &operands, WG as u64, |s, n, sp| {
+        // The output's binding starts at its window's first element (`skip` ends on an
+        // aligned byte, windows are whole workgroups): the shader writes y[i].
+        debug_assert_eq!(sp[1].rel, 0);
+        params.numel = n as u32;
+        params.base = s as u32;
+        params.offset = sp[0].rel as u32;
+        dev.launch_binds(
+            op_name,
+            &MAP,
+            &dts,
+            &consts,
+            bytemuck::bytes_of(&params),
+            &[sp[0].bind(x.buffer()), sp[1].bind(out.buffer())],
+            dev.grid_1d(op_name, n.div_ceil(WG as u64))?,
+        )
+    })?;
     Ok(out)
 }
 
@@ -256,27 +227,40 @@ fn map_in_place(
     if !matches!(op, MapOp::Identity) {
         consts.push(("OP", op.code() as f64));
     }
+    let skip = if std::ptr::eq(kernel, &MAP_INPLACE) {
+        let dts = [dtypes[0], dtypes[1]];
+        vec4::map_body(op_name, x, None, &dts, op.code(), &mut params)?
+    } else {
+        0
+    };
     let io = [Operand {
         buffer: x.buffer(),
         es: x.dtype.size() as u64,
-        offset: 0,
+        offset: skip,
         follows_output: true,
         end: n as u64,
     }];
-    for_windows(dev, op_name, n as u64, &io, WG as u64, |s, len, sp| {
-        params.numel = len as u32;
-        params.base = s as u32;
-        params.offset = sp[0].rel as u32;
-        dev.launch_binds(
-            op_name,
-            kernel,
-            dtypes,
-            &consts,
-            bytemuck::bytes_of(&params),
-            &[sp[0].bind(x.buffer())],
-            dev.grid_1d(op_name, len.div_ceil(WG as u64))?,
-        )
-    })
+    for_windows(
+        dev,
+        op_name,
+        n as u64 - skip,
+        &io,
+        WG as u64,
+        |s, len, sp| {
+            params.numel = len as u32;
+            params.base = s as u32;
+            params.offset = sp[0].rel as u32;
+            dev.launch_binds(
+                op_name,
+                kernel,
+                dtypes,
+                &consts,
+                bytemuck::bytes_of(&params),
+                &[sp[0].bind(x.buffer())],
+                dev.grid_1d(op_name, len.div_ceil(WG as u64))?,
+            )
+        },
+    )
 }
 
 impl Tensor {
@@ -530,13 +514,14 @@ pub fn map_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
         ));
     }
     // i32 only copies and casts.
-    for dts in [
+    let int_pairs = [
         [DType::I32, DType::I32],
         [DType::I32, DType::F32],
         [DType::F32, DType::I32],
         [DType::I32, DType::F16],
         [DType::F16, DType::I32],
-    ] {
+    ];
+    for dts in int_pairs {
         for contig in [0.0, 1.0] {
             v.push(crate::runtime::pipeline::ShaderVariant::new(
                 &MAP,
@@ -545,6 +530,14 @@ pub fn map_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
             ));
         }
     }
+    // The GPU's vec4 entry points (src/ops/elementwise_vec4.rs), in every one of those modules.
+    let float_pairs = [
+        [DType::F32, DType::F32],
+        [DType::F16, DType::F16],
+        [DType::F32, DType::F16],
+        [DType::F16, DType::F32],
+    ];
+    v.extend(vec4::map_vec4_variants(&float_pairs, &int_pairs));
     v
 }
 

@@ -10,6 +10,8 @@ mod constructors;
 pub mod conv;
 pub mod copy;
 mod donate;
+pub(crate) mod elementwise_params;
+pub(crate) mod elementwise_vec4;
 pub mod gemm;
 pub(crate) mod grad_kernel;
 pub mod index;
@@ -30,6 +32,7 @@ mod reduce_grad;
 pub mod rnn;
 pub(crate) mod segment;
 pub mod softmax;
+pub(crate) mod transpose_copy;
 pub(crate) mod view_grad;
 pub(crate) mod wg;
 
@@ -103,6 +106,7 @@ pub fn families() -> &'static [crate::runtime::pipeline::Family] {
         segment::FAMILY,
         norm::FAMILY,
         attention::kernel::FAMILY,
+        transpose_copy::FAMILY,
     ];
     FAMILIES
 }

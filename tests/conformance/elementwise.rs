@@ -28,6 +28,23 @@ use crate::strategies::{
     Dist, Operand, Rng, ViewKind,
 };
 
+/// The device a case runs on: natively about a third of the cases (picked from the shapes)
+/// run on the GPU plan (`gpu_plans_device`: the vec4 maps and binaries, the tiled transpose
+/// copy), the rest on the default device; the browser's default device always. Also a suffix
+/// for the failure message.
+fn case_device(shapes: &[&[usize]]) -> (&'static wgtensor::Device, &'static str) {
+    let h = shapes
+        .iter()
+        .flat_map(|s| s.iter())
+        .fold(7usize, |h, &d| h.wrapping_mul(31).wrapping_add(d + 1));
+    #[cfg(not(target_arch = "wasm32"))]
+    if h % 3 == 0 {
+        return (crate::common::gpu_plans_device(), " (GPU plan)");
+    }
+    let _ = h;
+    (device(), "")
+}
+
 // Case counts: f32 tests run more cases than f16 ones (f16 shares most code paths); tests on
 // large shapes (up to ~70k elements) run few cases because each costs far more.
 const CASES_F32: u32 = 40;
@@ -136,8 +153,8 @@ pub(crate) fn unary_err32(op: UnaryOp, x: f64, want: f64) -> f64 {
 }
 
 pub(crate) async fn check_unary(p: &UnaryProblem) -> Result<(), TestCaseError> {
-    let dev = device();
-    let what = format!("{:?}", p.op);
+    let (dev, plan) = case_device(&[&p.x.shape]);
+    let what = format!("{:?}{plan}", p.op);
     let y = ok(&what, p.x.tensor(dev).unary(p.op))?;
     prop_assert_eq!(y.dtype(), p.x.dtype);
     let xs = p.x.values();
@@ -231,8 +248,8 @@ pub(crate) fn scalar_problem(dtype: DType) -> impl Strategy<Value = ScalarProble
 }
 
 pub(crate) async fn check_scalar(p: &ScalarProblem) -> Result<(), TestCaseError> {
-    let dev = device();
-    let what = format!("{:?} scalar {}", p.op, p.s);
+    let (dev, plan) = case_device(&[&p.x.shape]);
+    let what = format!("{:?} scalar {}{plan}", p.op, p.s);
     let y = ok(&what, p.x.tensor(dev).scalar_op(p.op, f64::from(p.s)))?;
     prop_assert_eq!(y.dtype(), p.x.dtype);
     let want = reference::scalar(&p.x.values(), p.op, p.s as f64);
@@ -315,8 +332,8 @@ pub(crate) fn binary_problem(dtype: DType, large: bool) -> impl Strategy<Value =
 }
 
 pub(crate) async fn check_binary(p: &BinaryProblem) -> Result<(), TestCaseError> {
-    let dev = device();
-    let what = format!("{:?}", p.op);
+    let (dev, plan) = case_device(&[&p.a.shape, &p.b.shape]);
+    let what = format!("{:?}{plan}", p.op);
     let (a, b) = (p.a.tensor(dev), p.b.tensor(dev));
     let c = ok(&what, a.binary(&b, p.op))?;
     prop_assert_eq!(c.dtype(), p.a.dtype);
@@ -367,7 +384,7 @@ fn binary_large_f16() {
 // ---------------------------------------------------------------------------------------------
 
 pub(crate) async fn check_contiguous(x: &Operand) -> Result<(), TestCaseError> {
-    let dev = device();
+    let (dev, _) = case_device(&[&x.shape]);
     let t = x.tensor(dev);
     let c = ok("contiguous", t.contiguous())?;
     prop_assert!(
@@ -480,7 +497,7 @@ fn reshape_f16() {
 
 /// `to_dtype` promises round to nearest even (f32 -> f16) and is exact (f16 -> f32).
 pub(crate) async fn check_to_dtype(x: &Operand, to: DType) -> Result<(), TestCaseError> {
-    let dev = device();
+    let (dev, _) = case_device(&[&x.shape]);
     let y = ok("to_dtype", x.tensor(dev).to_dtype(to))?;
     prop_assert_eq!(y.dtype(), to);
     let want: Vec<f64> = x

@@ -1,0 +1,358 @@
+//! The GPU variants of the elementwise kernels, run on lavapipe through
+//! `DeviceOptions::gpu_plans`: the vec4 maps and binaries (src/ops/elementwise_vec4.rs) and
+//! the tiled transpose copy (src/ops/transpose_copy.rs). Each case runs on the default device
+//! (the scalar kernels) and on the GPU-plan device and must agree bit for bit (NaN as NaN),
+//! covering sizes with and without a scalar tail, view offsets on and off the vec4 grid, f16,
+//! i32 copies and casts, donated (in-place) outputs, and windows under a lowered
+//! `max_binding_bytes`; the transposes are also checked against the host.
+
+mod common;
+
+use common::{device, download, gpu_plans_device, require_f16, upload};
+use wgtensor::ops::{BinaryOp, ScalarOp, UnaryOp};
+use wgtensor::{DType, Device, DeviceOptions, Tensor};
+
+/// Deterministic values with NaN, infinities, signed zeros, negatives and large magnitudes.
+fn values(n: usize, seed: u64) -> Vec<f64> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|i| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let u = (s >> 11) as f64 / (1u64 << 53) as f64;
+            match i % 29 {
+                3 => f64::NAN,
+                7 => f64::INFINITY,
+                11 => f64::NEG_INFINITY,
+                13 => -0.0,
+                17 => 0.0,
+                19 => (u - 0.5) * 1e4,
+                _ => (u - 0.5) * 8.0,
+            }
+        })
+        .collect()
+}
+
+fn same(what: &str, got: &[f64], want: &[f64]) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (k, (g, w)) in got.iter().zip(want).enumerate() {
+        let ok = (g.is_nan() && w.is_nan()) || g.to_bits() == w.to_bits();
+        assert!(ok, "{what}: element {k}: got {g}, want {w}");
+    }
+}
+
+/// `f` on a `dtype` tensor of `n` values, viewed from element `off` of a longer buffer, on
+/// both devices.
+fn both(
+    what: &str,
+    n: usize,
+    off: usize,
+    dtype: DType,
+    f: impl Fn(&Tensor) -> wgtensor::Result<Tensor>,
+) {
+    let mut data = values(n + off, n as u64);
+    if what.ends_with("i32") {
+        // A float -> i32 cast of NaN is unspecified (PyTorch's too).
+        data.iter_mut()
+            .filter(|v| v.is_nan())
+            .for_each(|v| *v = 1.0);
+    }
+    let run = |dev: &Device| {
+        let t = upload(dev, &data, &[n + off], dtype);
+        let v = t.narrow(0, off, n).unwrap();
+        download(&f(&v).unwrap()).unwrap()
+    };
+    let want = run(device());
+    let got = run(gpu_plans_device());
+    same(&format!("{what} n={n} off={off} {dtype:?}"), &got, &want);
+}
+
+const UNARY: [UnaryOp; 10] = [
+    UnaryOp::Neg,
+    UnaryOp::Abs,
+    UnaryOp::Exp,
+    UnaryOp::Log,
+    UnaryOp::Sqrt,
+    UnaryOp::Relu,
+    UnaryOp::Sigmoid,
+    UnaryOp::Tanh,
+    UnaryOp::Gelu,
+    UnaryOp::Silu,
+];
+const SCALAR: [ScalarOp; 9] = [
+    ScalarOp::Add,
+    ScalarOp::Sub,
+    ScalarOp::RSub,
+    ScalarOp::Mul,
+    ScalarOp::Div,
+    ScalarOp::RDiv,
+    ScalarOp::Max,
+    ScalarOp::Min,
+    ScalarOp::Pow,
+];
+const BINARY: [BinaryOp; 7] = [
+    BinaryOp::Add,
+    BinaryOp::Sub,
+    BinaryOp::Mul,
+    BinaryOp::Div,
+    BinaryOp::Max,
+    BinaryOp::Min,
+    BinaryOp::Pow,
+];
+
+// Sizes: all scalar (under one granule), a body with a tail, a whole number of granules, and a
+// 2-D odd size; offsets 0 and 8 (vec4 grid) and 3 (scalar fallback).
+const SIZES: [(usize, usize); 5] = [(7, 0), (1000, 0), (4096, 8), (3 * 333, 3), (1027, 8)];
+
+#[test]
+fn unary_and_scalar_maps_f32() {
+    for (n, off) in SIZES {
+        for op in UNARY {
+            both(&format!("{op:?}"), n, off, DType::F32, |t| t.unary(op));
+        }
+        for op in SCALAR {
+            both(&format!("{op:?}"), n, off, DType::F32, |t| {
+                t.scalar_op(op, 1.5)
+            });
+        }
+        both("max NaN", n, off, DType::F32, |t| t.max_scalar(f64::NAN));
+    }
+}
+
+#[test]
+fn unary_and_scalar_maps_f16() {
+    require_f16(gpu_plans_device());
+    for (n, off) in [(1000, 0), (1027, 4), (300, 3)] {
+        for op in UNARY {
+            both(&format!("{op:?}"), n, off, DType::F16, |t| t.unary(op));
+        }
+        for op in [ScalarOp::Mul, ScalarOp::Div, ScalarOp::Min, ScalarOp::Pow] {
+            both(&format!("{op:?}"), n, off, DType::F16, |t| {
+                t.scalar_op(op, -0.75)
+            });
+        }
+    }
+}
+
+#[test]
+fn copies_and_casts() {
+    for (n, off) in SIZES {
+        both("contiguous", n, off, DType::F32, Tensor::contiguous);
+        both("i32 contiguous", n, off, DType::I32, Tensor::contiguous);
+        both("to i32", n, off, DType::F32, |t| {
+            t.clamp(Some(-1e6), Some(1e6))?.to_dtype(DType::I32)
+        });
+        both("i32 to f32", n, off, DType::I32, |t| t.to_dtype(DType::F32));
+    }
+    if gpu_plans_device().supports_f16() {
+        for (n, off) in [(1000, 0), (1027, 4), (300, 2)] {
+            both("to f16", n, off, DType::F32, |t| t.to_dtype(DType::F16));
+            both("f16 to f32", n, off, DType::F16, |t| t.to_dtype(DType::F32));
+        }
+    }
+}
+
+/// `op(x, y)` with `x` and `y` viewed from offsets `offs` of longer buffers, on both devices.
+fn binary_both(n: usize, offs: [usize; 2], dtype: DType, op: BinaryOp) {
+    let (a, b) = (values(n + offs[0], 1), values(n + offs[1], 2));
+    let run = |dev: &Device| {
+        let x = upload(dev, &a, &[n + offs[0]], dtype)
+            .narrow(0, offs[0], n)
+            .unwrap();
+        let y = upload(dev, &b, &[n + offs[1]], dtype)
+            .narrow(0, offs[1], n)
+            .unwrap();
+        download(&x.binary(&y, op).unwrap()).unwrap()
+    };
+    let what = format!("{op:?} n={n} offs={offs:?} {dtype:?}");
+    same(&what, &run(gpu_plans_device()), &run(device()));
+}
+
+#[test]
+fn binaries_f32() {
+    for op in BINARY {
+        for (n, offs) in [
+            (7, [0, 0]),
+            (1000, [0, 0]),
+            (4096, [4, 8]),
+            (1027, [0, 3]),
+            (999, [12, 4]),
+        ] {
+            binary_both(n, offs, DType::F32, op);
+        }
+    }
+    // Broadcasts keep the scalar kernel.
+    for dev in [device(), gpu_plans_device()] {
+        let x = upload(dev, &values(64 * 33, 3), &[64, 33], DType::F32);
+        let y = upload(dev, &values(33, 4), &[33], DType::F32);
+        let _ = download(&x.add(&y).unwrap()).unwrap();
+    }
+}
+
+#[test]
+fn binaries_f16() {
+    require_f16(gpu_plans_device());
+    for op in BINARY {
+        for (n, offs) in [(1000, [0, 0]), (1027, [4, 8]), (300, [1, 0])] {
+            binary_both(n, offs, DType::F16, op);
+        }
+    }
+}
+
+#[test]
+fn donated_outputs() {
+    let n = 1000;
+    let run = |dev: &Device| {
+        let data = values(n, 9);
+        let x = upload(dev, &data, &[n], DType::F32);
+        let y = upload(dev, &values(n, 10), &[n], DType::F32);
+        let x = x.into_unary(UnaryOp::Tanh).unwrap();
+        let x = x.into_scalar_op(ScalarOp::Mul, 3.0).unwrap();
+        let x = x.into_binary(&y, BinaryOp::Max).unwrap();
+        // The other side donated: y's buffer takes y - x.
+        let z = y.into_binary(&x, BinaryOp::Sub).unwrap();
+        let z = x.clone().into_binary(&z, BinaryOp::Mul).unwrap();
+        let before = dev.stats().donations;
+        let w = upload(dev, &data, &[n], DType::F32)
+            .into_unary(UnaryOp::Exp)
+            .unwrap();
+        assert_eq!(dev.stats().donations, before + 1);
+        let mut out = download(&z).unwrap();
+        out.extend(download(&w).unwrap());
+        out
+    };
+    same("donated", &run(gpu_plans_device()), &run(device()));
+}
+
+/// Host reference of `x.transpose(-2, -1)` for a packed `[batch, r, c]` input.
+fn host_transpose(data: &[f64], batch: usize, r: usize, c: usize) -> Vec<f64> {
+    let mut out = Vec::with_capacity(data.len());
+    for b in 0..batch {
+        for j in 0..c {
+            for i in 0..r {
+                out.push(data[b * r * c + i * c + j]);
+            }
+        }
+    }
+    out
+}
+
+fn transpose_case(dev: &Device, shape: &[usize], dtype: DType, to: DType) {
+    let (r, c) = (shape[shape.len() - 2], shape[shape.len() - 1]);
+    let n: usize = shape.iter().product();
+    let data: Vec<f64> = values(n, 5)
+        .into_iter()
+        .map(
+            |v| match (dtype == DType::I32 || to == DType::I32, v.is_nan()) {
+                (true, true) => 7.0,
+                (true, false) => v.clamp(-1e4, 1e4).trunc(),
+                _ => v,
+            },
+        )
+        .collect();
+    let x = upload(dev, &data, shape, dtype);
+    let t = x.transpose(-2, -1).unwrap();
+    let y = if to == dtype {
+        t.contiguous().unwrap()
+    } else {
+        t.to_dtype(to).unwrap()
+    };
+    let host_in = download(&x).unwrap();
+    let want: Vec<f64> = host_transpose(&host_in, n / (r * c), r, c)
+        .into_iter()
+        .map(|v| common::round_to_dtype(to, v))
+        .collect();
+    same(
+        &format!("transpose {shape:?} {dtype:?}->{to:?}"),
+        &download(&y).unwrap(),
+        &want,
+    );
+}
+
+#[test]
+fn transposed_copies() {
+    for dev in [device(), gpu_plans_device()] {
+        for shape in [
+            &[64, 48][..],
+            &[33, 70],
+            &[3, 40, 37],
+            &[2, 3, 9, 100],
+            &[5, 5],
+        ] {
+            transpose_case(dev, shape, DType::F32, DType::F32);
+        }
+        transpose_case(dev, &[40, 37], DType::I32, DType::I32);
+        transpose_case(dev, &[40, 37], DType::F32, DType::I32);
+        if dev.supports_f16() {
+            transpose_case(dev, &[2, 65, 31], DType::F16, DType::F16);
+            transpose_case(dev, &[65, 31], DType::F32, DType::F16);
+        }
+        // A narrowed view transposed: its last-dim stride is the parent's row length.
+        let data = values(40 * 72, 6);
+        let x = upload(dev, &data, &[40, 72], DType::F32);
+        let v = x.narrow(1, 3, 50).unwrap().transpose(0, 1).unwrap();
+        let got = download(&v.contiguous().unwrap()).unwrap();
+        let host = download(&x).unwrap();
+        let want: Vec<f64> = (0..50)
+            .flat_map(|j| (0..40).map(move |i| (i, j)))
+            .map(|(i, j)| host[i * 72 + 3 + j])
+            .collect();
+        same("narrowed transpose", &got, &want);
+    }
+}
+
+/// A GPU-plan device whose bindings hold 8 KiB: the vec4 kernels run in windows and the
+/// transposes bind whole views that fit.
+#[test]
+fn windows_under_a_lowered_binding_limit() {
+    let dev = Device::with_options(DeviceOptions {
+        gpu_plans: true,
+        max_binding_bytes: Some(8192),
+        ..Default::default()
+    })
+    .expect("device");
+    let n = 10_001;
+    let run = |dev: &Device| {
+        let x = upload(dev, &values(n + 4, 7), &[n + 4], DType::F32)
+            .narrow(0, 4, n)
+            .unwrap();
+        let y = upload(dev, &values(n, 8), &[n], DType::F32);
+        let a = x.unary(UnaryOp::Sigmoid).unwrap();
+        let b = x.mul(&y).unwrap();
+        let c = y.clone().into_binary(&a, BinaryOp::Add).unwrap();
+        let d = x.contiguous().unwrap();
+        let mut out = Vec::new();
+        for t in [a, b, c, d] {
+            out.extend(download(&t).unwrap());
+        }
+        out
+    };
+    same("windowed", &run(&dev), &run(device()));
+    // Transposes within one binding (a strided view past one is refused by either kernel).
+    transpose_case(&dev, &[30, 40], DType::F32, DType::F32);
+    transpose_case(&dev, &[3, 20, 30], DType::F32, DType::F32);
+}
+
+/// The GPU plan really takes the vec4 path: a body and a scalar tail are two dispatches.
+#[test]
+fn gpu_plan_splits_body_and_tail() {
+    let dev = Device::with_options(DeviceOptions {
+        gpu_plans: true,
+        ..Default::default()
+    })
+    .expect("device");
+    // 1001 elements: a body of at most 1000 and a tail of at least 1, whatever the alignment.
+    let x = upload(&dev, &values(1001, 1), &[1001], DType::F32);
+    dev.sync().unwrap();
+    let before = dev.stats().dispatches;
+    let y = x.mul_scalar(1.5).unwrap();
+    dev.sync().unwrap();
+    assert_eq!(dev.stats().dispatches - before, 2);
+    let before = dev.stats().dispatches;
+    let _z = y.add(&x).unwrap();
+    dev.sync().unwrap();
+    assert_eq!(dev.stats().dispatches - before, 2);
+}
