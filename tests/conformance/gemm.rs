@@ -1305,5 +1305,8 @@ fn splitk_agrees_with_unsplit_f16() {
     pollster::block_on(splitk_agrees_with_unsplit(device(), DType::F16));
 }
 
+// An explicit path: the browser suite includes this file through `#[path]`, which would
+// otherwise look for `wg.rs` beside it.
 #[cfg(not(target_arch = "wasm32"))]
+#[path = "gemm/wg.rs"]
 mod wg;
