@@ -5,6 +5,8 @@
 //! covering sizes with and without a scalar tail, view offsets on and off the vec4 grid, f16,
 //! i32 copies and casts, donated (in-place) outputs, and windows under a lowered
 //! `max_binding_bytes`; the transposes are also checked against the host.
+// Native only (blocking device and readback); tests/browser/ is the wasm32 suite.
+#![cfg(not(target_arch = "wasm32"))]
 
 mod common;
 
