@@ -47,51 +47,17 @@ var<workgroup> rm: array<f32, BR>;
 var<workgroup> rl: array<f32, BR>;
 var<workgroup> ralpha: array<f32, BR>;
 
-// Stages rows [r0, r0 + rows) x columns [c0, c0 + DK) of a packed [.., width] matrix at
-// `base` (whose rows end at `lim`) into ta (side 0) or tb (side 1), zero outside.
-fn stage_q(side: u32, lid: u32, base: u32, r0: u32, rows: u32, lim: u32, c0: u32, width: u32) {
+// Stages rows [r0, r0 + rows) x columns [c0, c0 + DK) of the packed [.., width] operand `src`
+// (SRC_Q, ...) at `base` (whose rows end at `lim`) into ta (side 0) or tb (side 1), zero
+// outside.
+fn stage(src: u32, side: u32, lid: u32, base: u32, r0: u32, rows: u32, lim: u32, c0: u32,
+         width: u32) {
     for (var t = lid; t < rows * DK; t += WGS) {
         let rr = t / DK;
         let cc = c0 + t % DK;
         var val = 0.0;
         if (r0 + rr < lim && cc < width) {
-            val = f32(q[base + (r0 + rr) * width + cc]);
-        }
-        put(side, rr * PK + t % DK, val);
-    }
-}
-
-fn stage_k(side: u32, lid: u32, base: u32, r0: u32, rows: u32, lim: u32, c0: u32, width: u32) {
-    for (var t = lid; t < rows * DK; t += WGS) {
-        let rr = t / DK;
-        let cc = c0 + t % DK;
-        var val = 0.0;
-        if (r0 + rr < lim && cc < width) {
-            val = f32(k[base + (r0 + rr) * width + cc]);
-        }
-        put(side, rr * PK + t % DK, val);
-    }
-}
-
-fn stage_v(side: u32, lid: u32, base: u32, r0: u32, rows: u32, lim: u32, c0: u32, width: u32) {
-    for (var t = lid; t < rows * DK; t += WGS) {
-        let rr = t / DK;
-        let cc = c0 + t % DK;
-        var val = 0.0;
-        if (r0 + rr < lim && cc < width) {
-            val = f32(v[base + (r0 + rr) * width + cc]);
-        }
-        put(side, rr * PK + t % DK, val);
-    }
-}
-
-fn stage_dout(side: u32, lid: u32, base: u32, r0: u32, rows: u32, lim: u32, c0: u32, width: u32) {
-    for (var t = lid; t < rows * DK; t += WGS) {
-        let rr = t / DK;
-        let cc = c0 + t % DK;
-        var val = 0.0;
-        if (r0 + rr < lim && cc < width) {
-            val = f32(dout[base + (r0 + rr) * width + cc]);
+            val = load(src, base + (r0 + rr) * width + cc);
         }
         put(side, rr * PK + t % DK, val);
     }
@@ -155,8 +121,8 @@ fn attn_fwd(@builtin(workgroup_id) wid: vec3<u32>,
     for (var j0 = 0u; j0 < s_end; j0 += BC) {
         var dot = 0.0;
         for (var e0 = 0u; e0 < p.e; e0 += DK) {
-            stage_q(0u, lid, qbase, rb * BR, BR, p.l, e0, p.e);
-            stage_k(1u, lid, kbase, j0, BC, p.s, e0, p.e);
+            stage(SRC_Q, 0u, lid, qbase, rb * BR, BR, p.l, e0, p.e);
+            stage(SRC_K, 1u, lid, kbase, j0, BC, p.s, e0, p.e);
             workgroupBarrier();
             dot += chunk_dot(r, c, min(DK, p.e - e0));
             workgroupBarrier();
@@ -193,7 +159,7 @@ fn attn_fwd(@builtin(workgroup_id) wid: vec3<u32>,
             acc[a] *= alpha;
         }
         for (var v0 = 0u; v0 < ACC * BC && c0 + v0 < p.ev; v0 += DK) {
-            stage_v(1u, lid, vbase, j0, BC, p.s, c0 + v0, p.ev);
+            stage(SRC_V, 1u, lid, vbase, j0, BC, p.s, c0 + v0, p.ev);
             workgroupBarrier();
             for (var t = 0u; t < DK / BC; t++) {
                 var sum = 0.0;
@@ -279,16 +245,16 @@ fn attn_dq(@builtin(workgroup_id) wid: vec3<u32>,
         let j = j0 + c;
         var dot = 0.0;
         for (var e0 = 0u; e0 < p.e; e0 += DK) {
-            stage_q(0u, lid, qbase, rb * BR, BR, p.l, e0, p.e);
-            stage_k(1u, lid, kbase, j0, BC, p.s, e0, p.e);
+            stage(SRC_Q, 0u, lid, qbase, rb * BR, BR, p.l, e0, p.e);
+            stage(SRC_K, 1u, lid, kbase, j0, BC, p.s, e0, p.e);
             workgroupBarrier();
             dot += chunk_dot(r, c, min(DK, p.e - e0));
             workgroupBarrier();
         }
         var dp = 0.0;
         for (var e0 = 0u; e0 < p.ev; e0 += DK) {
-            stage_dout(0u, lid, obase, rb * BR, BR, p.l, e0, p.ev);
-            stage_v(1u, lid, vbase, j0, BC, p.s, e0, p.ev);
+            stage(SRC_DOUT, 0u, lid, obase, rb * BR, BR, p.l, e0, p.ev);
+            stage(SRC_V, 1u, lid, vbase, j0, BC, p.s, e0, p.ev);
             workgroupBarrier();
             dp += chunk_dot(r, c, min(DK, p.ev - e0));
             workgroupBarrier();
@@ -300,7 +266,7 @@ fn attn_dq(@builtin(workgroup_id) wid: vec3<u32>,
         }
         pt[lid] = pv * (drop_factor(n, i, j) * dp - d_i);
         for (var e0 = 0u; e0 < ACC * BC && c0 + e0 < p.e; e0 += DK) {
-            stage_k(1u, lid, kbase, j0, BC, p.s, c0 + e0, p.e);
+            stage(SRC_K, 1u, lid, kbase, j0, BC, p.s, c0 + e0, p.e);
             workgroupBarrier();
             for (var t = 0u; t < DK / BC; t++) {
                 var sum = 0.0;
@@ -355,16 +321,16 @@ fn attn_dkv(@builtin(workgroup_id) wid: vec3<u32>,
             let i = i0 + c;
             var dot = 0.0;
             for (var e0 = 0u; e0 < p.e; e0 += DK) {
-                stage_k(0u, lid, kbase, rb * BR, BR, p.s, e0, p.e);
-                stage_q(1u, lid, qbase, i0, BC, p.l, e0, p.e);
+                stage(SRC_K, 0u, lid, kbase, rb * BR, BR, p.s, e0, p.e);
+                stage(SRC_Q, 1u, lid, qbase, i0, BC, p.l, e0, p.e);
                 workgroupBarrier();
                 dot += chunk_dot(r, c, min(DK, p.e - e0));
                 workgroupBarrier();
             }
             var dp = 0.0;
             for (var e0 = 0u; e0 < p.ev; e0 += DK) {
-                stage_v(0u, lid, vbase, rb * BR, BR, p.s, e0, p.ev);
-                stage_dout(1u, lid, obase, i0, BC, p.l, e0, p.ev);
+                stage(SRC_V, 0u, lid, vbase, rb * BR, BR, p.s, e0, p.ev);
+                stage(SRC_DOUT, 1u, lid, obase, i0, BC, p.l, e0, p.ev);
                 workgroupBarrier();
                 dp += chunk_dot(r, c, min(DK, p.ev - e0));
                 workgroupBarrier();
@@ -380,7 +346,7 @@ fn attn_dkv(@builtin(workgroup_id) wid: vec3<u32>,
             pt[lid] = pv * z;
             pt2[lid] = pv * (z * dp - d_i);
             for (var e0 = 0u; e0 < ACC * BC && c0 + e0 < max(p.e, p.ev); e0 += DK) {
-                stage_dout(1u, lid, obase, i0, BC, p.l, c0 + e0, p.ev);
+                stage(SRC_DOUT, 1u, lid, obase, i0, BC, p.l, c0 + e0, p.ev);
                 workgroupBarrier();
                 for (var t = 0u; t < DK / BC; t++) {
                     var sum = 0.0;
@@ -390,7 +356,7 @@ fn attn_dkv(@builtin(workgroup_id) wid: vec3<u32>,
                     accv[e0 / BC + t] += sum;
                 }
                 workgroupBarrier();
-                stage_q(1u, lid, qbase, i0, BC, p.l, c0 + e0, p.e);
+                stage(SRC_Q, 1u, lid, qbase, i0, BC, p.l, c0 + e0, p.e);
                 workgroupBarrier();
                 for (var t = 0u; t < DK / BC; t++) {
                     var sum = 0.0;

@@ -28,38 +28,19 @@ fn decode_rows(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, rows: u32) -> vec4<u32>
                      u32(rest < p.batches * p.col_blocks));
 }
 
-// Dot products of a cached row (its first ACCR values in a private array, the rest read from
-// memory) with a row of another tensor: the cached row is this invocation's own, while the
-// other is the same for every invocation of a SIMD group, so its loads broadcast instead of
-// gathering across lanes.
-fn dot_qk(cached: ptr<function, array<f32, ACCR>>, qi: u32, kj: u32, q_cached: bool) -> f32 {
-    let head = min(p.e, ACCR);
+// The dot product of a cached row (its first ACCR values in a private array, the rest read
+// from `own` at `oi`) with row `xi` of operand `other`, over `len` values: the cached row is
+// this invocation's own, while the other is the same for every invocation of a SIMD group,
+// so its loads broadcast instead of gathering across lanes.
+fn dot_cached(cached: ptr<function, array<f32, ACCR>>, own: u32, oi: u32, other: u32, xi: u32,
+              len: u32) -> f32 {
+    let head = min(len, ACCR);
     var acc = 0.0;
     for (var x = 0u; x < head; x++) {
-        if (q_cached) {
-            acc = fma((*cached)[x], f32(k[kj + x]), acc);
-        } else {
-            acc = fma(f32(q[qi + x]), (*cached)[x], acc);
-        }
+        acc = fma((*cached)[x], load(other, xi + x), acc);
     }
-    for (var x = head; x < p.e; x++) {
-        acc = fma(f32(q[qi + x]), f32(k[kj + x]), acc);
-    }
-    return acc;
-}
-
-fn dot_dov(cached: ptr<function, array<f32, ACCR>>, oi: u32, vj: u32, do_cached: bool) -> f32 {
-    let head = min(p.ev, ACCR);
-    var acc = 0.0;
-    for (var x = 0u; x < head; x++) {
-        if (do_cached) {
-            acc = fma((*cached)[x], f32(v[vj + x]), acc);
-        } else {
-            acc = fma(f32(dout[oi + x]), (*cached)[x], acc);
-        }
-    }
-    for (var x = head; x < p.ev; x++) {
-        acc = fma(f32(dout[oi + x]), f32(v[vj + x]), acc);
+    for (var x = head; x < len; x++) {
+        acc = fma(load(own, oi + x), load(other, xi + x), acc);
     }
     return acc;
 }
@@ -90,7 +71,7 @@ fn attn_fwd_rows(@builtin(workgroup_id) wid: vec3<u32>,
         qr[x] = f32(q[qi + x]);
     }
     for (var j = 0u; j < s_end; j++) {
-        let sc = logit(dot_qk(&qr, qi, (nk * p.s + j) * p.e, true), n, i, j);
+        let sc = logit(dot_cached(&qr, SRC_Q, qi, SRC_K, (nk * p.s + j) * p.e, p.e), n, i, j);
         if (is_neg_inf(sc)) {
             continue;
         }
@@ -162,12 +143,12 @@ fn attn_dq_rows(@builtin(workgroup_id) wid: vec3<u32>,
         dr[x] = f32(dout[oi + x]);
     }
     for (var j = 0u; j < s_end; j++) {
-        let sc = logit(dot_qk(&qr, qrow, (nk * p.s + j) * p.e, true), n, i, j);
+        let sc = logit(dot_cached(&qr, SRC_Q, qrow, SRC_K, (nk * p.s + j) * p.e, p.e), n, i, j);
         if (is_neg_inf(sc)) {
             continue;
         }
         let pv = exp(sc - lse);
-        let ds = pv * (drop_factor(n, i, j) * dot_dov(&dr, oi, (nk * p.s + j) * p.ev, true) - d);
+        let ds = pv * (drop_factor(n, i, j) * dot_cached(&dr, SRC_DOUT, oi, SRC_V, (nk * p.s + j) * p.ev, p.ev) - d);
         let kj = (nk * p.s + j) * p.e + c0;
         for (var c = 0u; c < ncols; c++) {
             acc[c] = fma(ds, f32(k[kj + c]), acc[c]);
@@ -211,14 +192,14 @@ fn attn_dkv_rows(@builtin(workgroup_id) wid: vec3<u32>,
     for (var g = 0u; g < p.group; g++) {
         let n = (nk / p.kv_heads) * p.heads + (nk % p.kv_heads) * p.group + g;
         for (var i = i_start; i < p.l; i++) {
-            let sc = logit(dot_qk(&kr, (n * p.l + i) * p.e, kj, false), n, i, j);
+            let sc = logit(dot_cached(&kr, SRC_K, kj, SRC_Q, (n * p.l + i) * p.e, p.e), n, i, j);
             if (is_neg_inf(sc)) {
                 continue;
             }
             let oi = (n * p.l + i) * p.ev;
             let pv = exp(sc - stats_r[n * p.l + i]);
             let z = drop_factor(n, i, j);
-            let ds = pv * (z * dot_dov(&vr, oi, vj, false) - stats_r[p.n * p.l + n * p.l + i]);
+            let ds = pv * (z * dot_cached(&vr, SRC_V, vj, SRC_DOUT, oi, p.ev) - stats_r[p.n * p.l + n * p.l + i]);
             let pz = pv * z;
             for (var c = 0u; c < vc; c++) {
                 accv[c] = fma(pz, f32(dout[oi + c0 + c]), accv[c]);

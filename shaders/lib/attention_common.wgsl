@@ -1,7 +1,8 @@
 // What the two attention kernels share (shaders/attention.wgsl for GPUs, attention_rows.wgsl
-// for CPU adapters; src/ops/attention/kernel.rs): the params, the bindings, and the score,
-// mask, causal and dropout rules, so both compute the same function. Needs lib/philox.wgsl
-// (dropout) before it.
+// for CPU adapters; src/ops/attention/kernel.rs): the params, the bindings, operand loads by
+// number (`load`: every entry point that calls it binds q, k, v and dout, the forward with q
+// standing in for dout), and the score, mask, causal and dropout rules, so both compute the
+// same function. Needs lib/philox.wgsl (dropout) before it.
 
 struct Params {
     n: u32,
@@ -90,4 +91,28 @@ fn drop_factor(n: u32, i: u32, j: u32) -> f32 {
     }
     let bits = philox(vec4<u32>(j, i, n, p.ctr), vec2<u32>(p.seed_lo, p.seed_hi));
     return select(0.0, p.drop_scale, unit(bits.x) >= p.drop_p);
+}
+
+// Operands by number, so one staging loop or dot product serves each of them (WGSL's core has
+// no pointers to storage buffers as function parameters).
+const SRC_Q: u32 = 0u;
+const SRC_K: u32 = 1u;
+const SRC_V: u32 = 2u;
+const SRC_DOUT: u32 = 3u;
+
+fn load(src: u32, i: u32) -> f32 {
+    switch (src) {
+        case 0u: {
+            return f32(q[i]);
+        }
+        case 1u: {
+            return f32(k[i]);
+        }
+        case 2u: {
+            return f32(v[i]);
+        }
+        default: {
+            return f32(dout[i]);
+        }
+    }
 }

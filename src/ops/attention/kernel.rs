@@ -27,9 +27,10 @@ pub(crate) const ACCR: u32 = 64;
 /// Invocations per workgroup of the row kernels.
 const ROWS_WG: u32 = 64;
 
-/// Forward: q, k, v, mask read; out, stats written.
-const FWD_BINDS: &[Access] = &[R, R, R, R, RW, RW];
-const FWD_SLOTS: &[u32] = &[1, 2, 3, 4, 5, 6];
+/// Forward: q, k, v, mask read; out, stats written; dout's slot holds q, never read (the
+/// shaders' `load` names every operand, so every entry point binds them all).
+const FWD_BINDS: &[Access] = &[R, R, R, R, R, RW, RW];
+const FWD_SLOTS: &[u32] = &[1, 2, 3, 4, 8, 5, 6];
 /// dQ: q, k, v, mask, o, dout read; stats (lse read, D written), dq written.
 const DQ_BINDS: &[Access] = &[R, R, R, R, R, R, RW, RW];
 const DQ_SLOTS: &[u32] = &[1, 2, 3, 4, 7, 8, 6, 9];
@@ -261,6 +262,7 @@ pub(crate) fn forward(prob: &Problem) -> Result<(Tensor, Saved)> {
         Bind::whole(prob.k.buffer()),
         Bind::whole(prob.v.buffer()),
         Bind::whole(mask.buffer()),
+        Bind::whole(prob.q.buffer()),
         Bind::whole(out.buffer()),
         Bind::whole(saved.stats.buffer()),
     ];
