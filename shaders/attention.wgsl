@@ -80,6 +80,46 @@ fn chunk_dot(r: u32, c: u32, w: u32) -> f32 {
     return acc;
 }
 
+// For invocation (r, c): the dot product of row ar0 + r of operand `a` (at base ab, rows
+// ending at al) and row br0 + c of operand `b` (base bb, rows ending at bl), both packed
+// [.., width], staged chunk by chunk through ta (BR rows) and tb (BC rows). Holds barriers:
+// every invocation of the workgroup calls it, with uniform arguments but lid.
+fn tile_dot(lid: u32, a: u32, ab: u32, ar0: u32, al: u32, b: u32, bb: u32, br0: u32, bl: u32,
+            width: u32) -> f32 {
+    var dot = 0.0;
+    for (var e0 = 0u; e0 < width; e0 += DK) {
+        stage(a, 0u, lid, ab, ar0, BR, al, e0, width);
+        stage(b, 1u, lid, bb, br0, BC, bl, e0, width);
+        workgroupBarrier();
+        dot += chunk_dot(lid / BC, lid % BC, min(DK, width - e0));
+        workgroupBarrier();
+    }
+    return dot;
+}
+
+// acc[a] += sum over jj < BC of weight (r, jj) times column col0 + a BC + c of row r0 + jj of
+// operand `src` (base `base`, rows ending at `lim`, packed [.., width]), for the columns of
+// the block below `width`: the weights are pt (`second` false) or pt2. Holds barriers, like
+// tile_dot.
+fn tile_acc(acc: ptr<function, array<f32, ACC>>, second: bool, lid: u32, src: u32, base: u32,
+            r0: u32, lim: u32, col0: u32, width: u32) {
+    let r = lid / BC;
+    let c = lid % BC;
+    for (var e0 = 0u; e0 < ACC * BC && col0 + e0 < width; e0 += DK) {
+        stage(src, 1u, lid, base, r0, BC, lim, col0 + e0, width);
+        workgroupBarrier();
+        for (var t = 0u; t < DK / BC; t++) {
+            var sum = 0.0;
+            for (var jj = 0u; jj < BC; jj++) {
+                let wt = select(pt[r * BC + jj], pt2[r * BC + jj], second);
+                sum = fma(wt, tb[jj * PK + c + t * BC], sum);
+            }
+            (*acc)[e0 / BC + t] += sum;
+        }
+        workgroupBarrier();
+    }
+}
+
 // Decodes the flat workgroup index into (row block, batch, column block); x = batches
 // walked, false past the grid's end.
 fn decode(wid: vec3<u32>, nwg: vec3<u32>) -> vec4<u32> {
@@ -114,19 +154,9 @@ fn attn_fwd(@builtin(workgroup_id) wid: vec3<u32>,
     }
     workgroupBarrier();
     var acc: array<f32, ACC>;
-    var s_end = p.s;
-    if ((p.flags & 2u) != 0u) {
-        s_end = min(p.s, rb * BR + BR);
-    }
+    let s_end = keys_until(rb * BR + BR - 1u);
     for (var j0 = 0u; j0 < s_end; j0 += BC) {
-        var dot = 0.0;
-        for (var e0 = 0u; e0 < p.e; e0 += DK) {
-            stage(SRC_Q, 0u, lid, qbase, rb * BR, BR, p.l, e0, p.e);
-            stage(SRC_K, 1u, lid, kbase, j0, BC, p.s, e0, p.e);
-            workgroupBarrier();
-            dot += chunk_dot(r, c, min(DK, p.e - e0));
-            workgroupBarrier();
-        }
+        let dot = tile_dot(lid, SRC_Q, qbase, rb * BR, p.l, SRC_K, kbase, j0, p.s, p.e);
         pt[lid] = logit(dot, n, i, j0 + c);
         workgroupBarrier();
         if (c == 0u) {
@@ -158,18 +188,7 @@ fn attn_fwd(@builtin(workgroup_id) wid: vec3<u32>,
         for (var a = 0u; a < ACC; a++) {
             acc[a] *= alpha;
         }
-        for (var v0 = 0u; v0 < ACC * BC && c0 + v0 < p.ev; v0 += DK) {
-            stage(SRC_V, 1u, lid, vbase, j0, BC, p.s, c0 + v0, p.ev);
-            workgroupBarrier();
-            for (var t = 0u; t < DK / BC; t++) {
-                var sum = 0.0;
-                for (var jj = 0u; jj < BC; jj++) {
-                    sum = fma(pt[r * BC + jj], tb[jj * PK + c + t * BC], sum);
-                }
-                acc[v0 / BC + t] += sum;
-            }
-            workgroupBarrier();
-        }
+        tile_acc(&acc, false, lid, SRC_V, vbase, j0, p.s, c0, p.ev);
     }
     if (i >= p.l) {
         return;
@@ -237,46 +256,18 @@ fn attn_dq(@builtin(workgroup_id) wid: vec3<u32>,
     let d_i = rm[r];
     let lse = rl[r];
     var acc: array<f32, ACC>;
-    var s_end = p.s;
-    if ((p.flags & 2u) != 0u) {
-        s_end = min(p.s, rb * BR + BR);
-    }
+    let s_end = keys_until(rb * BR + BR - 1u);
     for (var j0 = 0u; j0 < s_end; j0 += BC) {
         let j = j0 + c;
-        var dot = 0.0;
-        for (var e0 = 0u; e0 < p.e; e0 += DK) {
-            stage(SRC_Q, 0u, lid, qbase, rb * BR, BR, p.l, e0, p.e);
-            stage(SRC_K, 1u, lid, kbase, j0, BC, p.s, e0, p.e);
-            workgroupBarrier();
-            dot += chunk_dot(r, c, min(DK, p.e - e0));
-            workgroupBarrier();
-        }
-        var dp = 0.0;
-        for (var e0 = 0u; e0 < p.ev; e0 += DK) {
-            stage(SRC_DOUT, 0u, lid, obase, rb * BR, BR, p.l, e0, p.ev);
-            stage(SRC_V, 1u, lid, vbase, j0, BC, p.s, e0, p.ev);
-            workgroupBarrier();
-            dp += chunk_dot(r, c, min(DK, p.ev - e0));
-            workgroupBarrier();
-        }
+        let dot = tile_dot(lid, SRC_Q, qbase, rb * BR, p.l, SRC_K, kbase, j0, p.s, p.e);
+        let dp = tile_dot(lid, SRC_DOUT, obase, rb * BR, p.l, SRC_V, vbase, j0, p.s, p.ev);
         let sc = logit(dot, n, i, j);
         var pv = 0.0;
         if (!is_neg_inf(sc)) {
             pv = exp(sc - lse);
         }
         pt[lid] = pv * (drop_factor(n, i, j) * dp - d_i);
-        for (var e0 = 0u; e0 < ACC * BC && c0 + e0 < p.e; e0 += DK) {
-            stage(SRC_K, 1u, lid, kbase, j0, BC, p.s, c0 + e0, p.e);
-            workgroupBarrier();
-            for (var t = 0u; t < DK / BC; t++) {
-                var sum = 0.0;
-                for (var jj = 0u; jj < BC; jj++) {
-                    sum = fma(pt[r * BC + jj], tb[jj * PK + c + t * BC], sum);
-                }
-                acc[e0 / BC + t] += sum;
-            }
-            workgroupBarrier();
-        }
+        tile_acc(&acc, false, lid, SRC_K, kbase, j0, p.s, c0, p.e);
     }
     if (i >= p.l) {
         return;
@@ -319,22 +310,8 @@ fn attn_dkv(@builtin(workgroup_id) wid: vec3<u32>,
         let obase = n * p.l * p.ev;
         for (var i0 = i_start; i0 < p.l; i0 += BC) {
             let i = i0 + c;
-            var dot = 0.0;
-            for (var e0 = 0u; e0 < p.e; e0 += DK) {
-                stage(SRC_K, 0u, lid, kbase, rb * BR, BR, p.s, e0, p.e);
-                stage(SRC_Q, 1u, lid, qbase, i0, BC, p.l, e0, p.e);
-                workgroupBarrier();
-                dot += chunk_dot(r, c, min(DK, p.e - e0));
-                workgroupBarrier();
-            }
-            var dp = 0.0;
-            for (var e0 = 0u; e0 < p.ev; e0 += DK) {
-                stage(SRC_V, 0u, lid, vbase, rb * BR, BR, p.s, e0, p.ev);
-                stage(SRC_DOUT, 1u, lid, obase, i0, BC, p.l, e0, p.ev);
-                workgroupBarrier();
-                dp += chunk_dot(r, c, min(DK, p.ev - e0));
-                workgroupBarrier();
-            }
+            let dot = tile_dot(lid, SRC_K, kbase, rb * BR, p.s, SRC_Q, qbase, i0, p.l, p.e);
+            let dp = tile_dot(lid, SRC_V, vbase, rb * BR, p.s, SRC_DOUT, obase, i0, p.l, p.ev);
             let sc = logit(dot, n, i, j);
             var pv = 0.0;
             var d_i = 0.0;
@@ -345,28 +322,8 @@ fn attn_dkv(@builtin(workgroup_id) wid: vec3<u32>,
             let z = drop_factor(n, i, j);
             pt[lid] = pv * z;
             pt2[lid] = pv * (z * dp - d_i);
-            for (var e0 = 0u; e0 < ACC * BC && c0 + e0 < max(p.e, p.ev); e0 += DK) {
-                stage(SRC_DOUT, 1u, lid, obase, i0, BC, p.l, c0 + e0, p.ev);
-                workgroupBarrier();
-                for (var t = 0u; t < DK / BC; t++) {
-                    var sum = 0.0;
-                    for (var ii = 0u; ii < BC; ii++) {
-                        sum = fma(pt[r * BC + ii], tb[ii * PK + c + t * BC], sum);
-                    }
-                    accv[e0 / BC + t] += sum;
-                }
-                workgroupBarrier();
-                stage(SRC_Q, 1u, lid, qbase, i0, BC, p.l, c0 + e0, p.e);
-                workgroupBarrier();
-                for (var t = 0u; t < DK / BC; t++) {
-                    var sum = 0.0;
-                    for (var ii = 0u; ii < BC; ii++) {
-                        sum = fma(pt2[r * BC + ii], tb[ii * PK + c + t * BC], sum);
-                    }
-                    acck[e0 / BC + t] += sum;
-                }
-                workgroupBarrier();
-            }
+            tile_acc(&accv, false, lid, SRC_DOUT, obase, i0, p.l, c0, p.ev);
+            tile_acc(&acck, true, lid, SRC_Q, qbase, i0, p.l, c0, p.e);
         }
     }
     if (j >= p.s) {

@@ -28,6 +28,13 @@ fn decode_rows(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, rows: u32) -> vec4<u32>
                      u32(rest < p.batches * p.col_blocks));
 }
 
+// Caches the first ACCR values of the row of operand `src` at `base` (of `len` values).
+fn cache_row(dst: ptr<function, array<f32, ACCR>>, src: u32, base: u32, len: u32) {
+    for (var x = 0u; x < min(len, ACCR); x++) {
+        (*dst)[x] = load(src, base + x);
+    }
+}
+
 // The dot product of a cached row (its first ACCR values in a private array, the rest read
 // from `own` at `oi`) with row `xi` of operand `other`, over `len` values: the cached row is
 // this invocation's own, while the other is the same for every invocation of a SIMD group,
@@ -58,18 +65,13 @@ fn attn_fwd_rows(@builtin(workgroup_id) wid: vec3<u32>,
     let c0 = w.z * ACCR;
     let nk = kv_of(n);
     let ncols = min(ACCR, p.ev - c0);
-    var s_end = p.s;
-    if ((p.flags & 2u) != 0u) {
-        s_end = min(p.s, i + 1u);
-    }
+    let s_end = keys_until(i);
     var m = neg_inf();
     var l = 0.0;
     var acc: array<f32, ACCR>;
     let qi = (n * p.l + i) * p.e;
     var qr: array<f32, ACCR>;
-    for (var x = 0u; x < min(p.e, ACCR); x++) {
-        qr[x] = f32(q[qi + x]);
-    }
+    cache_row(&qr, SRC_Q, qi, p.e);
     for (var j = 0u; j < s_end; j++) {
         let sc = logit(dot_cached(&qr, SRC_Q, qi, SRC_K, (nk * p.s + j) * p.e, p.e), n, i, j);
         if (is_neg_inf(sc)) {
@@ -128,20 +130,13 @@ fn attn_dq_rows(@builtin(workgroup_id) wid: vec3<u32>,
         stats[p.n * p.l + n * p.l + i] = d;
     }
     let lse = stats[n * p.l + i];
-    var s_end = p.s;
-    if ((p.flags & 2u) != 0u) {
-        s_end = min(p.s, i + 1u);
-    }
+    let s_end = keys_until(i);
     var acc: array<f32, ACCR>;
     let qrow = (n * p.l + i) * p.e;
     var qr: array<f32, ACCR>;
-    for (var x = 0u; x < min(p.e, ACCR); x++) {
-        qr[x] = f32(q[qrow + x]);
-    }
+    cache_row(&qr, SRC_Q, qrow, p.e);
     var dr: array<f32, ACCR>;
-    for (var x = 0u; x < min(p.ev, ACCR); x++) {
-        dr[x] = f32(dout[oi + x]);
-    }
+    cache_row(&dr, SRC_DOUT, oi, p.ev);
     for (var j = 0u; j < s_end; j++) {
         let sc = logit(dot_cached(&qr, SRC_Q, qrow, SRC_K, (nk * p.s + j) * p.e, p.e), n, i, j);
         if (is_neg_inf(sc)) {
@@ -178,13 +173,9 @@ fn attn_dkv_rows(@builtin(workgroup_id) wid: vec3<u32>,
     var acck: array<f32, ACCR>;
     var accv: array<f32, ACCR>;
     var kr: array<f32, ACCR>;
-    for (var x = 0u; x < min(p.e, ACCR); x++) {
-        kr[x] = f32(k[kj + x]);
-    }
+    cache_row(&kr, SRC_K, kj, p.e);
     var vr: array<f32, ACCR>;
-    for (var x = 0u; x < min(p.ev, ACCR); x++) {
-        vr[x] = f32(v[vj + x]);
-    }
+    cache_row(&vr, SRC_V, vj, p.ev);
     var i_start = 0u;
     if ((p.flags & 2u) != 0u) {
         i_start = j;

@@ -84,6 +84,14 @@ fn logit(dot: f32, n: u32, i: u32, j: u32) -> f32 {
     return s;
 }
 
+// Keys queries up to row `last` may attend to (together): all, or (causal) up to `last`.
+fn keys_until(last: u32) -> u32 {
+    if ((p.flags & 2u) != 0u) {
+        return min(p.s, last + 1u);
+    }
+    return p.s;
+}
+
 // The dropout factor of weight (n, i, j): 1 without dropout, else 0 or 1 / (1 - p).
 fn drop_factor(n: u32, i: u32, j: u32) -> f32 {
     if ((p.flags & 4u) == 0u) {
