@@ -76,6 +76,22 @@ fn weight_of(r: u32, i: u32) -> f32 {
     return 1.0;
 }
 
+// Element i of the row at base, normalized.
+fn xhat(base: u32, i: u32, mean: f32, rstd: f32) -> f32 {
+    return (f32(x[base + i]) - mean) * rstd;
+}
+
+// (dy * weight, xhat) of element i of row r (at base): the terms of the input gradient.
+fn grad_terms(base: u32, r: u32, i: u32, mean: f32, rstd: f32) -> vec2<f32> {
+    return vec2<f32>(f32(dy[base + i]) * weight_of(r, i), xhat(base, i, mean, rstd));
+}
+
+// dx = rstd (g - mean(g) - xhat mean(g xhat)) from the terms t = (g, xhat) and the row means
+// mg (0 for RMS norm) and mgx.
+fn dx_of(t: vec2<f32>, rstd: f32, mg: f32, mgx: f32) -> f32 {
+    return rstd * (t.x - mg - t.y * mgx);
+}
+
 fn bias_of(r: u32, i: u32) -> f32 {
     if ((p.flags & 2u) != 0u) {
         return f32(b[channel(r, i)]);
@@ -119,8 +135,7 @@ fn norm_fwd(@builtin(workgroup_id) wid: vec3<u32>,
         stats[p.rows + r] = rstd;
     }
     for (var i = lid; i < p.len; i += WG) {
-        let xh = (f32(x[base + i]) - mean) * rstd;
-        out[base + i] = T(xh * weight_of(r, i) + bias_of(r, i));
+        out[base + i] = T(xhat(base, i, mean, rstd) * weight_of(r, i) + bias_of(r, i));
     }
 }
 
@@ -141,9 +156,8 @@ fn norm_dx(@builtin(workgroup_id) wid: vec3<u32>,
         mean = stats[r];
         rstd = stats[p.rows + r];
         for (var i = lid; i < p.len; i += WG) {
-            let g = f32(dy[base + i]) * weight_of(r, i);
-            let xh = (f32(x[base + i]) - mean) * rstd;
-            acc += vec2<f32>(g, g * xh);
+            let t = grad_terms(base, r, i, mean, rstd);
+            acc += vec2<f32>(t.x, t.x * t.y);
         }
     }
     let m = reduce2(lid, acc) / n;
@@ -152,9 +166,7 @@ fn norm_dx(@builtin(workgroup_id) wid: vec3<u32>,
     }
     let mg = select(m.x, 0.0, is_rms());
     for (var i = lid; i < p.len; i += WG) {
-        let g = f32(dy[base + i]) * weight_of(r, i);
-        let xh = (f32(x[base + i]) - mean) * rstd;
-        out[base + i] = T(rstd * (g - mg - xh * m.y));
+        out[base + i] = T(dx_of(grad_terms(base, r, i, mean, rstd), rstd, mg, m.y));
     }
 }
 
@@ -215,8 +227,7 @@ fn norm_fwd_rows(@builtin(workgroup_id) wid: vec3<u32>,
     stats[r] = mean;
     stats[p.rows + r] = rstd;
     for (var i = 0u; i < p.len; i++) {
-        let xh = (f32(x[base + i]) - mean) * rstd;
-        out[base + i] = T(xh * weight_of(r, i) + bias_of(r, i));
+        out[base + i] = T(xhat(base, i, mean, rstd) * weight_of(r, i) + bias_of(r, i));
     }
 }
 
@@ -235,16 +246,13 @@ fn norm_dx_rows(@builtin(workgroup_id) wid: vec3<u32>,
     let rstd = stats[p.rows + r];
     var acc = vec2<f32>(0.0);
     for (var i = 0u; i < p.len; i++) {
-        let g = f32(dy[base + i]) * weight_of(r, i);
-        let xh = (f32(x[base + i]) - mean) * rstd;
-        acc += vec2<f32>(g, g * xh);
+        let t = grad_terms(base, r, i, mean, rstd);
+        acc += vec2<f32>(t.x, t.x * t.y);
     }
     let m = acc / n;
     let mg = select(m.x, 0.0, is_rms());
     for (var i = 0u; i < p.len; i++) {
-        let g = f32(dy[base + i]) * weight_of(r, i);
-        let xh = (f32(x[base + i]) - mean) * rstd;
-        out[base + i] = T(rstd * (g - mg - xh * m.y));
+        out[base + i] = T(dx_of(grad_terms(base, r, i, mean, rstd), rstd, mg, m.y));
     }
 }
 

@@ -93,6 +93,27 @@ impl Plan {
         }
     }
 
+    /// Launches `kernel` over `x`'s rows with this plan's op name and the adapter's width.
+    fn launch(
+        &self,
+        x: &Tensor,
+        kernel: &Kernel,
+        params: &NormParams,
+        binds: &[Bind],
+        grid: [u32; 3],
+    ) -> Result<()> {
+        let dev = x.device();
+        dev.launch_binds(
+            self.op,
+            kernel,
+            &[x.dtype],
+            &[("WG", f64::from(wg(dev)))],
+            bytemuck::bytes_of(params),
+            binds,
+            grid,
+        )
+    }
+
     fn params(&self, has_w: bool, has_b: bool) -> NormParams {
         NormParams {
             rows: self.rows as u32,
@@ -187,15 +208,7 @@ fn forward(
         Bind::whole(stats.buffer()),
     ];
     let (kernel, grid) = plan.row_kernel(dev, &FWD, &FWD_ROWS)?;
-    dev.launch_binds(
-        op,
-        kernel,
-        &[x.dtype],
-        &[("WG", f64::from(wg(dev)))],
-        bytemuck::bytes_of(&params),
-        &binds,
-        grid,
-    )?;
+    plan.launch(&x, kernel, &params, &binds, grid)?;
     Ok((y, stats))
 }
 
@@ -230,15 +243,7 @@ fn backward(
                 Bind::whole(stats.buffer()),
             ];
             let (kernel, grid) = plan.row_kernel(dev, &DX, &DX_ROWS)?;
-            dev.launch_binds(
-                op,
-                kernel,
-                &[x.dtype],
-                &[("WG", f64::from(wg(dev)))],
-                bytemuck::bytes_of(&params),
-                &binds,
-                grid,
-            )?;
+            plan.launch(&x, kernel, &params, &binds, grid)?;
         }
         Some(dx)
     } else {
@@ -268,15 +273,7 @@ fn backward(
                 (&DW, plan.nweights as u64)
             };
             let grid = dev.grid_1d(op, groups)?;
-            dev.launch_binds(
-                op,
-                kernel,
-                &[x.dtype],
-                &[("WG", f64::from(wg(dev)))],
-                bytemuck::bytes_of(&params),
-                &binds,
-                grid,
-            )?;
+            plan.launch(&x, kernel, &params, &binds, grid)?;
             Some((dw, db))
         }
     } else {
