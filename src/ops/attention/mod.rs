@@ -82,7 +82,7 @@ pub fn scaled_dot_product_attention(
     };
     Ok(record(out, &[q, k, v], |out| {
         Box::new(SdpaBackward {
-            prob: prob.detached(),
+            prob,
             out: out.detach(),
             saved,
         })

@@ -197,11 +197,6 @@ impl Problem {
         sh
     }
 
-    /// The same problem holding no autograd history (for a saved backward).
-    pub(crate) fn detached(&self) -> Problem {
-        self.clone()
-    }
-
     /// Query heads per key/value head.
     pub(crate) fn group(&self) -> usize {
         self.heads / self.kv_heads.max(1)
