@@ -4,7 +4,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::options::{Bias, GemmOptions};
-use super::plan::{GemmKernel, GemmPlan, SG8_SGS, WG_KT};
+use super::plan::{GemmKernel, GemmPlan, SG8_SGS};
 use crate::layout::{broadcast_shapes, Layout};
 use crate::ops::activation::{Activation, ACTIVATION, ACTIVATION_DEFS};
 use crate::runtime::pipeline::{ShaderLib, ShaderVariant};
@@ -13,7 +13,11 @@ use crate::{DType, Error, Result, Tensor};
 
 static GEMM_COMMON: ShaderLib =
     ShaderLib::new(include_str!("../../../shaders/lib/gemm_common.wgsl"));
+/// The large-tile core of the GPU kernels (`gemm_wg`, `conv_wg`).
+pub(crate) static WG_TILE: ShaderLib =
+    ShaderLib::new(include_str!("../../../shaders/lib/wg_tile.wgsl"));
 const LIBS: &[&ShaderLib] = &[&ACTIVATION, &GEMM_COMMON];
+const WG_LIBS: &[&ShaderLib] = &[&ACTIVATION, &GEMM_COMMON, &WG_TILE];
 const TILED_SRC: &str = include_str!("../../../shaders/gemm.wgsl");
 const SG8_SRC: &str = include_str!("../../../shaders/gemm_sg8.wgsl");
 const WG_SRC: &str = include_str!("../../../shaders/gemm_wg.wgsl");
@@ -37,10 +41,10 @@ static SG8_PARTIAL: Kernel = Kernel::new("gemm_sg8", SG8_SRC, "gemm_sg8_partial"
     .libs(LIBS);
 static WG: Kernel = Kernel::new("gemm_wg", WG_SRC, "gemm_wg", &[R, R, R, R, RW])
     .slots(&[1, 2, 3, 4, 5])
-    .libs(LIBS);
+    .libs(WG_LIBS);
 static WG_PARTIAL: Kernel = Kernel::new("gemm_wg", WG_SRC, "gemm_wg_partial", &[R, R, RW])
     .slots(&[1, 2, 6])
-    .libs(LIBS);
+    .libs(WG_LIBS);
 
 const REDUCE_WG: u32 = 256;
 /// Longest inner dimension accepted. Past it the f32 accumulation has lost most of its digits
@@ -404,11 +408,11 @@ pub(crate) fn dispatch(
     let dts = [a.dtype];
     // The subgroup kernel's row tile (SGS subgroups of 32 rows) must match the grid's.
     let sgs = [("SGS", pl.sgs as f64)];
-    let kt = [("KT", WG_KT as f64)];
+    let tm = [("TM", pl.kernel.wg_rows() as f64)];
     let (kernel, partial, shape_consts): (_, _, &[(&str, f64)]) = match pl.kernel {
         GemmKernel::Sg8 => (&SG8, &SG8_PARTIAL, &sgs),
         GemmKernel::Tiled => (&TILED, &TILED_PARTIAL, &[]),
-        GemmKernel::WgTiled => (&WG, &WG_PARTIAL, &kt),
+        GemmKernel::WgTiled | GemmKernel::WgTiled128 => (&WG, &WG_PARTIAL, &tm),
     };
     if pl.splits == 1 {
         let bufs = [binds.a, binds.b, binds.c, binds.bias, binds.out];
@@ -443,9 +447,11 @@ pub fn gemm_variants() -> Vec<ShaderVariant> {
             let mut e = epi.to_vec();
             e.push(("SGS", SG8_SGS as f64));
             v.push(ShaderVariant::new(&SG8, &[dt], &e));
-            let mut w = epi.to_vec();
-            w.push(("KT", WG_KT as f64));
-            v.push(ShaderVariant::new(&WG, &[dt], &w));
+            for kernel in [GemmKernel::WgTiled, GemmKernel::WgTiled128] {
+                let mut w = epi.to_vec();
+                w.push(("TM", kernel.wg_rows() as f64));
+                v.push(ShaderVariant::new(&WG, &[dt], &w));
+            }
             let mut r = epi.to_vec();
             r.push(("WG", REDUCE_WG as f64));
             v.push(ShaderVariant::new(&SPLITK_REDUCE, &[dt], &r));
@@ -456,11 +462,10 @@ pub fn gemm_variants() -> Vec<ShaderVariant> {
             &[dt],
             &[("SGS", SG8_SGS as f64)],
         ));
-        v.push(ShaderVariant::new(
-            &WG_PARTIAL,
-            &[dt],
-            &[("KT", WG_KT as f64)],
-        ));
+        for kernel in [GemmKernel::WgTiled, GemmKernel::WgTiled128] {
+            let tm = [("TM", kernel.wg_rows() as f64)];
+            v.push(ShaderVariant::new(&WG_PARTIAL, &[dt], &tm));
+        }
     }
     v
 }

@@ -12,13 +12,25 @@ pub enum GemmKernel {
     /// `gemm_tiled`: 8 x 8 invocations, a 32 x 32 tile, no workgroup memory (other CPU
     /// adapters).
     Tiled,
-    /// `gemm_wg`: 16 x 16 invocations, a 64 x 64 tile staged through workgroup memory KT = 8
-    /// steps of K at a time, double buffered (GPUs).
+    /// `gemm_wg` with TM = 4: 16 x 16 invocations, a 64 x 64 tile (4 x 4 per invocation)
+    /// staged through workgroup memory 8 steps of K at a time, double buffered (GPUs, problems
+    /// whose 128-row tiles would be too few to fill the device).
     WgTiled,
+    /// `gemm_wg` with TM = 8: a 128 x 64 tile, 8 x 4 per invocation (GPUs, problems with
+    /// enough 128-row tiles to fill the device).
+    WgTiled128,
 }
 
-/// K steps per staged tile of `gemm_wg` (its `KT` override).
-pub(crate) const WG_KT: u32 = 8;
+impl GemmKernel {
+    /// Rows per invocation of `gemm_wg` (its `TM` override); 0 for the CPU kernels.
+    pub(crate) fn wg_rows(self) -> u32 {
+        match self {
+            GemmKernel::WgTiled => 4,
+            GemmKernel::WgTiled128 => 8,
+            GemmKernel::Sg8 | GemmKernel::Tiled => 0,
+        }
+    }
+}
 
 #[doc(hidden)]
 /// Which kernel runs and how K is split: a plain function of the problem and the adapter.
@@ -65,6 +77,7 @@ fn tile_of(kernel: GemmKernel, sgs: u32) -> (usize, usize) {
         GemmKernel::Sg8 => (32 * sgs as usize, 32),
         GemmKernel::Tiled => (32, 32),
         GemmKernel::WgTiled => (64, 64),
+        GemmKernel::WgTiled128 => (128, 64),
     }
 }
 
@@ -114,9 +127,19 @@ pub fn plan_for(
         ));
     }
     // GPUs stage tiles through workgroup memory; CPU adapters, where barriers and workgroup
-    // memory are costly, keep their register-only kernels.
+    // memory are costly, keep their register-only kernels. On GPUs the 128 x 64 tile (8 x 4
+    // per invocation: TM / 4 + 1 workgroup loads per 4 TM FMAs, half the 64 x 64 tile's
+    // ratio) wherever its tiles still fill the device, else 64 x 64 (twice the workgroups).
     let kernel = if !caps.cpu {
-        GemmKernel::WgTiled
+        let tall = m
+            .div_ceil(128)
+            .saturating_mul(n.div_ceil(64))
+            .saturating_mul(batch);
+        if m > 64 && tall >= caps.parallelism {
+            GemmKernel::WgTiled128
+        } else {
+            GemmKernel::WgTiled
+        }
     } else if caps.sg8 {
         GemmKernel::Sg8
     } else {
@@ -213,6 +236,26 @@ mod plan_tests {
         let portable = Caps { sg8: false, ..lvp };
         let p = plan_for(&portable, 100, 100, 100, 1, None).unwrap();
         assert_eq!((p.kernel, p.tile()), (GemmKernel::Tiled, (32, 32)));
+    }
+
+    #[test]
+    fn gpus_take_128_row_tiles_where_they_fill_the_device() {
+        let caps = Caps::test_gpu();
+        let k = |m, n, batch| plan_for(&caps, m, n, 512, batch, None).unwrap().kernel;
+        // 4096^2: 32 x 64 = 2048 tiles of 128 x 64.
+        assert_eq!(k(4096, 4096, 1), GemmKernel::WgTiled128);
+        assert_eq!(
+            plan_for(&caps, 4096, 4096, 4096, 1, None).unwrap().tile(),
+            (128, 64)
+        );
+        // 1024^2: 8 x 16 = 128 tiles of 128 rows, under the 256 estimate: 64 x 64.
+        assert_eq!(k(1024, 1024, 1), GemmKernel::WgTiled);
+        // Batched [64, 512, 512]: 4 x 8 x 64 = 2048.
+        assert_eq!(k(512, 512, 64), GemmKernel::WgTiled128);
+        // 64 rows or fewer never take a half-empty 128-row tile.
+        assert_eq!(k(64, 1 << 16, 8), GemmKernel::WgTiled);
+        assert_eq!(GemmKernel::WgTiled.wg_rows(), 4);
+        assert_eq!(GemmKernel::WgTiled128.wg_rows(), 8);
     }
 
     #[test]

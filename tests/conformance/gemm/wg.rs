@@ -1,5 +1,5 @@
-//! The GPU plan's kernel (`gemm_wg`: 64 x 64 tiles staged through workgroup memory KT = 8 steps
-//! of K at a time, double buffered) run on lavapipe through `gpu_plans_device()`: a share of
+//! The GPU plan's kernel (`gemm_wg`: 128 x 64 or 64 x 64 tiles staged through workgroup memory
+//! 8 steps of K at a time, double buffered) run on lavapipe through `gpu_plans_device()`: a share of
 //! the suite's generated cases (general, exact, large, split-k, f16, matmul; batched,
 //! broadcast, transposed and sliced views, every epilogue) and fixed ragged edges (M, N and K
 //! off the tile, K < KT, K = 0, split and unsplit). Same checks and bounds as the parent module.
@@ -24,10 +24,20 @@ fn dev() -> &'static Device {
 
 #[test]
 fn gemm_wg_is_the_gpu_plan() {
-    for (m, n, k) in [(100, 100, 100), (1, 1, 0), (5000, 3, 70000)] {
+    for (m, n, k) in [(100, 100, 100), (1, 1, 0), (5000, 3, 70000), (64, 4096, 64)] {
         let p = plan(dev(), m, n, k, 1, None).unwrap();
-        assert_eq!(p.kernel, GemmKernel::WgTiled, "{p:?}");
+        assert!(
+            matches!(p.kernel, GemmKernel::WgTiled | GemmKernel::WgTiled128),
+            "{p:?}"
+        );
+        // 64 rows or fewer: the 64-row tile.
+        if m <= 64 {
+            assert_eq!(p.kernel, GemmKernel::WgTiled, "{p:?}");
+        }
     }
+    // Many 128-row tiles: the 128 x 64 tile (lavapipe's estimate is its thread count).
+    let p = plan(dev(), 8192, 8192, 64, 1, None).unwrap();
+    assert_eq!(p.kernel, GemmKernel::WgTiled128, "{p:?}");
 }
 
 #[test]
@@ -114,7 +124,7 @@ fn matmul_wg_f32() {
     });
 }
 
-/// Sizes on and off the 64 x 64 tile and the K step of 8: K < KT, K = 0 (the epilogue alone),
+/// Sizes on and off the 64 x 64 and 128 x 64 tiles and the K step of 8: K < KT, K = 0 (the epilogue alone),
 /// one element, one row or column, several ragged tiles; each with a transposed operand, a
 /// sliced or broadcast view, C, a bias and an activation, unsplit and split in 2 and 3, on
 /// small integers (exact) and uniform values, f32 and f16.
@@ -131,6 +141,8 @@ fn gemm_wg_ragged_edges() {
         (1, 64, 5),
         (70, 70, 3),
         (128, 128, 64),
+        (129, 64, 9),
+        (255, 63, 40),
     ];
     let kinds = [
         ViewKind::Contiguous,
