@@ -24,28 +24,6 @@ fn tile_4x4(g: u32, r0: u32, c0: u32, kr: vec2<u32>) -> array<vec4<f32>, 4> {
     return acc;
 }
 
-// The 4 columns c0.. of a row; `cs` are their states (from cols4).
-fn store_row4(g: u32, row: u32, c0: u32, cs: array<Col, 4>, v: vec4<f32>) {
-    store_out(g, row, c0, cs[0], v.x);
-    store_out(g, row, c0 + 1u, cs[1], v.y);
-    store_out(g, row, c0 + 2u, cs[2], v.z);
-    store_out(g, row, c0 + 3u, cs[3], v.w);
-}
-
-fn cols4(g: u32, c0: u32) -> array<Col, 4> {
-    let c_0 = col_state(g, c0);
-    let c_1 = col_step(g, c_0, c0 + 1u, 1u);
-    let c_2 = col_step(g, c_1, c0 + 2u, 1u);
-    return array<Col, 4>(c_0, c_1, c_2, col_step(g, c_2, c0 + 3u, 1u));
-}
-
-fn store_row4_ws(z: u32, row: u32, c0: u32, v: vec4<f32>) {
-    store_ws(z, row, c0, v.x);
-    store_ws(z, row, c0 + 1u, v.y);
-    store_ws(z, row, c0 + 2u, v.z);
-    store_ws(z, row, c0 + 3u, v.w);
-}
-
 @compute @workgroup_size(8, 8)
 fn conv_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let r0 = wid.y * 32u + lid.y * 4u;

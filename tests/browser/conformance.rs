@@ -1,7 +1,8 @@
 //! The browser's subset of the conformance suite: for every op family, the native suite's
 //! strategies and checks (tests/conformance) with fewer cases, fixed seeds and awaited
 //! readbacks. `device()` runs the kernels the adapter's features select; `portable_device()`
-//! (no SUBGROUP) the portable variants. f16 cases run only when the adapter has SHADER_F16
+//! (no SUBGROUP) the portable variants; `gpu_plans_device()` the GPU plans (the large-tile GEMM
+//! and convolution, attention's tiles) on whatever adapter the browser offers. f16 cases run only when the adapter has SHADER_F16
 //! and are reported as skipped otherwise.
 
 use proptest::prelude::*;
@@ -11,7 +12,7 @@ use wgtensor::ops::Activation;
 use wgtensor::DType;
 
 use crate::common::conv_ref::{ConvGeom, Dir};
-use crate::common::{device, init_devices, portable_device};
+use crate::common::{device, gpu_plans_device, init_devices, portable_device};
 use crate::conv_check::{self as conv, Rows};
 use crate::gemm::Mode;
 use crate::runner::check_cases;
@@ -326,6 +327,30 @@ async fn gemm_f16() {
     check_cases("gemm_f16", 4, general, check).await;
     let sk = gemm::gemm_problem(h, gemm::splitk_sizes(), Mode::SplitK);
     check_cases("gemm_splitk_f16", 2, sk, check).await;
+}
+
+/// The GPU plans' GEMM (`gemm_wg`, 64- and 128-row tiles) and convolution (`conv_wg`, 32+
+/// rows per group) on the browser's adapter.
+#[wasm_bindgen_test]
+async fn gpu_plans_gemm_conv_f32() {
+    init_devices().await;
+    let (f, none, dev) = (DType::F32, Activation::None, gpu_plans_device());
+    let check = async |p: &_| gemm::check_gemm(dev, p, false).await;
+    let general = gemm::gemm_problem(f, gemm::general_sizes(), Mode::General);
+    check_cases("gemm_f32 (gpu plans)", 6, general, check).await;
+    let sk = gemm::gemm_problem(f, gemm::splitk_sizes(), Mode::SplitK);
+    check_cases("gemm_splitk_f32 (gpu plans)", 3, sk, check).await;
+    let fwd = async |p: &_| conv::check_forward(dev, p, f, none).await;
+    check_cases(
+        "conv2d_forward_f32 (gpu plans)",
+        3,
+        conv::problem(Rows::Wide),
+        fwd,
+    )
+    .await;
+    let bwd = async |p: &_| conv::check_backward(dev, p, f).await;
+    let name = "conv2d_backward_f32 (gpu plans)";
+    check_cases(name, 3, conv::problem(Rows::Wide), bwd).await;
 }
 
 // ---- convolution ----------------------------------------------------------------------------

@@ -52,23 +52,24 @@ pub fn gpu_plans_device() -> &'static Device {
     })
 }
 
-/// The browser's two shared devices (default and without subgroups), opened by
-/// [`init_devices`]: a wasm test cannot block on device creation, so each browser test awaits
-/// `init_devices()` first and the shared code then finds them through `device()` and
-/// `portable_device()` as on native.
+/// The browser's three shared devices (default, without subgroups, and planning as on a GPU),
+/// opened by [`init_devices`]: a wasm test cannot block on device creation, so each browser
+/// test awaits `init_devices()` first and the shared code then finds them through `device()`,
+/// `portable_device()` and `gpu_plans_device()` as on native.
 #[cfg(target_arch = "wasm32")]
 mod wasm_devices {
     use std::cell::Cell;
 
     use wgtensor::{Device, DeviceOptions};
 
+    type Devices = (&'static Device, &'static Device, &'static Device);
+
     thread_local! {
-        static DEVICES: Cell<Option<(&'static Device, &'static Device)>> =
-            const { Cell::new(None) };
+        static DEVICES: Cell<Option<Devices>> = const { Cell::new(None) };
     }
 
     pub async fn init_devices() -> &'static Device {
-        if let Some((d, _)) = DEVICES.get() {
+        if let Some((d, _, _)) = DEVICES.get() {
             return d;
         }
         let open = |opts: DeviceOptions| async move {
@@ -83,14 +84,19 @@ mod wasm_devices {
             ..Default::default()
         })
         .await;
-        // Two tests racing through the awaits above keep the first pair.
+        let g = open(DeviceOptions {
+            gpu_plans: true,
+            ..Default::default()
+        })
+        .await;
+        // Two tests racing through the awaits above keep the first set.
         if DEVICES.get().is_none() {
-            DEVICES.set(Some((d, p)));
+            DEVICES.set(Some((d, p, g)));
         }
         DEVICES.get().expect("set above").0
     }
 
-    fn get() -> (&'static Device, &'static Device) {
+    fn get() -> Devices {
         DEVICES
             .get()
             .expect("browser tests must `init_devices().await` before using the device")
@@ -103,9 +109,13 @@ mod wasm_devices {
     pub fn portable_device() -> &'static Device {
         get().1
     }
+
+    pub fn gpu_plans_device() -> &'static Device {
+        get().2
+    }
 }
 #[cfg(target_arch = "wasm32")]
-pub use wasm_devices::{device, init_devices, portable_device};
+pub use wasm_devices::{device, gpu_plans_device, init_devices, portable_device};
 
 /// Fails the calling f16 test on adapters without SHADER_F16. scripts/test.sh passes
 /// `--skip f16` on such adapters, so f16 cases show up as filtered out, never as passed.

@@ -58,14 +58,12 @@ pub(crate) struct AttnProblem {
     dtype: DType,
 }
 
-/// The device a case runs on: natively the GPU plan forced on the CPU adapter when `gpu`;
-/// the browser's default device (a CPU WebGPU adapter in CI) always.
+/// The device a case runs on: the GPU plan forced on the adapter when `gpu` (natively and in
+/// the browser), else the default device.
 fn plan_device(gpu: bool) -> &'static Device {
-    #[cfg(not(target_arch = "wasm32"))]
     if gpu {
         return crate::common::gpu_plans_device();
     }
-    let _ = gpu;
     device()
 }
 

@@ -91,12 +91,16 @@ pub enum Rows {
     /// 8-12 rows: one row tile of the GEMM kernels (`Sg8` on the default device on lavapipe,
     /// `Tiled` on the portable device).
     Gemm,
+    /// 32-72 rows: the GPU large-tile kernel (`WgTiled`, 64- and 128-row tiles) on the
+    /// `gpu_plans` device.
+    Wide,
 }
 
 fn geom_strategy(rows: Rows) -> impl Strategy<Value = ConvGeom> {
     let (per_group, max_groups) = match rows {
         Rows::Few => (1usize..=4, 3usize),
         Rows::Gemm => (8usize..=12, 2),
+        Rows::Wide => (32usize..=72, 2),
     };
     (
         (

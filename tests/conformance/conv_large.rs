@@ -182,7 +182,7 @@ fn splitk_problem(dir: Dir, int: Option<bool>) -> impl Strategy<Value = (Problem
 
 /// Forward (bias, `act`), data gradient, weight gradient, bias gradient and the transposed
 /// convolution (bias, `act`) of one problem.
-fn check_all(
+pub(crate) fn check_all(
     dev: &Device,
     p: &Problem,
     dtype: DType,
@@ -207,7 +207,7 @@ fn large_cases(dev: &Device, cases: u32, dtype: DType, int: Option<bool>) {
 /// Direction `dir` of a split-k problem: the launch must split; the forward and the
 /// transposed convolution (the data-gradient GEMM) run with bias and `act`, which the
 /// split-k reduction applies.
-fn check_split(
+pub(crate) fn check_split(
     dev: &Device,
     p: &Problem,
     dtype: DType,
@@ -423,7 +423,7 @@ fn splitk_fixed() -> [(Dir, ConvGeom); 3] {
 }
 
 /// Runs `dir` of `g` (forward with bias and tanh) on float data; returns the output.
-fn run_dir(dev: &Device, g: &ConvGeom, dir: Dir, dtype: DType) -> Tensor {
+pub(crate) fn run_dir(dev: &Device, g: &ConvGeom, dir: Dir, dtype: DType) -> Tensor {
     let p = Problem {
         g: *g,
         seed: 7,

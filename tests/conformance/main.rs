@@ -16,6 +16,7 @@ mod conv;
 mod conv_check;
 mod conv_grad;
 mod conv_large;
+mod conv_wg;
 mod elementwise;
 mod gemm;
 mod index_ops;

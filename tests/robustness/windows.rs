@@ -341,6 +341,44 @@ fn convolutions_run_in_windows_of_samples() {
     assert!(matches!(e, Error::TooLarge { .. }), "{e:?}");
 }
 
+/// The same on the GPU plan's large-tile kernel (`conv_wg`, 32 rows per group): forward and
+/// data gradient in windows of samples, and a weight gradient of one output tile (which the
+/// plan splits) in windows of its split-k slices, bitwise the results of the same plan bound
+/// whole.
+#[test]
+fn conv_wg_runs_in_windows_of_samples() {
+    use wgtensor::ops::{conv2d, conv2d_backward_input, conv2d_backward_weight, Conv2dOptions};
+    let big = small_with(1 << 30, true);
+    let win = small_with(160 << 10, true);
+    let o = Conv2dOptions {
+        padding: wgtensor::ops::Padding::uniform(1),
+        activation: Activation::Relu,
+        ..Default::default()
+    };
+    let plain = Conv2dOptions {
+        activation: Activation::None,
+        ..o
+    };
+    let t = |d: &Device, shape: &[usize], k: f32| {
+        let n = shape.iter().product();
+        Tensor::from_slice(d, &wave(n, k), shape).unwrap()
+    };
+    let run = |d: &Device| {
+        let x = t(d, &[6, 32, 20, 20], 0.17);
+        let w = t(d, &[32, 32, 3, 3], 0.31);
+        let b = t(d, &[32], 0.5);
+        let y = conv2d(&x, &w, Some(&b), &o).unwrap();
+        let dx = conv2d_backward_input(&y, &w, [20, 20], &plain).unwrap();
+        let x4 = t(d, &[6, 4, 20, 20], 0.23);
+        let dw = conv2d_backward_weight(&y, &x4, [3, 3], &plain).unwrap();
+        (bits(&y), bits(&dx), bits(&dw))
+    };
+    let (b0, w0) = (big.stats().dispatches, win.stats().dispatches);
+    assert_eq!(run(&big), run(&win));
+    let (db, dw) = (big.stats().dispatches - b0, win.stats().dispatches - w0);
+    assert!(dw > db, "not windowed: {dw} dispatches vs {db}");
+}
+
 /// Batch norm over tensors past one binding: the data passes run in windows of whole samples
 /// with the full problem's chunks (and the gathered pivots), so inference, training (output,
 /// saved and running statistics) and backward give the unsplit bits; both vec4 and scalar

@@ -7,9 +7,10 @@ use super::geom::Geom;
 use super::params::{ConvParams, Direction};
 use super::plan::{
     plan_params, ConvPlan, ConvVariant, DIRECT_COLS, DIRECT_ROWS, DIRECT_WG, GEMM_ROW_BLOCKS,
-    SG8_SUBGROUPS,
+    SG8_SUBGROUPS, WG_ROWS,
 };
 use crate::ops::activation::{Activation, ACTIVATION, ACTIVATION_DEFS};
+use crate::ops::gemm::launch::WG_TILE;
 use crate::runtime::pipeline::{ShaderLib, ShaderVariant};
 use crate::runtime::window::{too_wide, Span};
 use crate::runtime::{Access, Bind, Kernel, Storage};
@@ -20,6 +21,8 @@ static CONV_COMMON: ShaderLib =
 const LIBS: &[&ShaderLib] = &[&ACTIVATION, &CONV_COMMON];
 const TILED_SRC: &str = include_str!("../../../shaders/conv.wgsl");
 const SG8_SRC: &str = include_str!("../../../shaders/conv_sg8.wgsl");
+const WG_SRC: &str = include_str!("../../../shaders/conv_wg.wgsl");
+const WG_LIBS: &[&ShaderLib] = &[&ACTIVATION, &CONV_COMMON, &WG_TILE];
 
 use Access::{Read as R, ReadWrite as RW};
 
@@ -38,6 +41,13 @@ static SG8: Kernel = Kernel::new("conv_sg8", SG8_SRC, "conv_sg8", &[R, R, R, RW]
 static SG8_PARTIAL: Kernel = Kernel::new("conv_sg8", SG8_SRC, "conv_sg8_partial", &[R, R, RW])
     .slots(&[1, 2, 5])
     .libs(LIBS);
+
+static WG: Kernel = Kernel::new("conv_wg", WG_SRC, "conv_wg", &[R, R, R, RW])
+    .slots(&[1, 2, 3, 4])
+    .libs(WG_LIBS);
+static WG_PARTIAL: Kernel = Kernel::new("conv_wg", WG_SRC, "conv_wg_partial", &[R, R, RW])
+    .slots(&[1, 2, 5])
+    .libs(WG_LIBS);
 
 const DIRECT_SRC: &str = include_str!("../../../shaders/conv_direct.wgsl");
 
@@ -184,7 +194,7 @@ fn grid(
     }
     Ok(match pl.variant {
         ConvVariant::Sg8 => [rows as u32, cols as u32, gz as u32],
-        ConvVariant::Tiled => [cols as u32, rows as u32, gz as u32],
+        ConvVariant::Tiled | ConvVariant::WgTiled => [cols as u32, rows as u32, gz as u32],
         ConvVariant::Direct => {
             // One invocation per (group, row block, line, 8-column block), flat over x and y.
             let lines = ncols / p.c_e2 as usize;
@@ -213,6 +223,10 @@ fn partial_kernel(pl: &ConvPlan, transposed: bool) -> (&'static Kernel, Vec<(&'s
             &SG8_PARTIAL
         }
         ConvVariant::Tiled => &TILED_PARTIAL,
+        ConvVariant::WgTiled => {
+            c.push(("TM", pl.rt as f64));
+            &WG_PARTIAL
+        }
         ConvVariant::Direct | ConvVariant::DirectLines => {
             c.extend([("WG", DIRECT_WG as f64), ("DR", pl.rt as f64)]);
             &DIRECT_PARTIAL
@@ -274,6 +288,10 @@ fn dispatch(
                 &SG8
             }
             ConvVariant::Tiled => &TILED,
+            ConvVariant::WgTiled => {
+                consts.push(("TM", pl.rt as f64));
+                &WG
+            }
             ConvVariant::Direct => {
                 consts.extend([("WG", DIRECT_WG as f64), ("DR", pl.rt as f64)]);
                 &DIRECT
@@ -392,7 +410,12 @@ fn weight_grad_windows(
 /// The conv family's entry in the kernel-family registry (`ops::families()`).
 pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipeline::Family {
     name: "conv",
-    shaders: &["conv.wgsl", "conv_sg8.wgsl", "conv_direct.wgsl"],
+    shaders: &[
+        "conv.wgsl",
+        "conv_sg8.wgsl",
+        "conv_direct.wgsl",
+        "conv_wg.wgsl",
+    ],
     params: || vec![params_layout()],
     variants: conv_variants,
 };
@@ -409,6 +432,11 @@ pub fn conv_variants() -> Vec<ShaderVariant> {
                     let mut c = vec![("BIAS", bias), ("ACT", act as f64)];
                     c.extend(gather);
                     v.push(ShaderVariant::new(&TILED, &[dt], &c));
+                    for tm in WG_ROWS {
+                        let mut w = c.clone();
+                        w.push(("TM", tm as f64));
+                        v.push(ShaderVariant::new(&WG, &[dt], &w));
+                    }
                     let mut l4 = c.clone();
                     l4.push(("WG", DIRECT_WG as f64));
                     v.push(ShaderVariant::new(&DIRECT_L4, &[dt], &l4));
@@ -435,6 +463,10 @@ pub fn conv_variants() -> Vec<ShaderVariant> {
                 }
             }
             v.push(ShaderVariant::new(&TILED_PARTIAL, &[dt], &gather));
+            for tm in WG_ROWS {
+                let w = [gather[0], ("TM", tm as f64)];
+                v.push(ShaderVariant::new(&WG_PARTIAL, &[dt], &w));
+            }
             for dr in DIRECT_ROWS {
                 let d = [gather[0], ("WG", DIRECT_WG as f64), ("DR", dr as f64)];
                 v.push(ShaderVariant::new(&DIRECT_PARTIAL, &[dt], &d));

@@ -15,8 +15,13 @@ pub(crate) const DIRECT_WG: usize = 64;
 pub enum ConvVariant {
     /// 8-lane subgroup implicit GEMM (CPU adapters such as lavapipe).
     Sg8,
-    /// Portable 32x32 register tile.
+    /// Portable 32x32 register tile (CPU adapters without 8-lane subgroups; GPUs for groups
+    /// of 8 to 31 rows).
     Tiled,
+    /// The GPUs' large-tile core (shaders/conv_wg.wgsl on lib/wg_tile.wgsl, shared with
+    /// GEMM): a 16 TM x 64 tile staged through workgroup memory, TM x 4 per invocation; groups
+    /// of at least 32 rows on GPUs.
+    WgTiled,
     /// DR rows x 8 columns of one output line per invocation: groups with fewer than 8 rows.
     Direct,
     /// Direct on 4 lines at once for single-row groups whose kernel rows and columns step one
@@ -31,7 +36,8 @@ pub enum ConvVariant {
 pub struct ConvPlan {
     /// The kernel family the launch uses.
     pub variant: ConvVariant,
-    /// Sg8: row blocks of 8 per subgroup (1, 2 or 4); Direct: rows per invocation (1 to 8).
+    /// Sg8: row blocks of 8 per subgroup (1, 2 or 4); Direct: rows per invocation (1 to 8);
+    /// WgTiled: rows per invocation (`TM`: 4 or 8).
     pub rt: u32,
     /// Sg8: subgroups per workgroup, each on its own 32 columns.
     pub sgs: u32,
@@ -48,6 +54,7 @@ impl ConvPlan {
         match self.variant {
             ConvVariant::Sg8 => (8 * self.rt as usize, 32 * self.sgs as usize),
             ConvVariant::Tiled => (32, 32),
+            ConvVariant::WgTiled => (16 * self.rt as usize, 64),
             // Lines are padded to whole 8-column blocks; used for the split decision only.
             ConvVariant::Direct | ConvVariant::DirectLines => {
                 (self.rt as usize, DIRECT_COLS * DIRECT_WG)
@@ -76,6 +83,11 @@ pub fn plan(dev: &Device, m: usize, ncols: usize, k: usize, groups: usize) -> Re
 pub(crate) const DIRECT_ROWS: [u32; 4] = [1, 2, 4, 8];
 /// Row blocks of 8 rows of the GEMM kernels (`RT`).
 pub(crate) const GEMM_ROW_BLOCKS: [u32; 3] = [1, 2, 4];
+/// Rows per invocation of the GPU large-tile kernel (`TM`): 64- and 128-row tiles.
+pub(crate) const WG_ROWS: [u32; 2] = [4, 8];
+/// Rows per group from which GPUs take the large-tile kernel (below it most of a 64-row
+/// tile would idle).
+const WG_MIN_ROWS: usize = 32;
 /// Subgroups per workgroup of the sg8 kernel (`SGS`): 2 for more than 32 output columns.
 pub(crate) const SG8_SUBGROUPS: [u32; 2] = [1, 2];
 
@@ -90,6 +102,8 @@ fn plan_with(
 ) -> ConvPlan {
     let variant = if direct && m < 8 {
         ConvVariant::Direct
+    } else if !caps.cpu && m >= WG_MIN_ROWS {
+        ConvVariant::WgTiled
     } else if caps.sg8 {
         ConvVariant::Sg8
     } else {
@@ -105,8 +119,17 @@ fn plan_with(
             .find(|&r| r as usize >= rows)
             .unwrap_or(last)
     };
+    let groups = groups.max(1);
     let rt = match variant {
         ConvVariant::Direct => pick(&DIRECT_ROWS, m),
+        // As GEMM: 128-row tiles where they still fill the device.
+        ConvVariant::WgTiled => {
+            let tall = m
+                .div_ceil(128)
+                .saturating_mul(ncols.div_ceil(64))
+                .saturating_mul(groups);
+            WG_ROWS[usize::from(m > 64 && tall >= caps.parallelism)]
+        }
         _ => pick(&GEMM_ROW_BLOCKS, m.div_ceil(8)),
     };
     let sgs = SG8_SUBGROUPS[usize::from(ncols > 32)];
@@ -118,13 +141,17 @@ fn plan_with(
         k_chunk: k as u32,
     };
     let (tm, tn) = pl.tile();
-    let groups = groups.max(1);
     let tiles = m
         .div_ceil(tm)
         .saturating_mul(ncols.div_ceil(tn))
         .saturating_mul(groups)
         .max(1);
-    let target = if caps.cpu { 64 } else { 512 };
+    // CPU adapters: 64 tiles (measured on lavapipe); GPUs: the parallelism estimate, as GEMM.
+    let target = if caps.cpu {
+        64
+    } else {
+        caps.parallelism.max(2)
+    };
     let max_z = caps.max_workgroups_per_dim as usize;
     if k >= 1024 && tiles < target {
         let wanted = target
@@ -193,6 +220,27 @@ mod plan_tests {
             plan_with(&gpu, true, 8, 100, 100, 1).variant,
             ConvVariant::Tiled
         );
+        // 32 rows or more: the large-tile core, 128 rows where those tiles fill the device.
+        let p = plan_with(&gpu, true, 32, 100, 100, 1);
+        assert_eq!(
+            (p.variant, p.rt, p.tile()),
+            (ConvVariant::WgTiled, 4, (64, 64))
+        );
+        // x [32, 128, 56, 56], 3x3: 128 rows x 100352 columns.
+        let p = plan_with(&gpu, true, 128, 100352, 1152, 1);
+        assert_eq!(
+            (p.variant, p.rt, p.tile()),
+            (ConvVariant::WgTiled, 8, (128, 64))
+        );
+        // Its weight gradient: 18 tiles of 128 rows are too few, 36 of 64 split K.
+        let p = plan_with(&gpu, true, 128, 1152, 100352, 1);
+        assert_eq!((p.variant, p.rt), (ConvVariant::WgTiled, 4));
+        assert_eq!(p.splits, 8, "{p:?}");
+        assert!(p.k_chunk >= 256 && p.splits * p.k_chunk >= 100352);
+        assert_eq!(
+            plan_with(&lvp, true, 128, 100352, 1152, 1).variant,
+            ConvVariant::Sg8
+        );
         assert_eq!(
             plan_with(&lvp, true, 8, 100, 100, 1).variant,
             ConvVariant::Sg8
@@ -204,7 +252,7 @@ mod plan_tests {
         );
         // Row blocks: direct rows up to 8, GEMM blocks up to 4.
         assert_eq!(plan_with(&gpu, true, 3, 100, 100, 1).rt, 4);
-        assert_eq!(plan_with(&gpu, true, 64, 100, 100, 1).rt, 4);
+        assert_eq!(plan_with(&lvp, true, 64, 100, 100, 1).rt, 4);
         // Every plan's row block and subgroup count is in the tables the variant list
         // enumerates.
         for m in 0..80 {
@@ -213,6 +261,7 @@ mod plan_tests {
                     let p = plan_with(&caps, true, m, ncols, 100, 1);
                     let table: &[u32] = match p.variant {
                         ConvVariant::Direct | ConvVariant::DirectLines => &DIRECT_ROWS,
+                        ConvVariant::WgTiled => &WG_ROWS,
                         _ => &GEMM_ROW_BLOCKS,
                     };
                     assert!(table.contains(&p.rt), "{p:?}");

@@ -1,0 +1,155 @@
+// Convolution on the GPUs' large-tile core (lib/wg_tile.wgsl, shared with gemm_wg.wgsl): the
+// implicit GEMM of lib/conv_common.wgsl with a 16 TM x 64 output tile of one group per 16x16
+// workgroup, TM x 4 outputs per invocation, A and B staged through workgroup memory 8 steps of
+// K at a time, double buffered, one barrier per step.
+// Every invocation keeps the positions it stages fixed for the whole K loop, so a step
+// advances k counters by KT instead of decomposing k per element: A (affine in k, stored
+// k-fast in every direction) is staged k-fast, TM / 2 rows at one k; B (a gather) along the
+// columns when the innermost column counter is the longer run (forward: ow; data gradient:
+// iw), else along K (weight gradient: k2 is ow while the columns' is kw), so neighbouring
+// invocations read neighbouring source columns either way. Out-of-range K is staged as 0;
+// ragged rows and columns read clamped positions whose results are never stored.
+// Needs lib/activation.wgsl, lib/conv_common.wgsl and lib/wg_tile.wgsl.
+
+// One K step's share of one invocation: TM / 2 <= 4 elements of A and 2 of B.
+struct Staged {
+    a: array<f32, 4>,
+    b: array<f32, 2>,
+}
+
+// What an invocation loads from, fixed over the K loop except the k counters.
+struct Loader {
+    // Element offsets of its A rows (clamped) and the counters of its A k.
+    arow: array<u32, 4>,
+    ka: KIter,
+    // Its B columns (clamped) and the counters of their k.
+    cols: array<Col, 2>,
+    kb: array<KIter, 2>,
+}
+
+// The k counters of an arbitrary k (k_start serves only slice starts).
+fn k_at(k: u32) -> KIter {
+    let t = k / p.k_e2;
+    return KIter(t / p.k_e1, t % p.k_e1, k % p.k_e2);
+}
+
+// `it` advanced by KT steps of k.
+fn k_adv(it: KIter) -> KIter {
+    var r = it;
+    r.k2 += KT;
+    if (r.k2 >= p.k_e2) {
+        let q = r.k2 / p.k_e2;
+        r.k2 -= q * p.k_e2;
+        r.k1 += q;
+        if (r.k1 >= p.k_e1) {
+            let q1 = r.k1 / p.k_e1;
+            r.k1 -= q1 * p.k_e1;
+            r.k0 += q1;
+        }
+    }
+    return r;
+}
+
+fn b_k_fast() -> bool {
+    return p.k_e2 > p.c_e2;
+}
+
+fn loader(g: u32, r0: u32, c0: u32, k0: u32, li: u32) -> Loader {
+    var ld: Loader;
+    for (var q = 0u; q < a_per(); q++) {
+        let pa = stage_pos(li + q * WX * WY, tile_rows(), true);
+        ld.arow[q] = a_row(g, r0 + pa.x);
+    }
+    ld.ka = k_at(k0 + li % KT);
+    for (var q = 0u; q < B_PER; q++) {
+        let pb = stage_pos(li + q * WX * WY, BN, b_k_fast());
+        ld.cols[q] = col_state(g, c0 + pb.x);
+        ld.kb[q] = k_at(k0 + pb.y);
+    }
+    return ld;
+}
+
+// Loads the step starting at k0 (k below kend) and advances the loader's counters.
+fn load_step(ld: ptr<function, Loader>, k0: u32, kend: u32, li: u32) -> Staged {
+    var s: Staged;
+    let ka = k0 + li % KT;
+    let ak = a_k((*ld).ka);
+    for (var q = 0u; q < a_per(); q++) {
+        var va = 0.0;
+        if (ka < kend) {
+            va = f32(a[(*ld).arow[q] + ak]);
+        }
+        s.a[q] = va;
+    }
+    (*ld).ka = k_adv((*ld).ka);
+    for (var q = 0u; q < B_PER; q++) {
+        let kb = k0 + stage_pos(li + q * WX * WY, BN, b_k_fast()).y;
+        var vb = 0.0;
+        if (kb < kend) {
+            vb = gather((*ld).cols[q], k_part((*ld).kb[q]));
+        }
+        s.b[q] = vb;
+        (*ld).kb[q] = k_adv((*ld).kb[q]);
+    }
+    return s;
+}
+
+fn store_step(s: Staged, buf: u32, li: u32) {
+    for (var q = 0u; q < a_per(); q++) {
+        let pa = stage_pos(li + q * WX * WY, tile_rows(), true);
+        put_a(buf, pa.x, pa.y, s.a[q]);
+    }
+    for (var q = 0u; q < B_PER; q++) {
+        let pb = stage_pos(li + q * WX * WY, BN, b_k_fast());
+        put_b(buf, pb.y, pb.x, s.b[q]);
+    }
+}
+
+// The TM x 4 block of invocation (tx, ty) in group g's tile at (r0, c0), summed over k in kr.
+fn tile_conv(g: u32, r0: u32, c0: u32, kr: vec2<u32>, lid: vec3<u32>) -> array<vec4<f32>, 8> {
+    let li = lid.x + lid.y * WX;
+    let steps = (kr.y - kr.x + KT - 1u) / KT;
+    var ld = loader(g, r0, c0, kr.x, li);
+    var acc: array<vec4<f32>, 8>;
+    store_step(load_step(&ld, kr.x, kr.y, li), 0u, li);
+    workgroupBarrier();
+    for (var t = 0u; t < steps; t++) {
+        let cur = t & 1u;
+        let more = t + 1u < steps;
+        var next: Staged;
+        if (more) {
+            next = load_step(&ld, kr.x + (t + 1u) * KT, kr.y, li);
+        }
+        fma_tile(cur, lid, &acc);
+        if (more) {
+            store_step(next, 1u - cur, li);
+        }
+        workgroupBarrier();
+    }
+    return acc;
+}
+
+@compute @workgroup_size(16, 16)
+fn conv_wg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let r0 = wid.y * tile_rows();
+    let c0 = wid.x * BN;
+    let g = group_of(wid.z);
+    let acc = tile_conv(g, r0, c0, k_range(wid.z), lid);
+    let col = c0 + lid.x * 4u;
+    let cs = cols4(g, col);
+    for (var i = 0u; i < TM; i++) {
+        store_row4(g, r0 + lid.y * TM + i, col, cs, acc[i]);
+    }
+}
+
+@compute @workgroup_size(16, 16)
+fn conv_wg_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let r0 = wid.y * tile_rows();
+    let c0 = wid.x * BN;
+    let z = wid.z + p.z0;
+    let acc = tile_conv(group_of(z), r0, c0, k_range(z), lid);
+    let col = c0 + lid.x * 4u;
+    for (var i = 0u; i < TM; i++) {
+        store_row4_ws(z, r0 + lid.y * TM + i, col, acc[i]);
+    }
+}

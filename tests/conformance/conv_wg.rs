@@ -1,0 +1,180 @@
+//! The GPU plan's convolution kernel (`conv_wg`: the large-tile core shared with GEMM, 64- and
+//! 128-row tiles staged through workgroup memory, double buffered) run on lavapipe through
+//! `gpu_plans_device()`, against the same f64 reference and error model as conv.rs: generated
+//! problems with 32-72 rows per group (every direction, the transposed convolution, views,
+//! groups and depthwise multipliers), small-integer problems (exact), f16, fixed row counts at
+//! the tile boundaries, and split-k in every direction (bias and activation applied by the
+//! reduction) with bitwise determinism.
+
+use wgtensor::ops::conv::{plan, ConvVariant};
+use wgtensor::ops::Activation;
+use wgtensor::{DType, Device};
+
+use crate::check::compare_bits;
+use crate::common::conv_ref::{ConvGeom, Dir};
+use crate::common::{self, gpu_plans_device, require_f16};
+use crate::conv_check::{expected_plan, int_problem, problem, Problem, Rows};
+use crate::conv_large::{check_all, check_split, run_dir};
+use crate::strategies::run;
+
+const CASES_F32: u32 = 6;
+const CASES_EXACT_F32: u32 = 4;
+const CASES_F16: u32 = 2;
+
+fn dev() -> &'static Device {
+    gpu_plans_device()
+}
+
+#[test]
+fn conv_wg_is_the_gpu_plan_from_32_rows() {
+    // Below 32 rows the register kernels (Sg8 here: lavapipe keeps its 8-lane subgroups).
+    for m in [1, 7, 8, 31, 32, 200] {
+        let pl = plan(dev(), m, 100, 100, 1).unwrap();
+        assert_eq!(
+            pl.variant == ConvVariant::WgTiled,
+            m >= 32,
+            "m = {m}: {pl:?}"
+        );
+    }
+    assert_eq!(plan(dev(), 64, 4096, 100, 1).unwrap().rt, 4);
+    // Many 128-row tiles (lavapipe's estimate is its thread count): TM = 8.
+    assert_eq!(plan(dev(), 128, 4096, 100, 1).unwrap().rt, 8);
+}
+
+#[test]
+fn conv_wg_f32() {
+    run(CASES_F32, problem(Rows::Wide), |p| {
+        check_all(dev(), p, DType::F32, Activation::None, [0, 0])
+    });
+}
+
+#[test]
+fn conv_wg_exact_f32() {
+    run(CASES_EXACT_F32, int_problem(Rows::Wide), |p| {
+        check_all(dev(), p, DType::F32, Activation::Relu, [0, 0])
+    });
+}
+
+#[test]
+fn conv_wg_f16() {
+    require_f16(dev());
+    run(CASES_F16, problem(Rows::Wide), |p| {
+        check_all(dev(), p, DType::F16, Activation::None, [0, 0])
+    });
+}
+
+/// Rows per group on and off the 64- and 128-row tiles in every direction over ragged
+/// columns, with a stride (the data gradient's divisibility test) and grouped.
+#[test]
+fn conv_wg_row_tiles() {
+    let mut failures = Vec::new();
+    for (i, m) in [32usize, 33, 63, 64, 65, 100, 128, 129]
+        .into_iter()
+        .enumerate()
+    {
+        let g = ConvGeom {
+            n: 2,
+            c: 2 * m,
+            h: 7,
+            w: 6,
+            o: 2 * m,
+            kh: 3,
+            kw: 2,
+            groups: 2,
+            stride: [1, 2],
+            pad: [1, 1, 0, 1],
+            dil: [1, 1],
+        };
+        for dir in [Dir::Forward, Dir::Data, Dir::Weight] {
+            let pl = expected_plan(dev(), &g, dir);
+            assert_eq!(pl.variant, ConvVariant::WgTiled, "{dir:?} of {g:?}: {pl:?}");
+            assert!(m > 64 || pl.rt == 4, "{dir:?} of {g:?}: {pl:?}");
+        }
+        let p = Problem {
+            g,
+            seed: 90 + i as u64,
+            int: i % 2 == 0,
+            bias: true,
+            views: i % 3 == 0,
+        };
+        if let Err(e) = check_all(dev(), &p, DType::F32, Activation::Gelu, [0, 0]) {
+            failures.push(format!("m = {m}: {e}\n{p:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// One split-k problem per direction with 32+ rows and one output tile: a weight gradient
+/// (K = 4 * 16 * 16), a forward with C * 9 = 1152, a strided data gradient with O * 9 = 1152.
+fn splitk_fixed() -> [(Dir, ConvGeom); 3] {
+    let base = ConvGeom {
+        n: 4,
+        c: 5,
+        h: 16,
+        w: 16,
+        o: 40,
+        kh: 3,
+        kw: 3,
+        groups: 1,
+        stride: [1, 1],
+        pad: [1, 1, 1, 1],
+        dil: [1, 1],
+    };
+    [
+        (Dir::Weight, base),
+        (
+            Dir::Forward,
+            ConvGeom {
+                n: 1,
+                c: 128,
+                h: 6,
+                w: 6,
+                o: 48,
+                pad: [0; 4],
+                ..base
+            },
+        ),
+        (
+            Dir::Data,
+            ConvGeom {
+                n: 1,
+                c: 36,
+                h: 6,
+                w: 6,
+                o: 128,
+                stride: [2, 2],
+                pad: [0; 4],
+                ..base
+            },
+        ),
+    ]
+}
+
+#[test]
+fn conv_wg_splitk_f32() {
+    for (i, (dir, g)) in splitk_fixed().into_iter().enumerate() {
+        for int in [false, true] {
+            let p = Problem {
+                g,
+                seed: 120 + i as u64,
+                int,
+                bias: true,
+                views: false,
+            };
+            check_split(dev(), &p, DType::F32, dir, Activation::Relu)
+                .unwrap_or_else(|e| panic!("{dir:?} of {g:?}: {e}"));
+        }
+        let pl = expected_plan(dev(), &g, dir);
+        assert_eq!(pl.variant, ConvVariant::WgTiled, "{pl:?}");
+        let first = common::download(&run_dir(dev(), &g, dir, DType::F32)).unwrap();
+        let again = common::download(&run_dir(dev(), &g, dir, DType::F32)).unwrap();
+        compare_bits(
+            &format!("{dir:?} of {g:?} ({pl:?}), run 1 vs run 0"),
+            &[first.len()],
+            DType::F32,
+            &again,
+            &first,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
