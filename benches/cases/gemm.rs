@@ -55,23 +55,43 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     out[gid.x] = s.x + s.y + s.z + s.w;
 }
 ";
-/// vec4 FMAs per step of `i` in FMA_WGSL (6 chains x 4 lanes; FMA_ITERS is a multiple of 4).
+/// vec4 FMAs per step of `i` in FMA_WGSL (6 chains x 4 lanes; the iterations are a multiple of
+/// 4).
 const FMA_PER_ITER: f64 = 24.0;
-const FMA_INVOCATIONS: u32 = 64 * 256;
-const FMA_ITERS: u32 = 8192;
+/// Invocations x iterations of one `fma_peak` run: 16k x 8192 on a CPU adapter.
+const FMA_WORK: u64 = 1 << 27;
+
+/// The grid of an FMA run of `work` invocation-iterations on an adapter that runs
+/// `parallelism` workgroups of 256 at once (`Caps::parallelism`): 8 of FMA_WGSL's 64-wide
+/// workgroups per estimated 256-wide slot (enough resident warps to hide FMA latency on a GPU),
+/// at least 16k invocations (a CPU adapter's grid) and at most 2^21 (32k workgroups, within
+/// every adapter's grid limit); the iterations make up the same work, so the flops of a case
+/// do not depend on the adapter.
+pub fn fma_grid(parallelism: usize, work: u64) -> (u32, u32) {
+    let inv = (parallelism as u64 * 2048)
+        .next_power_of_two()
+        .clamp(1 << 14, 1 << 21);
+    (inv as u32, (work / inv).max(4) as u32)
+}
 
 /// FMA_WGSL on plain wgpu (no wgtensor planning in the way), submitted through the device so
-/// the harness's sync covers it.
+/// the harness's sync covers it, on a grid sized from the adapter's parallelism estimate, so
+/// that `of_peak=` means the same fraction on a CPU adapter and on a large GPU.
+pub fn fma_sized(dev: &Device, work: u64) -> wgtensor::Result<Run> {
+    let (invocations, iters) = fma_grid(dev.caps().parallelism, work);
+    fma_run(dev, invocations, iters)
+}
+
 fn fma_case(dev: &Device) -> wgtensor::Result<Run> {
-    fma_run(dev, FMA_INVOCATIONS, FMA_ITERS)
+    fma_sized(dev, FMA_WORK)
 }
 
-/// Flops of one [`fma_run`] of `invocations` x `iters`.
-pub fn fma_flops(invocations: u32, iters: u32) -> f64 {
-    2.0 * FMA_PER_ITER * iters as f64 * invocations as f64
+/// Flops of one FMA run of `work` invocation-iterations.
+pub fn fma_flops(work: u64) -> f64 {
+    2.0 * FMA_PER_ITER * work as f64
 }
 
-/// [`fma_case`] on a grid of `invocations` (a multiple of 64, at most 64 x 65535) running
+/// FMA_WGSL on a grid of `invocations` (a multiple of 64, at most 64 x 65535) running
 /// `iters` steps (a multiple of 4) each.
 pub fn fma_run(dev: &Device, invocations: u32, iters: u32) -> wgtensor::Result<Run> {
     use wgpu::util::DeviceExt;
@@ -135,7 +155,7 @@ pub fn cases() -> Vec<Case> {
         move |d: &Device| gemm_case(d, &a, &b, DType::F32, split_k)
     };
     vec![
-        Case::new("fma_peak", fma_case).flops(fma_flops(FMA_INVOCATIONS, FMA_ITERS)),
+        Case::new("fma_peak", fma_case).flops(fma_flops(FMA_WORK)),
         Case::new("gemm_1024", f32_case([1024, 1024], [1024, 1024], None))
             .flops(g(1024.0, 1024.0, 1024.0, 1.0)),
         Case::new("bgemm", |d| {

@@ -3,9 +3,9 @@
 //! unless a case is named in full on the command line. A GPU session runs them all with
 //! `kernels --bench gpu/`.
 //!
-//! Their own baselines come first: `gpu/fma_peak` (the FMA kernel of `fma_peak` on a grid of 1M
-//! invocations, which a large GPU can fill; the 16k of `fma_peak` cannot), the `of_peak=` of
-//! every compute case here, and `gpu/copy_bw` (a 256 MiB buffer copy), the `of_copy=` of every
+//! Their own baselines come first: `gpu/fma_peak` (the FMA kernel of `fma_peak` with 32 times its
+//! work, on the same grid sized from `Caps::parallelism`), the `of_peak=` of every compute case
+//! here, and `gpu/copy_bw` (a 256 MiB buffer copy), the `of_copy=` of every
 //! bandwidth case here.
 
 use wgtensor::ops::RnnKind;
@@ -14,13 +14,13 @@ use wgtensor::{DType, Device, Tensor};
 use super::batchnorm::bn_train_run;
 use super::conv::{conv2d_flops_of, conv2d_run, wgrad_run};
 use super::copy::copy_run;
-use super::gemm::{fma_flops, fma_run, gemm_case};
+use super::gemm::{fma_flops, fma_sized, gemm_case};
 use super::inputs::tensor;
 use super::rnn::{lstm_train_run, rnn_flops_of, rnn_forward_run};
 use super::{Case, Run};
 
-const FMA_INVOCATIONS: u32 = 64 * 16384;
-const FMA_ITERS: u32 = 4096;
+/// Invocations x iterations of gpu/fma_peak (32x fma_peak's: a large GPU runs it in ms).
+const FMA_WORK: u64 = 1 << 32;
 /// gpu/copy_bw's buffers: 2^26 f32.
 const COPY_BYTES: u64 = 4 << 26;
 /// The conv2d problem of issue 25 and its grouped / depthwise variants' input.
@@ -93,8 +93,7 @@ pub fn cases() -> Vec<Case> {
     let f32b = |n: f64| 4.0 * n;
     let (n20, n26) = (1usize << 20, 1usize << 26);
     vec![
-        Case::new("gpu/fma_peak", |d| fma_run(d, FMA_INVOCATIONS, FMA_ITERS))
-            .flops(fma_flops(FMA_INVOCATIONS, FMA_ITERS)),
+        Case::new("gpu/fma_peak", |d| fma_sized(d, FMA_WORK)).flops(fma_flops(FMA_WORK)),
         Case::new("gpu/copy_bw", |d| copy_run(d, COPY_BYTES)).bytes(2.0 * COPY_BYTES as f64),
         // Issue 25: GEMM and convolution.
         Case::new(

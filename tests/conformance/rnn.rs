@@ -375,6 +375,41 @@ proptest! {
     }
 }
 
+#[cfg(not(target_arch = "wasm32"))]
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// The GPU step (`rnn_wg.wgsl`, the large-tile core) forced on lavapipe.
+    #[test]
+    fn rnn_sequence_gpu_plans_f32(p in problem(DType::F32)) {
+        pollster::block_on(run_sequence(&p, crate::common::gpu_plans_device()))?;
+    }
+}
+
+/// The GPU step over several row tiles (64 batch rows each) and ragged unit tiles (16 units
+/// each), LSTM and GRU, both directions, with h0.
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn rnn_gpu_step_spans_tiles() {
+    for (lstm, b, h) in [(true, 70, 33), (false, 129, 17), (true, 64, 16)] {
+        let p = Problem {
+            lstm,
+            t: 3,
+            b,
+            i: 5,
+            h,
+            layers: 1,
+            bidirectional: true,
+            batch_first: false,
+            with_h0: true,
+            seed: b as u64,
+            dtype: DType::F32,
+        };
+        pollster::block_on(run_sequence(&p, crate::common::gpu_plans_device()))
+            .unwrap_or_else(|e| panic!("lstm {lstm} b {b} h {h}: {e}"));
+    }
+}
+
 /// The arguments of [`run_cell`]: (lstm, batch, input, hidden, seed).
 pub(crate) fn cell_args() -> impl Strategy<Value = (bool, usize, usize, usize, u64)> {
     (
@@ -862,6 +897,13 @@ proptest! {
     #[test]
     fn rnn_backward_portable_f32((p, with_dhn) in backward_problem(DType::F32)) {
         pollster::block_on(run_backward(&p, with_dhn, portable_device()))?;
+    }
+
+    /// The training forward on the GPU step, then the backward (forced GPU plans).
+    #[cfg(not(target_arch = "wasm32"))]
+    #[test]
+    fn rnn_backward_gpu_plans_f32((p, with_dhn) in backward_problem(DType::F32)) {
+        pollster::block_on(run_backward(&p, with_dhn, crate::common::gpu_plans_device()))?;
     }
 }
 

@@ -13,7 +13,7 @@ use crate::{DType, Error, Result, Tensor};
 
 static GEMM_COMMON: ShaderLib =
     ShaderLib::new(include_str!("../../../shaders/lib/gemm_common.wgsl"));
-/// The large-tile core of the GPU kernels (`gemm_wg`, `conv_wg`).
+/// The large-tile core of the GPU kernels (`gemm_wg`, `conv_wg`, the recurrent `*_step_wg`).
 pub(crate) static WG_TILE: ShaderLib =
     ShaderLib::new(include_str!("../../../shaders/lib/wg_tile.wgsl"));
 const LIBS: &[&ShaderLib] = &[&ACTIVATION, &GEMM_COMMON];

@@ -634,6 +634,7 @@ pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipe
         "rnn_sg8.wgsl",
         "rnn_backward.wgsl",
         "rnn_backward_sg8.wgsl",
+        "rnn_wg.wgsl",
     ],
     params: || vec![step::params_layout(), backward::params_layout()],
     variants: rnn_variants,
@@ -650,6 +651,9 @@ pub fn rnn_variants() -> Vec<ShaderVariant> {
             for sgs in [1.0, 2.0, 4.0] {
                 v.push(ShaderVariant::new(k, &[dt], &[("SGS", sgs)]));
             }
+        }
+        for k in [&LSTM_STEP_WG, &GRU_STEP_WG] {
+            v.push(ShaderVariant::new(k, &[dt], &[("TM", STEP_TM as f64)]));
         }
     }
     v.extend(backward::backward_variants());

@@ -1,12 +1,14 @@
 //! The per-step kernels of the LSTM / GRU forward (shaders/rnn.wgsl, shaders/rnn_sg8.wgsl,
-//! shaders/lib/rnn_common.wgsl): their params, the choice between the sg8 and the portable
-//! variant, and the state copies between a sequence buffer and `[L*D, B, H]` states.
+//! shaders/rnn_wg.wgsl, shaders/lib/rnn_common.wgsl): their params, the choice between the GPU,
+//! sg8 and portable variants, and the state copies between a sequence buffer and `[L*D, B, H]`
+//! states.
 
 use bytemuck::{Pod, Zeroable};
 
 use super::weights::RnnKind;
 use crate::ops::activation::ACTIVATION;
 use crate::ops::gemm::has_sg8;
+use crate::ops::gemm::launch::WG_TILE;
 use crate::runtime::pipeline::ShaderLib;
 use crate::runtime::{Access, Kernel};
 use crate::{DType, Device, Error, Result, Tensor};
@@ -14,14 +16,27 @@ use crate::{DType, Device, Error, Result, Tensor};
 pub(crate) static COMMON: ShaderLib =
     ShaderLib::new(include_str!("../../../shaders/lib/rnn_common.wgsl"));
 const LIBS: &[&ShaderLib] = &[&ACTIVATION, &COMMON];
+const WG_LIBS: &[&ShaderLib] = &[&ACTIVATION, &COMMON, &WG_TILE];
 const PORTABLE_SRC: &str = include_str!("../../../shaders/rnn.wgsl");
 const SG8_SRC: &str = include_str!("../../../shaders/rnn_sg8.wgsl");
+const WG_SRC: &str = include_str!("../../../shaders/rnn_wg.wgsl");
+/// Rows per invocation of the GPU step (`TM`): 64 batch rows per tile.
+pub(crate) const STEP_TM: u32 = 4;
 pub(crate) const WG: u32 = 64;
 
 use Access::{Read as R, ReadWrite as RW};
 
 /// A step kernel: the LSTM one binds a cell state (slot 5) the GRU one lacks.
 const fn step_kernel(kind: RnnKind, source: &'static str, entry: &'static str) -> Kernel {
+    step_kernel_with(kind, source, entry, LIBS)
+}
+
+const fn step_kernel_with(
+    kind: RnnKind,
+    source: &'static str,
+    entry: &'static str,
+    libs: &'static [&'static ShaderLib],
+) -> Kernel {
     match kind {
         RnnKind::Lstm => {
             Kernel::new(entry, source, entry, &[R, R, R, RW, RW, RW]).slots(&[1, 2, 3, 4, 5, 6])
@@ -30,12 +45,16 @@ const fn step_kernel(kind: RnnKind, source: &'static str, entry: &'static str) -
             Kernel::new(entry, source, entry, &[R, R, R, RW, RW]).slots(&[1, 2, 3, 4, 6])
         }
     }
-    .libs(LIBS)
+    .libs(libs)
 }
 pub(crate) static LSTM_STEP: Kernel = step_kernel(RnnKind::Lstm, PORTABLE_SRC, "lstm_step");
 pub(crate) static GRU_STEP: Kernel = step_kernel(RnnKind::Gru, PORTABLE_SRC, "gru_step");
 pub(crate) static LSTM_STEP_SG8: Kernel = step_kernel(RnnKind::Lstm, SG8_SRC, "lstm_step_sg8");
 pub(crate) static GRU_STEP_SG8: Kernel = step_kernel(RnnKind::Gru, SG8_SRC, "gru_step_sg8");
+pub(crate) static LSTM_STEP_WG: Kernel =
+    step_kernel_with(RnnKind::Lstm, WG_SRC, "lstm_step_wg", WG_LIBS);
+pub(crate) static GRU_STEP_WG: Kernel =
+    step_kernel_with(RnnKind::Gru, WG_SRC, "gru_step_wg", WG_LIBS);
 pub(crate) static LOAD_STATE: Kernel = Kernel::new("rnn", PORTABLE_SRC, "load_state", &[R, RW])
     .slots(&[7, 4])
     .libs(LIBS);
@@ -64,19 +83,24 @@ pub(crate) struct StepPlan {
     pub(crate) grid: [u32; 3],
 }
 
-/// The kernels of one per-step family: `[LSTM, GRU]` for the sg8 and the portable variant.
+/// The kernels of one per-step family: `[LSTM, GRU]` for the GPU (when the family has one),
+/// the sg8 and the portable variant.
 pub(crate) struct StepKernels {
+    pub(crate) wg: Option<[&'static Kernel; 2]>,
     pub(crate) sg8: [&'static Kernel; 2],
     pub(crate) portable: [&'static Kernel; 2],
 }
 
 pub(crate) const FORWARD_STEPS: StepKernels = StepKernels {
+    wg: Some([&LSTM_STEP_WG, &GRU_STEP_WG]),
     sg8: [&LSTM_STEP_SG8, &GRU_STEP_SG8],
     portable: [&LSTM_STEP, &GRU_STEP],
 };
 
-/// The sg8 variant on 8-lane-subgroup adapters (32 batch rows x 8 hidden units per subgroup),
-/// the portable one (one invocation per unit) elsewhere.
+/// On GPUs the large-tile step where the family has one (64 batch rows x 16 hidden units per
+/// workgroup, the recurrent product staged through workgroup memory); else the sg8 variant on
+/// 8-lane-subgroup adapters (32 batch rows x 8 hidden units per subgroup), the portable one
+/// (one invocation per unit) elsewhere.
 pub(crate) fn step_plan(
     dev: &Device,
     kind: RnnKind,
@@ -86,7 +110,15 @@ pub(crate) fn step_plan(
 ) -> Result<StepPlan> {
     let max = dev.limits().max_compute_workgroups_per_dimension as usize;
     let which = usize::from(kind == RnnKind::Gru);
-    let (kernel, consts, grid) = if has_sg8(dev) {
+    let gpu = family.wg.filter(|_| !dev.caps().cpu);
+    let (kernel, consts, grid) = if let Some(wg) = gpu {
+        let rows = 16 * STEP_TM as usize;
+        (
+            wg[which],
+            vec![("TM", STEP_TM as f64)],
+            [h.div_ceil(16), b.div_ceil(rows), 1],
+        )
+    } else if has_sg8(dev) {
         let sgs = b.div_ceil(32).next_power_of_two().min(4);
         (
             family.sg8[which],

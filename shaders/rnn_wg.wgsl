@@ -1,0 +1,98 @@
+// Recurrent step for GPUs on the large-tile core (lib/wg_tile.wgsl, shared with GEMM and
+// convolution): h_{t-1} W_hh^T for a tile of 16 TM batch rows x 16 hidden units, all gates
+// of a unit in one invocation's vec4, then the gate math of lib/rnn_common.wgsl in registers.
+// The core's 64 columns are (unit, gate) pairs, column 4 u + g being row g*H + u of W_hh, so
+// invocation (tx, ty) ends with the gates of unit tx for batch rows ty*TM.. in acc[i]; a GRU's
+// fourth gate column is staged as 0. Both operands are staged k-fast (h rows and W_hh rows are
+// contiguous along K = H): a warp reads 4 rows of 8 consecutive k (32-byte segments), where the
+// portable step's invocations each walked a W_hh row of their own. Needs lib/activation.wgsl,
+// lib/rnn_common.wgsl and lib/wg_tile.wgsl.
+
+struct Staged {
+    a: array<f32, 4>,
+    b: array<f32, 2>,
+}
+
+fn load_step(r0: u32, u0: u32, k0: u32, li: u32, ngates: u32) -> Staged {
+    var s: Staged;
+    let h = p.hidden;
+    for (var q = 0u; q < a_per(); q++) {
+        let pa = stage_pos(li + q * WX * WY, tile_rows(), true);
+        let b = r0 + pa.x;
+        let k = k0 + pa.y;
+        var v = 0.0;
+        if (b < p.batch && k < h) {
+            v = f32(hseq[p.prev_off + b * p.seq_rs + k]);
+        }
+        s.a[q] = v;
+    }
+    for (var q = 0u; q < B_PER; q++) {
+        let pb = stage_pos(li + q * WX * WY, BN, true);
+        let u = u0 + pb.x / 4u;
+        let g = pb.x % 4u;
+        let k = k0 + pb.y;
+        var v = 0.0;
+        if (u < h && g < ngates && k < h) {
+            v = f32(whh[(g * h + u) * h + k]);
+        }
+        s.b[q] = v;
+    }
+    return s;
+}
+
+fn store_step(s: Staged, buf: u32, li: u32) {
+    for (var q = 0u; q < a_per(); q++) {
+        let pa = stage_pos(li + q * WX * WY, tile_rows(), true);
+        put_a(buf, pa.x, pa.y, s.a[q]);
+    }
+    for (var q = 0u; q < B_PER; q++) {
+        let pb = stage_pos(li + q * WX * WY, BN, true);
+        put_b(buf, pb.y, pb.x, s.b[q]);
+    }
+}
+
+// The recurrent pre-activations of invocation (tx, ty): acc[i] holds the gates of unit
+// u0 + tx for batch row r0 + ty*TM + i.
+fn step_tile(r0: u32, u0: u32, lid: vec3<u32>, ngates: u32) -> array<vec4<f32>, 8> {
+    let li = lid.x + lid.y * WX;
+    let steps = (p.hidden + KT - 1u) / KT;
+    var acc: array<vec4<f32>, 8>;
+    store_step(load_step(r0, u0, 0u, li, ngates), 0u, li);
+    workgroupBarrier();
+    for (var t = 0u; t < steps; t++) {
+        let cur = t & 1u;
+        let more = t + 1u < steps;
+        var next: Staged;
+        if (more) {
+            next = load_step(r0, u0, (t + 1u) * KT, li, ngates);
+        }
+        fma_tile(cur, lid, &acc);
+        if (more) {
+            store_step(next, 1u - cur, li);
+        }
+        workgroupBarrier();
+    }
+    return acc;
+}
+
+@compute @workgroup_size(16, 16)
+fn lstm_step_wg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let r0 = wid.y * tile_rows();
+    let j = wid.x * 16u + lid.x;
+    let acc = step_tile(r0, wid.x * 16u, lid, 4u);
+    let bias = hidden_bias(j, 4u);
+    for (var i = 0u; i < TM; i++) {
+        lstm_finish(r0 + lid.y * TM + i, j, acc[i] + bias);
+    }
+}
+
+@compute @workgroup_size(16, 16)
+fn gru_step_wg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let r0 = wid.y * tile_rows();
+    let j = wid.x * 16u + lid.x;
+    let acc = step_tile(r0, wid.x * 16u, lid, 3u);
+    let bias = hidden_bias(j, 3u);
+    for (var i = 0u; i < TM; i++) {
+        gru_finish(r0 + lid.y * TM + i, j, acc[i] + bias);
+    }
+}
