@@ -9,7 +9,8 @@
 // the sequence buffers [T + 2, B, D*H] holding h_{t-1} / c_{t-1} (slot `prev`) and c_t (slot
 // `cur`). Carries live in [T + 1, 2, B, H]: step s reads slot s and writes slot s + 1.
 // This file: parameters, bindings and the gate derivatives shared by rnn_backward.wgsl
-// (portable step) and rnn_backward_sg8.wgsl (8-lane subgroup step). Needs lib/activation.wgsl.
+// (portable step), rnn_backward_sg8.wgsl (8-lane subgroup step) and rnn_backward_wg.wgsl
+// (GPUs). Needs lib/activation.wgsl.
 
 struct Params {
     batch: u32,
@@ -35,7 +36,8 @@ struct Params {
     carry_out: u32,
     // Always 0, unknown to the compiler (see rnn_backward_sg8.wgsl).
     zero: f32,
-    _pad: u32,
+    // K slices of the GPU step's recurrent product (rnn_backward_wg.wgsl); unused elsewhere.
+    splits: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;

@@ -1,4 +1,5 @@
-// The large-tile core of the GPU kernels (gemm_wg.wgsl, conv_wg.wgsl, rnn_wg.wgsl): an output tile of
+// The large-tile core of the GPU kernels (gemm_wg.wgsl, conv_wg.wgsl, rnn_wg.wgsl,
+// rnn_backward_wg.wgsl): an output tile of
 // BM = 16 TM rows x BN = 64 columns per 16x16 workgroup, TM x 4 outputs per invocation, the
 // operand tiles staged through workgroup memory KT = 8 steps of K at a time, double buffered.
 // The including kernel owns the K loop and the loads (GEMM reads through strides, convolution

@@ -386,8 +386,9 @@ proptest! {
     }
 }
 
-/// The GPU step over several row tiles (64 batch rows each) and ragged unit tiles (16 units
-/// each), LSTM and GRU, both directions, with h0.
+/// The GPU steps over several row tiles (64 batch rows each) and ragged unit tiles (16 units
+/// forward, 64 backward), LSTM and GRU, both directions, with h0; the backward's recurrent
+/// product in 2 K slices where an LSTM of 64 units has one output tile.
 #[cfg(not(target_arch = "wasm32"))]
 #[test]
 fn rnn_gpu_step_spans_tiles() {
@@ -407,6 +408,31 @@ fn rnn_gpu_step_spans_tiles() {
         };
         pollster::block_on(run_sequence(&p, crate::common::gpu_plans_device()))
             .unwrap_or_else(|e| panic!("lstm {lstm} b {b} h {h}: {e}"));
+    }
+    for (lstm, b, h, with_dhn) in [
+        (true, 5, 64, true),
+        (false, 66, 70, false),
+        (true, 3, 65, false),
+    ] {
+        let p = Problem {
+            lstm,
+            t: 3,
+            b,
+            i: 4,
+            h,
+            layers: 2,
+            bidirectional: true,
+            batch_first: false,
+            with_h0: true,
+            seed: 7 + b as u64,
+            dtype: DType::F32,
+        };
+        pollster::block_on(run_backward(
+            &p,
+            with_dhn,
+            crate::common::gpu_plans_device(),
+        ))
+        .unwrap_or_else(|e| panic!("backward: lstm {lstm} b {b} h {h}: {e}"));
     }
 }
 

@@ -1,13 +1,15 @@
 //! BPTT backward of the fused LSTM/GRU (shaders/rnn_backward.wgsl, rnn_backward_sg8.wgsl,
-//! shaders/lib/rnn_backward_common.wgsl): one fused dispatch per step for the recurrent
-//! gradient and the gate derivatives, then the weight gradients as GEMMs over the sequence.
+//! rnn_backward_wg.wgsl, shaders/lib/rnn_backward_common.wgsl): one fused dispatch per step for
+//! the recurrent gradient and the gate derivatives (on GPUs two: the recurrent product in K
+//! slices on the large-tile core, then the derivatives summing the slices), then the weight
+//! gradients as GEMMs over the sequence.
 
 use bytemuck::{Pod, Zeroable};
 
 use super::*;
 use crate::ops::activation::ACTIVATION;
 use crate::runtime::pipeline::{ShaderLib, ShaderVariant};
-use crate::runtime::{Access, Kernel};
+use crate::runtime::{Access, Kernel, Storage};
 
 use Access::{Read as R, ReadWrite as RW};
 
@@ -17,6 +19,12 @@ static BACKWARD_COMMON: ShaderLib = ShaderLib::new(include_str!(
 const BACKWARD_LIBS: &[&ShaderLib] = &[&ACTIVATION, &BACKWARD_COMMON];
 const BACKWARD_SRC: &str = include_str!("../../../shaders/rnn_backward.wgsl");
 const BACKWARD_SG8_SRC: &str = include_str!("../../../shaders/rnn_backward_sg8.wgsl");
+const BACKWARD_WG_SRC: &str = include_str!("../../../shaders/rnn_backward_wg.wgsl");
+const BACKWARD_WG_LIBS: &[&ShaderLib] = &[
+    &ACTIVATION,
+    &BACKWARD_COMMON,
+    &crate::ops::gemm::launch::WG_TILE,
+];
 
 /// A backward step kernel: the LSTM one reads the cell states (slot 5), the GRU one the hidden
 /// states (slot 4) and also writes `dax` (slot 8).
@@ -36,6 +44,37 @@ static LSTM_BACKWARD_SG8: Kernel =
     backward_kernel(RnnKind::Lstm, BACKWARD_SG8_SRC, "lstm_backward_step_sg8");
 static GRU_BACKWARD_SG8: Kernel =
     backward_kernel(RnnKind::Gru, BACKWARD_SG8_SRC, "gru_backward_step_sg8");
+/// GPUs: the recurrent product's K slices into an f32 workspace (slot 9), then the gate
+/// derivatives summing them (the step kernels' bindings plus the workspace).
+static REC_WG: Kernel = Kernel::new("rnn_rec_wg", BACKWARD_WG_SRC, "rnn_rec_wg", &[R, RW, RW])
+    .slots(&[1, 7, 9])
+    .libs(BACKWARD_WG_LIBS);
+static LSTM_BACKWARD_WS: Kernel = Kernel::new(
+    "lstm_backward_ws",
+    BACKWARD_WG_SRC,
+    "lstm_backward_ws",
+    &[R, R, R, RW, RW, RW],
+)
+.slots(&[2, 3, 5, 6, 7, 9])
+.libs(BACKWARD_WG_LIBS);
+static GRU_BACKWARD_WS: Kernel = Kernel::new(
+    "gru_backward_ws",
+    BACKWARD_WG_SRC,
+    "gru_backward_ws",
+    &[R, R, R, RW, RW, RW, RW],
+)
+.slots(&[2, 3, 4, 6, 7, 8, 9])
+.libs(BACKWARD_WG_LIBS);
+/// Rows per invocation of `rnn_rec_wg` (`TM`): 64-row tiles.
+const REC_TM: u32 = 4;
+
+/// K slices of the GPU step's recurrent product ([B, K] x [K, H], K = G*H): enough slices for
+/// the output tiles (64 x 64) to reach `Caps::parallelism`, each at least 128 steps of K (16
+/// staged steps), at most 64.
+pub(crate) fn rec_splits(parallelism: usize, b: usize, h: usize, k: usize) -> u32 {
+    let tiles = b.div_ceil(64).max(1) * h.div_ceil(64).max(1);
+    parallelism.div_ceil(tiles).min(k / 128).clamp(1, 64) as u32
+}
 
 /// Gradients of one layer and direction's weights, PyTorch layout: each field has the shape
 /// of the [`RnnWeights`](super::RnnWeights) field of the same name (what PyTorch leaves in
@@ -108,7 +147,7 @@ struct BackwardParams {
     carry_in: u32,
     carry_out: u32,
     zero: f32,
-    _pad: u32,
+    splits: u32,
 }
 
 /// Column sums of `m` `[R, N]` as `ones[1, R] @ m` (the ones a broadcast view of one uploaded
@@ -394,6 +433,19 @@ impl DirSteps<'_> {
         let w_hh = &self.rnn.weights[self.idx].w_hh;
         let slot_elems = b * d * h;
         let dir = self.dir;
+        // GPUs: the recurrent product on the large-tile core in K slices, then the gate
+        // derivatives summing them; the slices' workspace is reused by every step.
+        let gpu = !dev.caps().cpu;
+        let splits = rec_splits(dev.caps().parallelism, b, h, g * h);
+        let ws = if gpu {
+            Some(Storage::scratch(
+                dev,
+                op,
+                splits as u64 * (b * h) as u64 * 4,
+            )?)
+        } else {
+            None
+        };
         let mut prev_ti = 0;
         for s in 0..t {
             // Reverse processing order: the forward direction walks T-1..0.
@@ -417,8 +469,14 @@ impl DirSteps<'_> {
                 cur_off: ((ti + 1) * slot_elems + dir * h) as u32,
                 carry_in: (s * 2 * b * h) as u32,
                 carry_out: ((s + 1) * 2 * b * h) as u32,
+                splits,
                 ..Default::default()
             };
+            if let Some(ws) = &ws {
+                self.gpu_step(&p, w_hh, state, carry, &dah, dax.as_ref(), ws, s > 0)?;
+                prev_ti = ti;
+                continue;
+            }
             let mut bufs = vec![
                 w_hh.buffer(),
                 self.dy.buffer(),
@@ -443,6 +501,56 @@ impl DirSteps<'_> {
             prev_ti = ti;
         }
         Ok((dah, dax, prev_ti))
+    }
+
+    /// One step on GPUs: the K slices of the recurrent product (after the first processed
+    /// step), then the gate derivatives.
+    #[allow(clippy::too_many_arguments)]
+    fn gpu_step(
+        &self,
+        p: &BackwardParams,
+        w_hh: &Tensor,
+        state: &Tensor,
+        carry: &Tensor,
+        dah: &Tensor,
+        dax: Option<&Tensor>,
+        ws: &Storage,
+        rec: bool,
+    ) -> Result<()> {
+        let (op, b, h) = (self.op, self.b, self.rnn.hidden_size);
+        let (dev, dtype) = (self.dy.device(), self.dy.dtype());
+        let params = bytemuck::bytes_of(p);
+        let max = dev.limits().max_compute_workgroups_per_dimension as usize;
+        let grid = [h.div_ceil(64), b.div_ceil(64), p.splits as usize];
+        if grid.iter().any(|&g| g > max) {
+            return Err(Error::size(
+                op,
+                format!("batch {b} x hidden {h} needs grid {grid:?}, over the adapter's {max}"),
+            ));
+        }
+        if rec {
+            let bufs = [w_hh.buffer(), dah.buffer(), ws.buffer()];
+            let tm = [("TM", REC_TM as f64)];
+            let grid = grid.map(|g| g as u32);
+            dev.launch(op, &REC_WG, &[dtype], &tm, params, &bufs, grid)?;
+        }
+        let mut bufs = vec![self.dy.buffer(), self.sl.gates[self.dir].buffer()];
+        match dax {
+            None => bufs.extend([state.buffer(), carry.buffer(), dah.buffer()]),
+            Some(dax) => {
+                let hseq = self.sl.hseq.buffer();
+                bufs.extend([hseq, carry.buffer(), dah.buffer(), dax.buffer()]);
+            }
+        }
+        bufs.push(ws.buffer());
+        let kernel = if dax.is_some() {
+            &GRU_BACKWARD_WS
+        } else {
+            &LSTM_BACKWARD_WS
+        };
+        let wg = [("WG", WG as f64)];
+        let grid = [(b * h).div_ceil(WG as usize) as u32, 1, 1];
+        dev.launch(op, kernel, &[dtype], &wg, params, &bufs, grid)
     }
 
     /// The sequence-wide GEMMs and sums: weight and bias gradients, the input gradient (added
@@ -520,8 +628,32 @@ pub(super) fn backward_variants() -> Vec<ShaderVariant> {
                 v.push(ShaderVariant::new(k, &[dt], &[("SGS", sgs)]));
             }
         }
+        v.push(ShaderVariant::new(&REC_WG, &[dt], &[("TM", REC_TM as f64)]));
+        for k in [&LSTM_BACKWARD_WS, &GRU_BACKWARD_WS] {
+            v.push(ShaderVariant::new(k, &[dt], &[("WG", WG as f64)]));
+        }
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rec_splits;
+
+    #[test]
+    fn recurrent_product_splits_fill_the_device() {
+        // H 512, B 64, LSTM (K = 2048): 8 tiles of 64 x 64, 256 / 8 = 32 wanted, K / 128 = 16.
+        assert_eq!(rec_splits(256, 64, 512, 2048), 16);
+        // One tile, two host threads (lavapipe under gpu_plans), an LSTM of 64 units: 2.
+        assert_eq!(rec_splits(2, 10, 64, 256), 2);
+        // Enough tiles already: one slice.
+        assert_eq!(rec_splits(256, 1024, 1024, 4096), 1);
+        // Short K never splits; tiny problems and a CPU-sized estimate neither.
+        assert_eq!(rec_splits(256, 64, 16, 64), 1);
+        assert_eq!(rec_splits(2, 1, 1, 4), 1);
+        // At most 64 slices.
+        assert_eq!(rec_splits(100_000, 1, 64, 1 << 20), 64);
+    }
 }
 
 /// The params struct's layout, checked against the shader's `struct Params` in tests/shaders.rs.
@@ -546,7 +678,7 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
             carry_in,
             carry_out,
             zero,
-            _pad
+            splits
         }
     )
 }

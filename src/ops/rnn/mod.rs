@@ -635,6 +635,7 @@ pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipe
         "rnn_backward.wgsl",
         "rnn_backward_sg8.wgsl",
         "rnn_wg.wgsl",
+        "rnn_backward_wg.wgsl",
     ],
     params: || vec![step::params_layout(), backward::params_layout()],
     variants: rnn_variants,
