@@ -636,26 +636,6 @@ pub(super) fn backward_variants() -> Vec<ShaderVariant> {
     v
 }
 
-#[cfg(test)]
-mod tests {
-    use super::rec_splits;
-
-    #[test]
-    fn recurrent_product_splits_fill_the_device() {
-        // H 512, B 64, LSTM (K = 2048): 8 tiles of 64 x 64, 256 / 8 = 32 wanted, K / 128 = 16.
-        assert_eq!(rec_splits(256, 64, 512, 2048), 16);
-        // One tile, two host threads (lavapipe under gpu_plans), an LSTM of 64 units: 2.
-        assert_eq!(rec_splits(2, 10, 64, 256), 2);
-        // Enough tiles already: one slice.
-        assert_eq!(rec_splits(256, 1024, 1024, 4096), 1);
-        // Short K never splits; tiny problems and a CPU-sized estimate neither.
-        assert_eq!(rec_splits(256, 64, 16, 64), 1);
-        assert_eq!(rec_splits(2, 1, 1, 4), 1);
-        // At most 64 slices.
-        assert_eq!(rec_splits(100_000, 1, 64, 1 << 20), 64);
-    }
-}
-
 /// The params struct's layout, checked against the shader's `struct Params` in tests/shaders.rs.
 #[doc(hidden)]
 pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
@@ -681,4 +661,24 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
             splits
         }
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rec_splits;
+
+    #[test]
+    fn recurrent_product_splits_fill_the_device() {
+        // H 512, B 64, LSTM (K = 2048): 8 tiles of 64 x 64, 256 / 8 = 32 wanted, K / 128 = 16.
+        assert_eq!(rec_splits(256, 64, 512, 2048), 16);
+        // One tile, two host threads (lavapipe under gpu_plans), an LSTM of 64 units: 2.
+        assert_eq!(rec_splits(2, 10, 64, 256), 2);
+        // Enough tiles already: one slice.
+        assert_eq!(rec_splits(256, 1024, 1024, 4096), 1);
+        // Short K never splits; tiny problems and a CPU-sized estimate neither.
+        assert_eq!(rec_splits(256, 64, 16, 64), 1);
+        assert_eq!(rec_splits(2, 1, 1, 4), 1);
+        // At most 64 slices.
+        assert_eq!(rec_splits(100_000, 1, 64, 1 << 20), 64);
+    }
 }
