@@ -72,6 +72,9 @@ struct Case {
     /// 0 for compute-bound cases.
     bytes: f64,
     needs_f16: bool,
+    /// Runs on its own device with `DeviceOptions::cooperative_matrix`; skipped (and said so)
+    /// where the adapter offers no f16 cooperative matrices.
+    needs_coop: bool,
     setup: Setup,
 }
 
@@ -83,6 +86,7 @@ impl Case {
             flops: 0.0,
             bytes: 0.0,
             needs_f16: false,
+            needs_coop: false,
             setup: Box::new(setup),
         }
     }
@@ -99,6 +103,14 @@ impl Case {
     fn f16_only(self) -> Case {
         Case {
             needs_f16: true,
+            ..self
+        }
+    }
+
+    /// Skipped (and said so) on adapters without f16 cooperative matrices.
+    fn coop_only(self) -> Case {
+        Case {
+            needs_coop: true,
             ..self
         }
     }
@@ -409,6 +421,7 @@ fn main() -> wgtensor::Result<()> {
         .any(|c| c.bytes > 0.0 && c.name.starts_with("gpu/") && selected(c.name));
     let mut rows = Vec::new();
     let mut baselines = Baselines::new();
+    let mut coop: Option<bool> = None;
     for case in &all {
         if !(selected(case.name)
             || is_copy_baseline(case.name) && wants_copy
@@ -428,6 +441,13 @@ fn main() -> wgtensor::Result<()> {
             println!("case={} skipped=adapter-lacks-SHADER_F16", case.name);
             continue;
         }
+        if case.needs_coop && !*coop.get_or_insert_with(offers_coop) {
+            println!(
+                "case={} skipped=adapter-lacks-f16-cooperative-matrices",
+                case.name
+            );
+            continue;
+        }
         let row = measure(&dev, case, &all, &mut baselines, &rows)?;
         if !json {
             println!("{}", line(&row));
@@ -439,6 +459,15 @@ fn main() -> wgtensor::Result<()> {
         println!("[{}]", items.join(","));
     }
     Ok(())
+}
+
+/// Whether a device asking for cooperative matrices gets the f16 configuration.
+fn offers_coop() -> bool {
+    Device::with_options(wgtensor::DeviceOptions {
+        cooperative_matrix: true,
+        ..Default::default()
+    })
+    .is_ok_and(|d| d.caps().coop16)
 }
 
 /// The text output: `case=<name> ms=...`, then whichever figures the case has.

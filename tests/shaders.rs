@@ -59,6 +59,11 @@ fn translate(v: &wgtensor::runtime::ShaderVariant) -> Result<(), String> {
     )
     .map_err(|e| format!("{ctx}: msl: {e:?}"))?;
 
+    // wgpu exposes cooperative matrices on Vulkan and Metal only (naga has no HLSL for them):
+    // the planner never picks such a kernel on DX12.
+    if v.source.contains("enable wgpu_cooperative_matrix;") {
+        return Ok(());
+    }
     // Shader model 6.2 is what f16 needs on DX12 (wgpu compiles with DXC there).
     let hlsl_options = hlsl::Options {
         shader_model: hlsl::ShaderModel::V6_2,

@@ -75,6 +75,30 @@ fn churn_run(dev: &Device, churn: bool) -> wgtensor::Result<Run> {
     Ok(Box::new(move || x.mul_scalar(1.0).map(drop)))
 }
 
+/// [n x n] x [n x n] f16 on a second device opened with `DeviceOptions::cooperative_matrix`
+/// (tensor cores where the adapter offers them); the run syncs that device itself. Errors where
+/// the adapter has no cooperative-matrix configuration for f16, so the row says why.
+fn coop_gemm_run(_: &Device, n: usize) -> wgtensor::Result<Run> {
+    let dev = Device::with_options(wgtensor::DeviceOptions {
+        cooperative_matrix: true,
+        ..Default::default()
+    })?;
+    if !dev.caps().coop16 {
+        return Err(wgtensor::Error::InvalidArgument {
+            op: "gpu/gemm_f16_coop",
+            msg: format!(
+                "{} offers no 16x16x16 f16 cooperative matrices",
+                dev.adapter_info().name
+            ),
+        });
+    }
+    let mut run = gemm_case(&dev, &[n, n], &[n, n], DType::F16, None)?;
+    Ok(Box::new(move || {
+        run()?;
+        dev.sync()
+    }))
+}
+
 /// One small op and a sync: the round trip a synced single op costs.
 fn sync_op_run(dev: &Device) -> wgtensor::Result<Run> {
     let x = tensor(dev, &[1 << 20], DType::F32, 1)?;
@@ -118,6 +142,14 @@ pub fn cases() -> Vec<Case> {
         )
         .flops(g(8192, 8192, 8192, 1))
         .f16_only(),
+        Case::new("gpu/gemm_4096_f16_coop", |d| coop_gemm_run(d, 4096))
+            .flops(g(4096, 4096, 4096, 1))
+            .f16_only()
+            .coop_only(),
+        Case::new("gpu/gemm_8192_f16_coop", |d| coop_gemm_run(d, 8192))
+            .flops(g(8192, 8192, 8192, 1))
+            .f16_only()
+            .coop_only(),
         Case::new("gpu/bgemm_64x512", |d| {
             gemm_case(d, &[64, 512, 512], &[64, 512, 512], DType::F32, None)
         })

@@ -13,6 +13,11 @@ pub struct Caps {
     pub sg8: bool,
     /// SHADER_F16 is enabled (f16 tensors can be created).
     pub f16: bool,
+    /// f16 GEMMs may run on cooperative matrices: the device enabled wgpu's
+    /// `EXPERIMENTAL_COOPERATIVE_MATRIX` (asked for by `DeviceOptions::cooperative_matrix`),
+    /// the adapter offers the 16x16x16 f16 x f16 + f32 configuration (NVIDIA's tensor cores
+    /// through `VK_KHR_cooperative_matrix`) and its subgroups are exactly 32 lanes.
+    pub coop16: bool,
     /// `max_compute_workgroups_per_dimension`.
     pub max_workgroups_per_dim: u32,
     /// Host threads (at least 2; 4 where the platform cannot tell, e.g. wasm32).
@@ -66,12 +71,22 @@ pub(crate) fn estimate_parallelism(
     }
 }
 
+/// True when `props` has the 16x16x16 configuration `gemm_coop` uses: f16 A and B, f32
+/// accumulator and result.
+pub(crate) fn offers_coop16(props: &[wgpu::CooperativeMatrixProperties]) -> bool {
+    use wgpu::CooperativeScalarType as S;
+    props.iter().any(|p| {
+        (p.m_size, p.n_size, p.k_size) == (16, 16, 16) && p.ab_type == S::F16 && p.cr_type == S::F32
+    })
+}
+
 impl Caps {
     /// Reads the facts from an opened device's adapter info, enabled features and limits.
     pub(crate) fn read(
         info: &wgpu::AdapterInfo,
         features: wgpu::Features,
         limits: &wgpu::Limits,
+        coop: &[wgpu::CooperativeMatrixProperties],
     ) -> Caps {
         let cpu = info.device_type == wgpu::DeviceType::Cpu;
         let host_threads = std::thread::available_parallelism().map_or(4, |n| n.get().max(2));
@@ -82,6 +97,11 @@ impl Caps {
                 && info.subgroup_min_size == 8
                 && info.subgroup_max_size == 8,
             f16: features.contains(wgpu::Features::SHADER_F16),
+            coop16: features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
+                && features.contains(wgpu::Features::SHADER_F16)
+                && info.subgroup_min_size == 32
+                && info.subgroup_max_size == 32
+                && offers_coop16(coop),
             max_workgroups_per_dim: limits.max_compute_workgroups_per_dimension,
             host_threads,
             parallelism: estimate_parallelism(
@@ -101,6 +121,7 @@ impl Caps {
             swiftshader: false,
             sg8: false,
             f16: true,
+            coop16: false,
             max_workgroups_per_dim: 65535,
             host_threads: 8,
             parallelism: 256,
@@ -124,6 +145,26 @@ impl Caps {
 mod tests {
     use super::*;
     use wgpu::DeviceType as D;
+
+    #[test]
+    fn coop16_needs_the_16x16x16_f16_f32_configuration() {
+        use wgpu::CooperativeScalarType as S;
+        let cfg = |m, ab, cr| wgpu::CooperativeMatrixProperties {
+            m_size: m,
+            n_size: m,
+            k_size: m,
+            ab_type: ab,
+            cr_type: cr,
+            saturating_accumulation: false,
+        };
+        assert!(offers_coop16(&[
+            cfg(8, S::F32, S::F32),
+            cfg(16, S::F16, S::F32)
+        ]));
+        assert!(!offers_coop16(&[cfg(8, S::F32, S::F32)]));
+        assert!(!offers_coop16(&[cfg(16, S::F16, S::F16)]));
+        assert!(!offers_coop16(&[]));
+    }
 
     #[test]
     fn parallelism_estimates() {

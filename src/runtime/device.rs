@@ -217,13 +217,30 @@ impl Device {
         if super::pipeline_store::wants_feature(&opts.pipeline_cache, &adapter.get_info()) {
             wanted |= wgpu::Features::PIPELINE_CACHE;
         }
+        // Cooperative matrices only on request and where gemm_coop's configuration exists.
+        let coop = opts.cooperative_matrix
+            && !opts.disable_f16
+            && super::caps::offers_coop16(&adapter.cooperative_matrix_properties());
+        if coop {
+            wanted |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+        }
         let features = adapter.features() & wanted;
         let limits = adapter.limits();
+        let experimental_features =
+            if features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
+                // SAFETY: wgpu marks the feature experimental (its implementation may have bugs,
+                // not undefined behaviour in safe use); it is requested only when the user opted in
+                // through `DeviceOptions::cooperative_matrix`, and only gemm_coop uses it.
+                unsafe { wgpu::ExperimentalFeatures::enabled() }
+            } else {
+                wgpu::ExperimentalFeatures::disabled()
+            };
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("wgtensor"),
                 required_features: features,
                 required_limits: limits.clone(),
+                experimental_features,
                 ..Default::default()
             })
             .await
@@ -285,7 +302,8 @@ impl Device {
         let param_slot = PARAM_SLOT.max(limits.min_uniform_buffer_offset_alignment as u64);
         let info = adapter.get_info();
         let features = device.features();
-        let mut caps = super::caps::Caps::read(&info, features, &limits);
+        let coop = adapter.cooperative_matrix_properties();
+        let mut caps = super::caps::Caps::read(&info, features, &limits, &coop);
         caps.cpu &= !opts.gpu_plans;
         let align = u64::from(limits.min_storage_buffer_offset_alignment.max(4));
         let binding_limit = (limits.max_storage_buffer_binding_size)

@@ -82,6 +82,13 @@ pub struct DeviceOptions {
     /// false): the GPU tile shapes and variants then run on lavapipe, which is how the test
     /// suite covers them without a GPU. Slower there; results agree within rounding.
     pub gpu_plans: bool,
+    /// Run f16 GEMMs on cooperative matrices (tensor cores) where the adapter offers wgpu's
+    /// `EXPERIMENTAL_COOPERATIVE_MATRIX` with a 16x16x16 f16 x f16 + f32 configuration and
+    /// 32-lane subgroups (NVIDIA through `VK_KHR_cooperative_matrix`): requests the feature and
+    /// plans `gemm_coop` for f16 products (f32 accumulation, the same zero-filled edges and
+    /// split-k as the other kernels). Off by default while wgpu calls the feature experimental;
+    /// ignored where the adapter lacks the configuration.
+    pub cooperative_matrix: bool,
 }
 
 /// Upper bounds on [`DeviceOptions`] values: past them the param arena's size or the queue's
@@ -156,6 +163,7 @@ impl Default for DeviceOptions {
             gpu_timeout: std::time::Duration::from_secs(300),
             check_indices: true,
             gpu_plans: false,
+            cooperative_matrix: false,
         }
     }
 }

@@ -34,6 +34,9 @@ pub(crate) struct Kernel {
     /// Named `u32` codes the shader switches on (op codes): emitted as WGSL `const`
     /// declarations, so each value is written once, on the Rust side.
     pub defs: &'static [(&'static str, u32)],
+    /// WGSL extensions the source needs beyond the dtype's (`enable` directives must precede
+    /// every declaration, so they are emitted first).
+    pub enables: &'static [&'static str],
     /// Whether the kernel handles `i32` storage (`T = i32`) correctly: copies, casts,
     /// comparisons and index ops. Float kernels leave it false and the launch path refuses i32
     /// tensors for them with an error naming the op, rather than computing in a type they were
@@ -60,8 +63,15 @@ impl Kernel {
             slots: &[],
             libs: &[],
             defs: &[],
+            enables: &[],
             ints: false,
         }
+    }
+
+    /// Emits `enable` directives for these extensions before everything else.
+    pub(crate) const fn enables(mut self, enables: &'static [&'static str]) -> Self {
+        self.enables = enables;
+        self
     }
 
     /// Binds `bindings` at these binding numbers instead of 1, 2, 3, ...
@@ -92,10 +102,15 @@ impl Kernel {
         self.slots.get(i).copied().unwrap_or(i as u32 + 1)
     }
 
-    /// The complete WGSL text for `dtypes`: the dtype prelude, the kernel's defs then its
-    /// libs' defs as `const` declarations, the libs' text, the source.
+    /// The complete WGSL text for `dtypes`: the kernel's `enable` directives, the dtype
+    /// prelude, the kernel's defs then its libs' defs as `const` declarations, the libs' text,
+    /// the source.
     pub(crate) fn full_source(&self, dtypes: &[DType]) -> String {
-        let mut s = dtype_prelude(dtypes);
+        let mut s = String::new();
+        for e in self.enables {
+            s.push_str(&format!("enable {e};\n"));
+        }
+        s.push_str(&dtype_prelude(dtypes));
         let lib_defs = self.libs.iter().flat_map(|lib| lib.defs);
         for (name, value) in self.defs.iter().chain(lib_defs) {
             s.push_str(&format!("const {name}: u32 = {value}u;\n"));

@@ -1310,3 +1310,7 @@ fn splitk_agrees_with_unsplit_f16() {
 #[cfg(not(target_arch = "wasm32"))]
 #[path = "gemm/wg.rs"]
 mod wg;
+
+#[cfg(not(target_arch = "wasm32"))]
+#[path = "gemm/coop.rs"]
+mod coop;

@@ -21,6 +21,8 @@ const WG_LIBS: &[&ShaderLib] = &[&ACTIVATION, &GEMM_COMMON, &WG_TILE];
 const TILED_SRC: &str = include_str!("../../../shaders/gemm.wgsl");
 const SG8_SRC: &str = include_str!("../../../shaders/gemm_sg8.wgsl");
 const WG_SRC: &str = include_str!("../../../shaders/gemm_wg.wgsl");
+const COOP_SRC: &str = include_str!("../../../shaders/gemm_coop.wgsl");
+const COOP_ENABLES: &[&str] = &["wgpu_cooperative_matrix"];
 
 use Access::{Read as R, ReadWrite as RW};
 
@@ -45,6 +47,15 @@ static WG: Kernel = Kernel::new("gemm_wg", WG_SRC, "gemm_wg", &[R, R, R, R, RW])
 static WG_PARTIAL: Kernel = Kernel::new("gemm_wg", WG_SRC, "gemm_wg_partial", &[R, R, RW])
     .slots(&[1, 2, 6])
     .libs(WG_LIBS);
+
+static COOP: Kernel = Kernel::new("gemm_coop", COOP_SRC, "gemm_coop", &[R, R, R, R, RW])
+    .slots(&[1, 2, 3, 4, 5])
+    .libs(LIBS)
+    .enables(COOP_ENABLES);
+static COOP_PARTIAL: Kernel = Kernel::new("gemm_coop", COOP_SRC, "gemm_coop_partial", &[R, R, RW])
+    .slots(&[1, 2, 6])
+    .libs(LIBS)
+    .enables(COOP_ENABLES);
 
 const REDUCE_WG: u32 = 256;
 /// Longest inner dimension accepted. Past it the f32 accumulation has lost most of its digits
@@ -413,6 +424,7 @@ pub(crate) fn dispatch(
         GemmKernel::Sg8 => (&SG8, &SG8_PARTIAL, &sgs),
         GemmKernel::Tiled => (&TILED, &TILED_PARTIAL, &[]),
         GemmKernel::WgTiled | GemmKernel::WgTiled128 => (&WG, &WG_PARTIAL, &tm),
+        GemmKernel::Coop16 => (&COOP, &COOP_PARTIAL, &[]),
     };
     if pl.splits == 1 {
         let bufs = [binds.a, binds.b, binds.c, binds.bias, binds.out];
@@ -432,7 +444,12 @@ pub(crate) fn dispatch(
 /// The gemm family's entry in the kernel-family registry (`ops::families()`).
 pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipeline::Family {
     name: "gemm",
-    shaders: &["gemm.wgsl", "gemm_sg8.wgsl", "gemm_wg.wgsl"],
+    shaders: &[
+        "gemm.wgsl",
+        "gemm_sg8.wgsl",
+        "gemm_wg.wgsl",
+        "gemm_coop.wgsl",
+    ],
     params: || vec![params_layout()],
     variants: gemm_variants,
 };
@@ -467,6 +484,15 @@ pub fn gemm_variants() -> Vec<ShaderVariant> {
             v.push(ShaderVariant::new(&WG_PARTIAL, &[dt], &tm));
         }
     }
+    // Cooperative matrices: f16 operands only.
+    for &(_, act) in ACTIVATION_DEFS {
+        v.push(ShaderVariant::new(
+            &COOP,
+            &[DType::F16],
+            &[("ACT", act as f64)],
+        ));
+    }
+    v.push(ShaderVariant::new(&COOP_PARTIAL, &[DType::F16], &[]));
     v
 }
 

@@ -18,7 +18,7 @@ pub use launch::{gemm_variants, params_layout};
 pub use options::{Bias, GemmOptions};
 pub(crate) use plan::has_sg8;
 #[doc(hidden)]
-pub use plan::{plan, plan_for, GemmKernel, GemmPlan};
+pub use plan::{plan, plan_for, plan_for_dtype, GemmKernel, GemmPlan};
 use run::run;
 
 /// The epilogue activation, defined in [`ops::activation`](crate::ops::activation) and

@@ -1,7 +1,7 @@
 //! The GEMM planner: which kernel runs and how K is split, a pure function of the problem and
 //! the adapter facts.
 
-use crate::{Caps, Device, Error, Result};
+use crate::{Caps, DType, Device, Error, Result};
 
 /// The GEMM kernels (shaders/gemm_sg8.wgsl, gemm.wgsl, gemm_wg.wgsl).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,6 +19,10 @@ pub enum GemmKernel {
     /// `gemm_wg` with TM = 8: a 128 x 64 tile, 8 x 4 per invocation (GPUs, problems with
     /// enough 128-row tiles to fill the device).
     WgTiled128,
+    /// `gemm_coop`: f16 on cooperative matrices (16x16x16, f32 accumulation), 4 subgroups of
+    /// 32 lanes per 64 x 64 tile; only where [`Caps::coop16`] holds (the adapter offers it and
+    /// `DeviceOptions::cooperative_matrix` asked for it).
+    Coop16,
 }
 
 impl GemmKernel {
@@ -27,7 +31,7 @@ impl GemmKernel {
         match self {
             GemmKernel::WgTiled => 4,
             GemmKernel::WgTiled128 => 8,
-            GemmKernel::Sg8 | GemmKernel::Tiled => 0,
+            GemmKernel::Sg8 | GemmKernel::Tiled | GemmKernel::Coop16 => 0,
         }
     }
 }
@@ -78,6 +82,7 @@ fn tile_of(kernel: GemmKernel, sgs: u32) -> (usize, usize) {
         GemmKernel::Tiled => (32, 32),
         GemmKernel::WgTiled => (64, 64),
         GemmKernel::WgTiled128 => (128, 64),
+        GemmKernel::Coop16 => (64, 64),
     }
 }
 
@@ -110,6 +115,19 @@ pub fn plan(
     plan_for(dev.caps(), m, n, k, batch, split_k)
 }
 
+/// [`plan`] for operands of `dtype` (what a launch runs).
+pub(crate) fn plan_dtype(
+    dev: &Device,
+    dtype: DType,
+    m: usize,
+    n: usize,
+    k: usize,
+    batch: usize,
+    split_k: Option<u32>,
+) -> Result<GemmPlan> {
+    plan_for_dtype(dev.caps(), dtype, m, n, k, batch, split_k)
+}
+
 #[doc(hidden)]
 /// [`plan`] as a pure function of the adapter facts (unit-tested without a GPU).
 pub fn plan_for(
@@ -120,17 +138,42 @@ pub fn plan_for(
     batch: usize,
     split_k: Option<u32>,
 ) -> Result<GemmPlan> {
-    if split_k == Some(0) {
-        return Err(Error::arg(
-            "gemm",
-            "split_k must be at least 1 (None picks it automatically)",
-        ));
+    plan_kernel(
+        caps,
+        pick_kernel(caps, m, n, batch),
+        m,
+        n,
+        k,
+        batch,
+        split_k,
+    )
+}
+
+#[doc(hidden)]
+/// [`plan_for`] for operands of `dtype`: f16 products take the cooperative-matrix kernel
+/// where [`Caps::coop16`] holds, every other product the plan of [`plan_for`].
+pub fn plan_for_dtype(
+    caps: &Caps,
+    dtype: DType,
+    m: usize,
+    n: usize,
+    k: usize,
+    batch: usize,
+    split_k: Option<u32>,
+) -> Result<GemmPlan> {
+    if dtype == DType::F16 && caps.coop16 {
+        return plan_kernel(caps, GemmKernel::Coop16, m, n, k, batch, split_k);
     }
+    plan_for(caps, m, n, k, batch, split_k)
+}
+
+/// The kernel of [`plan_for`]: a function of the adapter and the output's size.
+fn pick_kernel(caps: &Caps, m: usize, n: usize, batch: usize) -> GemmKernel {
     // GPUs stage tiles through workgroup memory; CPU adapters, where barriers and workgroup
     // memory are costly, keep their register-only kernels. On GPUs the 128 x 64 tile (8 x 4
     // per invocation: TM / 4 + 1 workgroup loads per 4 TM FMAs, half the 64 x 64 tile's
     // ratio) wherever its tiles still fill the device, else 64 x 64 (twice the workgroups).
-    let kernel = if !caps.cpu {
+    if !caps.cpu {
         let tall = m
             .div_ceil(128)
             .saturating_mul(n.div_ceil(64))
@@ -144,7 +187,25 @@ pub fn plan_for(
         GemmKernel::Sg8
     } else {
         GemmKernel::Tiled
-    };
+    }
+}
+
+/// The split of K for `kernel`'s tiles.
+fn plan_kernel(
+    caps: &Caps,
+    kernel: GemmKernel,
+    m: usize,
+    n: usize,
+    k: usize,
+    batch: usize,
+    split_k: Option<u32>,
+) -> Result<GemmPlan> {
+    if split_k == Some(0) {
+        return Err(Error::arg(
+            "gemm",
+            "split_k must be at least 1 (None picks it automatically)",
+        ));
+    }
     let sgs = SG8_SGS;
     let (tm, tn) = tile_of(kernel, sgs);
     let tiles = m
@@ -283,6 +344,28 @@ mod plan_tests {
             1
         );
         assert_eq!(plan_for(&small, 64, 64, 16384, 1, None).unwrap().splits, 16);
+    }
+
+    #[test]
+    fn f16_takes_cooperative_matrices_only_where_offered() {
+        let coop = Caps {
+            coop16: true,
+            ..Caps::test_gpu()
+        };
+        let p = plan_for_dtype(&coop, DType::F16, 4096, 4096, 4096, 1, None).unwrap();
+        assert_eq!(
+            (p.kernel, p.tile(), p.splits),
+            (GemmKernel::Coop16, (64, 64), 1)
+        );
+        // Split-k over its 64 x 64 tiles as for the other kernels.
+        let p = plan_for_dtype(&coop, DType::F16, 64, 64, 8192, 1, None).unwrap();
+        assert_eq!((p.kernel, p.splits), (GemmKernel::Coop16, 32));
+        // f32 keeps the FMA kernels; without the capability f16 does too.
+        let f32_plan = plan_for_dtype(&coop, DType::F32, 4096, 4096, 4096, 1, None).unwrap();
+        assert_eq!(f32_plan.kernel, GemmKernel::WgTiled128);
+        let plain = plan_for_dtype(&Caps::test_gpu(), DType::F16, 64, 64, 64, 1, None).unwrap();
+        assert_eq!(plain.kernel, GemmKernel::WgTiled);
+        assert!(plan_for_dtype(&coop, DType::F16, 1, 1, 1, 1, Some(0)).is_err());
     }
 
     #[test]
