@@ -153,3 +153,36 @@ fn main_vec4_inplace_b(@builtin(workgroup_id) wid: vec3<u32>,
         io4[k] = combine4(a4[p.off_a + i], io4[k]);
     }
 }
+
+// One operand packed with the output's shape (bound at 5), the other broadcast in one of two
+// patterns along the flat output index (bound at 6), both bound whole, the output too: the
+// GPUs' vec4 path for a bias over rows ([N, C] + [C]) or over planes ([N, C, H, W] + [C, 1, 1],
+// a scalar). p.shape[0] = (pattern, period, run, full operand is a): pattern 1 reads the
+// small operand's vec4 i % (period / 4) from vec4 off_b (period and off_b*4 multiples of 4);
+// pattern 2 splats its element off_b + (4 i / run) % period (run a multiple of 4). numel
+// counts vec4s, off_a is the full operand's offset in vec4s.
+fn small4(i: u32) -> vec4<T> {
+    let period = p.shape[0].y;
+    if (p.shape[0].x == 1u) {
+        return b4[p.off_b + i % (period / 4u)];
+    }
+    let e = p.off_b + (4u * i / p.shape[0].z) % period;
+    return vec4<T>(b4[e / 4u][e % 4u]);
+}
+
+@compute @workgroup_size(WG)
+fn main_vec4_bcast(@builtin(workgroup_id) wid: vec3<u32>,
+                   @builtin(num_workgroups) nwg: vec3<u32>,
+                   @builtin(local_invocation_index) lid: u32) {
+    let stride = nwg.x * WG;
+    let full_is_a = p.shape[0].w == 1u;
+    for (var i = wid.x * WG + lid; i < p.numel; i += stride) {
+        let f = a4[p.off_a + i];
+        let s = small4(i);
+        if (full_is_a) {
+            c4[i] = combine4(f, s);
+        } else {
+            c4[i] = combine4(s, f);
+        }
+    }
+}

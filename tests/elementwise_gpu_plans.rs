@@ -186,11 +186,78 @@ fn binaries_f32() {
             binary_both(n, offs, DType::F32, op);
         }
     }
-    // Broadcasts keep the scalar kernel.
-    for dev in [device(), gpu_plans_device()] {
-        let x = upload(dev, &values(64 * 33, 3), &[64, 33], DType::F32);
-        let y = upload(dev, &values(33, 4), &[33], DType::F32);
-        let _ = download(&x.add(&y).unwrap()).unwrap();
+}
+
+/// `op(x, y)` with `x` of `xs` viewed from element `offs[0]` and `y` of `ys` from `offs[1]`
+/// (then permuted by `perm` when given), broadcast, on both devices.
+fn bcast_both(
+    xs: &[usize],
+    ys: &[usize],
+    offs: [usize; 2],
+    perm: Option<&[usize]>,
+    dtype: DType,
+    op: BinaryOp,
+) {
+    let (nx, ny): (usize, usize) = (xs.iter().product(), ys.iter().product());
+    let (a, b) = (values(nx + offs[0], 5), values(ny + offs[1], 6));
+    let run = |dev: &Device| {
+        let view = |data: &[f64], n: usize, off: usize, shape: &[usize]| {
+            upload(dev, data, &[n + off], dtype)
+                .narrow(0, off, n)
+                .unwrap()
+                .reshape(shape)
+                .unwrap()
+        };
+        let mut x = view(&a, nx, offs[0], xs);
+        if let Some(p) = perm {
+            x = x.permute(p).unwrap();
+        }
+        let y = view(&b, ny, offs[1], ys);
+        // Both operand orders: the packed operand first and second.
+        let xy = download(&x.binary(&y, op).unwrap()).unwrap();
+        let yx = download(&y.binary(&x, op).unwrap()).unwrap();
+        [xy, yx].concat()
+    };
+    let what = format!("{op:?} {xs:?} {ys:?} offs={offs:?} perm={perm:?} {dtype:?}");
+    same(&what, &run(gpu_plans_device()), &run(device()));
+}
+
+/// Broadcast binaries: rows ([N, C] + [C]), planes ([N, C, H, W] + [C, 1, 1]), columns
+/// ([N, C] + [N, 1]) and scalars take the vec4 broadcast kernel on the GPU plan where rows
+/// and runs are multiples of 4; odd ones, offsets off the vec4 grid, two-level broadcasts and
+/// strided operands keep the scalar kernel. All bitwise against the default device.
+#[test]
+fn broadcast_binaries() {
+    let cases: [(&[usize], &[usize], [usize; 2]); 10] = [
+        (&[64, 32], &[32], [0, 0]),
+        (&[64, 32], &[32], [4, 8]),
+        (&[64, 32], &[32], [0, 2]),
+        (&[64, 33], &[33], [0, 0]),
+        (&[3, 5, 4, 6], &[5, 1, 1], [0, 1]),
+        (&[3, 5, 3, 3], &[5, 1, 1], [0, 0]),
+        (&[16, 12], &[16, 1], [8, 3]),
+        (&[4, 8, 4], &[1], [0, 7]),
+        (&[2, 3, 8], &[2, 1, 8], [0, 0]),
+        (&[6, 8], &[8], [2, 0]),
+    ];
+    for op in BINARY {
+        for (xs, ys, offs) in cases {
+            bcast_both(xs, ys, offs, None, DType::F32, op);
+        }
+    }
+    // A strided full operand: scalar.
+    bcast_both(
+        &[32, 64],
+        &[32],
+        [0, 0],
+        Some(&[1, 0]),
+        DType::F32,
+        BinaryOp::Add,
+    );
+    if gpu_plans_device().supports_f16() {
+        for (xs, ys, offs) in cases {
+            bcast_both(xs, ys, offs, None, DType::F16, BinaryOp::Mul);
+        }
     }
 }
 

@@ -159,7 +159,12 @@ fn launch_binary(
         let code = op as u32;
         vec4::binary_body(name, code, x, y, total as u64, offs, out, side, &mut params)?
     } else {
-        0
+        match out {
+            Some(o) if vec4::binary_bcast(name, op as u32, x, y, &a, &b, o, &mut params)? => {
+                return Ok(());
+            }
+            _ => 0,
+        }
     };
     let n = total as u64 - skip;
     if n == 0 {

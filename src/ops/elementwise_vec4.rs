@@ -59,6 +59,118 @@ static BINARY_VEC4_INPLACE_B: Kernel =
         .libs(&[&ACTIVATION])
         .defs(BINARY_DEFS);
 
+static BINARY_VEC4_BCAST: Kernel =
+    Kernel::new("binary", BINARY_SRC, "main_vec4_bcast", &[R, R, RW])
+        .slots(&[5, 6, 7])
+        .libs(&[&ACTIVATION])
+        .defs(BINARY_DEFS);
+
+/// How a broadcast operand repeats along the flat output index `i` (row-major order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bcast {
+    /// Element `i % period` (a bias over rows: `[N, C] + [C]`).
+    Rows { period: usize },
+    /// Element `(i / run) % period` (a bias over planes: `[N, C, H, W] + [C, 1, 1]`; a scalar
+    /// is `period` 1).
+    Runs { period: usize, run: usize },
+}
+
+/// The pattern of a view of `shape` and `strides` (broadcast to the output's shape, zero
+/// strides on broadcast dims) whose elements are read in the output's order, or `None` when it
+/// is none of [`Bcast`]'s (or packed like the output).
+pub fn bcast_pattern(shape: &[usize], strides: &[usize]) -> Option<Bcast> {
+    // Merge adjacent dims laid out as one (zero strides merge with zero strides).
+    let mut dims: Vec<(usize, usize)> = Vec::new();
+    for (&d, &st) in shape.iter().zip(strides) {
+        if d == 1 {
+            continue;
+        }
+        match dims.last_mut() {
+            Some(last) if last.1 == st * d => *last = (last.0 * d, st),
+            _ => dims.push((d, st)),
+        }
+    }
+    match dims[..] {
+        [(_, 0), (period, 1)] => Some(Bcast::Rows { period }),
+        [(period, 1), (run, 0)] | [(_, 0), (period, 1), (run, 0)] => {
+            Some(Bcast::Runs { period, run })
+        }
+        [(run, 0)] => Some(Bcast::Runs { period: 1, run }),
+        _ => None,
+    }
+}
+
+/// The vec4 broadcast kernel's launch, when it applies: a GPU, f32 or f16, a fresh output,
+/// every buffer within one binding, one operand packed like the output from an offset that is
+/// a multiple of 4, the other in a [`Bcast`] pattern whose rows (from a vec4-aligned offset)
+/// or runs are multiples of 4 elements. Returns whether it ran (then it wrote every element).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn binary_bcast(
+    op: &'static str,
+    code: u32,
+    x: &Tensor,
+    y: &Tensor,
+    la: &crate::layout::Layout,
+    lb: &crate::layout::Layout,
+    out: &Tensor,
+    params: &mut BinaryParams,
+) -> Result<bool> {
+    let dev = x.device();
+    let total = out.numel() as u64;
+    let limit = dev.max_binding_bytes();
+    if dev.caps().cpu
+        || !matches!(x.dtype, DType::F32 | DType::F16)
+        || !total.is_multiple_of(4)
+        || total / 4 > u32::MAX as u64
+        || [x, y, out].iter().any(|t| t.buffer().size() > limit)
+    {
+        return Ok(false);
+    }
+    // (full, small) in operand order, and whether the full one is a.
+    let (full, small, fl, sl, full_is_a) = if la.is_contiguous() {
+        (x, y, la, lb, true)
+    } else if lb.is_contiguous() {
+        (y, x, lb, la, false)
+    } else {
+        return Ok(false);
+    };
+    let (foff, soff) = (fl.offset() as u64, sl.offset() as u64);
+    if foff % 4 != 0 {
+        return Ok(false);
+    }
+    let (pattern, period, run, off_b) = match bcast_pattern(sl.shape(), sl.strides()) {
+        Some(Bcast::Rows { period }) if period % 4 == 0 && soff % 4 == 0 => {
+            (1, period, 1, soff / 4)
+        }
+        Some(Bcast::Runs { period, run }) if run % 4 == 0 => (2, period, run, soff),
+        _ => return Ok(false),
+    };
+    if [period, run].iter().any(|&v| v as u64 > u32::MAX as u64) || off_b > u32::MAX as u64 {
+        return Ok(false);
+    }
+    let n4 = total / 4;
+    params.numel = n4 as u32;
+    params.off_a = (foff / 4) as u32;
+    params.off_b = off_b as u32;
+    params.base = 0;
+    params.shape[0] = pattern;
+    params.shape[1] = period as u32;
+    params.shape[2] = run as u32;
+    params.shape[3] = full_is_a as u32;
+    let consts = [("OP", code as f64), ("WG", WG as f64)];
+    let binds = [full.buffer(), small.buffer(), out.buffer()];
+    dev.launch(
+        op,
+        &BINARY_VEC4_BCAST,
+        &[x.dtype],
+        &consts,
+        bytemuck::bytes_of(params),
+        &binds,
+        dev.grid_1d(op, vec4_groups(n4))?,
+    )?;
+    Ok(true)
+}
+
 /// Elements of an `n`-element contiguous op the vec4 kernel covers (0: the scalar kernel does
 /// everything): on a GPU, with every operand's element offset (`offsets`) a multiple of 4, the
 /// largest multiple of `max(4, align / out_es)` elements (`align` the storage-binding offset
@@ -265,7 +377,12 @@ pub(crate) fn binary_vec4_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();
     for dt in [DType::F32, DType::F16] {
         for &(_, code) in BINARY_DEFS {
-            for k in [&BINARY_VEC4, &BINARY_VEC4_INPLACE_A, &BINARY_VEC4_INPLACE_B] {
+            for k in [
+                &BINARY_VEC4,
+                &BINARY_VEC4_INPLACE_A,
+                &BINARY_VEC4_INPLACE_B,
+                &BINARY_VEC4_BCAST,
+            ] {
                 v.push(ShaderVariant::new(
                     k,
                     &[dt],
@@ -298,6 +415,34 @@ mod tests {
         // Too small for one granule, or an offset off the vec4 grid: all scalar.
         assert_eq!(plan_body(&gpu, 63, &[0], 4, 256), 0);
         assert_eq!(plan_body(&gpu, 1 << 20, &[0, 2], 4, 256), 0);
+    }
+
+    #[test]
+    fn broadcast_patterns() {
+        // [N, C] + [C]: rows of C.
+        assert_eq!(
+            bcast_pattern(&[8, 12], &[0, 1]),
+            Some(Bcast::Rows { period: 12 })
+        );
+        // [N, C, H, W] + [C, 1, 1]: runs of H*W over a period of C.
+        assert_eq!(
+            bcast_pattern(&[2, 3, 4, 5], &[0, 1, 0, 0]),
+            Some(Bcast::Runs { period: 3, run: 20 })
+        );
+        // [N, C] + [N, 1]: runs of C, period N (no outer repeat).
+        assert_eq!(
+            bcast_pattern(&[6, 8], &[1, 0]),
+            Some(Bcast::Runs { period: 6, run: 8 })
+        );
+        // A scalar; size-1 dims are ignored.
+        assert_eq!(
+            bcast_pattern(&[4, 1, 6], &[0, 0, 0]),
+            Some(Bcast::Runs { period: 1, run: 24 })
+        );
+        // Two levels ([B, T, C] + [B, 1, C]), a transposed view, a packed view: none.
+        assert_eq!(bcast_pattern(&[2, 3, 4], &[4, 0, 1]), None);
+        assert_eq!(bcast_pattern(&[4, 4], &[1, 4]), None);
+        assert_eq!(bcast_pattern(&[4, 4], &[4, 1]), None);
     }
 
     #[test]
