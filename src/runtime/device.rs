@@ -328,7 +328,10 @@ impl Device {
                     ),
                     bind_groups: BindGroupCache::default(),
                     batch: Batch::default(),
-                    submitter: Submitter::new(opts.max_in_flight),
+                    submitter: Submitter::new(
+                        opts.max_in_flight,
+                        super::submitter::spin_for(info.device_type),
+                    ),
                     dispatches: 0,
                     donations: 0,
                     poisoned: Default::default(),

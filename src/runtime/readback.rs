@@ -23,18 +23,19 @@ impl Device {
         // the callback itself, not for the newest submission of the device: other threads'
         // later work is none of this readback's business.
         let mut status = None;
-        let waited =
-            super::submitter::wait_until(&self.inner.device, self.inner.opts.gpu_timeout, || {
-                match rx.try_recv() {
-                    Ok(Some(s)) => {
-                        status = Some(s);
-                        true
-                    }
-                    // The callback was dropped without running: it never will.
-                    Err(_) => true,
-                    Ok(None) => false,
+        let spin = self.lock_state().submitter.spin;
+        let timeout = self.inner.opts.gpu_timeout;
+        let waited = super::submitter::wait_until(&self.inner.device, timeout, spin, || {
+            match rx.try_recv() {
+                Ok(Some(s)) => {
+                    status = Some(s);
+                    true
                 }
-            });
+                // The callback was dropped without running: it never will.
+                Err(_) => true,
+                Ok(None) => false,
+            }
+        });
         if let Err(e) = waited {
             // Its map request may still be pending: never hand the buffer out again.
             self.lock_state().pool.forget(&staging);

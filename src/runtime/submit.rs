@@ -161,17 +161,18 @@ impl Device {
     pub fn sync(&self) -> Result<()> {
         let op = "sync";
         self.check(op)?;
-        let newest = {
+        let (newest, spin) = {
             let mut st = self.lock_state();
             self.flush_locked(&mut st, op)?;
             if let Some(e) = st.batch_error.take() {
                 return Err(e);
             }
-            st.submitter.newest()
+            (st.submitter.newest(), st.submitter.spin)
         };
         // Submissions finish in order: the newest one done means all of ours are.
         if let Some(done) = newest {
-            super::submitter::wait_until(&self.inner.device, self.inner.opts.gpu_timeout, || {
+            let timeout = self.inner.opts.gpu_timeout;
+            super::submitter::wait_until(&self.inner.device, timeout, spin, || {
                 done.load(std::sync::atomic::Ordering::Acquire)
             })
             .map_err(|e| poll_error(op, e))?;

@@ -30,6 +30,9 @@ pub(crate) struct Parked {
 pub(crate) struct Submitter {
     queue: VecDeque<InFlight>,
     pub(crate) max_in_flight: usize,
+    /// How long a native wait keeps polling before it starts sleeping ([`spin_for`]).
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+    pub(crate) spin: Duration,
     pub(crate) peak: usize,
     pub(crate) submissions: u64,
     /// wasm: finished batches not yet submitted because the cap was reached, oldest first.
@@ -38,10 +41,11 @@ pub(crate) struct Submitter {
 }
 
 impl Submitter {
-    pub(crate) fn new(max_in_flight: usize) -> Self {
+    pub(crate) fn new(max_in_flight: usize, spin: Duration) -> Self {
         Submitter {
             queue: VecDeque::new(),
             max_in_flight: max_in_flight.max(1),
+            spin,
             peak: 0,
             submissions: 0,
             #[cfg(target_arch = "wasm32")]
@@ -100,7 +104,9 @@ impl Submitter {
         self.prune(device);
         while self.queue.len() > limit {
             let oldest = self.queue.front().expect("len > limit >= 0").done.clone();
-            wait_until(device, timeout, || oldest.load(Ordering::Acquire))?;
+            wait_until(device, timeout, self.spin, || {
+                oldest.load(Ordering::Acquire)
+            })?;
             self.queue.retain(|s| !s.done.load(Ordering::Acquire));
         }
         Ok(())
@@ -146,6 +152,20 @@ impl Submitter {
     }
 }
 
+/// How long a wait polls without sleeping on an adapter of `device_type` (the real one: a
+/// `gpu_plans` device on lavapipe still hands its cores back): on a GPU 2 ms, which covers a
+/// synced small op's whole round trip (tens of microseconds), because a sleep costs far more
+/// than its request (Linux's default timer slack alone is 50 us, so `sleep(20 us)` returns
+/// after about 70 us, four times CUDA's synced small op); on a CPU adapter none beyond the
+/// first 64 polls, so the wait hands the cores back to the adapter's own threads.
+pub(crate) fn spin_for(device_type: wgpu::DeviceType) -> Duration {
+    if device_type == wgpu::DeviceType::Cpu {
+        Duration::ZERO
+    } else {
+        Duration::from_millis(2)
+    }
+}
+
 /// Native: polls `device` until `ready()` holds, for at most `timeout` (then
 /// `PollError::Timeout`). Every wait of the runtime goes through here, never through a
 /// blocking `PollType::Wait`: wgpu holds the device's resource lock for the whole of such a
@@ -153,12 +173,14 @@ impl Submitter {
 /// every further submit, write and map on the device queued behind it (the lock is fair to
 /// writers), and nothing bounded the wait if the driver stalled. `Poll` only reads the fence
 /// and runs the callbacks of finished work (ours set the flags `ready` reads), whichever
-/// thread's work it was. Between polls the thread yields, then sleeps with a growing pause,
-/// so a CPU adapter keeps its cores and a GPU's short waits stay short.
+/// thread's work it was. Between polls the thread yields (for at least 64 polls and at least
+/// `spin`, see [`spin_for`]), then sleeps with a growing pause, so a CPU adapter keeps its
+/// cores and a GPU's short waits stay short.
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) fn wait_until(
     device: &wgpu::Device,
     timeout: Duration,
+    spin: Duration,
     mut ready: impl FnMut() -> bool,
 ) -> Result<(), wgpu::PollError> {
     let start = std::time::Instant::now();
@@ -172,7 +194,7 @@ pub(crate) fn wait_until(
         if start.elapsed() >= timeout {
             return Err(wgpu::PollError::Timeout);
         }
-        if spins < 64 {
+        if spins < 64 || start.elapsed() < spin {
             spins += 1;
             std::thread::yield_now();
         } else {
@@ -207,10 +229,24 @@ mod tests {
         let dev = crate::Device::new().unwrap();
         let device = dev.wgpu_device();
         let start = std::time::Instant::now();
-        let r = wait_until(device, Duration::from_millis(30), || false);
+        let r = wait_until(device, Duration::from_millis(30), Duration::ZERO, || false);
         assert!(matches!(r, Err(wgpu::PollError::Timeout)), "{r:?}");
         assert!(start.elapsed() < Duration::from_secs(5));
-        assert!(wait_until(device, Duration::from_millis(30), || true).is_ok());
+        let ready = wait_until(device, Duration::from_millis(30), Duration::ZERO, || true);
+        assert!(ready.is_ok());
+        // A spin budget past the timeout still ends at the timeout.
+        let start = std::time::Instant::now();
+        let r = wait_until(
+            device,
+            Duration::from_millis(5),
+            Duration::from_secs(60),
+            || false,
+        );
+        assert!(matches!(r, Err(wgpu::PollError::Timeout)), "{r:?}");
+        assert!(start.elapsed() < Duration::from_secs(5));
+        // GPUs spin, CPU adapters do not.
+        assert_eq!(spin_for(wgpu::DeviceType::Cpu), Duration::ZERO);
+        assert!(spin_for(wgpu::DeviceType::DiscreteGpu) >= Duration::from_millis(1));
         // The error users see names the op.
         let e = poll_error("sync", wgpu::PollError::Timeout);
         assert!(e.to_string().contains("sync"), "{e}");
