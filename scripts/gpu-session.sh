@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# One GPU session's measurements in one device call (DEVELOPERS.md: the device time is short and
+# every start costs minutes, so everything is built here and run there in one go).
+#
+#   scripts/gpu-session.sh prepare    here: the Vulkan loader debs into .gl/, and into .gpu/ the
+#                                     stripped, xz-compressed bench binary, the test binaries of
+#                                     the GPU kernels' suites, ../shared/gpu/on-device.sh and the
+#                                     PyTorch twins; prints what `carry` must name
+#   scripts/gpu-session.sh run [tests|bench]
+#                                     there (device `run`, carry [".gl", ".gpu"], timeout_s 600):
+#                                     the GPU kernels' tests on the real adapter (conformance of
+#                                     GEMM, convolution, RNN, attention, elementwise, cooperative
+#                                     matrices; at most 120 s a binary), then `kernels --bench
+#                                     gpu/` and the same shapes in PyTorch CUDA; every log also
+#                                     under $OUT. `tests` or `bench` alone split it over two calls.
+#
+# Settings (environment): TESTS (test binaries to bundle, default below), BENCH (bench filter,
+# default gpu/), TEST_FILTER (test-name filter for the run, default all).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+TESTS=${TESTS:-"conformance elementwise_gpu_plans attention gemm_runtime conv_runtime"}
+BENCH=${BENCH:-gpu/}
+TEST_FILTER=${TEST_FILTER:-}
+
+prepare() {
+  set -e
+  local exclude
+  exclude=$(git rev-parse --git-path info/exclude)
+  mkdir -p "$(dirname "$exclude")"
+  grep -qx '/.gl/' "$exclude" 2>/dev/null || echo /.gl/ >>"$exclude"
+  grep -qx '/.gpu/' "$exclude" 2>/dev/null || echo /.gpu/ >>"$exclude"
+  if ! ls .gl/*.deb >/dev/null 2>&1; then
+    mkdir -p .gl /tmp/amd64/partial
+    o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
+    # shellcheck disable=SC2086
+    apt-get $o update -qq
+    # shellcheck disable=SC2086
+    (cd .gl && apt-get $o download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
+  fi
+  rm -rf .gpu && mkdir -p .gpu
+  cargo bench --bench kernels --no-run 2>/dev/null
+  local bench
+  bench=$(ls -t target/release/deps/kernels-* | grep -v '\.d$' | head -1)
+  cp "$bench" .gpu/kernels && strip .gpu/kernels
+  for t in $TESTS; do
+    cargo test --release --test "$t" --no-run 2>/dev/null
+    local exe
+    exe=$(ls -t target/release/deps/"$t"-* | grep -v '\.d$' | head -1)
+    cp "$exe" ".gpu/$t" && strip ".gpu/$t"
+  done
+  xz -T0 -6 .gpu/*
+  cp ../shared/gpu/on-device.sh scripts/bench_gpu_torch.py scripts/bench_attention_torch.py .gpu/
+  du -sh .gl .gpu
+  echo 'device run: carry [".gl", ".gpu"], command: bash scripts/gpu-session.sh run'
+}
+
+run() {
+  local out=${OUT:-/tmp/gpu-session}
+  mkdir -p "$out"
+  for f in .gpu/*.xz; do xz -d -f "$f"; done
+  chmod +x .gpu/kernels 2>/dev/null
+  # The loader and the NVIDIA ICD, as ../shared/gpu/on-device.sh does.
+  for f in .gl/*.deb; do dpkg -x "$f" /; done
+  ldconfig
+  if ! ls /usr/share/vulkan/icd.d/nvidia* /etc/vulkan/icd.d/nvidia* >/dev/null 2>&1; then
+    export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+    export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+  fi
+  export WGPU_BACKEND=vulkan PYTHONUNBUFFERED=1
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader |
+    tee "$out/gpu.txt"
+  # 1. Correctness on the real adapter first: its figures mean nothing if a kernel is wrong.
+  local status=0 what=${1:-all}
+  [ "$what" = bench ] && TESTS=
+  for t in $TESTS; do
+    [ -x ".gpu/$t" ] || chmod +x ".gpu/$t" 2>/dev/null || continue
+    # shellcheck disable=SC2086
+    timeout 120 ".gpu/$t" --test-threads 8 $TEST_FILTER >"$out/test-$t.log" 2>&1
+    local rc=$?
+    echo "tests $t: rc=$rc $(grep -E '^test result' "$out/test-$t.log" | tail -1)"
+    grep -E '^test .* FAILED|panicked' "$out/test-$t.log" | head -20
+    [ "$rc" -eq 0 ] || status=1
+  done
+  [ "$what" = tests ] && return $status
+  # 2. The bench's GPU cases, then PyTorch's twins on the same GPU.
+  timeout 360 .gpu/kernels --bench "$BENCH" 2>&1 | tee "$out/bench.log"
+  timeout 180 python3 .gpu/bench_gpu_torch.py 2>&1 | tee "$out/torch.log"
+  timeout 120 python3 .gpu/bench_attention_torch.py 2>&1 | tee "$out/torch_attention.log"
+  return $status
+}
+
+case "${1:-}" in
+  prepare) prepare ;;
+  run) run "${2:-all}" ;;
+  *) echo "usage: $0 prepare | run" >&2; exit 2 ;;
+esac
