@@ -1,7 +1,7 @@
 // Convolution on the GPUs' large-tile core (lib/wg_tile.wgsl, shared with gemm_wg.wgsl): the
 // implicit GEMM of lib/conv_common.wgsl with a 16 TM x 64 output tile of one group per 16x16
 // workgroup, TM x 4 outputs per invocation, A and B staged through workgroup memory 8 steps of
-// K at a time, double buffered, one barrier per step.
+// K at a time by the core's double-buffered K loop.
 // Every invocation keeps the positions it stages fixed for the whole K loop, so a step
 // advances k counters by KT instead of decomposing k per element: A (affine in k, stored
 // k-fast in every direction) is staged k-fast, TM / 2 rows at one k; B (a gather) along the
@@ -11,14 +11,8 @@
 // ragged rows and columns read clamped positions whose results are never stored.
 // Needs lib/activation.wgsl, lib/conv_common.wgsl and lib/wg_tile.wgsl.
 
-// One K step's share of one invocation: TM / 2 <= 4 elements of A and 2 of B.
-struct Staged {
-    a: array<f32, 4>,
-    b: array<f32, 2>,
-}
-
 // What an invocation loads from, fixed over the K loop except the k counters.
-struct Loader {
+struct Ctx {
     // Element offsets of its A rows (clamped) and the counters of its A k.
     arow: array<u32, 4>,
     ka: KIter,
@@ -54,15 +48,19 @@ fn b_k_fast() -> bool {
     return p.k_e2 > p.c_e2;
 }
 
-fn loader(g: u32, r0: u32, c0: u32, k0: u32, li: u32) -> Loader {
-    var ld: Loader;
+fn k_fast(ctx: ptr<function, Ctx>) -> vec2<bool> {
+    return vec2<bool>(true, b_k_fast());
+}
+
+fn loader(g: u32, r0: u32, c0: u32, k0: u32, li: u32) -> Ctx {
+    var ld: Ctx;
     for (var q = 0u; q < a_per(); q++) {
-        let pa = stage_pos(li + q * WX * WY, tile_rows(), true);
+        let pa = a_pos(li, q, true);
         ld.arow[q] = a_row(g, r0 + pa.x);
     }
     ld.ka = k_at(k0 + li % KT);
     for (var q = 0u; q < B_PER; q++) {
-        let pb = stage_pos(li + q * WX * WY, BN, b_k_fast());
+        let pb = b_pos(li, q, b_k_fast());
         ld.cols[q] = col_state(g, c0 + pb.x);
         ld.kb[q] = k_at(k0 + pb.y);
     }
@@ -70,7 +68,7 @@ fn loader(g: u32, r0: u32, c0: u32, k0: u32, li: u32) -> Loader {
 }
 
 // Loads the step starting at k0 (k below kend) and advances the loader's counters.
-fn load_step(ld: ptr<function, Loader>, k0: u32, kend: u32, li: u32) -> Staged {
+fn load_step(ld: ptr<function, Ctx>, k0: u32, kend: u32, li: u32) -> Staged {
     var s: Staged;
     let ka = k0 + li % KT;
     let ak = a_k((*ld).ka);
@@ -83,7 +81,7 @@ fn load_step(ld: ptr<function, Loader>, k0: u32, kend: u32, li: u32) -> Staged {
     }
     (*ld).ka = k_adv((*ld).ka);
     for (var q = 0u; q < B_PER; q++) {
-        let kb = k0 + stage_pos(li + q * WX * WY, BN, b_k_fast()).y;
+        let kb = k0 + b_pos(li, q, b_k_fast()).y;
         var vb = 0.0;
         if (kb < kend) {
             vb = gather((*ld).cols[q], k_part((*ld).kb[q]));
@@ -94,39 +92,10 @@ fn load_step(ld: ptr<function, Loader>, k0: u32, kend: u32, li: u32) -> Staged {
     return s;
 }
 
-fn store_step(s: Staged, buf: u32, li: u32) {
-    for (var q = 0u; q < a_per(); q++) {
-        let pa = stage_pos(li + q * WX * WY, tile_rows(), true);
-        put_a(buf, pa.x, pa.y, s.a[q]);
-    }
-    for (var q = 0u; q < B_PER; q++) {
-        let pb = stage_pos(li + q * WX * WY, BN, b_k_fast());
-        put_b(buf, pb.y, pb.x, s.b[q]);
-    }
-}
-
 // The TM x 4 block of invocation (tx, ty) in group g's tile at (r0, c0), summed over k in kr.
 fn tile_conv(g: u32, r0: u32, c0: u32, kr: vec2<u32>, lid: vec3<u32>) -> array<vec4<f32>, 8> {
-    let li = lid.x + lid.y * WX;
-    let steps = (kr.y - kr.x + KT - 1u) / KT;
-    var ld = loader(g, r0, c0, kr.x, li);
-    var acc: array<vec4<f32>, 8>;
-    store_step(load_step(&ld, kr.x, kr.y, li), 0u, li);
-    workgroupBarrier();
-    for (var t = 0u; t < steps; t++) {
-        let cur = t & 1u;
-        let more = t + 1u < steps;
-        var next: Staged;
-        if (more) {
-            next = load_step(&ld, kr.x + (t + 1u) * KT, kr.y, li);
-        }
-        fma_tile(cur, lid, &acc);
-        if (more) {
-            store_step(next, 1u - cur, li);
-        }
-        workgroupBarrier();
-    }
-    return acc;
+    var ctx = loader(g, r0, c0, kr.x, lid.x + lid.y * WX);
+    return tile_k(&ctx, kr, lid);
 }
 
 @compute @workgroup_size(16, 16)

@@ -10,22 +10,29 @@
 
 override WG: u32 = 64u;
 
-struct Staged {
-    a: array<f32, 4>,
-    b: array<f32, 2>,
-}
-
 // K steps per slice: G*H / splits rounded up to whole staged steps.
 fn k_chunk() -> u32 {
     let per = (p.gh + p.splits - 1u) / p.splits;
     return (per + KT - 1u) / KT * KT;
 }
 
-fn load_step(r0: u32, c0: u32, k0: u32, kend: u32, li: u32) -> Staged {
+// The tile's first batch row and unit.
+struct Ctx {
+    r0: u32,
+    c0: u32,
+}
+
+// dA rows k-fast, W_hh rows along the units.
+fn k_fast(ctx: ptr<function, Ctx>) -> vec2<bool> {
+    return vec2<bool>(true, false);
+}
+
+fn load_step(ctx: ptr<function, Ctx>, k0: u32, kend: u32, li: u32) -> Staged {
     var s: Staged;
+    let c = *ctx;
     for (var q = 0u; q < a_per(); q++) {
-        let pa = stage_pos(li + q * WX * WY, tile_rows(), true);
-        let b = r0 + pa.x;
+        let pa = a_pos(li, q, true);
+        let b = c.r0 + pa.x;
         let k = k0 + pa.y;
         var v = 0.0;
         if (b < p.batch && k < kend) {
@@ -34,8 +41,8 @@ fn load_step(r0: u32, c0: u32, k0: u32, kend: u32, li: u32) -> Staged {
         s.a[q] = v;
     }
     for (var q = 0u; q < B_PER; q++) {
-        let pb = stage_pos(li + q * WX * WY, BN, false);
-        let j = c0 + pb.x;
+        let pb = b_pos(li, q, false);
+        let j = c.c0 + pb.x;
         let k = k0 + pb.y;
         var v = 0.0;
         if (j < p.hidden && k < kend) {
@@ -46,43 +53,15 @@ fn load_step(r0: u32, c0: u32, k0: u32, kend: u32, li: u32) -> Staged {
     return s;
 }
 
-fn store_step(s: Staged, buf: u32, li: u32) {
-    for (var q = 0u; q < a_per(); q++) {
-        let pa = stage_pos(li + q * WX * WY, tile_rows(), true);
-        put_a(buf, pa.x, pa.y, s.a[q]);
-    }
-    for (var q = 0u; q < B_PER; q++) {
-        let pb = stage_pos(li + q * WX * WY, BN, false);
-        put_b(buf, pb.y, pb.x, s.b[q]);
-    }
-}
-
 // Slice wid.z of the recurrent product for the tile of 16 TM rows x 64 units at (wid.y, wid.x).
 @compute @workgroup_size(16, 16)
 fn rnn_rec_wg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-    let li = lid.x + lid.y * WX;
     let r0 = wid.y * tile_rows();
     let c0 = wid.x * BN;
     let kc = k_chunk();
     let kb = min(wid.z * kc, p.gh);
-    let ke = min(kb + kc, p.gh);
-    let steps = (ke - kb + KT - 1u) / KT;
-    var acc: array<vec4<f32>, 8>;
-    store_step(load_step(r0, c0, kb, ke, li), 0u, li);
-    workgroupBarrier();
-    for (var t = 0u; t < steps; t++) {
-        let cur = t & 1u;
-        let more = t + 1u < steps;
-        var next: Staged;
-        if (more) {
-            next = load_step(r0, c0, kb + (t + 1u) * KT, ke, li);
-        }
-        fma_tile(cur, lid, &acc);
-        if (more) {
-            store_step(next, 1u - cur, li);
-        }
-        workgroupBarrier();
-    }
+    var ctx = Ctx(r0, c0);
+    let acc = tile_k(&ctx, vec2<u32>(kb, min(kb + kc, p.gh)), lid);
     let col = c0 + lid.x * 4u;
     for (var i = 0u; i < TM; i++) {
         let row = r0 + lid.y * TM + i;

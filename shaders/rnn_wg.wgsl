@@ -8,31 +8,38 @@
 // portable step's invocations each walked a W_hh row of their own. Needs lib/activation.wgsl,
 // lib/rnn_common.wgsl and lib/wg_tile.wgsl.
 
-struct Staged {
-    a: array<f32, 4>,
-    b: array<f32, 2>,
+// The tile's first batch row and unit, and the gates per unit (4: LSTM, 3: GRU).
+struct Ctx {
+    r0: u32,
+    u0: u32,
+    ngates: u32,
 }
 
-fn load_step(r0: u32, u0: u32, k0: u32, li: u32, ngates: u32) -> Staged {
+fn k_fast(ctx: ptr<function, Ctx>) -> vec2<bool> {
+    return vec2<bool>(true, true);
+}
+
+fn load_step(ctx: ptr<function, Ctx>, k0: u32, kend: u32, li: u32) -> Staged {
     var s: Staged;
+    let c = *ctx;
     let h = p.hidden;
     for (var q = 0u; q < a_per(); q++) {
-        let pa = stage_pos(li + q * WX * WY, tile_rows(), true);
-        let b = r0 + pa.x;
+        let pa = a_pos(li, q, true);
+        let b = c.r0 + pa.x;
         let k = k0 + pa.y;
         var v = 0.0;
-        if (b < p.batch && k < h) {
+        if (b < p.batch && k < kend) {
             v = f32(hseq[p.prev_off + b * p.seq_rs + k]);
         }
         s.a[q] = v;
     }
     for (var q = 0u; q < B_PER; q++) {
-        let pb = stage_pos(li + q * WX * WY, BN, true);
-        let u = u0 + pb.x / 4u;
+        let pb = b_pos(li, q, true);
+        let u = c.u0 + pb.x / 4u;
         let g = pb.x % 4u;
         let k = k0 + pb.y;
         var v = 0.0;
-        if (u < h && g < ngates && k < h) {
+        if (u < h && g < c.ngates && k < kend) {
             v = f32(whh[(g * h + u) * h + k]);
         }
         s.b[q] = v;
@@ -40,39 +47,11 @@ fn load_step(r0: u32, u0: u32, k0: u32, li: u32, ngates: u32) -> Staged {
     return s;
 }
 
-fn store_step(s: Staged, buf: u32, li: u32) {
-    for (var q = 0u; q < a_per(); q++) {
-        let pa = stage_pos(li + q * WX * WY, tile_rows(), true);
-        put_a(buf, pa.x, pa.y, s.a[q]);
-    }
-    for (var q = 0u; q < B_PER; q++) {
-        let pb = stage_pos(li + q * WX * WY, BN, true);
-        put_b(buf, pb.y, pb.x, s.b[q]);
-    }
-}
-
 // The recurrent pre-activations of invocation (tx, ty): acc[i] holds the gates of unit
 // u0 + tx for batch row r0 + ty*TM + i.
 fn step_tile(r0: u32, u0: u32, lid: vec3<u32>, ngates: u32) -> array<vec4<f32>, 8> {
-    let li = lid.x + lid.y * WX;
-    let steps = (p.hidden + KT - 1u) / KT;
-    var acc: array<vec4<f32>, 8>;
-    store_step(load_step(r0, u0, 0u, li, ngates), 0u, li);
-    workgroupBarrier();
-    for (var t = 0u; t < steps; t++) {
-        let cur = t & 1u;
-        let more = t + 1u < steps;
-        var next: Staged;
-        if (more) {
-            next = load_step(r0, u0, (t + 1u) * KT, li, ngates);
-        }
-        fma_tile(cur, lid, &acc);
-        if (more) {
-            store_step(next, 1u - cur, li);
-        }
-        workgroupBarrier();
-    }
-    return acc;
+    var ctx = Ctx(r0, u0, ngates);
+    return tile_k(&ctx, vec2<u32>(0u, p.hidden), lid);
 }
 
 @compute @workgroup_size(16, 16)

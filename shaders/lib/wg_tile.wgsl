@@ -2,8 +2,15 @@
 // rnn_backward_wg.wgsl): an output tile of
 // BM = 16 TM rows x BN = 64 columns per 16x16 workgroup, TM x 4 outputs per invocation, the
 // operand tiles staged through workgroup memory KT = 8 steps of K at a time, double buffered.
-// The including kernel owns the K loop and the loads (GEMM reads through strides, convolution
-// gathers); this file owns the staged layout and the FMA loop, so both run the same core.
+// The including kernel owns the loads (GEMM reads through strides, convolution gathers, the
+// recurrent steps read state rows); this file owns the staged layout, the double-buffered K
+// loop and the FMA loop, so every kernel runs the same core. The kernel defines:
+//   struct Ctx                      what its loads need (bases, counters, ...)
+//   fn k_fast(ctx: ptr<function, Ctx>) -> vec2<bool>
+//                                   whether A and B are staged k-fast (see stage_pos)
+//   fn load_step(ctx: ptr<function, Ctx>, k0: u32, kend: u32, li: u32) -> Staged
+//                                   element q of invocation li's share of the K step at k0, at
+//                                   a_pos / b_pos, 0 for k >= kend (it may advance ctx)
 //
 // Layout: A is staged transposed (wa[k][m]) and B as is (wb[k][n]), both as vec4 rows padded
 // by one vec4 (33 and 17 vec4): invocation (tx, ty) reads its TM rows as TM / 4 vec4 (the same
@@ -48,6 +55,21 @@ fn stage_pos(e: u32, len: u32, k_fast: bool) -> vec2<u32> {
     return vec2<u32>(e % len, e / len);
 }
 
+// (row, k) within the step of invocation li's A element q, and (column, k) of its B element q.
+fn a_pos(li: u32, q: u32, k_fast: bool) -> vec2<u32> {
+    return stage_pos(li + q * WX * WY, tile_rows(), k_fast);
+}
+
+fn b_pos(li: u32, q: u32, k_fast: bool) -> vec2<u32> {
+    return stage_pos(li + q * WX * WY, BN, k_fast);
+}
+
+// One K step's share of one invocation: TM / 2 <= 4 elements of A and 2 of B.
+struct Staged {
+    a: array<f32, 4>,
+    b: array<f32, 2>,
+}
+
 fn put_a(buf: u32, m: u32, k: u32, v: f32) {
     wa[(buf * KT + k) * SA + m / 4u][m % 4u] = v;
 }
@@ -69,4 +91,44 @@ fn fma_tile(buf: u32, lid: vec3<u32>, acc: ptr<function, array<vec4<f32>, 8>>) {
             (*acc)[4u * h + 3u] = fma(vec4<f32>(av.w), bv, (*acc)[4u * h + 3u]);
         }
     }
+}
+
+// Writes a loaded step into buffer `buf` of the staged tiles.
+fn store_step(s: Staged, buf: u32, li: u32, kf: vec2<bool>) {
+    for (var q = 0u; q < a_per(); q++) {
+        let pa = a_pos(li, q, kf.x);
+        put_a(buf, pa.x, pa.y, s.a[q]);
+    }
+    for (var q = 0u; q < B_PER; q++) {
+        let pb = b_pos(li, q, kf.y);
+        put_b(buf, pb.y, pb.x, s.b[q]);
+    }
+}
+
+// The TM x 4 block of invocation (tx, ty) summed over k in kr: acc[i][j] = sum_k
+// A[ty*TM + i, k] B[k, tx*4 + j] of the tile the kernel's loads describe. Double buffered:
+// the next step's elements are loaded into registers before the FMAs on the current buffer and
+// stored into the other buffer after them, one barrier per step. Every barrier is in uniform
+// control flow as long as kr is uniform across the workgroup.
+fn tile_k(ctx: ptr<function, Ctx>, kr: vec2<u32>, lid: vec3<u32>) -> array<vec4<f32>, 8> {
+    let li = lid.x + lid.y * WX;
+    let kf = k_fast(ctx);
+    let steps = (kr.y - kr.x + KT - 1u) / KT;
+    var acc: array<vec4<f32>, 8>;
+    store_step(load_step(ctx, kr.x, kr.y, li), 0u, li, kf);
+    workgroupBarrier();
+    for (var t = 0u; t < steps; t++) {
+        let cur = t & 1u;
+        let more = t + 1u < steps;
+        var next: Staged;
+        if (more) {
+            next = load_step(ctx, kr.x + (t + 1u) * KT, kr.y, li);
+        }
+        fma_tile(cur, lid, &acc);
+        if (more) {
+            store_step(next, 1u - cur, li, kf);
+        }
+        workgroupBarrier();
+    }
+    return acc;
 }
