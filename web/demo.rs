@@ -55,7 +55,7 @@ const REPEATS: usize = 5;
 /// Runs the workload; resolves to a JSON report (adapter, per-op timings and checks, `pass`).
 #[wasm_bindgen]
 pub async fn run_demo() -> std::result::Result<String, JsValue> {
-    run().await.map_err(|e| JsValue::from_str(&e.to_string()))
+    run().await.map_err(js)
 }
 
 async fn run() -> Result<String> {
@@ -298,6 +298,28 @@ fn uniform(n: usize, seed: u64, scale: f64) -> Vec<f64> {
 fn upload(dev: &Device, data: &[f64], shape: &[usize]) -> Result<Tensor> {
     let v: Vec<f32> = data.iter().map(|&x| x as f32).collect();
     Tensor::from_slice(dev, &v, shape)
+}
+
+/// A wgtensor error as the JavaScript exception the page shows.
+pub(crate) fn js(e: wgtensor::Error) -> JsValue {
+    JsValue::from_str(&e.to_string())
+}
+
+/// The device's counters as JSON object members (leading comma included), the part of a
+/// training step's report both trainers share.
+pub(crate) fn device_stats_json(dev: &Device) -> String {
+    let st = dev.stats();
+    format!(
+        ",\"dispatches\":{},\"submissions\":{},\"in_flight\":{},\"max_in_flight\":{},\
+         \"pool_live_bytes\":{},\"pool_peak_bytes\":{},\"pipelines\":{}",
+        st.dispatches,
+        st.submissions,
+        st.in_flight,
+        dev.options().max_in_flight,
+        st.pool.live_bytes,
+        st.pool.peak_bytes,
+        st.pipelines_compiled,
+    )
 }
 
 pub(crate) fn now_ms() -> f64 {

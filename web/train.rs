@@ -13,6 +13,8 @@ use wgtensor::ops::{cross_entropy, MaxPool2dOptions};
 use wgtensor::optim::{Adam, AdamOptions};
 use wgtensor::{no_grad, Device, Result, Tensor};
 
+use crate::js;
+
 /// 65 bytes per image: 64 pixels (0..=16, row-major 8x8), then the label.
 const DIGITS: &[u8] = include_bytes!("../examples/digits.bin");
 /// Held-out images (the last ones of a fixed shuffle), as in the training example.
@@ -31,10 +33,6 @@ struct Trainer {
 
 thread_local! {
     static TRAINER: RefCell<Option<Trainer>> = const { RefCell::new(None) };
-}
-
-fn js(e: wgtensor::Error) -> JsValue {
-    JsValue::from_str(&e.to_string())
 }
 
 /// Images `[n, 1, 8, 8]` in [0, 1] and i32 labels `[n]` of the samples `idx`.
@@ -120,21 +118,12 @@ impl Trainer {
             let a = logits.argmax(1, false)?.eq(&self.test_y)?.mean_all()?;
             acc = format!("{:.4}", a.to_vec_async::<f32>().await?[0]);
         }
-        let st = self.dev.stats();
         let mut j = String::new();
         let _ = write!(
             j,
-            "{{\"step\":{},\"loss\":{loss:.5},\"test_accuracy\":{acc},\"step_ms\":{step_ms:.1},\
-             \"dispatches\":{},\"submissions\":{},\"in_flight\":{},\"max_in_flight\":{},\
-             \"pool_live_bytes\":{},\"pool_peak_bytes\":{},\"pipelines\":{}}}",
+            "{{\"step\":{},\"loss\":{loss:.5},\"test_accuracy\":{acc},\"step_ms\":{step_ms:.1}{}}}",
             self.step,
-            st.dispatches,
-            st.submissions,
-            st.in_flight,
-            self.dev.options().max_in_flight,
-            st.pool.live_bytes,
-            st.pool.peak_bytes,
-            st.pipelines_compiled,
+            crate::device_stats_json(&self.dev),
         );
         Ok(j)
     }

@@ -15,6 +15,8 @@ use wgtensor::ops::{cross_entropy, softmax};
 use wgtensor::optim::Adam;
 use wgtensor::{no_grad, Device, Result, Tensor};
 
+use crate::js;
+
 #[path = "../examples/shared/char_transformer.rs"]
 mod model;
 
@@ -46,10 +48,6 @@ struct Trainer {
 
 thread_local! {
     static TRAINER: RefCell<Option<Trainer>> = const { RefCell::new(None) };
-}
-
-fn js(e: wgtensor::Error) -> JsValue {
-    JsValue::from_str(&e.to_string())
 }
 
 async fn start(batch: usize, steps: usize) -> Result<Trainer> {
@@ -120,23 +118,14 @@ impl Trainer {
         } else {
             "null".to_string()
         };
-        let st = self.dev.stats();
         let mut j = String::new();
         let _ = write!(
             j,
             "{{\"step\":{},\"loss\":{loss:.5},\"test_accuracy\":null,\"lr\":{lr:.6},\
-             \"unigram\":{:.4},\"sample\":{sample},\"step_ms\":{step_ms:.1},\
-             \"dispatches\":{},\"submissions\":{},\"in_flight\":{},\"max_in_flight\":{},\
-             \"pool_live_bytes\":{},\"pool_peak_bytes\":{},\"pipelines\":{}}}",
+             \"unigram\":{:.4},\"sample\":{sample},\"step_ms\":{step_ms:.1}{}}}",
             self.step,
             self.corpus.unigram,
-            st.dispatches,
-            st.submissions,
-            st.in_flight,
-            self.dev.options().max_in_flight,
-            st.pool.live_bytes,
-            st.pool.peak_bytes,
-            st.pipelines_compiled,
+            crate::device_stats_json(&self.dev),
         );
         Ok(j)
     }
