@@ -423,7 +423,7 @@ fn splitk_fixed() -> [(Dir, ConvGeom); 3] {
 }
 
 /// Runs `dir` of `g` (forward with bias and tanh) on float data; returns the output.
-pub(crate) fn run_dir(dev: &Device, g: &ConvGeom, dir: Dir, dtype: DType) -> Tensor {
+fn run_dir(dev: &Device, g: &ConvGeom, dir: Dir, dtype: DType) -> Tensor {
     let p = Problem {
         g: *g,
         seed: 7,
@@ -453,19 +453,25 @@ pub(crate) fn run_dir(dev: &Device, g: &ConvGeom, dir: Dir, dtype: DType) -> Ten
     r.unwrap_or_else(|e| panic!("{dir:?} of {g:?}: {e}"))
 }
 
+/// `runs` runs of `dir` on `g`, which must split K, give bitwise identical outputs (the slices
+/// are summed in a fixed order).
+pub(crate) fn runs_agree(dev: &Device, g: &ConvGeom, dir: Dir, dtype: DType, runs: usize) {
+    let pl = expected_plan(dev, g, dir);
+    assert!(pl.splits > 1, "{dir:?} of {g:?} does not split: {pl:?}");
+    let first = common::download(&run_dir(dev, g, dir, dtype)).unwrap();
+    for run in 1..runs {
+        let again = common::download(&run_dir(dev, g, dir, dtype)).unwrap();
+        let what = format!("{dir:?} of {g:?} ({pl:?}), run {run} vs run 0");
+        compare_bits(&what, &[first.len()], dtype, &again, &first)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
 /// Three runs of each split-k problem are bitwise identical; so are three transposed
 /// convolutions (with bias and gelu) on the data-gradient problem.
 fn splitk_deterministic(dev: &Device, dtype: DType) {
     for (dir, g) in splitk_fixed() {
-        let pl = expected_plan(dev, &g, dir);
-        assert!(pl.splits > 1, "{dir:?} of {g:?} does not split: {pl:?}");
-        let first = common::download(&run_dir(dev, &g, dir, dtype)).unwrap();
-        for run in 1..3 {
-            let again = common::download(&run_dir(dev, &g, dir, dtype)).unwrap();
-            let what = format!("{dir:?} of {g:?} ({pl:?}), run {run} vs run 0");
-            compare_bits(&what, &[first.len()], dtype, &again, &first)
-                .unwrap_or_else(|e| panic!("{e}"));
-        }
+        runs_agree(dev, &g, dir, dtype, 3);
     }
     // conv_transpose2d from the data-gradient problem's O = 256 channels to its C = 8.
     let (_, g) = splitk_fixed()[2];

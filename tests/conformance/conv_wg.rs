@@ -10,11 +10,10 @@ use wgtensor::ops::conv::{plan, ConvVariant};
 use wgtensor::ops::Activation;
 use wgtensor::{DType, Device};
 
-use crate::check::compare_bits;
 use crate::common::conv_ref::{ConvGeom, Dir};
-use crate::common::{self, gpu_plans_device, require_f16};
+use crate::common::{gpu_plans_device, require_f16};
 use crate::conv_check::{expected_plan, int_problem, problem, Problem, Rows};
-use crate::conv_large::{check_all, check_split, run_dir};
+use crate::conv_large::{check_all, check_split, runs_agree};
 use crate::strategies::run;
 
 const CASES_F32: u32 = 6;
@@ -166,15 +165,6 @@ fn conv_wg_splitk_f32() {
         }
         let pl = expected_plan(dev(), &g, dir);
         assert_eq!(pl.variant, ConvVariant::WgTiled, "{pl:?}");
-        let first = common::download(&run_dir(dev(), &g, dir, DType::F32)).unwrap();
-        let again = common::download(&run_dir(dev(), &g, dir, DType::F32)).unwrap();
-        compare_bits(
-            &format!("{dir:?} of {g:?} ({pl:?}), run 1 vs run 0"),
-            &[first.len()],
-            DType::F32,
-            &again,
-            &first,
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
+        runs_agree(dev(), &g, dir, DType::F32, 2);
     }
 }
