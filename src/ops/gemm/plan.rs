@@ -115,19 +115,6 @@ pub fn plan(
     plan_for(dev.caps(), m, n, k, batch, split_k)
 }
 
-/// [`plan`] for operands of `dtype` (what a launch runs).
-pub(crate) fn plan_dtype(
-    dev: &Device,
-    dtype: DType,
-    m: usize,
-    n: usize,
-    k: usize,
-    batch: usize,
-    split_k: Option<u32>,
-) -> Result<GemmPlan> {
-    plan_for_dtype(dev.caps(), dtype, m, n, k, batch, split_k)
-}
-
 #[doc(hidden)]
 /// [`plan`] as a pure function of the adapter facts (unit-tested without a GPU).
 pub fn plan_for(

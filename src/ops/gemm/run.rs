@@ -4,7 +4,7 @@
 
 use super::launch::{dispatch, GemmBinds, Problem};
 use super::options::GemmOptions;
-use super::plan::plan_dtype;
+use super::plan::plan_for_dtype;
 use crate::runtime::Bind;
 use crate::{Result, Tensor};
 
@@ -21,7 +21,7 @@ pub(crate) fn run(
     let pb = Problem::new(op, a, b, o, into)?;
     let dev = a.device();
     let (m, n, batch) = (pb.m, pb.n, pb.batch());
-    let pl = plan_dtype(dev, a.dtype, m, n, pb.k, batch, o.split_k)?;
+    let pl = plan_for_dtype(dev.caps(), a.dtype, m, n, pb.k, batch, o.split_k)?;
     let out = match into {
         Some(t) => t.clone(),
         None => Tensor::empty(dev, op, &pb.out_shape, a.dtype)?,
