@@ -1,7 +1,8 @@
-//! The device: adapter selection, limits and features, and the shared execution state
-//! (pool, pending batch, in-flight queue, pipeline cache) behind one cheap-to-clone handle.
+//! The device handle: its limits, features and options, and the shared execution state (pool,
+//! pending batch, in-flight queue, pipeline cache) behind one cheap-to-clone handle; opening
+//! one is runtime/open.rs.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The per-batch param arena (uniform, written by the queue).
@@ -19,7 +20,7 @@ use super::bind_cache::BindGroupCache;
 pub use super::options::DeviceOptions;
 #[cfg(target_arch = "wasm32")]
 use super::options::MAX_PARKED;
-use super::pipeline::{PipelineCache, PARAM_SLOT};
+use super::pipeline::PipelineCache;
 use super::pipeline_store::PipelineCacheStatus;
 use super::pool::BufferPool;
 use super::stats::DeviceStats;
@@ -73,15 +74,15 @@ pub(crate) struct Inner {
     pub(crate) binding_limit: u64,
     pub(crate) caps: super::caps::Caps,
     /// The random generator: (seed, next Philox counter). See `ops::random`.
-    rng: Mutex<(u64, u64)>,
+    pub(super) rng: Mutex<(u64, u64)>,
     pub(super) state: Mutex<State>,
     pub(super) pipelines: Mutex<PipelineCache>,
     /// What opening the persisted pipeline cache did (`DeviceStats::pipeline_cache`).
-    pipeline_cache: PipelineCacheStatus,
-    lost: Arc<Mutex<Option<String>>>,
-    uncaptured: Arc<Mutex<Option<Error>>>,
+    pub(super) pipeline_cache: PipelineCacheStatus,
+    pub(super) lost: Arc<Mutex<Option<String>>>,
+    pub(super) uncaptured: Arc<Mutex<Option<Error>>>,
     /// Set when `lost` or `uncaptured` may hold something.
-    flagged: Arc<AtomicBool>,
+    pub(super) flagged: Arc<AtomicBool>,
 }
 
 /// A GPU device. Clone is an `Arc` bump; every clone drives the same queue and batch.
@@ -105,262 +106,13 @@ impl std::fmt::Debug for Device {
     }
 }
 
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-/// The generator's seed until [`Device::manual_seed`] sets one (PyTorch's default generator
-/// starts from a fixed seed too, so runs are reproducible by default).
-const DEFAULT_SEED: u64 = 67_280_421_310_721;
-
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock cannot leave our counters half-updated in a way that
     // matters more than refusing all further work, so recover the guard.
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-async fn pick_adapter(instance: &wgpu::Instance) -> Result<wgpu::Adapter> {
-    #[cfg(not(target_arch = "wasm32"))]
-    if let Ok(name) = std::env::var("WGPU_ADAPTER_NAME") {
-        let want = name.to_lowercase();
-        let adapters = instance.enumerate_adapters(wgpu::Backends::all()).await;
-        let names: Vec<String> = adapters.iter().map(|a| a.get_info().name).collect();
-        return adapters
-            .into_iter()
-            .find(|a| a.get_info().name.to_lowercase().contains(&want))
-            .ok_or_else(|| {
-                Error::NoAdapter(format!(
-                    "WGPU_ADAPTER_NAME={name:?} matches none of the adapters {names:?}. \
-                     {NO_ADAPTER_HINT}"
-                ))
-            });
-    }
-    instance
-        .request_adapter(&wgpu::RequestAdapterOptions {
-            power_preference: wgpu::PowerPreference::from_env().unwrap_or_default(),
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| Error::NoAdapter(format!("no adapter available: {e}. {NO_ADAPTER_HINT}")))
-}
-
-/// What to do when no adapter is found (the message users see first on a machine without a
-/// GPU driver).
-const NO_ADAPTER_HINT: &str = "Install a GPU driver with Vulkan, Metal or DX12 support; without \
-a GPU, Mesa's lavapipe runs Vulkan on the CPU (Debian/Ubuntu: `apt-get install \
-mesa-vulkan-drivers libvulkan1`, or run scripts/install-lavapipe.sh). WGPU_BACKEND \
-(vulkan, metal, dx12), WGPU_ADAPTER_NAME and WGPU_POWER_PREF pick among several adapters; in \
-a browser, WebGPU must be enabled (chrome://gpu tells)";
-
 impl Device {
-    /// Opens the default device, blocking (native only). Honours WGPU_BACKEND,
-    /// WGPU_ADAPTER_NAME and WGPU_POWER_PREF.
-    ///
-    /// Uses [`DeviceOptions::default`] and requests the adapter's SUBGROUP and SHADER_F16
-    /// features when present (faster kernels, f16 tensors), and on Vulkan PIPELINE_CACHE, to
-    /// load the pipelines compiled by earlier runs from the user's cache directory
-    /// ([`DeviceOptions::pipeline_cache`]). Errors with [`Error::NoAdapter`],
-    /// whose message says what to install, when no adapter is found or the device cannot be
-    /// created.
-    ///
-    /// ```ignore-wasm32
-    /// # fn main() -> wgtensor::Result<()> {
-    /// let dev = wgtensor::Device::new()?;
-    /// let info = dev.adapter_info();
-    /// println!("{} ({:?}), f16: {}", info.name, info.backend, dev.supports_f16());
-    /// # Ok(()) }
-    /// ```
-    #[cfg(not(target_arch = "wasm32"))]
-    pub fn new() -> Result<Device> {
-        Self::with_options(DeviceOptions::default())
-    }
-
-    /// Like [`Device::new`] with explicit execution options.
-    ///
-    /// Errors as [`Device::new`], and with [`Error::InvalidArgument`] for option values the
-    /// runtime cannot honour (a cap of 0, a memory limit of 0).
-    ///
-    /// ```ignore-wasm32
-    /// # fn main() -> wgtensor::Result<()> {
-    /// use wgtensor::{Device, DeviceOptions};
-    /// // At most 2 batches queued on the GPU, and a 2 GiB memory budget.
-    /// let dev = Device::with_options(DeviceOptions {
-    ///     max_in_flight: 2,
-    ///     memory_limit: Some(2 << 30),
-    ///     ..Default::default()
-    /// })?;
-    /// assert_eq!(dev.stats().memory_limit, 2 << 30);
-    /// # Ok(()) }
-    /// ```
-    #[cfg(not(target_arch = "wasm32"))]
-    pub fn with_options(opts: DeviceOptions) -> Result<Device> {
-        pollster::block_on(Self::new_async_with(opts))
-    }
-
-    /// Opens the default device without blocking (the entry point on wasm).
-    pub async fn new_async() -> Result<Device> {
-        Self::new_async_with(DeviceOptions::default()).await
-    }
-
-    /// [`Device::with_options`] without blocking (the entry point on wasm, where the
-    /// browser's adapter and device requests are asynchronous). Errors as `with_options`.
-    pub async fn new_async_with(opts: DeviceOptions) -> Result<Device> {
-        opts.validate()?;
-        let instance =
-            wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
-        let adapter = pick_adapter(&instance).await?;
-        let mut wanted = wgpu::Features::empty();
-        if !opts.disable_subgroups {
-            wanted |= wgpu::Features::SUBGROUP;
-        }
-        if !opts.disable_f16 {
-            wanted |= wgpu::Features::SHADER_F16;
-        }
-        if super::pipeline_store::wants_feature(&opts.pipeline_cache, &adapter.get_info()) {
-            wanted |= wgpu::Features::PIPELINE_CACHE;
-        }
-        // Cooperative matrices only on request and where gemm_coop's configuration exists.
-        let coop = opts.cooperative_matrix
-            && !opts.disable_f16
-            && super::caps::offers_coop16(&adapter.cooperative_matrix_properties());
-        if coop {
-            wanted |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
-        }
-        let features = adapter.features() & wanted;
-        let limits = adapter.limits();
-        let experimental_features =
-            if features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
-                // SAFETY: wgpu marks the feature experimental (its implementation may have bugs,
-                // not undefined behaviour in safe use); it is requested only when the user opted in
-                // through `DeviceOptions::cooperative_matrix`, and only gemm_coop uses it.
-                unsafe { wgpu::ExperimentalFeatures::enabled() }
-            } else {
-                wgpu::ExperimentalFeatures::disabled()
-            };
-        let (device, queue) = adapter
-            .request_device(&wgpu::DeviceDescriptor {
-                label: Some("wgtensor"),
-                required_features: features,
-                required_limits: limits.clone(),
-                experimental_features,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| Error::NoAdapter(format!("request_device failed: {e}")))?;
-        Self::assemble(adapter, device, queue, limits, opts)
-    }
-
-    /// Runs wgtensor on a wgpu device the application already has (a game engine, an
-    /// egui/winit app), so tensors and the app's own passes share buffers. wgtensor uses the
-    /// features and limits the device was created with (SUBGROUP and SHADER_F16 enable the
-    /// kernels that need them).
-    ///
-    /// It installs the device's uncaptured-error handler and device-lost callback (wgpu keeps
-    /// one of each), through which it reports errors as `Err`. Submit the app's own command
-    /// buffers with [`Device::submit`] so that they run after wgtensor's pending work and under
-    /// the in-flight cap; see [`Tensor::wgpu_buffer`](crate::Tensor::wgpu_buffer) for reading
-    /// and writing tensors from those passes.
-    ///
-    /// The persisted pipeline cache ([`DeviceOptions::pipeline_cache`]) is used only if the
-    /// device was created with `wgpu::Features::PIPELINE_CACHE`; otherwise
-    /// [`DeviceStats::pipeline_cache`] reports it unsupported.
-    pub fn from_wgpu(
-        adapter: wgpu::Adapter,
-        device: wgpu::Device,
-        queue: wgpu::Queue,
-        opts: DeviceOptions,
-    ) -> Result<Device> {
-        opts.validate()?;
-        let limits = device.limits();
-        Self::assemble(adapter, device, queue, limits, opts)
-    }
-
-    fn assemble(
-        adapter: wgpu::Adapter,
-        device: wgpu::Device,
-        queue: wgpu::Queue,
-        limits: wgpu::Limits,
-        opts: DeviceOptions,
-    ) -> Result<Device> {
-        // Both callbacks raise `flagged` after filling their slot, so `check` takes no lock
-        // while nothing has gone wrong (it runs on every op).
-        let flagged = Arc::new(AtomicBool::new(false));
-        let lost = Arc::new(Mutex::new(None));
-        let (lost_cb, flag_cb) = (lost.clone(), flagged.clone());
-        device.set_device_lost_callback(move |reason, msg| {
-            *lock(&lost_cb) = Some(format!("{reason:?}: {msg}"));
-            flag_cb.store(true, Ordering::Release);
-        });
-        let uncaptured = Arc::new(Mutex::new(None));
-        let (unc_cb, flag_cb) = (uncaptured.clone(), flagged.clone());
-        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
-            let mut slot = lock(&unc_cb);
-            if slot.is_none() {
-                *slot = Some(map_wgpu_error("device", e));
-            }
-            flag_cb.store(true, Ordering::Release);
-        }));
-
-        let param_slot = PARAM_SLOT.max(limits.min_uniform_buffer_offset_alignment as u64);
-        let info = adapter.get_info();
-        let features = device.features();
-        let coop = adapter.cooperative_matrix_properties();
-        let mut caps = super::caps::Caps::read(&info, features, &limits, &coop);
-        caps.cpu &= !opts.gpu_plans;
-        let align = u64::from(limits.min_storage_buffer_offset_alignment.max(4));
-        let binding_limit = (limits.max_storage_buffer_binding_size)
-            .min(opts.max_binding_bytes.unwrap_or(u64::MAX))
-            .min(u32::MAX as u64)
-            / align
-            * align;
-        let memory_limit = opts
-            .memory_limit
-            .unwrap_or_else(|| super::memory::default_limit(info.device_type));
-        let mut pipelines = PipelineCache::default();
-        let pipeline_cache =
-            super::pipeline_store::open(&opts.pipeline_cache, &info, &device, &mut pipelines);
-        Ok(Device {
-            inner: Arc::new(Inner {
-                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-                state: Mutex::new(State {
-                    pool: BufferPool::new(
-                        opts.pool_cap_bytes
-                            .unwrap_or_else(|| super::memory::default_pool_cap(memory_limit)),
-                        binding_limit,
-                    ),
-                    bind_groups: BindGroupCache::default(),
-                    batch: Batch::default(),
-                    submitter: Submitter::new(
-                        opts.max_in_flight,
-                        super::submitter::spin_for(info.device_type),
-                    ),
-                    dispatches: 0,
-                    donations: 0,
-                    poisoned: Default::default(),
-                    batch_error: None,
-                    index_err: None,
-                    index_ops: Vec::new(),
-                    index_check_pending: false,
-                }),
-                pipelines: Mutex::new(pipelines),
-                pipeline_cache,
-                adapter,
-                device,
-                queue,
-                info,
-                limits,
-                features,
-                opts,
-                param_slot,
-                memory_limit,
-                binding_limit,
-                caps,
-                rng: Mutex::new((DEFAULT_SEED, 0)),
-                lost,
-                uncaptured,
-                flagged,
-            }),
-        })
-    }
-
     /// The adapter's name, vendor, device type (GPU or CPU) and backend.
     pub fn adapter_info(&self) -> &wgpu::AdapterInfo {
         &self.inner.info

@@ -9,6 +9,7 @@ pub(crate) mod device;
 mod index_errors;
 mod launch;
 mod memory;
+mod open;
 mod options;
 pub(crate) mod pipeline;
 mod pipeline_store;
