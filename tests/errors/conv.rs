@@ -259,6 +259,50 @@ fn output_size_must_be_positive() {
 }
 
 #[test]
+fn caller_sizes_near_usize_max_are_refused() {
+    // A weight gradient's kernel size and a data gradient's input size come from the caller,
+    // not from a tensor: the dilated kernel span and the padded input must not overflow.
+    let o1 = Conv1dOptions {
+        dilation: 2,
+        ..Default::default()
+    };
+    let e = err(conv1d_backward_weight(
+        &t(&[3, 1, 1]),
+        &t(&[3, 1, 4]),
+        usize::MAX,
+        &o1,
+    ));
+    check(
+        &e,
+        "conv1d_backward_weight",
+        true,
+        &["output size would be <= 0"],
+    );
+    let o = Conv2dOptions {
+        padding: Padding {
+            top: 1,
+            bottom: 1,
+            left: 1,
+            right: 1,
+        },
+        ..Default::default()
+    };
+    let e = err(conv2d_backward_input(
+        &t(&[0, 1, 2, 2]),
+        &t(&[1, 1, 3, 3]),
+        [usize::MAX, 2],
+        &o,
+    ));
+    assert!(
+        matches!(
+            e,
+            Error::Size { op: DGRAD, .. } | Error::Shape { op: DGRAD, .. }
+        ),
+        "{e:?}"
+    );
+}
+
+#[test]
 fn zero_stride_or_dilation() {
     let (x, w) = (t(&[1, 2, 5, 5]), t(&[2, 2, 3, 3]));
     for (stride, dilation) in [([0, 1], [1, 1]), ([1, 1], [1, 0]), ([0, 0], [0, 0])] {

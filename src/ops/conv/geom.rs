@@ -256,12 +256,13 @@ pub(crate) struct Geom {
 }
 
 /// Output length of one spatial axis, or `None` when the (dilated) kernel does not fit. In
-/// u64: with operands below [`OPTION_LIMIT`] and tensor dims nothing overflows, even where
-/// usize is 32 bits.
+/// u128: a kernel size comes from the caller (a weight gradient's `kernel_size`) and may be
+/// anything up to `usize::MAX`, so the dilated span must not overflow; such a span never fits.
 pub(crate) fn out_len(len: usize, pad: usize, k: usize, s: usize, d: usize) -> Option<usize> {
-    let padded = len as u64 + pad as u64;
-    let span = d as u64 * (k.max(1) as u64 - 1) + 1;
-    (padded >= span).then(|| ((padded - span) / s as u64 + 1) as usize)
+    let padded = len as u128 + pad as u128;
+    let span = d as u128 * (k.max(1) as u128 - 1) + 1;
+    (padded >= span && s > 0)
+        .then(|| ((padded - span) / s as u128 + 1).min(usize::MAX as u128) as usize)
 }
 
 /// Largest stride, dilation, padding, output padding or group count accepted: far beyond any
@@ -400,7 +401,10 @@ impl Geom {
             ("output", product(&[n, oc, oh, ow])),
             (
                 "padded input",
-                product(&[h + p.top + p.bottom, w + p.left + p.right]),
+                product(&[
+                    h.saturating_add(p.top + p.bottom),
+                    w.saturating_add(p.left + p.right),
+                ]),
             ),
         ] {
             if v.is_none_or(|v| v > limit) {
