@@ -13,7 +13,10 @@
 // streaming 8 consecutive groups per step.
 //
 // Reductions are deterministic: each lane keeps its own partial, partials land in a workspace at
-// fixed positions, and a per-channel finalize merges them in a fixed order.
+// fixed positions, and a per-channel finalize merges them in a fixed order. On GPUs (WG > 8) a
+// workgroup first merges its lanes' partials in workgroup memory (a fixed tree, `leave_partial`)
+// and leaves one: the finalize, one invocation per channel, would otherwise walk chunks * WG
+// partials serially, each merge waiting on a global load, with only C invocations busy.
 //
 // Training statistics: each lane runs Welford's update on values shifted by a per-channel pivot
 // (the channel's first value), so that data with a large mean and a tiny spread keeps its
@@ -68,7 +71,7 @@ struct Params {
 @group(0) @binding(4) var<storage, read> dy1: array<T>;
 @group(0) @binding(5) var<storage, read_write> out4: array<vec4<T>>;
 @group(0) @binding(6) var<storage, read_write> out1: array<T>;
-// f32 workspace: per-channel coefficients [C], then partials [C, chunks, WG].
+// f32 workspace: per-channel coefficients [C], then partials [C, chunks, parts()].
 @group(0) @binding(7) var<storage, read_write> ws: array<vec4<f32>>;
 // Per-channel vectors. All read_write so that user tensors sharing one buffer (a flat parameter
 // store) never bind one buffer both read-only and writable in the same dispatch.
@@ -87,6 +90,17 @@ override WG: u32;
 override ACT: u32 = 0u;
 // Invocations per workgroup of the per-channel finalize passes.
 const FIN_WG: u32 = 64u;
+// Largest WG (the GPU lanes of ops/batchnorm/mod.rs): the size of the lane-merge buffer.
+const MAX_WG: u32 = 64u;
+
+// Partials each data workgroup leaves: one per lane on CPU adapters (no barriers), one merged
+// partial on GPUs. ops/batchnorm/mod.rs (`BatchNormPlan::parts`) sizes the workspace by the same
+// rule.
+fn parts() -> u32 {
+    return select(WG, 1u, WG > 8u);
+}
+
+var<workgroup> lanes: array<vec4<f32>, MAX_WG>;
 
 struct Cursor {
     // Group index relative to the packed tensor (add x_off / dy_off for the inputs).
@@ -164,7 +178,35 @@ fn chunk_of(wid: vec3<u32>) -> vec3<u32> {
 }
 
 fn partial_index(c: u32, j: u32, lane: u32) -> u32 {
-    return p.ws_part + (c * p.chunks + j) * WG + lane;
+    return p.ws_part + (c * p.chunks + j) * parts() + lane;
+}
+
+// Stores lane `lane`'s partial `v` of chunk j of channel c: as is on CPU adapters, else merged
+// with the workgroup's other lanes by halving strides (lane i takes lane i + h, h = WG / 2, ...,
+// 1: a fixed order) with Chan's formula (`chan`: (count, mean, M2, pivot) triples) or as sums.
+// Every invocation of the workgroup calls it (it has barriers).
+fn leave_partial(c: u32, j: u32, lane: u32, v: vec4<f32>, chan: bool) {
+    if (parts() != 1u) {
+        ws[partial_index(c, j, lane)] = v;
+        return;
+    }
+    lanes[lane] = v;
+    workgroupBarrier();
+    for (var h = WG / 2u; h > 0u; h /= 2u) {
+        if (lane < h) {
+            let a = lanes[lane];
+            let b = lanes[lane + h];
+            if (chan) {
+                lanes[lane] = vec4<f32>(merge(a.xyz, b.xyz), a.w);
+            } else {
+                lanes[lane] = a + b;
+            }
+        }
+        workgroupBarrier();
+    }
+    if (lane == 0u) {
+        ws[partial_index(c, j, 0u)] = lanes[0];
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -233,7 +275,7 @@ fn stats_chunk(wid: vec3<u32>, lane: u32, pivot: f32) {
         let dm = mean - vec4<f32>(m);
         q = group_sum(m2) + n * dot(dm, dm);
     }
-    ws[partial_index(c, p.chunk0 + wid.x, lane)] = vec4<f32>(cnt, m, q, pivot);
+    leave_partial(c, p.chunk0 + wid.x, lane, vec4<f32>(cnt, m, q, pivot), true);
 }
 
 // Chan's parallel merge of (count, mean, M2) triples.
@@ -257,7 +299,7 @@ fn bn_finalize(@builtin(global_invocation_id) gid: vec3<u32>) {
     let first = partial_index(c, 0u, 0u);
     let pivot = ws[first].w;
     var acc = vec3<f32>(0.0);
-    for (var i = 0u; i < p.chunks * WG; i++) {
+    for (var i = 0u; i < p.chunks * parts(); i++) {
         acc = merge(acc, ws[first + i].xyz);
     }
     // Clamps rounding below 0, but keeps a NaN: a channel holding NaN must not normalize
@@ -352,7 +394,7 @@ fn bn_grad_stats(@builtin(workgroup_id) wid: vec3<u32>,
         s1 += g;
         s2 += g * (load_x(cur.addr) - mean);
     }
-    ws[partial_index(c, p.chunk0 + wid.x, lane)] = vec4<f32>(group_sum(s1), group_sum(s2), 0.0, 0.0);
+    leave_partial(c, p.chunk0 + wid.x, lane, vec4<f32>(group_sum(s1), group_sum(s2), 0.0, 0.0), false);
 }
 
 // One invocation per channel: fixed-order sums, dgamma = invstd * sum dy (x - mean),
@@ -367,7 +409,7 @@ fn bn_grad_finalize(@builtin(global_invocation_id) gid: vec3<u32>) {
     let first = partial_index(c, 0u, 0u);
     var sdy = 0.0;
     var sdyx = 0.0;
-    for (var i = 0u; i < p.chunks * WG; i++) {
+    for (var i = 0u; i < p.chunks * parts(); i++) {
         let v = ws[first + i];
         sdy += v.x;
         sdyx += v.y;

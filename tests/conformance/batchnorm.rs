@@ -8,8 +8,9 @@
 //!
 //! Error model (u = 2^-24 = EPS32 / 2). The kernels' reductions are chains of f32 roundings:
 //! a lane's Welford update or running sum over its `l = chunk / wg` groups, the merge of a
-//! group's components, then the finalize pass's sequential merge of `chunks * wg` partials (see
-//! `ops::batchnorm::plan`): `n = l + chunks * wg + 3` steps along any path. The kernel shifts
+//! group's components, on GPUs the workgroup's tree merge of its lanes (log2 wg steps), then the
+//! finalize pass's sequential merge of `chunks * parts` partials (see `ops::batchnorm::plan`):
+//! `n = l + chunks * parts + log2(wg) [GPUs] + 3` steps along any path. The kernel shifts
 //! every value by a pivot value of its channel, so with `R = max |x - mean|` per channel the
 //! shifted values, their running means and the differences Welford forms stay below 4R:
 //! - mean: a Welford step `m += (v - m) / k` adds at most 14 u R of new error and damps the old
@@ -173,7 +174,9 @@ fn chain(dev: &Device, shape: &[usize], inputs: &[&Tensor]) -> f64 {
         })
         .collect();
     let pl = plan(dev, shape, &offsets).unwrap();
-    (pl.chunk / pl.wg + pl.chunks * pl.wg + 3) as f64
+    // Lanes merged in workgroup memory (GPUs) add log2(wg) steps to every chain.
+    let tree = if pl.parts() == 1 { pl.wg.ilog2() } else { 0 };
+    (pl.chunk / pl.wg + pl.chunks * pl.parts() + tree + 3) as f64
 }
 
 fn channel_of(i: usize, shape: &[usize]) -> usize {
@@ -251,7 +254,14 @@ fn act_err32(act: Activation, x: f64, want: f64, e: f64) -> f64 {
 }
 
 pub(crate) async fn check_inference(p: &InferProblem) -> Result<(), TestCaseError> {
-    let dev = device();
+    check_inference_on(device(), p).await
+}
+
+/// [`check_inference`] on `dev`.
+pub(crate) async fn check_inference_on(
+    dev: &Device,
+    p: &InferProblem,
+) -> Result<(), TestCaseError> {
     let what = format!("batch_norm_inference({:?}, eps {})", p.act, p.eps);
     let gamma = p.gamma.as_ref().map(|o| o.tensor(dev));
     let beta = p.beta.as_ref().map(|o| o.tensor(dev));
@@ -469,7 +479,11 @@ fn train_y_bounds(
 }
 
 pub(crate) async fn check_train(p: &TrainProblem) -> Result<(), TestCaseError> {
-    let dev = device();
+    check_train_on(device(), p).await
+}
+
+/// [`check_train`] on `dev`.
+pub(crate) async fn check_train_on(dev: &Device, p: &TrainProblem) -> Result<(), TestCaseError> {
     let what = format!("batch_norm_train(eps {}, momentum {:?})", p.eps, p.momentum);
     let (y, smean, sinv, state) = ok(&what, run_train(dev, p))?;
     prop_assert_eq!(y.dtype(), p.x.dtype);
@@ -897,7 +911,14 @@ fn backward_bounds(
 }
 
 pub(crate) async fn check_backward(p: &BackwardProblem) -> Result<(), TestCaseError> {
-    let dev = device();
+    check_backward_on(device(), p).await
+}
+
+/// [`check_backward`] on `dev`.
+pub(crate) async fn check_backward_on(
+    dev: &Device,
+    p: &BackwardProblem,
+) -> Result<(), TestCaseError> {
     let what = "batch_norm_backward";
     let (dyt, xt) = (p.dy.tensor(dev), p.x.tensor(dev));
     let c = p.x.shape[1];
@@ -1025,6 +1046,35 @@ const FD_EPS: f64 = 1e-5;
 /// its use of the device's f32 saved statistics (both below 1e-5 relative by the bounds above).
 /// Any slip in the backward formula (a sign, M - 1 for M, a missing term) moves the derivative
 /// by several percent on these problems.
+/// The GPU plan (64-lane workgroups whose lanes merge their partials in workgroup memory)
+/// forced on this adapter: training, inference and backward, small and multi-chunk shapes.
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn batchnorm_gpu_plans_f32() {
+    let dev = common::gpu_plans_device();
+    let small = || small_shape().boxed();
+    let x = || x_dists().boxed();
+    run_async(16, train_problem(DType::F32, small(), x()), async |p| {
+        check_train_on(dev, p).await
+    });
+    run_async(
+        3,
+        train_problem(DType::F32, large_shape(), x()),
+        async |p| check_train_on(dev, p).await,
+    );
+    run_async(16, backward_problem(DType::F32, small(), x()), async |p| {
+        check_backward_on(dev, p).await
+    });
+    run_async(
+        3,
+        backward_problem(DType::F32, large_shape(), x()),
+        async |p| check_backward_on(dev, p).await,
+    );
+    run_async(8, infer_problem(DType::F32, small(), x()), async |p| {
+        check_inference_on(dev, p).await
+    });
+}
+
 #[test]
 fn batchnorm_backward_finite_differences() {
     let dev = device();
@@ -1137,9 +1187,10 @@ fn bits_equal(what: &str, a: &Tensor, b: &Tensor) {
 /// span several chunks (vec4 and single-value paths) and whose reductions round.
 #[test]
 fn batchnorm_bitwise_reproducible() {
-    let dev = device();
-    for (k, shape) in [[4usize, 3, 70, 72], [6, 2, 61, 61]]
+    // The CPU adapter's plan and the GPU plan (lanes merged in workgroup memory).
+    for (k, (shape, dev)) in [[4usize, 3, 70, 72], [6, 2, 61, 61]]
         .into_iter()
+        .flat_map(|s| [(s, device()), (s, common::gpu_plans_device())])
         .enumerate()
     {
         let c = shape[1];

@@ -9,9 +9,10 @@
 //!
 //! Each data pass splits channel c's `N*S` values into chunks (a plain function of the shape and
 //! the adapter type, see [`BatchNormPlan`]); one workgroup per (chunk, channel) loops over its
-//! chunk without barriers and every lane leaves its own partial in a pooled f32 workspace. A
-//! per-channel pass then merges the partials in a fixed order, so results are bitwise identical
-//! on every run. Training statistics are Welford updates of pivot-shifted values per lane,
+//! chunk and leaves partials in a pooled f32 workspace: one per lane on CPU adapters (no
+//! barriers), one per workgroup on GPUs (the lanes merged in workgroup memory by a fixed tree,
+//! [`BatchNormPlan::parts`]). A per-channel pass then merges the partials in a fixed order, so
+//! results are bitwise identical on every run. Training statistics are Welford updates of pivot-shifted values per lane,
 //! merged with Chan's formula (never `E[x^2] - E[x]^2`), so a mean of 1e4 with a spread of 1e-2
 //! keeps full precision.
 //!
@@ -180,6 +181,20 @@ pub struct BatchNormPlan {
     pub chunk: u32,
     /// Chunks (workgroups) per channel.
     pub chunks: u32,
+}
+
+impl BatchNormPlan {
+    /// Partials each data workgroup leaves in the workspace: one per lane on CPU adapters (no
+    /// barriers), one on GPUs, where the lanes merge theirs in workgroup memory first so that
+    /// the per-channel finalize walks `chunks` partials, not `chunks * wg` (`parts()` in
+    /// shaders/batchnorm.wgsl: the same rule).
+    pub fn parts(&self) -> u32 {
+        if self.wg > CPU_LANES {
+            1
+        } else {
+            self.wg
+        }
+    }
 }
 
 // The values the plan picks from: values per group (a uniform, one pipeline for both)
@@ -578,7 +593,7 @@ impl Input {
 
     /// The f32 workspace: per-channel coefficients, then one partial per lane.
     fn workspace(&self, op: &'static str) -> Result<Storage> {
-        let partials = self.c as u64 * self.plan.chunks as u64 * self.plan.wg as u64;
+        let partials = self.c as u64 * self.plan.chunks as u64 * self.plan.parts() as u64;
         Storage::scratch(self.x.device(), op, (self.c as u64 + partials) * 16)
     }
 }
@@ -667,7 +682,10 @@ mod plan_tests {
         assert_eq!((p.vec, p.wg), (4, 8));
         assert_eq!(p.chunk % p.wg, 0);
         assert!(p.chunks as u64 * p.chunk as u64 * 4 >= 32 * 56 * 56);
-        assert_eq!(plan_for(&gpu, &[32, 64, 56, 56], &[0]).unwrap().wg, 64);
+        let g = plan_for(&gpu, &[32, 64, 56, 56], &[0]).unwrap();
+        assert_eq!(g.wg, 64);
+        // GPUs merge a workgroup's lanes: one partial per chunk; CPU adapters one per lane.
+        assert_eq!((g.parts(), p.parts()), (1, 8));
         // S not a multiple of 4, or an offset that is not: scalar groups.
         assert_eq!(plan_for(&gpu, &[4, 3, 5], &[0]).unwrap().vec, 1);
         assert_eq!(plan_for(&gpu, &[4, 3, 8], &[0, 2]).unwrap().vec, 1);
