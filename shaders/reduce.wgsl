@@ -2,7 +2,10 @@
 // r = 0..red_len, always in a fixed order so results are bitwise reproducible.
 // `reduce_rows`: one invocation per output (many outputs / short reductions).
 // `reduce_wg`: one workgroup per output, strided partial folds then a shared-memory tree
-// (few outputs / long reductions). Needs lib/activation.wgsl (the NaN-propagating max/min).
+// (few outputs / long reductions).
+// `reduce_wg_split` + `reduce_partials` (GPUs, too few outputs to fill the device): each output's
+// reduction cut into `segs` segments, one workgroup each, whose folds land in an f32 workspace,
+// then one workgroup per output folds its segments in order. Needs lib/activation.wgsl (the NaN-propagating max/min).
 
 struct Params {
     n_out: u32,
@@ -20,8 +23,10 @@ struct Params {
     // The *_carry entry points: bit 0 starts from the carried folds, bit 1 leaves them in
     // `carry` instead of storing the outputs.
     flags: u32,
-    _pad0: u32,
-    _pad1: u32,
+    // reduce_wg_split / reduce_partials: segments per output and values per segment (a
+    // multiple of WG).
+    segs: u32,
+    seg_len: u32,
     _pad2: u32,
 }
 
@@ -176,6 +181,70 @@ fn reduce_wg_carry(@builtin(workgroup_id) wid: vec3<u32>,
     // Uniform (a uniform flag): either every invocation leaves here or all reach the barriers.
     if ((p.flags & 2u) != 0u) {
         return;
+    }
+    partial[lid] = acc;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s / 2u) {
+        if (lid < s) {
+            partial[lid] = fold(partial[lid], partial[lid + s]);
+        }
+        workgroupBarrier();
+    }
+    if (live && lid == 0u) {
+        y[p.out_off + o] = finish(partial[0]);
+    }
+}
+
+// Workgroup (o, j) of a split reduction: the fold of output o's values [j seg_len, (j + 1)
+// seg_len), left raw (f32, no division) at carry[o * segs + j]. Tree and lane order as in
+// reduce_wg, so the result depends only on (segs, seg_len), never on scheduling.
+@compute @workgroup_size(WG)
+fn reduce_wg_split(@builtin(workgroup_id) wid: vec3<u32>,
+                   @builtin(num_workgroups) nwg: vec3<u32>,
+                   @builtin(local_invocation_index) lid: u32) {
+    let w = wid.x + wid.y * nwg.x;
+    let o = w / p.segs;
+    let j = w % p.segs;
+    let live = o < p.n_out;
+    var acc = identity();
+    if (live) {
+        let base = base_index(o);
+        let start = j * p.seg_len;
+        // start + seg_len may pass 2^32 for the last segment of a reduction just under it.
+        let end = start + min(p.seg_len, p.red_len - start);
+        for (var r = start + lid; r < end; r += WG) {
+            acc = fold(acc, f32(x[base + r * p.red_stride]));
+            if (end - r <= WG) {
+                break;
+            }
+        }
+    }
+    partial[lid] = acc;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s / 2u) {
+        if (lid < s) {
+            partial[lid] = fold(partial[lid], partial[lid + s]);
+        }
+        workgroupBarrier();
+    }
+    if (live && lid == 0u) {
+        carry[o * p.segs + j] = partial[0];
+    }
+}
+
+// One workgroup per output: folds its segs partials (lane l takes l, l + WG, ...; then the
+// tree) and stores the result.
+@compute @workgroup_size(WG)
+fn reduce_partials(@builtin(workgroup_id) wid: vec3<u32>,
+                   @builtin(num_workgroups) nwg: vec3<u32>,
+                   @builtin(local_invocation_index) lid: u32) {
+    let o = wid.x + wid.y * nwg.x;
+    let live = o < p.n_out;
+    var acc = identity();
+    if (live) {
+        for (var j = lid; j < p.segs; j += WG) {
+            acc = fold(acc, carry[o * p.segs + j]);
+        }
     }
     partial[lid] = acc;
     workgroupBarrier();

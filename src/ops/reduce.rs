@@ -1,6 +1,8 @@
 //! Reductions over one axis (shaders/reduce.wgsl). The general kernel later families reuse:
-//! any strided input, fixed-order accumulation in f32, and two variants picked by a plain
-//! function of the problem (one invocation per output, or one workgroup per output).
+//! any strided input, fixed-order accumulation in f32, and three variants picked by a plain
+//! function of the problem and the adapter ([`reduce_plan`]): one invocation per output, one
+//! workgroup per output, or (GPUs, too few outputs to fill the device) each output split into
+//! segments reduced by a workgroup each, then their partials.
 
 use bytemuck::{Pod, Zeroable};
 
@@ -8,7 +10,7 @@ use crate::layout::{pack_dims, Layout, MAX_RANK};
 use crate::ops::activation::ACTIVATION;
 use crate::runtime::window::{binding_elems, for_slab_windows, too_wide, SlabInput, Span};
 use crate::runtime::{Access, Bind, Kernel};
-use crate::{DType, Error, Result, Tensor};
+use crate::{Caps, DType, Error, Result, Tensor};
 
 const WG: u32 = 256;
 
@@ -27,6 +29,16 @@ static WORKGROUP_CARRY: Kernel = Kernel::new("reduce", SRC, "reduce_wg_carry", &
     .libs(&[&ACTIVATION])
     .defs(REDUCE_DEFS);
 static WORKGROUP: Kernel = Kernel::new("reduce", SRC, "reduce_wg", &[R, RW])
+    .libs(&[&ACTIVATION])
+    .defs(REDUCE_DEFS);
+/// A split reduction's segments (x into the f32 workspace at binding 3)...
+static SPLIT: Kernel = Kernel::new("reduce", SRC, "reduce_wg_split", &[R, RW])
+    .slots(&[1, 3])
+    .libs(&[&ACTIVATION])
+    .defs(REDUCE_DEFS);
+/// ...and their partials, folded per output into y.
+static PARTIALS: Kernel = Kernel::new("reduce", SRC, "reduce_partials", &[RW, RW])
+    .slots(&[2, 3])
     .libs(&[&ACTIVATION])
     .defs(REDUCE_DEFS);
 
@@ -81,16 +93,75 @@ struct ReduceParams {
     shape: [u32; MAX_RANK],
     strides: [u32; MAX_RANK],
     flags: u32,
-    _pad0: u32,
-    _pad1: u32,
+    segs: u32,
+    seg_len: u32,
     _pad2: u32,
 }
 
-/// Which kernel reduces `red_len` elements for each of `n_out` outputs. A workgroup per output
-/// pays a barrier tree, so it only wins when outputs are too few to fill the device and each
-/// reduction is long.
-fn use_workgroup_variant(n_out: usize, red_len: usize) -> bool {
-    red_len > 64 && n_out < 4096
+#[doc(hidden)]
+/// How a reduction runs (see [`reduce_plan`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReducePlan {
+    /// One invocation per output (`reduce_rows`).
+    Rows,
+    /// One workgroup per output (`reduce_wg`).
+    Workgroup,
+    /// `segs` workgroups per output, each folding `seg_len` values (a multiple of the
+    /// workgroup size) into an f32 workspace, then one workgroup per output folding those.
+    Split {
+        /// Segments per output (2..=[`MAX_SEGS`]).
+        segs: u32,
+        /// Values per segment (the last one may hold fewer).
+        seg_len: u32,
+    },
+}
+
+/// The most segments a split reduction cuts an output into (the partial pass folds them with
+/// one workgroup, 4 per lane).
+const MAX_SEGS: usize = 4 * WG as usize;
+/// The fewest values a segment holds (16 per lane): shorter ones would cost more in the
+/// partial pass than they save.
+const MIN_SEG: usize = 16 * WG as usize;
+
+#[doc(hidden)]
+/// Which kernel reduces `red_len` elements (`red_stride` apart) for each of `n_out` outputs: a
+/// pure function of the problem and the adapter (unit-tested without a GPU).
+///
+/// A workgroup per output pays a barrier tree, so it only wins when outputs are too few to
+/// fill the device and each reduction is long. On GPUs it also serves long contiguous rows
+/// (stride 1: one invocation per row would read a separate row per lane, so a warp's loads
+/// would touch as many cache lines as it has lanes), and when even a workgroup per output
+/// leaves the device idle (a sum of every element runs on one of 132 SMs) the reductions are
+/// split into segments until about two workgroups per estimated slot
+/// ([`Caps::parallelism`](crate::Caps::parallelism)) run. CPU adapters keep one workgroup per
+/// host thread's worth of outputs: no split, as there the single workgroup already streams at
+/// a core's bandwidth.
+pub fn reduce_plan(caps: &Caps, n_out: usize, red_len: usize, red_stride: usize) -> ReducePlan {
+    let few_long = red_len > 64 && n_out < 4096;
+    if caps.cpu {
+        return if few_long {
+            ReducePlan::Workgroup
+        } else {
+            ReducePlan::Rows
+        };
+    }
+    let long_row = red_stride == 1 && red_len > 256;
+    if !few_long && !long_row {
+        return ReducePlan::Rows;
+    }
+    let want = caps.parallelism.max(1) * 2;
+    let segs = want
+        .div_ceil(n_out.max(1))
+        .min(red_len / MIN_SEG)
+        .min(MAX_SEGS);
+    if n_out >= want || segs < 2 {
+        return ReducePlan::Workgroup;
+    }
+    let seg_len = red_len.div_ceil(segs).div_ceil(WG as usize) * WG as usize;
+    ReducePlan::Split {
+        segs: red_len.div_ceil(seg_len) as u32,
+        seg_len: seg_len as u32,
+    }
 }
 
 impl Tensor {
@@ -146,13 +217,14 @@ impl Tensor {
             shape: pack_dims(outer.shape()),
             strides: pack_dims(outer.strides()),
             flags: 0,
-            _pad0: 0,
-            _pad1: 0,
+            segs: 0,
+            seg_len: 0,
             _pad2: 0,
         };
         let consts = [("OP", op.code() as f64), ("WG", WG as f64)];
         let dts = [self.dtype];
-        let wg_variant = use_workgroup_variant(n_out, red_len);
+        let plan = reduce_plan(dev.caps(), n_out, red_len, self.strides()[d]);
+        let wg_variant = plan != ReducePlan::Rows;
         let launch = |p: &ReduceParams, binds: &[Bind], n: u64| {
             let (kernel, groups) = if wg_variant {
                 (&WORKGROUP, n)
@@ -172,6 +244,22 @@ impl Tensor {
         };
         let limit = dev.max_binding_bytes();
         if self.buffer().size() <= limit && out.buffer().size() <= limit {
+            if let ReducePlan::Split { segs, seg_len } = plan {
+                // The workspace of n_out * segs f32 partials is far below one binding:
+                // n_out * segs < 4 * parallelism by the plan.
+                let ws =
+                    crate::runtime::Storage::scratch(dev, name, n_out as u64 * segs as u64 * 4)?;
+                params.segs = segs;
+                params.seg_len = seg_len;
+                let bytes = bytemuck::bytes_of(&params);
+                let grid = dev.grid_1d(name, n_out as u64 * segs as u64)?;
+                let binds = [Bind::whole(self.buffer()), Bind::whole(ws.buffer())];
+                dev.launch_binds(name, &SPLIT, &dts, &consts, bytes, &binds, grid)?;
+                let grid = dev.grid_1d(name, n_out as u64)?;
+                let binds = [Bind::whole(out.buffer()), Bind::whole(ws.buffer())];
+                dev.launch_binds(name, &PARTIALS, &dts, &consts, bytes, &binds, grid)?;
+                return Ok(out);
+            }
             let binds = [Bind::whole(self.buffer()), Bind::whole(out.buffer())];
             launch(&params, &binds, n_out as u64)?;
             return Ok(out);
@@ -329,7 +417,14 @@ pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipe
 #[doc(hidden)]
 pub fn reduce_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
     let mut v = Vec::new();
-    for k in [&ROWS, &WORKGROUP, &ROWS_CARRY, &WORKGROUP_CARRY] {
+    for k in [
+        &ROWS,
+        &WORKGROUP,
+        &ROWS_CARRY,
+        &WORKGROUP_CARRY,
+        &SPLIT,
+        &PARTIALS,
+    ] {
         for dt in [DType::F32, DType::F16] {
             for &(_, code) in REDUCE_DEFS {
                 v.push(crate::runtime::pipeline::ShaderVariant::new(
@@ -361,9 +456,55 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
             shape,
             strides,
             flags,
-            _pad0,
-            _pad1,
+            segs,
+            seg_len,
             _pad2
         }
     )
+}
+
+#[cfg(test)]
+mod plan_tests {
+    use super::*;
+
+    #[test]
+    fn cpu_adapters_keep_rows_and_workgroups() {
+        let lvp = Caps::test_lavapipe(2);
+        assert_eq!(reduce_plan(&lvp, 1, 1 << 26, 1), ReducePlan::Workgroup);
+        assert_eq!(reduce_plan(&lvp, 3, 5000, 1), ReducePlan::Workgroup);
+        assert_eq!(reduce_plan(&lvp, 4096, 5000, 1), ReducePlan::Rows);
+        assert_eq!(reduce_plan(&lvp, 3, 64, 1), ReducePlan::Rows);
+    }
+
+    #[test]
+    fn gpus_split_few_long_reductions() {
+        let gpu = Caps::test_gpu(); // parallelism 256: 512 workgroups wanted
+                                    // A sum of 2^26 values: 512 segments of 2^17.
+        let p = reduce_plan(&gpu, 1, 1 << 26, 1);
+        assert_eq!(
+            p,
+            ReducePlan::Split {
+                segs: 512,
+                seg_len: 1 << 17
+            }
+        );
+        // Segments cover the reduction once, each a multiple of WG, the last one non-empty.
+        for (n_out, len) in [(1, 100_000), (3, 1 << 20), (7, 70_001), (100, 1 << 22)] {
+            let ReducePlan::Split { segs, seg_len } = reduce_plan(&gpu, n_out, len, 1) else {
+                panic!("{n_out} x {len} is not split");
+            };
+            let (segs, seg_len) = (segs as usize, seg_len as usize);
+            assert!((2..=MAX_SEGS).contains(&segs), "{n_out} x {len}: {segs}");
+            assert_eq!(seg_len % WG as usize, 0);
+            assert!(seg_len * (segs - 1) < len && seg_len * segs >= len);
+            assert!(n_out * segs < 4 * gpu.parallelism);
+        }
+        // Short reductions are not split; enough outputs fill the device without it.
+        assert_eq!(reduce_plan(&gpu, 1, 5000, 1), ReducePlan::Workgroup);
+        assert_eq!(reduce_plan(&gpu, 600, 1 << 20, 7), ReducePlan::Workgroup);
+        // Long contiguous rows take a workgroup each even when they are many.
+        assert_eq!(reduce_plan(&gpu, 10_000, 1000, 1), ReducePlan::Workgroup);
+        assert_eq!(reduce_plan(&gpu, 10_000, 1000, 10_000), ReducePlan::Rows);
+        assert_eq!(reduce_plan(&gpu, 10_000, 100, 1), ReducePlan::Rows);
+    }
 }

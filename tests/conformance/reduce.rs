@@ -1,6 +1,7 @@
 //! Reduction conformance: sum, mean, max, min over every axis (negative dims too), with and
-//! without keepdim, on contiguous tensors and strided views, for both kernel variants (one
-//! invocation per output; one workgroup per output for few, long reductions).
+//! without keepdim, on contiguous tensors and strided views, for every kernel variant (one
+//! invocation per output; one workgroup per output for few, long reductions; on GPUs, outputs
+//! split into segments whose partials a second pass folds, forced here with `gpu_plans`).
 //!
 //! Tolerances, with R the reduction length and sum|x| the sum of magnitudes of the reduced
 //! inputs (f32 accumulation in any fixed order or tree errs by at most (R-1) * 2^-24 * sum|x|;
@@ -13,8 +14,9 @@
 //!   (`check::out_round`: one f16 ulp, none when the exact result is representable).
 
 use proptest::prelude::*;
+use wgtensor::ops::reduce::{reduce_plan, ReducePlan};
 use wgtensor::ops::ReduceOp;
-use wgtensor::DType;
+use wgtensor::{DType, Device};
 
 use crate::check::{compare, fetch_async, ok, out_round, EPS32};
 use crate::common::{device, reference, require_f16};
@@ -115,7 +117,11 @@ pub(crate) fn many_outputs_problem(dtype: DType) -> impl Strategy<Value = Reduce
 }
 
 pub(crate) async fn check_reduce(p: &ReduceProblem) -> Result<(), TestCaseError> {
-    let dev = device();
+    check_reduce_on(device(), p).await
+}
+
+/// [`check_reduce`] on `dev`.
+pub(crate) async fn check_reduce_on(dev: &Device, p: &ReduceProblem) -> Result<(), TestCaseError> {
     let what = format!("{:?}(dim {}, keepdim {})", p.op, p.dim, p.keepdim);
     let y = ok(&what, p.x.tensor(dev).reduce(p.dim, p.op, p.keepdim))?;
     prop_assert_eq!(y.dtype(), p.x.dtype);
@@ -226,4 +232,48 @@ fn reduce_workgroup_fixed_f32() {
 fn reduce_workgroup_fixed_f16() {
     require_f16(device());
     pollster::block_on(fixed_long_cases(DType::F16));
+}
+
+/// Few outputs with reductions long enough that the GPU plan splits them into segments (the
+/// `gpu_plans` device's parallelism is the host's threads, so 1-3 outputs of 8k-70k values
+/// split into 2-4 segments, the last one ragged), along the last axis, the only axis, or a
+/// strided leading axis; plus NaN, which must survive both passes of max, min and sum.
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn reduce_gpu_plans_split_f32() {
+    let dev = crate::common::gpu_plans_device();
+    let shapes = prop_oneof![
+        (1usize..=3, 8192usize..=70_000).prop_map(|(o, r)| (vec![o, r], 1)),
+        (8192usize..=70_000).prop_map(|r| (vec![r], 0)),
+        (8192usize..=40_000, 1usize..=2).prop_map(|(r, i)| (vec![r, i], 0)),
+    ];
+    let problems = (shapes, any::<bool>())
+        .prop_flat_map(|((s, d), neg)| problem_for(DType::F32, s, d, neg, long_dists()));
+    run_async(12, problems, async |p| {
+        let d = p.dim.rem_euclid(p.x.shape.len() as isize) as usize;
+        let n_out = p.x.shape.iter().product::<usize>() / p.x.shape[d];
+        let plan = reduce_plan(
+            dev.caps(),
+            n_out,
+            p.x.shape[d],
+            p.x.tensor(dev).strides()[d],
+        );
+        prop_assert!(
+            matches!(plan, ReducePlan::Split { .. }),
+            "{:?} over dim {d} is not split: {plan:?}",
+            p.x.shape
+        );
+        check_reduce_on(dev, p).await
+    });
+    // A NaN in the last segment of one output.
+    let mut v = vec![1.0f32; 3 * 20_000];
+    v[2 * 20_000 - 5] = f32::NAN;
+    let x = wgtensor::Tensor::from_slice(dev, &v, &[3, 20_000]).unwrap();
+    for op in REDUCE_OPS {
+        let y = crate::common::download(&x.reduce(1, op, false).unwrap()).unwrap();
+        assert!(
+            y[1].is_nan() && !y[0].is_nan() && !y[2].is_nan(),
+            "{op:?}: {y:?}"
+        );
+    }
 }
