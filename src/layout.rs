@@ -114,9 +114,10 @@ impl Layout {
     pub fn rank(&self) -> usize {
         self.shape.len()
     }
-    /// The number of elements (the product of the shape; 1 for rank 0).
+    /// The number of elements (the product of the shape; 1 for rank 0). Saturates at
+    /// `usize::MAX`: a layout built from an arbitrary shape (no tensor behind it) never panics.
     pub fn numel(&self) -> usize {
-        self.shape.iter().product()
+        self.shape.iter().fold(1usize, |a, &d| a.saturating_mul(d))
     }
 
     /// True when elements are packed in row-major order starting at `offset`.
@@ -129,24 +130,23 @@ impl Layout {
             if d != 1 && s != acc {
                 return false;
             }
-            acc *= d;
+            acc = acc.saturating_mul(d);
         }
         true
     }
 
-    /// One past the furthest element this view touches (0 for an empty view).
+    /// One past the furthest element this view touches (0 for an empty view); saturates at
+    /// `usize::MAX` like [`Layout::numel`].
     pub fn span(&self) -> usize {
         if self.shape.contains(&0) {
             return 0;
         }
-        self.offset
-            + 1
-            + self
-                .shape
-                .iter()
-                .zip(&self.strides)
-                .map(|(&d, &s)| (d - 1) * s)
-                .sum::<usize>()
+        self.shape
+            .iter()
+            .zip(&self.strides)
+            .fold(self.offset.saturating_add(1), |a, (&d, &s)| {
+                a.saturating_add((d - 1).saturating_mul(s))
+            })
     }
 
     pub(crate) fn normalize_dim(op: &'static str, dim: isize, rank: usize) -> Result<usize> {
@@ -220,7 +220,18 @@ impl Layout {
         l.shape[d] = len;
         // An empty view reads nothing; a non-empty one's offset is bounded by its storage.
         if !l.shape.contains(&0) {
-            l.offset += start * self.strides[d];
+            l.offset = start
+                .checked_mul(self.strides[d])
+                .and_then(|o| o.checked_add(l.offset))
+                .ok_or_else(|| {
+                    Error::size(
+                        "narrow",
+                        format!(
+                            "start {start} along dim {d} of {:?} is beyond usize offsets",
+                            self.shape
+                        ),
+                    )
+                })?;
         }
         Ok(l)
     }

@@ -174,16 +174,20 @@ impl MultiheadAttention {
         }
         let (kdim, vdim) = (c.kdim.unwrap_or(embed_dim), c.vdim.unwrap_or(embed_dim));
         let e = embed_dim;
+        // The packed projection is [3 E, E]: E is the caller's, 3 E must not overflow.
+        let e3 = e
+            .checked_mul(3)
+            .ok_or_else(|| Error::size(OP, format!("embed_dim {e} overflows 3 * embed_dim")))?;
         let xavier = |shape: &[usize]| param(xavier_uniform(dev, shape, 1.0, DType::F32)?);
         let same = kdim == e && vdim == e;
         let (in_proj_weight, q, k, v) = if same {
-            (Some(xavier(&[3 * e, e])?), None, None, None)
+            (Some(xavier(&[e3, e])?), None, None, None)
         } else {
             let (q, k, v) = (xavier(&[e, e])?, xavier(&[e, kdim])?, xavier(&[e, vdim])?);
             (None, Some(q), Some(k), Some(v))
         };
         let zeros = |n: usize| param(Tensor::zeros(dev, &[n], DType::F32)?);
-        let in_proj_bias = c.bias.then(|| zeros(3 * e)).transpose()?;
+        let in_proj_bias = c.bias.then(|| zeros(e3)).transpose()?;
         let mut out_proj = Linear::new(dev, e, e, c.bias)?;
         out_proj.bias = c.bias.then(|| zeros(e)).transpose()?;
         Ok(MultiheadAttention {
@@ -254,6 +258,15 @@ impl MultiheadAttention {
         );
         let (n, l, s) = (q_in.shape()[0], q_in.shape()[1], k_in.shape()[1]);
         let (e, h) = (self.embed_dim, self.num_heads);
+        // The fields are public: a module edited after `new` is checked again.
+        if h == 0 || !e.is_multiple_of(h) {
+            return Err(Error::arg(
+                OP,
+                format!(
+                    "embed_dim must be divisible by num_heads, got embed_dim {e} and num_heads {h}"
+                ),
+            ));
+        }
         let d = e / h;
         let layout = if !batched {
             "unbatched [L, E]"

@@ -40,7 +40,12 @@ impl Embedding {
         embedding_dim: usize,
         padding_idx: Option<i64>,
     ) -> Result<Embedding> {
-        let v = num_embeddings as i64;
+        let v = i64::try_from(num_embeddings).map_err(|_| {
+            Error::size(
+                "Embedding",
+                format!("num_embeddings {num_embeddings} is beyond i64"),
+            )
+        })?;
         let padding_idx = match padding_idx {
             None => None,
             Some(p) if (-v..v).contains(&p) => Some(if p < 0 { p + v } else { p }),

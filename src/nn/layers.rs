@@ -104,7 +104,16 @@ impl Module for Linear {
 
 impl Forward for Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let (out_f, in_f) = (self.weight.shape()[0], self.weight.shape()[1]);
+        // The weight is a public field: check its rank before reading its dims.
+        let &[out_f, in_f] = self.weight.shape() else {
+            return Err(Error::shape(
+                "Linear",
+                format!(
+                    "weight must be [out_features, in_features], got {:?}",
+                    self.weight.shape()
+                ),
+            ));
+        };
         let got = x.shape().last().copied();
         if got != Some(in_f) {
             return Err(Error::shape(

@@ -6,6 +6,10 @@ use super::{Forward, Module, Visitor, VisitorMut};
 use crate::ops::{uniform, Rnn, RnnKind, RnnOutput, RnnWeights};
 use crate::{DType, Device, Result, Tensor};
 
+/// The most layers an RNN module builds: far beyond any real model, and a bound on the
+/// construction loop.
+const MAX_LAYERS: usize = 1 << 16;
+
 /// Shape options of [`Lstm`] and [`Gru`] beyond the input and hidden sizes (PyTorch's
 /// defaults: one layer, one direction, `[T, B, I]` inputs).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -63,7 +67,23 @@ impl Recurrent {
             ));
         }
         let d = if c.bidirectional { 2 } else { 1 };
-        let g = kind.gates() * hidden_size;
+        // Sizes are the caller's: bounded before any product (empty layers, hidden_size 0,
+        // would otherwise let num_layers run a loop for ever).
+        if c.num_layers > MAX_LAYERS {
+            return Err(crate::Error::size(
+                "RNN",
+                format!(
+                    "num_layers {} is above the supported {MAX_LAYERS}",
+                    c.num_layers
+                ),
+            ));
+        }
+        let g = kind.gates().checked_mul(hidden_size).ok_or_else(|| {
+            crate::Error::size(
+                "RNN",
+                format!("hidden_size {hidden_size} overflows the gate count"),
+            )
+        })?;
         let k = if hidden_size > 0 {
             1.0 / (hidden_size as f64).sqrt()
         } else {

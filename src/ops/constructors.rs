@@ -53,6 +53,8 @@ impl Tensor {
         if n > u32::MAX as f64 {
             return Err(Error::size(op, format!("{n} elements exceed u32 indexing")));
         }
+        // Refused before the host vector is built: its size is the caller's.
+        crate::tensor::check_new_shape(device, op, &[n as usize], dtype)?;
         let v: Vec<f64> = (0..n as usize).map(|i| start + i as f64 * step).collect();
         upload(device, &v, &[v.len()], dtype)
     }
@@ -73,6 +75,7 @@ impl Tensor {
                 format!("start {start} and end {end} must be finite"),
             ));
         }
+        crate::tensor::check_new_shape(device, op, &[steps], dtype)?;
         let v: Vec<f64> = match steps {
             0 => Vec::new(),
             1 => vec![start],

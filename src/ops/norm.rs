@@ -446,9 +446,22 @@ pub fn group_norm(
     check_param(op, "weight", x, weight, &[c])?;
     check_param(op, "bias", x, bias, &[c])?;
     let inner: usize = s[2..].iter().product();
+    // num_groups divides C = 0 whatever its value: the statistics [N, groups] must still fit.
+    let rows = s[0]
+        .checked_mul(num_groups)
+        .filter(|r| r.checked_mul(2).is_some_and(|r2| r2 <= u32::MAX as usize))
+        .ok_or_else(|| {
+            Error::size(
+                op,
+                format!(
+                    "{num_groups} groups over a batch of {} are too many statistics",
+                    s[0]
+                ),
+            )
+        })?;
     let plan = Plan {
         op,
-        rows: s[0] * num_groups,
+        rows,
         len: c / num_groups * inner,
         groups: num_groups,
         inner: inner.max(1),

@@ -293,6 +293,9 @@ pub fn fan_in_and_fan_out(shape: &[usize]) -> Result<(usize, usize)> {
             format!("fan in and fan out need at least 2 dims, got shape {shape:?}"),
         ));
     }
+    // A weight shape (not yet a tensor) may be anything: bounded like a tensor's, the
+    // products below cannot overflow.
+    crate::layout::checked_numel("fan_in_and_fan_out", shape)?;
     let field: usize = shape[2..].iter().product();
     Ok((shape[1] * field, shape[0] * field))
 }

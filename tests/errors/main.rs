@@ -375,6 +375,7 @@ proptest! {
 }
 
 mod batchnorm;
+mod caller_sizes;
 mod conv;
 mod norm;
 

@@ -160,6 +160,10 @@ impl Problem {
                 t.broadcast_to(&sh)?.contiguous()
             }
         };
+        // The broadcast of three operands can reach a size none of them has (each dim of
+        // the lead from another operand): bound it before any product.
+        crate::layout::checked_numel(op, &full(&lead, l, e))?;
+        crate::layout::checked_numel(op, &full(&lead, l, s))?;
         let n: usize = lead.iter().product();
         let heads = lead.last().copied().unwrap_or(1);
         let kv_heads = kv_lead.last().copied().unwrap_or(1);

@@ -239,8 +239,12 @@ pub fn plan_for(caps: &Caps, shape: &[usize], offsets: &[usize]) -> Result<Batch
     let wg = if caps.cpu { CPU_LANES } else { GPU_LANES } as usize;
     let groups = n * s / vec;
     let max = caps.max_workgroups_per_dim as usize;
-    let want = groups.div_ceil(CHUNK_TARGET).clamp(1, max);
-    let chunk = (groups.div_ceil(want).div_ceil(wg) * wg).max(wg);
+    let want = groups.div_ceil(CHUNK_TARGET).clamp(1, max.max(1));
+    let chunk = groups
+        .div_ceil(want)
+        .div_ceil(wg)
+        .saturating_mul(wg)
+        .max(wg);
     Ok(BatchNormPlan {
         vec: vec as u32,
         wg: wg as u32,

@@ -282,9 +282,12 @@ pub(crate) fn check_option_limits(op: &'static str, values: &[(&str, &[usize])])
     Ok(())
 }
 
-/// The product of `dims`, or `None` past u64.
+/// The product of the non-zero `dims`, or `None` past u64. Zeros are skipped so that an empty
+/// problem (no batch, no output channels) still bounds every other extent: the launch
+/// parameters multiply them (`conv2d_plan` plans such shapes too).
 fn product(dims: &[usize]) -> Option<u64> {
     dims.iter()
+        .filter(|&&d| d != 0)
         .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64))
 }
 
@@ -344,14 +347,14 @@ impl Geom {
         if cw != c / g {
             // Name the input first: the usual mistake is the input's layout, not the weight.
             // 1-D convolutions arrive as [n, c, 1, l].
-            let hint = if x[3] == cw * g && x[2] == 1 {
+            let hint = if x[3] == cw.saturating_mul(g) && x[2] == 1 {
                 format!(
                     "; if the input is channels-last ({} channels in its last dim), \
                      convolutions take channels first: .permute(&[0, 2, 1]) for [N, L, C], \
                      .permute(&[0, 3, 1, 2]) for [N, H, W, C]",
                     x[3]
                 )
-            } else if x[3] == cw * g {
+            } else if x[3] == cw.saturating_mul(g) {
                 format!(
                     "; the input looks channels-last (NHWC, {} channels in its last dim): \
                      convolutions take NCHW, so permute it with .permute(&[0, 3, 1, 2])",
@@ -367,7 +370,7 @@ impl Geom {
                      {wshape:?} must have in_channels / groups = {c} / {g} = {} in dim 1, got \
                      {cw} (it expects inputs of {} channels){hint}",
                     c / g,
-                    cw * g
+                    cw.saturating_mul(g)
                 ),
             ));
         }
@@ -411,7 +414,7 @@ impl Geom {
                 let v = v.map_or("more than 2^64".into(), |v| v.to_string());
                 return Err(Error::size(
                     op,
-                    format!("{what} has {v} elements, more than {limit}"),
+                    format!("{what} spans {v} elements (its non-zero dims), more than {limit}"),
                 ));
             }
         }

@@ -256,8 +256,12 @@ fn launch(
     }
     x.device().require_dtype(op, x.dtype)?;
     // The kernels index planes with u32 products (adaptive windows multiply index by size).
-    let fits = |a: usize, b: usize| (a as u64) * (b as u64 + 1) < u32::MAX as u64;
-    if !fits(h, out_hw[0]) || !fits(w, out_hw[1]) || !fits(planes, h * w.max(out_hw[1])) {
+    // Output sizes come from the caller (adaptive pools): any of them may be near usize::MAX.
+    let fits = |a: usize, b: usize| (a as u128) * (b as u128 + 1) < u32::MAX as u128;
+    if !fits(h, out_hw[0])
+        || !fits(w, out_hw[1])
+        || !fits(planes, h.saturating_mul(w.max(out_hw[1])))
+    {
         return Err(Error::size(
             op,
             format!(

@@ -212,8 +212,9 @@ impl Rnn {
         dc_n: Option<&Tensor>,
     ) -> Result<RnnGrads> {
         let op = self.kind.name();
-        self.check_saved(saved)?;
+        // Weights first: they bound hidden_size and num_layers, which check_saved multiplies.
         self.check_weights()?;
+        self.check_saved(saved)?;
         let dy = self.output_grad(saved, dy.into())?;
         self.check_state_grads(&dy, dh_n, dc_n)?;
         let (t, b, d, h) = (saved.t, saved.b, self.dirs(), self.hidden_size);
@@ -291,6 +292,9 @@ impl Rnn {
                 "the saved state comes from an Rnn with other layers or directions",
             ));
         }
+        // The saved gate activations are [T, B, 4 H]; None past usize, which no saved
+        // tensor matches.
+        let gates = h.checked_mul(4).map(|h4| [t, b, h4]);
         for (li, layer) in saved.layers.iter().enumerate() {
             let want_in = if li == 0 { self.input_size } else { d * h };
             let seq = [t + 2, b, d * h];
@@ -298,7 +302,10 @@ impl Rnn {
                 && layer.hseq.shape() == seq
                 && layer.cseq.as_ref().map(|c| c.shape() == seq) != Some(false)
                 && layer.cseq.is_some() == lstm
-                && layer.gates.iter().all(|g| g.shape() == [t, b, 4 * h]);
+                && layer
+                    .gates
+                    .iter()
+                    .all(|g| gates.is_some_and(|s| g.shape() == s));
             if !ok {
                 return Err(Error::arg(
                     op,

@@ -119,7 +119,7 @@ impl Rnn {
             .iter()
             .map(|w| RnnWeights::new(kind, &w.w_ih, &w.w_hh, Some(&w.b_ih), Some(&w.b_hh)))
             .collect::<Result<Vec<_>>>()?;
-        if num_layers == 0 || weights.len() != num_layers * d {
+        if num_layers == 0 || num_layers.checked_mul(d) != Some(weights.len()) {
             return Err(Error::arg(
                 op,
                 format!(
@@ -227,7 +227,7 @@ impl Rnn {
     pub(crate) fn check_weights(&self) -> Result<()> {
         let op = self.kind.name();
         let (d, h, g) = (self.dirs(), self.hidden_size, self.kind.gates());
-        if self.num_layers == 0 || self.weights.len() != self.num_layers * d {
+        if self.num_layers == 0 || self.num_layers.checked_mul(d) != Some(self.weights.len()) {
             return Err(Error::arg(
                 op,
                 format!(
@@ -235,6 +235,13 @@ impl Rnn {
                     self.weights.len(),
                     self.num_layers
                 ),
+            ));
+        }
+        // hidden_size is public too: the products below must not overflow.
+        if g.checked_mul(h).and_then(|gh| gh.checked_mul(d)).is_none() {
+            return Err(Error::size(
+                op,
+                format!("hidden_size {h} overflows the gate count"),
             ));
         }
         for (i, w) in self.weights.iter().enumerate() {
