@@ -4,7 +4,8 @@
 //! problems with 32-72 rows per group (every direction, the transposed convolution, views,
 //! groups and depthwise multipliers), small-integer problems (exact), f16, fixed row counts at
 //! the tile boundaries, and split-k in every direction (bias and activation applied by the
-//! reduction) with bitwise determinism.
+//! reduction) with bitwise determinism. Also the GPU plan's other change: the direct kernel for
+//! 8-31 rows per group over lines of 8 columns or more.
 
 use wgtensor::ops::conv::{plan, ConvVariant};
 use wgtensor::ops::Activation;
@@ -26,7 +27,7 @@ fn dev() -> &'static Device {
 
 #[test]
 fn conv_wg_is_the_gpu_plan_from_32_rows() {
-    // Below 32 rows the register kernels (Sg8 here: lavapipe keeps its 8-lane subgroups).
+    // Below 32 rows the direct kernel (over these 100-column lines) or the register kernels.
     for m in [1, 7, 8, 31, 32, 200] {
         let pl = plan(dev(), m, 100, 100, 1).unwrap();
         assert_eq!(
@@ -167,4 +168,50 @@ fn conv_wg_splitk_f32() {
         assert_eq!(pl.variant, ConvVariant::WgTiled, "{pl:?}");
         runs_agree(dev(), &g, dir, DType::F32, 2);
     }
+}
+
+/// GPUs' direct kernel for 8 to 31 rows per group over output lines of 8 columns or more
+/// (grouped convolutions such as 256 channels in 32 groups): forward and data gradient run
+/// `Direct` in 8-row blocks (ragged at 9 and 31 rows), strided too (the data gradient's
+/// transposed gather); the weight gradient, whose lines are kernel rows, keeps the GEMM kernels.
+#[test]
+fn gpu_direct_from_8_to_31_rows() {
+    let mut failures = Vec::new();
+    for (i, m) in [8usize, 9, 16, 31].into_iter().enumerate() {
+        let stride = if i % 2 == 0 { [1, 1] } else { [2, 2] };
+        let g = ConvGeom {
+            n: 2,
+            c: 2 * m,
+            h: 5,
+            w: 17,
+            o: 2 * m,
+            kh: 3,
+            kw: 3,
+            groups: 2,
+            stride,
+            pad: [1, 1, 1, 1],
+            dil: [1, 1],
+        };
+        for dir in [Dir::Forward, Dir::Data] {
+            let pl = expected_plan(dev(), &g, dir);
+            assert_eq!(
+                (pl.variant, pl.rt),
+                (ConvVariant::Direct, 8),
+                "{dir:?} of {g:?}: {pl:?}"
+            );
+        }
+        let pl = expected_plan(dev(), &g, Dir::Weight);
+        assert_ne!(pl.variant, ConvVariant::Direct, "{pl:?}");
+        let p = Problem {
+            g,
+            seed: 140 + i as u64,
+            int: i % 2 == 1,
+            bias: true,
+            views: i == 2,
+        };
+        if let Err(e) = check_all(dev(), &p, DType::F32, Activation::Relu, [0, 0]) {
+            failures.push(format!("m = {m}: {e}\n{p:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -76,7 +76,8 @@ pub fn plan(dev: &Device, m: usize, ncols: usize, k: usize, groups: usize) -> Re
             "groups must be at least 1, got 0",
         ));
     }
-    Ok(plan_with(dev.caps(), m < 8, m, ncols, k, groups))
+    // The output lines are unknown here: taken as long as the columns.
+    Ok(plan_with(dev.caps(), true, m, ncols, k, groups, ncols))
 }
 
 /// Rows per invocation of the direct kernels (`DR`).
@@ -91,7 +92,15 @@ const WG_MIN_ROWS: usize = 32;
 /// Subgroups per workgroup of the sg8 kernel (`SGS`): 2 for more than 32 output columns.
 pub(crate) const SG8_SUBGROUPS: [u32; 2] = [1, 2];
 
-/// [`plan`], with the direct kernel only when `direct` allows it.
+/// [`plan`], with the direct kernel only when `direct` allows it; `line` is the length of the
+/// output lines the direct kernel walks in blocks of 8 columns.
+///
+/// The direct kernel serves groups of fewer than 8 rows everywhere (a GEMM tile would idle).
+/// On GPUs it also serves 8 to 31 rows when the lines fill its 8-column blocks: there the GEMM
+/// kernel would be the portable 32x32 tile with a quarter to all but one of its rows idle (the
+/// large-tile core starts at 32 rows), while the direct kernel keeps up to 8 x 8 outputs per
+/// invocation in registers and reads the weights as values shared by the whole warp. A weight
+/// gradient's lines are kernel rows (3 of 8 columns for 3x3), so it keeps the GEMM kernels.
 fn plan_with(
     caps: &Caps,
     direct: bool,
@@ -99,8 +108,10 @@ fn plan_with(
     ncols: usize,
     k: usize,
     groups: usize,
+    line: usize,
 ) -> ConvPlan {
-    let variant = if direct && m < 8 {
+    let gpu_direct = !caps.cpu && m < WG_MIN_ROWS && line >= DIRECT_COLS;
+    let variant = if direct && (m < 8 || gpu_direct) {
         ConvVariant::Direct
     } else if !caps.cpu && m >= WG_MIN_ROWS {
         ConvVariant::WgTiled
@@ -181,7 +192,8 @@ pub(crate) fn plan_params(
     // TRANSPOSED (the strided data gradient): after minutes its GPU process is killed and the
     // device is lost. The tiled kernel, which compiles there in under a second, serves that
     // case in the browser.
-    let mut pl = plan_with(caps, !(transposed && caps.swiftshader), m, ncols, k, groups);
+    let direct = !(transposed && caps.swiftshader);
+    let mut pl = plan_with(caps, direct, m, ncols, k, groups, p.c_e2 as usize);
     if pl.variant == ConvVariant::Direct
         && pl.splits == 1
         && m == 1
@@ -209,56 +221,63 @@ mod plan_tests {
     fn variants_follow_rows_per_group_and_adapter() {
         let (gpu, lvp) = (Caps::test_gpu(), Caps::test_lavapipe(2));
         assert_eq!(
-            plan_with(&gpu, true, 1, 100, 100, 32).variant,
+            plan_with(&gpu, true, 1, 100, 100, 32, 100).variant,
             ConvVariant::Direct
         );
         assert_eq!(
-            plan_with(&gpu, true, 7, 100, 100, 1).variant,
+            plan_with(&gpu, true, 7, 100, 100, 1, 100).variant,
             ConvVariant::Direct
         );
-        assert_eq!(
-            plan_with(&gpu, true, 8, 100, 100, 1).variant,
-            ConvVariant::Tiled
-        );
+        // 8 to 31 rows on GPUs: direct over lines of 8 columns or more, else the 32x32 tile
+        // (a 3x3 weight gradient's lines are 3 long).
+        for m in [8, 16, 31] {
+            let p = plan_with(&gpu, true, m, 100, 100, 1, 8);
+            assert_eq!((p.variant, p.rt), (ConvVariant::Direct, 8), "{m}");
+            let p = plan_with(&gpu, true, m, 100, 100, 1, 3);
+            assert_eq!(p.variant, ConvVariant::Tiled, "{m}");
+            // CPU adapters keep the GEMM kernels from 8 rows.
+            let p = plan_with(&lvp, true, m, 100, 100, 1, 8);
+            assert_eq!(p.variant, ConvVariant::Sg8, "{m}");
+        }
         // 32 rows or more: the large-tile core, 128 rows where those tiles fill the device.
-        let p = plan_with(&gpu, true, 32, 100, 100, 1);
+        let p = plan_with(&gpu, true, 32, 100, 100, 1, 100);
         assert_eq!(
             (p.variant, p.rt, p.tile()),
             (ConvVariant::WgTiled, 4, (64, 64))
         );
         // x [32, 128, 56, 56], 3x3: 128 rows x 100352 columns.
-        let p = plan_with(&gpu, true, 128, 100352, 1152, 1);
+        let p = plan_with(&gpu, true, 128, 100352, 1152, 1, 100);
         assert_eq!(
             (p.variant, p.rt, p.tile()),
             (ConvVariant::WgTiled, 8, (128, 64))
         );
         // Its weight gradient: 18 tiles of 128 rows are too few, 36 of 64 split K.
-        let p = plan_with(&gpu, true, 128, 1152, 100352, 1);
+        let p = plan_with(&gpu, true, 128, 1152, 100352, 1, 100);
         assert_eq!((p.variant, p.rt), (ConvVariant::WgTiled, 4));
         assert_eq!(p.splits, 8, "{p:?}");
         assert!(p.k_chunk >= 256 && p.splits * p.k_chunk >= 100352);
         assert_eq!(
-            plan_with(&lvp, true, 128, 100352, 1152, 1).variant,
+            plan_with(&lvp, true, 128, 100352, 1152, 1, 100).variant,
             ConvVariant::Sg8
         );
         assert_eq!(
-            plan_with(&lvp, true, 8, 100, 100, 1).variant,
+            plan_with(&lvp, true, 8, 100, 100, 1, 100).variant,
             ConvVariant::Sg8
         );
         // Direct not allowed (SwiftShader's strided data gradient): the GEMM kernels.
         assert_eq!(
-            plan_with(&gpu, false, 1, 100, 100, 1).variant,
+            plan_with(&gpu, false, 1, 100, 100, 1, 100).variant,
             ConvVariant::Tiled
         );
         // Row blocks: direct rows up to 8, GEMM blocks up to 4.
-        assert_eq!(plan_with(&gpu, true, 3, 100, 100, 1).rt, 4);
-        assert_eq!(plan_with(&lvp, true, 64, 100, 100, 1).rt, 4);
+        assert_eq!(plan_with(&gpu, true, 3, 100, 100, 1, 100).rt, 4);
+        assert_eq!(plan_with(&lvp, true, 64, 100, 100, 1, 100).rt, 4);
         // Every plan's row block and subgroup count is in the tables the variant list
         // enumerates.
         for m in 0..80 {
             for ncols in [1, 32, 33, 500] {
                 for caps in [gpu, lvp] {
-                    let p = plan_with(&caps, true, m, ncols, 100, 1);
+                    let p = plan_with(&caps, true, m, ncols, 100, 1, 100);
                     let table: &[u32] = match p.variant {
                         ConvVariant::Direct | ConvVariant::DirectLines => &DIRECT_ROWS,
                         ConvVariant::WgTiled => &WG_ROWS,
@@ -275,12 +294,12 @@ mod plan_tests {
     fn weight_gradients_split_long_k() {
         let lvp = Caps::test_lavapipe(2);
         // K = N * OH * OW = 8 * 56 * 56 over few tiles: split, slices of at least 256.
-        let p = plan_with(&lvp, true, 64, 576, 25088, 1);
+        let p = plan_with(&lvp, true, 64, 576, 25088, 1, 100);
         assert!(p.splits > 1, "{p:?}");
         assert!(p.k_chunk >= 256 && p.splits * p.k_chunk >= 25088, "{p:?}");
         // Short K never splits.
-        assert_eq!(plan_with(&lvp, true, 64, 576, 576, 1).splits, 1);
+        assert_eq!(plan_with(&lvp, true, 64, 576, 576, 1, 100).splits, 1);
         // Zero groups is refused by the public plan, empty sizes plan without panicking.
-        assert_eq!(plan_with(&lvp, true, 0, 0, 0, 1).splits, 1);
+        assert_eq!(plan_with(&lvp, true, 0, 0, 0, 1, 100).splits, 1);
     }
 }
