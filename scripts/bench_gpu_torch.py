@@ -125,6 +125,7 @@ def main():
         case(f"gpu/add_{tag}", nbytes=12.0 * n)(
             lambda n=n: (lambda x, y: lambda: x + y)(rand(n), rand(n))
         )
+    case("gpu/sum_2e26", nbytes=4.0 * n26)(lambda: (lambda x: lambda: x.sum())(rand(n26)))
     t4 = s(4096)
     case("gpu/transpose_contig_4096", nbytes=8.0 * t4 * t4)(
         lambda: (lambda x: lambda: x.transpose(0, 1).contiguous())(rand(t4, t4))

@@ -46,6 +46,13 @@ fn map_run(dev: &Device, n: usize) -> wgtensor::Result<Run> {
     Ok(Box::new(move || x.mul_scalar(1.5).map(drop)))
 }
 
+/// The sum of `n` f32 elements (one output: the GPU plan splits it into segments).
+fn sum_run(dev: &Device, n: usize) -> wgtensor::Result<Run> {
+    let x = tensor(dev, &[n], DType::F32, 1)?;
+    dev.sync()?;
+    Ok(Box::new(move || x.sum_all().map(drop)))
+}
+
 /// `x + y` on `n` f32 elements.
 fn add_run(dev: &Device, n: usize) -> wgtensor::Result<Run> {
     let x = tensor(dev, &[n], DType::F32, 1)?;
@@ -170,6 +177,7 @@ pub fn cases() -> Vec<Case> {
         Case::new("gpu/map_2e26", move |d| map_run(d, n26)).bytes(f32b(2.0 * n26 as f64)),
         Case::new("gpu/add_2e20", move |d| add_run(d, n20)).bytes(f32b(3.0 * n20 as f64)),
         Case::new("gpu/add_2e26", move |d| add_run(d, n26)).bytes(f32b(3.0 * n26 as f64)),
+        Case::new("gpu/sum_2e26", move |d| sum_run(d, n26)).bytes(f32b(n26 as f64)),
         Case::new("gpu/transpose_contig_4096", transpose_run).bytes(f32b(2.0 * 4096.0 * 4096.0)),
         Case::new("gpu/churn", |d| churn_run(d, true)).bytes(f32b(2.0 * numel(&CHURN))),
         Case::new("gpu/churn_steady", |d| churn_run(d, false)).bytes(f32b(2.0 * numel(&CHURN))),
