@@ -109,8 +109,36 @@ fn seg_fill(@builtin(workgroup_id) wid: vec3<u32>,
     }
 }
 
-// Insertion sort of one bucket: buckets are short for real data (a row's share of the index),
-// and this fixes the order seg_fill's atomics left arbitrary.
+// Buckets up to this length are insertion-sorted; longer ones heap-sorted.
+const SHORT_BUCKET: u32 = 32u;
+
+// Moves element `root` of the max-heap list[a .. a + end) down to its place.
+fn sift_down(a: u32, root0: u32, end: u32) {
+    var root = root0;
+    loop {
+        var c = 2u * root + 1u;
+        if (c >= end) {
+            break;
+        }
+        if (c + 1u < end && list[a + c] < list[a + c + 1u]) {
+            c += 1u;
+        }
+        let top = list[a + root];
+        let kid = list[a + c];
+        if (top >= kid) {
+            break;
+        }
+        list[a + root] = kid;
+        list[a + c] = top;
+        root = c;
+    }
+}
+
+// Sorts one bucket, fixing the order seg_fill's atomics left arbitrary (the positions are
+// distinct, so every sort gives the same ascending list). Buckets are short for most data (a
+// row's share of the index) and insertion sort suits them; a row that most of the index hits
+// (a padding id over a whole batch) would cost it quadratic time on one invocation, seconds
+// on a GPU for 30k ids, so long buckets are heap-sorted: n log n, in place.
 @compute @workgroup_size(WG)
 fn seg_sort(@builtin(workgroup_id) wid: vec3<u32>,
             @builtin(num_workgroups) nwg: vec3<u32>,
@@ -121,14 +149,27 @@ fn seg_sort(@builtin(workgroup_id) wid: vec3<u32>,
     }
     let a = starts[v];
     let b = starts[v + 1u];
-    for (var i = a + 1u; i < b; i++) {
-        let key = list[i];
-        var k = i;
-        while (k > a && list[k - 1u] > key) {
-            list[k] = list[k - 1u];
-            k--;
+    let n = b - a;
+    if (n <= SHORT_BUCKET) {
+        for (var i = a + 1u; i < b; i++) {
+            let key = list[i];
+            var k = i;
+            while (k > a && list[k - 1u] > key) {
+                list[k] = list[k - 1u];
+                k--;
+            }
+            list[k] = key;
         }
-        list[k] = key;
+        return;
+    }
+    for (var s = n / 2u; s > 0u; s--) {
+        sift_down(a, s - 1u, n);
+    }
+    for (var end = n - 1u; end > 0u; end--) {
+        let top = list[a];
+        list[a] = list[a + end];
+        list[a + end] = top;
+        sift_down(a, 0u, end);
     }
 }
 

@@ -151,3 +151,56 @@ fn unchecked_devices_keep_the_documented_fill() {
     assert!(l.to_vec::<f32>().unwrap()[0].is_nan());
     d.sync().unwrap();
 }
+
+/// One row hit by most of the index (a padding id over a whole batch, 36k of 40k ids): the
+/// backward's bucket for it is sorted in n log n (a quadratic sort on one invocation took
+/// seconds), and every row's gradient is the f32 sum of its positions in ascending order,
+/// bit for bit.
+#[test]
+fn embedding_backward_with_one_dominant_row_sums_in_position_order() {
+    let d = checked();
+    let l = 40_000usize;
+    let mut state = 12345u32;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        state
+    };
+    let v: Vec<i32> = (0..l)
+        .map(|_| {
+            let r = next();
+            if r % 10 == 0 {
+                (r / 10 % 10) as i32
+            } else {
+                3
+            }
+        })
+        .collect();
+    let r: Vec<f32> = (0..2 * l)
+        .map(|_| (next() % 2001) as f32 / 997.0 - 1.0)
+        .collect();
+    let w = Tensor::zeros(&d, &[10, 2], DType::F32)
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let rt = Tensor::from_slice(&d, &r, &[l, 2]).unwrap();
+    let y = embedding(&ids(&d, &v), &w, None).unwrap();
+    let grads = y.mul(&rt).unwrap().sum_all().unwrap().backward().unwrap();
+    let got = grads.get(&w).unwrap().to_vec::<f32>().unwrap();
+    let mut want = vec![0.0f32; 20];
+    for (j, &id) in v.iter().enumerate() {
+        for c in 0..2 {
+            want[id as usize * 2 + c] += r[j * 2 + c];
+        }
+    }
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(
+            g.to_bits(),
+            w.to_bits(),
+            "row {} col {}: {g} vs {w}",
+            i / 2,
+            i % 2
+        );
+    }
+}
