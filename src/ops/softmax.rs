@@ -47,9 +47,12 @@ struct SoftmaxParams {
 }
 
 /// A workgroup per row pays barriers, so it is used only when rows are too few to fill the
-/// device and each is long.
-fn use_workgroup_variant(rows: usize, len: usize) -> bool {
-    len > 256 && rows < 1024
+/// device and each is long. On GPUs it also takes long contiguous rows however many: one
+/// invocation per row would walk its own row, so a warp's loads touch as many cache lines as
+/// it has lanes, and a few thousand rows (cross-entropy logits over a 50k vocabulary) would
+/// occupy a few percent of the device's lanes.
+fn use_workgroup_variant(caps: &crate::Caps, rows: usize, len: usize, stride: usize) -> bool {
+    len > 256 && (rows < 1024 || (!caps.cpu && stride == 1))
 }
 
 /// The recorded forward: softmax's backward is `y * (g - sum(g * y))` and log_softmax's
@@ -132,7 +135,7 @@ fn run_untracked(op: &'static str, x: &Tensor, dim: isize, log: bool) -> Result<
         strides: pack_dims(outer.strides()),
         out_strides: pack_dims(&out_strides),
     };
-    let wg_variant = use_workgroup_variant(rows, len);
+    let wg_variant = use_workgroup_variant(dev.caps(), rows, len, x.strides()[d]);
     let consts = [("LOG", f64::from(u8::from(log))), ("WG", WG as f64)];
     let dts = [x.dtype];
     let launch = |p: &SoftmaxParams, binds: &[Bind], n: u64| {
@@ -260,4 +263,24 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
             out_strides
         }
     )
+}
+
+#[cfg(test)]
+mod plan_tests {
+    use super::*;
+    use crate::Caps;
+
+    #[test]
+    fn long_contiguous_rows_take_a_workgroup_on_gpus() {
+        let (gpu, lvp) = (Caps::test_gpu(), Caps::test_lavapipe(2));
+        // Cross-entropy logits [8192, 50257] over the last dim.
+        assert!(use_workgroup_variant(&gpu, 8192, 50257, 1));
+        assert!(!use_workgroup_variant(&lvp, 8192, 50257, 1));
+        // Strided rows (adjacent rows adjacent in memory) and short rows: one invocation each.
+        assert!(!use_workgroup_variant(&gpu, 8192, 50257, 8192));
+        assert!(!use_workgroup_variant(&gpu, 8192, 256, 1));
+        // Few long rows: a workgroup each everywhere.
+        assert!(use_workgroup_variant(&gpu, 10, 5000, 7));
+        assert!(use_workgroup_variant(&lvp, 10, 5000, 1));
+    }
 }

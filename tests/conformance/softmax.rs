@@ -7,7 +7,7 @@
 //! max(1, |y|). f16 adds the final rounding (`check::out_round`).
 
 use proptest::prelude::*;
-use wgtensor::DType;
+use wgtensor::{DType, Device};
 
 use crate::check::{compare, fetch_async, ok, out_round, EPS32};
 #[cfg(not(target_arch = "wasm32"))]
@@ -67,7 +67,14 @@ fn long_problem(dtype: DType) -> impl Strategy<Value = SoftmaxProblem> {
 }
 
 pub(crate) async fn check_softmax(p: &SoftmaxProblem) -> Result<(), TestCaseError> {
-    let dev = device();
+    check_softmax_on(device(), p).await
+}
+
+/// [`check_softmax`] on `dev`.
+pub(crate) async fn check_softmax_on(
+    dev: &Device,
+    p: &SoftmaxProblem,
+) -> Result<(), TestCaseError> {
     let what = format!(
         "{}(dim {})",
         if p.log { "log_softmax" } else { "softmax" },
@@ -110,6 +117,20 @@ fn softmax_f16() {
 #[test]
 fn softmax_long_f32() {
     run_async(CASES_LONG, long_problem(DType::F32), check_softmax);
+}
+
+/// Many long contiguous rows (1024-1100 rows of 257-700): on GPUs a workgroup per row, forced
+/// here with `gpu_plans` (CPU adapters give each row an invocation).
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn softmax_many_long_rows_gpu_plans_f32() {
+    let dev = crate::common::gpu_plans_device();
+    let shapes = (1024usize..=1100, 257usize..=700)
+        .prop_map(|(o, r)| (vec![o, r], 1))
+        .boxed();
+    run_async(3, problem(DType::F32, shapes), async |p| {
+        check_softmax_on(dev, p).await
+    });
 }
 
 /// Large logits do not overflow, a NaN makes its row NaN, and rank 0 and empty tensors work as
