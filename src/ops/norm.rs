@@ -70,6 +70,15 @@ struct Plan {
     eps: f32,
 }
 
+/// Whether the weight gradients run one invocation per weight (`norm_dw_cols`, walking its
+/// column of rows: reads coalesced across weights) rather than a workgroup per weight
+/// (`norm_dw`). Only with one value per row and weight (layer and RMS norm); on GPUs only
+/// for columns of at most 256 rows, since a transformer's [8192, 768] activations would give
+/// 768 invocations walking 8192 rows each, a sliver of the device.
+fn per_weight_invocation(caps: &crate::Caps, plan: &Plan) -> bool {
+    plan.inner == 1 && (caps.cpu || plan.rows / plan.groups.max(1) <= 256)
+}
+
 impl Plan {
     /// Rows this short leave most of a workgroup idle: one invocation per row instead.
     fn short_rows(&self) -> bool {
@@ -263,8 +272,7 @@ fn backward(
                 Bind::whole(stats.buffer()),
                 Bind::whole(db.buffer()),
             ];
-            // One value per row and weight: an invocation per weight; else a workgroup.
-            let (kernel, groups) = if plan.inner == 1 {
+            let (kernel, groups) = if per_weight_invocation(dev.caps(), plan) {
                 (
                     &DW_COLS,
                     (plan.nweights as u64).div_ceil(u64::from(wg(dev))),
@@ -510,4 +518,38 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
             per_group
         }
     )
+}
+
+#[cfg(test)]
+mod plan_tests {
+    use super::*;
+    use crate::Caps;
+
+    fn layer(rows: usize, len: usize) -> Plan {
+        Plan {
+            op: "layer_norm",
+            rows,
+            len,
+            groups: 1,
+            inner: 1,
+            nweights: len,
+            rms: false,
+            eps: 1e-5,
+        }
+    }
+
+    #[test]
+    fn weight_gradients_of_long_columns_take_workgroups_on_gpus() {
+        let (gpu, lvp) = (Caps::test_gpu(), Caps::test_lavapipe(2));
+        assert!(!per_weight_invocation(&gpu, &layer(8192, 768)));
+        assert!(per_weight_invocation(&gpu, &layer(256, 768)));
+        assert!(per_weight_invocation(&lvp, &layer(8192, 768)));
+        // Group norm (a plane per weight): a workgroup everywhere.
+        let g = Plan {
+            groups: 4,
+            inner: 49,
+            ..layer(8, 8 * 49)
+        };
+        assert!(!per_weight_invocation(&lvp, &g));
+    }
 }

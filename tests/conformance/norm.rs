@@ -266,6 +266,22 @@ fn norm_portable_f32() {
     run_async(CASES_F32 / 2, problem(DType::F32), check_norm_portable);
 }
 
+/// Layer and RMS norm over more than 256 rows with one value per row and weight: on GPUs the
+/// weight gradients take a workgroup per weight (`norm_dw`), forced here with `gpu_plans`.
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn norm_long_columns_gpu_plans_f32() {
+    let dev = crate::common::gpu_plans_device();
+    let shapes = (257usize..=700, 1usize..=40).prop_map(|(r, l)| (vec![r, l], 1));
+    let problems = prop_oneof![
+        shapes
+            .clone()
+            .prop_flat_map(|(s, k)| with_operands(DType::F32, Kind::Layer(k), s)),
+        shapes.prop_flat_map(|(s, k)| with_operands(DType::F32, Kind::Rms(k), s)),
+    ];
+    run_async(6, problems, async |p| check_norm_on(dev, p).await);
+}
+
 #[test]
 fn norm_f16() {
     require_f16(device());
