@@ -5,7 +5,10 @@
 // (few outputs / long reductions).
 // `reduce_wg_split` + `reduce_partials` (GPUs, too few outputs to fill the device): each output's
 // reduction cut into `segs` segments, one workgroup each, whose folds land in an f32 workspace,
-// then one workgroup per output folds its segments in order. Needs lib/activation.wgsl (the NaN-propagating max/min).
+// then one workgroup per output folds its segments in order.
+// `reduce_rows_split` + `reduce_rows_partials` (GPUs, many outputs with long reductions, e.g. a
+// bias gradient summing 16k rows per column): invocation (o, j) folds segment j of output o
+// into the workspace at [j, o], then one invocation per output folds its segments in order. Needs lib/activation.wgsl (the NaN-propagating max/min).
 
 struct Params {
     n_out: u32,
@@ -257,4 +260,43 @@ fn reduce_partials(@builtin(workgroup_id) wid: vec3<u32>,
     if (live && lid == 0u) {
         y[p.out_off + o] = finish(partial[0]);
     }
+}
+
+// Invocation (o, j) of a rows split: the fold of output o's values [j seg_len, (j + 1)
+// seg_len), raw, at carry[j * n_out + o] (outputs fastest: neighbouring invocations read and
+// write neighbouring outputs).
+@compute @workgroup_size(WG)
+fn reduce_rows_split(@builtin(workgroup_id) wid: vec3<u32>,
+                     @builtin(num_workgroups) nwg: vec3<u32>,
+                     @builtin(local_invocation_index) lid: u32) {
+    let t = (wid.x + wid.y * nwg.x) * WG + lid;
+    let o = t % p.n_out;
+    let j = t / p.n_out;
+    if (j >= p.segs) {
+        return;
+    }
+    let base = base_index(o);
+    let start = j * p.seg_len;
+    let end = start + min(p.seg_len, p.red_len - start);
+    var acc = identity();
+    for (var r = start; r < end; r++) {
+        acc = fold(acc, f32(x[base + r * p.red_stride]));
+    }
+    carry[j * p.n_out + o] = acc;
+}
+
+// One invocation per output: its segments folded in order, then stored.
+@compute @workgroup_size(WG)
+fn reduce_rows_partials(@builtin(workgroup_id) wid: vec3<u32>,
+                        @builtin(num_workgroups) nwg: vec3<u32>,
+                        @builtin(local_invocation_index) lid: u32) {
+    let o = (wid.x + wid.y * nwg.x) * WG + lid;
+    if (o >= p.n_out) {
+        return;
+    }
+    var acc = identity();
+    for (var j = 0u; j < p.segs; j++) {
+        acc = fold(acc, carry[j * p.n_out + o]);
+    }
+    y[p.out_off + o] = finish(acc);
 }

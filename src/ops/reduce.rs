@@ -41,6 +41,16 @@ static PARTIALS: Kernel = Kernel::new("reduce", SRC, "reduce_partials", &[RW, RW
     .slots(&[2, 3])
     .libs(&[&ACTIVATION])
     .defs(REDUCE_DEFS);
+/// A rows split's segments (one invocation per output and segment)...
+static ROWS_SPLIT: Kernel = Kernel::new("reduce", SRC, "reduce_rows_split", &[R, RW])
+    .slots(&[1, 3])
+    .libs(&[&ACTIVATION])
+    .defs(REDUCE_DEFS);
+/// ...and their partials, one invocation per output.
+static ROWS_PARTIALS: Kernel = Kernel::new("reduce", SRC, "reduce_rows_partials", &[RW, RW])
+    .slots(&[2, 3])
+    .libs(&[&ACTIVATION])
+    .defs(REDUCE_DEFS);
 
 /// Reductions along one dim, accumulated in f32 by [`Tensor::reduce`] (and its shorthands
 /// such as [`Tensor::sum`]).
@@ -114,7 +124,20 @@ pub enum ReducePlan {
         /// Values per segment (the last one may hold fewer).
         seg_len: u32,
     },
+    /// `segs` invocations per output, each folding `seg_len` values into an f32 workspace,
+    /// then one invocation per output folding those (many outputs, long reductions).
+    RowsSplit {
+        /// Segments per output (2..=[`MAX_ROW_SEGS`]).
+        segs: u32,
+        /// Values per segment (the last one may hold fewer).
+        seg_len: u32,
+    },
 }
+
+/// The most segments a rows split cuts an output into (the partial pass folds them serially).
+const MAX_ROW_SEGS: usize = 256;
+/// The fewest values a rows-split segment holds.
+const MIN_ROW_SEG: usize = 64;
 
 /// The most segments a split reduction cuts an output into (the partial pass folds them with
 /// one workgroup, 4 per lane).
@@ -145,9 +168,34 @@ pub fn reduce_plan(caps: &Caps, n_out: usize, red_len: usize, red_stride: usize)
             ReducePlan::Rows
         };
     }
-    let long_row = red_stride == 1 && red_len > 256;
-    if !few_long && !long_row {
+    if red_len <= 64 {
         return ReducePlan::Rows;
+    }
+    // Strided reductions over enough outputs run one invocation per output (neighbouring
+    // invocations read neighbouring outputs), as do contiguous rows of at most 256 values
+    // when the outputs are many; the rest a workgroup per output (or per segment).
+    let want_inv = caps.parallelism.max(1) * 2 * WG as usize;
+    let rows_based = if red_stride == 1 {
+        !few_long && red_len <= 256
+    } else {
+        n_out.saturating_mul(MAX_ROW_SEGS) >= want_inv
+    };
+    if rows_based {
+        // When the outputs give fewer invocations than two workgroups per estimated slot and
+        // the reductions are long (a bias gradient summing 16k rows over 4096 columns: 16
+        // workgroups), split the rows too.
+        let segs = want_inv
+            .div_ceil(n_out.max(1))
+            .min(red_len / MIN_ROW_SEG)
+            .min(MAX_ROW_SEGS);
+        if n_out >= want_inv || segs < 2 {
+            return ReducePlan::Rows;
+        }
+        let seg_len = red_len.div_ceil(segs);
+        return ReducePlan::RowsSplit {
+            segs: red_len.div_ceil(seg_len) as u32,
+            seg_len: seg_len as u32,
+        };
     }
     let want = caps.parallelism.max(1) * 2;
     let segs = want
@@ -244,20 +292,27 @@ impl Tensor {
         };
         let limit = dev.max_binding_bytes();
         if self.buffer().size() <= limit && out.buffer().size() <= limit {
-            if let ReducePlan::Split { segs, seg_len } = plan {
+            let split = match plan {
+                ReducePlan::Split { segs, seg_len } => Some((segs, seg_len, &SPLIT, &PARTIALS, 1)),
+                ReducePlan::RowsSplit { segs, seg_len } => {
+                    Some((segs, seg_len, &ROWS_SPLIT, &ROWS_PARTIALS, WG as u64))
+                }
+                _ => None,
+            };
+            if let Some((segs, seg_len, parts, fold, per_group)) = split {
                 // The workspace of n_out * segs f32 partials is far below one binding:
-                // n_out * segs < 4 * parallelism by the plan.
+                // n_out * segs < 4 * parallelism workgroups' worth by the plans.
                 let ws =
                     crate::runtime::Storage::scratch(dev, name, n_out as u64 * segs as u64 * 4)?;
                 params.segs = segs;
                 params.seg_len = seg_len;
                 let bytes = bytemuck::bytes_of(&params);
-                let grid = dev.grid_1d(name, n_out as u64 * segs as u64)?;
+                let grid = dev.grid_1d(name, (n_out as u64 * segs as u64).div_ceil(per_group))?;
                 let binds = [Bind::whole(self.buffer()), Bind::whole(ws.buffer())];
-                dev.launch_binds(name, &SPLIT, &dts, &consts, bytes, &binds, grid)?;
-                let grid = dev.grid_1d(name, n_out as u64)?;
+                dev.launch_binds(name, parts, &dts, &consts, bytes, &binds, grid)?;
+                let grid = dev.grid_1d(name, (n_out as u64).div_ceil(per_group))?;
                 let binds = [Bind::whole(out.buffer()), Bind::whole(ws.buffer())];
-                dev.launch_binds(name, &PARTIALS, &dts, &consts, bytes, &binds, grid)?;
+                dev.launch_binds(name, fold, &dts, &consts, bytes, &binds, grid)?;
                 return Ok(out);
             }
             let binds = [Bind::whole(self.buffer()), Bind::whole(out.buffer())];
@@ -424,6 +479,8 @@ pub fn reduce_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
         &WORKGROUP_CARRY,
         &SPLIT,
         &PARTIALS,
+        &ROWS_SPLIT,
+        &ROWS_PARTIALS,
     ] {
         for dt in [DType::F32, DType::F16] {
             for &(_, code) in REDUCE_DEFS {
@@ -501,10 +558,49 @@ mod plan_tests {
         }
         // Short reductions are not split; enough outputs fill the device without it.
         assert_eq!(reduce_plan(&gpu, 1, 5000, 1), ReducePlan::Workgroup);
-        assert_eq!(reduce_plan(&gpu, 600, 1 << 20, 7), ReducePlan::Workgroup);
+        assert_eq!(
+            reduce_plan(&gpu, 100, 1 << 20, 1),
+            ReducePlan::Split {
+                segs: 6,
+                seg_len: 174_848
+            }
+        );
+        // Few strided outputs: a workgroup per output or segment; enough of them: rows.
+        assert_eq!(reduce_plan(&gpu, 300, 5000, 300), ReducePlan::Workgroup);
+        assert!(matches!(
+            reduce_plan(&gpu, 600, 1 << 20, 600),
+            ReducePlan::RowsSplit { .. }
+        ));
         // Long contiguous rows take a workgroup each even when they are many.
         assert_eq!(reduce_plan(&gpu, 10_000, 1000, 1), ReducePlan::Workgroup);
-        assert_eq!(reduce_plan(&gpu, 10_000, 1000, 10_000), ReducePlan::Rows);
         assert_eq!(reduce_plan(&gpu, 10_000, 100, 1), ReducePlan::Rows);
+    }
+
+    #[test]
+    fn gpus_split_the_rows_of_many_long_strided_reductions() {
+        let gpu = Caps::test_gpu(); // 131072 invocations wanted
+                                    // A bias gradient [16384, 4096].sum(0): 32 segments of 512 rows per column.
+        assert_eq!(
+            reduce_plan(&gpu, 4096, 16384, 4096),
+            ReducePlan::RowsSplit {
+                segs: 32,
+                seg_len: 512
+            }
+        );
+        for (n_out, len) in [(10_000, 1000), (5000, 129), (4096, 100_000)] {
+            let ReducePlan::RowsSplit { segs, seg_len } = reduce_plan(&gpu, n_out, len, n_out)
+            else {
+                panic!("{n_out} x {len} is not split");
+            };
+            let (segs, seg_len) = (segs as usize, seg_len as usize);
+            assert!((2..=MAX_ROW_SEGS).contains(&segs) && seg_len >= MIN_ROW_SEG);
+            assert!(seg_len * (segs - 1) < len && seg_len * segs >= len);
+        }
+        // Short reductions and outputs enough to fill the device stay one invocation each.
+        assert_eq!(reduce_plan(&gpu, 10_000, 100, 10_000), ReducePlan::Rows);
+        assert_eq!(reduce_plan(&gpu, 1 << 18, 1000, 1 << 18), ReducePlan::Rows);
+        // CPU adapters never split.
+        let lvp = Caps::test_lavapipe(2);
+        assert_eq!(reduce_plan(&lvp, 4096, 16384, 4096), ReducePlan::Rows);
     }
 }

@@ -277,3 +277,35 @@ fn reduce_gpu_plans_split_f32() {
         );
     }
 }
+
+/// Many strided outputs with long reductions (a bias gradient's column sums): the GPU plan
+/// splits each output's rows into segments, one invocation per output and segment, then folds
+/// them in order (forced with `gpu_plans`; the device's parallelism is the host's threads, so
+/// 4-40 columns over 200-3000 rows split into 2-46 segments).
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn reduce_gpu_plans_rows_split_f32() {
+    let dev = crate::common::gpu_plans_device();
+    let shapes = prop_oneof![
+        (200usize..=3000, 4usize..=40).prop_map(|(r, c)| (vec![r, c], 0)),
+        (2usize..=3, 200usize..=1500, 4usize..=9).prop_map(|(a, r, c)| (vec![a, r, c], 1)),
+    ];
+    let problems = (shapes, any::<bool>())
+        .prop_flat_map(|((s, d), neg)| problem_for(DType::F32, s, d, neg, long_dists()));
+    run_async(12, problems, async |p| {
+        let x = p.x.tensor(dev);
+        let d = p.dim.rem_euclid(p.x.shape.len() as isize) as usize;
+        let n_out = p.x.shape.iter().product::<usize>() / p.x.shape[d];
+        let plan = reduce_plan(dev.caps(), n_out, p.x.shape[d], x.strides()[d]);
+        // Views may make the reduced axis contiguous: those take the other plans.
+        if x.strides()[d] != 1 {
+            prop_assert!(
+                matches!(plan, ReducePlan::RowsSplit { .. }),
+                "{:?} over dim {d} (strides {:?}) is not split: {plan:?}",
+                p.x.shape,
+                x.strides()
+            );
+        }
+        check_reduce_on(dev, p).await
+    });
+}
