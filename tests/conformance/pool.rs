@@ -361,3 +361,35 @@ mod native {
         run_async(48, adaptive_problem(), check_adaptive);
     }
 }
+
+/// Global average pooling on GPUs runs as a mean over the flattened plane (the reduction's GPU
+/// plans): forced with `gpu_plans`, batched and unbatched, planes above 256 values, forward
+/// and backward against the exact (small-integer) means.
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn global_avg_pool_gpu_plans() {
+    let dev = crate::common::gpu_plans_device();
+    for shape in [vec![2usize, 3, 20, 17], vec![3, 30, 30], vec![1, 2, 64, 70]] {
+        let r = shape.len();
+        let plane = shape[r - 2] * shape[r - 1];
+        let planes = shape.iter().product::<usize>() / plane;
+        let v = data(planes * plane, plane);
+        let x = Tensor::from_slice(dev, &v, &shape)
+            .unwrap()
+            .requires_grad()
+            .unwrap();
+        let y = adaptive_avg_pool2d(&x, [1, 1]).unwrap();
+        let mut want_shape = shape[..r - 2].to_vec();
+        want_shape.extend([1, 1]);
+        assert_eq!(y.shape(), &want_shape[..]);
+        let want: Vec<f64> = v
+            .chunks(plane)
+            .map(|c| c.iter().map(|&a| f64::from(a)).sum::<f64>() / plane as f64)
+            .collect();
+        let got = pollster::block_on(fetch(&y));
+        close(&got, &want, &format!("{shape:?}")).unwrap();
+        let g = y.sum_all().unwrap().backward().unwrap();
+        let dx = pollster::block_on(fetch(g.get(&x).unwrap()));
+        close(&dx, &vec![1.0 / plane as f64; v.len()], "dx").unwrap();
+    }
+}

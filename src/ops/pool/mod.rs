@@ -71,6 +71,20 @@ pub fn avg_pool2d_backward(dy: &Tensor, x: &Tensor, o: &AvgPool2dOptions) -> Res
 pub fn adaptive_avg_pool2d(x: &Tensor, output_size: [usize; 2]) -> Result<Tensor> {
     let op = "adaptive_avg_pool2d";
     let (win, out) = adaptive_window(op, x, output_size, POOL_AVG)?;
+    let s = x.shape();
+    let r = s.len();
+    let plane = s[r - 2] * s[r - 1];
+    if output_size == [1, 1] && !x.device().caps().cpu && plane > 256 && x.numel() > 0 {
+        // Global average pooling on a GPU: the pool kernel runs an invocation per plane
+        // (2048 planes of 112 x 112 are 2048 invocations of 12544 steps), the mean over the
+        // flattened plane runs the reduction's GPU plans (a workgroup per plane, split when
+        // the planes are few). The same values, summed in another fixed order.
+        let mut flat = s[..r - 2].to_vec();
+        flat.push(plane);
+        let mut pooled = s[..r - 2].to_vec();
+        pooled.extend([1, 1]);
+        return x.reshape(&flat)?.mean(-1, false)?.reshape(&pooled);
+    }
     run(op, x, win, out, None)
 }
 
