@@ -193,7 +193,9 @@ fn pool_backward(@builtin(workgroup_id) wid: vec3<u32>,
             }
             let o = (plane * p.oh + oy) * p.ow + ox;
             if (MODE == POOL_MAX) {
-                if (window(plane, oy, ox).arg == i32(idx)) {
+                // Each window's argmax comes precomputed (pool_indices): recomputing it here
+                // cost a whole window per candidate, (H W)^2 per plane for a global max pool.
+                if (yi[o] == i32(idx)) {
                     g += f32(dy[o]);
                 }
             } else {

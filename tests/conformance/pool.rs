@@ -393,3 +393,29 @@ fn global_avg_pool_gpu_plans() {
         close(&dx, &vec![1.0 / plane as f64; v.len()], "dx").unwrap();
     }
 }
+
+/// A global max pool's backward over large planes: the gradient goes to each plane's first
+/// maximum only (the windows' argmax is computed once, not per candidate element, which cost
+/// (H W)^2 per plane).
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn global_max_pool_backward_large_planes() {
+    let dev = device();
+    let (planes, hw) = (6usize, [120usize, 110]);
+    let plane = hw[0] * hw[1];
+    let v = data(planes * plane, 5);
+    let x = Tensor::from_slice(dev, &v, &[2, 3, hw[0], hw[1]])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let y = adaptive_max_pool2d(&x, [1, 1]).unwrap();
+    let g = y.sum_all().unwrap().backward().unwrap();
+    let dx = pollster::block_on(fetch(g.get(&x).unwrap()));
+    let mut want = vec![0.0; v.len()];
+    for (p, c) in v.chunks(plane).enumerate() {
+        let m = c.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+        let first = c.iter().position(|&a| a == m).unwrap();
+        want[p * plane + first] = 1.0;
+    }
+    close(&dx, &want, "dx").unwrap();
+}

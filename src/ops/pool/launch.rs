@@ -25,8 +25,10 @@ static INDICES: Kernel = Kernel::new("pool", SRC, "pool_indices", &[R, RW])
     .slots(&[1, 4])
     .libs(&[&ACTIVATION])
     .defs(POOL_DEFS);
-static BACKWARD: Kernel = Kernel::new("pool", SRC, "pool_backward", &[R, R, RW])
-    .slots(&[1, 2, 3])
+/// The backward; max pools bind the windows' argmax indices at slot 4 (computed by
+/// `pool_indices` first), average pools a 4-byte placeholder there.
+static BACKWARD: Kernel = Kernel::new("pool", SRC, "pool_backward", &[R, R, RW, RW])
+    .slots(&[1, 2, 3, 4])
     .libs(&[&ACTIVATION])
     .defs(POOL_DEFS);
 
@@ -319,13 +321,22 @@ fn launch(
         )?,
         Some(dy) => {
             let g = dy.contiguous()?;
+            // Held until the backward is recorded, so the pool cannot hand the buffer on.
+            let (arg_t, arg_s);
+            let args = if win.mode == POOL_MAX {
+                arg_t = launch(op, &xs, win, out_hw, None, true)?;
+                arg_t.buffer()
+            } else {
+                arg_s = crate::runtime::Storage::scratch(dev, op, 4)?;
+                arg_s.buffer()
+            };
             dev.launch(
                 op,
                 &BACKWARD,
                 &[x.dtype],
                 &consts,
                 bytemuck::bytes_of(&params),
-                &[xs.buffer(), g.buffer(), out.buffer()],
+                &[xs.buffer(), g.buffer(), out.buffer(), args],
                 grid,
             )?
         }
