@@ -412,6 +412,11 @@ fn scatter_add_forward(
     skip: i32,
 ) -> Result<Tensor> {
     src.require_float(op)?;
+    if il == &index.layout {
+        if let Some(out) = scatter_rows(op, base, shape, dim, index, src, skip)? {
+            return Ok(out);
+        }
+    }
     let dev = src.device();
     let out = Tensor::empty(dev, op, shape, src.dtype)?;
     let n = out.numel();
@@ -450,6 +455,52 @@ fn scatter_add_forward(
 
 /// index_select through a broadcast view of the 1-D index, so gather does the work; `skip` is
 /// the row that gets no gradient (embedding's padding_idx).
+/// Index extents along `dim` from which [`scatter_rows`] takes over: below them the gather
+/// form (each output scanning the index along `dim`) is cheap.
+const SCATTER_ROWS_MIN_LEN: usize = 64;
+
+/// [`scatter_add_forward`] through the bucketed row scatter of src/ops/segment.rs when the
+/// index is one 1-D index broadcast over every other dim (stride 0 there, `idx.unsqueeze(1)
+/// .expand(..)` as graph aggregations write it) and covers the output on those dims: the
+/// gather form costs every output a scan of the whole index along `dim` (quadratic: a
+/// million-edge aggregation would be 10^12 steps), the buckets O(L + outputs). Same sums in
+/// the same order (ascending position, then the base), so the result is bitwise the gather
+/// form's. `None` where the form does not apply.
+fn scatter_rows(
+    op: &'static str,
+    base: Option<&Tensor>,
+    shape: &[usize],
+    dim: usize,
+    index: &Tensor,
+    src: &Tensor,
+    skip: i32,
+) -> Result<Option<Tensor>> {
+    let (is, ist) = (index.shape(), index.strides());
+    let len = is.get(dim).copied().unwrap_or(0);
+    let broadcast_1d = (0..is.len()).all(|k| k == dim || (ist[k] == 0 && is[k] == shape[k]));
+    // With a base, f16 would round the sum before adding it (the gather form rounds once).
+    let one_rounding = base.is_none() || src.dtype == DType::F32;
+    if len < SCATTER_ROWS_MIN_LEN || !broadcast_1d || !one_rounding || index.numel() == 0 {
+        return Ok(None);
+    }
+    // Untracked views: the caller records the op as a whole.
+    let (index, mut g) = (index.detach(), src.detach());
+    let mut idx = index.clone();
+    for (k, &extent) in is.iter().enumerate() {
+        g = g.narrow(k as isize, 0usize, extent)?;
+        if k != dim {
+            idx = idx.narrow(k as isize, 0usize, 1)?;
+        }
+    }
+    let idx = idx.reshape(&[len])?;
+    let inner: usize = shape[dim + 1..].iter().product();
+    let out = crate::ops::segment::index_add_rows(op, &g, &idx, shape[dim], inner, shape, skip)?;
+    Ok(Some(match base {
+        Some(b) => out.add(&b.detach())?,
+        None => out,
+    }))
+}
+
 fn index_select_impl(
     x: &Tensor,
     op: &'static str,

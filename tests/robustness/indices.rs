@@ -204,3 +204,57 @@ fn embedding_backward_with_one_dominant_row_sums_in_position_order() {
         );
     }
 }
+
+/// A graph-style aggregation: `scatter_add` along dim 0 with one 1-D index broadcast over the
+/// feature dim (`idx.unsqueeze(1).expand(..)`) runs through the bucketed row scatter, and its
+/// result (and its gradients) are bitwise those of the gather form, which a materialised
+/// (contiguous) copy of the same index takes.
+#[test]
+fn scatter_add_with_a_broadcast_index_matches_the_gather_form() {
+    let d = checked();
+    let (n, e, f) = (50usize, 3000usize, 6usize);
+    let mut state = 777u32;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        state
+    };
+    let edges: Vec<i32> = (0..e).map(|_| (next() % n as u32) as i32).collect();
+    let vals: Vec<f32> = (0..e * f)
+        .map(|_| (next() % 2001) as f32 / 997.0 - 1.0)
+        .collect();
+    let basev: Vec<f32> = (0..n * f).map(|i| i as f32 * 0.01).collect();
+    let idx1 = ids(&d, &edges);
+    let wide = idx1
+        .reshape(&[e, 1])
+        .unwrap()
+        .broadcast_to(&[e, f])
+        .unwrap();
+    let packed = wide.contiguous().unwrap();
+    assert_eq!(wide.strides()[1], 0);
+    let src = Tensor::from_slice(&d, &vals, &[e, f])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let base = Tensor::from_slice(&d, &basev, &[n, f]).unwrap();
+    let fast = base.scatter_add(0, &wide, &src).unwrap();
+    let slow = base.scatter_add(0, &packed, &src).unwrap();
+    let (a, b) = (fast.to_vec::<f32>().unwrap(), slow.to_vec::<f32>().unwrap());
+    assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
+    // The sums themselves: position order per row, then the base.
+    let mut want = vec![0.0f32; n * f];
+    for (j, &r) in edges.iter().enumerate() {
+        for c in 0..f {
+            want[r as usize * f + c] += vals[j * f + c];
+        }
+    }
+    for (i, w) in want.iter_mut().enumerate() {
+        *w += basev[i];
+    }
+    assert!(a.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits()));
+    // Gradients flow to src as before (a gather of the output gradient).
+    let g = fast.sum_all().unwrap().backward().unwrap();
+    let gs = g.get(&src).unwrap().to_vec::<f32>().unwrap();
+    assert!(gs.iter().all(|&x| x == 1.0));
+}
