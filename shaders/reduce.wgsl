@@ -70,6 +70,20 @@ fn finish(acc: f32) -> T {
     return T(acc);
 }
 
+// The fold of every lane's `acc` in a fixed halving tree (lane i takes lane i + h, h = WG / 2,
+// ..., 1), as every lane sees it. Every invocation of the workgroup must call it (barriers).
+fn tree_fold(lid: u32, acc: f32) -> f32 {
+    partial[lid] = acc;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s / 2u) {
+        if (lid < s) {
+            partial[lid] = fold(partial[lid], partial[lid + s]);
+        }
+        workgroupBarrier();
+    }
+    return partial[0];
+}
+
 fn base_index(o: u32) -> u32 {
     var rem = p.base + o;
     var off = p.offset;
@@ -116,16 +130,9 @@ fn reduce_wg(@builtin(workgroup_id) wid: vec3<u32>,
             }
         }
     }
-    partial[lid] = acc;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s / 2u) {
-        if (lid < s) {
-            partial[lid] = fold(partial[lid], partial[lid + s]);
-        }
-        workgroupBarrier();
-    }
+    let total = tree_fold(lid, acc);
     if (live && lid == 0u) {
-        y[p.out_off + o] = finish(partial[0]);
+        y[p.out_off + o] = finish(total);
     }
 }
 
@@ -185,16 +192,9 @@ fn reduce_wg_carry(@builtin(workgroup_id) wid: vec3<u32>,
     if ((p.flags & 2u) != 0u) {
         return;
     }
-    partial[lid] = acc;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s / 2u) {
-        if (lid < s) {
-            partial[lid] = fold(partial[lid], partial[lid + s]);
-        }
-        workgroupBarrier();
-    }
+    let total = tree_fold(lid, acc);
     if (live && lid == 0u) {
-        y[p.out_off + o] = finish(partial[0]);
+        y[p.out_off + o] = finish(total);
     }
 }
 
@@ -222,16 +222,9 @@ fn reduce_wg_split(@builtin(workgroup_id) wid: vec3<u32>,
             }
         }
     }
-    partial[lid] = acc;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s / 2u) {
-        if (lid < s) {
-            partial[lid] = fold(partial[lid], partial[lid + s]);
-        }
-        workgroupBarrier();
-    }
+    let total = tree_fold(lid, acc);
     if (live && lid == 0u) {
-        carry[o * p.segs + j] = partial[0];
+        carry[o * p.segs + j] = total;
     }
 }
 
@@ -249,16 +242,9 @@ fn reduce_partials(@builtin(workgroup_id) wid: vec3<u32>,
             acc = fold(acc, carry[o * p.segs + j]);
         }
     }
-    partial[lid] = acc;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s / 2u) {
-        if (lid < s) {
-            partial[lid] = fold(partial[lid], partial[lid + s]);
-        }
-        workgroupBarrier();
-    }
+    let total = tree_fold(lid, acc);
     if (live && lid == 0u) {
-        y[p.out_off + o] = finish(partial[0]);
+        y[p.out_off + o] = finish(total);
     }
 }
 
