@@ -84,6 +84,20 @@ fn tree_fold(lid: u32, acc: f32) -> f32 {
     return partial[0];
 }
 
+// `acc` folded with the values of the output at `base` at r = start, start + step, ... below
+// `end`, in that order. `end` may be just under 2^32 (a broadcast view): the loop stops
+// before `r + step` could wrap.
+fn fold_range(acc0: f32, base: u32, start: u32, end: u32, step: u32) -> f32 {
+    var acc = acc0;
+    for (var r = start; r < end; r += step) {
+        acc = fold(acc, f32(x[base + r * p.red_stride]));
+        if (end - r <= step) {
+            break;
+        }
+    }
+    return acc;
+}
+
 fn base_index(o: u32) -> u32 {
     var rem = p.base + o;
     var off = p.offset;
@@ -106,9 +120,7 @@ fn reduce_rows(@builtin(workgroup_id) wid: vec3<u32>,
     }
     let base = base_index(o);
     var acc = identity();
-    for (var r = 0u; r < p.red_len; r++) {
-        acc = fold(acc, f32(x[base + r * p.red_stride]));
-    }
+    acc = fold_range(acc, base, 0u, p.red_len, 1u);
     y[p.out_off + o] = finish(acc);
 }
 
@@ -122,13 +134,7 @@ fn reduce_wg(@builtin(workgroup_id) wid: vec3<u32>,
     var acc = identity();
     if (live) {
         let base = base_index(o);
-        // red_len may be just under 2^32 (a broadcast view): stop before `r + WG` could wrap.
-        for (var r = lid; r < p.red_len; r += WG) {
-            acc = fold(acc, f32(x[base + r * p.red_stride]));
-            if (p.red_len - r <= WG) {
-                break;
-            }
-        }
+        acc = fold_range(acc, base, lid, p.red_len, WG);
     }
     let total = tree_fold(lid, acc);
     if (live && lid == 0u) {
@@ -156,9 +162,7 @@ fn reduce_rows_carry(@builtin(workgroup_id) wid: vec3<u32>,
     if ((p.flags & 1u) != 0u) {
         acc = carry[o];
     }
-    for (var r = 0u; r < p.red_len; r++) {
-        acc = fold(acc, f32(x[base + r * p.red_stride]));
-    }
+    acc = fold_range(acc, base, 0u, p.red_len, 1u);
     if ((p.flags & 2u) != 0u) {
         carry[o] = acc;
     } else {
@@ -178,12 +182,7 @@ fn reduce_wg_carry(@builtin(workgroup_id) wid: vec3<u32>,
             acc = carry[o * WG + lid];
         }
         let base = base_index(o);
-        for (var r = lid; r < p.red_len; r += WG) {
-            acc = fold(acc, f32(x[base + r * p.red_stride]));
-            if (p.red_len - r <= WG) {
-                break;
-            }
-        }
+        acc = fold_range(acc, base, lid, p.red_len, WG);
         if ((p.flags & 2u) != 0u) {
             carry[o * WG + lid] = acc;
         }
@@ -215,12 +214,7 @@ fn reduce_wg_split(@builtin(workgroup_id) wid: vec3<u32>,
         let start = j * p.seg_len;
         // start + seg_len may pass 2^32 for the last segment of a reduction just under it.
         let end = start + min(p.seg_len, p.red_len - start);
-        for (var r = start + lid; r < end; r += WG) {
-            acc = fold(acc, f32(x[base + r * p.red_stride]));
-            if (end - r <= WG) {
-                break;
-            }
-        }
+        acc = fold_range(acc, base, start + lid, end, WG);
     }
     let total = tree_fold(lid, acc);
     if (live && lid == 0u) {
@@ -264,10 +258,7 @@ fn reduce_rows_split(@builtin(workgroup_id) wid: vec3<u32>,
     let base = base_index(o);
     let start = j * p.seg_len;
     let end = start + min(p.seg_len, p.red_len - start);
-    var acc = identity();
-    for (var r = start; r < end; r++) {
-        acc = fold(acc, f32(x[base + r * p.red_stride]));
-    }
+    let acc = fold_range(identity(), base, start, end, 1u);
     carry[j * p.n_out + o] = acc;
 }
 
