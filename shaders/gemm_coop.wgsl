@@ -22,29 +22,32 @@ var<workgroup> ca: array<f16, CT * CSA>;
 var<workgroup> cb: array<f16, CK * CSB>;
 var<workgroup> cs: array<f32, 4u * 256u>;
 
+// (row or column within the tile, k within the step) of staged element `e`: k-fast when the
+// operand is contiguous along K, else along the tile.
+fn stage_at(e: u32, k_fast: bool) -> vec2<u32> {
+    if (k_fast) {
+        return vec2<u32>(e / CK, e % CK);
+    }
+    return vec2<u32>(e % CT, e / CT);
+}
+
 // Stages the K step at k0 (k below kend): 2048 elements of each operand, 16 per invocation.
 fn stage(bs: Bases, r0: u32, c0: u32, k0: u32, kend: u32, li: u32) {
     let a_kf = p.a_cs == 1u;
     let b_kf = p.b_rs == 1u && p.b_cs != 1u;
     for (var q = 0u; q < CT * CK / CWG; q++) {
         let e = li + q * CWG;
-        var m = e % CT;
-        var k = e / CT;
-        if (a_kf) {
-            m = e / CK;
-            k = e % CK;
-        }
+        let pa = stage_at(e, a_kf);
+        let m = pa.x;
+        let k = pa.y;
         var va = f16(0.0);
         if (r0 + m < p.m && k0 + k < kend) {
             va = f16(a[bs.a + (r0 + m) * p.a_rs + (k0 + k) * p.a_cs]);
         }
         ca[m * CSA + k] = va;
-        var n = e % CT;
-        var kb = e / CT;
-        if (b_kf) {
-            n = e / CK;
-            kb = e % CK;
-        }
+        let pb = stage_at(e, b_kf);
+        let n = pb.x;
+        let kb = pb.y;
         var vb = f16(0.0);
         if (c0 + n < p.n && k0 + kb < kend) {
             vb = f16(b[bs.b + (k0 + kb) * p.b_rs + (c0 + n) * p.b_cs]);
