@@ -234,6 +234,19 @@ fn reduce_workgroup_fixed_f16() {
     pollster::block_on(fixed_long_cases(DType::F16));
 }
 
+/// The reduced dim, its stride in the operand's view and the plan `dev` gives the problem.
+#[cfg(not(target_arch = "wasm32"))]
+fn plan_of(dev: &Device, p: &ReduceProblem) -> (usize, usize, ReducePlan) {
+    let d = p.dim.rem_euclid(p.x.shape.len() as isize) as usize;
+    let n_out = p.x.shape.iter().product::<usize>() / p.x.shape[d];
+    let stride = p.x.tensor(dev).strides()[d];
+    (
+        d,
+        stride,
+        reduce_plan(dev.caps(), n_out, p.x.shape[d], stride),
+    )
+}
+
 /// Few outputs with reductions long enough that the GPU plan splits them into segments (the
 /// `gpu_plans` device's parallelism is the host's threads, so 1-3 outputs of 8k-70k values
 /// split into 2-4 segments, the last one ragged), along the last axis, the only axis, or a
@@ -250,14 +263,7 @@ fn reduce_gpu_plans_split_f32() {
     let problems = (shapes, any::<bool>())
         .prop_flat_map(|((s, d), neg)| problem_for(DType::F32, s, d, neg, long_dists()));
     run_async(12, problems, async |p| {
-        let d = p.dim.rem_euclid(p.x.shape.len() as isize) as usize;
-        let n_out = p.x.shape.iter().product::<usize>() / p.x.shape[d];
-        let plan = reduce_plan(
-            dev.caps(),
-            n_out,
-            p.x.shape[d],
-            p.x.tensor(dev).strides()[d],
-        );
+        let (d, _, plan) = plan_of(dev, p);
         prop_assert!(
             matches!(plan, ReducePlan::Split { .. }),
             "{:?} over dim {d} is not split: {plan:?}",
@@ -293,17 +299,13 @@ fn reduce_gpu_plans_rows_split_f32() {
     let problems = (shapes, any::<bool>())
         .prop_flat_map(|((s, d), neg)| problem_for(DType::F32, s, d, neg, long_dists()));
     run_async(12, problems, async |p| {
-        let x = p.x.tensor(dev);
-        let d = p.dim.rem_euclid(p.x.shape.len() as isize) as usize;
-        let n_out = p.x.shape.iter().product::<usize>() / p.x.shape[d];
-        let plan = reduce_plan(dev.caps(), n_out, p.x.shape[d], x.strides()[d]);
+        let (d, stride, plan) = plan_of(dev, p);
         // Views may make the reduced axis contiguous: those take the other plans.
-        if x.strides()[d] != 1 {
+        if stride != 1 {
             prop_assert!(
                 matches!(plan, ReducePlan::RowsSplit { .. }),
-                "{:?} over dim {d} (strides {:?}) is not split: {plan:?}",
-                p.x.shape,
-                x.strides()
+                "{:?} over dim {d} (stride {stride}) is not split: {plan:?}",
+                p.x.shape
             );
         }
         check_reduce_on(dev, p).await

@@ -152,6 +152,16 @@ fn unchecked_devices_keep_the_documented_fill() {
     d.sync().unwrap();
 }
 
+/// A deterministic xorshift32 stream from `seed` (non-zero).
+fn xorshift(mut state: u32) -> impl FnMut() -> u32 {
+    move || {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        state
+    }
+}
+
 /// One row hit by most of the index (a padding id over a whole batch, 36k of 40k ids): the
 /// backward's bucket for it is sorted in n log n (a quadratic sort on one invocation took
 /// seconds), and every row's gradient is the f32 sum of its positions in ascending order,
@@ -160,17 +170,11 @@ fn unchecked_devices_keep_the_documented_fill() {
 fn embedding_backward_with_one_dominant_row_sums_in_position_order() {
     let d = checked();
     let l = 40_000usize;
-    let mut state = 12345u32;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 17;
-        state ^= state << 5;
-        state
-    };
+    let mut next = xorshift(12345);
     let v: Vec<i32> = (0..l)
         .map(|_| {
             let r = next();
-            if r % 10 == 0 {
+            if r.is_multiple_of(10) {
                 (r / 10 % 10) as i32
             } else {
                 3
@@ -213,13 +217,7 @@ fn embedding_backward_with_one_dominant_row_sums_in_position_order() {
 fn scatter_add_with_a_broadcast_index_matches_the_gather_form() {
     let d = checked();
     let (n, e, f) = (50usize, 3000usize, 6usize);
-    let mut state = 777u32;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 17;
-        state ^= state << 5;
-        state
-    };
+    let mut next = xorshift(777);
     let edges: Vec<i32> = (0..e).map(|_| (next() % n as u32) as i32).collect();
     let vals: Vec<f32> = (0..e * f)
         .map(|_| (next() % 2001) as f32 / 997.0 - 1.0)
