@@ -135,6 +135,7 @@
 
 mod activation;
 mod attention;
+mod batchnorm;
 mod container;
 mod conv;
 mod embedding;
@@ -148,12 +149,13 @@ use std::collections::HashMap;
 
 pub use activation::{Hardsigmoid, Hardswish, LeakyReLU, LogSoftmax, ReLU6, Softmax};
 pub use attention::{MhaMask, MhaOptions, MultiheadAttention, MultiheadAttentionConfig};
+pub use batchnorm::{BatchNorm1d, BatchNorm2d, BatchNormConfig};
 pub use container::{ModuleDict, ModuleList, Sequential};
 pub use conv::{Conv1d, ConvTranspose2d, ConvTranspose2dConfig};
 pub use embedding::Embedding;
 pub use layers::{
-    AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, BatchNormConfig, Conv2d, Conv2dConfig,
-    Dropout, Flatten, Linear, MaxPool2d, ReLU, SiLU, Sigmoid, Tanh, GELU,
+    AdaptiveAvgPool2d, AvgPool2d, Conv2d, Conv2dConfig, Dropout, Flatten, Linear, MaxPool2d, ReLU,
+    SiLU, Sigmoid, Tanh, GELU,
 };
 pub use module::{BufferField, Forward, Module, ModuleField, Visitor, VisitorMut};
 pub use norm::{GroupNorm, GroupNormConfig, LayerNorm, LayerNormConfig, RMSNorm, RMSNormConfig};

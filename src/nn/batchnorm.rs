@@ -1,0 +1,227 @@
+//! Batch normalization layers (PyTorch's `nn.BatchNorm1d` / `nn.BatchNorm2d`): parameters,
+//! running-statistic buffers and the train / eval modes over the ops of src/ops/batchnorm/.
+
+use std::cell::RefCell;
+
+use super::layers::param;
+use super::{Forward, Module, Visitor, VisitorMut};
+use crate::ops::{
+    batch_norm_inference, batch_norm_train, Activation, BatchNormOptions, BatchNormState,
+};
+use crate::{DType, Device, Error, Result, Tensor};
+
+/// Batch normalization over `[N, C, H, W]` (PyTorch's `nn.BatchNorm2d`): `weight` (1s) and
+/// `bias` (0s) per channel, buffers `running_mean`, `running_var`, `num_batches_tracked`;
+/// training normalizes with the batch statistics and updates the running ones, evaluation uses
+/// the running ones.
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::nn::{self, Forward, Module};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let mut bn = nn::BatchNorm2d::new(&dev, 3)?;
+/// let x = wgtensor::ops::randn(&dev, &[4, 3, 5, 5], DType::F32)?;
+/// let y = bn.forward(&x)?; // batch statistics; running ones updated
+/// bn.eval(); // PyTorch's eval(): the running statistics
+/// let z = bn.forward(&x)?;
+/// assert_eq!((y.shape(), z.shape()), (x.shape(), x.shape()));
+/// assert_eq!(bn.state_dict().len(), 5); // weight, bias, running_mean, running_var, num_batches_tracked
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct BatchNorm2d {
+    /// `[C]`, initialized to 1 (absent with `affine = false`).
+    pub weight: Option<Tensor>,
+    /// `[C]`, initialized to 0 (absent with `affine = false`).
+    pub bias: Option<Tensor>,
+    /// Running statistics, momentum and the count of training batches.
+    pub state: RefCell<BatchNormState>,
+    /// Added to the variance.
+    pub eps: f64,
+    /// Training mode (batch statistics); [`Module::eval`] clears it, [`Module::train`] sets it.
+    pub training: bool,
+    rank: usize,
+}
+
+impl BatchNorm2d {
+    /// The functional ops' options for this layer's parameters.
+    fn options(&self) -> BatchNormOptions<'_> {
+        BatchNormOptions {
+            weight: self.weight.as_ref(),
+            bias: self.bias.as_ref(),
+            eps: self.eps,
+            activation: Activation::None,
+        }
+    }
+
+    /// PyTorch's defaults: eps 1e-5, momentum 0.1, affine, tracking running statistics.
+    pub fn new(dev: &Device, channels: usize) -> Result<BatchNorm2d> {
+        Self::with_config(dev, channels, BatchNormConfig::default())
+    }
+
+    /// PyTorch's `nn.BatchNorm2d(channels, eps, momentum, affine)`.
+    pub fn with_config(dev: &Device, channels: usize, c: BatchNormConfig) -> Result<BatchNorm2d> {
+        let op = "BatchNorm2d";
+        if !(c.eps.is_finite() && c.eps > 0.0) {
+            return Err(Error::arg(
+                op,
+                format!("eps must be positive, got {}", c.eps),
+            ));
+        }
+        if c.momentum.is_some_and(|m| !m.is_finite()) {
+            return Err(Error::arg(
+                op,
+                format!("momentum must be finite, got {:?}", c.momentum),
+            ));
+        }
+        let (weight, bias) = if c.affine {
+            (
+                Some(param(Tensor::ones(dev, &[channels], DType::F32)?)?),
+                Some(param(Tensor::zeros(dev, &[channels], DType::F32)?)?),
+            )
+        } else {
+            (None, None)
+        };
+        let mut state = BatchNormState::new(dev, channels, DType::F32)?;
+        state.momentum = c.momentum;
+        Ok(BatchNorm2d {
+            weight,
+            bias,
+            state: RefCell::new(state),
+            eps: c.eps,
+            training: true,
+            rank: 4,
+        })
+    }
+}
+
+/// Options of [`BatchNorm2d`] and [`BatchNorm1d`] (PyTorch's constructor arguments and
+/// defaults: eps 1e-5, momentum 0.1, affine).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BatchNormConfig {
+    /// Added to the variance.
+    pub eps: f64,
+    /// Weight of the batch statistic in the running averages; `None` is a cumulative average
+    /// (PyTorch's `momentum=None`).
+    pub momentum: Option<f64>,
+    /// Learnable per-channel weight and bias.
+    pub affine: bool,
+}
+
+impl Default for BatchNormConfig {
+    fn default() -> Self {
+        BatchNormConfig {
+            eps: 1e-5,
+            momentum: Some(0.1),
+            affine: true,
+        }
+    }
+}
+
+/// Batch normalization over `[N, C]` or `[N, C, L]` (PyTorch's `nn.BatchNorm1d`), the same
+/// parameters, buffers and modes as [`BatchNorm2d`].
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::nn::{self, Forward, Module};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let bn = nn::BatchNorm1d::new(&dev, 8)?;
+/// let y = bn.forward(&wgtensor::ops::randn(&dev, &[16, 8], DType::F32)?)?; // [N, C] or [N, C, L]
+/// assert_eq!(y.shape(), &[16, 8]);
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct BatchNorm1d(pub BatchNorm2d);
+
+impl BatchNorm1d {
+    /// PyTorch's defaults: eps 1e-5, momentum 0.1, affine, tracking running statistics.
+    pub fn new(dev: &Device, channels: usize) -> Result<BatchNorm1d> {
+        Self::with_config(dev, channels, BatchNormConfig::default())
+    }
+
+    /// PyTorch's `nn.BatchNorm1d(channels, eps, momentum, affine)`.
+    pub fn with_config(dev: &Device, channels: usize, c: BatchNormConfig) -> Result<BatchNorm1d> {
+        Ok(BatchNorm1d(BatchNorm2d {
+            rank: 3,
+            ..BatchNorm2d::with_config(dev, channels, c)?
+        }))
+    }
+}
+
+/// The same entries as the [`BatchNorm2d`] inside, under the same names (no `0.` prefix).
+impl Module for BatchNorm1d {
+    fn visit(&self, v: &mut dyn Visitor) {
+        self.0.visit(v)
+    }
+    fn visit_mut(&mut self, v: &mut dyn VisitorMut) {
+        self.0.visit_mut(v)
+    }
+}
+
+impl Forward for BatchNorm1d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.0.forward(x)
+    }
+}
+
+/// Parameters `weight` and `bias` (when affine), buffers `running_mean`, `running_var` and
+/// the counter `num_batches_tracked`, the training flag.
+impl Module for BatchNorm2d {
+    fn visit(&self, v: &mut dyn Visitor) {
+        if let Some(w) = &self.weight {
+            v.parameter("weight", w);
+        }
+        if let Some(b) = &self.bias {
+            v.parameter("bias", b);
+        }
+        let st = self.state.borrow();
+        v.buffer("running_mean", &st.running_mean);
+        v.buffer("running_var", &st.running_var);
+        v.counter(
+            "num_batches_tracked",
+            st.num_batches_tracked,
+            st.running_mean.device(),
+        );
+        v.training(self.training);
+    }
+    fn visit_mut(&mut self, v: &mut dyn VisitorMut) {
+        v.counter(
+            "num_batches_tracked",
+            &mut self.state.get_mut().num_batches_tracked,
+        );
+        v.training(&mut self.training);
+    }
+}
+
+impl Forward for BatchNorm2d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let ok = if self.rank == 4 {
+            x.rank() == 4
+        } else {
+            x.rank() == 2 || x.rank() == 3
+        };
+        if !ok {
+            return Err(Error::shape(
+                if self.rank == 4 {
+                    "BatchNorm2d"
+                } else {
+                    "BatchNorm1d"
+                },
+                format!(
+                    "expected {} input, got shape {:?}",
+                    if self.rank == 4 { "4D" } else { "2D or 3D" },
+                    x.shape()
+                ),
+            ));
+        }
+        if self.training {
+            let mut st = self.state.borrow_mut();
+            Ok(batch_norm_train(x, Some(&mut st), &self.options())?.y)
+        } else {
+            let st = self.state.borrow();
+            batch_norm_inference(x, &st.running_mean, &st.running_var, &self.options())
+        }
+    }
+}
