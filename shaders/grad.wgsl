@@ -1,11 +1,10 @@
-// Backward helpers for autograd (src/ops/grad_kernel.rs). Three entry points share one Params
+// Backward helpers for autograd (src/ops/grad_kernel.rs). Two entry points share one Params
 // layout; every input is read through its own element strides (0 on broadcast dims) and the
 // output is contiguous over `shape`.
 // - grad_binary: out = f(a, b) with numpy broadcasting, f picked by the OP override
 //   (activation derivatives from the saved input or output, max/min tie weights, clamp masks);
-// - narrow_grad: the gradient of a narrow, zero outside [start, start + len) along `dim`;
-// - argext_grad: the gradient of max/min over `dim`, routed to the first index equal to the
-//   reduced value (the index PyTorch's max(dim) returns).
+// - narrow_grad: the gradient of a narrow, zero outside [start, start + len) along `dim`.
+// (The gradient of max/min over a dim is shaders/argext.wgsl's argext_route.)
 // The runtime prepends the dtype prelude (`alias T = ...;`), the op codes (GRAD_DEFS in
 // src/ops/grad_kernel.rs) and shaders/lib/activation.wgsl.
 
@@ -127,50 +126,5 @@ fn narrow_grad(@builtin(workgroup_id) wid: vec3<u32>,
         dst[i] = a[ia];
     } else {
         dst[i] = T(0.0);
-    }
-}
-
-// a: the reduced input x, b: the reduced value y, c: its gradient (b and c have stride 0
-// along `dim`). One invocation per reduced row (`numel` = rows): it scans the row once and
-// writes the whole output row, so the cost is linear in the row length wherever the first
-// extremum is.
-@compute @workgroup_size(WG)
-fn argext_grad(@builtin(workgroup_id) wid: vec3<u32>,
-               @builtin(num_workgroups) nwg: vec3<u32>,
-               @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.x + wid.y * nwg.x) * WG + lid;
-    if (i >= p.numel) {
-        return;
-    }
-    var base = p.off_a;
-    var ib = p.off_b;
-    var ic = p.off_c;
-    var base_out = 0u;
-    var step_out = 0u;
-    var packed = 1u;
-    var rem = i;
-    for (var d = i32(p.rank) - 1; d >= 0; d--) {
-        let k = u32(d);
-        let n = dim_of(p.shape, k);
-        if (k == p.dim) {
-            step_out = packed;
-        } else {
-            let co = rem % n;
-            rem = rem / n;
-            base += co * dim_of(p.sa, k);
-            ib += co * dim_of(p.sb, k);
-            ic += co * dim_of(p.sc, k);
-            base_out += co * packed;
-        }
-        packed *= n;
-    }
-    let y = b[ib];
-    let g = c[ic];
-    let step = dim_of(p.sa, p.dim);
-    var found = false;
-    for (var j = 0u; j < p.len; j++) {
-        let hit = !found && a[base + j * step] == y;
-        found = found || hit;
-        dst[base_out + j * step_out] = select(T(0.0), g, hit);
     }
 }

@@ -1,19 +1,16 @@
-// Index ops. `argext`: the index of the first maximum / minimum along one dim (NaN counts as
-// the extremum, as PyTorch's argmax/argmin). `gather`: out[c] = x[c with c[dim] replaced by
-// index[c]] (index_select and embedding are gathers through a broadcast index view).
+// Index ops. `gather`: out[c] = x[c with c[dim] replaced by index[c]] (index_select and
+// embedding are gathers through a broadcast index view).
 // `scatter_add`: out[c] = self[c] + sum over j of src[c with dim = j] where
 // index[c with dim = j] == c[dim], summed in order of j: a deterministic gather form of
 // PyTorch's scatter_add_ (no atomics, so every run gives the same bits).
 // Indices outside [0, len) read NaN (0 for i32 data) in `gather` and are skipped by
 // `scatter_add`: never an out-of-bounds access.
-// Needs lib/activation.wgsl (isnan_f).
 
 struct Params {
     numel: u32,
     rank: u32,
     dim: u32,
-    // argext: the reduced length; gather: x's size along dim; scatter_add: index's size
-    // along dim.
+    // gather: x's size along dim; scatter_add: index's size along dim.
     len: u32,
     off_x: u32,
     off_i: u32,
@@ -21,9 +18,9 @@ struct Params {
     // scatter_add: the row (value of c[dim]) that receives nothing (embedding's padding_idx),
     // or -1 for none.
     skip: i32,
-    // The output's shape (argext: the input's shape with dim of size 1).
+    // The output's shape.
     shape: array<vec4<u32>, 2>,
-    // x's strides (argext, gather), src's (scatter_add).
+    // x's strides (gather), src's (scatter_add).
     sx: array<vec4<u32>, 2>,
     // index strides.
     si: array<vec4<u32>, 2>,
@@ -38,10 +35,7 @@ struct Params {
 @group(0) @binding(2) var<storage, read> idx: array<i32>;
 @group(0) @binding(3) var<storage, read> base: array<T>;
 @group(0) @binding(4) var<storage, read_write> out: array<T>;
-@group(0) @binding(5) var<storage, read_write> out_i: array<i32>;
 
-// ARG_* are emitted by the runtime from INDEX_DEFS in src/ops/index.rs.
-override OP: u32 = 0u;
 override WG: u32;
 // T is a float type: out-of-range gathers read NaN (else 0).
 override FLOAT: bool = true;
@@ -54,43 +48,6 @@ fn at(v: array<vec4<u32>, 2>, k: u32) -> u32 {
 
 fn thread_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return (wid.x + wid.y * nwg.x) * WG + lid;
-}
-
-@compute @workgroup_size(WG)
-fn argext(@builtin(workgroup_id) wid: vec3<u32>,
-          @builtin(num_workgroups) nwg: vec3<u32>,
-          @builtin(local_invocation_index) lid: u32) {
-    let i = thread_index(wid, nwg, lid);
-    if (i >= p.numel) {
-        return;
-    }
-    var rem = i;
-    var o = p.off_x;
-    for (var d = i32(p.rank) - 1; d >= 0; d--) {
-        let k = u32(d);
-        let n = at(p.shape, k);
-        o += (rem % n) * at(p.sx, k);
-        rem = rem / n;
-    }
-    let step = at(p.sx, p.dim);
-    var best = x[o];
-    var best_k = 0u;
-    if (!isnan_f(f32(best))) {
-        for (var k = 1u; k < p.len; k++) {
-            let v = x[o + k * step];
-            if (isnan_f(f32(v))) {
-                best_k = k;
-                break;
-            }
-            // Strict comparison keeps the first of equal extrema.
-            let better = select((v < best), (v > best), OP == ARG_MAX);
-            if (better) {
-                best = v;
-                best_k = k;
-            }
-        }
-    }
-    out_i[i] = i32(best_k);
 }
 
 @compute @workgroup_size(WG)

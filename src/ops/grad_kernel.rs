@@ -1,6 +1,6 @@
 //! Kernels only the backward passes need (shaders/grad.wgsl): activation derivatives from a
 //! saved input or output, tie weights of maximum/minimum, clamp masks, the zero-padded
-//! gradient of a narrow and the first-index routing of max/min over a dim. Untracked: they run
+//! gradient of a narrow (max/min over a dim route theirs in ops/argext.rs). Untracked: they run
 //! inside backward, where nothing records.
 
 use bytemuck::{Pod, Zeroable};
@@ -26,11 +26,6 @@ static NARROW_GRAD: Kernel = Kernel::new("grad", SRC, "narrow_grad", &[R, RW])
     .slots(&[1, 4])
     .libs(LIBS)
     .defs(GRAD_DEFS);
-static ARGEXT_GRAD: Kernel = Kernel::new("grad", SRC, "argext_grad", &[R, R, R, RW])
-    .slots(&[1, 2, 3, 4])
-    .libs(LIBS)
-    .defs(GRAD_DEFS);
-
 /// The `OP` codes of `grad_binary` (shaders/grad.wgsl `combine`): `f(a, b)` per element.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum GradCode {
@@ -250,48 +245,6 @@ pub(crate) fn narrow_grad(
     Ok(out)
 }
 
-/// The gradient of `max`/`min` of `x` over `dim`: `g` (keepdim shape) at the first index of
-/// each row equal to the reduced value `y` (keepdim shape), zero elsewhere. One invocation
-/// scans and writes each row: linear in the row length.
-pub(crate) fn argext_grad(x: &Tensor, y: &Tensor, g: &Tensor, dim: usize) -> Result<Tensor> {
-    let op = "max/min backward";
-    let shape = x.shape().to_vec();
-    let ly = y.layout.broadcast_to(&shape)?;
-    let lg = g.layout.broadcast_to(&shape)?;
-    let zero_dim = |l: &Layout| l.strides().get(dim) == Some(&0) || shape[dim] == 1;
-    if dim >= shape.len() || !zero_dim(&ly) || !zero_dim(&lg) {
-        return Err(Error::shape(
-            op,
-            format!(
-                "reduced value {:?} and gradient {:?} must have size 1 at dim {dim} of {shape:?}",
-                y.shape(),
-                g.shape()
-            ),
-        ));
-    }
-    let out = Tensor::empty(x.device(), op, &shape, x.dtype)?;
-    if out.numel() == 0 {
-        return Ok(out);
-    }
-    let p = GradParams {
-        // One invocation per reduced row.
-        numel: (out.numel() / shape[dim]) as u32,
-        rank: shape.len() as u32,
-        dim: dim as u32,
-        len: shape[dim] as u32,
-        off_a: x.layout.offset() as u32,
-        off_b: ly.offset() as u32,
-        off_c: lg.offset() as u32,
-        shape: pack_dims(&shape),
-        sa: pack_dims(x.strides()),
-        sb: pack_dims(ly.strides()),
-        sc: pack_dims(lg.strides()),
-        ..Default::default()
-    };
-    launch(op, &ARGEXT_GRAD, 0, &p, &[x, y, g], &out)?;
-    Ok(out)
-}
-
 /// The grad family's entry in the kernel-family registry (`ops::families()`).
 pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipeline::Family {
     name: "grad",
@@ -312,9 +265,11 @@ pub fn grad_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
                 &[("WG", WG as f64), ("OP", code as f64)],
             ));
         }
-        for k in [&NARROW_GRAD, &ARGEXT_GRAD] {
-            v.push(ShaderVariant::new(k, &[dt], &[("WG", WG as f64)]));
-        }
+        v.push(ShaderVariant::new(
+            &NARROW_GRAD,
+            &[dt],
+            &[("WG", WG as f64)],
+        ));
     }
     v
 }

@@ -1,4 +1,4 @@
-//! Index ops (shaders/index.wgsl): `argmax`/`argmin`, `gather`, `index_select`,
+//! Index ops (shaders/index.wgsl): `gather`, `index_select`,
 //! `scatter_add`, `embedding` and `one_hot`, with PyTorch's names, shapes and rules. Indices are
 //! [`DType::I32`] tensors.
 //!
@@ -18,7 +18,7 @@
 use super::index_check::check_indices;
 #[doc(hidden)]
 pub use super::index_kernels::{index_variants, params_layout};
-use super::index_kernels::{overrides, IndexParams, ARGEXT, GATHER, SCATTER_ADD};
+use super::index_kernels::{overrides, IndexParams, GATHER, SCATTER_ADD};
 use bytemuck::Zeroable;
 
 use crate::autograd::{record, BackwardOp};
@@ -41,42 +41,6 @@ fn require_index(op: &'static str, what: &str, index: &Tensor) -> Result<()> {
 }
 
 impl Tensor {
-    /// The index of the largest element along `dim` (PyTorch's `argmax(dim, keepdim)`), as
-    /// an i32 tensor: the first one among equal maxima, and the first NaN if there is one (NaN
-    /// counts as the maximum, as in PyTorch). Works on f32, f16 and i32 tensors. Errors when
-    /// `dim` is out of range or has size 0.
-    ///
-    /// ```ignore-wasm32
-    /// # fn main() -> wgtensor::Result<()> {
-    /// use wgtensor::{Device, Tensor};
-    /// let dev = Device::new()?;
-    /// let logits = Tensor::from_slice(&dev, &[0.1f32, 2.0, 2.0, 5.0, -1.0, 0.0], &[2, 3])?;
-    /// assert_eq!(logits.argmax(1, false)?.to_vec::<i32>()?, vec![1, 0]);
-    /// # Ok(()) }
-    /// ```
-    pub fn argmax(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
-        argext(self, "argmax", 0, dim, keepdim)
-    }
-
-    /// The index of the smallest element along `dim` (PyTorch's `argmin(dim, keepdim)`); ties
-    /// and NaN as [`Tensor::argmax`].
-    pub fn argmin(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
-        argext(self, "argmin", 1, dim, keepdim)
-    }
-
-    /// The flat (row-major) index of the largest element, a 0-d i32 tensor (PyTorch's
-    /// `argmax()` with no dim). Errors for an empty tensor.
-    pub fn argmax_all(&self) -> Result<Tensor> {
-        let flat = self.reshape_untracked(&[self.numel()])?;
-        argext(&flat, "argmax", 0, 0, false)
-    }
-
-    /// The flat index of the smallest element, a 0-d i32 tensor (PyTorch's `argmin()`).
-    pub fn argmin_all(&self) -> Result<Tensor> {
-        let flat = self.reshape_untracked(&[self.numel()])?;
-        argext(&flat, "argmin", 1, 0, false)
-    }
-
     /// PyTorch's `torch.gather(self, dim, index)`: `out[i][j][k] = self[index[i][j][k]][j][k]`
     /// for `dim = 0` (and so on). `index` is an i32 tensor of the same rank whose size along
     /// every other dim is at most `self`'s; the result has `index`'s shape and `self`'s dtype.
@@ -309,57 +273,6 @@ pub fn embedding(input: &Tensor, weight: &Tensor, padding_idx: Option<i64>) -> R
     rows.reshape(&shape)
 }
 
-fn argext(x: &Tensor, op: &'static str, code: u32, dim: isize, keepdim: bool) -> Result<Tensor> {
-    let d = Layout::normalize_dim(op, dim, x.rank().max(1))?;
-    let len = x.shape().get(d).copied().unwrap_or(1);
-    if len == 0 {
-        return Err(Error::shape(
-            op,
-            format!(
-                "cannot take {op} of dim {d} of size 0 (shape {:?})",
-                x.shape()
-            ),
-        ));
-    }
-    let mut kept = x.shape().to_vec();
-    if x.rank() > 0 {
-        kept[d] = 1;
-    }
-    let out_shape: Vec<usize> = if keepdim || x.rank() == 0 {
-        kept.clone()
-    } else {
-        kept.iter()
-            .enumerate()
-            .filter(|&(k, _)| k != d)
-            .map(|(_, &s)| s)
-            .collect()
-    };
-    let dev = x.device();
-    let out = Tensor::empty(dev, op, &out_shape, DType::I32)?;
-    let n = out.numel();
-    if n == 0 {
-        return Ok(out);
-    }
-    let mut p = IndexParams::zeroed();
-    p.numel = n as u32;
-    p.rank = x.rank() as u32;
-    p.dim = if x.rank() == 0 { 0 } else { d as u32 };
-    p.len = len as u32;
-    p.off_x = x.layout.offset() as u32;
-    p.shape = pack_dims(&kept);
-    p.sx = pack_dims(x.strides());
-    dev.launch(
-        op,
-        &ARGEXT,
-        &[x.dtype],
-        &overrides(code, x.dtype, false),
-        bytemuck::bytes_of(&p),
-        &[x.buffer(), out.buffer()],
-        grid(op, x, n)?,
-    )?;
-    Ok(out)
-}
-
 /// `out[c] = x[c with c[dim] = index[c]]` over the output shape `il.shape()`, reading the index
 /// through the layout `il` (possibly a broadcast view of `index`).
 fn gather_forward(
@@ -389,7 +302,7 @@ fn gather_forward(
         op,
         &GATHER,
         &[x.dtype],
-        &overrides(0, x.dtype, false),
+        &overrides(x.dtype, false),
         bytemuck::bytes_of(&p),
         &[x.buffer(), index.buffer(), out.buffer()],
         grid(op, x, n)?,
@@ -445,7 +358,7 @@ fn scatter_add_forward(
         op,
         &SCATTER_ADD,
         &[src.dtype],
-        &overrides(0, src.dtype, base.is_some()),
+        &overrides(src.dtype, base.is_some()),
         bytemuck::bytes_of(&p),
         &[src.buffer(), index.buffer(), base_buf, out.buffer()],
         grid(op, src, n)?,

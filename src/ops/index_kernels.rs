@@ -1,10 +1,9 @@
-//! The index kernels (shaders/index.wgsl): `argext`, `gather` and `scatter_add`, their params
+//! The index kernels (shaders/index.wgsl): `gather` and `scatter_add`, their params
 //! and override constants, the shader variants and the params layout (used by ops/index.rs).
 
 use bytemuck::{Pod, Zeroable};
 
 use crate::layout::MAX_RANK;
-use crate::ops::activation::ACTIVATION;
 use crate::ops::map::WG;
 use crate::runtime::pipeline::ShaderVariant;
 use crate::runtime::{Access, Kernel};
@@ -14,24 +13,12 @@ const SRC: &str = include_str!("../../shaders/index.wgsl");
 
 use Access::{Read as R, ReadWrite as RW};
 
-pub(crate) static ARGEXT: Kernel = Kernel::new("index", SRC, "argext", &[R, RW])
-    .slots(&[1, 5])
-    .libs(&[&ACTIVATION])
-    .defs(INDEX_DEFS)
-    .ints();
 pub(crate) static GATHER: Kernel = Kernel::new("index", SRC, "gather", &[R, R, RW])
     .slots(&[1, 2, 4])
-    .libs(&[&ACTIVATION])
-    .defs(INDEX_DEFS)
     .ints();
 // Not `.ints()`: it accumulates in f32, so float data only (checked before the launch).
-pub(crate) static SCATTER_ADD: Kernel = Kernel::new("index", SRC, "scatter_add", &[R, R, R, RW])
-    .slots(&[1, 2, 3, 4])
-    .libs(&[&ACTIVATION])
-    .defs(INDEX_DEFS);
-
-/// The argext kernel's op codes, emitted as WGSL constants.
-pub(crate) const INDEX_DEFS: &[(&str, u32)] = &[("ARG_MAX", 0), ("ARG_MIN", 1)];
+pub(crate) static SCATTER_ADD: Kernel =
+    Kernel::new("index", SRC, "scatter_add", &[R, R, R, RW]).slots(&[1, 2, 3, 4]);
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -51,9 +38,8 @@ pub(crate) struct IndexParams {
     pub(crate) ishape: [u32; MAX_RANK],
 }
 
-pub(crate) fn overrides(op: u32, dtype: DType, has_base: bool) -> [(&'static str, f64); 4] {
+pub(crate) fn overrides(dtype: DType, has_base: bool) -> [(&'static str, f64); 3] {
     [
-        ("OP", op as f64),
         ("WG", WG as f64),
         ("FLOAT", dtype.is_float() as u32 as f64),
         ("HAS_BASE", has_base as u32 as f64),
@@ -72,14 +58,7 @@ pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipe
 pub fn index_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();
     for dt in [DType::F32, DType::F16, DType::I32] {
-        for &(_, code) in INDEX_DEFS {
-            v.push(ShaderVariant::new(
-                &ARGEXT,
-                &[dt],
-                &overrides(code, dt, false),
-            ));
-        }
-        v.push(ShaderVariant::new(&GATHER, &[dt], &overrides(0, dt, false)));
+        v.push(ShaderVariant::new(&GATHER, &[dt], &overrides(dt, false)));
         // scatter_add only launches for floats; the i32 module lists it too so every entry
         // point of every module built is translated by the shader tests.
         for base in [false, true] {
@@ -87,7 +66,7 @@ pub fn index_variants() -> Vec<ShaderVariant> {
                 v.push(ShaderVariant::new(
                     &SCATTER_ADD,
                     &[dt],
-                    &overrides(0, dt, base),
+                    &overrides(dt, base),
                 ));
             }
         }

@@ -1,6 +1,7 @@
 //! Public ops. Each family: validate -> pick variant -> launch through the runtime.
 
 pub mod activation;
+pub mod argext;
 pub mod attention;
 pub mod batchnorm;
 pub mod binary;
@@ -101,6 +102,7 @@ pub fn families() -> &'static [crate::runtime::pipeline::Family] {
         crate::optim::FAMILY,
         compare::FAMILY,
         index_kernels::FAMILY,
+        argext::FAMILY,
         index_check::FAMILY,
         nll::FAMILY,
         segment::FAMILY,

@@ -4,7 +4,7 @@
 
 use crate::autograd::{record, BackwardOp};
 use crate::layout::Layout;
-use crate::ops::grad_kernel::argext_grad;
+use crate::ops::argext::{max_min_grad, ARG_MAX, ARG_MIN};
 use crate::ops::ReduceOp;
 use crate::{Error, Result, Tensor};
 
@@ -13,9 +13,8 @@ struct ReduceBackward {
     /// Normalized.
     dim: usize,
     x_shape: Vec<usize>,
-    /// max / min only: the input and the output.
+    /// max / min only: the input (the gradient goes to its argmax / argmin).
     x: Option<Tensor>,
-    y: Option<Tensor>,
 }
 
 /// `t` with a size-1 axis inserted at `dim` (undoes `keepdim = false`).
@@ -33,7 +32,7 @@ fn unsqueeze(t: &Tensor, dim: usize) -> Result<Tensor> {
 
 impl BackwardOp for ReduceBackward {
     fn saved(&self) -> Vec<&Tensor> {
-        [&self.x, &self.y].into_iter().flatten().collect()
+        self.x.iter().collect()
     }
 
     fn name(&self) -> &'static str {
@@ -58,13 +57,12 @@ impl BackwardOp for ReduceBackward {
             ReduceOp::Max | ReduceOp::Min => {
                 let missing = || Error::arg(self.op.name(), "backward is missing a saved tensor");
                 let x = self.x.as_ref().ok_or_else(missing)?;
-                let y = self.y.as_ref().ok_or_else(missing)?;
-                let y = if y.rank() < self.x_shape.len() {
-                    unsqueeze(y, self.dim)?
+                let code = if self.op == ReduceOp::Max {
+                    ARG_MAX
                 } else {
-                    y.clone()
+                    ARG_MIN
                 };
-                argext_grad(x, &y, &g, self.dim)?
+                max_min_grad(x, &g, self.dim, code)?
             }
         };
         Ok(vec![Some(gx)])
@@ -78,7 +76,7 @@ impl Tensor {
     /// range, [`Error::Size`] for max / min over an empty dim.
     pub fn reduce(&self, dim: isize, op: ReduceOp, keepdim: bool) -> Result<Tensor> {
         let out = self.reduce_forward(dim, op, keepdim)?;
-        Ok(record(out, &[self], |y| {
+        Ok(record(out, &[self], |_| {
             let extremum = matches!(op, ReduceOp::Max | ReduceOp::Min);
             Box::new(ReduceBackward {
                 op,
@@ -86,7 +84,6 @@ impl Tensor {
                 dim: Layout::normalize_dim(op.name(), dim, self.rank()).unwrap_or(0),
                 x_shape: self.shape().to_vec(),
                 x: extremum.then(|| self.detach()),
-                y: extremum.then(|| y.clone()),
             })
         }))
     }

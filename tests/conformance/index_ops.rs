@@ -10,7 +10,7 @@
 
 use proptest::prelude::*;
 use wgtensor::ops::{cross_entropy, CmpOp, CrossEntropyOptions, Reduction};
-use wgtensor::{DType, Tensor};
+use wgtensor::{DType, Device, Tensor};
 
 use crate::check::{compare, fetch_async, ok, out_round, EPS32};
 use crate::common::{device, download_async};
@@ -37,12 +37,12 @@ fn operand_and_dim(dtype: DType) -> impl Strategy<Value = (Operand, usize)> {
 
 #[derive(Clone, Debug)]
 pub(crate) struct ArgProblem {
-    x: Operand,
-    dim: usize,
-    keepdim: bool,
-    min: bool,
+    pub(crate) x: Operand,
+    pub(crate) dim: usize,
+    pub(crate) keepdim: bool,
+    pub(crate) min: bool,
     /// Elements overwritten with NaN (by flat index modulo numel), float only.
-    nans: Vec<usize>,
+    pub(crate) nans: Vec<usize>,
 }
 
 pub(crate) fn arg_problem(dtype: DType) -> impl Strategy<Value = ArgProblem> {
@@ -62,6 +62,11 @@ pub(crate) fn arg_problem(dtype: DType) -> impl Strategy<Value = ArgProblem> {
 }
 
 pub(crate) async fn check_arg(p: &ArgProblem) -> Result<(), TestCaseError> {
+    check_arg_on(device(), p).await
+}
+
+/// [`check_arg`] on `dev` (the `gpu_plans` device runs the parallel plans).
+pub(crate) async fn check_arg_on(dev: &Device, p: &ArgProblem) -> Result<(), TestCaseError> {
     let what = format!(
         "{}(dim {}, keepdim {})",
         if p.min { "argmin" } else { "argmax" },
@@ -71,7 +76,7 @@ pub(crate) async fn check_arg(p: &ArgProblem) -> Result<(), TestCaseError> {
     let mut vals = p.x.values();
     let n = vals.len();
     // NaNs go in through a where_cond on the device, so the operand's view stays as planned.
-    let x = p.x.tensor(device());
+    let x = p.x.tensor(dev);
     let x = if p.nans.is_empty() {
         x
     } else {
@@ -80,8 +85,8 @@ pub(crate) async fn check_arg(p: &ArgProblem) -> Result<(), TestCaseError> {
             mask[k % n] = 1.0;
             vals[k % n] = f64::NAN;
         }
-        let m = ok(&what, Tensor::from_slice(device(), &mask, &p.x.shape))?;
-        let nan = ok(&what, Tensor::full(device(), &[], f64::NAN, p.x.dtype))?;
+        let m = ok(&what, Tensor::from_slice(dev, &mask, &p.x.shape))?;
+        let nan = ok(&what, Tensor::full(dev, &[], f64::NAN, p.x.dtype))?;
         ok(&what, m.where_cond(&nan, &x))?
     };
     let y = if p.min {

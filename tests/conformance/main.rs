@@ -9,6 +9,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod argext;
 mod attention;
 mod batchnorm;
 mod check;
