@@ -18,6 +18,11 @@
 // of its group: dV += (P z)^T dO, dK += dS^T Q.
 // Column blocks (grid) split Ev (and E for dQ / dK) into ranges of ACC * BC columns; a block
 // recomputes the scores, so ACC bounds registers, not head sizes.
+// Key splits (attn_fwd, p.splits > 1, FlashDecoding): split t of a row walks the keys
+// [t C, (t + 1) C) with C = ceil(S / (BC splits)) BC and writes its unnormalized output, running
+// max and sum to the scratch bound as `stats`: outputs at ((t N + n) L + i) Ev + col, then
+// (max, sum) pairs at splits N L Ev + 2 ((t N + n) L + i). attn_combine merges the splits of
+// each output element in split order and writes out and the log-sum-exp.
 //
 // max_nan (a NaN score makes its row NaN, as PyTorch) comes from lib/activation.wgsl.
 //
@@ -126,7 +131,8 @@ fn decode(wid: vec3<u32>, nwg: vec3<u32>) -> vec4<u32> {
     let flat = wid.x + wid.y * nwg.x;
     let rb = flat % p.row_blocks;
     let rest = flat / p.row_blocks;
-    return vec4<u32>(rb, rest % p.batches, rest / p.batches, u32(rest < p.batches * p.col_blocks));
+    let live = rest < p.batches * p.col_blocks * p.splits;
+    return vec4<u32>(rb, rest % p.batches, rest / p.batches, u32(live));
 }
 
 @compute @workgroup_size(WGS)
@@ -139,7 +145,8 @@ fn attn_fwd(@builtin(workgroup_id) wid: vec3<u32>,
     }
     let rb = w.x;
     let n = w.y;
-    let cb = w.z;
+    let cb = w.z % p.col_blocks;
+    let split = w.z / p.col_blocks;
     let r = lid / BC;
     let c = lid % BC;
     let i = rb * BR + r;
@@ -154,8 +161,11 @@ fn attn_fwd(@builtin(workgroup_id) wid: vec3<u32>,
     }
     workgroupBarrier();
     var acc: array<f32, ACC>;
-    let s_end = keys_until(rb * BR + BR - 1u);
-    for (var j0 = 0u; j0 < s_end; j0 += BC) {
+    // This split's keys: whole tiles, so splits never share a tile.
+    let per = (p.s + BC * p.splits - 1u) / (BC * p.splits) * BC;
+    let j_first = split * per;
+    let s_end = min(keys_until(rb * BR + BR - 1u), j_first + per);
+    for (var j0 = j_first; j0 < s_end; j0 += BC) {
         let dot = tile_dot(lid, SRC_Q, qbase, rb * BR, p.l, SRC_K, kbase, j0, p.s, p.e);
         pt[lid] = logit(dot, n, i, j0 + c);
         workgroupBarrier();
@@ -193,6 +203,21 @@ fn attn_fwd(@builtin(workgroup_id) wid: vec3<u32>,
     if (i >= p.l) {
         return;
     }
+    if (p.splits > 1u) {
+        let row = (split * p.n + n) * p.l + i;
+        for (var a = 0u; a < ACC; a++) {
+            let col = c0 + a * BC + c;
+            if (col < p.ev) {
+                stats[row * p.ev + col] = acc[a];
+            }
+        }
+        if (cb == 0u && c == 0u) {
+            let at = p.splits * p.n * p.l * p.ev + 2u * row;
+            stats[at] = rm[r];
+            stats[at + 1u] = rl[r];
+        }
+        return;
+    }
     let lf = rl[r];
     // Every key masked (the running max never left -inf): zeros, and a log-sum-exp of +inf
     // that gives zero weights in the backward.
@@ -205,6 +230,43 @@ fn attn_fwd(@builtin(workgroup_id) wid: vec3<u32>,
     }
     if (cb == 0u && c == 0u) {
         stats[n * p.l + i] = select(rm[r] + log(lf), pos_inf(), dead);
+    }
+}
+
+// One invocation per output element (n L + i) Ev + col: the splits' partial rows rescaled to
+// their common max and summed in split order (stats_r: the scratch attn_fwd wrote).
+@compute @workgroup_size(WGS)
+fn attn_combine(@builtin(workgroup_id) wid: vec3<u32>,
+                @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    let e = (wid.x + wid.y * nwg.x) * WGS + lid;
+    let rows = p.n * p.l;
+    if (e >= rows * p.ev) {
+        return;
+    }
+    let row = e / p.ev;
+    let col = e % p.ev;
+    let ml = p.splits * rows * p.ev;
+    var mx = neg_inf();
+    for (var t = 0u; t < p.splits; t++) {
+        mx = max_nan(mx, stats_r[ml + 2u * (t * rows + row)]);
+    }
+    let dead = is_neg_inf(mx);
+    var lf = 0.0;
+    var acc = 0.0;
+    for (var t = 0u; t < p.splits; t++) {
+        let at = ml + 2u * (t * rows + row);
+        let m = stats_r[at];
+        // A split whose keys are all masked holds nothing (and exp(-inf - -inf) is NaN).
+        if (!is_neg_inf(m)) {
+            let f = exp(m - mx);
+            lf += stats_r[at + 1u] * f;
+            acc += stats_r[(t * rows + row) * p.ev + col] * f;
+        }
+    }
+    out[e] = T(select(acc / lf, 0.0, dead));
+    if (col == 0u) {
+        stats[row] = select(mx + log(lf), pos_inf(), dead);
     }
 }
 

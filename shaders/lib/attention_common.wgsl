@@ -33,7 +33,9 @@ struct Params {
     m_n1: u32,
     m_l: u32,
     m_s: u32,
-    _pad0: u32,
+    // attn_fwd: key ranges each row is split into (1: none). Split rows write their partial
+    // rows to the scratch bound as `stats` for attn_combine.
+    splits: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;

@@ -307,6 +307,37 @@ fn attention_wide_heads_f32() {
     run_async(8, problem(DType::F32, 1..=20, 120..=300), check_attention);
 }
 
+/// The forward's key splits (forced with `gpu_plans`: its parallelism is the host's threads):
+/// decoding (L of 1-3 over 1-4 heads, the one-row tile) and a short prefill of one head (the
+/// 16-row tile), over 256-700 keys, so 2 or more key ranges each; every mask kind, causal and
+/// GQA; the backward reads the merged log-sum-exp.
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn attention_key_splits_f32() {
+    use wgtensor::ops::attention::forward_key_splits;
+    let problems = (
+        problem(DType::F32, 1..=3, 1..=72),
+        256usize..=700,
+        any::<bool>(),
+    )
+        .prop_map(|(mut p, s, prefill)| {
+            p.b = 1;
+            p.gpu = true;
+            p.s = s;
+            if prefill {
+                (p.heads, p.kv_heads) = (1, 1);
+                p.l = 2 + 4 * p.l;
+            }
+            p
+        });
+    run_async(12, problems, async |p| {
+        let caps = plan_device(true).caps();
+        let splits = forward_key_splits(caps, p.b * p.heads, p.l, p.s, p.ev);
+        prop_assert!(splits > 1, "{p:?}: {splits} splits");
+        check_attention(p).await
+    });
+}
+
 #[cfg(not(target_arch = "wasm32"))]
 #[test]
 fn attention_f16() {

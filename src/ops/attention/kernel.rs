@@ -47,6 +47,10 @@ static DQ: Kernel = Kernel::new("attention", SRC, "attn_dq", DQ_BINDS)
 static DKV: Kernel = Kernel::new("attention", SRC, "attn_dkv", DKV_BINDS)
     .slots(DKV_SLOTS)
     .libs(LIBS);
+/// Merges the forward's key splits: scratch (as stats_r) read; out, stats written.
+static COMBINE: Kernel = Kernel::new("attention", SRC, "attn_combine", &[R, RW, RW])
+    .slots(&[10, 5, 6])
+    .libs(LIBS);
 static FWD_ROWS: Kernel = Kernel::new("attention", ROWS_SRC, "attn_fwd_rows", FWD_BINDS)
     .slots(FWD_SLOTS)
     .libs(LIBS);
@@ -83,7 +87,8 @@ struct AttnParams {
     m_n1: u32,
     m_l: u32,
     m_s: u32,
-    _pad0: u32,
+    /// Forward: key ranges the rows are split into (1: none; see [`forward_plan`]).
+    splits: u32,
 }
 
 /// A workgroup's tile: `br` rows by `bc` columns of invocations, operands staged in chunks of
@@ -122,6 +127,58 @@ pub fn plan(caps: &Caps) -> Plan {
     }
 }
 
+/// The forward's tile where queries are few (decoding one token, L <= [`DECODE_ROWS`]): one row
+/// per workgroup and 32 keys per tile (one warp), so every lane scores a key and accumulates
+/// value columns (the 16-row tile would leave 15 of its 16 rows idle). 64 keys would stage
+/// 64 x 65 floats, past WebGPU's default 16 KB of workgroup memory.
+const DECODE_TILE: Tile = Tile {
+    br: 1,
+    bc: 32,
+    dk: 64,
+};
+/// Query rows up to which the forward takes [`DECODE_TILE`].
+const DECODE_ROWS: usize = 4;
+/// The fewest keys a split walks: shorter splits would cost more in the merge than they save.
+const MIN_SPLIT_KEYS: usize = 128;
+/// The most key splits of a row.
+const MAX_SPLITS: usize = 64;
+
+/// The forward's plan and key splits for `n` batches of `l` queries over `s` keys with `ev`
+/// value columns: a pure function of the problem and the adapter. On GPUs, when the
+/// workgroups (row blocks x batches x column blocks) are too few to fill the device (decoding:
+/// L = 1 over 32 heads gives 32 workgroups on a GPU of 132 SMs, each walking every key), the
+/// keys are cut into ranges walked by separate workgroups, whose partial rows (running max,
+/// sum and unnormalized output) `attn_combine` merges in a fixed order (FlashDecoding: Dao et
+/// al., "Flash-Decoding for long-context inference", 2023). CPU adapters keep one pass.
+#[doc(hidden)]
+pub fn forward_plan(caps: &Caps, n: usize, l: usize, s: usize, ev: usize) -> (Plan, u32) {
+    let base = plan(caps);
+    let Plan::Tiles(general) = base else {
+        return (base, 1);
+    };
+    let tile = if l <= DECODE_ROWS {
+        DECODE_TILE
+    } else {
+        general
+    };
+    let lanes = (tile.br * tile.bc) as usize;
+    let col_blocks = ev.div_ceil((ACC * tile.bc) as usize).max(1);
+    let groups = l
+        .div_ceil(tile.br as usize)
+        .saturating_mul(n)
+        .saturating_mul(col_blocks);
+    // Two workgroups per estimated slot of 256 lanes.
+    let want = (caps.parallelism.max(1) * 2 * 256).div_ceil(lanes);
+    let splits = want
+        .div_ceil(groups.max(1))
+        .min(s / MIN_SPLIT_KEYS)
+        .min(MAX_SPLITS);
+    if groups >= want || splits < 2 {
+        return (Plan::Tiles(tile), 1);
+    }
+    (Plan::Tiles(tile), splits as u32)
+}
+
 impl Plan {
     /// The forward, dQ and dK/dV kernels.
     fn kernels(self) -> [&'static Kernel; 3] {
@@ -152,7 +209,10 @@ impl Plan {
 
     /// Workgroups for `p`'s grid.
     fn groups(self, p: &AttnParams) -> u64 {
-        let units = u64::from(p.row_blocks) * u64::from(p.batches) * u64::from(p.col_blocks);
+        let units = u64::from(p.row_blocks)
+            * u64::from(p.batches)
+            * u64::from(p.col_blocks)
+            * u64::from(p.splits.max(1));
         match self {
             Plan::Rows => units.div_ceil(u64::from(ROWS_WG)),
             Plan::Tiles(_) => units,
@@ -205,7 +265,7 @@ fn params(
         m_n1: m.map_or(0, |m| m.n1_stride as u32),
         m_l: m.map_or(0, |m| m.l_stride as u32),
         m_s: m.map_or(0, |m| m.s_stride as u32),
-        _pad0: 0,
+        splits: 1,
     }
 }
 
@@ -254,9 +314,25 @@ pub(crate) fn forward(prob: &Problem) -> Result<(Tensor, Saved)> {
         return Ok((Tensor::zeros(dev, &shape, prob.q.dtype)?, saved));
     }
     let out = Tensor::empty(dev, prob.op, &shape, prob.q.dtype)?;
-    let plan = plan(dev.caps());
-    let p = params(prob, plan, (seed, saved.ctr), prob.l, prob.n, prob.ev);
+    let (plan, splits) = forward_plan(dev.caps(), prob.n, prob.l, prob.s, prob.ev);
+    let mut p = params(prob, plan, (seed, saved.ctr), prob.l, prob.n, prob.ev);
     let mask = mask_tensor(prob)?;
+    // Split rows leave, per split and row, Ev unnormalized outputs, then (max, sum) pairs.
+    let rows = (prob.n * prob.l) as u64;
+    let scratch_bytes = u64::from(splits) * rows * (prob.ev as u64 + 2) * 4;
+    let scratch = if splits > 1 && scratch_bytes <= dev.max_binding_bytes() {
+        p.splits = splits;
+        Some(crate::runtime::Storage::scratch(
+            dev,
+            prob.op,
+            scratch_bytes,
+        )?)
+    } else {
+        None
+    };
+    let stats_out = scratch
+        .as_ref()
+        .map_or(saved.stats.buffer(), |s| s.buffer());
     let binds = [
         Bind::whole(prob.q.buffer()),
         Bind::whole(prob.k.buffer()),
@@ -264,9 +340,27 @@ pub(crate) fn forward(prob: &Problem) -> Result<(Tensor, Saved)> {
         Bind::whole(mask.buffer()),
         Bind::whole(prob.q.buffer()),
         Bind::whole(out.buffer()),
-        Bind::whole(saved.stats.buffer()),
+        Bind::whole(stats_out),
     ];
     launch(prob, plan, 0, &p, &binds)?;
+    if let Some(scratch) = &scratch {
+        let lanes = u64::from(plan.rows_cols().0) * u64::from(plan.rows_cols().1 / ACC);
+        let grid = dev.grid_1d(prob.op, (rows * prob.ev as u64).div_ceil(lanes))?;
+        let binds = [
+            Bind::whole(scratch.buffer()),
+            Bind::whole(out.buffer()),
+            Bind::whole(saved.stats.buffer()),
+        ];
+        dev.launch_binds(
+            prob.op,
+            &COMBINE,
+            &[prob.q.dtype],
+            &plan.consts(),
+            bytemuck::bytes_of(&p),
+            &binds,
+            grid,
+        )?;
+    }
     Ok((out, saved))
 }
 
@@ -356,6 +450,17 @@ pub fn attention_variants() -> Vec<ShaderVariant> {
                 v.push(ShaderVariant::new(k, &[dt], &plan.consts()));
             }
         }
+        if let Plan::Tiles(_) = plan {
+            for dt in [DType::F32, DType::F16] {
+                v.push(ShaderVariant::new(&COMBINE, &[dt], &plan.consts()));
+            }
+        }
+    }
+    let decode = Plan::Tiles(DECODE_TILE);
+    for k in [&FWD, &COMBINE] {
+        for dt in [DType::F32, DType::F16] {
+            v.push(ShaderVariant::new(k, &[dt], &decode.consts()));
+        }
     }
     v
 }
@@ -390,7 +495,7 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
             m_n1,
             m_l,
             m_s,
-            _pad0
+            splits
         }
     )
 }
@@ -406,16 +511,42 @@ mod tests {
     }
 
     #[test]
+    fn forward_splits_keys_only_when_workgroups_are_too_few() {
+        let (gpu, lvp) = (Caps::test_gpu(), Caps::test_lavapipe(2));
+        // Decoding one token over 32 heads and 8k keys: the decode tile, 64 key ranges of 128.
+        assert_eq!(
+            forward_plan(&gpu, 32, 1, 8192, 128),
+            (Plan::Tiles(DECODE_TILE), 64)
+        );
+        // CPU adapters keep one pass of rows.
+        assert_eq!(forward_plan(&lvp, 32, 1, 8192, 128), (Plan::Rows, 1));
+        // Prefill over many batches fills the device: no split, the 16-row tile.
+        let (p, splits) = forward_plan(&gpu, 64, 2048, 2048, 64);
+        assert_eq!((p, splits), (plan(&gpu), 1));
+        // Few batches of a long prefill: split.
+        assert!(forward_plan(&gpu, 8, 256, 4096, 64).1 > 1);
+        // Too few keys to split.
+        assert_eq!(forward_plan(&gpu, 1, 1, 200, 64).1, 1);
+        // Never more than MAX_SPLITS, never below MIN_SPLIT_KEYS keys a split.
+        let (_, s) = forward_plan(&gpu, 1, 1, 1 << 20, 64);
+        assert_eq!(s as usize, MAX_SPLITS);
+        let (_, s) = forward_plan(&gpu, 1, 1, 1000, 64);
+        assert!(s as usize <= 1000 / MIN_SPLIT_KEYS, "{s}");
+    }
+
+    #[test]
     fn plans_by_adapter() {
         assert_eq!(plan(&Caps::test_lavapipe(2)), Plan::Rows);
         let Plan::Tiles(t) = plan(&Caps::test_gpu()) else {
             panic!("GPUs take tiles");
         };
-        assert_eq!(t.dk % t.bc, 0, "{t:?}");
-        assert_eq!((ACC * t.bc) % t.dk, 0, "{t:?}");
-        assert!(t.br * t.bc <= 256, "{t:?}");
-        let pk = t.dk + 1;
-        let floats = t.br * pk + t.bc * pk + 2 * t.br * t.bc + 3 * t.br;
-        assert!(floats * 4 <= 16384, "{t:?}: {} bytes", floats * 4);
+        for t in [t, DECODE_TILE] {
+            assert_eq!(t.dk % t.bc, 0, "{t:?}");
+            assert_eq!((ACC * t.bc) % t.dk, 0, "{t:?}");
+            assert!(t.br * t.bc <= 256, "{t:?}");
+            let pk = t.dk + 1;
+            let floats = t.br * pk + t.bc * pk + 2 * t.br * t.bc + 3 * t.br;
+            assert!(floats * 4 <= 16384, "{t:?}: {} bytes", floats * 4);
+        }
     }
 }

@@ -16,6 +16,14 @@ use crate::{Result, Tensor};
 
 pub use problem::Problem;
 
+#[doc(hidden)]
+/// Key ranges the forward splits each row into for `n` batches of `l` queries over `s` keys
+/// with `ev` value columns on an adapter with `caps` (1: none): the planner's choice, for
+/// tests that force the split.
+pub fn forward_key_splits(caps: &crate::Caps, n: usize, l: usize, s: usize, ev: usize) -> u32 {
+    kernel::forward_plan(caps, n, l, s, ev).1
+}
+
 /// How an attention mask is read ([`SdpaOptions::attn_mask`]).
 #[derive(Clone, Copy, Debug)]
 pub enum AttnMask<'a> {
