@@ -16,6 +16,13 @@
 // invocation per row, the same two passes as a sequential loop. Weights of one value per row
 // (inner = 1: layer / RMS norm) take norm_dw_cols: one invocation per weight looping over the
 // rows in order, neighbouring invocations reading neighbouring values.
+//
+// Few long rows (group norm of one image: 32 rows of 32k values) would leave most of a GPU idle
+// with a workgroup per row: the split entries give each row `segs` workgroups. norm_fwd_part
+// leaves each segment's (mean, sum of squared deviations), two passes over the segment;
+// norm_fwd_split merges a row's segments in order (Chan et al.'s pairwise update), writes the
+// statistics and normalizes its segment. norm_dx_part / norm_dx_split do the same with the
+// sums of the input gradient. Fixed order throughout: deterministic.
 
 struct Params {
     rows: u32,
@@ -28,6 +35,11 @@ struct Params {
     // norm_dw: number of weights, and rows per group (rows / groups).
     nweights: u32,
     per_group: u32,
+    // The split entries: segments per row and values per segment (the last may hold fewer).
+    segs: u32,
+    seg_len: u32,
+    pad0: u32,
+    pad1: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -41,6 +53,8 @@ struct Params {
 @group(0) @binding(6) var<storage, read_write> stats: array<f32>;
 // The bias gradient (norm_dw).
 @group(0) @binding(7) var<storage, read_write> out2: array<T>;
+// The split entries' partials, 2 f32 per (row, segment) at 2 (r segs + s).
+@group(0) @binding(8) var<storage, read_write> parts: array<f32>;
 
 override WG: u32;
 
@@ -278,4 +292,123 @@ fn norm_dw_cols(@builtin(workgroup_id) wid: vec3<u32>,
     }
     out[j] = T(acc.x);
     out2[j] = T(acc.y);
+}
+
+// The segment of the split entries' workgroup: (row, segment, first value, end).
+fn segment(wid: vec3<u32>, nwg: vec3<u32>) -> vec4<u32> {
+    let g = wid.x + wid.y * nwg.x;
+    let sg = g % p.segs;
+    let start = sg * p.seg_len;
+    return vec4<u32>(g / p.segs, sg, start, min(p.len, start + p.seg_len));
+}
+
+@compute @workgroup_size(WG)
+fn norm_fwd_part(@builtin(workgroup_id) wid: vec3<u32>,
+                 @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+    let sgm = segment(wid, nwg);
+    let live = sgm.x < p.rows;
+    let base = sgm.x * p.len;
+    var s = 0.0;
+    if (live && !is_rms()) {
+        for (var i = sgm.z + lid; i < sgm.w; i += WG) {
+            s += f32(x[base + i]);
+        }
+    }
+    let mean = reduce2(lid, vec2<f32>(s, 0.0)).x / f32(sgm.w - sgm.z);
+    var q = 0.0;
+    if (live) {
+        for (var i = sgm.z + lid; i < sgm.w; i += WG) {
+            let d = f32(x[base + i]) - mean;
+            q += d * d;
+        }
+    }
+    let m2 = reduce2(lid, vec2<f32>(q, 0.0)).x;
+    if (live && lid == 0u) {
+        let at = 2u * (sgm.x * p.segs + sgm.y);
+        parts[at] = mean;
+        parts[at + 1u] = m2;
+    }
+}
+
+@compute @workgroup_size(WG)
+fn norm_fwd_split(@builtin(workgroup_id) wid: vec3<u32>,
+                  @builtin(num_workgroups) nwg: vec3<u32>,
+                  @builtin(local_invocation_index) lid: u32) {
+    let sgm = segment(wid, nwg);
+    let r = sgm.x;
+    if (r >= p.rows) {
+        return;
+    }
+    // Chan's update, segment by segment (RMS norm: means 0, so the sums of squares add).
+    var cnt = 0.0;
+    var mean = 0.0;
+    var m2 = 0.0;
+    for (var t = 0u; t < p.segs; t++) {
+        let at = 2u * (r * p.segs + t);
+        let nb = f32(min(p.len, (t + 1u) * p.seg_len) - t * p.seg_len);
+        let delta = parts[at] - mean;
+        let tot = cnt + nb;
+        mean += delta * (nb / tot);
+        m2 += parts[at + 1u] + delta * delta * (cnt * nb / tot);
+        cnt = tot;
+    }
+    let rstd = inverseSqrt(m2 / f32(p.len) + p.eps);
+    if (sgm.y == 0u && lid == 0u) {
+        stats[r] = mean;
+        stats[p.rows + r] = rstd;
+    }
+    let base = r * p.len;
+    for (var i = sgm.z + lid; i < sgm.w; i += WG) {
+        out[base + i] = T(xhat(base, i, mean, rstd) * weight_of(r, i) + bias_of(r, i));
+    }
+}
+
+@compute @workgroup_size(WG)
+fn norm_dx_part(@builtin(workgroup_id) wid: vec3<u32>,
+                @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    let sgm = segment(wid, nwg);
+    let r = sgm.x;
+    let live = r < p.rows;
+    let base = r * p.len;
+    var acc = vec2<f32>(0.0);
+    if (live) {
+        let mean = stats[r];
+        let rstd = stats[p.rows + r];
+        for (var i = sgm.z + lid; i < sgm.w; i += WG) {
+            let t = grad_terms(base, r, i, mean, rstd);
+            acc += vec2<f32>(t.x, t.x * t.y);
+        }
+    }
+    let sums = reduce2(lid, acc);
+    if (live && lid == 0u) {
+        let at = 2u * (r * p.segs + sgm.y);
+        parts[at] = sums.x;
+        parts[at + 1u] = sums.y;
+    }
+}
+
+@compute @workgroup_size(WG)
+fn norm_dx_split(@builtin(workgroup_id) wid: vec3<u32>,
+                 @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+    let sgm = segment(wid, nwg);
+    let r = sgm.x;
+    if (r >= p.rows) {
+        return;
+    }
+    var sums = vec2<f32>(0.0);
+    for (var t = 0u; t < p.segs; t++) {
+        let at = 2u * (r * p.segs + t);
+        sums += vec2<f32>(parts[at], parts[at + 1u]);
+    }
+    let m = sums / f32(p.len);
+    let mean = stats[r];
+    let rstd = stats[p.rows + r];
+    let mg = select(m.x, 0.0, is_rms());
+    let base = r * p.len;
+    for (var i = sgm.z + lid; i < sgm.w; i += WG) {
+        out[base + i] = T(dx_of(grad_terms(base, r, i, mean, rstd), rstd, mg, m.y));
+    }
 }

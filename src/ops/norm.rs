@@ -1,7 +1,8 @@
 //! Layer norm, group norm and RMS norm (shaders/norm.wgsl), PyTorch's `F.layer_norm`,
 //! `F.group_norm` and `F.rms_norm`: each normalizes contiguous rows of the packed input (one
 //! workgroup per row, statistics in f32 with fixed-order workgroup reductions; one invocation
-//! per row for rows of at most 32 values), then applies the per-channel affine; f16 storage
+//! per row for rows of at most 32 values; on GPUs, few long rows split into segments whose
+//! partial statistics merge in order), then applies the per-channel affine; f16 storage
 //! computes in f32. The backward is fused too: the input
 //! gradient per row from the saved mean / rstd, and the weight and bias gradients as a column
 //! reduction over rows in a fixed order (deterministic, no atomics).
@@ -40,6 +41,21 @@ static FWD_ROWS: Kernel =
 static DX_ROWS: Kernel = Kernel::new("norm", SRC, "norm_dx_rows", IN3_OUT2).slots(&[1, 2, 4, 5, 6]);
 static DW: Kernel = Kernel::new("norm", SRC, "norm_dw", IN2_OUT3).slots(&[1, 4, 5, 6, 7]);
 static DW_COLS: Kernel = Kernel::new("norm", SRC, "norm_dw_cols", IN2_OUT3).slots(&[1, 4, 5, 6, 7]);
+/// The split row kernels (few long rows on GPUs): partials of each (row, segment) into
+/// `parts`, then each segment normalized (or differentiated) from its row's merged partials.
+static FWD_PART: Kernel = Kernel::new("norm", SRC, "norm_fwd_part", &[R, RW]).slots(&[1, 8]);
+static FWD_SPLIT: Kernel =
+    Kernel::new("norm", SRC, "norm_fwd_split", IN3_OUT3).slots(&[1, 2, 3, 5, 6, 8]);
+static DX_PART: Kernel =
+    Kernel::new("norm", SRC, "norm_dx_part", &[R, R, R, RW, RW]).slots(&[1, 2, 4, 6, 8]);
+static DX_SPLIT: Kernel =
+    Kernel::new("norm", SRC, "norm_dx_split", IN3_OUT3).slots(&[1, 2, 4, 5, 6, 8]);
+/// The split second passes: three inputs, the output, the statistics and the partials.
+const IN3_OUT3: &[Access] = &[R, R, R, RW, RW, RW];
+/// The fewest values a segment of a split row holds (16 per lane of a GPU workgroup).
+const MIN_SEG: usize = 16 * GPU_WG as usize;
+/// The most segments a row is split into (the second pass merges them serially).
+const MAX_SEGS: usize = 64;
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -52,6 +68,10 @@ struct NormParams {
     flags: u32,
     nweights: u32,
     per_group: u32,
+    segs: u32,
+    seg_len: u32,
+    pad0: u32,
+    pad1: u32,
 }
 
 /// Which normalization, and how its rows and weights lie in the packed input.
@@ -80,6 +100,51 @@ fn per_weight_invocation(caps: &crate::Caps, plan: &Plan) -> bool {
 }
 
 impl Plan {
+    /// Segments and values per segment when the rows are split (GPUs only): when a workgroup per
+    /// row leaves fewer than two 64-lane workgroups per estimated slot of 256 lanes (group norm of
+    /// one image: 32 rows of 8 channels x 64 x 64) and the rows are long, each row is cut into
+    /// segments of at least [`MIN_SEG`] values, at most [`MAX_SEGS`].
+    fn split(&self, caps: &crate::Caps) -> Option<(u32, u32)> {
+        if caps.cpu || self.short_rows() {
+            return None;
+        }
+        let want = caps.parallelism.max(1) * 2 * 256 / GPU_WG as usize;
+        let segs = want
+            .div_ceil(self.rows.max(1))
+            .min(self.len / MIN_SEG)
+            .min(MAX_SEGS);
+        if self.rows >= want || segs < 2 {
+            return None;
+        }
+        let seg_len = self.len.div_ceil(segs);
+        Some((self.len.div_ceil(seg_len) as u32, seg_len as u32))
+    }
+
+    /// Runs the split row kernels `part` then `finish` with `binds` (whose last entry the
+    /// partials take) over `segs` segments of `seg_len` values per row.
+    fn launch_split(
+        &self,
+        x: &Tensor,
+        (part, part_binds): (&Kernel, &[usize]),
+        finish: &Kernel,
+        params: &NormParams,
+        binds: &[Bind],
+        (segs, seg_len): (u32, u32),
+    ) -> Result<()> {
+        let dev = x.device();
+        let parts =
+            crate::runtime::Storage::scratch(dev, self.op, self.rows as u64 * u64::from(segs) * 8)?;
+        let mut params = *params;
+        params.segs = segs;
+        params.seg_len = seg_len;
+        let grid = dev.grid_1d(self.op, self.rows as u64 * u64::from(segs))?;
+        let mut all: Vec<Bind> = binds.to_vec();
+        all.push(Bind::whole(parts.buffer()));
+        let first: Vec<Bind> = part_binds.iter().map(|&i| all[i]).collect();
+        self.launch(x, part, &params, &first, grid)?;
+        self.launch(x, finish, &params, &all, grid)
+    }
+
     /// Rows this short leave most of a workgroup idle: one invocation per row instead.
     fn short_rows(&self) -> bool {
         self.len <= 32
@@ -133,6 +198,10 @@ impl Plan {
             flags: u32::from(has_w) | (u32::from(has_b) << 1) | (u32::from(self.rms) << 2),
             nweights: self.nweights as u32,
             per_group: (self.rows / self.groups.max(1)) as u32,
+            segs: 1,
+            seg_len: self.len as u32,
+            pad0: 0,
+            pad1: 0,
         }
     }
 }
@@ -216,6 +285,12 @@ fn forward(
         Bind::whole(y.buffer()),
         Bind::whole(stats.buffer()),
     ];
+    if let Some(split) = plan.split(dev.caps()) {
+        // The part pass binds x and the partials (the last of the finishing pass's binds).
+        let part = (&FWD_PART, &[0, 5][..]);
+        plan.launch_split(&x, part, &FWD_SPLIT, &params, &binds, split)?;
+        return Ok((y, stats));
+    }
     let (kernel, grid) = plan.row_kernel(dev, &FWD, &FWD_ROWS)?;
     plan.launch(&x, kernel, &params, &binds, grid)?;
     Ok((y, stats))
@@ -251,8 +326,14 @@ fn backward(
                 Bind::whole(dx.buffer()),
                 Bind::whole(stats.buffer()),
             ];
-            let (kernel, grid) = plan.row_kernel(dev, &DX, &DX_ROWS)?;
-            plan.launch(&x, kernel, &params, &binds, grid)?;
+            if let Some(split) = plan.split(dev.caps()) {
+                // The part pass binds x, the weight, dy, the statistics and the partials.
+                let part = (&DX_PART, &[0, 1, 2, 4, 5][..]);
+                plan.launch_split(&x, part, &DX_SPLIT, &params, &binds, split)?;
+            } else {
+                let (kernel, grid) = plan.row_kernel(dev, &DX, &DX_ROWS)?;
+                plan.launch(&x, kernel, &params, &binds, grid)?;
+            }
         }
         Some(dx)
     } else {
@@ -498,6 +579,12 @@ pub fn norm_variants() -> Vec<ShaderVariant> {
             }
         }
     }
+    // The split kernels run on GPUs only.
+    for k in [&FWD_PART, &FWD_SPLIT, &DX_PART, &DX_SPLIT] {
+        for dt in [DType::F32, DType::F16] {
+            v.push(ShaderVariant::new(k, &[dt], &[("WG", f64::from(GPU_WG))]));
+        }
+    }
     v
 }
 
@@ -515,7 +602,11 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
             eps,
             flags,
             nweights,
-            per_group
+            per_group,
+            segs,
+            seg_len,
+            pad0,
+            pad1
         }
     )
 }
@@ -536,6 +627,27 @@ mod plan_tests {
             rms: false,
             eps: 1e-5,
         }
+    }
+
+    #[test]
+    fn few_long_rows_split_on_gpus() {
+        let (gpu, lvp) = (Caps::test_gpu(), Caps::test_lavapipe(2));
+        // Group norm of one 64 x 64 image, 256 channels in 32 groups: 32 rows of 32k values.
+        let g = Plan {
+            groups: 32,
+            inner: 4096,
+            ..layer(32, 8 * 4096)
+        };
+        let (segs, seg_len) = g.split(&gpu).expect("split on GPUs");
+        assert!(segs >= 2 && segs as usize <= MAX_SEGS, "{segs}");
+        assert!(seg_len as usize >= MIN_SEG);
+        assert!((segs as usize - 1) * (seg_len as usize) < g.len);
+        assert!(segs as usize * seg_len as usize >= g.len);
+        assert_eq!(g.split(&lvp), None);
+        // Enough rows, or rows too short to cut: one workgroup per row.
+        assert_eq!(layer(8192, 768).split(&gpu), None);
+        assert_eq!(layer(4, 1500).split(&gpu), None);
+        assert_eq!(layer(4, 20).split(&gpu), None);
     }
 
     #[test]

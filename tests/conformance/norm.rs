@@ -282,6 +282,94 @@ fn norm_long_columns_gpu_plans_f32() {
     run_async(6, problems, async |p| check_norm_on(dev, p).await);
 }
 
+/// Few long rows, which the GPU plan splits into segments (forced with `gpu_plans`: its
+/// parallelism is the host's threads, so 1-3 rows of 4k-20k values take 2 or more segments):
+/// group norm of one or two images over 1-2 groups, layer and RMS norm of 1-3 long rows;
+/// forward, input and parameter gradients.
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn norm_split_rows_gpu_plans_f32() {
+    let dev = crate::common::gpu_plans_device();
+    let groups = (1usize..=2, 1usize..=2, 1usize..=2, 48usize..=90)
+        .prop_map(|(n, g, cg, hw)| (vec![n, g * cg, hw, hw], g));
+    let rows = (1usize..=3, 4096usize..=20_000).prop_map(|(r, l)| (vec![r, l], 1));
+    let problems = prop_oneof![
+        groups.prop_flat_map(|(s, g)| with_operands(DType::F32, Kind::Group(g), s)),
+        rows.clone()
+            .prop_flat_map(|(s, k)| with_operands(DType::F32, Kind::Layer(k), s)),
+        rows.prop_flat_map(|(s, k)| with_operands(DType::F32, Kind::Rms(k), s)),
+    ];
+    run_async(8, problems, async |p| check_norm_on(dev, p).await);
+}
+
+/// The split plan against the one-workgroup-per-row plan on inputs that punish a wrong merge:
+/// a row whose values climb by 100 across it (each segment has its own mean, so dropping the
+/// between-segment term of the variance is visible) and a gradient with a large mean (so the
+/// input gradient needs every segment's sums). Agreement to 1e-4 of each output's scale.
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn norm_split_rows_match_the_unsplit_plan() {
+    use wgtensor::ops::{group_norm, layer_norm, rms_norm};
+    type Norm = fn(&Tensor, Option<&Tensor>, Option<&Tensor>) -> wgtensor::Result<Tensor>;
+    let cases: [(&str, Vec<usize>, usize, Norm); 3] = [
+        ("group_norm", vec![1, 4, 64, 64], 4, |x, w, b| {
+            group_norm(x, 2, w, b, 1e-5)
+        }),
+        ("layer_norm", vec![2, 9000], 2, |x, w, b| {
+            layer_norm(x, &[9000], w, b, 1e-5)
+        }),
+        ("rms_norm", vec![3, 6000], 3, |x, w, _| {
+            rms_norm(x, &[6000], w, Some(1e-5))
+        }),
+    ];
+    for (name, shape, c, norm) in cases {
+        let n: usize = shape.iter().product();
+        let len = n / shape[0];
+        let xs: Vec<f64> = (0..n)
+            .map(|i| 100.0 * (i % len) as f64 / len as f64 + ((i * 7919) % 13) as f64 * 0.1)
+            .collect();
+        let dys: Vec<f64> = (0..n)
+            .map(|i| 3.0 + ((i * 104_729) % 17) as f64 * 0.05)
+            .collect();
+        let wshape = if name == "group_norm" {
+            vec![c]
+        } else {
+            vec![shape[1]]
+        };
+        let wn: usize = wshape.iter().product();
+        let ws: Vec<f64> = (0..wn).map(|i| 0.5 + (i % 5) as f64 * 0.25).collect();
+        let run = |dev: &Device| {
+            let up = |v: &[f64], s: &[usize]| {
+                crate::common::upload(dev, v, s, DType::F32)
+                    .requires_grad()
+                    .unwrap()
+            };
+            let (x, w, b) = (up(&xs, &shape), up(&ws, &wshape), up(&ws, &wshape));
+            let y = norm(&x, Some(&w), Some(&b)).unwrap();
+            let dy = crate::common::upload(dev, &dys, &shape, DType::F32);
+            let grads = y.backward_with_grad(&dy).unwrap();
+            let mut out = vec![crate::common::download(&y).unwrap()];
+            for t in [&x, &w] {
+                out.push(crate::common::download(grads.get(t).unwrap()).unwrap());
+            }
+            if name != "rms_norm" {
+                out.push(crate::common::download(grads.get(&b).unwrap()).unwrap());
+            }
+            out
+        };
+        let (split, whole) = (run(crate::common::gpu_plans_device()), run(device()));
+        for (k, (a, b)) in split.iter().zip(&whole).enumerate() {
+            let scale = b.iter().fold(1e-6f64, |m, v| m.max(v.abs()));
+            for (i, (u, v)) in a.iter().zip(b).enumerate() {
+                assert!(
+                    (u - v).abs() <= 1e-4 * scale,
+                    "{name} output {k} [{i}]: split {u}, whole {v} (scale {scale})"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn norm_f16() {
     require_f16(device());
