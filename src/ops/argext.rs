@@ -321,8 +321,13 @@ mod plan_tests {
     #[test]
     fn gpus_scan_long_rows_in_parallel_and_cpus_keep_one_invocation_per_output() {
         let (gpu, lvp) = (Caps::test_gpu(), Caps::test_lavapipe(2));
-        // Greedy decoding over a 150k vocabulary: [64, 151936] over the last dim.
-        assert_eq!(argext_plan(&gpu, 64, 151_936, 1), ReducePlan::Workgroup);
+        // Greedy decoding over a 150k vocabulary, [8192, 151936] over the last dim: a
+        // workgroup per row; 64 rows would leave most of the device idle, so they split.
+        assert_eq!(argext_plan(&gpu, 8192, 151_936, 1), ReducePlan::Workgroup);
+        assert!(matches!(
+            argext_plan(&gpu, 64, 151_936, 1),
+            ReducePlan::Split { segs, .. } if segs > 1
+        ));
         assert_eq!(argext_plan(&lvp, 64, 151_936, 1), ReducePlan::Rows);
         // argmax_all of 2^24 values: segments of one output.
         assert!(matches!(
@@ -333,7 +338,7 @@ mod plan_tests {
         assert_eq!(argext_plan(&gpu, 100_000, 10, 100_000), ReducePlan::Rows);
         // Few strided outputs over long columns: rows split into segments.
         assert!(matches!(
-            argext_plan(&gpu, 64, 100_000, 64),
+            argext_plan(&gpu, 1024, 100_000, 1024),
             ReducePlan::RowsSplit { segs, .. } if segs > 1
         ));
     }
