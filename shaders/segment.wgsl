@@ -7,6 +7,12 @@
 // bucket's rows of g in that order: the sum order is fixed, so results are bitwise
 // reproducible. Indices outside [0, rows) and the `skip` row (embedding's padding_idx) enter
 // no bucket.
+//
+// General scatter_add (any index, not one 1-D index broadcast): `seg_keys` turns each index
+// element e into the flat output position it adds to (-1 for none), the passes above bucket
+// those keys (rows = the output's elements), and `seg_scatter` adds each output's bucket of src
+// values in ascending e, which for one output is ascending position along dim, then the base:
+// the gather form's sums, rounded once.
 
 struct Params {
     // L: the index's length.
@@ -20,7 +26,21 @@ struct Params {
     numel: u32,
     inner: u32,
     skip: i32,
-    _pad: u32,
+    // seg_keys / seg_scatter: the rank, the scattered dim, src's and the base's element
+    // offsets, and flags (bit 0: a base is added).
+    rank: u32,
+    dim: u32,
+    src_off: u32,
+    base_off: u32,
+    flags: u32,
+    // The index's shape (the contributing region) and strides, src's strides, the output's
+    // shape and contiguous strides, and the base's strides.
+    ishape: array<vec4<u32>, 2>,
+    si: array<vec4<u32>, 2>,
+    ss: array<vec4<u32>, 2>,
+    oshape: array<vec4<u32>, 2>,
+    so: array<vec4<u32>, 2>,
+    sb: array<vec4<u32>, 2>,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -30,6 +50,7 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> list: array<u32>;
 @group(0) @binding(5) var<storage, read> g: array<T>;
 @group(0) @binding(6) var<storage, read_write> out: array<T>;
+@group(0) @binding(7) var<storage, read> base: array<T>;
 
 override WG: u32;
 
@@ -187,6 +208,73 @@ fn seg_sum(@builtin(workgroup_id) wid: vec3<u32>,
     var acc = 0.0;
     for (var k = starts[v]; k < starts[v + 1u]; k++) {
         acc += f32(g[(o * p.len + list[k]) * p.inner + i]);
+    }
+    out[e] = T(acc);
+}
+
+fn at(v: array<vec4<u32>, 2>, k: u32) -> u32 {
+    return v[k / 4u][k % 4u];
+}
+
+// The element offset of flat position `e` of `shape` through `strides`.
+fn offset_of(e: u32, shape: array<vec4<u32>, 2>, strides: array<vec4<u32>, 2>) -> u32 {
+    var rem = e;
+    var off = 0u;
+    for (var d = i32(p.rank) - 1; d >= 0; d--) {
+        let k = u32(d);
+        let n = at(shape, k);
+        off += (rem % n) * at(strides, k);
+        rem = rem / n;
+    }
+    return off;
+}
+
+// Index element e (row-major over ishape) -> the output position it adds to, or -1 (written
+// to `list`, which this pass binds to the keys buffer).
+@compute @workgroup_size(WG)
+fn seg_keys(@builtin(workgroup_id) wid: vec3<u32>,
+            @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+    let e = thread_index(wid, nwg, lid);
+    if (e >= p.len) {
+        return;
+    }
+    var rem = e;
+    var oi = p.idx_off;
+    var key = 0u;
+    for (var d = i32(p.rank) - 1; d >= 0; d--) {
+        let k = u32(d);
+        let n = at(p.ishape, k);
+        let c = rem % n;
+        rem = rem / n;
+        oi += c * at(p.si, k);
+        if (k != p.dim) {
+            key += c * at(p.so, k);
+        }
+    }
+    let v = idx[oi];
+    var out_key = -1;
+    if (v >= 0 && u32(v) < at(p.oshape, p.dim) && v != p.skip) {
+        out_key = i32(key + u32(v) * at(p.so, p.dim));
+    }
+    list[e] = bitcast<u32>(out_key);
+}
+
+// Output e: the src values of its bucket in ascending index position, then the base.
+@compute @workgroup_size(WG)
+fn seg_scatter(@builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+    let e = thread_index(wid, nwg, lid);
+    if (e >= p.numel) {
+        return;
+    }
+    var acc = 0.0;
+    for (var k = starts[e]; k < starts[e + 1u]; k++) {
+        acc += f32(g[p.src_off + offset_of(list[k], p.ishape, p.ss)]);
+    }
+    if ((p.flags & 1u) != 0u) {
+        acc += f32(base[p.base_off + offset_of(e, p.oshape, p.sb)]);
     }
     out[e] = T(acc);
 }

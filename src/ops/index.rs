@@ -9,11 +9,12 @@
 //! in float results (0 in i32 results) and contributes nothing to `scatter_add` and to
 //! gradients, which is what a device opened with `DeviceOptions::check_indices = false` gets.
 //!
-//! The backward of `gather` is a `scatter_add`, computed as a gather over the index (each
-//! output element sums its matches in index order) rather than with float atomics; that of
-//! `index_select` and `embedding` buckets the index first (ops/segment.rs), so its cost does
-//! not grow with the number of rows times the index length. Either way the sums run in index
-//! order: the same inputs give the same bits on every run and backend.
+//! The backward of `gather` is a `scatter_add`. A short index (under 64 along the dim) runs it
+//! as a gather over the index (each output element sums its matches in index order) rather
+//! than with float atomics; a longer one, and the backward of `index_select` and `embedding`,
+//! bucket the index first (ops/segment.rs), so the cost does not grow with the number of
+//! outputs times the index length. Either way the sums run in index order: the same inputs give
+//! the same bits on every run and backend.
 
 use super::index_check::check_indices;
 #[doc(hidden)]
@@ -331,6 +332,12 @@ fn scatter_add_forward(
         }
     }
     let dev = src.device();
+    let len = il.shape().get(dim).copied().unwrap_or(1);
+    let numel: usize = shape.iter().product();
+    if len >= SCATTER_ROWS_MIN_LEN && numel > 0 && crate::ops::segment::scatter_fits(dev, numel) {
+        let out = crate::ops::segment::scatter_add(op, base, shape, dim, index, il, src, skip)?;
+        return Ok(out);
+    }
     let out = Tensor::empty(dev, op, shape, src.dtype)?;
     let n = out.numel();
     if n == 0 {
@@ -340,7 +347,7 @@ fn scatter_add_forward(
     p.numel = n as u32;
     p.rank = shape.len() as u32;
     p.dim = dim as u32;
-    p.len = il.shape().get(dim).copied().unwrap_or(1) as u32;
+    p.len = len as u32;
     p.off_x = src.layout.offset() as u32;
     p.off_i = il.offset() as u32;
     p.skip = skip;
@@ -368,8 +375,8 @@ fn scatter_add_forward(
 
 /// index_select through a broadcast view of the 1-D index, so gather does the work; `skip` is
 /// the row that gets no gradient (embedding's padding_idx).
-/// Index extents along `dim` from which [`scatter_rows`] takes over: below them the gather
-/// form (each output scanning the index along `dim`) is cheap.
+/// Index extents along `dim` from which [`scatter_rows`] and the general bucketed scatter take
+/// over: below them the gather form (each output scanning the index along `dim`) is cheap.
 const SCATTER_ROWS_MIN_LEN: usize = 64;
 
 /// [`scatter_add_forward`] through the bucketed row scatter of src/ops/segment.rs when the

@@ -1,11 +1,12 @@
-//! Row scatter-add through buckets (shaders/segment.wgsl): the backward of `index_select` and
-//! `embedding`. A gather-form scatter (every output row scanning the whole index) costs
+//! Scatter-add through buckets (shaders/segment.wgsl): the backward of `index_select` and
+//! `embedding` (rows of a 1-D index), and `scatter_add` / gather's backward with a long index. A gather-form scatter (every output row scanning the whole index) costs
 //! O(V * L * width), as much as the one-hot matmul it replaces; bucketing the index first
 //! (count, scan, fill, sort) makes it O(L + V) plus one read of the gradient per output, with
 //! the same fixed summation order (ascending position), so results stay bitwise reproducible.
 
 use bytemuck::{Pod, Zeroable};
 
+use crate::layout::{contiguous_strides, pack_dims, Layout, MAX_RANK};
 use crate::ops::map::WG;
 use crate::runtime::pipeline::ShaderVariant;
 use crate::runtime::{Access, Kernel};
@@ -19,6 +20,9 @@ static SCAN: Kernel = Kernel::new("segment", SRC, "seg_scan", &[RW, RW]).slots(&
 static FILL: Kernel = Kernel::new("segment", SRC, "seg_fill", &[R, RW, RW]).slots(&[1, 2, 4]);
 static SORT: Kernel = Kernel::new("segment", SRC, "seg_sort", &[RW, RW]).slots(&[3, 4]);
 static SUM: Kernel = Kernel::new("segment", SRC, "seg_sum", &[RW, RW, R, RW]).slots(&[3, 4, 5, 6]);
+static KEYS: Kernel = Kernel::new("segment", SRC, "seg_keys", &[R, RW]).slots(&[1, 4]);
+static SCATTER: Kernel =
+    Kernel::new("segment", SRC, "seg_scatter", &[RW, RW, R, RW, R]).slots(&[3, 4, 5, 6, 7]);
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -30,7 +34,17 @@ struct SegmentParams {
     numel: u32,
     inner: u32,
     skip: i32,
-    _pad: u32,
+    rank: u32,
+    dim: u32,
+    src_off: u32,
+    base_off: u32,
+    flags: u32,
+    ishape: [u32; MAX_RANK],
+    si: [u32; MAX_RANK],
+    ss: [u32; MAX_RANK],
+    oshape: [u32; MAX_RANK],
+    so: [u32; MAX_RANK],
+    sb: [u32; MAX_RANK],
 }
 
 /// `out[o, v, i] = sum of g[o, j, i] over j with index[j] == v` for a 1-D `index` of length
@@ -53,51 +67,141 @@ pub(crate) fn index_add_rows(
     }
     let len = index.numel();
     let g = g.contiguous()?;
-    let p = SegmentParams {
-        len: len as u32,
-        rows: rows as u32,
-        idx_off: index.layout.offset() as u32,
-        idx_stride: index.strides().first().copied().unwrap_or(0) as u32,
-        numel: numel as u32,
-        inner: inner as u32,
-        skip,
-        _pad: 0,
-    };
+    let mut p = SegmentParams::zeroed();
+    p.len = len as u32;
+    p.rows = rows as u32;
+    p.idx_off = index.layout.offset() as u32;
+    p.idx_stride = index.strides().first().copied().unwrap_or(0) as u32;
+    p.numel = numel as u32;
+    p.inner = inner as u32;
+    p.skip = skip;
+    let (starts, list) = buckets(op, &g, index, &p)?;
+    let bufs = [starts.buffer(), list.buffer(), g.buffer(), out.buffer()];
+    let params = bytemuck::bytes_of(&p);
+    dev.launch(
+        op,
+        &SUM,
+        &[g.dtype],
+        &consts(),
+        params,
+        &bufs,
+        groups(&g, p.numel)?,
+    )?;
+    Ok(out)
+}
+
+fn consts() -> [(&'static str, f64); 1] {
+    [("WG", WG as f64)]
+}
+
+fn groups(t: &Tensor, n: u32) -> Result<[u32; 3]> {
+    t.device()
+        .grid_1d("segment", u64::from(n).div_ceil(WG as u64))
+}
+
+/// Buckets the `p.len` keys read from `keys` (at `p.idx_off`, `p.idx_stride` apart) by value
+/// in `[0, p.rows)`: the bucket starts `[rows + 1]` and the positions of each bucket in
+/// ascending order. `like` gives the device and the dtype the pipelines are built for.
+fn buckets(
+    op: &'static str,
+    like: &Tensor,
+    keys: &Tensor,
+    p: &SegmentParams,
+) -> Result<(Tensor, Tensor)> {
+    let dev = like.device();
+    let (rows, len) = (p.rows as usize, p.len as usize);
     let counts = Tensor::zeros(dev, &[rows + 1], DType::I32)?;
     let starts = Tensor::empty(dev, op, &[rows + 1], DType::I32)?;
     let list = Tensor::empty(dev, op, &[len.max(1)], DType::I32)?;
-    let groups = |n: usize| dev.grid_1d(op, (n as u64).div_ceil(WG as u64));
-    let params = bytemuck::bytes_of(&p);
-    let c = [("WG", WG as f64)];
-    let dt = [g.dtype];
+    let params = bytemuck::bytes_of(p);
+    let (c, dt) = (consts(), [like.dtype]);
     if len > 0 {
-        dev.launch(
-            op,
-            &COUNT,
-            &dt,
-            &c,
-            params,
-            &[index.buffer(), counts.buffer()],
-            groups(len)?,
-        )?;
+        let bufs = [keys.buffer(), counts.buffer()];
+        dev.launch(op, &COUNT, &dt, &c, params, &bufs, groups(like, p.len)?)?;
     }
-    dev.launch(
-        op,
-        &SCAN,
-        &dt,
-        &c,
-        params,
-        &[counts.buffer(), starts.buffer()],
-        [1, 1, 1],
-    )?;
+    let bufs = [counts.buffer(), starts.buffer()];
+    dev.launch(op, &SCAN, &dt, &c, params, &bufs, [1, 1, 1])?;
     if len > 0 {
-        let bufs = [index.buffer(), counts.buffer(), list.buffer()];
-        dev.launch(op, &FILL, &dt, &c, params, &bufs, groups(len)?)?;
+        let bufs = [keys.buffer(), counts.buffer(), list.buffer()];
+        dev.launch(op, &FILL, &dt, &c, params, &bufs, groups(like, p.len)?)?;
         let bufs = [starts.buffer(), list.buffer()];
-        dev.launch(op, &SORT, &dt, &c, params, &bufs, groups(rows)?)?;
+        dev.launch(op, &SORT, &dt, &c, params, &bufs, groups(like, p.rows)?)?;
     }
-    let bufs = [starts.buffer(), list.buffer(), g.buffer(), out.buffer()];
-    dev.launch(op, &SUM, &dt, &c, params, &bufs, groups(numel)?)?;
+    Ok((starts, list))
+}
+
+/// Whether [`scatter_add`] can bucket an output of `numel` elements: its bucket starts and
+/// counts (4 bytes per element) must each fit one binding.
+pub(crate) fn scatter_fits(dev: &crate::Device, numel: usize) -> bool {
+    (numel as u64 + 1) * 4 <= dev.max_binding_bytes()
+}
+
+/// `out[c] = base[c] + sum of src[e] over index elements e (read through `il`, row-major over
+/// its shape) whose position with `dim` replaced by `index[e]` is c`, over the contiguous
+/// output `shape`, in ascending e (for one output, ascending position along `dim`), then the
+/// base, rounded once: the gather form's result in O(index + output) instead of every output
+/// scanning the index along `dim`. Indices outside `[0, shape[dim])` and the `skip` row add
+/// nothing. The caller checks [`scatter_fits`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn scatter_add(
+    op: &'static str,
+    base: Option<&Tensor>,
+    shape: &[usize],
+    dim: usize,
+    index: &Tensor,
+    il: &Layout,
+    src: &Tensor,
+    skip: i32,
+) -> Result<Tensor> {
+    let dev = src.device();
+    let out = Tensor::empty(dev, op, shape, src.dtype)?;
+    let numel = out.numel();
+    let len = il.numel();
+    if numel == 0 {
+        return Ok(out);
+    }
+    let mut p = SegmentParams::zeroed();
+    p.len = len as u32;
+    p.numel = numel as u32;
+    p.skip = skip;
+    p.rank = shape.len() as u32;
+    p.dim = dim as u32;
+    p.idx_off = il.offset() as u32;
+    p.src_off = src.layout.offset() as u32;
+    p.ishape = pack_dims(il.shape());
+    p.si = pack_dims(il.strides());
+    p.ss = pack_dims(src.strides());
+    p.oshape = pack_dims(shape);
+    p.so = pack_dims(&contiguous_strides(shape));
+    if let Some(b) = base {
+        p.flags = 1;
+        p.base_off = b.layout.offset() as u32;
+        p.sb = pack_dims(b.strides());
+    }
+    let (c, dt) = (consts(), [src.dtype]);
+    let keys = Tensor::empty(dev, op, &[len.max(1)], DType::I32)?;
+    if len > 0 {
+        let bufs = [index.buffer(), keys.buffer()];
+        let params = bytemuck::bytes_of(&p);
+        dev.launch(op, &KEYS, &dt, &c, params, &bufs, groups(src, p.len)?)?;
+    }
+    // The bucket passes read the keys densely; the skip row is already out.
+    let mut bp = p;
+    bp.rows = numel as u32;
+    bp.idx_off = 0;
+    bp.idx_stride = 1;
+    bp.skip = -1;
+    let (starts, list) = buckets(op, src, &keys, &bp)?;
+    let base_buf = base.map_or(src.buffer(), |b| b.buffer());
+    let bufs = [
+        starts.buffer(),
+        list.buffer(),
+        src.buffer(),
+        out.buffer(),
+        base_buf,
+    ];
+    let params = bytemuck::bytes_of(&p);
+    dev.launch(op, &SCATTER, &dt, &c, params, &bufs, groups(src, p.numel)?)?;
     Ok(out)
 }
 
@@ -113,7 +217,7 @@ pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipe
 pub fn segment_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();
     for dt in [DType::F32, DType::F16] {
-        for k in [&COUNT, &SCAN, &FILL, &SORT, &SUM] {
+        for k in [&COUNT, &SCAN, &FILL, &SORT, &SUM, &KEYS, &SCATTER] {
             v.push(ShaderVariant::new(k, &[dt], &[("WG", WG as f64)]));
         }
     }
@@ -134,7 +238,17 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
             numel,
             inner,
             skip,
-            _pad
+            rank,
+            dim,
+            src_off,
+            base_off,
+            flags,
+            ishape,
+            si,
+            ss,
+            oshape,
+            so,
+            sb
         }
     )
 }

@@ -256,3 +256,80 @@ fn scatter_add_with_a_broadcast_index_matches_the_gather_form() {
     let gs = g.get(&src).unwrap().to_vec::<f32>().unwrap();
     assert!(gs.iter().all(|&x| x == 1.0));
 }
+
+/// A general index (each column its own) 700 long along the scattered dim takes the bucketed
+/// scatter: every output is bitwise the f32 sum of its src values in position order, then the
+/// base (the gather form's order), along dim 0 and through transposed views along dim 1; f16
+/// rounds once at the end; and gather's backward (the same scatter) sums in the same order.
+#[test]
+fn scatter_add_with_a_general_index_sums_in_position_order() {
+    let d = checked();
+    let (n, e, f) = (40usize, 700usize, 5usize);
+    let mut next = xorshift(4242);
+    let idx: Vec<i32> = (0..e * f).map(|_| (next() % n as u32) as i32).collect();
+    let vals: Vec<f32> = (0..e * f)
+        .map(|_| (next() % 2001) as f32 / 997.0 - 1.0)
+        .collect();
+    let basev: Vec<f32> = (0..n * f).map(|i| i as f32 * 0.01 - 0.3).collect();
+    // out[r, c] (row-major [n, f]) in f32, position order, then the base.
+    let sums = |vals: &[f32], basev: &[f32]| {
+        let mut acc = vec![0.0f32; n * f];
+        for j in 0..e {
+            for c in 0..f {
+                acc[idx[j * f + c] as usize * f + c] += vals[j * f + c];
+            }
+        }
+        for (a, b) in acc.iter_mut().zip(basev) {
+            *a += b;
+        }
+        acc
+    };
+    let want = sums(&vals, &basev);
+    let index = Tensor::from_slice(&d, &idx, &[e, f]).unwrap();
+    let src = Tensor::from_slice(&d, &vals, &[e, f]).unwrap();
+    let base = Tensor::from_slice(&d, &basev, &[n, f]).unwrap();
+    let got = base.scatter_add(0, &index, &src).unwrap();
+    let got = got.to_vec::<f32>().unwrap();
+    let same = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+    assert!(same(&got, &want), "dim 0");
+    // Dim 1 of the transposed views: out [f, n].
+    let t = |x: &Tensor| x.transpose(0, 1).unwrap();
+    let got_t = t(&base)
+        .contiguous()
+        .unwrap()
+        .scatter_add(1, &t(&index), &t(&src))
+        .unwrap();
+    let got_t = t(&got_t).contiguous().unwrap().to_vec::<f32>().unwrap();
+    assert!(same(&got_t, &want), "dim 1 of transposed views");
+    // f16: the f32 sum (with the base) rounded once.
+    if d.supports_f16() {
+        use wgtensor::f16;
+        let h = |v: &[f32]| v.iter().map(|&x| f16::from_f32(x)).collect::<Vec<_>>();
+        let (vh, bh) = (h(&vals), h(&basev));
+        let back = |v: &[f16]| v.iter().map(|x| x.to_f32()).collect::<Vec<_>>();
+        let want_h: Vec<f16> = sums(&back(&vh), &back(&bh))
+            .iter()
+            .map(|&x| f16::from_f32(x))
+            .collect();
+        let src_h = Tensor::from_slice(&d, &vh, &[e, f]).unwrap();
+        let base_h = Tensor::from_slice(&d, &bh, &[n, f]).unwrap();
+        let got_h = base_h.scatter_add(0, &index, &src_h).unwrap();
+        let got_h = got_h.to_vec::<f16>().unwrap();
+        assert!(got_h
+            .iter()
+            .zip(&want_h)
+            .all(|(x, y)| x.to_bits() == y.to_bits()));
+    }
+    // gather's backward: the output gradient scattered back in position order.
+    let x = Tensor::zeros(&d, &[n, f], DType::F32)
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let y = x.gather(0, &index).unwrap();
+    let grads = y.mul(&src).unwrap().sum_all().unwrap().backward().unwrap();
+    let gx = grads.get(&x).unwrap().to_vec::<f32>().unwrap();
+    assert!(
+        same(&gx, &sums(&vals, &vec![0.0; n * f])),
+        "gather backward"
+    );
+}
