@@ -170,6 +170,42 @@ fn conv_wg_splitk_f32() {
     }
 }
 
+/// A depthwise weight gradient over a long K on the GPU plan: its direct invocations (3 lines
+/// of 3 columns per channel) are far too few for the device however many channels, so K is
+/// split (the `gpu_plans` device's parallelism is the host's threads: 8 channels over K = 4096
+/// give 2 or more slices), and the slices' fixed-order sum matches the reference, run to run.
+#[test]
+fn gpu_depthwise_weight_gradient_splits_k() {
+    let g = ConvGeom {
+        n: 4,
+        c: 8,
+        h: 32,
+        w: 32,
+        o: 8,
+        kh: 3,
+        kw: 3,
+        groups: 8,
+        stride: [1, 1],
+        pad: [1, 1, 1, 1],
+        dil: [1, 1],
+    };
+    let pl = expected_plan(dev(), &g, Dir::Weight);
+    assert_eq!(pl.variant, ConvVariant::Direct, "{pl:?}");
+    assert!(pl.splits > 1, "{pl:?}");
+    for int in [false, true] {
+        let p = Problem {
+            g,
+            seed: 300,
+            int,
+            bias: false,
+            views: false,
+        };
+        check_split(dev(), &p, DType::F32, Dir::Weight, Activation::None)
+            .unwrap_or_else(|e| panic!("{g:?}: {e}"));
+    }
+    runs_agree(dev(), &g, Dir::Weight, DType::F32, 2);
+}
+
 /// GPUs' direct kernel for 8 to 31 rows per group over output lines of 8 columns or more
 /// (grouped convolutions such as 256 channels in 32 groups): forward and data gradient run
 /// `Direct` in 8-row blocks (ragged at 9 and 31 rows), strided too (the data gradient's

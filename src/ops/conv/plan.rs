@@ -152,11 +152,24 @@ fn plan_with(
         k_chunk: k as u32,
     };
     let (tm, tn) = pl.tile();
-    let tiles = m
-        .div_ceil(tm)
-        .saturating_mul(ncols.div_ceil(tn))
-        .saturating_mul(groups)
-        .max(1);
+    let tiles = if !caps.cpu && variant == ConvVariant::Direct {
+        // The direct kernel packs its invocations (row block, line, 8-column block of every
+        // group) densely into workgroups: count them in workgroups of 256 lanes, the unit of
+        // the target. A depthwise weight gradient (3 lines of 3 columns per channel) is 768
+        // invocations over 256 channels, 3 such workgroups, which its tile count took for 256.
+        let lines = ncols.checked_div(line).unwrap_or(1);
+        m.div_ceil(tm)
+            .saturating_mul(lines)
+            .saturating_mul(line.div_ceil(DIRECT_COLS))
+            .saturating_mul(groups)
+            .div_ceil(256)
+            .max(1)
+    } else {
+        m.div_ceil(tm)
+            .saturating_mul(ncols.div_ceil(tn))
+            .saturating_mul(groups)
+            .max(1)
+    };
     // CPU adapters: 64 tiles (measured on lavapipe); GPUs: the parallelism estimate, as GEMM.
     let target = if caps.cpu {
         64
@@ -288,6 +301,21 @@ mod plan_tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn gpu_depthwise_weight_gradients_split_by_invocations() {
+        let (gpu, lvp) = (Caps::test_gpu(), Caps::test_lavapipe(2));
+        // Depthwise 3x3 over 256 channels, N * OH * OW = 32 * 56 * 56: one row per group,
+        // lines of 3 columns; 768 invocations each walking K unsplit before.
+        let p = plan_with(&gpu, true, 1, 9, 100_352, 256, 3);
+        assert_eq!(p.variant, ConvVariant::Direct);
+        assert!(p.splits >= 64, "{p:?}");
+        assert!(p.k_chunk >= 256 && p.splits * p.k_chunk >= 100_352, "{p:?}");
+        // CPU adapters keep their tile count (256 tiles, no split).
+        assert_eq!(plan_with(&lvp, true, 1, 9, 100_352, 256, 3).splits, 1);
+        // A depthwise forward (K = 9) never splits.
+        assert_eq!(plan_with(&gpu, true, 1, 3136, 9, 256, 56).splits, 1);
     }
 
     #[test]
