@@ -1,7 +1,11 @@
 // softmax / log_softmax along one axis of a strided tensor, numerically stable: each row is
 // scanned for its max m, then s = sum exp(x - m), then y = exp(x - m) / s (or x - m - log s).
 // `softmax_rows`: one invocation per row (many short rows). `softmax_wg`: one workgroup per row
-// with workgroup-memory reductions (few long rows). Rows are read through the input's strides
+// with workgroup-memory reductions (few long rows). Fewer rows than a GPU has room for
+// (softmax over one 1M-long row) split each row into `segs` segments of `seg_len` values:
+// `softmax_part` leaves each segment's max m and sum of exp(x - m) in `parts` (2 f32 at
+// 2 (row segs + segment)), `softmax_split` merges its row's segments in order (rescaled to the
+// row max) and writes its segment. Rows are read through the input's strides
 // and written to the contiguous output at the row's own positions, so any axis works without a
 // copy. Needs lib/activation.wgsl (max_nan: a NaN in a row makes the whole row NaN, as in
 // PyTorch).
@@ -17,6 +21,11 @@ struct Params {
     // decode their coordinates from base + o, and the output index starts at out_off.
     base: u32,
     out_off: u32,
+    // The split entries: segments per row and values per segment.
+    segs: u32,
+    seg_len: u32,
+    pad0: u32,
+    pad1: u32,
     shape: array<vec4<u32>, 2>,
     strides: array<vec4<u32>, 2>,
     out_strides: array<vec4<u32>, 2>,
@@ -25,6 +34,7 @@ struct Params {
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<T>;
 @group(0) @binding(2) var<storage, read_write> y: array<T>;
+@group(0) @binding(3) var<storage, read_write> parts: array<f32>;
 
 // log_softmax instead of softmax.
 override LOG: bool = false;
@@ -135,6 +145,88 @@ fn softmax_wg(@builtin(workgroup_id) wid: vec3<u32>,
             if (p.len - r <= WG) {
                 break;
             }
+        }
+    }
+}
+
+// -inf by its bits (see lib/attention_common.wgsl's is_neg_inf: NaN-unaware compares).
+fn is_neg_inf(v: f32) -> bool {
+    return bitcast<u32>(v) == 0xff800000u;
+}
+
+// The split entries' (row, segment, first value, end of the segment).
+fn segment(wid: vec3<u32>, nwg: vec3<u32>) -> vec4<u32> {
+    let g = wid.x + wid.y * nwg.x;
+    let sg = g % p.segs;
+    let start = sg * p.seg_len;
+    return vec4<u32>(g / p.segs, sg, start, min(p.len, start + p.seg_len));
+}
+
+@compute @workgroup_size(WG)
+fn softmax_part(@builtin(workgroup_id) wid: vec3<u32>,
+                @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    let sgm = segment(wid, nwg);
+    let live = sgm.x < p.rows;
+    var b = vec2<u32>(0u, 0u);
+    if (live) {
+        b = row_bases(sgm.x);
+    }
+    var m = bitcast<f32>(0xff800000u | (p.rank & 0u));
+    if (live) {
+        for (var r = sgm.z + lid; r < sgm.w; r += WG) {
+            m = max_nan(m, f32(x[b.x + r * p.stride]));
+            if (sgm.w - r <= WG) {
+                break;
+            }
+        }
+    }
+    red[lid] = m;
+    m = reduce_red(lid, true);
+    var s = 0.0;
+    // A segment of -inf adds nothing (exp(-inf - -inf) would be NaN).
+    if (live && !is_neg_inf(m)) {
+        for (var r = sgm.z + lid; r < sgm.w; r += WG) {
+            s += exp(f32(x[b.x + r * p.stride]) - m);
+            if (sgm.w - r <= WG) {
+                break;
+            }
+        }
+    }
+    red[lid] = s;
+    s = reduce_red(lid, false);
+    if (live && lid == 0u) {
+        let at = 2u * (sgm.x * p.segs + sgm.y);
+        parts[at] = m;
+        parts[at + 1u] = s;
+    }
+}
+
+@compute @workgroup_size(WG)
+fn softmax_split(@builtin(workgroup_id) wid: vec3<u32>,
+                 @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+    let sgm = segment(wid, nwg);
+    if (sgm.x >= p.rows) {
+        return;
+    }
+    let first = 2u * sgm.x * p.segs;
+    var m = bitcast<f32>(0xff800000u | (p.rank & 0u));
+    for (var t = 0u; t < p.segs; t++) {
+        m = max_nan(m, parts[first + 2u * t]);
+    }
+    var s = 0.0;
+    for (var t = 0u; t < p.segs; t++) {
+        let mt = parts[first + 2u * t];
+        if (!is_neg_inf(mt)) {
+            s += parts[first + 2u * t + 1u] * exp(mt - m);
+        }
+    }
+    let b = row_bases(sgm.x);
+    for (var r = sgm.z + lid; r < sgm.w; r += WG) {
+        y[b.y + r * p.out_stride] = finish(f32(x[b.x + r * p.stride]), m, s);
+        if (sgm.w - r <= WG) {
+            break;
         }
     }
 }

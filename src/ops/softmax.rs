@@ -1,7 +1,8 @@
 //! softmax and log_softmax along one axis (shaders/softmax.wgsl), PyTorch's `softmax(x, dim)`
 //! and `log_softmax(x, dim)`: numerically stable (the row max is subtracted first), any axis of
 //! any strided view read in place, one pass per row where the row fits one invocation's loop
-//! or one workgroup per row for few long rows; f16 computes in f32.
+//! or one workgroup per row for few long rows (on GPUs, rows too few to fill the device are
+//! split into segments whose partial max and sum merge in order); f16 computes in f32.
 
 use bytemuck::{Pod, Zeroable};
 
@@ -30,6 +31,29 @@ static WORKGROUP: Kernel = Kernel::new(
 )
 .libs(&[&ACTIVATION]);
 
+/// Few long rows split into segments (GPUs): each segment's max and sum, then each segment
+/// written from its row's merged partials.
+static PART: Kernel = Kernel::new(
+    "softmax",
+    SRC,
+    "softmax_part",
+    &[Access::Read, Access::ReadWrite],
+)
+.slots(&[1, 3])
+.libs(&[&ACTIVATION]);
+static SPLIT: Kernel = Kernel::new(
+    "softmax",
+    SRC,
+    "softmax_split",
+    &[Access::Read, Access::ReadWrite, Access::ReadWrite],
+)
+.libs(&[&ACTIVATION]);
+
+/// The fewest values a segment of a split row holds (16 per lane).
+const MIN_SEG: usize = 16 * WG as usize;
+/// The most segments a row is split into (the second pass merges them serially).
+const MAX_SEGS: usize = 64;
+
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 struct SoftmaxParams {
@@ -41,6 +65,10 @@ struct SoftmaxParams {
     out_stride: u32,
     base: u32,
     out_off: u32,
+    segs: u32,
+    seg_len: u32,
+    pad0: u32,
+    pad1: u32,
     shape: [u32; MAX_RANK],
     strides: [u32; MAX_RANK],
     out_strides: [u32; MAX_RANK],
@@ -53,6 +81,22 @@ struct SoftmaxParams {
 /// occupy a few percent of the device's lanes.
 fn use_workgroup_variant(caps: &crate::Caps, rows: usize, len: usize, stride: usize) -> bool {
     len > 256 && (rows < 1024 || (!caps.cpu && stride == 1))
+}
+
+/// Segments and values per segment when rows are too few for a workgroup each to fill a GPU
+/// (fewer than two 64-lane workgroups per estimated slot of 256 lanes) and long: at least
+/// [`MIN_SEG`] values a segment, at most [`MAX_SEGS`]. CPU adapters never split.
+fn split_rows(caps: &crate::Caps, rows: usize, len: usize) -> Option<(u32, u32)> {
+    if caps.cpu {
+        return None;
+    }
+    let want = caps.parallelism.max(1) * 2 * 256 / WG as usize;
+    let segs = want.div_ceil(rows.max(1)).min(len / MIN_SEG).min(MAX_SEGS);
+    if rows >= want || segs < 2 {
+        return None;
+    }
+    let seg_len = len.div_ceil(segs);
+    Some((len.div_ceil(seg_len) as u32, seg_len as u32))
 }
 
 /// The recorded forward: softmax's backward is `y * (g - sum(g * y))` and log_softmax's
@@ -131,6 +175,10 @@ fn run_untracked(op: &'static str, x: &Tensor, dim: isize, log: bool) -> Result<
         out_stride: out_stride as u32,
         base: 0,
         out_off: 0,
+        segs: 1,
+        seg_len: len as u32,
+        pad0: 0,
+        pad1: 0,
         shape: pack_dims(outer.shape()),
         strides: pack_dims(outer.strides()),
         out_strides: pack_dims(&out_strides),
@@ -157,6 +205,26 @@ fn run_untracked(op: &'static str, x: &Tensor, dim: isize, log: bool) -> Result<
     };
     let limit = dev.max_binding_bytes();
     if x.buffer().size() <= limit && out.buffer().size() <= limit {
+        if let Some((segs, seg_len)) = split_rows(dev.caps(), rows, len) {
+            let parts =
+                crate::runtime::Storage::scratch(dev, op, rows as u64 * u64::from(segs) * 8)?;
+            let p = SoftmaxParams {
+                segs,
+                seg_len,
+                ..params
+            };
+            let bytes = bytemuck::bytes_of(&p);
+            let grid = dev.grid_1d(op, rows as u64 * u64::from(segs))?;
+            let binds = [Bind::whole(x.buffer()), Bind::whole(parts.buffer())];
+            dev.launch_binds(op, &PART, &dts, &consts, bytes, &binds, grid)?;
+            let binds = [
+                Bind::whole(x.buffer()),
+                Bind::whole(out.buffer()),
+                Bind::whole(parts.buffer()),
+            ];
+            dev.launch_binds(op, &SPLIT, &dts, &consts, bytes, &binds, grid)?;
+            return Ok(out);
+        }
         let binds = [Bind::whole(x.buffer()), Bind::whole(out.buffer())];
         return launch(&params, &binds, rows as u64).map(|()| out);
     }
@@ -229,7 +297,7 @@ pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipe
 #[doc(hidden)]
 pub fn softmax_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();
-    for k in [&ROWS, &WORKGROUP] {
+    for k in [&ROWS, &WORKGROUP, &PART, &SPLIT] {
         for dt in [DType::F32, DType::F16] {
             for log in [0.0, 1.0] {
                 v.push(ShaderVariant::new(
@@ -258,6 +326,10 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
             out_stride,
             base,
             out_off,
+            segs,
+            seg_len,
+            pad0,
+            pad1,
             shape,
             strides,
             out_strides
@@ -282,5 +354,21 @@ mod plan_tests {
         // Few long rows: a workgroup each everywhere.
         assert!(use_workgroup_variant(&gpu, 10, 5000, 7));
         assert!(use_workgroup_variant(&lvp, 10, 5000, 1));
+    }
+
+    #[test]
+    fn few_long_rows_split_on_gpus() {
+        let (gpu, lvp) = (Caps::test_gpu(), Caps::test_lavapipe(2));
+        // One row of 2^20 values: up to MAX_SEGS segments of at least MIN_SEG.
+        let (segs, seg_len) = split_rows(&gpu, 1, 1 << 20).expect("split");
+        assert_eq!(segs as usize, MAX_SEGS);
+        assert!(seg_len as usize >= MIN_SEG && segs * seg_len >= 1 << 20);
+        assert_eq!(split_rows(&lvp, 1, 1 << 20), None);
+        // Many rows, or rows too short to cut: no split.
+        assert_eq!(split_rows(&gpu, 8192, 50257), None);
+        assert_eq!(split_rows(&gpu, 1, 1500), None);
+        // Ragged: the segments cover the row exactly once.
+        let (segs, seg_len) = split_rows(&gpu, 3, 70_001).expect("split");
+        assert!((segs - 1) * seg_len < 70_001 && segs * seg_len >= 70_001);
     }
 }

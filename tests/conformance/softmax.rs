@@ -133,6 +133,68 @@ fn softmax_many_long_rows_gpu_plans_f32() {
     });
 }
 
+/// Few long rows, which the GPU plan splits into segments (forced with `gpu_plans`: its
+/// parallelism is the host's threads, so 1-3 rows of 4k-70k values take 2 or more segments),
+/// along the last axis or a strided leading one.
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn softmax_split_rows_gpu_plans_f32() {
+    let dev = crate::common::gpu_plans_device();
+    let shapes = prop_oneof![
+        (1usize..=3, 4096usize..=70_000).prop_map(|(o, r)| (vec![o, r], 1)),
+        (4096usize..=30_000, 1usize..=2).prop_map(|(r, i)| (vec![r, i], 0)),
+    ]
+    .boxed();
+    run_async(6, problem(DType::F32, shapes), async |p| {
+        check_softmax_on(dev, p).await
+    });
+}
+
+/// The split plan against the reference on rows that punish a wrong merge: values climbing
+/// from -60 to 60 (each segment's max differs, so every partial sum must be rescaled to the row
+/// max), a row whose first 3/4 is -inf (masked segments add nothing), a row with one NaN (the
+/// whole row NaN) and a row of -inf (NaN, as PyTorch), for softmax and log_softmax.
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn softmax_split_rows_merge_exactly() {
+    let dev = crate::common::gpu_plans_device();
+    let len = 20_000usize;
+    let mut v = Vec::with_capacity(4 * len);
+    v.extend((0..len).map(|i| -60.0 + 120.0 * i as f32 / len as f32));
+    v.extend((0..len).map(|i| {
+        if i < 3 * len / 4 {
+            f32::NEG_INFINITY
+        } else {
+            (i % 7) as f32
+        }
+    }));
+    v.extend((0..len).map(|i| if i == len - 3 { f32::NAN } else { 1.0 }));
+    v.extend((0..len).map(|_| f32::NEG_INFINITY));
+    let x = wgtensor::Tensor::from_slice(dev, &v, &[4, len]).unwrap();
+    for log in [false, true] {
+        let y = if log { x.log_softmax(1) } else { x.softmax(1) };
+        let got = crate::common::download(&y.unwrap()).unwrap();
+        for r in 0..4 {
+            let row: Vec<f64> = v[r * len..(r + 1) * len]
+                .iter()
+                .map(|&a| f64::from(a))
+                .collect();
+            let (want, _) = reference::softmax(&row, &[len], 0, log);
+            for i in 0..len {
+                let (g, w) = (got[r * len + i], want[i]);
+                let ok = if w.is_nan() {
+                    g.is_nan()
+                } else if w.is_infinite() {
+                    g == w
+                } else {
+                    (g - w).abs() <= 1e-4 * w.abs().max(if log { 1.0 } else { 1e-30 })
+                };
+                assert!(ok, "log {log} row {r} [{i}]: got {g}, want {w}");
+            }
+        }
+    }
+}
+
 /// Large logits do not overflow, a NaN makes its row NaN, and rank 0 and empty tensors work as
 /// in PyTorch.
 #[test]
