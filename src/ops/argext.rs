@@ -140,37 +140,30 @@ fn index_along(x: &Tensor, op: &'static str, code: u32, dim: usize) -> Result<Te
         _ => (&ROWS, (n_out as u64 * u64::from(segs)).div_ceil(WG as u64)),
     };
     let grid = dev.grid_1d(op, groups)?;
-    if segs == 1 {
-        let bytes = bytemuck::bytes_of(&p);
-        dev.launch(
+    // Split rows leave each segment's candidate index, then one pass merges them in segment
+    // order. The plans keep n_out * segs within a few workgroups per estimated slot: far
+    // below one binding.
+    let parts = if segs > 1 {
+        Some(Tensor::empty(
+            dev,
             op,
-            kernel,
-            &dts,
-            &consts,
-            bytes,
-            &[x.buffer(), out.buffer()],
-            grid,
-        )?;
-        return Ok(out);
-    }
-    // Each segment's candidate index, then one pass merging them in segment order. The plans
-    // keep n_out * segs within a few workgroups per estimated slot: far below one binding.
-    let parts = Tensor::empty(dev, op, &[n_out * segs as usize], DType::I32)?;
+            &[n_out * segs as usize],
+            DType::I32,
+        )?)
+    } else {
+        None
+    };
     p.segs = segs;
     p.seg_len = seg_len;
     let bytes = bytemuck::bytes_of(&p);
-    dev.launch(
-        op,
-        kernel,
-        &dts,
-        &consts,
-        bytes,
-        &[x.buffer(), parts.buffer()],
-        grid,
-    )?;
-    let grid = dev.grid_1d(op, (n_out as u64).div_ceil(WG as u64))?;
-    let bufs = [x.buffer(), parts.buffer(), out.buffer()];
-    dev.launch(op, &PARTS, &dts, &consts, bytes, &bufs, grid)?;
+    let first = parts.as_ref().unwrap_or(&out);
+    let bufs = [x.buffer(), first.buffer()];
+    dev.launch(op, kernel, &dts, &consts, bytes, &bufs, grid)?;
+    if let Some(parts) = &parts {
+        let grid = dev.grid_1d(op, (n_out as u64).div_ceil(WG as u64))?;
+        let bufs = [x.buffer(), parts.buffer(), out.buffer()];
+        dev.launch(op, &PARTS, &dts, &consts, bytes, &bufs, grid)?;
+    }
     Ok(out)
 }
 
