@@ -116,6 +116,104 @@ fn seg_scan(@builtin(local_invocation_index) lid: u32) {
     }
 }
 
+// Long count arrays (a general scatter buckets by output element: millions of rows) scan in
+// three passes over blocks of SCAN_BLOCK counts instead of one workgroup walking them all:
+// `seg_scan_sums` leaves each block's total after the starts (at starts[rows + 1 + b]),
+// `seg_scan_top` turns those totals into the blocks' starts with seg_scan's method, and
+// `seg_scan_apply` writes each block's starts (lane chunks of 16 scanned in workgroup memory)
+// and resets the cursors to them.
+const SCAN_BLOCK: u32 = 4096u;
+const SCAN_CHUNK: u32 = 16u;
+
+@compute @workgroup_size(SCAN_WG)
+fn seg_scan_sums(@builtin(workgroup_id) wid: vec3<u32>,
+                 @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+    let b = wid.x + wid.y * nwg.x;
+    let lo = min(b * SCAN_BLOCK + lid * SCAN_CHUNK, p.rows);
+    let hi = min(lo + SCAN_CHUNK, p.rows);
+    var s = 0u;
+    for (var v = lo; v < hi; v++) {
+        s += atomicLoad(&cursor[v]);
+    }
+    part[lid] = s;
+    workgroupBarrier();
+    for (var w = SCAN_WG / 2u; w > 0u; w = w / 2u) {
+        if (lid < w) {
+            part[lid] += part[lid + w];
+        }
+        workgroupBarrier();
+    }
+    if (lid == 0u && b * SCAN_BLOCK < p.rows) {
+        starts[p.rows + 1u + b] = part[0];
+    }
+}
+
+@compute @workgroup_size(SCAN_WG)
+fn seg_scan_top(@builtin(local_invocation_index) lid: u32) {
+    let blocks = (p.rows + SCAN_BLOCK - 1u) / SCAN_BLOCK;
+    let first = p.rows + 1u;
+    let chunk = (blocks + SCAN_WG - 1u) / SCAN_WG;
+    let lo = min(lid * chunk, blocks);
+    let hi = min(lo + chunk, blocks);
+    var s = 0u;
+    for (var b = lo; b < hi; b++) {
+        s += starts[first + b];
+    }
+    part[lid] = s;
+    workgroupBarrier();
+    if (lid == 0u) {
+        var acc = 0u;
+        for (var t = 0u; t < SCAN_WG; t++) {
+            let x = part[t];
+            part[t] = acc;
+            acc += x;
+        }
+        starts[p.rows] = acc;
+    }
+    workgroupBarrier();
+    var acc = part[lid];
+    for (var b = lo; b < hi; b++) {
+        let c = starts[first + b];
+        starts[first + b] = acc;
+        acc += c;
+    }
+}
+
+@compute @workgroup_size(SCAN_WG)
+fn seg_scan_apply(@builtin(workgroup_id) wid: vec3<u32>,
+                  @builtin(num_workgroups) nwg: vec3<u32>,
+                  @builtin(local_invocation_index) lid: u32) {
+    let b = wid.x + wid.y * nwg.x;
+    let lo = min(b * SCAN_BLOCK + lid * SCAN_CHUNK, p.rows);
+    let hi = min(lo + SCAN_CHUNK, p.rows);
+    var s = 0u;
+    for (var v = lo; v < hi; v++) {
+        s += atomicLoad(&cursor[v]);
+    }
+    part[lid] = s;
+    workgroupBarrier();
+    if (lid == 0u) {
+        var acc = 0u;
+        for (var t = 0u; t < SCAN_WG; t++) {
+            let x = part[t];
+            part[t] = acc;
+            acc += x;
+        }
+    }
+    workgroupBarrier();
+    if (b * SCAN_BLOCK >= p.rows) {
+        return;
+    }
+    var acc = starts[p.rows + 1u + b] + part[lid];
+    for (var v = lo; v < hi; v++) {
+        let c = atomicLoad(&cursor[v]);
+        starts[v] = acc;
+        atomicStore(&cursor[v], acc);
+        acc += c;
+    }
+}
+
 @compute @workgroup_size(WG)
 fn seg_fill(@builtin(workgroup_id) wid: vec3<u32>,
             @builtin(num_workgroups) nwg: vec3<u32>,

@@ -334,7 +334,11 @@ fn scatter_add_forward(
     let dev = src.device();
     let len = il.shape().get(dim).copied().unwrap_or(1);
     let numel: usize = shape.iter().product();
-    if len >= SCATTER_ROWS_MIN_LEN && numel > 0 && crate::ops::segment::scatter_fits(dev, numel) {
+    let rows = shape.get(dim).copied().unwrap_or(1);
+    if len >= SCATTER_ROWS_MIN_LEN
+        && numel > 0
+        && crate::ops::segment::scatter_fits(dev, numel, il.numel(), rows)
+    {
         let out = crate::ops::segment::scatter_add(op, base, shape, dim, index, il, src, skip)?;
         return Ok(out);
     }

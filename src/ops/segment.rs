@@ -17,6 +17,14 @@ const SRC: &str = include_str!("../../shaders/segment.wgsl");
 use Access::{Read as R, ReadWrite as RW};
 static COUNT: Kernel = Kernel::new("segment", SRC, "seg_count", &[R, RW]).slots(&[1, 2]);
 static SCAN: Kernel = Kernel::new("segment", SRC, "seg_scan", &[RW, RW]).slots(&[2, 3]);
+static SCAN_SUMS: Kernel = Kernel::new("segment", SRC, "seg_scan_sums", &[RW, RW]).slots(&[2, 3]);
+static SCAN_TOP: Kernel = Kernel::new("segment", SRC, "seg_scan_top", &[RW, RW]).slots(&[2, 3]);
+static SCAN_APPLY: Kernel = Kernel::new("segment", SRC, "seg_scan_apply", &[RW, RW]).slots(&[2, 3]);
+/// Counts per block of the multi-pass scan (the shader's `SCAN_BLOCK`).
+const SCAN_BLOCK: usize = 4096;
+/// Rows from which the counts scan in blocks: one workgroup of 256 lanes would walk more than
+/// 64 counts a lane, serially.
+const BLOCK_SCAN_ROWS: usize = 64 * 256;
 static FILL: Kernel = Kernel::new("segment", SRC, "seg_fill", &[R, RW, RW]).slots(&[1, 2, 4]);
 static SORT: Kernel = Kernel::new("segment", SRC, "seg_sort", &[RW, RW]).slots(&[3, 4]);
 static SUM: Kernel = Kernel::new("segment", SRC, "seg_sum", &[RW, RW, R, RW]).slots(&[3, 4, 5, 6]);
@@ -111,7 +119,13 @@ fn buckets(
     let dev = like.device();
     let (rows, len) = (p.rows as usize, p.len as usize);
     let counts = Tensor::zeros(dev, &[rows + 1], DType::I32)?;
-    let starts = Tensor::empty(dev, op, &[rows + 1], DType::I32)?;
+    let blocks = if rows > BLOCK_SCAN_ROWS {
+        rows.div_ceil(SCAN_BLOCK)
+    } else {
+        0
+    };
+    // The block scan keeps its block totals after the starts.
+    let starts = Tensor::empty(dev, op, &[rows + 1 + blocks], DType::I32)?;
     let list = Tensor::empty(dev, op, &[len.max(1)], DType::I32)?;
     let params = bytemuck::bytes_of(p);
     let (c, dt) = (consts(), [like.dtype]);
@@ -120,7 +134,14 @@ fn buckets(
         dev.launch(op, &COUNT, &dt, &c, params, &bufs, groups(like, p.len)?)?;
     }
     let bufs = [counts.buffer(), starts.buffer()];
-    dev.launch(op, &SCAN, &dt, &c, params, &bufs, [1, 1, 1])?;
+    if blocks > 0 {
+        let grid = dev.grid_1d(op, blocks as u64)?;
+        dev.launch(op, &SCAN_SUMS, &dt, &c, params, &bufs, grid)?;
+        dev.launch(op, &SCAN_TOP, &dt, &c, params, &bufs, [1, 1, 1])?;
+        dev.launch(op, &SCAN_APPLY, &dt, &c, params, &bufs, grid)?;
+    } else {
+        dev.launch(op, &SCAN, &dt, &c, params, &bufs, [1, 1, 1])?;
+    }
     if len > 0 {
         let bufs = [keys.buffer(), counts.buffer(), list.buffer()];
         dev.launch(op, &FILL, &dt, &c, params, &bufs, groups(like, p.len)?)?;
@@ -130,10 +151,26 @@ fn buckets(
     Ok((starts, list))
 }
 
-/// Whether [`scatter_add`] can bucket an output of `numel` elements: its bucket starts and
-/// counts (4 bytes per element) must each fit one binding.
-pub(crate) fn scatter_fits(dev: &crate::Device, numel: usize) -> bool {
-    (numel as u64 + 1) * 4 <= dev.max_binding_bytes()
+/// Whether [`scatter_add`] should bucket an output of `numel` elements from an index of
+/// `index_numel` elements and `rows` rows along the scattered dim (the output's extent there),
+/// and can. The gather form costs each output inside the index's region a scan of the index
+/// along the dim: `rows * index_numel` steps in all, plus one per output; the buckets cost a
+/// few passes over the index and the output. Bucketing wins when the scans outweigh those
+/// passes several times over (a sparse scatter into a large output keeps the gather form,
+/// whose outputs outside the index's region cost one copy). Its buffers must fit one binding
+/// each: the counts and starts (4 bytes per output) and the keys and lists (4 per index
+/// element).
+pub(crate) fn scatter_fits(
+    dev: &crate::Device,
+    numel: usize,
+    index_numel: usize,
+    rows: usize,
+) -> bool {
+    let limit = dev.max_binding_bytes();
+    let (n, l) = (numel as u64, index_numel as u64);
+    let fits = (n + 2 + n.div_ceil(SCAN_BLOCK as u64)) * 4 <= limit && l.max(1) * 4 <= limit;
+    let worth = (rows as u64).saturating_mul(l) >= 8 * (n + l);
+    fits && worth
 }
 
 /// `out[c] = base[c] + sum of src[e] over index elements e (read through `il`, row-major over
@@ -217,7 +254,18 @@ pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipe
 pub fn segment_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();
     for dt in [DType::F32, DType::F16] {
-        for k in [&COUNT, &SCAN, &FILL, &SORT, &SUM, &KEYS, &SCATTER] {
+        for k in [
+            &COUNT,
+            &SCAN,
+            &SCAN_SUMS,
+            &SCAN_TOP,
+            &SCAN_APPLY,
+            &FILL,
+            &SORT,
+            &SUM,
+            &KEYS,
+            &SCATTER,
+        ] {
             v.push(ShaderVariant::new(k, &[dt], &[("WG", WG as f64)]));
         }
     }

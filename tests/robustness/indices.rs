@@ -333,3 +333,75 @@ fn scatter_add_with_a_general_index_sums_in_position_order() {
         "gather backward"
     );
 }
+
+/// Bucketing over more than 16k rows scans the counts in blocks of 4096 (three passes, the
+/// block totals scanned in between): an embedding backward over a 30k vocabulary and a general
+/// scatter_add into 200 x 100 outputs are still bitwise the host's position-order sums, the
+/// block boundaries (every 4096th row) included.
+#[test]
+fn bucket_scans_past_one_workgroup_keep_position_order() {
+    let d = checked();
+    let (v, l) = (30_000usize, 6_000usize);
+    let mut next = xorshift(99);
+    // Ids cluster around block boundaries as well as spreading over the vocabulary.
+    let ids_v: Vec<i32> = (0..l)
+        .map(|j| {
+            let r = next();
+            if j % 3 == 0 {
+                ((r % 7) as usize * 4096 + (r as usize / 7) % 3).min(v - 1) as i32
+            } else {
+                (r % v as u32) as i32
+            }
+        })
+        .collect();
+    let g: Vec<f32> = (0..l * 2)
+        .map(|_| (next() % 2001) as f32 / 997.0 - 1.0)
+        .collect();
+    let w = Tensor::zeros(&d, &[v, 2], DType::F32)
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let gt = Tensor::from_slice(&d, &g, &[l, 2]).unwrap();
+    let y = embedding(&ids(&d, &ids_v), &w, None).unwrap();
+    let grads = y.mul(&gt).unwrap().sum_all().unwrap().backward().unwrap();
+    let got = grads.get(&w).unwrap().to_vec::<f32>().unwrap();
+    let mut want = vec![0.0f32; v * 2];
+    for (j, &id) in ids_v.iter().enumerate() {
+        for c in 0..2 {
+            want[id as usize * 2 + c] += g[j * 2 + c];
+        }
+    }
+    assert!(
+        got.iter()
+            .zip(&want)
+            .all(|(a, b)| a.to_bits() == b.to_bits()),
+        "embedding"
+    );
+
+    let (n, e, f) = (200usize, 300usize, 100usize);
+    let idx: Vec<i32> = (0..e * f).map(|_| (next() % n as u32) as i32).collect();
+    let vals: Vec<f32> = (0..e * f)
+        .map(|_| (next() % 2001) as f32 / 997.0 - 1.0)
+        .collect();
+    let index = Tensor::from_slice(&d, &idx, &[e, f]).unwrap();
+    let src = Tensor::from_slice(&d, &vals, &[e, f]).unwrap();
+    let base = Tensor::zeros(&d, &[n, f], DType::F32).unwrap();
+    let got = base.scatter_add(0, &index, &src).unwrap();
+    let got = got.to_vec::<f32>().unwrap();
+    let mut want = vec![0.0f32; n * f];
+    for j in 0..e {
+        for c in 0..f {
+            want[idx[j * f + c] as usize * f + c] += vals[j * f + c];
+        }
+    }
+    // The base (zeros) comes last, as in the kernel: a sum of -0.0 becomes +0.0.
+    for w in want.iter_mut() {
+        *w += 0.0;
+    }
+    assert!(
+        got.iter()
+            .zip(&want)
+            .all(|(a, b)| a.to_bits() == b.to_bits()),
+        "scatter_add"
+    );
+}
