@@ -194,6 +194,40 @@ def main():
 
     case("gpu/sync_op")(sync_op)
 
+    # The split plans (rows too few to fill a GPU) and the general scatter_add.
+    vocab = [s(64), s(151936)]
+    case("gpu/argmax_vocab", nbytes=4.0 * vocab[0] * vocab[1])(
+        lambda: (lambda x: lambda: x.argmax(-1))(rand(*vocab))
+    )
+    row = s(1 << 24)
+    case("gpu/softmax_row_2e24", nbytes=8.0 * row)(
+        lambda: (lambda x: lambda: torch.softmax(x, -1))(rand(1, row))
+    )
+    gn = [1, 512, s(64), s(64)]
+    gn_n = gn[1] * gn[2] * gn[3]
+
+    def group_norm():
+        x, w, b = rand(*gn), rand(512), rand(512)
+        return lambda: F.group_norm(x, 32, w, b, 1e-5)
+
+    case("gpu/group_norm_1img", nbytes=8.0 * gn_n)(group_norm)
+
+    def dw_wgrad():
+        x = rand(*cxg)
+        dy = rand(*cxg)
+        return lambda: torch.nn.grad.conv2d_weight(x, (256, 1, 3, 3), dy, padding=1, groups=256)
+
+    case("gpu/conv2d_depthwise_wgrad", conv_flops(cxg, 256, 256))(dw_wgrad)
+    sm, sn, nodes = s(1 << 20), 64, s(1 << 16)
+
+    def scatter():
+        i = torch.arange(sm * sn, device=dev, dtype=torch.int64)
+        idx = ((i * 2654435761) % nodes).reshape(sm, sn)
+        src, base = rand(sm, sn), torch.zeros(nodes, sn, device=dev)
+        return lambda: base.scatter_add(0, idx, src)
+
+    case("gpu/scatter_add_general", nbytes=4.0 * (2 * sm * sn + nodes * sn))(scatter)
+
     wanted = args.names
     for cname, setup, flops, nbytes in cases:
         if wanted and not any(cname == w or cname.startswith(w) for w in wanted):

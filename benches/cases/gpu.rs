@@ -106,6 +106,68 @@ fn coop_gemm_run(_: &Device, n: usize) -> wgtensor::Result<Run> {
     }))
 }
 
+/// Greedy decoding's argmax over a 150k vocabulary for 64 rows (one workgroup per row would
+/// leave most of a GPU idle: the plan splits each row into segments).
+const VOCAB: [usize; 2] = [64, 151_936];
+/// softmax over one row of 2^24 values (split into segments on a GPU).
+const SOFTMAX_ROW: usize = 1 << 24;
+/// Group norm of one image as a diffusion UNet runs it: 512 channels of 64 x 64 in 32 groups
+/// (32 rows of 64k values: split into segments on a GPU).
+const GROUP_NORM: [usize; 4] = [1, 512, 64, 64];
+/// A scatter_add with a per-column index: 2^20 x 64 messages into 2^16 x 64 nodes along dim 0.
+const SCATTER_SRC: [usize; 2] = [1 << 20, 64];
+const SCATTER_NODES: usize = 1 << 16;
+
+fn argmax_run(dev: &Device) -> wgtensor::Result<Run> {
+    let x = tensor(dev, &VOCAB, DType::F32, 1)?;
+    dev.sync()?;
+    Ok(Box::new(move || x.argmax(-1, false).map(drop)))
+}
+
+fn softmax_row_run(dev: &Device) -> wgtensor::Result<Run> {
+    let x = tensor(dev, &[1, SOFTMAX_ROW], DType::F32, 1)?;
+    dev.sync()?;
+    Ok(Box::new(move || x.softmax(-1).map(drop)))
+}
+
+fn group_norm_run(dev: &Device) -> wgtensor::Result<Run> {
+    let x = tensor(dev, &GROUP_NORM, DType::F32, 1)?;
+    let w = tensor(dev, &[GROUP_NORM[1]], DType::F32, 2)?;
+    let b = tensor(dev, &[GROUP_NORM[1]], DType::F32, 3)?;
+    dev.sync()?;
+    Ok(Box::new(move || {
+        wgtensor::ops::group_norm(&x, 32, Some(&w), Some(&b), 1e-5).map(drop)
+    }))
+}
+
+/// The depthwise weight gradient of `gpu/conv2d_depthwise` (K = N OH OW = 100352 per weight).
+fn depthwise_wgrad_run(dev: &Device) -> wgtensor::Result<Run> {
+    use wgtensor::ops::{conv2d_backward_weight, Conv2dOptions, Padding};
+    let dy = tensor(dev, &CONV_XG, DType::F32, 4)?;
+    let x = tensor(dev, &CONV_XG, DType::F32, 1)?;
+    let o = Conv2dOptions {
+        padding: Padding::uniform(1),
+        groups: CONV_XG[1],
+        ..Default::default()
+    };
+    dev.sync()?;
+    Ok(Box::new(move || {
+        conv2d_backward_weight(&dy, &x, [3, 3], &o).map(drop)
+    }))
+}
+
+fn scatter_run(dev: &Device) -> wgtensor::Result<Run> {
+    let n: usize = SCATTER_SRC.iter().product();
+    let ids: Vec<i32> = (0..n)
+        .map(|i| ((i as u64 * 2_654_435_761) % SCATTER_NODES as u64) as i32)
+        .collect();
+    let idx = Tensor::from_slice(dev, &ids, &SCATTER_SRC)?;
+    let src = tensor(dev, &SCATTER_SRC, DType::F32, 2)?;
+    let base = Tensor::zeros(dev, &[SCATTER_NODES, SCATTER_SRC[1]], DType::F32)?;
+    dev.sync()?;
+    Ok(Box::new(move || base.scatter_add(0, &idx, &src).map(drop)))
+}
+
 /// One small op and a sync: the round trip a synced single op costs.
 fn sync_op_run(dev: &Device) -> wgtensor::Result<Run> {
     let x = tensor(dev, &[1 << 20], DType::F32, 1)?;
@@ -201,5 +263,14 @@ pub fn cases() -> Vec<Case> {
         })
         .flops(rnn_flops_of(rnn(10), 4)),
         Case::new("gpu/sync_op", sync_op_run),
+        // The split plans for rows too few to fill a GPU, and the bucketed scatter.
+        Case::new("gpu/argmax_vocab", argmax_run).bytes(f32b(numel(&VOCAB))),
+        Case::new("gpu/softmax_row_2e24", softmax_row_run).bytes(f32b(2.0 * SOFTMAX_ROW as f64)),
+        Case::new("gpu/group_norm_1img", group_norm_run).bytes(f32b(2.0 * numel(&GROUP_NORM))),
+        Case::new("gpu/conv2d_depthwise_wgrad", depthwise_wgrad_run)
+            .flops(conv2d_flops_of(CONV_XG, 256)),
+        Case::new("gpu/scatter_add_general", scatter_run).bytes(f32b(
+            2.0 * numel(&SCATTER_SRC) + numel(&[SCATTER_NODES, SCATTER_SRC[1]]),
+        )),
     ]
 }
