@@ -151,6 +151,10 @@ fn buckets(
     Ok((starts, list))
 }
 
+/// The fewest gather-form steps worth the buckets' seven dispatches (below it the gather form
+/// finishes in about the time those dispatches take to launch).
+const MIN_SCATTER_SCANS: u64 = 1 << 20;
+
 /// Whether [`scatter_add`] should bucket an output of `numel` elements from an index of
 /// `index_numel` elements and `rows` rows along the scattered dim (the output's extent there),
 /// and can. The gather form costs each output inside the index's region a scan of the index
@@ -169,7 +173,8 @@ pub(crate) fn scatter_fits(
     let limit = dev.max_binding_bytes();
     let (n, l) = (numel as u64, index_numel as u64);
     let fits = (n + 2 + n.div_ceil(SCAN_BLOCK as u64)) * 4 <= limit && l.max(1) * 4 <= limit;
-    let worth = (rows as u64).saturating_mul(l) >= 8 * (n + l);
+    let scans = (rows as u64).saturating_mul(l);
+    let worth = scans >= 8 * (n + l) && scans >= MIN_SCATTER_SCANS;
     fits && worth
 }
 
