@@ -11,7 +11,7 @@ use bytemuck::{Pod, Zeroable};
 
 use crate::autograd::{record, BackwardOp, NoGradGuard};
 use crate::runtime::pipeline::ShaderVariant;
-use crate::runtime::{Access, Bind, Kernel};
+use crate::runtime::{Access, Bind, Kernel, MAX_PARALLELISM};
 use crate::{DType, Error, Result, Tensor};
 use Access::{Read as R, ReadWrite as RW};
 
@@ -108,7 +108,7 @@ impl Plan {
         if caps.cpu || self.short_rows() {
             return None;
         }
-        let want = caps.parallelism.max(1) * 2 * 256 / GPU_WG as usize;
+        let want = caps.parallelism.clamp(1, MAX_PARALLELISM) * 2 * 256 / GPU_WG as usize;
         let segs = want
             .div_ceil(self.rows.max(1))
             .min(self.len / MIN_SEG)

@@ -9,7 +9,7 @@ use bytemuck::{Pod, Zeroable};
 use crate::layout::{pack_dims, Layout, MAX_RANK};
 use crate::ops::activation::ACTIVATION;
 use crate::runtime::window::{binding_elems, for_slab_windows, too_wide, SlabInput, Span};
-use crate::runtime::{Access, Bind, Kernel};
+use crate::runtime::{Access, Bind, Kernel, MAX_PARALLELISM};
 use crate::{Caps, DType, Error, Result, Tensor};
 
 const WG: u32 = 256;
@@ -174,7 +174,7 @@ pub fn reduce_plan(caps: &Caps, n_out: usize, red_len: usize, red_stride: usize)
     // Strided reductions over enough outputs run one invocation per output (neighbouring
     // invocations read neighbouring outputs), as do contiguous rows of at most 256 values
     // when the outputs are many; the rest a workgroup per output (or per segment).
-    let want_inv = caps.parallelism.max(1) * 2 * WG as usize;
+    let want_inv = caps.parallelism.clamp(1, MAX_PARALLELISM) * 2 * WG as usize;
     let rows_based = if red_stride == 1 {
         !few_long && red_len <= 256
     } else {
@@ -197,7 +197,7 @@ pub fn reduce_plan(caps: &Caps, n_out: usize, red_len: usize, red_stride: usize)
             seg_len: seg_len as u32,
         };
     }
-    let want = caps.parallelism.max(1) * 2;
+    let want = caps.parallelism.clamp(1, MAX_PARALLELISM) * 2;
     let segs = want
         .div_ceil(n_out.max(1))
         .min(red_len / MIN_SEG)

@@ -10,7 +10,7 @@ use crate::layout::{contiguous_strides, pack_dims, Layout, MAX_RANK};
 use crate::ops::activation::ACTIVATION;
 use crate::runtime::pipeline::ShaderVariant;
 use crate::runtime::window::{for_slab_windows, SlabInput, Span};
-use crate::runtime::{Access, Bind, Kernel};
+use crate::runtime::{Access, Bind, Kernel, MAX_PARALLELISM};
 use crate::{DType, Result, Tensor};
 
 const SRC: &str = include_str!("../../shaders/softmax.wgsl");
@@ -90,7 +90,7 @@ fn split_rows(caps: &crate::Caps, rows: usize, len: usize) -> Option<(u32, u32)>
     if caps.cpu {
         return None;
     }
-    let want = caps.parallelism.max(1) * 2 * 256 / WG as usize;
+    let want = caps.parallelism.clamp(1, MAX_PARALLELISM) * 2 * 256 / WG as usize;
     let segs = want.div_ceil(rows.max(1)).min(len / MIN_SEG).min(MAX_SEGS);
     if rows >= want || segs < 2 {
         return None;

@@ -28,6 +28,11 @@ pub struct Caps {
     pub parallelism: usize,
 }
 
+/// The most workgroup slots a planner takes from [`Caps::parallelism`] (a hand-built `Caps`
+/// may hold anything): far above any GPU's, and small enough that slot counts times lanes fit
+/// a 32-bit `usize` (wasm32).
+pub(crate) const MAX_PARALLELISM: usize = 1 << 16;
+
 /// Vendor ids of `wgpu::AdapterInfo::vendor` (PCI ids; Apple's is its Metal registry id).
 const NVIDIA: u32 = 0x10de;
 const AMD: u32 = 0x1002;

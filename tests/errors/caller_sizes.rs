@@ -150,3 +150,39 @@ fn planned_and_hand_built_shapes() {
     let _ = l.is_contiguous();
     assert!(Layout::contiguous(&[3, HUGE]).narrow(0, 2, 1).is_err());
 }
+
+/// The planners are public (`#[doc(hidden)]`) and take a `Caps` a caller may build by hand:
+/// extreme parallelism estimates, workgroup limits and problem sizes plan without an
+/// arithmetic panic.
+#[test]
+fn planners_take_any_hand_built_caps() {
+    use wgtensor::ops::argext::argext_plan;
+    use wgtensor::ops::attention::forward_key_splits;
+    use wgtensor::ops::gemm::plan_for_dtype;
+    use wgtensor::ops::reduce::reduce_plan;
+    let sizes = [0, 1, 3, 1 << 20, HUGE / 2, HUGE];
+    for cpu in [false, true] {
+        for parallelism in [0, 1, 256, HUGE] {
+            for max_workgroups_per_dim in [0, 1, u32::MAX] {
+                let caps = wgtensor::Caps {
+                    cpu,
+                    parallelism,
+                    max_workgroups_per_dim,
+                    host_threads: parallelism,
+                    ..wgtensor::Caps::test_gpu()
+                };
+                for &a in &sizes {
+                    for &b in &sizes {
+                        let _ = reduce_plan(&caps, a, b, 1);
+                        let _ = argext_plan(&caps, a, b, b);
+                        let _ = forward_key_splits(&caps, a, 1, b, 64);
+                        let _ = forward_key_splits(&caps, 1, a, b, a);
+                        for dtype in [DType::F32, DType::F16] {
+                            let _ = plan_for_dtype(&caps, dtype, a, b, a, 1, None);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
