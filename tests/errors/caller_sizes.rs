@@ -180,6 +180,7 @@ fn planners_take_any_hand_built_caps() {
                         for dtype in [DType::F32, DType::F16] {
                             let _ = plan_for_dtype(&caps, dtype, a, b, a, 1, None);
                         }
+                        let _ = wgtensor::ops::batchnorm::plan_for(&caps, &[a, b, 3], &[0, 0]);
                     }
                 }
             }
