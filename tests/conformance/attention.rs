@@ -338,6 +338,26 @@ fn attention_key_splits_f32() {
     });
 }
 
+/// The key splits in f16 (decoding, one to three queries over 256-700 keys).
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn attention_key_splits_f16() {
+    use wgtensor::ops::attention::forward_key_splits;
+    require_f16(plan_device(true));
+    let problems = (problem(DType::F16, 1..=3, 1..=48), 256usize..=700).prop_map(|(mut p, s)| {
+        p.b = 1;
+        p.gpu = true;
+        p.s = s;
+        p
+    });
+    run_async(4, problems, async |p| {
+        let caps = plan_device(true).caps();
+        let splits = forward_key_splits(caps, p.b * p.heads, p.l, p.s, p.ev);
+        prop_assert!(splits > 1, "{p:?}: {splits} splits");
+        check_attention(p).await
+    });
+}
+
 #[cfg(not(target_arch = "wasm32"))]
 #[test]
 fn attention_f16() {

@@ -302,6 +302,18 @@ fn norm_split_rows_gpu_plans_f32() {
     run_async(8, problems, async |p| check_norm_on(dev, p).await);
 }
 
+/// Group norm over split rows in f16 (stored in f16, computed in f32).
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn norm_split_rows_gpu_plans_f16() {
+    let dev = crate::common::gpu_plans_device();
+    require_f16(dev);
+    let groups =
+        (1usize..=2, 1usize..=2, 48usize..=64).prop_map(|(g, cg, hw)| (vec![1, g * cg, hw, hw], g));
+    let problems = groups.prop_flat_map(|(s, g)| with_operands(DType::F16, Kind::Group(g), s));
+    run_async(3, problems, async |p| check_norm_on(dev, p).await);
+}
+
 /// The split plan against the one-workgroup-per-row plan on inputs that punish a wrong merge:
 /// a row whose values climb by 100 across it (each segment has its own mean, so dropping the
 /// between-segment term of the variance is visible) and a gradient with a large mean (so the

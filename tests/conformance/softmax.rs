@@ -150,6 +150,20 @@ fn softmax_split_rows_gpu_plans_f32() {
     });
 }
 
+/// The split rows in f16 (stored in f16, computed in f32).
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn softmax_split_rows_gpu_plans_f16() {
+    let dev = crate::common::gpu_plans_device();
+    require_f16(dev);
+    let shapes = (1usize..=2, 4096usize..=20_000)
+        .prop_map(|(o, r)| (vec![o, r], 1))
+        .boxed();
+    run_async(3, problem(DType::F16, shapes), async |p| {
+        check_softmax_on(dev, p).await
+    });
+}
+
 /// The split plan against the reference on rows that punish a wrong merge: values climbing
 /// from -60 to 60 (each segment's max differs, so every partial sum must be rescaled to the row
 /// max), a row whose first 3/4 is -inf (masked segments add nothing), a row with one NaN (the
