@@ -11,7 +11,8 @@
 #                                     the GPU kernels' tests on the real adapter (conformance of
 #                                     GEMM, convolution, RNN, attention, elementwise, cooperative
 #                                     matrices; at most 120 s a binary), then `kernels --bench
-#                                     gpu/` and the same shapes in PyTorch CUDA; every log also
+#                                     gpu/` and the same shapes in PyTorch CUDA, joined by
+#                                     scripts/gpu_compare.py into compare.md; every log also
 #                                     under $OUT. `tests` or `bench` alone split it over two calls.
 #
 # Settings (environment): TESTS (test binaries to bundle, default below), BENCH (bench filter,
@@ -50,7 +51,8 @@ prepare() {
     cp "$exe" ".gpu/$t" && strip ".gpu/$t"
   done
   xz -T0 -6 .gpu/*
-  cp ../shared/gpu/on-device.sh scripts/bench_gpu_torch.py scripts/bench_attention_torch.py .gpu/
+  cp ../shared/gpu/on-device.sh scripts/bench_gpu_torch.py scripts/bench_attention_torch.py \
+    scripts/gpu_compare.py .gpu/
   du -sh .gl .gpu
   echo 'device run: carry [".gl", ".gpu"], command: bash scripts/gpu-session.sh run'
 }
@@ -87,6 +89,9 @@ run() {
   timeout 360 .gpu/kernels --bench "$BENCH" 2>&1 | tee "$out/bench.log"
   timeout 180 python3 .gpu/bench_gpu_torch.py 2>&1 | tee "$out/torch.log"
   timeout 120 python3 .gpu/bench_attention_torch.py 2>&1 | tee "$out/torch_attention.log"
+  # 3. Both side by side, the table docs/BENCHMARKS.md keeps.
+  python3 .gpu/gpu_compare.py "$out/bench.log" "$out/torch.log" "$out/torch_attention.log" \
+    --gpu "$(cat "$out/gpu.txt")" | tee "$out/compare.md"
   return $status
 }
 
