@@ -144,15 +144,29 @@ fn attn_fwd(@builtin(workgroup_id) wid: vec3<u32>,
         return;
     }
     let rb = w.x;
-    let n = w.y;
     let cb = w.z % p.col_blocks;
     let split = w.z / p.col_blocks;
     let r = lid / BC;
     let c = lid % BC;
-    let i = rb * BR + r;
-    let nk = kv_of(n);
+    // The grid's batch is a query batch, or (flag 8, grouped-query decoding) a key/value batch
+    // whose query heads' rows the workgroup takes together, head after head (they lie
+    // contiguously from its first head n0), so each K/V tile is read once for the group.
+    let grouped = (p.flags & 8u) != 0u;
+    var n0 = w.y;
+    var nk = kv_of(w.y);
+    var rows = p.l;
+    if (grouped) {
+        nk = w.y;
+        n0 = (nk / p.kv_heads) * p.heads + (nk % p.kv_heads) * p.group;
+        rows = p.group * p.l;
+    }
+    let rho = rb * BR + r;
+    let live_row = rho < rows;
+    // This lane's query: batch n, row i (p.l, outside the problem, past the rows).
+    let n = n0 + select(0u, rho / p.l, live_row);
+    let i = select(p.l, rho % p.l, live_row);
     let c0 = cb * ACC * BC;
-    let qbase = n * p.l * p.e;
+    let qbase = n0 * p.l * p.e;
     let kbase = nk * p.s * p.e;
     let vbase = nk * p.s * p.ev;
     if (c == 0u) {
@@ -164,9 +178,11 @@ fn attn_fwd(@builtin(workgroup_id) wid: vec3<u32>,
     // This split's keys: whole tiles, so splits never share a tile.
     let per = (p.s + BC * p.splits - 1u) / (BC * p.splits) * BC;
     let j_first = split * per;
-    let s_end = min(keys_until(rb * BR + BR - 1u), j_first + per);
+    // Causal: the block's last query position (any of the group's rows: the last one).
+    let last = select(rb * BR + BR - 1u, p.l - 1u, grouped);
+    let s_end = min(keys_until(last), j_first + per);
     for (var j0 = j_first; j0 < s_end; j0 += BC) {
-        let dot = tile_dot(lid, SRC_Q, qbase, rb * BR, p.l, SRC_K, kbase, j0, p.s, p.e);
+        let dot = tile_dot(lid, SRC_Q, qbase, rb * BR, rows, SRC_K, kbase, j0, p.s, p.e);
         pt[lid] = logit(dot, n, i, j0 + c);
         workgroupBarrier();
         if (c == 0u) {
@@ -200,7 +216,7 @@ fn attn_fwd(@builtin(workgroup_id) wid: vec3<u32>,
         }
         tile_acc(&acc, false, lid, SRC_V, vbase, j0, p.s, c0, p.ev);
     }
-    if (i >= p.l) {
+    if (!live_row) {
         return;
     }
     if (p.splits > 1u) {

@@ -524,3 +524,43 @@ fn forward_memory_is_linear_in_length() {
         Err(Error::OutOfMemory { .. })
     ));
 }
+
+/// The GPU plans draw the same dropout pattern as the CPU plan from the same seed: the decode
+/// tile with key splits, the grouped-query tile (a workgroup over a whole group's rows) and the
+/// 16-row tile give the row plan's output within rounding.
+#[test]
+fn dropout_pattern_is_the_same_on_every_plan() {
+    let cpu = Device::new().unwrap();
+    let gpu = Device::with_options(DeviceOptions {
+        gpu_plans: true,
+        ..Default::default()
+    })
+    .unwrap();
+    // (q shape, k / v shape, grouped-query)
+    let cases: [(&[usize], &[usize], bool); 3] = [
+        (&[1, 4, 2, 8], &[1, 2, 300, 8], true),
+        (&[1, 2, 1, 8], &[1, 2, 700, 8], false),
+        (&[1, 1, 40, 8], &[1, 1, 50, 8], false),
+    ];
+    for (qs, ks, gqa) in cases {
+        let opts = SdpaOptions {
+            dropout_p: 0.3,
+            enable_gqa: gqa,
+            ..Default::default()
+        };
+        let run = |dev: &Device| {
+            dev.manual_seed(5);
+            let (q, k, v) = (randn(dev, qs), randn(dev, ks), randn(dev, ks));
+            dev.manual_seed(11);
+            vals(&sdpa(&q, &k, &v, &opts).unwrap())
+        };
+        let (a, b) = (run(&cpu), run(&gpu));
+        assert_eq!(a.len(), b.len());
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert!(
+                (x - y).abs() <= 1e-4 * (1.0 + x.abs()),
+                "{qs:?} x {ks:?} [{i}]: {x} (rows) vs {y} (GPU plan)"
+            );
+        }
+    }
+}

@@ -14,7 +14,8 @@ struct Params {
     kv_heads: u32,
     group: u32,
     scale: f32,
-    // bit 0: mask, bit 1: causal, bit 2: dropout.
+    // bit 0: mask, bit 1: causal, bit 2: dropout; bit 3 (attn_fwd): the grid's batches are
+    // key/value batches whose group of query heads one workgroup's rows span.
     flags: u32,
     drop_p: f32,
     drop_scale: f32,

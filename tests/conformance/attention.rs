@@ -314,7 +314,7 @@ fn attention_wide_heads_f32() {
 #[cfg(not(target_arch = "wasm32"))]
 #[test]
 fn attention_key_splits_f32() {
-    use wgtensor::ops::attention::forward_key_splits;
+    use wgtensor::ops::attention::forward_plan;
     let problems = (
         problem(DType::F32, 1..=3, 1..=72),
         256usize..=700,
@@ -332,8 +332,37 @@ fn attention_key_splits_f32() {
         });
     run_async(12, problems, async |p| {
         let caps = plan_device(true).caps();
-        let splits = forward_key_splits(caps, p.b * p.heads, p.l, p.s, p.ev);
-        prop_assert!(splits > 1, "{p:?}: {splits} splits");
+        let fp = forward_plan(caps, p.b * p.heads, p.l, p.s, p.ev, p.heads / p.kv_heads);
+        prop_assert!(fp.splits > 1, "{p:?}: {fp:?}");
+        check_attention(p).await
+    });
+}
+
+/// Grouped-query decoding on the GPU plan: one to four queries, 2-4 query heads per key/value
+/// head, one workgroup taking the whole group's rows (each K/V tile read once per group), over
+/// 1-700 keys (split into ranges from 256 on), with every mask kind, causal and gradients.
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn attention_grouped_decode_f32() {
+    use wgtensor::ops::attention::forward_plan;
+    let heads = prop_oneof![
+        Just((2usize, 1usize)),
+        Just((4, 2)),
+        Just((3, 1)),
+        Just((4, 1))
+    ];
+    let problems = (problem(DType::F32, 1..=4, 1..=72), heads, 1usize..=700).prop_map(
+        |(mut p, (h, kv), s)| {
+            (p.heads, p.kv_heads) = (h, kv);
+            p.gpu = true;
+            p.s = s;
+            p
+        },
+    );
+    run_async(12, problems, async |p| {
+        let caps = plan_device(true).caps();
+        let fp = forward_plan(caps, p.b * p.heads, p.l, p.s, p.ev, p.heads / p.kv_heads);
+        prop_assert!(fp.grouped, "{p:?}: {fp:?}");
         check_attention(p).await
     });
 }
@@ -342,7 +371,7 @@ fn attention_key_splits_f32() {
 #[cfg(not(target_arch = "wasm32"))]
 #[test]
 fn attention_key_splits_f16() {
-    use wgtensor::ops::attention::forward_key_splits;
+    use wgtensor::ops::attention::forward_plan;
     require_f16(plan_device(true));
     let problems = (problem(DType::F16, 1..=3, 1..=48), 256usize..=700).prop_map(|(mut p, s)| {
         p.b = 1;
@@ -352,8 +381,8 @@ fn attention_key_splits_f16() {
     });
     run_async(4, problems, async |p| {
         let caps = plan_device(true).caps();
-        let splits = forward_key_splits(caps, p.b * p.heads, p.l, p.s, p.ev);
-        prop_assert!(splits > 1, "{p:?}: {splits} splits");
+        let fp = forward_plan(caps, p.b * p.heads, p.l, p.s, p.ev, p.heads / p.kv_heads);
+        prop_assert!(fp.splits > 1, "{p:?}: {fp:?}");
         check_attention(p).await
     });
 }

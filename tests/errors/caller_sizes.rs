@@ -157,7 +157,7 @@ fn planned_and_hand_built_shapes() {
 #[test]
 fn planners_take_any_hand_built_caps() {
     use wgtensor::ops::argext::argext_plan;
-    use wgtensor::ops::attention::forward_key_splits;
+    use wgtensor::ops::attention::forward_plan;
     use wgtensor::ops::gemm::plan_for_dtype;
     use wgtensor::ops::reduce::reduce_plan;
     let sizes = [0, 1, 3, 1 << 20, HUGE / 2, HUGE];
@@ -175,8 +175,8 @@ fn planners_take_any_hand_built_caps() {
                     for &b in &sizes {
                         let _ = reduce_plan(&caps, a, b, 1);
                         let _ = argext_plan(&caps, a, b, b);
-                        let _ = forward_key_splits(&caps, a, 1, b, 64);
-                        let _ = forward_key_splits(&caps, 1, a, b, a);
+                        let _ = forward_plan(&caps, a, 1, b, 64, b);
+                        let _ = forward_plan(&caps, 1, a, b, a, a);
                         for dtype in [DType::F32, DType::F16] {
                             let _ = plan_for_dtype(&caps, dtype, a, b, a, 1, None);
                         }

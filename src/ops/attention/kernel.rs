@@ -143,29 +143,68 @@ const MIN_SPLIT_KEYS: usize = 128;
 /// The most key splits of a row.
 const MAX_SPLITS: usize = 64;
 
-/// The forward's plan and key splits for `n` batches of `l` queries over `s` keys with `ev`
-/// value columns: a pure function of the problem and the adapter. On GPUs, when the
-/// workgroups (row blocks x batches x column blocks) are too few to fill the device (decoding:
-/// L = 1 over 32 heads gives 32 workgroups on a GPU of 132 SMs, each walking every key), the
-/// keys are cut into ranges walked by separate workgroups, whose partial rows (running max,
-/// sum and unnormalized output) `attn_combine` merges in a fixed order (FlashDecoding: Dao et
-/// al., "Flash-Decoding for long-context inference", 2023). CPU adapters keep one pass.
+/// The forward's tile for grouped-query decoding: the query rows of every head sharing one
+/// key/value head (group x L rows, L <= [`DECODE_ROWS`]) in one workgroup of 8 rows x 32 keys,
+/// so each K/V tile is staged once for the whole group instead of once per query head.
+const GROUP_TILE: Tile = Tile {
+    br: 8,
+    bc: 32,
+    dk: 64,
+};
+
+/// What the forward runs: the plan, the key splits (1: none) and whether a workgroup takes the
+/// rows of every query head of one key/value head (`GROUP_TILE`).
 #[doc(hidden)]
-pub fn forward_plan(caps: &Caps, n: usize, l: usize, s: usize, ev: usize) -> (Plan, u32) {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ForwardPlan {
+    /// The kernels and their tile.
+    pub plan: Plan,
+    /// Key ranges each row is split into.
+    pub splits: u32,
+    /// Rows of the grid's batch are the query rows of a whole key/value group.
+    pub grouped: bool,
+}
+
+/// The forward's plan for `n` query batches of `l` queries over `s` keys with `ev` value
+/// columns, `group` query heads per key/value head: a pure function of the problem and the
+/// adapter. On GPUs a few queries (decoding) take a one-row tile, or with grouped-query heads a
+/// tile holding the whole group's rows (K/V read once per group); when the workgroups (row
+/// blocks x batches x column blocks) are too few to fill the device (decoding: L = 1 over 32
+/// heads gives 32 workgroups on a GPU of 132 SMs, each walking every key), the keys are cut
+/// into ranges walked by separate workgroups, whose partial rows (running max, sum and
+/// unnormalized output) `attn_combine` merges in a fixed order (FlashDecoding: Dao et al.,
+/// "Flash-Decoding for long-context inference", 2023). CPU adapters keep one pass.
+#[doc(hidden)]
+pub fn forward_plan(
+    caps: &Caps,
+    n: usize,
+    l: usize,
+    s: usize,
+    ev: usize,
+    group: usize,
+) -> ForwardPlan {
     let base = plan(caps);
     let Plan::Tiles(general) = base else {
-        return (base, 1);
+        return ForwardPlan {
+            plan: base,
+            splits: 1,
+            grouped: false,
+        };
     };
-    let tile = if l <= DECODE_ROWS {
-        DECODE_TILE
+    let group = group.max(1);
+    let grouped = l <= DECODE_ROWS && group > 1 && n.is_multiple_of(group);
+    let (tile, rows, batches) = if grouped {
+        (GROUP_TILE, group.saturating_mul(l), n / group)
+    } else if l <= DECODE_ROWS {
+        (DECODE_TILE, l, n)
     } else {
-        general
+        (general, l, n)
     };
     let lanes = (tile.br * tile.bc) as usize;
     let col_blocks = ev.div_ceil((ACC * tile.bc) as usize).max(1);
-    let groups = l
+    let groups = rows
         .div_ceil(tile.br as usize)
-        .saturating_mul(n)
+        .saturating_mul(batches)
         .saturating_mul(col_blocks);
     // Two workgroups per estimated slot of 256 lanes.
     let want = (caps.parallelism.clamp(1, MAX_PARALLELISM) * 2 * 256).div_ceil(lanes);
@@ -173,10 +212,16 @@ pub fn forward_plan(caps: &Caps, n: usize, l: usize, s: usize, ev: usize) -> (Pl
         .div_ceil(groups.max(1))
         .min(s / MIN_SPLIT_KEYS)
         .min(MAX_SPLITS);
-    if groups >= want || splits < 2 {
-        return (Plan::Tiles(tile), 1);
+    let splits = if groups >= want || splits < 2 {
+        1
+    } else {
+        splits as u32
+    };
+    ForwardPlan {
+        plan: Plan::Tiles(tile),
+        splits,
+        grouped,
     }
-    (Plan::Tiles(tile), splits as u32)
 }
 
 impl Plan {
@@ -314,8 +359,23 @@ pub(crate) fn forward(prob: &Problem) -> Result<(Tensor, Saved)> {
         return Ok((Tensor::zeros(dev, &shape, prob.q.dtype)?, saved));
     }
     let out = Tensor::empty(dev, prob.op, &shape, prob.q.dtype)?;
-    let (plan, splits) = forward_plan(dev.caps(), prob.n, prob.l, prob.s, prob.ev);
-    let mut p = params(prob, plan, (seed, saved.ctr), prob.l, prob.n, prob.ev);
+    let fp = forward_plan(dev.caps(), prob.n, prob.l, prob.s, prob.ev, prob.group());
+    let (plan, splits) = (fp.plan, fp.splits);
+    let mut p = if fp.grouped {
+        let group = prob.group();
+        let mut p = params(
+            prob,
+            plan,
+            (seed, saved.ctr),
+            group * prob.l,
+            prob.n / group,
+            prob.ev,
+        );
+        p.flags |= 8;
+        p
+    } else {
+        params(prob, plan, (seed, saved.ctr), prob.l, prob.n, prob.ev)
+    };
     let mask = mask_tensor(prob)?;
     // Split rows leave, per split and row, Ev unnormalized outputs, then (max, sum) pairs.
     let rows = (prob.n * prob.l) as u64;
@@ -456,10 +516,11 @@ pub fn attention_variants() -> Vec<ShaderVariant> {
             }
         }
     }
-    let decode = Plan::Tiles(DECODE_TILE);
-    for k in [&FWD, &COMBINE] {
-        for dt in [DType::F32, DType::F16] {
-            v.push(ShaderVariant::new(k, &[dt], &decode.consts()));
+    for tile in [DECODE_TILE, GROUP_TILE] {
+        for k in [&FWD, &COMBINE] {
+            for dt in [DType::F32, DType::F16] {
+                v.push(ShaderVariant::new(k, &[dt], &Plan::Tiles(tile).consts()));
+            }
         }
     }
     v
@@ -513,25 +574,43 @@ mod tests {
     #[test]
     fn forward_splits_keys_only_when_workgroups_are_too_few() {
         let (gpu, lvp) = (Caps::test_gpu(), Caps::test_lavapipe(2));
+        let fp = |caps: &Caps, n, l, s, ev, g| forward_plan(caps, n, l, s, ev, g);
         // Decoding one token over 32 heads and 8k keys: the decode tile, 64 key ranges of 128.
         assert_eq!(
-            forward_plan(&gpu, 32, 1, 8192, 128),
-            (Plan::Tiles(DECODE_TILE), 64)
+            fp(&gpu, 32, 1, 8192, 128, 1),
+            ForwardPlan {
+                plan: Plan::Tiles(DECODE_TILE),
+                splits: 64,
+                grouped: false
+            }
         );
         // CPU adapters keep one pass of rows.
-        assert_eq!(forward_plan(&lvp, 32, 1, 8192, 128), (Plan::Rows, 1));
+        assert_eq!(
+            fp(&lvp, 32, 1, 8192, 128, 4),
+            ForwardPlan {
+                plan: Plan::Rows,
+                splits: 1,
+                grouped: false
+            }
+        );
         // Prefill over many batches fills the device: no split, the 16-row tile.
-        let (p, splits) = forward_plan(&gpu, 64, 2048, 2048, 64);
-        assert_eq!((p, splits), (plan(&gpu), 1));
+        let p = fp(&gpu, 64, 2048, 2048, 64, 1);
+        assert_eq!((p.plan, p.splits, p.grouped), (plan(&gpu), 1, false));
         // Few batches of a long prefill: split.
-        assert!(forward_plan(&gpu, 8, 256, 4096, 64).1 > 1);
+        assert!(fp(&gpu, 8, 256, 4096, 64, 1).splits > 1);
         // Too few keys to split.
-        assert_eq!(forward_plan(&gpu, 1, 1, 200, 64).1, 1);
+        assert_eq!(fp(&gpu, 1, 1, 200, 64, 1).splits, 1);
         // Never more than MAX_SPLITS, never below MIN_SPLIT_KEYS keys a split.
-        let (_, s) = forward_plan(&gpu, 1, 1, 1 << 20, 64);
-        assert_eq!(s as usize, MAX_SPLITS);
-        let (_, s) = forward_plan(&gpu, 1, 1, 1000, 64);
+        assert_eq!(fp(&gpu, 1, 1, 1 << 20, 64, 1).splits as usize, MAX_SPLITS);
+        let s = fp(&gpu, 1, 1, 1000, 64, 1).splits;
         assert!(s as usize <= 1000 / MIN_SPLIT_KEYS, "{s}");
+        // Grouped-query decoding (32 query heads over 8 K/V heads): the group tile, one K/V
+        // read per group, still split over the keys.
+        let p = fp(&gpu, 32, 1, 8192, 128, 4);
+        assert_eq!((p.plan, p.grouped), (Plan::Tiles(GROUP_TILE), true));
+        assert!(p.splits > 1);
+        // Prefill with groups keeps the general tile.
+        assert!(!fp(&gpu, 32, 512, 512, 64, 4).grouped);
     }
 
     #[test]
@@ -540,7 +619,7 @@ mod tests {
         let Plan::Tiles(t) = plan(&Caps::test_gpu()) else {
             panic!("GPUs take tiles");
         };
-        for t in [t, DECODE_TILE] {
+        for t in [t, DECODE_TILE, GROUP_TILE] {
             assert_eq!(t.dk % t.bc, 0, "{t:?}");
             assert_eq!((ACC * t.bc) % t.dk, 0, "{t:?}");
             assert!(t.br * t.bc <= 256, "{t:?}");

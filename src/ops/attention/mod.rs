@@ -16,12 +16,22 @@ use crate::{Result, Tensor};
 
 pub use problem::Problem;
 
+pub use kernel::ForwardPlan;
+
 #[doc(hidden)]
-/// Key ranges the forward splits each row into for `n` batches of `l` queries over `s` keys
-/// with `ev` value columns on an adapter with `caps` (1: none): the planner's choice, for
-/// tests that force the split.
-pub fn forward_key_splits(caps: &crate::Caps, n: usize, l: usize, s: usize, ev: usize) -> u32 {
-    kernel::forward_plan(caps, n, l, s, ev).1
+/// The forward's plan for `n` query batches of `l` queries over `s` keys with `ev` value
+/// columns and `group` query heads per key/value head on an adapter with `caps`: key splits
+/// and whether a workgroup takes a whole group's rows (the planner's choice, for tests that
+/// force them).
+pub fn forward_plan(
+    caps: &crate::Caps,
+    n: usize,
+    l: usize,
+    s: usize,
+    ev: usize,
+    group: usize,
+) -> ForwardPlan {
+    kernel::forward_plan(caps, n, l, s, ev, group)
 }
 
 /// How an attention mask is read ([`SdpaOptions::attn_mask`]).
