@@ -30,14 +30,17 @@ import warnings
 
 B, H, E = 8, 12, 64
 
-# (case name as in benches/cases/attention.rs, (B, H, L, S, E), dtype name, backward, causal)
+# (case name as in benches/cases/attention.rs, (B, H, L, S, E), dtype name, backward, causal,
+# key/value heads (None: H))
 CASES = [
-    ("gpu/attention_fwd", (B, H, 1024, 1024, E), "float32", False, False),
-    ("gpu/attention_fwd_f16", (B, H, 1024, 1024, E), "float16", False, False),
-    ("gpu/attention_fwd_bwd", (B, H, 1024, 1024, E), "float32", True, False),
-    ("gpu/attention_fwd_bwd_f16", (B, H, 1024, 1024, E), "float16", True, False),
-    ("gpu/attention_causal_f16", (B, H, 1024, 1024, E), "float16", False, True),
-    ("gpu/attention_decode_f16", (B, H, 1, 2048, E), "float16", False, False),
+    ("gpu/attention_fwd", (B, H, 1024, 1024, E), "float32", False, False, None),
+    ("gpu/attention_fwd_f16", (B, H, 1024, 1024, E), "float16", False, False, None),
+    ("gpu/attention_fwd_bwd", (B, H, 1024, 1024, E), "float32", True, False, None),
+    ("gpu/attention_fwd_bwd_f16", (B, H, 1024, 1024, E), "float16", True, False, None),
+    ("gpu/attention_causal_f16", (B, H, 1024, 1024, E), "float16", False, True, None),
+    ("gpu/attention_decode_f16", (B, H, 1, 2048, E), "float16", False, False, None),
+    # Llama-3 8B's decode step: 32 query heads over 8 key/value heads, E 128.
+    ("gpu/attention_decode_gqa_f16", (B, 32, 1, 4096, 128), "float16", False, False, 8),
 ]
 
 BACKENDS = ["flash", "efficient", "math"]
@@ -79,17 +82,19 @@ def backend_context(torch, backend):
         )
 
 
-def time_case(torch, F, shape, dtype, backward, causal, backend, warmup, runs):
+def time_case(torch, F, shape, dtype, backward, causal, backend, warmup, runs, kv_heads=None):
     """Median ms of `runs` synchronized runs after `warmup` runs; raises RuntimeError when the
-    backend cannot run the case."""
+    backend cannot run the case. `kv_heads` below H: grouped-query attention (enable_gqa)."""
     b, h, l, s, e = shape
+    hk = kv_heads or h
+    gqa = {"enable_gqa": True} if hk != h else {}
     dev = torch.device("cuda")
     gen = torch.Generator(device=dev).manual_seed(0)
 
     def uniform(*sh):
         return (torch.rand(*sh, generator=gen, device=dev, dtype=torch.float32) * 2 - 1).to(dtype)
 
-    q, k, v = uniform(b, h, l, e), uniform(b, h, s, e), uniform(b, h, s, e)
+    q, k, v = uniform(b, h, l, e), uniform(b, hk, s, e), uniform(b, hk, s, e)
     g = uniform(b, h, l, e)
     if backward:
         for t in (q, k, v):
@@ -99,11 +104,11 @@ def time_case(torch, F, shape, dtype, backward, causal, backend, warmup, runs):
         if backward:
             for t in (q, k, v):
                 t.grad = None
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, **gqa)
             out.backward(g)
         else:
             with torch.no_grad():
-                F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                F.scaled_dot_product_attention(q, k, v, is_causal=causal, **gqa)
 
     with backend_context(torch, backend):
         for _ in range(warmup):
@@ -160,14 +165,23 @@ def main():
     dtypes = {"float32": torch.float32, "float16": torch.float16}
     backends = args.backend or BACKENDS
     warnings.simplefilter("ignore")  # "flash attention was not compiled for ..." and the like
-    for name, shape, dt, backward, causal in CASES:
+    for name, shape, dt, backward, causal, kv_heads in CASES:
         if not selected(name, args.cases):
             continue
         for backend in backends:
             head = f"case={name} backend={backend}"
             try:
                 ms = time_case(
-                    torch, F, shape, dtypes[dt], backward, causal, backend, args.warmup, args.runs
+                    torch,
+                    F,
+                    shape,
+                    dtypes[dt],
+                    backward,
+                    causal,
+                    backend,
+                    args.warmup,
+                    args.runs,
+                    kv_heads,
                 )
             except RuntimeError as e:
                 print(f"{head} skipped={skip_reason(torch, e)}", flush=True)

@@ -8,7 +8,9 @@
 //!   matmul; O(L S) memory), what the fused kernel replaces.
 //! - `gpu/attention_*` (skipped on CPU adapters unless named): the B 8, H 12,
 //!   L = S = 1024, E 64 forward and forward + backward in f32 and f16, a causal f16 forward, and
-//!   a decode step (L = 1, S = 2048, f16). scripts/bench_attention_torch.py times PyTorch's
+//!   a decode step (L = 1, S = 2048, f16), and a grouped-query decode step as Llama-3 8B takes
+//!   it (B 8, 32 query heads over 8 key/value heads, L = 1, S = 4096, E 128, f16: the group
+//!   tile, K/V read once per group). scripts/bench_attention_torch.py times PyTorch's
 //!   flash, efficient and math backends on the same shapes (docs/BENCHMARKS.md).
 
 use wgtensor::ops::attention::reference::scaled_dot_product_attention as composed;
@@ -24,6 +26,8 @@ type Shape = (usize, usize, usize, usize, usize);
 const SMALL: Shape = (1, 4, 256, 256, 64);
 const GPU: Shape = (8, 12, 1024, 1024, 64);
 const DECODE: Shape = (8, 12, 1, 2048, 64);
+/// The grouped-query decode step: (B, query heads, key/value heads, S, E), L = 1.
+const GQA_DECODE: (usize, usize, usize, usize, usize) = (8, 32, 8, 4096, 128);
 
 fn flops((b, h, l, s, e): Shape, backward: bool, causal: bool) -> f64 {
     let f = (b * h * l * s * e) as f64 * if backward { 14.0 } else { 4.0 };
@@ -62,6 +66,22 @@ fn run(
             let _ = (grads.get(&q).cloned(), grads.get(&k).cloned());
         }
         Ok(())
+    }))
+}
+
+/// One grouped-query decode step (`enable_gqa`), forward only.
+fn gqa_decode(dev: &Device, dtype: DType) -> wgtensor::Result<Run> {
+    let (b, hq, hkv, s, e) = GQA_DECODE;
+    let q = tensor(dev, &[b, hq, 1, e], dtype, 1)?;
+    let k = tensor(dev, &[b, hkv, s, e], dtype, 2)?;
+    let v = tensor(dev, &[b, hkv, s, e], dtype, 3)?;
+    dev.sync()?;
+    Ok(Box::new(move || {
+        let opts = SdpaOptions {
+            enable_gqa: true,
+            ..Default::default()
+        };
+        scaled_dot_product_attention(&q, &k, &v, &opts).map(drop)
     }))
 }
 
@@ -109,5 +129,11 @@ pub fn cases() -> Vec<Case> {
         })
         .flops(flops(DECODE, false, false))
         .f16_only(),
+        Case::new("gpu/attention_decode_gqa_f16", move |d| gqa_decode(d, f16))
+            .flops({
+                let (b, hq, _, s, e) = GQA_DECODE;
+                flops((b, hq, 1, s, e), false, false)
+            })
+            .f16_only(),
     ]
 }
