@@ -8,7 +8,9 @@
 // through workgroup memory with rows padded to PK = DK + 1 floats (no bank conflicts when
 // the lanes of a row read a column). Sums run in a fixed order: results are deterministic.
 //
-// attn_fwd: rows are queries. Per key tile: scores, then the row's running max m and sum l
+// attn_fwd: rows are queries (of one query batch, or with flags bit 3 of every query head of
+// one key/value batch, head after head: grouped-query decoding reads each K/V tile once per
+// group). Per key tile: scores, then the row's running max m and sum l
 // (online softmax, by the row's c = 0 invocation), then the rescaled accumulation of P V.
 // Writes out = acc / l and stats[n L + i] = m + log l (the log-sum-exp; +inf for a row whose
 // keys are all masked, whose output is then 0 as in PyTorch's safe softmax).

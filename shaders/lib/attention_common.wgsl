@@ -25,7 +25,8 @@ struct Params {
     // Workgroups along the rows of one batch, and column blocks.
     row_blocks: u32,
     col_blocks: u32,
-    // Batches the grid walks (N for attn_fwd / attn_dq, Nk for attn_dkv).
+    // Batches the grid walks (N for attn_fwd / attn_dq, Nk for attn_dkv and for attn_fwd with
+    // flag 8).
     batches: u32,
     // The additive f32 mask: element (n, i, j) is at m_off + (n / heads) m_n0 + (n % heads) m_n1
     // + i m_l + j m_s.
