@@ -10,8 +10,9 @@
 use bytemuck::{Pod, Zeroable};
 
 use crate::autograd::{record, BackwardOp, NoGradGuard};
+use crate::ops::reduce::split_long_rows;
 use crate::runtime::pipeline::ShaderVariant;
-use crate::runtime::{Access, Bind, Kernel, MAX_PARALLELISM};
+use crate::runtime::{Access, Bind, Kernel};
 use crate::{DType, Error, Result, Tensor};
 use Access::{Read as R, ReadWrite as RW};
 
@@ -52,10 +53,6 @@ static DX_SPLIT: Kernel =
     Kernel::new("norm", SRC, "norm_dx_split", IN3_OUT3).slots(&[1, 2, 4, 5, 6, 8]);
 /// The split second passes: three inputs, the output, the statistics and the partials.
 const IN3_OUT3: &[Access] = &[R, R, R, RW, RW, RW];
-/// The fewest values a segment of a split row holds (16 per lane of a GPU workgroup).
-const MIN_SEG: usize = 16 * GPU_WG as usize;
-/// The most segments a row is split into (the second pass merges them serially).
-const MAX_SEGS: usize = 64;
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -100,26 +97,6 @@ fn per_weight_invocation(caps: &crate::Caps, plan: &Plan) -> bool {
 }
 
 impl Plan {
-    /// Segments and values per segment when the rows are split (GPUs only): when a workgroup per
-    /// row leaves fewer than two 64-lane workgroups per estimated slot of 256 lanes (group norm of
-    /// one image: 32 rows of 8 channels x 64 x 64) and the rows are long, each row is cut into
-    /// segments of at least [`MIN_SEG`] values, at most [`MAX_SEGS`].
-    fn split(&self, caps: &crate::Caps) -> Option<(u32, u32)> {
-        if caps.cpu || self.short_rows() {
-            return None;
-        }
-        let want = caps.parallelism.clamp(1, MAX_PARALLELISM) * 2 * 256 / GPU_WG as usize;
-        let segs = want
-            .div_ceil(self.rows.max(1))
-            .min(self.len / MIN_SEG)
-            .min(MAX_SEGS);
-        if self.rows >= want || segs < 2 {
-            return None;
-        }
-        let seg_len = self.len.div_ceil(segs);
-        Some((self.len.div_ceil(seg_len) as u32, seg_len as u32))
-    }
-
     /// Runs the split row kernels `part` then `finish` with `binds` (whose last entry the
     /// partials take) over `segs` segments of `seg_len` values per row.
     fn launch_split(
@@ -285,7 +262,7 @@ fn forward(
         Bind::whole(y.buffer()),
         Bind::whole(stats.buffer()),
     ];
-    if let Some(split) = plan.split(dev.caps()) {
+    if let Some(split) = split_long_rows(dev.caps(), plan.rows, plan.len) {
         // The part pass binds x and the partials (the last of the finishing pass's binds).
         let part = (&FWD_PART, &[0, 5][..]);
         plan.launch_split(&x, part, &FWD_SPLIT, &params, &binds, split)?;
@@ -326,7 +303,7 @@ fn backward(
                 Bind::whole(dx.buffer()),
                 Bind::whole(stats.buffer()),
             ];
-            if let Some(split) = plan.split(dev.caps()) {
+            if let Some(split) = split_long_rows(dev.caps(), plan.rows, plan.len) {
                 // The part pass binds x, the weight, dy, the statistics and the partials.
                 let part = (&DX_PART, &[0, 1, 2, 4, 5][..]);
                 plan.launch_split(&x, part, &DX_SPLIT, &params, &binds, split)?;
@@ -627,27 +604,6 @@ mod plan_tests {
             rms: false,
             eps: 1e-5,
         }
-    }
-
-    #[test]
-    fn few_long_rows_split_on_gpus() {
-        let (gpu, lvp) = (Caps::test_gpu(), Caps::test_lavapipe(2));
-        // Group norm of one 64 x 64 image, 256 channels in 32 groups: 32 rows of 32k values.
-        let g = Plan {
-            groups: 32,
-            inner: 4096,
-            ..layer(32, 8 * 4096)
-        };
-        let (segs, seg_len) = g.split(&gpu).expect("split on GPUs");
-        assert!(segs >= 2 && segs as usize <= MAX_SEGS, "{segs}");
-        assert!(seg_len as usize >= MIN_SEG);
-        assert!((segs as usize - 1) * (seg_len as usize) < g.len);
-        assert!(segs as usize * seg_len as usize >= g.len);
-        assert_eq!(g.split(&lvp), None);
-        // Enough rows, or rows too short to cut: one workgroup per row.
-        assert_eq!(layer(8192, 768).split(&gpu), None);
-        assert_eq!(layer(4, 1500).split(&gpu), None);
-        assert_eq!(layer(4, 20).split(&gpu), None);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use bytemuck::{Pod, Zeroable};
 use crate::layout::{pack_dims, Layout, MAX_RANK};
 use crate::ops::activation::ACTIVATION;
 use crate::runtime::window::{binding_elems, for_slab_windows, too_wide, SlabInput, Span};
-use crate::runtime::{Access, Bind, Kernel, MAX_PARALLELISM};
+use crate::runtime::{Access, Bind, Kernel};
 use crate::{Caps, DType, Error, Result, Tensor};
 
 const WG: u32 = 256;
@@ -146,6 +146,35 @@ const MAX_SEGS: usize = 4 * WG as usize;
 /// partial pass than they save.
 const MIN_SEG: usize = 16 * WG as usize;
 
+/// The fewest values a segment of a split long row holds ([`split_long_rows`]): 16 per lane
+/// of a 64-lane workgroup.
+pub(crate) const ROW_SEG_MIN: usize = 1024;
+/// The most segments [`split_long_rows`] cuts a row into (the second pass merges them
+/// serially).
+pub(crate) const ROW_SEGS_MAX: usize = 64;
+
+/// Segments and values per segment for the row kernels that give each row a 64-lane workgroup
+/// (softmax; layer, group and RMS norm): on GPUs, when the rows give fewer than two such
+/// workgroups per estimated slot of 256 lanes (softmax over one 1M-long row; group norm of one
+/// image, 32 rows of 64k values) and are long, each row is cut into segments of at least
+/// [`ROW_SEG_MIN`] values, at most [`ROW_SEGS_MAX`]; the last may hold fewer. `None`: one
+/// workgroup per row (always on CPU adapters).
+pub(crate) fn split_long_rows(caps: &Caps, rows: usize, len: usize) -> Option<(u32, u32)> {
+    if caps.cpu {
+        return None;
+    }
+    let want = caps.slots() * 2 * 256 / 64;
+    let segs = want
+        .div_ceil(rows.max(1))
+        .min(len / ROW_SEG_MIN)
+        .min(ROW_SEGS_MAX);
+    if rows >= want || segs < 2 {
+        return None;
+    }
+    let seg_len = len.div_ceil(segs);
+    Some((len.div_ceil(seg_len) as u32, seg_len as u32))
+}
+
 #[doc(hidden)]
 /// Which kernel reduces `red_len` elements (`red_stride` apart) for each of `n_out` outputs: a
 /// pure function of the problem and the adapter (unit-tested without a GPU).
@@ -174,7 +203,7 @@ pub fn reduce_plan(caps: &Caps, n_out: usize, red_len: usize, red_stride: usize)
     // Strided reductions over enough outputs run one invocation per output (neighbouring
     // invocations read neighbouring outputs), as do contiguous rows of at most 256 values
     // when the outputs are many; the rest a workgroup per output (or per segment).
-    let want_inv = caps.parallelism.clamp(1, MAX_PARALLELISM) * 2 * WG as usize;
+    let want_inv = caps.slots() * 2 * WG as usize;
     let rows_based = if red_stride == 1 {
         !few_long && red_len <= 256
     } else {
@@ -197,7 +226,7 @@ pub fn reduce_plan(caps: &Caps, n_out: usize, red_len: usize, red_stride: usize)
             seg_len: seg_len as u32,
         };
     }
-    let want = caps.parallelism.clamp(1, MAX_PARALLELISM) * 2;
+    let want = caps.slots() * 2;
     let segs = want
         .div_ceil(n_out.max(1))
         .min(red_len / MIN_SEG)
@@ -602,5 +631,33 @@ mod plan_tests {
         // CPU adapters never split.
         let lvp = Caps::test_lavapipe(2);
         assert_eq!(reduce_plan(&lvp, 4096, 16384, 4096), ReducePlan::Rows);
+    }
+
+    #[test]
+    fn long_rows_split_only_when_few_on_gpus() {
+        let (gpu, lvp) = (Caps::test_gpu(), Caps::test_lavapipe(2));
+        // softmax over one row of 2^20 values: up to ROW_SEGS_MAX segments of at least
+        // ROW_SEG_MIN.
+        let (segs, seg_len) = split_long_rows(&gpu, 1, 1 << 20).expect("split");
+        assert_eq!(segs as usize, ROW_SEGS_MAX);
+        assert!(seg_len as usize >= ROW_SEG_MIN && segs * seg_len >= 1 << 20);
+        assert_eq!(split_long_rows(&lvp, 1, 1 << 20), None);
+        // Group norm of one 64 x 64 image, 256 channels in 32 groups: 32 rows of 32k values.
+        let len = 8 * 4096;
+        let (segs, seg_len) = split_long_rows(&gpu, 32, len).expect("split on GPUs");
+        assert!(segs >= 2 && segs as usize <= ROW_SEGS_MAX, "{segs}");
+        assert!(seg_len as usize >= ROW_SEG_MIN);
+        assert!((segs as usize - 1) * (seg_len as usize) < len);
+        assert!(segs as usize * seg_len as usize >= len);
+        assert_eq!(split_long_rows(&lvp, 32, len), None);
+        // Many rows, or rows too short to cut: one workgroup per row.
+        assert_eq!(split_long_rows(&gpu, 8192, 50257), None);
+        assert_eq!(split_long_rows(&gpu, 8192, 768), None);
+        assert_eq!(split_long_rows(&gpu, 1, 1500), None);
+        assert_eq!(split_long_rows(&gpu, 4, 1500), None);
+        assert_eq!(split_long_rows(&gpu, 4, 20), None);
+        // Ragged: the segments cover the row exactly once.
+        let (segs, seg_len) = split_long_rows(&gpu, 3, 70_001).expect("split");
+        assert!((segs - 1) * seg_len < 70_001 && segs * seg_len >= 70_001);
     }
 }

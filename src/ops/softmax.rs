@@ -8,9 +8,10 @@ use bytemuck::{Pod, Zeroable};
 
 use crate::layout::{contiguous_strides, pack_dims, Layout, MAX_RANK};
 use crate::ops::activation::ACTIVATION;
+use crate::ops::reduce::split_long_rows;
 use crate::runtime::pipeline::ShaderVariant;
 use crate::runtime::window::{for_slab_windows, SlabInput, Span};
-use crate::runtime::{Access, Bind, Kernel, MAX_PARALLELISM};
+use crate::runtime::{Access, Bind, Kernel};
 use crate::{DType, Result, Tensor};
 
 const SRC: &str = include_str!("../../shaders/softmax.wgsl");
@@ -49,11 +50,6 @@ static SPLIT: Kernel = Kernel::new(
 )
 .libs(&[&ACTIVATION]);
 
-/// The fewest values a segment of a split row holds (16 per lane).
-const MIN_SEG: usize = 16 * WG as usize;
-/// The most segments a row is split into (the second pass merges them serially).
-const MAX_SEGS: usize = 64;
-
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 struct SoftmaxParams {
@@ -81,22 +77,6 @@ struct SoftmaxParams {
 /// occupy a few percent of the device's lanes.
 fn use_workgroup_variant(caps: &crate::Caps, rows: usize, len: usize, stride: usize) -> bool {
     len > 256 && (rows < 1024 || (!caps.cpu && stride == 1))
-}
-
-/// Segments and values per segment when rows are too few for a workgroup each to fill a GPU
-/// (fewer than two 64-lane workgroups per estimated slot of 256 lanes) and long: at least
-/// [`MIN_SEG`] values a segment, at most [`MAX_SEGS`]. CPU adapters never split.
-fn split_rows(caps: &crate::Caps, rows: usize, len: usize) -> Option<(u32, u32)> {
-    if caps.cpu {
-        return None;
-    }
-    let want = caps.parallelism.clamp(1, MAX_PARALLELISM) * 2 * 256 / WG as usize;
-    let segs = want.div_ceil(rows.max(1)).min(len / MIN_SEG).min(MAX_SEGS);
-    if rows >= want || segs < 2 {
-        return None;
-    }
-    let seg_len = len.div_ceil(segs);
-    Some((len.div_ceil(seg_len) as u32, seg_len as u32))
 }
 
 /// The recorded forward: softmax's backward is `y * (g - sum(g * y))` and log_softmax's
@@ -205,7 +185,7 @@ fn run_untracked(op: &'static str, x: &Tensor, dim: isize, log: bool) -> Result<
     };
     let limit = dev.max_binding_bytes();
     if x.buffer().size() <= limit && out.buffer().size() <= limit {
-        if let Some((segs, seg_len)) = split_rows(dev.caps(), rows, len) {
+        if let Some((segs, seg_len)) = split_long_rows(dev.caps(), rows, len) {
             let parts =
                 crate::runtime::Storage::scratch(dev, op, rows as u64 * u64::from(segs) * 8)?;
             let p = SoftmaxParams {
@@ -354,21 +334,5 @@ mod plan_tests {
         // Few long rows: a workgroup each everywhere.
         assert!(use_workgroup_variant(&gpu, 10, 5000, 7));
         assert!(use_workgroup_variant(&lvp, 10, 5000, 1));
-    }
-
-    #[test]
-    fn few_long_rows_split_on_gpus() {
-        let (gpu, lvp) = (Caps::test_gpu(), Caps::test_lavapipe(2));
-        // One row of 2^20 values: up to MAX_SEGS segments of at least MIN_SEG.
-        let (segs, seg_len) = split_rows(&gpu, 1, 1 << 20).expect("split");
-        assert_eq!(segs as usize, MAX_SEGS);
-        assert!(seg_len as usize >= MIN_SEG && segs * seg_len >= 1 << 20);
-        assert_eq!(split_rows(&lvp, 1, 1 << 20), None);
-        // Many rows, or rows too short to cut: no split.
-        assert_eq!(split_rows(&gpu, 8192, 50257), None);
-        assert_eq!(split_rows(&gpu, 1, 1500), None);
-        // Ragged: the segments cover the row exactly once.
-        let (segs, seg_len) = split_rows(&gpu, 3, 70_001).expect("split");
-        assert!((segs - 1) * seg_len < 70_001 && segs * seg_len >= 70_001);
     }
 }

@@ -31,7 +31,7 @@ pub struct Caps {
 /// The most workgroup slots a planner takes from [`Caps::parallelism`] (a hand-built `Caps`
 /// may hold anything): far above any GPU's, and small enough that slot counts times lanes fit
 /// a 32-bit `usize` (wasm32).
-pub(crate) const MAX_PARALLELISM: usize = 1 << 16;
+const MAX_PARALLELISM: usize = 1 << 16;
 
 /// Vendor ids of `wgpu::AdapterInfo::vendor` (PCI ids; Apple's is its Metal registry id).
 const NVIDIA: u32 = 0x10de;
@@ -116,6 +116,12 @@ impl Caps {
                 host_threads,
             ),
         }
+    }
+
+    /// [`Caps::parallelism`] as the planners multiply it: at least 1 and at most
+    /// `MAX_PARALLELISM`, so slots times lanes cannot overflow whatever a hand-built `Caps` holds.
+    pub(crate) fn slots(&self) -> usize {
+        self.parallelism.clamp(1, MAX_PARALLELISM)
     }
 
     /// A discrete GPU without 8-lane subgroups (parallelism 256), for planner tests.

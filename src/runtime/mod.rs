@@ -24,7 +24,6 @@ pub(crate) mod window;
 
 pub(crate) use bind_cache::Bind;
 pub use caps::Caps;
-pub(crate) use caps::MAX_PARALLELISM;
 pub use device::{Device, DeviceOptions};
 pub use options::PipelineCacheSetting;
 pub(crate) use pipeline::{Access, Kernel};

@@ -9,7 +9,7 @@ use crate::autograd::sum_to;
 use crate::ops::activation::ACTIVATION;
 use crate::ops::random::PHILOX;
 use crate::runtime::pipeline::{ShaderLib, ShaderVariant};
-use crate::runtime::{Access, Bind, Caps, Kernel, MAX_PARALLELISM};
+use crate::runtime::{Access, Bind, Caps, Kernel};
 use crate::{DType, Result, Tensor};
 use Access::{Read as R, ReadWrite as RW};
 
@@ -207,7 +207,7 @@ pub fn forward_plan(
         .saturating_mul(batches)
         .saturating_mul(col_blocks);
     // Two workgroups per estimated slot of 256 lanes.
-    let want = (caps.parallelism.clamp(1, MAX_PARALLELISM) * 2 * 256).div_ceil(lanes);
+    let want = (caps.slots() * 2 * 256).div_ceil(lanes);
     let splits = want
         .div_ceil(groups.max(1))
         .min(s / MIN_SPLIT_KEYS)
