@@ -84,6 +84,37 @@ fn seg_count(@builtin(workgroup_id) wid: vec3<u32>,
     }
 }
 
+// The sum of the counts of rows [lo, hi).
+fn count_range(lo: u32, hi: u32) -> u32 {
+    var s = 0u;
+    for (var v = lo; v < hi; v++) {
+        s += atomicLoad(&cursor[v]);
+    }
+    return s;
+}
+
+// Lane 0 only: `part` becomes its exclusive prefix sums; returns their total.
+fn scan_part() -> u32 {
+    var acc = 0u;
+    for (var t = 0u; t < SCAN_WG; t++) {
+        let x = part[t];
+        part[t] = acc;
+        acc += x;
+    }
+    return acc;
+}
+
+// The starts of rows [lo, hi), the first at `first`; their cursors reset to them.
+fn start_range(lo: u32, hi: u32, first: u32) {
+    var acc = first;
+    for (var v = lo; v < hi; v++) {
+        let c = atomicLoad(&cursor[v]);
+        starts[v] = acc;
+        atomicStore(&cursor[v], acc);
+        acc += c;
+    }
+}
+
 // One workgroup: each lane sums a contiguous chunk of counts, lane 0 scans the 256 partial
 // sums, then each lane writes its chunk's starts (and resets the cursors to them).
 @compute @workgroup_size(SCAN_WG)
@@ -91,29 +122,13 @@ fn seg_scan(@builtin(local_invocation_index) lid: u32) {
     let chunk = (p.rows + SCAN_WG - 1u) / SCAN_WG;
     let lo = min(lid * chunk, p.rows);
     let hi = min(lo + chunk, p.rows);
-    var s = 0u;
-    for (var v = lo; v < hi; v++) {
-        s += atomicLoad(&cursor[v]);
-    }
-    part[lid] = s;
+    part[lid] = count_range(lo, hi);
     workgroupBarrier();
     if (lid == 0u) {
-        var acc = 0u;
-        for (var t = 0u; t < SCAN_WG; t++) {
-            let x = part[t];
-            part[t] = acc;
-            acc += x;
-        }
-        starts[p.rows] = acc;
+        starts[p.rows] = scan_part();
     }
     workgroupBarrier();
-    var acc = part[lid];
-    for (var v = lo; v < hi; v++) {
-        let c = atomicLoad(&cursor[v]);
-        starts[v] = acc;
-        atomicStore(&cursor[v], acc);
-        acc += c;
-    }
+    start_range(lo, hi, part[lid]);
 }
 
 // Long count arrays (a general scatter buckets by output element: millions of rows) scan in
@@ -132,11 +147,7 @@ fn seg_scan_sums(@builtin(workgroup_id) wid: vec3<u32>,
     let b = wid.x + wid.y * nwg.x;
     let lo = min(b * SCAN_BLOCK + lid * SCAN_CHUNK, p.rows);
     let hi = min(lo + SCAN_CHUNK, p.rows);
-    var s = 0u;
-    for (var v = lo; v < hi; v++) {
-        s += atomicLoad(&cursor[v]);
-    }
-    part[lid] = s;
+    part[lid] = count_range(lo, hi);
     workgroupBarrier();
     for (var w = SCAN_WG / 2u; w > 0u; w = w / 2u) {
         if (lid < w) {
@@ -163,13 +174,7 @@ fn seg_scan_top(@builtin(local_invocation_index) lid: u32) {
     part[lid] = s;
     workgroupBarrier();
     if (lid == 0u) {
-        var acc = 0u;
-        for (var t = 0u; t < SCAN_WG; t++) {
-            let x = part[t];
-            part[t] = acc;
-            acc += x;
-        }
-        starts[p.rows] = acc;
+        starts[p.rows] = scan_part();
     }
     workgroupBarrier();
     var acc = part[lid];
@@ -187,31 +192,16 @@ fn seg_scan_apply(@builtin(workgroup_id) wid: vec3<u32>,
     let b = wid.x + wid.y * nwg.x;
     let lo = min(b * SCAN_BLOCK + lid * SCAN_CHUNK, p.rows);
     let hi = min(lo + SCAN_CHUNK, p.rows);
-    var s = 0u;
-    for (var v = lo; v < hi; v++) {
-        s += atomicLoad(&cursor[v]);
-    }
-    part[lid] = s;
+    part[lid] = count_range(lo, hi);
     workgroupBarrier();
     if (lid == 0u) {
-        var acc = 0u;
-        for (var t = 0u; t < SCAN_WG; t++) {
-            let x = part[t];
-            part[t] = acc;
-            acc += x;
-        }
+        _ = scan_part();
     }
     workgroupBarrier();
     if (b * SCAN_BLOCK >= p.rows) {
         return;
     }
-    var acc = starts[p.rows + 1u + b] + part[lid];
-    for (var v = lo; v < hi; v++) {
-        let c = atomicLoad(&cursor[v]);
-        starts[v] = acc;
-        atomicStore(&cursor[v], acc);
-        acc += c;
-    }
+    start_range(lo, hi, starts[p.rows + 1u + b] + part[lid]);
 }
 
 @compute @workgroup_size(WG)
