@@ -343,12 +343,11 @@ fn scatter_add_forward(
         return Ok(out);
     }
     let out = Tensor::empty(dev, op, shape, src.dtype)?;
-    let n = out.numel();
-    if n == 0 {
+    if numel == 0 {
         return Ok(out);
     }
     let mut p = IndexParams::zeroed();
-    p.numel = n as u32;
+    p.numel = numel as u32;
     p.rank = shape.len() as u32;
     p.dim = dim as u32;
     p.len = len as u32;
@@ -372,7 +371,7 @@ fn scatter_add_forward(
         &overrides(src.dtype, base.is_some()),
         bytemuck::bytes_of(&p),
         &[src.buffer(), index.buffer(), base_buf, out.buffer()],
-        grid(op, src, n)?,
+        grid(op, src, numel)?,
     )?;
     Ok(out)
 }

@@ -307,6 +307,23 @@ fn attention_wide_heads_f32() {
     run_async(8, problem(DType::F32, 1..=20, 120..=300), check_attention);
 }
 
+/// Runs `cases` of `problems` on the GPU plan, asserting each takes a forward plan `want`
+/// accepts before checking it.
+#[cfg(not(target_arch = "wasm32"))]
+fn check_planned(
+    cases: u32,
+    problems: impl Strategy<Value = AttnProblem>,
+    want: fn(&wgtensor::ops::attention::ForwardPlan) -> bool,
+) {
+    use wgtensor::ops::attention::forward_plan;
+    run_async(cases, problems, async |p| {
+        let caps = plan_device(true).caps();
+        let fp = forward_plan(caps, p.b * p.heads, p.l, p.s, p.ev, p.heads / p.kv_heads);
+        prop_assert!(want(&fp), "{p:?}: {fp:?}");
+        check_attention(p).await
+    });
+}
+
 /// The forward's key splits (forced with `gpu_plans`: its parallelism is the host's threads):
 /// decoding (L of 1-3 over 1-4 heads, the one-row tile) and a short prefill of one head (the
 /// 16-row tile), over 256-700 keys, so 2 or more key ranges each; every mask kind, causal and
@@ -314,7 +331,6 @@ fn attention_wide_heads_f32() {
 #[cfg(not(target_arch = "wasm32"))]
 #[test]
 fn attention_key_splits_f32() {
-    use wgtensor::ops::attention::forward_plan;
     let problems = (
         problem(DType::F32, 1..=3, 1..=72),
         256usize..=700,
@@ -330,12 +346,7 @@ fn attention_key_splits_f32() {
             }
             p
         });
-    run_async(12, problems, async |p| {
-        let caps = plan_device(true).caps();
-        let fp = forward_plan(caps, p.b * p.heads, p.l, p.s, p.ev, p.heads / p.kv_heads);
-        prop_assert!(fp.splits > 1, "{p:?}: {fp:?}");
-        check_attention(p).await
-    });
+    check_planned(12, problems, |fp| fp.splits > 1);
 }
 
 /// Grouped-query decoding on the GPU plan: one to four queries, 2-4 query heads per key/value
@@ -344,7 +355,6 @@ fn attention_key_splits_f32() {
 #[cfg(not(target_arch = "wasm32"))]
 #[test]
 fn attention_grouped_decode_f32() {
-    use wgtensor::ops::attention::forward_plan;
     let heads = prop_oneof![
         Just((2usize, 1usize)),
         Just((4, 2)),
@@ -359,19 +369,13 @@ fn attention_grouped_decode_f32() {
             p
         },
     );
-    run_async(12, problems, async |p| {
-        let caps = plan_device(true).caps();
-        let fp = forward_plan(caps, p.b * p.heads, p.l, p.s, p.ev, p.heads / p.kv_heads);
-        prop_assert!(fp.grouped, "{p:?}: {fp:?}");
-        check_attention(p).await
-    });
+    check_planned(12, problems, |fp| fp.grouped);
 }
 
 /// The key splits in f16 (decoding, one to three queries over 256-700 keys).
 #[cfg(not(target_arch = "wasm32"))]
 #[test]
 fn attention_key_splits_f16() {
-    use wgtensor::ops::attention::forward_plan;
     require_f16(plan_device(true));
     let problems = (problem(DType::F16, 1..=3, 1..=48), 256usize..=700).prop_map(|(mut p, s)| {
         p.b = 1;
@@ -379,12 +383,7 @@ fn attention_key_splits_f16() {
         p.s = s;
         p
     });
-    run_async(4, problems, async |p| {
-        let caps = plan_device(true).caps();
-        let fp = forward_plan(caps, p.b * p.heads, p.l, p.s, p.ev, p.heads / p.kv_heads);
-        prop_assert!(fp.splits > 1, "{p:?}: {fp:?}");
-        check_attention(p).await
-    });
+    check_planned(4, problems, |fp| fp.splits > 1);
 }
 
 #[cfg(not(target_arch = "wasm32"))]

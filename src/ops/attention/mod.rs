@@ -16,23 +16,8 @@ use crate::{Result, Tensor};
 
 pub use problem::Problem;
 
-pub use kernel::ForwardPlan;
-
 #[doc(hidden)]
-/// The forward's plan for `n` query batches of `l` queries over `s` keys with `ev` value
-/// columns and `group` query heads per key/value head on an adapter with `caps`: key splits
-/// and whether a workgroup takes a whole group's rows (the planner's choice, for tests that
-/// force them).
-pub fn forward_plan(
-    caps: &crate::Caps,
-    n: usize,
-    l: usize,
-    s: usize,
-    ev: usize,
-    group: usize,
-) -> ForwardPlan {
-    kernel::forward_plan(caps, n, l, s, ev, group)
-}
+pub use kernel::{forward_plan, ForwardPlan};
 
 /// How an attention mask is read ([`SdpaOptions::attn_mask`]).
 #[derive(Clone, Copy, Debug)]
