@@ -24,6 +24,10 @@
 //! dynamic_shapes_one's).
 //!
 //! The `gpu/` family (`cases/gpu.rs`) is skipped on CPU adapters unless a case is named in full.
+//!
+//! `--checks=full|loops|div|none` opens every device with that `ShaderChecks` (default: the
+//! library's). `--no-first` skips the first-call figures (`first_ms=?`), `--short` times each case for about
+//! 0.5 s instead of 2 s: together they cut a GPU session's bench run about fourfold.
 // Native only (blocking device, readback and wall clock): an empty program on wasm32.
 #![cfg_attr(target_arch = "wasm32", no_main)]
 #![cfg(not(target_arch = "wasm32"))]
@@ -147,7 +151,7 @@ fn time_once(dev: &Device, run: &mut Run) -> wgtensor::Result<f64> {
 
 /// The cold first call: in a fresh process, device already open, nothing compiled yet.
 fn first_call(name: &str) -> wgtensor::Result<f64> {
-    let dev = Device::new()?;
+    let dev = Device::with_options(device_options())?;
     let case = cases()
         .into_iter()
         .find(|c| c.name == name)
@@ -166,6 +170,7 @@ fn first_ms_in_fresh_process(name: &str, cold: bool) -> Option<f64> {
     let run = || {
         let mut cmd = std::process::Command::new(&exe);
         cmd.args(["--first", name]);
+        cmd.args(std::env::args().filter(|a| a.starts_with("--checks=")));
         // Cold: no driver cache and an empty wgtensor pipeline cache directory (a persisted
         // PIPELINE_CACHE from an earlier run would otherwise skip the driver's compile).
         let fresh = std::env::temp_dir().join(format!("wgtensor-cold-{}", std::process::id()));
@@ -317,6 +322,39 @@ struct Row {
     dispatches_per_s: Option<f64>,
 }
 
+/// `--checks=full|loops|div|none`: the shader runtime checks of every device the run opens.
+static CHECKS: std::sync::OnceLock<wgtensor::ShaderChecks> = std::sync::OnceLock::new();
+
+/// The options every device of the run opens with (cases that open their own start from it).
+fn device_options() -> wgtensor::DeviceOptions {
+    wgtensor::DeviceOptions {
+        shader_checks: CHECKS.get().copied().unwrap_or_default(),
+        ..Default::default()
+    }
+}
+
+/// Reads `--checks=` into [`CHECKS`].
+fn set_checks(args: &[String]) {
+    let checks = match args.iter().find_map(|a| a.strip_prefix("--checks=")) {
+        None => wgtensor::ShaderChecks::default(),
+        Some("full") => wgtensor::ShaderChecks::Full,
+        Some("loops") => wgtensor::ShaderChecks::NoLoopBounding,
+        Some("div") => wgtensor::ShaderChecks::DivisionOnly,
+        Some("none") => wgtensor::ShaderChecks::None,
+        Some(other) => panic!("--checks={other}: expected full, loops, div or none"),
+    };
+    let _ = CHECKS.set(checks);
+}
+
+/// How cases are measured (command-line flags).
+struct Opts {
+    /// Measure the cold and warm first calls in fresh processes (`--no-first` skips them: a
+    /// GPU session's device time is short and they triple a case's cost).
+    first: bool,
+    /// Timing window of the median (`--short`: 0.5 s instead of 2 s).
+    window_ms: f64,
+}
+
 /// Times one case: cold first call, two warm-up runs, one run counting dispatches, then the
 /// median of n runs and the paired ratios. `rows` are the cases measured before it in this run.
 fn measure(
@@ -325,9 +363,16 @@ fn measure(
     all: &[Case],
     baselines: &mut Baselines,
     rows: &[Row],
+    opts: &Opts,
 ) -> wgtensor::Result<Row> {
-    let first_ms = first_ms_in_fresh_process(case.name, true);
-    let first_warm_ms = first_ms_in_fresh_process(case.name, false);
+    let (first_ms, first_warm_ms) = if opts.first {
+        (
+            first_ms_in_fresh_process(case.name, true),
+            first_ms_in_fresh_process(case.name, false),
+        )
+    } else {
+        (None, None)
+    };
     let mut run = (case.setup)(dev)?;
     for _ in 0..2 {
         time_once(dev, &mut run)?;
@@ -337,7 +382,7 @@ fn measure(
     let dispatches = dev.stats().dispatches - before;
     // At least 7 timed runs, more for short cases (up to ~2 s of timing).
     let probe = time_once(dev, &mut run)?;
-    let n = ((2000.0 / probe.max(0.1)) as usize).clamp(7, 51);
+    let n = ((opts.window_ms / probe.max(0.1)) as usize).clamp(7, 51);
     let t: Vec<f64> = (0..n)
         .map(|_| time_once(dev, &mut run))
         .collect::<wgtensor::Result<_>>()?;
@@ -374,6 +419,7 @@ fn main() -> wgtensor::Result<()> {
         .skip(1)
         .filter(|a| a != "--bench")
         .collect();
+    set_checks(&args);
     if let Some(i) = args.iter().position(|a| a == "--first") {
         let name = args.get(i + 1).map(String::as_str).unwrap_or("");
         println!("{:.2}", first_call(name)?);
@@ -386,8 +432,16 @@ fn main() -> wgtensor::Result<()> {
         return Ok(());
     }
     let json = args.iter().any(|a| a == "--json");
+    let opts = Opts {
+        first: !args.iter().any(|a| a == "--no-first"),
+        window_ms: if args.iter().any(|a| a == "--short") {
+            500.0
+        } else {
+            2000.0
+        },
+    };
     let wanted: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
-    let dev = Device::new()?;
+    let dev = Device::with_options(device_options())?;
     let info = dev.adapter_info();
     if !json {
         println!(
@@ -448,7 +502,19 @@ fn main() -> wgtensor::Result<()> {
             );
             continue;
         }
-        let row = measure(&dev, case, &all, &mut baselines, &rows)?;
+        // A case that fails says why and the run goes on: one kernel's error must not cost a
+        // GPU session the figures of every case after it.
+        let row = match measure(&dev, case, &all, &mut baselines, &rows, &opts) {
+            Ok(row) => row,
+            Err(e) => {
+                println!(
+                    "case={} error={}",
+                    case.name,
+                    format!("{e}").replace('\n', " ")
+                );
+                continue;
+            }
+        };
         if !json {
             println!("{}", line(&row));
         }
@@ -465,7 +531,7 @@ fn main() -> wgtensor::Result<()> {
 fn offers_coop() -> bool {
     Device::with_options(wgtensor::DeviceOptions {
         cooperative_matrix: true,
-        ..Default::default()
+        ..device_options()
     })
     .is_ok_and(|d| d.caps().coop16)
 }

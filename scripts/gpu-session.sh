@@ -6,23 +6,30 @@
 #                                     stripped, xz-compressed bench binary, the test binaries of
 #                                     the GPU kernels' suites, ../shared/gpu/on-device.sh and the
 #                                     PyTorch twins; prints what `carry` must name
-#   scripts/gpu-session.sh run [tests|bench]
+#   scripts/gpu-session.sh run [tests|bench|checks]
 #                                     there (device `run`, carry [".gl", ".gpu"], timeout_s 600):
 #                                     the GPU kernels' tests on the real adapter (conformance of
 #                                     GEMM, convolution, RNN, attention, elementwise, cooperative
-#                                     matrices; at most 120 s a binary), then `kernels --bench
-#                                     gpu/` and the same shapes in PyTorch CUDA, joined by
+#                                     matrices; the binaries side by side, at most TEST_TIMEOUT s
+#                                     each), then `kernels --bench --no-first --short gpu/` and the
+#                                     same shapes in PyTorch CUDA, joined by
 #                                     scripts/gpu_compare.py into compare.md; every log also
-#                                     under $OUT. `tests` or `bench` alone split it over two calls.
+#                                     under $OUT. `tests` or `bench` alone split it over two calls;
+#                                     `checks` times CHECKS_CASES under each ShaderChecks setting.
 #
 # Settings (environment): TESTS (test binaries to bundle, default below), BENCH (bench filter,
-# default gpu/), TEST_FILTER (test-name filter for the run, default all).
+# default gpu/), BENCH_FLAGS (default --no-first --short), TEST_FILTER (test-name filter for the
+# run, default all), TEST_TIMEOUT (seconds per test binary, default 100), CHECKS_CASES (the
+# cases of `run checks`), SKIP_TORCH (set: `run bench` skips PyTorch's twins).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 TESTS=${TESTS:-"conformance elementwise_gpu_plans attention gemm_runtime conv_runtime"}
 BENCH=${BENCH:-gpu/}
 TEST_FILTER=${TEST_FILTER:-}
+TEST_TIMEOUT=${TEST_TIMEOUT:-100}
+CHECKS_CASES=${CHECKS_CASES:-"gpu/gemm_4096 gpu/gemm_4096_f16 gpu/conv2d gpu/attention_fwd_f16 gpu/lstm_h512_t100 gpu/map_2e26"}
+BENCH_FLAGS=${BENCH_FLAGS:---no-first --short}
 
 prepare() {
   set -e
@@ -74,21 +81,41 @@ run() {
     tee "$out/gpu.txt"
   # 1. Correctness on the real adapter first: its figures mean nothing if a kernel is wrong.
   local status=0 what=${1:-all}
-  [ "$what" = bench ] && TESTS=
+  [ "$what" = bench ] || [ "$what" = checks ] && TESTS=
+  # The suites run side by side (16 cores; correctness only, nothing timed yet).
   for t in $TESTS; do
     [ -x ".gpu/$t" ] || chmod +x ".gpu/$t" 2>/dev/null || continue
     # shellcheck disable=SC2086
-    timeout 120 ".gpu/$t" --test-threads 8 $TEST_FILTER >"$out/test-$t.log" 2>&1
-    local rc=$?
+    (timeout "$TEST_TIMEOUT" ".gpu/$t" --test-threads 4 $TEST_FILTER >"$out/test-$t.log" 2>&1
+      echo $? >"$out/rc-$t") &
+  done
+  wait
+  for t in $TESTS; do
+    local rc
+    rc=$(cat "$out/rc-$t" 2>/dev/null || echo missing)
     echo "tests $t: rc=$rc $(grep -E '^test result' "$out/test-$t.log" | tail -1)"
     grep -E '^test .* FAILED|panicked' "$out/test-$t.log" | head -20
-    [ "$rc" -eq 0 ] || status=1
+    [ "$rc" = 0 ] || status=1
+    # One log for all: at most 8 files come back from a device call.
+    { echo "=== $t: rc=$rc"; cat "$out/test-$t.log"; } >>"$out/tests.log"
+    rm -f "$out/rc-$t" "$out/test-$t.log"
   done
   [ "$what" = tests ] && return $status
+  # What the shader runtime checks cost: the same cases under each ShaderChecks setting.
+  if [ "$what" = checks ]; then
+    for c in ${CHECKS:-full loops div none}; do
+      # shellcheck disable=SC2086
+      timeout 120 .gpu/kernels --bench --no-first --short --checks=$c $CHECKS_CASES 2>&1 |
+        sed "s/^case=/checks=$c case=/" | tee -a "$out/checks.log"
+    done
+    return $status
+  fi
   # 2. The bench's GPU cases, then PyTorch's twins on the same GPU.
-  timeout 360 .gpu/kernels --bench "$BENCH" 2>&1 | tee "$out/bench.log"
-  timeout 180 python3 .gpu/bench_gpu_torch.py 2>&1 | tee "$out/torch.log"
-  timeout 120 python3 .gpu/bench_attention_torch.py 2>&1 | tee "$out/torch_attention.log"
+  # shellcheck disable=SC2086
+  timeout "${BENCH_TIMEOUT:-240}" .gpu/kernels --bench $BENCH_FLAGS $BENCH 2>&1 | tee "$out/bench.log"
+  [ -n "${SKIP_TORCH:-}" ] && return $status
+  timeout 120 python3 .gpu/bench_gpu_torch.py 2>&1 | tee "$out/torch.log"
+  timeout 90 python3 .gpu/bench_attention_torch.py 2>&1 | tee "$out/torch_attention.log"
   # 3. Both side by side, the table docs/BENCHMARKS.md keeps.
   python3 .gpu/gpu_compare.py "$out/bench.log" "$out/torch.log" "$out/torch_attention.log" \
     --gpu "$(cat "$out/gpu.txt")" | tee "$out/compare.md"

@@ -206,7 +206,7 @@ pub use layout::Layout;
 pub use nn::Module;
 pub use runtime::{
     Caps, Device, DeviceOptions, DeviceStats, PipelineCacheSetting, PipelineCacheStatus, PoolStats,
-    WarmUp,
+    ShaderChecks, WarmUp,
 };
 pub use tensor::{SignedIndex, Tensor};
 /// The wgpu crate this version of wgtensor is built on, so interop code names the same types.

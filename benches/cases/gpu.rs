@@ -88,7 +88,7 @@ fn churn_run(dev: &Device, churn: bool) -> wgtensor::Result<Run> {
 fn coop_gemm_run(_: &Device, n: usize) -> wgtensor::Result<Run> {
     let dev = Device::with_options(wgtensor::DeviceOptions {
         cooperative_matrix: true,
-        ..Default::default()
+        ..crate::device_options()
     })?;
     if !dev.caps().coop16 {
         return Err(wgtensor::Error::InvalidArgument {

@@ -25,7 +25,7 @@ pub(crate) mod window;
 pub(crate) use bind_cache::Bind;
 pub use caps::Caps;
 pub use device::{Device, DeviceOptions};
-pub use options::PipelineCacheSetting;
+pub use options::{PipelineCacheSetting, ShaderChecks};
 pub(crate) use pipeline::{Access, Kernel};
 #[doc(hidden)]
 pub use pipeline::{Family, ParamsLayout, ShaderVariant};

@@ -5,6 +5,55 @@ use std::path::PathBuf;
 
 use crate::{Error, Result};
 
+/// Which of wgpu's injected runtime checks the crate's own shaders are compiled with
+/// ([`DeviceOptions::shader_checks`]). wgpu guards every shader it is given against bugs in
+/// it: clamps on array indices, guarded integer division (WGSL defines `x / 0` as `x`), and
+/// (naga's `force_loop_bounding`) a counter in every loop that ends it after 2^64 iterations,
+/// so that a driver cannot treat an infinite loop as unreachable. The counter hides each
+/// loop's trip count from the driver's compiler, which then cannot unroll the constant-trip
+/// inner loops of the GEMM and convolution tiles; the index clamps, on top, keep their
+/// accumulator arrays out of registers. Measured on an NVIDIA H200 (docs/BENCHMARKS.md): a
+/// 4096^3 f32 GEMM took 63 ms with every check, 69 ms without the loop counters and 4.8 ms
+/// without the clamps too; a convolution 15.7 ms, 1.6 ms and 1.5 ms.
+///
+/// Storage buffers keep their bounds either way where the driver enforces them (Vulkan's
+/// robust buffer access, which wgpu enables where offered); the crate's kernels also test
+/// every buffer index against the tensor's extent themselves.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ShaderChecks {
+    /// Every check wgpu injects.
+    Full,
+    /// Every check but the loop counters: every loop in the crate's shaders is bounded by its
+    /// uniforms or by constants, so the counter never fires.
+    NoLoopBounding,
+    /// Only the integer-division guards (the default): no loop counters, no index clamps. The
+    /// crate's kernels index their workgroup and function arrays with lane ids and loop
+    /// counters whose ranges the conformance suite covers; a division by a zero extent keeps
+    /// WGSL's defined result.
+    #[default]
+    DivisionOnly,
+    /// No injected checks at all, the division guards off too (for measuring what they cost:
+    /// a division by zero is then undefined, and on a CPU adapter may trap).
+    None,
+}
+
+impl ShaderChecks {
+    /// wgpu's form of the setting.
+    pub(crate) fn runtime_checks(self) -> wgpu::ShaderRuntimeChecks {
+        let mut c = wgpu::ShaderRuntimeChecks::checked();
+        match self {
+            ShaderChecks::Full => {}
+            ShaderChecks::NoLoopBounding => c.force_loop_bounding = false,
+            ShaderChecks::DivisionOnly => {
+                c.force_loop_bounding = false;
+                c.bounds_checks = false;
+            }
+            ShaderChecks::None => c = wgpu::ShaderRuntimeChecks::unchecked(),
+        }
+        c
+    }
+}
+
 /// Where [`DeviceOptions::pipeline_cache`] keeps compiled pipelines between runs (wgpu's
 /// `PIPELINE_CACHE`, Vulkan only; see [`PipelineCacheStatus`](crate::PipelineCacheStatus) for
 /// what the device did with it). Ignored on wasm32, where browsers keep their own cache.
@@ -89,6 +138,9 @@ pub struct DeviceOptions {
     /// split-k as the other kernels). Off by default while wgpu calls the feature experimental;
     /// ignored where the adapter lacks the configuration.
     pub cooperative_matrix: bool,
+    /// Which of wgpu's runtime checks the crate's shaders are compiled with (see
+    /// [`ShaderChecks`]). Default: [`ShaderChecks::DivisionOnly`].
+    pub shader_checks: ShaderChecks,
 }
 
 /// Upper bounds on [`DeviceOptions`] values: past them the param arena's size or the queue's
@@ -164,6 +216,7 @@ impl Default for DeviceOptions {
             check_indices: true,
             gpu_plans: false,
             cooperative_matrix: false,
+            shader_checks: ShaderChecks::default(),
         }
     }
 }

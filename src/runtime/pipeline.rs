@@ -190,6 +190,8 @@ pub(crate) struct PipelineCache {
     /// [`DeviceOptions::pipeline_cache`](crate::DeviceOptions::pipeline_cache) is off).
     #[cfg(not(target_arch = "wasm32"))]
     pub(crate) persisted: Option<Persisted>,
+    /// The runtime checks every module is created with (`DeviceOptions::shader_checks`).
+    pub(crate) checks: crate::runtime::options::ShaderChecks,
 }
 
 /// The persisted cache of an open device (written by runtime/pipeline_store.rs): the wgpu cache every pipeline is created with, the
@@ -307,10 +309,18 @@ impl PipelineCache {
             .entry((kernel.source.as_ptr() as usize, dtypes.to_vec()))
             .or_insert_with(|| {
                 let source = kernel.full_source(dtypes);
-                device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                let desc = wgpu::ShaderModuleDescriptor {
                     label: Some(kernel.name),
                     source: wgpu::ShaderSource::Wgsl(source.into()),
-                })
+                };
+                // SAFETY: the modules are the crate's own shaders, never user text, and uphold
+                // what each relaxed check guards: every loop is bounded by uniforms or
+                // constants (no loop counter needed); workgroup and function arrays are
+                // indexed by lane ids and loop counters within their lengths, and buffer
+                // indices are tested against the tensor's extent (no clamps needed). The
+                // conformance suite runs them on the default setting; ShaderChecks' docs say
+                // what each setting gives up.
+                unsafe { device.create_shader_module_trusted(desc, self.checks.runtime_checks()) }
             })
             .clone();
         let layout = bind_group_layout(device, kernel);
