@@ -277,3 +277,57 @@ fn params_structs_match_the_shaders() {
         assert_eq!(*span as usize, l.size, "{what}: struct sizes differ");
     }
 }
+
+/// wgpu refuses a pipeline whose entry point reaches a binding its layout lacks, or declares a
+/// binding with another access than the layout's (read-only storage against read-write). Each
+/// variant's entry point, as naga's validator sees what it uses, against the layout the
+/// runtime builds from the kernel's bindings and slots: a shared helper that reaches a
+/// binding only another entry point's layout has fails here, not on the first GPU that runs
+/// the kernel.
+#[test]
+fn every_entry_point_uses_only_its_layouts_bindings() {
+    let mut failures = Vec::new();
+    for v in shader_variants() {
+        let ctx = format!("{} / {} {:?}", v.kernel, v.entry, v.dtypes);
+        let module = naga::front::wgsl::parse_str(&v.source).expect("parses (see translate)");
+        let info = Validator::new(ValidationFlags::all(), Capabilities::all())
+            .validate(&module)
+            .expect("validates (see translate)");
+        let Some(ep) = module.entry_points.iter().position(|e| e.name == v.entry) else {
+            failures.push(format!("{ctx}: no entry point {}", v.entry));
+            continue;
+        };
+        let used = info.get_entry_point(ep);
+        for (handle, var) in module.global_variables.iter() {
+            let Some(rb) = &var.binding else { continue };
+            if used[handle].is_empty() {
+                continue;
+            }
+            let name = var.name.as_deref().unwrap_or("?");
+            let Some(&(_, layout_read_only)) = v.layout.iter().find(|(b, _)| *b == rb.binding)
+            else {
+                failures.push(format!(
+                    "{ctx}: uses `{name}` (binding {}), which its layout {:?} lacks",
+                    rb.binding, v.layout
+                ));
+                continue;
+            };
+            let fits = match var.space {
+                naga::AddressSpace::Uniform => rb.binding == 0,
+                naga::AddressSpace::Storage { access } => {
+                    rb.binding != 0
+                        && layout_read_only != access.contains(naga::StorageAccess::STORE)
+                }
+                _ => false,
+            };
+            if !fits {
+                failures.push(format!(
+                    "{ctx}: `{name}` (binding {}, {:?}) does not match its layout entry \
+                     (read-only: {layout_read_only})",
+                    rb.binding, var.space
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -366,6 +366,9 @@ pub struct ShaderVariant {
     pub source: String,
     pub dtypes: Vec<DType>,
     pub constants: Vec<(&'static str, f64)>,
+    /// The pipeline layout's bindings: (binding, read-only) for the Params uniform (0, true)
+    /// and every storage binding, so a test can check that the entry point reaches no other.
+    pub layout: Vec<(u32, bool)>,
 }
 
 impl ShaderVariant {
@@ -374,7 +377,11 @@ impl ShaderVariant {
         dtypes: &[DType],
         constants: &[(&'static str, f64)],
     ) -> Self {
+        let storage = kernel.bindings.iter().enumerate();
         ShaderVariant {
+            layout: std::iter::once((0, true))
+                .chain(storage.map(|(i, a)| (kernel.slot(i), *a == Access::Read)))
+                .collect(),
             kernel: kernel.name,
             entry: kernel.entry,
             source: kernel.full_source(dtypes),

@@ -22,6 +22,10 @@ const TILED_SRC: &str = include_str!("../../../shaders/gemm.wgsl");
 const SG8_SRC: &str = include_str!("../../../shaders/gemm_sg8.wgsl");
 const WG_SRC: &str = include_str!("../../../shaders/gemm_wg.wgsl");
 const COOP_SRC: &str = include_str!("../../../shaders/gemm_coop.wgsl");
+const COOP_PARTIAL_SRC: &str = include_str!("../../../shaders/gemm_coop_partial.wgsl");
+/// The cooperative-matrix tile both coop kernels run (each defines its own store).
+static COOP_TILE: ShaderLib = ShaderLib::new(include_str!("../../../shaders/lib/coop_tile.wgsl"));
+const COOP_LIBS: &[&ShaderLib] = &[&ACTIVATION, &GEMM_COMMON, &COOP_TILE];
 const COOP_ENABLES: &[&str] = &["wgpu_cooperative_matrix"];
 
 use Access::{Read as R, ReadWrite as RW};
@@ -50,12 +54,17 @@ static WG_PARTIAL: Kernel = Kernel::new("gemm_wg", WG_SRC, "gemm_wg_partial", &[
 
 static COOP: Kernel = Kernel::new("gemm_coop", COOP_SRC, "gemm_coop", &[R, R, R, R, RW])
     .slots(&[1, 2, 3, 4, 5])
-    .libs(LIBS)
+    .libs(COOP_LIBS)
     .enables(COOP_ENABLES);
-static COOP_PARTIAL: Kernel = Kernel::new("gemm_coop", COOP_SRC, "gemm_coop_partial", &[R, R, RW])
-    .slots(&[1, 2, 6])
-    .libs(LIBS)
-    .enables(COOP_ENABLES);
+static COOP_PARTIAL: Kernel = Kernel::new(
+    "gemm_coop",
+    COOP_PARTIAL_SRC,
+    "gemm_coop_partial",
+    &[R, R, RW],
+)
+.slots(&[1, 2, 6])
+.libs(COOP_LIBS)
+.enables(COOP_ENABLES);
 
 const REDUCE_WG: u32 = 256;
 /// Longest inner dimension accepted. Past it the f32 accumulation has lost most of its digits
@@ -449,6 +458,7 @@ pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipe
         "gemm_sg8.wgsl",
         "gemm_wg.wgsl",
         "gemm_coop.wgsl",
+        "gemm_coop_partial.wgsl",
     ],
     params: || vec![params_layout()],
     variants: gemm_variants,
