@@ -52,6 +52,15 @@ pub fn gpu_plans_device() -> &'static Device {
     })
 }
 
+/// Output counts over which the GPU reduction planners (`reduce_plan`, `argext_plan`) split
+/// strided rows into segments on `dev`: enough outputs for one invocation each (two per
+/// estimated slot) yet too few to fill the device alone. On lavapipe 4..=40 (its slots are
+/// its threads), on a discrete GPU hundreds to thousands.
+pub fn rows_split_outputs(dev: &Device) -> std::ops::RangeInclusive<usize> {
+    let slots = dev.caps().parallelism.max(2);
+    2 * slots..=20 * slots
+}
+
 /// The browser's three shared devices (default, without subgroups, and planning as on a GPU),
 /// opened by [`init_devices`]: a wasm test cannot block on device creation, so each browser
 /// test awaits `init_devices()` first and the shared code then finds them through `device()`,

@@ -10,7 +10,7 @@ use wgtensor::ops::reduce::ReducePlan;
 use wgtensor::ops::ReduceOp;
 use wgtensor::{f16, DType, Device, Tensor};
 
-use crate::common::{device, download, gpu_plans_device};
+use crate::common::{device, download, gpu_plans_device, rows_split_outputs};
 use crate::index_ops::{check_arg_on, ArgProblem};
 use crate::strategies::{operand_of_shape, run_async, view_kind, Dist, ViewKind};
 
@@ -97,7 +97,8 @@ fn argext_gpu_plans_strided_rows_split_f32() {
     run_plan_cases(
         8,
         "rows split",
-        (200usize..=3000, 4usize..=40).prop_map(|(r, c)| (vec![r, c], 0)),
+        (200usize..=3000, rows_split_outputs(gpu_plans_device()))
+            .prop_map(|(r, c)| (vec![r, c], 0)),
         |p| matches!(p, ReducePlan::RowsSplit { segs, .. } if *segs > 1),
     );
 }
