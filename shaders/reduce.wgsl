@@ -85,11 +85,25 @@ fn tree_fold(lid: u32, acc: f32) -> f32 {
 }
 
 // `acc` folded with the values of the output at `base` at r = start, start + step, ... below
-// `end`, in that order. `end` may be just under 2^32 (a broadcast view): the loop stops
-// before `r + step` could wrap.
+// `end`, in that order. `end` may be just under 2^32 (a broadcast view): no loop steps `r`
+// past `end`, so it cannot wrap. Four loads are issued before their four folds (in the same
+// order as one at a time, so the result is the same bits): a memory-bound reduction needs
+// more loads in flight per lane than a chain of dependent load-then-add.
 fn fold_range(acc0: f32, base: u32, start: u32, end: u32, step: u32) -> f32 {
     var acc = acc0;
-    for (var r = start; r < end; r += step) {
+    var r = start;
+    while (r < end && end - r > 3u * step) {
+        let v0 = f32(x[base + r * p.red_stride]);
+        let v1 = f32(x[base + (r + step) * p.red_stride]);
+        let v2 = f32(x[base + (r + 2u * step) * p.red_stride]);
+        let v3 = f32(x[base + (r + 3u * step) * p.red_stride]);
+        acc = fold(fold(fold(fold(acc, v0), v1), v2), v3);
+        if (end - r <= 4u * step) {
+            return acc;
+        }
+        r += 4u * step;
+    }
+    for (; r < end; r += step) {
         acc = fold(acc, f32(x[base + r * p.red_stride]));
         if (end - r <= step) {
             break;
