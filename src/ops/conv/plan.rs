@@ -170,11 +170,11 @@ fn plan_with(
             .saturating_mul(groups)
             .max(1)
     };
-    // CPU adapters: 64 tiles (measured on lavapipe); GPUs: the parallelism estimate, as GEMM.
+    // CPU adapters: 64 tiles (measured on lavapipe); GPUs: as GEMM (`split_target`).
     let target = if caps.cpu {
         64
     } else {
-        caps.parallelism.max(2)
+        crate::ops::gemm::plan::split_target(caps)
     };
     let max_z = caps.max_workgroups_per_dim as usize;
     if k >= 1024 && tiles < target {
@@ -264,10 +264,11 @@ mod plan_tests {
             (p.variant, p.rt, p.tile()),
             (ConvVariant::WgTiled, 8, (128, 64))
         );
-        // Its weight gradient: 18 tiles of 128 rows are too few, 36 of 64 split K.
+        // Its weight gradient: 18 tiles of 128 rows are too few, 36 of 64 split K four
+        // workgroups per slot (1024 / 36).
         let p = plan_with(&gpu, true, 128, 1152, 100352, 1, 100);
         assert_eq!((p.variant, p.rt), (ConvVariant::WgTiled, 4));
-        assert_eq!(p.splits, 8, "{p:?}");
+        assert_eq!(p.splits, 29, "{p:?}");
         assert!(p.k_chunk >= 256 && p.splits * p.k_chunk >= 100352);
         assert_eq!(
             plan_with(&lvp, true, 128, 100352, 1152, 1, 100).variant,
