@@ -260,14 +260,23 @@ fn seg_sort(@builtin(workgroup_id) wid: vec3<u32>,
     let b = starts[v + 1u];
     let n = b - a;
     if (n <= SHORT_BUCKET) {
-        for (var i = a + 1u; i < b; i++) {
-            let key = list[i];
+        // In a private array: in the storage buffer every shift of the insertion sort was a
+        // global load and store, each waiting on the last.
+        var buf: array<u32, SHORT_BUCKET>;
+        for (var i = 0u; i < n; i++) {
+            buf[i] = list[a + i];
+        }
+        for (var i = 1u; i < n; i++) {
+            let key = buf[i];
             var k = i;
-            while (k > a && list[k - 1u] > key) {
-                list[k] = list[k - 1u];
+            while (k > 0u && buf[k - 1u] > key) {
+                buf[k] = buf[k - 1u];
                 k--;
             }
-            list[k] = key;
+            buf[k] = key;
+        }
+        for (var i = 0u; i < n; i++) {
+            list[a + i] = buf[i];
         }
         return;
     }
