@@ -176,6 +176,8 @@ fn first_ms_in_fresh_process(name: &str, cold: bool) -> Option<f64> {
         let fresh = std::env::temp_dir().join(format!("wgtensor-cold-{}", std::process::id()));
         if cold {
             cmd.env("MESA_SHADER_CACHE_DISABLE", "true");
+            // NVIDIA's driver keeps its own shader disk cache.
+            cmd.env("__GL_SHADER_DISK_CACHE", "0");
             cmd.env("WGTENSOR_CACHE_DIR", &fresh);
         }
         let out = cmd.output().ok()?;

@@ -6,7 +6,7 @@
 #                                     stripped, xz-compressed bench binary, the test binaries of
 #                                     the GPU kernels' suites, ../shared/gpu/on-device.sh and the
 #                                     PyTorch twins; prints what `carry` must name
-#   scripts/gpu-session.sh run [tests|bench|checks]
+#   scripts/gpu-session.sh run [tests|bench|checks|exec CMD...]
 #                                     there (device `run`, carry [".gl", ".gpu"], timeout_s 600):
 #                                     the GPU kernels' tests on the real adapter (conformance of
 #                                     GEMM, convolution, RNN, attention, elementwise, cooperative
@@ -15,7 +15,8 @@
 #                                     same shapes in PyTorch CUDA, joined by
 #                                     scripts/gpu_compare.py into compare.md; every log also
 #                                     under $OUT. `tests` or `bench` alone split it over two calls;
-#                                     `checks` times CHECKS_CASES under each ShaderChecks setting.
+#                                     `checks` times CHECKS_CASES under each ShaderChecks setting;
+#                                     `exec` runs CMD with the loader set up.
 #
 # Settings (environment): TESTS (test binaries to bundle, default below), BENCH (bench filter,
 # default gpu/), BENCH_FLAGS (default --no-first --short), TEST_FILTER (test-name filter for the
@@ -79,8 +80,15 @@ run() {
   export WGPU_BACKEND=vulkan PYTHONUNBUFFERED=1
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader |
     tee "$out/gpu.txt"
-  # 1. Correctness on the real adapter first: its figures mean nothing if a kernel is wrong.
   local status=0 what=${1:-all}
+  # `run exec CMD ARGS...`: any command (a one-off binary carried in .gpu/) with the loader set.
+  if [ "$what" = exec ]; then
+    shift
+    for f in .gpu/*; do [ -f "$f" ] && chmod +x "$f"; done
+    "$@"
+    return
+  fi
+  # 1. Correctness on the real adapter first: its figures mean nothing if a kernel is wrong.
   [ "$what" = bench ] || [ "$what" = checks ] && TESTS=
   # The suites run side by side (16 cores; correctness only, nothing timed yet).
   for t in $TESTS; do
@@ -124,6 +132,6 @@ run() {
 
 case "${1:-}" in
   prepare) prepare ;;
-  run) run "${2:-all}" ;;
+  run) shift; run "$@" ;;
   *) echo "usage: $0 prepare | run" >&2; exit 2 ;;
 esac
