@@ -1,7 +1,10 @@
 //! Ahead-of-time compilation: run a representative call once, off the caller's critical path.
 //!
-//! Pipelines are keyed by (kernel, dtype, override constants), never by shape, so one call of a
-//! model on a tiny input compiles exactly the pipelines its real calls will use. Running that call
+//! Pipelines are keyed by (kernel, dtype, override constants), never by shape, so on CPU
+//! adapters one call of a model on a tiny input compiles exactly the pipelines its real calls
+//! will use. On GPUs the planners also pick among a few kernel variants by problem size (64- or
+//! 128-row tiles, a workgroup per row or split rows), so the warm-up call should have the real
+//! calls' sizes there. Running that call
 //! on a background thread lets the app do other start-up work (load weights, open a window)
 //! while the driver compiles. A real call that needs a pipeline the warm-up is compiling waits
 //! for it (the pipeline cache is locked during a compile) instead of compiling it a second time.
@@ -54,8 +57,10 @@ impl WarmUp {
 
 impl Device {
     /// Compiles ahead of time the pipelines that `run` needs, by running it once: pass the
-    /// model's call on a tiny input (shapes do not matter, pipelines never depend on them;
-    /// dtypes, options and activations do). Natively `run` executes on a background thread
+    /// model's call on a tiny input (pipelines never depend on shapes; dtypes, options and
+    /// activations do). On GPU adapters pass an input of the real sizes instead: the planners
+    /// there choose tile and split variants by problem size, and a tiny input can leave the
+    /// variants of the real calls (a few pipelines) to their first call. Natively `run` executes on a background thread
     /// and this returns at once; on wasm32, which has no threads, it runs before returning
     /// (WebGPU compiles asynchronously in the browser anyway). The results of `run` are
     /// discarded; its dispatches execute like any other work of the device.
@@ -64,8 +69,9 @@ impl Device {
     /// use wgtensor::{Device, Tensor};
     /// # fn main() -> wgtensor::Result<()> {
     /// let dev = Device::new()?;
+    /// // The model's call at its real sizes (on a CPU adapter a [1, 4] input would do).
     /// let warm = dev.warm_up(|d| {
-    ///     let x = Tensor::from_slice(d, &[1.0f32, -2.0, 3.0, -4.0], &[1, 4])?;
+    ///     let x = Tensor::from_slice(d, &vec![-1.5f32; 300 * 70], &[300, 70])?;
     ///     x.relu()?.mul(&x)?;
     ///     Ok(())
     /// });

@@ -36,7 +36,8 @@ fn bits(t: &Tensor) -> Vec<u32> {
 }
 
 /// Runs `f` on both devices with the same inputs and compares the outputs bit for bit.
-/// The windowed device must also have split the work: more dispatches than the other.
+/// The windowed device must also have split the work (more dispatches than the other) when
+/// the output is larger than one binding.
 fn same(what: &str, inputs: &[(Vec<f32>, Vec<usize>)], f: impl Fn(&Device, &[Tensor]) -> Tensor) {
     same_at(4096, what, inputs, f)
 }
@@ -60,8 +61,15 @@ fn same_at(
     assert_eq!(want.len(), got.len(), "{what}");
     let diff = want.iter().zip(&got).position(|(a, b)| a != b);
     assert!(diff.is_none(), "{what}: first difference at {diff:?}");
+    // An output past the limit must have been split; one within it may still be (the CPU
+    // plans' strided copy windows its reads), or not (a GPU's tiled transpose reads its 30 x 30
+    // view in one dispatch).
     let (db, dw) = (big.stats().dispatches, win.stats().dispatches);
-    assert!(dw > db, "{what}: {dw} windowed dispatches vs {db}");
+    if want.len() * 4 > limit as usize {
+        assert!(dw > db, "{what}: {dw} windowed dispatches vs {db}");
+    } else {
+        assert!(dw >= db, "{what}: {dw} windowed dispatches vs {db}");
+    }
 }
 
 #[test]
