@@ -114,8 +114,10 @@ fn scan(base: u32, step: u32, start: u32, end: u32) -> u32 {
     return bk;
 }
 
+// The end of the segment from `start` (< len): start + seg_len may pass 2^32 for the last
+// segment of a broadcast row just under it, so the remaining length is taken first.
 fn seg_end(start: u32) -> u32 {
-    return min(p.len, start + p.seg_len);
+    return start + min(p.seg_len, p.len - start);
 }
 
 @compute @workgroup_size(WG)
@@ -153,6 +155,10 @@ fn argext_wg(@builtin(workgroup_id) wid: vec3<u32>,
             bk = k;
         }
         if (isnan_f(f32(v))) {
+            break;
+        }
+        // k + WG may wrap past 2^32 when end is just under it.
+        if (end - k <= WG) {
             break;
         }
     }
