@@ -25,7 +25,7 @@
 //!
 //! The `gpu/` family (`cases/gpu.rs`) is skipped on CPU adapters unless a case is named in full.
 //!
-//! `--checks=full|loops|div|none` opens every device with that `ShaderChecks` (default: the
+//! `--checks=auto|full|loops|div|none` opens every device with that `ShaderChecks` (default: the
 //! library's). `--no-first` skips the first-call figures (`first_ms=?`), `--short` times each case for about
 //! 0.5 s instead of 2 s: together they cut a GPU session's bench run about fourfold.
 // Native only (blocking device, readback and wall clock): an empty program on wasm32.
@@ -324,7 +324,7 @@ struct Row {
     dispatches_per_s: Option<f64>,
 }
 
-/// `--checks=full|loops|div|none`: the shader runtime checks of every device the run opens.
+/// `--checks=auto|full|loops|div|none`: the shader runtime checks of every device the run opens.
 static CHECKS: std::sync::OnceLock<wgtensor::ShaderChecks> = std::sync::OnceLock::new();
 
 /// The options every device of the run opens with (cases that open their own start from it).
@@ -342,8 +342,9 @@ fn set_checks(args: &[String]) {
         Some("full") => wgtensor::ShaderChecks::Full,
         Some("loops") => wgtensor::ShaderChecks::NoLoopBounding,
         Some("div") => wgtensor::ShaderChecks::DivisionOnly,
+        Some("auto") => wgtensor::ShaderChecks::Auto,
         Some("none") => wgtensor::ShaderChecks::None,
-        Some(other) => panic!("--checks={other}: expected full, loops, div or none"),
+        Some(other) => panic!("--checks={other}: expected auto, full, loops, div or none"),
     };
     let _ = CHECKS.set(checks);
 }

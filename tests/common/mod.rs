@@ -46,6 +46,8 @@ pub fn gpu_plans_device() -> &'static Device {
     DEVICE.get_or_init(|| {
         Device::with_options(wgtensor::DeviceOptions {
             gpu_plans: true,
+            // What GPUs compile: no index clamps (lavapipe's default keeps them).
+            shader_checks: wgtensor::ShaderChecks::DivisionOnly,
             ..Default::default()
         })
         .expect("no wgpu adapter: install a Vulkan driver (e.g. Mesa lavapipe)")
