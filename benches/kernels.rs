@@ -383,7 +383,8 @@ fn measure(
     let before = dev.stats().dispatches;
     time_once(dev, &mut run)?;
     let dispatches = dev.stats().dispatches - before;
-    // At least 7 timed runs, more for short cases (up to ~2 s of timing).
+    // At least 7 timed runs, more for short cases (up to the window: ~2 s, or 0.5 s with
+    // --short).
     let probe = time_once(dev, &mut run)?;
     let n = ((opts.window_ms / probe.max(0.1)) as usize).clamp(7, 51);
     let t: Vec<f64> = (0..n)

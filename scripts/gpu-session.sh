@@ -21,7 +21,9 @@
 # Settings (environment): TESTS (test binaries to bundle, default below), BENCH (bench filter,
 # default gpu/), BENCH_FLAGS (default --no-first --short), TEST_FILTER (test-name filter for the
 # run, default all), TEST_TIMEOUT (seconds per test binary, default 100), CHECKS_CASES (the
-# cases of `run checks`), SKIP_TORCH (set: `run bench` skips PyTorch's twins).
+# cases of `run checks`), CHECKS (its settings, default "full loops div none"), BENCH_TIMEOUT
+# (seconds, default 240), SKIP_TORCH (set: `run bench` skips PyTorch's twins). A bundled test
+# binary that is missing counts as a failure (rc=missing).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,7 +32,7 @@ BENCH=${BENCH:-gpu/}
 TEST_FILTER=${TEST_FILTER:-}
 TEST_TIMEOUT=${TEST_TIMEOUT:-100}
 CHECKS_CASES=${CHECKS_CASES:-"gpu/gemm_4096 gpu/gemm_4096_f16 gpu/conv2d gpu/attention_fwd_f16 gpu/lstm_h512_t100 gpu/map_2e26"}
-BENCH_FLAGS=${BENCH_FLAGS:---no-first --short}
+BENCH_FLAGS=${BENCH_FLAGS---no-first --short}
 
 prepare() {
   set -e

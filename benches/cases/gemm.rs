@@ -97,10 +97,14 @@ pub fn fma_run(dev: &Device, invocations: u32, iters: u32) -> wgtensor::Result<R
     use wgpu::util::DeviceExt;
     let d = dev.wgpu_device().clone();
     let q = dev.clone();
-    let module = d.create_shader_module(wgpu::ShaderModuleDescriptor {
+    let desc = wgpu::ShaderModuleDescriptor {
         label: Some("fma_peak"),
         source: wgpu::ShaderSource::Wgsl(FMA_WGSL.into()),
-    });
+    };
+    // Compiled with the device's own checks, as the kernels it is the ceiling of.
+    // SAFETY: FMA_WGSL's one loop runs `iters` steps and its indices are the invocation's own.
+    let module =
+        unsafe { d.create_shader_module_trusted(desc, dev.shader_checks().runtime_checks()) };
     let pipe = d.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
         label: Some("fma_peak"),
         layout: None,

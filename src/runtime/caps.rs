@@ -23,8 +23,9 @@ pub struct Caps {
     /// Host threads (at least 2; 4 where the platform cannot tell, e.g. wasm32).
     pub host_threads: usize,
     /// Workgroups of 256 invocations the adapter runs at once: an *estimate* (wgpu reports no
-    /// compute-unit count) from the adapter's vendor, type and name, used as the split-k target (enough
-    /// output tiles to fill the device once). CPU adapters: the host threads.
+    /// compute-unit count) from the adapter's vendor, type and name: the planners' measure of
+    /// "enough work to fill the device once" (split-k splits below it; on GPUs into four
+    /// workgroups per slot). CPU adapters: the host threads.
     pub parallelism: usize,
 }
 

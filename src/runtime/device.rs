@@ -156,6 +156,13 @@ impl Device {
     pub fn caps(&self) -> &super::caps::Caps {
         &self.inner.caps
     }
+    /// The shader runtime checks this device compiles its kernels with:
+    /// [`DeviceOptions::shader_checks`] with [`ShaderChecks::Auto`](super::ShaderChecks::Auto)
+    /// resolved for the adapter.
+    pub fn shader_checks(&self) -> super::ShaderChecks {
+        let cache = self.inner.pipelines.lock();
+        cache.unwrap_or_else(|e| e.into_inner()).checks
+    }
     /// True when [`DType::F16`] tensors can be created here (the SHADER_F16 feature is
     /// enabled); without it f16 ops return [`Error::MissingFeature`].
     pub fn supports_f16(&self) -> bool {

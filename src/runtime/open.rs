@@ -216,7 +216,7 @@ impl Device {
             .memory_limit
             .unwrap_or_else(|| super::memory::default_limit(info.device_type));
         let mut pipelines = PipelineCache::default();
-        pipelines.checks = opts.shader_checks.resolve(info.device_type);
+        pipelines.checks = opts.shader_checks.resolve(info.device_type, info.backend);
         let pipeline_cache =
             super::pipeline_store::open(&opts.pipeline_cache, &info, &device, &mut pipelines);
         Ok(Device {

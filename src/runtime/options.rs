@@ -20,16 +20,19 @@ use crate::{Error, Result};
 /// robust buffer access, which wgpu enables where offered); the crate's kernels also test
 /// every buffer index against the tensor's extent themselves.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ShaderChecks {
     /// Every check wgpu injects.
     Full,
     /// Every check but the loop counters: every loop in the crate's shaders is bounded by its
     /// uniforms or by constants, so the counter never fires.
     NoLoopBounding,
-    /// The default: [`DivisionOnly`](Self::DivisionOnly) on GPUs and
-    /// [`NoLoopBounding`](Self::NoLoopBounding) on CPU adapters. On lavapipe the kernels
-    /// without index clamps run no faster, but LLVM takes far longer to compile some of them:
-    /// the cold first call of a convolution took 4.98 s against 0.46 s with the clamps.
+    /// The default: [`DivisionOnly`](Self::DivisionOnly) on Vulkan GPUs, whose robust buffer
+    /// access still bounds storage accesses; [`NoLoopBounding`](Self::NoLoopBounding) on
+    /// Metal and DX12 GPUs (nothing would bound them there, and no figure says the clamps
+    /// cost as much there) and on CPU adapters (on lavapipe the kernels without index clamps
+    /// run no faster, but LLVM takes far longer to compile some: the cold first call of a
+    /// convolution took 4.98 s against 0.46 s with the clamps).
     #[default]
     Auto,
     /// Only the integer-division guards: no loop counters, no index clamps. The crate's
@@ -42,21 +45,29 @@ pub enum ShaderChecks {
 }
 
 impl ShaderChecks {
-    /// The setting [`Auto`](Self::Auto) stands for on an adapter of `device_type`; the
-    /// others stand for themselves.
-    pub(crate) fn resolve(self, device_type: wgpu::DeviceType) -> ShaderChecks {
+    /// The setting [`Auto`](Self::Auto) stands for on an adapter of `device_type` behind
+    /// `backend`; the others stand for themselves.
+    pub(crate) fn resolve(
+        self,
+        device_type: wgpu::DeviceType,
+        backend: wgpu::Backend,
+    ) -> ShaderChecks {
         match self {
-            ShaderChecks::Auto if device_type == wgpu::DeviceType::Cpu => {
-                ShaderChecks::NoLoopBounding
+            ShaderChecks::Auto
+                if device_type != wgpu::DeviceType::Cpu && backend == wgpu::Backend::Vulkan =>
+            {
+                ShaderChecks::DivisionOnly
             }
-            ShaderChecks::Auto => ShaderChecks::DivisionOnly,
+            ShaderChecks::Auto => ShaderChecks::NoLoopBounding,
             other => other,
         }
     }
 
-    /// wgpu's form of the setting ([`Auto`](Self::Auto) must be resolved first; unresolved it
-    /// keeps every check).
-    pub(crate) fn runtime_checks(self) -> wgpu::ShaderRuntimeChecks {
+    /// wgpu's checks for this setting, as the device compiles its kernels with them (for a
+    /// shader of the caller's own that should run as the crate's do, e.g. a benchmark's).
+    /// [`Auto`](Self::Auto) keeps every check here: take the device's resolved setting from
+    /// [`Device::shader_checks`](crate::Device::shader_checks).
+    pub fn runtime_checks(self) -> wgpu::ShaderRuntimeChecks {
         let mut c = wgpu::ShaderRuntimeChecks::checked();
         match self {
             ShaderChecks::Full | ShaderChecks::Auto => {}
@@ -241,30 +252,30 @@ impl Default for DeviceOptions {
 #[cfg(test)]
 mod shader_checks_tests {
     use super::ShaderChecks;
-    use wgpu::DeviceType;
+    use wgpu::{Backend, DeviceType};
 
     #[test]
-    fn auto_drops_index_clamps_on_gpus_only() {
+    fn auto_drops_index_clamps_on_vulkan_gpus_only() {
         let auto = ShaderChecks::default();
         assert_eq!(auto, ShaderChecks::Auto);
+        let vk = Backend::Vulkan;
+        for t in [DeviceType::DiscreteGpu, DeviceType::IntegratedGpu] {
+            assert_eq!(auto.resolve(t, vk), ShaderChecks::DivisionOnly);
+        }
         assert_eq!(
-            auto.resolve(DeviceType::DiscreteGpu),
-            ShaderChecks::DivisionOnly
+            auto.resolve(DeviceType::Cpu, vk),
+            ShaderChecks::NoLoopBounding
         );
-        assert_eq!(
-            auto.resolve(DeviceType::IntegratedGpu),
-            ShaderChecks::DivisionOnly
-        );
-        assert_eq!(auto.resolve(DeviceType::Cpu), ShaderChecks::NoLoopBounding);
+        // Metal and DX12 have no robust buffer access to bound unclamped storage accesses.
+        for b in [Backend::Metal, Backend::Dx12] {
+            let got = auto.resolve(DeviceType::DiscreteGpu, b);
+            assert_eq!(got, ShaderChecks::NoLoopBounding);
+        }
         // Explicit settings stand for themselves on every adapter.
-        assert_eq!(
-            ShaderChecks::Full.resolve(DeviceType::DiscreteGpu),
-            ShaderChecks::Full
-        );
-        assert_eq!(
-            ShaderChecks::DivisionOnly.resolve(DeviceType::Cpu),
-            ShaderChecks::DivisionOnly
-        );
+        let full = ShaderChecks::Full.resolve(DeviceType::DiscreteGpu, vk);
+        assert_eq!(full, ShaderChecks::Full);
+        let div = ShaderChecks::DivisionOnly.resolve(DeviceType::Cpu, vk);
+        assert_eq!(div, ShaderChecks::DivisionOnly);
         let div = ShaderChecks::DivisionOnly.runtime_checks();
         assert!(!div.force_loop_bounding && !div.bounds_checks && div.int_div_checks);
         let loops = ShaderChecks::NoLoopBounding.runtime_checks();

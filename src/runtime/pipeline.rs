@@ -314,12 +314,14 @@ impl PipelineCache {
                     source: wgpu::ShaderSource::Wgsl(source.into()),
                 };
                 // SAFETY: the modules are the crate's own shaders, never user text, and uphold
-                // what each relaxed check guards: every loop is bounded by uniforms or
-                // constants (no loop counter needed); workgroup and function arrays are
-                // indexed by lane ids and loop counters within their lengths, and buffer
-                // indices are tested against the tensor's extent (no clamps needed). The
-                // conformance suite runs them on the default setting; ShaderChecks' docs say
-                // what each setting gives up.
+                // what each relaxed check guards: every loop terminates (counters rise to
+                // bounds from uniforms, constants or bucket starts a previous pass wrote;
+                // strided loops stop before `k + step` could wrap), so no loop counter is
+                // needed; workgroup and function arrays are indexed by lane ids and loop
+                // counters within their lengths, Params arrays by host-checked dims, and
+                // buffer indices are tested against the tensor's extent, so no clamps are
+                // needed. The gpu_plans conformance device runs them with DivisionOnly;
+                // ShaderChecks' docs say what each setting gives up.
                 unsafe { device.create_shader_module_trusted(desc, self.checks.runtime_checks()) }
             })
             .clone();

@@ -56,8 +56,8 @@ pub fn gpu_plans_device() -> &'static Device {
 
 /// Output counts over which the GPU reduction planners (`reduce_plan`, `argext_plan`) split
 /// strided rows into segments on `dev`: enough outputs for one invocation each (two per
-/// estimated slot) yet too few to fill the device alone. On lavapipe 4..=40 (its slots are
-/// its threads), on a discrete GPU hundreds to thousands.
+/// estimated slot) yet too few to fill the device alone: 2..=20 per slot (on lavapipe, whose
+/// slots are its threads, 4..=40 with 2 threads; on a discrete GPU, 256 slots, 512..=5120).
 pub fn rows_split_outputs(dev: &Device) -> std::ops::RangeInclusive<usize> {
     let slots = dev.caps().parallelism.max(2);
     2 * slots..=20 * slots

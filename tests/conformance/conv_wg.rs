@@ -37,7 +37,7 @@ fn conv_wg_is_the_gpu_plan_from_32_rows() {
         );
     }
     // TM = 8 once the 128-row tiles alone fill the device's estimated slots (lavapipe's are
-    // its threads, a GPU's thousands), else TM = 4.
+    // its threads, a discrete GPU's 256), else TM = 4.
     let slots = dev().caps().parallelism;
     assert_eq!(plan(dev(), 64, 4096, 100, 1).unwrap().rt, 4);
     assert_eq!(plan(dev(), 128, 64 * (slots - 1), 100, 1).unwrap().rt, 4);

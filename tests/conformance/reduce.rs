@@ -286,9 +286,9 @@ fn reduce_gpu_plans_split_f32() {
 
 /// Many strided outputs with long reductions (a bias gradient's column sums): the GPU plan
 /// splits each output's rows into segments, one invocation per output and segment, then folds
-/// them in order (forced with `gpu_plans`; on lavapipe, whose parallelism is the host's
-/// threads, 4-40 columns over 200-3000 rows split into 2-46 segments; on a GPU the columns
-/// scale with its slots, `rows_split_outputs`).
+/// them in order (forced with `gpu_plans`; the columns scale with the device's slots,
+/// `rows_split_outputs`: on lavapipe with 2 threads 4-40 columns over 200-3000 rows split
+/// into 2-46 segments).
 #[cfg(not(target_arch = "wasm32"))]
 #[test]
 fn reduce_gpu_plans_rows_split_f32() {

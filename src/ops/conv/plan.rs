@@ -170,14 +170,16 @@ fn plan_with(
             .saturating_mul(groups)
             .max(1)
     };
-    // CPU adapters: 64 tiles (measured on lavapipe); GPUs: as GEMM (`split_target`).
-    let target = if caps.cpu {
-        64
+    // CPU adapters: 64 tiles (measured on lavapipe); GPUs: as GEMM (below `split_floor`
+    // tiles, into `split_target` workgroups).
+    let (floor, target) = if caps.cpu {
+        (64, 64)
     } else {
-        crate::ops::gemm::plan::split_target(caps)
+        use crate::ops::gemm::plan::{split_floor, split_target};
+        (split_floor(caps), split_target(caps))
     };
     let max_z = caps.max_workgroups_per_dim as usize;
-    if k >= 1024 && tiles < target {
+    if k >= 1024 && tiles < floor {
         let wanted = target
             .div_ceil(tiles)
             .min(k / 256)

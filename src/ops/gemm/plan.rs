@@ -177,14 +177,26 @@ fn pick_kernel(caps: &Caps, m: usize, n: usize, batch: usize) -> GemmKernel {
     }
 }
 
-/// Workgroups per estimated slot that split-k aims at on GPUs. On an NVIDIA H200 (estimate
-/// 256 slots) a [256 x 65536] x [65536 x 256] product over 16, 64 and 256 slices took 0.56,
-/// 0.50 and 0.49 ms, and [128 x 100352] x [100352 x 1152] (a convolution's weight gradient)
-/// over 7, 28 and 112 slices 1.81, 1.52 and 1.45 ms: a slot runs several of these workgroups
-/// at once and the extra slices' reduction costs little.
+/// Workgroups per estimated slot that split-k aims at on GPUs once it splits. On an NVIDIA
+/// H200 (estimate 256 slots) a [256 x 65536] x [65536 x 256] product over 16, 64 and 256
+/// slices took 0.56, 0.50 and 0.49 ms, and [128 x 100352] x [100352 x 1152] (a convolution's
+/// weight gradient) over 7, 28 and 112 slices 1.81, 1.52 and 1.45 ms: a slot runs several of
+/// these workgroups at once and the extra slices' reduction costs little. Whether to split
+/// at all still follows the slots ([`split_floor`]): [1024 x 1024] x [1024 x 1024], 256 tiles,
+/// took 0.149 ms unsplit and 0.157-0.162 ms over 2 or 4 slices.
 pub(crate) const GPU_SPLIT_WAVES: usize = 4;
 
-/// The workgroups split-k aims at: [`GPU_SPLIT_WAVES`] per slot on GPUs; on CPU adapters the
+/// Output tiles below which split-k pays: the estimated slots (CPU adapters: host threads,
+/// at least 2).
+pub(crate) fn split_floor(caps: &Caps) -> usize {
+    if caps.cpu {
+        caps.parallelism.max(2)
+    } else {
+        caps.slots()
+    }
+}
+
+/// The workgroups a split aims at: [`GPU_SPLIT_WAVES`] per slot on GPUs; on CPU adapters the
 /// slots (host threads), at least 2.
 pub(crate) fn split_target(caps: &Caps) -> usize {
     if caps.cpu {
@@ -219,15 +231,17 @@ fn plan_kernel(
         .max(1);
     let max_z = caps.max_workgroups_per_dim as usize;
     // Workgroups that keep the device busy: `Caps::parallelism`, an estimate of the
-    // workgroups the adapter runs at once (GPUs: by vendor and type). A CPU adapter (lavapipe)
+    // workgroups the adapter runs at once (GPUs: by vendor and type); fewer tiles than that
+    // split, into `split_target`'s workgroups (GPUs: four per slot). A CPU adapter (lavapipe)
     // runs one workgroup per thread and has a thread per core, so split-k only pays while the
     // tiles are fewer than the cores: measured on 2 cores, [64 x 8192] x [8192 x 64] (2 tiles)
     // split 2, 4, 8 or 32 ways took 1.06, 1.08, 1.09 and 1.18x the unsplit time. At least 2,
     // so that a single tile with a long K still splits on a one-core host.
-    let target = split_target(caps);
     let wanted = match split_k {
         Some(s) => s as usize,
-        None if k >= 1024 && tiles < target => target.div_ceil(tiles).min(k / 256),
+        None if k >= 1024 && tiles < split_floor(caps) => {
+            split_target(caps).div_ceil(tiles).min(k / 256)
+        }
         None => 1,
     };
     if k == 0 {
@@ -324,24 +338,24 @@ mod plan_tests {
     }
 
     #[test]
-    fn gpu_split_target_is_four_workgroups_per_slot_over_64x64_tiles() {
+    fn gpu_splits_below_the_slots_into_four_workgroups_per_slot() {
         let caps = Caps::test_gpu();
         assert_eq!(caps.parallelism, 256);
         // 4 x 4 tiles of 64 x 64: 1024 / 16 = 64 slices (K / 256 = 64 allows them).
         let p = plan_for(&caps, 256, 256, 16384, 1, None).unwrap();
         assert_eq!((p.splits, p.k_chunk), (64, 256));
-        // 32 x 32 tiles of 128 x 64 (1024) already reach the target: no split.
-        let p = plan_for(&caps, 4096, 2048, 16384, 1, None).unwrap();
-        assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled128, 1));
-        // 31 x 32 = 992 tiles (the ragged last row of tiles counts) split in two.
-        let p = plan_for(&caps, 30 * 128 + 1, 32 * 64, 16384, 1, None).unwrap();
-        assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled128, 2));
+        // 16 x 16 tiles (256) already fill the slots: no split.
+        let p = plan_for(&caps, 1024, 1024, 16384, 1, None).unwrap();
+        assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled, 1));
+        // 15 x 16 = 240 tiles (the ragged last row of tiles counts) split 1024 / 240 -> 5.
+        let p = plan_for(&caps, 14 * 64 + 1, 16 * 64, 16384, 1, None).unwrap();
+        assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled, 5));
         // A smaller device splits less.
         let small = Caps {
             parallelism: 4,
             ..caps
         };
-        // 4 x 4 tiles of 128 x 64 reach its target of 16.
+        // 4 x 4 tiles of 128 x 64 fill its 4 slots.
         assert_eq!(
             plan_for(&small, 512, 256, 16384, 1, None).unwrap().splits,
             1
