@@ -6,6 +6,10 @@
 #                                     stripped, xz-compressed bench binary, the test binaries of
 #                                     the GPU kernels' suites, ../shared/gpu/on-device.sh and the
 #                                     PyTorch twins; prints what `carry` must name
+#   scripts/gpu-session.sh prepare-suite
+#                                     here: every test binary, compressed, into .gpuall/
+#   scripts/gpu-session.sh run suite  there (carry [".gl", ".gpuall"]): the whole suite through
+#                                     scripts/test-gpu.sh, its logs in $OUT/suite-logs.tgz
 #   scripts/gpu-session.sh run [tests|bench|checks|exec CMD...]
 #                                     there (device `run`, carry [".gl", ".gpu"], timeout_s 600):
 #                                     the GPU kernels' tests on the real adapter (conformance of
@@ -132,8 +136,44 @@ run() {
   return $status
 }
 
+# Every test binary (scripts/test-gpu.sh's bundle, xz-compressed, about 46 MB) into .gpuall/,
+# for `run suite`: carry [".gl", ".gpuall"] (not .gpu: both together pass the 64 MiB a call
+# may carry).
+prepare_suite() {
+  set -e
+  local exclude
+  exclude=$(git rev-parse --git-path info/exclude)
+  grep -qx '/.gpuall/' "$exclude" 2>/dev/null || echo /.gpuall/ >>"$exclude"
+  rm -rf .gpuall
+  bash scripts/test-gpu.sh --bundle .gpuall >/dev/null
+  # Tests that need no GPU (docs, imports, shader translation, the wasm32 suite).
+  rm -f .gpuall/docs .gpuall/imports .gpuall/shaders .gpuall/browser
+  xz -T0 -6 .gpuall/*
+  du -sh .gpuall
+  echo 'device run: carry [".gl", ".gpuall"], command: bash scripts/gpu-session.sh run suite'
+}
+
+# The whole suite on the GPU (REPS, THREADS, WATCHDOG as scripts/test-gpu.sh takes them; FILTER
+# too), every run's log packed into $OUT/suite-logs.tgz: the summary alone cannot tell a hang
+# from a failure's cause.
+run_suite() {
+  local out=${OUT:-/tmp/gpu-session}
+  mkdir -p "$out"
+  for f in .gpuall/*.xz; do xz -d -f "$f"; done
+  chmod +x .gpuall/*
+  local logs=/tmp/suite-logs status
+  LOGS=$logs bash scripts/test-gpu.sh --run .gpuall 2>&1 | tee "$out/suite.log"
+  status=${PIPESTATUS[0]}
+  tar czf "$out/suite-logs.tgz" -C "$logs" .
+  return "$status"
+}
+
 case "${1:-}" in
   prepare) prepare ;;
-  run) shift; run "$@" ;;
-  *) echo "usage: $0 prepare | run" >&2; exit 2 ;;
+  prepare-suite) prepare_suite ;;
+  run)
+    shift
+    if [ "${1:-}" = suite ]; then run_suite; else run "$@"; fi
+    ;;
+  *) echo "usage: $0 prepare | prepare-suite | run [tests|bench|checks|exec CMD...|suite]" >&2; exit 2 ;;
 esac

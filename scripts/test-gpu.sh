@@ -9,7 +9,8 @@
 #                                        carry to a GPU machine without a Rust toolchain
 #   scripts/test-gpu.sh --run DIR        run the binaries of a bundle (no cargo needed)
 #
-# Settings (environment): REPS (3), THREADS (8), WATCHDOG (seconds per binary run, 300),
+# Settings (environment): REPS (3), THREADS (8), WATCHDOG (seconds per binary run, 300), LOGS
+# (the folder every run's log is kept in; default a fresh temporary one),
 # FILTER (passed to every binary as its test-name filter). On a GPU machine that has the
 # NVIDIA driver but no Vulkan loader, carry the loader debs in .gl/ (../shared/gpu/README.md):
 # this script unpacks them and points the loader at the NVIDIA ICD before running anything.
@@ -74,7 +75,8 @@ else
 fi
 [ ${#bins[@]} -gt 0 ] || { echo "test-gpu.sh: no test binaries found" >&2; exit 1; }
 
-logs=$(mktemp -d)
+logs=${LOGS:-$(mktemp -d)}
+mkdir -p "$logs"
 failed=0
 runs=0
 for exe in "${bins[@]}"; do
