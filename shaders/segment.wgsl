@@ -140,14 +140,21 @@ fn seg_scan(@builtin(local_invocation_index) lid: u32) {
 const SCAN_BLOCK: u32 = 4096u;
 const SCAN_CHUNK: u32 = 16u;
 
+// Lane `lid` of block `b`: its chunk of rows [lo, hi) (empty past the rows), whose count sum
+// it leaves in part[lid].
+fn block_lane_counts(b: u32, lid: u32) -> vec2<u32> {
+    let lo = min(b * SCAN_BLOCK + lid * SCAN_CHUNK, p.rows);
+    let hi = min(lo + SCAN_CHUNK, p.rows);
+    part[lid] = count_range(lo, hi);
+    return vec2<u32>(lo, hi);
+}
+
 @compute @workgroup_size(SCAN_WG)
 fn seg_scan_sums(@builtin(workgroup_id) wid: vec3<u32>,
                  @builtin(num_workgroups) nwg: vec3<u32>,
                  @builtin(local_invocation_index) lid: u32) {
     let b = wid.x + wid.y * nwg.x;
-    let lo = min(b * SCAN_BLOCK + lid * SCAN_CHUNK, p.rows);
-    let hi = min(lo + SCAN_CHUNK, p.rows);
-    part[lid] = count_range(lo, hi);
+    _ = block_lane_counts(b, lid);
     workgroupBarrier();
     for (var w = SCAN_WG / 2u; w > 0u; w = w / 2u) {
         if (lid < w) {
@@ -190,9 +197,7 @@ fn seg_scan_apply(@builtin(workgroup_id) wid: vec3<u32>,
                   @builtin(num_workgroups) nwg: vec3<u32>,
                   @builtin(local_invocation_index) lid: u32) {
     let b = wid.x + wid.y * nwg.x;
-    let lo = min(b * SCAN_BLOCK + lid * SCAN_CHUNK, p.rows);
-    let hi = min(lo + SCAN_CHUNK, p.rows);
-    part[lid] = count_range(lo, hi);
+    let r = block_lane_counts(b, lid);
     workgroupBarrier();
     if (lid == 0u) {
         _ = scan_part();
@@ -201,7 +206,7 @@ fn seg_scan_apply(@builtin(workgroup_id) wid: vec3<u32>,
     if (b * SCAN_BLOCK >= p.rows) {
         return;
     }
-    start_range(lo, hi, starts[p.rows + 1u + b] + part[lid]);
+    start_range(r.x, r.y, starts[p.rows + 1u + b] + part[lid]);
 }
 
 @compute @workgroup_size(WG)

@@ -196,14 +196,11 @@ pub(crate) fn split_floor(caps: &Caps) -> usize {
     }
 }
 
-/// The workgroups a split aims at: [`GPU_SPLIT_WAVES`] per slot on GPUs; on CPU adapters the
-/// slots (host threads), at least 2.
+/// The workgroups a split aims at: [`split_floor`]'s slots, [`GPU_SPLIT_WAVES`] workgroups
+/// each on GPUs, one on CPU adapters.
 pub(crate) fn split_target(caps: &Caps) -> usize {
-    if caps.cpu {
-        caps.parallelism.max(2)
-    } else {
-        caps.slots() * GPU_SPLIT_WAVES
-    }
+    let per_slot = if caps.cpu { 1 } else { GPU_SPLIT_WAVES };
+    split_floor(caps) * per_slot
 }
 
 /// The split of K for `kernel`'s tiles.
