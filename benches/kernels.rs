@@ -511,11 +511,13 @@ fn main() -> wgtensor::Result<()> {
         let row = match measure(&dev, case, &all, &mut baselines, &rows, &opts) {
             Ok(row) => row,
             Err(e) => {
-                println!(
-                    "case={} error={}",
-                    case.name,
-                    format!("{e}").replace('\n', " ")
-                );
+                let msg = format!("case={} error={}", case.name, e).replace('\n', " ");
+                // --json keeps stdout one JSON array.
+                if json {
+                    eprintln!("{msg}");
+                } else {
+                    println!("{msg}");
+                }
                 continue;
             }
         };

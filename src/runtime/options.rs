@@ -24,8 +24,8 @@ use crate::{Error, Result};
 pub enum ShaderChecks {
     /// Every check wgpu injects.
     Full,
-    /// Every check but the loop counters: every loop in the crate's shaders is bounded by its
-    /// uniforms or by constants, so the counter never fires.
+    /// Every check but the loop counters: every loop in the crate's shaders terminates (the
+    /// SAFETY note in runtime/pipeline.rs says why), so the counter never fires.
     NoLoopBounding,
     /// The default: [`DivisionOnly`](Self::DivisionOnly) on Vulkan GPUs, whose robust buffer
     /// access still bounds storage accesses; [`NoLoopBounding`](Self::NoLoopBounding) on

@@ -4,9 +4,8 @@
 //! adapters one call of a model on a tiny input compiles exactly the pipelines its real calls
 //! will use. On GPUs the planners also pick among a few kernel variants by problem size (64- or
 //! 128-row tiles, a workgroup per row or split rows), so the warm-up call should have the real
-//! calls' sizes there. Running that call
-//! on a background thread lets the app do other start-up work (load weights, open a window)
-//! while the driver compiles. A real call that needs a pipeline the warm-up is compiling waits
+//! calls' sizes there. Running that call on a background thread lets the app do other start-up
+//! work (load weights, open a window) while the driver compiles. A real call that needs a pipeline the warm-up is compiling waits
 //! for it (the pipeline cache is locked during a compile) instead of compiling it a second time.
 
 use super::device::Device;
@@ -60,8 +59,8 @@ impl Device {
     /// model's call on a tiny input (pipelines never depend on shapes; dtypes, options and
     /// activations do). On GPU adapters pass an input of the real sizes instead: the planners
     /// there choose tile and split variants by problem size, and a tiny input can leave the
-    /// variants of the real calls (a few pipelines) to their first call. Natively `run` executes on a background thread
-    /// and this returns at once; on wasm32, which has no threads, it runs before returning
+    /// variants of the real calls (a few pipelines) to their first call. Natively `run`
+    /// executes on a background thread and this returns at once; on wasm32, which has no threads, it runs before returning
     /// (WebGPU compiles asynchronously in the browser anyway). The results of `run` are
     /// discarded; its dispatches execute like any other work of the device.
     ///
