@@ -206,6 +206,9 @@ impl Device {
         let coop = adapter.cooperative_matrix_properties();
         let mut caps = super::caps::Caps::read(&info, features, &limits, &coop);
         caps.cpu &= !opts.gpu_plans;
+        if let Some(slots) = opts.parallelism {
+            caps.parallelism = slots;
+        }
         let align = u64::from(limits.min_storage_buffer_offset_alignment.max(4));
         let binding_limit = (limits.max_storage_buffer_binding_size)
             .min(opts.max_binding_bytes.unwrap_or(u64::MAX))

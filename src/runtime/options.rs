@@ -169,6 +169,14 @@ pub struct DeviceOptions {
     /// Which of wgpu's runtime checks the crate's shaders are compiled with (see
     /// [`ShaderChecks`]). Default: [`ShaderChecks::Auto`] (no index clamps on GPUs).
     pub shader_checks: ShaderChecks,
+    /// Workgroups of 256 invocations the adapter runs at once, in place of the estimate
+    /// ([`Caps::parallelism`](crate::runtime::Caps)): wgpu reports no compute-unit count, so
+    /// the device guesses from the vendor and type (a discrete NVIDIA or AMD GPU: 256). The
+    /// planners split work (split-k, the recurrent step's K split, attention's key splits)
+    /// until it fills this many slots. Set it to about twice the GPU's SM / CU count for a GPU
+    /// the guess misjudges, or, with [`gpu_plans`](Self::gpu_plans), to run a discrete GPU's
+    /// plans on a CPU adapter. `None` (the default): the estimate. Must be at least 1.
+    pub parallelism: Option<usize>,
 }
 
 /// Upper bounds on [`DeviceOptions`] values: past them the param arena's size or the queue's
@@ -218,6 +226,12 @@ impl DeviceOptions {
         if self.gpu_timeout.is_zero() {
             return Err(Error::arg(op, "gpu_timeout must be longer than 0"));
         }
+        if self.parallelism == Some(0) {
+            return Err(Error::arg(
+                op,
+                "parallelism must be at least 1 (None keeps the adapter's estimate)",
+            ));
+        }
         if self.memory_limit == Some(0) {
             return Err(Error::arg(
                 op,
@@ -245,6 +259,7 @@ impl Default for DeviceOptions {
             gpu_plans: false,
             cooperative_matrix: false,
             shader_checks: ShaderChecks::default(),
+            parallelism: None,
         }
     }
 }

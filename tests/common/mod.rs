@@ -54,6 +54,24 @@ pub fn gpu_plans_device() -> &'static Device {
     })
 }
 
+/// A device planning as a discrete GPU of 256 workgroup slots
+/// ([`DeviceOptions::parallelism`](wgtensor::DeviceOptions::parallelism) with `gpu_plans`):
+/// lavapipe's own estimate (its host threads) makes the planners' "too few workgroups to fill
+/// the device" variants rare at test sizes; here they run as they would on a large GPU.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn wide_gpu_plans_device() -> &'static Device {
+    static DEVICE: OnceLock<Device> = OnceLock::new();
+    DEVICE.get_or_init(|| {
+        Device::with_options(wgtensor::DeviceOptions {
+            gpu_plans: true,
+            parallelism: Some(256),
+            shader_checks: wgtensor::ShaderChecks::DivisionOnly,
+            ..Default::default()
+        })
+        .expect("no wgpu adapter: install a Vulkan driver (e.g. Mesa lavapipe)")
+    })
+}
+
 /// Output counts over which the GPU reduction planners (`reduce_plan`, `argext_plan`) split
 /// strided rows into segments on `dev`: enough outputs for one invocation each (two per
 /// estimated slot) yet too few to fill the device alone: 2..=20 per slot (on lavapipe, whose

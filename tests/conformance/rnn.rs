@@ -436,6 +436,42 @@ fn rnn_gpu_step_spans_tiles() {
     }
 }
 
+/// The K-split GPU step (a device planning as a 256-slot GPU, where every shape here has too
+/// few large tiles): several row tiles (16 rows) and unit tiles (8 units), ragged edges, K
+/// shorter and longer than the 8 slices, LSTM and GRU, both directions, f32 and f16.
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn rnn_k_split_step_spans_tiles() {
+    let dev = crate::common::wide_gpu_plans_device();
+    assert_eq!(dev.caps().parallelism, 256);
+    let mut cases = vec![
+        (true, 70, 33, DType::F32),
+        (false, 33, 17, DType::F32),
+        (true, 5, 3, DType::F32),
+        (false, 16, 8, DType::F32),
+    ];
+    if dev.supports_f16() {
+        cases.extend([(true, 20, 21, DType::F16), (false, 9, 40, DType::F16)]);
+    }
+    for (lstm, b, h, dtype) in cases {
+        let p = Problem {
+            lstm,
+            t: 3,
+            b,
+            i: 6,
+            h,
+            layers: 2,
+            bidirectional: true,
+            batch_first: false,
+            with_h0: true,
+            seed: 11 + b as u64,
+            dtype,
+        };
+        pollster::block_on(run_sequence(&p, dev))
+            .unwrap_or_else(|e| panic!("lstm {lstm} b {b} h {h} {dtype:?}: {e}"));
+    }
+}
+
 /// The arguments of [`run_cell`]: (lstm, batch, input, hidden, seed).
 pub(crate) fn cell_args() -> impl Strategy<Value = (bool, usize, usize, usize, u64)> {
     (

@@ -113,6 +113,10 @@ fn absurd_options_are_refused_up_front() {
             memory_limit: Some(0),
             ..Default::default()
         },
+        DeviceOptions {
+            parallelism: Some(0),
+            ..Default::default()
+        },
     ];
     for opts in cases {
         let e = Device::with_options(opts.clone()).unwrap_err();

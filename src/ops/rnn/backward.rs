@@ -620,6 +620,7 @@ impl DirSteps<'_> {
 /// The BPTT step kernels, chosen like the forward's.
 const BACKWARD_STEPS: StepKernels = StepKernels {
     wg: None,
+    ks: None,
     sg8: [&LSTM_BACKWARD_SG8, &GRU_BACKWARD_SG8],
     portable: [&LSTM_BACKWARD, &GRU_BACKWARD],
 };

@@ -642,6 +642,7 @@ pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipe
         "rnn_backward.wgsl",
         "rnn_backward_sg8.wgsl",
         "rnn_wg.wgsl",
+        "rnn_ks.wgsl",
         "rnn_backward_wg.wgsl",
     ],
     params: || vec![step::params_layout(), backward::params_layout()],
@@ -662,6 +663,9 @@ pub fn rnn_variants() -> Vec<ShaderVariant> {
         }
         for k in [&LSTM_STEP_WG, &GRU_STEP_WG] {
             v.push(ShaderVariant::new(k, &[dt], &[("TM", STEP_TM as f64)]));
+        }
+        for k in [&LSTM_STEP_KS, &GRU_STEP_KS] {
+            v.push(ShaderVariant::new(k, &[dt], &[]));
         }
     }
     v.extend(backward::backward_variants());

@@ -10,7 +10,7 @@ use crate::ops::activation::ACTIVATION;
 use crate::ops::gemm::has_sg8;
 use crate::ops::gemm::launch::WG_TILE;
 use crate::runtime::pipeline::ShaderLib;
-use crate::runtime::{Access, Kernel};
+use crate::runtime::{Access, Caps, Kernel};
 use crate::{DType, Device, Error, Result, Tensor};
 
 pub(crate) static COMMON: ShaderLib =
@@ -20,6 +20,7 @@ const WG_LIBS: &[&ShaderLib] = &[&ACTIVATION, &COMMON, &WG_TILE];
 const PORTABLE_SRC: &str = include_str!("../../../shaders/rnn.wgsl");
 const SG8_SRC: &str = include_str!("../../../shaders/rnn_sg8.wgsl");
 const WG_SRC: &str = include_str!("../../../shaders/rnn_wg.wgsl");
+const KS_SRC: &str = include_str!("../../../shaders/rnn_ks.wgsl");
 /// Rows per invocation of the GPU step (`TM`): 64 batch rows per tile.
 pub(crate) const STEP_TM: u32 = 4;
 pub(crate) const WG: u32 = 64;
@@ -55,6 +56,8 @@ pub(crate) static LSTM_STEP_WG: Kernel =
     step_kernel_with(RnnKind::Lstm, WG_SRC, "lstm_step_wg", WG_LIBS);
 pub(crate) static GRU_STEP_WG: Kernel =
     step_kernel_with(RnnKind::Gru, WG_SRC, "gru_step_wg", WG_LIBS);
+pub(crate) static LSTM_STEP_KS: Kernel = step_kernel(RnnKind::Lstm, KS_SRC, "lstm_step_ks");
+pub(crate) static GRU_STEP_KS: Kernel = step_kernel(RnnKind::Gru, KS_SRC, "gru_step_ks");
 pub(crate) static LOAD_STATE: Kernel = Kernel::new("rnn", PORTABLE_SRC, "load_state", &[R, RW])
     .slots(&[7, 4])
     .libs(LIBS);
@@ -83,24 +86,43 @@ pub(crate) struct StepPlan {
     pub(crate) grid: [u32; 3],
 }
 
-/// The kernels of one per-step family: `[LSTM, GRU]` for the GPU (when the family has one),
-/// the sg8 and the portable variant.
+/// The kernels of one per-step family: `[LSTM, GRU]` for the GPU (when the family has one: the
+/// large-tile step and the K-split step for grids too small to fill the device), the sg8 and
+/// the portable variant.
 pub(crate) struct StepKernels {
     pub(crate) wg: Option<[&'static Kernel; 2]>,
+    pub(crate) ks: Option<[&'static Kernel; 2]>,
     pub(crate) sg8: [&'static Kernel; 2],
     pub(crate) portable: [&'static Kernel; 2],
 }
 
 pub(crate) const FORWARD_STEPS: StepKernels = StepKernels {
     wg: Some([&LSTM_STEP_WG, &GRU_STEP_WG]),
+    ks: Some([&LSTM_STEP_KS, &GRU_STEP_KS]),
     sg8: [&LSTM_STEP_SG8, &GRU_STEP_SG8],
     portable: [&LSTM_STEP, &GRU_STEP],
 };
 
+/// Batch rows and hidden units per workgroup of the K-split step (shaders/rnn_ks.wgsl:
+/// `RG * RT` and `UB`).
+const KS_TILE: (usize, usize) = (16, 8);
+
+/// Whether the GPU forward step splits K (shaders/rnn_ks.wgsl) instead of running the
+/// large-tile step: when the large tiles (64 batch rows x 16 units) are fewer than the
+/// device's workgroup slots ([`Caps::parallelism`]), each of them would walk all of K while
+/// most of the device idles, and the step costs the walk's latency. B 64, H 512 makes 32
+/// tiles; a discrete GPU holds 256.
+pub(crate) fn splits_k(caps: &Caps, b: usize, h: usize) -> bool {
+    let tiles = h
+        .div_ceil(16)
+        .saturating_mul(b.div_ceil(16 * STEP_TM as usize));
+    tiles < caps.slots()
+}
+
 /// On GPUs the large-tile step where the family has one (64 batch rows x 16 hidden units per
-/// workgroup, the recurrent product staged through workgroup memory); else the sg8 variant on
-/// 8-lane-subgroup adapters (32 batch rows x 8 hidden units per subgroup), the portable one
-/// (one invocation per unit) elsewhere.
+/// workgroup, the recurrent product staged through workgroup memory), or the K-split step
+/// ([`splits_k`]); else the sg8 variant on 8-lane-subgroup adapters (32 batch rows x 8
+/// hidden units per subgroup), the portable one (one invocation per unit) elsewhere.
 pub(crate) fn step_plan(
     dev: &Device,
     kind: RnnKind,
@@ -110,8 +132,13 @@ pub(crate) fn step_plan(
 ) -> Result<StepPlan> {
     let max = dev.limits().max_compute_workgroups_per_dimension as usize;
     let which = usize::from(kind == RnnKind::Gru);
-    let gpu = family.wg.filter(|_| !dev.caps().cpu);
-    let (kernel, consts, grid) = if let Some(wg) = gpu {
+    let caps = dev.caps();
+    let gpu = family.wg.filter(|_| !caps.cpu);
+    let ks = family.ks.filter(|_| !caps.cpu && splits_k(caps, b, h));
+    let (kernel, consts, grid) = if let Some(ks) = ks {
+        let (rows, units) = KS_TILE;
+        (ks[which], vec![], [h.div_ceil(units), b.div_ceil(rows), 1])
+    } else if let Some(wg) = gpu {
         let rows = 16 * STEP_TM as usize;
         (
             wg[which],
@@ -233,4 +260,27 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
             dst_rs
         }
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::splits_k;
+    use crate::runtime::Caps;
+
+    #[test]
+    fn k_split_step_where_the_large_tiles_cannot_fill_the_device() {
+        let gpu = Caps::test_gpu();
+        // B 64, H 512: 32 large tiles for 256 slots; the bench's lstm_seq (B 256, H 64): 16.
+        assert!(splits_k(&gpu, 64, 512));
+        assert!(splits_k(&gpu, 256, 64));
+        // B 512, H 1024: 512 tiles fill it.
+        assert!(!splits_k(&gpu, 512, 1024));
+        let small = Caps {
+            parallelism: 2,
+            ..gpu
+        };
+        assert!(splits_k(&small, 64, 16));
+        assert!(!splits_k(&small, 65, 16));
+        assert!(!splits_k(&small, 1, 17));
+    }
 }
