@@ -122,12 +122,32 @@ fn combine4(x: vec4<T>, y: vec4<T>) -> vec4<T> {
                              combine(u.w, v.w)));
 }
 
+// The vec4 loops take UNROLL vec4s of each operand a step, all loaded before any result is
+// stored (see map.wgsl's main_vec4: a store may alias a later load for all the compiler
+// knows); the rest goes one vec4 a step.
+const UNROLL: u32 = 4u;
+
 @compute @workgroup_size(WG)
 fn main_vec4(@builtin(workgroup_id) wid: vec3<u32>,
              @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
     let stride = nwg.x * WG;
-    for (var i = wid.x * WG + lid; i < p.numel; i += stride) {
+    var i = wid.x * WG + lid;
+    for (; i + (UNROLL - 1u) * stride < p.numel; i += UNROLL * stride) {
+        let x0 = a4[p.off_a + i];
+        let y0 = b4[p.off_b + i];
+        let x1 = a4[p.off_a + i + stride];
+        let y1 = b4[p.off_b + i + stride];
+        let x2 = a4[p.off_a + i + 2u * stride];
+        let y2 = b4[p.off_b + i + 2u * stride];
+        let x3 = a4[p.off_a + i + 3u * stride];
+        let y3 = b4[p.off_b + i + 3u * stride];
+        c4[p.base + i] = combine4(x0, y0);
+        c4[p.base + i + stride] = combine4(x1, y1);
+        c4[p.base + i + 2u * stride] = combine4(x2, y2);
+        c4[p.base + i + 3u * stride] = combine4(x3, y3);
+    }
+    for (; i < p.numel; i += stride) {
         c4[p.base + i] = combine4(a4[p.off_a + i], b4[p.off_b + i]);
     }
 }
@@ -137,7 +157,22 @@ fn main_vec4_inplace_a(@builtin(workgroup_id) wid: vec3<u32>,
                        @builtin(num_workgroups) nwg: vec3<u32>,
                        @builtin(local_invocation_index) lid: u32) {
     let stride = nwg.x * WG;
-    for (var i = wid.x * WG + lid; i < p.numel; i += stride) {
+    var i = wid.x * WG + lid;
+    for (; i + (UNROLL - 1u) * stride < p.numel; i += UNROLL * stride) {
+        let x0 = io4[p.off_a + i];
+        let y0 = b4[p.off_b + i];
+        let x1 = io4[p.off_a + i + stride];
+        let y1 = b4[p.off_b + i + stride];
+        let x2 = io4[p.off_a + i + 2u * stride];
+        let y2 = b4[p.off_b + i + 2u * stride];
+        let x3 = io4[p.off_a + i + 3u * stride];
+        let y3 = b4[p.off_b + i + 3u * stride];
+        io4[p.off_a + i] = combine4(x0, y0);
+        io4[p.off_a + i + stride] = combine4(x1, y1);
+        io4[p.off_a + i + 2u * stride] = combine4(x2, y2);
+        io4[p.off_a + i + 3u * stride] = combine4(x3, y3);
+    }
+    for (; i < p.numel; i += stride) {
         let k = p.off_a + i;
         io4[k] = combine4(io4[k], b4[p.off_b + i]);
     }
@@ -148,7 +183,22 @@ fn main_vec4_inplace_b(@builtin(workgroup_id) wid: vec3<u32>,
                        @builtin(num_workgroups) nwg: vec3<u32>,
                        @builtin(local_invocation_index) lid: u32) {
     let stride = nwg.x * WG;
-    for (var i = wid.x * WG + lid; i < p.numel; i += stride) {
+    var i = wid.x * WG + lid;
+    for (; i + (UNROLL - 1u) * stride < p.numel; i += UNROLL * stride) {
+        let x0 = a4[p.off_a + i];
+        let y0 = io4[p.off_b + i];
+        let x1 = a4[p.off_a + i + stride];
+        let y1 = io4[p.off_b + i + stride];
+        let x2 = a4[p.off_a + i + 2u * stride];
+        let y2 = io4[p.off_b + i + 2u * stride];
+        let x3 = a4[p.off_a + i + 3u * stride];
+        let y3 = io4[p.off_b + i + 3u * stride];
+        io4[p.off_b + i] = combine4(x0, y0);
+        io4[p.off_b + i + stride] = combine4(x1, y1);
+        io4[p.off_b + i + 2u * stride] = combine4(x2, y2);
+        io4[p.off_b + i + 3u * stride] = combine4(x3, y3);
+    }
+    for (; i < p.numel; i += stride) {
         let k = p.off_b + i;
         io4[k] = combine4(a4[p.off_a + i], io4[k]);
     }

@@ -118,18 +118,39 @@ fn apply4(v: vec4<f32>, s: f32) -> vec4<f32> {
     return vec4<f32>(apply(v.x, s), apply(v.y, s), apply(v.z, s), apply(v.w, s));
 }
 
+fn map4(v: vec4<T>) -> vec4<U> {
+    if (OP == OP_COPY) {
+        return vec4<U>(v);
+    }
+    return vec4<U>(apply4(vec4<f32>(v), p.scalar));
+}
+
+// The vec4 loops take UNROLL vec4s a step, loaded before any is stored: a store may alias a
+// later load for all the compiler knows (two bindings of one buffer), so a load-store loop
+// keeps one load in flight per invocation, and the grid alone (2048 x 256 invocations, half
+// of them resident on an H200) cannot cover the memory's latency. The grid is sized for
+// UNROLL vec4s per invocation (src/ops/elementwise_vec4.rs, `vec4_groups`); the rest goes one
+// vec4 a step.
+const UNROLL: u32 = 4u;
+
 @compute @workgroup_size(WG)
 fn main_vec4(@builtin(workgroup_id) wid: vec3<u32>,
              @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
     let stride = nwg.x * WG;
-    for (var i = wid.x * WG + lid; i < p.numel; i += stride) {
-        let v = x4[p.offset + i];
-        if (OP == OP_COPY) {
-            y4[p.base + i] = vec4<U>(v);
-        } else {
-            y4[p.base + i] = vec4<U>(apply4(vec4<f32>(v), p.scalar));
-        }
+    var i = wid.x * WG + lid;
+    for (; i + (UNROLL - 1u) * stride < p.numel; i += UNROLL * stride) {
+        let v0 = x4[p.offset + i];
+        let v1 = x4[p.offset + i + stride];
+        let v2 = x4[p.offset + i + 2u * stride];
+        let v3 = x4[p.offset + i + 3u * stride];
+        y4[p.base + i] = map4(v0);
+        y4[p.base + i + stride] = map4(v1);
+        y4[p.base + i + 2u * stride] = map4(v2);
+        y4[p.base + i + 3u * stride] = map4(v3);
+    }
+    for (; i < p.numel; i += stride) {
+        y4[p.base + i] = map4(x4[p.offset + i]);
     }
 }
 
@@ -138,7 +159,19 @@ fn main_vec4_inplace(@builtin(workgroup_id) wid: vec3<u32>,
                      @builtin(num_workgroups) nwg: vec3<u32>,
                      @builtin(local_invocation_index) lid: u32) {
     let stride = nwg.x * WG;
-    for (var i = wid.x * WG + lid; i < p.numel; i += stride) {
+    var i = wid.x * WG + lid;
+    for (; i + (UNROLL - 1u) * stride < p.numel; i += UNROLL * stride) {
+        let k = p.offset + i;
+        let v0 = io4[k];
+        let v1 = io4[k + stride];
+        let v2 = io4[k + 2u * stride];
+        let v3 = io4[k + 3u * stride];
+        io4[k] = vec4<T>(apply4(vec4<f32>(v0), p.scalar));
+        io4[k + stride] = vec4<T>(apply4(vec4<f32>(v1), p.scalar));
+        io4[k + 2u * stride] = vec4<T>(apply4(vec4<f32>(v2), p.scalar));
+        io4[k + 3u * stride] = vec4<T>(apply4(vec4<f32>(v3), p.scalar));
+    }
+    for (; i < p.numel; i += stride) {
         let k = p.offset + i;
         io4[k] = vec4<T>(apply4(vec4<f32>(io4[k]), p.scalar));
     }

@@ -107,7 +107,16 @@ const BINARY: [BinaryOp; 7] = [
 
 // Sizes: all scalar (under one granule), a body with a tail, a whole number of granules, and a
 // 2-D odd size; offsets 0 and 8 (vec4 grid) and 3 (scalar fallback).
-const SIZES: [(usize, usize); 5] = [(7, 0), (1000, 0), (4096, 8), (3 * 333, 3), (1027, 8)];
+const SIZES: [(usize, usize); 7] = [
+    (7, 0),
+    (1000, 0),
+    (4096, 8),
+    (3 * 333, 3),
+    (1027, 8),
+    // Several workgroups, some invocations taking four vec4s a step, then one at a time.
+    (9395, 4),
+    (70001, 0),
+];
 
 #[test]
 fn unary_and_scalar_maps_f32() {

@@ -1,8 +1,9 @@
 //! The GPU variants of the contiguous maps and binaries (`main_vec4*` in shaders/map.wgsl and
 //! shaders/binary.wgsl): each invocation loads and stores `vec4<T>` and walks a grid-stride
-//! loop, the grid a fixed number of workgroups ([`VEC4_GROUPS`]) rather than one invocation
-//! per element. On a GPU that is what reaches the memory bandwidth: one scalar load per
-//! invocation leaves most of it unused.
+//! loop, the grid at most a fixed number of workgroups ([`VEC4_GROUPS`]) rather than one
+//! invocation per element, each invocation loading [`UNROLL`] vec4s before it stores any. On a
+//! GPU that is what reaches the memory bandwidth: one scalar load per invocation leaves most
+//! of it unused.
 //!
 //! Chosen by [`plan_body`] from [`Caps`]: never on a CPU adapter (lavapipe keeps the scalar
 //! kernels, which it vectorizes across invocations itself), and only when every operand is
@@ -184,9 +185,15 @@ pub fn plan_body(caps: &Caps, n: u64, offsets: &[u64], out_es: u64, align: u64) 
     n / g * g
 }
 
-/// Workgroups for `n4` vec4s: one vec4 per invocation up to [`VEC4_GROUPS`] workgroups.
+/// vec4s an invocation loads before it stores any (the shaders' `const UNROLL`, map.wgsl and
+/// binary.wgsl; a unit test checks both): more bytes in flight per invocation than a grid a
+/// GPU can hold at once would keep with one.
+pub(crate) const UNROLL: u64 = 4;
+
+/// Workgroups for `n4` vec4s: [`UNROLL`] vec4s per invocation up to [`VEC4_GROUPS`]
+/// workgroups.
 pub fn vec4_groups(n4: u64) -> u64 {
-    n4.div_ceil(WG as u64).clamp(1, VEC4_GROUPS)
+    n4.div_ceil(WG as u64 * UNROLL).clamp(1, VEC4_GROUPS)
 }
 
 /// Runs `launch(n4, spans)` per window of the `body` elements (a multiple of 4), the spans'
@@ -448,7 +455,11 @@ mod tests {
     #[test]
     fn the_grid_is_capped() {
         assert_eq!(vec4_groups(1), 1);
-        assert_eq!(vec4_groups(256 * 10), 10);
+        assert_eq!(vec4_groups(256 * 4 * 10), 10);
+        assert_eq!(vec4_groups(256 * 4 * 10 + 1), 11);
         assert_eq!(vec4_groups(1 << 24), VEC4_GROUPS);
+        for src in [MAP_SRC, BINARY_SRC] {
+            assert!(src.contains(&format!("const UNROLL: u32 = {UNROLL}u;")));
+        }
     }
 }

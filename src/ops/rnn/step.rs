@@ -268,6 +268,14 @@ mod tests {
     use crate::runtime::Caps;
 
     #[test]
+    fn k_split_tile_matches_the_shader() {
+        let src = super::KS_SRC;
+        assert!(src.contains("const UB: u32 = 8u;") && super::KS_TILE.1 == 8);
+        assert!(src.contains("const RT: u32 = 4u;") && src.contains("const RG: u32 = 4u;"));
+        assert_eq!(super::KS_TILE.0, 16);
+    }
+
+    #[test]
     fn k_split_step_where_the_large_tiles_cannot_fill_the_device() {
         let gpu = Caps::test_gpu();
         // B 64, H 512: 32 large tiles for 256 slots; the bench's lstm_seq (B 256, H 64): 16.
