@@ -236,28 +236,45 @@ fn stats_chunk(wid: vec3<u32>, lane: u32, pivot: f32) {
     var cur = cursor_at(c, ch.y + lane);
     var mean = vec4<f32>(0.0);
     var m2 = vec4<f32>(0.0);
-    // Two groups per iteration (half the loop overhead, which CPU adapters pay per iteration):
-    // the pair's exact (2, mean, M2) is merged into the lane's running triple with Chan's formula.
-    let pairs = full / 2u;
-    for (var k = 0u; k < pairs; k++) {
-        let v1 = load_x(cur.addr) - pivot;
+    // Four groups per iteration, loaded before any is folded: on a GPU the pass is one wave
+    // whose lanes each walk their chunk, so its time is the walk's steps times the memory's
+    // latency, and four loads in flight quarter the steps (CPU adapters pay their loop
+    // overhead per iteration). The quad's exact (4, mean, M2) is merged into the lane's
+    // running triple with Chan's formula.
+    let quads = full / 4u;
+    for (var k = 0u; k < quads; k++) {
+        let a1 = cur.addr;
         cur = advance(cur);
-        let v2 = load_x(cur.addr) - pivot;
+        let a2 = cur.addr;
         cur = advance(cur);
-        let dv = v1 - v2;
-        let d = 0.5 * (v1 + v2) - mean;
+        let a3 = cur.addr;
+        cur = advance(cur);
+        let a4 = cur.addr;
+        cur = advance(cur);
+        let v1 = load_x(a1) - pivot;
+        let v2 = load_x(a2) - pivot;
+        let v3 = load_x(a3) - pivot;
+        let v4 = load_x(a4) - pivot;
+        let mq = 0.25 * ((v1 + v2) + (v3 + v4));
+        let e1 = v1 - mq;
+        let e2 = v2 - mq;
+        let e3 = v3 - mq;
+        let e4 = v4 - mq;
+        let m2q = (e1 * e1 + e2 * e2) + (e3 * e3 + e4 * e4);
+        let d = mq - mean;
         let r = 1.0 / f32(k + 1u);
         mean += d * r;
-        m2 += 0.5 * dv * dv + d * d * (2.0 * f32(k) * r);
+        m2 += m2q + d * d * (4.0 * f32(k) * r);
     }
-    if (full % 2u == 1u) {
+    var n = f32(4u * quads);
+    for (var t = 4u * quads; t < full; t++) {
+        n += 1.0;
         let v = load_x(cur.addr) - pivot;
         let d = v - mean;
-        mean += d * (1.0 / f32(full));
+        mean += d / n;
         m2 += d * (v - mean);
         cur = advance(cur);
     }
-    var n = f32(full);
     if (lane < ch.z % WG) {
         n += 1.0;
         let v = load_x(cur.addr) - pivot;
@@ -327,17 +344,27 @@ fn normalize_chunk(wid: vec3<u32>, lane: u32, coef: vec4<f32>) {
     let ch = chunk_of(wid);
     var cur = cursor_at(ch.x, ch.y + lane);
     let full = ch.z / WG;
-    // Two groups per iteration, as in bn_stats.
-    for (var k = 0u; k < full / 2u; k++) {
+    // Four groups per iteration, all loaded before any is stored (a store may alias a later
+    // load for all the compiler knows), as in bn_stats.
+    for (var k = 0u; k < full / 4u; k++) {
         let a1 = cur.addr;
         cur = advance(cur);
-        let v1 = load_x(a1);
-        let v2 = load_x(cur.addr);
-        normalize_store(a1, v1, coef);
-        normalize_store(cur.addr, v2, coef);
+        let a2 = cur.addr;
         cur = advance(cur);
+        let a3 = cur.addr;
+        cur = advance(cur);
+        let a4 = cur.addr;
+        cur = advance(cur);
+        let v1 = load_x(a1);
+        let v2 = load_x(a2);
+        let v3 = load_x(a3);
+        let v4 = load_x(a4);
+        normalize_store(a1, v1, coef);
+        normalize_store(a2, v2, coef);
+        normalize_store(a3, v3, coef);
+        normalize_store(a4, v4, coef);
     }
-    if (full % 2u == 1u) {
+    for (var t = full / 4u * 4u; t < full; t++) {
         normalize_store(cur.addr, load_x(cur.addr), coef);
         cur = advance(cur);
     }
