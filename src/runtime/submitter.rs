@@ -53,8 +53,11 @@ impl Submitter {
         }
     }
 
-    /// Forgets submissions whose completion callback has fired.
+    /// Forgets submissions whose completion callback has fired, polling the device only when
+    /// some have not (after a sync's wait all have: a poll would cost the synced op's round
+    /// trip a second pass through wgpu's maintenance for nothing).
     pub(crate) fn prune(&mut self, device: &wgpu::Device) {
+        self.queue.retain(|s| !s.done.load(Ordering::Acquire));
         if self.queue.is_empty() {
             return;
         }
