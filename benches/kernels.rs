@@ -560,7 +560,7 @@ fn line(r: &Row) -> String {
     if let Some(d) = r.dispatches_per_s {
         s += &format!(" dispatches_per_s={d:.0}");
     }
-    if r.name == "gpu/sync_op" {
+    if r.name == "gpu/sync_op" || r.name == "gpu/sync_raw" {
         s += &format!(" us={:.1}", r.ms * 1e3);
     }
     if r.name.starts_with("tiny_ops") {

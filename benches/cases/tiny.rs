@@ -7,6 +7,8 @@
 //!   `tiny_ops` reports `vs_raw=` (its time / the raw loop's, paired in one run).
 //! - `small_op_mix`: an LSTM step's elementwise tail and an SGD update over 50 parameters,
 //!   reporting dispatches per second.
+//! - `gpu/sync_raw`: `gpu/sync_op` (one small op, then a sync) as a plain wgpu loop, the floor
+//!   wgpu and the driver set for a synced op.
 
 use std::collections::VecDeque;
 
@@ -52,15 +54,24 @@ fn err(e: impl std::fmt::Display) -> wgtensor::Error {
     wgtensor::Error::NoAdapter(e.to_string())
 }
 
-fn raw_case(_dev: &Device) -> wgtensor::Result<Run> {
+/// A plain wgpu device of the default adapter with `wgsl`'s `main` as a pipeline over a
+/// uniform at binding 0 (dynamic offset) and storage buffers a, b (read) and c (written).
+struct Raw {
+    d: wgtensor::wgpu::Device,
+    q: wgtensor::wgpu::Queue,
+    layout: wgtensor::wgpu::BindGroupLayout,
+    pipe: wgtensor::wgpu::ComputePipeline,
+}
+
+fn raw_device(wgsl: &'static str) -> wgtensor::Result<Raw> {
     use wgtensor::wgpu;
     let instance =
         wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
     let adapter = pollster::block_on(instance.request_adapter(&Default::default())).map_err(err)?;
     let (d, q) = pollster::block_on(adapter.request_device(&Default::default())).map_err(err)?;
     let module = d.create_shader_module(wgpu::ShaderModuleDescriptor {
-        label: Some("raw_add"),
-        source: wgpu::ShaderSource::Wgsl(ADD_WGSL.into()),
+        label: Some("raw"),
+        source: wgpu::ShaderSource::Wgsl(wgsl.into()),
     });
     let entry =
         |binding: u32, ty: wgpu::BufferBindingType, dynamic: bool| wgpu::BindGroupLayoutEntry {
@@ -90,28 +101,80 @@ fn raw_case(_dev: &Device) -> wgtensor::Result<Run> {
         immediate_size: 0,
     });
     let pipe = d.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-        label: Some("raw_add"),
+        label: Some("raw"),
         layout: Some(&pl),
         module: &module,
         entry_point: Some("main"),
         compilation_options: Default::default(),
         cache: None,
     });
-    let storage = || {
-        d.create_buffer(&wgpu::BufferDescriptor {
+    Ok(Raw { d, q, layout, pipe })
+}
+
+impl Raw {
+    fn storage(&self, bytes: u64) -> wgtensor::wgpu::Buffer {
+        use wgtensor::wgpu;
+        self.d.create_buffer(&wgpu::BufferDescriptor {
             label: None,
-            size: (N * 4) as u64,
+            size: bytes,
             usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         })
-    };
+    }
+
+    fn bind_group(
+        &self,
+        arena: &wgtensor::wgpu::Buffer,
+        a: &wgtensor::wgpu::Buffer,
+        b: &wgtensor::wgpu::Buffer,
+        c: &wgtensor::wgpu::Buffer,
+    ) -> wgtensor::wgpu::BindGroup {
+        use wgtensor::wgpu;
+        self.d.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &self.layout,
+            entries: &[
+                wgpu::BindGroupEntry {
+                    binding: 0,
+                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: arena,
+                        offset: 0,
+                        size: wgpu::BufferSize::new(SLOT),
+                    }),
+                },
+                wgpu::BindGroupEntry {
+                    binding: 1,
+                    resource: a.as_entire_binding(),
+                },
+                wgpu::BindGroupEntry {
+                    binding: 2,
+                    resource: b.as_entire_binding(),
+                },
+                wgpu::BindGroupEntry {
+                    binding: 3,
+                    resource: c.as_entire_binding(),
+                },
+            ],
+        })
+    }
+
+    fn arena(&self, slots: usize) -> wgtensor::wgpu::Buffer {
+        use wgtensor::wgpu;
+        self.d.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size: slots as u64 * SLOT,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
+    }
+}
+
+fn raw_case(_dev: &Device) -> wgtensor::Result<Run> {
+    use wgtensor::wgpu;
+    let raw = raw_device(ADD_WGSL)?;
+    let storage = || raw.storage((N * 4) as u64);
     let (y, x0, x1) = (storage(), storage(), storage());
-    let arena = d.create_buffer(&wgpu::BufferDescriptor {
-        label: None,
-        size: BATCH as u64 * SLOT,
-        usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-        mapped_at_creation: false,
-    });
+    let arena = raw.arena(BATCH);
     let mut params = vec![0u8; BATCH * SLOT as usize];
     for s in 0..BATCH {
         params[s * SLOT as usize..s * SLOT as usize + 4].copy_from_slice(&(N as u32).to_le_bytes());
@@ -122,40 +185,15 @@ fn raw_case(_dev: &Device) -> wgtensor::Result<Run> {
         let mut flip = false;
         while done < CHAIN {
             let n = BATCH.min(CHAIN - done);
-            q.write_buffer(&arena, 0, &params);
-            let mut enc = d.create_command_encoder(&Default::default());
+            raw.q.write_buffer(&arena, 0, &params);
+            let mut enc = raw.d.create_command_encoder(&Default::default());
             {
                 let mut pass = enc.begin_compute_pass(&Default::default());
-                pass.set_pipeline(&pipe);
+                pass.set_pipeline(&raw.pipe);
                 for i in 0..n {
                     let (src, dst) = if flip { (&x1, &x0) } else { (&x0, &x1) };
                     flip = !flip;
-                    let bg = d.create_bind_group(&wgpu::BindGroupDescriptor {
-                        label: None,
-                        layout: &layout,
-                        entries: &[
-                            wgpu::BindGroupEntry {
-                                binding: 0,
-                                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                                    buffer: &arena,
-                                    offset: 0,
-                                    size: wgpu::BufferSize::new(SLOT),
-                                }),
-                            },
-                            wgpu::BindGroupEntry {
-                                binding: 1,
-                                resource: src.as_entire_binding(),
-                            },
-                            wgpu::BindGroupEntry {
-                                binding: 2,
-                                resource: y.as_entire_binding(),
-                            },
-                            wgpu::BindGroupEntry {
-                                binding: 3,
-                                resource: dst.as_entire_binding(),
-                            },
-                        ],
-                    });
+                    let bg = raw.bind_group(&arena, src, &y, dst);
                     pass.set_bind_group(0, &bg, &[(i as u64 * SLOT) as u32]);
                     pass.dispatch_workgroups(1, 1, 1);
                 }
@@ -163,19 +201,80 @@ fn raw_case(_dev: &Device) -> wgtensor::Result<Run> {
             // At most 3 submissions outstanding, as wgtensor's default cap.
             while in_flight.len() >= 3 {
                 let oldest = in_flight.pop_front().expect("len >= 3");
-                d.poll(wgpu::PollType::Wait {
-                    submission_index: Some(oldest),
-                    timeout: None,
-                })
-                .map_err(err)?;
+                raw.d
+                    .poll(wgpu::PollType::Wait {
+                        submission_index: Some(oldest),
+                        timeout: None,
+                    })
+                    .map_err(err)?;
             }
-            in_flight.push_back(q.submit([enc.finish()]));
+            in_flight.push_back(raw.q.submit([enc.finish()]));
             done += n;
         }
         // Finish here: the harness's Device::sync does not cover this device.
-        d.poll(wgpu::PollType::wait_indefinitely()).map_err(err)?;
+        raw.d
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(err)?;
         in_flight.clear();
         Ok(())
+    }))
+}
+
+const SCALE_WGSL: &str = "
+struct P { n: u32, pad0: u32, pad1: u32, pad2: u32 }
+@group(0) @binding(0) var<uniform> p: P;
+@group(0) @binding(1) var<storage, read> a: array<f32>;
+@group(0) @binding(2) var<storage, read> b: array<f32>;
+@group(0) @binding(3) var<storage, read_write> c: array<f32>;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) g: vec3<u32>) {
+    if (g.x < p.n) {
+        c[g.x] = a[g.x] * 1.5;
+    }
+}
+";
+
+/// Elements of `gpu/sync_raw`'s op: `gpu/sync_op`'s 2^20.
+const SYNC_N: usize = 1 << 20;
+
+/// `gpu/sync_op` as a plain wgpu loop on a device of its own: the params written with
+/// `write_buffer`, one dispatch of `x * 1.5` on 2^20 f32, one submit, then polls (yielding
+/// between them, as wgtensor's wait) until `on_submitted_work_done` fires. What wgpu and the
+/// driver cost a synced op, against which `gpu/sync_op` reads wgtensor's own share.
+fn sync_raw_case(_dev: &Device) -> wgtensor::Result<Run> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use wgtensor::wgpu;
+    let raw = raw_device(SCALE_WGSL)?;
+    let (x, y) = (
+        raw.storage((SYNC_N * 4) as u64),
+        raw.storage((SYNC_N * 4) as u64),
+    );
+    let arena = raw.arena(1);
+    let bg = raw.bind_group(&arena, &x, &x, &y);
+    let mut params = vec![0u8; SLOT as usize];
+    params[..4].copy_from_slice(&(SYNC_N as u32).to_le_bytes());
+    Ok(Box::new(move || {
+        raw.q.write_buffer(&arena, 0, &params);
+        let mut enc = raw.d.create_command_encoder(&Default::default());
+        {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            pass.set_pipeline(&raw.pipe);
+            pass.set_bind_group(0, &bg, &[0]);
+            pass.dispatch_workgroups((SYNC_N / 256) as u32, 1, 1);
+        }
+        raw.q.submit([enc.finish()]);
+        let done = Arc::new(AtomicBool::new(false));
+        let flag = done.clone();
+        raw.q
+            .on_submitted_work_done(move || flag.store(true, Ordering::Release));
+        loop {
+            raw.d.poll(wgpu::PollType::Poll).map_err(err)?;
+            if done.load(Ordering::Acquire) {
+                return Ok(());
+            }
+            std::thread::yield_now();
+        }
     }))
 }
 
@@ -218,5 +317,6 @@ pub fn cases() -> Vec<Case> {
         Case::new("tiny_ops_raw", raw_case),
         Case::new("tiny_ops", tiny_case),
         Case::new("small_op_mix", mix_case),
+        Case::new("gpu/sync_raw", sync_raw_case),
     ]
 }
