@@ -10,8 +10,9 @@
 //
 // attn_fwd: rows are queries (of one query batch, or with flags bit 3 of every query head of
 // one key/value batch, head after head: grouped-query decoding reads each K/V tile once per
-// group). Per key tile: scores, then the row's running max m and sum l
-// (online softmax, by the row's c = 0 invocation), then the rescaled accumulation of P V.
+// group). Per key tile: scores, then the row's running max m (every lane of the row folds the
+// tile's scores) and sum l (the row's c = 0 invocation adds the lanes' weights), then the
+// rescaled accumulation of P V.
 // Writes out = acc / l and stats[n L + i] = m + log l (the log-sum-exp; +inf for a row whose
 // keys are all masked, whose output is then 0 as in PyTorch's safe softmax).
 // attn_dq: rows are queries. D_i = dO_i . O_i (written to stats[N L + n L + i] for attn_dkv),
@@ -52,7 +53,6 @@ var<workgroup> pt: array<f32, TP>;
 var<workgroup> pt2: array<f32, TP>;
 var<workgroup> rm: array<f32, BR>;
 var<workgroup> rl: array<f32, BR>;
-var<workgroup> ralpha: array<f32, BR>;
 
 // Stages rows [r0, r0 + rows) x columns [c0, c0 + DK) of the packed [.., width] operand `src`
 // (SRC_Q, ...) at `base` (whose rows end at `lim`) into ta (side 0) or tb (side 1), zero
@@ -185,34 +185,40 @@ fn attn_fwd(@builtin(workgroup_id) wid: vec3<u32>,
     let s_end = min(keys_until(last), j_first + per);
     for (var j0 = j_first; j0 < s_end; j0 += BC) {
         let dot = tile_dot(lid, SRC_Q, qbase, rb * BR, rows, SRC_K, kbase, j0, p.s, p.e);
-        pt[lid] = logit(dot, n, i, j0 + c);
+        let sc = logit(dot, n, i, j0 + c);
+        pt[lid] = sc;
         workgroupBarrier();
+        // Online softmax, every lane of the row at once: each folds the row's scores into the
+        // running max in column order (the same max everywhere), then weighs its own score;
+        // the row's c = 0 lane adds the weights in column order. One exp and one dropout draw
+        // per lane instead of BC in a row on one lane.
+        let m_old = rm[r];
+        var mx = m_old;
+        for (var cc = 0u; cc < BC; cc++) {
+            mx = max_nan(mx, pt[r * BC + cc]);
+        }
+        var alpha = 1.0;
+        if (!is_neg_inf(mx)) {
+            alpha = exp(m_old - mx);
+        }
+        var pv = 0.0;
+        if (!is_neg_inf(sc)) {
+            pv = exp(sc - mx);
+        }
+        workgroupBarrier();
+        pt[lid] = pv * drop_factor(n, i, j0 + c);
+        pt2[lid] = pv;
+        workgroupBarrier();
+        // The row's lanes read rm again at the next tile, past tile_acc's barriers (it stages
+        // at least one chunk: the column block starts below Ev).
         if (c == 0u) {
-            let m_old = rm[r];
-            var mx = m_old;
-            for (var cc = 0u; cc < BC; cc++) {
-                mx = max_nan(mx, pt[r * BC + cc]);
-            }
-            var alpha = 1.0;
-            if (!is_neg_inf(mx)) {
-                alpha = exp(m_old - mx);
-            }
             var sum = 0.0;
             for (var cc = 0u; cc < BC; cc++) {
-                let sc = pt[r * BC + cc];
-                var pv = 0.0;
-                if (!is_neg_inf(sc)) {
-                    pv = exp(sc - mx);
-                }
-                sum += pv;
-                pt[r * BC + cc] = pv * drop_factor(n, i, j0 + cc);
+                sum += pt2[r * BC + cc];
             }
             rl[r] = rl[r] * alpha + sum;
             rm[r] = mx;
-            ralpha[r] = alpha;
         }
-        workgroupBarrier();
-        let alpha = ralpha[r];
         for (var a = 0u; a < ACC; a++) {
             acc[a] *= alpha;
         }
