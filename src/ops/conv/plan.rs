@@ -133,13 +133,10 @@ fn plan_with(
     let groups = groups.max(1);
     let rt = match variant {
         ConvVariant::Direct => pick(&DIRECT_ROWS, m),
-        // As GEMM: 128-row tiles where they still fill the device.
+        // As GEMM: 128-row tiles where they fill the device, alone or split over K.
         ConvVariant::WgTiled => {
-            let tall = m
-                .div_ceil(128)
-                .saturating_mul(ncols.div_ceil(64))
-                .saturating_mul(groups);
-            WG_ROWS[usize::from(m > 64 && tall >= caps.parallelism)]
+            let tall = crate::ops::gemm::plan::tall_tiles(caps, m, ncols, k, groups);
+            WG_ROWS[usize::from(tall)]
         }
         _ => pick(&GEMM_ROW_BLOCKS, m.div_ceil(8)),
     };
@@ -266,11 +263,11 @@ mod plan_tests {
             (p.variant, p.rt, p.tile()),
             (ConvVariant::WgTiled, 8, (128, 64))
         );
-        // Its weight gradient: 18 tiles of 128 rows are too few, 36 of 64 split K four
-        // workgroups per slot (1024 / 36).
+        // Its weight gradient: 36 tiles of 64 rows would split K, so 18 tiles of 128 rows
+        // split it into four workgroups per slot (1024 / 18 = 57 slices).
         let p = plan_with(&gpu, true, 128, 1152, 100352, 1, 100);
-        assert_eq!((p.variant, p.rt), (ConvVariant::WgTiled, 4));
-        assert_eq!(p.splits, 29, "{p:?}");
+        assert_eq!((p.variant, p.rt), (ConvVariant::WgTiled, 8));
+        assert_eq!(p.splits, 57, "{p:?}");
         assert!(p.k_chunk >= 256 && p.splits * p.k_chunk >= 100352);
         assert_eq!(
             plan_with(&lvp, true, 128, 100352, 1152, 1, 100).variant,

@@ -127,7 +127,7 @@ pub fn plan_for(
 ) -> Result<GemmPlan> {
     plan_kernel(
         caps,
-        pick_kernel(caps, m, n, batch),
+        pick_kernel(caps, m, n, k, batch),
         m,
         n,
         k,
@@ -154,18 +154,13 @@ pub fn plan_for_dtype(
     plan_for(caps, m, n, k, batch, split_k)
 }
 
-/// The kernel of [`plan_for`]: a function of the adapter and the output's size.
-fn pick_kernel(caps: &Caps, m: usize, n: usize, batch: usize) -> GemmKernel {
+/// The kernel of [`plan_for`]: a function of the adapter and the problem's size.
+fn pick_kernel(caps: &Caps, m: usize, n: usize, k: usize, batch: usize) -> GemmKernel {
     // GPUs stage tiles through workgroup memory; CPU adapters, where barriers and workgroup
-    // memory are costly, keep their register-only kernels. On GPUs the 128 x 64 tile (8 x 4
-    // per invocation: TM / 4 + 1 workgroup loads per 4 TM FMAs, half the 64 x 64 tile's
-    // ratio) wherever its tiles still fill the device, else 64 x 64 (twice the workgroups).
+    // memory are costly, keep their register-only kernels. On GPUs the 128 x 64 tile where
+    // [`tall_tiles`] says, else 64 x 64 (twice the workgroups).
     if !caps.cpu {
-        let tall = m
-            .div_ceil(128)
-            .saturating_mul(n.div_ceil(64))
-            .saturating_mul(batch);
-        if m > 64 && tall >= caps.parallelism {
+        if tall_tiles(caps, m, n, k, batch) {
             GemmKernel::WgTiled128
         } else {
             GemmKernel::WgTiled
@@ -175,6 +170,33 @@ fn pick_kernel(caps: &Caps, m: usize, n: usize, batch: usize) -> GemmKernel {
     } else {
         GemmKernel::Tiled
     }
+}
+
+/// Whether a GPU product of `m` rows, `ncols` columns and depth `k` (`batch` of them) takes
+/// the 128 x 64 tile of the large-tile core (8 x 4 per invocation: TM / 4 + 1 workgroup loads
+/// per 4 TM FMAs, half the 64 x 64 tile's ratio; on the H200 the 4096^3 GEMM ran at 28 TFLOPS
+/// on it, [1024]^3 at 14-16 on 64 x 64 tiles): where its tiles alone fill the device's
+/// slots, or where the 64 x 64 tiles would split K anyway (fewer than [`split_floor`]) and
+/// the 128-row tiles, split, still reach the slots: split-k's workgroups then come from K,
+/// and the taller tile does twice the work per load (the [256 x 65536] x [65536 x 256]
+/// product ran at 18 TFLOPS on split 64 x 64 tiles). Shared by GEMM and convolution.
+pub(crate) fn tall_tiles(caps: &Caps, m: usize, ncols: usize, k: usize, batch: usize) -> bool {
+    if caps.cpu || m <= 64 {
+        return false;
+    }
+    let tiles = |rows: usize| {
+        m.div_ceil(rows)
+            .saturating_mul(ncols.div_ceil(64))
+            .saturating_mul(batch)
+            .max(1)
+    };
+    let tall = tiles(128);
+    if tall >= caps.parallelism {
+        return true;
+    }
+    let floor = split_floor(caps);
+    let slices = split_target(caps).div_ceil(tall).min(k / 256);
+    k >= 1024 && tiles(64) < floor && tall.saturating_mul(slices) >= floor
 }
 
 /// Workgroups per estimated slot that split-k aims at on GPUs once it splits. On an NVIDIA
@@ -338,14 +360,32 @@ mod plan_tests {
     fn gpu_splits_below_the_slots_into_four_workgroups_per_slot() {
         let caps = Caps::test_gpu();
         assert_eq!(caps.parallelism, 256);
-        // 4 x 4 tiles of 64 x 64: 1024 / 16 = 64 slices (K / 256 = 64 allows them).
+        // 4 x 4 tiles of 64 x 64 would split: 2 x 4 tiles of 128 x 64 split instead, into
+        // 1024 / 8 = 128 slices, which K / 256 = 64 caps (512 workgroups, past the slots).
         let p = plan_for(&caps, 256, 256, 16384, 1, None).unwrap();
-        assert_eq!((p.splits, p.k_chunk), (64, 256));
+        assert_eq!(
+            (p.kernel, p.splits, p.k_chunk),
+            (GemmKernel::WgTiled128, 64, 256)
+        );
+        // The bench's [256 x 65536] x [65536 x 256]: 128 slices of 512.
+        let p = plan_for(&caps, 256, 256, 65536, 1, None).unwrap();
+        assert_eq!(
+            (p.kernel, p.splits, p.k_chunk),
+            (GemmKernel::WgTiled128, 128, 512)
+        );
+        // K = 2048 allows 8 slices: 64 workgroups of 128 rows fall short of the slots, so
+        // the 64 x 64 tiles split (16 x 8 = 128 workgroups).
+        let p = plan_for(&caps, 256, 256, 2048, 1, None).unwrap();
+        assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled, 8));
         // 16 x 16 tiles (256) already fill the slots: no split.
         let p = plan_for(&caps, 1024, 1024, 16384, 1, None).unwrap();
         assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled, 1));
-        // 15 x 16 = 240 tiles (the ragged last row of tiles counts) split 1024 / 240 -> 5.
+        // 15 x 16 = 240 tiles of 64 rows (the ragged last row of tiles counts) would split:
+        // 8 x 16 = 128 of 128 rows split 1024 / 128 = 8 ways instead.
         let p = plan_for(&caps, 14 * 64 + 1, 16 * 64, 16384, 1, None).unwrap();
+        assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled128, 8));
+        // 64 rows keep the 64 x 64 tile: 240 tiles split 5 ways.
+        let p = plan_for(&caps, 64, 15 * 16 * 64, 16384, 1, None).unwrap();
         assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled, 5));
         // A smaller device splits less.
         let small = Caps {
