@@ -127,16 +127,6 @@ fn tile_acc(acc: ptr<function, array<f32, ACC>>, second: bool, lid: u32, src: u3
     }
 }
 
-// Decodes the flat workgroup index into (row block, batch, column block); x = batches
-// walked, false past the grid's end.
-fn decode(wid: vec3<u32>, nwg: vec3<u32>) -> vec4<u32> {
-    let flat = wid.x + wid.y * nwg.x;
-    let rb = flat % p.row_blocks;
-    let rest = flat / p.row_blocks;
-    let live = rest < p.batches * p.col_blocks * p.splits;
-    return vec4<u32>(rb, rest % p.batches, rest / p.batches, u32(live));
-}
-
 @compute @workgroup_size(WGS)
 fn attn_fwd(@builtin(workgroup_id) wid: vec3<u32>,
             @builtin(num_workgroups) nwg: vec3<u32>,

@@ -1,5 +1,5 @@
-// What the two attention kernels share (shaders/attention.wgsl for GPUs, attention_rows.wgsl
-// for CPU adapters; src/ops/attention/kernel.rs): the params, the bindings, operand loads by
+// What the attention kernels share (shaders/attention.wgsl and attention_reg.wgsl for GPUs,
+// attention_rows.wgsl for CPU adapters; src/ops/attention/kernel.rs): the params, the bindings, operand loads by
 // number (`load`: every entry point that calls it binds q, k, v and dout, the forward with q
 // standing in for dout), and the score, mask, causal and dropout rules, so both compute the
 // same function. Needs lib/philox.wgsl (dropout) before it.
@@ -103,6 +103,16 @@ fn drop_factor(n: u32, i: u32, j: u32) -> f32 {
     }
     let bits = philox(vec4<u32>(j, i, n, p.ctr), vec2<u32>(p.seed_lo, p.seed_hi));
     return select(0.0, p.drop_scale, unit(bits.x) >= p.drop_p);
+}
+
+// The tile kernels (attention.wgsl, attention_reg.wgsl): decodes the flat workgroup index into (row block, batch, column block); x = batches
+// walked, false past the grid's end.
+fn decode(wid: vec3<u32>, nwg: vec3<u32>) -> vec4<u32> {
+    let flat = wid.x + wid.y * nwg.x;
+    let rb = flat % p.row_blocks;
+    let rest = flat / p.row_blocks;
+    let live = rest < p.batches * p.col_blocks * p.splits;
+    return vec4<u32>(rb, rest % p.batches, rest / p.batches, u32(live));
 }
 
 // Operands by number, so one staging loop or dot product serves each of them (WGSL's core has

@@ -231,6 +231,14 @@ async fn attention_f32() {
     check_cases("attention_f32", 8, p, attention::check_attention).await;
 }
 
+/// 32 queries or more: on the GPU plan, the register-tiled forward.
+#[wasm_bindgen_test]
+async fn attention_reg_tiles_f32() {
+    init_devices().await;
+    let p = attention::problem(DType::F32, 32..=40, 1..=40);
+    check_cases("attention_reg_tiles_f32", 4, p, attention::check_attention).await;
+}
+
 // ---- reductions -----------------------------------------------------------------------------
 
 #[wasm_bindgen_test]

@@ -12,6 +12,8 @@
 //! by the backward) and of the gradients.
 
 use proptest::prelude::*;
+#[cfg(not(target_arch = "wasm32"))]
+use wgtensor::ops::attention::Plan;
 use wgtensor::ops::{scaled_dot_product_attention, AttnMask, SdpaOptions};
 use wgtensor::{DType, Device, Tensor};
 
@@ -370,6 +372,51 @@ fn attention_grouped_decode_f32() {
         },
     );
     check_planned(12, problems, |fp| fp.grouped);
+}
+
+/// The register-tiled forward (32 queries or more on the GPU plan): ragged 64-row blocks and
+/// 32-key tiles, head dims across its 16-value chunks, every mask kind, causal, GQA, scales,
+/// and the backward (the 16 x 16 tiles) from its log-sum-exp.
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn attention_reg_tiles_f32() {
+    let problems = problem(DType::F32, 32..=90, 1..=72).prop_map(|mut p| {
+        p.gpu = true;
+        p
+    });
+    check_planned(12, problems, |fp| fp.plan == Plan::RegTiles);
+}
+
+/// The register tiles over head dims past one 128-column block and many chunks, and split
+/// over the keys (one head of 32-70 queries over 256-700 keys: too few row blocks for the
+/// `gpu_plans` device's slots), with every mask kind and causal.
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn attention_reg_tiles_wide_and_split_f32() {
+    let wide = problem(DType::F32, 32..=70, 120..=300).prop_map(|mut p| {
+        p.gpu = true;
+        p
+    });
+    check_planned(5, wide, |fp| fp.plan == Plan::RegTiles);
+    let split = (problem(DType::F32, 32..=70, 1..=72), 256usize..=700).prop_map(|(mut p, s)| {
+        (p.b, p.heads, p.kv_heads) = (1, 1, 1);
+        p.gpu = true;
+        p.s = s;
+        p
+    });
+    check_planned(6, split, |fp| fp.plan == Plan::RegTiles && fp.splits > 1);
+}
+
+/// The register tiles in f16.
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn attention_reg_tiles_f16() {
+    require_f16(plan_device(true));
+    let problems = problem(DType::F16, 32..=70, 1..=48).prop_map(|mut p| {
+        p.gpu = true;
+        p
+    });
+    check_planned(4, problems, |fp| fp.plan == Plan::RegTiles);
 }
 
 /// The key splits in f16 (decoding, one to three queries over 256-700 keys).

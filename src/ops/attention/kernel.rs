@@ -15,6 +15,7 @@ use Access::{Read as R, ReadWrite as RW};
 
 const SRC: &str = include_str!("../../../shaders/attention.wgsl");
 const ROWS_SRC: &str = include_str!("../../../shaders/attention_rows.wgsl");
+const REG_SRC: &str = include_str!("../../../shaders/attention_reg.wgsl");
 static COMMON: ShaderLib =
     ShaderLib::new(include_str!("../../../shaders/lib/attention_common.wgsl"));
 const LIBS: &[&ShaderLib] = &[&PHILOX, &ACTIVATION, &COMMON];
@@ -24,6 +25,14 @@ const LIBS: &[&ShaderLib] = &[&PHILOX, &ACTIVATION, &COMMON];
 /// the two sides agree.
 pub(crate) const ACC: u32 = 16;
 pub(crate) const ACCR: u32 = 64;
+/// Output columns per invocation of the register-tiled forward (its `const CPL`): a column
+/// block of 16 CPL columns.
+pub(crate) const CPL: u32 = 8;
+/// Query rows per workgroup of the register-tiled forward (its `const BR`).
+const REG_ROWS: u32 = 64;
+// Its workgroup memory (stg, sp, rm, rl; a unit test checks the shader's array sizes) within
+// WebGPU's default 16 KiB.
+const _: () = assert!((1632 + 2112 + 2 * REG_ROWS) * 4 <= 16384);
 /// Invocations per workgroup of the row kernels.
 const ROWS_WG: u32 = 64;
 
@@ -50,6 +59,9 @@ static DKV: Kernel = Kernel::new("attention", SRC, "attn_dkv", DKV_BINDS)
 /// Merges the forward's key splits: scratch (as stats_r) read; out, stats written.
 static COMBINE: Kernel = Kernel::new("attention", SRC, "attn_combine", &[R, RW, RW])
     .slots(&[10, 5, 6])
+    .libs(LIBS);
+static FWD_REG: Kernel = Kernel::new("attention", REG_SRC, "attn_fwd_reg", FWD_BINDS)
+    .slots(FWD_SLOTS)
     .libs(LIBS);
 static FWD_ROWS: Kernel = Kernel::new("attention", ROWS_SRC, "attn_fwd_rows", FWD_BINDS)
     .slots(FWD_SLOTS)
@@ -111,6 +123,10 @@ pub enum Plan {
     Rows,
     /// Workgroup tiles through workgroup memory (GPUs).
     Tiles(Tile),
+    /// The forward's register tiles (GPUs, 32 query rows or more): 64 query rows x 32 keys per
+    /// workgroup of 256, each invocation holding 4 x 2 scores and 4 x [`CPL`] outputs
+    /// (shaders/attention_reg.wgsl). Forward only: the backward takes [`plan`]'s tiles.
+    RegTiles,
 }
 
 /// The plan for an adapter: rows on CPU adapters; on GPUs tiles of 16 x 16 invocations (256
@@ -138,6 +154,9 @@ const DECODE_TILE: Tile = Tile {
 };
 /// Query rows up to which the forward takes [`DECODE_TILE`].
 const DECODE_ROWS: usize = 4;
+/// Query rows from which the forward takes [`Plan::RegTiles`] (at least half of its 64-row
+/// blocks busy); fewer take the 16-row tile.
+const REG_MIN_ROWS: usize = 32;
 /// The fewest keys a split walks: shorter splits would cost more in the merge than they save.
 const MIN_SPLIT_KEYS: usize = 128;
 /// The most key splits of a row.
@@ -167,7 +186,8 @@ pub struct ForwardPlan {
 
 /// The forward's plan for `n` query batches of `l` queries over `s` keys with `ev` value
 /// columns, `group` query heads per key/value head: a pure function of the problem and the
-/// adapter. On GPUs a few queries (decoding) take a one-row tile, or with grouped-query heads a
+/// adapter. On GPUs 32 queries or more take the register tiles ([`Plan::RegTiles`]), fewer
+/// the 16-row tile, and a few queries (decoding) a one-row tile, or with grouped-query heads a
 /// tile holding the whole group's rows (K/V read once per group); when the workgroups (row
 /// blocks x batches x column blocks) are too few to fill the device (decoding: L = 1 over 32
 /// heads gives 32 workgroups on a GPU of 132 SMs, each walking every key), the keys are cut
@@ -193,17 +213,20 @@ pub fn forward_plan(
     };
     let group = group.max(1);
     let grouped = l <= DECODE_ROWS && group > 1 && n.is_multiple_of(group);
-    let (tile, rows, batches) = if grouped {
-        (GROUP_TILE, group.saturating_mul(l), n / group)
+    let (fplan, rows, batches) = if grouped {
+        (Plan::Tiles(GROUP_TILE), group.saturating_mul(l), n / group)
     } else if l <= DECODE_ROWS {
-        (DECODE_TILE, l, n)
+        (Plan::Tiles(DECODE_TILE), l, n)
+    } else if l >= REG_MIN_ROWS {
+        (Plan::RegTiles, l, n)
     } else {
-        (general, l, n)
+        (Plan::Tiles(general), l, n)
     };
-    let lanes = (tile.br * tile.bc) as usize;
-    let col_blocks = ev.div_ceil((ACC * tile.bc) as usize).max(1);
+    let lanes = fplan.lanes() as usize;
+    let (br, cols) = fplan.rows_cols();
+    let col_blocks = ev.div_ceil(cols as usize).max(1);
     let groups = rows
-        .div_ceil(tile.br as usize)
+        .div_ceil(br as usize)
         .saturating_mul(batches)
         .saturating_mul(col_blocks);
     // Two workgroups per estimated slot of 256 lanes.
@@ -218,7 +241,7 @@ pub fn forward_plan(
         splits as u32
     };
     ForwardPlan {
-        plan: Plan::Tiles(tile),
+        plan: fplan,
         splits,
         grouped,
     }
@@ -230,6 +253,7 @@ impl Plan {
         match self {
             Plan::Rows => [&FWD_ROWS, &DQ_ROWS, &DKV_ROWS],
             Plan::Tiles(_) => [&FWD, &DQ, &DKV],
+            Plan::RegTiles => [&FWD_REG, &DQ, &DKV],
         }
     }
 
@@ -241,6 +265,16 @@ impl Plan {
                 ("BC", f64::from(t.bc)),
                 ("DK", f64::from(t.dk)),
             ],
+            Plan::RegTiles => vec![],
+        }
+    }
+
+    /// Invocations per workgroup.
+    fn lanes(self) -> u32 {
+        match self {
+            Plan::Rows => ROWS_WG,
+            Plan::Tiles(t) => t.br * t.bc,
+            Plan::RegTiles => 256,
         }
     }
 
@@ -249,6 +283,7 @@ impl Plan {
         match self {
             Plan::Rows => (1, ACCR),
             Plan::Tiles(t) => (t.br, ACC * t.bc),
+            Plan::RegTiles => (REG_ROWS, 16 * CPL),
         }
     }
 
@@ -260,7 +295,7 @@ impl Plan {
             * u64::from(p.splits.max(1));
         match self {
             Plan::Rows => units.div_ceil(u64::from(ROWS_WG)),
-            Plan::Tiles(_) => units,
+            Plan::Tiles(_) | Plan::RegTiles => units,
         }
     }
 }
@@ -404,7 +439,13 @@ pub(crate) fn forward(prob: &Problem) -> Result<(Tensor, Saved)> {
     ];
     launch(prob, plan, 0, &p, &binds)?;
     if let Some(scratch) = &scratch {
-        let lanes = u64::from(plan.rows_cols().0) * u64::from(plan.rows_cols().1 / ACC);
+        // attn_combine runs on the tiles' shader: the register tiles' splits merge on the
+        // general tile's workgroup size.
+        let plan = match plan {
+            Plan::RegTiles => self::plan(dev.caps()),
+            other => other,
+        };
+        let lanes = u64::from(plan.lanes());
         let grid = dev.grid_1d(prob.op, (rows * prob.ev as u64).div_ceil(lanes))?;
         let binds = [
             Bind::whole(scratch.buffer()),
@@ -495,7 +536,11 @@ pub(crate) fn backward(
 /// The attention family's entry in the kernel-family registry (`ops::families()`).
 pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipeline::Family {
     name: "attention",
-    shaders: &["attention.wgsl", "attention_rows.wgsl"],
+    shaders: &[
+        "attention.wgsl",
+        "attention_rows.wgsl",
+        "attention_reg.wgsl",
+    ],
     params: || vec![params_layout()],
     variants: attention_variants,
 };
@@ -515,6 +560,9 @@ pub fn attention_variants() -> Vec<ShaderVariant> {
                 v.push(ShaderVariant::new(&COMBINE, &[dt], &plan.consts()));
             }
         }
+    }
+    for dt in [DType::F32, DType::F16] {
+        v.push(ShaderVariant::new(&FWD_REG, &[dt], &[]));
     }
     for tile in [DECODE_TILE, GROUP_TILE] {
         for k in [&FWD, &COMBINE] {
@@ -569,6 +617,12 @@ mod tests {
     fn shader_acc_matches() {
         assert!(SRC.contains(&format!("const ACC: u32 = {ACC}u;")));
         assert!(ROWS_SRC.contains(&format!("const ACCR: u32 = {ACCR}u;")));
+        assert!(REG_SRC.contains(&format!("const CPL: u32 = {CPL}u;")));
+        assert!(REG_SRC.contains(&format!("const BR: u32 = {REG_ROWS}u;")));
+        // Its workgroup memory (stg, sp, rm, rl) within WebGPU's default 16 KiB.
+        assert!(
+            REG_SRC.contains("stg: array<f32, 1632>") && REG_SRC.contains("sp: array<f32, 2112>")
+        );
     }
 
     #[test]
@@ -593,9 +647,12 @@ mod tests {
                 grouped: false
             }
         );
-        // Prefill over many batches fills the device: no split, the 16-row tile.
+        // Prefill over many batches fills the device: no split, the register tiles.
         let p = fp(&gpu, 64, 2048, 2048, 64, 1);
-        assert_eq!((p.plan, p.splits, p.grouped), (plan(&gpu), 1, false));
+        assert_eq!((p.plan, p.splits, p.grouped), (Plan::RegTiles, 1, false));
+        // Fewer than 32 queries: the 16-row tile.
+        assert_eq!(fp(&gpu, 64, 31, 2048, 64, 1).plan, plan(&gpu));
+        assert_eq!(fp(&gpu, 64, 32, 2048, 64, 1).plan, Plan::RegTiles);
         // Few batches of a long prefill: split.
         assert!(fp(&gpu, 8, 256, 4096, 64, 1).splits > 1);
         // Too few keys to split.
