@@ -6,7 +6,8 @@
 //!   broadcast index (`idx.unsqueeze(1).expand(L, E)`: the bucketed row scatter) and once over
 //!   the same index materialized (`.contiguous()`: the general bucketed scatter, keyed by output
 //!   element). Either would be the gather form before, every output element scanning all L ids
-//!   (597 ms on lavapipe against 11.2 ms for the whole forward and backward above).
+//!   (597 ms on lavapipe against 11.2 ms for the whole forward and backward above). Its
+//!   cold first call is two ops' (each under 1 s on lavapipe).
 
 use wgtensor::ops::embedding;
 use wgtensor::{DType, Device, Tensor};
