@@ -527,8 +527,8 @@ fn forward_memory_is_linear_in_length() {
 
 /// The GPU plans draw the same dropout pattern as the CPU plan from the same seed: the decode
 /// tile with key splits, the grouped-query tile (a workgroup over a whole group's rows), the
-/// 16-row tile and the register tiles (32 queries or more) give the row plan's output within
-/// rounding.
+/// 16-row tile and the register tiles (32 queries or more) give the row plan's output and
+/// gradients within rounding.
 #[test]
 fn dropout_pattern_is_the_same_on_every_plan() {
     let cpu = Device::new().unwrap();
@@ -538,11 +538,12 @@ fn dropout_pattern_is_the_same_on_every_plan() {
     })
     .unwrap();
     // (q shape, k / v shape, grouped-query)
-    let cases: [(&[usize], &[usize], bool); 4] = [
+    let cases: [(&[usize], &[usize], bool); 5] = [
         (&[1, 4, 2, 8], &[1, 2, 300, 8], true),
         (&[1, 2, 1, 8], &[1, 2, 700, 8], false),
         (&[1, 1, 20, 8], &[1, 1, 50, 8], false),
         (&[1, 1, 70, 8], &[1, 1, 50, 8], false),
+        (&[1, 1, 20, 8], &[1, 1, 40, 8], false),
     ];
     for (qs, ks, gqa) in cases {
         let opts = SdpaOptions {
@@ -550,11 +551,19 @@ fn dropout_pattern_is_the_same_on_every_plan() {
             enable_gqa: gqa,
             ..Default::default()
         };
+        // The output, then the gradients of q, k and v (the backward redraws the pattern).
         let run = |dev: &Device| {
             dev.manual_seed(5);
-            let (q, k, v) = (randn(dev, qs), randn(dev, ks), randn(dev, ks));
+            let (q, k, v) = (leaf(dev, qs), leaf(dev, ks), leaf(dev, ks));
+            let g = randn(dev, &[qs[0], qs[1], qs[2], ks[3]]);
             dev.manual_seed(11);
-            vals(&sdpa(&q, &k, &v, &opts).unwrap())
+            let o = sdpa(&q, &k, &v, &opts).unwrap();
+            let grads = o.backward_with_grad(&g).unwrap();
+            let mut all = vals(&o);
+            for t in [&q, &k, &v] {
+                all.extend(vals(grads.get(t).unwrap()));
+            }
+            all
         };
         let (a, b) = (run(&cpu), run(&gpu));
         assert_eq!(a.len(), b.len());

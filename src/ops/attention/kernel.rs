@@ -63,6 +63,12 @@ static COMBINE: Kernel = Kernel::new("attention", SRC, "attn_combine", &[R, RW, 
 static FWD_REG: Kernel = Kernel::new("attention", REG_SRC, "attn_fwd_reg", FWD_BINDS)
     .slots(FWD_SLOTS)
     .libs(LIBS);
+static DQ_REG: Kernel = Kernel::new("attention", REG_SRC, "attn_dq_reg", DQ_BINDS)
+    .slots(DQ_SLOTS)
+    .libs(LIBS);
+static DKV_REG: Kernel = Kernel::new("attention", REG_SRC, "attn_dkv_reg", DKV_BINDS)
+    .slots(DKV_SLOTS)
+    .libs(LIBS);
 static FWD_ROWS: Kernel = Kernel::new("attention", ROWS_SRC, "attn_fwd_rows", FWD_BINDS)
     .slots(FWD_SLOTS)
     .libs(LIBS);
@@ -123,9 +129,9 @@ pub enum Plan {
     Rows,
     /// Workgroup tiles through workgroup memory (GPUs).
     Tiles(Tile),
-    /// The forward's register tiles (GPUs, 32 query rows or more): 64 query rows x 32 keys per
-    /// workgroup of 256, each invocation holding 4 x 2 scores and 4 x [`CPL`] outputs
-    /// (shaders/attention_reg.wgsl). Forward only: the backward takes [`plan`]'s tiles.
+    /// Register tiles (GPUs, 32 rows or more: queries for the forward and dQ, keys for dK/dV):
+    /// 64 rows x 32 keys (or queries) per workgroup of 256, each invocation holding 4 x 2
+    /// scores and 4 x [`CPL`] outputs (shaders/attention_reg.wgsl).
     RegTiles,
 }
 
@@ -247,13 +253,25 @@ pub fn forward_plan(
     }
 }
 
+/// The backward's plans, dQ's and dK/dV's: on GPUs the register tiles where their rows
+/// (queries for dQ, keys for dK/dV) number [`REG_MIN_ROWS`] or more, else [`plan`]'s.
+#[doc(hidden)]
+pub fn backward_plans(caps: &Caps, l: usize, s: usize) -> (Plan, Plan) {
+    let base = plan(caps);
+    let pick = |rows: usize| match base {
+        Plan::Tiles(_) if rows >= REG_MIN_ROWS => Plan::RegTiles,
+        other => other,
+    };
+    (pick(l), pick(s))
+}
+
 impl Plan {
     /// The forward, dQ and dK/dV kernels.
     fn kernels(self) -> [&'static Kernel; 3] {
         match self {
             Plan::Rows => [&FWD_ROWS, &DQ_ROWS, &DKV_ROWS],
             Plan::Tiles(_) => [&FWD, &DQ, &DKV],
-            Plan::RegTiles => [&FWD_REG, &DQ, &DKV],
+            Plan::RegTiles => [&FWD_REG, &DQ_REG, &DKV_REG],
         }
     }
 
@@ -491,7 +509,7 @@ pub(crate) fn backward(
     };
     let (dq, dk, dv) = (alloc(&prob.q)?, alloc(&prob.k)?, alloc(&prob.v)?);
     if live {
-        let plan = plan(dev.caps());
+        let (plan, kv_plan) = backward_plans(dev.caps(), prob.l, prob.s);
         let key = (saved.seed, saved.ctr);
         let mask = mask_tensor(prob)?;
         // dQ (and D, which the dK/dV pass reads): always, D is needed by both.
@@ -509,7 +527,7 @@ pub(crate) fn backward(
         launch(prob, plan, 1, &p, &binds)?;
         if need_kv {
             let nk: usize = prob.kv_lead.iter().product();
-            let p = params(prob, plan, key, prob.s, nk, prob.e.max(prob.ev));
+            let p = params(prob, kv_plan, key, prob.s, nk, prob.e.max(prob.ev));
             let binds = [
                 Bind::whole(prob.q.buffer()),
                 Bind::whole(prob.k.buffer()),
@@ -520,7 +538,7 @@ pub(crate) fn backward(
                 Bind::whole(dk.buffer()),
                 Bind::whole(dv.buffer()),
             ];
-            launch(prob, plan, 2, &p, &binds)?;
+            launch(prob, kv_plan, 2, &p, &binds)?;
         }
     }
     let [qs, ks, vs] = &prob.shapes;
@@ -561,8 +579,10 @@ pub fn attention_variants() -> Vec<ShaderVariant> {
             }
         }
     }
-    for dt in [DType::F32, DType::F16] {
-        v.push(ShaderVariant::new(&FWD_REG, &[dt], &[]));
+    for k in [&FWD_REG, &DQ_REG, &DKV_REG] {
+        for dt in [DType::F32, DType::F16] {
+            v.push(ShaderVariant::new(k, &[dt], &[]));
+        }
     }
     for tile in [DECODE_TILE, GROUP_TILE] {
         for k in [&FWD, &COMBINE] {
@@ -668,6 +688,14 @@ mod tests {
         assert!(p.splits > 1);
         // Prefill with groups keeps the general tile.
         assert!(!fp(&gpu, 32, 512, 512, 64, 4).grouped);
+    }
+
+    #[test]
+    fn backward_takes_register_tiles_from_32_rows() {
+        let (gpu, lvp) = (Caps::test_gpu(), Caps::test_lavapipe(2));
+        assert_eq!(backward_plans(&gpu, 32, 31), (Plan::RegTiles, plan(&gpu)));
+        assert_eq!(backward_plans(&gpu, 5, 1024), (plan(&gpu), Plan::RegTiles));
+        assert_eq!(backward_plans(&lvp, 1024, 1024), (Plan::Rows, Plan::Rows));
     }
 
     #[test]

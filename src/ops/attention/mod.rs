@@ -17,7 +17,7 @@ use crate::{Result, Tensor};
 pub use problem::Problem;
 
 #[doc(hidden)]
-pub use kernel::{forward_plan, ForwardPlan, Plan};
+pub use kernel::{backward_plans, forward_plan, ForwardPlan, Plan};
 
 /// How an attention mask is read ([`SdpaOptions::attn_mask`]).
 #[derive(Clone, Copy, Debug)]
