@@ -124,14 +124,14 @@ pub struct Tile {
 /// Which kernels run and how they are shaped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Plan {
-    /// One invocation per row and block of [`ACCR`] columns, no barriers (CPU adapters: a
+    /// One invocation per row and block of `ACCR` (64) columns, no barriers (CPU adapters: a
     /// barrier switches every fibre of a workgroup there, and the tiled kernels compile slowly).
     Rows,
     /// Workgroup tiles through workgroup memory (GPUs).
     Tiles(Tile),
     /// Register tiles (GPUs, 32 rows or more: queries for the forward and dQ, keys for dK/dV):
     /// 64 rows x 32 keys (or queries) per workgroup of 256, each invocation holding 4 x 2
-    /// scores and 4 x [`CPL`] outputs (shaders/attention_reg.wgsl).
+    /// scores and 4 x `CPL` (8) outputs (shaders/attention_reg.wgsl).
     RegTiles,
 }
 
@@ -254,7 +254,7 @@ pub fn forward_plan(
 }
 
 /// The backward's plans, dQ's and dK/dV's: on GPUs the register tiles where their rows
-/// (queries for dQ, keys for dK/dV) number [`REG_MIN_ROWS`] or more, else [`plan`]'s.
+/// (queries for dQ, keys for dK/dV) number `REG_MIN_ROWS` (32) or more, else [`plan`]'s.
 #[doc(hidden)]
 pub fn backward_plans(caps: &Caps, l: usize, s: usize) -> (Plan, Plan) {
     let base = plan(caps);
