@@ -4,7 +4,7 @@
 // 134 MFLOP. Here a workgroup of 256 invocations owns a small tile, RG * RT = 16 batch rows x
 // UB = 8 hidden units (all gates), and splits K over KS = 8 lanes per output: lane (o, s)
 // walks k = s, s + KS, ... (the KS lanes of an output read KS consecutive values of one h
-// row and of each gate's W_hh row: 32-byte segments) and keeps RT rows x 4 gates in
+// row and of each gate's W_hh row: 32-byte segments in f32) and keeps RT rows x 4 gates in
 // registers. The KS partials of an output meet in workgroup memory and lane s < RT adds those
 // of row s in slice order (deterministic), then applies the gate math of lib/rnn_common.wgsl.
 // The same problem gets 8x the workgroups and an eighth of the K walk per lane. Needs

@@ -376,7 +376,7 @@ fn attention_grouped_decode_f32() {
 
 /// The register-tiled forward (32 queries or more on the GPU plan): ragged 64-row blocks and
 /// 32-key tiles, head dims across its 16-value chunks, every mask kind, causal, GQA, scales,
-/// and the backward (the 16 x 16 tiles) from its log-sum-exp.
+/// and the backward (dQ on register tiles, dK/dV too where S >= 32) from its log-sum-exp.
 #[cfg(not(target_arch = "wasm32"))]
 #[test]
 fn attention_reg_tiles_f32() {

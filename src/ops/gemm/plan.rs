@@ -127,7 +127,7 @@ pub fn plan_for(
 ) -> Result<GemmPlan> {
     plan_kernel(
         caps,
-        pick_kernel(caps, m, n, k, batch),
+        pick_kernel(caps, m, n, k, batch, split_k),
         m,
         n,
         k,
@@ -155,12 +155,31 @@ pub fn plan_for_dtype(
 }
 
 /// The kernel of [`plan_for`]: a function of the adapter and the problem's size.
-fn pick_kernel(caps: &Caps, m: usize, n: usize, k: usize, batch: usize) -> GemmKernel {
+fn pick_kernel(
+    caps: &Caps,
+    m: usize,
+    n: usize,
+    k: usize,
+    batch: usize,
+    split_k: Option<u32>,
+) -> GemmKernel {
     // GPUs stage tiles through workgroup memory; CPU adapters, where barriers and workgroup
     // memory are costly, keep their register-only kernels. On GPUs the 128 x 64 tile where
-    // [`tall_tiles`] says, else 64 x 64 (twice the workgroups).
+    // [`tall_tiles`] says (with the caller's split, where given, taken as the workgroups' only
+    // multiplier), else 64 x 64 (twice the workgroups).
     if !caps.cpu {
-        if tall_tiles(caps, m, n, k, batch) {
+        let tall = match split_k {
+            None => tall_tiles(caps, m, n, k, batch),
+            Some(s) => {
+                m > 64
+                    && m.div_ceil(128)
+                        .saturating_mul(n.div_ceil(64))
+                        .saturating_mul(batch)
+                        .saturating_mul(s as usize)
+                        >= caps.parallelism
+            }
+        };
+        if tall {
             GemmKernel::WgTiled128
         } else {
             GemmKernel::WgTiled
@@ -384,6 +403,12 @@ mod plan_tests {
         // 8 x 16 = 128 of 128 rows split 1024 / 128 = 8 ways instead.
         let p = plan_for(&caps, 14 * 64 + 1, 16 * 64, 16384, 1, None).unwrap();
         assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled128, 8));
+        // A caller's split counts as given: unsplit, 8 tiles of 128 rows would leave the
+        // device idle, so 16 of 64; split 64 ways, 8 x 64 fill it.
+        let p = plan_for(&caps, 256, 256, 16384, 1, Some(1)).unwrap();
+        assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled, 1));
+        let p = plan_for(&caps, 256, 256, 16384, 1, Some(64)).unwrap();
+        assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled128, 64));
         // 64 rows keep the 64 x 64 tile: 240 tiles split 5 ways.
         let p = plan_for(&caps, 64, 15 * 16 * 64, 16384, 1, None).unwrap();
         assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled, 5));
