@@ -225,14 +225,29 @@ fn main_vec4_bcast(@builtin(workgroup_id) wid: vec3<u32>,
                    @builtin(num_workgroups) nwg: vec3<u32>,
                    @builtin(local_invocation_index) lid: u32) {
     let stride = nwg.x * WG;
-    let full_is_a = p.shape[0].w == 1u;
-    for (var i = wid.x * WG + lid; i < p.numel; i += stride) {
-        let f = a4[p.off_a + i];
-        let s = small4(i);
-        if (full_is_a) {
-            c4[i] = combine4(f, s);
-        } else {
-            c4[i] = combine4(s, f);
-        }
+    var i = wid.x * WG + lid;
+    // UNROLL vec4s of the full operand in flight, as main_vec4 (the small one is cached).
+    for (; i + (UNROLL - 1u) * stride < p.numel; i += UNROLL * stride) {
+        let f0 = a4[p.off_a + i];
+        let f1 = a4[p.off_a + i + stride];
+        let f2 = a4[p.off_a + i + 2u * stride];
+        let f3 = a4[p.off_a + i + 3u * stride];
+        bcast_store(i, f0);
+        bcast_store(i + stride, f1);
+        bcast_store(i + 2u * stride, f2);
+        bcast_store(i + 3u * stride, f3);
+    }
+    for (; i < p.numel; i += stride) {
+        bcast_store(i, a4[p.off_a + i]);
+    }
+}
+
+// Output vec4 i from the full operand's vec4 f and the small operand, in the operands' order.
+fn bcast_store(i: u32, f: vec4<T>) {
+    let s = small4(i);
+    if (p.shape[0].w == 1u) {
+        c4[i] = combine4(f, s);
+    } else {
+        c4[i] = combine4(s, f);
     }
 }

@@ -237,8 +237,11 @@ fn bcast_both(
 /// strided operands keep the scalar kernel. All bitwise against the default device.
 #[test]
 fn broadcast_binaries() {
-    let cases: [(&[usize], &[usize], [usize; 2]); 10] = [
+    let cases: [(&[usize], &[usize], [usize; 2]); 12] = [
         (&[64, 32], &[32], [0, 0]),
+        // Several workgroups, some invocations taking four vec4s a step.
+        (&[40, 256], &[256], [0, 0]),
+        (&[8, 16, 12, 12], &[16, 1, 1], [4, 0]),
         (&[64, 32], &[32], [4, 8]),
         (&[64, 32], &[32], [0, 2]),
         (&[64, 33], &[33], [0, 0]),

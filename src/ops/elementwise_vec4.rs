@@ -167,8 +167,7 @@ pub(crate) fn binary_bcast(
         &consts,
         bytemuck::bytes_of(params),
         &binds,
-        // main_vec4_bcast takes one vec4 a step: an invocation per vec4 up to the cap.
-        dev.grid_1d(op, n4.div_ceil(WG as u64).clamp(1, VEC4_GROUPS))?,
+        dev.grid_1d(op, vec4_groups(n4))?,
     )?;
     Ok(true)
 }
@@ -191,8 +190,8 @@ pub fn plan_body(caps: &Caps, n: u64, offsets: &[u64], out_es: u64, align: u64) 
 /// GPU can hold at once would keep with one.
 pub(crate) const UNROLL: u64 = 4;
 
-/// Workgroups for `n4` vec4s of the unrolled kernels (not the broadcast one): [`UNROLL`]
-/// vec4s per invocation up to [`VEC4_GROUPS`] workgroups.
+/// Workgroups for `n4` vec4s: [`UNROLL`] vec4s per invocation up to [`VEC4_GROUPS`]
+/// workgroups.
 pub fn vec4_groups(n4: u64) -> u64 {
     n4.div_ceil(WG as u64 * UNROLL).clamp(1, VEC4_GROUPS)
 }
