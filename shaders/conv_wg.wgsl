@@ -3,7 +3,8 @@
 // workgroup, TM x 4 outputs per invocation, A and B staged through workgroup memory 8 steps of
 // K at a time by the core's double-buffered K loop.
 // Every invocation keeps the positions it stages fixed for the whole K loop, so a step
-// advances k counters by KT instead of decomposing k per element: A (affine in k, stored
+// advances k counters by KT (digit-wise, KT's digits computed once: no division in the K
+// loop) instead of decomposing k per element: A (affine in k, stored
 // k-fast in every direction) is staged k-fast, TM / 2 rows at one k; B (a gather) along the
 // columns when the innermost column counter is the longer run (forward: ow; data gradient:
 // iw), else along K (weight gradient: k2 is ow while the columns' is kw), so neighbouring
@@ -19,6 +20,8 @@ struct Ctx {
     // Its B columns (clamped) and the counters of their k.
     cols: array<Col, 2>,
     kb: array<KIter, 2>,
+    // KT steps of k as digit increments (see k_adv).
+    step: KIter,
 }
 
 // The k counters of an arbitrary k (k_start serves only slice starts).
@@ -27,19 +30,28 @@ fn k_at(k: u32) -> KIter {
     return KIter(t / p.k_e1, t % p.k_e1, k % p.k_e2);
 }
 
-// `it` advanced by KT steps of k.
-fn k_adv(it: KIter) -> KIter {
+// KT as digits of k (k0, k1, k2 below k_e1 and k_e2): computed once per invocation, so the
+// K loop advances its counters without a division.
+fn k_step() -> KIter {
+    let t = KT / p.k_e2;
+    return KIter(t / p.k_e1, t % p.k_e1, KT % p.k_e2);
+}
+
+// `it` advanced by KT steps of k (`st` = k_step()): digit-wise addition, each digit carrying
+// at most once (k2 + d2 < 2 k_e2, k1 + d1 + 1 < 2 k_e1).
+fn k_adv(it: KIter, st: KIter) -> KIter {
     var r = it;
-    r.k2 += KT;
+    r.k2 += st.k2;
+    var carry = 0u;
     if (r.k2 >= p.k_e2) {
-        let q = r.k2 / p.k_e2;
-        r.k2 -= q * p.k_e2;
-        r.k1 += q;
-        if (r.k1 >= p.k_e1) {
-            let q1 = r.k1 / p.k_e1;
-            r.k1 -= q1 * p.k_e1;
-            r.k0 += q1;
-        }
+        r.k2 -= p.k_e2;
+        carry = 1u;
+    }
+    r.k1 += st.k1 + carry;
+    r.k0 += st.k0;
+    if (r.k1 >= p.k_e1) {
+        r.k1 -= p.k_e1;
+        r.k0 += 1u;
     }
     return r;
 }
@@ -59,6 +71,7 @@ fn loader(g: u32, r0: u32, c0: u32, k0: u32, li: u32) -> Ctx {
         ld.arow[q] = a_row(g, r0 + pa.x);
     }
     ld.ka = k_at(k0 + li % KT);
+    ld.step = k_step();
     for (var q = 0u; q < B_PER; q++) {
         let pb = b_pos(li, q, b_k_fast());
         ld.cols[q] = col_state(g, c0 + pb.x);
@@ -79,7 +92,7 @@ fn load_step(ld: ptr<function, Ctx>, k0: u32, kend: u32, li: u32) -> Staged {
         }
         s.a[q] = va;
     }
-    (*ld).ka = k_adv((*ld).ka);
+    (*ld).ka = k_adv((*ld).ka, (*ld).step);
     for (var q = 0u; q < B_PER; q++) {
         let kb = k0 + b_pos(li, q, b_k_fast()).y;
         var vb = 0.0;
@@ -87,7 +100,7 @@ fn load_step(ld: ptr<function, Ctx>, k0: u32, kend: u32, li: u32) -> Staged {
             vb = gather((*ld).cols[q], k_part((*ld).kb[q]));
         }
         s.b[q] = vb;
-        (*ld).kb[q] = k_adv((*ld).kb[q]);
+        (*ld).kb[q] = k_adv((*ld).kb[q], (*ld).step);
     }
     return s;
 }
