@@ -223,8 +223,33 @@ fn seg_fill(@builtin(workgroup_id) wid: vec3<u32>,
     }
 }
 
-// Buckets up to this length are insertion-sorted; longer ones heap-sorted.
+// Buckets up to this length are insertion-sorted; longer ones heap-sorted, in a private
+// array up to MID_BUCKET (a hub row's few hundred positions: each sift step an L1 access
+// instead of a dependent global load and store), in the list itself beyond.
 const SHORT_BUCKET: u32 = 32u;
+const MID_BUCKET: u32 = 256u;
+
+// sift_down on a private array of `end` entries.
+fn sift_down_private(buf: ptr<function, array<u32, MID_BUCKET>>, root0: u32, end: u32) {
+    var root = root0;
+    loop {
+        var c = 2u * root + 1u;
+        if (c >= end) {
+            break;
+        }
+        if (c + 1u < end && (*buf)[c] < (*buf)[c + 1u]) {
+            c += 1u;
+        }
+        let top = (*buf)[root];
+        let kid = (*buf)[c];
+        if (top >= kid) {
+            break;
+        }
+        (*buf)[root] = kid;
+        (*buf)[c] = top;
+        root = c;
+    }
+}
 
 // Moves element `root` of the max-heap list[a .. a + end) down to its place.
 fn sift_down(a: u32, root0: u32, end: u32) {
@@ -264,21 +289,33 @@ fn seg_sort(@builtin(workgroup_id) wid: vec3<u32>,
     let a = starts[v];
     let b = starts[v + 1u];
     let n = b - a;
-    if (n <= SHORT_BUCKET) {
-        // In a private array: in the storage buffer every shift of the insertion sort was a
-        // global load and store, each waiting on the last.
-        var buf: array<u32, SHORT_BUCKET>;
+    if (n <= MID_BUCKET) {
+        // In a private array: in the storage buffer every shift of the insertion sort and
+        // every sift step was a global load and store, each waiting on the last.
+        var buf: array<u32, MID_BUCKET>;
         for (var i = 0u; i < n; i++) {
             buf[i] = list[a + i];
         }
-        for (var i = 1u; i < n; i++) {
-            let key = buf[i];
-            var k = i;
-            while (k > 0u && buf[k - 1u] > key) {
-                buf[k] = buf[k - 1u];
-                k--;
+        if (n <= SHORT_BUCKET) {
+            for (var i = 1u; i < n; i++) {
+                let key = buf[i];
+                var k = i;
+                while (k > 0u && buf[k - 1u] > key) {
+                    buf[k] = buf[k - 1u];
+                    k--;
+                }
+                buf[k] = key;
             }
-            buf[k] = key;
+        } else {
+            for (var s = n / 2u; s > 0u; s--) {
+                sift_down_private(&buf, s - 1u, n);
+            }
+            for (var end = n - 1u; end > 0u; end--) {
+                let top = buf[0];
+                buf[0] = buf[end];
+                buf[end] = top;
+                sift_down_private(&buf, 0u, end);
+            }
         }
         for (var i = 0u; i < n; i++) {
             list[a + i] = buf[i];

@@ -162,37 +162,23 @@ fn xorshift(mut state: u32) -> impl FnMut() -> u32 {
     }
 }
 
-/// One row hit by most of the index (a padding id over a whole batch, 36k of 40k ids): the
-/// backward's bucket for it is sorted in n log n (a quadratic sort on one invocation took
-/// seconds), and every row's gradient is the f32 sum of its positions in ascending order,
-/// bit for bit.
-#[test]
-fn embedding_backward_with_one_dominant_row_sums_in_position_order() {
+/// The embedding backward of `v` (ids in `[0, rows)`) against the f32 sums of each row's
+/// positions in ascending order, bit for bit.
+fn embedding_grads_sum_in_position_order(v: &[i32], rows: usize, next: &mut impl FnMut() -> u32) {
     let d = checked();
-    let l = 40_000usize;
-    let mut next = xorshift(12345);
-    let v: Vec<i32> = (0..l)
-        .map(|_| {
-            let r = next();
-            if r.is_multiple_of(10) {
-                (r / 10 % 10) as i32
-            } else {
-                3
-            }
-        })
-        .collect();
+    let l = v.len();
     let r: Vec<f32> = (0..2 * l)
         .map(|_| (next() % 2001) as f32 / 997.0 - 1.0)
         .collect();
-    let w = Tensor::zeros(&d, &[10, 2], DType::F32)
+    let w = Tensor::zeros(&d, &[rows, 2], DType::F32)
         .unwrap()
         .requires_grad()
         .unwrap();
     let rt = Tensor::from_slice(&d, &r, &[l, 2]).unwrap();
-    let y = embedding(&ids(&d, &v), &w, None).unwrap();
+    let y = embedding(&ids(&d, v), &w, None).unwrap();
     let grads = y.mul(&rt).unwrap().sum_all().unwrap().backward().unwrap();
     let got = grads.get(&w).unwrap().to_vec::<f32>().unwrap();
-    let mut want = vec![0.0f32; 20];
+    let mut want = vec![0.0f32; 2 * rows];
     for (j, &id) in v.iter().enumerate() {
         for c in 0..2 {
             want[id as usize * 2 + c] += r[j * 2 + c];
@@ -207,6 +193,39 @@ fn embedding_backward_with_one_dominant_row_sums_in_position_order() {
             i % 2
         );
     }
+}
+
+/// One row hit by most of the index (a padding id over a whole batch, 36k of 40k ids): the
+/// backward's bucket for it is sorted in n log n (a quadratic sort on one invocation took
+/// seconds), and every row's gradient is the f32 sum of its positions in ascending order,
+/// bit for bit.
+#[test]
+fn embedding_backward_with_one_dominant_row_sums_in_position_order() {
+    let mut next = xorshift(12345);
+    let v: Vec<i32> = (0..40_000)
+        .map(|_| {
+            let r = next();
+            if r.is_multiple_of(10) {
+                (r / 10 % 10) as i32
+            } else {
+                3
+            }
+        })
+        .collect();
+    embedding_grads_sum_in_position_order(&v, 10, &mut next);
+}
+
+/// Buckets of every length class: 1-32 positions (insertion sort), 33-256 (heap sort in a
+/// private array) and past 256 (heap sort in the list), in random order.
+#[test]
+fn embedding_backward_buckets_of_every_length_sum_in_position_order() {
+    let mut next = xorshift(777);
+    // Row r gets about 3 r + 1 positions: 1 to 300 over 100 rows.
+    let mut v: Vec<i32> = (0..100).flat_map(|r| vec![r; 3 * r as usize + 1]).collect();
+    for i in (1..v.len()).rev() {
+        v.swap(i, next() as usize % (i + 1));
+    }
+    embedding_grads_sum_in_position_order(&v, 100, &mut next);
 }
 
 /// A graph-style aggregation: `scatter_add` along dim 0 with one 1-D index broadcast over the
