@@ -56,18 +56,41 @@ var<workgroup> rl: array<f32, BR>;
 
 // Stages rows [r0, r0 + rows) x columns [c0, c0 + DK) of the packed [.., width] operand `src`
 // (SRC_Q, ...) at `base` (whose rows end at `lim`) into ta (side 0) or tb (side 1), zero
-// outside.
+// outside. Four loads go out before their four stores: a load then its store per step waited
+// on every load in turn, and the decode tile's 32 lanes stage 32 x 64 values a tile (64
+// steps each).
 fn stage(src: u32, side: u32, lid: u32, base: u32, r0: u32, rows: u32, lim: u32, c0: u32,
          width: u32) {
-    for (var t = lid; t < rows * DK; t += WGS) {
-        let rr = t / DK;
-        let cc = c0 + t % DK;
-        var val = 0.0;
-        if (r0 + rr < lim && cc < width) {
-            val = load(src, base + (r0 + rr) * width + cc);
-        }
-        put(side, rr * PK + t % DK, val);
+    let total = rows * DK;
+    var t = lid;
+    for (; t + 3u * WGS < total; t += 4u * WGS) {
+        let v0 = stage_val(src, base, r0, lim, c0, width, t);
+        let v1 = stage_val(src, base, r0, lim, c0, width, t + WGS);
+        let v2 = stage_val(src, base, r0, lim, c0, width, t + 2u * WGS);
+        let v3 = stage_val(src, base, r0, lim, c0, width, t + 3u * WGS);
+        put(side, staged_at(t), v0);
+        put(side, staged_at(t + WGS), v1);
+        put(side, staged_at(t + 2u * WGS), v2);
+        put(side, staged_at(t + 3u * WGS), v3);
     }
+    for (; t < total; t += WGS) {
+        put(side, staged_at(t), stage_val(src, base, r0, lim, c0, width, t));
+    }
+}
+
+// Value t of a staged chunk (row t / DK, column c0 + t % DK), 0 outside the operand.
+fn stage_val(src: u32, base: u32, r0: u32, lim: u32, c0: u32, width: u32, t: u32) -> f32 {
+    let rr = t / DK;
+    let cc = c0 + t % DK;
+    if (r0 + rr < lim && cc < width) {
+        return load(src, base + (r0 + rr) * width + cc);
+    }
+    return 0.0;
+}
+
+// Where staged value t lives in ta / tb.
+fn staged_at(t: u32) -> u32 {
+    return (t / DK) * PK + t % DK;
 }
 
 fn put(side: u32, at: u32, val: f32) {
