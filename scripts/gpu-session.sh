@@ -22,8 +22,8 @@
 #                                     `checks` times CHECKS_CASES under each ShaderChecks setting;
 #                                     `exec` runs CMD with the loader set up.
 #
-# Settings (environment): TESTS (test binaries to bundle, default below), BENCH (bench filter,
-# default gpu/), BENCH_FLAGS (default --no-first --short), TEST_FILTER (test-name filter for the
+# Settings (environment): TESTS (test binaries to bundle, default below), BENCH (bench filters,
+# default gpu/ and the small cases the GPU issues quote), BENCH_FLAGS (default --no-first --short), TEST_FILTER (test-name filter for the
 # run, default all), TEST_TIMEOUT (seconds per test binary, default 100), CHECKS_CASES (the
 # cases of `run checks`), CHECKS (its settings, default "full loops div none"), BENCH_TIMEOUT
 # (seconds, default 240), SKIP_TORCH (set: `run bench` skips PyTorch's twins). A bundled test
@@ -32,7 +32,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 TESTS=${TESTS:-"conformance elementwise_gpu_plans attention gemm_runtime conv_runtime"}
-BENCH=${BENCH:-gpu/}
+# The gpu/ family and the small cases the GPU issues quote (their figures against burn's and
+# PyTorch's), so one `run` measures both.
+BENCH=${BENCH:-"gpu/ gemm_1024 bgemm gemm_splitk conv2d conv2d_grouped conv2d_depthwise conv2d_wgrad batchnorm_train batchnorm_infer lstm_seq gru_seq lstm_seq_backward lstm_train_step cnn_train_step embedding_backward tiny_ops"}
 TEST_FILTER=${TEST_FILTER:-}
 TEST_TIMEOUT=${TEST_TIMEOUT:-100}
 CHECKS_CASES=${CHECKS_CASES:-"gpu/gemm_4096 gpu/gemm_4096_f16 gpu/conv2d gpu/attention_fwd_f16 gpu/lstm_h512_t100 gpu/map_2e26"}
