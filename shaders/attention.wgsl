@@ -240,33 +240,28 @@ fn attn_fwd(@builtin(workgroup_id) wid: vec3<u32>,
     if (!live_row) {
         return;
     }
+    let row = n * p.l + i;
     if (p.splits > 1u) {
-        let row = (split * p.n + n) * p.l + i;
+        let srow = split_row(split, row);
         for (var a = 0u; a < ACC; a++) {
             let col = c0 + a * BC + c;
             if (col < p.ev) {
-                stats[row * p.ev + col] = acc[a];
+                put_split_out(srow, col, acc[a]);
             }
         }
         if (cb == 0u && c == 0u) {
-            let at = p.splits * p.n * p.l * p.ev + 2u * row;
-            stats[at] = rm[r];
-            stats[at + 1u] = rl[r];
+            put_split_stats(srow, rm[r], rl[r]);
         }
         return;
     }
-    let lf = rl[r];
-    // Every key masked (the running max never left -inf): zeros, and a log-sum-exp of +inf
-    // that gives zero weights in the backward.
-    let dead = is_neg_inf(rm[r]);
     for (var a = 0u; a < ACC; a++) {
         let col = c0 + a * BC + c;
         if (col < p.ev) {
-            out[(n * p.l + i) * p.ev + col] = T(select(acc[a] / lf, 0.0, dead));
+            put_out(row, col, acc[a], rm[r], rl[r]);
         }
     }
     if (cb == 0u && c == 0u) {
-        stats[n * p.l + i] = select(rm[r] + log(lf), pos_inf(), dead);
+        put_lse(row, rm[r], rl[r]);
     }
 }
 
@@ -288,7 +283,6 @@ fn attn_combine(@builtin(workgroup_id) wid: vec3<u32>,
     for (var t = 0u; t < p.splits; t++) {
         mx = max_nan(mx, stats_r[ml + 2u * (t * rows + row)]);
     }
-    let dead = is_neg_inf(mx);
     var lf = 0.0;
     var acc = 0.0;
     for (var t = 0u; t < p.splits; t++) {
@@ -301,9 +295,9 @@ fn attn_combine(@builtin(workgroup_id) wid: vec3<u32>,
             acc += stats_r[(t * rows + row) * p.ev + col] * f;
         }
     }
-    out[e] = T(select(acc / lf, 0.0, dead));
+    put_out(row, col, acc, mx, lf);
     if (col == 0u) {
-        stats[row] = select(mx + log(lf), pos_inf(), dead);
+        put_lse(row, mx, lf);
     }
 }
 

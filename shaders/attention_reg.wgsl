@@ -253,35 +253,28 @@ fn attn_fwd_reg(@builtin(workgroup_id) wid: vec3<u32>,
         if (ir[i] >= p.l) {
             continue;
         }
-        let n = nr[i];
-        let qi = ir[i];
+        let row = nr[i] * p.l + ir[i];
         if (p.splits > 1u) {
-            let row = (split * p.n + n) * p.l + qi;
+            let srow = split_row(split, row);
             for (var a = 0u; a < CPL; a++) {
                 let col = c0 + tx + 16u * a;
                 if (col < p.ev) {
-                    stats[row * p.ev + col] = acc[i][a];
+                    put_split_out(srow, col, acc[i][a]);
                 }
             }
             if (cb == 0u && tx == 0u) {
-                let at = p.splits * p.n * p.l * p.ev + 2u * row;
-                stats[at] = rm[r];
-                stats[at + 1u] = rl[r];
+                put_split_stats(srow, rm[r], rl[r]);
             }
             continue;
         }
-        let lf = rl[r];
-        // Every key masked (the running max never left -inf): zeros, and a log-sum-exp of
-        // +inf that gives zero weights in the backward.
-        let dead = is_neg_inf(rm[r]);
         for (var a = 0u; a < CPL; a++) {
             let col = c0 + tx + 16u * a;
             if (col < p.ev) {
-                out[(n * p.l + qi) * p.ev + col] = T(select(acc[i][a] / lf, 0.0, dead));
+                put_out(row, col, acc[i][a], rm[r], rl[r]);
             }
         }
         if (cb == 0u && tx == 0u) {
-            stats[n * p.l + qi] = select(rm[r] + log(lf), pos_inf(), dead);
+            put_lse(row, rm[r], rl[r]);
         }
     }
 }

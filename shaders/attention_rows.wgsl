@@ -98,13 +98,12 @@ fn attn_fwd_rows(@builtin(workgroup_id) wid: vec3<u32>,
             acc[c] = fma(pz, f32(v[vj + c]), acc[c]);
         }
     }
-    let dead = is_neg_inf(m);
-    let oi = (n * p.l + i) * p.ev + c0;
+    let row = n * p.l + i;
     for (var c = 0u; c < ncols; c++) {
-        out[oi + c] = T(select(acc[c] / l, 0.0, dead));
+        put_out(row, c0 + c, acc[c], m, l);
     }
     if (w.z == 0u) {
-        stats[n * p.l + i] = select(m + log(l), pos_inf(), dead);
+        put_lse(row, m, l);
     }
 }
 

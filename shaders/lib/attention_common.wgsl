@@ -105,6 +105,35 @@ fn drop_factor(n: u32, i: u32, j: u32) -> f32 {
     return select(0.0, p.drop_scale, unit(bits.x) >= p.drop_p);
 }
 
+// The forward's results for row `row` = n L + i (every forward kernel and attn_combine): output
+// column `col` is acc / l, and the log-sum-exp m + log l; a row whose keys are all masked (its
+// running max never left -inf) gets zeros and +inf, zero weights in the backward, as PyTorch's
+// safe softmax.
+fn put_out(row: u32, col: u32, acc: f32, m: f32, l: f32) {
+    out[row * p.ev + col] = T(select(acc / l, 0.0, is_neg_inf(m)));
+}
+
+fn put_lse(row: u32, m: f32, l: f32) {
+    stats[row] = select(m + log(l), pos_inf(), is_neg_inf(m));
+}
+
+// Key split `split` of row n L + i (p.splits > 1): its unnormalized output column `col` and its
+// (max, sum) pair, in the scratch bound as `stats` that attn_combine reads (outputs first,
+// then the pairs).
+fn split_row(split: u32, row: u32) -> u32 {
+    return split * p.n * p.l + row;
+}
+
+fn put_split_out(srow: u32, col: u32, acc: f32) {
+    stats[srow * p.ev + col] = acc;
+}
+
+fn put_split_stats(srow: u32, m: f32, l: f32) {
+    let at = p.splits * p.n * p.l * p.ev + 2u * srow;
+    stats[at] = m;
+    stats[at + 1u] = l;
+}
+
 // The tile kernels (attention.wgsl, attention_reg.wgsl): decodes the flat workgroup index into (row block, batch, column block); x = batches
 // walked, false past the grid's end.
 fn decode(wid: vec3<u32>, nwg: vec3<u32>) -> vec4<u32> {
