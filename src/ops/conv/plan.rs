@@ -135,7 +135,7 @@ fn plan_with(
         ConvVariant::Direct => pick(&DIRECT_ROWS, m),
         // As GEMM: 128-row tiles where they fill the device, alone or split over K.
         ConvVariant::WgTiled => {
-            let tall = crate::ops::gemm::plan::tall_tiles(caps, m, ncols, k, groups);
+            let tall = crate::ops::gemm::plan::tall_tiles(caps, m, ncols, k, groups, None);
             WG_ROWS[usize::from(tall)]
         }
         _ => pick(&GEMM_ROW_BLOCKS, m.div_ceil(8)),

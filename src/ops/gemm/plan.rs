@@ -165,20 +165,9 @@ fn pick_kernel(
 ) -> GemmKernel {
     // GPUs stage tiles through workgroup memory; CPU adapters, where barriers and workgroup
     // memory are costly, keep their register-only kernels. On GPUs the 128 x 64 tile where
-    // [`tall_tiles`] says (with the caller's split, where given, taken as the workgroups' only
-    // multiplier), else 64 x 64 (twice the workgroups).
+    // [`tall_tiles`] says, else 64 x 64 (twice the workgroups).
     if !caps.cpu {
-        let tall = match split_k {
-            None => tall_tiles(caps, m, n, k, batch),
-            Some(s) => {
-                m > 64
-                    && m.div_ceil(128)
-                        .saturating_mul(n.div_ceil(64))
-                        .saturating_mul(batch)
-                        .saturating_mul(s as usize)
-                        >= caps.parallelism
-            }
-        };
+        let tall = tall_tiles(caps, m, n, k, batch, split_k.map(|s| s as usize));
         if tall {
             GemmKernel::WgTiled128
         } else {
@@ -198,8 +187,17 @@ fn pick_kernel(
 /// slots, or where the 64 x 64 tiles would split K anyway (fewer than [`split_floor`]) and
 /// the 128-row tiles, split, still reach the slots: split-k's workgroups then come from K,
 /// and the taller tile does twice the work per load (the [256 x 65536] x [65536 x 256]
-/// product ran at 18 TFLOPS on split 64 x 64 tiles). Shared by GEMM and convolution.
-pub(crate) fn tall_tiles(caps: &Caps, m: usize, ncols: usize, k: usize, batch: usize) -> bool {
+/// product ran at 18 TFLOPS on split 64 x 64 tiles). A caller's `split` (GEMM's explicit
+/// `split_k`) counts as given: then the split 128-row tiles must reach the slots. Shared by
+/// GEMM and convolution.
+pub(crate) fn tall_tiles(
+    caps: &Caps,
+    m: usize,
+    ncols: usize,
+    k: usize,
+    batch: usize,
+    split: Option<usize>,
+) -> bool {
     if caps.cpu || m <= 64 {
         return false;
     }
@@ -210,6 +208,9 @@ pub(crate) fn tall_tiles(caps: &Caps, m: usize, ncols: usize, k: usize, batch: u
             .max(1)
     };
     let tall = tiles(128);
+    if let Some(s) = split {
+        return tall.saturating_mul(s) >= caps.parallelism;
+    }
     if tall >= caps.parallelism {
         return true;
     }
