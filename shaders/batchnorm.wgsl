@@ -122,6 +122,20 @@ fn advance(cur: Cursor) -> Cursor {
     return Cursor(select(a, a + p.plane - p.sg, wrap), select(s, s - p.sg, wrap));
 }
 
+// The addresses of the four groups from `cur` on, and the cursor past them (the forward's
+// passes take four groups a step).
+struct Quad {
+    at: vec4<u32>,
+    next: Cursor,
+}
+
+fn quad(cur: Cursor) -> Quad {
+    let c1 = advance(cur);
+    let c2 = advance(c1);
+    let c3 = advance(c2);
+    return Quad(vec4<u32>(cur.addr, c1.addr, c2.addr, c3.addr), advance(c3));
+}
+
 // A group of x as f32 (only .x is meaningful when p.vec == 1).
 fn load_x(a: u32) -> vec4<f32> {
     if (p.vec == 4u) {
@@ -243,18 +257,12 @@ fn stats_chunk(wid: vec3<u32>, lane: u32, pivot: f32) {
     // running triple with Chan's formula.
     let quads = full / 4u;
     for (var k = 0u; k < quads; k++) {
-        let a1 = cur.addr;
-        cur = advance(cur);
-        let a2 = cur.addr;
-        cur = advance(cur);
-        let a3 = cur.addr;
-        cur = advance(cur);
-        let a4 = cur.addr;
-        cur = advance(cur);
-        let v1 = load_x(a1) - pivot;
-        let v2 = load_x(a2) - pivot;
-        let v3 = load_x(a3) - pivot;
-        let v4 = load_x(a4) - pivot;
+        let q = quad(cur);
+        cur = q.next;
+        let v1 = load_x(q.at.x) - pivot;
+        let v2 = load_x(q.at.y) - pivot;
+        let v3 = load_x(q.at.z) - pivot;
+        let v4 = load_x(q.at.w) - pivot;
         let mq = 0.25 * ((v1 + v2) + (v3 + v4));
         let e1 = v1 - mq;
         let e2 = v2 - mq;
@@ -347,22 +355,16 @@ fn normalize_chunk(wid: vec3<u32>, lane: u32, coef: vec4<f32>) {
     // Four groups per iteration, all loaded before any is stored (a store may alias a later
     // load for all the compiler knows), as in bn_stats.
     for (var k = 0u; k < full / 4u; k++) {
-        let a1 = cur.addr;
-        cur = advance(cur);
-        let a2 = cur.addr;
-        cur = advance(cur);
-        let a3 = cur.addr;
-        cur = advance(cur);
-        let a4 = cur.addr;
-        cur = advance(cur);
-        let v1 = load_x(a1);
-        let v2 = load_x(a2);
-        let v3 = load_x(a3);
-        let v4 = load_x(a4);
-        normalize_store(a1, v1, coef);
-        normalize_store(a2, v2, coef);
-        normalize_store(a3, v3, coef);
-        normalize_store(a4, v4, coef);
+        let q = quad(cur);
+        cur = q.next;
+        let v1 = load_x(q.at.x);
+        let v2 = load_x(q.at.y);
+        let v3 = load_x(q.at.z);
+        let v4 = load_x(q.at.w);
+        normalize_store(q.at.x, v1, coef);
+        normalize_store(q.at.y, v2, coef);
+        normalize_store(q.at.z, v3, coef);
+        normalize_store(q.at.w, v4, coef);
     }
     for (var t = full / 4u * 4u; t < full; t++) {
         normalize_store(cur.addr, load_x(cur.addr), coef);
