@@ -220,32 +220,19 @@ fn raw_case(_dev: &Device) -> wgtensor::Result<Run> {
     }))
 }
 
-const SCALE_WGSL: &str = "
-struct P { n: u32, pad0: u32, pad1: u32, pad2: u32 }
-@group(0) @binding(0) var<uniform> p: P;
-@group(0) @binding(1) var<storage, read> a: array<f32>;
-@group(0) @binding(2) var<storage, read> b: array<f32>;
-@group(0) @binding(3) var<storage, read_write> c: array<f32>;
-@compute @workgroup_size(256)
-fn main(@builtin(global_invocation_id) g: vec3<u32>) {
-    if (g.x < p.n) {
-        c[g.x] = a[g.x] * 1.5;
-    }
-}
-";
-
 /// Elements of `gpu/sync_raw`'s op: `gpu/sync_op`'s 2^20.
 const SYNC_N: usize = 1 << 20;
 
 /// `gpu/sync_op` as a plain wgpu loop on a device of its own: the params written with
-/// `write_buffer`, one dispatch of `x * 1.5` on 2^20 f32, one submit, then polls (yielding
-/// between them, as wgtensor's wait) until `on_submitted_work_done` fires. What wgpu and the
+/// `write_buffer`, one dispatch of `tiny_ops_raw`'s add as `x + x` on 2^20 f32 (the traffic of
+/// `x * 1.5`: the second read hits the cache), one submit, then polls (yielding between them,
+/// as wgtensor's wait) until `on_submitted_work_done` fires. What wgpu and the
 /// driver cost a synced op, against which `gpu/sync_op` reads wgtensor's own share.
 fn sync_raw_case(_dev: &Device) -> wgtensor::Result<Run> {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     use wgtensor::wgpu;
-    let raw = raw_device(SCALE_WGSL)?;
+    let raw = raw_device(ADD_WGSL)?;
     let (x, y) = (
         raw.storage((SYNC_N * 4) as u64),
         raw.storage((SYNC_N * 4) as u64),
