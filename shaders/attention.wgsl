@@ -44,7 +44,7 @@ override TA: u32 = BR * PK;
 override TB: u32 = BC * PK;
 override TP: u32 = BR * BC;
 
-// Output columns per invocation and column block (src/ops/attention/kernel.rs mirrors it).
+// Output columns per invocation and column block (src/ops/attention/plan.rs mirrors it).
 const ACC: u32 = 16u;
 
 var<workgroup> ta: array<f32, TA>;

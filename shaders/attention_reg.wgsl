@@ -1,4 +1,4 @@
-// Attention for GPUs with register tiles (src/ops/attention/kernel.rs, `Plan::RegTiles`, from
+// Attention for GPUs with register tiles (src/ops/attention/plan.rs, `Plan::RegTiles`, from
 // 32 rows): attn_fwd_reg, attn_dq_reg and attn_dkv_reg solve the problems of attn_fwd, attn_dq
 // and attn_dkv (attention.wgsl) with the same params, bindings and results, FlashAttention-2's
 // schedule with more work per value staged. The forward is described here; the backward
@@ -34,7 +34,7 @@ const DK: u32 = 16u;
 const PK: u32 = 17u;
 const PV: u32 = 33u;
 // Output columns per invocation: a column block is 16 CPL = 128 columns
-// (src/ops/attention/kernel.rs mirrors it).
+// (src/ops/attention/plan.rs mirrors it).
 const CPL: u32 = 8u;
 const RB: u32 = 4u;
 const CB: u32 = 2u;

@@ -1,4 +1,4 @@
-// Attention for CPU adapters (src/ops/attention/kernel.rs picks it by Caps): the same
+// Attention for CPU adapters (src/ops/attention/plan.rs picks it by Caps): the same
 // problem, params and results as attention.wgsl, with one invocation per row and column block
 // instead of a workgroup per tile. No workgroup memory and no barriers (each barrier switches
 // every fibre of a workgroup on a CPU adapter, and the tiled kernels' many barriers also made
@@ -17,7 +17,7 @@
 
 override WG: u32;
 
-// Output columns per invocation and column block (src/ops/attention/kernel.rs mirrors it).
+// Output columns per invocation and column block (src/ops/attention/plan.rs mirrors it).
 const ACCR: u32 = 64u;
 
 // (row, batch, column block) of this invocation for `rows` rows per batch; w = 0 past the end.

@@ -8,6 +8,7 @@
 //! `matmul` and `softmax`, kept as the test oracle.
 
 pub(crate) mod kernel;
+mod plan;
 mod problem;
 pub mod reference;
 
@@ -17,7 +18,7 @@ use crate::{Result, Tensor};
 pub use problem::Problem;
 
 #[doc(hidden)]
-pub use kernel::{backward_plans, forward_plan, ForwardPlan, Plan};
+pub use plan::{backward_plans, forward_plan, ForwardPlan, Plan};
 
 /// How an attention mask is read ([`SdpaOptions::attn_mask`]).
 #[derive(Clone, Copy, Debug)]
