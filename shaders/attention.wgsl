@@ -158,44 +158,29 @@ fn attn_fwd(@builtin(workgroup_id) wid: vec3<u32>,
     if (w.w == 0u) {
         return;
     }
-    let rb = w.x;
-    let cb = w.z % p.col_blocks;
-    let split = w.z / p.col_blocks;
+    let b = fwd_block(w, BR, BC);
+    let rb = b.rb;
+    let cb = b.cb;
+    let split = b.split;
+    let rows = b.rows;
     let r = lid / BC;
     let c = lid % BC;
-    // The grid's batch is a query batch, or (flag 8, grouped-query decoding) a key/value batch
-    // whose query heads' rows the workgroup takes together, head after head (they lie
-    // contiguously from its first head n0), so each K/V tile is read once for the group.
-    let grouped = (p.flags & 8u) != 0u;
-    var n0 = w.y;
-    var nk = kv_of(w.y);
-    var rows = p.l;
-    if (grouped) {
-        nk = w.y;
-        n0 = (nk / p.kv_heads) * p.heads + (nk % p.kv_heads) * p.group;
-        rows = p.group * p.l;
-    }
-    let rho = rb * BR + r;
-    let live_row = rho < rows;
-    // This lane's query: batch n, row i (p.l, outside the problem, past the rows).
-    let n = n0 + select(0u, rho / p.l, live_row);
-    let i = select(p.l, rho % p.l, live_row);
+    // This lane's query: batch n, row i (p.l past the rows).
+    let nq = fwd_row(b, rb * BR + r);
+    let n = nq.x;
+    let i = nq.y;
     let c0 = cb * ACC * BC;
-    let qbase = n0 * p.l * p.e;
-    let kbase = nk * p.s * p.e;
-    let vbase = nk * p.s * p.ev;
+    let qbase = b.n0 * p.l * p.e;
+    let kbase = b.nk * p.s * p.e;
+    let vbase = b.nk * p.s * p.ev;
     if (c == 0u) {
         rm[r] = neg_inf();
         rl[r] = 0.0;
     }
     workgroupBarrier();
     var acc: array<f32, ACC>;
-    // This split's keys: whole tiles, so splits never share a tile.
-    let per = (p.s + BC * p.splits - 1u) / (BC * p.splits) * BC;
-    let j_first = split * per;
-    // Causal: the block's last query position (any of the group's rows: the last one).
-    let last = select(rb * BR + BR - 1u, p.l - 1u, grouped);
-    let s_end = min(keys_until(last), j_first + per);
+    let j_first = b.j_first;
+    let s_end = b.s_end;
     for (var j0 = j_first; j0 < s_end; j0 += BC) {
         let dot = tile_dot(lid, SRC_Q, qbase, rb * BR, rows, SRC_K, kbase, j0, p.s, p.e);
         let sc = logit(dot, n, i, j0 + c);
@@ -237,7 +222,7 @@ fn attn_fwd(@builtin(workgroup_id) wid: vec3<u32>,
         }
         tile_acc(&acc, false, lid, SRC_V, vbase, j0, p.s, c0, p.ev);
     }
-    if (!live_row) {
+    if (i >= p.l) {
         return;
     }
     let row = n * p.l + i;

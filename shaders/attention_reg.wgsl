@@ -131,46 +131,33 @@ fn attn_fwd_reg(@builtin(workgroup_id) wid: vec3<u32>,
     if (w.w == 0u) {
         return;
     }
-    let rb = w.x;
-    let cb = w.z % p.col_blocks;
-    let split = w.z / p.col_blocks;
+    let b = fwd_block(w, BR, BC);
+    let rb = b.rb;
+    let cb = b.cb;
+    let split = b.split;
+    let rows = b.rows;
     let tx = lid % 16u;
     let ty = lid / 16u;
-    let grouped = (p.flags & 8u) != 0u;
-    var n0 = w.y;
-    var nk = kv_of(w.y);
-    var rows = p.l;
-    if (grouped) {
-        nk = w.y;
-        n0 = (nk / p.kv_heads) * p.heads + (nk % p.kv_heads) * p.group;
-        rows = p.group * p.l;
-    }
-    // This lane's rows: query batch nr[i], query ir[i] (p.l, outside the problem, past the
-    // rows).
+    // This lane's rows: query batch nr[i], query ir[i] (p.l past the rows).
     var nr: array<u32, RB>;
     var ir: array<u32, RB>;
     for (var i = 0u; i < RB; i++) {
-        let rho = rb * BR + ty + 16u * i;
-        let live = rho < rows;
-        nr[i] = n0 + select(0u, rho / p.l, live);
-        ir[i] = select(p.l, rho % p.l, live);
+        let nq = fwd_row(b, rb * BR + ty + 16u * i);
+        nr[i] = nq.x;
+        ir[i] = nq.y;
     }
     let c0 = cb * 16u * CPL;
-    let qbase = n0 * p.l * p.e;
-    let kbase = nk * p.s * p.e;
-    let vbase = nk * p.s * p.ev;
+    let qbase = b.n0 * p.l * p.e;
+    let kbase = b.nk * p.s * p.e;
+    let vbase = b.nk * p.s * p.ev;
     if (lid < BR) {
         rm[lid] = neg_inf();
         rl[lid] = 0.0;
     }
     workgroupBarrier();
     var acc: array<array<f32, CPL>, RB>;
-    // This split's keys: whole tiles, so splits never share a tile.
-    let per = (p.s + BC * p.splits - 1u) / (BC * p.splits) * BC;
-    let j_first = split * per;
-    // Causal: the block's last query position (any of the group's rows: the last one).
-    let last = select(rb * BR + BR - 1u, p.l - 1u, grouped);
-    let s_end = min(keys_until(last), j_first + per);
+    let j_first = b.j_first;
+    let s_end = b.s_end;
     for (var j0 = j_first; j0 < s_end; j0 += BC) {
         // Scores: Q K^T.
         var s = block_dot(lid, SRC_Q, qbase, rb * BR, rows, SRC_K, kbase, j0, p.s, p.e);

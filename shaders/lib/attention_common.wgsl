@@ -144,6 +144,53 @@ fn decode(wid: vec3<u32>, nwg: vec3<u32>) -> vec4<u32> {
     return vec4<u32>(rb, rest % p.batches, rest / p.batches, u32(live));
 }
 
+// What a forward workgroup walks (attn_fwd, attn_fwd_reg), for the grid's decoded `w` and a
+// tile of `br` rows walking `bc` keys at a time. The grid's batch is a query batch, or (flag
+// 8, grouped-query decoding) a key/value batch whose query heads' rows the workgroup takes
+// together, head after head (they lie contiguously from its first head n0), so each K/V tile
+// is read once for the group.
+struct FwdBlock {
+    // Row block, column block and key split.
+    rb: u32,
+    cb: u32,
+    split: u32,
+    // First query batch, key/value batch, and rows of the grid's batch.
+    n0: u32,
+    nk: u32,
+    rows: u32,
+    // This split's keys [j_first, s_end): whole tiles, so splits never share a tile; causal
+    // stops at the block's last query position (of a group's rows: the last one).
+    j_first: u32,
+    s_end: u32,
+}
+
+fn fwd_block(w: vec4<u32>, br: u32, bc: u32) -> FwdBlock {
+    var b: FwdBlock;
+    b.rb = w.x;
+    b.cb = w.z % p.col_blocks;
+    b.split = w.z / p.col_blocks;
+    let grouped = (p.flags & 8u) != 0u;
+    b.n0 = w.y;
+    b.nk = kv_of(w.y);
+    b.rows = p.l;
+    if (grouped) {
+        b.nk = w.y;
+        b.n0 = (b.nk / p.kv_heads) * p.heads + (b.nk % p.kv_heads) * p.group;
+        b.rows = p.group * p.l;
+    }
+    let per = (p.s + bc * p.splits - 1u) / (bc * p.splits) * bc;
+    b.j_first = b.split * per;
+    let last = select(b.rb * br + br - 1u, p.l - 1u, grouped);
+    b.s_end = min(keys_until(last), b.j_first + per);
+    return b;
+}
+
+// Query batch and query of block row `rho` (p.l, outside the problem, past the rows).
+fn fwd_row(b: FwdBlock, rho: u32) -> vec2<u32> {
+    let live = rho < b.rows;
+    return vec2<u32>(b.n0 + select(0u, rho / p.l, live), select(p.l, rho % p.l, live));
+}
+
 // Operands by number, so one staging loop or dot product serves each of them (WGSL's core has
 // no pointers to storage buffers as function parameters).
 const SRC_Q: u32 = 0u;
