@@ -18,8 +18,8 @@ struct Ctx {
     arow: array<u32, 4>,
     ka: KIter,
     // Its B columns (clamped) and the counters of their k.
-    cols: array<Col, 2>,
-    kb: array<KIter, 2>,
+    cols: array<Col, 4>,
+    kb: array<KIter, 4>,
     // KT steps of k as digit increments (see k_adv).
     step: KIter,
 }
@@ -72,7 +72,7 @@ fn loader(g: u32, r0: u32, c0: u32, k0: u32, li: u32) -> Ctx {
     }
     ld.ka = k_at(k0 + li % KT);
     ld.step = k_step();
-    for (var q = 0u; q < B_PER; q++) {
+    for (var q = 0u; q < b_per(); q++) {
         let pb = b_pos(li, q, b_k_fast());
         ld.cols[q] = col_state(g, c0 + pb.x);
         ld.kb[q] = k_at(k0 + pb.y);
@@ -93,7 +93,7 @@ fn load_step(ld: ptr<function, Ctx>, k0: u32, kend: u32, li: u32) -> Staged {
         s.a[q] = va;
     }
     (*ld).ka = k_adv((*ld).ka, (*ld).step);
-    for (var q = 0u; q < B_PER; q++) {
+    for (var q = 0u; q < b_per(); q++) {
         let kb = k0 + b_pos(li, q, b_k_fast()).y;
         var vb = 0.0;
         if (kb < kend) {
@@ -106,7 +106,7 @@ fn load_step(ld: ptr<function, Ctx>, k0: u32, kend: u32, li: u32) -> Staged {
 }
 
 // The TM x 4 block of invocation (tx, ty) in group g's tile at (r0, c0), summed over k in kr.
-fn tile_conv(g: u32, r0: u32, c0: u32, kr: vec2<u32>, lid: vec3<u32>) -> array<vec4<f32>, 8> {
+fn tile_conv(g: u32, r0: u32, c0: u32, kr: vec2<u32>, lid: vec3<u32>) -> array<vec4<f32>, 16> {
     var ctx = loader(g, r0, c0, kr.x, lid.x + lid.y * WX);
     return tile_k(&ctx, kr, lid);
 }
@@ -114,7 +114,7 @@ fn tile_conv(g: u32, r0: u32, c0: u32, kr: vec2<u32>, lid: vec3<u32>) -> array<v
 @compute @workgroup_size(16, 16)
 fn conv_wg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let r0 = wid.y * tile_rows();
-    let c0 = wid.x * BN;
+    let c0 = wid.x * tile_cols();
     let g = group_of(wid.z);
     let acc = tile_conv(g, r0, c0, k_range(wid.z), lid);
     let col = c0 + lid.x * 4u;
@@ -127,7 +127,7 @@ fn conv_wg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
 @compute @workgroup_size(16, 16)
 fn conv_wg_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let r0 = wid.y * tile_rows();
-    let c0 = wid.x * BN;
+    let c0 = wid.x * tile_cols();
     let z = wid.z + p.z0;
     let acc = tile_conv(group_of(z), r0, c0, k_range(z), lid);
     let col = c0 + lid.x * 4u;

@@ -1,7 +1,8 @@
 // Workgroup-memory tiled GEMM for GPUs (the plan picks it whenever the adapter is not a CPU):
-// lib/wg_tile.wgsl's core and its double-buffered K loop, a 16 TM x 64 output tile per 16x16
-// workgroup, TM x 4 per invocation (rows ty*TM.., columns tx*4..). Every invocation stages
-// TM / 2 elements of A and 2 of B per K step through the operand strides: k-fast when the
+// lib/wg_tile.wgsl's core and its double-buffered K loop, a 16 TM x 16 TN output tile per 16x16
+// workgroup, TM x TN per invocation (rows ty*TM.., columns tx*4.. and for TN = 8 also
+// 64 + tx*4..). Every invocation stages TM / 2 elements of A and TN / 2 of B per K step
+// through the operand strides: k-fast when the
 // operand is contiguous along K, else along M / N, so global reads coalesce for plain and
 // transposed views alike. Out-of-range elements (ragged M, N and the last K step) are staged
 // as 0, so the FMA loop needs no bounds. The K loop's bounds come from uniforms and the
@@ -33,7 +34,7 @@ fn load_step(ctx: ptr<function, Ctx>, k0: u32, kend: u32, li: u32) -> Staged {
         }
         s.a[q] = va;
     }
-    for (var q = 0u; q < B_PER; q++) {
+    for (var q = 0u; q < b_per(); q++) {
         let pb = b_pos(li, q, kf.y);
         let cb = c.c0 + pb.x;
         let kb = k0 + pb.y;
@@ -49,34 +50,38 @@ fn load_step(ctx: ptr<function, Ctx>, k0: u32, kend: u32, li: u32) -> Staged {
 @compute @workgroup_size(16, 16)
 fn gemm_wg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let r0 = wid.y * tile_rows();
-    let c0 = wid.x * BN;
+    let c0 = wid.x * tile_cols();
     let bs = bases(wid.z);
     var ctx = Ctx(bs, r0, c0);
     let acc = tile_k(&ctx, k_range(wid.z), lid);
-    let col = c0 + lid.x * 4u;
-    for (var i = 0u; i < TM; i++) {
-        let row = r0 + lid.y * TM + i;
-        let v = acc[i];
-        store_out(row, col, v.x, bs);
-        store_out(row, col + 1u, v.y, bs);
-        store_out(row, col + 2u, v.z, bs);
-        store_out(row, col + 3u, v.w, bs);
+    for (var hf = 0u; hf < TN / 4u; hf++) {
+        let col = c0 + hf * 64u + lid.x * 4u;
+        for (var i = 0u; i < TM; i++) {
+            let row = r0 + lid.y * TM + i;
+            let v = acc[8u * hf + i];
+            store_out(row, col, v.x, bs);
+            store_out(row, col + 1u, v.y, bs);
+            store_out(row, col + 2u, v.z, bs);
+            store_out(row, col + 3u, v.w, bs);
+        }
     }
 }
 
 @compute @workgroup_size(16, 16)
 fn gemm_wg_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let r0 = wid.y * tile_rows();
-    let c0 = wid.x * BN;
+    let c0 = wid.x * tile_cols();
     var ctx = Ctx(bases(wid.z), r0, c0);
     let acc = tile_k(&ctx, k_range(wid.z), lid);
-    let col = c0 + lid.x * 4u;
-    for (var i = 0u; i < TM; i++) {
-        let row = r0 + lid.y * TM + i;
-        let v = acc[i];
-        store_ws(wid.z, row, col, v.x);
-        store_ws(wid.z, row, col + 1u, v.y);
-        store_ws(wid.z, row, col + 2u, v.z);
-        store_ws(wid.z, row, col + 3u, v.w);
+    for (var hf = 0u; hf < TN / 4u; hf++) {
+        let col = c0 + hf * 64u + lid.x * 4u;
+        for (var i = 0u; i < TM; i++) {
+            let row = r0 + lid.y * TM + i;
+            let v = acc[8u * hf + i];
+            store_ws(wid.z, row, col, v.x);
+            store_ws(wid.z, row, col + 1u, v.y);
+            store_ws(wid.z, row, col + 2u, v.z);
+            store_ws(wid.z, row, col + 3u, v.w);
+        }
     }
 }

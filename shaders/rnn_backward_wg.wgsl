@@ -40,7 +40,7 @@ fn load_step(ctx: ptr<function, Ctx>, k0: u32, kend: u32, li: u32) -> Staged {
         }
         s.a[q] = v;
     }
-    for (var q = 0u; q < B_PER; q++) {
+    for (var q = 0u; q < b_per(); q++) {
         let pb = b_pos(li, q, false);
         let j = c.c0 + pb.x;
         let k = k0 + pb.y;
@@ -57,7 +57,7 @@ fn load_step(ctx: ptr<function, Ctx>, k0: u32, kend: u32, li: u32) -> Staged {
 @compute @workgroup_size(16, 16)
 fn rnn_rec_wg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let r0 = wid.y * tile_rows();
-    let c0 = wid.x * BN;
+    let c0 = wid.x * tile_cols();
     let kc = k_chunk();
     let kb = min(wid.z * kc, p.gh);
     var ctx = Ctx(r0, c0);

@@ -33,7 +33,7 @@ fn load_step(ctx: ptr<function, Ctx>, k0: u32, kend: u32, li: u32) -> Staged {
         }
         s.a[q] = v;
     }
-    for (var q = 0u; q < B_PER; q++) {
+    for (var q = 0u; q < b_per(); q++) {
         let pb = b_pos(li, q, true);
         let u = c.u0 + pb.x / 4u;
         let g = pb.x % 4u;
@@ -49,7 +49,7 @@ fn load_step(ctx: ptr<function, Ctx>, k0: u32, kend: u32, li: u32) -> Staged {
 
 // The recurrent pre-activations of invocation (tx, ty): acc[i] holds the gates of unit
 // u0 + tx for batch row r0 + ty*TM + i.
-fn step_tile(r0: u32, u0: u32, lid: vec3<u32>, ngates: u32) -> array<vec4<f32>, 8> {
+fn step_tile(r0: u32, u0: u32, lid: vec3<u32>, ngates: u32) -> array<vec4<f32>, 16> {
     var ctx = Ctx(r0, u0, ngates);
     return tile_k(&ctx, vec2<u32>(0u, p.hidden), lid);
 }

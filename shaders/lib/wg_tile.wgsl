@@ -1,7 +1,7 @@
 // The large-tile core of the GPU kernels (gemm_wg.wgsl, conv_wg.wgsl, rnn_wg.wgsl,
-// rnn_backward_wg.wgsl): an output tile of
-// BM = 16 TM rows x BN = 64 columns per 16x16 workgroup, TM x 4 outputs per invocation, the
-// operand tiles staged through workgroup memory KT = 8 steps of K at a time, double buffered.
+// rnn_backward_wg.wgsl): an output tile of BM = 16 TM rows x BN = 16 TN columns per 16x16
+// workgroup, TM x TN outputs per invocation, the operand tiles staged through workgroup memory
+// KT = 8 steps of K at a time, double buffered.
 // The including kernel owns the loads (GEMM reads through strides, convolution gathers, the
 // recurrent steps read state rows); this file owns the staged layout, the double-buffered K
 // loop and the FMA loop, so every kernel runs the same core. The kernel defines:
@@ -12,37 +12,56 @@
 //                                   element q of invocation li's share of the K step at k0, at
 //                                   a_pos / b_pos, 0 for k >= kend (it may advance ctx)
 //
-// Layout: A is staged transposed (wa[k][m]) and B as is (wb[k][n]), both as vec4 rows padded
-// by one vec4 (33 and 17 vec4): invocation (tx, ty) reads its TM rows as TM / 4 vec4 (the same
-// words for the 16 invocations of a row: a broadcast) and its 4 columns tx*4.. as one vec4 (16
-// consecutive vec4 across a row), so a K step costs TM / 4 + 1 workgroup loads for 4 TM FMAs.
-// A scalar store at (k, m) hits word k * 132 + m: a warp storing a k-fast operand (8 k of 4
-// rows) touches 32 distinct banks. Sized for TM = 8 (12.5 KiB, within WebGPU's default
-// 16 KiB); TM = 4 uses the first half of each A row.
+// Invocation (tx, ty) owns rows ty*TM .. ty*TM + TM - 1 and, for TN = 4, columns tx*4 .. +3
+// (acc[i]); for TN = 8 also columns 64 + tx*4 .. +3 (acc[8 + i]). The two column halves keep
+// the 16 invocations of a row reading 16 consecutive vec4 of B (conflict-free) where 8
+// consecutive columns each would read every other vec4.
+//
+// Layout: A is staged transposed (wa[k][m]) and B as is (wb[k][n]), both as rows of 32 vec4
+// (128 values, the widest tile): a K step costs TM / 4 + TN / 4 workgroup vec4 loads for TM TN
+// FMAs (the A loads are broadcasts: the same words for the 16 invocations of a row). Instead
+// of padding, vec4 v of staged row k sits at slot v ^ k (`slot`): a warp storing a k-fast
+// operand (8 k of 4 consecutive rows, one vec4 per k) then touches 32 distinct banks, a warp
+// reading a row still reads a permutation of its vec4, and the two operands' double buffers
+// take exactly 16 KiB, WebGPU's default limit.
 
-// Rows per invocation: 4 (64 x 64 tiles) or 8 (128 x 64 tiles).
+// Rows per invocation: 4 (64-row tiles) or 8 (128-row tiles).
 override TM: u32 = 8u;
+// Columns per invocation: 4 (64-column tiles) or 8 (128-column tiles).
+override TN: u32 = 4u;
 
 const WX: u32 = 16u;
 const WY: u32 = 16u;
 const KT: u32 = 8u;
-const BN: u32 = 64u;
-const SA: u32 = 33u;
-const SB: u32 = 17u;
-// Elements of B each invocation stages per K step (BN * KT / 256).
-const B_PER: u32 = 2u;
+// vec4 per staged row.
+const SROW: u32 = 32u;
 
-var<workgroup> wa: array<vec4<f32>, 2u * KT * SA>;
-var<workgroup> wb: array<vec4<f32>, 2u * KT * SB>;
+var<workgroup> wa: array<vec4<f32>, 2u * KT * SROW>;
+var<workgroup> wb: array<vec4<f32>, 2u * KT * SROW>;
 
 // Rows of the output tile: 16 * TM.
 fn tile_rows() -> u32 {
     return WY * TM;
 }
 
+// Columns of the output tile: 16 * TN.
+fn tile_cols() -> u32 {
+    return WX * TN;
+}
+
 // Elements of A each invocation stages per K step (BM * KT / 256 = TM / 2).
 fn a_per() -> u32 {
     return TM / 2u;
+}
+
+// Elements of B each invocation stages per K step (BN * KT / 256 = TN / 2).
+fn b_per() -> u32 {
+    return TN / 2u;
+}
+
+// The array index of vec4 `v` of staged row `row` (buffer * KT + k; row % KT = k).
+fn slot(row: u32, v: u32) -> u32 {
+    return row * SROW + (v ^ (row % KT));
 }
 
 // (row or column within the tile, k within the step) of staged element `e` of an operand
@@ -61,34 +80,45 @@ fn a_pos(li: u32, q: u32, k_fast: bool) -> vec2<u32> {
 }
 
 fn b_pos(li: u32, q: u32, k_fast: bool) -> vec2<u32> {
-    return stage_pos(li + q * WX * WY, BN, k_fast);
+    return stage_pos(li + q * WX * WY, tile_cols(), k_fast);
 }
 
-// One K step's share of one invocation: TM / 2 <= 4 elements of A and 2 of B.
+// One K step's share of one invocation: TM / 2 <= 4 elements of A and TN / 2 <= 4 of B.
 struct Staged {
     a: array<f32, 4>,
-    b: array<f32, 2>,
+    b: array<f32, 4>,
 }
 
 fn put_a(buf: u32, m: u32, k: u32, v: f32) {
-    wa[(buf * KT + k) * SA + m / 4u][m % 4u] = v;
+    wa[slot(buf * KT + k, m / 4u)][m % 4u] = v;
 }
 
 fn put_b(buf: u32, k: u32, n: u32, v: f32) {
-    wb[(buf * KT + k) * SB + n / 4u][n % 4u] = v;
+    wb[slot(buf * KT + k, n / 4u)][n % 4u] = v;
 }
 
-// acc[i][j] += sum over the KT staged steps of buffer `buf` of A[ty*TM + i, k] B[k, tx*4 + j].
-fn fma_tile(buf: u32, lid: vec3<u32>, acc: ptr<function, array<vec4<f32>, 8>>) {
+// acc[i][j] += sum over the KT staged steps of buffer `buf` of A[ty*TM + i, k] B[k, tx*4 + j],
+// and for TN = 8 acc[8 + i][j] the same for column 64 + tx*4 + j.
+fn fma_tile(buf: u32, lid: vec3<u32>, acc: ptr<function, array<vec4<f32>, 16>>) {
     for (var kk = 0u; kk < KT; kk++) {
-        let ao = (buf * KT + kk) * SA + lid.y * (TM / 4u);
-        let bv = wb[(buf * KT + kk) * SB + lid.x];
+        let row = buf * KT + kk;
+        let b0 = wb[slot(row, lid.x)];
+        var b1 = vec4<f32>(0.0);
+        if (TN == 8u) {
+            b1 = wb[slot(row, lid.x + 16u)];
+        }
         for (var h = 0u; h < TM / 4u; h++) {
-            let av = wa[ao + h];
-            (*acc)[4u * h] = fma(vec4<f32>(av.x), bv, (*acc)[4u * h]);
-            (*acc)[4u * h + 1u] = fma(vec4<f32>(av.y), bv, (*acc)[4u * h + 1u]);
-            (*acc)[4u * h + 2u] = fma(vec4<f32>(av.z), bv, (*acc)[4u * h + 2u]);
-            (*acc)[4u * h + 3u] = fma(vec4<f32>(av.w), bv, (*acc)[4u * h + 3u]);
+            let av = wa[slot(row, lid.y * (TM / 4u) + h)];
+            (*acc)[4u * h] = fma(vec4<f32>(av.x), b0, (*acc)[4u * h]);
+            (*acc)[4u * h + 1u] = fma(vec4<f32>(av.y), b0, (*acc)[4u * h + 1u]);
+            (*acc)[4u * h + 2u] = fma(vec4<f32>(av.z), b0, (*acc)[4u * h + 2u]);
+            (*acc)[4u * h + 3u] = fma(vec4<f32>(av.w), b0, (*acc)[4u * h + 3u]);
+            if (TN == 8u) {
+                (*acc)[8u + 4u * h] = fma(vec4<f32>(av.x), b1, (*acc)[8u + 4u * h]);
+                (*acc)[9u + 4u * h] = fma(vec4<f32>(av.y), b1, (*acc)[9u + 4u * h]);
+                (*acc)[10u + 4u * h] = fma(vec4<f32>(av.z), b1, (*acc)[10u + 4u * h]);
+                (*acc)[11u + 4u * h] = fma(vec4<f32>(av.w), b1, (*acc)[11u + 4u * h]);
+            }
         }
     }
 }
@@ -99,22 +129,23 @@ fn store_step(s: Staged, buf: u32, li: u32, kf: vec2<bool>) {
         let pa = a_pos(li, q, kf.x);
         put_a(buf, pa.x, pa.y, s.a[q]);
     }
-    for (var q = 0u; q < B_PER; q++) {
+    for (var q = 0u; q < b_per(); q++) {
         let pb = b_pos(li, q, kf.y);
         put_b(buf, pb.y, pb.x, s.b[q]);
     }
 }
 
-// The TM x 4 block of invocation (tx, ty) summed over k in kr: acc[i][j] = sum_k
-// A[ty*TM + i, k] B[k, tx*4 + j] of the tile the kernel's loads describe. Double buffered:
+// The TM x TN block of invocation (tx, ty) summed over k in kr: acc[i][j] = sum_k
+// A[ty*TM + i, k] B[k, tx*4 + j] of the tile the kernel's loads describe (TN = 8: acc[8 + i][j]
+// for column 64 + tx*4 + j). Double buffered:
 // the next step's elements are loaded into registers before the FMAs on the current buffer and
 // stored into the other buffer after them, one barrier per step. Every barrier is in uniform
 // control flow as long as kr is uniform across the workgroup.
-fn tile_k(ctx: ptr<function, Ctx>, kr: vec2<u32>, lid: vec3<u32>) -> array<vec4<f32>, 8> {
+fn tile_k(ctx: ptr<function, Ctx>, kr: vec2<u32>, lid: vec3<u32>) -> array<vec4<f32>, 16> {
     let li = lid.x + lid.y * WX;
     let kf = k_fast(ctx);
     let steps = (kr.y - kr.x + KT - 1u) / KT;
-    var acc: array<vec4<f32>, 8>;
+    var acc: array<vec4<f32>, 16>;
     store_step(load_step(ctx, kr.x, kr.y, li), 0u, li, kf);
     workgroupBarrier();
     for (var t = 0u; t < steps; t++) {

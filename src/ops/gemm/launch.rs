@@ -428,11 +428,13 @@ pub(crate) fn dispatch(
     let dts = [a.dtype];
     // The subgroup kernel's row tile (SGS subgroups of 32 rows) must match the grid's.
     let sgs = [("SGS", pl.sgs as f64)];
-    let tm = [("TM", pl.kernel.wg_rows() as f64)];
+    let wg = wg_shape(pl.kernel);
     let (kernel, partial, shape_consts): (_, _, &[(&str, f64)]) = match pl.kernel {
         GemmKernel::Sg8 => (&SG8, &SG8_PARTIAL, &sgs),
         GemmKernel::Tiled => (&TILED, &TILED_PARTIAL, &[]),
-        GemmKernel::WgTiled | GemmKernel::WgTiled128 => (&WG, &WG_PARTIAL, &tm),
+        GemmKernel::WgTiled | GemmKernel::WgTiled128 | GemmKernel::WgTiled128x128 => {
+            (&WG, &WG_PARTIAL, &wg)
+        }
         GemmKernel::Coop16 => (&COOP, &COOP_PARTIAL, &[]),
     };
     if pl.splits == 1 {
@@ -464,6 +466,21 @@ pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipe
     variants: gemm_variants,
 };
 
+/// The tiles of `gemm_wg`.
+const WG_KERNELS: [GemmKernel; 3] = [
+    GemmKernel::WgTiled,
+    GemmKernel::WgTiled128,
+    GemmKernel::WgTiled128x128,
+];
+
+/// `gemm_wg`'s tile overrides for `kernel`: rows (`TM`) and columns (`TN`) per invocation.
+fn wg_shape(kernel: GemmKernel) -> [(&'static str, f64); 2] {
+    [
+        ("TM", kernel.wg_rows() as f64),
+        ("TN", kernel.wg_cols() as f64),
+    ]
+}
+
 #[doc(hidden)]
 pub fn gemm_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();
@@ -474,9 +491,9 @@ pub fn gemm_variants() -> Vec<ShaderVariant> {
             let mut e = epi.to_vec();
             e.push(("SGS", SG8_SGS as f64));
             v.push(ShaderVariant::new(&SG8, &[dt], &e));
-            for kernel in [GemmKernel::WgTiled, GemmKernel::WgTiled128] {
+            for kernel in WG_KERNELS {
                 let mut w = epi.to_vec();
-                w.push(("TM", kernel.wg_rows() as f64));
+                w.extend(wg_shape(kernel));
                 v.push(ShaderVariant::new(&WG, &[dt], &w));
             }
             let mut r = epi.to_vec();
@@ -489,9 +506,8 @@ pub fn gemm_variants() -> Vec<ShaderVariant> {
             &[dt],
             &[("SGS", SG8_SGS as f64)],
         ));
-        for kernel in [GemmKernel::WgTiled, GemmKernel::WgTiled128] {
-            let tm = [("TM", kernel.wg_rows() as f64)];
-            v.push(ShaderVariant::new(&WG_PARTIAL, &[dt], &tm));
+        for kernel in WG_KERNELS {
+            v.push(ShaderVariant::new(&WG_PARTIAL, &[dt], &wg_shape(kernel)));
         }
     }
     // Cooperative matrices: f16 operands only.

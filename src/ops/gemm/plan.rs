@@ -17,8 +17,11 @@ pub enum GemmKernel {
     /// whose 128-row tiles would be too few to fill the device).
     WgTiled,
     /// `gemm_wg` with TM = 8: a 128 x 64 tile, 8 x 4 per invocation (GPUs, problems with
-    /// enough 128-row tiles to fill the device).
+    /// enough 128-row tiles to fill the device, or split-k shapes: see [`tall_tiles`]).
     WgTiled128,
+    /// `gemm_wg` with TM = 8 and TN = 8: a 128 x 128 tile, 8 x 8 per invocation (GPUs,
+    /// problems with enough 128 x 128 tiles to fill the device: see [`wide_tiles`]).
+    WgTiled128x128,
     /// `gemm_coop`: f16 on cooperative matrices (16x16x16, f32 accumulation), 4 subgroups of
     /// 32 lanes per 64 x 64 tile; only where [`Caps::coop16`] holds (the adapter offers it and
     /// `DeviceOptions::cooperative_matrix` asked for it).
@@ -30,7 +33,16 @@ impl GemmKernel {
     pub(crate) fn wg_rows(self) -> u32 {
         match self {
             GemmKernel::WgTiled => 4,
-            GemmKernel::WgTiled128 => 8,
+            GemmKernel::WgTiled128 | GemmKernel::WgTiled128x128 => 8,
+            GemmKernel::Sg8 | GemmKernel::Tiled | GemmKernel::Coop16 => 0,
+        }
+    }
+
+    /// Columns per invocation of `gemm_wg` (its `TN` override); 0 for the other kernels.
+    pub(crate) fn wg_cols(self) -> u32 {
+        match self {
+            GemmKernel::WgTiled | GemmKernel::WgTiled128 => 4,
+            GemmKernel::WgTiled128x128 => 8,
             GemmKernel::Sg8 | GemmKernel::Tiled | GemmKernel::Coop16 => 0,
         }
     }
@@ -82,6 +94,7 @@ fn tile_of(kernel: GemmKernel, sgs: u32) -> (usize, usize) {
         GemmKernel::Tiled => (32, 32),
         GemmKernel::WgTiled => (64, 64),
         GemmKernel::WgTiled128 => (128, 64),
+        GemmKernel::WgTiled128x128 => (128, 128),
         GemmKernel::Coop16 => (64, 64),
     }
 }
@@ -164,11 +177,13 @@ fn pick_kernel(
     split_k: Option<u32>,
 ) -> GemmKernel {
     // GPUs stage tiles through workgroup memory; CPU adapters, where barriers and workgroup
-    // memory are costly, keep their register-only kernels. On GPUs the 128 x 64 tile where
-    // [`tall_tiles`] says, else 64 x 64 (twice the workgroups).
+    // memory are costly, keep their register-only kernels. On GPUs the 128 x 128 tile where
+    // [`wide_tiles`] says, else the 128 x 64 tile where [`tall_tiles`] says, else 64 x 64.
     if !caps.cpu {
-        let tall = tall_tiles(caps, m, n, k, batch, split_k.map(|s| s as usize));
-        if tall {
+        let split = split_k.map(|s| s as usize);
+        if wide_tiles(caps, m, n, batch, split) {
+            GemmKernel::WgTiled128x128
+        } else if tall_tiles(caps, m, n, k, batch, split) {
             GemmKernel::WgTiled128
         } else {
             GemmKernel::WgTiled
@@ -217,6 +232,32 @@ pub(crate) fn tall_tiles(
     let floor = split_floor(caps);
     let slices = split_target(caps).div_ceil(tall).min(k / 256);
     k >= 1024 && tiles(64) < floor && tall.saturating_mul(slices) >= floor
+}
+
+/// Whether a GPU product of `m` rows and `ncols` columns (`batch` of them, K split `split`
+/// ways when the caller says) takes the 128 x 128 tile of the large-tile core: where those
+/// tiles alone (times the caller's split) fill the device's slots. Its invocations hold 8 x 8
+/// outputs and read TM / 4 + TN / 4 = 4 workgroup vec4 per 64 FMAs, where the 128 x 64 tile
+/// reads 3 per 32, and each staged value serves 128 outputs instead of 64 (the tiling of the
+/// SGEMM write-ups that reach 70-90% of cuBLAS; the 128 x 64 tile ran the 4096^3 product at
+/// 28 TFLOPS on the H200, 0.57x cuBLAS). Products of 64 rows or columns or fewer keep the
+/// narrower tiles, which leave no half-empty tile.
+pub(crate) fn wide_tiles(
+    caps: &Caps,
+    m: usize,
+    ncols: usize,
+    batch: usize,
+    split: Option<usize>,
+) -> bool {
+    if caps.cpu || m <= 64 || ncols <= 64 {
+        return false;
+    }
+    let tiles = m
+        .div_ceil(128)
+        .saturating_mul(ncols.div_ceil(128))
+        .saturating_mul(batch)
+        .saturating_mul(split.unwrap_or(1));
+    tiles >= caps.slots()
 }
 
 /// Workgroups per estimated slot that split-k aims at on GPUs once it splits. On an NVIDIA
@@ -357,23 +398,44 @@ mod plan_tests {
     }
 
     #[test]
-    fn gpus_take_128_row_tiles_where_they_fill_the_device() {
+    fn gpus_take_the_widest_tiles_that_fill_the_device() {
         let caps = Caps::test_gpu();
         let k = |m, n, batch| plan_for(&caps, m, n, 512, batch, None).unwrap().kernel;
-        // 4096^2: 32 x 64 = 2048 tiles of 128 x 64.
-        assert_eq!(k(4096, 4096, 1), GemmKernel::WgTiled128);
-        assert_eq!(
-            plan_for(&caps, 4096, 4096, 4096, 1, None).unwrap().tile(),
-            (128, 64)
-        );
+        // 4096^2: 32 x 32 = 1024 tiles of 128 x 128.
+        assert_eq!(k(4096, 4096, 1), GemmKernel::WgTiled128x128);
+        let p = plan_for(&caps, 4096, 4096, 4096, 1, None).unwrap();
+        assert_eq!((p.tile(), p.splits), ((128, 128), 1));
+        // Batched [64, 512, 512]: 4 x 4 x 64 = 1024.
+        assert_eq!(k(512, 512, 64), GemmKernel::WgTiled128x128);
+        // 2048^2: 16 x 16 = 256 tiles, exactly the estimate.
+        assert_eq!(k(2048, 2048, 1), GemmKernel::WgTiled128x128);
+        // 2048 x 1984: 16 x 16 tiles again (the ragged last column of tiles counts).
+        assert_eq!(k(2048, 1985, 1), GemmKernel::WgTiled128x128);
+        // 2048 x 1920: 240 tiles of 128 x 128 fall short; 480 of 128 x 64 fill it.
+        assert_eq!(k(2048, 1920, 1), GemmKernel::WgTiled128);
+        // 64 columns or fewer: 128 x 64 (32 x 64 x 8 = 16384 tiles of 128 x 128 would be
+        // half empty).
+        assert_eq!(k(4096, 64, 8), GemmKernel::WgTiled128);
         // 1024^2: 8 x 16 = 128 tiles of 128 rows, under the 256 estimate: 64 x 64.
         assert_eq!(k(1024, 1024, 1), GemmKernel::WgTiled);
-        // Batched [64, 512, 512]: 4 x 8 x 64 = 2048.
-        assert_eq!(k(512, 512, 64), GemmKernel::WgTiled128);
         // 64 rows or fewer never take a half-empty 128-row tile.
         assert_eq!(k(64, 1 << 16, 8), GemmKernel::WgTiled);
-        assert_eq!(GemmKernel::WgTiled.wg_rows(), 4);
-        assert_eq!(GemmKernel::WgTiled128.wg_rows(), 8);
+        for (kernel, rows, cols) in [
+            (GemmKernel::WgTiled, 4, 4),
+            (GemmKernel::WgTiled128, 8, 4),
+            (GemmKernel::WgTiled128x128, 8, 8),
+        ] {
+            assert_eq!((kernel.wg_rows(), kernel.wg_cols()), (rows, cols));
+            assert_eq!(tile_of(kernel, 1), (16 * rows as usize, 16 * cols as usize));
+        }
+        // A caller's split counts: 8 x 8 tiles of 128 x 128, split 4 ways, fill 256 slots.
+        let p = plan_for(&caps, 1024, 1024, 4096, 1, Some(4)).unwrap();
+        assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled128x128, 4));
+        let p = plan_for(&caps, 1024, 1024, 4096, 1, Some(2)).unwrap();
+        assert_ne!(p.kernel, GemmKernel::WgTiled128x128);
+        // CPU adapters never take it.
+        let lvp = Caps::test_lavapipe(2);
+        assert!(!wide_tiles(&lvp, 4096, 4096, 1, None));
     }
 
     #[test]
@@ -405,11 +467,14 @@ mod plan_tests {
         let p = plan_for(&caps, 14 * 64 + 1, 16 * 64, 16384, 1, None).unwrap();
         assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled128, 8));
         // A caller's split counts as given: unsplit, 8 tiles of 128 rows would leave the
-        // device idle, so 16 of 64; split 64 ways, 8 x 64 fill it.
+        // device idle, so 16 of 64; split 32 ways, 8 x 32 fill it; split 64 ways, so do
+        // 4 tiles of 128 x 128.
         let p = plan_for(&caps, 256, 256, 16384, 1, Some(1)).unwrap();
         assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled, 1));
+        let p = plan_for(&caps, 256, 256, 16384, 1, Some(32)).unwrap();
+        assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled128, 32));
         let p = plan_for(&caps, 256, 256, 16384, 1, Some(64)).unwrap();
-        assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled128, 64));
+        assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled128x128, 64));
         // 64 rows keep the 64 x 64 tile: 240 tiles split 5 ways.
         let p = plan_for(&caps, 64, 15 * 16 * 64, 16384, 1, None).unwrap();
         assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled, 5));
@@ -442,7 +507,7 @@ mod plan_tests {
         assert_eq!((p.kernel, p.splits), (GemmKernel::Coop16, 32));
         // f32 keeps the FMA kernels; without the capability f16 does too.
         let f32_plan = plan_for_dtype(&coop, DType::F32, 4096, 4096, 4096, 1, None).unwrap();
-        assert_eq!(f32_plan.kernel, GemmKernel::WgTiled128);
+        assert_eq!(f32_plan.kernel, GemmKernel::WgTiled128x128);
         let plain = plan_for_dtype(&Caps::test_gpu(), DType::F16, 64, 64, 64, 1, None).unwrap();
         assert_eq!(plain.kernel, GemmKernel::WgTiled);
         assert!(plan_for_dtype(&coop, DType::F16, 1, 1, 1, 1, Some(0)).is_err());

@@ -1,4 +1,4 @@
-//! The GPU plan's kernel (`gemm_wg`: 128 x 64 or 64 x 64 tiles staged through workgroup memory
+//! The GPU plan's kernel (`gemm_wg`: 128 x 128, 128 x 64 or 64 x 64 tiles staged through workgroup memory
 //! 8 steps of K at a time, double buffered) run on lavapipe through `gpu_plans_device()`: a share of
 //! the suite's generated cases (general, exact, large, split-k, f16, matmul; batched,
 //! broadcast, transposed and sliced views, every epilogue) and fixed ragged edges (M, N and K
@@ -27,7 +27,10 @@ fn gemm_wg_is_the_gpu_plan() {
     for (m, n, k) in [(100, 100, 100), (1, 1, 0), (5000, 3, 70000), (64, 4096, 64)] {
         let p = plan(dev(), m, n, k, 1, None).unwrap();
         assert!(
-            matches!(p.kernel, GemmKernel::WgTiled | GemmKernel::WgTiled128),
+            matches!(
+                p.kernel,
+                GemmKernel::WgTiled | GemmKernel::WgTiled128 | GemmKernel::WgTiled128x128
+            ),
             "{p:?}"
         );
         // 64 rows or fewer: the 64-row tile.
@@ -35,8 +38,11 @@ fn gemm_wg_is_the_gpu_plan() {
             assert_eq!(p.kernel, GemmKernel::WgTiled, "{p:?}");
         }
     }
-    // Many 128-row tiles: the 128 x 64 tile (lavapipe's estimate is its thread count).
+    // Many 128 x 128 tiles: that tile (lavapipe's estimate is its thread count); 64 columns:
+    // the 128 x 64 tile.
     let p = plan(dev(), 8192, 8192, 64, 1, None).unwrap();
+    assert_eq!(p.kernel, GemmKernel::WgTiled128x128, "{p:?}");
+    let p = plan(dev(), 8192, 64, 64, 1, None).unwrap();
     assert_eq!(p.kernel, GemmKernel::WgTiled128, "{p:?}");
 }
 
@@ -124,7 +130,7 @@ fn matmul_wg_f32() {
     });
 }
 
-/// Sizes on and off the 64 x 64 and 128 x 64 tiles and the K step of 8: K < KT, K = 0 (the epilogue alone),
+/// Sizes on and off the 64 x 64, 128 x 64 and 128 x 128 tiles and the K step of 8: K < KT, K = 0 (the epilogue alone),
 /// one element, one row or column, several ragged tiles; each with a transposed operand, a
 /// sliced or broadcast view, C, a bias and an activation, unsplit and split in 2 and 3, on
 /// small integers (exact) and uniform values, f32 and f16.
@@ -143,6 +149,8 @@ fn gemm_wg_ragged_edges() {
         (128, 128, 64),
         (129, 64, 9),
         (255, 63, 40),
+        (200, 257, 33),
+        (129, 130, 8),
     ];
     let kinds = [
         ViewKind::Contiguous,
