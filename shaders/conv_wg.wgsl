@@ -1,7 +1,7 @@
 // Convolution on the GPUs' large-tile core (lib/wg_tile.wgsl, shared with gemm_wg.wgsl): the
-// implicit GEMM of lib/conv_common.wgsl with a 16 TM x 64 output tile of one group per 16x16
-// workgroup, TM x 4 outputs per invocation, A and B staged through workgroup memory 8 steps of
-// K at a time by the core's double-buffered K loop.
+// implicit GEMM of lib/conv_common.wgsl with a 16 TM x 16 TN output tile of one group per
+// 16x16 workgroup, TM x TN outputs per invocation, A and B staged through workgroup memory 8
+// steps of K at a time by the core's double-buffered K loop.
 // Every invocation keeps the positions it stages fixed for the whole K loop, so a step
 // advances k counters by KT (digit-wise, KT's digits computed once: no division in the K
 // loop) instead of decomposing k per element: A (affine in k, stored
@@ -105,7 +105,7 @@ fn load_step(ld: ptr<function, Ctx>, k0: u32, kend: u32, li: u32) -> Staged {
     return s;
 }
 
-// The TM x 4 block of invocation (tx, ty) in group g's tile at (r0, c0), summed over k in kr.
+// The TM x TN block of invocation (tx, ty) in group g's tile at (r0, c0), summed over k in kr.
 fn tile_conv(g: u32, r0: u32, c0: u32, kr: vec2<u32>, lid: vec3<u32>) -> array<vec4<f32>, 16> {
     var ctx = loader(g, r0, c0, kr.x, lid.x + lid.y * WX);
     return tile_k(&ctx, kr, lid);
@@ -117,10 +117,12 @@ fn conv_wg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
     let c0 = wid.x * tile_cols();
     let g = group_of(wid.z);
     let acc = tile_conv(g, r0, c0, k_range(wid.z), lid);
-    let col = c0 + lid.x * 4u;
-    let cs = cols4(g, col);
-    for (var i = 0u; i < TM; i++) {
-        store_row4(g, r0 + lid.y * TM + i, col, cs, acc[i]);
+    for (var hf = 0u; hf < TN / 4u; hf++) {
+        let col = c0 + hf * 64u + lid.x * 4u;
+        let cs = cols4(g, col);
+        for (var i = 0u; i < TM; i++) {
+            store_row4(g, r0 + lid.y * TM + i, col, cs, acc[8u * hf + i]);
+        }
     }
 }
 
@@ -130,8 +132,10 @@ fn conv_wg_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocat
     let c0 = wid.x * tile_cols();
     let z = wid.z + p.z0;
     let acc = tile_conv(group_of(z), r0, c0, k_range(z), lid);
-    let col = c0 + lid.x * 4u;
-    for (var i = 0u; i < TM; i++) {
-        store_row4_ws(z, r0 + lid.y * TM + i, col, acc[i]);
+    for (var hf = 0u; hf < TN / 4u; hf++) {
+        let col = c0 + hf * 64u + lid.x * 4u;
+        for (var i = 0u; i < TM; i++) {
+            store_row4_ws(z, r0 + lid.y * TM + i, col, acc[8u * hf + i]);
+        }
     }
 }

@@ -7,7 +7,7 @@ use super::geom::Geom;
 use super::params::{ConvParams, Direction};
 use super::plan::{
     plan_params, ConvPlan, ConvVariant, DIRECT_COLS, DIRECT_ROWS, DIRECT_WG, GEMM_ROW_BLOCKS,
-    SG8_SUBGROUPS, WG_ROWS,
+    SG8_SUBGROUPS, WG_SHAPES,
 };
 use crate::ops::activation::{Activation, ACTIVATION, ACTIVATION_DEFS};
 use crate::ops::gemm::launch::WG_TILE;
@@ -224,7 +224,7 @@ fn partial_kernel(pl: &ConvPlan, transposed: bool) -> (&'static Kernel, Vec<(&'s
         }
         ConvVariant::Tiled => &TILED_PARTIAL,
         ConvVariant::WgTiled => {
-            c.push(("TM", pl.rt as f64));
+            c.extend([("TM", pl.rt as f64), ("TN", pl.ct as f64)]);
             &WG_PARTIAL
         }
         ConvVariant::Direct | ConvVariant::DirectLines => {
@@ -289,7 +289,7 @@ fn dispatch(
             }
             ConvVariant::Tiled => &TILED,
             ConvVariant::WgTiled => {
-                consts.push(("TM", pl.rt as f64));
+                consts.extend([("TM", pl.rt as f64), ("TN", pl.ct as f64)]);
                 &WG
             }
             ConvVariant::Direct => {
@@ -432,9 +432,9 @@ pub fn conv_variants() -> Vec<ShaderVariant> {
                     let mut c = vec![("BIAS", bias), ("ACT", act as f64)];
                     c.extend(gather);
                     v.push(ShaderVariant::new(&TILED, &[dt], &c));
-                    for tm in WG_ROWS {
+                    for (tm, tn) in WG_SHAPES {
                         let mut w = c.clone();
-                        w.push(("TM", tm as f64));
+                        w.extend([("TM", tm as f64), ("TN", tn as f64)]);
                         v.push(ShaderVariant::new(&WG, &[dt], &w));
                     }
                     let mut l4 = c.clone();
@@ -463,8 +463,8 @@ pub fn conv_variants() -> Vec<ShaderVariant> {
                 }
             }
             v.push(ShaderVariant::new(&TILED_PARTIAL, &[dt], &gather));
-            for tm in WG_ROWS {
-                let w = [gather[0], ("TM", tm as f64)];
+            for (tm, tn) in WG_SHAPES {
+                let w = [gather[0], ("TM", tm as f64), ("TN", tn as f64)];
                 v.push(ShaderVariant::new(&WG_PARTIAL, &[dt], &w));
             }
             for dr in DIRECT_ROWS {

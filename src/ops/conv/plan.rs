@@ -19,8 +19,8 @@ pub enum ConvVariant {
     /// of 8 to 31 rows).
     Tiled,
     /// The GPUs' large-tile core (shaders/conv_wg.wgsl on lib/wg_tile.wgsl, shared with
-    /// GEMM): a 16 TM x 64 tile staged through workgroup memory, TM x 4 per invocation; groups
-    /// of at least 32 rows on GPUs.
+    /// GEMM): a 16 TM x 16 TN tile staged through workgroup memory, TM x TN per invocation;
+    /// groups of at least 32 rows on GPUs.
     WgTiled,
     /// DR rows x 8 columns of one output line per invocation: groups with fewer than 8 rows.
     Direct,
@@ -39,6 +39,8 @@ pub struct ConvPlan {
     /// Sg8: row blocks of 8 per subgroup (1, 2 or 4); Direct: rows per invocation (1 to 8);
     /// WgTiled: rows per invocation (`TM`: 4 or 8).
     pub rt: u32,
+    /// WgTiled: columns per invocation (`TN`: 4 or 8); 0 for the other variants.
+    pub ct: u32,
     /// Sg8: subgroups per workgroup, each on its own 32 columns.
     pub sgs: u32,
     /// K slices (split-k): above 1, partial results in an f32 workspace are summed in a fixed
@@ -54,7 +56,7 @@ impl ConvPlan {
         match self.variant {
             ConvVariant::Sg8 => (8 * self.rt as usize, 32 * self.sgs as usize),
             ConvVariant::Tiled => (32, 32),
-            ConvVariant::WgTiled => (16 * self.rt as usize, 64),
+            ConvVariant::WgTiled => (16 * self.rt as usize, 16 * self.ct as usize),
             // Lines are padded to whole 8-column blocks; used for the split decision only.
             ConvVariant::Direct | ConvVariant::DirectLines => {
                 (self.rt as usize, DIRECT_COLS * DIRECT_WG)
@@ -84,8 +86,9 @@ pub fn plan(dev: &Device, m: usize, ncols: usize, k: usize, groups: usize) -> Re
 pub(crate) const DIRECT_ROWS: [u32; 4] = [1, 2, 4, 8];
 /// Row blocks of 8 rows of the GEMM kernels (`RT`).
 pub(crate) const GEMM_ROW_BLOCKS: [u32; 3] = [1, 2, 4];
-/// Rows per invocation of the GPU large-tile kernel (`TM`): 64- and 128-row tiles.
-pub(crate) const WG_ROWS: [u32; 2] = [4, 8];
+/// Rows and columns per invocation of the GPU large-tile kernel (`TM`, `TN`): 64x64, 128x64
+/// and 128x128 tiles.
+pub(crate) const WG_SHAPES: [(u32, u32); 3] = [(4, 4), (8, 4), (8, 8)];
 /// Rows per group from which GPUs take the large-tile kernel (below it most of a 64-row
 /// tile would idle).
 const WG_MIN_ROWS: usize = 32;
@@ -131,19 +134,25 @@ fn plan_with(
             .unwrap_or(last)
     };
     let groups = groups.max(1);
-    let rt = match variant {
-        ConvVariant::Direct => pick(&DIRECT_ROWS, m),
-        // As GEMM: 128-row tiles where they fill the device, alone or split over K.
+    let (rt, ct) = match variant {
+        ConvVariant::Direct => (pick(&DIRECT_ROWS, m), 0),
+        // As GEMM: 128x128 tiles where they fill the device, else 128-row tiles where they
+        // fill it, alone or split over K, else 64x64.
         ConvVariant::WgTiled => {
-            let tall = crate::ops::gemm::plan::tall_tiles(caps, m, ncols, k, groups, None);
-            WG_ROWS[usize::from(tall)]
+            use crate::ops::gemm::plan::{tall_tiles, wide_tiles};
+            if wide_tiles(caps, m, ncols, groups, None) {
+                WG_SHAPES[2]
+            } else {
+                WG_SHAPES[usize::from(tall_tiles(caps, m, ncols, k, groups, None))]
+            }
         }
-        _ => pick(&GEMM_ROW_BLOCKS, m.div_ceil(8)),
+        _ => (pick(&GEMM_ROW_BLOCKS, m.div_ceil(8)), 0),
     };
     let sgs = SG8_SUBGROUPS[usize::from(ncols > 32)];
     let mut pl = ConvPlan {
         variant,
         rt,
+        ct,
         sgs,
         splits: 1,
         k_chunk: k as u32,
@@ -251,22 +260,26 @@ mod plan_tests {
             let p = plan_with(&lvp, true, m, 100, 100, 1, 8);
             assert_eq!(p.variant, ConvVariant::Sg8, "{m}");
         }
-        // 32 rows or more: the large-tile core, 128 rows where those tiles fill the device.
+        // 32 rows or more: the large-tile core, 128x128 or 128-row tiles where those tiles
+        // fill the device.
         let p = plan_with(&gpu, true, 32, 100, 100, 1, 100);
         assert_eq!(
-            (p.variant, p.rt, p.tile()),
-            (ConvVariant::WgTiled, 4, (64, 64))
+            (p.variant, p.rt, p.ct, p.tile()),
+            (ConvVariant::WgTiled, 4, 4, (64, 64))
         );
-        // x [32, 128, 56, 56], 3x3: 128 rows x 100352 columns.
+        // x [32, 128, 56, 56], 3x3: 128 rows x 100352 columns, 784 tiles of 128 x 128.
         let p = plan_with(&gpu, true, 128, 100352, 1152, 1, 100);
         assert_eq!(
-            (p.variant, p.rt, p.tile()),
-            (ConvVariant::WgTiled, 8, (128, 64))
+            (p.variant, p.rt, p.ct, p.tile()),
+            (ConvVariant::WgTiled, 8, 8, (128, 128))
         );
+        // 128 rows x 16384 columns: 128 tiles of 128 x 128 fall short, 256 of 128 x 64 fill.
+        let p = plan_with(&gpu, true, 128, 16384, 1152, 1, 100);
+        assert_eq!(p.tile(), (128, 64));
         // Its weight gradient: 36 tiles of 64 rows would split K, so 18 tiles of 128 rows
         // split it into four workgroups per slot (1024 / 18 = 57 slices).
         let p = plan_with(&gpu, true, 128, 1152, 100352, 1, 100);
-        assert_eq!((p.variant, p.rt), (ConvVariant::WgTiled, 8));
+        assert_eq!((p.variant, p.rt, p.ct), (ConvVariant::WgTiled, 8, 4));
         assert_eq!(p.splits, 57, "{p:?}");
         assert!(p.k_chunk >= 256 && p.splits * p.k_chunk >= 100352);
         assert_eq!(
@@ -293,7 +306,10 @@ mod plan_tests {
                     let p = plan_with(&caps, true, m, ncols, 100, 1, 100);
                     let table: &[u32] = match p.variant {
                         ConvVariant::Direct | ConvVariant::DirectLines => &DIRECT_ROWS,
-                        ConvVariant::WgTiled => &WG_ROWS,
+                        ConvVariant::WgTiled => {
+                            assert!(WG_SHAPES.contains(&(p.rt, p.ct)), "{p:?}");
+                            continue;
+                        }
                         _ => &GEMM_ROW_BLOCKS,
                     };
                     assert!(table.contains(&p.rt), "{p:?}");
