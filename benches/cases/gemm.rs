@@ -2,6 +2,7 @@
 //! every GEMM's gflops by (in alternating runs), because the peak of a software adapter is not
 //! a published figure and moves with the driver version and the host.
 
+use wgtensor::ops::gemm::{gemm_with_kernel, GemmKernel};
 use wgtensor::ops::{gemm, GemmOptions};
 use wgtensor::{DType, Device};
 
@@ -25,6 +26,23 @@ pub fn gemm_case(
         ..Default::default()
     };
     Ok(Box::new(move || gemm(&ta, &tb, &opts).map(drop)))
+}
+
+/// `gemm_case` (f32, the planner's split) on a forced kernel: the A/B twin of a GPU case, so
+/// one run times the planner's tile against the one it replaced on the same adapter.
+pub fn gemm_kernel_case(
+    dev: &Device,
+    a: &[usize],
+    b: &[usize],
+    kernel: GemmKernel,
+) -> wgtensor::Result<Run> {
+    let ta = tensor(dev, a, DType::F32, 1)?;
+    let tb = tensor(dev, b, DType::F32, 2)?;
+    dev.sync()?;
+    let opts = GemmOptions::default();
+    Ok(Box::new(move || {
+        gemm_with_kernel(&ta, &tb, &opts, kernel).map(drop)
+    }))
 }
 
 /// A register-only FMA loop: 6 independent vec4 chains per invocation, the loop body unrolled 4

@@ -8,13 +8,14 @@
 //! here, and `gpu/copy_bw` (a 256 MiB buffer copy), the `of_copy=` of every
 //! bandwidth case here.
 
+use wgtensor::ops::gemm::GemmKernel;
 use wgtensor::ops::RnnKind;
 use wgtensor::{DType, Device, Tensor};
 
 use super::batchnorm::bn_train_run;
 use super::conv::{conv2d_flops_of, conv2d_run, wgrad_run};
 use super::copy::copy_run;
-use super::gemm::{fma_flops, fma_sized, gemm_case};
+use super::gemm::{fma_flops, fma_sized, gemm_case, gemm_kernel_case};
 use super::inputs::tensor;
 use super::rnn::{lstm_train_run, rnn_flops_of, rnn_forward_run};
 use super::{Case, Run};
@@ -226,6 +227,19 @@ pub fn cases() -> Vec<Case> {
             gemm_case(d, &[64, 512, 512], &[64, 512, 512], DType::F32, None)
         })
         .flops(g(512, 512, 512, 64)),
+        // The tiles the planner took before the 128 x 128 one, for A/B in one run.
+        Case::new("gpu/gemm_4096_tile128x64", |d| {
+            gemm_kernel_case(d, &[4096, 4096], &[4096, 4096], GemmKernel::WgTiled128)
+        })
+        .flops(g(4096, 4096, 4096, 1)),
+        Case::new("gpu/bgemm_64x512_tile128x64", |d| {
+            gemm_kernel_case(d, &[64, 512, 512], &[64, 512, 512], GemmKernel::WgTiled128)
+        })
+        .flops(g(512, 512, 512, 64)),
+        Case::new("gpu/gemm_splitk_256x65536_tile64x64", |d| {
+            gemm_kernel_case(d, &[256, 65536], &[65536, 256], GemmKernel::WgTiled)
+        })
+        .flops(g(256, 256, 65536, 1)),
         Case::new(
             "gpu/gemm_splitk_256x65536",
             gemm([256, 65536], [65536, 256], DType::F32),

@@ -19,7 +19,7 @@ pub use options::{Bias, GemmOptions};
 pub(crate) use plan::has_sg8;
 #[doc(hidden)]
 pub use plan::{plan, plan_for, plan_for_dtype, GemmKernel, GemmPlan};
-use run::run;
+use run::{run, run_kernel};
 
 /// The epilogue activation, defined in [`ops::activation`](crate::ops::activation) and
 /// re-exported here where it has always been reachable.
@@ -59,6 +59,19 @@ pub use crate::ops::activation::Activation;
 /// ```
 pub fn gemm(a: &Tensor, b: &Tensor, options: &GemmOptions) -> Result<Tensor> {
     grad::recorded(a, b, options, |o| run("gemm", a, b, o, None))
+}
+
+#[doc(hidden)]
+/// [`gemm`] on a chosen kernel instead of the planner's (untracked by autograd), so a
+/// benchmark can time one tile against another on the same adapter. Errors as [`gemm`], and
+/// [`Error::InvalidArgument`] where the adapter cannot run `kernel`.
+pub fn gemm_with_kernel(
+    a: &Tensor,
+    b: &Tensor,
+    options: &GemmOptions,
+    kernel: GemmKernel,
+) -> Result<Tensor> {
+    run_kernel("gemm", a, b, options, None, Some(kernel))
 }
 
 /// In place: `c = alpha * a @ b + beta * c` (c contiguous with the output shape, not sharing

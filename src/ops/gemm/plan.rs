@@ -167,6 +167,39 @@ pub fn plan_for_dtype(
     plan_for(caps, m, n, k, batch, split_k)
 }
 
+/// The plan of [`plan_for`] with `kernel` instead of the planner's choice (the split still
+/// follows the problem and `split_k`), for benchmarks that time one kernel against another on
+/// the same adapter. Errors where the adapter cannot run `kernel`: `Sg8` without 8-lane
+/// subgroups, `Coop16` without [`Caps::coop16`] or for operands other than f16.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn plan_forced(
+    caps: &Caps,
+    dtype: DType,
+    kernel: GemmKernel,
+    m: usize,
+    n: usize,
+    k: usize,
+    batch: usize,
+    split_k: Option<u32>,
+) -> Result<GemmPlan> {
+    let why = match kernel {
+        GemmKernel::Sg8 if !caps.sg8 => Some("needs subgroups of exactly 8 lanes"),
+        GemmKernel::Coop16 if !caps.coop16 => Some(
+            "needs 16x16x16 f16 cooperative matrices (DeviceOptions::cooperative_matrix on an \
+             adapter that offers them)",
+        ),
+        GemmKernel::Coop16 if dtype != DType::F16 => Some("takes f16 operands only"),
+        _ => None,
+    };
+    if let Some(why) = why {
+        return Err(Error::arg(
+            "gemm",
+            format!("the forced kernel {kernel:?} {why}"),
+        ));
+    }
+    plan_kernel(caps, kernel, m, n, k, batch, split_k)
+}
+
 /// The kernel of [`plan_for`]: a function of the adapter and the problem's size.
 fn pick_kernel(
     caps: &Caps,
@@ -511,6 +544,76 @@ mod plan_tests {
         let plain = plan_for_dtype(&Caps::test_gpu(), DType::F16, 64, 64, 64, 1, None).unwrap();
         assert_eq!(plain.kernel, GemmKernel::WgTiled);
         assert!(plan_for_dtype(&coop, DType::F16, 1, 1, 1, 1, Some(0)).is_err());
+    }
+
+    #[test]
+    fn forced_kernels_run_only_where_the_adapter_can() {
+        let gpu = Caps::test_gpu();
+        let p = plan_forced(
+            &gpu,
+            DType::F32,
+            GemmKernel::WgTiled128,
+            4096,
+            4096,
+            4096,
+            1,
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            (p.kernel, p.tile(), p.splits),
+            (GemmKernel::WgTiled128, (128, 64), 1)
+        );
+        // The split follows the forced kernel's tiles: 16 tiles of 64 x 64 split, 1 of
+        // 128 x 128 splits more.
+        let p = plan_forced(
+            &gpu,
+            DType::F32,
+            GemmKernel::WgTiled,
+            256,
+            256,
+            65536,
+            1,
+            None,
+        );
+        assert_eq!(p.unwrap().splits, 64);
+        let p = plan_forced(
+            &gpu,
+            DType::F32,
+            GemmKernel::WgTiled128x128,
+            128,
+            128,
+            65536,
+            1,
+            None,
+        );
+        assert_eq!(p.unwrap().splits, 256);
+        // A CPU adapter runs the GPU kernels (gpu_plans does), not the ones it lacks.
+        let lvp = Caps::test_lavapipe(2);
+        let p = plan_forced(
+            &lvp,
+            DType::F32,
+            GemmKernel::WgTiled128x128,
+            300,
+            300,
+            8,
+            1,
+            None,
+        );
+        assert_eq!(p.unwrap().tile(), (128, 128));
+        let no_sg8 = Caps { sg8: false, ..lvp };
+        let e = plan_forced(&no_sg8, DType::F32, GemmKernel::Sg8, 8, 8, 8, 1, None);
+        assert!(e.unwrap_err().to_string().contains("Sg8"));
+        for dt in [DType::F32, DType::F16] {
+            assert!(plan_forced(&gpu, dt, GemmKernel::Coop16, 8, 8, 8, 1, None).is_err());
+        }
+        let coop = Caps {
+            coop16: true,
+            ..gpu
+        };
+        assert!(plan_forced(&coop, DType::F32, GemmKernel::Coop16, 8, 8, 8, 1, None).is_err());
+        assert!(plan_forced(&coop, DType::F16, GemmKernel::Coop16, 8, 8, 8, 1, None).is_ok());
+        assert!(plan_forced(&gpu, DType::F32, GemmKernel::WgTiled, 8, 8, 8, 1, Some(0)).is_err());
     }
 
     #[test]

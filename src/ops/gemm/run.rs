@@ -4,7 +4,7 @@
 
 use super::launch::{dispatch, GemmBinds, Problem};
 use super::options::GemmOptions;
-use super::plan::plan_for_dtype;
+use super::plan::{plan_for_dtype, plan_forced, GemmKernel};
 use crate::runtime::Bind;
 use crate::{Result, Tensor};
 
@@ -18,10 +18,26 @@ pub(crate) fn run(
     o: &GemmOptions,
     into: Option<&Tensor>,
 ) -> Result<Tensor> {
+    run_kernel(op, a, b, o, into, None)
+}
+
+/// [`run`] on `kernel` where given (validated by `plan_forced`), else on the planner's.
+pub(crate) fn run_kernel(
+    op: &'static str,
+    a: &Tensor,
+    b: &Tensor,
+    o: &GemmOptions,
+    into: Option<&Tensor>,
+    kernel: Option<GemmKernel>,
+) -> Result<Tensor> {
     let pb = Problem::new(op, a, b, o, into)?;
     let dev = a.device();
     let (m, n, batch) = (pb.m, pb.n, pb.batch());
-    let pl = plan_for_dtype(dev.caps(), a.dtype, m, n, pb.k, batch, o.split_k)?;
+    let caps = dev.caps();
+    let pl = match kernel {
+        Some(kr) => plan_forced(caps, a.dtype, kr, m, n, pb.k, batch, o.split_k)?,
+        None => plan_for_dtype(caps, a.dtype, m, n, pb.k, batch, o.split_k)?,
+    };
     let out = match into {
         Some(t) => t.clone(),
         None => Tensor::empty(dev, op, &pb.out_shape, a.dtype)?,
