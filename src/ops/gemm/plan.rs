@@ -17,10 +17,10 @@ pub enum GemmKernel {
     /// whose 128-row tiles would be too few to fill the device).
     WgTiled,
     /// `gemm_wg` with TM = 8: a 128 x 64 tile, 8 x 4 per invocation (GPUs, problems with
-    /// enough 128-row tiles to fill the device, or split-k shapes: see [`tall_tiles`]).
+    /// enough 128-row tiles to fill the device, or split-k shapes: see `tall_tiles`).
     WgTiled128,
     /// `gemm_wg` with TM = 8 and TN = 8: a 128 x 128 tile, 8 x 8 per invocation (GPUs,
-    /// problems with enough 128 x 128 tiles to fill the device: see [`wide_tiles`]).
+    /// problems with enough 128 x 128 tiles to fill the device: see `wide_tiles`).
     WgTiled128x128,
     /// `gemm_coop`: f16 on cooperative matrices (16x16x16, f32 accumulation), 4 subgroups of
     /// 32 lanes per 64 x 64 tile; only where [`Caps::coop16`] holds (the adapter offers it and
