@@ -29,6 +29,26 @@ struct Params {
     src_rs: u32,
     dst_off: u32,
     dst_rs: u32,
+    // rnn_seq.wgsl: the steps of the direction, 1 when it runs backwards in time (the slots
+    // and slices above are step 0's and move down), and the elements between two steps' saved
+    // gates (0: every step writes the same scratch rows).
+    steps: u32,
+    reverse: u32,
+    g_step: u32,
+    pad0: u32,
+}
+
+// Where a step reads and writes: the previous / next state slot rows, its xp slice and its
+// saved gates (the per-step kernels take them from the params, rnn_seq.wgsl from its step).
+struct Offs {
+    prev: u32,
+    next: u32,
+    x: u32,
+    g: u32,
+}
+
+fn params_offs() -> Offs {
+    return Offs(p.prev_off, p.next_off, p.x_off, p.g_off);
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -55,8 +75,13 @@ fn lstm_finish(b: u32, j: u32, pre_h: vec4<f32>) {
     if (b >= p.batch || j >= p.hidden) {
         return;
     }
+    lstm_finish_at(params_offs(), b, j, pre_h);
+}
+
+// lstm_finish at the step `o` (b and j in range); returns h as stored.
+fn lstm_finish_at(o: Offs, b: u32, j: u32, pre_h: vec4<f32>) -> f32 {
     let h = p.hidden;
-    let xo = p.x_off + b * p.x_rs + j;
+    let xo = o.x + b * p.x_rs + j;
     let pre = pre_h
         + vec4<f32>(f32(xp[xo]), f32(xp[xo + h]), f32(xp[xo + 2u * h]), f32(xp[xo + 3u * h]));
     let ig = sigmoid_f(pre.x);
@@ -64,14 +89,16 @@ fn lstm_finish(b: u32, j: u32, pre_h: vec4<f32>) {
     let gg = tanh_f(pre.z);
     let og = sigmoid_f(pre.w);
     let row = b * p.seq_rs + j;
-    let c = fg * f32(cseq[p.prev_off + row]) + ig * gg;
-    cseq[p.next_off + row] = T(c);
-    hseq[p.next_off + row] = T(og * tanh_f(c));
-    let go = p.g_off + b * 4u * h + j;
+    let c = fg * f32(cseq[o.prev + row]) + ig * gg;
+    cseq[o.next + row] = T(c);
+    let hv = T(og * tanh_f(c));
+    hseq[o.next + row] = hv;
+    let go = o.g + b * 4u * h + j;
     gates[go] = T(ig);
     gates[go + h] = T(fg);
     gates[go + 2u * h] = T(gg);
     gates[go + 3u * h] = T(og);
+    return f32(hv);
 }
 
 // pre_h: (W_hr h + b_hr, W_hz h + b_hz, W_hn h + b_hn, unused). r scales (W_hn h + b_hn) as in
@@ -80,18 +107,25 @@ fn gru_finish(b: u32, j: u32, pre_h: vec4<f32>) {
     if (b >= p.batch || j >= p.hidden) {
         return;
     }
+    gru_finish_at(params_offs(), b, j, pre_h);
+}
+
+// gru_finish at the step `o` (b and j in range); returns h as stored.
+fn gru_finish_at(o: Offs, b: u32, j: u32, pre_h: vec4<f32>) -> f32 {
     let h = p.hidden;
-    let xo = p.x_off + b * p.x_rs + j;
+    let xo = o.x + b * p.x_rs + j;
     let r = sigmoid_f(f32(xp[xo]) + pre_h.x);
     let z = sigmoid_f(f32(xp[xo + h]) + pre_h.y);
     let hn = pre_h.z;
     let n = tanh_f(f32(xp[xo + 2u * h]) + r * hn);
     let row = b * p.seq_rs + j;
-    let hp = f32(hseq[p.prev_off + row]);
-    hseq[p.next_off + row] = T((1.0 - z) * n + z * hp);
-    let go = p.g_off + b * 4u * h + j;
+    let hp = f32(hseq[o.prev + row]);
+    let hv = T((1.0 - z) * n + z * hp);
+    hseq[o.next + row] = hv;
+    let go = o.g + b * 4u * h + j;
     gates[go] = T(r);
     gates[go + h] = T(z);
     gates[go + 2u * h] = T(n);
     gates[go + 3u * h] = T(hn);
+    return f32(hv);
 }

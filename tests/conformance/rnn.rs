@@ -388,11 +388,13 @@ proptest! {
 
 /// The GPU steps over several row tiles (64 batch rows each) and ragged unit tiles (16 units
 /// forward, 64 backward), LSTM and GRU, both directions, with h0; the backward's recurrent
-/// product in 2 K slices where an LSTM of 64 units has one output tile.
+/// product in 2 K slices where an LSTM of 64 units has one output tile. The forward cases
+/// have more than 128 units (smaller ones run the sequence kernel on GPUs); the backward
+/// cases' forward runs the sequence kernel and saves its gates.
 #[cfg(not(target_arch = "wasm32"))]
 #[test]
 fn rnn_gpu_step_spans_tiles() {
-    for (lstm, b, h) in [(true, 70, 33), (false, 129, 17), (true, 64, 16)] {
+    for (lstm, b, h) in [(true, 70, 161), (false, 129, 145), (true, 64, 144)] {
         let p = Problem {
             lstm,
             t: 3,
@@ -437,21 +439,22 @@ fn rnn_gpu_step_spans_tiles() {
 }
 
 /// The K-split GPU step (a device planning as a 256-slot GPU, where every shape here has too
-/// few large tiles): several row tiles (16 rows) and unit tiles (8 units), ragged edges, K
-/// shorter and longer than the 8 slices, LSTM and GRU, both directions, f32 and f16.
+/// few large tiles): several row tiles (16 rows) and unit tiles (8 units), ragged edges, LSTM
+/// and GRU, both directions, f32 and f16; more than 128 units (smaller ones run the sequence
+/// kernel on GPUs), so K is always longer than the 8 slices.
 #[cfg(not(target_arch = "wasm32"))]
 #[test]
 fn rnn_k_split_step_spans_tiles() {
     let dev = crate::common::wide_gpu_plans_device();
     assert_eq!(dev.caps().parallelism, 256);
     let mut cases = vec![
-        (true, 70, 33, DType::F32),
-        (false, 33, 17, DType::F32),
-        (true, 5, 3, DType::F32),
-        (false, 16, 8, DType::F32),
+        (true, 70, 161, DType::F32),
+        (false, 33, 137, DType::F32),
+        (true, 5, 129, DType::F32),
+        (false, 16, 136, DType::F32),
     ];
     if dev.supports_f16() {
-        cases.extend([(true, 20, 21, DType::F16), (false, 9, 40, DType::F16)]);
+        cases.extend([(true, 20, 149, DType::F16), (false, 9, 130, DType::F16)]);
     }
     for (lstm, b, h, dtype) in cases {
         let p = Problem {
@@ -465,6 +468,50 @@ fn rnn_k_split_step_spans_tiles() {
             batch_first: false,
             with_h0: true,
             seed: 11 + b as u64,
+            dtype,
+        };
+        pollster::block_on(run_sequence(&p, dev))
+            .unwrap_or_else(|e| panic!("lstm {lstm} b {b} h {h} {dtype:?}: {e}"));
+    }
+}
+
+/// The sequence kernel (every step of a direction in one dispatch, GPUs with up to 128 units)
+/// in each of its shapes on the `gpu_plans` device (2 slots): 4, 2 and 1 batch rows per
+/// invocation (B 37 and 70, 9, 3 and 5), one and two units per lane (H <= 64, H > 64), ragged
+/// rows and units, LSTM and GRU, two bidirectional layers with h0 and c0, f32 and f16; on a
+/// 256-slot device, one row per invocation over several workgroups. Its backward (which
+/// reads the gates it saved) runs in `rnn_gpu_step_spans_tiles`.
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn rnn_sequence_kernel_shapes() {
+    let narrow = crate::common::gpu_plans_device();
+    let wide = crate::common::wide_gpu_plans_device();
+    let mut cases = vec![
+        (true, 37, 64, DType::F32, narrow),
+        (false, 70, 100, DType::F32, narrow),
+        (true, 9, 128, DType::F32, narrow),
+        (false, 3, 65, DType::F32, narrow),
+        (true, 5, 1, DType::F32, narrow),
+        (false, 200, 31, DType::F32, wide),
+    ];
+    if narrow.supports_f16() {
+        cases.extend([
+            (true, 20, 70, DType::F16, narrow),
+            (false, 17, 33, DType::F16, narrow),
+        ]);
+    }
+    for (lstm, b, h, dtype, dev) in cases {
+        let p = Problem {
+            lstm,
+            t: 5,
+            b,
+            i: 6,
+            h,
+            layers: 2,
+            bidirectional: true,
+            batch_first: b % 2 == 1,
+            with_h0: true,
+            seed: 21 + b as u64,
             dtype,
         };
         pollster::block_on(run_sequence(&p, dev))
@@ -572,11 +619,23 @@ proptest! {
     }
 }
 
-/// A single-layer forward is the input-projection GEMM plus one dispatch per step.
+/// A single-layer forward is the input-projection GEMM plus one dispatch per step; on GPUs
+/// with up to 128 units, the GEMM, W_hh's transposed copy and one sequence dispatch.
 #[test]
 fn single_layer_forward_records_t_plus_one_dispatches() {
-    let dev = Device::new().unwrap();
-    for lstm in [true, false] {
+    // Private devices: the dispatch counter sees only this test's work.
+    let cpu = Device::new().unwrap();
+    let gpu = Device::with_options(wgtensor::DeviceOptions {
+        gpu_plans: true,
+        ..Default::default()
+    })
+    .unwrap();
+    for (lstm, dev, want) in [
+        (true, &cpu, 13 + 1),
+        (false, &cpu, 13 + 1),
+        (true, &gpu, 3),
+        (false, &gpu, 3),
+    ] {
         let p = Problem {
             lstm,
             t: 13,
@@ -590,7 +649,7 @@ fn single_layer_forward_records_t_plus_one_dispatches() {
             seed: 3,
             dtype: DType::F32,
         };
-        let (_, gw) = weights_for(&p, &dev, 0, p.i);
+        let (_, gw) = weights_for(&p, dev, 0, p.i);
         let kind = if lstm { RnnKind::Lstm } else { RnnKind::Gru };
         let rnn = Rnn::new(
             kind,
@@ -602,10 +661,10 @@ fn single_layer_forward_records_t_plus_one_dispatches() {
             vec![gw],
         )
         .unwrap();
-        let x = upload(&dev, &values(13 * 5 * 7, 1, 1.0), &[13, 5, 7], DType::F32);
+        let x = upload(dev, &values(13 * 5 * 7, 1, 1.0), &[13, 5, 7], DType::F32);
         let before = dev.stats().dispatches;
         let out = rnn.forward(&x, None, None).unwrap();
-        assert_eq!(dev.stats().dispatches - before, 13 + 1, "lstm={lstm}");
+        assert_eq!(dev.stats().dispatches - before, want, "lstm={lstm}");
         // The outputs are views of the state buffer: reading them back costs no dispatch.
         assert_eq!(out.output.shape(), &[13, 5, 9]);
     }

@@ -507,40 +507,69 @@ impl Rnn {
                 &scratch
             }
         };
-        let plan = step_plan(dev, self.kind, b, h, &FORWARD_STEPS)?;
         let slot_elems = b * d * h;
-        for step in 0..t {
-            let (ti, prev, next) = if dir == 0 {
-                (step, step, step + 1)
-            } else {
-                (t - 1 - step, t + 1 - step, t - step)
+        // Step 0's slots and slices: forward from slot 0 and xp[0], reverse from slot T + 1
+        // and xp[T - 1].
+        let (t0, prev0, next0) = if dir == 0 {
+            (0, 0, 1)
+        } else {
+            (t - 1, t + 1, t)
+        };
+        let g_step = if train_gates.is_some() { b * 4 * h } else { 0 };
+        let params_at = |step: usize| {
+            let back = |base: usize, per: usize| {
+                if dir == 0 {
+                    base + step * per
+                } else {
+                    base - step * per
+                }
             };
-            let p = RnnParams {
+            RnnParams {
                 batch: b as u32,
                 hidden: h as u32,
                 seq_rs: (d * h) as u32,
-                prev_off: (prev * slot_elems + dir * h) as u32,
-                next_off: (next * slot_elems + dir * h) as u32,
-                x_off: (ti * b * g * h) as u32,
+                prev_off: (back(prev0, 1) * slot_elems + dir * h) as u32,
+                next_off: (back(next0, 1) * slot_elems + dir * h) as u32,
+                x_off: (back(t0, 1) * b * g * h) as u32,
                 x_rs: (g * h) as u32,
-                g_off: if train_gates.is_some() {
-                    (ti * b * 4 * h) as u32
-                } else {
-                    0
-                },
+                g_off: (back(t0, 1) * g_step) as u32,
+                reverse: dir as u32,
+                g_step: g_step as u32,
                 ..Default::default()
-            };
-            let mut bufs = vec![w.w_hh.buffer(), w.b_hh.buffer(), xp.buffer(), hseq.buffer()];
-            if let Some(c) = cseq {
-                bufs.push(c.buffer());
             }
-            bufs.push(gates.buffer());
-            dev.launch(
+        };
+        let mut bufs = vec![w.w_hh.buffer(), w.b_hh.buffer(), xp.buffer(), hseq.buffer()];
+        if let Some(c) = cseq {
+            bufs.push(c.buffer());
+        }
+        bufs.push(gates.buffer());
+        if let Some(plan) = seq_plan(dev, self.kind, b, h)? {
+            // W_hh transposed ([H, G*H]), so the sequence kernel's lanes read consecutive
+            // weights; the buffer lives until the dispatch is recorded.
+            let wt = w.w_hh.transpose(0, 1)?.contiguous()?;
+            bufs[0] = wt.buffer();
+            let p = RnnParams {
+                steps: t as u32,
+                ..params_at(0)
+            };
+            return dev.launch(
                 op,
                 plan.kernel,
                 &[input.dtype()],
                 &plan.consts,
                 bytemuck::bytes_of(&p),
+                &bufs,
+                plan.grid,
+            );
+        }
+        let plan = step_plan(dev, self.kind, b, h, &FORWARD_STEPS)?;
+        for step in 0..t {
+            dev.launch(
+                op,
+                plan.kernel,
+                &[input.dtype()],
+                &plan.consts,
+                bytemuck::bytes_of(&params_at(step)),
                 &bufs,
                 plan.grid,
             )?;
@@ -643,6 +672,7 @@ pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipe
         "rnn_backward_sg8.wgsl",
         "rnn_wg.wgsl",
         "rnn_ks.wgsl",
+        "rnn_seq.wgsl",
         "rnn_backward_wg.wgsl",
     ],
     params: || vec![step::params_layout(), backward::params_layout()],
@@ -666,6 +696,17 @@ pub fn rnn_variants() -> Vec<ShaderVariant> {
         }
         for k in [&LSTM_STEP_KS, &GRU_STEP_KS] {
             v.push(ShaderVariant::new(k, &[dt], &[]));
+        }
+        for k in [&LSTM_SEQ, &GRU_SEQ] {
+            for rp in SEQ_ROW_CHOICES {
+                for upi in [1.0, 2.0] {
+                    v.push(ShaderVariant::new(
+                        k,
+                        &[dt],
+                        &[("RP", rp as f64), ("UPI", upi)],
+                    ));
+                }
+            }
         }
     }
     v.extend(backward::backward_variants());

@@ -21,6 +21,7 @@ const PORTABLE_SRC: &str = include_str!("../../../shaders/rnn.wgsl");
 const SG8_SRC: &str = include_str!("../../../shaders/rnn_sg8.wgsl");
 const WG_SRC: &str = include_str!("../../../shaders/rnn_wg.wgsl");
 const KS_SRC: &str = include_str!("../../../shaders/rnn_ks.wgsl");
+const SEQ_SRC: &str = include_str!("../../../shaders/rnn_seq.wgsl");
 /// Rows per invocation of the GPU step (`TM`): 64 batch rows per tile.
 pub(crate) const STEP_TM: u32 = 4;
 pub(crate) const WG: u32 = 64;
@@ -58,6 +59,8 @@ pub(crate) static GRU_STEP_WG: Kernel =
     step_kernel_with(RnnKind::Gru, WG_SRC, "gru_step_wg", WG_LIBS);
 pub(crate) static LSTM_STEP_KS: Kernel = step_kernel(RnnKind::Lstm, KS_SRC, "lstm_step_ks");
 pub(crate) static GRU_STEP_KS: Kernel = step_kernel(RnnKind::Gru, KS_SRC, "gru_step_ks");
+pub(crate) static LSTM_SEQ: Kernel = step_kernel(RnnKind::Lstm, SEQ_SRC, "lstm_seq");
+pub(crate) static GRU_SEQ: Kernel = step_kernel(RnnKind::Gru, SEQ_SRC, "gru_seq");
 pub(crate) static LOAD_STATE: Kernel = Kernel::new("rnn", PORTABLE_SRC, "load_state", &[R, RW])
     .slots(&[7, 4])
     .libs(LIBS);
@@ -77,6 +80,10 @@ pub(crate) struct RnnParams {
     pub(crate) src_rs: u32,
     pub(crate) dst_off: u32,
     pub(crate) dst_rs: u32,
+    pub(crate) steps: u32,
+    pub(crate) reverse: u32,
+    pub(crate) g_step: u32,
+    pub(crate) pad0: u32,
 }
 
 /// The step kernel, its override constants and its grid.
@@ -172,6 +179,68 @@ pub(crate) fn step_plan(
     })
 }
 
+/// The widest hidden size the sequence kernel takes (shaders/rnn_seq.wgsl: `HMAX`, 64 units
+/// per row group times `UPI` <= 2).
+pub(crate) const SEQ_MAX_HIDDEN: usize = 128;
+/// Row groups per workgroup of the sequence kernel (shaders/rnn_seq.wgsl: `RG`); a workgroup
+/// holds `RG * RP` batch rows.
+const SEQ_GROUPS: usize = 4;
+/// Batch rows per invocation the sequence kernel may take (`RP`), most first.
+pub(crate) const SEQ_ROW_CHOICES: [u32; 3] = [4, 2, 1];
+
+/// The sequence kernel's shape for `b` rows of hidden size `h` on `caps`: `(RP, UPI)`, or
+/// `None` where the per-step kernels run instead: CPU adapters (on lavapipe the bench's
+/// B 256, H 64 sequence took 2.2x as long in one dispatch, its 16 workgroups' barriers
+/// against 50 dispatches, and compiled 0.8 s slower) and H above [`SEQ_MAX_HIDDEN`]. On GPUs a
+/// per-step dispatch costs a round of launch latency (an H200 spent about 16 us a step on
+/// that sequence, 1 MFLOP each), while the rows of a recurrence never meet: one workgroup per
+/// `4 RP` batch rows walks every step with one barrier per step. `RP` is the most rows per
+/// invocation whose workgroups still fill the device's slots, else 1 (the shortest steps).
+pub(crate) fn seq_shape(caps: &Caps, b: usize, h: usize) -> Option<(u32, u32)> {
+    if caps.cpu || h == 0 || h > SEQ_MAX_HIDDEN {
+        return None;
+    }
+    let rp = SEQ_ROW_CHOICES
+        .into_iter()
+        .find(|&rp| b.div_ceil(SEQ_GROUPS * rp as usize) >= caps.slots())
+        .unwrap_or(1);
+    let upi = if h > 64 { 2 } else { 1 };
+    Some((rp, upi))
+}
+
+/// The sequence kernel (shaders/rnn_seq.wgsl), its constants and grid, where [`seq_shape`]
+/// takes it: every step of one direction in one dispatch.
+pub(crate) fn seq_plan(
+    dev: &Device,
+    kind: RnnKind,
+    b: usize,
+    h: usize,
+) -> Result<Option<StepPlan>> {
+    let Some((rp, upi)) = seq_shape(dev.caps(), b, h) else {
+        return Ok(None);
+    };
+    let groups = b.div_ceil(SEQ_GROUPS * rp as usize);
+    let max = dev.limits().max_compute_workgroups_per_dimension as usize;
+    if groups > max {
+        return Err(Error::size(
+            kind.name(),
+            format!(
+                "batch {b} needs {groups} workgroups of {} rows, over the adapter's {max}",
+                SEQ_GROUPS * rp as usize
+            ),
+        ));
+    }
+    let kernel = match kind {
+        RnnKind::Lstm => &LSTM_SEQ,
+        RnnKind::Gru => &GRU_SEQ,
+    };
+    Ok(Some(StepPlan {
+        kernel,
+        consts: vec![("RP", rp as f64), ("UPI", upi as f64)],
+        grid: [groups as u32, 1, 1],
+    }))
+}
+
 /// Copies a `[1, B, H]` state into slot `slot`, direction `dir` of a sequence buffer.
 pub(crate) fn copy_state(
     dev: &Device,
@@ -257,7 +326,11 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
             src_off,
             src_rs,
             dst_off,
-            dst_rs
+            dst_rs,
+            steps,
+            reverse,
+            g_step,
+            pad0
         }
     )
 }
@@ -266,6 +339,31 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
 mod tests {
     use super::splits_k;
     use crate::runtime::Caps;
+
+    #[test]
+    fn sequence_tile_matches_the_shader() {
+        let src = super::SEQ_SRC;
+        assert!(src.contains("const RG: u32 = 4u;") && super::SEQ_GROUPS == 4);
+        assert!(src.contains("const RMAX: u32 = 16u;"));
+        assert!(src.contains("const HMAX: u32 = 128u;") && super::SEQ_MAX_HIDDEN == 128);
+    }
+
+    #[test]
+    fn sequence_kernel_on_gpus_for_small_hidden_sizes() {
+        use super::seq_shape;
+        let gpu = Caps::test_gpu();
+        // The bench's B 256, H 64: 16 rows per workgroup would make 16 workgroups for 256
+        // slots, so one row per invocation (64 workgroups).
+        assert_eq!(seq_shape(&gpu, 256, 64), Some((1, 1)));
+        // B 8192: 4 rows each still make 512 workgroups; B 2048: 2 rows (256).
+        assert_eq!(seq_shape(&gpu, 8192, 64), Some((4, 1)));
+        assert_eq!(seq_shape(&gpu, 2048, 65), Some((2, 2)));
+        assert_eq!(seq_shape(&gpu, 1, 128), Some((1, 2)));
+        // H above 128, or a CPU adapter: the per-step kernels.
+        assert_eq!(seq_shape(&gpu, 256, 129), None);
+        assert_eq!(seq_shape(&gpu, 256, 0), None);
+        assert_eq!(seq_shape(&Caps::test_lavapipe(2), 256, 64), None);
+    }
 
     #[test]
     fn k_split_tile_matches_the_shader() {

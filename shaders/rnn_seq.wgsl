@@ -1,0 +1,147 @@
+// A whole sequence of one LSTM / GRU direction in one dispatch, for hidden sizes up to 128:
+// the per-step kernels cost a dispatch each (on an H200 about 16 us a step for the bench's
+// B 256, H 64, whose product is 1 MFLOP), while the batch rows of a recurrence never meet, so
+// a workgroup can walk every step of its own rows with one barrier per step. A workgroup of
+// 256 invocations owns 4 RP batch rows; invocation (lane, rq) = (li % 64, li / 64) owns rows
+// rq * RP .. + RP of those and units lane + 64 u (u < UPI), all gates in a vec4 (the planner
+// takes RP < 4 where 4-row groups would leave the device's slots idle). The rows'
+// h_{t-1} live in workgroup memory (double buffered: a step reads one buffer and writes the
+// other, so one barrier per step suffices), their c in the sequence buffer as in the step
+// kernels (each (row, unit) is read back by the invocation that wrote it). W_hh comes
+// transposed, [H, G*H] (row k holds every gate row's k-th weight), so the 64 lanes of a row
+// group read 64 consecutive weights per gate and k; its rows serve RP batch rows each. Sums
+// run over k in order and add b_hh last, as the portable step does. Every step writes what
+// the per-step kernels write (h and c into slot next, the saved gates at g_off + s g_step), so
+// training and the outputs are unchanged. Needs lib/activation.wgsl and lib/rnn_common.wgsl.
+
+// Units per invocation: 1 (H <= 64) or 2 (H <= 128).
+override UPI: u32 = 1u;
+// Batch rows per invocation: 1, 2 or 4.
+override RP: u32 = 4u;
+
+// Row groups per workgroup, the most rows per workgroup (RP = 4), and the widest H.
+const RG: u32 = 4u;
+const RMAX: u32 = 16u;
+const HMAX: u32 = 128u;
+
+// h_{t-1} of the workgroup's rows, two buffers of RMAX x HMAX (16 KiB, WebGPU's default
+// limit).
+var<workgroup> hs: array<f32, 2u * RMAX * HMAX>;
+
+// Batch rows per workgroup.
+fn rows() -> u32 {
+    return RG * RP;
+}
+
+// The slots and slices step s of the direction reads and writes.
+fn offs_at(s: u32) -> Offs {
+    let ds = s * p.batch * p.seq_rs;
+    let dx = s * p.batch * p.x_rs;
+    let dg = s * p.g_step;
+    if (p.reverse == 1u) {
+        return Offs(p.prev_off - ds, p.next_off - ds, p.x_off - dx, p.g_off - dg);
+    }
+    return Offs(p.prev_off + ds, p.next_off + ds, p.x_off + dx, p.g_off + dg);
+}
+
+// Workgroup-memory index of row `r` (below rows()) of buffer `buf`, unit `j`.
+fn hs_at(buf: u32, r: u32, j: u32) -> u32 {
+    return (buf * RMAX + r) * HMAX + j;
+}
+
+// The initial state of invocation li's rows into buffer 0 (rows past the batch as 0).
+fn seq_load(wid: u32, li: u32) {
+    let lane = li % 64u;
+    let rq = li / 64u;
+    for (var i = 0u; i < RP; i++) {
+        let r = rq * RP + i;
+        let b = wid * rows() + r;
+        for (var u = 0u; u < UPI; u++) {
+            let j = lane + 64u * u;
+            var v = 0.0;
+            if (b < p.batch && j < p.hidden) {
+                v = f32(hseq[p.prev_off + b * p.seq_rs + j]);
+            }
+            hs[hs_at(0u, r, j)] = v;
+        }
+    }
+}
+
+// h_{t-1} W_hh^T + b_hh from buffer `cur` for invocation li's rows and units: element
+// i * 2 + u holds the gates of row rq * RP + i, unit lane + 64 u (a GRU's fourth lane repeats
+// its third gate, unused). Units past H read the last unit; their results are never stored.
+fn seq_dot(cur: u32, li: u32, ngates: u32) -> array<vec4<f32>, 8> {
+    let lane = li % 64u;
+    let rq = li / 64u;
+    let h = p.hidden;
+    let gh = ngates * h;
+    let g3 = min(3u, ngates - 1u) * h;
+    var acc: array<vec4<f32>, 8>;
+    for (var k = 0u; k < h; k++) {
+        let wr = k * gh;
+        for (var u = 0u; u < UPI; u++) {
+            let j = min(lane + 64u * u, h - 1u);
+            let w = vec4<f32>(
+                f32(whh[wr + j]),
+                f32(whh[wr + h + j]),
+                f32(whh[wr + 2u * h + j]),
+                f32(whh[wr + g3 + j]),
+            );
+            for (var i = 0u; i < RP; i++) {
+                let hv = hs[hs_at(cur, rq * RP + i, k)];
+                acc[2u * i + u] = fma(vec4<f32>(hv), w, acc[2u * i + u]);
+            }
+        }
+    }
+    for (var u = 0u; u < UPI; u++) {
+        let bias = hidden_bias(lane + 64u * u, ngates);
+        for (var i = 0u; i < RP; i++) {
+            acc[2u * i + u] += bias;
+        }
+    }
+    return acc;
+}
+
+@compute @workgroup_size(256)
+fn lstm_seq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    seq_load(wid.x, li);
+    workgroupBarrier();
+    for (var s = 0u; s < p.steps; s++) {
+        let cur = s & 1u;
+        let acc = seq_dot(cur, li, 4u);
+        let o = offs_at(s);
+        for (var i = 0u; i < RP; i++) {
+            let r = (li / 64u) * RP + i;
+            let b = wid.x * rows() + r;
+            for (var u = 0u; u < UPI; u++) {
+                let j = li % 64u + 64u * u;
+                if (b < p.batch && j < p.hidden) {
+                    hs[hs_at(1u - cur, r, j)] = lstm_finish_at(o, b, j, acc[2u * i + u]);
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+}
+
+@compute @workgroup_size(256)
+fn gru_seq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    seq_load(wid.x, li);
+    workgroupBarrier();
+    for (var s = 0u; s < p.steps; s++) {
+        let cur = s & 1u;
+        let acc = seq_dot(cur, li, 3u);
+        let o = offs_at(s);
+        for (var i = 0u; i < RP; i++) {
+            let r = (li / 64u) * RP + i;
+            let b = wid.x * rows() + r;
+            for (var u = 0u; u < UPI; u++) {
+                let j = li % 64u + 64u * u;
+                if (b < p.batch && j < p.hidden) {
+                    hs[hs_at(1u - cur, r, j)] = gru_finish_at(o, b, j, acc[2u * i + u]);
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+}
