@@ -232,39 +232,47 @@ fn conv_wg_splitk_f32() {
     }
 }
 
-/// A weight gradient on a device planning as a 256-slot GPU: 72 output channels (two 64-row
-/// tiles, which would split K) take one 128-row tile split over K = 4 * 128 * 128 into 256
-/// slices, the tall tile's split path, against the reference and run to run.
+/// Weight gradients on a device planning as a 256-slot GPU: 72 output channels of 2 input
+/// channels (two 64-row tiles, which would split K) take one 128-row tile split over
+/// K = 4 * 128 * 128 into 256 slices, the tall tile's split path; of 8 input channels (72
+/// columns), one 128 x 128 tile split as far, the wide tile's; against the reference and run
+/// to run.
 #[cfg(not(target_arch = "wasm32"))]
 #[test]
-fn conv_wg_tall_tile_splits_k_on_a_wide_gpu() {
+fn conv_wg_large_tiles_split_k_on_a_wide_gpu() {
     let dev = crate::common::wide_gpu_plans_device();
-    let g = ConvGeom {
-        n: 4,
-        c: 2,
-        h: 128,
-        w: 128,
-        o: 72,
-        kh: 3,
-        kw: 3,
-        groups: 1,
-        stride: [1, 1],
-        pad: [1, 1, 1, 1],
-        dil: [1, 1],
-    };
-    let pl = expected_plan(dev, &g, Dir::Weight);
-    assert_eq!((pl.variant, pl.rt), (ConvVariant::WgTiled, 8), "{pl:?}");
-    assert!(pl.splits >= 128, "{pl:?}");
-    let p = Problem {
-        g,
-        seed: 310,
-        int: false,
-        bias: false,
-        views: false,
-    };
-    check_split(dev, &p, DType::F32, Dir::Weight, Activation::None)
-        .unwrap_or_else(|e| panic!("{g:?}: {e}"));
-    runs_agree(dev, &g, Dir::Weight, DType::F32, 2);
+    for (c, ct, seed) in [(2, 4, 310), (8, 8, 311)] {
+        let g = ConvGeom {
+            n: 4,
+            c,
+            h: 128,
+            w: 128,
+            o: 72,
+            kh: 3,
+            kw: 3,
+            groups: 1,
+            stride: [1, 1],
+            pad: [1, 1, 1, 1],
+            dil: [1, 1],
+        };
+        let pl = expected_plan(dev, &g, Dir::Weight);
+        assert_eq!(
+            (pl.variant, pl.rt, pl.ct),
+            (ConvVariant::WgTiled, 8, ct),
+            "{pl:?}"
+        );
+        assert!(pl.splits >= 128, "{pl:?}");
+        let p = Problem {
+            g,
+            seed,
+            int: false,
+            bias: false,
+            views: false,
+        };
+        check_split(dev, &p, DType::F32, Dir::Weight, Activation::None)
+            .unwrap_or_else(|e| panic!("{g:?}: {e}"));
+        runs_agree(dev, &g, Dir::Weight, DType::F32, 2);
+    }
 }
 
 /// A depthwise weight gradient over a long K on the GPU plan: its direct invocations (3 lines

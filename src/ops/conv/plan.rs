@@ -140,7 +140,7 @@ fn plan_with(
         // fill it, alone or split over K, else 64x64.
         ConvVariant::WgTiled => {
             use crate::ops::gemm::plan::{tall_tiles, wide_tiles};
-            if wide_tiles(caps, m, ncols, groups, None) {
+            if wide_tiles(caps, m, ncols, k, groups, None) {
                 WG_SHAPES[2]
             } else {
                 WG_SHAPES[usize::from(tall_tiles(caps, m, ncols, k, groups, None))]
@@ -276,11 +276,15 @@ mod plan_tests {
         // 128 rows x 16384 columns: 128 tiles of 128 x 128 fall short, 256 of 128 x 64 fill.
         let p = plan_with(&gpu, true, 128, 16384, 1152, 1, 100);
         assert_eq!(p.tile(), (128, 64));
-        // Its weight gradient: 36 tiles of 64 rows would split K, so 18 tiles of 128 rows
-        // split it into four workgroups per slot (1024 / 18 = 57 slices).
+        // Its weight gradient: 36 tiles of 64 x 64 would split K, so 9 tiles of 128 x 128
+        // split it into four workgroups per slot (1024 / 9 = 114 slices).
         let p = plan_with(&gpu, true, 128, 1152, 100352, 1, 100);
+        assert_eq!((p.variant, p.rt, p.ct), (ConvVariant::WgTiled, 8, 8));
+        assert_eq!(p.splits, 114, "{p:?}");
+        // 64 columns (a weight gradient of 7 input channels, 3x3): 128 x 64 tiles, split.
+        let p = plan_with(&gpu, true, 128, 63, 100352, 1, 100);
         assert_eq!((p.variant, p.rt, p.ct), (ConvVariant::WgTiled, 8, 4));
-        assert_eq!(p.splits, 57, "{p:?}");
+        assert!(p.splits > 1, "{p:?}");
         assert!(p.k_chunk >= 256 && p.splits * p.k_chunk >= 100352);
         assert_eq!(
             plan_with(&lvp, true, 128, 100352, 1152, 1, 100).variant,

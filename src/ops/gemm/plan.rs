@@ -214,7 +214,7 @@ fn pick_kernel(
     // [`wide_tiles`] says, else the 128 x 64 tile where [`tall_tiles`] says, else 64 x 64.
     if !caps.cpu {
         let split = split_k.map(|s| s as usize);
-        if wide_tiles(caps, m, n, batch, split) {
+        if wide_tiles(caps, m, n, k, batch, split) {
             GemmKernel::WgTiled128x128
         } else if tall_tiles(caps, m, n, k, batch, split) {
             GemmKernel::WgTiled128
@@ -231,13 +231,8 @@ fn pick_kernel(
 /// Whether a GPU product of `m` rows, `ncols` columns and depth `k` (`batch` of them) takes
 /// the 128 x 64 tile of the large-tile core (8 x 4 per invocation: TM / 4 + 1 workgroup loads
 /// per 4 TM FMAs, half the 64 x 64 tile's ratio; on the H200 the 4096^3 GEMM ran at 28 TFLOPS
-/// on it, [1024]^3 at 14-16 on 64 x 64 tiles): where its tiles alone fill the device's
-/// slots, or where the 64 x 64 tiles would split K anyway (fewer than [`split_floor`]) and
-/// the 128-row tiles, split, still reach the slots: split-k's workgroups then come from K,
-/// and the taller tile does twice the work per load (the [256 x 65536] x [65536 x 256]
-/// product ran at 18 TFLOPS on split 64 x 64 tiles). A caller's `split` (GEMM's explicit
-/// `split_k`) counts as given: then the split 128-row tiles must reach the slots. Shared by
-/// GEMM and convolution.
+/// on it, [1024]^3 at 14-16 on 64 x 64 tiles), by the rule of `big_tiles`. Shared by GEMM and
+/// convolution.
 pub(crate) fn tall_tiles(
     caps: &Caps,
     m: usize,
@@ -246,51 +241,62 @@ pub(crate) fn tall_tiles(
     batch: usize,
     split: Option<usize>,
 ) -> bool {
-    if caps.cpu || m <= 64 {
-        return false;
-    }
-    let tiles = |rows: usize| {
-        m.div_ceil(rows)
-            .saturating_mul(ncols.div_ceil(64))
-            .saturating_mul(batch)
-            .max(1)
-    };
-    let tall = tiles(128);
-    if let Some(s) = split {
-        return tall.saturating_mul(s) >= caps.parallelism;
-    }
-    if tall >= caps.parallelism {
-        return true;
-    }
-    let floor = split_floor(caps);
-    let slices = split_target(caps).div_ceil(tall).min(k / 256);
-    k >= 1024 && tiles(64) < floor && tall.saturating_mul(slices) >= floor
+    big_tiles(caps, m, ncols, k, batch, split, 64)
 }
 
-/// Whether a GPU product of `m` rows and `ncols` columns (`batch` of them, K split `split`
-/// ways when the caller says) takes the 128 x 128 tile of the large-tile core: where those
-/// tiles alone (times the caller's split) fill the device's slots. Its invocations hold 8 x 8
-/// outputs and read TM / 4 + TN / 4 = 4 workgroup vec4 per 64 FMAs, where the 128 x 64 tile
-/// reads 3 per 32, and each staged value serves 128 outputs instead of 64 (the tiling of the
-/// SGEMM write-ups that reach 70-90% of cuBLAS; the 128 x 64 tile ran the 4096^3 product at
-/// 28 TFLOPS on the H200, 0.57x cuBLAS). Products of 64 rows or columns or fewer keep the
-/// narrower tiles, which leave no half-empty tile.
+/// Whether a GPU product takes the 128 x 128 tile of the large-tile core, by the rule of
+/// `big_tiles`; never for 64 columns or fewer (half the tile would idle). Its invocations
+/// hold 8 x 8 outputs and read TM / 4 + TN / 4 = 4 workgroup vec4 per 64 FMAs, where the
+/// 128 x 64 tile reads 3 per 32, and each staged value serves 128 outputs instead of 64 (the
+/// tiling of the SGEMM write-ups that reach 70-90% of cuBLAS; the 128 x 64 tile ran the
+/// 4096^3 product at 28 TFLOPS on the H200, 0.57x cuBLAS, and a convolution's weight gradient
+/// at 19 on split 64 x 64 tiles, 0.30x cuDNN). Shared by GEMM and convolution.
 pub(crate) fn wide_tiles(
     caps: &Caps,
     m: usize,
     ncols: usize,
+    k: usize,
     batch: usize,
     split: Option<usize>,
 ) -> bool {
-    if caps.cpu || m <= 64 || ncols <= 64 {
+    ncols > 64 && big_tiles(caps, m, ncols, k, batch, split, 128)
+}
+
+/// Whether a GPU product takes a 128-row tile `cols` columns wide: where those tiles alone
+/// fill the device's slots, or where the 64 x 64 tiles would split K anyway (fewer than
+/// [`split_floor`]) and these tiles, split, still reach the slots: split-k's workgroups then
+/// come from K, and the bigger tile does more work per load (the [256 x 65536] x
+/// [65536 x 256] product ran at 18 TFLOPS on split 64 x 64 tiles). A caller's `split` (GEMM's
+/// explicit `split_k`) counts as given: then the split tiles must reach the slots. Never for
+/// 64 rows or fewer, nor on CPU adapters.
+fn big_tiles(
+    caps: &Caps,
+    m: usize,
+    ncols: usize,
+    k: usize,
+    batch: usize,
+    split: Option<usize>,
+    cols: usize,
+) -> bool {
+    if caps.cpu || m <= 64 {
         return false;
     }
-    let tiles = m
-        .div_ceil(128)
-        .saturating_mul(ncols.div_ceil(128))
-        .saturating_mul(batch)
-        .saturating_mul(split.unwrap_or(1));
-    tiles >= caps.slots()
+    let tiles = |rows: usize, cols: usize| {
+        m.div_ceil(rows)
+            .saturating_mul(ncols.div_ceil(cols))
+            .saturating_mul(batch)
+            .max(1)
+    };
+    let big = tiles(128, cols);
+    if let Some(s) = split {
+        return big.saturating_mul(s) >= caps.slots();
+    }
+    if big >= caps.slots() {
+        return true;
+    }
+    let floor = split_floor(caps);
+    let slices = split_target(caps).div_ceil(big).min(k / 256);
+    k >= 1024 && tiles(64, 64) < floor && big.saturating_mul(slices) >= floor
 }
 
 /// Workgroups per estimated slot that split-k aims at on GPUs once it splits. On an NVIDIA
@@ -468,25 +474,31 @@ mod plan_tests {
         assert_ne!(p.kernel, GemmKernel::WgTiled128x128);
         // CPU adapters never take it.
         let lvp = Caps::test_lavapipe(2);
-        assert!(!wide_tiles(&lvp, 4096, 4096, 1, None));
+        assert!(!wide_tiles(&lvp, 4096, 4096, 4096, 1, None));
     }
 
     #[test]
     fn gpu_splits_below_the_slots_into_four_workgroups_per_slot() {
         let caps = Caps::test_gpu();
         assert_eq!(caps.parallelism, 256);
-        // 4 x 4 tiles of 64 x 64 would split: 2 x 4 tiles of 128 x 64 split instead, into
-        // 1024 / 8 = 128 slices, which K / 256 = 64 caps (512 workgroups, past the slots).
+        // 4 x 4 tiles of 64 x 64 would split: 2 x 2 tiles of 128 x 128 split instead, into
+        // 1024 / 4 = 256 slices, which K / 256 = 64 caps (256 workgroups, the slots).
         let p = plan_for(&caps, 256, 256, 16384, 1, None).unwrap();
         assert_eq!(
             (p.kernel, p.splits, p.k_chunk),
-            (GemmKernel::WgTiled128, 64, 256)
+            (GemmKernel::WgTiled128x128, 64, 256)
         );
-        // The bench's [256 x 65536] x [65536 x 256]: 128 slices of 512.
+        // The bench's [256 x 65536] x [65536 x 256]: 256 slices of 256.
         let p = plan_for(&caps, 256, 256, 65536, 1, None).unwrap();
         assert_eq!(
             (p.kernel, p.splits, p.k_chunk),
-            (GemmKernel::WgTiled128, 128, 512)
+            (GemmKernel::WgTiled128x128, 256, 256)
+        );
+        // 64 columns: 2 x 1 tiles of 128 x 64 split 512 ways (K / 256 caps at 256).
+        let p = plan_for(&caps, 256, 64, 65536, 1, None).unwrap();
+        assert_eq!(
+            (p.kernel, p.splits, p.k_chunk),
+            (GemmKernel::WgTiled128, 256, 256)
         );
         // K = 2048 allows 8 slices: 64 workgroups of 128 rows fall short of the slots, so
         // the 64 x 64 tiles split (16 x 8 = 128 workgroups).
@@ -496,9 +508,9 @@ mod plan_tests {
         let p = plan_for(&caps, 1024, 1024, 16384, 1, None).unwrap();
         assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled, 1));
         // 15 x 16 = 240 tiles of 64 rows (the ragged last row of tiles counts) would split:
-        // 8 x 16 = 128 of 128 rows split 1024 / 128 = 8 ways instead.
+        // 8 x 8 = 64 of 128 x 128 split 1024 / 64 = 16 ways instead.
         let p = plan_for(&caps, 14 * 64 + 1, 16 * 64, 16384, 1, None).unwrap();
-        assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled128, 8));
+        assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled128x128, 16));
         // A caller's split counts as given: unsplit, 8 tiles of 128 rows would leave the
         // device idle, so 16 of 64; split 32 ways, 8 x 32 fill it; split 64 ways, so do
         // 4 tiles of 128 x 128.
