@@ -38,6 +38,29 @@ struct Params {
     zero: f32,
     // K slices of the GPU step's recurrent product (rnn_backward_wg.wgsl); unused elsewhere.
     splits: u32,
+    // rnn_backward_seq.wgsl: the steps of the direction, and 1 when the time index falls as
+    // processing goes on (the forward direction; the offsets above are step 0's).
+    steps: u32,
+    down: u32,
+    pad0: u32,
+    pad1: u32,
+}
+
+// Where a step reads and writes: its dy rows, dA rows, saved gates, the state slots before and
+// after it, and its carry slots in and out (the per-step kernels take them from the params,
+// rnn_backward_seq.wgsl from its step).
+struct BOffs {
+    dy: u32,
+    a: u32,
+    g: u32,
+    prev: u32,
+    cur: u32,
+    cin: u32,
+    cout: u32,
+}
+
+fn params_boffs() -> BOffs {
+    return BOffs(p.dy_off, p.a_off, p.g_off, p.prev_off, p.cur_off, p.carry_in, p.carry_out);
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -52,59 +75,80 @@ struct Params {
 
 // rec: this row's dA_h_{t+1} W_hh (0 on the first processed step).
 fn lstm_backward_finish(b: u32, j: u32, rec: f32) {
-    let h = p.hidden;
-    if (b >= p.batch || j >= h) {
+    if (b >= p.batch || j >= p.hidden) {
         return;
     }
-    let cin = p.carry_in + b * h + j;
-    let dh = rec + f32(dy[p.dy_off + b * p.dy_rs + j]) + f32(carry[cin]);
-    let go = p.g_off + b * 4u * h + j;
+    lstm_backward_finish_at(params_boffs(), b, j, rec);
+}
+
+// lstm_backward_finish at the step `o` (b and j in range); returns the four dA_h values as
+// stored.
+fn lstm_backward_finish_at(o: BOffs, b: u32, j: u32, rec: f32) -> vec4<f32> {
+    let h = p.hidden;
+    let cin = o.cin + b * h + j;
+    let dh = rec + f32(dy[o.dy + b * p.dy_rs + j]) + f32(carry[cin]);
+    let go = o.g + b * 4u * h + j;
     let ig = f32(gates[go]);
     let fg = f32(gates[go + h]);
     let gg = f32(gates[go + 2u * h]);
     let og = f32(gates[go + 3u * h]);
     let row = b * p.seq_rs + j;
-    let c = f32(cseq[p.cur_off + row]);
-    let cp = f32(cseq[p.prev_off + row]);
+    let c = f32(cseq[o.cur + row]);
+    let cp = f32(cseq[o.prev + row]);
     let tc = tanh_f(c);
     let dc = f32(carry[cin + p.batch * h]) + dh * og * (1.0 - tc * tc);
     let d_o = dh * tc;
     let di = dc * gg;
     let dg = dc * ig;
     let df = dc * cp;
-    let cout = p.carry_out + b * h + j;
+    let cout = o.cout + b * h + j;
     carry[cout] = T(0.0);
     carry[cout + p.batch * h] = T(dc * fg);
-    let ao = p.a_off + b * p.gh + j;
-    dah[ao] = T(di * ig * (1.0 - ig));
-    dah[ao + h] = T(df * fg * (1.0 - fg));
-    dah[ao + 2u * h] = T(dg * (1.0 - gg * gg));
-    dah[ao + 3u * h] = T(d_o * og * (1.0 - og));
+    let ao = o.a + b * p.gh + j;
+    let da = vec4<T>(
+        T(di * ig * (1.0 - ig)),
+        T(df * fg * (1.0 - fg)),
+        T(dg * (1.0 - gg * gg)),
+        T(d_o * og * (1.0 - og)),
+    );
+    dah[ao] = da.x;
+    dah[ao + h] = da.y;
+    dah[ao + 2u * h] = da.z;
+    dah[ao + 3u * h] = da.w;
+    return vec4<f32>(da);
 }
 
 fn gru_backward_finish(b: u32, j: u32, rec: f32) {
-    let h = p.hidden;
-    if (b >= p.batch || j >= h) {
+    if (b >= p.batch || j >= p.hidden) {
         return;
     }
-    let dh = rec + f32(dy[p.dy_off + b * p.dy_rs + j]) + f32(carry[p.carry_in + b * h + j]);
-    let go = p.g_off + b * 4u * h + j;
+    gru_backward_finish_at(params_boffs(), b, j, rec);
+}
+
+// gru_backward_finish at the step `o` (b and j in range); returns the three dA_h values as
+// stored (the fourth lane 0).
+fn gru_backward_finish_at(o: BOffs, b: u32, j: u32, rec: f32) -> vec4<f32> {
+    let h = p.hidden;
+    let dh = rec + f32(dy[o.dy + b * p.dy_rs + j]) + f32(carry[o.cin + b * h + j]);
+    let go = o.g + b * 4u * h + j;
     let r = f32(gates[go]);
     let z = f32(gates[go + h]);
     let n = f32(gates[go + 2u * h]);
     let hn = f32(gates[go + 3u * h]);
-    let hp = f32(hseq[p.prev_off + b * p.seq_rs + j]);
+    let hp = f32(hseq[o.prev + b * p.seq_rs + j]);
     let dan = dh * (1.0 - z) * (1.0 - n * n);
     let dar = dan * hn * r * (1.0 - r);
     let daz = dh * (hp - n) * z * (1.0 - z);
-    let cout = p.carry_out + b * h + j;
+    let cout = o.cout + b * h + j;
     carry[cout] = T(dh * z);
     carry[cout + p.batch * h] = T(0.0);
-    let ao = p.a_off + b * p.gh + j;
-    dah[ao] = T(dar);
-    dah[ao + h] = T(daz);
-    dah[ao + 2u * h] = T(dan * r);
-    dax[ao] = T(dar);
-    dax[ao + h] = T(daz);
+    let ao = o.a + b * p.gh + j;
+    let da = vec3<T>(T(dar), T(daz), T(dan * r));
+    dah[ao] = da.x;
+    dah[ao + h] = da.y;
+    dah[ao + 2u * h] = da.z;
+    dax[ao] = da.x;
+    dax[ao + h] = da.y;
     dax[ao + 2u * h] = T(dan);
+    return vec4<f32>(vec3<f32>(da), 0.0);
 }

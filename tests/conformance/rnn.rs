@@ -388,9 +388,8 @@ proptest! {
 
 /// The GPU steps over several row tiles (64 batch rows each) and ragged unit tiles (16 units
 /// forward, 64 backward), LSTM and GRU, both directions, with h0; the backward's recurrent
-/// product in 2 K slices where an LSTM of 64 units has one output tile. The forward cases
-/// have more than 128 units (smaller ones run the sequence kernel on GPUs); the backward
-/// cases' forward runs the sequence kernel and saves its gates.
+/// product in K slices. Every case has more than 128 units: smaller ones run the sequence
+/// kernels on GPUs (`rnn_sequence_kernel_shapes`).
 #[cfg(not(target_arch = "wasm32"))]
 #[test]
 fn rnn_gpu_step_spans_tiles() {
@@ -412,9 +411,9 @@ fn rnn_gpu_step_spans_tiles() {
             .unwrap_or_else(|e| panic!("lstm {lstm} b {b} h {h}: {e}"));
     }
     for (lstm, b, h, with_dhn) in [
-        (true, 5, 64, true),
-        (false, 66, 70, false),
-        (true, 3, 65, false),
+        (true, 5, 130, true),
+        (false, 66, 140, false),
+        (true, 3, 129, false),
     ] {
         let p = Problem {
             lstm,
@@ -475,12 +474,13 @@ fn rnn_k_split_step_spans_tiles() {
     }
 }
 
-/// The sequence kernel (every step of a direction in one dispatch, GPUs with up to 128 units)
-/// in each of its shapes on the `gpu_plans` device (2 slots): 4, 2 and 1 batch rows per
-/// invocation (B 37 and 70, 9, 3 and 5), one and two units per lane (H <= 64, H > 64), ragged
-/// rows and units, LSTM and GRU, two bidirectional layers with h0 and c0, f32 and f16; on a
-/// 256-slot device, one row per invocation over several workgroups. Its backward (which
-/// reads the gates it saved) runs in `rnn_gpu_step_spans_tiles`.
+/// The sequence kernels (every step of a direction in one dispatch, GPUs with up to 128
+/// units), forward and backward, in each of their shapes on the `gpu_plans` device (2 slots):
+/// forward 4, 2 and 1 batch rows per invocation (B 37 and 70, 9, 3 and 5), backward 4
+/// (LSTM of 32 units), 2 (64 units) and 1 (65 to 128 units, a GRU's 3H up to 384 values a
+/// row); one and two units per lane (H <= 64, H > 64); ragged rows and units, LSTM and GRU,
+/// two bidirectional layers with h0 and c0 (and dh_n, dc_n in half the backward cases), f32
+/// and f16; on a 256-slot device, one row per invocation over several workgroups.
 #[cfg(not(target_arch = "wasm32"))]
 #[test]
 fn rnn_sequence_kernel_shapes() {
@@ -492,6 +492,8 @@ fn rnn_sequence_kernel_shapes() {
         (true, 9, 128, DType::F32, narrow),
         (false, 3, 65, DType::F32, narrow),
         (true, 5, 1, DType::F32, narrow),
+        (true, 37, 32, DType::F32, narrow),
+        (true, 9, 64, DType::F32, narrow),
         (false, 200, 31, DType::F32, wide),
     ];
     if narrow.supports_f16() {
@@ -500,7 +502,7 @@ fn rnn_sequence_kernel_shapes() {
             (false, 17, 33, DType::F16, narrow),
         ]);
     }
-    for (lstm, b, h, dtype, dev) in cases {
+    for (n, (lstm, b, h, dtype, dev)) in cases.into_iter().enumerate() {
         let p = Problem {
             lstm,
             t: 5,
@@ -516,6 +518,8 @@ fn rnn_sequence_kernel_shapes() {
         };
         pollster::block_on(run_sequence(&p, dev))
             .unwrap_or_else(|e| panic!("lstm {lstm} b {b} h {h} {dtype:?}: {e}"));
+        pollster::block_on(run_backward(&p, n % 2 == 0, dev))
+            .unwrap_or_else(|e| panic!("backward: lstm {lstm} b {b} h {h} {dtype:?}: {e}"));
     }
 }
 
@@ -1162,12 +1166,19 @@ fn rnn_backward_matches_finite_differences() {
     }
 }
 
-/// Backward costs exactly one dispatch per step and direction on CPU adapters, two on GPUs
-/// (the recurrent product in K slices, then the gate derivatives); the rest is per layer.
+/// Backward costs exactly one dispatch per step and direction on CPU adapters, one for every
+/// step on GPUs with up to 128 units (the sequence kernel; above, two a step: the recurrent
+/// product in K slices, then the gate derivatives); the rest is per layer.
 #[test]
 fn backward_records_one_dispatch_per_step() {
-    let dev = Device::new().unwrap();
-    for lstm in [true, false] {
+    // Private devices: the dispatch counter sees only this test's work.
+    let cpu = Device::new().unwrap();
+    let gpu = Device::with_options(wgtensor::DeviceOptions {
+        gpu_plans: true,
+        ..Default::default()
+    })
+    .unwrap();
+    for (lstm, dev) in [(true, &cpu), (false, &cpu), (true, &gpu), (false, &gpu)] {
         let mut counts = Vec::new();
         for t in [5, 13] {
             let p = Problem {
@@ -1183,7 +1194,7 @@ fn backward_records_one_dispatch_per_step() {
                 seed: 4,
                 dtype: DType::F32,
             };
-            let (_, gw) = weights_for(&p, &dev, 0, p.i);
+            let (_, gw) = weights_for(&p, dev, 0, p.i);
             let kind = if lstm { RnnKind::Lstm } else { RnnKind::Gru };
             let rnn = Rnn::new(
                 kind,
@@ -1195,14 +1206,15 @@ fn backward_records_one_dispatch_per_step() {
                 vec![gw],
             )
             .unwrap();
-            let x = upload(&dev, &values(t * 4 * 5, 1, 1.0), &[t, 4, 5], DType::F32);
-            let dy = upload(&dev, &values(t * 4 * 7, 2, 1.0), &[t, 4, 7], DType::F32);
+            let x = upload(dev, &values(t * 4 * 5, 1, 1.0), &[t, 4, 5], DType::F32);
+            let dy = upload(dev, &values(t * 4 * 7, 2, 1.0), &[t, 4, 7], DType::F32);
             let (_, saved) = rnn.forward_train(&x, None, None).unwrap();
             let before = dev.stats().dispatches;
             rnn.backward(&saved, &dy, None, None).unwrap();
             counts.push(dev.stats().dispatches - before);
         }
-        let per_step = if dev.caps().cpu { 1 } else { 2 };
+        // GPUs with up to 128 units: one dispatch for all the steps, however many.
+        let per_step = if dev.caps().cpu { 1 } else { 0 };
         assert_eq!(
             counts[1] - counts[0],
             8 * per_step,

@@ -1,8 +1,9 @@
 //! BPTT backward of the fused LSTM/GRU (shaders/rnn_backward.wgsl, rnn_backward_sg8.wgsl,
-//! rnn_backward_wg.wgsl, shaders/lib/rnn_backward_common.wgsl): one fused dispatch per step for
-//! the recurrent gradient and the gate derivatives (on GPUs two: the recurrent product in K
-//! slices on the large-tile core, then the derivatives summing the slices), then the weight
-//! gradients as GEMMs over the sequence.
+//! rnn_backward_wg.wgsl, rnn_backward_seq.wgsl, shaders/lib/rnn_backward_common.wgsl): one
+//! fused dispatch per step for the recurrent gradient and the gate derivatives (on GPUs two:
+//! the recurrent product in K slices on the large-tile core, then the derivatives summing the
+//! slices; with H <= 128 one dispatch for every step), then the weight gradients as GEMMs
+//! over the sequence.
 
 use bytemuck::{Pod, Zeroable};
 
@@ -20,6 +21,7 @@ const BACKWARD_LIBS: &[&ShaderLib] = &[&ACTIVATION, &BACKWARD_COMMON];
 const BACKWARD_SRC: &str = include_str!("../../../shaders/rnn_backward.wgsl");
 const BACKWARD_SG8_SRC: &str = include_str!("../../../shaders/rnn_backward_sg8.wgsl");
 const BACKWARD_WG_SRC: &str = include_str!("../../../shaders/rnn_backward_wg.wgsl");
+const BACKWARD_SEQ_SRC: &str = include_str!("../../../shaders/rnn_backward_seq.wgsl");
 const BACKWARD_WG_LIBS: &[&ShaderLib] = &[
     &ACTIVATION,
     &BACKWARD_COMMON,
@@ -44,6 +46,11 @@ static LSTM_BACKWARD_SG8: Kernel =
     backward_kernel(RnnKind::Lstm, BACKWARD_SG8_SRC, "lstm_backward_step_sg8");
 static GRU_BACKWARD_SG8: Kernel =
     backward_kernel(RnnKind::Gru, BACKWARD_SG8_SRC, "gru_backward_step_sg8");
+/// GPUs with H <= 128: every step of a direction in one dispatch (shaders/rnn_backward_seq.wgsl).
+static LSTM_BACKWARD_SEQ: Kernel =
+    backward_kernel(RnnKind::Lstm, BACKWARD_SEQ_SRC, "lstm_backward_seq");
+static GRU_BACKWARD_SEQ: Kernel =
+    backward_kernel(RnnKind::Gru, BACKWARD_SEQ_SRC, "gru_backward_seq");
 /// GPUs: the recurrent product's K slices into an f32 workspace (slot 9), then the gate
 /// derivatives summing them (the step kernels' bindings plus the workspace).
 static REC_WG: Kernel = Kernel::new("rnn_rec_wg", BACKWARD_WG_SRC, "rnn_rec_wg", &[R, RW, RW])
@@ -148,6 +155,10 @@ struct BackwardParams {
     carry_out: u32,
     zero: f32,
     splits: u32,
+    steps: u32,
+    down: u32,
+    pad0: u32,
+    pad1: u32,
 }
 
 /// Column sums of `m` `[R, N]` as `ones[1, R] @ m` (the ones a broadcast view of one uploaded
@@ -440,21 +451,7 @@ impl DirSteps<'_> {
         let w_hh = &self.rnn.weights[self.idx].w_hh;
         let slot_elems = b * d * h;
         let dir = self.dir;
-        // GPUs: the recurrent product on the large-tile core in K slices, then the gate
-        // derivatives summing them; the slices' workspace is reused by every step.
-        let gpu = !dev.caps().cpu;
-        let splits = rec_splits(dev.caps().parallelism, b, h, g * h);
-        let ws = if gpu {
-            Some(Storage::scratch(
-                dev,
-                op,
-                splits as u64 * (b * h) as u64 * 4,
-            )?)
-        } else {
-            None
-        };
-        let mut prev_ti = 0;
-        for s in 0..t {
+        let params_at = |s: usize, prev_ti: usize, splits: u32| {
             // Reverse processing order: the forward direction walks T-1..0.
             let (ti, prev) = if dir == 0 {
                 (t - 1 - s, t - 1 - s)
@@ -479,21 +476,67 @@ impl DirSteps<'_> {
                 splits,
                 ..Default::default()
             };
+            (p, ti)
+        };
+        // What the single-dispatch steps bind (the sequence kernel's too).
+        let mut bufs = vec![
+            w_hh.buffer(),
+            self.dy.buffer(),
+            self.sl.gates[dir].buffer(),
+            state.buffer(),
+            carry.buffer(),
+            dah.buffer(),
+        ];
+        if let Some(a) = &dax {
+            bufs.push(a.buffer());
+        }
+        if let Some((rp, upi)) = seq_shape(dev.caps(), b, h, g * h) {
+            // Every step in one dispatch; the last processed step is time 0 (forward
+            // direction) or T - 1.
+            let p = BackwardParams {
+                steps: t as u32,
+                down: (dir == 0) as u32,
+                ..params_at(0, 0, 1).0
+            };
+            let kernel = if lstm {
+                &LSTM_BACKWARD_SEQ
+            } else {
+                &GRU_BACKWARD_SEQ
+            };
+            let consts = [("RP", rp as f64), ("UPI", upi as f64)];
+            let grid = seq_grid(dev, op, b, rp)?;
+            dev.launch(
+                op,
+                kernel,
+                &[dtype],
+                &consts,
+                bytemuck::bytes_of(&p),
+                &bufs,
+                grid,
+            )?;
+            let last = if dir == 0 { 0 } else { t - 1 };
+            return Ok((dah, dax, last));
+        }
+        // GPUs: the recurrent product on the large-tile core in K slices, then the gate
+        // derivatives summing them; the slices' workspace is reused by every step.
+        let gpu = !dev.caps().cpu;
+        let splits = rec_splits(dev.caps().parallelism, b, h, g * h);
+        let ws = if gpu {
+            Some(Storage::scratch(
+                dev,
+                op,
+                splits as u64 * (b * h) as u64 * 4,
+            )?)
+        } else {
+            None
+        };
+        let mut prev_ti = 0;
+        for s in 0..t {
+            let (p, ti) = params_at(s, prev_ti, splits);
             if let Some(ws) = &ws {
                 self.gpu_step(&p, w_hh, state, carry, &dah, dax.as_ref(), ws, s > 0)?;
                 prev_ti = ti;
                 continue;
-            }
-            let mut bufs = vec![
-                w_hh.buffer(),
-                self.dy.buffer(),
-                self.sl.gates[dir].buffer(),
-                state.buffer(),
-                carry.buffer(),
-                dah.buffer(),
-            ];
-            if let Some(a) = &dax {
-                bufs.push(a.buffer());
             }
             let params = bytemuck::bytes_of(&p);
             dev.launch(
@@ -637,6 +680,17 @@ pub(super) fn backward_variants() -> Vec<ShaderVariant> {
             }
         }
         v.push(ShaderVariant::new(&REC_WG, &[dt], &[("TM", REC_TM as f64)]));
+        for k in [&LSTM_BACKWARD_SEQ, &GRU_BACKWARD_SEQ] {
+            for rp in SEQ_ROW_CHOICES {
+                for upi in [1.0, 2.0] {
+                    v.push(ShaderVariant::new(
+                        k,
+                        &[dt],
+                        &[("RP", rp as f64), ("UPI", upi)],
+                    ));
+                }
+            }
+        }
         for k in [&LSTM_BACKWARD_WS, &GRU_BACKWARD_WS] {
             v.push(ShaderVariant::new(k, &[dt], &[("WG", WG as f64)]));
         }
@@ -666,7 +720,11 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
             carry_in,
             carry_out,
             zero,
-            splits
+            splits,
+            steps,
+            down,
+            pad0,
+            pad1
         }
     )
 }

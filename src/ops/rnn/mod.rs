@@ -674,6 +674,7 @@ pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipe
         "rnn_ks.wgsl",
         "rnn_seq.wgsl",
         "rnn_backward_wg.wgsl",
+        "rnn_backward_seq.wgsl",
     ],
     params: || vec![step::params_layout(), backward::params_layout()],
     variants: rnn_variants,

@@ -188,24 +188,48 @@ const SEQ_GROUPS: usize = 4;
 /// Batch rows per invocation the sequence kernel may take (`RP`), most first.
 pub(crate) const SEQ_ROW_CHOICES: [u32; 3] = [4, 2, 1];
 
-/// The sequence kernel's shape for `b` rows of hidden size `h` on `caps`: `(RP, UPI)`, or
-/// `None` where the per-step kernels run instead: CPU adapters (on lavapipe the bench's
-/// B 256, H 64 sequence took 2.2x as long in one dispatch, its 16 workgroups' barriers
-/// against 50 dispatches, and compiled 0.8 s slower) and H above [`SEQ_MAX_HIDDEN`]. On GPUs a
-/// per-step dispatch costs a round of launch latency (an H200 spent about 16 us a step on
-/// that sequence, 1 MFLOP each), while the rows of a recurrence never meet: one workgroup per
-/// `4 RP` batch rows walks every step with one barrier per step. `RP` is the most rows per
-/// invocation whose workgroups still fill the device's slots, else 1 (the shortest steps).
-pub(crate) fn seq_shape(caps: &Caps, b: usize, h: usize) -> Option<(u32, u32)> {
+/// Values of one workgroup-memory buffer of the sequence kernels (shaders/rnn_seq.wgsl:
+/// `RMAX * HMAX`, shaders/rnn_backward_seq.wgsl: `DA_ROWS`): a workgroup's `4 RP` rows of
+/// `row_len` values each must fit.
+const SEQ_BUFFER: usize = 2048;
+
+/// The sequence kernels' shape for `b` rows of hidden size `h` on `caps`, with `row_len`
+/// values of each row in workgroup memory: `(RP, UPI)`, or `None` where the per-step kernels
+/// run instead: CPU adapters (on lavapipe the bench's B 256, H 64 forward took 2.2x as long
+/// in one dispatch, its 16 workgroups' barriers against 50 dispatches, and compiled 0.8 s
+/// slower) and H above [`SEQ_MAX_HIDDEN`]. On GPUs a per-step dispatch costs a round of launch
+/// latency (an H200 spent about 16 us a forward step on that sequence, 1 MFLOP each), while
+/// the rows of a recurrence never meet: one workgroup per `4 RP` batch rows walks every step
+/// with one barrier per step. `RP` is the most rows per invocation (4, 2, 1) whose rows fit
+/// and whose workgroups still fill the device's slots, else the fewest.
+pub(crate) fn seq_shape(caps: &Caps, b: usize, h: usize, row_len: usize) -> Option<(u32, u32)> {
     if caps.cpu || h == 0 || h > SEQ_MAX_HIDDEN {
         return None;
     }
+    let fits = |rp: u32| SEQ_GROUPS * rp as usize * row_len <= SEQ_BUFFER;
     let rp = SEQ_ROW_CHOICES
         .into_iter()
-        .find(|&rp| b.div_ceil(SEQ_GROUPS * rp as usize) >= caps.slots())
+        .find(|&rp| fits(rp) && b.div_ceil(SEQ_GROUPS * rp as usize) >= caps.slots())
         .unwrap_or(1);
+    if !fits(rp) {
+        return None;
+    }
     let upi = if h > 64 { 2 } else { 1 };
     Some((rp, upi))
+}
+
+/// The grid of a sequence kernel of `RP` rows per invocation over `b` rows.
+pub(crate) fn seq_grid(dev: &Device, op: &'static str, b: usize, rp: u32) -> Result<[u32; 3]> {
+    let rows = SEQ_GROUPS * rp as usize;
+    let groups = b.div_ceil(rows);
+    let max = dev.limits().max_compute_workgroups_per_dimension as usize;
+    if groups > max {
+        return Err(Error::size(
+            op,
+            format!("batch {b} needs {groups} workgroups of {rows} rows, over the adapter's {max}"),
+        ));
+    }
+    Ok([groups as u32, 1, 1])
 }
 
 /// The sequence kernel (shaders/rnn_seq.wgsl), its constants and grid, where [`seq_shape`]
@@ -216,20 +240,9 @@ pub(crate) fn seq_plan(
     b: usize,
     h: usize,
 ) -> Result<Option<StepPlan>> {
-    let Some((rp, upi)) = seq_shape(dev.caps(), b, h) else {
+    let Some((rp, upi)) = seq_shape(dev.caps(), b, h, SEQ_MAX_HIDDEN) else {
         return Ok(None);
     };
-    let groups = b.div_ceil(SEQ_GROUPS * rp as usize);
-    let max = dev.limits().max_compute_workgroups_per_dimension as usize;
-    if groups > max {
-        return Err(Error::size(
-            kind.name(),
-            format!(
-                "batch {b} needs {groups} workgroups of {} rows, over the adapter's {max}",
-                SEQ_GROUPS * rp as usize
-            ),
-        ));
-    }
     let kernel = match kind {
         RnnKind::Lstm => &LSTM_SEQ,
         RnnKind::Gru => &GRU_SEQ,
@@ -237,7 +250,7 @@ pub(crate) fn seq_plan(
     Ok(Some(StepPlan {
         kernel,
         consts: vec![("RP", rp as f64), ("UPI", upi as f64)],
-        grid: [groups as u32, 1, 1],
+        grid: seq_grid(dev, kind.name(), b, rp)?,
     }))
 }
 
@@ -346,23 +359,31 @@ mod tests {
         assert!(src.contains("const RG: u32 = 4u;") && super::SEQ_GROUPS == 4);
         assert!(src.contains("const RMAX: u32 = 16u;"));
         assert!(src.contains("const HMAX: u32 = 128u;") && super::SEQ_MAX_HIDDEN == 128);
+        assert_eq!(16 * 128, super::SEQ_BUFFER);
     }
 
     #[test]
     fn sequence_kernel_on_gpus_for_small_hidden_sizes() {
         use super::seq_shape;
         let gpu = Caps::test_gpu();
+        let fwd = |b, h| seq_shape(&gpu, b, h, 128);
         // The bench's B 256, H 64: 16 rows per workgroup would make 16 workgroups for 256
         // slots, so one row per invocation (64 workgroups).
-        assert_eq!(seq_shape(&gpu, 256, 64), Some((1, 1)));
+        assert_eq!(fwd(256, 64), Some((1, 1)));
         // B 8192: 4 rows each still make 512 workgroups; B 2048: 2 rows (256).
-        assert_eq!(seq_shape(&gpu, 8192, 64), Some((4, 1)));
-        assert_eq!(seq_shape(&gpu, 2048, 65), Some((2, 2)));
-        assert_eq!(seq_shape(&gpu, 1, 128), Some((1, 2)));
+        assert_eq!(fwd(8192, 64), Some((4, 1)));
+        assert_eq!(fwd(2048, 65), Some((2, 2)));
+        assert_eq!(fwd(1, 128), Some((1, 2)));
         // H above 128, or a CPU adapter: the per-step kernels.
-        assert_eq!(seq_shape(&gpu, 256, 129), None);
-        assert_eq!(seq_shape(&gpu, 256, 0), None);
-        assert_eq!(seq_shape(&Caps::test_lavapipe(2), 256, 64), None);
+        assert_eq!(fwd(256, 129), None);
+        assert_eq!(fwd(256, 0), None);
+        assert_eq!(seq_shape(&Caps::test_lavapipe(2), 256, 64, 128), None);
+        // The backward keeps G*H values a row: an LSTM of 128 units fits one row per
+        // invocation, of 64 two, of 32 four.
+        assert_eq!(seq_shape(&gpu, 1 << 16, 128, 512), Some((1, 2)));
+        assert_eq!(seq_shape(&gpu, 1 << 16, 64, 256), Some((2, 1)));
+        assert_eq!(seq_shape(&gpu, 1 << 16, 32, 128), Some((4, 1)));
+        assert_eq!(seq_shape(&gpu, 1 << 16, 128, 513), None);
     }
 
     #[test]

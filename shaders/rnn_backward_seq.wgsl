@@ -1,0 +1,122 @@
+// A whole BPTT of one LSTM / GRU direction in one dispatch, for hidden sizes up to 128 on GPUs
+// (the forward's rnn_seq.wgsl, backwards): the per-step kernels cost two dispatches a step,
+// while the recurrence's batch rows never meet. A workgroup of 256 invocations owns 4 RP batch
+// rows; invocation (lane, rq) = (li % 64, li / 64) owns rows rq * RP .. + RP and units
+// lane + 64 u (u < UPI). Each step's dA_h rows (the values it stores, G*H a row) also go to
+// workgroup memory, double buffered, so the next processed step's recurrent gradient
+//   rec[b, j] = sum_k dA_h[b, k] W_hh[k, j]   (K = G*H, in order, as the portable step sums)
+// reads them there while W_hh [G*H, H] is read as stored (64 lanes, 64 consecutive weights);
+// one barrier per step. Everything else is the per-step kernels' gate derivatives
+// (lib/rnn_backward_common.wgsl's *_finish_at), at the step's offsets: the same dA_h, dA_x and
+// carries. Needs lib/activation.wgsl and lib/rnn_backward_common.wgsl.
+
+// Units per invocation: 1 (H <= 64) or 2 (H <= 128).
+override UPI: u32 = 1u;
+// Batch rows per invocation: 1, 2 or 4, with RP * G * H <= 512 (DA_ROWS).
+override RP: u32 = 1u;
+
+const RG: u32 = 4u;
+// Values of one dA buffer: 4 RP rows of G*H.
+const DA_ROWS: u32 = 2048u;
+
+// The dA_h rows of the workgroup's batch rows, two buffers (16 KiB, WebGPU's default limit).
+var<workgroup> da: array<f32, 2u * DA_ROWS>;
+
+// The offsets of processed step s.
+fn boffs_at(s: u32) -> BOffs {
+    let n = p.batch;
+    let dc = s * 2u * n * p.hidden;
+    let dy = s * n * p.dy_rs;
+    let a = s * n * p.gh;
+    let g = s * n * 4u * p.hidden;
+    let st = s * n * p.seq_rs;
+    if (p.down == 1u) {
+        return BOffs(p.dy_off - dy, p.a_off - a, p.g_off - g, p.prev_off - st, p.cur_off - st,
+            p.carry_in + dc, p.carry_out + dc);
+    }
+    return BOffs(p.dy_off + dy, p.a_off + a, p.g_off + g, p.prev_off + st, p.cur_off + st,
+        p.carry_in + dc, p.carry_out + dc);
+}
+
+// Index of value k of the workgroup's row r in buffer `buf`.
+fn da_at(buf: u32, r: u32, k: u32) -> u32 {
+    return buf * DA_ROWS + r * p.gh + k;
+}
+
+// The recurrent gradients of invocation li's rows and units from buffer `cur`: element
+// i * 2 + u for row rq * RP + i, unit lane + 64 u (units past H read the last unit; never
+// stored).
+fn seq_rec(cur: u32, li: u32) -> array<f32, 8> {
+    let lane = li % 64u;
+    let rq = li / 64u;
+    let h = p.hidden;
+    var acc: array<f32, 8>;
+    for (var k = 0u; k < p.gh; k++) {
+        for (var u = 0u; u < UPI; u++) {
+            let w = f32(whh[k * h + min(lane + 64u * u, h - 1u)]);
+            for (var i = 0u; i < RP; i++) {
+                acc[2u * i + u] = fma(da[da_at(cur, rq * RP + i, k)], w, acc[2u * i + u]);
+            }
+        }
+    }
+    return acc;
+}
+
+// Stores the dA_h values `v` of row r, unit j into buffer `buf` (ngates of them).
+fn put_da(buf: u32, r: u32, j: u32, v: vec4<f32>, ngates: u32) {
+    let h = p.hidden;
+    da[da_at(buf, r, j)] = v.x;
+    da[da_at(buf, r, h + j)] = v.y;
+    da[da_at(buf, r, 2u * h + j)] = v.z;
+    if (ngates == 4u) {
+        da[da_at(buf, r, 3u * h + j)] = v.w;
+    }
+}
+
+@compute @workgroup_size(256)
+fn lstm_backward_seq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    for (var s = 0u; s < p.steps; s++) {
+        let cur = s & 1u;
+        var rec: array<f32, 8>;
+        if (s > 0u) {
+            rec = seq_rec(cur, li);
+        }
+        let o = boffs_at(s);
+        for (var i = 0u; i < RP; i++) {
+            let r = (li / 64u) * RP + i;
+            let b = wid.x * RG * RP + r;
+            for (var u = 0u; u < UPI; u++) {
+                let j = li % 64u + 64u * u;
+                if (b < p.batch && j < p.hidden) {
+                    let v = lstm_backward_finish_at(o, b, j, rec[2u * i + u]);
+                    put_da(1u - cur, r, j, v, 4u);
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+}
+
+@compute @workgroup_size(256)
+fn gru_backward_seq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    for (var s = 0u; s < p.steps; s++) {
+        let cur = s & 1u;
+        var rec: array<f32, 8>;
+        if (s > 0u) {
+            rec = seq_rec(cur, li);
+        }
+        let o = boffs_at(s);
+        for (var i = 0u; i < RP; i++) {
+            let r = (li / 64u) * RP + i;
+            let b = wid.x * RG * RP + r;
+            for (var u = 0u; u < UPI; u++) {
+                let j = li % 64u + 64u * u;
+                if (b < p.batch && j < p.hidden) {
+                    let v = gru_backward_finish_at(o, b, j, rec[2u * i + u]);
+                    put_da(1u - cur, r, j, v, 3u);
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+}
