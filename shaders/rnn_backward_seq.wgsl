@@ -6,7 +6,9 @@
 // workgroup memory, double buffered, so the next processed step's recurrent gradient
 //   rec[b, j] = sum_k dA_h[b, k] W_hh[k, j]   (K = G*H, in order, as the portable step sums)
 // reads them there while W_hh [G*H, H] is read as stored (64 lanes, 64 consecutive weights);
-// one barrier per step. Everything else is the per-step kernels' gate derivatives
+// one barrier per step. A dispatch walks `p.steps` steps (a chunk of a long sequence); one
+// that continues a sequence (`p.has_rec`) first loads the dA_h rows of the step processed
+// before it from dah (at `p.a_prev`, the values as stored). Everything else is the per-step kernels' gate derivatives
 // (lib/rnn_backward_common.wgsl's *_finish_at), at the step's offsets: the same dA_h, dA_x and
 // carries. Needs lib/activation.wgsl and lib/rnn_backward_common.wgsl.
 
@@ -62,6 +64,25 @@ fn seq_rec(cur: u32, li: u32) -> array<f32, 8> {
     return acc;
 }
 
+// A continuing chunk: the dA_h rows of the step processed before it into buffer 0 (rows past
+// the batch are left alone: their results are never stored).
+fn load_prev_da(wid: u32, li: u32) {
+    if (p.has_rec == 0u) {
+        return;
+    }
+    let lane = li % 64u;
+    let rq = li / 64u;
+    for (var i = 0u; i < RP; i++) {
+        let r = rq * RP + i;
+        let b = wid * RG * RP + r;
+        if (b < p.batch) {
+            for (var k = lane; k < p.gh; k += 64u) {
+                da[da_at(0u, r, k)] = f32(dah[p.a_prev + b * p.gh + k]);
+            }
+        }
+    }
+}
+
 // Stores the dA_h values `v` of row r, unit j into buffer `buf` (ngates of them).
 fn put_da(buf: u32, r: u32, j: u32, v: vec4<f32>, ngates: u32) {
     let h = p.hidden;
@@ -75,10 +96,12 @@ fn put_da(buf: u32, r: u32, j: u32, v: vec4<f32>, ngates: u32) {
 
 @compute @workgroup_size(256)
 fn lstm_backward_seq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    load_prev_da(wid.x, li);
+    workgroupBarrier();
     for (var s = 0u; s < p.steps; s++) {
         let cur = s & 1u;
         var rec: array<f32, 8>;
-        if (s > 0u) {
+        if (s > 0u || p.has_rec == 1u) {
             rec = seq_rec(cur, li);
         }
         let o = boffs_at(s);
@@ -99,10 +122,12 @@ fn lstm_backward_seq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoc
 
 @compute @workgroup_size(256)
 fn gru_backward_seq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    load_prev_da(wid.x, li);
+    workgroupBarrier();
     for (var s = 0u; s < p.steps; s++) {
         let cur = s & 1u;
         var rec: array<f32, 8>;
-        if (s > 0u) {
+        if (s > 0u || p.has_rec == 1u) {
             rec = seq_rec(cur, li);
         }
         let o = boffs_at(s);

@@ -1,7 +1,8 @@
-// A whole sequence of one LSTM / GRU direction in one dispatch, for hidden sizes up to 128:
-// the per-step kernels cost a dispatch each (on an H200 about 16 us a step for the bench's
-// B 256, H 64, whose product is 1 MFLOP), while the batch rows of a recurrence never meet, so
-// a workgroup can walk every step of its own rows with one barrier per step. A workgroup of
+// A whole sequence of one LSTM / GRU direction in one dispatch (one per chunk of up to 64
+// steps, each starting from the slot the last wrote), for hidden sizes up to 128: the per-step
+// kernels cost a dispatch each (on an H200 about 16 us a step for the bench's B 256, H 64,
+// whose LSTM product is 8 MFLOP), while the batch rows of a recurrence never meet, so a
+// workgroup can walk every step of its own rows with one barrier per step. A workgroup of
 // 256 invocations owns 4 RP batch rows; invocation (lane, rq) = (li % 64, li / 64) owns rows
 // rq * RP .. + RP of those and units lane + 64 u (u < UPI), all gates in a vec4 (the planner
 // takes RP < 4 where 4-row groups would leave the device's slots idle). The rows'

@@ -480,32 +480,36 @@ fn rnn_k_split_step_spans_tiles() {
 /// (LSTM of 32 units), 2 (64 units) and 1 (65 to 128 units, a GRU's 3H up to 384 values a
 /// row); one and two units per lane (H <= 64, H > 64); ragged rows and units, LSTM and GRU,
 /// two bidirectional layers with h0 and c0 (and dh_n, dc_n in half the backward cases), f32
-/// and f16; on a 256-slot device, one row per invocation over several workgroups.
+/// and f16; on a 256-slot device, one row per invocation over several workgroups; sequences
+/// of 70 and 150 steps, which take a dispatch per 64 steps.
 #[cfg(not(target_arch = "wasm32"))]
 #[test]
 fn rnn_sequence_kernel_shapes() {
     let narrow = crate::common::gpu_plans_device();
     let wide = crate::common::wide_gpu_plans_device();
     let mut cases = vec![
-        (true, 37, 64, DType::F32, narrow),
-        (false, 70, 100, DType::F32, narrow),
-        (true, 9, 128, DType::F32, narrow),
-        (false, 3, 65, DType::F32, narrow),
-        (true, 5, 1, DType::F32, narrow),
-        (true, 37, 32, DType::F32, narrow),
-        (true, 9, 64, DType::F32, narrow),
-        (false, 200, 31, DType::F32, wide),
+        (true, 37, 64, DType::F32, narrow, 5),
+        (false, 70, 100, DType::F32, narrow, 5),
+        (true, 9, 128, DType::F32, narrow, 5),
+        (false, 3, 65, DType::F32, narrow, 5),
+        (true, 5, 1, DType::F32, narrow, 5),
+        (true, 37, 32, DType::F32, narrow, 5),
+        (true, 9, 64, DType::F32, narrow, 5),
+        (false, 200, 31, DType::F32, wide, 5),
+        // Past SEQ_CHUNK (64) steps: three dispatches a direction, each continuing the last.
+        (true, 3, 9, DType::F32, narrow, 150),
+        (false, 20, 5, DType::F32, narrow, 70),
     ];
     if narrow.supports_f16() {
         cases.extend([
-            (true, 20, 70, DType::F16, narrow),
-            (false, 17, 33, DType::F16, narrow),
+            (true, 20, 70, DType::F16, narrow, 5),
+            (false, 17, 33, DType::F16, narrow, 5),
         ]);
     }
-    for (n, (lstm, b, h, dtype, dev)) in cases.into_iter().enumerate() {
+    for (n, (lstm, b, h, dtype, dev, t)) in cases.into_iter().enumerate() {
         let p = Problem {
             lstm,
-            t: 5,
+            t,
             b,
             i: 6,
             h,

@@ -491,29 +491,30 @@ impl DirSteps<'_> {
             bufs.push(a.buffer());
         }
         if let Some((rp, upi)) = seq_shape(dev.caps(), b, h, g * h) {
-            // Every step in one dispatch; the last processed step is time 0 (forward
-            // direction) or T - 1.
-            let p = BackwardParams {
-                steps: t as u32,
-                down: (dir == 0) as u32,
-                ..params_at(0, 0, 1).0
-            };
             let kernel = if lstm {
                 &LSTM_BACKWARD_SEQ
             } else {
                 &GRU_BACKWARD_SEQ
             };
             let consts = [("RP", rp as f64), ("UPI", upi as f64)];
-            let grid = seq_grid(dev, op, b, rp)?;
-            dev.launch(
-                op,
-                kernel,
-                &[dtype],
-                &consts,
-                bytemuck::bytes_of(&p),
-                &bufs,
-                grid,
-            )?;
+            let grid = seq_grid(b, rp);
+            // One dispatch per chunk of steps; a chunk after the first starts from the dA_h
+            // rows of the step processed before it (`has_rec`, `a_prev`).
+            for s0 in (0..t).step_by(SEQ_CHUNK) {
+                let before = match (s0, dir) {
+                    (0, _) => 0,
+                    (_, 0) => t - s0,
+                    _ => s0 - 1,
+                };
+                let p = BackwardParams {
+                    steps: (t - s0).min(SEQ_CHUNK) as u32,
+                    down: (dir == 0) as u32,
+                    ..params_at(s0, before, 1).0
+                };
+                let params = bytemuck::bytes_of(&p);
+                dev.launch(op, kernel, &[dtype], &consts, params, &bufs, grid)?;
+            }
+            // The last processed step is time 0 (forward direction) or T - 1.
             let last = if dir == 0 { 0 } else { t - 1 };
             return Ok((dah, dax, last));
         }

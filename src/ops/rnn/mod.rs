@@ -1,9 +1,11 @@
-//! Fused LSTM and GRU (shaders/rnn.wgsl, shaders/rnn_sg8.wgsl, shaders/lib/rnn_common.wgsl).
+//! Fused LSTM and GRU (shaders/rnn.wgsl, rnn_sg8.wgsl, rnn_wg.wgsl, rnn_ks.wgsl, rnn_seq.wgsl,
+//! shaders/lib/rnn_common.wgsl).
 //!
 //! PyTorch semantics and layouts: LSTM gates (i, f, g, o), GRU gates (r, z, n) with r applied
 //! to (W_hn h + b_hn); `W_ih [G*H, I]`, `W_hh [G*H, H]`, biases `[G*H]`; input `[T, B, I]`
 //! (or `[B, T, I]` with `batch_first`). A layer runs one GEMM for the input projection of all
-//! steps, then one fused dispatch per step, all recorded into the batched encoder.
+//! steps, then one fused dispatch per step (on GPUs with H <= 128, one per 64 steps: the
+//! sequence kernel), all recorded into the batched encoder.
 
 pub(crate) mod backward;
 mod grad;
@@ -476,7 +478,8 @@ impl Rnn {
         Ok((RnnOutput { output, h_n, c_n }, saved))
     }
 
-    /// One direction of one layer: the input-projection GEMM, then one fused dispatch per step.
+    /// One direction of one layer: the input-projection GEMM, then one fused dispatch per step
+    /// (on GPUs with H <= 128, one for every [`SEQ_CHUNK`] steps: shaders/rnn_seq.wgsl).
     fn run_direction(
         &self,
         input: &Tensor,
@@ -543,24 +546,31 @@ impl Rnn {
             bufs.push(c.buffer());
         }
         bufs.push(gates.buffer());
-        if let Some(plan) = seq_plan(dev, self.kind, b, h)? {
+        // Two steps or more: the sequence kernel, if it takes the shape (a single step would
+        // pay W_hh's transposed copy for nothing).
+        let seq = seq_plan(dev.caps(), self.kind, b, h).filter(|_| t > 1);
+        if let Some(plan) = seq {
             // W_hh transposed ([H, G*H]), so the sequence kernel's lanes read consecutive
-            // weights; the buffer lives until the dispatch is recorded.
+            // weights; the buffer lives until the dispatches are recorded.
             let wt = w.w_hh.transpose(0, 1)?.contiguous()?;
             bufs[0] = wt.buffer();
-            let p = RnnParams {
-                steps: t as u32,
-                ..params_at(0)
-            };
-            return dev.launch(
-                op,
-                plan.kernel,
-                &[input.dtype()],
-                &plan.consts,
-                bytemuck::bytes_of(&p),
-                &bufs,
-                plan.grid,
-            );
+            // Each chunk starts from the state slot its predecessor wrote.
+            for s0 in (0..t).step_by(SEQ_CHUNK) {
+                let p = RnnParams {
+                    steps: (t - s0).min(SEQ_CHUNK) as u32,
+                    ..params_at(s0)
+                };
+                dev.launch(
+                    op,
+                    plan.kernel,
+                    &[input.dtype()],
+                    &plan.consts,
+                    bytemuck::bytes_of(&p),
+                    &bufs,
+                    plan.grid,
+                )?;
+            }
+            return Ok(());
         }
         let plan = step_plan(dev, self.kind, b, h, &FORWARD_STEPS)?;
         for step in 0..t {

@@ -198,60 +198,54 @@ const SEQ_BUFFER: usize = 2048;
 /// run instead: CPU adapters (on lavapipe the bench's B 256, H 64 forward took 2.2x as long
 /// in one dispatch, its 16 workgroups' barriers against 50 dispatches, and compiled 0.8 s
 /// slower) and H above [`SEQ_MAX_HIDDEN`]. On GPUs a per-step dispatch costs a round of launch
-/// latency (an H200 spent about 16 us a forward step on that sequence, 1 MFLOP each), while
+/// latency (an H200 spent about 16 us a forward step on that sequence, 8 MFLOP each), while
 /// the rows of a recurrence never meet: one workgroup per `4 RP` batch rows walks every step
 /// with one barrier per step. `RP` is the most rows per invocation (4, 2, 1) whose rows fit
-/// and whose workgroups still fill the device's slots, else the fewest.
+/// and whose workgroups still fill the device's slots, else the fewest that fit.
 pub(crate) fn seq_shape(caps: &Caps, b: usize, h: usize, row_len: usize) -> Option<(u32, u32)> {
     if caps.cpu || h == 0 || h > SEQ_MAX_HIDDEN {
         return None;
     }
-    let fits = |rp: u32| SEQ_GROUPS * rp as usize * row_len <= SEQ_BUFFER;
+    let groups = |rp: u32| b.div_ceil(SEQ_GROUPS * rp as usize);
+    // The rows fit in workgroup memory and the workgroups in the grid (past its limit, over a
+    // million rows, the step kernels still run).
+    let ok = |rp: u32| {
+        SEQ_GROUPS * rp as usize * row_len <= SEQ_BUFFER
+            && groups(rp) <= caps.max_workgroups_per_dim as usize
+    };
     let rp = SEQ_ROW_CHOICES
         .into_iter()
-        .find(|&rp| fits(rp) && b.div_ceil(SEQ_GROUPS * rp as usize) >= caps.slots())
-        .unwrap_or(1);
-    if !fits(rp) {
-        return None;
-    }
+        .find(|&rp| ok(rp) && groups(rp) >= caps.slots())
+        .or_else(|| SEQ_ROW_CHOICES.into_iter().rev().find(|&rp| ok(rp)))?;
     let upi = if h > 64 { 2 } else { 1 };
     Some((rp, upi))
 }
 
-/// The grid of a sequence kernel of `RP` rows per invocation over `b` rows.
-pub(crate) fn seq_grid(dev: &Device, op: &'static str, b: usize, rp: u32) -> Result<[u32; 3]> {
-    let rows = SEQ_GROUPS * rp as usize;
-    let groups = b.div_ceil(rows);
-    let max = dev.limits().max_compute_workgroups_per_dimension as usize;
-    if groups > max {
-        return Err(Error::size(
-            op,
-            format!("batch {b} needs {groups} workgroups of {rows} rows, over the adapter's {max}"),
-        ));
-    }
-    Ok([groups as u32, 1, 1])
+/// The grid of a sequence kernel of `RP` rows per invocation over `b` rows (within the
+/// adapter's limit: [`seq_shape`] checked it).
+pub(crate) fn seq_grid(b: usize, rp: u32) -> [u32; 3] {
+    [b.div_ceil(SEQ_GROUPS * rp as usize) as u32, 1, 1]
 }
 
+/// The most steps one sequence dispatch walks; longer sequences take one dispatch per chunk
+/// (each starts from the state its predecessor stored), so no single dispatch runs long enough
+/// to meet an OS's GPU watchdog (Windows resets a device after about 2 s): a chunk of an LSTM
+/// of 128 units over a million rows is about 64 x 4 ms on an H200-class GPU.
+pub(crate) const SEQ_CHUNK: usize = 64;
+
 /// The sequence kernel (shaders/rnn_seq.wgsl), its constants and grid, where [`seq_shape`]
-/// takes it: every step of one direction in one dispatch.
-pub(crate) fn seq_plan(
-    dev: &Device,
-    kind: RnnKind,
-    b: usize,
-    h: usize,
-) -> Result<Option<StepPlan>> {
-    let Some((rp, upi)) = seq_shape(dev.caps(), b, h, SEQ_MAX_HIDDEN) else {
-        return Ok(None);
-    };
+/// takes it: every step of one direction in one dispatch (per [`SEQ_CHUNK`] steps).
+pub(crate) fn seq_plan(caps: &Caps, kind: RnnKind, b: usize, h: usize) -> Option<StepPlan> {
+    let (rp, upi) = seq_shape(caps, b, h, SEQ_MAX_HIDDEN)?;
     let kernel = match kind {
         RnnKind::Lstm => &LSTM_SEQ,
         RnnKind::Gru => &GRU_SEQ,
     };
-    Ok(Some(StepPlan {
+    Some(StepPlan {
         kernel,
         consts: vec![("RP", rp as f64), ("UPI", upi as f64)],
-        grid: seq_grid(dev, kind.name(), b, rp)?,
-    }))
+        grid: seq_grid(b, rp),
+    })
 }
 
 /// Copies a `[1, B, H]` state into slot `slot`, direction `dir` of a sequence buffer.
@@ -384,6 +378,13 @@ mod tests {
         assert_eq!(seq_shape(&gpu, 1 << 16, 64, 256), Some((2, 1)));
         assert_eq!(seq_shape(&gpu, 1 << 16, 32, 128), Some((4, 1)));
         assert_eq!(seq_shape(&gpu, 1 << 16, 128, 513), None);
+        // Past the grid's limit: the step kernels.
+        let small_grid = Caps {
+            max_workgroups_per_dim: 100,
+            ..gpu
+        };
+        assert_eq!(seq_shape(&small_grid, 1600, 64, 128), Some((4, 1)));
+        assert_eq!(seq_shape(&small_grid, 1601, 64, 128), None);
     }
 
     #[test]
