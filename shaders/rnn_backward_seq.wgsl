@@ -27,17 +27,19 @@ var<workgroup> da: array<f32, 2u * DA_ROWS>;
 // The offsets of processed step s.
 fn boffs_at(s: u32) -> BOffs {
     let n = p.batch;
-    let dc = s * 2u * n * p.hidden;
-    let dy = s * n * p.dy_rs;
-    let a = s * n * p.gh;
-    let g = s * n * 4u * p.hidden;
-    let st = s * n * p.seq_rs;
+    let d_carry = s * 2u * n * p.hidden;
+    let d_dy = s * n * p.dy_rs;
+    let d_a = s * n * p.gh;
+    let d_g = s * n * 4u * p.hidden;
+    let d_slot = s * n * p.seq_rs;
+    let cin = p.carry_in + d_carry;
+    let cout = p.carry_out + d_carry;
     if (p.down == 1u) {
-        return BOffs(p.dy_off - dy, p.a_off - a, p.g_off - g, p.prev_off - st, p.cur_off - st,
-            p.carry_in + dc, p.carry_out + dc);
+        return BOffs(p.dy_off - d_dy, p.a_off - d_a, p.g_off - d_g, p.prev_off - d_slot,
+            p.cur_off - d_slot, cin, cout);
     }
-    return BOffs(p.dy_off + dy, p.a_off + a, p.g_off + g, p.prev_off + st, p.cur_off + st,
-        p.carry_in + dc, p.carry_out + dc);
+    return BOffs(p.dy_off + d_dy, p.a_off + d_a, p.g_off + d_g, p.prev_off + d_slot,
+        p.cur_off + d_slot, cin, cout);
 }
 
 // Index of value k of the workgroup's row r in buffer `buf`.

@@ -105,17 +105,17 @@ fn lstm_backward_finish_at(o: BOffs, b: u32, j: u32, rec: f32) -> vec4<f32> {
     carry[cout] = T(0.0);
     carry[cout + p.batch * h] = T(dc * fg);
     let ao = o.a + b * p.gh + j;
-    let da = vec4<T>(
+    let dav = vec4<T>(
         T(di * ig * (1.0 - ig)),
         T(df * fg * (1.0 - fg)),
         T(dg * (1.0 - gg * gg)),
         T(d_o * og * (1.0 - og)),
     );
-    dah[ao] = da.x;
-    dah[ao + h] = da.y;
-    dah[ao + 2u * h] = da.z;
-    dah[ao + 3u * h] = da.w;
-    return vec4<f32>(da);
+    dah[ao] = dav.x;
+    dah[ao + h] = dav.y;
+    dah[ao + 2u * h] = dav.z;
+    dah[ao + 3u * h] = dav.w;
+    return vec4<f32>(dav);
 }
 
 fn gru_backward_finish(b: u32, j: u32, rec: f32) {
@@ -143,12 +143,12 @@ fn gru_backward_finish_at(o: BOffs, b: u32, j: u32, rec: f32) -> vec4<f32> {
     carry[cout] = T(dh * z);
     carry[cout + p.batch * h] = T(0.0);
     let ao = o.a + b * p.gh + j;
-    let da = vec3<T>(T(dar), T(daz), T(dan * r));
-    dah[ao] = da.x;
-    dah[ao + h] = da.y;
-    dah[ao + 2u * h] = da.z;
-    dax[ao] = da.x;
-    dax[ao + h] = da.y;
+    let dav = vec3<T>(T(dar), T(daz), T(dan * r));
+    dah[ao] = dav.x;
+    dah[ao + h] = dav.y;
+    dah[ao + 2u * h] = dav.z;
+    dax[ao] = dav.x;
+    dax[ao + h] = dav.y;
     dax[ao + 2u * h] = T(dan);
-    return vec4<f32>(vec3<f32>(da), 0.0);
+    return vec4<f32>(vec3<f32>(dav), 0.0);
 }

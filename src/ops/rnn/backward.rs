@@ -681,14 +681,14 @@ pub(super) fn backward_variants() -> Vec<ShaderVariant> {
             }
         }
         v.push(ShaderVariant::new(&REC_WG, &[dt], &[("TM", REC_TM as f64)]));
+        // Four rows of more than 64 units never fit (4 x 4 x 3 x 65 values > 2048).
         for k in [&LSTM_BACKWARD_SEQ, &GRU_BACKWARD_SEQ] {
             for rp in SEQ_ROW_CHOICES {
-                for upi in [1.0, 2.0] {
-                    v.push(ShaderVariant::new(
-                        k,
-                        &[dt],
-                        &[("RP", rp as f64), ("UPI", upi)],
-                    ));
+                for upi in [1, 2] {
+                    if rp * upi <= 4 {
+                        let c = [("RP", rp as f64), ("UPI", upi as f64)];
+                        v.push(ShaderVariant::new(k, &[dt], &c));
+                    }
                 }
             }
         }
@@ -733,6 +733,18 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
 #[cfg(test)]
 mod tests {
     use super::rec_splits;
+
+    #[test]
+    fn sequence_buffer_matches_the_shader() {
+        let src = super::BACKWARD_SEQ_SRC;
+        assert!(src.contains("const DA_ROWS: u32 = 2048u;"));
+        assert!(src.contains("const RG: u32 = 4u;"));
+        // seq_shape's budget: 4 RP rows of G*H values within DA_ROWS.
+        let caps = crate::Caps::test_gpu();
+        assert_eq!(super::seq_shape(&caps, 1 << 14, 64, 4 * 64), Some((2, 1)));
+        assert_eq!(super::seq_shape(&caps, 1 << 14, 85, 3 * 85), Some((2, 2)));
+        assert_eq!(super::seq_shape(&caps, 1 << 14, 86, 3 * 86), Some((1, 2)));
+    }
 
     #[test]
     fn recurrent_product_splits_fill_the_device() {
