@@ -7,8 +7,8 @@
 // rq * RP .. + RP of those and units lane + 64 u (u < UPI), all gates in a vec4 (the planner
 // takes RP < 4 where 4-row groups would leave the device's slots idle). The rows'
 // h_{t-1} live in workgroup memory (double buffered: a step reads one buffer and writes the
-// other, so one barrier per step suffices), their c in the sequence buffer as in the step
-// kernels (each (row, unit) is read back by the invocation that wrote it). W_hh comes
+// other, so one barrier per step suffices), their c in registers (each (row, unit) is one
+// invocation's); each step's input projections are loaded before its dot product. W_hh comes
 // transposed, [H, G*H] (row k holds every gate row's k-th weight), so the 64 lanes of a row
 // group read 64 consecutive weights per gate and k; its rows serve RP batch rows each. Sums
 // run over k in order and add b_hh last, as the portable step does. Every step writes what
@@ -103,21 +103,63 @@ fn seq_dot(cur: u32, li: u32, ngates: u32) -> array<vec4<f32>, 8> {
     return acc;
 }
 
+// Row and unit of invocation li's element (i, u), and whether both are in range.
+struct Cell {
+    b: u32,
+    j: u32,
+    r: u32,
+    ok: bool,
+}
+
+fn cell(wid: u32, li: u32, i: u32, u: u32) -> Cell {
+    let r = (li / 64u) * RP + i;
+    let b = wid * rows() + r;
+    let j = li % 64u + 64u * u;
+    return Cell(b, j, r, b < p.batch && j < p.hidden);
+}
+
+// The input projections of step `o` for invocation li's cells, loaded before the step's dot
+// product so their latency hides behind it (they do not depend on the recurrence).
+fn seq_xp(o: Offs, wid: u32, li: u32, ngates: u32) -> array<vec4<f32>, 8> {
+    var xg: array<vec4<f32>, 8>;
+    for (var i = 0u; i < RP; i++) {
+        for (var u = 0u; u < UPI; u++) {
+            let c = cell(wid, li, i, u);
+            if (c.ok) {
+                xg[2u * i + u] = xp_gates(o, c.b, c.j, ngates);
+            }
+        }
+    }
+    return xg;
+}
+
 @compute @workgroup_size(256)
 fn lstm_seq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
     seq_load(wid.x, li);
+    // c_{t-1} of each cell as stored, kept in registers: each cell is this invocation's.
+    var cs: array<f32, 8>;
+    for (var i = 0u; i < RP; i++) {
+        for (var u = 0u; u < UPI; u++) {
+            let c = cell(wid.x, li, i, u);
+            if (c.ok) {
+                cs[2u * i + u] = f32(cseq[p.prev_off + c.b * p.seq_rs + c.j]);
+            }
+        }
+    }
     workgroupBarrier();
     for (var s = 0u; s < p.steps; s++) {
         let cur = s & 1u;
-        let acc = seq_dot(cur, li, 4u);
         let o = offs_at(s);
+        let xg = seq_xp(o, wid.x, li, 4u);
+        let acc = seq_dot(cur, li, 4u);
         for (var i = 0u; i < RP; i++) {
-            let r = (li / 64u) * RP + i;
-            let b = wid.x * rows() + r;
             for (var u = 0u; u < UPI; u++) {
-                let j = li % 64u + 64u * u;
-                if (b < p.batch && j < p.hidden) {
-                    hs[hs_at(1u - cur, r, j)] = lstm_finish_at(o, b, j, acc[2u * i + u]);
+                let c = cell(wid.x, li, i, u);
+                if (c.ok) {
+                    let e = 2u * i + u;
+                    let ch = lstm_store(o, c.b, c.j, acc[e] + xg[e], cs[e]);
+                    cs[e] = ch.x;
+                    hs[hs_at(1u - cur, c.r, c.j)] = ch.y;
                 }
             }
         }
@@ -131,15 +173,17 @@ fn gru_seq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
     workgroupBarrier();
     for (var s = 0u; s < p.steps; s++) {
         let cur = s & 1u;
-        let acc = seq_dot(cur, li, 3u);
         let o = offs_at(s);
+        let xg = seq_xp(o, wid.x, li, 3u);
+        let acc = seq_dot(cur, li, 3u);
         for (var i = 0u; i < RP; i++) {
-            let r = (li / 64u) * RP + i;
-            let b = wid.x * rows() + r;
             for (var u = 0u; u < UPI; u++) {
-                let j = li % 64u + 64u * u;
-                if (b < p.batch && j < p.hidden) {
-                    hs[hs_at(1u - cur, r, j)] = gru_finish_at(o, b, j, acc[2u * i + u]);
+                let c = cell(wid.x, li, i, u);
+                if (c.ok) {
+                    let e = 2u * i + u;
+                    // h_{t-1} as stored is this step's buffer.
+                    let hp = hs[hs_at(cur, c.r, c.j)];
+                    hs[hs_at(1u - cur, c.r, c.j)] = gru_store(o, c.b, c.j, acc[e], xg[e], hp);
                 }
             }
         }

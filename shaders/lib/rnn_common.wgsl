@@ -70,27 +70,41 @@ fn hidden_bias(j: u32, ngates: u32) -> vec4<f32> {
     return vec4<f32>(f32(bhh[jj]), f32(bhh[h + jj]), f32(bhh[2u * h + jj]), g3);
 }
 
+// The input projection (xp) of gates 0 .. ngates of batch row b, unit j at step `o` (a GRU's
+// fourth lane 0).
+fn xp_gates(o: Offs, b: u32, j: u32, ngates: u32) -> vec4<f32> {
+    let h = p.hidden;
+    let xo = o.x + b * p.x_rs + j;
+    var g3 = 0.0;
+    if (ngates == 4u) {
+        g3 = f32(xp[xo + 3u * h]);
+    }
+    return vec4<f32>(f32(xp[xo]), f32(xp[xo + h]), f32(xp[xo + 2u * h]), g3);
+}
+
 // pre_h: h_{t-1} W_hh^T + b_hh for gates (i, f, g, o) of batch row b, hidden unit j.
 fn lstm_finish(b: u32, j: u32, pre_h: vec4<f32>) {
     if (b >= p.batch || j >= p.hidden) {
         return;
     }
-    lstm_finish_at(params_offs(), b, j, pre_h);
+    let o = params_offs();
+    let cp = f32(cseq[o.prev + b * p.seq_rs + j]);
+    lstm_store(o, b, j, pre_h + xp_gates(o, b, j, 4u), cp);
 }
 
-// lstm_finish at the step `o` (b and j in range); returns h as stored.
-fn lstm_finish_at(o: Offs, b: u32, j: u32, pre_h: vec4<f32>) -> f32 {
+// The LSTM gate math of row b, unit j at step `o` from the full pre-activations `pre`
+// (h_{t-1} W_hh^T + b_hh + xp) and c_{t-1} as stored (`cp`): stores c, h and the gates, and
+// returns (c, h) as stored (b and j in range).
+fn lstm_store(o: Offs, b: u32, j: u32, pre: vec4<f32>, cp: f32) -> vec2<f32> {
     let h = p.hidden;
-    let xo = o.x + b * p.x_rs + j;
-    let pre = pre_h
-        + vec4<f32>(f32(xp[xo]), f32(xp[xo + h]), f32(xp[xo + 2u * h]), f32(xp[xo + 3u * h]));
     let ig = sigmoid_f(pre.x);
     let fg = sigmoid_f(pre.y);
     let gg = tanh_f(pre.z);
     let og = sigmoid_f(pre.w);
     let row = b * p.seq_rs + j;
-    let c = fg * f32(cseq[o.prev + row]) + ig * gg;
-    cseq[o.next + row] = T(c);
+    let c = fg * cp + ig * gg;
+    let cv = T(c);
+    cseq[o.next + row] = cv;
     let hv = T(og * tanh_f(c));
     hseq[o.next + row] = hv;
     let go = o.g + b * 4u * h + j;
@@ -98,7 +112,7 @@ fn lstm_finish_at(o: Offs, b: u32, j: u32, pre_h: vec4<f32>) -> f32 {
     gates[go + h] = T(fg);
     gates[go + 2u * h] = T(gg);
     gates[go + 3u * h] = T(og);
-    return f32(hv);
+    return vec2<f32>(f32(cv), f32(hv));
 }
 
 // pre_h: (W_hr h + b_hr, W_hz h + b_hz, W_hn h + b_hn, unused). r scales (W_hn h + b_hn) as in
@@ -107,19 +121,21 @@ fn gru_finish(b: u32, j: u32, pre_h: vec4<f32>) {
     if (b >= p.batch || j >= p.hidden) {
         return;
     }
-    gru_finish_at(params_offs(), b, j, pre_h);
+    let o = params_offs();
+    let hp = f32(hseq[o.prev + b * p.seq_rs + j]);
+    gru_store(o, b, j, pre_h, xp_gates(o, b, j, 3u), hp);
 }
 
-// gru_finish at the step `o` (b and j in range); returns h as stored.
-fn gru_finish_at(o: Offs, b: u32, j: u32, pre_h: vec4<f32>) -> f32 {
+// The GRU gate math of row b, unit j at step `o` from pre_h, the input projection `xg` and
+// h_{t-1} as stored (`hp`): stores h and the gates, and returns h as stored (b and j in
+// range).
+fn gru_store(o: Offs, b: u32, j: u32, pre_h: vec4<f32>, xg: vec4<f32>, hp: f32) -> f32 {
     let h = p.hidden;
-    let xo = o.x + b * p.x_rs + j;
-    let r = sigmoid_f(f32(xp[xo]) + pre_h.x);
-    let z = sigmoid_f(f32(xp[xo + h]) + pre_h.y);
+    let r = sigmoid_f(xg.x + pre_h.x);
+    let z = sigmoid_f(xg.y + pre_h.y);
     let hn = pre_h.z;
-    let n = tanh_f(f32(xp[xo + 2u * h]) + r * hn);
+    let n = tanh_f(xg.z + r * hn);
     let row = b * p.seq_rs + j;
-    let hp = f32(hseq[o.prev + row]);
     let hv = T((1.0 - z) * n + z * hp);
     hseq[o.next + row] = hv;
     let go = o.g + b * 4u * h + j;
