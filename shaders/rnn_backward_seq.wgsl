@@ -6,11 +6,13 @@
 // workgroup memory, double buffered, so the next processed step's recurrent gradient
 //   rec[b, j] = sum_k dA_h[b, k] W_hh[k, j]   (K = G*H, in order, as the portable step sums)
 // reads them there while W_hh [G*H, H] is read as stored (64 lanes, 64 consecutive weights);
-// one barrier per step. A dispatch walks `p.steps` steps (a chunk of a long sequence); one
-// that continues a sequence (`p.has_rec`) first loads the dA_h rows of the step processed
-// before it from dah (at `p.a_prev`, the values as stored). Everything else is the per-step kernels' gate derivatives
-// (lib/rnn_backward_common.wgsl's *_finish_at), at the step's offsets: the same dA_h, dA_x and
-// carries. Needs lib/activation.wgsl and lib/rnn_backward_common.wgsl.
+// one barrier per step. Each step's inputs that do not depend on the recurrence (dy, the saved
+// gates and states) load before its recurrent product, and the carries stay in registers.
+// A dispatch walks `p.steps` steps (a chunk of a long sequence); one that continues a
+// sequence (`p.has_rec`) first loads the dA_h rows of the step processed before it from dah
+// (at `p.a_prev`, the values as stored). The gate derivatives are the per-step kernels'
+// (lib/rnn_backward_common.wgsl's *_backward_store) at the step's offsets: the same dA_h, dA_x
+// and carries. Needs lib/activation.wgsl and lib/rnn_backward_common.wgsl.
 
 // Units per invocation: 1 (H <= 64) or 2 (H <= 128).
 override UPI: u32 = 1u;
@@ -96,25 +98,67 @@ fn put_da(buf: u32, r: u32, j: u32, v: vec4<f32>, ngates: u32) {
     }
 }
 
+// Row and unit of invocation li's element (i, u), and whether both are in range.
+struct Cell {
+    b: u32,
+    j: u32,
+    r: u32,
+    ok: bool,
+}
+
+fn cell(wid: u32, li: u32, i: u32, u: u32) -> Cell {
+    let r = (li / 64u) * RP + i;
+    let b = wid * RG * RP + r;
+    let j = li % 64u + 64u * u;
+    return Cell(b, j, r, b < p.batch && j < p.hidden);
+}
+
+// The carries into the chunk's first step of invocation li's cells, as stored; from then on
+// they stay in registers (each cell is this invocation's).
+fn seq_carries(wid: u32, li: u32) -> array<vec2<f32>, 8> {
+    var cy: array<vec2<f32>, 8>;
+    let o = boffs_at(0u);
+    for (var i = 0u; i < RP; i++) {
+        for (var u = 0u; u < UPI; u++) {
+            let c = cell(wid, li, i, u);
+            if (c.ok) {
+                cy[2u * i + u] = carry_in(o, c.b, c.j);
+            }
+        }
+    }
+    return cy;
+}
+
 @compute @workgroup_size(256)
 fn lstm_backward_seq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
     load_prev_da(wid.x, li);
+    var cy = seq_carries(wid.x, li);
     workgroupBarrier();
     for (var s = 0u; s < p.steps; s++) {
         let cur = s & 1u;
+        let o = boffs_at(s);
+        // The step's inputs first: their latency hides behind the recurrent product.
+        var xs: array<BIn, 8>;
+        for (var i = 0u; i < RP; i++) {
+            for (var u = 0u; u < UPI; u++) {
+                let c = cell(wid.x, li, i, u);
+                if (c.ok) {
+                    xs[2u * i + u] = lstm_bwd_in(o, c.b, c.j);
+                }
+            }
+        }
         var rec: array<f32, 8>;
         if (s > 0u || p.has_rec == 1u) {
             rec = seq_rec(cur, li);
         }
-        let o = boffs_at(s);
         for (var i = 0u; i < RP; i++) {
-            let r = (li / 64u) * RP + i;
-            let b = wid.x * RG * RP + r;
             for (var u = 0u; u < UPI; u++) {
-                let j = li % 64u + 64u * u;
-                if (b < p.batch && j < p.hidden) {
-                    let v = lstm_backward_finish_at(o, b, j, rec[2u * i + u]);
-                    put_da(1u - cur, r, j, v, 4u);
+                let c = cell(wid.x, li, i, u);
+                if (c.ok) {
+                    let e = 2u * i + u;
+                    let r = lstm_backward_store(o, c.b, c.j, rec[e], xs[e], cy[e]);
+                    cy[e] = r.carry;
+                    put_da(1u - cur, c.r, c.j, r.da, 4u);
                 }
             }
         }
@@ -125,22 +169,32 @@ fn lstm_backward_seq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoc
 @compute @workgroup_size(256)
 fn gru_backward_seq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
     load_prev_da(wid.x, li);
+    var cy = seq_carries(wid.x, li);
     workgroupBarrier();
     for (var s = 0u; s < p.steps; s++) {
         let cur = s & 1u;
+        let o = boffs_at(s);
+        var xs: array<BIn, 8>;
+        for (var i = 0u; i < RP; i++) {
+            for (var u = 0u; u < UPI; u++) {
+                let c = cell(wid.x, li, i, u);
+                if (c.ok) {
+                    xs[2u * i + u] = gru_bwd_in(o, c.b, c.j);
+                }
+            }
+        }
         var rec: array<f32, 8>;
         if (s > 0u || p.has_rec == 1u) {
             rec = seq_rec(cur, li);
         }
-        let o = boffs_at(s);
         for (var i = 0u; i < RP; i++) {
-            let r = (li / 64u) * RP + i;
-            let b = wid.x * RG * RP + r;
             for (var u = 0u; u < UPI; u++) {
-                let j = li % 64u + 64u * u;
-                if (b < p.batch && j < p.hidden) {
-                    let v = gru_backward_finish_at(o, b, j, rec[2u * i + u]);
-                    put_da(1u - cur, r, j, v, 3u);
+                let c = cell(wid.x, li, i, u);
+                if (c.ok) {
+                    let e = 2u * i + u;
+                    let r = gru_backward_store(o, c.b, c.j, rec[e], xs[e], cy[e]);
+                    cy[e] = r.carry;
+                    put_da(1u - cur, c.r, c.j, r.da, 3u);
                 }
             }
         }

@@ -73,37 +73,86 @@ fn params_boffs() -> BOffs {
 @group(0) @binding(7) var<storage, read_write> dah: array<T>;
 @group(0) @binding(8) var<storage, read_write> dax: array<T>;
 
+// What a step reads for batch row b, unit j that does not depend on the recurrence: dy, the
+// saved gates, and for an LSTM c_t and c_{t-1} (s.x, s.y), for a GRU h_{t-1} (s.x).
+struct BIn {
+    dy: f32,
+    g: vec4<f32>,
+    s: vec2<f32>,
+}
+
+// A step's results for one (row, unit): the dA_h values as stored (a GRU's fourth lane 0) and
+// the carries into the next processed step as stored (h, c).
+struct BOut {
+    da: vec4<f32>,
+    carry: vec2<f32>,
+}
+
+// dy and the saved gates of (b, j) at step `o`, the state values left 0.
+fn bwd_in(o: BOffs, b: u32, j: u32) -> BIn {
+    let h = p.hidden;
+    let go = o.g + b * 4u * h + j;
+    let g = vec4<f32>(
+        f32(gates[go]),
+        f32(gates[go + h]),
+        f32(gates[go + 2u * h]),
+        f32(gates[go + 3u * h]),
+    );
+    return BIn(f32(dy[o.dy + b * p.dy_rs + j]), g, vec2<f32>(0.0));
+}
+
+// An LSTM step's inputs: bwd_in with c_t and c_{t-1}. (Each kind reads only its own state
+// buffer: an entry point's pipeline layout holds every binding its code can reach.)
+fn lstm_bwd_in(o: BOffs, b: u32, j: u32) -> BIn {
+    var x = bwd_in(o, b, j);
+    let row = b * p.seq_rs + j;
+    x.s = vec2<f32>(f32(cseq[o.cur + row]), f32(cseq[o.prev + row]));
+    return x;
+}
+
+// A GRU step's inputs: bwd_in with h_{t-1}.
+fn gru_bwd_in(o: BOffs, b: u32, j: u32) -> BIn {
+    var x = bwd_in(o, b, j);
+    x.s.x = f32(hseq[o.prev + b * p.seq_rs + j]);
+    return x;
+}
+
+// The carries into step `o` of (b, j) as stored (h, c).
+fn carry_in(o: BOffs, b: u32, j: u32) -> vec2<f32> {
+    let cin = o.cin + b * p.hidden + j;
+    return vec2<f32>(f32(carry[cin]), f32(carry[cin + p.batch * p.hidden]));
+}
+
 // rec: this row's dA_h_{t+1} W_hh (0 on the first processed step).
 fn lstm_backward_finish(b: u32, j: u32, rec: f32) {
     if (b >= p.batch || j >= p.hidden) {
         return;
     }
-    lstm_backward_finish_at(params_boffs(), b, j, rec);
+    let o = params_boffs();
+    lstm_backward_store(o, b, j, rec, lstm_bwd_in(o, b, j), carry_in(o, b, j));
 }
 
-// lstm_backward_finish at the step `o` (b and j in range); returns the four dA_h values as
-// stored.
-fn lstm_backward_finish_at(o: BOffs, b: u32, j: u32, rec: f32) -> vec4<f32> {
+// The LSTM gate derivatives of (b, j) at step `o` from the recurrent gradient `rec`, the
+// step's inputs `x` (bwd_in) and carries `cy` (carry_in): stores dA_h and the carries out.
+fn lstm_backward_store(o: BOffs, b: u32, j: u32, rec: f32, x: BIn, cy: vec2<f32>) -> BOut {
     let h = p.hidden;
-    let cin = o.cin + b * h + j;
-    let dh = rec + f32(dy[o.dy + b * p.dy_rs + j]) + f32(carry[cin]);
-    let go = o.g + b * 4u * h + j;
-    let ig = f32(gates[go]);
-    let fg = f32(gates[go + h]);
-    let gg = f32(gates[go + 2u * h]);
-    let og = f32(gates[go + 3u * h]);
-    let row = b * p.seq_rs + j;
-    let c = f32(cseq[o.cur + row]);
-    let cp = f32(cseq[o.prev + row]);
+    let dh = rec + x.dy + cy.x;
+    let ig = x.g.x;
+    let fg = x.g.y;
+    let gg = x.g.z;
+    let og = x.g.w;
+    let c = x.s.x;
+    let cp = x.s.y;
     let tc = tanh_f(c);
-    let dc = f32(carry[cin + p.batch * h]) + dh * og * (1.0 - tc * tc);
+    let dc = cy.y + dh * og * (1.0 - tc * tc);
     let d_o = dh * tc;
     let di = dc * gg;
     let dg = dc * ig;
     let df = dc * cp;
     let cout = o.cout + b * h + j;
+    let carry_c = T(dc * fg);
     carry[cout] = T(0.0);
-    carry[cout + p.batch * h] = T(dc * fg);
+    carry[cout + p.batch * h] = carry_c;
     let ao = o.a + b * p.gh + j;
     let dav = vec4<T>(
         T(di * ig * (1.0 - ig)),
@@ -115,32 +164,33 @@ fn lstm_backward_finish_at(o: BOffs, b: u32, j: u32, rec: f32) -> vec4<f32> {
     dah[ao + h] = dav.y;
     dah[ao + 2u * h] = dav.z;
     dah[ao + 3u * h] = dav.w;
-    return vec4<f32>(dav);
+    return BOut(vec4<f32>(dav), vec2<f32>(0.0, f32(carry_c)));
 }
 
 fn gru_backward_finish(b: u32, j: u32, rec: f32) {
     if (b >= p.batch || j >= p.hidden) {
         return;
     }
-    gru_backward_finish_at(params_boffs(), b, j, rec);
+    let o = params_boffs();
+    gru_backward_store(o, b, j, rec, gru_bwd_in(o, b, j), carry_in(o, b, j));
 }
 
-// gru_backward_finish at the step `o` (b and j in range); returns the three dA_h values as
-// stored (the fourth lane 0).
-fn gru_backward_finish_at(o: BOffs, b: u32, j: u32, rec: f32) -> vec4<f32> {
+// The GRU gate derivatives of (b, j) at step `o`, as lstm_backward_store; the fourth dA_h lane
+// is 0.
+fn gru_backward_store(o: BOffs, b: u32, j: u32, rec: f32, x: BIn, cy: vec2<f32>) -> BOut {
     let h = p.hidden;
-    let dh = rec + f32(dy[o.dy + b * p.dy_rs + j]) + f32(carry[o.cin + b * h + j]);
-    let go = o.g + b * 4u * h + j;
-    let r = f32(gates[go]);
-    let z = f32(gates[go + h]);
-    let n = f32(gates[go + 2u * h]);
-    let hn = f32(gates[go + 3u * h]);
-    let hp = f32(hseq[o.prev + b * p.seq_rs + j]);
+    let dh = rec + x.dy + cy.x;
+    let r = x.g.x;
+    let z = x.g.y;
+    let n = x.g.z;
+    let hn = x.g.w;
+    let hp = x.s.x;
     let dan = dh * (1.0 - z) * (1.0 - n * n);
     let dar = dan * hn * r * (1.0 - r);
     let daz = dh * (hp - n) * z * (1.0 - z);
     let cout = o.cout + b * h + j;
-    carry[cout] = T(dh * z);
+    let carry_h = T(dh * z);
+    carry[cout] = carry_h;
     carry[cout + p.batch * h] = T(0.0);
     let ao = o.a + b * p.gh + j;
     let dav = vec3<T>(T(dar), T(daz), T(dan * r));
@@ -150,5 +200,5 @@ fn gru_backward_finish_at(o: BOffs, b: u32, j: u32, rec: f32) -> vec4<f32> {
     dax[ao] = dav.x;
     dax[ao + h] = dav.y;
     dax[ao + 2u * h] = T(dan);
-    return vec4<f32>(vec3<f32>(dav), 0.0);
+    return BOut(vec4<f32>(vec3<f32>(dav), 0.0), vec2<f32>(f32(carry_h), 0.0));
 }
