@@ -58,10 +58,15 @@ fn seq_rec(cur: u32, li: u32) -> array<f32, 8> {
     let h = p.hidden;
     var acc: array<f32, 8>;
     for (var k = 0u; k < p.gh; k++) {
+        // The rows' dA_h[k] once for every unit.
+        var dv: array<f32, 4>;
+        for (var i = 0u; i < RP; i++) {
+            dv[i] = da[da_at(cur, rq * RP + i, k)];
+        }
         for (var u = 0u; u < UPI; u++) {
             let w = f32(whh[k * h + min(lane + 64u * u, h - 1u)]);
             for (var i = 0u; i < RP; i++) {
-                acc[2u * i + u] = fma(da[da_at(cur, rq * RP + i, k)], w, acc[2u * i + u]);
+                acc[2u * i + u] = fma(dv[i], w, acc[2u * i + u]);
             }
         }
     }

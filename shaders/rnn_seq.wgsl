@@ -80,6 +80,11 @@ fn seq_dot(cur: u32, li: u32, ngates: u32) -> array<vec4<f32>, 8> {
     var acc: array<vec4<f32>, 8>;
     for (var k = 0u; k < h; k++) {
         let wr = k * gh;
+        // The rows' h_{t-1}[k] once for every unit.
+        var hv: array<f32, 4>;
+        for (var i = 0u; i < RP; i++) {
+            hv[i] = hs[hs_at(cur, rq * RP + i, k)];
+        }
         for (var u = 0u; u < UPI; u++) {
             let j = min(lane + 64u * u, h - 1u);
             let w = vec4<f32>(
@@ -89,8 +94,7 @@ fn seq_dot(cur: u32, li: u32, ngates: u32) -> array<vec4<f32>, 8> {
                 f32(whh[wr + g3 + j]),
             );
             for (var i = 0u; i < RP; i++) {
-                let hv = hs[hs_at(cur, rq * RP + i, k)];
-                acc[2u * i + u] = fma(vec4<f32>(hv), w, acc[2u * i + u]);
+                acc[2u * i + u] = fma(vec4<f32>(hv[i]), w, acc[2u * i + u]);
             }
         }
     }
