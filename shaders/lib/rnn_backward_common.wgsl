@@ -9,8 +9,8 @@
 // the sequence buffers [T + 2, B, D*H] holding h_{t-1} / c_{t-1} (slot `prev`) and c_t (slot
 // `cur`). Carries live in [T + 1, 2, B, H]: step s reads slot s and writes slot s + 1.
 // This file: parameters, bindings and the gate derivatives shared by rnn_backward.wgsl
-// (portable step), rnn_backward_sg8.wgsl (8-lane subgroup step) and rnn_backward_wg.wgsl
-// (GPUs). Needs lib/activation.wgsl.
+// (portable step), rnn_backward_sg8.wgsl (8-lane subgroup step), rnn_backward_wg.wgsl (GPUs)
+// and rnn_backward_seq.wgsl (GPUs: every step in one dispatch). Needs lib/activation.wgsl.
 
 struct Params {
     batch: u32,

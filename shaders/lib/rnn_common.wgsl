@@ -9,7 +9,8 @@
 // slot `prev` and writes slot `next` of the same buffer (disjoint rows), so consecutive steps
 // chain without copies and the layer output is a view of slots 1..T.
 // This file: parameters, bindings and the gate math shared by rnn.wgsl (portable step,
-// state copies) and rnn_sg8.wgsl (8-lane subgroup step). Needs lib/activation.wgsl.
+// state copies), rnn_sg8.wgsl (8-lane subgroup step), rnn_wg.wgsl and rnn_ks.wgsl (GPU steps)
+// and rnn_seq.wgsl (GPUs: every step in one dispatch). Needs lib/activation.wgsl.
 
 struct Params {
     batch: u32,
