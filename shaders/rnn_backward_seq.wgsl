@@ -120,14 +120,14 @@ fn cell(wid: u32, li: u32, i: u32, u: u32) -> Cell {
 
 // The carries into the chunk's first step of invocation li's cells, as stored; from then on
 // they stay in registers (each cell is this invocation's).
-fn seq_carries(wid: u32, li: u32) -> array<vec2<f32>, 8> {
+fn seq_carries(wid: u32, li: u32, ngates: u32) -> array<vec2<f32>, 8> {
     var cy: array<vec2<f32>, 8>;
     let o = boffs_at(0u);
     for (var i = 0u; i < RP; i++) {
         for (var u = 0u; u < UPI; u++) {
             let c = cell(wid, li, i, u);
             if (c.ok) {
-                cy[2u * i + u] = carry_in(o, c.b, c.j);
+                cy[2u * i + u] = carry_in(o, c.b, c.j, ngates);
             }
         }
     }
@@ -137,7 +137,7 @@ fn seq_carries(wid: u32, li: u32) -> array<vec2<f32>, 8> {
 @compute @workgroup_size(256)
 fn lstm_backward_seq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
     load_prev_da(wid.x, li);
-    var cy = seq_carries(wid.x, li);
+    var cy = seq_carries(wid.x, li, 4u);
     workgroupBarrier();
     for (var s = 0u; s < p.steps; s++) {
         let cur = s & 1u;
@@ -174,7 +174,7 @@ fn lstm_backward_seq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoc
 @compute @workgroup_size(256)
 fn gru_backward_seq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
     load_prev_da(wid.x, li);
-    var cy = seq_carries(wid.x, li);
+    var cy = seq_carries(wid.x, li, 3u);
     workgroupBarrier();
     for (var s = 0u; s < p.steps; s++) {
         let cur = s & 1u;

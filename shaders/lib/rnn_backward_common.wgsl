@@ -117,10 +117,14 @@ fn gru_bwd_in(o: BOffs, b: u32, j: u32) -> BIn {
     return x;
 }
 
-// The carries into step `o` of (b, j) as stored (h, c).
-fn carry_in(o: BOffs, b: u32, j: u32) -> vec2<f32> {
+// The carries into step `o` of (b, j) as stored (h, c); a GRU (3 gates) has no c carry.
+fn carry_in(o: BOffs, b: u32, j: u32, ngates: u32) -> vec2<f32> {
     let cin = o.cin + b * p.hidden + j;
-    return vec2<f32>(f32(carry[cin]), f32(carry[cin + p.batch * p.hidden]));
+    var cy = vec2<f32>(f32(carry[cin]), 0.0);
+    if (ngates == 4u) {
+        cy.y = f32(carry[cin + p.batch * p.hidden]);
+    }
+    return cy;
 }
 
 // rec: this row's dA_h_{t+1} W_hh (0 on the first processed step).
@@ -129,7 +133,7 @@ fn lstm_backward_finish(b: u32, j: u32, rec: f32) {
         return;
     }
     let o = params_boffs();
-    lstm_backward_store(o, b, j, rec, lstm_bwd_in(o, b, j), carry_in(o, b, j));
+    lstm_backward_store(o, b, j, rec, lstm_bwd_in(o, b, j), carry_in(o, b, j, 4u));
 }
 
 // The LSTM gate derivatives of (b, j) at step `o` from the recurrent gradient `rec`, the
@@ -172,7 +176,7 @@ fn gru_backward_finish(b: u32, j: u32, rec: f32) {
         return;
     }
     let o = params_boffs();
-    gru_backward_store(o, b, j, rec, gru_bwd_in(o, b, j), carry_in(o, b, j));
+    gru_backward_store(o, b, j, rec, gru_bwd_in(o, b, j), carry_in(o, b, j, 3u));
 }
 
 // The GRU gate derivatives of (b, j) at step `o`, as lstm_backward_store; the fourth dA_h lane
