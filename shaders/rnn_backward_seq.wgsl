@@ -12,15 +12,10 @@
 // sequence (`p.has_rec`) first loads the dA_h rows of the step processed before it from dah
 // (at `p.a_prev`, the values as stored). The gate derivatives are the per-step kernels'
 // (lib/rnn_backward_common.wgsl's *_backward_store) at the step's offsets: the same dA_h, dA_x
-// and carries. Needs lib/activation.wgsl and lib/rnn_backward_common.wgsl.
+// and carries. Needs lib/activation.wgsl, lib/rnn_backward_common.wgsl and
+// lib/rnn_seq_cells.wgsl.
 
-// Units per invocation: 1 (H <= 64) or 2 (H <= 128).
-override UPI: u32 = 1u;
-// Batch rows per invocation: 1, 2 or 4, with RP * G * H <= 512 (DA_ROWS).
-override RP: u32 = 1u;
-
-const RG: u32 = 4u;
-// Values of one dA buffer: 4 RP rows of G*H.
+// Values of one dA buffer: RG RP rows of G*H (the planner keeps RP * G * H <= 512).
 const DA_ROWS: u32 = 2048u;
 
 // The dA_h rows of the workgroup's batch rows, two buffers (16 KiB, WebGPU's default limit).
@@ -49,14 +44,14 @@ fn da_at(buf: u32, r: u32, k: u32) -> u32 {
     return buf * DA_ROWS + r * p.gh + k;
 }
 
-// The recurrent gradients of invocation li's rows and units from buffer `cur`: element
-// i * 2 + u for row rq * RP + i, unit lane + 64 u (units past H read the last unit; never
+// The recurrent gradients of invocation li's cells from buffer `cur`: element (cell) 2 i + u
+// for row rq * RP + i, unit lane + 64 u (units past H read the last unit; never
 // stored).
-fn seq_rec(cur: u32, li: u32) -> array<f32, 8> {
+fn seq_rec(cur: u32, li: u32) -> array<f32, CELLS> {
     let lane = li % 64u;
     let rq = li / 64u;
     let h = p.hidden;
-    var acc: array<f32, 8>;
+    var acc: array<f32, CELLS>;
     for (var k = 0u; k < p.gh; k++) {
         // The rows' dA_h[k] once for every unit.
         var dv: array<f32, 4>;
@@ -83,7 +78,7 @@ fn load_prev_da(wid: u32, li: u32) {
     let rq = li / 64u;
     for (var i = 0u; i < RP; i++) {
         let r = rq * RP + i;
-        let b = wid * RG * RP + r;
+        let b = wid * rows() + r;
         if (b < p.batch) {
             for (var k = lane; k < p.gh; k += 64u) {
                 da[da_at(0u, r, k)] = f32(dah[p.a_prev + b * p.gh + k]);
@@ -103,35 +98,27 @@ fn put_da(buf: u32, r: u32, j: u32, v: vec4<f32>, ngates: u32) {
     }
 }
 
-// Row and unit of invocation li's element (i, u), and whether both are in range.
-struct Cell {
-    b: u32,
-    j: u32,
-    r: u32,
-    ok: bool,
-}
-
-fn cell(wid: u32, li: u32, i: u32, u: u32) -> Cell {
-    let r = (li / 64u) * RP + i;
-    let b = wid * RG * RP + r;
-    let j = li % 64u + 64u * u;
-    return Cell(b, j, r, b < p.batch && j < p.hidden);
-}
-
 // The carries into the chunk's first step of invocation li's cells, as stored; from then on
 // they stay in registers (each cell is this invocation's).
-fn seq_carries(wid: u32, li: u32, ngates: u32) -> array<vec2<f32>, 8> {
-    var cy: array<vec2<f32>, 8>;
+fn seq_carries(wid: u32, li: u32, ngates: u32) -> array<vec2<f32>, CELLS> {
+    var cy: array<vec2<f32>, CELLS>;
     let o = boffs_at(0u);
-    for (var i = 0u; i < RP; i++) {
-        for (var u = 0u; u < UPI; u++) {
-            let c = cell(wid, li, i, u);
-            if (c.ok) {
-                cy[2u * i + u] = carry_in(o, c.b, c.j, ngates);
-            }
+    for (var e = 0u; e < CELLS; e++) {
+        let c = cell(wid, li, e);
+        if (c.ok) {
+            cy[e] = carry_in(o, c.b, c.j, ngates);
         }
     }
     return cy;
+}
+
+// The recurrent gradients of processed step s (none on a sequence's first step).
+fn step_rec(s: u32, li: u32) -> array<f32, CELLS> {
+    var rec: array<f32, CELLS>;
+    if (s > 0u || p.has_rec == 1u) {
+        rec = seq_rec(s & 1u, li);
+    }
+    return rec;
 }
 
 @compute @workgroup_size(256)
@@ -140,31 +127,22 @@ fn lstm_backward_seq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoc
     var cy = seq_carries(wid.x, li, 4u);
     workgroupBarrier();
     for (var s = 0u; s < p.steps; s++) {
-        let cur = s & 1u;
         let o = boffs_at(s);
         // The step's inputs first: their latency hides behind the recurrent product.
-        var xs: array<BIn, 8>;
-        for (var i = 0u; i < RP; i++) {
-            for (var u = 0u; u < UPI; u++) {
-                let c = cell(wid.x, li, i, u);
-                if (c.ok) {
-                    xs[2u * i + u] = lstm_bwd_in(o, c.b, c.j);
-                }
+        var xs: array<BIn, CELLS>;
+        for (var e = 0u; e < CELLS; e++) {
+            let c = cell(wid.x, li, e);
+            if (c.ok) {
+                xs[e] = lstm_bwd_in(o, c.b, c.j);
             }
         }
-        var rec: array<f32, 8>;
-        if (s > 0u || p.has_rec == 1u) {
-            rec = seq_rec(cur, li);
-        }
-        for (var i = 0u; i < RP; i++) {
-            for (var u = 0u; u < UPI; u++) {
-                let c = cell(wid.x, li, i, u);
-                if (c.ok) {
-                    let e = 2u * i + u;
-                    let r = lstm_backward_store(o, c.b, c.j, rec[e], xs[e], cy[e]);
-                    cy[e] = r.carry;
-                    put_da(1u - cur, c.r, c.j, r.da, 4u);
-                }
+        let rec = step_rec(s, li);
+        for (var e = 0u; e < CELLS; e++) {
+            let c = cell(wid.x, li, e);
+            if (c.ok) {
+                let r = lstm_backward_store(o, c.b, c.j, rec[e], xs[e], cy[e]);
+                cy[e] = r.carry;
+                put_da(1u - (s & 1u), c.r, c.j, r.da, 4u);
             }
         }
         workgroupBarrier();
@@ -177,30 +155,21 @@ fn gru_backward_seq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoca
     var cy = seq_carries(wid.x, li, 3u);
     workgroupBarrier();
     for (var s = 0u; s < p.steps; s++) {
-        let cur = s & 1u;
         let o = boffs_at(s);
-        var xs: array<BIn, 8>;
-        for (var i = 0u; i < RP; i++) {
-            for (var u = 0u; u < UPI; u++) {
-                let c = cell(wid.x, li, i, u);
-                if (c.ok) {
-                    xs[2u * i + u] = gru_bwd_in(o, c.b, c.j);
-                }
+        var xs: array<BIn, CELLS>;
+        for (var e = 0u; e < CELLS; e++) {
+            let c = cell(wid.x, li, e);
+            if (c.ok) {
+                xs[e] = gru_bwd_in(o, c.b, c.j);
             }
         }
-        var rec: array<f32, 8>;
-        if (s > 0u || p.has_rec == 1u) {
-            rec = seq_rec(cur, li);
-        }
-        for (var i = 0u; i < RP; i++) {
-            for (var u = 0u; u < UPI; u++) {
-                let c = cell(wid.x, li, i, u);
-                if (c.ok) {
-                    let e = 2u * i + u;
-                    let r = gru_backward_store(o, c.b, c.j, rec[e], xs[e], cy[e]);
-                    cy[e] = r.carry;
-                    put_da(1u - cur, c.r, c.j, r.da, 3u);
-                }
+        let rec = step_rec(s, li);
+        for (var e = 0u; e < CELLS; e++) {
+            let c = cell(wid.x, li, e);
+            if (c.ok) {
+                let r = gru_backward_store(o, c.b, c.j, rec[e], xs[e], cy[e]);
+                cy[e] = r.carry;
+                put_da(1u - (s & 1u), c.r, c.j, r.da, 3u);
             }
         }
         workgroupBarrier();

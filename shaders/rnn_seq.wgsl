@@ -13,26 +13,16 @@
 // group read 64 consecutive weights per gate and k; its rows serve RP batch rows each. Sums
 // run over k in order and add b_hh last, as the portable step does. Every step writes what
 // the per-step kernels write (h and c into slot next, the saved gates at g_off + s g_step), so
-// training and the outputs are unchanged. Needs lib/activation.wgsl and lib/rnn_common.wgsl.
+// training and the outputs are unchanged. Needs lib/activation.wgsl, lib/rnn_common.wgsl and
+// lib/rnn_seq_cells.wgsl.
 
-// Units per invocation: 1 (H <= 64) or 2 (H <= 128).
-override UPI: u32 = 1u;
-// Batch rows per invocation: 1, 2 or 4.
-override RP: u32 = 4u;
-
-// Row groups per workgroup, the most rows per workgroup (RP = 4), and the widest H.
-const RG: u32 = 4u;
+// The most rows per workgroup (RP = 4) and the widest H.
 const RMAX: u32 = 16u;
 const HMAX: u32 = 128u;
 
 // h_{t-1} of the workgroup's rows, two buffers of RMAX x HMAX (16 KiB, WebGPU's default
 // limit).
 var<workgroup> hs: array<f32, 2u * RMAX * HMAX>;
-
-// Batch rows per workgroup.
-fn rows() -> u32 {
-    return RG * RP;
-}
 
 // The slots and slices step s of the direction reads and writes.
 fn offs_at(s: u32) -> Offs {
@@ -50,34 +40,27 @@ fn hs_at(buf: u32, r: u32, j: u32) -> u32 {
     return (buf * RMAX + r) * HMAX + j;
 }
 
-// The initial state of invocation li's rows into buffer 0 (rows past the batch as 0).
+// The initial state of invocation li's cells into buffer 0 (other rows are read only for
+// rows past the batch, whose results are never stored).
 fn seq_load(wid: u32, li: u32) {
-    let lane = li % 64u;
-    let rq = li / 64u;
-    for (var i = 0u; i < RP; i++) {
-        let r = rq * RP + i;
-        let b = wid * rows() + r;
-        for (var u = 0u; u < UPI; u++) {
-            let j = lane + 64u * u;
-            var v = 0.0;
-            if (b < p.batch && j < p.hidden) {
-                v = f32(hseq[p.prev_off + b * p.seq_rs + j]);
-            }
-            hs[hs_at(0u, r, j)] = v;
+    for (var e = 0u; e < CELLS; e++) {
+        let c = cell(wid, li, e);
+        if (c.ok) {
+            hs[hs_at(0u, c.r, c.j)] = f32(hseq[p.prev_off + c.b * p.seq_rs + c.j]);
         }
     }
 }
 
-// h_{t-1} W_hh^T + b_hh from buffer `cur` for invocation li's rows and units: element
-// i * 2 + u holds the gates of row rq * RP + i, unit lane + 64 u (a GRU's fourth lane repeats
+// h_{t-1} W_hh^T + b_hh from buffer `cur` for invocation li's cells: element (cell)
+// 2 i + u holds the gates of row rq * RP + i, unit lane + 64 u (a GRU's fourth lane repeats
 // its third gate, unused). Units past H read the last unit; their results are never stored.
-fn seq_dot(cur: u32, li: u32, ngates: u32) -> array<vec4<f32>, 8> {
+fn seq_dot(cur: u32, li: u32, ngates: u32) -> array<vec4<f32>, CELLS> {
     let lane = li % 64u;
     let rq = li / 64u;
     let h = p.hidden;
     let gh = ngates * h;
     let g3 = min(3u, ngates - 1u) * h;
-    var acc: array<vec4<f32>, 8>;
+    var acc: array<vec4<f32>, CELLS>;
     for (var k = 0u; k < h; k++) {
         let wr = k * gh;
         // The rows' h_{t-1}[k] once for every unit.
@@ -107,31 +90,14 @@ fn seq_dot(cur: u32, li: u32, ngates: u32) -> array<vec4<f32>, 8> {
     return acc;
 }
 
-// Row and unit of invocation li's element (i, u), and whether both are in range.
-struct Cell {
-    b: u32,
-    j: u32,
-    r: u32,
-    ok: bool,
-}
-
-fn cell(wid: u32, li: u32, i: u32, u: u32) -> Cell {
-    let r = (li / 64u) * RP + i;
-    let b = wid * rows() + r;
-    let j = li % 64u + 64u * u;
-    return Cell(b, j, r, b < p.batch && j < p.hidden);
-}
-
 // The input projections of step `o` for invocation li's cells, loaded before the step's dot
 // product so their latency hides behind it (they do not depend on the recurrence).
-fn seq_xp(o: Offs, wid: u32, li: u32, ngates: u32) -> array<vec4<f32>, 8> {
-    var xg: array<vec4<f32>, 8>;
-    for (var i = 0u; i < RP; i++) {
-        for (var u = 0u; u < UPI; u++) {
-            let c = cell(wid, li, i, u);
-            if (c.ok) {
-                xg[2u * i + u] = xp_gates(o, c.b, c.j, ngates);
-            }
+fn seq_xp(o: Offs, wid: u32, li: u32, ngates: u32) -> array<vec4<f32>, CELLS> {
+    var xg: array<vec4<f32>, CELLS>;
+    for (var e = 0u; e < CELLS; e++) {
+        let c = cell(wid, li, e);
+        if (c.ok) {
+            xg[e] = xp_gates(o, c.b, c.j, ngates);
         }
     }
     return xg;
@@ -141,13 +107,11 @@ fn seq_xp(o: Offs, wid: u32, li: u32, ngates: u32) -> array<vec4<f32>, 8> {
 fn lstm_seq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
     seq_load(wid.x, li);
     // c_{t-1} of each cell as stored, kept in registers: each cell is this invocation's.
-    var cs: array<f32, 8>;
-    for (var i = 0u; i < RP; i++) {
-        for (var u = 0u; u < UPI; u++) {
-            let c = cell(wid.x, li, i, u);
-            if (c.ok) {
-                cs[2u * i + u] = f32(cseq[p.prev_off + c.b * p.seq_rs + c.j]);
-            }
+    var cs: array<f32, CELLS>;
+    for (var e = 0u; e < CELLS; e++) {
+        let c = cell(wid.x, li, e);
+        if (c.ok) {
+            cs[e] = f32(cseq[p.prev_off + c.b * p.seq_rs + c.j]);
         }
     }
     workgroupBarrier();
@@ -156,15 +120,12 @@ fn lstm_seq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_ind
         let o = offs_at(s);
         let xg = seq_xp(o, wid.x, li, 4u);
         let acc = seq_dot(cur, li, 4u);
-        for (var i = 0u; i < RP; i++) {
-            for (var u = 0u; u < UPI; u++) {
-                let c = cell(wid.x, li, i, u);
-                if (c.ok) {
-                    let e = 2u * i + u;
-                    let ch = lstm_store(o, c.b, c.j, acc[e] + xg[e], cs[e]);
-                    cs[e] = ch.x;
-                    hs[hs_at(1u - cur, c.r, c.j)] = ch.y;
-                }
+        for (var e = 0u; e < CELLS; e++) {
+            let c = cell(wid.x, li, e);
+            if (c.ok) {
+                let ch = lstm_store(o, c.b, c.j, acc[e] + xg[e], cs[e]);
+                cs[e] = ch.x;
+                hs[hs_at(1u - cur, c.r, c.j)] = ch.y;
             }
         }
         workgroupBarrier();
@@ -180,15 +141,12 @@ fn gru_seq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
         let o = offs_at(s);
         let xg = seq_xp(o, wid.x, li, 3u);
         let acc = seq_dot(cur, li, 3u);
-        for (var i = 0u; i < RP; i++) {
-            for (var u = 0u; u < UPI; u++) {
-                let c = cell(wid.x, li, i, u);
-                if (c.ok) {
-                    let e = 2u * i + u;
-                    // h_{t-1} as stored is this step's buffer.
-                    let hp = hs[hs_at(cur, c.r, c.j)];
-                    hs[hs_at(1u - cur, c.r, c.j)] = gru_store(o, c.b, c.j, acc[e], xg[e], hp);
-                }
+        for (var e = 0u; e < CELLS; e++) {
+            let c = cell(wid.x, li, e);
+            if (c.ok) {
+                // h_{t-1} as stored is this step's buffer.
+                let hp = hs[hs_at(cur, c.r, c.j)];
+                hs[hs_at(1u - cur, c.r, c.j)] = gru_store(o, c.b, c.j, acc[e], xg[e], hp);
             }
         }
         workgroupBarrier();

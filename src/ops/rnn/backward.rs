@@ -31,6 +31,15 @@ const BACKWARD_WG_LIBS: &[&ShaderLib] = &[
 /// A backward step kernel: the LSTM one reads the cell states (slot 5), the GRU one the hidden
 /// states (slot 4) and also writes `dax` (slot 8).
 const fn backward_kernel(kind: RnnKind, source: &'static str, entry: &'static str) -> Kernel {
+    backward_kernel_with(kind, source, entry, BACKWARD_LIBS)
+}
+
+const fn backward_kernel_with(
+    kind: RnnKind,
+    source: &'static str,
+    entry: &'static str,
+    libs: &'static [&'static ShaderLib],
+) -> Kernel {
     match kind {
         RnnKind::Lstm => {
             Kernel::new(entry, source, entry, &[R, R, R, R, RW, RW]).slots(&[1, 2, 3, 5, 6, 7])
@@ -38,7 +47,7 @@ const fn backward_kernel(kind: RnnKind, source: &'static str, entry: &'static st
         RnnKind::Gru => Kernel::new(entry, source, entry, &[R, R, R, R, RW, RW, RW])
             .slots(&[1, 2, 3, 4, 6, 7, 8]),
     }
-    .libs(BACKWARD_LIBS)
+    .libs(libs)
 }
 static LSTM_BACKWARD: Kernel = backward_kernel(RnnKind::Lstm, BACKWARD_SRC, "lstm_backward_step");
 static GRU_BACKWARD: Kernel = backward_kernel(RnnKind::Gru, BACKWARD_SRC, "gru_backward_step");
@@ -47,10 +56,19 @@ static LSTM_BACKWARD_SG8: Kernel =
 static GRU_BACKWARD_SG8: Kernel =
     backward_kernel(RnnKind::Gru, BACKWARD_SG8_SRC, "gru_backward_step_sg8");
 /// GPUs with H <= 128: every step of a direction in one dispatch (shaders/rnn_backward_seq.wgsl).
-static LSTM_BACKWARD_SEQ: Kernel =
-    backward_kernel(RnnKind::Lstm, BACKWARD_SEQ_SRC, "lstm_backward_seq");
-static GRU_BACKWARD_SEQ: Kernel =
-    backward_kernel(RnnKind::Gru, BACKWARD_SEQ_SRC, "gru_backward_seq");
+const BACKWARD_SEQ_LIBS: &[&ShaderLib] = &[&ACTIVATION, &BACKWARD_COMMON, &step::SEQ_CELLS];
+static LSTM_BACKWARD_SEQ: Kernel = backward_kernel_with(
+    RnnKind::Lstm,
+    BACKWARD_SEQ_SRC,
+    "lstm_backward_seq",
+    BACKWARD_SEQ_LIBS,
+);
+static GRU_BACKWARD_SEQ: Kernel = backward_kernel_with(
+    RnnKind::Gru,
+    BACKWARD_SEQ_SRC,
+    "gru_backward_seq",
+    BACKWARD_SEQ_LIBS,
+);
 /// GPUs: the recurrent product's K slices into an f32 workspace (slot 9), then the gate
 /// derivatives summing them (the step kernels' bindings plus the workspace).
 static REC_WG: Kernel = Kernel::new("rnn_rec_wg", BACKWARD_WG_SRC, "rnn_rec_wg", &[R, RW, RW])
@@ -738,7 +756,7 @@ mod tests {
     fn sequence_buffer_matches_the_shader() {
         let src = super::BACKWARD_SEQ_SRC;
         assert!(src.contains("const DA_ROWS: u32 = 2048u;"));
-        assert!(src.contains("const RG: u32 = 4u;"));
+        assert!(super::step::SEQ_CELLS.text.contains("const RG: u32 = 4u;"));
         // seq_shape's budget: 4 RP rows of G*H values within DA_ROWS.
         let caps = crate::Caps::test_gpu();
         assert_eq!(super::seq_shape(&caps, 1 << 14, 64, 4 * 64), Some((2, 1)));

@@ -16,6 +16,11 @@ use crate::{DType, Device, Error, Result, Tensor};
 pub(crate) static COMMON: ShaderLib =
     ShaderLib::new(include_str!("../../../shaders/lib/rnn_common.wgsl"));
 const LIBS: &[&ShaderLib] = &[&ACTIVATION, &COMMON];
+/// The sequence kernels' cells (shaders/lib/rnn_seq_cells.wgsl), shared by the forward's and
+/// the backward's.
+pub(crate) static SEQ_CELLS: ShaderLib =
+    ShaderLib::new(include_str!("../../../shaders/lib/rnn_seq_cells.wgsl"));
+const SEQ_LIBS: &[&ShaderLib] = &[&ACTIVATION, &COMMON, &SEQ_CELLS];
 const WG_LIBS: &[&ShaderLib] = &[&ACTIVATION, &COMMON, &WG_TILE];
 const PORTABLE_SRC: &str = include_str!("../../../shaders/rnn.wgsl");
 const SG8_SRC: &str = include_str!("../../../shaders/rnn_sg8.wgsl");
@@ -59,8 +64,8 @@ pub(crate) static GRU_STEP_WG: Kernel =
     step_kernel_with(RnnKind::Gru, WG_SRC, "gru_step_wg", WG_LIBS);
 pub(crate) static LSTM_STEP_KS: Kernel = step_kernel(RnnKind::Lstm, KS_SRC, "lstm_step_ks");
 pub(crate) static GRU_STEP_KS: Kernel = step_kernel(RnnKind::Gru, KS_SRC, "gru_step_ks");
-pub(crate) static LSTM_SEQ: Kernel = step_kernel(RnnKind::Lstm, SEQ_SRC, "lstm_seq");
-pub(crate) static GRU_SEQ: Kernel = step_kernel(RnnKind::Gru, SEQ_SRC, "gru_seq");
+pub(crate) static LSTM_SEQ: Kernel = step_kernel_with(RnnKind::Lstm, SEQ_SRC, "lstm_seq", SEQ_LIBS);
+pub(crate) static GRU_SEQ: Kernel = step_kernel_with(RnnKind::Gru, SEQ_SRC, "gru_seq", SEQ_LIBS);
 pub(crate) static LOAD_STATE: Kernel = Kernel::new("rnn", PORTABLE_SRC, "load_state", &[R, RW])
     .slots(&[7, 4])
     .libs(LIBS);
@@ -350,7 +355,8 @@ mod tests {
     #[test]
     fn sequence_tile_matches_the_shader() {
         let src = super::SEQ_SRC;
-        assert!(src.contains("const RG: u32 = 4u;") && super::SEQ_GROUPS == 4);
+        let cells = super::SEQ_CELLS.text;
+        assert!(cells.contains("const RG: u32 = 4u;") && super::SEQ_GROUPS == 4);
         assert!(src.contains("const RMAX: u32 = 16u;"));
         assert!(src.contains("const HMAX: u32 = 128u;") && super::SEQ_MAX_HIDDEN == 128);
         assert_eq!(16 * 128, super::SEQ_BUFFER);
