@@ -23,6 +23,14 @@ fn main() {
         dev.supports_f16(),
         dev.stats().pipeline_cache
     );
+    let l = dev.limits();
+    println!(
+        "limits: workgroup storage {} bytes | invocations per workgroup {} | subgroups {}..{} lanes",
+        l.max_compute_workgroup_storage_size,
+        l.max_compute_invocations_per_workgroup,
+        info.subgroup_min_size,
+        info.subgroup_max_size
+    );
     if std::env::args().any(|a| a == "--require-f16") && !dev.supports_f16() {
         std::process::exit(3);
     }

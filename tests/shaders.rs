@@ -331,3 +331,60 @@ fn every_entry_point_uses_only_its_layouts_bindings() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Bytes of workgroup memory a variant's module declares once its overrides are applied.
+fn workgroup_bytes(v: &wgtensor::runtime::ShaderVariant) -> u32 {
+    let module = naga::front::wgsl::parse_str(&v.source).expect("parses");
+    let info = Validator::new(ValidationFlags::all(), Capabilities::all())
+        .validate(&module)
+        .expect("validates");
+    let mut constants = naga::back::PipelineConstants::default();
+    for (name, value) in &v.constants {
+        constants.insert(name.to_string(), *value);
+    }
+    let (module, _) = naga::back::pipeline_constants::process_overrides(
+        &module,
+        &info,
+        Some((naga::ShaderStage::Compute, v.entry)),
+        &constants,
+    )
+    .expect("overrides apply");
+    let mut layouter = naga::proc::Layouter::default();
+    layouter.update(module.to_ctx()).expect("layout");
+    module
+        .global_variables
+        .iter()
+        .filter(|(_, g)| g.space == naga::AddressSpace::WorkGroup)
+        .map(|(_, g)| layouter[g.ty].size)
+        .sum()
+}
+
+/// Every kernel fits WebGPU's default 16 KiB of workgroup memory (browsers give no more),
+/// except the cooperative-matrix GEMM tile, which needs `COOP_WG_BYTES` and is planned only
+/// where the device offers that much (`Caps::coop16`).
+#[test]
+fn workgroup_memory_fits_what_the_planners_assume() {
+    let mut coop = 0;
+    for v in shader_variants() {
+        let bytes = workgroup_bytes(&v);
+        if v.kernel.starts_with("gemm_coop") {
+            assert_eq!(
+                bytes,
+                wgtensor::runtime::COOP_WG_BYTES,
+                "{} / {}",
+                v.kernel,
+                v.entry
+            );
+            coop += 1;
+        } else {
+            assert!(
+                bytes <= 16384,
+                "{} / {} {:?} declares {bytes} bytes of workgroup memory",
+                v.kernel,
+                v.entry,
+                v.constants
+            );
+        }
+    }
+    assert!(coop >= 4, "only {coop} cooperative-matrix variants");
+}

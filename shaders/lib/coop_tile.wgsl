@@ -1,34 +1,64 @@
 // The core of the f16 GEMM on cooperative matrices (gemm_coop.wgsl, gemm_coop_partial.wgsl):
-// f16 GEMM on cooperative matrices (tensor cores on NVIDIA through VK_KHR_cooperative_matrix's
-// 16x16x16 f16 -> f32 configuration, wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX): planned only
-// where the adapter offers that configuration with 32-lane subgroups and
-// `DeviceOptions::cooperative_matrix` asks for it. A workgroup of 4 subgroups computes a 64x64
-// output tile; subgroup s owns the 32x32 quadrant (s / 2, s % 2) as 2x2 fragments accumulated
-// in f32. Each K step stages a 64x32 A tile and a 32x64 B tile (f16, rows padded by 8 halves)
-// through the operand strides, zero-filled outside M, N and the slice's K range, as
-// gemm_wg.wgsl does; the fragments load from workgroup memory row-major. The epilogue stores
-// one fragment at a time into a per-subgroup 16x16 f32 scratch and each lane applies
-// lib/gemm_common.wgsl's store to 8 of its values. Every barrier and cooperative operation is
-// in uniform control flow (the loop bounds come from uniforms and the workgroup id).
-// The including kernel defines `fn emit(row: u32, col: u32, v: f32, bs: Bases, z: u32)`, the
-// store of one output value: the product kernel stores the output, the split-k kernel its
-// workspace. The two are separate modules because an entry point's pipeline layout must hold
-// every binding its code can reach, and only the split-k layout has the workspace.
-// Needs lib/activation.wgsl and lib/gemm_common.wgsl with T = f16.
+// a 128x128 output tile per workgroup of 256 invocations, f16 operands, f32 accumulation.
+// Planned only where `Caps::coop16` holds: the adapter offers the 16x16x16 f16 x f16 + f32
+// configuration (tensor cores on NVIDIA through VK_KHR_cooperative_matrix) with 32-lane
+// subgroups, has the workgroup memory below and `DeviceOptions::cooperative_matrix` asks.
+//
+// The tile reaches its fragments only through frag_begin / frag_a / frag_b / frag_mma /
+// frag_store and the types FragA / FragB / FragC, defined by lib/coop_frag.wgsl (cooperative
+// matrices) or lib/coop_frag_emu.wgsl (plain WGSL, to test this file on any adapter).
+//
+// Invocations li / 32 form 8 subgroups of 32 lanes (NVIDIA's warps are consecutive invocation
+// indices; `Caps::coop16` requires 32-lane subgroups). Subgroup s owns rows (s / 2) * 32 ..
+// + 31 and columns (s % 2) * 64 .. + 63 of the tile: 2 x 4 fragments, so a K step of 16 loads
+// 2 A and 4 B fragments for 8 products (the old 64x64 tile of 2 x 2 fragments per subgroup
+// loaded 4 for 4 and staged half as much per product).
+//
+// K runs in steps of CK = 16, double buffered: while the tensor cores multiply step t from
+// one staged buffer, each invocation's loads of step t + 1 (8 halves of A and 8 of B, read
+// through the operand strides, zero outside M, N and the slice's K range, as gemm_wg.wgsl)
+// are in flight into registers, stored to the other buffer after the products, and one
+// barrier per step orders both. Staged rows are padded by 8 halves (16 bytes), so the 8 rows
+// a fragment load reads at once fall on distinct banks; every fragment's start and row stride
+// is a multiple of 16 bytes, the alignment cooperative-matrix loads and stores assume. Workgroup memory: 2 x (128 x 24 +
+// 16 x 136) halves + 8 x 256 f32 = 29184 bytes (`COOP_WG_BYTES` in src/ops/gemm/plan.rs;
+// tests/shaders.rs checks the two agree), under lavapipe's 32 KiB and NVIDIA's 48 KiB.
+//
+// The epilogue stores one fragment at a time into its subgroup's 16x16 f32 scratch and each
+// lane passes 8 of its values to the including kernel's
+// `fn emit(row: u32, col: u32, v: f32, bs: Bases, z: u32)`: the product kernel stores the
+// output through lib/gemm_common.wgsl's epilogue, the split-k kernel its workspace slice.
+// The two are separate modules because an entry point's pipeline layout must hold every
+// binding its code can reach, and only the split-k layout has the workspace.
+// Every barrier and fragment operation is in uniform control flow (loop bounds and branches
+// come from uniforms and the workgroup id).
+// Needs lib/activation.wgsl, lib/gemm_common.wgsl and a fragment library, with T = f16.
 
-const CT: u32 = 64u;
-const CK: u32 = 32u;
-// Padded row lengths (halves) of the staged tiles.
+const CT: u32 = 128u;
+const CK: u32 = 16u;
+const CWG: u32 = 256u;
+// Padded row lengths (halves) of the staged tiles: A is staged [m][k], B [k][n].
 const CSA: u32 = CK + 8u;
 const CSB: u32 = CT + 8u;
-const CWG: u32 = 128u;
+// Halves of one staged buffer of each operand.
+const ABUF: u32 = CT * CSA;
+const BBUF: u32 = CK * CSB;
+// Elements of each operand an invocation stages per K step.
+const PER: u32 = CT * CK / CWG;
 
-var<workgroup> ca: array<f16, CT * CSA>;
-var<workgroup> cb: array<f16, CK * CSB>;
-var<workgroup> cs: array<f32, 4u * 256u>;
+var<workgroup> ca: array<f16, 2u * ABUF>;
+var<workgroup> cb: array<f16, 2u * BBUF>;
+var<workgroup> cs: array<f32, 8u * 256u>;
+
+// One invocation's share of a K step, between its loads and its stores.
+struct Staged {
+    a: array<f16, PER>,
+    b: array<f16, PER>,
+}
 
 // (row or column within the tile, k within the step) of staged element `e`: k-fast when the
-// operand is contiguous along K, else along the tile.
+// operand is contiguous along K, else along the tile, so consecutive lanes read consecutive
+// addresses either way.
 fn stage_at(e: u32, k_fast: bool) -> vec2<u32> {
     if (k_fast) {
         return vec2<u32>(e / CK, e % CK);
@@ -36,75 +66,118 @@ fn stage_at(e: u32, k_fast: bool) -> vec2<u32> {
     return vec2<u32>(e % CT, e / CT);
 }
 
-// Stages the K step at k0 (k below kend): 2048 elements of each operand, 16 per invocation.
-fn stage(bs: Bases, r0: u32, c0: u32, k0: u32, kend: u32, li: u32) {
-    let a_kf = p.a_cs == 1u;
-    let b_kf = p.b_rs == 1u && p.b_cs != 1u;
-    for (var q = 0u; q < CT * CK / CWG; q++) {
+fn a_k_fast() -> bool {
+    return p.a_cs == 1u;
+}
+
+fn b_k_fast() -> bool {
+    return p.b_rs == 1u && p.b_cs != 1u;
+}
+
+// Loads invocation li's share of the K step at k0 (k below kend).
+fn fetch(bs: Bases, r0: u32, c0: u32, k0: u32, kend: u32, li: u32) -> Staged {
+    var s: Staged;
+    let a_kf = a_k_fast();
+    let b_kf = b_k_fast();
+    for (var q = 0u; q < PER; q++) {
         let e = li + q * CWG;
         let pa = stage_at(e, a_kf);
-        let m = pa.x;
-        let k = pa.y;
-        var va = f16(0.0);
-        if (r0 + m < p.m && k0 + k < kend) {
-            va = f16(a[bs.a + (r0 + m) * p.a_rs + (k0 + k) * p.a_cs]);
+        if (r0 + pa.x < p.m && k0 + pa.y < kend) {
+            s.a[q] = f16(a[bs.a + (r0 + pa.x) * p.a_rs + (k0 + pa.y) * p.a_cs]);
         }
-        ca[m * CSA + k] = va;
         let pb = stage_at(e, b_kf);
-        let n = pb.x;
-        let kb = pb.y;
-        var vb = f16(0.0);
-        if (c0 + n < p.n && k0 + kb < kend) {
-            vb = f16(b[bs.b + (k0 + kb) * p.b_rs + (c0 + n) * p.b_cs]);
+        if (c0 + pb.x < p.n && k0 + pb.y < kend) {
+            s.b[q] = f16(b[bs.b + (k0 + pb.y) * p.b_rs + (c0 + pb.x) * p.b_cs]);
         }
-        cb[kb * CSB + n] = vb;
+    }
+    return s;
+}
+
+// Stores a fetched share into staged buffer `buf` (0 or 1).
+fn put(s: Staged, buf: u32, li: u32) {
+    let a_kf = a_k_fast();
+    let b_kf = b_k_fast();
+    for (var q = 0u; q < PER; q++) {
+        let e = li + q * CWG;
+        let pa = stage_at(e, a_kf);
+        ca[buf * ABUF + pa.x * CSA + pa.y] = s.a[q];
+        let pb = stage_at(e, b_kf);
+        cb[buf * BBUF + pb.y * CSB + pb.x] = s.b[q];
     }
 }
 
-// Stores fragment `c` (rows fr.., columns fc.. of the tile) through the subgroup's scratch:
-// lane l emits elements l + 32 q through the kernel's `emit` (z: the split-k slice).
-fn put_frag(c: coop_mat16x16<f32, C>, sg: u32, lane: u32, row0: u32, col0: u32, bs: Bases, z: u32) {
-    coopStoreT(c, &cs[sg * 256u], 16u);
+// Stores fragment `c` (rows row0.., columns col0.. of the output) through subgroup sg's
+// scratch: lane l emits elements l + 32 q through the kernel's `emit` (z: the split-k slice).
+fn put_frag(c: FragC, sg: u32, lane: u32, row0: u32, col0: u32, bs: Bases, z: u32) {
+    frag_store(c, sg * 256u);
     workgroupBarrier();
-    for (var q = 0u; q < 8u; q++) {
+    for (var q = 0u; q < frag_per_lane(); q++) {
         let e = lane + 32u * q;
-        let v = cs[sg * 256u + e];
-        emit(row0 + e / 16u, col0 + e % 16u, v, bs, z);
+        emit(row0 + e / 16u, col0 + e % 16u, cs[sg * 256u + e], bs, z);
     }
     workgroupBarrier();
 }
 
 fn gemm_coop_tile(wid: vec3<u32>, li: u32) {
+    frag_begin(li);
     let r0 = wid.y * CT;
     let c0 = wid.x * CT;
     let bs = bases(wid.z);
     let kr = k_range(wid.z);
     let sg = li / 32u;
     let lane = li % 32u;
+    // The subgroup's rows and columns within the tile.
     let qr = (sg / 2u) * 32u;
-    let qc = (sg % 2u) * 32u;
-    var c00: coop_mat16x16<f32, C>;
-    var c01: coop_mat16x16<f32, C>;
-    var c10: coop_mat16x16<f32, C>;
-    var c11: coop_mat16x16<f32, C>;
+    let qc = (sg % 2u) * 64u;
+    var c00: FragC;
+    var c01: FragC;
+    var c02: FragC;
+    var c03: FragC;
+    var c10: FragC;
+    var c11: FragC;
+    var c12: FragC;
+    var c13: FragC;
     let steps = (kr.y - kr.x + CK - 1u) / CK;
+    if (steps > 0u) {
+        put(fetch(bs, r0, c0, kr.x, kr.y, li), 0u, li);
+    }
+    workgroupBarrier();
     for (var t = 0u; t < steps; t++) {
-        stage(bs, r0, c0, kr.x + t * CK, kr.y, li);
-        workgroupBarrier();
-        for (var kk = 0u; kk < CK; kk += 16u) {
-            let a0 = coopLoadT<coop_mat16x16<f16, A>>(&ca[qr * CSA + kk], CSA);
-            let a1 = coopLoadT<coop_mat16x16<f16, A>>(&ca[(qr + 16u) * CSA + kk], CSA);
-            let b0 = coopLoadT<coop_mat16x16<f16, B>>(&cb[kk * CSB + qc], CSB);
-            let b1 = coopLoadT<coop_mat16x16<f16, B>>(&cb[kk * CSB + qc + 16u], CSB);
-            c00 = coopMultiplyAdd(a0, b0, c00);
-            c01 = coopMultiplyAdd(a0, b1, c01);
-            c10 = coopMultiplyAdd(a1, b0, c10);
-            c11 = coopMultiplyAdd(a1, b1, c11);
+        let cur = t % 2u;
+        let more = t + 1u < steps;
+        var next: Staged;
+        if (more) {
+            next = fetch(bs, r0, c0, kr.x + (t + 1u) * CK, kr.y, li);
+        }
+        let ao = cur * ABUF + qr * CSA;
+        let bo = cur * BBUF + qc;
+        let a0 = frag_a(ao, CSA);
+        let a1 = frag_a(ao + 16u * CSA, CSA);
+        let b0 = frag_b(bo, CSB);
+        let b1 = frag_b(bo + 16u, CSB);
+        let b2 = frag_b(bo + 32u, CSB);
+        let b3 = frag_b(bo + 48u, CSB);
+        c00 = frag_mma(a0, b0, c00);
+        c01 = frag_mma(a0, b1, c01);
+        c02 = frag_mma(a0, b2, c02);
+        c03 = frag_mma(a0, b3, c03);
+        c10 = frag_mma(a1, b0, c10);
+        c11 = frag_mma(a1, b1, c11);
+        c12 = frag_mma(a1, b2, c12);
+        c13 = frag_mma(a1, b3, c13);
+        if (more) {
+            put(next, 1u - cur, li);
         }
         workgroupBarrier();
     }
-    put_frag(c00, sg, lane, r0 + qr, c0 + qc, bs, wid.z);
-    put_frag(c01, sg, lane, r0 + qr, c0 + qc + 16u, bs, wid.z);
-    put_frag(c10, sg, lane, r0 + qr + 16u, c0 + qc, bs, wid.z);
-    put_frag(c11, sg, lane, r0 + qr + 16u, c0 + qc + 16u, bs, wid.z);
+    let row0 = r0 + qr;
+    let col0 = c0 + qc;
+    put_frag(c00, sg, lane, row0, col0, bs, wid.z);
+    put_frag(c01, sg, lane, row0, col0 + 16u, bs, wid.z);
+    put_frag(c02, sg, lane, row0, col0 + 32u, bs, wid.z);
+    put_frag(c03, sg, lane, row0, col0 + 48u, bs, wid.z);
+    put_frag(c10, sg, lane, row0 + 16u, col0, bs, wid.z);
+    put_frag(c11, sg, lane, row0 + 16u, col0 + 16u, bs, wid.z);
+    put_frag(c12, sg, lane, row0 + 16u, col0 + 32u, bs, wid.z);
+    put_frag(c13, sg, lane, row0 + 16u, col0 + 48u, bs, wid.z);
 }

@@ -16,7 +16,10 @@ pub struct Caps {
     /// f16 GEMMs may run on cooperative matrices: the device enabled wgpu's
     /// `EXPERIMENTAL_COOPERATIVE_MATRIX` (asked for by `DeviceOptions::cooperative_matrix`),
     /// the adapter offers the 16x16x16 f16 x f16 + f32 configuration (NVIDIA's tensor cores
-    /// through `VK_KHR_cooperative_matrix`) and its subgroups are exactly 32 lanes.
+    /// through `VK_KHR_cooperative_matrix`), its subgroups are exactly 32 lanes and its
+    /// workgroups hold 256 invocations and the tile's 29 KiB of workgroup memory. Also set on
+    /// CPU adapters opened with both `gpu_plans` and `cooperative_matrix`, which run the
+    /// tile over emulated fragments (its tests).
     pub coop16: bool,
     /// `max_compute_workgroups_per_dimension`.
     pub max_workgroups_per_dim: u32,
@@ -77,6 +80,13 @@ pub(crate) fn estimate_parallelism(
     }
 }
 
+/// Workgroup memory of the cooperative-matrix GEMM tile (shaders/lib/coop_tile.wgsl: two
+/// staged buffers of 128 x 24 A and 16 x 136 B halves, 8 x 256 f32 of epilogue scratch);
+/// [`Caps::coop16`] requires the device's `max_compute_workgroup_storage_size` to hold it.
+/// tests/shaders.rs checks it against the shader.
+#[doc(hidden)]
+pub const COOP_WG_BYTES: u32 = 2 * (128 * 24 + 16 * 136) * 2 + 8 * 256 * 4;
+
 /// True when `props` has the 16x16x16 configuration `gemm_coop` uses: f16 A and B, f32
 /// accumulator and result.
 pub(crate) fn offers_coop16(props: &[wgpu::CooperativeMatrixProperties]) -> bool {
@@ -107,6 +117,8 @@ impl Caps {
                 && features.contains(wgpu::Features::SHADER_F16)
                 && info.subgroup_min_size == 32
                 && info.subgroup_max_size == 32
+                && limits.max_compute_workgroup_storage_size >= COOP_WG_BYTES
+                && limits.max_compute_invocations_per_workgroup >= 256
                 && offers_coop16(coop),
             max_workgroups_per_dim: limits.max_compute_workgroups_per_dimension,
             host_threads,

@@ -156,6 +156,17 @@ impl Device {
     pub fn caps(&self) -> &super::caps::Caps {
         &self.inner.caps
     }
+    /// True where f16 GEMMs plan the cooperative-matrix tile ([`Caps::coop16`](super::Caps))
+    /// without the feature: a CPU adapter opened with both [`DeviceOptions::gpu_plans`] and
+    /// [`DeviceOptions::cooperative_matrix`], which runs the tile over plain-WGSL fragments
+    /// (shaders/lib/coop_frag_emu.wgsl) so that its conformance tests run without tensor cores.
+    pub(crate) fn coop_emulated(&self) -> bool {
+        self.inner.caps.coop16
+            && !self
+                .inner
+                .features
+                .contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
+    }
     /// The shader runtime checks this device compiles its kernels with:
     /// [`DeviceOptions::shader_checks`] with [`ShaderChecks::Auto`](super::ShaderChecks::Auto)
     /// resolved for the adapter.

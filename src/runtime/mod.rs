@@ -24,6 +24,8 @@ pub(crate) mod window;
 
 pub(crate) use bind_cache::Bind;
 pub use caps::Caps;
+#[doc(hidden)]
+pub use caps::COOP_WG_BYTES;
 pub use device::{Device, DeviceOptions};
 pub use options::{PipelineCacheSetting, ShaderChecks};
 pub(crate) use pipeline::{Access, Kernel};

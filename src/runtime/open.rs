@@ -205,6 +205,15 @@ impl Device {
         let features = device.features();
         let coop = adapter.cooperative_matrix_properties();
         let mut caps = super::caps::Caps::read(&info, features, &limits, &coop);
+        // A CPU adapter planning as a GPU with cooperative matrices asked for runs the
+        // cooperative-matrix tile over emulated fragments (`Device::coop_emulated`): how the
+        // suite tests that tile without tensor cores.
+        caps.coop16 |= caps.cpu
+            && opts.gpu_plans
+            && opts.cooperative_matrix
+            && caps.f16
+            && limits.max_compute_workgroup_storage_size >= super::caps::COOP_WG_BYTES
+            && limits.max_compute_invocations_per_workgroup >= 256;
         caps.cpu &= !opts.gpu_plans;
         if let Some(slots) = opts.parallelism {
             caps.parallelism = slots;

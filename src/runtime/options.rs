@@ -157,14 +157,17 @@ pub struct DeviceOptions {
     pub check_indices: bool,
     /// Plan kernels as on a GPU even on a CPU adapter ([`Caps::cpu`](crate::runtime::Caps)
     /// false): the GPU tile shapes and variants then run on lavapipe, which is how the test
-    /// suite covers them without a GPU. Slower there; results agree within rounding.
+    /// suite covers them without a GPU. Slower there; results agree within rounding. With
+    /// [`cooperative_matrix`](Self::cooperative_matrix) too, f16 GEMMs on a CPU adapter run
+    /// the cooperative-matrix tile over plain-WGSL stand-ins for the matrices (its tests).
     pub gpu_plans: bool,
     /// Run f16 GEMMs on cooperative matrices (tensor cores) where the adapter offers wgpu's
     /// `EXPERIMENTAL_COOPERATIVE_MATRIX` with a 16x16x16 f16 x f16 + f32 configuration and
     /// 32-lane subgroups (NVIDIA through `VK_KHR_cooperative_matrix`): requests the feature and
     /// plans `gemm_coop` for f16 products (f32 accumulation, the same zero-filled edges and
     /// split-k as the other kernels). Off by default while wgpu calls the feature experimental;
-    /// ignored where the adapter lacks the configuration.
+    /// ignored where the adapter lacks the configuration, except on a CPU adapter with
+    /// [`gpu_plans`](Self::gpu_plans) (see there).
     pub cooperative_matrix: bool,
     /// Which of wgpu's runtime checks the crate's shaders are compiled with (see
     /// [`ShaderChecks`]). Default: [`ShaderChecks::Auto`] (no index clamps on GPUs).

@@ -180,8 +180,9 @@ pub(crate) struct CachedPipeline {
 
 #[derive(Default)]
 pub(crate) struct PipelineCache {
-    /// Keyed by the source text's address: several kernels (entry points) share one module.
-    modules: HashMap<(usize, Vec<DType>), wgpu::ShaderModule>,
+    /// Keyed by the addresses of the source text and of its libs list: several kernels (entry
+    /// points) share one module, and one source over other libs is another module.
+    modules: HashMap<(usize, usize, Vec<DType>), wgpu::ShaderModule>,
     /// Buckets by a hash of the key computed without allocating (the lookup runs on every
     /// dispatch); each entry keeps its full key to compare.
     pipelines: HashMap<u64, Vec<(PipelineKey, Arc<CachedPipeline>)>>,
@@ -306,7 +307,11 @@ impl PipelineCache {
     ) -> Arc<CachedPipeline> {
         let module = self
             .modules
-            .entry((kernel.source.as_ptr() as usize, dtypes.to_vec()))
+            .entry((
+                kernel.source.as_ptr() as usize,
+                kernel.libs.as_ptr() as usize,
+                dtypes.to_vec(),
+            ))
             .or_insert_with(|| {
                 let source = kernel.full_source(dtypes);
                 let desc = wgpu::ShaderModuleDescriptor {

@@ -25,7 +25,14 @@ const COOP_SRC: &str = include_str!("../../../shaders/gemm_coop.wgsl");
 const COOP_PARTIAL_SRC: &str = include_str!("../../../shaders/gemm_coop_partial.wgsl");
 /// The cooperative-matrix tile both coop kernels run (each defines its own store).
 static COOP_TILE: ShaderLib = ShaderLib::new(include_str!("../../../shaders/lib/coop_tile.wgsl"));
-const COOP_LIBS: &[&ShaderLib] = &[&ACTIVATION, &GEMM_COMMON, &COOP_TILE];
+/// The tile's fragments on cooperative matrices.
+static COOP_FRAG: ShaderLib = ShaderLib::new(include_str!("../../../shaders/lib/coop_frag.wgsl"));
+/// The tile's fragments in plain WGSL, so the tile runs on adapters without cooperative
+/// matrices (CPU adapters opened with `gpu_plans` and `cooperative_matrix`: its tests).
+static COOP_FRAG_EMU: ShaderLib =
+    ShaderLib::new(include_str!("../../../shaders/lib/coop_frag_emu.wgsl"));
+const COOP_LIBS: &[&ShaderLib] = &[&ACTIVATION, &GEMM_COMMON, &COOP_FRAG, &COOP_TILE];
+const COOP_EMU_LIBS: &[&ShaderLib] = &[&ACTIVATION, &GEMM_COMMON, &COOP_FRAG_EMU, &COOP_TILE];
 const COOP_ENABLES: &[&str] = &["wgpu_cooperative_matrix"];
 
 use Access::{Read as R, ReadWrite as RW};
@@ -65,6 +72,18 @@ static COOP_PARTIAL: Kernel = Kernel::new(
 .slots(&[1, 2, 6])
 .libs(COOP_LIBS)
 .enables(COOP_ENABLES);
+// The same entry points over the emulated fragments (own names: distinct modules and pipelines).
+static COOP_EMU: Kernel = Kernel::new("gemm_coop_emu", COOP_SRC, "gemm_coop", &[R, R, R, R, RW])
+    .slots(&[1, 2, 3, 4, 5])
+    .libs(COOP_EMU_LIBS);
+static COOP_EMU_PARTIAL: Kernel = Kernel::new(
+    "gemm_coop_emu",
+    COOP_PARTIAL_SRC,
+    "gemm_coop_partial",
+    &[R, R, RW],
+)
+.slots(&[1, 2, 6])
+.libs(COOP_EMU_LIBS);
 
 const REDUCE_WG: u32 = 256;
 /// Longest inner dimension accepted. Past it the f32 accumulation has lost most of its digits
@@ -435,6 +454,7 @@ pub(crate) fn dispatch(
         GemmKernel::WgTiled | GemmKernel::WgTiled128 | GemmKernel::WgTiled128x128 => {
             (&WG, &WG_PARTIAL, &wg)
         }
+        GemmKernel::Coop16 if dev.coop_emulated() => (&COOP_EMU, &COOP_EMU_PARTIAL, &[]),
         GemmKernel::Coop16 => (&COOP, &COOP_PARTIAL, &[]),
     };
     if pl.splits == 1 {
@@ -519,6 +539,14 @@ pub fn gemm_variants() -> Vec<ShaderVariant> {
         ));
     }
     v.push(ShaderVariant::new(&COOP_PARTIAL, &[DType::F16], &[]));
+    for &(_, act) in ACTIVATION_DEFS {
+        v.push(ShaderVariant::new(
+            &COOP_EMU,
+            &[DType::F16],
+            &[("ACT", act as f64)],
+        ));
+    }
+    v.push(ShaderVariant::new(&COOP_EMU_PARTIAL, &[DType::F16], &[]));
     v
 }
 

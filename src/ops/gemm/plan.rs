@@ -22,8 +22,8 @@ pub enum GemmKernel {
     /// `gemm_wg` with TM = 8 and TN = 8: a 128 x 128 tile, 8 x 8 per invocation (GPUs,
     /// problems with enough 128 x 128 tiles to fill the device: see `wide_tiles`).
     WgTiled128x128,
-    /// `gemm_coop`: f16 on cooperative matrices (16x16x16, f32 accumulation), 4 subgroups of
-    /// 32 lanes per 64 x 64 tile; only where [`Caps::coop16`] holds (the adapter offers it and
+    /// `gemm_coop`: f16 on cooperative matrices (16x16x16, f32 accumulation), 8 subgroups of
+    /// 32 lanes per 128 x 128 tile; only where [`Caps::coop16`] holds (the adapter offers it and
     /// `DeviceOptions::cooperative_matrix` asked for it).
     Coop16,
 }
@@ -95,7 +95,7 @@ fn tile_of(kernel: GemmKernel, sgs: u32) -> (usize, usize) {
         GemmKernel::WgTiled => (64, 64),
         GemmKernel::WgTiled128 => (128, 64),
         GemmKernel::WgTiled128x128 => (128, 128),
-        GemmKernel::Coop16 => (64, 64),
+        GemmKernel::Coop16 => (128, 128),
     }
 }
 
@@ -545,11 +545,17 @@ mod plan_tests {
         let p = plan_for_dtype(&coop, DType::F16, 4096, 4096, 4096, 1, None).unwrap();
         assert_eq!(
             (p.kernel, p.tile(), p.splits),
-            (GemmKernel::Coop16, (64, 64), 1)
+            (GemmKernel::Coop16, (128, 128), 1)
         );
-        // Split-k over its 64 x 64 tiles as for the other kernels.
+        // Split-k over its 128 x 128 tiles as for the other kernels: one tile, 4 x 256 slots'
+        // worth of slices, at least 256 steps of K each.
         let p = plan_for_dtype(&coop, DType::F16, 64, 64, 8192, 1, None).unwrap();
         assert_eq!((p.kernel, p.splits), (GemmKernel::Coop16, 32));
+        let p = plan_for_dtype(&coop, DType::F16, 256, 256, 65536, 1, None).unwrap();
+        assert_eq!(
+            (p.kernel, p.splits, p.k_chunk),
+            (GemmKernel::Coop16, 256, 256)
+        );
         // f32 keeps the FMA kernels; without the capability f16 does too.
         let f32_plan = plan_for_dtype(&coop, DType::F32, 4096, 4096, 4096, 1, None).unwrap();
         assert_eq!(f32_plan.kernel, GemmKernel::WgTiled128x128);

@@ -8,7 +8,10 @@
 use std::sync::OnceLock;
 
 use wgtensor::ops::gemm::{plan_for_dtype, GemmKernel};
+use wgtensor::ops::{gemm, GemmOptions};
 use wgtensor::DeviceOptions;
+
+use crate::strategies::Rng;
 
 use super::*;
 
@@ -50,4 +53,114 @@ fn gemm_coop_f16() {
     gemm_cases(dev, 8, DType::F16, general_sizes(), Mode::Exact);
     gemm_cases(dev, 6, DType::F16, splitk_sizes(), Mode::SplitK);
     gemm_cases(dev, 2, DType::F16, large_sizes(), Mode::General);
+}
+
+/// A CPU adapter opened with `gpu_plans` and `cooperative_matrix`: f16 products plan the
+/// cooperative-matrix tile and run it over the plain-WGSL fragments
+/// (shaders/lib/coop_frag_emu.wgsl), so the tile's staging, double buffering, split-k and
+/// epilogue are tested without tensor cores. `None` elsewhere (a GPU runs the real tile
+/// above, or has none).
+fn emulated_device() -> Option<&'static Device> {
+    static DEVICE: OnceLock<Device> = OnceLock::new();
+    let dev = DEVICE.get_or_init(|| {
+        Device::with_options(DeviceOptions {
+            cooperative_matrix: true,
+            gpu_plans: true,
+            ..Default::default()
+        })
+        .expect("no wgpu adapter")
+    });
+    let cpu = dev.adapter_info().device_type == wgpu::DeviceType::Cpu;
+    if !cpu || !dev.supports_f16() {
+        return None;
+    }
+    Some(dev)
+}
+
+#[test]
+fn gemm_coop_tile_emulated_f16() {
+    let Some(dev) = emulated_device() else {
+        return;
+    };
+    let plan = plan_for_dtype(dev.caps(), DType::F16, 300, 300, 300, 1, None).unwrap();
+    assert_eq!(plan.kernel, GemmKernel::Coop16, "{plan:?}");
+    // f32 keeps the FMA kernels.
+    let plan = plan_for_dtype(dev.caps(), DType::F32, 300, 300, 300, 1, None).unwrap();
+    assert_ne!(plan.kernel, GemmKernel::Coop16, "{plan:?}");
+    gemm_cases(dev, 10, DType::F16, general_sizes(), Mode::General);
+    gemm_cases(dev, 6, DType::F16, general_sizes(), Mode::Exact);
+    gemm_cases(dev, 4, DType::F16, splitk_sizes(), Mode::SplitK);
+    gemm_cases(dev, 2, DType::F16, large_sizes(), Mode::General);
+}
+
+/// Fixed shapes through the emulated tile: every fragment of a full 128 x 128 tile, ragged
+/// edges in M, N and K (K not a multiple of the 16-step, one step, many, none), both staging orders
+/// of each operand (contiguous along K or along the tile), and a split K, each exact against
+/// the f64 reference.
+#[test]
+fn gemm_coop_tile_emulated_fixed_shapes() {
+    let Some(dev) = emulated_device() else {
+        return;
+    };
+    let mut rng = Rng::new(7);
+    for &(m, n, k, split) in &[
+        (128, 128, 32, None),
+        (129, 130, 17, None),
+        (1, 1, 1, None),
+        (5, 4, 0, None),
+        (200, 257, 33, None),
+        (16, 144, 16, None),
+        (40, 24, 600, Some(3)),
+    ] {
+        for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+            let av: Vec<f32> = (0..m * k).map(|_| rng.below(7) as f32 - 3.0).collect();
+            let bv: Vec<f32> = (0..k * n).map(|_| rng.below(7) as f32 - 3.0).collect();
+            // `ta`: A is stored [k, m] and read through its transpose (strides (1, m)).
+            let a = if ta {
+                Tensor::from_slice::<f32>(dev, &transpose(&av, m, k), &[k, m])
+                    .and_then(|t| t.to_dtype(DType::F16))
+                    .and_then(|t| t.transpose(0, 1))
+            } else {
+                Tensor::from_slice::<f32>(dev, &av, &[m, k]).and_then(|t| t.to_dtype(DType::F16))
+            }
+            .unwrap();
+            let b = if tb {
+                Tensor::from_slice::<f32>(dev, &transpose(&bv, k, n), &[n, k])
+                    .and_then(|t| t.to_dtype(DType::F16))
+                    .and_then(|t| t.transpose(0, 1))
+            } else {
+                Tensor::from_slice::<f32>(dev, &bv, &[k, n]).and_then(|t| t.to_dtype(DType::F16))
+            }
+            .unwrap();
+            let opts = GemmOptions {
+                split_k: split,
+                ..Default::default()
+            };
+            let got = gemm(&a, &b, &opts)
+                .and_then(|y| y.to_dtype(DType::F32))
+                .and_then(|y| y.to_vec::<f32>())
+                .unwrap();
+            for i in 0..m {
+                for j in 0..n {
+                    let want: f32 = (0..k).map(|p| av[i * k + p] * bv[p * n + j]).sum();
+                    assert_eq!(
+                        got[i * n + j],
+                        want,
+                        "[{m} x {k}] x [{k} x {n}] split {split:?} transposed ({ta}, {tb}) at \
+                         ({i}, {j})"
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn transpose(v: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut t = vec![0.0; v.len()];
+    for r in 0..rows {
+        for c in 0..cols {
+            t[c * rows + r] = v[r * cols + c];
+        }
+    }
+    t
 }
