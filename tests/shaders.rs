@@ -364,9 +364,10 @@ fn workgroup_bytes(v: &wgtensor::runtime::ShaderVariant) -> u32 {
 /// where the device offers that much (`Caps::coop16`).
 #[test]
 fn workgroup_memory_fits_what_the_planners_assume() {
-    let mut coop = 0;
+    let (mut coop, mut emulated) = (0, 0);
     for v in shader_variants() {
         let bytes = workgroup_bytes(&v);
+        emulated += usize::from(v.kernel == "gemm_coop_emu");
         if v.kernel.starts_with("gemm_coop") {
             assert_eq!(
                 bytes,
@@ -386,5 +387,9 @@ fn workgroup_memory_fits_what_the_planners_assume() {
             );
         }
     }
-    assert!(coop >= 4, "only {coop} cooperative-matrix variants");
+    // Every epilogue and the split-k kernel, over real and over emulated fragments.
+    assert!(
+        emulated >= 4 && coop == 2 * emulated,
+        "{coop} cooperative-matrix variants, {emulated} of them emulated"
+    );
 }

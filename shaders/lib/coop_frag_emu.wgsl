@@ -62,7 +62,7 @@ fn frag_mma(a: FragA, b: FragB, c: FragC) -> FragC {
 }
 
 fn frag_store(c: FragC, off: u32) {
-    for (var q = 0u; q < 8u; q++) {
+    for (var q = 0u; q < frag_per_lane(); q++) {
         cs[off + emu_lane + 32u * q] = c.v[q];
     }
 }

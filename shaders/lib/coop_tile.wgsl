@@ -4,9 +4,12 @@
 // configuration (tensor cores on NVIDIA through VK_KHR_cooperative_matrix) with 32-lane
 // subgroups, has the workgroup memory below and `DeviceOptions::cooperative_matrix` asks.
 //
-// The tile reaches its fragments only through frag_begin / frag_a / frag_b / frag_mma /
-// frag_store and the types FragA / FragB / FragC, defined by lib/coop_frag.wgsl (cooperative
-// matrices) or lib/coop_frag_emu.wgsl (plain WGSL, to test this file on any adapter).
+// The tile reaches its fragments only through frag_begin / frag_per_lane / frag_a / frag_b /
+// frag_mma / frag_store and the types FragA / FragB / FragC, defined by lib/coop_frag.wgsl
+// (cooperative matrices) or lib/coop_frag_emu.wgsl (plain WGSL, to test this file on any
+// adapter). The emulation reads an operand fragment's staged values when it is multiplied,
+// not when it is loaded: keep every frag_a / frag_b and the frag_mma using it in one barrier
+// interval, with no store to the staged buffer it reads between them.
 //
 // Invocations li / 32 form 8 subgroups of 32 lanes (NVIDIA's warps are consecutive invocation
 // indices; `Caps::coop16` requires 32-lane subgroups). Subgroup s owns rows (s / 2) * 32 ..
@@ -20,9 +23,10 @@
 // are in flight into registers, stored to the other buffer after the products, and one
 // barrier per step orders both. Staged rows are padded by 8 halves (16 bytes), so the 8 rows
 // a fragment load reads at once fall on distinct banks; every fragment's start and row stride
-// is a multiple of 16 bytes, the alignment cooperative-matrix loads and stores assume. Workgroup memory: 2 x (128 x 24 +
-// 16 x 136) halves + 8 x 256 f32 = 29184 bytes (`COOP_WG_BYTES` in src/ops/gemm/plan.rs;
-// tests/shaders.rs checks the two agree), under lavapipe's 32 KiB and NVIDIA's 48 KiB.
+// is a multiple of 16 bytes, the alignment cooperative-matrix loads and stores assume.
+// Workgroup memory: 2 x (128 x 24 + 16 x 136) halves + 8 x 256 f32 = 29184 bytes
+// (`COOP_WG_BYTES` in src/runtime/caps.rs; tests/shaders.rs checks the two agree), under
+// lavapipe's 32 KiB and NVIDIA's 48 KiB.
 //
 // The epilogue stores one fragment at a time into its subgroup's 16x16 f32 scratch and each
 // lane passes 8 of its values to the including kernel's

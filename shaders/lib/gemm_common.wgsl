@@ -1,4 +1,5 @@
-// Shared by the GEMM kernels (gemm.wgsl, gemm_sg8.wgsl, gemm_wg.wgsl): parameters, bindings, batch decode,
+// Shared by the GEMM kernels (gemm.wgsl, gemm_sg8.wgsl, gemm_wg.wgsl, gemm_coop.wgsl,
+// gemm_coop_partial.wgsl): parameters, bindings, batch decode,
 // the fused epilogue and the two ways a tile leaves the kernel (final output or split-k slice).
 //
 // out[z] = act(alpha * A[z] B[z] + beta * C[z] + bias), every operand read through element

@@ -87,6 +87,14 @@ pub(crate) fn estimate_parallelism(
 #[doc(hidden)]
 pub const COOP_WG_BYTES: u32 = 2 * (128 * 24 + 16 * 136) * 2 + 8 * 256 * 4;
 
+/// True when a workgroup of the cooperative-matrix tile fits `limits`: 256 invocations along x
+/// and [`COOP_WG_BYTES`] of workgroup memory.
+pub(crate) fn holds_coop_tile(limits: &wgpu::Limits) -> bool {
+    limits.max_compute_workgroup_storage_size >= COOP_WG_BYTES
+        && limits.max_compute_invocations_per_workgroup >= 256
+        && limits.max_compute_workgroup_size_x >= 256
+}
+
 /// True when `props` has the 16x16x16 configuration `gemm_coop` uses: f16 A and B, f32
 /// accumulator and result.
 pub(crate) fn offers_coop16(props: &[wgpu::CooperativeMatrixProperties]) -> bool {
@@ -117,8 +125,7 @@ impl Caps {
                 && features.contains(wgpu::Features::SHADER_F16)
                 && info.subgroup_min_size == 32
                 && info.subgroup_max_size == 32
-                && limits.max_compute_workgroup_storage_size >= COOP_WG_BYTES
-                && limits.max_compute_invocations_per_workgroup >= 256
+                && holds_coop_tile(limits)
                 && offers_coop16(coop),
             max_workgroups_per_dim: limits.max_compute_workgroups_per_dimension,
             host_threads,

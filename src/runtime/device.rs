@@ -73,6 +73,9 @@ pub(crate) struct Inner {
     /// Most bytes one storage binding covers (see `DeviceOptions::max_binding_bytes`).
     pub(crate) binding_limit: u64,
     pub(crate) caps: super::caps::Caps,
+    /// `caps.coop16` was set by `gpu_plans` + `cooperative_matrix` on a CPU adapter, not by
+    /// the adapter: f16 GEMMs run the cooperative-matrix tile over emulated fragments.
+    pub(crate) coop_emulated: bool,
     /// The random generator: (seed, next Philox counter). See `ops::random`.
     pub(super) rng: Mutex<(u64, u64)>,
     pub(super) state: Mutex<State>,
@@ -160,12 +163,9 @@ impl Device {
     /// without the feature: a CPU adapter opened with both [`DeviceOptions::gpu_plans`] and
     /// [`DeviceOptions::cooperative_matrix`], which runs the tile over plain-WGSL fragments
     /// (shaders/lib/coop_frag_emu.wgsl) so that its conformance tests run without tensor cores.
-    pub(crate) fn coop_emulated(&self) -> bool {
-        self.inner.caps.coop16
-            && !self
-                .inner
-                .features
-                .contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
+    #[doc(hidden)]
+    pub fn coop_emulated(&self) -> bool {
+        self.inner.coop_emulated
     }
     /// The shader runtime checks this device compiles its kernels with:
     /// [`DeviceOptions::shader_checks`] with [`ShaderChecks::Auto`](super::ShaderChecks::Auto)

@@ -208,12 +208,13 @@ impl Device {
         // A CPU adapter planning as a GPU with cooperative matrices asked for runs the
         // cooperative-matrix tile over emulated fragments (`Device::coop_emulated`): how the
         // suite tests that tile without tensor cores.
-        caps.coop16 |= caps.cpu
+        let coop_emulated = caps.cpu
+            && !caps.coop16
             && opts.gpu_plans
             && opts.cooperative_matrix
             && caps.f16
-            && limits.max_compute_workgroup_storage_size >= super::caps::COOP_WG_BYTES
-            && limits.max_compute_invocations_per_workgroup >= 256;
+            && super::caps::holds_coop_tile(&limits);
+        caps.coop16 |= coop_emulated;
         caps.cpu &= !opts.gpu_plans;
         if let Some(slots) = opts.parallelism {
             caps.parallelism = slots;
@@ -267,6 +268,7 @@ impl Device {
                 memory_limit,
                 binding_limit,
                 caps,
+                coop_emulated,
                 rng: Mutex::new((DEFAULT_SEED, 0)),
                 lost,
                 uncaptured,

@@ -167,6 +167,7 @@ pub(crate) fn dtype_prelude(dtypes: &[DType]) -> String {
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct PipelineKey {
     source: usize,
+    libs: Vec<usize>,
     kernel: &'static str,
     entry: &'static str,
     dtypes: Vec<DType>,
@@ -180,9 +181,9 @@ pub(crate) struct CachedPipeline {
 
 #[derive(Default)]
 pub(crate) struct PipelineCache {
-    /// Keyed by the addresses of the source text and of its libs list: several kernels (entry
-    /// points) share one module, and one source over other libs is another module.
-    modules: HashMap<(usize, usize, Vec<DType>), wgpu::ShaderModule>,
+    /// Keyed by the addresses of the source text and of its libs' texts ([`lib_ids`]): several
+    /// kernels (entry points) share one module, and one source over other libs is another.
+    modules: HashMap<(usize, Vec<usize>, Vec<DType>), wgpu::ShaderModule>,
     /// Buckets by a hash of the key computed without allocating (the lookup runs on every
     /// dispatch); each entry keeps its full key to compare.
     pipelines: HashMap<u64, Vec<(PipelineKey, Arc<CachedPipeline>)>>,
@@ -207,11 +208,20 @@ pub(crate) struct Persisted {
     pub(crate) saved_at: u64,
 }
 
+/// What identifies a kernel's libs: the addresses of their texts (each lib is one `static`),
+/// not of the slice listing them, which the compiler may or may not share between kernels.
+fn lib_ids(kernel: &Kernel) -> impl Iterator<Item = usize> + '_ {
+    kernel.libs.iter().map(|l| l.text.as_ptr() as usize)
+}
+
 /// The hash of (kernel, dtypes, constants) as [`PipelineKey`] would hash, without building it.
 fn key_hash(kernel: &Kernel, dtypes: &[DType], constants: &[(&'static str, f64)]) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     (kernel.source.as_ptr() as usize).hash(&mut h);
+    for id in lib_ids(kernel) {
+        id.hash(&mut h);
+    }
     kernel.name.hash(&mut h);
     kernel.entry.hash(&mut h);
     dtypes.hash(&mut h);
@@ -230,6 +240,7 @@ impl PipelineKey {
         constants: &[(&'static str, f64)],
     ) -> bool {
         self.source == kernel.source.as_ptr() as usize
+            && self.libs.iter().copied().eq(lib_ids(kernel))
             && self.kernel == kernel.name
             && self.entry == kernel.entry
             && self.dtypes == dtypes
@@ -290,6 +301,7 @@ impl PipelineCache {
     fn key(kernel: &Kernel, dtypes: &[DType], constants: &[(&'static str, f64)]) -> PipelineKey {
         PipelineKey {
             source: kernel.source.as_ptr() as usize,
+            libs: lib_ids(kernel).collect(),
             kernel: kernel.name,
             entry: kernel.entry,
             dtypes: dtypes.to_vec(),
@@ -309,7 +321,7 @@ impl PipelineCache {
             .modules
             .entry((
                 kernel.source.as_ptr() as usize,
-                kernel.libs.as_ptr() as usize,
+                lib_ids(kernel).collect(),
                 dtypes.to_vec(),
             ))
             .or_insert_with(|| {

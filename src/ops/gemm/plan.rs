@@ -23,8 +23,9 @@ pub enum GemmKernel {
     /// problems with enough 128 x 128 tiles to fill the device: see `wide_tiles`).
     WgTiled128x128,
     /// `gemm_coop`: f16 on cooperative matrices (16x16x16, f32 accumulation), 8 subgroups of
-    /// 32 lanes per 128 x 128 tile; only where [`Caps::coop16`] holds (the adapter offers it and
-    /// `DeviceOptions::cooperative_matrix` asked for it).
+    /// 32 lanes per 128 x 128 tile; only where [`Caps::coop16`] holds (the adapter offers it
+    /// and `DeviceOptions::cooperative_matrix` asked for it, or a CPU adapter emulates it
+    /// under `gpu_plans`).
     Coop16,
 }
 
@@ -150,8 +151,9 @@ pub fn plan_for(
 }
 
 #[doc(hidden)]
-/// [`plan_for`] for operands of `dtype`: f16 products take the cooperative-matrix kernel
-/// where [`Caps::coop16`] holds, every other product the plan of [`plan_for`].
+/// [`plan_for`] for operands of `dtype`: f16 products of more than 64 rows and columns take the
+/// cooperative-matrix kernel where [`Caps::coop16`] holds (smaller ones would leave most of
+/// its 128 x 128 tile idle), every other product the plan of [`plan_for`].
 pub fn plan_for_dtype(
     caps: &Caps,
     dtype: DType,
@@ -161,7 +163,7 @@ pub fn plan_for_dtype(
     batch: usize,
     split_k: Option<u32>,
 ) -> Result<GemmPlan> {
-    if dtype == DType::F16 && caps.coop16 {
+    if dtype == DType::F16 && caps.coop16 && m > 64 && n > 64 {
         return plan_kernel(caps, GemmKernel::Coop16, m, n, k, batch, split_k);
     }
     plan_for(caps, m, n, k, batch, split_k)
@@ -186,7 +188,7 @@ pub(crate) fn plan_forced(
         GemmKernel::Sg8 if !caps.sg8 => Some("needs subgroups of exactly 8 lanes"),
         GemmKernel::Coop16 if !caps.coop16 => Some(
             "needs 16x16x16 f16 cooperative matrices (DeviceOptions::cooperative_matrix on an \
-             adapter that offers them)",
+             adapter that offers them, or with gpu_plans on a CPU adapter)",
         ),
         GemmKernel::Coop16 if dtype != DType::F16 => Some("takes f16 operands only"),
         _ => None,
@@ -547,9 +549,14 @@ mod plan_tests {
             (p.kernel, p.tile(), p.splits),
             (GemmKernel::Coop16, (128, 128), 1)
         );
-        // Split-k over its 128 x 128 tiles as for the other kernels: one tile, 4 x 256 slots'
-        // worth of slices, at least 256 steps of K each.
-        let p = plan_for_dtype(&coop, DType::F16, 64, 64, 8192, 1, None).unwrap();
+        // 64 rows or columns or fewer keep the FMA kernels (most of the tile would idle).
+        let p = plan_for_dtype(&coop, DType::F16, 64, 4096, 8192, 1, None).unwrap();
+        assert_eq!(p, plan_for(&coop, 64, 4096, 8192, 1, None).unwrap());
+        let p = plan_for_dtype(&coop, DType::F16, 4096, 64, 8192, 1, None).unwrap();
+        assert_eq!(p, plan_for(&coop, 4096, 64, 8192, 1, None).unwrap());
+        // Split-k over its 128 x 128 tiles as for the other kernels: four tiles, 4 x 256
+        // slots' worth of slices, at least 256 steps of K each.
+        let p = plan_for_dtype(&coop, DType::F16, 65, 65, 8192, 1, None).unwrap();
         assert_eq!((p.kernel, p.splits), (GemmKernel::Coop16, 32));
         let p = plan_for_dtype(&coop, DType::F16, 256, 256, 65536, 1, None).unwrap();
         assert_eq!(

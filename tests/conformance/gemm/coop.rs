@@ -2,8 +2,10 @@
 //! on a device opened with `DeviceOptions::cooperative_matrix`. Where the adapter offers the
 //! configuration (NVIDIA through VK_KHR_cooperative_matrix: a GPU session's run of this suite),
 //! f16 products must plan `Coop16` and pass the f16 cases (general, exact, split-k, matmul,
-//! ragged edges and views) with the suite's bounds; elsewhere (lavapipe) the option must be
-//! ignored: the plan stays on the FMA kernels and f16 results are unchanged.
+//! ragged edges and views) with the suite's bounds; elsewhere (lavapipe) the option alone must
+//! be ignored: the plan stays on the FMA kernels and f16 results are unchanged. On a CPU
+//! adapter, `gpu_plans` with the option runs the same tile over emulated fragments
+//! (shaders/lib/coop_frag_emu.wgsl): the tests at the end of this file.
 
 use std::sync::OnceLock;
 
@@ -74,6 +76,7 @@ fn emulated_device() -> Option<&'static Device> {
     if !cpu || !dev.supports_f16() {
         return None;
     }
+    assert!(dev.caps().coop16 && dev.coop_emulated(), "{:?}", dev.caps());
     Some(dev)
 }
 
@@ -87,10 +90,34 @@ fn gemm_coop_tile_emulated_f16() {
     // f32 keeps the FMA kernels.
     let plan = plan_for_dtype(dev.caps(), DType::F32, 300, 300, 300, 1, None).unwrap();
     assert_ne!(plan.kernel, GemmKernel::Coop16, "{plan:?}");
-    gemm_cases(dev, 10, DType::F16, general_sizes(), Mode::General);
-    gemm_cases(dev, 6, DType::F16, general_sizes(), Mode::Exact);
-    gemm_cases(dev, 4, DType::F16, splitk_sizes(), Mode::SplitK);
+    // Products of 64 rows or columns or fewer keep the FMA kernels: the tile's own cases.
+    gemm_cases(dev, 10, DType::F16, tile_sizes(), Mode::General);
+    gemm_cases(dev, 6, DType::F16, tile_sizes(), Mode::Exact);
+    gemm_cases(dev, 3, DType::F16, tile_splitk_sizes(), Mode::SplitK);
     gemm_cases(dev, 2, DType::F16, large_sizes(), Mode::General);
+}
+
+/// Problems the cooperative-matrix tile takes (more than 64 rows and columns), some batched.
+fn tile_sizes() -> BoxedStrategy<Sizes> {
+    prop_oneof![
+        (65usize..=300, 65usize..=300, 1usize..=300).prop_map(|(m, n, k)| (
+            m,
+            n,
+            k,
+            vec![],
+            vec![]
+        )),
+        (65usize..=140, 65usize..=140, 1usize..=64, batch_pair(4))
+            .prop_map(|(m, n, k, (ab, bb))| (m, n, k, ab, bb)),
+    ]
+    .boxed()
+}
+
+/// The tile's split-k territory: one to four tiles and a long K.
+fn tile_splitk_sizes() -> BoxedStrategy<Sizes> {
+    (65usize..=160, 65usize..=160, 1024usize..=4096)
+        .prop_map(|(m, n, k)| (m, n, k, vec![], vec![]))
+        .boxed()
 }
 
 /// Fixed shapes through the emulated tile: every fragment of a full 128 x 128 tile, ragged
@@ -106,12 +133,14 @@ fn gemm_coop_tile_emulated_fixed_shapes() {
     for &(m, n, k, split) in &[
         (128, 128, 32, None),
         (129, 130, 17, None),
-        (1, 1, 1, None),
-        (5, 4, 0, None),
+        (65, 65, 1, None),
+        (70, 66, 0, None),
         (200, 257, 33, None),
-        (16, 144, 16, None),
-        (40, 24, 600, Some(3)),
+        (65, 144, 16, None),
+        (72, 80, 600, Some(3)),
     ] {
+        let plan = plan_for_dtype(dev.caps(), DType::F16, m, n, k, 1, split).unwrap();
+        assert_eq!(plan.kernel, GemmKernel::Coop16, "{m} x {n} x {k}: {plan:?}");
         for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
             let av: Vec<f32> = (0..m * k).map(|_| rng.below(7) as f32 - 3.0).collect();
             let bv: Vec<f32> = (0..k * n).map(|_| rng.below(7) as f32 - 3.0).collect();
