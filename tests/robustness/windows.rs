@@ -174,6 +174,70 @@ fn gemm_windows(gpu_plans: bool) {
     assert_eq!(run(&big), run(&win), "batched");
 }
 
+/// f16 products on the cooperative-matrix tile (on a CPU adapter its emulation, through
+/// `gpu_plans` + `cooperative_matrix`) in windows of one binding: the same bits as whole.
+#[test]
+fn gemm_coop_runs_in_windows_with_identical_bits() {
+    let open = |limit: Option<u64>| {
+        Device::with_options(DeviceOptions {
+            gpu_plans: true,
+            cooperative_matrix: true,
+            max_binding_bytes: limit,
+            ..Default::default()
+        })
+        .unwrap()
+    };
+    let (big, win) = (open(None), open(Some(16 << 10)));
+    if !big.supports_f16() {
+        return;
+    }
+    let shapes: &[(&str, [usize; 3])] = &[
+        ("tall A", [300, 64, 100]),
+        ("wide B", [100, 64, 700]),
+        ("long K", [72, 600, 80]),
+    ];
+    for &(what, [m, k, n]) in shapes {
+        let plan =
+            wgtensor::ops::gemm::plan_for_dtype(big.caps(), DType::F16, m, n, k, 1, None).unwrap();
+        if big.caps().coop16 {
+            assert_eq!(
+                plan.kernel,
+                wgtensor::ops::gemm::GemmKernel::Coop16,
+                "{what}"
+            );
+        }
+        let run = |d: &Device| {
+            let f16 = |v: Vec<f32>, shape: &[usize]| {
+                Tensor::from_slice(d, &v, shape)
+                    .and_then(|t| t.to_dtype(DType::F16))
+                    .unwrap()
+            };
+            let a = f16(wave(m * k, 0.13), &[m, k]);
+            let w = f16(wave(n * k, 0.29), &[n, k]);
+            let bias = f16(wave(n, 0.5), &[n]);
+            let c = f16(wave(m * n, 0.05), &[m, n]);
+            let o = GemmOptions {
+                beta: 0.5,
+                c: Some(&c),
+                bias: Some(Bias::PerColumn(&bias)),
+                activation: Activation::Relu,
+                ..Default::default()
+            };
+            let y = gemm(&a, &w.transpose(0, 1).unwrap(), &o).unwrap();
+            gemm_into(&y, &a, &w.transpose(0, 1).unwrap(), 2.0, 1.0).unwrap();
+            bits(&y)
+        };
+        let before = (big.stats().dispatches, win.stats().dispatches);
+        let (want, got) = (run(&big), run(&win));
+        assert_eq!(want, got, "{what}");
+        let (db, dw) = (
+            big.stats().dispatches - before.0,
+            win.stats().dispatches - before.1,
+        );
+        assert!(dw > db, "{what}: {dw} windowed dispatches vs {db}");
+    }
+}
+
 #[test]
 fn what_cannot_be_windowed_is_refused_cleanly() {
     let d = small(4096);
