@@ -132,18 +132,36 @@ fn gemm_windows(gpu_plans: bool) {
     })
     .unwrap();
     let win = small_with(16 << 10, gpu_plans); // 16 KiB: a 64-wide row of A fits, A does not
-    let shapes: &[(&str, [usize; 3])] = &[
+    let shapes = [
         ("tall A", [300, 64, 50]),
         ("wide B", [40, 64, 700]),
         ("long K, split", [8, 2048, 16]),
     ];
+    gemm_windows_on(&big, &win, DType::F32, &shapes);
+    // Batched, with broadcast batch dims.
+    let run = |d: &Device| {
+        let a = Tensor::from_slice(d, &wave(3 * 100 * 32, 0.2), &[3, 100, 32]).unwrap();
+        let b = Tensor::from_slice(d, &wave(32 * 90, 0.3), &[32, 90]).unwrap();
+        bits(&wgtensor::ops::matmul(&a, &b).unwrap())
+    };
+    assert_eq!(run(&big), run(&win), "batched");
+}
+
+/// Each `[m, k, n]` of `shapes` as `x @ w.T + bias`, relu, plus 0.5 C, then in place
+/// `y = 2 x w.T + y` (B a transposed view), in `dtype` on `big` and on `win` (a lower binding
+/// limit): the same bits, and `win` split the work.
+fn gemm_windows_on(big: &Device, win: &Device, dtype: DType, shapes: &[(&str, [usize; 3])]) {
     for &(what, [m, k, n]) in shapes {
         let run = |d: &Device| {
-            let a = Tensor::from_slice(d, &wave(m * k, 0.13), &[m, k]).unwrap();
-            let w = Tensor::from_slice(d, &wave(n * k, 0.29), &[n, k]).unwrap();
-            let bias = Tensor::from_slice(d, &wave(n, 0.5), &[n]).unwrap();
-            let c = Tensor::from_slice(d, &wave(m * n, 0.05), &[m, n]).unwrap();
-            // x @ w.T + bias, relu, plus 0.5 C: B is a transposed view.
+            let t = |v: Vec<f32>, shape: &[usize]| {
+                Tensor::from_slice(d, &v, shape)
+                    .and_then(|t| t.to_dtype(dtype))
+                    .unwrap()
+            };
+            let a = t(wave(m * k, 0.13), &[m, k]);
+            let w = t(wave(n * k, 0.29), &[n, k]);
+            let bias = t(wave(n, 0.5), &[n]);
+            let c = t(wave(m * n, 0.05), &[m, n]);
             let o = GemmOptions {
                 beta: 0.5,
                 c: Some(&c),
@@ -152,12 +170,11 @@ fn gemm_windows(gpu_plans: bool) {
                 ..Default::default()
             };
             let y = gemm(&a, &w.transpose(0, 1).unwrap(), &o).unwrap();
-            // In place: y = 2 a w.T + y.
             gemm_into(&y, &a, &w.transpose(0, 1).unwrap(), 2.0, 1.0).unwrap();
             bits(&y)
         };
         let before = (big.stats().dispatches, win.stats().dispatches);
-        let (want, got) = (run(&big), run(&win));
+        let (want, got) = (run(big), run(win));
         assert_eq!(want, got, "{what}");
         let (db, dw) = (
             big.stats().dispatches - before.0,
@@ -165,13 +182,6 @@ fn gemm_windows(gpu_plans: bool) {
         );
         assert!(dw > db, "{what}: {dw} windowed dispatches vs {db}");
     }
-    // Batched, with broadcast batch dims.
-    let run = |d: &Device| {
-        let a = Tensor::from_slice(d, &wave(3 * 100 * 32, 0.2), &[3, 100, 32]).unwrap();
-        let b = Tensor::from_slice(d, &wave(32 * 90, 0.3), &[32, 90]).unwrap();
-        bits(&wgtensor::ops::matmul(&a, &b).unwrap())
-    };
-    assert_eq!(run(&big), run(&win), "batched");
 }
 
 /// f16 products on the cooperative-matrix tile (on a CPU adapter its emulation, through
@@ -191,12 +201,12 @@ fn gemm_coop_runs_in_windows_with_identical_bits() {
     if !big.supports_f16() {
         return;
     }
-    let shapes: &[(&str, [usize; 3])] = &[
+    let shapes = [
         ("tall A", [300, 64, 100]),
         ("wide B", [100, 64, 700]),
         ("long K", [72, 600, 80]),
     ];
-    for &(what, [m, k, n]) in shapes {
+    for &(what, [m, k, n]) in &shapes {
         let plan =
             wgtensor::ops::gemm::plan_for_dtype(big.caps(), DType::F16, m, n, k, 1, None).unwrap();
         if big.caps().coop16 {
@@ -206,36 +216,8 @@ fn gemm_coop_runs_in_windows_with_identical_bits() {
                 "{what}"
             );
         }
-        let run = |d: &Device| {
-            let f16 = |v: Vec<f32>, shape: &[usize]| {
-                Tensor::from_slice(d, &v, shape)
-                    .and_then(|t| t.to_dtype(DType::F16))
-                    .unwrap()
-            };
-            let a = f16(wave(m * k, 0.13), &[m, k]);
-            let w = f16(wave(n * k, 0.29), &[n, k]);
-            let bias = f16(wave(n, 0.5), &[n]);
-            let c = f16(wave(m * n, 0.05), &[m, n]);
-            let o = GemmOptions {
-                beta: 0.5,
-                c: Some(&c),
-                bias: Some(Bias::PerColumn(&bias)),
-                activation: Activation::Relu,
-                ..Default::default()
-            };
-            let y = gemm(&a, &w.transpose(0, 1).unwrap(), &o).unwrap();
-            gemm_into(&y, &a, &w.transpose(0, 1).unwrap(), 2.0, 1.0).unwrap();
-            bits(&y)
-        };
-        let before = (big.stats().dispatches, win.stats().dispatches);
-        let (want, got) = (run(&big), run(&win));
-        assert_eq!(want, got, "{what}");
-        let (db, dw) = (
-            big.stats().dispatches - before.0,
-            win.stats().dispatches - before.1,
-        );
-        assert!(dw > db, "{what}: {dw} windowed dispatches vs {db}");
     }
+    gemm_windows_on(&big, &win, DType::F16, &shapes);
 }
 
 #[test]
