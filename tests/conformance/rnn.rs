@@ -657,18 +657,7 @@ fn single_layer_forward_records_t_plus_one_dispatches() {
             seed: 3,
             dtype: DType::F32,
         };
-        let (_, gw) = weights_for(&p, dev, 0, p.i);
-        let kind = if lstm { RnnKind::Lstm } else { RnnKind::Gru };
-        let rnn = Rnn::new(
-            kind,
-            wgtensor::ops::RnnOptions {
-                num_layers: 1,
-                bidirectional: false,
-                batch_first: false,
-            },
-            vec![gw],
-        )
-        .unwrap();
+        let (_, rnn) = build_rnn(&p, dev);
         let x = upload(dev, &values(13 * 5 * 7, 1, 1.0), &[13, 5, 7], DType::F32);
         let before = dev.stats().dispatches;
         let out = rnn.forward(&x, None, None).unwrap();
@@ -1198,18 +1187,7 @@ fn backward_records_one_dispatch_per_step() {
                 seed: 4,
                 dtype: DType::F32,
             };
-            let (_, gw) = weights_for(&p, dev, 0, p.i);
-            let kind = if lstm { RnnKind::Lstm } else { RnnKind::Gru };
-            let rnn = Rnn::new(
-                kind,
-                wgtensor::ops::RnnOptions {
-                    num_layers: 1,
-                    bidirectional: false,
-                    batch_first: false,
-                },
-                vec![gw],
-            )
-            .unwrap();
+            let (_, rnn) = build_rnn(&p, dev);
             let x = upload(dev, &values(t * 4 * 5, 1, 1.0), &[t, 4, 5], DType::F32);
             let dy = upload(dev, &values(t * 4 * 7, 2, 1.0), &[t, 4, 7], DType::F32);
             let (_, saved) = rnn.forward_train(&x, None, None).unwrap();
