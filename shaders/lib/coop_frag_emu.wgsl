@@ -25,7 +25,7 @@ struct FragC {
 var<private> emu_lane: u32;
 // The fragment's 16, hidden from the shader compiler: with constant bounds lavapipe unrolls
 // every product (8 per K step, 8 x 16 terms each) and took about 30 s to compile each
-// variant. 0 when M is (then no value is stored, so none needs computing).
+// variant. 0 when M is 0 (then no value is stored, so none needs computing).
 var<private> emu_16: u32;
 
 fn frag_begin(li: u32) {

@@ -1,8 +1,9 @@
 // The core of the f16 GEMM on cooperative matrices (gemm_coop.wgsl, gemm_coop_partial.wgsl):
 // a 128x128 output tile per workgroup of 256 invocations, f16 operands, f32 accumulation.
-// Planned only where `Caps::coop16` holds: the adapter offers the 16x16x16 f16 x f16 + f32
-// configuration (tensor cores on NVIDIA through VK_KHR_cooperative_matrix) with 32-lane
-// subgroups, has the workgroup memory below and `DeviceOptions::cooperative_matrix` asks.
+// Planned for f16 products of more than 64 rows and columns where `Caps::coop16` holds: the
+// adapter offers the 16x16x16 f16 x f16 + f32 configuration (tensor cores on NVIDIA through
+// VK_KHR_cooperative_matrix) with 32-lane subgroups, has the workgroup memory below and
+// `DeviceOptions::cooperative_matrix` asks, or a CPU adapter emulates the fragments (below).
 //
 // The tile reaches its fragments only through frag_begin / frag_per_lane / frag_a / frag_b /
 // frag_mma / frag_store and the types FragA / FragB / FragC, defined by lib/coop_frag.wgsl

@@ -18,8 +18,8 @@ pub struct Caps {
     /// the adapter offers the 16x16x16 f16 x f16 + f32 configuration (NVIDIA's tensor cores
     /// through `VK_KHR_cooperative_matrix`), its subgroups are exactly 32 lanes and its
     /// workgroups hold 256 invocations and the tile's 29 KiB of workgroup memory. Also set on
-    /// CPU adapters opened with both `gpu_plans` and `cooperative_matrix`, which run the
-    /// tile over emulated fragments (its tests).
+    /// CPU adapters with f16 and that much workgroup memory opened with both `gpu_plans` and
+    /// `cooperative_matrix`, which run the tile over emulated fragments (its tests).
     pub coop16: bool,
     /// `max_compute_workgroups_per_dimension`.
     pub max_workgroups_per_dim: u32,

@@ -164,8 +164,9 @@ pub struct DeviceOptions {
     /// Run f16 GEMMs on cooperative matrices (tensor cores) where the adapter offers wgpu's
     /// `EXPERIMENTAL_COOPERATIVE_MATRIX` with a 16x16x16 f16 x f16 + f32 configuration and
     /// 32-lane subgroups (NVIDIA through `VK_KHR_cooperative_matrix`): requests the feature and
-    /// plans `gemm_coop` for f16 products (f32 accumulation, the same zero-filled edges and
-    /// split-k as the other kernels). Off by default while wgpu calls the feature experimental;
+    /// plans `gemm_coop` for f16 products of more than 64 rows and columns (f32 accumulation,
+    /// the same zero-filled edges and split-k as the other kernels; smaller products keep the
+    /// FMA kernels). Off by default while wgpu calls the feature experimental;
     /// ignored where the adapter lacks the configuration, except on a CPU adapter with
     /// [`gpu_plans`](Self::gpu_plans) (see there).
     pub cooperative_matrix: bool,

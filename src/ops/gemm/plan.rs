@@ -554,8 +554,8 @@ mod plan_tests {
         assert_eq!(p, plan_for(&coop, 64, 4096, 8192, 1, None).unwrap());
         let p = plan_for_dtype(&coop, DType::F16, 4096, 64, 8192, 1, None).unwrap();
         assert_eq!(p, plan_for(&coop, 4096, 64, 8192, 1, None).unwrap());
-        // Split-k over its 128 x 128 tiles as for the other kernels: four tiles, 4 x 256
-        // slots' worth of slices, at least 256 steps of K each.
+        // Split-k over its 128 x 128 tiles as for the other kernels, slices of at least 256
+        // steps of K: one tile, K / 256 slices; four tiles, 4 x 256 slots' worth of slices.
         let p = plan_for_dtype(&coop, DType::F16, 65, 65, 8192, 1, None).unwrap();
         assert_eq!((p.kernel, p.splits), (GemmKernel::Coop16, 32));
         let p = plan_for_dtype(&coop, DType::F16, 256, 256, 65536, 1, None).unwrap();
