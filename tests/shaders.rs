@@ -10,11 +10,12 @@ use naga::back::{hlsl, msl, spv};
 use naga::valid::{Capabilities, ValidationFlags, Validator};
 use wgtensor::ops::shader_variants;
 
-fn translate(v: &wgtensor::runtime::ShaderVariant) -> Result<(), String> {
-    let ctx = format!(
-        "{} / {} {:?} {:?}",
-        v.kernel, v.entry, v.dtypes, v.constants
-    );
+/// A variant's module parsed, validated and specialized to its override values, as wgpu
+/// compiles it; errors name the variant (`ctx`) and the stage that failed.
+fn specialized(
+    v: &wgtensor::runtime::ShaderVariant,
+    ctx: &str,
+) -> Result<(naga::Module, naga::valid::ModuleInfo), String> {
     let module = naga::front::wgsl::parse_str(&v.source)
         .map_err(|e| format!("{ctx}: parse: {}", e.emit_to_string(&v.source)))?;
     let info = Validator::new(ValidationFlags::all(), Capabilities::all())
@@ -24,14 +25,23 @@ fn translate(v: &wgtensor::runtime::ShaderVariant) -> Result<(), String> {
     for (name, value) in &v.constants {
         constants.insert(name.to_string(), *value);
     }
-    let stage = naga::ShaderStage::Compute;
     let (module, info) = naga::back::pipeline_constants::process_overrides(
         &module,
         &info,
-        Some((stage, v.entry)),
+        Some((naga::ShaderStage::Compute, v.entry)),
         &constants,
     )
     .map_err(|e| format!("{ctx}: overrides: {e:?}"))?;
+    Ok((module.into_owned(), info.into_owned()))
+}
+
+fn translate(v: &wgtensor::runtime::ShaderVariant) -> Result<(), String> {
+    let ctx = format!(
+        "{} / {} {:?} {:?}",
+        v.kernel, v.entry, v.dtypes, v.constants
+    );
+    let (module, info) = specialized(v, &ctx)?;
+    let stage = naga::ShaderStage::Compute;
 
     spv::write_vec(
         &module,
@@ -334,21 +344,7 @@ fn every_entry_point_uses_only_its_layouts_bindings() {
 
 /// Bytes of workgroup memory a variant's module declares once its overrides are applied.
 fn workgroup_bytes(v: &wgtensor::runtime::ShaderVariant) -> u32 {
-    let module = naga::front::wgsl::parse_str(&v.source).expect("parses");
-    let info = Validator::new(ValidationFlags::all(), Capabilities::all())
-        .validate(&module)
-        .expect("validates");
-    let mut constants = naga::back::PipelineConstants::default();
-    for (name, value) in &v.constants {
-        constants.insert(name.to_string(), *value);
-    }
-    let (module, _) = naga::back::pipeline_constants::process_overrides(
-        &module,
-        &info,
-        Some((naga::ShaderStage::Compute, v.entry)),
-        &constants,
-    )
-    .expect("overrides apply");
+    let (module, _) = specialized(v, v.entry).expect("see translate");
     let mut layouter = naga::proc::Layouter::default();
     layouter.update(module.to_ctx()).expect("layout");
     module
