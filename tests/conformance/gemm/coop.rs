@@ -156,23 +156,8 @@ fn gemm_coop_tile_fixed_shapes() {
         for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
             let av: Vec<f32> = (0..m * k).map(|_| rng.below(7) as f32 - 3.0).collect();
             let bv: Vec<f32> = (0..k * n).map(|_| rng.below(7) as f32 - 3.0).collect();
-            // `ta`: A is stored [k, m] and read through its transpose (strides (1, m)).
-            let a = if ta {
-                Tensor::from_slice::<f32>(dev, &transpose(&av, m, k), &[k, m])
-                    .and_then(|t| t.to_dtype(DType::F16))
-                    .and_then(|t| t.transpose(0, 1))
-            } else {
-                Tensor::from_slice::<f32>(dev, &av, &[m, k]).and_then(|t| t.to_dtype(DType::F16))
-            }
-            .unwrap();
-            let b = if tb {
-                Tensor::from_slice::<f32>(dev, &transpose(&bv, k, n), &[n, k])
-                    .and_then(|t| t.to_dtype(DType::F16))
-                    .and_then(|t| t.transpose(0, 1))
-            } else {
-                Tensor::from_slice::<f32>(dev, &bv, &[k, n]).and_then(|t| t.to_dtype(DType::F16))
-            }
-            .unwrap();
+            let a = f16_matrix(dev, &av, m, k, ta);
+            let b = f16_matrix(dev, &bv, k, n, tb);
             let opts = GemmOptions {
                 split_k: split,
                 ..Default::default()
@@ -196,12 +181,21 @@ fn gemm_coop_tile_fixed_shapes() {
     }
 }
 
-fn transpose(v: &[f32], rows: usize, cols: usize) -> Vec<f32> {
-    let mut t = vec![0.0; v.len()];
-    for r in 0..rows {
-        for c in 0..cols {
-            t[c * rows + r] = v[r * cols + c];
+/// The row-major `rows x cols` matrix `v` as an f16 tensor; `transposed`: stored
+/// `[cols, rows]` and read through its transpose (strides (1, rows)).
+fn f16_matrix(dev: &Device, v: &[f32], rows: usize, cols: usize, transposed: bool) -> Tensor {
+    let t = if transposed {
+        let mut t = vec![0.0; v.len()];
+        for r in 0..rows {
+            for c in 0..cols {
+                t[c * rows + r] = v[r * cols + c];
+            }
         }
-    }
-    t
+        Tensor::from_slice::<f32>(dev, &t, &[cols, rows])
+            .and_then(|t| t.to_dtype(DType::F16))
+            .and_then(|t| t.transpose(0, 1))
+    } else {
+        Tensor::from_slice::<f32>(dev, v, &[rows, cols]).and_then(|t| t.to_dtype(DType::F16))
+    };
+    t.unwrap()
 }
