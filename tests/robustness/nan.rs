@@ -125,3 +125,92 @@ fn batch_norm_statistics_keep_nan() {
     assert!(y.iter().step_by(2).all(|v| v.is_nan()), "{y:?}");
     assert!(y.iter().skip(1).step_by(2).all(|v| v.is_finite()), "{y:?}");
 }
+
+/// Non-finite operands reach exactly their own rows and columns of a product, on every GEMM
+/// plan (CPU and GPU tiles, vector and scalar staging, split-k) and with either operand read
+/// through a transpose: column 0 of every third row of A holds inf and row 0 of every fifth
+/// column of B NaN. Kernels stage zeros past M, N and a slice's K range; a load past a row's
+/// or a slice's end would pull the next row's inf into a neighbour (0 x inf is NaN).
+#[test]
+fn gemm_non_finite_stays_in_its_rows_and_columns() {
+    let devices = [
+        dev(),
+        crate::common::gpu_plans_device(),
+        crate::common::wide_gpu_plans_device(),
+    ];
+    let shapes = [
+        (5, 6, 7, None),
+        (33, 40, 17, None),
+        (70, 130, 45, None),
+        (130, 140, 9, None),
+        (48, 40, 600, Some(3)),
+    ];
+    for (di, d) in devices.into_iter().enumerate() {
+        for dtype in [DType::F32, DType::F16] {
+            if dtype == DType::F16 && !d.supports_f16() {
+                continue;
+            }
+            for &(m, n, k, split) in &shapes {
+                for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+                    non_finite_product(d, dtype, (m, n, k), split, (ta, tb))
+                        .unwrap_or_else(|e| panic!("device {di}: {e}"));
+                }
+            }
+        }
+    }
+}
+
+/// One product of `non_finite_product`'s test: `Err` says where it went wrong.
+fn non_finite_product(
+    d: &wgtensor::Device,
+    dtype: DType,
+    (m, n, k): (usize, usize, usize),
+    split: Option<u32>,
+    (ta, tb): (bool, bool),
+) -> Result<(), String> {
+    // Small integers: exact in f16 and in every summation order (|sums| <= 9 k, and f16
+    // products stay below its 2048 integer range by keeping k small there).
+    let k = if dtype == DType::F16 { k.min(45) } else { k };
+    let mut av: Vec<f32> = (0..m * k).map(|i| ((i * 7 + 3) % 7) as f32 - 3.0).collect();
+    let mut bv: Vec<f32> = (0..k * n).map(|i| ((i * 5 + 1) % 7) as f32 - 3.0).collect();
+    (0..m)
+        .filter(|i| i % 3 == 1)
+        .for_each(|i| av[i * k] = f32::INFINITY);
+    (0..n).filter(|j| j % 5 == 2).for_each(|j| bv[j] = NAN);
+    let matrix = |v: &[f32], rows: usize, cols: usize, transposed: bool| {
+        let t = if transposed {
+            let mut t = vec![0.0; v.len()];
+            for r in 0..rows {
+                for c in 0..cols {
+                    t[c * rows + r] = v[r * cols + c];
+                }
+            }
+            Tensor::from_slice::<f32>(d, &t, &[cols, rows]).and_then(|t| t.transpose(0, 1))
+        } else {
+            Tensor::from_slice::<f32>(d, v, &[rows, cols])
+        };
+        t.and_then(|t| t.to_dtype(dtype)).unwrap()
+    };
+    let opts = GemmOptions {
+        split_k: split,
+        ..Default::default()
+    };
+    let got = gemm(&matrix(&av, m, k, ta), &matrix(&bv, k, n, tb), &opts)
+        .and_then(|y| y.to_dtype(DType::F32))
+        .and_then(|y| y.to_vec::<f32>())
+        .map_err(|e| e.to_string())?;
+    for i in 0..m {
+        for j in 0..n {
+            // At most one non-finite term per value: the same sum in any order.
+            let want: f32 = (0..k).map(|p| av[i * k + p] * bv[p * n + j]).sum();
+            let g = got[i * n + j];
+            if !(g == want || (g.is_nan() && want.is_nan())) {
+                return Err(format!(
+                    "{dtype:?} [{m} x {k}] x [{k} x {n}] split {split:?} transposed \
+                     ({ta}, {tb}) at ({i}, {j}): {g} against {want}"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
