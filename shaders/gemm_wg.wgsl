@@ -8,39 +8,43 @@
 // as 0, so the FMA loop needs no bounds. The K loop's bounds come from uniforms and the
 // workgroup id only. Needs lib/activation.wgsl, lib/gemm_common.wgsl, lib/wg_tile.wgsl.
 
-// What the loads need: the batch entry's bases and the tile's origin.
+// What the loads need: the batch entry's bases and invocation li's walks of A and B over the
+// tile at (r0, c0) (lib/gemm_common.wgsl; element q is lib/wg_tile.wgsl's a_pos / b_pos).
 struct Ctx {
     bs: Bases,
-    r0: u32,
-    c0: u32,
+    wa: Walk,
+    wb: Walk,
 }
 
 fn k_fast(ctx: ptr<function, Ctx>) -> vec2<bool> {
-    return vec2<bool>(p.a_cs == 1u, p.b_rs == 1u && p.b_cs != 1u);
+    return stage_k_fast();
+}
+
+fn ctx_at(bs: Bases, r0: u32, c0: u32, lid: vec3<u32>) -> Ctx {
+    let li = lid.x + lid.y * WX;
+    let kf = stage_k_fast();
+    return Ctx(
+        bs,
+        walk_a(a_pos(li, 0u, kf.x), a_pos(li, 1u, kf.x), r0, bs),
+        walk_b(b_pos(li, 0u, kf.y), b_pos(li, 1u, kf.y), c0, bs),
+    );
 }
 
 // Loads the A and B elements of the K step starting at k0 (k below kend) into registers.
 fn load_step(ctx: ptr<function, Ctx>, k0: u32, kend: u32, li: u32) -> Staged {
     var s: Staged;
-    let kf = k_fast(ctx);
     let c = *ctx;
     for (var q = 0u; q < a_per(); q++) {
-        let pa = a_pos(li, q, kf.x);
-        let ra = c.r0 + pa.x;
-        let ka = k0 + pa.y;
         var va = 0.0;
-        if (ra < p.m && ka < kend) {
-            va = f32(a[c.bs.a + ra * p.a_rs + ka * p.a_cs]);
+        if (walk_in(c.wa, q, p.m, k0, kend)) {
+            va = f32(a[walk_at(c.wa, q, k0)]);
         }
         s.a[q] = va;
     }
     for (var q = 0u; q < b_per(); q++) {
-        let pb = b_pos(li, q, kf.y);
-        let cb = c.c0 + pb.x;
-        let kb = k0 + pb.y;
         var vb = 0.0;
-        if (cb < p.n && kb < kend) {
-            vb = f32(b[c.bs.b + kb * p.b_rs + cb * p.b_cs]);
+        if (walk_in(c.wb, q, p.n, k0, kend)) {
+            vb = f32(b[walk_at(c.wb, q, k0)]);
         }
         s.b[q] = vb;
     }
@@ -52,7 +56,7 @@ fn gemm_wg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
     let r0 = wid.y * tile_rows();
     let c0 = wid.x * tile_cols();
     let bs = bases(wid.z);
-    var ctx = Ctx(bs, r0, c0);
+    var ctx = ctx_at(bs, r0, c0, lid);
     let acc = tile_k(&ctx, k_range(wid.z), lid);
     for (var hf = 0u; hf < TN / 4u; hf++) {
         let col = c0 + hf * 64u + lid.x * 4u;
@@ -71,7 +75,7 @@ fn gemm_wg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
 fn gemm_wg_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let r0 = wid.y * tile_rows();
     let c0 = wid.x * tile_cols();
-    var ctx = Ctx(bases(wid.z), r0, c0);
+    var ctx = ctx_at(bases(wid.z), r0, c0, lid);
     let acc = tile_k(&ctx, k_range(wid.z), lid);
     for (var hf = 0u; hf < TN / 4u; hf++) {
         let col = c0 + hf * 64u + lid.x * 4u;

@@ -61,79 +61,62 @@ struct Staged {
     b: array<f16, PER>,
 }
 
-// Where one invocation's share of an operand lies, fixed for the whole K loop. Its element q
-// (0 <= q < PER) sits at tile position t + q * tq (a row of A, a column of B, counted from the
-// matrix's first row or column) and k + q * kq within the step; it is read from global
-// element g + q * gq + k0 * gk of the step at k0 and staged at s + q * sq of buffer 0.
-// Staged element e = li + q * CWG lies at (e / CK, e % CK) when the operand is contiguous
-// along K, else at (e % CT, e / CT), so consecutive lanes read consecutive addresses either
-// way; both are affine in q since CWG is a multiple of CK and of CT. Computing the walk once
-// leaves each staged value one multiply-add of address, two compares, a load and a store,
-// where decoding e per value cost an order of magnitude more integer work than the tensor
-// cores' share of a step.
-struct Walk {
-    t: u32,
-    tq: u32,
-    k: u32,
-    kq: u32,
-    g: u32,
-    gq: u32,
-    gk: u32,
-    s: u32,
-    sq: u32,
+// (row or column within the tile, k within the step) of staged element `e`: k-fast when the
+// operand is contiguous along K, else along the tile, so consecutive lanes read consecutive
+// addresses either way. Invocation li's element q is e = li + q * CWG (`Walk`,
+// lib/gemm_common.wgsl: CWG is a multiple of CK and of CT, so its positions are affine in q).
+fn stage_at(e: u32, k_fast: bool) -> vec2<u32> {
+    if (k_fast) {
+        return vec2<u32>(e / CK, e % CK);
+    }
+    return vec2<u32>(e % CT, e / CT);
 }
 
-// The walk of an operand whose tile starts at position t0, read at `base` + t * ts + k * ks
-// and staged at t * st_t + k * st_k.
-fn walk(k_fast: bool, li: u32, t0: u32, base: u32, ts: u32, ks: u32, st_t: u32, st_k: u32) -> Walk {
-    var t = li % CT;
-    var tq = 0u;
-    var k = li / CT;
-    var kq = CWG / CT;
-    if (k_fast) {
-        t = li / CK;
-        tq = CWG / CK;
-        k = li % CK;
-        kq = 0u;
-    }
-    return Walk(
-        t0 + t, tq, k, kq,
-        base + (t0 + t) * ts + k * ks, tq * ts + kq * ks, ks,
-        t * st_t + k * st_k, tq * st_t + kq * st_k,
+// Invocation li's staged positions of A and B: element 0 and the step per element, as staged
+// indexes of buffer 0 (A staged [m][k], B [k][n]).
+struct Shares {
+    wa: Walk,
+    wb: Walk,
+    sa: vec2<u32>,
+    sb: vec2<u32>,
+}
+
+fn shares(bs: Bases, r0: u32, c0: u32, li: u32) -> Shares {
+    let kf = stage_k_fast();
+    let a0 = stage_at(li, kf.x);
+    let a1 = stage_at(li + CWG, kf.x);
+    let b0 = stage_at(li, kf.y);
+    let b1 = stage_at(li + CWG, kf.y);
+    let da = a1 - a0;
+    let db = b1 - b0;
+    return Shares(
+        walk_a(a0, a1, r0, bs), walk_b(b0, b1, c0, bs),
+        vec2<u32>(a0.x * CSA + a0.y, da.x * CSA + da.y),
+        vec2<u32>(b0.y * CSB + b0.x, db.y * CSB + db.x),
     );
 }
 
-fn walk_a(bs: Bases, r0: u32, li: u32) -> Walk {
-    return walk(p.a_cs == 1u, li, r0, bs.a, p.a_rs, p.a_cs, CSA, 1u);
-}
-
-fn walk_b(bs: Bases, c0: u32, li: u32) -> Walk {
-    return walk(p.b_rs == 1u && p.b_cs != 1u, li, c0, bs.b, p.b_cs, p.b_rs, 1u, CSB);
-}
-
 // Loads this invocation's share of the K step at k0 (k below kend).
-fn fetch(wa: Walk, wb: Walk, k0: u32, kend: u32) -> Staged {
+fn fetch(sh: Shares, k0: u32, kend: u32) -> Staged {
     var s: Staged;
-    let ga = wa.g + k0 * wa.gk;
-    let gb = wb.g + k0 * wb.gk;
     for (var q = 0u; q < PER; q++) {
-        if (wa.t + q * wa.tq < p.m && k0 + wa.k + q * wa.kq < kend) {
-            s.a[q] = a[ga + q * wa.gq];
+        if (walk_in(sh.wa, q, p.m, k0, kend)) {
+            s.a[q] = a[walk_at(sh.wa, q, k0)];
         }
-        if (wb.t + q * wb.tq < p.n && k0 + wb.k + q * wb.kq < kend) {
-            s.b[q] = b[gb + q * wb.gq];
+        if (walk_in(sh.wb, q, p.n, k0, kend)) {
+            s.b[q] = b[walk_at(sh.wb, q, k0)];
         }
     }
     return s;
 }
 
 // Stores a fetched share into staged buffer `buf` (0 or 1).
-fn put(s: Staged, buf: u32, wa: Walk, wb: Walk) {
-    let sa = buf * ABUF + wa.s;
-    let sb = buf * BBUF + wb.s;
+fn put(s: Staged, buf: u32, sh: Shares) {
+    let sa = buf * ABUF + sh.sa.x;
+    let sb = buf * BBUF + sh.sb.x;
     for (var q = 0u; q < PER; q++) {
-        ca[sa + q * wa.sq] = s.a[q];
-        cb[sb + q * wb.sq] = s.b[q];
+        ca[sa + q * sh.sa.y] = s.a[q];
+        cb[sb + q * sh.sb.y] = s.b[q];
     }
 }
 
@@ -168,11 +151,10 @@ fn gemm_coop_tile(wid: vec3<u32>, li: u32) {
     var c11: FragC;
     var c12: FragC;
     var c13: FragC;
-    let wa = walk_a(bs, r0, li);
-    let wb = walk_b(bs, c0, li);
+    let sh = shares(bs, r0, c0, li);
     let steps = (kr.y - kr.x + CK - 1u) / CK;
     if (steps > 0u) {
-        put(fetch(wa, wb, kr.x, kr.y), 0u, wa, wb);
+        put(fetch(sh, kr.x, kr.y), 0u, sh);
     }
     workgroupBarrier();
     for (var t = 0u; t < steps; t++) {
@@ -180,7 +162,7 @@ fn gemm_coop_tile(wid: vec3<u32>, li: u32) {
         let more = t + 1u < steps;
         var next: Staged;
         if (more) {
-            next = fetch(wa, wb, kr.x + (t + 1u) * CK, kr.y);
+            next = fetch(sh, kr.x + (t + 1u) * CK, kr.y);
         }
         let ao = cur * ABUF + qr * CSA;
         let bo = cur * BBUF + qc;
@@ -199,7 +181,7 @@ fn gemm_coop_tile(wid: vec3<u32>, li: u32) {
         c12 = frag_mma(a1, b2, c12);
         c13 = frag_mma(a1, b3, c13);
         if (more) {
-            put(next, 1u - cur, wa, wb);
+            put(next, 1u - cur, sh);
         }
         workgroupBarrier();
     }

@@ -1,5 +1,6 @@
 // Shared by the GEMM kernels (gemm.wgsl, gemm_sg8.wgsl, gemm_wg.wgsl, gemm_coop.wgsl,
-// gemm_coop_partial.wgsl): parameters, bindings, batch decode,
+// gemm_coop_partial.wgsl): parameters, bindings, batch decode, the staging kernels' operand
+// walks,
 // the fused epilogue and the two ways a tile leaves the kernel (final output or split-k slice).
 //
 // out[z] = act(alpha * A[z] B[z] + beta * C[z] + bias), every operand read through element
@@ -89,6 +90,58 @@ fn bases(z: u32) -> Bases {
 fn k_range(z: u32) -> vec2<u32> {
     let kb = min((z / p.batch) * p.k_chunk, p.k);
     return vec2<u32>(kb, kb + min(p.k_chunk, p.k - kb));
+}
+
+// One invocation's share of an operand's K steps in the staging kernels (gemm_wg.wgsl,
+// lib/coop_tile.wgsl), fixed for the whole K loop: its element q sits at tile position
+// t + q * tq (a row of A or a column of B, counted from the matrix's first) and at k + q * kq
+// within the step, and the step at k0 reads it from global element g + q * gq + k0 * gk.
+// Both kernels stage element li + q * (invocations) of a step at (e / steps, e % steps) or
+// (e % tile, e / tile), affine in q because the invocations are a multiple of the step and
+// of the tile: so computing this once leaves each staged value a multiply-add of address and
+// two compares, where decoding its position every step cost several times that.
+struct Walk {
+    t: u32,
+    tq: u32,
+    k: u32,
+    kq: u32,
+    g: u32,
+    gq: u32,
+    gk: u32,
+}
+
+// Whether the staging kernels stage A and B k-fast (consecutive invocations along K): where
+// the operand is contiguous along K, so that reads coalesce for plain and transposed views.
+fn stage_k_fast() -> vec2<bool> {
+    return vec2<bool>(p.a_cs == 1u, p.b_rs == 1u && p.b_cs != 1u);
+}
+
+// The walk whose elements 0 and 1 sit at (tile position, k) p0 and p1 of a tile that starts
+// at t0 of an operand read at base + t * ts + k * ks.
+fn walk(p0: vec2<u32>, p1: vec2<u32>, t0: u32, base: u32, ts: u32, ks: u32) -> Walk {
+    let d = p1 - p0;
+    let t = t0 + p0.x;
+    return Walk(t, d.x, p0.y, d.y, base + t * ts + p0.y * ks, d.x * ts + d.y * ks, ks);
+}
+
+// The walk of A over the tile's rows from r0, of B over its columns from c0.
+fn walk_a(p0: vec2<u32>, p1: vec2<u32>, r0: u32, bs: Bases) -> Walk {
+    return walk(p0, p1, r0, bs.a, p.a_rs, p.a_cs);
+}
+
+fn walk_b(p0: vec2<u32>, p1: vec2<u32>, c0: u32, bs: Bases) -> Walk {
+    return walk(p0, p1, c0, bs.b, p.b_cs, p.b_rs);
+}
+
+// Whether element q of the step at k0 lies inside the operand (tile positions below `len`:
+// M for A, N for B; k below kend); outside, the kernels stage 0.
+fn walk_in(w: Walk, q: u32, len: u32, k0: u32, kend: u32) -> bool {
+    return w.t + q * w.tq < len && k0 + w.k + q * w.kq < kend;
+}
+
+// The global index of element q of the step at k0.
+fn walk_at(w: Walk, q: u32, k0: u32) -> u32 {
+    return w.g + k0 * w.gk + q * w.gq;
 }
 
 // `y` = alpha * (A B)[row, col]; adds C and bias, applies the activation.
