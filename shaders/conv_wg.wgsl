@@ -5,7 +5,7 @@
 // Every invocation keeps the positions it stages fixed for the whole K loop, so a step
 // advances k counters by KT (digit-wise, KT's digits computed once: no division in the K
 // loop) instead of decomposing k per element: A (affine in k, stored
-// k-fast in every direction) is staged k-fast, TM / 2 rows at one k; B (a gather) along the
+// k-fast in every direction) is staged k-fast, a quad of 4 rows at one k; B (a gather) along the
 // columns when the innermost column counter is the longer run (forward: ow; data gradient:
 // iw), else along K (weight gradient: k2 is ow while the columns' is kw), so neighbouring
 // invocations read neighbouring source columns either way. Out-of-range K is staged as 0;
@@ -70,7 +70,7 @@ fn loader(g: u32, r0: u32, c0: u32, k0: u32, li: u32) -> Ctx {
         let pa = a_pos(li, q, true);
         ld.arow[q] = a_row(g, r0 + pa.x);
     }
-    ld.ka = k_at(k0 + li % KT);
+    ld.ka = k_at(k0 + a_pos(li, 0u, true).y);
     ld.step = k_step();
     for (var q = 0u; q < b_per(); q++) {
         let pb = b_pos(li, q, b_k_fast());
@@ -83,24 +83,24 @@ fn loader(g: u32, r0: u32, c0: u32, k0: u32, li: u32) -> Ctx {
 // Loads the step starting at k0 (k below kend) and advances the loader's counters.
 fn load_step(ld: ptr<function, Ctx>, k0: u32, kend: u32, li: u32) -> Staged {
     var s: Staged;
-    let ka = k0 + li % KT;
-    let ak = a_k((*ld).ka);
-    for (var q = 0u; q < a_per(); q++) {
-        var va = 0.0;
-        if (ka < kend) {
-            va = f32(a[(*ld).arow[q] + ak]);
+    if (a_owns(li)) {
+        let ka = k0 + a_pos(li, 0u, true).y;
+        let ak = a_k((*ld).ka);
+        for (var q = 0u; q < a_per(); q++) {
+            if (ka < kend) {
+                s.a[q] = f32(a[(*ld).arow[q] + ak]);
+            }
         }
-        s.a[q] = va;
+        (*ld).ka = k_adv((*ld).ka, (*ld).step);
     }
-    (*ld).ka = k_adv((*ld).ka, (*ld).step);
-    for (var q = 0u; q < b_per(); q++) {
-        let kb = k0 + b_pos(li, q, b_k_fast()).y;
-        var vb = 0.0;
-        if (kb < kend) {
-            vb = gather((*ld).cols[q], k_part((*ld).kb[q]));
+    if (b_owns(li)) {
+        for (var q = 0u; q < b_per(); q++) {
+            let kb = k0 + b_pos(li, q, b_k_fast()).y;
+            if (kb < kend) {
+                s.b[q] = gather((*ld).cols[q], k_part((*ld).kb[q]));
+            }
+            (*ld).kb[q] = k_adv((*ld).kb[q], (*ld).step);
         }
-        s.b[q] = vb;
-        (*ld).kb[q] = k_adv((*ld).kb[q], (*ld).step);
     }
     return s;
 }

@@ -1,8 +1,8 @@
 // Workgroup-memory tiled GEMM for GPUs (the plan picks it whenever the adapter is not a CPU):
 // lib/wg_tile.wgsl's core and its double-buffered K loop, a 16 TM x 16 TN output tile per 16x16
 // workgroup, TM x TN per invocation (rows ty*TM.., columns tx*4.. and for TN = 8 also
-// 64 + tx*4..). Every invocation stages TM / 2 elements of A and TN / 2 of B per K step
-// through the operand strides: k-fast when the
+// 64 + tx*4..). Invocations stage a quad (4 rows of A or 4 columns of B at one k) of each
+// operand they own per K step (lib/wg_tile.wgsl) through the operand strides: k-fast when the
 // operand is contiguous along K, else along M / N, so global reads coalesce for plain and
 // transposed views alike. Out-of-range elements (ragged M, N and the last K step) are staged
 // as 0, so the FMA loop needs no bounds. The K loop's bounds come from uniforms and the
@@ -34,19 +34,19 @@ fn ctx_at(bs: Bases, r0: u32, c0: u32, lid: vec3<u32>) -> Ctx {
 fn load_step(ctx: ptr<function, Ctx>, k0: u32, kend: u32, li: u32) -> Staged {
     var s: Staged;
     let c = *ctx;
-    for (var q = 0u; q < a_per(); q++) {
-        var va = 0.0;
-        if (walk_in(c.wa, q, p.m, k0, kend)) {
-            va = f32(a[walk_at(c.wa, q, k0)]);
+    if (a_owns(li)) {
+        for (var q = 0u; q < a_per(); q++) {
+            if (walk_in(c.wa, q, p.m, k0, kend)) {
+                s.a[q] = f32(a[walk_at(c.wa, q, k0)]);
+            }
         }
-        s.a[q] = va;
     }
-    for (var q = 0u; q < b_per(); q++) {
-        var vb = 0.0;
-        if (walk_in(c.wb, q, p.n, k0, kend)) {
-            vb = f32(b[walk_at(c.wb, q, k0)]);
+    if (b_owns(li)) {
+        for (var q = 0u; q < b_per(); q++) {
+            if (walk_in(c.wb, q, p.n, k0, kend)) {
+                s.b[q] = f32(b[walk_at(c.wb, q, k0)]);
+            }
         }
-        s.b[q] = vb;
     }
     return s;
 }

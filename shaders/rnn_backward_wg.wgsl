@@ -34,21 +34,17 @@ fn load_step(ctx: ptr<function, Ctx>, k0: u32, kend: u32, li: u32) -> Staged {
         let pa = a_pos(li, q, true);
         let b = c.r0 + pa.x;
         let k = k0 + pa.y;
-        var v = 0.0;
-        if (b < p.batch && k < kend) {
-            v = f32(dah[p.a_prev + b * p.gh + k]);
+        if (a_owns(li) && b < p.batch && k < kend) {
+            s.a[q] = f32(dah[p.a_prev + b * p.gh + k]);
         }
-        s.a[q] = v;
     }
     for (var q = 0u; q < b_per(); q++) {
         let pb = b_pos(li, q, false);
         let j = c.c0 + pb.x;
         let k = k0 + pb.y;
-        var v = 0.0;
-        if (j < p.hidden && k < kend) {
-            v = f32(whh[k * p.hidden + j]);
+        if (b_owns(li) && j < p.hidden && k < kend) {
+            s.b[q] = f32(whh[k * p.hidden + j]);
         }
-        s.b[q] = v;
     }
     return s;
 }

@@ -27,22 +27,19 @@ fn load_step(ctx: ptr<function, Ctx>, k0: u32, kend: u32, li: u32) -> Staged {
         let pa = a_pos(li, q, true);
         let b = c.r0 + pa.x;
         let k = k0 + pa.y;
-        var v = 0.0;
-        if (b < p.batch && k < kend) {
-            v = f32(hseq[p.prev_off + b * p.seq_rs + k]);
+        if (a_owns(li) && b < p.batch && k < kend) {
+            s.a[q] = f32(hseq[p.prev_off + b * p.seq_rs + k]);
         }
-        s.a[q] = v;
     }
+    // A quad of B is the gates of one unit at one k.
     for (var q = 0u; q < b_per(); q++) {
         let pb = b_pos(li, q, true);
         let u = c.u0 + pb.x / 4u;
         let g = pb.x % 4u;
         let k = k0 + pb.y;
-        var v = 0.0;
-        if (u < h && g < c.ngates && k < kend) {
-            v = f32(whh[(g * h + u) * h + k]);
+        if (b_owns(li) && u < h && g < c.ngates && k < kend) {
+            s.b[q] = f32(whh[(g * h + u) * h + k]);
         }
-        s.b[q] = v;
     }
     return s;
 }

@@ -389,3 +389,109 @@ fn workgroup_memory_fits_what_the_planners_assume() {
         "{coop} cooperative-matrix variants, {emulated} of them emulated"
     );
 }
+
+/// No kernel writes a single component of a vector in workgroup or storage memory. WGSL lets
+/// such a write access the whole vector, and MSL and HLSL compile it as a read-modify-write
+/// of all of it, so invocations filling different components of one vector in the same
+/// barrier interval race and lose values on Metal and D3D12 (gpuweb#2112), a race that
+/// Vulkan drivers and lavapipe, whose component stores are scalar, never show.
+#[test]
+fn no_shared_vector_is_written_a_component_at_a_time() {
+    let mut failures = Vec::new();
+    let mut seen = HashSet::new();
+    for v in shader_variants() {
+        if !seen.insert((v.kernel, v.entry, format!("{:?}", v.constants))) {
+            continue;
+        }
+        let (module, info) = specialized(&v, v.entry).expect("see translate");
+        let functions = module.functions.iter().map(|(h, f)| (f, &info[h])).chain(
+            module
+                .entry_points
+                .iter()
+                .enumerate()
+                .map(|(i, e)| (&e.function, info.get_entry_point(i))),
+        );
+        for (f, fi) in functions {
+            let mut stores = Vec::new();
+            collect_stores(&f.body, &mut stores);
+            for pointer in stores {
+                if let Some(space) = component_of_shared_vector(&module, f, fi, pointer) {
+                    failures.push(format!(
+                        "{} / {}: {} writes one component of a {space:?} vector",
+                        v.kernel,
+                        v.entry,
+                        f.name.as_deref().unwrap_or("?")
+                    ));
+                }
+            }
+        }
+    }
+    failures.sort();
+    failures.dedup();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The pointers of every `Store` in `block`, nested blocks included.
+fn collect_stores(block: &naga::Block, out: &mut Vec<naga::Handle<naga::Expression>>) {
+    for s in block.iter() {
+        match s {
+            naga::Statement::Store { pointer, .. } => out.push(*pointer),
+            naga::Statement::Block(b) => collect_stores(b, out),
+            naga::Statement::If { accept, reject, .. } => {
+                collect_stores(accept, out);
+                collect_stores(reject, out);
+            }
+            naga::Statement::Loop {
+                body, continuing, ..
+            } => {
+                collect_stores(body, out);
+                collect_stores(continuing, out);
+            }
+            naga::Statement::Switch { cases, .. } => {
+                cases.iter().for_each(|c| collect_stores(&c.body, out));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The address space of the global `pointer` indexes a vector of, where it is an element of a
+/// vector in workgroup or storage memory.
+fn component_of_shared_vector(
+    module: &naga::Module,
+    f: &naga::Function,
+    fi: &naga::valid::FunctionInfo,
+    pointer: naga::Handle<naga::Expression>,
+) -> Option<naga::AddressSpace> {
+    let base = match f.expressions[pointer] {
+        naga::Expression::Access { base, .. } | naga::Expression::AccessIndex { base, .. } => base,
+        _ => return None,
+    };
+    let is_vector = match fi[base].ty.inner_with(&module.types) {
+        naga::TypeInner::Pointer { base: t, .. } => {
+            matches!(module.types[*t].inner, naga::TypeInner::Vector { .. })
+        }
+        naga::TypeInner::ValuePointer { size, .. } => size.is_some(),
+        _ => false,
+    };
+    if !is_vector {
+        return None;
+    }
+    let mut root = base;
+    loop {
+        match f.expressions[root] {
+            naga::Expression::Access { base, .. } | naga::Expression::AccessIndex { base, .. } => {
+                root = base
+            }
+            naga::Expression::GlobalVariable(g) => {
+                let space = module.global_variables[g].space;
+                let shared = matches!(
+                    space,
+                    naga::AddressSpace::WorkGroup | naga::AddressSpace::Storage { .. }
+                );
+                return shared.then_some(space);
+            }
+            _ => return None,
+        }
+    }
+}

@@ -96,10 +96,11 @@ fn k_range(z: u32) -> vec2<u32> {
 // lib/coop_tile.wgsl), fixed for the whole K loop: its element q sits at tile position
 // t + q * tq (a row of A or a column of B, counted from the matrix's first) and at k + q * kq
 // within the step, and the step at k0 reads it from global element g + q * gq + k0 * gk.
-// Both kernels stage element li + q * (invocations) of a step at (e / steps, e % steps) or
-// (e % tile, e / tile), affine in q because the invocations are a multiple of the step and
-// of the tile: so computing this once leaves each staged value a multiply-add of address and
-// two compares, where decoding its position every step cost several times that.
+// Both kernels place an invocation's elements at positions affine in q (lib/coop_tile.wgsl:
+// element li + q * 256 of the step, at (e / 16, e % 16) or (e % 128, e / 128);
+// lib/wg_tile.wgsl: a quad of 4 consecutive rows or columns at one k), so computing this once
+// leaves each staged value a multiply-add of address and two compares, where decoding its
+// position every step cost several times that.
 struct Walk {
     t: u32,
     tq: u32,

@@ -7,10 +7,12 @@
 // loop and the FMA loop, so every kernel runs the same core. The kernel defines:
 //   struct Ctx                      what its loads need (bases, counters, ...)
 //   fn k_fast(ctx: ptr<function, Ctx>) -> vec2<bool>
-//                                   whether A and B are staged k-fast (see stage_pos)
+//                                   whether A and B are staged k-fast (see quad_pos)
 //   fn load_step(ctx: ptr<function, Ctx>, k0: u32, kend: u32, li: u32) -> Staged
-//                                   element q of invocation li's share of the K step at k0, at
-//                                   a_pos / b_pos, 0 for k >= kend (it may advance ctx)
+//                                   element q of invocation li's quads of the K step at k0, at
+//                                   a_pos / b_pos, 0 for k >= kend (it may advance ctx); only
+//                                   the quads it owns (a_owns / b_owns) are stored, so it
+//                                   should skip the loads of the others
 //
 // Invocation (tx, ty) owns rows ty*TM .. ty*TM + TM - 1 and, for TN = 4, columns tx*4 .. +3
 // (acc[i]); for TN = 8 also columns 64 + tx*4 .. +3 (acc[8 + i]). The two column halves keep
@@ -20,8 +22,8 @@
 // Layout: A is staged transposed (wa[k][m]) and B as is (wb[k][n]), both as rows of 32 vec4
 // (128 values, the widest tile): a K step costs TM / 4 + TN / 4 workgroup vec4 loads for TM TN
 // FMAs (the A loads are broadcasts: the same words for the 16 invocations of a row). Instead
-// of padding, vec4 v of staged row k sits at slot v ^ k (`slot`): a warp storing a k-fast
-// operand (8 k of 4 consecutive rows, one vec4 per k) then touches 32 distinct banks, a warp
+// of padding, vec4 v of staged row k sits at slot v ^ k (`slot`): 8 lanes storing the quads of
+// a k-fast operand (8 k of the same 4 rows) then touch distinct banks, a warp
 // reading a row still reads a permutation of its vec4, and the two operands' double buffers
 // take exactly 16 KiB, WebGPU's default limit.
 
@@ -49,14 +51,29 @@ fn tile_cols() -> u32 {
     return WX * TN;
 }
 
-// Elements of A each invocation stages per K step (BM * KT / 256 = TM / 2).
-fn a_per() -> u32 {
-    return TM / 2u;
+// Invocations stage whole vec4 ("quads": 4 consecutive rows of A or columns of B at one k),
+// never single components: a write to one component of a vector may access the whole vector
+// (WGSL's memory model; MSL and HLSL compile it so), so invocations writing different
+// components of one staged vec4 in the same barrier interval would race and lose values on
+// Metal and D3D12. A K step has BM * KT / 4 = 32 TM quads of A and 32 TN of B (128 or 256
+// for 256 invocations): invocation li stages A's quad li where li < 32 TM, and B's quad
+// li - (256 - 32 TN) where li >= 256 - 32 TN (so with 64-wide tiles of both, the two halves
+// of the workgroup load one operand each).
+fn a_owns(li: u32) -> bool {
+    return li < 32u * TM;
 }
 
-// Elements of B each invocation stages per K step (BN * KT / 256 = TN / 2).
+fn b_owns(li: u32) -> bool {
+    return li >= WX * WY - 32u * TN;
+}
+
+// Elements of each operand an owning invocation stages per K step: one quad.
+fn a_per() -> u32 {
+    return 4u;
+}
+
 fn b_per() -> u32 {
-    return TN / 2u;
+    return 4u;
 }
 
 // The array index of vec4 `v` of staged row `row` (buffer * KT + k; row % KT = k).
@@ -64,37 +81,32 @@ fn slot(row: u32, v: u32) -> u32 {
     return row * SROW + (v ^ (row % KT));
 }
 
-// (row or column within the tile, k within the step) of staged element `e` of an operand
+// (row or column within the tile, k within the step) of element q of quad u of an operand
 // tile of `len` rows or columns: k-fast when the operand is contiguous along K (8 neighbouring
-// invocations read 8 consecutive k of one row: 32-byte segments), else along the tile.
-fn stage_pos(e: u32, len: u32, k_fast: bool) -> vec2<u32> {
+// invocations read 8 consecutive k of one row: 32-byte segments), else along the tile (each
+// invocation reads 4 consecutive values).
+fn quad_pos(u: u32, q: u32, len: u32, k_fast: bool) -> vec2<u32> {
     if (k_fast) {
-        return vec2<u32>(e / KT, e % KT);
+        return vec2<u32>(4u * (u / KT) + q, u % KT);
     }
-    return vec2<u32>(e % len, e / len);
+    let w = len / 4u;
+    return vec2<u32>(4u * (u % w) + q, u / w);
 }
 
-// (row, k) within the step of invocation li's A element q, and (column, k) of its B element q.
+// (row, k) within the step of invocation li's A element q, and (column, k) of its B element q;
+// meaningful where the invocation owns a quad of that operand (`a_owns`, `b_owns`).
 fn a_pos(li: u32, q: u32, k_fast: bool) -> vec2<u32> {
-    return stage_pos(li + q * WX * WY, tile_rows(), k_fast);
+    return quad_pos(li, q, tile_rows(), k_fast);
 }
 
 fn b_pos(li: u32, q: u32, k_fast: bool) -> vec2<u32> {
-    return stage_pos(li + q * WX * WY, tile_cols(), k_fast);
+    return quad_pos(li - (WX * WY - 32u * TN), q, tile_cols(), k_fast);
 }
 
-// One K step's share of one invocation: TM / 2 <= 4 elements of A and TN / 2 <= 4 of B.
+// One K step's share of one invocation: a quad of A and one of B where it owns them.
 struct Staged {
     a: array<f32, 4>,
     b: array<f32, 4>,
-}
-
-fn put_a(buf: u32, m: u32, k: u32, v: f32) {
-    wa[slot(buf * KT + k, m / 4u)][m % 4u] = v;
-}
-
-fn put_b(buf: u32, k: u32, n: u32, v: f32) {
-    wb[slot(buf * KT + k, n / 4u)][n % 4u] = v;
 }
 
 // acc[i][j] += sum over the KT staged steps of buffer `buf` of A[ty*TM + i, k] B[k, tx*4 + j],
@@ -123,15 +135,15 @@ fn fma_tile(buf: u32, lid: vec3<u32>, acc: ptr<function, array<vec4<f32>, 16>>) 
     }
 }
 
-// Writes a loaded step into buffer `buf` of the staged tiles.
+// Writes a loaded step into buffer `buf` of the staged tiles: each owned quad as one vec4.
 fn store_step(s: Staged, buf: u32, li: u32, kf: vec2<bool>) {
-    for (var q = 0u; q < a_per(); q++) {
-        let pa = a_pos(li, q, kf.x);
-        put_a(buf, pa.x, pa.y, s.a[q]);
+    if (a_owns(li)) {
+        let pa = a_pos(li, 0u, kf.x);
+        wa[slot(buf * KT + pa.y, pa.x / 4u)] = vec4<f32>(s.a[0], s.a[1], s.a[2], s.a[3]);
     }
-    for (var q = 0u; q < b_per(); q++) {
-        let pb = b_pos(li, q, kf.y);
-        put_b(buf, pb.y, pb.x, s.b[q]);
+    if (b_owns(li)) {
+        let pb = b_pos(li, 0u, kf.y);
+        wb[slot(buf * KT + pb.y, pb.x / 4u)] = vec4<f32>(s.b[0], s.b[1], s.b[2], s.b[3]);
     }
 }
 
