@@ -76,6 +76,9 @@ pub(crate) struct Inner {
     /// `caps.coop16` was set by `gpu_plans` + `cooperative_matrix` on a CPU adapter, not by
     /// the adapter: f16 GEMMs run the cooperative-matrix tile over emulated fragments.
     pub(crate) coop_emulated: bool,
+    /// Why the device runs without the cooperative-matrix tile although it was asked for and
+    /// offered: its self-test's error (`ops::gemm::probe`).
+    pub(crate) coop_refused: Option<crate::Error>,
     /// The random generator: (seed, next Philox counter). See `ops::random`.
     pub(super) rng: Mutex<(u64, u64)>,
     pub(super) state: Mutex<State>,
@@ -166,6 +169,28 @@ impl Device {
     #[doc(hidden)]
     pub fn coop_emulated(&self) -> bool {
         self.inner.coop_emulated
+    }
+    /// Why f16 GEMMs run without cooperative matrices although
+    /// [`DeviceOptions::cooperative_matrix`] asked for them and the adapter offers them: a
+    /// device with [`Caps::coop16`](super::Caps) multiplies a small f16 product on the tile
+    /// when it opens and compares it with the exact sums; where compiling or running it fails
+    /// or a value differs, the device opens again without the feature and keeps that error
+    /// here. `None` where the tile passed, or was never asked for or offered.
+    ///
+    /// ```ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// use wgtensor::{Device, DeviceOptions};
+    /// let dev = Device::with_options(DeviceOptions {
+    ///     cooperative_matrix: true,
+    ///     ..Default::default()
+    /// })?;
+    /// if let Some(e) = dev.cooperative_matrix_refused() {
+    ///     eprintln!("f16 GEMMs on the FMA kernels: {e}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn cooperative_matrix_refused(&self) -> Option<&crate::Error> {
+        self.inner.coop_refused.as_ref()
     }
     /// The shader runtime checks this device compiles its kernels with:
     /// [`DeviceOptions::shader_checks`] with [`ShaderChecks::Auto`](super::ShaderChecks::Auto)

@@ -146,7 +146,7 @@ impl Device {
             })
             .await
             .map_err(|e| Error::NoAdapter(format!("request_device failed: {e}")))?;
-        Self::assemble(adapter, device, queue, limits, opts)
+        Self::assemble_checked(adapter, device, queue, limits, opts)
     }
 
     /// Runs wgtensor on a wgpu device the application already has (a game engine, an
@@ -171,15 +171,49 @@ impl Device {
     ) -> Result<Device> {
         opts.validate()?;
         let limits = device.limits();
-        Self::assemble(adapter, device, queue, limits, opts)
+        Self::assemble_checked(adapter, device, queue, limits, opts)
     }
 
+    /// [`Device::assemble`], trusting the cooperative-matrix tile only once it has passed its
+    /// self-test on this driver (ops/gemm/probe.rs): otherwise the device is assembled again
+    /// on the same wgpu device with `Caps::coop16` off, keeping the test's error.
+    fn assemble_checked(
+        adapter: wgpu::Adapter,
+        device: wgpu::Device,
+        queue: wgpu::Queue,
+        limits: wgpu::Limits,
+        opts: DeviceOptions,
+    ) -> Result<Device> {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            let (a, d, q, l, o) = (&adapter, &device, &queue, &limits, &opts);
+            let dev = Self::assemble(a.clone(), d.clone(), q.clone(), l.clone(), o.clone(), None)?;
+            if !dev.inner.caps.coop16 {
+                return Ok(dev);
+            }
+            let Err(e) = crate::ops::gemm::probe::check(&dev) else {
+                return Ok(dev);
+            };
+            // A test that lost the device leaves nothing to fall back on.
+            if let Some(msg) = lock(&dev.inner.lost).clone() {
+                return Err(Error::DeviceLost { op: "device", msg });
+            }
+            drop(dev);
+            Self::assemble(adapter, device, queue, limits, opts, Some(e))
+        }
+        #[cfg(target_arch = "wasm32")]
+        Self::assemble(adapter, device, queue, limits, opts, None)
+    }
+
+    /// The device's state around an opened wgpu device; with `coop_refused` (the
+    /// cooperative-matrix self-test's error) `Caps::coop16` stays off.
     fn assemble(
         adapter: wgpu::Adapter,
         device: wgpu::Device,
         queue: wgpu::Queue,
         limits: wgpu::Limits,
         opts: DeviceOptions,
+        coop_refused: Option<Error>,
     ) -> Result<Device> {
         // Both callbacks raise `flagged` after filling their slot, so `check` takes no lock
         // while nothing has gone wrong (it runs on every op).
@@ -208,13 +242,14 @@ impl Device {
         // A CPU adapter planning as a GPU with cooperative matrices asked for runs the
         // cooperative-matrix tile over emulated fragments (`Device::coop_emulated`): how the
         // suite tests that tile without tensor cores.
-        let coop_emulated = caps.cpu
+        let coop_emulated = coop_refused.is_none()
+            && caps.cpu
             && !caps.coop16
             && opts.gpu_plans
             && opts.cooperative_matrix
             && caps.f16
             && super::caps::holds_coop_tile(&limits);
-        caps.coop16 |= coop_emulated;
+        caps.coop16 = (caps.coop16 || coop_emulated) && coop_refused.is_none();
         caps.cpu &= !opts.gpu_plans;
         if let Some(slots) = opts.parallelism {
             caps.parallelism = slots;
@@ -269,6 +304,7 @@ impl Device {
                 binding_limit,
                 caps,
                 coop_emulated,
+                coop_refused,
                 rng: Mutex::new((DEFAULT_SEED, 0)),
                 lost,
                 uncaptured,

@@ -9,6 +9,8 @@ pub(crate) mod grad;
 pub(crate) mod launch;
 pub(crate) mod options;
 pub(crate) mod plan;
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) mod probe;
 pub(crate) mod run;
 mod window;
 
@@ -19,6 +21,9 @@ pub use options::{Bias, GemmOptions};
 pub(crate) use plan::has_sg8;
 #[doc(hidden)]
 pub use plan::{plan, plan_for, plan_for_dtype, GemmKernel, GemmPlan};
+#[cfg(not(target_arch = "wasm32"))]
+#[doc(hidden)]
+pub use probe::fail_next_coop_probe;
 use run::{run, run_kernel};
 
 /// The epilogue activation, defined in [`ops::activation`](crate::ops::activation) and

@@ -10,7 +10,7 @@
 
 use std::sync::OnceLock;
 
-use wgtensor::ops::gemm::{plan_for_dtype, GemmKernel};
+use wgtensor::ops::gemm::{fail_next_coop_probe, plan_for_dtype, GemmKernel};
 use wgtensor::ops::{gemm, GemmOptions};
 use wgtensor::DeviceOptions;
 
@@ -31,6 +31,10 @@ fn coop_device() -> &'static Device {
 
 /// Whether the adapter runs f16 GEMMs on cooperative matrices; says so either way.
 fn coop_available() -> bool {
+    // A tile that failed its self-test on this driver is a failure here, not a skip.
+    if let Some(e) = coop_device().cooperative_matrix_refused() {
+        panic!("the cooperative-matrix tile failed its self-test: {e}");
+    }
     let caps = coop_device().caps();
     let plan = plan_for_dtype(caps, DType::F16, 256, 256, 256, 1, None).unwrap();
     assert_eq!(plan.kernel == GemmKernel::Coop16, caps.coop16, "{plan:?}");
@@ -88,7 +92,12 @@ fn emulated_device() -> Option<&'static Device> {
     if !cpu || !dev.supports_f16() {
         return None;
     }
-    assert!(dev.caps().coop16 && dev.coop_emulated(), "{:?}", dev.caps());
+    assert!(
+        dev.caps().coop16 && dev.coop_emulated(),
+        "{:?}, self-test: {:?}",
+        dev.caps(),
+        dev.cooperative_matrix_refused()
+    );
     Some(dev)
 }
 
@@ -107,6 +116,41 @@ fn gemm_coop_tile_f16() {
     gemm_cases(dev, 6, DType::F16, tile_sizes(), Mode::Exact);
     gemm_cases(dev, 3, DType::F16, tile_splitk_sizes(), Mode::SplitK);
     gemm_cases(dev, 2, DType::F16, large_sizes(), Mode::General);
+}
+
+/// Every device that runs the tile passed its self-test when it opened; one whose test fails
+/// (forced here) opens without the tile, keeps the error, plans the FMA kernels and still
+/// multiplies f16 right.
+#[test]
+fn a_failed_self_test_keeps_the_fma_kernels() {
+    let Some(tiled) = tile_device() else {
+        return;
+    };
+    assert!(tiled.cooperative_matrix_refused().is_none());
+    fail_next_coop_probe();
+    let dev = Device::with_options(tiled.options().clone()).unwrap();
+    let e = dev
+        .cooperative_matrix_refused()
+        .expect("the forced failure is kept");
+    assert!(
+        e.to_string().starts_with("cooperative_matrix: self-test"),
+        "{e}"
+    );
+    assert!(
+        !dev.caps().coop16 && !dev.coop_emulated(),
+        "{:?}",
+        dev.caps()
+    );
+    assert!(
+        dev.options().cooperative_matrix,
+        "the options stay as given"
+    );
+    let plan = plan_for_dtype(dev.caps(), DType::F16, 300, 300, 300, 1, None).unwrap();
+    assert_ne!(plan.kernel, GemmKernel::Coop16, "{plan:?}");
+    gemm_cases(&dev, 3, DType::F16, tile_sizes(), Mode::Exact);
+    // The request was this thread's next test only.
+    let again = Device::with_options(tiled.options().clone()).unwrap();
+    assert!(again.caps().coop16 && again.cooperative_matrix_refused().is_none());
 }
 
 /// Problems the cooperative-matrix tile takes (more than 64 rows and columns), some batched.

@@ -1,0 +1,74 @@
+//! The cooperative-matrix GEMM's self-test, run when a device opens with `Caps::coop16`:
+//! wgpu calls the feature experimental and each driver compiles the tile's matrices itself, so
+//! the device multiplies a small f16 product on the tile (ragged in M, N and K, several K steps)
+//! and compares it with the exact sums before trusting it. A device whose test fails opens
+//! again without cooperative matrices ([`Device::cooperative_matrix_refused`] keeps the error),
+//! so a driver that cannot compile or miscomputes the tile costs speed, never a wrong result.
+#![cfg(not(target_arch = "wasm32"))]
+
+use std::cell::Cell;
+
+use super::plan::{plan_for_dtype, GemmKernel};
+use super::{gemm, GemmOptions};
+use crate::{DType, Device, Error, Result, Tensor};
+
+/// The test's product: more than 64 rows and columns (so it plans the tile), ragged against its
+/// 128 x 128 tile and its K steps of 16.
+const M: usize = 130;
+const N: usize = 136;
+const K: usize = 40;
+
+thread_local! {
+    /// Set by [`fail_next_coop_probe`]: the next self-test on this thread fails.
+    static FAIL_NEXT: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Makes the next cooperative-matrix self-test on this thread fail, so tests can see a device
+/// refuse the tile (a device opens on the thread that asks for it).
+#[doc(hidden)]
+pub fn fail_next_coop_probe() {
+    FAIL_NEXT.with(|f| f.set(true));
+}
+
+/// Multiplies the test product on `dev`'s cooperative-matrix tile: `Err` if planning, compiling
+/// or running it fails or any value differs from the exact sum (small integers, exact in f16
+/// and in every summation order).
+pub(crate) fn check(dev: &Device) -> Result<()> {
+    let op = "cooperative_matrix";
+    if FAIL_NEXT.with(|f| f.replace(false)) {
+        return Err(Error::Other {
+            context: op.into(),
+            msg: "self-test failed on request (fail_next_coop_probe)".into(),
+        });
+    }
+    let plan = plan_for_dtype(dev.caps(), DType::F16, M, N, K, 1, None)?;
+    if plan.kernel != GemmKernel::Coop16 {
+        return Err(Error::Other {
+            context: op.into(),
+            msg: format!("self-test planned {plan:?}, not the cooperative-matrix tile"),
+        });
+    }
+    let av: Vec<f32> = (0..M * K).map(|i| ((i * 5 + 1) % 7) as f32 - 3.0).collect();
+    let bv: Vec<f32> = (0..K * N).map(|i| ((i * 3 + 2) % 7) as f32 - 3.0).collect();
+    let a = Tensor::from_slice(dev, &av, &[M, K])?.to_dtype(DType::F16)?;
+    let b = Tensor::from_slice(dev, &bv, &[K, N])?.to_dtype(DType::F16)?;
+    let got = gemm(&a, &b, &GemmOptions::default())?
+        .to_dtype(DType::F32)?
+        .to_vec::<f32>()?;
+    for i in 0..M {
+        for j in 0..N {
+            let want: f32 = (0..K).map(|p| av[i * K + p] * bv[p * N + j]).sum();
+            if got[i * N + j] != want {
+                return Err(Error::Other {
+                    context: op.into(),
+                    msg: format!(
+                        "self-test: [{M} x {K}] x [{K} x {N}] f16 product gave {} at ({i}, {j}), \
+                         expected {want}",
+                        got[i * N + j]
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
