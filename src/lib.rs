@@ -187,6 +187,7 @@
 #![warn(missing_docs)]
 
 pub mod autograd;
+mod device_open;
 mod dtype;
 mod error;
 pub mod io;

@@ -290,6 +290,12 @@ impl Device {
         st.bind_groups.clear();
     }
 
+    /// Why the device was lost, if it was.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(crate) fn lost_reason(&self) -> Option<String> {
+        lock(&self.inner.lost).clone()
+    }
+
     /// Errors out if the device was lost or wgpu reported an error outside an error scope.
     pub(crate) fn check(&self, op: &'static str) -> Result<()> {
         if self.inner.flagged.load(Ordering::Acquire) {

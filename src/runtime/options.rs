@@ -168,8 +168,8 @@ pub struct DeviceOptions {
     /// the same zero-filled edges and split-k as the other kernels; smaller products keep the
     /// FMA kernels). Off by default while wgpu calls the feature experimental;
     /// ignored where the adapter lacks the configuration, except on a CPU adapter with
-    /// [`gpu_plans`](Self::gpu_plans) (see there). The device tests the tile on a small f16
-    /// product when it opens and keeps the FMA kernels where the driver fails it
+    /// [`gpu_plans`](Self::gpu_plans) (see there). Natively, the device tests the tile on a
+    /// small f16 product when it opens and keeps the FMA kernels where the driver fails it
     /// ([`Device::cooperative_matrix_refused`](crate::Device::cooperative_matrix_refused)).
     pub cooperative_matrix: bool,
     /// Which of wgpu's runtime checks the crate's shaders are compiled with (see

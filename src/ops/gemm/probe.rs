@@ -1,7 +1,7 @@
 //! The cooperative-matrix GEMM's self-test, run when a device opens with `Caps::coop16`:
 //! wgpu calls the feature experimental and each driver compiles the tile's matrices itself, so
-//! the device multiplies a small f16 product on the tile (ragged in M, N and K, several K steps)
-//! and compares it with the exact sums before trusting it. A device whose test fails opens
+//! the device multiplies a small f16 product on the tile (ragged in M, N and K, several K steps;
+//! whole and split along K) and compares it with the exact sums before trusting it. A device whose test fails opens
 //! again without cooperative matrices ([`Device::cooperative_matrix_refused`] keeps the error),
 //! so a driver that cannot compile or miscomputes the tile costs speed, never a wrong result.
 #![cfg(not(target_arch = "wasm32"))]
@@ -30,8 +30,9 @@ pub fn fail_next_coop_probe() {
     FAIL_NEXT.with(|f| f.set(true));
 }
 
-/// Multiplies the test product on `dev`'s cooperative-matrix tile: `Err` if planning, compiling
-/// or running it fails or any value differs from the exact sum (small integers, exact in f16
+/// Multiplies the test product on `dev`'s cooperative-matrix tile, whole and split in two
+/// along K (the tile's product kernel and its split-k kernel): `Err` if planning, compiling or
+/// running either fails or any value differs from the exact sum (small integers, exact in f16
 /// and in every summation order).
 pub(crate) fn check(dev: &Device) -> Result<()> {
     let op = "cooperative_matrix";
@@ -41,32 +42,36 @@ pub(crate) fn check(dev: &Device) -> Result<()> {
             msg: "self-test failed on request (fail_next_coop_probe)".into(),
         });
     }
-    let plan = plan_for_dtype(dev.caps(), DType::F16, M, N, K, 1, None)?;
-    if plan.kernel != GemmKernel::Coop16 {
-        return Err(Error::Other {
-            context: op.into(),
-            msg: format!("self-test planned {plan:?}, not the cooperative-matrix tile"),
-        });
-    }
     let av: Vec<f32> = (0..M * K).map(|i| ((i * 5 + 1) % 7) as f32 - 3.0).collect();
     let bv: Vec<f32> = (0..K * N).map(|i| ((i * 3 + 2) % 7) as f32 - 3.0).collect();
     let a = Tensor::from_slice(dev, &av, &[M, K])?.to_dtype(DType::F16)?;
     let b = Tensor::from_slice(dev, &bv, &[K, N])?.to_dtype(DType::F16)?;
-    let got = gemm(&a, &b, &GemmOptions::default())?
-        .to_dtype(DType::F32)?
-        .to_vec::<f32>()?;
-    for i in 0..M {
-        for j in 0..N {
-            let want: f32 = (0..K).map(|p| av[i * K + p] * bv[p * N + j]).sum();
-            if got[i * N + j] != want {
-                return Err(Error::Other {
-                    context: op.into(),
-                    msg: format!(
-                        "self-test: [{M} x {K}] x [{K} x {N}] f16 product gave {} at ({i}, {j}), \
-                         expected {want}",
-                        got[i * N + j]
-                    ),
-                });
+    for split in [None, Some(2)] {
+        let plan = plan_for_dtype(dev.caps(), DType::F16, M, N, K, 1, split)?;
+        if plan.kernel != GemmKernel::Coop16 || plan.splits != split.unwrap_or(1) {
+            return Err(Error::Other {
+                context: op.into(),
+                msg: format!("self-test planned {plan:?}, not the cooperative-matrix tile"),
+            });
+        }
+        let opts = GemmOptions {
+            split_k: split,
+            ..Default::default()
+        };
+        let got = gemm(&a, &b, &opts)?.to_dtype(DType::F32)?.to_vec::<f32>()?;
+        for i in 0..M {
+            for j in 0..N {
+                let want: f32 = (0..K).map(|p| av[i * K + p] * bv[p * N + j]).sum();
+                if got[i * N + j] != want {
+                    return Err(Error::Other {
+                        context: op.into(),
+                        msg: format!(
+                            "self-test: [{M} x {K}] x [{K} x {N}] f16 product, split {split:?}, \
+                             gave {} at ({i}, {j}), expected {want}",
+                            got[i * N + j]
+                        ),
+                    });
+                }
             }
         }
     }

@@ -1,0 +1,124 @@
+//! The public ways to open a [`Device`]: runtime/open.rs picks the adapter, requests the wgpu
+//! device and assembles the runtime's state; this layer above it and the kernels adds the
+//! self-test of a kernel each driver compiles its own way (the cooperative-matrix GEMM tile,
+//! ops/gemm/probe.rs) before the device trusts it.
+
+use crate::{Device, DeviceOptions, Result};
+
+impl Device {
+    /// Opens the default device, blocking (native only). Honours WGPU_BACKEND,
+    /// WGPU_ADAPTER_NAME and WGPU_POWER_PREF.
+    ///
+    /// Uses [`DeviceOptions::default`] and requests the adapter's SUBGROUP and SHADER_F16
+    /// features when present (faster kernels, f16 tensors), and on Vulkan PIPELINE_CACHE, to
+    /// load the pipelines compiled by earlier runs from the user's cache directory
+    /// ([`DeviceOptions::pipeline_cache`]). Errors with [`Error::NoAdapter`],
+    /// whose message says what to install, when no adapter is found or the device cannot be
+    /// created.
+    ///
+    /// ```ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// let dev = wgtensor::Device::new()?;
+    /// let info = dev.adapter_info();
+    /// println!("{} ({:?}), f16: {}", info.name, info.backend, dev.supports_f16());
+    /// # Ok(()) }
+    /// ```
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn new() -> Result<Device> {
+        Self::with_options(DeviceOptions::default())
+    }
+
+    /// Like [`Device::new`] with explicit execution options.
+    ///
+    /// Errors as [`Device::new`], and with [`Error::InvalidArgument`] for option values the
+    /// runtime cannot honour (a cap of 0, a memory limit of 0).
+    ///
+    /// ```ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// use wgtensor::{Device, DeviceOptions};
+    /// // At most 2 batches queued on the GPU, and a 2 GiB memory budget.
+    /// let dev = Device::with_options(DeviceOptions {
+    ///     max_in_flight: 2,
+    ///     memory_limit: Some(2 << 30),
+    ///     ..Default::default()
+    /// })?;
+    /// assert_eq!(dev.stats().memory_limit, 2 << 30);
+    /// # Ok(()) }
+    /// ```
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn with_options(opts: DeviceOptions) -> Result<Device> {
+        pollster::block_on(Self::new_async_with(opts))
+    }
+
+    /// Opens the default device without blocking (the entry point on wasm).
+    pub async fn new_async() -> Result<Device> {
+        Self::new_async_with(DeviceOptions::default()).await
+    }
+
+    /// [`Device::with_options`] without blocking (the entry point on wasm, where the
+    /// browser's adapter and device requests are asynchronous). Errors as `with_options`.
+    /// Natively, a device that opens with cooperative matrices
+    /// ([`DeviceOptions::cooperative_matrix`]) waits for the GPU to finish their self-test
+    /// ([`Device::cooperative_matrix_refused`]) before it returns.
+    pub async fn new_async_with(opts: DeviceOptions) -> Result<Device> {
+        opts.validate()?;
+        let (adapter, device, queue, limits) = Self::request(&opts).await?;
+        Self::assemble_checked(adapter, device, queue, limits, opts)
+    }
+
+    /// Runs wgtensor on a wgpu device the application already has (a game engine, an
+    /// egui/winit app), so tensors and the app's own passes share buffers. wgtensor uses the
+    /// features and limits the device was created with (SUBGROUP and SHADER_F16 enable the
+    /// kernels that need them).
+    ///
+    /// It installs the device's uncaptured-error handler and device-lost callback (wgpu keeps
+    /// one of each), through which it reports errors as `Err`. Submit the app's own command
+    /// buffers with [`Device::submit`] so that they run after wgtensor's pending work and under
+    /// the in-flight cap; see [`Tensor::wgpu_buffer`](crate::Tensor::wgpu_buffer) for reading
+    /// and writing tensors from those passes.
+    ///
+    /// The persisted pipeline cache ([`DeviceOptions::pipeline_cache`]) is used only if the
+    /// device was created with `wgpu::Features::PIPELINE_CACHE`; otherwise
+    /// [`DeviceStats::pipeline_cache`](crate::DeviceStats::pipeline_cache) reports it unsupported.
+    pub fn from_wgpu(
+        adapter: wgpu::Adapter,
+        device: wgpu::Device,
+        queue: wgpu::Queue,
+        opts: DeviceOptions,
+    ) -> Result<Device> {
+        opts.validate()?;
+        let limits = device.limits();
+        Self::assemble_checked(adapter, device, queue, limits, opts)
+    }
+
+    /// [`Device::assemble`] (runtime/open.rs), trusting the cooperative-matrix tile only once it
+    /// has passed its self-test on this driver (ops/gemm/probe.rs): otherwise the device is
+    /// assembled again on the same wgpu device with `Caps::coop16` off, keeping the error.
+    fn assemble_checked(
+        adapter: wgpu::Adapter,
+        device: wgpu::Device,
+        queue: wgpu::Queue,
+        limits: wgpu::Limits,
+        opts: DeviceOptions,
+    ) -> Result<Device> {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            let (a, d, q, l, o) = (&adapter, &device, &queue, &limits, &opts);
+            let dev = Self::assemble(a.clone(), d.clone(), q.clone(), l.clone(), o.clone(), None)?;
+            if !dev.caps().coop16 {
+                return Ok(dev);
+            }
+            let Err(e) = crate::ops::gemm::probe::check(&dev) else {
+                return Ok(dev);
+            };
+            // A test that lost the device leaves nothing to fall back on.
+            if let Some(msg) = dev.lost_reason() {
+                return Err(crate::Error::DeviceLost { op: "device", msg });
+            }
+            drop(dev);
+            Self::assemble(adapter, device, queue, limits, opts, Some(e))
+        }
+        #[cfg(target_arch = "wasm32")]
+        Self::assemble(adapter, device, queue, limits, opts, None)
+    }
+}
