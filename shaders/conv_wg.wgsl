@@ -7,8 +7,9 @@
 // loop) instead of decomposing k per element: A (affine in k, stored
 // k-fast in every direction) is staged k-fast, a quad of 4 rows at one k; B (a gather) along the
 // columns when the innermost column counter is the longer run (forward: ow; data gradient:
-// iw), else along K (weight gradient: k2 is ow while the columns' is kw), so neighbouring
-// invocations read neighbouring source columns either way. Out-of-range K is staged as 0;
+// iw; each invocation gathers a quad of 4 neighbouring columns, neighbouring invocations the
+// next quads), else along K (weight gradient: k2 is ow while the columns' is kw; neighbouring
+// invocations read neighbouring source columns). Out-of-range K is staged as 0;
 // ragged rows and columns read clamped positions whose results are never stored.
 // Needs lib/activation.wgsl, lib/conv_common.wgsl and lib/wg_tile.wgsl.
 

@@ -455,6 +455,15 @@ fn collect_stores(block: &naga::Block, out: &mut Vec<naga::Handle<naga::Expressi
     }
 }
 
+/// `space` where invocations share it (workgroup and storage memory).
+fn shared(space: naga::AddressSpace) -> Option<naga::AddressSpace> {
+    matches!(
+        space,
+        naga::AddressSpace::WorkGroup | naga::AddressSpace::Storage { .. }
+    )
+    .then_some(space)
+}
+
 /// The address space of the global `pointer` indexes a vector of, where it is an element of a
 /// vector in workgroup or storage memory.
 fn component_of_shared_vector(
@@ -484,12 +493,14 @@ fn component_of_shared_vector(
                 root = base
             }
             naga::Expression::GlobalVariable(g) => {
-                let space = module.global_variables[g].space;
-                let shared = matches!(
-                    space,
-                    naga::AddressSpace::WorkGroup | naga::AddressSpace::Storage { .. }
-                );
-                return shared.then_some(space);
+                return shared(module.global_variables[g].space);
+            }
+            // A pointer parameter (`ptr<workgroup, vec4<f32>>`) writes the caller's memory.
+            naga::Expression::FunctionArgument(i) => {
+                return match module.types[f.arguments[i as usize].ty].inner {
+                    naga::TypeInner::Pointer { space, .. } => shared(space),
+                    _ => None,
+                };
             }
             _ => return None,
         }
