@@ -3,6 +3,8 @@
 //! self-test of a kernel each driver compiles its own way (the cooperative-matrix GEMM tile,
 //! ops/gemm/probe.rs) before the device trusts it.
 
+#[cfg(doc)]
+use crate::Error;
 use crate::{Device, DeviceOptions, Result};
 
 impl Device {
