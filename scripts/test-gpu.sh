@@ -75,6 +75,41 @@ else
 fi
 [ ${#bins[@]} -gt 0 ] || { echo "test-gpu.sh: no test binaries found" >&2; exit 1; }
 
+# Runs EXE with ARGS, its output in LOG, killed after WATCHDOG seconds (exit 137 then, as
+# `timeout -s KILL`). Before the kill it writes LOG.hang: each thread's name (the test it
+# runs), state and kernel wait channel, and the CPU ticks it used over one second, so a hang
+# reads as a deadlock (every thread asleep in a futex), a wait on the GPU (polling threads
+# using CPU) or a GPU that stopped (nvidia-smi's utilization beside them).
+run_watched() {
+  local exe=$1 log=$2
+  shift 2
+  "$exe" "$@" >"$log" 2>&1 &
+  local pid=$! waited=0
+  while kill -0 "$pid" 2>/dev/null && [ "$waited" -lt "$WATCHDOG" ]; do
+    sleep 1
+    waited=$((waited + 1))
+  done
+  if ! kill -0 "$pid" 2>/dev/null; then
+    wait "$pid"
+    return $?
+  fi
+  {
+    local t ticks0=()
+    for t in /proc/"$pid"/task/*; do ticks0+=("$(awk '{print $14 + $15}' "$t/stat" 2>/dev/null)"); done
+    sleep 1
+    local i=0
+    for t in /proc/"$pid"/task/*; do
+      echo "thread $(basename "$t") '$(cat "$t/comm" 2>/dev/null)': state $(awk '{print $3}' "$t/stat" 2>/dev/null), wchan $(cat "$t/wchan" 2>/dev/null), cpu ticks in 1 s $(( $(awk '{print $14 + $15}' "$t/stat" 2>/dev/null || echo 0) - ${ticks0[$i]:-0} ))"
+      i=$((i + 1))
+    done
+    command -v nvidia-smi >/dev/null &&
+      nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader | sed 's/^/gpu: /'
+  } >"$log.hang" 2>&1
+  kill -KILL "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  return 137
+}
+
 logs=${LOGS:-$(mktemp -d)}
 mkdir -p "$logs"
 failed=0
@@ -89,7 +124,7 @@ for exe in "${bins[@]}"; do
     runs=$((runs + 1))
     log="$logs/$name.$rep.log"
     start=$(date +%s)
-    timeout -s KILL "$WATCHDOG" "$exe" --test-threads="$THREADS" $FILTER >"$log" 2>&1
+    run_watched "$exe" "$log" --test-threads="$THREADS" $FILTER
     rc=$?
     secs=$(( $(date +%s) - start ))
     done_n=$(grep -cE '^test .* \.\.\. (ok|FAILED|ignored)' "$log")
@@ -99,6 +134,7 @@ for exe in "${bins[@]}"; do
         sort >"$log.done"
       hung=$(comm -23 "$logs/$name.all" "$log.done" | head -20 | tr '\n' ' ')
       echo "test-gpu: $name run $rep/$REPS HUNG after ${secs} s ($done_n/$total finished); still running: $hung"
+      sed 's/^/    /' "$log.hang" 2>/dev/null
     elif [ $rc -ne 0 ]; then
       failed=$((failed + 1))
       echo "test-gpu: $name run $rep/$REPS FAILED in ${secs} s (exit $rc, $done_n/$total finished):"
