@@ -18,9 +18,9 @@ struct Ctx {
     // Element offsets of its A rows (clamped) and the counters of its A k.
     arow: array<u32, 4>,
     ka: KIter,
-    // Its B columns (clamped) and the counters of their k.
+    // Its B columns (clamped) and the counters of their k (a quad's 4 columns share one k).
     cols: array<Col, 4>,
-    kb: array<KIter, 4>,
+    kb: KIter,
     // KT steps of k as digit increments (see k_adv).
     step: KIter,
 }
@@ -74,10 +74,9 @@ fn loader(g: u32, r0: u32, c0: u32, k0: u32, li: u32) -> Ctx {
     ld.ka = k_at(k0 + a_pos(li, 0u, true).y);
     ld.step = k_step();
     for (var q = 0u; q < b_per(); q++) {
-        let pb = b_pos(li, q, b_k_fast());
-        ld.cols[q] = col_state(g, c0 + pb.x);
-        ld.kb[q] = k_at(k0 + pb.y);
+        ld.cols[q] = col_state(g, c0 + b_pos(li, q, b_k_fast()).x);
     }
+    ld.kb = k_at(k0 + b_pos(li, 0u, b_k_fast()).y);
     return ld;
 }
 
@@ -95,13 +94,14 @@ fn load_step(ld: ptr<function, Ctx>, k0: u32, kend: u32, li: u32) -> Staged {
         (*ld).ka = k_adv((*ld).ka, (*ld).step);
     }
     if (b_owns(li)) {
+        let kb = k0 + b_pos(li, 0u, b_k_fast()).y;
+        let part = k_part((*ld).kb);
         for (var q = 0u; q < b_per(); q++) {
-            let kb = k0 + b_pos(li, q, b_k_fast()).y;
             if (kb < kend) {
-                s.b[q] = gather((*ld).cols[q], k_part((*ld).kb[q]));
+                s.b[q] = gather((*ld).cols[q], part);
             }
-            (*ld).kb[q] = k_adv((*ld).kb[q], (*ld).step);
         }
+        (*ld).kb = k_adv((*ld).kb, (*ld).step);
     }
     return s;
 }
