@@ -85,12 +85,16 @@ fn churn_run(dev: &Device, churn: bool) -> wgtensor::Result<Run> {
 
 /// [n x n] x [n x n] f16 on a second device opened with `DeviceOptions::cooperative_matrix`
 /// (tensor cores where the adapter offers them); the run syncs that device itself. Errors where
-/// the adapter has no cooperative-matrix configuration for f16, so the row says why.
+/// the adapter has no cooperative-matrix configuration for f16 or the tile failed its
+/// self-test on this driver, so the row says why.
 fn coop_gemm_run(_: &Device, n: usize) -> wgtensor::Result<Run> {
     let dev = Device::with_options(wgtensor::DeviceOptions {
         cooperative_matrix: true,
         ..crate::device_options()
     })?;
+    if let Some(e) = dev.cooperative_matrix_refused() {
+        return Err(e.clone());
+    }
     if !dev.caps().coop16 {
         return Err(wgtensor::Error::InvalidArgument {
             op: "gpu/gemm_f16_coop",
