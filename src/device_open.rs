@@ -82,6 +82,9 @@ impl Device {
     /// The persisted pipeline cache ([`DeviceOptions::pipeline_cache`]) is used only if the
     /// device was created with `wgpu::Features::PIPELINE_CACHE`; otherwise
     /// [`DeviceStats::pipeline_cache`](crate::DeviceStats::pipeline_cache) reports it unsupported.
+    /// A device created with wgpu's `EXPERIMENTAL_COOPERATIVE_MATRIX` and opened with
+    /// [`DeviceOptions::cooperative_matrix`] tests the tile first, as
+    /// [`Device::with_options`] does ([`Device::cooperative_matrix_refused`]).
     pub fn from_wgpu(
         adapter: wgpu::Adapter,
         device: wgpu::Device,
