@@ -169,7 +169,9 @@ pub struct DeviceOptions {
     /// FMA kernels). Off by default while wgpu calls the feature experimental;
     /// ignored where the adapter lacks the configuration, except on a CPU adapter with
     /// [`gpu_plans`](Self::gpu_plans) (see there). Natively, the device tests the tile on a
-    /// small f16 product when it opens and keeps the FMA kernels where the driver fails it
+    /// small f16 product when it opens (its dispatches and compiled pipelines show in
+    /// [`Device::stats`](crate::Device::stats) from the start) and keeps the FMA kernels where
+    /// the driver fails it
     /// ([`Device::cooperative_matrix_refused`](crate::Device::cooperative_matrix_refused)).
     pub cooperative_matrix: bool,
     /// Which of wgpu's runtime checks the crate's shaders are compiled with (see
