@@ -169,6 +169,30 @@ pub fn round_to_dtype(dtype: DType, v: f64) -> f64 {
 }
 
 /// Uploads row-major `data` as a `dtype` tensor of `shape` (values are rounded to `dtype`).
+/// The row-major `rows x cols` matrix `v` as a `dtype` tensor; `transposed`: stored
+/// `[cols, rows]` and read through its transpose (strides (1, rows)).
+pub fn matrix(
+    dev: &Device,
+    v: &[f32],
+    (rows, cols): (usize, usize),
+    transposed: bool,
+    dtype: DType,
+) -> Tensor {
+    let t = if transposed {
+        let mut t = vec![0.0; v.len()];
+        for r in 0..rows {
+            for c in 0..cols {
+                t[c * rows + r] = v[r * cols + c];
+            }
+        }
+        Tensor::from_slice::<f32>(dev, &t, &[cols, rows]).and_then(|t| t.transpose(0, 1))
+    } else {
+        Tensor::from_slice::<f32>(dev, v, &[rows, cols])
+    };
+    t.and_then(|t| t.to_dtype(dtype))
+        .unwrap_or_else(|e| panic!("matrix [{rows} x {cols}] as {dtype:?}: {e}"))
+}
+
 pub fn upload(dev: &Device, data: &[f64], shape: &[usize], dtype: DType) -> Tensor {
     let t = match dtype {
         DType::F32 => Tensor::from_slice(

@@ -8,6 +8,7 @@ use wgtensor::ops::{
 use wgtensor::{DType, Tensor};
 
 use super::{dev, vals};
+use crate::common::matrix;
 
 fn t(v: &[f32], shape: &[usize]) -> Tensor {
     Tensor::from_slice(dev(), v, shape).unwrap()
@@ -177,25 +178,15 @@ fn non_finite_product(
         .filter(|i| i % 3 == 1)
         .for_each(|i| av[i * k] = f32::INFINITY);
     (0..n).filter(|j| j % 5 == 2).for_each(|j| bv[j] = NAN);
-    let matrix = |v: &[f32], rows: usize, cols: usize, transposed: bool| {
-        let t = if transposed {
-            let mut t = vec![0.0; v.len()];
-            for r in 0..rows {
-                for c in 0..cols {
-                    t[c * rows + r] = v[r * cols + c];
-                }
-            }
-            Tensor::from_slice::<f32>(d, &t, &[cols, rows]).and_then(|t| t.transpose(0, 1))
-        } else {
-            Tensor::from_slice::<f32>(d, v, &[rows, cols])
-        };
-        t.and_then(|t| t.to_dtype(dtype)).unwrap()
-    };
     let opts = GemmOptions {
         split_k: split,
         ..Default::default()
     };
-    let got = gemm(&matrix(&av, m, k, ta), &matrix(&bv, k, n, tb), &opts)
+    let (a, b) = (
+        matrix(d, &av, (m, k), ta, dtype),
+        matrix(d, &bv, (k, n), tb, dtype),
+    );
+    let got = gemm(&a, &b, &opts)
         .and_then(|y| y.to_dtype(DType::F32))
         .and_then(|y| y.to_vec::<f32>())
         .map_err(|e| e.to_string())?;

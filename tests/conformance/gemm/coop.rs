@@ -14,6 +14,7 @@ use wgtensor::ops::gemm::{fail_next_coop_probe, plan_for_dtype, GemmKernel};
 use wgtensor::ops::{gemm, GemmOptions};
 use wgtensor::DeviceOptions;
 
+use crate::common::matrix;
 use crate::strategies::Rng;
 
 use super::*;
@@ -209,8 +210,8 @@ fn gemm_coop_tile_fixed_shapes() {
                     .for_each(|i| av[i * k] = f32::INFINITY);
                 (0..n).filter(|j| j % 5 == 2).for_each(|j| bv[j] = f32::NAN);
             }
-            let a = f16_matrix(dev, &av, m, k, ta);
-            let b = f16_matrix(dev, &bv, k, n, tb);
+            let a = matrix(dev, &av, (m, k), ta, DType::F16);
+            let b = matrix(dev, &bv, (k, n), tb, DType::F16);
             let opts = GemmOptions {
                 split_k: split,
                 ..Default::default()
@@ -234,23 +235,4 @@ fn gemm_coop_tile_fixed_shapes() {
             }
         }
     }
-}
-
-/// The row-major `rows x cols` matrix `v` as an f16 tensor; `transposed`: stored
-/// `[cols, rows]` and read through its transpose (strides (1, rows)).
-fn f16_matrix(dev: &Device, v: &[f32], rows: usize, cols: usize, transposed: bool) -> Tensor {
-    let t = if transposed {
-        let mut t = vec![0.0; v.len()];
-        for r in 0..rows {
-            for c in 0..cols {
-                t[c * rows + r] = v[r * cols + c];
-            }
-        }
-        Tensor::from_slice::<f32>(dev, &t, &[cols, rows])
-            .and_then(|t| t.to_dtype(DType::F16))
-            .and_then(|t| t.transpose(0, 1))
-    } else {
-        Tensor::from_slice::<f32>(dev, v, &[rows, cols]).and_then(|t| t.to_dtype(DType::F16))
-    };
-    t.unwrap()
 }
