@@ -84,15 +84,13 @@ struct Shares {
 fn shares(bs: Bases, r0: u32, c0: u32, li: u32) -> Shares {
     let kf = stage_k_fast();
     let a0 = stage_at(li, kf.x);
-    let a1 = stage_at(li + CWG, kf.x);
     let b0 = stage_at(li, kf.y);
-    let b1 = stage_at(li + CWG, kf.y);
-    let da = a1 - a0;
-    let db = b1 - b0;
+    let wa = walk_a(a0, stage_at(li + CWG, kf.x), r0, bs);
+    let wb = walk_b(b0, stage_at(li + CWG, kf.y), c0, bs);
     return Shares(
-        walk_a(a0, a1, r0, bs), walk_b(b0, b1, c0, bs),
-        vec2<u32>(a0.x * CSA + a0.y, da.x * CSA + da.y),
-        vec2<u32>(b0.y * CSB + b0.x, db.y * CSB + db.x),
+        wa, wb,
+        vec2<u32>(a0.x * CSA + a0.y, wa.tq * CSA + wa.kq),
+        vec2<u32>(b0.y * CSB + b0.x, wb.kq * CSB + wb.tq),
     );
 }
 
