@@ -174,8 +174,8 @@ impl Device {
     /// [`DeviceOptions::cooperative_matrix`] asked for them and the adapter offers them: a
     /// device with [`Caps::coop16`](super::Caps) multiplies a small f16 product on the tile
     /// when it opens and compares it with the exact sums; where compiling or running it fails
-    /// or a value differs, the device opens again without the feature and keeps that error
-    /// here. `None` where the tile passed, or was never asked for or offered.
+    /// or a value differs, the device runs f16 GEMMs on the FMA kernels instead and keeps that
+    /// error here. `None` where the tile passed, or was never asked for or offered.
     ///
     /// ```ignore-wasm32
     /// # fn main() -> wgtensor::Result<()> {

@@ -1,9 +1,10 @@
 //! The cooperative-matrix GEMM's self-test, run when a device opens with `Caps::coop16`:
 //! wgpu calls the feature experimental and each driver compiles the tile's matrices itself, so
 //! the device multiplies a small f16 product on the tile (ragged in M, N and K, several K steps;
-//! whole and split along K) and compares it with the exact sums before trusting it. A device whose test fails opens
-//! again without cooperative matrices ([`Device::cooperative_matrix_refused`] keeps the error),
-//! so a driver that cannot compile or miscomputes the tile costs speed, never a wrong result.
+//! whole and split along K) and compares it with the exact sums before trusting it. A device
+//! whose test fails is assembled again on the same wgpu device without the tile
+//! ([`Device::cooperative_matrix_refused`] keeps the error), so a driver that cannot compile
+//! or miscomputes the tile costs speed, never a wrong result.
 #![cfg(not(target_arch = "wasm32"))]
 
 use std::cell::Cell;
