@@ -170,6 +170,16 @@ fn dropout_is_differentiable() {
         let want = if *yi == 0.0 { 0.0 } else { 1.0 / 0.7f32 };
         assert!((gi - want).abs() < 1e-6, "{gi} vs {want}");
     }
+    // p = 1 is `x * 0` as in PyTorch: zero gradients (not none), NaN and inf become NaN.
+    let xs = Tensor::from_slice(&d, &[1.0f32, f32::NAN, f32::INFINITY, -2.0], &[4]).unwrap();
+    let xs = xs.requires_grad().unwrap();
+    let y = dropout(&xs, 1.0, true).unwrap();
+    let yv = vals(&y);
+    assert_eq!(yv[0], 0.0);
+    assert!(yv[1].is_nan() && yv[2].is_nan(), "{yv:?}");
+    assert_eq!(yv[3], 0.0);
+    let g = y.sum_all().unwrap().backward().unwrap();
+    assert_eq!(vals(g.get(&xs).unwrap()), vec![0.0; 4]);
 }
 
 /// Ranges whose samples their dtype cannot hold are refused, as PyTorch refuses them (they

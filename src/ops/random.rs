@@ -243,7 +243,7 @@ pub fn bernoulli(dev: &Device, shape: &[usize], p: f64, dtype: DType) -> Result<
 
 /// PyTorch's `dropout(x, p, training)`: in training, each element is zeroed with probability
 /// `p` and the rest scaled by `1 / (1 - p)` (inverted dropout, so evaluation needs no
-/// rescaling); `p = 1` gives zeros. Not training (or `p = 0`): `x` itself.
+/// rescaling); `p = 1` gives `x * 0` (zeros, NaN where `x` is not finite). Not training (or `p = 0`): `x` itself.
 pub fn dropout(x: &Tensor, p: f64, training: bool) -> Result<Tensor> {
     let op = "dropout";
     if !(0.0..=1.0).contains(&p) {
@@ -256,7 +256,8 @@ pub fn dropout(x: &Tensor, p: f64, training: bool) -> Result<Tensor> {
         return Ok(x.clone());
     }
     if p == 1.0 {
-        return Tensor::zeros(x.device(), x.shape(), x.dtype);
+        // As PyTorch: x * 0, so NaN and inf stay NaN and the gradient is zeros, not absent.
+        return x.mul_scalar(0.0);
     }
     // A tracked input is recorded for autograd as x * mask, the mask (0 or 1 / (1 - p)) drawn
     // by the same kernel from ones, so tracked and untracked calls give bitwise the same result.
