@@ -168,6 +168,43 @@ fn multi_dim_reductions() {
         .iter()
         .all(|v| v.is_nan()));
     assert!(vals(&e.mean_all().unwrap())[0].is_nan());
+    // No dims reduces every dim, as PyTorch's `sum(dim=[])`.
+    let all = x.sum_dims(&[], false).unwrap();
+    assert_eq!((all.shape(), vals(&all)), (&[][..], vec![276.0]));
+    assert_eq!(x.sum_dims(&[], true).unwrap().shape(), &[1, 1, 1]);
+    assert_eq!(vals(&x.mean_dims(&[], false).unwrap()), vec![11.5]);
+}
+
+/// PyTorch reduces a rank-0 tensor along dim 0 or -1 as one element; the result stays rank 0
+/// with or without keepdim, and the gradient flows back to the scalar.
+#[test]
+fn rank0_reductions() {
+    let s = t(&[-2.5], &[]).requires_grad().unwrap();
+    for dim in [0, -1] {
+        for keep in [false, true] {
+            for r in [
+                s.sum(dim, keep),
+                s.mean(dim, keep),
+                s.max(dim, keep),
+                s.min(dim, keep),
+                s.sum_dims(&[dim], keep),
+                s.mean_dims(&[dim], keep),
+            ] {
+                let r = r.unwrap();
+                assert_eq!((r.shape(), vals(&r)), (&[][..], vec![-2.5]));
+            }
+        }
+    }
+    assert_eq!(vals(&s.sum_dims(&[], false).unwrap()), vec![-2.5]);
+    assert!(s.sum(1, false).unwrap_err().to_string().starts_with("sum:"));
+    assert!(s.max(-2, false).is_err());
+    assert!(s.sum_dims(&[0, -1], false).is_err());
+    assert!(s.mean_dims(&[1], false).is_err());
+    let g = s.max(0, false).unwrap().mul_scalar(3.0).unwrap();
+    let grads = g.backward().unwrap();
+    assert_eq!(vals(grads.get(&s).unwrap()), vec![3.0]);
+    let grads = s.mean_dims(&[-1], true).unwrap().backward().unwrap();
+    assert_eq!(vals(grads.get(&s).unwrap()), vec![1.0]);
 }
 
 #[test]

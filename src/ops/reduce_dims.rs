@@ -5,8 +5,22 @@ use crate::layout::Layout;
 use crate::{Error, Result, Tensor};
 
 impl Tensor {
-    /// Distinct dims, normalized and sorted from the last to the first.
+    /// Distinct dims, normalized and sorted from the last to the first; no dims means every
+    /// dim (PyTorch's `dim=[]`). A rank-0 tensor takes dim 0 or -1 (its one element), given
+    /// back as no dims: there is nothing to reduce.
     fn reduction_dims(&self, op: &'static str, dims: &[isize]) -> Result<Vec<usize>> {
+        if self.rank() == 0 {
+            for &d in dims {
+                Layout::normalize_dim(op, d, 1)?;
+            }
+            if dims.len() > 1 {
+                return Err(Error::arg(op, format!("dims {dims:?} repeat a dim")));
+            }
+            return Ok(Vec::new());
+        }
+        if dims.is_empty() {
+            return Ok((0..self.rank()).rev().collect());
+        }
         let mut ds = dims
             .iter()
             .map(|&d| Layout::normalize_dim(op, d, self.rank()))
@@ -21,9 +35,13 @@ impl Tensor {
     }
 
     /// The sum over several dims (PyTorch's `sum(dim=(..), keepdim)`), reduced one dim at a
-    /// time from the last.
+    /// time from the last. An empty `dims` sums over every dim, as PyTorch's `dim=[]`.
     pub fn sum_dims(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
         let ds = self.reduction_dims("sum", dims)?;
+        if self.rank() == 0 {
+            // A copy, as the reductions of more elements give a new tensor.
+            return self.sum(0, keepdim);
+        }
         let mut t = self.clone();
         for d in ds {
             t = t.sum(d as isize, keepdim)?;
@@ -32,7 +50,7 @@ impl Tensor {
     }
 
     /// The mean over several dims (PyTorch's `mean(dim=(..), keepdim)`): the sum divided once
-    /// by the number of elements reduced.
+    /// by the number of elements reduced. An empty `dims` averages every element.
     pub fn mean_dims(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
         let ds = self.reduction_dims("mean", dims)?;
         let count: usize = ds.iter().map(|&d| self.shape()[d]).product();

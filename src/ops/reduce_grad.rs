@@ -72,9 +72,15 @@ impl BackwardOp for ReduceBackward {
 impl Tensor {
     /// Reduces along `dim` (negative counts from the end); `keepdim` keeps it as size 1
     /// (PyTorch's `keepdim=True`), else the dim is removed. Returns a new contiguous tensor of
-    /// the input's dtype. Errors: [`Error::InvalidArgument`] for a rank-0 input or a dim out of
-    /// range, [`Error::Size`] for max / min over an empty dim.
+    /// the input's dtype. A rank-0 input counts as one element along dim 0 or -1, as in
+    /// PyTorch (the result is rank 0 with or without `keepdim`). Errors:
+    /// [`Error::InvalidArgument`] for a dim out of range, [`Error::Size`] for max / min over an
+    /// empty dim.
     pub fn reduce(&self, dim: isize, op: ReduceOp, keepdim: bool) -> Result<Tensor> {
+        if self.rank() == 0 {
+            Layout::normalize_dim(op.name(), dim, 1)?;
+            return self.reshape(&[1])?.reduce(0, op, false);
+        }
         let out = self.reduce_forward(dim, op, keepdim)?;
         Ok(record(out, &[self], |_| {
             let extremum = matches!(op, ReduceOp::Max | ReduceOp::Min);
