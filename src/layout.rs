@@ -189,11 +189,16 @@ impl Layout {
         })
     }
 
-    /// Dims `a` and `b` swapped (negative dims count from the end). Errors with
-    /// [`Error::InvalidArgument`] for a dim out of range.
+    /// Dims `a` and `b` swapped (negative dims count from the end; a rank-0 layout takes 0 or
+    /// -1 and stays itself, as in PyTorch). Errors with [`Error::InvalidArgument`] for a dim
+    /// out of range.
     pub fn transpose(&self, a: isize, b: isize) -> Result<Layout> {
-        let a = Self::normalize_dim("transpose", a, self.rank())?;
-        let b = Self::normalize_dim("transpose", b, self.rank())?;
+        let rank = self.rank().max(1);
+        let a = Self::normalize_dim("transpose", a, rank)?;
+        let b = Self::normalize_dim("transpose", b, rank)?;
+        if self.rank() == 0 {
+            return Ok(self.clone());
+        }
         let mut perm: Vec<usize> = (0..self.rank()).collect();
         perm.swap(a, b);
         self.permute(&perm)

@@ -328,3 +328,31 @@ fn reflect_and_replicate_pad_gradients() {
         assert_eq!(vals(g.get(&x).unwrap()), want, "{mode:?}");
     }
 }
+
+/// A rank-0 tensor takes dim 0 or -1 as PyTorch's scalars do: transpose and squeeze give it
+/// back, unsqueeze makes it `[1]`, and other dims are errors naming the op.
+#[test]
+fn rank0_views() {
+    let s = Tensor::from_slice(dev(), &[4.5f32], &[]).unwrap();
+    for (a, b) in [(0, 0), (0, -1), (-1, -1)] {
+        let t = s.transpose(a, b).unwrap();
+        assert_eq!((t.shape(), vals(&t)), (&[][..], vec![4.5]));
+    }
+    for d in [0, -1] {
+        assert_eq!(s.squeeze(d).unwrap().shape(), &[] as &[usize]);
+    }
+    assert_eq!(s.unsqueeze(0).unwrap().shape(), &[1]);
+    let e = s.transpose(0, 1).unwrap_err().to_string();
+    assert!(e.starts_with("transpose:"), "{e}");
+    assert!(s.squeeze(1).is_err());
+    // The gradient of a transposed scalar is the scalar's.
+    let sr = s.clone().requires_grad().unwrap();
+    let g = sr
+        .transpose(0, -1)
+        .unwrap()
+        .mul_scalar(2.0)
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert_eq!(vals(g.get(&sr).unwrap()), vec![2.0]);
+}
