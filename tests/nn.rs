@@ -1102,6 +1102,53 @@ fn composed_activations_match_pytorch() {
     assert_eq!(p.to_vec::<f32>().unwrap(), vec![0.5, 0.5]);
     assert!(nn::ReLU6.named_parameters().is_empty());
 
+    // PyTorch's gradients at the kinks: hardtanh (ReLU6, Hardsigmoid) is 0 at its bounds and
+    // passes NaN; hardswish is -0.5 at -3 and 1.5 at 3.
+    let kinks = [-4.0f32, -3.0, -1.0, 0.0, 3.0, 6.0, 7.0, f32::NAN];
+    let grad = |layer: &dyn Forward| {
+        let x = Tensor::from_slice(d, &kinks, &[kinks.len()])
+            .unwrap()
+            .requires_grad()
+            .unwrap();
+        let y = layer.forward(&x).unwrap();
+        let g = y.sum_all().unwrap().backward().unwrap();
+        g.get(&x).unwrap().to_vec::<f32>().unwrap()
+    };
+    let same = |got: Vec<f32>, want: [f32; 8], name: &str| {
+        for (g, w) in got.iter().zip(want) {
+            assert!(
+                (g.is_nan() && w.is_nan()) || (g - w).abs() < 1e-6,
+                "{name}: {got:?} vs {want:?}"
+            );
+        }
+    };
+    same(grad(&nn::ReLU6), [0., 0., 0., 0., 1., 0., 0., 1.], "relu6");
+    let s = 1.0 / 6.0;
+    same(
+        grad(&nn::Hardsigmoid),
+        [0., 0., s, s, 0., 0., 0., s],
+        "hardsigmoid",
+    );
+    let h = nn::Hardtanh::default();
+    same(grad(&h), [0., 0., 0., 1., 0., 0., 0., 1.], "hardtanh");
+    let hv = h
+        .forward(&Tensor::from_slice(d, &kinks, &[8]).unwrap())
+        .unwrap();
+    let hv = hv.to_vec::<f32>().unwrap();
+    assert_eq!(&hv[..7], &[-1.0, -1.0, -1.0, 0.0, 1.0, 1.0, 1.0]);
+    assert!(hv[7].is_nan());
+    let hs = grad(&nn::Hardswish);
+    assert_eq!(
+        (hs[0], hs[1], hs[3], hs[4], hs[5]),
+        (0.0, -0.5, 0.5, 1.5, 1.0)
+    );
+    let bad = nn::Hardtanh {
+        min_val: 1.0,
+        max_val: 1.0,
+    };
+    let e = bad.forward(&x).unwrap_err().to_string();
+    assert!(e.starts_with("Hardtanh") && e.contains("min_val 1"), "{e}");
+
     // d/dx leaky_relu = 1 for x > 0, slope elsewhere.
     let w = Tensor::from_slice(d, &[-2.0f32, 3.0], &[2])
         .unwrap()

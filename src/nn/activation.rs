@@ -1,6 +1,6 @@
 //! Activation layers that are compositions of elementwise ops (autograd differentiates them
-//! through their parts): PyTorch's `nn.ReLU6`, `nn.Hardsigmoid`, `nn.Hardswish` (MobileNet),
-//! `nn.LeakyReLU`, `nn.Softmax` and `nn.LogSoftmax`. The single-op activations (`ReLU`, `GELU`,
+//! through their parts): PyTorch's `nn.Hardtanh`, `nn.ReLU6`, `nn.Hardsigmoid`, `nn.Hardswish`
+//! (MobileNet), `nn.LeakyReLU`, `nn.Softmax` and `nn.LogSoftmax`. The single-op activations (`ReLU`, `GELU`,
 //! `SiLU`, ...) are in layers.rs.
 
 use super::{Forward, Module, Visitor, VisitorMut};
@@ -17,11 +17,31 @@ macro_rules! parameterless {
     )*};
 }
 
-/// PyTorch's `nn.ReLU6`: `min(max(x, 0), 6)`.
+/// PyTorch's `nn.Hardtanh(min_val, max_val)`: `x` clamped to `[min_val, max_val]`, with
+/// PyTorch's gradient: it passes strictly inside the range (and at NaN), and is 0 at the
+/// bounds, unlike [`Tensor::clamp`]'s, which passes at them.
+#[derive(Debug, Clone, Copy)]
+pub struct Hardtanh {
+    /// The lower bound (PyTorch's default -1).
+    pub min_val: f64,
+    /// The upper bound (PyTorch's default 1).
+    pub max_val: f64,
+}
+
+impl Default for Hardtanh {
+    fn default() -> Self {
+        Hardtanh {
+            min_val: -1.0,
+            max_val: 1.0,
+        }
+    }
+}
+
+/// PyTorch's `nn.ReLU6`: `min(max(x, 0), 6)`, its gradient 0 at 0 and 6 ([`Hardtanh`]).
 #[derive(Debug, Clone, Copy)]
 pub struct ReLU6;
 
-/// PyTorch's `nn.Hardsigmoid`: `relu6(x + 3) / 6`.
+/// PyTorch's `nn.Hardsigmoid`: `relu6(x + 3) / 6`, its gradient 0 from `|x| = 3` on.
 #[derive(Debug, Clone, Copy)]
 pub struct Hardsigmoid;
 
@@ -59,6 +79,7 @@ pub struct LogSoftmax {
 }
 
 parameterless!(
+    Hardtanh,
     ReLU6,
     Hardsigmoid,
     Hardswish,
@@ -67,25 +88,55 @@ parameterless!(
     LogSoftmax
 );
 
-fn relu6(x: &Tensor) -> Result<Tensor> {
-    x.clamp(Some(0.0), Some(6.0))
+/// `x` clamped to `[lo, hi]` with PyTorch's `hardtanh` gradient. A tracked input goes through
+/// a select, so the gradient is 0 where `x <= lo` or `x >= hi` (clamp's own passes at the
+/// bounds) and passes everywhere else, NaN included; the values are the clamp's either way.
+fn hardtanh(x: &Tensor, lo: f64, hi: f64) -> Result<Tensor> {
+    let y = x.clamp(Some(lo), Some(hi))?;
+    if !x.is_tracked() {
+        return Ok(y);
+    }
+    x.le_scalar(lo)?
+        .add(&x.ge_scalar(hi)?)?
+        .where_cond(&y.detach(), x)
+}
+
+impl Forward for Hardtanh {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if !(self.min_val < self.max_val) {
+            return Err(Error::msg(
+                "Hardtanh",
+                format!(
+                    "max_val {1} must be greater than min_val {0}",
+                    self.min_val, self.max_val
+                ),
+            ));
+        }
+        hardtanh(x, self.min_val, self.max_val)
+    }
 }
 
 impl Forward for ReLU6 {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        relu6(x)
+        hardtanh(x, 0.0, 6.0)
     }
 }
 
 impl Forward for Hardsigmoid {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        relu6(&x.add_scalar(3.0)?)?.div_scalar(6.0)
+        hardtanh(&x.add_scalar(3.0)?, 0.0, 6.0)?.div_scalar(6.0)
     }
 }
 
 impl Forward for Hardswish {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        x.mul(&relu6(&x.add_scalar(3.0)?)?.div_scalar(6.0)?)
+        // The clamp's gradient, which passes at the bounds, gives PyTorch's hardswish
+        // derivative there (-0.5 at -3, 1.5 at 3).
+        x.mul(
+            &x.add_scalar(3.0)?
+                .clamp(Some(0.0), Some(6.0))?
+                .div_scalar(6.0)?,
+        )
     }
 }
 

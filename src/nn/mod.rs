@@ -147,7 +147,7 @@ mod transformer;
 
 use std::collections::HashMap;
 
-pub use activation::{Hardsigmoid, Hardswish, LeakyReLU, LogSoftmax, ReLU6, Softmax};
+pub use activation::{Hardsigmoid, Hardswish, Hardtanh, LeakyReLU, LogSoftmax, ReLU6, Softmax};
 pub use attention::{MhaMask, MhaOptions, MultiheadAttention, MultiheadAttentionConfig};
 pub use batchnorm::{BatchNorm1d, BatchNorm2d, BatchNormConfig};
 pub use container::{ModuleDict, ModuleList, Sequential};
