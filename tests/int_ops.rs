@@ -376,6 +376,23 @@ fn index_select_forward_backward_and_views() {
         .index_select(0, &strided)
         .unwrap();
     assert_eq!(f(&y), vec![2.0, 4.0, 1.0, 3.0]);
+    // Index views that stay strided: a column (stride 2) and a broadcast (stride 0), with
+    // their gradients.
+    let col = long
+        .reshape(&[2, 2])
+        .unwrap()
+        .narrow(1, 0, 1)
+        .unwrap()
+        .squeeze(1)
+        .unwrap();
+    assert_eq!(col.strides(), &[2]);
+    let y = x.index_select(1, &col).unwrap();
+    assert_eq!(f(&y), vec![2.0, 1.0, 5.0, 4.0]);
+    let g = y.sum_all().unwrap().backward().unwrap();
+    assert_eq!(f(g.get(&x).unwrap()), vec![1.0, 1.0, 0.0, 1.0, 1.0, 0.0]);
+    let same = ti(&[2], &[1]).broadcast_to(&[3]).unwrap();
+    let y = x.index_select(1, &same).unwrap();
+    assert_eq!(f(&y), vec![3.0, 3.0, 3.0, 6.0, 6.0, 6.0]);
     // Empty index, 2-D index error, i32 data.
     assert_eq!(x.index_select(0, &ti(&[], &[0])).unwrap().shape(), &[0, 3]);
     assert!(x.index_select(0, &ti(&[0, 0], &[1, 2])).is_err());

@@ -78,6 +78,11 @@ fn split_and_chunk_are_views() {
     let (b, _) = ramp(&[6], 0.0);
     assert_eq!(b.chunk(4, 0).unwrap().len(), 3);
     assert!(b.chunk(0, 0).is_err());
+    // An empty dim gives `chunks` empty pieces, as PyTorch's.
+    let e = Tensor::zeros(dev(), &[0, 3], DType::F32).unwrap();
+    let pieces = e.chunk(3, 0).unwrap();
+    assert_eq!(pieces.len(), 3);
+    assert!(pieces.iter().all(|p| p.shape() == [0, 3]));
     assert!(b.split(0, 0).is_err());
 }
 

@@ -484,7 +484,7 @@ impl Tensor {
     }
 
     /// PyTorch's `chunk(chunks, dim)`: at most `chunks` views of `ceil(len / chunks)` each (so
-    /// possibly fewer chunks), no copy.
+    /// possibly fewer chunks; an empty dim gives `chunks` empty views), no copy.
     pub fn chunk(&self, chunks: usize, dim: isize) -> Result<Vec<Tensor>> {
         let op = "chunk";
         if chunks == 0 {
@@ -495,7 +495,11 @@ impl Tensor {
         }
         let d = Layout::normalize_dim(op, dim, self.rank())?;
         let len = self.shape()[d];
-        self.split(len.div_ceil(chunks).max(usize::from(len == 0)), dim)
+        if len == 0 {
+            // PyTorch: `chunks` empty pieces (its split_with_sizes branch for an empty dim).
+            return (0..chunks).map(|_| self.narrow(dim, 0usize, 0)).collect();
+        }
+        self.split(len.div_ceil(chunks), dim)
     }
 }
 

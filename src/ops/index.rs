@@ -446,6 +446,15 @@ fn index_select_impl(
         ));
     }
     let d = Layout::normalize_dim(op, dim, x.rank())?;
+    // The index is lifted to x's rank by a reshape of its layout, which a strided view (a
+    // column, a broadcast) has not: pack it first.
+    let packed;
+    let index = if index.is_contiguous() {
+        index
+    } else {
+        packed = index.contiguous()?;
+        &packed
+    };
     check_indices(op, index, x.shape()[d], d, None)?;
     let l = index.numel();
     let mut out_shape = x.shape().to_vec();
