@@ -324,3 +324,50 @@ fn conv_splitk_workspace_reused_final_sync() {
 fn conv_splitk_tiled_workspace_reused() {
     workspace_reused(true, Some(10));
 }
+
+/// A convolution whose output columns (samples x pixels) need more workgroups than the
+/// adapter allows on one grid axis, though every tensor fits a binding, runs in windows of
+/// whole samples with the full problem's plan: each sample's output equals that sample
+/// convolved alone (the same kernel and order, so bitwise), forward and data gradient.
+#[test]
+fn outputs_past_the_grid_limit_run_in_sample_windows() {
+    let dev = device(true);
+    let max = dev.limits().max_compute_workgroups_per_dimension as usize;
+    let (n, hw, o) = (9, 512, 8);
+    let shape = [n, 1, hw, hw];
+    let opts = Conv2dOptions {
+        padding: wgtensor::ops::Padding::uniform(1),
+        ..Default::default()
+    };
+    let plan = wgtensor::ops::conv::conv2d_plan(
+        &dev,
+        wgtensor::ops::conv::ConvDirection::Forward,
+        shape,
+        [o, 1, 3, 3],
+        &opts,
+    )
+    .unwrap();
+    // The portable CPU plan: 32 x 32 output tiles, one workgroup per 32 columns along x.
+    assert_eq!(
+        plan.variant,
+        wgtensor::ops::conv::ConvVariant::Tiled,
+        "{plan:?}"
+    );
+    assert!(n * hw * hw / 32 > max, "the case must pass the grid limit");
+    let x = upload(&dev, &shape, 1);
+    let w = upload(&dev, &[o, 1, 3, 3], 2);
+    let y = conv2d(&x, &w, None, &opts).unwrap();
+    let dx = conv2d_backward_input(&y, &w, [hw, hw], &opts).unwrap();
+    for i in [0, 4, n - 1] {
+        let xi = x.narrow(0, i, 1).unwrap();
+        let yi = conv2d(&xi, &w, None, &opts).unwrap();
+        let got = y.narrow(0, i, 1).unwrap().to_vec::<f32>().unwrap();
+        assert!(got == yi.to_vec::<f32>().unwrap(), "forward, sample {i}");
+        let dxi = conv2d_backward_input(&yi, &w, [hw, hw], &opts).unwrap();
+        let got = dx.narrow(0, i, 1).unwrap().to_vec::<f32>().unwrap();
+        assert!(
+            got == dxi.to_vec::<f32>().unwrap(),
+            "data gradient, sample {i}"
+        );
+    }
+}

@@ -269,3 +269,103 @@ fn forced_kernels_match_the_reference() {
         assert!(e.unwrap_err().to_string().contains("Coop16"));
     }
 }
+
+/// Host product of batched [.., m, k] x [.., k, n] (both packed, same batch, or `b` one
+/// matrix shared by every batch entry).
+fn host_bmm(
+    a: &[f32],
+    b: &[f32],
+    batch: usize,
+    m: usize,
+    k: usize,
+    n: usize,
+    b_shared: bool,
+) -> Vec<f32> {
+    let mut out = vec![0.0f32; batch * m * n];
+    for z in 0..batch {
+        let bb = if b_shared { 0 } else { z * k * n };
+        for i in 0..m {
+            for j in 0..n {
+                let mut s = 0.0f64;
+                for l in 0..k {
+                    s += a[z * m * k + i * k + l] as f64 * b[bb + l * n + j] as f64;
+                }
+                out[z * m * n + i * n + j] = s as f32;
+            }
+        }
+    }
+    out
+}
+
+fn close(got: &[f32], want: &[f32], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-5 * w.abs().max(1.0),
+            "{what}[{i}]: {g} vs {w}"
+        );
+    }
+}
+
+/// A batch whose workgroup grid passes the adapter's 65535 on z (PyTorch runs such batches
+/// of small matrices) runs in chunks of its outermost dim: one batch dim, two batch dims
+/// (chunks of whole inner runs), a shared B, split-k, C with beta, and in place.
+#[test]
+fn batches_past_the_grid_limit() {
+    let dev = device(false);
+    let max = dev.limits().max_compute_workgroups_per_dimension as usize;
+    let nb = max + 4467;
+    let (m, k, n) = (2, 3, 2);
+    let av = values(nb * m * k, 1);
+    let bv = values(nb * k * n, 2);
+    let a = Tensor::from_slice(&dev, &av, &[nb, m, k]).unwrap();
+    let b = Tensor::from_slice(&dev, &bv, &[nb, k, n]).unwrap();
+    let want = host_bmm(&av, &bv, nb, m, k, n, false);
+    let y = a.matmul(&b).unwrap();
+    close(&y.to_vec::<f32>().unwrap(), &want, "bmm");
+    // Two batch dims that do not merge (B's are transposed), chunked along the outer one.
+    let (o, i) = (nb.div_ceil(300), 300);
+    let nb2 = o * i;
+    let a2v = values(nb2 * m * k, 3);
+    let b2v = values(nb2 * k * n, 4);
+    let a2 = Tensor::from_slice(&dev, &a2v, &[o, i, m, k]).unwrap();
+    let b2t: Vec<f32> = (0..nb2 * k * n)
+        .map(|e| {
+            // Stored [i, o, k, n]: entry (oo, ii) at (ii * o + oo).
+            let (ii, rest) = (e / (o * k * n), e % (o * k * n));
+            let (oo, kn) = (rest / (k * n), rest % (k * n));
+            b2v[(oo * i + ii) * k * n + kn]
+        })
+        .collect();
+    let b2 = Tensor::from_slice(&dev, &b2t, &[i, o, k, n])
+        .unwrap()
+        .transpose(0, 1)
+        .unwrap();
+    let want2 = host_bmm(&a2v, &b2v, nb2, m, k, n, false);
+    close(
+        &a2.matmul(&b2).unwrap().to_vec::<f32>().unwrap(),
+        &want2,
+        "4-D",
+    );
+    // One B for the whole batch, forced split-k, C added with beta.
+    let bs = Tensor::from_slice(&dev, &bv[..k * n], &[k, n]).unwrap();
+    let shared = host_bmm(&av, &bv[..k * n], nb, m, k, n, true);
+    let cv = values(nb * m * n, 5);
+    let c = Tensor::from_slice(&dev, &cv, &[nb, m, n]).unwrap();
+    let y = gemm(
+        &a,
+        &bs,
+        &GemmOptions {
+            split_k: Some(3),
+            beta: 0.5,
+            c: Some(&c),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let want3: Vec<f32> = shared.iter().zip(&cv).map(|(p, c)| p + 0.5 * c).collect();
+    close(&y.to_vec::<f32>().unwrap(), &want3, "split-k with C");
+    // In place: c = a b + 0.5 c.
+    wgtensor::ops::gemm_into(&c, &a, &bs, 1.0, 0.5).unwrap();
+    close(&c.to_vec::<f32>().unwrap(), &want3, "in place");
+}

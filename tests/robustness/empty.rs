@@ -140,6 +140,26 @@ fn gemm_with_empty_dims() {
     let d = matmul(&empty(&[0]), &empty(&[0])).unwrap();
     assert_eq!(d.shape(), &[] as &[usize]);
     assert_eq!(vals(&d), vec![0.0]);
+    // Gradients through a batched A and a 2-D B (the batch folds into K) with N, the batch or
+    // M empty: zeros of B's shape, as PyTorch's.
+    for (a_shape, b_shape) in [
+        (&[2, 3, 4][..], &[4, 0][..]),
+        (&[0, 3, 4], &[4, 2]),
+        (&[2, 0, 4], &[4, 2]),
+    ] {
+        let a = ramp(a_shape).requires_grad().unwrap();
+        let b = ramp(b_shape).requires_grad().unwrap();
+        let g = matmul(&a, &b)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        let gb = g.get(&b).unwrap();
+        assert_eq!(gb.shape(), b_shape);
+        assert!(vals(gb).iter().all(|&v| v == 0.0));
+        assert_eq!(g.get(&a).unwrap().shape(), a_shape);
+    }
     still_works(dev());
 }
 

@@ -99,7 +99,31 @@ pub(crate) fn run(
     let limit = dev.max_binding_bytes();
     let bias_buf = bias.map_or(a.buffer(), |t| t.buffer());
     let tensors = [a.buffer(), b.buffer(), bias_buf, out.buffer()];
-    if tensors.iter().all(|t| t.size() <= limit) {
+    // Samples per launch whose grid fits the adapter's limits: all of them unless the output
+    // columns (the samples' pixels, forward and data gradient) pass it on one axis.
+    let fit = |n: usize| {
+        let (pw, _) = ConvParams::new(&Geom { n, ..*g }, dir);
+        grid(op, dev, &pw, &pl, g.groups, pl.splits).is_ok()
+    };
+    let grid_n = if dir == Direction::Weight || g.n == 0 || fit(g.n) {
+        g.n
+    } else if !fit(1) {
+        // One sample alone passes it: the error names the grid.
+        return grid(op, dev, &p, &pl, g.groups, pl.splits).map(drop);
+    } else {
+        // The largest fitting count (fit is monotone in n), by bisection.
+        let (mut lo, mut hi) = (1, g.n);
+        while lo + 1 < hi {
+            let mid = lo + (hi - lo) / 2;
+            if fit(mid) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    };
+    if grid_n == g.n && tensors.iter().all(|t| t.size() <= limit) {
         let binds = tensors.map(Bind::whole);
         let dt = a.dtype();
         return dispatch(
@@ -115,9 +139,10 @@ pub(crate) fn run(
             binds,
         );
     }
-    // A tensor past one binding: windows of whole samples (forward and data gradient, whose
-    // output columns are (n, ...)), each run with the full problem's plan, so every element
-    // is summed in the same order as unsplit. The weight gradient sums over the samples.
+    // A tensor past one binding, or a grid past the adapter's limit: windows of whole
+    // samples (forward and data gradient, whose output columns are (n, ...)), each run with
+    // the full problem's plan, so every element is summed in the same order as unsplit. The
+    // weight gradient sums over the samples.
     let (es, align) = (a.dtype().size() as u64, dev.storage_align());
     let cap = limit.saturating_sub(align + 4) / es;
     let per_sample = |t: &Tensor| (t.numel() / g.n.max(1)) as u64;
@@ -130,7 +155,7 @@ pub(crate) fn run(
         let big = tensors.iter().map(|t| t.size()).max().unwrap_or(0);
         return Err(too_wide(op, big, limit));
     }
-    let nw = (cap / sb.max(so)) as usize;
+    let nw = ((cap / sb.max(so).max(1)) as usize).min(grid_n).max(1);
     let (boff, ooff) = (b.layout().offset() as u64, out.layout().offset() as u64);
     for n0 in (0..g.n).step_by(nw) {
         let gw = Geom {

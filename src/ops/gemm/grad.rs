@@ -64,7 +64,7 @@ impl GemmBackward {
             // in its (deterministic) K loop.
             let (m, n) = (gz.shape()[r - 2], gz.shape()[r - 1]);
             let k = self.a_shape[self.a_shape.len() - 1];
-            let rows = gz.numel() / n;
+            let rows = gz.shape()[..r - 1].iter().product::<usize>();
             let mut full = gz.shape()[..r - 2].to_vec();
             full.extend([m, k]);
             let a2 = a.broadcast_to(&full)?.reshape(&[rows, k])?;

@@ -339,22 +339,57 @@ impl<'a> Problem<'a> {
         }
     }
 
-    /// The workgroup grid of the product pass, or an error past the adapter's limit.
-    pub(super) fn grid(&self, op: &'static str, pl: &GemmPlan, max: u32) -> Result<[u32; 3]> {
+    /// The product pass's launches: each its params, grid and output count. The grid's z is
+    /// the batch times the split-k slices; past the adapter's limit on it, the batch runs in
+    /// chunks of its outermost dim (each chunk's offsets moved to its first entry), so a batch
+    /// of many small matrices runs as PyTorch's does instead of failing. Errors past the limit
+    /// on x or y, or where one outermost entry alone passes it on z.
+    pub(super) fn launches(
+        &self,
+        op: &'static str,
+        pl: &GemmPlan,
+        params: GemmParams,
+        max: u32,
+    ) -> Result<Vec<(GemmParams, [u32; 3], u64)>> {
         let (tm, tn) = pl.tile();
         let (m, n, k, batch) = (self.m, self.n, self.k, self.batch());
-        let (gx, gy, gz) = (n.div_ceil(tn), m.div_ceil(tm), batch * pl.splits as usize);
-        if gx > max as usize || gy > max as usize || gz > max as usize {
+        let splits = pl.splits as usize;
+        let (gx, gy) = (n.div_ceil(tn), m.div_ceil(tm));
+        // Batch entries per outermost index: the z slots one outer step takes.
+        let inner: usize = self.bm.iter().skip(1).product();
+        let outer_max = max as usize / (splits * inner).max(1);
+        if gx > max as usize || gy > max as usize || (self.bm.len() > 0 && outer_max == 0) {
             return Err(Error::size(
                 op,
                 format!(
-                    "[{m} x {k}] x [{k} x {n}] (batch {batch}) needs a grid of {gx}x{gy}x{gz} \
-                     workgroups, over the adapter's {max}"
+                    "[{m} x {k}] x [{k} x {n}] (batch {batch}) needs a grid of {gx}x{gy}x{} \
+                     workgroups, over the adapter's {max}",
+                    batch * splits
                 ),
             ));
         }
         let [x, y] = pl.grid_xy(gx as u32, gy as u32);
-        Ok([x, y, gz as u32])
+        let whole = |p: GemmParams| (p, [x, y, (batch * splits) as u32], (batch * m * n) as u64);
+        if batch * splits <= max as usize {
+            return Ok(vec![whole(params)]);
+        }
+        let outer = self.bm[0];
+        Ok((0..outer)
+            .step_by(outer_max)
+            .map(|c0| {
+                let len = outer_max.min(outer - c0);
+                let step = |bs: u32| c0 as u32 * bs;
+                let mut p = params;
+                p.batch = (len * inner) as u32;
+                p.bshape[0] = len as u32;
+                p.a_off += step(p.a_bs[0]);
+                p.b_off += step(p.b_bs[0]);
+                p.c_off += step(p.c_bs[0]);
+                p.o_off += (c0 * inner * m * n) as u32;
+                let z = (len * inner * splits) as u32;
+                (p, [x, y, z], (len * inner * m * n) as u64)
+            })
+            .collect())
     }
 }
 

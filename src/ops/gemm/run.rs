@@ -53,8 +53,8 @@ pub(crate) fn run_kernel(
         super::window::run_windowed(op, &pb, &pl, o, a, b, c_t, &out)?;
         return Ok(out);
     }
-    let grid = pb.grid(op, &pl, dev.limits().max_compute_workgroups_per_dimension)?;
-    let params = pb.params(&pl, o);
+    let max = dev.limits().max_compute_workgroups_per_dimension;
+    let launches = pb.launches(op, &pl, pb.params(&pl, o), max)?;
     let c_buf = c_t.map_or(a.buffer(), |c| c.buffer());
     let bias_buf = pb.bias.map_or(a.buffer(), |t| t.buffer());
     let binds = GemmBinds {
@@ -64,15 +64,8 @@ pub(crate) fn run_kernel(
         bias: Bind::whole(bias_buf),
         out: Bind::whole(out.buffer()),
     };
-    dispatch(
-        op,
-        a,
-        &pl,
-        &params,
-        o.activation,
-        &binds,
-        grid,
-        (batch * m * n) as u64,
-    )?;
+    for (params, grid, total) in launches {
+        dispatch(op, a, &pl, &params, o.activation, &binds, grid, total)?;
+    }
     Ok(out)
 }
