@@ -62,9 +62,11 @@ fn combine(g: f32, s: f32) -> f32 {
         }
         case GRAD_ABS_FROM_X: { return g * sign(s); }
         case GRAD_SQRT_FROM_Y: { return g / (2.0 * s); }
-        // maximum / minimum: weight of the first operand, ties split half/half as PyTorch.
-        case GRAD_MAX_WEIGHT: { return select(select(0.0, 0.5, g == s), 1.0, g > s); }
-        case GRAD_MIN_WEIGHT: { return select(select(0.0, 0.5, g == s), 1.0, g < s); }
+        // maximum / minimum: the weight of operand g against s, as PyTorch's
+        // where(g == s, 1/2, 1).masked_fill(g < s (max) or g > s (min), 0): ties split half and
+        // half, and a NaN on either side gives both operands the whole gradient.
+        case GRAD_MAX_WEIGHT: { return select(select(1.0, 0.0, g < s), 0.5, g == s); }
+        case GRAD_MIN_WEIGHT: { return select(select(1.0, 0.0, g > s), 0.5, g == s); }
         // clamp_min / clamp_max (max_scalar / min_scalar): the gradient passes where x >= s
         // (x <= s), as PyTorch's clamp backward.
         case GRAD_PASS_GE: { return select(0.0, g, s >= p.scalar); }

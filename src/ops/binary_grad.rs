@@ -99,11 +99,20 @@ impl BackwardOp for BinaryBackward {
                 } else {
                     GradCode::MinWeight
                 };
-                // Weight of a is 1, 1/2 on ties, 0; b gets the rest (exact: g - g/2 = g/2).
-                let w = grad_binary(self.saved(&self.a)?, self.saved(&self.b)?, code, 0.0)?;
-                let ga = g.mul(&w)?;
-                let gb = if need_b { Some(g.sub(&ga)?) } else { None };
-                (need_a.then_some(ga), gb)
+                // Each operand's weight against the other: 1, 1/2 on ties, 0, and 1 for both
+                // where either is NaN (so b's is not 1 - a's).
+                let (a, b) = (self.saved(&self.a)?, self.saved(&self.b)?);
+                let ga = if need_a {
+                    Some(g.mul(&grad_binary(a, b, code, 0.0)?)?)
+                } else {
+                    None
+                };
+                let gb = if need_b {
+                    Some(g.mul(&grad_binary(b, a, code, 0.0)?)?)
+                } else {
+                    None
+                };
+                (ga, gb)
             }
         };
         let ga = match ga {

@@ -41,9 +41,9 @@ pub(crate) enum GradCode {
     AbsFromX = 4,
     /// `a / (2 y)`, `b = sqrt(x)`.
     SqrtFromY = 5,
-    /// Weight of `a` in `maximum(a, b)`: 1, 0.5 on ties, 0.
+    /// Weight of `a` in `maximum(a, b)`: 1, 0.5 on ties, 0 where `a < b`; 1 where either is NaN.
     MaxWeight = 6,
-    /// Weight of `a` in `minimum(a, b)`.
+    /// Weight of `a` in `minimum(a, b)` (0 where `a > b`).
     MinWeight = 7,
     /// `a` where `b >= scalar`, else 0.
     PassGe = 8,

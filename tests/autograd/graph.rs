@@ -469,3 +469,25 @@ fn nn_linear_through_autograd() {
     assert_eq!(gw, vec![2.5, -0.75]);
     assert_eq!(vals(g.get(lin.bias.as_ref().unwrap()).unwrap()), vec![2.0]);
 }
+
+/// maximum / minimum backward as PyTorch's `where(a == b, g / 2, g).masked_fill(a < b, 0)`
+/// (and its mirrors): ties split half and half, and where either operand is NaN both get the
+/// whole gradient; a broadcast operand sums its weights.
+#[test]
+fn maximum_and_minimum_gradients_with_ties_and_nan() {
+    let nan = f32::NAN;
+    let a = leaf(&[1.0, 2.0, 3.0, nan, 5.0, nan], &[6]);
+    let b = leaf(&[2.0, 2.0, 1.0, 1.0, nan, nan], &[6]);
+    let g = total(&a.maximum(&b).unwrap()).backward().unwrap();
+    assert_eq!(vals(g.get(&a).unwrap()), vec![0.0, 0.5, 1.0, 1.0, 1.0, 1.0]);
+    assert_eq!(vals(g.get(&b).unwrap()), vec![1.0, 0.5, 0.0, 1.0, 1.0, 1.0]);
+    let g = total(&a.minimum(&b).unwrap()).backward().unwrap();
+    assert_eq!(vals(g.get(&a).unwrap()), vec![1.0, 0.5, 0.0, 1.0, 1.0, 1.0]);
+    assert_eq!(vals(g.get(&b).unwrap()), vec![0.0, 0.5, 1.0, 1.0, 1.0, 1.0]);
+    // b broadcast over a's rows: its gradient sums the rows' weights.
+    let x = leaf(&[0.0, 2.0, 4.0, 2.0], &[2, 2]);
+    let s = leaf(&[2.0], &[1]);
+    let g = total(&x.maximum(&s).unwrap()).backward().unwrap();
+    assert_eq!(vals(g.get(&x).unwrap()), vec![0.0, 0.5, 1.0, 0.5]);
+    assert_eq!(vals(g.get(&s).unwrap()), vec![2.0]);
+}
