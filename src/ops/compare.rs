@@ -255,7 +255,7 @@ impl Tensor {
         let out = where_forward(self, on_true, on_false)?;
         Ok(record(out, &[on_true, on_false], |_| {
             Box::new(WhereBackward {
-                cond: self.clone(),
+                cond: self.detach(),
                 a_shape: on_true.shape().to_vec(),
                 b_shape: on_false.shape().to_vec(),
             })

@@ -184,7 +184,7 @@ fn nll_parts(
     let loss = record(loss, &[logp], |_| {
         Box::new(NllBackward {
             target: target.clone(),
-            weight: weight.cloned(),
+            weight: weight.map(Tensor::detach),
             ignore: ignore_i32(ignore_index),
             shape: logp.shape().to_vec(),
             classes: pr.classes,

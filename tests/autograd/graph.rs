@@ -222,6 +222,15 @@ fn deep_graph() {
         y = y.add_scalar(0.0).unwrap();
     }
     drop(y);
+    // where_cond with a tracked condition saves it detached: the same chain through the
+    // condition frees as well (a saved clone held each node a second time and the drop
+    // recursed once per node).
+    let zero = leaf(&[0.0], &[1]).detach();
+    let mut y = x.clone();
+    for _ in 0..20_000 {
+        y = y.where_cond(&y, &zero).unwrap();
+    }
+    drop(y);
     let mut y = x.clone();
     for _ in 0..300 {
         y = y.mul_scalar(1.0).unwrap();

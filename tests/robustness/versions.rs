@@ -93,3 +93,32 @@ fn writes_into_tensors_no_backward_saved_are_fine() {
     assert_eq!(x.version(), 1);
     assert_eq!(x.detach().version(), 1);
 }
+
+/// Saved tensors that are views of the caller's: batch norm's output with a fused activation
+/// (its backward reads the activation's output) and the recurrent stack's layer-0 input.
+#[test]
+fn writes_into_a_fused_output_or_an_rnn_input_are_errors() {
+    use wgtensor::ops::{batch_norm_train, Activation, BatchNormOptions};
+    let x = Tensor::from_slice(dev(), &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3, 1])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let o = BatchNormOptions {
+        activation: Activation::Relu,
+        ..Default::default()
+    };
+    let out = batch_norm_train(&x, None, &o).unwrap();
+    let ones = Tensor::full(dev(), &[2, 3, 1], 1.0, wgtensor::DType::F32).unwrap();
+    // Untouched, the backward runs.
+    let out2 = batch_norm_train(&x, None, &o).unwrap();
+    out2.y.backward_with_grad(&ones).unwrap();
+    no_grad(|| out.y.copy_from(&Tensor::zeros_like(&ones).unwrap())).unwrap();
+    assert_inplace_error(out.y.backward_with_grad(&ones));
+
+    let lstm = wgtensor::nn::Lstm::new(dev(), 3, 2, Default::default()).unwrap();
+    let xs = wgtensor::ops::randn(dev(), &[4, 1, 3], wgtensor::DType::F32).unwrap();
+    let y = lstm.rnn.forward(&xs, None, None).unwrap().output;
+    let loss = y.sum_all().unwrap();
+    no_grad(|| xs.copy_from(&Tensor::zeros_like(&xs).unwrap())).unwrap();
+    assert_inplace_error(loss.backward());
+}

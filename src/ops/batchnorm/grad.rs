@@ -29,7 +29,12 @@ struct TrainBackward {
 
 impl BackwardOp for TrainBackward {
     fn saved(&self) -> Vec<&Tensor> {
-        std::iter::once(&self.x).chain(&self.gamma).collect()
+        // act_input is the returned output itself (a fused activation's backward reads it),
+        // so writing into that output after the forward must fail the version check too.
+        std::iter::once(&self.x)
+            .chain(&self.gamma)
+            .chain(&self.saved.act_input)
+            .collect()
     }
 
     fn name(&self) -> &'static str {

@@ -20,10 +20,13 @@ struct RnnBackward {
 
 impl BackwardOp for RnnBackward {
     fn saved(&self) -> Vec<&Tensor> {
+        // Layer 0's input is the caller's x (a view of its storage; the other layers' inputs
+        // are this op's own state sequences): its version is checked like the weights'.
         self.rnn
             .weights
             .iter()
             .flat_map(|w| [&w.w_ih, &w.w_hh, &w.b_ih, &w.b_hh])
+            .chain(self.saved.layers.first().map(|l| &l.input))
             .collect()
     }
 
