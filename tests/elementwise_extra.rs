@@ -63,6 +63,36 @@ fn pow_follows_pytorch() {
         &vals(&b.pow(&e).unwrap()),
         &[4.0, 9.0, 0.25, 8.0, -27.0, 0.125],
     );
+    // C99's special values (Rust's powf follows them, as PyTorch's pow does): 1^e = 1 for
+    // every e, (-1)^(+-inf) = 1, (-inf)^e by e's sign and parity, |x| against +-inf.
+    let (inf, nan) = (f32::INFINITY, f32::NAN);
+    let bases = [1.0f32, -1.0, -inf, inf, 0.5, -0.5, 2.0, -2.0, 0.0, -0.0];
+    let exps = [nan, inf, -inf, 0.5, -0.5, 3.0, -3.0, 2.0, -2.0, 1e30];
+    let bt = t(&bases, &[bases.len(), 1]);
+    let et = t(&exps, &[1, exps.len()]);
+    let got = vals(&bt.pow(&et).unwrap());
+    for (i, &x) in bases.iter().enumerate() {
+        for (j, &e) in exps.iter().enumerate() {
+            let (g, w) = (got[i * exps.len() + j], x.powf(e));
+            let same = (g.is_nan() && w.is_nan())
+                || (g == w && g.is_sign_negative() == w.is_sign_negative())
+                || (g - w).abs() <= 1e-6 * w.abs();
+            assert!(same, "{x}^{e}: {g}, C99 {w}");
+        }
+    }
+    // d(x^0)/dx is zeros, even where the incoming gradient is not finite (PyTorch's
+    // zeros_like, not g * 0).
+    let xl = t(&[2.0, 0.0], &[2]).requires_grad().unwrap();
+    let y = xl
+        .pow_scalar(0.0)
+        .unwrap()
+        .mul_scalar(f64::INFINITY)
+        .unwrap();
+    let g = y.sum_all().unwrap().backward().unwrap();
+    assert_eq!(vals(g.get(&xl).unwrap()), vec![0.0, 0.0]);
+    let scalar = vals(&bt.pow_scalar(f64::NAN).unwrap());
+    assert_eq!(scalar[0], 1.0);
+    assert!(scalar[1..].iter().all(|v| v.is_nan()));
 }
 
 #[test]
@@ -86,6 +116,14 @@ fn clamp_and_scalar_methods() {
         &[1.0, 1.0, 1.0, 1.0, 1.0, f64::NAN],
     );
     assert!(x.clamp(None, None).is_err());
+    // A NaN bound makes every element NaN, as PyTorch's clamp(min=nan).
+    for (lo, hi) in [
+        (Some(f64::NAN), None),
+        (None, Some(f64::NAN)),
+        (Some(0.0), Some(f64::NAN)),
+    ] {
+        assert!(vals(&x.clamp(lo, hi).unwrap()).iter().all(|v| v.is_nan()));
+    }
     let y = t(&[1.0, 2.0, 4.0], &[3]);
     close(&vals(&y.rsub_scalar(10.0).unwrap()), &[9.0, 8.0, 6.0]);
     close(&vals(&y.rdiv_scalar(8.0).unwrap()), &[8.0, 4.0, 2.0]);

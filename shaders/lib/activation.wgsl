@@ -36,10 +36,12 @@ fn relu_f(v: f32) -> f32 {
     return select(max(v, 0.0), v, isnan_f(v));
 }
 
-// PyTorch's pow: x^0 = 1 (NaN included), a negative base with an integer exponent keeps its
-// sign rule, with a fractional one it is NaN; WGSL's pow leaves x <= 0 undefined.
+// PyTorch's pow, C99's special values: x^0 = 1 and 1^e = 1 (NaN included), (-1)^(+-inf) = 1,
+// a negative base with an integer exponent keeps its sign rule, with a fractional one it is
+// NaN, and (-inf)^e is +-0 or +-inf by e's sign and parity; WGSL's pow leaves x <= 0
+// undefined (and 1^inf is NaN through exp2(inf * 0)).
 fn pow_f(x: f32, e: f32) -> f32 {
-    if (e == 0.0) {
+    if (e == 0.0 || x == 1.0) {
         return 1.0;
     }
     if (isnan_f(x) || isnan_f(e)) {
@@ -47,10 +49,19 @@ fn pow_f(x: f32, e: f32) -> f32 {
     }
     // Built at run time: WGSL constant expressions cannot hold infinities or NaN.
     let inf = bitcast<f32>(0x7f800000u | (bitcast<u32>(x) & 0u));
+    // An odd integer (every f32 from 2^24 on is even; e = +-inf gives NaN here, not odd).
+    let odd = e == floor(e) && (e - 2.0 * floor(e * 0.5)) == 1.0;
+    if (x == -1.0 && abs(e) == inf) {
+        return 1.0;
+    }
+    if (x == -inf) {
+        let mag = select(0.0, inf, e > 0.0);
+        return select(mag, -mag, odd);
+    }
     if (x == 0.0) {
-        let odd_neg = e < 0.0 && e == floor(e) && (e - 2.0 * floor(e * 0.5)) == 1.0
-            && bitcast<u32>(x) == 0x80000000u;
-        return select(select(0.0, inf, e < 0.0), -inf, odd_neg);
+        // +-0 or +-inf by e's sign; negative only for -0 with an odd e.
+        let mag = select(0.0, inf, e < 0.0);
+        return select(mag, -mag, odd && bitcast<u32>(x) == 0x80000000u);
     }
     let r = pow(abs(x), e);
     if (x < 0.0) {
@@ -58,7 +69,6 @@ fn pow_f(x: f32, e: f32) -> f32 {
             // A quiet NaN, also built at run time (inf - inf may be folded to 0).
             return bitcast<f32>(0x7fc00000u | (bitcast<u32>(x) & 0u));
         }
-        let odd = (e - 2.0 * floor(e * 0.5)) == 1.0;
         return select(r, -r, odd);
     }
     return r;

@@ -432,11 +432,9 @@ impl Tensor {
         self.scalar_op(ScalarOp::Pow, s)
     }
     /// PyTorch's `clamp(min, max)`: bounds each element (either bound may be absent; NaN
-    /// stays NaN). With `min > max` every element becomes `max`, as in PyTorch.
+    /// stays NaN, and a NaN bound makes every element NaN, as in PyTorch). With `min > max`
+    /// every element becomes `max`, as in PyTorch.
     pub fn clamp(&self, min: Option<f64>, max: Option<f64>) -> Result<Tensor> {
-        if min.is_some_and(f64::is_nan) || max.is_some_and(f64::is_nan) {
-            return Err(crate::Error::arg("clamp", "bounds must not be NaN"));
-        }
         let lo = match min {
             Some(m) => self.max_scalar(m)?,
             None => self.clone(),

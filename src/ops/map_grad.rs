@@ -130,8 +130,9 @@ impl BackwardOp for ScalarBackward {
                 .into_unary(UnaryOp::Neg)?,
             ScalarOp::Max => grad_binary(g, &saved(&self.x)?, GradCode::PassGe, self.s)?,
             ScalarOp::Min => grad_binary(g, &saved(&self.x)?, GradCode::PassLe, self.s)?,
-            // PyTorch: grad * s * x^(s - 1), and 0 for s == 0 (x^-1 would be inf at x = 0).
-            ScalarOp::Pow if self.s == 0.0 => g.mul_scalar(0.0)?,
+            // PyTorch: grad * s * x^(s - 1), and zeros for s == 0 (x^-1 would be inf at x = 0;
+            // zeros, not g * 0, which is NaN where g is not finite).
+            ScalarOp::Pow if self.s == 0.0 => g.zeros_like()?,
             ScalarOp::Pow => g
                 .mul(&saved(&self.x)?.pow_scalar(f64::from(self.s) - 1.0)?)?
                 .mul_scalar(f64::from(self.s))?,
