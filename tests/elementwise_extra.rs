@@ -211,6 +211,23 @@ fn multi_dim_reductions() {
     assert_eq!((all.shape(), vals(&all)), (&[][..], vec![276.0]));
     assert_eq!(x.sum_dims(&[], true).unwrap().shape(), &[1, 1, 1]);
     assert_eq!(vals(&x.mean_dims(&[], false).unwrap()), vec![11.5]);
+    // f16 sums and means over several dims accumulate in f32 and round once: a partial sum
+    // stored as f16 (90000 here) would overflow to inf.
+    if dev().supports_f16() {
+        let h = Tensor::full(dev(), &[300, 300], 1.0, DType::F16).unwrap();
+        for r in [
+            h.mean_dims(&[0, 1], false),
+            h.mean_dims(&[], false),
+            h.reshape(&[90_000]).unwrap().mean_dims(&[0], false),
+        ] {
+            let r = r.unwrap();
+            assert_eq!(r.dtype(), DType::F16);
+            assert_eq!(vals(&r.to_dtype(DType::F32).unwrap()), vec![1.0]);
+        }
+        let q = Tensor::full(dev(), &[3, 2048, 16], 1.0, DType::F16).unwrap();
+        let s = q.sum_dims(&[1, 2], false).unwrap();
+        assert_eq!(vals(&s.to_dtype(DType::F32).unwrap()), vec![32768.0; 3]);
+    }
 }
 
 /// PyTorch reduces a rank-0 tensor along dim 0 or -1 as one element; the result stays rank 0

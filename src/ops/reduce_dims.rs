@@ -2,7 +2,7 @@
 //! `mean_all`), composed from the one-dim reductions of src/ops/reduce.rs.
 
 use crate::layout::Layout;
-use crate::{Error, Result, Tensor};
+use crate::{DType, Error, Result, Tensor};
 
 impl Tensor {
     /// Distinct dims, normalized and sorted from the last to the first; no dims means every
@@ -35,12 +35,20 @@ impl Tensor {
     }
 
     /// The sum over several dims (PyTorch's `sum(dim=(..), keepdim)`), reduced one dim at a
-    /// time from the last. An empty `dims` sums over every dim, as PyTorch's `dim=[]`.
+    /// time from the last. An empty `dims` sums over every dim, as PyTorch's `dim=[]`. f16
+    /// over several dims sums in f32 and rounds once, as PyTorch's (a partial sum stored as
+    /// f16 after each dim would round, or overflow to inf, on the way).
     pub fn sum_dims(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
         let ds = self.reduction_dims("sum", dims)?;
         if self.rank() == 0 {
             // A copy, as the reductions of more elements give a new tensor.
             return self.sum(0, keepdim);
+        }
+        if ds.len() > 1 && self.dtype() == DType::F16 {
+            return self
+                .to_dtype(DType::F32)?
+                .sum_dims(dims, keepdim)?
+                .to_dtype(DType::F16);
         }
         let mut t = self.clone();
         for d in ds {
@@ -50,9 +58,20 @@ impl Tensor {
     }
 
     /// The mean over several dims (PyTorch's `mean(dim=(..), keepdim)`): the sum divided once
-    /// by the number of elements reduced. An empty `dims` averages every element.
+    /// by the number of elements reduced (in f32 for f16, rounded once). An empty `dims`
+    /// averages every element.
     pub fn mean_dims(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
         let ds = self.reduction_dims("mean", dims)?;
+        if let [d] = ds[..] {
+            // One dim: the reduction divides in f32 before its store.
+            return self.mean(d as isize, keepdim);
+        }
+        if self.dtype() == DType::F16 {
+            return self
+                .to_dtype(DType::F32)?
+                .mean_dims(dims, keepdim)?
+                .to_dtype(DType::F16);
+        }
         let count: usize = ds.iter().map(|&d| self.shape()[d]).product();
         let s = self.sum_dims(dims, keepdim)?;
         if count == 0 {
