@@ -54,7 +54,8 @@ pub trait Element: bytemuck::Pod + Copy + Send + Sync + std::fmt::Debug + 'stati
     const DTYPE: DType;
     /// The value widened to f64 (exact for every element type).
     fn to_f64(self) -> f64;
-    /// `v` rounded to the nearest value of this type (saturating for `i32`, NaN to 0).
+    /// `v` as this type: rounded to the nearest float, or for `i32` truncated toward zero as
+    /// PyTorch's float-to-int casts (saturating, NaN to 0).
     fn from_f64(v: f64) -> Self;
 }
 
@@ -84,6 +85,6 @@ impl Element for i32 {
         self as f64
     }
     fn from_f64(v: f64) -> Self {
-        v.round() as i32
+        v as i32
     }
 }

@@ -168,13 +168,25 @@ impl Tensor {
     }
 
     /// A new contiguous tensor of `shape` filled with `value`, rounded to `dtype` (PyTorch's
-    /// `torch.full`; for [`DType::I32`] rounded to the nearest integer, saturating). Errors as [`Tensor::from_slice`] does for the shape and dtype.
+    /// `torch.full`; for [`DType::I32`] truncated toward zero, as PyTorch's cast). Errors as
+    /// [`Tensor::from_slice`] does for the shape and dtype, and with
+    /// [`Error::InvalidArgument`] for an [`DType::I32`] value that is NaN or outside i32's range
+    /// (PyTorch: "value cannot be converted to type int32 without overflow").
     pub fn full(device: &Device, shape: &[usize], value: f64, dtype: DType) -> Result<Tensor> {
         check_new_shape(device, "full", shape, dtype)?;
         let one = match dtype {
             DType::F32 => Tensor::from_slice(device, &[value as f32], &[])?,
             DType::F16 => Tensor::from_slice(device, &[half::f16::from_f64(value)], &[])?,
-            DType::I32 => Tensor::from_slice(device, &[value.round() as i32], &[])?,
+            DType::I32 => {
+                // Truncation keeps (i32::MIN - 1, i32::MAX + 1) exclusive in range.
+                if !(value > i32::MIN as f64 - 1.0 && value < i32::MAX as f64 + 1.0) {
+                    return Err(Error::arg(
+                        "full",
+                        format!("value {value} cannot be converted to type i32 without overflow"),
+                    ));
+                }
+                Tensor::from_slice(device, &[value as i32], &[])?
+            }
         };
         one.broadcast_to(shape)?.contiguous()
     }

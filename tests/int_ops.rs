@@ -112,6 +112,18 @@ fn i32_refused_by_float_math_with_a_clear_error() {
         assert!(e.starts_with(what) && e.contains("I32"), "{what}: {e}");
         assert!(e.contains("to_dtype"), "{what}: {e}");
     }
+    // Empty i32 tensors are refused alike (they returned early, a mean of nothing as 0).
+    let empty = ti(&[], &[0]);
+    for (what, r) in [
+        ("add", empty.add(&empty)),
+        ("sum", empty.sum(0, false)),
+        ("mean", empty.mean(0, false)),
+        ("max", empty.max(0, false)),
+        ("softmax", empty.softmax(0)),
+    ] {
+        let e = r.unwrap_err().to_string();
+        assert!(e.starts_with(what) && e.contains("I32"), "{what}: {e}");
+    }
     let e = t.matmul(&ti(&[1, 2, 3], &[3, 1])).unwrap_err().to_string();
     assert!(e.contains("I32") || e.contains("i32"), "{e}");
     let e = t.clone().requires_grad().unwrap_err().to_string();
@@ -231,6 +243,41 @@ fn masked_fill_as_pytorch() {
     assert!(tf(&[1.0], &[1])
         .masked_fill(&ti(&[1, 0], &[2]), 0.0)
         .is_err());
+    // Into i32, a float value truncates toward zero as PyTorch's cast; one past i32 (or NaN,
+    // inf) is an error, as PyTorch's "cannot be converted ... without overflow".
+    let xi = ti(&[7, 8, 9], &[3]);
+    let m = ti(&[1, 0, 1], &[3]);
+    assert_eq!(i(&xi.masked_fill(&m, 2.7).unwrap()), vec![2, 8, 2]);
+    assert_eq!(i(&xi.masked_fill(&m, -2.7).unwrap()), vec![-2, 8, -2]);
+    for bad in [f64::NEG_INFINITY, f64::NAN, 3e9] {
+        let e = xi.masked_fill(&m, bad).unwrap_err().to_string();
+        assert!(e.contains("without overflow"), "{bad}: {e}");
+    }
+}
+
+/// Float values into i32 truncate toward zero, as PyTorch's casts: `full`, `linspace` (float
+/// steps, then the cast) and `arange` (PyTorch truncates start and step, then steps).
+#[test]
+fn float_values_truncate_into_i32() {
+    assert_eq!(
+        i(&Tensor::full(dev(), &[2], 2.7, DType::I32).unwrap()),
+        vec![2, 2]
+    );
+    assert_eq!(
+        i(&Tensor::full(dev(), &[1], -2.7, DType::I32).unwrap()),
+        vec![-2]
+    );
+    assert_eq!(
+        i(&Tensor::full(dev(), &[1], 2147483647.9, DType::I32).unwrap()),
+        vec![i32::MAX]
+    );
+    assert!(Tensor::full(dev(), &[1], 2147483648.0, DType::I32).is_err());
+    let l = Tensor::linspace(dev(), 0.0, 10.0, 4, DType::I32).unwrap();
+    assert_eq!(i(&l), vec![0, 3, 6, 10]);
+    let a = Tensor::arange(dev(), -3.0, 3.0, 1.5, DType::I32).unwrap();
+    assert_eq!(i(&a), vec![-3, -2, -1, 0]);
+    let a = Tensor::arange(dev(), 0.0, 5.0, 1.0, DType::I32).unwrap();
+    assert_eq!(i(&a), vec![0, 1, 2, 3, 4]);
 }
 
 #[test]

@@ -258,6 +258,17 @@ fn reshape_infers_one_dim_and_views_squeeze_flatten_item() {
     assert_eq!(x.flatten(1, -1).unwrap().shape(), &[2, 12]);
     assert_eq!(x.flatten(0, 1).unwrap().shape(), &[6, 4]);
     assert!(x.flatten(2, 1).is_err());
+    // A scalar flattens to [1] over dims 0 / -1 only; nn::Flatten needs a dim 1.
+    let sc = Tensor::from_slice(dev(), &[3.0f32], &[]).unwrap();
+    assert_eq!(sc.flatten(0, -1).unwrap().shape(), &[1]);
+    assert!(sc
+        .flatten(1, 2)
+        .unwrap_err()
+        .to_string()
+        .starts_with("flatten"));
+    use wgtensor::nn::Forward;
+    let e = wgtensor::nn::Flatten.forward(&Tensor::zeros(dev(), &[5], DType::F32).unwrap());
+    assert!(e.unwrap_err().to_string().starts_with("Flatten"));
 
     let m = x.mean_dims(&[0, 1, 2], false).unwrap();
     assert_eq!(m.item().unwrap(), 11.5);

@@ -61,6 +61,8 @@ impl Tensor {
         let name = op.name();
         self.same_device(name, other)?;
         self.same_dtype(name, other)?;
+        // Before the empty early return, so an empty i32 operand is refused as a full one.
+        self.require_float(name)?;
         let shape = broadcast_shapes(name, self.shape(), other.shape())?;
         let out = Tensor::empty(self.device(), name, &shape, self.dtype)?;
         if out.numel() == 0 {

@@ -28,7 +28,9 @@ impl Tensor {
         Tensor::full(device, shape, 1.0, dtype)
     }
 
-    /// `start, start + step, ...` up to but excluding `end` (PyTorch's `torch.arange`).
+    /// `start, start + step, ...` up to but excluding `end` (PyTorch's `torch.arange`; for
+    /// [`DType::I32`], as PyTorch's, the count comes from the float bounds and the values
+    /// from `start` and `step` truncated to integers).
     pub fn arange(
         device: &Device,
         start: f64,
@@ -55,7 +57,14 @@ impl Tensor {
         }
         // Refused before the host vector is built: its size is the caller's.
         crate::tensor::check_new_shape(device, op, &[n as usize], dtype)?;
-        let v: Vec<f64> = (0..n as usize).map(|i| start + i as f64 * step).collect();
+        let v: Vec<f64> = if dtype == DType::I32 {
+            // PyTorch's integer arange: the count from the float bounds, the values from the
+            // start and step cast to integers first (arange(-3, 3, 1.5) is -3, -2, -1, 0).
+            let (s0, st) = (start.trunc(), step.trunc());
+            (0..n as usize).map(|i| s0 + i as f64 * st).collect()
+        } else {
+            (0..n as usize).map(|i| start + i as f64 * step).collect()
+        };
         upload(device, &v, &[v.len()], dtype)
     }
 

@@ -245,6 +245,8 @@ impl Tensor {
     /// The untracked forward of [`Tensor::reduce`] (src/ops/reduce_grad.rs records it).
     pub(crate) fn reduce_forward(&self, dim: isize, op: ReduceOp, keepdim: bool) -> Result<Tensor> {
         let name = op.name();
+        // Before the empty early returns (a mean of nothing would fill an i32 with NaN).
+        self.require_float(name)?;
         if self.rank() == 0 {
             return Err(Error::arg(
                 name,
@@ -407,12 +409,14 @@ impl Tensor {
         self.reduce(dim, ReduceOp::Mean, keepdim)
     }
     /// The maximum along `dim`, values only ([`ReduceOp::Max`]; PyTorch's
-    /// `x.amax(dim, keepdim)`).
+    /// `x.max(dim, keepdim).values`, the values of `x.amax(dim, keepdim)`; NaN propagates).
+    /// The gradient goes to the first maximum of each row, the index `max(dim)` returns, as
+    /// PyTorch's `max(dim)` backward (its `amax` splits it evenly among ties).
     pub fn max(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
         self.reduce(dim, ReduceOp::Max, keepdim)
     }
     /// The minimum along `dim`, values only ([`ReduceOp::Min`]; PyTorch's
-    /// `x.amin(dim, keepdim)`).
+    /// `x.min(dim, keepdim).values`); the gradient as [`Tensor::max`]'s.
     pub fn min(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
         self.reduce(dim, ReduceOp::Min, keepdim)
     }

@@ -137,6 +137,7 @@ fn run_untracked(op: &'static str, x: &Tensor, dim: isize, log: bool) -> Result<
         return run(op, &x.reshape(&[1])?, 0, log)?.reshape(&[]);
     }
     let d = Layout::normalize_dim(op, dim, x.rank())?;
+    x.require_float(op)?;
     let out = Tensor::empty(dev, op, x.shape(), x.dtype)?;
     let len = x.shape()[d];
     let outer = x.layout.without_dim(d);

@@ -170,6 +170,9 @@ impl Tensor {
     pub fn flatten(&self, start: isize, end: isize) -> Result<Tensor> {
         let op = "flatten";
         if self.rank() == 0 {
+            // PyTorch: a scalar takes dims 0 and -1 only, and flattens to [1].
+            Layout::normalize_dim(op, start, 1)?;
+            Layout::normalize_dim(op, end, 1)?;
             return self.reshape(&[1usize]);
         }
         let s = Layout::normalize_dim(op, start, self.rank())?;
