@@ -5,7 +5,7 @@
 pub use crate::ops::loss_options::{CrossEntropyOptions, Reduction};
 use crate::{Error, Result, Tensor};
 
-fn reduce(t: Tensor, r: Reduction) -> Result<Tensor> {
+pub(crate) fn reduce(t: Tensor, r: Reduction) -> Result<Tensor> {
     match r {
         Reduction::None => Ok(t),
         Reduction::Sum => t.sum_all(),
@@ -13,7 +13,7 @@ fn reduce(t: Tensor, r: Reduction) -> Result<Tensor> {
     }
 }
 
-fn same_shape(op: &'static str, input: &Tensor, target: &Tensor) -> Result<()> {
+pub(crate) fn same_shape(op: &'static str, input: &Tensor, target: &Tensor) -> Result<()> {
     input.same_device(op, target)?;
     input.same_dtype(op, target)?;
     if input.shape() != target.shape() {

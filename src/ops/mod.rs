@@ -20,6 +20,7 @@ pub(crate) mod index_check;
 pub(crate) mod index_kernels;
 pub mod loss;
 pub(crate) mod loss_options;
+pub mod loss_pointwise;
 pub mod map;
 mod map_grad;
 pub mod nll;
@@ -59,6 +60,9 @@ pub use index::embedding;
 pub use loss::{
     binary_cross_entropy_with_logits, cross_entropy, cross_entropy_probs, mse_loss,
     BceWithLogitsOptions, CrossEntropyOptions, Reduction,
+};
+pub use loss_pointwise::{
+    binary_cross_entropy, huber_loss, kl_div, l1_loss, smooth_l1_loss, KlDivReduction,
 };
 pub use map::{ScalarOp, UnaryOp};
 pub use nll::{nll_loss, NllLossOptions};

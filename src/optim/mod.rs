@@ -467,6 +467,9 @@ impl Adam {
     }
 
     /// AdamW: [`Adam`] with decoupled weight decay (`opts.decoupled_weight_decay` is set).
+    /// The decay itself is `opts.weight_decay`: start from [`AdamOptions::adamw`] (PyTorch's
+    /// `AdamW` default 0.01, as in `AdamOptions { lr, ..AdamOptions::adamw() }`), since
+    /// `AdamOptions::default()` is Adam's, with no decay.
     pub fn adamw(params: impl IntoParams, opts: AdamOptions) -> Result<Adam> {
         Adam::new(
             params,

@@ -147,6 +147,7 @@ async fn softmax_and_index_ops_f32() {
 async fn losses_f32() {
     init_devices().await;
     losses::mse().await;
+    losses::pointwise_losses().await;
     losses::bce_with_logits().await;
     losses::cross_entropy_with_probability_targets().await;
     losses::cross_entropy_class_indices_match_pytorch_with_gradients().await;

@@ -4,8 +4,9 @@
 //! (tests/browser/conformance.rs), hence the awaited readbacks.
 
 use wgtensor::ops::{
-    binary_cross_entropy_with_logits, cross_entropy_probs, mse_loss, BceWithLogitsOptions,
-    CrossEntropyOptions, Reduction,
+    binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy_probs, huber_loss,
+    kl_div, l1_loss, mse_loss, smooth_l1_loss, BceWithLogitsOptions, CrossEntropyOptions,
+    KlDivReduction, Reduction,
 };
 use wgtensor::Tensor;
 
@@ -346,8 +347,172 @@ pub(crate) async fn nll_loss_ignore_index_weights_and_errors() {
     assert_eq!(vals(&empty).await, vec![0.0]);
 }
 
+/// l1, smooth L1 (beta 0.5, 1 and 0), Huber (delta 0.5, 2), binary cross-entropy on
+/// probabilities (with weight, 0 and 1 inputs: logs clamped at -100) and KL divergence (every
+/// reduction, log targets, zero targets) against PyTorch's formulas in f64; argument errors.
+pub(crate) async fn pointwise_losses() {
+    let x = [0.5f32, -1.0, 2.0, 3.5, 0.0, -2.5];
+    let y = [1.0f32, -1.0, 0.0, 3.0, 1.0, 0.5];
+    let (xt, yt) = (t(&x, &[2, 3]), t(&y, &[2, 3]));
+    let diffs: Vec<f64> = x.iter().zip(&y).map(|(a, b)| (a - b) as f64).collect();
+    let per = |f: &dyn Fn(f64) -> f64| diffs.iter().map(|&d| f(d)).collect::<Vec<_>>();
+    for r in REDUCTIONS {
+        let got = l1_loss(&xt, &yt, r).unwrap();
+        close(&vals(&got).await, &reduce(per(&|d| d.abs()), r), "l1");
+        for beta in [0.5, 1.0, 0.0] {
+            let want = per(&|d: f64| {
+                if d.abs() < beta {
+                    0.5 * d * d / beta
+                } else {
+                    d.abs() - 0.5 * beta
+                }
+            });
+            let got = smooth_l1_loss(&xt, &yt, r, beta).unwrap();
+            close(
+                &vals(&got).await,
+                &reduce(want, r),
+                &format!("smooth_l1 {beta}"),
+            );
+        }
+        for delta in [0.5, 2.0] {
+            let want = per(&|d: f64| {
+                if d.abs() < delta {
+                    0.5 * d * d
+                } else {
+                    delta * (d.abs() - 0.5 * delta)
+                }
+            });
+            let got = huber_loss(&xt, &yt, r, delta).unwrap();
+            close(
+                &vals(&got).await,
+                &reduce(want, r),
+                &format!("huber {delta}"),
+            );
+        }
+    }
+    // Probabilities, two of them exactly 0 and 1, and soft targets.
+    let p = [0.2f32, 0.9, 0.0, 1.0, 0.5, 0.7];
+    let q = [0.0f32, 1.0, 1.0, 0.0, 0.5, 0.25];
+    let w = [1.0f32, 2.0, 0.5];
+    let log100 = |v: f64| v.ln().max(-100.0);
+    let bce: Vec<f64> = p
+        .iter()
+        .zip(&q)
+        .enumerate()
+        .map(|(i, (&a, &b))| {
+            let (a, b) = (a as f64, b as f64);
+            -(b * log100(a) + (1.0 - b) * log100(1.0 - a)) * w[i % 3] as f64
+        })
+        .collect();
+    let (pt, qt, wt) = (t(&p, &[2, 3]), t(&q, &[2, 3]), t(&w, &[3]));
+    for r in REDUCTIONS {
+        let got = binary_cross_entropy(&pt, &qt, Some(&wt), r).unwrap();
+        close(&vals(&got).await, &reduce(bce.clone(), r), "bce");
+    }
+    // KL divergence: log-probability inputs, targets with a zero.
+    let lp = [-1.2f32, -0.4, -2.0, -0.1, -3.0, -0.7];
+    let tg = [0.3f32, 0.0, 0.7, 0.5, 0.25, 0.25];
+    let kl: Vec<f64> = lp
+        .iter()
+        .zip(&tg)
+        .map(|(&a, &b)| {
+            let (a, b) = (a as f64, b as f64);
+            if b == 0.0 {
+                0.0
+            } else {
+                b * (b.ln() - a)
+            }
+        })
+        .collect();
+    let (lpt, tgt) = (t(&lp, &[2, 3]), t(&tg, &[2, 3]));
+    let sum: f64 = kl.iter().sum();
+    for (r, want) in [
+        (KlDivReduction::None, kl.clone()),
+        (KlDivReduction::Sum, vec![sum]),
+        (KlDivReduction::Mean, vec![sum / 6.0]),
+        (KlDivReduction::BatchMean, vec![sum / 2.0]),
+    ] {
+        close(
+            &vals(&kl_div(&lpt, &tgt, r, false).unwrap()).await,
+            &want,
+            "kl_div",
+        );
+    }
+    // log_target: the target as log-probabilities.
+    let log_tg: Vec<f32> = lp.iter().map(|v| v * 0.5).collect();
+    let want: Vec<f64> = lp
+        .iter()
+        .zip(&log_tg)
+        .map(|(&a, &b)| (b as f64).exp() * (b as f64 - a as f64))
+        .collect();
+    let got = kl_div(&lpt, &t(&log_tg, &[2, 3]), KlDivReduction::None, true).unwrap();
+    close(&vals(&got).await, &want, "kl_div log_target");
+    // Errors name the op and the value.
+    let e = smooth_l1_loss(&xt, &yt, Reduction::Mean, -1.0)
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("smooth_l1_loss") && e.contains("-1"), "{e}");
+    let e = huber_loss(&xt, &yt, Reduction::Mean, 0.0)
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("huber_loss"), "{e}");
+    assert!(l1_loss(&xt, &t(&y, &[6]), Reduction::Mean).is_err());
+    let w2 = t(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 1, 3]);
+    let e = binary_cross_entropy(&pt, &qt, Some(&w2), Reduction::Mean);
+    assert!(e
+        .unwrap_err()
+        .to_string()
+        .starts_with("binary_cross_entropy"));
+}
+
 #[cfg(not(target_arch = "wasm32"))]
 mod native {
+    use wgtensor::ops::{binary_cross_entropy, l1_loss, smooth_l1_loss, Reduction};
+
+    #[test]
+    fn pointwise_losses() {
+        pollster::block_on(super::pointwise_losses());
+    }
+
+    /// Gradients as PyTorch's: l1's is sign(d) (0 where d = 0), smooth L1's d / beta inside
+    /// and sign(d) outside, and binary cross-entropy's stays finite at probabilities 0 and 1
+    /// (the clamped logs' gradients are 0 there, never 0 / 0).
+    #[test]
+    fn pointwise_loss_gradients() {
+        let x = super::t(&[1.0, 2.0, 3.0, 0.25], &[4])
+            .requires_grad()
+            .unwrap();
+        let y = super::t(&[1.0, 3.0, 1.0, 0.0], &[4]);
+        let g = l1_loss(&x, &y, Reduction::Sum).unwrap().backward().unwrap();
+        assert_eq!(
+            g.get(&x).unwrap().to_vec::<f32>().unwrap(),
+            vec![0.0, -1.0, 1.0, 1.0]
+        );
+        let g = smooth_l1_loss(&x, &y, Reduction::Sum, 0.5)
+            .unwrap()
+            .backward()
+            .unwrap();
+        assert_eq!(
+            g.get(&x).unwrap().to_vec::<f32>().unwrap(),
+            vec![0.0, -1.0, 1.0, 0.5]
+        );
+        let p = super::t(&[0.0, 1.0, 0.5, 0.25], &[4])
+            .requires_grad()
+            .unwrap();
+        let q = super::t(&[0.0, 1.0, 1.0, 0.0], &[4]);
+        let g = binary_cross_entropy(&p, &q, None, Reduction::Sum)
+            .unwrap()
+            .backward()
+            .unwrap();
+        let gv = g.get(&p).unwrap().to_vec::<f32>().unwrap();
+        assert!(gv.iter().all(|v| v.is_finite()), "{gv:?}");
+        // d/dp of -(q log p + (1 - q) log(1 - p)) = (p - q) / (p (1 - p)).
+        assert!(
+            (gv[2] - (-2.0)).abs() < 1e-5 && (gv[3] - 1.0 / 0.75).abs() < 1e-5,
+            "{gv:?}"
+        );
+    }
+
     #[test]
     fn mse() {
         pollster::block_on(super::mse());
