@@ -125,6 +125,12 @@ fn forwards_match_the_functional_ops() {
             assert!((y[r * 3 + o] - want).abs() < 1e-4, "{r} {o}");
         }
     }
+    // An unbatched [in] input gives [out], row 0's values (PyTorch's 1-D Linear).
+    let one = l
+        .forward(&xs.narrow(0, 0, 1).unwrap().squeeze(0).unwrap())
+        .unwrap();
+    assert_eq!(one.shape(), &[3]);
+    assert_eq!(vals(&one), y[..3].to_vec());
     // The whole model runs; eval mode makes it deterministic (no dropout, running stats).
     let mut m = cnn();
     let xi = wgtensor::ops::randn(dev(), &[3, 1, 8, 8], DType::F32).unwrap();
@@ -407,6 +413,60 @@ fn rnn_dropout_between_layers() {
         }
     )
     .is_err());
+}
+
+/// PyTorch's unbatched recurrent input: `[T, I]` with `[L * D, H]` states runs as a batch of
+/// one (where batch_first puts it or not) and gives `[T, D * H]` and `[L * D, H]`; 3-D states
+/// with a 2-D input are an error naming them.
+#[test]
+fn rnn_unbatched_input() {
+    for (gru, batch_first) in [(false, false), (true, true), (false, true)] {
+        let c = nn::RnnConfig {
+            num_layers: 2,
+            bidirectional: true,
+            batch_first,
+            ..Default::default()
+        };
+        let m = if gru {
+            nn::Gru::new(dev(), 5, 4, c).unwrap()
+        } else {
+            nn::Lstm::new(dev(), 5, 4, c).unwrap()
+        };
+        let x = wgtensor::ops::randn(dev(), &[6, 5], DType::F32).unwrap();
+        let h0 = wgtensor::ops::randn(dev(), &[4, 4], DType::F32).unwrap();
+        let c0 = (!gru).then(|| wgtensor::ops::randn(dev(), &[4, 4], DType::F32).unwrap());
+        let one = m.forward_with_state(&x, Some(&h0), c0.as_ref()).unwrap();
+        assert_eq!(one.output.shape(), &[6, 8]);
+        assert_eq!(one.h_n.shape(), &[4, 4]);
+        let bd = if batch_first { 0 } else { 1 };
+        let batched = m
+            .forward_with_state(
+                &x.unsqueeze(bd).unwrap(),
+                Some(&h0.unsqueeze(1).unwrap()),
+                c0.as_ref().map(|c| c.unsqueeze(1).unwrap()).as_ref(),
+            )
+            .unwrap();
+        assert_eq!(vals(&one.output), vals(&batched.output));
+        assert_eq!(vals(&one.h_n), vals(&batched.h_n));
+        if let (Some(a), Some(b)) = (&one.c_n, &batched.c_n) {
+            assert_eq!(a.shape(), &[4, 4]);
+            assert_eq!(vals(a), vals(b));
+        }
+        let e = m
+            .forward_with_state(&x, Some(&h0.unsqueeze(1).unwrap()), None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("h0") && e.contains("2-D"), "{e}");
+        // Gradients reach the parameters through the unbatched path.
+        let g = m
+            .forward(&x)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        assert!(m.named_parameters().iter().all(|(_, p)| g.get(p).is_some()));
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

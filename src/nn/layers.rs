@@ -124,6 +124,10 @@ impl Forward for Linear {
                 ),
             ));
         }
+        if x.rank() == 1 {
+            // PyTorch's unbatched input: one row in, one row out.
+            return self.forward(&x.unsqueeze(0)?)?.squeeze(0);
+        }
         gemm(
             x,
             &self.weight.transpose(0, 1)?,

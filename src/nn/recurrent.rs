@@ -151,7 +151,8 @@ impl Recurrent {
     }
 
     /// The full forward: output and final states from optional initial states
-    /// (`[num_layers * D, B, H]`, zeros when absent).
+    /// (`[num_layers * D, B, H]`, zeros when absent). An unbatched `[T, I]` input takes and
+    /// gives states without the batch dim, as PyTorch's ([`Rnn::forward`](crate::ops::Rnn::forward)).
     pub fn forward_with_state(
         &self,
         x: &Tensor,

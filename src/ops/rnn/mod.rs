@@ -305,9 +305,11 @@ impl Rnn {
     /// Runs the whole sequence. `h0`/`c0`: `[num_layers * D, B, H]`, zeros when absent.
     ///
     /// PyTorch's `module(x, h0)` / `module(x, (h0, c0))` for x `[T, B, I]` (`[B, T, I]` with
-    /// `batch_first`); see [`RnnOutput`] for the shapes returned. Keeps nothing for a backward
-    /// pass (use [`Rnn::forward_train`] for that). Errors: [`Error::Shape`] for an input that is
-    /// not rank 3 or whose feature size is not `input_size`, or states of the wrong shape;
+    /// `batch_first`); see [`RnnOutput`] for the shapes returned. An unbatched `[T, I]` input
+    /// takes `[num_layers * D, H]` states and gives `[T, D*H]` and `[num_layers * D, H]`, as
+    /// PyTorch's. Keeps nothing for a backward pass (use [`Rnn::forward_train`] for that).
+    /// Errors: [`Error::Shape`] for an input that is not rank 2 or 3 or whose feature size is
+    /// not `input_size`, or states of the wrong shape;
     /// [`Error::Size`] for an empty sequence; [`Error::DType`] / [`Error::DeviceMismatch`]
     /// when x or the states differ from the weights.
     ///
@@ -334,7 +336,32 @@ impl Rnn {
         h0: Option<&Tensor>,
         c0: Option<&Tensor>,
     ) -> Result<RnnOutput> {
-        grad::forward(self, x, h0, c0)
+        if x.rank() != 2 {
+            return grad::forward(self, x, h0, c0);
+        }
+        // Unbatched: a batch of one where PyTorch puts it, states without their batch dim.
+        let op = self.kind.name();
+        for (name, s) in [("h0", h0), ("c0", c0)] {
+            if let Some(s) = s.filter(|s| s.rank() != 2) {
+                return Err(Error::shape(
+                    op,
+                    format!(
+                        "for an unbatched 2-D input {:?}, {name} must be 2-D                          [num_layers * D, H], got {:?}",
+                        x.shape(),
+                        s.shape()
+                    ),
+                ));
+            }
+        }
+        let bd = if self.batch_first { 0 } else { 1 };
+        let lift = |s: Option<&Tensor>| s.map(|t| t.unsqueeze(1)).transpose();
+        let (h0, c0) = (lift(h0)?, lift(c0)?);
+        let out = grad::forward(self, &x.unsqueeze(bd)?, h0.as_ref(), c0.as_ref())?;
+        Ok(RnnOutput {
+            output: out.output.squeeze(bd)?,
+            h_n: out.h_n.squeeze(1)?,
+            c_n: out.c_n.map(|c| c.squeeze(1)).transpose()?,
+        })
     }
 
     /// [`Rnn::forward`] that also keeps what [`Rnn::backward`] needs: every step's gate
