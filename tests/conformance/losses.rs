@@ -335,6 +335,20 @@ pub(crate) async fn nll_loss_ignore_index_weights_and_errors() {
     )
     .unwrap_err();
     assert!(e.to_string().starts_with("nll_loss:"), "{e}");
+    // label_smoothing outside [0, 1] is refused for class indices too, as PyTorch.
+    for ls in [-0.1, 1.5, f64::NAN] {
+        let o = CrossEntropyOptions {
+            label_smoothing: ls,
+            ..Default::default()
+        };
+        let labels = Tensor::from_slice(crate::common::device(), &[1i32, 0, 0], &[3]).unwrap();
+        let e = cross_entropy(&logp, &labels, &o);
+        let e = e.unwrap_err().to_string();
+        assert!(
+            e.starts_with("cross_entropy") && e.contains("label_smoothing"),
+            "{e}"
+        );
+    }
     let empty = cross_entropy(
         &t(&[], &[0, 4]),
         &Tensor::from_slice(crate::common::device(), &[0i32; 0], &[0]).unwrap(),
