@@ -151,8 +151,10 @@ pub trait Module {
 
     /// Copies a state dict (e.g. from [`crate::io::load_safetensors`]) into the parameters and
     /// buffers in place and restores the counters; `strict` as PyTorch's `load_state_dict`
-    /// (missing or unexpected keys are an error naming them; otherwise they are reported).
-    /// Nothing changes when an error is returned.
+    /// (missing or unexpected keys are an error naming them; otherwise they are reported). A
+    /// counter the source lacks (`num_batches_tracked`) keeps its value and is not missing, as
+    /// PyTorch's batch norm fills it in for a plain dict. Nothing changes when an error is
+    /// returned.
     fn load_state_dict(
         &mut self,
         source: &HashMap<String, Tensor>,
@@ -342,11 +344,16 @@ fn load<M: Module + ?Sized>(
         .map(|(n, _)| n.as_str())
         .chain(t.counters.iter().map(String::as_str))
         .collect();
+    // A counter the source lacks is not missing: it keeps its value, as PyTorch's batch norm
+    // fills in `num_batches_tracked` for a state dict without version metadata (a plain
+    // dict, such as safetensors gives) before the strict check.
     let mut report = LoadReport {
-        missing: known
+        missing: t
+            .tensors
             .iter()
-            .filter(|n| !source.contains_key(**n))
-            .map(|n| n.to_string())
+            .map(|(n, _)| n.as_str())
+            .filter(|n| !source.contains_key(*n))
+            .map(str::to_string)
             .collect(),
         unexpected: source
             .keys()
