@@ -128,7 +128,7 @@ fn groups_must_divide_the_channels() {
         &e,
         TRANSPOSE,
         false,
-        &["groups 4 does not divide out_channels 6"],
+        &["in_channels 6 must be divisible by groups 4"],
     );
 }
 

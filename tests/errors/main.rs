@@ -110,7 +110,12 @@ fn argument_errors() {
         matches!(e, Error::InvalidArgument { op: "sum", .. }),
         "{e:?}"
     );
-    let e = t(&[]).reduce(0, ReduceOp::Max, true).unwrap_err();
+    // A scalar reduces along dim 0 or -1 (PyTorch), not along 1.
+    assert_eq!(
+        t(&[]).reduce(0, ReduceOp::Max, true).unwrap().shape(),
+        &[] as &[usize]
+    );
+    let e = t(&[]).reduce(1, ReduceOp::Max, true).unwrap_err();
     assert!(
         matches!(e, Error::InvalidArgument { op: "max", .. }),
         "{e:?}"
@@ -412,6 +417,11 @@ fn gemm_inner_dimension_mismatch() {
     let e = t(&[3]).matmul(&t(&[4])).unwrap_err();
     assert!(matches!(e, Error::Shape { op: "matmul", .. }), "{e:?}");
     assert!(msg(&e).contains("K=3") && msg(&e).contains("K=4"), "{e}");
+    // The shapes named are the caller's, not the promoted [1, 3] and [4, 1].
+    assert!(
+        msg(&e).contains("a [3]") && !msg(&e).contains("[1, 3]"),
+        "{e}"
+    );
     let e = matmul(&t(&[2, 3]), &t(&[2])).unwrap_err();
     assert!(matches!(e, Error::Shape { op: "matmul", .. }), "{e:?}");
     assert!(msg(&e).contains("K=3") && msg(&e).contains("K=2"), "{e}");

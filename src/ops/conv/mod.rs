@@ -226,6 +226,13 @@ fn data_grad(
         ));
     }
     geom::check_option_limits(op, &[("groups", &[o.groups])])?;
+    if !exact && o.groups > 0 && oc % o.groups != 0 {
+        // The forward view's geometry would call these channels its out_channels.
+        return Err(Error::arg(
+            op,
+            format!("in_channels {oc} must be divisible by groups {}", o.groups),
+        ));
+    }
     let c = ws[1] * o.groups;
     let mut g = Geom::new(op, [n, c, input_size[0], input_size[1]], ws, o)?;
     // A transposed convolution whose output_padding exceeds its stride (allowed when the

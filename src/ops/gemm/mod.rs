@@ -130,6 +130,21 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
             ),
         ));
     }
+    // The contracted sizes, named with the caller's shapes (not the promoted ones).
+    let (ka, kb) = (
+        a.shape()[a.rank() - 1],
+        b.shape()[b.rank().saturating_sub(2)],
+    );
+    if ka != kb {
+        return Err(Error::shape(
+            op,
+            format!(
+                "inner dimensions differ: a {:?} has K={ka}, b {:?} has K={kb}",
+                a.shape(),
+                b.shape()
+            ),
+        ));
+    }
     // Views, not reshapes: a strided or broadcast 1-D operand must not be copied.
     let a2 = if a.rank() == 1 {
         a.unsqueeze(0)?
