@@ -329,7 +329,7 @@ fn run_backward(meta: &Arc<GradMeta>, seed: Tensor, retain: bool) -> Result<Grad
     let _guard = NoGradGuard::new();
     let mut grads = Grads::default();
     let Some(root) = &meta.node else {
-        grads.map.insert(meta.id, seed);
+        grads.map.insert(meta.id, owned(seed)?);
         return Ok(grads);
     };
     let mut heap = BinaryHeap::new();
@@ -416,7 +416,37 @@ fn run_backward(meta: &Arc<GradMeta>, seed: Tensor, retain: bool) -> Result<Grad
             }
         }
     }
+    // Taken out of the map one at a time, so that the count `owned` reads is not raised by a
+    // clone; of two leaves sharing one tensor, the first is copied and the second keeps it.
+    let ids: Vec<u64> = grads.map.keys().copied().collect();
+    for id in ids {
+        if let Some(g) = grads.map.remove(&id) {
+            grads.map.insert(id, owned(g)?);
+        }
+    }
     Ok(grads)
+}
+
+/// `g` as a gradient of its own, as PyTorch's AccumulateGrad gives: a copy where it shares its
+/// storage with anything else (another leaf's gradient, as add's backward hands both inputs
+/// the same tensor; the caller's seed; a retained graph's saved tensor) or repeats elements (a
+/// broadcast view, as sum's backward gives), so that writing into one gradient changes no
+/// other tensor.
+fn owned(g: Tensor) -> Result<Tensor> {
+    let repeats = g
+        .shape()
+        .iter()
+        .zip(g.strides())
+        .any(|(&n, &s)| s == 0 && n > 1);
+    if (!repeats && Arc::strong_count(&g.storage) == 1) || g.numel() == 0 {
+        return Ok(g);
+    }
+    if !g.is_contiguous() {
+        return g.contiguous();
+    }
+    let out = Tensor::empty(g.device(), "backward", g.shape(), g.dtype())?;
+    out.copy_from(&g)?;
+    Ok(out)
 }
 
 /// PyTorch's `sum_to`: sums a broadcast gradient back to `shape` (the leading dims the

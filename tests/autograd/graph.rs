@@ -500,3 +500,29 @@ fn maximum_and_minimum_gradients_with_ties_and_nan() {
     assert_eq!(vals(g.get(&x).unwrap()), vec![0.0, 0.5, 1.0, 0.5]);
     assert_eq!(vals(g.get(&s).unwrap()), vec![2.0]);
 }
+
+/// Every leaf's gradient is a tensor of its own, as PyTorch's `.grad`: add's backward hands
+/// both inputs one tensor and a sum's a broadcast view of its seed, and a caller's seed can
+/// reach a leaf unchanged; writing into one gradient must change no other tensor.
+#[test]
+fn leaf_gradients_own_their_storage() {
+    let a = leaf(&[1.0, 2.0], &[2]);
+    let b = leaf(&[3.0, 4.0], &[2]);
+    let g = total(&a.add(&b).unwrap()).backward().unwrap();
+    let (ga, gb) = (g.get(&a).unwrap(), g.get(&b).unwrap());
+    assert!(!ga.shares_storage(gb));
+    for t in [ga, gb] {
+        assert!(t.is_contiguous() && t.strides() == [1], "{t:?}");
+    }
+    ga.copy_from(&leaf(&[7.0, 7.0], &[2]).detach()).unwrap();
+    assert_eq!(vals(gb), vec![1.0, 1.0]);
+    // A seed given by the caller is not handed back as a gradient.
+    let seed = leaf(&[5.0, 6.0], &[2]).detach();
+    let g = a.add(&b).unwrap().backward_with_grad(&seed).unwrap();
+    assert!(!g.get(&a).unwrap().shares_storage(&seed));
+    assert!(!g.get(&b).unwrap().shares_storage(&seed));
+    assert_eq!(vals(g.get(&b).unwrap()), vec![5.0, 6.0]);
+    // backward on a leaf itself: the gradient is a copy of the seed.
+    let g = a.backward_with_grad(&seed).unwrap();
+    assert!(!g.get(&a).unwrap().shares_storage(&seed));
+}

@@ -753,7 +753,10 @@ fn rnn_errors_name_the_values() {
     assert!(rnn.forward(&t(&[3]), None, None).is_err());
     assert!(rnn.forward(&t(&[1, 5, 3, 1]), None, None).is_err());
     // ([T, I] is PyTorch's unbatched input.)
-    assert_eq!(rnn.forward(&t(&[5, 3]), None, None).unwrap().h_n.shape(), &[1, 4]);
+    assert_eq!(
+        rnn.forward(&t(&[5, 3]), None, None).unwrap().h_n.shape(),
+        &[1, 4]
+    );
     let empty = Tensor::zeros(dev, &[0, 5, 3], DType::F32).unwrap();
     let e = rnn.forward(&empty, None, None).unwrap_err();
     assert!(e.to_string().contains("sequence length"), "{e}");
