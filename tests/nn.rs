@@ -1229,3 +1229,43 @@ fn composed_activations_match_pytorch() {
     let gw = g.get(&w).unwrap().to_vec::<f32>().unwrap();
     assert!((gw[0] - 0.1).abs() < 1e-7 && gw[1] == 1.0, "{gw:?}");
 }
+
+/// PyTorch's `track_running_stats=False`: no running buffers or counter in the state dict,
+/// and the batch's statistics in evaluation as in training.
+#[test]
+fn batchnorm_without_running_stats() {
+    use wgtensor::ops::{batch_norm_train, BatchNormOptions};
+    let mut bn = nn::BatchNorm2d::new(dev(), 3)
+        .unwrap()
+        .without_running_stats();
+    assert!(!bn.tracks_running_stats());
+    let names: Vec<String> = bn.state_dict().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["weight", "bias"]);
+    let x = wgtensor::ops::randn(dev(), &[4, 3, 2, 2], DType::F32).unwrap();
+    let want = vals(
+        &batch_norm_train(&x, None, &BatchNormOptions::default())
+            .unwrap()
+            .y,
+    );
+    assert_eq!(vals(&bn.forward(&x).unwrap()), want);
+    bn.eval();
+    assert_eq!(
+        vals(&bn.forward(&x).unwrap()),
+        want,
+        "batch statistics in eval"
+    );
+    assert_eq!(bn.state.borrow().num_batches_tracked, 0);
+    let mut bn1 = nn::BatchNorm1d::new(dev(), 3)
+        .unwrap()
+        .without_running_stats();
+    bn1.eval();
+    let x1 = wgtensor::ops::randn(dev(), &[5, 3], DType::F32).unwrap();
+    let y1 = vals(&bn1.forward(&x1).unwrap());
+    let want1 = vals(
+        &batch_norm_train(&x1, None, &BatchNormOptions::default())
+            .unwrap()
+            .y,
+    );
+    assert_eq!(y1, want1);
+    assert_eq!(bn1.state_dict().len(), 2);
+}

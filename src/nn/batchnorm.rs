@@ -42,6 +42,8 @@ pub struct BatchNorm2d {
     /// Training mode (batch statistics); [`Module::eval`] clears it, [`Module::train`] sets it.
     pub training: bool,
     rank: usize,
+    /// PyTorch's `track_running_stats` ([`BatchNorm2d::without_running_stats`] clears it).
+    tracking: bool,
 }
 
 impl BatchNorm2d {
@@ -92,7 +94,32 @@ impl BatchNorm2d {
             eps: c.eps,
             training: true,
             rank: 4,
+            tracking: true,
         })
+    }
+
+    /// PyTorch's `track_running_stats=False`: the layer keeps no running statistics (none in
+    /// its state dict) and normalizes with the batch's statistics in training and evaluation
+    /// alike.
+    ///
+    /// ```ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// use wgtensor::nn::{self, Module};
+    /// use wgtensor::Device;
+    /// let dev = Device::new()?;
+    /// let bn = nn::BatchNorm2d::new(&dev, 3)?.without_running_stats();
+    /// assert!(!bn.tracks_running_stats());
+    /// assert_eq!(bn.state_dict().len(), 2); // weight and bias only
+    /// # Ok(()) }
+    /// ```
+    pub fn without_running_stats(mut self) -> BatchNorm2d {
+        self.tracking = false;
+        self
+    }
+
+    /// Whether the layer keeps running statistics (PyTorch's `track_running_stats`).
+    pub fn tracks_running_stats(&self) -> bool {
+        self.tracking
     }
 }
 
@@ -148,6 +175,11 @@ impl BatchNorm1d {
             ..BatchNorm2d::with_config(dev, channels, c)?
         }))
     }
+
+    /// PyTorch's `track_running_stats=False` ([`BatchNorm2d::without_running_stats`]).
+    pub fn without_running_stats(self) -> BatchNorm1d {
+        BatchNorm1d(self.0.without_running_stats())
+    }
 }
 
 /// The same entries as the [`BatchNorm2d`] inside, under the same names (no `0.` prefix).
@@ -167,7 +199,7 @@ impl Forward for BatchNorm1d {
 }
 
 /// Parameters `weight` and `bias` (when affine), buffers `running_mean`, `running_var` and
-/// the counter `num_batches_tracked`, the training flag.
+/// the counter `num_batches_tracked` (when tracking running statistics), the training flag.
 impl Module for BatchNorm2d {
     fn visit(&self, v: &mut dyn Visitor) {
         if let Some(w) = &self.weight {
@@ -176,21 +208,25 @@ impl Module for BatchNorm2d {
         if let Some(b) = &self.bias {
             v.parameter("bias", b);
         }
-        let st = self.state.borrow();
-        v.buffer("running_mean", &st.running_mean);
-        v.buffer("running_var", &st.running_var);
-        v.counter(
-            "num_batches_tracked",
-            st.num_batches_tracked,
-            st.running_mean.device(),
-        );
+        if self.tracking {
+            let st = self.state.borrow();
+            v.buffer("running_mean", &st.running_mean);
+            v.buffer("running_var", &st.running_var);
+            v.counter(
+                "num_batches_tracked",
+                st.num_batches_tracked,
+                st.running_mean.device(),
+            );
+        }
         v.training(self.training);
     }
     fn visit_mut(&mut self, v: &mut dyn VisitorMut) {
-        v.counter(
-            "num_batches_tracked",
-            &mut self.state.get_mut().num_batches_tracked,
-        );
+        if self.tracking {
+            v.counter(
+                "num_batches_tracked",
+                &mut self.state.get_mut().num_batches_tracked,
+            );
+        }
         v.training(&mut self.training);
     }
 }
@@ -215,6 +251,9 @@ impl Forward for BatchNorm2d {
                     x.shape()
                 ),
             ));
+        }
+        if !self.tracking {
+            return Ok(batch_norm_train(x, None, &self.options())?.y);
         }
         if self.training {
             let mut st = self.state.borrow_mut();
