@@ -189,7 +189,10 @@ fn run_call(call: &Call, a: &[usize], b: &[usize]) {
             let rank = a.len() as isize;
             let nd = if *d < 0 { d + rank } else { *d };
             let valid = rank > 0 && nd >= 0 && nd < rank;
-            let want = if !valid {
+            let want = if rank == 0 {
+                // PyTorch reduces a scalar along dim 0 or -1 to itself.
+                (*d == 0 || *d == -1).then(|| (ad.clone(), Vec::new()))
+            } else if !valid {
                 None
             } else {
                 let nd = nd as usize;
