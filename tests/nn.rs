@@ -1167,8 +1167,8 @@ fn composed_activations_match_pytorch() {
     assert_eq!(p.to_vec::<f32>().unwrap(), vec![0.5, 0.5]);
     assert!(nn::ReLU6.named_parameters().is_empty());
 
-    // PyTorch's gradients at the kinks: hardtanh (ReLU6, Hardsigmoid) is 0 at its bounds and
-    // passes NaN; hardswish is -0.5 at -3 and 1.5 at 3.
+    // PyTorch's gradients at the kinks: hardtanh (ReLU6, Hardsigmoid) is 0 at its bounds;
+    // hardswish is -0.5 at -3 and 1.5 at 3.
     let kinks = [-4.0f32, -3.0, -1.0, 0.0, 3.0, 6.0, 7.0, f32::NAN];
     let grad = |layer: &dyn Forward| {
         let x = Tensor::from_slice(d, &kinks, &[kinks.len()])
@@ -1189,9 +1189,11 @@ fn composed_activations_match_pytorch() {
     };
     same(grad(&nn::ReLU6), [0., 0., 0., 0., 1., 0., 0., 1.], "relu6");
     let s = 1.0 / 6.0;
+    // Hardsigmoid passes strictly inside (-3, 3) only, so NaN gets 0 (PyTorch's
+    // hardsigmoid_backward), where hardtanh passes it.
     same(
         grad(&nn::Hardsigmoid),
-        [0., 0., s, s, 0., 0., 0., s],
+        [0., 0., s, s, 0., 0., 0., 0.],
         "hardsigmoid",
     );
     let h = nn::Hardtanh::default();

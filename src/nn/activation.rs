@@ -18,8 +18,9 @@ macro_rules! parameterless {
 }
 
 /// PyTorch's `nn.Hardtanh(min_val, max_val)`: `x` clamped to `[min_val, max_val]`, with
-/// PyTorch's gradient: it passes strictly inside the range (and at NaN), and is 0 at the
-/// bounds, unlike [`Tensor::clamp`]'s, which passes at them.
+/// PyTorch's gradient ([`hardtanh`](crate::ops::hardtanh)): it passes strictly inside the
+/// range (and at NaN), and is 0 at the bounds, unlike [`Tensor::clamp`]'s, which passes at
+/// them.
 #[derive(Debug, Clone, Copy)]
 pub struct Hardtanh {
     /// The lower bound (PyTorch's default -1).
@@ -41,7 +42,8 @@ impl Default for Hardtanh {
 #[derive(Debug, Clone, Copy)]
 pub struct ReLU6;
 
-/// PyTorch's `nn.Hardsigmoid`: `relu6(x + 3) / 6`, its gradient 0 from `|x| = 3` on.
+/// PyTorch's `nn.Hardsigmoid`: `relu6(x + 3) / 6`, its gradient 0 from `|x| = 3` on
+/// ([`hardsigmoid`](crate::ops::hardsigmoid)).
 #[derive(Debug, Clone, Copy)]
 pub struct Hardsigmoid;
 
@@ -88,19 +90,6 @@ parameterless!(
     LogSoftmax
 );
 
-/// `x` clamped to `[lo, hi]` with PyTorch's `hardtanh` gradient. A tracked input goes through
-/// a select, so the gradient is 0 where `x <= lo` or `x >= hi` (clamp's own passes at the
-/// bounds) and passes everywhere else, NaN included; the values are the clamp's either way.
-fn hardtanh(x: &Tensor, lo: f64, hi: f64) -> Result<Tensor> {
-    let y = x.clamp(Some(lo), Some(hi))?;
-    if !x.is_tracked() {
-        return Ok(y);
-    }
-    x.le_scalar(lo)?
-        .add(&x.ge_scalar(hi)?)?
-        .where_cond(&y.detach(), x)
-}
-
 impl Forward for Hardtanh {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         if !(self.min_val < self.max_val) {
@@ -112,19 +101,19 @@ impl Forward for Hardtanh {
                 ),
             ));
         }
-        hardtanh(x, self.min_val, self.max_val)
+        crate::ops::hardtanh(x, self.min_val, self.max_val)
     }
 }
 
 impl Forward for ReLU6 {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        hardtanh(x, 0.0, 6.0)
+        crate::ops::relu6(x)
     }
 }
 
 impl Forward for Hardsigmoid {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        hardtanh(&x.add_scalar(3.0)?, 0.0, 6.0)?.div_scalar(6.0)
+        crate::ops::hardsigmoid(x)
     }
 }
 

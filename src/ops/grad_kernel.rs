@@ -53,6 +53,14 @@ pub(crate) enum GradCode {
     ZeroWhereZero = 10,
     /// `a * silu'(x)` = `a * s (1 + x (1 - s))` with `s = sigmoid(x)`, `b = x`.
     SiluFromX = 11,
+    /// `a` unless `b <= scalar` (strictly above the bound, or NaN): hardtanh's lower bound.
+    PassAboveOrNan = 12,
+    /// `a` unless `b >= scalar`: hardtanh's upper bound.
+    PassBelowOrNan = 13,
+    /// `a` where `b > scalar` (NaN fails): hardsigmoid's lower bound.
+    PassAbove = 14,
+    /// `a` where `b < scalar`: hardsigmoid's upper bound.
+    PassBelow = 15,
 }
 
 /// The shader's names of the [`GradCode`]s, one row per code in order.
@@ -69,6 +77,10 @@ pub(crate) const GRAD_DEFS: &[(&str, u32)] = &[
     ("GRAD_PASS_LE", GradCode::PassLe as u32),
     ("GRAD_ZERO_WHERE_ZERO", GradCode::ZeroWhereZero as u32),
     ("GRAD_SILU_FROM_X", GradCode::SiluFromX as u32),
+    ("GRAD_PASS_ABOVE_OR_NAN", GradCode::PassAboveOrNan as u32),
+    ("GRAD_PASS_BELOW_OR_NAN", GradCode::PassBelowOrNan as u32),
+    ("GRAD_PASS_ABOVE", GradCode::PassAbove as u32),
+    ("GRAD_PASS_BELOW", GradCode::PassBelow as u32),
 ];
 
 /// `g * act'`, the gradient before a fused activation, for every epilogue's backward (GEMM,
@@ -311,6 +323,6 @@ mod tests {
         for (i, (name, code)) in GRAD_DEFS.iter().enumerate() {
             assert_eq!(*code as usize, i, "{name}");
         }
-        assert_eq!(GRAD_DEFS.len(), GradCode::SiluFromX as usize + 1);
+        assert_eq!(GRAD_DEFS.len(), GradCode::PassBelow as usize + 1);
     }
 }

@@ -15,6 +15,7 @@ pub(crate) mod elementwise_params;
 pub(crate) mod elementwise_vec4;
 pub mod gemm;
 pub(crate) mod grad_kernel;
+pub mod hardtanh;
 pub mod index;
 pub(crate) mod index_check;
 pub(crate) mod index_kernels;
@@ -56,6 +57,7 @@ pub use conv::{
 };
 pub use copy::{cat, pad, stack, PadMode};
 pub use gemm::{gemm, gemm_into, matmul, Bias, GemmOptions};
+pub use hardtanh::{hardsigmoid, hardtanh, relu6};
 pub use index::embedding;
 pub use loss::{
     binary_cross_entropy_with_logits, cross_entropy, cross_entropy_probs, mse_loss,

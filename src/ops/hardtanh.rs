@@ -1,0 +1,96 @@
+//! PyTorch's clipping activations with their own gradients: `hardtanh` (and `relu6`, its
+//! `[0, 6]` case) and `hardsigmoid`. Their values are [`Tensor::clamp`]'s, but clamp's
+//! gradient passes at the bounds (`torch.clamp`'s) where these pass strictly inside, so they
+//! record one node whose backward is two masks of shaders/grad.wgsl.
+
+use crate::autograd::{record, BackwardOp, NoGradGuard};
+use crate::ops::grad_kernel::{grad_binary, GradCode};
+use crate::{Error, Result, Tensor};
+
+struct ClipBackward {
+    x: Tensor,
+    lo: f32,
+    hi: f32,
+    /// hardtanh's rule (NaN passes) or hardsigmoid's (NaN gets 0).
+    nan_passes: bool,
+}
+
+impl BackwardOp for ClipBackward {
+    fn name(&self) -> &'static str {
+        if self.nan_passes {
+            "hardtanh"
+        } else {
+            "hardsigmoid"
+        }
+    }
+
+    fn backward(&self, grads: &[Option<Tensor>], _needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+        let Some(g) = grads.first().and_then(Option::as_ref) else {
+            return Ok(vec![None]);
+        };
+        let (above, below) = if self.nan_passes {
+            (GradCode::PassAboveOrNan, GradCode::PassBelowOrNan)
+        } else {
+            (GradCode::PassAbove, GradCode::PassBelow)
+        };
+        let g = grad_binary(g, &self.x, above, self.lo)?;
+        Ok(vec![Some(grad_binary(&g, &self.x, below, self.hi)?)])
+    }
+
+    fn saved(&self) -> Vec<&Tensor> {
+        vec![&self.x]
+    }
+}
+
+/// `x` clamped to `[lo, hi]`, recorded with the gradient masks of `nan_passes`'s rule.
+fn clip(x: &Tensor, lo: f64, hi: f64, nan_passes: bool) -> Result<Tensor> {
+    let y = {
+        let _guard = NoGradGuard::new();
+        x.clamp(Some(lo), Some(hi))?
+    };
+    Ok(record(y, &[x], |_| {
+        Box::new(ClipBackward {
+            x: x.detach(),
+            lo: lo as f32,
+            hi: hi as f32,
+            nan_passes,
+        })
+    }))
+}
+
+/// PyTorch's `F.hardtanh(x, min_val, max_val)`: `x` clamped to `[min_val, max_val]`, the
+/// gradient passing strictly inside (and at NaN), 0 at and past the bounds. Errors when
+/// `max_val` is not above `min_val`.
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::ops::hardtanh;
+/// use wgtensor::{Device, Tensor};
+/// let dev = Device::new()?;
+/// let x = Tensor::from_slice(&dev, &[-2.0f32, -1.0, 0.5, 3.0], &[4])?.requires_grad()?;
+/// let y = hardtanh(&x, -1.0, 1.0)?;
+/// assert_eq!(y.to_vec::<f32>()?, vec![-1.0, -1.0, 0.5, 1.0]);
+/// let g = y.sum_all()?.backward()?;
+/// assert_eq!(g.get(&x).unwrap().to_vec::<f32>()?, vec![0.0, 0.0, 1.0, 0.0]);
+/// # Ok(()) }
+/// ```
+pub fn hardtanh(x: &Tensor, min_val: f64, max_val: f64) -> Result<Tensor> {
+    if !(min_val < max_val) {
+        return Err(Error::arg(
+            "hardtanh",
+            format!("max_val {max_val} must be greater than min_val {min_val}"),
+        ));
+    }
+    clip(x, min_val, max_val, true)
+}
+
+/// PyTorch's `F.relu6`: [`hardtanh`] over `[0, 6]`.
+pub fn relu6(x: &Tensor) -> Result<Tensor> {
+    clip(x, 0.0, 6.0, true)
+}
+
+/// PyTorch's `F.hardsigmoid`: `relu6(x + 3) / 6`, the gradient `1/6` where `-3 < x < 3` and
+/// 0 elsewhere (NaN included), as PyTorch's hardsigmoid_backward.
+pub fn hardsigmoid(x: &Tensor) -> Result<Tensor> {
+    clip(&x.add_scalar(3.0)?, 0.0, 6.0, false)?.div_scalar(6.0)
+}
