@@ -5,6 +5,9 @@
 
 use super::loss::{reduce, same_shape};
 use super::loss_options::Reduction;
+use super::ScalarOp;
+use crate::autograd::{record, BackwardOp, NoGradGuard};
+use crate::layout::broadcast_shapes;
 use crate::{Error, Result, Tensor};
 
 /// Mean absolute error `|input - target|` (PyTorch's `l1_loss`; shapes must match). Its
@@ -45,10 +48,13 @@ pub fn smooth_l1_loss(
         return l1_loss(input, target, reduction);
     }
     same_shape(op, input, target)?;
+    // With m = min(|d|, beta): 0.5 m^2 / beta + (|d| - m), the same values and PyTorch's
+    // gradient (d / beta inside, sign(d) outside, 1 at |d| = beta) without a select, whose
+    // unselected branch would turn an infinite d into a NaN gradient.
     let d = input.sub(target)?.abs()?;
-    let quad = d.mul(&d)?.mul_scalar(0.5 / beta)?;
-    let lin = d.add_scalar(-0.5 * beta)?;
-    reduce(d.lt_scalar(beta)?.where_cond(&quad, &lin)?, reduction)
+    let m = d.min_scalar(beta)?;
+    let loss = m.mul(&m)?.mul_scalar(0.5 / beta)?.add(&d.sub(&m)?)?;
+    reduce(loss, reduction)
 }
 
 /// `0.5 d^2` where `|d| < delta`, else `delta (|d| - 0.5 delta)`, with `d = input - target`
@@ -69,14 +75,23 @@ pub fn huber_loss(
     }
     same_shape(op, input, target)?;
     let d = input.sub(target)?.abs()?;
-    let quad = d.mul(&d)?.mul_scalar(0.5)?;
-    let lin = d.add_scalar(-0.5 * delta)?.mul_scalar(delta)?;
-    reduce(d.lt_scalar(delta)?.where_cond(&quad, &lin)?, reduction)
+    if delta.is_infinite() {
+        // Never linear: half the squared error (the form below would add inf * 0).
+        return reduce(d.mul(&d)?.mul_scalar(0.5)?, reduction);
+    }
+    // With m = min(|d|, delta): 0.5 m^2 + delta (|d| - m), as smooth_l1_loss.
+    let m = d.min_scalar(delta)?;
+    let loss = m
+        .mul(&m)?
+        .mul_scalar(0.5)?
+        .add(&d.sub(&m)?.mul_scalar(delta)?)?;
+    reduce(loss, reduction)
 }
 
 /// PyTorch's `binary_cross_entropy` on probabilities:
 /// `-w (y log(x) + (1 - y) log(1 - x))`, each log clamped at -100 as PyTorch's (so a
-/// probability of exactly 0 or 1 gives a finite loss). `weight` rescales each element
+/// probability of exactly 0 or 1 gives a finite loss), and PyTorch's gradients
+/// (`w (x - y) / max(x (1 - x), 1e-12)` for the input). `weight` rescales each element
 /// (broadcast to the input). The input should hold probabilities in [0, 1] (PyTorch checks
 /// this on the device and fails; here a value outside gives NaN); for logits use
 /// [`binary_cross_entropy_with_logits`](super::binary_cross_entropy_with_logits), which is
@@ -89,17 +104,11 @@ pub fn binary_cross_entropy(
 ) -> Result<Tensor> {
     let op = "binary_cross_entropy";
     same_shape(op, input, target)?;
-    let log_x = clamped_log(input)?;
-    let log_1mx = clamped_log(&input.scalar_op(super::ScalarOp::RSub, 1.0)?)?;
-    let one_minus_y = target.scalar_op(super::ScalarOp::RSub, 1.0)?;
-    let mut loss = target
-        .mul(&log_x)?
-        .add(&one_minus_y.mul(&log_1mx)?)?
-        .neg()?;
     if let Some(w) = weight {
         input.same_device(op, w)?;
-        loss = loss.mul(w)?;
-        if loss.shape() != input.shape() {
+        input.same_dtype(op, w)?;
+        let fits = broadcast_shapes(op, w.shape(), input.shape()).ok();
+        if fits.as_deref() != Some(input.shape()) {
             return Err(Error::shape(
                 op,
                 format!(
@@ -110,17 +119,83 @@ pub fn binary_cross_entropy(
             ));
         }
     }
+    let loss = {
+        let _guard = NoGradGuard::new();
+        let (log_x, log_1mx) = clamped_logs(input)?;
+        let one_minus_y = target.scalar_op(ScalarOp::RSub, 1.0)?;
+        let loss = target
+            .mul(&log_x)?
+            .add(&one_minus_y.mul(&log_1mx)?)?
+            .neg()?;
+        match weight {
+            Some(w) => loss.mul(w)?,
+            None => loss,
+        }
+    };
+    let loss = record(loss, &[input, target], |_| {
+        Box::new(BceBackward {
+            x: input.detach(),
+            y: target.detach(),
+            w: weight.map(Tensor::detach),
+        })
+    });
     reduce(loss, reduction)
 }
 
-/// `max(log(t), -100)`, PyTorch's clamped log in `binary_cross_entropy`, with a finite
-/// gradient: where `t <= 0` the log reads 1 instead (its value replaced by -100), so its
-/// backward never computes `0 / 0`; NaN stays NaN.
-fn clamped_log(t: &Tensor) -> Result<Tensor> {
-    let outside = t.le_scalar(0.0)?;
-    let safe = outside.where_cond(&t.ones_like()?, t)?;
-    let floor = Tensor::full(t.device(), &[], -100.0, t.dtype())?;
-    outside.where_cond(&floor, &safe.log()?)?.max_scalar(-100.0)
+/// `max(log(x), -100)` and `max(log(1 - x), -100)`, PyTorch's clamped logs (NaN outside
+/// [0, 1] and for NaN).
+fn clamped_logs(x: &Tensor) -> Result<(Tensor, Tensor)> {
+    Ok((
+        x.log()?.max_scalar(-100.0)?,
+        x.scalar_op(ScalarOp::RSub, 1.0)?
+            .log()?
+            .max_scalar(-100.0)?,
+    ))
+}
+
+/// PyTorch's binary_cross_entropy_backward and its target gradient:
+/// `dx = g w (x - y) / max(x (1 - x), 1e-12)`, `dy = g w (log(1 - x) - log(x))` with the
+/// clamped logs, so both stay finite at probabilities 0 and 1.
+struct BceBackward {
+    x: Tensor,
+    y: Tensor,
+    w: Option<Tensor>,
+}
+
+impl BackwardOp for BceBackward {
+    fn name(&self) -> &'static str {
+        "binary_cross_entropy"
+    }
+
+    fn backward(&self, grads: &[Option<Tensor>], needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+        let Some(g) = grads.first().and_then(Option::as_ref) else {
+            return Ok(vec![None, None]);
+        };
+        let gw = match &self.w {
+            Some(w) => g.mul(w)?,
+            None => g.clone(),
+        };
+        let x = &self.x;
+        let dx = if needs.first() == Some(&true) {
+            let denom = x
+                .mul(&x.scalar_op(ScalarOp::RSub, 1.0)?)?
+                .max_scalar(1e-12)?;
+            Some(gw.mul(&x.sub(&self.y)?)?.div(&denom)?)
+        } else {
+            None
+        };
+        let dy = if needs.get(1) == Some(&true) {
+            let (log_x, log_1mx) = clamped_logs(x)?;
+            Some(gw.mul(&log_1mx.sub(&log_x)?)?)
+        } else {
+            None
+        };
+        Ok(vec![dx, dy])
+    }
+
+    fn saved(&self) -> Vec<&Tensor> {
+        [&self.x, &self.y].into_iter().chain(&self.w).collect()
+    }
 }
 
 /// How [`kl_div`] reduces (PyTorch's `reduction=` of `kl_div`, which adds `batchmean`).
@@ -142,7 +217,8 @@ pub enum KlDivReduction {
 /// PyTorch's `kl_div(input, target)`: `input` holds log-probabilities; the terms are
 /// `target (log(target) - input)`, 0 where `target` is 0 (PyTorch's `xlogy`), or with
 /// `log_target` (the target given as log-probabilities) `exp(target) (target - input)`.
-/// Shapes must match.
+/// Shapes must match. A tracked target's gradient is `log(target) + 1 - input`, and `-input`
+/// where the target is 0 (PyTorch's `xlogy` gives NaN there).
 pub fn kl_div(
     input: &Tensor,
     target: &Tensor,

@@ -481,7 +481,7 @@ pub(crate) async fn pointwise_losses() {
 
 #[cfg(not(target_arch = "wasm32"))]
 mod native {
-    use wgtensor::ops::{binary_cross_entropy, l1_loss, smooth_l1_loss, Reduction};
+    use wgtensor::ops::{binary_cross_entropy, huber_loss, l1_loss, smooth_l1_loss, Reduction};
 
     #[test]
     fn pointwise_losses() {
@@ -525,6 +525,56 @@ mod native {
             (gv[2] - (-2.0)).abs() < 1e-5 && (gv[3] - 1.0 / 0.75).abs() < 1e-5,
             "{gv:?}"
         );
+        // PyTorch's formula at the ends: (p - q) / max(p (1 - p), 1e-12), and the target's
+        // gradient log(1 - p) - log(p) with the logs clamped at -100.
+        let p = super::t(&[0.0, 1.0, 0.25], &[3]).requires_grad().unwrap();
+        let q = super::t(&[1.0, 0.0, 0.5], &[3]).requires_grad().unwrap();
+        let g = binary_cross_entropy(&p, &q, None, Reduction::Sum)
+            .unwrap()
+            .backward()
+            .unwrap();
+        let gp = g.get(&p).unwrap().to_vec::<f32>().unwrap();
+        assert!(
+            (gp[0] / -1e12 - 1.0).abs() < 1e-4 && (gp[1] / 1e12 - 1.0).abs() < 1e-4,
+            "{gp:?}"
+        );
+        let gq = g.get(&q).unwrap().to_vec::<f32>().unwrap();
+        let want = [100.0, -100.0, (0.75f32).ln() - (0.25f32).ln()];
+        for (a, b) in gq.iter().zip(want) {
+            assert!((a - b).abs() < 1e-4, "{gq:?}");
+        }
+        // Outside [0, 1] the loss is NaN, never a finite wrong value.
+        let bad = super::t(&[1.5, -0.5], &[2]);
+        let l = binary_cross_entropy(&bad, &super::t(&[1.0, 0.0], &[2]), None, Reduction::None);
+        assert!(l
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap()
+            .iter()
+            .all(|v| v.is_nan()));
+        // An infinite difference: smooth L1's gradient is sign(d), Huber's delta sign(d)
+        // (PyTorch's), not NaN; Huber with delta = inf is half the squared error.
+        let inf = f32::INFINITY;
+        let x = super::t(&[inf, -inf, 0.5], &[3]).requires_grad().unwrap();
+        let y = super::t(&[0.0, 0.0, 0.0], &[3]);
+        let g = smooth_l1_loss(&x, &y, Reduction::Sum, 1.0)
+            .unwrap()
+            .backward()
+            .unwrap();
+        assert_eq!(
+            g.get(&x).unwrap().to_vec::<f32>().unwrap(),
+            vec![1.0, -1.0, 0.5]
+        );
+        let g = huber_loss(&x, &y, Reduction::Sum, 2.0)
+            .unwrap()
+            .backward()
+            .unwrap();
+        assert_eq!(
+            g.get(&x).unwrap().to_vec::<f32>().unwrap(),
+            vec![2.0, -2.0, 0.5]
+        );
+        let h = huber_loss(&x.detach(), &y, Reduction::None, f64::INFINITY).unwrap();
+        assert_eq!(h.to_vec::<f32>().unwrap(), vec![inf, inf, 0.125]);
     }
 
     #[test]
