@@ -178,8 +178,8 @@ impl Tensor {
             DType::F32 => Tensor::from_slice(device, &[value as f32], &[])?,
             DType::F16 => Tensor::from_slice(device, &[half::f16::from_f64(value)], &[])?,
             DType::I32 => {
-                // Truncation keeps (i32::MIN - 1, i32::MAX + 1) exclusive in range.
-                if !(value > i32::MIN as f64 - 1.0 && value < i32::MAX as f64 + 1.0) {
+                // PyTorch's checked conversion: the value itself within [MIN, MAX].
+                if !(value >= i32::MIN as f64 && value <= i32::MAX as f64) {
                     return Err(Error::arg(
                         "full",
                         format!("value {value} cannot be converted to type i32 without overflow"),

@@ -268,12 +268,18 @@ fn float_values_truncate_into_i32() {
         vec![-2]
     );
     assert_eq!(
-        i(&Tensor::full(dev(), &[1], 2147483647.9, DType::I32).unwrap()),
+        i(&Tensor::full(dev(), &[1], 2147483647.0, DType::I32).unwrap()),
         vec![i32::MAX]
     );
-    assert!(Tensor::full(dev(), &[1], 2147483648.0, DType::I32).is_err());
+    assert!(Tensor::full(dev(), &[1], 2147483647.9, DType::I32).is_err());
+    assert!(Tensor::full(dev(), &[1], -2147483648.5, DType::I32).is_err());
     let l = Tensor::linspace(dev(), 0.0, 10.0, 4, DType::I32).unwrap();
     assert_eq!(i(&l), vec![0, 3, 6, 10]);
+    // The ends are cast first: (0, 5) in steps of 2.5.
+    let l = Tensor::linspace(dev(), 0.9, 5.9, 3, DType::I32).unwrap();
+    assert_eq!(i(&l), vec![0, 2, 5]);
+    let e = Tensor::arange(dev(), 0.0, 5.0, 0.5, DType::I32).unwrap_err();
+    assert!(e.to_string().contains("nonzero"), "{e}");
     let a = Tensor::arange(dev(), -3.0, 3.0, 1.5, DType::I32).unwrap();
     assert_eq!(i(&a), vec![-3, -2, -1, 0]);
     let a = Tensor::arange(dev(), 0.0, 5.0, 1.0, DType::I32).unwrap();

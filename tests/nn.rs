@@ -456,7 +456,7 @@ fn rnn_unbatched_input() {
             .forward_with_state(&x, Some(&h0.unsqueeze(1).unwrap()), None)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("h0") && e.contains("2-D"), "{e}");
+        assert!(e.contains("h0 must be 2-D [num_layers * D, H]"), "{e}");
         // Gradients reach the parameters through the unbatched path.
         let g = m
             .forward(&x)

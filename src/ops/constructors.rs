@@ -59,8 +59,15 @@ impl Tensor {
         crate::tensor::check_new_shape(device, op, &[n as usize], dtype)?;
         let v: Vec<f64> = if dtype == DType::I32 {
             // PyTorch's integer arange: the count from the float bounds, the values from the
-            // start and step cast to integers first (arange(-3, 3, 1.5) is -3, -2, -1, 0).
+            // start and step cast to integers first (arange(-3, 3, 1.5) is -3, -2, -1, 0),
+            // and a step that casts to 0 is refused there.
             let (s0, st) = (start.trunc(), step.trunc());
+            if st == 0.0 {
+                return Err(Error::arg(
+                    op,
+                    format!("step {step} must be nonzero once cast to an integer"),
+                ));
+            }
             (0..n as usize).map(|i| s0 + i as f64 * st).collect()
         } else {
             (0..n as usize).map(|i| start + i as f64 * step).collect()
@@ -85,6 +92,12 @@ impl Tensor {
             ));
         }
         crate::tensor::check_new_shape(device, op, &[steps], dtype)?;
+        // PyTorch's integer linspace casts the ends to integers before it steps.
+        let (start, end) = if dtype == DType::I32 {
+            (start.trunc(), end.trunc())
+        } else {
+            (start, end)
+        };
         let v: Vec<f64> = match steps {
             0 => Vec::new(),
             1 => vec![start],

@@ -346,7 +346,7 @@ impl Rnn {
                 return Err(Error::shape(
                     op,
                     format!(
-                        "for an unbatched 2-D input {:?}, {name} must be 2-D                          [num_layers * D, H], got {:?}",
+                        "for an unbatched 2-D input {:?}, {name} must be 2-D [num_layers * D, H], got {:?}",
                         x.shape(),
                         s.shape()
                     ),
