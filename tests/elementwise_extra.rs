@@ -206,6 +206,27 @@ fn multi_dim_reductions() {
         .iter()
         .all(|v| v.is_nan()));
     assert!(vals(&e.mean_all().unwrap())[0].is_nan());
+    // Adjacent dims reduce as one (a view), non-viewable ones dim by dim: the same sums.
+    let per_b: Vec<f32> = (0..2)
+        .map(|b| (0..12).map(|j| (b * 12 + j) as f32).sum())
+        .collect();
+    assert_eq!(vals(&x.sum_dims(&[1, 2], false).unwrap()), per_b);
+    assert_eq!(x.sum_dims(&[-1, 1], true).unwrap().shape(), &[2, 1, 1]);
+    let m = x.mean_dims(&[1, 2], true).unwrap();
+    assert_eq!(m.shape(), &[2, 1, 1]);
+    assert_eq!(vals(&m), per_b.iter().map(|v| v / 12.0).collect::<Vec<_>>());
+    let xt = x.transpose(0, 2).unwrap(); // [4, 3, 2], dims 0 and 1 not viewable as one
+    let per_b_t = vals(&xt.sum_dims(&[0, 1], false).unwrap());
+    assert_eq!(per_b_t, per_b);
+    let xl = x.clone().requires_grad().unwrap();
+    let g = xl
+        .mean_dims(&[1, 2], false)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert_eq!(vals(g.get(&xl).unwrap()), vec![1.0 / 12.0; 24]);
     // No dims reduces every dim, as PyTorch's `sum(dim=[])`.
     let all = x.sum_dims(&[], false).unwrap();
     assert_eq!((all.shape(), vals(&all)), (&[][..], vec![276.0]));

@@ -34,6 +34,38 @@ impl Tensor {
         Ok(ds)
     }
 
+    /// Adjacent `ds` (sorted from the last) that the layout can view as one dim: that view
+    /// and the merged dim's index. One reduction over them then sums every element in one
+    /// pass, accumulating in f32 and rounding once (a global average pool's H and W).
+    fn merge_dims(&self, ds: &[usize]) -> Result<Option<(Tensor, usize)>> {
+        let (Some(&hi), Some(&lo)) = (ds.first(), ds.last()) else {
+            return Ok(None);
+        };
+        if ds.len() < 2 || hi - lo + 1 != ds.len() {
+            return Ok(None);
+        }
+        let mut shape = self.shape()[..lo].to_vec();
+        shape.push(self.shape()[lo..=hi].iter().product());
+        shape.extend_from_slice(&self.shape()[hi + 1..]);
+        if self.layout.reshape(&shape).is_none() {
+            return Ok(None);
+        }
+        Ok(Some((self.reshape(&shape)?, lo)))
+    }
+
+    /// This shape with the dims `ds` removed, or kept as 1s.
+    fn reduced_shape(&self, ds: &[usize], keepdim: bool) -> Vec<usize> {
+        let mut out = Vec::with_capacity(self.rank());
+        for (i, &n) in self.shape().iter().enumerate() {
+            if !ds.contains(&i) {
+                out.push(n);
+            } else if keepdim {
+                out.push(1);
+            }
+        }
+        out
+    }
+
     /// The sum over several dims (PyTorch's `sum(dim=(..), keepdim)`), reduced one dim at a
     /// time from the last. An empty `dims` sums over every dim, as PyTorch's `dim=[]`. f16
     /// over several dims sums in f32 and rounds once, as PyTorch's (a partial sum stored as
@@ -43,6 +75,11 @@ impl Tensor {
         if self.rank() == 0 {
             // A copy, as the reductions of more elements give a new tensor.
             return self.sum(0, keepdim);
+        }
+        if let Some((merged, d)) = self.merge_dims(&ds)? {
+            return merged
+                .sum(d as isize, false)?
+                .reshape(&self.reduced_shape(&ds, keepdim));
         }
         if ds.len() > 1 && self.dtype() == DType::F16 {
             return self
@@ -65,6 +102,11 @@ impl Tensor {
         if let [d] = ds[..] {
             // One dim: the reduction divides in f32 before its store.
             return self.mean(d as isize, keepdim);
+        }
+        if let Some((merged, d)) = self.merge_dims(&ds)? {
+            return merged
+                .mean(d as isize, false)?
+                .reshape(&self.reduced_shape(&ds, keepdim));
         }
         if self.dtype() == DType::F16 {
             return self
