@@ -308,8 +308,9 @@ fn close(got: &[f32], want: &[f32], what: &str) {
 }
 
 /// A batch whose workgroup grid passes the adapter's 65535 on z (PyTorch runs such batches
-/// of small matrices) runs in chunks of its outermost dim: one batch dim, two batch dims
-/// (chunks of whole inner runs), a shared B, split-k, C with beta, and in place.
+/// of small matrices) runs in chunks: one batch dim, two batch dims (chunks of whole inner
+/// runs; chunks of the inner dim when it alone passes the limit), a shared B, C with beta,
+/// and in place.
 #[test]
 fn batches_past_the_grid_limit() {
     let dev = device(false);
@@ -347,7 +348,19 @@ fn batches_past_the_grid_limit() {
         &want2,
         "4-D",
     );
-    // One B for the whole batch, forced split-k, C added with beta.
+    // Batch dims that cannot merge (B broadcast over the outer one) whose inner dim alone
+    // passes the limit: chunks of the inner dim, once per outer index.
+    let a3v = values(2 * nb * m * k, 6);
+    let a3 = Tensor::from_slice(&dev, &a3v, &[2, nb, m, k]).unwrap();
+    let mut want4 = host_bmm(&a3v[..nb * m * k], &bv, nb, m, k, n, false);
+    want4.extend(host_bmm(&a3v[nb * m * k..], &bv, nb, m, k, n, false));
+    close(
+        &a3.matmul(&b).unwrap().to_vec::<f32>().unwrap(),
+        &want4,
+        "inner dim chunks",
+    );
+    // One B for the whole batch, C added with beta (a split-k request: the planner keeps one
+    // slice where the batch alone fills z).
     let bs = Tensor::from_slice(&dev, &bv[..k * n], &[k, n]).unwrap();
     let shared = host_bmm(&av, &bv[..k * n], nb, m, k, n, true);
     let cv = values(nb * m * n, 5);

@@ -341,9 +341,10 @@ impl<'a> Problem<'a> {
 
     /// The product pass's launches: each its params, grid and output count. The grid's z is
     /// the batch times the split-k slices; past the adapter's limit on it, the batch runs in
-    /// chunks of its outermost dim (each chunk's offsets moved to its first entry), so a batch
-    /// of many small matrices runs as PyTorch's does instead of failing. Errors past the limit
-    /// on x or y, or where one outermost entry alone passes it on z.
+    /// chunks: along the outermost batch dim whose inner dims fit the limit, one launch per
+    /// chunk and per index of the dims outside it, each with its offsets moved to its first
+    /// entry. A batch of many small matrices then runs as PyTorch's does instead of failing.
+    /// Errors past the limit on x or y, or where split-k slices alone pass it on z.
     pub(super) fn launches(
         &self,
         op: &'static str,
@@ -354,11 +355,13 @@ impl<'a> Problem<'a> {
         let (tm, tn) = pl.tile();
         let (m, n, k, batch) = (self.m, self.n, self.k, self.batch());
         let splits = pl.splits as usize;
+        let max = max as usize;
         let (gx, gy) = (n.div_ceil(tn), m.div_ceil(tm));
-        // Batch entries per outermost index: the z slots one outer step takes.
-        let inner: usize = self.bm.iter().skip(1).product();
-        let outer_max = max as usize / (splits * inner).max(1);
-        if gx > max as usize || gy > max as usize || (self.bm.len() > 0 && outer_max == 0) {
+        let bm = &self.bm;
+        let inner_of = |j: usize| bm[j + 1..].iter().product::<usize>();
+        // The dim to chunk along: the outermost whose inner dims fit with the slices.
+        let j = (0..bm.len()).find(|&j| inner_of(j) * splits <= max);
+        if gx > max || gy > max || (batch * splits > max && j.is_none()) {
             return Err(Error::size(
                 op,
                 format!(
@@ -369,27 +372,45 @@ impl<'a> Problem<'a> {
             ));
         }
         let [x, y] = pl.grid_xy(gx as u32, gy as u32);
-        let whole = |p: GemmParams| (p, [x, y, (batch * splits) as u32], (batch * m * n) as u64);
-        if batch * splits <= max as usize {
-            return Ok(vec![whole(params)]);
-        }
-        let outer = self.bm[0];
-        Ok((0..outer)
-            .step_by(outer_max)
-            .map(|c0| {
-                let len = outer_max.min(outer - c0);
-                let step = |bs: u32| c0 as u32 * bs;
+        let (Some(j), true) = (j, batch * splits > max) else {
+            let z = (batch * splits) as u32;
+            return Ok(vec![(params, [x, y, z], (batch * m * n) as u64)]);
+        };
+        let inner = inner_of(j);
+        let per = max / (splits * inner);
+        let [a_bs, b_bs, c_bs] = &self.batch_strides;
+        let outer: usize = bm[..j].iter().product();
+        let mut out = Vec::new();
+        for o in 0..outer {
+            // The index of o over the dims outside j (row-major), as offsets.
+            let (mut rem, mut offs) = (o, [0usize; 3]);
+            for d in (0..j).rev() {
+                let i = rem % bm[d];
+                rem /= bm[d];
+                for (off, bs) in offs.iter_mut().zip([a_bs, b_bs, c_bs]) {
+                    *off += i * bs[d];
+                }
+            }
+            for c0 in (0..bm[j]).step_by(per) {
+                let len = per.min(bm[j] - c0);
                 let mut p = params;
+                let mut dims = vec![len];
+                dims.extend_from_slice(&bm[j + 1..]);
                 p.batch = (len * inner) as u32;
-                p.bshape[0] = len as u32;
-                p.a_off += step(p.a_bs[0]);
-                p.b_off += step(p.b_bs[0]);
-                p.c_off += step(p.c_bs[0]);
-                p.o_off += (c0 * inner * m * n) as u32;
+                p.batch_rank = dims.len() as u32;
+                p.bshape = pack4(&dims);
+                p.a_bs = pack4(&a_bs[j..]);
+                p.b_bs = pack4(&b_bs[j..]);
+                p.c_bs = pack4(&c_bs[j..]);
+                p.a_off += (offs[0] + c0 * a_bs[j]) as u32;
+                p.b_off += (offs[1] + c0 * b_bs[j]) as u32;
+                p.c_off += (offs[2] + c0 * c_bs[j]) as u32;
+                p.o_off += ((o * bm[j] + c0) * inner * m * n) as u32;
                 let z = (len * inner * splits) as u32;
-                (p, [x, y, z], (len * inner * m * n) as u64)
-            })
-            .collect())
+                out.push((p, [x, y, z], (len * inner * m * n) as u64));
+            }
+        }
+        Ok(out)
     }
 }
 
