@@ -104,13 +104,17 @@ fn windows(
     out
 }
 
+/// PyTorch's pooling_output_shape: the numerator rounded toward -inf, so with ceil_mode a
+/// kernel up to s - 1 longer than the padded input still gives one window; 0 where PyTorch
+/// raises "Output size is too small".
 fn out_size(len: usize, k: usize, p: usize, s: usize, d: usize, ceil: bool) -> usize {
-    let numer = len + 2 * p - d * (k - 1) - 1;
-    let mut o = (numer + if ceil { s - 1 } else { 0 }) / s + 1;
-    if ceil && (o - 1) * s >= len + p {
+    let (len, k, p, s, d) = (len as i64, k as i64, p as i64, s as i64, d as i64);
+    let numer = len + 2 * p - d * (k - 1) - 1 + if ceil { s - 1 } else { 0 };
+    let mut o = numer.div_euclid(s) + 1;
+    if ceil && o > 0 && (o - 1) * s >= len + p {
         o -= 1;
     }
-    o
+    o.max(0) as usize
 }
 
 /// Forward and input gradient of every plane for max (`max = true`) or average pooling.
@@ -231,9 +235,7 @@ pub(crate) async fn check_regular(p: &RegularProblem) -> Result<(), TestCaseErro
         dilation: d,
         ceil_mode: ceil,
     };
-    let fits = (0..2).all(|a| {
-        [h, w][a] + 2 * p[a] > d[a] * (k[a] - 1) && p[a] <= ((k[a] - 1) * d[a]).div_ceil(2)
-    });
+    let fits = (0..2).all(|a| out_size([h, w][a], k[a], p[a], s[a], d[a], ceil) > 0);
     match max_pool2d(&x, &mo) {
         Err(e) => prop_assert!(!fits, "{mo:?} on {shape:?}: {e}"),
         Ok(y) => {
@@ -271,7 +273,7 @@ pub(crate) async fn check_regular(p: &RegularProblem) -> Result<(), TestCaseErro
         count_include_pad: include_pad,
         divisor_override: None,
     };
-    let fits = (0..2).all(|a| [h, w][a] + 2 * p[a] >= k[a]);
+    let fits = (0..2).all(|a| out_size([h, w][a], k[a], p[a], s[a], 1, ceil) > 0);
     match avg_pool2d(&x, &ao) {
         Err(e) => prop_assert!(!fits, "{ao:?} on {shape:?}: {e}"),
         Ok(y) => {
@@ -359,6 +361,74 @@ mod native {
     #[test]
     fn adaptive_pools_match_pytorch() {
         run_async(48, adaptive_problem(), check_adaptive);
+    }
+
+    /// PyTorch's ceil_mode keeps a window for a kernel up to stride - 1 longer than the
+    /// padded input (it hangs past the end: the max of what it covers, the average over
+    /// min(start + k, in + pad)); a padding past half the kernel is refused with dilation too.
+    #[test]
+    fn ceil_mode_windows_past_the_input_and_dilated_padding() {
+        use wgtensor::ops::{max_pool1d, MaxPool1dOptions};
+        let x = Tensor::from_slice(
+            device(),
+            &[1f32, 2., 3., 4., 5., 6., 7., 8., 9.],
+            &[1, 1, 3, 3],
+        )
+        .unwrap();
+        let mo = MaxPool2dOptions {
+            kernel_size: [4, 4],
+            stride: Some([2, 2]),
+            ceil_mode: true,
+            ..MaxPool2dOptions::new(4)
+        };
+        let y = max_pool2d(&x, &mo).unwrap();
+        assert_eq!(
+            (y.shape(), y.to_vec::<f32>().unwrap()),
+            (&[1, 1, 1, 1][..], vec![9.0])
+        );
+        let ao = AvgPool2dOptions {
+            kernel_size: [4, 4],
+            stride: Some([2, 2]),
+            ceil_mode: true,
+            ..AvgPool2dOptions::new(4)
+        };
+        assert_eq!(
+            avg_pool2d(&x, &ao).unwrap().to_vec::<f32>().unwrap(),
+            vec![5.0]
+        );
+        assert!(max_pool2d(
+            &x,
+            &MaxPool2dOptions {
+                ceil_mode: false,
+                ..mo
+            }
+        )
+        .is_err());
+        let x1 = Tensor::from_slice(device(), &[1f32, 5., 2., 3.], &[1, 1, 4]).unwrap();
+        let o1 = MaxPool1dOptions {
+            kernel_size: 5,
+            stride: Some(2),
+            ceil_mode: true,
+            ..MaxPool1dOptions::new(5)
+        };
+        assert_eq!(
+            max_pool1d(&x1, &o1).unwrap().to_vec::<f32>().unwrap(),
+            vec![5.0]
+        );
+        // Padding 2 with kernel 3 and dilation 2: within half the effective kernel (5), past
+        // half the kernel; PyTorch refuses it.
+        let z = Tensor::zeros(device(), &[1, 1, 8, 8], wgtensor::DType::F32).unwrap();
+        let dil = MaxPool2dOptions {
+            kernel_size: [3, 3],
+            dilation: [2, 2],
+            padding: [2, 2],
+            ..MaxPool2dOptions::new(3)
+        };
+        let e = max_pool2d(&z, &dil).unwrap_err().to_string();
+        assert!(
+            e.contains("pad should be at most half of kernel size"),
+            "{e}"
+        );
     }
 }
 

@@ -76,9 +76,17 @@ fn out_size(
     d: usize,
     ceil: bool,
 ) -> Result<usize> {
-    let eff = d as u64 * (k as u64 - 1) + 1;
-    let padded = len as u64 + 2 * pad as u64;
-    if padded < eff {
+    let eff = d as i64 * (k as i64 - 1) + 1;
+    let padded = len as i64 + 2 * pad as i64;
+    // Rounded toward -inf (PyTorch's div_rtn): with ceil_mode a kernel up to stride - 1
+    // longer than the padded input still gives one window, which hangs past the end.
+    let numer = padded - eff + if ceil { s as i64 - 1 } else { 0 };
+    let mut out = numer.div_euclid(s as i64) + 1;
+    // The last window must start inside the input or the left padding.
+    if ceil && out > 0 && (out - 1) * s as i64 >= len as i64 + pad as i64 {
+        out -= 1;
+    }
+    if out < 1 {
         return Err(Error::shape(
             op,
             format!(
@@ -86,12 +94,6 @@ fn out_size(
                  effective kernel {eff}"
             ),
         ));
-    }
-    let numer = padded - eff;
-    let mut out = (numer + if ceil { s as u64 - 1 } else { 0 }) / s as u64 + 1;
-    // The last window must start inside the input or the left padding.
-    if ceil && (out - 1) * s as u64 >= len as u64 + pad as u64 {
-        out -= 1;
     }
     Ok(out as usize)
 }
@@ -125,7 +127,6 @@ fn check_regular(
     s: [usize; 2],
     p: [usize; 2],
     d: [usize; 2],
-    max: bool,
 ) -> Result<()> {
     const LIMIT: usize = 1 << 20;
     for v in [k, s, p, d] {
@@ -142,13 +143,14 @@ fn check_regular(
             format!("kernel_size {k:?}, stride {s:?} and dilation {d:?} must be greater than zero"),
         ));
     }
+    // PyTorch checks both pad <= effective kernel / 2 and (pool2d_shape_check,
+    // max_pool1d) pad <= kernel / 2: the second is the stricter with dilation.
     for a in 0..2 {
-        let eff = if max { (k[a] - 1) * d[a] + 1 } else { k[a] };
-        if p[a] > eff / 2 {
+        if p[a] > k[a] / 2 {
             return Err(Error::arg(
                 op,
                 format!(
-                    "pad should be at most half of effective kernel size, but got pad={:?}, \
+                    "pad should be at most half of kernel size, but got pad={:?}, \
                      kernel_size={k:?} and dilation={d:?}",
                     p
                 ),
@@ -350,7 +352,7 @@ pub(super) fn max_window(
     o: &MaxPool2dOptions,
 ) -> Result<(Window, [usize; 2])> {
     let s = o.stride.unwrap_or(o.kernel_size);
-    check_regular(op, o.kernel_size, s, o.padding, o.dilation, true)?;
+    check_regular(op, o.kernel_size, s, o.padding, o.dilation)?;
     let (_, h, w, _) = planes_2d(op, x)?;
     let oh = out_size(
         op,
@@ -389,7 +391,7 @@ pub(super) fn avg_window(
     o: &AvgPool2dOptions,
 ) -> Result<(Window, [usize; 2])> {
     let s = o.stride.unwrap_or(o.kernel_size);
-    check_regular(op, o.kernel_size, s, o.padding, [1, 1], false)?;
+    check_regular(op, o.kernel_size, s, o.padding, [1, 1])?;
     if o.divisor_override == Some(0) {
         return Err(Error::arg(op, "divisor must be not zero"));
     }
