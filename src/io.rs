@@ -1,9 +1,9 @@
 //! Weights IO in the safetensors format (the `safetensors` crate parses and validates it):
 //! tensors by name from bytes or a file, saved back the same way, and loading a state dict
 //! into existing parameter tensors in place (strict or not), as PyTorch's `load_state_dict`.
-//! f32, f16 and i32 load as they are; bf16 and f64 convert to f32 on load; int64, uint8 and
-//! bool entries load as i32 (int64 values outside the i32 range are an error). i32 tensors save
-//! as `I32`.
+//! f32, f16 and i32 load as they are (f16 as f32 on a device without f16 storage); bf16 and
+//! f64 convert to f32 on load; int64, uint8 and bool entries load as i32 (int64 values outside
+//! the i32 range are an error). i32 tensors save as `I32`.
 
 use std::collections::HashMap;
 
@@ -39,6 +39,12 @@ fn upload(
             let v: Vec<half::f16> = words(2)
                 .map(|b| half::f16::from_le_bytes([b[0], b[1]]))
                 .collect();
+            if !dev.supports_f16() {
+                // An adapter without f16 storage loads the values as f32 (exactly), as BF16
+                // loads: an f32 model can still take them (load_state_dict converts).
+                let v: Vec<f32> = v.iter().map(|h| h.to_f32()).collect();
+                return Tensor::from_slice(dev, &v, shape);
+            }
             Tensor::from_slice(dev, &v, shape)
         }
         StDtype::BF16 => {

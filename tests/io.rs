@@ -142,6 +142,33 @@ fn int64_labels_load_as_i32() {
     );
 }
 
+/// f16 weights load as f32 (exactly) on a device without f16 storage, so an f32 model still
+/// takes them, instead of the whole file failing.
+#[test]
+fn f16_loads_as_f32_without_f16_storage() {
+    let vals = [1.5f32, -0.25, 65504.0, 6.1e-5];
+    let bytes: Vec<u8> = vals
+        .iter()
+        .flat_map(|v| f16::from_f32(*v).to_le_bytes())
+        .collect();
+    let view = TensorView::new(Dtype::F16, vec![2, 2], &bytes).unwrap();
+    let file = safetensors::serialize(vec![("w".to_string(), view)], None).unwrap();
+    let plain = Device::with_options(wgtensor::DeviceOptions {
+        disable_f16: true,
+        ..Default::default()
+    })
+    .unwrap();
+    assert!(!plain.supports_f16());
+    let w = &load_safetensors(&plain, &file).unwrap()["w"];
+    assert_eq!(w.dtype(), DType::F32);
+    let want: Vec<f32> = vals.iter().map(|v| f16::from_f32(*v).to_f32()).collect();
+    assert_eq!(w.to_vec::<f32>().unwrap(), want);
+    if dev().supports_f16() {
+        let h = &load_safetensors(dev(), &file).unwrap()["w"];
+        assert_eq!(h.dtype(), DType::F16);
+    }
+}
+
 #[test]
 fn save_and_reload_is_bit_exact() {
     let a = Tensor::from_slice(dev(), &[1.0f32, -0.0, 3.5e-8, f32::MAX], &[2, 2]).unwrap();
