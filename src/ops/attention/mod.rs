@@ -27,8 +27,9 @@ pub enum AttnMask<'a> {
     /// means it may not (the crate has no bool dtype: comparisons give f32 1/0 and bool
     /// tensors load as i32; any dtype is read as nonzero / zero).
     Bool(&'a Tensor),
-    /// A float mask added to the scaled scores (`-inf` excludes a key). Its gradient is not
-    /// computed: it takes part in autograd as a constant.
+    /// A float mask added to the scaled scores (`-inf` excludes a key). A tracked one (a
+    /// learned bias) gets its gradient, as in PyTorch: such a call runs the plain composition
+    /// (`reference::scaled_dot_product_attention`, O(L S) memory) instead of the fused kernels.
     Additive(&'a Tensor),
 }
 
@@ -79,6 +80,14 @@ pub fn scaled_dot_product_attention(
     v: &Tensor,
     opts: &SdpaOptions,
 ) -> Result<Tensor> {
+    if let Some(AttnMask::Additive(m)) = opts.attn_mask {
+        if m.is_tracked() && crate::autograd::is_grad_enabled() {
+            // A learned bias (relative positions, ALiBi) gets its gradient, the scores'
+            // gradient summed to its shape, through the plain composition, as PyTorch's math
+            // backend gives it: O(L S) memory for this call only.
+            return reference::scaled_dot_product_attention(q, k, v, opts);
+        }
+    }
     let prob = Problem::new("scaled_dot_product_attention", q, k, v, opts)?;
     let (out, saved) = {
         let _guard = NoGradGuard::new();

@@ -1,7 +1,7 @@
 //! The plain composition of attention out of `matmul`, `softmax` and `dropout`, as PyTorch's
 //! math backend writes it: it materialises the `[.., L, S]` scores (O(L S) memory), so it
-//! serves as the oracle of the fused kernels' tests and as a comparison in benchmarks, not as
-//! a path for users.
+//! serves as the oracle of the fused kernels' tests, as a comparison in benchmarks, and as the
+//! path of a call whose additive mask is tracked (its gradient needs the scores').
 
 use super::{Problem, SdpaOptions};
 use crate::{Result, Tensor};
@@ -28,8 +28,14 @@ pub fn scaled_dot_product_attention(
     let mut scores = q
         .matmul(&k.transpose(-2, -1)?)?
         .mul_scalar(f64::from(prob.scale))?;
-    if let Some(m) = &prob.mask {
-        scores = scores.add(&m.t.to_dtype(q.dtype)?)?;
+    match (&prob.mask, opts.attn_mask) {
+        // The caller's tensor itself, so a tracked bias gets its gradient (broadcasting sums
+        // it to the mask's shape); the problem's view of it is detached.
+        (Some(_), Some(super::AttnMask::Additive(t))) => {
+            scores = scores.add(&t.to_dtype(q.dtype)?)?;
+        }
+        (Some(m), _) => scores = scores.add(&m.t.to_dtype(q.dtype)?)?,
+        (None, _) => {}
     }
     if prob.causal {
         let (l, s) = (prob.l, prob.s);
