@@ -74,6 +74,13 @@ fn combine(g: f32, s: f32) -> f32 {
         // pow's masks: a term is 0 where the mask operand is 0 (PyTorch's masked_fill for
         // exponent == 0 and for base == 0).
         case GRAD_ZERO_WHERE_ZERO: { return select(g, 0.0, s == 0.0); }
+        // hardtanh (relu6): 0 at and past its bounds, NaN passes (PyTorch's
+        // hardtanh_backward tests x <= min || x >= max); hardsigmoid passes strictly inside
+        // only (-3 < x < 3), NaN included in the 0s.
+        case GRAD_PASS_ABOVE_OR_NAN: { return select(g, 0.0, s <= p.scalar); }
+        case GRAD_PASS_BELOW_OR_NAN: { return select(g, 0.0, s >= p.scalar); }
+        case GRAD_PASS_ABOVE: { return select(0.0, g, s > p.scalar); }
+        case GRAD_PASS_BELOW: { return select(0.0, g, s < p.scalar); }
         default: { return g; }
     }
 }
