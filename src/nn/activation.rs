@@ -92,7 +92,7 @@ parameterless!(
 
 impl Forward for Hardtanh {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        if !(self.min_val < self.max_val) {
+        if self.min_val.is_nan() || self.max_val.is_nan() || self.min_val >= self.max_val {
             return Err(Error::msg(
                 "Hardtanh",
                 format!(

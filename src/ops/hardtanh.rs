@@ -75,7 +75,7 @@ fn clip(x: &Tensor, lo: f64, hi: f64, nan_passes: bool) -> Result<Tensor> {
 /// # Ok(()) }
 /// ```
 pub fn hardtanh(x: &Tensor, min_val: f64, max_val: f64) -> Result<Tensor> {
-    if !(min_val < max_val) {
+    if min_val.is_nan() || max_val.is_nan() || min_val >= max_val {
         return Err(Error::arg(
             "hardtanh",
             format!("max_val {max_val} must be greater than min_val {min_val}"),

@@ -38,7 +38,7 @@ pub fn smooth_l1_loss(
     beta: f64,
 ) -> Result<Tensor> {
     let op = "smooth_l1_loss";
-    if !(beta >= 0.0) {
+    if beta.is_nan() || beta < 0.0 {
         return Err(Error::arg(
             op,
             format!("smooth_l1_loss does not support negative values for beta, got {beta}"),
@@ -67,7 +67,7 @@ pub fn huber_loss(
     delta: f64,
 ) -> Result<Tensor> {
     let op = "huber_loss";
-    if !(delta > 0.0) {
+    if delta.is_nan() || delta <= 0.0 {
         return Err(Error::arg(
             op,
             format!("huber_loss does not support non-positive values for delta, got {delta}"),
