@@ -107,7 +107,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     for (var lane = 0u; lane < 4u; lane++) {
         let e = first + lane;
         if (e < p.numel) {
-            y[e] = T(value(e, r, lane));
+            var v = T(value(e, r, lane));
+            // [a, b) in T: a draw that rounds up to b (f16 near 1, or a range narrow against
+            // its magnitude) becomes a, as PyTorch's uniform_ does.
+            if (DIST == DIST_UNIFORM && v >= T(p.b)) {
+                v = T(p.a);
+            }
+            y[e] = v;
         }
     }
 }

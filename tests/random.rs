@@ -73,12 +73,21 @@ fn normal_matches_box_muller_and_its_moments() {
     assert!(u.iter().all(|&v| (-2.0..6.0).contains(&v)));
     let mean = u.iter().map(|&v| v as f64).sum::<f64>() / n as f64;
     assert!((mean - 2.0).abs() < 0.03, "{mean}");
+    // [from, to) holds after rounding to the dtype too, as PyTorch's uniform_: f16 draws just
+    // below 1 round up to 1 (about one in 4096), and f32 ones in a range narrow against its
+    // magnitude round up to `to` (1e6 + 1 here, f32 steps of 1/16); both become `from`.
+    let w = vals(&uniform(&d, &[n], 1e6, 1e6 + 1.0, DType::F32).unwrap());
+    assert!(w.iter().all(|&v| (1e6..1e6 + 1.0).contains(&v)));
+    assert!(
+        w.iter().filter(|&&v| v == 1e6).count() > n / 32,
+        "the rounded-up draws"
+    );
     if d.supports_f16() {
-        let h = rand(&d, &[1000], DType::F16)
+        let h = rand(&d, &[100_000], DType::F16)
             .unwrap()
             .to_dtype(DType::F32)
             .unwrap();
-        assert!(vals(&h).iter().all(|&v| (0.0..=1.0).contains(&v)));
+        assert!(vals(&h).iter().all(|&v| (0.0..1.0).contains(&v)));
     }
 }
 
