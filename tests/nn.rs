@@ -910,8 +910,19 @@ fn derive_attributes_and_field_kinds() {
         training: bool,
     }
 
+    // A where clause as rustfmt writes it, with a trailing comma.
+    #[derive(Module)]
+    struct Bounded<M>
+    where
+        M: Module,
+    {
+        inner: M,
+    }
+
     let d = dev();
     let lin = || nn::Linear::new(d, 2, 2, false).unwrap();
+    let bounded = Bounded { inner: lin() };
+    assert_eq!(names(bounded.state_dict()), ["inner.weight"]);
     let shared = lin();
     let pair = Pair(shared.clone(), (), shared);
     assert_eq!(names(pair.state_dict()), ["0.weight", "2.weight"]);

@@ -250,9 +250,11 @@ fn expand(input: DeriveInput) -> syn::Result<TokenStream> {
     let where_clause = if input.generics.params.is_empty() {
         quote!(#where_clause)
     } else {
+        // Each predicate followed by one comma (the user's own trailing comma is not
+        // repeated: `where M: Forward,` is how rustfmt writes a multi-line clause).
         let preds = where_clause.map(|w| {
-            let p = &w.predicates;
-            quote!(#p,)
+            let p = w.predicates.iter();
+            quote!(#(#p,)*)
         });
         quote!(where #preds #(#bounds,)*)
     };
@@ -312,6 +314,16 @@ mod tests {
         let out = expand_str("struct Block<M> where M: Clone { inner: M, extra: Vec<M> }").unwrap();
         assert!(
             out.contains("where M : Clone , M : :: wgtensor :: nn :: ModuleField , Vec < M > :"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn a_trailing_comma_in_the_where_clause_is_not_doubled() {
+        let out = expand_str("struct Block<M> where M: Clone, { inner: M }").unwrap();
+        assert!(!out.contains(", ,"), "{out}");
+        assert!(
+            out.contains("where M : Clone , M : :: wgtensor :: nn :: ModuleField"),
             "{out}"
         );
     }
