@@ -170,25 +170,40 @@ impl Tensor {
     /// A new contiguous tensor of `shape` filled with `value`, rounded to `dtype` (PyTorch's
     /// `torch.full`; for [`DType::I32`] truncated toward zero, as PyTorch's cast). Errors as
     /// [`Tensor::from_slice`] does for the shape and dtype, and with
-    /// [`Error::InvalidArgument`] for an [`DType::I32`] value that is NaN or outside i32's range
-    /// (PyTorch: "value cannot be converted to type int32 without overflow").
+    /// [`Error::InvalidArgument`] for a value the dtype cannot hold, as PyTorch's checked
+    /// conversion ("value cannot be converted to type ... without overflow"): a finite value
+    /// past the largest f16 (65504) or f32, or for [`DType::I32`] NaN or a value outside its
+    /// range. Infinities and NaN fill float tensors.
     pub fn full(device: &Device, shape: &[usize], value: f64, dtype: DType) -> Result<Tensor> {
         check_new_shape(device, "full", shape, dtype)?;
-        let one = match dtype {
-            DType::F32 => Tensor::from_slice(device, &[value as f32], &[])?,
-            DType::F16 => Tensor::from_slice(device, &[half::f16::from_f64(value)], &[])?,
-            DType::I32 => {
-                // PyTorch's checked conversion: the value itself within [MIN, MAX].
-                if !(value >= i32::MIN as f64 && value <= i32::MAX as f64) {
-                    return Err(Error::arg(
-                        "full",
-                        format!("value {value} cannot be converted to type i32 without overflow"),
-                    ));
-                }
-                Tensor::from_slice(device, &[value as i32], &[])?
-            }
+        let max = match dtype {
+            DType::F32 => f64::from(f32::MAX),
+            DType::F16 => f64::from(half::f16::MAX),
+            DType::I32 => f64::from(i32::MAX),
         };
-        one.broadcast_to(shape)?.contiguous()
+        let fits = match dtype {
+            DType::I32 => value >= f64::from(i32::MIN) && value <= max,
+            _ => !value.is_finite() || value.abs() <= max,
+        };
+        if !fits {
+            return Err(Error::arg(
+                "full",
+                format!("value {value} cannot be converted to type {dtype:?} without overflow"),
+            ));
+        }
+        Tensor::scalar_of(device, value, dtype)?
+            .broadcast_to(shape)?
+            .contiguous()
+    }
+
+    /// A 0-d tensor of `value` rounded to `dtype` (float overflow to +-inf, i32 truncated and
+    /// saturating), unchecked: an op's operand (a comparison's bound), not a user's fill value.
+    pub(crate) fn scalar_of(device: &Device, value: f64, dtype: DType) -> Result<Tensor> {
+        match dtype {
+            DType::F32 => Tensor::from_slice(device, &[value as f32], &[]),
+            DType::F16 => Tensor::from_slice(device, &[half::f16::from_f64(value)], &[]),
+            DType::I32 => Tensor::from_slice(device, &[value as i32], &[]),
+        }
     }
 
     /// The device whose memory holds the tensor; ops combine only tensors of the same device

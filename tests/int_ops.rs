@@ -253,6 +253,22 @@ fn masked_fill_as_pytorch() {
         let e = xi.masked_fill(&m, bad).unwrap_err().to_string();
         assert!(e.contains("without overflow"), "{bad}: {e}");
     }
+    // Float tensors: a finite value past the dtype is an error too (PyTorch's fp16 attention
+    // mask pitfall, masked_fill(-1e9) on half), infinities and NaN fill.
+    let xf = tf(&[1.0, 2.0, 3.0], &[3]);
+    let e = xf.masked_fill(&m, 1e39).unwrap_err().to_string();
+    assert!(e.contains("without overflow"), "{e}");
+    assert!(f(&xf.masked_fill(&m, f64::NEG_INFINITY).unwrap())[0].is_infinite());
+    if dev().supports_f16() {
+        let xh = xf.to_dtype(DType::F16).unwrap();
+        let e = xh.masked_fill(&m, -1e9).unwrap_err().to_string();
+        assert!(e.contains("without overflow") && e.contains("F16"), "{e}");
+        assert!(Tensor::full(dev(), &[2], 65504.0, DType::F16).is_ok());
+        assert!(Tensor::full(dev(), &[2], 1e6, DType::F16).is_err());
+        // Comparisons still take any bound: 1e6 is above every f16.
+        let gt = xh.lt_scalar(1e6).unwrap();
+        assert_eq!(f(&gt), vec![1.0; 3]);
+    }
 }
 
 /// Float values into i32 truncate toward zero, as PyTorch's casts: `full`, `linspace` (float

@@ -167,7 +167,7 @@ impl Tensor {
                 }
             };
         }
-        let t = Tensor::full(self.device(), &[], s, self.dtype)?;
+        let t = Tensor::scalar_of(self.device(), s, self.dtype)?;
         self.compare(&t, op)
     }
 
