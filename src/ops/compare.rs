@@ -151,12 +151,14 @@ impl Tensor {
     }
 
     /// [`Tensor::compare`] against a scalar (PyTorch's `x > 0.5`): the same f32 mask, shaped
-    /// like this tensor. An i32 tensor compares exactly against any `f64`, as PyTorch does: a
-    /// NaN scalar makes every relation false except `ne`; `eq` / `ne` with a scalar that has a
-    /// fraction or lies outside the i32 range are all false / all true; `lt` and `ge` compare
-    /// with `ceil(s)`, `le` and `gt` with `floor(s)`, and a bound past the i32 range (±inf
-    /// included) gives a constant mask. Float tensors compare against `s` rounded to their
-    /// dtype.
+    /// like this tensor. An i32 tensor compares exactly against any `f64`: as PyTorch does
+    /// against an integer scalar (`labels == 3`); PyTorch compares a fractional scalar in f32,
+    /// which differs from the exact answer only for values past 2^24 or a scalar within f32
+    /// rounding of an integer. A NaN scalar makes every relation false except `ne`; `eq` /
+    /// `ne` with a scalar that has a fraction or lies outside the i32 range are all false /
+    /// all true; `lt` and `ge` compare with `ceil(s)`, `le` and `gt` with `floor(s)`, and a
+    /// bound past the i32 range (±inf included) gives a constant mask. Float tensors compare
+    /// against `s` rounded to their dtype.
     pub fn compare_scalar(&self, s: f64, op: CmpOp) -> Result<Tensor> {
         if self.dtype == DType::I32 {
             return match int_scalar_bound(s, op) {
