@@ -101,7 +101,9 @@ fn drop_factor(n: u32, i: u32, j: u32) -> f32 {
     if ((p.flags & 4u) == 0u) {
         return 1.0;
     }
-    let bits = philox(vec4<u32>(j, i, n, p.ctr), vec2<u32>(p.seed_lo, p.seed_hi));
+    // Word 3's top bit tags attention's counters: shaders/random.wgsl's are (lo, hi, 0, 0),
+    // so without it the first call after a seed (ctr 0) drew the next rand's bits.
+    let bits = philox(vec4<u32>(j, i, n, p.ctr | 0x80000000u), vec2<u32>(p.seed_lo, p.seed_hi));
     return select(0.0, p.drop_scale, unit(bits.x) >= p.drop_p);
 }
 
