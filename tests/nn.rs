@@ -1207,6 +1207,19 @@ fn composed_activations_match_pytorch() {
         [0., 0., s, s, 0., 0., 0., 0.],
         "hardsigmoid",
     );
+    // The masks test x itself: just below 3, x + 3 rounds to 6 but the slope is still 1/6.
+    let below3 = Tensor::from_slice(d, &[3.0f32 - 2f32.powi(-22)], &[1])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let g = nn::Hardsigmoid
+        .forward(&below3)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert_eq!(g.get(&below3).unwrap().to_vec::<f32>().unwrap(), vec![s]);
     let h = nn::Hardtanh::default();
     same(grad(&h), [0., 0., 0., 1., 0., 0., 0., 1.], "hardtanh");
     let hv = h

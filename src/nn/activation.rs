@@ -18,7 +18,7 @@ macro_rules! parameterless {
 }
 
 /// PyTorch's `nn.Hardtanh(min_val, max_val)`: `x` clamped to `[min_val, max_val]`, with
-/// PyTorch's gradient ([`hardtanh`](crate::ops::hardtanh)): it passes strictly inside the
+/// PyTorch's gradient ([`hardtanh`](fn@crate::ops::hardtanh)): it passes strictly inside the
 /// range (and at NaN), and is 0 at the bounds, unlike [`Tensor::clamp`]'s, which passes at
 /// them.
 #[derive(Debug, Clone, Copy)]

@@ -1,8 +1,9 @@
 //! `nn.MultiheadAttention`: PyTorch's parameters (`in_proj_weight`, or `q_proj_weight` /
 //! `k_proj_weight` / `v_proj_weight` when `kdim` / `vdim` differ from `embed_dim`;
 //! `in_proj_bias`; the `out_proj` child), initialization, mask conventions and layouts. Without
-//! attention weights to return, the attention itself is the fused
-//! [`scaled_dot_product_attention`] kernel; with them, the explicit composition PyTorch writes.
+//! attention weights to return, the attention itself is [`scaled_dot_product_attention`]
+//! (the fused kernel, unless an additive mask is tracked); with them, the explicit composition
+//! PyTorch writes.
 
 use super::layers::{param, Linear};
 use super::{Forward, Module, Visitor, VisitorMut};

@@ -268,7 +268,8 @@ impl Tensor {
 impl Tensor {
     /// PyTorch's `masked_fill(mask, value)`: `value` where `mask` is true (non-zero or NaN,
     /// broadcast to this tensor's shape), this tensor elsewhere; gradients flow where the mask
-    /// is false.
+    /// is false. A `value` this dtype cannot hold is an error, as [`Tensor::full`]'s (`-1e9`
+    /// into f16: use `f64::NEG_INFINITY` or the dtype's lowest).
     ///
     /// ```ignore-wasm32
     /// # fn main() -> wgtensor::Result<()> {

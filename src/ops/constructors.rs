@@ -128,7 +128,7 @@ impl Tensor {
         Tensor::ones(self.device(), self.shape(), self.dtype)
     }
 
-    /// `value` with this tensor's shape, dtype and device.
+    /// `value` with this tensor's shape, dtype and device (errors as [`Tensor::full`]).
     pub fn full_like(&self, value: f64) -> Result<Tensor> {
         Tensor::full(self.device(), self.shape(), value, self.dtype)
     }

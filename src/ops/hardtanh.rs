@@ -13,6 +13,8 @@ struct ClipBackward {
     hi: f32,
     /// hardtanh's rule (NaN passes) or hardsigmoid's (NaN gets 0).
     nan_passes: bool,
+    /// The slope inside: 1, or hardsigmoid's 1/6.
+    scale: f64,
 }
 
 impl BackwardOp for ClipBackward {
@@ -34,7 +36,12 @@ impl BackwardOp for ClipBackward {
             (GradCode::PassAbove, GradCode::PassBelow)
         };
         let g = grad_binary(g, &self.x, above, self.lo)?;
-        Ok(vec![Some(grad_binary(&g, &self.x, below, self.hi)?)])
+        let g = grad_binary(&g, &self.x, below, self.hi)?;
+        Ok(vec![Some(if self.scale == 1.0 {
+            g
+        } else {
+            g.mul_scalar(self.scale)?
+        })])
     }
 
     fn saved(&self) -> Vec<&Tensor> {
@@ -42,8 +49,8 @@ impl BackwardOp for ClipBackward {
     }
 }
 
-/// `x` clamped to `[lo, hi]`, recorded with the gradient masks of `nan_passes`'s rule.
-fn clip(x: &Tensor, lo: f64, hi: f64, nan_passes: bool) -> Result<Tensor> {
+/// `x` clamped to `[lo, hi]`, recorded with the gradient masks of hardtanh's rule.
+fn clip(x: &Tensor, lo: f64, hi: f64) -> Result<Tensor> {
     let y = {
         let _guard = NoGradGuard::new();
         x.clamp(Some(lo), Some(hi))?
@@ -53,7 +60,8 @@ fn clip(x: &Tensor, lo: f64, hi: f64, nan_passes: bool) -> Result<Tensor> {
             x: x.detach(),
             lo: lo as f32,
             hi: hi as f32,
-            nan_passes,
+            nan_passes: true,
+            scale: 1.0,
         })
     }))
 }
@@ -81,16 +89,31 @@ pub fn hardtanh(x: &Tensor, min_val: f64, max_val: f64) -> Result<Tensor> {
             format!("max_val {max_val} must be greater than min_val {min_val}"),
         ));
     }
-    clip(x, min_val, max_val, true)
+    clip(x, min_val, max_val)
 }
 
 /// PyTorch's `F.relu6`: [`hardtanh`] over `[0, 6]`.
 pub fn relu6(x: &Tensor) -> Result<Tensor> {
-    clip(x, 0.0, 6.0, true)
+    clip(x, 0.0, 6.0)
 }
 
 /// PyTorch's `F.hardsigmoid`: `relu6(x + 3) / 6`, the gradient `1/6` where `-3 < x < 3` and
 /// 0 elsewhere (NaN included), as PyTorch's hardsigmoid_backward.
 pub fn hardsigmoid(x: &Tensor) -> Result<Tensor> {
-    clip(&x.add_scalar(3.0)?, 0.0, 6.0, false)?.div_scalar(6.0)
+    let y = {
+        let _guard = NoGradGuard::new();
+        x.add_scalar(3.0)?
+            .clamp(Some(0.0), Some(6.0))?
+            .div_scalar(6.0)?
+    };
+    // The masks test x itself against -3 and 3 (x + 3 rounds to 6 just below x = 3).
+    Ok(record(y, &[x], |_| {
+        Box::new(ClipBackward {
+            x: x.detach(),
+            lo: -3.0,
+            hi: 3.0,
+            nan_passes: false,
+            scale: 1.0 / 6.0,
+        })
+    }))
 }

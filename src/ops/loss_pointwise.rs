@@ -53,7 +53,12 @@ pub fn smooth_l1_loss(
     // unselected branch would turn an infinite d into a NaN gradient.
     let d = input.sub(target)?.abs()?;
     let m = d.min_scalar(beta)?;
-    let loss = m.mul(&m)?.mul_scalar(0.5 / beta)?.add(&d.sub(&m)?)?;
+    // (m / beta) m / 2: neither m^2 (underflow in f16) nor 0.5 / beta (inf for a tiny beta).
+    let loss = m
+        .div_scalar(beta)?
+        .mul(&m)?
+        .mul_scalar(0.5)?
+        .add(&d.sub(&m)?)?;
     reduce(loss, reduction)
 }
 
@@ -81,9 +86,10 @@ pub fn huber_loss(
     }
     // With m = min(|d|, delta): 0.5 m^2 + delta (|d| - m), as smooth_l1_loss.
     let m = d.min_scalar(delta)?;
+    // (m / 2) m: m^2 first would overflow f16 for delta past 256.
     let loss = m
-        .mul(&m)?
         .mul_scalar(0.5)?
+        .mul(&m)?
         .add(&d.sub(&m)?.mul_scalar(delta)?)?;
     reduce(loss, reduction)
 }
@@ -91,8 +97,9 @@ pub fn huber_loss(
 /// PyTorch's `binary_cross_entropy` on probabilities:
 /// `-w (y log(x) + (1 - y) log(1 - x))`, each log clamped at -100 as PyTorch's (so a
 /// probability of exactly 0 or 1 gives a finite loss), and PyTorch's gradients
-/// (`w (x - y) / max(x (1 - x), 1e-12)` for the input). `weight` rescales each element
-/// (broadcast to the input). The input should hold probabilities in [0, 1] (PyTorch checks
+/// (`w (x - y) / max(x (1 - x), 1e-12)` for the input, `-w logit(x)` for the target).
+/// `weight` rescales each element (broadcast to the input); it takes no gradient, as in
+/// PyTorch, so a tracked weight is an error. The input should hold probabilities in [0, 1] (PyTorch checks
 /// this on the device and fails; here a value outside gives NaN); for logits use
 /// [`binary_cross_entropy_with_logits`](super::binary_cross_entropy_with_logits), which is
 /// numerically stable.
@@ -107,6 +114,13 @@ pub fn binary_cross_entropy(
     if let Some(w) = weight {
         input.same_device(op, w)?;
         input.same_dtype(op, w)?;
+        if w.is_tracked() && crate::autograd::is_grad_enabled() {
+            // PyTorch: "the derivative for 'weight' is not implemented" (not a silent None).
+            return Err(Error::arg(
+                op,
+                "the weight's gradient is not implemented (as in PyTorch): pass a weight that does not require grad, or detach it",
+            ));
+        }
         let fits = broadcast_shapes(op, w.shape(), input.shape()).ok();
         if fits.as_deref() != Some(input.shape()) {
             return Err(Error::shape(
@@ -154,8 +168,8 @@ fn clamped_logs(x: &Tensor) -> Result<(Tensor, Tensor)> {
 }
 
 /// PyTorch's binary_cross_entropy_backward and its target gradient:
-/// `dx = g w (x - y) / max(x (1 - x), 1e-12)`, `dy = g w (log(1 - x) - log(x))` with the
-/// clamped logs, so both stay finite at probabilities 0 and 1.
+/// `dx = g w (x - y) / max(x (1 - x), 1e-12)` (finite at probabilities 0 and 1) and
+/// `dy = -g w logit(x)` (unclamped, as PyTorch's: infinite there).
 struct BceBackward {
     x: Tensor,
     y: Tensor,
@@ -185,8 +199,9 @@ impl BackwardOp for BceBackward {
             None
         };
         let dy = if needs.get(1) == Some(&true) {
-            let (log_x, log_1mx) = clamped_logs(x)?;
-            Some(gw.mul(&log_1mx.sub(&log_x)?)?)
+            // -logit(x), unclamped as PyTorch's (+-inf at probabilities 0 and 1).
+            let log_1mx = x.scalar_op(ScalarOp::RSub, 1.0)?.log()?;
+            Some(gw.mul(&log_1mx.sub(&x.log()?)?)?)
         } else {
             None
         };

@@ -526,7 +526,7 @@ mod native {
             "{gv:?}"
         );
         // PyTorch's formula at the ends: (p - q) / max(p (1 - p), 1e-12), and the target's
-        // gradient log(1 - p) - log(p) with the logs clamped at -100.
+        // gradient -logit(p), unclamped (infinite at 0 and 1) as PyTorch's.
         let p = super::t(&[0.0, 1.0, 0.25], &[3]).requires_grad().unwrap();
         let q = super::t(&[1.0, 0.0, 0.5], &[3]).requires_grad().unwrap();
         let g = binary_cross_entropy(&p, &q, None, Reduction::Sum)
@@ -539,10 +539,15 @@ mod native {
             "{gp:?}"
         );
         let gq = g.get(&q).unwrap().to_vec::<f32>().unwrap();
-        let want = [100.0, -100.0, (0.75f32).ln() - (0.25f32).ln()];
-        for (a, b) in gq.iter().zip(want) {
-            assert!((a - b).abs() < 1e-4, "{gq:?}");
-        }
+        assert_eq!((gq[0], gq[1]), (f32::INFINITY, f32::NEG_INFINITY), "{gq:?}");
+        assert!(
+            (gq[2] - ((0.75f32).ln() - (0.25f32).ln())).abs() < 1e-5,
+            "{gq:?}"
+        );
+        // A weight that requires grad is refused, as PyTorch's missing derivative.
+        let w = super::t(&[1.0, 2.0, 3.0], &[3]).requires_grad().unwrap();
+        let e = binary_cross_entropy(&p, &q, Some(&w), Reduction::Sum).unwrap_err();
+        assert!(e.to_string().starts_with("binary_cross_entropy"), "{e}");
         // Outside [0, 1] the loss is NaN, never a finite wrong value.
         let bad = super::t(&[1.5, -0.5], &[2]);
         let l = binary_cross_entropy(&bad, &super::t(&[1.0, 0.0], &[2]), None, Reduction::None);

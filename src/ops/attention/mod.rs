@@ -5,7 +5,8 @@
 //! query row). The backward recomputes the scores from that log-sum-exp: one pass over query
 //! blocks for dQ, one over key blocks for dK and dV, each summing in a fixed order (no
 //! atomics), so gradients are deterministic. [`mod@reference`] is the plain composition of
-//! `matmul` and `softmax`, kept as the test oracle.
+//! `matmul` and `softmax`: the test oracle, and the path of a call whose additive mask is
+//! tracked (its gradient needs the scores).
 
 pub(crate) mod kernel;
 mod plan;
@@ -59,7 +60,7 @@ pub struct SdpaOptions<'a> {
 /// leading dims broadcast. f32 or f16 (computed in f32). A query row whose keys are all masked
 /// gives zeros (as PyTorch's math backend does), an empty key sequence gives zeros, and a NaN
 /// makes its row NaN. Tracked by autograd for `q`, `k` and `v` (a fused, deterministic
-/// backward).
+/// backward), and for a tracked additive mask (see [`AttnMask::Additive`]).
 ///
 /// ```no_run,ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {

@@ -8,7 +8,8 @@ pub struct MaxPool2dOptions {
     pub kernel_size: [usize; 2],
     /// Step between windows; `None` is the kernel size (PyTorch's default).
     pub stride: Option<[usize; 2]>,
-    /// Implicit `-inf` padding on both sides of each axis (at most half the effective kernel).
+    /// Implicit `-inf` padding on both sides of each axis (at most half the kernel size, as
+    /// PyTorch checks it, also with dilation).
     pub padding: [usize; 2],
     /// Spacing between window taps.
     pub dilation: [usize; 2],
