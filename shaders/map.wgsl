@@ -51,8 +51,8 @@ fn apply(v: f32, s: f32) -> f32 {
         case OP_NEG: { return -v; }
         case OP_ABS: { return abs(v); }
         case OP_EXP: { return exp(v); }
-        case OP_LOG: { return log(v); }
-        case OP_SQRT: { return sqrt(v); }
+        case OP_LOG: { return log_f(v); }
+        case OP_SQRT: { return sqrt_f(v); }
         case OP_RELU: { return relu_f(v); }
         case OP_SIGMOID: { return sigmoid_f(v); }
         case OP_TANH: { return tanh_f(v); }

@@ -36,6 +36,26 @@ fn relu_f(v: f32) -> f32 {
     return select(max(v, 0.0), v, isnan_f(v));
 }
 
+// log and sqrt outside their domains: WGSL leaves log(0), log(x < 0) and sqrt(x < 0)
+// undefined (SwiftShader's log(0) is -88, not -inf), so the map ops spell out PyTorch's
+// -inf and NaN. The constants are built at run time (WGSL constants cannot hold them).
+fn log_f(v: f32) -> f32 {
+    let inf = bitcast<f32>(0x7f800000u | (bitcast<u32>(v) & 0u));
+    let nan = bitcast<f32>(0x7fc00000u | (bitcast<u32>(v) & 0u));
+    if (v == 0.0) {
+        return -inf;
+    }
+    if (v < 0.0) {
+        return nan;
+    }
+    return select(log(v), inf, v == inf);
+}
+
+fn sqrt_f(v: f32) -> f32 {
+    let nan = bitcast<f32>(0x7fc00000u | (bitcast<u32>(v) & 0u));
+    return select(sqrt(v), nan, v < 0.0);
+}
+
 // PyTorch's pow, C99's special values: x^0 = 1 and 1^e = 1 (NaN included), (-1)^(+-inf) = 1,
 // a negative base with an integer exponent keeps its sign rule, with a fractional one it is
 // NaN, and (-inf)^e is +-0 or +-inf by e's sign and parity; WGSL's pow leaves x <= 0

@@ -147,13 +147,14 @@ async fn softmax_and_index_ops_f32() {
 async fn losses_f32() {
     init_devices().await;
     losses::mse().await;
+    losses::log_and_sqrt_outside_their_domains().await;
     losses::pointwise_losses().await;
     losses::bce_with_logits().await;
     losses::cross_entropy_with_probability_targets().await;
     losses::cross_entropy_class_indices_match_pytorch_with_gradients().await;
     losses::nll_loss_ignore_index_weights_and_errors().await;
     console_log!(
-        "losses_f32: mse, bce_with_logits, cross_entropy (probabilities, indices), nll_loss"
+        "losses_f32: mse, log / sqrt domains, pointwise losses, bce_with_logits, cross_entropy (probabilities, indices), nll_loss"
     );
 }
 

@@ -479,8 +479,31 @@ pub(crate) async fn pointwise_losses() {
         .starts_with("binary_cross_entropy"));
 }
 
+/// log and sqrt outside their domains as PyTorch gives them on every backend (WGSL leaves
+/// them undefined; SwiftShader's log(0) was -88, which broke binary_cross_entropy's clamp):
+/// log(+-0) = -inf, log(x < 0) = NaN, log(inf) = inf; sqrt(x < 0) = NaN, sqrt(-0) = -0.
+pub(crate) async fn log_and_sqrt_outside_their_domains() {
+    let x = t(
+        &[0.0, -0.0, -1.0, f32::INFINITY, f32::NEG_INFINITY, 1.0],
+        &[6],
+    );
+    let l = vals(&x.log().unwrap()).await;
+    assert_eq!(&l[..2], &[f64::NEG_INFINITY; 2], "{l:?}");
+    assert!(l[2].is_nan() && l[4].is_nan(), "{l:?}");
+    assert_eq!((l[3], l[5]), (f64::INFINITY, 0.0), "{l:?}");
+    let r = vals(&x.sqrt().unwrap()).await;
+    assert_eq!((r[0], r[3], r[5]), (0.0, f64::INFINITY, 1.0), "{r:?}");
+    assert!(r[1] == 0.0 && r[1].is_sign_negative(), "{r:?}");
+    assert!(r[2].is_nan() && r[4].is_nan(), "{r:?}");
+}
+
 #[cfg(not(target_arch = "wasm32"))]
 mod native {
+    #[test]
+    fn log_and_sqrt_outside_their_domains() {
+        pollster::block_on(super::log_and_sqrt_outside_their_domains());
+    }
+
     use wgtensor::ops::{binary_cross_entropy, huber_loss, l1_loss, smooth_l1_loss, Reduction};
 
     #[test]
