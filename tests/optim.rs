@@ -847,3 +847,148 @@ fn load_state_is_atomic_and_private() {
         assert_eq!(adam.step_counts(), &[1]);
     }
 }
+
+/// The schedulers against PyTorch's lr_scheduler values (written out from its formulas):
+/// epoch 0 set at construction, one step per epoch, every group from its own initial rate;
+/// argument errors as PyTorch's.
+#[test]
+fn lr_schedulers_follow_pytorch() {
+    use wgtensor::optim::{LrScheduler, Schedule};
+    let lrs = |s: Schedule, epochs: u64| {
+        let mut opt = Sgd::new(
+            vec![leaf(&[1.0])],
+            SgdOptions {
+                lr: 0.1,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        opt.add_param_group(ParamGroup::new(vec![leaf(&[2.0])]).lr(1.0))
+            .unwrap();
+        let mut sched = LrScheduler::new(&mut opt, s).unwrap();
+        let mut out = vec![(opt.group_lr(0).unwrap(), opt.group_lr(1).unwrap())];
+        for _ in 0..epochs {
+            sched.step(&mut opt).unwrap();
+            out.push((opt.group_lr(0).unwrap(), opt.group_lr(1).unwrap()));
+            assert_eq!(
+                sched.last_lr(),
+                [out.last().unwrap().0, out.last().unwrap().1]
+            );
+        }
+        assert_eq!(sched.epoch(), epochs);
+        assert_eq!(sched.base_lrs(), [0.1, 1.0]);
+        out
+    };
+    let check = |got: Vec<(f64, f64)>, want: &[f64], what: &str| {
+        for (e, ((a, b), w)) in got.iter().zip(want).enumerate() {
+            assert!(
+                (a - 0.1 * w).abs() < 1e-12 && (b - w).abs() < 1e-12,
+                "{what} epoch {e}: {a} {b} vs {w}"
+            );
+        }
+    };
+    // StepLR(step_size=2, gamma=0.5): 1, 1, .5, .5, .25
+    check(
+        lrs(
+            Schedule::Step {
+                step_size: 2,
+                gamma: 0.5,
+            },
+            4,
+        ),
+        &[1.0, 1.0, 0.5, 0.5, 0.25],
+        "step",
+    );
+    // MultiStepLR([1, 3, 3], 0.1): a repeated milestone counts twice.
+    check(
+        lrs(
+            Schedule::MultiStep {
+                milestones: vec![1, 3, 3],
+                gamma: 0.1,
+            },
+            4,
+        ),
+        &[1.0, 0.1, 0.1, 0.001, 0.001],
+        "multistep",
+    );
+    check(
+        lrs(Schedule::Exponential { gamma: 0.9 }, 3),
+        &[1.0, 0.9, 0.81, 0.729],
+        "exponential",
+    );
+    // CosineAnnealingLR(T_max=4, eta_min=0): (1 + cos(pi e / 4)) / 2.
+    let cos: Vec<f64> = (0..=4)
+        .map(|e| (1.0 + (std::f64::consts::PI * e as f64 / 4.0).cos()) / 2.0)
+        .collect();
+    check(
+        lrs(
+            Schedule::CosineAnnealing {
+                t_max: 4,
+                eta_min: 0.0,
+            },
+            4,
+        ),
+        &cos,
+        "cosine",
+    );
+    // LinearLR(1/3, 1, total_iters=3): factor 1/3 at once, then up to 1 and held.
+    let third = 1.0 / 3.0;
+    check(
+        lrs(
+            Schedule::Linear {
+                start_factor: third,
+                end_factor: 1.0,
+                total_iters: 3,
+            },
+            4,
+        ),
+        &[third, third + 2.0 / 9.0, third + 4.0 / 9.0, 1.0, 1.0],
+        "linear",
+    );
+    check(
+        lrs(Schedule::Lambda(|e| 1.0 / (e + 1) as f64), 2),
+        &[1.0, 0.5, 1.0 / 3.0],
+        "lambda",
+    );
+    // PyTorch's argument errors.
+    let mut opt = Adam::new(vec![leaf(&[1.0])], AdamOptions::default()).unwrap();
+    for bad in [
+        Schedule::Linear {
+            start_factor: 0.0,
+            end_factor: 1.0,
+            total_iters: 5,
+        },
+        Schedule::Linear {
+            start_factor: 0.5,
+            end_factor: 1.5,
+            total_iters: 5,
+        },
+        Schedule::CosineAnnealing {
+            t_max: 0,
+            eta_min: 0.0,
+        },
+        Schedule::Step {
+            step_size: 0,
+            gamma: 0.1,
+        },
+        Schedule::Exponential { gamma: f64::NAN },
+    ] {
+        let e = LrScheduler::new(&mut opt, bad.clone())
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("lr_scheduler"), "{bad:?}: {e}");
+    }
+    assert_eq!(opt.lr(), 1e-3, "a refused scheduler changes nothing");
+    // Adam works the same; a group added later is an error naming both counts.
+    let mut sched = LrScheduler::new(&mut opt, Schedule::Exponential { gamma: 0.5 }).unwrap();
+    sched.step(&mut opt).unwrap();
+    assert!((opt.lr() - 5e-4).abs() < 1e-15);
+    opt.add_param_group(ParamGroup::new(vec![leaf(&[3.0])]))
+        .unwrap();
+    let e = sched.step(&mut opt).unwrap_err().to_string();
+    assert!(
+        e.contains("2 parameter groups") && e.contains("made for 1"),
+        "{e}"
+    );
+    assert_eq!(sched.epoch(), 1, "a refused step does not advance");
+}

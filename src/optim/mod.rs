@@ -1,7 +1,9 @@
 //! Optimizers with PyTorch's update math (`torch.optim.SGD`, `Adam`, `AdamW`): each step updates
 //! every parameter in place on the device with one fused dispatch (shaders/optim.wgsl), no host
 //! round trip; the state (momentum buffers, moment estimates, step counts) lives on the device
-//! and can be saved and loaded. [`clip_grad_norm`] scales gradients on the device too.
+//! and can be saved and loaded. [`clip_grad_norm`] scales gradients on the device too, and
+//! [`LrScheduler`] sets the groups' learning rates epoch by epoch (PyTorch's
+//! `lr_scheduler` classes, [`Schedule`]).
 //!
 //! ```no_run,ignore-wasm32
 //! # fn main() -> wgtensor::Result<()> {
@@ -55,6 +57,7 @@
 mod clip;
 mod kernel;
 mod params;
+mod schedule;
 
 #[doc(hidden)]
 pub use clip::clip_grad_norm;
@@ -66,6 +69,7 @@ use kernel::{
 pub use kernel::{optim_variants, params_layout};
 use params::{check_hyper, GroupOpts, ParamSet};
 pub use params::{IntoParams, ParamGroup};
+pub use schedule::{LrGroups, LrScheduler, Schedule};
 
 use crate::{DType, Device, Error, Grads, Result, Tensor};
 
@@ -151,6 +155,19 @@ macro_rules! group_accessors {
             /// The weight decay of group `g`.
             pub fn group_weight_decay(&self, g: usize) -> Option<f64> {
                 self.set.groups.get(g).map(|o| o.weight_decay)
+            }
+        }
+
+        /// The groups' learning rates, for [`LrScheduler`].
+        impl LrGroups for $opt {
+            fn lr_groups(&self) -> usize {
+                self.num_groups()
+            }
+            fn lr_of(&self, g: usize) -> Option<f64> {
+                self.group_lr(g)
+            }
+            fn set_lr_of(&mut self, g: usize, lr: f64) -> Result<()> {
+                self.set_group_lr(g, lr)
             }
         }
     };

@@ -1,0 +1,245 @@
+//! Learning-rate schedulers, PyTorch's `torch.optim.lr_scheduler` classes in closed form: each
+//! keeps the groups' initial learning rates (`base_lrs`) and an epoch count, and
+//! [`LrScheduler::step`] sets every group's rate for the next epoch. A scheduler does not hold
+//! its optimizer (a Rust borrow would forbid the optimizer's own steps in between): it is
+//! given the optimizer at construction and at each step, as PyTorch's loop calls
+//! `optimizer.step()` then `scheduler.step()`.
+
+use crate::{Error, Result};
+
+/// An optimizer whose groups' learning rates a scheduler sets ([`super::Sgd`],
+/// [`super::Adam`]).
+pub trait LrGroups {
+    /// The number of parameter groups.
+    fn lr_groups(&self) -> usize;
+    /// The learning rate of group `g`.
+    fn lr_of(&self, g: usize) -> Option<f64>;
+    /// Sets the learning rate of group `g`.
+    fn set_lr_of(&mut self, g: usize, lr: f64) -> Result<()>;
+}
+
+/// How the learning rate follows the epoch `e`, relative to each group's initial rate `base`
+/// (PyTorch's scheduler classes and their arguments).
+#[derive(Debug, Clone)]
+pub enum Schedule {
+    /// `StepLR(step_size, gamma)`: `base * gamma^(e / step_size)` (integer division).
+    Step {
+        /// Epochs between decays (at least 1).
+        step_size: u64,
+        /// The decay factor (PyTorch's default 0.1).
+        gamma: f64,
+    },
+    /// `MultiStepLR(milestones, gamma)`: `base * gamma^(milestones reached by e)`; a milestone
+    /// given twice counts twice, as in PyTorch.
+    MultiStep {
+        /// The epochs at which the rate decays.
+        milestones: Vec<u64>,
+        /// The decay factor (PyTorch's default 0.1).
+        gamma: f64,
+    },
+    /// `ExponentialLR(gamma)`: `base * gamma^e`.
+    Exponential {
+        /// The decay factor per epoch.
+        gamma: f64,
+    },
+    /// `CosineAnnealingLR(T_max, eta_min)`:
+    /// `eta_min + (base - eta_min) (1 + cos(pi e / T_max)) / 2`.
+    CosineAnnealing {
+        /// Epochs of the half period (at least 1).
+        t_max: u64,
+        /// The lowest rate (PyTorch's default 0).
+        eta_min: f64,
+    },
+    /// `LinearLR(start_factor, end_factor, total_iters)`: `base` times a factor going
+    /// linearly from `start_factor` to `end_factor` over `total_iters` epochs, then held.
+    Linear {
+        /// The factor at epoch 0, in (0, 1] (PyTorch's default 1/3).
+        start_factor: f64,
+        /// The factor from `total_iters` on, in [0, 1] (PyTorch's default 1).
+        end_factor: f64,
+        /// Epochs of the ramp (PyTorch's default 5).
+        total_iters: u64,
+    },
+    /// `LambdaLR(lr_lambda)`: `base * f(e)`.
+    Lambda(fn(u64) -> f64),
+}
+
+impl Schedule {
+    /// The factor or rate for `base` at epoch `e`.
+    fn lr(&self, base: f64, e: u64) -> f64 {
+        match self {
+            Schedule::Step { step_size, gamma } => base * gamma.powf((e / step_size) as f64),
+            Schedule::MultiStep { milestones, gamma } => {
+                let reached = milestones.iter().filter(|&&m| m <= e).count();
+                base * gamma.powf(reached as f64)
+            }
+            Schedule::Exponential { gamma } => base * gamma.powf(e as f64),
+            Schedule::CosineAnnealing { t_max, eta_min } => {
+                let c = (std::f64::consts::PI * e as f64 / *t_max as f64).cos();
+                eta_min + (base - eta_min) * (1.0 + c) / 2.0
+            }
+            Schedule::Linear {
+                start_factor,
+                end_factor,
+                total_iters,
+            } => {
+                let t = e.min(*total_iters) as f64 / *total_iters as f64;
+                base * (start_factor + (end_factor - start_factor) * t)
+            }
+            Schedule::Lambda(f) => base * f(e),
+        }
+    }
+
+    /// PyTorch's argument checks.
+    fn check(&self) -> Result<()> {
+        let op = "lr_scheduler";
+        let finite = |name: &str, v: f64| {
+            if v.is_finite() {
+                Ok(())
+            } else {
+                Err(Error::arg(op, format!("{name} must be finite, got {v}")))
+            }
+        };
+        match self {
+            Schedule::Step { step_size, gamma } => {
+                if *step_size == 0 {
+                    return Err(Error::arg(op, "step_size must be at least 1, got 0"));
+                }
+                finite("gamma", *gamma)
+            }
+            Schedule::MultiStep { gamma, .. } | Schedule::Exponential { gamma } => {
+                finite("gamma", *gamma)
+            }
+            Schedule::CosineAnnealing { t_max, eta_min } => {
+                if *t_max == 0 {
+                    return Err(Error::arg(op, "T_max must be at least 1, got 0"));
+                }
+                finite("eta_min", *eta_min)
+            }
+            Schedule::Linear {
+                start_factor,
+                end_factor,
+                total_iters,
+            } => {
+                if !(*start_factor > 0.0 && *start_factor <= 1.0) {
+                    return Err(Error::arg(
+                        op,
+                        format!(
+                            "Starting multiplicative factor expected to be greater than 0 and \
+                             less or equal to 1, got {start_factor}"
+                        ),
+                    ));
+                }
+                if !(0.0..=1.0).contains(end_factor) {
+                    return Err(Error::arg(
+                        op,
+                        format!(
+                            "Ending multiplicative factor expected to be between 0 and 1, got \
+                             {end_factor}"
+                        ),
+                    ));
+                }
+                if *total_iters == 0 {
+                    return Err(Error::arg(op, "total_iters must be at least 1, got 0"));
+                }
+                Ok(())
+            }
+            Schedule::Lambda(_) => Ok(()),
+        }
+    }
+}
+
+/// A learning-rate scheduler over an optimizer's groups (PyTorch's `LRScheduler`).
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::optim::{LrScheduler, Schedule, Sgd, SgdOptions};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let w = Tensor::zeros(&dev, &[3], DType::F32)?.requires_grad()?;
+/// let mut opt = Sgd::new(vec![w], SgdOptions { lr: 0.1, ..Default::default() })?;
+/// let mut sched = LrScheduler::new(&mut opt, Schedule::Step { step_size: 2, gamma: 0.5 })?;
+/// for _epoch in 0..4 {
+///     // ... opt.step(&grads)? for each batch ...
+///     sched.step(&mut opt)?;
+/// }
+/// assert!((opt.lr() - 0.025).abs() < 1e-12); // 0.1 * 0.5^(4 / 2)
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct LrScheduler {
+    schedule: Schedule,
+    base: Vec<f64>,
+    epoch: u64,
+    last: Vec<f64>,
+}
+
+impl LrScheduler {
+    /// Takes the groups' current rates as their initial ones and sets epoch 0's (PyTorch's
+    /// constructor: `LinearLR` starts at `start_factor` times the rate at once). Errors for
+    /// arguments PyTorch refuses.
+    pub fn new(opt: &mut impl LrGroups, schedule: Schedule) -> Result<LrScheduler> {
+        schedule.check()?;
+        let base = (0..opt.lr_groups())
+            .map(|g| opt.lr_of(g).unwrap_or(0.0))
+            .collect();
+        let mut s = LrScheduler {
+            schedule,
+            base,
+            epoch: 0,
+            last: Vec::new(),
+        };
+        s.apply(opt)?;
+        Ok(s)
+    }
+
+    /// Advances one epoch and sets every group's rate for it (PyTorch's `scheduler.step()`).
+    /// Errors when the optimizer has a different number of groups than at construction.
+    pub fn step(&mut self, opt: &mut impl LrGroups) -> Result<()> {
+        self.check_groups(opt)?;
+        self.epoch += 1;
+        self.apply(opt)
+    }
+
+    fn check_groups(&self, opt: &impl LrGroups) -> Result<()> {
+        if opt.lr_groups() != self.base.len() {
+            return Err(Error::arg(
+                "lr_scheduler",
+                format!(
+                    "the optimizer has {} parameter groups, the scheduler was made for {}",
+                    opt.lr_groups(),
+                    self.base.len()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, opt: &mut impl LrGroups) -> Result<()> {
+        let lrs: Vec<f64> = self
+            .base
+            .iter()
+            .map(|&b| self.schedule.lr(b, self.epoch))
+            .collect();
+        for (g, &lr) in lrs.iter().enumerate() {
+            opt.set_lr_of(g, lr)?;
+        }
+        self.last = lrs;
+        Ok(())
+    }
+
+    /// The rates the last step set, one per group (PyTorch's `get_last_lr()`).
+    pub fn last_lr(&self) -> &[f64] {
+        &self.last
+    }
+
+    /// The epochs stepped (PyTorch's `last_epoch`).
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The groups' initial rates (PyTorch's `base_lrs`).
+    pub fn base_lrs(&self) -> &[f64] {
+        &self.base
+    }
+}
