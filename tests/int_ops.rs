@@ -718,3 +718,28 @@ fn i32_compare_scalar_is_exact() {
     let x = tf(&[16777216.0, 1.0], &[2]);
     assert_eq!(f(&x.eq_scalar(16777217.0).unwrap()), vec![1.0, 0.0]);
 }
+
+/// PyTorch's result_type for mixed dtypes: a 0-d tensor against one with dims takes the
+/// latter's dtype within one category (f16 x == 0-d f32 compares in f16, as x == 0.1 does),
+/// and a float of either shape beats i32.
+#[test]
+fn mixed_dtypes_follow_result_type() {
+    let d = dev();
+    let s = Tensor::from_slice(d, &[0.1f32], &[]).unwrap();
+    let xi = ti(&[0, 1], &[2]);
+    // i32 with dims against a 0-d f32: compared in f32.
+    assert_eq!(f(&xi.lt(&s).unwrap()), vec![1.0, 0.0]);
+    let m = ti(&[1, 0], &[2]);
+    assert_eq!(m.where_cond(&xi, &s).unwrap().dtype(), DType::F32);
+    if d.supports_f16() {
+        let xh = Tensor::from_slice(d, &[f16::from_f32(0.1), f16::from_f32(0.5)], &[2]).unwrap();
+        // 0.1 rounded to f16 equals x[0] in f16; in f32 it would not.
+        assert_eq!(f(&xh.eq(&s).unwrap()), vec![1.0, 0.0]);
+        assert_eq!(f(&s.eq(&xh).unwrap()), vec![1.0, 0.0]);
+        let w = m.where_cond(&xh, &s).unwrap();
+        assert_eq!(w.dtype(), DType::F16);
+        // Both with dims: f32 wins, as before.
+        let xf = tf(&[0.1, 0.5], &[2]);
+        assert_eq!(m.where_cond(&xh, &xf).unwrap().dtype(), DType::F32);
+    }
+}

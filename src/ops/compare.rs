@@ -110,7 +110,8 @@ fn grid(op: &'static str, t: &Tensor, n: usize) -> Result<[u32; 3]> {
 impl Tensor {
     /// The mask of `self (op) other` with broadcasting: an f32 tensor of 1.0 / 0.0 (see the
     /// module docs of [`compare`](crate::ops::compare)). Tensors of different dtypes compare
-    /// after PyTorch's promotion (i32 < f16 < f32). Never tracked by autograd (a mask has no
+    /// after PyTorch's promotion (i32 < f16 < f32; a 0-d operand takes the other's dtype
+    /// when both are floats or both i32, as PyTorch's `result_type`). Never tracked by autograd (a mask has no
     /// gradient).
     ///
     /// ```ignore-wasm32
@@ -127,7 +128,7 @@ impl Tensor {
         let name = op.name();
         self.same_device(name, other)?;
         if self.dtype != other.dtype {
-            let dt = promote(self.dtype, other.dtype);
+            let dt = result_type(self, other);
             return self.to_dtype(dt)?.compare(&other.to_dtype(dt)?, op);
         }
         let shape = broadcast_shapes(name, self.shape(), other.shape())?;
@@ -235,7 +236,7 @@ impl Tensor {
     /// PyTorch's `torch.where(self, on_true, on_false)`: `on_true` where this condition is
     /// true (non-zero or NaN), else `on_false`, all three broadcast together. The condition may
     /// have any dtype; the result has the promoted dtype of `on_true` and `on_false` (i32 <
-    /// f16 < f32, as PyTorch promotes). Gradients flow to `on_true` where the condition holds and to `on_false` elsewhere.
+    /// f16 < f32, a 0-d side taking the other's dtype within one kind, as PyTorch promotes). Gradients flow to `on_true` where the condition holds and to `on_false` elsewhere.
     ///
     /// ```ignore-wasm32
     /// # fn main() -> wgtensor::Result<()> {
@@ -251,7 +252,7 @@ impl Tensor {
         if on_true.dtype != on_false.dtype {
             // Promote through the tracked cast, so each side's gradient comes back in its
             // own dtype.
-            let dt = promote(on_true.dtype, on_false.dtype);
+            let dt = result_type(on_true, on_false);
             return self.where_cond(&on_true.to_dtype(dt)?, &on_false.to_dtype(dt)?);
         }
         let out = where_forward(self, on_true, on_false)?;
@@ -303,6 +304,18 @@ pub fn where_cond(cond: &Tensor, on_true: &Tensor, on_false: &Tensor) -> Result<
     cond.where_cond(on_true, on_false)
 }
 
+/// PyTorch's `result_type` of two tensors: a 0-d tensor against one with dims gives the
+/// latter's dtype when both are of one category (f16 `x == torch.tensor(0.1)` compares in
+/// f16), else [`promote`] (a float of either kind beats i32).
+fn result_type(a: &Tensor, b: &Tensor) -> DType {
+    let same_kind = a.dtype.is_float() == b.dtype.is_float();
+    match (a.rank() == 0, b.rank() == 0) {
+        (true, false) if same_kind => b.dtype,
+        (false, true) if same_kind => a.dtype,
+        _ => promote(a.dtype, b.dtype),
+    }
+}
+
 /// PyTorch's type promotion among the stored dtypes: any float beats i32, f32 beats f16.
 fn promote(a: DType, b: DType) -> DType {
     match (a, b) {
@@ -317,7 +330,7 @@ fn where_forward(cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     a.same_device(name, b)?;
     a.same_device(name, cond)?;
     if a.dtype != b.dtype {
-        let dt = promote(a.dtype, b.dtype);
+        let dt = result_type(a, b);
         return where_forward(cond, &a.to_dtype(dt)?, &b.to_dtype(dt)?);
     }
     let ab = broadcast_shapes(name, a.shape(), b.shape())?;
