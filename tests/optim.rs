@@ -992,3 +992,22 @@ fn lr_schedulers_follow_pytorch() {
     );
     assert_eq!(sched.epoch(), 1, "a refused step does not advance");
 }
+
+/// PyTorch's clip_grad_value_: every element clamped into [-v, v], NaN kept, f16 too.
+#[test]
+fn clip_grad_value_clamps_each_element() {
+    use wgtensor::optim::clip_grad_value;
+    let a = Tensor::from_slice(dev(), &[3.0f32, -0.5, -4.0, f32::NAN], &[4]).unwrap();
+    let b = Tensor::from_slice(dev(), &[0.25f32, 9.0], &[2]).unwrap();
+    let c = clip_grad_value(&[&a, &b], 1.0).unwrap();
+    let ca = vals(&c[0]);
+    assert_eq!(&ca[..3], &[1.0, -0.5, -1.0]);
+    assert!(ca[3].is_nan());
+    assert_eq!(vals(&c[1]), vec![0.25, 1.0]);
+    if dev().supports_f16() {
+        let h = b.to_dtype(DType::F16).unwrap();
+        let c = clip_grad_value(&[&h], 0.5).unwrap();
+        assert_eq!(c[0].dtype(), DType::F16);
+        assert_eq!(vals(&c[0].to_dtype(DType::F32).unwrap()), vec![0.25, 0.5]);
+    }
+}

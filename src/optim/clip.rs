@@ -1,4 +1,4 @@
-//! Gradient clipping by the joint L2 norm, composed from existing ops.
+//! Gradient clipping by the joint L2 norm or by value, composed from existing ops.
 
 use super::params::check_hyper;
 use crate::ops::map::ScalarOp;
@@ -50,4 +50,25 @@ pub fn clip_grad_norm(grads: &[&Tensor], max_norm: f64) -> Result<(Vec<Tensor>, 
         .map(|g| g.mul(&coef.to_dtype(g.dtype())?))
         .collect::<Result<Vec<_>>>()?;
     Ok((clipped, norm))
+}
+
+/// Clamps every gradient element into `[-clip_value, clip_value]` (PyTorch's
+/// `clip_grad_value_`), returning the new gradients; NaN stays NaN, and any `clip_value`
+/// clamps as PyTorch's `clamp(-v, v)` would (a negative one gives `v` everywhere).
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::{Device, Tensor};
+/// use wgtensor::optim::clip_grad_value;
+/// let dev = Device::new()?;
+/// let g = Tensor::from_slice(&dev, &[3.0f32, -0.5, -4.0], &[3])?;
+/// let c = clip_grad_value(&[&g], 1.0)?;
+/// assert_eq!(c[0].to_vec::<f32>()?, vec![1.0, -0.5, -1.0]);
+/// # Ok(()) }
+/// ```
+pub fn clip_grad_value(grads: &[&Tensor], clip_value: f64) -> Result<Vec<Tensor>> {
+    grads
+        .iter()
+        .map(|g| g.clamp(Some(-clip_value), Some(clip_value)))
+        .collect()
 }

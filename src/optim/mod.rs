@@ -59,13 +59,13 @@ mod kernel;
 mod params;
 mod schedule;
 
-#[doc(hidden)]
-pub use clip::clip_grad_norm;
+pub use clip::{clip_grad_norm, clip_grad_value};
 pub(crate) use kernel::FAMILY;
 use kernel::{
     check_grid, launch, packed, private_copy, warm, OptimParams, Spares, FLAG_AMSGRAD,
     FLAG_DECOUPLED, FLAG_FIRST, FLAG_MAXIMIZE, FLAG_MOMENTUM, FLAG_NESTEROV, OPT_ADAM, OPT_SGD,
 };
+#[doc(hidden)]
 pub use kernel::{optim_variants, params_layout};
 use params::{check_hyper, GroupOpts, ParamSet};
 pub use params::{IntoParams, ParamGroup};
