@@ -1,6 +1,7 @@
 // Strided copies: `copy_into` writes a strided source into a strided region of the output
 // (cat, stack, and writing one view into another); `pad` writes a padded copy of a strided
-// input, the padding filled with a constant, reflected or replicated (PyTorch's modes).
+// input, the padding filled with a constant, reflected, replicated or wrapped around
+// (PyTorch's modes).
 // Coordinates are decoded once per element from the shared logical shape.
 
 struct Params {
@@ -84,6 +85,9 @@ fn pad(@builtin(workgroup_id) wid: vec3<u32>,
                 s = m;
             } else if (MODE == PAD_REPLICATE) {
                 s = clamp(s, 0, len - 1);
+            } else if (MODE == PAD_CIRCULAR) {
+                // Wrapped once at most (the host checks each pad against len).
+                s = select(s - len, s + len, s < 0);
             } else {
                 inside = false;
             }

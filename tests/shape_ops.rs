@@ -123,6 +123,7 @@ fn pad_ref(
                         s = if s < 0 { -s } else { 2 * (len - 1) - s };
                     }
                     PadMode::Replicate => s = s.clamp(0, len - 1),
+                    PadMode::Circular => s = s.rem_euclid(len),
                     PadMode::Constant => inside = false,
                 }
             }
@@ -141,7 +142,12 @@ proptest! {
     fn pad_matches_pytorch(
         shape in proptest::collection::vec(1usize..5, 1..4),
         pads in proptest::collection::vec(0usize..4, 1..4),
-        mode in prop_oneof![Just(PadMode::Constant), Just(PadMode::Reflect), Just(PadMode::Replicate)],
+        mode in prop_oneof![
+            Just(PadMode::Constant),
+            Just(PadMode::Reflect),
+            Just(PadMode::Replicate),
+            Just(PadMode::Circular),
+        ],
         transposed in any::<bool>(),
     ) {
         let pairs = (pads.len()).min(shape.len());
@@ -161,8 +167,12 @@ proptest! {
             let len = shape[shape.len() - 1 - i];
             p[0] < len && p[1] < len
         });
+        let circular_ok = pads.chunks(2).enumerate().all(|(i, p)| {
+            let len = shape[shape.len() - 1 - i];
+            p[0] <= len && p[1] <= len
+        });
         let got = pad(&x, &pads, mode, -7.5);
-        if mode == PadMode::Reflect && !reflect_ok {
+        if (mode == PadMode::Reflect && !reflect_ok) || (mode == PadMode::Circular && !circular_ok) {
             let e = got.unwrap_err();
             prop_assert!(e.to_string().starts_with("pad:"), "{}", e);
             return Ok(());
@@ -185,6 +195,16 @@ fn pad_errors() {
     assert!(
         e.to_string()
             .contains("less than the corresponding input dimension"),
+        "{e}"
+    );
+    // Circular padding wraps once at most: a pad of the dim's size is fine, past it an error.
+    assert_eq!(
+        pad(&x, &[3, 3], PadMode::Circular, 0.0).unwrap().shape(),
+        &[2, 9]
+    );
+    let e = pad(&x, &[4, 0], PadMode::Circular, 0.0).unwrap_err();
+    assert!(
+        e.to_string().contains("wrapping around more than once"),
         "{e}"
     );
 }
@@ -307,7 +327,7 @@ fn client_errors_and_layer_context() {
     assert_eq!(e.root(), &inner);
 }
 
-/// Reflect and replicate padding are differentiable: the gradient sums every output
+/// Reflect, replicate and circular padding are differentiable: the gradient sums every output
 /// position's gradient into the input position it copied (PyTorch's backward).
 #[test]
 fn reflect_and_replicate_pad_gradients() {
@@ -317,10 +337,11 @@ fn reflect_and_replicate_pad_gradients() {
         (match mode {
             PadMode::Reflect if j < 0 => -j,
             PadMode::Reflect if j > last => 2 * last - j,
+            PadMode::Circular => j.rem_euclid(len as i64),
             _ => j.clamp(0, last),
         }) as usize
     }
-    for mode in [PadMode::Reflect, PadMode::Replicate] {
+    for mode in [PadMode::Reflect, PadMode::Replicate, PadMode::Circular] {
         let (h, w) = (4usize, 5usize);
         let (l, r, t, b) = (2usize, 1usize, 1usize, 3usize.min(h - 1));
         let x = ramp(&[2, h, w], 0.0).0.requires_grad().unwrap();

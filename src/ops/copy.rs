@@ -14,10 +14,12 @@ const SRC: &str = include_str!("../../shaders/copy.wgsl");
 const PAD_CONSTANT: u32 = 0;
 const PAD_REFLECT: u32 = 1;
 const PAD_REPLICATE: u32 = 2;
+const PAD_CIRCULAR: u32 = 3;
 const COPY_DEFS: &[(&str, u32)] = &[
     ("PAD_CONSTANT", PAD_CONSTANT),
     ("PAD_REFLECT", PAD_REFLECT),
     ("PAD_REPLICATE", PAD_REPLICATE),
+    ("PAD_CIRCULAR", PAD_CIRCULAR),
 ];
 
 static COPY_INTO: Kernel =
@@ -56,6 +58,9 @@ pub enum PadMode {
     Reflect,
     /// The edge value repeated.
     Replicate,
+    /// The input wrapped around (PyTorch's `"circular"`: `[1, 2, 3]` padded by 2 on the
+    /// left: `[2, 3, 1, 2, 3]`); each pad at most its dim's size.
+    Circular,
 }
 
 /// Copies `src` into the region `dst` (a view of a contiguous output with the same shape).
@@ -276,6 +281,7 @@ fn pad_source(mode: PadMode, o: usize, left: usize, len: usize) -> usize {
     let s = match mode {
         PadMode::Reflect if j < 0 => -j,
         PadMode::Reflect if j > last => 2 * last - j,
+        PadMode::Circular => j.rem_euclid(len as i64),
         _ => j.clamp(0, last),
     };
     s as usize
@@ -350,6 +356,18 @@ fn pad_untracked(x: &Tensor, pads: &[usize], mode: PadMode, value: f64) -> Resul
                     ),
                 ))
             }
+            PadMode::Circular if pair[0] > len || pair[1] > len => {
+                return Err(Error::arg(
+                    op,
+                    format!(
+                        "Padding value causes wrapping around more than once: padding ({}, \
+                         {}) at dimension {d} of input {:?}",
+                        pair[0],
+                        pair[1],
+                        x.shape()
+                    ),
+                ))
+            }
             PadMode::Replicate if len == 0 && pair[0] + pair[1] > 0 => {
                 return Err(Error::arg(
                     op,
@@ -374,6 +392,7 @@ fn pad_untracked(x: &Tensor, pads: &[usize], mode: PadMode, value: f64) -> Resul
         PadMode::Constant => PAD_CONSTANT,
         PadMode::Reflect => PAD_REFLECT,
         PadMode::Replicate => PAD_REPLICATE,
+        PadMode::Circular => PAD_CIRCULAR,
     };
     let params = CopyParams {
         numel: n as u32,
