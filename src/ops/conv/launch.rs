@@ -105,11 +105,12 @@ pub(crate) fn run(
         let (pw, _) = ConvParams::new(&Geom { n, ..*g }, dir);
         grid(op, dev, &pw, &pl, g.groups, pl.splits).is_ok()
     };
-    let grid_n = if dir == Direction::Weight || g.n == 0 || fit(g.n) {
+    let whole = grid(op, dev, &p, &pl, g.groups, pl.splits);
+    let grid_n = if dir == Direction::Weight || g.n == 0 || whole.is_ok() {
         g.n
     } else if !fit(1) {
-        // One sample alone passes it: the error names the grid.
-        return grid(op, dev, &p, &pl, g.groups, pl.splits).map(drop);
+        // One sample alone passes it: the error names the whole grid.
+        return whole.map(drop);
     } else {
         // The largest fitting count (fit is monotone in n), by bisection.
         let (mut lo, mut hi) = (1, g.n);
