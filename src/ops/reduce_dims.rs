@@ -99,6 +99,9 @@ impl Tensor {
     /// averages every element.
     pub fn mean_dims(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
         let ds = self.reduction_dims("mean", dims)?;
+        if self.rank() == 0 {
+            return self.mean(0, keepdim);
+        }
         if let [d] = ds[..] {
             // One dim: the reduction divides in f32 before its store.
             return self.mean(d as isize, keepdim);
