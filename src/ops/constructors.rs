@@ -57,21 +57,21 @@ impl Tensor {
         }
         // Refused before the host vector is built: its size is the caller's.
         crate::tensor::check_new_shape(device, op, &[n as usize], dtype)?;
-        let v: Vec<f64> = if dtype == DType::I32 {
-            // PyTorch's integer arange: the count from the float bounds, the values from the
-            // start and step cast to integers first (arange(-3, 3, 1.5) is -3, -2, -1, 0),
-            // and a step that casts to 0 is refused there.
-            let (s0, st) = (start.trunc(), step.trunc());
-            if st == 0.0 {
-                return Err(Error::arg(
-                    op,
-                    format!("step {step} must be nonzero once cast to an integer"),
-                ));
-            }
-            (0..n as usize).map(|i| s0 + i as f64 * st).collect()
+        // PyTorch's integer arange: the count from the float bounds, the values from the
+        // start and step cast to integers first (arange(-3, 3, 1.5) is -3, -2, -1, 0), and a
+        // step that casts to 0 is refused there.
+        let (s0, st) = if dtype == DType::I32 {
+            (start.trunc(), step.trunc())
         } else {
-            (0..n as usize).map(|i| start + i as f64 * step).collect()
+            (start, step)
         };
+        if st == 0.0 {
+            return Err(Error::arg(
+                op,
+                format!("step {step} must be nonzero once cast to an integer"),
+            ));
+        }
+        let v: Vec<f64> = (0..n as usize).map(|i| s0 + i as f64 * st).collect();
         upload(device, &v, &[v.len()], dtype)
     }
 

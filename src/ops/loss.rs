@@ -140,15 +140,7 @@ pub fn cross_entropy_probs(
             "input must have a class dim, got a scalar",
         ));
     }
-    if !(0.0..=1.0).contains(&o.label_smoothing) {
-        return Err(Error::arg(
-            op,
-            format!(
-                "label_smoothing must be in [0, 1], got {}",
-                o.label_smoothing
-            ),
-        ));
-    }
+    o.check_label_smoothing(op)?;
     let cdim = if input.rank() == 1 { 0 } else { 1 };
     let c = input.shape()[cdim];
     let logp = input.log_softmax(cdim as isize)?;

@@ -1,7 +1,7 @@
 //! [`Reduction`] and [`CrossEntropyOptions`], shared by the composed losses (loss.rs) and the
 //! fused NLL kernel (nll.rs), which loss.rs's `cross_entropy` calls down to.
 
-use crate::Tensor;
+use crate::{Error, Result, Tensor};
 
 /// How a loss reduces its per-element values (PyTorch's `reduction=`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -31,6 +31,22 @@ pub struct CrossEntropyOptions<'a> {
     /// summed weights of the counted targets; for probability targets it is the mean over
     /// samples, as PyTorch's.
     pub reduction: Reduction,
+}
+
+impl CrossEntropyOptions<'_> {
+    /// PyTorch's check, for class indices and probabilities alike.
+    pub(crate) fn check_label_smoothing(&self, op: &'static str) -> Result<()> {
+        if !(0.0..=1.0).contains(&self.label_smoothing) {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "label_smoothing must be in [0, 1], got {}",
+                    self.label_smoothing
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Default for CrossEntropyOptions<'_> {

@@ -295,15 +295,7 @@ pub(crate) fn cross_entropy_indices(
 ) -> Result<Tensor> {
     let op = "cross_entropy";
     check(op, input, target, o.weight)?;
-    if !(0.0..=1.0).contains(&o.label_smoothing) {
-        return Err(Error::arg(
-            op,
-            format!(
-                "label_smoothing must be in [0, 1], got {}",
-                o.label_smoothing
-            ),
-        ));
-    }
+    o.check_label_smoothing(op)?;
     let cdim: isize = if input.rank() == 1 { 0 } else { 1 };
     let logp = input.log_softmax(cdim)?;
     let (nll, aux, pr) = nll_parts(op, &logp, target, o.weight, o.ignore_index)?;
