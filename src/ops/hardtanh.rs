@@ -7,22 +7,21 @@ use crate::autograd::{record, BackwardOp, NoGradGuard};
 use crate::ops::grad_kernel::{grad_binary, GradCode};
 use crate::{Error, Result, Tensor};
 
+/// The backward of both: `g` where `lo < x < hi`, 0 elsewhere, with hardtanh's NaN rule
+/// (passes) or hardsigmoid's (0, and the slope 1/6 inside).
 struct ClipBackward {
     x: Tensor,
     lo: f32,
     hi: f32,
-    /// hardtanh's rule (NaN passes) or hardsigmoid's (NaN gets 0).
-    nan_passes: bool,
-    /// The slope inside: 1, or hardsigmoid's 1/6.
-    scale: f64,
+    hardsigmoid: bool,
 }
 
 impl BackwardOp for ClipBackward {
     fn name(&self) -> &'static str {
-        if self.nan_passes {
-            "hardtanh"
-        } else {
+        if self.hardsigmoid {
             "hardsigmoid"
+        } else {
+            "hardtanh"
         }
     }
 
@@ -30,17 +29,17 @@ impl BackwardOp for ClipBackward {
         let Some(g) = grads.first().and_then(Option::as_ref) else {
             return Ok(vec![None]);
         };
-        let (above, below) = if self.nan_passes {
-            (GradCode::PassAboveOrNan, GradCode::PassBelowOrNan)
-        } else {
+        let (above, below) = if self.hardsigmoid {
             (GradCode::PassAbove, GradCode::PassBelow)
+        } else {
+            (GradCode::PassAboveOrNan, GradCode::PassBelowOrNan)
         };
         let g = grad_binary(g, &self.x, above, self.lo)?;
         let g = grad_binary(&g, &self.x, below, self.hi)?;
-        Ok(vec![Some(if self.scale == 1.0 {
-            g
+        Ok(vec![Some(if self.hardsigmoid {
+            g.mul_scalar(1.0 / 6.0)?
         } else {
-            g.mul_scalar(self.scale)?
+            g
         })])
     }
 
@@ -49,21 +48,25 @@ impl BackwardOp for ClipBackward {
     }
 }
 
+/// `y`, computed from `x` untracked, recorded with [`ClipBackward`]'s masks over `(lo, hi)`.
+fn record_clip(x: &Tensor, y: Tensor, lo: f64, hi: f64, hardsigmoid: bool) -> Tensor {
+    record(y, &[x], |_| {
+        Box::new(ClipBackward {
+            x: x.detach(),
+            lo: lo as f32,
+            hi: hi as f32,
+            hardsigmoid,
+        })
+    })
+}
+
 /// `x` clamped to `[lo, hi]`, recorded with the gradient masks of hardtanh's rule.
 fn clip(x: &Tensor, lo: f64, hi: f64) -> Result<Tensor> {
     let y = {
         let _guard = NoGradGuard::new();
         x.clamp(Some(lo), Some(hi))?
     };
-    Ok(record(y, &[x], |_| {
-        Box::new(ClipBackward {
-            x: x.detach(),
-            lo: lo as f32,
-            hi: hi as f32,
-            nan_passes: true,
-            scale: 1.0,
-        })
-    }))
+    Ok(record_clip(x, y, lo, hi, false))
 }
 
 /// PyTorch's `F.hardtanh(x, min_val, max_val)`: `x` clamped to `[min_val, max_val]`, the
@@ -107,13 +110,5 @@ pub fn hardsigmoid(x: &Tensor) -> Result<Tensor> {
             .div_scalar(6.0)?
     };
     // The masks test x itself against -3 and 3 (x + 3 rounds to 6 just below x = 3).
-    Ok(record(y, &[x], |_| {
-        Box::new(ClipBackward {
-            x: x.detach(),
-            lo: -3.0,
-            hi: 3.0,
-            nan_passes: false,
-            scale: 1.0 / 6.0,
-        })
-    }))
+    Ok(record_clip(x, y, -3.0, 3.0, true))
 }
