@@ -330,7 +330,8 @@ fn conv1d_conv_transpose2d_and_embedding_layers() {
     let emb = nn::Embedding::new(dev(), 50, 8, Some(-1)).unwrap();
     assert_eq!(emb.padding_idx, Some(49));
     let w = vals(&emb.weight);
-    assert!(w[49 * 8..].iter().all(|&v| v == 0.0));
+    // +0.0 as PyTorch's fill, never -0.0.
+    assert!(w[49 * 8..].iter().all(|&v| v.to_bits() == 0));
     let mean = w.iter().map(|&v| v as f64).sum::<f64>() / (49.0 * 8.0);
     assert!(mean.abs() < 0.3, "N(0, 1) init: mean {mean}");
     let ids = Tensor::from_slice(dev(), &[3i32, 49, 3, 10], &[2, 2]).unwrap();
@@ -347,6 +348,119 @@ fn conv1d_conv_transpose2d_and_embedding_layers() {
     assert!(gw[49 * 8..].iter().all(|&v| v == 0.0), "the padding row");
     assert_eq!(emb.state_dict()[0].0, "weight");
     assert!(nn::Embedding::new(dev(), 5, 2, Some(5)).is_err());
+}
+
+/// PyTorch's unbatched convolution input (`[C, L]`, `[C, H, W]`): the layers and the ops give
+/// the batch-of-one result without its batch dim, and the input's gradient has the input's
+/// shape and the batched gradient's values.
+#[test]
+fn conv_layers_take_unbatched_input() {
+    use wgtensor::ops::conv_transpose1d;
+    let cfg = nn::Conv2dConfig {
+        padding: 1,
+        groups: 2,
+        ..Default::default()
+    };
+    let c1 = nn::Conv1d::new(dev(), 4, 6, 3, cfg).unwrap();
+    let c2 = nn::Conv2d::new(dev(), 4, 6, 3, cfg).unwrap();
+    let ct = nn::ConvTranspose2d::new(
+        dev(),
+        4,
+        6,
+        3,
+        nn::ConvTranspose2dConfig {
+            stride: 2,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let wt1 = wgtensor::ops::randn(dev(), &[4, 3, 2], DType::F32).unwrap();
+    let t1 = |x: &Tensor| conv_transpose1d(x, &wt1, None, &Default::default());
+    type Case<'a> = (
+        &'a dyn Fn(&Tensor) -> wgtensor::Result<Tensor>,
+        &'a [usize],
+        &'a [usize],
+    );
+    let cases: [Case; 4] = [
+        (&|x| c1.forward(x), &[4, 7], &[6, 7]),
+        (&|x| c2.forward(x), &[4, 5, 6], &[6, 5, 6]),
+        (&|x| ct.forward(x), &[4, 3, 2], &[6, 7, 5]),
+        (&t1, &[4, 5], &[3, 6]),
+    ];
+    for (f, shape, out) in cases {
+        let x = wgtensor::ops::randn(dev(), shape, DType::F32)
+            .unwrap()
+            .requires_grad()
+            .unwrap();
+        let y = f(&x).unwrap();
+        assert_eq!(y.shape(), out, "input {shape:?}");
+        let xb = x.detach().unsqueeze(0).unwrap().requires_grad().unwrap();
+        let yb = f(&xb).unwrap();
+        assert_eq!(&yb.shape()[1..], out);
+        assert_eq!(vals(&y), vals(&yb), "input {shape:?}");
+        let w = wgtensor::ops::randn(dev(), out, DType::F32).unwrap();
+        let g = y.mul(&w).unwrap().sum_all().unwrap().backward().unwrap();
+        let gb = yb
+            .mul(&w.unsqueeze(0).unwrap())
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        let (gx, gxb) = (g.get(&x).unwrap(), gb.get(&xb).unwrap());
+        assert_eq!(gx.shape(), shape);
+        assert_eq!(vals(gx), vals(gxb), "input {shape:?}");
+    }
+    // Neither batched nor unbatched.
+    let e = c2
+        .forward(&Tensor::zeros(dev(), &[4, 5], DType::F32).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("3-D [C, H, W]") && e.contains("[4, 5]"), "{e}");
+}
+
+/// Construction refuses what PyTorch's constructors refuse: an RNN with hidden_size or
+/// num_layers 0, attention with embed_dim or num_heads 0.
+#[test]
+fn zero_sizes_are_refused_at_construction() {
+    for (h, layers, what) in [(0, 1, "hidden_size"), (4, 0, "num_layers")] {
+        let c = nn::RnnConfig {
+            num_layers: layers,
+            ..Default::default()
+        };
+        for e in [
+            nn::Lstm::new(dev(), 3, h, c).unwrap_err(),
+            nn::Gru::new(dev(), 3, h, c).unwrap_err(),
+        ] {
+            let e = e.to_string();
+            assert!(e.contains(what) && e.contains("greater than zero"), "{e}");
+        }
+    }
+    for (e, h) in [(0, 1), (4, 0)] {
+        let err = nn::MultiheadAttention::new(dev(), e, h, Default::default())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("must be greater than 0"), "{err}");
+    }
+}
+
+/// A Sequential's layer error names the layer's type: a boxed layer by its contents, LSTM and
+/// GRU (one Rust type) by PyTorch's class names.
+#[test]
+fn sequential_errors_name_boxed_and_recurrent_layers() {
+    let lin: Box<dyn Forward> = Box::new(nn::Linear::new(dev(), 4, 2, true).unwrap());
+    let seq = nn::Sequential::new().push(nn::ReLU).push(lin);
+    let bad = Tensor::zeros(dev(), &[2, 3], DType::F32).unwrap();
+    let e = seq.forward(&bad).unwrap_err().to_string();
+    assert!(e.starts_with("1 (Linear):"), "{e}");
+    let seq = nn::Sequential::new()
+        .push(nn::Lstm::new(dev(), 4, 2, Default::default()).unwrap())
+        .push(nn::Gru::new(dev(), 4, 2, Default::default()).unwrap());
+    let e = seq.forward(&bad).unwrap_err().to_string();
+    assert!(e.starts_with("0 (LSTM):"), "{e}");
+    let x = Tensor::zeros(dev(), &[5, 1, 4], DType::F32).unwrap();
+    let e = seq.forward(&x).unwrap_err().to_string();
+    assert!(e.starts_with("1 (GRU):"), "{e}");
 }
 
 /// PyTorch's `dropout` between stacked RNN layers: only in training, never after the last
@@ -1084,15 +1198,19 @@ fn pytorch_constructor_arguments() {
         names,
         ["running_mean", "running_var", "num_batches_tracked"]
     );
-    assert!(nn::BatchNorm1d::with_config(
-        d,
-        3,
-        nn::BatchNormConfig {
-            eps: 0.0,
-            ..Default::default()
-        }
-    )
-    .is_err());
+    // eps 0 is PyTorch's to allow; a negative or infinite one is refused under the layer's
+    // own name.
+    let eps = |eps: f64| nn::BatchNormConfig {
+        eps,
+        ..Default::default()
+    };
+    assert!(nn::BatchNorm1d::with_config(d, 3, eps(0.0)).is_ok());
+    for bad in [-1e-5, f64::INFINITY, f64::NAN] {
+        let e = nn::BatchNorm1d::with_config(d, 3, eps(bad)).unwrap_err();
+        assert!(e.to_string().starts_with("BatchNorm1d:"), "{e}");
+    }
+    let e = nn::BatchNorm2d::with_config(d, 3, eps(-1.0)).unwrap_err();
+    assert!(e.to_string().starts_with("BatchNorm2d:"), "{e}");
 
     let x = Tensor::ones(d, &[1, 1, 4, 4], DType::F32).unwrap();
     assert_eq!(

@@ -158,7 +158,13 @@ impl MultiheadAttention {
         num_heads: usize,
         c: MultiheadAttentionConfig,
     ) -> Result<MultiheadAttention> {
-        if num_heads == 0 || !embed_dim.is_multiple_of(num_heads) {
+        if embed_dim == 0 || num_heads == 0 {
+            return Err(Error::arg(
+                OP,
+                format!("embed_dim and num_heads must be greater than 0, got embed_dim {embed_dim} and num_heads {num_heads}"),
+            ));
+        }
+        if !embed_dim.is_multiple_of(num_heads) {
             return Err(Error::arg(
                 OP,
                 format!("embed_dim must be divisible by num_heads, got embed_dim {embed_dim} and num_heads {num_heads}"),

@@ -64,11 +64,22 @@ impl BatchNorm2d {
 
     /// PyTorch's `nn.BatchNorm2d(channels, eps, momentum, affine)`.
     pub fn with_config(dev: &Device, channels: usize, c: BatchNormConfig) -> Result<BatchNorm2d> {
-        let op = "BatchNorm2d";
-        if !(c.eps.is_finite() && c.eps > 0.0) {
+        Self::build("BatchNorm2d", dev, channels, c)
+    }
+
+    /// [`BatchNorm2d::with_config`] with the layer's name for its errors. eps may be 0, as
+    /// in PyTorch (and [`crate::ops::batch_norm_train`]): a constant channel then divides by
+    /// zero, which is the caller's choice.
+    fn build(
+        op: &'static str,
+        dev: &Device,
+        channels: usize,
+        c: BatchNormConfig,
+    ) -> Result<BatchNorm2d> {
+        if !((c.eps as f32).is_finite() && c.eps >= 0.0) {
             return Err(Error::arg(
                 op,
-                format!("eps must be positive, got {}", c.eps),
+                format!("eps must be finite (in f32) and >= 0, got {}", c.eps),
             ));
         }
         if c.momentum.is_some_and(|m| !m.is_finite()) {
@@ -172,7 +183,7 @@ impl BatchNorm1d {
     pub fn with_config(dev: &Device, channels: usize, c: BatchNormConfig) -> Result<BatchNorm1d> {
         Ok(BatchNorm1d(BatchNorm2d {
             rank: 3,
-            ..BatchNorm2d::with_config(dev, channels, c)?
+            ..BatchNorm2d::build("BatchNorm1d", dev, channels, c)?
         }))
     }
 

@@ -16,8 +16,6 @@ trait Layer: Forward {
     fn as_module_mut(&mut self) -> &mut dyn Module;
     fn as_any(&self) -> &dyn Any;
     fn as_any_mut(&mut self) -> &mut dyn Any;
-    /// The layer's type name without its path (`Linear`), for error messages.
-    fn type_name(&self) -> &'static str;
 }
 
 impl<T: Forward + 'static> Layer for T {
@@ -38,11 +36,6 @@ impl<T: Forward + 'static> Layer for T {
     }
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
-    }
-    fn type_name(&self) -> &'static str {
-        let full = std::any::type_name::<T>();
-        let base = full.split('<').next().unwrap_or(full);
-        base.rsplit("::").next().unwrap_or(base)
     }
 }
 
@@ -172,7 +165,7 @@ impl Forward for Sequential {
         for (i, l) in self.layers.iter().enumerate() {
             y = l
                 .forward(&y)
-                .map_err(|e| e.in_layer(&i.to_string(), (**l).type_name()))?;
+                .map_err(|e| e.in_layer(&i.to_string(), l.layer_name()))?;
         }
         Ok(y)
     }

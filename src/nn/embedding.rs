@@ -58,9 +58,11 @@ impl Embedding {
         };
         let mut w = normal(dev, &[num_embeddings, embedding_dim], 0.0, 1.0, DType::F32)?;
         if let Some(p) = padding_idx {
-            let mut keep = vec![1.0f32; num_embeddings];
-            keep[p as usize] = 0.0;
-            w = w.mul(&Tensor::from_slice(dev, &keep, &[num_embeddings, 1])?)?;
+            // A fill, as PyTorch's `fill_(0)`: multiplying by 0 would leave -0.0 where the
+            // sample was negative.
+            let mut pad = vec![0i32; num_embeddings];
+            pad[p as usize] = 1;
+            w = w.masked_fill(&Tensor::from_slice(dev, &pad, &[num_embeddings, 1])?, 0.0)?;
         }
         Ok(Embedding {
             weight: param(w)?,

@@ -103,6 +103,16 @@ pub trait Module {
         collect(self, true, true)
     }
 
+    /// The module's name in layer errors ([`Error::Layer`](crate::Error::Layer), which
+    /// [`Sequential`](super::Sequential) raises): by default its type's name without path or
+    /// generics (`Linear`); LSTM and GRU, one type, say `LSTM` / `GRU`; a `Box` gives its
+    /// contents' name.
+    fn layer_name(&self) -> &'static str {
+        let full = std::any::type_name::<Self>();
+        let base = full.split('<').next().unwrap_or(full);
+        base.rsplit("::").next().unwrap_or(base)
+    }
+
     /// The number of parameter elements.
     fn num_parameters(&self) -> usize {
         self.named_parameters().iter().map(|(_, t)| t.numel()).sum()
@@ -405,6 +415,9 @@ impl<M: Module + ?Sized> Module for Box<M> {
     }
     fn visit_mut(&mut self, visitor: &mut dyn VisitorMut) {
         (**self).visit_mut(visitor)
+    }
+    fn layer_name(&self) -> &'static str {
+        (**self).layer_name()
     }
 }
 

@@ -66,6 +66,15 @@ impl Recurrent {
                 ),
             ));
         }
+        // PyTorch's RNNBase refuses both at construction.
+        for (name, v) in [("hidden_size", hidden_size), ("num_layers", c.num_layers)] {
+            if v == 0 {
+                return Err(crate::Error::arg(
+                    "RNN",
+                    format!("{name} must be greater than zero, got 0"),
+                ));
+            }
+        }
         let d = if c.bidirectional { 2 } else { 1 };
         // Sizes are the caller's: bounded before any product (empty layers, hidden_size 0,
         // would otherwise let num_layers run a loop for ever).
@@ -84,11 +93,7 @@ impl Recurrent {
                 format!("hidden_size {hidden_size} overflows the gate count"),
             )
         })?;
-        let k = if hidden_size > 0 {
-            1.0 / (hidden_size as f64).sqrt()
-        } else {
-            0.0
-        };
+        let k = 1.0 / (hidden_size as f64).sqrt();
         let mut weights = Vec::new();
         let mut params = Vec::new();
         for l in 0..c.num_layers {
@@ -198,6 +203,12 @@ impl Module for Recurrent {
     }
     fn visit_mut(&mut self, v: &mut dyn VisitorMut) {
         v.training(&mut self.training);
+    }
+    fn layer_name(&self) -> &'static str {
+        match self.rnn.kind {
+            RnnKind::Lstm => "LSTM",
+            RnnKind::Gru => "GRU",
+        }
     }
 }
 

@@ -98,7 +98,7 @@ fn layer_sizes() {
         num_layers: HUGE,
         ..Default::default()
     };
-    refused(nn::Gru::new(dev(), 1, 0, deep), "RNN");
+    refused(nn::Gru::new(dev(), 1, 1, deep), "RNN");
     refused(
         MultiheadAttention::new(dev(), HUGE, 1, Default::default()),
         "MultiheadAttention",

@@ -493,8 +493,14 @@ fn bias_must_match_the_output_channels() {
 #[test]
 fn wrong_rank() {
     let o = Conv2dOptions::default();
-    let e = err(conv2d(&t(&[2, 3, 8]), &t(&[4, 3, 3, 3]), None, &o));
-    check(&e, FWD, true, &["input must be 4-D", "[2, 3, 8]"]);
+    // 3-D is PyTorch's unbatched input; 2-D is neither.
+    let e = err(conv2d(&t(&[3, 8]), &t(&[4, 3, 3, 3]), None, &o));
+    check(
+        &e,
+        FWD,
+        true,
+        &["input must be 4-D [N, C, H, W] or 3-D [C, H, W]", "[3, 8]"],
+    );
     let e = err(conv2d(&t(&[2, 3, 8, 8]), &t(&[4, 3, 3]), None, &o));
     check(&e, FWD, true, &["weight must be 4-D", "[4, 3, 3]"]);
     let e = err(conv1d(

@@ -73,7 +73,7 @@ fn no_activation(op: &'static str, act: Activation) -> Result<()> {
 }
 
 /// 2-D convolution `act(conv(x, w) + bias)`: x `[N, C, H, W]`, w `[O, C/groups, kH, kW]`,
-/// bias `[O]` -> `[N, O, OH, OW]`.
+/// bias `[O]` -> `[N, O, OH, OW]`; an unbatched x `[C, H, W]` gives `[O, OH, OW]`.
 ///
 /// PyTorch's `F.conv2d` (a cross-correlation, as there) with a fused activation;
 /// `OH = (H + top + bottom - dilation * (kH - 1) - 1) / stride + 1`, likewise OW. x and w
@@ -107,7 +107,44 @@ fn no_activation(op: &'static str, act: Activation) -> Result<()> {
 /// # Ok(()) }
 /// ```
 pub fn conv2d(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, o: &Conv2dOptions) -> Result<Tensor> {
-    forward("conv2d", x, w, bias, o)
+    let op = "conv2d";
+    batched(op, x, Spatial::Two, |x| forward(op, x, w, bias, o))
+}
+
+/// The spatial rank of a convolution, for its input's shape rules.
+#[derive(Clone, Copy)]
+enum Spatial {
+    One,
+    Two,
+}
+
+/// Runs `f` on `x` as PyTorch's convolutions take their input: batched (`[N, C, H, W]`,
+/// `[N, C, L]`) as it is, unbatched (`[C, H, W]`, `[C, L]`) as a batch of one whose batch dim
+/// the result drops again (views both ways, so the gradient flows through).
+fn batched(
+    op: &'static str,
+    x: &Tensor,
+    spatial: Spatial,
+    f: impl FnOnce(&Tensor) -> Result<Tensor>,
+) -> Result<Tensor> {
+    let (rank, layout, unbatched) = match spatial {
+        Spatial::One => (3, "[N, C, L]", "[C, L]"),
+        Spatial::Two => (4, "[N, C, H, W]", "[C, H, W]"),
+    };
+    if x.rank() == rank {
+        f(x)
+    } else if x.rank() + 1 == rank {
+        f(&x.unsqueeze(0)?)?.squeeze(0)
+    } else {
+        Err(Error::shape(
+            op,
+            format!(
+                "input must be {rank}-D {layout} or {}-D {unbatched} (unbatched), got shape {:?}",
+                rank - 1,
+                x.shape()
+            ),
+        ))
+    }
 }
 
 /// The untracked forward of [`conv2d`] (grad.rs records it).
@@ -129,7 +166,8 @@ fn forward_untracked(
     Ok(out)
 }
 
-/// 1-D convolution: x `[N, C, L]`, w `[O, C/groups, K]`, bias `[O]` -> `[N, O, OL]`.
+/// 1-D convolution: x `[N, C, L]`, w `[O, C/groups, K]`, bias `[O]` -> `[N, O, OL]`; an
+/// unbatched x `[C, L]` gives `[O, OL]`.
 ///
 /// PyTorch's `F.conv1d` with a fused activation: [`conv2d`] with a height of 1, so it shares
 /// its kernels, output-size rule and errors.
@@ -153,14 +191,16 @@ fn forward_untracked(
 /// ```
 pub fn conv1d(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, o: &Conv1dOptions) -> Result<Tensor> {
     let op = "conv1d";
-    let y = forward(
-        op,
-        &as_4d(op, x, "input")?,
-        &as_4d(op, w, "weight")?,
-        bias,
-        &o.to_2d(),
-    )?;
-    squeeze_h(&y)
+    batched(op, x, Spatial::One, |x| {
+        let y = forward(
+            op,
+            &as_4d(op, x, "input")?,
+            &as_4d(op, w, "weight")?,
+            bias,
+            &o.to_2d(),
+        )?;
+        squeeze_h(&y)
+    })
 }
 
 /// `act(0 + bias)` over `shape` `[N, C, H, W]`: the result of a convolution that sums no terms.
@@ -291,7 +331,8 @@ pub fn conv1d_backward_input(
 
 /// PyTorch `conv_transpose2d`: x `[N, C_in, H, W]`, w `[C_in, C_out/groups, kH, kW]`, bias
 /// `[C_out]` -> `[N, C_out, (H-1)*s - pad + d*(k-1) + output_padding + 1, ...]`. The same kernel
-/// as the data gradient of a convolution from C_out to C_in channels.
+/// as the data gradient of a convolution from C_out to C_in channels. An unbatched x
+/// `[C_in, H, W]` gives `[C_out, OH, OW]`.
 ///
 /// `pad` is the sum of the two sides' [`Padding`]. Errors as [`conv2d`], plus
 /// [`Error::InvalidArgument`] for an `output_padding` not below its stride or dilation.
@@ -318,7 +359,8 @@ pub fn conv_transpose2d(
     bias: Option<&Tensor>,
     o: &ConvTranspose2dOptions,
 ) -> Result<Tensor> {
-    transpose_impl("conv_transpose2d", x, w, bias, o)
+    let op = "conv_transpose2d";
+    batched(op, x, Spatial::Two, |x| transpose_impl(op, x, w, bias, o))
 }
 
 /// The untracked forward of [`conv_transpose2d`] (grad.rs records it).
@@ -395,7 +437,8 @@ fn transpose_untracked(
     data_grad(op, x, w, [out_h, out_w], bias, &conv, false)
 }
 
-/// PyTorch `conv_transpose1d`: x `[N, C_in, L]`, w `[C_in, C_out/groups, K]`.
+/// PyTorch `conv_transpose1d`: x `[N, C_in, L]` (or unbatched `[C_in, L]`), w
+/// `[C_in, C_out/groups, K]`.
 pub fn conv_transpose1d(
     x: &Tensor,
     w: &Tensor,
@@ -403,14 +446,16 @@ pub fn conv_transpose1d(
     o: &ConvTranspose1dOptions,
 ) -> Result<Tensor> {
     let op = "conv_transpose1d";
-    let y = transpose_impl(
-        op,
-        &as_4d(op, x, "input")?,
-        &as_4d(op, w, "weight")?,
-        bias,
-        &o.to_2d(),
-    )?;
-    squeeze_h(&y)
+    batched(op, x, Spatial::One, |x| {
+        let y = transpose_impl(
+            op,
+            &as_4d(op, x, "input")?,
+            &as_4d(op, w, "weight")?,
+            bias,
+            &o.to_2d(),
+        )?;
+        squeeze_h(&y)
+    })
 }
 
 /// Weight gradient of [`conv2d`]: dW `[O, C/groups, kH, kW]` from dy `[N, O, OH, OW]` and the
