@@ -2,8 +2,9 @@
 // packed [rows, len] tensor (a row is one normalization group: the trailing normalized_shape of
 // layer / RMS norm, the C / G channels times the plane of one group of group norm), then applies
 // a per-channel affine. One workgroup per row; statistics in f32, two passes over the row
-// (mean, then the mean of squared deviations; RMS norm takes mean = 0), each a fixed-order
-// workgroup tree reduction, so results are deterministic. Needs no lib.
+// (mean, of the values less the row's first, then the mean of squared deviations; RMS norm
+// takes mean = 0), each a fixed-order workgroup tree reduction, so results are deterministic.
+// Needs no lib.
 //
 // The weight index of element i of row r is ((r % groups) * len + i) / inner: layer / RMS norm
 // have groups = inner = 1 (the weight spans the row); group norm has groups = G and inner = the
@@ -117,6 +118,18 @@ fn is_rms() -> bool {
     return (p.flags & 4u) != 0u;
 }
 
+// The value the mean pass subtracts before summing (the first of the `len` values at `at`; 0
+// for RMS norm, dead rows and empty ones): the sum of x - pivot is exactly 0 for a constant row,
+// so its mean is the value itself and it normalizes to the bias, as PyTorch's Welford means do
+// (a plain f32 sum is off by a few ulps there, which rstd ~ 1 / sqrt(eps) magnifies), and a
+// row near the f32 maximum sums no overflow.
+fn row_pivot(live: bool, at: u32, len: u32) -> f32 {
+    if (!live || len == 0u || is_rms()) {
+        return 0.0;
+    }
+    return f32(x[at]);
+}
+
 @compute @workgroup_size(WG)
 fn norm_fwd(@builtin(workgroup_id) wid: vec3<u32>,
             @builtin(num_workgroups) nwg: vec3<u32>,
@@ -127,12 +140,13 @@ fn norm_fwd(@builtin(workgroup_id) wid: vec3<u32>,
     let base = r * p.len;
     let n = f32(p.len);
     var s = 0.0;
+    let pivot = row_pivot(live, base, p.len);
     if (live && !is_rms()) {
         for (var i = lid; i < p.len; i += WG) {
-            s += f32(x[base + i]);
+            s += f32(x[base + i]) - pivot;
         }
     }
-    let mean = reduce2(lid, vec2<f32>(s, 0.0)).x / n;
+    let mean = pivot + reduce2(lid, vec2<f32>(s, 0.0)).x / n;
     var q = 0.0;
     if (live) {
         for (var i = lid; i < p.len; i += WG) {
@@ -226,12 +240,13 @@ fn norm_fwd_rows(@builtin(workgroup_id) wid: vec3<u32>,
     let base = r * p.len;
     let n = f32(p.len);
     var s = 0.0;
+    let pivot = row_pivot(true, base, p.len);
     if (!is_rms()) {
         for (var i = 0u; i < p.len; i++) {
-            s += f32(x[base + i]);
+            s += f32(x[base + i]) - pivot;
         }
     }
-    let mean = s / n;
+    let mean = pivot + s / n;
     var q = 0.0;
     for (var i = 0u; i < p.len; i++) {
         let d = f32(x[base + i]) - mean;
@@ -310,12 +325,13 @@ fn norm_fwd_part(@builtin(workgroup_id) wid: vec3<u32>,
     let live = sgm.x < p.rows;
     let base = sgm.x * p.len;
     var s = 0.0;
+    let pivot = row_pivot(live, base + sgm.z, sgm.w - sgm.z);
     if (live && !is_rms()) {
         for (var i = sgm.z + lid; i < sgm.w; i += WG) {
-            s += f32(x[base + i]);
+            s += f32(x[base + i]) - pivot;
         }
     }
-    let mean = reduce2(lid, vec2<f32>(s, 0.0)).x / f32(sgm.w - sgm.z);
+    let mean = pivot + reduce2(lid, vec2<f32>(s, 0.0)).x / f32(sgm.w - sgm.z);
     var q = 0.0;
     if (live) {
         for (var i = sgm.z + lid; i < sgm.w; i += WG) {
@@ -350,7 +366,9 @@ fn norm_fwd_split(@builtin(workgroup_id) wid: vec3<u32>,
         let delta = parts[at] - mean;
         let tot = cnt + nb;
         mean += delta * (nb / tot);
-        m2 += parts[at + 1u] + delta * delta * (cnt * nb / tot);
+        // delta * (delta * w), not delta * delta * w: the first segment's weight is 0, and a
+        // mean past 1.8e19 would square to inf and make 0 * inf = NaN.
+        m2 += parts[at + 1u] + delta * (delta * (cnt * nb / tot));
         cnt = tot;
     }
     let rstd = inverseSqrt(m2 / f32(p.len) + p.eps);

@@ -388,6 +388,50 @@ fn norm_f16() {
     run_async(CASES_F16, problem(DType::F16), check_norm);
 }
 
+/// A constant row normalizes to the bias exactly, as PyTorch's Welford means give (a plain f32
+/// sum's mean is a few ulps off, which 1 / sqrt(eps) magnifies to O(1) outputs), and values
+/// near the f32 maximum do not overflow the mean into NaN: on the rows kernel (3 and 32
+/// values), the workgroup kernel (4096) and the GPU plan's split rows (20000, one row).
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn norm_constant_rows_normalize_to_the_bias() {
+    use wgtensor::ops::{group_norm, layer_norm};
+    for (dev, split) in [(device(), false), (crate::common::gpu_plans_device(), true)] {
+        let lens: &[usize] = if split { &[20_000] } else { &[3, 32, 4096] };
+        for &len in lens {
+            for c in [12345.6f32, 1000.1, 100.7, -3.3e38, 3e38] {
+                let x = Tensor::full(dev, &[1, len], f64::from(c), DType::F32).unwrap();
+                let b = Tensor::full(dev, &[len], 0.25, DType::F32).unwrap();
+                let y = layer_norm(&x, &[len], None, Some(&b), 1e-5).unwrap();
+                let y = y.to_vec::<f32>().unwrap();
+                assert!(
+                    y.iter().all(|&v| v == 0.25),
+                    "layer_norm {c} x {len}: {:?}",
+                    &y[..3]
+                );
+                let g = x.reshape(&[1, 1, len]).unwrap();
+                let y = group_norm(&g, 1, None, None, 1e-5).unwrap();
+                let y = y.to_vec::<f32>().unwrap();
+                assert!(
+                    y.iter().all(|&v| v == 0.0),
+                    "group_norm {c} x {len}: {:?}",
+                    &y[..3]
+                );
+            }
+        }
+    }
+    // A row that is not constant keeps its exact normalization after the shift.
+    let x = Tensor::from_slice(device(), &[1e4f32 + 1.0, 1e4 - 1.0], &[1, 2]).unwrap();
+    let y = layer_norm(&x, &[2], None, None, 0.0)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    assert!(
+        (y[0] - 1.0).abs() < 1e-6 && (y[1] + 1.0).abs() < 1e-6,
+        "{y:?}"
+    );
+}
+
 /// Empty tensors (PyTorch returns empty outputs and zero parameter gradients), NaN rows, the
 /// default RMS eps, and argument errors naming the op.
 #[test]
