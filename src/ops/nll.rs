@@ -103,6 +103,14 @@ fn check(
     if let Some(w) = weight {
         input.same_device(op, w)?;
         input.same_dtype(op, w)?;
+        if w.is_tracked() && crate::autograd::is_grad_enabled() {
+            // PyTorch: "the derivative for 'weight' is not implemented" (not a silent None,
+            // nor the smoothing term's part of it).
+            return Err(Error::arg(
+                op,
+                "the class weight's gradient is not implemented (as in PyTorch): pass a weight that does not require grad, or detach it",
+            ));
+        }
         if w.shape() != [classes] {
             return Err(Error::shape(
                 op,
@@ -255,8 +263,13 @@ fn reduce(loss: Tensor, denom: &Tensor, r: Reduction) -> Result<Tensor> {
         Reduction::None => Ok(loss),
         Reduction::Sum => loss.sum_all(),
         Reduction::Mean => {
-            let d = denom.sum_all()?.to_dtype(loss.dtype)?;
-            loss.sum_all()?.div(&d)
+            // Summed and divided in f32, rounded once, as PyTorch's half kernels do: an f16 sum
+            // of the losses (8192 tokens at ln(50257) each) or of the weights (past 65504
+            // counted targets) would be inf.
+            let dtype = loss.dtype;
+            let sum = loss.to_dtype(DType::F32)?.sum_all()?;
+            sum.div(&denom.sum_all()?.to_dtype(DType::F32)?)?
+                .to_dtype(dtype)
         }
     }
 }

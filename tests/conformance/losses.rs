@@ -335,6 +335,46 @@ pub(crate) async fn nll_loss_ignore_index_weights_and_errors() {
     )
     .unwrap_err();
     assert!(e.to_string().starts_with("nll_loss:"), "{e}");
+    // A class weight that requires grad is refused while recording (PyTorch has no
+    // derivative for it), with or without label smoothing; under no_grad it is a plain weight.
+    let tracked_w = t(&[1.0, 2.0], &[2]).requires_grad().unwrap();
+    let wo = NllLossOptions {
+        weight: Some(&tracked_w),
+        ignore_index: 7,
+        ..Default::default()
+    };
+    let e = nll_loss(&logp, &target, &wo).unwrap_err().to_string();
+    assert!(e.starts_with("nll_loss:") && e.contains("weight"), "{e}");
+    for ls in [0.0, 0.1] {
+        let co = CrossEntropyOptions {
+            weight: Some(&tracked_w),
+            label_smoothing: ls,
+            ignore_index: 7,
+            ..Default::default()
+        };
+        let e = cross_entropy(&logp, &target, &co).unwrap_err().to_string();
+        assert!(
+            e.starts_with("cross_entropy:") && e.contains("weight"),
+            "{e}"
+        );
+    }
+    let untracked = wgtensor::autograd::no_grad(|| nll_loss(&logp, &target, &wo)).unwrap();
+    let plain_w = t(&[1.0, 2.0], &[2]);
+    let plain = nll_loss(
+        &logp,
+        &target,
+        &NllLossOptions {
+            weight: Some(&plain_w),
+            ignore_index: 7,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    close(
+        &vals(&untracked).await,
+        &vals(&plain).await,
+        "no_grad weight",
+    );
     // label_smoothing outside [0, 1] is refused for class indices too, as PyTorch.
     for ls in [-0.1, 1.5, f64::NAN] {
         let o = CrossEntropyOptions {
@@ -629,4 +669,36 @@ mod native {
     fn nll_loss_ignore_index_weights_and_errors() {
         pollster::block_on(super::nll_loss_ignore_index_weights_and_errors());
     }
+}
+
+/// f16 class-index losses with `Mean` sum the losses and the counted weights in f32 and round
+/// once (PyTorch's half kernels): 8000 losses of 10 (80000 > 65504, f16's largest) and 70000
+/// counted targets stay finite.
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn nll_mean_f16_sums_in_f32() {
+    use wgtensor::ops::{cross_entropy, nll_loss};
+    use wgtensor::DType;
+    let dev = crate::common::device();
+    crate::common::require_f16(dev);
+    let run = |n: usize, row: [f32; 2], ce: bool| {
+        let v: Vec<f32> = (0..n).flat_map(|_| row).collect();
+        let x = Tensor::from_slice(dev, &v, &[n, 2])
+            .unwrap()
+            .to_dtype(DType::F16)
+            .unwrap();
+        let target = Tensor::zeros(dev, &[n], DType::I32).unwrap();
+        let l = if ce {
+            cross_entropy(&x, &target, &Default::default())
+        } else {
+            nll_loss(&x, &target, &Default::default())
+        };
+        let l = l.unwrap();
+        assert_eq!(l.dtype(), DType::F16);
+        l.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap()[0]
+    };
+    assert_eq!(run(8000, [-10.0, -1.0], false), 10.0);
+    assert_eq!(run(70_000, [-0.5, -1.0], false), 0.5);
+    // log_softmax([-20, 0])[0] = -20 - ln(1 + e^-20): 20 in f16.
+    assert_eq!(run(8000, [-20.0, 0.0], true), 20.0);
 }
