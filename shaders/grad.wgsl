@@ -50,8 +50,9 @@ fn gelu_grad(x: f32) -> f32 {
 
 fn combine(g: f32, s: f32) -> f32 {
     switch OP {
-        // relu from its output: PyTorch's threshold_backward passes the gradient where y > 0.
-        case GRAD_RELU_FROM_Y: { return select(0.0, g, s > 0.0); }
+        // relu from its output: PyTorch's threshold_backward (y <= 0 ? 0 : g) passes the
+        // gradient where y > 0 and where y is NaN (relu keeps NaN).
+        case GRAD_RELU_FROM_Y: { return select(g, 0.0, s <= 0.0); }
         case GRAD_SIGMOID_FROM_Y: { return g * s * (1.0 - s); }
         case GRAD_TANH_FROM_Y: { return g * (1.0 - s * s); }
         case GRAD_GELU_FROM_X: { return g * gelu_grad(s); }

@@ -82,8 +82,9 @@ fn value(e: u32, r: vec4<u32>, lane: u32) -> f32 {
             return select(0.0, 1.0, u < p.a);
         }
         case DIST_DROPOUT: {
-            // Keep with probability 1 - a, scaled by b = 1 / (1 - a) (inverted dropout).
-            return select(0.0, f32(x[e]) * p.b, u >= p.a);
+            // Keep with probability 1 - a, scaled by b = 1 / (1 - a) (inverted dropout). A
+            // dropped element is x * 0, as PyTorch's x * mask * scale: NaN and inf give NaN.
+            return f32(x[e]) * select(0.0, p.b, u >= p.a);
         }
         default: {
             return p.a + (p.b - p.a) * u;

@@ -90,6 +90,14 @@ fn pow_follows_pytorch() {
         .unwrap();
     let g = y.sum_all().unwrap().backward().unwrap();
     assert_eq!(vals(g.get(&xl).unwrap()), vec![0.0, 0.0]);
+    // d(a^b)/db = a^b ln(a) is 0 at a zero base only where b >= 0; a negative exponent keeps
+    // the infinite term (PyTorch's pow_backward_exponent): +0^-1 = inf times ln(0) = -inf.
+    let a = t(&[0.0, 0.0, 0.0, 2.0], &[4]);
+    let b = t(&[-1.0, 0.0, 2.0, 3.0], &[4]).requires_grad().unwrap();
+    let g = a.pow(&b).unwrap().sum_all().unwrap().backward().unwrap();
+    let gb = vals(g.get(&b).unwrap());
+    assert_eq!(gb[..3], [f32::NEG_INFINITY, 0.0, 0.0], "{gb:?}");
+    assert!((gb[3] - 8.0 * 2f32.ln()).abs() < 1e-5, "{gb:?}");
     let scalar = vals(&bt.pow_scalar(f64::NAN).unwrap());
     assert_eq!(scalar[0], 1.0);
     assert!(scalar[1..].iter().all(|v| v.is_nan()));

@@ -573,12 +573,14 @@ impl Tensor {
         Ok(())
     }
 
-    /// [`Tensor::backward`] from an explicit gradient of this tensor (same shape and dtype).
+    /// [`Tensor::backward`] from an explicit gradient of this tensor (same shape; another
+    /// dtype is cast to this tensor's first, as PyTorch does).
     pub fn backward_with_grad(&self, grad: &Tensor) -> Result<Grads> {
         let meta = self.tracked_meta()?;
         self.same_device("backward", grad)?;
-        check_grad(meta, grad, "backward_with_grad")?;
-        run_backward(meta, grad.detach(), false)
+        let grad = grad.detach().to_dtype(meta.dtype)?;
+        check_grad(meta, &grad, "backward_with_grad")?;
+        run_backward(meta, grad, false)
     }
 
     fn tracked_meta(&self) -> Result<&Arc<GradMeta>> {

@@ -78,7 +78,8 @@ impl BackwardOp for BinaryBackward {
             BinaryOp::Pow => {
                 let (a, b) = (self.saved(&self.a)?, self.saved(&self.b)?);
                 // PyTorch: da = g b a^(b - 1), 0 where b == 0; db = g a^b ln(a), 0 where a == 0
-                // (for a negative exponent PyTorch keeps the -inf term; this gives 0).
+                // and b >= 0 (a negative exponent keeps the infinite term, as PyTorch's
+                // pow_backward_exponent).
                 let ga = if need_a {
                     let t = g.mul(b)?.mul(&a.pow(&b.sub_scalar(1.0)?)?)?;
                     Some(grad_binary(&t, b, GradCode::ZeroWhereZero, 0.0)?)
@@ -87,7 +88,10 @@ impl BackwardOp for BinaryBackward {
                 };
                 let gb = if need_b {
                     let t = g.mul(self.saved(&self.y)?)?.mul(&a.log()?)?;
-                    Some(grad_binary(&t, a, GradCode::ZeroWhereZero, 0.0)?)
+                    // The mask operand: a where b >= 0, else 1 (never zero, so kept).
+                    let one = Tensor::full(a.device(), &[], 1.0, a.dtype())?;
+                    let masked_a = b.ge_scalar(0.0)?.where_cond(a, &one)?;
+                    Some(grad_binary(&t, &masked_a, GradCode::ZeroWhereZero, 0.0)?)
                 } else {
                     None
                 };

@@ -423,12 +423,15 @@ fn pad_untracked(x: &Tensor, pads: &[usize], mode: PadMode, value: f64) -> Resul
 impl Tensor {
     /// Copies `src` (any layout, same shape and dtype) into this tensor's elements in place
     /// (PyTorch's `copy_`): every view sharing the storage sees the new values. `self` must not
-    /// repeat elements (a broadcast view) and `src` must not share its storage.
+    /// repeat elements (a broadcast view) and `src` must not share its storage. While autograd
+    /// records, neither may be tracked (the copy is not differentiable): run it under
+    /// [`no_grad`](crate::autograd::no_grad) or copy a detached source.
     pub fn copy_from(&self, src: &Tensor) -> Result<()> {
         let op = "copy_from";
         // Overwriting a tracked tensor would change values its graph saved (PyTorch refuses
-        // in-place ops on leaves that require grad outside no_grad).
-        super::gemm::grad::check_in_place(op, &[self])?;
+        // in-place ops on leaves that require grad outside no_grad); a tracked source would
+        // lose its gradient, since nothing records the copy (PyTorch's copy_ would carry it).
+        super::gemm::grad::check_in_place(op, &[self, src])?;
         self.same_device(op, src)?;
         self.same_dtype(op, src)?;
         if self.shape() != src.shape() {

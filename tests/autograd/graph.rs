@@ -80,6 +80,12 @@ fn backward_argument_errors() {
     assert!(matches!(e, Error::Shape { .. }), "{e}");
     let g = y.backward_with_grad(&t(&[1.0, -1.0], &[2])).unwrap();
     assert_eq!(vals(g.get(&x).unwrap()), vec![2.0, -2.0]);
+    // A seed of another dtype is cast to the output's, as PyTorch's engine does.
+    let seed = Tensor::from_slice(x.device(), &[3i32, -1], &[2]).unwrap();
+    let y = x.mul_scalar(2.0).unwrap();
+    let g = y.backward_with_grad(&seed).unwrap();
+    let gx = g.get(&x).unwrap();
+    assert_eq!((gx.dtype(), vals(gx)), (DType::F32, vec![6.0, -2.0]));
     // Only leaves change requires_grad.
     let z = x.exp().unwrap();
     assert!(z.clone().requires_grad().is_err());
@@ -416,7 +422,8 @@ fn long_rows_and_ties_in_max_backward() {
     assert_eq!(vals(g.get(&y).unwrap()), vec![1.0, 0.0, 1.0, 1.0, 1.0, 0.0]);
 }
 
-/// copy_from into a tracked tensor is refused while recording and allowed under no_grad.
+/// copy_from into a tracked tensor, or from one, is refused while recording (nothing would
+/// carry a tracked source's gradient) and allowed under no_grad or from a detached source.
 #[test]
 fn copy_from_into_tracked() {
     let w = leaf(&[1.0, 2.0], &[2]);
@@ -424,6 +431,12 @@ fn copy_from_into_tracked() {
     assert!(w.copy_from(&src).is_err());
     no_grad(|| w.copy_from(&src)).unwrap();
     assert_eq!(vals(&w), vec![3.0, 4.0]);
+    let buf = t(&[0.0, 0.0], &[2]);
+    let e = buf.copy_from(&w).unwrap_err().to_string();
+    assert!(e.starts_with("copy_from:") && e.contains("tracked"), "{e}");
+    buf.copy_from(&w.detach()).unwrap();
+    no_grad(|| buf.copy_from(&w)).unwrap();
+    assert_eq!(vals(&buf), vec![3.0, 4.0]);
 }
 
 /// The optimizers take autograd's gradients directly: `Grads::get` per parameter, one in-place

@@ -34,6 +34,42 @@ fn elementwise_keeps_nan() {
         assert!(v[0].is_nan(), "{v:?}");
         assert!(!v[1].is_nan() && !v[2].is_nan(), "{v:?}");
     }
+    // relu's gradient passes at NaN, as PyTorch's threshold_backward (y <= 0 ? 0 : g), and
+    // is 0 at 0 and below; through the fused GEMM epilogue too.
+    let xl = t(&[NAN, -1.0, 0.0, 2.0], &[4]).requires_grad().unwrap();
+    let g = xl.relu().unwrap().sum_all().unwrap().backward().unwrap();
+    assert_eq!(vals(g.get(&xl).unwrap()), vec![1.0, 0.0, 0.0, 1.0]);
+    let al = t(&[NAN, 1.0, -1.0, 0.0], &[4, 1]).requires_grad().unwrap();
+    let y = gemm(
+        &al,
+        &t(&[1.0], &[1, 1]),
+        &GemmOptions {
+            activation: Activation::Relu,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let g = y.sum_all().unwrap().backward().unwrap();
+    assert_eq!(vals(g.get(&al).unwrap()), vec![1.0, 1.0, 0.0, 0.0]);
+    // Dropout, untracked as tracked, is x * mask * scale: a dropped NaN stays NaN and a
+    // dropped inf becomes NaN, never 0 (PyTorch's src * mask * scale).
+    for tracked in [false, true] {
+        let mk = |v: f32| {
+            let x = t(&[v; 64], &[64]);
+            if tracked {
+                x.requires_grad().unwrap()
+            } else {
+                x
+            }
+        };
+        let d = vals(&wgtensor::ops::dropout(&mk(NAN), 0.5, true).unwrap());
+        assert!(d.iter().all(|v| v.is_nan()), "tracked {tracked}: {d:?}");
+        let d = vals(&wgtensor::ops::dropout(&mk(f32::INFINITY), 0.5, true).unwrap());
+        assert!(
+            d.iter().all(|&v| v.is_nan() || v == f32::INFINITY) && d.iter().any(|v| v.is_nan()),
+            "tracked {tracked}: {d:?}"
+        );
+    }
     // A NaN scalar too.
     let v = vals(&one.scalar_op(ScalarOp::Max, f64::NAN).unwrap());
     assert!(v.iter().all(|x| x.is_nan()), "{v:?}");
