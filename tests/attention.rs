@@ -139,6 +139,21 @@ fn empty_and_degenerate_shapes() {
     let v = Tensor::from_slice(dev, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], &[4, 2]).unwrap();
     let o = sdpa(&q, &k, &v, &d).unwrap();
     assert_eq!(vals(&o), vec![4.0, 5.0, 4.0, 5.0, 4.0, 5.0]);
+    // The same on the composed path, which a tracked additive mask takes.
+    assert_eq!(
+        vals(&composed(&q, &k, &v, &d).unwrap()),
+        vec![4.0, 5.0, 4.0, 5.0, 4.0, 5.0]
+    );
+    let m = Tensor::zeros(dev, &[3, 4], DType::F32)
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let masked = SdpaOptions {
+        attn_mask: Some(AttnMask::Additive(&m)),
+        ..Default::default()
+    };
+    let o = sdpa(&q, &k, &v, &masked).unwrap();
+    assert_eq!(vals(&o), vec![4.0, 5.0, 4.0, 5.0, 4.0, 5.0]);
 }
 
 #[test]

@@ -25,9 +25,12 @@ pub fn scaled_dot_product_attention(
     } else {
         (k.clone(), v.clone())
     };
+    // No head dim: every score is 0 (PyTorch's uniform weights), not 0 * inf, as in the fused
+    // kernels.
+    let scale = if prob.e == 0 { 0.0 } else { prob.scale };
     let mut scores = q
         .matmul(&k.transpose(-2, -1)?)?
-        .mul_scalar(f64::from(prob.scale))?;
+        .mul_scalar(f64::from(scale))?;
     match (&prob.mask, opts.attn_mask) {
         // The caller's tensor itself, so a tracked bias gets its gradient (broadcasting sums
         // it to the mask's shape); the problem's view of it is detached.
