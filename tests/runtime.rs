@@ -325,6 +325,54 @@ fn batches_split_by_dispatch_count_and_flush_on_sync() {
     assert_eq!(x.to_vec::<f32>().unwrap(), vec![36.0; 8]);
 }
 
+/// A batch whose wait for room under the in-flight cap times out is dropped unsubmitted: the
+/// ops recorded in it never run, so their outputs carry the timeout (the next sync reports it
+/// once, and reading them later is an error), never stale pool contents.
+#[test]
+fn a_batch_dropped_by_a_timeout_poisons_its_outputs() {
+    let probe = device_with(DeviceOptions::default());
+    let cpu = probe.adapter_info().device_type == wgpu::DeviceType::Cpu;
+    drop(probe);
+    let dev = device_with(DeviceOptions {
+        max_in_flight: 1,
+        gpu_timeout: std::time::Duration::from_millis(1),
+        ..Default::default()
+    });
+    let drain = || {
+        let start = std::time::Instant::now();
+        while dev.sync().is_err() {
+            assert!(start.elapsed().as_secs() < 120, "the GPU never drained");
+        }
+    };
+    // The small op's pipelines compile first: compiling while the product runs would let it
+    // finish before the op's batch waits for room.
+    let warm = Tensor::full(&dev, &[4], 1.0, DType::F32).unwrap();
+    drop(warm.add_scalar(1.0).unwrap());
+    drain();
+    // Long enough to outlast the timeout: about 2 GFLOP on a CPU adapter, 137 on a GPU.
+    let n = if cpu { 1024 } else { 4096 };
+    let big = Tensor::full(&dev, &[n, n], 0.5, DType::F32).unwrap();
+    let y = big.matmul(&big).unwrap();
+    dev.submit(std::iter::empty()).unwrap(); // in flight
+    let z = Tensor::full(&dev, &[4], 1.0, DType::F32)
+        .unwrap()
+        .add_scalar(1.0)
+        .unwrap();
+    let e = z.to_vec::<f32>().unwrap_err().to_string();
+    assert!(e.contains("timed out"), "{e}");
+    // Let the product finish (each sync waits at most 1 ms); the first failed sync may be
+    // the dropped batch's error, the others are timeouts.
+    drain();
+    let e = z.to_vec::<f32>().unwrap_err().to_string();
+    assert!(
+        e.contains("timed out"),
+        "z never ran, so it has no values: {e}"
+    );
+    // Ops on it refuse too.
+    assert!(z.add_scalar(1.0).is_err());
+    drop(y);
+}
+
 #[test]
 fn views_share_storage_and_readback_handles_offsets() {
     let dev = device_with(DeviceOptions::default());

@@ -56,14 +56,19 @@ impl Device {
     /// Finishes the pending batch and submits it. wasm: when the in-flight cap is reached the
     /// batch is parked instead, and the next async point submits it ([`Device::submit_parked`]).
     ///
-    /// A batch wgpu refuses (at `finish` or `submit`) is dropped whole, so the buffers it
-    /// would have written hold garbage: they are poisoned with the error (`State::poisoned`),
-    /// and ops or readbacks that touch them return it, never stale data.
+    /// A batch wgpu refuses (at `finish` or `submit`), or one whose wait for room under the
+    /// in-flight cap fails, is dropped whole, so the buffers it would have written hold
+    /// garbage: they are poisoned with the error (`State::poisoned`), and ops or readbacks that
+    /// touch them return it, never stale data.
     pub(crate) fn flush_locked(&self, st: &mut State, op: &'static str) -> Result<()> {
         let written = std::mem::take(&mut st.batch.written);
         let (r, err) = self.scoped_keep(op, || self.finish_and_submit(st, op));
-        let Some(e) = err else {
-            return r;
+        // Either way the batch is gone: wgpu refused it, or the wait for room under the
+        // in-flight cap failed (a timeout) and dropped it unsubmitted. Ops recorded in it
+        // already returned Ok, so their outputs must carry the error.
+        let e = match (r, err) {
+            (_, Some(e)) | (Err(e), None) => e,
+            (Ok(()), None) => return Ok(()),
         };
         // A lost device invalidates every buffer: report the loss, not its symptom (a poll
         // runs the device-lost callback if the loss is what made the batch invalid).
