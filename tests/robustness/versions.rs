@@ -48,6 +48,36 @@ fn optimizer_step_before_backward_is_an_error() {
     assert_inplace_error(loss.backward());
 }
 
+/// Fused attention's backward reads its output and the mask as well as q, k and v: writing
+/// either after the forward is the in-place error, not a silently wrong gradient.
+#[test]
+fn attention_output_or_mask_written_before_backward_is_an_error() {
+    use wgtensor::ops::{scaled_dot_product_attention as sdpa, AttnMask, SdpaOptions};
+    let mk = |n: usize| {
+        let v: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin()).collect();
+        Tensor::from_slice(dev(), &v, &[1, 4, 8]).unwrap()
+    };
+    let mask = Tensor::zeros(dev(), &[4, 4], wgtensor::DType::F32).unwrap();
+    for write_mask in [false, true] {
+        let q = mk(32).requires_grad().unwrap();
+        let (k, v) = (mk(32), mk(32));
+        let o = SdpaOptions {
+            attn_mask: Some(AttnMask::Additive(&mask)),
+            ..Default::default()
+        };
+        let out = sdpa(&q, &k, &v, &o).unwrap();
+        let loss = out.sum_all().unwrap();
+        if write_mask {
+            no_grad(|| mask.copy_from(&Tensor::full(dev(), &[4, 4], -1.0, wgtensor::DType::F32)?))
+                .unwrap();
+        } else {
+            no_grad(|| out.copy_from(&Tensor::zeros(dev(), &[1, 4, 8], wgtensor::DType::F32)?))
+                .unwrap();
+        }
+        assert_inplace_error(loss.backward());
+    }
+}
+
 #[test]
 fn copy_from_into_a_saved_input_is_an_error() {
     let w = t(&[1.0, 2.0, 3.0]).requires_grad().unwrap();

@@ -112,7 +112,11 @@ struct SdpaBackward {
 
 impl BackwardOp for SdpaBackward {
     fn saved(&self) -> Vec<&Tensor> {
-        vec![&self.prob.q, &self.prob.k, &self.prob.v]
+        // The backward reads the output (D = rowsum(dO * O)) and the mask (the caller's own
+        // storage where it needed no conversion) as well as the operands.
+        let mut saved = vec![&self.prob.q, &self.prob.k, &self.prob.v, &self.out];
+        saved.extend(self.prob.mask.as_ref().map(|m| &m.t));
+        saved
     }
 
     fn name(&self) -> &'static str {
