@@ -202,6 +202,14 @@ fn launch(prob: &Problem, plan: Plan, which: usize, p: &AttnParams, binds: &[Bin
     )
 }
 
+/// The dropout stream of the device's (seed, counter) as the kernels take it: their counter
+/// word holds 31 bits (its top bit tags attention's streams, lib/attention_common.wgsl), so
+/// the counter's higher bits go into the key; two calls share a pattern only at the same full
+/// counter, never at counters 2^31 apart.
+fn stream_key(seed: u64, ctr: u64) -> (u64, u32) {
+    (seed ^ (ctr >> 31), (ctr & 0x7FFF_FFFF) as u32)
+}
+
 /// The untracked forward: the output `[.., L, Ev]` and what the backward needs.
 pub(crate) fn forward(prob: &Problem) -> Result<(Tensor, Saved)> {
     let dev = prob.q.device();
@@ -211,11 +219,8 @@ pub(crate) fn forward(prob: &Problem) -> Result<(Tensor, Saved)> {
         (0, 0)
     };
     let stats = Tensor::empty(dev, prob.op, &[2 * prob.n * prob.l], DType::F32)?;
-    let saved = Saved {
-        stats,
-        seed,
-        ctr: ctr as u32,
-    };
+    let (seed, ctr) = stream_key(seed, ctr);
+    let saved = Saved { stats, seed, ctr };
     let shape = prob.out_shape();
     if prob.n * prob.l * prob.ev == 0 {
         return Ok((Tensor::empty(dev, prob.op, &shape, prob.q.dtype)?, saved));
@@ -445,6 +450,31 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
 mod tests {
     use super::super::plan::{ACC, ACCR, CPL, REG_ROWS};
     use super::*;
+
+    /// Distinct device counters give distinct streams, across the 31-bit word too; counters
+    /// below 2^31 keep the seed as the key.
+    #[test]
+    fn stream_keys_never_repeat_across_the_counter_word() {
+        let seed = 0x1234_5678_9abc_def0;
+        let ctrs = [
+            0u64,
+            1,
+            (1 << 31) - 1,
+            1 << 31,
+            (1 << 31) + 1,
+            1 << 32,
+            3 << 31,
+            u64::MAX,
+        ];
+        let keys: Vec<_> = ctrs.iter().map(|&c| stream_key(seed, c)).collect();
+        for (i, a) in keys.iter().enumerate() {
+            assert!(a.1 < 1 << 31, "{a:?}");
+            for b in &keys[i + 1..] {
+                assert_ne!(a, b, "counters {ctrs:?}");
+            }
+        }
+        assert_eq!(stream_key(seed, 5), (seed, 5));
+    }
 
     #[test]
     fn shader_acc_matches() {
