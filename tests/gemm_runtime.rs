@@ -382,3 +382,38 @@ fn batches_past_the_grid_limit() {
     wgtensor::ops::gemm_into(&c, &a, &bs, 1.0, 0.5).unwrap();
     close(&c.to_vec::<f32>().unwrap(), &want3, "in place");
 }
+
+/// One product whose row tiles pass the adapter's 65535 on the grid (a linear layer over
+/// millions of rows, as PyTorch runs) goes in windows of rows: the plain product, and a
+/// per-row bias with a fused relu, whose offsets move with each window. 128 rows a tile (the
+/// largest) times the limit, plus a ragged rest, pass the limit for every tile.
+#[test]
+fn rows_past_the_grid_limit() {
+    let dev = device(false);
+    let max = dev.limits().max_compute_workgroups_per_dimension as usize;
+    let (m, k, n) = (max * 128 + 77, 2, 3);
+    let av = values(m * k, 7);
+    let bv = values(k * n, 8);
+    let rv = values(m, 9);
+    let a = Tensor::from_slice(&dev, &av, &[m, k]).unwrap();
+    let b = Tensor::from_slice(&dev, &bv, &[k, n]).unwrap();
+    let rb = Tensor::from_slice(&dev, &rv, &[m]).unwrap();
+    let want = host_bmm(&av, &bv, 1, m, k, n, false);
+    close(&a.matmul(&b).unwrap().to_vec::<f32>().unwrap(), &want, "product");
+    let y = gemm(
+        &a,
+        &b,
+        &GemmOptions {
+            bias: Some(Bias::PerRow(&rb)),
+            activation: Activation::Relu,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let want: Vec<f32> = want
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| (v + rv[i / n]).max(0.0))
+        .collect();
+    close(&y.to_vec::<f32>().unwrap(), &want, "per-row bias, relu");
+}
