@@ -399,7 +399,11 @@ fn rows_past_the_grid_limit() {
     let b = Tensor::from_slice(&dev, &bv, &[k, n]).unwrap();
     let rb = Tensor::from_slice(&dev, &rv, &[m]).unwrap();
     let want = host_bmm(&av, &bv, 1, m, k, n, false);
-    close(&a.matmul(&b).unwrap().to_vec::<f32>().unwrap(), &want, "product");
+    close(
+        &a.matmul(&b).unwrap().to_vec::<f32>().unwrap(),
+        &want,
+        "product",
+    );
     let y = gemm(
         &a,
         &b,
@@ -416,4 +420,27 @@ fn rows_past_the_grid_limit() {
         .map(|(i, &v)| (v + rv[i / n]).max(0.0))
         .collect();
     close(&y.to_vec::<f32>().unwrap(), &want, "per-row bias, relu");
+}
+
+/// The weight gradient of a product over more rows than one GEMM's longest K (2^24) sums the
+/// products of row chunks in order (a linear layer over 2^24 + 3 rows): the forward runs in
+/// row windows, the backward as PyTorch computes it instead of refusing K.
+#[test]
+fn weight_gradient_over_more_rows_than_the_longest_k() {
+    let dev = device(false);
+    let m = (1usize << 24) + 3;
+    let av: Vec<f32> = (0..m).map(|i| ((i % 7) as f32) * 0.25 - 0.5).collect();
+    let a = Tensor::from_slice(&dev, &av, &[m, 1]).unwrap();
+    let w = Tensor::from_slice(&dev, &[2.0f32], &[1, 1])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    // d(sum(a w))/dw = sum(a): small multiples of 0.25, exact in f32 partial sums.
+    let g = a.matmul(&w).unwrap().sum_all().unwrap().backward().unwrap();
+    let want: f64 = av.iter().map(|&v| f64::from(v)).sum();
+    let got = f64::from(g.get(&w).unwrap().to_vec::<f32>().unwrap()[0]);
+    assert!(
+        (got - want).abs() <= 1e-6 * want.abs().max(1.0),
+        "{got} vs {want}"
+    );
 }

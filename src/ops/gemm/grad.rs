@@ -69,10 +69,34 @@ impl GemmBackward {
             full.extend([m, k]);
             let a2 = a.broadcast_to(&full)?.reshape(&[rows, k])?;
             let gz2 = gz.reshape(&[rows, n])?;
-            return gemm(&a2.transpose(0, 1)?, &gz2, &o);
+            return at_times(&a2, &gz2, &o);
+        }
+        if r == 2 && a.rank() == 2 && self.b_shape.len() == 2 {
+            return at_times(a, gz, &o);
         }
         sum_to(&gemm(&a.transpose(-1, -2)?, gz, &o)?, &self.b_shape)
     }
+}
+
+/// `alpha * a^T @ gz` for `a` `[rows, k]` and `gz` `[rows, n]`: rows is the product's K,
+/// which a linear layer over more than `MAX_K` rows passes (its forward runs in row windows):
+/// then the rows go in chunks whose products are added in order, as PyTorch computes them.
+fn at_times(a: &Tensor, gz: &Tensor, o: &GemmOptions) -> Result<Tensor> {
+    let rows = a.shape()[0];
+    let mut sum: Option<Tensor> = None;
+    for r0 in (0..rows.max(1)).step_by(super::launch::MAX_K) {
+        let len = super::launch::MAX_K.min(rows - r0);
+        let part = gemm(
+            &a.narrow(0, r0, len)?.transpose(0, 1)?,
+            &gz.narrow(0, r0, len)?,
+            o,
+        )?;
+        sum = Some(match sum {
+            None => part,
+            Some(s) => s.add(&part)?,
+        });
+    }
+    sum.ok_or_else(missing)
 }
 
 impl BackwardOp for GemmBackward {
