@@ -207,6 +207,34 @@ fn pad_errors() {
         e.to_string().contains("wrapping around more than once"),
         "{e}"
     );
+    // A padded dim past the kernel's i32 coordinates, or one that overflows, is refused; a
+    // pad past 2^24 that stays below it works (PyTorch pads it).
+    for pads in [[0, 1usize << 31], [usize::MAX, 1]] {
+        let e = pad(&x, &pads, PadMode::Constant, 0.0).unwrap_err();
+        assert!(e.to_string().contains("longer than 2^31 - 1"), "{e}");
+    }
+    let (row, _) = ramp(&[1], 5.0);
+    let long = pad(&row, &[0, (1 << 24) + 1], PadMode::Constant, -1.0).unwrap();
+    assert_eq!(long.shape(), &[(1 << 24) + 2]);
+    assert_eq!(vals(&long.narrow(0, 0, 2).unwrap()), vec![5.0, -1.0]);
+    assert_eq!(vals(&long.narrow(0, 1 << 24, 2).unwrap()), vec![-1.0, -1.0]);
+    let src = Tensor::zeros(x.device(), &[(1 << 24) + 2], DType::F32)
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    // scatter_add's source gradient pads the gathered part with zeros, past 2^24 here.
+    let idx = Tensor::from_slice(x.device(), &[0i32], &[1]).unwrap();
+    let dst = Tensor::zeros(x.device(), &[1], DType::F32).unwrap();
+    let g = dst
+        .scatter_add(0, &idx, &src)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    let gs = g.get(&src).unwrap();
+    assert_eq!(gs.shape(), &[(1 << 24) + 2]);
+    assert_eq!(gs.sum_all().unwrap().item().unwrap(), 1.0);
 }
 
 /// narrow's start counts from the end when negative, as PyTorch's, and accepts any integer

@@ -340,8 +340,17 @@ fn pad_untracked(x: &Tensor, pads: &[usize], mode: PadMode, value: f64) -> Resul
     for (i, pair) in pads.chunks(2).enumerate() {
         let d = rank - 1 - i;
         let len = x.shape()[d];
-        if pair[0] > 1 << 24 || pair[1] > 1 << 24 {
-            return Err(Error::size(op, format!("padding {pair:?} is above 2^24")));
+        // The kernel's coordinates are i32: a padded dim must stay below 2^31 (a tensor of
+        // 4 GiB at most never needs more).
+        let padded = len
+            .checked_add(pair[0])
+            .and_then(|v| v.checked_add(pair[1]))
+            .filter(|&v| v <= i32::MAX as usize);
+        if padded.is_none() {
+            return Err(Error::size(
+                op,
+                format!("padding {pair:?} of dim {d} (size {len}) makes it longer than 2^31 - 1"),
+            ));
         }
         match mode {
             PadMode::Reflect if pair[0] >= len || pair[1] >= len => {
