@@ -115,3 +115,51 @@ fn runs_on_a_device_the_app_created() {
     };
     assert!(Device::from_wgpu(adapter, device, queue, opts).is_err());
 }
+
+/// `Device::stats` runs no wgpu callbacks (it does not poll): an application callback that
+/// calls into the device, pending while work is in flight, cannot meet the device's lock held
+/// by its own thread there. (Submissions do poll under the lock: `Device::wgpu_device` says
+/// callbacks must not call into the device.)
+#[test]
+fn stats_runs_no_wgpu_callbacks() {
+    let dev = Device::new().expect("device");
+    let x = Tensor::full(&dev, &[1 << 20], 1.0, DType::F32).unwrap();
+    let mut y = x.relu().unwrap();
+    for _ in 0..20 {
+        y = y.add(&x).unwrap();
+    }
+    dev.submit(std::iter::empty()).unwrap();
+    let buf = dev.wgpu_device().create_buffer(&wgpu::BufferDescriptor {
+        label: Some("app_map"),
+        size: 4,
+        usage: wgpu::BufferUsages::MAP_READ,
+        mapped_at_creation: false,
+    });
+    let d2 = dev.clone();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    buf.slice(..).map_async(wgpu::MapMode::Read, move |_| {
+        let _ = d2.stats();
+        let _ = done_tx.send(());
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    let d3 = dev.clone();
+    std::thread::spawn(move || {
+        for _ in 0..50 {
+            let _ = d3.stats();
+        }
+        let _ = tx.send(());
+    });
+    if rx.recv_timeout(std::time::Duration::from_secs(60)).is_err() {
+        // The stuck thread holds the device's lock: dropping anything of the device here
+        // would wait for it too, so fail without dropping.
+        std::mem::forget((dev, x, y, buf));
+        panic!("stats deadlocked in an application callback");
+    }
+    // The callback runs at the next poll outside the lock: this sync's wait (a readback
+    // first could poll under the lock while it waits for room to submit its copy).
+    dev.sync().unwrap();
+    assert_eq!(y.to_vec::<f32>().unwrap()[0], 21.0);
+    done_rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the map callback ran");
+}

@@ -208,6 +208,12 @@ impl Device {
     /// encoders on it, and submit them with [`Device::submit`], which keeps them in order with
     /// wgtensor's pending work and under the in-flight cap (the queue itself is not exposed,
     /// since submitting on it directly would bypass both).
+    ///
+    /// wgpu runs callbacks (`map_async`, `on_submitted_work_done`) inside whichever thread's
+    /// poll finds them ready, and wgtensor polls while it submits, possibly holding this
+    /// device's lock: a callback must not call into this `Device` (its tensors included), or it
+    /// waits on a lock its own thread holds. Set a flag or send on a channel instead, and act
+    /// on it after the call that polled.
     pub fn wgpu_device(&self) -> &wgpu::Device {
         &self.inner.device
     }
@@ -262,7 +268,9 @@ impl Device {
     pub fn stats(&self) -> DeviceStats {
         let compiled = lock(&self.inner.pipelines).compiled;
         let mut st = lock(&self.inner.state);
-        st.submitter.prune(&self.inner.device);
+        // Forget finished submissions without polling: a poll runs wgpu callbacks, here under
+        // the state lock, and the snapshot need not wait for any.
+        st.submitter.forget_finished();
         DeviceStats {
             pipelines_compiled: compiled,
             dispatches: st.dispatches,

@@ -57,7 +57,7 @@ impl Submitter {
     /// some have not (after a sync's wait all have: a poll would cost the synced op's round
     /// trip a second pass through wgpu's maintenance for nothing).
     pub(crate) fn prune(&mut self, device: &wgpu::Device) {
-        self.queue.retain(|s| !s.done.load(Ordering::Acquire));
+        self.forget_finished();
         if self.queue.is_empty() {
             return;
         }
@@ -65,6 +65,11 @@ impl Submitter {
         let _ = device.poll(wgpu::PollType::Poll);
         #[cfg(target_arch = "wasm32")]
         let _ = device;
+        self.forget_finished();
+    }
+
+    /// Forgets the submissions whose completion callback has fired, without polling.
+    pub(crate) fn forget_finished(&mut self) {
         self.queue.retain(|s| !s.done.load(Ordering::Acquire));
     }
 
