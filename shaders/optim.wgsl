@@ -16,9 +16,11 @@ struct Params {
     eps: f32,
     step_size: f32,
     bc2_sqrt: f32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
+    // 1 - c0, 1 - c1 and AdamW's 1 - lr * weight_decay, computed in f64 by the host and
+    // rounded once, as PyTorch passes them (1 - 0.999 in f32 arithmetic is 1.3e-5 off).
+    one_minus_c0: f32,
+    one_minus_c1: f32,
+    decay: f32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -57,7 +59,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         if (has(FLAG_MOMENTUM)) {
             var buf = g;
             if (!has(FLAG_FIRST)) {
-                buf = p.c0 * f32(s1[i]) + (1.0 - p.c1) * g;
+                buf = p.c0 * f32(s1[i]) + p.one_minus_c1 * g;
             }
             s1[i] = T(buf);
             if (has(FLAG_NESTEROV)) {
@@ -71,14 +73,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     }
     // Adam / AdamW.
     if (has(FLAG_DECOUPLED)) {
-        w = w * (1.0 - p.lr * p.weight_decay);
+        w = w * p.decay;
     } else if (p.weight_decay != 0.0) {
         g = g + p.weight_decay * w;
     }
     // m.lerp_(g, 1 - beta1) and v * beta2 + (1 - beta2) * g * g, as PyTorch writes them.
     let m_old = f32(s1[i]);
-    let m = m_old + (1.0 - p.c0) * (g - m_old);
-    let v = p.c1 * f32(s2[i]) + (1.0 - p.c1) * g * g;
+    let m = m_old + p.one_minus_c0 * (g - m_old);
+    let v = p.c1 * f32(s2[i]) + p.one_minus_c1 * g * g;
     s1[i] = T(m);
     s2[i] = T(v);
     var vd = v;

@@ -255,6 +255,10 @@ fn state_round_trip_and_skipped_params() {
     fresh.load_state_tensors(&saved, &steps).unwrap();
     fresh.step_with(&[Some(&g), None]).unwrap();
     assert_eq!(vals(&a2), vals(&a));
+    // A parameter without state is at step 0 (PyTorch keeps the step in the state): a later
+    // count for it is refused, not run with zero moments and a skewed bias correction.
+    let e = fresh.load_state_tensors(&[], &[3, 0]).unwrap_err();
+    assert!(e.to_string().contains("no state"), "{e}");
     // Names are checked.
     let e = fresh
         .load_state_tensors(&[("7.exp_avg".into(), mk(0.0))], &steps)
@@ -289,6 +293,13 @@ fn clip_grad_norm_scales_on_the_device() {
     let (same, _) = clip_grad_norm(&[&g1, &g2], 10.0).unwrap();
     close(&vals(&same[1]), &[0.0, 4.0, 0.0], "unclipped");
     assert!(clip_grad_norm(&[], 1.0).is_err());
+    // An infinite max_norm measures the norm and leaves the gradients as they are.
+    let (same, norm) = clip_grad_norm(&[&g1, &g2], f64::INFINITY).unwrap();
+    assert!((vals(&norm)[0] - 5.0).abs() < 1e-6);
+    assert_eq!(vals(&same[0]), vec![3.0, 0.0]);
+    for bad in [-1.0, f64::NAN, f64::NEG_INFINITY] {
+        assert!(clip_grad_norm(&[&g1], bad).is_err(), "{bad}");
+    }
 }
 
 #[test]
@@ -1009,5 +1020,31 @@ fn clip_grad_value_clamps_each_element() {
         let c = clip_grad_value(&[&h], 0.5).unwrap();
         assert_eq!(c[0].dtype(), DType::F16);
         assert_eq!(vals(&c[0].to_dtype(DType::F32).unwrap()), vec![0.25, 0.5]);
+    }
+}
+
+/// Adam's `1 - beta` factors are PyTorch's (computed in f64, rounded once): the first step
+/// with lr 1 moves a parameter by exactly lr. `1 - 0.999` formed in f32 arithmetic was 1.3e-5
+/// off, which moved it by 1.0000065.
+#[test]
+fn adam_first_step_moves_by_lr() {
+    for amsgrad in [false, true] {
+        let w = leaf(&[0.0, 5.0]);
+        let mut opt = Adam::new(
+            vec![w.clone()],
+            AdamOptions {
+                lr: 1.0,
+                amsgrad,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let g = Tensor::from_slice(dev(), &[1.0f32, -3.0], &[2]).unwrap();
+        opt.step_with(&[Some(&g)]).unwrap();
+        let v = vals(&w);
+        assert!(
+            (v[0] + 1.0).abs() < 2e-7 && (v[1] - 6.0).abs() < 5e-7,
+            "{v:?}"
+        );
     }
 }

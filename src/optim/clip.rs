@@ -7,6 +7,8 @@ use crate::{Error, Result, Tensor};
 /// Scales `grads` so that their joint L2 norm is at most `max_norm` (PyTorch's
 /// `clip_grad_norm_`: coefficient `max_norm / (total_norm + 1e-6)` clamped to 1), entirely on
 /// the device. Returns the new gradients and the total norm before clipping (a `[]` tensor).
+/// `max_norm` may be `f64::INFINITY` to measure the norm alone; the list must not be empty
+/// (the norm tensor needs a device).
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
@@ -22,7 +24,10 @@ use crate::{Error, Result, Tensor};
 /// ```
 pub fn clip_grad_norm(grads: &[&Tensor], max_norm: f64) -> Result<(Vec<Tensor>, Tensor)> {
     let op = "clip_grad_norm";
-    check_hyper(op, "max_norm", max_norm, 0.0, f64::MAX)?;
+    // +inf is PyTorch's idiom for measuring the norm without clipping (coefficient 1).
+    if max_norm != f64::INFINITY {
+        check_hyper(op, "max_norm", max_norm, 0.0, f64::MAX)?;
+    }
     let Some(first) = grads.first() else {
         return Err(Error::arg(op, "no gradients given"));
     };

@@ -54,9 +54,10 @@ pub(crate) struct OptimParams {
     pub(crate) eps: f32,
     pub(crate) step_size: f32,
     pub(crate) bc2_sqrt: f32,
-    pub(crate) _pad0: u32,
-    pub(crate) _pad1: u32,
-    pub(crate) _pad2: u32,
+    /// `1 - c0`, `1 - c1` and AdamW's `1 - lr * weight_decay`, rounded once from f64.
+    pub(crate) one_minus_c0: f32,
+    pub(crate) one_minus_c1: f32,
+    pub(crate) decay: f32,
 }
 
 fn constants(kind: u32) -> [(&'static str, f64); 2] {
@@ -198,9 +199,9 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
             eps,
             step_size,
             bc2_sqrt,
-            _pad0,
-            _pad1,
-            _pad2
+            one_minus_c0,
+            one_minus_c1,
+            decay
         }
     )
 }

@@ -310,6 +310,7 @@ impl Sgd {
                 weight_decay: group.weight_decay as f32,
                 c0: o.momentum as f32,
                 c1: o.dampening as f32,
+                one_minus_c1: (1.0 - o.dampening) as f32,
                 ..Default::default()
             };
             jobs.push((i, packed(g)?, new_buf, params));
@@ -571,6 +572,9 @@ impl Adam {
                 weight_decay: group.weight_decay as f32,
                 c0: o.betas.0 as f32,
                 c1: o.betas.1 as f32,
+                one_minus_c0: (1.0 - o.betas.0) as f32,
+                one_minus_c1: (1.0 - o.betas.1) as f32,
+                decay: (1.0 - group.lr * group.weight_decay) as f32,
                 eps: o.eps as f32,
                 step_size: (group.lr / bc1) as f32,
                 bc2_sqrt: bc2.sqrt() as f32,
@@ -630,7 +634,8 @@ impl Adam {
     /// Replaces the state with `state` (as [`Adam::state_tensors`] names it) and the step
     /// counts with `steps` (one per parameter). A parameter with an entry needs all of its
     /// entries (`exp_avg`, `exp_avg_sq`, and `max_exp_avg_sq` exactly when AMSGrad is on); one
-    /// without starts again from zero moments, as in PyTorch's `load_state_dict`. Every entry
+    /// without starts again from zero moments at step 0 (its count must be 0), as in PyTorch's
+    /// `load_state_dict`, where the step is part of a parameter's state. Every entry
     /// is checked (name, device, dtype, shape, none given twice) before anything changes; the
     /// optimizer keeps copies, never the given tensors.
     pub fn load_state_tensors(&mut self, state: &[(String, Tensor)], steps: &[u64]) -> Result<()> {
@@ -663,6 +668,18 @@ impl Adam {
                 .filter(|(_, t)| t.is_none())
                 .map(|(k, _)| *k)
                 .collect();
+            if g.iter().all(Option::is_none) && steps[i] != 0 {
+                // PyTorch keeps the step inside a parameter's state: one without state is at
+                // step 0, and zero moments with a later step would skew the bias corrections.
+                return Err(Error::arg(
+                    op,
+                    format!(
+                        "{} has step count {} but no state (a parameter without state starts                          at step 0)",
+                        self.set.label(i),
+                        steps[i]
+                    ),
+                ));
+            }
             if g.iter().any(Option::is_some) && !missing.is_empty() {
                 return Err(Error::arg(
                     op,
