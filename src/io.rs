@@ -300,6 +300,14 @@ pub fn load_state_dict(
                     ),
                 ))
             }
+            Some(s) if !s.device().same(t.device()) => {
+                return Err(Error::arg(
+                    op,
+                    format!(
+                        "{name}: the source tensor lives on another device than the model's                          (load the file on the model's device)"
+                    ),
+                ))
+            }
             Some(s) => pairs.push((*t, s)),
         }
     }
@@ -320,11 +328,15 @@ pub fn load_state_dict(
             ),
         });
     }
-    for (t, s) in pairs {
-        let s = s.to_dtype(t.dtype())?;
+    // Every conversion first, so that one failing (a dtype the device lacks) copies nothing.
+    let converted = pairs
+        .iter()
+        .map(|(t, s)| s.to_dtype(t.dtype()))
+        .collect::<Result<Vec<_>>>()?;
+    for ((t, _), s) in pairs.iter().zip(&converted) {
         // Loading parameters is not part of any graph (PyTorch's load_state_dict runs under
         // no_grad), so tracked parameters load too.
-        crate::autograd::no_grad(|| t.copy_from(&s))?;
+        crate::autograd::no_grad(|| t.copy_from(s))?;
     }
     Ok(report)
 }

@@ -224,7 +224,33 @@ fn load_state_dict_copies_in_place() {
             .contains("size mismatch for features.0.weight"),
         "{e}"
     );
-    let _ = HashMap::<String, Tensor>::new();
+    // A source on another device is refused up front, naming the key, before any copy (it
+    // failed inside copy_from after earlier targets were written).
+    let other = Device::new().unwrap();
+    let mut mixed = HashMap::<String, Tensor>::new();
+    mixed.insert(
+        "a".into(),
+        Tensor::full(dev(), &[2], 1.0, DType::F32).unwrap(),
+    );
+    mixed.insert(
+        "b".into(),
+        Tensor::full(&other, &[2], 1.0, DType::F32).unwrap(),
+    );
+    let (ta, tb) = (
+        Tensor::zeros(dev(), &[2], DType::F32).unwrap(),
+        Tensor::zeros(dev(), &[2], DType::F32).unwrap(),
+    );
+    let e = load_state_dict(&[("a", &ta), ("b", &tb)], &mixed, true).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("b: the source tensor lives on another device"),
+        "{e}"
+    );
+    assert_eq!(
+        ta.to_vec::<f32>().unwrap(),
+        vec![0.0, 0.0],
+        "nothing copied"
+    );
 }
 
 /// Names a safetensors file cannot hold are an `Err` naming the op and the name, before any
