@@ -207,6 +207,26 @@ fn pad_errors() {
         e.to_string().contains("wrapping around more than once"),
         "{e}"
     );
+    // The constant is PyTorch's checked fill: exact for i32 past 2^24 (the kernel's f32
+    // would round it), an error where the dtype cannot hold it.
+    let xi = Tensor::from_slice(dev(), &[1i32, 2, 3, 4], &[2, 2]).unwrap();
+    let yi = pad(&xi, &[1, 0, 0, 1], PadMode::Constant, 16_777_217.0).unwrap();
+    let f = 16_777_217;
+    assert_eq!(yi.to_vec::<i32>().unwrap(), vec![f, 1, 2, f, 3, 4, f, f, f]);
+    for (t, v) in [(&xi, 3e9), (&x, 1e300)] {
+        let e = pad(t, &[1, 1], PadMode::Constant, v)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("pad:") && e.contains("without overflow"),
+            "{e}"
+        );
+    }
+    if dev().supports_f16() {
+        let h = x.to_dtype(DType::F16).unwrap();
+        assert!(pad(&h, &[1, 1], PadMode::Constant, 1e5).is_err());
+        assert!(pad(&h, &[1, 1], PadMode::Constant, f64::NEG_INFINITY).is_ok());
+    }
     // A padded dim past the kernel's i32 coordinates, or one that overflows, is refused; a
     // pad past 2^24 that stays below it works (PyTorch pads it).
     for pads in [[0, 1usize << 31], [usize::MAX, 1]] {

@@ -392,6 +392,31 @@ fn pad_untracked(x: &Tensor, pads: &[usize], mode: PadMode, value: f64) -> Resul
         shape[d] = len + pair[0] + pair[1];
     }
     let dev = x.device();
+    if mode == PadMode::Constant {
+        // PyTorch fills with a checked conversion: a value the dtype cannot hold is an error.
+        let fill = Tensor::full(dev, &[], value, x.dtype).map_err(|_| {
+            Error::arg(
+                op,
+                format!(
+                    "value {value} cannot be converted to type {:?} without overflow",
+                    x.dtype
+                ),
+            )
+        })?;
+        if x.dtype == DType::I32 {
+            // The kernel carries the value as f32, exact only to 2^24: an i32 fill is the
+            // filled output with the input copied into its window instead.
+            let out = fill.broadcast_to(&shape)?.contiguous()?;
+            let mut window = out.clone();
+            for (d, &b) in before.iter().enumerate() {
+                window = window.narrow(d as isize, b, x.shape()[d])?;
+            }
+            if x.numel() > 0 {
+                window.copy_from(x)?;
+            }
+            return Ok(out);
+        }
+    }
     let out = Tensor::empty(dev, op, &shape, x.dtype)?;
     let n = out.numel();
     if n == 0 {
