@@ -743,3 +743,39 @@ fn mixed_dtypes_follow_result_type() {
         assert_eq!(m.where_cond(&xh, &xf).unwrap().dtype(), DType::F32);
     }
 }
+
+/// PyTorch counts a scalar as one dim of size 1 in the index ops: index_select of a scalar
+/// with a one-value index is that scalar (its gradient too); gather and scatter_add mix 0-d
+/// and 1-d operands.
+#[test]
+fn index_ops_take_scalars_as_one_dim() {
+    let s = tf(&[5.0], &[]).requires_grad().unwrap();
+    for idx in [ti(&[0], &[1]), ti(&[0], &[])] {
+        let y = s.index_select(0, &idx).unwrap();
+        assert_eq!((y.shape(), f(&y)), (&[][..], vec![5.0]));
+        let y = s.index_select(-1, &idx).unwrap();
+        let g = y.mul_scalar(3.0).unwrap().backward().unwrap();
+        assert_eq!(f(g.get(&s).unwrap()), vec![3.0]);
+    }
+    let e = s
+        .index_select(0, &ti(&[0, 0], &[2]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("only 1 value"), "{e}");
+    assert!(s.index_select(1, &ti(&[0], &[1])).is_err());
+    // gather: a 0-d index into a 1-d input gives a scalar, a 1-d index into a scalar a [1].
+    let x = tf(&[1.0, 2.0], &[2]);
+    let y = x.gather(0, &ti(&[1], &[])).unwrap();
+    assert_eq!((y.shape(), f(&y)), (&[][..], vec![2.0]));
+    let y = tf(&[7.0], &[]).gather(0, &ti(&[0], &[1])).unwrap();
+    assert_eq!((y.shape(), f(&y)), (&[1][..], vec![7.0]));
+    // scatter_add: a [1] self with 0-d index and src keeps self's shape.
+    let y = tf(&[1.0], &[1])
+        .scatter_add(0, &ti(&[0], &[]), &tf(&[2.5], &[]))
+        .unwrap();
+    assert_eq!((y.shape(), f(&y)), (&[1][..], vec![3.5]));
+    let y = tf(&[1.0], &[])
+        .scatter_add(0, &ti(&[0], &[1]), &tf(&[2.5], &[1]))
+        .unwrap();
+    assert_eq!((y.shape(), f(&y)), (&[][..], vec![3.5]));
+}

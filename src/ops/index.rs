@@ -62,6 +62,13 @@ impl Tensor {
         let op = "gather";
         self.same_device(op, index)?;
         require_index(op, "index", index)?;
+        if self.rank().max(index.rank()) == 1 && self.rank() != index.rank() {
+            // PyTorch counts a scalar as one dim of size 1 here.
+            return self
+                .reshape(&[self.numel()])?
+                .gather(dim, &index.reshape(&[index.numel()])?)?
+                .reshape(index.shape());
+        }
         let d = Layout::normalize_dim(op, dim, self.rank().max(1))?;
         if index.rank() != self.rank() {
             return Err(Error::shape(
@@ -112,7 +119,8 @@ impl Tensor {
     /// the positions `index` (a 1-D i32 tensor) lists, in its order, repeats allowed. The
     /// result has `self`'s shape with `dim` resized to `index`'s length. Out-of-range indices are
     /// an error at the next sync or readback, as in PyTorch; unchecked, they
-    /// read NaN (see the [module docs](crate::ops::index)). Differentiable in `self`.
+    /// read NaN (see the [module docs](crate::ops::index)). Differentiable in `self`. A scalar
+    /// `self` takes a one-value index and gives a scalar, as in PyTorch.
     ///
     /// ```ignore-wasm32
     /// # fn main() -> wgtensor::Result<()> {
@@ -125,7 +133,23 @@ impl Tensor {
     /// # Ok(()) }
     /// ```
     pub fn index_select(&self, dim: isize, index: &Tensor) -> Result<Tensor> {
-        index_select_impl(self, "index_select", dim, index, -1)
+        let op = "index_select";
+        if self.rank() == 0 {
+            // PyTorch: a scalar's dim 0 / -1 holds one value, picked by a one-value index;
+            // the result is a scalar.
+            Layout::normalize_dim(op, dim, 1)?;
+            if index.numel() != 1 {
+                return Err(Error::arg(
+                    op,
+                    format!(
+                        "index to a scalar can have only 1 value, got {} value(s)",
+                        index.numel()
+                    ),
+                ));
+            }
+            return index_select_impl(&self.unsqueeze(0)?, op, 0, index, -1)?.reshape(&[]);
+        }
+        index_select_impl(self, op, dim, index, -1)
     }
 
     /// PyTorch's out-of-place `self.scatter_add(dim, index, src)`: a copy of `self` to which
@@ -155,6 +179,14 @@ impl Tensor {
         self.same_dtype(op, src)?;
         self.require_float(op)?;
         require_index(op, "index", index)?;
+        let ranks = [self.rank(), index.rank(), src.rank()];
+        if ranks.iter().max() == Some(&1) && ranks.contains(&0) {
+            // PyTorch counts a scalar as one dim of size 1 here.
+            let flat = |t: &Tensor| t.reshape(&[t.numel()]);
+            return flat(self)?
+                .scatter_add(dim, &flat(index)?, &flat(src)?)?
+                .reshape(self.shape());
+        }
         let d = Layout::normalize_dim(op, dim, self.rank().max(1))?;
         if index.rank() != self.rank() || src.rank() != self.rank() {
             return Err(Error::shape(
