@@ -1048,3 +1048,81 @@ fn adam_first_step_moves_by_lr() {
         );
     }
 }
+
+/// Schedulers chain as PyTorch's: each step multiplies the current rate, so two schedulers on
+/// one optimizer stack and a rate set between steps carries on; the first records the
+/// initial rate (`initial_lr`) that later ones (LambdaLR) take as their base; LinearLR with
+/// total_iters 0 holds its start factor; a step whose rate would be invalid changes nothing.
+#[test]
+fn lr_schedulers_chain_as_pytorch() {
+    use wgtensor::optim::{LrScheduler, Schedule};
+    let sgd = |lr: f64| {
+        Sgd::new(
+            vec![leaf(&[1.0])],
+            SgdOptions {
+                lr,
+                ..Default::default()
+            },
+        )
+        .unwrap()
+    };
+    let near = |a: f64, b: f64| (a - b).abs() < 1e-12 * b.abs().max(1.0);
+    // LinearLR(0.5, 1, 2) then ExponentialLR(0.9), stepped in turn.
+    let mut opt = sgd(0.1);
+    let mut s1 = LrScheduler::new(
+        &mut opt,
+        Schedule::Linear {
+            start_factor: 0.5,
+            end_factor: 1.0,
+            total_iters: 2,
+        },
+    )
+    .unwrap();
+    let mut s2 = LrScheduler::new(&mut opt, Schedule::Exponential { gamma: 0.9 }).unwrap();
+    assert!(near(opt.lr(), 0.05));
+    assert_eq!(s2.base_lrs(), &[0.1], "the initial rate is shared");
+    for want in [0.0675, 0.081, 0.0729] {
+        s1.step(&mut opt).unwrap();
+        s2.step(&mut opt).unwrap();
+        assert!(near(opt.lr(), want), "{} vs {want}", opt.lr());
+    }
+    // A rate set between steps carries on.
+    let mut opt = sgd(1.0);
+    let mut s = LrScheduler::new(&mut opt, Schedule::Exponential { gamma: 0.5 }).unwrap();
+    s.step(&mut opt).unwrap();
+    opt.set_lr(0.2).unwrap();
+    s.step(&mut opt).unwrap();
+    assert!(near(opt.lr(), 0.1));
+    // LambdaLR reads the recorded initial rate, not the decayed one.
+    let _ = LrScheduler::new(&mut opt, Schedule::Lambda(|e| 0.1 * (e + 1) as f64)).unwrap();
+    assert!(near(opt.lr(), 0.1), "{}", opt.lr());
+    // total_iters 0: start_factor for good.
+    let mut opt = sgd(1.0);
+    let mut s = LrScheduler::new(
+        &mut opt,
+        Schedule::Linear {
+            start_factor: 0.25,
+            end_factor: 1.0,
+            total_iters: 0,
+        },
+    )
+    .unwrap();
+    for _ in 0..3 {
+        assert!(near(opt.lr(), 0.25));
+        s.step(&mut opt).unwrap();
+    }
+    // An invalid rate for the second group: nothing changes, the epoch included.
+    let mut opt = sgd(1.0);
+    opt.add_param_group(ParamGroup::new(vec![leaf(&[2.0])]))
+        .unwrap();
+    opt.set_group_lr(1, 0.5).unwrap();
+    let mut s = LrScheduler::new(&mut opt, Schedule::Exponential { gamma: 1e200 }).unwrap();
+    s.step(&mut opt).unwrap();
+    let before = (opt.group_lr(0), opt.group_lr(1));
+    let e = s.step(&mut opt).unwrap_err().to_string();
+    assert!(e.contains("group 0") && e.contains("inf"), "{e}");
+    assert_eq!(
+        (opt.group_lr(0), opt.group_lr(1), s.epoch()),
+        (before.0, before.1, 1)
+    );
+}

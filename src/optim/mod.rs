@@ -169,6 +169,14 @@ macro_rules! group_accessors {
             fn set_lr_of(&mut self, g: usize, lr: f64) -> Result<()> {
                 self.set_group_lr(g, lr)
             }
+            fn initial_lr_of(&self, g: usize) -> Option<f64> {
+                self.set.initial_lrs.get(g).copied().flatten()
+            }
+            fn set_initial_lr_of(&mut self, g: usize, lr: f64) {
+                if let Some(slot) = self.set.initial_lrs.get_mut(g) {
+                    *slot = Some(lr);
+                }
+            }
         }
     };
 }

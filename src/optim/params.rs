@@ -134,6 +134,9 @@ pub(crate) struct ParamSet {
     /// The group of each parameter.
     pub(crate) group_of: Vec<usize>,
     pub(crate) groups: Vec<GroupOpts>,
+    /// Each group's `initial_lr` (PyTorch's param-group entry that the first scheduler sets
+    /// and later ones share as their base): `None` until a scheduler is made.
+    pub(crate) initial_lrs: Vec<Option<f64>>,
     by_name: HashMap<String, usize>,
 }
 
@@ -198,6 +201,7 @@ impl ParamSet {
         }
         let g = self.groups.len();
         self.groups.push(opts);
+        self.initial_lrs.push(None);
         for ((name, t), n) in group.params.into_iter().zip(new_names) {
             self.by_name.insert(n.clone(), self.params.len());
             self.named.push(name.is_some());

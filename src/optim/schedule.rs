@@ -1,9 +1,12 @@
-//! Learning-rate schedulers, PyTorch's `torch.optim.lr_scheduler` classes in closed form: each
-//! keeps the groups' initial learning rates (`base_lrs`) and an epoch count, and
-//! [`LrScheduler::step`] sets every group's rate for the next epoch. A scheduler does not hold
-//! its optimizer (a Rust borrow would forbid the optimizer's own steps in between): it is
-//! given the optimizer at construction and at each step, as PyTorch's loop calls
-//! `optimizer.step()` then `scheduler.step()`.
+//! Learning-rate schedulers, PyTorch's `torch.optim.lr_scheduler` classes with their chained
+//! forms (`get_lr`): each step multiplies a group's *current* rate by the epoch's factor, so
+//! schedulers stack (each applied to the rate the previous one set) and a rate the caller sets
+//! between steps carries on, as in PyTorch; `LambdaLR` and the cosine's restarts read the
+//! groups' initial rates (`base_lrs`, PyTorch's `initial_lr`, which the first scheduler made
+//! on an optimizer records and later ones share). A scheduler does not hold its optimizer (a
+//! Rust borrow would forbid the optimizer's own steps in between): it is given the optimizer
+//! at construction and at each step, as PyTorch's loop calls `optimizer.step()` then
+//! `scheduler.step()`.
 
 use crate::{Error, Result};
 
@@ -16,10 +19,20 @@ pub trait LrGroups {
     fn lr_of(&self, g: usize) -> Option<f64>;
     /// Sets the learning rate of group `g`.
     fn set_lr_of(&mut self, g: usize, lr: f64) -> Result<()>;
+    /// The initial rate of group `g` a scheduler recorded (PyTorch's `initial_lr` entry):
+    /// `None` until one was made. The default keeps none.
+    fn initial_lr_of(&self, _g: usize) -> Option<f64> {
+        None
+    }
+    /// Records group `g`'s initial rate (the first scheduler made on the optimizer does). The
+    /// default keeps none, so each scheduler takes the current rate as its base.
+    fn set_initial_lr_of(&mut self, _g: usize, _lr: f64) {}
 }
 
-/// How the learning rate follows the epoch `e`, relative to each group's initial rate `base`
-/// (PyTorch's scheduler classes and their arguments).
+/// How the learning rate follows the epoch `e` (PyTorch's scheduler classes and their
+/// arguments). The formulas below are the closed forms of one scheduler on an optimizer whose
+/// rates nothing else changes, `base` a group's initial rate; [`LrScheduler`] applies them
+/// chained, as PyTorch does, each step a factor of the current rate.
 #[derive(Debug, Clone)]
 pub enum Schedule {
     /// `StepLR(step_size, gamma)`: `base * gamma^(e / step_size)` (integer division).
@@ -57,7 +70,7 @@ pub enum Schedule {
         start_factor: f64,
         /// The factor from `total_iters` on, in [0, 1] (PyTorch's default 1).
         end_factor: f64,
-        /// Epochs of the ramp (PyTorch's default 5).
+        /// Epochs of the ramp (PyTorch's default 5; 0 holds `start_factor`).
         total_iters: u64,
     },
     /// `LambdaLR(lr_lambda)`: `base * f(e)`.
@@ -65,26 +78,62 @@ pub enum Schedule {
 }
 
 impl Schedule {
-    /// The factor or rate for `base` at epoch `e`.
-    fn lr(&self, base: f64, e: u64) -> f64 {
+    /// The rate at epoch `e` from the current rate `lr` and the initial one `base` (PyTorch's
+    /// chained `get_lr`; at `e = 0` what its constructor's first step sets).
+    fn lr(&self, lr: f64, base: f64, e: u64) -> f64 {
         match self {
-            Schedule::Step { step_size, gamma } => base * gamma.powf((e / step_size) as f64),
-            Schedule::MultiStep { milestones, gamma } => {
-                let reached = milestones.iter().filter(|&&m| m <= e).count();
-                base * gamma.powf(reached as f64)
+            Schedule::Step { step_size, gamma } => {
+                if e == 0 || !e.is_multiple_of(*step_size) {
+                    lr
+                } else {
+                    lr * gamma
+                }
             }
-            Schedule::Exponential { gamma } => base * gamma.powf(e as f64),
+            Schedule::MultiStep { milestones, gamma } => {
+                let hits = milestones.iter().filter(|&&m| m == e).count();
+                if hits == 0 {
+                    lr
+                } else {
+                    lr * gamma.powi(hits as i32)
+                }
+            }
+            Schedule::Exponential { gamma } => {
+                if e == 0 {
+                    lr
+                } else {
+                    lr * gamma
+                }
+            }
             Schedule::CosineAnnealing { t_max, eta_min } => {
-                let c = (std::f64::consts::PI * e as f64 / *t_max as f64).cos();
-                eta_min + (base - eta_min) * (1.0 + c) / 2.0
+                let pi = std::f64::consts::PI;
+                let t = *t_max as f64;
+                if e == 0 {
+                    lr
+                } else if (i128::from(e) - 1 - i128::from(*t_max))
+                    .rem_euclid(2 * i128::from(*t_max))
+                    == 0
+                {
+                    // The restart after a minimum, from the initial rate (PyTorch's branch).
+                    lr + (base - eta_min) * (1.0 - (pi / t).cos()) / 2.0
+                } else {
+                    (1.0 + (pi * e as f64 / t).cos()) / (1.0 + (pi * (e - 1) as f64 / t).cos())
+                        * (lr - eta_min)
+                        + eta_min
+                }
             }
             Schedule::Linear {
                 start_factor,
                 end_factor,
                 total_iters,
             } => {
-                let t = e.min(*total_iters) as f64 / *total_iters as f64;
-                base * (start_factor + (end_factor - start_factor) * t)
+                if e == 0 {
+                    lr * start_factor
+                } else if e > *total_iters {
+                    lr
+                } else {
+                    let d = end_factor - start_factor;
+                    lr * (1.0 + d / (*total_iters as f64 * start_factor + (e - 1) as f64 * d))
+                }
             }
             Schedule::Lambda(f) => base * f(e),
         }
@@ -139,9 +188,8 @@ impl Schedule {
                         ),
                     ));
                 }
-                if *total_iters == 0 {
-                    return Err(Error::arg(op, "total_iters must be at least 1, got 0"));
-                }
+                // total_iters 0 holds start_factor for good, as in PyTorch.
+                let _ = total_iters;
                 Ok(())
             }
             Schedule::Lambda(_) => Ok(()),
@@ -175,30 +223,43 @@ pub struct LrScheduler {
 }
 
 impl LrScheduler {
-    /// Takes the groups' current rates as their initial ones and sets epoch 0's (PyTorch's
+    /// Takes the groups' initial rates (recorded by an earlier scheduler on this optimizer,
+    /// else their current rates, which it records) and sets epoch 0's rates (PyTorch's
     /// constructor: `LinearLR` starts at `start_factor` times the rate at once). Errors for
     /// arguments PyTorch refuses.
     pub fn new(opt: &mut impl LrGroups, schedule: Schedule) -> Result<LrScheduler> {
         schedule.check()?;
-        let base = (0..opt.lr_groups())
-            .map(|g| opt.lr_of(g).unwrap_or(0.0))
-            .collect();
+        let mut base = Vec::with_capacity(opt.lr_groups());
+        for g in 0..opt.lr_groups() {
+            let b = match opt.initial_lr_of(g) {
+                Some(b) => b,
+                None => {
+                    let b = opt.lr_of(g).unwrap_or(0.0);
+                    opt.set_initial_lr_of(g, b);
+                    b
+                }
+            };
+            base.push(b);
+        }
         let mut s = LrScheduler {
             schedule,
             base,
             epoch: 0,
             last: Vec::new(),
         };
-        s.apply(opt)?;
+        s.apply(opt, 0)?;
         Ok(s)
     }
 
     /// Advances one epoch and sets every group's rate for it (PyTorch's `scheduler.step()`).
-    /// Errors when the optimizer has a different number of groups than at construction.
+    /// Errors when the optimizer has a different number of groups than at construction, or
+    /// when a new rate is not a finite number >= 0 (a lambda's negative factor, a rate grown
+    /// past f64): then nothing changes, the epoch included.
     pub fn step(&mut self, opt: &mut impl LrGroups) -> Result<()> {
         self.check_groups(opt)?;
+        self.apply(opt, self.epoch + 1)?;
         self.epoch += 1;
-        self.apply(opt)
+        Ok(())
     }
 
     fn check_groups(&self, opt: &impl LrGroups) -> Result<()> {
@@ -215,12 +276,24 @@ impl LrScheduler {
         Ok(())
     }
 
-    fn apply(&mut self, opt: &mut impl LrGroups) -> Result<()> {
+    /// Sets epoch `e`'s rates, every one checked before the first is set.
+    fn apply(&mut self, opt: &mut impl LrGroups, e: u64) -> Result<()> {
         let lrs: Vec<f64> = self
             .base
             .iter()
-            .map(|&b| self.schedule.lr(b, self.epoch))
+            .enumerate()
+            .map(|(g, &b)| self.schedule.lr(opt.lr_of(g).unwrap_or(0.0), b, e))
             .collect();
+        if let Some((g, lr)) = lrs
+            .iter()
+            .enumerate()
+            .find(|(_, lr)| !(lr.is_finite() && **lr >= 0.0))
+        {
+            return Err(Error::arg(
+                "lr_scheduler",
+                format!("epoch {e} gives group {g} the learning rate {lr}, not a finite rate >= 0"),
+            ));
+        }
         for (g, &lr) in lrs.iter().enumerate() {
             opt.set_lr_of(g, lr)?;
         }
