@@ -41,6 +41,21 @@ fn cat_and_stack() {
     // A legacy [0] tensor is skipped.
     let z = Tensor::zeros(dev(), &[0], DType::F32).unwrap();
     assert_eq!(cat(&[&z, &a], 0).unwrap().shape(), &[2, 3]);
+    // Mixed dtypes promote as PyTorch's (i32 < f16 < f32), the gradient back in each
+    // input's dtype.
+    let i = Tensor::from_slice(dev(), &[7i32, 8, 9], &[1, 3]).unwrap();
+    let al = a.clone().requires_grad().unwrap();
+    let c = cat(&[&al, &i], 0).unwrap();
+    assert_eq!((c.dtype(), c.shape()), (DType::F32, &[3, 3][..]));
+    assert_eq!(vals(&c)[6..], [7.0, 8.0, 9.0]);
+    let g = c.sum_all().unwrap().backward().unwrap();
+    assert_eq!(vals(g.get(&al).unwrap()), vec![1.0; 6]);
+    if dev().supports_f16() {
+        let h = a.to_dtype(DType::F16).unwrap();
+        let c = cat(&[&i, &h], 0).unwrap();
+        assert_eq!(c.dtype(), DType::F16);
+        assert_eq!(cat(&[&h, &a], 1).unwrap().dtype(), DType::F32);
+    }
     // Stack: a new dim.
     let (x, xv) = ramp(&[3], 0.0);
     let (y, yv) = ramp(&[3], 10.0);

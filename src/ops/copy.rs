@@ -95,9 +95,23 @@ fn copy_into(op: &'static str, src: &Tensor, dst: &Tensor) -> Result<()> {
     )
 }
 
-/// PyTorch's `torch.cat`: joins tensors of the same rank and dtype along `dim`, their other
-/// dims equal. A `[0]` tensor is skipped, as PyTorch allows for legacy reasons.
+/// PyTorch's `torch.cat`: joins tensors of the same rank along `dim`, their other dims equal.
+/// Mixed dtypes are promoted as PyTorch's (`i32` < `f16` < `f32`). A `[0]` tensor is skipped,
+/// as PyTorch allows for legacy reasons.
 pub fn cat(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
+    let promoted = tensors.iter().map(|t| t.dtype()).max_by_key(|d| match d {
+        DType::I32 => 0,
+        DType::F16 => 1,
+        DType::F32 => 2,
+    });
+    if let Some(dt) = promoted.filter(|&dt| tensors.iter().any(|t| t.dtype() != dt)) {
+        // Converted (differentiably) first, each part then joined as one dtype.
+        let converted = tensors
+            .iter()
+            .map(|t| t.to_dtype(dt))
+            .collect::<Result<Vec<_>>>()?;
+        return cat(&converted.iter().collect::<Vec<_>>(), dim);
+    }
     let out = cat_untracked(tensors, dim)?;
     let joined = tensors.iter().any(|t| !is_legacy_empty(t));
     if !joined || out.rank() == 0 {
