@@ -105,11 +105,6 @@ impl Device {
         if let Some(e) = buffers.iter().find_map(|b| st.poisoned_by(b.buffer)) {
             return Err(e);
         }
-        for (i, b) in buffers.iter().enumerate() {
-            if kernel.bindings[i] == Access::ReadWrite {
-                st.batch.note_written(b.buffer);
-            }
-        }
         if st.batch.arena.is_none() {
             let slots = self.inner.opts.max_dispatches_per_submit as u64;
             let arena = match st.pool.take(slots * self.inner.param_slot, PARAMS_USAGE) {
@@ -128,6 +123,13 @@ impl Device {
                 }
             };
             st.batch.open(&self.inner.device, arena);
+        }
+        // Noted once the batch this dispatch joins is open: making room for its arena may
+        // flush the previous batch, which takes the written list with it.
+        for (i, b) in buffers.iter().enumerate() {
+            if kernel.bindings[i] == Access::ReadWrite {
+                st.batch.note_written(b.buffer);
+            }
         }
         let offset = st.batch.push_params(params, self.inner.param_slot);
         let Some(arena) = st.batch.arena.as_ref() else {
