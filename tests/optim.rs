@@ -798,6 +798,11 @@ fn load_state_is_atomic_and_private() {
         ],
         vec![("w.exp_avg".into(), mine.clone())],
         vec![("0.momentum_buffer".into(), mine.clone())],
+        // Integer state is no momentum buffer.
+        vec![(
+            "w.momentum_buffer".into(),
+            Tensor::from_slice(dev(), &[1i32, 1], &[2]).unwrap(),
+        )],
     ];
     for (k, st) in bad.iter().enumerate() {
         let e = opt.load_state_tensors(st).unwrap_err();
@@ -828,6 +833,17 @@ fn load_state_is_atomic_and_private() {
     // Loading replaces the whole state: an empty load drops the buffers.
     opt.load_state_tensors(&[]).unwrap();
     assert!(opt.state_tensors().is_empty());
+    // State of another float dtype is cast to the parameter's, as PyTorch's load_state_dict.
+    if dev().supports_f16() {
+        let half = mine.to_dtype(DType::F16).unwrap();
+        opt.load_state_tensors(&[("w.momentum_buffer".into(), half)])
+            .unwrap();
+        let st = opt.state_tensors();
+        assert_eq!(
+            (st[0].1.dtype(), vals(&st[0].1)),
+            (DType::F32, vec![1.0, 1.0])
+        );
+    }
 
     // Adam: an incomplete entry set, AMSGrad's entry without AMSGrad, a wrong count of steps.
     let a = leaf(&[1.0, 2.0]);

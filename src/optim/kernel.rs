@@ -157,10 +157,11 @@ pub(crate) fn check_grid(op: &'static str, param: &Tensor) -> Result<()> {
         .map(drop)
 }
 
-/// A private copy of `t` (new storage), for state loaded from the caller's tensors.
-pub(crate) fn private_copy(op: &'static str, t: &Tensor) -> Result<Tensor> {
-    let out = Tensor::empty(t.device(), op, t.shape(), t.dtype())?;
-    out.copy_from(&t.detach())?;
+/// A private copy of `t` (new storage) in `dtype`, for state loaded from the caller's tensors
+/// (PyTorch's `load_state_dict` casts floating-point state to its parameter's dtype).
+pub(crate) fn private_copy(op: &'static str, t: &Tensor, dtype: DType) -> Result<Tensor> {
+    let out = Tensor::empty(t.device(), op, t.shape(), dtype)?;
+    out.copy_from(&t.detach().to_dtype(dtype)?)?;
     Ok(out)
 }
 

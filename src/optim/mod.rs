@@ -351,8 +351,9 @@ impl Sgd {
 
     /// Replaces the state with `state` (as [`Sgd::state_tensors`] names it; a parameter without
     /// an entry starts again without a momentum buffer, as in PyTorch's `load_state_dict`).
-    /// Every entry is checked (name, device, dtype, shape, none given twice) before anything
-    /// changes; the optimizer keeps copies, never the given tensors.
+    /// Every entry is checked (name, device, shape, a float dtype, none given twice) before
+    /// anything changes; the optimizer keeps copies in the parameter's dtype (PyTorch casts
+    /// loaded state so), never the given tensors.
     pub fn load_state_tensors(&mut self, state: &[(String, Tensor)]) -> Result<()> {
         let op = "sgd";
         let mut given: Vec<Option<&Tensor>> = vec![None; self.set.params.len()];
@@ -366,7 +367,8 @@ impl Sgd {
         }
         let copies = given
             .into_iter()
-            .map(|t| t.map(|t| private_copy(op, t)).transpose())
+            .zip(&self.set.params)
+            .map(|(t, p)| t.map(|t| private_copy(op, t, p.dtype())).transpose())
             .collect::<Result<Vec<_>>>()?;
         self.momentum_buffers = copies;
         Ok(())
@@ -644,8 +646,9 @@ impl Adam {
     /// entries (`exp_avg`, `exp_avg_sq`, and `max_exp_avg_sq` exactly when AMSGrad is on); one
     /// without starts again from zero moments at step 0 (its count must be 0), as in PyTorch's
     /// `load_state_dict`, where the step is part of a parameter's state. Every entry
-    /// is checked (name, device, dtype, shape, none given twice) before anything changes; the
-    /// optimizer keeps copies, never the given tensors.
+    /// is checked (name, device, shape, a float dtype, none given twice) before anything
+    /// changes; the optimizer keeps copies in the parameter's dtype (PyTorch casts loaded state
+    /// so), never the given tensors.
     pub fn load_state_tensors(&mut self, state: &[(String, Tensor)], steps: &[u64]) -> Result<()> {
         let op = "adam";
         let n = self.set.params.len();
@@ -704,12 +707,13 @@ impl Adam {
             }
         }
         let mut new_state = Vec::with_capacity(n);
-        for [m, v, vmax] in given {
+        for ([m, v, vmax], p) in given.into_iter().zip(&self.set.params) {
+            let dt = p.dtype();
             new_state.push(match (m, v) {
                 (Some(m), Some(v)) => Some(AdamState {
-                    exp_avg: private_copy(op, m)?,
-                    exp_avg_sq: private_copy(op, v)?,
-                    max_exp_avg_sq: vmax.map(|t| private_copy(op, t)).transpose()?,
+                    exp_avg: private_copy(op, m, dt)?,
+                    exp_avg_sq: private_copy(op, v, dt)?,
+                    max_exp_avg_sq: vmax.map(|t| private_copy(op, t, dt)).transpose()?,
                 }),
                 _ => None,
             });

@@ -340,7 +340,8 @@ impl ParamSet {
         }
         let p = &self.params[i];
         p.same_device(op, t)?;
-        if t.shape() != p.shape() || t.dtype() != p.dtype() {
+        // Another float dtype is cast to the parameter's, as PyTorch's load_state_dict does.
+        if t.shape() != p.shape() || t.dtype() == DType::I32 {
             return Err(Error::shape(
                 op,
                 format!(
