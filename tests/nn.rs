@@ -1413,3 +1413,33 @@ fn batchnorm_without_running_stats() {
     assert_eq!(y1, want1);
     assert_eq!(bn1.state_dict().len(), 2);
 }
+
+/// PyTorch's unbatched cells: lstm_cell / gru_cell take x [I], h [H] (and c [H]) and return
+/// states of h's shape, equal to the batch-of-one step.
+#[test]
+fn rnn_cells_take_unbatched_input() {
+    use wgtensor::ops::{gru_cell, lstm_cell, randn, RnnKind, RnnWeights};
+    let (i, h) = (3, 4);
+    for kind in [RnnKind::Lstm, RnnKind::Gru] {
+        let g = if kind == RnnKind::Lstm { 4 } else { 3 };
+        let w_ih = randn(dev(), &[g * h, i], DType::F32).unwrap();
+        let w_hh = randn(dev(), &[g * h, h], DType::F32).unwrap();
+        let w = RnnWeights::new(kind, &w_ih, &w_hh, None, None).unwrap();
+        let x = randn(dev(), &[i], DType::F32).unwrap();
+        let h0 = randn(dev(), &[h], DType::F32).unwrap();
+        let c0 = randn(dev(), &[h], DType::F32).unwrap();
+        let b = |t: &Tensor| t.unsqueeze(0).unwrap();
+        if kind == RnnKind::Lstm {
+            let (h1, c1) = lstm_cell(&x, &h0, &c0, &w).unwrap();
+            let (hb, cb) = lstm_cell(&b(&x), &b(&h0), &b(&c0), &w).unwrap();
+            assert_eq!((h1.shape(), c1.shape()), (&[h][..], &[h][..]));
+            assert_eq!((vals(&h1), vals(&c1)), (vals(&hb), vals(&cb)));
+        } else {
+            let h1 = gru_cell(&x, &h0, &w).unwrap();
+            assert_eq!(h1.shape(), &[h]);
+            assert_eq!(vals(&h1), vals(&gru_cell(&b(&x), &b(&h0), &w).unwrap()));
+            // A batched x with an unbatched h is neither form.
+            assert!(gru_cell(&b(&x), &h0, &w).is_err());
+        }
+    }
+}

@@ -152,3 +152,32 @@ fn writes_into_a_fused_output_or_an_rnn_input_are_errors() {
     no_grad(|| xs.copy_from(&Tensor::zeros_like(&xs).unwrap())).unwrap();
     assert_inplace_error(loss.backward());
 }
+
+/// An RNN's backward reads its state sequences, and its output is a view of the last one:
+/// writing the output (or c_n's sequence) after the forward is the in-place error, not a
+/// silently wrong gradient. h_n and c_n have storage of their own: writing the output leaves
+/// them as they were (PyTorch returns separate tensors).
+#[test]
+fn rnn_output_written_before_backward_is_an_error() {
+    use wgtensor::nn::{self, Forward};
+    let lstm = nn::Lstm::new(dev(), 3, 4, nn::RnnConfig::default()).unwrap();
+    let x = Tensor::from_slice(dev(), &[0.5f32; 5 * 2 * 3], &[5, 2, 3]).unwrap();
+    let out = lstm.forward_with_state(&x, None, None).unwrap();
+    let h_n = out.h_n.to_vec::<f32>().unwrap();
+    let loss = out.h_n.sum_all().unwrap();
+    no_grad(|| {
+        out.output
+            .copy_from(&Tensor::zeros(dev(), &[5, 2, 4], wgtensor::DType::F32)?)
+    })
+    .unwrap();
+    assert_eq!(
+        out.h_n.to_vec::<f32>().unwrap(),
+        h_n,
+        "h_n is not the output's storage"
+    );
+    assert_inplace_error(loss.backward());
+    // Untouched, the same forward's backward runs.
+    let out = lstm.forward_with_state(&x, None, None).unwrap();
+    assert!(out.h_n.sum_all().unwrap().backward().is_ok());
+    let _ = lstm.forward(&x).unwrap();
+}

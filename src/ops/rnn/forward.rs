@@ -118,11 +118,11 @@ impl Rnn {
         } else {
             input
         };
-        let h_n = stack_states(dev, &finals_h, b, h)?;
+        let h_n = final_states(dev, &finals_h, b, h)?;
         let c_n = if finals_c.is_empty() {
             None
         } else {
-            Some(stack_states(dev, &finals_c, b, h)?)
+            Some(final_states(dev, &finals_c, b, h)?)
         };
         let saved = train.then(|| RnnSaved {
             t,
@@ -239,5 +239,28 @@ impl Rnn {
             )?;
         }
         Ok(())
+    }
+}
+
+/// `h_n` / `c_n` `[L*D, B, H]` in storage of their own: one layer and direction's final state
+/// would otherwise be a view of the state sequence, the same storage as the output's last step
+/// (PyTorch returns separate tensors: a write into one must not change the other).
+fn final_states(dev: &crate::Device, parts: &[Tensor], b: usize, h: usize) -> Result<Tensor> {
+    match parts {
+        [one] => {
+            let out = Tensor::empty(dev, "rnn_state", one.shape(), one.dtype())?;
+            let es = one.dtype().size() as u64;
+            let (at, bytes) = (one.layout().offset() as u64 * es, one.numel() as u64 * es);
+            if one.is_contiguous() && at % 4 == 0 && bytes % 4 == 0 {
+                // A buffer copy, no dispatch: a one-step forward stays three dispatches.
+                if bytes > 0 {
+                    dev.record_copy(one.buffer(), at, out.buffer(), 0, bytes);
+                }
+            } else {
+                out.copy_from(one)?;
+            }
+            Ok(out)
+        }
+        _ => stack_states(dev, parts, b, h),
     }
 }

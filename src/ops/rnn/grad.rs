@@ -21,12 +21,19 @@ struct RnnBackward {
 impl BackwardOp for RnnBackward {
     fn saved(&self) -> Vec<&Tensor> {
         // Layer 0's input is the caller's x (a view of its storage; the other layers' inputs
-        // are this op's own state sequences): its version is checked like the weights'.
+        // are this op's own state sequences): its version is checked like the weights'. So are
+        // the state sequences the backward reads: the output is a view of the last layer's.
         self.rnn
             .weights
             .iter()
             .flat_map(|w| [&w.w_ih, &w.w_hh, &w.b_ih, &w.b_hh])
             .chain(self.saved.layers.first().map(|l| &l.input))
+            .chain(
+                self.saved
+                    .layers
+                    .iter()
+                    .flat_map(|l| std::iter::once(&l.hseq).chain(l.cseq.as_ref())),
+            )
             .collect()
     }
 

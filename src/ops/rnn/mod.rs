@@ -380,7 +380,8 @@ impl Rnn {
     }
 }
 
-/// One LSTM step: `(h', c')` from `x [B, I]`, `h [B, H]`, `c [B, H]`.
+/// One LSTM step: `(h', c')` from `x [B, I]`, `h [B, H]`, `c [B, H]` (or unbatched `x [I]`,
+/// `h [H]`, `c [H]`, as PyTorch's cells take).
 ///
 /// PyTorch's `nn.LSTMCell` forward, for loops that feed each step's output back in (decoders,
 /// sampling); [`Rnn::forward`] runs a known sequence faster. Errors as [`Rnn::forward`] for
@@ -411,7 +412,7 @@ pub fn lstm_cell(x: &Tensor, h: &Tensor, c: &Tensor, w: &RnnWeights) -> Result<(
     Ok((out.h_n.reshape(h.shape())?, c_n.reshape(c.shape())?))
 }
 
-/// One GRU step: `h'` from `x [B, I]`, `h [B, H]`.
+/// One GRU step: `h'` from `x [B, I]`, `h [B, H]` (or unbatched `x [I]`, `h [H]`).
 pub fn gru_cell(x: &Tensor, h: &Tensor, w: &RnnWeights) -> Result<Tensor> {
     let out = cell(RnnKind::Gru, x, h, None, w)?;
     out.h_n.reshape(h.shape())
@@ -425,11 +426,18 @@ fn cell(
     w: &RnnWeights,
 ) -> Result<RnnOutput> {
     let op = kind.name();
+    if x.rank() == 1 && h.rank() == 1 && c.is_none_or(|c| c.rank() == 1) {
+        // PyTorch's unbatched cell: x [I], h [H] (and c [H]) as a batch of one; the callers
+        // reshape the states back to h's shape.
+        let c1 = c.map(|c| c.unsqueeze(0)).transpose()?;
+        return cell(kind, &x.unsqueeze(0)?, &h.unsqueeze(0)?, c1.as_ref(), w);
+    }
     if x.rank() != 2 || h.rank() != 2 {
         return Err(Error::shape(
             op,
             format!(
-                "cell inputs must be x [B, I] and h [B, H], got {:?} and {:?}",
+                "cell inputs must be x [B, I] and h [B, H] (or unbatched x [I] and h [H]), got \
+                 {:?} and {:?}",
                 x.shape(),
                 h.shape()
             ),
