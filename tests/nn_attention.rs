@@ -557,3 +557,31 @@ fn causal_with_key_padding_agrees_between_fused_and_explicit_paths() {
         }
     }
 }
+
+/// The packed self-attention projection is PyTorch's `query is key is value`: a detached copy
+/// of x shares its storage but not its graph, so attention of (x.detach(), x, x) still
+/// routes x's gradient through key and value, equal to the separate projections' (the same
+/// call with a copy of x as query).
+#[test]
+fn mha_self_attention_shortcut_respects_autograd_identity() {
+    let dev = common::device();
+    let m = MultiheadAttention::new(dev, 8, 2, Default::default()).unwrap();
+    let x = wgtensor::ops::randn(dev, &[5, 2, 8], DType::F32)
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let opts = MhaOptions {
+        need_weights: false,
+        ..Default::default()
+    };
+    let grad_of = |q: &Tensor| {
+        let (y, _) = m.forward_attn(q, &x, &x, &opts).unwrap();
+        let g = y.sum_all().unwrap().backward().unwrap();
+        g.get(&x).map(|t| t.to_vec::<f32>().unwrap())
+    };
+    let detached = grad_of(&x.detach()).expect("x's gradient through key and value");
+    let copied = grad_of(&x.detach().contiguous().unwrap().add_scalar(0.0).unwrap()).unwrap();
+    for (a, b) in detached.iter().zip(&copied) {
+        assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{a} vs {b}");
+    }
+}

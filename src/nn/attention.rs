@@ -523,9 +523,17 @@ fn causal_mask(dev: &Device, l: usize, s: usize, dt: DType) -> Result<Tensor> {
     Tensor::from_slice(dev, &v, &[l, s])?.to_dtype(dt)
 }
 
-/// The same view of the same storage (PyTorch's `query is key` for self-attention).
+/// The same view of the same storage in the same graph (PyTorch's `query is key` for
+/// self-attention): `x` and `x.detach()` share their storage but not their gradient, so the
+/// packed projection of one would route (or drop) the other's gradient.
 fn same_view(a: &Tensor, b: &Tensor) -> bool {
-    a.shares_storage(b)
+    let same_graph = match (&a.grad, &b.grad) {
+        (None, None) => true,
+        (Some(x), Some(y)) => std::sync::Arc::ptr_eq(x, y),
+        _ => false,
+    };
+    same_graph
+        && a.shares_storage(b)
         && a.shape() == b.shape()
         && a.strides() == b.strides()
         && a.layout().offset() == b.layout().offset()
