@@ -420,6 +420,37 @@ fn rows_past_the_grid_limit() {
         .map(|(i, &v)| (v + rv[i / n]).max(0.0))
         .collect();
     close(&y.to_vec::<f32>().unwrap(), &want, "per-row bias, relu");
+    // C with beta, then in place (C's own rows are the output's).
+    let cv = values(m * n, 10);
+    let c = Tensor::from_slice(&dev, &cv, &[m, n]).unwrap();
+    let plain = host_bmm(&av, &bv, 1, m, k, n, false);
+    let want: Vec<f32> = plain.iter().zip(&cv).map(|(p, c)| p + 0.5 * c).collect();
+    let y = gemm(
+        &a,
+        &b,
+        &GemmOptions {
+            c: Some(&c),
+            beta: 0.5,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    close(&y.to_vec::<f32>().unwrap(), &want, "C with beta");
+    wgtensor::ops::gemm_into(&c, &a, &b, 1.0, 0.5).unwrap();
+    close(&c.to_vec::<f32>().unwrap(), &want, "in place");
+    drop((y, c));
+    // A batch of two such products (B shared): windows per batch entry.
+    let (m2, n2) = (max * 128 + 5, 2);
+    let a2v = values(2 * m2, 11);
+    let b2v = values(n2, 12);
+    let a2 = Tensor::from_slice(&dev, &a2v, &[2, m2, 1]).unwrap();
+    let b2 = Tensor::from_slice(&dev, &b2v, &[1, n2]).unwrap();
+    let want = host_bmm(&a2v, &b2v, 2, m2, 1, n2, true);
+    close(
+        &a2.matmul(&b2).unwrap().to_vec::<f32>().unwrap(),
+        &want,
+        "batched",
+    );
 }
 
 /// The weight gradient of a product over more rows than one GEMM's longest K (2^24) sums the

@@ -345,9 +345,8 @@ impl<'a> Problem<'a> {
     /// chunks: along the outermost batch dim whose inner dims fit the limit, one launch per
     /// chunk and per index of the dims outside it, each with its offsets moved to its first
     /// entry. A batch of many small matrices then runs as PyTorch's does instead of failing.
-    /// One product whose row tiles pass the limit on y runs in windows of rows
-    /// ([`Problem::row_windows`]). Errors past the limit on x, on y with a batch, or where
-    /// split-k slices alone pass it on z.
+    /// Errors past the limit on x or y (run.rs sends such products to the windows of
+    /// window.rs first), or where split-k slices alone pass it on z.
     pub(super) fn launches(
         &self,
         op: &'static str,
@@ -364,9 +363,6 @@ impl<'a> Problem<'a> {
         let inner_of = |j: usize| bm[j + 1..].iter().product::<usize>();
         // The dim to chunk along: the outermost whose inner dims fit with the slices.
         let j = (0..bm.len()).find(|&j| inner_of(j) * splits <= max);
-        if gy > max && gx <= max && batch == 1 && splits <= max {
-            return Ok(self.row_windows(pl, params, max));
-        }
         if gx > max || gy > max || (batch * splits > max && j.is_none()) {
             return Err(Error::size(
                 op,
@@ -417,39 +413,6 @@ impl<'a> Problem<'a> {
             }
         }
         Ok(out)
-    }
-}
-
-impl Problem<'_> {
-    /// [`Problem::launches`] for one product whose row tiles pass the grid limit (a linear
-    /// layer over millions of rows, which PyTorch runs): windows of `max` row tiles, each a
-    /// product of its rows with its own offsets into A, C, the output and a per-row bias.
-    fn row_windows(
-        &self,
-        pl: &GemmPlan,
-        params: GemmParams,
-        max: usize,
-    ) -> Vec<(GemmParams, [u32; 3], u64)> {
-        let (tm, tn) = pl.tile();
-        let (m, n) = (self.m, self.n);
-        let rows = max * tm;
-        let at = |stride: u32, r0: usize| (r0 as u64 * u64::from(stride)) as u32;
-        (0..m)
-            .step_by(rows)
-            .map(|r0| {
-                let len = rows.min(m - r0);
-                let mut p = params;
-                p.m = len as u32;
-                p.a_off += at(p.a_rs, r0);
-                p.c_off += at(p.c_rs, r0);
-                p.o_off += at(p.o_rs, r0);
-                if p.bias_mode == 2 {
-                    p.bias_off += at(p.bias_stride, r0);
-                }
-                let [x, y] = pl.grid_xy(n.div_ceil(tn) as u32, len.div_ceil(tm) as u32);
-                (p, [x, y, pl.splits], (len * n) as u64)
-            })
-            .collect()
     }
 }
 

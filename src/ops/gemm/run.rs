@@ -48,12 +48,16 @@ pub(crate) fn run_kernel(
     let limit = dev.max_binding_bytes();
     let c_t = if pb.c_mode == 1 { o.c } else { None };
     let bufs = [Some(a), Some(b), c_t, pb.bias, Some(&out)];
-    if bufs.iter().flatten().any(|t| t.buffer().size() > limit) {
-        // An operand or the output is larger than one binding: windows of rows and columns.
+    let max = dev.limits().max_compute_workgroups_per_dimension;
+    let (tm, tn) = pl.tile();
+    let tiles_fit = m.div_ceil(tm) <= max as usize && n.div_ceil(tn) <= max as usize;
+    if !tiles_fit || bufs.iter().flatten().any(|t| t.buffer().size() > limit) {
+        // An operand or the output is larger than one binding, or the row or column tiles
+        // pass the grid limit (a linear layer over millions of rows, which PyTorch runs):
+        // windows of rows and columns.
         super::window::run_windowed(op, &pb, &pl, o, a, b, c_t, &out)?;
         return Ok(out);
     }
-    let max = dev.limits().max_compute_workgroups_per_dimension;
     let launches = pb.launches(op, &pl, pb.params(&pl, o), max)?;
     let c_buf = c_t.map_or(a.buffer(), |c| c.buffer());
     let bias_buf = pb.bias.map_or(a.buffer(), |t| t.buffer());

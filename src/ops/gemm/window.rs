@@ -1,6 +1,7 @@
-//! GEMM over operands or outputs larger than one storage binding (src/runtime/window.rs):
-//! each batch entry is cut into windows of output rows and columns such that the part of A
-//! (those rows), B (those columns), C and the output each window touches fits one binding,
+//! GEMM over operands or outputs larger than one storage binding (src/runtime/window.rs), or
+//! whose row or column tiles pass the grid limit: each batch entry is cut into windows of
+//! output rows and columns such that the part of A (those rows), B (those columns), C and the
+//! output each window touches fits one binding and its tiles fit the grid,
 //! and the windows run the full problem's plan (variant, split-k slices and chunk), so every
 //! output element is summed in the same order as unsplit: the results are bitwise identical.
 //!
@@ -92,6 +93,11 @@ pub(crate) fn run_windowed(
         let (ars, acs) = st(&pb.al);
         return Err(too_wide(op, extent(m, k, ars, acs) * es, limit));
     };
+    // Whole tiles within the grid limit on each axis (the sg8 kernel swaps x and y, but both
+    // share the limit).
+    let max = u64::from(dev.limits().max_compute_workgroups_per_dimension);
+    let (tm, tn) = pl.tile();
+    let (wr, wc) = (wr.min(max * tm as u64), wc.min(max * tn as u64));
     let base = pb.params(pl, o);
     let [a_bs, b_bs, c_bs] = &pb.batch_strides;
     let size = |t: &Tensor| t.buffer().size();
