@@ -51,8 +51,9 @@ fn gelu_grad(x: f32) -> f32 {
 fn combine(g: f32, s: f32) -> f32 {
     switch OP {
         // relu from its output: PyTorch's threshold_backward (y <= 0 ? 0 : g) passes the
-        // gradient where y > 0 and where y is NaN (relu keeps NaN).
-        case GRAD_RELU_FROM_Y: { return select(g, 0.0, s <= 0.0); }
+        // gradient where y > 0 and where y is NaN (relu keeps NaN). NaN is tested on its bits:
+        // WGSL lets a compiler assume no NaN, and fold the comparison alone.
+        case GRAD_RELU_FROM_Y: { return select(g, 0.0, s <= 0.0 && !isnan_f(s)); }
         case GRAD_SIGMOID_FROM_Y: { return g * s * (1.0 - s); }
         case GRAD_TANH_FROM_Y: { return g * (1.0 - s * s); }
         case GRAD_GELU_FROM_X: { return g * gelu_grad(s); }
@@ -78,10 +79,10 @@ fn combine(g: f32, s: f32) -> f32 {
         // hardtanh (relu6): 0 at and past its bounds, NaN passes (PyTorch's
         // hardtanh_backward tests x <= min || x >= max); hardsigmoid passes strictly inside
         // only (-3 < x < 3), NaN included in the 0s.
-        case GRAD_PASS_ABOVE_OR_NAN: { return select(g, 0.0, s <= p.scalar); }
-        case GRAD_PASS_BELOW_OR_NAN: { return select(g, 0.0, s >= p.scalar); }
-        case GRAD_PASS_ABOVE: { return select(0.0, g, s > p.scalar); }
-        case GRAD_PASS_BELOW: { return select(0.0, g, s < p.scalar); }
+        case GRAD_PASS_ABOVE_OR_NAN: { return select(g, 0.0, s <= p.scalar && !isnan_f(s)); }
+        case GRAD_PASS_BELOW_OR_NAN: { return select(g, 0.0, s >= p.scalar && !isnan_f(s)); }
+        case GRAD_PASS_ABOVE: { return select(0.0, g, s > p.scalar && !isnan_f(s)); }
+        case GRAD_PASS_BELOW: { return select(0.0, g, s < p.scalar && !isnan_f(s)); }
         default: { return g; }
     }
 }

@@ -304,7 +304,8 @@ pub fn load_state_dict(
                 return Err(Error::arg(
                     op,
                     format!(
-                        "{name}: the source tensor lives on another device than the model's                          (load the file on the model's device)"
+                        "{name}: the source tensor lives on another device than the model's \
+                         (load the file on the model's device)"
                     ),
                 ))
             }

@@ -176,21 +176,7 @@ impl Tensor {
     /// range. Infinities and NaN fill float tensors.
     pub fn full(device: &Device, shape: &[usize], value: f64, dtype: DType) -> Result<Tensor> {
         check_new_shape(device, "full", shape, dtype)?;
-        let max = match dtype {
-            DType::F32 => f64::from(f32::MAX),
-            DType::F16 => f64::from(half::f16::MAX),
-            DType::I32 => f64::from(i32::MAX),
-        };
-        let fits = match dtype {
-            DType::I32 => value >= f64::from(i32::MIN) && value <= max,
-            _ => !value.is_finite() || value.abs() <= max,
-        };
-        if !fits {
-            return Err(Error::arg(
-                "full",
-                format!("value {value} cannot be converted to type {dtype:?} without overflow"),
-            ));
-        }
+        check_fill("full", value, dtype)?;
         Tensor::scalar_of(device, value, dtype)?
             .broadcast_to(shape)?
             .contiguous()
@@ -614,4 +600,26 @@ impl Tensor {
         let offset = src.layout.offset() as u64 * size;
         Ok((src, offset, self.numel() as u64 * size))
     }
+}
+
+/// PyTorch's checked conversion of a fill value ("value cannot be converted to type ... without
+/// overflow"): a finite value past the largest f16 (65504) or f32, or for [`DType::I32`] NaN or
+/// a value outside its range, is an error naming `op`; infinities and NaN fill float tensors.
+pub(crate) fn check_fill(op: &'static str, value: f64, dtype: DType) -> Result<()> {
+    let max = match dtype {
+        DType::F32 => f64::from(f32::MAX),
+        DType::F16 => f64::from(half::f16::MAX),
+        DType::I32 => f64::from(i32::MAX),
+    };
+    let fits = match dtype {
+        DType::I32 => value >= f64::from(i32::MIN) && value <= max,
+        _ => !value.is_finite() || value.abs() <= max,
+    };
+    if !fits {
+        return Err(Error::arg(
+            op,
+            format!("value {value} cannot be converted to type {dtype:?} without overflow"),
+        ));
+    }
+    Ok(())
 }

@@ -170,6 +170,8 @@ impl crate::autograd::BackwardOp for CatBackward {
                 Some((start, len)) if need => {
                     Ok(Some(g.narrow(self.dim as isize, *start, *len)?))
                 }
+                // A skipped `[0]` input still gets its (empty) gradient, as in PyTorch.
+                None if need => Ok(Some(Tensor::zeros(g.device(), &[0], g.dtype())?)),
                 _ => Ok(None),
             })
             .collect()
@@ -408,19 +410,11 @@ fn pad_untracked(x: &Tensor, pads: &[usize], mode: PadMode, value: f64) -> Resul
     let dev = x.device();
     if mode == PadMode::Constant {
         // PyTorch fills with a checked conversion: a value the dtype cannot hold is an error.
-        let fill = Tensor::full(dev, &[], value, x.dtype).map_err(|_| {
-            Error::arg(
-                op,
-                format!(
-                    "value {value} cannot be converted to type {:?} without overflow",
-                    x.dtype
-                ),
-            )
-        })?;
+        crate::tensor::check_fill(op, value, x.dtype)?;
         if x.dtype == DType::I32 {
             // The kernel carries the value as f32, exact only to 2^24: an i32 fill is the
             // filled output with the input copied into its window instead.
-            let out = fill.broadcast_to(&shape)?.contiguous()?;
+            let out = Tensor::full(dev, &shape, value, x.dtype)?;
             let mut window = out.clone();
             for (d, &b) in before.iter().enumerate() {
                 window = window.narrow(d as isize, b, x.shape()[d])?;

@@ -685,7 +685,8 @@ impl Adam {
                 return Err(Error::arg(
                     op,
                     format!(
-                        "{} has step count {} but no state (a parameter without state starts                          at step 0)",
+                        "{} has step count {} but no state (a parameter without state starts \
+                         at step 0)",
                         self.set.label(i),
                         steps[i]
                     ),

@@ -340,8 +340,14 @@ impl ParamSet {
         }
         let p = &self.params[i];
         p.same_device(op, t)?;
+        if t.dtype() == DType::I32 {
+            return Err(Error::arg(
+                op,
+                format!("state {entry:?} is an i32 tensor: optimizer state is floating point"),
+            ));
+        }
         // Another float dtype is cast to the parameter's, as PyTorch's load_state_dict does.
-        if t.shape() != p.shape() || t.dtype() == DType::I32 {
+        if t.shape() != p.shape() {
             return Err(Error::shape(
                 op,
                 format!(
