@@ -711,3 +711,44 @@ fn porting_mistakes_name_the_fix() {
         assert!(e.to_string().contains("not a safetensors file"), "{e}");
     }
 }
+
+/// gemm checks C whatever beta is (PyTorch's addmm expands C even when beta = 0, which only
+/// skips reading it); an empty output is computed whatever K is.
+#[test]
+fn gemm_checks_c_at_beta_zero_and_empty_outputs_ignore_k() {
+    let (a, b) = (t(&[2, 3]), t(&[3, 4]));
+    let bad = t(&[7, 9]);
+    let e = gemm(
+        &a,
+        &b,
+        &GemmOptions {
+            c: Some(&bad),
+            beta: 0.0,
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert!(msg(&e).contains("does not broadcast"), "{e}");
+    // beta = 0 still ignores NaN in a C of the right shape.
+    let nan = Tensor::full(dev(), &[2, 4], f64::NAN, DType::F32).unwrap();
+    let y = gemm(
+        &a,
+        &b,
+        &GemmOptions {
+            c: Some(&nan),
+            beta: 0.0,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![3.0; 8]);
+    let k = (1usize << 24) + 1;
+    let e0 = Tensor::zeros(dev(), &[0, k], DType::F32).unwrap();
+    let k0 = Tensor::zeros(dev(), &[k, 0], DType::F32).unwrap();
+    assert_eq!(matmul(&e0, &k0).unwrap().shape(), &[0, 0]);
+    // A transposed convolution of an empty image is refused, as the forward refuses it.
+    let x = Tensor::zeros(dev(), &[1, 2, 0, 3], DType::F32).unwrap();
+    let w = Tensor::zeros(dev(), &[2, 4, 3, 3], DType::F32).unwrap();
+    let e = wgtensor::ops::conv_transpose2d(&x, &w, None, &Default::default()).unwrap_err();
+    assert!(msg(&e).contains("zero-size spatial"), "{e}");
+}

@@ -373,6 +373,17 @@ fn transpose_untracked(
 ) -> Result<Tensor> {
     let [_, _, h, wd] = dims4(op, x, "input")?;
     let ws = dims4(op, w, "weight")?;
+    if h == 0 || wd == 0 {
+        // As the forward (and PyTorch): only the batch and channels may be empty.
+        return Err(Error::shape(
+            op,
+            format!(
+                "zero-size spatial dimension: input {:?} (only the batch and the channels may be \
+                 empty)",
+                x.shape()
+            ),
+        ));
+    }
     if o.stride.contains(&0) || o.dilation.contains(&0) {
         return Err(Error::arg(
             op,

@@ -233,7 +233,8 @@ impl<'a> Problem<'a> {
         a.same_dtype(op, b)?;
         a.device().require_dtype(op, a.dtype)?;
         let (out_shape, m, n, k) = product_shape(op, a.shape(), b.shape())?;
-        if k > MAX_K {
+        // An empty output sums nothing, whatever K is.
+        if k > MAX_K && out_shape.iter().all(|&d| d > 0) {
             return Err(Error::size(
                 op,
                 format!(
@@ -459,7 +460,9 @@ fn c_operand(
             // of a larger tensor): its layout carries that offset to the kernel as `c_off`.
             Ok((2, t.layout.clone()))
         }
-        (None, Some(c)) if o.beta != 0.0 => {
+        (None, Some(c)) => {
+            // Checked whatever beta is (PyTorch's addmm expands C even when beta = 0); only
+            // read when beta != 0, so beta = 0 ignores NaN in C.
             a.same_device(op, c)?;
             a.same_dtype(op, c)?;
             let l = c.layout.broadcast_to(out_shape).map_err(|_| {
@@ -471,6 +474,9 @@ fn c_operand(
                     ),
                 )
             })?;
+            if o.beta == 0.0 {
+                return Ok((0, Layout::contiguous(out_shape)));
+            }
             Ok((1, l))
         }
         _ => Ok((0, Layout::contiguous(out_shape))),
