@@ -38,9 +38,13 @@ fn cat_and_stack() {
     let c = cat(&[&t, &e, &b.transpose(0, 1).unwrap()], -2).unwrap();
     assert_eq!(c.shape(), &[4, 2]);
     assert_eq!(vals(&c), vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0, 100.0, 101.0]);
-    // A legacy [0] tensor is skipped.
+    // A legacy [0] tensor is skipped; tracked, it still gets its (empty) gradient.
     let z = Tensor::zeros(dev(), &[0], DType::F32).unwrap();
     assert_eq!(cat(&[&z, &a], 0).unwrap().shape(), &[2, 3]);
+    let zl = z.clone().requires_grad().unwrap();
+    let al = a.clone().requires_grad().unwrap();
+    let g = cat(&[&zl, &al], 0).unwrap().sum_all().unwrap().backward().unwrap();
+    assert_eq!(g.get(&zl).map(|t| t.shape().to_vec()), Some(vec![0]));
     // Mixed dtypes promote as PyTorch's (i32 < f16 < f32), the gradient back in each
     // input's dtype.
     let i = Tensor::from_slice(dev(), &[7i32, 8, 9], &[1, 3]).unwrap();
