@@ -185,6 +185,13 @@ fn beta_of(c: u32) -> f32 {
     return 0.0;
 }
 
+// The data passes' workgroup as (chunk, channel, 0): channels past the grid's limit on y
+// continue on z (`channel_grid` in ops/batchnorm/mod.rs), so a workgroup whose channel is past
+// the last returns (uniformly: its whole workgroup shares the channel) before any barrier.
+fn logical_wid(wid: vec3<u32>, nwg: vec3<u32>) -> vec3<u32> {
+    return vec3<u32>(wid.x, wid.y + wid.z * nwg.y, 0u);
+}
+
 // The range of groups workgroup `wid` covers: (channel, first group, number of groups).
 fn chunk_of(wid: vec3<u32>) -> vec3<u32> {
     let start = (p.chunk0 + wid.x) * p.chunk;
@@ -230,17 +237,27 @@ fn leave_partial(c: u32, j: u32, lane: u32, v: vec4<f32>, chan: bool) {
 // Per-lane (count, mean - pivot, M2, pivot) of one chunk.
 @compute @workgroup_size(WG)
 fn bn_stats(@builtin(workgroup_id) wid: vec3<u32>,
+            @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_index) lane: u32) {
+    let w = logical_wid(wid, nwg);
+    if (w.y >= p.channels) {
+        return;
+    }
     // The channel's first value (n = 0, s = 0): the shift every chunk of the channel shares.
-    stats_chunk(wid, lane, load_x(wid.y * p.sg).x);
+    stats_chunk(w, lane, load_x(w.y * p.sg).x);
 }
 
 // bn_stats for a window that may not hold sample 0: the pivots come gathered in smean (unused
 // by this pass otherwise).
 @compute @workgroup_size(WG)
 fn bn_stats_pivots(@builtin(workgroup_id) wid: vec3<u32>,
+                   @builtin(num_workgroups) nwg: vec3<u32>,
                    @builtin(local_invocation_index) lane: u32) {
-    stats_chunk(wid, lane, smean[wid.y]);
+    let w = logical_wid(wid, nwg);
+    if (w.y >= p.channels) {
+        return;
+    }
+    stats_chunk(w, lane, smean[w.y]);
 }
 
 fn stats_chunk(wid: vec3<u32>, lane: u32, pivot: f32) {
@@ -383,18 +400,28 @@ fn normalize_store(a: u32, x: vec4<f32>, coef: vec4<f32>) {
 // Training output from the coefficients bn_finalize left in ws.
 @compute @workgroup_size(WG)
 fn bn_apply(@builtin(workgroup_id) wid: vec3<u32>,
+            @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_index) lane: u32) {
-    normalize_chunk(wid, lane, ws[wid.y]);
+    let w = logical_wid(wid, nwg);
+    if (w.y >= p.channels) {
+        return;
+    }
+    normalize_chunk(w, lane, ws[w.y]);
 }
 
 // Inference in one pass: coefficients folded per workgroup from the running statistics.
 @compute @workgroup_size(WG)
 fn bn_infer(@builtin(workgroup_id) wid: vec3<u32>,
+            @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_index) lane: u32) {
-    let c = wid.y;
+    let w = logical_wid(wid, nwg);
+    if (w.y >= p.channels) {
+        return;
+    }
+    let c = w.y;
     let scale = gamma_of(c) * inverseSqrt(f32(rvar[param(c, p.rvar_os)]) + p.eps);
     let k = f32(rmean[param(c, p.rmean_os)]);
-    normalize_chunk(wid, lane, vec4<f32>(k, scale, beta_of(c), 0.0));
+    normalize_chunk(w, lane, vec4<f32>(k, scale, beta_of(c), 0.0));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -404,8 +431,13 @@ fn bn_infer(@builtin(workgroup_id) wid: vec3<u32>,
 // Per-lane (sum dy, sum dy * (x - mean)) of one chunk.
 @compute @workgroup_size(WG)
 fn bn_grad_stats(@builtin(workgroup_id) wid: vec3<u32>,
+                 @builtin(num_workgroups) nwg: vec3<u32>,
                  @builtin(local_invocation_index) lane: u32) {
-    let ch = chunk_of(wid);
+    let w = logical_wid(wid, nwg);
+    if (w.y >= p.channels) {
+        return;
+    }
+    let ch = chunk_of(w);
     let c = ch.x;
     let mean = smean[param(c, p.smean_os)];
     var cur = cursor_at(c, ch.y + lane);
@@ -423,7 +455,7 @@ fn bn_grad_stats(@builtin(workgroup_id) wid: vec3<u32>,
         s1 += g;
         s2 += g * (load_x(cur.addr) - mean);
     }
-    leave_partial(c, p.chunk0 + wid.x, lane, vec4<f32>(group_sum(s1), group_sum(s2), 0.0, 0.0), false);
+    leave_partial(c, p.chunk0 + w.x, lane, vec4<f32>(group_sum(s1), group_sum(s2), 0.0, 0.0), false);
 }
 
 // One invocation per channel: fixed-order sums, dgamma = invstd * sum dy (x - mean),
@@ -453,8 +485,13 @@ fn bn_grad_finalize(@builtin(global_invocation_id) gid: vec3<u32>) {
 
 @compute @workgroup_size(WG)
 fn bn_grad_apply(@builtin(workgroup_id) wid: vec3<u32>,
+                 @builtin(num_workgroups) nwg: vec3<u32>,
                  @builtin(local_invocation_index) lane: u32) {
-    let ch = chunk_of(wid);
+    let w = logical_wid(wid, nwg);
+    if (w.y >= p.channels) {
+        return;
+    }
+    let ch = chunk_of(w);
     let coef = ws[ch.x];
     var cur = cursor_at(ch.x, ch.y + lane);
     let full = ch.z / WG;

@@ -1443,3 +1443,69 @@ fn rnn_cells_take_unbatched_input() {
         }
     }
 }
+
+/// BatchNorm1d over more features than the grid's 65535 per dimension (the channels continue
+/// on z): training output, running statistics, the input gradient and evaluation against the
+/// host formulas, at channels on both sides of the limit.
+#[test]
+fn batch_norm_over_more_channels_than_the_grid_limit() {
+    let (n, c) = (3usize, 70_000usize);
+    let xv: Vec<f32> = (0..n * c)
+        .map(|i| ((i * 7919 % 1009) as f32) / 500.0 - 1.0)
+        .collect();
+    let gv: Vec<f32> = (0..n * c)
+        .map(|i| ((i * 31 % 17) as f32) / 8.0 - 1.0)
+        .collect();
+    let x = Tensor::from_slice(dev(), &xv, &[n, c])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let gw = Tensor::from_slice(dev(), &gv, &[n, c]).unwrap();
+    let mut bn = nn::BatchNorm1d::new(dev(), c).unwrap();
+    let yt = bn.forward(&x).unwrap();
+    let y = vals(&yt);
+    let g = yt.mul(&gw).unwrap().sum_all().unwrap().backward().unwrap();
+    let gx = vals(g.get(&x).unwrap());
+    let checked = [0, 1, 65_534, 65_535, 65_536, c - 1];
+    let rm = vals(&bn.0.state.borrow().running_mean);
+    let rv = vals(&bn.0.state.borrow().running_var);
+    for ch in checked {
+        let col = |v: &[f32]| (0..n).map(|r| f64::from(v[r * c + ch])).collect::<Vec<_>>();
+        let (xs, gs) = (col(&xv), col(&gv));
+        let mean = xs.iter().sum::<f64>() / n as f64;
+        let var = xs.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n as f64;
+        let inv = 1.0 / (var + 1e-5).sqrt();
+        let xh: Vec<f64> = xs.iter().map(|v| (v - mean) * inv).collect();
+        let mg = gs.iter().sum::<f64>() / n as f64;
+        let mgx = gs.iter().zip(&xh).map(|(g, h)| g * h).sum::<f64>() / n as f64;
+        for r in 0..n {
+            let i = r * c + ch;
+            assert!((f64::from(y[i]) - xh[r]).abs() < 1e-4, "y at channel {ch}");
+            let dx = inv * (gs[r] - mg - xh[r] * mgx);
+            assert!(
+                (f64::from(gx[i]) - dx).abs() < 1e-3,
+                "dx at channel {ch}: {} vs {dx}",
+                gx[i]
+            );
+        }
+        assert!(
+            (f64::from(rm[ch]) - 0.1 * mean).abs() < 1e-6,
+            "running mean {ch}"
+        );
+        let unbiased = var * n as f64 / (n - 1) as f64;
+        assert!(
+            (f64::from(rv[ch]) - (0.9 + 0.1 * unbiased)).abs() < 1e-5,
+            "running var {ch}"
+        );
+    }
+    bn.eval();
+    let ye = vals(&bn.forward(&x.detach()).unwrap());
+    for ch in checked {
+        let i = 2 * c + ch;
+        let want = (f64::from(xv[i]) - f64::from(rm[ch])) / (f64::from(rv[ch]) + 1e-5).sqrt();
+        assert!(
+            (f64::from(ye[i]) - want).abs() < 1e-4,
+            "eval at channel {ch}"
+        );
+    }
+}

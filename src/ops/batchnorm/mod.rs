@@ -580,14 +580,27 @@ impl Input {
                 None => None,
             };
             let b = binds(xs.bind(self.x.buffer()), dyb, ob);
-            let grid = [w.chunks, self.c as u32, 1];
+            let grid = self.chunk_grid(w.chunks);
             dev.launch_binds(op, kernel, &dts, consts, bytemuck::bytes_of(&p), &b, grid)?;
         }
         Ok(())
     }
 
     fn data_grid(&self) -> [u32; 3] {
-        [self.plan.chunks, self.c as u32, 1]
+        self.chunk_grid(self.plan.chunks)
+    }
+
+    /// `chunks` workgroups per channel on x, the channels on y, continued on z past the
+    /// adapter's per-dimension limit (a BatchNorm1d over more than 65535 features; the shader's
+    /// `logical_wid` folds y and z back into the channel and skips the ragged rest).
+    fn chunk_grid(&self, chunks: u32) -> [u32; 3] {
+        let max = self
+            .x
+            .device()
+            .limits()
+            .max_compute_workgroups_per_dimension as usize;
+        let y = self.c.min(max).max(1);
+        [chunks, y as u32, self.c.div_ceil(y) as u32]
     }
 
     fn channel_grid(&self, op: &'static str) -> Result<[u32; 3]> {
