@@ -1509,3 +1509,66 @@ fn batch_norm_over_more_channels_than_the_grid_limit() {
         );
     }
 }
+
+/// PyTorch's mixed type (AMP): f16 activations through a BatchNorm2d whose parameters and
+/// running statistics are f32, in training and evaluation; the output is f16, x's gradient
+/// f16 and the weight's f32, all equal to the f32 computation up to f16 rounding.
+#[test]
+fn batch_norm_f16_input_with_f32_parameters() {
+    if !dev().supports_f16() {
+        return;
+    }
+    let xv: Vec<f32> = (0..2 * 3 * 4 * 4)
+        .map(|i| ((i * 13 % 29) as f32) / 7.0 - 2.0)
+        .collect();
+    let x32 = Tensor::from_slice(dev(), &xv, &[2, 3, 4, 4]).unwrap();
+    let x16 = x32.to_dtype(DType::F16).unwrap().requires_grad().unwrap();
+    let x32 = x16
+        .detach()
+        .to_dtype(DType::F32)
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let mut a = nn::BatchNorm2d::new(dev(), 3).unwrap();
+    let mut b = nn::BatchNorm2d::new(dev(), 3).unwrap();
+    let y16 = a.forward(&x16).unwrap();
+    let y32 = b.forward(&x32).unwrap();
+    assert_eq!(y16.dtype(), DType::F16);
+    let close = |p: &[f32], q: &[f32], tol: f32| p.iter().zip(q).all(|(u, v)| (u - v).abs() <= tol);
+    let v16 = vals(&y16.to_dtype(DType::F32).unwrap());
+    assert!(close(&v16, &vals(&y32), 4e-3), "outputs");
+    let (ga, gb) = (
+        y16.to_dtype(DType::F32)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap(),
+        y32.mul_scalar(1.0)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap(),
+    );
+    let gx = ga.get(&x16).unwrap();
+    assert_eq!(gx.dtype(), DType::F16);
+    let gw = ga.get(a.weight.as_ref().unwrap()).unwrap();
+    assert_eq!(gw.dtype(), DType::F32);
+    let gw32 = gb.get(b.weight.as_ref().unwrap()).unwrap();
+    assert!(close(&vals(gw), &vals(gw32), 1e-2), "weight gradients");
+    let sa = vals(&a.state.borrow().running_mean);
+    assert!(
+        close(&sa, &vals(&b.state.borrow().running_mean), 1e-3),
+        "running mean"
+    );
+    a.eval();
+    b.eval();
+    let e16 = a.forward(&x16.detach()).unwrap();
+    assert_eq!(e16.dtype(), DType::F16);
+    let e32 = b.forward(&x32.detach()).unwrap();
+    assert!(
+        close(&vals(&e16.to_dtype(DType::F32).unwrap()), &vals(&e32), 4e-3),
+        "eval"
+    );
+}

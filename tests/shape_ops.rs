@@ -43,7 +43,12 @@ fn cat_and_stack() {
     assert_eq!(cat(&[&z, &a], 0).unwrap().shape(), &[2, 3]);
     let zl = z.clone().requires_grad().unwrap();
     let al = a.clone().requires_grad().unwrap();
-    let g = cat(&[&zl, &al], 0).unwrap().sum_all().unwrap().backward().unwrap();
+    let g = cat(&[&zl, &al], 0)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
     assert_eq!(g.get(&zl).map(|t| t.shape().to_vec()), Some(vec![0]));
     // Mixed dtypes promote as PyTorch's (i32 < f16 < f32), the gradient back in each
     // input's dtype.

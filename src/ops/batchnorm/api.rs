@@ -3,7 +3,7 @@
 
 use super::grad;
 use super::types::{BatchNormOptions, BatchNormOutput, BatchNormState};
-use crate::{Result, Tensor};
+use crate::{DType, Result, Tensor};
 
 /// Inference: `act((x - running_mean) / sqrt(running_var + eps) * weight + bias)` per channel,
 /// in one pass (the per-channel scale and shift are folded in each workgroup).
@@ -13,7 +13,9 @@ use crate::{Result, Tensor};
 /// tensor of x's shape and dtype. Differentiable (autograd) in x, weight and bias. Errors:
 /// [`Error::Shape`](crate::Error::Shape) for an input of rank below 2 or per-channel vectors that
 /// are not `[C]`; [`Error::DType`](crate::Error::DType) /
-/// [`Error::DeviceMismatch`](crate::Error::DeviceMismatch) when they differ from x;
+/// [`Error::DeviceMismatch`](crate::Error::DeviceMismatch) when they differ from x (except
+/// PyTorch's mixed type: an f16 x with f32 statistics, weight or bias is computed in f32 and
+/// gives an f16 output, as under AMP);
 /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a negative or non-finite `eps`.
 ///
 /// ```no_run,ignore-wasm32
@@ -35,7 +37,45 @@ pub fn batch_norm_inference(
     running_var: &Tensor,
     options: &BatchNormOptions,
 ) -> Result<Tensor> {
+    let params = [
+        Some(running_mean),
+        Some(running_var),
+        options.weight,
+        options.bias,
+    ];
+    if mixed(x, &params) {
+        let (w, b) = (to_f32(options.weight)?, to_f32(options.bias)?);
+        let (rm, rv) = (
+            running_mean.to_dtype(DType::F32)?,
+            running_var.to_dtype(DType::F32)?,
+        );
+        let o = BatchNormOptions {
+            weight: w.as_ref(),
+            bias: b.as_ref(),
+            ..*options
+        };
+        let y = grad::inference(&x.to_dtype(DType::F32)?, &rm, &rv, &o)?;
+        return y.to_dtype(x.dtype());
+    }
     grad::inference(x, running_mean, running_var, options)
+}
+
+/// PyTorch's mixed type: an f16 input with f32 per-channel tensors (AMP keeps batch norm's
+/// parameters and running statistics in f32). Computed in f32 on an f32 copy of x, the output
+/// rounded back to f16 (the kernels accumulate in f32 either way); x's gradient comes back in
+/// f16 and the parameters' in f32 through the casts.
+fn mixed(x: &Tensor, params: &[Option<&Tensor>]) -> bool {
+    x.dtype() == DType::F16
+        && params.iter().flatten().any(|t| t.dtype() == DType::F32)
+        && params
+            .iter()
+            .flatten()
+            .all(|t| matches!(t.dtype(), DType::F16 | DType::F32))
+}
+
+/// `t` in f32 (a clone, the same graph node, when it already is).
+fn to_f32(t: Option<&Tensor>) -> Result<Option<Tensor>> {
+    t.map(|t| t.to_dtype(DType::F32)).transpose()
 }
 
 /// Training forward: normalizes with the batch statistics of each channel (mean and biased
@@ -83,5 +123,32 @@ pub fn batch_norm_train(
     state: Option<&mut BatchNormState>,
     options: &BatchNormOptions,
 ) -> Result<BatchNormOutput> {
+    let stats = state.as_ref().map(|s| [&s.running_mean, &s.running_var]);
+    let params = [
+        stats.map(|s| s[0]),
+        stats.map(|s| s[1]),
+        options.weight,
+        options.bias,
+    ];
+    if mixed(x, &params) {
+        // The state must already be f32 to be updated in place; f16 statistics with an f32
+        // weight are left to the dtype check below.
+        if state
+            .as_ref()
+            .is_none_or(|s| s.running_mean.dtype() == DType::F32)
+        {
+            let (w, b) = (to_f32(options.weight)?, to_f32(options.bias)?);
+            let o = BatchNormOptions {
+                weight: w.as_ref(),
+                bias: b.as_ref(),
+                ..*options
+            };
+            let out = grad::train(&x.to_dtype(DType::F32)?, state, &o)?;
+            return Ok(BatchNormOutput {
+                y: out.y.to_dtype(x.dtype())?,
+                saved: out.saved,
+            });
+        }
+    }
     grad::train(x, state, options)
 }
