@@ -181,7 +181,8 @@ fn dtype_mismatch() {
         )
         .unwrap_err();
         assert_eq!(e, want(BACKWARD));
-        let e = batch_norm_train(
+        // An f16 input with an f32 weight is PyTorch's mixed type: computed, f16 out.
+        let out = batch_norm_train(
             &hx,
             None,
             &BatchNormOptions {
@@ -189,15 +190,8 @@ fn dtype_mismatch() {
                 ..Default::default()
             },
         )
-        .unwrap_err();
-        assert_eq!(
-            e,
-            Error::DType {
-                op: TRAIN,
-                expected: DType::F16,
-                got: DType::F32
-            }
-        );
+        .unwrap();
+        assert_eq!(out.y.dtype(), DType::F16);
     } else {
         eprintln!("skipping batch-norm dtype mismatches: adapter lacks SHADER_F16");
     }
