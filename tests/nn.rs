@@ -1456,12 +1456,25 @@ fn batch_norm_over_more_channels_than_the_grid_limit() {
     let gv: Vec<f32> = (0..n * c)
         .map(|i| ((i * 31 % 17) as f32) / 8.0 - 1.0)
         .collect();
-    let x = Tensor::from_slice(dev(), &xv, &[n, c])
+    // The CPU plans, and the GPU plans (64-lane workgroups merged through barriers, which
+    // the channels past the last must skip together).
+    let gpu = Device::with_options(wgtensor::DeviceOptions {
+        gpu_plans: true,
+        ..Default::default()
+    })
+    .unwrap();
+    for d in [dev(), &gpu] {
+        batch_norm_channels_past_the_limit(d, n, c, &xv, &gv);
+    }
+}
+
+fn batch_norm_channels_past_the_limit(d: &Device, n: usize, c: usize, xv: &[f32], gv: &[f32]) {
+    let x = Tensor::from_slice(d, xv, &[n, c])
         .unwrap()
         .requires_grad()
         .unwrap();
-    let gw = Tensor::from_slice(dev(), &gv, &[n, c]).unwrap();
-    let mut bn = nn::BatchNorm1d::new(dev(), c).unwrap();
+    let gw = Tensor::from_slice(d, gv, &[n, c]).unwrap();
+    let mut bn = nn::BatchNorm1d::new(d, c).unwrap();
     let yt = bn.forward(&x).unwrap();
     let y = vals(&yt);
     let g = yt.mul(&gw).unwrap().sum_all().unwrap().backward().unwrap();
@@ -1471,7 +1484,7 @@ fn batch_norm_over_more_channels_than_the_grid_limit() {
     let rv = vals(&bn.0.state.borrow().running_var);
     for ch in checked {
         let col = |v: &[f32]| (0..n).map(|r| f64::from(v[r * c + ch])).collect::<Vec<_>>();
-        let (xs, gs) = (col(&xv), col(&gv));
+        let (xs, gs) = (col(xv), col(gv));
         let mean = xs.iter().sum::<f64>() / n as f64;
         let var = xs.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n as f64;
         let inv = 1.0 / (var + 1e-5).sqrt();
