@@ -752,3 +752,31 @@ fn gemm_checks_c_at_beta_zero_and_empty_outputs_ignore_k() {
     let e = wgtensor::ops::conv_transpose2d(&x, &w, None, &Default::default()).unwrap_err();
     assert!(msg(&e).contains("zero-size spatial"), "{e}");
 }
+
+/// Pools follow PyTorch's shape check: only the batch may be empty (an empty batch gives an
+/// empty result; no channels or an empty image is an error), and 1-D pools name the caller's
+/// shape, not the lifted 2-D one.
+#[test]
+fn pools_refuse_empty_channels_and_name_the_callers_shape() {
+    use wgtensor::ops::{
+        adaptive_avg_pool2d, avg_pool2d, max_pool1d, max_pool2d, AvgPool2dOptions,
+        MaxPool1dOptions, MaxPool2dOptions,
+    };
+    let zeros = |s: &[usize]| Tensor::zeros(dev(), s, DType::F32).unwrap();
+    let mp = MaxPool2dOptions::new(2);
+    assert_eq!(
+        max_pool2d(&zeros(&[0, 3, 4, 4]), &mp).unwrap().shape(),
+        &[0, 3, 2, 2]
+    );
+    for s in [&[2usize, 0, 4, 4][..], &[0, 4, 4], &[2, 3, 0, 4]] {
+        let e = msg(&max_pool2d(&zeros(s), &mp).unwrap_err());
+        assert!(e.contains("only the batch may be empty"), "{e}");
+        assert!(avg_pool2d(&zeros(s), &AvgPool2dOptions::new(2)).is_err());
+        assert!(adaptive_avg_pool2d(&zeros(s), [1, 1]).is_err());
+    }
+    let e = msg(&max_pool1d(&zeros(&[2, 3, 0]), &MaxPool1dOptions::new(2)).unwrap_err());
+    assert!(
+        e.contains("[2, 3, 0]") && !e.contains("[2, 3, 1, 0]"),
+        "{e}"
+    );
+}

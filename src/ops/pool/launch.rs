@@ -111,11 +111,15 @@ fn planes_2d(op: &'static str, x: &Tensor) -> Result<(usize, usize, usize, Vec<u
             ))
         }
     };
-    let (h, w) = (s[s.len() - 2], s[s.len() - 1]);
-    if h == 0 || w == 0 {
+    // PyTorch's pool shape checks: only the batch may be empty.
+    let (c, h, w) = (s[s.len() - 3], s[s.len() - 2], s[s.len() - 1]);
+    if c == 0 || h == 0 || w == 0 {
         return Err(Error::shape(
             op,
-            format!("expected non-empty spatial dims, got input shape {s:?}"),
+            format!(
+                "expected non-empty channel and spatial dims (only the batch may be empty), got \
+                 input shape {s:?}"
+            ),
         ));
     }
     Ok((lead.iter().product(), h, w, lead))

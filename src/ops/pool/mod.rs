@@ -19,6 +19,15 @@ use crate::{Error, Result, Tensor};
 /// Lifts a 1-D input ([N, C, L] or [C, L]) to 2-D with H = 1.
 fn lift_1d(op: &'static str, x: &Tensor) -> Result<Tensor> {
     match x.rank() {
+        // Checked here so that the error shows the caller's shape, not the lifted one.
+        2 | 3 if x.shape()[x.rank() - 2..].contains(&0) => Err(Error::shape(
+            op,
+            format!(
+                "expected non-empty channel and length dims (only the batch may be empty), got \
+                 input shape {:?}",
+                x.shape()
+            ),
+        )),
         2 | 3 => x.unsqueeze(-2),
         _ => Err(Error::shape(
             op,
