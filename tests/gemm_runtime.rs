@@ -475,3 +475,54 @@ fn weight_gradient_over_more_rows_than_the_longest_k() {
         "{got} vs {want}"
     );
 }
+
+/// Batch dims that merge into more than the kernel's four (alternating broadcasts at rank 7)
+/// run on packed copies, as PyTorch's matmul expands them; the gradients reach both operands.
+#[test]
+fn unmergeable_batch_dims_are_packed() {
+    let dev = device(false);
+    let (sa, sb) = ([2usize, 1, 2, 1, 2, 3, 4], [1usize, 2, 1, 2, 1, 4, 5]);
+    let av = values(sa.iter().product(), 13);
+    let bv = values(sb.iter().product(), 14);
+    let a = Tensor::from_slice(&dev, &av, &sa)
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let b = Tensor::from_slice(&dev, &bv, &sb)
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let y = a.matmul(&b).unwrap();
+    assert_eq!(y.shape(), &[2, 2, 2, 2, 2, 3, 5]);
+    let got = y.to_vec::<f32>().unwrap();
+    // Batch index (i0..i4) of the output reads A at (i0, 0, i2, 0, i4), B at (0, i1, 0, i3, 0).
+    for z in 0..32 {
+        let i: Vec<usize> = (0..5).map(|d| (z >> (4 - d)) & 1).collect();
+        let az = (i[0] * 2 + i[2]) * 2 + i[4];
+        let bz = i[1] * 2 + i[3];
+        let want = host_bmm(
+            &av[az * 12..az * 12 + 12],
+            &bv[bz * 20..bz * 20 + 20],
+            1,
+            3,
+            4,
+            5,
+            false,
+        );
+        close(&got[z * 15..z * 15 + 15], &want, "packed batch");
+    }
+    let g = y.sum_all().unwrap().backward().unwrap();
+    assert_eq!(g.get(&a).unwrap().shape(), &sa);
+    assert_eq!(g.get(&b).unwrap().shape(), &sb);
+    // d(sum y)/dA[.., r, k]: B's row k summed over its columns and the 4 B matrices A meets.
+    let ga = g.get(&a).unwrap().to_vec::<f32>().unwrap();
+    let want: Vec<f32> = (0..8 * 12)
+        .map(|e| {
+            let k = e % 4;
+            (0..4)
+                .map(|bz| (0..5).map(|j| bv[bz * 20 + k * 5 + j]).sum::<f32>())
+                .sum()
+        })
+        .collect();
+    close(&ga, &want, "A's gradient");
+}

@@ -93,6 +93,36 @@ const REDUCE_WG: u32 = 256;
 pub(crate) const MAX_K: usize = 1 << 24;
 /// Batch dims left after merging must fit the kernel's vec4 batch decode.
 const MAX_BATCH_DIMS: usize = 4;
+/// The words of that error [`packed_batch`] recognizes.
+const TOO_STRIDED: &str = "strided dims";
+
+/// A and B (and a separate C) packed in their broadcast shapes, when `e` says the batch dims
+/// would not merge into the kernel's four (alternating broadcasts at rank 7 or 8): contiguous
+/// copies merge into one batch dim, which PyTorch's matmul gets the same way (expand, then
+/// reshape). `None` for any other error.
+pub(super) fn packed_batch(
+    e: &Error,
+    a: &Tensor,
+    b: &Tensor,
+    c: Option<&Tensor>,
+) -> Result<Option<[Option<Tensor>; 3]>> {
+    match e {
+        Error::InvalidArgument { msg, .. } if msg.contains(TOO_STRIDED) => {}
+        _ => return Ok(None),
+    }
+    let (out_shape, m, n, k) = product_shape("gemm", a.shape(), b.shape())?;
+    let batch = &out_shape[..out_shape.len() - 2];
+    let full = |t: &Tensor, rows: usize, cols: usize| {
+        t.broadcast_to(&[batch, &[rows, cols]].concat())?
+            .contiguous()
+    };
+    Ok(Some([
+        Some(full(a, m, k)?),
+        Some(full(b, k, n)?),
+        c.map(|c| c.broadcast_to(&out_shape)?.contiguous())
+            .transpose()?,
+    ]))
+}
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable, Default)]
@@ -277,8 +307,8 @@ impl<'a> Problem<'a> {
             return Err(Error::arg(
                 op,
                 format!(
-                    "batch dims {batch_shape:?} need {} strided dims, at most {MAX_BATCH_DIMS} \
-                     are supported",
+                    "batch dims {batch_shape:?} need {} {TOO_STRIDED}, at most \
+                     {MAX_BATCH_DIMS} are supported",
                     bm.len()
                 ),
             ));

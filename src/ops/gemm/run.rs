@@ -2,7 +2,7 @@
 //! operand exceeds one binding). The entry points in gemm/mod.rs and the backward in
 //! ops/gemm/grad.rs both call it.
 
-use super::launch::{dispatch, GemmBinds, Problem};
+use super::launch::{dispatch, packed_batch, GemmBinds, Problem};
 use super::options::GemmOptions;
 use super::plan::{plan_for_dtype, plan_forced, GemmKernel};
 use crate::runtime::Bind;
@@ -30,7 +30,20 @@ pub(crate) fn run_kernel(
     into: Option<&Tensor>,
     kernel: Option<GemmKernel>,
 ) -> Result<Tensor> {
-    let pb = Problem::new(op, a, b, o, into)?;
+    let pb = match Problem::new(op, a, b, o, into) {
+        Ok(pb) => pb,
+        Err(e) => {
+            let c = if into.is_none() { o.c } else { None };
+            let Some([Some(ap), Some(bp), cp]) = packed_batch(&e, a, b, c)? else {
+                return Err(e);
+            };
+            let po = GemmOptions {
+                c: cp.as_ref().or(o.c),
+                ..*o
+            };
+            return run_kernel(op, &ap, &bp, &po, into, kernel);
+        }
+    };
     let dev = a.device();
     let (m, n, batch) = (pb.m, pb.n, pb.batch());
     let caps = dev.caps();
