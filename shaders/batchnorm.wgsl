@@ -327,7 +327,9 @@ fn merge(a: vec3<f32>, b: vec3<f32>) -> vec3<f32> {
     }
     let n = a.x + b.x;
     let d = b.y - a.y;
-    return vec3<f32>(n, a.y + d * div_f(b.x, n), a.z + b.z + d * d * (a.x * div_f(b.x, n)));
+    // d * (d * w), not d * d * w: an empty a has w = 0, and a spread past 1.8e19 would
+    // square to inf and make 0 * inf = NaN.
+    return vec3<f32>(n, a.y + d * div_f(b.x, n), a.z + b.z + d * (d * (a.x * div_f(b.x, n))));
 }
 
 // One invocation per channel: merge the partials in a fixed order, save mean and 1/std, update
