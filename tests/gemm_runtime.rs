@@ -525,4 +525,14 @@ fn unmergeable_batch_dims_are_packed() {
         })
         .collect();
     close(&ga, &want, "A's gradient");
+    // Empty batches and K = 0 on a strided view: an empty result and zeros, not a loop.
+    let z = |s: &[usize]| Tensor::zeros(&dev, s, wgtensor::DType::F32).unwrap();
+    let y = z(&[0, 1, 2, 1, 2, 1, 3, 4])
+        .matmul(&z(&[1, 2, 1, 2, 1, 2, 4, 5]))
+        .unwrap();
+    assert_eq!(y.shape(), &[0, 2, 2, 2, 2, 2, 3, 5]);
+    let a0 = z(&[2, 1, 2, 1, 2, 1, 3, 5]).narrow(-1, 0, 0).unwrap();
+    let y = a0.matmul(&z(&[1, 2, 1, 2, 1, 2, 0, 4])).unwrap();
+    assert_eq!(y.shape(), &[2, 2, 2, 2, 2, 2, 3, 4]);
+    assert!(y.to_vec::<f32>().unwrap().iter().all(|&v| v == 0.0));
 }

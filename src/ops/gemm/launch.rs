@@ -112,15 +112,18 @@ pub(super) fn packed_batch(
     }
     let (out_shape, m, n, k) = product_shape("gemm", a.shape(), b.shape())?;
     let batch = &out_shape[..out_shape.len() - 2];
-    let full = |t: &Tensor, rows: usize, cols: usize| {
-        t.broadcast_to(&[batch, &[rows, cols]].concat())?
-            .contiguous()
+    // A row-major copy of `t` broadcast to `shape`; an empty one is a fresh tensor, since
+    // `contiguous()` keeps an empty view's (broadcast) strides.
+    let full = |t: &Tensor, shape: &[usize]| -> Result<Tensor> {
+        if shape.contains(&0) {
+            return Tensor::empty(t.device(), "gemm", shape, t.dtype());
+        }
+        t.broadcast_to(shape)?.contiguous()
     };
     Ok(Some([
-        Some(full(a, m, k)?),
-        Some(full(b, k, n)?),
-        c.map(|c| c.broadcast_to(&out_shape)?.contiguous())
-            .transpose()?,
+        Some(full(a, &[batch, &[m, k]].concat())?),
+        Some(full(b, &[batch, &[k, n]].concat())?),
+        c.map(|c| full(c, &out_shape)).transpose()?,
     ]))
 }
 

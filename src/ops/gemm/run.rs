@@ -30,20 +30,34 @@ pub(crate) fn run_kernel(
     into: Option<&Tensor>,
     kernel: Option<GemmKernel>,
 ) -> Result<Tensor> {
-    let pb = match Problem::new(op, a, b, o, into) {
-        Ok(pb) => pb,
-        Err(e) => {
-            let c = if into.is_none() { o.c } else { None };
-            let Some([Some(ap), Some(bp), cp]) = packed_batch(&e, a, b, c)? else {
-                return Err(e);
-            };
-            let po = GemmOptions {
-                c: cp.as_ref().or(o.c),
-                ..*o
-            };
-            return run_kernel(op, &ap, &bp, &po, into, kernel);
-        }
+    let e = match Problem::new(op, a, b, o, into) {
+        Ok(pb) => return run_problem(op, pb, a, b, o, into, kernel),
+        Err(e) => e,
     };
+    // C is read only with beta != 0 (and never besides an in-place target).
+    let c = o.c.filter(|_| into.is_none() && o.beta != 0.0);
+    let Some([Some(ap), Some(bp), cp]) = packed_batch(&e, a, b, c)? else {
+        return Err(e);
+    };
+    let po = GemmOptions {
+        c: cp.as_ref().or(o.c),
+        ..*o
+    };
+    // Once: packed operands merge their batch dims (a second failure is an error, not a loop).
+    let pb = Problem::new(op, &ap, &bp, &po, into)?;
+    run_problem(op, pb, &ap, &bp, &po, into, kernel)
+}
+
+/// [`run_kernel`] on a validated problem of `a` and `b`.
+fn run_problem(
+    op: &'static str,
+    pb: Problem,
+    a: &Tensor,
+    b: &Tensor,
+    o: &GemmOptions,
+    into: Option<&Tensor>,
+    kernel: Option<GemmKernel>,
+) -> Result<Tensor> {
     let dev = a.device();
     let (m, n, batch) = (pb.m, pb.n, pb.batch());
     let caps = dev.caps();
