@@ -186,7 +186,7 @@ fn beta_of(c: u32) -> f32 {
 }
 
 // The data passes' workgroup as (chunk, channel, 0): channels past the grid's limit on y
-// continue on z (`channel_grid` in ops/batchnorm/mod.rs), so a workgroup whose channel is past
+// continue on z (`chunk_grid` in ops/batchnorm/mod.rs), so a workgroup whose channel is past
 // the last returns (uniformly: its whole workgroup shares the channel) before any barrier.
 fn logical_wid(wid: vec3<u32>, nwg: vec3<u32>) -> vec3<u32> {
     return vec3<u32>(wid.x, wid.y + wid.z * nwg.y, 0u);
@@ -289,7 +289,8 @@ fn stats_chunk(wid: vec3<u32>, lane: u32, pivot: f32) {
         let d = mq - mean;
         let r = 1.0 / f32(k + 1u);
         mean += d * r;
-        m2 += m2q + d * d * (4.0 * f32(k) * r);
+        // d * (d * w): the first quad's weight is 0, and d * d could be inf (0 * inf = NaN).
+        m2 += m2q + d * (d * (4.0 * f32(k) * r));
     }
     var n = f32(4u * quads);
     for (var t = 4u * quads; t < full; t++) {

@@ -1585,3 +1585,48 @@ fn batch_norm_f16_input_with_f32_parameters() {
         "eval"
     );
 }
+
+/// The explicit batch-norm backward takes the mixed forward's saved statistics: f16 dy and x
+/// with an f32 weight (and a fused relu, whose saved input is f32) give dx in f16 and dweight
+/// in f32, equal to the f32 computation up to f16 rounding; swapped arguments are still caught.
+#[test]
+fn batch_norm_backward_f16_input_with_f32_weight() {
+    use wgtensor::ops::{batch_norm_backward, batch_norm_train, Activation, BatchNormOptions};
+    if !dev().supports_f16() {
+        return;
+    }
+    let xv: Vec<f32> = (0..2 * 3 * 5)
+        .map(|i| ((i * 7 % 11) as f32) / 3.0 - 1.5)
+        .collect();
+    let gv: Vec<f32> = (0..2 * 3 * 5)
+        .map(|i| ((i * 5 % 7) as f32) / 4.0 - 0.5)
+        .collect();
+    let x32 = Tensor::from_slice(dev(), &xv, &[2, 3, 5]).unwrap();
+    let g32 = Tensor::from_slice(dev(), &gv, &[2, 3, 5]).unwrap();
+    let x16 = x32.to_dtype(DType::F16).unwrap();
+    let g16 = g32.to_dtype(DType::F16).unwrap();
+    let (x32, g32) = (
+        x16.to_dtype(DType::F32).unwrap(),
+        g16.to_dtype(DType::F32).unwrap(),
+    );
+    let w = Tensor::from_slice(dev(), &[0.5f32, -1.0, 2.0], &[3]).unwrap();
+    let o = BatchNormOptions {
+        weight: Some(&w),
+        activation: Activation::Relu,
+        ..Default::default()
+    };
+    let f16run = batch_norm_train(&x16, None, &o).unwrap();
+    let f32run = batch_norm_train(&x32, None, &o).unwrap();
+    let a = batch_norm_backward(&g16, &x16, Some(&w), &f16run.saved).unwrap();
+    let b = batch_norm_backward(&g32, &x32, Some(&w), &f32run.saved).unwrap();
+    assert_eq!((a.dx.dtype(), a.dweight.dtype()), (DType::F16, DType::F32));
+    let close = |p: &[f32], q: &[f32], tol: f32| p.iter().zip(q).all(|(u, v)| (u - v).abs() <= tol);
+    assert!(close(
+        &vals(&a.dx.to_dtype(DType::F32).unwrap()),
+        &vals(&b.dx),
+        1e-2
+    ));
+    assert!(close(&vals(&a.dweight), &vals(&b.dweight), 1e-2));
+    let e = batch_norm_backward(&x16, &g16, Some(&w), &f16run.saved).unwrap_err();
+    assert!(e.to_string().contains("swapped"), "{e}");
+}

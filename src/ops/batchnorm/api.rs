@@ -2,7 +2,7 @@
 //! autograd's records and the explicit backward in grad.rs, the types in types.rs).
 
 use super::grad;
-use super::types::{BatchNormOptions, BatchNormOutput, BatchNormState};
+use super::types::{BatchNormOptions, BatchNormOutput, BatchNormState, ViewId};
 use crate::{DType, Result, Tensor};
 
 /// Inference: `act((x - running_mean) / sqrt(running_var + eps) * weight + bias)` per channel,
@@ -133,10 +133,9 @@ pub fn batch_norm_train(
     if mixed(x, &params) {
         // The state must already be f32 to be updated in place; f16 statistics with an f32
         // weight are left to the dtype check below.
-        if state
-            .as_ref()
-            .is_none_or(|s| s.running_mean.dtype() == DType::F32)
-        {
+        if state.as_ref().is_none_or(|s| {
+            s.running_mean.dtype() == DType::F32 && s.running_var.dtype() == DType::F32
+        }) {
             let (w, b) = (to_f32(options.weight)?, to_f32(options.bias)?);
             let o = BatchNormOptions {
                 weight: w.as_ref(),
@@ -144,10 +143,12 @@ pub fn batch_norm_train(
                 ..*options
             };
             let out = grad::train(&x.to_dtype(DType::F32)?, state, &o)?;
-            return Ok(BatchNormOutput {
-                y: out.y.to_dtype(x.dtype())?,
-                saved: out.saved,
-            });
+            let y = out.y.to_dtype(x.dtype())?;
+            // The swapped-argument checks of batch_norm_backward look at the caller's tensors.
+            let mut saved = out.saved;
+            saved.input = Some(ViewId::of(x));
+            saved.output = Some(ViewId::of(&y));
+            return Ok(BatchNormOutput { y, saved });
         }
     }
     grad::train(x, state, options)

@@ -313,6 +313,24 @@ pub fn batch_norm_backward(
             ));
         }
     }
+    let mixed = x.dtype() == DType::F16
+        && (weight.is_some_and(|w| w.dtype() == DType::F32)
+            || saved
+                .act_input
+                .as_ref()
+                .is_some_and(|a| a.dtype() == DType::F32));
+    if mixed {
+        // PyTorch's mixed type, as the forward ran it: in f32, dx back in x's dtype.
+        let (dy32, x32) = (dy.to_dtype(DType::F32)?, x.to_dtype(DType::F32)?);
+        let dz = undo_activation(op, &dy32, saved)?;
+        let (dx, dweight, dbias) =
+            backward_untracked(&dz, &x32, &saved.mean, &saved.invstd, weight)?;
+        return Ok(BatchNormGrads {
+            dx: dx.to_dtype(x.dtype())?,
+            dweight,
+            dbias,
+        });
+    }
     let dz = undo_activation(op, dy, saved)?;
     let (dx, dweight, dbias) = backward_untracked(&dz, x, &saved.mean, &saved.invstd, weight)?;
     Ok(BatchNormGrads { dx, dweight, dbias })
