@@ -192,14 +192,9 @@ fn forward_untracked(
 pub fn conv1d(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, o: &Conv1dOptions) -> Result<Tensor> {
     let op = "conv1d";
     batched(op, x, Spatial::One, |x| {
-        let y = forward(
-            op,
-            &as_4d(op, x, "input")?,
-            &as_4d(op, w, "weight")?,
-            bias,
-            &o.to_2d(),
-        )?;
-        squeeze_h(&y)
+        via_2d(op, (x, "input"), (w, "weight"), |x, w| {
+            forward(op, x, w, bias, &o.to_2d())
+        })
     })
 }
 
@@ -219,9 +214,17 @@ fn empty_sum_epilogue(
     act.apply(&y)
 }
 
-fn squeeze_h(t: &Tensor) -> Result<Tensor> {
-    let s = t.shape();
-    t.reshape(&[s[0], s[1], s[3]])
+/// A 1-D op run as its 2-D one with H = 1: both operands lifted to 4-D (`as_4d`, each named
+/// in its errors as given), `f` run on them, and the result's H dim dropped again.
+fn via_2d(
+    op: &'static str,
+    (a, a_name): (&Tensor, &str),
+    (b, b_name): (&Tensor, &str),
+    f: impl FnOnce(&Tensor, &Tensor) -> Result<Tensor>,
+) -> Result<Tensor> {
+    let y = f(&as_4d(op, a, a_name)?, &as_4d(op, b, b_name)?)?;
+    let s = y.shape();
+    y.reshape(&[s[0], s[1], s[3]])
 }
 
 /// Data gradient of [`conv2d`]: dx `[N, C, H, W]` from dy `[N, O, OH, OW]` and the weight;
@@ -317,16 +320,9 @@ pub fn conv1d_backward_input(
 ) -> Result<Tensor> {
     let op = "conv1d_backward_input";
     no_activation(op, o.activation)?;
-    let dx = data_grad(
-        op,
-        &as_4d(op, dy, "dy")?,
-        &as_4d(op, w, "weight")?,
-        [1, input_len],
-        None,
-        &o.to_2d(),
-        true,
-    )?;
-    squeeze_h(&dx)
+    via_2d(op, (dy, "dy"), (w, "weight"), |dy, w| {
+        data_grad(op, dy, w, [1, input_len], None, &o.to_2d(), true)
+    })
 }
 
 /// PyTorch `conv_transpose2d`: x `[N, C_in, H, W]`, w `[C_in, C_out/groups, kH, kW]`, bias
@@ -458,14 +454,9 @@ pub fn conv_transpose1d(
 ) -> Result<Tensor> {
     let op = "conv_transpose1d";
     batched(op, x, Spatial::One, |x| {
-        let y = transpose_impl(
-            op,
-            &as_4d(op, x, "input")?,
-            &as_4d(op, w, "weight")?,
-            bias,
-            &o.to_2d(),
-        )?;
-        squeeze_h(&y)
+        via_2d(op, (x, "input"), (w, "weight"), |x, w| {
+            transpose_impl(op, x, w, bias, &o.to_2d())
+        })
     })
 }
 
@@ -545,14 +536,9 @@ pub fn conv1d_backward_weight(
 ) -> Result<Tensor> {
     let op = "conv1d_backward_weight";
     no_activation(op, o.activation)?;
-    let dw = weight_grad(
-        op,
-        &as_4d(op, dy, "dy")?,
-        &as_4d(op, x, "input")?,
-        [1, kernel_size],
-        &o.to_2d(),
-    )?;
-    squeeze_h(&dw)
+    via_2d(op, (dy, "dy"), (x, "input"), |dy, x| {
+        weight_grad(op, dy, x, [1, kernel_size], &o.to_2d())
+    })
 }
 
 /// Bias gradient of a convolution (1-D or 2-D): dy `[N, O, ...]` summed over all but dim 1.
