@@ -87,6 +87,56 @@ fn cat_and_stack() {
     }
 }
 
+/// On a CPU adapter packed, 4-byte aligned pieces are joined by buffer copies (no dispatch);
+/// the others (f16 pieces of odd length, strided ones) by the copy kernel, in one output.
+#[test]
+fn packed_pieces_join_by_buffer_copies() {
+    let (a, av) = ramp(&[2, 3], 0.0);
+    let (b, bv) = ramp(&[1, 3], 50.0);
+    dev().sync().unwrap();
+    let before = dev().stats().dispatches;
+    let c = cat(&[&a, &b], 0).unwrap();
+    if dev().caps().cpu {
+        assert_eq!(dev().stats().dispatches, before, "two buffer copies");
+    }
+    assert_eq!(vals(&c), [av.clone(), bv.clone()].concat());
+    // A narrowed (offset) packed source, copied in place into a narrowed destination.
+    let dst = Tensor::zeros(dev(), &[4, 3], DType::F32).unwrap();
+    dst.narrow(0, 1, 2)
+        .unwrap()
+        .copy_from(&c.narrow(0, 1, 2).unwrap())
+        .unwrap();
+    let mut want = vec![0.0; 12];
+    want[3..9].copy_from_slice(&[av[3..].to_vec(), bv.clone()].concat());
+    assert_eq!(vals(&dst), want);
+    if dev().supports_f16() {
+        // f16 [1, 3] pieces are 6 bytes: the second starts mid-word, so the kernel copies.
+        let h = |t: &Tensor| t.to_dtype(DType::F16).unwrap();
+        let (x, xv) = ramp(&[1, 3], 1.0);
+        let (y, yv) = ramp(&[2, 3], 10.0);
+        let (z, zv) = ramp(&[2, 2], 20.0);
+        let c = cat(
+            &[
+                &h(&x),
+                &h(&y),
+                &h(&x),
+                &h(&z)
+                    .transpose(0, 1)
+                    .unwrap()
+                    .reshape(&[1, 4])
+                    .unwrap()
+                    .narrow(1, 0, 3)
+                    .unwrap(),
+            ],
+            0,
+        )
+        .unwrap();
+        let got = c.to_dtype(DType::F32).unwrap();
+        let zt = vec![zv[0], zv[2], zv[1]];
+        assert_eq!(vals(&got), [xv.clone(), yv, xv, zt].concat());
+    }
+}
+
 #[test]
 fn split_and_chunk_are_views() {
     let (a, _) = ramp(&[7, 2], 0.0);

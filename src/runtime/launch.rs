@@ -164,6 +164,40 @@ impl Device {
         Ok(())
     }
 
+    /// A checked buffer-to-buffer copy for an op: refused on a lost device or a poisoned
+    /// source (as a dispatch reading it would be), its destination noted as written, and counted
+    /// toward the batch size. Offsets and `bytes` must be multiples of 4 and the buffers
+    /// distinct (wgpu's copy rules); callers check that before choosing a copy over a dispatch.
+    pub(crate) fn copy_buffer(
+        &self,
+        op: &'static str,
+        src: &wgpu::Buffer,
+        src_offset: u64,
+        dst: &wgpu::Buffer,
+        dst_offset: u64,
+        bytes: u64,
+    ) -> Result<()> {
+        if src == dst || !(src_offset | dst_offset | bytes).is_multiple_of(4) {
+            return Err(Error::arg(
+                op,
+                format!("internal: buffer copy of {bytes} bytes from {src_offset} to {dst_offset} is not 4-byte aligned or aliases"),
+            ));
+        }
+        self.check(op)?;
+        if bytes == 0 {
+            return Ok(());
+        }
+        if let Some(e) = self.lock_state().poisoned_by(src) {
+            return Err(e);
+        }
+        self.record_copy(src, src_offset, dst, dst_offset, bytes);
+        let mut st = self.lock_state();
+        if st.batch.dispatches + st.batch.commands >= self.inner.opts.max_dispatches_per_submit {
+            self.flush_locked(&mut st, op)?;
+        }
+        Ok(())
+    }
+
     /// Records a buffer-to-buffer copy into the pending batch.
     pub(crate) fn record_copy(
         &self,
@@ -353,6 +387,8 @@ mod hazard_tests {
             b.mul_scalar(2.0).is_err(),
             "ops on a poisoned buffer fail too"
         );
+        let dst = Tensor::zeros(&dev, &[3], DType::F32).unwrap();
+        assert!(dst.copy_from(&b).is_err(), "so does a buffer copy from one");
         // Work outside the refused batch is intact, and the device goes on.
         assert_eq!(before.to_vec::<f32>().unwrap(), vec![5.0; 4]);
         let c = Tensor::from_slice(&dev, &[1.0f32, 2.0], &[2]).unwrap();

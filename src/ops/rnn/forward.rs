@@ -251,11 +251,9 @@ fn final_states(dev: &crate::Device, parts: &[Tensor], b: usize, h: usize) -> Re
             let out = Tensor::empty(dev, "rnn_state", one.shape(), one.dtype())?;
             let es = one.dtype().size() as u64;
             let (at, bytes) = (one.layout().offset() as u64 * es, one.numel() as u64 * es);
-            if one.is_contiguous() && at % 4 == 0 && bytes % 4 == 0 {
+            if one.is_contiguous() && (at | bytes).is_multiple_of(4) {
                 // A buffer copy, no dispatch: a one-step forward stays three dispatches.
-                if bytes > 0 {
-                    dev.record_copy(one.buffer(), at, out.buffer(), 0, bytes);
-                }
+                dev.copy_buffer("rnn_state", one.buffer(), at, out.buffer(), 0, bytes)?;
             } else {
                 out.copy_from(one)?;
             }
