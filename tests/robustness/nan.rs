@@ -163,6 +163,42 @@ fn batch_norm_statistics_keep_nan() {
     assert!(y.iter().skip(1).step_by(2).all(|v| v.is_finite()), "{y:?}");
 }
 
+/// A spread past 1.8e19 overflows the variance to inf, as PyTorch's f32 statistics do: the
+/// output is then 0 (x - mean times an inverse std of 0), never NaN. The merges of lanes and
+/// groups that saw no values (weight 0) must not form inf * 0 on the way, on the CPU and the
+/// GPU plans (their lanes and groups merge in different trees).
+#[test]
+fn batch_norm_infinite_variance_gives_zero_not_nan() {
+    let gpu = wgtensor::Device::with_options(wgtensor::DeviceOptions {
+        gpu_plans: true,
+        ..Default::default()
+    })
+    .unwrap();
+    for d in [dev(), &gpu] {
+        // Channel 0 spreads +-1e20 (its variance 1e40 is inf in f32); channel 1 is tame.
+        let v: Vec<f32> = (0..12)
+            .map(|i| {
+                if i % 2 == 0 {
+                    [1e20, -1e20][(i / 2) % 2]
+                } else {
+                    (i / 2) as f32
+                }
+            })
+            .collect();
+        let x = Tensor::from_slice(d, &v, &[6, 2]).unwrap();
+        let out = batch_norm_train(&x, None, &BatchNormOptions::default()).unwrap();
+        let (m, s, y) = (
+            vals(out.saved.mean()),
+            vals(out.saved.invstd()),
+            vals(&out.y),
+        );
+        assert_eq!((m[0], s[0]), (0.0, 0.0), "mean {m:?} invstd {s:?}");
+        assert!(s[1].is_finite() && s[1] > 0.0, "invstd {s:?}");
+        assert!(y.iter().step_by(2).all(|&v| v == 0.0), "{y:?}");
+        assert!(y.iter().skip(1).step_by(2).all(|v| v.is_finite()), "{y:?}");
+    }
+}
+
 /// Non-finite operands reach exactly their own rows and columns of a product, on every GEMM
 /// plan (CPU and GPU tiles, vector and scalar staging, split-k) and with either operand read
 /// through a transpose: column 0 of every third row of A holds inf and row 0 of every fifth
