@@ -33,7 +33,7 @@
 
 use std::cell::Cell;
 use std::collections::{BinaryHeap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::{DType, Error, Result, Tensor};
@@ -63,6 +63,8 @@ pub(crate) trait BackwardOp: Shareable {
     /// The tensors the backward reads that a caller could still write in place (inputs and
     /// outputs it keeps, not temporaries of its own): their versions are recorded when the
     /// node is created and checked before the backward runs (PyTorch's saved-tensor check).
+    /// An op that returns none here must hold no tensors at all: its node is not freed by a
+    /// backward and serves later passes too.
     fn saved(&self) -> Vec<&Tensor>;
 }
 
@@ -82,6 +84,19 @@ pub(crate) struct GradMeta {
     /// Checked against the gradient backward computes for this tensor.
     shape: Vec<usize>,
     dtype: DType,
+    /// A leaf whose `requires_grad` was turned off. The flag lives here, shared by every
+    /// handle of the leaf (the module's field, the optimizer's and `named_parameters()`'s
+    /// clones), as PyTorch's flag lives on the one tensor object they all name: freezing
+    /// through any handle freezes the parameter, and unfreezing keeps its key, so an optimizer
+    /// built before finds its gradients again.
+    frozen: AtomicBool,
+}
+
+impl GradMeta {
+    /// This meta, when its tensor takes part in the graph (not a frozen leaf).
+    fn live(self: &Arc<Self>) -> Option<&Arc<Self>> {
+        (!self.frozen.load(Ordering::Relaxed)).then_some(self)
+    }
 }
 
 /// One recorded op.
@@ -186,7 +201,7 @@ where
     F: FnOnce(&Tensor) -> Box<dyn BackwardOp>,
 {
     // Integer outputs (indices, argmax, casts to i32) carry no gradient, as in PyTorch.
-    if !inputs.iter().any(|t| t.grad.is_some()) || !is_grad_enabled() || !out.dtype.is_float() {
+    if !inputs.iter().any(|t| t.is_tracked()) || !is_grad_enabled() || !out.dtype.is_float() {
         return out;
     }
     let node = new_node(1, inputs, make(&out));
@@ -199,7 +214,7 @@ pub(crate) fn record_multi<F>(outs: Vec<Tensor>, inputs: &[&Tensor], make: F) ->
 where
     F: FnOnce(&[Tensor]) -> Box<dyn BackwardOp>,
 {
-    if !inputs.iter().any(|t| t.grad.is_some()) || !is_grad_enabled() {
+    if !inputs.iter().any(|t| t.is_tracked()) || !is_grad_enabled() {
         return outs;
     }
     let node = new_node(outs.len(), inputs, make(&outs));
@@ -222,7 +237,7 @@ fn new_node(outputs: usize, inputs: &[&Tensor], op: Box<dyn BackwardOp>) -> Arc<
         state: Mutex::new(Some(Arc::new(NodeState {
             versions: op.saved().iter().map(|t| t.version()).collect(),
             op,
-            inputs: inputs.iter().map(|t| t.grad.clone()).collect(),
+            inputs: inputs.iter().map(|t| t.live_meta().cloned()).collect(),
         }))),
     })
 }
@@ -234,6 +249,7 @@ fn output_meta(t: &Tensor, node: Arc<Node>, index: usize) -> Arc<GradMeta> {
         index,
         shape: t.shape().to_vec(),
         dtype: t.dtype,
+        frozen: AtomicBool::new(false),
     })
 }
 
@@ -351,7 +367,11 @@ fn run_backward(meta: &Arc<GradMeta>, seed: Tensor, retain: bool) -> Result<Grad
                     format!("the {} node was poisoned by a panic", node.name),
                 )
             })?;
-            if retain {
+            // A node that saved nothing holds no tensors and frees nothing, so it stays for
+            // another pass, as PyTorch's AddBackward or TBackward do (its "backward through
+            // the graph a second time" error comes from reading freed saved tensors).
+            let keeps_nothing = guard.as_ref().is_some_and(|s| s.op.saved().is_empty());
+            if retain || keeps_nothing {
                 guard.clone()
             } else {
                 guard.take()
@@ -480,20 +500,34 @@ pub(crate) fn sum_to(g: &Tensor, shape: &[usize]) -> Result<Tensor> {
 }
 
 impl Tensor {
-    /// Marks this tensor as a leaf whose gradient [`Tensor::backward`] computes. A tensor that
-    /// is already a leaf is returned as is; an op output that is tracked cannot become a leaf
-    /// (detach it first).
+    /// Marks this tensor as a leaf whose gradient [`Tensor::backward`] computes (PyTorch's
+    /// `requires_grad_()`). A tracked tensor (a leaf, or an op output, which already requires
+    /// grad) is returned as is; a frozen leaf is unfrozen.
     pub fn requires_grad(mut self) -> Result<Tensor> {
         self.set_requires_grad(true)?;
         Ok(self)
     }
 
-    /// Turns tracking of a leaf on or off. Off on an untracked tensor does nothing; either
-    /// way on the output of a tracked op is an error, as in PyTorch ("you can only change
-    /// requires_grad flags of leaf variables").
+    /// Turns tracking of a leaf on or off (PyTorch's `requires_grad_(on)`). Off on an untracked
+    /// tensor and on on a tracked op output do nothing; off on a tracked op output is an
+    /// error, as in PyTorch ("you can only change requires_grad flags of leaf variables").
+    ///
+    /// The flag belongs to the leaf, not to this handle: every clone of a leaf (a module's
+    /// field, the clones `named_parameters()` returns, an optimizer's) sees the change, as
+    /// every Python name of one tensor does. So freezing through `named_parameters()` freezes
+    /// the module's parameter, and a parameter frozen, then unfrozen, keeps its gradient key:
+    /// [`Grads::get`] and optimizers built before find its gradients again. (A [`detach`]ed
+    /// tensor is another leaf: turning it on gives it a key of its own.)
+    ///
+    /// [`detach`]: Tensor::detach
     pub fn set_requires_grad(&mut self, on: bool) -> Result<()> {
+        if let Some(m) = self.grad.as_ref().filter(|m| m.node.is_none()) {
+            // A leaf, frozen or not: flip the shared flag.
+            m.frozen.store(!on, Ordering::Relaxed);
+            return Ok(());
+        }
         match (&self.grad, on) {
-            (Some(m), _) if m.node.is_some() => Err(Error::arg(
+            (Some(m), false) if m.node.is_some() => Err(Error::arg(
                 "requires_grad",
                 "only leaf tensors can change requires_grad; this one is the output of a tracked op (use detach())",
             )),
@@ -504,11 +538,7 @@ impl Tensor {
                     self.dtype
                 ),
             )),
-            (Some(_), true) | (None, false) => Ok(()),
-            (Some(_), false) => {
-                self.grad = None;
-                Ok(())
-            }
+            (Some(_), _) | (None, false) => Ok(()),
             (None, true) => {
                 self.grad = Some(Arc::new(GradMeta {
                     id: next_id(),
@@ -516,6 +546,7 @@ impl Tensor {
                     index: 0,
                     shape: self.shape().to_vec(),
                     dtype: self.dtype,
+                    frozen: AtomicBool::new(false),
                 }));
                 Ok(())
             }
@@ -524,7 +555,17 @@ impl Tensor {
 
     /// True when this tensor is a leaf that requires grad or the output of a tracked op.
     pub fn is_tracked(&self) -> bool {
+        self.live_meta().is_some()
+    }
+
+    /// True for a tracked tensor or a frozen leaf: [`Grads`] can hold a gradient for it.
+    pub(crate) fn has_grad_key(&self) -> bool {
         self.grad.is_some()
+    }
+
+    /// The graph meta of a tracked tensor (`None` when untracked or a frozen leaf).
+    fn live_meta(&self) -> Option<&Arc<GradMeta>> {
+        self.grad.as_ref()?.live()
     }
 
     /// True for tensors that are not the output of a tracked op (untracked ones included).
@@ -584,7 +625,7 @@ impl Tensor {
     }
 
     fn tracked_meta(&self) -> Result<&Arc<GradMeta>> {
-        self.grad.as_ref().ok_or_else(|| {
+        self.live_meta().ok_or_else(|| {
             Error::arg(
                 "backward",
                 "the tensor does not require grad and has no grad_fn: mark a leaf with \

@@ -118,6 +118,20 @@ pub trait Module {
         self.named_parameters().iter().map(|(_, t)| t.numel()).sum()
     }
 
+    /// Turns `requires_grad` of every parameter on or off (PyTorch's `requires_grad_(mode)`):
+    /// freezing a pretrained backbone for fine-tuning. The flag is each leaf's, shared by all
+    /// its handles ([`Tensor::set_requires_grad`]), so the optimizers already built see it: a
+    /// frozen parameter gets no gradient and is skipped; unfrozen, it trains again.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a parameter that is the
+    /// output of a tracked op (none of the `nn` layers' are).
+    fn set_requires_grad(&mut self, requires_grad: bool) -> Result<()> {
+        for (name, mut p) in self.named_parameters() {
+            p.set_requires_grad(requires_grad)
+                .map_err(|e| Error::arg("set_requires_grad", format!("parameter {name}: {e}")))?;
+        }
+        Ok(())
+    }
+
     /// Sets every training flag in the module and its children (PyTorch's `train(mode)`).
     fn set_training(&mut self, training: bool) {
         struct Set(bool);

@@ -24,8 +24,10 @@
 //! **Parameters** ([`IntoParams`]) are tracked leaves ([`Tensor::requires_grad`]; the `nn`
 //! layers create theirs so) of a floating-point dtype, contiguous from the start of their
 //! storage. The constructors refuse the output of a tracked op (PyTorch's "can't optimize a
-//! non-leaf Tensor": backward never gives it a gradient), an untracked tensor, an `I32` tensor
-//! and the same tensor (or two views of one storage) given twice. Given with names
+//! non-leaf Tensor": backward never gives it a gradient), a tensor that never required grad,
+//! an `I32` tensor and the same tensor (or two views of one storage) given twice. A frozen
+//! leaf (`set_requires_grad(false)`, as when fine-tuning part of a model) is accepted and
+//! skipped while it gets no gradient; unfrozen, it trains again. Given with names
 //! (`Vec<(String, Tensor)>`, as [`Module::named_parameters`](crate::nn::Module::named_parameters)
 //! returns them), the names key the saved state; plain tensors are named by their index.
 //! [`ParamGroup`]s add parameters with their own learning rate and weight decay.

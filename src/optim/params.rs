@@ -430,11 +430,14 @@ fn check_param(op: &'static str, label: &str, t: &Tensor) -> Result<()> {
             ),
         ));
     }
-    if !t.is_tracked() {
+    // A frozen leaf is accepted (PyTorch's optimizers take parameters that do not require
+    // grad and skip them while they get none): unfrozen later, its gradients reach the
+    // optimizer under the same key. A tensor that never required grad has no key to find.
+    if !t.has_grad_key() {
         return Err(Error::arg(
             op,
             format!(
-                "{label} does not require grad, so backward never gives it a gradient: call \
+                "{label} never required grad, so backward can never give it a gradient: call \
                  .requires_grad() on it before building the optimizer"
             ),
         ));

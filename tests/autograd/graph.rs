@@ -57,14 +57,39 @@ fn second_backward_is_an_error() {
         "unexpected error: {e}"
     );
     // An intermediate of a consumed graph is consumed too.
-    let y = x.mul_scalar(2.0).unwrap();
+    let y = x.exp().unwrap();
     let l1 = total(&y);
     l1.backward().unwrap();
-    let e = total(&y.exp().unwrap()).backward().unwrap_err();
+    let e = total(&y.mul_scalar(2.0).unwrap()).backward().unwrap_err();
     assert!(
         matches!(e, Error::InvalidArgument { op: "backward", .. }),
         "{e}"
     );
+}
+
+/// Nodes that saved no tensors (views, add, sum, scalar mul, cat, casts) are not freed by a
+/// backward, as in PyTorch: a transposed weight built once serves every step; a node that
+/// saved tensors (matmul) is still single-use.
+#[test]
+fn nodes_that_saved_nothing_serve_another_backward() {
+    let w = leaf(&[1.0, 2.0, 3.0, 4.0], &[2, 2]);
+    let wt = w.transpose(0, 1).unwrap().mul_scalar(2.0).unwrap();
+    let wt = wt.add(&wt).unwrap().to_dtype(DType::F32).unwrap();
+    let x = t(&[1.0, -1.0], &[1, 2]);
+    for _ in 0..2 {
+        let y = matmul(&x, &wt).unwrap();
+        let g = total(&y).backward().unwrap();
+        // y_j = sum_i x_i 4 W[j, i], so dW[j, i] = 4 x_i: rows [4, -4].
+        assert_eq!(vals(g.get(&w).unwrap()), vec![4.0, -4.0, 4.0, -4.0]);
+    }
+    let y = matmul(&x, &wt).unwrap();
+    let l = total(&y);
+    l.backward().unwrap();
+    assert!(l
+        .backward()
+        .unwrap_err()
+        .to_string()
+        .contains("already freed"));
 }
 
 #[test]
@@ -86,9 +111,20 @@ fn backward_argument_errors() {
     let g = y.backward_with_grad(&seed).unwrap();
     let gx = g.get(&x).unwrap();
     assert_eq!((gx.dtype(), vals(gx)), (DType::F32, vec![6.0, -2.0]));
-    // Only leaves change requires_grad.
+    // Only leaves turn requires_grad off; on, an op output (already tracked) is unchanged.
     let z = x.exp().unwrap();
-    assert!(z.clone().requires_grad().is_err());
+    assert!(z.clone().set_requires_grad(false).is_err());
+    let z2 = z.clone().requires_grad().unwrap();
+    assert!(z2.is_tracked() && !z2.is_leaf());
+    assert_eq!(
+        vals(
+            z2.backward_with_grad(&t(&[1.0, 1.0], &[2]))
+                .unwrap()
+                .get(&x)
+                .unwrap()
+        ),
+        vals(&z)
+    );
     let mut d = z.detach();
     assert!(!d.is_tracked());
     d.set_requires_grad(true).unwrap();
@@ -538,4 +574,85 @@ fn leaf_gradients_own_their_storage() {
     // backward on a leaf itself: the gradient is a copy of the seed.
     let g = a.backward_with_grad(&seed).unwrap();
     assert!(!g.get(&a).unwrap().shares_storage(&seed));
+}
+
+/// Freezing is the leaf's, as PyTorch's flag on the one tensor object: set through any handle
+/// (the clones `named_parameters()` returns, `Module::set_requires_grad`), every handle sees
+/// it; an optimizer accepts frozen parameters and skips them, and after an unfreeze finds
+/// their gradients again (the key is kept). A detached copy is another leaf.
+#[test]
+fn freezing_is_shared_by_every_handle_of_a_leaf() {
+    use wgtensor::nn::{Forward, Linear, Lstm, Module, RnnConfig};
+    use wgtensor::optim::{Sgd, SgdOptions};
+    let x = t(&[0.5, -1.0, 2.0, 0.25], &[2, 2]);
+    let mut lin = Linear::new(device(), 2, 1, true).unwrap();
+    let sgd = || SgdOptions {
+        lr: 0.5,
+        ..Default::default()
+    };
+    let mut opt = Sgd::new(lin.named_parameters(), sgd()).unwrap();
+    // PyTorch's `for p in model.parameters(): p.requires_grad_(False)`, on the clones.
+    for (_, mut p) in lin.named_parameters() {
+        if p.shape() == [1, 2] {
+            p.set_requires_grad(false).unwrap();
+        }
+    }
+    assert!(!lin.weight.is_tracked() && lin.weight.is_leaf());
+    let (w0, b0) = (vals(&lin.weight), vals(lin.bias.as_ref().unwrap()));
+    let g = total(&lin.forward(&x).unwrap()).backward().unwrap();
+    assert!(g.get(&lin.weight).is_none(), "frozen: no gradient");
+    opt.step(&g).unwrap();
+    assert_eq!(vals(&lin.weight), w0, "skipped");
+    assert_eq!(vals(lin.bias.as_ref().unwrap()), vec![b0[0] - 0.5 * 2.0]);
+    // Unfrozen through the field: the optimizer built before finds its gradient.
+    lin.weight.set_requires_grad(true).unwrap();
+    let g = total(&lin.forward(&x).unwrap()).backward().unwrap();
+    assert_eq!(vals(g.get(&lin.weight).unwrap()), vec![2.5, -0.75]);
+    opt.step(&g).unwrap();
+    assert_eq!(
+        vals(&lin.weight),
+        vec![w0[0] - 0.5 * 2.5, w0[1] + 0.5 * 0.75]
+    );
+    // An optimizer built over a frozen model is accepted; the module-wide switch.
+    lin.set_requires_grad(false).unwrap();
+    assert!(lin.named_parameters().iter().all(|(_, p)| !p.is_tracked()));
+    let mut opt = Sgd::new(lin.named_parameters(), sgd()).unwrap();
+    assert!(!total(&lin.forward(&x).unwrap()).is_tracked());
+    lin.set_requires_grad(true).unwrap();
+    let g = total(&lin.forward(&x).unwrap()).backward().unwrap();
+    let w1 = vals(&lin.weight);
+    opt.step(&g).unwrap();
+    assert_ne!(vals(&lin.weight), w1);
+    // A tensor that never required grad has no gradient to find: refused.
+    let e = Sgd::new(vec![t(&[1.0], &[1])], sgd()).unwrap_err();
+    assert!(e.to_string().contains("never required grad"), "{e}");
+    // A detached copy is a leaf of its own.
+    let mut d = lin.weight.detach();
+    d.set_requires_grad(true).unwrap();
+    let g = total(&d.mul_scalar(2.0).unwrap()).backward().unwrap();
+    assert!(g.get(&d).is_some() && g.get(&lin.weight).is_none());
+    // LSTM: its weights are reached only through named_parameters(); frozen there, the
+    // layer-by-layer path (dropout between layers, training) leaves them out too.
+    let mut lstm = Lstm::new(
+        device(),
+        2,
+        3,
+        RnnConfig {
+            num_layers: 2,
+            dropout: 0.5,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let xs = t(&[0.1, 0.2, -0.3, 0.4, 0.5, -0.6], &[3, 1, 2]);
+    lstm.set_requires_grad(false).unwrap();
+    let frozen = lstm.named_parameters();
+    let mut w = frozen[0].1.clone();
+    w.set_requires_grad(true).unwrap(); // weight_ih_l0 alone trains
+    for training in [true, false] {
+        lstm.set_training(training);
+        let g = total(&lstm.forward(&xs).unwrap()).backward().unwrap();
+        assert_eq!(g.len(), 1, "training {training}");
+        assert!(g.get(&frozen[0].1).is_some());
+    }
 }
