@@ -482,21 +482,25 @@ pub(crate) fn sum_to(g: &Tensor, shape: &[usize]) -> Result<Tensor> {
             format!("cannot sum {:?} to the higher rank {shape:?}", g.shape()),
         ));
     }
-    let mut t = g.clone();
-    for _ in 0..g.rank() - shape.len() {
-        t = t.sum(0, false)?;
-    }
+    let lead = g.rank() - shape.len();
+    let mut dims: Vec<isize> = (0..lead as isize).collect();
     for (d, &s) in shape.iter().enumerate() {
-        if s == 1 && t.shape()[d] != 1 {
-            t = t.sum(d as isize, true)?;
-        } else if s != t.shape()[d] {
+        let n = g.shape()[lead + d];
+        if s == 1 && n != 1 {
+            dims.push((lead + d) as isize);
+        } else if s != n {
             return Err(Error::shape(
                 op,
                 format!("{:?} does not broadcast to {shape:?}", g.shape()),
             ));
         }
     }
-    Ok(t)
+    if dims.is_empty() {
+        return g.reshape(shape);
+    }
+    // One reduction over every dim, as PyTorch's sum_to: f16 sums in f32 and rounds once
+    // (summed a dim at a time, its partial sums would round, or overflow to inf, on the way).
+    g.sum_dims(&dims, true)?.reshape(shape)
 }
 
 impl Tensor {

@@ -656,3 +656,41 @@ fn freezing_is_shared_by_every_handle_of_a_leaf() {
         assert!(g.get(&frozen[0].1).is_some());
     }
 }
+
+/// A broadcast operand's f16 gradient is summed over every broadcast dim at once in f32 and
+/// rounded once, as PyTorch's sum_to: dim by dim, the partial sums would round (2049 rows
+/// of 1 held as 2048) or overflow (+-8e4 to +-inf, then NaN).
+#[test]
+fn f16_broadcast_gradients_round_once() {
+    if !device().supports_f16() {
+        return;
+    }
+    let h = |v: &[f32], s: &[usize]| t(v, s).to_dtype(DType::F16).unwrap();
+    let f = |x: &Tensor| vals(&x.to_dtype(DType::F32).unwrap());
+    let a = Tensor::zeros(device(), &[2049, 3], DType::F16).unwrap();
+    let b = h(&[0.0], &[]).requires_grad().unwrap();
+    let g = a
+        .add(&b)
+        .unwrap()
+        .sum_dims(&[], false)
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert_eq!(f(g.get(&b).unwrap()), vec![6148.0], "6147 rounded once");
+    let a = Tensor::zeros(device(), &[2, 2], DType::F16).unwrap();
+    let seed = h(&[4e4, -4e4, 4e4, -4e4], &[2, 2]);
+    for shape in [&[1, 1][..], &[]] {
+        let b = Tensor::zeros(device(), shape, DType::F16)
+            .unwrap()
+            .requires_grad()
+            .unwrap();
+        let g = a.add(&b).unwrap().backward_with_grad(&seed).unwrap();
+        assert_eq!(f(g.get(&b).unwrap()), vec![0.0], "{shape:?}");
+        let g = b
+            .broadcast_to(&[2, 2])
+            .unwrap()
+            .backward_with_grad(&seed)
+            .unwrap();
+        assert_eq!(f(g.get(&b).unwrap()), vec![0.0], "{shape:?}");
+    }
+}
