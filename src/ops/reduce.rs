@@ -58,9 +58,12 @@ static ROWS_PARTIALS: Kernel = Kernel::new("reduce", SRC, "reduce_rows_partials"
 pub enum ReduceOp {
     /// The sum (`torch.sum`); 0 over an empty dim.
     Sum,
-    /// The largest value (`torch.amax`); an error over an empty dim.
+    /// The largest value (the values of `torch.max(dim)`, or `torch.amax` of one dim); an
+    /// error over an empty dim. Its gradient is `max(dim)`'s: all of it to the first
+    /// maximum (or first NaN), where `amax` splits it evenly over ties.
     Max,
-    /// The smallest value (`torch.amin`); an error over an empty dim.
+    /// The smallest value (as [`ReduceOp::Max`], `torch.min(dim)`'s gradient); an error over
+    /// an empty dim.
     Min,
     /// The arithmetic mean (`torch.mean`); NaN over an empty dim.
     Mean,

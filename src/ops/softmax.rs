@@ -117,8 +117,15 @@ impl crate::autograd::BackwardOp for SoftmaxBackward {
         };
         let y = &self.y;
         if y.rank() == 0 {
-            // One element: the output is constant (1, or 0 for log_softmax).
-            return Ok(vec![Some(Tensor::zeros(y.device(), &[], y.dtype)?)]);
+            // One element along dim 0, as the forward: the same formula (0 for finite values,
+            // NaN where x or g is not, as PyTorch's).
+            let (y1, g1) = (y.reshape(&[1])?, g.reshape(&[1])?);
+            let gx = if self.log {
+                g1.sub(&y1.exp()?.mul(&g1)?)?
+            } else {
+                y1.mul(&g1.sub(&g1.mul(&y1)?)?)?
+            };
+            return Ok(vec![Some(gx.reshape(&[])?)]);
         }
         let gx = if self.log {
             g.sub(&y.exp()?.mul(&g.sum(self.dim, true)?)?)?

@@ -55,6 +55,39 @@ fn softmax_and_log_softmax() {
     }
 }
 
+/// A 0-d input is one element along dim 0: its gradient is the formula's, 0 for finite x
+/// and g, NaN where either is not (PyTorch's).
+#[test]
+fn softmax_of_a_scalar_propagates_nan_in_its_gradient() {
+    for log in [false, true] {
+        let f = |x: &Tensor| {
+            if log {
+                log_softmax(x, 0)
+            } else {
+                softmax(x, 0)
+            }
+        };
+        for (x, seed, nan) in [
+            (0.5f32, 2.0f32, false),
+            (f32::NAN, 1.0, true),
+            (f32::INFINITY, 1.0, true),
+            (0.5, f32::NAN, true),
+        ] {
+            let xl = Tensor::from_slice(crate::common::device(), &[x], &[])
+                .unwrap()
+                .requires_grad()
+                .unwrap();
+            let s = Tensor::from_slice(crate::common::device(), &[seed], &[]).unwrap();
+            let g = f(&xl).unwrap().backward_with_grad(&s).unwrap();
+            let v = download(g.get(&xl).unwrap()).unwrap()[0];
+            assert!(
+                if nan { v.is_nan() } else { v == 0.0 },
+                "log {log} x {x} g {seed}: {v}"
+            );
+        }
+    }
+}
+
 #[test]
 fn cat_stack_pad() {
     let a = leaf(&[1.0, 2.0, 3.0, 4.0], &[2, 2]);

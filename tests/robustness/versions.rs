@@ -144,6 +144,14 @@ fn writes_into_a_fused_output_or_an_rnn_input_are_errors() {
     out2.y.backward_with_grad(&ones).unwrap();
     no_grad(|| out.y.copy_from(&Tensor::zeros_like(&ones).unwrap())).unwrap();
     assert_inplace_error(out.y.backward_with_grad(&ones));
+    // The saved mean and inverse std are handed out too: writing them is the same error.
+    for pick in [0, 1] {
+        let out = batch_norm_train(&x, None, &o).unwrap();
+        let s = [out.saved.mean(), out.saved.invstd()][pick];
+        s.copy_from(&Tensor::full(dev(), &[3], 100.0, wgtensor::DType::F32).unwrap())
+            .unwrap();
+        assert_inplace_error(out.y.backward_with_grad(&ones));
+    }
 
     let lstm = wgtensor::nn::Lstm::new(dev(), 3, 2, Default::default()).unwrap();
     let xs = wgtensor::ops::randn(dev(), &[4, 1, 3], wgtensor::DType::F32).unwrap();

@@ -30,8 +30,11 @@ struct TrainBackward {
 impl BackwardOp for TrainBackward {
     fn saved(&self) -> Vec<&Tensor> {
         // act_input is the returned output itself (a fused activation's backward reads it),
-        // so writing into that output after the forward must fail the version check too.
-        std::iter::once(&self.x)
+        // so writing into that output after the forward must fail the version check too;
+        // the mean and inverse std are returned as well (`BatchNormOutput::saved`), and
+        // PyTorch's saved outputs are checked the same way.
+        [&self.x, &self.saved.mean, &self.saved.invstd]
+            .into_iter()
             .chain(&self.gamma)
             .chain(&self.saved.act_input)
             .collect()
