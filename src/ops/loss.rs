@@ -29,10 +29,31 @@ pub(crate) fn same_shape(op: &'static str, input: &Tensor, target: &Tensor) -> R
     Ok(())
 }
 
-/// Mean squared error `(input - target)^2` (PyTorch's `mse_loss`; shapes must match).
+/// The regression losses' shape rule (PyTorch's `mse_loss`, `l1_loss`, `smooth_l1_loss`,
+/// `huber_loss`, `kl_div`): input and target broadcast to a common shape (PyTorch warns
+/// when it differs from the input's, then computes on `broadcast_tensors`); the same device
+/// and dtype.
+pub(crate) fn broadcastable(op: &'static str, input: &Tensor, target: &Tensor) -> Result<()> {
+    input.same_device(op, target)?;
+    input.same_dtype(op, target)?;
+    crate::layout::broadcast_shapes(op, input.shape(), target.shape()).map_err(|_| {
+        Error::shape(
+            op,
+            format!(
+                "target shape {:?} does not broadcast with input shape {:?}",
+                target.shape(),
+                input.shape()
+            ),
+        )
+    })?;
+    Ok(())
+}
+
+/// Mean squared error `(input - target)^2` (PyTorch's `mse_loss`). Input and target
+/// broadcast, as PyTorch's (which warns when the shapes differ).
 pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
     let op = "mse_loss";
-    same_shape(op, input, target)?;
+    broadcastable(op, input, target)?;
     let d = input.sub(target)?;
     reduce(d.mul(&d)?, reduction)
 }
@@ -58,6 +79,26 @@ pub fn binary_cross_entropy_with_logits(
 ) -> Result<Tensor> {
     let op = "binary_cross_entropy_with_logits";
     same_shape(op, input, target)?;
+    // PyTorch multiplies both in place into the input-shaped loss: each must broadcast to
+    // the input's shape without growing it (a [N] weight on [N, 1] logits is an error there,
+    // not an [N, N] loss), and is cast to the loss's dtype.
+    let fit = |name: &str, w: &Tensor| -> Result<Tensor> {
+        input.same_device(op, w)?;
+        let grown = crate::layout::broadcast_shapes(op, input.shape(), w.shape()).ok();
+        if grown.as_deref() != Some(input.shape()) {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "{name} of shape {:?} must broadcast to the input's shape {:?}",
+                    w.shape(),
+                    input.shape()
+                ),
+            ));
+        }
+        w.to_dtype(input.dtype())
+    };
+    let pos_weight = o.pos_weight.map(|w| fit("pos_weight", w)).transpose()?;
+    let weight = o.weight.map(|w| fit("weight", w)).transpose()?;
     let m = input.neg()?.relu()?;
     let softplus = m
         .neg()?
@@ -65,9 +106,8 @@ pub fn binary_cross_entropy_with_logits(
         .add(&input.neg()?.sub(&m)?.exp()?)?
         .log()?
         .add(&m)?;
-    let term = match o.pos_weight {
+    let term = match &pos_weight {
         Some(pw) => {
-            input.same_device(op, pw)?;
             let l = pw.add_scalar(-1.0)?.mul(target)?.add_scalar(1.0)?;
             l.mul(&softplus)?
         }
@@ -77,8 +117,7 @@ pub fn binary_cross_entropy_with_logits(
         .scalar_op(crate::ops::ScalarOp::RSub, 1.0)?
         .mul(input)?
         .add(&term)?;
-    if let Some(w) = o.weight {
-        input.same_device(op, w)?;
+    if let Some(w) = &weight {
         loss = loss.mul(w)?;
     }
     reduce(loss, o.reduction)
@@ -141,6 +180,17 @@ pub fn cross_entropy_probs(
         ));
     }
     o.check_label_smoothing(op)?;
+    if o.ignore_index >= 0 {
+        // PyTorch: "ignore_index is not supported for floating point target".
+        return Err(Error::arg(
+            op,
+            format!(
+                "ignore_index ({}) is not supported with class-probability (float) targets; \
+                 leave it at -100, or pass class indices as an I32 target",
+                o.ignore_index
+            ),
+        ));
+    }
     let cdim = if input.rank() == 1 { 0 } else { 1 };
     let c = input.shape()[cdim];
     let logp = input.log_softmax(cdim as isize)?;
@@ -167,5 +217,10 @@ pub fn cross_entropy_probs(
         prod = prod.mul(&w.reshape(&ws)?)?;
     }
     let per_sample = prod.sum(cdim as isize, false)?.neg()?;
+    if o.reduction == Reduction::Mean && input.numel() == 0 {
+        // PyTorch's mean over an empty input (no classes too) is NaN; the mean of the
+        // per-sample sums over 0 classes would be 0.
+        return per_sample.sum_all()?.mul_scalar(f64::NAN);
+    }
     reduce(per_sample, o.reduction)
 }

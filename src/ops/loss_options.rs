@@ -22,8 +22,8 @@ pub enum Reduction {
 pub struct CrossEntropyOptions<'a> {
     /// A weight per class (`[C]`).
     pub weight: Option<&'a Tensor>,
-    /// Class-index targets equal to this value count for nothing (PyTorch's default -100);
-    /// unused with probability targets, as in PyTorch.
+    /// Class-index targets equal to this value count for nothing (PyTorch's default -100).
+    /// Probability targets take only a negative value (an error otherwise, as in PyTorch).
     pub ignore_index: i64,
     /// Mixes the target with the uniform distribution: `y (1 - e) + e / C`.
     pub label_smoothing: f64,

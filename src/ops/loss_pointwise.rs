@@ -3,15 +3,16 @@
 //! defaults and argument checks, composed from elementwise ops so autograd differentiates
 //! them (a select's gradient takes the branch its value took).
 
-use super::loss::{reduce, same_shape};
+use super::loss::{broadcastable, reduce, same_shape};
 use super::loss_options::Reduction;
 use super::ScalarOp;
 use crate::autograd::{record, BackwardOp, NoGradGuard};
 use crate::layout::broadcast_shapes;
 use crate::{Error, Result, Tensor};
 
-/// Mean absolute error `|input - target|` (PyTorch's `l1_loss`; shapes must match). Its
-/// gradient is `sign(input - target)`, 0 where they are equal, as PyTorch's.
+/// Mean absolute error `|input - target|` (PyTorch's `l1_loss`; input and target broadcast,
+/// as [`mse_loss`](super::mse_loss)). Its gradient is `sign(input - target)`, 0 where they
+/// are equal, as PyTorch's.
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
@@ -24,13 +25,13 @@ use crate::{Error, Result, Tensor};
 /// # Ok(()) }
 /// ```
 pub fn l1_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
-    same_shape("l1_loss", input, target)?;
+    broadcastable("l1_loss", input, target)?;
     reduce(input.sub(target)?.abs()?, reduction)
 }
 
 /// `0.5 d^2 / beta` where `|d| < beta`, else `|d| - 0.5 beta`, with `d = input - target`
 /// (PyTorch's `smooth_l1_loss`; its default `beta` is 1, and `beta = 0` is [`l1_loss`]).
-/// Errors for a negative or NaN `beta` or shapes that differ.
+/// Input and target broadcast. Errors for a negative or NaN `beta`.
 pub fn smooth_l1_loss(
     input: &Tensor,
     target: &Tensor,
@@ -47,7 +48,7 @@ pub fn smooth_l1_loss(
     if beta == 0.0 {
         return l1_loss(input, target, reduction);
     }
-    same_shape(op, input, target)?;
+    broadcastable(op, input, target)?;
     // With m = min(|d|, beta): 0.5 m^2 / beta + (|d| - m), the same values and PyTorch's
     // gradient (d / beta inside, sign(d) outside, 1 at |d| = beta) without a select, whose
     // unselected branch would turn an infinite d into a NaN gradient.
@@ -64,7 +65,7 @@ pub fn smooth_l1_loss(
 
 /// `0.5 d^2` where `|d| < delta`, else `delta (|d| - 0.5 delta)`, with `d = input - target`
 /// (PyTorch's `huber_loss`; its default `delta` is 1, where it equals [`smooth_l1_loss`]).
-/// Errors for a `delta` that is not positive or shapes that differ.
+/// Input and target broadcast. Errors for a `delta` that is not positive.
 pub fn huber_loss(
     input: &Tensor,
     target: &Tensor,
@@ -78,7 +79,7 @@ pub fn huber_loss(
             format!("huber_loss does not support non-positive values for delta, got {delta}"),
         ));
     }
-    same_shape(op, input, target)?;
+    broadcastable(op, input, target)?;
     let d = input.sub(target)?.abs()?;
     if delta.is_infinite() {
         // Never linear: half the squared error (the form below would add inf * 0).
@@ -232,7 +233,7 @@ pub enum KlDivReduction {
 /// PyTorch's `kl_div(input, target)`: `input` holds log-probabilities; the terms are
 /// `target (log(target) - input)`, 0 where `target` is 0 (PyTorch's `xlogy`), or with
 /// `log_target` (the target given as log-probabilities) `exp(target) (target - input)`.
-/// Shapes must match. A tracked target's gradient is `log(target) + 1 - input`, and `-input`
+/// Input and target broadcast, as PyTorch's. A tracked target's gradient is `log(target) + 1 - input`, and `-input`
 /// where the target is 0 (PyTorch's `xlogy` gives NaN there).
 pub fn kl_div(
     input: &Tensor,
@@ -241,7 +242,7 @@ pub fn kl_div(
     log_target: bool,
 ) -> Result<Tensor> {
     let op = "kl_div";
-    same_shape(op, input, target)?;
+    broadcastable(op, input, target)?;
     let terms = if log_target {
         target.exp()?.mul(&target.sub(input)?)?
     } else {

@@ -61,6 +61,21 @@ pub(crate) async fn mse() {
     }
     let e = mse_loss(&t(&x, &[6]), &t(&y, &[2, 3]), Reduction::Mean).unwrap_err();
     assert!(e.to_string().starts_with("mse_loss:"), "{e}");
+    // Shapes that broadcast are computed on the broadcast, as PyTorch's (which warns): a
+    // [3] target against [2, 3], and a [2, 1] input against a [3] target ([2, 3] losses).
+    let per_b: Vec<f64> = (0..6).map(|i| ((x[i] - y[i % 3]) as f64).powi(2)).collect();
+    let got = mse_loss(&t(&x, &[2, 3]), &t(&y[..3], &[3]), Reduction::None).unwrap();
+    assert_eq!(got.shape(), &[2, 3]);
+    close(&vals(&got).await, &per_b, "broadcast target");
+    let per_c: Vec<f64> = (0..6)
+        .map(|i| ((x[i / 3] - y[i % 3]) as f64).powi(2))
+        .collect();
+    let got = mse_loss(&t(&x[..2], &[2, 1]), &t(&y[..3], &[3]), Reduction::Mean).unwrap();
+    close(
+        &vals(&got).await,
+        &reduce(per_c, Reduction::Mean),
+        "broadcast both",
+    );
     let empty = Tensor::zeros(crate::common::device(), &[0], wgtensor::DType::F32).unwrap();
     assert!(vals(&mse_loss(&empty, &empty, Reduction::Mean).unwrap()).await[0].is_nan());
     assert_eq!(
@@ -102,6 +117,28 @@ pub(crate) async fn bce_with_logits() {
     };
     let got = binary_cross_entropy_with_logits(&t(&x, &[6]), &t(&y, &[6]), &o).unwrap();
     close(&vals(&got).await, &per, "plain");
+    // A weight or pos_weight must broadcast to the input without growing it: a [3] one on
+    // [3, 1] logits is PyTorch's error, not a [3, 3] loss.
+    let w3 = t(&pw, &[3]);
+    for o in [
+        BceWithLogitsOptions {
+            weight: Some(&w3),
+            ..Default::default()
+        },
+        BceWithLogitsOptions {
+            pos_weight: Some(&w3),
+            ..Default::default()
+        },
+    ] {
+        let e = binary_cross_entropy_with_logits(&t(&x[..3], &[3, 1]), &t(&y[..3], &[3, 1]), &o)
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("binary_cross_entropy_with_logits:")
+                && e.to_string().contains("[3, 1]"),
+            "{e}"
+        );
+    }
 }
 
 pub(crate) async fn cross_entropy_with_probability_targets() {
@@ -175,6 +212,26 @@ pub(crate) async fn cross_entropy_with_probability_targets() {
         ..Default::default()
     };
     assert!(cross_entropy_probs(&t(&x, &[12]), &t(&y, &[12]), &o).is_err());
+    // ignore_index is refused with probability targets (PyTorch: "ignore_index is not
+    // supported for floating point target"), but not the default -100.
+    let o = CrossEntropyOptions {
+        ignore_index: 0,
+        ..Default::default()
+    };
+    let e = cross_entropy_probs(&t(&x, &[2, 3, 2]), &t(&y, &[2, 3, 2]), &o).unwrap_err();
+    assert!(e.to_string().contains("ignore_index"), "{e}");
+    // No classes: Mean is NaN, as PyTorch's mean over an empty input; Sum is 0.
+    let empty = Tensor::zeros(crate::common::device(), &[2, 0], wgtensor::DType::F32).unwrap();
+    let mean = cross_entropy_probs(&empty, &empty, &Default::default()).unwrap();
+    assert!(vals(&mean).await[0].is_nan());
+    let o = CrossEntropyOptions {
+        reduction: Reduction::Sum,
+        ..Default::default()
+    };
+    assert_eq!(
+        vals(&cross_entropy_probs(&empty, &empty, &o).unwrap()).await,
+        vec![0.0]
+    );
 }
 
 /// PyTorch's cross_entropy with class-index targets, in f64: input `[N, C, D]` flattened,
