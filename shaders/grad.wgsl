@@ -62,7 +62,8 @@ fn combine(g: f32, s: f32) -> f32 {
             let sg = sigmoid_f(s);
             return g * (sg * (1.0 + s * (1.0 - sg)));
         }
-        case GRAD_ABS_FROM_X: { return g * sign(s); }
+        // sign(NaN) is 0 in PyTorch (WGSL leaves it unspecified), so abs passes 0 there.
+        case GRAD_ABS_FROM_X: { return g * select(sign(s), 0.0, isnan_f(s)); }
         case GRAD_SQRT_FROM_Y: { return g / (2.0 * s); }
         // maximum / minimum: the weight of operand g against s, as PyTorch's
         // where(g == s, 1/2, 1).masked_fill(g < s (max) or g > s (min), 0): ties split half and

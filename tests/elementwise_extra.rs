@@ -309,3 +309,110 @@ fn operators_return_results() {
     let e = (&a + &c).unwrap_err();
     assert!(e.to_string().starts_with("add:"), "{e}");
 }
+
+/// Small integer exponents are exact (PyTorch's pow kernels multiply for 2 and 3, divide for
+/// -1 and -2, copy for 1), by a scalar or a tensor exponent, with C99's values at +-0 and
+/// +-inf; and the gradient of x^2 is exactly 2x.
+#[test]
+fn pow_small_integer_exponents_are_exact() {
+    let xs = [
+        3.0f32,
+        1.5,
+        1000.0,
+        -7.0,
+        0.1,
+        12345.678,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+    ];
+    let x = t(&xs, &[xs.len()]);
+    for e in [1.0f32, 2.0, 3.0, -1.0, -2.0] {
+        let want: Vec<f32> = xs
+            .iter()
+            .map(|&v| match e as i32 {
+                1 => v,
+                2 => v * v,
+                3 => v * v * v,
+                -1 => 1.0 / v,
+                _ => 1.0 / (v * v),
+            })
+            .collect();
+        // Products are exact; quotients within the crate's division bound (1 ulp).
+        let ulps = if e > 0.0 { 0 } else { 1 };
+        let same = |got: &[f32]| {
+            got.iter().zip(&want).all(|(g, w)| {
+                g.to_bits() == w.to_bits()
+                    || (g.to_bits() as i64 - w.to_bits() as i64).abs() <= ulps
+            })
+        };
+        let got = vals(&x.pow_scalar(e as f64).unwrap());
+        assert!(same(&got), "x^{e}: {got:?} vs {want:?}");
+        let got = vals(&x.pow(&t(&[e], &[1])).unwrap());
+        assert!(same(&got), "tensor x^{e}: {got:?} vs {want:?}");
+    }
+    let xl = t(&xs[..6], &[6]).requires_grad().unwrap();
+    let g = xl
+        .pow_scalar(2.0)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    let want: Vec<f32> = xs[..6].iter().map(|v| 2.0 * v).collect();
+    assert_eq!(vals(g.get(&xl).unwrap()), want);
+}
+
+/// clamp's bound is compared in the tensor's dtype, as PyTorch's backward (`x >= min`): an f16
+/// value equal to f16(0.1) sits at the bound 0.1, so its gradient passes (f32(0.1) is above
+/// it). abs passes 0 at NaN (PyTorch's sign(NaN) = 0).
+#[test]
+fn clamp_bounds_in_the_dtype_and_abs_gradient_at_nan() {
+    if dev().supports_f16() {
+        let x = t(&[0.1, 0.3, 0.05], &[3])
+            .to_dtype(DType::F16)
+            .unwrap()
+            .requires_grad()
+            .unwrap();
+        let g = x
+            .clamp(Some(0.1), Some(0.3))
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        let g = vals(&g.get(&x).unwrap().to_dtype(DType::F32).unwrap());
+        assert_eq!(g, vec![1.0, 1.0, 0.0]);
+    }
+    let x = t(&[f32::NAN, -2.0, 0.0, 3.0], &[4])
+        .requires_grad()
+        .unwrap();
+    let g = x.abs().unwrap().sum_all().unwrap().backward().unwrap();
+    assert_eq!(vals(g.get(&x).unwrap()), vec![0.0, -1.0, 0.0, 1.0]);
+    // F.hardtanh with equal bounds: the bound everywhere, no gradient (only min > max errs).
+    let xl = x.detach().requires_grad().unwrap();
+    let y = wgtensor::ops::hardtanh(&xl, 1.0, 1.0).unwrap();
+    assert_eq!(vals(&y)[1..], [1.0, 1.0, 1.0]);
+    let g = y.sum_all().unwrap().backward().unwrap();
+    assert_eq!(vals(g.get(&xl).unwrap())[1..], [0.0, 0.0, 0.0]);
+    assert!(wgtensor::ops::hardtanh(&x, 1.0, 0.5).is_err());
+}
+
+/// Division by a subnormal divisor is IEEE's where the adapter keeps subnormals (PyTorch on
+/// CPUs and on CUDA without fast math): the correcting step must not multiply by 1/b = inf.
+#[test]
+fn division_by_a_subnormal_divisor() {
+    let b = t(&[1e-39, 1e-39, 3e-39], &[3]);
+    if vals(&b.mul_scalar(1.0).unwrap())[0] == 0.0 {
+        eprintln!("the adapter flushes subnormals: nothing to hold division to");
+        return;
+    }
+    let a = t(&[2e-39, 1e-10, 6e-39], &[3]);
+    let got = vals(&a.div(&b).unwrap());
+    let want: Vec<f32> = [2e-39f32, 1e-10, 6e-39]
+        .iter()
+        .zip([1e-39f32, 1e-39, 3e-39])
+        .map(|(a, b)| a / b)
+        .collect();
+    assert_eq!(got, want);
+}

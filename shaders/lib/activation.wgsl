@@ -22,14 +22,15 @@ fn min_nan(a: f32, b: f32) -> f32 {
 // One Newton step corrects the quotient: with a fused multiply-add the residual a - q * b is
 // exact, and q + residual / b rounds to the nearest float in all but rare ties. A zero,
 // infinite or NaN quotient (a zero or infinite divisor, overflow, underflow) is kept as `/`
-// gave it, since the residual of those is not meaningful.
+// gave it, since the residual of those is not meaningful; so is one by a divisor of
+// 2^-128 or smaller (a subnormal kept by the adapter), whose reciprocal is inf.
 fn div_f(a: f32, b: f32) -> f32 {
     let q = a / b;
     let r = fma(-q, b, a);
     let refined = fma(r, 1.0 / b, q);
     let qa = bitcast<u32>(q) & 0x7fffffffu;
     let ba = bitcast<u32>(b) & 0x7fffffffu;
-    return select(q, refined, qa != 0u && qa < 0x7f800000u && ba < 0x7f800000u);
+    return select(q, refined, qa != 0u && qa < 0x7f800000u && ba < 0x7f800000u && ba > 0x00200000u);
 }
 
 fn relu_f(v: f32) -> f32 {
@@ -66,6 +67,24 @@ fn pow_f(x: f32, e: f32) -> f32 {
     }
     if (isnan_f(x) || isnan_f(e)) {
         return x + e;
+    }
+    // Small integer exponents exactly, as PyTorch's pow kernels special-case them (WGSL's pow
+    // is exp2(e log2 x), a few ulp off: 3^2 would not be 9); each form also gives C99's
+    // values at +-0 and +-inf.
+    if (e == 1.0) {
+        return x;
+    }
+    if (e == 2.0) {
+        return x * x;
+    }
+    if (e == 3.0) {
+        return x * x * x;
+    }
+    if (e == -1.0) {
+        return div_f(1.0, x);
+    }
+    if (e == -2.0) {
+        return div_f(1.0, x * x);
     }
     // Built at run time: WGSL constant expressions cannot hold infinities or NaN.
     let inf = bitcast<f32>(0x7f800000u | (bitcast<u32>(x) & 0u));

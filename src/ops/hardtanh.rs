@@ -71,7 +71,7 @@ fn clip(x: &Tensor, lo: f64, hi: f64) -> Result<Tensor> {
 
 /// PyTorch's `F.hardtanh(x, min_val, max_val)`: `x` clamped to `[min_val, max_val]`, the
 /// gradient passing strictly inside (and at NaN), 0 at and past the bounds. Errors when
-/// `max_val` is not above `min_val`.
+/// `min_val` is above `max_val` or either is NaN (equal bounds give `min_val` everywhere).
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
@@ -86,10 +86,12 @@ fn clip(x: &Tensor, lo: f64, hi: f64) -> Result<Tensor> {
 /// # Ok(()) }
 /// ```
 pub fn hardtanh(x: &Tensor, min_val: f64, max_val: f64) -> Result<Tensor> {
-    if min_val.is_nan() || max_val.is_nan() || min_val >= max_val {
+    // F.hardtanh refuses only min_val > max_val (equal bounds give min_val everywhere, a 0
+    // gradient); nn::Hardtanh's constructor asserts max_val > min_val.
+    if min_val.is_nan() || max_val.is_nan() || min_val > max_val {
         return Err(Error::arg(
             "hardtanh",
-            format!("max_val {max_val} must be greater than min_val {min_val}"),
+            format!("min_val {min_val} cannot be greater than max_val {max_val}"),
         ));
     }
     clip(x, min_val, max_val)

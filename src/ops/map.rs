@@ -343,7 +343,13 @@ impl Tensor {
     /// tensor of the same shape and dtype, computed in f32. Scalars are f64 throughout the API
     /// (as PyTorch's Python numbers and [`Tensor::full`]); the kernel rounds `s` to f32.
     pub fn scalar_op(&self, op: ScalarOp, s: f64) -> Result<Tensor> {
-        let s = s as f32;
+        let s = match (op, self.dtype) {
+            // A bound is compared in the tensor's dtype, as PyTorch's clamp and its backward
+            // (`x >= min`) round it: an f16 x equal to f16(0.1) is at the bound 0.1, so its
+            // gradient passes. The values are the same either way.
+            (ScalarOp::Max | ScalarOp::Min, DType::F16) => half::f16::from_f64(s).to_f32(),
+            _ => s as f32,
+        };
         let out = map(
             SCALAR_NAMES[op as usize],
             self,
