@@ -137,6 +137,40 @@ fn packed_pieces_join_by_buffer_copies() {
     }
 }
 
+/// copy_from as PyTorch's copy_: a source that broadcasts (a row into every row), of another
+/// dtype (converted), or sharing the destination's storage (read whole first).
+#[test]
+fn copy_from_broadcasts_converts_and_reads_overlaps_whole() {
+    let dst = Tensor::zeros(dev(), &[2, 3], DType::F32).unwrap();
+    let (row, rv) = ramp(&[3], 1.0);
+    dst.copy_from(&row).unwrap();
+    assert_eq!(vals(&dst), [rv.clone(), rv.clone()].concat());
+    let i = Tensor::from_slice(dev(), &[7i32, -8], &[2, 1]).unwrap();
+    dst.copy_from(&i).unwrap();
+    assert_eq!(vals(&dst), vec![7.0, 7.0, 7.0, -8.0, -8.0, -8.0]);
+    if dev().supports_f16() {
+        let h = Tensor::zeros(dev(), &[2, 3], DType::F16).unwrap();
+        h.copy_from(&row).unwrap();
+        assert_eq!(
+            vals(&h.to_dtype(DType::F32).unwrap()),
+            [rv.clone(), rv].concat()
+        );
+    }
+    // Overlapping views of one storage: the source as it was before the copy.
+    let (x, xv) = ramp(&[5], 0.0);
+    x.narrow(0, 1, 4)
+        .unwrap()
+        .copy_from(&x.narrow(0, 0, 4).unwrap())
+        .unwrap();
+    assert_eq!(vals(&x), [&xv[..1], &xv[..4]].concat());
+    let e = dst
+        .copy_from(&Tensor::zeros(dev(), &[2, 2], DType::F32).unwrap())
+        .unwrap_err();
+    assert!(e.to_string().starts_with("copy_from:"), "{e}");
+    let e = row.copy_from(&dst).unwrap_err();
+    assert!(e.to_string().contains("does not broadcast"), "{e}");
+}
+
 #[test]
 fn split_and_chunk_are_views() {
     let (a, _) = ramp(&[7, 2], 0.0);

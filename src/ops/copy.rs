@@ -482,10 +482,12 @@ fn pad_untracked(x: &Tensor, pads: &[usize], mode: PadMode, value: f64) -> Resul
 }
 
 impl Tensor {
-    /// Copies `src` (any layout, same shape and dtype) into this tensor's elements in place
-    /// (PyTorch's `copy_`): every view sharing the storage sees the new values. `self` must not
-    /// repeat elements (a broadcast view) and `src` must not share its storage. While autograd
-    /// records, neither may be tracked (the copy is not differentiable): run it under
+    /// Copies `src` into this tensor's elements in place (PyTorch's `copy_`): every view
+    /// sharing the storage sees the new values. As PyTorch's, `src` may have any layout, any
+    /// shape that broadcasts to this one (a row copied into every row) and another dtype
+    /// (converted as [`Tensor::to_dtype`]); it may share this tensor's storage (it is read
+    /// whole before the write). `self` must not repeat elements (a broadcast view). While
+    /// autograd records, neither may be tracked (the copy is not differentiable): run it under
     /// [`no_grad`](crate::autograd::no_grad) or copy a detached source.
     pub fn copy_from(&self, src: &Tensor) -> Result<()> {
         let op = "copy_from";
@@ -494,17 +496,33 @@ impl Tensor {
         // lose its gradient, since nothing records the copy (PyTorch's copy_ would carry it).
         super::gemm::grad::check_in_place(op, &[self, src])?;
         self.same_device(op, src)?;
-        self.same_dtype(op, src)?;
-        if self.shape() != src.shape() {
+        let fits = crate::layout::broadcast_shapes(op, src.shape(), self.shape())
+            .is_ok_and(|s| s == self.shape());
+        if !fits {
             return Err(Error::shape(
                 op,
                 format!(
-                    "source shape {:?} differs from the destination's {:?}",
+                    "source shape {:?} does not broadcast to the destination's {:?}",
                     src.shape(),
                     self.shape()
                 ),
             ));
         }
+        let converted;
+        let src = if src.dtype != self.dtype {
+            self.device().require_dtype(op, self.dtype)?;
+            converted = src.to_dtype(self.dtype)?;
+            &converted
+        } else {
+            src
+        };
+        let broadcast;
+        let src = if src.shape() != self.shape() {
+            broadcast = src.broadcast_to(self.shape())?;
+            &broadcast
+        } else {
+            src
+        };
         if self
             .shape()
             .iter()

@@ -76,15 +76,16 @@ fn no_activation(op: &'static str, act: Activation) -> Result<()> {
 /// bias `[O]` -> `[N, O, OH, OW]`; an unbatched x `[C, H, W]` gives `[O, OH, OW]`.
 ///
 /// PyTorch's `F.conv2d` (a cross-correlation, as there) with a fused activation;
-/// `OH = (H + top + bottom - dilation * (kH - 1) - 1) / stride + 1`, likewise OW. x and w
-/// may be strided views (an NHWC tensor permuted to NCHW is read in place); the output is a
-/// new contiguous NCHW tensor of x's dtype. Grouped and depthwise convolutions run all groups
+/// `OH = (H + top + bottom - dilation * (kH - 1) - 1) / stride + 1`, likewise OW. x, w and
+/// the bias may be strided views (an NHWC tensor permuted to NCHW is packed first, as
+/// PyTorch's cuDNN path makes its operands contiguous); the output is a new contiguous NCHW
+/// tensor of x's dtype. Grouped and depthwise convolutions run all groups
 /// in one dispatch, without im2col buffers.
 ///
 /// Errors: [`Error::Shape`] for inputs that are not rank 4, a weight whose channels are not
 /// `C / groups`, a bias that is not `[O]`, or a kernel larger than the padded input;
 /// [`Error::InvalidArgument`] for a zero stride, dilation or group count, channels not
-/// divisible by `groups`, or a non-contiguous bias; [`Error::DType`] /
+/// divisible by `groups`; [`Error::DType`] /
 /// [`Error::DeviceMismatch`] when the tensors differ.
 ///
 /// ```no_run,ignore-wasm32
