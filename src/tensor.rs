@@ -48,7 +48,8 @@ pub struct Tensor {
     pub(crate) storage: Arc<Storage>,
     pub(crate) layout: Layout,
     pub(crate) dtype: DType,
-    /// Autograd: `None` for tensors no gradient flows through (see `crate::autograd`).
+    /// Autograd: `None` for tensors no gradient flows through, a flagged meta for a frozen
+    /// leaf (see `crate::autograd`).
     pub(crate) grad: Option<Arc<crate::autograd::GradMeta>>,
 }
 

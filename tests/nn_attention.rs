@@ -13,7 +13,8 @@ use std::collections::HashMap;
 
 use wgtensor::nn::{
     self, Forward, MhaMask, MhaOptions, Module, MultiheadAttention, MultiheadAttentionConfig,
-    TransformerActivation, TransformerEncoderLayer, TransformerEncoderLayerConfig,
+    TransformerActivation, TransformerEncoder, TransformerEncoderLayer,
+    TransformerEncoderLayerConfig,
 };
 use wgtensor::{io, DType, Tensor};
 
@@ -335,6 +336,23 @@ fn state_dict_names_and_initialization_are_pytorchs() {
     ];
     assert_eq!(names, want);
     assert_eq!(layer.linear1.weight.shape(), &[2048, 8]);
+
+    // A frozen layer's copies stay frozen leaves (deepcopy keeps requires_grad=False), and
+    // an optimizer accepts them; the copies are leaves of their own.
+    let mut frozen = layer.clone();
+    frozen.set_requires_grad(false).unwrap();
+    let enc = TransformerEncoder::new(&frozen, 2, None).unwrap();
+    let params = enc.named_parameters();
+    assert_eq!(params.len(), 2 * want.len());
+    assert!(params.iter().all(|(_, p)| !p.is_tracked() && p.is_leaf()));
+    wgtensor::optim::Sgd::new(params, Default::default()).unwrap();
+    let mut enc = enc;
+    enc.set_requires_grad(true).unwrap();
+    assert!(enc.named_parameters().iter().all(|(_, p)| p.is_tracked()));
+    assert!(
+        !frozen.linear1.weight.is_tracked(),
+        "the copies are other leaves"
+    );
 }
 
 #[test]

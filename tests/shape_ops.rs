@@ -134,6 +134,18 @@ fn packed_pieces_join_by_buffer_copies() {
         let got = c.to_dtype(DType::F32).unwrap();
         let zt = vec![zv[0], zv[2], zv[1]];
         assert_eq!(vals(&got), [xv.clone(), yv, xv, zt].concat());
+        // [1, 2] f16 pieces are 4 bytes: every one a buffer copy on a CPU adapter.
+        let (p, pv) = ramp(&[3, 2], 5.0);
+        let pieces = p.to_dtype(DType::F16).unwrap().split(1, 0).unwrap();
+        let refs: Vec<&Tensor> = pieces.iter().rev().collect();
+        dev().sync().unwrap();
+        let before = dev().stats().dispatches;
+        let c = cat(&refs, 0).unwrap();
+        if dev().caps().cpu {
+            assert_eq!(dev().stats().dispatches, before, "three buffer copies");
+        }
+        let got = vals(&c.to_dtype(DType::F32).unwrap());
+        assert_eq!(got, [&pv[4..], &pv[2..4], &pv[..2]].concat());
     }
 }
 

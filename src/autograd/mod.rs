@@ -19,13 +19,15 @@
 //! tracked tensor (and that runs while grad mode is on, see [`no_grad`]) gives its output a
 //! `Node` holding the op's backward (one small `BackwardOp` struct per op family, kept
 //! beside the op's forward in `src/ops/`) and an edge to each tracked input. Untracked tensors
-//! carry `None` and pay nothing: an op checks its inputs' `Option` and returns.
+//! carry `None` (a frozen leaf keeps its meta, flagged) and pay nothing: an op checks its
+//! inputs' meta and returns.
 //!
 //! [`Tensor::backward`] walks the nodes from the highest creation number down. Creation order
 //! is a topological order (every node is created after the nodes of its inputs), so a max-heap
 //! on that number visits a node only after every consumer has added its gradient, with no
-//! recursive sort. Each visited node's backward is *taken* out of it, which releases its saved
-//! tensors to the pool during the pass; a later backward through the same node is an error.
+//! recursive sort. The backward of each visited node that saved tensors is *taken* out of it,
+//! which releases them to the pool during the pass; a later backward through that node is an
+//! error. Nodes that saved nothing (views, `add`, `sum`, ...) serve any number of passes.
 //!
 //! Not differentiable: in-place ops (`gemm_into` refuses tracked operands while recording;
 //! `batch_norm_train` refuses tracked running statistics). `Rnn::forward_train` /
@@ -269,7 +271,9 @@ impl std::fmt::Debug for Grads {
 }
 
 impl Grads {
-    /// The gradient of `t`, if `t` is a tracked leaf that the loss depends on.
+    /// The gradient of `t`, if `t` is a leaf that the loss depends on and that required grad
+    /// when the backward ran (a leaf frozen since keeps its key: this finds nothing for it
+    /// from later passes).
     pub fn get(&self, t: &Tensor) -> Option<&Tensor> {
         self.map.get(&t.grad.as_ref()?.id)
     }
@@ -416,6 +420,9 @@ fn run_backward(meta: &Arc<GradMeta>, seed: Tensor, retain: bool) -> Result<Grad
             };
             check_grad(m, &g, node.name)?;
             match &m.node {
+                // A leaf frozen after this graph was recorded gets nothing, as PyTorch's
+                // AccumulateGrad skips a leaf that no longer requires grad.
+                None if m.frozen.load(Ordering::Relaxed) => {}
                 None => {
                     let mut slot = grads.map.remove(&m.id);
                     accumulate(&mut slot, g)?;
@@ -585,8 +592,9 @@ impl Tensor {
     }
 
     /// Gradients of this single-element tensor (the loss) with respect to every tracked leaf
-    /// it depends on, seeded with 1. The nodes it runs through are consumed: their saved
-    /// tensors are released, and a second backward through them is an error.
+    /// it depends on, seeded with 1. The nodes it runs through that saved tensors are
+    /// consumed: those are released, and a second backward through them is an error (nodes
+    /// that saved nothing serve any number of passes).
     pub fn backward(&self) -> Result<Grads> {
         let meta = self.tracked_meta()?;
         self.check_scalar_loss()?;

@@ -290,8 +290,12 @@ fn deep_copy(layer: &TransformerEncoderLayer) -> Result<TransformerEncoderLayer>
     let mut c = layer.clone();
     let fresh = |t: &Tensor| -> Result<Tensor> {
         let copy = t.detach().mul_scalar(1.0)?;
-        if t.is_tracked() {
-            copy.requires_grad()
+        if t.has_grad_key() {
+            // A frozen parameter stays a frozen leaf (an optimizer accepts it), as deepcopy
+            // keeps a Parameter with requires_grad=False.
+            let mut c = copy.requires_grad()?;
+            c.set_requires_grad(t.is_tracked())?;
+            Ok(c)
         } else {
             Ok(copy)
         }

@@ -13,8 +13,9 @@ use crate::{DType, Device, Error, Result, Tensor};
 /// [`Module::named_parameters`](crate::nn::Module::named_parameters) returns them (the names
 /// then name the optimizer's state, see `state_tensors`).
 ///
-/// Every parameter must be a tracked leaf ([`Tensor::requires_grad`]) of a floating-point
-/// dtype, contiguous from the start of its storage, and no two may share storage.
+/// Every parameter must be a leaf that requires grad ([`Tensor::requires_grad`]), or did and
+/// is frozen (skipped while it gets no gradient), of a floating-point dtype, contiguous from
+/// the start of its storage, and no two may share storage.
 pub trait IntoParams {
     /// The parameters in order, each with its name when it has one.
     fn into_params(self) -> Vec<(Option<String>, Tensor)>;

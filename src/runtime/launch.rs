@@ -165,7 +165,7 @@ impl Device {
     }
 
     /// A checked buffer-to-buffer copy for an op: refused on a lost device or a poisoned
-    /// source (as a dispatch reading it would be), its destination noted as written, and counted
+    /// source or destination (as a dispatch binding them would be), its destination noted as written, and counted
     /// toward the batch size. Offsets and `bytes` must be multiples of 4 and the buffers
     /// distinct (wgpu's copy rules); callers check that before choosing a copy over a dispatch.
     pub(crate) fn copy_buffer(
@@ -187,7 +187,13 @@ impl Device {
         if bytes == 0 {
             return Ok(());
         }
-        if let Some(e) = self.lock_state().poisoned_by(src) {
+        // A poisoned destination too, as a dispatch binding it is refused (a partial copy into
+        // it would not make it whole).
+        let poisoned = {
+            let st = self.lock_state();
+            st.poisoned_by(src).or_else(|| st.poisoned_by(dst))
+        };
+        if let Some(e) = poisoned {
             return Err(e);
         }
         self.record_copy(src, src_offset, dst, dst_offset, bytes);
@@ -389,6 +395,7 @@ mod hazard_tests {
         );
         let dst = Tensor::zeros(&dev, &[3], DType::F32).unwrap();
         assert!(dst.copy_from(&b).is_err(), "so does a buffer copy from one");
+        assert!(b.copy_from(&dst).is_err(), "or into one");
         // Work outside the refused batch is intact, and the device goes on.
         assert_eq!(before.to_vec::<f32>().unwrap(), vec![5.0; 4]);
         let c = Tensor::from_slice(&dev, &[1.0f32, 2.0], &[2]).unwrap();

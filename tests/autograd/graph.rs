@@ -631,6 +631,16 @@ fn freezing_is_shared_by_every_handle_of_a_leaf() {
     d.set_requires_grad(true).unwrap();
     let g = total(&d.mul_scalar(2.0).unwrap()).backward().unwrap();
     assert!(g.get(&d).is_some() && g.get(&lin.weight).is_none());
+    // Frozen after the graph was recorded (a transposed weight built once, kept across
+    // steps): the leaf gets nothing, as PyTorch's AccumulateGrad skips it.
+    let mut w = leaf(&[1.0, 2.0, 3.0, 4.0], &[2, 2]);
+    let wt = w.transpose(0, 1).unwrap();
+    let mut opt = Sgd::new(vec![w.clone()], sgd()).unwrap();
+    w.set_requires_grad(false).unwrap();
+    let g = total(&matmul(&x, &wt).unwrap()).backward().unwrap();
+    assert!(g.get(&w).is_none());
+    opt.step(&g).unwrap();
+    assert_eq!(vals(&w), vec![1.0, 2.0, 3.0, 4.0]);
     // LSTM: its weights are reached only through named_parameters(); frozen there, the
     // layer-by-layer path (dropout between layers, training) leaves them out too.
     let mut lstm = Lstm::new(
