@@ -127,6 +127,62 @@ fn bernoulli_and_dropout() {
     assert_eq!(vals(&dropout(&x, 1.0, true).unwrap()), vec![0.0; n]);
     let e = dropout(&x, 1.5, true).unwrap_err();
     assert!(e.to_string().starts_with("dropout:"), "{e}");
+    // Random values are floats: an I32 request is refused even when empty (PyTorch
+    // dispatches on the dtype first).
+    for r in [
+        rand(d, &[0], DType::I32),
+        randn(d, &[0], DType::I32),
+        bernoulli(d, &[0], 0.5, DType::I32),
+    ] {
+        assert!(r.is_err());
+    }
+}
+
+/// Tracked and untracked f16 dropout agree bitwise (the output rounded once from
+/// f32(x) / (1 - p), as PyTorch's CUDA kernel), and so do their gradients; past
+/// p = 0.99998 the scale does not overflow f16.
+#[test]
+fn f16_dropout_rounds_once_tracked_or_not() {
+    let d = dev();
+    if !d.supports_f16() {
+        return;
+    }
+    let n = 1 << 20; // about 10 kept at p = 0.99999
+                     // In (0, 0.5]: nonzero (a kept value is nonzero) and finite after a 1e5 scale.
+    let xv: Vec<f32> = (0..n).map(|i| ((i % 640) + 1) as f32 / 1280.0).collect();
+    let x = Tensor::from_slice(d, &xv, &[n])
+        .unwrap()
+        .to_dtype(DType::F16)
+        .unwrap();
+    let f = |t: &Tensor| vals(&t.to_dtype(DType::F32).unwrap());
+    for p in [0.3, 0.999_99] {
+        d.manual_seed(7);
+        let plain = f(&dropout(&x, p, true).unwrap());
+        d.manual_seed(7);
+        let xl = x.detach().requires_grad().unwrap();
+        let y = dropout(&xl, p, true).unwrap();
+        let tracked = f(&y);
+        let diff: Vec<_> = (0..n)
+            .filter(|&i| tracked[i].to_bits() != plain[i].to_bits())
+            .take(5)
+            .map(|i| (i, xv[i], tracked[i], plain[i]))
+            .collect();
+        assert!(diff.is_empty(), "p {p}: (i, x, tracked, plain) {diff:?}");
+        // d/dx: the scale where kept (an f16 of it, rounded once), 0 where dropped.
+        let g = f(y
+            .sum_dims(&[], false)
+            .unwrap()
+            .backward()
+            .unwrap()
+            .get(&xl)
+            .unwrap());
+        let s = half::f16::from_f64(1.0 / (1.0 - p)).to_f32();
+        for (i, (&gv, &yv)) in g.iter().zip(&plain).enumerate() {
+            assert_eq!(gv, if yv != 0.0 { s } else { 0.0 }, "p {p} at {i}: y {yv}");
+        }
+        assert!(plain.iter().all(|v| v.is_finite()), "p {p}");
+        assert!(plain.iter().any(|&v| v != 0.0), "p {p}: something kept");
+    }
 }
 
 #[test]

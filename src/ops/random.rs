@@ -68,6 +68,13 @@ fn generate(
     x: Option<&Tensor>,
 ) -> Result<Tensor> {
     check_new_shape(dev, op, shape, dtype)?;
+    // Refused before the empty shortcut, as PyTorch dispatches on the dtype first.
+    if !dtype.is_float() {
+        return Err(Error::arg(
+            op,
+            format!("expects a floating-point dtype (F32 or F16), got {dtype:?}"),
+        ));
+    }
     let out = Tensor::empty(dev, op, shape, dtype)?;
     let n = out.numel() as u64;
     if n == 0 {
@@ -261,8 +268,12 @@ pub fn dropout(x: &Tensor, p: f64, training: bool) -> Result<Tensor> {
     }
     // A tracked input is recorded for autograd as x * mask, the mask (0 or 1 / (1 - p)) drawn
     // by the same kernel from ones, so tracked and untracked calls give bitwise the same result.
+    // In f16 the mask holds 0 or 1 and the scale is applied after (x * mask is exact): a
+    // stored f16 scale would round the output twice, and past p = 0.99998 be inf.
     // Otherwise the kernel reads x itself, packed from element 0 as it indexes x[e].
     let tracked = x.is_tracked();
+    let scale = 1.0 / (1.0 - p);
+    let half_mask = tracked && x.dtype == DType::F16;
     let input = if tracked {
         Tensor::ones(x.device(), x.shape(), x.dtype)?
     } else {
@@ -275,13 +286,47 @@ pub fn dropout(x: &Tensor, p: f64, training: bool) -> Result<Tensor> {
         x.dtype,
         DIST_DROPOUT,
         p as f32,
-        (1.0 / (1.0 - p)) as f32,
+        if half_mask { 1.0 } else { scale as f32 },
         Some(&input),
     )?;
-    if tracked {
-        x.mul(&out)
-    } else {
-        Ok(out)
+    match (tracked, half_mask) {
+        (true, true) => {
+            let y = {
+                let _guard = crate::autograd::NoGradGuard::new();
+                x.mul(&out)?.mul_scalar(scale)?
+            };
+            Ok(crate::autograd::record(y, &[x], |_| {
+                Box::new(HalfDropoutBackward { mask: out, scale })
+            }))
+        }
+        (true, false) => x.mul(&out),
+        _ => Ok(out),
+    }
+}
+
+/// f16 dropout's backward: `g * mask`, then the scale (one rounding, as the forward's; the
+/// other order would round `g * scale` to f16 first, inf past p = 0.99998, and inf * 0 is
+/// NaN where the element was dropped).
+struct HalfDropoutBackward {
+    /// 0 or 1 (exact in f16).
+    mask: Tensor,
+    scale: f64,
+}
+
+impl crate::autograd::BackwardOp for HalfDropoutBackward {
+    fn name(&self) -> &'static str {
+        "dropout"
+    }
+
+    fn saved(&self) -> Vec<&Tensor> {
+        vec![&self.mask]
+    }
+
+    fn backward(&self, grads: &[Option<Tensor>], _needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+        let Some(g) = grads.first().and_then(Option::as_ref) else {
+            return Ok(vec![None]);
+        };
+        Ok(vec![Some(g.mul(&self.mask)?.mul_scalar(self.scale)?)])
     }
 }
 
