@@ -153,10 +153,18 @@ impl Layout {
         let r = rank as isize;
         let d = if dim < 0 { dim + r } else { dim };
         if d < 0 || d >= r.max(0) {
-            return Err(Error::arg(
-                op,
-                format!("dim {dim} is out of range for rank {rank}"),
-            ));
+            // PyTorch's wording, with the range this op accepts (`rank` is the op's: one more
+            // than the tensor's for unsqueeze and stack, 1 for a 0-d tensor).
+            let msg = if r == 0 {
+                format!("dim {dim} is out of range: the tensor has no dims")
+            } else {
+                format!(
+                    "dimension out of range (expected to be in range of [{}, {}], but got {dim})",
+                    -r,
+                    r - 1
+                )
+            };
+            return Err(Error::arg(op, msg));
         }
         Ok(d as usize)
     }

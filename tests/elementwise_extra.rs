@@ -180,6 +180,24 @@ fn creation_helpers() {
             .shape(),
         &[0]
     );
+    // Ends the dtype cannot hold are PyTorch's overflow error, not clamped or inf values.
+    for (a, b, dt) in [
+        (0.0, 3e9, DType::I32),
+        (3e9, 0.0, DType::I32),
+        (0.0, 1e39, DType::F32),
+        (0.0, 1e5, DType::F16),
+    ] {
+        for steps in [1, 4] {
+            let e = Tensor::linspace(d, a, b, steps, dt).unwrap_err();
+            assert!(e.to_string().contains("without overflow"), "{e}");
+        }
+    }
+    // Dim errors give the range the op accepts, as PyTorch's.
+    let e = t(&[1.0, 2.0], &[1, 2])
+        .unsqueeze(4)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("[-3, 2]") && e.contains("got 4"), "{e}");
     let x = t(&[1.0, 2.0, 3.0], &[3]);
     assert_eq!(vals(&x.zeros_like().unwrap()), vec![0.0; 3]);
     assert_eq!(vals(&x.ones_like().unwrap()), vec![1.0; 3]);

@@ -92,6 +92,12 @@ impl Tensor {
             ));
         }
         crate::tensor::check_new_shape(device, op, &[steps], dtype)?;
+        if steps > 0 {
+            // As PyTorch converts both ends to the dtype with an overflow check (an i32 range
+            // past 2^31 or an f16 one past 65504 is an error, not clamped or inf values).
+            crate::tensor::check_fill(op, start, dtype)?;
+            crate::tensor::check_fill(op, end, dtype)?;
+        }
         // PyTorch's integer linspace casts the ends to integers before it steps.
         let (start, end) = if dtype == DType::I32 {
             (start.trunc(), end.trunc())
