@@ -183,6 +183,37 @@ fn copy_from_broadcasts_converts_and_reads_overlaps_whole() {
     assert!(e.to_string().contains("does not broadcast"), "{e}");
 }
 
+/// deep_clone is PyTorch's clone: new storage (writes do not reach the copy), any layout and
+/// dtype, and the gradient passes through.
+#[test]
+fn deep_clone_copies_storage_and_passes_gradients() {
+    let (x, xv) = ramp(&[2, 3], 1.0);
+    let c = x.transpose(0, 1).unwrap().deep_clone().unwrap();
+    assert!(!c.shares_storage(&x) && c.is_contiguous());
+    let packed = x.deep_clone().unwrap();
+    assert!(!packed.shares_storage(&x));
+    x.copy_from(&Tensor::zeros(dev(), &[2, 3], DType::F32).unwrap())
+        .unwrap();
+    assert_eq!(vals(&packed), xv);
+    assert_eq!(vals(&c), vec![xv[0], xv[3], xv[1], xv[4], xv[2], xv[5]]);
+    let i = Tensor::from_slice(dev(), &[3i32, -4], &[2]).unwrap();
+    assert_eq!(
+        i.deep_clone().unwrap().to_vec::<i32>().unwrap(),
+        vec![3, -4]
+    );
+    let l = x.clone().requires_grad().unwrap();
+    let g = l
+        .deep_clone()
+        .unwrap()
+        .mul_scalar(3.0)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert_eq!(vals(g.get(&l).unwrap()), vec![3.0; 6]);
+}
+
 #[test]
 fn split_and_chunk_are_views() {
     let (a, _) = ramp(&[7, 2], 0.0);

@@ -289,7 +289,7 @@ impl TransformerEncoder {
 fn deep_copy(layer: &TransformerEncoderLayer) -> Result<TransformerEncoderLayer> {
     let mut c = layer.clone();
     let fresh = |t: &Tensor| -> Result<Tensor> {
-        let copy = t.detach().mul_scalar(1.0)?;
+        let copy = t.detach().deep_clone()?;
         if t.has_grad_key() {
             // A frozen parameter stays a frozen leaf (an optimizer accepts it), as deepcopy
             // keeps a Parameter with requires_grad=False.

@@ -551,9 +551,36 @@ impl Tensor {
 
     /// A packed copy in new storage, even when `self` is already packed.
     fn map_clone(&self) -> Result<Tensor> {
-        let out = Tensor::empty(self.device(), "copy_from", self.shape(), self.dtype)?;
-        copy_into("copy_from", self, &out)?;
+        self.packed_copy("copy_from")
+    }
+
+    fn packed_copy(&self, op: &'static str) -> Result<Tensor> {
+        let out = Tensor::empty(self.device(), op, self.shape(), self.dtype)?;
+        copy_into(op, self, &out)?;
         Ok(out)
+    }
+
+    /// A copy of the values in new, packed storage (PyTorch's `x.clone()`): later writes
+    /// into either (`copy_from`, optimizer steps, `gemm_into`) leave the other as it was.
+    /// Rust's [`Clone`] of a `Tensor` is a second handle to the same storage, as a second
+    /// Python name for one tensor. Any dtype; differentiable, the gradient passing through
+    /// unchanged, as PyTorch's `clone`.
+    ///
+    /// ```ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// use wgtensor::{DType, Device, Tensor};
+    /// let dev = Device::new()?;
+    /// let w = Tensor::zeros(&dev, &[2], DType::F32)?;
+    /// let snapshot = w.deep_clone()?;
+    /// w.copy_from(&Tensor::ones(&dev, &[2], DType::F32)?)?;
+    /// assert_eq!(snapshot.to_vec::<f32>()?, vec![0.0, 0.0]);
+    /// # Ok(()) }
+    /// ```
+    pub fn deep_clone(&self) -> Result<Tensor> {
+        let out = self.packed_copy("deep_clone")?;
+        Ok(super::view_grad::record_view(self, out, || {
+            super::view_grad::ViewKind::Identity
+        }))
     }
 
     /// PyTorch's `split(split_size, dim)`: views of `split_size` along `dim`, the last one
