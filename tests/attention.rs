@@ -639,3 +639,69 @@ fn tracked_additive_mask_gets_its_gradient() {
         );
     }
 }
+
+/// The tracked-mask (composed) path scales before the product as PyTorch's math backend, so
+/// f16 scores whose unscaled products pass 65504 stay finite; with no keys it stays recorded
+/// (zero and empty gradients); and the fused kernels take problems past 2^32 scores (they
+/// never hold the scores).
+#[test]
+fn composed_path_scaling_empty_keys_and_long_contexts() {
+    let dev = device();
+    if dev.supports_f16() {
+        let q = Tensor::full(dev, &[1, 4, 64], 40.0, DType::F16).unwrap();
+        let bias = Tensor::zeros(dev, &[4, 4], DType::F16)
+            .unwrap()
+            .requires_grad()
+            .unwrap();
+        let opts = SdpaOptions {
+            attn_mask: Some(AttnMask::Additive(&bias)),
+            ..Default::default()
+        };
+        let o = sdpa(&q, &q, &q, &opts).unwrap();
+        assert!(vals(&o.to_dtype(DType::F32).unwrap())
+            .iter()
+            .all(|&v| v == 40.0));
+    }
+    // A negative scale keeps its sign through the split.
+    let (q, k, v) = (
+        randn(dev, &[3, 4]),
+        randn(dev, &[5, 4]),
+        randn(dev, &[5, 2]),
+    );
+    let m = Tensor::zeros(dev, &[3, 5], DType::F32).unwrap();
+    fn neg(m: &Tensor) -> SdpaOptions<'_> {
+        SdpaOptions {
+            attn_mask: Some(AttnMask::Additive(m)),
+            scale: Some(-0.7),
+            ..Default::default()
+        }
+    }
+    let fused = sdpa(&q, &k, &v, &neg(&m)).unwrap();
+    let ml = m.clone().requires_grad().unwrap();
+    assert_close(
+        "negative scale",
+        &sdpa(&q, &k, &v, &neg(&ml)).unwrap(),
+        &fused,
+        1e-5,
+    );
+    // No keys, tracked mask: zeros, and the backward runs.
+    let (q, k, v) = (leaf(dev, &[3, 4]), leaf(dev, &[0, 4]), leaf(dev, &[0, 2]));
+    let m = Tensor::zeros(dev, &[3, 0], DType::F32)
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let opts = SdpaOptions {
+        attn_mask: Some(AttnMask::Additive(&m)),
+        ..Default::default()
+    };
+    let o = sdpa(&q, &k, &v, &opts).unwrap();
+    assert_eq!((o.shape(), vals(&o)), (&[3, 2][..], vec![0.0; 6]));
+    let g = o.sum_all().unwrap().backward().unwrap();
+    assert_eq!(vals(g.get(&q).unwrap()), vec![0.0; 12]);
+    assert_eq!(g.get(&m).unwrap().shape(), &[3, 0]);
+    // 65536 x 65536 scores (2^32), no value columns: nothing to compute, no error.
+    let q = Tensor::zeros(dev, &[65536, 1], DType::F32).unwrap();
+    let v = Tensor::zeros(dev, &[65536, 0], DType::F32).unwrap();
+    let o = sdpa(&q, &q, &v, &SdpaOptions::default()).unwrap();
+    assert_eq!(o.shape(), &[65536, 0]);
+}

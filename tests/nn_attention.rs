@@ -479,6 +479,18 @@ fn wrong_shapes_are_errors_naming_the_layer_and_the_shapes() {
     let x = Tensor::zeros(dev, &[4, 2, 8], DType::F32).unwrap();
     let bad = Tensor::zeros(dev, &[4, 2, 6], DType::F32).unwrap();
     let msg = |r: wgtensor::Result<(Tensor, Option<Tensor>)>| r.unwrap_err().to_string();
+    // An integer additive mask is refused, as PyTorch's "only bool and floating types of
+    // attn_mask are supported" (a bool-style i32 mask goes in MhaMask::Bool).
+    let im = Tensor::zeros(dev, &[4, 4], DType::I32).unwrap();
+    for need_weights in [true, false] {
+        let o = MhaOptions {
+            attn_mask: Some(MhaMask::Additive(&im)),
+            need_weights,
+            ..Default::default()
+        };
+        let e = msg(m.forward_attn(&x, &x, &x, &o));
+        assert!(e.contains("MultiheadAttention") && e.contains("I32"), "{e}");
+    }
     let e = msg(m.forward_attn(&bad, &x, &x, &Default::default()));
     assert!(
         e.contains("MultiheadAttention") && e.contains("[4, 2, 6]"),

@@ -505,22 +505,18 @@ fn additive(m: MhaMask, dt: DType) -> Result<Tensor> {
         MhaMask::Bool(t) => {
             Tensor::zeros(t.device(), t.shape(), dt)?.masked_fill(t, f64::NEG_INFINITY)
         }
+        MhaMask::Additive(t) if !t.dtype().is_float() => Err(crate::Error::DType {
+            op: "MultiheadAttention",
+            expected: dt,
+            got: t.dtype(),
+        }),
         MhaMask::Additive(t) => t.to_dtype(dt),
     }
 }
 
 /// PyTorch's upper-left causal mask `[L, S]`: `-inf` above the diagonal.
 fn causal_mask(dev: &Device, l: usize, s: usize, dt: DType) -> Result<Tensor> {
-    let v: Vec<f32> = (0..l * s)
-        .map(|x| {
-            if x % s <= x / s {
-                0.0
-            } else {
-                f32::NEG_INFINITY
-            }
-        })
-        .collect();
-    Tensor::from_slice(dev, &v, &[l, s])?.to_dtype(dt)
+    crate::ops::attention::reference::causal_additive(dev, l, s, dt)
 }
 
 /// The same view of the same storage in the same graph (PyTorch's `query is key` for

@@ -92,7 +92,7 @@ fn argument_errors() {
         "{e:?}"
     );
     assert!(
-        msg(&e).contains("dim 3") && msg(&e).contains("rank 3"),
+        msg(&e).contains("got 3") && msg(&e).contains("[-3, 2]"),
         "{e}"
     );
     let e = x.narrow(1, 2, 2).unwrap_err();

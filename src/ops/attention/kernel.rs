@@ -316,7 +316,7 @@ pub(crate) fn backward(
     let dout = dout.contiguous()?;
     // Every element is written when there is work; zeros when there is none (no keys, or no
     // queries or value columns to take gradient from).
-    let live = prob.n * prob.l * prob.s * prob.ev > 0;
+    let live = [prob.n, prob.l, prob.s, prob.ev].iter().all(|&d| d > 0);
     let alloc = |t: &Tensor| {
         if live {
             Tensor::empty(dev, op, t.shape(), t.dtype)

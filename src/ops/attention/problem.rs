@@ -162,8 +162,9 @@ impl Problem {
         };
         // The broadcast of three operands can reach a size none of them has (each dim of
         // the lead from another operand): bound it before any product.
+        // The scores [.., L, S] are never materialised by the fused kernels (long contexts
+        // past 2^32 scores run); only a mask broadcast to them is (checked in mask_view).
         crate::layout::checked_numel(op, &full(&lead, l, e))?;
-        crate::layout::checked_numel(op, &full(&lead, l, s))?;
         let n: usize = lead.iter().product();
         let heads = lead.last().copied().unwrap_or(1);
         let kv_heads = kv_lead.last().copied().unwrap_or(1);

@@ -4,7 +4,18 @@
 //! path of a call whose additive mask is tracked (its gradient needs the scores').
 
 use super::{Problem, SdpaOptions};
-use crate::{Result, Tensor};
+use crate::{DType, Device, Result, Tensor};
+
+/// PyTorch's top-left causal mask `[L, S]` in `dtype`: `-inf` where key `j` > query `i`,
+/// else 0, built on the device (no host buffer of L S values).
+pub(crate) fn causal_additive(dev: &Device, l: usize, s: usize, dtype: DType) -> Result<Tensor> {
+    let op = "causal_mask";
+    crate::layout::checked_numel(op, &[l, s])?;
+    let rows = Tensor::arange(dev, 0.0, l as f64, 1.0, DType::I32)?.reshape(&[l, 1])?;
+    let cols = Tensor::arange(dev, 0.0, s as f64, 1.0, DType::I32)?.reshape(&[1, s])?;
+    let above = cols.gt(&rows)?;
+    Tensor::zeros(dev, &[l, s], dtype)?.masked_fill(&above, f64::NEG_INFINITY)
+}
 
 /// [`scaled_dot_product_attention`](super::scaled_dot_product_attention) composed from
 /// tracked ops (autograd flows through each of them): the same validation, semantics and
@@ -28,9 +39,15 @@ pub fn scaled_dot_product_attention(
     // No head dim: every score is 0 (PyTorch's uniform weights), not 0 * inf, as in the fused
     // kernels.
     let scale = if prob.e == 0 { 0.0 } else { prob.scale };
+    // Both operands scaled by sqrt(|scale|) before the product, as PyTorch's math backend: in
+    // f16 the unscaled products overflow (q.k past 65504) where the scaled scores do not.
+    let root = f64::from(scale).abs().sqrt();
     let mut scores = q
-        .matmul(&k.transpose(-2, -1)?)?
-        .mul_scalar(f64::from(scale))?;
+        .mul_scalar(root)?
+        .matmul(&k.mul_scalar(root)?.transpose(-2, -1)?)?;
+    if scale < 0.0 {
+        scores = scores.neg()?;
+    }
     match (&prob.mask, opts.attn_mask) {
         // The caller's tensor itself, so a tracked bias gets its gradient (broadcasting sums
         // it to the mask's shape); the problem's view of it is detached.
@@ -41,21 +58,12 @@ pub fn scaled_dot_product_attention(
         (None, _) => {}
     }
     if prob.causal {
-        let (l, s) = (prob.l, prob.s);
-        let tril: Vec<f32> = (0..l * s)
-            .map(|x| {
-                if x % s.max(1) <= x / s.max(1) {
-                    0.0
-                } else {
-                    f32::NEG_INFINITY
-                }
-            })
-            .collect();
-        let tril = Tensor::from_slice(dev, &tril, &[l, s])?.to_dtype(q.dtype)?;
-        scores = scores.add(&tril)?;
+        scores = scores.add(&causal_additive(dev, prob.l, prob.s, q.dtype)?)?;
     }
     if prob.s == 0 {
-        return Tensor::zeros(dev, &prob.out_shape(), q.dtype);
+        // No keys: zeros, still recorded (q, k and a tracked mask get zero or empty
+        // gradients, as PyTorch's math path gives them).
+        return scores.matmul(&v);
     }
     // PyTorch's safe softmax: a row of -inf scores (every key masked) gives zero weights, and
     // zero gradients (its softmax runs on zeros, so no NaN reaches the backward).
