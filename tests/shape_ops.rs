@@ -322,14 +322,19 @@ proptest! {
             let len = shape[shape.len() - 1 - i];
             p[0] <= len && p[1] <= len
         });
-        let got = pad(&x, &pads, mode, -7.5);
+        // Only the constant mode takes a value (PyTorch refuses one elsewhere).
+        let value = if mode == PadMode::Constant { -7.5 } else { 0.0 };
+        if mode != PadMode::Constant {
+            prop_assert!(pad(&x, &pads, mode, -7.5).is_err());
+        }
+        let got = pad(&x, &pads, mode, value);
         if (mode == PadMode::Reflect && !reflect_ok) || (mode == PadMode::Circular && !circular_ok) {
             let e = got.unwrap_err();
             prop_assert!(e.to_string().starts_with("pad:"), "{}", e);
             return Ok(());
         }
         let got = got.unwrap();
-        let (want, want_shape) = pad_ref(&xv, &shape, &pads, mode, -7.5);
+        let (want, want_shape) = pad_ref(&xv, &shape, &pads, mode, value as f32);
         prop_assert_eq!(got.shape(), want_shape.as_slice());
         prop_assert_eq!(vals(&got), want);
     }

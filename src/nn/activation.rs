@@ -131,10 +131,15 @@ impl Forward for Hardswish {
 
 impl Forward for LeakyReLU {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        if !self.negative_slope.is_finite() {
+        // Finite in f32, where it multiplies (PyTorch converts it with an overflow check; a
+        // slope past f32's range would also turn the select's untaken branch into 0 * inf).
+        if !(self.negative_slope as f32).is_finite() {
             return Err(Error::msg(
                 "LeakyReLU",
-                format!("negative_slope must be finite, got {}", self.negative_slope),
+                format!(
+                    "negative_slope must be finite in f32, got {}",
+                    self.negative_slope
+                ),
             ));
         }
         // A select, not relu(x) + slope * (x - relu(x)), which is NaN at +inf; a NaN input

@@ -266,11 +266,19 @@ impl Forward for BatchNorm2d {
         if !self.tracking {
             return Ok(batch_norm_train(x, None, &self.options())?.y);
         }
+        // The state is a public RefCell: a borrow the caller still holds is an error, not a
+        // panic.
+        let busy = || {
+            Error::arg(
+                "BatchNorm",
+                "the layer's state is borrowed elsewhere (drop that borrow before forward)",
+            )
+        };
         if self.training {
-            let mut st = self.state.borrow_mut();
+            let mut st = self.state.try_borrow_mut().map_err(|_| busy())?;
             Ok(batch_norm_train(x, Some(&mut st), &self.options())?.y)
         } else {
-            let st = self.state.borrow();
+            let st = self.state.try_borrow().map_err(|_| busy())?;
             batch_norm_inference(x, &st.running_mean, &st.running_var, &self.options())
         }
     }

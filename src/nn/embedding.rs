@@ -60,9 +60,10 @@ impl Embedding {
         if let Some(p) = padding_idx {
             // A fill, as PyTorch's `fill_(0)`: multiplying by 0 would leave -0.0 where the
             // sample was negative.
-            let mut pad = vec![0i32; num_embeddings];
-            pad[p as usize] = 1;
-            w = w.masked_fill(&Tensor::from_slice(dev, &pad, &[num_embeddings, 1])?, 0.0)?;
+            // The row mask is built on the device (no host buffer of num_embeddings values).
+            let rows = Tensor::arange(dev, 0.0, num_embeddings as f64, 1.0, DType::I32)?;
+            let pad = rows.eq_scalar(p as f64)?.reshape(&[num_embeddings, 1])?;
+            w = w.masked_fill(&pad, 0.0)?;
         }
         Ok(Embedding {
             weight: param(w)?,

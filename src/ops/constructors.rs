@@ -45,7 +45,8 @@ impl Tensor {
                 format!("start {start}, end {end} and step {step} must be finite, step non-zero"),
             ));
         }
-        if (end - start) * step < 0.0 {
+        // Signs compared, not multiplied (a product of tiny values underflows to -0).
+        if (step > 0.0 && end < start) || (step < 0.0 && end > start) {
             return Err(Error::arg(
                 op,
                 format!("upper bound and larger bound inconsistent with step sign: start {start}, end {end}, step {step}"),

@@ -369,6 +369,14 @@ fn pad_untracked(x: &Tensor, pads: &[usize], mode: PadMode, value: f64) -> Resul
             ),
         ));
     }
+    if mode != PadMode::Constant && value != 0.0 {
+        // PyTorch: 'Padding mode "reflect" doesn't take in value argument' (0 stands for
+        // "not given" here, the argument being a plain f64).
+        return Err(Error::arg(
+            op,
+            format!("padding mode {mode:?} doesn't take a value argument, got {value} (pass 0)"),
+        ));
+    }
     let rank = x.rank();
     let mut before = vec![0usize; rank];
     let mut shape = x.shape().to_vec();

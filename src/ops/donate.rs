@@ -135,7 +135,9 @@ pub(crate) fn binary_owned(
         Donated::B => (other, &own),
     };
     let recorded = (a.is_tracked() || b.is_tracked()) && is_grad_enabled();
+    // Only floats donate: an i32 operand (even an empty one) takes the checked path's error.
     let fits = !recorded
+        && own.dtype.is_float()
         && own.donatable()
         && a.dtype == b.dtype
         && a.device().same(b.device())

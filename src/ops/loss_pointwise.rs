@@ -45,7 +45,9 @@ pub fn smooth_l1_loss(
             format!("smooth_l1_loss does not support negative values for beta, got {beta}"),
         ));
     }
-    if beta == 0.0 {
+    // A beta that rounds to 0 in f32 (the kernels' type) is l1 too, as PyTorch's kernel,
+    // which casts it, computes it; 0 / 0 would make every loss NaN.
+    if beta as f32 == 0.0 {
         return l1_loss(input, target, reduction);
     }
     broadcastable(op, input, target)?;
@@ -81,7 +83,9 @@ pub fn huber_loss(
     }
     broadcastable(op, input, target)?;
     let d = input.sub(target)?.abs()?;
-    if delta.is_infinite() {
+    // Infinite once cast to f32 (the kernels' type), as PyTorch's kernel casts it; the
+    // linear term below would add inf * 0 = NaN.
+    if (delta as f32).is_infinite() {
         // Never linear: half the squared error (the form below would add inf * 0).
         return reduce(d.mul(&d)?.mul_scalar(0.5)?, reduction);
     }

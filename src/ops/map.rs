@@ -439,8 +439,14 @@ impl Tensor {
     }
     /// PyTorch's `clamp(min, max)`: bounds each element (either bound may be absent; NaN
     /// stays NaN, and a NaN bound makes every element NaN, as in PyTorch). With `min > max`
-    /// every element becomes `max`, as in PyTorch.
+    /// every element becomes `max`, as in PyTorch. A finite bound the dtype cannot hold (1e39
+    /// for f32) is PyTorch's overflow error; infinite bounds are fine.
     pub fn clamp(&self, min: Option<f64>, max: Option<f64>) -> Result<Tensor> {
+        if self.dtype.is_float() {
+            for b in min.iter().chain(&max) {
+                crate::tensor::check_fill("clamp", *b, self.dtype)?;
+            }
+        }
         let lo = match min {
             Some(m) => self.max_scalar(m)?,
             None => self.clone(),

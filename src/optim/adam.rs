@@ -116,8 +116,9 @@ impl Adam {
         let op = "adam";
         check_hyper(op, "lr", opts.lr, 0.0, f64::MAX)?;
         check_hyper(op, "eps", opts.eps, 0.0, f64::MAX)?;
-        check_hyper(op, "betas.0", opts.betas.0, 0.0, 1.0 - f64::EPSILON)?;
-        check_hyper(op, "betas.1", opts.betas.1, 0.0, 1.0 - f64::EPSILON)?;
+        // PyTorch's 0 <= beta < 1: the largest f64 below 1 is 1 - 2^-53.
+        check_hyper(op, "betas.0", opts.betas.0, 0.0, 1.0 - f64::EPSILON / 2.0)?;
+        check_hyper(op, "betas.1", opts.betas.1, 0.0, 1.0 - f64::EPSILON / 2.0)?;
         check_hyper(op, "weight_decay", opts.weight_decay, 0.0, f64::MAX)?;
         let mut opt = Adam {
             set: ParamSet::default(),

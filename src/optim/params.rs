@@ -105,9 +105,18 @@ impl ParamGroup {
 
 pub(crate) fn check_hyper(op: &'static str, what: &str, v: f64, lo: f64, hi: f64) -> Result<()> {
     if !(v.is_finite() && v >= lo && v <= hi) {
+        // PyTorch's "Invalid learning rate: -0.1", with the range (f64's extremes spelled as
+        // unbounded, not as 309 digits).
+        let range = match (lo == f64::MIN, hi == f64::MAX) {
+            (true, true) => "finite".to_string(),
+            (false, true) => format!("finite and >= {lo}"),
+            (true, false) => format!("finite and <= {hi}"),
+            (false, false) if hi < 1.0 && hi > 1.0 - 1e-15 => format!("in [{lo}, 1)"),
+            (false, false) => format!("in [{lo}, {hi}]"),
+        };
         return Err(Error::arg(
             op,
-            format!("{what} must be in [{lo}, {hi}], got {v}"),
+            format!("invalid {what}: {v} (it must be {range})"),
         ));
     }
     Ok(())

@@ -31,6 +31,9 @@ impl Device {
     pub fn submit(&self, commands: impl IntoIterator<Item = wgpu::CommandBuffer>) -> Result<()> {
         let op = "submit";
         self.check(op)?;
+        // Drawn before the lock: the caller's iterator may create or drop tensors (which lock
+        // the device), and the device's mutex cannot be taken twice.
+        let commands: Vec<wgpu::CommandBuffer> = commands.into_iter().collect();
         let mut st = self.lock_state();
         self.flush_locked(&mut st, op)?;
         for cmd in commands {

@@ -19,6 +19,7 @@ mod model_fuzz;
 mod nan;
 mod probes;
 mod rnn;
+mod scalars;
 mod sweep;
 mod uploads;
 mod versions;

@@ -507,7 +507,9 @@ fn c_operand(
                     ),
                 )
             })?;
-            if o.beta == 0.0 {
+            // Tested in f32, the kernels' type, as gemm_into does: a beta that rounds to 0
+            // must not read C (0 * NaN), as BLAS with beta 0.
+            if o.beta as f32 == 0.0 {
                 return Ok((0, Layout::contiguous(out_shape)));
             }
             Ok((1, l))

@@ -1,0 +1,159 @@
+//! Scalar arguments at the edges of f32 (kernels take f32; the API takes f64), and a few
+//! entry points that must return errors, not hang or panic: PyTorch's answers where it
+//! computes, its errors where it refuses.
+
+use super::{dev, vals};
+use wgtensor::nn::{Forward, LeakyReLU};
+use wgtensor::ops::{gemm, huber_loss, smooth_l1_loss, GemmOptions, Reduction};
+use wgtensor::optim::{Adam, AdamOptions, Sgd, SgdOptions};
+use wgtensor::{DType, Tensor};
+
+fn t(v: &[f32], shape: &[usize]) -> Tensor {
+    Tensor::from_slice(dev(), v, shape).unwrap()
+}
+
+/// Loss parameters that round to 0 or inf in f32 behave as PyTorch's kernels, which cast
+/// them: smooth_l1 with beta 1e-50 is l1, huber with delta 1e39 is half the squared error.
+#[test]
+fn loss_parameters_past_f32() {
+    let (x, y) = (t(&[1.0, -3.0], &[2]), t(&[0.0, 0.0], &[2]));
+    let l = smooth_l1_loss(&x, &y, Reduction::None, 1e-50).unwrap();
+    assert_eq!(vals(&l), vec![1.0, 3.0]);
+    let l = huber_loss(&x, &y, Reduction::None, 1e39).unwrap();
+    assert_eq!(vals(&l), vec![0.5, 4.5]);
+}
+
+/// A beta that rounds to 0 in f32 does not read C (BLAS's beta 0): NaN in C stays out, as
+/// in gemm_into. A slope or clamp bound past f32's range is PyTorch's overflow error.
+#[test]
+fn gemm_beta_slopes_and_bounds_past_f32() {
+    let a = t(&[1.0, 2.0], &[1, 2]);
+    let b = t(&[3.0, 4.0], &[2, 1]);
+    let c = t(&[f32::NAN], &[1, 1]);
+    let o = GemmOptions {
+        c: Some(&c),
+        beta: 1e-50,
+        ..Default::default()
+    };
+    assert_eq!(vals(&gemm(&a, &b, &o).unwrap()), vec![11.0]);
+    let x = t(&[2.0, -1.0], &[2]);
+    assert!(LeakyReLU {
+        negative_slope: 1e39
+    }
+    .forward(&x)
+    .is_err());
+    assert!(x.clamp(Some(1e39), None).is_err());
+    assert!(x.clamp(None, Some(-1e39)).is_err());
+    assert_eq!(
+        vals(
+            &x.clamp(Some(f64::NEG_INFINITY), Some(f64::INFINITY))
+                .unwrap()
+        ),
+        vec![2.0, -1.0]
+    );
+}
+
+/// Optimizer errors read as PyTorch's ("invalid lr"), with the range and no 309-digit
+/// bounds; a beta just below 1 is accepted (PyTorch: 0 <= beta < 1).
+#[test]
+fn optimizer_arguments() {
+    let p = Tensor::zeros(dev(), &[2], DType::F32)
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let e = Sgd::new(
+        vec![p.clone()],
+        SgdOptions {
+            lr: -0.1,
+            ..Default::default()
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("invalid lr: -0.1") && e.len() < 120, "{e}");
+    let o = AdamOptions {
+        betas: (0.9, 1.0 - f64::EPSILON / 2.0),
+        ..Default::default()
+    };
+    Adam::new(vec![p.clone()], o).unwrap();
+    let o = AdamOptions {
+        betas: (0.9, 1.0),
+        ..Default::default()
+    };
+    let e = Adam::new(vec![p], o).unwrap_err().to_string();
+    assert!(e.contains("[0, 1)"), "{e}");
+}
+
+/// arange compares the signs of its bounds and step (their product underflows to -0).
+#[test]
+fn arange_step_sign_with_tiny_values() {
+    assert!(Tensor::arange(dev(), 0.0, 1e-170, -1e-170, DType::F32).is_err());
+    assert_eq!(
+        Tensor::arange(dev(), 0.0, 3e-170, 1e-170, DType::F32)
+            .unwrap()
+            .shape(),
+        &[3]
+    );
+}
+
+/// An owned operator on i32 tensors is refused as the borrowed one, empty or not.
+#[test]
+fn owned_operators_refuse_i32_as_borrowed_ones() {
+    let a = Tensor::zeros(dev(), &[0], DType::I32).unwrap();
+    let b = Tensor::zeros(dev(), &[0], DType::I32).unwrap();
+    assert!(a.add(&b).is_err());
+    assert!((a + &b).is_err());
+}
+
+/// Device::submit draws the caller's command iterator before taking the device's lock: an
+/// iterator that drops or makes tensors must not deadlock.
+#[test]
+fn submit_with_an_iterator_that_touches_the_device() {
+    let t0 = Tensor::full(dev(), &[256], 1.0, DType::F32).unwrap();
+    let enc = dev()
+        .wgpu_device()
+        .create_command_encoder(&Default::default());
+    dev()
+        .submit(std::iter::once(enc.finish()).inspect(|_| {
+            let _dropped = t0.clone();
+            let _x = Tensor::zeros(dev(), &[4], DType::F32).unwrap();
+        }))
+        .unwrap();
+    drop(t0);
+    dev().sync().unwrap();
+}
+
+/// nn layers: LSTM states checked whole on the layer-by-layer (training, dropout) path as
+/// on the one-call path; BatchNorm's public state borrowed elsewhere is an error, not a
+/// panic; Embedding's padding row past 2^24 is exactly that row.
+#[test]
+fn layer_state_checks() {
+    use wgtensor::nn::{BatchNorm1d, Embedding, Lstm, Module, RnnConfig};
+    let cfg = RnnConfig {
+        num_layers: 2,
+        dropout: 0.5,
+        ..Default::default()
+    };
+    let mut lstm = Lstm::new(dev(), 3, 4, cfg).unwrap();
+    let x = Tensor::zeros(dev(), &[5, 2, 3], DType::F32).unwrap();
+    let bad = Tensor::zeros(dev(), &[3, 2, 4], DType::F32).unwrap();
+    for training in [true, false] {
+        lstm.set_training(training);
+        let e = lstm
+            .forward_with_state(&x, Some(&bad), None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("[2, 2, 4]"), "training {training}: {e}");
+    }
+    let bn = BatchNorm1d::new(dev(), 2).unwrap();
+    let x = Tensor::zeros(dev(), &[3, 2], DType::F32).unwrap();
+    let held = bn.0.state.borrow();
+    assert!(bn.forward(&x).is_err());
+    drop(held);
+    bn.forward(&x).unwrap();
+    let v = (1 << 24) + 3;
+    let p = (1 << 24) + 1;
+    let emb = Embedding::new(dev(), v, 1, Some(p as i64)).unwrap();
+    let w = vals(&emb.weight.narrow(0, p - 1, 3).unwrap());
+    assert!(w[0] != 0.0 && w[1] == 0.0 && w[2] != 0.0, "{w:?}");
+}
