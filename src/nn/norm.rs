@@ -204,7 +204,10 @@ impl Module for GroupNorm {
 
 impl Forward for GroupNorm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        if x.rank() < 2 || x.shape()[1] != self.num_channels {
+        // Without affine parameters, any channel count the groups divide (F.group_norm's
+        // only check then).
+        let affine = self.weight.is_some() || self.bias.is_some();
+        if x.rank() < 2 || (affine && x.shape()[1] != self.num_channels) {
             return Err(Error::shape(
                 "GroupNorm",
                 format!(

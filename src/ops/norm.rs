@@ -466,6 +466,19 @@ pub fn rms_norm(
     eps: Option<f64>,
 ) -> Result<Tensor> {
     let op = "rms_norm";
+    if let Some(w) = weight.filter(|w| w.dtype() != x.dtype() && x.dtype().is_float()) {
+        // PyTorch's fallback for a weight of another dtype (nn.RMSNorm's f32 weight on f16
+        // activations): computed in f32, the result in x's dtype.
+        if w.dtype().is_float() {
+            let y = rms_norm(
+                &x.to_dtype(DType::F32)?,
+                normalized_shape,
+                Some(&w.to_dtype(DType::F32)?),
+                eps,
+            )?;
+            return y.to_dtype(x.dtype());
+        }
+    }
     let (rows, len) = trailing(op, x, normalized_shape)?;
     check_param(op, "weight", x, weight, normalized_shape)?;
     let plan = Plan {
@@ -512,6 +525,14 @@ pub fn group_norm(
     check_param(op, "weight", x, weight, &[c])?;
     check_param(op, "bias", x, bias, &[c])?;
     let inner: usize = s[2..].iter().product();
+    // F.group_norm's _verify_batch_size([N * C / G, G, *spatial]): one value per group and
+    // sample in all is refused.
+    if s[0].saturating_mul(c / num_groups).saturating_mul(inner) == 1 {
+        return Err(Error::arg(
+            op,
+            format!("expected more than 1 value per channel when training, got input size {s:?} with {num_groups} groups"),
+        ));
+    }
     // num_groups divides C = 0 whatever its value: the statistics [N, groups] must still fit.
     let rows = s[0]
         .checked_mul(num_groups)

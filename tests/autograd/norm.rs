@@ -144,3 +144,84 @@ proptest! {
     #[test]
     fn silu_grads_match_finite_differences(seed in any::<u64>()) { run(silu_case, seed)?; }
 }
+
+/// Norms at PyTorch's edges: group_norm with one value per group in all is refused
+/// (F.group_norm's batch-size check); nn::GroupNorm without affine takes any channel count
+/// its groups divide; rms_norm with an f32 weight on f16 activations computes in f32
+/// (PyTorch's fallback); f16 batch-norm inference's backward takes its constants in f32
+/// (a variance plus eps in f16's subnormal range lost most of its digits).
+#[test]
+fn norm_edges_follow_pytorch() {
+    use wgtensor::nn::{Forward, GroupNorm, GroupNormConfig, RMSNorm};
+    use wgtensor::ops::{batch_norm_inference, BatchNormOptions};
+    use wgtensor::DType;
+    let dev = crate::common::device();
+    let x = Tensor::from_slice(dev, &[1.0f32, 2.0, 3.0, 4.0], &[1, 4]).unwrap();
+    assert!(group_norm(&x, 4, None, None, 1e-5).is_err());
+    assert!(group_norm(&x, 2, None, None, 1e-5).is_ok());
+    let cfg = GroupNormConfig {
+        affine: false,
+        ..Default::default()
+    };
+    let gn = GroupNorm::with_config(dev, 2, 4, cfg).unwrap();
+    let x6 = wgtensor::ops::randn(dev, &[2, 6, 3], DType::F32).unwrap();
+    assert_eq!(gn.forward(&x6).unwrap().shape(), &[2, 6, 3]);
+    if !dev.supports_f16() {
+        return;
+    }
+    let norm = RMSNorm::new(dev, &[4]).unwrap();
+    let x = wgtensor::ops::randn(dev, &[3, 4], DType::F32).unwrap();
+    let want = norm.forward(&x).unwrap().to_vec::<f32>().unwrap();
+    let got = norm.forward(&x.to_dtype(DType::F16).unwrap()).unwrap();
+    assert_eq!(got.dtype(), DType::F16);
+    for (g, w) in got
+        .to_dtype(DType::F32)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .zip(&want)
+    {
+        assert!((g - w).abs() <= 2e-3 * (1.0 + w.abs()), "{g} vs {w}");
+    }
+    // Inference batch norm in f16, running_var 0 and eps 1e-7: dx = gamma / sqrt(1e-7).
+    let h = |v: &[f32], s: &[usize]| {
+        Tensor::from_slice(dev, v, s)
+            .unwrap()
+            .to_dtype(DType::F16)
+            .unwrap()
+    };
+    let x = h(&[0.5, -0.25], &[2, 1]).requires_grad().unwrap();
+    let gamma = h(&[0.5], &[1]).requires_grad().unwrap();
+    let (rm, rv) = (h(&[0.0], &[1]), h(&[0.0], &[1]));
+    let o = BatchNormOptions {
+        weight: Some(&gamma),
+        eps: 1e-7,
+        ..Default::default()
+    };
+    let y = batch_norm_inference(&x, &rm, &rv, &o).unwrap();
+    let g = y.sum_all().unwrap().backward().unwrap();
+    let dx = g
+        .get(&x)
+        .unwrap()
+        .to_dtype(DType::F32)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    let want = 0.5 / 1e-7f64.sqrt();
+    for v in dx {
+        assert!((f64::from(v) - want).abs() <= 2e-3 * want, "{v} vs {want}");
+    }
+    let dg = g
+        .get(&gamma)
+        .unwrap()
+        .to_dtype(DType::F32)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    let want = 0.25 / 1e-7f64.sqrt();
+    assert!(
+        (f64::from(dg[0]) - want).abs() <= 2e-3 * want,
+        "{dg:?} vs {want}"
+    );
+}

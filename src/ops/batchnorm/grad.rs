@@ -173,14 +173,15 @@ impl BackwardOp for InferenceBackward {
         let c = self.x_shape[1];
         let cs = channel_shape(c, self.x_shape.len());
         let need = |i: usize| needs.get(i) == Some(&true);
-        // Channel sums accumulate in f32 (as conv_backward_bias does for f16 inputs).
-        let channel_sum = |t: &Tensor| -> Result<Tensor> {
-            sum_to(&t.to_dtype(DType::F32)?, &cs)?
-                .reshape(&[c])?
-                .to_dtype(t.dtype())
-        };
+        // Channel sums accumulate in f32 (as conv_backward_bias does for f16 inputs); the
+        // constants are f32, so each f16 gradient is rounded once, as the forward's output.
+        let dt = gz.dtype();
+        let gz32 = gz.to_dtype(DType::F32)?;
+        let channel_sum =
+            |t: &Tensor| -> Result<Tensor> { sum_to(t, &cs)?.reshape(&[c])?.to_dtype(dt) };
         let mut out = vec![if need(0) {
-            Some(gz.mul(self.scale.as_ref().ok_or_else(|| missing(op))?)?)
+            let scale = self.scale.as_ref().ok_or_else(|| missing(op))?;
+            Some(gz32.mul(scale)?.to_dtype(dt)?)
         } else {
             None
         }];
@@ -188,7 +189,7 @@ impl BackwardOp for InferenceBackward {
         if self.has_gamma {
             out.push(if need(i) {
                 let xhat = self.xhat.as_ref().ok_or_else(|| missing(op))?;
-                Some(channel_sum(&gz.mul(xhat)?)?)
+                Some(channel_sum(&gz32.mul(xhat)?)?)
             } else {
                 None
             });
@@ -196,7 +197,7 @@ impl BackwardOp for InferenceBackward {
         }
         if self.has_beta {
             out.push(if need(i) {
-                Some(channel_sum(&gz)?)
+                Some(channel_sum(&gz32)?)
             } else {
                 None
             });
@@ -231,22 +232,28 @@ pub(crate) fn inference(
         ..*o
     };
     let y = inference_untracked(x, running_mean, running_var, &unfused)?;
-    // The per-channel constants of the backward, computed once here (small [C] ops).
+    // The per-channel constants of the backward, computed once here (small [C] ops), in f32
+    // as the forward kernel computes them (in f16, each step would round, and a variance
+    // plus eps below f16's normal range would lose digits).
     let c = x.shape()[1];
     let cs = channel_shape(c, x.rank());
-    let invstd = running_var
+    let f32_of = |t: &Tensor| t.to_dtype(DType::F32);
+    let invstd = f32_of(running_var)?
         .add_scalar(eps)?
         .sqrt()?
         .scalar_op(crate::ops::ScalarOp::RDiv, 1.0)?
         .reshape(&cs)?;
     let scale = match gamma {
-        Some(gm) => gm.reshape(&cs)?.mul(&invstd)?,
+        Some(gm) => f32_of(gm)?.reshape(&cs)?.mul(&invstd)?,
         None => invstd.clone(),
     };
     let xhat = match gamma {
-        Some(gm) if gm.is_tracked() => {
-            Some(x.sub(&running_mean.reshape(&cs)?)?.mul(&invstd)?.detach())
-        }
+        Some(gm) if gm.is_tracked() => Some(
+            f32_of(x)?
+                .sub(&f32_of(running_mean)?.reshape(&cs)?)?
+                .mul(&invstd)?
+                .detach(),
+        ),
         _ => None,
     };
     drop(_guard);
