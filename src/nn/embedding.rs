@@ -56,14 +56,13 @@ impl Embedding {
                 ))
             }
         };
-        let mut w = normal(dev, &[num_embeddings, embedding_dim], 0.0, 1.0, DType::F32)?;
+        let w = normal(dev, &[num_embeddings, embedding_dim], 0.0, 1.0, DType::F32)?;
         if let Some(p) = padding_idx {
             // A fill, as PyTorch's `fill_(0)`: multiplying by 0 would leave -0.0 where the
             // sample was negative.
-            // The row mask is built on the device (no host buffer of num_embeddings values).
-            let rows = Tensor::arange(dev, 0.0, num_embeddings as f64, 1.0, DType::I32)?;
-            let pad = rows.eq_scalar(p as f64)?.reshape(&[num_embeddings, 1])?;
-            w = w.masked_fill(&pad, 0.0)?;
+            // The row alone is written (no mask of num_embeddings values).
+            let zeros = Tensor::zeros(dev, &[1, embedding_dim], DType::F32)?;
+            w.narrow(0, p as usize, 1)?.copy_from(&zeros)?;
         }
         Ok(Embedding {
             weight: param(w)?,

@@ -93,10 +93,13 @@ impl Tensor {
             ));
         }
         crate::tensor::check_new_shape(device, op, &[steps], dtype)?;
+        // As PyTorch converts the ends to the dtype with an overflow check (an i32 range past
+        // 2^31 or an f16 one past 65504 is an error, not clamped or inf values); one step
+        // is a fill of `start` alone there.
         if steps > 0 {
-            // As PyTorch converts both ends to the dtype with an overflow check (an i32 range
-            // past 2^31 or an f16 one past 65504 is an error, not clamped or inf values).
             crate::tensor::check_fill(op, start, dtype)?;
+        }
+        if steps > 1 {
             crate::tensor::check_fill(op, end, dtype)?;
         }
         // PyTorch's integer linspace casts the ends to integers before it steps.

@@ -45,9 +45,10 @@ pub fn smooth_l1_loss(
             format!("smooth_l1_loss does not support negative values for beta, got {beta}"),
         ));
     }
-    // A beta that rounds to 0 in f32 (the kernels' type) is l1 too, as PyTorch's kernel,
-    // which casts it, computes it; 0 / 0 would make every loss NaN.
-    if beta as f32 == 0.0 {
+    // A beta that rounds to 0 or a subnormal in f32 (the kernels' type; a GPU may flush
+    // subnormals) is l1 too, as PyTorch's kernel, which casts it, computes it (up to
+    // differences below 1.2e-38); 0 / 0 would make every loss NaN.
+    if (beta as f32) < f32::MIN_POSITIVE {
         return l1_loss(input, target, reduction);
     }
     broadcastable(op, input, target)?;
@@ -87,7 +88,8 @@ pub fn huber_loss(
     // linear term below would add inf * 0 = NaN.
     if (delta as f32).is_infinite() {
         // Never linear: half the squared error (the form below would add inf * 0).
-        return reduce(d.mul(&d)?.mul_scalar(0.5)?, reduction);
+        // Halved first, as PyTorch's 0.5 * z * z: d * d overflows f16 from 256.
+        return reduce(d.mul_scalar(0.5)?.mul(&d)?, reduction);
     }
     // With m = min(|d|, delta): 0.5 m^2 + delta (|d| - m), as smooth_l1_loss.
     let m = d.min_scalar(delta)?;

@@ -72,8 +72,11 @@ pub fn clip_grad_norm(grads: &[&Tensor], max_norm: f64) -> Result<(Vec<Tensor>, 
 /// # Ok(()) }
 /// ```
 pub fn clip_grad_value(grads: &[&Tensor], clip_value: f64) -> Result<Vec<Tensor>> {
+    // The bounds as max / min scalars: a clip value past an f16 gradient's range clamps
+    // nothing (as PyTorch's CUDA foreach clamp in float), where `clamp` would refuse the
+    // bound as an overflow.
     grads
         .iter()
-        .map(|g| g.clamp(Some(-clip_value), Some(clip_value)))
+        .map(|g| g.max_scalar(-clip_value)?.min_scalar(clip_value))
         .collect()
 }

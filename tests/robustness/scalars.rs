@@ -21,6 +21,19 @@ fn loss_parameters_past_f32() {
     assert_eq!(vals(&l), vec![1.0, 3.0]);
     let l = huber_loss(&x, &y, Reduction::None, 1e39).unwrap();
     assert_eq!(vals(&l), vec![0.5, 4.5]);
+    // A subnormal beta (a GPU may flush it to 0) is l1 as well.
+    let l = smooth_l1_loss(&x, &y, Reduction::None, 1e-40).unwrap();
+    assert_eq!(vals(&l), vec![1.0, 3.0]);
+    if dev().supports_f16() {
+        // Never linear in f16: halved before squaring (300^2 overflows f16, 45000 does not).
+        let h = |v: &[f32]| t(v, &[1]).to_dtype(DType::F16).unwrap();
+        let l = huber_loss(&h(&[300.0]), &h(&[0.0]), Reduction::None, f64::INFINITY).unwrap();
+        assert_eq!(vals(&l.to_dtype(DType::F32).unwrap()), vec![44992.0]); // f16(45000)
+                                                                           // A clip value past f16's range clamps nothing (no overflow error).
+        let g = h(&[3.0]);
+        let c = wgtensor::optim::clip_grad_value(&[&g], 1e5).unwrap();
+        assert_eq!(vals(&c[0].to_dtype(DType::F32).unwrap()), vec![3.0]);
+    }
 }
 
 /// A beta that rounds to 0 in f32 does not read C (BLAS's beta 0): NaN in C stays out, as
@@ -36,6 +49,20 @@ fn gemm_beta_slopes_and_bounds_past_f32() {
         ..Default::default()
     };
     assert_eq!(vals(&gemm(&a, &b, &o).unwrap()), vec![11.0]);
+    // C's gradient is PyTorch's grad * beta at beta 0 too: zeros, NaN where the gradient is
+    // not finite.
+    let cl = t(&[1.0], &[1, 1]).requires_grad().unwrap();
+    let o = GemmOptions {
+        c: Some(&cl),
+        beta: 0.0,
+        ..Default::default()
+    };
+    let y = gemm(&a, &b, &o).unwrap();
+    let g = y.backward_with_grad(&t(&[2.0], &[1, 1])).unwrap();
+    assert_eq!(vals(g.get(&cl).unwrap()), vec![0.0]);
+    let y = gemm(&a, &b, &o).unwrap();
+    let g = y.backward_with_grad(&t(&[f32::INFINITY], &[1, 1])).unwrap();
+    assert!(vals(g.get(&cl).unwrap())[0].is_nan());
     let x = t(&[2.0, -1.0], &[2]);
     assert!(LeakyReLU {
         negative_slope: 1e39

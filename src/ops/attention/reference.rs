@@ -18,7 +18,9 @@ pub(crate) fn causal_additive(dev: &Device, l: usize, s: usize, dtype: DType) ->
 }
 
 /// [`scaled_dot_product_attention`](super::scaled_dot_product_attention) composed from
-/// tracked ops (autograd flows through each of them): the same validation, semantics and
+/// tracked ops (autograd flows through each of them): the same validation (except that its
+/// `[.., L, S]` scores must fit u32 indexing, where the fused kernels take longer contexts),
+/// semantics and
 /// results up to rounding; dropout draws its mask from the device generator in a different
 /// order than the fused kernel.
 pub fn scaled_dot_product_attention(

@@ -128,10 +128,9 @@ impl BackwardOp for GemmBackward {
         let mut i = 2;
         if let Some(cs) = &self.c_shape {
             out.push(if needs[i] {
-                Some(if self.beta == 0.0 {
-                    // C was not read: its gradient is zero (PyTorch's addmm with beta = 0).
-                    Tensor::zeros(g.device(), cs, g.dtype())?
-                } else if self.beta == 1.0 {
+                // PyTorch's maybe_multiply(grad, beta): grad * beta, 0 * grad with beta 0
+                // (NaN where the gradient is not finite), whether or not C was read.
+                Some(if self.beta == 1.0 {
                     sum_to(&gz, cs)?
                 } else {
                     sum_to(&gz.mul_scalar(self.beta)?, cs)?
