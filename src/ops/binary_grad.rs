@@ -133,14 +133,25 @@ impl BackwardOp for BinaryBackward {
 
 impl Tensor {
     /// `self (op) other` with numpy broadcasting; strided inputs are read without copies.
-    /// Returns a new contiguous tensor of the broadcast shape. Errors: [`Error::Shape`] when
-    /// the shapes do not broadcast, [`Error::DType`] / [`Error::DeviceMismatch`] when the
-    /// operands differ in dtype or device (no implicit promotion, unlike PyTorch).
+    /// Returns a new contiguous tensor of the broadcast shape. Mixed dtypes promote as
+    /// PyTorch's (i32 < f16 < f32; a 0-d operand does not widen a tensor of its kind, so f16
+    /// `x * torch.tensor(0.5)` stays f16), each gradient in its operand's dtype. Errors:
+    /// [`Error::Shape`] when the shapes do not broadcast, [`Error::DeviceMismatch`] when the
+    /// devices differ, an error for two i32 operands (no integer arithmetic).
     ///
     /// [`Error::Shape`]: crate::Error::Shape
     /// [`Error::DType`]: crate::Error::DType
     /// [`Error::DeviceMismatch`]: crate::Error::DeviceMismatch
     pub fn binary(&self, other: &Tensor, op: BinaryOp) -> Result<Tensor> {
+        if self.dtype != other.dtype {
+            // PyTorch's type promotion (f16 activations plus an f32 bias give f32; an i32
+            // operand takes the float's dtype; a 0-d operand of the same kind does not
+            // widen), through recorded casts, so each gradient comes back in its
+            // operand's dtype.
+            self.same_device(op.name(), other)?;
+            let dt = crate::dtype::result_type(self, other);
+            return self.to_dtype(dt)?.binary(&other.to_dtype(dt)?, op);
+        }
         let out = self.binary_forward(other, op)?;
         Ok(record(out, &[self, other], |y| {
             let (ta, tb) = (self.is_tracked(), other.is_tracked());

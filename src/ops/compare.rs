@@ -11,6 +11,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use crate::autograd::{record, sum_to, BackwardOp};
+use crate::dtype::result_type;
 use crate::layout::{broadcast_shapes, pack_dims, MAX_RANK};
 use crate::ops::activation::ACTIVATION;
 use crate::ops::map::WG;
@@ -302,27 +303,6 @@ impl Tensor {
 /// PyTorch's `torch.where(cond, on_true, on_false)` ([`Tensor::where_cond`]).
 pub fn where_cond(cond: &Tensor, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
     cond.where_cond(on_true, on_false)
-}
-
-/// PyTorch's `result_type` of two tensors: a 0-d tensor against one with dims gives the
-/// latter's dtype when both are of one category (f16 `x == torch.tensor(0.1)` compares in
-/// f16), else [`promote`] (a float of either kind beats i32).
-fn result_type(a: &Tensor, b: &Tensor) -> DType {
-    let same_kind = a.dtype.is_float() == b.dtype.is_float();
-    match (a.rank() == 0, b.rank() == 0) {
-        (true, false) if same_kind => b.dtype,
-        (false, true) if same_kind => a.dtype,
-        _ => promote(a.dtype, b.dtype),
-    }
-}
-
-/// PyTorch's type promotion among the stored dtypes: any float beats i32, f32 beats f16.
-fn promote(a: DType, b: DType) -> DType {
-    match (a, b) {
-        (DType::F32, _) | (_, DType::F32) => DType::F32,
-        (DType::F16, _) | (_, DType::F16) => DType::F16,
-        _ => DType::I32,
-    }
 }
 
 fn where_forward(cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {

@@ -137,17 +137,33 @@ fn dtype_errors() {
         // The mixed-dtype case needs an f16 tensor; the to_vec case below still runs.
         eprintln!("skipping the f16 half of dtype_errors: adapter lacks SHADER_F16");
     } else {
-        let h = Tensor::from_slice(dev(), &[f16::ONE; 6], &[2, 3]).unwrap();
-        let e = t(&[2, 3]).binary(&h, BinaryOp::Mul).unwrap_err();
+        // Mixed dtypes promote as PyTorch's: f32 * f16 is f32; a 0-d f32 does not widen an
+        // f16 tensor; an i32 takes the float's dtype; gradients come back in each dtype.
+        let h = Tensor::from_slice(dev(), &[f16::ONE; 6], &[2, 3])
+            .unwrap()
+            .requires_grad()
+            .unwrap();
+        let a = t(&[2, 3]).requires_grad().unwrap();
+        let y = a.binary(&h, BinaryOp::Mul).unwrap();
+        assert_eq!(y.dtype(), DType::F32);
+        assert_eq!(y.to_vec::<f32>().unwrap(), a.to_vec::<f32>().unwrap());
+        let g = y.sum_all().unwrap().backward().unwrap();
+        assert_eq!(g.get(&h).unwrap().dtype(), DType::F16);
+        assert_eq!(g.get(&a).unwrap().dtype(), DType::F32);
+        let half = Tensor::from_slice(dev(), &[0.5f32], &[]).unwrap();
+        let z = h.mul(&half).unwrap();
+        assert_eq!(z.dtype(), DType::F16);
         assert_eq!(
-            e,
-            Error::DType {
-                op: "mul",
-                expected: DType::F32,
-                got: DType::F16
-            }
+            z.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap(),
+            vec![0.5; 6]
         );
+        let i = Tensor::from_slice(dev(), &[2i32; 6], &[2, 3]).unwrap();
+        assert_eq!(i.add(&h).unwrap().dtype(), DType::F16);
     }
+    // No integer arithmetic: two i32 operands are refused, naming the op.
+    let i = Tensor::from_slice(dev(), &[2i32; 3], &[3]).unwrap();
+    let e = i.add(&i).unwrap_err();
+    assert!(e.to_string().starts_with("add:"), "{e}");
     let e = t(&[3]).to_vec::<f16>().unwrap_err();
     assert_eq!(
         e,

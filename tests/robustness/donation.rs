@@ -151,9 +151,16 @@ fn binary_donates_the_operand_with_the_output_shape() {
     // NaN still propagates in place.
     let r = (r + up(&[f32::NAN], &[1])).unwrap();
     assert!(vals(&r).iter().all(|v| v.is_nan()));
-    // Mismatched dtypes are still an error naming the op.
-    let h = Tensor::zeros(&d, &[2, 2], DType::I32).unwrap();
-    assert!((m + &h).is_err());
+    // Mismatched dtypes promote as PyTorch's (an i32 operand takes the float's dtype), by
+    // the allocating path.
+    let h = Tensor::zeros(&d, m.shape(), DType::I32).unwrap();
+    let (want, before) = (vals(&m), d.stats().donations);
+    let s = (m + &h).unwrap();
+    assert_eq!((s.dtype(), vals(&s)), (DType::F32, want));
+    assert_eq!(d.stats().donations, before);
+    // Two i32 operands are still an error naming the op (no integer arithmetic).
+    let e = (h.clone() + &h).unwrap_err();
+    assert!(e.to_string().starts_with("add:"), "{e}");
 }
 
 /// f32 <-> i32 casts reuse the buffer; f16 changes the element size and allocates.
