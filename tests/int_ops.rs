@@ -239,10 +239,18 @@ fn masked_fill_as_pytorch() {
     assert_eq!(f(&y), vec![1.0, -5.0, 3.0, -5.0]);
     let g = y.sum_all().unwrap().backward().unwrap();
     assert_eq!(f(g.get(&x).unwrap()), vec![1.0, 0.0, 1.0, 0.0]);
-    // The mask must broadcast to the input, not grow it.
-    assert!(tf(&[1.0], &[1])
-        .masked_fill(&ti(&[1, 0], &[2]), 0.0)
-        .is_err());
+    // The mask may grow the result, as PyTorch's out-of-place masked_fill; the gradient is
+    // summed back.
+    let one = tf(&[2.0], &[1]).requires_grad().unwrap();
+    let y = one.masked_fill(&ti(&[1, 0, 0], &[3, 1]), 0.0).unwrap();
+    assert_eq!((y.shape(), f(&y)), (&[3, 1][..], vec![0.0, 2.0, 2.0]));
+    let g = y.sum_all().unwrap().backward().unwrap();
+    assert_eq!(f(g.get(&one).unwrap()), vec![2.0]);
+    // A value the dtype cannot hold names masked_fill.
+    let e = ti(&[1], &[1])
+        .masked_fill(&ti(&[1], &[1]), f64::NAN)
+        .unwrap_err();
+    assert!(e.to_string().starts_with("masked_fill:"), "{e}");
     // Into i32, a float value truncates toward zero as PyTorch's cast; one past i32 (or NaN,
     // inf) is an error, as PyTorch's "cannot be converted ... without overflow".
     let xi = ti(&[7, 8, 9], &[3]);

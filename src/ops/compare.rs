@@ -268,9 +268,10 @@ impl Tensor {
 }
 
 impl Tensor {
-    /// PyTorch's `masked_fill(mask, value)`: `value` where `mask` is true (non-zero or NaN,
-    /// broadcast to this tensor's shape), this tensor elsewhere; gradients flow where the mask
-    /// is false. A `value` this dtype cannot hold is an error, as [`Tensor::full`]'s (`-1e9`
+    /// PyTorch's `masked_fill(mask, value)`: `value` where `mask` is true (non-zero or NaN),
+    /// this tensor elsewhere, over the broadcast of both shapes (PyTorch's out-of-place form
+    /// may grow the result; the gradient is summed back to this tensor's shape where the mask
+    /// is false). A `value` this dtype cannot hold is an error, as [`Tensor::full`]'s (`-1e9`
     /// into f16: use `f64::NEG_INFINITY` or the dtype's lowest).
     ///
     /// ```ignore-wasm32
@@ -284,19 +285,9 @@ impl Tensor {
     /// # Ok(()) }
     /// ```
     pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Result<Tensor> {
+        crate::tensor::check_fill("masked_fill", value, self.dtype)?;
         let v = Tensor::full(self.device(), &[], value, self.dtype)?;
-        let out = mask.where_cond(&v, self)?;
-        if out.shape() != self.shape() {
-            return Err(crate::Error::shape(
-                "masked_fill",
-                format!(
-                    "mask of shape {:?} does not broadcast to the input's shape {:?}",
-                    mask.shape(),
-                    self.shape()
-                ),
-            ));
-        }
-        Ok(out)
+        mask.where_cond(&v, self)
     }
 }
 
