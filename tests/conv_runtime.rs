@@ -376,3 +376,54 @@ fn outputs_past_the_grid_limit_run_in_sample_windows() {
         );
     }
 }
+
+/// More groups than a grid axis holds: the direct kernel lays groups out flat, so a depthwise
+/// convolution over 70000 channels runs (forward, data and weight gradients) as PyTorch's,
+/// on the CPU plan and the GPU plans.
+#[test]
+fn depthwise_over_more_groups_than_a_grid_axis() {
+    use wgtensor::ops::{conv1d, Conv1dOptions};
+    let gpu = Device::with_options(DeviceOptions {
+        gpu_plans: true,
+        ..Default::default()
+    })
+    .unwrap();
+    for dev in [device(true), device(false), gpu] {
+        let (c, l) = (70_000usize, 6usize);
+        let xv: Vec<f32> = (0..c * l)
+            .map(|i| ((i / l) % 7) as f32 + (i % l) as f32 * 0.5)
+            .collect();
+        let x = Tensor::from_slice(&dev, &xv, &[1, c, l])
+            .unwrap()
+            .requires_grad()
+            .unwrap();
+        let w = Tensor::from_slice(&dev, &vec![1.0f32; c * 3], &[c, 1, 3])
+            .unwrap()
+            .requires_grad()
+            .unwrap();
+        let o = Conv1dOptions {
+            groups: c,
+            ..Default::default()
+        };
+        let y = conv1d(&x, &w, None, &o).unwrap();
+        assert_eq!(y.shape(), &[1, c, l - 2]);
+        let yv = y.to_vec::<f32>().unwrap();
+        for ch in [0, 1, 65_535, 65_536, c - 1] {
+            for j in 0..l - 2 {
+                let want: f32 = (0..3).map(|t| xv[ch * l + j + t]).sum();
+                assert_eq!(yv[ch * (l - 2) + j], want, "channel {ch}, {j}");
+            }
+        }
+        let g = y.sum_all().unwrap().backward().unwrap();
+        let dx = g.get(&x).unwrap().to_vec::<f32>().unwrap();
+        let dw = g.get(&w).unwrap().to_vec::<f32>().unwrap();
+        for ch in [0, 65_536, c - 1] {
+            // Each input position is read by the windows that cover it: 1, 2, 3, 3, 2, 1.
+            assert_eq!(&dx[ch * l..ch * l + l], &[1.0, 2.0, 3.0, 3.0, 2.0, 1.0]);
+            for t in 0..3 {
+                let want: f32 = (0..l - 2).map(|j| xv[ch * l + j + t]).sum();
+                assert_eq!(dw[ch * 3 + t], want, "channel {ch} tap {t}");
+            }
+        }
+    }
+}

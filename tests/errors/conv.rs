@@ -903,3 +903,25 @@ proptest! {
         let _ = conv_run(&c);
     }
 }
+
+/// A transposed convolution whose output would pass 2^31 says so (not "<= 0"); a weight of
+/// the wrong rank is described with a weight's layout.
+#[test]
+fn conv_size_and_weight_rank_messages() {
+    let x = Tensor::zeros(dev(), &[1, 1, 1, 2100], DType::F32).unwrap();
+    let w = Tensor::zeros(dev(), &[1, 1, 1, 1], DType::F32).unwrap();
+    let o = ConvTranspose2dOptions {
+        stride: [1, 1 << 20],
+        ..Default::default()
+    };
+    let e = conv_transpose2d(&x, &w, None, &o).unwrap_err();
+    assert!(
+        matches!(e, Error::Size { .. }) && e.to_string().contains("2^31"),
+        "{e}"
+    );
+    let w3 = Tensor::zeros(dev(), &[1, 1, 3], DType::F32).unwrap();
+    let e = conv2d(&x, &w3, None, &Default::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("out_channels"), "{e}");
+}

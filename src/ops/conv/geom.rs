@@ -436,12 +436,25 @@ impl Geom {
     }
 }
 
+/// The layout a rank error names: a weight's, or an input's.
+fn layout_of(what: &str, spatial: &str) -> String {
+    if what.contains("weight") {
+        format!("[out_channels, in_channels / groups, {spatial}] or, transposed, [in_channels, out_channels / groups, {spatial}]")
+    } else {
+        format!("[N, C, {spatial}]")
+    }
+}
+
 /// The dims of a rank-`r` tensor as an array, or a shape error naming `what`.
 pub(crate) fn dims4(op: &'static str, t: &Tensor, what: &str) -> Result<[usize; 4]> {
     t.shape().try_into().map_err(|_| {
         Error::shape(
             op,
-            format!("{what} must be 4-D [N, C, H, W], got shape {:?}", t.shape()),
+            format!(
+                "{what} must be 4-D ({}), got shape {:?}",
+                layout_of(what, "H, W"),
+                t.shape()
+            ),
         )
     })
 }
@@ -452,7 +465,10 @@ pub(crate) fn as_4d(op: &'static str, t: &Tensor, what: &str) -> Result<Tensor> 
         &[a, b, l] => t.reshape(&[a, b, 1, l]),
         s => Err(Error::shape(
             op,
-            format!("{what} must be 3-D [N, C, L], got shape {s:?}"),
+            format!(
+                "{what} must be 3-D ({}), got shape {s:?}",
+                layout_of(what, "L")
+            ),
         )),
     }
 }

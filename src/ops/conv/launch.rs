@@ -212,7 +212,16 @@ fn grid(
     let (rows, cols) = (m.div_ceil(tm), ncols.div_ceil(tn));
     let gz = groups * zs as usize;
     let max = dev.limits().max_compute_workgroups_per_dimension as usize;
-    if rows > max || cols > max || gz > max {
+    // The direct kernels lay groups, rows, lines and columns out flat (grid_1d checks that
+    // count); only their split slices take an axis of their own.
+    let direct = matches!(pl.variant, ConvVariant::Direct | ConvVariant::DirectLines);
+    if direct && zs as usize > max {
+        return Err(Error::size(
+            op,
+            format!("{zs} split slices exceed the adapter's {max} workgroups on grid z"),
+        ));
+    }
+    if !direct && (rows > max || cols > max || gz > max) {
         return Err(Error::size(
             op,
             format!("{m} x {ncols} outputs per group over K = {k} need a grid of {rows}x{cols}x{gz} workgroups, over the adapter's {max}"),

@@ -421,17 +421,23 @@ fn transpose_untracked(
             + 1
             + u(o.output_padding[ax]);
         let out = full.checked_sub(u(pad)).filter(|&v| v > 0);
-        out.filter(|&v| v <= i32::MAX as u64)
-            .map(|v| v as usize)
-            .ok_or_else(|| {
-                Error::shape(
-                    op,
-                    format!(
-                        "output size would be <= 0: input {h}x{wd}, kernel {}x{}, padding {p:?}",
-                        ws[2], ws[3]
-                    ),
-                )
-            })
+        match out {
+            Some(v) if v <= i32::MAX as u64 => Ok(v as usize),
+            Some(v) => Err(Error::size(
+                op,
+                format!(
+                    "output size {v} on axis {ax} is past 2^31 - 1 (input {h}x{wd}, stride {:?})",
+                    o.stride
+                ),
+            )),
+            None => Err(Error::shape(
+                op,
+                format!(
+                    "output size would be <= 0: input {h}x{wd}, kernel {}x{}, padding {p:?}",
+                    ws[2], ws[3]
+                ),
+            )),
+        }
     };
     let out_h = size(h, ws[2], 0, p.top + p.bottom)?;
     let out_w = size(wd, ws[3], 1, p.left + p.right)?;
