@@ -91,17 +91,24 @@ fn cat_and_stack() {
 /// the others (f16 pieces of odd length, strided ones) by the copy kernel, in one output.
 #[test]
 fn packed_pieces_join_by_buffer_copies() {
+    // A device of its own: the dispatch counts would see other tests' work on the shared one.
+    let own = Device::new().unwrap();
+    let ramp = |shape: &[usize], base: f32| {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n).map(|i| base + i as f32).collect();
+        (Tensor::from_slice(&own, &v, shape).unwrap(), v)
+    };
     let (a, av) = ramp(&[2, 3], 0.0);
     let (b, bv) = ramp(&[1, 3], 50.0);
-    dev().sync().unwrap();
-    let before = dev().stats().dispatches;
+    own.sync().unwrap();
+    let before = own.stats().dispatches;
     let c = cat(&[&a, &b], 0).unwrap();
-    if dev().caps().cpu {
-        assert_eq!(dev().stats().dispatches, before, "two buffer copies");
+    if own.caps().cpu {
+        assert_eq!(own.stats().dispatches, before, "two buffer copies");
     }
     assert_eq!(vals(&c), [av.clone(), bv.clone()].concat());
     // A narrowed (offset) packed source, copied in place into a narrowed destination.
-    let dst = Tensor::zeros(dev(), &[4, 3], DType::F32).unwrap();
+    let dst = Tensor::zeros(&own, &[4, 3], DType::F32).unwrap();
     dst.narrow(0, 1, 2)
         .unwrap()
         .copy_from(&c.narrow(0, 1, 2).unwrap())
@@ -109,7 +116,7 @@ fn packed_pieces_join_by_buffer_copies() {
     let mut want = vec![0.0; 12];
     want[3..9].copy_from_slice(&[av[3..].to_vec(), bv.clone()].concat());
     assert_eq!(vals(&dst), want);
-    if dev().supports_f16() {
+    if own.supports_f16() {
         // f16 [1, 3] pieces are 6 bytes: the second starts mid-word, so the kernel copies.
         let h = |t: &Tensor| t.to_dtype(DType::F16).unwrap();
         let (x, xv) = ramp(&[1, 3], 1.0);
@@ -138,11 +145,11 @@ fn packed_pieces_join_by_buffer_copies() {
         let (p, pv) = ramp(&[3, 2], 5.0);
         let pieces = p.to_dtype(DType::F16).unwrap().split(1, 0).unwrap();
         let refs: Vec<&Tensor> = pieces.iter().rev().collect();
-        dev().sync().unwrap();
-        let before = dev().stats().dispatches;
+        own.sync().unwrap();
+        let before = own.stats().dispatches;
         let c = cat(&refs, 0).unwrap();
-        if dev().caps().cpu {
-            assert_eq!(dev().stats().dispatches, before, "three buffer copies");
+        if own.caps().cpu {
+            assert_eq!(own.stats().dispatches, before, "three buffer copies");
         }
         let got = vals(&c.to_dtype(DType::F32).unwrap());
         assert_eq!(got, [&pv[4..], &pv[2..4], &pv[..2]].concat());
