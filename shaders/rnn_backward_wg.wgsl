@@ -84,16 +84,28 @@ fn rec_sum(b: u32, j: u32) -> f32 {
     return acc;
 }
 
+// One invocation per (batch row, unit), the workgroups laid out flat over grid x and y (a
+// batch of B H units may need more than one axis's 65535 workgroups).
+fn ws_unit(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
+    return (wid.x + wid.y * nwg.x) * WG + lid;
+}
+
 @compute @workgroup_size(WG)
-fn lstm_backward_ws(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let b = gid.x / p.hidden;
-    let j = gid.x % p.hidden;
+fn lstm_backward_ws(@builtin(workgroup_id) wid: vec3<u32>,
+                    @builtin(num_workgroups) nwg: vec3<u32>,
+                    @builtin(local_invocation_index) lid: u32) {
+    let u = ws_unit(wid, nwg, lid);
+    let b = u / p.hidden;
+    let j = u % p.hidden;
     lstm_backward_finish(b, j, rec_sum(b, j));
 }
 
 @compute @workgroup_size(WG)
-fn gru_backward_ws(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let b = gid.x / p.hidden;
-    let j = gid.x % p.hidden;
+fn gru_backward_ws(@builtin(workgroup_id) wid: vec3<u32>,
+                   @builtin(num_workgroups) nwg: vec3<u32>,
+                   @builtin(local_invocation_index) lid: u32) {
+    let u = ws_unit(wid, nwg, lid);
+    let b = u / p.hidden;
+    let j = u % p.hidden;
     gru_backward_finish(b, j, rec_sum(b, j));
 }

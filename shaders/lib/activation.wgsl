@@ -49,7 +49,9 @@ fn log_f(v: f32) -> f32 {
     if (v < 0.0) {
         return nan;
     }
-    return select(log(v), inf, v == inf);
+    // Infinity tested on its bits: a compiler may assume no infinities (WGSL allows it, and
+    // Metal compiles with fast math) and fold a comparison with one.
+    return select(log(v), inf, bitcast<u32>(v) == 0x7f800000u);
 }
 
 fn sqrt_f(v: f32) -> f32 {
@@ -90,10 +92,11 @@ fn pow_f(x: f32, e: f32) -> f32 {
     let inf = bitcast<f32>(0x7f800000u | (bitcast<u32>(x) & 0u));
     // An odd integer (every f32 from 2^24 on is even; e = +-inf gives NaN here, not odd).
     let odd = e == floor(e) && (e - 2.0 * floor(e * 0.5)) == 1.0;
-    if (x == -1.0 && abs(e) == inf) {
+    // Infinities tested on their bits, as in log_f (a fast-math compiler may fold `== inf`).
+    if (x == -1.0 && (bitcast<u32>(e) & 0x7fffffffu) == 0x7f800000u) {
         return 1.0;
     }
-    if (x == -inf) {
+    if (bitcast<u32>(x) == 0xff800000u) {
         let mag = select(0.0, inf, e > 0.0);
         return select(mag, -mag, odd);
     }

@@ -500,7 +500,8 @@ impl DirSteps<'_> {
             &LSTM_BACKWARD_WS
         };
         let wg = [("WG", WG as f64)];
-        let grid = [(b * h).div_ceil(WG as usize) as u32, 1, 1];
+        // Flat over x and y (the shader decodes both): B H units may pass one axis's limit.
+        let grid = dev.grid_1d(op, (b * h).div_ceil(WG as usize) as u64)?;
         dev.launch(op, kernel, &[dtype], &wg, params, &bufs, grid)
     }
 
