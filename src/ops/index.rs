@@ -588,8 +588,18 @@ impl BackwardOp for ScatterAddBackward {
         let g_self = (needs.first() == Some(&true)).then(|| g.clone());
         let g_src = if needs.get(1) == Some(&true) {
             // src entries outside the index's extent receive nothing: pad with zeros.
-            let picked =
+            let mut picked =
                 gather_forward("scatter_add", g, self.dim, &self.index.layout, &self.index)?;
+            if !g.device().options().check_indices {
+                // Unchecked, an out-of-range index added nothing, so its source gets no
+                // gradient (the gather reads NaN there).
+                let len = g.shape().get(self.dim).copied().unwrap_or(1) as f64;
+                let out = self
+                    .index
+                    .lt_scalar(0.0)?
+                    .add(&self.index.ge_scalar(len)?)?;
+                picked = picked.masked_fill(&out, 0.0)?;
+            }
             let pads: Vec<usize> = self
                 .index
                 .shape()

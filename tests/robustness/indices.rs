@@ -424,3 +424,27 @@ fn bucket_scans_past_one_workgroup_keep_position_order() {
         "scatter_add"
     );
 }
+
+/// Unchecked indices (check_indices off): an out-of-range index adds nothing to
+/// scatter_add, so its source element gets a gradient of 0, not the gather's NaN.
+#[test]
+fn unchecked_scatter_add_source_gradient_is_zero_out_of_range() {
+    let d = Device::with_options(DeviceOptions {
+        check_indices: false,
+        ..Default::default()
+    })
+    .unwrap();
+    let x = Tensor::zeros(&d, &[3], DType::F32).unwrap();
+    let src = Tensor::from_slice(&d, &[1.0f32, 2.0, 3.0], &[3])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let idx = Tensor::from_slice(&d, &[0i32, 7, -1], &[3]).unwrap();
+    let y = x.scatter_add(0, &idx, &src).unwrap();
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![1.0, 0.0, 0.0]);
+    let g = y.sum_all().unwrap().backward().unwrap();
+    assert_eq!(
+        g.get(&src).unwrap().to_vec::<f32>().unwrap(),
+        vec![1.0, 0.0, 0.0]
+    );
+}
