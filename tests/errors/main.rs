@@ -788,7 +788,13 @@ fn pools_refuse_empty_channels_and_name_the_callers_shape() {
         let e = msg(&max_pool2d(&zeros(s), &mp).unwrap_err());
         assert!(e.contains("only the batch may be empty"), "{e}");
         assert!(avg_pool2d(&zeros(s), &AvgPool2dOptions::new(2)).is_err());
-        assert!(adaptive_avg_pool2d(&zeros(s), [1, 1]).is_err());
+        // (1, 1) is the plane's mean, as PyTorch's: NaN over an empty plane, empty for no
+        // channels.
+        let y = adaptive_avg_pool2d(&zeros(s), [1, 1]).unwrap();
+        let mut want = s[..s.len() - 2].to_vec();
+        want.extend([1, 1]);
+        assert_eq!(y.shape(), want.as_slice());
+        assert!(y.to_vec::<f32>().unwrap().iter().all(|v| v.is_nan()));
     }
     let e = msg(&max_pool1d(&zeros(&[2, 3, 0]), &MaxPool1dOptions::new(2)).unwrap_err());
     assert!(

@@ -79,6 +79,18 @@ pub fn avg_pool2d_backward(dy: &Tensor, x: &Tensor, o: &AvgPool2dOptions) -> Res
 /// `[floor(o * in / out), ceil((o + 1) * in / out))` on each axis.
 pub fn adaptive_avg_pool2d(x: &Tensor, output_size: [usize; 2]) -> Result<Tensor> {
     let op = "adaptive_avg_pool2d";
+    let rank_ok = matches!(x.rank(), 3 | 4) && x.dtype().is_float();
+    if rank_ok && (output_size.contains(&0) || (output_size == [1, 1] && x.numel() == 0)) {
+        // PyTorch: an output size of 0 gives an empty result, and (1, 1) is the plane's mean
+        // (NaN over an empty plane, empty for no channels). Derived from that mean, so the
+        // graph is kept.
+        let m = x.mean_dims(&[-2, -1], true)?;
+        let m = m.narrow(-2, 0usize, output_size[0].min(1))?;
+        let m = m.narrow(-1, 0usize, output_size[1].min(1))?;
+        let mut shape = x.shape()[..x.rank() - 2].to_vec();
+        shape.extend(output_size);
+        return m.broadcast_to(&shape)?.contiguous();
+    }
     let (win, out) = adaptive_window(op, x, output_size, POOL_AVG)?;
     let s = x.shape();
     let r = s.len();
