@@ -4,7 +4,7 @@
 
 use super::{Forward, Module, Visitor, VisitorMut};
 use crate::ops::{uniform, Rnn, RnnKind, RnnOutput, RnnWeights};
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{DType, Device, Result, Tensor};
 
 /// The most layers an RNN module builds: far beyond any real model, and a bound on the
 /// construction loop.
@@ -171,23 +171,7 @@ impl Recurrent {
         let d = if self.rnn.bidirectional { 2 } else { 1 };
         // The states whole, as the one-call path checks them (slices of a wrong-sized state
         // would otherwise pass, or fail as a narrow).
-        let rows = self.rnn.num_layers * d;
-        let want: Vec<usize> = match x.shape() {
-            [a, b, _] => vec![
-                rows,
-                if self.rnn.batch_first { *a } else { *b },
-                self.rnn.hidden_size,
-            ],
-            _ => vec![rows, self.rnn.hidden_size],
-        };
-        for (name, s) in [("h0", h0), ("c0", c0)] {
-            if let Some(s) = s.filter(|s| s.shape() != want.as_slice()) {
-                return Err(Error::shape(
-                    self.layer_name(),
-                    format!("{name} must be {want:?}, got {:?}", s.shape()),
-                ));
-            }
-        }
+        self.rnn.check_states(self.layer_name(), x, h0, c0)?;
         let state = |s: Option<&Tensor>, l: usize| s.map(|t| t.narrow(0, l * d, d)).transpose();
         let (mut hs, mut cs) = (Vec::new(), Vec::new());
         let mut input = x.clone();

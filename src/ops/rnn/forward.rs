@@ -50,19 +50,7 @@ impl Rnn {
             ));
         }
         let (d, h, l) = (self.dirs(), self.hidden_size, self.num_layers);
-        let state_shape = [l * d, b, h];
-        for (name, s) in [("h0", h0), ("c0", c0)] {
-            if let Some(s) = s {
-                if s.shape() != state_shape {
-                    return Err(Error::shape(
-                        op,
-                        format!("{name} must be {state_shape:?}, got {:?}", s.shape()),
-                    ));
-                }
-                x.same_device(op, s)?;
-                x.same_dtype(op, s)?;
-            }
-        }
+        self.check_states(op, x, h0, c0)?;
         if c0.is_some() && self.kind == RnnKind::Gru {
             return Err(Error::arg(op, "a GRU has no cell state c0"));
         }

@@ -302,6 +302,36 @@ impl Rnn {
         }
     }
 
+    /// Checks `h0` / `c0` against input `x`: `[num_layers * D, B, H]` for a batched `x`
+    /// (`B` from `batch_first`), `[num_layers * D, H]` for an unbatched one; the same device
+    /// and dtype as `x`.
+    pub(crate) fn check_states(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        h0: Option<&Tensor>,
+        c0: Option<&Tensor>,
+    ) -> Result<()> {
+        let rows = self.num_layers * self.dirs();
+        let want = match x.shape() {
+            &[a, b, _] => vec![rows, if self.batch_first { a } else { b }, self.hidden_size],
+            _ => vec![rows, self.hidden_size],
+        };
+        for (name, s) in [("h0", h0), ("c0", c0)] {
+            if let Some(s) = s {
+                if s.shape() != want.as_slice() {
+                    return Err(Error::shape(
+                        op,
+                        format!("{name} must be {want:?}, got {:?}", s.shape()),
+                    ));
+                }
+                x.same_device(op, s)?;
+                x.same_dtype(op, s)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Runs the whole sequence. `h0`/`c0`: `[num_layers * D, B, H]`, zeros when absent.
     ///
     /// PyTorch's `module(x, h0)` / `module(x, (h0, c0))` for x `[T, B, I]` (`[B, T, I]` with
