@@ -102,7 +102,7 @@ pub(crate) fn result_type(a: &crate::Tensor, b: &crate::Tensor) -> DType {
 }
 
 /// PyTorch's type promotion among the stored dtypes: any float beats i32, f32 beats f16.
-fn promote(a: DType, b: DType) -> DType {
+pub(crate) fn promote(a: DType, b: DType) -> DType {
     match (a, b) {
         (DType::F32, _) | (_, DType::F32) => DType::F32,
         (DType::F16, _) | (_, DType::F16) => DType::F16,

@@ -319,7 +319,12 @@ impl MultiheadAttention {
         let dropout_p = if self.training { self.dropout } else { 0.0 };
         let fused_causal = opts.is_causal && kpm.is_none() && !opts.need_weights;
         if opts.is_causal && !fused_causal && attn.is_none() {
-            attn = Some(causal_mask(q.device(), l, s, dt)?);
+            attn = Some(crate::ops::attention::reference::causal_additive(
+                q.device(),
+                l,
+                s,
+                dt,
+            )?);
         }
         let (out, weights) = if !opts.need_weights {
             let mask = match (fused_causal, attn, kpm) {
@@ -512,11 +517,6 @@ fn additive(m: MhaMask, dt: DType) -> Result<Tensor> {
         }),
         MhaMask::Additive(t) => t.to_dtype(dt),
     }
-}
-
-/// PyTorch's upper-left causal mask `[L, S]`: `-inf` above the diagonal.
-fn causal_mask(dev: &Device, l: usize, s: usize, dt: DType) -> Result<Tensor> {
-    crate::ops::attention::reference::causal_additive(dev, l, s, dt)
 }
 
 /// The same view of the same storage in the same graph (PyTorch's `query is key` for

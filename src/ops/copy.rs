@@ -118,11 +118,10 @@ fn copy_into(op: &'static str, src: &Tensor, dst: &Tensor) -> Result<()> {
 /// Mixed dtypes are promoted as PyTorch's (`i32` < `f16` < `f32`). A `[0]` tensor is skipped,
 /// as PyTorch allows for legacy reasons.
 pub fn cat(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
-    let promoted = tensors.iter().map(|t| t.dtype()).max_by_key(|d| match d {
-        DType::I32 => 0,
-        DType::F16 => 1,
-        DType::F32 => 2,
-    });
+    let promoted = tensors
+        .iter()
+        .map(|t| t.dtype())
+        .reduce(crate::dtype::promote);
     if let Some(dt) = promoted.filter(|&dt| tensors.iter().any(|t| t.dtype() != dt)) {
         // Converted (differentiably) first, each part then joined as one dtype.
         let converted = tensors
@@ -504,9 +503,7 @@ impl Tensor {
         // lose its gradient, since nothing records the copy (PyTorch's copy_ would carry it).
         super::gemm::grad::check_in_place(op, &[self, src])?;
         self.same_device(op, src)?;
-        let fits = crate::layout::broadcast_shapes(op, src.shape(), self.shape())
-            .is_ok_and(|s| s == self.shape());
-        if !fits {
+        if src.layout.broadcast_to(self.shape()).is_err() {
             return Err(Error::shape(
                 op,
                 format!(

@@ -84,8 +84,7 @@ pub fn binary_cross_entropy_with_logits(
     // not an [N, N] loss), and is cast to the loss's dtype.
     let fit = |name: &str, w: &Tensor| -> Result<Tensor> {
         input.same_device(op, w)?;
-        let grown = crate::layout::broadcast_shapes(op, input.shape(), w.shape()).ok();
-        if grown.as_deref() != Some(input.shape()) {
+        if w.layout().broadcast_to(input.shape()).is_err() {
             return Err(Error::shape(
                 op,
                 format!(

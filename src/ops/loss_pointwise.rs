@@ -7,7 +7,6 @@ use super::loss::{broadcastable, reduce, same_shape};
 use super::loss_options::Reduction;
 use super::ScalarOp;
 use crate::autograd::{record, BackwardOp, NoGradGuard};
-use crate::layout::broadcast_shapes;
 use crate::{Error, Result, Tensor};
 
 /// Mean absolute error `|input - target|` (PyTorch's `l1_loss`; input and target broadcast,
@@ -128,8 +127,7 @@ pub fn binary_cross_entropy(
                 "the weight's gradient is not implemented (as in PyTorch): pass a weight that does not require grad, or detach it",
             ));
         }
-        let fits = broadcast_shapes(op, w.shape(), input.shape()).ok();
-        if fits.as_deref() != Some(input.shape()) {
+        if w.layout().broadcast_to(input.shape()).is_err() {
             return Err(Error::shape(
                 op,
                 format!(

@@ -205,24 +205,13 @@ fn norm_edges_follow_pytorch() {
     };
     let y = batch_norm_inference(&x, &rm, &rv, &o).unwrap();
     let g = y.sum_all().unwrap().backward().unwrap();
-    let dx = g
-        .get(&x)
-        .unwrap()
-        .to_dtype(DType::F32)
-        .unwrap()
-        .to_vec::<f32>()
-        .unwrap();
+    let f32s = |t: &Tensor| t.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
+    let dx = f32s(g.get(&x).unwrap());
     let want = 0.5 / 1e-7f64.sqrt();
     for v in dx {
         assert!((f64::from(v) - want).abs() <= 2e-3 * want, "{v} vs {want}");
     }
-    let dg = g
-        .get(&gamma)
-        .unwrap()
-        .to_dtype(DType::F32)
-        .unwrap()
-        .to_vec::<f32>()
-        .unwrap();
+    let dg = f32s(g.get(&gamma).unwrap());
     let want = 0.25 / 1e-7f64.sqrt();
     assert!(
         (f64::from(dg[0]) - want).abs() <= 2e-3 * want,

@@ -507,9 +507,7 @@ fn c_operand(
                     ),
                 )
             })?;
-            // Tested in f32, the kernels' type, as gemm_into does: a beta that rounds to 0
-            // must not read C (0 * NaN), as BLAS with beta 0.
-            if o.beta as f32 == 0.0 {
+            if !o.reads_c() {
                 return Ok((0, Layout::contiguous(out_shape)));
             }
             Ok((1, l))

@@ -45,3 +45,11 @@ impl Default for GemmOptions<'_> {
         }
     }
 }
+
+impl GemmOptions<'_> {
+    /// Whether the product reads `c`: given, with a beta that is not 0 in f32, the kernels'
+    /// type (a beta that rounds to 0 must not read C, as BLAS with beta 0: 0 * NaN).
+    pub(crate) fn reads_c(&self) -> bool {
+        self.c.is_some() && self.beta as f32 != 0.0
+    }
+}

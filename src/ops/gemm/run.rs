@@ -35,7 +35,7 @@ pub(crate) fn run_kernel(
         Err(e) => e,
     };
     // C is read only with beta != 0 (and never besides an in-place target).
-    let c = o.c.filter(|_| into.is_none() && o.beta != 0.0);
+    let c = o.c.filter(|_| into.is_none() && o.reads_c());
     let Some([Some(ap), Some(bp), cp]) = packed_batch(&e, a, b, c)? else {
         return Err(e);
     };
