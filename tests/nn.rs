@@ -968,6 +968,34 @@ fn module_list_and_dict_names() {
     assert_eq!(names(m.heads.state_dict())[0], "classify.weight");
 }
 
+/// `eval()` on containers of layers without flags of their own (Linear, ReLU) reads back as not
+/// training, as PyTorch's `Sequential(Linear, ReLU).eval().training` is False; `train()` turns
+/// it back, and a nested container follows its parent.
+#[test]
+fn containers_carry_their_own_training_flag() {
+    let d = dev();
+    let mut seq = nn::Sequential::new()
+        .push(nn::Linear::new(d, 2, 3, true).unwrap())
+        .push(nn::ReLU)
+        .push(nn::Sequential::new().push(nn::Linear::new(d, 3, 1, false).unwrap()));
+    assert!(seq.is_training());
+    seq.eval();
+    assert!(!seq.is_training());
+    assert!(!seq.get_as::<nn::Sequential>(2).unwrap().is_training());
+    seq.train();
+    assert!(seq.is_training() && seq.get_as::<nn::Sequential>(2).unwrap().is_training());
+    let mut list: nn::ModuleList<nn::Linear> = vec![nn::Linear::new(d, 2, 2, true).unwrap()].into();
+    list.eval();
+    assert!(!list.is_training());
+    let mut dict: nn::ModuleDict<nn::Linear> = nn::ModuleDict::new();
+    dict.insert("a", nn::Linear::new(d, 2, 2, true).unwrap())
+        .unwrap();
+    dict.set_training(false);
+    assert!(!dict.is_training());
+    dict.train();
+    assert!(dict.is_training());
+}
+
 /// Sequential: `seq[i]` runs one layer, `get_as` gives a layer as its own type (mutably too),
 /// out-of-range and wrong-type lookups are `None`.
 #[test]

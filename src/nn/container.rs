@@ -61,15 +61,26 @@ impl<T: Forward + 'static> Layer for T {
 /// assert_eq!(last.weight.shape(), &[2, 8]);
 /// # Ok(()) }
 /// ```
-#[derive(Default)]
 pub struct Sequential {
     layers: Vec<Box<dyn Layer>>,
+    // The container's own `training`, as every PyTorch module has one: `eval()` on a sequence
+    // of layers without flags (Linear, ReLU) still reads back as not training.
+    training: bool,
+}
+
+impl Default for Sequential {
+    fn default() -> Self {
+        Sequential::new()
+    }
 }
 
 impl Sequential {
-    /// An empty sequence.
+    /// An empty sequence, in training mode.
     pub fn new() -> Sequential {
-        Sequential { layers: Vec::new() }
+        Sequential {
+            layers: Vec::new(),
+            training: true,
+        }
     }
 
     /// Appends a layer (builder style).
@@ -145,11 +156,13 @@ impl IndexMut<usize> for Sequential {
 
 impl Module for Sequential {
     fn visit(&self, visitor: &mut dyn Visitor) {
+        visitor.training(self.training);
         for (i, l) in self.layers.iter().enumerate() {
             visitor.child(&i.to_string(), (**l).as_module());
         }
     }
     fn visit_mut(&mut self, visitor: &mut dyn VisitorMut) {
+        visitor.training(&mut self.training);
         for (i, l) in self.layers.iter_mut().enumerate() {
             visitor.child(&i.to_string(), (**l).as_module_mut());
         }
@@ -195,12 +208,14 @@ impl Forward for Sequential {
 /// ```
 pub struct ModuleList<M = Box<dyn Forward>> {
     items: Vec<M>,
+    // The list's own flag (see `Sequential::training`).
+    training: bool,
 }
 
 impl<M> ModuleList<M> {
-    /// An empty list.
+    /// An empty list, in training mode.
     pub fn new() -> ModuleList<M> {
-        ModuleList { items: Vec::new() }
+        ModuleList::from(Vec::new())
     }
 
     /// Appends a module (PyTorch's `append`).
@@ -247,15 +262,16 @@ impl<M> Default for ModuleList<M> {
 
 impl<M> From<Vec<M>> for ModuleList<M> {
     fn from(items: Vec<M>) -> Self {
-        ModuleList { items }
+        ModuleList {
+            items,
+            training: true,
+        }
     }
 }
 
 impl<M> FromIterator<M> for ModuleList<M> {
     fn from_iter<I: IntoIterator<Item = M>>(iter: I) -> Self {
-        ModuleList {
-            items: iter.into_iter().collect(),
-        }
+        ModuleList::from(iter.into_iter().collect::<Vec<M>>())
     }
 }
 
@@ -290,9 +306,11 @@ impl<'a, M> IntoIterator for &'a mut ModuleList<M> {
 
 impl<M: Module> Module for ModuleList<M> {
     fn visit(&self, visitor: &mut dyn Visitor) {
+        visitor.training(self.training);
         self.items.visit(visitor)
     }
     fn visit_mut(&mut self, visitor: &mut dyn VisitorMut) {
+        visitor.training(&mut self.training);
         self.items.visit_mut(visitor)
     }
 }
@@ -316,13 +334,16 @@ impl<M: Module> Module for ModuleList<M> {
 /// ```
 pub struct ModuleDict<M = Box<dyn Forward>> {
     entries: Vec<(String, M)>,
+    // The dict's own flag (see `Sequential::training`).
+    training: bool,
 }
 
 impl<M> ModuleDict<M> {
-    /// An empty dict.
+    /// An empty dict, in training mode.
     pub fn new() -> ModuleDict<M> {
         ModuleDict {
             entries: Vec::new(),
+            training: true,
         }
     }
 
@@ -414,11 +435,13 @@ impl<M> Index<&str> for ModuleDict<M> {
 
 impl<M: Module> Module for ModuleDict<M> {
     fn visit(&self, visitor: &mut dyn Visitor) {
+        visitor.training(self.training);
         for (n, m) in &self.entries {
             m.visit_field(n, visitor);
         }
     }
     fn visit_mut(&mut self, visitor: &mut dyn VisitorMut) {
+        visitor.training(&mut self.training);
         for (n, m) in &mut self.entries {
             m.visit_field_mut(n, visitor);
         }

@@ -156,8 +156,11 @@ pub trait Module {
         self.set_training(false);
     }
 
-    /// False when any layer of the module is in evaluation mode (true for a module without
-    /// training flags).
+    /// False when any layer of the module is in evaluation mode. The containers
+    /// ([`Sequential`](super::Sequential), [`ModuleList`](super::ModuleList),
+    /// [`ModuleDict`](super::ModuleDict)) carry a flag of their own, so `eval()` reads back as
+    /// not training even when no layer inside has one (Linear, ReLU); a bare layer without a
+    /// flag (and a derived struct without a `#[module(training)]` field) always reads true.
     fn is_training(&self) -> bool {
         struct All(bool);
         impl Visitor for All {
