@@ -243,6 +243,48 @@ fn lstm_and_gru_names_and_init() {
     );
 }
 
+/// `without_bias()` is PyTorch's `bias=False`: the weights alone in the state dict, and the
+/// same outputs and weight gradients as the layer with its biases zeroed.
+#[test]
+fn lstm_without_bias_matches_zero_biases() {
+    let c = nn::RnnConfig {
+        num_layers: 2,
+        bidirectional: true,
+        dropout: 0.5,
+        ..Default::default()
+    };
+    let with = nn::Lstm::new(dev(), 3, 4, c).unwrap();
+    let mut without = with.clone().without_bias().unwrap();
+    let names: Vec<String> = without.state_dict().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names.len(), 8);
+    assert!(names.iter().all(|n| n.starts_with("weight_")), "{names:?}");
+    assert_eq!(names[2], "weight_ih_l0_reverse");
+    for (n, b) in with.named_parameters() {
+        if n.starts_with("bias_") {
+            let zeros = Tensor::zeros(dev(), b.shape(), DType::F32).unwrap();
+            wgtensor::autograd::no_grad(|| b.copy_from(&zeros)).unwrap();
+        }
+    }
+    let x = wgtensor::ops::randn(dev(), &[5, 2, 3], DType::F32).unwrap();
+    let mut with = with;
+    with.eval();
+    without.eval();
+    let (a, b) = (with.forward(&x).unwrap(), without.forward(&x).unwrap());
+    assert_eq!(vals(&a), vals(&b));
+    let ga = a.sum_all().unwrap().backward().unwrap();
+    let gb = b.sum_all().unwrap().backward().unwrap();
+    for (n, p) in without.named_parameters() {
+        assert_eq!(vals(gb.get(&p).unwrap()), vals(ga.get(&p).unwrap()), "{n}");
+    }
+    // Training with dropout between layers runs the per-layer models, biases gone there too.
+    without.train();
+    let y = without.forward_with_state(&x, None, None).unwrap();
+    assert_eq!(
+        (y.output.shape(), y.h_n.shape()),
+        (&[5, 2, 8][..], &[4, 2, 4][..])
+    );
+}
+
 /// Layer parameters are tracked (PyTorch's parameters require grad): a loss through a model
 /// has gradients for every parameter; under no_grad nothing is recorded.
 #[test]

@@ -119,6 +119,18 @@ impl Recurrent {
                 )?);
             }
         }
+        Recurrent::assemble(kind, c, weights, params)
+    }
+
+    /// The model (and the single-layer models dropout between layers runs) over `weights`,
+    /// indexed `layer * D + direction`, with `params` as the state dict lists them.
+    fn assemble(
+        kind: RnnKind,
+        c: RnnConfig,
+        weights: Vec<RnnWeights>,
+        params: Vec<(String, Tensor)>,
+    ) -> Result<Recurrent> {
+        let d = if c.bidirectional { 2 } else { 1 };
         let layers = if c.dropout > 0.0 && c.num_layers > 1 {
             weights
                 .chunks(d)
@@ -153,6 +165,43 @@ impl Recurrent {
             dropout: c.dropout,
             training: true,
         })
+    }
+
+    /// The same layer without biases (PyTorch's `bias=False`): no `bias_ih_l*` / `bias_hh_l*`
+    /// parameters, so the state dict lists the weights alone and loads PyTorch's `bias=False`
+    /// files; the gates add nothing. The weights are kept (not re-drawn), as is the training
+    /// mode.
+    ///
+    /// ```ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// use wgtensor::nn::{self, Module};
+    /// let dev = wgtensor::Device::new()?;
+    /// let gru = nn::Gru::new(&dev, 4, 8, nn::RnnConfig::default())?.without_bias()?;
+    /// let names: Vec<String> = gru.state_dict().into_iter().map(|(n, _)| n).collect();
+    /// assert_eq!(names, ["weight_ih_l0", "weight_hh_l0"]);
+    /// # Ok(()) }
+    /// ```
+    pub fn without_bias(self) -> Result<Recurrent> {
+        let kind = self.rnn.kind;
+        let params: Vec<(String, Tensor)> = self
+            .params
+            .into_iter()
+            .filter(|(n, _)| n.starts_with("weight_"))
+            .collect();
+        // Two weights per (layer, direction), weight_ih first (see `Recurrent::new`).
+        let weights = params
+            .chunks(2)
+            .map(|p| RnnWeights::new(kind, &p[0].1, &p[1].1, None, None))
+            .collect::<Result<Vec<_>>>()?;
+        let c = RnnConfig {
+            num_layers: self.rnn.num_layers,
+            bidirectional: self.rnn.bidirectional,
+            batch_first: self.rnn.batch_first,
+            dropout: self.dropout,
+        };
+        let mut r = Recurrent::assemble(kind, c, weights, params)?;
+        r.training = self.training;
+        Ok(r)
     }
 
     /// The full forward: output and final states from optional initial states
