@@ -60,20 +60,38 @@ fn avg_divisor(ty: Taps, tx: Taps) -> f32 {
         return p.divisor;
     }
     if (ADAPTIVE) {
-        return f32(ty.count * tx.count);
+        return f32(ty.count) * f32(tx.count);
     }
     let hs = ty.start;
     let ws = tx.start;
     let he = min(hs + i32(p.kh), i32(p.h + p.ph));
     let we = min(ws + i32(p.kw), i32(p.w + p.pw));
+    // In f32, not i32: a padded window past 46340 x 46340 wraps an i32 product (PyTorch
+    // multiplies in i64); each factor is exact in f32 and the product rounds once, as
+    // PyTorch's conversion of its i64 count does.
     if (p.include_pad != 0u) {
-        return f32((he - hs) * (we - ws));
+        return f32(he - hs) * f32(we - ws);
     }
     let h0 = max(hs, 0);
     let w0 = max(ws, 0);
     let h1 = min(he, i32(p.h));
     let w1 = min(we, i32(p.w));
-    return f32((h1 - h0) * (w1 - w0));
+    return f32(h1 - h0) * f32(w1 - w0);
+}
+
+// The taps of `t` inside [0, len), as a range [x, y) of tap numbers: loops run over the input
+// a window covers, not over the whole (possibly huge, mostly padded) kernel.
+fn inside(t: Taps, len: u32) -> vec2<u32> {
+    let room = i32(len) - t.start;
+    if (room <= 0) {
+        return vec2<u32>(0u, 0u);
+    }
+    var first = 0u;
+    if (t.start < 0) {
+        first = (u32(-t.start) + t.step - 1u) / t.step;
+    }
+    let end = min(t.count, (u32(room) + t.step - 1u) / t.step);
+    return vec2<u32>(first, max(first, end));
 }
 
 struct Pooled {
@@ -90,16 +108,12 @@ fn window(plane: u32, oy: u32, ox: u32) -> Pooled {
     var best = bitcast<f32>(0xff800000u | (p.h & 0u));
     var arg = -1;
     var sum = 0.0;
-    for (var i = 0u; i < ty.count; i++) {
+    let iy = inside(ty, p.h);
+    let ix = inside(tx, p.w);
+    for (var i = iy.x; i < iy.y; i++) {
         let r = ty.start + i32(i * ty.step);
-        if (r < 0 || r >= i32(p.h)) {
-            continue;
-        }
-        for (var j = 0u; j < tx.count; j++) {
+        for (var j = ix.x; j < ix.y; j++) {
             let c = tx.start + i32(j * tx.step);
-            if (c < 0 || c >= i32(p.w)) {
-                continue;
-            }
             let idx = u32(r) * p.w + u32(c);
             let v = f32(x[base + idx]);
             sum += v;

@@ -5,9 +5,9 @@
 #![cfg(not(target_arch = "wasm32"))]
 
 use wgtensor::ops::{
-    adaptive_avg_pool1d, adaptive_avg_pool2d, avg_pool1d, avg_pool2d, max_pool1d,
-    max_pool1d_with_indices, max_pool2d, AvgPool1dOptions, AvgPool2dOptions, MaxPool1dOptions,
-    MaxPool2dOptions,
+    adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_max_pool2d,
+    adaptive_max_pool2d_with_indices, avg_pool1d, avg_pool2d, max_pool1d, max_pool1d_with_indices,
+    max_pool2d, AvgPool1dOptions, AvgPool2dOptions, MaxPool1dOptions, MaxPool2dOptions,
 };
 use wgtensor::{Device, Tensor};
 
@@ -80,6 +80,47 @@ fn one_d_pools_and_options() {
     assert_eq!(vals(&avg_pool2d(&x3, &o).unwrap()), vec![5.0]);
 }
 
+/// A padded window past 46340 x 46340 divides by its true area (PyTorch counts it in i64; an
+/// i32 count wrapped negative), in the forward and the gradient; a 2^20 kernel over a 3 x 3
+/// input loops over the nine values it covers.
+#[test]
+fn huge_padded_windows() {
+    let x = Tensor::from_slice(
+        dev(),
+        &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0],
+        &[1, 1, 3, 3],
+    )
+    .unwrap()
+    .requires_grad()
+    .unwrap();
+    let o = AvgPool2dOptions {
+        padding: [23170; 2],
+        ..AvgPool2dOptions::new(46341)
+    };
+    let y = avg_pool2d(&x, &o).unwrap();
+    let area = 46341.0f32 * 46341.0f32;
+    let want = f64::from(45.0f32 / area);
+    let got = vals(&y);
+    assert_eq!(got.len(), 1);
+    assert!((got[0] - want).abs() <= want * 1e-6, "{got:?} vs {want}");
+    let g = y.sum_all().unwrap().backward().unwrap();
+    let gw = f64::from(1.0f32 / area);
+    for v in vals(g.get(&x).unwrap()) {
+        assert!((v - gw).abs() <= gw * 1e-6, "{v} vs {gw}");
+    }
+    let m = MaxPool2dOptions {
+        padding: [1 << 19; 2],
+        ..MaxPool2dOptions::new(1 << 20)
+    };
+    let y = max_pool2d(&x, &m).unwrap();
+    assert_eq!(vals(&y), vec![9.0]);
+    let g = y.sum_all().unwrap().backward().unwrap();
+    assert_eq!(
+        vals(g.get(&x).unwrap()),
+        [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+    );
+}
+
 #[test]
 fn pytorch_argument_errors() {
     let x = Tensor::from_slice(dev(), &[0.0f32; 16], &[1, 1, 4, 4]).unwrap();
@@ -122,5 +163,48 @@ fn pytorch_argument_errors() {
     assert_eq!(
         max_pool2d(&e0, &MaxPool2dOptions::new(2)).unwrap().shape(),
         &[0, 2, 2, 2]
+    );
+}
+
+/// The adaptive pools' empty cases, as PyTorch's (it checks only the plane for avg, the
+/// non-batch dims for max; adaptive_avg_pool1d is the 2-D pool over [.., 1, L]).
+#[test]
+fn adaptive_pools_with_empty_sizes() {
+    let f32 = wgtensor::DType::F32;
+    let x = Tensor::ones(dev(), &[2, 3, 5], f32).unwrap();
+    assert_eq!(adaptive_avg_pool1d(&x, 0).unwrap().shape(), &[2, 3, 0]);
+    let e = Tensor::zeros(dev(), &[2, 3, 0], f32).unwrap();
+    let y = adaptive_avg_pool1d(&e, 1).unwrap();
+    assert_eq!(y.shape(), &[2, 3, 1]);
+    assert!(vals(&y).iter().all(|v| v.is_nan()));
+    let no_channels = Tensor::zeros(dev(), &[2, 0, 5], f32).unwrap();
+    assert_eq!(
+        adaptive_avg_pool1d(&no_channels, 3).unwrap().shape(),
+        &[2, 0, 3]
+    );
+    let c0 = Tensor::zeros(dev(), &[1, 0, 4, 4], f32).unwrap();
+    assert_eq!(
+        adaptive_avg_pool2d(&c0, [2, 2]).unwrap().shape(),
+        &[1, 0, 2, 2]
+    );
+    // An empty plane with an output other than (1, 1) stays an error, as in PyTorch.
+    let plane0 = Tensor::zeros(dev(), &[1, 2, 0, 4], f32).unwrap();
+    assert!(adaptive_avg_pool2d(&plane0, [2, 2]).is_err());
+    let x4 = Tensor::ones(dev(), &[1, 2, 4, 4], f32)
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let y = adaptive_max_pool2d(&x4, [0, 3]).unwrap();
+    assert_eq!(y.shape(), &[1, 2, 0, 3]);
+    let g = y.sum_all().unwrap().backward().unwrap();
+    assert_eq!(vals(g.get(&x4).unwrap()), vec![0.0; 32]);
+    let (v, i) = adaptive_max_pool2d_with_indices(&x4, [2, 0]).unwrap();
+    assert_eq!(
+        (v.shape(), i.shape()),
+        (&[1, 2, 2, 0][..], &[1, 2, 2, 0][..])
+    );
+    assert!(
+        adaptive_max_pool2d(&c0, [0, 2]).is_err(),
+        "no channels: PyTorch refuses"
     );
 }

@@ -80,10 +80,16 @@ pub fn avg_pool2d_backward(dy: &Tensor, x: &Tensor, o: &AvgPool2dOptions) -> Res
 pub fn adaptive_avg_pool2d(x: &Tensor, output_size: [usize; 2]) -> Result<Tensor> {
     let op = "adaptive_avg_pool2d";
     let rank_ok = matches!(x.rank(), 3 | 4) && x.dtype().is_float();
-    if rank_ok && (output_size.contains(&0) || (output_size == [1, 1] && x.numel() == 0)) {
-        // PyTorch: an output size of 0 gives an empty result, and (1, 1) is the plane's mean
-        // (NaN over an empty plane, empty for no channels). Derived from that mean, so the
-        // graph is kept.
+    let plane_empty = rank_ok && x.shape()[x.rank() - 2..].contains(&0);
+    if rank_ok
+        && (output_size.contains(&0)
+            || (output_size == [1, 1] && x.numel() == 0)
+            || (x.numel() == 0 && !plane_empty))
+    {
+        // PyTorch: an output size of 0 gives an empty result, (1, 1) is the plane's mean (NaN
+        // over an empty plane), and no channels (or no batch) give an empty result of any
+        // output size (PyTorch checks only the plane for being non-empty). Derived from that
+        // mean, so the graph is kept.
         let m = x.mean_dims(&[-2, -1], true)?;
         let m = m.narrow(-2, 0usize, output_size[0].min(1))?;
         let m = m.narrow(-1, 0usize, output_size[1].min(1))?;
@@ -117,8 +123,28 @@ pub fn adaptive_avg_pool2d_backward(dy: &Tensor, x: &Tensor) -> Result<Tensor> {
 /// PyTorch's `adaptive_max_pool2d` (values; the windows as [`adaptive_avg_pool2d`]'s).
 pub fn adaptive_max_pool2d(x: &Tensor, output_size: [usize; 2]) -> Result<Tensor> {
     let op = "adaptive_max_pool2d";
+    if let Some(empty) = max_output_empty(x, output_size) {
+        return empty;
+    }
     let (win, out) = adaptive_window(op, x, output_size, POOL_MAX)?;
     run(op, x, win, out, None)
+}
+
+/// PyTorch checks only the input's non-batch dims for adaptive max pooling: an output size of
+/// 0 gives an empty result (a view of the input, so the graph is kept). `None` when the
+/// output is not empty, or the input is one the kernel path refuses.
+fn max_output_empty(x: &Tensor, output_size: [usize; 2]) -> Option<Result<Tensor>> {
+    let r = x.rank();
+    if !(matches!(r, 3 | 4)
+        && x.dtype().is_float()
+        && output_size.contains(&0)
+        && !x.shape()[r - 3..].contains(&0))
+    {
+        return None;
+    }
+    let mut shape = x.shape()[..r - 2].to_vec();
+    shape.extend(output_size);
+    Some(x.narrow(-1, 0usize, 0usize).and_then(|e| e.reshape(&shape)))
 }
 
 /// Gradient of [`adaptive_max_pool2d`].
@@ -183,6 +209,11 @@ pub fn adaptive_max_pool2d_with_indices(
     output_size: [usize; 2],
 ) -> Result<(Tensor, Tensor)> {
     let op = "adaptive_max_pool2d";
+    if let Some(empty) = max_output_empty(x, output_size) {
+        let empty = empty?;
+        let idx = Tensor::zeros(x.device(), empty.shape(), crate::DType::I32)?;
+        return Ok((empty, idx));
+    }
     let (win, out) = adaptive_window(op, x, output_size, POOL_MAX)?;
     Ok((
         run(op, x, win, out, None)?,
@@ -209,6 +240,11 @@ pub fn avg_pool1d(x: &Tensor, o: &AvgPool1dOptions) -> Result<Tensor> {
 /// PyTorch's `adaptive_avg_pool1d` over `[N, C, L]` or `[C, L]`.
 pub fn adaptive_avg_pool1d(x: &Tensor, output_size: usize) -> Result<Tensor> {
     let op = "adaptive_avg_pool1d";
+    if matches!(x.rank(), 2 | 3) && (output_size == 0 || x.numel() == 0) {
+        // PyTorch's adaptive_avg_pool1d is adaptive_avg_pool2d over [.., 1, L]: an output size
+        // of 0 or an empty input take its rules (empty, or NaN means over empty rows).
+        return drop_h(adaptive_avg_pool2d(&x.unsqueeze(-2)?, [1, output_size])?);
+    }
     let x2 = lift_1d(op, x)?;
     let (win, out) = adaptive_window(op, &x2, [1, output_size], POOL_AVG)?;
     drop_h(run(op, &x2, win, out, None)?)
