@@ -94,3 +94,17 @@ fn bind_groups_survive_pool_clears() {
     }
     assert_eq!(y.to_vec::<f32>().unwrap(), vec![31.0; 40_000]);
 }
+
+/// A tensor under the buffer limit is not refused for its size class (classes round up by
+/// as much as a quarter): it gets as far as the memory budget, here set below it.
+#[test]
+fn a_tensor_under_the_buffer_limit_is_not_too_large() {
+    let dev = Device::with_options(DeviceOptions {
+        memory_limit: Some(1 << 30),
+        ..Default::default()
+    })
+    .unwrap();
+    // 1.92 GB: under lavapipe's 2^31 - 1 and a GPU's 4 GiB - 1 limits, in the 2 GiB class.
+    let e = Tensor::zeros(&dev, &[480_000_000], DType::F32).unwrap_err();
+    assert!(matches!(e, wgtensor::Error::OutOfMemory { .. }), "{e:?}");
+}

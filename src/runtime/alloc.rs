@@ -17,8 +17,9 @@ impl Device {
         } else {
             ("u32 indexing (4 GiB - 1)", u32::MAX as u64)
         };
-        let size = super::pool::buffer_size(bytes, self.inner.binding_limit);
-        if size > limit {
+        // The request itself (buffers are whole 4-byte words): its size class is capped at
+        // the limit (`pool::buffer_size`).
+        if bytes.div_ceil(4) * 4 > limit {
             return Err(Error::TooLarge {
                 op,
                 bytes,
@@ -96,7 +97,11 @@ impl Device {
         st.pool.note_created(size);
         st.batch.bytes += size;
         if st.batch.bytes >= self.inner.opts.max_bytes_per_submit {
-            self.flush_locked(&mut st, op)?;
+            if let Err(e) = self.flush_locked(&mut st, op) {
+                // Unused, so reusable at once (dropped, it would stay counted as live).
+                st.pool.release_now(buf);
+                return Err(e);
+            }
         }
         Ok(buf)
     }

@@ -379,12 +379,17 @@ mod hazard_tests {
         dev.sync().unwrap();
         let a = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0], &[3]).unwrap();
         let b = a.add_scalar(1.0).unwrap();
+        // An index check in the refused batch: the device's one error buffer is written by
+        // it, yet stays usable.
+        let idx = Tensor::from_slice(&dev, &[0i32], &[1]).unwrap();
+        let _picked = a.index_select(0, &idx).unwrap();
         let small = Tensor::zeros(&dev, &[4], DType::F32).unwrap();
         // 4 KiB into a 256-byte buffer: invalid, reported when the batch is finished.
         let big = Tensor::zeros(&dev, &[1024], DType::F32).unwrap();
         dev.record_copy(big.buffer(), 0, small.buffer(), 0, 4096);
         let e = dev.sync().unwrap_err();
         assert!(matches!(e, crate::Error::Validation { .. }), "{e:?}");
+        dev.sync().expect("the failure was reported once");
         assert!(
             b.to_vec::<f32>().is_err(),
             "b was computed in the refused batch"
@@ -403,5 +408,11 @@ mod hazard_tests {
             c.add_scalar(1.0).unwrap().to_vec::<f32>().unwrap(),
             vec![2.0, 3.0]
         );
+        let i = Tensor::from_slice(&dev, &[1i32], &[1]).unwrap();
+        assert_eq!(
+            c.index_select(0, &i).unwrap().to_vec::<f32>().unwrap(),
+            vec![2.0]
+        );
+        dev.sync().unwrap();
     }
 }

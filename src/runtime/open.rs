@@ -173,6 +173,7 @@ impl Device {
                         opts.pool_cap_bytes
                             .unwrap_or_else(|| super::memory::default_pool_cap(memory_limit)),
                         binding_limit,
+                        limits.max_buffer_size.min(u32::MAX as u64) / 4 * 4,
                     ),
                     bind_groups: BindGroupCache::default(),
                     batch: Batch::default(),

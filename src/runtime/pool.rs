@@ -43,6 +43,9 @@ pub(crate) struct BufferPool {
     /// The device's binding limit: a request that fits one binding never gets a buffer past
     /// it (the class is capped), so whole-buffer bindings of such tensors stay valid.
     bind_cap: u64,
+    /// The largest buffer the device takes (a multiple of 4): a request past one binding gets
+    /// its class capped here, so a tensor the limit admits is never refused for its class.
+    buf_cap: u64,
 }
 
 /// How many classes above a request's own a cached buffer may be and still serve it (with 4
@@ -58,19 +61,17 @@ pub(crate) fn size_class(bytes: u64) -> u64 {
     b.div_ceil(step) * step
 }
 
-/// The buffer size for a request of `bytes` on a device whose bindings cover `bind_cap` bytes:
-/// the size class, capped at `bind_cap` when the request fits one binding.
-pub(crate) fn buffer_size(bytes: u64, bind_cap: u64) -> u64 {
+/// The buffer size for a request of `bytes` on a device whose bindings cover `bind_cap` bytes
+/// and whose buffers `buf_cap` bytes: the size class, capped at `bind_cap` when the request
+/// fits one binding, else at `buf_cap` (never below the request rounded up to 4 bytes).
+pub(crate) fn buffer_size(bytes: u64, bind_cap: u64, buf_cap: u64) -> u64 {
     let c = size_class(bytes);
-    if bytes <= bind_cap {
-        c.min(bind_cap)
-    } else {
-        c
-    }
+    let cap = if bytes <= bind_cap { bind_cap } else { buf_cap };
+    c.min(cap.max(bytes.div_ceil(4) * 4))
 }
 
 impl BufferPool {
-    pub(crate) fn new(cap_bytes: u64, bind_cap: u64) -> Self {
+    pub(crate) fn new(cap_bytes: u64, bind_cap: u64, buf_cap: u64) -> Self {
         BufferPool {
             free: HashMap::new(),
             pending: Vec::new(),
@@ -78,13 +79,14 @@ impl BufferPool {
             stats: PoolStats::default(),
             generation: 0,
             bind_cap,
+            buf_cap,
         }
     }
 
     /// The buffer size for a request of `bytes`: its size class, capped at the binding limit
     /// when the request fits one binding.
     pub(crate) fn class(&self, bytes: u64) -> u64 {
-        buffer_size(bytes, self.bind_cap)
+        buffer_size(bytes, self.bind_cap, self.buf_cap)
     }
 
     /// A cached buffer of the class for `bytes` and `usage`, or `None` (the caller creates one
@@ -225,7 +227,25 @@ impl BufferPool {
 
 #[cfg(test)]
 mod tests {
-    use super::size_class;
+    use super::{buffer_size, size_class};
+
+    /// A request the buffer limit admits gets a buffer within it: classes round up by as
+    /// much as a quarter, which past 7/8 of a power-of-two limit overshot it (a 3.84 GB
+    /// tensor under NVIDIA's 4 GiB - 1 was refused for its 4 GiB class).
+    #[test]
+    fn classes_are_capped_at_the_buffer_limit() {
+        let (bind, buf) = ((1u64 << 31) - 256, u64::from(u32::MAX) / 4 * 4);
+        for bytes in [3_840_000_000u64, buf, buf - 3, (1 << 31) + 1, 4_000_000_001] {
+            let size = buffer_size(bytes, bind, buf);
+            assert!(
+                size >= bytes && size <= buf && size.is_multiple_of(4),
+                "{bytes} -> {size}"
+            );
+        }
+        // Within one binding the binding cap holds, and small requests keep their class.
+        assert_eq!(buffer_size(bind - 10, bind, buf), bind);
+        assert_eq!(buffer_size(1000, bind, buf), size_class(1000));
+    }
 
     #[test]
     fn size_classes_bound_waste_and_are_monotonic() {

@@ -79,7 +79,12 @@ impl Device {
         let _ = self.inner.device.poll(wgpu::PollType::Poll);
         let e = self.check(op).err().unwrap_or(e);
         for buf in written {
-            st.poisoned.insert(buf, e.clone());
+            // Not the index-error buffer: it outlives every batch (checks and readbacks
+            // of later ones write it), and a dropped batch's checks and clears never ran, so
+            // it holds what the batches before wrote.
+            if st.index_err.as_ref() != Some(&buf) {
+                st.poisoned.insert(buf, e.clone());
+            }
         }
         st.batch_error = Some(e.clone());
         Err(e)
@@ -171,7 +176,11 @@ impl Device {
         self.check(op)?;
         let (newest, spin) = {
             let mut st = self.lock_state();
-            self.flush_locked(&mut st, op)?;
+            if let Err(e) = self.flush_locked(&mut st, op) {
+                // Reported here, so not again at the next sync.
+                st.batch_error = None;
+                return Err(e);
+            }
             if let Some(e) = st.batch_error.take() {
                 return Err(e);
             }
