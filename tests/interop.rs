@@ -163,3 +163,30 @@ fn stats_runs_no_wgpu_callbacks() {
         .recv_timeout(std::time::Duration::from_secs(60))
         .expect("the map callback ran");
 }
+
+/// On an app's device with fewer storage bindings per stage than a kernel needs, that op is an
+/// error on every call (a failed pipeline is not cached and reused), and the rest of the
+/// device's work goes on.
+#[test]
+fn a_kernel_the_device_cannot_build_fails_every_time() {
+    let instance =
+        wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+    let adapter = pollster::block_on(instance.request_adapter(&Default::default())).unwrap();
+    let desc = wgpu::DeviceDescriptor {
+        required_limits: wgpu::Limits {
+            max_storage_buffers_per_shader_stage: 4,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let (device, queue) = pollster::block_on(adapter.request_device(&desc)).unwrap();
+    let dev = Device::from_wgpu(adapter, device, queue, DeviceOptions::default()).unwrap();
+    let x = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap();
+    let opts = wgtensor::ops::BatchNormOptions::default();
+    let run = || wgtensor::ops::batch_norm_train(&x, None, &opts);
+    assert!(run().is_err());
+    assert!(run().is_err(), "the second call fails too");
+    let y = x.add_scalar(1.0).unwrap();
+    dev.sync().unwrap();
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![2.0, 3.0, 4.0, 5.0]);
+}

@@ -375,6 +375,12 @@ impl Device {
     ) -> (R, Option<Error>) {
         #[cfg(not(target_arch = "wasm32"))]
         {
+            // Internal errors too (a driver's shader compile failure): uncaught, they would
+            // be reported later against whatever op polls next.
+            let internal = self
+                .inner
+                .device
+                .push_error_scope(wgpu::ErrorFilter::Internal);
             let oom = self
                 .inner
                 .device
@@ -386,7 +392,8 @@ impl Device {
             let r = f();
             let val = pollster::block_on(val.pop());
             let oom = pollster::block_on(oom.pop());
-            (r, oom.or(val).map(|e| map_wgpu_error(op, e)))
+            let internal = pollster::block_on(internal.pop());
+            (r, oom.or(val).or(internal).map(|e| map_wgpu_error(op, e)))
         }
         #[cfg(target_arch = "wasm32")]
         {

@@ -23,9 +23,15 @@ impl Device {
         if let Some(p) = cache.get(kernel, dtypes, constants) {
             return Ok(p);
         }
-        self.scoped(op, || {
+        let r = self.scoped(op, || {
             cache.compile(&self.inner.device, kernel, dtypes, constants)
-        })
+        });
+        if r.is_err() {
+            // Not kept: a second call would find an invalid pipeline and record it, and the
+            // batch would fail at submission, taking every op recorded with it down.
+            cache.forget(kernel, dtypes, constants);
+        }
+        r
     }
 
     /// The one launch path: bind Params (binding 0, a slice of the batch's param arena) and the

@@ -309,6 +309,24 @@ impl PipelineCache {
         }
     }
 
+    /// Drops what [`PipelineCache::compile`] kept of (kernel, dtypes, constants) after it
+    /// failed: the pipeline and its shader module.
+    pub(crate) fn forget(
+        &mut self,
+        kernel: &Kernel,
+        dtypes: &[DType],
+        constants: &[(&'static str, f64)],
+    ) {
+        if let Some(v) = self.pipelines.get_mut(&key_hash(kernel, dtypes, constants)) {
+            v.retain(|(k, _)| !k.matches(kernel, dtypes, constants));
+        }
+        self.modules.remove(&(
+            kernel.source.as_ptr() as usize,
+            lib_ids(kernel).collect(),
+            dtypes.to_vec(),
+        ));
+    }
+
     /// Compiles (kernel, dtypes, constants). Errors surface through the caller's error scope.
     pub(crate) fn compile(
         &mut self,
