@@ -1220,6 +1220,58 @@ fn norm_layers_and_silu() {
     }
 }
 
+/// LayerNorm and GroupNorm (f32 parameters) on f16 activations, as PyTorch's mixed-dtype rule:
+/// computed in f32, the result in f16; the parameters' gradients come back in f32.
+#[test]
+fn norm_layers_take_f16_activations() {
+    let d = dev();
+    if !d.supports_f16() {
+        return;
+    }
+    let x32 = Tensor::from_slice(
+        d,
+        &(0..16)
+            .map(|i| ((i * 5) % 7) as f32 - 3.0)
+            .collect::<Vec<_>>(),
+        &[2, 4, 2],
+    )
+    .unwrap();
+    let x = x32.to_dtype(DType::F16).unwrap();
+    let ln = nn::LayerNorm::new(d, &[2]).unwrap();
+    let gn = nn::GroupNorm::new(d, 2, 4).unwrap();
+    for (y, want) in [
+        (ln.forward(&x).unwrap(), ln.forward(&x32).unwrap()),
+        (gn.forward(&x).unwrap(), gn.forward(&x32).unwrap()),
+    ] {
+        assert_eq!(y.dtype(), DType::F16);
+        let want = want.to_dtype(DType::F16).unwrap();
+        assert_eq!(
+            y.to_vec::<half::f16>().unwrap(),
+            want.to_vec::<half::f16>().unwrap()
+        );
+    }
+    let sum = |y: Tensor| {
+        y.to_dtype(DType::F32)
+            .unwrap()
+            .mul(&x32)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+    };
+    let loss = sum(ln.forward(&x).unwrap())
+        .add(&sum(gn.forward(&x).unwrap()))
+        .unwrap();
+    let g = loss.backward().unwrap();
+    for m in [&ln as &dyn Module, &gn] {
+        for (n, p) in m.named_parameters() {
+            assert_eq!(g.get(&p).expect("a gradient").dtype(), DType::F32, "{n}");
+        }
+    }
+    // An f32 input with f16 parameters stays an error, as PyTorch's.
+    let w16 = Tensor::ones(d, &[2], DType::F16).unwrap();
+    assert!(wgtensor::ops::layer_norm(&x32, &[2], Some(&w16), None, 1e-5).is_err());
+}
+
 /// The constructors PyTorch users reach for: a non-square, strided, dilated Conv2d with
 /// per-side padding; BatchNorm's eps, momentum and affine; pools from a size; loading the part
 /// of a state dict under a prefix.

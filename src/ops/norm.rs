@@ -183,6 +183,13 @@ impl Plan {
     }
 }
 
+/// PyTorch's mixed-dtype rule for layer and group norm: f16 activations with f32 parameters
+/// (the `nn` layers' own) are computed in f32, the result in f16.
+fn mixed(x: &Tensor, params: [Option<&Tensor>; 2]) -> bool {
+    let mut defined = params.into_iter().flatten().peekable();
+    x.dtype() == DType::F16 && defined.peek().is_some() && defined.all(|p| p.dtype() == DType::F32)
+}
+
 fn check_param(
     op: &'static str,
     what: &str,
@@ -421,8 +428,8 @@ fn run(plan: Plan, x: &Tensor, w: Option<&Tensor>, b: Option<&Tensor>) -> Result
 /// Layer normalization over the trailing `normalized_shape` dims, PyTorch's
 /// `F.layer_norm(x, normalized_shape, weight, bias, eps)`: each slice `x[..., :]` of
 /// `normalized_shape` becomes `(x - mean) / sqrt(var + eps) * weight + bias` with the biased
-/// variance; `weight` and `bias` (optional, shape `normalized_shape`, x's dtype) apply
-/// elementwise. Tracked by autograd (fused backward kernels). A NaN makes its row NaN.
+/// variance; `weight` and `bias` (optional, shape `normalized_shape`, x's dtype, or f32 for
+/// an f16 `x`: computed in f32 then, as PyTorch's mixed-dtype rule) apply elementwise. Tracked by autograd (fused backward kernels). A NaN makes its row NaN.
 ///
 /// ```no_run,ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
@@ -439,6 +446,16 @@ pub fn layer_norm(
     eps: f64,
 ) -> Result<Tensor> {
     let op = "layer_norm";
+    if mixed(x, [weight, bias]) {
+        let y = layer_norm(
+            &x.to_dtype(DType::F32)?,
+            normalized_shape,
+            weight,
+            bias,
+            eps,
+        )?;
+        return y.to_dtype(x.dtype());
+    }
     let (rows, len) = trailing(op, x, normalized_shape)?;
     check_param(op, "weight", x, weight, normalized_shape)?;
     check_param(op, "bias", x, bias, normalized_shape)?;
@@ -497,8 +514,8 @@ pub fn rms_norm(
 /// Group normalization, PyTorch's `F.group_norm(x, num_groups, weight, bias, eps)`: the
 /// channels (dim 1) of `x` `[N, C, *]` split into `num_groups` groups of `C / num_groups`;
 /// each sample's group is normalized over its channels and spatial positions with the biased
-/// variance, then `weight` and `bias` (optional, shape `[C]`) apply per channel. Tracked by
-/// autograd.
+/// variance, then `weight` and `bias` (optional, shape `[C]`; f32 ones on an f16 `x` are
+/// computed in f32, as PyTorch's mixed-dtype rule) apply per channel. Tracked by autograd.
 pub fn group_norm(
     x: &Tensor,
     num_groups: usize,
@@ -507,6 +524,10 @@ pub fn group_norm(
     eps: f64,
 ) -> Result<Tensor> {
     let op = "group_norm";
+    if mixed(x, [weight, bias]) {
+        let y = group_norm(&x.to_dtype(DType::F32)?, num_groups, weight, bias, eps)?;
+        return y.to_dtype(x.dtype());
+    }
     x.require_float(op)?;
     let s = x.shape();
     if s.len() < 2 {
