@@ -2,8 +2,8 @@
 //! tensors by name from bytes or a file, saved back the same way, and loading a state dict
 //! into existing parameter tensors in place (strict or not), as PyTorch's `load_state_dict`.
 //! f32, f16 and i32 load as they are (f16 as f32 on a device without f16 storage); bf16 and
-//! f64 convert to f32 on load; int64, uint8 and bool entries load as i32 (int64 values outside
-//! the i32 range are an error). i32 tensors save as `I32`.
+//! f64 convert to f32 on load; the other integers (int8 to int64, uint8 to uint64) and bool
+//! load as i32 (values outside the i32 range are an error). i32 tensors save as `I32`.
 
 use std::collections::HashMap;
 
@@ -84,13 +84,55 @@ fn upload(
             let v: Vec<i32> = data.iter().map(|&b| b as i32).collect();
             Tensor::from_slice(dev, &v, shape)
         }
+        // The narrower integers convert exactly.
+        StDtype::I8 => {
+            let v: Vec<i32> = data.iter().map(|&b| i32::from(b as i8)).collect();
+            Tensor::from_slice(dev, &v, shape)
+        }
+        StDtype::I16 | StDtype::U16 => {
+            let v: Vec<i32> = words(2)
+                .map(|b| match dtype {
+                    StDtype::I16 => i32::from(i16::from_le_bytes([b[0], b[1]])),
+                    _ => i32::from(u16::from_le_bytes([b[0], b[1]])),
+                })
+                .collect();
+            Tensor::from_slice(dev, &v, shape)
+        }
+        // The wider unsigned ones as int64: values past i32 are an error.
+        StDtype::U32 | StDtype::U64 => {
+            let n = if dtype == StDtype::U32 { 4 } else { 8 };
+            let v = words(n)
+                .map(|b| {
+                    let mut w = [0u8; 8];
+                    w[..n].copy_from_slice(b);
+                    let x = u64::from_le_bytes(w);
+                    i32::try_from(x).map_err(|_| Error::Io {
+                        op,
+                        msg: format!("tensor {name:?}: {dtype:?} value {x} does not fit the i32 the device stores"),
+                    })
+                })
+                .collect::<Result<Vec<i32>>>()?;
+            Tensor::from_slice(dev, &v, shape)
+        }
         other => Err(Error::Io {
             op,
             msg: format!(
-                "tensor {name:?} has dtype {other:?}; F32, F16, BF16, F64, I64, I32, U8 and BOOL load"
+                "tensor {name:?} has dtype {other:?}; floats (F32, F16, BF16, F64), integers \
+                 (I8 to I64, U8 to U64) and BOOL load"
             ),
         }),
     }
+    .map_err(|e| match e {
+        // What the device ran out of says so itself; a shape it refuses names the tensor.
+        Error::TooLarge { .. }
+        | Error::OutOfMemory { .. }
+        | Error::DeviceLost { .. }
+        | Error::Io { .. } => e,
+        other => Error::Io {
+            op,
+            msg: format!("tensor {name:?} ({dtype:?} {shape:?}): {other}"),
+        },
+    })
 }
 
 /// The tensors of `tensors` whose names start with `prefix` followed by a dot, under the rest
@@ -147,10 +189,47 @@ fn not_a_pickle(op: &'static str, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a header whose data offsets point past the data (safetensors 0.8 sums them
+/// unchecked, so offsets near `usize::MAX` overflow in its parser). Headers this cannot read
+/// are left to the parser, which reports them.
+fn offsets_in_range(op: &'static str, bytes: &[u8]) -> Result<()> {
+    let Some(n) = bytes
+        .get(..8)
+        .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+    else {
+        return Ok(());
+    };
+    let Some(header) = usize::try_from(n)
+        .ok()
+        .and_then(|n| bytes.get(8..8usize.checked_add(n)?))
+    else {
+        return Ok(());
+    };
+    let Ok(serde_json::Value::Object(entries)) = serde_json::from_slice(header) else {
+        return Ok(());
+    };
+    let data = (bytes.len() - 8 - header.len()) as u64;
+    for (name, entry) in &entries {
+        let offsets = entry.get("data_offsets").and_then(|o| o.as_array());
+        for end in offsets.into_iter().flatten().filter_map(|v| v.as_u64()) {
+            if end > data {
+                return Err(Error::Io {
+                    op,
+                    msg: format!(
+                        "tensor {name:?}: data offset {end} is past the file's {data} data bytes"
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Every tensor of a safetensors file's `bytes`, by name, on `dev` (wasm: bytes from `fetch`).
 pub fn load_safetensors(dev: &Device, bytes: &[u8]) -> Result<HashMap<String, Tensor>> {
     let op = "load_safetensors";
     not_a_pickle(op, bytes)?;
+    offsets_in_range(op, bytes)?;
     let st = SafeTensors::deserialize(bytes).map_err(|e| io_err(op, e))?;
     let mut out = HashMap::new();
     for (name, view) in st.tensors() {

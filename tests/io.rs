@@ -372,9 +372,28 @@ fn load_refuses_malformed_files() {
             r#"{"a":{"dtype":"C64","shape":[1],"data_offsets":[0,8]}}"#,
             &[0; 8],
         ),
+        // A uint64 value past the i32 the device stores.
         raw_file(
-            r#"{"a":{"dtype":"U16","shape":[2],"data_offsets":[0,4]}}"#,
-            &[0; 4],
+            r#"{"a":{"dtype":"U64","shape":[1],"data_offsets":[0,8]}}"#,
+            &(1u64 << 31).to_le_bytes(),
+        ),
+        // Offsets whose sum overflows (safetensors 0.8 adds them unchecked).
+        raw_file(
+            &format!(
+                "{{{}}}",
+                (0..8u64)
+                    .map(|k| {
+                        let m = (1u64 << 61) - 1;
+                        format!(
+                            r#""t{k}":{{"dtype":"U8","shape":[{m}],"data_offsets":[{},{}]}}"#,
+                            k * m,
+                            (k + 1) * m
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            &[],
         ),
         // Not a safetensors dtype, not a tensor entry, not JSON.
         raw_file(
@@ -399,5 +418,44 @@ fn load_refuses_malformed_files() {
     assert_eq!(
         load_safetensors(dev(), &raw_file("{}", &[])).unwrap().len(),
         0
+    );
+}
+
+/// The integer dtypes PyTorch saves (int8 to int64, uint8 to uint64) load as i32, exactly;
+/// errors while making a tensor name it.
+#[test]
+fn narrow_and_wide_integers_load_as_i32() {
+    let mut data = Vec::new();
+    data.extend([0xffu8, 0x7f]); // i8: -1, 127
+    data.extend((-2i16).to_le_bytes());
+    data.extend(65535u16.to_le_bytes());
+    data.extend(7u32.to_le_bytes());
+    data.extend(((1u64 << 31) - 1).to_le_bytes());
+    let f = raw_file(
+        concat!(
+            r#"{"a":{"dtype":"I8","shape":[2],"data_offsets":[0,2]},"#,
+            r#""b":{"dtype":"I16","shape":[],"data_offsets":[2,4]},"#,
+            r#""c":{"dtype":"U16","shape":[1],"data_offsets":[4,6]},"#,
+            r#""d":{"dtype":"U32","shape":[1],"data_offsets":[6,10]},"#,
+            r#""e":{"dtype":"U64","shape":[1],"data_offsets":[10,18]}}"#
+        ),
+        &data,
+    );
+    let sd = load_safetensors(dev(), &f).unwrap();
+    let get = |k: &str| sd[k].to_vec::<i32>().unwrap();
+    assert_eq!(get("a"), [-1, 127]);
+    assert_eq!((get("b"), sd["b"].shape().len()), (vec![-2], 0));
+    assert_eq!(get("c"), [65535]);
+    assert_eq!(get("d"), [7]);
+    assert_eq!(get("e"), [i32::MAX]);
+    assert!(sd.values().all(|t| t.dtype() == DType::I32));
+    let f = raw_file(
+        r#"{"encoder.big":{"dtype":"F32","shape":[1,1,1,1,1,1,1,1,1],"data_offsets":[0,4]}}"#,
+        &[0; 4],
+    );
+    let e = load_safetensors(dev(), &f).unwrap_err().to_string();
+    assert!(
+        e.starts_with("load_safetensors") && e.contains("encoder.big"),
+        "{e}"
     );
 }
