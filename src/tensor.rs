@@ -119,7 +119,7 @@ impl Tensor {
     }
 
     /// Uploads `data` (row-major) as a new contiguous tensor of `shape`, with the dtype of `T`
-    /// (`f32` or [`f16`](crate::f16)); PyTorch's `torch.tensor(data).reshape(shape)`. An empty
+    /// (`f32`, [`f16`](crate::f16) or `i32`); PyTorch's `torch.tensor(data).reshape(shape)`. An empty
     /// `shape` (`&[]`) is a scalar holding one value.
     ///
     /// The upload is queued and lands before any op recorded later runs. Errors:

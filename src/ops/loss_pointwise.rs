@@ -105,8 +105,9 @@ pub fn huber_loss(
 /// probability of exactly 0 or 1 gives a finite loss), and PyTorch's gradients
 /// (`w (x - y) / max(x (1 - x), 1e-12)` for the input, `-w logit(x)` for the target).
 /// `weight` rescales each element (broadcast to the input); it takes no gradient, as in
-/// PyTorch, so a tracked weight is an error. The input should hold probabilities in [0, 1] (PyTorch checks
-/// this on the device and fails; here a value outside gives NaN); for logits use
+/// PyTorch, so a tracked weight is an error. The input and target should hold probabilities in [0, 1]
+/// (PyTorch's CPU kernel checks both and raises; here nothing is checked: an input outside
+/// gives NaN, a target outside a finite loss of the formula); for logits use
 /// [`binary_cross_entropy_with_logits`](super::binary_cross_entropy_with_logits), which is
 /// numerically stable.
 pub fn binary_cross_entropy(

@@ -277,8 +277,9 @@ fn reduce(loss: Tensor, denom: &Tensor, r: Reduction) -> Result<Tensor> {
 /// PyTorch's `nll_loss(input, target)`: input log-probabilities `[N, C]`, `[C]` or
 /// `[N, C, d1, ...]`; target class indices (i32) `[N]`, `[]` or `[N, d1, ...]`. The loss of
 /// each sample is `-weight[t] * input[n, t]`; `ignore_index` targets count nothing. A target
-/// outside `[0, C)` (other than `ignore_index`) makes the loss NaN: the device cannot raise
-/// PyTorch's error without a readback.
+/// outside `[0, C)` (other than `ignore_index`) is an error at the next sync or readback, as
+/// PyTorch raises (with [`DeviceOptions::check_indices`](crate::DeviceOptions::check_indices)
+/// off, the loss is NaN instead).
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {

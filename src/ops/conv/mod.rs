@@ -82,7 +82,7 @@ fn no_activation(op: &'static str, act: Activation) -> Result<()> {
 /// tensor of x's dtype. Grouped and depthwise convolutions run all groups
 /// in one dispatch, without im2col buffers.
 ///
-/// Errors: [`Error::Shape`] for inputs that are not rank 4, a weight whose channels are not
+/// Errors: [`Error::Shape`] for inputs that are not rank 3 or 4, a weight whose channels are not
 /// `C / groups`, a bias that is not `[O]`, or a kernel larger than the padded input;
 /// [`Error::InvalidArgument`] for a zero stride, dilation or group count, channels not
 /// divisible by `groups`; [`Error::DType`] /
