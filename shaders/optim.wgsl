@@ -78,14 +78,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         g = g + p.weight_decay * w;
     }
     // m.lerp_(g, 1 - beta1) and v * beta2 + (1 - beta2) * g * g, as PyTorch writes them.
+    // ATen's lerp takes the form by the weight: from `end` back for weights >= 0.5, so
+    // beta1 = 0 gives m = g exactly (m_old + (g - m_old) cancels when |g| << |m_old|).
     let m_old = f32(s1[i]);
-    let m = m_old + p.one_minus_c0 * (g - m_old);
+    var m = m_old + p.one_minus_c0 * (g - m_old);
+    if (p.one_minus_c0 >= 0.5) {
+        m = g - (g - m_old) * (1.0 - p.one_minus_c0);
+    }
     let v = p.c1 * f32(s2[i]) + p.one_minus_c1 * g * g;
     s1[i] = T(m);
     s2[i] = T(v);
     var vd = v;
     if (has(FLAG_AMSGRAD)) {
-        vd = max(f32(s3[i]), v);
+        vd = max_nan(f32(s3[i]), v);
         s3[i] = T(vd);
     }
     let denom = sqrt(vd) / p.bc2_sqrt + p.eps;

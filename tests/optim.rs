@@ -94,7 +94,13 @@ fn adam_ref(
         } else if o.weight_decay != 0.0 {
             gi += o.weight_decay * p[i];
         }
-        st.0[i] += (1.0 - b1) * (gi - st.0[i]);
+        // ATen's lerp: from `end` back for weights >= 0.5.
+        let w = 1.0 - b1;
+        st.0[i] = if w < 0.5 {
+            st.0[i] + w * (gi - st.0[i])
+        } else {
+            gi - (gi - st.0[i]) * (1.0 - w)
+        };
         st.1[i] = b2 * st.1[i] + (1.0 - b2) * gi * gi;
         let bc1 = 1.0 - b1.powi(t);
         let bc2 = 1.0 - b2.powi(t);
@@ -279,6 +285,46 @@ fn state_round_trip_and_skipped_params() {
     let st = sgd.state_tensors();
     assert_eq!(st[0].0, "0.momentum_buffer");
     assert_eq!(vals(&st[0].1), vals(&g));
+}
+
+/// beta1 = 0 (GAN training's setting) keeps m = g exactly, as ATen's lerp does for weights
+/// >= 0.5 (m_old + (g - m_old) lost a small gradient after a large one); AMSGrad's running
+/// maximum keeps a NaN, as torch.maximum.
+#[test]
+fn adam_beta1_zero_and_amsgrad_nan() {
+    let w = leaf(&[0.0]);
+    let o = AdamOptions {
+        lr: 0.1,
+        betas: (0.0, 0.0),
+        ..Default::default()
+    };
+    let mut opt = Adam::new(vec![w.clone()], o).unwrap();
+    let g1 = Tensor::from_slice(dev(), &[1e4f32], &[1]).unwrap();
+    let g2 = Tensor::from_slice(dev(), &[1e-4f32], &[1]).unwrap();
+    opt.step_with(&[Some(&g1)]).unwrap();
+    opt.step_with(&[Some(&g2)]).unwrap();
+    let m = opt
+        .state_tensors()
+        .into_iter()
+        .find(|(k, _)| k == "0.exp_avg")
+        .unwrap()
+        .1;
+    assert_eq!(vals(&m), vec![f64::from(1e-4f32)]);
+    close(&vals(&w), &[-0.1 - 0.1 * 1e-4 / (1e-4 + 1e-8)], "w");
+
+    let a = leaf(&[0.0]);
+    let o = AdamOptions {
+        amsgrad: true,
+        ..Default::default()
+    };
+    let mut opt = Adam::new(vec![a.clone()], o).unwrap();
+    opt.step_with(&[Some(&Tensor::from_slice(dev(), &[1.0f32], &[1]).unwrap())])
+        .unwrap();
+    opt.step_with(&[Some(&Tensor::from_slice(dev(), &[f32::NAN], &[1]).unwrap())])
+        .unwrap();
+    let st = opt.state_tensors();
+    let vmax = &st.iter().find(|(k, _)| k == "0.max_exp_avg_sq").unwrap().1;
+    assert!(vals(vmax)[0].is_nan());
 }
 
 #[test]

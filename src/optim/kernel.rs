@@ -40,7 +40,9 @@ static OPTIM: Kernel = Kernel::new(
         Access::ReadWrite,
     ],
 )
-.defs(OPTIM_DEFS);
+.defs(OPTIM_DEFS)
+// max_nan: AMSGrad's running maximum keeps a NaN, as torch.maximum does.
+.libs(&[&crate::ops::activation::ACTIVATION]);
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable, Default)]
