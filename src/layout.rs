@@ -24,12 +24,14 @@ pub struct Layout {
     offset: usize,
 }
 
+/// Row-major strides, PyTorch's: a size-0 dim counts as 1 (c10's "strides can't be 0 even if
+/// sizes are 0"), so an empty `[2, 0, 3]` has strides `[3, 3, 1]`.
 pub(crate) fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
     let mut strides = vec![0; shape.len()];
     let mut acc = 1usize;
     for (s, &d) in strides.iter_mut().zip(shape).rev() {
         *s = acc;
-        acc = acc.saturating_mul(d);
+        acc = acc.saturating_mul(d.max(1));
     }
     strides
 }

@@ -178,9 +178,15 @@ impl Tensor {
     pub fn full(device: &Device, shape: &[usize], value: f64, dtype: DType) -> Result<Tensor> {
         check_new_shape(device, "full", shape, dtype)?;
         check_fill("full", value, dtype)?;
-        Tensor::scalar_of(device, value, dtype)?
+        let t = Tensor::scalar_of(device, value, dtype)?
             .broadcast_to(shape)?
-            .contiguous()
+            .contiguous()?;
+        if t.numel() <= 1 {
+            // The broadcast view already counts as contiguous (sizes 1 and 0 ignore strides):
+            // give it a packed layout's strides over its one-element buffer, as PyTorch's.
+            return Ok(t.view(Layout::contiguous(shape)));
+        }
+        Ok(t)
     }
 
     /// A 0-d tensor of `value` rounded to `dtype` (float overflow to +-inf, i32 truncated and

@@ -604,3 +604,77 @@ fn rank0_views() {
         .unwrap();
     assert_eq!(vals(g.get(&sr).unwrap()), vec![2.0]);
 }
+
+/// View ops that change nothing still return a new view (its own node, as PyTorch's): not the
+/// leaf itself, so `set_requires_grad` on it is refused instead of freezing the leaf, and it
+/// has no gradient of its own.
+#[test]
+fn no_op_views_are_new_views() {
+    let x = Tensor::zeros(dev(), &[2, 3], DType::F32)
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let e = Tensor::zeros(dev(), &[0], DType::F32)
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let views = [
+        x.squeeze(0).unwrap(),
+        x.squeeze_all().unwrap(),
+        Tensor::zeros(dev(), &[], DType::F32)
+            .unwrap()
+            .requires_grad()
+            .unwrap()
+            .squeeze(0)
+            .unwrap(),
+        e.split(0, 0).unwrap().remove(0),
+        cat(&[&e, &e], 0).unwrap(),
+    ];
+    for (i, mut v) in views.into_iter().enumerate() {
+        assert!(!v.is_leaf(), "view {i} is the leaf itself");
+        assert!(v.set_requires_grad(false).is_err(), "view {i}");
+    }
+    assert!(
+        x.is_tracked() && e.is_tracked(),
+        "the leaves stay trainable"
+    );
+    let y = x.squeeze(0).unwrap();
+    let g = y.sum_all().unwrap().backward().unwrap();
+    assert!(g.get(&y).is_none());
+    assert_eq!(vals(g.get(&x).unwrap()), vec![1.0; 6]);
+}
+
+/// PyTorch's strides for new empty and one-element tensors (a size-0 dim counts as 1), the
+/// errors of split and chunk with their values, and cat's error naming the caller's positions.
+#[test]
+fn strides_and_split_errors() {
+    let z = Tensor::zeros(dev(), &[2, 0, 3], DType::F32).unwrap();
+    assert_eq!(z.strides(), &[3, 3, 1]);
+    assert_eq!(
+        Tensor::ones(dev(), &[1, 1], DType::F32).unwrap().strides(),
+        &[1, 1]
+    );
+    assert_eq!(
+        Tensor::full(dev(), &[0, 3], 2.0, DType::F32)
+            .unwrap()
+            .strides(),
+        &[3, 1]
+    );
+    let one = Tensor::ones(dev(), &[1, 1, 1], DType::F32).unwrap();
+    assert_eq!(vals(&one.add_scalar(1.0).unwrap()), vec![2.0]);
+    let e = Tensor::zeros(dev(), &[5], DType::F32)
+        .unwrap()
+        .split(0, 0)
+        .unwrap_err();
+    assert!(e.to_string().contains("dimension size of 5"), "{e}");
+    let empty = Tensor::zeros(dev(), &[0], DType::F32).unwrap();
+    assert_eq!(empty.chunk(3, 0).unwrap().len(), 3);
+    assert!(empty.chunk(usize::MAX, 0).is_err());
+    let (a, _) = ramp(&[2, 3], 0.0);
+    let (b, _) = ramp(&[2, 4], 0.0);
+    let e = cat(&[&empty, &a, &b], 0).unwrap_err().to_string();
+    assert!(
+        e.contains("tensor 1 has shape [2, 3], tensor 2 has shape [2, 4]"),
+        "{e}"
+    );
+}

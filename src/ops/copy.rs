@@ -133,8 +133,9 @@ pub fn cat(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
     let out = cat_untracked(tensors, dim)?;
     let joined = tensors.iter().any(|t| !is_legacy_empty(t));
     if !joined || out.rank() == 0 {
-        // Nothing was copied: the result is the first input itself.
-        return Ok(out);
+        // Nothing was copied (every input is a legacy empty [0]): a view of the first input,
+        // a node of its own as PyTorch's cat result is.
+        return Ok(out.alias());
     }
     let d = Layout::normalize_dim("cat", dim, out.rank())?;
     Ok(crate::autograd::record(out, tensors, |_| {
@@ -217,8 +218,15 @@ fn cat_untracked(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
         ));
     }
     let d = Layout::normalize_dim(op, dim, rank)?;
+    // Positions in the caller's list (the legacy empty [0] inputs were left out of `parts`).
+    let position = |t: &Tensor| {
+        tensors
+            .iter()
+            .position(|u| std::ptr::eq(*u, t))
+            .unwrap_or(0)
+    };
     let mut total = 0usize;
-    for (i, t) in parts.iter().enumerate() {
+    for t in &parts {
         first.same_device(op, t)?;
         first.same_dtype(op, t)?;
         let same =
@@ -227,9 +235,11 @@ fn cat_untracked(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
             return Err(Error::shape(
                 op,
                 format!(
-                    "sizes of tensors must match except in dimension {d}: tensor 0 has shape \
-                     {:?}, tensor {i} has shape {:?}",
+                    "sizes of tensors must match except in dimension {d}: tensor {} has shape \
+                     {:?}, tensor {} has shape {:?}",
+                    position(first),
                     first.shape(),
+                    position(t),
                     t.shape()
                 ),
             ));
@@ -596,11 +606,13 @@ impl Tensor {
         let len = self.shape()[d];
         if split_size == 0 {
             if len == 0 {
-                return Ok(vec![self.clone()]);
+                return Ok(vec![self.alias()]);
             }
             return Err(Error::arg(
                 op,
-                "split_size must be positive for a non-empty dim",
+                format!(
+                    "split_size can only be 0 if dimension size is 0, but got dimension size of {len}"
+                ),
             ));
         }
         let mut out = Vec::new();
@@ -611,7 +623,7 @@ impl Tensor {
             start += n;
         }
         if out.is_empty() {
-            out.push(self.clone());
+            out.push(self.alias());
         }
         Ok(out)
     }
@@ -629,7 +641,17 @@ impl Tensor {
         let d = Layout::normalize_dim(op, dim, self.rank())?;
         let len = self.shape()[d];
         if len == 0 {
-            // PyTorch: `chunks` empty pieces (its split_with_sizes branch for an empty dim).
+            // PyTorch: `chunks` empty pieces (its split_with_sizes branch for an empty dim),
+            // each a handle here: bounded, so a huge count is an error, not memory exhausted.
+            const MAX_EMPTY_CHUNKS: usize = 1 << 24;
+            if chunks > MAX_EMPTY_CHUNKS {
+                return Err(Error::size(
+                    op,
+                    format!(
+                        "{chunks} empty chunks of an empty dim: at most {MAX_EMPTY_CHUNKS} are returned"
+                    ),
+                ));
+            }
             return (0..chunks).map(|_| self.narrow(dim, 0usize, 0)).collect();
         }
         self.split(len.div_ceil(chunks), dim)

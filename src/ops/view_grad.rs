@@ -139,16 +139,22 @@ impl Tensor {
         self.reshape(&shape)
     }
 
+    /// A new view of the whole tensor (its own node, as every PyTorch view op returns one):
+    /// not the same handle, whose leaf status and `requires_grad` flag are the input's.
+    pub(crate) fn alias(&self) -> Tensor {
+        record_view(self, self.view(self.layout.clone()), || ViewKind::Reshape)
+    }
+
     /// Removes `dim` when its size is 1 (PyTorch's `squeeze(dim)`; a dim of another size is
     /// left as it is; negative dims count from the end). Always a view.
     pub fn squeeze(&self, dim: isize) -> Result<Tensor> {
         if self.rank() == 0 {
             Layout::normalize_dim("squeeze", dim, 1)?;
-            return Ok(self.clone());
+            return Ok(self.alias());
         }
         let d = Layout::normalize_dim("squeeze", dim, self.rank())?;
         if self.shape()[d] != 1 {
-            return Ok(self.clone());
+            return Ok(self.alias());
         }
         let out = self.view(self.layout.without_dim(d));
         Ok(record_view(self, out, || ViewKind::Reshape))
@@ -156,7 +162,7 @@ impl Tensor {
 
     /// Removes every dim of size 1 (PyTorch's `squeeze()`). Always a view.
     pub fn squeeze_all(&self) -> Result<Tensor> {
-        let mut out = self.clone();
+        let mut out = self.alias();
         for d in (0..self.rank()).rev() {
             if self.shape()[d] == 1 {
                 out = out.squeeze(d as isize)?;
