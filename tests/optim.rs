@@ -287,8 +287,8 @@ fn state_round_trip_and_skipped_params() {
     assert_eq!(vals(&st[0].1), vals(&g));
 }
 
-/// beta1 = 0 (GAN training's setting) keeps m = g exactly, as ATen's lerp does for weights
-/// >= 0.5 (m_old + (g - m_old) lost a small gradient after a large one); AMSGrad's running
+/// beta1 = 0 (GAN training's setting) keeps m = g exactly, as ATen's lerp does for weights of
+/// 0.5 and up (m_old + (g - m_old) lost a small gradient after a large one); AMSGrad's running
 /// maximum keeps a NaN, as torch.maximum.
 #[test]
 fn adam_beta1_zero_and_amsgrad_nan() {
