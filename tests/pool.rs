@@ -207,4 +207,24 @@ fn adaptive_pools_with_empty_sizes() {
         adaptive_max_pool2d(&c0, [0, 2]).is_err(),
         "no channels: PyTorch refuses"
     );
+    // Unbatched, PyTorch checks H and W only: no channels pool to no channels.
+    let u0 = Tensor::zeros(dev(), &[0, 4, 4], f32).unwrap();
+    assert_eq!(
+        adaptive_max_pool2d(&u0, [2, 2]).unwrap().shape(),
+        &[0, 2, 2]
+    );
+    assert_eq!(
+        adaptive_max_pool2d(&u0, [0, 2]).unwrap().shape(),
+        &[0, 0, 2]
+    );
+    // An empty length (plane) with an output of 0 is refused, as PyTorch's, with the
+    // caller's op and shape.
+    let l0 = Tensor::zeros(dev(), &[3, 0], f32).unwrap();
+    let e = adaptive_avg_pool1d(&l0, 0).unwrap_err().to_string();
+    assert!(
+        e.starts_with("adaptive_avg_pool1d") && e.contains("[3, 0]"),
+        "{e}"
+    );
+    assert!(adaptive_avg_pool1d(&l0, 2).is_err());
+    assert!(adaptive_avg_pool2d(&plane0, [0, 2]).is_err());
 }

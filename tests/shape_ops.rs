@@ -638,6 +638,19 @@ fn no_op_views_are_new_views() {
         x.is_tracked() && e.is_tracked(),
         "the leaves stay trainable"
     );
+    // Each legacy empty input of a cat gets its (empty) gradient, as PyTorch's.
+    let e2 = Tensor::zeros(dev(), &[0], DType::F32)
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let g = cat(&[&e, &e2], 0)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert_eq!(g.get(&e2).expect("e2's gradient").shape(), &[0]);
+    assert_eq!(g.get(&e).expect("e's gradient").shape(), &[0]);
     let y = x.squeeze(0).unwrap();
     let g = y.sum_all().unwrap().backward().unwrap();
     assert!(g.get(&y).is_none());

@@ -132,10 +132,16 @@ pub fn cat(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
     }
     let out = cat_untracked(tensors, dim)?;
     let joined = tensors.iter().any(|t| !is_legacy_empty(t));
-    if !joined || out.rank() == 0 {
-        // Nothing was copied (every input is a legacy empty [0]): a view of the first input,
-        // a node of its own as PyTorch's cat result is.
-        return Ok(out.alias());
+    if !joined {
+        // Every input is a legacy empty [0]: a new empty tensor, a node of its own whose
+        // backward gives each input its empty gradient, as PyTorch's.
+        let empty = Tensor::zeros(out.device(), &[0], out.dtype())?;
+        return Ok(crate::autograd::record(empty, tensors, |_| {
+            Box::new(CatBackward {
+                dim: 0,
+                ranges: vec![None; tensors.len()],
+            })
+        }));
     }
     let d = Layout::normalize_dim("cat", dim, out.rank())?;
     Ok(crate::autograd::record(out, tensors, |_| {

@@ -66,7 +66,11 @@ pub(crate) fn size_class(bytes: u64) -> u64 {
 /// fits one binding, else at `buf_cap` (never below the request rounded up to 4 bytes).
 pub(crate) fn buffer_size(bytes: u64, bind_cap: u64, buf_cap: u64) -> u64 {
     let c = size_class(bytes);
-    let cap = if bytes <= bind_cap { bind_cap } else { buf_cap };
+    let cap = if bytes <= bind_cap {
+        bind_cap.min(buf_cap)
+    } else {
+        buf_cap
+    };
     c.min(cap.max(bytes.div_ceil(4) * 4))
 }
 

@@ -82,7 +82,7 @@ pub fn adaptive_avg_pool2d(x: &Tensor, output_size: [usize; 2]) -> Result<Tensor
     let rank_ok = matches!(x.rank(), 3 | 4) && x.dtype().is_float();
     let plane_empty = rank_ok && x.shape()[x.rank() - 2..].contains(&0);
     if rank_ok
-        && (output_size.contains(&0)
+        && ((output_size.contains(&0) && !plane_empty)
             || (output_size == [1, 1] && x.numel() == 0)
             || (x.numel() == 0 && !plane_empty))
     {
@@ -130,15 +130,16 @@ pub fn adaptive_max_pool2d(x: &Tensor, output_size: [usize; 2]) -> Result<Tensor
     run(op, x, win, out, None)
 }
 
-/// PyTorch checks only the input's non-batch dims for adaptive max pooling: an output size of
-/// 0 gives an empty result (a view of the input, so the graph is kept). `None` when the
-/// output is not empty, or the input is one the kernel path refuses.
+/// PyTorch checks only dims 1.. of the input for adaptive max pooling (for an unbatched
+/// `[C, H, W]`, H and W): an output size of 0, or an input with no values (no channels
+/// unbatched, no batch), gives an empty result (a view of the input, so the graph is kept).
+/// `None` when the output is not empty, or the input is one the kernel path refuses.
 fn max_output_empty(x: &Tensor, output_size: [usize; 2]) -> Option<Result<Tensor>> {
     let r = x.rank();
     if !(matches!(r, 3 | 4)
         && x.dtype().is_float()
-        && output_size.contains(&0)
-        && !x.shape()[r - 3..].contains(&0))
+        && (output_size.contains(&0) || x.numel() == 0)
+        && !x.shape()[1..].contains(&0))
     {
         return None;
     }
@@ -240,7 +241,11 @@ pub fn avg_pool1d(x: &Tensor, o: &AvgPool1dOptions) -> Result<Tensor> {
 /// PyTorch's `adaptive_avg_pool1d` over `[N, C, L]` or `[C, L]`.
 pub fn adaptive_avg_pool1d(x: &Tensor, output_size: usize) -> Result<Tensor> {
     let op = "adaptive_avg_pool1d";
-    if matches!(x.rank(), 2 | 3) && (output_size == 0 || x.numel() == 0) {
+    let length = x.shape().last().copied().unwrap_or(0);
+    if matches!(x.rank(), 2 | 3)
+        && ((output_size == 0 && length > 0)
+            || (x.numel() == 0 && (length > 0 || output_size == 1)))
+    {
         // PyTorch's adaptive_avg_pool1d is adaptive_avg_pool2d over [.., 1, L]: an output size
         // of 0 or an empty input take its rules (empty, or NaN means over empty rows).
         return drop_h(adaptive_avg_pool2d(&x.unsqueeze(-2)?, [1, output_size])?);
