@@ -35,7 +35,10 @@ pub struct BatchNorm2d {
     pub weight: Option<Tensor>,
     /// `[C]`, initialized to 0 (absent with `affine = false`).
     pub bias: Option<Tensor>,
-    /// Running statistics, momentum and the count of training batches.
+    /// Running statistics, momentum and the count of training batches. Drop a `borrow_mut()`
+    /// guard before calling the layer's [`Module`] methods (`state_dict`, `parameters`): they
+    /// read the statistics through it and, as any `RefCell`, panic while it is held mutably
+    /// (`forward` returns an error instead).
     pub state: RefCell<BatchNormState>,
     /// Added to the variance.
     pub eps: f64,
