@@ -1,7 +1,8 @@
 //! The pointwise losses beside `mse_loss` (loss.rs): PyTorch's `l1_loss`, `smooth_l1_loss`,
 //! `huber_loss`, `binary_cross_entropy` (on probabilities) and `kl_div`, with its formulas,
 //! defaults and argument checks, composed from elementwise ops so autograd differentiates
-//! them (a select's gradient takes the branch its value took).
+//! them (a select's gradient takes the branch its value took); binary_cross_entropy,
+//! smooth_l1 and huber record PyTorch's explicit backward instead.
 
 use super::loss::{broadcastable, reduce, same_shape};
 use super::loss_options::Reduction;
@@ -51,18 +52,100 @@ pub fn smooth_l1_loss(
         return l1_loss(input, target, reduction);
     }
     broadcastable(op, input, target)?;
-    // With m = min(|d|, beta): 0.5 m^2 / beta + (|d| - m), the same values and PyTorch's
-    // gradient (d / beta inside, sign(d) outside, 1 at |d| = beta) without a select, whose
-    // unselected branch would turn an infinite d into a NaN gradient.
-    let d = input.sub(target)?.abs()?;
-    let m = d.min_scalar(beta)?;
-    // (m / beta) m / 2: neither m^2 (underflow in f16) nor 0.5 / beta (inf for a tiny beta).
-    let loss = m
-        .div_scalar(beta)?
-        .mul(&m)?
-        .mul_scalar(0.5)?
-        .add(&d.sub(&m)?)?;
+    // With m = min(|d|, beta): 0.5 m^2 / beta + (|d| - m), without a select, whose
+    // unselected branch would turn an infinite d into NaN.
+    let loss = {
+        let _guard = NoGradGuard::new();
+        let d = input.sub(target)?.abs()?;
+        let m = d.min_scalar(beta)?;
+        // (m / beta) m / 2: neither m^2 (underflow in f16) nor 0.5 / beta (inf for a tiny
+        // beta).
+        m.div_scalar(beta)?
+            .mul(&m)?
+            .mul_scalar(0.5)?
+            .add(&d.sub(&m)?)?
+    };
+    let loss = record_kinked(loss, input, target, Kink::SmoothL1(beta))?;
     reduce(loss, reduction)
+}
+
+/// Which of the two kinked losses a [`KinkBackward`] differentiates.
+#[derive(Clone, Copy)]
+enum Kink {
+    SmoothL1(f64),
+    Huber(f64),
+}
+
+/// Records PyTorch's explicit backward of smooth_l1 / huber over the (untracked) `loss`.
+fn record_kinked(loss: Tensor, input: &Tensor, target: &Tensor, kink: Kink) -> Result<Tensor> {
+    // `record`'s own condition: nothing to save otherwise.
+    if !(crate::autograd::is_grad_enabled() && (input.is_tracked() || target.is_tracked())) {
+        return Ok(loss);
+    }
+    let d = {
+        let _guard = NoGradGuard::new();
+        input.sub(target)?
+    };
+    Ok(record(loss, &[input, target], |_| {
+        Box::new(KinkBackward {
+            d,
+            input_shape: input.shape().to_vec(),
+            target_shape: target.shape().to_vec(),
+            kink,
+        })
+    }))
+}
+
+/// PyTorch's smooth_l1_backward / huber_backward: the gradient of `d = input - target` is
+/// `d / beta` (smooth_l1) or `d` (huber) where `|d|` is below the threshold, else
+/// `sign(d)` or `delta sign(d)`: one clamp, `clamp(d / beta, -1, 1)` or
+/// `clamp(d, -delta, delta)`, so a NaN difference gives a NaN gradient and a large delta
+/// loses nothing to cancellation. Computed in f32 (the bounds need not fit f16).
+struct KinkBackward {
+    d: Tensor,
+    input_shape: Vec<usize>,
+    target_shape: Vec<usize>,
+    kink: Kink,
+}
+
+impl BackwardOp for KinkBackward {
+    fn name(&self) -> &'static str {
+        match self.kink {
+            Kink::SmoothL1(_) => "smooth_l1_loss",
+            Kink::Huber(_) => "huber_loss",
+        }
+    }
+
+    fn backward(&self, grads: &[Option<Tensor>], needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+        let Some(g) = grads.first().and_then(Option::as_ref) else {
+            return Ok(vec![None, None]);
+        };
+        let d = self.d.to_dtype(crate::DType::F32)?;
+        let slope = match self.kink {
+            Kink::SmoothL1(beta) => d.div_scalar(beta)?.clamp(Some(-1.0), Some(1.0))?,
+            // A delta past f32 never bends (see huber_loss).
+            Kink::Huber(delta) if (delta as f32).is_infinite() => d,
+            Kink::Huber(delta) => d.clamp(Some(-delta), Some(delta))?,
+        };
+        let gd = slope
+            .mul(&g.to_dtype(crate::DType::F32)?)?
+            .to_dtype(g.dtype())?;
+        let dx = if needs.first() == Some(&true) {
+            Some(crate::autograd::sum_to(&gd, &self.input_shape)?)
+        } else {
+            None
+        };
+        let dy = if needs.get(1) == Some(&true) {
+            Some(crate::autograd::sum_to(&gd.neg()?, &self.target_shape)?)
+        } else {
+            None
+        };
+        Ok(vec![dx, dy])
+    }
+
+    fn saved(&self) -> Vec<&Tensor> {
+        vec![&self.d]
+    }
 }
 
 /// `0.5 d^2` where `|d| < delta`, else `delta (|d| - 0.5 delta)`, with `d = input - target`
@@ -82,22 +165,31 @@ pub fn huber_loss(
         ));
     }
     broadcastable(op, input, target)?;
-    let d = input.sub(target)?.abs()?;
     // Infinite once cast to f32 (the kernels' type), as PyTorch's kernel casts it; the
     // linear term below would add inf * 0 = NaN.
-    if (delta as f32).is_infinite() {
-        // Never linear: half the squared error (the form below would add inf * 0).
-        // Halved first, as PyTorch's 0.5 * z * z: d * d overflows f16 from 256.
-        return reduce(d.mul_scalar(0.5)?.mul(&d)?, reduction);
-    }
+    let loss = {
+        let _guard = NoGradGuard::new();
+        let d = input.sub(target)?.abs()?;
+        if (delta as f32).is_infinite() {
+            // Never linear: half the squared error (the form below would add inf * 0).
+            // Halved first, as PyTorch's 0.5 * z * z: d * d overflows f16 from 256.
+            d.mul_scalar(0.5)?.mul(&d)?
+        } else {
+            huber_terms(&d, delta)?
+        }
+    };
+    let loss = record_kinked(loss, input, target, Kink::Huber(delta))?;
+    reduce(loss, reduction)
+}
+
+/// `0.5 m^2 + delta (|d| - m)` for `d` holding `|input - target|`.
+fn huber_terms(d: &Tensor, delta: f64) -> Result<Tensor> {
     // With m = min(|d|, delta): 0.5 m^2 + delta (|d| - m), as smooth_l1_loss.
     let m = d.min_scalar(delta)?;
     // (m / 2) m: m^2 first would overflow f16 for delta past 256.
-    let loss = m
-        .mul_scalar(0.5)?
+    m.mul_scalar(0.5)?
         .mul(&m)?
-        .add(&d.sub(&m)?.mul_scalar(delta)?)?;
-    reduce(loss, reduction)
+        .add(&d.sub(&m)?.mul_scalar(delta)?)
 }
 
 /// PyTorch's `binary_cross_entropy` on probabilities:

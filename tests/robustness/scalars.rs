@@ -36,6 +36,56 @@ fn loss_parameters_past_f32() {
     }
 }
 
+/// smooth_l1 and huber take PyTorch's explicit gradients: NaN where the difference is NaN
+/// (not the 0 of abs's gradient), and exact under a large delta (a composed gradient
+/// cancelled delta + (m - delta) to 0 at 1e7, and to NaN in f16 past its range).
+#[test]
+fn kinked_loss_gradients() {
+    let y = t(&[0.0, 0.0, 0.0, 0.0], &[4]);
+    let x = t(&[f32::NAN, 0.5, -3.0, f32::INFINITY], &[4])
+        .requires_grad()
+        .unwrap();
+    for (l, want) in [
+        (
+            smooth_l1_loss(&x, &y, Reduction::Sum, 1.0).unwrap(),
+            [0.5, -1.0, 1.0],
+        ),
+        (
+            huber_loss(&x, &y, Reduction::Sum, 2.0).unwrap(),
+            [0.5, -2.0, 2.0],
+        ),
+    ] {
+        let g = vals(l.backward().unwrap().get(&x).unwrap());
+        assert!(g[0].is_nan(), "{g:?}");
+        assert_eq!(&g[1..], &want);
+    }
+    let x = t(&[0.3], &[1]).requires_grad().unwrap();
+    let z = t(&[0.0], &[1]);
+    let l = huber_loss(&x, &z, Reduction::Sum, 1e7).unwrap();
+    assert_eq!(vals(l.backward().unwrap().get(&x).unwrap()), vec![0.3f32]);
+    // The target's gradient is the negation, summed back over a broadcast.
+    let yb = t(&[0.0], &[1]).requires_grad().unwrap();
+    let xb = t(&[0.5, -0.25], &[2]);
+    let l = smooth_l1_loss(&xb, &yb, Reduction::Sum, 1.0).unwrap();
+    assert_eq!(
+        vals(l.backward().unwrap().get(&yb).unwrap()),
+        vec![-0.25f32]
+    );
+    if dev().supports_f16() {
+        let h = |v: &[f32]| t(v, &[1]).to_dtype(DType::F16).unwrap();
+        let xh = h(&[0.5]).requires_grad().unwrap();
+        let l = huber_loss(&xh, &h(&[0.0]), Reduction::Sum, 1e5).unwrap();
+        let g = l
+            .backward()
+            .unwrap()
+            .get(&xh)
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap();
+        assert_eq!(vals(&g), vec![0.5]);
+    }
+}
+
 /// A beta that rounds to 0 in f32 does not read C (BLAS's beta 0): NaN in C stays out, as
 /// in gemm_into. A slope or clamp bound past f32's range is PyTorch's overflow error.
 #[test]
