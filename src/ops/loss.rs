@@ -13,6 +13,18 @@ pub(crate) fn reduce(t: Tensor, r: Reduction) -> Result<Tensor> {
     }
 }
 
+/// PyTorch's type promotion of a float input and target of different dtypes (f16 logits with
+/// f32 targets compute in f32, and so does the loss): both converted (differentiably), or
+/// `None` when they agree or one is not a float (left to the dtype checks).
+pub(crate) fn promoted(input: &Tensor, target: &Tensor) -> Result<Option<(Tensor, Tensor)>> {
+    let (a, b) = (input.dtype(), target.dtype());
+    if a == b || !a.is_float() || !b.is_float() {
+        return Ok(None);
+    }
+    let dt = crate::dtype::promote(a, b);
+    Ok(Some((input.to_dtype(dt)?, target.to_dtype(dt)?)))
+}
+
 pub(crate) fn same_shape(op: &'static str, input: &Tensor, target: &Tensor) -> Result<()> {
     input.same_device(op, target)?;
     input.same_dtype(op, target)?;
@@ -32,7 +44,7 @@ pub(crate) fn same_shape(op: &'static str, input: &Tensor, target: &Tensor) -> R
 /// The regression losses' shape rule (PyTorch's `mse_loss`, `l1_loss`, `smooth_l1_loss`,
 /// `huber_loss`, `kl_div`): input and target broadcast to a common shape (PyTorch warns
 /// when it differs from the input's, then computes on `broadcast_tensors`); the same device
-/// and dtype.
+/// and dtype (the callers promote mixed float dtypes first, see [`promoted`]).
 pub(crate) fn broadcastable(op: &'static str, input: &Tensor, target: &Tensor) -> Result<()> {
     input.same_device(op, target)?;
     input.same_dtype(op, target)?;
@@ -53,6 +65,9 @@ pub(crate) fn broadcastable(op: &'static str, input: &Tensor, target: &Tensor) -
 /// broadcast, as PyTorch's (which warns when the shapes differ).
 pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
     let op = "mse_loss";
+    if let Some((i, t)) = promoted(input, target)? {
+        return mse_loss(&i, &t, reduction);
+    }
     broadcastable(op, input, target)?;
     let d = input.sub(target)?;
     reduce(d.mul(&d)?, reduction)
@@ -78,6 +93,9 @@ pub fn binary_cross_entropy_with_logits(
     o: &BceWithLogitsOptions,
 ) -> Result<Tensor> {
     let op = "binary_cross_entropy_with_logits";
+    if let Some((i, t)) = promoted(input, target)? {
+        return binary_cross_entropy_with_logits(&i, &t, o);
+    }
     same_shape(op, input, target)?;
     // PyTorch multiplies both in place into the input-shaped loss: each must broadcast to
     // the input's shape without growing it (a [N] weight on [N, 1] logits is an error there,
@@ -157,6 +175,9 @@ pub fn cross_entropy_probs(
     o: &CrossEntropyOptions,
 ) -> Result<Tensor> {
     let op = "cross_entropy";
+    if let Some((i, t)) = promoted(input, target)? {
+        return cross_entropy_probs(&i, &t, o);
+    }
     if target.rank() + 1 == input.rank() && input.shape() != target.shape() {
         // Class indices given as floats (labels built as f32).
         return Err(Error::shape(

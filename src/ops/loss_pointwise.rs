@@ -4,7 +4,7 @@
 //! them (a select's gradient takes the branch its value took); binary_cross_entropy,
 //! smooth_l1 and huber record PyTorch's explicit backward instead.
 
-use super::loss::{broadcastable, reduce, same_shape};
+use super::loss::{broadcastable, promoted, reduce, same_shape};
 use super::loss_options::Reduction;
 use super::ScalarOp;
 use crate::autograd::{record, BackwardOp, NoGradGuard};
@@ -25,6 +25,9 @@ use crate::{Error, Result, Tensor};
 /// # Ok(()) }
 /// ```
 pub fn l1_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
+    if let Some((i, t)) = promoted(input, target)? {
+        return l1_loss(&i, &t, reduction);
+    }
     broadcastable("l1_loss", input, target)?;
     reduce(input.sub(target)?.abs()?, reduction)
 }
@@ -50,6 +53,9 @@ pub fn smooth_l1_loss(
     // differences below 1.2e-38); 0 / 0 would make every loss NaN.
     if (beta as f32) < f32::MIN_POSITIVE {
         return l1_loss(input, target, reduction);
+    }
+    if let Some((i, t)) = promoted(input, target)? {
+        return smooth_l1_loss(&i, &t, reduction, beta);
     }
     broadcastable(op, input, target)?;
     // With m = min(|d|, beta): 0.5 m^2 / beta + (|d| - m), without a select, whose
@@ -339,6 +345,9 @@ pub fn kl_div(
     log_target: bool,
 ) -> Result<Tensor> {
     let op = "kl_div";
+    if let Some((i, t)) = promoted(input, target)? {
+        return kl_div(&i, &t, reduction, log_target);
+    }
     broadcastable(op, input, target)?;
     let terms = if log_target {
         target.exp()?.mul(&target.sub(input)?)?

@@ -86,6 +86,46 @@ fn kinked_loss_gradients() {
     }
 }
 
+/// f16 inputs with f32 targets promote as PyTorch's losses do (their formulas are binary
+/// ops): an f32 loss, the input's gradient back in f16.
+#[test]
+fn losses_promote_mixed_float_dtypes() {
+    if !dev().supports_f16() {
+        return;
+    }
+    use wgtensor::ops::{
+        binary_cross_entropy_with_logits, kl_div, l1_loss, mse_loss, BceWithLogitsOptions,
+        KlDivReduction,
+    };
+    let x = t(&[1.0, 2.0], &[2])
+        .to_dtype(DType::F16)
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let y = t(&[0.0, 0.5], &[2]);
+    let cases = [
+        (mse_loss(&x, &y, Reduction::Mean).unwrap(), 1.625),
+        (l1_loss(&x, &y, Reduction::Sum).unwrap(), 2.5),
+        (smooth_l1_loss(&x, &y, Reduction::Sum, 1.0).unwrap(), 1.5),
+        (
+            kl_div(&x, &y, KlDivReduction::Sum, true).unwrap(),
+            0.5f64.exp() * -1.5 - 1.0,
+        ),
+    ];
+    for (i, (l, want)) in cases.into_iter().enumerate() {
+        assert_eq!(l.dtype(), DType::F32, "case {i}");
+        assert!(
+            (f64::from(vals(&l)[0]) - want).abs() < 1e-6,
+            "case {i}: {:?}",
+            vals(&l)
+        );
+        let g = l.backward().unwrap();
+        assert_eq!(g.get(&x).unwrap().dtype(), DType::F16, "case {i}");
+    }
+    let l = binary_cross_entropy_with_logits(&x, &y, &BceWithLogitsOptions::default()).unwrap();
+    assert_eq!(l.dtype(), DType::F32);
+}
+
 /// A beta that rounds to 0 in f32 does not read C (BLAS's beta 0): NaN in C stays out, as
 /// in gemm_into. A slope or clamp bound past f32's range is PyTorch's overflow error.
 #[test]
