@@ -199,7 +199,7 @@ pub fn cross_entropy_probs(
             "input must have a class dim, got a scalar",
         ));
     }
-    o.check_label_smoothing(op)?;
+    let e = o.check_label_smoothing(op)?;
     if o.ignore_index >= 0 {
         // PyTorch: "ignore_index is not supported for floating point target".
         return Err(Error::arg(
@@ -215,8 +215,7 @@ pub fn cross_entropy_probs(
     let c = input.shape()[cdim];
     let logp = input.log_softmax(cdim as isize)?;
     let mut y = target.clone();
-    if o.label_smoothing > 0.0 {
-        let e = o.label_smoothing;
+    if e > 0.0 {
         y = y.mul_scalar(1.0 - e)?.add_scalar(e / c as f64)?;
     }
     let mut prod = logp.mul(&y)?;

@@ -25,7 +25,8 @@ pub struct CrossEntropyOptions<'a> {
     /// Class-index targets equal to this value count for nothing (PyTorch's default -100).
     /// Probability targets take only a negative value (an error otherwise, as in PyTorch).
     pub ignore_index: i64,
-    /// Mixes the target with the uniform distribution: `y (1 - e) + e / C`.
+    /// Mixes the target with the uniform distribution: `y (1 - e) + e / C`. At most 1; 0,
+    /// negative or NaN is no smoothing, as PyTorch's.
     pub label_smoothing: f64,
     /// How the per-sample losses are reduced: for class-index targets `Mean` divides by the
     /// summed weights of the counted targets; for probability targets it is the mean over
@@ -34,18 +35,18 @@ pub struct CrossEntropyOptions<'a> {
 }
 
 impl CrossEntropyOptions<'_> {
-    /// PyTorch's check, for class indices and probabilities alike.
-    pub(crate) fn check_label_smoothing(&self, op: &'static str) -> Result<()> {
-        if !(0.0..=1.0).contains(&self.label_smoothing) {
+    /// PyTorch's check, for class indices and probabilities alike: smoothing applies only
+    /// above 0, where it must be at most 1; a negative or NaN value is no smoothing (PyTorch
+    /// tests `label_smoothing > 0.0` before its bound). Returns the smoothing to apply.
+    pub(crate) fn check_label_smoothing(&self, op: &'static str) -> Result<f64> {
+        let e = self.label_smoothing;
+        if e > 1.0 {
             return Err(Error::arg(
                 op,
-                format!(
-                    "label_smoothing must be in [0, 1], got {}",
-                    self.label_smoothing
-                ),
+                format!("label_smoothing must be between 0.0 and 1.0. Got: {e}"),
             ));
         }
-        Ok(())
+        Ok(if e > 0.0 { e } else { 0.0 })
     }
 }
 

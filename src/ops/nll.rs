@@ -309,12 +309,11 @@ pub(crate) fn cross_entropy_indices(
 ) -> Result<Tensor> {
     let op = "cross_entropy";
     check(op, input, target, o.weight)?;
-    o.check_label_smoothing(op)?;
+    let e = o.check_label_smoothing(op)?;
     let cdim: isize = if input.rank() == 1 { 0 } else { 1 };
     let logp = input.log_softmax(cdim)?;
     let (nll, aux, pr) = nll_parts(op, &logp, target, o.weight, o.ignore_index)?;
     let denom = aux.narrow(0, 0, 1)?;
-    let e = o.label_smoothing;
     if e == 0.0 {
         return reduce(nll, &denom, o.reduction);
     }

@@ -212,6 +212,16 @@ pub(crate) async fn cross_entropy_with_probability_targets() {
         ..Default::default()
     };
     assert!(cross_entropy_probs(&t(&x, &[12]), &t(&y, &[12]), &o).is_err());
+    // A negative or NaN smoothing is none, as PyTorch tests `> 0` before its bound.
+    let plain = cross_entropy_probs(&t(&x, &[12]), &t(&y, &[12]), &Default::default()).unwrap();
+    for e in [-0.1, f64::NAN] {
+        let o = CrossEntropyOptions {
+            label_smoothing: e,
+            ..Default::default()
+        };
+        let got = cross_entropy_probs(&t(&x, &[12]), &t(&y, &[12]), &o).unwrap();
+        assert_eq!(vals(&got).await, vals(&plain).await, "label_smoothing {e}");
+    }
     // ignore_index is refused with probability targets (PyTorch: "ignore_index is not
     // supported for floating point target"), but not the default -100.
     let o = CrossEntropyOptions {
@@ -432,19 +442,26 @@ pub(crate) async fn nll_loss_ignore_index_weights_and_errors() {
         &vals(&plain).await,
         "no_grad weight",
     );
-    // label_smoothing outside [0, 1] is refused for class indices too, as PyTorch.
-    for ls in [-0.1, 1.5, f64::NAN] {
+    // label_smoothing above 1 is refused for class indices too, as PyTorch; a negative or
+    // NaN one is no smoothing (PyTorch tests `> 0` before its bound).
+    let labels = Tensor::from_slice(crate::common::device(), &[1i32, 0, 0], &[3]).unwrap();
+    let o = CrossEntropyOptions {
+        label_smoothing: 1.5,
+        ..Default::default()
+    };
+    let e = cross_entropy(&logp, &labels, &o).unwrap_err().to_string();
+    assert!(
+        e.starts_with("cross_entropy") && e.contains("label_smoothing"),
+        "{e}"
+    );
+    let none = cross_entropy(&logp, &labels, &Default::default()).unwrap();
+    for ls in [-0.1, f64::NAN] {
         let o = CrossEntropyOptions {
             label_smoothing: ls,
             ..Default::default()
         };
-        let labels = Tensor::from_slice(crate::common::device(), &[1i32, 0, 0], &[3]).unwrap();
-        let e = cross_entropy(&logp, &labels, &o);
-        let e = e.unwrap_err().to_string();
-        assert!(
-            e.starts_with("cross_entropy") && e.contains("label_smoothing"),
-            "{e}"
-        );
+        let got = cross_entropy(&logp, &labels, &o).unwrap();
+        assert_eq!(vals(&got).await, vals(&none).await, "label_smoothing {ls}");
     }
     let empty = cross_entropy(
         &t(&[], &[0, 4]),
