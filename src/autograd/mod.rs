@@ -631,6 +631,17 @@ impl Tensor {
     pub fn backward_with_grad(&self, grad: &Tensor) -> Result<Grads> {
         let meta = self.tracked_meta()?;
         self.same_device("backward", grad)?;
+        if grad.shape() != self.shape() {
+            return Err(Error::shape(
+                "backward",
+                format!(
+                    "mismatch in shape: the gradient passed to backward_with_grad has shape {:?} \
+                     and the output has shape {:?}",
+                    grad.shape(),
+                    self.shape()
+                ),
+            ));
+        }
         let grad = grad.detach().to_dtype(meta.dtype)?;
         check_grad(meta, &grad, "backward_with_grad")?;
         run_backward(meta, grad, false)

@@ -103,6 +103,11 @@ fn backward_argument_errors() {
     // backward_with_grad: the seed must match.
     let e = y.backward_with_grad(&t(&[1.0], &[1])).unwrap_err();
     assert!(matches!(e, Error::Shape { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("shape [1] and the output has shape [2]"),
+        "{e}"
+    );
     let g = y.backward_with_grad(&t(&[1.0, -1.0], &[2])).unwrap();
     assert_eq!(vals(g.get(&x).unwrap()), vec![2.0, -2.0]);
     // A seed of another dtype is cast to the output's, as PyTorch's engine does.
