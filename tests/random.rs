@@ -203,6 +203,18 @@ fn initializers_follow_pytorch_bounds() {
     let b = (6.0f32 / 50.0).sqrt();
     assert!(w.iter().all(|&v| v.abs() <= b) && w.iter().any(|&v| v.abs() > 0.95 * b));
     assert!(kaiming_uniform(d, &[5], 0.0, DType::F32).is_err());
+    // A zero-element shape is a no-op before the fan, as PyTorch's.
+    assert_eq!(
+        kaiming_uniform(d, &[0], 0.0, DType::F32).unwrap().shape(),
+        &[0]
+    );
+    // PyTorch's own wording, the sign named before the range.
+    if d.supports_f16() {
+        let e = normal(d, &[4], 0.0, -1e5, DType::F16)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("normal expects std >= 0.0"), "{e}");
+    }
 }
 
 #[test]
@@ -311,7 +323,7 @@ fn ranges_past_the_dtype_are_refused() {
     err(
         normal(d, &[4], 0.0, -1.0, f32),
         "normal",
-        "std must be >= 0",
+        "normal expects std >= 0.0, but found std -1",
     );
     err(
         kaiming_uniform(d, &[4, 4], f64::NAN, f32),

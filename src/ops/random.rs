@@ -202,11 +202,16 @@ fn uniform_op(
 pub fn normal(dev: &Device, shape: &[usize], mean: f64, std: f64, dtype: DType) -> Result<Tensor> {
     let op = "normal";
     let max = dtype_max(op, dtype)?;
+    // PyTorch's own check (and its wording) comes first: a negative std is named as such
+    // even where it is also past the dtype's range.
+    if std < 0.0 {
+        return Err(Error::arg(
+            op,
+            format!("normal expects std >= 0.0, but found std {std}"),
+        ));
+    }
     check_in_range(op, "mean", mean, dtype, max)?;
     check_in_range(op, "std", std, dtype, max)?;
-    if std < 0.0 {
-        return Err(Error::arg(op, format!("std must be >= 0, got {std}")));
-    }
     let reach = mean.abs() + NORMAL_MAX_Z * std;
     if reach > max {
         return Err(Error::arg(
@@ -243,7 +248,10 @@ pub fn randn(dev: &Device, shape: &[usize], dtype: DType) -> Result<Tensor> {
 pub fn bernoulli(dev: &Device, shape: &[usize], p: f64, dtype: DType) -> Result<Tensor> {
     let op = "bernoulli";
     if !(0.0..=1.0).contains(&p) {
-        return Err(Error::arg(op, format!("p must be in [0, 1], got {p}")));
+        return Err(Error::arg(
+            op,
+            format!("bernoulli_ expects p to be in [0, 1], but got p={p}"),
+        ));
     }
     generate(op, dev, shape, dtype, DIST_BERNOULLI, p as f32, 0.0, None)
 }
@@ -350,6 +358,11 @@ pub fn fan_in_and_fan_out(shape: &[usize]) -> Result<(usize, usize)> {
 /// initializer of `Linear` and `Conv` weights (with `a = sqrt(5)`): `U(-b, b)` with
 /// `b = sqrt(6 / ((1 + a^2) * fan_in))`.
 pub fn kaiming_uniform(dev: &Device, shape: &[usize], a: f64, dtype: DType) -> Result<Tensor> {
+    if shape.contains(&0) {
+        // PyTorch: "Initializing zero-element tensors is a no-op", before the fan (so a 1-D
+        // empty shape is not refused).
+        return Tensor::zeros(dev, shape, dtype);
+    }
     let (fan_in, _) = fan_in_and_fan_out(shape)?;
     if fan_in == 0 {
         return Tensor::zeros(dev, shape, dtype);
