@@ -1752,3 +1752,28 @@ fn batch_norm_backward_f16_input_with_f32_weight() {
     let e = batch_norm_backward(&x16, &g16, Some(&w), &f16run.saved).unwrap_err();
     assert!(e.to_string().contains("swapped"), "{e}");
 }
+
+/// state_dict entries are detached, as PyTorch's (`keep_vars=False`): nothing recorded, and an
+/// in-place copy into one writes the model. Turning requires_grad on over a parameter that is
+/// a plain tensor is an error naming it, not a silent no-op.
+#[test]
+fn state_dict_is_detached_and_plain_parameters_are_named() {
+    let d = dev();
+    let mut lin = nn::Linear::new(d, 2, 2, true).unwrap();
+    let sd = lin.state_dict();
+    assert!(sd.iter().all(|(_, t)| !t.is_tracked()));
+    let zeros = Tensor::zeros(d, &[2, 2], DType::F32).unwrap();
+    sd[0].1.copy_from(&zeros).unwrap();
+    assert_eq!(vals(&lin.weight), vec![0.0; 4]);
+    assert!(
+        lin.weight.is_tracked(),
+        "the parameter itself stays trainable"
+    );
+    lin.weight = Tensor::from_slice(d, &[1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap();
+    let e = lin.set_requires_grad(true).unwrap_err().to_string();
+    assert!(e.contains("parameter weight is a plain tensor"), "{e}");
+    lin.weight = lin.weight.requires_grad().unwrap();
+    lin.set_requires_grad(false).unwrap();
+    lin.set_requires_grad(true).unwrap();
+    assert!(lin.weight.is_tracked());
+}

@@ -98,9 +98,14 @@ pub trait Module {
     }
 
     /// Parameters and buffers by name, in PyTorch's `state_dict()` order: per module, its
-    /// parameters, then its buffers, then its children's entries.
+    /// parameters, then its buffers, then its children's entries. Detached, as PyTorch's
+    /// (`keep_vars=False`): they share the parameters' storage (`sd[k].copy_from(..)` under
+    /// [`no_grad`](crate::no_grad) or not writes into the model) but record nothing.
     fn state_dict(&self) -> Vec<(String, Tensor)> {
         collect(self, true, true)
+            .into_iter()
+            .map(|(n, t)| (n, t.detach()))
+            .collect()
     }
 
     /// The module's name in layer errors ([`Error::Layer`](crate::Error::Layer), which
@@ -125,7 +130,22 @@ pub trait Module {
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a parameter that is the
     /// output of a tracked op (none of the `nn` layers' are).
     fn set_requires_grad(&mut self, requires_grad: bool) -> Result<()> {
-        for (name, mut p) in self.named_parameters() {
+        let params = self.named_parameters();
+        if requires_grad {
+            // The flag lives in a leaf's shared meta; a plain tensor has none, and setting it
+            // on the clone named_parameters() lends would leave the module's field untouched.
+            if let Some((name, _)) = params.iter().find(|(_, p)| !p.has_grad_key()) {
+                return Err(Error::arg(
+                    "set_requires_grad",
+                    format!(
+                        "parameter {name} is a plain tensor, not a leaf that requires grad: \
+                         assign it as `tensor.requires_grad()?` (the nn layers' own parameters \
+                         are)"
+                    ),
+                ));
+            }
+        }
+        for (name, mut p) in params {
             p.set_requires_grad(requires_grad)
                 .map_err(|e| Error::arg("set_requires_grad", format!("parameter {name}: {e}")))?;
         }
