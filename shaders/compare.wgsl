@@ -86,8 +86,9 @@ fn select_where(@builtin(workgroup_id) wid: vec3<u32>,
     }
     let o = offsets(i);
     let c = f32(cond[o.z]);
-    // PyTorch's bool(x): true for any non-zero value and for NaN.
-    if (isnan_f(c) || c != 0.0) {
+    // PyTorch's bool(x): true for any non-zero value and for NaN. Tested on the bits: a GPU
+    // that flushes subnormals would compare 1e-45 equal to 0.
+    if ((bitcast<u32>(c) & 0x7fffffffu) != 0u) {
         out[i] = a[o.x];
     } else {
         out[i] = b[o.y];

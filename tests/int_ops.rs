@@ -787,3 +787,46 @@ fn index_ops_take_scalars_as_one_dim() {
         .unwrap();
     assert_eq!((y.shape(), f(&y)), (&[][..], vec![3.5]));
 }
+
+/// An empty index skips gather's and scatter_add's shape checks, as PyTorch's (which return
+/// before them): gather gives an empty result of the index's shape, scatter_add a copy of
+/// self; the gradients are zeros and self's. masked_fill's errors name masked_fill.
+#[test]
+fn empty_indices_and_masked_fill_names() {
+    let x = Tensor::from_slice(dev(), &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let e1 = Tensor::from_slice(dev(), &[] as &[i32], &[0]).unwrap();
+    let e2 = Tensor::from_slice(dev(), &[] as &[i32], &[4, 0]).unwrap();
+    assert_eq!(x.gather(1, &e1).unwrap().shape(), &[0]);
+    let y = x.gather(1, &e2).unwrap();
+    assert_eq!(y.shape(), &[4, 0]);
+    let g = y.sum_all().unwrap().backward().unwrap();
+    assert_eq!(g.get(&x).unwrap().to_vec::<f32>().unwrap(), vec![0.0; 6]);
+    assert!(x.gather(5, &e1).is_err(), "the dim is still checked");
+    let s = Tensor::from_slice(dev(), &[1.0f32, 2.0, 3.0], &[3])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let src = Tensor::ones(dev(), &[5, 2], DType::F32).unwrap();
+    let out = s.scatter_add(0, &e2, &src).unwrap();
+    assert_eq!(out.to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0]);
+    assert!(
+        !out.shares_storage(&s),
+        "a copy, as PyTorch's out-of-place form"
+    );
+    let g = out.sum_all().unwrap().backward().unwrap();
+    assert_eq!(g.get(&s).unwrap().to_vec::<f32>().unwrap(), vec![1.0; 3]);
+    let m = Tensor::ones(dev(), &[4], DType::F32).unwrap();
+    let e = s.masked_fill(&m, 1.0).unwrap_err().to_string();
+    assert!(e.starts_with("masked_fill"), "{e}");
+    // A subnormal condition is true (PyTorch's bool(1e-45)).
+    let c = Tensor::from_slice(dev(), &[1e-45f32, 0.0], &[2]).unwrap();
+    let one = Tensor::ones(dev(), &[2], DType::F32).unwrap();
+    let zero = Tensor::zeros(dev(), &[2], DType::F32).unwrap();
+    assert_eq!(
+        c.where_cond(&one, &zero).unwrap().to_vec::<f32>().unwrap(),
+        vec![1.0, 0.0]
+    );
+}

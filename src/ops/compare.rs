@@ -285,7 +285,11 @@ impl Tensor {
     /// # Ok(()) }
     /// ```
     pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Result<Tensor> {
-        crate::tensor::check_fill("masked_fill", value, self.dtype)?;
+        let op = "masked_fill";
+        crate::tensor::check_fill(op, value, self.dtype)?;
+        // Checked under this op's name (where_cond would name itself).
+        self.same_device(op, mask)?;
+        crate::layout::broadcast_shapes(op, self.shape(), mask.shape())?;
         let v = Tensor::full(self.device(), &[], value, self.dtype)?;
         mask.where_cond(&v, self)
     }

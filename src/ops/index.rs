@@ -70,6 +70,14 @@ impl Tensor {
                 .reshape(index.shape());
         }
         let d = Layout::normalize_dim(op, dim, self.rank().max(1))?;
+        if index.numel() == 0 {
+            // PyTorch returns before its shape checks: an empty result of the index's shape
+            // (a view of no elements of this tensor, so its gradient is zeros).
+            return self
+                .reshape(&[self.numel()])?
+                .narrow(0, 0usize, 0usize)?
+                .reshape(index.shape());
+        }
         if index.rank() != self.rank() {
             return Err(Error::shape(
                 op,
@@ -188,6 +196,10 @@ impl Tensor {
                 .reshape(self.shape());
         }
         let d = Layout::normalize_dim(op, dim, self.rank().max(1))?;
+        if index.numel() == 0 {
+            // PyTorch copies self and returns before its shape checks.
+            return self.deep_clone();
+        }
         if index.rank() != self.rank() || src.rank() != self.rank() {
             return Err(Error::shape(
                 op,
