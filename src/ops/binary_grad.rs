@@ -105,17 +105,15 @@ impl BackwardOp for BinaryBackward {
                 };
                 // Each operand's weight against the other: 1, 1/2 on ties, 0, and 1 for both
                 // where either is NaN (so b's is not 1 - a's).
+                // The losing side gets an exact 0, as PyTorch's masked_fill, not g * 0 (NaN
+                // for an infinite g: sqrt(max(x, 0)) at a clamped x).
                 let (a, b) = (self.saved(&self.a)?, self.saved(&self.b)?);
-                let ga = if need_a {
-                    Some(g.mul(&grad_binary(a, b, code, 0.0)?)?)
-                } else {
-                    None
+                let weighted = |x: &Tensor, y: &Tensor| -> Result<Tensor> {
+                    let w = grad_binary(x, y, code, 0.0)?;
+                    grad_binary(&g.mul(&w)?, &w, GradCode::ZeroWhereZero, 0.0)
                 };
-                let gb = if need_b {
-                    Some(g.mul(&grad_binary(b, a, code, 0.0)?)?)
-                } else {
-                    None
-                };
+                let ga = if need_a { Some(weighted(a, b)?) } else { None };
+                let gb = if need_b { Some(weighted(b, a)?) } else { None };
                 (ga, gb)
             }
         };

@@ -277,3 +277,25 @@ fn non_finite_product(
     }
     Ok(())
 }
+
+/// maximum / minimum give the losing operand an exact 0, as PyTorch's masked_fill, not
+/// g * 0: `sqrt(max(x, 0))` at a clamped x passes an infinite gradient that would make NaN.
+#[test]
+fn maximum_gradient_of_the_loser_is_zero() {
+    let x = t(&[-1.0, 2.0], &[2]).requires_grad().unwrap();
+    let z = t(&[0.0, 0.0], &[2]);
+    let g = x.maximum(&z).unwrap().sqrt().unwrap().sum_all().unwrap();
+    let g = vals(g.backward().unwrap().get(&x).unwrap());
+    assert_eq!(g[0], 0.0);
+    assert!((g[1] - 0.5 / 2f32.sqrt()).abs() < 1e-6, "{g:?}");
+    let y = t(&[3.0, -2.0], &[2]).requires_grad().unwrap();
+    let l = y
+        .minimum(&z)
+        .unwrap()
+        .mul_scalar(f64::INFINITY)
+        .unwrap()
+        .sum_all()
+        .unwrap();
+    let g = vals(l.backward().unwrap().get(&y).unwrap());
+    assert_eq!(g, vec![0.0, f32::INFINITY]);
+}
