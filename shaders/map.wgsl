@@ -66,7 +66,17 @@ fn apply(v: f32, s: f32) -> f32 {
         case OP_RDIV_SCALAR: { return div_f(s, v); }
         case OP_MAX_SCALAR: { return max_nan(v, s); }
         case OP_MIN_SCALAR: { return min_nan(v, s); }
-        case OP_POW_SCALAR: { return pow_f(v, s); }
+        // PyTorch's pow(tensor, scalar) takes sqrt and rsqrt for +-0.5 (not C99's pow: -inf
+        // gives NaN, -0 keeps its sign); the other exponents as pow_f.
+        case OP_POW_SCALAR: {
+            if (s == 0.5) {
+                return sqrt_f(v);
+            }
+            if (s == -0.5) {
+                return div_f(1.0, sqrt_f(v));
+            }
+            return pow_f(v, s);
+        }
         default: { return v; }
     }
 }

@@ -299,3 +299,28 @@ fn maximum_gradient_of_the_loser_is_zero() {
     let g = vals(l.backward().unwrap().get(&y).unwrap());
     assert_eq!(g, vec![0.0, f32::INFINITY]);
 }
+
+/// pow_scalar(+-0.5) is sqrt / rsqrt, as PyTorch's pow(tensor, scalar) dispatches them (not
+/// C99's pow): NaN at -inf, -0 keeps its sign; the gradient follows (-inf at -0).
+#[test]
+fn pow_scalar_half_is_sqrt() {
+    let x = t(&[f32::NEG_INFINITY, -0.0, 4.0], &[3])
+        .requires_grad()
+        .unwrap();
+    let y = vals(&x.pow_scalar(0.5).unwrap());
+    assert!(y[0].is_nan());
+    assert_eq!((y[1], y[1].is_sign_negative(), y[2]), (0.0, true, 2.0));
+    let r = vals(&x.pow_scalar(-0.5).unwrap());
+    assert!(r[0].is_nan());
+    assert_eq!((r[1], r[2]), (f32::NEG_INFINITY, 0.5));
+    let g = x
+        .pow_scalar(0.5)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    let g = vals(g.get(&x).unwrap());
+    assert!(g[0].is_nan());
+    assert_eq!((g[1], g[2]), (f32::NEG_INFINITY, 0.25));
+}
