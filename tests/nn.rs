@@ -1111,6 +1111,12 @@ fn derive_attributes_and_field_kinds() {
     let pair = Pair(shared.clone(), (), shared);
     assert_eq!(names(pair.state_dict()), ["0.weight", "2.weight"]);
     assert_eq!(names(pair.named_parameters()), ["0.weight"], "tied: once");
+    // Two leaves over one buffer are two parameters (PyTorch dedups by Parameter object).
+    let a = lin();
+    let mut b = lin();
+    b.weight = a.weight.detach().requires_grad().unwrap();
+    let two = Pair(a, (), b);
+    assert_eq!(names(two.named_parameters()), ["0.weight", "2.weight"]);
     let gain = || {
         Tensor::ones(d, &[2], DType::F32)
             .unwrap()

@@ -287,7 +287,10 @@ fn dedup(v: Vec<(String, Tensor)>) -> Vec<(String, Tensor)> {
     let mut seen = HashSet::new();
     v.into_iter()
         .filter(|(_, t)| {
+            // The leaf too (PyTorch dedups by Parameter object): two leaves over one buffer
+            // (`b.weight = a.weight.detach().requires_grad()?`) are two parameters.
             seen.insert((
+                t.grad.as_ref().map(|g| std::sync::Arc::as_ptr(g) as usize),
                 std::sync::Arc::as_ptr(&t.storage) as usize,
                 t.shape().to_vec(),
                 t.strides().to_vec(),
