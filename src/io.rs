@@ -368,6 +368,11 @@ pub fn load_state_dict(
     for (name, t) in targets {
         match source.get(*name) {
             None => report.missing.push(name.to_string()),
+            // PyTorch's backward-compatibility rule: a one-element [1] source loads into a
+            // 0-d parameter (`input_param = input_param[0]`).
+            Some(s) if t.rank() == 0 && s.shape() == [1] && s.device().same(t.device()) => {
+                pairs.push((*t, s.reshape(&[])?))
+            }
             Some(s) if s.shape() != t.shape() => {
                 return Err(Error::shape(
                     op,
@@ -388,7 +393,7 @@ pub fn load_state_dict(
                     ),
                 ))
             }
-            Some(s) => pairs.push((*t, s)),
+            Some(s) => pairs.push((*t, s.clone())),
         }
     }
     let known: std::collections::HashSet<&str> = targets.iter().map(|(n, _)| *n).collect();

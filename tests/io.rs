@@ -459,3 +459,23 @@ fn narrow_and_wide_integers_load_as_i32() {
         "{e}"
     );
 }
+
+/// A one-element `[1]` source loads into a 0-d parameter (PyTorch's backward-compatibility
+/// rule in `_load_from_state_dict`); other shape mismatches stay errors.
+#[test]
+fn a_one_element_source_loads_into_a_scalar() {
+    let temp = Tensor::zeros(dev(), &[], DType::F32).unwrap();
+    let mut src = HashMap::new();
+    src.insert(
+        "temp".to_string(),
+        Tensor::from_slice(dev(), &[2.5f32], &[1]).unwrap(),
+    );
+    load_state_dict(&[("temp", &temp)], &src, true).unwrap();
+    assert_eq!(temp.to_vec::<f32>().unwrap(), vec![2.5]);
+    src.insert(
+        "temp".to_string(),
+        Tensor::from_slice(dev(), &[1.0f32, 2.0], &[2]).unwrap(),
+    );
+    let e = load_state_dict(&[("temp", &temp)], &src, true).unwrap_err();
+    assert!(e.to_string().contains("size mismatch for temp"), "{e}");
+}
