@@ -615,3 +615,35 @@ fn mha_self_attention_shortcut_respects_autograd_identity() {
         assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{a} vs {b}");
     }
 }
+
+/// Under `is_causal` with no key padding mask and no weights, PyTorch drops the attn_mask
+/// before its shape checks (only its rank is checked): a mask of another shape gives the
+/// causal result, not an error.
+#[test]
+fn causal_drops_the_attn_mask_before_its_shape_check() {
+    let cfg = MultiheadAttentionConfig {
+        batch_first: true,
+        ..Default::default()
+    };
+    let m = MultiheadAttention::new(common::device(), 8, 2, cfg).unwrap();
+    let x = wgtensor::ops::randn(common::device(), &[2, 5, 8], DType::F32).unwrap();
+    let causal = MhaOptions {
+        is_causal: true,
+        need_weights: false,
+        ..Default::default()
+    };
+    let want = m.forward_attn(&x, &x, &x, &causal).unwrap().0;
+    let bad = Tensor::zeros(common::device(), &[5, 6], DType::F32).unwrap();
+    let opts = MhaOptions {
+        attn_mask: Some(MhaMask::Additive(&bad)),
+        ..causal
+    };
+    let got = m.forward_attn(&x, &x, &x, &opts).unwrap().0;
+    assert_eq!(got.to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());
+    let rank1 = Tensor::zeros(common::device(), &[5], DType::F32).unwrap();
+    let opts = MhaOptions {
+        attn_mask: Some(MhaMask::Additive(&rank1)),
+        ..causal
+    };
+    assert!(m.forward_attn(&x, &x, &x, &opts).is_err());
+}

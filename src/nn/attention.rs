@@ -312,12 +312,25 @@ impl MultiheadAttention {
             .key_padding_mask
             .map(|m| self.key_padding_mask(m, batched, n, s, dt))
             .transpose()?;
-        let mut attn = opts
-            .attn_mask
-            .map(|m| self.attn_mask(m, batched, n, l, s, dt))
-            .transpose()?;
         let dropout_p = if self.training { self.dropout } else { 0.0 };
         let fused_causal = opts.is_causal && kpm.is_none() && !opts.need_weights;
+        let mut attn = match opts.attn_mask {
+            // F.multi_head_attention_forward drops the mask here before its shape checks
+            // (only the rank was checked): the causal kernel stands in for it.
+            Some(m) if fused_causal => {
+                let rank = mask_tensor(m).rank();
+                if !(rank == 2 || rank == 3) {
+                    return Err(Error::shape(
+                        OP,
+                        format!("attn_mask must be 2-D or 3-D, got rank {rank}"),
+                    ));
+                }
+                None
+            }
+            m => m
+                .map(|m| self.attn_mask(m, batched, n, l, s, dt))
+                .transpose()?,
+        };
         if opts.is_causal && !fused_causal && attn.is_none() {
             attn = Some(crate::ops::attention::reference::causal_additive(
                 q.device(),
