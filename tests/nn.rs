@@ -1479,6 +1479,24 @@ fn composed_activations_match_pytorch() {
         (hs[0], hs[1], hs[3], hs[4], hs[5]),
         (0.0, -0.5, 0.5, 1.5, 1.0)
     );
+    // Below -3 the gradient is an exact 0 (PyTorch's hardswish_backward), even for an
+    // infinite incoming gradient; the value keeps x * 0's sign.
+    let low = Tensor::from_slice(d, &[-4.0f32], &[1])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let y = nn::Hardswish.forward(&low).unwrap();
+    assert!(y.to_vec::<f32>().unwrap()[0].is_sign_negative());
+    let l = y.mul_scalar(f64::INFINITY).unwrap().sum_all().unwrap();
+    assert_eq!(
+        l.backward()
+            .unwrap()
+            .get(&low)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap(),
+        vec![0.0]
+    );
     let bad = nn::Hardtanh {
         min_val: 1.0,
         max_val: 1.0,
