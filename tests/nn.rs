@@ -1801,3 +1801,35 @@ fn state_dict_is_detached_and_plain_parameters_are_named() {
     lin.set_requires_grad(true).unwrap();
     assert!(lin.weight.is_tracked());
 }
+
+/// Sequential's and ModuleList's insert / pop / extend, as PyTorch's: the names renumber.
+#[test]
+fn containers_insert_and_pop() {
+    let d = dev();
+    let mut seq = nn::Sequential::new()
+        .push(nn::Linear::new(d, 2, 3, true).unwrap())
+        .push(nn::Linear::new(d, 3, 1, false).unwrap());
+    seq.insert(1, nn::ReLU).unwrap();
+    let keys: Vec<String> = seq.state_dict().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(keys, ["0.weight", "0.bias", "2.weight"]);
+    assert!(seq.insert(4, nn::ReLU).is_err());
+    let x = Tensor::ones(d, &[4, 2], DType::F32).unwrap();
+    assert_eq!(seq.forward(&x).unwrap().shape(), &[4, 1]);
+    let relu = seq.pop(1).expect("the ReLU");
+    assert_eq!(relu.forward(&x).unwrap().shape(), &[4, 2]);
+    assert!(seq.pop(2).is_none());
+    let keys: Vec<String> = seq.state_dict().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(keys, ["0.weight", "0.bias", "1.weight"]);
+
+    let mut list: nn::ModuleList<nn::Linear> = nn::ModuleList::new();
+    list.extend((0..2).map(|_| nn::Linear::new(d, 2, 2, false).unwrap()));
+    list.insert(0, nn::Linear::new(d, 2, 5, false).unwrap())
+        .unwrap();
+    assert_eq!(list[0].weight.shape(), &[5, 2]);
+    assert!(list
+        .insert(9, nn::Linear::new(d, 2, 2, false).unwrap())
+        .is_err());
+    assert_eq!(list.pop(0).unwrap().weight.shape(), &[5, 2]);
+    assert_eq!(list.len(), 2);
+    assert!(list.pop(2).is_none());
+}

@@ -95,6 +95,32 @@ impl Sequential {
         self
     }
 
+    /// Inserts a layer before position `index` (PyTorch's `insert`); the later layers move
+    /// up one name (`1` becomes `2`), as PyTorch renumbers. An index past the end is an error.
+    pub fn insert(&mut self, index: usize, layer: impl Forward + 'static) -> Result<()> {
+        if index > self.layers.len() {
+            return Err(Error::arg(
+                "Sequential::insert",
+                format!(
+                    "index {index} is out of range for {} layers",
+                    self.layers.len()
+                ),
+            ));
+        }
+        self.layers.insert(index, Box::new(layer));
+        Ok(())
+    }
+
+    /// Removes and returns the layer at `index` (PyTorch's `pop`); the later layers move down
+    /// one name. `None` past the end.
+    pub fn pop(&mut self, index: usize) -> Option<Box<dyn Forward>> {
+        if index >= self.layers.len() {
+            return None;
+        }
+        let layer: Box<dyn Forward> = self.layers.remove(index);
+        Some(layer)
+    }
+
     /// The number of layers.
     pub fn len(&self) -> usize {
         self.layers.len()
@@ -221,6 +247,32 @@ impl<M> ModuleList<M> {
     /// Appends a module (PyTorch's `append`).
     pub fn push(&mut self, module: M) {
         self.items.push(module);
+    }
+
+    /// Inserts a module before position `index` (PyTorch's `insert`); the later ones move up
+    /// one name. An index past the end is an error.
+    pub fn insert(&mut self, index: usize, module: M) -> Result<()> {
+        if index > self.items.len() {
+            return Err(Error::arg(
+                "ModuleList::insert",
+                format!(
+                    "index {index} is out of range for {} modules",
+                    self.items.len()
+                ),
+            ));
+        }
+        self.items.insert(index, module);
+        Ok(())
+    }
+
+    /// Appends every module of `modules` (PyTorch's `extend`).
+    pub fn extend(&mut self, modules: impl IntoIterator<Item = M>) {
+        self.items.extend(modules);
+    }
+
+    /// Removes and returns the module at `index` (PyTorch's `pop`); `None` past the end.
+    pub fn pop(&mut self, index: usize) -> Option<M> {
+        (index < self.items.len()).then(|| self.items.remove(index))
     }
 
     /// The number of modules.
