@@ -215,6 +215,9 @@ fn initializers_follow_pytorch_bounds() {
             .to_string();
         assert!(e.contains("normal expects std >= 0.0"), "{e}");
     }
+    // A NaN mean propagates, as PyTorch's normal_ (it checks only std).
+    let n = vals(&normal(d, &[4], f64::NAN, 1.0, DType::F32).unwrap());
+    assert!(n.iter().all(|v| v.is_nan()), "{n:?}");
 }
 
 #[test]

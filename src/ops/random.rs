@@ -196,8 +196,8 @@ fn uniform_op(
 /// Normal samples with `mean` and standard deviation `std` (PyTorch's `normal_`), by
 /// Box-Muller on pairs of uniforms.
 ///
-/// Errors ([`Error::InvalidArgument`]) when `mean` or `std` is not finite or outside `dtype`'s
-/// range, when `std < 0`, or when `|mean| + 5.77 std` (the kernel's largest sample: its
+/// A NaN `mean` gives NaN samples, as PyTorch's. Errors ([`Error::InvalidArgument`]) when
+/// `mean` is infinite or `std` not finite, either is outside `dtype`'s range, when `std < 0`, or when `|mean| + 5.77 std` (the kernel's largest sample: its
 /// uniforms have 24 bits, so `|z| <= 5.7681`) exceeds the largest value of `dtype`.
 pub fn normal(dev: &Device, shape: &[usize], mean: f64, std: f64, dtype: DType) -> Result<Tensor> {
     let op = "normal";
@@ -210,7 +210,10 @@ pub fn normal(dev: &Device, shape: &[usize], mean: f64, std: f64, dtype: DType) 
             format!("normal expects std >= 0.0, but found std {std}"),
         ));
     }
-    check_in_range(op, "mean", mean, dtype, max)?;
+    // A NaN mean propagates (PyTorch checks only std): every sample is NaN.
+    if !mean.is_nan() {
+        check_in_range(op, "mean", mean, dtype, max)?;
+    }
     check_in_range(op, "std", std, dtype, max)?;
     let reach = mean.abs() + NORMAL_MAX_Z * std;
     if reach > max {
