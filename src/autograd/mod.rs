@@ -196,6 +196,12 @@ pub fn no_grad<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// True when an op over `inputs` is recorded: grad mode is on and one of them is tracked.
+/// Ops that pick an untracked fast path, or refuse in-place work, ask this, as `record` does.
+pub(crate) fn records<'a>(inputs: impl IntoIterator<Item = &'a Tensor>) -> bool {
+    is_grad_enabled() && inputs.into_iter().any(Tensor::is_tracked)
+}
+
 /// Records an op with one output. `make` builds the backward from the untracked output and is
 /// only called when something is tracked, so untracked ops pay one `Option` check per input.
 pub(crate) fn record<F>(mut out: Tensor, inputs: &[&Tensor], make: F) -> Tensor
@@ -203,7 +209,7 @@ where
     F: FnOnce(&Tensor) -> Box<dyn BackwardOp>,
 {
     // Integer outputs (indices, argmax, casts to i32) carry no gradient, as in PyTorch.
-    if !inputs.iter().any(|t| t.is_tracked()) || !is_grad_enabled() || !out.dtype.is_float() {
+    if !records(inputs.iter().copied()) || !out.dtype.is_float() {
         return out;
     }
     let node = new_node(1, inputs, make(&out));
@@ -216,7 +222,7 @@ pub(crate) fn record_multi<F>(outs: Vec<Tensor>, inputs: &[&Tensor], make: F) ->
 where
     F: FnOnce(&[Tensor]) -> Box<dyn BackwardOp>,
 {
-    if !inputs.iter().any(|t| t.is_tracked()) || !is_grad_enabled() {
+    if !records(inputs.iter().copied()) {
         return outs;
     }
     let node = new_node(outs.len(), inputs, make(&outs));

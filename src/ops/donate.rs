@@ -20,7 +20,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::autograd::is_grad_enabled;
+use crate::autograd::records;
 use crate::layout::broadcast_shapes;
 use crate::ops::binary::Donated;
 use crate::ops::{BinaryOp, ScalarOp, UnaryOp};
@@ -64,7 +64,7 @@ impl Tensor {
     /// # Ok(()) }
     /// ```
     pub fn into_unary(self, op: UnaryOp) -> Result<Tensor> {
-        if self.is_tracked() && is_grad_enabled() || !self.donatable() {
+        if records([&self]) || !self.donatable() {
             return self.unary(op);
         }
         self.unary_in_place(op)?;
@@ -75,7 +75,7 @@ impl Tensor {
     /// [`Tensor::scalar_op`], consuming `self` (donating its buffer as [`Tensor::into_unary`]).
     /// The owned operators (`x * 2.0`, `-x`, ...) call this.
     pub fn into_scalar_op(self, op: ScalarOp, s: f64) -> Result<Tensor> {
-        if self.is_tracked() && is_grad_enabled() || !self.donatable() {
+        if records([&self]) || !self.donatable() {
             return self.scalar_op(op, s);
         }
         self.scalar_in_place(op, s as f32)?;
@@ -88,11 +88,7 @@ impl Tensor {
     /// allocate.
     pub fn into_dtype(self, dtype: DType) -> Result<Tensor> {
         let same_size = self.dtype.size() == 4 && dtype.size() == 4;
-        if dtype == self.dtype
-            || !same_size
-            || self.is_tracked() && is_grad_enabled()
-            || !self.donatable()
-        {
+        if dtype == self.dtype || !same_size || records([&self]) || !self.donatable() {
             return self.to_dtype(dtype);
         }
         self.device().require_dtype("to_dtype", dtype)?;
@@ -134,7 +130,7 @@ pub(crate) fn binary_owned(
         Donated::A => (&own, other),
         Donated::B => (other, &own),
     };
-    let recorded = (a.is_tracked() || b.is_tracked()) && is_grad_enabled();
+    let recorded = records([a, b]);
     // Only floats donate: an i32 operand (even an empty one) takes the checked path's error.
     let fits = !recorded
         && own.dtype.is_float()

@@ -84,8 +84,8 @@ enum Kink {
 
 /// Records PyTorch's explicit backward of smooth_l1 / huber over the (untracked) `loss`.
 fn record_kinked(loss: Tensor, input: &Tensor, target: &Tensor, kink: Kink) -> Result<Tensor> {
-    // `record`'s own condition: nothing to save otherwise.
-    if !(crate::autograd::is_grad_enabled() && (input.is_tracked() || target.is_tracked())) {
+    // Nothing to save when `record` will not record.
+    if !crate::autograd::records([input, target]) {
         return Ok(loss);
     }
     let d = {
@@ -219,7 +219,7 @@ pub fn binary_cross_entropy(
     if let Some(w) = weight {
         input.same_device(op, w)?;
         input.same_dtype(op, w)?;
-        if w.is_tracked() && crate::autograd::is_grad_enabled() {
+        if crate::autograd::records([w]) {
             // PyTorch: "the derivative for 'weight' is not implemented" (not a silent None).
             return Err(Error::arg(
                 op,

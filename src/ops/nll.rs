@@ -103,7 +103,7 @@ fn check(
     if let Some(w) = weight {
         input.same_device(op, w)?;
         input.same_dtype(op, w)?;
-        if w.is_tracked() && crate::autograd::is_grad_enabled() {
+        if crate::autograd::records([w]) {
             // PyTorch: "the derivative for 'weight' is not implemented" (not a silent None,
             // nor the smoothing term's part of it).
             return Err(Error::arg(

@@ -82,7 +82,7 @@ pub fn scaled_dot_product_attention(
     opts: &SdpaOptions,
 ) -> Result<Tensor> {
     if let Some(AttnMask::Additive(m)) = opts.attn_mask {
-        if m.is_tracked() && crate::autograd::is_grad_enabled() {
+        if crate::autograd::records([m]) {
             // A learned bias (relative positions, ALiBi) gets its gradient, the scores'
             // gradient summed to its shape, through the plain composition, as PyTorch's math
             // backend gives it: O(L S) memory for this call only.

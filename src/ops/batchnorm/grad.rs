@@ -11,7 +11,7 @@ use super::launch::{backward_untracked, inference_untracked, train_untracked};
 use super::types::{
     BatchNormGrads, BatchNormOptions, BatchNormOutput, BatchNormSaved, BatchNormState,
 };
-use crate::autograd::{is_grad_enabled, record, sum_to, BackwardOp, NoGradGuard};
+use crate::autograd::{record, records, sum_to, BackwardOp, NoGradGuard};
 use crate::ops::activation::Activation;
 use crate::ops::grad_kernel::activation_grad;
 use crate::{DType, Error, Result, Tensor};
@@ -99,11 +99,7 @@ pub(crate) fn train(
     o: &BatchNormOptions,
 ) -> Result<BatchNormOutput> {
     let (gamma, beta) = (o.weight, o.bias);
-    let tracked = [Some(x), gamma, beta]
-        .iter()
-        .flatten()
-        .any(|t| t.is_tracked());
-    if !tracked || !is_grad_enabled() {
+    if !records([Some(x), gamma, beta].into_iter().flatten()) {
         return train_untracked(x, state, o);
     }
     let mut inputs = vec![x];
@@ -215,11 +211,7 @@ pub(crate) fn inference(
     o: &BatchNormOptions,
 ) -> Result<Tensor> {
     let (gamma, beta, eps, activation) = (o.weight, o.bias, o.eps, o.activation);
-    let tracked = [Some(x), gamma, beta]
-        .iter()
-        .flatten()
-        .any(|t| t.is_tracked());
-    if !tracked || !is_grad_enabled() {
+    if !records([Some(x), gamma, beta].into_iter().flatten()) {
         return inference_untracked(x, running_mean, running_var, o);
     }
     let mut inputs = vec![x];

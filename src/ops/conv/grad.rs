@@ -8,7 +8,7 @@
 //! pre-activation: a tracked GELU convolution runs unfused, then a recorded `gelu`
 //! (`Activation::split_unfused`).
 
-use crate::autograd::{is_grad_enabled, record, BackwardOp, NoGradGuard};
+use crate::autograd::{record, records, BackwardOp, NoGradGuard};
 use crate::ops::activation::Activation;
 use crate::ops::grad_kernel::{activation_grad, narrow_grad};
 use crate::{Error, Result, Tensor};
@@ -126,11 +126,7 @@ fn recorded(
     run: impl Fn(Activation) -> Result<Tensor>,
 ) -> Result<Tensor> {
     let act = geometry.activation;
-    let tracked = [Some(x), Some(w), bias]
-        .iter()
-        .flatten()
-        .any(|t| t.is_tracked());
-    if !tracked || !is_grad_enabled() {
+    if !records([Some(x), Some(w), bias].into_iter().flatten()) {
         return run(act);
     }
     let mut inputs = vec![x, w];

@@ -9,7 +9,7 @@
 
 use super::options::{Bias, GemmOptions};
 use super::run::run;
-use crate::autograd::{is_grad_enabled, record, sum_to, BackwardOp};
+use crate::autograd::{record, records, sum_to, BackwardOp};
 use crate::ops::activation::Activation;
 use crate::ops::grad_kernel::activation_grad;
 use crate::{Error, Result, Tensor};
@@ -168,11 +168,7 @@ pub(crate) fn recorded(
         None => None,
     };
     // Checked on the stack: an untracked GEMM allocates nothing for autograd.
-    let tracked = [Some(a), Some(b), o.c, bias_t]
-        .iter()
-        .flatten()
-        .any(|t| t.is_tracked());
-    if !tracked || !is_grad_enabled() {
+    if !records([Some(a), Some(b), o.c, bias_t].into_iter().flatten()) {
         return forward(o);
     }
     let mut inputs = vec![a, b];
@@ -204,7 +200,7 @@ pub(crate) fn recorded(
 /// In-place ops are not differentiable: refuse tracked operands while grad mode is on (under
 /// `no_grad`, e.g. an optimizer step, they are fine).
 pub(crate) fn check_in_place(op: &'static str, tensors: &[&Tensor]) -> Result<()> {
-    if is_grad_enabled() && tensors.iter().any(|t| t.is_tracked()) {
+    if records(tensors.iter().copied()) {
         return Err(Error::arg(
             op,
             "in-place ops are not differentiable: an operand is tracked by autograd \

@@ -4,7 +4,7 @@
 //! `forward_train` (keeping the gates and state sequences) on detached tensors, so the saved
 //! state holds no graph.
 
-use crate::autograd::{is_grad_enabled, record_multi, BackwardOp, NoGradGuard};
+use crate::autograd::{record_multi, records, BackwardOp, NoGradGuard};
 use crate::{Error, Result, Tensor};
 
 use super::{Rnn, RnnKind, RnnOutput, RnnSaved, RnnWeights};
@@ -89,13 +89,11 @@ pub(super) fn forward(
     h0: Option<&Tensor>,
     c0: Option<&Tensor>,
 ) -> Result<RnnOutput> {
-    let tracked = [Some(x), h0, c0].iter().flatten().any(|t| t.is_tracked())
-        || rnn.weights.iter().any(|w| {
-            [&w.w_ih, &w.w_hh, &w.b_ih, &w.b_hh]
-                .iter()
-                .any(|t| t.is_tracked())
-        });
-    if !tracked || !is_grad_enabled() {
+    let weights = rnn
+        .weights
+        .iter()
+        .flat_map(|w| [&w.w_ih, &w.w_hh, &w.b_ih, &w.b_hh]);
+    if !records([Some(x), h0, c0].into_iter().flatten().chain(weights)) {
         return rnn.forward_impl(x, h0, c0, false).map(|(out, _)| out);
     }
     let mut inputs = vec![x];
