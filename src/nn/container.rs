@@ -39,6 +39,19 @@ impl<T: Forward + 'static> Layer for T {
     }
 }
 
+/// `items.insert(index, item)` for the containers' `insert`: an index past the end is an
+/// error naming `op`, where `Vec::insert` would panic.
+fn insert_at<T>(op: &'static str, items: &mut Vec<T>, index: usize, item: T) -> Result<()> {
+    if index > items.len() {
+        return Err(Error::arg(
+            op,
+            format!("index {index} is out of range for {} entries", items.len()),
+        ));
+    }
+    items.insert(index, item);
+    Ok(())
+}
+
 /// Layers applied in order, named `0`, `1`, ... as PyTorch's `nn.Sequential`; indexable
 /// (`seq[1]` is the second layer as a [`Forward`]; [`get_as`](Sequential::get_as) gives it as
 /// its own type).
@@ -98,27 +111,18 @@ impl Sequential {
     /// Inserts a layer before position `index` (PyTorch's `insert`); the later layers move
     /// up one name (`1` becomes `2`), as PyTorch renumbers. An index past the end is an error.
     pub fn insert(&mut self, index: usize, layer: impl Forward + 'static) -> Result<()> {
-        if index > self.layers.len() {
-            return Err(Error::arg(
-                "Sequential::insert",
-                format!(
-                    "index {index} is out of range for {} layers",
-                    self.layers.len()
-                ),
-            ));
-        }
-        self.layers.insert(index, Box::new(layer));
-        Ok(())
+        insert_at(
+            "Sequential::insert",
+            &mut self.layers,
+            index,
+            Box::new(layer),
+        )
     }
 
     /// Removes and returns the layer at `index` (PyTorch's `pop`); the later layers move down
     /// one name. `None` past the end.
     pub fn pop(&mut self, index: usize) -> Option<Box<dyn Forward>> {
-        if index >= self.layers.len() {
-            return None;
-        }
-        let layer: Box<dyn Forward> = self.layers.remove(index);
-        Some(layer)
+        (index < self.layers.len()).then(|| self.layers.remove(index) as Box<dyn Forward>)
     }
 
     /// The number of layers.
@@ -252,17 +256,7 @@ impl<M> ModuleList<M> {
     /// Inserts a module before position `index` (PyTorch's `insert`); the later ones move up
     /// one name. An index past the end is an error.
     pub fn insert(&mut self, index: usize, module: M) -> Result<()> {
-        if index > self.items.len() {
-            return Err(Error::arg(
-                "ModuleList::insert",
-                format!(
-                    "index {index} is out of range for {} modules",
-                    self.items.len()
-                ),
-            ));
-        }
-        self.items.insert(index, module);
-        Ok(())
+        insert_at("ModuleList::insert", &mut self.items, index, module)
     }
 
     /// Appends every module of `modules` (PyTorch's `extend`).

@@ -83,8 +83,7 @@ pub fn adaptive_avg_pool2d(x: &Tensor, output_size: [usize; 2]) -> Result<Tensor
     let plane_empty = rank_ok && x.shape()[x.rank() - 2..].contains(&0);
     if rank_ok
         && ((output_size.contains(&0) && !plane_empty)
-            || (output_size == [1, 1] && x.numel() == 0)
-            || (x.numel() == 0 && !plane_empty))
+            || (x.numel() == 0 && (output_size == [1, 1] || !plane_empty)))
     {
         // PyTorch: an output size of 0 gives an empty result, (1, 1) is the plane's mean (NaN
         // over an empty plane), and no channels (or no batch) give an empty result of any
