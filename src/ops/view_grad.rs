@@ -1,5 +1,6 @@
 //! Backward of the view ops (forward in src/tensor.rs): reshape, permute, transpose, narrow,
-//! broadcast_to, and `contiguous` (src/ops/map.rs), whose gradient passes through unchanged.
+//! broadcast_to, and `contiguous` (src/ops/map.rs), whose gradient passes through unchanged;
+//! and the view-only forwards built on them (squeeze, `reshape_infer`, `split`, `chunk`).
 
 use crate::autograd::{record, sum_to, BackwardOp};
 use crate::ops::grad_kernel::narrow_grad;
@@ -158,6 +159,65 @@ impl Tensor {
         }
         let out = self.view(self.layout.without_dim(d));
         Ok(record_view(self, out, || ViewKind::Reshape))
+    }
+
+    /// PyTorch's `split(split_size, dim)`: views of `split_size` along `dim`, the last one
+    /// smaller when the size does not divide (no copy).
+    pub fn split(&self, split_size: usize, dim: isize) -> Result<Vec<Tensor>> {
+        let op = "split";
+        let d = Layout::normalize_dim(op, dim, self.rank())?;
+        let len = self.shape()[d];
+        if split_size == 0 {
+            if len == 0 {
+                return Ok(vec![self.alias()]);
+            }
+            return Err(Error::arg(
+                op,
+                format!(
+                    "split_size can only be 0 if dimension size is 0, but got dimension size of {len}"
+                ),
+            ));
+        }
+        let mut out = Vec::new();
+        let mut start = 0;
+        while start < len {
+            let n = split_size.min(len - start);
+            out.push(self.narrow(d as isize, start, n)?);
+            start += n;
+        }
+        if out.is_empty() {
+            out.push(self.alias());
+        }
+        Ok(out)
+    }
+
+    /// PyTorch's `chunk(chunks, dim)`: at most `chunks` views of `ceil(len / chunks)` each (so
+    /// possibly fewer chunks; an empty dim gives `chunks` empty views), no copy.
+    pub fn chunk(&self, chunks: usize, dim: isize) -> Result<Vec<Tensor>> {
+        let op = "chunk";
+        if chunks == 0 {
+            return Err(Error::arg(
+                op,
+                "chunk expects `chunks` to be greater than 0, got: 0",
+            ));
+        }
+        let d = Layout::normalize_dim(op, dim, self.rank())?;
+        let len = self.shape()[d];
+        if len == 0 {
+            // PyTorch: `chunks` empty pieces (its split_with_sizes branch for an empty dim),
+            // each a handle here: bounded, so a huge count is an error, not memory exhausted.
+            const MAX_EMPTY_CHUNKS: usize = 1 << 24;
+            if chunks > MAX_EMPTY_CHUNKS {
+                return Err(Error::size(
+                    op,
+                    format!(
+                        "{chunks} empty chunks of an empty dim: at most {MAX_EMPTY_CHUNKS} are returned"
+                    ),
+                ));
+            }
+            return (0..chunks).map(|_| self.narrow(dim, 0usize, 0)).collect();
+        }
+        self.split(len.div_ceil(chunks), dim)
     }
 
     /// Removes every dim of size 1 (PyTorch's `squeeze()`). Always a view.
