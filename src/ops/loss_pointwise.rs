@@ -60,18 +60,15 @@ pub fn smooth_l1_loss(
     broadcastable(op, input, target)?;
     // With m = min(|d|, beta): 0.5 m^2 / beta + (|d| - m), without a select, whose
     // unselected branch would turn an infinite d into NaN.
-    let loss = {
-        let _guard = NoGradGuard::new();
-        let d = input.sub(target)?.abs()?;
+    let loss = kinked(input, target, Kink::SmoothL1(beta), |d| {
         let m = d.min_scalar(beta)?;
         // (m / beta) m / 2: neither m^2 (underflow in f16) nor 0.5 / beta (inf for a tiny
         // beta).
         m.div_scalar(beta)?
             .mul(&m)?
             .mul_scalar(0.5)?
-            .add(&d.sub(&m)?)?
-    };
-    let loss = record_kinked(loss, input, target, Kink::SmoothL1(beta))?;
+            .add(&d.sub(&m)?)
+    })?;
     reduce(loss, reduction)
 }
 
@@ -82,15 +79,19 @@ enum Kink {
     Huber(f64),
 }
 
-/// Records PyTorch's explicit backward of smooth_l1 / huber over the (untracked) `loss`.
-fn record_kinked(loss: Tensor, input: &Tensor, target: &Tensor, kink: Kink) -> Result<Tensor> {
-    // Nothing to save when `record` will not record.
-    if !crate::autograd::records([input, target]) {
-        return Ok(loss);
-    }
-    let d = {
+/// A kinked loss's elementwise terms, `terms(|input - target|)` computed untracked, with
+/// PyTorch's explicit backward recorded over them from the one difference both need.
+fn kinked(
+    input: &Tensor,
+    target: &Tensor,
+    kink: Kink,
+    terms: impl FnOnce(&Tensor) -> Result<Tensor>,
+) -> Result<Tensor> {
+    let (d, loss) = {
         let _guard = NoGradGuard::new();
-        input.sub(target)?
+        let d = input.sub(target)?;
+        let loss = terms(&d.abs()?)?;
+        (d, loss)
     };
     Ok(record(loss, &[input, target], |_| {
         Box::new(KinkBackward {
@@ -173,18 +174,15 @@ pub fn huber_loss(
     broadcastable(op, input, target)?;
     // Infinite once cast to f32 (the kernels' type), as PyTorch's kernel casts it; the
     // linear term below would add inf * 0 = NaN.
-    let loss = {
-        let _guard = NoGradGuard::new();
-        let d = input.sub(target)?.abs()?;
+    let loss = kinked(input, target, Kink::Huber(delta), |d| {
         if (delta as f32).is_infinite() {
             // Never linear: half the squared error (the form below would add inf * 0).
             // Halved first, as PyTorch's 0.5 * z * z: d * d overflows f16 from 256.
-            d.mul_scalar(0.5)?.mul(&d)?
+            d.mul_scalar(0.5)?.mul(d)
         } else {
-            huber_terms(&d, delta)?
+            huber_terms(d, delta)
         }
-    };
-    let loss = record_kinked(loss, input, target, Kink::Huber(delta))?;
+    })?;
     reduce(loss, reduction)
 }
 
