@@ -289,8 +289,9 @@ fn stats_chunk(wid: vec3<u32>, lane: u32, pivot: f32) {
         let d = mq - mean;
         let r = 1.0 / f32(k + 1u);
         mean += d * r;
-        // d * (d * w): the first quad's weight is 0, and d * d could be inf (0 * inf = NaN).
-        m2 += m2q + d * (d * (4.0 * f32(k) * r));
+        // The first quad's weight is 0 and d * d could be inf: selected away, since 0 * inf
+        // is NaN in whatever order a driver's compiler multiplies.
+        m2 += m2q + select(d * (d * (4.0 * f32(k) * r)), vec4<f32>(0.0), k == 0u);
     }
     var n = f32(4u * quads);
     for (var t = 4u * quads; t < full; t++) {
@@ -326,10 +327,13 @@ fn merge(a: vec3<f32>, b: vec3<f32>) -> vec3<f32> {
     if (b.x == 0.0) {
         return a;
     }
+    // An empty a is not merged: its weight would be 0, and a spread past 1.8e19 squares to
+    // inf, 0 * inf = NaN, whatever order a driver's compiler gives d * (d * w).
+    if (a.x == 0.0) {
+        return b;
+    }
     let n = a.x + b.x;
     let d = b.y - a.y;
-    // d * (d * w), not d * d * w: an empty a has w = 0, and a spread past 1.8e19 would
-    // square to inf and make 0 * inf = NaN.
     return vec3<f32>(n, a.y + d * div_f(b.x, n), a.z + b.z + d * (d * (a.x * div_f(b.x, n))));
 }
 

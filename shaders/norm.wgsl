@@ -356,18 +356,19 @@ fn norm_fwd_split(@builtin(workgroup_id) wid: vec3<u32>,
     if (r >= p.rows) {
         return;
     }
-    // Chan's update, segment by segment (RMS norm: means 0, so the sums of squares add).
-    var cnt = 0.0;
-    var mean = 0.0;
-    var m2 = 0.0;
-    for (var t = 0u; t < p.segs; t++) {
+    // Chan's update, segment by segment (RMS norm: means 0, so the sums of squares add). The
+    // first segment starts the triple rather than merging into an empty one: its weight would
+    // be 0, and a mean past 1.8e19 squares to inf, 0 * inf = NaN, whatever order a driver's
+    // compiler gives the product (NVIDIA's gave NaN for a constant row of -3.3e38).
+    var cnt = f32(min(p.len, p.seg_len));
+    var mean = parts[2u * r * p.segs];
+    var m2 = parts[2u * r * p.segs + 1u];
+    for (var t = 1u; t < p.segs; t++) {
         let at = 2u * (r * p.segs + t);
         let nb = f32(min(p.len, (t + 1u) * p.seg_len) - t * p.seg_len);
         let delta = parts[at] - mean;
         let tot = cnt + nb;
         mean += delta * (nb / tot);
-        // delta * (delta * w), not delta * delta * w: the first segment's weight is 0, and a
-        // mean past 1.8e19 would square to inf and make 0 * inf = NaN.
         m2 += parts[at + 1u] + delta * (delta * (cnt * nb / tot));
         cnt = tot;
     }

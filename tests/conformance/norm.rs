@@ -400,8 +400,17 @@ fn norm_f16() {
 #[test]
 fn norm_constant_rows_normalize_to_the_bias() {
     use wgtensor::ops::{group_norm, layer_norm};
-    for (dev, split) in [(device(), false), (crate::common::gpu_plans_device(), true)] {
-        let lens: &[usize] = if split { &[20_000] } else { &[3, 32, 4096] };
+    let devices = [
+        (device(), false),
+        (crate::common::gpu_plans_device(), true),
+        (crate::common::wide_gpu_plans_device(), true),
+    ];
+    for (dev, split) in devices {
+        let lens: &[usize] = if split {
+            &[4096, 20_000]
+        } else {
+            &[3, 32, 4096]
+        };
         for &len in lens {
             for c in [12345.6f32, 1000.1, 100.7, -3.3e38, 3e38] {
                 let x = Tensor::full(dev, &[1, len], f64::from(c), DType::F32).unwrap();
