@@ -19,8 +19,10 @@ pub enum GemmKernel {
     /// `gemm_wg` with TM = 8: a 128 x 64 tile, 8 x 4 per invocation (GPUs, problems with
     /// enough 128-row tiles to fill the device, or split-k shapes: see `tall_tiles`).
     WgTiled128,
-    /// `gemm_wg` with TM = 8 and TN = 8: a 128 x 128 tile, 8 x 8 per invocation (GPUs,
-    /// problems with enough 128 x 128 tiles to fill the device: see `wide_tiles`).
+    /// `gemm_wg` with TM = 8 and TN = 8: a 128 x 128 tile, 8 x 8 per invocation. No plan
+    /// takes it (forced only, `gemm_with_kernel`): on an NVIDIA H200 it ran the 4096^3 product
+    /// at 23 TFLOPS where the 128 x 64 tile ran 28, 8192^3 at 26 against 32, and split-k
+    /// [256 x 65536] x [65536 x 256] within the run-to-run spread of the 128 x 64 tile.
     WgTiled128x128,
     /// `gemm_coop`: f16 on cooperative matrices (16x16x16, f32 accumulation), 8 subgroups of
     /// 32 lanes per 128 x 128 tile; only where [`Caps::coop16`] holds (the adapter offers it
@@ -212,13 +214,10 @@ fn pick_kernel(
     split_k: Option<u32>,
 ) -> GemmKernel {
     // GPUs stage tiles through workgroup memory; CPU adapters, where barriers and workgroup
-    // memory are costly, keep their register-only kernels. On GPUs the 128 x 128 tile where
-    // [`wide_tiles`] says, else the 128 x 64 tile where [`tall_tiles`] says, else 64 x 64.
+    // memory are costly, keep their register-only kernels. On GPUs the 128 x 64 tile where
+    // [`tall_tiles`] says, else 64 x 64.
     if !caps.cpu {
-        let split = split_k.map(|s| s as usize);
-        if wide_tiles(caps, m, n, k, batch, split) {
-            GemmKernel::WgTiled128x128
-        } else if tall_tiles(caps, m, n, k, batch, split) {
+        if tall_tiles(caps, m, n, k, batch, split_k.map(|s| s as usize)) {
             GemmKernel::WgTiled128
         } else {
             GemmKernel::WgTiled
@@ -233,8 +232,13 @@ fn pick_kernel(
 /// Whether a GPU product of `m` rows, `ncols` columns and depth `k` (`batch` of them) takes
 /// the 128 x 64 tile of the large-tile core (8 x 4 per invocation: TM / 4 + 1 workgroup loads
 /// per 4 TM FMAs, half the 64 x 64 tile's ratio; on the H200 the 4096^3 GEMM ran at 28 TFLOPS
-/// on it, [1024]^3 at 14-16 on 64 x 64 tiles), by the rule of `big_tiles`. Shared by GEMM and
-/// convolution.
+/// on it, [1024]^3 at 14-16 on 64 x 64 tiles): where those tiles alone fill the device's
+/// slots, or where the 64 x 64 tiles would split K anyway (fewer than [`split_floor`]) and
+/// these tiles, split, still reach the slots: split-k's workgroups then come from K, and the
+/// bigger tile does more work per load (the [256 x 65536] x [65536 x 256] product ran at 18
+/// TFLOPS on split 64 x 64 tiles). A caller's `split` (GEMM's explicit `split_k`) counts as
+/// given: then the split tiles must reach the slots. Never for 64 rows or fewer, nor on CPU
+/// adapters. Shared by GEMM and convolution.
 pub(crate) fn tall_tiles(
     caps: &Caps,
     m: usize,
@@ -242,43 +246,6 @@ pub(crate) fn tall_tiles(
     k: usize,
     batch: usize,
     split: Option<usize>,
-) -> bool {
-    big_tiles(caps, m, ncols, k, batch, split, 64)
-}
-
-/// Whether a GPU product takes the 128 x 128 tile of the large-tile core, by the rule of
-/// `big_tiles`; never for 64 columns or fewer (half the tile would idle). Its invocations
-/// hold 8 x 8 outputs and read TM / 4 + TN / 4 = 4 workgroup vec4 per 64 FMAs, where the
-/// 128 x 64 tile reads 3 per 32, and each staged value serves 128 outputs instead of 64 (the
-/// tiling of the SGEMM write-ups that reach 70-90% of cuBLAS; the 128 x 64 tile ran the
-/// 4096^3 product at 28 TFLOPS on the H200, 0.57x cuBLAS, and a convolution's weight gradient
-/// at 19 on split 64 x 64 tiles, 0.30x cuDNN). Shared by GEMM and convolution.
-pub(crate) fn wide_tiles(
-    caps: &Caps,
-    m: usize,
-    ncols: usize,
-    k: usize,
-    batch: usize,
-    split: Option<usize>,
-) -> bool {
-    ncols > 64 && big_tiles(caps, m, ncols, k, batch, split, 128)
-}
-
-/// Whether a GPU product takes a 128-row tile `cols` columns wide: where those tiles alone
-/// fill the device's slots, or where the 64 x 64 tiles would split K anyway (fewer than
-/// [`split_floor`]) and these tiles, split, still reach the slots: split-k's workgroups then
-/// come from K, and the bigger tile does more work per load (the [256 x 65536] x
-/// [65536 x 256] product ran at 18 TFLOPS on split 64 x 64 tiles). A caller's `split` (GEMM's
-/// explicit `split_k`) counts as given: then the split tiles must reach the slots. Never for
-/// 64 rows or fewer, nor on CPU adapters.
-fn big_tiles(
-    caps: &Caps,
-    m: usize,
-    ncols: usize,
-    k: usize,
-    batch: usize,
-    split: Option<usize>,
-    cols: usize,
 ) -> bool {
     if caps.cpu || m <= 64 {
         return false;
@@ -289,7 +256,7 @@ fn big_tiles(
             .saturating_mul(batch)
             .max(1)
     };
-    let big = tiles(128, cols);
+    let big = tiles(128, 64);
     if let Some(s) = split {
         return big.saturating_mul(s) >= caps.slots();
     }
@@ -439,24 +406,20 @@ mod plan_tests {
     }
 
     #[test]
-    fn gpus_take_the_widest_tiles_that_fill_the_device() {
+    fn gpus_take_128_row_tiles_where_they_fill_the_device() {
         let caps = Caps::test_gpu();
         let k = |m, n, batch| plan_for(&caps, m, n, 512, batch, None).unwrap().kernel;
-        // 4096^2: 32 x 32 = 1024 tiles of 128 x 128.
-        assert_eq!(k(4096, 4096, 1), GemmKernel::WgTiled128x128);
+        // 4096^2: 32 x 64 = 2048 tiles of 128 x 64 (never 128 x 128: slower on the H200).
+        assert_eq!(k(4096, 4096, 1), GemmKernel::WgTiled128);
         let p = plan_for(&caps, 4096, 4096, 4096, 1, None).unwrap();
-        assert_eq!((p.tile(), p.splits), ((128, 128), 1));
-        // Batched [64, 512, 512]: 4 x 4 x 64 = 1024.
-        assert_eq!(k(512, 512, 64), GemmKernel::WgTiled128x128);
-        // 2048^2: 16 x 16 = 256 tiles, exactly the estimate.
-        assert_eq!(k(2048, 2048, 1), GemmKernel::WgTiled128x128);
-        // 2048 x 1984: 16 x 16 tiles again (the ragged last column of tiles counts).
-        assert_eq!(k(2048, 1985, 1), GemmKernel::WgTiled128x128);
-        // 2048 x 1920: 240 tiles of 128 x 128 fall short; 480 of 128 x 64 fill it.
-        assert_eq!(k(2048, 1920, 1), GemmKernel::WgTiled128);
-        // 64 columns or fewer: 128 x 64 (32 x 64 x 8 = 16384 tiles of 128 x 128 would be
-        // half empty).
-        assert_eq!(k(4096, 64, 8), GemmKernel::WgTiled128);
+        assert_eq!((p.tile(), p.splits), ((128, 64), 1));
+        // Batched [64, 512, 512]: 4 x 8 x 64 = 2048.
+        assert_eq!(k(512, 512, 64), GemmKernel::WgTiled128);
+        // 1024 x 2048: 8 x 32 = 256 tiles, exactly the estimate; 1024 x 1985 too (the ragged
+        // last column of tiles counts); 1024 x 1984: 248 fall short, so 64 x 64.
+        assert_eq!(k(1024, 2048, 1), GemmKernel::WgTiled128);
+        assert_eq!(k(1024, 1985, 1), GemmKernel::WgTiled128);
+        assert_eq!(k(1024, 1984, 1), GemmKernel::WgTiled);
         // 1024^2: 8 x 16 = 128 tiles of 128 rows, under the 256 estimate: 64 x 64.
         assert_eq!(k(1024, 1024, 1), GemmKernel::WgTiled);
         // 64 rows or fewer never take a half-empty 128-row tile.
@@ -469,32 +432,32 @@ mod plan_tests {
             assert_eq!((kernel.wg_rows(), kernel.wg_cols()), (rows, cols));
             assert_eq!(tile_of(kernel, 1), (16 * rows as usize, 16 * cols as usize));
         }
-        // A caller's split counts: 8 x 8 tiles of 128 x 128, split 4 ways, fill 256 slots.
-        let p = plan_for(&caps, 1024, 1024, 4096, 1, Some(4)).unwrap();
-        assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled128x128, 4));
+        // A caller's split counts: 8 x 16 tiles of 128 x 64, split 2 ways, fill 256 slots.
         let p = plan_for(&caps, 1024, 1024, 4096, 1, Some(2)).unwrap();
-        assert_ne!(p.kernel, GemmKernel::WgTiled128x128);
+        assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled128, 2));
+        let p = plan_for(&caps, 1024, 1024, 4096, 1, Some(1)).unwrap();
+        assert_eq!(p.kernel, GemmKernel::WgTiled);
         // CPU adapters never take it.
         let lvp = Caps::test_lavapipe(2);
-        assert!(!wide_tiles(&lvp, 4096, 4096, 4096, 1, None));
+        assert!(!tall_tiles(&lvp, 4096, 4096, 4096, 1, None));
     }
 
     #[test]
     fn gpu_splits_below_the_slots_into_four_workgroups_per_slot() {
         let caps = Caps::test_gpu();
         assert_eq!(caps.parallelism, 256);
-        // 4 x 4 tiles of 64 x 64 would split: 2 x 2 tiles of 128 x 128 split instead, into
-        // 1024 / 4 = 256 slices, which K / 256 = 64 caps (256 workgroups, the slots).
+        // 4 x 4 tiles of 64 x 64 would split: 2 x 4 tiles of 128 x 64 split instead, into
+        // 1024 / 8 = 128 slices, which K / 256 = 64 caps (512 workgroups).
         let p = plan_for(&caps, 256, 256, 16384, 1, None).unwrap();
         assert_eq!(
             (p.kernel, p.splits, p.k_chunk),
-            (GemmKernel::WgTiled128x128, 64, 256)
+            (GemmKernel::WgTiled128, 64, 256)
         );
-        // The bench's [256 x 65536] x [65536 x 256]: 256 slices of 256.
+        // The bench's [256 x 65536] x [65536 x 256]: 128 slices of 512.
         let p = plan_for(&caps, 256, 256, 65536, 1, None).unwrap();
         assert_eq!(
             (p.kernel, p.splits, p.k_chunk),
-            (GemmKernel::WgTiled128x128, 256, 256)
+            (GemmKernel::WgTiled128, 128, 512)
         );
         // 64 columns: 2 x 1 tiles of 128 x 64 split 512 ways (K / 256 caps at 256).
         let p = plan_for(&caps, 256, 64, 65536, 1, None).unwrap();
@@ -510,18 +473,15 @@ mod plan_tests {
         let p = plan_for(&caps, 1024, 1024, 16384, 1, None).unwrap();
         assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled, 1));
         // 15 x 16 = 240 tiles of 64 rows (the ragged last row of tiles counts) would split:
-        // 8 x 8 = 64 of 128 x 128 split 1024 / 64 = 16 ways instead.
+        // 8 x 16 = 128 of 128 x 64 split 1024 / 128 = 8 ways instead.
         let p = plan_for(&caps, 14 * 64 + 1, 16 * 64, 16384, 1, None).unwrap();
-        assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled128x128, 16));
+        assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled128, 8));
         // A caller's split counts as given: unsplit, 8 tiles of 128 rows would leave the
-        // device idle, so 16 of 64; split 32 ways, 8 x 32 fill it; split 64 ways, so do
-        // 4 tiles of 128 x 128.
+        // device idle, so 16 of 64; split 32 ways, 8 x 32 fill it.
         let p = plan_for(&caps, 256, 256, 16384, 1, Some(1)).unwrap();
         assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled, 1));
         let p = plan_for(&caps, 256, 256, 16384, 1, Some(32)).unwrap();
         assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled128, 32));
-        let p = plan_for(&caps, 256, 256, 16384, 1, Some(64)).unwrap();
-        assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled128x128, 64));
         // 64 rows keep the 64 x 64 tile: 240 tiles split 5 ways.
         let p = plan_for(&caps, 64, 15 * 16 * 64, 16384, 1, None).unwrap();
         assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled, 5));
@@ -565,7 +525,7 @@ mod plan_tests {
         );
         // f32 keeps the FMA kernels; without the capability f16 does too.
         let f32_plan = plan_for_dtype(&coop, DType::F32, 4096, 4096, 4096, 1, None).unwrap();
-        assert_eq!(f32_plan.kernel, GemmKernel::WgTiled128x128);
+        assert_eq!(f32_plan.kernel, GemmKernel::WgTiled128);
         let plain = plan_for_dtype(&Caps::test_gpu(), DType::F16, 64, 64, 64, 1, None).unwrap();
         assert_eq!(plain.kernel, GemmKernel::WgTiled);
         assert!(plan_for_dtype(&coop, DType::F16, 1, 1, 1, 1, Some(0)).is_err());

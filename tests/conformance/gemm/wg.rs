@@ -1,4 +1,4 @@
-//! The GPU plan's kernel (`gemm_wg`: 128 x 128, 128 x 64 or 64 x 64 tiles staged through workgroup memory
+//! The GPU plan's kernel (`gemm_wg`: 128 x 64 or 64 x 64 tiles staged through workgroup memory
 //! 8 steps of K at a time, double buffered) run on lavapipe through `gpu_plans_device()`: a share of
 //! the suite's generated cases (general, exact, large, split-k, f16, matmul; batched,
 //! broadcast, transposed and sliced views, every epilogue) and fixed ragged edges (M, N and K
@@ -27,10 +27,7 @@ fn gemm_wg_is_the_gpu_plan() {
     for (m, n, k) in [(100, 100, 100), (1, 1, 0), (5000, 3, 70000), (64, 4096, 64)] {
         let p = plan(dev(), m, n, k, 1, None).unwrap();
         assert!(
-            matches!(
-                p.kernel,
-                GemmKernel::WgTiled | GemmKernel::WgTiled128 | GemmKernel::WgTiled128x128
-            ),
+            matches!(p.kernel, GemmKernel::WgTiled | GemmKernel::WgTiled128),
             "{p:?}"
         );
         // 64 rows or fewer: the 64-row tile.
@@ -38,12 +35,17 @@ fn gemm_wg_is_the_gpu_plan() {
             assert_eq!(p.kernel, GemmKernel::WgTiled, "{p:?}");
         }
     }
-    // Many 128 x 128 tiles: that tile (lavapipe's estimate is its thread count); 64 columns:
-    // the 128 x 64 tile.
-    let p = plan(dev(), 8192, 8192, 64, 1, None).unwrap();
-    assert_eq!(p.kernel, GemmKernel::WgTiled128x128, "{p:?}");
-    let p = plan(dev(), 8192, 64, 64, 1, None).unwrap();
-    assert_eq!(p.kernel, GemmKernel::WgTiled128, "{p:?}");
+    // The 128 x 64 tile once its tiles alone fill the estimated slots (lavapipe's are its
+    // threads, a discrete GPU's 256), however wide; one tile fewer: 64 x 64.
+    let slots = dev().caps().parallelism;
+    for n in [64, 8192] {
+        let p = plan(dev(), 128 * slots, n.min(64), 64, 1, None).unwrap();
+        assert_eq!(p.kernel, GemmKernel::WgTiled128, "{p:?}");
+        let p = plan(dev(), 128, 64 * slots, 64, n / 64, None).unwrap();
+        assert_eq!(p.kernel, GemmKernel::WgTiled128, "{p:?}");
+    }
+    let p = plan(dev(), 128 * (slots - 1), 64, 64, 1, None).unwrap();
+    assert_eq!(p.kernel, GemmKernel::WgTiled, "{p:?}");
 }
 
 #[test]
