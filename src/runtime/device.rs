@@ -163,15 +163,16 @@ impl Device {
         &self.inner.caps
     }
     /// True where f16 GEMMs plan the cooperative-matrix tile ([`Caps::coop16`](super::Caps))
-    /// without the feature: a CPU adapter opened with both [`DeviceOptions::gpu_plans`] and
-    /// [`DeviceOptions::cooperative_matrix`], which runs the tile over plain-WGSL fragments
+    /// without the feature: a CPU adapter opened with [`DeviceOptions::gpu_plans`] and
+    /// [`DeviceOptions::cooperative_matrix`] (the default), which runs the tile over plain-WGSL fragments
     /// (shaders/lib/coop_frag_emu.wgsl) so that its conformance tests run without tensor cores.
     #[doc(hidden)]
     pub fn coop_emulated(&self) -> bool {
         self.inner.coop_emulated
     }
     /// Why f16 GEMMs run without cooperative matrices although
-    /// [`DeviceOptions::cooperative_matrix`] asked for them and the adapter offers them: a
+    /// [`DeviceOptions::cooperative_matrix`] (the default) asked for them and the adapter
+    /// offers them: a
     /// device with [`Caps::coop16`](super::Caps) multiplies a small f16 product on the tile
     /// when it opens and compares it with the exact sums; where compiling or running it fails
     /// or a value differs, the device runs f16 GEMMs on the FMA kernels instead and keeps that
@@ -180,10 +181,7 @@ impl Device {
     /// ```ignore-wasm32
     /// # fn main() -> wgtensor::Result<()> {
     /// use wgtensor::{Device, DeviceOptions};
-    /// let dev = Device::with_options(DeviceOptions {
-    ///     cooperative_matrix: true,
-    ///     ..Default::default()
-    /// })?;
+    /// let dev = Device::with_options(DeviceOptions::default())?;
     /// if let Some(e) = dev.cooperative_matrix_refused() {
     ///     eprintln!("f16 GEMMs on the FMA kernels: {e}");
     /// }

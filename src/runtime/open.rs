@@ -72,7 +72,8 @@ impl Device {
         if super::pipeline_store::wants_feature(&opts.pipeline_cache, &adapter.get_info()) {
             wanted |= wgpu::Features::PIPELINE_CACHE;
         }
-        // Cooperative matrices only on request and where gemm_coop's configuration exists.
+        // Cooperative matrices where asked for (the default) and gemm_coop's configuration
+        // exists.
         let coop = opts.cooperative_matrix
             && !opts.disable_f16
             && super::caps::offers_coop16(&adapter.cooperative_matrix_properties());
@@ -84,8 +85,10 @@ impl Device {
         let experimental_features =
             if features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
                 // SAFETY: wgpu marks the feature experimental (its implementation may have bugs,
-                // not undefined behaviour in safe use); it is requested only when the user opted in
-                // through `DeviceOptions::cooperative_matrix`, and only gemm_coop uses it.
+                // not undefined behaviour in safe use); it is requested only where
+                // `DeviceOptions::cooperative_matrix` allows (the default; `false` opts out), only
+                // gemm_coop uses it, and the device trusts it only after its self-test
+                // (ops/gemm/probe.rs).
                 unsafe { wgpu::ExperimentalFeatures::enabled() }
             } else {
                 wgpu::ExperimentalFeatures::disabled()

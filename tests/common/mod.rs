@@ -46,6 +46,9 @@ pub fn gpu_plans_device() -> &'static Device {
     DEVICE.get_or_init(|| {
         Device::with_options(wgtensor::DeviceOptions {
             gpu_plans: true,
+            // The FMA kernels for f16 GEMMs too (the cooperative-matrix tile has its own
+            // devices in tests/conformance/gemm/coop.rs).
+            cooperative_matrix: false,
             // What GPUs compile: no index clamps (lavapipe's default keeps them).
             shader_checks: wgtensor::ShaderChecks::DivisionOnly,
             ..Default::default()
@@ -64,6 +67,7 @@ pub fn wide_gpu_plans_device() -> &'static Device {
     DEVICE.get_or_init(|| {
         Device::with_options(wgtensor::DeviceOptions {
             gpu_plans: true,
+            cooperative_matrix: false,
             parallelism: Some(256),
             shader_checks: wgtensor::ShaderChecks::DivisionOnly,
             ..Default::default()
@@ -115,6 +119,7 @@ mod wasm_devices {
         .await;
         let g = open(DeviceOptions {
             gpu_plans: true,
+            cooperative_matrix: false,
             ..Default::default()
         })
         .await;
