@@ -388,7 +388,7 @@ proptest! {
 
 /// The GPU steps over several row tiles (64 batch rows each) and ragged unit tiles (16 units
 /// forward, 64 backward), LSTM and GRU, both directions, with h0; the backward's recurrent
-/// product in K slices. Every case has more than 128 units: smaller ones run the sequence
+/// product in K slices. Every case has more than 64 units: smaller ones run the sequence
 /// kernels on GPUs (`rnn_sequence_kernel_shapes`).
 #[cfg(not(target_arch = "wasm32"))]
 #[test]
@@ -439,7 +439,7 @@ fn rnn_gpu_step_spans_tiles() {
 
 /// The K-split GPU step (a device planning as a 256-slot GPU, where every shape here has too
 /// few large tiles): several row tiles (16 rows) and unit tiles (8 units), ragged edges, LSTM
-/// and GRU, both directions, f32 and f16; more than 128 units (smaller ones run the sequence
+/// and GRU, both directions, f32 and f16; more than 64 units (smaller ones run the sequence
 /// kernel on GPUs), so K is always longer than the 8 slices.
 #[cfg(not(target_arch = "wasm32"))]
 #[test]
@@ -474,11 +474,10 @@ fn rnn_k_split_step_spans_tiles() {
     }
 }
 
-/// The sequence kernels (every step of a direction in one dispatch, GPUs with up to 128
+/// The sequence kernels (every step of a direction in one dispatch, GPUs with up to 64
 /// units), forward and backward, in each of their shapes on the `gpu_plans` device (2 slots):
 /// forward 4, 2 and 1 batch rows per invocation (B 37 and 70, 9, 3 and 5), backward 4
-/// (LSTM of 32 units), 2 (64 units) and 1 (65 to 128 units, a GRU's 3H up to 384 values a
-/// row); one and two units per lane (H <= 64, H > 64); ragged rows and units, LSTM and GRU,
+/// (LSTM of 32 units), 2 (50 to 64 units) and 1 (B 3 and 5); ragged rows and units, LSTM and GRU,
 /// two bidirectional layers with h0 and c0 (and dh_n, dc_n in half the backward cases), f32
 /// and f16; on a 256-slot device, one row per invocation over several workgroups; sequences
 /// of 70 and 150 steps, which take a dispatch per 64 steps.
@@ -489,9 +488,9 @@ fn rnn_sequence_kernel_shapes() {
     let wide = crate::common::wide_gpu_plans_device();
     let mut cases = vec![
         (true, 37, 64, DType::F32, narrow, 5),
-        (false, 70, 100, DType::F32, narrow, 5),
-        (true, 9, 128, DType::F32, narrow, 5),
-        (false, 3, 65, DType::F32, narrow, 5),
+        (false, 70, 50, DType::F32, narrow, 5),
+        (true, 9, 60, DType::F32, narrow, 5),
+        (false, 3, 63, DType::F32, narrow, 5),
         (true, 5, 1, DType::F32, narrow, 5),
         (true, 37, 32, DType::F32, narrow, 5),
         (true, 9, 64, DType::F32, narrow, 5),
@@ -502,7 +501,7 @@ fn rnn_sequence_kernel_shapes() {
     ];
     if narrow.supports_f16() {
         cases.extend([
-            (true, 20, 70, DType::F16, narrow, 5),
+            (true, 20, 48, DType::F16, narrow, 5),
             (false, 17, 33, DType::F16, narrow, 5),
         ]);
     }
@@ -628,7 +627,7 @@ proptest! {
 }
 
 /// A single-layer forward is the input-projection GEMM plus one dispatch per step; on GPUs
-/// with up to 128 units, the GEMM, W_hh's transposed copy and one sequence dispatch.
+/// with up to 64 units, the GEMM, W_hh's transposed copy and one sequence dispatch.
 #[test]
 fn single_layer_forward_records_t_plus_one_dispatches() {
     // Private devices: the dispatch counter sees only this test's work.
@@ -1169,7 +1168,7 @@ fn rnn_backward_matches_finite_differences() {
 }
 
 /// Backward costs exactly one dispatch per step and direction on CPU adapters, one for every
-/// step on GPUs with up to 128 units (the sequence kernel; above, two a step: the recurrent
+/// step on GPUs with up to 64 units (the sequence kernel; above, two a step: the recurrent
 /// product in K slices, then the gate derivatives); the rest is per layer.
 #[test]
 fn backward_records_one_dispatch_per_step() {
@@ -1204,7 +1203,7 @@ fn backward_records_one_dispatch_per_step() {
             rnn.backward(&saved, &dy, None, None).unwrap();
             counts.push(dev.stats().dispatches - before);
         }
-        // GPUs with up to 128 units: one dispatch for all the steps, however many.
+        // GPUs with up to 64 units: one dispatch for all the steps, however many.
         let per_step = if dev.caps().cpu { 1 } else { 0 };
         assert_eq!(
             counts[1] - counts[0],

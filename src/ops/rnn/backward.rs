@@ -1,7 +1,7 @@
 //! BPTT backward of the fused LSTM/GRU (its kernels in ops/rnn/backward_kernels.rs): one
 //! fused dispatch per step for the recurrent gradient and the gate derivatives (on GPUs two:
 //! the recurrent product in K slices on the large-tile core, then the derivatives summing the
-//! slices; with H <= 128 one dispatch for every step), then the weight gradients as GEMMs
+//! slices; with H <= 64 one dispatch for every step), then the weight gradients as GEMMs
 //! over the sequence.
 
 use super::backward_kernels::*;

@@ -55,7 +55,7 @@ static LSTM_BACKWARD_SG8: Kernel =
     backward_kernel(RnnKind::Lstm, BACKWARD_SG8_SRC, "lstm_backward_step_sg8");
 static GRU_BACKWARD_SG8: Kernel =
     backward_kernel(RnnKind::Gru, BACKWARD_SG8_SRC, "gru_backward_step_sg8");
-/// GPUs with H <= 128: every step of a direction in one dispatch (shaders/rnn_backward_seq.wgsl).
+/// GPUs with H <= 64: every step of a direction in one dispatch (shaders/rnn_backward_seq.wgsl).
 const BACKWARD_SEQ_LIBS: &[&ShaderLib] = &[&ACTIVATION, &BACKWARD_COMMON, &SEQ_CELLS];
 pub(super) static LSTM_BACKWARD_SEQ: Kernel = backward_kernel_with(
     RnnKind::Lstm,
@@ -147,15 +147,11 @@ pub(super) fn backward_variants() -> Vec<ShaderVariant> {
             }
         }
         v.push(ShaderVariant::new(&REC_WG, &[dt], &[("TM", REC_TM as f64)]));
-        // Four rows of more than 64 units never fit (4 x 4 x 3 x 65 values > 2048).
+        // One unit per lane (`seq_shape`: H <= 64).
         for k in [&LSTM_BACKWARD_SEQ, &GRU_BACKWARD_SEQ] {
             for rp in SEQ_ROW_CHOICES {
-                for upi in [1, 2] {
-                    if rp * upi <= 4 {
-                        let c = [("RP", rp as f64), ("UPI", upi as f64)];
-                        v.push(ShaderVariant::new(k, &[dt], &c));
-                    }
-                }
+                let c = [("RP", rp as f64), ("UPI", 1.0)];
+                v.push(ShaderVariant::new(k, &[dt], &c));
             }
         }
         for k in [&LSTM_BACKWARD_WS, &GRU_BACKWARD_WS] {
@@ -212,12 +208,12 @@ mod tests {
             Some((2, 1))
         );
         assert_eq!(
-            crate::ops::rnn::step::seq_shape(&caps, 1 << 14, 85, 3 * 85),
-            Some((2, 2))
+            crate::ops::rnn::step::seq_shape(&caps, 1 << 14, 64, 8 * 64),
+            Some((1, 1))
         );
         assert_eq!(
-            crate::ops::rnn::step::seq_shape(&caps, 1 << 14, 86, 3 * 86),
-            Some((1, 2))
+            crate::ops::rnn::step::seq_shape(&caps, 1 << 14, 64, 8 * 64 + 1),
+            None
         );
     }
 

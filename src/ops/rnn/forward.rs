@@ -1,5 +1,5 @@
 //! The LSTM/GRU forward's recording: per layer and direction the input-projection GEMM, then
-//! the step kernels (ops/rnn/step.rs) or, on GPUs with H <= 128, the sequence kernel.
+//! the step kernels (ops/rnn/step.rs) or, on GPUs with H <= 64, the sequence kernel.
 
 use super::*;
 
@@ -121,7 +121,7 @@ impl Rnn {
     }
 
     /// One direction of one layer: the input-projection GEMM, then one fused dispatch per step
-    /// (on GPUs with H <= 128, one for every [`SEQ_CHUNK`] steps: shaders/rnn_seq.wgsl).
+    /// (on GPUs with H <= 64, one for every [`SEQ_CHUNK`] steps: shaders/rnn_seq.wgsl).
     fn run_direction(
         &self,
         input: &Tensor,

@@ -4,7 +4,7 @@
 //! PyTorch semantics and layouts: LSTM gates (i, f, g, o), GRU gates (r, z, n) with r applied
 //! to (W_hn h + b_hn); `W_ih [G*H, I]`, `W_hh [G*H, H]`, biases `[G*H]`; input `[T, B, I]`
 //! (or `[B, T, I]` with `batch_first`). A layer runs one GEMM for the input projection of all
-//! steps, then one fused dispatch per step (on GPUs with H <= 128, one per 64 steps: the
+//! steps, then one fused dispatch per step (on GPUs with H <= 64, one per 64 steps: the
 //! sequence kernel), all recorded into the batched encoder.
 
 pub(crate) mod backward;
@@ -538,15 +538,14 @@ pub fn rnn_variants() -> Vec<ShaderVariant> {
         for k in [&LSTM_STEP_KS, &GRU_STEP_KS] {
             v.push(ShaderVariant::new(k, &[dt], &[]));
         }
+        // One unit per lane (`seq_shape`: H <= 64).
         for k in [&LSTM_SEQ, &GRU_SEQ] {
             for rp in SEQ_ROW_CHOICES {
-                for upi in [1.0, 2.0] {
-                    v.push(ShaderVariant::new(
-                        k,
-                        &[dt],
-                        &[("RP", rp as f64), ("UPI", upi)],
-                    ));
-                }
+                v.push(ShaderVariant::new(
+                    k,
+                    &[dt],
+                    &[("RP", rp as f64), ("UPI", 1.0)],
+                ));
             }
         }
     }

@@ -184,9 +184,16 @@ pub(crate) fn step_plan(
     })
 }
 
-/// The widest hidden size the sequence kernel takes (shaders/rnn_seq.wgsl: `HMAX`, 64 units
-/// per row group times `UPI` <= 2).
+/// The widest hidden size the sequence kernel's buffers hold (shaders/rnn_seq.wgsl: `HMAX`, 64
+/// units per row group times `UPI` <= 2).
 pub(crate) const SEQ_MAX_HIDDEN: usize = 128;
+/// The widest hidden size the planner runs on the sequence kernels (one unit per lane,
+/// `UPI` = 1). Wider ones ran slower there than a dispatch per step on an NVIDIA H200 (one
+/// call, ms): LSTM forward over T 32 at H 96, B 64: 0.50 against 0.41; H 128, B 16: 1.05 against
+/// 0.43; H 128, B 256: 1.20 against 0.59; H 128, B 16 forward and backward: 1.98 against 1.03
+/// (a step walks 4 x UPI x H dependent weight loads per lane, however few the rows). At H 64 the
+/// bench's B 256 forward took 0.31 ms on it against 0.80 a step at a time.
+pub(crate) const SEQ_PLAN_MAX_HIDDEN: usize = 64;
 /// Row groups per workgroup of the sequence kernel (shaders/rnn_seq.wgsl: `RG`); a workgroup
 /// holds `RG * RP` batch rows.
 const SEQ_GROUPS: usize = 4;
@@ -202,13 +209,13 @@ const SEQ_BUFFER: usize = 2048;
 /// values of each row in workgroup memory: `(RP, UPI)`, or `None` where the per-step kernels
 /// run instead: CPU adapters (on lavapipe the bench's B 256, H 64 forward took 2.2x as long
 /// in one dispatch, its 16 workgroups' barriers against 50 dispatches, and compiled 0.8 s
-/// slower) and H above [`SEQ_MAX_HIDDEN`]. On GPUs a per-step dispatch costs a round of launch
+/// slower) and H above [`SEQ_PLAN_MAX_HIDDEN`]. On GPUs a per-step dispatch costs a round of launch
 /// latency (an H200 spent about 16 us a forward step on that sequence, 8 MFLOP each), while
 /// the rows of a recurrence never meet: one workgroup per `4 RP` batch rows walks every step
 /// with one barrier per step. `RP` is the most rows per invocation (4, 2, 1) whose rows fit
 /// and whose workgroups still fill the device's slots, else the fewest that fit.
 pub(crate) fn seq_shape(caps: &Caps, b: usize, h: usize, row_len: usize) -> Option<(u32, u32)> {
-    if caps.cpu || h == 0 || h > SEQ_MAX_HIDDEN {
+    if caps.cpu || h == 0 || h > SEQ_PLAN_MAX_HIDDEN {
         return None;
     }
     let groups = |rp: u32| b.div_ceil(SEQ_GROUPS * rp as usize);
@@ -222,8 +229,7 @@ pub(crate) fn seq_shape(caps: &Caps, b: usize, h: usize, row_len: usize) -> Opti
         .into_iter()
         .find(|&rp| ok(rp) && groups(rp) >= caps.slots())
         .or_else(|| SEQ_ROW_CHOICES.into_iter().rev().find(|&rp| ok(rp)))?;
-    let upi = if h > 64 { 2 } else { 1 };
-    Some((rp, upi))
+    Some((rp, 1))
 }
 
 /// The grid of a sequence kernel of `RP` rows per invocation over `b` rows (within the
@@ -372,18 +378,19 @@ mod tests {
         assert_eq!(fwd(256, 64), Some((1, 1)));
         // B 8192: 4 rows each still make 512 workgroups; B 2048: 2 rows (256).
         assert_eq!(fwd(8192, 64), Some((4, 1)));
-        assert_eq!(fwd(2048, 65), Some((2, 2)));
-        assert_eq!(fwd(1, 128), Some((1, 2)));
-        // H above 128, or a CPU adapter: the per-step kernels.
-        assert_eq!(fwd(256, 129), None);
+        assert_eq!(fwd(2048, 64), Some((2, 1)));
+        assert_eq!(fwd(1, 64), Some((1, 1)));
+        // H above 64 (slower there on the H200), or a CPU adapter: the per-step kernels.
+        assert_eq!(fwd(256, 65), None);
+        assert_eq!(fwd(16, 128), None);
         assert_eq!(fwd(256, 0), None);
         assert_eq!(seq_shape(&Caps::test_lavapipe(2), 256, 64, 128), None);
-        // The backward keeps G*H values a row: an LSTM of 128 units fits one row per
-        // invocation, of 64 two, of 32 four.
-        assert_eq!(seq_shape(&gpu, 1 << 16, 128, 512), Some((1, 2)));
+        // The backward keeps G*H values a row: an LSTM of 64 units fits two rows per
+        // invocation, of 32 four; a GRU of 64 (192 values) two.
         assert_eq!(seq_shape(&gpu, 1 << 16, 64, 256), Some((2, 1)));
         assert_eq!(seq_shape(&gpu, 1 << 16, 32, 128), Some((4, 1)));
-        assert_eq!(seq_shape(&gpu, 1 << 16, 128, 513), None);
+        assert_eq!(seq_shape(&gpu, 1 << 16, 64, 192), Some((2, 1)));
+        assert_eq!(seq_shape(&gpu, 1 << 16, 64, 513), None);
         // Past the grid's limit: the step kernels.
         let small_grid = Caps {
             max_workgroups_per_dim: 100,
