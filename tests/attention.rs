@@ -541,9 +541,9 @@ fn forward_memory_is_linear_in_length() {
 }
 
 /// The GPU plans draw the same dropout pattern as the CPU plan from the same seed: the decode
-/// tile with key splits, the grouped-query tile (a workgroup over a whole group's rows), the
-/// 16-row tile and the register tiles (32 queries or more) give the row plan's output and
-/// gradients within rounding.
+/// tile with key splits, the grouped-query tile (a workgroup over a whole group's rows) and
+/// the 16-row tile (one and several row blocks) give the row plan's output and gradients
+/// within rounding.
 #[test]
 fn dropout_pattern_is_the_same_on_every_plan() {
     let cpu = Device::new().unwrap();

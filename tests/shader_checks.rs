@@ -75,12 +75,13 @@ fn outputs(dev: &Device) -> Vec<(&'static str, Vec<u32>)> {
     let v = t(dev, &[2, 37, 20], 0.41);
     let att = scaled_dot_product_attention(&q, &k, &v, &SdpaOptions::default()).unwrap();
     out.push(("attention", bits(&att)));
-    // The register tiles (33 queries over 70 keys, ragged blocks and chunks), with gradients.
+    // Several row blocks of the 16-row tile (33 queries over 70 keys, ragged blocks and
+    // chunks), with gradients.
     let q = t(dev, &[2, 33, 20], 0.23).requires_grad().unwrap();
     let k = t(dev, &[2, 70, 20], 0.31).requires_grad().unwrap();
     let v = t(dev, &[2, 70, 36], 0.37).requires_grad().unwrap();
     let att = scaled_dot_product_attention(&q, &k, &v, &SdpaOptions::default()).unwrap();
-    out.push(("attention (register tiles)", bits(&att)));
+    out.push(("attention (row blocks)", bits(&att)));
     let grads = att.sum_all().unwrap().backward().unwrap();
     for (name, x) in [("dq", &q), ("dk", &k), ("dv", &v)] {
         out.push((name, bits(grads.get(x).unwrap())));

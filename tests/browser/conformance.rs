@@ -233,12 +233,12 @@ async fn attention_f32() {
     check_cases("attention_f32", 8, p, attention::check_attention).await;
 }
 
-/// 32 queries or more: on the GPU plan, the register-tiled forward.
+/// 32 queries or more: on the GPU plan, several row blocks of the 16-row tile.
 #[wasm_bindgen_test]
-async fn attention_reg_tiles_f32() {
+async fn attention_many_rows_f32() {
     init_devices().await;
     let p = attention::problem(DType::F32, 32..=40, 1..=40);
-    check_cases("attention_reg_tiles_f32", 4, p, attention::check_attention).await;
+    check_cases("attention_many_rows_f32", 4, p, attention::check_attention).await;
 }
 
 // ---- reductions -----------------------------------------------------------------------------

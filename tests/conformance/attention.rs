@@ -374,49 +374,51 @@ fn attention_grouped_decode_f32() {
     check_planned(12, problems, |fp| fp.grouped);
 }
 
-/// The register-tiled forward (32 queries or more on the GPU plan): ragged 64-row blocks and
-/// 32-key tiles, head dims across its 16-value chunks, every mask kind, causal, GQA, scales,
-/// and the backward (dQ on register tiles, dK/dV too where S >= 32) from its log-sum-exp.
+/// The 16-row tiles over 32-90 queries on the GPU plan (prefill): several ragged row blocks,
+/// head dims across the 64-value chunks, every mask kind, causal, GQA, scales, and the
+/// backward from the log-sum-exp.
 #[cfg(not(target_arch = "wasm32"))]
 #[test]
-fn attention_reg_tiles_f32() {
+fn attention_tiles_many_rows_f32() {
     let problems = problem(DType::F32, 32..=90, 1..=72).prop_map(|mut p| {
         p.gpu = true;
         p
     });
-    check_planned(12, problems, |fp| fp.plan == Plan::RegTiles);
+    check_planned(12, problems, |fp| matches!(fp.plan, Plan::Tiles(_)));
 }
 
-/// The register tiles over head dims past one 128-column block and many chunks, and split
-/// over the keys (one head of 32-70 queries over 256-700 keys: too few row blocks for the
-/// `gpu_plans` device's slots), with every mask kind and causal.
+/// The 16-row tiles over head dims past one 256-column block and many chunks, and split over
+/// the keys (one head of 17-48 queries over 256-700 keys: two or three row blocks, too few for
+/// the `gpu_plans` device's slots), with every mask kind and causal.
 #[cfg(not(target_arch = "wasm32"))]
 #[test]
-fn attention_reg_tiles_wide_and_split_f32() {
+fn attention_tiles_wide_and_split_f32() {
     let wide = problem(DType::F32, 32..=70, 120..=300).prop_map(|mut p| {
         p.gpu = true;
         p
     });
-    check_planned(5, wide, |fp| fp.plan == Plan::RegTiles);
-    let split = (problem(DType::F32, 32..=70, 1..=72), 256usize..=700).prop_map(|(mut p, s)| {
+    check_planned(5, wide, |fp| matches!(fp.plan, Plan::Tiles(_)));
+    let split = (problem(DType::F32, 17..=48, 1..=72), 256usize..=700).prop_map(|(mut p, s)| {
         (p.b, p.heads, p.kv_heads) = (1, 1, 1);
         p.gpu = true;
         p.s = s;
         p
     });
-    check_planned(6, split, |fp| fp.plan == Plan::RegTiles && fp.splits > 1);
+    check_planned(6, split, |fp| {
+        matches!(fp.plan, Plan::Tiles(_)) && fp.splits > 1
+    });
 }
 
-/// The register tiles in f16.
+/// The 16-row tiles over 32-70 queries in f16.
 #[cfg(not(target_arch = "wasm32"))]
 #[test]
-fn attention_reg_tiles_f16() {
+fn attention_tiles_many_rows_f16() {
     require_f16(plan_device(true));
     let problems = problem(DType::F16, 32..=70, 1..=48).prop_map(|mut p| {
         p.gpu = true;
         p
     });
-    check_planned(4, problems, |fp| fp.plan == Plan::RegTiles);
+    check_planned(4, problems, |fp| matches!(fp.plan, Plan::Tiles(_)));
 }
 
 /// The key splits in f16 (decoding, one to three queries over 256-700 keys).

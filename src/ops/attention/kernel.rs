@@ -1,11 +1,11 @@
 //! The fused attention kernels' params and launches: tiles through workgroup memory on GPUs
-//! (shaders/attention.wgsl, and register tiles in shaders/attention_reg.wgsl), one invocation
+//! (shaders/attention.wgsl), one invocation
 //! per row on CPU adapters (shaders/attention_rows.wgsl); all share
 //! shaders/lib/attention_common.wgsl. Which of them runs, and how shaped: plan.rs.
 
 use bytemuck::{Pod, Zeroable};
 
-use super::plan::{backward_plans, forward_plan, plan, Plan, DECODE_TILE, GROUP_TILE, ROWS_WG};
+use super::plan::{forward_plan, plan, Plan, DECODE_TILE, GROUP_TILE, ROWS_WG};
 use super::Problem;
 use crate::autograd::sum_to;
 use crate::ops::activation::ACTIVATION;
@@ -17,7 +17,6 @@ use Access::{Read as R, ReadWrite as RW};
 
 const SRC: &str = include_str!("../../../shaders/attention.wgsl");
 const ROWS_SRC: &str = include_str!("../../../shaders/attention_rows.wgsl");
-const REG_SRC: &str = include_str!("../../../shaders/attention_reg.wgsl");
 static COMMON: ShaderLib =
     ShaderLib::new(include_str!("../../../shaders/lib/attention_common.wgsl"));
 const LIBS: &[&ShaderLib] = &[&PHILOX, &ACTIVATION, &COMMON];
@@ -45,15 +44,6 @@ static DKV: Kernel = Kernel::new("attention", SRC, "attn_dkv", DKV_BINDS)
 /// Merges the forward's key splits: scratch (as stats_r) read; out, stats written.
 static COMBINE: Kernel = Kernel::new("attention", SRC, "attn_combine", &[R, RW, RW])
     .slots(&[10, 5, 6])
-    .libs(LIBS);
-static FWD_REG: Kernel = Kernel::new("attention", REG_SRC, "attn_fwd_reg", FWD_BINDS)
-    .slots(FWD_SLOTS)
-    .libs(LIBS);
-static DQ_REG: Kernel = Kernel::new("attention", REG_SRC, "attn_dq_reg", DQ_BINDS)
-    .slots(DQ_SLOTS)
-    .libs(LIBS);
-static DKV_REG: Kernel = Kernel::new("attention", REG_SRC, "attn_dkv_reg", DKV_BINDS)
-    .slots(DKV_SLOTS)
     .libs(LIBS);
 static FWD_ROWS: Kernel = Kernel::new("attention", ROWS_SRC, "attn_fwd_rows", FWD_BINDS)
     .slots(FWD_SLOTS)
@@ -101,7 +91,6 @@ impl Plan {
         match self {
             Plan::Rows => [&FWD_ROWS, &DQ_ROWS, &DKV_ROWS],
             Plan::Tiles(_) => [&FWD, &DQ, &DKV],
-            Plan::RegTiles => [&FWD_REG, &DQ_REG, &DKV_REG],
         }
     }
 
@@ -113,7 +102,6 @@ impl Plan {
                 ("BC", f64::from(t.bc)),
                 ("DK", f64::from(t.dk)),
             ],
-            Plan::RegTiles => vec![],
         }
     }
 
@@ -125,7 +113,7 @@ impl Plan {
             * u64::from(p.splits.max(1));
         match self {
             Plan::Rows => units.div_ceil(u64::from(ROWS_WG)),
-            Plan::Tiles(_) | Plan::RegTiles => units,
+            Plan::Tiles(_) => units,
         }
     }
 }
@@ -274,12 +262,6 @@ pub(crate) fn forward(prob: &Problem) -> Result<(Tensor, Saved)> {
     ];
     launch(prob, plan, 0, &p, &binds)?;
     if let Some(scratch) = &scratch {
-        // attn_combine runs on the tiles' shader: the register tiles' splits merge on the
-        // general tile's workgroup size.
-        let plan = match plan {
-            Plan::RegTiles => self::plan(dev.caps()),
-            other => other,
-        };
         let lanes = u64::from(plan.lanes());
         let grid = dev.grid_1d(prob.op, (rows * prob.ev as u64).div_ceil(lanes))?;
         let binds = [
@@ -326,7 +308,7 @@ pub(crate) fn backward(
     };
     let (dq, dk, dv) = (alloc(&prob.q)?, alloc(&prob.k)?, alloc(&prob.v)?);
     if live {
-        let (plan, kv_plan) = backward_plans(dev.caps(), prob.l, prob.s);
+        let plan = plan(dev.caps());
         let key = (saved.seed, saved.ctr);
         let mask = mask_tensor(prob)?;
         // dQ (and D, which the dK/dV pass reads): always, D is needed by both.
@@ -344,7 +326,7 @@ pub(crate) fn backward(
         launch(prob, plan, 1, &p, &binds)?;
         if need_kv {
             let nk: usize = prob.kv_lead.iter().product();
-            let p = params(prob, kv_plan, key, prob.s, nk, prob.e.max(prob.ev));
+            let p = params(prob, plan, key, prob.s, nk, prob.e.max(prob.ev));
             let binds = [
                 Bind::whole(prob.q.buffer()),
                 Bind::whole(prob.k.buffer()),
@@ -355,7 +337,7 @@ pub(crate) fn backward(
                 Bind::whole(dk.buffer()),
                 Bind::whole(dv.buffer()),
             ];
-            launch(prob, kv_plan, 2, &p, &binds)?;
+            launch(prob, plan, 2, &p, &binds)?;
         }
     }
     let [qs, ks, vs] = &prob.shapes;
@@ -371,11 +353,7 @@ pub(crate) fn backward(
 /// The attention family's entry in the kernel-family registry (`ops::families()`).
 pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipeline::Family {
     name: "attention",
-    shaders: &[
-        "attention.wgsl",
-        "attention_rows.wgsl",
-        "attention_reg.wgsl",
-    ],
+    shaders: &["attention.wgsl", "attention_rows.wgsl"],
     params: || vec![params_layout()],
     variants: attention_variants,
 };
@@ -394,11 +372,6 @@ pub fn attention_variants() -> Vec<ShaderVariant> {
             for dt in [DType::F32, DType::F16] {
                 v.push(ShaderVariant::new(&COMBINE, &[dt], &plan.consts()));
             }
-        }
-    }
-    for k in [&FWD_REG, &DQ_REG, &DKV_REG] {
-        for dt in [DType::F32, DType::F16] {
-            v.push(ShaderVariant::new(k, &[dt], &[]));
         }
     }
     for tile in [DECODE_TILE, GROUP_TILE] {
@@ -448,7 +421,7 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
 
 #[cfg(test)]
 mod tests {
-    use super::super::plan::{ACC, ACCR, CPL, REG_ROWS};
+    use super::super::plan::{ACC, ACCR};
     use super::*;
 
     /// Distinct device counters give distinct streams, across the 31-bit word too; counters
@@ -480,11 +453,5 @@ mod tests {
     fn shader_acc_matches() {
         assert!(SRC.contains(&format!("const ACC: u32 = {ACC}u;")));
         assert!(ROWS_SRC.contains(&format!("const ACCR: u32 = {ACCR}u;")));
-        assert!(REG_SRC.contains(&format!("const CPL: u32 = {CPL}u;")));
-        assert!(REG_SRC.contains(&format!("const BR: u32 = {REG_ROWS}u;")));
-        // Its workgroup memory (stg, sp, rm, rl) within WebGPU's default 16 KiB.
-        assert!(
-            REG_SRC.contains("stg: array<f32, 1632>") && REG_SRC.contains("sp: array<f32, 2112>")
-        );
     }
 }

@@ -19,7 +19,7 @@ use crate::{Result, Tensor};
 pub use problem::Problem;
 
 #[doc(hidden)]
-pub use plan::{backward_plans, forward_plan, ForwardPlan, Plan};
+pub use plan::{forward_plan, ForwardPlan, Plan};
 
 /// How an attention mask is read ([`SdpaOptions::attn_mask`]).
 #[derive(Clone, Copy, Debug)]

@@ -1,6 +1,6 @@
 //! The attention kernels' plans, pure functions of the problem's sizes and the adapter
-//! (unit-tested without a GPU): which kernel set runs (rows on CPU adapters, tiles or register
-//! tiles on GPUs), its tile, and the forward's key splits. kernel.rs launches them.
+//! (unit-tested without a GPU): which kernel set runs (rows on CPU adapters, tiles on GPUs),
+//! its tile, and the forward's key splits. kernel.rs launches them.
 
 use crate::runtime::Caps;
 
@@ -9,14 +9,6 @@ use crate::runtime::Caps;
 /// the two sides agree.
 pub(crate) const ACC: u32 = 16;
 pub(crate) const ACCR: u32 = 64;
-/// Output columns per invocation of the register-tiled forward (its `const CPL`): a column
-/// block of 16 CPL columns.
-pub(crate) const CPL: u32 = 8;
-/// Query rows per workgroup of the register-tiled forward (its `const BR`).
-pub(crate) const REG_ROWS: u32 = 64;
-// Its workgroup memory (stg, sp, rm, rl; a unit test checks the shader's array sizes) within
-// WebGPU's default 16 KiB.
-const _: () = assert!((1632 + 2112 + 2 * REG_ROWS) * 4 <= 16384);
 /// Invocations per workgroup of the row kernels.
 pub(crate) const ROWS_WG: u32 = 64;
 
@@ -38,12 +30,10 @@ pub enum Plan {
     /// One invocation per row and block of `ACCR` (64) columns, no barriers (CPU adapters: a
     /// barrier switches every fibre of a workgroup there, and the tiled kernels compile slowly).
     Rows,
-    /// Workgroup tiles through workgroup memory (GPUs).
+    /// Workgroup tiles through workgroup memory (GPUs). (Register tiles of 64 rows, 4 x 8
+    /// outputs per invocation, ran 1.5-1.8x slower than these on an NVIDIA H200, forward and
+    /// backward, and were removed: git history holds shaders/attention_reg.wgsl.)
     Tiles(Tile),
-    /// Register tiles (GPUs, 32 rows or more: queries for the forward and dQ, keys for dK/dV):
-    /// 64 rows x 32 keys (or queries) per workgroup of 256, each invocation holding 4 x 2
-    /// scores and 4 x `CPL` (8) outputs (shaders/attention_reg.wgsl).
-    RegTiles,
 }
 
 /// The plan for an adapter: rows on CPU adapters; on GPUs tiles of 16 x 16 invocations (256
@@ -71,9 +61,6 @@ pub(crate) const DECODE_TILE: Tile = Tile {
 };
 /// Query rows up to which the forward takes [`DECODE_TILE`].
 const DECODE_ROWS: usize = 4;
-/// Query rows from which the forward takes [`Plan::RegTiles`] (at least half of its 64-row
-/// blocks busy); fewer take the 16-row tile.
-const REG_MIN_ROWS: usize = 32;
 /// The fewest keys a split walks: shorter splits would cost more in the merge than they save.
 const MIN_SPLIT_KEYS: usize = 128;
 /// The most key splits of a row.
@@ -103,8 +90,7 @@ pub struct ForwardPlan {
 
 /// The forward's plan for `n` query batches of `l` queries over `s` keys with `ev` value
 /// columns, `group` query heads per key/value head: a pure function of the problem and the
-/// adapter. On GPUs 32 queries or more take the register tiles ([`Plan::RegTiles`]), fewer
-/// the 16-row tile, and a few queries (decoding) a one-row tile, or with grouped-query heads a
+/// adapter. On GPUs the 16-row tile, and a few queries (decoding) a one-row tile, or with grouped-query heads a
 /// tile holding the whole group's rows (K/V read once per group); when the workgroups (row
 /// blocks x batches x column blocks) are too few to fill the device (decoding: L = 1 over 32
 /// heads gives 32 workgroups on a GPU of 132 SMs, each walking every key), the keys are cut
@@ -134,8 +120,6 @@ pub fn forward_plan(
         (Plan::Tiles(GROUP_TILE), group.saturating_mul(l), n / group)
     } else if l <= DECODE_ROWS {
         (Plan::Tiles(DECODE_TILE), l, n)
-    } else if l >= REG_MIN_ROWS {
-        (Plan::RegTiles, l, n)
     } else {
         (Plan::Tiles(general), l, n)
     };
@@ -164,24 +148,12 @@ pub fn forward_plan(
     }
 }
 
-/// The backward's plans, dQ's and dK/dV's: on GPUs the register tiles where their rows
-/// (queries for dQ, keys for dK/dV) number `REG_MIN_ROWS` (32) or more, else [`plan`]'s.
-#[doc(hidden)]
-pub fn backward_plans(caps: &Caps, l: usize, s: usize) -> (Plan, Plan) {
-    let base = plan(caps);
-    let pick = |rows: usize| match base {
-        Plan::Tiles(_) if rows >= REG_MIN_ROWS => Plan::RegTiles,
-        other => other,
-    };
-    (pick(l), pick(s))
-}
 impl Plan {
     /// Invocations per workgroup.
     pub(crate) fn lanes(self) -> u32 {
         match self {
             Plan::Rows => ROWS_WG,
             Plan::Tiles(t) => t.br * t.bc,
-            Plan::RegTiles => 256,
         }
     }
 
@@ -190,7 +162,6 @@ impl Plan {
         match self {
             Plan::Rows => (1, ACCR),
             Plan::Tiles(t) => (t.br, ACC * t.bc),
-            Plan::RegTiles => (REG_ROWS, 16 * CPL),
         }
     }
 }
@@ -221,12 +192,10 @@ mod tests {
                 grouped: false
             }
         );
-        // Prefill over many batches fills the device: no split, the register tiles.
+        // Prefill over many batches fills the device: no split, the 16-row tile.
         let p = fp(&gpu, 64, 2048, 2048, 64, 1);
-        assert_eq!((p.plan, p.splits, p.grouped), (Plan::RegTiles, 1, false));
-        // Fewer than 32 queries: the 16-row tile.
-        assert_eq!(fp(&gpu, 64, 31, 2048, 64, 1).plan, plan(&gpu));
-        assert_eq!(fp(&gpu, 64, 32, 2048, 64, 1).plan, Plan::RegTiles);
+        assert_eq!((p.plan, p.splits, p.grouped), (plan(&gpu), 1, false));
+        assert_eq!(fp(&gpu, 64, 5, 2048, 64, 1).plan, plan(&gpu));
         // Few batches of a long prefill: split.
         assert!(fp(&gpu, 8, 256, 4096, 64, 1).splits > 1);
         // Too few keys to split.
@@ -242,14 +211,6 @@ mod tests {
         assert!(p.splits > 1);
         // Prefill with groups keeps the general tile.
         assert!(!fp(&gpu, 32, 512, 512, 64, 4).grouped);
-    }
-
-    #[test]
-    fn backward_takes_register_tiles_from_32_rows() {
-        let (gpu, lvp) = (Caps::test_gpu(), Caps::test_lavapipe(2));
-        assert_eq!(backward_plans(&gpu, 32, 31), (Plan::RegTiles, plan(&gpu)));
-        assert_eq!(backward_plans(&gpu, 5, 1024), (plan(&gpu), Plan::RegTiles));
-        assert_eq!(backward_plans(&lvp, 1024, 1024), (Plan::Rows, Plan::Rows));
     }
 
     #[test]
