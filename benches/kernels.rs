@@ -28,6 +28,8 @@
 //! `--checks=auto|full|loops|div|none` opens every device with that `ShaderChecks` (default: the
 //! library's). `--no-first` skips the first-call figures (`first_ms=?`), `--short` times each case for about
 //! 0.5 s instead of 2 s: together they cut a GPU session's bench run about fourfold.
+//! `--clear-pool` empties the device's buffer pool (`Device::clear_pool`) before each case, so a
+//! case's figure does not depend on what the cases before it left cached.
 // Native only (blocking device, readback and wall clock): an empty program on wasm32.
 #![cfg_attr(target_arch = "wasm32", no_main)]
 #![cfg(not(target_arch = "wasm32"))]
@@ -436,6 +438,7 @@ fn main() -> wgtensor::Result<()> {
         return Ok(());
     }
     let json = args.iter().any(|a| a == "--json");
+    let clear_pool = args.iter().any(|a| a == "--clear-pool");
     let opts = Opts {
         first: !args.iter().any(|a| a == "--no-first"),
         window_ms: if args.iter().any(|a| a == "--short") {
@@ -505,6 +508,9 @@ fn main() -> wgtensor::Result<()> {
                 case.name
             );
             continue;
+        }
+        if clear_pool {
+            dev.clear_pool();
         }
         // A case that fails says why and the run goes on: one kernel's error must not cost a
         // GPU session the figures of every case after it.

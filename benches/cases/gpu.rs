@@ -240,6 +240,31 @@ pub fn cases() -> Vec<Case> {
             gemm_kernel_case(d, &[64, 512, 512], &[64, 512, 512], GemmKernel::WgTiled128)
         })
         .flops(g(512, 512, 512, 64)),
+        Case::new("gpu/gemm_4096_tile128x128", |d| {
+            gemm_kernel_case(d, &[4096, 4096], &[4096, 4096], GemmKernel::WgTiled128x128)
+        })
+        .flops(g(4096, 4096, 4096, 1)),
+        Case::new("gpu/gemm_8192_tile128x128", |d| {
+            gemm_kernel_case(d, &[8192, 8192], &[8192, 8192], GemmKernel::WgTiled128x128)
+        })
+        .flops(g(8192, 8192, 8192, 1)),
+        Case::new("gpu/bgemm_64x512_tile128x128", |d| {
+            gemm_kernel_case(
+                d,
+                &[64, 512, 512],
+                &[64, 512, 512],
+                GemmKernel::WgTiled128x128,
+            )
+        })
+        .flops(g(512, 512, 512, 64)),
+        Case::new("gpu/gemm_splitk_256x65536_tile128x128", |d| {
+            gemm_kernel_case(d, &[256, 65536], &[65536, 256], GemmKernel::WgTiled128x128)
+        })
+        .flops(g(256, 256, 65536, 1)),
+        Case::new("gpu/gemm_splitk_256x65536_tile128x64", |d| {
+            gemm_kernel_case(d, &[256, 65536], &[65536, 256], GemmKernel::WgTiled128)
+        })
+        .flops(g(256, 256, 65536, 1)),
         Case::new("gpu/gemm_splitk_256x65536_tile64x64", |d| {
             gemm_kernel_case(d, &[256, 65536], &[65536, 256], GemmKernel::WgTiled)
         })
@@ -283,6 +308,28 @@ pub fn cases() -> Vec<Case> {
             rnn_forward_run(d, RnnKind::Lstm, rnn(10))
         })
         .flops(rnn_flops_of(rnn(10), 4)),
+        // Hidden sizes around the sequence kernel's limit (`seq_shape`): T 32, B 16 is
+        // lstm_train_step's layer; one layer forward, and that layer's training pass.
+        Case::new("gpu/lstm_h64_b16_t32", |d| {
+            rnn_forward_run(d, RnnKind::Lstm, (32, 16, 64, 64))
+        })
+        .flops(rnn_flops_of((32, 16, 64, 64), 4)),
+        Case::new("gpu/lstm_h96_b64_t32", |d| {
+            rnn_forward_run(d, RnnKind::Lstm, (32, 64, 96, 96))
+        })
+        .flops(rnn_flops_of((32, 64, 96, 96), 4)),
+        Case::new("gpu/lstm_h128_b16_t32", |d| {
+            rnn_forward_run(d, RnnKind::Lstm, (32, 16, 128, 128))
+        })
+        .flops(rnn_flops_of((32, 16, 128, 128), 4)),
+        Case::new("gpu/lstm_h128_b256_t32", |d| {
+            rnn_forward_run(d, RnnKind::Lstm, (32, 256, 128, 128))
+        })
+        .flops(rnn_flops_of((32, 256, 128, 128), 4)),
+        Case::new("gpu/lstm_h128_b16_t32_train", |d| {
+            lstm_train_run(d, (32, 16, 128, 128))
+        })
+        .flops(3.0 * rnn_flops_of((32, 16, 128, 128), 4)),
         Case::new("gpu/sync_op", sync_op_run),
         // The split plans for rows too few to fill a GPU, and the bucketed scatter.
         Case::new("gpu/argmax_vocab", argmax_run).bytes(f32b(numel(&VOCAB))),
