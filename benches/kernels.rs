@@ -78,9 +78,6 @@ struct Case {
     /// 0 for compute-bound cases.
     bytes: f64,
     needs_f16: bool,
-    /// Runs on its own device with `DeviceOptions::cooperative_matrix`; skipped (and said so)
-    /// where the adapter offers no f16 cooperative matrices.
-    needs_coop: bool,
     setup: Setup,
 }
 
@@ -92,7 +89,6 @@ impl Case {
             flops: 0.0,
             bytes: 0.0,
             needs_f16: false,
-            needs_coop: false,
             setup: Box::new(setup),
         }
     }
@@ -109,14 +105,6 @@ impl Case {
     fn f16_only(self) -> Case {
         Case {
             needs_f16: true,
-            ..self
-        }
-    }
-
-    /// Skipped (and said so) on adapters without f16 cooperative matrices.
-    fn coop_only(self) -> Case {
-        Case {
-            needs_coop: true,
             ..self
         }
     }
@@ -482,7 +470,6 @@ fn main() -> wgtensor::Result<()> {
         .any(|c| c.bytes > 0.0 && c.name.starts_with("gpu/") && selected(c.name));
     let mut rows = Vec::new();
     let mut baselines = Baselines::new();
-    let mut coop: Option<bool> = None;
     for case in &all {
         if !(selected(case.name)
             || is_copy_baseline(case.name) && wants_copy
@@ -500,13 +487,6 @@ fn main() -> wgtensor::Result<()> {
         }
         if case.needs_f16 && !dev.supports_f16() {
             println!("case={} skipped=adapter-lacks-SHADER_F16", case.name);
-            continue;
-        }
-        if case.needs_coop && !*coop.get_or_insert_with(offers_coop) {
-            println!(
-                "case={} skipped=adapter-lacks-f16-cooperative-matrices",
-                case.name
-            );
             continue;
         }
         if clear_pool {
@@ -537,16 +517,6 @@ fn main() -> wgtensor::Result<()> {
         println!("[{}]", items.join(","));
     }
     Ok(())
-}
-
-/// Whether a device asking for cooperative matrices gets the f16 configuration.
-fn offers_coop() -> bool {
-    Device::with_options(wgtensor::DeviceOptions {
-        cooperative_matrix: true,
-        ..device_options()
-    })
-    // A tile that failed its self-test runs its cases too, so their rows print the error.
-    .is_ok_and(|d| d.caps().coop16 || d.cooperative_matrix_refused().is_some())
 }
 
 /// The text output: `case=<name> ms=...`, then whichever figures the case has.
