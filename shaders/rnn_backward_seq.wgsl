@@ -1,4 +1,4 @@
-// A whole BPTT of one LSTM / GRU direction in one dispatch, for hidden sizes up to 128 on GPUs
+// A whole BPTT of one LSTM / GRU direction in one dispatch, for hidden sizes up to 64 on GPUs
 // (the forward's rnn_seq.wgsl, backwards): the per-step kernels cost two dispatches a step,
 // while the recurrence's batch rows never meet. A workgroup of 256 invocations owns 4 RP batch
 // rows; invocation (lane, rq) = (li % 64, li / 64) owns rows rq * RP .. + RP and units

@@ -1,5 +1,6 @@
 // A whole sequence of one LSTM / GRU direction in one dispatch (one per chunk of up to 64
-// steps, each starting from the slot the last wrote), for hidden sizes up to 128: the per-step
+// steps, each starting from the slot the last wrote), for hidden sizes up to 64 (the planner's
+// limit, `seq_shape`; the buffers hold 128 with UPI = 2): the per-step
 // kernels cost a dispatch each (on an H200 about 16 us a step for the bench's B 256, H 64,
 // whose LSTM product is 8 MFLOP), while the batch rows of a recurrence never meet, so a
 // workgroup can walk every step of its own rows with one barrier per step. A workgroup of

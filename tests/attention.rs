@@ -549,6 +549,7 @@ fn dropout_pattern_is_the_same_on_every_plan() {
     let cpu = Device::new().unwrap();
     let gpu = Device::with_options(DeviceOptions {
         gpu_plans: true,
+        cooperative_matrix: false,
         ..Default::default()
     })
     .unwrap();

@@ -385,6 +385,7 @@ fn depthwise_over_more_groups_than_a_grid_axis() {
     use wgtensor::ops::{conv1d, Conv1dOptions};
     let gpu = Device::with_options(DeviceOptions {
         gpu_plans: true,
+        cooperative_matrix: false,
         ..Default::default()
     })
     .unwrap();

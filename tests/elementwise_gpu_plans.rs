@@ -391,6 +391,7 @@ fn transposed_copies() {
 fn windows_under_a_lowered_binding_limit() {
     let dev = Device::with_options(DeviceOptions {
         gpu_plans: true,
+        cooperative_matrix: false,
         max_binding_bytes: Some(8192),
         ..Default::default()
     })
@@ -422,6 +423,7 @@ fn windows_under_a_lowered_binding_limit() {
 fn gpu_plan_splits_body_and_tail() {
     let dev = Device::with_options(DeviceOptions {
         gpu_plans: true,
+        cooperative_matrix: false,
         ..Default::default()
     })
     .expect("device");

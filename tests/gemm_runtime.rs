@@ -8,7 +8,7 @@
 
 use wgtensor::ops::gemm::plan;
 use wgtensor::ops::{gemm, Activation, Bias, GemmOptions};
-use wgtensor::{Device, DeviceOptions, Tensor};
+use wgtensor::{DType, Device, DeviceOptions, Tensor};
 
 /// A fresh device; `portable` disables subgroups (the `tiled` kernel instead of `sg8`).
 fn device(portable: bool) -> Device {
@@ -210,8 +210,8 @@ fn views_are_read_in_place() {
 /// `gemm_with_kernel` runs each forced kernel on this adapter (the GPU tiles on lavapipe
 /// too) with the planner's split: small-integer operands with a transposed B, a bias and a
 /// ragged 200 x 150 x 40 shape, unsplit and split 3 ways, give the exact f64 reference on
-/// every kernel, each first call compiling that kernel's pipeline; a kernel the adapter lacks
-/// is refused, naming it.
+/// every kernel (the 128-row tiles in f16 too), each first call compiling that kernel's
+/// pipeline; a kernel the adapter lacks is refused, naming it.
 #[test]
 fn forced_kernels_match_the_reference() {
     use wgtensor::ops::gemm::{gemm_with_kernel, GemmKernel};
@@ -262,6 +262,28 @@ fn forced_kernels_match_the_reference() {
                 want,
                 "{kernel:?}, split {split_k:?}"
             );
+        }
+    }
+    // The large tiles in f16 too (the products are small integers, exact in f16 and in the
+    // kernels' f32 sums), split and not: the 128 x 128 tile no plan takes keeps a check.
+    if dev.supports_f16() {
+        let h = |t: &Tensor| t.to_dtype(DType::F16).unwrap();
+        let (a16, b16, bias16) = (h(&a), h(&b), h(&bias));
+        for kernel in [GemmKernel::WgTiled128, GemmKernel::WgTiled128x128] {
+            for split_k in [None, Some(3)] {
+                let o = GemmOptions {
+                    alpha: 2.0,
+                    bias: Some(Bias::PerColumn(&bias16)),
+                    split_k,
+                    ..Default::default()
+                };
+                let got = gemm_with_kernel(&a16, &b16, &o, kernel).unwrap();
+                assert_eq!(
+                    got.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap(),
+                    want,
+                    "f16 {kernel:?}, split {split_k:?}"
+                );
+            }
         }
     }
     if !dev.caps().coop16 {

@@ -1606,6 +1606,7 @@ fn batch_norm_over_more_channels_than_the_grid_limit() {
     // the channels past the last must skip together).
     let gpu = Device::with_options(wgtensor::DeviceOptions {
         gpu_plans: true,
+        cooperative_matrix: false,
         ..Default::default()
     })
     .unwrap();

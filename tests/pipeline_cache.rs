@@ -23,6 +23,9 @@ fn temp_cache_dir(tag: &str) -> PathBuf {
 fn device(setting: PipelineCacheSetting) -> Device {
     Device::with_options(DeviceOptions {
         pipeline_cache: setting,
+        // No cooperative-matrix self-test at open: it would compile pipelines before the
+        // test's "nothing compiled yet".
+        cooperative_matrix: false,
         ..Default::default()
     })
     .expect("a device opens whatever the cache file holds")

@@ -15,6 +15,7 @@ use wgtensor::{Device, DeviceOptions, ShaderChecks, Tensor};
 fn device(checks: ShaderChecks) -> Device {
     Device::with_options(DeviceOptions {
         gpu_plans: true,
+        cooperative_matrix: false,
         shader_checks: checks,
         ..Default::default()
     })

@@ -4,7 +4,8 @@
 // u < UPI: row rq * RP + i of the workgroup's rows and hidden unit lane + 64 u, so per-cell
 // arrays hold CELLS entries. The including file's `p` has `batch` and `hidden`.
 
-// Units per invocation: 1 (H <= 64) or 2 (H <= 128).
+// Units per invocation: 1 (H <= 64, what the planner runs) or 2 (H <= 128, which no plan
+// takes: slower on the H200 than a dispatch per step).
 override UPI: u32 = 1u;
 // Batch rows per invocation: 1, 2 or 4.
 override RP: u32 = 1u;

@@ -244,7 +244,9 @@ impl Device {
 
     /// A snapshot of the device's counters: pipelines, dispatches, submissions, the in-flight
     /// queue and the pool's memory (PyTorch's `torch.cuda.memory_stats` and the like). Cheap
-    /// enough to call every step; it does not wait for the GPU.
+    /// enough to call every step; it does not wait for the GPU. Counted from the device's
+    /// open, which on an adapter with cooperative matrices includes the tile's self-test
+    /// ([`DeviceOptions::cooperative_matrix`]): compare differences, not absolute counts.
     ///
     /// ```ignore-wasm32
     /// # fn main() -> wgtensor::Result<()> {

@@ -384,7 +384,11 @@ fn attention_tiles_many_rows_f32() {
         p.gpu = true;
         p
     });
-    check_planned(12, problems, |fp| matches!(fp.plan, Plan::Tiles(_)));
+    check_planned(
+        12,
+        problems,
+        |fp| matches!(fp.plan, Plan::Tiles(t) if t.br == 16),
+    );
 }
 
 /// The 16-row tiles over head dims past one 256-column block and many chunks, and split over
@@ -393,11 +397,15 @@ fn attention_tiles_many_rows_f32() {
 #[cfg(not(target_arch = "wasm32"))]
 #[test]
 fn attention_tiles_wide_and_split_f32() {
-    let wide = problem(DType::F32, 32..=70, 120..=300).prop_map(|mut p| {
+    let wide = problem(DType::F32, 32..=70, 257..=400).prop_map(|mut p| {
         p.gpu = true;
         p
     });
-    check_planned(5, wide, |fp| matches!(fp.plan, Plan::Tiles(_)));
+    check_planned(
+        5,
+        wide,
+        |fp| matches!(fp.plan, Plan::Tiles(t) if t.br == 16),
+    );
     let split = (problem(DType::F32, 17..=48, 1..=72), 256usize..=700).prop_map(|(mut p, s)| {
         (p.b, p.heads, p.kv_heads) = (1, 1, 1);
         p.gpu = true;
@@ -405,7 +413,7 @@ fn attention_tiles_wide_and_split_f32() {
         p
     });
     check_planned(6, split, |fp| {
-        matches!(fp.plan, Plan::Tiles(_)) && fp.splits > 1
+        matches!(fp.plan, Plan::Tiles(t) if t.br == 16) && fp.splits > 1
     });
 }
 
@@ -418,7 +426,11 @@ fn attention_tiles_many_rows_f16() {
         p.gpu = true;
         p
     });
-    check_planned(4, problems, |fp| matches!(fp.plan, Plan::Tiles(_)));
+    check_planned(
+        4,
+        problems,
+        |fp| matches!(fp.plan, Plan::Tiles(t) if t.br == 16),
+    );
 }
 
 /// The key splits in f16 (decoding, one to three queries over 256-700 keys).

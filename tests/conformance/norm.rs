@@ -395,7 +395,9 @@ fn norm_f16() {
 /// A constant row normalizes to the bias exactly, as PyTorch's Welford means give (a plain f32
 /// sum's mean is a few ulps off, which 1 / sqrt(eps) magnifies to O(1) outputs), and values
 /// near the f32 maximum do not overflow the mean into NaN: on the rows kernel (3 and 32
-/// values), the workgroup kernel (4096) and the GPU plan's split rows (20000, one row).
+/// values), the workgroup kernel (4096) and the GPU plan's split rows (4096 and 20000, one
+/// row, on the `gpu_plans` device and one planning as a 256-slot GPU: 4096 in 4 segments
+/// there, the shape that gave NaN on an H200).
 #[cfg(not(target_arch = "wasm32"))]
 #[test]
 fn norm_constant_rows_normalize_to_the_bias() {

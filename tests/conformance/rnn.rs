@@ -634,6 +634,7 @@ fn single_layer_forward_records_t_plus_one_dispatches() {
     let cpu = Device::new().unwrap();
     let gpu = Device::with_options(wgtensor::DeviceOptions {
         gpu_plans: true,
+        cooperative_matrix: false,
         ..Default::default()
     })
     .unwrap();
@@ -1176,6 +1177,7 @@ fn backward_records_one_dispatch_per_step() {
     let cpu = Device::new().unwrap();
     let gpu = Device::with_options(wgtensor::DeviceOptions {
         gpu_plans: true,
+        cooperative_matrix: false,
         ..Default::default()
     })
     .unwrap();

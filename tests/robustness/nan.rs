@@ -171,6 +171,7 @@ fn batch_norm_statistics_keep_nan() {
 fn batch_norm_infinite_variance_gives_zero_not_nan() {
     let gpu = wgtensor::Device::with_options(wgtensor::DeviceOptions {
         gpu_plans: true,
+        cooperative_matrix: false,
         ..Default::default()
     })
     .unwrap();

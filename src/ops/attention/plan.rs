@@ -32,7 +32,7 @@ pub enum Plan {
     Rows,
     /// Workgroup tiles through workgroup memory (GPUs). (Register tiles of 64 rows, 4 x 8
     /// outputs per invocation, ran 1.5-1.8x slower than these on an NVIDIA H200, forward and
-    /// backward, and were removed: git history holds shaders/attention_reg.wgsl.)
+    /// backward, and were removed: git history holds their shader, attention_reg.wgsl.)
     Tiles(Tile),
 }
 

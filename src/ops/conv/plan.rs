@@ -39,7 +39,8 @@ pub struct ConvPlan {
     /// Sg8: row blocks of 8 per subgroup (1, 2 or 4); Direct: rows per invocation (1 to 8);
     /// WgTiled: rows per invocation (`TM`: 4 or 8).
     pub rt: u32,
-    /// WgTiled: columns per invocation (`TN`: 4 or 8); 0 for the other variants.
+    /// WgTiled: columns per invocation (`TN`: 4; the kernel takes 8, no plan does); 0 for the
+    /// other variants.
     pub ct: u32,
     /// Sg8: subgroups per workgroup, each on its own 32 columns.
     pub sgs: u32,

@@ -55,8 +55,9 @@ impl GemmKernel {
 /// Which kernel runs and how K is split: a plain function of the problem and the adapter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GemmPlan {
-    /// The kernel: [`GemmKernel::WgTiled`] on GPUs, [`GemmKernel::Sg8`] or
-    /// [`GemmKernel::Tiled`] on CPU adapters.
+    /// The kernel: [`GemmKernel::WgTiled`] or [`GemmKernel::WgTiled128`] on GPUs
+    /// ([`GemmKernel::Coop16`] for f16 where cooperative matrices serve), [`GemmKernel::Sg8`]
+    /// or [`GemmKernel::Tiled`] on CPU adapters.
     pub kernel: GemmKernel,
     /// sg8 only: subgroups per workgroup (1 on every adapter so far); a workgroup covers
     /// 32 * sgs rows.

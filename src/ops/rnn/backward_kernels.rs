@@ -208,12 +208,12 @@ mod tests {
             Some((2, 1))
         );
         assert_eq!(
-            crate::ops::rnn::step::seq_shape(&caps, 1 << 14, 64, 8 * 64),
-            Some((1, 1))
+            crate::ops::rnn::step::seq_shape(&caps, 1 << 14, 32, 4 * 32),
+            Some((4, 1))
         );
         assert_eq!(
-            crate::ops::rnn::step::seq_shape(&caps, 1 << 14, 64, 8 * 64 + 1),
-            None
+            crate::ops::rnn::step::seq_shape(&caps, 1 << 14, 48, 4 * 48),
+            Some((2, 1))
         );
     }
 

@@ -40,8 +40,13 @@ fn coop_available() -> bool {
     let plan = plan_for_dtype(caps, DType::F16, 256, 256, 256, 1, None).unwrap();
     assert_eq!(plan.kernel == GemmKernel::Coop16, caps.coop16, "{plan:?}");
     if !caps.coop16 {
-        // The option is ignored: the same plan as without it.
-        let plain = plan_for_dtype(device().caps(), DType::F16, 256, 256, 256, 1, None).unwrap();
+        // The option is ignored: the same plan as on a device opened without it.
+        let without = Device::with_options(DeviceOptions {
+            cooperative_matrix: false,
+            ..Default::default()
+        })
+        .expect("no wgpu adapter");
+        let plain = plan_for_dtype(without.caps(), DType::F16, 256, 256, 256, 1, None).unwrap();
         assert_eq!(plan, plain);
         eprintln!(
             "gemm_coop: not run, {} offers no 16x16x16 f16 cooperative matrices",

@@ -39,11 +39,12 @@ fn gemm_wg_is_the_gpu_plan() {
     // threads, a discrete GPU's 256), however wide; one tile fewer: 64 x 64.
     let slots = dev().caps().parallelism;
     for n in [64, 8192] {
-        let p = plan(dev(), 128 * slots, n.min(64), 64, 1, None).unwrap();
-        assert_eq!(p.kernel, GemmKernel::WgTiled128, "{p:?}");
-        let p = plan(dev(), 128, 64 * slots, 64, n / 64, None).unwrap();
+        let p = plan(dev(), 128 * slots, n, 64, 1, None).unwrap();
         assert_eq!(p.kernel, GemmKernel::WgTiled128, "{p:?}");
     }
+    // The slots filled by a batch of one-tile products.
+    let p = plan(dev(), 128, 64, 64, slots, None).unwrap();
+    assert_eq!(p.kernel, GemmKernel::WgTiled128, "{p:?}");
     let p = plan(dev(), 128 * (slots - 1), 64, 64, 1, None).unwrap();
     assert_eq!(p.kernel, GemmKernel::WgTiled, "{p:?}");
 }
@@ -132,7 +133,7 @@ fn matmul_wg_f32() {
     });
 }
 
-/// Sizes on and off the 64 x 64, 128 x 64 and 128 x 128 tiles and the K step of 8: K < KT, K = 0 (the epilogue alone),
+/// Sizes on and off the 64 x 64 and 128 x 64 tiles and the K step of 8: K < KT, K = 0 (the epilogue alone),
 /// one element, one row or column, several ragged tiles; each with a transposed operand, a
 /// sliced or broadcast view, C, a bias and an activation, unsplit and split in 2 and 3, on
 /// small integers (exact) and uniform values, f32 and f16.
