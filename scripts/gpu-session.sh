@@ -6,10 +6,20 @@
 #                                     stripped, xz-compressed bench binary, the test binaries of
 #                                     the GPU kernels' suites, ../shared/gpu/on-device.sh and the
 #                                     PyTorch twins; prints what `carry` must name
+#   scripts/gpu-session.sh prepare-ab PATCH
+#                                     here, after `prepare`: the bench built again with PATCH (a
+#                                     `git diff` of the plan change to time) applied, into
+#                                     .gpu/kernels_b; the working tree is restored after
 #   scripts/gpu-session.sh prepare-suite
 #                                     here: every test binary, compressed, into .gpuall/
 #   scripts/gpu-session.sh run suite  there (carry [".gl", ".gpuall"]): the whole suite through
 #                                     scripts/test-gpu.sh, its logs in $OUT/suite-logs.tgz
+#   scripts/gpu-session.sh run ab CASE...
+#                                     there: both bench binaries (without and with the patch)
+#                                     alternately, A B A B, on CASE..., each in a fresh process;
+#                                     ms per case side by side in $OUT/ab.log. A plan change is
+#                                     kept only if it wins here: changes timed on reasoning alone
+#                                     made four of eight GPU plans slower once
 #   scripts/gpu-session.sh run [tests|bench|checks|exec CMD...]
 #                                     there (device `run`, carry [".gl", ".gpu"], timeout_s 600):
 #                                     the GPU kernels' tests on the real adapter (conformance of
@@ -89,6 +99,21 @@ run() {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader |
     tee "$out/gpu.txt"
   local status=0 what=${1:-all}
+  # `run ab CASE...`: the bench without (A) and with (B) prepare-ab's patch, alternately.
+  if [ "$what" = ab ]; then
+    shift
+    chmod +x .gpu/kernels .gpu/kernels_b
+    for round in 1 2; do
+      for v in A B; do
+        local bin=.gpu/kernels
+        [ "$v" = B ] && bin=.gpu/kernels_b
+        # shellcheck disable=SC2086
+        timeout "${BENCH_TIMEOUT:-240}" "$bin" --bench $BENCH_FLAGS "$@" 2>&1 |
+          sed -n "s/^case=/$v$round case=/p" | tee -a "$out/ab.log"
+      done
+    done
+    return
+  fi
   # `run exec CMD ARGS...`: any command (a one-off binary carried in .gpu/) with the loader set.
   if [ "$what" = exec ]; then
     shift
@@ -138,6 +163,26 @@ run() {
   return $status
 }
 
+# The bench built with PATCH applied, into .gpu/kernels_b.xz (after `prepare`), so `run ab`
+# times a plan change against the plan it replaces in one call. The patch is reverted
+# whatever happens, leaving the tree as it was.
+prepare_ab() {
+  set -e
+  local patch=${1:?usage: $0 prepare-ab PATCH}
+  [ -f .gpu/kernels.xz ] || { echo "run \`$0 prepare\` first" >&2; exit 2; }
+  git apply --check "$patch"
+  git apply "$patch"
+  # shellcheck disable=SC2064
+  trap "git apply -R '$patch'" EXIT
+  cargo bench --bench kernels --no-run 2>/dev/null
+  local bench
+  bench=$(ls -t target/release/deps/kernels-* | grep -v '\.d$' | head -1)
+  cp "$bench" .gpu/kernels_b && strip .gpu/kernels_b
+  xz -T0 -6 -f .gpu/kernels_b
+  du -sh .gpu
+  echo 'device run: carry [".gl", ".gpu"], command: bash scripts/gpu-session.sh run ab CASE...'
+}
+
 # Every test binary (scripts/test-gpu.sh's bundle, xz-compressed, about 46 MB) into .gpuall/,
 # for `run suite`: carry [".gl", ".gpuall"] (not .gpu: both together pass the 64 MiB a call
 # may carry).
@@ -172,10 +217,14 @@ run_suite() {
 
 case "${1:-}" in
   prepare) prepare ;;
+  prepare-ab)
+    shift
+    prepare_ab "$@"
+    ;;
   prepare-suite) prepare_suite ;;
   run)
     shift
     if [ "${1:-}" = suite ]; then run_suite; else run "$@"; fi
     ;;
-  *) echo "usage: $0 prepare | prepare-suite | run [tests|bench|checks|exec CMD...|suite]" >&2; exit 2 ;;
+  *) echo "usage: $0 prepare | prepare-ab PATCH | prepare-suite | run [tests|bench|checks|ab CASE...|exec CMD...|suite]" >&2; exit 2 ;;
 esac
