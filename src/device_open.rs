@@ -14,9 +14,12 @@ impl Device {
     /// Uses [`DeviceOptions::default`] and requests the adapter's SUBGROUP and SHADER_F16
     /// features when present (faster kernels, f16 tensors), and on Vulkan PIPELINE_CACHE, to
     /// load the pipelines compiled by earlier runs from the user's cache directory
-    /// ([`DeviceOptions::pipeline_cache`]). Errors with [`Error::NoAdapter`],
-    /// whose message says what to install, when no adapter is found or the device cannot be
-    /// created.
+    /// ([`DeviceOptions::pipeline_cache`]). Where the adapter offers cooperative matrices
+    /// (NVIDIA through Vulkan), opening also compiles the f16 tensor-core GEMM and tests it on
+    /// a small product ([`DeviceOptions::cooperative_matrix`]); a failure there opens the
+    /// device without them ([`Device::cooperative_matrix_refused`] says why). Errors with
+    /// [`Error::NoAdapter`], whose message says what to install, when no adapter is found or
+    /// the device cannot be created.
     ///
     /// ```ignore-wasm32
     /// # fn main() -> wgtensor::Result<()> {
@@ -64,8 +67,30 @@ impl Device {
     /// ([`Device::cooperative_matrix_refused`]) before it returns.
     pub async fn new_async_with(opts: DeviceOptions) -> Result<Device> {
         opts.validate()?;
-        let (adapter, device, queue, limits) = Self::request(&opts).await?;
-        Self::assemble_checked(adapter, device, queue, limits, opts)
+        let (adapter, device, queue, limits) = match Self::request(&opts).await {
+            Ok(opened) => opened,
+            // An adapter may list the configuration and still refuse wgpu's experimental
+            // feature: open it without, keeping why.
+            Err(e) if opts.cooperative_matrix => return Self::open_without_coop(opts, e).await,
+            Err(e) => return Err(e),
+        };
+        match Self::assemble_checked(adapter, device, queue, limits, opts.clone())? {
+            Checked::Ready(dev) => Ok(dev),
+            Checked::Broken(e) => Self::open_without_coop(opts, e).await,
+        }
+    }
+
+    /// Opens a fresh device without cooperative matrices after `why` (their request failed,
+    /// or their self-test lost or stalled the first device), which
+    /// [`Device::cooperative_matrix_refused`] then reports: the tile costs speed, never the
+    /// device.
+    async fn open_without_coop(opts: DeviceOptions, why: crate::Error) -> Result<Device> {
+        let plain = DeviceOptions {
+            cooperative_matrix: false,
+            ..opts.clone()
+        };
+        let (adapter, device, queue, limits) = Self::request(&plain).await?;
+        Self::assemble(adapter, device, queue, limits, opts, Some(why))
     }
 
     /// Runs wgtensor on a wgpu device the application already has (a game engine, an
@@ -93,37 +118,61 @@ impl Device {
     ) -> Result<Device> {
         opts.validate()?;
         let limits = device.limits();
-        Self::assemble_checked(adapter, device, queue, limits, opts)
+        match Self::assemble_checked(adapter, device, queue, limits, opts)? {
+            Checked::Ready(dev) => Ok(dev),
+            // The application's device is lost or stuck: nothing to fall back on.
+            Checked::Broken(e) => Err(e),
+        }
     }
 
     /// [`Device::assemble`] (runtime/open.rs), trusting the cooperative-matrix tile only once it
-    /// has passed its self-test on this driver (ops/gemm/probe.rs): otherwise the device is
-    /// assembled again on the same wgpu device with `Caps::coop16` off, keeping the error.
+    /// has passed its self-test on this driver (ops/gemm/probe.rs): where it fails to compile
+    /// or gives a wrong value, the device is assembled again on the same wgpu device with
+    /// `Caps::coop16` off, keeping the error; where it loses the device or the GPU does not
+    /// finish it in time, that wgpu device is `Broken`.
     fn assemble_checked(
         adapter: wgpu::Adapter,
         device: wgpu::Device,
         queue: wgpu::Queue,
         limits: wgpu::Limits,
         opts: DeviceOptions,
-    ) -> Result<Device> {
+    ) -> Result<Checked> {
         #[cfg(not(target_arch = "wasm32"))]
         {
             let (a, d, q, l, o) = (&adapter, &device, &queue, &limits, &opts);
             let dev = Self::assemble(a.clone(), d.clone(), q.clone(), l.clone(), o.clone(), None)?;
             if !dev.caps().coop16 {
-                return Ok(dev);
+                return Ok(Checked::Ready(dev));
             }
             let Err(e) = crate::ops::gemm::probe::check(&dev) else {
-                return Ok(dev);
+                return Ok(Checked::Ready(dev));
             };
-            // A test that lost the device leaves nothing to fall back on.
             if let Some(msg) = dev.lost_reason() {
-                return Err(crate::Error::DeviceLost { op: "device", msg });
+                return Ok(Checked::Broken(crate::Error::DeviceLost {
+                    op: "device",
+                    msg,
+                }));
+            }
+            if matches!(
+                e,
+                crate::Error::DeviceLost { .. } | crate::Error::Readback { .. }
+            ) {
+                return Ok(Checked::Broken(e));
             }
             drop(dev);
-            Self::assemble(adapter, device, queue, limits, opts, Some(e))
+            Self::assemble(adapter, device, queue, limits, opts, Some(e)).map(Checked::Ready)
         }
         #[cfg(target_arch = "wasm32")]
-        Self::assemble(adapter, device, queue, limits, opts, None)
+        Self::assemble(adapter, device, queue, limits, opts, None).map(Checked::Ready)
     }
+}
+
+/// What [`Device::assemble_checked`] made of a wgpu device.
+enum Checked {
+    /// The device, with the cooperative-matrix tile or without it.
+    Ready(Device),
+    /// The tile's self-test lost the wgpu device or the GPU did not finish it: nothing more
+    /// can be trusted to run on that device.
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+    Broken(crate::Error),
 }

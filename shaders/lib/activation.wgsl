@@ -90,8 +90,11 @@ fn pow_f(x: f32, e: f32) -> f32 {
     }
     // Built at run time: WGSL constant expressions cannot hold infinities or NaN.
     let inf = bitcast<f32>(0x7f800000u | (bitcast<u32>(x) & 0u));
-    // An odd integer (every f32 from 2^24 on is even; e = +-inf gives NaN here, not odd).
-    let odd = e == floor(e) && (e - 2.0 * floor(e * 0.5)) == 1.0;
+    // An odd integer: below 2^24 in magnitude, tested on the bits (every f32 from 2^24 on is
+    // even, and for e = +-inf the arithmetic below is inf - inf, which a compiler assuming
+    // no infinities, as WGSL allows, need not keep unequal to 1).
+    let small = (bitcast<u32>(e) & 0x7fffffffu) < 0x4b800000u;
+    let odd = small && e == floor(e) && (e - 2.0 * floor(e * 0.5)) == 1.0;
     // Infinities tested on their bits, as in log_f (a fast-math compiler may fold `== inf`).
     if (x == -1.0 && (bitcast<u32>(e) & 0x7fffffffu) == 0x7f800000u) {
         return 1.0;

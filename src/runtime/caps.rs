@@ -95,6 +95,22 @@ pub(crate) fn holds_coop_tile(limits: &wgpu::Limits) -> bool {
         && limits.max_compute_workgroup_size_x >= 256
 }
 
+/// Whether an adapter of `info`, `limits` and cooperative-matrix `props` can run `gemm_coop`
+/// once its device has EXPERIMENTAL_COOPERATIVE_MATRIX and SHADER_F16: subgroups of exactly 32
+/// lanes (the tile maps invocations to subgroups by index), room for the tile and the
+/// 16x16x16 f16 configuration. The device asks for the feature only where this holds, and
+/// `Caps::coop16` requires it too.
+pub(crate) fn runs_coop_tile(
+    info: &wgpu::AdapterInfo,
+    limits: &wgpu::Limits,
+    props: &[wgpu::CooperativeMatrixProperties],
+) -> bool {
+    info.subgroup_min_size == 32
+        && info.subgroup_max_size == 32
+        && holds_coop_tile(limits)
+        && offers_coop16(props)
+}
+
 /// True when `props` has the 16x16x16 configuration `gemm_coop` uses: f16 A and B, f32
 /// accumulator and result.
 pub(crate) fn offers_coop16(props: &[wgpu::CooperativeMatrixProperties]) -> bool {
@@ -123,10 +139,7 @@ impl Caps {
             f16: features.contains(wgpu::Features::SHADER_F16),
             coop16: features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
                 && features.contains(wgpu::Features::SHADER_F16)
-                && info.subgroup_min_size == 32
-                && info.subgroup_max_size == 32
-                && holds_coop_tile(limits)
-                && offers_coop16(coop),
+                && runs_coop_tile(info, limits, coop),
             max_workgroups_per_dim: limits.max_compute_workgroups_per_dimension,
             host_threads,
             parallelism: estimate_parallelism(

@@ -35,6 +35,8 @@ pub use pipeline_store::PipelineCacheStatus;
 pub use pool::PoolStats;
 pub use stats::DeviceStats;
 pub(crate) use storage::Storage;
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) use submitter::with_wait_cap;
 pub use warm_up::WarmUp;
 
 /// Splits a 1-D workgroup count over x and y so no dimension exceeds the adapter limit.

@@ -72,11 +72,19 @@ impl Device {
         if super::pipeline_store::wants_feature(&opts.pipeline_cache, &adapter.get_info()) {
             wanted |= wgpu::Features::PIPELINE_CACHE;
         }
-        // Cooperative matrices where asked for (the default) and gemm_coop's configuration
-        // exists.
+        // Cooperative matrices where asked for (the default) and the adapter can run
+        // gemm_coop (not merely list its configuration: an adapter whose subgroups may be 64
+        // lanes wide never would, so it is not handed the experimental feature); not with
+        // f16 or subgroups disabled (the tile needs both).
         let coop = opts.cooperative_matrix
             && !opts.disable_f16
-            && super::caps::offers_coop16(&adapter.cooperative_matrix_properties());
+            && !opts.disable_subgroups
+            && adapter.features().contains(wgpu::Features::SHADER_F16)
+            && super::caps::runs_coop_tile(
+                &adapter.get_info(),
+                &adapter.limits(),
+                &adapter.cooperative_matrix_properties(),
+            );
         if coop {
             wanted |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
         }
@@ -148,9 +156,13 @@ impl Device {
             && !caps.coop16
             && opts.gpu_plans
             && opts.cooperative_matrix
+            && !opts.disable_subgroups
             && caps.f16
             && super::caps::holds_coop_tile(&limits);
-        caps.coop16 = (caps.coop16 || coop_emulated) && coop_refused.is_none();
+        // The options hold for an application's device too (`Device::from_wgpu`), whatever
+        // features it was created with.
+        let asked = opts.cooperative_matrix && !opts.disable_subgroups;
+        caps.coop16 = (caps.coop16 && asked || coop_emulated) && coop_refused.is_none();
         caps.cpu &= !opts.gpu_plans;
         if let Some(slots) = opts.parallelism {
             caps.parallelism = slots;

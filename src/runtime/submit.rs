@@ -121,7 +121,7 @@ impl Device {
             &self.inner.device,
             &self.inner.queue,
             cmd,
-            self.inner.opts.gpu_timeout,
+            super::submitter::capped(self.inner.opts.gpu_timeout),
         );
         st.pool.reuse(freed);
         r.map(|_| ()).map_err(|e| poll_error(op, e))
@@ -188,7 +188,7 @@ impl Device {
         };
         // Submissions finish in order: the newest one done means all of ours are.
         if let Some(done) = newest {
-            let timeout = self.inner.opts.gpu_timeout;
+            let timeout = super::submitter::capped(self.inner.opts.gpu_timeout);
             super::submitter::wait_until(&self.inner.device, timeout, spin, || {
                 done.load(std::sync::atomic::Ordering::Acquire)
             })

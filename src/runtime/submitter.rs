@@ -12,6 +12,30 @@ use std::time::Duration;
 
 use crate::Error;
 
+thread_local! {
+    /// A bound this thread puts on every GPU wait besides the device's `gpu_timeout`
+    /// ([`with_wait_cap`]).
+    static WAIT_CAP: std::cell::Cell<Option<Duration>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with every GPU wait of this thread bounded by `cap` as well as by the device's
+/// `gpu_timeout`: the cooperative-matrix self-test at device open, so a driver that hangs on
+/// the tile cannot hold `Device::new` for the whole timeout (300 s by default).
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) fn with_wait_cap<T>(cap: Duration, f: impl FnOnce() -> T) -> T {
+    let old = WAIT_CAP.with(|c| c.replace(Some(cap)));
+    let r = f();
+    WAIT_CAP.with(|c| c.set(old));
+    r
+}
+
+/// `timeout` under this thread's [`with_wait_cap`] bound, if any.
+pub(crate) fn capped(timeout: Duration) -> Duration {
+    WAIT_CAP
+        .with(|c| c.get())
+        .map_or(timeout, |c| c.min(timeout))
+}
+
 struct InFlight {
     done: Arc<AtomicBool>,
     /// Resolves when the submission has finished (wasm: awaited to make room under the cap).

@@ -23,7 +23,7 @@ pub(crate) use plan::has_sg8;
 pub use plan::{plan, plan_for, plan_for_dtype, GemmKernel, GemmPlan};
 #[cfg(not(target_arch = "wasm32"))]
 #[doc(hidden)]
-pub use probe::fail_next_coop_probe;
+pub use probe::{fail_next_coop_probe, stall_next_coop_probe};
 use run::{run, run_kernel};
 
 /// The epilogue activation, defined in [`ops::activation`](crate::ops::activation) and

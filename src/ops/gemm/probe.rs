@@ -20,29 +20,57 @@ const N: usize = 136;
 const K: usize = 40;
 
 thread_local! {
-    /// Set by [`fail_next_coop_probe`]: the next self-test on this thread fails.
-    static FAIL_NEXT: Cell<bool> = const { Cell::new(false) };
+    /// Set by [`fail_next_coop_probe`] (1) or [`stall_next_coop_probe`] (2): how the next
+    /// self-test on this thread ends; 0: it runs.
+    static FORCE_NEXT: Cell<u8> = const { Cell::new(0) };
 }
 
 /// Makes the next cooperative-matrix self-test on this thread fail, so tests can see a device
 /// refuse the tile (a device opens on the thread that asks for it).
 #[doc(hidden)]
 pub fn fail_next_coop_probe() {
-    FAIL_NEXT.with(|f| f.set(true));
+    FORCE_NEXT.with(|f| f.set(1));
+}
+
+/// Makes the next cooperative-matrix self-test on this thread end as a GPU that never
+/// finishes it would (a wait that timed out), so tests can see the device opened again
+/// without the tile.
+#[doc(hidden)]
+pub fn stall_next_coop_probe() {
+    FORCE_NEXT.with(|f| f.set(2));
 }
 
 /// Multiplies the test product on `dev`'s cooperative-matrix tile, whole and split in two
 /// along K (the tile's product kernel and its split-k kernel): `Err` if planning, compiling or
 /// running either fails or any value differs from the exact sum (small integers, exact in f16
-/// and in every summation order).
+/// and in every summation order). Its waits for the GPU are bounded by `PROBE_WAIT`.
 pub(crate) fn check(dev: &Device) -> Result<()> {
     let op = "cooperative_matrix";
-    if FAIL_NEXT.with(|f| f.replace(false)) {
-        return Err(Error::Other {
-            context: op.into(),
-            msg: "self-test failed on request (fail_next_coop_probe)".into(),
-        });
+    match FORCE_NEXT.with(|f| f.replace(0)) {
+        1 => {
+            return Err(Error::Other {
+                context: op.into(),
+                msg: "self-test failed on request (fail_next_coop_probe)".into(),
+            })
+        }
+        2 => {
+            return Err(Error::Readback {
+                op,
+                msg: "self-test stalled on request (stall_next_coop_probe)".into(),
+            })
+        }
+        _ => {}
     }
+    crate::runtime::with_wait_cap(PROBE_WAIT, || multiply_and_compare(dev))
+}
+
+/// The longest the self-test waits for the GPU: the product takes milliseconds, so a longer
+/// wait means a driver stuck on the tile, and the device is opened again without it.
+const PROBE_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// The test's product, whole and split, compared with the exact sums.
+fn multiply_and_compare(dev: &Device) -> Result<()> {
+    let op = "cooperative_matrix";
     let av: Vec<f32> = (0..M * K).map(|i| ((i * 5 + 1) % 7) as f32 - 3.0).collect();
     let bv: Vec<f32> = (0..K * N).map(|i| ((i * 3 + 2) % 7) as f32 - 3.0).collect();
     let a = Tensor::from_slice(dev, &av, &[M, K])?.to_dtype(DType::F16)?;

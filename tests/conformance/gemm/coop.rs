@@ -10,7 +10,9 @@
 
 use std::sync::OnceLock;
 
-use wgtensor::ops::gemm::{fail_next_coop_probe, plan_for_dtype, GemmKernel};
+use wgtensor::ops::gemm::{
+    fail_next_coop_probe, plan_for_dtype, stall_next_coop_probe, GemmKernel,
+};
 use wgtensor::ops::{gemm, GemmOptions};
 use wgtensor::DeviceOptions;
 
@@ -157,6 +159,50 @@ fn a_failed_self_test_keeps_the_fma_kernels() {
     // The request was this thread's next test only.
     let again = Device::with_options(tiled.options().clone()).unwrap();
     assert!(again.caps().coop16 && again.cooperative_matrix_refused().is_none());
+}
+
+/// A self-test the GPU never finishes (forced here as the timed-out wait it would end in)
+/// leaves nothing to trust on that wgpu device: the device is opened afresh without the tile,
+/// keeps the error and multiplies f16 right.
+#[test]
+fn a_stalled_self_test_reopens_the_device_without_the_tile() {
+    let Some(tiled) = tile_device() else {
+        return;
+    };
+    stall_next_coop_probe();
+    let dev = Device::with_options(tiled.options().clone()).unwrap();
+    let e = dev.cooperative_matrix_refused().expect("the stall is kept");
+    assert!(
+        matches!(e, wgtensor::Error::Readback { .. }) && e.to_string().contains("stalled"),
+        "{e}"
+    );
+    assert!(
+        !dev.caps().coop16 && !dev.coop_emulated(),
+        "{:?}",
+        dev.caps()
+    );
+    gemm_cases(&dev, 3, DType::F16, tile_sizes(), Mode::Exact);
+}
+
+/// Subgroups disabled: no tile (it maps invocations to 32-lane subgroups), neither offered
+/// nor emulated.
+#[test]
+fn disabled_subgroups_keep_the_fma_kernels() {
+    let Some(tiled) = tile_device() else {
+        return;
+    };
+    let dev = Device::with_options(DeviceOptions {
+        disable_subgroups: true,
+        ..tiled.options().clone()
+    })
+    .unwrap();
+    assert!(
+        !dev.caps().coop16 && !dev.coop_emulated(),
+        "{:?}",
+        dev.caps()
+    );
+    let plan = plan_for_dtype(dev.caps(), DType::F16, 300, 300, 300, 1, None).unwrap();
+    assert_ne!(plan.kernel, GemmKernel::Coop16, "{plan:?}");
 }
 
 /// Problems the cooperative-matrix tile takes (more than 64 rows and columns), some batched.
