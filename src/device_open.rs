@@ -67,29 +67,26 @@ impl Device {
     /// ([`Device::cooperative_matrix_refused`]) before it returns.
     pub async fn new_async_with(opts: DeviceOptions) -> Result<Device> {
         opts.validate()?;
-        let (adapter, device, queue, limits) = match Self::request(&opts).await {
-            Ok(opened) => opened,
-            // An adapter may list the configuration and still refuse wgpu's experimental
-            // feature: open it without, keeping why.
-            Err(e) if opts.cooperative_matrix => return Self::open_without_coop(opts, e).await,
-            Err(e) => return Err(e),
-        };
+        let (adapter, device, queue, limits, refused) = Self::request(&opts).await?;
+        if let Some(why) = refused {
+            // Opened without the feature, which the adapter refused.
+            return Self::assemble(adapter, device, queue, limits, opts, Some(why));
+        }
         match Self::assemble_checked(adapter, device, queue, limits, opts.clone())? {
             Checked::Ready(dev) => Ok(dev),
             Checked::Broken(e) => Self::open_without_coop(opts, e).await,
         }
     }
 
-    /// Opens a fresh device without cooperative matrices after `why` (their request failed,
-    /// or their self-test lost or stalled the first device), which
-    /// [`Device::cooperative_matrix_refused`] then reports: the tile costs speed, never the
-    /// device.
+    /// Opens a fresh device without cooperative matrices after `why` (their self-test lost or
+    /// stalled the first device), which [`Device::cooperative_matrix_refused`] then reports:
+    /// the tile costs speed, never the device.
     async fn open_without_coop(opts: DeviceOptions, why: crate::Error) -> Result<Device> {
         let plain = DeviceOptions {
             cooperative_matrix: false,
             ..opts.clone()
         };
-        let (adapter, device, queue, limits) = Self::request(&plain).await?;
+        let (adapter, device, queue, limits, _) = Self::request(&plain).await?;
         Self::assemble(adapter, device, queue, limits, opts, Some(why))
     }
 
@@ -147,17 +144,20 @@ impl Device {
             let Err(e) = crate::ops::gemm::probe::check(&dev) else {
                 return Ok(Checked::Ready(dev));
             };
-            if let Some(msg) = dev.lost_reason() {
-                return Ok(Checked::Broken(crate::Error::DeviceLost {
-                    op: "device",
-                    msg,
-                }));
-            }
-            if matches!(
-                e,
-                crate::Error::DeviceLost { .. } | crate::Error::Readback { .. }
-            ) {
-                return Ok(Checked::Broken(e));
+            let broken = match dev.lost_reason() {
+                Some(msg) => Some(crate::Error::DeviceLost { op: "device", msg }),
+                None => matches!(
+                    e,
+                    crate::Error::DeviceLost { .. } | crate::Error::Readback { .. }
+                )
+                .then(|| e.clone()),
+            };
+            if let Some(why) = broken {
+                // Dropping the last handles of a queue waits for it to go idle, which a GPU
+                // stuck on the tile never does: a detached thread holds them instead of this
+                // one, which goes on to open a fresh device.
+                std::thread::spawn(move || drop((dev, adapter, device, queue)));
+                return Ok(Checked::Broken(why));
             }
             drop(dev);
             Self::assemble(adapter, device, queue, limits, opts, Some(e)).map(Checked::Ready)

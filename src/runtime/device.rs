@@ -77,7 +77,7 @@ pub(crate) struct Inner {
     /// the adapter: f16 GEMMs run the cooperative-matrix tile over emulated fragments.
     pub(crate) coop_emulated: bool,
     /// Why the device runs without the cooperative-matrix tile although it was asked for and
-    /// offered: its self-test's error (`ops::gemm::probe`).
+    /// offered: the refused device request, or its self-test's error (`ops::gemm::probe`).
     pub(crate) coop_refused: Option<crate::Error>,
     /// The random generator: (seed, next Philox counter). See `ops::random`.
     pub(super) rng: Mutex<(u64, u64)>,
@@ -172,11 +172,13 @@ impl Device {
     }
     /// Why f16 GEMMs run without cooperative matrices although
     /// [`DeviceOptions::cooperative_matrix`] (the default) asked for them and the adapter
-    /// offers them: a
+    /// offers them: the adapter refused the device request with wgpu's experimental feature
+    /// (the device was requested again without it), or the tile failed its self-test (a
     /// device with [`Caps::coop16`](super::Caps) multiplies a small f16 product on the tile
-    /// when it opens and compares it with the exact sums; where compiling or running it fails
-    /// or a value differs, the device runs f16 GEMMs on the FMA kernels instead and keeps that
-    /// error here. `None` where the tile passed, or was never asked for or offered.
+    /// when it opens and compares it with the exact sums; where compiling it fails or a value
+    /// differs, the device runs f16 GEMMs on the FMA kernels; where the test loses the device
+    /// or does not finish within 20 s, a fresh device is opened without the feature). `None`
+    /// where the tile passed, or was never asked for or offered.
     ///
     /// ```ignore-wasm32
     /// # fn main() -> wgtensor::Result<()> {

@@ -55,10 +55,19 @@ a browser, WebGPU must be enabled (chrome://gpu tells)";
 
 impl Device {
     /// Picks the adapter and requests a wgpu device with the features and limits `opts` call
-    /// for (`Device::new_async_with`, src/device_open.rs, assembles the device on it).
+    /// for (`Device::new_async_with`, src/device_open.rs, assembles the device on it). Where
+    /// the request with cooperative matrices fails, the same adapter is asked again without
+    /// them, and the first error comes back beside the device (the reason the tile is off).
+    #[allow(clippy::type_complexity)]
     pub(crate) async fn request(
         opts: &DeviceOptions,
-    ) -> Result<(wgpu::Adapter, wgpu::Device, wgpu::Queue, wgpu::Limits)> {
+    ) -> Result<(
+        wgpu::Adapter,
+        wgpu::Device,
+        wgpu::Queue,
+        wgpu::Limits,
+        Option<Error>,
+    )> {
         let instance =
             wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
         let adapter = pick_adapter(&instance).await?;
@@ -74,8 +83,9 @@ impl Device {
         }
         // Cooperative matrices where asked for (the default) and the adapter can run
         // gemm_coop (not merely list its configuration: an adapter whose subgroups may be 64
-        // lanes wide never would, so it is not handed the experimental feature); not with
-        // f16 or subgroups disabled (the tile needs both).
+        // lanes wide never would, so it is not handed the experimental feature); not with f16
+        // disabled (the tile is f16) nor with subgroups disabled (a policy: that option asks
+        // for the portable kernels, and the tile relies on 32-lane hardware subgroups).
         let coop = opts.cooperative_matrix
             && !opts.disable_f16
             && !opts.disable_subgroups
@@ -90,6 +100,25 @@ impl Device {
         }
         let features = adapter.features() & wanted;
         let limits = adapter.limits();
+        match Self::request_device(&adapter, features, &limits).await {
+            Ok((device, queue)) => Ok((adapter, device, queue, limits, None)),
+            // An adapter may list the configuration and still refuse wgpu's experimental
+            // feature: ask again without it, keeping why.
+            Err(e) if features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) => {
+                let plain = features - wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+                let (device, queue) = Self::request_device(&adapter, plain, &limits).await?;
+                Ok((adapter, device, queue, limits, Some(e)))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The wgpu device of `adapter` with `features` and `limits`.
+    async fn request_device(
+        adapter: &wgpu::Adapter,
+        features: wgpu::Features,
+        limits: &wgpu::Limits,
+    ) -> Result<(wgpu::Device, wgpu::Queue)> {
         let experimental_features =
             if features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
                 // SAFETY: wgpu marks the feature experimental (its implementation may have bugs,
@@ -111,11 +140,12 @@ impl Device {
             })
             .await
             .map_err(|e| Error::NoAdapter(format!("request_device failed: {e}")))?;
-        Ok((adapter, device, queue, limits))
+        Ok((device, queue))
     }
 
-    /// The device's state around an opened wgpu device; with `coop_refused` (the
-    /// cooperative-matrix self-test's error) `Caps::coop16` stays off.
+    /// The device's state around an opened wgpu device; with `coop_refused` (why the
+    /// cooperative-matrix tile is off: its request or its self-test failed) `Caps::coop16`
+    /// stays off.
     pub(crate) fn assemble(
         adapter: wgpu::Adapter,
         device: wgpu::Device,
@@ -161,7 +191,7 @@ impl Device {
             && super::caps::holds_coop_tile(&limits);
         // The options hold for an application's device too (`Device::from_wgpu`), whatever
         // features it was created with.
-        let asked = opts.cooperative_matrix && !opts.disable_subgroups;
+        let asked = opts.cooperative_matrix && !opts.disable_subgroups && !opts.disable_f16;
         caps.coop16 = (caps.coop16 && asked || coop_emulated) && coop_refused.is_none();
         caps.cpu &= !opts.gpu_plans;
         if let Some(slots) = opts.parallelism {

@@ -169,8 +169,11 @@ pub struct DeviceOptions {
     /// the same zero-filled edges and split-k as the other kernels; smaller products keep the
     /// FMA kernels). On by default (on an NVIDIA H200 it ran f16 GEMMs at 81 TFLOPS, 3.5x the
     /// FMA kernels); `false` keeps f16 on the FMA kernels and leaves wgpu's experimental
-    /// feature unrequested. Ignored where the adapter lacks the configuration, except on a CPU
-    /// adapter with [`gpu_plans`](Self::gpu_plans) (see there). Natively, the device tests the
+    /// feature unrequested. Ignored with [`disable_f16`](Self::disable_f16) or
+    /// [`disable_subgroups`](Self::disable_subgroups), and where the adapter could not run the
+    /// tile (no 16x16x16 f16 configuration, subgroups not exactly 32 lanes, too little
+    /// workgroup memory) unless it is a CPU adapter with [`gpu_plans`](Self::gpu_plans) (see
+    /// there). Natively, the device tests the
     /// tile on a small f16 product when it opens (its dispatches and compiled pipelines show in
     /// [`Device::stats`](crate::Device::stats) from the start) and keeps the FMA kernels where
     /// the driver fails it

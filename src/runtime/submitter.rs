@@ -23,10 +23,15 @@ thread_local! {
 /// the tile cannot hold `Device::new` for the whole timeout (300 s by default).
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) fn with_wait_cap<T>(cap: Duration, f: impl FnOnce() -> T) -> T {
-    let old = WAIT_CAP.with(|c| c.replace(Some(cap)));
-    let r = f();
-    WAIT_CAP.with(|c| c.set(old));
-    r
+    /// Puts the thread's previous cap back however `f` ends (a caught panic included).
+    struct Restore(Option<Duration>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            WAIT_CAP.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(WAIT_CAP.with(|c| c.replace(Some(cap))));
+    f()
 }
 
 /// `timeout` under this thread's [`with_wait_cap`] bound, if any.

@@ -2,9 +2,11 @@
 //! wgpu calls the feature experimental and each driver compiles the tile's matrices itself, so
 //! the device multiplies a small f16 product on the tile (ragged in M, N and K, several K steps;
 //! whole and split along K) and compares it with the exact sums before trusting it. A device
-//! whose test fails is assembled again on the same wgpu device without the tile
-//! ([`Device::cooperative_matrix_refused`] keeps the error), so a driver that cannot compile
-//! or miscomputes the tile costs speed, never a wrong result.
+//! whose test fails to compile or miscomputes is assembled again on the same wgpu device
+//! without the tile; one whose test loses the device or does not finish in time
+//! (`PROBE_WAIT`) is opened afresh without the feature (src/device_open.rs). Either way
+//! [`Device::cooperative_matrix_refused`] keeps the error, so a driver with a broken tile costs
+//! speed, never a wrong result or the device.
 #![cfg(not(target_arch = "wasm32"))]
 
 use std::cell::Cell;
@@ -61,10 +63,14 @@ pub(crate) fn check(dev: &Device) -> Result<()> {
         }
         _ => {}
     }
+    // A CPU adapter (the emulated tile under gpu_plans) may compile as it runs: no cap there.
+    if dev.adapter_info().device_type == wgpu::DeviceType::Cpu {
+        return multiply_and_compare(dev);
+    }
     crate::runtime::with_wait_cap(PROBE_WAIT, || multiply_and_compare(dev))
 }
 
-/// The longest the self-test waits for the GPU: the product takes milliseconds, so a longer
+/// The longest the self-test waits for a GPU: the product takes milliseconds, so a longer
 /// wait means a driver stuck on the tile, and the device is opened again without it.
 const PROBE_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
 
