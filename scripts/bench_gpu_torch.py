@@ -152,14 +152,16 @@ def main():
 
     hb, hh = s(64), s(512)
 
-    def rnn_flops(t, gates):
+    def rnn_flops(t, gates, b=None, h=None):
         # As benches/cases/rnn.rs: the recurrent and input products of every step.
-        return 2.0 * t * hb * gates * hh * (hh + hh)
+        b, h = b or hb, h or hh
+        return 2.0 * t * b * gates * h * (h + h)
 
-    def rnn(kind, t, train):
+    def rnn(kind, t, train, b=None, h=None):
+        b, h = b or hb, h or hh
         cls = torch.nn.LSTM if kind == "lstm" else torch.nn.GRU
-        m = cls(hh, hh).to(dev)
-        x = rand(t, hb, hh, grad=train)
+        m = cls(h, h).to(dev)
+        x = rand(t, b, h, grad=train)
 
         def fwd():
             with torch.no_grad():
@@ -181,6 +183,19 @@ def main():
         mult = 3.0 if train else 1.0
         case(cname, mult * rnn_flops(t, gates))(
             lambda kind=kind, t=t, train=train: rnn(kind, t, train)
+        )
+
+    # The hidden sizes around the sequence kernel's limit (T 32), as benches/cases/gpu.rs.
+    for b, h, train, cname in [
+        (16, 64, False, "gpu/lstm_h64_b16_t32"),
+        (64, 96, False, "gpu/lstm_h96_b64_t32"),
+        (16, 128, False, "gpu/lstm_h128_b16_t32"),
+        (256, 128, False, "gpu/lstm_h128_b256_t32"),
+        (16, 128, True, "gpu/lstm_h128_b16_t32_train"),
+    ]:
+        mult = 3.0 if train else 1.0
+        case(cname, mult * rnn_flops(32, 4, s(b), s(h)))(
+            lambda b=b, h=h, train=train: rnn("lstm", 32, train, s(b), s(h))
         )
 
     def sync_op():
