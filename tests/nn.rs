@@ -285,6 +285,26 @@ fn lstm_without_bias_matches_zero_biases() {
     );
 }
 
+/// An edited public `num_layers` is an error on the training path with dropout between
+/// layers (its own loop over the layers), as on the one-call path, never an overflow.
+#[test]
+fn lstm_dropout_path_rechecks_edited_fields() {
+    let c = nn::RnnConfig {
+        num_layers: 2,
+        bidirectional: true,
+        dropout: 0.5,
+        ..Default::default()
+    };
+    let mut m = nn::Lstm::new(dev(), 4, 8, c).unwrap();
+    let x = Tensor::zeros(dev(), &[3, 2, 4], DType::F32).unwrap();
+    assert!(m.forward(&x).is_ok());
+    for layers in [usize::MAX, 3] {
+        m.rnn.num_layers = layers;
+        let e = m.forward(&x).unwrap_err().to_string();
+        assert!(e.contains("weight sets"), "{layers}: {e}");
+    }
+}
+
 /// Layer parameters are tracked (PyTorch's parameters require grad): a loss through a model
 /// has gradients for every parameter; under no_grad nothing is recorded.
 #[test]

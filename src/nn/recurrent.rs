@@ -218,8 +218,11 @@ impl Recurrent {
         }
         // Layer by layer, dropout on every output but the last (PyTorch's placement).
         let d = if self.rnn.bidirectional { 2 } else { 1 };
-        // The states whole, as the one-call path checks them (slices of a wrong-sized state
-        // would otherwise pass, or fail as a narrow).
+        // The public fields re-checked first, as the one-call path does (an edited
+        // `num_layers` would overflow the state check's row count), then the states whole, as
+        // that path checks them (slices of a wrong-sized state would otherwise pass, or fail
+        // as a narrow).
+        self.rnn.check_weights()?;
         self.rnn.check_states(self.layer_name(), x, h0, c0)?;
         let state = |s: Option<&Tensor>, l: usize| s.map(|t| t.narrow(0, l * d, d)).transpose();
         let (mut hs, mut cs) = (Vec::new(), Vec::new());
