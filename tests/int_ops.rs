@@ -564,6 +564,15 @@ fn embedding_with_padding_idx_and_one_hot() {
     assert_eq!((oh.dtype(), oh.shape()), (DType::I32, &[2, 2, 3][..]));
     assert_eq!(i(&oh), vec![1, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0]);
     assert!(tf(&[0.0], &[1]).one_hot(2).is_err());
+    // An empty input: the empty result at once, whatever the class count (no class tensor is
+    // built: 1e9 classes would not fit one binding), and PyTorch's refusal of a count of 0.
+    let empty = ti(&[], &[0, 3]);
+    for n in [1usize, 1_000_000_000] {
+        let oh = empty.one_hot(n).unwrap();
+        assert_eq!((oh.dtype(), oh.shape()), (DType::I32, &[0, 3, n][..]));
+    }
+    let e = empty.one_hot(0).unwrap_err().to_string();
+    assert!(e.contains("one_hot") && e.contains("empty"), "{e}");
 }
 
 /// The bucketed backward at a real vocabulary size: 5,000 rows, 4,000 ids with heavy repeats

@@ -254,7 +254,9 @@ impl Tensor {
     /// PyTorch's `F.one_hot(self, num_classes)`: for an i32 tensor of class indices, an i32
     /// tensor with one more (last) dim of size `num_classes`, 1 at each index and 0 elsewhere.
     /// An index outside `[0, num_classes)` is an error at the next sync or readback, as PyTorch
-    /// raises (unchecked, a row of zeros). Convert with `to_dtype` to use it as float input.
+    /// raises (unchecked, a row of zeros). An empty input gives the empty `[.., num_classes]`
+    /// result, and refuses `num_classes` 0 (PyTorch cannot infer a count from no indices).
+    /// Convert with `to_dtype` to use it as float input.
     pub fn one_hot(&self, num_classes: usize) -> Result<Tensor> {
         let op = "one_hot";
         require_index(op, "input", self)?;
@@ -263,6 +265,19 @@ impl Tensor {
                 op,
                 format!("num_classes {num_classes} exceeds the i32 range"),
             ));
+        }
+        // An empty input: nothing to compare, and no class tensor to build (PyTorch returns
+        // the empty shape at once, and refuses a class count it would have to infer).
+        if self.numel() == 0 {
+            if num_classes == 0 {
+                return Err(Error::arg(
+                    op,
+                    "can not infer the number of classes from an empty tensor (num_classes 0)",
+                ));
+            }
+            let mut shape = self.shape().to_vec();
+            shape.push(num_classes);
+            return Tensor::zeros(self.device(), &shape, DType::I32);
         }
         check_indices(op, self, num_classes, self.rank(), None)?;
         let classes = Tensor::arange(self.device(), 0.0, num_classes as f64, 1.0, DType::I32)?;
