@@ -151,12 +151,9 @@ fn nll_parts(
     let m: usize = pr.target_shape.iter().product();
     let loss = Tensor::empty(dev, op, &pr.target_shape, logp.dtype)?;
     let aux = Tensor::empty(dev, op, &[2, m], DType::F32)?;
-    if m > 0 && pr.classes == 0 {
-        return Err(Error::shape(
-            op,
-            format!("input {:?} has no classes (C = 0)", logp.shape()),
-        ));
-    }
+    // No classes (C = 0) is not refused here: as in PyTorch, samples whose target is
+    // `ignore_index` still count (a loss of 0, weight 0), and any other target is out of
+    // range for the index check below.
     if m > 0 {
         let ignore = i32::try_from(ignore_index).ok();
         let dim = if logp.rank() == 1 { 0 } else { 1 };

@@ -124,6 +124,45 @@ fn losses_refuse_out_of_range_targets_but_not_the_ignore_index() {
     assert!((v as f64 - want).abs() < 1e-5, "{v} vs {want}");
 }
 
+/// No classes (C = 0), as PyTorch: samples whose target is ignored count with a loss of 0 (a
+/// mean of NaN over no weight), and any other target is out of range.
+#[test]
+fn losses_over_no_classes_take_ignored_targets_only() {
+    use wgtensor::ops::Reduction;
+    let d = checked();
+    let x = Tensor::zeros(&d, &[2, 0], DType::F32).unwrap();
+    let t = ids(&d, &[-100, -100]);
+    let nll = |reduction| {
+        let o = NllLossOptions {
+            reduction,
+            ..Default::default()
+        };
+        nll_loss(&x, &t, &o).unwrap().to_vec::<f32>().unwrap()
+    };
+    assert_eq!(nll(Reduction::None), vec![0.0, 0.0]);
+    assert_eq!(nll(Reduction::Sum), vec![0.0]);
+    assert!(nll(Reduction::Mean)[0].is_nan());
+    let ce = cross_entropy(&x, &t, &CrossEntropyOptions::default()).unwrap();
+    assert!(ce.to_vec::<f32>().unwrap()[0].is_nan());
+    // The gradient of the input is as empty as the input.
+    let xg = Tensor::zeros(&d, &[2, 0], DType::F32)
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let o = NllLossOptions {
+        reduction: Reduction::Sum,
+        ..Default::default()
+    };
+    let g = nll_loss(&xg, &t, &o).unwrap().backward().unwrap();
+    assert_eq!(g.get(&xg).unwrap().shape(), &[2, 0]);
+    fails(
+        &d,
+        nll_loss(&x, &ids(&d, &[-100, 0]), &NllLossOptions::default()),
+        "nll_loss",
+        "target 0",
+    );
+}
+
 #[test]
 fn sync_reports_an_index_error_too() {
     let d = checked();
