@@ -81,14 +81,10 @@ impl Device {
         if super::pipeline_store::wants_feature(&opts.pipeline_cache, &adapter.get_info()) {
             wanted |= wgpu::Features::PIPELINE_CACHE;
         }
-        // Cooperative matrices where asked for (the default) and the adapter can run
-        // gemm_coop (not merely list its configuration: an adapter whose subgroups may be 64
-        // lanes wide never would, so it is not handed the experimental feature); not with f16
-        // disabled (the tile is f16) nor with subgroups disabled (a policy: that option asks
-        // for the portable kernels, and the tile relies on 32-lane hardware subgroups).
-        let coop = opts.cooperative_matrix
-            && !opts.disable_f16
-            && !opts.disable_subgroups
+        // Cooperative matrices where the options want them (the default) and the adapter can
+        // run gemm_coop (not merely list its configuration: an adapter whose subgroups may be
+        // 64 lanes wide never would, so it is not handed the experimental feature).
+        let coop = opts.wants_coop()
             && adapter.features().contains(wgpu::Features::SHADER_F16)
             && super::caps::runs_coop_tile(
                 &adapter.get_info(),
@@ -181,17 +177,16 @@ impl Device {
         // A CPU adapter planning as a GPU with cooperative matrices asked for runs the
         // cooperative-matrix tile over emulated fragments (`Device::coop_emulated`): how the
         // suite tests that tile without tensor cores.
+        // The options hold for an application's device too (`Device::from_wgpu`), whatever
+        // features it was created with.
+        let asked = opts.wants_coop();
         let coop_emulated = coop_refused.is_none()
             && caps.cpu
             && !caps.coop16
             && opts.gpu_plans
-            && opts.cooperative_matrix
-            && !opts.disable_subgroups
+            && asked
             && caps.f16
             && super::caps::holds_coop_tile(&limits);
-        // The options hold for an application's device too (`Device::from_wgpu`), whatever
-        // features it was created with.
-        let asked = opts.cooperative_matrix && !opts.disable_subgroups && !opts.disable_f16;
         caps.coop16 = (caps.coop16 && asked || coop_emulated) && coop_refused.is_none();
         caps.cpu &= !opts.gpu_plans;
         if let Some(slots) = opts.parallelism {

@@ -202,6 +202,14 @@ const MAX_IN_FLIGHT: usize = 1 << 10;
 pub(crate) const MAX_PARKED: usize = 1024;
 
 impl DeviceOptions {
+    /// Whether these options let f16 GEMMs run on cooperative matrices: asked for
+    /// ([`cooperative_matrix`](Self::cooperative_matrix)), and neither f16 disabled (the tile
+    /// is f16) nor subgroups (a policy: that option asks for the portable kernels, and the
+    /// tile relies on 32-lane hardware subgroups). The adapter decides the rest.
+    pub(crate) fn wants_coop(&self) -> bool {
+        self.cooperative_matrix && !self.disable_f16 && !self.disable_subgroups
+    }
+
     /// Rejects values the runtime cannot honour (a cap of 0, an arena whose size overflows).
     pub(crate) fn validate(&self) -> Result<()> {
         let op = "device";

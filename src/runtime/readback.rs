@@ -24,7 +24,7 @@ impl Device {
         // later work is none of this readback's business.
         let mut status = None;
         let spin = self.lock_state().submitter.spin;
-        let timeout = super::submitter::capped(self.inner.opts.gpu_timeout);
+        let timeout = self.gpu_wait();
         let waited = super::submitter::wait_until(&self.inner.device, timeout, spin, || {
             match rx.try_recv() {
                 Ok(Some(s)) => {

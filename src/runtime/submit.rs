@@ -117,12 +117,9 @@ impl Device {
         freed: super::pool::Freed,
         op: &'static str,
     ) -> Result<()> {
-        let r = st.submitter.submit(
-            &self.inner.device,
-            &self.inner.queue,
-            cmd,
-            super::submitter::capped(self.inner.opts.gpu_timeout),
-        );
+        let r = st
+            .submitter
+            .submit(&self.inner.device, &self.inner.queue, cmd, self.gpu_wait());
         st.pool.reuse(freed);
         r.map(|_| ()).map_err(|e| poll_error(op, e))
     }
@@ -188,7 +185,7 @@ impl Device {
         };
         // Submissions finish in order: the newest one done means all of ours are.
         if let Some(done) = newest {
-            let timeout = super::submitter::capped(self.inner.opts.gpu_timeout);
+            let timeout = self.gpu_wait();
             super::submitter::wait_until(&self.inner.device, timeout, spin, || {
                 done.load(std::sync::atomic::Ordering::Acquire)
             })

@@ -47,17 +47,16 @@ pub fn stall_next_coop_probe() {
 /// running either fails or any value differs from the exact sum (small integers, exact in f16
 /// and in every summation order). Its waits for the GPU are bounded by `PROBE_WAIT`.
 pub(crate) fn check(dev: &Device) -> Result<()> {
-    let op = "cooperative_matrix";
     match FORCE_NEXT.with(|f| f.replace(0)) {
         1 => {
             return Err(Error::Other {
-                context: op.into(),
+                context: OP.into(),
                 msg: "self-test failed on request (fail_next_coop_probe)".into(),
             })
         }
         2 => {
             return Err(Error::Readback {
-                op,
+                op: OP,
                 msg: "self-test stalled on request (stall_next_coop_probe)".into(),
             })
         }
@@ -74,9 +73,11 @@ pub(crate) fn check(dev: &Device) -> Result<()> {
 /// wait means a driver stuck on the tile, and the device is opened again without it.
 const PROBE_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
 
+/// The op its errors name.
+const OP: &str = "cooperative_matrix";
+
 /// The test's product, whole and split, compared with the exact sums.
 fn multiply_and_compare(dev: &Device) -> Result<()> {
-    let op = "cooperative_matrix";
     let av: Vec<f32> = (0..M * K).map(|i| ((i * 5 + 1) % 7) as f32 - 3.0).collect();
     let bv: Vec<f32> = (0..K * N).map(|i| ((i * 3 + 2) % 7) as f32 - 3.0).collect();
     let a = Tensor::from_slice(dev, &av, &[M, K])?.to_dtype(DType::F16)?;
@@ -85,7 +86,7 @@ fn multiply_and_compare(dev: &Device) -> Result<()> {
         let plan = plan_for_dtype(dev.caps(), DType::F16, M, N, K, 1, split)?;
         if plan.kernel != GemmKernel::Coop16 || plan.splits != split.unwrap_or(1) {
             return Err(Error::Other {
-                context: op.into(),
+                context: OP.into(),
                 msg: format!("self-test planned {plan:?}, not the cooperative-matrix tile"),
             });
         }
@@ -99,7 +100,7 @@ fn multiply_and_compare(dev: &Device) -> Result<()> {
                 let want: f32 = (0..K).map(|p| av[i * K + p] * bv[p * N + j]).sum();
                 if got[i * N + j] != want {
                     return Err(Error::Other {
-                        context: op.into(),
+                        context: OP.into(),
                         msg: format!(
                             "self-test: [{M} x {K}] x [{K} x {N}] f16 product, split {split:?}, \
                              gave {} at ({i}, {j}), expected {want}",
