@@ -390,13 +390,13 @@ impl DirSteps<'_> {
         if let Some(a) = &dax {
             bufs.push(a.buffer());
         }
-        if let Some((rp, upi)) = seq_shape(dev.caps(), b, h, g * h) {
+        if let Some(rp) = seq_shape(dev.caps(), b, h, g * h) {
             let kernel = if lstm {
                 &LSTM_BACKWARD_SEQ
             } else {
                 &GRU_BACKWARD_SEQ
             };
-            let consts = [("RP", rp as f64), ("UPI", upi as f64)];
+            let consts = [("RP", rp as f64)];
             let grid = seq_grid(b, rp);
             // One dispatch per chunk of steps; a chunk after the first starts from the dA_h
             // rows of the step processed before it (`has_rec`, `a_prev`).

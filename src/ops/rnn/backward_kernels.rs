@@ -147,11 +147,10 @@ pub(super) fn backward_variants() -> Vec<ShaderVariant> {
             }
         }
         v.push(ShaderVariant::new(&REC_WG, &[dt], &[("TM", REC_TM as f64)]));
-        // One unit per lane (`seq_shape`: H <= 64).
+        // One unit per lane (`seq_shape`: H <= 64, `UPI` at its default).
         for k in [&LSTM_BACKWARD_SEQ, &GRU_BACKWARD_SEQ] {
             for rp in SEQ_ROW_CHOICES {
-                let c = [("RP", rp as f64), ("UPI", 1.0)];
-                v.push(ShaderVariant::new(k, &[dt], &c));
+                v.push(ShaderVariant::new(k, &[dt], &[("RP", rp as f64)]));
             }
         }
         for k in [&LSTM_BACKWARD_WS, &GRU_BACKWARD_WS] {
@@ -205,15 +204,15 @@ mod tests {
         let caps = crate::Caps::test_gpu();
         assert_eq!(
             crate::ops::rnn::step::seq_shape(&caps, 1 << 14, 64, 4 * 64),
-            Some((2, 1))
+            Some(2)
         );
         assert_eq!(
             crate::ops::rnn::step::seq_shape(&caps, 1 << 14, 32, 4 * 32),
-            Some((4, 1))
+            Some(4)
         );
         assert_eq!(
             crate::ops::rnn::step::seq_shape(&caps, 1 << 14, 48, 4 * 48),
-            Some((2, 1))
+            Some(2)
         );
     }
 

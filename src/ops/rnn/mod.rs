@@ -538,14 +538,10 @@ pub fn rnn_variants() -> Vec<ShaderVariant> {
         for k in [&LSTM_STEP_KS, &GRU_STEP_KS] {
             v.push(ShaderVariant::new(k, &[dt], &[]));
         }
-        // One unit per lane (`seq_shape`: H <= 64).
+        // One unit per lane (`seq_shape`: H <= 64, `UPI` at its default).
         for k in [&LSTM_SEQ, &GRU_SEQ] {
             for rp in SEQ_ROW_CHOICES {
-                v.push(ShaderVariant::new(
-                    k,
-                    &[dt],
-                    &[("RP", rp as f64), ("UPI", 1.0)],
-                ));
+                v.push(ShaderVariant::new(k, &[dt], &[("RP", rp as f64)]));
             }
         }
     }

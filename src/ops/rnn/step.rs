@@ -206,15 +206,16 @@ pub(crate) const SEQ_ROW_CHOICES: [u32; 3] = [4, 2, 1];
 const SEQ_BUFFER: usize = 2048;
 
 /// The sequence kernels' shape for `b` rows of hidden size `h` on `caps`, with `row_len`
-/// values of each row in workgroup memory: `(RP, UPI)`, or `None` where the per-step kernels
+/// values of each row in workgroup memory: `RP`, or `None` where the per-step kernels
 /// run instead: CPU adapters (on lavapipe the bench's B 256, H 64 forward took 2.2x as long
 /// in one dispatch, its 16 workgroups' barriers against 50 dispatches, and compiled 0.8 s
 /// slower) and H above [`SEQ_PLAN_MAX_HIDDEN`]. On GPUs a per-step dispatch costs a round of launch
 /// latency (an H200 spent about 16 us a forward step on that sequence, 8 MFLOP each), while
 /// the rows of a recurrence never meet: one workgroup per `4 RP` batch rows walks every step
 /// with one barrier per step. `RP` is the most rows per invocation (4, 2, 1) whose rows fit
-/// and whose workgroups still fill the device's slots, else the fewest that fit.
-pub(crate) fn seq_shape(caps: &Caps, b: usize, h: usize, row_len: usize) -> Option<(u32, u32)> {
+/// and whose workgroups still fill the device's slots, else the fewest that fit. Each
+/// invocation takes one unit per row (the shaders' `UPI` at its default 1: H <= 64).
+pub(crate) fn seq_shape(caps: &Caps, b: usize, h: usize, row_len: usize) -> Option<u32> {
     if caps.cpu || h == 0 || h > SEQ_PLAN_MAX_HIDDEN {
         return None;
     }
@@ -225,11 +226,10 @@ pub(crate) fn seq_shape(caps: &Caps, b: usize, h: usize, row_len: usize) -> Opti
         SEQ_GROUPS * rp as usize * row_len <= SEQ_BUFFER
             && groups(rp) <= caps.max_workgroups_per_dim as usize
     };
-    let rp = SEQ_ROW_CHOICES
+    SEQ_ROW_CHOICES
         .into_iter()
         .find(|&rp| ok(rp) && groups(rp) >= caps.slots())
-        .or_else(|| SEQ_ROW_CHOICES.into_iter().rev().find(|&rp| ok(rp)))?;
-    Some((rp, 1))
+        .or_else(|| SEQ_ROW_CHOICES.into_iter().rev().find(|&rp| ok(rp)))
 }
 
 /// The grid of a sequence kernel of `RP` rows per invocation over `b` rows (within the
@@ -248,14 +248,14 @@ pub(crate) const SEQ_CHUNK: usize = 64;
 /// The sequence kernel (shaders/rnn_seq.wgsl), its constants and grid, where [`seq_shape`]
 /// takes it: every step of one direction in one dispatch (per [`SEQ_CHUNK`] steps).
 pub(crate) fn seq_plan(caps: &Caps, kind: RnnKind, b: usize, h: usize) -> Option<StepPlan> {
-    let (rp, upi) = seq_shape(caps, b, h, SEQ_MAX_HIDDEN)?;
+    let rp = seq_shape(caps, b, h, SEQ_MAX_HIDDEN)?;
     let kernel = match kind {
         RnnKind::Lstm => &LSTM_SEQ,
         RnnKind::Gru => &GRU_SEQ,
     };
     Some(StepPlan {
         kernel,
-        consts: vec![("RP", rp as f64), ("UPI", upi as f64)],
+        consts: vec![("RP", rp as f64)],
         grid: seq_grid(b, rp),
     })
 }
@@ -376,11 +376,11 @@ mod tests {
         let fwd = |b, h| seq_shape(&gpu, b, h, 128);
         // The bench's B 256, H 64: 16 rows per workgroup would make 16 workgroups for 256
         // slots, so one row per invocation (64 workgroups).
-        assert_eq!(fwd(256, 64), Some((1, 1)));
+        assert_eq!(fwd(256, 64), Some(1));
         // B 8192: 4 rows each still make 512 workgroups; B 2048: 2 rows (256).
-        assert_eq!(fwd(8192, 64), Some((4, 1)));
-        assert_eq!(fwd(2048, 64), Some((2, 1)));
-        assert_eq!(fwd(1, 64), Some((1, 1)));
+        assert_eq!(fwd(8192, 64), Some(4));
+        assert_eq!(fwd(2048, 64), Some(2));
+        assert_eq!(fwd(1, 64), Some(1));
         // H above 64 (slower there on the H200), or a CPU adapter: the per-step kernels.
         assert_eq!(fwd(256, 65), None);
         assert_eq!(fwd(16, 128), None);
@@ -389,15 +389,15 @@ mod tests {
         // The backward keeps G*H values a row: an LSTM of 64 units fits two rows per
         // invocation, of 32 four; a GRU of 64 (192 values) two. (One row of at most 4 x 64
         // values always fits: within H <= 64 the budget only picks RP.)
-        assert_eq!(seq_shape(&gpu, 1 << 16, 64, 256), Some((2, 1)));
-        assert_eq!(seq_shape(&gpu, 1 << 16, 32, 128), Some((4, 1)));
-        assert_eq!(seq_shape(&gpu, 1 << 16, 64, 192), Some((2, 1)));
+        assert_eq!(seq_shape(&gpu, 1 << 16, 64, 256), Some(2));
+        assert_eq!(seq_shape(&gpu, 1 << 16, 32, 128), Some(4));
+        assert_eq!(seq_shape(&gpu, 1 << 16, 64, 192), Some(2));
         // Past the grid's limit: the step kernels.
         let small_grid = Caps {
             max_workgroups_per_dim: 100,
             ..gpu
         };
-        assert_eq!(seq_shape(&small_grid, 1600, 64, 128), Some((4, 1)));
+        assert_eq!(seq_shape(&small_grid, 1600, 64, 128), Some(4));
         assert_eq!(seq_shape(&small_grid, 1601, 64, 128), None);
     }
 
