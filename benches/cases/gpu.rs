@@ -178,6 +178,16 @@ pub fn cases() -> Vec<Case> {
     let g = |m: usize, n: usize, k: usize, b: usize| 2.0 * (m * n * k * b) as f64;
     let gemm =
         |a: [usize; 2], b: [usize; 2], dtype| move |d: &Device| gemm_case(d, &a, &b, dtype, None);
+    // A product forced on one tile (`gemm_with_kernel`), for A/B against the plan.
+    let tile = |a: &'static [usize], b: &'static [usize], kernel| {
+        move |d: &Device| gemm_kernel_case(d, a, b, kernel)
+    };
+    use GemmKernel::{WgTiled, WgTiled128, WgTiled128x128};
+    const SQ4096: [usize; 2] = [4096, 4096];
+    const SQ8192: [usize; 2] = [8192, 8192];
+    const B512: [usize; 3] = [64, 512, 512];
+    const SK_A: [usize; 2] = [256, 65536];
+    const SK_B: [usize; 2] = [65536, 256];
     let f32b = |n: f64| 4.0 * n;
     let (n20, n26) = (1usize << 20, 1usize << 26);
     vec![
@@ -218,42 +228,45 @@ pub fn cases() -> Vec<Case> {
         .flops(g(512, 512, 512, 64)),
         // The products forced on one tile (the planner's 128 x 64, split 64 x 64 and 128 x 64,
         // and the 128 x 128 tile no plan takes), for A/B against the plan in one run.
-        Case::new("gpu/gemm_4096_tile128x64", |d| {
-            gemm_kernel_case(d, &[4096, 4096], &[4096, 4096], GemmKernel::WgTiled128)
-        })
+        Case::new(
+            "gpu/gemm_4096_tile128x64",
+            tile(&SQ4096, &SQ4096, WgTiled128),
+        )
         .flops(g(4096, 4096, 4096, 1)),
-        Case::new("gpu/bgemm_64x512_tile128x64", |d| {
-            gemm_kernel_case(d, &[64, 512, 512], &[64, 512, 512], GemmKernel::WgTiled128)
-        })
+        Case::new(
+            "gpu/bgemm_64x512_tile128x64",
+            tile(&B512, &B512, WgTiled128),
+        )
         .flops(g(512, 512, 512, 64)),
-        Case::new("gpu/gemm_4096_tile128x128", |d| {
-            gemm_kernel_case(d, &[4096, 4096], &[4096, 4096], GemmKernel::WgTiled128x128)
-        })
+        Case::new(
+            "gpu/gemm_4096_tile128x128",
+            tile(&SQ4096, &SQ4096, WgTiled128x128),
+        )
         .flops(g(4096, 4096, 4096, 1)),
-        Case::new("gpu/gemm_8192_tile128x128", |d| {
-            gemm_kernel_case(d, &[8192, 8192], &[8192, 8192], GemmKernel::WgTiled128x128)
-        })
+        Case::new(
+            "gpu/gemm_8192_tile128x128",
+            tile(&SQ8192, &SQ8192, WgTiled128x128),
+        )
         .flops(g(8192, 8192, 8192, 1)),
-        Case::new("gpu/bgemm_64x512_tile128x128", |d| {
-            gemm_kernel_case(
-                d,
-                &[64, 512, 512],
-                &[64, 512, 512],
-                GemmKernel::WgTiled128x128,
-            )
-        })
+        Case::new(
+            "gpu/bgemm_64x512_tile128x128",
+            tile(&B512, &B512, WgTiled128x128),
+        )
         .flops(g(512, 512, 512, 64)),
-        Case::new("gpu/gemm_splitk_256x65536_tile128x128", |d| {
-            gemm_kernel_case(d, &[256, 65536], &[65536, 256], GemmKernel::WgTiled128x128)
-        })
+        Case::new(
+            "gpu/gemm_splitk_256x65536_tile128x128",
+            tile(&SK_A, &SK_B, WgTiled128x128),
+        )
         .flops(g(256, 256, 65536, 1)),
-        Case::new("gpu/gemm_splitk_256x65536_tile128x64", |d| {
-            gemm_kernel_case(d, &[256, 65536], &[65536, 256], GemmKernel::WgTiled128)
-        })
+        Case::new(
+            "gpu/gemm_splitk_256x65536_tile128x64",
+            tile(&SK_A, &SK_B, WgTiled128),
+        )
         .flops(g(256, 256, 65536, 1)),
-        Case::new("gpu/gemm_splitk_256x65536_tile64x64", |d| {
-            gemm_kernel_case(d, &[256, 65536], &[65536, 256], GemmKernel::WgTiled)
-        })
+        Case::new(
+            "gpu/gemm_splitk_256x65536_tile64x64",
+            tile(&SK_A, &SK_B, WgTiled),
+        )
         .flops(g(256, 256, 65536, 1)),
         Case::new(
             "gpu/gemm_splitk_256x65536",
