@@ -248,43 +248,35 @@ fn forced_kernels_match_the_reference() {
         let e = gemm_with_kernel(&a, &b, &GemmOptions::default(), GemmKernel::Sg8).unwrap_err();
         assert!(e.to_string().contains("Sg8"), "{e}");
     }
-    for kernel in kernels {
-        for split_k in [None, Some(3)] {
-            let o = GemmOptions {
-                alpha: 2.0,
-                bias: Some(Bias::PerColumn(&bias)),
-                split_k,
-                ..Default::default()
-            };
-            let got = gemm_with_kernel(&a, &b, &o, kernel).unwrap();
-            assert_eq!(
-                got.to_vec::<f32>().unwrap(),
-                want,
-                "{kernel:?}, split {split_k:?}"
-            );
-        }
-    }
-    // The large tiles in f16 too (the products are small integers, exact in f16 and in the
-    // kernels' f32 sums), split and not: the 128 x 128 tile no plan takes keeps a check.
-    if dev.supports_f16() {
-        let h = |t: &Tensor| t.to_dtype(DType::F16).unwrap();
-        let (a16, b16, bias16) = (h(&a), h(&b), h(&bias));
-        for kernel in [GemmKernel::WgTiled128, GemmKernel::WgTiled128x128] {
+    // Each kernel, unsplit and split, on operands of `dtype` against the exact reference.
+    let check = |dtype: DType, kernels: &[GemmKernel]| {
+        let cast = |t: &Tensor| t.to_dtype(dtype).unwrap();
+        let (a, b, bias) = (cast(&a), cast(&b), cast(&bias));
+        for &kernel in kernels {
             for split_k in [None, Some(3)] {
                 let o = GemmOptions {
                     alpha: 2.0,
-                    bias: Some(Bias::PerColumn(&bias16)),
+                    bias: Some(Bias::PerColumn(&bias)),
                     split_k,
                     ..Default::default()
                 };
-                let got = gemm_with_kernel(&a16, &b16, &o, kernel).unwrap();
+                let got = gemm_with_kernel(&a, &b, &o, kernel).unwrap();
                 assert_eq!(
                     got.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap(),
                     want,
-                    "f16 {kernel:?}, split {split_k:?}"
+                    "{dtype:?} {kernel:?}, split {split_k:?}"
                 );
             }
         }
+    };
+    check(DType::F32, &kernels);
+    // The large tiles in f16 too (the products are small integers, exact in f16 and in the
+    // kernels' f32 sums), split and not: the 128 x 128 tile no plan takes keeps a check.
+    if dev.supports_f16() {
+        check(
+            DType::F16,
+            &[GemmKernel::WgTiled128, GemmKernel::WgTiled128x128],
+        );
     }
     if !dev.caps().coop16 {
         let e = gemm_with_kernel(&a, &b, &GemmOptions::default(), GemmKernel::Coop16);
