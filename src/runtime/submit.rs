@@ -7,6 +7,12 @@ use super::submitter::poll_error;
 use crate::Result;
 
 impl Device {
+    /// How long one wait for this device's GPU may take: `gpu_timeout`, under this thread's
+    /// wait cap if any (`submitter::with_wait_cap`).
+    pub(crate) fn gpu_wait(&self) -> std::time::Duration {
+        super::submitter::capped(self.inner.opts.gpu_timeout)
+    }
+
     /// Submits command buffers the caller recorded on [`Device::wgpu_device`] (interop), after
     /// the work wgtensor has recorded so far and through the same bounded in-flight queue, so
     /// outside work can neither overtake pending ops nor run past `max_in_flight`.

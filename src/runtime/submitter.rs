@@ -34,15 +34,11 @@ pub(crate) fn with_wait_cap<T>(cap: Duration, f: impl FnOnce() -> T) -> T {
     f()
 }
 
-impl super::device::Device {
-    /// How long one wait for this device's GPU may take: `gpu_timeout`, under this thread's
-    /// [`with_wait_cap`] bound if any.
-    pub(crate) fn gpu_wait(&self) -> Duration {
-        let timeout = self.inner.opts.gpu_timeout;
-        WAIT_CAP
-            .with(|c| c.get())
-            .map_or(timeout, |c| c.min(timeout))
-    }
+/// `timeout` under this thread's [`with_wait_cap`] bound, if any (`Device::gpu_wait`).
+pub(crate) fn capped(timeout: Duration) -> Duration {
+    WAIT_CAP
+        .with(|c| c.get())
+        .map_or(timeout, |c| c.min(timeout))
 }
 
 struct InFlight {
