@@ -30,6 +30,12 @@
 //! 0.5 s instead of 2 s: together they cut a GPU session's bench run about fourfold.
 //! `--clear-pool` empties the device's buffer pool (`Device::clear_pool`) before each case, so a
 //! case's figure does not depend on what the cases before it left cached.
+//!
+//! Two knobs time a GPU hypothesis in one session without a patched build (run the bench
+//! twice, with and without): `--parallelism=N` opens every device with
+//! `DeviceOptions::parallelism` N (the planners' split counts: split-k slices, the recurrent
+//! step's K split, attention's key splits), and `--memory-hints=dedicated` opens it on a wgpu
+//! device whose sub-allocated memory blocks stay at 128 MiB (see [`open_device`]).
 // Native only (blocking device, readback and wall clock): an empty program on wasm32.
 #![cfg_attr(target_arch = "wasm32", no_main)]
 #![cfg(not(target_arch = "wasm32"))]
@@ -141,7 +147,7 @@ fn time_once(dev: &Device, run: &mut Run) -> wgtensor::Result<f64> {
 
 /// The cold first call: in a fresh process, device already open, nothing compiled yet.
 fn first_call(name: &str) -> wgtensor::Result<f64> {
-    let dev = Device::with_options(device_options())?;
+    let dev = open_device(device_options())?;
     let case = cases()
         .into_iter()
         .find(|c| c.name == name)
@@ -160,7 +166,11 @@ fn first_ms_in_fresh_process(name: &str, cold: bool) -> Option<f64> {
     let run = || {
         let mut cmd = std::process::Command::new(&exe);
         cmd.args(["--first", name]);
-        cmd.args(std::env::args().filter(|a| a.starts_with("--checks=")));
+        cmd.args(std::env::args().filter(|a| {
+            ["--checks=", "--parallelism=", "--memory-hints="]
+                .iter()
+                .any(|k| a.starts_with(k))
+        }));
         // Cold: no driver cache and an empty wgtensor pipeline cache directory (a persisted
         // PIPELINE_CACHE from an earlier run would otherwise skip the driver's compile).
         let fresh = std::env::temp_dir().join(format!("wgtensor-cold-{}", std::process::id()));
@@ -316,17 +326,81 @@ struct Row {
 
 /// `--checks=auto|full|loops|div|none`: the shader runtime checks of every device the run opens.
 static CHECKS: std::sync::OnceLock<wgtensor::ShaderChecks> = std::sync::OnceLock::new();
+/// `--parallelism=N`: `DeviceOptions::parallelism` of every device the run opens.
+static PARALLELISM: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+/// `--memory-hints=dedicated`: see [`open_device`].
+static DEDICATED_BLOCKS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 
 /// The options every device of the run opens with (cases that open their own start from it).
 fn device_options() -> wgtensor::DeviceOptions {
     wgtensor::DeviceOptions {
         shader_checks: CHECKS.get().copied().unwrap_or_default(),
+        parallelism: PARALLELISM.get().copied(),
         ..Default::default()
     }
 }
 
-/// Reads `--checks=` into [`CHECKS`].
-fn set_checks(args: &[String]) {
+/// Opens a device of the run. With `--memory-hints=dedicated`, through `Device::from_wgpu` on
+/// a wgpu device created with `MemoryHints::Manual` blocks of 128 MiB: wgpu's default hint
+/// (`Performance`) grows gpu-allocator's blocks from 128 to 256 MiB once one exists, so late in
+/// a run a 205 MB tensor is sub-allocated inside a shared block where a fresh run gives it
+/// memory of its own. One suspect of the memory-bound cases' slowdown late in a long GPU run
+/// (docs/BENCHMARKS.md); the run with the flag against the run without tells.
+fn open_device(opts: wgtensor::DeviceOptions) -> wgtensor::Result<Device> {
+    if !DEDICATED_BLOCKS.get().copied().unwrap_or(false) {
+        return Device::with_options(opts);
+    }
+    let instance =
+        wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+    // WGPU_ADAPTER_NAME and WGPU_POWER_PREF as the library's own pick reads them.
+    let adapter = pollster::block_on(wgpu::util::initialize_adapter_from_env_or_default(
+        &instance, None,
+    ))
+    .map_err(|e| wgtensor::Error::NoAdapter(format!("--memory-hints=dedicated: {e}")))?;
+    let mut wanted = wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16;
+    if opts.cooperative_matrix {
+        wanted |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+    }
+    let features = adapter.features() & wanted;
+    let experimental_features =
+        if features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
+            // SAFETY: as the library's own request (runtime/open.rs): only gemm_coop uses the
+            // feature, after its self-test, which `Device::from_wgpu` runs too.
+            unsafe { wgpu::ExperimentalFeatures::enabled() }
+        } else {
+            wgpu::ExperimentalFeatures::disabled()
+        };
+    const MIB: u64 = 1 << 20;
+    let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+        label: Some("wgtensor bench, 128 MiB blocks"),
+        required_features: features,
+        required_limits: adapter.limits(),
+        experimental_features,
+        memory_hints: wgpu::MemoryHints::Manual {
+            suballocated_device_memory_block_size: 128 * MIB..128 * MIB,
+        },
+        ..Default::default()
+    }))
+    .map_err(|e| wgtensor::Error::NoAdapter(format!("--memory-hints=dedicated: {e}")))?;
+    Device::from_wgpu(adapter, device, queue, opts)
+}
+
+/// Reads `--checks=`, `--parallelism=` and `--memory-hints=` into [`CHECKS`], [`PARALLELISM`]
+/// and [`DEDICATED_BLOCKS`].
+fn set_knobs(args: &[String]) {
+    if let Some(n) = args.iter().find_map(|a| a.strip_prefix("--parallelism=")) {
+        let n: usize = n
+            .parse()
+            .unwrap_or_else(|_| panic!("--parallelism={n}: expected a count of at least 1"));
+        let _ = PARALLELISM.set(n);
+    }
+    match args.iter().find_map(|a| a.strip_prefix("--memory-hints=")) {
+        None | Some("default") => {}
+        Some("dedicated") => {
+            let _ = DEDICATED_BLOCKS.set(true);
+        }
+        Some(other) => panic!("--memory-hints={other}: expected default or dedicated"),
+    }
     let checks = match args.iter().find_map(|a| a.strip_prefix("--checks=")) {
         None => wgtensor::ShaderChecks::default(),
         Some("full") => wgtensor::ShaderChecks::Full,
@@ -413,7 +487,7 @@ fn main() -> wgtensor::Result<()> {
         .skip(1)
         .filter(|a| a != "--bench")
         .collect();
-    set_checks(&args);
+    set_knobs(&args);
     if let Some(i) = args.iter().position(|a| a == "--first") {
         let name = args.get(i + 1).map(String::as_str).unwrap_or("");
         println!("{:.2}", first_call(name)?);
@@ -436,7 +510,7 @@ fn main() -> wgtensor::Result<()> {
         },
     };
     let wanted: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
-    let dev = Device::with_options(device_options())?;
+    let dev = open_device(device_options())?;
     let info = dev.adapter_info();
     if !json {
         println!(

@@ -17,7 +17,11 @@
 #   scripts/gpu-session.sh run ab CASE...
 #                                     there: both bench binaries (without and with the patch)
 #                                     alternately, A B A B, on CASE..., each in a fresh process;
-#                                     ms per case side by side in $OUT/ab.log. A plan change is
+#                                     ms per case side by side in $OUT/ab.log (without a patched
+#                                     build, B is the bench run with AB_B_FLAGS, e.g.
+#                                     --parallelism=512 or --memory-hints=dedicated). Every run
+#                                     also logs the GPU's clocks beside the case lines
+#                                     ($OUT/clocks.log). A plan change is
 #                                     kept only if it wins here: changes timed on reasoning alone
 #                                     made four of eight GPU plans slower once
 #   scripts/gpu-session.sh run [tests|bench|checks|exec CMD...]
@@ -83,6 +87,12 @@ prepare() {
   echo 'device run: carry [".gl", ".gpu"], command: bash scripts/gpu-session.sh run'
 }
 
+# Each line read, after the time as nvidia-smi's timestamp writes it (clocks.log's two streams).
+stamp() {
+  local l
+  while IFS= read -r l; do printf '%s, %s\n' "$(date '+%Y/%m/%d %H:%M:%S.%3N')" "$l"; done
+}
+
 run() {
   local out=${OUT:-/tmp/gpu-session}
   mkdir -p "$out"
@@ -98,18 +108,45 @@ run() {
   export WGPU_BACKEND=vulkan PYTHONUNBUFFERED=1
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader |
     tee "$out/gpu.txt"
+  # The GPU's clocks, temperature, power and clock-event reasons every 0.5 s, beside the bench's
+  # case lines stamped into the same file: tells a slowdown late in a long run that the clocks
+  # explain from one the pool or the allocator does (docs/BENCHMARKS.md). Older drivers name
+  # the reasons clocks_throttle_reasons; without either, the plain fields.
+  local q=timestamp,clocks.sm,clocks.mem,temperature.gpu,power.draw r
+  for r in clocks_event_reasons.active clocks_throttle_reasons.active; do
+    if nvidia-smi --query-gpu=$q,$r --format=csv >/dev/null 2>&1; then
+      q=$q,$r
+      break
+    fi
+  done
+  # Both writers append, so neither overwrites the other's lines.
+  : >"$out/clocks.log"
+  nvidia-smi --query-gpu=$q --format=csv -lms 500 >>"$out/clocks.log" 2>&1 &
+  local smi=$! status
+  measure "$@"
+  status=$?
+  kill "$smi" 2>/dev/null
+  return $status
+}
+
+# run's measurements (run starts and stops the clock log around them).
+measure() {
+  local out=${OUT:-/tmp/gpu-session}
   local status=0 what=${1:-all}
-  # `run ab CASE...`: the bench without (A) and with (B) prepare-ab's patch, alternately.
+  # `run ab CASE...`: the bench without (A) and with (B) prepare-ab's patch, alternately; with
+  # no patched build, B is the same bench with AB_B_FLAGS (say --memory-hints=dedicated).
   if [ "$what" = ab ]; then
     shift
-    chmod +x .gpu/kernels .gpu/kernels_b
+    local bin_b=.gpu/kernels_b
+    [ -f "$bin_b" ] || bin_b=.gpu/kernels
+    chmod +x .gpu/kernels "$bin_b"
     for round in 1 2; do
       for v in A B; do
-        local bin=.gpu/kernels
-        [ "$v" = B ] && bin=.gpu/kernels_b
+        local bin=.gpu/kernels flags=
+        [ "$v" = B ] && bin=$bin_b flags=${AB_B_FLAGS:-}
         # shellcheck disable=SC2086
-        timeout "${BENCH_TIMEOUT:-240}" "$bin" --bench $BENCH_FLAGS "$@" 2>&1 |
-          sed -n "s/^case=/$v$round case=/p" | tee -a "$out/ab.log"
+        timeout "${BENCH_TIMEOUT:-240}" "$bin" --bench $BENCH_FLAGS $flags "$@" 2>&1 |
+          sed -n "s/^case=/$v$round case=/p" | tee -a "$out/ab.log" >(stamp >>"$out/clocks.log")
       done
     done
     return
@@ -153,7 +190,8 @@ run() {
   fi
   # 2. The bench's GPU cases, then PyTorch's twins on the same GPU.
   # shellcheck disable=SC2086
-  timeout "${BENCH_TIMEOUT:-240}" .gpu/kernels --bench $BENCH_FLAGS $BENCH 2>&1 | tee "$out/bench.log"
+  timeout "${BENCH_TIMEOUT:-240}" .gpu/kernels --bench $BENCH_FLAGS $BENCH 2>&1 |
+    tee "$out/bench.log" >(stamp >>"$out/clocks.log")
   [ -n "${SKIP_TORCH:-}" ] && return $status
   timeout 120 python3 .gpu/bench_gpu_torch.py 2>&1 | tee "$out/torch.log"
   timeout 90 python3 .gpu/bench_attention_torch.py 2>&1 | tee "$out/torch_attention.log"

@@ -91,7 +91,7 @@ fn dynamic_case(dev: &Device) -> wgtensor::Result<Run> {
     // On a fresh device: compile everything with the first shape, then count what the other 49
     // compile.
     {
-        let fresh = Device::with_options(crate::device_options())?;
+        let fresh = crate::open_device(crate::device_options())?;
         let m = model(&fresh)?;
         let ins = inputs(&fresh, &shapes)?;
         call(&fresh, &m, &ins, 0)?;

@@ -87,7 +87,7 @@ fn churn_run(dev: &Device, churn: bool) -> wgtensor::Result<Run> {
 /// the FMA kernels (`gemm_wg`) where the default device runs f16 on tensor cores, so one run
 /// times both; the run syncs that device itself.
 fn fma_f16_gemm_run(_: &Device, n: usize) -> wgtensor::Result<Run> {
-    let dev = Device::with_options(wgtensor::DeviceOptions {
+    let dev = crate::open_device(wgtensor::DeviceOptions {
         cooperative_matrix: false,
         ..crate::device_options()
     })?;
