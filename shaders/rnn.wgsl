@@ -4,6 +4,12 @@
 
 override WG: u32;
 
+// The invocation's index on a grid of WG-wide workgroups laid out by `Device::grid_1d` (x,
+// then y past the adapter's per-dimension limit), so B x H past 65535 x WG still runs.
+fn flat_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
+    return (wid.x + wid.y * nwg.x) * WG + lid;
+}
+
 fn recurrent_dot(b: u32, j: u32, ngates: u32) -> vec4<f32> {
     let h = p.hidden;
     let jj = min(j, h - 1u);
@@ -23,24 +29,33 @@ fn recurrent_dot(b: u32, j: u32, ngates: u32) -> vec4<f32> {
 }
 
 @compute @workgroup_size(WG)
-fn lstm_step(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let b = gid.x / p.hidden;
-    let j = gid.x % p.hidden;
+fn lstm_step(@builtin(workgroup_id) wid: vec3<u32>,
+             @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+    let i = flat_index(wid, nwg, lid);
+    let b = i / p.hidden;
+    let j = i % p.hidden;
     lstm_finish(b, j, recurrent_dot(b, j, 4u) + hidden_bias(j, 4u));
 }
 
 @compute @workgroup_size(WG)
-fn gru_step(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let b = gid.x / p.hidden;
-    let j = gid.x % p.hidden;
+fn gru_step(@builtin(workgroup_id) wid: vec3<u32>,
+            @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+    let i = flat_index(wid, nwg, lid);
+    let b = i / p.hidden;
+    let j = i % p.hidden;
     gru_finish(b, j, recurrent_dot(b, j, 3u) + hidden_bias(j, 3u));
 }
 
 // Copies a [B, H] state block between sequence slots and tensors (h0 in, h_n out).
 @compute @workgroup_size(WG)
-fn load_state(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let b = gid.x / p.hidden;
-    let j = gid.x % p.hidden;
+fn load_state(@builtin(workgroup_id) wid: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+    let i = flat_index(wid, nwg, lid);
+    let b = i / p.hidden;
+    let j = i % p.hidden;
     if (b >= p.batch) {
         return;
     }

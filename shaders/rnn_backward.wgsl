@@ -19,15 +19,21 @@ fn recurrent_grad(b: u32, j: u32) -> f32 {
 }
 
 @compute @workgroup_size(WG)
-fn lstm_backward_step(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let b = gid.x / p.hidden;
-    let j = gid.x % p.hidden;
+fn lstm_backward_step(@builtin(workgroup_id) wid: vec3<u32>,
+                      @builtin(num_workgroups) nwg: vec3<u32>,
+                      @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.x + wid.y * nwg.x) * WG + lid;
+    let b = i / p.hidden;
+    let j = i % p.hidden;
     lstm_backward_finish(b, j, recurrent_grad(b, j));
 }
 
 @compute @workgroup_size(WG)
-fn gru_backward_step(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let b = gid.x / p.hidden;
-    let j = gid.x % p.hidden;
+fn gru_backward_step(@builtin(workgroup_id) wid: vec3<u32>,
+                     @builtin(num_workgroups) nwg: vec3<u32>,
+                     @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.x + wid.y * nwg.x) * WG + lid;
+    let b = i / p.hidden;
+    let j = i % p.hidden;
     gru_backward_finish(b, j, recurrent_grad(b, j));
 }

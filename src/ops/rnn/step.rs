@@ -165,11 +165,11 @@ pub(crate) fn step_plan(
             [b.div_ceil(32 * sgs), h.div_ceil(8), 1],
         )
     } else {
-        (
-            family.portable[which],
-            vec![("WG", WG as f64)],
-            [(b * h).div_ceil(WG as usize), 1, 1],
-        )
+        // One invocation per (row, unit), over y past the per-dimension limit (the shaders'
+        // flat_index).
+        let groups = (b as u64 * h as u64).div_ceil(WG as u64);
+        let grid = dev.grid_1d(kind.name(), groups)?.map(|g| g as usize);
+        (family.portable[which], vec![("WG", WG as f64)], grid)
     };
     if grid.iter().any(|&g| g > max) {
         return Err(Error::size(
@@ -293,7 +293,7 @@ pub(crate) fn copy_state(
         &[("WG", WG as f64)],
         bytemuck::bytes_of(&p),
         &[src.buffer(), seq.buffer()],
-        [(b * h).div_ceil(WG as usize) as u32, 1, 1],
+        dev.grid_1d("rnn_state", (b as u64 * h as u64).div_ceil(WG as u64))?,
     )
 }
 
@@ -321,7 +321,7 @@ pub(crate) fn stack_states(dev: &Device, parts: &[Tensor], b: usize, h: usize) -
             &[("WG", WG as f64)],
             bytemuck::bytes_of(&p),
             &[part.buffer(), out.buffer()],
-            [(b * h).div_ceil(WG as usize) as u32, 1, 1],
+            dev.grid_1d("rnn_state", (b as u64 * h as u64).div_ceil(WG as u64))?,
         )?;
     }
     Ok(out)
