@@ -171,6 +171,10 @@ pub use wgtensor_derive::Module;
 
 use crate::{Result, Tensor};
 
+/// The most layers a stacked module (an RNN, a transformer encoder) builds: far beyond any real
+/// model, and a bound on the construction loop, which would otherwise run until memory ran out.
+pub(crate) const MAX_LAYERS: usize = 1 << 16;
+
 /// Copies a state dict (e.g. from [`crate::io::load_safetensors`]) into `module`'s parameters
 /// and buffers in place; `strict` as PyTorch's `load_state_dict`. The same as
 /// [`Module::load_state_dict`].

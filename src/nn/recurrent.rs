@@ -2,13 +2,9 @@
 //! `bias_ih_l{k}`, `bias_hh_l{k}`, `_reverse` for the second direction) and initialization
 //! (every weight and bias `U(-1/sqrt(H), 1/sqrt(H))`), over the fused [`Rnn`] kernels.
 
-use super::{Forward, Module, Visitor, VisitorMut};
+use super::{Forward, Module, Visitor, VisitorMut, MAX_LAYERS};
 use crate::ops::{uniform, Rnn, RnnKind, RnnOutput, RnnWeights};
 use crate::{DType, Device, Result, Tensor};
-
-/// The most layers an RNN module builds: far beyond any real model, and a bound on the
-/// construction loop.
-const MAX_LAYERS: usize = 1 << 16;
 
 /// Shape options of [`Lstm`] and [`Gru`] beyond the input and hidden sizes (PyTorch's
 /// defaults: one layer, one direction, `[T, B, I]` inputs).

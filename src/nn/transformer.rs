@@ -6,7 +6,7 @@
 use super::attention::{MhaMask, MhaOptions, MultiheadAttention, MultiheadAttentionConfig};
 use super::layers::{Dropout, Linear};
 use super::norm::{LayerNorm, LayerNormConfig};
-use super::{Forward, Module, Visitor, VisitorMut};
+use super::{Forward, Module, Visitor, VisitorMut, MAX_LAYERS};
 use crate::{Device, Error, Result, Tensor};
 
 /// The feed-forward activation of a [`TransformerEncoderLayer`] (PyTorch's `activation="relu"`
@@ -251,12 +251,19 @@ pub struct TransformerEncoder {
 
 impl TransformerEncoder {
     /// `num_layers` independent copies of `encoder_layer` (its parameters copied, not shared,
-    /// as PyTorch's deep copies) and an optional final norm.
+    /// as PyTorch's deep copies) and an optional final norm. Errors: [`Error::Size`] for more
+    /// than 65536 layers.
     pub fn new(
         encoder_layer: &TransformerEncoderLayer,
         num_layers: usize,
         norm: Option<LayerNorm>,
     ) -> Result<TransformerEncoder> {
+        if num_layers > MAX_LAYERS {
+            return Err(Error::size(
+                "TransformerEncoder",
+                format!("num_layers {num_layers} is above the supported {MAX_LAYERS}"),
+            ));
+        }
         let layers = (0..num_layers)
             .map(|_| deep_copy(encoder_layer))
             .collect::<Result<Vec<_>>>()?;

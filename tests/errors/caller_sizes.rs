@@ -104,6 +104,21 @@ fn layer_sizes() {
         "MultiheadAttention",
     );
     refused(Embedding::new(dev(), 1 << 63, 4, Some(0)), "Embedding");
+    // A stack of copies: without a bound it would copy until memory ran out.
+    let layer = nn::TransformerEncoderLayer::new(
+        dev(),
+        4,
+        2,
+        nn::TransformerEncoderLayerConfig {
+            dim_feedforward: 4,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    refused(
+        nn::TransformerEncoder::new(&layer, HUGE, None),
+        "TransformerEncoder",
+    );
 }
 
 #[test]

@@ -323,3 +323,131 @@ fn backward_without_dy_equals_zeros() {
     );
     assert!(a.dx.to_vec::<f32>().unwrap().iter().any(|&v| v != 0.0));
 }
+
+/// More (row, unit) pairs than 65535 workgroups of 64 hold (B x H = 4,194,304 here): the state
+/// copies (h0 in, the stacked h_n out, dh_n and dh0 in the backward) and the portable step
+/// kernels spread their grid over y, as every other one-invocation-per-element op does. Rows
+/// are independent, so the first and last rows must equal the same model run on those rows
+/// alone, in the output, the final states and the gradients of x, h0 and c0.
+#[test]
+fn batch_times_hidden_past_one_grid_dimension() {
+    use wgtensor::nn::{Gru, Lstm, RnnConfig};
+    let (h, i, layers) = (8, 2, 2);
+    let b = 65535 * 64 / h + 8;
+    let portable = wgtensor::Device::with_options(wgtensor::DeviceOptions {
+        disable_subgroups: true,
+        ..Default::default()
+    })
+    .unwrap();
+    for d in [dev(), &portable] {
+        for lstm in [true, false] {
+            let c = RnnConfig {
+                num_layers: layers,
+                ..Default::default()
+            };
+            let m = if lstm {
+                Lstm::new(d, i, h, c).unwrap()
+            } else {
+                Gru::new(d, i, h, c).unwrap()
+            };
+            let fill = |n: usize, k: f32| -> Vec<f32> {
+                (0..n).map(|j| ((j as f32) * k).sin() * 0.5).collect()
+            };
+            let x = fill(b * i, 0.37);
+            let s0 = fill(layers * b * h, 0.11);
+            let rows: Vec<usize> = (0..4).chain(b - 4..b).collect();
+            let pick = |v: &[f32], outer: usize, w: usize| -> Vec<f32> {
+                let mut out = Vec::new();
+                for o in 0..outer {
+                    for &r in &rows {
+                        out.extend_from_slice(&v[(o * b + r) * w..(o * b + r + 1) * w]);
+                    }
+                }
+                out
+            };
+            // (output, h_n, c_n, dx, dh0, dc0) of a run on `n` rows.
+            let run = |xs: &[f32], s: &[f32], n: usize| {
+                let leaf = |v: &[f32], shape: &[usize]| {
+                    Tensor::from_slice(d, v, shape)
+                        .unwrap()
+                        .requires_grad()
+                        .unwrap()
+                };
+                let xt = leaf(xs, &[1, n, i]);
+                let h0 = leaf(s, &[layers, n, h]);
+                let c0 = leaf(s, &[layers, n, h]);
+                let out = m
+                    .forward_with_state(&xt, Some(&h0), lstm.then_some(&c0))
+                    .unwrap();
+                let mut loss = out
+                    .output
+                    .sum_all()
+                    .unwrap()
+                    .add(&out.h_n.mul_scalar(0.5).unwrap().sum_all().unwrap())
+                    .unwrap();
+                if let Some(c_n) = &out.c_n {
+                    loss = loss
+                        .add(&c_n.mul_scalar(0.25).unwrap().sum_all().unwrap())
+                        .unwrap();
+                }
+                let g = loss.backward().unwrap();
+                let grad = |t: &Tensor| g.get(t).map(vals).unwrap_or_default();
+                [
+                    vals(&out.output),
+                    vals(&out.h_n),
+                    out.c_n.as_ref().map(vals).unwrap_or_default(),
+                    grad(&xt),
+                    grad(&h0),
+                    if lstm { grad(&c0) } else { vec![] },
+                ]
+            };
+            let big = run(&x, &s0, b);
+            let small = run(&pick(&x, 1, i), &pick(&s0, layers, h), rows.len());
+            let widths = [
+                (1, h),
+                (layers, h),
+                (layers, h),
+                (1, i),
+                (layers, h),
+                (layers, h),
+            ];
+            let names = ["output", "h_n", "c_n", "dx", "dh0", "dc0"];
+            for ((got, want), ((outer, w), name)) in
+                big.iter().zip(&small).zip(widths.iter().zip(names))
+            {
+                let got = if got.is_empty() {
+                    vec![]
+                } else {
+                    pick(got, *outer, *w)
+                };
+                assert_eq!(got.len(), want.len(), "{name}");
+                for (k, (g, w)) in got.iter().zip(want).enumerate() {
+                    assert!(
+                        (g - w).abs() <= 1e-5,
+                        "lstm {lstm}, {:?}: {name}[{k}] {g} != {w}",
+                        d.adapter_info().name
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// An unbatched input's wrong-sized states are reported as the caller passed them (PyTorch:
+/// "Expected hidden size (1, 20), got [2, 20]"), not with the batch dim of 1 the forward adds.
+#[test]
+fn unbatched_state_errors_show_the_callers_shapes() {
+    let lstm = wgtensor::nn::Lstm::new(dev(), 10, 20, Default::default()).unwrap();
+    let x = Tensor::zeros(dev(), &[5, 10], DType::F32).unwrap();
+    let h0 = Tensor::zeros(dev(), &[2, 20], DType::F32).unwrap();
+    let c0 = Tensor::zeros(dev(), &[1, 20], DType::F32).unwrap();
+    let e = lstm
+        .forward_with_state(&x, Some(&h0), Some(&c0))
+        .unwrap_err();
+    let m = e.to_string();
+    assert!(
+        m.contains("h0 must be [1, 20], got [2, 20]"),
+        "unexpected message {m:?}"
+    );
+    still_works(dev());
+}

@@ -383,6 +383,10 @@ impl Rnn {
                 ));
             }
         }
+        // The caller's shapes in any error, before the states gain a batch dim of 1 (the
+        // weights first: they bound num_layers, which the state check multiplies).
+        self.check_weights()?;
+        self.check_states(op, x, h0, c0)?;
         let bd = if self.batch_first { 0 } else { 1 };
         let lift = |s: Option<&Tensor>| s.map(|t| t.unsqueeze(1)).transpose();
         let (h0, c0) = (lift(h0)?, lift(c0)?);
