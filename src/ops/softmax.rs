@@ -115,7 +115,20 @@ impl crate::autograd::BackwardOp for SoftmaxBackward {
         let Some(g) = grads.first().and_then(Option::as_ref) else {
             return Ok(vec![None]);
         };
-        let y = &self.y;
+        // Narrower dtypes (f16) in f32, rounded once at the end, as PyTorch's kernels accumulate
+        // in float: the row sum and `g - sum` would otherwise each round to f16, losing the
+        // cancellation's small difference (a cross-entropy gradient at a confident target
+        // became 0) or overflowing the sum of a long row.
+        let dtype = self.y.dtype();
+        let widen = |t: &Tensor| match dtype {
+            DType::F32 => Ok(t.clone()),
+            _ => t.to_dtype(DType::F32),
+        };
+        let (y, g) = (&widen(&self.y)?, &widen(g)?);
+        let narrow = |t: Tensor| match dtype {
+            DType::F32 => Ok(t),
+            d => t.to_dtype(d),
+        };
         if y.rank() == 0 {
             // One element along dim 0, as the forward: the same formula (0 for finite values,
             // NaN where x or g is not, as PyTorch's).
@@ -125,14 +138,14 @@ impl crate::autograd::BackwardOp for SoftmaxBackward {
             } else {
                 y1.mul(&g1.sub(&g1.mul(&y1)?)?)?
             };
-            return Ok(vec![Some(gx.reshape(&[])?)]);
+            return Ok(vec![Some(narrow(gx.reshape(&[])?)?)]);
         }
         let gx = if self.log {
             g.sub(&y.exp()?.mul(&g.sum(self.dim, true)?)?)?
         } else {
             y.mul(&g.sub(&g.mul(y)?.sum(self.dim, true)?)?)?
         };
-        Ok(vec![Some(gx)])
+        Ok(vec![Some(narrow(gx)?)])
     }
 }
 

@@ -164,3 +164,52 @@ fn losses_are_differentiable() {
     // d/dx mean((x - t)^2) = 2 (x - t) / n.
     close("mse", &grad(&l, &x), &[2.0 / 3.0, 0.0, -4.0 / 3.0]);
 }
+
+/// f16 softmax / log_softmax backward in f32, rounded once, as PyTorch's kernels accumulate
+/// in float: each intermediate rounded to f16 lost the small difference `g - sum` (a
+/// cross-entropy gradient at a confident target was 0, a softmax gradient lost its sign) or
+/// overflowed the sum of a long row.
+#[test]
+fn f16_softmax_backward_rounds_once() {
+    use wgtensor::ops::{cross_entropy, CrossEntropyOptions};
+    use wgtensor::DType;
+    let dev = crate::common::device();
+    crate::common::require_f16(dev);
+    let up = |v: &[f64], shape: &[usize]| crate::common::upload(dev, v, shape, DType::F16);
+    let f16_of = |v: f64| half::f16::from_f64(v).to_f64();
+    let check = |what: &str, got: &[f64], want: &[f64], tol: f64| {
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            assert!((g - w).abs() <= tol, "{what}[{i}]: {g} vs {w}");
+        }
+    };
+    // Cross entropy at logits [10, 0], target 0: [p0 - 1, p1] = [-4.54e-5, 4.54e-5].
+    let x = up(&[10.0, 0.0], &[1, 2]).requires_grad().unwrap();
+    let t = Tensor::from_slice(dev, &[0i32], &[1]).unwrap();
+    let l = cross_entropy(&x, &t, &CrossEntropyOptions::default()).unwrap();
+    let p1 = 1.0 / (1.0 + 10f64.exp());
+    check(
+        "cross_entropy",
+        &grad(&l, &x),
+        &[f16_of(-p1), f16_of(p1)],
+        1e-7,
+    );
+    // softmax([0, 0]) against g = [1, 1 + 2^-10]: 0.5 (g - mean g) = -+2^-12.
+    let x = up(&[0.0, 0.0], &[2]).requires_grad().unwrap();
+    let g = up(&[1.0, 1.0 + 2f64.powi(-10)], &[2]);
+    let dx = softmax(&x, 0).unwrap().backward_with_grad(&g).unwrap();
+    let e = 2f64.powi(-12);
+    check(
+        "softmax",
+        &download(dx.get(&x).unwrap()).unwrap(),
+        &[-e, e],
+        1e-7,
+    );
+    // log_softmax over 70000 equal values, gradient 1 each: 1 - 70000 / 70000 = 0, where an
+    // f16 row sum of 70000 is inf.
+    let n = 70000;
+    let x = up(&vec![0.0; n], &[n]).requires_grad().unwrap();
+    let g = up(&vec![1.0; n], &[n]);
+    let dx = log_softmax(&x, 0).unwrap().backward_with_grad(&g).unwrap();
+    let got = download(dx.get(&x).unwrap()).unwrap();
+    check("log_softmax", &got, &vec![0.0; n], 2e-3);
+}
