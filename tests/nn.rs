@@ -1499,6 +1499,34 @@ fn composed_activations_match_pytorch() {
         (hs[0], hs[1], hs[3], hs[4], hs[5]),
         (0.0, -0.5, 0.5, 1.5, 1.0)
     );
+    assert!(hs[7].is_nan(), "hardswish at NaN: {}", hs[7]);
+    // Just above 3, x + 3 rounds to 6, but the masks test x: the slope is 1 there (f32 and
+    // f16), where a clamp's gradient of the rounded sum gave 1.5.
+    for dtype in [wgtensor::DType::F32, wgtensor::DType::F16] {
+        if dtype == wgtensor::DType::F16 && !d.supports_f16() {
+            continue;
+        }
+        let above = if dtype == wgtensor::DType::F16 {
+            3.0 + 2f32.powi(-9)
+        } else {
+            3.0 + 2f32.powi(-22)
+        };
+        let x = Tensor::from_slice(d, &[above], &[1])
+            .unwrap()
+            .to_dtype(dtype)
+            .unwrap()
+            .requires_grad()
+            .unwrap();
+        let g = nn::Hardswish
+            .forward(&x)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        let g = g.get(&x).unwrap().to_dtype(wgtensor::DType::F32).unwrap();
+        assert_eq!(g.to_vec::<f32>().unwrap(), vec![1.0], "{dtype:?}");
+    }
     // Below -3 the gradient is an exact 0 (PyTorch's hardswish_backward), even for an
     // infinite incoming gradient; the value keeps x * 0's sign.
     let low = Tensor::from_slice(d, &[-4.0f32], &[1])

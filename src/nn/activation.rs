@@ -119,17 +119,7 @@ impl Forward for Hardsigmoid {
 
 impl Forward for Hardswish {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        // The clamp's gradient, which passes at the bounds, gives PyTorch's hardswish
-        // derivative there (-0.5 at -3, 1.5 at 3).
-        let y = x.mul(
-            &x.add_scalar(3.0)?
-                .clamp(Some(0.0), Some(6.0))?
-                .div_scalar(6.0)?,
-        )?;
-        // Below -3 PyTorch's hardswish_backward is an exact 0; through the product it would
-        // be g * 0, NaN for an infinite g. The same values (x * 0 keeps -0), untracked.
-        let below = x.lt_scalar(-3.0)?;
-        below.where_cond(&x.detach().mul_scalar(0.0)?, &y)
+        crate::ops::hardswish(x)
     }
 }
 

@@ -1,7 +1,7 @@
 //! PyTorch's clipping activations with their own gradients: `hardtanh` (and `relu6`, its
-//! `[0, 6]` case) and `hardsigmoid`. Their values are [`Tensor::clamp`]'s, but clamp's
-//! gradient passes at the bounds (`torch.clamp`'s) where these pass strictly inside, so they
-//! record one node whose backward is two masks of shaders/grad.wgsl.
+//! `[0, 6]` case), `hardsigmoid` and `hardswish`. Their values are [`Tensor::clamp`]'s (times
+//! x for hardswish), but clamp's gradient passes at the bounds (`torch.clamp`'s) and tests the
+//! rounded `x + 3`, where these test x itself, so they record one node of their own.
 
 use crate::autograd::{record, BackwardOp, NoGradGuard};
 use crate::ops::grad_kernel::{grad_binary, GradCode};
@@ -46,6 +46,64 @@ impl BackwardOp for ClipBackward {
     fn saved(&self) -> Vec<&Tensor> {
         vec![&self.x]
     }
+}
+
+/// PyTorch's hardswish_backward: 0 below -3, `g * (x / 3 + 0.5)` up to 3, `g` above; NaN at
+/// NaN, as its vectorized CPU kernel (its scalar and CUDA kernels pass `g` there).
+struct HardswishBackward {
+    x: Tensor,
+}
+
+impl BackwardOp for HardswishBackward {
+    fn name(&self) -> &'static str {
+        "hardswish"
+    }
+
+    fn backward(&self, grads: &[Option<Tensor>], _needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+        let Some(g) = grads.first().and_then(Option::as_ref) else {
+            return Ok(vec![None]);
+        };
+        let x = &self.x;
+        let inside = g.mul(&x.div_scalar(3.0)?.add_scalar(0.5)?)?;
+        let upper = x.gt_scalar(3.0)?.where_cond(g, &inside)?;
+        // An exact 0 below -3, even for an infinite g.
+        let zero = Tensor::zeros(g.device(), g.shape(), g.dtype())?;
+        Ok(vec![Some(x.lt_scalar(-3.0)?.where_cond(&zero, &upper)?)])
+    }
+
+    fn saved(&self) -> Vec<&Tensor> {
+        vec![&self.x]
+    }
+}
+
+/// PyTorch's `F.hardswish`: `x * relu6(x + 3) / 6`, its gradient hardswish_backward's: 0 below
+/// -3, `x / 3 + 1/2` from -3 to 3 (both included), 1 above, NaN at NaN. The masks test x
+/// itself: just above 3, `x + 3` rounds to 6, where a clamp's gradient would give 1.5.
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::ops::hardswish;
+/// use wgtensor::{Device, Tensor};
+/// let dev = Device::new()?;
+/// let x = Tensor::from_slice(&dev, &[-4.0f32, 0.0, 3.0, 4.0], &[4])?.requires_grad()?;
+/// let y = hardswish(&x)?;
+/// assert_eq!(y.to_vec::<f32>()?, vec![-0.0, 0.0, 3.0, 4.0]);
+/// let g = y.sum_all()?.backward()?;
+/// assert_eq!(g.get(&x).unwrap().to_vec::<f32>()?, vec![0.0, 0.5, 1.5, 1.0]);
+/// # Ok(()) }
+/// ```
+pub fn hardswish(x: &Tensor) -> Result<Tensor> {
+    let y = {
+        let _guard = NoGradGuard::new();
+        x.mul(
+            &x.add_scalar(3.0)?
+                .clamp(Some(0.0), Some(6.0))?
+                .div_scalar(6.0)?,
+        )?
+    };
+    Ok(record(y, &[x], |_| {
+        Box::new(HardswishBackward { x: x.detach() })
+    }))
 }
 
 /// `y`, computed from `x` untracked, recorded with [`ClipBackward`]'s masks over `(lo, hi)`.

@@ -57,7 +57,7 @@ pub use conv::{
 };
 pub use copy::{cat, pad, stack, PadMode};
 pub use gemm::{gemm, gemm_into, matmul, Bias, GemmOptions};
-pub use hardtanh::{hardsigmoid, hardtanh, relu6};
+pub use hardtanh::{hardsigmoid, hardswish, hardtanh, relu6};
 pub use index::embedding;
 pub use loss::{
     binary_cross_entropy_with_logits, cross_entropy, cross_entropy_probs, mse_loss,
