@@ -171,6 +171,15 @@ pub fn huber_loss(
             format!("huber_loss does not support non-positive values for delta, got {delta}"),
         ));
     }
+    // Mixed float dtypes computed in the promoted one, the loss in the input's: PyTorch's
+    // kernel writes into `empty_like(input)`.
+    if let Some((i, t)) = promoted(input, target)? {
+        let loss = huber_loss(&i, &t, reduction, delta)?;
+        return match loss.dtype() == input.dtype() {
+            true => Ok(loss),
+            false => loss.to_dtype(input.dtype()),
+        };
+    }
     broadcastable(op, input, target)?;
     // Infinite once cast to f32 (the kernels' type), as PyTorch's kernel casts it; the
     // linear term below would add inf * 0 = NaN.

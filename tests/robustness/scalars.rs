@@ -124,6 +124,14 @@ fn losses_promote_mixed_float_dtypes() {
     }
     let l = binary_cross_entropy_with_logits(&x, &y, &BceWithLogitsOptions::default()).unwrap();
     assert_eq!(l.dtype(), DType::F32);
+    // huber_loss computes in the promoted dtype and writes the input's (PyTorch's kernel
+    // fills `empty_like(input)`): f16 here, f32 the other way round.
+    let l = wgtensor::ops::huber_loss(&x, &y, Reduction::Sum, 1.0).unwrap();
+    assert_eq!(l.dtype(), DType::F16);
+    assert_eq!(vals(&l.to_dtype(DType::F32).unwrap()), vec![1.5]);
+    assert_eq!(l.backward().unwrap().get(&x).unwrap().dtype(), DType::F16);
+    let l = wgtensor::ops::huber_loss(&y, &x, Reduction::Sum, 1.0).unwrap();
+    assert_eq!((l.dtype(), vals(&l)), (DType::F32, vec![1.5]));
 }
 
 /// A beta that rounds to 0 in f32 does not read C (BLAS's beta 0): NaN in C stays out, as
