@@ -58,6 +58,8 @@ fn apply(v: f32, s: f32) -> f32 {
         case OP_TANH: { return tanh_f(v); }
         case OP_GELU: { return gelu_f(v); }
         case OP_SILU: { return v * sigmoid_f(v); }
+        case OP_LOG1P: { return log1p_f(v); }
+        case OP_SOFTPLUS: { return softplus_f(v); }
         case OP_ADD_SCALAR: { return v + s; }
         case OP_SUB_SCALAR: { return v - s; }
         case OP_RSUB_SCALAR: { return s - v; }

@@ -72,7 +72,7 @@ fn both(
     same(&format!("{what} n={n} off={off} {dtype:?}"), &got, &want);
 }
 
-const UNARY: [UnaryOp; 10] = [
+const UNARY: [UnaryOp; 12] = [
     UnaryOp::Neg,
     UnaryOp::Abs,
     UnaryOp::Exp,
@@ -83,6 +83,8 @@ const UNARY: [UnaryOp; 10] = [
     UnaryOp::Tanh,
     UnaryOp::Gelu,
     UnaryOp::Silu,
+    UnaryOp::Log1p,
+    UnaryOp::Softplus,
 ];
 const SCALAR: [ScalarOp; 9] = [
     ScalarOp::Add,

@@ -1,6 +1,6 @@
 //! Activation layers that are compositions of elementwise ops (autograd differentiates them
 //! through their parts): PyTorch's `nn.Hardtanh`, `nn.ReLU6`, `nn.Hardsigmoid`, `nn.Hardswish`
-//! (MobileNet), `nn.LeakyReLU`, `nn.Softmax` and `nn.LogSoftmax`. The single-op activations (`ReLU`, `GELU`,
+//! (MobileNet), `nn.LeakyReLU`, `nn.Softplus`, `nn.Softmax` and `nn.LogSoftmax`. The single-op activations (`ReLU`, `GELU`,
 //! `SiLU`, ...) are in layers.rs.
 
 use super::{Forward, Module, Visitor, VisitorMut};
@@ -66,6 +66,25 @@ impl Default for LeakyReLU {
     }
 }
 
+/// PyTorch's `nn.Softplus(beta, threshold)`: [`softplus`](crate::ops::softplus), `log(1 +
+/// e^(beta x)) / beta`, and `x` where `beta x > threshold`.
+#[derive(Debug, Clone, Copy)]
+pub struct Softplus {
+    /// The sharpness (PyTorch's default 1).
+    pub beta: f64,
+    /// Above `beta x` past this, the input itself (PyTorch's default 20).
+    pub threshold: f64,
+}
+
+impl Default for Softplus {
+    fn default() -> Self {
+        Softplus {
+            beta: 1.0,
+            threshold: 20.0,
+        }
+    }
+}
+
 /// PyTorch's `nn.Softmax(dim)`.
 #[derive(Debug, Clone, Copy)]
 pub struct Softmax {
@@ -86,6 +105,7 @@ parameterless!(
     Hardsigmoid,
     Hardswish,
     LeakyReLU,
+    Softplus,
     Softmax,
     LogSoftmax
 );
@@ -140,6 +160,12 @@ impl Forward for LeakyReLU {
         // fails `x > 0` and comes out as slope * NaN = NaN, as in PyTorch.
         x.gt_scalar(0.0)?
             .where_cond(x, &x.mul_scalar(self.negative_slope)?)
+    }
+}
+
+impl Forward for Softplus {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        crate::ops::softplus(x, self.beta, self.threshold)
     }
 }
 

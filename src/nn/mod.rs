@@ -3,7 +3,7 @@
 //! [`BatchNorm2d`] / [`BatchNorm1d`], [`LayerNorm`], [`GroupNorm`], [`RMSNorm`],
 //! [`Lstm`] / [`Gru`], [`MultiheadAttention`], [`TransformerEncoderLayer`] /
 //! [`TransformerEncoder`], [`Dropout`], the pools, activations (with [`ReLU6`], [`Hardswish`],
-//! [`Hardsigmoid`], [`LeakyReLU`], [`Softmax`], [`LogSoftmax`]),
+//! [`Hardsigmoid`], [`LeakyReLU`], [`Softplus`], [`Softmax`], [`LogSoftmax`]),
 //! [`Flatten`], and the containers [`Sequential`], [`ModuleList`] and [`ModuleDict`].
 //!
 //! A model is a struct of layers with `#[derive(Module)]`, as a PyTorch model is an
@@ -147,7 +147,9 @@ mod transformer;
 
 use std::collections::HashMap;
 
-pub use activation::{Hardsigmoid, Hardswish, Hardtanh, LeakyReLU, LogSoftmax, ReLU6, Softmax};
+pub use activation::{
+    Hardsigmoid, Hardswish, Hardtanh, LeakyReLU, LogSoftmax, ReLU6, Softmax, Softplus,
+};
 pub use attention::{MhaMask, MhaOptions, MultiheadAttention, MultiheadAttentionConfig};
 pub use batchnorm::{BatchNorm1d, BatchNorm2d, BatchNormConfig};
 pub use container::{ModuleDict, ModuleList, Sequential};

@@ -116,13 +116,10 @@ pub fn binary_cross_entropy_with_logits(
     };
     let pos_weight = o.pos_weight.map(|w| fit("pos_weight", w)).transpose()?;
     let weight = o.weight.map(|w| fit("weight", w)).transpose()?;
-    let m = input.neg()?.relu()?;
-    let softplus = m
-        .neg()?
-        .exp()?
-        .add(&input.neg()?.sub(&m)?.exp()?)?
-        .log()?
-        .add(&m)?;
+    // log(1 + e^-x) in one kernel, as PyTorch's log_sigmoid: max(-x, 0) + log1p(e^-|x|) keeps
+    // the small term's digits (log(1 + tiny) rounds it to 0, and f16 steps of 1e-3 made the
+    // loss at x = 4 1.3% high).
+    let softplus = input.neg()?.unary(crate::ops::UnaryOp::Softplus)?;
     let term = match &pos_weight {
         Some(pw) => {
             let l = pw.add_scalar(-1.0)?.mul(target)?.add_scalar(1.0)?;

@@ -267,14 +267,12 @@ pub fn binary_cross_entropy(
     reduce(loss, reduction)
 }
 
-/// `max(log(x), -100)` and `max(log(1 - x), -100)`, PyTorch's clamped logs (NaN outside
-/// [0, 1] and for NaN).
+/// `max(log(x), -100)` and `max(log1p(-x), -100)`, PyTorch's clamped logs (NaN outside
+/// [0, 1] and for NaN); log1p keeps a small x's `-x` where `log(1 - x)` rounds it to 0.
 fn clamped_logs(x: &Tensor) -> Result<(Tensor, Tensor)> {
     Ok((
         x.log()?.max_scalar(-100.0)?,
-        x.scalar_op(ScalarOp::RSub, 1.0)?
-            .log()?
-            .max_scalar(-100.0)?,
+        x.neg()?.log1p()?.max_scalar(-100.0)?,
     ))
 }
 

@@ -65,6 +65,11 @@ pub enum UnaryOp {
     Gelu,
     /// `x * sigmoid(x)` (`torch.nn.functional.silu`, also called swish).
     Silu,
+    /// `log(1 + x)`, accurate for small `x` (`torch.log1p`): -inf at -1, NaN below.
+    Log1p,
+    /// `log(1 + e^x)` without overflow (`torch.nn.functional.softplus` with `beta` 1 and no
+    /// threshold; [`softplus`](crate::ops::softplus) takes both).
+    Softplus,
 }
 
 /// `tensor (op) scalar` and the reversed forms, applied elementwise in f32 by
@@ -287,8 +292,9 @@ impl Tensor {
     }
 }
 
-const UNARY_NAMES: [&str; 10] = [
-    "neg", "abs", "exp", "log", "sqrt", "relu", "sigmoid", "tanh", "gelu", "silu",
+const UNARY_NAMES: [&str; 12] = [
+    "neg", "abs", "exp", "log", "sqrt", "relu", "sigmoid", "tanh", "gelu", "silu", "log1p",
+    "softplus",
 ];
 const SCALAR_NAMES: [&str; 9] = [
     "add_scalar",
@@ -399,6 +405,11 @@ impl Tensor {
     /// `x * sigmoid(x)` elementwise ([`UnaryOp::Silu`], PyTorch's `F.silu`).
     pub fn silu(&self) -> Result<Tensor> {
         self.unary(UnaryOp::Silu)
+    }
+    /// `log(1 + x)` elementwise, accurate where `1 + x` would round ([`UnaryOp::Log1p`],
+    /// PyTorch's `torch.log1p`): `log1p(1e-10)` is 1e-10, where `(1 + x).log()` is 0.
+    pub fn log1p(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Log1p)
     }
     /// `x + s` elementwise ([`ScalarOp::Add`]).
     pub fn add_scalar(&self, s: f64) -> Result<Tensor> {

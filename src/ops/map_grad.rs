@@ -1,6 +1,6 @@
 //! Backward of the map family (forward in src/ops/map.rs): unary math, scalar ops, to_dtype.
 //! Derivatives that PyTorch takes from the output (exp, sqrt, relu, sigmoid, tanh) save the
-//! output; the others (abs, log, gelu, silu) save the input.
+//! output; the others (abs, log, gelu, silu, log1p, softplus) save the input.
 
 use crate::autograd::{record, BackwardOp};
 use crate::ops::grad_kernel::{grad_binary, GradCode};
@@ -34,6 +34,8 @@ impl BackwardOp for UnaryBackward {
             UnaryOp::Tanh => "tanh",
             UnaryOp::Gelu => "gelu",
             UnaryOp::Silu => "silu",
+            UnaryOp::Log1p => "log1p",
+            UnaryOp::Softplus => "softplus",
         }
     }
 
@@ -59,6 +61,9 @@ impl BackwardOp for UnaryBackward {
             UnaryOp::Tanh => grad_binary(g, s, GradCode::TanhFromY, 0.0)?,
             UnaryOp::Gelu => grad_binary(g, s, GradCode::GeluFromX, 0.0)?,
             UnaryOp::Silu => grad_binary(g, s, GradCode::SiluFromX, 0.0)?,
+            // PyTorch's log1p_backward: g / (x + 1).
+            UnaryOp::Log1p => g.div(&s.add_scalar(1.0)?)?,
+            UnaryOp::Softplus => g.mul(&s.sigmoid()?)?,
         };
         Ok(vec![Some(gx)])
     }
@@ -69,7 +74,12 @@ pub(crate) fn record_unary(x: &Tensor, op: UnaryOp, out: Tensor) -> Tensor {
     record(out, &[x], |y| {
         let saved = match op {
             UnaryOp::Neg => None,
-            UnaryOp::Abs | UnaryOp::Log | UnaryOp::Gelu | UnaryOp::Silu => Some(x.detach()),
+            UnaryOp::Abs
+            | UnaryOp::Log
+            | UnaryOp::Gelu
+            | UnaryOp::Silu
+            | UnaryOp::Log1p
+            | UnaryOp::Softplus => Some(x.detach()),
             UnaryOp::Exp | UnaryOp::Sqrt | UnaryOp::Relu | UnaryOp::Sigmoid | UnaryOp::Tanh => {
                 Some(y.clone())
             }

@@ -35,6 +35,7 @@ mod reduce_grad;
 pub mod rnn;
 pub(crate) mod segment;
 pub mod softmax;
+pub mod softplus;
 pub(crate) mod transpose_copy;
 pub(crate) mod view_grad;
 pub(crate) mod wg;
@@ -85,6 +86,7 @@ pub use rnn::{
     RnnWeights,
 };
 pub use softmax::{log_softmax, softmax};
+pub use softplus::softplus;
 
 /// The kernel-family registry: one entry per family, each defined as `FAMILY` next to the
 /// family's kernels. A new family adds its `FAMILY` here and nowhere else;

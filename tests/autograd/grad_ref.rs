@@ -91,6 +91,8 @@ pub fn unary_deriv(op: UnaryOp, x: f64) -> f64 {
             cdf + x * (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt()
         }
         UnaryOp::Silu => s * (1.0 + x * (1.0 - s)),
+        UnaryOp::Log1p => 1.0 / (1.0 + x),
+        UnaryOp::Softplus => s,
     }
 }
 
@@ -108,6 +110,10 @@ pub fn unary(op: UnaryOp, x: &[f64], g: &[f64]) -> Want {
             UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu => 0.0,
             UnaryOp::Exp => (2.0 * (3.0 + 2.0 * a) + 2.0) * u() * w.abs(),
             UnaryOp::Log => 6.0 * u() * w.abs(),
+            // g / (x + 1): the sum's rounding (relative 1 ulp) and the division's.
+            UnaryOp::Log1p => 8.0 * u() * w.abs(),
+            // g * sigmoid(x): sigmoid's (8 + 2|x|) ulp and the product.
+            UnaryOp::Softplus => (12.0 + 2.0 * a) * 2.0 * u() * w.abs(),
             UnaryOp::Sqrt => 20.0 * u() * w.abs(),
             UnaryOp::Sigmoid => {
                 g.abs() * ((10.0 + 4.0 * a) * 2.0 * u() * d + 8.0 * u()) + 2.0 * u() * w.abs()

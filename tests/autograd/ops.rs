@@ -189,7 +189,7 @@ pub fn run(
     pollster::block_on(verify_async())
 }
 
-const UNARY: [UnaryOp; 10] = [
+const UNARY: [UnaryOp; 12] = [
     UnaryOp::Neg,
     UnaryOp::Abs,
     UnaryOp::Exp,
@@ -200,6 +200,8 @@ const UNARY: [UnaryOp; 10] = [
     UnaryOp::Tanh,
     UnaryOp::Gelu,
     UnaryOp::Silu,
+    UnaryOp::Log1p,
+    UnaryOp::Softplus,
 ];
 
 /// One case of every op of the family from the same seed.
@@ -216,6 +218,7 @@ fn unary_op(seed: u64, op: UnaryOp) -> Result<(), TestCaseError> {
     let n = numel(&shape);
     let x = rng.values(n, |r| match op {
         UnaryOp::Log | UnaryOp::Sqrt => r.uniform(0.05, 8.0),
+        UnaryOp::Log1p => r.uniform(-0.95, 8.0),
         UnaryOp::Exp => r.uniform(-6.0, 6.0),
         // Exact zeros probe the kinks (relu'(0) = abs'(0) = 0, as PyTorch).
         _ if r.coin(0.1) => 0.0,

@@ -269,6 +269,8 @@ pub fn unary_fn(op: UnaryOp) -> fn(f64) -> f64 {
         UnaryOp::Tanh => f64::tanh,
         UnaryOp::Gelu => gelu,
         UnaryOp::Silu => |x| x * sigmoid(x),
+        UnaryOp::Log1p => f64::ln_1p,
+        UnaryOp::Softplus => |x| x.max(0.0) + (-x.abs()).exp().ln_1p(),
     }
 }
 

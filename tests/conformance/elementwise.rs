@@ -64,7 +64,7 @@ fn shapes(large: bool) -> BoxedStrategy<Vec<usize>> {
 // Unary
 // ---------------------------------------------------------------------------------------------
 
-const UNARY_OPS: [UnaryOp; 10] = [
+const UNARY_OPS: [UnaryOp; 12] = [
     UnaryOp::Neg,
     UnaryOp::Abs,
     UnaryOp::Relu,
@@ -75,6 +75,8 @@ const UNARY_OPS: [UnaryOp; 10] = [
     UnaryOp::Tanh,
     UnaryOp::Gelu,
     UnaryOp::Silu,
+    UnaryOp::Log1p,
+    UnaryOp::Softplus,
 ];
 
 #[derive(Clone, Debug)]
@@ -101,9 +103,19 @@ fn unary_dists(op: UnaryOp, dtype: DType) -> BoxedStrategy<Dist> {
         UnaryOp::Log | UnaryOp::Sqrt => {
             prop_oneof![Just(Dist::PosLog(-4.0, 4.0)), Just(Dist::PosLog(-0.4, 0.4))].boxed()
         }
-        UnaryOp::Sigmoid | UnaryOp::Tanh | UnaryOp::Gelu | UnaryOp::Silu => prop_oneof![
-            Just(Dist::SignedLog(-4.0, 1.0)),
-            Just(Dist::Uniform(-10.0, 10.0))
+        UnaryOp::Sigmoid | UnaryOp::Tanh | UnaryOp::Gelu | UnaryOp::Silu | UnaryOp::Softplus => {
+            prop_oneof![
+                Just(Dist::SignedLog(-4.0, 1.0)),
+                Just(Dist::Uniform(-10.0, 10.0))
+            ]
+            .boxed()
+        }
+        // Above -1: magnitudes down to 1e-6 (where log(1 + x) would lose every digit), the
+        // series' range and beyond.
+        UnaryOp::Log1p => prop_oneof![
+            Just(Dist::SignedLog(-6.0, -0.05)),
+            Just(Dist::Uniform(-0.95, 20.0)),
+            Just(Dist::PosLog(-1.0, 4.0))
         ]
         .boxed(),
     }
@@ -149,6 +161,30 @@ pub(crate) fn unary_err32(op: UnaryOp, x: f64, want: f64) -> f64 {
         UnaryOp::Gelu => 0.5 * x.abs() * (1.5e-7 + 3.0 * EPS32) + ulps(4.0),
         // x * sigmoid(x): sigmoid's 8 + 2|x| ulp, then one product.
         UnaryOp::Silu => ulps(9.0 + 2.0 * x.abs()),
+        // Below |x| = 0.5: x / (2 + x) within 1.5 ulp, a short series whose roundings add
+        // about 2 ulp, and the final product; above, log of 1 + x (rounded by half an ulp of
+        // 1 + x) with WGSL's log bound (absolute 2^-21 on [0.5, 2], else 3 ulp).
+        UnaryOp::Log1p => {
+            if x.abs() < 0.5 {
+                ulps(6.0)
+            } else if (0.5..=2.0).contains(&(1.0 + x)) {
+                2f64.powi(-21) + ulps(2.0)
+            } else {
+                ulps(5.0)
+            }
+        }
+        // max(x, 0) + log1p(e^-|x|): exp's 3 + 2|x| ulp carried through log1p (a factor at
+        // most 1) plus log1p's own bound on the term, then one add.
+        UnaryOp::Softplus => {
+            let e = (-x.abs()).exp();
+            let term = e.ln_1p();
+            let log1p_err = if e < 0.5 {
+                6.0 * EPS32 * term
+            } else {
+                2f64.powi(-21) + 2.0 * EPS32 * term
+            };
+            (3.0 + 2.0 * x.abs()) * EPS32 * term + log1p_err + ulps(1.0)
+        }
     }
 }
 

@@ -42,7 +42,7 @@ impl Drop for Watchdog {
     }
 }
 
-const UNARY: [UnaryOp; 9] = [
+const UNARY: [UnaryOp; 11] = [
     UnaryOp::Neg,
     UnaryOp::Abs,
     UnaryOp::Exp,
@@ -52,6 +52,8 @@ const UNARY: [UnaryOp; 9] = [
     UnaryOp::Sigmoid,
     UnaryOp::Tanh,
     UnaryOp::Gelu,
+    UnaryOp::Log1p,
+    UnaryOp::Softplus,
 ];
 const SCALAR: [ScalarOp; 8] = [
     ScalarOp::Add,
@@ -155,7 +157,8 @@ fn run_call(call: &Call, a: &[usize], b: &[usize]) {
         Call::Unary(o) => {
             let u = UNARY[*o];
             let name = [
-                "neg", "abs", "exp", "log", "sqrt", "relu", "sigmoid", "tanh", "gelu",
+                "neg", "abs", "exp", "log", "sqrt", "relu", "sigmoid", "tanh", "gelu", "log1p",
+                "softplus",
             ][*o];
             (name, ta.unary(u), Some((r::unary(&ad, u), a.to_vec())))
         }

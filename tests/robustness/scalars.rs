@@ -282,3 +282,94 @@ fn layer_state_checks() {
     let w = vals(&emb.weight.narrow(0, p - 1, 3).unwrap());
     assert!(w[0] != 0.0 && w[1] == 0.0 && w[2] != 0.0, "{w:?}");
 }
+
+/// The binary cross entropies keep a tiny loss's digits, as PyTorch's log1p forms: log(1 - x)
+/// and log(1 + e^-x) rounded the small term away (0 where PyTorch gives 1e-8 and 2.06e-9),
+/// and in f16 the sum's steps of 1e-3 made the loss at logit 4 1.3% high.
+#[test]
+fn binary_cross_entropies_keep_tiny_losses() {
+    use wgtensor::ops::{
+        binary_cross_entropy, binary_cross_entropy_with_logits, BceWithLogitsOptions,
+    };
+    let none = BceWithLogitsOptions {
+        reduction: Reduction::None,
+        ..Default::default()
+    };
+    let rel = |got: f32, want: f64, tol: f64| {
+        assert!(
+            ((got as f64) - want).abs() <= tol * want.abs(),
+            "{got} vs {want}"
+        );
+    };
+    let x = t(&[1e-8], &[1]);
+    let y = t(&[0.0], &[1]);
+    let l = binary_cross_entropy(&x, &y, None, Reduction::None).unwrap();
+    rel(vals(&l)[0], -(-1e-8f32 as f64).ln_1p(), 1e-6);
+    let x = t(&[20.0, 0.0], &[2]);
+    let y = t(&[1.0, 1.0], &[2]);
+    let l = vals(&binary_cross_entropy_with_logits(&x, &y, &none).unwrap());
+    let sp = |z: f64| z.max(0.0) + (-z.abs()).exp().ln_1p();
+    // WGSL's exp is within 3 + 2|x| ulp.
+    rel(l[0], sp(-20.0), 45.0 * 6e-8);
+    rel(l[1], sp(0.0), 1e-6);
+    if dev().supports_f16() {
+        let x = t(&[4.0, 8.0], &[2]).to_dtype(DType::F16).unwrap();
+        let y = t(&[1.0, 1.0], &[2]).to_dtype(DType::F16).unwrap();
+        let l = binary_cross_entropy_with_logits(&x, &y, &none).unwrap();
+        let l = vals(&l.to_dtype(DType::F32).unwrap());
+        // One f16 rounding of the exact loss (2^-11 relative).
+        rel(l[0], sp(-4.0), 1e-3);
+        rel(l[1], sp(-8.0), 1e-3);
+    }
+}
+
+/// F.softplus: log(1 + e^(beta x)) / beta, x itself past the threshold, its gradient
+/// sigmoid(beta x) below and 1 above; NaN propagates; nn::Softplus has PyTorch's defaults.
+#[test]
+fn softplus_beta_and_threshold() {
+    use wgtensor::nn::Softplus;
+    use wgtensor::ops::softplus;
+    let xs = [-30.0f32, -1.0, 0.0, 0.5, 4.0, 9.0, 11.0, 30.0, f32::NAN];
+    for (beta, threshold) in [(1.0, 20.0), (2.0, 20.0), (0.5, 3.0), (1.0, 1.0)] {
+        let x = t(&xs, &[xs.len()]).requires_grad().unwrap();
+        let y = softplus(&x, beta, threshold).unwrap();
+        let g = y.sum_all().unwrap().backward().unwrap();
+        let (y, g) = (vals(&y), vals(g.get(&x).unwrap()));
+        for (i, &xv) in xs.iter().enumerate() {
+            let z = beta * xv as f64;
+            let (want, dwant) = if z > threshold {
+                (xv as f64, 1.0)
+            } else {
+                let sp = z.max(0.0) + (-z.abs()).exp().ln_1p();
+                (sp / beta, 1.0 / (1.0 + (-z).exp()))
+            };
+            if xv.is_nan() {
+                assert!(
+                    y[i].is_nan() && g[i].is_nan(),
+                    "beta {beta}: {} {}",
+                    y[i],
+                    g[i]
+                );
+                continue;
+            }
+            // WGSL's exp is within 3 + 2|x| ulp (the small term below 0, sigmoid's tail).
+            let tol = (8.0 + 2.0 * z.abs()) * 6e-8;
+            let close = |got: f32, want: f64| (got as f64 - want).abs() <= tol * want.abs();
+            assert!(
+                close(y[i], want),
+                "beta {beta} threshold {threshold} x {xv}: {} vs {want}",
+                y[i]
+            );
+            assert!(
+                close(g[i], dwant),
+                "beta {beta} threshold {threshold} x {xv}: grad {} vs {dwant}",
+                g[i]
+            );
+        }
+    }
+    let d = Softplus::default();
+    assert_eq!((d.beta, d.threshold), (1.0, 20.0));
+    let y = vals(&d.forward(&t(&[0.0], &[1])).unwrap());
+    assert!((y[0] as f64 - 2f64.ln()).abs() < 1e-7);
+    assert!(softplus(&t(&[0.0], &[1]), f64::NAN, 20.0).is_err());
+}
