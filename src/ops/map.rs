@@ -619,9 +619,12 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), MAP_DEFS.len());
-        assert_eq!(MapOp::Scalar(ScalarOp::Min).code(), 18);
-        assert_eq!(MapOp::Scalar(ScalarOp::Pow).code(), 19);
+        assert_eq!(MapOp::Scalar(ScalarOp::Add).code(), 13);
+        assert_eq!(MapOp::Scalar(ScalarOp::Min).code(), 20);
+        assert_eq!(MapOp::Scalar(ScalarOp::Pow).code(), 21);
         assert_eq!(MapOp::Unary(UnaryOp::Gelu).code(), 9);
         assert_eq!(MapOp::Unary(UnaryOp::Silu).code(), 10);
+        assert_eq!(MapOp::Unary(UnaryOp::Log1p).code(), 11);
+        assert_eq!(MapOp::Unary(UnaryOp::Softplus).code(), 12);
     }
 }
