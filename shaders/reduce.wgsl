@@ -283,7 +283,9 @@ fn reduce_rows_split(@builtin(workgroup_id) wid: vec3<u32>,
     carry[j * p.n_out + o] = acc;
 }
 
-// One invocation per output: its segments folded in order, then stored.
+// One invocation per output: its segments folded in order, in groups of 16 whose folds are
+// then folded (a sum of 256 partials adds 32 times in turn, not 256: each add in turn
+// rounds, all the same way on constant data), then stored.
 @compute @workgroup_size(WG)
 fn reduce_rows_partials(@builtin(workgroup_id) wid: vec3<u32>,
                         @builtin(num_workgroups) nwg: vec3<u32>,
@@ -293,8 +295,12 @@ fn reduce_rows_partials(@builtin(workgroup_id) wid: vec3<u32>,
         return;
     }
     var acc = identity();
-    for (var j = 0u; j < p.segs; j++) {
-        acc = fold(acc, carry[j * p.n_out + o]);
+    for (var j0 = 0u; j0 < p.segs; j0 += 16u) {
+        var group = identity();
+        for (var j = j0; j < min(j0 + 16u, p.segs); j++) {
+            group = fold(group, carry[j * p.n_out + o]);
+        }
+        acc = fold(acc, group);
     }
     y[p.out_off + o] = finish(acc);
 }

@@ -178,6 +178,12 @@ pub(crate) fn split_long_rows(caps: &Caps, rows: usize, len: usize) -> Option<(u
     Some((len.div_ceil(seg_len) as u32, seg_len as u32))
 }
 
+/// On CPU adapters, the most values one lane adds in turn before a tree or a partial pass
+/// takes over. PyTorch's CPU sums cascade (a few ulp over any length); a lane adding thousands
+/// of f32 values one by one loses a little with every add, all the same way on constant data:
+/// the sum of 10^7 values of 0.1 came out 3.7e-4 high with 39000 per lane, 1.2e-6 at 64.
+const CPU_RUN: usize = 64;
+
 #[doc(hidden)]
 /// Which kernel reduces `red_len` elements (`red_stride` apart) for each of `n_out` outputs: a
 /// pure function of the problem and the adapter (unit-tested without a GPU).
@@ -189,15 +195,33 @@ pub(crate) fn split_long_rows(caps: &Caps, rows: usize, len: usize) -> Option<(u
 /// leaves the device idle (a sum of every element runs on one of 132 SMs) the reductions are
 /// split into segments until about two workgroups per estimated slot
 /// ([`Caps::parallelism`](crate::Caps::parallelism)) run. CPU adapters keep their plan, no
-/// split: on lavapipe (2 threads) a sum of 2^26 values split into 4 segments measured no
-/// faster than one workgroup (about 0.4 s either way).
+/// split for speed (on lavapipe, 2 threads, a sum of 2^26 values split into 4 segments
+/// measured no faster than one workgroup, about 0.4 s either way), but for accuracy: no lane
+/// adds more than about [`CPU_RUN`] values in turn where segments can prevent it.
 pub fn reduce_plan(caps: &Caps, n_out: usize, red_len: usize, red_stride: usize) -> ReducePlan {
     let few_long = red_len > 64 && n_out < 4096;
     if caps.cpu {
-        return if few_long {
-            ReducePlan::Workgroup
-        } else {
-            ReducePlan::Rows
+        if few_long {
+            if red_len.div_ceil(WG as usize) <= CPU_RUN {
+                return ReducePlan::Workgroup;
+            }
+            let segs = red_len.div_ceil(CPU_RUN * WG as usize).min(MAX_SEGS);
+            let seg_len = red_len.div_ceil(segs).div_ceil(WG as usize) * WG as usize;
+            return ReducePlan::Split {
+                segs: red_len.div_ceil(seg_len) as u32,
+                seg_len: seg_len as u32,
+            };
+        }
+        if red_len <= 2 * CPU_RUN {
+            return ReducePlan::Rows;
+        }
+        // Segments of about CPU_RUN values, their partials folded in turn (at most
+        // MAX_ROW_SEGS).
+        let segs = red_len.div_ceil(CPU_RUN).min(MAX_ROW_SEGS);
+        let seg_len = red_len.div_ceil(segs);
+        return ReducePlan::RowsSplit {
+            segs: red_len.div_ceil(seg_len) as u32,
+            seg_len: seg_len as u32,
         };
     }
     if red_len <= 64 {
@@ -558,10 +582,42 @@ mod plan_tests {
     #[test]
     fn cpu_adapters_keep_rows_and_workgroups() {
         let lvp = Caps::test_lavapipe(2);
-        assert_eq!(reduce_plan(&lvp, 1, 1 << 26, 1), ReducePlan::Workgroup);
         assert_eq!(reduce_plan(&lvp, 3, 5000, 1), ReducePlan::Workgroup);
-        assert_eq!(reduce_plan(&lvp, 4096, 5000, 1), ReducePlan::Rows);
         assert_eq!(reduce_plan(&lvp, 3, 64, 1), ReducePlan::Rows);
+        assert_eq!(reduce_plan(&lvp, 4096, 100, 1), ReducePlan::Rows);
+        // Long runs per lane are cut for accuracy: at most about CPU_RUN values a lane adds
+        // in turn (segments of 64 per lane; 1024 at most, whose fold takes 4 per lane).
+        assert_eq!(
+            reduce_plan(&lvp, 1, 1 << 26, 1),
+            ReducePlan::Split {
+                segs: 1024,
+                seg_len: 1 << 16
+            }
+        );
+        assert_eq!(
+            reduce_plan(&lvp, 1, 10_000_000, 1),
+            ReducePlan::Split {
+                segs: 611,
+                seg_len: 16384
+            }
+        );
+        assert_eq!(
+            reduce_plan(&lvp, 4096, 5000, 1),
+            ReducePlan::RowsSplit {
+                segs: 79,
+                seg_len: 64
+            }
+        );
+        for (n_out, len) in [(1, 16385), (5, 1 << 20), (4096, 129), (10_000, 1 << 16)] {
+            let (segs, seg_len) = match reduce_plan(&lvp, n_out, len, 1) {
+                ReducePlan::Split { segs, seg_len } | ReducePlan::RowsSplit { segs, seg_len } => {
+                    (segs as usize, seg_len as usize)
+                }
+                p => panic!("{n_out} x {len}: {p:?}"),
+            };
+            assert!(seg_len * (segs - 1) < len && seg_len * segs >= len);
+            assert!(segs >= 2 && segs <= MAX_SEGS);
+        }
     }
 
     #[test]
@@ -630,9 +686,15 @@ mod plan_tests {
         // Short reductions and outputs enough to fill the device stay one invocation each.
         assert_eq!(reduce_plan(&gpu, 10_000, 100, 10_000), ReducePlan::Rows);
         assert_eq!(reduce_plan(&gpu, 1 << 18, 1000, 1 << 18), ReducePlan::Rows);
-        // CPU adapters never split.
+        // CPU adapters split only to keep runs short (segments of 64 for accuracy).
         let lvp = Caps::test_lavapipe(2);
-        assert_eq!(reduce_plan(&lvp, 4096, 16384, 4096), ReducePlan::Rows);
+        assert_eq!(
+            reduce_plan(&lvp, 4096, 16384, 4096),
+            ReducePlan::RowsSplit {
+                segs: 256,
+                seg_len: 64
+            }
+        );
     }
 
     #[test]

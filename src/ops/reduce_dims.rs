@@ -125,13 +125,16 @@ impl Tensor {
         s.div_scalar(count as f64)
     }
 
-    /// The sum of every element, as a `[]` tensor (PyTorch's `sum()`).
+    /// The sum of every element, as a `[]` tensor (PyTorch's `sum()`). A view that is not
+    /// packed (a broadcast, a transpose) is reduced a dim at a time rather than copied whole
+    /// first ([`Tensor::sum_dims`] over every dim).
     pub fn sum_all(&self) -> Result<Tensor> {
-        self.reshape(&[self.numel()])?.sum(0, false)
+        self.sum_dims(&[], false)
     }
 
-    /// The mean of every element, as a `[]` tensor (NaN when empty, as PyTorch's `mean()`).
+    /// The mean of every element, as a `[]` tensor (NaN when empty, as PyTorch's `mean()`);
+    /// views as [`Tensor::sum_all`].
     pub fn mean_all(&self) -> Result<Tensor> {
-        self.reshape(&[self.numel()])?.mean(0, false)
+        self.mean_dims(&[], false)
     }
 }
