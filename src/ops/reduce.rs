@@ -616,7 +616,7 @@ mod plan_tests {
                 p => panic!("{n_out} x {len}: {p:?}"),
             };
             assert!(seg_len * (segs - 1) < len && seg_len * segs >= len);
-            assert!(segs >= 2 && segs <= MAX_SEGS);
+            assert!((2..=MAX_SEGS).contains(&segs));
         }
     }
 
