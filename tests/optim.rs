@@ -348,6 +348,38 @@ fn clip_grad_norm_scales_on_the_device() {
     }
 }
 
+/// f16 gradients get an f16 norm, each gradient's norm rounded to f16 as PyTorch's per-tensor
+/// norms: past 65504 it is inf, the coefficient 0 and the gradients zeroed (PyTorch without
+/// error_if_nonfinite). Mixed dtypes give the promoted one.
+#[test]
+fn clip_grad_norm_f16_gradients() {
+    if !dev().supports_f16() {
+        return;
+    }
+    let h = |v: &[f32], shape: &[usize]| {
+        Tensor::from_slice(dev(), v, shape)
+            .unwrap()
+            .to_dtype(DType::F16)
+            .unwrap()
+    };
+    let back = |t: &Tensor| vals(&t.to_dtype(DType::F32).unwrap());
+    let g = h(&[3.0, 4.0], &[2]);
+    let (clipped, norm) = clip_grad_norm(&[&g], 1.0).unwrap();
+    assert_eq!(norm.dtype(), DType::F16);
+    assert_eq!(back(&norm), vec![5.0]);
+    for (got, want) in back(&clipped[0]).into_iter().zip([0.6, 0.8]) {
+        assert!((got - want).abs() <= 1e-3, "f16 clipped: {got} vs {want}");
+    }
+    // 300 values of 4000: a norm of 69282, inf in f16.
+    let big = h(&[4000.0; 300], &[300]);
+    let (clipped, norm) = clip_grad_norm(&[&big], 1.0).unwrap();
+    assert_eq!(back(&norm), vec![f64::INFINITY]);
+    assert!(back(&clipped[0]).iter().all(|&v| v == 0.0));
+    let g32 = Tensor::from_slice(dev(), &[0.0f32, 12.0], &[2]).unwrap();
+    let (_, norm) = clip_grad_norm(&[&g, &g32], 1.0).unwrap();
+    assert_eq!((norm.dtype(), vals(&norm)), (DType::F32, vec![13.0]));
+}
+
 #[test]
 fn errors_name_the_optimizer() {
     let base = Tensor::zeros(dev(), &[4], DType::F32).unwrap();

@@ -82,6 +82,12 @@ const ADAM_STATE: [&str; 3] = ["exp_avg", "exp_avg_sq", "max_exp_avg_sq"];
 
 /// Adam and AdamW (PyTorch's `torch.optim.Adam` / `AdamW`), with AMSGrad optional.
 ///
+/// f32 parameters follow PyTorch's single-tensor arithmetic. f16 parameters (and their
+/// moments, kept in f16 as PyTorch keeps them) follow its `fused=True` step: the moments are
+/// updated and used in f32 and rounded once when stored. PyTorch's default foreach step
+/// rounds each moment to f16 before using it, so a tiny gradient's `v` becomes 0 there and its
+/// step `m / (sqrt(0) + eps)` huge (eps 1e-8 is 0 in f16); here that step stays finite.
+///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
 /// use wgtensor::{DType, Device, Tensor};

@@ -6,9 +6,12 @@ use crate::{Error, Result, Tensor};
 
 /// Scales `grads` so that their joint L2 norm is at most `max_norm` (PyTorch's
 /// `clip_grad_norm_`: coefficient `max_norm / (total_norm + 1e-6)` clamped to 1), entirely on
-/// the device. Returns the new gradients and the total norm before clipping (a `[]` tensor).
-/// `max_norm` may be `f64::INFINITY` to measure the norm alone; the list must not be empty
-/// (the norm tensor needs a device).
+/// the device. Returns the new gradients and the total norm before clipping (a `[]` tensor of
+/// the gradients' promoted dtype, as PyTorch's: f16 for f16 gradients). Each gradient's norm is
+/// summed in f32 and rounded to its dtype, as PyTorch's per-tensor norms are: an f16 gradient
+/// whose norm passes 65504 makes the total inf and the coefficient 0, zeroing the gradients as
+/// PyTorch does without `error_if_nonfinite`. `max_norm` may be `f64::INFINITY` to measure
+/// the norm alone; the list must not be empty (the norm tensor needs a device).
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
@@ -31,12 +34,20 @@ pub fn clip_grad_norm(grads: &[&Tensor], max_norm: f64) -> Result<(Vec<Tensor>, 
     let Some(first) = grads.first() else {
         return Err(Error::arg(op, "no gradients given"));
     };
+    let f32_ = crate::DType::F32;
     let mut total: Option<Tensor> = None;
+    let mut dtype = first.dtype();
     for g in grads {
         first.same_device(op, g)?;
-        // Squares summed in f32, so f16 gradients do not overflow the norm.
-        let flat = g.reshape(&[g.numel()])?.to_dtype(crate::DType::F32)?;
-        let sq = flat.mul(&flat)?.sum(0, false)?;
+        dtype = crate::dtype::promote(dtype, g.dtype());
+        // Squares summed in f32 (no f16 overflow on the way), the norm rounded to the
+        // gradient's dtype as PyTorch's per-tensor norms.
+        let flat = g.reshape(&[g.numel()])?.to_dtype(f32_)?;
+        let mut n = flat.mul(&flat)?.sum(0, false)?.sqrt()?;
+        if g.dtype() != f32_ {
+            n = n.to_dtype(g.dtype())?.to_dtype(f32_)?;
+        }
+        let sq = n.mul(&n)?;
         total = Some(match total {
             None => sq,
             Some(t) => t.add(&sq)?,
@@ -45,7 +56,10 @@ pub fn clip_grad_norm(grads: &[&Tensor], max_norm: f64) -> Result<(Vec<Tensor>, 
     let Some(total) = total else {
         return Err(Error::arg(op, "no gradients given"));
     };
-    let norm = total.sqrt()?;
+    let mut norm = total.sqrt()?;
+    if dtype != f32_ {
+        norm = norm.to_dtype(dtype)?;
+    }
     let coef = norm
         .add_scalar(1e-6)?
         .scalar_op(ScalarOp::RDiv, max_norm)?
