@@ -391,7 +391,9 @@ fn set_knobs(args: &[String]) {
     if let Some(n) = args.iter().find_map(|a| a.strip_prefix("--parallelism=")) {
         let n: usize = n
             .parse()
-            .unwrap_or_else(|_| panic!("--parallelism={n}: expected a count of at least 1"));
+            .ok()
+            .filter(|&n| n >= 1)
+            .unwrap_or_else(|| panic!("--parallelism={n}: expected a count of at least 1"));
         let _ = PARALLELISM.set(n);
     }
     match args.iter().find_map(|a| a.strip_prefix("--memory-hints=")) {

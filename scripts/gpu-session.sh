@@ -20,7 +20,7 @@
 #                                     ms per case side by side in $OUT/ab.log (without a patched
 #                                     build, B is the bench run with AB_B_FLAGS, e.g.
 #                                     --parallelism=512 or --memory-hints=dedicated). Every run
-#                                     also logs the GPU's clocks beside the case lines
+#                                     but `run suite` logs the GPU's clocks beside the case lines
 #                                     ($OUT/clocks.log). A plan change is
 #                                     kept only if it wins here: changes timed on reasoning alone
 #                                     made four of eight GPU plans slower once
@@ -160,14 +160,17 @@ measure() {
   fi
   # 1. Correctness on the real adapter first: its figures mean nothing if a kernel is wrong.
   [ "$what" = bench ] || [ "$what" = checks ] && TESTS=
-  # The suites run side by side (16 cores; correctness only, nothing timed yet).
+  # The suites run side by side (16 cores; correctness only, nothing timed yet). Waited for
+  # by pid: a bare `wait` would also wait for run's clock logger, which never ends.
+  local pids=()
   for t in $TESTS; do
     [ -x ".gpu/$t" ] || chmod +x ".gpu/$t" 2>/dev/null || continue
     # shellcheck disable=SC2086
     (timeout "$TEST_TIMEOUT" ".gpu/$t" --test-threads 4 $TEST_FILTER >"$out/test-$t.log" 2>&1
       echo $? >"$out/rc-$t") &
+    pids+=($!)
   done
-  wait
+  [ ${#pids[@]} -eq 0 ] || wait "${pids[@]}"
   for t in $TESTS; do
     local rc
     rc=$(cat "$out/rc-$t" 2>/dev/null || echo missing)
