@@ -3,11 +3,12 @@
 // `reduce_rows`: one invocation per output (many outputs / short reductions).
 // `reduce_wg`: one workgroup per output, strided partial folds then a shared-memory tree
 // (few outputs / long reductions).
-// `reduce_wg_split` + `reduce_partials` (GPUs, too few outputs to fill the device): each output's
+// `reduce_wg_split` + `reduce_partials` (GPUs: too few outputs to fill the device; CPU adapters:
+// sums whose lanes would each add more than about 64 values in turn): each output's
 // reduction cut into `segs` segments, one workgroup each, whose folds land in an f32 workspace,
 // then one workgroup per output folds its segments in order.
-// `reduce_rows_split` + `reduce_rows_partials` (GPUs, many outputs with long reductions, e.g. a
-// bias gradient summing 16k rows per column): invocation (o, j) folds segment j of output o
+// `reduce_rows_split` + `reduce_rows_partials` (GPUs: many outputs with long reductions, e.g. a
+// bias gradient summing 16k rows per column; CPU adapters: sums of rows past 128): invocation (o, j) folds segment j of output o
 // into the workspace at [j, o], then one invocation per output folds its segments in order. Needs lib/activation.wgsl (the NaN-propagating max/min).
 
 struct Params {

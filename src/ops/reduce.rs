@@ -1,8 +1,9 @@
 //! Reductions over one axis (shaders/reduce.wgsl). The general kernel later families reuse:
 //! any strided input, fixed-order accumulation in f32, and three variants picked by a plain
 //! function of the problem and the adapter ([`reduce_plan`]): one invocation per output, one
-//! workgroup per output, or (GPUs, too few outputs to fill the device) each output split into
-//! segments reduced by a workgroup each, then their partials.
+//! workgroup per output, or each output split into segments reduced by a workgroup (or an
+//! invocation) each, then their partials: on GPUs when the outputs are too few to fill the
+//! device, on CPU adapters to keep a sum's runs short (accuracy).
 
 use bytemuck::{Pod, Zeroable};
 
@@ -137,7 +138,20 @@ pub enum ReducePlan {
     },
 }
 
-/// The most segments a rows split cuts an output into (the partial pass folds them serially).
+impl ReducePlan {
+    /// The plan without its segments: a split's per-output kernel (`Split` -> `Workgroup`,
+    /// `RowsSplit` -> `Rows`).
+    pub(crate) fn unsplit(self) -> ReducePlan {
+        match self {
+            ReducePlan::Split { .. } => ReducePlan::Workgroup,
+            ReducePlan::RowsSplit { .. } => ReducePlan::Rows,
+            p => p,
+        }
+    }
+}
+
+/// The most segments a rows split cuts an output into (the partial pass folds them in turn,
+/// in groups of 16).
 const MAX_ROW_SEGS: usize = 256;
 /// The fewest values a rows-split segment holds.
 const MIN_ROW_SEG: usize = 64;
@@ -324,8 +338,22 @@ impl Tensor {
         };
         let consts = [("OP", op.code() as f64), ("WG", WG as f64)];
         let dts = [self.dtype];
-        let plan = reduce_plan(dev.caps(), n_out, red_len, self.strides()[d]);
-        let wg_variant = plan != ReducePlan::Rows;
+        let mut plan = reduce_plan(dev.caps(), n_out, red_len, self.strides()[d]);
+        let limit = dev.max_binding_bytes();
+        let partials = match plan {
+            ReducePlan::Split { segs, .. } | ReducePlan::RowsSplit { segs, .. } => {
+                n_out as u64 * segs as u64 * 4
+            }
+            _ => 0,
+        };
+        // CPU adapters split for a sum's accuracy alone: max and min are exact in any order.
+        // And a workspace past one binding (a broadcast input holds far fewer bytes than its
+        // outputs' partials) keeps the unsplit kernel.
+        if (dev.caps().cpu && matches!(op, ReduceOp::Max | ReduceOp::Min)) || partials > limit {
+            plan = plan.unsplit();
+        }
+        // Windows of a split plan run its unsplit kernel.
+        let wg_variant = matches!(plan, ReducePlan::Workgroup | ReducePlan::Split { .. });
         let launch = |p: &ReduceParams, binds: &[Bind], n: u64| {
             let (kernel, groups) = if wg_variant {
                 (&WORKGROUP, n)
@@ -343,7 +371,6 @@ impl Tensor {
                 grid,
             )
         };
-        let limit = dev.max_binding_bytes();
         if self.buffer().size() <= limit && out.buffer().size() <= limit {
             let split = match plan {
                 ReducePlan::Split { segs, seg_len } => Some((segs, seg_len, &SPLIT, &PARTIALS, 1)),
@@ -353,8 +380,7 @@ impl Tensor {
                 _ => None,
             };
             if let Some((segs, seg_len, parts, fold, per_group)) = split {
-                // The workspace of n_out * segs f32 partials is far below one binding:
-                // n_out * segs < 4 * parallelism workgroups' worth by the plans.
+                // The workspace of n_out * segs f32 partials fits one binding (checked above).
                 let ws =
                     crate::runtime::Storage::scratch(dev, name, n_out as u64 * segs as u64 * 4)?;
                 params.segs = segs;
@@ -580,7 +606,7 @@ mod plan_tests {
     use super::*;
 
     #[test]
-    fn cpu_adapters_keep_rows_and_workgroups() {
+    fn cpu_adapters_split_only_for_accuracy() {
         let lvp = Caps::test_lavapipe(2);
         assert_eq!(reduce_plan(&lvp, 3, 5000, 1), ReducePlan::Workgroup);
         assert_eq!(reduce_plan(&lvp, 3, 64, 1), ReducePlan::Rows);
@@ -616,7 +642,8 @@ mod plan_tests {
                 p => panic!("{n_out} x {len}: {p:?}"),
             };
             assert!(seg_len * (segs - 1) < len && seg_len * segs >= len);
-            assert!((2..=MAX_SEGS).contains(&segs));
+            let cap = if n_out < 4096 { MAX_SEGS } else { MAX_ROW_SEGS };
+            assert!((2..=cap).contains(&segs), "{n_out} x {len}: {segs}");
         }
     }
 

@@ -125,16 +125,30 @@ impl Tensor {
         s.div_scalar(count as f64)
     }
 
-    /// The sum of every element, as a `[]` tensor (PyTorch's `sum()`). A view that is not
-    /// packed (a broadcast, a transpose) is reduced a dim at a time rather than copied whole
-    /// first ([`Tensor::sum_dims`] over every dim).
+    /// The sum of every element, as a `[]` tensor (PyTorch's `sum()`). An f32 view that is
+    /// not packed (a broadcast, a transpose) is reduced a dim at a time rather than copied
+    /// whole first ([`Tensor::sum_dims`] over every dim); f16 such views are copied packed
+    /// (the dim-at-a-time sum of f16 widens a copy to f32, twice the bytes) and summed once.
     pub fn sum_all(&self) -> Result<Tensor> {
+        if self.f16_view_to_pack() {
+            return self.reshape(&[self.numel()])?.sum(0, false);
+        }
         self.sum_dims(&[], false)
     }
 
     /// The mean of every element, as a `[]` tensor (NaN when empty, as PyTorch's `mean()`);
     /// views as [`Tensor::sum_all`].
     pub fn mean_all(&self) -> Result<Tensor> {
+        if self.f16_view_to_pack() {
+            return self.reshape(&[self.numel()])?.mean(0, false);
+        }
         self.mean_dims(&[], false)
+    }
+
+    /// An f16 tensor of several dims that no reshape can view flat.
+    fn f16_view_to_pack(&self) -> bool {
+        self.dtype() == DType::F16
+            && self.rank() > 1
+            && self.layout.reshape(&[self.numel()]).is_none()
     }
 }
