@@ -33,6 +33,10 @@ fn lstm_step(@builtin(workgroup_id) wid: vec3<u32>,
              @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
     let i = flat_index(wid, nwg, lid);
+    // Past the last (row, unit): a grid split over y rounds its rows up (no barriers here).
+    if (i >= p.batch * p.hidden) {
+        return;
+    }
     let b = i / p.hidden;
     let j = i % p.hidden;
     lstm_finish(b, j, recurrent_dot(b, j, 4u) + hidden_bias(j, 4u));
@@ -43,6 +47,10 @@ fn gru_step(@builtin(workgroup_id) wid: vec3<u32>,
             @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_index) lid: u32) {
     let i = flat_index(wid, nwg, lid);
+    // Past the last (row, unit): a grid split over y rounds its rows up (no barriers here).
+    if (i >= p.batch * p.hidden) {
+        return;
+    }
     let b = i / p.hidden;
     let j = i % p.hidden;
     gru_finish(b, j, recurrent_dot(b, j, 3u) + hidden_bias(j, 3u));
@@ -54,6 +62,10 @@ fn load_state(@builtin(workgroup_id) wid: vec3<u32>,
               @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
     let i = flat_index(wid, nwg, lid);
+    // Past the last (row, unit): a grid split over y rounds its rows up (no barriers here).
+    if (i >= p.batch * p.hidden) {
+        return;
+    }
     let b = i / p.hidden;
     let j = i % p.hidden;
     if (b >= p.batch) {

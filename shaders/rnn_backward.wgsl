@@ -23,6 +23,10 @@ fn lstm_backward_step(@builtin(workgroup_id) wid: vec3<u32>,
                       @builtin(num_workgroups) nwg: vec3<u32>,
                       @builtin(local_invocation_index) lid: u32) {
     let i = (wid.x + wid.y * nwg.x) * WG + lid;
+    // Past the last (row, unit): a grid split over y rounds its rows up (no barriers here).
+    if (i >= p.batch * p.hidden) {
+        return;
+    }
     let b = i / p.hidden;
     let j = i % p.hidden;
     lstm_backward_finish(b, j, recurrent_grad(b, j));
@@ -33,6 +37,10 @@ fn gru_backward_step(@builtin(workgroup_id) wid: vec3<u32>,
                      @builtin(num_workgroups) nwg: vec3<u32>,
                      @builtin(local_invocation_index) lid: u32) {
     let i = (wid.x + wid.y * nwg.x) * WG + lid;
+    // Past the last (row, unit): a grid split over y rounds its rows up (no barriers here).
+    if (i >= p.batch * p.hidden) {
+        return;
+    }
     let b = i / p.hidden;
     let j = i % p.hidden;
     gru_backward_finish(b, j, recurrent_grad(b, j));

@@ -1,5 +1,5 @@
-//! Activation layers that are compositions of elementwise ops (autograd differentiates them
-//! through their parts): PyTorch's `nn.Hardtanh`, `nn.ReLU6`, `nn.Hardsigmoid`, `nn.Hardswish`
+//! Activation layers over the functional ops (compositions of elementwise ops, or ops that
+//! record PyTorch's own backward: hardtanh, hardsigmoid, hardswish, softplus): PyTorch's `nn.Hardtanh`, `nn.ReLU6`, `nn.Hardsigmoid`, `nn.Hardswish`
 //! (MobileNet), `nn.LeakyReLU`, `nn.Softplus`, `nn.Softmax` and `nn.LogSoftmax`. The single-op activations (`ReLU`, `GELU`,
 //! `SiLU`, ...) are in layers.rs.
 
@@ -66,7 +66,7 @@ impl Default for LeakyReLU {
     }
 }
 
-/// PyTorch's `nn.Softplus(beta, threshold)`: [`softplus`](crate::ops::softplus), `log(1 +
+/// PyTorch's `nn.Softplus(beta, threshold)`: [`softplus`](crate::ops::softplus()), `log(1 +
 /// e^(beta x)) / beta`, and `x` where `beta x > threshold`.
 #[derive(Debug, Clone, Copy)]
 pub struct Softplus {

@@ -61,6 +61,10 @@ pub(crate) enum GradCode {
     PassAbove = 14,
     /// `a` where `b < scalar`: hardsigmoid's upper bound.
     PassBelow = 15,
+    /// `a * hardswish'(x)`, `b = x`: 0 below -3, `x / 3 + 1/2` up to 3, 1 above.
+    HardswishFromX = 16,
+    /// `a * sigmoid(x)` (softplus'), `b = x`.
+    SoftplusFromX = 17,
 }
 
 /// The shader's names of the [`GradCode`]s, one row per code in order.
@@ -81,6 +85,8 @@ pub(crate) const GRAD_DEFS: &[(&str, u32)] = &[
     ("GRAD_PASS_BELOW_OR_NAN", GradCode::PassBelowOrNan as u32),
     ("GRAD_PASS_ABOVE", GradCode::PassAbove as u32),
     ("GRAD_PASS_BELOW", GradCode::PassBelow as u32),
+    ("GRAD_HARDSWISH_FROM_X", GradCode::HardswishFromX as u32),
+    ("GRAD_SOFTPLUS_FROM_X", GradCode::SoftplusFromX as u32),
 ];
 
 /// `g * act'`, the gradient before a fused activation, for every epilogue's backward (GEMM,
@@ -323,6 +329,6 @@ mod tests {
         for (i, (name, code)) in GRAD_DEFS.iter().enumerate() {
             assert_eq!(*code as usize, i, "{name}");
         }
-        assert_eq!(GRAD_DEFS.len(), GradCode::PassBelow as usize + 1);
+        assert_eq!(GRAD_DEFS.len(), GradCode::SoftplusFromX as usize + 1);
     }
 }

@@ -63,12 +63,8 @@ impl BackwardOp for HardswishBackward {
         let Some(g) = grads.first().and_then(Option::as_ref) else {
             return Ok(vec![None]);
         };
-        let x = &self.x;
-        let inside = g.mul(&x.div_scalar(3.0)?.add_scalar(0.5)?)?;
-        let upper = x.gt_scalar(3.0)?.where_cond(g, &inside)?;
-        // An exact 0 below -3, even for an infinite g.
-        let zero = Tensor::zeros(g.device(), g.shape(), g.dtype())?;
-        Ok(vec![Some(x.lt_scalar(-3.0)?.where_cond(&zero, &upper)?)])
+        let gx = grad_binary(g, &self.x, GradCode::HardswishFromX, 0.0)?;
+        Ok(vec![Some(gx)])
     }
 
     fn saved(&self) -> Vec<&Tensor> {

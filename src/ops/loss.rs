@@ -85,8 +85,8 @@ pub struct BceWithLogitsOptions<'a> {
 }
 
 /// PyTorch's `binary_cross_entropy_with_logits`, in its numerically stable form:
-/// `(1 - y) x + l (log(exp(-m) + exp(-x - m)) + m)` with `m = max(-x, 0)` and
-/// `l = 1 + (pos_weight - 1) y`.
+/// `(1 - y) x + l softplus(-x)` with `softplus(z) = max(z, 0) + log1p(exp(-|z|))` (PyTorch's
+/// `-log_sigmoid(x)`) and `l = 1 + (pos_weight - 1) y`.
 pub fn binary_cross_entropy_with_logits(
     input: &Tensor,
     target: &Tensor,

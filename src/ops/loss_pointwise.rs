@@ -171,14 +171,16 @@ pub fn huber_loss(
             format!("huber_loss does not support non-positive values for delta, got {delta}"),
         ));
     }
-    // Mixed float dtypes computed in the promoted one, the loss in the input's: PyTorch's
-    // kernel writes into `empty_like(input)`.
+    // Mixed float dtypes computed in the promoted one, each element's loss stored in the
+    // input's (PyTorch's kernel writes into `empty_like(input)`: an f16 element past 65504 is
+    // inf before any mean), then reduced.
     if let Some((i, t)) = promoted(input, target)? {
-        let loss = huber_loss(&i, &t, reduction, delta)?;
-        return match loss.dtype() == input.dtype() {
-            true => Ok(loss),
-            false => loss.to_dtype(input.dtype()),
+        let loss = huber_loss(&i, &t, Reduction::None, delta)?;
+        let loss = match loss.dtype() == input.dtype() {
+            true => loss,
+            false => loss.to_dtype(input.dtype())?,
         };
+        return reduce(loss, reduction);
     }
     broadcastable(op, input, target)?;
     // Infinite once cast to f32 (the kernels' type), as PyTorch's kernel casts it; the

@@ -68,7 +68,7 @@ pub enum UnaryOp {
     /// `log(1 + x)`, accurate for small `x` (`torch.log1p`): -inf at -1, NaN below.
     Log1p,
     /// `log(1 + e^x)` without overflow (`torch.nn.functional.softplus` with `beta` 1 and no
-    /// threshold; [`softplus`](crate::ops::softplus) takes both).
+    /// threshold; [`softplus`](crate::ops::softplus()) takes both).
     Softplus,
 }
 

@@ -63,7 +63,7 @@ impl BackwardOp for UnaryBackward {
             UnaryOp::Silu => grad_binary(g, s, GradCode::SiluFromX, 0.0)?,
             // PyTorch's log1p_backward: g / (x + 1).
             UnaryOp::Log1p => g.div(&s.add_scalar(1.0)?)?,
-            UnaryOp::Softplus => g.mul(&s.sigmoid()?)?,
+            UnaryOp::Softplus => grad_binary(g, s, GradCode::SoftplusFromX, 0.0)?,
         };
         Ok(vec![Some(gx)])
     }

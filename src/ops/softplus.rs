@@ -28,6 +28,11 @@ pub fn softplus(x: &Tensor, beta: f64, threshold: f64) -> Result<Tensor> {
             format!("beta and threshold must be numbers, got beta {beta}, threshold {threshold}"),
         ));
     }
+    // f16 with a beta scales in f32 and rounds once, as PyTorch's kernel computes beta x in
+    // float (an f16 product would round before the threshold test and the formula).
+    if beta != 1.0 && x.dtype() != crate::DType::F32 {
+        return softplus(&x.to_dtype(crate::DType::F32)?, beta, threshold)?.to_dtype(x.dtype());
+    }
     let (z, y) = if beta == 1.0 {
         (x.clone(), x.unary(UnaryOp::Softplus)?)
     } else {

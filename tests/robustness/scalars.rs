@@ -132,6 +132,11 @@ fn losses_promote_mixed_float_dtypes() {
     assert_eq!(l.backward().unwrap().get(&x).unwrap().dtype(), DType::F16);
     let l = wgtensor::ops::huber_loss(&y, &x, Reduction::Sum, 1.0).unwrap();
     assert_eq!((l.dtype(), vals(&l)), (DType::F32, vec![1.5]));
+    // Each element's loss is stored in f16 before the mean: 66503.5 is inf there.
+    let big = t(&[65504.0, 0.0], &[2]).to_dtype(DType::F16).unwrap();
+    let far = t(&[-1000.0, 0.0], &[2]);
+    let l = wgtensor::ops::huber_loss(&big, &far, Reduction::Mean, 1.0).unwrap();
+    assert_eq!(vals(&l.to_dtype(DType::F32).unwrap()), vec![f32::INFINITY]);
 }
 
 /// A beta that rounds to 0 in f32 does not read C (BLAS's beta 0): NaN in C stays out, as
@@ -367,6 +372,15 @@ fn softplus_beta_and_threshold() {
             );
         }
     }
+    // log1p's domain edges, as torch.log1p: NaN, -inf at -1, NaN below, inf at inf, -0 kept.
+    let e = vals(
+        &t(&[f32::NAN, -1.0, -2.0, f32::INFINITY, -0.0], &[5])
+            .log1p()
+            .unwrap(),
+    );
+    assert!(e[0].is_nan() && e[2].is_nan(), "{e:?}");
+    assert_eq!((e[1], e[3]), (f32::NEG_INFINITY, f32::INFINITY));
+    assert!(e[4] == 0.0 && e[4].is_sign_negative());
     let d = Softplus::default();
     assert_eq!((d.beta, d.threshold), (1.0, 20.0));
     let y = vals(&d.forward(&t(&[0.0], &[1])).unwrap());
