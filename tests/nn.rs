@@ -1882,3 +1882,143 @@ fn containers_insert_and_pop() {
     assert_eq!(list.len(), 2);
     assert!(list.pop(2).is_none());
 }
+
+/// nn.LSTMCell / nn.GRUCell: PyTorch's names and init bounds; a step against an f64 reference
+/// of PyTorch's cell formulas over the cell's own parameters (batched and unbatched, an absent
+/// state as zeros); gradients reach every parameter; a loaded state dict reaches the step;
+/// `bias: false` leaves the biases out.
+#[test]
+fn lstm_and_gru_cells() {
+    let d = dev();
+    let (i, h, b) = (3usize, 4usize, 2usize);
+    let sig = |v: f64| 1.0 / (1.0 + (-v).exp());
+    let f64s = |t: &Tensor| -> Vec<f64> { vals(t).iter().map(|&v| v as f64).collect() };
+    let xv: Vec<f32> = (0..b * i).map(|k| (k as f32 * 0.37).sin()).collect();
+    let hv: Vec<f32> = (0..b * h).map(|k| (k as f32 * 0.53).cos() * 0.5).collect();
+    let cv: Vec<f32> = (0..b * h).map(|k| (k as f32 * 0.29).sin() * 0.8).collect();
+    let x = Tensor::from_slice(d, &xv, &[b, i]).unwrap();
+    let h0 = Tensor::from_slice(d, &hv, &[b, h]).unwrap();
+    let c0 = Tensor::from_slice(d, &cv, &[b, h]).unwrap();
+    for lstm in [true, false] {
+        let (lc, gc) = if lstm {
+            (Some(nn::LstmCell::new(d, i, h, true).unwrap()), None)
+        } else {
+            (None, Some(nn::GruCell::new(d, i, h, true).unwrap()))
+        };
+        let m: &dyn Module = match (&lc, &gc) {
+            (Some(c), _) => c,
+            (_, Some(c)) => c,
+            _ => unreachable!(),
+        };
+        let sd = m.state_dict();
+        let names: Vec<&str> = sd.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["weight_ih", "weight_hh", "bias_ih", "bias_hh"]);
+        let bound = 1.0 / (h as f32).sqrt();
+        for (n, t) in &sd {
+            assert!(vals(t).iter().all(|v| v.abs() <= bound), "{n} init");
+        }
+        let (wi, wh, bi, bh) = (
+            f64s(&sd[0].1),
+            f64s(&sd[1].1),
+            f64s(&sd[2].1),
+            f64s(&sd[3].1),
+        );
+        // Gate pre-activations of row r, unit u: W_ih x + b_ih and W_hh h + b_hh, separately
+        // (GRU's n gate applies r to the second).
+        let unit = |r: usize, gate: usize, u: usize, hs: &[f32]| -> (f64, f64) {
+            let row = gate * h + u;
+            let a = bi[row]
+                + (0..i)
+                    .map(|k| wi[row * i + k] * xv[r * i + k] as f64)
+                    .sum::<f64>();
+            let c = bh[row]
+                + (0..h)
+                    .map(|k| wh[row * h + k] * hs[r * h + k] as f64)
+                    .sum::<f64>();
+            (a, c)
+        };
+        for zero_state in [false, true] {
+            let hs: Vec<f32> = if zero_state {
+                vec![0.0; b * h]
+            } else {
+                hv.clone()
+            };
+            let cs: Vec<f32> = if zero_state {
+                vec![0.0; b * h]
+            } else {
+                cv.clone()
+            };
+            let (got_h, got_c) = match (&lc, &gc, zero_state) {
+                (Some(c), _, false) => {
+                    let (h1, c1) = c.forward_cell(&x, Some((&h0, &c0))).unwrap();
+                    (vals(&h1), vals(&c1))
+                }
+                (Some(c), _, true) => {
+                    let (h1, c1) = c.forward_cell(&x, None).unwrap();
+                    (vals(&h1), vals(&c1))
+                }
+                (_, Some(c), false) => (vals(&c.forward_cell(&x, Some(&h0)).unwrap()), vec![]),
+                (_, Some(c), true) => (vals(&c.forward(&x).unwrap()), vec![]),
+                _ => unreachable!(),
+            };
+            for r in 0..b {
+                for u in 0..h {
+                    let s = |gate: usize| {
+                        let (a, c) = unit(r, gate, u, &hs);
+                        a + c
+                    };
+                    let (want_h, want_c) = if lstm {
+                        let c1 = sig(s(1)) * cs[r * h + u] as f64 + sig(s(0)) * s(2).tanh();
+                        (sig(s(3)) * c1.tanh(), Some(c1))
+                    } else {
+                        let rr = sig(s(0));
+                        let z = sig(s(1));
+                        let (a, c) = unit(r, 2, u, &hs);
+                        let n = (a + rr * c).tanh();
+                        ((1.0 - z) * n + z * hs[r * h + u] as f64, None)
+                    };
+                    let k = r * h + u;
+                    assert!(
+                        (got_h[k] as f64 - want_h).abs() < 1e-5,
+                        "lstm {lstm} h[{k}]"
+                    );
+                    if let Some(wc) = want_c {
+                        assert!((got_c[k] as f64 - wc).abs() < 1e-5, "c[{k}]");
+                    }
+                }
+            }
+        }
+        // Unbatched: the first row alone, states [H].
+        let x1 = x.narrow(0, 0, 1).unwrap().reshape(&[i]).unwrap();
+        let h1 = match (&lc, &gc) {
+            (Some(c), _) => c.forward_cell(&x1, None).unwrap().0,
+            (_, Some(c)) => c.forward_cell(&x1, None).unwrap(),
+            _ => unreachable!(),
+        };
+        assert_eq!(h1.shape(), &[h]);
+        // Gradients reach every parameter.
+        let out = match (&lc, &gc) {
+            (Some(c), _) => c.forward_cell(&x, Some((&h0, &c0))).unwrap().0,
+            (_, Some(c)) => c.forward_cell(&x, Some(&h0)).unwrap(),
+            _ => unreachable!(),
+        };
+        let grads = out.sum_all().unwrap().backward().unwrap();
+        for (n, t) in &m.named_parameters() {
+            assert!(grads.get(t).is_some(), "lstm {lstm}: no gradient for {n}");
+        }
+    }
+    // A loaded state dict reaches the step: zero weights and biases give h' = 0 (GRU from a
+    // zero state: (1 - z) tanh(0) + z 0).
+    let mut cell = nn::GruCell::new(d, i, h, true).unwrap();
+    let zeros: std::collections::HashMap<String, Tensor> = cell
+        .state_dict()
+        .into_iter()
+        .map(|(n, t)| (n, Tensor::zeros(d, t.shape(), DType::F32).unwrap()))
+        .collect();
+    cell.load_state_dict(&zeros, true).unwrap();
+    assert!(vals(&cell.forward(&x).unwrap()).iter().all(|&v| v == 0.0));
+    let no_bias = nn::LstmCell::new(d, i, h, false).unwrap();
+    let names: Vec<String> = no_bias.state_dict().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["weight_ih", "weight_hh"]);
+    assert!(nn::LstmCell::new(d, i, 0, true).is_err());
+}

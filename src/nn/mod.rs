@@ -1,7 +1,7 @@
 //! Layers with PyTorch's names, parameters, `state_dict()` keys and default initialization
 //! (`torch.nn`): [`Linear`], [`Conv1d`], [`Conv2d`], [`ConvTranspose2d`], [`Embedding`],
 //! [`BatchNorm2d`] / [`BatchNorm1d`], [`LayerNorm`], [`GroupNorm`], [`RMSNorm`],
-//! [`Lstm`] / [`Gru`], [`MultiheadAttention`], [`TransformerEncoderLayer`] /
+//! [`Lstm`] / [`Gru`], [`LstmCell`] / [`GruCell`], [`MultiheadAttention`], [`TransformerEncoderLayer`] /
 //! [`TransformerEncoder`], [`Dropout`], the pools, activations (with [`ReLU6`], [`Hardswish`],
 //! [`Hardsigmoid`], [`LeakyReLU`], [`Softplus`], [`Softmax`], [`LogSoftmax`]),
 //! [`Flatten`], and the containers [`Sequential`], [`ModuleList`] and [`ModuleDict`].
@@ -136,6 +136,7 @@
 mod activation;
 mod attention;
 mod batchnorm;
+mod cells;
 mod container;
 mod conv;
 mod embedding;
@@ -152,6 +153,7 @@ pub use activation::{
 };
 pub use attention::{MhaMask, MhaOptions, MultiheadAttention, MultiheadAttentionConfig};
 pub use batchnorm::{BatchNorm1d, BatchNorm2d, BatchNormConfig};
+pub use cells::{GruCell, LstmCell};
 pub use container::{ModuleDict, ModuleList, Sequential};
 pub use conv::{Conv1d, ConvTranspose2d, ConvTranspose2dConfig};
 pub use embedding::Embedding;
