@@ -123,6 +123,13 @@ fn is_rms() -> bool {
 // so its mean is the value itself and it normalizes to the bias, as PyTorch's Welford means do
 // (a plain f32 sum is off by a few ulps there, which rstd ~ 1 / sqrt(eps) magnifies), and a
 // row near the f32 maximum sums no overflow.
+// Every lane loop below adds its terms into a block of at most BLOCK, then the block into its
+// total (a two-level sum): a lane adding thousands of values in turn drifts on constant data,
+// 3.9e-5 over 4096 (a layer norm's bias gradient over 4096 rows of the constant dy of a
+// mean), where PyTorch's CPU kernels reduce in chunks. One add per BLOCK terms; the order is
+// fixed, so results stay deterministic.
+const BLOCK: u32 = 64u;
+
 fn row_pivot(live: bool, at: u32, len: u32) -> f32 {
     if (!live || len == 0u || is_rms()) {
         return 0.0;
@@ -142,17 +149,35 @@ fn norm_fwd(@builtin(workgroup_id) wid: vec3<u32>,
     var s = 0.0;
     let pivot = row_pivot(live, base, p.len);
     if (live && !is_rms()) {
+        var blk = 0.0;
+        var k = 0u;
         for (var i = lid; i < p.len; i += WG) {
-            s += f32(x[base + i]) - pivot;
+            blk += f32(x[base + i]) - pivot;
+            k++;
+            if (k == BLOCK) {
+                s += blk;
+                blk = 0.0;
+                k = 0u;
+            }
         }
+        s += blk;
     }
     let mean = pivot + reduce2(lid, vec2<f32>(s, 0.0)).x / n;
     var q = 0.0;
     if (live) {
+        var blk = 0.0;
+        var k = 0u;
         for (var i = lid; i < p.len; i += WG) {
             let d = f32(x[base + i]) - mean;
-            q += d * d;
+            blk += d * d;
+            k++;
+            if (k == BLOCK) {
+                q += blk;
+                blk = 0.0;
+                k = 0u;
+            }
         }
+        q += blk;
     }
     let rstd = inverseSqrt(reduce2(lid, vec2<f32>(q, 0.0)).x / n + p.eps);
     if (!live) {
@@ -183,10 +208,19 @@ fn norm_dx(@builtin(workgroup_id) wid: vec3<u32>,
     if (live) {
         mean = stats[r];
         rstd = stats[p.rows + r];
+        var blk = vec2<f32>(0.0);
+        var k = 0u;
         for (var i = lid; i < p.len; i += WG) {
             let t = grad_terms(base, r, i, mean, rstd);
-            acc += vec2<f32>(t.x, t.x * t.y);
+            blk += vec2<f32>(t.x, t.x * t.y);
+            k++;
+            if (k == BLOCK) {
+                acc += blk;
+                blk = vec2<f32>(0.0);
+                k = 0u;
+            }
         }
+        acc += blk;
     }
     let m = reduce2(lid, acc) / n;
     if (!live) {
@@ -213,13 +247,22 @@ fn norm_dw(@builtin(workgroup_id) wid: vec3<u32>,
         let g = j / cg;
         let q = j % cg;
         let total = p.per_group * p.inner;
+        var blk = vec2<f32>(0.0);
+        var k = 0u;
         for (var t = lid; t < total; t += WG) {
             let r = (t / p.inner) * p.groups + g;
             let i = r * p.len + q * p.inner + t % p.inner;
             let d = f32(dy[i]);
             let xh = (f32(x[i]) - stats[r]) * stats[p.rows + r];
-            acc += vec2<f32>(d * xh, d);
+            blk += vec2<f32>(d * xh, d);
+            k++;
+            if (k == BLOCK) {
+                acc += blk;
+                blk = vec2<f32>(0.0);
+                k = 0u;
+            }
         }
+        acc += blk;
     }
     let s = reduce2(lid, acc);
     if (live && lid == 0u) {
@@ -298,13 +341,22 @@ fn norm_dw_cols(@builtin(workgroup_id) wid: vec3<u32>,
     let g = j / p.len;
     let q = j % p.len;
     var acc = vec2<f32>(0.0);
+    var blk = vec2<f32>(0.0);
+    var k = 0u;
     for (var n = 0u; n < p.per_group; n++) {
         let r = n * p.groups + g;
         let i = r * p.len + q;
         let d = f32(dy[i]);
         let xh = (f32(x[i]) - stats[r]) * stats[p.rows + r];
-        acc += vec2<f32>(d * xh, d);
+        blk += vec2<f32>(d * xh, d);
+        k++;
+        if (k == BLOCK) {
+            acc += blk;
+            blk = vec2<f32>(0.0);
+            k = 0u;
+        }
     }
+    acc += blk;
     out[j] = T(acc.x);
     out2[j] = T(acc.y);
 }

@@ -524,3 +524,64 @@ fn norm_edge_cases() {
     let err = rms_norm(&x, &[6], None, Some(-1.0)).unwrap_err();
     assert!(err.to_string().starts_with("rms_norm:"), "{err}");
 }
+
+/// Long sums inside the norms keep PyTorch's precision on constant data (its CPU kernels
+/// reduce in chunks; each lane here adds blocks of at most 64): the bias and weight gradients
+/// of a layer norm over 4096 rows of a mean's constant gradient, the RMS statistics of a
+/// 65536-long constant row, and global average pooling of constant planes.
+#[test]
+fn long_norm_sums_keep_their_precision() {
+    use wgtensor::ops::{adaptive_avg_pool1d, adaptive_avg_pool2d, layer_norm, rms_norm};
+    let dev = device();
+    let rel = |what: &str, got: f64, want: f64| {
+        let e = (got - want).abs() / want.abs();
+        assert!(e <= 4e-6, "{what}: {got} vs {want} (relative {e:.2e})");
+    };
+    let (rows, d) = (4096usize, 64usize);
+    let xv: Vec<f32> = (0..rows * d)
+        .map(|i| ((i * 7919) % 1000) as f32 / 1000.0)
+        .collect();
+    let x = Tensor::from_slice(dev, &xv, &[rows, d]).unwrap();
+    let w = Tensor::full(dev, &[d], 1.0, DType::F32)
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let b = Tensor::full(dev, &[d], 0.0, DType::F32)
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let y = layer_norm(&x, &[d], Some(&w), Some(&b), 1e-5).unwrap();
+    let dy = Tensor::full(dev, &[rows, d], 0.1, DType::F32).unwrap();
+    let g = y.backward_with_grad(&dy).unwrap();
+    let db = g.get(&b).unwrap().to_vec::<f32>().unwrap();
+    let want = 0.1f32 as f64 * rows as f64;
+    for (j, &v) in db.iter().enumerate().step_by(13) {
+        rel(&format!("layer_norm bias gradient {j}"), v as f64, want);
+    }
+    let n = 65536;
+    let c = Tensor::full(dev, &[2, n], 0.1, DType::F32).unwrap();
+    let y = rms_norm(&c, &[n], None, Some(1e-6))
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    let v = 0.1f32 as f64;
+    rel(
+        "rms_norm of a constant row",
+        y[0] as f64,
+        v / (v * v + 1e-6).sqrt(),
+    );
+    let planes = Tensor::full(dev, &[2, 3, 112, 112], 0.1, DType::F32).unwrap();
+    let p = adaptive_avg_pool2d(&planes, [1, 1])
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    rel("global average pool", p[5] as f64, v);
+    let rows1 = Tensor::full(dev, &[2, 3, 12544], 0.1, DType::F32).unwrap();
+    let p = adaptive_avg_pool1d(&rows1, 1).unwrap();
+    assert_eq!(p.shape(), &[2, 3, 1]);
+    rel(
+        "adaptive_avg_pool1d to 1",
+        p.to_vec::<f32>().unwrap()[4] as f64,
+        v,
+    );
+}

@@ -100,11 +100,14 @@ pub fn adaptive_avg_pool2d(x: &Tensor, output_size: [usize; 2]) -> Result<Tensor
     let s = x.shape();
     let r = s.len();
     let plane = s[r - 2] * s[r - 1];
-    if output_size == [1, 1] && !x.device().caps().cpu && plane > 256 && x.numel() > 0 {
-        // Global average pooling on a GPU: the pool kernel runs an invocation per plane
-        // (2048 planes of 112 x 112 are 2048 invocations of 12544 steps), the mean over the
-        // flattened plane runs the reduction's GPU plans (a workgroup per plane, split when
-        // the planes are few). The same values, summed in another fixed order.
+    // Global average pooling as PyTorch's (`input.mean({-1, -2})` for an output of 1 x 1): the
+    // pool kernel runs an invocation per plane, adding every value in turn (2048 planes of
+    // 112 x 112 are 2048 invocations of 12544 steps: slow on a GPU, and on any adapter a
+    // drift of 1e-4 on constant planes), where the mean over the flattened plane runs the
+    // reduction's plans (on GPUs a workgroup per plane, split when the planes are few; on CPU
+    // adapters runs of at most about 64). The same values, summed in another fixed order.
+    let global = if x.device().caps().cpu { 64 } else { 256 };
+    if output_size == [1, 1] && plane > global && x.numel() > 0 {
         let mut flat = s[..r - 2].to_vec();
         flat.push(plane);
         let mut pooled = s[..r - 2].to_vec();
@@ -248,6 +251,11 @@ pub fn adaptive_avg_pool1d(x: &Tensor, output_size: usize) -> Result<Tensor> {
         // PyTorch's adaptive_avg_pool1d is adaptive_avg_pool2d over [.., 1, L]: an output size
         // of 0 or an empty input take its rules (empty, or NaN means over empty rows).
         return drop_h(adaptive_avg_pool2d(&x.unsqueeze(-2)?, [1, output_size])?);
+    }
+    if output_size == 1 && matches!(x.rank(), 2 | 3) && x.numel() > 0 {
+        // A mean over each row, as PyTorch's (adaptive_avg_pool2d over [.., 1, L], whose 1 x 1
+        // output is a mean): the reduction's plans, not one invocation adding L values.
+        return drop_h(adaptive_avg_pool2d(&x.unsqueeze(-2)?, [1, 1])?);
     }
     let x2 = lift_1d(op, x)?;
     let (win, out) = adaptive_window(op, &x2, [1, output_size], POOL_AVG)?;
