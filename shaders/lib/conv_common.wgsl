@@ -10,6 +10,10 @@
 // (the Rust side fills the strides). TRANSPOSED adds the divisibility test of strided dgrad;
 // without it the hot loop has no integer division. Split-k: z = split * groups + g.
 
+// K steps the CPU-adapter kernels sum in turn before adding their block to the total (the
+// same in lib/gemm_common.wgsl).
+const KBLOCK: u32 = 64u;
+
 struct Params {
     m: u32,
     ncols: u32,

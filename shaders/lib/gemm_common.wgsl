@@ -8,6 +8,10 @@
 // slice `split` covers k in [split * k_chunk, min(k, (split + 1) * k_chunk)) and writes raw f32
 // partial sums to the workspace ws[z, m, n]; `splitk_reduce` sums the slices in a fixed order.
 
+// K steps the CPU-adapter kernels sum in turn before adding their block to the total (the
+// same in lib/conv_common.wgsl).
+const KBLOCK: u32 = 64u;
+
 struct Params {
     m: u32,
     n: u32,

@@ -298,8 +298,9 @@ pub(crate) fn split_target(caps: &Caps) -> usize {
 /// On CPU adapters, the longest stretch of K one output accumulates in turn: longer K is
 /// split into slices of at most this for accuracy (PyTorch's CPU BLAS blocks K in a few
 /// hundred, each block a fresh sum). Every fma in turn rounds, all the same way on positive
-/// data: [1 x 2^20] x [2^20 x 1] of U(0, 1) values came out 5e-5 low over 2 slices of 2^19
-/// (about 4e-7 over slices of 4096).
+/// data: [1 x 2^20] x [2^20 x 1] of U(0, 1) values came out 5e-5 low over 2 slices of 2^19.
+/// Within a slice the CPU kernels add K in blocks of 64, then the blocks (lib/gemm_common.wgsl
+/// `KBLOCK`), so a slice of 4096 is 64 + 64 adds in turn.
 const CPU_K_RUN: usize = 4096;
 /// The most f32 partials a split for accuracy may write (16 MiB): past it the product keeps
 /// the speed plan's split.
