@@ -78,10 +78,18 @@ fn softmax_rows(@builtin(workgroup_id) wid: vec3<u32>,
     for (var r = 0u; r < p.len; r++) {
         m = max_nan(m, f32(x[b.x + r * p.stride]));
     }
+    // The row's sum in blocks of 64, then the blocks (a two-level sum: one invocation adding
+    // a 100k-long row in turn drifts, PyTorch's vectorized sum does not).
     var s = 0.0;
+    var blk = 0.0;
     for (var r = 0u; r < p.len; r++) {
-        s += exp(f32(x[b.x + r * p.stride]) - m);
+        blk += exp(f32(x[b.x + r * p.stride]) - m);
+        if (r % 64u == 63u) {
+            s += blk;
+            blk = 0.0;
+        }
     }
+    s += blk;
     for (var r = 0u; r < p.len; r++) {
         y[b.y + r * p.out_stride] = finish(f32(x[b.x + r * p.stride]), m, s);
     }
@@ -130,12 +138,22 @@ fn softmax_wg(@builtin(workgroup_id) wid: vec3<u32>,
     m = reduce_red(lid, true);
     var s = 0.0;
     if (live) {
+        // Blocks of 64 terms, then the blocks (as softmax_rows).
+        var blk = 0.0;
+        var k = 0u;
         for (var r = lid; r < p.len; r += WG) {
-            s += exp(f32(x[b.x + r * p.stride]) - m);
+            blk += exp(f32(x[b.x + r * p.stride]) - m);
+            k++;
+            if (k == 64u) {
+                s += blk;
+                blk = 0.0;
+                k = 0u;
+            }
             if (p.len - r <= WG) {
                 break;
             }
         }
+        s += blk;
     }
     red[lid] = s;
     s = reduce_red(lid, false);
@@ -186,12 +204,21 @@ fn softmax_part(@builtin(workgroup_id) wid: vec3<u32>,
     var s = 0.0;
     // A segment of -inf adds nothing (exp(-inf - -inf) would be NaN).
     if (live && !is_neg_inf(m)) {
+        var blk = 0.0;
+        var k = 0u;
         for (var r = sgm.z + lid; r < sgm.w; r += WG) {
-            s += exp(f32(x[b.x + r * p.stride]) - m);
+            blk += exp(f32(x[b.x + r * p.stride]) - m);
+            k++;
+            if (k == 64u) {
+                s += blk;
+                blk = 0.0;
+                k = 0u;
+            }
             if (sgm.w - r <= WG) {
                 break;
             }
         }
+        s += blk;
     }
     red[lid] = s;
     s = reduce_red(lid, false);

@@ -240,3 +240,21 @@ fn softmax_edge_cases() {
     let err = x.softmax(2).unwrap_err();
     assert!(err.to_string().starts_with("softmax:"), "{err}");
 }
+
+/// A long row keeps its sum's precision: softmax over 100000 logits cycling through seven
+/// values, whose exps every add in turn rounds the same way (the row kernels add blocks of 64,
+/// then the blocks).
+#[test]
+fn long_row_softmax_keeps_its_precision() {
+    let dev = device();
+    let n = 100_000usize;
+    let xv: Vec<f32> = (0..n).map(|i| (i % 7) as f32 * 0.1).collect();
+    let x = wgtensor::Tensor::from_slice(dev, &xv, &[1, n]).unwrap();
+    let y = x.softmax(1).unwrap().to_vec::<f32>().unwrap();
+    let s: f64 = xv.iter().map(|&v| (v as f64).exp()).sum();
+    for i in 0..7 {
+        let want = (xv[i] as f64).exp() / s;
+        let e = (y[i] as f64 - want).abs() / want;
+        assert!(e <= 2e-6, "p[{i}] {} vs {want} ({e:.1e})", y[i]);
+    }
+}
