@@ -15,9 +15,12 @@ fn tile_4x4(bs: Bases, r0: u32, c0: u32, kr: vec2<u32>) -> array<vec4<f32>, 4> {
     // K in blocks of KBLOCK, each summed into fresh accumulators, then added to the total
     // (a two-level sum): fmas in turn drift on constant data (3.9e-5 over 4096), where
     // PyTorch's CPU kernels block K. Indexed with constants only, as `acc`.
+    var blk: array<vec4<f32>, 4>;
     for (var k0 = kr.x; k0 < kr.y; k0 += KBLOCK) {
         let k1 = min(k0 + KBLOCK, kr.y);
-        var blk: array<vec4<f32>, 4>;
+        // Zeroed by assignment: a `var` declared in a loop body is zeroed on every pass by
+        // WGSL's rules, but the browser's compiler (Chrome's, through SwiftShader) did not.
+        blk = array<vec4<f32>, 4>();
         for (var k = k0; k < k1; k++) {
             let ka = k * p.a_cs;
             let kb = k * p.b_rs;

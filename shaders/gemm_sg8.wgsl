@@ -28,9 +28,12 @@ fn tile_sg8(bs: Bases, row0: u32, col0: u32, lane: u32, kr: vec2<u32>) -> array<
     // K in blocks of KBLOCK, each summed into fresh accumulators and then added to the total
     // (a two-level sum): fmas in turn drift on constant data (3.9e-5 over 4096), where
     // PyTorch's BLAS blocks K. Indexed with constants only, as `acc`.
+    var blk: array<vec4<f32>, 32>;
     for (var k0 = kr.x; k0 < kr.y; k0 += KBLOCK) {
         let k1 = min(k0 + KBLOCK, kr.y);
-        var blk: array<vec4<f32>, 32>;
+        // Zeroed by assignment: a `var` declared in a loop body is zeroed on every pass by
+        // WGSL's rules, but the browser's compiler (Chrome's, through SwiftShader) did not.
+        blk = array<vec4<f32>, 32>();
         for (var k = k0; k < k1; k++) {
             let ka = k * p.a_cs;
             let kb = k * p.b_rs;

@@ -296,8 +296,9 @@ fn reduce_rows_partials(@builtin(workgroup_id) wid: vec3<u32>,
         return;
     }
     var acc = identity();
+    var group = identity();
     for (var j0 = 0u; j0 < p.segs; j0 += 16u) {
-        var group = identity();
+        group = identity();
         for (var j = j0; j < min(j0 + 16u, p.segs); j++) {
             group = fold(group, carry[j * p.n_out + o]);
         }
