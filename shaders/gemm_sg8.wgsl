@@ -3,8 +3,8 @@
 // 38 cycles per 8 lanes), so loads per FMA matter. Each lane loads a *different* row of A (4
 // gathers fetch 32 rows) and the rows reach all lanes through subgroupBroadcast (a register
 // shuffle); each lane owns 4 columns of B (4 gathers). Per k: 8 gathers feed 128 FMAs per lane.
-// The 128 accumulators spill, and lavapipe blends each with the loop's execution mask every
-// iteration: about 1900 x86 instructions per k, 40% of them the gathers (measured; wider tiles,
+// The 128 accumulators spill (and the 128 of the K block, lib/gemm_common.wgsl's KBLOCK), and
+// lavapipe blends each with the loop's execution mask every iteration: about 1900 x86 instructions per k, 40% of them the gathers (measured; wider tiles,
 // vec4 loads and k-unrolling all measured no faster on lavapipe).
 // A subgroup computes a 32x32 tile; a workgroup stacks SGS subgroups into a (32*SGS)x32 tile
 // (the plan sets SGS = 1: on lavapipe more subgroups per workgroup gained nothing).

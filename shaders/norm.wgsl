@@ -379,17 +379,35 @@ fn norm_fwd_part(@builtin(workgroup_id) wid: vec3<u32>,
     var s = 0.0;
     let pivot = row_pivot(live, base + sgm.z, sgm.w - sgm.z);
     if (live && !is_rms()) {
+        var blk = 0.0;
+        var k = 0u;
         for (var i = sgm.z + lid; i < sgm.w; i += WG) {
-            s += f32(x[base + i]) - pivot;
+            blk += f32(x[base + i]) - pivot;
+            k++;
+            if (k == BLOCK) {
+                s += blk;
+                blk = 0.0;
+                k = 0u;
+            }
         }
+        s += blk;
     }
     let mean = pivot + reduce2(lid, vec2<f32>(s, 0.0)).x / f32(sgm.w - sgm.z);
     var q = 0.0;
     if (live) {
+        var blk = 0.0;
+        var k = 0u;
         for (var i = sgm.z + lid; i < sgm.w; i += WG) {
             let d = f32(x[base + i]) - mean;
-            q += d * d;
+            blk += d * d;
+            k++;
+            if (k == BLOCK) {
+                q += blk;
+                blk = 0.0;
+                k = 0u;
+            }
         }
+        q += blk;
     }
     let m2 = reduce2(lid, vec2<f32>(q, 0.0)).x;
     if (live && lid == 0u) {
@@ -447,10 +465,19 @@ fn norm_dx_part(@builtin(workgroup_id) wid: vec3<u32>,
     if (live) {
         let mean = stats[r];
         let rstd = stats[p.rows + r];
+        var blk = vec2<f32>(0.0);
+        var k = 0u;
         for (var i = sgm.z + lid; i < sgm.w; i += WG) {
             let t = grad_terms(base, r, i, mean, rstd);
-            acc += vec2<f32>(t.x, t.x * t.y);
+            blk += vec2<f32>(t.x, t.x * t.y);
+            k++;
+            if (k == BLOCK) {
+                acc += blk;
+                blk = vec2<f32>(0.0);
+                k = 0u;
+            }
         }
+        acc += blk;
     }
     let sums = reduce2(lid, acc);
     if (live && lid == 0u) {

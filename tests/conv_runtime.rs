@@ -436,15 +436,21 @@ fn depthwise_over_more_groups_than_a_grid_axis() {
 fn weight_gradients_over_long_k_keep_their_precision() {
     use wgtensor::ops::{conv2d_backward_weight, Conv2dOptions};
     let dev = Device::new().unwrap();
-    for (n, c, o, groups) in [(32usize, 16usize, 32usize, 1usize), (8, 64, 64, 64)] {
+    // The depthwise 7x7 case runs the four-line direct kernel (kernel rows of at least 4).
+    for (n, c, o, groups, kk) in [
+        (32usize, 16usize, 32usize, 1usize, 3usize),
+        (8, 64, 64, 64, 3),
+        (8, 64, 64, 64, 7),
+    ] {
+        let oh = 56 - kk + 1;
         let x = Tensor::full(&dev, &[n, c, 56, 56], 1.0, wgtensor::DType::F32).unwrap();
-        let dy = Tensor::full(&dev, &[n, o, 54, 54], 0.1, wgtensor::DType::F32).unwrap();
+        let dy = Tensor::full(&dev, &[n, o, oh, oh], 0.1, wgtensor::DType::F32).unwrap();
         let opts = Conv2dOptions {
             groups,
             ..Default::default()
         };
-        let dw = conv2d_backward_weight(&dy, &x, [3, 3], &opts).unwrap();
-        let want = 0.1f32 as f64 * (n * 54 * 54) as f64;
+        let dw = conv2d_backward_weight(&dy, &x, [kk, kk], &opts).unwrap();
+        let want = 0.1f32 as f64 * (n * oh * oh) as f64;
         for (i, &v) in dw.to_vec::<f32>().unwrap().iter().enumerate().step_by(97) {
             let e = (v as f64 - want).abs() / want;
             assert!(

@@ -556,50 +556,52 @@ fn unmergeable_batch_dims_are_packed() {
 /// values drifted 5e-5. The inputs are positive, so every rounding leans the same way.
 #[test]
 fn long_k_keeps_its_precision() {
-    let dev = device(false);
-    let frac = |i: usize, g: f64| ((i as f64 * g).fract()) as f32;
-    for (m, k, n, constant) in [
-        (1, 1 << 20, 1, false),
-        (8, 1 << 18, 8, false),
-        (4, 8192, 4, true),
-        (4, 4000, 4, true),
-    ] {
-        // Constant operands (ones against 0.1) drift the most: every fma rounds the same way.
-        let av: Vec<f32> = (0..m * k)
-            .map(|i| {
-                if constant {
-                    1.0
-                } else {
-                    frac(i, 0.618_033_988_7)
+    for dev in [device(false), device(true)] {
+        let dev = &dev;
+        let frac = |i: usize, g: f64| ((i as f64 * g).fract()) as f32;
+        for (m, k, n, constant) in [
+            (1, 1 << 20, 1, false),
+            (8, 1 << 18, 8, false),
+            (4, 8192, 4, true),
+            (4, 4000, 4, true),
+        ] {
+            // Constant operands (ones against 0.1) drift the most: every fma rounds the same way.
+            let av: Vec<f32> = (0..m * k)
+                .map(|i| {
+                    if constant {
+                        1.0
+                    } else {
+                        frac(i, 0.618_033_988_7)
+                    }
+                })
+                .collect();
+            let bv: Vec<f32> = (0..k * n)
+                .map(|i| {
+                    if constant {
+                        0.1
+                    } else {
+                        frac(i, 0.414_213_562_3)
+                    }
+                })
+                .collect();
+            let a = Tensor::from_slice(dev, &av, &[m, k]).unwrap();
+            let b = Tensor::from_slice(dev, &bv, &[k, n]).unwrap();
+            let y = wgtensor::ops::matmul(&a, &b)
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap();
+            for r in 0..m {
+                for c in 0..n {
+                    let want: f64 = (0..k)
+                        .map(|j| av[r * k + j] as f64 * bv[j * n + c] as f64)
+                        .sum();
+                    let got = y[r * n + c] as f64;
+                    let e = (got - want).abs() / want;
+                    assert!(
+                        e <= 2e-6,
+                        "[{m}, {k}, {n}] ({r}, {c}): {got} vs {want}, {e:.1e}"
+                    );
                 }
-            })
-            .collect();
-        let bv: Vec<f32> = (0..k * n)
-            .map(|i| {
-                if constant {
-                    0.1
-                } else {
-                    frac(i, 0.414_213_562_3)
-                }
-            })
-            .collect();
-        let a = Tensor::from_slice(&dev, &av, &[m, k]).unwrap();
-        let b = Tensor::from_slice(&dev, &bv, &[k, n]).unwrap();
-        let y = wgtensor::ops::matmul(&a, &b)
-            .unwrap()
-            .to_vec::<f32>()
-            .unwrap();
-        for r in 0..m {
-            for c in 0..n {
-                let want: f64 = (0..k)
-                    .map(|j| av[r * k + j] as f64 * bv[j * n + c] as f64)
-                    .sum();
-                let got = y[r * n + c] as f64;
-                let e = (got - want).abs() / want;
-                assert!(
-                    e <= 2e-6,
-                    "[{m}, {k}, {n}] ({r}, {c}): {got} vs {want}, {e:.1e}"
-                );
             }
         }
     }

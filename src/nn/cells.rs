@@ -12,6 +12,7 @@ use crate::{DType, Device, Error, Result, Tensor};
 /// storage, so an optimizer's or a state dict's writes reach the step).
 #[derive(Debug, Clone)]
 struct CellParams {
+    kind: RnnKind,
     weights: RnnWeights,
     params: Vec<(String, Tensor)>,
     hidden_size: usize,
@@ -62,6 +63,7 @@ impl CellParams {
             biases.as_ref().map(|b| &b.1),
         )?;
         Ok(CellParams {
+            kind,
             weights,
             params,
             hidden_size,
@@ -185,7 +187,8 @@ impl Forward for GruCell {
 
 macro_rules! cell_module {
     ($($name:ident),*) => {$(
-        /// The parameters by PyTorch's names; no buffers, flags or children.
+        /// The parameters by PyTorch's names, no buffers, flags or children; errors name the
+        /// layer as PyTorch's class (`LSTMCell`, `GRUCell`).
         impl Module for $name {
             fn visit(&self, v: &mut dyn Visitor) {
                 for (name, t) in &self.cell.params {
@@ -193,6 +196,9 @@ macro_rules! cell_module {
                 }
             }
             fn visit_mut(&mut self, _: &mut dyn VisitorMut) {}
+            fn layer_name(&self) -> &'static str {
+                cell_name(self.cell.kind)
+            }
         }
     )*};
 }

@@ -108,6 +108,8 @@ pub fn adaptive_avg_pool2d(x: &Tensor, output_size: [usize; 2]) -> Result<Tensor
     // adapters runs of at most about 64). The same values, summed in another fixed order.
     let global = if x.device().caps().cpu { 64 } else { 256 };
     if output_size == [1, 1] && plane > global && x.numel() > 0 {
+        // Refused under this op's name, as the pool kernel would.
+        x.require_float(op)?;
         let mut flat = s[..r - 2].to_vec();
         flat.push(plane);
         let mut pooled = s[..r - 2].to_vec();
@@ -253,6 +255,7 @@ pub fn adaptive_avg_pool1d(x: &Tensor, output_size: usize) -> Result<Tensor> {
         return drop_h(adaptive_avg_pool2d(&x.unsqueeze(-2)?, [1, output_size])?);
     }
     if output_size == 1 && matches!(x.rank(), 2 | 3) && x.numel() > 0 {
+        x.require_float(op)?;
         // A mean over each row, as PyTorch's (adaptive_avg_pool2d over [.., 1, L], whose 1 x 1
         // output is a mean): the reduction's plans, not one invocation adding L values.
         return drop_h(adaptive_avg_pool2d(&x.unsqueeze(-2)?, [1, 1])?);
