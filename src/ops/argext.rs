@@ -15,7 +15,7 @@ use bytemuck::{Pod, Zeroable};
 
 use crate::layout::{pack_dims, Layout, MAX_RANK};
 use crate::ops::activation::ACTIVATION;
-use crate::ops::reduce::{reduce_plan, ReducePlan};
+use crate::ops::reduce_plan::{reduce_plan, ReducePlan};
 use crate::ops::wg::WG;
 use crate::runtime::pipeline::ShaderVariant;
 use crate::runtime::{Access, Caps, Kernel};

@@ -32,6 +32,7 @@ pub mod random;
 pub mod reduce;
 mod reduce_dims;
 mod reduce_grad;
+mod reduce_plan;
 pub mod rnn;
 pub(crate) mod segment;
 pub mod softmax;

@@ -10,7 +10,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use crate::autograd::{record, BackwardOp, NoGradGuard};
-use crate::ops::reduce::split_long_rows;
+use crate::ops::reduce_plan::split_long_rows;
 use crate::runtime::pipeline::ShaderVariant;
 use crate::runtime::{Access, Bind, Kernel};
 use crate::{DType, Error, Result, Tensor};

@@ -8,7 +8,7 @@ use bytemuck::{Pod, Zeroable};
 
 use crate::layout::{contiguous_strides, pack_dims, Layout, MAX_RANK};
 use crate::ops::activation::ACTIVATION;
-use crate::ops::reduce::split_long_rows;
+use crate::ops::reduce_plan::split_long_rows;
 use crate::runtime::pipeline::ShaderVariant;
 use crate::runtime::window::{for_slab_windows, SlabInput, Span};
 use crate::runtime::{Access, Bind, Kernel};
