@@ -9,7 +9,11 @@
 // attn_fwd_rows: query row i of batch n, output columns [c0, c0 + ACCR). attn_dq_rows: dQ of
 // query row i (and D_i = dO_i . O_i into stats for the next pass). attn_dkv_rows: dK and dV
 // of key row j of key/value batch nk, over the query rows of every query head of its group.
-// Sums run in a fixed order: results are deterministic.
+// Sums run in a fixed order: results are deterministic. Each sum over keys (or queries) adds
+// blocks of KBLOCK terms into a block accumulator and then the blocks into the total, so no
+// total takes thousands of terms in turn (a constant V over 8192 keys drifted 6.5e-5). The
+// block accumulators are declared once and reset by assignment: Chrome's compiler (through
+// SwiftShader) did not re-zero a `var` declared in a loop body.
 //
 // max_nan comes from lib/activation.wgsl, philox and unit from lib/philox.wgsl.
 
@@ -19,6 +23,8 @@ override WG: u32;
 
 // Output columns per invocation and column block (src/ops/attention/plan.rs mirrors it).
 const ACCR: u32 = 64u;
+// Keys (or queries) per block of a sum.
+const KBLOCK: u32 = 64u;
 
 // (row, batch, column block) of this invocation for `rows` rows per batch; w = 0 past the end.
 fn decode_rows(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, rows: u32) -> vec4<u32> {
@@ -69,33 +75,48 @@ fn attn_fwd_rows(@builtin(workgroup_id) wid: vec3<u32>,
     var m = neg_inf();
     var l = 0.0;
     var acc: array<f32, ACCR>;
+    var lb = 0.0;
+    var blk: array<f32, ACCR>;
     let qi = (n * p.l + i) * p.e;
     var qr: array<f32, ACCR>;
     cache_row(&qr, SRC_Q, qi, p.e);
-    for (var j = 0u; j < s_end; j++) {
-        let sc = logit(dot_cached(&qr, SRC_Q, qi, SRC_K, (nk * p.s + j) * p.e, p.e), n, i, j);
-        if (is_neg_inf(sc)) {
-            continue;
-        }
-        let m_new = max_nan(m, sc);
-        // Bits, not a float compare: a NaN max must take this branch (see is_neg_inf).
-        if (bitcast<u32>(m_new) != bitcast<u32>(m)) {
-            var alpha = 0.0;
-            if (!is_neg_inf(m)) {
-                alpha = exp(m - m_new);
-            }
-            l *= alpha;
-            for (var c = 0u; c < ncols; c++) {
-                acc[c] *= alpha;
-            }
-            m = m_new;
-        }
-        let pv = exp(sc - m);
-        l += pv;
-        let pz = pv * drop_factor(n, i, j);
-        let vj = (nk * p.s + j) * p.ev + c0;
+    for (var j0 = 0u; j0 < s_end; j0 += KBLOCK) {
+        lb = 0.0;
         for (var c = 0u; c < ncols; c++) {
-            acc[c] = fma(pz, f32(v[vj + c]), acc[c]);
+            blk[c] = 0.0;
+        }
+        for (var j = j0; j < min(j0 + KBLOCK, s_end); j++) {
+            let sc = logit(dot_cached(&qr, SRC_Q, qi, SRC_K, (nk * p.s + j) * p.e, p.e), n, i, j);
+            if (is_neg_inf(sc)) {
+                continue;
+            }
+            let m_new = max_nan(m, sc);
+            // Bits, not a float compare: a NaN max must take this branch (see is_neg_inf).
+            if (bitcast<u32>(m_new) != bitcast<u32>(m)) {
+                var alpha = 0.0;
+                if (!is_neg_inf(m)) {
+                    alpha = exp(m - m_new);
+                }
+                // The block so far joins the total as it is rescaled (one pass, not two).
+                l = (l + lb) * alpha;
+                lb = 0.0;
+                for (var c = 0u; c < ncols; c++) {
+                    acc[c] = (acc[c] + blk[c]) * alpha;
+                    blk[c] = 0.0;
+                }
+                m = m_new;
+            }
+            let pv = exp(sc - m);
+            lb += pv;
+            let pz = pv * drop_factor(n, i, j);
+            let vj = (nk * p.s + j) * p.ev + c0;
+            for (var c = 0u; c < ncols; c++) {
+                blk[c] = fma(pz, f32(v[vj + c]), blk[c]);
+            }
+        }
+        l += lb;
+        for (var c = 0u; c < ncols; c++) {
+            acc[c] += blk[c];
         }
     }
     let row = n * p.l + i;
@@ -131,21 +152,30 @@ fn attn_dq_rows(@builtin(workgroup_id) wid: vec3<u32>,
     let lse = stats[n * p.l + i];
     let s_end = keys_until(i);
     var acc: array<f32, ACCR>;
+    var blk: array<f32, ACCR>;
     let qrow = (n * p.l + i) * p.e;
     var qr: array<f32, ACCR>;
     cache_row(&qr, SRC_Q, qrow, p.e);
     var dr: array<f32, ACCR>;
     cache_row(&dr, SRC_DOUT, oi, p.ev);
-    for (var j = 0u; j < s_end; j++) {
-        let sc = logit(dot_cached(&qr, SRC_Q, qrow, SRC_K, (nk * p.s + j) * p.e, p.e), n, i, j);
-        if (is_neg_inf(sc)) {
-            continue;
-        }
-        let pv = exp(sc - lse);
-        let ds = pv * (drop_factor(n, i, j) * dot_cached(&dr, SRC_DOUT, oi, SRC_V, (nk * p.s + j) * p.ev, p.ev) - d);
-        let kj = (nk * p.s + j) * p.e + c0;
+    for (var j0 = 0u; j0 < s_end; j0 += KBLOCK) {
         for (var c = 0u; c < ncols; c++) {
-            acc[c] = fma(ds, f32(k[kj + c]), acc[c]);
+            blk[c] = 0.0;
+        }
+        for (var j = j0; j < min(j0 + KBLOCK, s_end); j++) {
+            let sc = logit(dot_cached(&qr, SRC_Q, qrow, SRC_K, (nk * p.s + j) * p.e, p.e), n, i, j);
+            if (is_neg_inf(sc)) {
+                continue;
+            }
+            let pv = exp(sc - lse);
+            let ds = pv * (drop_factor(n, i, j) * dot_cached(&dr, SRC_DOUT, oi, SRC_V, (nk * p.s + j) * p.ev, p.ev) - d);
+            let kj = (nk * p.s + j) * p.e + c0;
+            for (var c = 0u; c < ncols; c++) {
+                blk[c] = fma(ds, f32(k[kj + c]), blk[c]);
+            }
+        }
+        for (var c = 0u; c < ncols; c++) {
+            acc[c] += blk[c];
         }
     }
     let qi = (n * p.l + i) * p.e + c0;
@@ -171,6 +201,8 @@ fn attn_dkv_rows(@builtin(workgroup_id) wid: vec3<u32>,
     let vj = (nk * p.s + j) * p.ev;
     var acck: array<f32, ACCR>;
     var accv: array<f32, ACCR>;
+    var blkk: array<f32, ACCR>;
+    var blkv: array<f32, ACCR>;
     var kr: array<f32, ACCR>;
     cache_row(&kr, SRC_K, kj, p.e);
     var vr: array<f32, ACCR>;
@@ -181,22 +213,32 @@ fn attn_dkv_rows(@builtin(workgroup_id) wid: vec3<u32>,
     }
     for (var g = 0u; g < p.group; g++) {
         let n = (nk / p.kv_heads) * p.heads + (nk % p.kv_heads) * p.group + g;
-        for (var i = i_start; i < p.l; i++) {
-            let sc = logit(dot_cached(&kr, SRC_K, kj, SRC_Q, (n * p.l + i) * p.e, p.e), n, i, j);
-            if (is_neg_inf(sc)) {
-                continue;
+        for (var i0 = i_start; i0 < p.l; i0 += KBLOCK) {
+            for (var c = 0u; c < ACCR; c++) {
+                blkk[c] = 0.0;
+                blkv[c] = 0.0;
             }
-            let oi = (n * p.l + i) * p.ev;
-            let pv = exp(sc - stats_r[n * p.l + i]);
-            let z = drop_factor(n, i, j);
-            let ds = pv * (z * dot_cached(&vr, SRC_V, vj, SRC_DOUT, oi, p.ev) - stats_r[p.n * p.l + n * p.l + i]);
-            let pz = pv * z;
-            for (var c = 0u; c < vc; c++) {
-                accv[c] = fma(pz, f32(dout[oi + c0 + c]), accv[c]);
+            for (var i = i0; i < min(i0 + KBLOCK, p.l); i++) {
+                let sc = logit(dot_cached(&kr, SRC_K, kj, SRC_Q, (n * p.l + i) * p.e, p.e), n, i, j);
+                if (is_neg_inf(sc)) {
+                    continue;
+                }
+                let oi = (n * p.l + i) * p.ev;
+                let pv = exp(sc - stats_r[n * p.l + i]);
+                let z = drop_factor(n, i, j);
+                let ds = pv * (z * dot_cached(&vr, SRC_V, vj, SRC_DOUT, oi, p.ev) - stats_r[p.n * p.l + n * p.l + i]);
+                let pz = pv * z;
+                for (var c = 0u; c < vc; c++) {
+                    blkv[c] = fma(pz, f32(dout[oi + c0 + c]), blkv[c]);
+                }
+                let qi = (n * p.l + i) * p.e + c0;
+                for (var c = 0u; c < kc; c++) {
+                    blkk[c] = fma(ds, f32(q[qi + c]), blkk[c]);
+                }
             }
-            let qi = (n * p.l + i) * p.e + c0;
-            for (var c = 0u; c < kc; c++) {
-                acck[c] = fma(ds, f32(q[qi + c]), acck[c]);
+            for (var c = 0u; c < ACCR; c++) {
+                acck[c] += blkk[c];
+                accv[c] += blkv[c];
             }
         }
     }

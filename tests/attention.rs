@@ -706,3 +706,73 @@ fn composed_path_scaling_empty_keys_and_long_contexts() {
     let o = sdpa(&q, &q, &v, &SdpaOptions::default()).unwrap();
     assert_eq!(o.shape(), &[65536, 0]);
 }
+
+/// Sums over thousands of keys (the forward's weighted values, dQ) or queries (dK, dV) stay
+/// within a few ulp of the exact value on every adapter, as PyTorch's blocked kernels: the
+/// row kernels add blocks of keys, then the blocks (adding 8192 constant values in turn
+/// drifted 6.5e-5).
+#[test]
+fn long_sums_over_keys_and_queries_stay_accurate() {
+    let dev = device();
+    let long = 8192;
+    let near = |what: &str, got: &[f32], want: &[f64]| {
+        for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+            let err = (g as f64 - w).abs() / w.abs().max(1e-30);
+            assert!(
+                err <= 2e-6,
+                "{what}[{i}]: got {g}, want {w} (rel {err:.2e})"
+            );
+        }
+    };
+    let col0 = |rows: usize, on: usize| -> Vec<f32> {
+        (0..rows)
+            .flat_map(|r| [if r < on { 1.0 } else { 0.0 }, 0.0, 0.0, 0.0])
+            .collect()
+    };
+    // Forward over 8192 keys of equal score: the mean of a constant.
+    let q = Tensor::zeros(dev, &[2, 4], DType::F32).unwrap();
+    let k = randn(dev, &[long, 4]);
+    let v = Tensor::full(dev, &[long, 3], 0.1, DType::F32).unwrap();
+    let o = sdpa(&q, &k, &v, &SdpaOptions::default()).unwrap();
+    near("out", &vals(&o), &[0.1f32 as f64; 6]);
+    // dK and dV over 8192 queries: two keys of equal score (p = 1/2), dO = 0.1, v0 = e0 and
+    // v1 = 0, so D = 0.05, dS = +-0.025 and dK = +-scale * 8192 * 0.025 in column 0.
+    let q = Tensor::from_slice(dev, &col0(long, long), &[long, 4])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let k = Tensor::zeros(dev, &[2, 4], DType::F32)
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let v = Tensor::from_slice(dev, &[1.0f32, 0.0, 0.0, 0.0, 0.0, 0.0], &[2, 3])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let o = sdpa(&q, &k, &v, &SdpaOptions::default()).unwrap();
+    let dout = Tensor::full(dev, &[long, 3], 0.1, DType::F32).unwrap();
+    let g = o.backward_with_grad(&dout).unwrap();
+    let (d01, half) = (0.1f32 as f64, 0.5 * 0.1f32 as f64);
+    let dv = half * long as f64;
+    near("dv", &vals(g.get(&v).unwrap()), &[dv; 6]);
+    let dk = 0.5 * 0.5 * (d01 - half) * long as f64;
+    let dk_got = vals(g.get(&k).unwrap());
+    near("dk", &[dk_got[0], -dk_got[4]], &[dk, dk]);
+    // dQ over 8192 keys of equal score (q . k_j = 0 with q = e3): a quarter of the keys have
+    // v = e0 and k = e0, so dQ[0] = scale * 2048 * (0.1 - 0.025) / 8192.
+    let q = Tensor::from_slice(dev, &[0.0f32, 0.0, 0.0, 1.0], &[1, 4])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let k = Tensor::from_slice(dev, &col0(long, long / 4), &[long, 4]).unwrap();
+    let v: Vec<f32> = (0..long)
+        .flat_map(|r| [if r < long / 4 { 1.0 } else { 0.0 }, 0.0, 0.0])
+        .collect();
+    let v = Tensor::from_slice(dev, &v, &[long, 3]).unwrap();
+    let o = sdpa(&q, &k, &v, &SdpaOptions::default()).unwrap();
+    let g = o
+        .backward_with_grad(&Tensor::full(dev, &[1, 3], 0.1, DType::F32).unwrap())
+        .unwrap();
+    let dq = 0.5 * 0.25 * (d01 - 0.25 * d01);
+    near("dq", &vals(g.get(&q).unwrap())[..1], &[dq]);
+}
