@@ -179,17 +179,34 @@ fn argext(x: &Tensor, op: &'static str, code: u32, dim: isize, keepdim: bool) ->
     idx.reshape_untracked(&shape)
 }
 
-/// The gradient of `max` (`code` [`ARG_MAX`]) or `min` ([`ARG_MIN`]) of `x` over `dim`: `g`
-/// (keepdim shape, or broadcast to it) at each row's first NaN or first extremum, the index
-/// PyTorch's `max(dim)` returns, and zero elsewhere. The index comes from the argmax plans, so
-/// long rows are scanned in parallel; the gradient is then written one element per invocation.
-pub(crate) fn max_min_grad(x: &Tensor, g: &Tensor, dim: usize, code: u32) -> Result<Tensor> {
+/// The indices `max` (`code` [`ARG_MAX`]) or `min` ([`ARG_MIN`]) of `x` over `dim` (normalized)
+/// routes its gradient to: each row's first NaN or first extremum, the index PyTorch's
+/// `max(dim)` returns, in keepdim shape. The forward takes them when it records, so the
+/// backward holds these indices, not `x` (PyTorch's `max(dim)` saves its indices: `x` may be
+/// written in place afterwards). They come from the argmax plans, so long rows are scanned in
+/// parallel.
+pub(crate) fn max_min_indices(x: &Tensor, dim: usize, code: u32) -> Result<Tensor> {
+    let op = if code == ARG_MAX { "max" } else { "min" };
+    index_along(x, op, code, dim)
+}
+
+/// The gradient of `max` (`code` [`ARG_MAX`]) or `min` ([`ARG_MIN`]) over `dim` of an input of
+/// `shape` and `dtype`: `g` (keepdim shape, or broadcast to it) at the indices of
+/// [`max_min_indices`] and zero elsewhere, written one element per invocation.
+pub(crate) fn max_min_grad(
+    idx: &Tensor,
+    g: &Tensor,
+    shape: &[usize],
+    dtype: DType,
+    dim: usize,
+    code: u32,
+) -> Result<Tensor> {
     let op = if code == ARG_MAX {
         "max backward"
     } else {
         "min backward"
     };
-    let shape = x.shape().to_vec();
+    let shape = shape.to_vec();
     let lg = g.layout.broadcast_to(&shape)?;
     if dim >= shape.len() || (lg.strides()[dim] != 0 && shape[dim] != 1) {
         return Err(Error::shape(
@@ -200,11 +217,10 @@ pub(crate) fn max_min_grad(x: &Tensor, g: &Tensor, dim: usize, code: u32) -> Res
             ),
         ));
     }
-    let out = Tensor::empty(x.device(), op, &shape, x.dtype)?;
+    let out = Tensor::empty(idx.device(), op, &shape, dtype)?;
     if out.numel() == 0 {
         return Ok(out);
     }
-    let idx = index_along(x, op, code, dim)?;
     let mut p = ArgextParams::zeroed();
     p.numel = out.numel() as u32;
     p.rank = shape.len() as u32;
@@ -212,11 +228,11 @@ pub(crate) fn max_min_grad(x: &Tensor, g: &Tensor, dim: usize, code: u32) -> Res
     p.off_g = lg.offset() as u32;
     p.shape = pack_dims(&shape);
     p.sg = pack_dims(lg.strides());
-    let dev = x.device();
+    let dev = idx.device();
     let grid = dev.grid_1d(op, (out.numel() as u64).div_ceil(WG as u64))?;
     let bufs = [idx.buffer(), g.buffer(), out.buffer()];
     let bytes = bytemuck::bytes_of(&p);
-    dev.launch(op, &ROUTE, &[x.dtype], &consts(code), bytes, &bufs, grid)?;
+    dev.launch(op, &ROUTE, &[dtype], &consts(code), bytes, &bufs, grid)?;
     Ok(out)
 }
 

@@ -13,7 +13,7 @@ struct BinaryBackward {
     /// Saved only when some gradient needs them (mul keeps b for a's gradient and a for b's).
     a: Option<Tensor>,
     b: Option<Tensor>,
-    /// The output, kept by div for the divisor's gradient.
+    /// The output, kept by pow for the exponent's gradient (PyTorch's pow saves its result).
     y: Option<Tensor>,
 }
 
@@ -63,13 +63,12 @@ impl BackwardOp for BinaryBackward {
             ),
             BinaryOp::Div => {
                 let g_over_b = g.div(self.saved(&self.b)?)?;
-                // d(a / b)/db = -a / b^2 = -(a / b) / b.
+                // d(a / b)/db = -a / b^2 = -(g / b) (a / b), from a and b as PyTorch's
+                // div_tensor_other_backward (it saves the operands, not the output, so the
+                // output may be written in place before the backward).
                 let gb = if need_b {
-                    Some(
-                        g_over_b
-                            .mul(self.saved(&self.y)?)?
-                            .into_unary(UnaryOp::Neg)?,
-                    )
+                    let a_over_b = self.saved(&self.a)?.div(self.saved(&self.b)?)?;
+                    Some(g_over_b.mul(&a_over_b)?.into_unary(UnaryOp::Neg)?)
                 } else {
                     None
                 };
@@ -156,7 +155,7 @@ impl Tensor {
             let (keep_a, keep_b, keep_y) = match op {
                 BinaryOp::Add | BinaryOp::Sub => (false, false, false),
                 BinaryOp::Mul => (tb, ta, false),
-                BinaryOp::Div => (false, true, tb),
+                BinaryOp::Div => (tb, true, false),
                 BinaryOp::Max | BinaryOp::Min => (true, true, false),
                 BinaryOp::Pow => (true, true, tb),
             };

@@ -2,19 +2,31 @@
 //! the gradient over the reduced axis; max and min route it to the first index holding the
 //! extremum, the index PyTorch's `max(dim)` returns.
 
-use crate::autograd::{record, BackwardOp};
+use crate::autograd::{record, records, BackwardOp};
 use crate::layout::Layout;
-use crate::ops::argext::{max_min_grad, ARG_MAX, ARG_MIN};
+use crate::ops::argext::{max_min_grad, max_min_indices, ARG_MAX, ARG_MIN};
 use crate::ops::ReduceOp;
-use crate::{Error, Result, Tensor};
+use crate::{DType, Error, Result, Tensor};
 
 struct ReduceBackward {
     op: ReduceOp,
     /// Normalized.
     dim: usize,
     x_shape: Vec<usize>,
-    /// max / min only: the input (the gradient goes to its argmax / argmin).
-    x: Option<Tensor>,
+    x_dtype: DType,
+    /// max / min only: the argmax / argmin indices (keepdim shape) the gradient goes to.
+    /// PyTorch's `max(dim)` saves these, not the input, so writing the input in place after
+    /// the forward leaves the backward valid.
+    idx: Option<Tensor>,
+}
+
+/// The argext code of max / min.
+fn code(op: ReduceOp) -> u32 {
+    if op == ReduceOp::Max {
+        ARG_MAX
+    } else {
+        ARG_MIN
+    }
 }
 
 /// `t` with a size-1 axis inserted at `dim` (undoes `keepdim = false`).
@@ -32,7 +44,7 @@ fn unsqueeze(t: &Tensor, dim: usize) -> Result<Tensor> {
 
 impl BackwardOp for ReduceBackward {
     fn saved(&self) -> Vec<&Tensor> {
-        self.x.iter().collect()
+        self.idx.iter().collect()
     }
 
     fn name(&self) -> &'static str {
@@ -56,13 +68,15 @@ impl BackwardOp for ReduceBackward {
                 .div_scalar(self.x_shape[self.dim] as f64)?,
             ReduceOp::Max | ReduceOp::Min => {
                 let missing = || Error::arg(self.op.name(), "backward is missing a saved tensor");
-                let x = self.x.as_ref().ok_or_else(missing)?;
-                let code = if self.op == ReduceOp::Max {
-                    ARG_MAX
-                } else {
-                    ARG_MIN
-                };
-                max_min_grad(x, &g, self.dim, code)?
+                let idx = self.idx.as_ref().ok_or_else(missing)?;
+                max_min_grad(
+                    idx,
+                    &g,
+                    &self.x_shape,
+                    self.x_dtype,
+                    self.dim,
+                    code(self.op),
+                )?
             }
         };
         Ok(vec![Some(gx)])
@@ -82,14 +96,21 @@ impl Tensor {
             return self.reshape(&[1])?.reduce(0, op, false);
         }
         let out = self.reduce_forward(dim, op, keepdim)?;
+        // The forward accepted `dim`, so it normalizes.
+        let d = Layout::normalize_dim(op.name(), dim, self.rank()).unwrap_or(0);
+        let extremum = matches!(op, ReduceOp::Max | ReduceOp::Min);
+        let idx = if extremum && records([self]) {
+            Some(max_min_indices(self, d, code(op))?)
+        } else {
+            None
+        };
         Ok(record(out, &[self], |_| {
-            let extremum = matches!(op, ReduceOp::Max | ReduceOp::Min);
             Box::new(ReduceBackward {
                 op,
-                // The forward accepted `dim`, so it normalizes.
-                dim: Layout::normalize_dim(op.name(), dim, self.rank()).unwrap_or(0),
+                dim: d,
                 x_shape: self.shape().to_vec(),
-                x: extremum.then(|| self.detach()),
+                x_dtype: self.dtype,
+                idx,
             })
         }))
     }

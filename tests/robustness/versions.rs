@@ -122,6 +122,38 @@ fn writes_into_tensors_no_backward_saved_are_fine() {
     // The counter moves once per in-place write.
     assert_eq!(x.version(), 1);
     assert_eq!(x.detach().version(), 1);
+
+    // max(dim) / min(dim) save their indices, not the input (PyTorch's max.dim backward): the
+    // input written afterwards, the gradient still goes to the forward's argmax.
+    for max in [true, false] {
+        let w = Tensor::from_slice(dev(), &[1.0f32, 5.0, 2.0, 7.0, 3.0, 0.0], &[2, 3])
+            .unwrap()
+            .requires_grad()
+            .unwrap();
+        let y = if max {
+            w.max(1, false)
+        } else {
+            w.min(1, false)
+        }
+        .unwrap();
+        no_grad(|| w.copy_from(&Tensor::zeros(dev(), &[2, 3], wgtensor::DType::F32)?)).unwrap();
+        let g = y.backward_with_grad(&t(&[2.0, 3.0])).unwrap();
+        let want = if max {
+            vec![0.0, 2.0, 0.0, 3.0, 0.0, 0.0]
+        } else {
+            vec![2.0, 0.0, 0.0, 0.0, 0.0, 3.0]
+        };
+        assert_eq!(vals(g.get(&w).unwrap()), want, "max {max}");
+    }
+    // div saves its operands, not its output (PyTorch's div backward): the output written in
+    // place leaves both gradients as they were: 1/b and -a/b^2.
+    let a = t(&[1.0, -6.0]).requires_grad().unwrap();
+    let b = t(&[2.0, 4.0]).requires_grad().unwrap();
+    let y = a.div(&b).unwrap();
+    no_grad(|| y.copy_from(&t(&[9.0, 9.0]))).unwrap();
+    let g = y.backward_with_grad(&t(&[1.0, 1.0])).unwrap();
+    assert_eq!(vals(g.get(&a).unwrap()), vec![0.5, 0.25]);
+    assert_eq!(vals(g.get(&b).unwrap()), vec![-0.25, 0.375]);
 }
 
 /// Saved tensors that are views of the caller's: batch norm's output with a fused activation
