@@ -279,6 +279,11 @@ impl Tensor {
             shape.push(num_classes);
             return Tensor::zeros(self.device(), &shape, DType::I32);
         }
+        // The result's size is checked before the class table is built: a huge class count
+        // would otherwise stage gigabytes on the host before the comparison refused it.
+        let mut shape = self.shape().to_vec();
+        shape.push(num_classes);
+        crate::tensor::check_new_shape(self.device(), op, &shape, DType::I32)?;
         check_indices(op, self, num_classes, self.rank(), None)?;
         let classes = Tensor::arange(self.device(), 0.0, num_classes as f64, 1.0, DType::I32)?;
         self.unsqueeze(-1)?.eq(&classes)?.to_dtype(DType::I32)
