@@ -377,6 +377,75 @@ fn outputs_past_the_grid_limit_run_in_sample_windows() {
     }
 }
 
+/// One sample whose output columns alone pass a grid axis under the planned GEMM kernel (the
+/// portable 32-column tiles: 1500 x 1500 pixels need 70313 workgroups on x) runs the direct
+/// kernel, which lays its invocations out flat, forward and data gradient, instead of the grid
+/// error (a GPU's 64-column tiles pass it at 2048 x 2048).
+#[test]
+fn one_sample_past_the_grid_limit_runs_the_direct_kernel() {
+    use wgtensor::ops::conv::{conv2d_plan, ConvDirection, ConvVariant};
+    let dev = device(true);
+    let hw = 1500;
+    let opts = Conv2dOptions {
+        padding: wgtensor::ops::Padding::uniform(1),
+        ..Default::default()
+    };
+    let x = upload(&dev, &[1, 1, hw, hw], 1);
+    let w = upload(&dev, &[8, 1, 3, 3], 2);
+    let at = |v: &[f32], c: usize, i: isize, j: isize| -> f64 {
+        let n = hw as isize;
+        if i < 0 || j < 0 || i >= n || j >= n {
+            0.0
+        } else {
+            f64::from(v[c * hw * hw + (i * n + j) as usize])
+        }
+    };
+    let plan = conv2d_plan(
+        &dev,
+        ConvDirection::Forward,
+        [1, 1, hw, hw],
+        [8, 1, 3, 3],
+        &opts,
+    );
+    assert_eq!(plan.unwrap().variant, ConvVariant::Direct);
+    let y = conv2d(&x, &w, None, &opts)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    let (xv, wv) = (x.to_vec::<f32>().unwrap(), w.to_vec::<f32>().unwrap());
+    for e in (0..8 * hw * hw).step_by(997) {
+        let (o, i, j) = (e / (hw * hw), (e / hw % hw) as isize, (e % hw) as isize);
+        let mut want = 0.0;
+        for (t, &wt) in wv[o * 9..o * 9 + 9].iter().enumerate() {
+            want += f64::from(wt) * at(&xv, 0, i + t as isize / 3 - 1, j + t as isize % 3 - 1);
+        }
+        assert!(
+            (f64::from(y[e]) - want).abs() <= 1e-5,
+            "forward {e}: {} vs {want}",
+            y[e]
+        );
+    }
+    // The data gradient of 8 input channels: 8 rows per group, the same columns.
+    let dy = upload(&dev, &[1, 1, hw, hw], 3);
+    let dx = conv2d_backward_input(&dy, &w.reshape(&[1, 8, 3, 3]).unwrap(), [hw, hw], &opts)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    let dyv = dy.to_vec::<f32>().unwrap();
+    for e in (0..8 * hw * hw).step_by(997) {
+        let (c, i, j) = (e / (hw * hw), (e / hw % hw) as isize, (e % hw) as isize);
+        let mut want = 0.0;
+        for (t, &wt) in wv[c * 9..c * 9 + 9].iter().enumerate() {
+            want += f64::from(wt) * at(&dyv, 0, i - t as isize / 3 + 1, j - t as isize % 3 + 1);
+        }
+        assert!(
+            (f64::from(dx[e]) - want).abs() <= 1e-5,
+            "data gradient {e}: {} vs {want}",
+            dx[e]
+        );
+    }
+}
+
 /// More groups than a grid axis holds: the direct kernel lays groups out flat, so a depthwise
 /// convolution over 70000 channels runs (forward, data and weight gradients) as PyTorch's,
 /// on the CPU plan and the GPU plans.

@@ -6,7 +6,7 @@
 use super::geom::Geom;
 use super::params::{ConvParams, Direction};
 use super::plan::{
-    plan_params, ConvPlan, ConvVariant, DIRECT_COLS, DIRECT_ROWS, DIRECT_WG, GEMM_ROW_BLOCKS,
+    launch_plan, ConvPlan, ConvVariant, DIRECT_COLS, DIRECT_ROWS, DIRECT_WG, GEMM_ROW_BLOCKS,
     SG8_SUBGROUPS, WG_SHAPES,
 };
 use crate::ops::activation::{Activation, ACTIVATION, ACTIVATION_DEFS};
@@ -93,7 +93,7 @@ pub(crate) fn run(
     if let Some(t) = bias {
         p.bias_off = t.layout().offset() as u32;
     }
-    let pl = plan_params(dev.caps(), &p, transposed, g.groups);
+    let pl = launch_plan(dev, g, dir);
     p.splits = pl.splits;
     p.k_chunk = pl.k_chunk;
     let limit = dev.max_binding_bytes();

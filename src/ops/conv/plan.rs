@@ -125,16 +125,6 @@ fn plan_with(
     } else {
         ConvVariant::Tiled
     };
-    // The smallest table entry covering the rows, else the largest: the variant list below
-    // enumerates the same tables, so every plan has a precompiled variant.
-    let pick = |table: &[u32], rows: usize| -> u32 {
-        let last = table[table.len() - 1];
-        table
-            .iter()
-            .copied()
-            .find(|&r| r as usize >= rows)
-            .unwrap_or(last)
-    };
     let groups = groups.max(1);
     let (rt, ct) = match variant {
         ConvVariant::Direct => (pick(&DIRECT_ROWS, m), 0),
@@ -226,10 +216,59 @@ pub(crate) fn plan_params(
     pl
 }
 
+/// The smallest table entry covering the rows, else the largest: the variant list enumerates
+/// the same tables, so every plan has a precompiled variant.
+fn pick(table: &[u32], rows: usize) -> u32 {
+    let last = table[table.len() - 1];
+    table
+        .iter()
+        .copied()
+        .find(|&r| r as usize >= rows)
+        .unwrap_or(last)
+}
+
+/// The direct kernel's plan for `p`, whatever its rows per group, unsplit: the launch takes it
+/// when one sample's output columns alone need more workgroups on one grid axis than the
+/// adapter allows under the planned GEMM kernel (their grids put the columns on one axis; the
+/// direct kernel lays its invocations out flat). `None` where the direct kernel cannot serve
+/// (the transposed data gradient on SwiftShader, see [`plan_params`]).
+fn direct_plan(caps: &Caps, p: &ConvParams, transposed: bool) -> Option<ConvPlan> {
+    if transposed && caps.swiftshader {
+        return None;
+    }
+    Some(ConvPlan {
+        variant: ConvVariant::Direct,
+        rt: pick(&DIRECT_ROWS, p.m as usize),
+        ct: 0,
+        sgs: SG8_SUBGROUPS[usize::from(p.ncols > 32)],
+        splits: 1,
+        k_chunk: p.k,
+    })
+}
+
 /// The plan a launch of direction `dir` on `g` uses.
 pub(crate) fn launch_plan(dev: &Device, g: &Geom, dir: Direction) -> ConvPlan {
     let (p, transposed) = ConvParams::new(g, dir);
-    plan_params(dev.caps(), &p, transposed, g.groups)
+    let caps = dev.caps();
+    let pl = plan_params(caps, &p, transposed, g.groups);
+    let direct = matches!(pl.variant, ConvVariant::Direct | ConvVariant::DirectLines);
+    if dir == Direction::Weight || g.n == 0 || direct {
+        return pl;
+    }
+    // The launch runs samples in windows when the whole grid passes an axis (launch.rs), but
+    // one sample's grid must fit: the GEMM kernels put its columns on one axis (launch.rs's
+    // `grid`), so a 2048 x 2048 image under 64-column tiles needs 65536 workgroups there.
+    let (p1, _) = ConvParams::new(&Geom { n: 1, ..*g }, dir);
+    let (tm, tn) = pl.tile();
+    let max = caps.max_workgroups_per_dim as usize;
+    let fits = (p1.m as usize).div_ceil(tm) <= max
+        && (p1.ncols as usize).div_ceil(tn) <= max
+        && g.groups.saturating_mul(pl.splits as usize) <= max;
+    if fits {
+        pl
+    } else {
+        direct_plan(caps, &p, transposed).unwrap_or(pl)
+    }
 }
 
 #[cfg(test)]
