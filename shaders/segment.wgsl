@@ -51,8 +51,14 @@ struct Params {
 @group(0) @binding(5) var<storage, read> g: array<T>;
 @group(0) @binding(6) var<storage, read_write> out: array<T>;
 @group(0) @binding(7) var<storage, read> base: array<T>;
+// seg_sort_long's second list (its merge passes alternate between `list` and this).
+@group(0) @binding(8) var<storage, read_write> tmp: array<u32>;
 
 override WG: u32;
+// seg_sort: long buckets go to seg_sort_long (GPUs) or are heap-sorted in the list by their
+// invocation (CPU adapters, where one thread walks the list fast and the merge passes' binary
+// searches took twice as long for a million ids).
+override LONG_SORT: bool = false;
 
 const SCAN_WG: u32 = 256u;
 var<workgroup> part: array<u32, 256>;
@@ -223,9 +229,10 @@ fn seg_fill(@builtin(workgroup_id) wid: vec3<u32>,
     }
 }
 
-// Buckets up to this length are insertion-sorted; longer ones heap-sorted, in a private
-// array up to MID_BUCKET (a hub row's few hundred positions: each sift step an L1 access
-// instead of a dependent global load and store), in the list itself beyond.
+// Runs up to SHORT_BUCKET are insertion-sorted, up to MID_BUCKET heap-sorted in a private
+// array (a hub row's few hundred positions: each sift step an L1 access instead of a
+// dependent global load and store); longer buckets go to seg_sort_long (src/ops/segment.rs
+// mirrors MID_BUCKET, a test checks the two agree).
 const SHORT_BUCKET: u32 = 32u;
 const MID_BUCKET: u32 = 256u;
 
@@ -248,6 +255,40 @@ fn sift_down_private(buf: ptr<function, array<u32, MID_BUCKET>>, root0: u32, end
         (*buf)[root] = kid;
         (*buf)[c] = top;
         root = c;
+    }
+}
+
+// Sorts list[a .. a + n), n <= MID_BUCKET, in a private array: in the storage buffer every
+// shift of the insertion sort and every sift step was a global load and store, each waiting
+// on the last.
+fn sort_private(a: u32, n: u32) {
+    var buf: array<u32, MID_BUCKET>;
+    for (var i = 0u; i < n; i++) {
+        buf[i] = list[a + i];
+    }
+    if (n <= SHORT_BUCKET) {
+        for (var i = 1u; i < n; i++) {
+            let key = buf[i];
+            var k = i;
+            while (k > 0u && buf[k - 1u] > key) {
+                buf[k] = buf[k - 1u];
+                k--;
+            }
+            buf[k] = key;
+        }
+    } else {
+        for (var s = n / 2u; s > 0u; s--) {
+            sift_down_private(&buf, s - 1u, n);
+        }
+        for (var end = n - 1u; end > 0u; end--) {
+            let top = buf[0];
+            buf[0] = buf[end];
+            buf[end] = top;
+            sift_down_private(&buf, 0u, end);
+        }
+    }
+    for (var i = 0u; i < n; i++) {
+        list[a + i] = buf[i];
     }
 }
 
@@ -275,9 +316,12 @@ fn sift_down(a: u32, root0: u32, end: u32) {
 
 // Sorts one bucket, fixing the order seg_fill's atomics left arbitrary (the positions are
 // distinct, so every sort gives the same ascending list). Buckets are short for most data (a
-// row's share of the index) and insertion sort suits them; a row that most of the index hits
-// (a padding id over a whole batch) would cost it quadratic time on one invocation, seconds
-// on a GPU for 30k ids, so long buckets are heap-sorted: n log n, in place.
+// row's share of the index): sorted here, one invocation each. A longer bucket (a row that much
+// of the index hits: a padding id over a whole batch, a graph's hub) is, with LONG_SORT,
+// appended to the long list (`cursor[0]` the count, then the rows, in arbitrary order: each is
+// sorted on its own) for seg_sort_long, which sorts it with a whole workgroup (on a GPU one
+// invocation's n log n dependent global steps took seconds for a million ids); without, it is
+// heap-sorted in place here.
 @compute @workgroup_size(WG)
 fn seg_sort(@builtin(workgroup_id) wid: vec3<u32>,
             @builtin(num_workgroups) nwg: vec3<u32>,
@@ -287,49 +331,112 @@ fn seg_sort(@builtin(workgroup_id) wid: vec3<u32>,
         return;
     }
     let a = starts[v];
-    let b = starts[v + 1u];
-    let n = b - a;
+    let n = starts[v + 1u] - a;
     if (n <= MID_BUCKET) {
-        // In a private array: in the storage buffer every shift of the insertion sort and
-        // every sift step was a global load and store, each waiting on the last.
-        var buf: array<u32, MID_BUCKET>;
-        for (var i = 0u; i < n; i++) {
-            buf[i] = list[a + i];
+        sort_private(a, n);
+    } else if (LONG_SORT) {
+        let s = atomicAdd(&cursor[0], 1u);
+        atomicStore(&cursor[1u + s], v);
+    } else {
+        for (var s = n / 2u; s > 0u; s--) {
+            sift_down(a, s - 1u, n);
         }
-        if (n <= SHORT_BUCKET) {
-            for (var i = 1u; i < n; i++) {
-                let key = buf[i];
-                var k = i;
-                while (k > 0u && buf[k - 1u] > key) {
-                    buf[k] = buf[k - 1u];
-                    k--;
-                }
-                buf[k] = key;
-            }
+        for (var end = n - 1u; end > 0u; end--) {
+            let top = list[a];
+            list[a] = list[a + end];
+            list[a + end] = top;
+            sift_down(a, 0u, end);
+        }
+    }
+}
+
+const LONG_WG: u32 = 256u;
+var<workgroup> long_count: u32;
+var<workgroup> long_start: u32;
+var<workgroup> long_len: u32;
+
+// Element i of `list` (from_list) or of `tmp`.
+fn read_run(from_list: bool, i: u32) -> u32 {
+    if (from_list) {
+        return list[i];
+    }
+    return tmp[i];
+}
+
+fn write_run(to_list: bool, i: u32, x: u32) {
+    if (to_list) {
+        list[i] = x;
+    } else {
+        tmp[i] = x;
+    }
+}
+
+// How many of the ascending run [lo, hi) of `list` (from_list) or `tmp` are below x.
+fn count_below(from_list: bool, lo: u32, hi: u32, x: u32) -> u32 {
+    var l = lo;
+    var h = hi;
+    while (l < h) {
+        let m = l + (h - l) / 2u;
+        if (read_run(from_list, m) < x) {
+            l = m + 1u;
         } else {
-            for (var s = n / 2u; s > 0u; s--) {
-                sift_down_private(&buf, s - 1u, n);
+            h = m;
+        }
+    }
+    return l - lo;
+}
+
+// The long buckets, one workgroup each (a workgroup takes every nwg-th of the long list):
+// each lane sorts runs of MID_BUCKET in a private array, then merge passes double the runs
+// until one holds the bucket, alternating between `list` and `tmp`. In a pass every element
+// lands at its index in its run plus the count of the partner run's elements below it (the
+// positions are distinct, so no two land on one slot): n / 256 binary searches a lane, all
+// independent. The bucket bounds pass through workgroup memory so the loops around the
+// barriers stay uniform.
+@compute @workgroup_size(LONG_WG)
+fn seg_sort_long(@builtin(workgroup_id) wid: vec3<u32>,
+                 @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+    if (lid == 0u) {
+        long_count = atomicLoad(&cursor[0]);
+    }
+    let count = workgroupUniformLoad(&long_count);
+    for (var r = wid.x + wid.y * nwg.x; r < count; r += nwg.x * nwg.y) {
+        if (lid == 0u) {
+            let v = atomicLoad(&cursor[1u + r]);
+            long_start = starts[v];
+            long_len = starts[v + 1u] - starts[v];
+        }
+        let a = workgroupUniformLoad(&long_start);
+        let n = workgroupUniformLoad(&long_len);
+        for (var c = lid * MID_BUCKET; c < n; c += LONG_WG * MID_BUCKET) {
+            sort_private(a + c, min(MID_BUCKET, n - c));
+        }
+        storageBarrier();
+        var from_list = true;
+        for (var width = MID_BUCKET; width < n; width *= 2u) {
+            for (var t = lid; t < n; t += LONG_WG) {
+                let lo = t / (2u * width) * (2u * width);
+                let mid = min(lo + width, n);
+                let hi = min(lo + 2u * width, n);
+                let x = read_run(from_list, a + t);
+                var at = 0u;
+                if (t < mid) {
+                    at = t + count_below(from_list, a + mid, a + hi, x);
+                } else {
+                    at = t - (mid - lo) + count_below(from_list, a + lo, a + mid, x);
+                }
+                write_run(!from_list, a + at, x);
             }
-            for (var end = n - 1u; end > 0u; end--) {
-                let top = buf[0];
-                buf[0] = buf[end];
-                buf[end] = top;
-                sift_down_private(&buf, 0u, end);
+            storageBarrier();
+            from_list = !from_list;
+        }
+        if (!from_list) {
+            for (var t = lid; t < n; t += LONG_WG) {
+                list[a + t] = tmp[a + t];
             }
         }
-        for (var i = 0u; i < n; i++) {
-            list[a + i] = buf[i];
-        }
-        return;
-    }
-    for (var s = n / 2u; s > 0u; s--) {
-        sift_down(a, s - 1u, n);
-    }
-    for (var end = n - 1u; end > 0u; end--) {
-        let top = list[a];
-        list[a] = list[a + end];
-        list[a + end] = top;
-        sift_down(a, 0u, end);
+        storageBarrier();
     }
 }
 

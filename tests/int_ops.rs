@@ -575,6 +575,50 @@ fn embedding_with_padding_idx_and_one_hot() {
     assert!(e.contains("one_hot") && e.contains("empty"), "{e}");
 }
 
+/// Buckets longer than one invocation sorts (257 ids and more: a workgroup each, runs of 256
+/// merged in passes) sum in index order too: hub rows of 257, 300, 1000 and 70001 ids among
+/// others, the gradient bitwise the host's sum in index order, and the same on a second run;
+/// on the CPU adapter's plan (heap-sorted by one invocation) and the GPUs' (`gpu_plans`).
+#[test]
+fn index_select_backward_with_hub_rows() {
+    let (v, e) = (64usize, 2usize);
+    let mut ids: Vec<i32> = Vec::new();
+    for (row, n) in [(3, 257), (9, 300), (40, 1000), (63, 70001)] {
+        ids.extend(std::iter::repeat_n(row, n));
+    }
+    ids.extend((0..5000).map(|j| (j * 37 % v) as i32));
+    // A fixed shuffle, so each bucket's positions are spread over the whole index.
+    let l = ids.len();
+    for j in (1..l).rev() {
+        let k = (j * 2_654_435_761) % (j + 1);
+        ids.swap(j, k);
+    }
+    let g: Vec<f32> = (0..l * e)
+        .map(|k| ((k * 7919 % 1009) as f32 - 504.0) / 37.0)
+        .collect();
+    let mut want = vec![0.0f32; v * e];
+    for (j, &id) in ids.iter().enumerate() {
+        for c in 0..e {
+            want[id as usize * e + c] += g[j * e + c];
+        }
+    }
+    for d in [dev(), common::gpu_plans_device()] {
+        let w = Tensor::zeros(d, &[v, e], DType::F32)
+            .unwrap()
+            .requires_grad()
+            .unwrap();
+        let run = || {
+            let idx = Tensor::from_slice(d, &ids, &[l]).unwrap();
+            let y = w.index_select(0, &idx).unwrap();
+            let gy = Tensor::from_slice(d, &g, &[l, e]).unwrap();
+            f(y.backward_with_grad(&gy).unwrap().get(&w).unwrap())
+        };
+        let got = run();
+        assert_eq!(got, want, "sums in index order match the host bit for bit");
+        assert_eq!(run(), got);
+    }
+}
+
 /// The bucketed backward at a real vocabulary size: 5,000 rows, 4,000 ids with heavy repeats
 /// (one id takes a quarter of them), against the host sum in index order; bitwise the same on
 /// a second run; padding and out-of-range ids contribute nothing.

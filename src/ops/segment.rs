@@ -26,7 +26,14 @@ const SCAN_BLOCK: usize = 4096;
 /// 64 counts a lane, serially.
 const BLOCK_SCAN_ROWS: usize = 64 * 256;
 static FILL: Kernel = Kernel::new("segment", SRC, "seg_fill", &[R, RW, RW]).slots(&[1, 2, 4]);
-static SORT: Kernel = Kernel::new("segment", SRC, "seg_sort", &[RW, RW]).slots(&[3, 4]);
+static SORT: Kernel = Kernel::new("segment", SRC, "seg_sort", &[RW, RW, RW]).slots(&[2, 3, 4]);
+static SORT_LONG: Kernel =
+    Kernel::new("segment", SRC, "seg_sort_long", &[RW, RW, RW, RW]).slots(&[2, 3, 4, 8]);
+/// Buckets up to this length are sorted by one invocation (the shader's `MID_BUCKET`); longer
+/// ones by a workgroup of `seg_sort_long` each.
+const MID_BUCKET: usize = 256;
+/// The most workgroups `seg_sort_long` runs (each takes every n-th long bucket).
+const MAX_LONG_GROUPS: usize = 1024;
 static SUM: Kernel = Kernel::new("segment", SRC, "seg_sum", &[RW, RW, R, RW]).slots(&[3, 4, 5, 6]);
 static KEYS: Kernel = Kernel::new("segment", SRC, "seg_keys", &[R, RW]).slots(&[1, 4]);
 static SCATTER: Kernel =
@@ -102,6 +109,13 @@ fn consts() -> [(&'static str, f64); 1] {
     [("WG", WG as f64)]
 }
 
+fn sort_consts(long_sort: bool) -> [(&'static str, f64); 2] {
+    [
+        ("WG", WG as f64),
+        ("LONG_SORT", f64::from(u8::from(long_sort))),
+    ]
+}
+
 fn groups(t: &Tensor, n: u32) -> Result<[u32; 3]> {
     t.device()
         .grid_1d("segment", u64::from(n).div_ceil(WG as u64))
@@ -145,8 +159,26 @@ fn buckets(
     if len > 0 {
         let bufs = [keys.buffer(), counts.buffer(), list.buffer()];
         dev.launch(op, &FILL, &dt, &c, params, &bufs, groups(like, p.len)?)?;
-        let bufs = [starts.buffer(), list.buffer()];
-        dev.launch(op, &SORT, &dt, &c, params, &bufs, groups(like, p.rows)?)?;
+        // At most len / (MID_BUCKET + 1) buckets are long: on GPUs their list (a count, then
+        // the rows) is sized for that many, and seg_sort_long gets one workgroup for each, up
+        // to MAX_LONG_GROUPS (the rest loop), or none when no bucket can be long. CPU
+        // adapters heap-sort them in seg_sort (the counts, bound in the list's slot, unused).
+        let most = len / (MID_BUCKET + 1);
+        let long_sort = !dev.caps().cpu && most > 0;
+        let longs = if long_sort {
+            Tensor::zeros(dev, &[most + 1], DType::I32)?
+        } else {
+            counts.clone()
+        };
+        let bufs = [longs.buffer(), starts.buffer(), list.buffer()];
+        let sc = sort_consts(long_sort);
+        dev.launch(op, &SORT, &dt, &sc, params, &bufs, groups(like, p.rows)?)?;
+        if long_sort {
+            let tmp = Tensor::empty(dev, op, &[len], DType::I32)?;
+            let bufs = [longs.buffer(), starts.buffer(), list.buffer(), tmp.buffer()];
+            let grid = dev.grid_1d(op, most.min(MAX_LONG_GROUPS) as u64)?;
+            dev.launch(op, &SORT_LONG, &dt, &c, params, &bufs, grid)?;
+        }
     }
     Ok((starts, list))
 }
@@ -266,12 +298,15 @@ pub fn segment_variants() -> Vec<ShaderVariant> {
             &SCAN_TOP,
             &SCAN_APPLY,
             &FILL,
-            &SORT,
+            &SORT_LONG,
             &SUM,
             &KEYS,
             &SCATTER,
         ] {
             v.push(ShaderVariant::new(k, &[dt], &[("WG", WG as f64)]));
+        }
+        for long_sort in [false, true] {
+            v.push(ShaderVariant::new(&SORT, &[dt], &sort_consts(long_sort)));
         }
     }
     v
@@ -304,4 +339,13 @@ pub fn params_layout() -> crate::runtime::pipeline::ParamsLayout {
             sb
         }
     )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn mid_bucket_matches_the_shader() {
+        let line = format!("const MID_BUCKET: u32 = {}u;", super::MID_BUCKET);
+        assert!(super::SRC.contains(&line), "{line}");
+    }
 }
