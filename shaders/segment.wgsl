@@ -55,9 +55,11 @@ struct Params {
 @group(0) @binding(8) var<storage, read_write> tmp: array<u32>;
 
 override WG: u32;
-// seg_sort: long buckets go to seg_sort_long (GPUs) or are heap-sorted in the list by their
-// invocation (CPU adapters, where one thread walks the list fast and the merge passes' binary
-// searches took twice as long for a million ids).
+// Long buckets (more than MID_BUCKET positions) go to the workgroup kernels on GPUs:
+// seg_sort_long sorts them and seg_sum_long / seg_scatter_long add them (seg_sum and
+// seg_scatter skip them). Without, on CPU adapters, seg_sort heap-sorts them in the list and
+// one invocation adds each output's bucket (one thread walks the list fast there, and the merge
+// passes' binary searches took twice as long for a million ids).
 override LONG_SORT: bool = false;
 
 const SCAN_WG: u32 = 256u;
@@ -451,11 +453,68 @@ fn seg_sum(@builtin(workgroup_id) wid: vec3<u32>,
     let i = e % p.inner;
     let v = (e / p.inner) % p.rows;
     let o = e / (p.inner * p.rows);
+    if (LONG_SORT && starts[v + 1u] - starts[v] > MID_BUCKET) {
+        return;
+    }
     var acc = 0.0;
     for (var k = starts[v]; k < starts[v + 1u]; k++) {
         acc += f32(g[(o * p.len + list[k]) * p.inner + i]);
     }
     out[e] = T(acc);
+}
+
+var<workgroup> lane_sums: array<f32, LONG_WG>;
+var<workgroup> long_items: u32;
+
+// How many outputs the long kernels add: the long buckets (cursor[0]) times `per_bucket`,
+// uniform across the workgroup.
+fn long_items_of(lid: u32, per_bucket: u32) -> u32 {
+    if (lid == 0u) {
+        long_items = atomicLoad(&cursor[0]) * per_bucket;
+    }
+    return workgroupUniformLoad(&long_items);
+}
+
+// The workgroup's sum of the lanes' `acc` (lane l added entries l, l + LONG_WG, ... of a
+// bucket, in order), folded in a fixed tree: the same order every run, whichever workgroup
+// takes the output. Every lane returns it.
+fn fold_lanes(lid: u32, acc: f32) -> f32 {
+    lane_sums[lid] = acc;
+    workgroupBarrier();
+    for (var s = LONG_WG / 2u; s > 0u; s /= 2u) {
+        if (lid < s) {
+            lane_sums[lid] += lane_sums[lid + s];
+        }
+        workgroupBarrier();
+    }
+    let total = lane_sums[0];
+    workgroupBarrier();
+    return total;
+}
+
+// The outputs of the long buckets (GPUs): one workgroup per output element (bucket, outer,
+// inner index), its LONG_WG lanes each adding every LONG_WG-th entry of the sorted bucket,
+// then folded in a fixed tree. One invocation adding a hub row's million entries in turn
+// took about a second on a GPU.
+@compute @workgroup_size(LONG_WG)
+fn seg_sum_long(@builtin(workgroup_id) wid: vec3<u32>,
+                @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    let outer = p.numel / (p.rows * p.inner);
+    let items = long_items_of(lid, outer * p.inner);
+    for (var w = wid.x + wid.y * nwg.x; w < items; w += nwg.x * nwg.y) {
+        let i = w % p.inner;
+        let o = (w / p.inner) % outer;
+        let v = atomicLoad(&cursor[1u + w / (p.inner * outer)]);
+        var acc = 0.0;
+        for (var k = starts[v] + lid; k < starts[v + 1u]; k += LONG_WG) {
+            acc += f32(g[(o * p.len + list[k]) * p.inner + i]);
+        }
+        let total = fold_lanes(lid, acc);
+        if (lid == 0u) {
+            out[(o * p.rows + v) * p.inner + i] = T(total);
+        }
+    }
 }
 
 fn at(v: array<vec4<u32>, 2>, k: u32) -> u32 {
@@ -515,6 +574,9 @@ fn seg_scatter(@builtin(workgroup_id) wid: vec3<u32>,
     if (e >= p.numel) {
         return;
     }
+    if (LONG_SORT && starts[e + 1u] - starts[e] > MID_BUCKET) {
+        return;
+    }
     var acc = 0.0;
     for (var k = starts[e]; k < starts[e + 1u]; k++) {
         acc += f32(g[p.src_off + offset_of(list[k], p.ishape, p.ss)]);
@@ -523,4 +585,27 @@ fn seg_scatter(@builtin(workgroup_id) wid: vec3<u32>,
         acc += f32(base[p.base_off + offset_of(e, p.oshape, p.sb)]);
     }
     out[e] = T(acc);
+}
+
+// seg_scatter for the long buckets (GPUs), as seg_sum_long: a workgroup per output, the
+// lanes' strided sums folded in a fixed tree, then the base.
+@compute @workgroup_size(LONG_WG)
+fn seg_scatter_long(@builtin(workgroup_id) wid: vec3<u32>,
+                    @builtin(num_workgroups) nwg: vec3<u32>,
+                    @builtin(local_invocation_index) lid: u32) {
+    let items = long_items_of(lid, 1u);
+    for (var w = wid.x + wid.y * nwg.x; w < items; w += nwg.x * nwg.y) {
+        let e = atomicLoad(&cursor[1u + w]);
+        var acc = 0.0;
+        for (var k = starts[e] + lid; k < starts[e + 1u]; k += LONG_WG) {
+            acc += f32(g[p.src_off + offset_of(list[k], p.ishape, p.ss)]);
+        }
+        var total = fold_lanes(lid, acc);
+        if (lid == 0u) {
+            if ((p.flags & 1u) != 0u) {
+                total += f32(base[p.base_off + offset_of(e, p.oshape, p.sb)]);
+            }
+            out[e] = T(total);
+        }
+    }
 }

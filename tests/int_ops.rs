@@ -575,10 +575,32 @@ fn embedding_with_padding_idx_and_one_hot() {
     assert!(e.contains("one_hot") && e.contains("empty"), "{e}");
 }
 
-/// Buckets longer than one invocation sorts (257 ids and more: a workgroup each, runs of 256
-/// merged in passes) sum in index order too: hub rows of 257, 300, 1000 and 70001 ids among
-/// others, the gradient bitwise the host's sum in index order, and the same on a second run;
-/// on the CPU adapter's plan (heap-sorted by one invocation) and the GPUs' (`gpu_plans`).
+/// A bucket's sum as the kernels add it: in index order on CPU adapters and for buckets of up
+/// to 256 terms; on GPUs a longer bucket by a workgroup, lane l adding terms l, l + 256, ...
+/// in order, then the 256 lane sums folded in a tree (pairs 128 apart, then 64, ...).
+fn bucket_sum(terms: &[f32], gpu: bool) -> f32 {
+    if !gpu || terms.len() <= 256 {
+        return terms.iter().fold(0.0, |a, &t| a + t);
+    }
+    let mut lanes = [0.0f32; 256];
+    for (k, &t) in terms.iter().enumerate() {
+        lanes[k % 256] += t;
+    }
+    let mut s = 128;
+    while s > 0 {
+        for l in 0..s {
+            lanes[l] += lanes[l + s];
+        }
+        s /= 2;
+    }
+    lanes[0]
+}
+
+/// Buckets longer than one invocation sorts (257 ids and more: on GPUs a workgroup each, runs
+/// of 256 merged in passes, then a workgroup per output adding them) come out in a fixed
+/// order: hub rows of 257, 300, 1000 and 70001 ids among others, the gradient bitwise the
+/// host's sum in that order (index order on CPU adapters), and the same on a second run; on
+/// the CPU adapter's plan and the GPUs' (`gpu_plans`).
 #[test]
 fn index_select_backward_with_hub_rows() {
     let (v, e) = (64usize, 2usize);
@@ -596,13 +618,16 @@ fn index_select_backward_with_hub_rows() {
     let g: Vec<f32> = (0..l * e)
         .map(|k| ((k * 7919 % 1009) as f32 - 504.0) / 37.0)
         .collect();
-    let mut want = vec![0.0f32; v * e];
-    for (j, &id) in ids.iter().enumerate() {
-        for c in 0..e {
-            want[id as usize * e + c] += g[j * e + c];
+    let want = |gpu: bool| -> Vec<f32> {
+        let mut terms = vec![Vec::new(); v * e];
+        for (j, &id) in ids.iter().enumerate() {
+            for c in 0..e {
+                terms[id as usize * e + c].push(g[j * e + c]);
+            }
         }
-    }
-    for d in [dev(), common::gpu_plans_device()] {
+        terms.iter().map(|t| bucket_sum(t, gpu)).collect()
+    };
+    for (d, gpu) in [(dev(), false), (common::gpu_plans_device(), true)] {
         let w = Tensor::zeros(d, &[v, e], DType::F32)
             .unwrap()
             .requires_grad()
@@ -614,8 +639,67 @@ fn index_select_backward_with_hub_rows() {
             f(y.backward_with_grad(&gy).unwrap().get(&w).unwrap())
         };
         let got = run();
-        assert_eq!(got, want, "sums in index order match the host bit for bit");
+        assert_eq!(
+            got,
+            want(gpu),
+            "the sums match the host's bit for bit (gpu {gpu})"
+        );
         assert_eq!(run(), got);
+    }
+    // Along a middle dim: [2, v, 3] from a gradient [2, l, 3].
+    let gm: Vec<f32> = (0..2 * l * 3)
+        .map(|k| ((k * 613 % 1013) as f32 - 506.0) / 29.0)
+        .collect();
+    let want = |gpu: bool| -> Vec<f32> {
+        let mut terms = vec![Vec::new(); 2 * v * 3];
+        for o in 0..2 {
+            for (j, &id) in ids.iter().enumerate() {
+                for c in 0..3 {
+                    terms[(o * v + id as usize) * 3 + c].push(gm[(o * l + j) * 3 + c]);
+                }
+            }
+        }
+        terms.iter().map(|t| bucket_sum(t, gpu)).collect()
+    };
+    for (d, gpu) in [(dev(), false), (common::gpu_plans_device(), true)] {
+        let x = Tensor::zeros(d, &[2, v, 3], DType::F32)
+            .unwrap()
+            .requires_grad()
+            .unwrap();
+        let idx = Tensor::from_slice(d, &ids, &[l]).unwrap();
+        let y = x.index_select(1, &idx).unwrap();
+        let gy = Tensor::from_slice(d, &gm, &[2, l, 3]).unwrap();
+        let got = f(y.backward_with_grad(&gy).unwrap().get(&x).unwrap());
+        assert_eq!(got, want(gpu), "middle dim (gpu {gpu})");
+    }
+    // A general scatter_add (the index differs per row, so each output is a bucket) with
+    // outputs that take 257 to 12000 values: the same orders, after which the base is added.
+    let (rows, cols, n) = (4usize, 16usize, 20000usize);
+    let index: Vec<i32> = (0..rows * n)
+        .map(|k| match k % 7 {
+            0..=3 => (k / n) as i32,
+            _ => ((k * 13) % cols) as i32,
+        })
+        .collect();
+    let src: Vec<f32> = (0..rows * n)
+        .map(|k| ((k * 7919 % 1009) as f32 - 504.0) / 37.0)
+        .collect();
+    let base: Vec<f32> = (0..rows * cols).map(|k| k as f32 * 0.25).collect();
+    let want = |gpu: bool| -> Vec<f32> {
+        let mut terms = vec![Vec::new(); rows * cols];
+        for (k, &c) in index.iter().enumerate() {
+            terms[k / n * cols + c as usize].push(src[k]);
+        }
+        (0..rows * cols)
+            .map(|o| bucket_sum(&terms[o], gpu) + base[o])
+            .collect()
+    };
+    for (d, gpu) in [(dev(), false), (common::gpu_plans_device(), true)] {
+        let b = Tensor::from_slice(d, &base, &[rows, cols]).unwrap();
+        let i = Tensor::from_slice(d, &index, &[rows, n]).unwrap();
+        let s = Tensor::from_slice(d, &src, &[rows, n]).unwrap();
+        let got = f(&b.scatter_add(1, &i, &s).unwrap());
+        assert_eq!(got, want(gpu), "scatter_add (gpu {gpu})");
     }
 }
 

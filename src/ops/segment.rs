@@ -34,10 +34,18 @@ static SORT_LONG: Kernel =
 const MID_BUCKET: usize = 256;
 /// The most workgroups `seg_sort_long` runs (each takes every n-th long bucket).
 const MAX_LONG_GROUPS: usize = 1024;
+/// The most workgroups `seg_sum_long` / `seg_scatter_long` run (each takes every n-th output
+/// of the long buckets).
+const MAX_LONG_SUM_GROUPS: usize = 8192;
 static SUM: Kernel = Kernel::new("segment", SRC, "seg_sum", &[RW, RW, R, RW]).slots(&[3, 4, 5, 6]);
+static SUM_LONG: Kernel =
+    Kernel::new("segment", SRC, "seg_sum_long", &[RW, RW, RW, R, RW]).slots(&[2, 3, 4, 5, 6]);
 static KEYS: Kernel = Kernel::new("segment", SRC, "seg_keys", &[R, RW]).slots(&[1, 4]);
 static SCATTER: Kernel =
     Kernel::new("segment", SRC, "seg_scatter", &[RW, RW, R, RW, R]).slots(&[3, 4, 5, 6, 7]);
+static SCATTER_LONG: Kernel =
+    Kernel::new("segment", SRC, "seg_scatter_long", &[RW, RW, RW, R, RW, R])
+        .slots(&[2, 3, 4, 5, 6, 7]);
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -90,18 +98,24 @@ pub(crate) fn index_add_rows(
     p.numel = numel as u32;
     p.inner = inner as u32;
     p.skip = skip;
-    let (starts, list) = buckets(op, &g, index, &p)?;
-    let bufs = [starts.buffer(), list.buffer(), g.buffer(), out.buffer()];
+    let b = buckets(op, &g, index, &p)?;
+    let bufs = [b.starts.buffer(), b.list.buffer(), g.buffer(), out.buffer()];
     let params = bytemuck::bytes_of(&p);
-    dev.launch(
-        op,
-        &SUM,
-        &[g.dtype],
-        &consts(),
-        params,
-        &bufs,
-        groups(&g, p.numel)?,
-    )?;
+    let (dt, sc) = ([g.dtype], sort_consts(b.longs.is_some()));
+    dev.launch(op, &SUM, &dt, &sc, params, &bufs, groups(&g, p.numel)?)?;
+    if let Some(longs) = &b.longs {
+        // Each long bucket has numel / rows outputs (outer x inner).
+        let most = (len / (MID_BUCKET + 1)).saturating_mul(numel / rows.max(1));
+        let grid = dev.grid_1d(op, most.clamp(1, MAX_LONG_SUM_GROUPS) as u64)?;
+        let bufs = [
+            longs.buffer(),
+            b.starts.buffer(),
+            b.list.buffer(),
+            g.buffer(),
+            out.buffer(),
+        ];
+        dev.launch(op, &SUM_LONG, &dt, &sc, params, &bufs, grid)?;
+    }
     Ok(out)
 }
 
@@ -121,15 +135,18 @@ fn groups(t: &Tensor, n: u32) -> Result<[u32; 3]> {
         .grid_1d("segment", u64::from(n).div_ceil(WG as u64))
 }
 
+/// The buckets of an index: `starts` `[rows + 1]`, the positions of each bucket in ascending
+/// order (`list`), and on GPUs where a bucket may pass `MID_BUCKET` the long buckets' list
+/// (`longs`: a count, then the rows), whose sums the `_long` kernels take.
+struct Buckets {
+    starts: Tensor,
+    list: Tensor,
+    longs: Option<Tensor>,
+}
+
 /// Buckets the `p.len` keys read from `keys` (at `p.idx_off`, `p.idx_stride` apart) by value
-/// in `[0, p.rows)`: the bucket starts `[rows + 1]` and the positions of each bucket in
-/// ascending order. `like` gives the device and the dtype the pipelines are built for.
-fn buckets(
-    op: &'static str,
-    like: &Tensor,
-    keys: &Tensor,
-    p: &SegmentParams,
-) -> Result<(Tensor, Tensor)> {
+/// in `[0, p.rows)`. `like` gives the device and the dtype the pipelines are built for.
+fn buckets(op: &'static str, like: &Tensor, keys: &Tensor, p: &SegmentParams) -> Result<Buckets> {
     let dev = like.device();
     let (rows, len) = (p.rows as usize, p.len as usize);
     let counts = Tensor::zeros(dev, &[rows + 1], DType::I32)?;
@@ -156,6 +173,7 @@ fn buckets(
     } else {
         dev.launch(op, &SCAN, &dt, &c, params, &bufs, [1, 1, 1])?;
     }
+    let mut long_list = None;
     if len > 0 {
         let bufs = [keys.buffer(), counts.buffer(), list.buffer()];
         dev.launch(op, &FILL, &dt, &c, params, &bufs, groups(like, p.len)?)?;
@@ -178,9 +196,14 @@ fn buckets(
             let bufs = [longs.buffer(), starts.buffer(), list.buffer(), tmp.buffer()];
             let grid = dev.grid_1d(op, most.min(MAX_LONG_GROUPS) as u64)?;
             dev.launch(op, &SORT_LONG, &dt, &c, params, &bufs, grid)?;
+            long_list = Some(longs);
         }
     }
-    Ok((starts, list))
+    Ok(Buckets {
+        starts,
+        list,
+        longs: long_list,
+    })
 }
 
 /// The fewest gather-form steps worth the buckets' seven dispatches (below it the gather form
@@ -265,17 +288,31 @@ pub(crate) fn scatter_add(
     bp.idx_off = 0;
     bp.idx_stride = 1;
     bp.skip = -1;
-    let (starts, list) = buckets(op, src, &keys, &bp)?;
+    let b = buckets(op, src, &keys, &bp)?;
     let base_buf = base.map_or(src.buffer(), |b| b.buffer());
     let bufs = [
-        starts.buffer(),
-        list.buffer(),
+        b.starts.buffer(),
+        b.list.buffer(),
         src.buffer(),
         out.buffer(),
         base_buf,
     ];
     let params = bytemuck::bytes_of(&p);
-    dev.launch(op, &SCATTER, &dt, &c, params, &bufs, groups(src, p.numel)?)?;
+    let sc = sort_consts(b.longs.is_some());
+    dev.launch(op, &SCATTER, &dt, &sc, params, &bufs, groups(src, p.numel)?)?;
+    if let Some(longs) = &b.longs {
+        let most = len / (MID_BUCKET + 1);
+        let grid = dev.grid_1d(op, most.clamp(1, MAX_LONG_SUM_GROUPS) as u64)?;
+        let bufs = [
+            longs.buffer(),
+            b.starts.buffer(),
+            b.list.buffer(),
+            src.buffer(),
+            out.buffer(),
+            base_buf,
+        ];
+        dev.launch(op, &SCATTER_LONG, &dt, &sc, params, &bufs, grid)?;
+    }
     Ok(out)
 }
 
@@ -299,14 +336,17 @@ pub fn segment_variants() -> Vec<ShaderVariant> {
             &SCAN_APPLY,
             &FILL,
             &SORT_LONG,
-            &SUM,
             &KEYS,
-            &SCATTER,
         ] {
             v.push(ShaderVariant::new(k, &[dt], &[("WG", WG as f64)]));
         }
         for long_sort in [false, true] {
-            v.push(ShaderVariant::new(&SORT, &[dt], &sort_consts(long_sort)));
+            for k in [&SORT, &SUM, &SCATTER] {
+                v.push(ShaderVariant::new(k, &[dt], &sort_consts(long_sort)));
+            }
+        }
+        for k in [&SUM_LONG, &SCATTER_LONG] {
+            v.push(ShaderVariant::new(k, &[dt], &sort_consts(true)));
         }
     }
     v
