@@ -18,6 +18,10 @@ struct ReduceBackward {
     /// PyTorch's `max(dim)` saves these, not the input, so writing the input in place after
     /// the forward leaves the backward valid.
     idx: Option<Tensor>,
+    /// max / min of an input past one binding (the argmax kernels bind it whole, the
+    /// reduction runs in windows): the input, its indices taken by the backward, which refuses
+    /// it there, so the forward still computes.
+    x: Option<Tensor>,
 }
 
 /// The argext code of max / min.
@@ -44,7 +48,7 @@ fn unsqueeze(t: &Tensor, dim: usize) -> Result<Tensor> {
 
 impl BackwardOp for ReduceBackward {
     fn saved(&self) -> Vec<&Tensor> {
-        self.idx.iter().collect()
+        self.idx.iter().chain(&self.x).collect()
     }
 
     fn name(&self) -> &'static str {
@@ -68,7 +72,15 @@ impl BackwardOp for ReduceBackward {
                 .div_scalar(self.x_shape[self.dim] as f64)?,
             ReduceOp::Max | ReduceOp::Min => {
                 let missing = || Error::arg(self.op.name(), "backward is missing a saved tensor");
-                let idx = self.idx.as_ref().ok_or_else(missing)?;
+                let taken;
+                let idx = match (&self.idx, &self.x) {
+                    (Some(idx), _) => idx,
+                    (None, Some(x)) => {
+                        taken = max_min_indices(x, self.dim, code(self.op))?;
+                        &taken
+                    }
+                    (None, None) => return Err(missing()),
+                };
                 max_min_grad(
                     idx,
                     &g,
@@ -99,11 +111,14 @@ impl Tensor {
         // The forward accepted `dim`, so it normalizes.
         let d = Layout::normalize_dim(op.name(), dim, self.rank()).unwrap_or(0);
         let extremum = matches!(op, ReduceOp::Max | ReduceOp::Min);
-        let idx = if extremum && records([self]) {
-            Some(max_min_indices(self, d, code(op))?)
-        } else {
-            None
-        };
+        let (mut idx, mut x) = (None, None);
+        if extremum && records([self]) {
+            if self.buffer().size() <= self.device().max_binding_bytes() {
+                idx = Some(max_min_indices(self, d, code(op))?);
+            } else {
+                x = Some(self.detach());
+            }
+        }
         Ok(record(out, &[self], |_| {
             Box::new(ReduceBackward {
                 op,
@@ -111,6 +126,7 @@ impl Tensor {
                 x_shape: self.shape().to_vec(),
                 x_dtype: self.dtype,
                 idx,
+                x,
             })
         }))
     }

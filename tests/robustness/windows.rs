@@ -288,6 +288,13 @@ fn reductions_run_in_windows() {
     same("max", std::slice::from_ref(&x), |_, t| {
         t[0].max(-1, false).unwrap()
     });
+    // Tracked: the forward saves the input instead of its argmax indices (whose kernel binds
+    // the input whole), so it still computes (the stable-logsumexp `x.max(d).detach()` of a
+    // model under grad mode).
+    same("max tracked", std::slice::from_ref(&x), |_, t| {
+        let x = t[0].clone().requires_grad().unwrap();
+        x.max(-1, false).unwrap().detach()
+    });
     // Few long rows take the workgroup variant: 4 KiB bindings hold 2 rows of 400.
     let long = (wave(8 * 400, 0.21), vec![8, 400]);
     same("long rows", &[long], |_, t| t[0].sum(1, false).unwrap());
