@@ -50,7 +50,7 @@ fn apply(v: f32, s: f32) -> f32 {
     switch OP {
         case OP_NEG: { return -v; }
         case OP_ABS: { return abs(v); }
-        case OP_EXP: { return exp(v); }
+        case OP_EXP: { return exp_f(v); }
         case OP_LOG: { return log_f(v); }
         case OP_SQRT: { return sqrt_f(v); }
         case OP_RELU: { return relu_f(v); }

@@ -33,6 +33,30 @@ fn div_f(a: f32, b: f32) -> f32 {
     return select(q, refined, qa != 0u && qa < 0x7f800000u && ba < 0x7f800000u && ba > 0x00200000u);
 }
 
+// exp within a few ulp on every adapter: x = n ln 2 + r with |r| <= ln 2 / 2 (ln 2 in two
+// parts, Cody and Waite's reduction, so r is exact to about 2^-40), then exp(r) scaled by 2^n.
+// WGSL allows exp 3 + 2|x| ulp, and GPUs take it: exp2 of x * log2(e) rounded to f32 is off by
+// about |x| * 6e-8 relative (1.2e-6 at x = 20, past PyTorch's f32 tolerance); the builtin on r
+// stays within a few ulp. Past the range: inf above ln(f32 max), 0 below ln of half the least
+// subnormal (tested before the reduction, which would turn +-inf into NaN).
+fn exp_f(x: f32) -> f32 {
+    if (isnan_f(x)) {
+        return x;
+    }
+    if (x > 88.8) {
+        return bitcast<f32>(0x7f800000u | (bitcast<u32>(x) & 0u));
+    }
+    if (x < -104.0) {
+        return 0.0;
+    }
+    let n = round(x * 1.4426950408889634);
+    let r = fma(-n, 1.4286068203094172e-6, fma(-n, 0.693145751953125, x));
+    let e = i32(n);
+    // In two steps: ldexp by an exponent past f32's range is indeterminate in WGSL.
+    let h = e / 2;
+    return ldexp(ldexp(exp(r), h), e - h);
+}
+
 fn relu_f(v: f32) -> f32 {
     return select(max(v, 0.0), v, isnan_f(v));
 }
