@@ -116,8 +116,9 @@ impl Device {
         size: u64,
     ) -> Result<()> {
         let limit = self.inner.memory_limit;
-        let over =
-            |st: &State| st.pool.stats.live_bytes + st.pool.stats.cached_bytes + size > limit;
+        let over = |st: &State| {
+            super::memory::over_budget(st.pool.held(), st.pool.shared_held(), size, limit)
+        };
         if !over(st) {
             return Ok(());
         }
@@ -131,9 +132,17 @@ impl Device {
                 op,
                 msg: format!(
                     "a buffer of {size} bytes would exceed the device memory limit of {limit} \
-                     bytes ({} bytes live, {} cached awaiting submission; \
+                     bytes ({} bytes live, {} cached awaiting submission{}; \
                      DeviceOptions::memory_limit sets the limit)",
-                    st.pool.stats.live_bytes, st.pool.stats.cached_bytes
+                    st.pool.stats.live_bytes,
+                    st.pool.stats.cached_bytes,
+                    match st.pool.shared_held().saturating_sub(st.pool.held()) {
+                        0 => String::new(),
+                        b => format!(
+                            "; other CPU-adapter devices of this process hold {b} bytes \
+                             of the same host budget"
+                        ),
+                    }
                 ),
             });
         }

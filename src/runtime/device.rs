@@ -292,6 +292,15 @@ impl Device {
         lock(&self.inner.state).donations += 1;
     }
 
+    /// Bytes of pooled buffers (live and cached) that every device of this process sharing
+    /// the host-memory budget holds: the CPU adapters opened without
+    /// [`DeviceOptions::memory_limit`], whose default budget is the process's (an allocation
+    /// that would take all of them past it is [`Error::OutOfMemory`](crate::Error)).
+    #[doc(hidden)]
+    pub fn host_budget_held() -> u64 {
+        super::memory::HOST_HELD.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Destroys cached pool buffers that are free now (live tensors are untouched).
     pub fn clear_pool(&self) {
         let mut st = lock(&self.inner.state);

@@ -2,7 +2,21 @@
 //! hold. On a CPU adapter (lavapipe, SwiftShader) device memory is host memory, and running it
 //! out does not return wgpu's out-of-memory error: the driver crashes the process (lavapipe
 //! segfaults once the address space is exhausted). So the pool refuses an allocation that would
-//! pass the budget before wgpu is asked, and returns `Error::OutOfMemory` instead.
+//! pass the budget before wgpu is asked, and returns `Error::OutOfMemory` instead. The default
+//! CPU budget is the process's: every such device counts against it together.
+
+/// Bytes of pooled buffers (live plus cached) held by every device of this process that
+/// draws on host memory under the default budget (CPU adapters without
+/// `DeviceOptions::memory_limit`): the budget is the process's, so two such devices together
+/// stay within it (each alone once took 3/4 of the host's memory, and two filled it).
+pub(crate) static HOST_HELD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Whether an allocation of `size` bytes passes `limit` when this device holds `own` bytes and
+/// the devices sharing its budget hold `shared` bytes in all (this device's included; 0 for a
+/// device with a budget of its own).
+pub(crate) fn over_budget(own: u64, shared: u64, size: u64, limit: u64) -> bool {
+    own.max(shared).saturating_add(size) > limit
+}
 
 /// The default budget for an adapter of `device_type`: on CPU adapters, what the process may
 /// use (3/4 of physical memory or of its cgroup limit, half of its address-space limit, since
@@ -107,6 +121,18 @@ mod tests {
         let unlimited =
             "Max address space         unlimited            unlimited            bytes\n";
         assert_eq!(parse_address_space(unlimited), None);
+    }
+
+    #[test]
+    fn a_shared_budget_counts_every_device() {
+        // Alone (or with a budget of its own): its own bytes.
+        assert!(!over_budget(60, 0, 40, 100));
+        assert!(over_budget(60, 0, 41, 100));
+        // Sharing: what all the devices hold, this one's included.
+        assert!(over_budget(10, 70, 31, 100));
+        assert!(!over_budget(10, 70, 30, 100));
+        // No overflow: an unlimited budget (GPUs) refuses nothing.
+        assert!(!over_budget(5, 0, u64::MAX, u64::MAX));
     }
 
     #[test]

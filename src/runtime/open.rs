@@ -214,6 +214,10 @@ impl Device {
                             .unwrap_or_else(|| super::memory::default_pool_cap(memory_limit)),
                         binding_limit,
                         limits.max_buffer_size.min(u32::MAX as u64) / 4 * 4,
+                        // The default budget of a CPU adapter is the process's host memory,
+                        // shared by every such device.
+                        (opts.memory_limit.is_none() && info.device_type == wgpu::DeviceType::Cpu)
+                            .then_some(&super::memory::HOST_HELD),
                     ),
                     bind_groups: BindGroupCache::default(),
                     batch: Batch::default(),

@@ -124,8 +124,9 @@ pub struct DeviceOptions {
     /// hold; an allocation past it first drops cached buffers, then fails with
     /// [`Error::OutOfMemory`] before wgpu is asked (MLX's `set_memory_limit`). `None`: on CPU
     /// adapters, where device memory is host memory and running out crashes the driver, what
-    /// the process may use (3/4 of physical or cgroup memory, half the address-space limit);
-    /// on GPUs no limit beyond the driver's own out-of-memory errors.
+    /// the process may use (3/4 of physical or cgroup memory, half the address-space limit),
+    /// one budget for every such device of the process together; on GPUs no limit beyond the
+    /// driver's own out-of-memory errors.
     pub memory_limit: Option<u64>,
     /// Most bytes one storage binding may cover: `None` is the adapter's
     /// `max_storage_buffer_binding_size` (128 MiB on many adapters, lavapipe included). A

@@ -4,6 +4,7 @@
 //! command of the *next* submit, so it must never target a buffer a pending dispatch reads).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Buffers are bucketed by (size class, usage).
 type Key = (u64, u32);
@@ -46,6 +47,9 @@ pub(crate) struct BufferPool {
     /// The largest buffer the device takes (a multiple of 4): a request past one binding gets
     /// its class capped here, so a tensor the limit admits is never refused for its class.
     buf_cap: u64,
+    /// The process-wide count this pool's bytes also go to when its device shares the host
+    /// budget (`memory::HOST_HELD`).
+    host: Option<&'static AtomicU64>,
 }
 
 /// How many classes above a request's own a cached buffer may be and still serve it (with 4
@@ -75,7 +79,12 @@ pub(crate) fn buffer_size(bytes: u64, bind_cap: u64, buf_cap: u64) -> u64 {
 }
 
 impl BufferPool {
-    pub(crate) fn new(cap_bytes: u64, bind_cap: u64, buf_cap: u64) -> Self {
+    pub(crate) fn new(
+        cap_bytes: u64,
+        bind_cap: u64,
+        buf_cap: u64,
+        host: Option<&'static AtomicU64>,
+    ) -> Self {
         BufferPool {
             free: HashMap::new(),
             pending: Vec::new(),
@@ -84,7 +93,19 @@ impl BufferPool {
             generation: 0,
             bind_cap,
             buf_cap,
+            host,
         }
+    }
+
+    /// Bytes this pool holds (live and cached).
+    pub(crate) fn held(&self) -> u64 {
+        self.stats.live_bytes + self.stats.cached_bytes
+    }
+
+    /// Bytes held by every pool sharing this one's budget, this one's included (0 for a pool
+    /// with a budget of its own).
+    pub(crate) fn shared_held(&self) -> u64 {
+        self.host.map_or(0, |h| h.load(Ordering::Relaxed))
     }
 
     /// The buffer size for a request of `bytes`: its size class, capped at the binding limit
@@ -143,6 +164,7 @@ impl BufferPool {
     pub(crate) fn note_created(&mut self, size: u64) {
         self.stats.misses += 1;
         self.stats.live_bytes += size;
+        host_add(self.host, size);
         self.bump_peak();
     }
 
@@ -171,6 +193,7 @@ impl BufferPool {
     /// Stops accounting for a live buffer the caller destroys instead of releasing.
     pub(crate) fn forget(&mut self, buf: &wgpu::Buffer) {
         self.stats.live_bytes -= buf.size();
+        host_sub(self.host, buf.size());
     }
 
     /// Closes the current batch's list of freed buffers (when the batch is finished). They
@@ -195,6 +218,7 @@ impl BufferPool {
             return;
         }
         self.generation += 1;
+        let host = self.host;
         let mut keys: Vec<Key> = self.free.keys().copied().collect();
         keys.sort_unstable_by(|a, b| b.cmp(a));
         for key in keys {
@@ -203,6 +227,7 @@ impl BufferPool {
                 match list.pop() {
                     Some(buf) => {
                         self.stats.cached_bytes -= key.0;
+                        host_sub(host, key.0);
                         buf.destroy();
                     }
                     None => break,
@@ -220,12 +245,36 @@ impl BufferPool {
     /// Drops every cached buffer that is already reusable.
     pub(crate) fn clear(&mut self) {
         self.generation += 1;
+        let host = self.host;
         for (key, list) in self.free.drain() {
             for buf in list {
                 self.stats.cached_bytes -= key.0;
+                host_sub(host, key.0);
                 buf.destroy();
             }
         }
+    }
+}
+
+impl Drop for BufferPool {
+    /// The device is gone, and its buffers with it: they leave the shared count.
+    fn drop(&mut self) {
+        host_sub(self.host, self.held());
+    }
+}
+
+fn host_add(host: Option<&AtomicU64>, bytes: u64) {
+    if let Some(h) = host {
+        h.fetch_add(bytes, Ordering::Relaxed);
+    }
+}
+
+fn host_sub(host: Option<&AtomicU64>, bytes: u64) {
+    if let Some(h) = host {
+        // Saturating: the count never goes below zero, whatever the order of updates.
+        let _ = h.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+            Some(v.saturating_sub(bytes))
+        });
     }
 }
 
