@@ -33,11 +33,26 @@ fn div_f(a: f32, b: f32) -> f32 {
     return select(q, refined, qa != 0u && qa < 0x7f800000u && ba < 0x7f800000u && ba > 0x00200000u);
 }
 
-// exp within a few ulp on every adapter: x = n ln 2 + r with |r| <= ln 2 / 2 (ln 2 in two
-// parts, Cody and Waite's reduction, so r is exact to about 2^-40), then exp(r) scaled by 2^n.
-// WGSL allows exp 3 + 2|x| ulp, and GPUs take it: exp2 of x * log2(e) rounded to f32 is off by
-// about |x| * 6e-8 relative (1.2e-6 at x = 20, past PyTorch's f32 tolerance); the builtin on r
-// stays within a few ulp. Past the range: inf above ln(f32 max), 0 below ln of half the least
+// e^r for |r| <= 0.35 (ln 2 / 2 and a little): Taylor to r^9 (the rest under 2e-10) in
+// Horner's form, about 1 ulp; lavapipe's builtin was 2.6e-7 off on this range.
+fn exp_small(r: f32) -> f32 {
+    var p = 1.0 / 362880.0;
+    p = fma(p, r, 1.0 / 40320.0);
+    p = fma(p, r, 1.0 / 5040.0);
+    p = fma(p, r, 1.0 / 720.0);
+    p = fma(p, r, 1.0 / 120.0);
+    p = fma(p, r, 1.0 / 24.0);
+    p = fma(p, r, 1.0 / 6.0);
+    p = fma(p, r, 0.5);
+    p = fma(p, r, 1.0);
+    return fma(p, r, 1.0);
+}
+
+// exp within about 1 ulp on every adapter: x = n ln 2 + r with |r| <= ln 2 / 2 (ln 2 in two
+// parts, Cody and Waite's reduction, so r is exact to about 2^-40), then exp_small(r) scaled by
+// 2^n. WGSL allows exp 3 + 2|x| ulp, and adapters take it: exp2 of x * log2(e) rounded to f32
+// is off by about |x| * 6e-8 relative (lavapipe's 3.8e-6 at -85; 1.2e-6 at x = 20 is already
+// past PyTorch's f32 tolerance). Past the range: inf above ln(f32 max), 0 below ln of half the least
 // subnormal (tested before the reduction, which would turn +-inf into NaN).
 fn exp_f(x: f32) -> f32 {
     if (isnan_f(x)) {
@@ -54,7 +69,7 @@ fn exp_f(x: f32) -> f32 {
     let e = i32(n);
     // In two steps: ldexp by an exponent past f32's range is indeterminate in WGSL.
     let h = e / 2;
-    return ldexp(ldexp(exp(r), h), e - h);
+    return ldexp(ldexp(exp_small(r), h), e - h);
 }
 
 fn relu_f(v: f32) -> f32 {
@@ -74,8 +89,24 @@ fn log_f(v: f32) -> f32 {
         return nan;
     }
     // Infinity tested on its bits: a compiler may assume no infinities (WGSL allows it, and
-    // Metal compiles with fast math) and fold a comparison with one.
-    return select(log(v), inf, bitcast<u32>(v) == 0x7f800000u);
+    // Metal compiles with fast math) and fold a comparison with one. Subnormals keep the
+    // builtin too (an adapter may flush them).
+    let b = bitcast<u32>(v);
+    if (b >= 0x7f800000u || b < 0x00800000u) {
+        return select(log(v), inf, b == 0x7f800000u);
+    }
+    // v = f 2^k with f in [0.71, 1.42): log v = k ln 2 + ln f, ln 2 in two parts (k times the
+    // high part is exact) and ln f from ln_near_one. The builtin was 1e-7 off near 1 on
+    // lavapipe (log(0.98) 5e-6 relative).
+    let fe = frexp(v);
+    var f = fe.fract;
+    var k = f32(fe.exp);
+    if (f < 0.70710678) {
+        f *= 2.0;
+        k -= 1.0;
+    }
+    let l = ln_near_one(f);
+    return (k * 0.693145751953125 + l.x) + (k * 1.4286068203094172e-6 + l.y);
 }
 
 // log(1 + x), accurate near 0 where 1 + x rounds (torch.log1p). Below |x| = 0.5 it is
@@ -118,6 +149,90 @@ fn sqrt_f(v: f32) -> f32 {
 // a negative base with an integer exponent keeps its sign rule, with a fractional one it is
 // NaN, and (-inf)^e is +-0 or +-inf by e's sign and parity; WGSL's pow leaves x <= 0
 // undefined (and 1^inf is NaN through exp2(inf * 0)).
+// a * b as hi + lo with hi + lo exact (Dekker's product over Veltkamp's split, for |a|, |b|
+// below 2^113): `fma(a, b, -a * b)` would give lo in one step, but lavapipe does not fuse fma,
+// which left pow 3e-6 off.
+fn two_prod(a: f32, b: f32) -> vec2<f32> {
+    let p = a * b;
+    let ca = 4097.0 * a;
+    let ah = ca - (ca - a);
+    let al = a - ah;
+    let cb = 4097.0 * b;
+    let bh = cb - (cb - b);
+    let bl = b - bh;
+    return vec2<f32>(p, ((ah * bh - p) + ah * bl + al * bh) + al * bl);
+}
+
+// ln f for f in [0.7, 1.42] as hi + lo, within about 1e-9: 2 atanh(s) with s = (f - 1) / (f + 1)
+// carried in two floats (|s| <= 0.172: the series to s^13 leaves under 1e-12). lavapipe's
+// builtin log is 1e-7 off there (5e-6 relative at 0.98), which a power's exponent multiplies.
+fn ln_near_one(f: f32) -> vec2<f32> {
+    let u = f - 1.0;
+    let v = f + 1.0;
+    // f + 1 = v + v_lo exactly (v - 1 is exact in this range).
+    let v_lo = f - (v - 1.0);
+    let s = div_f(u, v);
+    let sv = two_prod(s, v);
+    let s_lo = div_f(((u - sv.x) - sv.y) - s * v_lo, v);
+    let s2 = s * s;
+    var t = 1.0 / 13.0;
+    t = fma(t, s2, 1.0 / 11.0);
+    t = fma(t, s2, 1.0 / 9.0);
+    t = fma(t, s2, 1.0 / 7.0);
+    t = fma(t, s2, 1.0 / 5.0);
+    t = fma(t, s2, 1.0 / 3.0);
+    let hi = 2.0 * s;
+    let lo = 2.0 * s_lo + 2.0 * s * s2 * t;
+    let sum = hi + lo;
+    return vec2<f32>(sum, lo - (sum - hi));
+}
+
+// |x|^e for x != 0 (NaN, zero and the exponents pow_f special-cases are handled there), as
+// 2^(e log2 |x|) with log2 |x| and the product carried in two floats: WGSL's pow is
+// exp2(e * log2 x) in f32, whose rounding of the exponent costs about |e log2 x| * 6e-8
+// relative (641^3.7 came out 2.6e-6 off on lavapipe, twice PyTorch's f32 tolerance). Here
+// |x| = f 2^k with f in [0.71, 1.42), so the builtin log sees a value near 1 and is off by about
+// 1e-8 absolute; then 2^t = 2^n e^(ln 2 (t - n)) with the builtin exp on |t - n| <= 1/2.
+// Infinite or subnormal |x| and infinite e keep the builtin (their results are 0, 1 or inf,
+// or rare).
+fn pow_abs(a: f32, e: f32) -> f32 {
+    let inf = bitcast<f32>(0x7f800000u | (bitcast<u32>(a) & 0u));
+    let ba = bitcast<u32>(a) & 0x7fffffffu;
+    if (ba >= 0x7f800000u || ba < 0x00800000u || (bitcast<u32>(e) & 0x7fffffffu) >= 0x7f800000u) {
+        return pow(a, e);
+    }
+    let fe = frexp(a);
+    var f = fe.fract;
+    var k = f32(fe.exp);
+    if (f < 0.70710678) {
+        f *= 2.0;
+        k -= 1.0;
+    }
+    let l = ln_near_one(f);
+    // log2 |x| = k + l log2(e) = s + s_lo (log2(e) in two parts; Fast2Sum: |k| >= 1 > |p_hi|
+    // or k = 0).
+    let p = two_prod(l.x, 1.4426950408889634);
+    let p_hi = p.x;
+    let p_lo = p.y + (l.x * 1.925963033500345e-8 + l.y * 1.4426950408889634);
+    let s = k + p_hi;
+    let s_lo = ((k - s) + p_hi) + p_lo;
+    // t = e log2 |x| = t_hi + t_lo.
+    let t = two_prod(e, s);
+    let t_hi = t.x;
+    if (t_hi > 128.5) {
+        return inf;
+    }
+    if (t_hi < -151.0) {
+        return 0.0;
+    }
+    let t_lo = t.y + e * s_lo;
+    let n = round(t_hi);
+    let r = ((t_hi - n) + t_lo) * 0.6931471805599453;
+    let m = i32(n);
+    let h = m / 2;
+    return ldexp(ldexp(exp_small(r), h), m - h);
+}
+
 fn pow_f(x: f32, e: f32) -> f32 {
     if (e == 0.0 || x == 1.0) {
         return 1.0;
@@ -163,7 +278,7 @@ fn pow_f(x: f32, e: f32) -> f32 {
         let mag = select(0.0, inf, e < 0.0);
         return select(mag, -mag, odd && bitcast<u32>(x) == 0x80000000u);
     }
-    let r = pow(abs(x), e);
+    let r = pow_abs(abs(x), e);
     if (x < 0.0) {
         if (e != floor(e)) {
             // A quiet NaN, also built at run time (inf - inf may be folded to 0).
