@@ -19,18 +19,22 @@ fn min_nan(a: f32, b: f32) -> f32 {
 
 // Division within 1 ulp on every adapter. WGSL allows 2.5 ulp for `/`, and GPUs use that
 // freedom (NVIDIA: a reciprocal times the dividend), so the mean of ones came out 0.99999994.
-// One Newton step corrects the quotient: with a fused multiply-add the residual a - q * b is
-// exact, and q + residual / b rounds to the nearest float in all but rare ties. A zero,
-// infinite or NaN quotient (a zero or infinite divisor, overflow, underflow) is kept as `/`
-// gave it, since the residual of those is not meaningful; so is one by a divisor of
-// 2^-128 or smaller (a subnormal kept by the adapter), whose reciprocal is inf.
+// One Newton step corrects the quotient: the residual a - q * b is exact (q * b as an exact
+// two-float product, two_prod: Vulkan's fma need not be fused, and lavapipe's is not, which
+// made the step move 10% of lavapipe's correctly rounded quotients one ulp off), and
+// q + residual / b rounds to the nearest float in all but rare ties. A zero, infinite or NaN
+// quotient (a zero or infinite divisor, overflow, underflow) is kept as `/` gave it, since
+// the residual of those is not meaningful; so is one by a divisor of 2^-128 or smaller (a
+// subnormal kept by the adapter), whose reciprocal is inf, and one with a quotient or divisor
+// of 2^100 or more (past two_prod's split).
 fn div_f(a: f32, b: f32) -> f32 {
     let q = a / b;
-    let r = fma(-q, b, a);
-    let refined = fma(r, 1.0 / b, q);
+    let p = two_prod(q, b);
+    let r = (a - p.x) - p.y;
+    let refined = q + r / b;
     let qa = bitcast<u32>(q) & 0x7fffffffu;
     let ba = bitcast<u32>(b) & 0x7fffffffu;
-    return select(q, refined, qa != 0u && qa < 0x7f800000u && ba < 0x7f800000u && ba > 0x00200000u);
+    return select(q, refined, qa != 0u && qa < 0x71800000u && ba < 0x71800000u && ba > 0x00200000u);
 }
 
 // e^r for |r| <= 0.35 (ln 2 / 2 and a little): Taylor to r^9 (the rest under 2e-10) in
@@ -149,16 +153,17 @@ fn sqrt_f(v: f32) -> f32 {
 // a negative base with an integer exponent keeps its sign rule, with a fractional one it is
 // NaN, and (-inf)^e is +-0 or +-inf by e's sign and parity; WGSL's pow leaves x <= 0
 // undefined (and 1^inf is NaN through exp2(inf * 0)).
-// a * b as hi + lo with hi + lo exact (Dekker's product over Veltkamp's split, for |a|, |b|
-// below 2^113): `fma(a, b, -a * b)` would give lo in one step, but lavapipe does not fuse fma,
-// which left pow 3e-6 off.
+// a * b as hi + lo with hi + lo exact (Dekker's product; no overflow or underflow assumed):
+// `fma(a, b, -a * b)` would give lo in one step, but Vulkan need not fuse fma (lavapipe does
+// not, which left pow 3e-6 off), nor HLSL's mad. Each factor splits into its top 12
+// significant bits (the low 12 mantissa bits masked off) and the rest, so every partial
+// product is exact in f32, and a compiler contracting a product and a sum into an fma changes
+// nothing (Veltkamp's split, 4097 a - (4097 a - a), breaks when the inner difference is fused).
 fn two_prod(a: f32, b: f32) -> vec2<f32> {
     let p = a * b;
-    let ca = 4097.0 * a;
-    let ah = ca - (ca - a);
+    let ah = bitcast<f32>(bitcast<u32>(a) & 0xfffff000u);
     let al = a - ah;
-    let cb = 4097.0 * b;
-    let bh = cb - (cb - b);
+    let bh = bitcast<f32>(bitcast<u32>(b) & 0xfffff000u);
     let bl = b - bh;
     return vec2<f32>(p, ((ah * bh - p) + ah * bl + al * bh) + al * bl);
 }
