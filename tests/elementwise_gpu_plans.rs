@@ -497,15 +497,18 @@ fn exp_is_accurate_over_the_whole_range() {
 }
 
 /// pow with a non-integer exponent within 3e-7 relative where the result is a normal float,
-/// on both kernels: log2 |x| and e log2 |x| carried in two floats (WGSL's pow is exp2 of the
+/// subnormal bases included, on both kernels: log2 |x| and e log2 |x| carried in two floats (WGSL's pow is exp2 of the
 /// f32 product, about |e log2 x| * 6e-8 off: 782^4.77 came out 3e-6 off on lavapipe, twice
 /// PyTorch's f32 tolerance).
 #[test]
 fn pow_is_accurate_for_large_results() {
-    let b: Vec<f32> = (0..20000).map(|i| 1e-3 + i as f32 * 0.0541).collect();
-    let e: Vec<f32> = (0..20000)
+    let mut b: Vec<f32> = (0..20000).map(|i| 1e-3 + i as f32 * 0.0541).collect();
+    let mut e: Vec<f32> = (0..20000)
         .map(|i| -4.0 + (i % 997) as f32 * 0.0093)
         .collect();
+    // Subnormal bases (lavapipe's builtin read each as about 2^-127).
+    b.extend([1e-40f32, 1e-40, 1.4e-45, 5.9e-39]);
+    e.extend([0.1f32, -0.25, 0.5001, 0.3]);
     for dev in [device(), gpu_plans_device()] {
         let bt = Tensor::from_slice(dev, &b, &[b.len()]).unwrap();
         let et = Tensor::from_slice(dev, &e, &[e.len()]).unwrap();
@@ -521,9 +524,9 @@ fn pow_is_accurate_for_large_results() {
     }
 }
 
-/// log within 1.5e-7 relative over the positive normal floats, near 1 included (the builtin
-/// was 1e-7 off there on lavapipe: log(0.98) 5e-6 relative); 0, negatives, inf and NaN as
-/// PyTorch's.
+/// log within 1.5e-7 relative over the positive floats, near 1 and subnormals included (the
+/// builtin was 1e-7 off near 1 on lavapipe, log(0.98) 5e-6 relative, and about -88 for every
+/// subnormal); 0, negatives, inf and NaN as PyTorch's.
 #[test]
 fn log_is_accurate_near_one_and_everywhere() {
     let mut xs: Vec<f32> = (0..4000).map(|i| 0.9 + i as f32 * 5e-5).collect();
@@ -537,6 +540,9 @@ fn log_is_accurate_near_one_and_everywhere() {
         1.0 + f32::EPSILON,
         1.0 - 1e-7,
     ]);
+    // Subnormals (lavapipe's builtin read each as about 2^-127: log about -88), -0 and a
+    // negative subnormal.
+    xs.extend([1e-40, 1.4e-45, 5.9e-39, -0.0, -1e-40]);
     for dev in [device(), gpu_plans_device()] {
         let x = Tensor::from_slice(dev, &xs, &[xs.len()]).unwrap();
         let got = x.log().unwrap().to_vec::<f32>().unwrap();

@@ -86,30 +86,28 @@ fn relu_f(v: f32) -> f32 {
 fn log_f(v: f32) -> f32 {
     let inf = bitcast<f32>(0x7f800000u | (bitcast<u32>(v) & 0u));
     let nan = bitcast<f32>(0x7fc00000u | (bitcast<u32>(v) & 0u));
-    if (v == 0.0) {
+    // Cases on the bits: a compiler may assume no infinities (WGSL allows it, and Metal
+    // compiles with fast math) and fold a comparison with one, and an adapter may flush a
+    // subnormal to 0 in a comparison.
+    let b = bitcast<u32>(v);
+    if (isnan_f(v)) {
+        return v;
+    }
+    if ((b & 0x7fffffffu) == 0u) {
         return -inf;
     }
-    if (v < 0.0) {
+    if (b >= 0x80000000u) {
         return nan;
     }
-    // Infinity tested on its bits: a compiler may assume no infinities (WGSL allows it, and
-    // Metal compiles with fast math) and fold a comparison with one. Subnormals keep the
-    // builtin too (an adapter may flush them).
-    let b = bitcast<u32>(v);
-    if (b >= 0x7f800000u || b < 0x00800000u) {
-        return select(log(v), inf, b == 0x7f800000u);
+    if (b == 0x7f800000u) {
+        return inf;
     }
     // v = f 2^k with f in [0.71, 1.42): log v = k ln 2 + ln f, ln 2 in two parts (k times the
     // high part is exact) and ln f from ln_near_one. The builtin was 1e-7 off near 1 on
-    // lavapipe (log(0.98) 5e-6 relative).
-    let fe = frexp(v);
-    var f = fe.fract;
-    var k = f32(fe.exp);
-    if (f < 0.70710678) {
-        f *= 2.0;
-        k -= 1.0;
-    }
-    let l = ln_near_one(f);
+    // lavapipe (log(0.98) 5e-6 relative), and about -88 for every subnormal.
+    let fk = frac_exp(b);
+    let k = fk.y;
+    let l = ln_near_one(fk.x);
     return (k * 0.693145751953125 + l.x) + (k * 1.4286068203094172e-6 + l.y);
 }
 
@@ -168,6 +166,26 @@ fn two_prod(a: f32, b: f32) -> vec2<f32> {
     return vec2<f32>(p, ((ah * bh - p) + ah * bl + al * bh) + al * bl);
 }
 
+// (f, k) with x = f 2^k and f in [0.71, 1.42), from the bits of a positive, finite, nonzero x.
+// A subnormal is the integer of its bits times 2^-149, so no arithmetic touches it (an adapter
+// may flush it to 0).
+fn frac_exp(bits: u32) -> vec2<f32> {
+    var w = bitcast<f32>(bits);
+    var kb = 0.0;
+    if (bits < 0x00800000u) {
+        w = f32(bits);
+        kb = -149.0;
+    }
+    let fe = frexp(w);
+    var f = fe.fract;
+    var k = f32(fe.exp) + kb;
+    if (f < 0.70710678) {
+        f *= 2.0;
+        k -= 1.0;
+    }
+    return vec2<f32>(f, k);
+}
+
 // ln f for f in [0.7, 1.42] as hi + lo, within about 1e-9: 2 atanh(s) with s = (f - 1) / (f + 1)
 // carried in two floats (|s| <= 0.172: the series to s^13 leaves under 1e-12). lavapipe's
 // builtin log is 1e-7 off there (5e-6 relative at 0.98), which a power's exponent multiplies.
@@ -196,24 +214,19 @@ fn ln_near_one(f: f32) -> vec2<f32> {
 // 2^(e log2 |x|) with log2 |x| and the product carried in two floats: WGSL's pow is
 // exp2(e * log2 x) in f32, whose rounding of the exponent costs about |e log2 x| * 6e-8
 // relative (641^3.7 came out 2.6e-6 off on lavapipe, twice PyTorch's f32 tolerance). Here
-// |x| = f 2^k with f in [0.71, 1.42), so the builtin log sees a value near 1 and is off by about
-// 1e-8 absolute; then 2^t = 2^n e^(ln 2 (t - n)) with the builtin exp on |t - n| <= 1/2.
-// Infinite or subnormal |x| and infinite e keep the builtin (their results are 0, 1 or inf,
-// or rare).
+// |x| = f 2^k with f in [0.71, 1.42) (frac_exp) and ln f in two floats (ln_near_one); then
+// 2^t = 2^n e^(ln 2 (t - n)) with exp_small on |t - n| <= 1/2.
+// Infinite |x| and infinite e keep the builtin (their results are 0, 1 or inf); subnormal |x|
+// goes through frac_exp (lavapipe's builtin read every subnormal as about 2^-127).
 fn pow_abs(a: f32, e: f32) -> f32 {
     let inf = bitcast<f32>(0x7f800000u | (bitcast<u32>(a) & 0u));
     let ba = bitcast<u32>(a) & 0x7fffffffu;
-    if (ba >= 0x7f800000u || ba < 0x00800000u || (bitcast<u32>(e) & 0x7fffffffu) >= 0x7f800000u) {
+    if (ba >= 0x7f800000u || (bitcast<u32>(e) & 0x7fffffffu) >= 0x7f800000u) {
         return pow(a, e);
     }
-    let fe = frexp(a);
-    var f = fe.fract;
-    var k = f32(fe.exp);
-    if (f < 0.70710678) {
-        f *= 2.0;
-        k -= 1.0;
-    }
-    let l = ln_near_one(f);
+    let fk = frac_exp(ba);
+    let k = fk.y;
+    let l = ln_near_one(fk.x);
     // log2 |x| = k + l log2(e) = s + s_lo (log2(e) in two parts; Fast2Sum: |k| >= 1 > |p_hi|
     // or k = 0).
     let p = two_prod(l.x, 1.4426950408889634);
