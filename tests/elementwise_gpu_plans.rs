@@ -594,5 +594,17 @@ fn division_rounds_correctly() {
             off <= n / 10000,
             "{off} of {n} quotients not correctly rounded"
         );
+        // Past the refined range: f32's maximum over 1e9 (q * b overflowed: the residual was
+        // NaN) and quotients near the subnormals stay IEEE's where `/` is.
+        let a = [f32::MAX, -f32::MAX, f32::MAX, 1e-20, 1e-20];
+        let b = [1e9f32, 1e9, -1e12, 1.2e17, 2.5e17];
+        let at = Tensor::from_slice(dev, &a, &[5]).unwrap();
+        let bt = Tensor::from_slice(dev, &b, &[5]).unwrap();
+        let got = at.div(&bt).unwrap().to_vec::<f32>().unwrap();
+        for i in 0..5 {
+            let want = a[i] / b[i];
+            let ulps = (got[i].to_bits() as i64 - want.to_bits() as i64).abs();
+            assert!(ulps <= 2, "{} / {} = {}, want {want}", a[i], b[i], got[i]);
+        }
     }
 }

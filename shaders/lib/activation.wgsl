@@ -24,9 +24,9 @@ fn min_nan(a: f32, b: f32) -> f32 {
 // made the step move 10% of lavapipe's correctly rounded quotients one ulp off), and
 // q + residual / b rounds to the nearest float in all but rare ties. A zero, infinite or NaN
 // quotient (a zero or infinite divisor, overflow, underflow) is kept as `/` gave it, since
-// the residual of those is not meaningful; so is one by a divisor of 2^-128 or smaller (a
-// subnormal kept by the adapter), whose reciprocal is inf, and one with a quotient or divisor
-// of 2^100 or more (past two_prod's split).
+// the residual of those is not meaningful; so is any quotient whose dividend, divisor or
+// quotient lies outside [2^-100, 2^100): there q * b may overflow (a near f32's maximum: the
+// residual was NaN) or the correction r / b falls among the subnormals and rounds twice.
 fn div_f(a: f32, b: f32) -> f32 {
     let q = a / b;
     let p = two_prod(q, b);
@@ -34,7 +34,12 @@ fn div_f(a: f32, b: f32) -> f32 {
     let refined = q + r / b;
     let qa = bitcast<u32>(q) & 0x7fffffffu;
     let ba = bitcast<u32>(b) & 0x7fffffffu;
-    return select(q, refined, qa != 0u && qa < 0x71800000u && ba < 0x71800000u && ba > 0x00200000u);
+    let aa = bitcast<u32>(a) & 0x7fffffffu;
+    // 0x0d800000 is 2^-100, 0x71800000 2^100.
+    let lo = 0x0d800000u;
+    let hi = 0x71800000u;
+    let inside = qa >= lo && qa < hi && ba >= lo && ba < hi && aa >= lo && aa < hi;
+    return select(q, refined, inside);
 }
 
 // e^r for |r| <= 0.35 (ln 2 / 2 and a little): Taylor to r^9 (the rest under 2e-10) in
@@ -62,7 +67,9 @@ fn exp_f(x: f32) -> f32 {
     if (isnan_f(x)) {
         return x;
     }
-    if (x > 88.8) {
+    // From f32(88.72284), the first float whose exp rounds past f32's maximum: inf by the
+    // test, not by ldexp overflowing (which SPIR-V's Ldexp leaves undefined).
+    if (x >= 88.72284) {
         return bitcast<f32>(0x7f800000u | (bitcast<u32>(x) & 0u));
     }
     if (x < -104.0) {
