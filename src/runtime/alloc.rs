@@ -127,6 +127,9 @@ impl Device {
             self.flush_locked(st, op)?;
             st.pool.clear();
         }
+        if over(st) && st.pool.shared_held() > st.pool.held() {
+            self.clear_other_host_caches();
+        }
         if over(st) {
             return Err(Error::OutOfMemory {
                 op,
@@ -140,13 +143,31 @@ impl Device {
                         0 => String::new(),
                         b => format!(
                             "; other CPU-adapter devices of this process hold {b} bytes \
-                             of the same host budget"
+                             of the same host budget, live or cached while busy \
+                             (Device::clear_pool frees a device's cache)"
                         ),
                     }
                 ),
             });
         }
         Ok(())
+    }
+
+    /// Drops the reusable cached buffers of the other devices sharing the host budget, those
+    /// whose state is free now (see `HOST_DEVICES`).
+    fn clear_other_host_caches(&self) {
+        let others: Vec<_> = {
+            let list = super::device::lock(&super::device::HOST_DEVICES);
+            list.iter().filter_map(std::sync::Weak::upgrade).collect()
+        };
+        for inner in &others {
+            if std::sync::Arc::ptr_eq(inner, &self.inner) {
+                continue;
+            }
+            if let Ok(mut other) = inner.state.try_lock() {
+                other.pool.clear();
+            }
+        }
     }
 
     pub(crate) fn release_buffer(&self, buf: wgpu::Buffer) {

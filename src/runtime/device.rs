@@ -112,6 +112,12 @@ impl std::fmt::Debug for Device {
     }
 }
 
+/// The devices sharing the host-memory budget (`memory::HOST_HELD`): a device whose
+/// allocation would pass it drops the others' reusable cached buffers too (`try_lock` only:
+/// a device busy elsewhere keeps its cache, and no two state locks are ever waited on
+/// together).
+pub(super) static HOST_DEVICES: Mutex<Vec<std::sync::Weak<Inner>>> = Mutex::new(Vec::new());
+
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock cannot leave our counters half-updated in a way that
     // matters more than refusing all further work, so recover the guard.

@@ -205,7 +205,8 @@ impl Device {
         pipelines.checks = opts.shader_checks.resolve(info.device_type, info.backend);
         let pipeline_cache =
             super::pipeline_store::open(&opts.pipeline_cache, &info, &device, &mut pipelines);
-        Ok(Device {
+        let shares_host = opts.memory_limit.is_none() && info.device_type == wgpu::DeviceType::Cpu;
+        let dev = Device {
             inner: Arc::new(Inner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 state: Mutex::new(State {
@@ -216,8 +217,7 @@ impl Device {
                         limits.max_buffer_size.min(u32::MAX as u64) / 4 * 4,
                         // The default budget of a CPU adapter is the process's host memory,
                         // shared by every such device.
-                        (opts.memory_limit.is_none() && info.device_type == wgpu::DeviceType::Cpu)
-                            .then_some(&super::memory::HOST_HELD),
+                        shares_host.then_some(&super::memory::HOST_HELD),
                     ),
                     bind_groups: BindGroupCache::default(),
                     batch: Batch::default(),
@@ -253,6 +253,13 @@ impl Device {
                 uncaptured,
                 flagged,
             }),
-        })
+        };
+        if shares_host {
+            // Listed so that a device over the shared budget can drop the others' caches.
+            let mut list = lock(&super::device::HOST_DEVICES);
+            list.retain(|w| w.strong_count() > 0);
+            list.push(Arc::downgrade(&dev.inner));
+        }
+        Ok(dev)
     }
 }
