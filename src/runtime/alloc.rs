@@ -153,8 +153,13 @@ impl Device {
         Ok(())
     }
 
+    /// No devices share a host budget on wasm32 (the budget is the browser's).
+    #[cfg(target_arch = "wasm32")]
+    fn clear_other_host_caches(&self) {}
+
     /// Drops the reusable cached buffers of the other devices sharing the host budget, those
     /// whose state is free now (see `HOST_DEVICES`).
+    #[cfg(not(target_arch = "wasm32"))]
     fn clear_other_host_caches(&self) {
         let others: Vec<_> = {
             let list = super::device::lock(&super::device::HOST_DEVICES);

@@ -115,7 +115,9 @@ impl std::fmt::Debug for Device {
 /// The devices sharing the host-memory budget (`memory::HOST_HELD`): a device whose
 /// allocation would pass it drops the others' reusable cached buffers too (`try_lock` only:
 /// a device busy elsewhere keeps its cache, and no two state locks are ever waited on
-/// together).
+/// together). Native only: on wasm32 a device is neither Send nor Sync, and the budget is
+/// the browser's.
+#[cfg(not(target_arch = "wasm32"))]
 pub(super) static HOST_DEVICES: Mutex<Vec<std::sync::Weak<Inner>>> = Mutex::new(Vec::new());
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

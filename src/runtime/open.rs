@@ -254,6 +254,7 @@ impl Device {
                 flagged,
             }),
         };
+        #[cfg(not(target_arch = "wasm32"))]
         if shares_host {
             // Listed so that a device over the shared budget can drop the others' caches.
             let mut list = lock(&super::device::HOST_DEVICES);
