@@ -353,9 +353,18 @@ fn seg_sort(@builtin(workgroup_id) wid: vec3<u32>,
 }
 
 const LONG_WG: u32 = 256u;
-var<workgroup> long_count: u32;
+var<workgroup> long_items: u32;
 var<workgroup> long_start: u32;
 var<workgroup> long_len: u32;
+
+// How many items the long kernels take: the long buckets (cursor[0]) times `per_bucket`
+// (outputs per bucket for the sums, 1 for the sort), uniform across the workgroup.
+fn long_items_of(lid: u32, per_bucket: u32) -> u32 {
+    if (lid == 0u) {
+        long_items = atomicLoad(&cursor[0]) * per_bucket;
+    }
+    return workgroupUniformLoad(&long_items);
+}
 
 // Element i of `list` (from_list) or of `tmp`.
 fn read_run(from_list: bool, i: u32) -> u32 {
@@ -399,10 +408,7 @@ fn count_below(from_list: bool, lo: u32, hi: u32, x: u32) -> u32 {
 fn seg_sort_long(@builtin(workgroup_id) wid: vec3<u32>,
                  @builtin(num_workgroups) nwg: vec3<u32>,
                  @builtin(local_invocation_index) lid: u32) {
-    if (lid == 0u) {
-        long_count = atomicLoad(&cursor[0]);
-    }
-    let count = workgroupUniformLoad(&long_count);
+    let count = long_items_of(lid, 1u);
     for (var r = wid.x + wid.y * nwg.x; r < count; r += nwg.x * nwg.y) {
         if (lid == 0u) {
             let v = atomicLoad(&cursor[1u + r]);
@@ -464,16 +470,6 @@ fn seg_sum(@builtin(workgroup_id) wid: vec3<u32>,
 }
 
 var<workgroup> lane_sums: array<f32, LONG_WG>;
-var<workgroup> long_items: u32;
-
-// How many outputs the long kernels add: the long buckets (cursor[0]) times `per_bucket`,
-// uniform across the workgroup.
-fn long_items_of(lid: u32, per_bucket: u32) -> u32 {
-    if (lid == 0u) {
-        long_items = atomicLoad(&cursor[0]) * per_bucket;
-    }
-    return workgroupUniformLoad(&long_items);
-}
 
 // The workgroup's sum of the lanes' `acc` (lane l added entries l, l + LONG_WG, ... of a
 // bucket, in order), folded in a fixed tree: the same order every run, whichever workgroup
