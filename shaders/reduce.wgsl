@@ -86,16 +86,29 @@ fn tree_fold(lid: u32, acc: f32) -> f32 {
 }
 
 // `acc` folded with the values of the output at `base` at r = start, start + step, ... below
-// `end`, in that order. `end` may be just under 2^32 (a broadcast view): no loop steps `r`
-// past `end`, so it cannot wrap. Eight loads are issued before their eight folds (in the same
-// order as one at a time, so the result is the same bits): a memory-bound reduction needs
-// more loads in flight per lane than a chain of dependent load-then-add (on the H200 four
-// took the sum of 2^26 f32 from 0.53 to 0.14 ms; eight cost lavapipe about 35 ms more to
-// compile a reduction, 0.19 s against 0.155, and ran no slower there).
+// `end`. `end` may be just under 2^32 (a broadcast view): no loop steps `r` past `end`, so it
+// cannot wrap. Eight loads are issued before their folds: a memory-bound reduction needs more
+// loads in flight per lane than a chain of dependent load-then-add (on the H200 four took the
+// sum of 2^26 f32 from 0.53 to 0.14 ms; eight cost lavapipe about 35 ms more to compile a
+// reduction, 0.19 s against 0.155, and ran no slower there).
+// Sums keep their precision over long lanes (a GPU's split sum of 10^8 values leaves a lane
+// about 1500 in turn; every add in turn rounds, all the same way on constant data): the eight
+// fold in a tree, eight such trees into `blk` (64 values), and only the blocks into `acc`, so
+// no chain of dependent adds passes len / 64 + 11 (the blocks of 64 start at `start`: the
+// carried windows hold whole blocks to stay bitwise the unsplit pass). Max and min come out
+// the same in any order.
 fn fold_range(acc0: f32, base: u32, start: u32, end: u32, step: u32) -> f32 {
     var acc = acc0;
-    var r = start;
-    while (r < end && end - r > 7u * step) {
+    if (start >= end) {
+        return acc;
+    }
+    // Counted in values of this lane, so no index steps past `end`.
+    let count = (end - start - 1u) / step + 1u;
+    let trees = count / 8u;
+    var blk = identity();
+    var t = 0u;
+    while (t < trees) {
+        let r = start + t * 8u * step;
         let v0 = f32(x[base + r * p.red_stride]);
         let v1 = f32(x[base + (r + step) * p.red_stride]);
         let v2 = f32(x[base + (r + 2u * step) * p.red_stride]);
@@ -104,18 +117,16 @@ fn fold_range(acc0: f32, base: u32, start: u32, end: u32, step: u32) -> f32 {
         let v5 = f32(x[base + (r + 5u * step) * p.red_stride]);
         let v6 = f32(x[base + (r + 6u * step) * p.red_stride]);
         let v7 = f32(x[base + (r + 7u * step) * p.red_stride]);
-        acc = fold(fold(fold(fold(acc, v0), v1), v2), v3);
-        acc = fold(fold(fold(fold(acc, v4), v5), v6), v7);
-        if (end - r <= 8u * step) {
-            return acc;
+        blk = fold(blk, fold(fold(fold(v0, v1), fold(v2, v3)), fold(fold(v4, v5), fold(v6, v7))));
+        t += 1u;
+        if ((t & 7u) == 0u) {
+            acc = fold(acc, blk);
+            blk = identity();
         }
-        r += 8u * step;
     }
-    for (; r < end; r += step) {
-        acc = fold(acc, f32(x[base + r * p.red_stride]));
-        if (end - r <= step) {
-            break;
-        }
+    acc = fold(acc, blk);
+    for (var i = trees * 8u; i < count; i++) {
+        acc = fold(acc, f32(x[base + (start + i * step) * p.red_stride]));
     }
     return acc;
 }

@@ -301,11 +301,18 @@ impl Tensor {
     }
 }
 
+/// The values a lane of shaders/reduce.wgsl's `fold_range` adds up as one block before its
+/// running fold takes the block's sum.
+const FOLD_BLOCK: u64 = 64;
+
 /// A packed reduction whose slab per output group (R x the inner dims) exceeds one binding:
 /// for each outer index, windows of R rows each bind their rows, and the running folds are
 /// carried between windows in an f32 workspace (`reduce_*_carry`), so each output (and each
 /// lane of the workgroup variant, whose windows hold whole multiples of WG rows) folds the
-/// same values in the same order as unsplit: bitwise the unsplit result.
+/// same values in the same order as unsplit: bitwise the unsplit result. Windows hold whole
+/// blocks of [`FOLD_BLOCK`] values per lane, or whole trees of 8 where a binding holds fewer
+/// rows (still bitwise while a lane's values fit one block); for slabs wider still the blocks
+/// restart at each window, as deterministic and as accurate but not bitwise.
 struct CarryWindows {
     name: &'static str,
     op_code: u32,
@@ -322,11 +329,16 @@ impl CarryWindows {
         let (limit, align) = (dev.max_binding_bytes(), dev.storage_align());
         let es = x.dtype.size() as u64;
         let (r, inner) = (self.red_len, self.inner);
-        let mut rows = self.cap / inner;
-        if self.wg_variant {
-            rows = rows / WG as u64 * WG as u64;
-        }
         let lanes = if self.wg_variant { WG as u64 } else { 1 };
+        // Whole blocks of FOLD_BLOCK values per lane where a binding holds them, else whole
+        // trees of 8 (the lanes group their folds so, from each window's start), else whole
+        // multiples of WG rows.
+        let rows_cap = self.cap / inner;
+        let rows = [FOLD_BLOCK, 8, 1]
+            .iter()
+            .map(|g| g * lanes)
+            .find(|&g| rows_cap >= g)
+            .map_or(0, |g| rows_cap / g * g);
         if rows == 0 || inner * lanes * 4 > limit {
             return Err(too_wide(name, r * inner * es, limit));
         }

@@ -333,6 +333,17 @@ fn reductions_run_in_windows() {
     same_at(32 << 10, "mean dim 0", &[wide], |_, t| {
         t[0].mean(0, false).unwrap()
     });
+    // A lane folds its values in trees of 8 and blocks of 64: windows hold whole ones. Rows
+    // variant, 2 blocks a lane (windows of 64 rows where the binding holds 99); workgroup
+    // variant, 16 values a lane (windows of 8 a lane where the binding holds 10).
+    let rows = (wave(128 * 4096, 0.17), vec![128, 4096]);
+    same_at(1600 << 10, "sum dim 0, blocks", &[rows], |_, t| {
+        t[0].sum(0, false).unwrap()
+    });
+    let lanes = (wave(4096 * 3, 0.23), vec![4096, 3]);
+    same_at(32 << 10, "sum dim 0, trees", &[lanes], |_, t| {
+        t[0].sum(0, false).unwrap()
+    });
     // A row of the inner dims past one binding cannot be windowed: refused cleanly.
     let d = small(4096);
     let t = Tensor::from_slice(&d, &wave(2 * 2000, 0.1), &[2, 2000]).unwrap();
