@@ -376,6 +376,64 @@ fn a_batch_dropped_by_a_timeout_poisons_its_outputs() {
     drop(y);
 }
 
+/// A readback whose own batch is dropped by a batch-size flush that times out (the error
+/// buffer's clear fills the batch after the data's copy) reports the timeout: its staging
+/// buffer never received the data, so its bytes (zeros, or an earlier readback's) must not
+/// come back as the values.
+#[test]
+fn a_readback_whose_copy_was_dropped_fails() {
+    let probe = device_with(DeviceOptions::default());
+    let cpu = probe.adapter_info().device_type == wgpu::DeviceType::Cpu;
+    drop(probe);
+    let dev = device_with(DeviceOptions {
+        max_in_flight: 1,
+        gpu_timeout: std::time::Duration::from_millis(1),
+        max_dispatches_per_submit: 5,
+        ..Default::default()
+    });
+    let drain = || {
+        let start = std::time::Instant::now();
+        while dev.sync().is_err() {
+            assert!(start.elapsed().as_secs() < 120, "the GPU never drained");
+        }
+    };
+    // A readback's own wait may pass 1 ms too: tried until one completes.
+    let read = |t: &Tensor| {
+        let start = std::time::Instant::now();
+        loop {
+            match t.to_vec::<f32>() {
+                Ok(v) => return v,
+                Err(e) => assert!(start.elapsed().as_secs() < 120, "{e}"),
+            }
+        }
+    };
+    let x = Tensor::from_slice(&dev, &[10.0f32, 20.0], &[2]).unwrap();
+    let idx = Tensor::from_slice(&dev, &[1i32, 0], &[2]).unwrap();
+    // Pipelines first, and a readback that leaves [40, 30] in a pooled staging buffer.
+    let w = Tensor::from_slice(&dev, &[30.0f32, 40.0], &[2]).unwrap();
+    assert_eq!(read(&w.index_select(0, &idx).unwrap()), vec![40.0, 30.0]);
+    drain();
+    let n = if cpu { 1024 } else { 4096 };
+    let big = Tensor::full(&dev, &[n, n], 0.5, DType::F32).unwrap();
+    let p = big.matmul(&big).unwrap();
+    dev.submit(std::iter::empty()).unwrap(); // in flight, the cap is 1
+                                             // The index check and the gather (2 commands), then the readback's two copies and the
+                                             // error buffer's clear: the fifth command flushes, waits for room and times out.
+    let y = x.index_select(0, &idx).unwrap();
+    let got = y.to_vec::<f32>();
+    assert!(
+        got.as_ref()
+            .is_err_and(|e| e.to_string().contains("timed out")),
+        "{got:?}"
+    );
+    drain();
+    let e = y.to_vec::<f32>().unwrap_err().to_string();
+    assert!(e.contains("timed out"), "y never ran: {e}");
+    drop(p);
+    // The device goes on: the next readback reads right.
+    assert_eq!(read(&x.index_select(0, &idx).unwrap()), vec![20.0, 10.0]);
+}
+
 #[test]
 fn views_share_storage_and_readback_handles_offsets() {
     let dev = device_with(DeviceOptions::default());

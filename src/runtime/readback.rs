@@ -117,7 +117,20 @@ impl Device {
             self.record_copy(err, 0, &staging, padded, tail);
             self.record_clear(err, tail);
         }
-        if let Err(e) = self.flush(op) {
+        // A batch dropped before this flush (a batch-size flush inside `record_clear`, or
+        // another thread's failed flush after the copies were recorded) took the copies with
+        // it and poisoned the staging buffer: its bytes are stale, never the data.
+        let flushed = self
+            .flush(op)
+            .and_then(|()| match self.lock_state().poisoned_by(&staging) {
+                Some(e) => Err(e),
+                None => Ok(()),
+            });
+        if let Err(e) = flushed {
+            if check.is_some() {
+                // The copy of the error buffer went with it: the next readback reads it.
+                self.note_index_check();
+            }
             self.release_buffer(staging);
             return Err(e);
         }
