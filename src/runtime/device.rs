@@ -254,7 +254,9 @@ impl Device {
 
     /// A snapshot of the device's counters: pipelines, dispatches, submissions, the in-flight
     /// queue and the pool's memory (PyTorch's `torch.cuda.memory_stats` and the like). Cheap
-    /// enough to call every step; it does not wait for the GPU. Counted from the device's
+    /// enough to call every step; it does not wait for the GPU (only, like every op, for a
+    /// submit in progress on another thread, which may wait for room under the in-flight
+    /// cap: [`DeviceOptions::gpu_timeout`]). Counted from the device's
     /// open, which on an adapter with cooperative matrices includes the tile's self-test
     /// ([`DeviceOptions::cooperative_matrix`]): compare differences, not absolute counts.
     ///

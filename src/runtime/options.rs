@@ -144,10 +144,12 @@ pub struct DeviceOptions {
     pub pipeline_cache: PipelineCacheSetting,
     /// Longest a blocking wait for the GPU (a sync, a readback, room under the in-flight cap)
     /// may take before it fails with [`Error::Readback`] ("timed out waiting for the GPU")
-    /// instead of blocking forever: a stalled driver becomes an error naming the op. Waits
-    /// poll the device without holding its locks, so other threads keep recording and
-    /// submitting meanwhile (native; on wasm the browser resolves the awaits). Default: 5
-    /// minutes, far beyond any single batch.
+    /// instead of blocking forever: a stalled driver becomes an error naming the op. Syncs and
+    /// readbacks poll the device without holding its locks, so other threads keep recording
+    /// and submitting meanwhile (native; on wasm the browser resolves the awaits); the wait
+    /// for room under the in-flight cap is part of a submit and holds the device's state,
+    /// so other threads' ops (and drops of its tensors) wait for it, about one submission's
+    /// run. Default: 5 minutes, far beyond any single batch.
     pub gpu_timeout: std::time::Duration,
     /// Check indices on the device (gather, index_select, embedding, scatter_add, one_hot,
     /// nll_loss and cross_entropy targets): an index out of range makes the next sync or
