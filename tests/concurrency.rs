@@ -245,3 +245,39 @@ fn shared_device_under_buffer_churn_beside_private_devices() {
     dev.sync().unwrap();
     assert_eq!(dev.stats().in_flight, 0);
 }
+
+/// Models move to other threads, as PyTorch modules do: a `Sequential` (with batch norm,
+/// whose statistics live in a `RefCell`), a `ModuleList` of boxed layers and a bare
+/// `Box<dyn Forward>`, each run on a thread of its own against the same layers run here.
+#[test]
+fn models_move_to_other_threads() {
+    use wgtensor::nn::{self, Forward, Module};
+    let dev = Device::new().unwrap();
+    let build = || {
+        nn::Sequential::new()
+            .push(nn::Linear::new(&dev, 6, 4, true).unwrap())
+            .push(nn::BatchNorm1d::new(&dev, 4).unwrap())
+            .push(nn::ReLU)
+    };
+    let mut here = build();
+    let mut there = build();
+    let sd = here.state_dict().into_iter().collect();
+    there.load_state_dict(&sd, true).unwrap();
+    here.eval();
+    there.eval();
+    let x = Tensor::from_slice(&dev, &values(18, 3), &[3, 6]).unwrap();
+    let want = here.forward(&x).unwrap().to_vec::<f32>().unwrap();
+    let boxed: Box<dyn Forward> = Box::new(there);
+    let mut list = nn::ModuleList::new();
+    list.push(boxed);
+    let xs = x.clone();
+    let got = std::thread::spawn(move || {
+        let y = list[0].forward(&xs).unwrap();
+        (y.to_vec::<f32>().unwrap(), list)
+    })
+    .join()
+    .unwrap();
+    assert_eq!(got.0, want);
+    // And back: the list came home with its layer.
+    assert_eq!(got.1[0].forward(&x).unwrap().to_vec::<f32>().unwrap(), want);
+}

@@ -161,7 +161,7 @@ pub use layers::{
     AdaptiveAvgPool2d, AvgPool2d, Conv2d, Conv2dConfig, Dropout, Flatten, Linear, MaxPool2d, ReLU,
     SiLU, Sigmoid, Tanh, GELU,
 };
-pub use module::{BufferField, Forward, Module, ModuleField, Visitor, VisitorMut};
+pub use module::{BufferField, Forward, MaybeSend, Module, ModuleField, Visitor, VisitorMut};
 pub use norm::{GroupNorm, GroupNormConfig, LayerNorm, LayerNormConfig, RMSNorm, RMSNormConfig};
 pub use recurrent::{Gru, Lstm, Recurrent, RnnConfig};
 pub use transformer::{

@@ -441,10 +441,25 @@ fn load<M: Module + ?Sized>(
     Ok(report)
 }
 
+/// `Send` on native targets, where tensors are, so a model (a [`Sequential`](super::Sequential)
+/// and a `Box<dyn Forward>` too) can move to another thread, as PyTorch modules can; nothing
+/// on wasm32, where a device (and so a tensor) is neither `Send` nor `Sync`. Implemented for
+/// every type that qualifies.
+#[cfg(not(target_arch = "wasm32"))]
+pub trait MaybeSend: Send {}
+#[cfg(not(target_arch = "wasm32"))]
+impl<T: Send + ?Sized> MaybeSend for T {}
+/// `Send` on native targets, where tensors are; nothing on wasm32, where they are not.
+#[cfg(target_arch = "wasm32")]
+pub trait MaybeSend {}
+#[cfg(target_arch = "wasm32")]
+impl<T: ?Sized> MaybeSend for T {}
+
 /// The computation of a module: `y = module(x)`. Layers and models with one input and one
 /// output implement it (and so fit in a [`Sequential`](super::Sequential)); a model with
-/// other inputs writes its own methods next to its [`Module`] implementation.
-pub trait Forward: Module {
+/// other inputs writes its own methods next to its [`Module`] implementation. A layer is
+/// [`MaybeSend`] (`Send` on native targets: it holds tensors, which are).
+pub trait Forward: Module + MaybeSend {
     /// The forward pass.
     fn forward(&self, x: &Tensor) -> Result<Tensor>;
 }
