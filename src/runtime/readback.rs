@@ -149,7 +149,24 @@ impl Device {
         bytes: u64,
         status: Option<std::result::Result<(), wgpu::BufferAsyncError>>,
     ) -> Result<Vec<u8>> {
-        self.check(op)?;
+        // A lost device or an uncaptured error: the staging buffer is still given back (the
+        // pool and the host budget count it until then), or forgotten where its map request
+        // may be pending, as below.
+        if let Err(e) = self.check(op) {
+            match status {
+                Some(s) => {
+                    if s.is_ok() {
+                        staging.unmap();
+                    }
+                    self.release_buffer(staging);
+                }
+                None => {
+                    self.lock_state().pool.forget(&staging);
+                    staging.destroy();
+                }
+            }
+            return Err(e);
+        }
         let result = match status {
             Some(Ok(())) => {
                 let out = match staging.get_mapped_range(0..rb.total) {
