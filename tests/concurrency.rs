@@ -281,3 +281,79 @@ fn models_move_to_other_threads() {
     // And back: the list came home with its layer.
     assert_eq!(got.1[0].forward(&x).unwrap().to_vec::<f32>().unwrap(), want);
 }
+
+/// Threads share one model, as PyTorch modules are called from several threads: an
+/// `Arc<Sequential>` with batch norm answers four threads at once, in eval mode with the
+/// results of one thread alone, in training mode counting every thread's batch (the running
+/// statistics' updates wait for each other).
+#[test]
+fn threads_share_one_model() {
+    use wgtensor::nn::{self, Forward, Module};
+    let dev = Device::new().unwrap();
+    let mut model = nn::Sequential::new()
+        .push(nn::Linear::new(&dev, 6, 4, true).unwrap())
+        .push(nn::BatchNorm1d::new(&dev, 4).unwrap())
+        .push(nn::ReLU);
+    let x = Tensor::from_slice(&dev, &values(30, 5), &[5, 6]).unwrap();
+    let counted = |m: &nn::Sequential| {
+        let sd = m.state_dict();
+        let (_, t) = sd
+            .iter()
+            .find(|(k, _)| k == "1.num_batches_tracked")
+            .unwrap();
+        t.to_dtype(wgtensor::DType::F32).unwrap().item().unwrap()
+    };
+    for training in [false, true] {
+        if training {
+            model.train();
+        } else {
+            model.eval();
+        }
+        let want = model.forward(&x).unwrap().to_vec::<f32>().unwrap();
+        let before = counted(&model);
+        let shared = Arc::new(model);
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let (m, x) = (shared.clone(), x.clone());
+                std::thread::spawn(move || m.forward(&x).unwrap().to_vec::<f32>().unwrap())
+            })
+            .collect();
+        for h in handles {
+            assert_eq!(h.join().unwrap(), want, "training {training}");
+        }
+        model = Arc::try_unwrap(shared).ok().unwrap();
+        let after = counted(&model);
+        assert_eq!(after - before, if training { 4.0 } else { 0.0 });
+    }
+}
+
+/// `StateCell` keeps `RefCell`'s rules on one thread (a conflicting borrow is an error) and
+/// waits for borrows held on other threads.
+#[test]
+fn state_cell_waits_for_other_threads() {
+    use wgtensor::nn::StateCell;
+    let cell = Arc::new(StateCell::new(1u32));
+    {
+        let r = cell.borrow();
+        assert!(cell.try_borrow_mut().is_err());
+        assert_eq!(*cell.try_borrow().unwrap(), *r);
+    }
+    {
+        let _w = cell.borrow_mut();
+        assert!(cell.try_borrow().is_err() && cell.try_borrow_mut().is_err());
+    }
+    let held = cell.borrow();
+    let (tx, rx) = mpsc::channel();
+    let other = cell.clone();
+    let t = std::thread::spawn(move || {
+        let start = Instant::now();
+        *other.borrow_mut() += 1; // waits for `held`
+        tx.send(start.elapsed()).unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(rx.try_recv().is_err(), "the write did not wait");
+    drop(held);
+    t.join().unwrap();
+    assert!(rx.recv().unwrap() >= Duration::from_millis(150));
+    assert_eq!(*cell.borrow(), 2);
+}

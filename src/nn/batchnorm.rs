@@ -1,9 +1,8 @@
 //! Batch normalization layers (PyTorch's `nn.BatchNorm1d` / `nn.BatchNorm2d`): parameters,
 //! running-statistic buffers and the train / eval modes over the ops of src/ops/batchnorm/.
 
-use std::cell::RefCell;
-
 use super::layers::param;
+use super::state_cell::StateCell;
 use super::{Forward, Module, Visitor, VisitorMut};
 use crate::ops::{
     batch_norm_inference, batch_norm_train, Activation, BatchNormOptions, BatchNormState,
@@ -35,11 +34,13 @@ pub struct BatchNorm2d {
     pub weight: Option<Tensor>,
     /// `[C]`, initialized to 0 (absent with `affine = false`).
     pub bias: Option<Tensor>,
-    /// Running statistics, momentum and the count of training batches. Drop a `borrow_mut()`
-    /// guard before calling the layer's [`Module`] methods (`state_dict`, `parameters`): they
-    /// read the statistics through it and, as any `RefCell`, panic while it is held mutably
+    /// Running statistics, momentum and the count of training batches, in a cell with
+    /// `RefCell`'s methods that threads may share (so the layer is `Sync`; a borrow held by
+    /// another thread is waited for). Drop a `borrow_mut()` guard before calling the layer's
+    /// [`Module`] methods (`state_dict`, `parameters`) on the same thread: they read the
+    /// statistics through it and, as with a `RefCell`, panic while it is held mutably
     /// (`forward` returns an error instead).
-    pub state: RefCell<BatchNormState>,
+    pub state: StateCell<BatchNormState>,
     /// Added to the variance.
     pub eps: f64,
     /// Training mode (batch statistics); [`Module::eval`] clears it, [`Module::train`] sets it.
@@ -104,7 +105,7 @@ impl BatchNorm2d {
         Ok(BatchNorm2d {
             weight,
             bias,
-            state: RefCell::new(state),
+            state: StateCell::new(state),
             eps: c.eps,
             training: true,
             rank: 4,
@@ -269,8 +270,8 @@ impl Forward for BatchNorm2d {
         if !self.tracking {
             return Ok(batch_norm_train(x, None, &self.options())?.y);
         }
-        // The state is a public RefCell: a borrow the caller still holds is an error, not a
-        // panic.
+        // The state is public: a borrow the caller still holds on this thread is an error,
+        // not a panic (another thread's is waited for).
         let busy = || {
             Error::arg(
                 "BatchNorm",

@@ -144,6 +144,7 @@ mod layers;
 mod module;
 mod norm;
 mod recurrent;
+mod state_cell;
 mod transformer;
 
 use std::collections::HashMap;
@@ -161,9 +162,12 @@ pub use layers::{
     AdaptiveAvgPool2d, AvgPool2d, Conv2d, Conv2dConfig, Dropout, Flatten, Linear, MaxPool2d, ReLU,
     SiLU, Sigmoid, Tanh, GELU,
 };
-pub use module::{BufferField, Forward, MaybeSend, Module, ModuleField, Visitor, VisitorMut};
+pub use module::{
+    BufferField, Forward, MaybeSend, MaybeSync, Module, ModuleField, Visitor, VisitorMut,
+};
 pub use norm::{GroupNorm, GroupNormConfig, LayerNorm, LayerNormConfig, RMSNorm, RMSNormConfig};
 pub use recurrent::{Gru, Lstm, Recurrent, RnnConfig};
+pub use state_cell::{BorrowConflict, StateCell, StateRef, StateRefMut};
 pub use transformer::{
     TransformerActivation, TransformerEncoder, TransformerEncoderLayer,
     TransformerEncoderLayerConfig,

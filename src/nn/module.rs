@@ -455,11 +455,26 @@ pub trait MaybeSend {}
 #[cfg(target_arch = "wasm32")]
 impl<T: ?Sized> MaybeSend for T {}
 
+/// `Sync` on native targets, where tensors are, so threads can share a model (an
+/// `Arc<Sequential>` serving requests), as PyTorch modules are used from any thread; nothing
+/// on wasm32. Implemented for every type that qualifies.
+#[cfg(not(target_arch = "wasm32"))]
+pub trait MaybeSync: Sync {}
+#[cfg(not(target_arch = "wasm32"))]
+impl<T: Sync + ?Sized> MaybeSync for T {}
+/// `Sync` on native targets, where tensors are; nothing on wasm32, where they are not.
+#[cfg(target_arch = "wasm32")]
+pub trait MaybeSync {}
+#[cfg(target_arch = "wasm32")]
+impl<T: ?Sized> MaybeSync for T {}
+
 /// The computation of a module: `y = module(x)`. Layers and models with one input and one
 /// output implement it (and so fit in a [`Sequential`](super::Sequential)); a model with
 /// other inputs writes its own methods next to its [`Module`] implementation. A layer is
-/// [`MaybeSend`] (`Send` on native targets: it holds tensors, which are).
-pub trait Forward: Module + MaybeSend {
+/// [`MaybeSend`] and [`MaybeSync`] (`Send` and `Sync` on native targets: it holds tensors,
+/// which are; state that `forward(&self)` updates lives in a [`StateCell`](super::StateCell)
+/// or a `Mutex`, not a `RefCell`).
+pub trait Forward: Module + MaybeSend + MaybeSync {
     /// The forward pass.
     fn forward(&self, x: &Tensor) -> Result<Tensor>;
 }
