@@ -228,3 +228,57 @@ fn adaptive_pools_with_empty_sizes() {
     assert!(adaptive_avg_pool1d(&l0, 2).is_err());
     assert!(adaptive_avg_pool2d(&plane0, [0, 2]).is_err());
 }
+
+/// Regular windows index by their stride alone, so 1-D pools run over any length whose
+/// planes index in u32, as PyTorch's (sequences of 131072 and 65536 samples were refused as
+/// "beyond u32 indexing", a bound only adaptive windows, which multiply an index by a size,
+/// need; those are still refused past it, naming why).
+#[test]
+fn long_one_d_pools() {
+    let n = 131072;
+    let xv: Vec<f32> = (0..n).map(|i| ((i * 7919) % 1000) as f32 - 500.0).collect();
+    let x = Tensor::from_slice(dev(), &xv, &[1, 1, n])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let y = max_pool1d(&x, &MaxPool1dOptions::new(2)).unwrap();
+    assert_eq!(y.shape(), &[1, 1, n / 2]);
+    let want: Vec<f64> = xv.chunks(2).map(|p| p[0].max(p[1]) as f64).collect();
+    assert_eq!(vals(&y), want);
+    let g = y.sum_all().unwrap().backward().unwrap();
+    let gx = vals(g.get(&x).unwrap());
+    for (i, p) in xv.chunks(2).enumerate() {
+        let first = p[0] >= p[1];
+        assert_eq!(
+            (gx[2 * i], gx[2 * i + 1]),
+            if first { (1.0, 0.0) } else { (0.0, 1.0) }
+        );
+    }
+    let m = 65536;
+    let x = Tensor::from_slice(dev(), &xv[..m], &[1, 1, m]).unwrap();
+    let o = AvgPool1dOptions {
+        stride: Some(1),
+        padding: 1,
+        ..AvgPool1dOptions::new(3)
+    };
+    let y = vals(&avg_pool1d(&x, &o).unwrap());
+    assert_eq!(y.len(), m);
+    for i in [0, 1, 4097, m / 2, m - 1] {
+        let s: f64 = (i.saturating_sub(1)..(i + 2).min(m))
+            .map(|j| xv[j] as f64)
+            .sum();
+        assert!(
+            (y[i] - s / 3.0).abs() <= 1e-4,
+            "{i}: {} vs {}",
+            y[i],
+            s / 3.0
+        );
+    }
+    let e = adaptive_avg_pool1d(
+        &Tensor::zeros(dev(), &[1, 1, 100_000], wgtensor::DType::F32).unwrap(),
+        65536,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("adaptive") && e.contains("100000"), "{e}");
+}
