@@ -213,3 +213,33 @@ fn f16_softmax_backward_rounds_once() {
     let got = download(dx.get(&x).unwrap()).unwrap();
     check("log_softmax", &got, &vec![0.0; n], 2e-3);
 }
+
+/// A product's backward sums over a forward dimension the forward does not bound: A's
+/// gradient over the output's width, a batched B's over A's rows. Past the GEMM's K bound
+/// (2^24) the backward failed after its forward had run; it now adds chunks of K, as
+/// PyTorch's computes any size.
+#[test]
+fn matmul_backward_past_the_k_bound() {
+    use wgtensor::DType;
+    let dev = crate::common::device();
+    let n = (1 << 24) + 3;
+    // dA = dY @ B^T with K = n: sums of B's rows.
+    let a = Tensor::from_slice(dev, &[2.0f32, -1.0], &[2, 1])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let b = Tensor::full(dev, &[1, n], 0.25, DType::F32).unwrap();
+    let y = a.matmul(&b).unwrap();
+    assert_eq!(y.shape(), &[2, n]);
+    let want = 0.25 * n as f64;
+    close("dA", &grad(&y.sum_all().unwrap(), &a), &[want, want]);
+    // dB = A^T @ dY with a batched B and K = n (A's rows).
+    let a = Tensor::full(dev, &[1, n, 2], 0.5, DType::F32).unwrap();
+    let b = Tensor::from_slice(dev, &[1.0f32, 2.0, 3.0, 4.0], &[1, 2, 2])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let y = a.matmul(&b).unwrap();
+    let half = 0.5 * n as f64;
+    close("dB", &grad(&y.sum_all().unwrap(), &b), &[half; 4]);
+}

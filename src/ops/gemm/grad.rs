@@ -48,7 +48,9 @@ impl GemmBackward {
             alpha: self.alpha,
             ..Default::default()
         };
-        sum_to(&gemm(gz, &bt, &o)?, &self.a_shape)
+        // K here is the forward's N, which the forward never bounds (wide outputs run in
+        // windows).
+        sum_to(&over_k_chunks(gz, &bt, &o, gemm)?, &self.a_shape)
     }
 
     /// `alpha * A^T @ dZ`, summed to B's shape.
@@ -69,28 +71,43 @@ impl GemmBackward {
             full.extend([m, k]);
             let a2 = a.broadcast_to(&full)?.reshape(&[rows, k])?;
             let gz2 = gz.reshape(&[rows, n])?;
-            return at_times(&a2, &gz2, &o);
+            return over_k_chunks(&a2.transpose(0, 1)?, &gz2, &o, gemm);
         }
-        if r == 2 && a.rank() == 2 && self.b_shape.len() == 2 {
-            return at_times(a, gz, &o);
-        }
-        sum_to(&gemm(&a.transpose(-1, -2)?, gz, &o)?, &self.b_shape)
+        // K is the forward's M (the rows of A, here batched), which the forward never bounds.
+        let at = a.transpose(-1, -2)?;
+        sum_to(&over_k_chunks(&at, gz, &o, gemm)?, &self.b_shape)
     }
 }
 
-/// `alpha * a^T @ gz` for `a` `[rows, k]` and `gz` `[rows, n]`: rows is the product's K,
-/// which a linear layer over more than `MAX_K` rows passes (its forward runs in row windows):
-/// then the rows go in chunks whose products are added in order, as PyTorch computes them.
-fn at_times(a: &Tensor, gz: &Tensor, o: &GemmOptions) -> Result<Tensor> {
-    let rows = a.shape()[0];
+/// `product(x, y, o)` (a GEMM with `alpha`, no epilogue) for any K (x's last dim, y's
+/// second-to-last): a backward's K is a forward dimension the forward does not bound (a
+/// linear layer over more than `MAX_K` rows, an output more than `MAX_K` wide, both run in
+/// windows), so past `MAX_K`, or where an operand is larger than one binding (a product
+/// windows over M and N, never K), the K range goes in chunks whose products are added in
+/// order, as PyTorch computes them.
+pub(crate) fn over_k_chunks(
+    x: &Tensor,
+    y: &Tensor,
+    o: &GemmOptions,
+    product: impl Fn(&Tensor, &Tensor, &GemmOptions) -> Result<Tensor>,
+) -> Result<Tensor> {
+    let max_k = super::launch::MAX_K;
+    let (rx, ry) = (x.rank(), y.rank());
+    let k = if rx >= 2 && ry >= 2 {
+        x.shape()[rx - 1]
+    } else {
+        0
+    };
+    let cap = crate::runtime::window::binding_elems(x.device(), x.dtype().size() as u64);
+    let per_k = (x.numel() / k.max(1)).max(y.numel() / k.max(1)).max(1) as u64;
+    let chunk = max_k.min((cap / per_k).max(1) as usize);
+    if k <= chunk {
+        return product(x, y, o);
+    }
     let mut sum: Option<Tensor> = None;
-    for r0 in (0..rows.max(1)).step_by(super::launch::MAX_K) {
-        let len = super::launch::MAX_K.min(rows - r0);
-        let part = gemm(
-            &a.narrow(0, r0, len)?.transpose(0, 1)?,
-            &gz.narrow(0, r0, len)?,
-            o,
-        )?;
+    for k0 in (0..k).step_by(chunk) {
+        let len = chunk.min(k - k0);
+        let part = product(&x.narrow(-1, k0, len)?, &y.narrow(-2, k0, len)?, o)?;
         sum = Some(match sum {
             None => part,
             Some(s) => s.add(&part)?,

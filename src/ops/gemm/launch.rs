@@ -89,7 +89,7 @@ const REDUCE_WG: u32 = 256;
 /// Longest inner dimension accepted. Past it the f32 accumulation has lost most of its digits
 /// (adding 1.0 stops changing a sum at 2^24) and one output tile loops for minutes on a CPU
 /// adapter. Callers sum GEMMs over K chunks past it, as the weight gradient of a product over
-/// more rows does (`grad::at_times`).
+/// more rows does (`grad::over_k_chunks`).
 pub(crate) const MAX_K: usize = 1 << 24;
 /// Batch dims left after merging must fit the kernel's vec4 batch decode.
 const MAX_BATCH_DIMS: usize = 4;

@@ -6,6 +6,7 @@
 
 use super::backward_kernels::*;
 use super::*;
+use crate::ops::gemm::grad::over_k_chunks;
 use crate::runtime::Storage;
 
 /// Gradients of one layer and direction's weights, PyTorch layout: each field has the shape
@@ -72,7 +73,7 @@ fn col_sum(m: &Tensor) -> Result<Tensor> {
         _ => Tensor::from_slice(dev, &[1f32], &[1, 1])?,
     };
     let ones = one.broadcast_to(&[1, m.shape()[0]])?;
-    gemm(&ones, m, &GemmOptions::default())?.reshape(&[m.shape()[1]])
+    over_k_chunks(&ones, m, &GemmOptions::default(), gemm)?.reshape(&[m.shape()[1]])
 }
 
 /// `[T, B, N]` (or any rank-3 view whose first two dims merge) as `[T*B, N]`, copying only
@@ -533,8 +534,14 @@ impl DirSteps<'_> {
         )?;
         let plain = GemmOptions::default();
         let weights = RnnWeightGrads {
-            w_ih: gemm(&dax2.transpose(0, 1)?, &flat2(&self.sl.input)?, &plain)?,
-            w_hh: gemm(&dah2.transpose(0, 1)?, &hprev, &plain)?,
+            // K is T * B (any length): chunked past the GEMM's K bound.
+            w_ih: over_k_chunks(
+                &dax2.transpose(0, 1)?,
+                &flat2(&self.sl.input)?,
+                &plain,
+                gemm,
+            )?,
+            w_hh: over_k_chunks(&dah2.transpose(0, 1)?, &hprev, &plain, gemm)?,
             b_ih: col_sum(&dax2)?,
             b_hh: col_sum(&dah2)?,
         };
