@@ -178,8 +178,9 @@ fn reduce_wg(@builtin(workgroup_id) wid: vec3<u32>,
 // Windows over the reduced axis (a packed tensor past one binding whose slab per output group
 // exceeds it, e.g. a reduction along the outermost dim): the running folds are carried between
 // windows in f32 (exact), one per output for reduce_rows_carry and one per (output, lane) for
-// reduce_wg_carry, whose windows hold whole multiples of WG values, so every lane folds the same
-// values in the same order as the unsplit pass and the results are bitwise identical.
+// reduce_wg_carry; windows hold whole blocks of 64 values a lane (or exactly one tree of 8 where
+// a binding holds fewer), so every lane folds the same values in the same order as the unsplit
+// pass and the results are bitwise identical (see CarryWindows in src/ops/reduce.rs).
 @group(0) @binding(3) var<storage, read_write> carry: array<f32>;
 
 @compute @workgroup_size(WG)

@@ -247,7 +247,7 @@ fn shared_device_under_buffer_churn_beside_private_devices() {
 }
 
 /// Models move to other threads, as PyTorch modules do: a `Sequential` (with batch norm,
-/// whose statistics live in a `RefCell`), a `ModuleList` of boxed layers and a bare
+/// whose statistics live in an `nn::StateCell`), a `ModuleList` of boxed layers and a bare
 /// `Box<dyn Forward>`, each run on a thread of its own against the same layers run here.
 #[test]
 fn models_move_to_other_threads() {

@@ -310,9 +310,9 @@ const FOLD_BLOCK: u64 = 64;
 /// carried between windows in an f32 workspace (`reduce_*_carry`), so each output (and each
 /// lane of the workgroup variant, whose windows hold whole multiples of WG rows) folds the
 /// same values in the same order as unsplit: bitwise the unsplit result. Windows hold whole
-/// blocks of [`FOLD_BLOCK`] values per lane, or whole trees of 8 where a binding holds fewer
-/// rows (still bitwise while a lane's values fit one block); for slabs wider still the blocks
-/// restart at each window, as deterministic and as accurate but not bitwise.
+/// blocks of [`FOLD_BLOCK`] values per lane, or exactly one tree of 8 where a binding holds
+/// fewer rows (still bitwise while a lane's values fit one block); for slabs wider still the
+/// values are folded in turn across windows: deterministic, not bitwise, less accurate.
 struct CarryWindows {
     name: &'static str,
     op_code: u32,
@@ -330,15 +330,19 @@ impl CarryWindows {
         let es = x.dtype.size() as u64;
         let (r, inner) = (self.red_len, self.inner);
         let lanes = if self.wg_variant { WG as u64 } else { 1 };
-        // Whole blocks of FOLD_BLOCK values per lane where a binding holds them, else whole
-        // trees of 8 (the lanes group their folds so, from each window's start), else whole
+        // Whole blocks of FOLD_BLOCK values per lane where a binding holds them, else exactly
+        // one tree of 8 per lane (the lanes group their folds so, from each window's start: one
+        // tree a window adds into the carried fold as the unsplit block does), else whole
         // multiples of WG rows.
         let rows_cap = self.cap / inner;
-        let rows = [FOLD_BLOCK, 8, 1]
-            .iter()
-            .map(|g| g * lanes)
-            .find(|&g| rows_cap >= g)
-            .map_or(0, |g| rows_cap / g * g);
+        let (block, tree) = (FOLD_BLOCK * lanes, 8 * lanes);
+        let rows = if rows_cap >= block {
+            rows_cap / block * block
+        } else if rows_cap >= tree {
+            tree
+        } else {
+            rows_cap / lanes * lanes
+        };
         if rows == 0 || inner * lanes * 4 > limit {
             return Err(too_wide(name, r * inner * es, limit));
         }

@@ -340,6 +340,11 @@ fn reductions_run_in_windows() {
     same_at(1600 << 10, "sum dim 0, blocks", &[rows], |_, t| {
         t[0].sum(0, false).unwrap()
     });
+    // Two trees a lane would fit a window: it takes one, as a second would group differently.
+    let two = (wave(32 * 48, 0.31), vec![32, 48]);
+    same_at(4096, "sum dim 0, 2 trees a window", &[two], |_, t| {
+        t[0].sum(0, false).unwrap()
+    });
     let lanes = (wave(4096 * 3, 0.23), vec![4096, 3]);
     same_at(32 << 10, "sum dim 0, trees", &[lanes], |_, t| {
         t[0].sum(0, false).unwrap()

@@ -282,7 +282,7 @@ fn launch(
         return Err(Error::size(
             op,
             format!(
-                "input {:?} pooled to {out_hw:?} (as [planes, height, width] = [{planes},                  {h}, {w}]): {what}",
+                "input {:?} pooled to {out_hw:?} (as [planes, height, width] = [{planes}, {h}, {w}]): {what}",
                 x.shape()
             ),
         ));
