@@ -435,7 +435,9 @@ fn bn_infer(@builtin(workgroup_id) wid: vec3<u32>,
 // Backward
 // ---------------------------------------------------------------------------------------------
 
-// Per-lane (sum dy, sum dy * (x - mean)) of one chunk.
+// Per-lane (sum dy, sum dy * (x - mean)) of one chunk. A lane adds up to 512 groups (CPU
+// adapters' chunks): in blocks of 64 before its running sums, as the reductions do (every add
+// in turn rounds, all the same way on constant terms: 1.6e-5 off for 4M values of one dy).
 @compute @workgroup_size(WG)
 fn bn_grad_stats(@builtin(workgroup_id) wid: vec3<u32>,
                  @builtin(num_workgroups) nwg: vec3<u32>,
@@ -450,24 +452,37 @@ fn bn_grad_stats(@builtin(workgroup_id) wid: vec3<u32>,
     var cur = cursor_at(c, ch.y + lane);
     var s1 = vec4<f32>(0.0);
     var s2 = vec4<f32>(0.0);
+    var b1 = vec4<f32>(0.0);
+    var b2 = vec4<f32>(0.0);
     let full = ch.z / WG;
-    for (var k = 0u; k < full; k++) {
-        let g = load_dy(cur.addr);
-        s1 += g;
-        s2 += g * (load_x(cur.addr) - mean);
-        cur = advance(cur);
+    var k = 0u;
+    while (k < full) {
+        let end = min(full, k + 64u);
+        for (; k < end; k++) {
+            let g = load_dy(cur.addr);
+            b1 += g;
+            b2 += g * (load_x(cur.addr) - mean);
+            cur = advance(cur);
+        }
+        s1 += b1;
+        s2 += b2;
+        b1 = vec4<f32>(0.0);
+        b2 = vec4<f32>(0.0);
     }
     if (lane < ch.z % WG) {
         let g = load_dy(cur.addr);
-        s1 += g;
-        s2 += g * (load_x(cur.addr) - mean);
+        b1 += g;
+        b2 += g * (load_x(cur.addr) - mean);
     }
+    s1 += b1;
+    s2 += b2;
     leave_partial(c, p.chunk0 + w.x, lane, vec4<f32>(group_sum(s1), group_sum(s2), 0.0, 0.0), false);
 }
 
 // One invocation per channel: fixed-order sums, dgamma = invstd * sum dy (x - mean),
 // dbeta = sum dy, and the coefficients of dx = a dy + b (x - mean) + d left in ws as
-// (mean, a, b, d).
+// (mean, a, b, d). The partials (thousands for a long channel on a CPU adapter, which leaves
+// one per lane) add in groups of 16 and groups of 16 groups before the running sums.
 @compute @workgroup_size(FIN_WG)
 fn bn_grad_finalize(@builtin(global_invocation_id) gid: vec3<u32>) {
     let c = gid.x;
@@ -475,13 +490,23 @@ fn bn_grad_finalize(@builtin(global_invocation_id) gid: vec3<u32>) {
         return;
     }
     let first = partial_index(c, 0u, 0u);
-    var sdy = 0.0;
-    var sdyx = 0.0;
+    var sums = vec2<f32>(0.0);
+    var big = vec2<f32>(0.0);
+    var small = vec2<f32>(0.0);
     for (var i = 0u; i < p.chunks * parts(); i++) {
-        let v = ws[first + i];
-        sdy += v.x;
-        sdyx += v.y;
+        small += ws[first + i].xy;
+        if ((i & 15u) == 15u) {
+            big += small;
+            small = vec2<f32>(0.0);
+            if ((i & 255u) == 255u) {
+                sums += big;
+                big = vec2<f32>(0.0);
+            }
+        }
     }
+    sums += big + small;
+    let sdy = sums.x;
+    let sdyx = sums.y;
     let invstd = sinv[param(c, p.sinv_os)];
     let dg = sdyx * invstd;
     dgamma[c] = T(dg);

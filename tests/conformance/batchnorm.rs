@@ -1242,3 +1242,42 @@ fn batchnorm_bitwise_reproducible() {
         }
     }
 }
+
+/// The gradient sums over a channel of 4M values keep PyTorch's f32 precision: dbias of a
+/// constant dy is `count * dy`, and with `x = ±1` (mean 0) and `dy = 0.1 x` every
+/// `dy * (x - mean)` is 0.1, so dweight is `count * 0.1 * invstd`. The CPU adapters' lanes add
+/// 512 values each and the finalize thousands of partials: added in turn, both drift past
+/// 2e-6 on such constant terms.
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn backward_sums_of_long_channels_keep_f32_precision() {
+    let (n, c, s) = (16, 2, 512 * 512);
+    let count = (n * s) as f64;
+    let sign: Vec<f32> = (0..n * c * s)
+        .map(|i| if i % 2 == 0 { 1.0 } else { -1.0 })
+        .collect();
+    for dev in [device(), common::gpu_plans_device()] {
+        let x = Tensor::from_slice(dev, &sign, &[n, c, s]).unwrap();
+        let out = batch_norm_train(&x, None, &BatchNormOptions::default()).unwrap();
+        let invstd = common::download(out.saved.invstd()).unwrap();
+        let rel = |what: &str, got: f64, want: f64| {
+            let e = (got - want).abs() / want.abs();
+            let cpu = dev.caps().cpu;
+            assert!(
+                e <= 2e-6,
+                "{what} (cpu plans {cpu}): {got} vs {want} ({e:.2e})"
+            );
+        };
+        let dy = Tensor::full(dev, &[n, c, s], 0.1, DType::F32).unwrap();
+        let g = batch_norm_backward(&dy, &x, None, &out.saved).unwrap();
+        for v in common::download(&g.dbias).unwrap() {
+            rel("dbias of a constant dy", v, 0.1f32 as f64 * count);
+        }
+        let dy = x.mul_scalar(0.1).unwrap();
+        let g = batch_norm_backward(&dy, &x, None, &out.saved).unwrap();
+        let dw = common::download(&g.dweight).unwrap();
+        for (ch, v) in dw.into_iter().enumerate() {
+            rel("dweight", v, 0.1f32 as f64 * count * invstd[ch]);
+        }
+    }
+}

@@ -1424,3 +1424,48 @@ fn wide_batch(dtype: DType) {
         }
     }
 }
+
+/// Bias gradients are column sums over all T * B rows of the gate gradients. With zero
+/// weights every row's gate gradients are equal, so the sum over B rows must be B times the
+/// one-row sum (exact in f64; PyTorch's f32 tolerance here). On GPU plans a GEMM of a ones
+/// vector left an invocation thousands of rows added in turn (about 2e-5 off at 8192 rows).
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn bias_gradients_of_long_batches_keep_f32_precision() {
+    let devs = [device(), crate::common::gpu_plans_device()];
+    for dev in devs {
+        for kind in [RnnKind::Lstm, RnnKind::Gru] {
+            let gates = if kind == RnnKind::Lstm { 4 } else { 3 };
+            let (h, i) = (8, 3);
+            let full = |shape: &[usize], v: f64| Tensor::full(dev, shape, v, DType::F32).unwrap();
+            let (w_ih, w_hh) = (full(&[gates * h, i], 0.0), full(&[gates * h, h], 0.0));
+            let b_ih: Vec<f32> = (0..gates * h).map(|j| 0.3 - 0.05 * j as f32).collect();
+            let b_ih = Tensor::from_slice(dev, &b_ih, &[gates * h]).unwrap();
+            let b_hh = full(&[gates * h], 0.1);
+            let w = RnnWeights::new(kind, &w_ih, &w_hh, Some(&b_ih), Some(&b_hh)).unwrap();
+            let rnn = Rnn::new(kind, Default::default(), vec![w]).unwrap();
+            let bias_grads = |b: usize| {
+                let x = full(&[1, b, i], 0.7);
+                let (_, saved) = rnn.forward_train(&x, None, None).unwrap();
+                let dy = full(&[1, b, h], 0.3);
+                let g = rnn.backward(&saved, &dy, None, None).unwrap();
+                let w = &g.weights[0];
+                (download(&w.b_ih).unwrap(), download(&w.b_hh).unwrap())
+            };
+            let (one_ih, one_hh) = bias_grads(1);
+            let rows = 8192;
+            let (many_ih, many_hh) = bias_grads(rows);
+            for (what, one, many) in [("b_ih", one_ih, many_ih), ("b_hh", one_hh, many_hh)] {
+                for (j, (o, m)) in one.iter().zip(&many).enumerate() {
+                    let want = o * rows as f64;
+                    let tol = 2e-6 * want.abs() + 1e-9;
+                    assert!(
+                        (m - want).abs() <= tol,
+                        "{kind:?} {what}[{j}] over {rows} rows, cpu plans {}: {m} vs {want}",
+                        dev.caps().cpu
+                    );
+                }
+            }
+        }
+    }
+}

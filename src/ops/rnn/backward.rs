@@ -62,12 +62,18 @@ pub struct RnnGrads {
     pub weights: Vec<RnnWeightGrads>,
 }
 
-/// Column sums of `m` `[R, N]` as `ones[1, R] @ m` (the ones a broadcast view of one uploaded
-/// value): the bias gradients then run on the GEMM pipeline the weight gradients already
-/// compiled instead of compiling a reduction too (a pipeline costs ~100 ms cold on lavapipe),
-/// and the deterministic split-k serves long sequences.
+/// Column sums of `m` `[R, N]`. On CPU adapters as `ones[1, R] @ m` (the ones a broadcast view
+/// of one uploaded value): the bias gradients then run on the GEMM pipeline the weight
+/// gradients already compiled instead of compiling a reduction too (a pipeline costs ~100 ms
+/// cold on lavapipe), and their split-k keeps each K run short. A GPU's GEMM tiles leave one
+/// invocation hundreds to thousands of rows added in turn (2.7e-5 off on near-constant gate
+/// gradients, past PyTorch's f32 tolerance), so GPUs take the reduction, which adds a lane's
+/// values in trees and blocks (`fold_range` in shaders/reduce.wgsl).
 fn col_sum(m: &Tensor) -> Result<Tensor> {
     let dev = m.device();
+    if !dev.caps().cpu {
+        return m.sum(0, false);
+    }
     let one = match m.dtype() {
         DType::F16 => Tensor::from_slice(dev, &[half::f16::ONE], &[1, 1])?,
         _ => Tensor::from_slice(dev, &[1f32], &[1, 1])?,
