@@ -328,34 +328,59 @@ fn batches_split_by_dispatch_count_and_flush_on_sync() {
     assert_eq!(x.to_vec::<f32>().unwrap(), vec![36.0; 8]);
 }
 
+/// A device (with `opts`' other fields) whose GPU waits give up after 1 ms.
+fn timeout_device(opts: DeviceOptions) -> Device {
+    device_with(DeviceOptions {
+        gpu_timeout: std::time::Duration::from_millis(1),
+        ..opts
+    })
+}
+
+/// Syncs until a sync succeeds (each waits at most the device's timeout): the GPU is idle.
+fn drain(dev: &Device) {
+    let start = std::time::Instant::now();
+    while dev.sync().is_err() {
+        assert!(start.elapsed().as_secs() < 120, "the GPU never drained");
+    }
+}
+
+/// Reads `t`, retrying while the wait times out.
+fn read_retrying(t: &Tensor) -> Vec<f32> {
+    let start = std::time::Instant::now();
+    loop {
+        match t.to_vec::<f32>() {
+            Ok(v) => return v,
+            Err(e) => assert!(start.elapsed().as_secs() < 120, "{e}"),
+        }
+    }
+}
+
+/// A product long enough to outlast a 1-ms wait (about 2 GFLOP on a CPU adapter, 137 on a
+/// GPU), recorded on `dev`.
+fn long_product(dev: &Device) -> Tensor {
+    let probe = device_with(DeviceOptions::default());
+    let cpu = probe.adapter_info().device_type == wgpu::DeviceType::Cpu;
+    drop(probe);
+    let n = if cpu { 1024 } else { 4096 };
+    let big = Tensor::full(dev, &[n, n], 0.5, DType::F32).unwrap();
+    big.matmul(&big).unwrap()
+}
+
 /// A batch whose wait for room under the in-flight cap times out is dropped unsubmitted: the
 /// ops recorded in it never run, so their outputs carry the timeout (the next sync reports it
 /// once, and reading them later is an error), never stale pool contents.
 #[test]
 fn a_batch_dropped_by_a_timeout_poisons_its_outputs() {
-    let probe = device_with(DeviceOptions::default());
-    let cpu = probe.adapter_info().device_type == wgpu::DeviceType::Cpu;
-    drop(probe);
-    let dev = device_with(DeviceOptions {
+    let dev = timeout_device(DeviceOptions {
         max_in_flight: 1,
-        gpu_timeout: std::time::Duration::from_millis(1),
         ..Default::default()
     });
-    let drain = || {
-        let start = std::time::Instant::now();
-        while dev.sync().is_err() {
-            assert!(start.elapsed().as_secs() < 120, "the GPU never drained");
-        }
-    };
     // The small op's pipelines compile first: compiling while the product runs would let it
     // finish before the op's batch waits for room.
     let warm = Tensor::full(&dev, &[4], 1.0, DType::F32).unwrap();
     drop(warm.add_scalar(1.0).unwrap());
-    drain();
-    // Long enough to outlast the timeout: about 2 GFLOP on a CPU adapter, 137 on a GPU.
-    let n = if cpu { 1024 } else { 4096 };
-    let big = Tensor::full(&dev, &[n, n], 0.5, DType::F32).unwrap();
-    let y = big.matmul(&big).unwrap();
+    drain(&dev);
+    let y = long_product(&dev);
     dev.submit(std::iter::empty()).unwrap(); // in flight
     let z = Tensor::full(&dev, &[4], 1.0, DType::F32)
         .unwrap()
@@ -365,7 +390,7 @@ fn a_batch_dropped_by_a_timeout_poisons_its_outputs() {
     assert!(e.contains("timed out"), "{e}");
     // Let the product finish (each sync waits at most 1 ms); the first failed sync may be
     // the dropped batch's error, the others are timeouts.
-    drain();
+    drain(&dev);
     let e = z.to_vec::<f32>().unwrap_err().to_string();
     assert!(
         e.contains("timed out"),
@@ -382,40 +407,20 @@ fn a_batch_dropped_by_a_timeout_poisons_its_outputs() {
 /// come back as the values.
 #[test]
 fn a_readback_whose_copy_was_dropped_fails() {
-    let probe = device_with(DeviceOptions::default());
-    let cpu = probe.adapter_info().device_type == wgpu::DeviceType::Cpu;
-    drop(probe);
-    let dev = device_with(DeviceOptions {
+    let dev = timeout_device(DeviceOptions {
         max_in_flight: 1,
-        gpu_timeout: std::time::Duration::from_millis(1),
         max_dispatches_per_submit: 5,
         ..Default::default()
     });
-    let drain = || {
-        let start = std::time::Instant::now();
-        while dev.sync().is_err() {
-            assert!(start.elapsed().as_secs() < 120, "the GPU never drained");
-        }
-    };
     // A readback's own wait may pass 1 ms too: tried until one completes.
-    let read = |t: &Tensor| {
-        let start = std::time::Instant::now();
-        loop {
-            match t.to_vec::<f32>() {
-                Ok(v) => return v,
-                Err(e) => assert!(start.elapsed().as_secs() < 120, "{e}"),
-            }
-        }
-    };
+    let read = read_retrying;
     let x = Tensor::from_slice(&dev, &[10.0f32, 20.0], &[2]).unwrap();
     let idx = Tensor::from_slice(&dev, &[1i32, 0], &[2]).unwrap();
     // Pipelines first, and a readback that leaves [40, 30] in a pooled staging buffer.
     let w = Tensor::from_slice(&dev, &[30.0f32, 40.0], &[2]).unwrap();
     assert_eq!(read(&w.index_select(0, &idx).unwrap()), vec![40.0, 30.0]);
-    drain();
-    let n = if cpu { 1024 } else { 4096 };
-    let big = Tensor::full(&dev, &[n, n], 0.5, DType::F32).unwrap();
-    let p = big.matmul(&big).unwrap();
+    drain(&dev);
+    let p = long_product(&dev);
     dev.submit(std::iter::empty()).unwrap(); // in flight, the cap is 1
                                              // The index check and the gather (2 commands), then the readback's two copies and the
                                              // error buffer's clear: the fifth command flushes, waits for room and times out.
@@ -426,12 +431,59 @@ fn a_readback_whose_copy_was_dropped_fails() {
             .is_err_and(|e| e.to_string().contains("timed out")),
         "{got:?}"
     );
-    drain();
+    drain(&dev);
     let e = y.to_vec::<f32>().unwrap_err().to_string();
     assert!(e.contains("timed out"), "y never ran: {e}");
     drop(p);
     // The device goes on: the next readback reads right.
     assert_eq!(read(&x.index_select(0, &idx).unwrap()), vec![20.0, 10.0]);
+}
+
+/// A readback whose batch (with the copy of the index error buffer, and its clear) was
+/// submitted but whose wait timed out still reports an out-of-range index found there: at the
+/// next readback of any tensor, or at a sync, once; never as the placeholder values.
+#[test]
+fn an_index_error_outlives_a_timed_out_readback() {
+    let dev = timeout_device(DeviceOptions::default());
+    let x = Tensor::from_slice(&dev, &[10.0f32, 20.0], &[2]).unwrap();
+    let bad = Tensor::from_slice(&dev, &[1i32, 7], &[2]).unwrap();
+    let good = Tensor::from_slice(&dev, &[1i32, 0], &[2]).unwrap();
+    // Pipelines first.
+    assert_eq!(
+        read_retrying(&x.index_select(0, &good).unwrap()),
+        vec![20.0, 10.0]
+    );
+    drain(&dev);
+    for report_at_sync in [false, true] {
+        let p = long_product(&dev);
+        let y = x.index_select(0, &bad).unwrap();
+        let e = y.to_vec::<f32>().unwrap_err().to_string();
+        assert!(e.contains("timed out"), "{e}");
+        let start = std::time::Instant::now();
+        let e = loop {
+            let got = if report_at_sync {
+                dev.sync().map(|()| Vec::new())
+            } else {
+                p.narrow(0, 0, 1).unwrap().to_vec::<f32>()
+            };
+            match got {
+                Err(e) if e.to_string().contains("timed out") => {
+                    assert!(start.elapsed().as_secs() < 120, "{e}")
+                }
+                other => break other.unwrap_err().to_string(),
+            }
+        };
+        assert!(
+            e.contains("index 7 is out of bounds for dimension 0 with size 2"),
+            "{e}"
+        );
+        // Reported once: the device goes on.
+        drain(&dev);
+        assert_eq!(
+            read_retrying(&x.index_select(0, &good).unwrap()),
+            vec![20.0, 10.0]
+        );
+    }
 }
 
 #[test]

@@ -47,6 +47,8 @@ pub(crate) struct State {
     pub(crate) index_err: Option<wgpu::Buffer>,
     pub(crate) index_ops: Vec<&'static str>,
     pub(crate) index_check_pending: bool,
+    /// Readbacks that timed out holding the error buffer's bytes (src/runtime/late_check.rs).
+    pub(crate) late_checks: Vec<super::late_check::LateCheck>,
 }
 
 impl State {

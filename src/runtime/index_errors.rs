@@ -1,7 +1,8 @@
 //! The device side of index checks (the kernel is src/ops/index_check.rs): the error buffer
 //! kernels record the first out-of-range index in, and its report at the next sync or
 //! readback. A readback made while a check is pending copies the buffer behind the data into
-//! the same staging buffer and clears it, so reporting costs no extra round trip.
+//! the same staging buffer and clears it, so reporting costs no extra round trip (a readback
+//! that times out after that keeps its staging buffer for the next one: late_check.rs).
 
 use super::device::{Device, STORAGE_USAGE};
 use crate::{Error, Result};
@@ -62,6 +63,57 @@ impl Device {
         }
         st.index_check_pending = false;
         st.index_err.clone()
+    }
+
+    /// The first index error held by readbacks that timed out after their batch cleared the
+    /// error buffer (src/runtime/late_check.rs), reported once; their staging buffers are
+    /// read and destroyed. Those whose map has not completed stay for the next readback or
+    /// sync. A map that failed lost the bytes: that is reported instead, since outputs of the
+    /// checked ops may hold the out-of-range placeholders.
+    pub(crate) fn take_late_index_errors(&self, op: &'static str) -> Result<()> {
+        let late = std::mem::take(&mut self.lock_state().late_checks);
+        if late.is_empty() {
+            return Ok(());
+        }
+        let lost = |msg: String| {
+            Error::Readback {
+            op,
+            msg: format!(
+                "the result of an index check was lost ({msg}): outputs of index ops recorded                  before this readback may hold placeholders for out-of-range indices"
+            ),
+        }
+        };
+        let mut first = None;
+        let mut waiting = Vec::new();
+        for mut c in late {
+            let status = match c.rx.try_recv() {
+                Ok(None) => {
+                    waiting.push(c);
+                    continue;
+                }
+                Ok(Some(s)) => s.map_err(|e| e.to_string()),
+                Err(_) => Err("its map callback never ran".to_string()),
+            };
+            let found = match status {
+                Ok(()) => {
+                    let found = match c.staging.get_mapped_range(0..c.total) {
+                        Ok(view) => {
+                            let at = c.at as usize;
+                            self.index_error(&view[at..at + INDEX_ERR_BYTES as usize])
+                        }
+                        Err(e) => Some(lost(e.to_string())),
+                    };
+                    c.staging.unmap();
+                    found
+                }
+                Err(msg) => Some(lost(msg)),
+            };
+            self.lock_state().pool.forget(&c.staging);
+            c.staging.destroy();
+            first = first.or(found);
+        }
+        self.lock_state().late_checks.extend(waiting);
+        first.map_or(Ok(()), Err)
     }
 
     /// The error the bytes of the error buffer describe, if any.

@@ -7,6 +7,7 @@ mod bind_cache;
 mod caps;
 pub(crate) mod device;
 mod index_errors;
+mod late_check;
 mod launch;
 mod memory;
 mod open;

@@ -232,6 +232,7 @@ impl Device {
                     index_err: None,
                     index_ops: Vec::new(),
                     index_check_pending: false,
+                    late_checks: Vec::new(),
                 }),
                 pipelines: Mutex::new(pipelines),
                 pipeline_cache,

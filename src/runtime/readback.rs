@@ -4,6 +4,9 @@
 use super::device::{Device, READBACK_USAGE};
 use super::index_errors::INDEX_ERR_BYTES;
 #[cfg(not(target_arch = "wasm32"))]
+use super::late_check::LateCheck;
+use super::late_check::MapReceiver;
+#[cfg(not(target_arch = "wasm32"))]
 use super::submitter::poll_error;
 use crate::{Error, Result};
 
@@ -37,13 +40,29 @@ impl Device {
             }
         });
         if let Err(e) = waited {
-            // Its map request may still be pending: never hand the buffer out again.
-            self.lock_state().pool.forget(&staging);
-            staging.destroy();
+            // Its map request may still be pending: never hand the buffer out again. When it
+            // carries the error buffer's bytes (cleared on the device by the same batch), it is
+            // kept until a later readback or sync reads them.
+            match rb.index_errors_at {
+                Some(at) => self.lock_state().late_checks.push(LateCheck {
+                    staging,
+                    at,
+                    total: rb.total,
+                    rx,
+                }),
+                None => {
+                    self.lock_state().pool.forget(&staging);
+                    staging.destroy();
+                }
+            }
             return Err(poll_error(op, e));
         }
         self.lock_state().submitter.prune(&self.inner.device);
-        self.finish_readback(op, staging, rb, bytes, status)
+        // Earlier timed-out readbacks were submitted before this one: their maps are done,
+        // and an index error they hold comes from an op recorded before this readback.
+        let late = self.take_late_index_errors(op);
+        let out = self.finish_readback(op, staging, rb, bytes, status);
+        late.and(out)
     }
 
     /// Async readback (the wasm path; also works natively).
@@ -213,9 +232,6 @@ pub(crate) struct Staged {
     total: u64,
     index_errors_at: Option<u64>,
 }
-
-type MapReceiver =
-    futures::channel::oneshot::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>;
 
 /// Requests the map of a staging buffer whose copy has been submitted.
 fn map_staging(staging: &wgpu::Buffer, padded: u64) -> MapReceiver {

@@ -199,6 +199,8 @@ impl Device {
         }
         self.lock_state().submitter.prune(&self.inner.device);
         self.check(op)?;
+        // Everything submitted is done: the error bytes of timed-out readbacks are in.
+        self.take_late_index_errors(op)?;
         // An index check ran since the last readback: read its error buffer (4 bytes plus
         // the buffer itself, appended by the readback path).
         if let Some(err) = self.pending_index_buffer() {
@@ -225,6 +227,8 @@ impl Device {
             self.submitted_work_done().await;
             self.lock_state().submitter.prune(&self.inner.device);
             self.check(op)?;
+            // None on wasm (its readbacks do not time out); kept for one path on every target.
+            self.take_late_index_errors(op)?;
             if let Some(err) = self.pending_index_buffer() {
                 self.read_bytes_async(op, &err, 0, 4).await?;
             }
