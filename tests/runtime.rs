@@ -602,3 +602,62 @@ fn warm_up_reports_errors() {
     let x = Tensor::from_slice(&dev, &[1.0f32, -2.0], &[2]).unwrap();
     assert_eq!(x.relu().unwrap().to_vec::<f32>().unwrap(), vec![1.0, 0.0]);
 }
+
+/// A readback that carried the index error buffer's bytes but failed on another error (an
+/// uncaptured validation error, raised here by an invalid copy another thread encodes while
+/// the readback waits) reports that error, and the index error at the next readback: the batch
+/// had cleared the device's error buffer, so dropping the bytes would leave the placeholders to
+/// read without an error. (Should the error land before the readback starts, the readback
+/// fails before taking the check, and the same holds.)
+#[test]
+fn an_index_error_outlives_an_uncaptured_error() {
+    let dev = device_with(DeviceOptions::default());
+    let x = Tensor::from_slice(&dev, &[10.0f32, 20.0], &[2]).unwrap();
+    let bad = Tensor::from_slice(&dev, &[1i32, 7], &[2]).unwrap();
+    assert_eq!(x.add_scalar(0.0).unwrap().to_vec::<f32>().unwrap()[0], 10.0);
+    let p = long_product(&dev);
+    let y = x.index_select(0, &bad).unwrap();
+    let invalid_copy = {
+        let dev = dev.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let wd = dev.wgpu_device();
+            let buf = |usage| {
+                wd.create_buffer(&wgpu::BufferDescriptor {
+                    label: None,
+                    size: 4,
+                    usage,
+                    mapped_at_creation: false,
+                })
+            };
+            let (a, b) = (
+                buf(wgpu::BufferUsages::COPY_SRC),
+                buf(wgpu::BufferUsages::COPY_DST),
+            );
+            let mut enc = wd.create_command_encoder(&Default::default());
+            enc.copy_buffer_to_buffer(&a, 0, &b, 0, 64); // past both ends
+            drop(enc.finish());
+        })
+    };
+    let first = y.to_vec::<f32>();
+    invalid_copy.join().unwrap();
+    drop(p);
+    // Each error once, in either order (a fast GPU may finish the readback before the copy is
+    // encoded), then the values.
+    let mut errors = vec![first.unwrap_err().to_string()];
+    let values = loop {
+        match y.to_vec::<f32>() {
+            Ok(v) => break v,
+            Err(e) => errors.push(e.to_string()),
+        }
+        assert!(errors.len() <= 2, "{errors:?}");
+    };
+    let index = "index 7 is out of bounds for dimension 0 with size 2";
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert_eq!(
+        errors.iter().filter(|e| e.contains(index)).count(),
+        1,
+        "{errors:?}"
+    );
+    assert_eq!(values[0], 20.0);
+}

@@ -690,4 +690,12 @@ fn strides_and_split_errors() {
         e.contains("tensor 1 has shape [2, 3], tensor 2 has shape [2, 4]"),
         "{e}"
     );
+    // PyTorch's wording for ranks that differ (its error_inputs_cat matches on it).
+    let c = Tensor::zeros(dev(), &[5, 0, 9, 10], DType::F32).unwrap();
+    let d = Tensor::zeros(dev(), &[4, 0], DType::F32).unwrap();
+    let e = cat(&[&d, &c], 1).unwrap_err().to_string();
+    assert!(
+        e.contains("Tensors must have same number of dimensions: got 2 and 4"),
+        "{e}"
+    );
 }

@@ -236,8 +236,21 @@ fn cat_untracked(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
     for t in &parts {
         first.same_device(op, t)?;
         first.same_dtype(op, t)?;
-        let same =
-            t.rank() == rank && (0..rank).all(|k| k == d || t.shape()[k] == first.shape()[k]);
+        if t.rank() != rank {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "Tensors must have same number of dimensions: got {rank} and {} (tensor {} \
+                     has shape {:?}, tensor {} has shape {:?})",
+                    t.rank(),
+                    position(first),
+                    first.shape(),
+                    position(t),
+                    t.shape()
+                ),
+            ));
+        }
+        let same = (0..rank).all(|k| k == d || t.shape()[k] == first.shape()[k]);
         if !same {
             return Err(Error::shape(
                 op,

@@ -75,13 +75,12 @@ impl Device {
         if late.is_empty() {
             return Ok(());
         }
-        let lost = |msg: String| {
-            Error::Readback {
+        let lost = |msg: String| Error::Readback {
             op,
             msg: format!(
-                "the result of an index check was lost ({msg}): outputs of index ops recorded                  before this readback may hold placeholders for out-of-range indices"
+                "the result of an index check was lost ({msg}): outputs of index ops recorded \
+                 before this readback may hold placeholders for out-of-range indices"
             ),
-        }
         };
         let mut first = None;
         let mut waiting = Vec::new();

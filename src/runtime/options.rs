@@ -149,9 +149,10 @@ pub struct DeviceOptions {
     /// and submitting meanwhile (native; on wasm the browser resolves the awaits); the wait
     /// for room under the in-flight cap is part of a submit and holds the device's state,
     /// so other threads' ops (and drops of its tensors) wait for it, about one submission's
-    /// run. A timed-out readback's work still runs: an out-of-range index it would have
-    /// reported ([`check_indices`](Self::check_indices)) comes out at the next readback or
-    /// sync. Default: 5 minutes, far beyond any single batch.
+    /// run. An out-of-range index a timed-out readback would have reported
+    /// ([`check_indices`](Self::check_indices)) comes out at the next readback or sync (a
+    /// readback whose map wait timed out still ran; one whose batch waited for room and timed
+    /// out was dropped unsubmitted, and its outputs report the timeout). Default: 5 minutes, far beyond any single batch.
     pub gpu_timeout: std::time::Duration,
     /// Check indices on the device (gather, index_select, embedding, scatter_add, one_hot,
     /// nll_loss and cross_entropy targets): an index out of range makes the next sync or

@@ -3,7 +3,6 @@
 
 use super::device::{Device, READBACK_USAGE};
 use super::index_errors::INDEX_ERR_BYTES;
-#[cfg(not(target_arch = "wasm32"))]
 use super::late_check::LateCheck;
 use super::late_check::MapReceiver;
 #[cfg(not(target_arch = "wasm32"))]
@@ -170,16 +169,27 @@ impl Device {
     ) -> Result<Vec<u8>> {
         // A lost device or an uncaptured error: the staging buffer is still given back (the
         // pool and the host budget count it until then), or forgotten where its map request
-        // may be pending, as below.
+        // may be pending, as below. One that holds the error buffer's bytes (cleared on the
+        // device since) waits, mapped, for the next readback or sync to read them.
         if let Err(e) = self.check(op) {
-            match status {
-                Some(s) => {
+            match (status, rb.index_errors_at) {
+                (Some(Ok(())), Some(at)) => {
+                    let (tx, rx) = futures::channel::oneshot::channel();
+                    let _ = tx.send(Ok(()));
+                    self.lock_state().late_checks.push(LateCheck {
+                        staging,
+                        at,
+                        total: rb.total,
+                        rx,
+                    });
+                }
+                (Some(s), _) => {
                     if s.is_ok() {
                         staging.unmap();
                     }
                     self.release_buffer(staging);
                 }
-                None => {
+                (None, _) => {
                     self.lock_state().pool.forget(&staging);
                     staging.destroy();
                 }
