@@ -45,10 +45,48 @@ struct Taps {
     step: u32,
 }
 
+// (floor(a * b / d), a * b mod d) for a quotient below 2^32 (every caller's a is at most d,
+// so it is at most b): the bounds of adaptive windows are such quotients, and a * b passes u32
+// (a 1-D pool of 100000 samples to 50000) where PyTorch computes them in int64. Past u32 the
+// product is formed in 16-bit limbs and divided bit by bit.
+fn mul_div(a: u32, b: u32, d: u32) -> vec2<u32> {
+    if (b == 0u || a <= 0xffffffffu / b) {
+        let x = a * b;
+        return vec2<u32>(x / d, x % d);
+    }
+    let p00 = (a & 0xffffu) * (b & 0xffffu);
+    let p01 = (a & 0xffffu) * (b >> 16u);
+    let p10 = (a >> 16u) * (b & 0xffffu);
+    let p11 = (a >> 16u) * (b >> 16u);
+    let mid = (p00 >> 16u) + (p01 & 0xffffu) + (p10 & 0xffffu);
+    let lo = (p00 & 0xffffu) | (mid << 16u);
+    // The remainder starts as the high word, below d since the quotient fits 32 bits.
+    var r = p11 + (p01 >> 16u) + (p10 >> 16u) + (mid >> 16u);
+    var q = 0u;
+    for (var i = 0u; i < 32u; i++) {
+        // r < d before the shift, so 2 r + 1 < 2 d: one subtraction, wrapping when the shift
+        // carried out of 32 bits.
+        let carry = r >> 31u;
+        r = (r << 1u) | ((lo >> (31u - i)) & 1u);
+        q = q << 1u;
+        if (carry != 0u || r >= d) {
+            r -= d;
+            q |= 1u;
+        }
+    }
+    return vec2<u32>(q, r);
+}
+
+// ceil(a * b / d) under mul_div's bound.
+fn mul_div_up(a: u32, b: u32, d: u32) -> u32 {
+    let x = mul_div(a, b, d);
+    return x.x + select(0u, 1u, x.y != 0u);
+}
+
 fn taps(o: u32, len: u32, out: u32, k: u32, s: u32, pad: u32, d: u32) -> Taps {
     if (ADAPTIVE) {
-        let a = (o * len) / out;
-        let b = ((o + 1u) * len + out - 1u) / out;
+        let a = mul_div(o, len, out).x;
+        let b = mul_div_up(o + 1u, len, out);
         return Taps(i32(a), b - a, 1u);
     }
     return Taps(i32(o * s) - i32(pad), k, d);
@@ -165,8 +203,9 @@ fn reach(v: u32, len: u32, out: u32, k: u32, s: u32, pad: u32, d: u32) -> vec2<u
     if (ADAPTIVE) {
         // Window o covers [floor(o*len/out), ceil((o+1)*len/out)): o from floor(v*out/len)
         // minus one (overlaps) to ceil((v+1)*out/len).
-        let lo = select(0u, (v * out) / len - 1u, (v * out) / len > 0u);
-        let hi = min(out, ((v + 1u) * out + len - 1u) / len + 1u);
+        let f = mul_div(v, out, len).x;
+        let lo = select(0u, f - 1u, f > 0u);
+        let hi = min(out, mul_div_up(v + 1u, out, len) + 1u);
         return vec2<u32>(lo, hi);
     }
     // o * s - pad <= v and v <= o * s - pad + (k - 1) * d.

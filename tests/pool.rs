@@ -274,11 +274,39 @@ fn long_one_d_pools() {
             s / 3.0
         );
     }
-    let e = adaptive_avg_pool1d(
-        &Tensor::zeros(dev(), &[1, 1, 100_000], wgtensor::DType::F32).unwrap(),
-        65536,
-    )
-    .unwrap_err()
-    .to_string();
-    assert!(e.contains("adaptive") && e.contains("100000"), "{e}");
+    // Adaptive windows whose bounds o * len / out pass u32 (100000 x 65536), as PyTorch's
+    // int64 arithmetic computes them, forward and backward, average and max.
+    let (len, out) = (100_000usize, 65536usize);
+    let window = |o: usize| (o * len / out, ((o + 1) * len).div_ceil(out));
+    let x = Tensor::from_slice(dev(), &xv[..len], &[1, 1, len])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let y = adaptive_avg_pool1d(&x, out).unwrap();
+    let got = vals(&y);
+    let mut want_dx = vec![0.0f64; len];
+    for (o, g) in got.iter().enumerate() {
+        let (a, b) = window(o);
+        let s: f64 = xv[a..b].iter().map(|&v| v as f64).sum();
+        let want = s / (b - a) as f64;
+        assert!(
+            (g - want).abs() <= 1e-4,
+            "window {o} [{a}, {b}): {g} vs {want}"
+        );
+        for d in &mut want_dx[a..b] {
+            *d += 1.0 / (b - a) as f64;
+        }
+    }
+    let g = y.sum_all().unwrap().backward().unwrap();
+    let gx = vals(g.get(&x).unwrap());
+    for (j, (g, w)) in gx.iter().zip(&want_dx).enumerate() {
+        assert!((g - w).abs() <= 1e-6, "dx[{j}]: {g} vs {w}");
+    }
+    let x2 = x.detach().reshape(&[1, 1, 1, len]).unwrap();
+    let m = vals(&adaptive_max_pool2d(&x2, [1, out]).unwrap());
+    for (o, v) in m.iter().enumerate() {
+        let (a, b) = window(o);
+        let want = xv[a..b].iter().fold(f32::MIN, |m, &v| m.max(v)) as f64;
+        assert_eq!(*v, want, "max window {o}");
+    }
 }

@@ -263,26 +263,20 @@ fn launch(
         }
     }
     x.device().require_dtype(op, x.dtype)?;
-    // The kernels index the input and the output with u32 (plane, row, column) products, and
-    // adaptive windows multiply an index by a size (o * len / out in u32: PyTorch's int64 has
-    // room for more); regular windows only step by their stride, so any length whose planes
-    // index in u32 works (a 1-D pool over 131072 steps). Output sizes come from the caller
-    // (adaptive pools): any of them may be near usize::MAX.
+    // The kernels index the input and the output with u32 (plane, row, column) products;
+    // adaptive windows' bounds (o * len / out) take 64-bit products in the shader (`mul_div`
+    // in shaders/pool.wgsl), and regular windows step by their stride, so any sizes whose
+    // planes index in u32 work. Output sizes come from the caller (adaptive pools): any of
+    // them may be near usize::MAX.
     let (oh, ow) = (out_hw[0] as u128, out_hw[1] as u128);
     // The window starts o * stride - padding are i32: sides past 2^30 are refused too.
     let (hh, ww) = ((h as u128).max(oh), (w as u128).max(ow));
     let plane_ok = planes as u128 * hh * ww < u32::MAX as u128 && hh.max(ww) < 1 << 30;
-    let fits = |a: usize, b: u128| (a as u128) * (b + 1) < u32::MAX as u128;
-    if !plane_ok || (win.adaptive && !(fits(h, oh) && fits(w, ow))) {
-        let what = if win.adaptive {
-            "adaptive windows index with u32 products (input size times output size)"
-        } else {
-            "the planes are beyond u32 indexing"
-        };
+    if !plane_ok {
         return Err(Error::size(
             op,
             format!(
-                "input {:?} pooled to {out_hw:?} (as [planes, height, width] = [{planes}, {h}, {w}]): {what}",
+                "input {:?} pooled to {out_hw:?} (as [planes, height, width] = [{planes}, {h}, {w}]): the planes are beyond u32 indexing",
                 x.shape()
             ),
         ));
