@@ -212,9 +212,12 @@ fn huber_terms(d: &Tensor, delta: f64) -> Result<Tensor> {
 /// probability of exactly 0 or 1 gives a finite loss), and PyTorch's gradients
 /// (`w (x - y) / max(x (1 - x), 1e-12)` for the input, `-w logit(x)` for the target).
 /// `weight` rescales each element (broadcast to the input); it takes no gradient, as in
-/// PyTorch, so a tracked weight is an error. The input and target should hold probabilities in [0, 1]
-/// (PyTorch's CPU kernel checks both and raises; here nothing is checked: an input outside
-/// gives NaN, a target outside a finite loss of the formula); for logits use
+/// PyTorch, so a tracked weight is an error. The input and target must hold probabilities in
+/// [0, 1], as PyTorch checks: an element outside, or NaN, makes the next sync or readback
+/// return an error naming the operand and the value (checked on the device, as out-of-range
+/// indices are; [`DeviceOptions::check_indices`](crate::DeviceOptions::check_indices) off
+/// skips the check, and an input outside then gives NaN, a target outside a finite loss of the
+/// formula). For logits use
 /// [`binary_cross_entropy_with_logits`](super::binary_cross_entropy_with_logits), which is
 /// numerically stable.
 pub fn binary_cross_entropy(
@@ -246,6 +249,8 @@ pub fn binary_cross_entropy(
             ));
         }
     }
+    super::value_check::check_values(op, input, 0, 0.0, 1.0)?;
+    super::value_check::check_values(op, target, 1, 0.0, 1.0)?;
     let loss = {
         let _guard = NoGradGuard::new();
         let (log_x, log_1mx) = clamped_logs(input)?;

@@ -38,6 +38,7 @@ pub(crate) mod segment;
 pub mod softmax;
 pub mod softplus;
 pub(crate) mod transpose_copy;
+pub(crate) mod value_check;
 pub(crate) mod view_grad;
 pub(crate) mod wg;
 
@@ -113,6 +114,7 @@ pub fn families() -> &'static [crate::runtime::pipeline::Family] {
         index_kernels::FAMILY,
         argext::FAMILY,
         index_check::FAMILY,
+        value_check::FAMILY,
         nll::FAMILY,
         segment::FAMILY,
         norm::FAMILY,

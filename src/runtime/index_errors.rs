@@ -138,6 +138,12 @@ impl Device {
             String::new()
         };
         let what = match op {
+            // Value checks (src/ops/value_check.rs): the value's bits, the operand's number.
+            "binary_cross_entropy" => {
+                let operand = if dim == 0 { "input" } else { "target" };
+                let value = f32::from_bits(index as u32);
+                format!("all elements of {operand} should be between 0 and 1 (found {value})")
+            }
             "one_hot" if index < 0 => "class values must be non-negative".to_string(),
             "one_hot" => format!("class values must be smaller than num_classes ({size})"),
             "nll_loss" | "cross_entropy" => {

@@ -152,14 +152,16 @@ pub struct DeviceOptions {
     /// run. An out-of-range index a timed-out readback would have reported
     /// ([`check_indices`](Self::check_indices)) comes out at the next readback or sync (a
     /// readback whose map wait timed out still ran; one whose batch waited for room and timed
-    /// out was dropped unsubmitted, and its outputs report the timeout). Default: 5 minutes, far beyond any single batch.
+    /// out was dropped unsubmitted, and its outputs report the timeout). Default: 5 minutes,
+    /// far beyond any single batch.
     pub gpu_timeout: std::time::Duration,
     /// Check indices on the device (gather, index_select, embedding, scatter_add, one_hot,
     /// nll_loss and cross_entropy targets): an index out of range makes the next sync or
     /// readback return an error naming the op, the index and the size, as PyTorch raises,
     /// without stalling the queue at the op. `false` skips the check (one small dispatch per
     /// op): out-of-range indices then read NaN (0 for i32 data), add nothing, or give an
-    /// all-zero one-hot row. Default: `true`.
+    /// all-zero one-hot row. The same option covers the values `binary_cross_entropy` checks
+    /// (input and target in [0, 1], as PyTorch's). Default: `true`.
     pub check_indices: bool,
     /// Plan kernels as on a GPU even on a CPU adapter ([`Caps::cpu`](crate::runtime::Caps)
     /// false): the GPU tile shapes and variants then run on lavapipe, which is how the test

@@ -685,15 +685,8 @@ mod native {
         let w = super::t(&[1.0, 2.0, 3.0], &[3]).requires_grad().unwrap();
         let e = binary_cross_entropy(&p, &q, Some(&w), Reduction::Sum).unwrap_err();
         assert!(e.to_string().starts_with("binary_cross_entropy"), "{e}");
-        // Outside [0, 1] the loss is NaN, never a finite wrong value.
-        let bad = super::t(&[1.5, -0.5], &[2]);
-        let l = binary_cross_entropy(&bad, &super::t(&[1.0, 0.0], &[2]), None, Reduction::None);
-        assert!(l
-            .unwrap()
-            .to_vec::<f32>()
-            .unwrap()
-            .iter()
-            .all(|v| v.is_nan()));
+        // Outside [0, 1]: an error at the next readback (tests/robustness/indices.rs, on a
+        // device of its own, since the report goes to the device's next readback).
         // An infinite difference: smooth L1's gradient is sign(d), Huber's delta sign(d)
         // (PyTorch's), not NaN; Huber with delta = inf is half the squared error.
         let inf = f32::INFINITY;

@@ -179,6 +179,55 @@ fn sync_reports_an_index_error_too() {
     d.sync().unwrap();
 }
 
+/// binary_cross_entropy's input and target must be probabilities, as PyTorch checks ("all
+/// elements of input should be between 0 and 1"): checked on the device like indices, NaN
+/// included, in f32 and f16; 0 and 1 themselves are fine.
+#[test]
+fn binary_cross_entropy_refuses_values_outside_zero_one() {
+    use wgtensor::ops::{binary_cross_entropy, Reduction};
+    let d = checked();
+    let vals = |v: &[f32]| Tensor::from_slice(&d, v, &[v.len()]).unwrap();
+    let bce = |x: &[f32], y: &[f32], dt: DType| {
+        let (x, y) = (vals(x).to_dtype(dt)?, vals(y).to_dtype(dt)?);
+        binary_cross_entropy(&x, &y, None, Reduction::Sum)
+    };
+    let mut dtypes = vec![DType::F32];
+    if d.supports_f16() {
+        dtypes.push(DType::F16);
+    }
+    for dt in dtypes {
+        let input = "all elements of input should be between 0 and 1";
+        let target = "all elements of target should be between 0 and 1";
+        let op = "binary_cross_entropy";
+        fails(
+            &d,
+            bce(&[0.5, 1.5], &[1.0, 0.0], dt),
+            op,
+            &format!("{input} (found 1.5)"),
+        );
+        fails(&d, bce(&[-0.5, 0.5], &[1.0, 0.0], dt), op, input);
+        fails(
+            &d,
+            bce(&[f32::NAN, 0.5], &[1.0, 0.0], dt),
+            op,
+            "(found NaN)",
+        );
+        fails(
+            &d,
+            bce(&[0.5, 0.5], &[2.0, 0.0], dt),
+            op,
+            &format!("{target} (found 2)"),
+        );
+        fails(&d, bce(&[0.5, 0.5], &[0.0, f32::NAN], dt), op, target);
+        let l = bce(&[0.0, 1.0, 0.5], &[0.0, 1.0, 1.0], dt).unwrap();
+        let v = l.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
+        assert!(
+            (v[0] - std::f32::consts::LN_2).abs() < 1e-3,
+            "{dt:?}: {v:?}"
+        );
+    }
+}
+
 #[test]
 fn unchecked_devices_keep_the_documented_fill() {
     let d = Device::with_options(DeviceOptions {
@@ -193,6 +242,16 @@ fn unchecked_devices_keep_the_documented_fill() {
     let logp = Tensor::from_slice(&d, &[-1.0f32, -2.0, -0.5, -0.7], &[2, 2]).unwrap();
     let l = nll_loss(&logp, &ids(&d, &[0, 2]), &NllLossOptions::default()).unwrap();
     assert!(l.to_vec::<f32>().unwrap()[0].is_nan());
+    // Probabilities outside [0, 1]: the input's give NaN, never a finite wrong value.
+    let bad = Tensor::from_slice(&d, &[1.5f32, -0.5], &[2]).unwrap();
+    let y = Tensor::from_slice(&d, &[1.0f32, 0.0], &[2]).unwrap();
+    let l = wgtensor::ops::binary_cross_entropy(&bad, &y, None, wgtensor::ops::Reduction::None);
+    assert!(l
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .all(|v| v.is_nan()));
     d.sync().unwrap();
 }
 
