@@ -253,6 +253,23 @@ fn batch_norm_with_empty_and_single_values() {
     assert_eq!(dx.shape(), &[0, 3]);
     assert_eq!(vals(&dg), vec![0.0; 3]);
     assert_eq!(vals(&db), vec![0.0; 3]);
+    // An empty 1-D input (PyTorch's sample_inputs_batch_norm has one): returned as is, with
+    // statistics of no channels; tracked or not; its backward is empty too. A non-empty 1-D
+    // input is still refused.
+    let (rm0, rv0) = (empty(&[0]), empty(&[0]));
+    let x = empty(&[0]).requires_grad().unwrap();
+    let y = batch_norm_inference(&x, &rm0, &rv0, &BatchNormOptions::default()).unwrap();
+    assert_eq!(y.shape(), &[0]);
+    let mut st = BatchNormState::from_tensors(rm0.clone(), rv0.clone(), Some(0.1));
+    let out = batch_norm_train(&x, Some(&mut st), &BatchNormOptions::default()).unwrap();
+    assert_eq!(
+        (out.y.shape(), out.saved.mean().shape()),
+        (&[0][..], &[0][..])
+    );
+    let g = batch_norm_backward(&empty(&[0]), &x.detach(), None, &out.saved).unwrap();
+    assert_eq!((g.dx.shape(), g.dbias.shape()), (&[0][..], &[0][..]));
+    let e = batch_norm_inference(&ramp(&[3]), &rm0, &rv0, &BatchNormOptions::default());
+    names_op(&e.unwrap_err(), "batch_norm_inference");
     still_works(dev());
 }
 

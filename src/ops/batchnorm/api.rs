@@ -11,7 +11,8 @@ use crate::{DType, Result, Tensor};
 /// PyTorch's `BatchNorm{1,2,3}d` in `eval()` mode (`F.batch_norm(x, running_mean, running_var,
 /// weight, bias, training=False, eps=eps)`), with a fused activation. Returns a new contiguous
 /// tensor of x's shape and dtype. Differentiable (autograd) in x, weight and bias. Errors:
-/// [`Error::Shape`](crate::Error::Shape) for an input of rank below 2 or per-channel vectors that
+/// [`Error::Shape`](crate::Error::Shape) for an input of rank below 2 (but an empty 1-D input,
+/// which PyTorch returns as is: a batch of no channels here too) or per-channel vectors that
 /// are not `[C]`; [`Error::DType`](crate::Error::DType) /
 /// [`Error::DeviceMismatch`](crate::Error::DeviceMismatch) when they differ from x (except
 /// PyTorch's mixed type: an f16 x with f32 statistics, weight or bias is computed in f32 and

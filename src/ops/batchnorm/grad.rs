@@ -224,6 +224,10 @@ pub(crate) fn inference(
         ..*o
     };
     let y = inference_untracked(x, running_mean, running_var, &unfused)?;
+    if x.rank() < 2 {
+        // An empty 1-D input (no channels, nothing to differentiate).
+        return Ok(y);
+    }
     // The per-channel constants of the backward, computed once here (small [C] ops), in f32
     // as the forward kernel computes them (in f16, each step would round, and a variance
     // plus eps below f16's normal range would lose digits).

@@ -14,9 +14,8 @@ pub(crate) fn inference_untracked(
 ) -> Result<Tensor> {
     let op = "batch_norm_inference";
     let (gamma, beta, activation) = (o.weight, o.bias, o.activation);
-    check_input(op, x)?;
+    let c = input_channels(op, x)?;
     let eps = check_eps(op, o.eps)?;
-    let c = x.shape()[1];
     let dt = x.dtype;
     let rmean_os = check_channel_vec(op, "running_mean", x, running_mean, c, dt)?;
     let rvar_os = check_channel_vec(op, "running_var", x, running_var, c, dt)?;
@@ -79,12 +78,11 @@ pub(crate) fn train_untracked(
 ) -> Result<BatchNormOutput> {
     let op = "batch_norm_train";
     let (gamma, beta) = (o.weight, o.bias);
-    check_input(op, x)?;
+    let c = input_channels(op, x)?;
     let eps = check_eps(op, o.eps)?;
-    let c = x.shape()[1];
     let dt = x.dtype;
     // Values per channel (N times the trailing dims): not numel / C, which C = 0 would divide.
-    let count: usize = x.shape()[0] * x.shape()[2..].iter().product::<usize>();
+    let count: usize = x.shape()[0] * x.shape().get(2..).unwrap_or(&[]).iter().product::<usize>();
     // PyTorch refuses exactly one value per channel (no variance); an empty batch is fine.
     if count == 1 {
         return Err(Error::shape(
@@ -276,8 +274,7 @@ pub(crate) fn backward_untracked(
     gamma: Option<&Tensor>,
 ) -> Result<(Tensor, Tensor, Tensor)> {
     let op = "batch_norm_backward";
-    check_input(op, x)?;
-    let c = x.shape()[1];
+    let c = input_channels(op, x)?;
     let dt = x.dtype;
     let smean_os = check_channel_vec(op, "saved_mean", x, saved_mean, c, DType::F32)?;
     let sinv_os = check_channel_vec(op, "saved_invstd", x, saved_invstd, c, DType::F32)?;

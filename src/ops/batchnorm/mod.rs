@@ -183,6 +183,17 @@ struct Input {
     params: BnParams,
 }
 
+/// The channel count of a valid input (`check_input`'s rule): an empty 1-D input is a batch of
+/// no channels, which PyTorch's batch_norm returns as is before any rank check.
+fn input_channels(op: &'static str, x: &Tensor) -> Result<usize> {
+    if x.rank() == 1 && x.numel() == 0 {
+        x.device().require_dtype(op, x.dtype)?;
+        return Ok(0);
+    }
+    check_input(op, x)?;
+    Ok(x.shape()[1])
+}
+
 fn check_input(op: &'static str, x: &Tensor) -> Result<()> {
     if x.rank() < 2 {
         return Err(Error::shape(
