@@ -795,6 +795,39 @@ fn optimizers_take_named_parameters_of_a_module() {
     );
 }
 
+/// Tensors that never required grad are taken, as PyTorch's optimizers take them (its
+/// test_step_is_noop_when_params_have_no_grad): `step` finds no gradient and leaves them,
+/// `step_with` updates them with the gradients given.
+#[test]
+fn plain_tensors_are_skipped_by_step_and_updated_by_step_with() {
+    let p = Tensor::from_slice(dev(), &[1.0f32, 2.0], &[2]).unwrap();
+    let w = leaf(&[1.0, 2.0]);
+    let g = w
+        .mul_scalar(3.0)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    let mut sgd = Sgd::new(
+        vec![p.clone()],
+        SgdOptions {
+            lr: 0.5,
+            momentum: 0.9,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    sgd.step(&g).unwrap();
+    assert_eq!(p.to_vec::<f32>().unwrap(), vec![1.0, 2.0]);
+    let mut adam = Adam::new(vec![p.clone()], AdamOptions::default()).unwrap();
+    adam.step(&g).unwrap();
+    assert_eq!(p.to_vec::<f32>().unwrap(), vec![1.0, 2.0]);
+    let grad = Tensor::from_slice(dev(), &[2.0f32, -2.0], &[2]).unwrap();
+    sgd.step_with(&[Some(&grad)]).unwrap();
+    assert_eq!(p.to_vec::<f32>().unwrap(), vec![0.0, 3.0]);
+}
+
 /// The constructors refuse what backward would never give a gradient to, what cannot be
 /// updated in place, and the same storage twice.
 #[test]
@@ -805,24 +838,34 @@ fn construction_refuses_bad_parameters() {
     // A non-leaf: the output of a tracked op.
     let m = msg(Sgd::new(vec![w.mul_scalar(0.01).unwrap()], o()));
     assert!(m.contains("can't optimize a non-leaf Tensor"), "{m}");
-    // An untracked tensor: backward never reaches it.
-    let untracked = Tensor::from_slice(dev(), &[1.0f32], &[1]).unwrap();
-    let m = msg(Sgd::new(vec![untracked.clone()], o()));
-    assert!(m.contains(".requires_grad()"), "{m}");
-    let m = Adam::new(vec![untracked], AdamOptions::default())
+    // No parameters: PyTorch's "optimizer got an empty parameter list".
+    let m = msg(Sgd::new(Vec::<Tensor>::new(), o()));
+    assert!(m.contains("optimizer got an empty parameter list"), "{m}");
+    let m = Adam::new(Vec::<Tensor>::new(), AdamOptions::default())
         .unwrap_err()
         .to_string();
     assert!(
-        m.starts_with("adam:") && m.contains(".requires_grad()"),
+        m.starts_with("adam:") && m.contains("empty parameter list"),
         "{m}"
     );
     // I32.
     let ids = Tensor::from_slice(dev(), &[1i32, 2], &[2]).unwrap();
     let m = msg(Sgd::new(vec![ids], o()));
     assert!(m.contains("I32"), "{m}");
-    // The same tensor twice (a clone shares the storage), and a view of it.
+    // The same tensor twice (a clone shares the storage), and a view of it; across groups in
+    // PyTorch's words.
     let m = msg(Sgd::new(vec![w.clone(), w.clone()], o()));
     assert!(m.contains("shares its storage"), "{m}");
+    assert!(!m.contains("more than one parameter group"), "{m}");
+    let mut two = Sgd::new(vec![w.clone()], o()).unwrap();
+    let e = two
+        .add_param_group(ParamGroup::new(vec![w.clone()]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("some parameters appear in more than one parameter group"),
+        "{e}"
+    );
     let alias = w.detach().requires_grad().unwrap();
     assert!(Sgd::new(vec![w.clone(), alias], o()).is_err());
     // A view at an offset cannot be updated in place.
@@ -1084,18 +1127,29 @@ fn lr_schedulers_follow_pytorch() {
         assert!(e.starts_with("lr_scheduler"), "{bad:?}: {e}");
     }
     assert_eq!(opt.lr(), 1e-3, "a refused scheduler changes nothing");
-    // Adam works the same; a group added later is an error naming both counts.
+    // Adam works the same. A group added later is scheduled from its own rate by the
+    // chained formulas (PyTorch's get_lr walks every param group), and kept as it is by
+    // LambdaLR, whose formula zips the initial rates with the groups.
     let mut sched = LrScheduler::new(&mut opt, Schedule::Exponential { gamma: 0.5 }).unwrap();
     sched.step(&mut opt).unwrap();
     assert!((opt.lr() - 5e-4).abs() < 1e-15);
-    opt.add_param_group(ParamGroup::new(vec![leaf(&[3.0])]))
+    opt.add_param_group(ParamGroup::new(vec![leaf(&[3.0])]).lr(0.1))
         .unwrap();
-    let e = sched.step(&mut opt).unwrap_err().to_string();
+    sched.step(&mut opt).unwrap();
+    assert_eq!(sched.epoch(), 2);
+    let (g0, g1) = (opt.group_lr(0).unwrap(), opt.group_lr(1).unwrap());
     assert!(
-        e.contains("2 parameter groups") && e.contains("made for 1"),
-        "{e}"
+        (g0 - 2.5e-4).abs() < 1e-15 && (g1 - 0.05).abs() < 1e-15,
+        "{g0} {g1}"
     );
-    assert_eq!(sched.epoch(), 1, "a refused step does not advance");
+    assert_eq!(sched.last_lr().len(), 2);
+    let mut lambda =
+        LrScheduler::new(&mut opt, Schedule::Lambda(|e| 1.0 / (e + 1) as f64)).unwrap();
+    opt.add_param_group(ParamGroup::new(vec![leaf(&[4.0])]).lr(0.2))
+        .unwrap();
+    lambda.step(&mut opt).unwrap();
+    assert_eq!(opt.group_lr(2), Some(0.2));
+    assert!((opt.group_lr(0).unwrap() - 5e-4).abs() < 1e-15);
 }
 
 /// PyTorch's clip_grad_value_: every element clamped into [-v, v], NaN kept, f16 too.

@@ -5,7 +5,7 @@ use super::kernel::{
     launch, packed, private_copy, OptimParams, Spares, FLAG_AMSGRAD, FLAG_DECOUPLED, FLAG_MAXIMIZE,
     OPT_ADAM,
 };
-use super::params::{check_hyper, GroupOpts, ParamSet};
+use super::params::{check_hyper, first_group, GroupOpts, ParamSet};
 use super::{duplicate, warm_all, IntoParams, LrGroups, ParamGroup};
 use crate::{Error, Grads, Result, Tensor};
 
@@ -133,7 +133,7 @@ impl Adam {
             state: Vec::new(),
             spares: Spares::default(),
         };
-        opt.add_param_group(ParamGroup::new(params))?;
+        opt.add_param_group(first_group(op, params)?)?;
         Ok(opt)
     }
 

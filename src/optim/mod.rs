@@ -23,11 +23,14 @@
 //!
 //! **Parameters** ([`IntoParams`]) are tracked leaves ([`Tensor::requires_grad`]; the `nn`
 //! layers create theirs so) of a floating-point dtype, contiguous from the start of their
-//! storage. The constructors refuse the output of a tracked op (PyTorch's "can't optimize a
-//! non-leaf Tensor": backward never gives it a gradient), a tensor that never required grad,
-//! an `I32` tensor and the same tensor (or two views of one storage) given twice. A frozen
-//! leaf (`set_requires_grad(false)`, as when fine-tuning part of a model) is accepted and
-//! skipped while it gets no gradient; unfrozen, it trains again. Given with names
+//! storage. The constructors refuse an empty list (PyTorch's "optimizer got an empty parameter
+//! list"), the output of a tracked op (PyTorch's "can't optimize a non-leaf Tensor": backward
+//! never gives it a gradient), an `I32` tensor and the same tensor (or two views of one
+//! storage) given twice. A frozen leaf (`set_requires_grad(false)`, as when fine-tuning part
+//! of a model) is accepted and skipped while it gets no gradient; unfrozen, it trains again.
+//! A tensor that never required grad is accepted too, as PyTorch's optimizers take it: `step`
+//! never finds a gradient for it (so it stays as it is), `step_with` updates it with the
+//! gradients given. Given with names
 //! (`Vec<(String, Tensor)>`, as [`Module::named_parameters`](crate::nn::Module::named_parameters)
 //! returns them), the names key the saved state; plain tensors are named by their index.
 //! [`ParamGroup`]s add parameters with their own learning rate and weight decay.
@@ -69,7 +72,7 @@ use kernel::{
 };
 #[doc(hidden)]
 pub use kernel::{optim_variants, params_layout};
-use params::{check_hyper, GroupOpts, ParamSet};
+use params::{check_hyper, first_group, GroupOpts, ParamSet};
 pub use params::{IntoParams, ParamGroup};
 pub use schedule::{LrGroups, LrScheduler, Schedule};
 
@@ -264,7 +267,7 @@ impl Sgd {
             momentum_buffers: Vec::new(),
             spares: Spares::default(),
         };
-        opt.add_param_group(ParamGroup::new(params))?;
+        opt.add_param_group(first_group(op, params)?)?;
         Ok(opt)
     }
 

@@ -80,6 +80,16 @@ pub struct ParamGroup {
     pub(crate) weight_decay: Option<f64>,
 }
 
+/// The group of an optimizer's constructor: PyTorch's "optimizer got an empty parameter list"
+/// when it holds none (a group added later may be empty, as in PyTorch).
+pub(crate) fn first_group(op: &'static str, params: impl IntoParams) -> Result<ParamGroup> {
+    let group = ParamGroup::new(params);
+    if group.params.is_empty() {
+        return Err(Error::arg(op, "optimizer got an empty parameter list"));
+    }
+    Ok(group)
+}
+
 impl ParamGroup {
     /// A group over `params` with the optimizer's learning rate and weight decay.
     pub fn new(params: impl IntoParams) -> ParamGroup {
@@ -103,6 +113,31 @@ impl ParamGroup {
     }
 }
 
+/// `v` as Python's `repr` prints a float (`1.0`, `-0.5`, `-1e-08`, `1e+20`), so errors read
+/// as PyTorch's ("Invalid epsilon value: -1e-08").
+pub(crate) fn py_float(v: f64) -> String {
+    if v.is_nan() {
+        return "nan".into();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 { "inf" } else { "-inf" }.into();
+    }
+    let sci = format!("{v:e}");
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let e: i32 = exp.parse().unwrap_or(0);
+    if (-4..16).contains(&e) {
+        let s = format!("{v}");
+        if s.contains('.') {
+            s
+        } else {
+            format!("{s}.0")
+        }
+    } else {
+        let sign = if e < 0 { '-' } else { '+' };
+        format!("{mantissa}e{sign}{:02}", e.unsigned_abs())
+    }
+}
+
 pub(crate) fn check_hyper(op: &'static str, what: &str, v: f64, lo: f64, hi: f64) -> Result<()> {
     if !(v.is_finite() && v >= lo && v <= hi) {
         // PyTorch's "Invalid learning rate: -0.1", with the range (f64's extremes spelled as
@@ -114,9 +149,18 @@ pub(crate) fn check_hyper(op: &'static str, what: &str, v: f64, lo: f64, hi: f64
             (false, false) if hi < 1.0 && hi > 1.0 - 1e-15 => format!("in [{lo}, 1)"),
             (false, false) => format!("in [{lo}, {hi}]"),
         };
+        let name = match what {
+            "lr" => "Invalid learning rate".to_string(),
+            "momentum" => "Invalid momentum value".to_string(),
+            "weight_decay" => "Invalid weight_decay value".to_string(),
+            "eps" => "Invalid epsilon value".to_string(),
+            "betas.0" => "Invalid beta parameter at index 0".to_string(),
+            "betas.1" => "Invalid beta parameter at index 1".to_string(),
+            other => format!("invalid {other}"),
+        };
         return Err(Error::arg(
             op,
-            format!("invalid {what}: {v} (it must be {range})"),
+            format!("{name}: {} (it must be {range})", py_float(v)),
         ));
     }
     Ok(())
@@ -192,11 +236,17 @@ impl ParamSet {
             };
             check_param(op, &label, t)?;
             if let Some(other) = storages.insert(storage_key(t), label.clone()) {
+                // PyTorch's wording when the other is in an earlier group.
+                let across = if self.params.iter().any(|p| storage_key(p) == storage_key(t)) {
+                    "some parameters appear in more than one parameter group: "
+                } else {
+                    ""
+                };
                 return Err(Error::arg(
                     op,
                     format!(
-                        "{label} shares its storage with {other} (the same tensor given twice?): \
-                         each parameter must have storage of its own"
+                        "{across}{label} shares its storage with {other} (the same tensor given \
+                         twice?): each parameter must have storage of its own"
                     ),
                 ));
             }
@@ -440,18 +490,10 @@ fn check_param(op: &'static str, label: &str, t: &Tensor) -> Result<()> {
             ),
         ));
     }
-    // A frozen leaf is accepted (PyTorch's optimizers take parameters that do not require
-    // grad and skip them while they get none): unfrozen later, its gradients reach the
-    // optimizer under the same key. A tensor that never required grad has no key to find.
-    if !t.has_grad_key() {
-        return Err(Error::arg(
-            op,
-            format!(
-                "{label} never required grad, so backward can never give it a gradient: call \
-                 .requires_grad() on it before building the optimizer"
-            ),
-        ));
-    }
+    // A frozen leaf, or a tensor that never required grad, is accepted (PyTorch's optimizers
+    // take parameters that do not require grad and skip them while they get none): a frozen
+    // leaf unfrozen later gets its gradients under the same key; a plain tensor gets none from
+    // `step`, but `step_with`'s hand-computed gradients update it.
     if !t.is_contiguous() || t.layout().offset() != 0 {
         return Err(Error::arg(
             op,

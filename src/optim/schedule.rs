@@ -79,8 +79,11 @@ pub enum Schedule {
 
 impl Schedule {
     /// The rate at epoch `e` from the current rate `lr` and the initial one `base` (PyTorch's
-    /// chained `get_lr`; at `e = 0` what its constructor's first step sets).
-    fn lr(&self, lr: f64, base: f64, e: u64) -> f64 {
+    /// chained `get_lr`; at `e = 0` what its constructor's first step sets). `base` is `None`
+    /// for a group added to the optimizer after the scheduler was made: PyTorch's formulas
+    /// that read `base_lrs` (LambdaLR, CosineAnnealingLR's restart) zip them with the groups,
+    /// which leaves such a group's rate as it is; the chained ones scale it too.
+    fn lr(&self, lr: f64, base: Option<f64>, e: u64) -> f64 {
         match self {
             Schedule::Step { step_size, gamma } => {
                 if e == 0 || !e.is_multiple_of(*step_size) {
@@ -114,7 +117,7 @@ impl Schedule {
                     == 0
                 {
                     // The restart after a minimum, from the initial rate (PyTorch's branch).
-                    lr + (base - eta_min) * (1.0 - (pi / t).cos()) / 2.0
+                    base.map_or(lr, |b| lr + (b - eta_min) * (1.0 - (pi / t).cos()) / 2.0)
                 } else {
                     (1.0 + (pi * e as f64 / t).cos()) / (1.0 + (pi * (e - 1) as f64 / t).cos())
                         * (lr - eta_min)
@@ -135,7 +138,7 @@ impl Schedule {
                     lr * (1.0 + d / (*total_iters as f64 * start_factor + (e - 1) as f64 * d))
                 }
             }
-            Schedule::Lambda(f) => base * f(e),
+            Schedule::Lambda(f) => base.map_or(lr, |b| b * f(e)),
         }
     }
 
@@ -251,10 +254,12 @@ impl LrScheduler {
         Ok(s)
     }
 
-    /// Advances one epoch and sets every group's rate for it (PyTorch's `scheduler.step()`).
-    /// Errors when the optimizer has a different number of groups than at construction, or
-    /// when a new rate is not a finite number >= 0 (a lambda's negative factor, a rate grown
-    /// past f64): then nothing changes, the epoch included.
+    /// Advances one epoch and sets every group's rate for it (PyTorch's `scheduler.step()`;
+    /// groups added since the scheduler was made are scheduled from their current rates, as
+    /// PyTorch's chained formulas do, and kept as they are by the formulas of the initial rates,
+    /// LambdaLR's and the cosine restart). Errors when the optimizer has fewer groups than at
+    /// construction, or when a new rate is not a finite number >= 0 (a lambda's negative
+    /// factor, a rate grown past f64): then nothing changes, the epoch included.
     pub fn step(&mut self, opt: &mut impl LrGroups) -> Result<()> {
         self.check_groups(opt)?;
         self.apply(opt, self.epoch + 1)?;
@@ -263,7 +268,7 @@ impl LrScheduler {
     }
 
     fn check_groups(&self, opt: &impl LrGroups) -> Result<()> {
-        if opt.lr_groups() != self.base.len() {
+        if opt.lr_groups() < self.base.len() {
             return Err(Error::arg(
                 "lr_scheduler",
                 format!(
@@ -278,11 +283,11 @@ impl LrScheduler {
 
     /// Sets epoch `e`'s rates, every one checked before the first is set.
     fn apply(&mut self, opt: &mut impl LrGroups, e: u64) -> Result<()> {
-        let lrs: Vec<f64> = self
-            .base
-            .iter()
-            .enumerate()
-            .map(|(g, &b)| self.schedule.lr(opt.lr_of(g).unwrap_or(0.0), b, e))
+        let lrs: Vec<f64> = (0..opt.lr_groups())
+            .map(|g| {
+                let lr = opt.lr_of(g).unwrap_or(0.0);
+                self.schedule.lr(lr, self.base.get(g).copied(), e)
+            })
             .collect();
         if let Some((g, lr)) = lrs
             .iter()

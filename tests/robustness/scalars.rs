@@ -200,7 +200,37 @@ fn optimizer_arguments() {
     )
     .unwrap_err()
     .to_string();
-    assert!(e.contains("invalid lr: -0.1") && e.len() < 120, "{e}");
+    assert!(
+        e.contains("Invalid learning rate: -0.1") && e.len() < 120,
+        "{e}"
+    );
+    // PyTorch's wording and Python's float repr: 1.0, -1e-08, -0.5.
+    let adam_err = |o: AdamOptions| Adam::new(vec![p.clone()], o).unwrap_err().to_string();
+    let e = adam_err(AdamOptions {
+        betas: (1.0, 0.999),
+        ..Default::default()
+    });
+    assert!(e.contains("Invalid beta parameter at index 0: 1.0"), "{e}");
+    let e = adam_err(AdamOptions {
+        eps: -1e-8,
+        ..Default::default()
+    });
+    assert!(e.contains("Invalid epsilon value: -1e-08"), "{e}");
+    let e = adam_err(AdamOptions {
+        weight_decay: -1.0,
+        ..Default::default()
+    });
+    assert!(e.contains("Invalid weight_decay value: -1.0"), "{e}");
+    let e = Sgd::new(
+        vec![p.clone()],
+        SgdOptions {
+            momentum: -0.5,
+            ..Default::default()
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("Invalid momentum value: -0.5"), "{e}");
     let o = AdamOptions {
         betas: (0.9, 1.0 - f64::EPSILON / 2.0),
         ..Default::default()
