@@ -78,7 +78,8 @@ impl Tensor {
         if records([&self]) || !self.donatable() {
             return self.scalar_op(op, s);
         }
-        self.scalar_in_place(op, s as f32)?;
+        let s = super::map::kernel_scalar(op, self.dtype, s)?;
+        self.scalar_in_place(op, s)?;
         let dt = self.dtype;
         Ok(self.donated(dt))
     }

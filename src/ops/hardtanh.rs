@@ -89,6 +89,7 @@ impl BackwardOp for HardswishBackward {
 /// # Ok(()) }
 /// ```
 pub fn hardswish(x: &Tensor) -> Result<Tensor> {
+    x.require_float("hardswish")?;
     let y = {
         let _guard = NoGradGuard::new();
         x.mul(
@@ -148,17 +149,20 @@ pub fn hardtanh(x: &Tensor, min_val: f64, max_val: f64) -> Result<Tensor> {
             format!("min_val {min_val} cannot be greater than max_val {max_val}"),
         ));
     }
+    x.require_float("hardtanh")?;
     clip(x, min_val, max_val)
 }
 
 /// PyTorch's `F.relu6`: [`hardtanh`] over `[0, 6]`.
 pub fn relu6(x: &Tensor) -> Result<Tensor> {
+    x.require_float("relu6")?;
     clip(x, 0.0, 6.0)
 }
 
 /// PyTorch's `F.hardsigmoid`: `relu6(x + 3) / 6`, the gradient `1/6` where `-3 < x < 3` and
 /// 0 elsewhere (NaN included), as PyTorch's hardsigmoid_backward.
 pub fn hardsigmoid(x: &Tensor) -> Result<Tensor> {
+    x.require_float("hardsigmoid")?;
     let y = {
         let _guard = NoGradGuard::new();
         x.add_scalar(3.0)?

@@ -349,13 +349,7 @@ impl Tensor {
     /// tensor of the same shape and dtype, computed in f32. Scalars are f64 throughout the API
     /// (as PyTorch's Python numbers and [`Tensor::full`]); the kernel rounds `s` to f32.
     pub fn scalar_op(&self, op: ScalarOp, s: f64) -> Result<Tensor> {
-        let s = match (op, self.dtype) {
-            // A bound is compared in the tensor's dtype, as PyTorch's clamp and its backward
-            // (`x >= min`) round it: an f16 x equal to f16(0.1) is at the bound 0.1, so its
-            // gradient passes. The values are the same either way.
-            (ScalarOp::Max | ScalarOp::Min, DType::F16) => half::f16::from_f64(s).to_f32(),
-            _ => s as f32,
-        };
+        let s = kernel_scalar(op, self.dtype, s)?;
         let out = map(
             SCALAR_NAMES[op as usize],
             self,
@@ -453,6 +447,7 @@ impl Tensor {
     /// every element becomes `max`, as in PyTorch. A finite bound the dtype cannot hold (1e39
     /// for f32) is PyTorch's overflow error; infinite bounds are fine.
     pub fn clamp(&self, min: Option<f64>, max: Option<f64>) -> Result<Tensor> {
+        self.require_float("clamp")?;
         if self.dtype.is_float() {
             for b in min.iter().chain(&max) {
                 crate::tensor::check_fill("clamp", *b, self.dtype)?;
@@ -602,6 +597,29 @@ pub fn cast_params_layout() -> crate::runtime::pipeline::ParamsLayout {
             _pad2
         }
     )
+}
+
+/// The scalar `s` as the kernel takes it for `op` on a `dtype` tensor: f32, except on f16
+/// tensors, where PyTorch converts it to the tensor's type first. A bound is compared in f16,
+/// as PyTorch's clamp and its backward (`x >= min`) round it (an f16 x equal to f16(0.1) is at
+/// the bound 0.1, so its gradient passes; the values are the same either way), and `pow`
+/// raises to f16(s) (`exp_scalar.to<scalar_t>()`: f16 10^2.7 is 500.25 there, 501.25 with an
+/// f32 exponent); an exponent past f16's range is an error, as PyTorch's conversion raises.
+pub(crate) fn kernel_scalar(op: ScalarOp, dtype: DType, s: f64) -> Result<f32> {
+    match (op, dtype) {
+        (ScalarOp::Max | ScalarOp::Min, DType::F16) => Ok(half::f16::from_f64(s).to_f32()),
+        (ScalarOp::Pow, DType::F16) => {
+            let h = half::f16::from_f64(s).to_f32();
+            if s.is_finite() && h.is_infinite() {
+                return Err(crate::Error::arg(
+                    "pow_scalar",
+                    format!("value cannot be converted to type f16 without overflow: {s}"),
+                ));
+            }
+            Ok(h)
+        }
+        _ => Ok(s as f32),
+    }
 }
 
 #[cfg(test)]

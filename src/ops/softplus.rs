@@ -1,13 +1,16 @@
 //! PyTorch's `F.softplus(x, beta, threshold)` over the map kernel's [`UnaryOp::Softplus`]
-//! (`log(1 + e^x)` without overflow, shaders/lib/activation.wgsl).
+//! (`log(1 + e^x)` without overflow, shaders/lib/activation.wgsl), with its own backward.
 
+use crate::autograd::{record, BackwardOp, NoGradGuard};
 use crate::ops::UnaryOp;
-use crate::{Error, Result, Tensor};
+use crate::{DType, Error, Result, Tensor};
 
 /// PyTorch's `F.softplus(x, beta, threshold)`: `log(1 + e^(beta x)) / beta`, and `x` itself
 /// where `beta x > threshold` (PyTorch's defaults: `beta` 1, `threshold` 20). Its gradient is
-/// `sigmoid(beta x)` below the threshold and 1 above, as softplus_backward's. NaN propagates.
-/// Errors for a NaN `beta` or `threshold`.
+/// `sigmoid(beta x)` below the threshold and 1 above, as softplus_backward's (so `beta` 0
+/// gives half the gradient, not NaN). f16 computes in f32 and rounds once, the threshold test
+/// included, as PyTorch's kernel. NaN propagates. Errors for a NaN `beta` or `threshold` and
+/// for an integer tensor.
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
@@ -22,25 +25,72 @@ use crate::{Error, Result, Tensor};
 /// # Ok(()) }
 /// ```
 pub fn softplus(x: &Tensor, beta: f64, threshold: f64) -> Result<Tensor> {
+    let op = "softplus";
+    x.require_float(op)?;
     if beta.is_nan() || threshold.is_nan() {
         return Err(Error::arg(
-            "softplus",
+            op,
             format!("beta and threshold must be numbers, got beta {beta}, threshold {threshold}"),
         ));
     }
-    // f16 with a beta scales in f32 and rounds once, as PyTorch's kernel computes beta x in
-    // float (an f16 product would round before the threshold test and the formula).
-    if beta != 1.0 && x.dtype() != crate::DType::F32 {
-        return softplus(&x.to_dtype(crate::DType::F32)?, beta, threshold)?.to_dtype(x.dtype());
+    // f16 in f32, rounded once: PyTorch's kernel computes `beta x`, the threshold test and the
+    // formula in float (in f16 the product would round first, and the threshold would be
+    // compared as f16(threshold), which passes an x equal to f16(0.3) as below 0.3).
+    if x.dtype() != DType::F32 {
+        return softplus(&x.to_dtype(DType::F32)?, beta, threshold)?.to_dtype(x.dtype());
     }
-    let (z, y) = if beta == 1.0 {
-        (x.clone(), x.unary(UnaryOp::Softplus)?)
-    } else {
-        let z = x.mul_scalar(beta)?;
-        let y = z.unary(UnaryOp::Softplus)?.div_scalar(beta)?;
-        (z, y)
+    let y = {
+        let _guard = NoGradGuard::new();
+        let z = if beta == 1.0 {
+            x.clone()
+        } else {
+            x.mul_scalar(beta)?
+        };
+        let s = z.unary(UnaryOp::Softplus)?;
+        let y = if beta == 1.0 { s } else { s.div_scalar(beta)? };
+        // Above the threshold PyTorch returns x, not the formula (NaN fails the test and keeps
+        // the formula's NaN).
+        z.gt_scalar(threshold)?.where_cond(x, &y)?
     };
-    // Above the threshold PyTorch returns x, not the formula (NaN fails the test and keeps
-    // the formula's NaN).
-    z.gt_scalar(threshold)?.where_cond(x, &y)
+    Ok(record(y, &[x], |_| {
+        Box::new(SoftplusBackward {
+            x: x.detach(),
+            beta,
+            threshold,
+        })
+    }))
+}
+
+/// PyTorch's softplus_backward: `g` where `beta x > threshold`, else `g sigmoid(beta x)`
+/// (its `g z / (z + 1)` with `z = e^(beta x)`, without the overflow to inf / inf): no division
+/// by `beta`, which a composed `softplus(beta x) / beta` backward takes (NaN at `beta` 0).
+struct SoftplusBackward {
+    x: Tensor,
+    beta: f64,
+    threshold: f64,
+}
+
+impl BackwardOp for SoftplusBackward {
+    fn name(&self) -> &'static str {
+        "softplus"
+    }
+
+    fn saved(&self) -> Vec<&Tensor> {
+        vec![&self.x]
+    }
+
+    fn backward(&self, grads: &[Option<Tensor>], _needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+        let Some(g) = grads.first().and_then(Option::as_ref) else {
+            return Ok(vec![None]);
+        };
+        let z = if self.beta == 1.0 {
+            self.x.clone()
+        } else {
+            self.x.mul_scalar(self.beta)?
+        };
+        let below = g.mul(&z.sigmoid()?)?;
+        Ok(vec![Some(
+            z.gt_scalar(self.threshold)?.where_cond(g, &below)?,
+        )])
+    }
 }

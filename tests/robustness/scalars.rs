@@ -416,4 +416,54 @@ fn softplus_beta_and_threshold() {
     let y = vals(&d.forward(&t(&[0.0], &[1])).unwrap());
     assert!((y[0] as f64 - 2f64.ln()).abs() < 1e-7);
     assert!(softplus(&t(&[0.0], &[1]), f64::NAN, 20.0).is_err());
+    // beta 0 and a tiny beta: PyTorch's backward gives g / 2 (sigmoid(0)) and g sigmoid(beta
+    // x), never g / beta times beta (NaN, inf).
+    for beta in [0.0, 1e-40] {
+        let x = t(&[3.0, -2.0], &[2]).requires_grad().unwrap();
+        let y = softplus(&x, beta, 20.0).unwrap();
+        let g = y.sum_all().unwrap().backward().unwrap();
+        let gv = vals(g.get(&x).unwrap());
+        assert!(
+            gv.iter().all(|v| (v - 0.5).abs() <= 1e-7),
+            "beta {beta}: {gv:?}"
+        );
+    }
+    // Integer tensors are refused (PyTorch: not implemented for 'Int'), whatever beta.
+    let ints = Tensor::from_slice(dev(), &[0i32, 1, -3], &[3]).unwrap();
+    assert!(softplus(&ints, 2.0, 20.0).is_err() && softplus(&ints, 1.0, 20.0).is_err());
+    // The clamp family names itself when it refuses an integer tensor.
+    use wgtensor::ops::{hardsigmoid, hardswish, hardtanh, relu6};
+    let named = |r: wgtensor::Result<Tensor>, op: &str| {
+        let e = r.unwrap_err().to_string();
+        assert!(e.starts_with(&format!("{op}:")), "{e}");
+    };
+    named(ints.clamp(Some(0.0), None), "clamp");
+    named(hardtanh(&ints, -1.0, 1.0), "hardtanh");
+    named(relu6(&ints), "relu6");
+    named(hardsigmoid(&ints), "hardsigmoid");
+    named(hardswish(&ints), "hardswish");
+    if dev().supports_f16() {
+        use half::f16;
+        // f16 tests the threshold in f32, as PyTorch: f16(0.3) is above 0.3, so x comes back.
+        let x = Tensor::from_slice(dev(), &[f16::from_f64(0.3)], &[1])
+            .unwrap()
+            .requires_grad()
+            .unwrap();
+        let y = softplus(&x, 1.0, 0.3).unwrap();
+        let g = y.sum_all().unwrap().backward().unwrap();
+        let as32 = |t: &Tensor| vals(&t.to_dtype(DType::F32).unwrap());
+        assert_eq!(as32(&y), vec![f16::from_f64(0.3).to_f32()]);
+        assert_eq!(as32(g.get(&x).unwrap()), vec![1.0]);
+        // pow's exponent is rounded to f16 first, as PyTorch converts it: 10^f16(2.7).
+        let ten = Tensor::from_slice(dev(), &[f16::from_f32(10.0)], &[1]).unwrap();
+        assert_eq!(as32(&ten.pow_scalar(2.7).unwrap()), vec![500.25]);
+        // The same when the buffer is donated (an owned tensor of one handle).
+        let owned = Tensor::from_slice(dev(), &[f16::from_f32(10.0)], &[1]).unwrap();
+        let p = owned
+            .into_scalar_op(wgtensor::ops::ScalarOp::Pow, 2.7)
+            .unwrap();
+        assert_eq!(as32(&p), vec![500.25]);
+        let e = ten.pow_scalar(1e5).unwrap_err().to_string();
+        assert!(e.contains("without overflow"), "{e}");
+    }
 }
