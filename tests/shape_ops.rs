@@ -335,7 +335,13 @@ proptest! {
             prop_assert!(pad(&x, &pads, mode, -7.5).is_err());
         }
         let got = pad(&x, &pads, mode, value);
-        if (mode == PadMode::Reflect && !reflect_ok) || (mode == PadMode::Circular && !circular_ok) {
+        // PyTorch's non-constant modes take (C, ...) or (N, C, ...) inputs only.
+        let dims = pads.len() / 2;
+        let rank_ok = mode == PadMode::Constant || (dims + 1..=dims + 2).contains(&shape.len());
+        if !rank_ok
+            || (mode == PadMode::Reflect && !reflect_ok)
+            || (mode == PadMode::Circular && !circular_ok)
+        {
             let e = got.unwrap_err();
             prop_assert!(e.to_string().starts_with("pad:"), "{}", e);
             return Ok(());
@@ -370,6 +376,30 @@ fn pad_errors() {
         e.to_string().contains("wrapping around more than once"),
         "{e}"
     );
+    // PyTorch's non-constant modes pad (C, ...) or (N, C, ...) inputs only (its _pad_enum),
+    // and reflection and replication refuse empty dims but the batch.
+    let only = "Only 2D, 3D, 4D, 5D padding with non-constant padding are supported";
+    let (x1, _) = ramp(&[3], 0.0);
+    let (x4, _) = ramp(&[2, 2, 3, 3], 0.0);
+    for (t, pads) in [(&x1, &[1usize, 1][..]), (&x4, &[1, 1]), (&x, &[1, 1, 1, 1])] {
+        for mode in [PadMode::Reflect, PadMode::Replicate, PadMode::Circular] {
+            let e = pad(t, pads, mode, 0.0).unwrap_err().to_string();
+            assert!(e.contains(only), "{mode:?} {:?} {pads:?}: {e}", t.shape());
+        }
+        assert!(pad(t, pads, PadMode::Constant, 0.0).is_ok());
+    }
+    let e = pad(
+        &Tensor::zeros(dev(), &[1, 0, 3], DType::F32).unwrap(),
+        &[1, 1],
+        PadMode::Reflect,
+        0.0,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("non-zero dimensions"), "{e}");
+    let empty_batch = Tensor::zeros(dev(), &[0, 2, 3], DType::F32).unwrap();
+    let y = pad(&empty_batch, &[1, 1], PadMode::Reflect, 0.0).unwrap();
+    assert_eq!(y.shape(), &[0, 2, 5]);
     // The constant is PyTorch's checked fill: exact for i32 past 2^24 (the kernel's f32
     // would round it), an error where the dtype cannot hold it.
     let xi = Tensor::from_slice(dev(), &[1i32, 2, 3, 4], &[2, 2]).unwrap();

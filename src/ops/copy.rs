@@ -312,7 +312,9 @@ pub fn stack(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
 
 /// PyTorch's `torch.nn.functional.pad`: `pads` lists (before, after) pairs starting from the
 /// last dim (`[left, right, top, bottom, ...]`), at most one pair per dim; `value` fills
-/// [`PadMode::Constant`] borders.
+/// [`PadMode::Constant`] borders. As PyTorch's, the other modes pad the last 1, 2 or 3 dims of
+/// a `(C, ...)` or `(N, C, ...)` input (2 pads on rank 2 or 3, 4 on rank 3 or 4, 6 on rank 4
+/// or 5), take no `value` (pass 0), and reflect and replicate refuse empty dims but the batch.
 pub fn pad(x: &Tensor, pads: &[usize], mode: PadMode, value: f64) -> Result<Tensor> {
     let out = pad_untracked(x, pads, mode, value)?;
     Ok(crate::autograd::record(out, &[x], |_| {
@@ -407,6 +409,35 @@ fn pad_untracked(x: &Tensor, pads: &[usize], mode: PadMode, value: f64) -> Resul
         ));
     }
     let rank = x.rank();
+    if mode != PadMode::Constant {
+        // PyTorch's _pad_enum: the padding functions of 1, 2 and 3 dims take (C, ...) or
+        // (N, C, ...) inputs, and nothing else.
+        let dims = pads.len() / 2;
+        if dims == 0 || !(dims + 1..=dims + 2).contains(&rank) {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "Only 2D, 3D, 4D, 5D padding with non-constant padding are supported for now: \
+                     mode {mode:?} pads {dims} dims of an input of rank {rank} (it takes rank \
+                     {} or {})",
+                    dims + 1,
+                    dims + 2
+                ),
+            ));
+        }
+        // Reflection and replication pads take an empty batch, but no other empty dim.
+        let batch = rank - dims - 1;
+        if mode != PadMode::Circular && x.shape()[batch..].contains(&0) {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "Expected a tensor with possibly 0 batch size and other non-zero dimensions \
+                     for input, but got {:?} (mode {mode:?})",
+                    x.shape()
+                ),
+            ));
+        }
+    }
     let mut before = vec![0usize; rank];
     let mut shape = x.shape().to_vec();
     for (i, pair) in pads.chunks(2).enumerate() {
