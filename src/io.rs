@@ -353,6 +353,31 @@ pub struct LoadReport {
     pub unexpected: Vec<String>,
 }
 
+/// PyTorch's strict `load_state_dict` error: `Missing key(s) in state_dict: "a", "b". ` and
+/// `Unexpected key(s) in state_dict: "c". ` lines under `Error(s) in loading state_dict:`.
+pub(crate) fn strict_load_error(report: &LoadReport) -> String {
+    let quoted = |keys: &[String]| {
+        keys.iter()
+            .map(|k| format!("\"{k}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut msg = "Error(s) in loading state_dict:".to_string();
+    if !report.missing.is_empty() {
+        msg += &format!(
+            "\n\tMissing key(s) in state_dict: {}. ",
+            quoted(&report.missing)
+        );
+    }
+    if !report.unexpected.is_empty() {
+        msg += &format!(
+            "\n\tUnexpected key(s) in state_dict: {}. ",
+            quoted(&report.unexpected)
+        );
+    }
+    msg
+}
+
 /// Copies `source` tensors into the `targets` (a model's parameters and buffers by their
 /// state-dict names) in place, converting dtypes; shapes must match. `strict` (PyTorch's
 /// default) makes any missing or unexpected key an error naming them; otherwise they are
@@ -402,15 +427,11 @@ pub fn load_state_dict(
         .filter(|k| !known.contains(k.as_str()))
         .cloned()
         .collect();
-    report.missing.sort();
     report.unexpected.sort();
     if strict && (!report.missing.is_empty() || !report.unexpected.is_empty()) {
         return Err(Error::Io {
             op,
-            msg: format!(
-                "Error(s) in loading state_dict: missing keys {:?}, unexpected keys {:?}",
-                report.missing, report.unexpected
-            ),
+            msg: strict_load_error(&report),
         });
     }
     // Every conversion first, so that one failing (a dtype the device lacks) copies nothing.

@@ -200,7 +200,8 @@ fn load_state_dict_copies_in_place() {
     // Strict: the file's extra keys are an error naming them, and nothing is copied.
     let e = load_state_dict(&targets, &src, true).unwrap_err();
     assert!(
-        e.to_string().contains("unexpected keys") && e.to_string().contains("bn1.running_mean"),
+        e.to_string().contains("Unexpected key(s) in state_dict: ")
+            && e.to_string().contains("\"bn1.running_mean\""),
         "{e}"
     );
     assert!(w.to_vec::<f32>().unwrap().iter().all(|&v| v == 0.0));

@@ -201,6 +201,17 @@ fn save_and_load_into_a_fresh_model() {
     assert!(e.to_string().contains("8.bias"), "{e}");
     let r = nn::load_state_dict(&mut cnn(), &partial, false).unwrap();
     assert_eq!(r.missing, vec!["8.bias".to_string()]);
+    // As PyTorch: missing keys in the model's state-dict order, its error wording.
+    let mut lin = nn::Linear::new(dev(), 2, 2, true).unwrap();
+    let r = nn::load_state_dict(&mut lin, &std::collections::HashMap::new(), false).unwrap();
+    assert_eq!(r.missing, ["weight", "bias"]);
+    let e = nn::load_state_dict(&mut lin, &std::collections::HashMap::new(), true)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("Missing key(s) in state_dict: \"weight\", \"bias\". "),
+        "{e}"
+    );
 }
 
 #[test]

@@ -411,15 +411,13 @@ fn load<M: Module + ?Sized>(
             .cloned()
             .collect(),
     };
-    report.missing.sort();
+    // Missing keys in the model's state-dict order, as PyTorch lists them; unexpected ones
+    // sorted (a HashMap has no order to keep).
     report.unexpected.sort();
     if strict && (!report.missing.is_empty() || !report.unexpected.is_empty()) {
         return Err(Error::Io {
             op,
-            msg: format!(
-                "Error(s) in loading state_dict: missing keys {:?}, unexpected keys {:?}",
-                report.missing, report.unexpected
-            ),
+            msg: crate::io::strict_load_error(&report),
         });
     }
     // The counters are read before anything is written, so that a bad one changes nothing.
