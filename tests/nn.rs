@@ -2033,3 +2033,33 @@ fn lstm_and_gru_cells() {
     assert_eq!(names, ["weight_ih", "weight_hh"]);
     assert!(nn::LstmCell::new(d, i, 0, true).is_err());
 }
+
+/// num_batches_tracked in a state dict shares the layer's count as PyTorch's buffer does: a
+/// dict taken before training shows the count after it (as it shows the running statistics),
+/// and loading it back changes nothing, so a cumulative average (momentum None) goes on with
+/// the right factor.
+#[test]
+fn a_state_dict_follows_num_batches_tracked() {
+    let cfg = nn::BatchNormConfig {
+        momentum: None,
+        ..Default::default()
+    };
+    let mut bn = nn::BatchNorm1d::with_config(dev(), 2, cfg).unwrap();
+    let sd: std::collections::HashMap<String, Tensor> = bn.state_dict().into_iter().collect();
+    let batch = |a: f32, b: f32| {
+        let v: Vec<f32> = (0..4).flat_map(|i| [a + i as f32, b - i as f32]).collect();
+        Tensor::from_slice(dev(), &v, &[4, 2]).unwrap()
+    };
+    bn.forward(&batch(0.0, 4.0)).unwrap(); // channel means 1.5 and 2.5
+    assert_eq!(sd["num_batches_tracked"].to_vec::<i32>().unwrap(), vec![1]);
+    nn::load_state_dict(&mut bn, &sd, true).unwrap();
+    assert_eq!(bn.0.state.borrow().num_batches_tracked, 1);
+    bn.forward(&batch(4.0, 8.0)).unwrap(); // means 5.5 and 6.5
+    let mean = bn.0.state.borrow().running_mean.to_vec::<f32>().unwrap();
+    assert_eq!(mean, vec![3.5, 4.5], "the average of both batches");
+    assert_eq!(sd["num_batches_tracked"].to_vec::<i32>().unwrap(), vec![2]);
+    // A count set through the public state shows at the next state_dict().
+    bn.0.state.borrow_mut().num_batches_tracked = 7;
+    let sd2: std::collections::HashMap<String, Tensor> = bn.state_dict().into_iter().collect();
+    assert_eq!(sd2["num_batches_tracked"].to_vec::<i32>().unwrap(), vec![7]);
+}

@@ -2,6 +2,7 @@
 //! running-statistic buffers and the train / eval modes over the ops of src/ops/batchnorm/.
 
 use super::layers::param;
+use super::module::{counter_scalar, write_counter};
 use super::state_cell::StateCell;
 use super::{Forward, Module, Visitor, VisitorMut};
 use crate::ops::{
@@ -48,6 +49,9 @@ pub struct BatchNorm2d {
     rank: usize,
     /// PyTorch's `track_running_stats` ([`BatchNorm2d::without_running_stats`] clears it).
     tracking: bool,
+    /// `num_batches_tracked` as the state dict shows it (an i32 scalar written at every
+    /// change of the count), so a state dict taken earlier follows training as PyTorch's.
+    counter: Tensor,
 }
 
 impl BatchNorm2d {
@@ -110,6 +114,7 @@ impl BatchNorm2d {
             training: true,
             rank: 4,
             tracking: true,
+            counter: counter_scalar(0, dev)?,
         })
     }
 
@@ -227,20 +232,16 @@ impl Module for BatchNorm2d {
             let st = self.state.borrow();
             v.buffer("running_mean", &st.running_mean);
             v.buffer("running_var", &st.running_var);
-            v.counter(
-                "num_batches_tracked",
-                st.num_batches_tracked,
-                st.running_mean.device(),
-            );
+            v.counter_tensor("num_batches_tracked", st.num_batches_tracked, &self.counter);
         }
         v.training(self.training);
     }
     fn visit_mut(&mut self, v: &mut dyn VisitorMut) {
         if self.tracking {
-            v.counter(
-                "num_batches_tracked",
-                &mut self.state.get_mut().num_batches_tracked,
-            );
+            let count = &mut self.state.get_mut().num_batches_tracked;
+            v.counter("num_batches_tracked", count);
+            // A lost device fails the load that set it anyway.
+            let _ = write_counter(&self.counter, *count);
         }
         v.training(&mut self.training);
     }
@@ -280,7 +281,9 @@ impl Forward for BatchNorm2d {
         };
         if self.training {
             let mut st = self.state.try_borrow_mut().map_err(|_| busy())?;
-            Ok(batch_norm_train(x, Some(&mut st), &self.options())?.y)
+            let y = batch_norm_train(x, Some(&mut st), &self.options())?.y;
+            write_counter(&self.counter, st.num_batches_tracked)?;
+            Ok(y)
         } else {
             let st = self.state.try_borrow().map_err(|_| busy())?;
             batch_norm_inference(x, &st.running_mean, &st.running_var, &self.options())

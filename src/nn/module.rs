@@ -29,6 +29,14 @@ pub trait Visitor {
         let _ = (name, value, device);
     }
 
+    /// [`Visitor::counter`] with the i32 scalar that shows it in the state dict, which the
+    /// module keeps equal to `value` (it writes it at every change), so a state dict taken
+    /// earlier follows the count as PyTorch's buffer does. The default treats it as
+    /// [`Visitor::counter`].
+    fn counter_tensor(&mut self, name: &str, value: u64, tensor: &Tensor) {
+        self.counter(name, value, tensor.device())
+    }
+
     /// A training flag of this module (PyTorch's `module.training`).
     fn training(&mut self, training: bool) {
         let _ = training;
@@ -262,10 +270,17 @@ impl Visitor for Collect {
         // type, saturating) made on demand. Making it fails only on a lost device, where saving
         // the state dict fails too.
         if self.buffers {
-            let v = value.min(i32::MAX as u64) as i32;
-            if let Ok(t) = Tensor::from_slice(device, &[v], &[]) {
+            if let Ok(t) = counter_scalar(value, device) {
                 self.own_buffers.push((format!("{}{name}", self.prefix), t));
             }
+        }
+    }
+    fn counter_tensor(&mut self, name: &str, value: u64, tensor: &Tensor) {
+        // The module's own scalar, brought up to date (its count may have been set directly
+        // through the module's public state), so the entry shares the module's storage.
+        if self.buffers && write_counter(tensor, value).is_ok() {
+            self.own_buffers
+                .push((format!("{}{name}", self.prefix), tensor.clone()));
         }
     }
     fn child(&mut self, name: &str, module: &dyn Module) {
@@ -437,6 +452,17 @@ fn load<M: Module + ?Sized>(
         values: &counters,
     });
     Ok(report)
+}
+
+/// A counter's state-dict value: an i32 scalar (PyTorch's int64 count, saturating at
+/// i32::MAX, the device's integer type).
+pub(crate) fn counter_scalar(value: u64, device: &Device) -> Result<Tensor> {
+    Tensor::from_slice(device, &[value.min(i32::MAX as u64) as i32], &[])
+}
+
+/// Writes `value` into a module's counter scalar (see [`Visitor::counter_tensor`]).
+pub(crate) fn write_counter(tensor: &Tensor, value: u64) -> Result<()> {
+    tensor.copy_from(&counter_scalar(value, tensor.device())?)
 }
 
 /// `Send` on native targets, where tensors are, so a model (a [`Sequential`](super::Sequential)
