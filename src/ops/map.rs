@@ -349,15 +349,19 @@ impl Tensor {
     /// tensor of the same shape and dtype, computed in f32. Scalars are f64 throughout the API
     /// (as PyTorch's Python numbers and [`Tensor::full`]); the kernel rounds `s` to f32.
     pub fn scalar_op(&self, op: ScalarOp, s: f64) -> Result<Tensor> {
-        let s = kernel_scalar(op, self.dtype, s)?;
+        let k = kernel_scalar(op, self.dtype, s)?;
         let out = map(
             SCALAR_NAMES[op as usize],
             self,
             MapOp::Scalar(op),
-            s,
+            k,
             self.dtype,
         )?;
-        Ok(map_grad::record_scalar(self, op, s, out))
+        // pow's backward takes the exponent as given (PyTorch's pow_backward: `g s x^(s-1)`,
+        // only the f16 kernel of x^(s-1) rounding s - 1); a bound's mask compares with the
+        // bound as the forward rounded it.
+        let grad_s = if op == ScalarOp::Pow { s as f32 } else { k };
+        Ok(map_grad::record_scalar(self, op, grad_s, out))
     }
 
     /// `-x` elementwise ([`UnaryOp::Neg`]).

@@ -9,7 +9,8 @@ use bytemuck::{Pod, Zeroable};
 
 use crate::ops::activation::ACTIVATION;
 use crate::runtime::pipeline::ShaderVariant;
-use crate::runtime::{Access, Kernel};
+use crate::runtime::window::{for_windows, Operand};
+use crate::runtime::{Access, Bind, Kernel};
 use crate::{DType, Result, Tensor};
 
 const WG: u32 = 64;
@@ -53,9 +54,9 @@ pub(crate) fn check_values(
     }
     let t = t.contiguous()?;
     let (code, err) = dev.index_check_target(op)?;
-    let p = CheckParams {
-        numel: n as u32,
-        offset: t.layout.offset() as u32,
+    let mut p = CheckParams {
+        numel: 0,
+        offset: 0,
         op: code,
         which,
         lo,
@@ -63,15 +64,29 @@ pub(crate) fn check_values(
         _pad0: 0,
         _pad1: 0,
     };
-    dev.launch(
-        op,
-        &CHECK,
-        &[t.dtype],
-        &[("WG", WG as f64)],
-        bytemuck::bytes_of(&p),
-        &[t.buffer(), &err],
-        dev.grid_1d(op, (n as u64).div_ceil(WG as u64))?,
-    )?;
+    // In windows of one binding each, as the elementwise ops that follow read the operand
+    // (a view binds only its own span of a larger storage).
+    let start = t.layout.offset() as u64;
+    let operand = Operand {
+        buffer: t.buffer(),
+        es: t.dtype.size() as u64,
+        offset: start,
+        follows_output: true,
+        end: start + n as u64,
+    };
+    for_windows(dev, op, n as u64, &[operand], WG as u64, |_, len, sp| {
+        p.numel = len as u32;
+        p.offset = sp[0].rel as u32;
+        dev.launch_binds(
+            op,
+            &CHECK,
+            &[t.dtype],
+            &[("WG", WG as f64)],
+            bytemuck::bytes_of(&p),
+            &[sp[0].bind(t.buffer()), Bind::whole(&err)],
+            dev.grid_1d(op, len.div_ceil(WG as u64))?,
+        )
+    })?;
     dev.note_index_check();
     Ok(())
 }

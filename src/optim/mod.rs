@@ -30,7 +30,10 @@
 //! of a model) is accepted and skipped while it gets no gradient; unfrozen, it trains again.
 //! A tensor that never required grad is accepted too, as PyTorch's optimizers take it: `step`
 //! never finds a gradient for it (so it stays as it is), `step_with` updates it with the
-//! gradients given. Given with names
+//! gradients given. Unlike PyTorch's `requires_grad_()`, calling
+//! [`set_requires_grad(true)`](Tensor::set_requires_grad) on another handle of it later makes
+//! that handle a new leaf the optimizer's handle does not share: to train a tensor with
+//! `step`, make it require grad before building the optimizer. Given with names
 //! (`Vec<(String, Tensor)>`, as [`Module::named_parameters`](crate::nn::Module::named_parameters)
 //! returns them), the names key the saved state; plain tensors are named by their index.
 //! [`ParamGroup`]s add parameters with their own learning rate and weight decay.

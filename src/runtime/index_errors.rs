@@ -132,10 +132,11 @@ impl Device {
             .copied()
             .unwrap_or("index_check");
         let (index, size, dim) = (word(2) as i32, word(3), word(4));
-        let more = if count > 1 {
-            format!(" ({count} out-of-range indices in all)")
-        } else {
-            String::new()
+        let more = match (count > 1, op) {
+            (false, _) => String::new(),
+            // The value checks count values, of both operands.
+            (true, "binary_cross_entropy") => format!(" ({count} values outside [0, 1] in all)"),
+            (true, _) => format!(" ({count} out-of-range indices in all)"),
         };
         let what = match op {
             // Value checks (src/ops/value_check.rs): the value's bits, the operand's number.

@@ -226,6 +226,32 @@ fn binary_cross_entropy_refuses_values_outside_zero_one() {
             "{dt:?}: {v:?}"
         );
     }
+    // Operands past one binding are checked in windows, as the loss itself runs: a value
+    // outside [0, 1] in the last window is found, and in-range ones compute.
+    let small = Device::with_options(DeviceOptions {
+        max_binding_bytes: Some(4096),
+        ..Default::default()
+    })
+    .unwrap();
+    let n = 3000;
+    let mut xs = vec![0.5f32; n];
+    let ys = vec![1.0f32; n];
+    let run = |xs: &[f32]| {
+        let x = Tensor::from_slice(&small, xs, &[n]).unwrap();
+        let y = Tensor::from_slice(&small, &ys, &[n]).unwrap();
+        binary_cross_entropy(&x, &y, None, Reduction::Mean)
+    };
+    let l = run(&xs).unwrap().to_vec::<f32>().unwrap();
+    assert!((l[0] - std::f32::consts::LN_2).abs() < 1e-5, "{l:?}");
+    xs[n - 1] = 1.25;
+    fails(&small, run(&xs), "binary_cross_entropy", "(found 1.25)");
+    xs[0] = -1.0;
+    fails(
+        &small,
+        run(&xs),
+        "binary_cross_entropy",
+        "(2 values outside [0, 1] in all)",
+    );
 }
 
 #[test]

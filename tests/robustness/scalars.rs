@@ -465,5 +465,20 @@ fn softplus_beta_and_threshold() {
         assert_eq!(as32(&p), vec![500.25]);
         let e = ten.pow_scalar(1e5).unwrap_err().to_string();
         assert!(e.contains("without overflow"), "{e}");
+        // Its gradient takes the exponent as given (PyTorch's pow_backward: 2.7 x^(2.7 - 1),
+        // the power in f16 as its kernel): 6789 at x = 100, not 2.699 x^1.699 = 6752.
+        let x = Tensor::from_slice(dev(), &[f16::from_f32(100.0)], &[1])
+            .unwrap()
+            .requires_grad()
+            .unwrap();
+        let g = x
+            .pow_scalar(2.7)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        let gv = as32(g.get(&x).unwrap())[0];
+        assert!((gv / 6789.0 - 1.0).abs() < 1e-3, "{gv}");
     }
 }
