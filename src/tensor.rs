@@ -556,7 +556,7 @@ impl Tensor {
             return Err(Error::shape(
                 "item",
                 format!(
-                    "a Tensor with {} elements (shape {:?}) cannot be converted to a scalar",
+                    "a Tensor with {} elements cannot be converted to Scalar (shape {:?})",
                     self.numel(),
                     self.shape()
                 ),

@@ -164,8 +164,62 @@ fn creation_helpers() {
             .shape(),
         &[0]
     );
-    assert!(Tensor::arange(d, 0.0, 5.0, -1.0, DType::F32).is_err());
-    assert!(Tensor::arange(d, 0.0, 5.0, 0.0, DType::F32).is_err());
+    // PyTorch's error texts (its error_inputs_arange matches them).
+    let msg = |r: wgtensor::Result<Tensor>| r.unwrap_err().to_string();
+    let e = msg(Tensor::arange(d, 0.0, 5.0, -1.0, DType::F32));
+    assert!(
+        e.contains("upper bound and lower bound inconsistent with step sign"),
+        "{e}"
+    );
+    let e = msg(Tensor::arange(d, 0.0, 5.0, 0.0, DType::F32));
+    assert!(e.contains("step must be nonzero"), "{e}");
+    for (a, b) in [
+        (0.0, f64::INFINITY),
+        (f64::NEG_INFINITY, 1.0),
+        (-5.0, f64::NAN),
+    ] {
+        let e = msg(Tensor::arange(d, a, b, 2.0, DType::F32));
+        assert!(e.contains("unsupported range"), "{e}");
+    }
+    let e = msg(Tensor::arange(
+        d,
+        1.175494351e-38,
+        3.402823466e+38,
+        1.0,
+        DType::F32,
+    ));
+    assert!(e.contains("overflow"), "{e}");
+    // An i32 range past i32 is refused, not saturated.
+    let e = msg(Tensor::arange(
+        d,
+        2147483646.0,
+        2147483650.0,
+        1.0,
+        DType::I32,
+    ));
+    assert!(e.contains("without overflow"), "{e}");
+    let top = Tensor::arange(d, 2147483645.0, 2147483648.0, 1.0, DType::I32).unwrap();
+    assert_eq!(
+        top.to_vec::<i32>().unwrap(),
+        vec![2147483645, 2147483646, 2147483647]
+    );
+    // item() of many elements, in PyTorch's words.
+    let e = msg(Tensor::zeros(d, &[2], DType::F32).and_then(|t| t.item().map(|_| t)));
+    assert!(
+        e.contains("a Tensor with 2 elements cannot be converted to Scalar"),
+        "{e}"
+    );
+    // Non-finite linspace ends compute, as PyTorch's: NaN everywhere, a fill of start for one
+    // step, nothing for none; an integer dtype refuses them.
+    let v = vals(&Tensor::linspace(d, f64::NAN, 1.0, 5, DType::F32).unwrap());
+    assert!(v.iter().all(|x| x.is_nan()), "{v:?}");
+    let one = Tensor::linspace(d, 0.0, f64::INFINITY, 1, DType::F32).unwrap();
+    assert_eq!(vals(&one), vec![0.0]);
+    let ninf = Tensor::linspace(d, f64::NEG_INFINITY, 0.0, 1, DType::F32).unwrap();
+    assert_eq!(vals(&ninf), vec![f32::NEG_INFINITY]);
+    let none = Tensor::linspace(d, 0.0, f64::NAN, 0, DType::F32).unwrap();
+    assert_eq!(none.shape(), &[0]);
+    assert!(Tensor::linspace(d, f64::NAN, 1.0, 3, DType::I32).is_err());
     assert_eq!(
         vals(&Tensor::linspace(d, 0.0, 1.0, 5, DType::F32).unwrap()),
         vec![0.0, 0.25, 0.5, 0.75, 1.0]

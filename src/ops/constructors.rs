@@ -39,22 +39,29 @@ impl Tensor {
         dtype: DType,
     ) -> Result<Tensor> {
         let op = "arange";
-        if !(start.is_finite() && end.is_finite() && step.is_finite()) || step == 0.0 {
+        // PyTorch's messages (its tests match them), with the values.
+        if step == 0.0 {
+            return Err(Error::arg(op, "step must be nonzero"));
+        }
+        if !(start.is_finite() && end.is_finite() && step.is_finite()) {
             return Err(Error::arg(
                 op,
-                format!("start {start}, end {end} and step {step} must be finite, step non-zero"),
+                format!("unsupported range: {start} -> {end} (step {step})"),
             ));
         }
         // Signs compared, not multiplied (a product of tiny values underflows to -0).
         if (step > 0.0 && end < start) || (step < 0.0 && end > start) {
             return Err(Error::arg(
                 op,
-                format!("upper bound and larger bound inconsistent with step sign: start {start}, end {end}, step {step}"),
+                format!("upper bound and lower bound inconsistent with step sign: start {start}, end {end}, step {step}"),
             ));
         }
         let n = ((end - start) / step).ceil().max(0.0);
         if n > u32::MAX as f64 {
-            return Err(Error::size(op, format!("{n} elements exceed u32 indexing")));
+            return Err(Error::size(
+                op,
+                format!("invalid size, possible overflow: {n} elements exceed u32 indexing"),
+            ));
         }
         // Refused before the host vector is built: its size is the caller's.
         crate::tensor::check_new_shape(device, op, &[n as usize], dtype)?;
@@ -69,8 +76,14 @@ impl Tensor {
         if st == 0.0 {
             return Err(Error::arg(
                 op,
-                format!("step {step} must be nonzero once cast to an integer"),
+                format!("step must be nonzero (step {step} casts to 0 as an integer)"),
             ));
+        }
+        // The values are monotone: the ends bound them. An i32 range past i32 is an error,
+        // as `full` and `linspace` refuse such values (PyTorch's int32 narrowing wraps them).
+        if n > 0.0 {
+            crate::tensor::check_fill(op, s0, dtype)?;
+            crate::tensor::check_fill(op, s0 + (n - 1.0) * st, dtype)?;
         }
         let v: Vec<f64> = (0..n as usize).map(|i| s0 + i as f64 * st).collect();
         upload(device, &v, &[v.len()], dtype)
@@ -86,12 +99,8 @@ impl Tensor {
         dtype: DType,
     ) -> Result<Tensor> {
         let op = "linspace";
-        if !(start.is_finite() && end.is_finite()) {
-            return Err(Error::arg(
-                op,
-                format!("start {start} and end {end} must be finite"),
-            ));
-        }
+        // Non-finite ends compute, as PyTorch's (NaN everywhere, or a fill of `start` for one
+        // step); an integer dtype refuses them in the conversion below.
         crate::tensor::check_new_shape(device, op, &[steps], dtype)?;
         // As PyTorch converts the ends to the dtype with an overflow check (an i32 range past
         // 2^31 or an f16 one past 65504 is an error, not clamped or inf values); one step
