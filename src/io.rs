@@ -402,8 +402,8 @@ pub fn load_state_dict(
                 return Err(Error::shape(
                     op,
                     format!(
-                        "size mismatch for {name}: copying a param with shape {:?}, the \
-                         parameter in the current model has shape {:?}",
+                        "size mismatch for {name}: copying a param with shape {:?} from \
+                         checkpoint, the shape in current model is {:?}.",
                         s.shape(),
                         t.shape()
                     ),

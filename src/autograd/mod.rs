@@ -391,8 +391,10 @@ fn run_backward(meta: &Arc<GradMeta>, seed: Tensor, retain: bool) -> Result<Grad
             Error::arg(
                 "backward",
                 format!(
-                    "the graph through {} was already freed by an earlier backward(); \
-                     run the forward again, or use backward_retain_graph() on the first pass",
+                    "Trying to backward through the graph a second time (or directly access \
+                     saved tensors after they have already been freed): the graph through {} \
+                     was already freed by an earlier backward(); run the forward again, or use \
+                     backward_retain_graph() on the first pass",
                     node.name
                 ),
             )

@@ -53,7 +53,9 @@ fn second_backward_is_an_error() {
     loss.backward().unwrap();
     let e = loss.backward().unwrap_err();
     assert!(
-        e.to_string().contains("already freed"),
+        e.to_string().contains("already freed")
+            && e.to_string()
+                .contains("Trying to backward through the graph a second time"),
         "unexpected error: {e}"
     );
     // An intermediate of a consumed graph is consumed too.
