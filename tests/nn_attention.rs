@@ -647,3 +647,56 @@ fn causal_drops_the_attn_mask_before_its_shape_check() {
     };
     assert!(m.forward_attn(&x, &x, &x, &opts).is_err());
 }
+
+/// PyTorch's encoder takes its nested-tensor path by default: in eval without gradients, a
+/// batch-first post-norm encoder given a left-aligned key padding mask pads its output with
+/// zeros before the final norm, so padded positions are the norm's bias (0 without a norm);
+/// every other position matches the path that keeps them (here: gradients on).
+#[test]
+fn encoder_zeroes_padded_positions_as_pytorchs_nested_path() {
+    let dev = common::device();
+    let cfg = TransformerEncoderLayerConfig {
+        dim_feedforward: 16,
+        dropout: 0.0,
+        batch_first: true,
+        ..Default::default()
+    };
+    let layer = TransformerEncoderLayer::new(dev, 8, 2, cfg).unwrap();
+    let norm = nn::LayerNorm::new(dev, &[8]).unwrap();
+    let bias: Vec<f32> = (0..8).map(|i| 0.1 * i as f32).collect();
+    wgtensor::no_grad(|| {
+        norm.bias
+            .as_ref()
+            .unwrap()
+            .copy_from(&Tensor::from_slice(dev, &bias, &[8]).unwrap())
+    })
+    .unwrap();
+    let mut enc = nn::TransformerEncoder::new(&layer, 2, Some(norm)).unwrap();
+    enc.eval();
+    let xs: Vec<f32> = (0..2 * 3 * 8)
+        .map(|i| ((i * 7) % 11) as f32 * 0.1)
+        .collect();
+    let src = Tensor::from_slice(dev, &xs, &[2, 3, 8]).unwrap();
+    let run = |pad: &[f32], grad: bool| {
+        let m = Tensor::from_slice(dev, pad, &[2, 3]).unwrap();
+        let f = || enc.forward_with(&src, None, Some(MhaMask::Bool(&m)), false);
+        let y = if grad { f() } else { wgtensor::no_grad(f) };
+        y.unwrap().to_vec::<f32>().unwrap()
+    };
+    // Row 0 pads its last token, row 1 none.
+    let nested = run(&[0.0, 0.0, 1.0, 0.0, 0.0, 0.0], false);
+    let kept = run(&[0.0, 0.0, 1.0, 0.0, 0.0, 0.0], true);
+    let padded = 2 * 8..3 * 8;
+    for (i, (a, b)) in nested.iter().zip(&kept).enumerate() {
+        if padded.contains(&i) {
+            assert!((a - bias[i % 8]).abs() < 1e-6, "{i}: {a}");
+            assert!((b - bias[i % 8]).abs() > 1e-3, "{i}: {b} is computed there");
+        } else {
+            assert!((a - b).abs() < 1e-5, "{i}: {a} vs {b}");
+        }
+    }
+    // Padding that is not left-aligned (a leading pad) keeps the computed values.
+    let lead = run(&[1.0, 0.0, 0.0, 0.0, 0.0, 0.0], false);
+    let lead_grad = run(&[1.0, 0.0, 0.0, 0.0, 0.0, 0.0], true);
+    assert_eq!(lead, lead_grad);
+}

@@ -272,6 +272,12 @@ impl TransformerEncoder {
 
     /// PyTorch's `forward(src, mask, src_key_padding_mask, is_causal)`: each layer's
     /// [`forward_with`](TransformerEncoderLayer::forward_with), then the norm.
+    ///
+    /// Padded positions come out as PyTorch's default (`enable_nested_tensor`) computes them:
+    /// in evaluation without gradients, a batch-first post-norm encoder of an even head count
+    /// given only a left-aligned key padding mask runs on the unpadded tokens and pads its
+    /// output with zeros before the final norm, so padded positions are 0 (or the norm of 0).
+    /// Every other position is the same either way.
     pub fn forward_with(
         &self,
         src: &Tensor,
@@ -285,11 +291,71 @@ impl TransformerEncoder {
                 .forward_with(&x, mask, src_key_padding_mask, is_causal)
                 .map_err(|e| e.in_layer(&format!("layers.{i}"), "TransformerEncoderLayer"))?;
         }
+        if mask.is_none() && !is_causal {
+            if let Some(keep) = self.nested_keep(src, src_key_padding_mask)? {
+                x = x.mul(&keep)?;
+            }
+        }
         match &self.norm {
             Some(n) => n.forward(&x),
             None => Ok(x),
         }
     }
+
+    /// `[N, S, 1]` ones at the tokens PyTorch's nested-tensor path keeps and zeros at the
+    /// padded ones, when it takes that path (the conditions of its `why_not_sparsity_fast_path`
+    /// that apply here); `None` otherwise.
+    fn nested_keep(&self, src: &Tensor, pad: Option<MhaMask>) -> Result<Option<Tensor>> {
+        let (Some(l0), Some(pad)) = (self.layers.first(), pad) else {
+            return Ok(None);
+        };
+        let attn = &l0.self_attn;
+        let eligible = !attn.training
+            && attn.batch_first
+            && !l0.norm_first
+            && attn.num_heads % 2 == 0
+            && attn.in_proj_weight.is_some()
+            && attn.in_proj_bias.is_some()
+            && src.rank() == 3
+            && !(crate::autograd::is_grad_enabled()
+                && (src.is_tracked() || l0.parameters().iter().any(Tensor::is_tracked)));
+        let m = match pad {
+            MhaMask::Bool(m) | MhaMask::Additive(m) => m,
+        };
+        if !eligible || m.shape() != [src.shape()[0], src.shape()[1]] {
+            return Ok(None);
+        }
+        // PyTorch's left-alignment check reads the mask on the host too (a blocking read:
+        // native only; on wasm32 the padded positions keep their computed values).
+        let keep = m.eq_scalar(0.0)?;
+        let s = src.shape()[1];
+        let Some(rows) = host_values(&keep)? else {
+            return Ok(None);
+        };
+        let left_aligned = rows
+            .chunks(s.max(1))
+            .all(|r| r.windows(2).all(|w| w[0] >= w[1]));
+        if !left_aligned {
+            return Ok(None);
+        }
+        Ok(Some(keep.to_dtype(src.dtype())?.reshape(&[
+            src.shape()[0],
+            s,
+            1,
+        ])?))
+    }
+}
+
+/// `t`'s values on the host (a blocking read: `None` on wasm32, where the browser thread
+/// cannot block).
+#[cfg(not(target_arch = "wasm32"))]
+fn host_values(t: &Tensor) -> Result<Option<Vec<f32>>> {
+    t.to_vec::<f32>().map(Some)
+}
+
+#[cfg(target_arch = "wasm32")]
+fn host_values(_t: &Tensor) -> Result<Option<Vec<f32>>> {
+    Ok(None)
 }
 
 /// A copy of `layer` whose parameters are new tensors holding the same values.
