@@ -282,7 +282,12 @@ impl Forward for BatchNorm2d {
         if self.training {
             let mut st = self.state.try_borrow_mut().map_err(|_| busy())?;
             let y = batch_norm_train(x, Some(&mut st), &self.options())?.y;
-            write_counter(&self.counter, st.num_batches_tracked)?;
+            // Only a state dict (or a clone of the layer) holding the scalar can see it; while
+            // none does, `state_dict()` writes the count when it hands the scalar out, so a
+            // training step need not (no upload and copy per layer per step).
+            if !self.counter.donatable() {
+                write_counter(&self.counter, st.num_batches_tracked)?;
+            }
             Ok(y)
         } else {
             let st = self.state.try_borrow().map_err(|_| busy())?;

@@ -3,8 +3,7 @@
 
 use super::device::{Device, READBACK_USAGE};
 use super::index_errors::INDEX_ERR_BYTES;
-use super::late_check::LateCheck;
-use super::late_check::MapReceiver;
+use super::late_check::{LateCheck, MapReceiver};
 #[cfg(not(target_arch = "wasm32"))]
 use super::submitter::poll_error;
 use crate::{Error, Result};
