@@ -354,15 +354,20 @@ pub struct LoadReport {
 }
 
 /// PyTorch's strict `load_state_dict` error: `Missing key(s) in state_dict: "a", "b". ` and
-/// `Unexpected key(s) in state_dict: "c". ` lines under `Error(s) in loading state_dict:`.
-pub(crate) fn strict_load_error(report: &LoadReport) -> String {
+/// `Unexpected key(s) in state_dict: "c". ` lines under `Error(s) in loading state_dict for
+/// Linear:` (`module`: the loading module's type name; without one, the header ends at
+/// `state_dict:`).
+pub(crate) fn strict_load_error(report: &LoadReport, module: Option<&str>) -> String {
     let quoted = |keys: &[String]| {
         keys.iter()
             .map(|k| format!("\"{k}\""))
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let mut msg = "Error(s) in loading state_dict:".to_string();
+    let mut msg = match module {
+        Some(name) => format!("Error(s) in loading state_dict for {name}:"),
+        None => "Error(s) in loading state_dict:".to_string(),
+    };
     if !report.missing.is_empty() {
         msg += &format!(
             "\n\tMissing key(s) in state_dict: {}. ",
@@ -431,7 +436,7 @@ pub fn load_state_dict(
     if strict && (!report.missing.is_empty() || !report.unexpected.is_empty()) {
         return Err(Error::Io {
             op,
-            msg: strict_load_error(&report),
+            msg: strict_load_error(&report, None),
         });
     }
     // Every conversion first, so that one failing (a dtype the device lacks) copies nothing.

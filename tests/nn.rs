@@ -199,6 +199,11 @@ fn save_and_load_into_a_fresh_model() {
     partial.remove("8.bias");
     let e = nn::load_state_dict(&mut cnn(), &partial, true).unwrap_err();
     assert!(e.to_string().contains("8.bias"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("Error(s) in loading state_dict for Sequential:"),
+        "{e}"
+    );
     let r = nn::load_state_dict(&mut cnn(), &partial, false).unwrap();
     assert_eq!(r.missing, vec!["8.bias".to_string()]);
     // As PyTorch: missing keys in the model's state-dict order, its error wording.
@@ -209,7 +214,7 @@ fn save_and_load_into_a_fresh_model() {
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("Missing key(s) in state_dict: \"weight\", \"bias\". "),
+        e.contains("Error(s) in loading state_dict for Linear:\n\tMissing key(s) in state_dict: \"weight\", \"bias\". "),
         "{e}"
     );
 }

@@ -117,7 +117,9 @@ pub trait Module {
     }
 
     /// The module's name in layer errors ([`Error::Layer`](crate::Error::Layer), which
-    /// [`Sequential`](super::Sequential) raises): by default its type's name without path or
+    /// [`Sequential`](super::Sequential) raises) and in a strict
+    /// [`load_state_dict`](Module::load_state_dict)'s error (`Error(s) in loading state_dict for
+    /// Linear:`, as PyTorch names the class): by default its type's name without path or
     /// generics (`Linear`); LSTM and GRU, one type, say `LSTM` / `GRU`; a `Box` gives its
     /// contents' name.
     fn layer_name(&self) -> &'static str {
@@ -215,7 +217,8 @@ pub trait Module {
         source: &HashMap<String, Tensor>,
         strict: bool,
     ) -> Result<LoadReport> {
-        load(self, source, strict)
+        let class = self.layer_name();
+        load(self, source, strict, class)
     }
 }
 
@@ -395,6 +398,7 @@ fn load<M: Module + ?Sized>(
     m: &mut M,
     source: &HashMap<String, Tensor>,
     strict: bool,
+    class: &str,
 ) -> Result<LoadReport> {
     let op = "load_state_dict";
     let mut t = Targets {
@@ -432,7 +436,7 @@ fn load<M: Module + ?Sized>(
     if strict && (!report.missing.is_empty() || !report.unexpected.is_empty()) {
         return Err(Error::Io {
             op,
-            msg: crate::io::strict_load_error(&report),
+            msg: crate::io::strict_load_error(&report, Some(class)),
         });
     }
     // The counters are read before anything is written, so that a bad one changes nothing.
