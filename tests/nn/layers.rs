@@ -1,0 +1,533 @@
+//! Layers: default-initialization bounds, forwards equal to the functional ops, convolution and
+//! embedding layers, PyTorch's constructor arguments and composed activations.
+
+use super::*;
+
+#[test]
+fn default_initialization_bounds() {
+    let l = nn::Linear::new(dev(), 200, 50, true).unwrap();
+    let b = 1.0 / 200f32.sqrt();
+    assert!(vals(&l.weight).iter().all(|v| v.abs() <= b));
+    assert!(vals(l.bias.as_ref().unwrap()).iter().all(|v| v.abs() <= b));
+    let c = nn::Conv2d::new(dev(), 8, 16, 3, Default::default()).unwrap();
+    let b = 1.0 / 72f32.sqrt();
+    assert!(vals(&c.weight).iter().all(|v| v.abs() <= b));
+    assert_eq!(c.weight.shape(), &[16, 8, 3, 3]);
+    let bn = nn::BatchNorm2d::new(dev(), 3).unwrap();
+    assert_eq!(vals(bn.weight.as_ref().unwrap()), vec![1.0; 3]);
+    assert!(nn::Conv2d::new(
+        dev(),
+        3,
+        4,
+        3,
+        nn::Conv2dConfig {
+            groups: 2,
+            ..Default::default()
+        }
+    )
+    .is_err());
+}
+
+#[test]
+fn forwards_match_the_functional_ops() {
+    let x = wgtensor::ops::randn(dev(), &[2, 1, 8, 8], DType::F32).unwrap();
+    let c = nn::Conv2d::new(dev(), 1, 4, 3, Default::default()).unwrap();
+    let want = vals(&conv2d(&x, &c.weight, c.bias.as_ref(), &c.options).unwrap());
+    assert_eq!(vals(&c.forward(&x).unwrap()), want);
+    let l = nn::Linear::new(dev(), 8, 3, true).unwrap();
+    let xs = wgtensor::ops::randn(dev(), &[5, 8], DType::F32).unwrap();
+    let y = vals(&l.forward(&xs).unwrap());
+    let (xv, wv, bv) = (vals(&xs), vals(&l.weight), vals(l.bias.as_ref().unwrap()));
+    for r in 0..5 {
+        for o in 0..3 {
+            let want: f32 = bv[o] + (0..8).map(|i| xv[r * 8 + i] * wv[o * 8 + i]).sum::<f32>();
+            assert!((y[r * 3 + o] - want).abs() < 1e-4, "{r} {o}");
+        }
+    }
+    // An unbatched [in] input gives [out], row 0's values (PyTorch's 1-D Linear).
+    let one = l
+        .forward(&xs.narrow(0, 0, 1).unwrap().squeeze(0).unwrap())
+        .unwrap();
+    assert_eq!(one.shape(), &[3]);
+    assert_eq!(vals(&one), y[..3].to_vec());
+    // The whole model runs; eval mode makes it deterministic (no dropout, running stats).
+    let mut m = cnn();
+    let xi = wgtensor::ops::randn(dev(), &[3, 1, 8, 8], DType::F32).unwrap();
+    assert_eq!(m.forward(&xi).unwrap().shape(), &[3, 3]);
+    m.eval();
+    assert!(!m.is_training());
+    assert_eq!(
+        vals(&m.forward(&xi).unwrap()),
+        vals(&m.forward(&xi).unwrap())
+    );
+}
+
+/// Conv1d, ConvTranspose2d and Embedding: PyTorch's weight layouts and init bounds, forwards
+/// equal to the functional ops, gradients reaching every parameter, the padding row.
+#[test]
+fn conv1d_conv_transpose2d_and_embedding_layers() {
+    use wgtensor::ops::{conv1d, conv_transpose2d, embedding};
+    let c1 = nn::Conv1d::new(
+        dev(),
+        4,
+        6,
+        3,
+        nn::Conv2dConfig {
+            padding: 1,
+            groups: 2,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(c1.weight.shape(), &[6, 2, 3]);
+    let b = 1.0 / 6f32.sqrt();
+    assert!(vals(&c1.weight).iter().all(|v| v.abs() <= b));
+    assert!(vals(c1.bias.as_ref().unwrap()).iter().all(|v| v.abs() <= b));
+    let x = wgtensor::ops::randn(dev(), &[2, 4, 10], DType::F32).unwrap();
+    let want = vals(&conv1d(&x, &c1.weight, c1.bias.as_ref(), &c1.options).unwrap());
+    let y = c1.forward(&x).unwrap();
+    assert_eq!((y.shape(), vals(&y)), (&[2, 6, 10][..], want));
+    let g = y.sum_all().unwrap().backward().unwrap();
+    assert!(g.get(&c1.weight).is_some() && g.get(c1.bias.as_ref().unwrap()).is_some());
+
+    let ct = nn::ConvTranspose2d::new(
+        dev(),
+        6,
+        4,
+        3,
+        nn::ConvTranspose2dConfig {
+            stride: 2,
+            padding: 1,
+            output_padding: 1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    // PyTorch's transposed layout [in, out / groups, k, k]; fan-in from dim 1: 4 * 9.
+    assert_eq!(ct.weight.shape(), &[6, 4, 3, 3]);
+    let b = 1.0 / 36f32.sqrt();
+    assert!(vals(&ct.weight).iter().all(|v| v.abs() <= b));
+    let x = wgtensor::ops::randn(dev(), &[1, 6, 5, 5], DType::F32).unwrap();
+    let y = ct.forward(&x).unwrap();
+    assert_eq!(y.shape(), &[1, 4, 10, 10]);
+    let want = vals(&conv_transpose2d(&x, &ct.weight, ct.bias.as_ref(), &ct.options).unwrap());
+    assert_eq!(vals(&y), want);
+    let names: Vec<String> = ct.state_dict().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["weight", "bias"]);
+    assert!(nn::ConvTranspose2d::new(
+        dev(),
+        6,
+        4,
+        3,
+        nn::ConvTranspose2dConfig {
+            groups: 4,
+            ..Default::default()
+        }
+    )
+    .is_err());
+
+    let emb = nn::Embedding::new(dev(), 50, 8, Some(-1)).unwrap();
+    assert_eq!(emb.padding_idx, Some(49));
+    let w = vals(&emb.weight);
+    // +0.0 as PyTorch's fill, never -0.0.
+    assert!(w[49 * 8..].iter().all(|&v| v.to_bits() == 0));
+    let mean = w.iter().map(|&v| v as f64).sum::<f64>() / (49.0 * 8.0);
+    assert!(mean.abs() < 0.3, "N(0, 1) init: mean {mean}");
+    let ids = Tensor::from_slice(dev(), &[3i32, 49, 3, 10], &[2, 2]).unwrap();
+    let y = emb.forward(&ids).unwrap();
+    assert_eq!(y.shape(), &[2, 2, 8]);
+    assert_eq!(
+        vals(&y),
+        vals(&embedding(&ids, &emb.weight, Some(49)).unwrap())
+    );
+    let g = y.sum_all().unwrap().backward().unwrap();
+    let gw = vals(g.get(&emb.weight).unwrap());
+    assert!(gw[3 * 8..4 * 8].iter().all(|&v| v == 2.0));
+    assert!(gw[10 * 8..11 * 8].iter().all(|&v| v == 1.0));
+    assert!(gw[49 * 8..].iter().all(|&v| v == 0.0), "the padding row");
+    assert_eq!(emb.state_dict()[0].0, "weight");
+    assert!(nn::Embedding::new(dev(), 5, 2, Some(5)).is_err());
+}
+
+/// PyTorch's unbatched convolution input (`[C, L]`, `[C, H, W]`): the layers and the ops give
+/// the batch-of-one result without its batch dim, and the input's gradient has the input's
+/// shape and the batched gradient's values.
+#[test]
+fn conv_layers_take_unbatched_input() {
+    use wgtensor::ops::conv_transpose1d;
+    let cfg = nn::Conv2dConfig {
+        padding: 1,
+        groups: 2,
+        ..Default::default()
+    };
+    let c1 = nn::Conv1d::new(dev(), 4, 6, 3, cfg).unwrap();
+    let c2 = nn::Conv2d::new(dev(), 4, 6, 3, cfg).unwrap();
+    let ct = nn::ConvTranspose2d::new(
+        dev(),
+        4,
+        6,
+        3,
+        nn::ConvTranspose2dConfig {
+            stride: 2,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let wt1 = wgtensor::ops::randn(dev(), &[4, 3, 2], DType::F32).unwrap();
+    let t1 = |x: &Tensor| conv_transpose1d(x, &wt1, None, &Default::default());
+    type Case<'a> = (
+        &'a dyn Fn(&Tensor) -> wgtensor::Result<Tensor>,
+        &'a [usize],
+        &'a [usize],
+    );
+    let cases: [Case; 4] = [
+        (&|x| c1.forward(x), &[4, 7], &[6, 7]),
+        (&|x| c2.forward(x), &[4, 5, 6], &[6, 5, 6]),
+        (&|x| ct.forward(x), &[4, 3, 2], &[6, 7, 5]),
+        (&t1, &[4, 5], &[3, 6]),
+    ];
+    for (f, shape, out) in cases {
+        let x = wgtensor::ops::randn(dev(), shape, DType::F32)
+            .unwrap()
+            .requires_grad()
+            .unwrap();
+        let y = f(&x).unwrap();
+        assert_eq!(y.shape(), out, "input {shape:?}");
+        let xb = x.detach().unsqueeze(0).unwrap().requires_grad().unwrap();
+        let yb = f(&xb).unwrap();
+        assert_eq!(&yb.shape()[1..], out);
+        assert_eq!(vals(&y), vals(&yb), "input {shape:?}");
+        let w = wgtensor::ops::randn(dev(), out, DType::F32).unwrap();
+        let g = y.mul(&w).unwrap().sum_all().unwrap().backward().unwrap();
+        let gb = yb
+            .mul(&w.unsqueeze(0).unwrap())
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        let (gx, gxb) = (g.get(&x).unwrap(), gb.get(&xb).unwrap());
+        assert_eq!(gx.shape(), shape);
+        assert_eq!(vals(gx), vals(gxb), "input {shape:?}");
+    }
+    // Neither batched nor unbatched.
+    let e = c2
+        .forward(&Tensor::zeros(dev(), &[4, 5], DType::F32).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("3-D [C, H, W]") && e.contains("[4, 5]"), "{e}");
+}
+
+/// Construction refuses what PyTorch's constructors refuse: an RNN with hidden_size or
+/// num_layers 0, attention with embed_dim or num_heads 0.
+#[test]
+fn zero_sizes_are_refused_at_construction() {
+    for (h, layers, what) in [(0, 1, "hidden_size"), (4, 0, "num_layers")] {
+        let c = nn::RnnConfig {
+            num_layers: layers,
+            ..Default::default()
+        };
+        for e in [
+            nn::Lstm::new(dev(), 3, h, c).unwrap_err(),
+            nn::Gru::new(dev(), 3, h, c).unwrap_err(),
+        ] {
+            let e = e.to_string();
+            assert!(e.contains(what) && e.contains("greater than zero"), "{e}");
+        }
+    }
+    for (e, h) in [(0, 1), (4, 0)] {
+        let err = nn::MultiheadAttention::new(dev(), e, h, Default::default())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("must be greater than 0"), "{err}");
+    }
+}
+
+/// A Sequential's layer error names the layer's type: a boxed layer by its contents, LSTM and
+/// GRU (one Rust type) by PyTorch's class names.
+#[test]
+fn sequential_errors_name_boxed_and_recurrent_layers() {
+    let lin: Box<dyn Forward> = Box::new(nn::Linear::new(dev(), 4, 2, true).unwrap());
+    let seq = nn::Sequential::new().push(nn::ReLU).push(lin);
+    let bad = Tensor::zeros(dev(), &[2, 3], DType::F32).unwrap();
+    let e = seq.forward(&bad).unwrap_err().to_string();
+    assert!(e.starts_with("1 (Linear):"), "{e}");
+    let seq = nn::Sequential::new()
+        .push(nn::Lstm::new(dev(), 4, 2, Default::default()).unwrap())
+        .push(nn::Gru::new(dev(), 4, 2, Default::default()).unwrap());
+    let e = seq.forward(&bad).unwrap_err().to_string();
+    assert!(e.starts_with("0 (LSTM):"), "{e}");
+    let x = Tensor::zeros(dev(), &[5, 1, 4], DType::F32).unwrap();
+    let e = seq.forward(&x).unwrap_err().to_string();
+    assert!(e.starts_with("1 (GRU):"), "{e}");
+}
+
+/// The constructors PyTorch users reach for: a non-square, strided, dilated Conv2d with
+/// per-side padding; BatchNorm's eps, momentum and affine; pools from a size; loading the part
+/// of a state dict under a prefix.
+#[test]
+fn pytorch_constructor_arguments() {
+    use wgtensor::ops::{Conv2dOptions, Padding};
+    let d = dev();
+    let o = Conv2dOptions {
+        stride: [2, 1],
+        padding: Padding {
+            top: 1,
+            bottom: 1,
+            left: 2,
+            right: 2,
+        },
+        dilation: [1, 2],
+        ..Default::default()
+    };
+    let conv = nn::Conv2d::with_options(d, 3, 4, [3, 5], o, false).unwrap();
+    assert_eq!(conv.weight.shape(), &[4, 3, 3, 5]);
+    assert!(conv.bias.is_none());
+    let y = conv
+        .forward(&Tensor::zeros(d, &[1, 3, 8, 9], DType::F32).unwrap())
+        .unwrap();
+    // H: (8 + 2 - 3) / 2 + 1 = 4; W: (9 + 4 - 2 * 4 - 1) / 1 + 1 = 5.
+    assert_eq!(y.shape(), &[1, 4, 4, 5]);
+    assert!(
+        nn::Conv2d::with_options(d, 3, 4, [3, 3], Conv2dOptions { groups: 2, ..o }, true).is_err()
+    );
+
+    let bn = nn::BatchNorm2d::with_config(
+        d,
+        3,
+        nn::BatchNormConfig {
+            eps: 1e-3,
+            momentum: None,
+            affine: false,
+        },
+    )
+    .unwrap();
+    assert_eq!(bn.eps, 1e-3);
+    assert!(bn.weight.is_none() && bn.bias.is_none());
+    assert_eq!(bn.state.borrow().momentum, None);
+    let names: Vec<String> = bn.state_dict().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        names,
+        ["running_mean", "running_var", "num_batches_tracked"]
+    );
+    // eps 0 is PyTorch's to allow; a negative or infinite one is refused under the layer's
+    // own name.
+    let eps = |eps: f64| nn::BatchNormConfig {
+        eps,
+        ..Default::default()
+    };
+    assert!(nn::BatchNorm1d::with_config(d, 3, eps(0.0)).is_ok());
+    for bad in [-1e-5, f64::INFINITY, f64::NAN] {
+        let e = nn::BatchNorm1d::with_config(d, 3, eps(bad)).unwrap_err();
+        assert!(e.to_string().starts_with("BatchNorm1d:"), "{e}");
+    }
+    let e = nn::BatchNorm2d::with_config(d, 3, eps(-1.0)).unwrap_err();
+    assert!(e.to_string().starts_with("BatchNorm2d:"), "{e}");
+
+    let x = Tensor::ones(d, &[1, 1, 4, 4], DType::F32).unwrap();
+    assert_eq!(
+        nn::MaxPool2d::new(2).forward(&x).unwrap().shape(),
+        &[1, 1, 2, 2]
+    );
+    assert_eq!(
+        nn::AvgPool2d::new(4)
+            .forward(&x)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap(),
+        vec![1.0]
+    );
+
+    let w = Tensor::zeros(d, &[2], DType::F32).unwrap();
+    let bytes = wgtensor::io::save_safetensors(&[
+        ("encoder.0.weight", &w),
+        ("encoderx.w", &w),
+        ("head.weight", &w),
+    ])
+    .unwrap();
+    let all = wgtensor::io::load_safetensors(d, &bytes).unwrap();
+    let enc = wgtensor::io::select_prefix(&all, "encoder.");
+    assert_eq!(enc.keys().collect::<Vec<_>>(), ["0.weight"]);
+    assert_eq!(wgtensor::io::select_prefix(&all, "").len(), 3);
+}
+
+/// The composed activations MobileNets and classifiers use, against their PyTorch formulas
+/// (infinities and NaN included), and a gradient through one.
+#[test]
+fn composed_activations_match_pytorch() {
+    let d = dev();
+    let xs = [
+        -8.0f32,
+        -3.0,
+        -1.5,
+        0.0,
+        0.5,
+        3.0,
+        7.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+    ];
+    let x = Tensor::from_slice(d, &xs, &[xs.len()]).unwrap();
+    let relu6 = |v: f32| v.clamp(0.0, 6.0);
+    let check = |name: &str, got: Tensor, f: &dyn Fn(f32) -> f32| {
+        let got = got.to_vec::<f32>().unwrap();
+        for (g, &v) in got.iter().zip(&xs) {
+            let w = f(v);
+            assert!(
+                (g.is_nan() && w.is_nan()) || g == &w || (g - w).abs() <= 1e-6 * w.abs().max(1.0),
+                "{name}({v}) = {g}, expected {w}"
+            );
+        }
+    };
+    check("relu6", nn::ReLU6.forward(&x).unwrap(), &relu6);
+    check("hardsigmoid", nn::Hardsigmoid.forward(&x).unwrap(), &|v| {
+        relu6(v + 3.0) / 6.0
+    });
+    check("hardswish", nn::Hardswish.forward(&x).unwrap(), &|v| {
+        if v == f32::NEG_INFINITY {
+            f32::NAN // -inf * 0, as PyTorch's x * relu6(x + 3) / 6 composition gives
+        } else {
+            v * relu6(v + 3.0) / 6.0
+        }
+    });
+    let leaky = nn::LeakyReLU {
+        negative_slope: 0.1,
+    };
+    check("leaky_relu", leaky.forward(&x).unwrap(), &|v| {
+        if v > 0.0 {
+            v
+        } else {
+            0.1 * v
+        }
+    });
+    let nan = Tensor::from_slice(d, &[f32::NAN], &[1]).unwrap();
+    assert!(leaky.forward(&nan).unwrap().to_vec::<f32>().unwrap()[0].is_nan());
+    let p = nn::Softmax { dim: -1 }
+        .forward(&Tensor::from_slice(d, &[0.0f32, 0.0], &[1, 2]).unwrap())
+        .unwrap();
+    assert_eq!(p.to_vec::<f32>().unwrap(), vec![0.5, 0.5]);
+    assert!(nn::ReLU6.named_parameters().is_empty());
+
+    // PyTorch's gradients at the kinks: hardtanh (ReLU6, Hardsigmoid) is 0 at its bounds;
+    // hardswish is -0.5 at -3 and 1.5 at 3.
+    let kinks = [-4.0f32, -3.0, -1.0, 0.0, 3.0, 6.0, 7.0, f32::NAN];
+    let grad = |layer: &dyn Forward| {
+        let x = Tensor::from_slice(d, &kinks, &[kinks.len()])
+            .unwrap()
+            .requires_grad()
+            .unwrap();
+        let y = layer.forward(&x).unwrap();
+        let g = y.sum_all().unwrap().backward().unwrap();
+        g.get(&x).unwrap().to_vec::<f32>().unwrap()
+    };
+    let same = |got: Vec<f32>, want: [f32; 8], name: &str| {
+        for (g, w) in got.iter().zip(want) {
+            assert!(
+                (g.is_nan() && w.is_nan()) || (g - w).abs() < 1e-6,
+                "{name}: {got:?} vs {want:?}"
+            );
+        }
+    };
+    same(grad(&nn::ReLU6), [0., 0., 0., 0., 1., 0., 0., 1.], "relu6");
+    let s = 1.0 / 6.0;
+    // Hardsigmoid passes strictly inside (-3, 3) only, so NaN gets 0 (PyTorch's
+    // hardsigmoid_backward), where hardtanh passes it.
+    same(
+        grad(&nn::Hardsigmoid),
+        [0., 0., s, s, 0., 0., 0., 0.],
+        "hardsigmoid",
+    );
+    // The masks test x itself: just below 3, x + 3 rounds to 6 but the slope is still 1/6.
+    let below3 = Tensor::from_slice(d, &[3.0f32 - 2f32.powi(-22)], &[1])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let g = nn::Hardsigmoid
+        .forward(&below3)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert_eq!(g.get(&below3).unwrap().to_vec::<f32>().unwrap(), vec![s]);
+    let h = nn::Hardtanh::default();
+    same(grad(&h), [0., 0., 0., 1., 0., 0., 0., 1.], "hardtanh");
+    let hv = h
+        .forward(&Tensor::from_slice(d, &kinks, &[8]).unwrap())
+        .unwrap();
+    let hv = hv.to_vec::<f32>().unwrap();
+    assert_eq!(&hv[..7], &[-1.0, -1.0, -1.0, 0.0, 1.0, 1.0, 1.0]);
+    assert!(hv[7].is_nan());
+    let hs = grad(&nn::Hardswish);
+    assert_eq!(
+        (hs[0], hs[1], hs[3], hs[4], hs[5]),
+        (0.0, -0.5, 0.5, 1.5, 1.0)
+    );
+    assert!(hs[7].is_nan(), "hardswish at NaN: {}", hs[7]);
+    // Just above 3, x + 3 rounds to 6, but the masks test x: the slope is 1 there (f32 and
+    // f16), where a clamp's gradient of the rounded sum gave 1.5.
+    for dtype in [wgtensor::DType::F32, wgtensor::DType::F16] {
+        if dtype == wgtensor::DType::F16 && !d.supports_f16() {
+            continue;
+        }
+        let above = if dtype == wgtensor::DType::F16 {
+            3.0 + 2f32.powi(-9)
+        } else {
+            3.0 + 2f32.powi(-22)
+        };
+        let x = Tensor::from_slice(d, &[above], &[1])
+            .unwrap()
+            .to_dtype(dtype)
+            .unwrap()
+            .requires_grad()
+            .unwrap();
+        let g = nn::Hardswish
+            .forward(&x)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        let g = g.get(&x).unwrap().to_dtype(wgtensor::DType::F32).unwrap();
+        assert_eq!(g.to_vec::<f32>().unwrap(), vec![1.0], "{dtype:?}");
+    }
+    // Below -3 the gradient is an exact 0 (PyTorch's hardswish_backward), even for an
+    // infinite incoming gradient; the value keeps x * 0's sign.
+    let low = Tensor::from_slice(d, &[-4.0f32], &[1])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let y = nn::Hardswish.forward(&low).unwrap();
+    assert!(y.to_vec::<f32>().unwrap()[0].is_sign_negative());
+    let l = y.mul_scalar(f64::INFINITY).unwrap().sum_all().unwrap();
+    assert_eq!(
+        l.backward()
+            .unwrap()
+            .get(&low)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap(),
+        vec![0.0]
+    );
+    let bad = nn::Hardtanh {
+        min_val: 1.0,
+        max_val: 1.0,
+    };
+    let e = bad.forward(&x).unwrap_err().to_string();
+    assert!(e.starts_with("Hardtanh") && e.contains("min_val 1"), "{e}");
+
+    // d/dx leaky_relu = 1 for x > 0, slope elsewhere.
+    let w = Tensor::from_slice(d, &[-2.0f32, 3.0], &[2])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let g = leaky
+        .forward(&w)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    let gw = g.get(&w).unwrap().to_vec::<f32>().unwrap();
+    assert!((gw[0] - 0.1).abs() < 1e-7 && gw[1] == 1.0, "{gw:?}");
+}

@@ -1,0 +1,156 @@
+//! State dicts: PyTorch's names and order, safetensors save and load into a fresh model
+//! (strict and not), detached entries, trainable parameters, `num_batches_tracked`.
+
+use super::*;
+
+#[test]
+fn state_dict_names_follow_pytorch() {
+    let m = cnn();
+    let names: Vec<String> = m.state_dict().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        names,
+        [
+            "0.weight",
+            "0.bias",
+            "1.weight",
+            "1.bias",
+            "1.running_mean",
+            "1.running_var",
+            "1.num_batches_tracked",
+            "4.weight",
+            "8.weight",
+            "8.bias",
+        ]
+    );
+    let params: Vec<String> = m.named_parameters().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(params.len(), 7);
+    assert_eq!(m.num_parameters(), 4 * 9 + 4 + 4 + 4 + 4 * 9 + 16 * 3 + 3);
+}
+
+#[test]
+fn save_and_load_into_a_fresh_model() {
+    let mut m = cnn();
+    let x = wgtensor::ops::randn(dev(), &[4, 1, 8, 8], DType::F32).unwrap();
+    m.forward(&x).unwrap(); // updates running stats and the counter
+    m.set_training(false);
+    let want = vals(&m.forward(&x).unwrap());
+    let sd = m.state_dict();
+    let refs: Vec<(&str, &Tensor)> = sd.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let bytes = save_safetensors(&refs).unwrap();
+    let mut fresh = cnn();
+    fresh.set_training(false);
+    assert_ne!(vals(&fresh.forward(&x).unwrap()), want);
+    let src = load_safetensors(dev(), &bytes).unwrap();
+    let report = nn::load_state_dict(&mut fresh, &src, true).unwrap();
+    assert!(
+        report.missing.is_empty() && report.unexpected.is_empty(),
+        "{report:?}"
+    );
+    assert_eq!(vals(&fresh.forward(&x).unwrap()), want);
+    // The counter is an integer scalar, as PyTorch's (int64 there, i32 here).
+    let counter: Vec<i32> = fresh
+        .state_dict()
+        .into_iter()
+        .filter(|(n, _)| n == "1.num_batches_tracked")
+        .map(|(_, t)| t.to_vec::<i32>().unwrap()[0])
+        .collect();
+    assert_eq!(counter, vec![1]);
+    // Strict loading of a partial dict fails naming the missing keys; non-strict reports them.
+    let mut partial = src.clone();
+    partial.remove("8.bias");
+    let e = nn::load_state_dict(&mut cnn(), &partial, true).unwrap_err();
+    assert!(e.to_string().contains("8.bias"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("Error(s) in loading state_dict for Sequential:"),
+        "{e}"
+    );
+    let r = nn::load_state_dict(&mut cnn(), &partial, false).unwrap();
+    assert_eq!(r.missing, vec!["8.bias".to_string()]);
+    // As PyTorch: missing keys in the model's state-dict order, its error wording.
+    let mut lin = nn::Linear::new(dev(), 2, 2, true).unwrap();
+    let r = nn::load_state_dict(&mut lin, &std::collections::HashMap::new(), false).unwrap();
+    assert_eq!(r.missing, ["weight", "bias"]);
+    let e = nn::load_state_dict(&mut lin, &std::collections::HashMap::new(), true)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("Error(s) in loading state_dict for Linear:\n\tMissing key(s) in state_dict: \"weight\", \"bias\". "),
+        "{e}"
+    );
+}
+
+/// Layer parameters are tracked (PyTorch's parameters require grad): a loss through a model
+/// has gradients for every parameter; under no_grad nothing is recorded.
+#[test]
+fn parameters_are_tracked_and_trainable() {
+    let m = cnn();
+    assert!(m.named_parameters().iter().all(|(_, t)| t.is_tracked()));
+    let x = wgtensor::ops::randn(dev(), &[4, 1, 8, 8], DType::F32).unwrap();
+    let y = m.forward(&x).unwrap();
+    let loss = y.mul(&y).unwrap().sum_all().unwrap();
+    let grads = loss.backward().unwrap();
+    for (name, p) in m.named_parameters() {
+        let g = grads
+            .get(&p)
+            .unwrap_or_else(|| panic!("no gradient for {name}"));
+        assert_eq!(g.shape(), p.shape(), "{name}");
+    }
+    let y = wgtensor::no_grad(|| m.forward(&x)).unwrap();
+    assert!(!y.is_tracked());
+}
+
+/// state_dict entries are detached, as PyTorch's (`keep_vars=False`): nothing recorded, and an
+/// in-place copy into one writes the model. Turning requires_grad on over a parameter that is
+/// a plain tensor is an error naming it, not a silent no-op.
+#[test]
+fn state_dict_is_detached_and_plain_parameters_are_named() {
+    let d = dev();
+    let mut lin = nn::Linear::new(d, 2, 2, true).unwrap();
+    let sd = lin.state_dict();
+    assert!(sd.iter().all(|(_, t)| !t.is_tracked()));
+    let zeros = Tensor::zeros(d, &[2, 2], DType::F32).unwrap();
+    sd[0].1.copy_from(&zeros).unwrap();
+    assert_eq!(vals(&lin.weight), vec![0.0; 4]);
+    assert!(
+        lin.weight.is_tracked(),
+        "the parameter itself stays trainable"
+    );
+    lin.weight = Tensor::from_slice(d, &[1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap();
+    let e = lin.set_requires_grad(true).unwrap_err().to_string();
+    assert!(e.contains("parameter weight is a plain tensor"), "{e}");
+    lin.weight = lin.weight.requires_grad().unwrap();
+    lin.set_requires_grad(false).unwrap();
+    lin.set_requires_grad(true).unwrap();
+    assert!(lin.weight.is_tracked());
+}
+
+/// num_batches_tracked in a state dict shares the layer's count as PyTorch's buffer does: a
+/// dict taken before training shows the count after it (as it shows the running statistics),
+/// and loading it back changes nothing, so a cumulative average (momentum None) goes on with
+/// the right factor.
+#[test]
+fn a_state_dict_follows_num_batches_tracked() {
+    let cfg = nn::BatchNormConfig {
+        momentum: None,
+        ..Default::default()
+    };
+    let mut bn = nn::BatchNorm1d::with_config(dev(), 2, cfg).unwrap();
+    let sd: std::collections::HashMap<String, Tensor> = bn.state_dict().into_iter().collect();
+    let batch = |a: f32, b: f32| {
+        let v: Vec<f32> = (0..4).flat_map(|i| [a + i as f32, b - i as f32]).collect();
+        Tensor::from_slice(dev(), &v, &[4, 2]).unwrap()
+    };
+    bn.forward(&batch(0.0, 4.0)).unwrap(); // channel means 1.5 and 2.5
+    assert_eq!(sd["num_batches_tracked"].to_vec::<i32>().unwrap(), vec![1]);
+    nn::load_state_dict(&mut bn, &sd, true).unwrap();
+    assert_eq!(bn.0.state.borrow().num_batches_tracked, 1);
+    bn.forward(&batch(4.0, 8.0)).unwrap(); // means 5.5 and 6.5
+    let mean = bn.0.state.borrow().running_mean.to_vec::<f32>().unwrap();
+    assert_eq!(mean, vec![3.5, 4.5], "the average of both batches");
+    assert_eq!(sd["num_batches_tracked"].to_vec::<i32>().unwrap(), vec![2]);
+    // A count set through the public state shows at the next state_dict().
+    bn.0.state.borrow_mut().num_batches_tracked = 7;
+    let sd2: std::collections::HashMap<String, Tensor> = bn.state_dict().into_iter().collect();
+    assert_eq!(sd2["num_batches_tracked"].to_vec::<i32>().unwrap(), vec![7]);
+}
