@@ -1,0 +1,75 @@
+//! Gradient clipping: clip_grad_norm (f32 and f16 gradients) and clip_grad_value.
+
+use super::*;
+
+#[test]
+fn clip_grad_norm_scales_on_the_device() {
+    let g1 = Tensor::from_slice(dev(), &[3.0f32, 0.0], &[2]).unwrap();
+    let g2 = Tensor::from_slice(dev(), &[0.0f32, 4.0, 0.0], &[3]).unwrap();
+    let (clipped, norm) = clip_grad_norm(&[&g1, &g2], 1.0).unwrap();
+    assert!((vals(&norm)[0] - 5.0).abs() < 1e-6);
+    close(&vals(&clipped[0]), &[0.6, 0.0], "clipped");
+    close(&vals(&clipped[1]), &[0.0, 0.8, 0.0], "clipped");
+    // Below the threshold the gradients are unchanged.
+    let (same, _) = clip_grad_norm(&[&g1, &g2], 10.0).unwrap();
+    close(&vals(&same[1]), &[0.0, 4.0, 0.0], "unclipped");
+    assert!(clip_grad_norm(&[], 1.0).is_err());
+    // An infinite max_norm measures the norm and leaves the gradients as they are.
+    let (same, norm) = clip_grad_norm(&[&g1, &g2], f64::INFINITY).unwrap();
+    assert!((vals(&norm)[0] - 5.0).abs() < 1e-6);
+    assert_eq!(vals(&same[0]), vec![3.0, 0.0]);
+    for bad in [-1.0, f64::NAN, f64::NEG_INFINITY] {
+        assert!(clip_grad_norm(&[&g1], bad).is_err(), "{bad}");
+    }
+}
+
+/// f16 gradients get an f16 norm, each gradient's norm rounded to f16 as PyTorch's per-tensor
+/// norms: past 65504 it is inf, the coefficient 0 and the gradients zeroed (PyTorch without
+/// error_if_nonfinite). Mixed dtypes give the promoted one.
+#[test]
+fn clip_grad_norm_f16_gradients() {
+    if !dev().supports_f16() {
+        return;
+    }
+    let h = |v: &[f32], shape: &[usize]| {
+        Tensor::from_slice(dev(), v, shape)
+            .unwrap()
+            .to_dtype(DType::F16)
+            .unwrap()
+    };
+    let back = |t: &Tensor| vals(&t.to_dtype(DType::F32).unwrap());
+    let g = h(&[3.0, 4.0], &[2]);
+    let (clipped, norm) = clip_grad_norm(&[&g], 1.0).unwrap();
+    assert_eq!(norm.dtype(), DType::F16);
+    assert_eq!(back(&norm), vec![5.0]);
+    for (got, want) in back(&clipped[0]).into_iter().zip([0.6, 0.8]) {
+        assert!((got - want).abs() <= 1e-3, "f16 clipped: {got} vs {want}");
+    }
+    // 300 values of 4000: a norm of 69282, inf in f16.
+    let big = h(&[4000.0; 300], &[300]);
+    let (clipped, norm) = clip_grad_norm(&[&big], 1.0).unwrap();
+    assert_eq!(back(&norm), vec![f64::INFINITY]);
+    assert!(back(&clipped[0]).iter().all(|&v| v == 0.0));
+    let g32 = Tensor::from_slice(dev(), &[0.0f32, 12.0], &[2]).unwrap();
+    let (_, norm) = clip_grad_norm(&[&g, &g32], 1.0).unwrap();
+    assert_eq!((norm.dtype(), vals(&norm)), (DType::F32, vec![13.0]));
+}
+
+/// PyTorch's clip_grad_value_: every element clamped into [-v, v], NaN kept, f16 too.
+#[test]
+fn clip_grad_value_clamps_each_element() {
+    use wgtensor::optim::clip_grad_value;
+    let a = Tensor::from_slice(dev(), &[3.0f32, -0.5, -4.0, f32::NAN], &[4]).unwrap();
+    let b = Tensor::from_slice(dev(), &[0.25f32, 9.0], &[2]).unwrap();
+    let c = clip_grad_value(&[&a, &b], 1.0).unwrap();
+    let ca = vals(&c[0]);
+    assert_eq!(&ca[..3], &[1.0, -0.5, -1.0]);
+    assert!(ca[3].is_nan());
+    assert_eq!(vals(&c[1]), vec![0.25, 1.0]);
+    if dev().supports_f16() {
+        let h = b.to_dtype(DType::F16).unwrap();
+        let c = clip_grad_value(&[&h], 0.5).unwrap();
+        assert_eq!(c[0].dtype(), DType::F16);
+        assert_eq!(vals(&c[0].to_dtype(DType::F32).unwrap()), vec![0.25, 0.5]);
+    }
+}

@@ -1,0 +1,237 @@
+//! Learning-rate schedulers over many epochs, alone and chained, as PyTorch's.
+
+use super::*;
+
+/// The schedulers against PyTorch's lr_scheduler values (written out from its formulas):
+/// epoch 0 set at construction, one step per epoch, every group from its own initial rate;
+/// argument errors as PyTorch's.
+#[test]
+fn lr_schedulers_follow_pytorch() {
+    use wgtensor::optim::{LrScheduler, Schedule};
+    let lrs = |s: Schedule, epochs: u64| {
+        let mut opt = Sgd::new(
+            vec![leaf(&[1.0])],
+            SgdOptions {
+                lr: 0.1,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        opt.add_param_group(ParamGroup::new(vec![leaf(&[2.0])]).lr(1.0))
+            .unwrap();
+        let mut sched = LrScheduler::new(&mut opt, s).unwrap();
+        let mut out = vec![(opt.group_lr(0).unwrap(), opt.group_lr(1).unwrap())];
+        for _ in 0..epochs {
+            sched.step(&mut opt).unwrap();
+            out.push((opt.group_lr(0).unwrap(), opt.group_lr(1).unwrap()));
+            assert_eq!(
+                sched.last_lr(),
+                [out.last().unwrap().0, out.last().unwrap().1]
+            );
+        }
+        assert_eq!(sched.epoch(), epochs);
+        assert_eq!(sched.base_lrs(), [0.1, 1.0]);
+        out
+    };
+    let check = |got: Vec<(f64, f64)>, want: &[f64], what: &str| {
+        for (e, ((a, b), w)) in got.iter().zip(want).enumerate() {
+            assert!(
+                (a - 0.1 * w).abs() < 1e-12 && (b - w).abs() < 1e-12,
+                "{what} epoch {e}: {a} {b} vs {w}"
+            );
+        }
+    };
+    // StepLR(step_size=2, gamma=0.5): 1, 1, .5, .5, .25
+    check(
+        lrs(
+            Schedule::Step {
+                step_size: 2,
+                gamma: 0.5,
+            },
+            4,
+        ),
+        &[1.0, 1.0, 0.5, 0.5, 0.25],
+        "step",
+    );
+    // MultiStepLR([1, 3, 3], 0.1): a repeated milestone counts twice.
+    check(
+        lrs(
+            Schedule::MultiStep {
+                milestones: vec![1, 3, 3],
+                gamma: 0.1,
+            },
+            4,
+        ),
+        &[1.0, 0.1, 0.1, 0.001, 0.001],
+        "multistep",
+    );
+    check(
+        lrs(Schedule::Exponential { gamma: 0.9 }, 3),
+        &[1.0, 0.9, 0.81, 0.729],
+        "exponential",
+    );
+    // CosineAnnealingLR(T_max=4, eta_min=0): (1 + cos(pi e / 4)) / 2.
+    let cos: Vec<f64> = (0..=4)
+        .map(|e| (1.0 + (std::f64::consts::PI * e as f64 / 4.0).cos()) / 2.0)
+        .collect();
+    check(
+        lrs(
+            Schedule::CosineAnnealing {
+                t_max: 4,
+                eta_min: 0.0,
+            },
+            4,
+        ),
+        &cos,
+        "cosine",
+    );
+    // LinearLR(1/3, 1, total_iters=3): factor 1/3 at once, then up to 1 and held.
+    let third = 1.0 / 3.0;
+    check(
+        lrs(
+            Schedule::Linear {
+                start_factor: third,
+                end_factor: 1.0,
+                total_iters: 3,
+            },
+            4,
+        ),
+        &[third, third + 2.0 / 9.0, third + 4.0 / 9.0, 1.0, 1.0],
+        "linear",
+    );
+    check(
+        lrs(Schedule::Lambda(|e| 1.0 / (e + 1) as f64), 2),
+        &[1.0, 0.5, 1.0 / 3.0],
+        "lambda",
+    );
+    // PyTorch's argument errors.
+    let mut opt = Adam::new(vec![leaf(&[1.0])], AdamOptions::default()).unwrap();
+    for bad in [
+        Schedule::Linear {
+            start_factor: 0.0,
+            end_factor: 1.0,
+            total_iters: 5,
+        },
+        Schedule::Linear {
+            start_factor: 0.5,
+            end_factor: 1.5,
+            total_iters: 5,
+        },
+        Schedule::CosineAnnealing {
+            t_max: 0,
+            eta_min: 0.0,
+        },
+        Schedule::Step {
+            step_size: 0,
+            gamma: 0.1,
+        },
+        Schedule::Exponential { gamma: f64::NAN },
+    ] {
+        let e = LrScheduler::new(&mut opt, bad.clone())
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("lr_scheduler"), "{bad:?}: {e}");
+    }
+    assert_eq!(opt.lr(), 1e-3, "a refused scheduler changes nothing");
+    // Adam works the same. A group added later is scheduled from its own rate by the
+    // chained formulas (PyTorch's get_lr walks every param group), and kept as it is by
+    // LambdaLR, whose formula zips the initial rates with the groups.
+    let mut sched = LrScheduler::new(&mut opt, Schedule::Exponential { gamma: 0.5 }).unwrap();
+    sched.step(&mut opt).unwrap();
+    assert!((opt.lr() - 5e-4).abs() < 1e-15);
+    opt.add_param_group(ParamGroup::new(vec![leaf(&[3.0])]).lr(0.1))
+        .unwrap();
+    sched.step(&mut opt).unwrap();
+    assert_eq!(sched.epoch(), 2);
+    let (g0, g1) = (opt.group_lr(0).unwrap(), opt.group_lr(1).unwrap());
+    assert!(
+        (g0 - 2.5e-4).abs() < 1e-15 && (g1 - 0.05).abs() < 1e-15,
+        "{g0} {g1}"
+    );
+    assert_eq!(sched.last_lr().len(), 2);
+    let mut lambda =
+        LrScheduler::new(&mut opt, Schedule::Lambda(|e| 1.0 / (e + 1) as f64)).unwrap();
+    opt.add_param_group(ParamGroup::new(vec![leaf(&[4.0])]).lr(0.2))
+        .unwrap();
+    lambda.step(&mut opt).unwrap();
+    assert_eq!(opt.group_lr(2), Some(0.2));
+    assert!((opt.group_lr(0).unwrap() - 5e-4).abs() < 1e-15);
+}
+
+/// Schedulers chain as PyTorch's: each step multiplies the current rate, so two schedulers on
+/// one optimizer stack and a rate set between steps carries on; the first records the
+/// initial rate (`initial_lr`) that later ones (LambdaLR) take as their base; LinearLR with
+/// total_iters 0 holds its start factor; a step whose rate would be invalid changes nothing.
+#[test]
+fn lr_schedulers_chain_as_pytorch() {
+    use wgtensor::optim::{LrScheduler, Schedule};
+    let sgd = |lr: f64| {
+        Sgd::new(
+            vec![leaf(&[1.0])],
+            SgdOptions {
+                lr,
+                ..Default::default()
+            },
+        )
+        .unwrap()
+    };
+    let near = |a: f64, b: f64| (a - b).abs() < 1e-12 * b.abs().max(1.0);
+    // LinearLR(0.5, 1, 2) then ExponentialLR(0.9), stepped in turn.
+    let mut opt = sgd(0.1);
+    let mut s1 = LrScheduler::new(
+        &mut opt,
+        Schedule::Linear {
+            start_factor: 0.5,
+            end_factor: 1.0,
+            total_iters: 2,
+        },
+    )
+    .unwrap();
+    let mut s2 = LrScheduler::new(&mut opt, Schedule::Exponential { gamma: 0.9 }).unwrap();
+    assert!(near(opt.lr(), 0.05));
+    assert_eq!(s2.base_lrs(), &[0.1], "the initial rate is shared");
+    for want in [0.0675, 0.081, 0.0729] {
+        s1.step(&mut opt).unwrap();
+        s2.step(&mut opt).unwrap();
+        assert!(near(opt.lr(), want), "{} vs {want}", opt.lr());
+    }
+    // A rate set between steps carries on.
+    let mut opt = sgd(1.0);
+    let mut s = LrScheduler::new(&mut opt, Schedule::Exponential { gamma: 0.5 }).unwrap();
+    s.step(&mut opt).unwrap();
+    opt.set_lr(0.2).unwrap();
+    s.step(&mut opt).unwrap();
+    assert!(near(opt.lr(), 0.1));
+    // LambdaLR reads the recorded initial rate, not the decayed one.
+    let _ = LrScheduler::new(&mut opt, Schedule::Lambda(|e| 0.1 * (e + 1) as f64)).unwrap();
+    assert!(near(opt.lr(), 0.1), "{}", opt.lr());
+    // total_iters 0: start_factor for good.
+    let mut opt = sgd(1.0);
+    let mut s = LrScheduler::new(
+        &mut opt,
+        Schedule::Linear {
+            start_factor: 0.25,
+            end_factor: 1.0,
+            total_iters: 0,
+        },
+    )
+    .unwrap();
+    for _ in 0..3 {
+        assert!(near(opt.lr(), 0.25));
+        s.step(&mut opt).unwrap();
+    }
+    // An invalid rate for the second group: nothing changes, the epoch included.
+    let mut opt = sgd(1.0);
+    opt.add_param_group(ParamGroup::new(vec![leaf(&[2.0])]))
+        .unwrap();
+    opt.set_group_lr(1, 0.5).unwrap();
+    let mut s = LrScheduler::new(&mut opt, Schedule::Exponential { gamma: 1e200 }).unwrap();
+    s.step(&mut opt).unwrap();
+    let before = (opt.group_lr(0), opt.group_lr(1));
+    let e = s.step(&mut opt).unwrap_err().to_string();
+    assert!(e.contains("group 0") && e.contains("inf"), "{e}");
+    assert_eq!(
+        (opt.group_lr(0), opt.group_lr(1), s.epoch()),
+        (before.0, before.1, 1)
+    );
+}

@@ -1,0 +1,288 @@
+//! Optimizer state saved and restored; refused steps and state loads change nothing.
+
+use super::*;
+
+/// Saving the state and loading it into a fresh optimizer continues the same trajectory; a
+/// parameter without a gradient is skipped.
+#[test]
+fn state_round_trip_and_skipped_params() {
+    let n = 16;
+    let mk = |v: f32| {
+        Tensor::full(dev(), &[n], v as f64, DType::F32)
+            .unwrap()
+            .requires_grad()
+            .unwrap()
+    };
+    let (a, b) = (mk(1.0), mk(2.0));
+    let o = AdamOptions {
+        lr: 0.05,
+        amsgrad: true,
+        ..Default::default()
+    };
+    let mut opt = Adam::new(vec![a.clone(), b.clone()], o).unwrap();
+    let g = Tensor::from_slice(dev(), &grad_values(n, 0), &[n]).unwrap();
+    opt.step_with(&[Some(&g), None]).unwrap();
+    assert_eq!(vals(&b), vec![2.0; n], "no gradient: untouched");
+    // Copy the state (the optimizer updates its tensors in place).
+    let saved: Vec<(String, Tensor)> = opt
+        .state_tensors()
+        .into_iter()
+        .map(|(k, t)| (k, t.add_scalar(0.0).unwrap()))
+        .collect();
+    let steps = [opt.step_count(0).unwrap(), opt.step_count(1).unwrap()];
+    assert_eq!(saved.len(), 3);
+    let a2 = no_grad(|| a.add_scalar(0.0))
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    opt.step_with(&[Some(&g), None]).unwrap();
+    let mut fresh = Adam::new(vec![a2.clone(), b.clone()], o).unwrap();
+    fresh.load_state_tensors(&saved, &steps).unwrap();
+    fresh.step_with(&[Some(&g), None]).unwrap();
+    assert_eq!(vals(&a2), vals(&a));
+    // A parameter without state is at step 0 (PyTorch keeps the step in the state): a later
+    // count for it is refused, not run with zero moments and a skewed bias correction.
+    let e = fresh.load_state_tensors(&[], &[3, 0]).unwrap_err();
+    assert!(e.to_string().contains("no state"), "{e}");
+    // Names are checked.
+    let e = fresh
+        .load_state_tensors(&[("7.exp_avg".into(), mk(0.0))], &steps)
+        .unwrap_err();
+    assert!(e.to_string().starts_with("adam:"), "{e}");
+    // SGD's momentum buffers round-trip too.
+    let p = mk(1.0);
+    let mut sgd = Sgd::new(
+        vec![p.clone()],
+        SgdOptions {
+            lr: 0.1,
+            momentum: 0.9,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    sgd.step_with(&[Some(&g)]).unwrap();
+    let st = sgd.state_tensors();
+    assert_eq!(st[0].0, "0.momentum_buffer");
+    assert_eq!(vals(&st[0].1), vals(&g));
+}
+
+/// Every refused SGD step (gradient count, shape, dtype, device-side aliasing of the parameter
+/// or of the optimizer's state, a bad gradient at the second parameter) leaves the parameters,
+/// their versions and the momentum buffers exactly as they were; valid steps then give
+/// PyTorch's numbers.
+#[test]
+fn refused_sgd_steps_change_nothing() {
+    let w = leaf(&[1.0, 2.0]);
+    let v = leaf(&[5.0, 6.0, 7.0]);
+    let mut opt = Sgd::new(vec![w.clone(), v.clone()], sgd_momentum()).unwrap();
+    let ones = Tensor::from_slice(dev(), &[1.0f32, 1.0], &[2]).unwrap();
+    let ones3 = Tensor::from_slice(dev(), &[1.0f32, 1.0, 1.0], &[3]).unwrap();
+    let wrong_shape = Tensor::from_slice(dev(), &[1.0f32, 1.0, 1.0], &[3]).unwrap();
+    let wrong_dtype = Tensor::from_slice(dev(), &[1i32, 1], &[2]).unwrap();
+    let unchanged = |w_want: &[f64], v_want: &[f64], versions: (u64, u64)| {
+        assert_eq!(vals(&w), w_want);
+        assert_eq!(vals(&v), v_want);
+        assert_eq!((w.version(), v.version()), versions);
+    };
+    let versions = (w.version(), v.version());
+    let refused: Vec<Vec<Option<&Tensor>>> = vec![
+        vec![Some(&wrong_shape), None],
+        vec![Some(&wrong_dtype), None],
+        vec![Some(&ones)],
+        vec![Some(&ones), Some(&ones3), None],
+        // A failure at the second parameter leaves the first one unstepped.
+        vec![Some(&ones), Some(&ones)],
+        // The parameter as its own gradient, and as another parameter's.
+        vec![Some(&w), None],
+        vec![Some(&ones), Some(&v)],
+        vec![None, Some(&v)],
+    ];
+    for (k, g) in refused.iter().enumerate() {
+        let e = opt.step_with(g).unwrap_err();
+        assert!(e.to_string().starts_with("sgd:"), "case {k}: {e}");
+        unchanged(&[1.0, 2.0], &[5.0, 6.0, 7.0], versions);
+        assert!(
+            opt.state_tensors().is_empty(),
+            "case {k}: no momentum buffer"
+        );
+    }
+    // A view of the parameter is its storage too.
+    let view = w.detach().reshape(&[2]).unwrap();
+    assert!(opt.step_with(&[Some(&view), None]).is_err());
+    // The first valid step: PyTorch's [0.9, 1.9] (not [0.95, 1.95] from a stale zero buffer).
+    opt.step_with(&[Some(&ones), None]).unwrap();
+    close(&vals(&w), &[0.9, 1.9], "first step");
+    assert_eq!(vals(&v), vec![5.0, 6.0, 7.0], "no gradient: skipped");
+    let state = opt.state_tensors();
+    assert_eq!(state.len(), 1);
+    assert_eq!(state[0].0, "0.momentum_buffer");
+    // The optimizer's own state as a gradient is refused too.
+    let before = state_vals(opt.state_tensors());
+    let versions = (w.version(), v.version());
+    let e = opt.step_with(&[Some(&state[0].1), None]).unwrap_err();
+    assert!(e.to_string().contains("state"), "{e}");
+    let e = opt.step_with(&[Some(&ones), Some(&wrong_shape.reshape(&[1, 3]).unwrap())]);
+    assert!(e.is_err());
+    assert_eq!(state_vals(opt.state_tensors()), before);
+    assert_eq!((w.version(), v.version()), versions);
+    close(&vals(&w), &[0.9, 1.9], "after refused steps");
+    // The second step: buf = 0.9 * 1 + 1 = 1.9, w = [0.9, 1.9] - 0.19.
+    opt.step_with(&[Some(&ones), Some(&ones3)]).unwrap();
+    close(&vals(&w), &[0.71, 1.71], "second step");
+    close(&vals(&v), &[4.9, 5.9, 6.9], "v's first step");
+}
+
+/// Refused Adam steps count no step and create no state; the first valid step is step 1.
+#[test]
+fn refused_adam_steps_change_nothing() {
+    let o = AdamOptions {
+        lr: 0.1,
+        amsgrad: true,
+        ..Default::default()
+    };
+    let a = leaf(&[1.0, 2.0]);
+    let b = leaf(&[3.0, 4.0]);
+    let mut opt = Adam::new(vec![a.clone(), b.clone()], o).unwrap();
+    let g = Tensor::from_slice(dev(), &[0.5f32, -1.0], &[2]).unwrap();
+    let bad = Tensor::from_slice(dev(), &[0.5f32], &[1]).unwrap();
+    for grads in [
+        vec![Some(&g), Some(&bad)],
+        vec![Some(&a), None],
+        vec![Some(&g), Some(&a)],
+        vec![Some(&g)],
+    ] {
+        assert!(opt.step_with(&grads).is_err());
+        assert_eq!(opt.step_counts(), &[0, 0]);
+        assert!(opt.state_tensors().is_empty());
+        assert_eq!((vals(&a), vals(&b)), (vec![1.0, 2.0], vec![3.0, 4.0]));
+    }
+    opt.step_with(&[Some(&g), None]).unwrap();
+    assert_eq!(opt.step_counts(), &[1, 0]);
+    let mut want = vec![1.0, 2.0];
+    let mut st = (vec![0.0; 2], vec![0.0; 2], vec![0.0; 2]);
+    adam_ref(&mut want, &mut st, 1, &[0.5, -1.0], &o);
+    close(&vals(&a), &want, "adam step 1");
+    // A refused step after state exists: its moments and counts stay.
+    let before = state_vals(opt.state_tensors());
+    assert_eq!(before.len(), 3);
+    let exp_avg = opt.state_tensors().remove(0).1;
+    assert!(opt.step_with(&[Some(&exp_avg), None]).is_err());
+    assert!(opt.step_with(&[Some(&g), Some(&bad)]).is_err());
+    assert_eq!(state_vals(opt.state_tensors()), before);
+    assert_eq!(opt.step_counts(), &[1, 0]);
+    opt.step_with(&[Some(&g), None]).unwrap();
+    adam_ref(&mut want, &mut st, 2, &[0.5, -1.0], &o);
+    close(&vals(&a), &want, "adam step 2");
+}
+
+/// Loading state checks every entry before replacing anything and keeps private copies.
+#[test]
+fn load_state_is_atomic_and_private() {
+    let w = leaf(&[1.0, 2.0]);
+    let v = leaf(&[5.0, 6.0, 7.0]);
+    let mut opt = Sgd::new(
+        vec![("w".to_string(), w.clone()), ("v".to_string(), v.clone())],
+        sgd_momentum(),
+    )
+    .unwrap();
+    let ones = Tensor::from_slice(dev(), &[1.0f32, 1.0], &[2]).unwrap();
+    opt.step_with(&[Some(&ones), None]).unwrap();
+    let before = state_vals(opt.state_tensors());
+    assert_eq!(
+        before,
+        vec![("w.momentum_buffer".to_string(), vec![1.0, 1.0])]
+    );
+    let mine = Tensor::from_slice(dev(), &[4.0f32, 4.0], &[2]).unwrap();
+    let three = Tensor::from_slice(dev(), &[0.0f32, 0.0, 0.0], &[3]).unwrap();
+    let bad: Vec<Vec<(String, Tensor)>> = vec![
+        // A good entry first, then a bad one: nothing is loaded.
+        vec![
+            ("w.momentum_buffer".into(), mine.clone()),
+            ("v.momentum_buffer".into(), mine.clone()),
+        ],
+        vec![
+            ("w.momentum_buffer".into(), mine.clone()),
+            ("nope.momentum_buffer".into(), three.clone()),
+        ],
+        vec![
+            ("w.momentum_buffer".into(), mine.clone()),
+            ("w.momentum_buffer".into(), mine.clone()),
+        ],
+        vec![("w.exp_avg".into(), mine.clone())],
+        vec![("0.momentum_buffer".into(), mine.clone())],
+        // Integer state is no momentum buffer.
+        vec![(
+            "w.momentum_buffer".into(),
+            Tensor::from_slice(dev(), &[1i32, 1], &[2]).unwrap(),
+        )],
+    ];
+    for (k, st) in bad.iter().enumerate() {
+        let e = opt.load_state_tensors(st).unwrap_err();
+        assert!(e.to_string().starts_with("sgd:"), "case {k}: {e}");
+        assert_eq!(state_vals(opt.state_tensors()), before, "case {k}");
+    }
+    // A valid load is a copy: writing the caller's tensor afterwards changes nothing.
+    opt.load_state_tensors(&[
+        ("w.momentum_buffer".into(), mine.clone()),
+        ("v.momentum_buffer".into(), three.clone()),
+    ])
+    .unwrap();
+    let st = opt.state_tensors();
+    assert!(st
+        .iter()
+        .all(|(_, t)| !t.shares_storage(&mine) && !t.shares_storage(&three)));
+    no_grad(|| mine.copy_from(&ones)).unwrap();
+    assert_eq!(
+        state_vals(opt.state_tensors()),
+        vec![
+            ("w.momentum_buffer".to_string(), vec![4.0, 4.0]),
+            ("v.momentum_buffer".to_string(), vec![0.0, 0.0, 0.0]),
+        ]
+    );
+    // buf = 0.9 * 4 + 1 = 4.6; w = [1, 2] - 0.1 * [1, 1] - 0.46.
+    opt.step_with(&[Some(&ones), None]).unwrap();
+    close(&vals(&w), &[0.44, 1.44], "step from the loaded buffer");
+    // Loading replaces the whole state: an empty load drops the buffers.
+    opt.load_state_tensors(&[]).unwrap();
+    assert!(opt.state_tensors().is_empty());
+    // State of another float dtype is cast to the parameter's, as PyTorch's load_state_dict.
+    if dev().supports_f16() {
+        let half = mine.to_dtype(DType::F16).unwrap();
+        opt.load_state_tensors(&[("w.momentum_buffer".into(), half)])
+            .unwrap();
+        let st = opt.state_tensors();
+        assert_eq!(
+            (st[0].1.dtype(), vals(&st[0].1)),
+            (DType::F32, vec![1.0, 1.0])
+        );
+    }
+
+    // Adam: an incomplete entry set, AMSGrad's entry without AMSGrad, a wrong count of steps.
+    let a = leaf(&[1.0, 2.0]);
+    let mut adam = Adam::new(vec![a.clone()], AdamOptions::default()).unwrap();
+    adam.step_with(&[Some(&ones)]).unwrap();
+    let before = state_vals(adam.state_tensors());
+    let z = || Tensor::zeros(dev(), &[2], DType::F32).unwrap();
+    for (st, steps) in [
+        (vec![("0.exp_avg".to_string(), z())], vec![5]),
+        (
+            vec![
+                ("0.exp_avg".to_string(), z()),
+                ("0.exp_avg_sq".to_string(), z()),
+                ("0.max_exp_avg_sq".to_string(), z()),
+            ],
+            vec![5],
+        ),
+        (
+            vec![
+                ("0.exp_avg".to_string(), z()),
+                ("0.exp_avg_sq".to_string(), z()),
+            ],
+            vec![5, 5],
+        ),
+    ] {
+        assert!(adam.load_state_tensors(&st, &steps).is_err());
+        assert_eq!(state_vals(adam.state_tensors()), before);
+        assert_eq!(adam.step_counts(), &[1]);
+    }
+}
