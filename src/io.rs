@@ -353,6 +353,15 @@ pub struct LoadReport {
     pub unexpected: Vec<String>,
 }
 
+/// PyTorch's `load_state_dict` error for an entry of another shape than the model's, word for
+/// word (shapes as `torch.Size([2, 3])`).
+pub(crate) fn size_mismatch(name: &str, source: &[usize], target: &[usize]) -> String {
+    format!(
+        "size mismatch for {name}: copying a param with shape torch.Size({source:?}) from \
+         checkpoint, the shape in current model is torch.Size({target:?})."
+    )
+}
+
 /// PyTorch's strict `load_state_dict` error: `Missing key(s) in state_dict: "a", "b". ` and
 /// `Unexpected key(s) in state_dict: "c". ` lines under `Error(s) in loading state_dict for
 /// Linear:` (`module`: the loading module's type name; without one, the header ends at
@@ -404,15 +413,7 @@ pub fn load_state_dict(
                 pairs.push((*t, s.reshape(&[])?))
             }
             Some(s) if s.shape() != t.shape() => {
-                return Err(Error::shape(
-                    op,
-                    format!(
-                        "size mismatch for {name}: copying a param with shape {:?} from \
-                         checkpoint, the shape in current model is {:?}.",
-                        s.shape(),
-                        t.shape()
-                    ),
-                ))
+                return Err(Error::shape(op, size_mismatch(name, s.shape(), t.shape())))
             }
             Some(s) if !s.device().same(t.device()) => {
                 return Err(Error::arg(

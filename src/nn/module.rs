@@ -319,31 +319,49 @@ fn dedup(v: Vec<(String, Tensor)>) -> Vec<(String, Tensor)> {
         .collect()
 }
 
-/// Everything loading touches: the tensors by name and the counters' names.
+/// Everything loading touches: the tensors by name, in state-dict order (as [`Collect`]: a
+/// module's parameters, its buffers, then its children's, whatever order its fields come in,
+/// so missing keys are listed and tied tensors written in PyTorch's order), and the counters'
+/// names.
+#[derive(Default)]
 struct Targets {
     prefix: String,
-    tensors: Vec<(String, Tensor)>,
+    own_params: Vec<(String, Tensor)>,
+    own_buffers: Vec<(String, Tensor)>,
+    children: Vec<(String, Tensor)>,
     counters: Vec<String>,
+}
+
+impl Targets {
+    /// The tensors in state-dict order, and the counters' names.
+    fn finish(mut self) -> (Vec<(String, Tensor)>, Vec<String>) {
+        self.own_params.append(&mut self.own_buffers);
+        self.own_params.append(&mut self.children);
+        (self.own_params, self.counters)
+    }
 }
 
 impl Visitor for Targets {
     fn parameter(&mut self, name: &str, tensor: &Tensor) {
-        self.tensors
+        self.own_params
             .push((format!("{}{name}", self.prefix), tensor.clone()));
     }
     fn buffer(&mut self, name: &str, tensor: &Tensor) {
-        self.tensors
+        self.own_buffers
             .push((format!("{}{name}", self.prefix), tensor.clone()));
     }
     fn counter(&mut self, name: &str, _: u64, _: &Device) {
         self.counters.push(format!("{}{name}", self.prefix));
     }
     fn child(&mut self, name: &str, module: &dyn Module) {
-        let len = self.prefix.len();
-        self.prefix.push_str(name);
-        self.prefix.push('.');
-        module.visit(self);
-        self.prefix.truncate(len);
+        let mut sub = Targets {
+            prefix: format!("{}{name}.", self.prefix),
+            ..Default::default()
+        };
+        module.visit(&mut sub);
+        let (tensors, counters) = sub.finish();
+        self.children.extend(tensors);
+        self.counters.extend(counters);
     }
 }
 
@@ -368,16 +386,13 @@ impl VisitorMut for SetCounters<'_> {
     }
 }
 
-/// A counter's value from its state-dict tensor (PyTorch's int64 scalar, loaded as i32).
+/// A counter's value from its state-dict tensor (PyTorch's int64 scalar, loaded as i32; a
+/// one-element 1-D tensor too, as PyTorch's rule for 0-d entries).
 fn read_counter(name: &str, t: &Tensor) -> Result<Option<u64>> {
-    if t.numel() != 1 {
+    if !matches!(t.shape(), [] | [1]) {
         return Err(Error::shape(
             "load_state_dict",
-            format!(
-                "size mismatch for {name}: copying a counter with shape {:?}, the counter in \
-                 the current model has shape []",
-                t.shape()
-            ),
+            crate::io::size_mismatch(name, t.shape(), &[]),
         ));
     }
     let v = t.to_dtype(DType::I32)?;
@@ -401,24 +416,19 @@ fn load<M: Module + ?Sized>(
     class: &str,
 ) -> Result<LoadReport> {
     let op = "load_state_dict";
-    let mut t = Targets {
-        prefix: String::new(),
-        tensors: Vec::new(),
-        counters: Vec::new(),
-    };
-    m.visit(&mut t);
-    let known: HashSet<&str> = t
-        .tensors
+    let mut visitor = Targets::default();
+    m.visit(&mut visitor);
+    let (tensors, counter_names) = visitor.finish();
+    let known: HashSet<&str> = tensors
         .iter()
         .map(|(n, _)| n.as_str())
-        .chain(t.counters.iter().map(String::as_str))
+        .chain(counter_names.iter().map(String::as_str))
         .collect();
     // A counter the source lacks is not missing: it keeps its value, as PyTorch's batch norm
     // fills in `num_batches_tracked` for a state dict without version metadata (a plain
     // dict, such as safetensors gives) before the strict check.
     let mut report = LoadReport {
-        missing: t
-            .tensors
+        missing: tensors
             .iter()
             .map(|(n, _)| n.as_str())
             .filter(|n| !source.contains_key(*n))
@@ -441,7 +451,7 @@ fn load<M: Module + ?Sized>(
     }
     // The counters are read before anything is written, so that a bad one changes nothing.
     let mut counters = HashMap::new();
-    for name in &t.counters {
+    for name in &counter_names {
         if let Some(src) = source.get(name) {
             if let Some(v) = read_counter(name, src)? {
                 counters.insert(name.clone(), v);
@@ -449,7 +459,7 @@ fn load<M: Module + ?Sized>(
         }
     }
     // Checks every shape before copying (non-strict here: the keys were checked above).
-    let targets: Vec<(&str, &Tensor)> = t.tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let targets: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
     crate::io::load_state_dict(&targets, source, false)?;
     m.visit_mut(&mut SetCounters {
         prefix: String::new(),

@@ -315,7 +315,7 @@ pub fn embedding(input: &Tensor, weight: &Tensor, padding_idx: Option<i64>) -> R
         return Err(Error::shape(
             op,
             format!(
-                "weight must be [num_embeddings, embedding_dim], got {:?}",
+                "'weight' must be 2-D ([num_embeddings, embedding_dim]), got {:?}",
                 weight.shape()
             ),
         ));

@@ -347,7 +347,10 @@ pub fn fan_in_and_fan_out(shape: &[usize]) -> Result<(usize, usize)> {
     if shape.len() < 2 {
         return Err(Error::shape(
             "fan_in_and_fan_out",
-            format!("fan in and fan out need at least 2 dims, got shape {shape:?}"),
+            format!(
+                "Fan in and fan out can not be computed for tensor with fewer than 2 \
+                 dimensions (shape {shape:?})"
+            ),
         ));
     }
     // A weight shape (not yet a tensor) may be anything: bounded like a tensor's, the

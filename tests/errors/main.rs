@@ -802,3 +802,22 @@ fn pools_refuse_empty_channels_and_name_the_callers_shape() {
         "{e}"
     );
 }
+
+/// Errors PyTorch's own tests match by their words: test_embedding_scalar_weight_error and
+/// nn.init's fan computation.
+#[test]
+fn embedding_and_init_errors_in_pytorch_words() {
+    let ids = Tensor::from_slice(dev(), &[0i32, 1], &[2]).unwrap();
+    for shape in [&[][..], &[1, 1, 1][..]] {
+        let w = Tensor::ones(dev(), shape, DType::F32).unwrap();
+        let e = msg(&wgtensor::ops::embedding(&ids, &w, None).unwrap_err());
+        assert!(e.contains("'weight' must be 2-D"), "{e}");
+    }
+    let e = wgtensor::ops::xavier_uniform(dev(), &[5], 1.0, DType::F32).unwrap_err();
+    assert!(
+        msg(&e).contains(
+            "Fan in and fan out can not be computed for tensor with fewer than 2 dimensions"
+        ),
+        "{e}"
+    );
+}

@@ -154,3 +154,73 @@ fn a_state_dict_follows_num_batches_tracked() {
     let sd2: std::collections::HashMap<String, Tensor> = bn.state_dict().into_iter().collect();
     assert_eq!(sd2["num_batches_tracked"].to_vec::<i32>().unwrap(), vec![7]);
 }
+
+/// Loading visits a module's own parameters, then its buffers, then its children, whatever
+/// order its fields come in (PyTorch's `_load_from_state_dict` before the recursion): missing
+/// keys are listed in state-dict order and a tied tensor ends with the child's entry.
+#[test]
+fn loading_follows_state_dict_order() {
+    #[derive(Module)]
+    struct Net {
+        head: nn::Linear,
+        tied: Tensor,
+        #[module(buffer)]
+        b: Tensor,
+    }
+    let head = nn::Linear::new(dev(), 2, 2, false).unwrap();
+    let tied = head.weight.clone();
+    let mut net = Net {
+        head,
+        tied,
+        b: Tensor::zeros(dev(), &[1], DType::F32).unwrap(),
+    };
+    let keys: Vec<String> = net.state_dict().into_iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, ["tied", "b", "head.weight"]);
+    let r = net
+        .load_state_dict(&std::collections::HashMap::new(), false)
+        .unwrap();
+    assert_eq!(r.missing, keys);
+    let fill = |v: f64, shape: &[usize]| Tensor::full(dev(), shape, v, DType::F32).unwrap();
+    let src = std::collections::HashMap::from([
+        ("tied".to_string(), fill(1.0, &[2, 2])),
+        ("b".to_string(), fill(2.0, &[1])),
+        ("head.weight".to_string(), fill(3.0, &[2, 2])),
+    ]);
+    net.load_state_dict(&src, true).unwrap();
+    assert_eq!(
+        vals(&net.tied),
+        [3.0; 4],
+        "PyTorch writes the child's entry last"
+    );
+}
+
+/// A size mismatch in PyTorch's words; a counter takes a 0-d or a one-element 1-D entry only.
+#[test]
+fn size_mismatches_in_pytorch_words() {
+    let mut lin = nn::Linear::new(dev(), 2, 2, false).unwrap();
+    let src = std::collections::HashMap::from([(
+        "weight".to_string(),
+        Tensor::zeros(dev(), &[3, 3], DType::F32).unwrap(),
+    )]);
+    let e = lin.load_state_dict(&src, true).unwrap_err().to_string();
+    assert!(
+        e.contains(
+            "size mismatch for weight: copying a param with shape torch.Size([3, 3]) from \
+             checkpoint, the shape in current model is torch.Size([2, 2])."
+        ),
+        "{e}"
+    );
+    let mut bn = nn::BatchNorm1d::new(dev(), 2).unwrap();
+    let mut sd: std::collections::HashMap<String, Tensor> = bn.state_dict().into_iter().collect();
+    for (shape, ok) in [(&[][..], true), (&[1][..], true), (&[1, 1][..], false)] {
+        let n = Tensor::from_slice(dev(), &[5i32], shape).unwrap();
+        sd.insert("num_batches_tracked".to_string(), n);
+        let r = bn.load_state_dict(&sd, true);
+        assert_eq!(r.is_ok(), ok, "{shape:?}: {r:?}");
+        if !ok {
+            let e = r.unwrap_err().to_string();
+            assert!(e.contains("size mismatch for num_batches_tracked: copying a param with shape torch.Size([1, 1])"), "{e}");
+        }
+    }
+    assert_eq!(bn.0.state.borrow().num_batches_tracked, 5);
+}
