@@ -25,18 +25,38 @@ pub(crate) fn promoted(input: &Tensor, target: &Tensor) -> Result<Option<(Tensor
     Ok(Some((input.to_dtype(dt)?, target.to_dtype(dt)?)))
 }
 
+/// [`promoted`], and an integer target of a float input taken in the input's dtype, as the
+/// regression losses PyTorch builds as binary ops (`mse_loss`, `l1_loss`, `smooth_l1_loss`,
+/// `huber_loss`) promote it; the target gets no gradient (it has none to get).
+pub(crate) fn promoted_numeric(
+    input: &Tensor,
+    target: &Tensor,
+) -> Result<Option<(Tensor, Tensor)>> {
+    if input.dtype().is_float() && !target.dtype().is_float() {
+        return Ok(Some((input.clone(), target.to_dtype(input.dtype())?)));
+    }
+    promoted(input, target)
+}
+
+/// Input and target of one shape, device and dtype. A shape mismatch reads as PyTorch's
+/// functional's check for the BCE losses (it raises before any kernel), else as ours.
 pub(crate) fn same_shape(op: &'static str, input: &Tensor, target: &Tensor) -> Result<()> {
     input.same_device(op, target)?;
     input.same_dtype(op, target)?;
-    if input.shape() != target.shape() {
-        return Err(Error::shape(
-            op,
-            format!(
-                "target shape {:?} must match input shape {:?}",
-                target.shape(),
-                input.shape()
+    let (t, i) = (target.shape(), input.shape());
+    if t != i {
+        let msg = match op {
+            "binary_cross_entropy" => format!(
+                "Using a target size (torch.Size({t:?})) that is different to the input size \
+                 (torch.Size({i:?})) is deprecated. Please ensure they have the same size."
             ),
-        ));
+            "binary_cross_entropy_with_logits" => format!(
+                "Target size (torch.Size({t:?})) must be the same as input size \
+                 (torch.Size({i:?}))"
+            ),
+            _ => format!("target shape {t:?} must match input shape {i:?}"),
+        };
+        return Err(Error::shape(op, msg));
     }
     Ok(())
 }
@@ -65,7 +85,7 @@ pub(crate) fn broadcastable(op: &'static str, input: &Tensor, target: &Tensor) -
 /// broadcast, as PyTorch's (which warns when the shapes differ).
 pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
     let op = "mse_loss";
-    if let Some((i, t)) = promoted(input, target)? {
+    if let Some((i, t)) = promoted_numeric(input, target)? {
         return mse_loss(&i, &t, reduction);
     }
     broadcastable(op, input, target)?;
@@ -222,7 +242,8 @@ pub fn cross_entropy_probs(
             return Err(Error::shape(
                 op,
                 format!(
-                    "weight must have shape [{c}] (one per class), got {:?}",
+                    "weight tensor should be defined either for all {c} classes or no classes \
+                     but got weight tensor of shape: {:?}",
                     w.shape()
                 ),
             ));

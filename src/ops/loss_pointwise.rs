@@ -4,7 +4,7 @@
 //! them (a select's gradient takes the branch its value took); binary_cross_entropy,
 //! smooth_l1 and huber record PyTorch's explicit backward instead.
 
-use super::loss::{broadcastable, promoted, reduce, same_shape};
+use super::loss::{broadcastable, promoted, promoted_numeric, reduce, same_shape};
 use super::loss_options::Reduction;
 use super::ScalarOp;
 use crate::autograd::{record, BackwardOp, NoGradGuard};
@@ -25,7 +25,7 @@ use crate::{Error, Result, Tensor};
 /// # Ok(()) }
 /// ```
 pub fn l1_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
-    if let Some((i, t)) = promoted(input, target)? {
+    if let Some((i, t)) = promoted_numeric(input, target)? {
         return l1_loss(&i, &t, reduction);
     }
     broadcastable("l1_loss", input, target)?;
@@ -54,7 +54,7 @@ pub fn smooth_l1_loss(
     if (beta as f32) < f32::MIN_POSITIVE {
         return l1_loss(input, target, reduction);
     }
-    if let Some((i, t)) = promoted(input, target)? {
+    if let Some((i, t)) = promoted_numeric(input, target)? {
         return smooth_l1_loss(&i, &t, reduction, beta);
     }
     broadcastable(op, input, target)?;
@@ -174,7 +174,7 @@ pub fn huber_loss(
     // Mixed float dtypes computed in the promoted one, each element's loss stored in the
     // input's (PyTorch's kernel writes into `empty_like(input)`: an f16 element past 65504 is
     // inf before any mean), then reduced.
-    if let Some((i, t)) = promoted(input, target)? {
+    if let Some((i, t)) = promoted_numeric(input, target)? {
         let loss = huber_loss(&i, &t, Reduction::None, delta)?;
         let loss = match loss.dtype() == input.dtype() {
             true => loss,

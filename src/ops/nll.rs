@@ -91,13 +91,24 @@ fn check(
             (e, s[1], s[2..].iter().product())
         }
     };
-    if target.shape() != expected.as_slice() {
+    let t = target.shape();
+    if t != expected.as_slice() {
+        // PyTorch's checks in its order and words (nll_loss_nd, then nll_loss / nll_loss2d).
+        let msg = if s.len() >= 2 && !t.is_empty() && t[0] != s[0] {
+            format!(
+                "Expected input batch_size ({}) to match target batch_size ({}).",
+                s[0], t[0]
+            )
+        } else if s.len() <= 2 && t.len() > 1 {
+            "0D or 1D target tensor expected, multi-target not supported".to_string()
+        } else if s.len() <= 2 {
+            format!("size mismatch (got input: {s:?}, target: {t:?})")
+        } else {
+            format!("Expected target size {expected:?}, got {t:?}")
+        };
         return Err(Error::shape(
             op,
-            format!(
-                "target shape {:?} must be {expected:?} for input shape {s:?}",
-                target.shape()
-            ),
+            format!("{msg} (target shape {t:?} must be {expected:?} for input shape {s:?})"),
         ));
     }
     if let Some(w) = weight {
@@ -115,7 +126,8 @@ fn check(
             return Err(Error::shape(
                 op,
                 format!(
-                    "weight must have shape [{classes}] (one per class), got {:?}",
+                    "weight tensor should be defined either for all {classes} classes or no \
+                     classes but got weight tensor of shape: {:?}",
                     w.shape()
                 ),
             ));
@@ -305,8 +317,9 @@ pub(crate) fn cross_entropy_indices(
     o: &CrossEntropyOptions,
 ) -> Result<Tensor> {
     let op = "cross_entropy";
-    check(op, input, target, o.weight)?;
+    // Smoothing first, as PyTorch's cross_entropy checks it before nll_loss's shape checks.
     let e = o.check_label_smoothing(op)?;
+    check(op, input, target, o.weight)?;
     let cdim: isize = if input.rank() == 1 { 0 } else { 1 };
     let logp = input.log_softmax(cdim)?;
     let (nll, aux, pr) = nll_parts(op, &logp, target, o.weight, o.ignore_index)?;

@@ -769,3 +769,41 @@ fn nll_mean_f16_sums_in_f32() {
     // log_softmax([-20, 0])[0] = -20 - ln(1 + e^-20): 20 in f16.
     assert_eq!(run(8000, [-20.0, 0.0], true), 20.0);
 }
+
+/// An integer target of the regression losses PyTorch builds as binary ops is promoted to the
+/// input's dtype (test_smoothl1loss_intergral_target): the losses and the input's gradient
+/// equal those of the float target. kl_div refuses integers as PyTorch's ("Integral inputs
+/// not supported").
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn regression_losses_take_integer_targets() {
+    use wgtensor::DType;
+    let dev = crate::common::device();
+    let xv = [0.25f32, -1.5, 2.0, 0.75];
+    let tv = [1i32, -3, 0, 8];
+    let tf: Vec<f32> = tv.iter().map(|&v| v as f32).collect();
+    type Loss = fn(&Tensor, &Tensor, Reduction) -> wgtensor::Result<Tensor>;
+    let losses: [(&str, Loss); 4] = [
+        ("mse", mse_loss),
+        ("l1", l1_loss),
+        ("smooth_l1", |x, t, r| smooth_l1_loss(x, t, r, 0.5)),
+        ("huber", |x, t, r| huber_loss(x, t, r, 1.0)),
+    ];
+    for (name, loss) in losses {
+        for r in [Reduction::None, Reduction::Mean, Reduction::Sum] {
+            let run = |target: Tensor| {
+                let x = t(&xv, &[2, 2]).requires_grad().unwrap();
+                let l = loss(&x, &target, r).unwrap();
+                assert_eq!(l.dtype(), DType::F32, "{name}");
+                let v = l.to_vec::<f32>().unwrap();
+                let g = l.sum_all().unwrap().backward().unwrap();
+                (v, g.get(&x).unwrap().to_vec::<f32>().unwrap())
+            };
+            let int = run(Tensor::from_slice(dev, &tv, &[2, 2]).unwrap());
+            let float = run(t(&tf, &[2, 2]));
+            assert_eq!(int, float, "{name} {r:?}");
+        }
+    }
+    let target = Tensor::from_slice(dev, &tv, &[2, 2]).unwrap();
+    assert!(kl_div(&t(&xv, &[2, 2]), &target, KlDivReduction::Sum, false).is_err());
+}

@@ -821,3 +821,60 @@ fn embedding_and_init_errors_in_pytorch_words() {
         "{e}"
     );
 }
+
+/// Loss errors PyTorch's own tests match by their words (test_nll_loss_mismatched_batch,
+/// _invalid_target_dim, _invalid_weights, test_bce_loss_size_mismatch,
+/// test_cross_entropy_label_smoothing_errors: smoothing is checked before the shapes).
+#[test]
+fn loss_errors_in_pytorch_words() {
+    use wgtensor::ops::{
+        binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, nll_loss,
+        CrossEntropyOptions, NllLossOptions, Reduction,
+    };
+    let ids = |shape: &[usize]| Tensor::zeros(dev(), shape, DType::I32).unwrap();
+    let has = |r: wgtensor::Result<Tensor>, want: &str| {
+        let e = msg(&r.unwrap_err());
+        assert!(e.contains(want), "{e}\nwants: {want}");
+    };
+    let nll = NllLossOptions::default();
+    has(
+        nll_loss(&t(&[10, 3]), &ids(&[3]), &nll),
+        "Expected input batch_size (10) to match target batch_size (3).",
+    );
+    has(
+        nll_loss(&t(&[10, 3]), &ids(&[10, 2]), &nll),
+        "0D or 1D target tensor expected, multi-target not supported",
+    );
+    has(
+        nll_loss(&t(&[2, 3, 4]), &ids(&[2, 5]), &nll),
+        "Expected target size [2, 4], got [2, 5]",
+    );
+    for w in [&[4][..], &[1, 3][..]] {
+        let w = t(w);
+        let o = NllLossOptions {
+            weight: Some(&w),
+            ..Default::default()
+        };
+        has(
+            nll_loss(&t(&[2, 3]), &ids(&[2]), &o),
+            "weight tensor should be defined either for all 3 classes or no classes",
+        );
+    }
+    let o = CrossEntropyOptions {
+        label_smoothing: 1.2,
+        ..Default::default()
+    };
+    has(
+        cross_entropy(&t(&[3, 4]), &ids(&[4]), &o),
+        "label_smoothing must be between 0.0 and 1.0",
+    );
+    has(
+        binary_cross_entropy(&t(&[25]), &t(&[25, 1]), None, Reduction::Mean),
+        "Using a target size (torch.Size([25, 1])) that is different to the input size \
+         (torch.Size([25])) is deprecated",
+    );
+    has(
+        binary_cross_entropy_with_logits(&t(&[25]), &t(&[25, 1]), &Default::default()),
+        "Target size (torch.Size([25, 1])) must be the same as input size (torch.Size([25]))",
+    );
+}
