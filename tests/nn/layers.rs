@@ -531,3 +531,67 @@ fn composed_activations_match_pytorch() {
     let gw = g.get(&w).unwrap().to_vec::<f32>().unwrap();
     assert!((gw[0] - 0.1).abs() < 1e-7 && gw[1] == 1.0, "{gw:?}");
 }
+
+/// PyTorch's convolution of an input without channels (test_conv_empty_channel,
+/// test_conv_backend's empty_channel cases): an empty result with 0 output channels, zero
+/// gradients for the input, the weight and the bias; a weight expecting channels still errors.
+#[test]
+fn convolutions_of_inputs_without_channels() {
+    let d = dev();
+    let c1 = nn::Conv1d::new(
+        d,
+        0,
+        8,
+        2,
+        nn::Conv2dConfig {
+            stride: 2,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let x = Tensor::zeros(d, &[2, 0, 15], DType::F32)
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let y = c1.forward(&x).unwrap();
+    assert_eq!(y.shape(), [2, 0, 7]);
+    let g = y.sum_all().unwrap().backward().unwrap();
+    assert_eq!(g.get(&x).unwrap().shape(), [2, 0, 15]);
+    assert_eq!(g.get(&c1.weight).unwrap().shape(), [8, 0, 2]);
+    let db = g.get(c1.bias.as_ref().unwrap()).unwrap();
+    assert_eq!(vals(db), [0.0; 8]);
+    let c2 = nn::Conv2d::new(
+        d,
+        0,
+        33,
+        3,
+        nn::Conv2dConfig {
+            stride: 2,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let x = Tensor::zeros(d, &[2, 0, 50, 100], DType::F32).unwrap();
+    assert_eq!(c2.forward(&x).unwrap().shape(), [2, 0, 24, 49]);
+    // Grouped, functional, unbatched.
+    let w = Tensor::zeros(d, &[12, 0, 3, 3], DType::F32).unwrap();
+    let o = wgtensor::ops::Conv2dOptions {
+        groups: 3,
+        ..Default::default()
+    };
+    let x = Tensor::zeros(d, &[2, 0, 7, 8], DType::F32).unwrap();
+    assert_eq!(conv2d(&x, &w, None, &o).unwrap().shape(), [2, 0, 5, 6]);
+    let x = Tensor::zeros(d, &[0, 7, 8], DType::F32).unwrap();
+    assert_eq!(conv2d(&x, &w, None, &o).unwrap().shape(), [0, 5, 6]);
+    // A kernel larger than the input, or a weight with channels, still errors.
+    let x = Tensor::zeros(d, &[2, 0, 2, 2], DType::F32).unwrap();
+    assert!(conv2d(&x, &w, None, &o).is_err());
+    let w1 = Tensor::zeros(d, &[8, 1, 3, 3], DType::F32).unwrap();
+    assert!(conv2d(
+        &Tensor::zeros(d, &[2, 0, 7, 8], DType::F32).unwrap(),
+        &w1,
+        None,
+        &Default::default()
+    )
+    .is_err());
+}

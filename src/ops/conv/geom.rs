@@ -374,8 +374,9 @@ impl Geom {
                 ),
             ));
         }
-        // An empty batch or no output channels give an empty result (PyTorch); empty input
-        // channels, spatial dims or kernels have no meaningful convolution.
+        // An empty batch or no output channels give an empty result (PyTorch); so do empty
+        // input channels in the forward, before it gets here (`empty_channels` in mod.rs);
+        // empty spatial dims or kernels have no meaningful convolution.
         if [c, h, w, kh, kw].contains(&0) {
             return Err(Error::shape(
                 op,

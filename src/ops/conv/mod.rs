@@ -148,6 +148,35 @@ fn batched(
     }
 }
 
+/// PyTorch's convolution of an input without channels (its `ConvBackend::Empty`): `x`
+/// `[N, 0, H, W]` with a weight `[O, 0, KH, KW]` gives an empty `[N, 0, OH, OW]` (PyTorch
+/// zeroes the output channels too), the geometry checked as for one channel per group, and
+/// zero gradients for the input, the weight and the bias (composed from views of each, so
+/// autograd gives them). `None` for any other input.
+fn empty_channels(
+    op: &'static str,
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    o: &Conv2dOptions,
+) -> Result<Option<Tensor>> {
+    if x.rank() != 4 || w.rank() != 4 || x.shape()[1] != 0 || w.shape()[1] != 0 {
+        return Ok(None);
+    }
+    check_pair(op, x, w)?;
+    let [n, _, h, wd] = dims4(op, x, "input")?;
+    let [oc, _, kh, kw] = dims4(op, w, "weight")?;
+    let g = Geom::new(op, [n, o.groups.max(1), h, wd], [oc, 1, kh, kw], o)?;
+    check_bias(op, x, bias, g.o)?;
+    let shape = [n, 0, g.oh, g.ow];
+    let empty = |t: &Tensor| t.reshape(&[1, 0, 1, 1])?.broadcast_to(&shape);
+    let mut y = empty(x)?.add(&empty(w)?)?;
+    if let Some(b) = bias {
+        y = y.add(&empty(&b.narrow(0, 0, 0)?)?)?;
+    }
+    Ok(Some(y))
+}
+
 /// The untracked forward of [`conv2d`] (grad.rs records it).
 fn forward_untracked(
     op: &'static str,
