@@ -196,8 +196,39 @@ fn adaptive_pools_with_empty_sizes() {
         .unwrap();
     let y = adaptive_max_pool2d(&x4, [0, 3]).unwrap();
     assert_eq!(y.shape(), &[1, 2, 0, 3]);
-    let g = y.sum_all().unwrap().backward().unwrap();
-    assert_eq!(vals(g.get(&x4).unwrap()), vec![0.0; 32]);
+    // PyTorch's adaptive pooling backward refuses an empty non-batch dim
+    // (test_adaptive_pooling_empty_output_size); (1, 1) is a mean, whose backward does not.
+    let refused = |y: Tensor| {
+        let e = y.sum_all().unwrap().backward().unwrap_err().to_string();
+        assert!(
+            e.contains("Expected grad_output to have non-zero size for non-batch dimensions"),
+            "{e}"
+        );
+    };
+    refused(y);
+    refused(adaptive_avg_pool2d(&x4, [0, 0]).unwrap());
+    refused(adaptive_avg_pool1d(&x4.reshape(&[2, 16]).unwrap(), 0).unwrap());
+    let c0 = c0.requires_grad().unwrap();
+    refused(adaptive_avg_pool2d(&c0, [2, 2]).unwrap());
+    let g = adaptive_avg_pool2d(&c0, [1, 1])
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert_eq!(g.get(&c0).unwrap().shape(), [1, 0, 4, 4]);
+    // An empty batch is no empty non-batch dim: zero gradients.
+    let n0 = Tensor::zeros(dev(), &[0, 2, 4, 4], f32)
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let g = adaptive_max_pool2d(&n0, [2, 2])
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert_eq!(g.get(&n0).unwrap().shape(), [0, 2, 4, 4]);
     let (v, i) = adaptive_max_pool2d_with_indices(&x4, [2, 0]).unwrap();
     assert_eq!(
         (v.shape(), i.shape()),

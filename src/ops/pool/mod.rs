@@ -14,6 +14,7 @@ use launch::{adaptive_window, avg_window, indices_untracked, max_window, run, PO
 pub use launch::{params_layout, pool_variants};
 pub use options::{AvgPool1dOptions, AvgPool2dOptions, MaxPool1dOptions, MaxPool2dOptions};
 
+use crate::autograd::{record, records, BackwardOp};
 use crate::{Error, Result, Tensor};
 
 /// Lifts a 1-D input ([N, C, L] or [C, L]) to 2-D with H = 1.
@@ -94,7 +95,12 @@ pub fn adaptive_avg_pool2d(x: &Tensor, output_size: [usize; 2]) -> Result<Tensor
         let m = m.narrow(-1, 0usize, output_size[1].min(1))?;
         let mut shape = x.shape()[..x.rank() - 2].to_vec();
         shape.extend(output_size);
-        return m.broadcast_to(&shape)?.contiguous();
+        let y = m.broadcast_to(&shape)?.contiguous()?;
+        // (1, 1) is PyTorch's mean, whose backward takes empty gradients.
+        return match output_size {
+            [1, 1] => Ok(y),
+            _ => refuse_empty_backward("adaptive_avg_pool2d_backward", x, y),
+        };
     }
     let (win, out) = adaptive_window(op, x, output_size, POOL_AVG)?;
     let s = x.shape();
@@ -149,7 +155,50 @@ fn max_output_empty(x: &Tensor, output_size: [usize; 2]) -> Option<Result<Tensor
     }
     let mut shape = x.shape()[..r - 2].to_vec();
     shape.extend(output_size);
-    Some(x.narrow(-1, 0usize, 0usize).and_then(|e| e.reshape(&shape)))
+    let y = x.narrow(-1, 0usize, 0usize).and_then(|e| e.reshape(&shape));
+    Some(y.and_then(|y| refuse_empty_backward("adaptive_max_pool2d_backward", x, y)))
+}
+
+/// An adaptive pool's empty result `y` of `x`, recorded (when `x` is tracked and `y` has an
+/// empty non-batch dim) by a node whose backward refuses, as PyTorch's adaptive pooling
+/// backward kernels do (`adaptive_pool_empty_output_check`); otherwise `y` as it is.
+fn refuse_empty_backward(op: &'static str, x: &Tensor, y: Tensor) -> Result<Tensor> {
+    let shape = y.shape().to_vec();
+    match (1..shape.len()).find(|&i| shape[i] == 0) {
+        Some(dim) if records([x]) => Ok(record(y.detach(), &[x], |_| {
+            Box::new(EmptyOutputBackward { op, shape, dim })
+        })),
+        _ => Ok(y),
+    }
+}
+
+/// See [`refuse_empty_backward`].
+struct EmptyOutputBackward {
+    op: &'static str,
+    shape: Vec<usize>,
+    dim: usize,
+}
+
+impl BackwardOp for EmptyOutputBackward {
+    fn name(&self) -> &'static str {
+        self.op
+    }
+    fn backward(&self, grads: &[Option<Tensor>], needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+        if grads.iter().all(Option::is_none) {
+            return Ok(vec![None; needs.len()]);
+        }
+        Err(Error::shape(
+            self.op,
+            format!(
+                "Expected grad_output to have non-zero size for non-batch dimensions, but \
+                 grad_output has sizes {:?} with dimension {} being empty",
+                self.shape, self.dim
+            ),
+        ))
+    }
+    fn saved(&self) -> Vec<&Tensor> {
+        Vec::new()
+    }
 }
 
 /// Gradient of [`adaptive_max_pool2d`].
