@@ -426,7 +426,7 @@ mod native {
         };
         let e = max_pool2d(&z, &dil).unwrap_err().to_string();
         assert!(
-            e.contains("pad should be at most half of kernel size"),
+            e.contains("pad should be smaller than or equal to half of kernel size"),
             "{e}"
         );
     }

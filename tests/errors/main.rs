@@ -878,3 +878,91 @@ fn loss_errors_in_pytorch_words() {
         "Target size (torch.Size([25, 1])) must be the same as input size (torch.Size([25]))",
     );
 }
+
+/// Convolution and pooling errors PyTorch's own tests match by their words
+/// (test_invalid_conv1d/2d, test_mismatch_shape_conv2d, test_conv_empty_channel,
+/// test_pooling_zero_stride, test_AvgPool2d_empty, error_inputs_max_pool2d).
+#[test]
+fn conv_and_pool_errors_in_pytorch_words() {
+    use wgtensor::ops::{
+        avg_pool2d, conv1d, conv2d, max_pool1d, max_pool2d, AvgPool2dOptions, Conv1dOptions,
+        Conv2dOptions, MaxPool1dOptions, MaxPool2dOptions,
+    };
+    let has = |r: wgtensor::Result<Tensor>, want: &str| {
+        let e = msg(&r.unwrap_err());
+        assert!(e.contains(want), "{e}\nwants: {want}");
+    };
+    let c1 = Conv1dOptions::default();
+    has(
+        conv1d(&t(&[1, 3, 4]), &t(&[33, 3, 10]), None, &c1),
+        "Calculated padded input size per channel: (4). Kernel size: (10). Kernel size can't be \
+         greater than actual input size",
+    );
+    has(
+        conv2d(
+            &t(&[1, 1, 4, 4]),
+            &t(&[1, 1, 5, 3]),
+            None,
+            &Default::default(),
+        ),
+        "Calculated padded input size per channel: (4 x 4). Kernel size: (5 x 3).",
+    );
+    has(
+        conv2d(
+            &t(&[1, 10, 1, 28, 28]),
+            &t(&[2, 10, 3, 3]),
+            None,
+            &Default::default(),
+        ),
+        "Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of size: \
+         [1, 10, 1, 28, 28]",
+    );
+    has(
+        conv1d(&t(&[2, 1, 15]), &t(&[8, 3, 2]), None, &c1),
+        "Given groups=1, weight of size [8, 3, 2], expected input[2, 1, 15] to have 3 \
+         channels, but got 1 channels instead",
+    );
+    let strided = Conv2dOptions {
+        stride: [0, 1],
+        ..Default::default()
+    };
+    has(
+        conv2d(&t(&[1, 1, 4, 4]), &t(&[1, 1, 3, 3]), None, &strided),
+        "non-positive stride is not supported",
+    );
+    let x = t(&[1, 2, 8, 8]);
+    has(
+        max_pool2d(
+            &x,
+            &MaxPool2dOptions {
+                stride: Some([0, 0]),
+                ..MaxPool2dOptions::new(2)
+            },
+        ),
+        "stride should not be zero",
+    );
+    has(
+        max_pool1d(
+            &t(&[1, 2, 8]),
+            &MaxPool1dOptions {
+                stride: Some(0),
+                ..MaxPool1dOptions::new(2)
+            },
+        ),
+        "stride should not be zero",
+    );
+    has(
+        max_pool2d(
+            &x,
+            &MaxPool2dOptions {
+                padding: [4, 4],
+                ..MaxPool2dOptions::new(2)
+            },
+        ),
+        "pad should be at most half of effective kernel size",
+    );
+    has(
+        avg_pool2d(&t(&[16, 0, 20, 32]), &AvgPool2dOptions::new(2)),
+        "Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for input",
+    );
+}

@@ -321,17 +321,34 @@ impl Geom {
             ],
         )?;
         if g == 0 {
-            return Err(Error::arg(op, "groups must be at least 1, got 0"));
+            return Err(Error::arg(
+                op,
+                "non-positive groups is not supported: groups must be at least 1, got 0",
+            ));
         }
         if o.stride.contains(&0) || o.dilation.contains(&0) {
+            // PyTorch's words first (its check_shape_forward).
+            let what = match o.stride.contains(&0) {
+                true => "non-positive stride is not supported",
+                false => "dilation should be greater than zero",
+            };
             return Err(Error::arg(
                 op,
                 format!(
-                    "stride {:?} and dilation {:?} must be at least 1",
+                    "{what}: stride {:?} and dilation {:?} must be at least 1",
                     o.stride, o.dilation
                 ),
             ));
         }
+        // A forward convolution's errors start as PyTorch's (check_shape_forward), with the
+        // caller's shapes: a 1-D one arrives as [n, c, 1, l].
+        let forward = matches!(op, "conv1d" | "conv2d");
+        let caller = |s: [usize; 4]| -> Vec<usize> {
+            match op {
+                "conv1d" => vec![s[0], s[1], s[3]],
+                _ => s.to_vec(),
+            }
+        };
         if c % g != 0 {
             return Err(Error::arg(
                 op,
@@ -347,14 +364,17 @@ impl Geom {
         if cw != c / g {
             // Name the input first: the usual mistake is the input's layout, not the weight.
             // 1-D convolutions arrive as [n, c, 1, l].
-            let hint = if x[3] == cw.saturating_mul(g) && x[2] == 1 {
+            let expects = cw.saturating_mul(g);
+            let hint = if expects == 0 {
+                String::new()
+            } else if x[3] == expects && x[2] == 1 {
                 format!(
                     "; if the input is channels-last ({} channels in its last dim), \
                      convolutions take channels first: .permute(&[0, 2, 1]) for [N, L, C], \
                      .permute(&[0, 3, 1, 2]) for [N, H, W, C]",
                     x[3]
                 )
-            } else if x[3] == cw.saturating_mul(g) {
+            } else if x[3] == expects {
                 format!(
                     "; the input looks channels-last (NHWC, {} channels in its last dim): \
                      convolutions take NCHW, so permute it with .permute(&[0, 3, 1, 2])",
@@ -363,14 +383,22 @@ impl Geom {
             } else {
                 String::new()
             };
+            let pytorch = match forward {
+                true => format!(
+                    "Given groups={g}, weight of size {:?}, expected input{:?} to have {expects} \
+                     channels, but got {c} channels instead: ",
+                    caller(wshape),
+                    caller(x)
+                ),
+                false => String::new(),
+            };
             return Err(Error::shape(
                 op,
                 format!(
-                    "input {x:?} has {c} channels in dim 1 (the layout is N, C, ...): weight \
-                     {wshape:?} must have in_channels / groups = {c} / {g} = {} in dim 1, got \
-                     {cw} (it expects inputs of {} channels){hint}",
+                    "{pytorch}input {x:?} has {c} channels in dim 1 (the layout is N, C, ...): \
+                     weight {wshape:?} must have in_channels / groups = {c} / {g} = {} in dim \
+                     1, got {cw} (it expects inputs of {expects} channels){hint}",
                     c / g,
-                    cw.saturating_mul(g)
                 ),
             ));
         }
@@ -389,10 +417,32 @@ impl Geom {
         let oh = out_len(h, p.top + p.bottom, kh, o.stride[0], o.dilation[0]);
         let ow = out_len(w, p.left + p.right, kw, o.stride[1], o.dilation[1]);
         let (Some(oh), Some(ow)) = (oh, ow) else {
+            let pytorch = match forward {
+                true => {
+                    // Padded input and dilated kernel, " x "-separated as PyTorch's.
+                    let padded = [h + p.top + p.bottom, w + p.left + p.right];
+                    let dilated = [
+                        (kh - 1).saturating_mul(o.dilation[0]).saturating_add(1),
+                        (kw - 1).saturating_mul(o.dilation[1]).saturating_add(1),
+                    ];
+                    let show = |v: [usize; 2]| match op {
+                        "conv1d" => v[1].to_string(),
+                        _ => format!("{} x {}", v[0], v[1]),
+                    };
+                    format!(
+                        "Calculated padded input size per channel: ({}). Kernel size: ({}). \
+                         Kernel size can't be greater than actual input size; ",
+                        show(padded),
+                        show(dilated)
+                    )
+                }
+                false => String::new(),
+            };
             return Err(Error::shape(
                 op,
                 format!(
-                    "output size would be <= 0: input {h}x{w} padded by {p:?}, kernel {kh}x{kw} with dilation {:?}",
+                    "{pytorch}output size would be <= 0: input {h}x{w} padded by {p:?}, kernel \
+                     {kh}x{kw} with dilation {:?}",
                     o.dilation
                 ),
             ));

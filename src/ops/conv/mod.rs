@@ -140,9 +140,11 @@ fn batched(
         Err(Error::shape(
             op,
             format!(
-                "input must be {rank}-D {layout} or {}-D {unbatched} (unbatched), got shape {:?}",
+                "Expected {}D (unbatched) or {rank}D (batched) input to {op}, but got input of \
+                 size: {:?}; input must be {rank}-D {layout} or {}-D {unbatched} (unbatched)",
                 rank - 1,
-                x.shape()
+                x.shape(),
+                rank - 1,
             ),
         ))
     }

@@ -107,7 +107,10 @@ fn planes_2d(op: &'static str, x: &Tensor) -> Result<(usize, usize, usize, Vec<u
         _ => {
             return Err(Error::shape(
                 op,
-                format!("expected a 3-D [C, H, W] or 4-D [N, C, H, W] input, got shape {s:?}"),
+                format!(
+                    "Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for \
+                     input, but got: {s:?} (a 3-D [C, H, W] or 4-D [N, C, H, W] input)"
+                ),
             ))
         }
     };
@@ -117,8 +120,9 @@ fn planes_2d(op: &'static str, x: &Tensor) -> Result<(usize, usize, usize, Vec<u
         return Err(Error::shape(
             op,
             format!(
-                "expected non-empty channel and spatial dims (only the batch may be empty), got \
-                 input shape {s:?}"
+                "Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for \
+                 input, but got: {s:?} (non-empty channel and spatial dims: only the batch may \
+                 be empty)"
             ),
         ));
     }
@@ -141,25 +145,46 @@ fn check_regular(
             ));
         }
     }
-    if k.contains(&0) || s.contains(&0) || d.contains(&0) {
+    // PyTorch's words, in the order of its checks (pooling_output_shape, then
+    // pool2d_shape_check).
+    let zero = if s.contains(&0) {
+        Some("stride should not be zero")
+    } else if k.contains(&0) {
+        Some("kernel size should be greater than zero")
+    } else if d.contains(&0) {
+        Some("dilation should be greater than zero")
+    } else {
+        None
+    };
+    if let Some(what) = zero {
         return Err(Error::arg(
             op,
-            format!("kernel_size {k:?}, stride {s:?} and dilation {d:?} must be greater than zero"),
+            format!(
+                "{what}: kernel_size {k:?}, stride {s:?} and dilation {d:?} must be greater \
+                 than zero"
+            ),
         ));
     }
     // PyTorch checks both pad <= effective kernel / 2 and (pool2d_shape_check,
     // max_pool1d) pad <= kernel / 2: the second is the stricter with dilation.
-    for a in 0..2 {
-        if p[a] > k[a] / 2 {
-            return Err(Error::arg(
-                op,
-                format!(
-                    "pad should be at most half of kernel size, but got pad={:?}, \
-                     kernel_size={k:?} and dilation={d:?}",
-                    p
-                ),
-            ));
-        }
+    let effective = |a: usize| (k[a] - 1).saturating_mul(d[a]).saturating_add(1);
+    if (0..2).any(|a| p[a] > effective(a) / 2) {
+        return Err(Error::arg(
+            op,
+            format!(
+                "pad should be at most half of effective kernel size, but got pad={p:?}, \
+                 kernel_size={k:?} and dilation={d:?}"
+            ),
+        ));
+    }
+    if (0..2).any(|a| p[a] > k[a] / 2) {
+        return Err(Error::arg(
+            op,
+            format!(
+                "pad should be smaller than or equal to half of kernel size, but got \
+                 pad={p:?}, kernel_size={k:?} and dilation={d:?}"
+            ),
+        ));
     }
     Ok(())
 }

@@ -24,8 +24,9 @@ fn lift_1d(op: &'static str, x: &Tensor) -> Result<Tensor> {
         2 | 3 if x.shape()[x.rank() - 2..].contains(&0) => Err(Error::shape(
             op,
             format!(
-                "expected non-empty channel and length dims (only the batch may be empty), got \
-                 input shape {:?}",
+                "Expected 2D or 3D (batch mode) tensor with optional 0 dim batch size for \
+                 input, but got: {:?} (non-empty channel and length dims: only the batch may \
+                 be empty)",
                 x.shape()
             ),
         )),
