@@ -225,7 +225,7 @@ impl Layout {
                 return Err(Error::arg(
                     op,
                     format!(
-                        "range {start}..{start}+{len} is out of bounds for dim {d} of size {}",
+                        "start ({start}) + length ({len}) exceeds dimension size ({}).",
                         self.shape[d]
                     ),
                 ))
@@ -251,14 +251,22 @@ impl Layout {
         Ok(l)
     }
 
-    /// Expanded to `shape` by numpy broadcasting (stride 0 on stretched and new leading dims).
+    /// Expanded to `shape` by numpy broadcasting: stride 0 on stretched dims; a new leading dim
+    /// of size 1 takes the stride `unsqueeze` would give it (PyTorch's `inferExpandGeometry`),
+    /// a stretched new one 0.
     /// Errors with [`Error::Shape`] when the shapes do not broadcast.
     pub fn broadcast_to(&self, shape: &[usize]) -> Result<Layout> {
         let op = "broadcast_to";
         if shape.len() < self.rank() {
             return Err(Error::shape(
                 op,
-                format!("cannot broadcast {:?} to lower rank {shape:?}", self.shape),
+                format!(
+                    "cannot broadcast {:?} to lower rank {shape:?}: the number of sizes provided \
+                     ({}) must be greater or equal to the number of dimensions in the tensor ({})",
+                    self.shape,
+                    shape.len(),
+                    self.rank()
+                ),
             ));
         }
         let lead = shape.len() - self.rank();
@@ -272,9 +280,24 @@ impl Layout {
             } else {
                 return Err(Error::shape(
                     op,
-                    format!("cannot broadcast {:?} to {shape:?}", self.shape),
+                    format!(
+                        "The expanded size of the tensor ({}) must match the existing size ({d}) \
+                         at non-singleton dimension {}.  Target sizes: {shape:?}.  Tensor \
+                         sizes: {:?}",
+                        shape[lead + i],
+                        lead + i,
+                        self.shape
+                    ),
                 ));
             };
+        }
+        for i in (0..lead).rev() {
+            if shape[i] == 1 {
+                strides[i] = match shape.get(i + 1) {
+                    Some(&next) => next.saturating_mul(strides[i + 1]),
+                    None => 1,
+                };
+            }
         }
         Ok(Layout {
             shape: shape.to_vec(),
@@ -283,16 +306,20 @@ impl Layout {
         })
     }
 
-    /// A reshaped view, or `None` when the data is not contiguous (the caller copies first).
-    /// The element count of `shape` is not checked here: it must equal [`Layout::numel`], as
+    /// A reshaped view, or `None` when no strides describe the result over this data (the
+    /// caller copies first): contiguous data always reshapes, strided data when every run of
+    /// dims the new shape splits or merges is itself contiguous (PyTorch's `computeStride`, so
+    /// `reshape` and `flatten` return views exactly where PyTorch's do). The element count of
+    /// `shape` is not checked here: it must equal [`Layout::numel`], as
     /// [`Tensor::reshape`](crate::Tensor::reshape) checks before it calls this.
     pub fn reshape(&self, shape: &[usize]) -> Option<Layout> {
-        if !self.is_contiguous() {
-            return None;
-        }
+        let strides = match self.is_contiguous() {
+            true => contiguous_strides(shape),
+            false => view_strides(&self.shape, &self.strides, shape)?,
+        };
         Some(Layout {
             shape: shape.to_vec(),
-            strides: contiguous_strides(shape),
+            strides,
             offset: self.offset,
         })
     }
@@ -337,4 +364,57 @@ pub(crate) fn pack_dims(v: &[usize]) -> [u32; MAX_RANK] {
         *o = x as u32;
     }
     out
+}
+
+/// PyTorch's `computeStride`: strides viewing data of `old_shape` / `old_strides` as
+/// `new_shape` (same element count), or `None` when a run of old dims the new shape splits or
+/// merges is not contiguous within itself. Walks the old dims from the last in chunks of
+/// mutually contiguous dims and lays the new dims over each chunk.
+fn view_strides(
+    old_shape: &[usize],
+    old_strides: &[usize],
+    new_shape: &[usize],
+) -> Option<Vec<usize>> {
+    if old_shape.is_empty() {
+        return Some(vec![1; new_shape.len()]);
+    }
+    let numel: usize = old_shape.iter().product();
+    if numel == 0 && old_shape == new_shape {
+        return Some(old_strides.to_vec());
+    }
+    let mut strides = vec![0usize; new_shape.len()];
+    if numel == 0 {
+        // Any strides view no data: the contiguous ones (sizes of 0 counted as 1).
+        let mut s = 1usize;
+        for d in (0..new_shape.len()).rev() {
+            strides[d] = s;
+            s = s.saturating_mul(new_shape[d].max(1));
+        }
+        return Some(strides);
+    }
+    let mut view_d = new_shape.len() as isize - 1;
+    let mut base = *old_strides.last()?;
+    let (mut tensor_numel, mut view_numel) = (1usize, 1usize);
+    for tensor_d in (0..old_shape.len()).rev() {
+        tensor_numel *= old_shape[tensor_d];
+        let chunk_ends = tensor_d == 0
+            || (old_shape[tensor_d - 1] != 1
+                && old_strides[tensor_d - 1] != tensor_numel.saturating_mul(base));
+        if chunk_ends {
+            while view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d as usize] == 1) {
+                strides[view_d as usize] = view_numel.saturating_mul(base);
+                view_numel *= new_shape[view_d as usize];
+                view_d -= 1;
+            }
+            if view_numel != tensor_numel {
+                return None;
+            }
+            if tensor_d > 0 {
+                base = old_strides[tensor_d - 1];
+                tensor_numel = 1;
+                view_numel = 1;
+            }
+        }
+    }
+    (view_d == -1).then_some(strides)
 }

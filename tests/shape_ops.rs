@@ -729,3 +729,61 @@ fn strides_and_split_errors() {
         "{e}"
     );
 }
+
+/// reshape and flatten return views wherever strides describe the result, as PyTorch's
+/// (test_view_ops' test_reshape and test_flatten_view); where none do they copy; broadcasting
+/// gives a new leading dim of size 1 the stride unsqueeze would (test_expand).
+#[test]
+fn reshape_views_strided_data_where_pytorch_does() {
+    let (x, xv) = ramp(&[4, 4, 4], 0.0);
+    // x[:, 0, :]: [4, 4] with strides [16, 1].
+    let y = x.narrow(1, 0, 1).unwrap().squeeze(1).unwrap();
+    let r = y.reshape(&[2, 2, 4]).unwrap();
+    assert!(r.shares_storage(&y));
+    let want: Vec<f32> = (0..4)
+        .flat_map(|i| xv[16 * i..16 * i + 4].to_vec())
+        .collect();
+    assert_eq!(vals(&r), want);
+    assert_eq!(
+        vals(&y.reshape(&[16]).unwrap()),
+        want,
+        "a copy where no view fits"
+    );
+    assert!(!y.reshape(&[16]).unwrap().shares_storage(&y));
+    let (t, tv) = ramp(&[1, 2, 3, 4], 0.0);
+    let t = t.transpose(2, 3).unwrap();
+    let v = t.flatten(0, 1).unwrap();
+    assert!(v.shares_storage(&t));
+    assert_eq!(v.shape(), [2, 4, 3]);
+    let want: Vec<f32> = (0..2)
+        .flat_map(|b| (0..4).flat_map(move |j| (0..3).map(move |i| (b, i, j))))
+        .map(|(b, i, j)| tv[b * 12 + i * 4 + j])
+        .collect();
+    assert_eq!(vals(&v), want);
+    wgtensor::no_grad(|| {
+        v.copy_from(&Tensor::ones(dev(), v.shape(), DType::F32).unwrap())
+            .unwrap()
+    });
+    assert_eq!(
+        vals(&t),
+        vec![1.0; 24],
+        "a write through the view reaches the base"
+    );
+    // Merging dims that are not contiguous together copies: the transposed 2-D plane.
+    let (p, pv) = ramp(&[3, 4], 0.0);
+    let pt = p.transpose(0, 1).unwrap();
+    let flat = pt.reshape(&[12]).unwrap();
+    assert!(!flat.shares_storage(&pt));
+    let want: Vec<f32> = (0..4)
+        .flat_map(|j| (0..3).map(move |i| i * 4 + j))
+        .map(|k| pv[k])
+        .collect();
+    assert_eq!(vals(&flat), want);
+    let s = Tensor::zeros(dev(), &[5], DType::F32).unwrap();
+    let e = s.broadcast_to(&[1, 1, 5]).unwrap();
+    assert_eq!(
+        e.strides(),
+        s.unsqueeze(0).unwrap().unsqueeze(1).unwrap().strides()
+    );
+    assert_eq!(s.broadcast_to(&[2, 1, 5]).unwrap().strides(), [0, 5, 1]);
+}
