@@ -361,9 +361,9 @@ impl Tensor {
             return Err(Error::shape(
                 op,
                 format!(
-                    "cannot reshape {:?} ({} elements) to {shape:?}",
-                    self.shape(),
-                    self.numel()
+                    "shape '{shape:?}' is invalid for input of size {} (shape {:?})",
+                    self.numel(),
+                    self.shape()
                 ),
             ));
         }
@@ -446,7 +446,8 @@ impl Tensor {
             return Err(Error::arg(
                 op,
                 format!(
-                    "start {s} is out of range for dim {d} of size {size} (expected {}..={size})",
+                    "start out of range (expected to be in range of [{}, {size}], but got {s}) \
+                     (dim {d})",
                     -size
                 ),
             ));

@@ -224,7 +224,7 @@ fn load_state_dict_copies_in_place() {
         e.to_string()
             .contains("size mismatch for features.0.weight")
             && e.to_string()
-                .contains("from checkpoint, the shape in current model is [8, 9]"),
+                .contains("from checkpoint, the shape in current model is torch.Size([8, 9])"),
         "{e}"
     );
     // A source on another device is refused up front, naming the key, before any copy (it

@@ -240,10 +240,27 @@ impl MultiheadAttention {
             || key.rank() != query.rank()
             || value.rank() != query.rank()
         {
+            // PyTorch's words first (its _mha_shape_check).
+            let (q, k, v) = (query.rank(), key.rank(), value.rank());
+            let pytorch = match q {
+                3 => format!(
+                    "For batched (3-D) `query`, expected `key` and `value` to be 3-D but found \
+                     {k}-D and {v}-D tensors respectively"
+                ),
+                2 => format!(
+                    "For unbatched (2-D) `query`, expected `key` and `value` to be 2-D but \
+                     found {k}-D and {v}-D tensors respectively"
+                ),
+                _ => format!(
+                    "query should be unbatched 2D or batched 3D tensor but received {q}-D query \
+                     tensor"
+                ),
+            };
             return Err(Error::shape(
                 OP,
                 format!(
-                    "query, key and value should all be 3-D (batched) or all 2-D (unbatched), got query {:?}, key {:?}, value {:?}",
+                    "{pytorch}: query, key and value should all be 3-D (batched) or all 2-D \
+                     (unbatched), got query {:?}, key {:?}, value {:?}",
                     query.shape(),
                     key.shape(),
                     value.shape()
@@ -461,10 +478,26 @@ impl MultiheadAttention {
         let t = mask_tensor(m);
         let want: &[usize] = if batched { &[n, s] } else { &[s] };
         if t.shape() != want {
+            let pytorch = match (t.rank() == want.len(), batched) {
+                (false, true) => format!(
+                    "For batched (3-D) `query`, expected `key_padding_mask` to be `None` or 2-D \
+                     but found {}-D tensor instead",
+                    t.rank()
+                ),
+                (false, false) => format!(
+                    "For unbatched (2-D) `query`, expected `key_padding_mask` to be `None` or \
+                     1-D but found {}-D tensor instead",
+                    t.rank()
+                ),
+                (true, _) => format!(
+                    "expecting key_padding_mask shape of {want:?}, but got {:?}",
+                    t.shape()
+                ),
+            };
             return Err(Error::shape(
                 OP,
                 format!(
-                    "expected key_padding_mask of shape {want:?} ({}), got {:?}",
+                    "{pytorch}: expected key_padding_mask of shape {want:?} ({}), got {:?}",
                     if batched {
                         "[N, S]"
                     } else {
@@ -492,10 +525,34 @@ impl MultiheadAttention {
         let nh = if batched { n * h } else { h };
         let ok = t.shape() == [l, s] || t.shape() == [nh, l, s];
         if !ok {
+            let ts = t.shape();
+            let which = if batched {
+                "batched (3-D)"
+            } else {
+                "unbatched (2-D)"
+            };
+            let pytorch = match t.rank() {
+                2 => format!(
+                    "The shape of the 2D attn_mask is torch.Size({ts:?}), but should be ({l}, \
+                     {s})."
+                ),
+                3 if batched => format!(
+                    "The shape of the 3D attn_mask is torch.Size({ts:?}), but should be ({nh}, \
+                     {l}, {s})."
+                ),
+                3 => format!(
+                    "Expected `attn_mask` shape to be ({nh}, {l}, {s}) but got \
+                     torch.Size({ts:?})"
+                ),
+                r => format!(
+                    "For {which} `query`, expected `attn_mask` to be `None`, 2-D or 3-D but \
+                     found {r}-D tensor instead"
+                ),
+            };
             return Err(Error::shape(
                 OP,
                 format!(
-                    "expected attn_mask of shape [{l}, {s}] (L, S) or [{nh}, {l}, {s}] ({}), got {:?}",
+                    "{pytorch}: expected attn_mask of shape [{l}, {s}] (L, S) or [{nh}, {l}, {s}] ({}), got {:?}",
                     if batched { "N * num_heads, L, S" } else { "num_heads, L, S" },
                     t.shape()
                 ),

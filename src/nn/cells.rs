@@ -27,19 +27,18 @@ impl CellParams {
         bias: bool,
     ) -> Result<CellParams> {
         let layer = cell_name(kind);
-        if hidden_size == 0 {
-            return Err(Error::arg(
-                layer,
-                "hidden_size must be greater than zero, got 0",
-            ));
-        }
         let g = kind.gates().checked_mul(hidden_size).ok_or_else(|| {
             Error::size(
                 layer,
                 format!("hidden_size {hidden_size} overflows the gate count"),
             )
         })?;
-        let k = 1.0 / (hidden_size as f64).sqrt();
+        // PyTorch's RNNCellBase takes a hidden size of 0 (its bound is then 0; the
+        // parameters are empty and the cell's output is [B, 0]).
+        let k = match hidden_size {
+            0 => 0.0,
+            h => 1.0 / (h as f64).sqrt(),
+        };
         // Tracked parameters, as every layer's.
         let t = |shape: &[usize]| uniform(dev, shape, -k, k, DType::F32)?.requires_grad();
         let (w_ih, w_hh) = (t(&[g, input_size])?, t(&[g, hidden_size])?);

@@ -98,7 +98,7 @@ fn index_along(x: &Tensor, op: &'static str, code: u32, dim: usize) -> Result<Te
         return Err(Error::shape(
             op,
             format!(
-                "cannot take {op} of dim {dim} of size 0 (shape {:?})",
+                "Expected reduction dim {dim} to have non-zero size (shape {:?})",
                 x.shape()
             ),
         ));

@@ -135,7 +135,7 @@ impl Tensor {
                 ReduceOp::Max | ReduceOp::Min => Err(Error::size(
                     name,
                     format!(
-                        "expected reduction dim {d} to have non-zero size (input shape {:?})",
+                        "Expected reduction dim {d} to have non-zero size (input shape {:?})",
                         self.shape()
                     ),
                 )),

@@ -14,7 +14,10 @@ impl Tensor {
                 Layout::normalize_dim(op, d, 1)?;
             }
             if dims.len() > 1 {
-                return Err(Error::arg(op, format!("dims {dims:?} repeat a dim")));
+                return Err(Error::arg(
+                    op,
+                    format!("dim 0 appears multiple times in the list of dims {dims:?}"),
+                ));
             }
             return Ok(Vec::new());
         }
@@ -26,10 +29,14 @@ impl Tensor {
             .map(|&d| Layout::normalize_dim(op, d, self.rank()))
             .collect::<Result<Vec<_>>>()?;
         ds.sort_unstable_by(|a, b| b.cmp(a));
-        let n = ds.len();
-        ds.dedup();
-        if ds.len() != n {
-            return Err(Error::arg(op, format!("dims {dims:?} repeat a dim")));
+        if let Some(w) = ds.windows(2).find(|w| w[0] == w[1]) {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "dim {} appears multiple times in the list of dims {dims:?}",
+                    w[0]
+                ),
+            ));
         }
         Ok(ds)
     }

@@ -247,7 +247,8 @@ impl Tensor {
             return Err(Error::arg(
                 op,
                 format!(
-                    "start_dim {start} comes after end_dim {end} (rank {})",
+                    "flatten() has invalid args: start_dim cannot come after end_dim (start_dim \
+                     {start}, end_dim {end}, rank {})",
                     self.rank()
                 ),
             ));
@@ -284,9 +285,15 @@ pub(crate) fn resolve_shape(op: &'static str, dims: &[i128], numel: usize) -> Re
     }
     if let Some(i) = infer {
         let n = numel as i128;
-        if known == 0 || n % known != 0 {
+        if known == 0 {
             return Err(bad(format!(
-                "shape {dims:?} is invalid for input of size {numel}"
+                "shape '{dims:?}' is invalid for input of size {numel} because the unspecified \
+                 dimension size -1 can be any value and is ambiguous"
+            )));
+        }
+        if n % known != 0 {
+            return Err(bad(format!(
+                "shape '{dims:?}' is invalid for input of size {numel}"
             )));
         }
         out[i] = usize::try_from(n / known).map_err(|_| bad(format!("{dims:?} overflows")))?;

@@ -966,3 +966,107 @@ fn conv_and_pool_errors_in_pytorch_words() {
         "Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for input",
     );
 }
+
+/// View, reduction, recurrent and attention errors PyTorch's own tests match by their words
+/// (test_flatten, test_narrow, test_view, test_tensor_compare_ops_empty, test_repeated_dim,
+/// test_broadcast_to, test_rnn_args_check, test_multihead_attn_invalid_shape).
+#[test]
+fn view_reduction_rnn_and_attention_errors_in_pytorch_words() {
+    use wgtensor::nn::{self, MhaMask, MhaOptions};
+    fn has<T: std::fmt::Debug>(r: wgtensor::Result<T>, want: &str) {
+        let e = msg(&r.unwrap_err());
+        assert!(e.contains(want), "{e}\nwants: {want}");
+    }
+    let x = t(&[2, 3, 4]);
+    has(
+        x.flatten(2, 0),
+        "flatten() has invalid args: start_dim cannot come after end_dim",
+    );
+    has(
+        t(&[3]).narrow(0, 2i64, 2),
+        "start (2) + length (2) exceeds dimension size (3).",
+    );
+    has(
+        t(&[3]).narrow(0, 4i64, 0),
+        "start out of range (expected to be in range of [-3, 3], but got 4)",
+    );
+    has(
+        t(&[15]).reshape(&[15, 2]),
+        "shape '[15, 2]' is invalid for input of size 15",
+    );
+    has(
+        t(&[0]).reshape_infer(&[-1, 0]),
+        "because the unspecified dimension size -1 can be any value and is ambiguous",
+    );
+    let e0 = t(&[2, 0, 4]);
+    has(
+        e0.max(1, false),
+        "Expected reduction dim 1 to have non-zero size",
+    );
+    has(
+        e0.argmax(1, false),
+        "Expected reduction dim 1 to have non-zero size",
+    );
+    has(
+        x.sum_dims(&[0, -3], false),
+        "dim 0 appears multiple times in the list of dims",
+    );
+    has(
+        t(&[3]).broadcast_to(&[2, 4]),
+        "The expanded size of the tensor (4) must match the existing size (3) at \
+         non-singleton dimension 1.  Target sizes: [2, 4].  Tensor sizes: [3]",
+    );
+    let lstm = nn::Lstm::new(dev(), 10, 20, Default::default()).unwrap();
+    has(
+        lstm.forward_with_state(&t(&[5, 3, 11]), None, None),
+        "input.size(-1) must be equal to input_size. Expected 10, got 11",
+    );
+    let (good, bad) = (t(&[1, 3, 20]), t(&[1, 4, 20]));
+    has(
+        lstm.forward_with_state(&t(&[5, 3, 10]), Some(&bad), Some(&good)),
+        "Expected hidden[0] size (1, 3, 20), got [1, 4, 20]",
+    );
+    has(
+        lstm.forward_with_state(&t(&[5, 3, 10]), Some(&good), Some(&bad)),
+        "Expected hidden[1] size (1, 3, 20), got [1, 4, 20]",
+    );
+    let gru = nn::Gru::new(dev(), 10, 20, Default::default()).unwrap();
+    has(
+        gru.forward_with_state(&t(&[5, 3, 10]), Some(&bad), None),
+        "Expected hidden size (1, 3, 20), got [1, 4, 20]",
+    );
+    let mha = nn::MultiheadAttention::new(dev(), 4, 4, Default::default()).unwrap();
+    let q = t(&[4, 4, 4]);
+    has(
+        mha.forward_attn(&q, &t(&[4, 4]), &q, &MhaOptions::default()),
+        "For batched (3-D) `query`, expected `key` and `value` to be 3-D but found 2-D and 3-D \
+         tensors respectively",
+    );
+    let pad = t(&[4]);
+    let o = MhaOptions {
+        key_padding_mask: Some(MhaMask::Bool(&pad)),
+        ..Default::default()
+    };
+    has(
+        mha.forward_attn(&q, &q, &q, &o),
+        "expected `key_padding_mask` to be `None` or 2-D but found 1-D tensor instead",
+    );
+    let o = MhaOptions {
+        attn_mask: Some(MhaMask::Bool(&pad)),
+        ..Default::default()
+    };
+    has(
+        mha.forward_attn(&q, &q, &q, &o),
+        "expected `attn_mask` to be `None`, 2-D or 3-D but found 1-D tensor instead",
+    );
+    let q2 = t(&[4, 4]);
+    let m3 = t(&[3, 4, 4]);
+    let o = MhaOptions {
+        attn_mask: Some(MhaMask::Bool(&m3)),
+        ..Default::default()
+    };
+    has(
+        mha.forward_attn(&q2, &q2, &q2, &o),
+        "Expected `attn_mask` shape to be (4, 4, 4)",
+    );
+}

@@ -392,5 +392,14 @@ fn lstm_and_gru_cells() {
     let no_bias = nn::LstmCell::new(d, i, h, false).unwrap();
     let names: Vec<String> = no_bias.state_dict().into_iter().map(|(n, _)| n).collect();
     assert_eq!(names, ["weight_ih", "weight_hh"]);
-    assert!(nn::LstmCell::new(d, i, 0, true).is_err());
+    // PyTorch's cells take a hidden size of 0 (test_RNN_cell_forward_zero_hidden_size).
+    let x = Tensor::zeros(d, &[3, 10], DType::F32).unwrap();
+    let h0 = Tensor::zeros(d, &[3, 0], DType::F32).unwrap();
+    let gru = nn::GruCell::new(d, 10, 0, true).unwrap();
+    assert_eq!(gru.forward_cell(&x, Some(&h0)).unwrap().shape(), [3, 0]);
+    assert_eq!(gru.forward(&x).unwrap().shape(), [3, 0]);
+    let lstm = nn::LstmCell::new(d, 10, 0, true).unwrap();
+    let (h, c) = lstm.forward_cell(&x, Some((&h0, &h0))).unwrap();
+    assert_eq!((h.shape(), c.shape()), (&[3, 0][..], &[3, 0][..]));
+    assert_eq!(lstm.forward_cell(&x, None).unwrap().0.shape(), [3, 0]);
 }

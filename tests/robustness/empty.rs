@@ -188,8 +188,11 @@ fn convolution_with_empty_batch_or_channels() {
         conv2d_backward_input(&empty(&[2, 0, 3, 3]), &empty(&[0, 3, 3, 3]), [5, 5], &o).unwrap();
     assert_eq!(dx.shape(), &[2, 3, 5, 5]);
     assert!(vals(&dx).iter().all(|&v| v == 0.0));
-    // Empty input channels or spatial dims have no meaning: an error naming the op.
-    let e = conv2d(&empty(&[1, 0, 5, 5]), &empty(&[4, 0, 3, 3]), None, &o).unwrap_err();
+    // Empty input channels: PyTorch's empty backend, an empty result without channels;
+    // empty spatial dims have no meaning: an error naming the op.
+    let y = conv2d(&empty(&[1, 0, 5, 5]), &empty(&[4, 0, 3, 3]), None, &o).unwrap();
+    assert_eq!(y.shape(), &[1, 0, 3, 3]);
+    let e = conv2d(&empty(&[1, 3, 0, 5]), &ramp(&[4, 3, 3, 3]), None, &o).unwrap_err();
     names_op(&e, "conv2d");
     still_works(dev());
 }

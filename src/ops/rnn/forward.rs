@@ -44,7 +44,7 @@ impl Rnn {
             return Err(Error::shape(
                 op,
                 format!(
-                    "input size {i} does not match the weights' {}",
+                    "input.size(-1) must be equal to input_size. Expected {}, got {i}",
                     self.input_size
                 ),
             ));

@@ -317,12 +317,25 @@ impl Rnn {
             &[a, b, _] => vec![rows, if self.batch_first { a } else { b }, self.hidden_size],
             _ => vec![rows, self.hidden_size],
         };
-        for (name, s) in [("h0", h0), ("c0", c0)] {
+        // PyTorch's words first: LSTM's states are its hidden[0] and hidden[1].
+        let lstm = matches!(self.kind, RnnKind::Lstm);
+        let tuple = want
+            .iter()
+            .map(usize::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
+        for (name, which, s) in [("h0", "[0]", h0), ("c0", "[1]", c0)] {
             if let Some(s) = s {
                 if s.shape() != want.as_slice() {
+                    let which = if lstm { which } else { "" };
                     return Err(Error::shape(
                         op,
-                        format!("{name} must be {want:?}, got {:?}", s.shape()),
+                        format!(
+                            "Expected hidden{which} size ({tuple}), got {:?}: {name} must be \
+                             {want:?}, got {:?}",
+                            s.shape(),
+                            s.shape()
+                        ),
                     ));
                 }
                 x.same_device(op, s)?;
