@@ -700,3 +700,74 @@ fn encoder_zeroes_padded_positions_as_pytorchs_nested_path() {
     let lead_grad = run(&[1.0, 0.0, 0.0, 0.0, 0.0, 0.0], true);
     assert_eq!(lead, lead_grad);
 }
+
+/// PyTorch's test_transformerencoderlayer: a query whose mask excludes every key gives NaN on
+/// the layer's fast path (eval, batch-first, no gradients) and finite values on the slow path
+/// (training, or gradients on); the encoder's nested-tensor path pads such a sequence instead.
+#[test]
+fn fully_masked_rows_follow_pytorchs_fast_and_slow_paths() {
+    let dev = common::device();
+    let cfg = TransformerEncoderLayerConfig {
+        dim_feedforward: 16,
+        dropout: 0.0,
+        batch_first: true,
+        ..Default::default()
+    };
+    let mut layer = TransformerEncoderLayer::new(dev, 4, 2, cfg).unwrap();
+    layer.eval();
+    let x = Tensor::from_slice(dev, &[20f32, 30., 40., 50.], &[1, 1, 4]).unwrap();
+    let run = |layer: &TransformerEncoderLayer, masked: f32, grad: bool| {
+        let pad = Tensor::from_slice(dev, &[masked], &[1, 1]).unwrap();
+        let f = || layer.forward_with(&x, None, Some(MhaMask::Bool(&pad)), false);
+        let y = if grad { f() } else { wgtensor::no_grad(f) };
+        y.unwrap().to_vec::<f32>().unwrap()
+    };
+    assert!(
+        run(&layer, 1.0, false).iter().all(|v| v.is_nan()),
+        "fast path"
+    );
+    assert!(
+        run(&layer, 1.0, true).iter().all(|v| v.is_finite()),
+        "slow path"
+    );
+    assert!(run(&layer, 0.0, false).iter().all(|v| v.is_finite()));
+    layer.train();
+    assert!(
+        run(&layer, 1.0, false).iter().all(|v| v.is_finite()),
+        "training"
+    );
+    layer.eval();
+    // An attention mask whose row 1 excludes every key: that row only.
+    let xs: Vec<f32> = (0..2 * 3 * 4).map(|i| (i % 5) as f32 * 0.3).collect();
+    let src = Tensor::from_slice(dev, &xs, &[2, 3, 4]).unwrap();
+    let inf = f32::NEG_INFINITY;
+    let mask = Tensor::from_slice(dev, &[0., inf, 0., inf, inf, inf, 0., 0., 0.], &[3, 3]).unwrap();
+    let y =
+        wgtensor::no_grad(|| layer.forward_with(&src, Some(MhaMask::Additive(&mask)), None, false))
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
+    for (i, v) in y.iter().enumerate() {
+        assert_eq!(v.is_nan(), (i / 4) % 3 == 1, "{i}: {v}");
+    }
+    // The encoder: a left-aligned padding mask takes the nested path (no NaN, the fully
+    // padded sequence zeroed); one that is not left-aligned takes each layer's fast path.
+    let enc = {
+        let mut e = nn::TransformerEncoder::new(&layer, 2, None).unwrap();
+        e.eval();
+        e
+    };
+    let run_enc = |pad: &[f32]| {
+        let m = Tensor::from_slice(dev, pad, &[2, 3]).unwrap();
+        wgtensor::no_grad(|| enc.forward_with(&src, None, Some(MhaMask::Bool(&m)), false))
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap()
+    };
+    let nested = run_enc(&[1.0, 1.0, 1.0, 0.0, 0.0, 1.0]);
+    assert!(nested[..12].iter().all(|&v| v == 0.0), "{nested:?}");
+    assert!(nested[12..].iter().all(|v| v.is_finite()));
+    let fast = run_enc(&[1.0, 1.0, 1.0, 1.0, 0.0, 0.0]);
+    assert!(fast[..12].iter().all(|v| v.is_nan()), "{fast:?}");
+    assert!(fast[12..].iter().all(|v| v.is_finite()));
+}

@@ -151,7 +151,102 @@ impl TransformerEncoderLayer {
     /// [`MultiheadAttention::forward_attn`] reads them (bool nonzero = masked out; `src_mask`
     /// `[L, L]` or `[N * nhead, L, L]`, `src_key_padding_mask` `[N, L]`); `is_causal` with no
     /// `src_mask` makes the causal mask.
+    ///
+    /// In eval without gradients, for batch-first 3-D input and an even head count, PyTorch
+    /// takes its fused fast path, whose attention gives NaN for a query whose mask excludes
+    /// every key (the slow path gives 0): so does this layer, at those positions (whole rows;
+    /// other positions are unchanged).
     pub fn forward_with(
+        &self,
+        src: &Tensor,
+        src_mask: Option<MhaMask>,
+        src_key_padding_mask: Option<MhaMask>,
+        is_causal: bool,
+    ) -> Result<Tensor> {
+        let y = self.forward_slow(src, src_mask, src_key_padding_mask, is_causal)?;
+        match self.fast_path_nan_rows(src, src_mask, src_key_padding_mask)? {
+            Some(rows) => y.masked_fill(&rows, f64::NAN),
+            None => Ok(y),
+        }
+    }
+
+    /// Whether PyTorch's `TransformerEncoderLayer.forward` takes its fast path
+    /// (`why_not_sparsity_fast_path` empty: eval, batch-first 3-D input, a packed in-projection
+    /// with bias, an even head count, no gradient recorded; the activation and the norms'
+    /// eps always qualify here).
+    fn takes_fast_path(&self, src: &Tensor) -> bool {
+        let attn = &self.self_attn;
+        !attn.training
+            && attn.batch_first
+            && attn.num_heads.is_multiple_of(2)
+            && attn.in_proj_weight.is_some()
+            && attn.in_proj_bias.is_some()
+            && src.rank() == 3
+            && !(crate::autograd::is_grad_enabled()
+                && (src.is_tracked() || self.parameters().iter().any(Tensor::is_tracked)))
+    }
+
+    /// `[N, L, 1]` ones at the positions whose attention row excludes every key, when the
+    /// layer takes PyTorch's fast path (see [`forward_with`](Self::forward_with)) and a mask
+    /// is given; `None` otherwise (or for masks of shapes the forward refuses). A key is
+    /// excluded by a nonzero bool entry or a `-inf` additive one, in the padding mask or the
+    /// attention mask (of any head: that head's NaN reaches the whole row).
+    fn fast_path_nan_rows(
+        &self,
+        src: &Tensor,
+        src_mask: Option<MhaMask>,
+        pad: Option<MhaMask>,
+    ) -> Result<Option<Tensor>> {
+        if (src_mask.is_none() && pad.is_none()) || !self.takes_fast_path(src) {
+            return Ok(None);
+        }
+        let (n, l, h) = (src.shape()[0], src.shape()[1], self.self_attn.num_heads);
+        let excluded = |m: MhaMask| match m {
+            MhaMask::Bool(t) => t.ne_scalar(0.0),
+            MhaMask::Additive(t) => t.eq_scalar(f64::NEG_INFINITY),
+        };
+        let mut heads = 1;
+        let mut all: Option<Tensor> = None;
+        if let Some(m) = pad {
+            let t = match m {
+                MhaMask::Bool(t) | MhaMask::Additive(t) => t,
+            };
+            if t.shape() != [n, l] {
+                return Ok(None);
+            }
+            all = Some(excluded(m)?.reshape(&[n, 1, 1, l])?);
+        }
+        if let Some(m) = src_mask {
+            let t = match m {
+                MhaMask::Bool(t) | MhaMask::Additive(t) => t,
+            };
+            let e = match t.shape() {
+                [a, b] if [*a, *b] == [l, l] => excluded(m)?.reshape(&[1, 1, l, l])?,
+                [a, b, c] if [*a, *b, *c] == [n * h, l, l] => {
+                    heads = h;
+                    excluded(m)?.reshape(&[n, h, l, l])?
+                }
+                _ => return Ok(None),
+            };
+            all = Some(match all {
+                Some(p) => p.maximum(&e)?,
+                None => e,
+            });
+        }
+        let Some(all) = all else {
+            return Ok(None);
+        };
+        // A row excludes every key when the mean of its exclusions is 1; any head's row.
+        let rows = all
+            .broadcast_to(&[n, heads, l, l])?
+            .mean(-1, false)?
+            .eq_scalar(1.0)?
+            .max(1, false)?;
+        Ok(Some(rows.reshape(&[n, l, 1])?))
+    }
+
+    /// The layer as PyTorch's slow path computes it.
+    fn forward_slow(
         &self,
         src: &Tensor,
         src_mask: Option<MhaMask>,
@@ -285,16 +380,22 @@ impl TransformerEncoder {
         src_key_padding_mask: Option<MhaMask>,
         is_causal: bool,
     ) -> Result<Tensor> {
+        let keep = match mask.is_none() && !is_causal {
+            true => self.nested_keep(src, src_key_padding_mask)?,
+            false => None,
+        };
         let mut x = src.clone();
         for (i, layer) in self.layers.iter().enumerate() {
-            x = layer
-                .forward_with(&x, mask, src_key_padding_mask, is_causal)
-                .map_err(|e| e.in_layer(&format!("layers.{i}"), "TransformerEncoderLayer"))?;
+            // On PyTorch's nested-tensor path the layers see no padding (so no fully masked
+            // rows); otherwise each takes its own path (see forward_with).
+            let y = match keep {
+                Some(_) => layer.forward_slow(&x, mask, src_key_padding_mask, is_causal),
+                None => layer.forward_with(&x, mask, src_key_padding_mask, is_causal),
+            };
+            x = y.map_err(|e| e.in_layer(&format!("layers.{i}"), "TransformerEncoderLayer"))?;
         }
-        if mask.is_none() && !is_causal {
-            if let Some(keep) = self.nested_keep(src, src_key_padding_mask)? {
-                x = x.mul(&keep)?;
-            }
+        if let Some(keep) = keep {
+            x = x.mul(&keep)?;
         }
         match &self.norm {
             Some(n) => n.forward(&x),
