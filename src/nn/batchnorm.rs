@@ -1,6 +1,8 @@
 //! Batch normalization layers (PyTorch's `nn.BatchNorm1d` / `nn.BatchNorm2d`): parameters,
 //! running-statistic buffers and the train / eval modes over the ops of src/ops/batchnorm/.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use super::layers::param;
 use super::module::{counter_scalar, write_counter};
 use super::state_cell::StateCell;
@@ -52,9 +54,35 @@ pub struct BatchNorm2d {
     /// `num_batches_tracked` as the state dict shows it (an i32 scalar written at every
     /// change of the count), so a state dict taken earlier follows training as PyTorch's.
     counter: Tensor,
+    /// The counter scalar's version after the layer's own last write: a newer one means a
+    /// write through a state-dict entry (`copy_from`, `io::load_state_dict`), which the count
+    /// adopts, as PyTorch's buffer is that tensor.
+    counter_seen: AtomicU64,
 }
 
 impl BatchNorm2d {
+    /// Takes a count written into the counter scalar from outside since the layer's own last
+    /// write (see `counter_seen`) into `count`. The read blocks: native only (in the browser
+    /// such a write is not seen).
+    fn adopt_counter(&self, count: &mut u64) -> Result<()> {
+        let version = self.counter.version();
+        if version == self.counter_seen.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(&n) = self.counter.to_vec::<i32>()?.first() {
+            *count = n.max(0) as u64;
+        }
+        self.counter_seen.store(version, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Notes that the layer's own write left the counter scalar at its current version.
+    fn counter_written(&self) {
+        self.counter_seen
+            .store(self.counter.version(), Ordering::Relaxed);
+    }
+
     /// The functional ops' options for this layer's parameters.
     fn options(&self) -> BatchNormOptions<'_> {
         BatchNormOptions {
@@ -115,6 +143,7 @@ impl BatchNorm2d {
             rank: 4,
             tracking: true,
             counter: counter_scalar(0, dev)?,
+            counter_seen: AtomicU64::new(0),
         })
     }
 
@@ -229,10 +258,16 @@ impl Module for BatchNorm2d {
             v.parameter("bias", b);
         }
         if self.tracking {
+            // A write through a state-dict entry first becomes the count (a lost device
+            // fails the visitor's own use of the scalar anyway).
+            if let Ok(mut st) = self.state.try_borrow_mut() {
+                let _ = self.adopt_counter(&mut st.num_batches_tracked);
+            }
             let st = self.state.borrow();
             v.buffer("running_mean", &st.running_mean);
             v.buffer("running_var", &st.running_var);
             v.counter_tensor("num_batches_tracked", st.num_batches_tracked, &self.counter);
+            self.counter_written();
         }
         v.training(self.training);
     }
@@ -242,6 +277,8 @@ impl Module for BatchNorm2d {
             v.counter("num_batches_tracked", count);
             // A lost device fails the load that set it anyway.
             let _ = write_counter(&self.counter, *count);
+            self.counter_seen
+                .store(self.counter.version(), Ordering::Relaxed);
         }
         v.training(&mut self.training);
     }
@@ -281,12 +318,14 @@ impl Forward for BatchNorm2d {
         };
         if self.training {
             let mut st = self.state.try_borrow_mut().map_err(|_| busy())?;
+            self.adopt_counter(&mut st.num_batches_tracked)?;
             let y = batch_norm_train(x, Some(&mut st), &self.options())?.y;
             // Only a state dict (or a clone of the layer) holding the scalar can see it; while
             // none does, `state_dict()` writes the count when it hands the scalar out, so a
             // training step need not (no upload and copy per layer per step).
             if !self.counter.donatable() {
                 write_counter(&self.counter, st.num_batches_tracked)?;
+                self.counter_written();
             }
             Ok(y)
         } else {

@@ -224,3 +224,38 @@ fn size_mismatches_in_pytorch_words() {
     }
     assert_eq!(bn.0.state.borrow().num_batches_tracked, 5);
 }
+
+/// A count written through a state-dict entry (`copy_from`, `io::load_state_dict` with the
+/// entries as targets) becomes the layer's, as PyTorch's buffer is that tensor: the next state
+/// dict shows it and training counts on from it.
+#[test]
+fn a_count_written_through_the_state_dict_is_the_layers() {
+    let cfg = nn::BatchNormConfig {
+        momentum: None,
+        ..Default::default()
+    };
+    let bn = nn::BatchNorm1d::with_config(dev(), 2, cfg).unwrap();
+    let sd = bn.state_dict();
+    let entry = |sd: &[(String, Tensor)]| {
+        let (_, t) = sd.iter().find(|(n, _)| n == "num_batches_tracked").unwrap();
+        t.clone()
+    };
+    let five = Tensor::from_slice(dev(), &[5i32], &[]).unwrap();
+    entry(&sd).copy_from(&five).unwrap();
+    assert_eq!(entry(&bn.state_dict()).to_vec::<i32>().unwrap(), [5]);
+    assert_eq!(bn.0.state.borrow().num_batches_tracked, 5);
+    let x = Tensor::from_slice(dev(), &[1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap();
+    bn.forward(&x).unwrap();
+    assert_eq!(bn.0.state.borrow().num_batches_tracked, 6);
+    // io::load_state_dict with the state dict's entries as targets.
+    let sd = bn.state_dict();
+    let targets: Vec<(&str, &Tensor)> = sd.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let mut src: std::collections::HashMap<String, Tensor> = sd
+        .iter()
+        .map(|(n, t)| (n.clone(), t.deep_clone().unwrap()))
+        .collect();
+    src.insert("num_batches_tracked".to_string(), five);
+    wgtensor::io::load_state_dict(&targets, &src, true).unwrap();
+    bn.forward(&x).unwrap();
+    assert_eq!(bn.0.state.borrow().num_batches_tracked, 6);
+}
