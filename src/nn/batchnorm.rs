@@ -73,6 +73,8 @@ impl BatchNorm2d {
         if let Some(&n) = self.counter.to_vec::<i32>()?.first() {
             *count = n.max(0) as u64;
         }
+        #[cfg(target_arch = "wasm32")]
+        let _ = count;
         self.counter_seen.store(version, Ordering::Relaxed);
         Ok(())
     }
