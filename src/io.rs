@@ -189,38 +189,119 @@ fn not_a_pickle(op: &'static str, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// Refuses a header whose data offsets point past the data (safetensors 0.8 sums them
-/// unchecked, so offsets near `usize::MAX` overflow in its parser). Headers this cannot read
-/// are left to the parser, which reports them.
-fn offsets_in_range(op: &'static str, bytes: &[u8]) -> Result<()> {
+/// The safetensors parser's limit on a header's length.
+const MAX_HEADER: u64 = 100_000_000;
+
+/// Bits per element of a safetensors dtype name (`None`: unknown, left to the parser).
+fn dtype_bits(dtype: &str) -> Option<u64> {
+    Some(match dtype {
+        "BOOL" | "U8" | "I8" | "F8_E5M2" | "F8_E4M3" | "F8_E8M0" => 8,
+        "I16" | "U16" | "F16" | "BF16" => 16,
+        "I32" | "U32" | "F32" => 32,
+        "I64" | "U64" | "F64" | "C64" => 64,
+        "F4" => 4,
+        "F6_E2M3" | "F6_E3M2" => 6,
+        _ => return None,
+    })
+}
+
+/// Checks a header before the parser does, so that the errors name the tensor and the
+/// numbers: a header length past the file or past the parser's limit (refused before it is
+/// read), data offsets past the data (safetensors 0.8 sums them unchecked, so offsets near
+/// `usize::MAX` overflow in its parser), a shape whose size overflows or differs from its
+/// offsets' span, and data bytes the tensors do not cover. Headers this cannot read are left to
+/// the parser, which reports them.
+fn check_header(op: &'static str, bytes: &[u8]) -> Result<()> {
+    let err = |msg: String| Err(Error::Io { op, msg });
     let Some(n) = bytes
         .get(..8)
         .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
     else {
         return Ok(());
     };
-    let Some(header) = usize::try_from(n)
-        .ok()
-        .and_then(|n| bytes.get(8..8usize.checked_add(n)?))
-    else {
-        return Ok(());
-    };
+    let len = bytes.len() as u64;
+    if n > len - 8 {
+        return err(format!(
+            "invalid header length: the header's {n} bytes run past the file's {len} bytes"
+        ));
+    }
+    if n > MAX_HEADER {
+        return err(format!(
+            "header too large: {n} bytes, more than safetensors' limit of {MAX_HEADER}"
+        ));
+    }
+    let header = &bytes[8..8 + n as usize];
     let Ok(serde_json::Value::Object(entries)) = serde_json::from_slice(header) else {
         return Ok(());
     };
-    let data = (bytes.len() - 8 - header.len()) as u64;
+    let data = len - 8 - n;
+    let mut spans = Vec::new();
+    let mut all_checked = true;
     for (name, entry) in &entries {
-        let offsets = entry.get("data_offsets").and_then(|o| o.as_array());
-        for end in offsets.into_iter().flatten().filter_map(|v| v.as_u64()) {
+        if name == "__metadata__" {
+            continue;
+        }
+        let offsets: Vec<u64> = entry
+            .get("data_offsets")
+            .and_then(|o| o.as_array())
+            .map(|a| a.iter().filter_map(|v| v.as_u64()).collect())
+            .unwrap_or_default();
+        for &end in &offsets {
             if end > data {
-                return Err(Error::Io {
-                    op,
-                    msg: format!(
-                        "tensor {name:?}: data offset {end} is past the file's {data} data bytes"
-                    ),
-                });
+                return err(format!(
+                    "tensor {name:?}: data offset {end} is past the file's {data} data bytes"
+                ));
             }
         }
+        let shape: Option<Vec<u64>> = entry
+            .get("shape")
+            .and_then(|s| s.as_array())
+            .and_then(|a| a.iter().map(|v| v.as_u64()).collect());
+        let bits = entry
+            .get("dtype")
+            .and_then(|d| d.as_str())
+            .and_then(dtype_bits);
+        let (Some(shape), Some(bits), &[start, end]) = (shape, bits, offsets.as_slice()) else {
+            all_checked = false;
+            continue;
+        };
+        let dtype = entry["dtype"].as_str().unwrap_or_default();
+        let Some(numel) = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d)) else {
+            return err(format!(
+                "tensor {name:?}: shape {shape:?} overflows (its element count is past 2^64)"
+            ));
+        };
+        let size = numel.checked_mul(bits).map(|b| b.div_ceil(8));
+        if size != end.checked_sub(start) {
+            return err(format!(
+                "tensor {name:?}: data_offsets [{start}, {end}] hold {} bytes, its shape \
+                 {shape:?} of {dtype} needs {}",
+                end.saturating_sub(start),
+                size.map_or("more than 2^64".to_string(), |s| s.to_string())
+            ));
+        }
+        spans.push((start, end, name));
+    }
+    // Every data byte belongs to exactly one tensor (the parser refuses any other file); in
+    // order of their offsets, each tensor starts where the previous one ends.
+    if !all_checked {
+        return Ok(());
+    }
+    spans.sort();
+    let mut at = 0;
+    for (start, end, name) in spans {
+        if start != at {
+            return err(format!(
+                "tensor {name:?}: its data starts at byte {start} but the tensors before it \
+                 end at {at} (overlapping or uncovered data)"
+            ));
+        }
+        at = end;
+    }
+    if at != data {
+        return err(format!(
+            "incomplete metadata: the tensors cover {at} of the file's {data} data bytes"
+        ));
     }
     Ok(())
 }
@@ -229,7 +310,7 @@ fn offsets_in_range(op: &'static str, bytes: &[u8]) -> Result<()> {
 pub fn load_safetensors(dev: &Device, bytes: &[u8]) -> Result<HashMap<String, Tensor>> {
     let op = "load_safetensors";
     not_a_pickle(op, bytes)?;
-    offsets_in_range(op, bytes)?;
+    check_header(op, bytes)?;
     let st = SafeTensors::deserialize(bytes).map_err(|e| io_err(op, e))?;
     let mut out = HashMap::new();
     for (name, view) in st.tensors() {
@@ -245,9 +326,21 @@ pub fn load_safetensors_file(
     dev: &Device,
     path: impl AsRef<std::path::Path>,
 ) -> Result<HashMap<String, Tensor>> {
+    use std::io::Read;
+    let op = "load_safetensors";
     let path = path.as_ref();
-    let bytes = std::fs::read(path)
-        .map_err(|e| io_err("load_safetensors", format!("{}: {e}", path.display())))?;
+    let fail = |e: String| io_err(op, format!("{}: {e}", path.display()));
+    let file = std::fs::File::open(path).map_err(|e| fail(e.to_string()))?;
+    // Only a regular file has a length to read up to: a device (/dev/zero) or a pipe would
+    // be read without end.
+    let meta = file.metadata().map_err(|e| fail(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(fail("not a regular file".to_string()));
+    }
+    let mut bytes = Vec::new();
+    file.take(meta.len())
+        .read_to_end(&mut bytes)
+        .map_err(|e| fail(e.to_string()))?;
     load_safetensors(dev, &bytes)
 }
 
@@ -339,9 +432,25 @@ pub fn save_safetensors_file(
     let op = "save_safetensors";
     let path = path.as_ref();
     let bytes = save_safetensors(tensors)?;
-    let tmp = path.with_extension("safetensors.tmp");
-    std::fs::write(&tmp, bytes).map_err(|e| io_err(op, format!("{}: {e}", tmp.display())))?;
-    std::fs::rename(&tmp, path).map_err(|e| io_err(op, format!("{}: {e}", path.display())))
+    // A temporary name of this target, process and call (the target's own name in it, not a
+    // replaced extension: `ck.1` and `ck.2` saved at once must not share one).
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = path.file_name().map_or_else(
+        || "safetensors".into(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let tmp = path.with_file_name(format!(".{name}.{}.{call}.tmp", std::process::id()));
+    let written = std::fs::write(&tmp, bytes)
+        .map_err(|e| io_err(op, format!("{}: {e}", tmp.display())))
+        .and_then(|()| {
+            std::fs::rename(&tmp, path).map_err(|e| io_err(op, format!("{}: {e}", path.display())))
+        });
+    if written.is_err() {
+        // Nothing half-written stays behind.
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 /// What [`load_state_dict`] did not match (PyTorch's `missing_keys` / `unexpected_keys`).

@@ -482,3 +482,72 @@ fn a_one_element_source_loads_into_a_scalar() {
     let e = load_state_dict(&[("temp", &temp)], &src, true).unwrap_err();
     assert!(e.to_string().contains("size mismatch for temp"), "{e}");
 }
+
+/// A malformed header's error names the tensor and the numbers.
+#[test]
+fn malformed_headers_are_named() {
+    let err = |bytes: &[u8]| load_safetensors(dev(), bytes).unwrap_err().to_string();
+    let e = err(&raw_file(
+        r#"{"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}}"#,
+        &[0; 8],
+    ));
+    assert!(
+        e.contains("tensor \"a\": data_offsets [0, 8] hold 8 bytes, its shape [3] of F32 needs 12"),
+        "{e}"
+    );
+    let e = err(&raw_file(
+        r#"{"a":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,4]}}"#,
+        &[0; 4],
+    ));
+    assert!(
+        e.contains("tensor \"a\": shape") && e.contains("overflows"),
+        "{e}"
+    );
+    let e = err(&raw_file(
+        r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#,
+        &[0; 8],
+    ));
+    assert!(
+        e.contains("the tensors cover 4 of the file's 8 data bytes"),
+        "{e}"
+    );
+    let e = err(&raw_file(
+        r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}"#,
+        &[0; 8],
+    ));
+    assert!(e.contains("its data starts at byte 4"), "{e}");
+    let mut past = 100u64.to_le_bytes().to_vec();
+    past.extend_from_slice(b"{}");
+    assert!(err(&past).contains("the header's 100 bytes run past the file's 10 bytes"));
+}
+
+/// Only regular files are read (a device such as /dev/zero would be read without end); a
+/// save leaves no temporary file, and saves to names that differ in their extension do not
+/// share one.
+#[cfg(unix)]
+#[test]
+fn files_are_read_and_written_safely() {
+    let e = load_safetensors_file(dev(), "/dev/zero")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not a regular file"), "{e}");
+    let dir = std::env::temp_dir().join(format!("wgtensor-io-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let a = Tensor::from_slice(dev(), &[1.0f32, 2.0], &[2]).unwrap();
+    let b = Tensor::from_slice(dev(), &[3.0f32], &[1]).unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| save_safetensors_file(dir.join("ck.1"), &[("a", &a)]).unwrap());
+        s.spawn(|| save_safetensors_file(dir.join("ck.2"), &[("a", &b)]).unwrap());
+    });
+    let one = load_safetensors_file(dev(), dir.join("ck.1")).unwrap();
+    let two = load_safetensors_file(dev(), dir.join("ck.2")).unwrap();
+    assert_eq!(one["a"].to_vec::<f32>().unwrap(), [1.0, 2.0]);
+    assert_eq!(two["a"].to_vec::<f32>().unwrap(), [3.0]);
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["ck.1", "ck.2"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
