@@ -1,5 +1,6 @@
 //! Shape, element strides and offset: the view part of a tensor. All view ops (permute,
-//! narrow, broadcast, reshape of contiguous data) are pure layout math and never copy.
+//! narrow, broadcast, reshape where strides describe the result) are pure layout math and
+//! never copy.
 
 use crate::{Error, Result};
 
@@ -161,7 +162,7 @@ impl Layout {
                 format!("dim {dim} is out of range: the tensor has no dims")
             } else {
                 format!(
-                    "dimension out of range (expected to be in range of [{}, {}], but got {dim})",
+                    "Dimension out of range (expected to be in range of [{}, {}], but got {dim})",
                     -r,
                     r - 1
                 )
@@ -378,7 +379,11 @@ fn view_strides(
     if old_shape.is_empty() {
         return Some(vec![1; new_shape.len()]);
     }
-    let numel: usize = old_shape.iter().product();
+    // Layouts may be built from any shape (no tensor behind them): products that overflow
+    // describe no data to view.
+    let numel = old_shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))?;
     if numel == 0 && old_shape == new_shape {
         return Some(old_strides.to_vec());
     }
@@ -396,14 +401,14 @@ fn view_strides(
     let mut base = *old_strides.last()?;
     let (mut tensor_numel, mut view_numel) = (1usize, 1usize);
     for tensor_d in (0..old_shape.len()).rev() {
-        tensor_numel *= old_shape[tensor_d];
+        tensor_numel = tensor_numel.checked_mul(old_shape[tensor_d])?;
         let chunk_ends = tensor_d == 0
             || (old_shape[tensor_d - 1] != 1
                 && old_strides[tensor_d - 1] != tensor_numel.saturating_mul(base));
         if chunk_ends {
             while view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d as usize] == 1) {
                 strides[view_d as usize] = view_numel.saturating_mul(base);
-                view_numel *= new_shape[view_d as usize];
+                view_numel = view_numel.checked_mul(new_shape[view_d as usize])?;
                 view_d -= 1;
             }
             if view_numel != tensor_numel {

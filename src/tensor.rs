@@ -353,7 +353,7 @@ impl Tensor {
         Ok(())
     }
 
-    /// A view with a new shape; copies first when the data is not contiguous.
+    /// A view with a new shape; copies first when no strides over the data describe it.
     pub(crate) fn reshape_untracked(&self, shape: &[usize]) -> Result<Tensor> {
         let op = "reshape";
         let n = checked_numel(op, shape)?;

@@ -113,7 +113,8 @@ pub struct LstmCell {
 
 impl LstmCell {
     /// A new cell with PyTorch's initialization; `bias: false` leaves out `bias_ih` and
-    /// `bias_hh`. Errors for `hidden_size` 0.
+    /// `bias_hh`. A `hidden_size` of 0 gives empty parameters and `[B, 0]` states, as
+    /// PyTorch's.
     pub fn new(
         dev: &Device,
         input_size: usize,
@@ -162,7 +163,8 @@ pub struct GruCell {
 
 impl GruCell {
     /// A new cell with PyTorch's initialization; `bias: false` leaves out `bias_ih` and
-    /// `bias_hh`. Errors for `hidden_size` 0.
+    /// `bias_hh`. A `hidden_size` of 0 gives empty parameters and `[B, 0]` states, as
+    /// PyTorch's.
     pub fn new(dev: &Device, input_size: usize, hidden_size: usize, bias: bool) -> Result<GruCell> {
         let cell = CellParams::new(dev, RnnKind::Gru, input_size, hidden_size, bias)?;
         Ok(GruCell { cell })

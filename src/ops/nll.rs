@@ -103,6 +103,14 @@ fn check(
             "0D or 1D target tensor expected, multi-target not supported".to_string()
         } else if s.len() <= 2 {
             format!("size mismatch (got input: {s:?}, target: {t:?})")
+        } else if s.len() == 4 && t.len() != 3 {
+            format!(
+                "only batches of spatial targets supported (3D tensors) but got targets of \
+                 dimension: {}",
+                t.len()
+            )
+        } else if s.len() == 4 {
+            format!("size mismatch (got input: {s:?} , target: {t:?}")
         } else {
             format!("Expected target size {expected:?}, got {t:?}")
         };

@@ -92,7 +92,8 @@ pub(crate) fn record_view(x: &Tensor, out: Tensor, kind: impl FnOnce() -> ViewKi
 
 impl Tensor {
     /// The same elements in row-major order with a new `shape` (PyTorch's `reshape`): a view
-    /// sharing storage when the tensor is contiguous, else a packed copy first. Errors with
+    /// sharing storage wherever strides describe the result (always for contiguous data; for
+    /// strided data as PyTorch's `computeStride` finds them), else a packed copy first. Errors with
     /// [`Error::Shape`] when the element counts differ.
     ///
     /// ```ignore-wasm32
@@ -232,7 +233,7 @@ impl Tensor {
     }
 
     /// Collapses dims `start..=end` into one (PyTorch's `flatten(start_dim, end_dim)`; negative
-    /// dims count from the end). A view when the tensor is contiguous, as [`Tensor::reshape`].
+    /// dims count from the end). A view wherever [`Tensor::reshape`] gives one.
     pub fn flatten(&self, start: isize, end: isize) -> Result<Tensor> {
         let op = "flatten";
         if self.rank() == 0 {

@@ -164,6 +164,13 @@ fn planned_and_hand_built_shapes() {
     assert!(l.span() >= 2);
     let _ = l.is_contiguous();
     assert!(Layout::contiguous(&[3, HUGE]).narrow(0, 2, 1).is_err());
+    // Reshaping a strided layout of any size answers without overflowing.
+    let t = l.transpose(0, 1).unwrap();
+    assert_eq!(t.reshape(&[1]), None);
+    let big = Layout::contiguous(&[1 << 40, 1 << 40])
+        .transpose(0, 1)
+        .unwrap();
+    assert_eq!(big.reshape(&[1 << 40, 1 << 40]), None);
 }
 
 /// The planners are public (`#[doc(hidden)]`) and take a `Caps` a caller may build by hand:

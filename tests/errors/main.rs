@@ -849,6 +849,14 @@ fn loss_errors_in_pytorch_words() {
         nll_loss(&t(&[2, 3, 4]), &ids(&[2, 5]), &nll),
         "Expected target size [2, 4], got [2, 5]",
     );
+    has(
+        nll_loss(&t(&[2, 5, 3, 4]), &ids(&[2, 3, 3]), &nll),
+        "size mismatch (got input: [2, 5, 3, 4] , target: [2, 3, 3]",
+    );
+    has(
+        nll_loss(&t(&[2, 5, 3, 4]), &ids(&[2, 12]), &nll),
+        "only batches of spatial targets supported (3D tensors) but got targets of dimension: 2",
+    );
     for w in [&[4][..], &[1, 3][..]] {
         let w = t(w);
         let o = NllLossOptions {

@@ -583,6 +583,21 @@ fn convolutions_of_inputs_without_channels() {
     assert_eq!(conv2d(&x, &w, None, &o).unwrap().shape(), [2, 0, 5, 6]);
     let x = Tensor::zeros(d, &[0, 7, 8], DType::F32).unwrap();
     assert_eq!(conv2d(&x, &w, None, &o).unwrap().shape(), [0, 5, 6]);
+    // The output channels of an empty result are no extent the kernels' limits guard.
+    let x = Tensor::zeros(d, &[1, 0, 64, 64], DType::F32).unwrap();
+    let w = Tensor::zeros(d, &[1 << 19, 0, 1, 1], DType::F32).unwrap();
+    let y = conv2d(&x, &w, None, &Default::default()).unwrap();
+    assert_eq!(y.shape(), [1, 0, 64, 64]);
+    let o3 = wgtensor::ops::Conv2dOptions {
+        groups: 3,
+        ..Default::default()
+    };
+    let w = Tensor::zeros(d, &[4, 0, 1, 1], DType::F32).unwrap();
+    let e = conv2d(&x, &w, None, &o3).unwrap_err().to_string();
+    assert!(
+        e.contains("expected weight to be divisible by 3 at dimension 0"),
+        "{e}"
+    );
     // A kernel larger than the input, or a weight with channels, still errors.
     let x = Tensor::zeros(d, &[2, 0, 2, 2], DType::F32).unwrap();
     assert!(conv2d(&x, &w, None, &o).is_err());

@@ -168,8 +168,21 @@ fn empty_channels(
     check_pair(op, x, w)?;
     let [n, _, h, wd] = dims4(op, x, "input")?;
     let [oc, _, kh, kw] = dims4(op, w, "weight")?;
-    let g = Geom::new(op, [n, o.groups.max(1), h, wd], [oc, 1, kh, kw], o)?;
-    check_bias(op, x, bias, g.o)?;
+    // The geometry checked for one image and one channel and output channel per group: the
+    // result is empty, so the extents the kernels' limits guard do not matter.
+    let groups = o.groups.max(1);
+    if oc % groups != 0 {
+        return Err(Error::arg(
+            op,
+            format!(
+                "Given groups={groups}, expected weight to be divisible by {groups} at \
+                 dimension 0, but got weight of size {:?} instead",
+                w.shape()
+            ),
+        ));
+    }
+    let g = Geom::new(op, [n.min(1), groups, h, wd], [groups, 1, kh, kw], o)?;
+    check_bias(op, x, bias, oc)?;
     let shape = [n, 0, g.oh, g.ow];
     let empty = |t: &Tensor| t.reshape(&[1, 0, 1, 1])?.broadcast_to(&shape);
     let mut y = empty(x)?.add(&empty(w)?)?;
