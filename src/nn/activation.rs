@@ -156,6 +156,7 @@ impl Forward for LeakyReLU {
                 ),
             ));
         }
+        x.require_float("LeakyReLU")?;
         // A select, not relu(x) + slope * (x - relu(x)), which is NaN at +inf; a NaN input
         // fails `x > 0` and comes out as slope * NaN = NaN, as in PyTorch.
         x.gt_scalar(0.0)?

@@ -52,7 +52,10 @@ impl Embedding {
             Some(p) => {
                 return Err(Error::arg(
                     "Embedding",
-                    format!("padding_idx {p} must be within num_embeddings {num_embeddings}"),
+                    format!(
+                        "Padding_idx must be within num_embeddings (padding_idx {p}, \
+                         num_embeddings {num_embeddings})"
+                    ),
                 ))
             }
         };

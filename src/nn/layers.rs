@@ -431,19 +431,9 @@ stateless_module!(Flatten);
 
 impl Forward for Flatten {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        // PyTorch's Flatten(1, -1): dim 1 must exist, so a scalar or 1-D input is an error.
-        if x.rank() < 2 {
-            return Err(Error::shape(
-                "Flatten",
-                format!(
-                    "flattens dims 1.. of a batch, but the input {:?} has no dim 1",
-                    x.shape()
-                ),
-            ));
-        }
-        let n = x.shape()[0];
-        let rest: usize = x.shape()[1..].iter().product();
-        x.reshape(&[n, rest])
+        // PyTorch's Flatten is `flatten(1, -1)`: dim 1 must exist, so a scalar or 1-D input
+        // is its dim-range error.
+        x.flatten(1, -1)
     }
 }
 

@@ -143,7 +143,13 @@ fn clip(x: &Tensor, lo: f64, hi: f64) -> Result<Tensor> {
 pub fn hardtanh(x: &Tensor, min_val: f64, max_val: f64) -> Result<Tensor> {
     // F.hardtanh refuses only min_val > max_val (equal bounds give min_val everywhere, a 0
     // gradient); nn::Hardtanh's constructor asserts max_val > min_val.
-    if min_val.is_nan() || max_val.is_nan() || min_val > max_val {
+    if min_val.is_nan() || max_val.is_nan() {
+        // Not refused by F.hardtanh's check: its clamp makes every element NaN.
+        return x
+            .require_float("hardtanh")
+            .and_then(|_| x.clamp(Some(min_val), Some(max_val)));
+    }
+    if min_val > max_val {
         return Err(Error::arg(
             "hardtanh",
             format!("min_val {min_val} cannot be greater than max_val {max_val}"),

@@ -327,7 +327,10 @@ pub fn embedding(input: &Tensor, weight: &Tensor, padding_idx: Option<i64>) -> R
         Some(p) => {
             return Err(Error::arg(
                 op,
-                format!("padding_idx {p} must be within num_embeddings {v}"),
+                format!(
+                    "Padding_idx must be within num_embeddings (padding_idx {p}, num_embeddings \
+                     {v})"
+                ),
             ))
         }
     };

@@ -3,14 +3,14 @@
 
 use crate::autograd::{record, BackwardOp, NoGradGuard};
 use crate::ops::UnaryOp;
-use crate::{DType, Error, Result, Tensor};
+use crate::{DType, Result, Tensor};
 
 /// PyTorch's `F.softplus(x, beta, threshold)`: `log(1 + e^(beta x)) / beta`, and `x` itself
 /// where `beta x > threshold` (PyTorch's defaults: `beta` 1, `threshold` 20). Its gradient is
 /// `sigmoid(beta x)` below the threshold and 1 above, as softplus_backward's (so `beta` 0
 /// gives half the gradient, not NaN). f16 computes in f32 and rounds once, the threshold test
-/// included, as PyTorch's kernel. NaN propagates. Errors for a NaN `beta` or `threshold` and
-/// for an integer tensor.
+/// included, as PyTorch's kernel. NaN propagates (a NaN `beta` gives NaN everywhere, a NaN
+/// `threshold` the formula everywhere, as PyTorch's kernel). Errors for an integer tensor.
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
@@ -27,12 +27,8 @@ use crate::{DType, Error, Result, Tensor};
 pub fn softplus(x: &Tensor, beta: f64, threshold: f64) -> Result<Tensor> {
     let op = "softplus";
     x.require_float(op)?;
-    if beta.is_nan() || threshold.is_nan() {
-        return Err(Error::arg(
-            op,
-            format!("beta and threshold must be numbers, got beta {beta}, threshold {threshold}"),
-        ));
-    }
+    // A NaN beta or threshold computes as PyTorch's kernel: NaN everywhere for beta (so its
+    // gradient), never above a NaN threshold (the comparison fails).
     // f16 in f32, rounded once: PyTorch's kernel computes `beta x`, the threshold test and the
     // formula in float (in f16 the product would round first, and the threshold would be
     // compared as f16(threshold), which passes an x equal to f16(0.3) as below 0.3).

@@ -415,7 +415,24 @@ fn softplus_beta_and_threshold() {
     assert_eq!((d.beta, d.threshold), (1.0, 20.0));
     let y = vals(&d.forward(&t(&[0.0], &[1])).unwrap());
     assert!((y[0] as f64 - 2f64.ln()).abs() < 1e-7);
-    assert!(softplus(&t(&[0.0], &[1]), f64::NAN, 20.0).is_err());
+    // NaN parameters compute as PyTorch's kernel: NaN for beta, the formula for threshold.
+    let nan_beta = vals(&softplus(&t(&[0.0, 30.0], &[2]), f64::NAN, 20.0).unwrap());
+    assert!(nan_beta.iter().all(|v| v.is_nan()), "{nan_beta:?}");
+    let nan_threshold = vals(&softplus(&t(&[0.0, 30.0], &[2]), 1.0, f64::NAN).unwrap());
+    assert!((nan_threshold[0] as f64 - 2f64.ln()).abs() < 1e-7);
+    assert!((nan_threshold[1] - 30.0).abs() < 1e-5, "{nan_threshold:?}");
+    let h = vals(&wgtensor::ops::hardtanh(&t(&[0.0, 2.0], &[2]), f64::NAN, 1.0).unwrap());
+    assert!(h.iter().all(|v| v.is_nan()), "{h:?}");
+    let i = Tensor::from_slice(dev(), &[-1i32, 2], &[2]).unwrap();
+    let e = LeakyReLU::default().forward(&i).unwrap_err().to_string();
+    assert!(e.starts_with("LeakyReLU"), "{e}");
+    let e = wgtensor::nn::Embedding::new(dev(), 10, 4, Some(25))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("Padding_idx must be within num_embeddings"),
+        "{e}"
+    );
     // beta 0 and a tiny beta: PyTorch's backward gives g / 2 (sigmoid(0)) and g sigmoid(beta
     // x), never g / beta times beta (NaN, inf).
     for beta in [0.0, 1e-40] {
