@@ -61,12 +61,19 @@ pub struct BatchNorm2d {
 }
 
 impl BatchNorm2d {
+    /// Whether the counter scalar was written from outside since the layer's own last write
+    /// (see `counter_seen`): it then holds the count, until [`adopt_counter`](Self::adopt_counter)
+    /// takes it.
+    fn counter_pending(&self) -> bool {
+        self.counter.version() != self.counter_seen.load(Ordering::Relaxed)
+    }
+
     /// Takes a count written into the counter scalar from outside since the layer's own last
-    /// write (see `counter_seen`) into `count`. The read blocks: native only (in the browser
-    /// such a write is not seen).
+    /// write into `count`. The read blocks (and reports the device's pending errors, as any
+    /// readback): native only (in the browser such a write is not seen).
     fn adopt_counter(&self, count: &mut u64) -> Result<()> {
         let version = self.counter.version();
-        if version == self.counter_seen.load(Ordering::Relaxed) {
+        if !self.counter_pending() {
             return Ok(());
         }
         #[cfg(not(target_arch = "wasm32"))]
@@ -260,27 +267,34 @@ impl Module for BatchNorm2d {
             v.parameter("bias", b);
         }
         if self.tracking {
-            // A write through a state-dict entry first becomes the count (a lost device
-            // fails the visitor's own use of the scalar anyway).
-            if let Ok(mut st) = self.state.try_borrow_mut() {
-                let _ = self.adopt_counter(&mut st.num_batches_tracked);
-            }
             let st = self.state.borrow();
             v.buffer("running_mean", &st.running_mean);
             v.buffer("running_var", &st.running_var);
-            v.counter_tensor("num_batches_tracked", st.num_batches_tracked, &self.counter);
-            self.counter_written();
+            if self.counter_pending() {
+                // Written through a state-dict entry: the scalar holds the count (the next
+                // training step adopts it; a visit cannot report a readback's errors), so it
+                // is handed out as it is, a plain buffer, not overwritten.
+                v.buffer("num_batches_tracked", &self.counter);
+            } else {
+                v.counter_tensor("num_batches_tracked", st.num_batches_tracked, &self.counter);
+                self.counter_written();
+            }
         }
         v.training(self.training);
     }
     fn visit_mut(&mut self, v: &mut dyn VisitorMut) {
         if self.tracking {
+            let pending = self.counter_pending();
             let count = &mut self.state.get_mut().num_batches_tracked;
+            let before = *count;
             v.counter("num_batches_tracked", count);
-            // A lost device fails the load that set it anyway.
-            let _ = write_counter(&self.counter, *count);
-            self.counter_seen
-                .store(self.counter.version(), Ordering::Relaxed);
+            // A count the visitor set (a load) is written; one written through a state-dict
+            // entry stays in the scalar for the next training step (train() and eval() change
+            // no buffer, as PyTorch's). A lost device fails the load that set it anyway.
+            if *count != before || !pending {
+                let _ = write_counter(&self.counter, *count);
+                self.counter_written();
+            }
         }
         v.training(&mut self.training);
     }

@@ -234,7 +234,7 @@ fn a_count_written_through_the_state_dict_is_the_layers() {
         momentum: None,
         ..Default::default()
     };
-    let bn = nn::BatchNorm1d::with_config(dev(), 2, cfg).unwrap();
+    let mut bn = nn::BatchNorm1d::with_config(dev(), 2, cfg).unwrap();
     let sd = bn.state_dict();
     let entry = |sd: &[(String, Tensor)]| {
         let (_, t) = sd.iter().find(|(n, _)| n == "num_batches_tracked").unwrap();
@@ -242,8 +242,12 @@ fn a_count_written_through_the_state_dict_is_the_layers() {
     };
     let five = Tensor::from_slice(dev(), &[5i32], &[]).unwrap();
     entry(&sd).copy_from(&five).unwrap();
+    // eval() and train() change no buffer; a state dict shows the written count.
+    bn.eval();
+    bn.train();
+    assert_eq!(entry(&sd).to_vec::<i32>().unwrap(), [5]);
     assert_eq!(entry(&bn.state_dict()).to_vec::<i32>().unwrap(), [5]);
-    assert_eq!(bn.0.state.borrow().num_batches_tracked, 5);
+    assert_eq!(bn.named_parameters().len(), 2);
     let x = Tensor::from_slice(dev(), &[1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap();
     bn.forward(&x).unwrap();
     assert_eq!(bn.0.state.borrow().num_batches_tracked, 6);
