@@ -432,15 +432,12 @@ pub fn save_safetensors_file(
     let op = "save_safetensors";
     let path = path.as_ref();
     let bytes = save_safetensors(tensors)?;
-    // A temporary name of this target, process and call (the target's own name in it, not a
-    // replaced extension: `ck.1` and `ck.2` saved at once must not share one).
+    // A temporary name of this process and call beside the target (not the target's name with
+    // a replaced extension: `ck.1` and `ck.2` saved at once must not share one; nor longer
+    // than the target's name could be).
     static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let name = path.file_name().map_or_else(
-        || "safetensors".into(),
-        |n| n.to_string_lossy().into_owned(),
-    );
-    let tmp = path.with_file_name(format!(".{name}.{}.{call}.tmp", std::process::id()));
+    let tmp = path.with_file_name(format!(".wgtensor-{}-{call}.tmp", std::process::id()));
     let written = std::fs::write(&tmp, bytes)
         .map_err(|e| io_err(op, format!("{}: {e}", tmp.display())))
         .and_then(|()| {

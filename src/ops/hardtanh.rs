@@ -126,7 +126,8 @@ fn clip(x: &Tensor, lo: f64, hi: f64) -> Result<Tensor> {
 
 /// PyTorch's `F.hardtanh(x, min_val, max_val)`: `x` clamped to `[min_val, max_val]`, the
 /// gradient passing strictly inside (and at NaN), 0 at and past the bounds. Errors when
-/// `min_val` is above `max_val` or either is NaN (equal bounds give `min_val` everywhere).
+/// `min_val` is above `max_val` (equal bounds give `min_val` everywhere); a NaN bound gives
+/// NaN everywhere, as PyTorch's clamp.
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {

@@ -598,6 +598,19 @@ fn convolutions_of_inputs_without_channels() {
         e.contains("expected weight to be divisible by 3 at dimension 0"),
         "{e}"
     );
+    let w0 = Tensor::zeros(d, &[0, 0, 1, 1], DType::F32).unwrap();
+    let e = conv2d(&x, &w0, None, &Default::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("expected weight to be at least 1 at dimension 0"),
+        "{e}"
+    );
+    // No kernel runs: the kernels' extent limits do not apply.
+    let huge = Tensor::zeros(d, &[1, 0, 46341, 46341], DType::F32).unwrap();
+    let w1 = Tensor::zeros(d, &[1, 0, 1, 1], DType::F32).unwrap();
+    let y = conv2d(&huge, &w1, None, &Default::default()).unwrap();
+    assert_eq!(y.shape(), [1, 0, 46341, 46341]);
     // A kernel larger than the input, or a weight with channels, still errors.
     let x = Tensor::zeros(d, &[2, 0, 2, 2], DType::F32).unwrap();
     assert!(conv2d(&x, &w, None, &o).is_err());

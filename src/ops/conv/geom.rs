@@ -300,8 +300,43 @@ impl Geom {
     }
 
     /// Validates the options and builds the geometry of input `[n, c, h, w]` with weight
-    /// `[o, cw, kh, kw]` (`cw` must be c / groups).
+    /// `[o, cw, kh, kw]` (`cw` must be c / groups), every extent within the kernels' limits.
     pub fn new(
+        op: &'static str,
+        x: [usize; 4],
+        wshape: [usize; 4],
+        o: &Conv2dOptions,
+    ) -> Result<Geom> {
+        let g = Self::shape_checked(op, x, wshape, o)?;
+        let (n, oc, oh, ow, h, w, p) = (g.n, g.o, g.oh, g.ow, g.h, g.w, g.pad);
+        // The kernels index with u32 / i32: keep every extent and stride far from overflow.
+        let limit = i32::MAX as u64;
+        for (what, v) in [
+            ("input", product(&x)),
+            ("weight", product(&wshape)),
+            ("output", product(&[n, oc, oh, ow])),
+            (
+                "padded input",
+                product(&[
+                    h.saturating_add(p.top + p.bottom),
+                    w.saturating_add(p.left + p.right),
+                ]),
+            ),
+        ] {
+            if v.is_none_or(|v| v > limit) {
+                let v = v.map_or("more than 2^64".into(), |v| v.to_string());
+                return Err(Error::size(
+                    op,
+                    format!("{what} spans {v} elements (its non-zero dims), more than {limit}"),
+                ));
+            }
+        }
+        Ok(g)
+    }
+
+    /// [`Geom::new`] without the kernels' extent limits: the geometry of a convolution that
+    /// runs no kernel (an empty result).
+    pub(crate) fn shape_checked(
         op: &'static str,
         x: [usize; 4],
         wshape: [usize; 4],
@@ -355,10 +390,31 @@ impl Geom {
                 format!("groups {g} does not divide in_channels {c}"),
             ));
         }
-        if oc % g != 0 {
+        // PyTorch's check_shape_forward: a forward convolution's weight has at least one
+        // output channel per group (no output channels is an error there, not an empty
+        // result), and a multiple of groups.
+        if forward && oc < g {
             return Err(Error::arg(
                 op,
-                format!("groups {g} does not divide out_channels {oc}"),
+                format!(
+                    "Given groups={g}, expected weight to be at least {g} at dimension 0, but \
+                     got weight of size {:?} instead",
+                    caller(wshape)
+                ),
+            ));
+        }
+        if oc % g != 0 {
+            let pytorch = match forward {
+                true => format!(
+                    "Given groups={g}, expected weight to be divisible by {g} at dimension 0, \
+                     but got weight of size {:?} instead: ",
+                    caller(wshape)
+                ),
+                false => String::new(),
+            };
+            return Err(Error::arg(
+                op,
+                format!("{pytorch}groups {g} does not divide out_channels {oc}"),
             ));
         }
         if cw != c / g {
@@ -402,7 +458,8 @@ impl Geom {
                 ),
             ));
         }
-        // An empty batch or no output channels give an empty result (PyTorch); so do empty
+        // An empty batch gives an empty result (PyTorch), and so do no output channels where
+        // they pass the check above (the gradient and transposed geometries); so do empty
         // input channels in the forward, before it gets here (`empty_channels` in mod.rs);
         // empty spatial dims or kernels have no meaningful convolution.
         if [c, h, w, kh, kw].contains(&0) {
@@ -447,28 +504,6 @@ impl Geom {
                 ),
             ));
         };
-        // The kernels index with u32 / i32: keep every extent and stride far from overflow.
-        let limit = i32::MAX as u64;
-        for (what, v) in [
-            ("input", product(&x)),
-            ("weight", product(&wshape)),
-            ("output", product(&[n, oc, oh, ow])),
-            (
-                "padded input",
-                product(&[
-                    h.saturating_add(p.top + p.bottom),
-                    w.saturating_add(p.left + p.right),
-                ]),
-            ),
-        ] {
-            if v.is_none_or(|v| v > limit) {
-                let v = v.map_or("more than 2^64".into(), |v| v.to_string());
-                return Err(Error::size(
-                    op,
-                    format!("{what} spans {v} elements (its non-zero dims), more than {limit}"),
-                ));
-            }
-        }
         Ok(Geom {
             n,
             c,

@@ -171,17 +171,24 @@ fn empty_channels(
     // The geometry checked for one image and one channel and output channel per group: the
     // result is empty, so the extents the kernels' limits guard do not matter.
     let groups = o.groups.max(1);
-    if oc % groups != 0 {
+    if oc < groups || oc % groups != 0 {
+        let what = match oc < groups {
+            true => "at least",
+            false => "divisible by",
+        };
         return Err(Error::arg(
             op,
             format!(
-                "Given groups={groups}, expected weight to be divisible by {groups} at \
-                 dimension 0, but got weight of size {:?} instead",
-                w.shape()
+                "Given groups={groups}, expected weight to be {what} {groups} at dimension 0, \
+                 but got weight of size {:?} instead",
+                match op {
+                    "conv1d" => vec![oc, 0, kw],
+                    _ => w.shape().to_vec(),
+                }
             ),
         ));
     }
-    let g = Geom::new(op, [n.min(1), groups, h, wd], [groups, 1, kh, kw], o)?;
+    let g = Geom::shape_checked(op, [n.min(1), groups, h, wd], [groups, 1, kh, kw], o)?;
     check_bias(op, x, bias, oc)?;
     let shape = [n, 0, g.oh, g.ow];
     let empty = |t: &Tensor| t.reshape(&[1, 0, 1, 1])?.broadcast_to(&shape);
