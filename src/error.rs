@@ -37,7 +37,7 @@ pub enum Error {
         got: DType,
     },
     /// Tensors created on different devices were combined.
-    #[error("{op}: tensors live on different devices")]
+    #[error("{op}: Expected all tensors to be on the same device, but found at least two devices (tensors live on different devices)")]
     DeviceMismatch {
         /// The op that failed, as named in the API (`"matmul"`, `"conv2d"`, `"to_vec"`, ...).
         op: &'static str,

@@ -83,7 +83,10 @@ pub(crate) fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Re
             _ => {
                 return Err(Error::shape(
                     op,
-                    format!("shapes {a:?} and {b:?} do not broadcast (dim {i}: {da} vs {db})"),
+                    format!(
+                        "The size of tensor a ({da}) must match the size of tensor b ({db}) at \
+                         non-singleton dimension {i}: shapes {a:?} and {b:?} do not broadcast"
+                    ),
                 ))
             }
         };

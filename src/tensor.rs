@@ -626,7 +626,7 @@ pub(crate) fn check_fill(op: &'static str, value: f64, dtype: DType) -> Result<(
     if !fits {
         return Err(Error::arg(
             op,
-            format!("value {value} cannot be converted to type {dtype:?} without overflow"),
+            format!("value cannot be converted to type {dtype:?} without overflow: {value}"),
         ));
     }
     Ok(())

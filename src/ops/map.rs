@@ -465,7 +465,7 @@ impl Tensor {
             Some(m) => lo.min_scalar(m),
             None if min.is_none() => Err(crate::Error::arg(
                 "clamp",
-                "at least one of min or max must be given",
+                "torch.clamp: At least one of 'min' or 'max' must not be None",
             )),
             None => Ok(lo),
         }

@@ -1078,3 +1078,44 @@ fn view_reduction_rnn_and_attention_errors_in_pytorch_words() {
         "Expected `attn_mask` shape to be (4, 4, 4)",
     );
 }
+
+/// Elementwise, cat/stack, fill and copy errors PyTorch's tests match by their words
+/// (test_clamp_raises_arg_errors, error_inputs_cat, error_inputs_masked_fill,
+/// test_copy_mem_overlap, infer_size's broadcast error).
+#[test]
+fn elementwise_cat_and_copy_errors_in_pytorch_words() {
+    use wgtensor::ops::{cat, stack};
+    fn has<T: std::fmt::Debug>(r: wgtensor::Result<T>, want: &str) {
+        let e = msg(&r.unwrap_err());
+        assert!(e.contains(want), "{e}\nwants: {want}");
+    }
+    has(
+        t(&[3]).clamp(None, None),
+        "At least one of 'min' or 'max' must not be None",
+    );
+    let (a, b) = (t(&[5, 5, 10, 10]), t(&[5, 0, 9, 10]));
+    has(
+        cat(&[&a, &b], 1),
+        "Sizes of tensors must match except in dimension 1. Expected size 10 but got size 9 for \
+         tensor number 1 in the list",
+    );
+    has(cat(&[], 1), "non-empty list of Tensors");
+    has(
+        cat(&[&t(&[2]), &t(&[])], 0),
+        "zero-dimensional tensor (at position 1) cannot be concatenated",
+    );
+    has(stack(&[], 0), "stack expects a non-empty TensorList");
+    has(
+        Tensor::full(dev(), &[2], 1e39, DType::F32),
+        "value cannot be converted to type",
+    );
+    has(
+        t(&[2]).add(&t(&[3])),
+        "The size of tensor a (2) must match the size of tensor b (3) at non-singleton dimension 0",
+    );
+    let dst = t(&[1]).broadcast_to(&[3, 3]).unwrap();
+    has(
+        wgtensor::no_grad(|| dst.copy_from(&t(&[3, 3]))),
+        "more than one element of the written-to tensor refers to a single memory location",
+    );
+}

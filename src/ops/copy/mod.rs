@@ -199,18 +199,22 @@ fn cat_untracked(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
         .filter(|t| !(t.rank() == 1 && t.numel() == 0))
         .collect();
     let Some(first) = parts.first().copied().or(tensors.first().copied()) else {
-        return Err(Error::arg(op, "expected a non-empty list of tensors"));
+        return Err(Error::arg(
+            op,
+            "torch.cat(): expected a non-empty list of Tensors",
+        ));
     };
+    // Every input checked for rank 0 first, as PyTorch's cat_check_no_zero_dim.
+    if let Some(i) = tensors.iter().position(|t| t.rank() == 0) {
+        return Err(Error::shape(
+            op,
+            format!("zero-dimensional tensor (at position {i}) cannot be concatenated"),
+        ));
+    }
     if parts.is_empty() {
         return Ok(first.clone());
     }
     let rank = first.rank();
-    if rank == 0 {
-        return Err(Error::shape(
-            op,
-            "zero-dimensional tensors cannot be concatenated",
-        ));
-    }
     let d = Layout::normalize_dim(op, dim, rank)?;
     // Positions in the caller's list (the legacy empty [0] inputs were left out of `parts`).
     let position = |t: &Tensor| {
@@ -239,11 +243,18 @@ fn cat_untracked(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
         }
         let same = (0..rank).all(|k| k == d || t.shape()[k] == first.shape()[k]);
         if !same {
+            let k = (0..rank)
+                .find(|&k| k != d && t.shape()[k] != first.shape()[k])
+                .unwrap_or(0);
             return Err(Error::shape(
                 op,
                 format!(
-                    "sizes of tensors must match except in dimension {d}: tensor {} has shape \
-                     {:?}, tensor {} has shape {:?}",
+                    "Sizes of tensors must match except in dimension {d}. Expected size {} but \
+                     got size {} for tensor number {} in the list (tensor {} has shape {:?}, \
+                     tensor {} has shape {:?})",
+                    first.shape()[k],
+                    t.shape()[k],
+                    position(t),
                     position(first),
                     first.shape(),
                     position(t),
@@ -272,7 +283,7 @@ fn cat_untracked(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
 pub fn stack(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
     let op = "stack";
     let Some(first) = tensors.first() else {
-        return Err(Error::arg(op, "expected a non-empty list of tensors"));
+        return Err(Error::arg(op, "stack expects a non-empty TensorList"));
     };
     for (i, t) in tensors.iter().enumerate() {
         if t.shape() != first.shape() {
@@ -346,7 +357,9 @@ impl Tensor {
             return Err(Error::arg(
                 op,
                 format!(
-                    "the destination (shape {:?}, strides {:?}) repeats elements",
+                    "unsupported operation: more than one element of the written-to tensor \
+                     refers to a single memory location (the destination, shape {:?}, strides \
+                     {:?}, repeats elements)",
                     self.shape(),
                     self.strides()
                 ),
