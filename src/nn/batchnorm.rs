@@ -273,8 +273,8 @@ impl Module for BatchNorm2d {
             if self.counter_pending() {
                 // Written through a state-dict entry: the scalar holds the count (the next
                 // training step adopts it; a visit cannot report a readback's errors), so it
-                // is handed out as it is, a plain buffer, not overwritten.
-                v.buffer("num_batches_tracked", &self.counter);
+                // is handed out as it is, not overwritten.
+                v.counter_held("num_batches_tracked", &self.counter);
             } else {
                 v.counter_tensor("num_batches_tracked", st.num_batches_tracked, &self.counter);
                 self.counter_written();
@@ -286,12 +286,18 @@ impl Module for BatchNorm2d {
         if self.tracking {
             let pending = self.counter_pending();
             let count = &mut self.state.get_mut().num_batches_tracked;
-            let before = *count;
+            // A count the visitor sets (a load) is written, whatever it is: u64::MAX, which no
+            // count reaches (the scalar saturates at i32::MAX), tells whether it set one. One
+            // written through a state-dict entry stays in the scalar for the next training
+            // step (train() and eval() change no buffer, as PyTorch's). A lost device fails
+            // the load that set it anyway.
+            let before = std::mem::replace(count, u64::MAX);
             v.counter("num_batches_tracked", count);
-            // A count the visitor set (a load) is written; one written through a state-dict
-            // entry stays in the scalar for the next training step (train() and eval() change
-            // no buffer, as PyTorch's). A lost device fails the load that set it anyway.
-            if *count != before || !pending {
+            let supplied = *count != u64::MAX;
+            if !supplied {
+                *count = before;
+            }
+            if supplied || !pending {
                 let _ = write_counter(&self.counter, *count);
                 self.counter_written();
             }

@@ -37,6 +37,13 @@ pub trait Visitor {
         self.counter(name, value, tensor.device())
     }
 
+    /// A counter whose i32 scalar holds a count written into it from outside (through a state
+    /// dict's entry) that the module has not taken yet: until it does, the scalar is the count.
+    /// The default treats it as a [`Visitor::buffer`] (the scalar as it is).
+    fn counter_held(&mut self, name: &str, tensor: &Tensor) {
+        self.buffer(name, tensor)
+    }
+
     /// A training flag of this module (PyTorch's `module.training`).
     fn training(&mut self, training: bool) {
         let _ = training;
@@ -351,6 +358,9 @@ impl Visitor for Targets {
             .push((format!("{}{name}", self.prefix), tensor.clone()));
     }
     fn counter(&mut self, name: &str, _: u64, _: &Device) {
+        self.counters.push(format!("{}{name}", self.prefix));
+    }
+    fn counter_held(&mut self, name: &str, _: &Tensor) {
         self.counters.push(format!("{}{name}", self.prefix));
     }
     fn child(&mut self, name: &str, module: &dyn Module) {

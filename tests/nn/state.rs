@@ -248,6 +248,27 @@ fn a_count_written_through_the_state_dict_is_the_layers() {
     assert_eq!(entry(&sd).to_vec::<i32>().unwrap(), [5]);
     assert_eq!(entry(&bn.state_dict()).to_vec::<i32>().unwrap(), [5]);
     assert_eq!(bn.named_parameters().len(), 2);
+    // A source without the counter still loads strictly (the count is kept); one with it
+    // sets the count at once, in eval too.
+    let without: std::collections::HashMap<String, Tensor> = bn
+        .state_dict()
+        .into_iter()
+        .filter(|(n, _)| n != "num_batches_tracked")
+        .map(|(n, t)| (n, t.deep_clone().unwrap()))
+        .collect();
+    let report = bn.load_state_dict(&without, true).unwrap();
+    assert!(report.missing.is_empty(), "{report:?}");
+    assert_eq!(entry(&bn.state_dict()).to_vec::<i32>().unwrap(), [5]);
+    let mut with = without.clone();
+    let nine = Tensor::from_slice(dev(), &[9i32], &[]).unwrap();
+    with.insert("num_batches_tracked".to_string(), nine);
+    bn.eval();
+    entry(&sd).copy_from(&five).unwrap();
+    bn.load_state_dict(&with, true).unwrap();
+    assert_eq!(bn.0.state.borrow().num_batches_tracked, 9);
+    assert_eq!(entry(&sd).to_vec::<i32>().unwrap(), [9]);
+    entry(&sd).copy_from(&five).unwrap();
+    bn.train();
     let x = Tensor::from_slice(dev(), &[1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap();
     bn.forward(&x).unwrap();
     assert_eq!(bn.0.state.borrow().num_batches_tracked, 6);
