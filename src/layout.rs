@@ -65,7 +65,8 @@ pub(crate) fn checked_numel(op: &'static str, shape: &[usize]) -> Result<usize> 
 pub(crate) fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
     let rank = a.len().max(b.len());
     let mut out = vec![0; rank];
-    for i in 0..rank {
+    // From the last dim, as PyTorch's infer_size, so an error names the same dim.
+    for i in (0..rank).rev() {
         let da = if i < rank - a.len() {
             1
         } else {

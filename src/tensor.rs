@@ -626,7 +626,15 @@ pub(crate) fn check_fill(op: &'static str, value: f64, dtype: DType) -> Result<(
     if !fits {
         return Err(Error::arg(
             op,
-            format!("value cannot be converted to type {dtype:?} without overflow: {value}"),
+            format!(
+                "value cannot be converted to type {} without overflow: {value}",
+                // C++'s names, as PyTorch's message has them.
+                match dtype {
+                    DType::F32 => "float",
+                    DType::F16 => "at::Half",
+                    DType::I32 => "int",
+                }
+            ),
         ));
     }
     Ok(())

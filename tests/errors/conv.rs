@@ -49,7 +49,15 @@ fn groups_must_divide_the_channels() {
         None,
         &groups(3),
     ));
-    check(&e, FWD, false, &["groups 3 does not divide in_channels 64"]);
+    check(
+        &e,
+        FWD,
+        true,
+        &[
+            "expected input[2, 64, 5, 5] to have 63 channels, but got 64 channels instead",
+            "groups 3 does not divide in_channels 64",
+        ],
+    );
     // O = 8 is not a multiple of 3.
     let e = err(conv2d(
         &t(&[2, 6, 5, 5]),
@@ -110,8 +118,11 @@ fn groups_must_divide_the_channels() {
     check(
         &e,
         "conv1d",
-        false,
-        &["groups 4 does not divide in_channels 6"],
+        true,
+        &[
+            "Given groups=4, weight of size [8, 1, 3], expected input[2, 6, 9] to have 4 channels",
+            "groups 4 does not divide in_channels 6",
+        ],
     );
     // conv_transpose2d: w [C_in, C_out / groups, ...]; C_in must be a multiple of groups.
     let ot = ConvTranspose2dOptions {

@@ -1113,6 +1113,28 @@ fn elementwise_cat_and_copy_errors_in_pytorch_words() {
         t(&[2]).add(&t(&[3])),
         "The size of tensor a (2) must match the size of tensor b (3) at non-singleton dimension 0",
     );
+    has(
+        t(&[2, 3]).add(&t(&[3, 4])),
+        "The size of tensor a (3) must match the size of tensor b (4) at non-singleton dimension 1",
+    );
+    has(
+        Tensor::full(dev(), &[2], 2147483648.0, DType::I32),
+        "value cannot be converted to type int without overflow",
+    );
+    // Conv: the weight's checks before the input's, as PyTorch's check_shape_forward.
+    let o3 = wgtensor::ops::Conv2dOptions {
+        groups: 3,
+        ..Default::default()
+    };
+    has(
+        wgtensor::ops::conv2d(&t(&[2, 2, 4, 3]), &t(&[2, 2, 1, 3]), None, &o3),
+        "Given groups=3, expected weight to be at least 3 at dimension 0",
+    );
+    has(
+        wgtensor::ops::conv2d(&t(&[2, 64, 5, 5]), &t(&[6, 21, 3, 3]), None, &o3),
+        "Given groups=3, weight of size [6, 21, 3, 3], expected input[2, 64, 5, 5] to have 63 \
+         channels, but got 64 channels instead",
+    );
     let dst = t(&[1]).broadcast_to(&[3, 3]).unwrap();
     has(
         wgtensor::no_grad(|| dst.copy_from(&t(&[3, 3]))),

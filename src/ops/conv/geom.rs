@@ -384,7 +384,9 @@ impl Geom {
                 _ => s.to_vec(),
             }
         };
-        if c % g != 0 {
+        // A forward convolution checks in PyTorch's order (the weight first; its input check
+        // below covers channels groups does not divide).
+        if !forward && c % g != 0 {
             return Err(Error::arg(
                 op,
                 format!("groups {g} does not divide in_channels {c}"),
@@ -417,7 +419,7 @@ impl Geom {
                 format!("{pytorch}groups {g} does not divide out_channels {oc}"),
             ));
         }
-        if cw != c / g {
+        if cw.checked_mul(g) != Some(c) {
             // Name the input first: the usual mistake is the input's layout, not the weight.
             // 1-D convolutions arrive as [n, c, 1, l].
             let expects = cw.saturating_mul(g);
@@ -442,9 +444,13 @@ impl Geom {
             let pytorch = match forward {
                 true => format!(
                     "Given groups={g}, weight of size {:?}, expected input{:?} to have {expects} \
-                     channels, but got {c} channels instead: ",
+                     channels, but got {c} channels instead: {}",
                     caller(wshape),
-                    caller(x)
+                    caller(x),
+                    match c % g {
+                        0 => String::new(),
+                        _ => format!("groups {g} does not divide in_channels {c}; "),
+                    }
                 ),
                 false => String::new(),
             };

@@ -170,7 +170,9 @@ fn empty_channels(
     let [oc, _, kh, kw] = dims4(op, w, "weight")?;
     // The geometry checked for one image and one channel and output channel per group: the
     // result is empty, so the extents the kernels' limits guard do not matter.
+    // The options first (a groups of 0 named as such), as PyTorch's check_shape_forward.
     let groups = o.groups.max(1);
+    let g = Geom::shape_checked(op, [n.min(1), groups, h, wd], [groups, 1, kh, kw], o)?;
     if oc < groups || oc % groups != 0 {
         let what = match oc < groups {
             true => "at least",
@@ -188,7 +190,6 @@ fn empty_channels(
             ),
         ));
     }
-    let g = Geom::shape_checked(op, [n.min(1), groups, h, wd], [groups, 1, kh, kw], o)?;
     check_bias(op, x, bias, oc)?;
     let shape = [n, 0, g.oh, g.ow];
     let empty = |t: &Tensor| t.reshape(&[1, 0, 1, 1])?.broadcast_to(&shape);
