@@ -270,7 +270,10 @@ fn masked_fill_as_pytorch() {
     if dev().supports_f16() {
         let xh = xf.to_dtype(DType::F16).unwrap();
         let e = xh.masked_fill(&m, -1e9).unwrap_err().to_string();
-        assert!(e.contains("without overflow") && e.contains("at::Half"), "{e}");
+        assert!(
+            e.contains("without overflow") && e.contains("at::Half"),
+            "{e}"
+        );
         assert!(Tensor::full(dev(), &[2], 65504.0, DType::F16).is_ok());
         assert!(Tensor::full(dev(), &[2], 1e6, DType::F16).is_err());
         // Comparisons still take any bound: 1e6 is above every f16.
