@@ -192,19 +192,6 @@ fn not_a_pickle(op: &'static str, bytes: &[u8]) -> Result<()> {
 /// The safetensors parser's limit on a header's length.
 const MAX_HEADER: u64 = 100_000_000;
 
-/// Bits per element of a safetensors dtype name (`None`: unknown, left to the parser).
-fn dtype_bits(dtype: &str) -> Option<u64> {
-    Some(match dtype {
-        "BOOL" | "U8" | "I8" | "F8_E5M2" | "F8_E4M3" | "F8_E8M0" => 8,
-        "I16" | "U16" | "F16" | "BF16" => 16,
-        "I32" | "U32" | "F32" => 32,
-        "I64" | "U64" | "F64" | "C64" => 64,
-        "F4" => 4,
-        "F6_E2M3" | "F6_E3M2" => 6,
-        _ => return None,
-    })
-}
-
 /// Checks a header before the parser does, so that the errors name the tensor and the
 /// numbers: a header length past the file or past the parser's limit (refused before it is
 /// read), data offsets past the data (safetensors 0.8 sums them unchecked, so offsets near
@@ -257,15 +244,15 @@ fn check_header(op: &'static str, bytes: &[u8]) -> Result<()> {
             .get("shape")
             .and_then(|s| s.as_array())
             .and_then(|a| a.iter().map(|v| v.as_u64()).collect());
-        let bits = entry
+        // Bits per element as the parser counts them (an unknown name is left to it).
+        let dtype = entry
             .get("dtype")
-            .and_then(|d| d.as_str())
-            .and_then(dtype_bits);
-        let (Some(shape), Some(bits), &[start, end]) = (shape, bits, offsets.as_slice()) else {
+            .and_then(|d| serde_json::from_value::<StDtype>(d.clone()).ok());
+        let (Some(shape), Some(dtype), &[start, end]) = (shape, dtype, offsets.as_slice()) else {
             all_checked = false;
             continue;
         };
-        let dtype = entry["dtype"].as_str().unwrap_or_default();
+        let bits = dtype.bitsize() as u64;
         let Some(numel) = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d)) else {
             return err(format!(
                 "tensor {name:?}: shape {shape:?} overflows (its element count is past 2^64)"
