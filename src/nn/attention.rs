@@ -568,7 +568,7 @@ impl MultiheadAttention {
 }
 
 /// The tensor of a mask.
-fn mask_tensor<'a>(m: MhaMask<'a>) -> &'a Tensor {
+pub(super) fn mask_tensor<'a>(m: MhaMask<'a>) -> &'a Tensor {
     match m {
         MhaMask::Bool(t) | MhaMask::Additive(t) => t,
     }

@@ -3,7 +3,9 @@
 //! `layers.{i}`, `norm`), defaults and both normalization placements, over
 //! [`MultiheadAttention`]'s fused path.
 
-use super::attention::{MhaMask, MhaOptions, MultiheadAttention, MultiheadAttentionConfig};
+use super::attention::{
+    mask_tensor, MhaMask, MhaOptions, MultiheadAttention, MultiheadAttentionConfig,
+};
 use super::layers::{Dropout, Linear};
 use super::norm::{LayerNorm, LayerNormConfig};
 use super::{Forward, Module, Visitor, VisitorMut, MAX_LAYERS};
@@ -208,19 +210,13 @@ impl TransformerEncoderLayer {
         let mut heads = 1;
         let mut all: Option<Tensor> = None;
         if let Some(m) = pad {
-            let t = match m {
-                MhaMask::Bool(t) | MhaMask::Additive(t) => t,
-            };
-            if t.shape() != [n, l] {
+            if mask_tensor(m).shape() != [n, l] {
                 return Ok(None);
             }
             all = Some(excluded(m)?.reshape(&[n, 1, 1, l])?);
         }
         if let Some(m) = src_mask {
-            let t = match m {
-                MhaMask::Bool(t) | MhaMask::Additive(t) => t,
-            };
-            let e = match t.shape() {
+            let e = match mask_tensor(m).shape() {
                 [a, b] if [*a, *b] == [l, l] => excluded(m)?.reshape(&[1, 1, l, l])?,
                 [a, b, c] if [*a, *b, *c] == [n * h, l, l] => {
                     heads = h;
@@ -410,19 +406,9 @@ impl TransformerEncoder {
         let (Some(l0), Some(pad)) = (self.layers.first(), pad) else {
             return Ok(None);
         };
-        let attn = &l0.self_attn;
-        let eligible = !attn.training
-            && attn.batch_first
-            && !l0.norm_first
-            && attn.num_heads % 2 == 0
-            && attn.in_proj_weight.is_some()
-            && attn.in_proj_bias.is_some()
-            && src.rank() == 3
-            && !(crate::autograd::is_grad_enabled()
-                && (src.is_tracked() || l0.parameters().iter().any(Tensor::is_tracked)));
-        let m = match pad {
-            MhaMask::Bool(m) | MhaMask::Additive(m) => m,
-        };
+        // The first layer's fast-path conditions, and a post-norm layer.
+        let eligible = l0.takes_fast_path(src) && !l0.norm_first;
+        let m = mask_tensor(pad);
         if !eligible || m.shape() != [src.shape()[0], src.shape()[1]] {
             return Ok(None);
         }
