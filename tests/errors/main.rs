@@ -21,6 +21,12 @@ fn msg(e: &Error) -> String {
     e.to_string()
 }
 
+/// Asserts that `r` is an error whose message contains `want` (PyTorch's words).
+fn has<T: std::fmt::Debug>(r: wgtensor::Result<T>, want: &str) {
+    let e = msg(&r.unwrap_err());
+    assert!(e.contains(want), "{e}\nwants: {want}");
+}
+
 #[test]
 fn shape_errors() {
     let e = Tensor::from_slice(dev(), &[1.0f32; 5], &[2, 3]).unwrap_err();
@@ -832,10 +838,6 @@ fn loss_errors_in_pytorch_words() {
         CrossEntropyOptions, NllLossOptions, Reduction,
     };
     let ids = |shape: &[usize]| Tensor::zeros(dev(), shape, DType::I32).unwrap();
-    let has = |r: wgtensor::Result<Tensor>, want: &str| {
-        let e = msg(&r.unwrap_err());
-        assert!(e.contains(want), "{e}\nwants: {want}");
-    };
     let nll = NllLossOptions::default();
     has(
         nll_loss(&t(&[10, 3]), &ids(&[3]), &nll),
@@ -895,10 +897,6 @@ fn conv_and_pool_errors_in_pytorch_words() {
     use wgtensor::ops::{
         avg_pool2d, conv1d, conv2d, max_pool1d, max_pool2d, AvgPool2dOptions, Conv1dOptions,
         Conv2dOptions, MaxPool1dOptions, MaxPool2dOptions,
-    };
-    let has = |r: wgtensor::Result<Tensor>, want: &str| {
-        let e = msg(&r.unwrap_err());
-        assert!(e.contains(want), "{e}\nwants: {want}");
     };
     let c1 = Conv1dOptions::default();
     has(
@@ -981,10 +979,6 @@ fn conv_and_pool_errors_in_pytorch_words() {
 #[test]
 fn view_reduction_rnn_and_attention_errors_in_pytorch_words() {
     use wgtensor::nn::{self, MhaMask, MhaOptions};
-    fn has<T: std::fmt::Debug>(r: wgtensor::Result<T>, want: &str) {
-        let e = msg(&r.unwrap_err());
-        assert!(e.contains(want), "{e}\nwants: {want}");
-    }
     let x = t(&[2, 3, 4]);
     has(
         x.flatten(2, 0),
@@ -1085,10 +1079,6 @@ fn view_reduction_rnn_and_attention_errors_in_pytorch_words() {
 #[test]
 fn elementwise_cat_and_copy_errors_in_pytorch_words() {
     use wgtensor::ops::{cat, stack};
-    fn has<T: std::fmt::Debug>(r: wgtensor::Result<T>, want: &str) {
-        let e = msg(&r.unwrap_err());
-        assert!(e.contains(want), "{e}\nwants: {want}");
-    }
     has(
         t(&[3]).clamp(None, None),
         "At least one of 'min' or 'max' must not be None",
