@@ -395,28 +395,12 @@ impl Geom {
         // PyTorch's check_shape_forward: a forward convolution's weight has at least one
         // output channel per group (no output channels is an error there, not an empty
         // result), and a multiple of groups.
-        if forward && oc < g {
+        if forward {
+            check_out_channels(op, g, oc, &caller(wshape))?;
+        } else if oc % g != 0 {
             return Err(Error::arg(
                 op,
-                format!(
-                    "Given groups={g}, expected weight to be at least {g} at dimension 0, but \
-                     got weight of size {:?} instead",
-                    caller(wshape)
-                ),
-            ));
-        }
-        if oc % g != 0 {
-            let pytorch = match forward {
-                true => format!(
-                    "Given groups={g}, expected weight to be divisible by {g} at dimension 0, \
-                     but got weight of size {:?} instead: ",
-                    caller(wshape)
-                ),
-                false => String::new(),
-            };
-            return Err(Error::arg(
-                op,
-                format!("{pytorch}groups {g} does not divide out_channels {oc}"),
+                format!("groups {g} does not divide out_channels {oc}"),
             ));
         }
         if cw.checked_mul(g) != Some(c) {
@@ -526,6 +510,36 @@ impl Geom {
             ow,
         })
     }
+}
+
+/// PyTorch's check_shape_forward on a forward convolution's weight (`shown`: its shape as the
+/// caller gave it) with `oc` output channels: at least one per group, and a multiple of `g`.
+pub(crate) fn check_out_channels(
+    op: &'static str,
+    g: usize,
+    oc: usize,
+    shown: &[usize],
+) -> Result<()> {
+    if oc < g {
+        return Err(Error::arg(
+            op,
+            format!(
+                "Given groups={g}, expected weight to be at least {g} at dimension 0, but got \
+                 weight of size {shown:?} instead"
+            ),
+        ));
+    }
+    if !oc.is_multiple_of(g) {
+        return Err(Error::arg(
+            op,
+            format!(
+                "Given groups={g}, expected weight to be divisible by {g} at dimension 0, but \
+                 got weight of size {shown:?} instead: groups {g} does not divide out_channels \
+                 {oc}"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The layout a rank error names: a weight's, or an input's.

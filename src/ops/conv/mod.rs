@@ -173,23 +173,11 @@ fn empty_channels(
     // The options first (a groups of 0 named as such), as PyTorch's check_shape_forward.
     let groups = o.groups.max(1);
     let g = Geom::shape_checked(op, [n.min(1), groups, h, wd], [groups, 1, kh, kw], o)?;
-    if oc < groups || oc % groups != 0 {
-        let what = match oc < groups {
-            true => "at least",
-            false => "divisible by",
-        };
-        return Err(Error::arg(
-            op,
-            format!(
-                "Given groups={groups}, expected weight to be {what} {groups} at dimension 0, \
-                 but got weight of size {:?} instead",
-                match op {
-                    "conv1d" => vec![oc, 0, kw],
-                    _ => w.shape().to_vec(),
-                }
-            ),
-        ));
-    }
+    let shown = match op {
+        "conv1d" => vec![oc, 0, kw],
+        _ => w.shape().to_vec(),
+    };
+    geom::check_out_channels(op, groups, oc, &shown)?;
     check_bias(op, x, bias, oc)?;
     let shape = [n, 0, g.oh, g.ow];
     let empty = |t: &Tensor| t.reshape(&[1, 0, 1, 1])?.broadcast_to(&shape);
