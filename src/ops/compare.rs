@@ -287,9 +287,10 @@ impl Tensor {
     pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Result<Tensor> {
         let op = "masked_fill";
         crate::tensor::check_fill(op, value, self.dtype)?;
-        // Checked under this op's name (where_cond would name itself).
+        // Checked under this op's name (where_cond would name itself), the mask first as
+        // PyTorch's expand_outplace(mask, self), so an error names the same sizes.
         self.same_device(op, mask)?;
-        crate::layout::broadcast_shapes(op, self.shape(), mask.shape())?;
+        crate::layout::broadcast_shapes(op, mask.shape(), self.shape())?;
         let v = Tensor::full(self.device(), &[], value, self.dtype)?;
         mask.where_cond(&v, self)
     }
@@ -308,8 +309,10 @@ fn where_forward(cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         let dt = result_type(a, b);
         return where_forward(cond, &a.to_dtype(dt)?, &b.to_dtype(dt)?);
     }
-    let ab = broadcast_shapes(name, a.shape(), b.shape())?;
-    let shape = broadcast_shapes(name, &ab, cond.shape())?;
+    // In TensorIterator's operand order (condition, then each side), so a shape error
+    // names the sizes PyTorch's names.
+    let ca = broadcast_shapes(name, cond.shape(), a.shape())?;
+    let shape = broadcast_shapes(name, &ca, b.shape())?;
     let dev = a.device();
     let out = Tensor::empty(dev, name, &shape, a.dtype)?;
     let n = out.numel();

@@ -1125,6 +1125,20 @@ fn elementwise_cat_and_copy_errors_in_pytorch_words() {
         "Given groups=3, weight of size [6, 21, 3, 3], expected input[2, 64, 5, 5] to have 63 \
          channels, but got 64 channels instead",
     );
+    // where broadcasts condition, then each side; masked_fill the mask, then the tensor
+    // (TensorIterator's operand order and expand_outplace(mask, self)).
+    has(
+        t(&[3]).where_cond(&t(&[4]), &t(&[4])),
+        "The size of tensor a (3) must match the size of tensor b (4) at non-singleton dimension 0",
+    );
+    has(
+        t(&[1]).where_cond(&t(&[2]), &t(&[5])),
+        "The size of tensor a (2) must match the size of tensor b (5) at non-singleton dimension 0",
+    );
+    has(
+        t(&[2, 3]).masked_fill(&t(&[4, 1]), 0.0),
+        "The size of tensor a (4) must match the size of tensor b (2) at non-singleton dimension 0",
+    );
     let dst = t(&[1]).broadcast_to(&[3, 3]).unwrap();
     has(
         wgtensor::no_grad(|| dst.copy_from(&t(&[3, 3]))),
