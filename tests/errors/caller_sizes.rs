@@ -159,6 +159,30 @@ fn planned_and_hand_built_shapes() {
         ),
         "conv2d_plan",
     );
+    // The forward plan refuses a weight conv2d refuses: fewer output channels than groups;
+    // the weight gradient's plan of the same shapes has no such rule.
+    let g3 = Conv2dOptions {
+        groups: 3,
+        ..Default::default()
+    };
+    refused(
+        conv2d_plan(
+            dev(),
+            ConvDirection::Forward,
+            [1, 3, 4, 4],
+            [0, 1, 3, 3],
+            &g3,
+        ),
+        "expected weight to be at least 3 at dimension 0",
+    );
+    assert!(conv2d_plan(
+        dev(),
+        ConvDirection::Weight,
+        [1, 3, 4, 4],
+        [3, 1, 3, 3],
+        &g3
+    )
+    .is_ok());
     let l = Layout::contiguous(&[HUGE, 2]);
     assert_eq!(l.numel(), HUGE);
     assert!(l.span() >= 2);

@@ -139,7 +139,50 @@ fn groups_must_divide_the_channels() {
         &e,
         TRANSPOSE,
         false,
-        &["in_channels 6 must be divisible by groups 4"],
+        &[
+            "Given groups=4, expected weight to be divisible by 4 at dimension 0, but got weight \
+             of size [6, 2, 3, 3] instead",
+            "groups 4 does not divide in_channels 6",
+        ],
+    );
+    // PyTorch's check_shape_forward applies to a transposed weight's dim 0 (its input
+    // channels) too: fewer than groups, none at all, or not the input's channel count.
+    let e = err(conv_transpose2d(
+        &t(&[1, 2, 3, 3]),
+        &t(&[2, 1, 3, 3]),
+        None,
+        &ot,
+    ));
+    check(
+        &e,
+        TRANSPOSE,
+        false,
+        &[
+            "Given groups=4, expected weight to be at least 4 at dimension 0, but got weight of \
+           size [2, 1, 3, 3] instead",
+        ],
+    );
+    let e = err(conv_transpose2d(
+        &t(&[1, 0, 3, 3]),
+        &t(&[0, 2, 3, 3]),
+        None,
+        &ConvTranspose2dOptions::default(),
+    ));
+    check(&e, TRANSPOSE, false, &["expected weight to be at least 1"]);
+    let e = err(conv_transpose1d(
+        &t(&[2, 3, 5]),
+        &t(&[4, 2, 3]),
+        None,
+        &ConvTranspose1dOptions::default(),
+    ));
+    check(
+        &e,
+        "conv_transpose1d",
+        true,
+        &[
+            "Given transposed=1, weight of size [4, 2, 3], expected input[2, 3, 5] to have 4 \
+           channels, but got 3 channels instead",
+        ],
     );
 }
 

@@ -396,7 +396,7 @@ impl Geom {
         // output channel per group (no output channels is an error there, not an empty
         // result), and a multiple of groups.
         if forward {
-            check_out_channels(op, g, oc, &caller(wshape))?;
+            check_weight_dim0(op, g, oc, &caller(wshape), "out_channels")?;
         } else if oc % g != 0 {
             return Err(Error::arg(
                 op,
@@ -512,13 +512,16 @@ impl Geom {
     }
 }
 
-/// PyTorch's check_shape_forward on a forward convolution's weight (`shown`: its shape as the
-/// caller gave it) with `oc` output channels: at least one per group, and a multiple of `g`.
-pub(crate) fn check_out_channels(
+/// PyTorch's check_shape_forward on a convolution weight's dim 0 (`shown`: the weight's shape
+/// as the caller gave it), which holds `oc` channels (the output channels of a forward
+/// weight, the input channels of a transposed one, as `role` says): at least one per group,
+/// and a multiple of `g`.
+pub(crate) fn check_weight_dim0(
     op: &'static str,
     g: usize,
     oc: usize,
     shown: &[usize],
+    role: &str,
 ) -> Result<()> {
     if oc < g {
         return Err(Error::arg(
@@ -534,8 +537,7 @@ pub(crate) fn check_out_channels(
             op,
             format!(
                 "Given groups={g}, expected weight to be divisible by {g} at dimension 0, but \
-                 got weight of size {shown:?} instead: groups {g} does not divide out_channels \
-                 {oc}"
+                 got weight of size {shown:?} instead: groups {g} does not divide {role} {oc}"
             ),
         ));
     }

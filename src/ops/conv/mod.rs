@@ -58,7 +58,12 @@ pub fn conv2d_plan(
     weight: [usize; 4],
     options: &Conv2dOptions,
 ) -> Result<ConvPlan> {
-    let g = Geom::new("conv2d_plan", input, weight, options)?;
+    let op = "conv2d_plan";
+    let g = Geom::new(op, input, weight, options)?;
+    // conv2d's own check: a forward weight has at least one output channel per group.
+    if matches!(dir, Direction::Forward) {
+        geom::check_weight_dim0(op, options.groups, weight[0], &weight, "out_channels")?;
+    }
     Ok(plan::launch_plan(dev, &g, dir))
 }
 
@@ -177,7 +182,7 @@ fn empty_channels(
         "conv1d" => vec![oc, 0, kw],
         _ => w.shape().to_vec(),
     };
-    geom::check_out_channels(op, groups, oc, &shown)?;
+    geom::check_weight_dim0(op, groups, oc, &shown, "out_channels")?;
     check_bias(op, x, bias, oc)?;
     let shape = [n, 0, g.oh, g.ow];
     let empty = |t: &Tensor| t.reshape(&[1, 0, 1, 1])?.broadcast_to(&shape);
@@ -453,6 +458,7 @@ fn transpose_untracked(
             ("groups", &[o.groups]),
         ],
     )?;
+    check_transposed_channels(op, x, w, o.groups)?;
     // u64: operands are below OPTION_LIMIT and tensor dims, so nothing overflows.
     let size = |len: usize, k: usize, ax: usize, pad: usize| -> Result<usize> {
         let u = |v: usize| v as u64;
@@ -489,6 +495,40 @@ fn transpose_untracked(
         activation: o.activation,
     };
     data_grad(op, x, w, [out_h, out_w], bias, &conv, false)
+}
+
+/// PyTorch's check_shape_forward for a transposed weight `[C_in, C_out / groups, ...]`:
+/// dim 0 holds at least one input channel per group (so no input channels is an error, as
+/// there, not an empty sum) and a multiple of groups, and the input has `C_in` channels.
+/// Shapes are shown as the caller gave them (a 1-D call arrives as `[n, c, 1, l]`).
+fn check_transposed_channels(op: &'static str, x: &Tensor, w: &Tensor, g: usize) -> Result<()> {
+    if g == 0 {
+        return Err(Error::arg(
+            op,
+            "non-positive groups is not supported: groups must be at least 1, got 0",
+        ));
+    }
+    let shown = |s: &[usize]| -> Vec<usize> {
+        match (op, s) {
+            ("conv_transpose1d", &[a, b, 1, l]) => vec![a, b, l],
+            _ => s.to_vec(),
+        }
+    };
+    let ws = shown(w.shape());
+    geom::check_weight_dim0(op, g, ws[0], &ws, "in_channels")?;
+    let c = x.shape()[1];
+    if c != ws[0] {
+        return Err(Error::shape(
+            op,
+            format!(
+                "Given transposed=1, weight of size {ws:?}, expected input{:?} to have {} \
+                 channels, but got {c} channels instead",
+                shown(x.shape()),
+                ws[0]
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// PyTorch `conv_transpose1d`: x `[N, C_in, L]` (or unbatched `[C_in, L]`), w
