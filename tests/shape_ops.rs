@@ -484,6 +484,51 @@ fn narrow_with_negative_and_typed_starts() {
     );
 }
 
+/// PyTorch's `select`: `x[:, i]` as a view without the dim, negative indices, its gradient,
+/// and its errors in PyTorch's words.
+#[test]
+fn select_takes_one_index_as_a_view() {
+    let (x, _) = ramp(&[2, 3, 2], 0.0);
+    let s = x.select(1, -1).unwrap(); // x[:, -1]
+    assert_eq!(s.shape(), &[2, 2]);
+    assert_eq!(vals(&s), vec![4.0, 5.0, 10.0, 11.0]);
+    assert_eq!(s.strides(), &[6, 1]);
+    assert_eq!(
+        vals(&x.select(-1, 1u32).unwrap()),
+        vec![1.0, 3.0, 5.0, 7.0, 9.0, 11.0]
+    );
+    let row = Tensor::from_slice(dev(), &[7.0f32, 8.0], &[2]).unwrap();
+    let e = row.select(0, 1i64).unwrap();
+    assert_eq!((e.shape(), vals(&e)), (&[][..], vec![8.0]));
+    // Writes through the view reach the base.
+    let base = Tensor::zeros(dev(), &[2, 2], DType::F32).unwrap();
+    wgtensor::no_grad(|| base.select(1, 0).unwrap().copy_from(&row)).unwrap();
+    assert_eq!(vals(&base), vec![7.0, 0.0, 8.0, 0.0]);
+    // The gradient lands in the selected slice.
+    let xr = x.clone().requires_grad().unwrap();
+    let g = xr
+        .select(1, 1)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert_eq!(
+        vals(g.get(&xr).unwrap()),
+        vec![0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0]
+    );
+    let msg = |r: wgtensor::Result<Tensor>| r.unwrap_err().to_string();
+    assert!(msg(x.select(1, 3))
+        .contains("select(): index 3 out of range for tensor of size [2, 3, 2] at dimension 1"));
+    assert!(msg(x.select(-2, -4)).contains("index -4 out of range"));
+    assert!(msg(x.select(3, 0)).contains("Dimension out of range"));
+    let scalar = Tensor::from_slice(dev(), &[1.0f32], &[]).unwrap();
+    assert!(msg(scalar.select(0, 0)).contains("select() cannot be applied to a 0-dim tensor."));
+    let empty = Tensor::zeros(dev(), &[2, 0], DType::F32).unwrap();
+    assert!(msg(empty.select(1, 0)).contains("out of range"));
+    assert_eq!(empty.select(0, 1).unwrap().shape(), &[0]);
+}
+
 /// PyTorch's conveniences: `reshape_infer` with one `-1`, `squeeze`, `flatten`, `item`, and a
 /// client's own error with layer context.
 #[test]

@@ -162,6 +162,46 @@ impl Tensor {
         Ok(record_view(self, out, || ViewKind::Reshape))
     }
 
+    /// PyTorch's `select(dim, index)` (`x[:, i]` is `x.select(1, i)`): the slice at `index`
+    /// along `dim`, without that dim; a view, never a copy. Negative dims and indices count
+    /// from the end; `index` may be any integer type. Errors with
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a 0-d tensor, a dim out
+    /// of range or an index outside `-size..size`.
+    ///
+    /// ```ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// use wgtensor::{Device, Tensor};
+    /// let dev = Device::new()?;
+    /// let x = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?;
+    /// assert_eq!(x.select(1, -1)?.to_vec::<f32>()?, vec![3.0, 6.0]); // x[:, -1]
+    /// assert_eq!(x.select(0, 1)?.shape(), &[3]);
+    /// assert!(x.select(0, 2).is_err());
+    /// # Ok(()) }
+    /// ```
+    pub fn select(&self, dim: isize, index: impl crate::SignedIndex) -> Result<Tensor> {
+        let op = "select";
+        if self.rank() == 0 {
+            return Err(Error::arg(
+                op,
+                "select() cannot be applied to a 0-dim tensor.",
+            ));
+        }
+        let d = Layout::normalize_dim(op, dim, self.rank())?;
+        let size = self.shape()[d] as i128;
+        let i = index.to_i128();
+        if i < -size || i >= size {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "select(): index {i} out of range for tensor of size {:?} at dimension {d}",
+                    self.shape()
+                ),
+            ));
+        }
+        let start = if i < 0 { i + size } else { i } as usize;
+        self.narrow(d as isize, start, 1)?.squeeze(d as isize)
+    }
+
     /// PyTorch's `split(split_size, dim)`: views of `split_size` along `dim`, the last one
     /// smaller when the size does not divide (no copy).
     pub fn split(&self, split_size: usize, dim: isize) -> Result<Vec<Tensor>> {
