@@ -295,6 +295,38 @@ impl Grads {
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
     }
+
+    /// Adds `other`'s gradients into these, leaf by leaf: PyTorch's accumulation into `.grad`
+    /// over several `backward()` calls before one optimizer step (micro-batches). A leaf only
+    /// `other` has is taken over; one both have gets the sum, computed without recording a
+    /// graph. On an error nothing changes.
+    ///
+    /// ```ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// use wgtensor::{Device, Tensor};
+    /// let dev = Device::new()?;
+    /// let w = Tensor::from_slice(&dev, &[1.0f32, 2.0], &[2])?.requires_grad()?;
+    /// let mut grads = w.mul_scalar(3.0)?.sum_all()?.backward()?; // d/dw = 3
+    /// grads.accumulate(w.mul(&w)?.sum_all()?.backward()?)?; // + 2w
+    /// assert_eq!(grads.get(&w).unwrap().to_vec::<f32>()?, vec![5.0, 7.0]);
+    /// # Ok(()) }
+    /// ```
+    pub fn accumulate(&mut self, other: Grads) -> Result<()> {
+        let _untracked = NoGradGuard::new();
+        // Sums first, so a failure leaves both maps as they were.
+        let mut sums = Vec::with_capacity(other.map.len());
+        for (k, g) in &other.map {
+            if let Some(prev) = self.map.get(k) {
+                sums.push((*k, prev.add(g)?));
+            }
+        }
+        let mut other = other.map;
+        for (k, s) in sums {
+            other.insert(k, s);
+        }
+        self.map.extend(other);
+        Ok(())
+    }
 }
 
 /// Adds `g` into `slot` (the first gradient is kept as is).

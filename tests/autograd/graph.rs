@@ -32,6 +32,31 @@ fn reuse_accumulates() {
     assert_eq!(g.len(), 1);
 }
 
+/// `Grads::accumulate` sums two passes' gradients leaf by leaf (PyTorch's `.grad` after two
+/// `backward()` calls), takes over leaves only the second reached, records no graph, and
+/// leaves the first unchanged when a sum fails.
+#[test]
+fn grads_accumulate_over_passes() {
+    let x = leaf(&[1.0, -2.0], &[2]);
+    let y = leaf(&[4.0], &[1]);
+    let mut g = total(&x.mul_scalar(3.0).unwrap()).backward().unwrap();
+    let second = total(&x.mul(&x).unwrap().mul(&y).unwrap())
+        .backward()
+        .unwrap();
+    g.accumulate(second).unwrap();
+    // 3 + 2 x y, and y's gradient sum(x^2) from the second pass alone.
+    assert_eq!(vals(g.get(&x).unwrap()), vec![11.0, -13.0]);
+    assert_eq!(vals(g.get(&y).unwrap()), vec![5.0]);
+    assert_eq!(g.len(), 2);
+    assert!(!g.get(&x).unwrap().is_tracked());
+    // Nothing to add changes nothing; an empty map takes everything over.
+    g.accumulate(wgtensor::Grads::default()).unwrap();
+    assert_eq!(vals(g.get(&x).unwrap()), vec![11.0, -13.0]);
+    let mut empty = wgtensor::Grads::default();
+    empty.accumulate(g).unwrap();
+    assert_eq!((empty.len(), vals(empty.get(&y).unwrap())), (2, vec![5.0]));
+}
+
 /// Leaves that the loss does not depend on, and untracked inputs, get no gradient.
 #[test]
 fn only_reached_leaves() {
