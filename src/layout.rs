@@ -180,22 +180,29 @@ impl Layout {
     /// [`Error::InvalidArgument`] when `perm` is not a permutation of `0..rank`.
     pub fn permute(&self, perm: &[usize]) -> Result<Layout> {
         let op = "permute";
+        // PyTorch's checks and words (its _permute_size_stride_estimation).
         if perm.len() != self.rank() {
             return Err(Error::arg(
                 op,
                 format!(
-                    "permutation {perm:?} has {} entries for rank {}",
-                    perm.len(),
-                    self.rank()
+                    "permute(sparse_coo): number of dimensions in the tensor input does not \
+                     match the length of the desired ordering of dimensions i.e. input.dim() = \
+                     {} is not equal to len(dims) = {} (dims {perm:?})",
+                    self.rank(),
+                    perm.len()
                 ),
             ));
         }
         let mut seen = vec![false; perm.len()];
         for &p in perm {
-            if p >= perm.len() || seen[p] {
-                return Err(Error::arg(op, format!("{perm:?} is not a permutation")));
+            let d = Self::normalize_dim(op, p.min(isize::MAX as usize) as isize, perm.len())?;
+            if seen[d] {
+                return Err(Error::arg(
+                    op,
+                    format!("permute(): duplicate dims are not allowed. (dims {perm:?})"),
+                ));
             }
-            seen[p] = true;
+            seen[d] = true;
         }
         Ok(Layout {
             shape: perm.iter().map(|&p| self.shape[p]).collect(),

@@ -438,6 +438,12 @@ impl Tensor {
     /// ```
     pub fn narrow(&self, dim: isize, start: impl SignedIndex, len: usize) -> Result<Tensor> {
         let op = "narrow";
+        if self.rank() == 0 {
+            return Err(Error::arg(
+                op,
+                "narrow() cannot be applied to a 0-dim tensor.",
+            ));
+        }
         let d = Layout::normalize_dim(op, dim, self.rank())?;
         let size = self.shape()[d] as i128;
         let s = start.to_i128();

@@ -263,15 +263,32 @@ impl Tensor {
     /// The flat (row-major) index of the largest element, a 0-d i32 tensor (PyTorch's
     /// `argmax()` with no dim). Errors for an empty tensor.
     pub fn argmax_all(&self) -> Result<Tensor> {
+        no_dim_on_empty(self, "argmax")?;
         let flat = self.reshape_untracked(&[self.numel()])?;
         argext(&flat, "argmax", ARG_MAX, 0, false)
     }
 
     /// The flat index of the smallest element, a 0-d i32 tensor (PyTorch's `argmin()`).
     pub fn argmin_all(&self) -> Result<Tensor> {
+        no_dim_on_empty(self, "argmin")?;
         let flat = self.reshape_untracked(&[self.numel()])?;
         argext(&flat, "argmin", ARG_MIN, 0, false)
     }
+}
+
+/// PyTorch's refusal of the dim-less form on an empty tensor (no index to return).
+fn no_dim_on_empty(x: &Tensor, op: &'static str) -> Result<()> {
+    if x.numel() == 0 {
+        return Err(Error::arg(
+            op,
+            format!(
+                "{op}(): Expected reduction dim to be specified for input.numel() == 0. (shape \
+                 {:?})",
+                x.shape()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The argext family's entry in the kernel-family registry (`ops::families()`).

@@ -61,7 +61,10 @@ impl Tensor {
     pub fn gather(&self, dim: isize, index: &Tensor) -> Result<Tensor> {
         let op = "gather";
         self.same_device(op, index)?;
-        require_index(op, "index", index)?;
+        // PyTorch checks the index's dtype only when it has elements.
+        if index.numel() != 0 {
+            require_index(op, "index", index)?;
+        }
         if self.rank().max(index.rank()) == 1 && self.rank() != index.rank() {
             // PyTorch counts a scalar as one dim of size 1 here.
             return self
@@ -82,9 +85,8 @@ impl Tensor {
             return Err(Error::shape(
                 op,
                 format!(
-                    "index rank {} must equal input rank {} (index shape {:?}, input shape {:?})",
-                    index.rank(),
-                    self.rank(),
+                    "Index tensor must have the same number of dimensions as input tensor \
+                     (index shape {:?}, input shape {:?})",
                     index.shape(),
                     self.shape()
                 ),
@@ -95,7 +97,8 @@ impl Tensor {
                 return Err(Error::shape(
                     op,
                     format!(
-                        "index shape {:?} exceeds input shape {:?} at dim {k} (only dim {d} may differ)",
+                        "Size does not match at dimension {k} expected index {:?} to be no \
+                         larger than self {:?} apart from dimension {d}",
                         index.shape(),
                         self.shape()
                     ),
@@ -150,7 +153,7 @@ impl Tensor {
                 return Err(Error::arg(
                     op,
                     format!(
-                        "index to a scalar can have only 1 value, got {} value(s)",
+                        "index_select(): Index to scalar can have only 1 value, got {} value(s)",
                         index.numel()
                     ),
                 ));
@@ -186,7 +189,10 @@ impl Tensor {
         self.same_device(op, src)?;
         self.same_dtype(op, src)?;
         self.require_float(op)?;
-        require_index(op, "index", index)?;
+        // PyTorch checks the index's dtype only when it has elements.
+        if index.numel() != 0 {
+            require_index(op, "index", index)?;
+        }
         let ranks = [self.rank(), index.rank(), src.rank()];
         if ranks.iter().max() == Some(&1) && ranks.contains(&0) {
             // PyTorch counts a scalar as one dim of size 1 here.
@@ -200,16 +206,20 @@ impl Tensor {
             // PyTorch copies self and returns before its shape checks.
             return self.deep_clone();
         }
-        if index.rank() != self.rank() || src.rank() != self.rank() {
-            return Err(Error::shape(
-                op,
-                format!(
-                    "self {:?}, index {:?} and src {:?} must have the same rank",
-                    self.shape(),
-                    index.shape(),
-                    src.shape()
-                ),
-            ));
+        // PyTorch's scatter_shape_check, in its order and words.
+        for (other, what) in [(self, "self"), (src, "src")] {
+            if index.rank() != other.rank() {
+                return Err(Error::shape(
+                    op,
+                    format!(
+                        "Index tensor must have the same number of dimensions as {what} tensor \
+                         (self {:?}, index {:?}, src {:?})",
+                        self.shape(),
+                        index.shape(),
+                        src.shape()
+                    ),
+                ));
+            }
         }
         for k in 0..self.rank() {
             let (i, s, x) = (index.shape()[k], src.shape()[k], self.shape()[k]);
@@ -217,10 +227,11 @@ impl Tensor {
                 return Err(Error::shape(
                     op,
                     format!(
-                        "index shape {:?} must not exceed src shape {:?} on any dim, nor self shape {:?} on dims other than {d}",
+                        "Expected index {:?} to be no larger than self {:?} apart from \
+                         dimension {d} and to be no larger size than src {:?}",
                         index.shape(),
-                        src.shape(),
-                        self.shape()
+                        self.shape(),
+                        src.shape()
                     ),
                 ));
             }
@@ -272,7 +283,7 @@ impl Tensor {
             if num_classes == 0 {
                 return Err(Error::arg(
                     op,
-                    "can not infer the number of classes from an empty tensor (num_classes 0)",
+                    "Can not infer total number of classes from empty tensor. (num_classes 0)",
                 ));
             }
             let mut shape = self.shape().to_vec();

@@ -206,6 +206,12 @@ impl Tensor {
     /// smaller when the size does not divide (no copy).
     pub fn split(&self, split_size: usize, dim: isize) -> Result<Vec<Tensor>> {
         let op = "split";
+        if self.rank() == 0 {
+            return Err(Error::arg(
+                op,
+                "split expects at least a 1-dimensional tensor",
+            ));
+        }
         let d = Layout::normalize_dim(op, dim, self.rank())?;
         let len = self.shape()[d];
         if split_size == 0 {
@@ -236,6 +242,12 @@ impl Tensor {
     /// possibly fewer chunks; an empty dim gives `chunks` empty views), no copy.
     pub fn chunk(&self, chunks: usize, dim: isize) -> Result<Vec<Tensor>> {
         let op = "chunk";
+        if self.rank() == 0 {
+            return Err(Error::arg(
+                op,
+                "chunk expects at least a 1-dimensional tensor",
+            ));
+        }
         if chunks == 0 {
             return Err(Error::arg(
                 op,

@@ -145,11 +145,16 @@ impl Device {
                 let value = f32::from_bits(index as u32);
                 format!("all elements of {operand} should be between 0 and 1 (found {value})")
             }
-            "one_hot" if index < 0 => "class values must be non-negative".to_string(),
-            "one_hot" => format!("class values must be smaller than num_classes ({size})"),
+            "one_hot" if index < 0 => "Class values must be non-negative.".to_string(),
+            "one_hot" => format!("Class values must be smaller than num_classes. ({size})"),
             "nll_loss" | "cross_entropy" => {
                 format!("target {index} is out of bounds for {size} classes")
             }
+            // PyTorch's index_select says this (an IndexError), then our detail.
+            "index_select" => format!(
+                "index out of range in self: index {index} is out of bounds for dimension {dim} \
+                 with size {size}"
+            ),
             "embedding" => {
                 format!("index out of range in self: index {index} for a table of {size} rows")
             }

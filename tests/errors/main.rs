@@ -1145,3 +1145,101 @@ fn elementwise_cat_and_copy_errors_in_pytorch_words() {
         "more than one element of the written-to tensor refers to a single memory location",
     );
 }
+
+/// Index and view errors PyTorch's tests match by their words (error_inputs_gather,
+/// error_inputs_scatter_and_scatter_add, test_dim_function_empty, permute's and one_hot's
+/// checks); an empty index of any dtype is accepted, as there.
+#[test]
+fn index_and_view_errors_in_pytorch_words() {
+    let i = |v: &[i32], s: &[usize]| Tensor::from_slice(dev(), v, s).unwrap();
+    has(
+        t(&[1, 1]).gather(1, &i(&[0, 0, 1, 0], &[2, 2])),
+        "Size does not match at dimension 0 expected index [2, 2] to be no larger than self \
+         [1, 1] apart from dimension 1",
+    );
+    has(
+        t(&[2, 2]).gather(0, &i(&[0, 0], &[2])),
+        "Index tensor must have the same number of dimensions as input tensor",
+    );
+    has(
+        t(&[3, 5, 3]).scatter_add(0, &i(&[0, 1], &[2]), &t(&[2, 5, 3])),
+        "Index tensor must have the same number of dimensions as self tensor",
+    );
+    has(
+        t(&[3, 5]).scatter_add(0, &i(&[0, 1], &[1, 2]), &t(&[2])),
+        "Index tensor must have the same number of dimensions as src tensor",
+    );
+    has(
+        t(&[3, 5]).scatter_add(0, &i(&[0; 6], &[2, 3]), &t(&[2, 2])),
+        "Expected index [2, 3] to be no larger than self [3, 5] apart from dimension 0 and to \
+         be no larger size than src [2, 2]",
+    );
+    // An empty index skips the dtype check (PyTorch's empty uint8 index).
+    let empty_f = Tensor::zeros(dev(), &[0], DType::F32).unwrap();
+    assert_eq!(t(&[3]).gather(0, &empty_f).unwrap().shape(), &[0]);
+    let kept = t(&[3]).scatter_add(0, &empty_f, &t(&[2])).unwrap();
+    assert_eq!(kept.to_vec::<f32>().unwrap(), vec![1.0; 3]);
+    assert!(t(&[3]).gather(0, &t(&[1])).is_err());
+    assert!(t(&[3]).index_select(0, &empty_f).is_err());
+    let scalar = Tensor::full(dev(), &[], 1.0, DType::F32).unwrap();
+    has(
+        scalar.index_select(0, &i(&[0, 0], &[2])),
+        "index_select(): Index to scalar can have only 1 value, got 2 value(s)",
+    );
+    // Permutations.
+    let x = t(&[2, 3, 4]);
+    has(
+        x.permute(&[0, 1]),
+        "number of dimensions in the tensor input does not match the length of the desired \
+         ordering of dimensions i.e. input.dim() = 3 is not equal to len(dims) = 2",
+    );
+    has(
+        x.permute(&[0, 0, 1]),
+        "permute(): duplicate dims are not allowed.",
+    );
+    has(
+        x.permute(&[0, 1, 3]),
+        "Dimension out of range (expected to be in range of [-3, 2], but got 3)",
+    );
+    // 0-d tensors and dim-less reductions over nothing.
+    has(
+        scalar.narrow(0, 0, 1),
+        "narrow() cannot be applied to a 0-dim tensor.",
+    );
+    has(
+        scalar.split(1, 0),
+        "split expects at least a 1-dimensional tensor",
+    );
+    has(
+        scalar.chunk(1, 0),
+        "chunk expects at least a 1-dimensional tensor",
+    );
+    let none = Tensor::zeros(dev(), &[0, 3], DType::F32).unwrap();
+    has(
+        none.argmax_all(),
+        "argmax(): Expected reduction dim to be specified for input.numel() == 0.",
+    );
+    has(
+        none.argmin_all(),
+        "argmin(): Expected reduction dim to be specified for input.numel() == 0.",
+    );
+    has(
+        Tensor::zeros(dev(), &[0], DType::I32).unwrap().one_hot(0),
+        "Can not infer total number of classes from empty tensor.",
+    );
+    // Found on the device (a private one: the error surfaces at its next readback).
+    let own = Device::new().unwrap();
+    let oi = |v: &[i32]| Tensor::from_slice(&own, v, &[v.len()]).unwrap();
+    let neg = oi(&[1, -1]).one_hot(3).unwrap();
+    has(neg.to_vec::<i32>(), "Class values must be non-negative.");
+    let big = oi(&[1, 3]).one_hot(3).unwrap();
+    has(
+        big.to_vec::<i32>(),
+        "Class values must be smaller than num_classes.",
+    );
+    let rows = Tensor::from_slice(&own, &[1.0f32, 2.0], &[2]).unwrap();
+    has(
+        rows.index_select(0, &oi(&[5])).unwrap().to_vec::<f32>(),
+        "index out of range in self",
+    );
+}
