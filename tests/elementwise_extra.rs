@@ -124,13 +124,30 @@ fn clamp_and_scalar_methods() {
         &[1.0, 1.0, 1.0, 1.0, 1.0, f64::NAN],
     );
     assert!(x.clamp(None, None).is_err());
-    // A NaN bound makes every element NaN, as PyTorch's clamp(min=nan).
-    for (lo, hi) in [
-        (Some(f64::NAN), None),
-        (None, Some(f64::NAN)),
-        (Some(0.0), Some(f64::NAN)),
-    ] {
+    // A NaN bound with another makes every element NaN (PyTorch's clamp_out fills NaN); a
+    // NaN bound alone leaves x as it is, with a zero gradient (its one-bound kernels keep x,
+    // its backward is where(x >= min, g, 0)).
+    for (lo, hi) in [(Some(0.0), Some(f64::NAN)), (Some(f64::NAN), Some(1.0))] {
         assert!(vals(&x.clamp(lo, hi).unwrap()).iter().all(|v| v.is_nan()));
+    }
+    let xv = vals(&x);
+    for (lo, hi) in [(Some(f64::NAN), None), (None, Some(f64::NAN))] {
+        let got = vals(&x.clamp(lo, hi).unwrap());
+        assert!(
+            got.iter()
+                .zip(&xv)
+                .all(|(a, b)| a == b || (a.is_nan() && b.is_nan())),
+            "{got:?}"
+        );
+        let xr = x.clone().requires_grad().unwrap();
+        let g = xr
+            .clamp(lo, hi)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        assert_eq!(vals(g.get(&xr).unwrap()), vec![0.0; xv.len()]);
     }
     let y = t(&[1.0, 2.0, 4.0], &[3]);
     close(&vals(&y.rsub_scalar(10.0).unwrap()), &[9.0, 8.0, 6.0]);
@@ -171,8 +188,21 @@ fn creation_helpers() {
         e.contains("upper bound and lower bound inconsistent with step sign"),
         "{e}"
     );
-    let e = msg(Tensor::arange(d, 0.0, 5.0, 0.0, DType::F32));
-    assert!(e.contains("step must be nonzero"), "{e}");
+    for step in [0.0, f64::NAN] {
+        let e = msg(Tensor::arange(d, 0.0, 5.0, step, DType::F32));
+        assert!(e.contains("step must be nonzero"), "{e}");
+    }
+    // An infinite step: ceil(5 / inf) = 0 elements. Values past f16 round to infinity, as
+    // PyTorch's cast.
+    let e = Tensor::arange(d, 0.0, 5.0, f64::INFINITY, DType::F32).unwrap();
+    assert_eq!(e.shape(), &[0]);
+    if d.supports_f16() {
+        let h = Tensor::arange(d, 65000.0, 66000.0, 256.0, DType::F16)
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap();
+        assert_eq!(vals(&h), vec![64992.0, 65248.0, 65504.0, f32::INFINITY]);
+    }
     for (a, b) in [
         (0.0, f64::INFINITY),
         (f64::NEG_INFINITY, 1.0),

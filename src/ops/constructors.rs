@@ -30,7 +30,10 @@ impl Tensor {
 
     /// `start, start + step, ...` up to but excluding `end` (PyTorch's `torch.arange`; for
     /// [`DType::I32`], as PyTorch's, the count comes from the float bounds and the values
-    /// from `start` and `step` truncated to integers).
+    /// from `start` and `step` truncated to integers, so a step below 1 repeats `start`).
+    /// Float values past the dtype's range round to infinity, as PyTorch's cast; an i32 range
+    /// past i32 is an error. An infinite step gives an empty tensor, as PyTorch's
+    /// `ceil((end - start) / step)`.
     pub fn arange(
         device: &Device,
         start: f64,
@@ -39,11 +42,15 @@ impl Tensor {
         dtype: DType,
     ) -> Result<Tensor> {
         let op = "arange";
-        // PyTorch's messages (its tests match them), with the values.
-        if step == 0.0 {
-            return Err(Error::arg(op, "step must be nonzero"));
+        // PyTorch's checks (its arange_check_bounds) and messages, with the values: NaN is
+        // no nonzero step, and only the bounds must be finite.
+        if !(step > 0.0 || step < 0.0) {
+            return Err(Error::arg(
+                op,
+                format!("step must be nonzero (step {step})"),
+            ));
         }
-        if !(start.is_finite() && end.is_finite() && step.is_finite()) {
+        if !(start.is_finite() && end.is_finite()) {
             return Err(Error::arg(
                 op,
                 format!("unsupported range: {start} -> {end} (step {step})"),
@@ -66,22 +73,17 @@ impl Tensor {
         // Refused before the host vector is built: its size is the caller's.
         crate::tensor::check_new_shape(device, op, &[n as usize], dtype)?;
         // PyTorch's integer arange: the count from the float bounds, the values from the
-        // start and step cast to integers first (arange(-3, 3, 1.5) is -3, -2, -1, 0), and a
-        // step that casts to 0 is refused there.
+        // start and step cast to integers first (arange(-3, 3, 1.5) is -3, -2, -1, 0; a step
+        // that casts to 0 repeats the start, as its kernel's `start + step * i`).
         let (s0, st) = if dtype == DType::I32 {
             (start.trunc(), step.trunc())
         } else {
             (start, step)
         };
-        if st == 0.0 {
-            return Err(Error::arg(
-                op,
-                format!("step must be nonzero (step {step} casts to 0 as an integer)"),
-            ));
-        }
         // The values are monotone: the ends bound them. An i32 range past i32 is an error,
-        // as `full` and `linspace` refuse such values (PyTorch's int32 narrowing wraps them).
-        if n > 0.0 {
+        // as `full` and `linspace` refuse such values (PyTorch's int32 narrowing wraps them);
+        // float values convert as PyTorch's cast does, to infinity past the range.
+        if n > 0.0 && dtype == DType::I32 {
             crate::tensor::check_fill(op, s0, dtype)?;
             crate::tensor::check_fill(op, s0 + (n - 1.0) * st, dtype)?;
         }

@@ -153,7 +153,9 @@ pub fn hardtanh(x: &Tensor, min_val: f64, max_val: f64) -> Result<Tensor> {
     if min_val > max_val {
         return Err(Error::arg(
             "hardtanh",
-            format!("min_val {min_val} cannot be greater than max_val {max_val}"),
+            format!(
+                "min_val cannot be greater than max_val (min_val {min_val}, max_val {max_val})"
+            ),
         ));
     }
     x.require_float("hardtanh")?;

@@ -447,14 +447,23 @@ impl Tensor {
         self.scalar_op(ScalarOp::Pow, s)
     }
     /// PyTorch's `clamp(min, max)`: bounds each element (either bound may be absent; NaN
-    /// stays NaN, and a NaN bound makes every element NaN, as in PyTorch). With `min > max`
-    /// every element becomes `max`, as in PyTorch. A finite bound the dtype cannot hold (1e39
-    /// for f32) is PyTorch's overflow error; infinite bounds are fine.
+    /// stays NaN). A NaN bound makes every element NaN when both are given and leaves the
+    /// elements as they are (with a zero gradient) when it is the only one, as PyTorch's
+    /// eager kernels (`std::max(x, NaN)`, CUDA's `fmaxf`; its `clamp_min` differs). With
+    /// `min > max` every element becomes `max`, as in PyTorch. A finite bound the dtype cannot
+    /// hold (1e39 for f32) is PyTorch's overflow error; infinite bounds are fine.
     pub fn clamp(&self, min: Option<f64>, max: Option<f64>) -> Result<Tensor> {
         self.require_float("clamp")?;
         if self.dtype.is_float() {
             for b in min.iter().chain(&max) {
                 crate::tensor::check_fill("clamp", *b, self.dtype)?;
+            }
+        }
+        if let (Some(b), None) | (None, Some(b)) = (min, max) {
+            if b.is_nan() {
+                // PyTorch's one-bound kernels keep x; its backward, where(x >= NaN, g, 0),
+                // passes nothing: the same where with an all-false condition.
+                return self.ge_scalar(b)?.where_cond(self, &self.detach());
             }
         }
         let lo = match min {

@@ -1083,6 +1083,10 @@ fn elementwise_cat_and_copy_errors_in_pytorch_words() {
         t(&[3]).clamp(None, None),
         "At least one of 'min' or 'max' must not be None",
     );
+    has(
+        wgtensor::ops::hardtanh(&t(&[3]), 2.0, 1.0),
+        "min_val cannot be greater than max_val",
+    );
     let (a, b) = (t(&[5, 5, 10, 10]), t(&[5, 0, 9, 10]));
     has(
         cat(&[&a, &b], 1),
