@@ -455,11 +455,17 @@ pub(crate) fn size_mismatch(name: &str, source: &[usize], target: &[usize]) -> S
     )
 }
 
-/// PyTorch's strict `load_state_dict` error: `Missing key(s) in state_dict: "a", "b". ` and
-/// `Unexpected key(s) in state_dict: "c". ` lines under `Error(s) in loading state_dict for
-/// Linear:` (`module`: the loading module's type name; without one, the header ends at
-/// `state_dict:`).
-pub(crate) fn strict_load_error(report: &LoadReport, module: Option<&str>) -> String {
+/// PyTorch's `load_state_dict` error: under `Error(s) in loading state_dict for Linear:`
+/// (`module`: the loading module's type name; without one, the header ends at `state_dict:`),
+/// with `strict`, `Missing key(s) in state_dict: "a", "b". ` and `Unexpected key(s) in
+/// state_dict: "c". ` lines, then every size mismatch, each on its own line, as PyTorch
+/// collects them.
+pub(crate) fn load_error_message(
+    report: &LoadReport,
+    strict: bool,
+    module: Option<&str>,
+    mismatches: &[String],
+) -> String {
     let quoted = |keys: &[String]| {
         keys.iter()
             .map(|k| format!("\"{k}\""))
@@ -470,17 +476,21 @@ pub(crate) fn strict_load_error(report: &LoadReport, module: Option<&str>) -> St
         Some(name) => format!("Error(s) in loading state_dict for {name}:"),
         None => "Error(s) in loading state_dict:".to_string(),
     };
-    if !report.missing.is_empty() {
+    if strict && !report.missing.is_empty() {
         msg += &format!(
             "\n\tMissing key(s) in state_dict: {}. ",
             quoted(&report.missing)
         );
     }
-    if !report.unexpected.is_empty() {
+    if strict && !report.unexpected.is_empty() {
         msg += &format!(
             "\n\tUnexpected key(s) in state_dict: {}. ",
             quoted(&report.unexpected)
         );
+    }
+    for m in mismatches {
+        msg += "\n\t";
+        msg += m;
     }
     msg
 }
@@ -488,26 +498,42 @@ pub(crate) fn strict_load_error(report: &LoadReport, module: Option<&str>) -> St
 /// Copies `source` tensors into the `targets` (a model's parameters and buffers by their
 /// state-dict names) in place, converting dtypes; shapes must match. `strict` (PyTorch's
 /// default) makes any missing or unexpected key an error naming them; otherwise they are
-/// reported. Nothing is copied when an error is returned.
+/// reported. Every size mismatch is listed in one error, as PyTorch's. Nothing is copied
+/// when an error is returned.
 pub fn load_state_dict(
     targets: &[(&str, &Tensor)],
     source: &HashMap<String, Tensor>,
     strict: bool,
 ) -> Result<LoadReport> {
+    let checked = check_load(targets, &[], source, strict, None)?;
+    apply_load(&checked.pairs)?;
+    Ok(checked.report)
+}
+
+/// A checked load: the report and what to copy where.
+pub(crate) struct CheckedLoad<'a> {
+    pub(crate) report: LoadReport,
+    pairs: Vec<(&'a Tensor, Tensor)>,
+}
+
+/// The checks of [`load_state_dict`], nothing written: keys (`counters` name entries that are
+/// read, not copied, such as `num_batches_tracked`: neither missing when absent nor
+/// unexpected; they take a 0-d or one-element entry), devices, and shapes, every mismatch
+/// collected into one error under `module`'s name.
+pub(crate) fn check_load<'a>(
+    targets: &[(&str, &'a Tensor)],
+    counters: &[String],
+    source: &HashMap<String, Tensor>,
+    strict: bool,
+    module: Option<&str>,
+) -> Result<CheckedLoad<'a>> {
     let op = "load_state_dict";
     let mut report = LoadReport::default();
     let mut pairs = Vec::new();
+    let mut mismatches = Vec::new();
     for (name, t) in targets {
         match source.get(*name) {
             None => report.missing.push(name.to_string()),
-            // PyTorch's backward-compatibility rule: a one-element [1] source loads into a
-            // 0-d parameter (`input_param = input_param[0]`).
-            Some(s) if t.rank() == 0 && s.shape() == [1] && s.device().same(t.device()) => {
-                pairs.push((*t, s.reshape(&[])?))
-            }
-            Some(s) if s.shape() != t.shape() => {
-                return Err(Error::shape(op, size_mismatch(name, s.shape(), t.shape())))
-            }
             Some(s) if !s.device().same(t.device()) => {
                 return Err(Error::arg(
                     op,
@@ -517,23 +543,51 @@ pub fn load_state_dict(
                     ),
                 ))
             }
+            // PyTorch's backward-compatibility rule: a one-element [1] source loads into a
+            // 0-d parameter (`input_param = input_param[0]`).
+            Some(s) if t.rank() == 0 && s.shape() == [1] => pairs.push((*t, s.reshape(&[])?)),
+            Some(s) if s.shape() != t.shape() => {
+                mismatches.push(size_mismatch(name, s.shape(), t.shape()))
+            }
             Some(s) => pairs.push((*t, s.clone())),
         }
     }
-    let known: std::collections::HashSet<&str> = targets.iter().map(|(n, _)| *n).collect();
+    for name in counters {
+        if let Some(s) = source.get(name) {
+            if !matches!(s.shape(), [] | [1]) {
+                mismatches.push(size_mismatch(name, s.shape(), &[]));
+            }
+        }
+    }
+    let known: std::collections::HashSet<&str> = targets
+        .iter()
+        .map(|(n, _)| *n)
+        .chain(counters.iter().map(String::as_str))
+        .collect();
+    // Missing keys in the targets' order, as PyTorch lists them; unexpected ones sorted (a
+    // HashMap has no order to keep).
     report.unexpected = source
         .keys()
         .filter(|k| !known.contains(k.as_str()))
         .cloned()
         .collect();
     report.unexpected.sort();
-    if strict && (!report.missing.is_empty() || !report.unexpected.is_empty()) {
-        return Err(Error::Io {
-            op,
-            msg: strict_load_error(&report, None),
+    let keys_bad = strict && (!report.missing.is_empty() || !report.unexpected.is_empty());
+    if keys_bad || !mismatches.is_empty() {
+        let msg = load_error_message(&report, strict, module, &mismatches);
+        // One error as PyTorch's; its kind says which check failed first there.
+        return Err(if keys_bad {
+            Error::Io { op, msg }
+        } else {
+            Error::shape(op, msg)
         });
     }
-    // Every conversion first, so that one failing (a dtype the device lacks) copies nothing.
+    Ok(CheckedLoad { report, pairs })
+}
+
+/// Writes a checked load's tensors, converting dtypes first so that one failing (a dtype the
+/// device lacks) copies nothing.
+pub(crate) fn apply_load(pairs: &[(&Tensor, Tensor)]) -> Result<()> {
     let converted = pairs
         .iter()
         .map(|(t, s)| s.to_dtype(t.dtype()))
@@ -543,5 +597,12 @@ pub fn load_state_dict(
         // no_grad), so tracked parameters load too.
         crate::autograd::no_grad(|| t.copy_from(s))?;
     }
-    Ok(report)
+    Ok(())
+}
+
+impl CheckedLoad<'_> {
+    /// Writes the tensors ([`apply_load`]).
+    pub(crate) fn apply(&self) -> Result<()> {
+        apply_load(&self.pairs)
+    }
 }

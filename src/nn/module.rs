@@ -397,14 +397,9 @@ impl VisitorMut for SetCounters<'_> {
 }
 
 /// A counter's value from its state-dict tensor (PyTorch's int64 scalar, loaded as i32; a
-/// one-element 1-D tensor too, as PyTorch's rule for 0-d entries).
-fn read_counter(name: &str, t: &Tensor) -> Result<Option<u64>> {
-    if !matches!(t.shape(), [] | [1]) {
-        return Err(Error::shape(
-            "load_state_dict",
-            crate::io::size_mismatch(name, t.shape(), &[]),
-        ));
-    }
+/// one-element 1-D tensor too, as PyTorch's rule for 0-d entries: `check_load` refused other
+/// shapes).
+fn read_counter(t: &Tensor) -> Result<Option<u64>> {
     let v = t.to_dtype(DType::I32)?;
     // The readback blocks: native only. In the browser the counter keeps its value (it only
     // matters to a momentum of None, PyTorch's cumulative average).
@@ -425,57 +420,30 @@ fn load<M: Module + ?Sized>(
     strict: bool,
     class: &str,
 ) -> Result<LoadReport> {
-    let op = "load_state_dict";
     let mut visitor = Targets::default();
     m.visit(&mut visitor);
     let (tensors, counter_names) = visitor.finish();
-    let known: HashSet<&str> = tensors
-        .iter()
-        .map(|(n, _)| n.as_str())
-        .chain(counter_names.iter().map(String::as_str))
-        .collect();
     // A counter the source lacks is not missing: it keeps its value, as PyTorch's batch norm
     // fills in `num_batches_tracked` for a state dict without version metadata (a plain
-    // dict, such as safetensors gives) before the strict check.
-    let mut report = LoadReport {
-        missing: tensors
-            .iter()
-            .map(|(n, _)| n.as_str())
-            .filter(|n| !source.contains_key(*n))
-            .map(str::to_string)
-            .collect(),
-        unexpected: source
-            .keys()
-            .filter(|k| !known.contains(k.as_str()))
-            .cloned()
-            .collect(),
-    };
-    // Missing keys in the model's state-dict order, as PyTorch lists them; unexpected ones
-    // sorted (a HashMap has no order to keep).
-    report.unexpected.sort();
-    if strict && (!report.missing.is_empty() || !report.unexpected.is_empty()) {
-        return Err(Error::Io {
-            op,
-            msg: crate::io::strict_load_error(&report, Some(class)),
-        });
-    }
+    // dict, such as safetensors gives) before the strict check. Keys, devices and shapes
+    // (the counters' too) are checked before anything is read or written.
+    let targets: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let checked = crate::io::check_load(&targets, &counter_names, source, strict, Some(class))?;
     // The counters are read before anything is written, so that a bad one changes nothing.
     let mut counters = HashMap::new();
     for name in &counter_names {
         if let Some(src) = source.get(name) {
-            if let Some(v) = read_counter(name, src)? {
+            if let Some(v) = read_counter(src)? {
                 counters.insert(name.clone(), v);
             }
         }
     }
-    // Checks every shape before copying (non-strict here: the keys were checked above).
-    let targets: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    crate::io::load_state_dict(&targets, source, false)?;
+    checked.apply()?;
     m.visit_mut(&mut SetCounters {
         prefix: String::new(),
         values: &counters,
     });
-    Ok(report)
+    Ok(checked.report)
 }
 
 /// A counter's state-dict value: an i32 scalar (PyTorch's int64 count, saturating at
@@ -592,12 +560,17 @@ impl<T: ModuleField> ModuleField for Option<T> {
     }
 }
 
+// A list of modules is PyTorch's nn.ModuleList, and named so in errors (the type name would
+// be `Vec` or `Linear; 3]`).
 impl<T: ModuleField> Module for Vec<T> {
     fn visit(&self, visitor: &mut dyn Visitor) {
         self.as_slice().visit_items(visitor);
     }
     fn visit_mut(&mut self, visitor: &mut dyn VisitorMut) {
         self.as_mut_slice().visit_items_mut(visitor);
+    }
+    fn layer_name(&self) -> &'static str {
+        "ModuleList"
     }
 }
 
@@ -607,6 +580,9 @@ impl<T: ModuleField, const N: usize> Module for [T; N] {
     }
     fn visit_mut(&mut self, visitor: &mut dyn VisitorMut) {
         self.as_mut_slice().visit_items_mut(visitor);
+    }
+    fn layer_name(&self) -> &'static str {
+        "ModuleList"
     }
 }
 

@@ -225,6 +225,73 @@ fn size_mismatches_in_pytorch_words() {
     assert_eq!(bn.0.state.borrow().num_batches_tracked, 5);
 }
 
+/// Every size mismatch in one error under the class's name, after the strict key lines, as
+/// PyTorch collects them; nothing is written. A list of modules is a `ModuleList` there.
+#[test]
+fn load_errors_collect_every_mismatch() {
+    let mut lin = nn::Linear::new(dev(), 3, 5, true).unwrap();
+    let before = vals(&lin.weight);
+    let z = |s: &[usize]| Tensor::zeros(dev(), s, DType::F32).unwrap();
+    let src = std::collections::HashMap::from([
+        ("weight".to_string(), z(&[2, 4])),
+        ("bias".to_string(), z(&[7])),
+    ]);
+    let e = lin.load_state_dict(&src, false).unwrap_err().to_string();
+    assert!(
+        e.contains(
+            "Error(s) in loading state_dict for Linear:\n\tsize mismatch for weight: copying a \
+             param with shape torch.Size([2, 4]) from checkpoint, the shape in current model is \
+             torch.Size([5, 3]).\n\tsize mismatch for bias: copying a param with shape \
+             torch.Size([7]) from checkpoint, the shape in current model is torch.Size([5])."
+        ),
+        "{e}"
+    );
+    // Strict: the missing key first, then the mismatch.
+    let src = std::collections::HashMap::from([("weight".to_string(), z(&[2, 4]))]);
+    let e = lin.load_state_dict(&src, true).unwrap_err().to_string();
+    assert!(
+        e.contains(
+            "for Linear:\n\tMissing key(s) in state_dict: \"bias\". \n\tsize mismatch for \
+             weight"
+        ),
+        "{e}"
+    );
+    // A good entry beside a bad one is not written.
+    let src = std::collections::HashMap::from([
+        ("weight".to_string(), z(&[5, 3])),
+        ("bias".to_string(), z(&[7])),
+    ]);
+    assert!(lin.load_state_dict(&src, true).is_err());
+    assert_eq!(vals(&lin.weight), before);
+    let mut list = vec![nn::Linear::new(dev(), 2, 2, true).unwrap()];
+    let e = list
+        .load_state_dict(&Default::default(), true)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("Error(s) in loading state_dict for ModuleList:"),
+        "{e}"
+    );
+    let mut arr = [nn::Linear::new(dev(), 2, 2, true).unwrap()];
+    let e = arr
+        .load_state_dict(&Default::default(), true)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("for ModuleList:"), "{e}");
+    // io::load_state_dict collects them too, without a class name.
+    let targets = [("a", &lin.weight), ("b", &lin.bias.clone().unwrap())];
+    let src =
+        std::collections::HashMap::from([("a".to_string(), z(&[1])), ("b".to_string(), z(&[2]))]);
+    let e = wgtensor::io::load_state_dict(&targets, &src, true)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("Error(s) in loading state_dict:\n\tsize mismatch for a")
+            && e.contains("\n\tsize mismatch for b"),
+        "{e}"
+    );
+}
+
 /// A count written through a state-dict entry (`copy_from`, `io::load_state_dict` with the
 /// entries as targets) becomes the layer's, as PyTorch's buffer is that tensor: the next state
 /// dict shows it and training counts on from it.
