@@ -44,7 +44,7 @@ impl Tensor {
         let op = "arange";
         // PyTorch's checks (its arange_check_bounds) and messages, with the values: NaN is
         // no nonzero step, and only the bounds must be finite.
-        if !(step > 0.0 || step < 0.0) {
+        if step == 0.0 || step.is_nan() {
             return Err(Error::arg(
                 op,
                 format!("step must be nonzero (step {step})"),
