@@ -424,8 +424,10 @@ fn run_backward(meta: &Arc<GradMeta>, seed: Tensor, retain: bool) -> Result<Grad
                 "backward",
                 format!(
                     "Trying to backward through the graph a second time (or directly access \
-                     saved tensors after they have already been freed): the graph through {} \
-                     was already freed by an earlier backward(); run the forward again, or use \
+                     saved tensors after they have already been freed). Specify \
+                     retain_graph=True (backward_retain_graph() here) if you need to backward \
+                     through the graph a second time: the graph through {} was already freed \
+                     by an earlier backward(); run the forward again, or use \
                      backward_retain_graph() on the first pass",
                     node.name
                 ),
@@ -500,6 +502,11 @@ fn run_backward(meta: &Arc<GradMeta>, seed: Tensor, retain: bool) -> Result<Grad
 /// broadcast view, as sum's backward gives), so that writing into one gradient changes no
 /// other tensor.
 fn owned(g: Tensor) -> Result<Tensor> {
+    // PyTorch's layout contract: a dense leaf's gradient is laid out as the leaf (packed
+    // here), not as a transpose's backward left it (Linear's weight).
+    if !g.is_contiguous() && g.numel() != 0 {
+        return g.contiguous();
+    }
     let repeats = g
         .shape()
         .iter()
@@ -580,12 +587,14 @@ impl Tensor {
         match (&self.grad, on) {
             (Some(m), false) if m.node.is_some() => Err(Error::arg(
                 "requires_grad",
-                "only leaf tensors can change requires_grad; this one is the output of a tracked op (use detach())",
+                "you can only change requires_grad flags of leaf variables. This one is the \
+                 output of a tracked op: use detach() for a copy without gradients",
             )),
             (None, true) if !self.dtype.is_float() => Err(Error::arg(
                 "requires_grad",
                 format!(
-                    "only floating point tensors can require gradients, got {:?}",
+                    "Only Tensors of floating point and complex dtype can require gradients \
+                     (got {:?})",
                     self.dtype
                 ),
             )),
@@ -675,8 +684,9 @@ impl Tensor {
             return Err(Error::shape(
                 "backward",
                 format!(
-                    "mismatch in shape: the gradient passed to backward_with_grad has shape {:?} \
-                     and the output has shape {:?}",
+                    "Mismatch in shape: grad_output[0] has a shape of torch.Size({:?}) and \
+                     output[0] has a shape of torch.Size({:?}). (the gradient passed to \
+                     backward_with_grad must have the output's shape)",
                     grad.shape(),
                     self.shape()
                 ),
@@ -691,8 +701,8 @@ impl Tensor {
         self.live_meta().ok_or_else(|| {
             Error::arg(
                 "backward",
-                "the tensor does not require grad and has no grad_fn: mark a leaf with \
-                 requires_grad() and compute from it while grad mode is on",
+                "element 0 of tensors does not require grad and does not have a grad_fn: \
+                 mark a leaf with requires_grad() and compute from it while grad mode is on",
             )
         })
     }

@@ -86,11 +86,13 @@ impl BackwardOp for BinaryBackward {
                     None
                 };
                 let gb = if need_b {
-                    let t = g.mul(self.saved(&self.y)?)?.mul(&a.log()?)?;
+                    // The masked factor first, then g: an infinite g times the exact 0 is NaN,
+                    // as PyTorch's grad * where(mask, 0, y ln a).
+                    let t = self.saved(&self.y)?.mul(&a.log()?)?;
                     // The mask operand: a where b >= 0, else 1 (never zero, so kept).
                     let one = Tensor::full(a.device(), &[], 1.0, a.dtype())?;
                     let masked_a = b.ge_scalar(0.0)?.where_cond(a, &one)?;
-                    Some(grad_binary(&t, &masked_a, GradCode::ZeroWhereZero, 0.0)?)
+                    Some(g.mul(&grad_binary(&t, &masked_a, GradCode::ZeroWhereZero, 0.0)?)?)
                 } else {
                     None
                 };

@@ -57,6 +57,84 @@ fn grads_accumulate_over_passes() {
     assert_eq!((empty.len(), vals(empty.get(&y).unwrap())), (2, vec![5.0]));
 }
 
+/// PyTorch's words for its autograd errors (test_autograd matches them), our hint after.
+#[test]
+fn autograd_errors_in_pytorch_words() {
+    let has = |r: wgtensor::Result<wgtensor::Grads>, want: &str| {
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains(want), "{e}\nwants: {want}");
+    };
+    let x = leaf(&[1.0, 2.0], &[2]);
+    let loss = total(&x.exp().unwrap());
+    loss.backward().unwrap();
+    has(loss.backward(), "Specify retain_graph=True");
+    has(
+        t(&[1.0], &[1]).backward(),
+        "element 0 of tensors does not require grad and does not have a grad_fn",
+    );
+    let mut y = x.mul_scalar(2.0).unwrap();
+    let e = y.set_requires_grad(false).unwrap_err().to_string();
+    assert!(
+        e.contains("you can only change requires_grad flags of leaf variables."),
+        "{e}"
+    );
+    let i = Tensor::from_slice(device(), &[1i32], &[1]).unwrap();
+    let e = i.requires_grad().unwrap_err().to_string();
+    assert!(
+        e.contains("Only Tensors of floating point and complex dtype can require gradients"),
+        "{e}"
+    );
+    // An in-place write into a leaf that requires grad, in grad mode.
+    let e = x.copy_from(&t(&[0.0, 0.0], &[2])).unwrap_err().to_string();
+    assert!(
+        e.contains("a leaf Variable that requires grad is being used in an in-place operation."),
+        "{e}"
+    );
+    // A tracked non-leaf: refused in our words only.
+    let e = y.copy_from(&t(&[0.0, 0.0], &[2])).unwrap_err().to_string();
+    assert!(
+        !e.contains("leaf Variable") && e.contains("in-place"),
+        "{e}"
+    );
+}
+
+/// A leaf's gradient is packed whatever view the backward produced (PyTorch's layout
+/// contract): x @ w^T leaves dW as a transposed view.
+#[test]
+fn leaf_gradients_are_contiguous() {
+    let w = leaf(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]);
+    let x = t(&[1.0, 2.0, 3.0], &[1, 3]);
+    let g = total(&matmul(&x, &w.transpose(0, 1).unwrap()).unwrap())
+        .backward()
+        .unwrap();
+    let gw = g.get(&w).unwrap();
+    assert!(gw.is_contiguous(), "{:?}", gw.strides());
+    assert_eq!(vals(gw), vec![1.0, 2.0, 3.0, 1.0, 2.0, 3.0]);
+    let g = total(&w.transpose(0, 1).unwrap().mul_scalar(2.0).unwrap())
+        .backward()
+        .unwrap();
+    assert!(g.get(&w).unwrap().is_contiguous());
+}
+
+/// pow's exponent gradient where the base is 0: the masked 0 times an infinite incoming
+/// gradient is NaN, as PyTorch's grad * where(a == 0 & b >= 0, 0, y ln a).
+#[test]
+fn pow_exponent_gradient_at_zero_base() {
+    let a = t(&[0.0, 4.0], &[2]);
+    let b = leaf(&[1.0, 0.5], &[2]);
+    // sqrt's gradient at 0 is infinite.
+    let g = total(&a.pow(&b).unwrap().sqrt().unwrap())
+        .backward()
+        .unwrap();
+    let gb = vals(g.get(&b).unwrap());
+    assert!(gb[0].is_nan(), "{gb:?}");
+    // sqrt(4^b) = 2^b, whose derivative is 2^b ln 2.
+    assert!((gb[1] - 2f32.sqrt() * 2f32.ln()).abs() < 1e-5, "{gb:?}");
+    // A finite gradient keeps the exact 0.
+    let g = total(&a.pow(&b).unwrap()).backward().unwrap();
+    assert_eq!(vals(g.get(&b).unwrap())[0], 0.0);
+}
+
 /// Leaves that the loss does not depend on, and untracked inputs, get no gradient.
 #[test]
 fn only_reached_leaves() {
@@ -131,8 +209,10 @@ fn backward_argument_errors() {
     let e = y.backward_with_grad(&t(&[1.0], &[1])).unwrap_err();
     assert!(matches!(e, Error::Shape { .. }), "{e}");
     assert!(
-        e.to_string()
-            .contains("shape [1] and the output has shape [2]"),
+        e.to_string().contains(
+            "Mismatch in shape: grad_output[0] has a shape of torch.Size([1]) and output[0] has \
+             a shape of torch.Size([2])."
+        ),
         "{e}"
     );
     let g = y.backward_with_grad(&t(&[1.0, -1.0], &[2])).unwrap();
