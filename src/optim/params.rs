@@ -13,6 +13,9 @@ use crate::{DType, Device, Error, Result, Tensor};
 /// [`Module::named_parameters`](crate::nn::Module::named_parameters) returns them (the names
 /// then name the optimizer's state, see `state_tensors`).
 ///
+/// An optimizer's groups are all named or all unnamed (PyTorch's rule: "all optimizer param
+/// groups should be with/without names").
+///
 /// Every parameter must be a leaf that requires grad ([`Tensor::requires_grad`]), or did and
 /// is frozen (skipped while it gets no gradient), of a floating-point dtype, contiguous from
 /// the start of its storage, and no two may share storage.
@@ -219,6 +222,31 @@ impl ParamSet {
         };
         check_hyper(op, "lr", opts.lr, 0.0, f64::MAX)?;
         check_hyper(op, "weight_decay", opts.weight_decay, 0.0, f64::MAX)?;
+        // PyTorch's rule: every parameter named or none, in every group (an empty group has
+        // nothing to compare).
+        let named = group.params.iter().filter(|(n, _)| n.is_some()).count();
+        if named != 0 && named != group.params.len() {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "all optimizer params should be with/without names. Some param names are \
+                     missing ({named} of {} named)",
+                    group.params.len()
+                ),
+            ));
+        }
+        if let (Some(&first), false) = (self.named.first(), group.params.is_empty()) {
+            if first != (named != 0) {
+                let with = if named != 0 { "with" } else { "without" };
+                return Err(Error::arg(
+                    op,
+                    format!(
+                        "all optimizer param groups should be with/without names. cannot add \
+                         param group {with} names to the optimizer"
+                    ),
+                ));
+            }
+        }
         let mut storages: HashMap<*const Storage, String> = self
             .params
             .iter()

@@ -142,7 +142,7 @@ impl Schedule {
         }
     }
 
-    /// PyTorch's argument checks.
+    /// PyTorch's argument checks, and the refusals [`LrScheduler::new`] lists.
     fn check(&self) -> Result<()> {
         let op = "lr_scheduler";
         let finite = |name: &str, v: f64| {
@@ -229,7 +229,9 @@ impl LrScheduler {
     /// Takes the groups' initial rates (recorded by an earlier scheduler on this optimizer,
     /// else their current rates, which it records) and sets epoch 0's rates (PyTorch's
     /// constructor: `LinearLR` starts at `start_factor` times the rate at once). Errors for
-    /// arguments PyTorch refuses.
+    /// arguments PyTorch refuses, and, at once, for some it accepts and fails on later or
+    /// turns into NaN rates: a non-finite factor, a `step_size` or `t_max` of 0 (a division
+    /// by zero at PyTorch's first step).
     pub fn new(opt: &mut impl LrGroups, schedule: Schedule) -> Result<LrScheduler> {
         schedule.check()?;
         let mut base = Vec::with_capacity(opt.lr_groups());

@@ -299,16 +299,42 @@ fn param_groups_have_their_own_hyperparameters() {
     // A refused group adds nothing.
     let other = leaf(&[0.0]);
     let e = opt
-        .add_param_group(ParamGroup::new(vec![other.clone(), head.clone()]))
+        .add_param_group(ParamGroup::new(vec![
+            ("o".to_string(), other.clone()),
+            ("h".to_string(), head.clone()),
+        ]))
         .unwrap_err();
     assert!(e.to_string().contains("shares its storage"), "{e}");
+    // Named and unnamed groups do not mix (PyTorch's param_names rule), checked first.
+    let e = opt
+        .add_param_group(ParamGroup::new(vec![other.clone(), head.clone()]))
+        .unwrap_err();
+    assert!(
+        e.to_string().contains(
+            "all optimizer param groups should be with/without names. cannot add param group \
+             without names to the optimizer"
+        ),
+        "{e}"
+    );
+    let mut unnamed = Sgd::new(vec![leaf(&[1.0])], o).unwrap();
+    let e = unnamed
+        .add_param_group(ParamGroup::new(vec![("x".to_string(), other.clone())]))
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("cannot add param group with names"),
+        "{e}"
+    );
+    // An empty group has no names to compare.
+    opt.add_param_group(ParamGroup::new(Vec::<Tensor>::new()))
+        .unwrap();
+    assert_eq!(opt.num_groups(), 3);
     assert!(opt
         .add_param_group(ParamGroup::new(vec![("body.w".to_string(), other.clone())]))
         .is_err());
     assert!(opt
         .add_param_group(ParamGroup::new(vec![other.clone()]).lr(f64::NAN))
         .is_err());
-    assert_eq!((opt.params().len(), opt.num_groups()), (2, 2));
+    assert_eq!((opt.params().len(), opt.num_groups()), (2, 3));
 
     // Adam: per-group lr in the bias-corrected step size; state named by parameter.
     let p = leaf(&[1.0, -1.0]);
