@@ -561,6 +561,11 @@ impl Tensor {
     /// Marks this tensor as a leaf whose gradient [`Tensor::backward`] computes (PyTorch's
     /// `requires_grad_()`). A tracked tensor (a leaf, or an op output, which already requires
     /// grad) is returned as is; a frozen leaf is unfrozen.
+    ///
+    /// Unlike PyTorch's flag, the leaf starts at the returned handle: clones and views taken
+    /// from an untracked tensor before this call stay untracked handles of the same storage
+    /// (as [`Tensor::detach`] gives), so their uses get no gradient and may be written in
+    /// place. Mark the tensor first and take clones and views from the result.
     pub fn requires_grad(mut self) -> Result<Tensor> {
         self.set_requires_grad(true)?;
         Ok(self)
