@@ -518,7 +518,7 @@ pub(crate) struct CheckedLoad<'a> {
 
 /// The checks of [`load_state_dict`], nothing written: keys (`counters` name entries that are
 /// read, not copied, such as `num_batches_tracked`: neither missing when absent nor
-/// unexpected; they take a 0-d or one-element entry), devices, and shapes, every mismatch
+/// unexpected; they take a `[]` or `[1]` entry), devices, and shapes, every mismatch
 /// collected into one error under `module`'s name.
 pub(crate) fn check_load<'a>(
     targets: &[(&str, &'a Tensor)],

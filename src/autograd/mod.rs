@@ -502,8 +502,9 @@ fn run_backward(meta: &Arc<GradMeta>, seed: Tensor, retain: bool) -> Result<Grad
 /// broadcast view, as sum's backward gives), so that writing into one gradient changes no
 /// other tensor.
 fn owned(g: Tensor) -> Result<Tensor> {
-    // PyTorch's layout contract: a dense leaf's gradient is laid out as the leaf (packed
-    // here), not as a transpose's backward left it (Linear's weight).
+    // As PyTorch's layout contract for contiguous leaves: the gradient is packed, not left
+    // as a transpose's backward made it (Linear's weight). Leaves are contiguous here but for
+    // views marked requires_grad, whose gradient is packed too (PyTorch keeps their strides).
     if !g.is_contiguous() && g.numel() != 0 {
         return g.contiguous();
     }
@@ -514,9 +515,6 @@ fn owned(g: Tensor) -> Result<Tensor> {
         .any(|(&n, &s)| s == 0 && n > 1);
     if (!repeats && Arc::strong_count(&g.storage) == 1) || g.numel() == 0 {
         return Ok(g);
-    }
-    if !g.is_contiguous() {
-        return g.contiguous();
     }
     let out = Tensor::empty(g.device(), "backward", g.shape(), g.dtype())?;
     out.copy_from(&g)?;

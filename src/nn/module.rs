@@ -124,11 +124,11 @@ pub trait Module {
     }
 
     /// The module's name in layer errors ([`Error::Layer`](crate::Error::Layer), which
-    /// [`Sequential`](super::Sequential) raises) and in a strict
-    /// [`load_state_dict`](Module::load_state_dict)'s error (`Error(s) in loading state_dict for
+    /// [`Sequential`](super::Sequential) raises) and in a
+    /// [`load_state_dict`](Module::load_state_dict) error (`Error(s) in loading state_dict for
     /// Linear:`, as PyTorch names the class): by default its type's name without path or
     /// generics (`Linear`); LSTM and GRU, one type, say `LSTM` / `GRU`; a `Box` gives its
-    /// contents' name.
+    /// contents' name; a `Vec` or array of modules is `ModuleList`.
     fn layer_name(&self) -> &'static str {
         let full = std::any::type_name::<Self>();
         let base = full.split('<').next().unwrap_or(full);

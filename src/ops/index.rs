@@ -206,7 +206,8 @@ impl Tensor {
             // PyTorch copies self and returns before its shape checks.
             return self.deep_clone();
         }
-        // PyTorch's scatter_shape_check, in its order and words.
+        // PyTorch's scatter_shape_check words (where src's rank is short it fails earlier,
+        // on a dim out of range, and the message here is ours).
         for (other, what) in [(self, "self"), (src, "src")] {
             if index.rank() != other.rank() {
                 return Err(Error::shape(

@@ -223,7 +223,7 @@ impl ParamSet {
         check_hyper(op, "lr", opts.lr, 0.0, f64::MAX)?;
         check_hyper(op, "weight_decay", opts.weight_decay, 0.0, f64::MAX)?;
         // PyTorch's rule: every parameter named or none, in every group (an empty group has
-        // nothing to compare).
+        // no names, as there).
         let named = group.params.iter().filter(|(n, _)| n.is_some()).count();
         if named != 0 && named != group.params.len() {
             return Err(Error::arg(
@@ -235,7 +235,7 @@ impl ParamSet {
                 ),
             ));
         }
-        if let (Some(&first), false) = (self.named.first(), group.params.is_empty()) {
+        if let Some(&first) = self.named.first() {
             if first != (named != 0) {
                 let with = if named != 0 { "with" } else { "without" };
                 return Err(Error::arg(

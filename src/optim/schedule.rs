@@ -230,7 +230,7 @@ impl LrScheduler {
     /// else their current rates, which it records) and sets epoch 0's rates (PyTorch's
     /// constructor: `LinearLR` starts at `start_factor` times the rate at once). Errors for
     /// arguments PyTorch refuses, and, at once, for some it accepts and fails on later or
-    /// turns into NaN rates: a non-finite factor, a `step_size` or `t_max` of 0 (a division
+    /// turns into NaN rates: a non-finite factor or `eta_min`, a `step_size` or `t_max` of 0 (a division
     /// by zero at PyTorch's first step).
     pub fn new(opt: &mut impl LrGroups, schedule: Schedule) -> Result<LrScheduler> {
         schedule.check()?;

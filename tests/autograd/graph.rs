@@ -90,6 +90,13 @@ fn autograd_errors_in_pytorch_words() {
         e.contains("a leaf Variable that requires grad is being used in an in-place operation."),
         "{e}"
     );
+    // A leaf only read (the source of a copy) is not the leaf being written.
+    let buf = t(&[0.0, 0.0], &[2]);
+    let e = buf.copy_from(&x).unwrap_err().to_string();
+    assert!(
+        !e.contains("leaf Variable") && e.contains("in-place"),
+        "{e}"
+    );
     // A tracked non-leaf: refused in our words only.
     let e = y.copy_from(&t(&[0.0, 0.0], &[2])).unwrap_err().to_string();
     assert!(

@@ -218,9 +218,12 @@ pub(crate) fn recorded(
 /// `no_grad`, e.g. an optimizer step, they are fine).
 pub(crate) fn check_in_place(op: &'static str, tensors: &[&Tensor]) -> Result<()> {
     if records(tensors.iter().copied()) {
-        // PyTorch's words where it refuses too (a leaf that requires grad); it differentiates
-        // in-place ops on other tensors, which are not offered here.
-        let leaf = tensors.iter().any(|t| t.is_tracked() && t.is_leaf());
+        // PyTorch's words where it refuses too (a written leaf that requires grad: the first
+        // operand, the destination of every caller); it differentiates in-place ops on other
+        // tensors, which are not offered here.
+        let leaf = tensors
+            .first()
+            .is_some_and(|t| t.is_tracked() && t.is_leaf());
         let what = if leaf {
             "a leaf Variable that requires grad is being used in an in-place operation. "
         } else {
