@@ -256,6 +256,81 @@ impl LrScheduler {
         Ok(s)
     }
 
+    /// A scheduler that continues a run `epoch` epochs in (a checkpoint's): the optimizer's
+    /// current rates are taken as that epoch's (restore them first, `set_group_lr`), nothing
+    /// is set now, and the next [`step`](LrScheduler::step) sets epoch `epoch + 1`'s.
+    /// `base_lrs` are the groups' initial rates the first run recorded
+    /// ([`base_lrs`](LrScheduler::base_lrs)), one per group; they become the optimizer's
+    /// recorded initial rates. PyTorch's `Scheduler(opt, ..., last_epoch=epoch - 1)` on an
+    /// optimizer whose groups hold `initial_lr` (it steps once at construction, to `epoch`).
+    /// Errors for the arguments [`LrScheduler::new`] refuses, and for `base_lrs` of another
+    /// length than the groups or not finite rates >= 0; nothing changes then.
+    ///
+    /// ```ignore-wasm32
+    /// # fn main() -> wgtensor::Result<()> {
+    /// use wgtensor::optim::{LrScheduler, Schedule, Sgd, SgdOptions};
+    /// use wgtensor::{DType, Device, Tensor};
+    /// let dev = Device::new()?;
+    /// let w = Tensor::zeros(&dev, &[3], DType::F32)?.requires_grad()?;
+    /// let o = SgdOptions { lr: 0.1, ..Default::default() };
+    /// let step = Schedule::Step { step_size: 2, gamma: 0.5 };
+    /// let mut opt = Sgd::new(vec![w.clone()], o)?;
+    /// let mut sched = LrScheduler::new(&mut opt, step.clone())?;
+    /// for _ in 0..3 {
+    ///     sched.step(&mut opt)?;
+    /// }
+    /// // Saved: the epoch, the rates and the base rates. Restored in a new run:
+    /// let (epoch, lr, base) = (sched.epoch(), opt.lr(), sched.base_lrs().to_vec());
+    /// let mut opt2 = Sgd::new(vec![w], o)?;
+    /// opt2.set_lr(lr)?;
+    /// let mut resumed = LrScheduler::resume(&mut opt2, step, epoch, &base)?;
+    /// resumed.step(&mut opt2)?; // epoch 4: 0.1 * 0.5^2
+    /// assert!((opt2.lr() - 0.025).abs() < 1e-12);
+    /// # Ok(()) }
+    /// ```
+    pub fn resume(
+        opt: &mut impl LrGroups,
+        schedule: Schedule,
+        epoch: u64,
+        base_lrs: &[f64],
+    ) -> Result<LrScheduler> {
+        schedule.check()?;
+        let op = "lr_scheduler";
+        if base_lrs.len() != opt.lr_groups() {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "resuming takes one initial rate per parameter group: {} for {} groups \
+                     (PyTorch: param 'initial_lr' is not specified in param_groups when resuming)",
+                    base_lrs.len(),
+                    opt.lr_groups()
+                ),
+            ));
+        }
+        if let Some((g, b)) = base_lrs
+            .iter()
+            .enumerate()
+            .find(|(_, b)| !(b.is_finite() && **b >= 0.0))
+        {
+            return Err(Error::arg(
+                op,
+                format!("initial rate {b} of group {g} is not a finite rate >= 0"),
+            ));
+        }
+        let last: Vec<f64> = (0..opt.lr_groups())
+            .map(|g| opt.lr_of(g).unwrap_or(0.0))
+            .collect();
+        for (g, &b) in base_lrs.iter().enumerate() {
+            opt.set_initial_lr_of(g, b);
+        }
+        Ok(LrScheduler {
+            schedule,
+            base: base_lrs.to_vec(),
+            epoch,
+            last,
+        })
+    }
+
     /// Advances one epoch and sets every group's rate for it (PyTorch's `scheduler.step()`;
     /// groups added since the scheduler was made are scheduled from their current rates, as
     /// PyTorch's chained formulas do, and kept as they are by the formulas of the initial rates,

@@ -2,6 +2,67 @@
 
 use super::*;
 
+/// A run resumed from a checkpoint (its epoch, rates and base rates) continues exactly as the
+/// uninterrupted run, for chained and closed-form schedules; bad base rates are refused.
+#[test]
+fn lr_schedulers_resume_where_they_stopped() {
+    use wgtensor::optim::{LrScheduler, Schedule};
+    let o = SgdOptions {
+        lr: 0.1,
+        ..Default::default()
+    };
+    let make = || {
+        let mut opt = Sgd::new(vec![leaf(&[1.0])], o).unwrap();
+        opt.add_param_group(ParamGroup::new(vec![leaf(&[2.0])]).lr(1.0))
+            .unwrap();
+        opt
+    };
+    let rates = |opt: &Sgd| vec![opt.group_lr(0).unwrap(), opt.group_lr(1).unwrap()];
+    for s in [
+        Schedule::CosineAnnealing {
+            t_max: 4,
+            eta_min: 0.01,
+        },
+        Schedule::MultiStep {
+            milestones: vec![2, 5, 5],
+            gamma: 0.5,
+        },
+        Schedule::Lambda(|e| 1.0 / (1.0 + e as f64)),
+    ] {
+        let mut opt = make();
+        let mut sched = LrScheduler::new(&mut opt, s.clone()).unwrap();
+        let mut want = Vec::new();
+        let mut saved = None;
+        for e in 1..=9u64 {
+            sched.step(&mut opt).unwrap();
+            want.push(rates(&opt));
+            if e == 3 {
+                saved = Some((sched.epoch(), rates(&opt), sched.base_lrs().to_vec()));
+            }
+        }
+        let (epoch, lrs, base) = saved.unwrap();
+        let mut opt2 = make();
+        for (g, lr) in lrs.iter().enumerate() {
+            opt2.set_group_lr(g, *lr).unwrap();
+        }
+        let mut resumed = LrScheduler::resume(&mut opt2, s.clone(), epoch, &base).unwrap();
+        assert_eq!((resumed.epoch(), resumed.last_lr()), (3, &lrs[..]));
+        assert_eq!(rates(&opt2), lrs, "{s:?}: resume sets nothing");
+        for (k, w) in want[3..].iter().enumerate() {
+            resumed.step(&mut opt2).unwrap();
+            let got = rates(&opt2);
+            assert!(
+                got.iter().zip(w).all(|(a, b)| (a - b).abs() < 1e-12),
+                "{s:?} epoch {}: {got:?} vs {w:?}",
+                k + 4
+            );
+        }
+        let mut opt3 = make();
+        assert!(LrScheduler::resume(&mut opt3, s.clone(), 3, &base[..1]).is_err());
+        assert!(LrScheduler::resume(&mut opt3, s.clone(), 3, &[0.1, f64::NAN]).is_err());
+    }
+}
+
 /// The schedulers against PyTorch's lr_scheduler values (written out from its formulas):
 /// epoch 0 set at construction, one step per epoch, every group from its own initial rate;
 /// argument errors as PyTorch's.
