@@ -15,8 +15,9 @@ use crate::{DType, Element, Error, Result};
 /// contiguous data, [`permute`], [`transpose`], [`narrow`], [`unsqueeze`],
 /// [`broadcast_to`]) return new handles on the same storage without a copy; ops read strided
 /// views directly and always write a fresh contiguous output, so tensors are never modified in
-/// place (the exceptions say so: [`gemm_into`](crate::ops::gemm_into) and the running
-/// statistics of [`batch_norm_train`](crate::ops::batch_norm_train)).
+/// place (the exceptions say so: [`Tensor::copy_from`], [`gemm_into`](crate::ops::gemm_into),
+/// the running statistics of [`batch_norm_train`](crate::ops::batch_norm_train), optimizer
+/// steps and state-dict loading; each bumps the storage's version).
 ///
 /// Ops are recorded, not run: they return at once and the GPU runs them in batches. Reading
 /// back ([`to_vec`], [`to_vec_async`]) or [`Device::sync`] waits for the work. The storage

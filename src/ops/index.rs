@@ -167,9 +167,8 @@ impl Tensor {
     /// each `src[i][j][k]` is added at `[index[i][j][k]][j][k]` (for `dim = 0`). `index` (i32)
     /// and `src` have `self`'s rank; `index` is no larger than `src` on every dim and no larger
     /// than `self` on every dim but `dim`. Sums run in index order in f32: deterministic (no
-    /// atomics), at the cost of every output element scanning `index.size(dim)` entries; for
-    /// whole rows picked by a 1-D index, the backward of [`Tensor::index_select`] buckets the
-    /// index instead. Out-of-range indices are an error at the next sync or readback (unchecked,
+    /// atomics); below 64 index entries along `dim` every output element scans them, above
+    /// the index is bucketed (the [module docs](crate::ops::index) say how). Out-of-range indices are an error at the next sync or readback (unchecked,
     /// they add nothing). Differentiable in `self` and `src`.
     ///
     /// ```ignore-wasm32

@@ -117,7 +117,8 @@ pub struct Adam {
 
 impl Adam {
     /// An optimizer over `params` (one group with `opts.lr` and `opts.weight_decay`): tensors
-    /// or named tensors, each a tracked leaf updated in place (see the [module](super) doc).
+    /// or named tensors, each a leaf (tracked, frozen or plain) updated in place (see the
+    /// [module](super) doc).
     pub fn new(params: impl IntoParams, opts: AdamOptions) -> Result<Adam> {
         let op = "adam";
         check_hyper(op, "lr", opts.lr, 0.0, f64::MAX)?;

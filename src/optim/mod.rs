@@ -49,8 +49,8 @@
 //! until `optimizer.zero_grad()` clears them; here gradients are never stored on the
 //! parameters: every `backward()` returns a fresh [`Grads`] value that the step reads and the
 //! caller drops, so nothing carries over from one step to the next and there is nothing to
-//! zero. To accumulate over several micro-batches, add their gradients yourself (`grads.get(p)`
-//! of each) and step with the sums through `step_with`.
+//! zero. To accumulate over several micro-batches, fold each pass into the first with
+//! [`Grads::accumulate`](crate::Grads::accumulate) and step once with the sum.
 //!
 //! **Steps are atomic.** A step checks everything first (the number of gradients, each one's
 //! device, dtype and shape, none of them sharing storage with a parameter or with the
@@ -195,7 +195,7 @@ group_accessors!(Sgd, "sgd");
 mod adam;
 pub use adam::{Adam, AdamOptions};
 
-/// Options of [`Sgd`], PyTorch's defaults apart from `lr`, which PyTorch requires.
+/// Options of [`Sgd`], PyTorch's defaults (`lr` 1e-3, which older PyTorch required).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SgdOptions {
     /// Learning rate (of every group that does not set its own).
@@ -251,7 +251,8 @@ pub struct Sgd {
 
 impl Sgd {
     /// An optimizer over `params` (one group with `opts.lr` and `opts.weight_decay`): tensors
-    /// or named tensors, each a tracked leaf updated in place (see the [module](self) doc).
+    /// or named tensors, each a leaf (tracked, frozen or plain) updated in place (see the
+    /// [module](self) doc).
     pub fn new(params: impl IntoParams, opts: SgdOptions) -> Result<Sgd> {
         let op = "sgd";
         check_hyper(op, "lr", opts.lr, 0.0, f64::MAX)?;

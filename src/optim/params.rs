@@ -16,9 +16,10 @@ use crate::{DType, Device, Error, Result, Tensor};
 /// An optimizer's groups are all named or all unnamed (PyTorch's rule: "all optimizer param
 /// groups should be with/without names").
 ///
-/// Every parameter must be a leaf that requires grad ([`Tensor::requires_grad`]), or did and
-/// is frozen (skipped while it gets no gradient), of a floating-point dtype, contiguous from
-/// the start of its storage, and no two may share storage.
+/// Every parameter must be a leaf (one that requires grad, [`Tensor::requires_grad`], a frozen
+/// one, or a plain tensor, as PyTorch's optimizers accept: the last two get no gradient and
+/// are skipped), of a floating-point dtype, contiguous from the start of its storage, and no
+/// two may share storage.
 pub trait IntoParams {
     /// The parameters in order, each with its name when it has one.
     fn into_params(self) -> Vec<(Option<String>, Tensor)>;
@@ -84,7 +85,8 @@ pub struct ParamGroup {
 }
 
 /// The group of an optimizer's constructor: PyTorch's "optimizer got an empty parameter list"
-/// when it holds none (a group added later may be empty, as in PyTorch).
+/// when it holds none (a group added later may be empty, as in PyTorch, if the optimizer's
+/// parameters are unnamed: an empty group has no names).
 pub(crate) fn first_group(op: &'static str, params: impl IntoParams) -> Result<ParamGroup> {
     let group = ParamGroup::new(params);
     if group.params.is_empty() {
@@ -207,7 +209,7 @@ impl ParamSet {
         }
     }
 
-    /// Checks every parameter of `group` (dtype, tracked leaf, layout, binding size, storage
+    /// Checks every parameter of `group` (dtype, leaf, layout, binding size, storage
     /// shared with another parameter, names), then appends the group; nothing is added when
     /// any check fails.
     pub(crate) fn add_group(
@@ -496,7 +498,7 @@ fn check_binding(op: &'static str, what: &str, t: &Tensor) -> Result<()> {
     Ok(())
 }
 
-/// Checks that `t` can be a parameter: a floating-point tracked leaf, contiguous from the start
+/// Checks that `t` can be a parameter: a floating-point leaf, contiguous from the start
 /// of its storage (updated in place, element i at index i), bindable as a whole.
 fn check_param(op: &'static str, label: &str, t: &Tensor) -> Result<()> {
     if !t.dtype().is_float() {

@@ -87,10 +87,11 @@ fn no_activation(op: &'static str, act: Activation) -> Result<()> {
 /// tensor of x's dtype. Grouped and depthwise convolutions run all groups
 /// in one dispatch, without im2col buffers.
 ///
-/// Errors: [`Error::Shape`] for inputs that are not rank 3 or 4, a weight whose channels are not
-/// `C / groups`, a bias that is not `[O]`, or a kernel larger than the padded input;
-/// [`Error::InvalidArgument`] for a zero stride, dilation or group count, channels not
-/// divisible by `groups`; [`Error::DType`] /
+/// Errors: [`Error::Shape`] for inputs that are not rank 3 or 4, an input whose channels are
+/// not the weight's dim 1 times `groups` (channels `groups` does not divide included), a bias
+/// that is not `[O]`, or a kernel larger than the padded input; [`Error::InvalidArgument`] for
+/// a zero stride, dilation or group count, or a weight whose dim 0 is below or not a multiple
+/// of `groups`; [`Error::DType`] /
 /// [`Error::DeviceMismatch`] when the tensors differ.
 ///
 /// ```no_run,ignore-wasm32
