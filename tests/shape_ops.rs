@@ -741,6 +741,11 @@ fn no_op_views_are_new_views() {
 /// errors of split and chunk with their values, and cat's error naming the caller's positions.
 #[test]
 fn strides_and_split_errors() {
+    // An empty tensor with a long dim: a bounded number of pieces, not memory exhausted.
+    let long = Tensor::zeros(dev(), &[4_000_000_000, 0], DType::F32).unwrap();
+    assert!(long.split(1, 0).unwrap_err().to_string().contains("pieces"));
+    assert!(long.chunk(usize::MAX, 0).is_err());
+    assert_eq!(long.split(1 << 31, 0).unwrap().len(), 2);
     let z = Tensor::zeros(dev(), &[2, 0, 3], DType::F32).unwrap();
     assert_eq!(z.strides(), &[3, 3, 1]);
     assert_eq!(

@@ -38,9 +38,9 @@ pub struct Recurrent {
     /// The model the forward pass runs (it shares storage with the parameters).
     pub rnn: Rnn,
     params: Vec<(String, Tensor)>,
-    /// With dropout between layers: one single-layer model per layer (sharing the same
-    /// parameters), run in turn with dropout in between while training.
-    layers: Vec<Rnn>,
+    /// Dropout between layers: in training with several layers, the layers run one at a time
+    /// (single-layer models over `rnn`'s weights, built at each call so that edits to `rnn`
+    /// apply to training as to evaluation) with dropout in between.
     dropout: f64,
     training: bool,
 }
@@ -118,33 +118,14 @@ impl Recurrent {
         Recurrent::assemble(kind, c, weights, params)
     }
 
-    /// The model (and the single-layer models dropout between layers runs) over `weights`,
-    /// indexed `layer * D + direction`, with `params` as the state dict lists them.
+    /// The model over `weights`, indexed `layer * D + direction`, with `params` as the state
+    /// dict lists them.
     fn assemble(
         kind: RnnKind,
         c: RnnConfig,
         weights: Vec<RnnWeights>,
         params: Vec<(String, Tensor)>,
     ) -> Result<Recurrent> {
-        let d = if c.bidirectional { 2 } else { 1 };
-        let layers = if c.dropout > 0.0 && c.num_layers > 1 {
-            weights
-                .chunks(d)
-                .map(|w| {
-                    Rnn::new(
-                        kind,
-                        crate::ops::RnnOptions {
-                            num_layers: 1,
-                            bidirectional: c.bidirectional,
-                            batch_first: c.batch_first,
-                        },
-                        w.to_vec(),
-                    )
-                })
-                .collect::<Result<Vec<_>>>()?
-        } else {
-            Vec::new()
-        };
         let rnn = Rnn::new(
             kind,
             crate::ops::RnnOptions {
@@ -157,7 +138,6 @@ impl Recurrent {
         Ok(Recurrent {
             rnn,
             params,
-            layers,
             dropout: c.dropout,
             training: true,
         })
@@ -209,7 +189,7 @@ impl Recurrent {
         h0: Option<&Tensor>,
         c0: Option<&Tensor>,
     ) -> Result<RnnOutput> {
-        if !self.training || self.layers.is_empty() {
+        if !self.training || self.dropout == 0.0 || self.rnn.num_layers < 2 {
             return self.rnn.forward(x, h0, c0);
         }
         // Layer by layer, dropout on every output but the last (PyTorch's placement).
@@ -223,8 +203,19 @@ impl Recurrent {
         let state = |s: Option<&Tensor>, l: usize| s.map(|t| t.narrow(0, l * d, d)).transpose();
         let (mut hs, mut cs) = (Vec::new(), Vec::new());
         let mut input = x.clone();
-        let n = self.layers.len();
-        for (l, layer) in self.layers.iter().enumerate() {
+        let r = &self.rnn;
+        let options = crate::ops::RnnOptions {
+            num_layers: 1,
+            bidirectional: r.bidirectional,
+            batch_first: r.batch_first,
+        };
+        let layers = r
+            .weights
+            .chunks(d)
+            .map(|w| Rnn::new(r.kind, options, w.to_vec()))
+            .collect::<Result<Vec<_>>>()?;
+        let n = layers.len();
+        for (l, layer) in layers.iter().enumerate() {
             let out = layer.forward(&input, state(h0, l)?.as_ref(), state(c0, l)?.as_ref())?;
             hs.push(out.h_n);
             cs.extend(out.c_n);

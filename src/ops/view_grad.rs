@@ -6,6 +6,9 @@ use crate::autograd::{record, sum_to, BackwardOp};
 use crate::ops::grad_kernel::narrow_grad;
 use crate::{Error, Layout, Result, Tensor};
 
+/// The most pieces `split` and `chunk` return of an empty tensor (each a handle in memory).
+const MAX_EMPTY_PIECES: usize = 1 << 24;
+
 /// Which view produced a tensor; enough to map its gradient back to the source's shape.
 #[derive(Debug, Clone)]
 pub(crate) enum ViewKind {
@@ -225,6 +228,19 @@ impl Tensor {
                 ),
             ));
         }
+        // An empty tensor may have a long dim (its other dims hold nothing): bounded, so a
+        // huge count of pieces is an error, not memory exhausted.
+        let pieces = len.div_ceil(split_size);
+        if self.numel() == 0 && pieces > MAX_EMPTY_PIECES {
+            return Err(Error::size(
+                op,
+                format!(
+                    "{pieces} pieces of an empty tensor {:?}: at most {MAX_EMPTY_PIECES} are \
+                     returned",
+                    self.shape()
+                ),
+            ));
+        }
         let mut out = Vec::new();
         let mut start = 0;
         while start < len {
@@ -259,12 +275,11 @@ impl Tensor {
         if len == 0 {
             // PyTorch: `chunks` empty pieces (its split_with_sizes branch for an empty dim),
             // each a handle here: bounded, so a huge count is an error, not memory exhausted.
-            const MAX_EMPTY_CHUNKS: usize = 1 << 24;
-            if chunks > MAX_EMPTY_CHUNKS {
+            if chunks > MAX_EMPTY_PIECES {
                 return Err(Error::size(
                     op,
                     format!(
-                        "{chunks} empty chunks of an empty dim: at most {MAX_EMPTY_CHUNKS} are returned"
+                        "{chunks} empty chunks of an empty dim: at most {MAX_EMPTY_PIECES} are returned"
                     ),
                 ));
             }

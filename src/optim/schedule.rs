@@ -339,8 +339,14 @@ impl LrScheduler {
     /// factor, a rate grown past f64): then nothing changes, the epoch included.
     pub fn step(&mut self, opt: &mut impl LrGroups) -> Result<()> {
         self.check_groups(opt)?;
-        self.apply(opt, self.epoch + 1)?;
-        self.epoch += 1;
+        let next = self.epoch.checked_add(1).ok_or_else(|| {
+            Error::arg(
+                "lr_scheduler",
+                format!("epoch {} is the last one a scheduler counts", self.epoch),
+            )
+        })?;
+        self.apply(opt, next)?;
+        self.epoch = next;
         Ok(())
     }
 

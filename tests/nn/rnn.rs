@@ -105,6 +105,56 @@ fn lstm_dropout_path_rechecks_edited_fields() {
     }
 }
 
+/// Edits to the public model (`batch_first`, a weight set) reach the training path with
+/// dropout between layers as they reach evaluation: a vanishing p gives evaluation's output.
+#[test]
+fn rnn_dropout_path_follows_edits_to_the_model() {
+    let mut gru = nn::Gru::new(
+        dev(),
+        4,
+        8,
+        nn::RnnConfig {
+            num_layers: 2,
+            dropout: 1e-9,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    gru.rnn.batch_first = true;
+    let other = nn::Gru::new(dev(), 8, 8, Default::default()).unwrap();
+    gru.rnn.weights[1] = other.rnn.weights[0].clone();
+    let x = wgtensor::ops::randn(dev(), &[3, 5, 4], DType::F32).unwrap();
+    let train = vals(&gru.forward(&x).unwrap());
+    gru.set_training(false);
+    let eval = vals(&gru.forward(&x).unwrap());
+    assert_eq!(train.len(), 3 * 5 * 8);
+    assert!(
+        train.iter().zip(&eval).all(|(a, b)| (a - b).abs() < 1e-5),
+        "{train:?}\n{eval:?}"
+    );
+}
+
+/// An empty batch over a long sequence returns at once (no step has anything to compute),
+/// forward and backward, with PyTorch's shapes.
+#[test]
+fn rnn_empty_batch_over_a_long_sequence() {
+    let lstm = nn::Lstm::new(dev(), 3, 4, Default::default()).unwrap();
+    let x = Tensor::zeros(dev(), &[200_000, 0, 3], DType::F32)
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let out = lstm.forward_with_state(&x, None, None).unwrap();
+    assert_eq!(out.output.shape(), &[200_000, 0, 4]);
+    assert_eq!(out.h_n.shape(), &[1, 0, 4]);
+    let g = out.output.sum_all().unwrap().backward().unwrap();
+    assert_eq!(g.get(&x).unwrap().shape(), &[200_000, 0, 3]);
+    let gw = vals(g.get(&lstm.rnn.weights[0].w_hh).unwrap());
+    assert!(gw.iter().all(|&v| v == 0.0));
+    // No step is recorded: nothing here grows with T but the empty shapes.
+    assert!(start.elapsed().as_secs() < 60, "{:?}", start.elapsed());
+}
+
 /// PyTorch's `dropout` between stacked RNN layers: only in training, never after the last
 /// layer; evaluation equals the fused model; p -> 0 matches it too; p = 1 cuts every layer
 /// but the last off its input; gradients reach every layer; states keep their shapes.

@@ -58,6 +58,10 @@ fn lr_schedulers_resume_where_they_stopped() {
             );
         }
         let mut opt3 = make();
+        // The last epoch a u64 counts: a step past it is an error, never a wrap to epoch 0.
+        let mut at_end = LrScheduler::resume(&mut opt3, s.clone(), u64::MAX, &base).unwrap();
+        assert!(at_end.step(&mut opt3).is_err());
+        assert_eq!(at_end.epoch(), u64::MAX);
         assert!(LrScheduler::resume(&mut opt3, s.clone(), 3, &base[..1]).is_err());
         assert!(LrScheduler::resume(&mut opt3, s.clone(), 3, &[0.1, f64::NAN]).is_err());
     }

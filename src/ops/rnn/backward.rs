@@ -347,6 +347,12 @@ impl DirSteps<'_> {
         } else {
             Some(Tensor::empty(dev, op, &[t, b, g * h], dtype)?)
         };
+        if b == 0 || h == 0 {
+            // Nothing to differentiate: no step runs (T empty launches would cost T host
+            // round trips for an empty result).
+            let last = if self.dir == 0 { 0 } else { t - 1 };
+            return Ok((dah, dax, last));
+        }
         let state = if lstm {
             self.sl
                 .cseq

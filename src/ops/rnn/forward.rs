@@ -135,6 +135,11 @@ impl Rnn {
         let dev = input.device();
         let (t, b) = (input.shape()[0], input.shape()[1]);
         let (h, g, d) = (self.hidden_size, self.kind.gates(), self.dirs());
+        if b == 0 || h == 0 {
+            // Empty states: no step has anything to compute (T empty launches would cost T
+            // host round trips for an empty result).
+            return Ok(());
+        }
         // xp [T, B, G*H] = input W_ih^T + b_ih, one GEMM for every step.
         let xp = gemm(
             input,
