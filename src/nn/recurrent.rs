@@ -35,7 +35,10 @@ impl Default for RnnConfig {
 /// A recurrent layer: the fused kernels' [`Rnn`] and the parameters by their PyTorch names.
 #[derive(Debug, Clone)]
 pub struct Recurrent {
-    /// The model the forward pass runs (it shares storage with the parameters).
+    /// The model the forward pass runs (it shares storage with the parameters). Training and
+    /// evaluation both run it as it is; but the state dict and `named_parameters` list the
+    /// tensors made at construction, so change weights by writing into them
+    /// ([`Tensor::copy_from`]), not by replacing a weight set.
     pub rnn: Rnn,
     params: Vec<(String, Tensor)>,
     /// Dropout between layers: in training with several layers, the layers run one at a time
