@@ -506,7 +506,7 @@ pub fn load_state_dict(
     strict: bool,
 ) -> Result<LoadReport> {
     let checked = check_load(targets, &[], source, strict, None)?;
-    apply_load(&checked.pairs)?;
+    checked.apply()?;
     Ok(checked.report)
 }
 
@@ -585,24 +585,20 @@ pub(crate) fn check_load<'a>(
     Ok(CheckedLoad { report, pairs })
 }
 
-/// Writes a checked load's tensors, converting dtypes first so that one failing (a dtype the
-/// device lacks) copies nothing.
-pub(crate) fn apply_load(pairs: &[(&Tensor, Tensor)]) -> Result<()> {
-    let converted = pairs
-        .iter()
-        .map(|(t, s)| s.to_dtype(t.dtype()))
-        .collect::<Result<Vec<_>>>()?;
-    for ((t, _), s) in pairs.iter().zip(&converted) {
-        // Loading parameters is not part of any graph (PyTorch's load_state_dict runs under
-        // no_grad), so tracked parameters load too.
-        crate::autograd::no_grad(|| t.copy_from(s))?;
-    }
-    Ok(())
-}
-
 impl CheckedLoad<'_> {
-    /// Writes the tensors ([`apply_load`]).
+    /// Writes the tensors, converting dtypes first so that one failing (a dtype the device
+    /// lacks) copies nothing.
     pub(crate) fn apply(&self) -> Result<()> {
-        apply_load(&self.pairs)
+        let converted = self
+            .pairs
+            .iter()
+            .map(|(t, s)| s.to_dtype(t.dtype()))
+            .collect::<Result<Vec<_>>>()?;
+        for ((t, _), s) in self.pairs.iter().zip(&converted) {
+            // Loading parameters is not part of any graph (PyTorch's load_state_dict runs
+            // under no_grad), so tracked parameters load too.
+            crate::autograd::no_grad(|| t.copy_from(s))?;
+        }
+        Ok(())
     }
 }

@@ -201,8 +201,8 @@ impl Tensor {
                 ),
             ));
         }
-        let start = if i < 0 { i + size } else { i } as usize;
-        self.narrow(d as isize, start, 1)?.squeeze(d as isize)
+        // narrow counts a negative start from the end too.
+        self.narrow(d as isize, index, 1)?.squeeze(d as isize)
     }
 
     /// PyTorch's `split(split_size, dim)`: views of `split_size` along `dim`, the last one

@@ -378,12 +378,7 @@ impl Geom {
         // A forward convolution's errors start as PyTorch's (check_shape_forward), with the
         // caller's shapes: a 1-D one arrives as [n, c, 1, l].
         let forward = matches!(op, "conv1d" | "conv2d");
-        let caller = |s: [usize; 4]| -> Vec<usize> {
-            match op {
-                "conv1d" => vec![s[0], s[1], s[3]],
-                _ => s.to_vec(),
-            }
-        };
+        let caller = |s: [usize; 4]| caller_shape(op, &s);
         // A forward convolution checks in PyTorch's order (the weight first; its input check
         // below covers channels groups does not divide).
         if !forward && c % g != 0 {
@@ -509,6 +504,15 @@ impl Geom {
             oh,
             ow,
         })
+    }
+}
+
+/// A shape as the caller of `op` gave it: the 1-D convolutions run as 2-D ones on
+/// `[n, c, 1, l]`, shown as `[n, c, l]`; other shapes as they are.
+pub(crate) fn caller_shape(op: &str, s: &[usize]) -> Vec<usize> {
+    match (op, s) {
+        ("conv1d" | "conv_transpose1d", &[a, b, 1, l]) => vec![a, b, l],
+        _ => s.to_vec(),
     }
 }
 

@@ -179,10 +179,7 @@ fn empty_channels(
     // The options first (a groups of 0 named as such), as PyTorch's check_shape_forward.
     let groups = o.groups.max(1);
     let g = Geom::shape_checked(op, [n.min(1), groups, h, wd], [groups, 1, kh, kw], o)?;
-    let shown = match op {
-        "conv1d" => vec![oc, 0, kw],
-        _ => w.shape().to_vec(),
-    };
+    let shown = geom::caller_shape(op, w.shape());
     geom::check_weight_dim0(op, groups, oc, &shown, "out_channels")?;
     check_bias(op, x, bias, oc)?;
     let shape = [n, 0, g.oh, g.ow];
@@ -509,13 +506,7 @@ fn check_transposed_channels(op: &'static str, x: &Tensor, w: &Tensor, g: usize)
             "non-positive groups is not supported: groups must be at least 1, got 0",
         ));
     }
-    let shown = |s: &[usize]| -> Vec<usize> {
-        match (op, s) {
-            ("conv_transpose1d", &[a, b, 1, l]) => vec![a, b, l],
-            _ => s.to_vec(),
-        }
-    };
-    let ws = shown(w.shape());
+    let ws = geom::caller_shape(op, w.shape());
     geom::check_weight_dim0(op, g, ws[0], &ws, "in_channels")?;
     let c = x.shape()[1];
     if c != ws[0] {
@@ -524,7 +515,7 @@ fn check_transposed_channels(op: &'static str, x: &Tensor, w: &Tensor, g: usize)
             format!(
                 "Given transposed=1, weight of size {ws:?}, expected input{:?} to have {} \
                  channels, but got {c} channels instead",
-                shown(x.shape()),
+                geom::caller_shape(op, x.shape()),
                 ws[0]
             ),
         ));
