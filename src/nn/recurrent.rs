@@ -201,8 +201,10 @@ impl Recurrent {
         // `num_layers` would overflow the state check's row count), then the states whole, as
         // that path checks them (slices of a wrong-sized state would otherwise pass, or fail
         // as a narrow).
+        let op = self.rnn.kind.name();
         self.rnn.check_weights()?;
-        self.rnn.check_states(self.layer_name(), x, h0, c0)?;
+        self.rnn.check_input(op, x)?;
+        self.rnn.check_states(op, x, h0, c0)?;
         let state = |s: Option<&Tensor>, l: usize| s.map(|t| t.narrow(0, l * d, d)).transpose();
         let (mut hs, mut cs) = (Vec::new(), Vec::new());
         let mut input = x.clone();

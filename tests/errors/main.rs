@@ -1037,6 +1037,60 @@ fn view_reduction_rnn_and_attention_errors_in_pytorch_words() {
         gru.forward_with_state(&t(&[5, 3, 10]), Some(&bad), None),
         "Expected hidden size (1, 3, 20), got [1, 4, 20]",
     );
+    // RNNBase.check_input's order: the rank, then input.size(-1), before the states and the
+    // sequence length (an empty sequence of the wrong width is a width error).
+    has(
+        lstm.forward_with_state(&t(&[5, 3, 1, 10]), Some(&bad), None),
+        "LSTM: Expected input to be 2D or 3D, got 4D instead",
+    );
+    has(
+        gru.forward_with_state(&t(&[0, 3, 7]), None, None),
+        "input.size(-1) must be equal to input_size. Expected 10, got 7",
+    );
+    has(
+        lstm.forward_with_state(&t(&[5, 3, 10]), Some(&t(&[3, 20])), Some(&t(&[3, 20]))),
+        "For batched 3-D input, hx and cx should also be 3-D but got (2-D, 2-D) tensors",
+    );
+    has(
+        gru.forward_with_state(&t(&[5, 10]), Some(&good), None),
+        "For unbatched 2-D input, hx should also be 2-D but got 3-D tensor",
+    );
+    // The cells: common_modules' module_error_inputs_torch_nn_RNN_GRU_Cell / _LSTMCell.
+    let gru_cell = nn::GruCell::new(dev(), 10, 20, true).unwrap();
+    let h = t(&[3, 20]);
+    has(
+        gru_cell.forward_cell(&t(&[3, 11]), Some(&h)),
+        "input has inconsistent input_size: got 11 expected 10",
+    );
+    has(
+        gru_cell.forward_cell(&t(&[3, 10]), Some(&t(&[3, 21]))),
+        "hidden0 has inconsistent hidden_size: got 21, expected 20",
+    );
+    has(
+        gru_cell.forward_cell(&t(&[3, 10]), Some(&t(&[5, 20]))),
+        "Input batch size 3 doesn't match hidden0 batch size 5",
+    );
+    has(
+        gru_cell.forward_cell(&t(&[3, 10]), Some(&t(&[3, 1, 1, 20]))),
+        "GRUCell: Expected hidden to be 1D or 2D, got 4D instead",
+    );
+    has(
+        gru_cell.forward_cell(&t(&[3, 1, 10]), Some(&h)),
+        "GRUCell: Expected input to be 1D or 2D, got 3D instead",
+    );
+    let lstm_cell = nn::LstmCell::new(dev(), 10, 20, true).unwrap();
+    has(
+        lstm_cell.forward_cell(&t(&[3, 11]), Some((&h, &h))),
+        "input has inconsistent input_size: got 11 expected 10",
+    );
+    has(
+        lstm_cell.forward_cell(&t(&[3, 10]), Some((&t(&[3, 1, 1, 20]), &h))),
+        "LSTMCell: Expected hx[0] to be 1D or 2D, got 4D instead",
+    );
+    has(
+        lstm_cell.forward_cell(&t(&[3, 10]), Some((&h, &t(&[3, 21])))),
+        "hidden1 has inconsistent hidden_size: got 21, expected 20",
+    );
     let mha = nn::MultiheadAttention::new(dev(), 4, 4, Default::default()).unwrap();
     let q = t(&[4, 4, 4]);
     has(

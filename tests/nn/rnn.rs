@@ -262,7 +262,10 @@ fn rnn_unbatched_input() {
             .forward_with_state(&x, Some(&h0.unsqueeze(1).unwrap()), None)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("h0 must be 2-D [num_layers * D, H]"), "{e}");
+        assert!(
+            e.contains("For unbatched 2-D input, hx should also be 2-D but got 3-D tensor"),
+            "{e}"
+        );
         // Gradients reach the parameters through the unbatched path.
         let g = m
             .forward(&x)

@@ -16,6 +16,8 @@ impl Rnn {
         let w0 = &self.weights[0].w_ih;
         x.same_device(op, w0)?;
         x.same_dtype(op, w0)?;
+        // PyTorch's order: the input, its states, then (in ATen) the sequence length.
+        self.check_input(op, x)?;
         if x.rank() != 3 {
             return Err(Error::shape(
                 op,
@@ -25,12 +27,13 @@ impl Rnn {
                 ),
             ));
         }
+        self.check_states(op, x, h0, c0)?;
         let xs = if self.batch_first {
             x.transpose(0, 1)?
         } else {
             x.clone()
         };
-        let (t, b, i) = (xs.shape()[0], xs.shape()[1], xs.shape()[2]);
+        let (t, b) = (xs.shape()[0], xs.shape()[1]);
         if t == 0 {
             return Err(Error::size(
                 op,
@@ -40,17 +43,7 @@ impl Rnn {
                 ),
             ));
         }
-        if i != self.input_size {
-            return Err(Error::shape(
-                op,
-                format!(
-                    "input.size(-1) must be equal to input_size. Expected {}, got {i}",
-                    self.input_size
-                ),
-            ));
-        }
         let (d, h, l) = (self.dirs(), self.hidden_size, self.num_layers);
-        self.check_states(op, x, h0, c0)?;
         if c0.is_some() && self.kind == RnnKind::Gru {
             return Err(Error::arg(op, "a GRU has no cell state c0"));
         }

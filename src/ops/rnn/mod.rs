@@ -302,9 +302,37 @@ impl Rnn {
         }
     }
 
+    /// PyTorch's `RNNBase.check_input`, in its order and words: a 2-D (unbatched) or 3-D
+    /// input whose last size is `input_size`. Runs before the states' and the sequence
+    /// length's checks, as there, so an input wrong in two ways reports its rank first.
+    pub(crate) fn check_input(&self, op: &'static str, x: &Tensor) -> Result<()> {
+        let class = match self.kind {
+            RnnKind::Lstm => "LSTM",
+            RnnKind::Gru => "GRU",
+        };
+        let (rank, i) = (x.rank(), x.shape().last().copied().unwrap_or(0));
+        if !matches!(rank, 2 | 3) {
+            return Err(Error::shape(
+                op,
+                format!("{class}: Expected input to be 2D or 3D, got {rank}D instead"),
+            ));
+        }
+        if i != self.input_size {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "input.size(-1) must be equal to input_size. Expected {}, got {i}",
+                    self.input_size
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Checks `h0` / `c0` against input `x`: `[num_layers * D, B, H]` for a batched `x`
     /// (`B` from `batch_first`), `[num_layers * D, H]` for an unbatched one; the same device
-    /// and dtype as `x`.
+    /// and dtype as `x`. A state of the wrong rank gets PyTorch's `For batched 3-D input, hx
+    /// should also be 3-D ...`, a wrong size its `Expected hidden[0] size (...)`.
     pub(crate) fn check_states(
         &self,
         op: &'static str,
@@ -312,13 +340,36 @@ impl Rnn {
         h0: Option<&Tensor>,
         c0: Option<&Tensor>,
     ) -> Result<()> {
+        let lstm = matches!(self.kind, RnnKind::Lstm);
+        let (form, dims) = if x.rank() == 3 {
+            ("batched 3-D", 3)
+        } else {
+            ("unbatched 2-D", 2)
+        };
+        let wrong = |s: Option<&Tensor>| s.is_some_and(|s| s.rank() != dims);
+        if wrong(h0) || wrong(c0) {
+            let got = match (h0, c0) {
+                (Some(h), Some(c)) if lstm => format!(
+                    "hx and cx should also be {dims}-D but got ({}-D, {}-D) tensors",
+                    h.rank(),
+                    c.rank()
+                ),
+                (Some(h), _) if wrong(h0) => {
+                    format!("hx should also be {dims}-D but got {}-D tensor", h.rank())
+                }
+                (_, c) => format!(
+                    "cx should also be {dims}-D but got {}-D tensor",
+                    c.map_or(0, Tensor::rank)
+                ),
+            };
+            return Err(Error::shape(op, format!("For {form} input, {got}")));
+        }
         let rows = self.num_layers * self.dirs();
         let want = match x.shape() {
             &[a, b, _] => vec![rows, if self.batch_first { a } else { b }, self.hidden_size],
             _ => vec![rows, self.hidden_size],
         };
         // PyTorch's words first: LSTM's states are its hidden[0] and hidden[1].
-        let lstm = matches!(self.kind, RnnKind::Lstm);
         let tuple = want
             .iter()
             .map(usize::to_string)
@@ -384,21 +435,10 @@ impl Rnn {
         }
         // Unbatched: a batch of one where PyTorch puts it, states without their batch dim.
         let op = self.kind.name();
-        for (name, s) in [("h0", h0), ("c0", c0)] {
-            if let Some(s) = s.filter(|s| s.rank() != 2) {
-                return Err(Error::shape(
-                    op,
-                    format!(
-                        "for an unbatched 2-D input {:?}, {name} must be 2-D [num_layers * D, H], got {:?}",
-                        x.shape(),
-                        s.shape()
-                    ),
-                ));
-            }
-        }
         // The caller's shapes in any error, before the states gain a batch dim of 1 (the
         // weights first: they bound num_layers, which the state check multiplies).
         self.check_weights()?;
+        self.check_input(op, x)?;
         self.check_states(op, x, h0, c0)?;
         let bd = if self.batch_first { 0 } else { 1 };
         let lift = |s: Option<&Tensor>| s.map(|t| t.unsqueeze(1)).transpose();
@@ -473,6 +513,38 @@ fn cell(
     w: &RnnWeights,
 ) -> Result<RnnOutput> {
     let op = kind.name();
+    // PyTorch's RNNCell checks (nn/modules/rnn.py, then ATen's check_rnn_cell_forward_input
+    // and _hidden) in its order and words: ranks, the input size, then each state's batch
+    // and hidden size (LSTM's h as hidden0, c as hidden1).
+    let class = match kind {
+        RnnKind::Lstm => "LSTMCell",
+        RnnKind::Gru => "GRUCell",
+    };
+    let one_or_two = |t: &Tensor| matches!(t.rank(), 1 | 2);
+    if !one_or_two(x) {
+        return Err(Error::shape(
+            op,
+            format!(
+                "{class}: Expected input to be 1D or 2D, got {}D instead",
+                x.rank()
+            ),
+        ));
+    }
+    for (k, s) in [Some(h), c].into_iter().flatten().enumerate() {
+        if !one_or_two(s) {
+            let what = match kind {
+                RnnKind::Lstm => format!("hx[{k}]"),
+                RnnKind::Gru => "hidden".to_string(),
+            };
+            return Err(Error::shape(
+                op,
+                format!(
+                    "{class}: Expected {what} to be 1D or 2D, got {}D instead",
+                    s.rank()
+                ),
+            ));
+        }
+    }
     if x.rank() == 1 && h.rank() == 1 && c.is_none_or(|c| c.rank() == 1) {
         // PyTorch's unbatched cell: x [I], h [H] (and c [H]) as a batch of one; the callers
         // reshape the states back to h's shape.
@@ -500,18 +572,29 @@ fn cell(
         vec![w.clone()],
     )?;
     let (b, hs) = (x.shape()[0], rnn.hidden_size);
-    for (what, t) in [("h", Some(h)), ("c", c)] {
-        if let Some(t) = t {
-            if t.shape() != [b, hs] {
-                return Err(Error::shape(
-                    op,
-                    format!(
-                        "{what} must be [{b}, {hs}] (batch of x {:?}, hidden size {hs}), got {:?}",
-                        x.shape(),
-                        t.shape()
-                    ),
-                ));
-            }
+    if x.shape()[1] != rnn.input_size {
+        return Err(Error::shape(
+            op,
+            format!(
+                "input has inconsistent input_size: got {} expected {}",
+                x.shape()[1],
+                rnn.input_size
+            ),
+        ));
+    }
+    for (label, t) in [Some(h), c].into_iter().flatten().enumerate() {
+        let (tb, th) = (t.shape()[0], t.shape()[1]);
+        if tb != b {
+            return Err(Error::shape(
+                op,
+                format!("Input batch size {b} doesn't match hidden{label} batch size {tb}"),
+            ));
+        }
+        if th != hs {
+            return Err(Error::shape(
+                op,
+                format!("hidden{label} has inconsistent hidden_size: got {th}, expected {hs}"),
+            ));
         }
     }
     let h3 = h.reshape(&[1, b, hs])?;
