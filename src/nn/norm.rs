@@ -180,7 +180,10 @@ impl GroupNorm {
         if num_groups == 0 || !num_channels.is_multiple_of(num_groups) {
             return Err(Error::arg(
                 "GroupNorm",
-                format!("num_channels {num_channels} must be divisible by num_groups {num_groups}"),
+                format!(
+                    "num_channels must be divisible by num_groups (num_channels \
+                     {num_channels}, num_groups {num_groups})"
+                ),
             ));
         }
         let c = [num_channels];
@@ -204,19 +207,8 @@ impl Module for GroupNorm {
 
 impl Forward for GroupNorm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        // Without affine parameters, any channel count the groups divide (F.group_norm's
-        // only check then).
-        let affine = self.weight.is_some() || self.bias.is_some();
-        if x.rank() < 2 || (affine && x.shape()[1] != self.num_channels) {
-            return Err(Error::shape(
-                "GroupNorm",
-                format!(
-                    "expected input [N, {}, *], got shape {:?}",
-                    self.num_channels,
-                    x.shape()
-                ),
-            ));
-        }
+        // F.group_norm checks the input (its rank, the groups dividing its channels, the
+        // affine parameters' size against them), as PyTorch's layer leaves it to.
         group_norm(
             x,
             self.num_groups,

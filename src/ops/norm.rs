@@ -190,57 +190,54 @@ fn mixed(x: &Tensor, params: [Option<&Tensor>; 2]) -> bool {
     x.dtype() == DType::F16 && defined.peek().is_some() && defined.all(|p| p.dtype() == DType::F32)
 }
 
-fn check_param(
+/// PyTorch's `_check_layer_norm_inputs` (layer_norm.h, rms_norm's too) in its order and
+/// words: `normalized_shape`, the weight's and the bias's shapes, then the input's trailing
+/// dims. Returns (rows, len).
+fn check_trailing(
     op: &'static str,
-    what: &str,
     x: &Tensor,
-    t: Option<&Tensor>,
-    shape: &[usize],
-) -> Result<()> {
-    let Some(t) = t else {
-        return Ok(());
-    };
-    x.same_device(op, t)?;
-    x.same_dtype(op, t)?;
-    if t.shape() != shape {
-        return Err(Error::shape(
-            op,
-            format!("{what} must have shape {shape:?}, got {:?}", t.shape()),
-        ));
-    }
-    Ok(())
-}
-
-/// Checks `normalized_shape` against the trailing dims of `x`; returns (rows, len).
-fn trailing(op: &'static str, x: &Tensor, normalized_shape: &[usize]) -> Result<(usize, usize)> {
+    normalized_shape: &[usize],
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+) -> Result<(usize, usize)> {
     x.require_float(op)?;
     let k = normalized_shape.len();
     if k == 0 {
         return Err(Error::shape(
             op,
-            "normalized_shape must have at least one dim",
+            "Expected normalized_shape to be at least 1-dimensional, i.e., containing at least \
+             one element, but got normalized_shape = []",
         ));
+    }
+    for (what, t) in [("weight", weight), ("bias", bias)] {
+        let Some(t) = t else { continue };
+        x.same_device(op, t)?;
+        x.same_dtype(op, t)?;
+        if t.shape() != normalized_shape {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "Expected {what} to be of same shape as normalized_shape, but got {what} of \
+                     shape {:?} and normalized_shape = {normalized_shape:?}",
+                    t.shape()
+                ),
+            ));
+        }
     }
     let s = x.shape();
     if s.len() < k || s[s.len() - k..] != *normalized_shape {
+        let dims: String = normalized_shape.iter().map(|d| format!(", {d}")).collect();
         return Err(Error::shape(
             op,
             format!(
-                "normalized_shape {normalized_shape:?} must match the trailing dims of the input, \
-                 got input of shape {s:?}"
+                "Given normalized_shape={normalized_shape:?}, expected input with shape \
+                 [*{dims}], but got input of size{s:?}"
             ),
         ));
     }
     let len: usize = normalized_shape.iter().product();
     let rows: usize = s[..s.len() - k].iter().product();
     Ok((rows, len))
-}
-
-fn eps_f32(op: &'static str, eps: f64) -> Result<f32> {
-    if eps.is_nan() || eps < 0.0 {
-        return Err(Error::arg(op, format!("eps must be >= 0, got {eps}")));
-    }
-    Ok(eps as f32)
 }
 
 /// The untracked forward: (y, stats [2 * rows] f32 = mean then rstd).
@@ -430,6 +427,8 @@ fn run(plan: Plan, x: &Tensor, w: Option<&Tensor>, b: Option<&Tensor>) -> Result
 /// `normalized_shape` becomes `(x - mean) / sqrt(var + eps) * weight + bias` with the biased
 /// variance; `weight` and `bias` (optional, shape `normalized_shape`, x's dtype, or f32 for
 /// an f16 `x`: computed in f32 then, as PyTorch's mixed-dtype rule) apply elementwise. Tracked by autograd (fused backward kernels). A NaN makes its row NaN.
+/// Any `eps` is taken, as PyTorch's (here and in [`rms_norm`] and [`group_norm`]): a negative
+/// one gives NaN where `var + eps` is below 0.
 ///
 /// ```no_run,ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
@@ -456,9 +455,7 @@ pub fn layer_norm(
         )?;
         return y.to_dtype(x.dtype());
     }
-    let (rows, len) = trailing(op, x, normalized_shape)?;
-    check_param(op, "weight", x, weight, normalized_shape)?;
-    check_param(op, "bias", x, bias, normalized_shape)?;
+    let (rows, len) = check_trailing(op, x, normalized_shape, weight, bias)?;
     let plan = Plan {
         op,
         rows,
@@ -467,7 +464,7 @@ pub fn layer_norm(
         inner: 1,
         nweights: len,
         rms: false,
-        eps: eps_f32(op, eps)?,
+        eps: eps as f32,
     };
     run(plan, x, weight, bias)
 }
@@ -496,8 +493,7 @@ pub fn rms_norm(
             return y.to_dtype(x.dtype());
         }
     }
-    let (rows, len) = trailing(op, x, normalized_shape)?;
-    check_param(op, "weight", x, weight, normalized_shape)?;
+    let (rows, len) = check_trailing(op, x, normalized_shape, weight, None)?;
     let plan = Plan {
         op,
         rows,
@@ -506,7 +502,7 @@ pub fn rms_norm(
         inner: 1,
         nweights: len,
         rms: true,
-        eps: eps_f32(op, eps.unwrap_or(f64::from(f32::EPSILON)))?,
+        eps: eps.map_or(f32::EPSILON, |e| e as f32),
     };
     run(plan, x, weight, None)
 }
@@ -529,30 +525,61 @@ pub fn group_norm(
         return y.to_dtype(x.dtype());
     }
     x.require_float(op)?;
+    // F.group_norm's checks, then ATen's check_group_norm_inputs, in their order and words.
     let s = x.shape();
     if s.len() < 2 {
         return Err(Error::shape(
             op,
-            format!("input must have at least 2 dims [N, C, *], got shape {s:?}"),
+            format!(
+                "Expected at least 2 dimensions for input tensor but received {}",
+                s.len()
+            ),
         ));
     }
     let c = s[1];
-    if num_groups == 0 || !c.is_multiple_of(num_groups) {
+    if num_groups == 0 {
         return Err(Error::arg(
             op,
-            format!("num_channels {c} must be divisible by num_groups {num_groups}"),
+            "Expected num groups to be greater than 0, got 0",
         ));
     }
-    check_param(op, "weight", x, weight, &[c])?;
-    check_param(op, "bias", x, bias, &[c])?;
     let inner: usize = s[2..].iter().product();
-    // F.group_norm's _verify_batch_size([N * C / G, G, *spatial]): one value per group and
-    // sample in all is refused.
-    if s[0].saturating_mul(c / num_groups).saturating_mul(inner) == 1 {
+    // _verify_batch_size([N * C // G, G, *spatial]): one value per group and sample in all.
+    let verify: Vec<usize> = [s[0].saturating_mul(c) / num_groups, num_groups]
+        .into_iter()
+        .chain(s[2..].iter().copied())
+        .collect();
+    if verify[0].saturating_mul(inner) == 1 {
         return Err(Error::arg(
             op,
-            format!("expected more than 1 value per channel when training, got input size {s:?} with {num_groups} groups"),
+            format!(
+                "Expected more than 1 value per channel when training, got input size {verify:?}"
+            ),
         ));
+    }
+    if !c.is_multiple_of(num_groups) {
+        return Err(Error::arg(
+            op,
+            format!(
+                "Expected number of channels in input to be divisible by num_groups, but got \
+                 input of shape {s:?} and num_groups={num_groups}"
+            ),
+        ));
+    }
+    for (what, t) in [("weight", weight), ("bias", bias)] {
+        let Some(t) = t else { continue };
+        x.same_device(op, t)?;
+        x.same_dtype(op, t)?;
+        if t.shape() != [c] {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "Expected {what} to be a vector of size equal to the number of channels in \
+                     input, but got {what} of shape {:?} and input of shape {s:?}",
+                    t.shape()
+                ),
+            ));
+        }
     }
     // num_groups divides C = 0 whatever its value: the statistics [N, groups] must still fit.
     let rows = s[0]
@@ -575,7 +602,7 @@ pub fn group_norm(
         inner: inner.max(1),
         nweights: c,
         rms: false,
-        eps: eps_f32(op, eps)?,
+        eps: eps as f32,
     };
     run(plan, x, weight, bias)
 }

@@ -392,6 +392,74 @@ fn norm_f16() {
     run_async(CASES_F16, problem(DType::F16), check_norm);
 }
 
+/// PyTorch takes any eps (its OpInfo samples pass -0.5): `1 / sqrt(var + eps)` is NaN where
+/// var + eps is negative, finite elsewhere, and a NaN eps gives NaN, on the rows kernel (3 and
+/// 32 values), the workgroup kernel (4096) and the GPU plan's split rows (4096, 20000), for
+/// layer, RMS and group norm.
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn norm_takes_a_negative_eps_as_pytorch() {
+    use wgtensor::ops::{group_norm, layer_norm, rms_norm};
+    let devices = [
+        (device(), false),
+        (crate::common::gpu_plans_device(), true),
+        (crate::common::wide_gpu_plans_device(), true),
+    ];
+    for (dev, split) in devices {
+        let lens: &[usize] = if split {
+            &[4096, 20_000]
+        } else {
+            &[3, 32, 4096]
+        };
+        for &len in lens {
+            // Row 0 alternates +-1 (variance and mean square 1 for even lengths), row 1 +-0.5
+            // (0.25): with eps -0.5, row 0 scales by 1 / sqrt(0.5), row 1 is NaN.
+            let v: Vec<f32> = (0..2 * len)
+                .map(|i| {
+                    let a = if i < len { 1.0 } else { 0.5 };
+                    if i % 2 == 0 {
+                        a
+                    } else {
+                        -a
+                    }
+                })
+                .collect();
+            let x = Tensor::from_slice(dev, &v, &[2, len]).unwrap();
+            let g = x.reshape(&[2, 1, len]).unwrap();
+            let outs = [
+                layer_norm(&x, &[len], None, None, -0.5).unwrap(),
+                rms_norm(&x, &[len], None, Some(-0.5)).unwrap(),
+                group_norm(&g, 1, None, None, -0.5).unwrap(),
+            ];
+            for (k, y) in outs.iter().enumerate() {
+                let y = y.to_vec::<f32>().unwrap();
+                // An odd length's mean is not 0 (layer and group norm): row 0's variance is
+                // then 1 - 1/len^2, still above 0.5.
+                let n = len as f64;
+                let (mean, var) = if k == 1 || len % 2 == 0 {
+                    (0.0, 1.0)
+                } else {
+                    (1.0 / n, 1.0 - 1.0 / (n * n))
+                };
+                for (i, &got) in y[..len].iter().enumerate() {
+                    let want = (f64::from(v[i]) - mean) / (var - 0.5).sqrt();
+                    assert!(
+                        (f64::from(got) - want).abs() <= 1e-4 * want.abs().max(1.0),
+                        "norm {k} len {len} row 0 [{i}]: {got} against {want}"
+                    );
+                }
+                assert!(
+                    y[len..].iter().all(|v| v.is_nan()),
+                    "norm {k} len {len} row 1 should be NaN: {:?}",
+                    &y[len..len + 3]
+                );
+            }
+            let y = layer_norm(&x, &[len], None, None, f64::NAN).unwrap();
+            assert!(y.to_vec::<f32>().unwrap().iter().all(|v| v.is_nan()));
+        }
+    }
+}
+
 /// A constant row normalizes to the bias exactly, as PyTorch's Welford means give (a plain f32
 /// sum's mean is a few ulps off, which 1 / sqrt(eps) magnifies to O(1) outputs), and values
 /// near the f32 maximum do not overflow the mean into NaN: on the rows kernel (3 and 32
@@ -521,7 +589,7 @@ fn norm_edge_cases() {
     ] {
         assert!(err.to_string().starts_with("group_norm:"), "{err}");
     }
-    let err = rms_norm(&x, &[6], None, Some(-1.0)).unwrap_err();
+    let err = rms_norm(&x, &[5], None, Some(1e-5)).unwrap_err();
     assert!(err.to_string().starts_with("rms_norm:"), "{err}");
 }
 
