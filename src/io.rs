@@ -192,6 +192,23 @@ fn not_a_pickle(op: &'static str, bytes: &[u8]) -> Result<()> {
 /// The safetensors parser's limit on a header's length.
 const MAX_HEADER: u64 = 100_000_000;
 
+/// The header length `n` (a file's first 8 bytes) against the file's `len` bytes (at least 8)
+/// and the parser's limit.
+fn check_header_len(op: &'static str, n: u64, len: u64) -> Result<()> {
+    let err = |msg: String| Err(Error::Io { op, msg });
+    if n > len - 8 {
+        return err(format!(
+            "invalid header length: the header's {n} bytes run past the file's {len} bytes"
+        ));
+    }
+    if n > MAX_HEADER {
+        return err(format!(
+            "header too large: {n} bytes, more than safetensors' limit of {MAX_HEADER}"
+        ));
+    }
+    Ok(())
+}
+
 /// Checks a header before the parser does, so that the errors name the tensor and the
 /// numbers: a header length past the file or past the parser's limit (refused before it is
 /// read), data offsets past the data (safetensors 0.8 sums them unchecked, so offsets near
@@ -207,16 +224,7 @@ fn check_header(op: &'static str, bytes: &[u8]) -> Result<()> {
         return Ok(());
     };
     let len = bytes.len() as u64;
-    if n > len - 8 {
-        return err(format!(
-            "invalid header length: the header's {n} bytes run past the file's {len} bytes"
-        ));
-    }
-    if n > MAX_HEADER {
-        return err(format!(
-            "header too large: {n} bytes, more than safetensors' limit of {MAX_HEADER}"
-        ));
-    }
+    check_header_len(op, n, len)?;
     let header = &bytes[8..8 + n as usize];
     let Ok(serde_json::Value::Object(entries)) = serde_json::from_slice(header) else {
         return Ok(());
@@ -259,6 +267,12 @@ fn check_header(op: &'static str, bytes: &[u8]) -> Result<()> {
             ));
         };
         let size = numel.checked_mul(bits).map(|b| b.div_ceil(8));
+        if end < start {
+            return err(format!(
+                "tensor {name:?}: invalid offset: data_offsets [{start}, {end}] end before they \
+                 start"
+            ));
+        }
         if size != end.checked_sub(start) {
             return err(format!(
                 "tensor {name:?}: data_offsets [{start}, {end}] hold {} bytes, its shape \
@@ -324,9 +338,26 @@ pub fn load_safetensors_file(
     if !meta.is_file() {
         return Err(fail("not a regular file".to_string()));
     }
+    let len = meta.len();
+    let mut file = file.take(len);
+    // The first 9 bytes tell a torch.save file and the header's length: a file wrong from its
+    // start is refused before its (perhaps huge) body is read.
     let mut bytes = Vec::new();
-    file.take(meta.len())
+    (&mut file)
+        .take(9)
         .read_to_end(&mut bytes)
+        .map_err(|e| fail(e.to_string()))?;
+    not_a_pickle(op, &bytes)?;
+    if let Some(head) = bytes.get(..8) {
+        let n = u64::from_le_bytes(head.try_into().unwrap_or([0; 8]));
+        check_header_len(op, n, len)?;
+    }
+    let too_big = || fail(format!("its {len} bytes do not fit in host memory"));
+    let cap = usize::try_from(len).map_err(|_| too_big())?;
+    bytes
+        .try_reserve_exact(cap.saturating_sub(bytes.len()))
+        .map_err(|_| too_big())?;
+    file.read_to_end(&mut bytes)
         .map_err(|e| fail(e.to_string()))?;
     load_safetensors(dev, &bytes)
 }
@@ -518,7 +549,7 @@ pub(crate) struct CheckedLoad<'a> {
 
 /// The checks of [`load_state_dict`], nothing written: keys (`counters` name entries that are
 /// read, not copied, such as `num_batches_tracked`: neither missing when absent nor
-/// unexpected; they take a `[]` or `[1]` entry), devices, and shapes, every mismatch
+/// unexpected; they take a `[]` entry or a 1-D one's first element), devices, and shapes, every mismatch
 /// collected into one error under `module`'s name.
 pub(crate) fn check_load<'a>(
     targets: &[(&str, &'a Tensor)],
@@ -543,18 +574,38 @@ pub(crate) fn check_load<'a>(
                     ),
                 ))
             }
-            // PyTorch's backward-compatibility rule: a one-element [1] source loads into a
-            // 0-d parameter (`input_param = input_param[0]`).
-            Some(s) if t.rank() == 0 && s.shape() == [1] => pairs.push((*t, s.reshape(&[])?)),
+            // PyTorch's backward-compatibility rule: a 1-D source loads its first element
+            // into a 0-d parameter (`input_param = input_param[0]`; an empty one has none).
+            Some(s) if t.rank() == 0 && s.rank() == 1 && s.numel() > 0 => {
+                pairs.push((*t, s.narrow(0, 0, 1)?.reshape(&[])?))
+            }
             Some(s) if s.shape() != t.shape() => {
                 mismatches.push(size_mismatch(name, s.shape(), t.shape()))
+            }
+            // copy_from refuses a destination that repeats elements (a broadcast view): found
+            // here, so that nothing is copied, in PyTorch's words for an exception there.
+            Some(s)
+                if t.shape()
+                    .iter()
+                    .zip(t.strides())
+                    .any(|(&d, &st)| d > 1 && st == 0) =>
+            {
+                mismatches.push(format!(
+                    "While copying the parameter named \"{name}\", whose dimensions in the \
+                     model are torch.Size({:?}) and whose dimensions in the checkpoint are \
+                     torch.Size({:?}), an exception occurred : ('unsupported operation: more \
+                     than one element of the written-to tensor refers to a single memory \
+                     location. Please clone() the tensor before performing the operation.',).",
+                    t.shape(),
+                    s.shape()
+                ))
             }
             Some(s) => pairs.push((*t, s.clone())),
         }
     }
     for name in counters {
         if let Some(s) = source.get(name) {
-            if !matches!(s.shape(), [] | [1]) {
+            if s.rank() > 1 || s.shape() == [0] {
                 mismatches.push(size_mismatch(name, s.shape(), &[]));
             }
         }

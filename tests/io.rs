@@ -475,12 +475,51 @@ fn a_one_element_source_loads_into_a_scalar() {
     );
     load_state_dict(&[("temp", &temp)], &src, true).unwrap();
     assert_eq!(temp.to_vec::<f32>().unwrap(), vec![2.5]);
+    // Any 1-D source: its first element (PyTorch's `input_param[0]`); an empty one has none.
     src.insert(
         "temp".to_string(),
         Tensor::from_slice(dev(), &[1.0f32, 2.0], &[2]).unwrap(),
     );
+    load_state_dict(&[("temp", &temp)], &src, true).unwrap();
+    assert_eq!(temp.to_vec::<f32>().unwrap(), vec![1.0]);
+    src.insert(
+        "temp".to_string(),
+        Tensor::zeros(dev(), &[0], DType::F32).unwrap(),
+    );
     let e = load_state_dict(&[("temp", &temp)], &src, true).unwrap_err();
     assert!(e.to_string().contains("size mismatch for temp"), "{e}");
+    src.insert(
+        "temp".to_string(),
+        Tensor::zeros(dev(), &[1, 1], DType::F32).unwrap(),
+    );
+    let e = load_state_dict(&[("temp", &temp)], &src, true).unwrap_err();
+    assert!(e.to_string().contains("size mismatch for temp"), "{e}");
+}
+
+/// A target that repeats elements (a broadcast view) cannot be written: the load is refused
+/// in PyTorch's words before anything is copied, the other targets untouched.
+#[test]
+fn a_target_that_repeats_elements_is_refused_before_any_copy() {
+    let a = Tensor::zeros(dev(), &[3], DType::F32).unwrap();
+    let b = Tensor::zeros(dev(), &[1], DType::F32)
+        .unwrap()
+        .broadcast_to(&[3])
+        .unwrap();
+    let mut src = HashMap::new();
+    for k in ["a", "b"] {
+        src.insert(
+            k.to_string(),
+            Tensor::full(dev(), &[3], 1.0, DType::F32).unwrap(),
+        );
+    }
+    let e = load_state_dict(&[("a", &a), ("b", &b)], &src, true)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("While copying the parameter named \"b\", whose dimensions in the model are torch.Size([3])"),
+        "{e}"
+    );
+    assert_eq!(a.to_vec::<f32>().unwrap(), [0.0; 3]);
 }
 
 /// A malformed header's error names the tensor and the numbers.
@@ -519,6 +558,15 @@ fn malformed_headers_are_named() {
     let mut past = 100u64.to_le_bytes().to_vec();
     past.extend_from_slice(b"{}");
     assert!(err(&past).contains("the header's 100 bytes run past the file's 10 bytes"));
+    // Offsets that end before they start (an empty tensor's span would otherwise read as 0).
+    let e = err(&raw_file(
+        r#"{"a":{"dtype":"F32","shape":[0],"data_offsets":[4,0]},"b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#,
+        &[0; 4],
+    ));
+    assert!(
+        e.contains("tensor \"a\": invalid offset: data_offsets [4, 0] end before they start"),
+        "{e}"
+    );
 }
 
 /// Only regular files are read (a device such as /dev/zero would be read without end); a
@@ -533,6 +581,21 @@ fn files_are_read_and_written_safely() {
     assert!(e.contains("not a regular file"), "{e}");
     let dir = std::env::temp_dir().join(format!("wgtensor-io-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    // A file wrong from its first bytes is refused before its body is read: 64 GiB (sparse,
+    // where the file system allows) would not fit in memory.
+    let huge = dir.join("huge.safetensors");
+    for (head, want) in [
+        (u64::MAX.to_le_bytes().to_vec(), "invalid header length"),
+        (b"PK\x03\x04\0\0\0\0\0".to_vec(), "zip checkpoint"),
+    ] {
+        std::fs::write(&huge, &head).unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(&huge).unwrap();
+        if f.set_len(64 << 30).is_ok() {
+            let e = load_safetensors_file(dev(), &huge).unwrap_err().to_string();
+            assert!(e.contains(want), "{e}");
+        }
+        std::fs::remove_file(&huge).unwrap();
+    }
     let a = Tensor::from_slice(dev(), &[1.0f32, 2.0], &[2]).unwrap();
     let b = Tensor::from_slice(dev(), &[3.0f32], &[1]).unwrap();
     std::thread::scope(|s| {
