@@ -5,7 +5,7 @@
 
 use crate::autograd::{record, BackwardOp, NoGradGuard};
 use crate::ops::grad_kernel::{grad_binary, GradCode};
-use crate::{Error, Result, Tensor};
+use crate::{DType, Error, Result, Tensor};
 
 /// The backward of both: `g` where `lo < x < hi`, 0 elsewhere, with hardtanh's NaN rule
 /// (passes) or hardsigmoid's (0, and the slope 1/6 inside).
@@ -74,7 +74,9 @@ impl BackwardOp for HardswishBackward {
 
 /// PyTorch's `F.hardswish`: `x * relu6(x + 3) / 6`, its gradient hardswish_backward's: 0 below
 /// -3, `x / 3 + 1/2` from -3 to 3 (both included), 1 above, NaN at NaN. The masks test x
-/// itself: just above 3, `x + 3` rounds to 6, where a clamp's gradient would give 1.5.
+/// itself: just above 3, `x + 3` rounds to 6, where a clamp's gradient would give 1.5. The
+/// value is PyTorch's `x * min(max(x + 3, 0), 6) / 6` in that order, in f32 for f16 too (one
+/// rounding, as its kernels).
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
@@ -92,11 +94,9 @@ pub fn hardswish(x: &Tensor) -> Result<Tensor> {
     x.require_float("hardswish")?;
     let y = {
         let _guard = NoGradGuard::new();
-        x.mul(
-            &x.add_scalar(3.0)?
-                .clamp(Some(0.0), Some(6.0))?
-                .div_scalar(6.0)?,
-        )?
+        let xf = x.to_dtype(DType::F32)?;
+        let relu6 = xf.add_scalar(3.0)?.clamp(Some(0.0), Some(6.0))?;
+        xf.mul(&relu6)?.div_scalar(6.0)?.to_dtype(x.dtype())?
     };
     Ok(record(y, &[x], |_| {
         Box::new(HardswishBackward { x: x.detach() })
@@ -168,15 +168,18 @@ pub fn relu6(x: &Tensor) -> Result<Tensor> {
     clip(x, 0.0, 6.0)
 }
 
-/// PyTorch's `F.hardsigmoid`: `relu6(x + 3) / 6`, the gradient `1/6` where `-3 < x < 3` and
-/// 0 elsewhere (NaN included), as PyTorch's hardsigmoid_backward.
+/// PyTorch's `F.hardsigmoid`: `relu6(x + 3) / 6` (in f32 for f16 too, one rounding, as its
+/// kernels), the gradient `1/6` where `-3 < x < 3` and 0 elsewhere (NaN included), as
+/// PyTorch's hardsigmoid_backward.
 pub fn hardsigmoid(x: &Tensor) -> Result<Tensor> {
     x.require_float("hardsigmoid")?;
     let y = {
         let _guard = NoGradGuard::new();
-        x.add_scalar(3.0)?
+        x.to_dtype(DType::F32)?
+            .add_scalar(3.0)?
             .clamp(Some(0.0), Some(6.0))?
             .div_scalar(6.0)?
+            .to_dtype(x.dtype())?
     };
     // The masks test x itself against -3 and 3 (x + 3 rounds to 6 just below x = 3).
     Ok(record_clip(x, y, -3.0, 3.0, true))

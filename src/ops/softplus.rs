@@ -10,7 +10,8 @@ use crate::{DType, Result, Tensor};
 /// `sigmoid(beta x)` below the threshold and 1 above, as softplus_backward's (so `beta` 0
 /// gives half the gradient, not NaN). f16 computes in f32 and rounds once, the threshold test
 /// included, as PyTorch's kernel. NaN propagates (a NaN `beta` gives NaN everywhere, a NaN
-/// `threshold` the formula everywhere, as PyTorch's kernel). Errors for an integer tensor.
+/// `threshold` the formula everywhere, as PyTorch's kernel). Errors for an integer tensor and
+/// for a finite `beta` or `threshold` past f32's range (PyTorch's checked conversion).
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
@@ -27,6 +28,10 @@ use crate::{DType, Result, Tensor};
 pub fn softplus(x: &Tensor, beta: f64, threshold: f64) -> Result<Tensor> {
     let op = "softplus";
     x.require_float(op)?;
+    // PyTorch converts both to the f32 computation type, checked ("value cannot be converted
+    // to type float without overflow").
+    crate::tensor::check_fill(op, beta, DType::F32)?;
+    crate::tensor::check_fill(op, threshold, DType::F32)?;
     // A NaN beta or threshold computes as PyTorch's kernel: NaN everywhere for beta (so its
     // gradient), never above a NaN threshold (the comparison fails).
     // f16 in f32, rounded once: PyTorch's kernel computes `beta x`, the threshold test and the

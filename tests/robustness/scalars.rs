@@ -499,3 +499,68 @@ fn softplus_beta_and_threshold() {
         assert!((gv / 6789.0 - 1.0).abs() < 1e-3, "{gv}");
     }
 }
+
+/// softplus converts beta and threshold to f32 checked, as PyTorch ("value cannot be
+/// converted to type float without overflow"); infinities pass.
+#[test]
+fn softplus_parameters_past_f32() {
+    use wgtensor::ops::softplus;
+    let x = t(&[0.0, 1.0], &[2]);
+    for (beta, threshold) in [(1e39, 20.0), (1.0, -1e39)] {
+        let e = softplus(&x, beta, threshold).unwrap_err().to_string();
+        assert!(
+            e.contains("value cannot be converted to type float without overflow"),
+            "{e}"
+        );
+    }
+    assert!(softplus(&x, 1.0, f64::INFINITY).is_ok());
+}
+
+/// f16 hardswish and hardsigmoid compute in f32 and round once, as PyTorch's kernels
+/// (`x * min(max(x + 3, 0), 6) / 6` in that order): every f16 value in [-4, 4] against the
+/// host's f32 formula, rounded once (a chain of f16 kernels rounds two or three times and
+/// differs on about a third of them).
+#[test]
+fn f16_hard_activations_round_once() {
+    use wgtensor::f16;
+    if !dev().supports_f16() {
+        return;
+    }
+    let xs: Vec<f16> = (0..=u16::MAX)
+        .map(f16::from_bits)
+        .filter(|v| v.is_finite() && v.to_f32().abs() <= 4.0)
+        .collect();
+    let x = Tensor::from_slice(dev(), &xs, &[xs.len()]).unwrap();
+    let relu6 = |v: f32| (v + 3.0).clamp(0.0, 6.0);
+    let cases: [(&str, Tensor, &dyn Fn(f32) -> f32); 2] = [
+        ("hardswish", wgtensor::ops::hardswish(&x).unwrap(), &|v| {
+            v * relu6(v) / 6.0
+        }),
+        (
+            "hardsigmoid",
+            wgtensor::ops::hardsigmoid(&x).unwrap(),
+            &|v| relu6(v) / 6.0,
+        ),
+    ];
+    for (name, y, f) in cases {
+        let got = y.to_vec::<f16>().unwrap();
+        let mut off = 0;
+        for (v, g) in xs.iter().zip(&got) {
+            let want = f16::from_f32(f(v.to_f32()));
+            if g.to_bits() != want.to_bits() {
+                off += 1;
+                // A device division within its ulps may land on the other side of a tie.
+                let ulps = (i32::from(g.to_bits() as i16) - i32::from(want.to_bits() as i16)).abs();
+                assert!(
+                    ulps <= 1 || (g.to_f32() == 0.0 && want.to_f32() == 0.0),
+                    "{name}({v}): {g} against {want}"
+                );
+            }
+        }
+        assert!(
+            off * 100 <= xs.len(),
+            "{name}: {off} of {} values differ",
+            xs.len()
+        );
+    }
+}
