@@ -532,7 +532,8 @@ fn f16_hard_activations_round_once() {
         .collect();
     let x = Tensor::from_slice(dev(), &xs, &[xs.len()]).unwrap();
     let relu6 = |v: f32| (v + 3.0).clamp(0.0, 6.0);
-    let cases: [(&str, Tensor, &dyn Fn(f32) -> f32); 2] = [
+    type Formula<'a> = &'a dyn Fn(f32) -> f32;
+    let cases: [(&str, Tensor, Formula); 2] = [
         ("hardswish", wgtensor::ops::hardswish(&x).unwrap(), &|v| {
             v * relu6(v) / 6.0
         }),
