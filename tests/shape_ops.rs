@@ -353,6 +353,122 @@ proptest! {
     }
 }
 
+/// Host reference of `pad` with signed pads, PyTorch's semantics: constant and circular crop
+/// the input, then pad (circular wraps the cropped input), reflect and replicate index the
+/// whole input; `None` where PyTorch (or, for a circular pad longer than the cropped input,
+/// which PyTorch reads out of its interior, this crate) refuses.
+fn pad_ref_signed(
+    v: &[f32],
+    shape: &[usize],
+    pads: &[i64],
+    mode: PadMode,
+    value: f32,
+) -> Option<(Vec<f32>, Vec<usize>)> {
+    let rank = shape.len();
+    let mut out_shape = shape.to_vec();
+    let (mut left, mut crop0, mut kept) = (vec![0i64; rank], vec![0i64; rank], vec![0i64; rank]);
+    for d in 0..rank {
+        kept[d] = shape[d] as i64;
+    }
+    for (i, pair) in pads.chunks(2).enumerate() {
+        let d = rank - 1 - i;
+        let (len, l, r) = (shape[d] as i64, pair[0], pair[1]);
+        let out = len + l + r;
+        let crop = (-l).max(0) + (-r).max(0);
+        let ok = match mode {
+            PadMode::Constant => out >= 0 && crop <= len,
+            PadMode::Circular => {
+                l <= len && r <= len && out >= 0 && crop <= len && l.max(0).max(r) <= len - crop
+            }
+            PadMode::Reflect => l < len && r < len && out >= 1,
+            PadMode::Replicate => out >= 1,
+        };
+        if !ok {
+            return None;
+        }
+        out_shape[d] = out as usize;
+        left[d] = l;
+        crop0[d] = (-l).max(0);
+        kept[d] = len - crop;
+    }
+    let n: usize = out_shape.iter().product();
+    let mut out = vec![0.0; n];
+    for (o, slot) in out.iter_mut().enumerate() {
+        let (mut rem, mut src, mut stride, mut inside) = (o, 0usize, 1usize, true);
+        let mut pos = vec![0i64; rank];
+        for d in (0..rank).rev() {
+            pos[d] = (rem % out_shape[d]) as i64;
+            rem /= out_shape[d];
+        }
+        for d in (0..rank).rev() {
+            let last = shape[d] as i64 - 1;
+            let j = pos[d] - left[d];
+            let s = match mode {
+                PadMode::Constant => {
+                    inside &= (0..=last).contains(&j);
+                    j
+                }
+                PadMode::Reflect if j < 0 => -j,
+                PadMode::Reflect if j > last => 2 * last - j,
+                PadMode::Reflect => j,
+                PadMode::Replicate => j.clamp(0, last),
+                PadMode::Circular => {
+                    (pos[d] - left[d].max(0)).rem_euclid(kept[d].max(1)) + crop0[d]
+                }
+            };
+            src += s.max(0) as usize * stride;
+            stride *= shape[d];
+        }
+        *slot = if inside { v[src] } else { value };
+    }
+    Some((out, out_shape))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Negative pads crop, as PyTorch's F.pad, in every mode: values and shapes against the
+    /// signed reference, an error naming `pad` where that refuses, and gradients that sum
+    /// back onto the input (the total of a padded ramp's gradient counts every output once).
+    #[test]
+    fn pad_with_negative_pads_crops_as_pytorch(
+        shape in proptest::collection::vec(2usize..6, 1..4),
+        pads in proptest::collection::vec(-3i64..3, 2..7),
+        mode in prop_oneof![
+            Just(PadMode::Constant),
+            Just(PadMode::Reflect),
+            Just(PadMode::Replicate),
+            Just(PadMode::Circular),
+        ],
+    ) {
+        let pairs = (pads.len() / 2).min(shape.len());
+        let pads = &pads[..2 * pairs];
+        let (x, xv) = ramp(&shape, 1.0);
+        let x = x.requires_grad().unwrap();
+        let value = if mode == PadMode::Constant { -7.5 } else { 0.0 };
+        let got = pad(&x, pads, mode, value);
+        let rank_ok = mode == PadMode::Constant || (pairs + 1..=pairs + 2).contains(&shape.len());
+        let want = pad_ref_signed(&xv, &shape, pads, mode, value as f32).filter(|_| rank_ok);
+        let Some((want, want_shape)) = want else {
+            let e = got.unwrap_err();
+            prop_assert!(e.to_string().starts_with("pad:"), "{}", e);
+            return Ok(());
+        };
+        let got = got.unwrap_or_else(|e| panic!("{mode:?} {shape:?} {pads:?}: {e}"));
+        prop_assert_eq!(got.shape(), want_shape.as_slice());
+        prop_assert_eq!(vals(&got), want);
+        let g = got.sum_all().unwrap().backward().unwrap();
+        let gx = vals(g.get(&x).unwrap());
+        let copied = if mode == PadMode::Constant {
+            // Constant borders come from no input element.
+            vals(&got).iter().filter(|&&v| v != -7.5).count()
+        } else {
+            got.numel()
+        };
+        prop_assert_eq!(gx.iter().sum::<f32>(), copied as f32);
+    }
+}
+
 #[test]
 fn pad_errors() {
     let (x, _) = ramp(&[2, 3], 0.0);
@@ -397,6 +513,56 @@ fn pad_errors() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("non-zero dimensions"), "{e}");
+    // PyTorch's words, which its test_pad / test_ReflectionPad_empty / OpInfo regexes match.
+    let words = |r: wgtensor::Result<Tensor>, want: &str| {
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains(want), "{e}\nwants: {want}");
+    };
+    words(
+        pad(
+            &Tensor::zeros(dev(), &[3, 0, 10], DType::F32).unwrap(),
+            &[2, 2],
+            PadMode::Reflect,
+            0.0,
+        ),
+        "Expected 2D or 3D (batch mode) tensor with possibly 0 batch size and other non-zero \
+         dimensions for input, but got: [3, 0, 10]",
+    );
+    let (x3, _) = ramp(&[1, 1, 2], 0.0);
+    words(
+        pad(&x3, &[2, 1], PadMode::Reflect, 0.0),
+        "Padding size should be less than the corresponding input dimension",
+    );
+    words(
+        pad(&x, &[1], PadMode::Constant, 0.0),
+        "Padding length must be divisible by 2",
+    );
+    words(
+        pad(&x, &[1; 6], PadMode::Constant, 0.0),
+        "Padding length should be less than or equal to two times the input dimension but got \
+         padding length 6 and input of dimension 2",
+    );
+    words(
+        pad(&x3, &[1, 1], PadMode::Reflect, 1.0),
+        "Padding mode \"reflect\" doesn't take in value argument",
+    );
+    words(
+        pad(&x, &[-2, -2], PadMode::Constant, 0.0),
+        "The input size 3, plus negative padding -2 and -2 resulted in a negative output size, \
+         which is invalid. Check dimension 1 of your input.",
+    );
+    words(
+        pad(&x3, &[-2, -1], PadMode::Circular, 0.0),
+        "Negative padding value is resulting in an empty dimension",
+    );
+    // A crop to nothing is an empty tensor (constant), and any crop is a new tensor.
+    assert_eq!(
+        pad(&x, &[-1, -2], PadMode::Constant, 0.0).unwrap().shape(),
+        &[2, 0]
+    );
+    let c = pad(&x, &[0, -1], PadMode::Constant, 0.0).unwrap();
+    assert_eq!(vals(&c), [0.0, 1.0, 3.0, 4.0]);
+    assert!(c.is_contiguous());
     let empty_batch = Tensor::zeros(dev(), &[0, 2, 3], DType::F32).unwrap();
     let y = pad(&empty_batch, &[1, 1], PadMode::Reflect, 0.0).unwrap();
     assert_eq!(y.shape(), &[0, 2, 5]);

@@ -21,12 +21,151 @@ pub enum PadMode {
     Circular,
 }
 
+impl PadMode {
+    /// PyTorch's name of the mode (`"reflect"`, ...), as its errors quote it.
+    fn name(self) -> &'static str {
+        match self {
+            PadMode::Constant => "constant",
+            PadMode::Reflect => "reflect",
+            PadMode::Replicate => "replicate",
+            PadMode::Circular => "circular",
+        }
+    }
+}
+
 /// PyTorch's `torch.nn.functional.pad`: `pads` lists (before, after) pairs starting from the
 /// last dim (`[left, right, top, bottom, ...]`), at most one pair per dim; `value` fills
 /// [`PadMode::Constant`] borders. As PyTorch's, the other modes pad the last 1, 2 or 3 dims of
 /// a `(C, ...)` or `(N, C, ...)` input (2 pads on rank 2 or 3, 4 on rank 3 or 4, 6 on rank 4
 /// or 5), take no `value` (pass 0), and reflect and replicate refuse empty dims but the batch.
-pub fn pad(x: &Tensor, pads: &[usize], mode: PadMode, value: f64) -> Result<Tensor> {
+///
+/// Pads are any integers (`&[1, 1]`, a `&[usize]`, a `&[isize]`); a negative one crops, as
+/// PyTorch's: the constant and circular modes crop the input first (circular then wraps the
+/// cropped input), reflect and replicate pad the whole input then crop, so their borders
+/// mirror or repeat the input's own edges. The result is always a new tensor.
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::ops::{pad, PadMode};
+/// use wgtensor::{Device, Tensor};
+/// let dev = Device::new()?;
+/// let x = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0, 4.0], &[1, 4])?;
+/// let y = pad(&x, &[2, -1], PadMode::Reflect, 0.0)?;
+/// assert_eq!(y.to_vec::<f32>()?, vec![3.0, 2.0, 1.0, 2.0, 3.0]);
+/// let y = pad(&x, &[-1, 2], PadMode::Constant, 9.0)?;
+/// assert_eq!(y.to_vec::<f32>()?, vec![2.0, 3.0, 4.0, 9.0, 9.0]);
+/// # Ok(()) }
+/// ```
+pub fn pad<P: TryInto<i64> + Copy>(
+    x: &Tensor,
+    pads: &[P],
+    mode: PadMode,
+    value: f64,
+) -> Result<Tensor> {
+    let op = "pad";
+    let too_long = || Error::size(op, "a pad past i64 makes its dim longer than 2^31 - 1");
+    let pads = pads
+        .iter()
+        .map(|&p| p.try_into().map_err(|_| too_long()))
+        .collect::<Result<Vec<i64>>>()?;
+    check_pads(x, pads.len(), mode, value)?;
+    // The padding part of each pad (the crops are below); past usize (wasm32) it is too long.
+    let positive = pads
+        .iter()
+        .map(|&p| usize::try_from(p.max(0)).map_err(|_| too_long()))
+        .collect::<Result<Vec<usize>>>()?;
+    if pads.iter().all(|&p| p >= 0) {
+        return pad_positive(x, &positive, mode, value);
+    }
+    let rank = x.rank();
+    // (dim, crop before, crop after) per padded dim.
+    let mut crops = Vec::new();
+    for (i, pair) in pads.chunks(2).enumerate() {
+        let d = rank - 1 - i;
+        let len = x.shape()[d] as i64;
+        let (l, r) = (pair[0], pair[1]);
+        let out = len.saturating_add(l).saturating_add(r);
+        let cropped = (-l).max(0).saturating_add((-r).max(0));
+        let bad = match mode {
+            PadMode::Constant if out < 0 => Some(format!(
+                "The input size {len}, plus negative padding {l} and {r} resulted in a negative \
+                 output size, which is invalid. Check dimension {d} of your input."
+            )),
+            PadMode::Circular if l > len || r > len => {
+                Some("Padding value causes wrapping around more than once.".to_string())
+            }
+            PadMode::Circular if out < 0 => {
+                Some("Negative padding value is resulting in an empty dimension".to_string())
+            }
+            // These crop the input before padding: the crops must fit in it.
+            PadMode::Constant | PadMode::Circular if cropped > len => Some(format!(
+                "negative padding {l} and {r} crop {cropped} of the input size {len} at \
+                 dimension {d}"
+            )),
+            PadMode::Reflect | PadMode::Replicate if out < 1 => Some(format!(
+                "input (size {len} at dimension {d}) is too small. Calculated output size: {out}"
+            )),
+            _ => None,
+        };
+        if let Some(msg) = bad {
+            return Err(Error::arg(op, msg));
+        }
+        crops.push((d, (-l).max(0) as usize, (-r).max(0) as usize));
+    }
+    let crop = |t: &Tensor| -> Result<Tensor> {
+        let mut t = t.clone();
+        for &(d, before, after) in &crops {
+            let len = t.shape()[d] - before - after;
+            t = t.narrow(d as isize, before, len)?;
+        }
+        Ok(t)
+    };
+    match mode {
+        // The input cropped, then padded (the circular border wraps the cropped input, as
+        // PyTorch's _pad_circular copies from the output's interior).
+        PadMode::Constant | PadMode::Circular => pad_positive(&crop(x)?, &positive, mode, value),
+        // The whole input padded, then cropped: the borders mirror or repeat the input's own
+        // edges, as PyTorch's kernels index the uncropped input.
+        PadMode::Reflect | PadMode::Replicate => {
+            crop(&pad_positive(x, &positive, mode, value)?)?.contiguous()
+        }
+    }
+}
+
+/// [`pad`]'s checks of the pad count and the mode, in PyTorch's `_pad_enum` order and words.
+fn check_pads(x: &Tensor, n: usize, mode: PadMode, value: f64) -> Result<()> {
+    let op = "pad";
+    if !n.is_multiple_of(2) {
+        return Err(Error::arg(
+            op,
+            format!("Padding length must be divisible by 2, got {n}"),
+        ));
+    }
+    if n / 2 > x.rank() {
+        return Err(Error::arg(
+            op,
+            format!(
+                "Padding length should be less than or equal to two times the input dimension \
+                 but got padding length {n} and input of dimension {}",
+                x.rank()
+            ),
+        ));
+    }
+    if mode != PadMode::Constant && value != 0.0 {
+        // 0 stands for "not given" here, the argument being a plain f64.
+        return Err(Error::arg(
+            op,
+            format!(
+                "Padding mode \"{}\" doesn't take in value argument, got {value} (pass 0)",
+                mode.name()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// [`pad`] with pads of 0 or more, recorded for autograd.
+fn pad_positive(x: &Tensor, pads: &[usize], mode: PadMode, value: f64) -> Result<Tensor> {
     let out = pad_untracked(x, pads, mode, value)?;
     Ok(crate::autograd::record(out, &[x], |_| {
         // Pair i pads dim rank - 1 - i; the gradient is the unpadded window of g.
@@ -101,24 +240,7 @@ impl crate::autograd::BackwardOp for PadBackward {
 
 fn pad_untracked(x: &Tensor, pads: &[usize], mode: PadMode, value: f64) -> Result<Tensor> {
     let op = "pad";
-    if !pads.len().is_multiple_of(2) || pads.len() / 2 > x.rank() {
-        return Err(Error::arg(
-            op,
-            format!(
-                "padding length must be even and cover at most the {} dims of the input, got \
-                 {pads:?}",
-                x.rank()
-            ),
-        ));
-    }
-    if mode != PadMode::Constant && value != 0.0 {
-        // PyTorch: 'Padding mode "reflect" doesn't take in value argument' (0 stands for
-        // "not given" here, the argument being a plain f64).
-        return Err(Error::arg(
-            op,
-            format!("padding mode {mode:?} doesn't take a value argument, got {value} (pass 0)"),
-        ));
-    }
+    check_pads(x, pads.len(), mode, value)?;
     let rank = x.rank();
     if mode != PadMode::Constant {
         // PyTorch's _pad_enum: the padding functions of 1, 2 and 3 dims take (C, ...) or
@@ -142,9 +264,12 @@ fn pad_untracked(x: &Tensor, pads: &[usize], mode: PadMode, value: f64) -> Resul
             return Err(Error::arg(
                 op,
                 format!(
-                    "Expected a tensor with possibly 0 batch size and other non-zero dimensions \
-                     for input, but got {:?} (mode {mode:?})",
-                    x.shape()
+                    "Expected {}D or {}D (batch mode) tensor with possibly 0 batch size and \
+                     other non-zero dimensions for input, but got: {:?} (mode {})",
+                    dims + 1,
+                    dims + 2,
+                    x.shape(),
+                    mode.name()
                 ),
             ));
         }
@@ -171,8 +296,8 @@ fn pad_untracked(x: &Tensor, pads: &[usize], mode: PadMode, value: f64) -> Resul
                 return Err(Error::arg(
                     op,
                     format!(
-                        "padding size should be less than the corresponding input dimension, \
-                         but got padding ({}, {}) at dimension {d} of input {:?}",
+                        "Argument #4: Padding size should be less than the corresponding input \
+                         dimension, but got: padding ({}, {}) at dimension {d} of input {:?}",
                         pair[0],
                         pair[1],
                         x.shape()
