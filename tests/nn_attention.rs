@@ -473,7 +473,16 @@ fn wrong_shapes_are_errors_naming_the_layer_and_the_shapes() {
     let err = MultiheadAttention::new(dev, 8, 2, cfg)
         .unwrap_err()
         .to_string();
-    assert!(err.contains("1.5"), "{err}");
+    let words = "dropout probability has to be between 0 and 1, but got 1.5";
+    assert!(err.contains(words), "{err}");
+    let cfg = TransformerEncoderLayerConfig {
+        dropout: 1.5,
+        ..Default::default()
+    };
+    let err = TransformerEncoderLayer::new(dev, 8, 2, cfg)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(words), "{err}");
 
     let m = MultiheadAttention::new(dev, 8, 2, Default::default()).unwrap();
     let x = Tensor::zeros(dev, &[4, 2, 8], DType::F32).unwrap();

@@ -288,24 +288,33 @@ fn ranges_past_the_dtype_are_refused() {
     err(
         uniform(d, &[4096], -3e38, 3e38, f32),
         "uniform",
-        "to - from",
+        "uniform_ expects to-from <= std::numeric_limits<Float>::max(), but found to=300000000000000000000000000000000000000 and from=-300000000000000000000000000000000000000",
     );
     err(
         uniform(d, &[4096], -1e39, 1e39, f32),
         "uniform",
-        "from is out of bounds for F32",
+        "from is out of bounds for Float",
     );
     err(
         uniform(d, &[4], 0.0, 1e39, f32),
         "uniform",
-        "to is out of bounds for F32",
+        "to is out of bounds for Float",
     );
     err(
         uniform(d, &[4], 0.0, f64::INFINITY, f32),
         "uniform",
-        "finite",
+        "to is out of bounds for Float",
     );
-    err(uniform(d, &[4], 2.0, 1.0, f32), "uniform", "from=2 > to=1");
+    err(
+        uniform(d, &[4], f64::NAN, 1.0, f32),
+        "uniform",
+        "from is out of bounds for Float",
+    );
+    err(
+        uniform(d, &[4], 3.0, -1.0, f32),
+        "uniform",
+        "uniform_ expects to return a [from, to) range, but found from=3 > to=-1",
+    );
     err(uniform(d, &[4], 0.0, 1.0, DType::I32), "uniform", "I32");
     err(
         normal(d, &[4], 0.0, 1e38, f32),
@@ -320,9 +329,13 @@ fn ranges_past_the_dtype_are_refused() {
     err(
         normal(d, &[4], 1e39, 0.0, f32),
         "normal",
-        "mean is out of bounds for F32",
+        "mean is out of bounds for Float",
     );
-    err(normal(d, &[4], 0.0, f64::NAN, f32), "normal", "finite");
+    err(
+        normal(d, &[4], 0.0, f64::NAN, f32),
+        "normal",
+        "normal expects std >= 0.0, but found std NaN",
+    );
     err(
         normal(d, &[4], 0.0, -1.0, f32),
         "normal",
@@ -331,7 +344,7 @@ fn ranges_past_the_dtype_are_refused() {
     err(
         kaiming_uniform(d, &[4, 4], f64::NAN, f32),
         "kaiming_uniform",
-        "finite",
+        "from is out of bounds for Float",
     );
     err(
         xavier_uniform(d, &[4, 4], 1e39, f32),
@@ -354,12 +367,12 @@ fn ranges_past_the_dtype_are_refused() {
         err(
             uniform(d, &[4096], -1e5, 1e5, f16),
             "uniform",
-            "from is out of bounds for F16",
+            "from is out of bounds for Half",
         );
         err(
             uniform(d, &[4], -4e4, 4e4, f16),
             "uniform",
-            "exceeds the largest F16",
+            "std::numeric_limits<Half>::max()",
         );
         err(
             normal(d, &[4], 0.0, 2e4, f16),

@@ -174,7 +174,7 @@ impl MultiheadAttention {
             return Err(Error::arg(
                 OP,
                 format!(
-                    "dropout should be a probability in [0, 1], got {}",
+                    "dropout probability has to be between 0 and 1, but got {}",
                     c.dropout
                 ),
             ));

@@ -116,8 +116,9 @@ impl TransformerEncoderLayer {
         if !(0.0..=1.0).contains(&c.dropout) {
             return Err(Error::arg(
                 op,
+                // nn.Dropout's words: PyTorch's layer raises them from its dropout modules.
                 format!(
-                    "dropout should be a probability in [0, 1], got {}",
+                    "dropout probability has to be between 0 and 1, but got {}",
                     c.dropout
                 ),
             ));

@@ -114,13 +114,6 @@ fn generate(
     Ok(out)
 }
 
-fn check_finite(op: &'static str, what: &str, v: f64) -> Result<()> {
-    if !v.is_finite() {
-        return Err(Error::arg(op, format!("{what} must be finite, got {v}")));
-    }
-    Ok(())
-}
-
 /// The largest finite value of a float `dtype` (the random kernels write floats only).
 fn dtype_max(op: &'static str, dtype: DType) -> Result<f64> {
     match dtype {
@@ -133,14 +126,23 @@ fn dtype_max(op: &'static str, dtype: DType) -> Result<f64> {
     }
 }
 
-/// `v` is finite and within `dtype`'s range (PyTorch's "from is out of bounds for Half").
+/// PyTorch's name of a float dtype in its messages (`toString(ScalarType)`).
+fn torch_name(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F16 => "Half",
+        _ => "Float",
+    }
+}
+
+/// `v` is finite and within `dtype`'s range (PyTorch's "from is out of bounds for Half",
+/// which an infinite or NaN bound fails too).
 fn check_in_range(op: &'static str, what: &str, v: f64, dtype: DType, max: f64) -> Result<()> {
-    check_finite(op, what, v)?;
-    if v.abs() > max {
+    if v.is_nan() || v.abs() > max {
         return Err(Error::arg(
             op,
             format!(
-                "{what} is out of bounds for {dtype:?}: {what}={v}, the largest {dtype:?} is {max}"
+                "{what} is out of bounds for {}: {what}={v}, the largest {dtype:?} is {max}",
+                torch_name(dtype)
             ),
         ));
     }
@@ -175,7 +177,9 @@ fn uniform_op(
     if low > high {
         return Err(Error::arg(
             op,
-            format!("expects to return a [from, to) range, but found from={low} > to={high}"),
+            format!(
+                "uniform_ expects to return a [from, to) range, but found from={low} > to={high}"
+            ),
         ));
     }
     let (a, b) = (low as f32, high as f32);
@@ -185,8 +189,9 @@ fn uniform_op(
         return Err(Error::arg(
             op,
             format!(
-                "to - from = {span} exceeds the largest {dtype:?} ({max}), with from={low} and \
-                 to={high}: samples would overflow"
+                "uniform_ expects to-from <= std::numeric_limits<{}>::max(), but found to={high} \
+                 and from={low} which result in to-from to exceed the limit ({span} > {max})",
+                torch_name(dtype)
             ),
         ));
     }
@@ -197,14 +202,15 @@ fn uniform_op(
 /// Box-Muller on pairs of uniforms.
 ///
 /// A NaN `mean` gives NaN samples, as PyTorch's. Errors ([`Error::InvalidArgument`]) when
-/// `mean` is infinite or `std` not finite, either is outside `dtype`'s range, when `std < 0`, or when `|mean| + 5.77 std` (the kernel's largest sample: its
+/// `mean` is infinite or `std` not finite, either is outside `dtype`'s range, when `std < 0`
+/// or NaN (PyTorch's `std >= 0.0` check), or when `|mean| + 5.77 std` (the kernel's largest sample: its
 /// uniforms have 24 bits, so `|z| <= 5.7681`) exceeds the largest value of `dtype`.
 pub fn normal(dev: &Device, shape: &[usize], mean: f64, std: f64, dtype: DType) -> Result<Tensor> {
     let op = "normal";
     let max = dtype_max(op, dtype)?;
     // PyTorch's own check (and its wording) comes first: a negative std is named as such
     // even where it is also past the dtype's range.
-    if std < 0.0 {
+    if std.is_nan() || std < 0.0 {
         return Err(Error::arg(
             op,
             format!("normal expects std >= 0.0, but found std {std}"),
