@@ -57,12 +57,15 @@ struct Params {
 // The split entries' partials, 2 f32 per (row, segment) at 2 (r segs + s).
 @group(0) @binding(8) var<storage, read_write> parts: array<f32>;
 
-// 1 / sqrt(v), NaN where v is negative or NaN (a negative eps, which PyTorch takes, over a
-// small variance): WGSL leaves inverseSqrt there indeterminate. The NaN is built at run time
-// (WGSL has no NaN literal).
+// 1 / sqrt(v): +inf at 0 and NaN where v is negative or NaN (a negative eps, which PyTorch
+// takes, over a small variance), as PyTorch's rstd; WGSL leaves inverseSqrt indeterminate
+// there. Both are built at run time (WGSL has no inf or NaN literal).
 fn rstd_of(v: f32) -> f32 {
-    if (v >= 0.0) {
+    if (v > 0.0) {
         return inverseSqrt(v);
+    }
+    if (v == 0.0) {
+        return bitcast<f32>(0x7f800000u + p.rows * 0u);
     }
     return bitcast<f32>(0x7fc00000u + p.rows * 0u);
 }

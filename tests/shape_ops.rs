@@ -367,6 +367,7 @@ fn pad_ref_signed(
     let rank = shape.len();
     let mut out_shape = shape.to_vec();
     let (mut left, mut crop0, mut kept) = (vec![0i64; rank], vec![0i64; rank], vec![0i64; rank]);
+    let mut outs = Vec::new();
     for d in 0..rank {
         kept[d] = shape[d] as i64;
     }
@@ -380,16 +381,22 @@ fn pad_ref_signed(
             PadMode::Circular => {
                 l <= len && r <= len && out >= 0 && crop <= len && l.max(0).max(r) <= len - crop
             }
-            PadMode::Reflect => l < len && r < len && out >= 1,
-            PadMode::Replicate => out >= 1,
+            PadMode::Reflect => l < len && r < len && out >= 0,
+            PadMode::Replicate => out >= 0,
         };
         if !ok {
             return None;
         }
+        outs.push(out);
         out_shape[d] = out as usize;
         left[d] = l;
         crop0[d] = (-l).max(0);
         kept[d] = len - crop;
+    }
+    // Reflection and replication refuse only when every padded dim is empty.
+    let edge = matches!(mode, PadMode::Reflect | PadMode::Replicate);
+    if edge && outs.iter().all(|&o| o < 1) {
+        return None;
     }
     let n: usize = out_shape.iter().product();
     let mut out = vec![0.0; n];
@@ -554,6 +561,23 @@ fn pad_errors() {
     words(
         pad(&x3, &[-2, -1], PadMode::Circular, 0.0),
         "Negative padding value is resulting in an empty dimension",
+    );
+    words(
+        pad(&x3, &[-1, 3], PadMode::Reflect, 0.0),
+        "padding (-1, 3) at dimension 2 of input [1, 1, 2]",
+    );
+    words(
+        pad(&x3, &[-2, 0], PadMode::Replicate, 0.0),
+        "input (W: 2) is too small. Calculated output W: 0",
+    );
+    // Two padded dims: one may be emptied (PyTorch's output_w >= 1 || output_h >= 1).
+    let (x4, _) = ramp(&[1, 1, 3, 4], 0.0);
+    let y = pad(&x4, &[-4, 0, 1, 0], PadMode::Reflect, 0.0).unwrap();
+    assert_eq!(y.shape(), &[1, 1, 4, 0]);
+    // Negating i64::MIN saturates (a crop past any dim), never overflows.
+    words(
+        pad(&x, &[i64::MIN, 0], PadMode::Constant, 0.0),
+        "resulted in a negative output size",
     );
     // A crop to nothing is an empty tensor (constant), and any crop is a new tensor.
     assert_eq!(

@@ -397,8 +397,8 @@ impl VisitorMut for SetCounters<'_> {
 }
 
 /// A counter's value from its state-dict tensor (PyTorch's int64 scalar, loaded as i32; a
-/// one-element 1-D tensor too, as PyTorch's rule for 0-d entries: `check_load` refused other
-/// shapes).
+/// non-empty 1-D tensor's first element, as PyTorch's rule for 0-d entries: `check_load`
+/// refused other shapes).
 fn read_counter(t: &Tensor) -> Result<Option<u64>> {
     let v = t.to_dtype(DType::I32)?;
     // The readback blocks: native only. In the browser the counter keeps its value (it only

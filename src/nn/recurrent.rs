@@ -203,7 +203,7 @@ impl Recurrent {
         // as a narrow).
         let op = self.rnn.kind.name();
         self.rnn.check_weights()?;
-        self.rnn.check_input(op, x)?;
+        self.rnn.check_input(op, x, h0, c0)?;
         self.rnn.check_states(op, x, h0, c0)?;
         let state = |s: Option<&Tensor>, l: usize| s.map(|t| t.narrow(0, l * d, d)).transpose();
         let (mut hs, mut cs) = (Vec::new(), Vec::new());

@@ -1091,6 +1091,15 @@ fn view_reduction_rnn_and_attention_errors_in_pytorch_words() {
         lstm_cell.forward_cell(&t(&[3, 10]), Some((&h, &t(&[3, 21])))),
         "hidden1 has inconsistent hidden_size: got 21, expected 20",
     );
+    // A 1-D c beside a 2-D x and h: an error, not an index past c's shape.
+    assert!(lstm_cell
+        .forward_cell(&t(&[3, 10]), Some((&h, &t(&[20]))))
+        .is_err());
+    // The states' rank is checked before the input's width, as PyTorch's forward does.
+    has(
+        lstm.forward_with_state(&t(&[5, 3, 7]), Some(&t(&[1, 20])), Some(&t(&[1, 20]))),
+        "For batched 3-D input, hx and cx should also be 3-D but got (2-D, 2-D) tensors",
+    );
     let mha = nn::MultiheadAttention::new(dev(), 4, 4, Default::default()).unwrap();
     let q = t(&[4, 4, 4]);
     has(

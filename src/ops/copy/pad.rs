@@ -78,14 +78,16 @@ pub fn pad<P: TryInto<i64> + Copy>(
         return pad_positive(x, &positive, mode, value);
     }
     let rank = x.rank();
-    // (dim, crop before, crop after) per padded dim.
-    let mut crops = Vec::new();
+    // (dim, crop before, crop after) and (input size, output size) per padded dim.
+    let (mut crops, mut sizes) = (Vec::new(), Vec::new());
     for (i, pair) in pads.chunks(2).enumerate() {
         let d = rank - 1 - i;
         let len = x.shape()[d] as i64;
         let (l, r) = (pair[0], pair[1]);
         let out = len.saturating_add(l).saturating_add(r);
-        let cropped = (-l).max(0).saturating_add((-r).max(0));
+        // Negated saturating: i64::MIN crops as much as i64::MAX would.
+        let (crop_l, crop_r) = (0i64.saturating_sub(l).max(0), 0i64.saturating_sub(r).max(0));
+        let cropped = crop_l.saturating_add(crop_r);
         let bad = match mode {
             PadMode::Constant if out < 0 => Some(format!(
                 "The input size {len}, plus negative padding {l} and {r} resulted in a negative \
@@ -102,15 +104,42 @@ pub fn pad<P: TryInto<i64> + Copy>(
                 "negative padding {l} and {r} crop {cropped} of the input size {len} at \
                  dimension {d}"
             )),
-            PadMode::Reflect | PadMode::Replicate if out < 1 => Some(format!(
-                "input (size {len} at dimension {d}) is too small. Calculated output size: {out}"
+            PadMode::Reflect if l >= len || r >= len => Some(format!(
+                "Argument #4: Padding size should be less than the corresponding input \
+                 dimension, but got: padding ({l}, {r}) at dimension {d} of input {:?}",
+                x.shape()
             )),
             _ => None,
         };
         if let Some(msg) = bad {
             return Err(Error::arg(op, msg));
         }
-        crops.push((d, (-l).max(0) as usize, (-r).max(0) as usize));
+        sizes.push((len, out));
+        crops.push((d, crop_l as usize, crop_r as usize));
+    }
+    // Reflection and replication: no negative size, and not every padded dim empty (PyTorch's
+    // `output_w >= 1 || output_h >= 1 ...`), in its W / H / D words.
+    if matches!(mode, PadMode::Reflect | PadMode::Replicate)
+        && (sizes.iter().any(|&(_, o)| o < 0) || sizes.iter().all(|&(_, o)| o < 1))
+    {
+        let names = ["W", "H", "D"];
+        let dims: Vec<usize> = (0..sizes.len()).rev().collect();
+        let input: Vec<String> = dims
+            .iter()
+            .map(|&i| format!("{}: {}", names.get(i).unwrap_or(&"dim"), sizes[i].0))
+            .collect();
+        let output: Vec<String> = dims
+            .iter()
+            .map(|&i| format!("{}: {}", names.get(i).unwrap_or(&"dim"), sizes[i].1))
+            .collect();
+        return Err(Error::arg(
+            op,
+            format!(
+                "input ({}) is too small. Calculated output {}",
+                input.join(", "),
+                output.join(" ")
+            ),
+        ));
     }
     let crop = |t: &Tensor| -> Result<Tensor> {
         let mut t = t.clone();

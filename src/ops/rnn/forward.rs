@@ -17,7 +17,7 @@ impl Rnn {
         x.same_device(op, w0)?;
         x.same_dtype(op, w0)?;
         // PyTorch's order: the input, its states, then (in ATen) the sequence length.
-        self.check_input(op, x)?;
+        self.check_input(op, x, h0, c0)?;
         if x.rank() != 3 {
             return Err(Error::shape(
                 op,

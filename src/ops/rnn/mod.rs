@@ -302,10 +302,16 @@ impl Rnn {
         }
     }
 
-    /// PyTorch's `RNNBase.check_input`, in its order and words: a 2-D (unbatched) or 3-D
-    /// input whose last size is `input_size`. Runs before the states' and the sequence
-    /// length's checks, as there, so an input wrong in two ways reports its rank first.
-    pub(crate) fn check_input(&self, op: &'static str, x: &Tensor) -> Result<()> {
+    /// PyTorch's input checks, in its order and words: a 2-D (unbatched) or 3-D input, states
+    /// of the matching rank, then the input's last size `input_size` (`check_input`). Runs
+    /// before the states' sizes and the sequence length are checked, as there.
+    pub(crate) fn check_input(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        h0: Option<&Tensor>,
+        c0: Option<&Tensor>,
+    ) -> Result<()> {
         let class = match self.kind {
             RnnKind::Lstm => "LSTM",
             RnnKind::Gru => "GRU",
@@ -317,6 +323,7 @@ impl Rnn {
                 format!("{class}: Expected input to be 2D or 3D, got {rank}D instead"),
             ));
         }
+        self.check_state_ranks(op, x, h0, c0)?;
         if i != self.input_size {
             return Err(Error::shape(
                 op,
@@ -329,11 +336,9 @@ impl Rnn {
         Ok(())
     }
 
-    /// Checks `h0` / `c0` against input `x`: `[num_layers * D, B, H]` for a batched `x`
-    /// (`B` from `batch_first`), `[num_layers * D, H]` for an unbatched one; the same device
-    /// and dtype as `x`. A state of the wrong rank gets PyTorch's `For batched 3-D input, hx
-    /// should also be 3-D ...`, a wrong size its `Expected hidden[0] size (...)`.
-    pub(crate) fn check_states(
+    /// The states' ranks against the input's (PyTorch's `For batched 3-D input, hx should
+    /// also be 3-D ...`), checked after the input's rank and before its feature size.
+    fn check_state_ranks(
         &self,
         op: &'static str,
         x: &Tensor,
@@ -364,6 +369,22 @@ impl Rnn {
             };
             return Err(Error::shape(op, format!("For {form} input, {got}")));
         }
+        Ok(())
+    }
+
+    /// Checks `h0` / `c0` against input `x`: `[num_layers * D, B, H]` for a batched `x`
+    /// (`B` from `batch_first`), `[num_layers * D, H]` for an unbatched one; the same device
+    /// and dtype as `x`. A state of the wrong rank gets PyTorch's `For batched 3-D input, hx
+    /// should also be 3-D ...`, a wrong size its `Expected hidden[0] size (...)`.
+    pub(crate) fn check_states(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        h0: Option<&Tensor>,
+        c0: Option<&Tensor>,
+    ) -> Result<()> {
+        let lstm = matches!(self.kind, RnnKind::Lstm);
+        self.check_state_ranks(op, x, h0, c0)?;
         let rows = self.num_layers * self.dirs();
         let want = match x.shape() {
             &[a, b, _] => vec![rows, if self.batch_first { a } else { b }, self.hidden_size],
@@ -438,7 +459,7 @@ impl Rnn {
         // The caller's shapes in any error, before the states gain a batch dim of 1 (the
         // weights first: they bound num_layers, which the state check multiplies).
         self.check_weights()?;
-        self.check_input(op, x)?;
+        self.check_input(op, x, h0, c0)?;
         self.check_states(op, x, h0, c0)?;
         let bd = if self.batch_first { 0 } else { 1 };
         let lift = |s: Option<&Tensor>| s.map(|t| t.unsqueeze(1)).transpose();
@@ -551,7 +572,7 @@ fn cell(
         let c1 = c.map(|c| c.unsqueeze(0)).transpose()?;
         return cell(kind, &x.unsqueeze(0)?, &h.unsqueeze(0)?, c1.as_ref(), w);
     }
-    if x.rank() != 2 || h.rank() != 2 {
+    if x.rank() != 2 || h.rank() != 2 || c.is_some_and(|c| c.rank() != 2) {
         return Err(Error::shape(
             op,
             format!(
