@@ -81,10 +81,7 @@ impl CellParams {
 }
 
 fn cell_name(kind: RnnKind) -> &'static str {
-    match kind {
-        RnnKind::Lstm => "LSTMCell",
-        RnnKind::Gru => "GRUCell",
-    }
+    kind.classes().1
 }
 
 /// PyTorch's `nn.LSTMCell(input_size, hidden_size, bias)`: `(h', c')` from `x [B, I]` and the

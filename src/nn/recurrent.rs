@@ -252,10 +252,7 @@ impl Module for Recurrent {
         v.training(&mut self.training);
     }
     fn layer_name(&self) -> &'static str {
-        match self.rnn.kind {
-            RnnKind::Lstm => "LSTM",
-            RnnKind::Gru => "GRU",
-        }
+        self.rnn.kind.classes().0
     }
 }
 

@@ -392,6 +392,20 @@ fn norm_f16() {
     run_async(CASES_F16, problem(DType::F16), check_norm);
 }
 
+/// Row lengths that reach each norm kernel, per device: the rows kernel (3 and 32 values) and
+/// the workgroup kernel (4096) on the default plan; the GPU plan's split rows (4096 and 20000,
+/// one row) on the `gpu_plans` device and on one planning as a 256-slot GPU (4096 in 4
+/// segments there).
+#[cfg(not(target_arch = "wasm32"))]
+fn row_kernel_cases() -> [(&'static wgtensor::Device, &'static [usize]); 3] {
+    let split: &'static [usize] = &[4096, 20_000];
+    [
+        (device(), &[3, 32, 4096]),
+        (crate::common::gpu_plans_device(), split),
+        (crate::common::wide_gpu_plans_device(), split),
+    ]
+}
+
 /// PyTorch takes any eps (its OpInfo samples pass -0.5): `1 / sqrt(var + eps)` is NaN where
 /// var + eps is negative, finite elsewhere, and a NaN eps gives NaN, on the rows kernel (3 and
 /// 32 values), the workgroup kernel (4096) and the GPU plan's split rows (4096, 20000), for
@@ -400,17 +414,7 @@ fn norm_f16() {
 #[test]
 fn norm_takes_a_negative_eps_as_pytorch() {
     use wgtensor::ops::{group_norm, layer_norm, rms_norm};
-    let devices = [
-        (device(), false),
-        (crate::common::gpu_plans_device(), true),
-        (crate::common::wide_gpu_plans_device(), true),
-    ];
-    for (dev, split) in devices {
-        let lens: &[usize] = if split {
-            &[4096, 20_000]
-        } else {
-            &[3, 32, 4096]
-        };
+    for (dev, lens) in row_kernel_cases() {
         for &len in lens {
             // Row 0 alternates +-1 (variance and mean square 1 for even lengths), row 1 +-0.5
             // (0.25): with eps -0.5, row 0 scales by 1 / sqrt(0.5), row 1 is NaN.
@@ -470,17 +474,7 @@ fn norm_takes_a_negative_eps_as_pytorch() {
 #[test]
 fn norm_constant_rows_normalize_to_the_bias() {
     use wgtensor::ops::{group_norm, layer_norm};
-    let devices = [
-        (device(), false),
-        (crate::common::gpu_plans_device(), true),
-        (crate::common::wide_gpu_plans_device(), true),
-    ];
-    for (dev, split) in devices {
-        let lens: &[usize] = if split {
-            &[4096, 20_000]
-        } else {
-            &[3, 32, 4096]
-        };
+    for (dev, lens) in row_kernel_cases() {
         for &len in lens {
             for c in [12345.6f32, 1000.1, 100.7, -3.3e38, 3e38] {
                 let x = Tensor::full(dev, &[1, len], f64::from(c), DType::F32).unwrap();

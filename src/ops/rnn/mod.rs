@@ -312,10 +312,7 @@ impl Rnn {
         h0: Option<&Tensor>,
         c0: Option<&Tensor>,
     ) -> Result<()> {
-        let class = match self.kind {
-            RnnKind::Lstm => "LSTM",
-            RnnKind::Gru => "GRU",
-        };
+        let class = self.kind.classes().0;
         let (rank, i) = (x.rank(), x.shape().last().copied().unwrap_or(0));
         if !matches!(rank, 2 | 3) {
             return Err(Error::shape(
@@ -374,8 +371,8 @@ impl Rnn {
 
     /// Checks `h0` / `c0` against input `x`: `[num_layers * D, B, H]` for a batched `x`
     /// (`B` from `batch_first`), `[num_layers * D, H]` for an unbatched one; the same device
-    /// and dtype as `x`. A state of the wrong rank gets PyTorch's `For batched 3-D input, hx
-    /// should also be 3-D ...`, a wrong size its `Expected hidden[0] size (...)`.
+    /// and dtype as `x`; a wrong size gets PyTorch's `Expected hidden[0] size (...)`. Callers
+    /// run [`Rnn::check_input`] first, which checks the states' ranks.
     pub(crate) fn check_states(
         &self,
         op: &'static str,
@@ -384,7 +381,6 @@ impl Rnn {
         c0: Option<&Tensor>,
     ) -> Result<()> {
         let lstm = matches!(self.kind, RnnKind::Lstm);
-        self.check_state_ranks(op, x, h0, c0)?;
         let rows = self.num_layers * self.dirs();
         let want = match x.shape() {
             &[a, b, _] => vec![rows, if self.batch_first { a } else { b }, self.hidden_size],
@@ -537,10 +533,7 @@ fn cell(
     // PyTorch's RNNCell checks (nn/modules/rnn.py, then ATen's check_rnn_cell_forward_input
     // and _hidden) in its order and words: ranks, the input size, then each state's batch
     // and hidden size (LSTM's h as hidden0, c as hidden1).
-    let class = match kind {
-        RnnKind::Lstm => "LSTMCell",
-        RnnKind::Gru => "GRUCell",
-    };
+    let class = kind.classes().1;
     let one_or_two = |t: &Tensor| matches!(t.rank(), 1 | 2);
     if !one_or_two(x) {
         return Err(Error::shape(

@@ -25,6 +25,14 @@ impl RnnKind {
             RnnKind::Gru => "gru",
         }
     }
+    /// PyTorch's class of the layer (`"LSTM"`) and of its cell (`"LSTMCell"`), as its errors
+    /// and layer names spell them.
+    pub(crate) fn classes(self) -> (&'static str, &'static str) {
+        match self {
+            RnnKind::Lstm => ("LSTM", "LSTMCell"),
+            RnnKind::Gru => ("GRU", "GRUCell"),
+        }
+    }
 }
 
 /// Shape options of [`Rnn::new`](crate::ops::Rnn::new), with PyTorch's `nn.LSTM` / `nn.GRU`
