@@ -357,3 +357,56 @@ fn state_cell_waits_for_other_threads() {
     assert!(rx.recv().unwrap() >= Duration::from_millis(150));
     assert_eq!(*cell.borrow(), 2);
 }
+
+/// Every out-of-range index is reported exactly once, by whichever readback or sync reads the
+/// error buffer first, while other threads read back all the time: a readback takes the
+/// pending check, copies the buffer and clears it under one lock, so a check recorded by
+/// another thread cannot fall between the copy and the clear and be wiped unread.
+#[test]
+fn index_errors_survive_concurrent_readbacks() {
+    let dev = Device::new().unwrap();
+    let x = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0, 4.0], &[4]).unwrap();
+    let bad = Tensor::from_slice(&dev, &[0i32, 9], &[2]).unwrap();
+    let small = Tensor::from_slice(&dev, &[5.0f32; 16], &[16]).unwrap();
+    let checks = 600;
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let reported = AtomicUsize::new(0);
+    let is_index_error = |e: &wgtensor::Error| e.to_string().contains("index out of range");
+    std::thread::scope(|s| {
+        for _ in 0..3 {
+            s.spawn(|| {
+                while !done.load(Ordering::Acquire) {
+                    match small.to_vec::<f32>() {
+                        Ok(v) => assert_eq!(v, vec![5.0; 16]),
+                        Err(e) if is_index_error(&e) => {
+                            reported.fetch_add(1, Ordering::SeqCst);
+                        }
+                        Err(e) => panic!("readback failed: {e}"),
+                    }
+                }
+            });
+        }
+        for i in 0..checks {
+            let y = x.index_select(0, &bad).unwrap();
+            drop(y);
+            match dev.sync() {
+                Ok(()) => {}
+                Err(e) if is_index_error(&e) => {
+                    reported.fetch_add(1, Ordering::SeqCst);
+                }
+                Err(e) => panic!("sync {i} failed: {e}"),
+            }
+        }
+        done.store(true, Ordering::Release);
+    });
+    // Nothing left pending: one more sync reports nothing.
+    if let Err(e) = dev.sync() {
+        assert!(is_index_error(&e), "{e}");
+        reported.fetch_add(1, Ordering::SeqCst);
+    }
+    assert_eq!(
+        reported.load(Ordering::SeqCst),
+        checks,
+        "index errors reported"
+    );
+}

@@ -58,10 +58,6 @@ impl Device {
             st.pool.take(bytes, usage)
         };
         if let Some(buf) = cached {
-            // A new owner: whatever a failed batch left in it no longer matters.
-            if !st.poisoned.is_empty() {
-                st.poisoned.remove(&buf);
-            }
             return Ok(buf);
         }
         let size = st.pool.class(bytes);
@@ -171,6 +167,18 @@ impl Device {
             }
             if let Ok(mut other) = inner.state.try_lock() {
                 other.pool.clear();
+            }
+        }
+        // A device whose last handle was dropped meanwhile would be torn down by this drop:
+        // its pipeline-cache write and wgpu's wait for its queue, under this device's state
+        // lock (callers hold it). That teardown goes to a thread of its own instead.
+        for inner in others {
+            if std::sync::Arc::strong_count(&inner) == 1 {
+                let spawned = std::thread::Builder::new()
+                    .name("wgtensor-device-drop".into())
+                    .spawn(move || drop(inner));
+                // No thread to be had: dropped here, as before.
+                drop(spawned);
             }
         }
     }

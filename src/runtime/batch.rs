@@ -25,7 +25,7 @@ pub(crate) struct Batch {
     /// the next submission, so many small uploads flush too ([`MAX_UPLOADS_PER_SUBMIT`]).
     pub(crate) uploads: usize,
     /// Buffers the batch writes (read_write bindings, copy and clear destinations, upload
-    /// targets): if its submission fails, their contents are garbage (see `State::poisoned`).
+    /// targets): if its submission fails, their contents are garbage (see `BufferPool::poison`).
     pub(crate) written: Vec<wgpu::Buffer>,
 }
 

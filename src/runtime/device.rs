@@ -35,10 +35,6 @@ pub(crate) struct State {
     pub(crate) dispatches: u64,
     /// Elementwise outputs written into their donated input's buffer (src/ops/donate.rs).
     pub(crate) donations: u64,
-    /// Buffers written by a batch whose submission failed, with that failure: their contents
-    /// are garbage, so launching an op on one or reading one back returns the error instead
-    /// of data. A buffer leaves the map when the pool hands it out again.
-    pub(crate) poisoned: std::collections::HashMap<wgpu::Buffer, Error>,
     /// The failure of a submitted batch, for the next `sync` (once).
     pub(crate) batch_error: Option<Error>,
     /// Device-side index checks (src/ops/index_check.rs): the error buffer (created on first
@@ -52,12 +48,9 @@ pub(crate) struct State {
 }
 
 impl State {
-    /// The error of a failed batch that wrote `buf`, if any.
+    /// The error of a failed batch that wrote `buf`, if any (the pool holds the marks).
     pub(crate) fn poisoned_by(&self, buf: &wgpu::Buffer) -> Option<Error> {
-        if self.poisoned.is_empty() {
-            return None;
-        }
-        self.poisoned.get(buf).cloned()
+        self.pool.poisoned_by(buf)
     }
 }
 

@@ -54,17 +54,6 @@ impl Device {
             .flatten()
     }
 
-    /// The error buffer, when a check ran since it was last read; clears the flag (the caller
-    /// copies and clears the buffer).
-    pub(crate) fn take_pending_index_check(&self) -> Option<wgpu::Buffer> {
-        let mut st = self.lock_state();
-        if !st.index_check_pending {
-            return None;
-        }
-        st.index_check_pending = false;
-        st.index_err.clone()
-    }
-
     /// The first index error held by readbacks that timed out after their batch cleared the
     /// error buffer (src/runtime/late_check.rs), reported once; their staging buffers are
     /// read and destroyed. Those whose map has not completed stay for the next readback or

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::bind_cache::{Bind, Bindings};
-use super::device::{lock, Device, PARAMS_USAGE};
+use super::device::{lock, Device, State, PARAMS_USAGE};
 use super::pipeline::{Access, CachedPipeline, Kernel};
 use super::pool::size_class;
 use crate::{DType, Error, Result};
@@ -194,16 +194,14 @@ impl Device {
             return Ok(());
         }
         // A poisoned destination too, as a dispatch binding it is refused (a partial copy into
-        // it would not make it whole).
-        let poisoned = {
-            let st = self.lock_state();
-            st.poisoned_by(src).or_else(|| st.poisoned_by(dst))
-        };
-        if let Some(e) = poisoned {
+        // it would not make it whole). Tested and recorded under one lock: another thread's
+        // failed flush in between would poison the source after the test, and the copy, in a
+        // fresh batch, would then carry its garbage on as data.
+        let mut st = self.lock_state();
+        if let Some(e) = st.poisoned_by(src).or_else(|| st.poisoned_by(dst)) {
             return Err(e);
         }
-        self.record_copy(src, src_offset, dst, dst_offset, bytes);
-        let mut st = self.lock_state();
+        self.record_copy_locked(&mut st, src, src_offset, dst, dst_offset, bytes);
         if st.batch.dispatches + st.batch.commands >= self.inner.opts.max_dispatches_per_submit {
             self.flush_locked(&mut st, op)?;
         }
@@ -211,6 +209,7 @@ impl Device {
     }
 
     /// Records a buffer-to-buffer copy into the pending batch.
+    #[cfg(test)]
     pub(crate) fn record_copy(
         &self,
         src: &wgpu::Buffer,
@@ -220,6 +219,21 @@ impl Device {
         bytes: u64,
     ) {
         let mut st = self.lock_state();
+        self.record_copy_locked(&mut st, src, src_offset, dst, dst_offset, bytes);
+    }
+
+    /// Records a buffer-to-buffer copy under a state lock the caller holds, so that what it
+    /// tested (a poisoned source, a pending index check) still holds when the copy is in
+    /// the batch.
+    pub(crate) fn record_copy_locked(
+        &self,
+        st: &mut State,
+        src: &wgpu::Buffer,
+        src_offset: u64,
+        dst: &wgpu::Buffer,
+        dst_offset: u64,
+        bytes: u64,
+    ) {
         if st.batch.encoder.is_none() {
             st.batch.open_without_arena(&self.inner.device);
         }
@@ -233,6 +247,17 @@ impl Device {
     /// Records a clear (zero fill) into the pending batch.
     pub(crate) fn record_clear(&self, buf: &wgpu::Buffer, bytes: u64) {
         let mut st = self.lock_state();
+        self.record_clear_locked(&mut st, buf, bytes);
+        // Clears and copies count toward the batch size like dispatches, so a loop of them
+        // submits now and then and the buffers freed meanwhile become reusable.
+        if st.batch.dispatches + st.batch.commands >= self.inner.opts.max_dispatches_per_submit {
+            let _ = self.flush_locked(&mut st, "record_clear");
+        }
+    }
+
+    /// Records a clear into the pending batch under a state lock the caller holds (no flush:
+    /// the caller counts the batch size).
+    pub(crate) fn record_clear_locked(&self, st: &mut State, buf: &wgpu::Buffer, bytes: u64) {
         if st.batch.encoder.is_none() {
             st.batch.open_without_arena(&self.inner.device);
         }
@@ -241,11 +266,6 @@ impl Device {
             enc.clear_buffer(buf, 0, Some(bytes));
         }
         st.batch.commands += 1;
-        // Clears and copies count toward the batch size like dispatches, so a loop of them
-        // submits now and then and the buffers freed meanwhile become reusable.
-        if st.batch.dispatches + st.batch.commands >= self.inner.opts.max_dispatches_per_submit {
-            let _ = self.flush_locked(&mut st, "record_clear");
-        }
     }
 }
 
@@ -420,5 +440,12 @@ mod hazard_tests {
             vec![2.0]
         );
         dev.sync().unwrap();
+        // Freed and destroyed with the cache, the poisoned buffers leave the map (a mark
+        // kept a handle and the error alive, and every later launch paid a lookup).
+        assert!(dev.lock_state().pool.poisoned_count() > 0);
+        drop((a, b, idx, small, big, dst, _picked));
+        dev.sync().unwrap();
+        dev.clear_pool();
+        assert_eq!(dev.lock_state().pool.poisoned_count(), 0);
     }
 }

@@ -227,7 +227,6 @@ impl Device {
                     ),
                     dispatches: 0,
                     donations: 0,
-                    poisoned: Default::default(),
                     batch_error: None,
                     index_err: None,
                     index_ops: Vec::new(),

@@ -3,6 +3,7 @@
 //! makes `queue.write_buffer` into a recycled buffer safe (write_buffer runs before every
 //! command of the *next* submit, so it must never target a buffer a pending dispatch reads).
 
+use crate::Error;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -50,6 +51,11 @@ pub(crate) struct BufferPool {
     /// The process-wide count this pool's bytes also go to when its device shares the host
     /// budget (`memory::HOST_HELD`).
     host: Option<&'static AtomicU64>,
+    /// Buffers written by a batch whose submission failed, with that failure: their contents
+    /// are garbage, so launching an op on one or reading one back returns the error instead
+    /// of data. A buffer leaves the map when the pool hands it out again or destroys it (the
+    /// pool owns the map so that no destroyed buffer's mark outlives it).
+    poisoned: HashMap<wgpu::Buffer, Error>,
 }
 
 /// How many classes above a request's own a cached buffer may be and still serve it (with 4
@@ -94,6 +100,34 @@ impl BufferPool {
             bind_cap,
             buf_cap,
             host,
+            poisoned: HashMap::new(),
+        }
+    }
+
+    /// Marks a buffer a failed batch wrote.
+    pub(crate) fn poison(&mut self, buf: wgpu::Buffer, e: Error) {
+        self.poisoned.insert(buf, e);
+    }
+
+    /// The error of a failed batch that wrote `buf`, if any.
+    pub(crate) fn poisoned_by(&self, buf: &wgpu::Buffer) -> Option<Error> {
+        if self.poisoned.is_empty() {
+            return None;
+        }
+        self.poisoned.get(buf).cloned()
+    }
+
+    /// How many buffers are marked.
+    #[cfg(test)]
+    pub(crate) fn poisoned_count(&self) -> usize {
+        self.poisoned.len()
+    }
+
+    /// Drops `buf`'s mark: a new owner (whatever a failed batch left in it no longer
+    /// matters), or its end.
+    fn unpoison(&mut self, buf: &wgpu::Buffer) {
+        if !self.poisoned.is_empty() {
+            self.poisoned.remove(buf);
         }
     }
 
@@ -136,6 +170,7 @@ impl BufferPool {
                 self.stats.cached_bytes -= key.0;
                 self.stats.live_bytes += key.0;
                 self.stats.hits += 1;
+                self.unpoison(&buf);
                 return Some(buf);
             }
         }
@@ -156,6 +191,7 @@ impl BufferPool {
             self.stats.cached_bytes -= key.0;
             self.stats.live_bytes += key.0;
             self.stats.hits += 1;
+            self.unpoison(&buf);
             return Some(buf);
         }
         self.take(bytes, usage)
@@ -194,6 +230,7 @@ impl BufferPool {
     pub(crate) fn forget(&mut self, buf: &wgpu::Buffer) {
         self.stats.live_bytes -= buf.size();
         host_sub(self.host, buf.size());
+        self.unpoison(buf);
     }
 
     /// Closes the current batch's list of freed buffers (when the batch is finished). They
@@ -228,6 +265,9 @@ impl BufferPool {
                     Some(buf) => {
                         self.stats.cached_bytes -= key.0;
                         host_sub(host, key.0);
+                        if !self.poisoned.is_empty() {
+                            self.poisoned.remove(&buf);
+                        }
                         buf.destroy();
                     }
                     None => break,
@@ -250,6 +290,9 @@ impl BufferPool {
             for buf in list {
                 self.stats.cached_bytes -= key.0;
                 host_sub(host, key.0);
+                if !self.poisoned.is_empty() {
+                    self.poisoned.remove(&buf);
+                }
                 buf.destroy();
             }
         }

@@ -118,25 +118,43 @@ impl Device {
             return Err(e);
         }
         let padded = bytes.div_ceil(4) * 4;
-        let check = self.take_pending_index_check();
-        let tail = if check.is_some() { INDEX_ERR_BYTES } else { 0 };
-        let staging = match self.alloc_buffer(op, padded + tail, READBACK_USAGE) {
-            Ok(b) => b,
-            Err(e) => {
-                if check.is_some() {
-                    self.note_index_check();
-                }
+        // Room for the error buffer's bytes when a check is pending now; whether they are
+        // copied is decided below, under the lock that records the copies.
+        let tail = if self.pending_index_buffer().is_some() {
+            INDEX_ERR_BYTES
+        } else {
+            0
+        };
+        let staging = self.alloc_buffer(op, padded + tail, READBACK_USAGE)?;
+        // One lock for the poison test, the flag and the copies: a batch failing on another
+        // thread in between would otherwise poison `src` after the test (and the copy, in a
+        // fresh batch, would return its garbage as data), and another thread's index check
+        // recorded between the copy and the clear of the error buffer would be wiped unread.
+        // Now a check lands either before the copy (reported here) or after the clear, its
+        // flag set for the next readback.
+        let check = {
+            let mut st = self.lock_state();
+            if let Some(e) = st.poisoned_by(src) {
+                drop(st);
+                self.release_buffer(staging);
                 return Err(e);
             }
+            let check = if tail > 0 && st.index_check_pending {
+                st.index_check_pending = false;
+                st.index_err.clone()
+            } else {
+                None
+            };
+            self.record_copy_locked(&mut st, src, offset, &staging, 0, padded);
+            if let Some(err) = &check {
+                self.record_copy_locked(&mut st, err, 0, &staging, padded, tail);
+                self.record_clear_locked(&mut st, err, tail);
+            }
+            check
         };
-        self.record_copy(src, offset, &staging, 0, padded);
-        if let Some(err) = &check {
-            self.record_copy(err, 0, &staging, padded, tail);
-            self.record_clear(err, tail);
-        }
-        // A batch dropped before this flush (a batch-size flush inside `record_clear`, or
-        // another thread's failed flush after the copies were recorded) took the copies with
-        // it and poisoned the staging buffer: its bytes are stale, never the data.
+        // A batch dropped before this flush (another thread's failed flush after the copies
+        // were recorded) took the copies with it and poisoned the staging buffer: its bytes
+        // are stale, never the data.
         let flushed = self
             .flush(op)
             .and_then(|()| match self.lock_state().poisoned_by(&staging) {

@@ -67,7 +67,7 @@ impl Device {
     ///
     /// A batch wgpu refuses (at `finish` or `submit`), or one whose wait for room under the
     /// in-flight cap fails, is dropped whole, so the buffers it would have written hold
-    /// garbage: they are poisoned with the error (`State::poisoned`), and ops or readbacks that
+    /// garbage: they are poisoned with the error (`BufferPool::poison`), and ops or readbacks that
     /// touch them return it, never stale data.
     pub(crate) fn flush_locked(&self, st: &mut State, op: &'static str) -> Result<()> {
         let written = std::mem::take(&mut st.batch.written);
@@ -89,7 +89,7 @@ impl Device {
             // of later ones write it), and a dropped batch's checks and clears never ran, so
             // it holds what the batches before wrote.
             if st.index_err.as_ref() != Some(&buf) {
-                st.poisoned.insert(buf, e.clone());
+                st.pool.poison(buf, e.clone());
             }
         }
         st.batch_error = Some(e.clone());
