@@ -43,11 +43,32 @@ impl GemmBackward {
     /// `alpha * dZ @ B^T`, summed to A's shape.
     fn grad_a(&self, gz: &Tensor) -> Result<Tensor> {
         let b = self.b.as_ref().ok_or_else(missing)?;
-        let bt = b.transpose(-1, -2)?;
         let o = GemmOptions {
             alpha: self.alpha,
             ..Default::default()
         };
+        let r = gz.rank();
+        if r > 2 && batch_numel(&self.a_shape) == 1 {
+            // A shared over the batch: the batch folds into K, [M, B*N] @ [B*N, K], one GEMM
+            // that sums over it in its (deterministic) K loop, as PyTorch's matmul folds. A
+            // [B, M, K] product summed afterwards would need K/N times the output's memory.
+            let (m, n) = (gz.shape()[r - 2], gz.shape()[r - 1]);
+            let k = self.a_shape[self.a_shape.len() - 1];
+            let batch = gz.shape()[..r - 2].iter().product::<usize>();
+            let mut full = gz.shape()[..r - 2].to_vec();
+            full.extend([k, n]);
+            let x = gz
+                .reshape(&[batch, m, n])?
+                .permute(&[1, 0, 2])?
+                .reshape(&[m, batch * n])?;
+            let y = b
+                .broadcast_to(&full)?
+                .reshape(&[batch, k, n])?
+                .permute(&[0, 2, 1])?
+                .reshape(&[batch * n, k])?;
+            return over_k_chunks(&x, &y, &o, gemm)?.reshape(&self.a_shape);
+        }
+        let bt = b.transpose(-1, -2)?;
         // K here is the forward's N, which the forward never bounds (wide outputs run in
         // windows).
         sum_to(&over_k_chunks(gz, &bt, &o, gemm)?, &self.a_shape)
@@ -61,9 +82,10 @@ impl GemmBackward {
             ..Default::default()
         };
         let r = gz.rank();
-        if self.b_shape.len() == 2 && r > 2 {
-            // The batch folds into K: [K, B*M] @ [B*M, N] is one GEMM that sums over the batch
-            // in its (deterministic) K loop.
+        if r > 2 && batch_numel(&self.b_shape) == 1 {
+            // B shared over the batch (2-D, or batch dims all 1): the batch folds into K,
+            // [K, B*M] @ [B*M, N] is one GEMM that sums over the batch in its
+            // (deterministic) K loop.
             let (m, n) = (gz.shape()[r - 2], gz.shape()[r - 1]);
             let k = self.a_shape[self.a_shape.len() - 1];
             let rows = gz.shape()[..r - 1].iter().product::<usize>();
@@ -71,12 +93,17 @@ impl GemmBackward {
             full.extend([m, k]);
             let a2 = a.broadcast_to(&full)?.reshape(&[rows, k])?;
             let gz2 = gz.reshape(&[rows, n])?;
-            return over_k_chunks(&a2.transpose(0, 1)?, &gz2, &o, gemm);
+            return over_k_chunks(&a2.transpose(0, 1)?, &gz2, &o, gemm)?.reshape(&self.b_shape);
         }
         // K is the forward's M (the rows of A, here batched), which the forward never bounds.
         let at = a.transpose(-1, -2)?;
         sum_to(&over_k_chunks(&at, gz, &o, gemm)?, &self.b_shape)
     }
+}
+
+/// The elements of a shape's batch dims (all but the last two): 1 for a matrix.
+fn batch_numel(shape: &[usize]) -> usize {
+    shape[..shape.len().saturating_sub(2)].iter().product()
 }
 
 /// `product(x, y, o)` (a GEMM with `alpha`, no epilogue) for any K (x's last dim, y's
