@@ -111,16 +111,24 @@ impl Forward for Linear {
                 ),
             ));
         };
-        let got = x.shape().last().copied();
-        if got != Some(in_f) {
+        let Some(&got) = x.shape().last() else {
+            // F.linear runs matmul, which names the ranks.
+            return Err(Error::shape(
+                "linear",
+                "both arguments to matmul need to be at least 1D, but they are 0D and 2D \
+                 (a 0-d input has no features; Linear takes [*, in_features])",
+            ));
+        };
+        if got != in_f {
+            let rows = x.shape()[..x.rank() - 1].iter().product::<usize>();
             return Err(Error::shape(
                 "linear",
                 format!(
-                    "input of shape {:?} has {} features in its last dim, expected {in_f} \
+                    "mat1 and mat2 shapes cannot be multiplied ({rows}x{got} and {in_f}x{out_f}): \
+                     input of shape {:?} has {got} features in its last dim, expected {in_f} \
                      (weight [{out_f}, {in_f}]); check the size the layer before produces \
                      (an image of another size changes what Flatten gives)",
                     x.shape(),
-                    got.map_or("no".to_string(), |g| g.to_string())
                 ),
             ));
         }

@@ -455,6 +455,49 @@ fn gemm_inner_dimension_mismatch() {
     assert!(msg(&e).contains("[3]"), "{e}");
 }
 
+/// The words of the PyTorch op matmul runs for the operands' ranks (test_linalg's
+/// test_addmm_sizes matches "{n}x{k+1}.*{k}x{m}"), the batch checked before K.
+#[test]
+fn matmul_mismatch_in_pytorch_words() {
+    let cases: [(&[usize], &[usize], &str); 8] = [
+        (&[2, 3], &[4, 5], "mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)"),
+        (&[3], &[4, 5], "mat1 and mat2 shapes cannot be multiplied (1x3 and 4x5)"),
+        (&[2, 2, 3], &[4, 5], "mat1 and mat2 shapes cannot be multiplied (4x3 and 4x5)"),
+        (&[3], &[4], "inconsistent tensor size, expected tensor [3] and src [4] to have the same number of elements, but got 3 and 4 elements respectively"),
+        (&[2, 3], &[2], "size mismatch, got input (2), mat (2x3), vec (2)"),
+        (&[2, 2, 3], &[2, 4, 5], "Expected size for first two dimensions of batch2 tensor to be: [2, 3] but got: [2, 4]."),
+        (&[2, 2, 3], &[3, 4, 5], "The size of tensor a (2) must match the size of tensor b (3) at non-singleton dimension 0"),
+        (&[], &[3], "both arguments to matmul need to be at least 1D, but they are 0D and 1D"),
+    ];
+    for (sa, sb, want) in cases {
+        let e = matmul(&t(sa), &t(sb)).unwrap_err();
+        assert!(matches!(e, Error::Shape { op: "matmul", .. }), "{e:?}");
+        assert!(msg(&e).contains(want), "{sa:?} x {sb:?}: {e}");
+    }
+    let e = gemm_err(&t(&[2, 2, 3]), &t(&[3, 4, 5]), &GemmOptions::default());
+    assert!(msg(&e).contains("at non-singleton dimension 0"), "{e}");
+    // i32 products are refused whatever their size (an empty one made no kernel launch).
+    let i = |s: &[usize]| Tensor::zeros(dev(), s, DType::I32).unwrap();
+    for (sa, sb) in [
+        ([0usize, 3], [3usize, 2]),
+        ([2, 0], [0, 3]),
+        ([2, 3], [3, 2]),
+    ] {
+        let e = matmul(&i(&sa), &i(&sb)).unwrap_err();
+        assert!(msg(&e).contains("I32"), "{sa:?} x {sb:?}: {e}");
+    }
+    // nn::Linear: F.linear's words.
+    use wgtensor::nn::Forward;
+    let lin = wgtensor::nn::Linear::new(dev(), 4, 5, true).unwrap();
+    let e = lin.forward(&t(&[])).unwrap_err();
+    assert!(
+        msg(&e).contains("at least 1D, but they are 0D and 2D"),
+        "{e}"
+    );
+    let e = lin.forward(&t(&[2, 3, 3])).unwrap_err();
+    assert!(msg(&e).contains("(6x3 and 4x5)"), "{e}");
+}
+
 #[test]
 fn gemm_incompatible_batch_dims() {
     let e = gemm_err(&t(&[2, 3, 4]), &t(&[3, 4, 5]), &GemmOptions::default());

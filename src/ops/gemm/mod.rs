@@ -124,7 +124,10 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
         return Err(Error::shape(
             op,
             format!(
-                "matmul needs rank >= 1, got {:?} and {:?}",
+                "both arguments to matmul need to be at least 1D, but they are {}D and {}D \
+                 (shapes {:?} and {:?})",
+                a.rank(),
+                b.rank(),
                 a.shape(),
                 b.shape()
             ),
@@ -136,14 +139,9 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
         b.shape()[b.rank().saturating_sub(2)],
     );
     if ka != kb {
-        return Err(Error::shape(
-            op,
-            format!(
-                "inner dimensions differ: a {:?} has K={ka}, b {:?} has K={kb}",
-                a.shape(),
-                b.shape()
-            ),
-        ));
+        // The batch first, as PyTorch's matmul (infer_size before bmm's check).
+        launch::batch_shape(op, a.shape(), b.shape())?;
+        return Err(launch::k_mismatch(op, a.shape(), b.shape()));
     }
     // Views, not reshapes: a strided or broadcast 1-D operand must not be copied.
     let a2 = if a.rank() == 1 {

@@ -29,7 +29,11 @@ pub struct GemmOptions<'a> {
     pub bias: Option<Bias<'a>>,
     /// Applied last, to the whole sum.
     pub activation: Activation,
-    /// Force the number of K slices (1 disables split-k). `None`: chosen from the problem.
+    /// Force the number of K slices (1 disables split-k). `None`: chosen from the problem and
+    /// the adapter (`Caps::parallelism`: host threads on CPU adapters), so results are
+    /// bitwise the same on every run of one adapter but may differ in the last bits between
+    /// adapters, hosts, or batched and unbatched calls; a fixed count makes them the same
+    /// wherever the kernels are the same.
     pub split_k: Option<u32>,
 }
 
