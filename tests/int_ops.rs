@@ -577,6 +577,22 @@ fn embedding_with_padding_idx_and_one_hot() {
     }
     let e = empty.one_hot(0).unwrap_err().to_string();
     assert!(e.contains("one_hot") && e.contains("empty"), "{e}");
+    // PyTorch's default num_classes=-1 infers the largest index plus one (test_one_hot).
+    let e = empty.one_hot(-1).unwrap_err().to_string();
+    assert!(e.contains("Can not infer total number of classes"), "{e}");
+    let oh = ti(&[3, 4, 1, 0], &[4]).one_hot(-1).unwrap();
+    assert_eq!(oh.shape(), &[4, 5]);
+    assert_eq!(
+        i(&oh),
+        vec![0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0]
+    );
+    let e = ti(&[1, -1], &[2]).one_hot(-1).unwrap_err().to_string();
+    assert!(e.contains("Class values must be non-negative."), "{e}");
+    let e = ti(&[1, 0], &[2]).one_hot(-2).unwrap_err().to_string();
+    assert!(
+        e.contains("Class values must be smaller than num_classes."),
+        "{e}"
+    );
 }
 
 /// A bucket's sum as the kernels add it: in index order on CPU adapters and for buckets of up

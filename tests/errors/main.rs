@@ -1353,3 +1353,39 @@ fn index_and_view_errors_in_pytorch_words() {
         "index out of range in self",
     );
 }
+
+/// Index ops' dtype and rank errors in PyTorch's words (error_inputs_gather,
+/// error_inputs_scatter_and_scatter_add, error_inputs_index_select match them).
+#[test]
+fn index_errors_in_pytorch_words() {
+    let x = t(&[3, 2]);
+    let f_idx = t(&[1, 2]);
+    has(
+        x.gather(0, &f_idx),
+        "gather(): Expected dtype int32/int64 for index",
+    );
+    has(
+        x.scatter_add(0, &f_idx, &t(&[1, 2])),
+        "scatter(): Expected dtype int32/int64 for index",
+    );
+    has(
+        x.index_select(0, &t(&[2])),
+        "index_select(): Expected dtype int32 or int64 for index",
+    );
+    let i2 = Tensor::zeros(dev(), &[1, 2], DType::I32).unwrap();
+    has(
+        x.index_select(0, &i2),
+        "index_select(): Index is supposed to be a vector",
+    );
+    let h = x.to_dtype(DType::F16);
+    if let Ok(h) = h {
+        has(
+            h.scatter_add(0, &i2, &t(&[1, 2])),
+            "Expected self.dtype to be equal to src.dtype",
+        );
+    }
+    has(
+        t(&[2]).one_hot(3),
+        "one_hot is only applicable to index tensor.",
+    );
+}
