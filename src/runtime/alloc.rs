@@ -169,18 +169,6 @@ impl Device {
                 other.pool.clear();
             }
         }
-        // A device whose last handle was dropped meanwhile would be torn down by this drop:
-        // its pipeline-cache write and wgpu's wait for its queue, under this device's state
-        // lock (callers hold it). That teardown goes to a thread of its own instead.
-        for inner in others {
-            if std::sync::Arc::strong_count(&inner) == 1 {
-                let spawned = std::thread::Builder::new()
-                    .name("wgtensor-device-drop".into())
-                    .spawn(move || drop(inner));
-                // No thread to be had: dropped here, as before.
-                drop(spawned);
-            }
-        }
     }
 
     pub(crate) fn release_buffer(&self, buf: wgpu::Buffer) {

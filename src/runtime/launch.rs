@@ -448,4 +448,34 @@ mod hazard_tests {
         dev.clear_pool();
         assert_eq!(dev.lock_state().pool.poisoned_count(), 0);
     }
+
+    /// With no pool cache, what a refused batch wrote and freed is destroyed as the batch is
+    /// handed back; its marks go with it (a mark set after that destroy stayed forever).
+    #[test]
+    fn a_refused_batch_leaves_no_mark_on_buffers_it_destroyed() {
+        let dev = Device::with_options(crate::DeviceOptions {
+            pool_cap_bytes: Some(0),
+            ..Default::default()
+        })
+        .unwrap();
+        let a = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0], &[3]).unwrap();
+        dev.sync().unwrap();
+        let tmp = a.add_scalar(1.0).unwrap();
+        let b = tmp.mul_scalar(2.0).unwrap();
+        drop(tmp);
+        let small = Tensor::zeros(&dev, &[4], DType::F32).unwrap();
+        let big = Tensor::zeros(&dev, &[1024], DType::F32).unwrap();
+        dev.record_copy(big.buffer(), 0, small.buffer(), 0, 4096);
+        assert!(dev.sync().is_err());
+        assert!(
+            b.to_vec::<f32>().is_err(),
+            "b was computed in the refused batch"
+        );
+        let live = dev.lock_state().pool.poisoned_count();
+        drop((b, small, big));
+        dev.sync().unwrap();
+        dev.clear_pool();
+        assert!(live > 0);
+        assert_eq!(dev.lock_state().pool.poisoned_count(), 0);
+    }
 }

@@ -51,7 +51,9 @@ impl Device {
                     .push_back(super::submitter::Parked { cmd, freed });
                 continue;
             }
-            self.submit_locked(&mut st, cmd, freed, op)?;
+            let r = self.submit_locked(&mut st, cmd, op);
+            st.pool.reuse(freed);
+            r?;
         }
         Ok(())
     }
@@ -71,13 +73,24 @@ impl Device {
     /// touch them return it, never stale data.
     pub(crate) fn flush_locked(&self, st: &mut State, op: &'static str) -> Result<()> {
         let written = std::mem::take(&mut st.batch.written);
-        let (r, err) = self.scoped_keep(op, || self.finish_and_submit(st, op));
+        let ((r, freed), err) = self.scoped_keep(op, || self.finish_and_submit(st, op));
+        // What the batch freed becomes reusable only after the failure's marks are set: the
+        // pool drops a buffer's mark when it destroys the buffer (a trim in `reuse`), so a
+        // mark set after that would outlive its buffer.
+        let reuse = |st: &mut State| {
+            if let Some(f) = freed {
+                st.pool.reuse(f);
+            }
+        };
         // Either way the batch is gone: wgpu refused it, or the wait for room under the
         // in-flight cap failed (a timeout) and dropped it unsubmitted. Ops recorded in it
         // already returned Ok, so their outputs must carry the error.
         let e = match (r, err) {
             (_, Some(e)) | (Err(e), None) => e,
-            (Ok(()), None) => return Ok(()),
+            (Ok(()), None) => {
+                reuse(st);
+                return Ok(());
+            }
         };
         // A lost device invalidates every buffer: report the loss, not its symptom (a poll
         // runs the device-lost callback if the loss is what made the batch invalid).
@@ -92,13 +105,20 @@ impl Device {
                 st.pool.poison(buf, e.clone());
             }
         }
+        reuse(st);
         st.batch_error = Some(e.clone());
         Err(e)
     }
 
-    fn finish_and_submit(&self, st: &mut State, op: &'static str) -> Result<()> {
+    /// Finishes and submits the batch; returns what it freed (reusable now that the batch
+    /// was submitted or dropped), for the caller to hand back to the pool.
+    fn finish_and_submit(
+        &self,
+        st: &mut State,
+        op: &'static str,
+    ) -> (Result<()>, Option<super::pool::Freed>) {
         let Some((cmd, arena)) = st.batch.finish(&self.inner.queue) else {
-            return Ok(());
+            return (Ok(()), None);
         };
         if let Some(a) = arena {
             st.pool.release(a);
@@ -111,22 +131,20 @@ impl Device {
             st.submitter
                 .parked
                 .push_back(super::submitter::Parked { cmd, freed });
-            return Ok(());
+            return (Ok(()), None);
         }
-        self.submit_locked(st, cmd, freed, op)
+        (self.submit_locked(st, cmd, op), Some(freed))
     }
 
     fn submit_locked(
         &self,
         st: &mut State,
         cmd: wgpu::CommandBuffer,
-        freed: super::pool::Freed,
         op: &'static str,
     ) -> Result<()> {
         let r = st
             .submitter
             .submit(&self.inner.device, &self.inner.queue, cmd, self.gpu_wait());
-        st.pool.reuse(freed);
         r.map(|_| ()).map_err(|e| poll_error(op, e))
     }
 
@@ -144,7 +162,9 @@ impl Device {
                 }
                 if st.submitter.in_flight() < st.submitter.max_in_flight {
                     let p = st.submitter.parked.pop_front().expect("not empty");
-                    self.submit_locked(st, p.cmd, p.freed, op)?;
+                    let r = self.submit_locked(st, p.cmd, op);
+                    st.pool.reuse(p.freed);
+                    r?;
                     continue;
                 }
                 st.submitter.oldest_finished()

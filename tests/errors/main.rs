@@ -482,6 +482,7 @@ fn matmul_mismatch_in_pytorch_words() {
         ([0usize, 3], [3usize, 2]),
         ([2, 0], [0, 3]),
         ([2, 3], [3, 2]),
+        ([2, 3], [4, 2]),
     ] {
         let e = matmul(&i(&sa), &i(&sb)).unwrap_err();
         assert!(msg(&e).contains("I32"), "{sa:?} x {sb:?}: {e}");

@@ -120,6 +120,9 @@ pub fn gemm_into(c: &Tensor, a: &Tensor, b: &Tensor, alpha: f64, beta: f64) -> R
 /// ```
 pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let op = "matmul";
+    // i32 is refused before any shape rule, as gemm refuses it (its kernels are float-only).
+    a.same_dtype(op, b)?;
+    a.require_float(op)?;
     if a.rank() == 0 || b.rank() == 0 {
         return Err(Error::shape(
             op,
