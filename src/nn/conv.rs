@@ -1,23 +1,13 @@
 //! The other convolution layers: PyTorch's `nn.Conv1d` and `nn.ConvTranspose2d`, with its
 //! parameter names, weight layouts and default initialization (`nn.Conv2d` is in layers.rs).
 
-use super::layers::{bias_init, param, visit_weight_bias};
+use super::layers::{bias_init, check_groups, param, visit_weight_bias};
 use super::{Forward, Module, Visitor, VisitorMut};
 use crate::ops::{
     conv1d, conv_transpose2d, kaiming_uniform, Activation, Conv1dOptions, ConvTranspose2dOptions,
     Padding, Padding1d,
 };
-use crate::{DType, Device, Error, Result, Tensor};
-
-fn check_groups(op: &'static str, inp: usize, out: usize, groups: usize) -> Result<()> {
-    if groups == 0 || !inp.is_multiple_of(groups) || !out.is_multiple_of(groups) {
-        return Err(Error::arg(
-            op,
-            format!("groups {groups} must divide in_channels {inp} and out_channels {out}"),
-        ));
-    }
-    Ok(())
-}
+use crate::{DType, Device, Result, Tensor};
 
 /// PyTorch's `nn.Conv1d` over `[N, C, L]` (or `[C, L]`): `weight [out, in / groups, k]`,
 /// `bias [out]`, initialized as PyTorch does (kaiming_uniform with a = sqrt(5); bias

@@ -83,6 +83,23 @@ impl Linear {
     }
 }
 
+/// The convolution layers' groups checks, in `_ConvNd.__init__`'s order and words.
+pub(super) fn check_groups(op: &'static str, inp: usize, out: usize, groups: usize) -> Result<()> {
+    let why = if groups == 0 {
+        "groups must be a positive integer"
+    } else if !inp.is_multiple_of(groups) {
+        "in_channels must be divisible by groups"
+    } else if !out.is_multiple_of(groups) {
+        "out_channels must be divisible by groups"
+    } else {
+        return Ok(());
+    };
+    Err(Error::arg(
+        op,
+        format!("{why} (groups {groups}, in_channels {inp}, out_channels {out})"),
+    ))
+}
+
 /// `weight`, then `bias` when present: the parameters of Linear and the convolutions.
 pub(super) fn visit_weight_bias(weight: &Tensor, bias: Option<&Tensor>, v: &mut dyn Visitor) {
     v.parameter("weight", weight);
@@ -239,14 +256,7 @@ impl Conv2d {
     ) -> Result<Conv2d> {
         let op = "Conv2d";
         let g = options.groups;
-        if g == 0 || !in_channels.is_multiple_of(g) || !out_channels.is_multiple_of(g) {
-            return Err(Error::arg(
-                op,
-                format!(
-                    "groups {g} must divide in_channels {in_channels} and out_channels {out_channels}"
-                ),
-            ));
-        }
+        check_groups(op, in_channels, out_channels, g)?;
         let shape = [
             out_channels,
             in_channels / g,

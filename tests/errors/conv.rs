@@ -571,6 +571,40 @@ fn wrong_rank() {
         &Default::default(),
     ));
     check(&e, "conv1d", true, &["weight must be 3-D", "[4, 3, 3, 1]"]);
+    // PyTorch's words (error_inputs_conv2d / error_inputs_conv1d), for the batched input.
+    let e = err(conv2d(&t(&[1, 1, 4, 3]), &t(&[1, 2, 2]), None, &o));
+    check(
+        &e,
+        FWD,
+        true,
+        &["Expected 3-dimensional input for 3-dimensional weight [1, 2, 2], but got 4-dimensional input of size [1, 1, 4, 3] instead"],
+    );
+    let e = err(conv2d(&t(&[1, 1, 4, 3]), &t(&[1, 2]), None, &o));
+    check(
+        &e,
+        FWD,
+        true,
+        &["weight should have at least three dimensions"],
+    );
+    let e = err(conv2d(&t(&[1, 4, 3]), &t(&[1, 1, 2, 2, 2]), None, &o));
+    check(
+        &e,
+        FWD,
+        true,
+        &["Expected 5-dimensional input for 5-dimensional weight [1, 1, 2, 2, 2], but got 4-dimensional input of size [1, 1, 4, 3] instead"],
+    );
+    let e = err(conv1d(
+        &t(&[1, 1, 4]),
+        &t(&[1, 2]),
+        None,
+        &Default::default(),
+    ));
+    check(
+        &e,
+        "conv1d",
+        true,
+        &["weight should have at least three dimensions"],
+    );
     let e = err(conv2d_backward_input(
         &t(&[4, 6, 6]),
         &t(&[4, 3, 3, 3]),
@@ -696,12 +730,27 @@ fn transposed_output_padding_below_stride_or_dilation() {
             TRANSPOSE,
             false,
             &[
-                &format!("output_padding {output_padding:?}"),
-                &format!("stride {stride:?}"),
-                &format!("dilation {dilation:?}"),
+                "output padding must be smaller than either stride or dilation, but got",
+                &format!(
+                    "output_padding_height: {} output_padding_width: {}",
+                    output_padding[0], output_padding[1]
+                ),
+                &format!("stride_height: {} stride_width: {}", stride[0], stride[1]),
+                &format!(
+                    "dilation_height: {} dilation_width: {}",
+                    dilation[0], dilation[1]
+                ),
             ],
         );
     }
+    // The channels are checked first, as PyTorch's shape check runs before this one.
+    let ot = ConvTranspose2dOptions {
+        padding: Padding::uniform(1),
+        output_padding: [1, 1],
+        ..Default::default()
+    };
+    let e = err(conv_transpose2d(&t(&[1, 3, 6, 6]), &w, None, &ot));
+    assert!(!e.to_string().contains("output padding"), "{e}");
     // Below the dilation is fine even with stride 1 (PyTorch allows it too).
     let ot = ConvTranspose2dOptions {
         dilation: [2, 1],
@@ -716,7 +765,12 @@ fn transposed_output_padding_below_stride_or_dilation() {
         ..Default::default()
     };
     let e = err(conv_transpose1d(&t(&[1, 2, 4]), &t(&[2, 3, 3]), None, &o1));
-    check(&e, "conv_transpose1d", false, &["output_padding [0, 2]"]);
+    check(
+        &e,
+        "conv_transpose1d",
+        false,
+        &["output_padding_height: 0 output_padding_width: 2"],
+    );
 }
 
 #[test]
@@ -978,4 +1032,37 @@ fn conv_size_and_weight_rank_messages() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("out_channels"), "{e}");
+}
+
+/// The convolution layers' groups errors in `_ConvNd.__init__`'s order and words
+/// (test_conv_invalid_groups matches the first).
+#[test]
+fn conv_layer_groups_in_pytorch_words() {
+    use wgtensor::nn::{Conv1d, Conv2d, Conv2dConfig, ConvTranspose2d, ConvTranspose2dConfig};
+    let cfg = |groups| Conv2dConfig {
+        groups,
+        ..Default::default()
+    };
+    for (g, inp, out, want) in [
+        (0, 2, 2, "groups must be a positive integer"),
+        (2, 3, 4, "in_channels must be divisible by groups"),
+        (2, 4, 3, "out_channels must be divisible by groups"),
+    ] {
+        let e = Conv1d::new(dev(), inp, out, 3, cfg(g))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(want), "{e}");
+        let e = Conv2d::new(dev(), inp, out, 3, cfg(g))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(want), "{e}");
+        let tc = ConvTranspose2dConfig {
+            groups: g,
+            ..Default::default()
+        };
+        let e = ConvTranspose2d::new(dev(), inp, out, 3, tc)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(want), "{e}");
+    }
 }

@@ -549,7 +549,7 @@ pub(crate) fn check_weight_dim0(
 }
 
 /// The layout a rank error names: a weight's, or an input's.
-fn layout_of(what: &str, spatial: &str) -> String {
+pub(super) fn layout_of(what: &str, spatial: &str) -> String {
     if what.contains("weight") {
         format!("[out_channels, in_channels / groups, {spatial}] or, transposed, [in_channels, out_channels / groups, {spatial}]")
     } else {

@@ -115,7 +115,7 @@ fn no_activation(op: &'static str, act: Activation) -> Result<()> {
 /// ```
 pub fn conv2d(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, o: &Conv2dOptions) -> Result<Tensor> {
     let op = "conv2d";
-    batched(op, x, Spatial::Two, |x| forward(op, x, w, bias, o))
+    batched(op, x, w, Spatial::Two, |x| forward(op, x, w, bias, o))
 }
 
 /// The spatial rank of a convolution, for its input's shape rules.
@@ -127,10 +127,12 @@ enum Spatial {
 
 /// Runs `f` on `x` as PyTorch's convolutions take their input: batched (`[N, C, H, W]`,
 /// `[N, C, L]`) as it is, unbatched (`[C, H, W]`, `[C, L]`) as a batch of one whose batch dim
-/// the result drops again (views both ways, so the gradient flows through).
+/// the result drops again (views both ways, so the gradient flows through). The weight's rank
+/// is checked against the batched input's, as PyTorch's `_convolution` does next.
 fn batched(
     op: &'static str,
     x: &Tensor,
+    w: &Tensor,
     spatial: Spatial,
     f: impl FnOnce(&Tensor) -> Result<Tensor>,
 ) -> Result<Tensor> {
@@ -138,9 +140,36 @@ fn batched(
         Spatial::One => (3, "[N, C, L]", "[C, L]"),
         Spatial::Two => (4, "[N, C, H, W]", "[C, H, W]"),
     };
+    let weight_rank = |xs: &[usize]| -> Result<()> {
+        let ws = w.shape();
+        let torch = if ws.len() < 3 {
+            "weight should have at least three dimensions".to_string()
+        } else if ws.len() != rank {
+            format!(
+                "Expected {r}-dimensional input for {r}-dimensional weight {ws:?}, but got \
+                 {}-dimensional input of size {xs:?} instead",
+                xs.len(),
+                r = ws.len()
+            )
+        } else {
+            return Ok(());
+        };
+        let spatial = if rank == 3 { "L" } else { "H, W" };
+        Err(Error::shape(
+            op,
+            format!(
+                "{torch} (weight must be {rank}-D {}, got shape {ws:?})",
+                geom::layout_of("weight", spatial)
+            ),
+        ))
+    };
     if x.rank() == rank {
+        weight_rank(x.shape())?;
         f(x)
     } else if x.rank() + 1 == rank {
+        let mut xs = vec![1];
+        xs.extend_from_slice(x.shape());
+        weight_rank(&xs)?;
         f(&x.unsqueeze(0)?)?.squeeze(0)
     } else {
         Err(Error::shape(
@@ -235,7 +264,7 @@ fn forward_untracked(
 /// ```
 pub fn conv1d(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, o: &Conv1dOptions) -> Result<Tensor> {
     let op = "conv1d";
-    batched(op, x, Spatial::One, |x| {
+    batched(op, x, w, Spatial::One, |x| {
         via_2d(op, (x, "input"), (w, "weight"), |x, w| {
             forward(op, x, w, bias, &o.to_2d())
         })
@@ -400,7 +429,9 @@ pub fn conv_transpose2d(
     o: &ConvTranspose2dOptions,
 ) -> Result<Tensor> {
     let op = "conv_transpose2d";
-    batched(op, x, Spatial::Two, |x| transpose_impl(op, x, w, bias, o))
+    batched(op, x, w, Spatial::Two, |x| {
+        transpose_impl(op, x, w, bias, o)
+    })
 }
 
 /// The untracked forward of [`conv_transpose2d`] (grad.rs records it).
@@ -433,18 +464,6 @@ fn transpose_untracked(
             ),
         ));
     }
-    for ax in 0..2 {
-        let op_pad = o.output_padding[ax];
-        if op_pad >= o.stride[ax].max(o.dilation[ax]) {
-            return Err(Error::arg(
-                op,
-                format!(
-                    "output_padding {:?} must be smaller than stride {:?} or dilation {:?}",
-                    o.output_padding, o.stride, o.dilation
-                ),
-            ));
-        }
-    }
     let p = o.padding;
     geom::check_option_limits(
         op,
@@ -457,6 +476,19 @@ fn transpose_untracked(
         ],
     )?;
     check_transposed_channels(op, x, w, o.groups)?;
+    // After the channels, as PyTorch's shape check, in its words.
+    let [oph, opw] = o.output_padding;
+    if (0..2).any(|ax| o.output_padding[ax] >= o.stride[ax].max(o.dilation[ax])) {
+        return Err(Error::arg(
+            op,
+            format!(
+                "output padding must be smaller than either stride or dilation, but got \
+                 output_padding_height: {oph} output_padding_width: {opw} stride_height: {} \
+                 stride_width: {} dilation_height: {} dilation_width: {}",
+                o.stride[0], o.stride[1], o.dilation[0], o.dilation[1]
+            ),
+        ));
+    }
     // u64: operands are below OPTION_LIMIT and tensor dims, so nothing overflows.
     let size = |len: usize, k: usize, ax: usize, pad: usize| -> Result<usize> {
         let u = |v: usize| v as u64;
@@ -532,7 +564,7 @@ pub fn conv_transpose1d(
     o: &ConvTranspose1dOptions,
 ) -> Result<Tensor> {
     let op = "conv_transpose1d";
-    batched(op, x, Spatial::One, |x| {
+    batched(op, x, w, Spatial::One, |x| {
         via_2d(op, (x, "input"), (w, "weight"), |x, w| {
             transpose_impl(op, x, w, bias, &o.to_2d())
         })
