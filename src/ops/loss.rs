@@ -122,6 +122,17 @@ pub fn binary_cross_entropy_with_logits(
     // not an [N, N] loss), and is cast to the loss's dtype.
     let fit = |name: &str, w: &Tensor| -> Result<Tensor> {
         input.same_device(op, w)?;
+        // derivatives.yaml has no formula for either: PyTorch raises where autograd would
+        // have to differentiate them (not a silent gradient).
+        if crate::autograd::records([w]) {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "the derivative for '{name}' is not implemented. (pass a {name} that does \
+                     not require grad, or detach it)"
+                ),
+            ));
+        }
         if w.layout().broadcast_to(input.shape()).is_err() {
             return Err(Error::shape(
                 op,

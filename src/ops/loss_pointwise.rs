@@ -230,7 +230,6 @@ pub fn binary_cross_entropy(
     same_shape(op, input, target)?;
     if let Some(w) = weight {
         input.same_device(op, w)?;
-        input.same_dtype(op, w)?;
         if crate::autograd::records([w]) {
             // PyTorch: "the derivative for 'weight' is not implemented" (not a silent None).
             return Err(Error::arg(
@@ -249,6 +248,8 @@ pub fn binary_cross_entropy(
             ));
         }
     }
+    // A weight of another float dtype is cast, as PyTorch's `loss.mul_(weight)` takes it.
+    let weight = weight.map(|w| w.to_dtype(input.dtype())).transpose()?;
     super::value_check::check_values(op, input, 0, 0.0, 1.0)?;
     super::value_check::check_values(op, target, 1, 0.0, 1.0)?;
     let loss = {
@@ -259,7 +260,7 @@ pub fn binary_cross_entropy(
             .mul(&log_x)?
             .add(&one_minus_y.mul(&log_1mx)?)?
             .neg()?;
-        match weight {
+        match &weight {
             Some(w) => loss.mul(w)?,
             None => loss,
         }
@@ -268,7 +269,7 @@ pub fn binary_cross_entropy(
         Box::new(BceBackward {
             x: input.detach(),
             y: target.detach(),
-            w: weight.map(Tensor::detach),
+            w: weight.as_ref().map(Tensor::detach),
         })
     });
     reduce(loss, reduction)

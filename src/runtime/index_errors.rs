@@ -137,7 +137,7 @@ impl Device {
             "one_hot" if index < 0 => "Class values must be non-negative.".to_string(),
             "one_hot" => format!("Class values must be smaller than num_classes. ({size})"),
             "nll_loss" | "cross_entropy" => {
-                format!("target {index} is out of bounds for {size} classes")
+                format!("Target {index} is out of bounds. (the input has {size} classes)")
             }
             // PyTorch's index_select says this (an IndexError), then our detail.
             "index_select" => format!(

@@ -931,6 +931,43 @@ fn loss_errors_in_pytorch_words() {
         binary_cross_entropy_with_logits(&t(&[25]), &t(&[25, 1]), &Default::default()),
         "Target size (torch.Size([25, 1])) must be the same as input size (torch.Size([25]))",
     );
+    // LossNLL.cpp's IndexError words, at the readback.
+    let target = Tensor::from_slice(dev(), &[0i32, 5], &[2]).unwrap();
+    let l = nll_loss(&t(&[2, 5]), &target, &nll).unwrap();
+    has(l.to_vec::<f32>(), "Target 5 is out of bounds.");
+    // derivatives.yaml has no formula for bce_with_logits' weight or pos_weight.
+    use wgtensor::ops::BceWithLogitsOptions;
+    let w = t(&[25]).requires_grad().unwrap();
+    for o in [
+        BceWithLogitsOptions {
+            weight: Some(&w),
+            ..Default::default()
+        },
+        BceWithLogitsOptions {
+            pos_weight: Some(&w),
+            ..Default::default()
+        },
+    ] {
+        let name = if o.weight.is_some() {
+            "weight"
+        } else {
+            "pos_weight"
+        };
+        has(
+            binary_cross_entropy_with_logits(&t(&[25]), &t(&[25]), &o),
+            &format!("the derivative for '{name}' is not implemented."),
+        );
+    }
+    // binary_cross_entropy casts a weight of another float dtype, as `loss.mul_(weight)`.
+    let p = Tensor::from_slice(dev(), &[0.25f32, 0.5], &[2]).unwrap();
+    let y = Tensor::from_slice(dev(), &[1.0f32, 0.0], &[2]).unwrap();
+    let w = Tensor::from_slice(dev(), &[2.0f32, 3.0], &[2]).unwrap();
+    if let Ok(w16) = w.to_dtype(DType::F16) {
+        let l = binary_cross_entropy(&p, &y, Some(&w16), Reduction::Sum).unwrap();
+        let want = 2.0 * -(0.25f64.ln()) + 3.0 * -(0.5f64.ln());
+        let got = l.to_vec::<f32>().unwrap()[0] as f64;
+        assert!((got - want).abs() < 1e-5, "{got} vs {want}");
+    }
 }
 
 /// Convolution and pooling errors PyTorch's own tests match by their words
