@@ -187,6 +187,19 @@ pub fn binary_cross_entropy_with_logits(
 /// # Ok(()) }
 /// ```
 pub fn cross_entropy(input: &Tensor, target: &Tensor, o: &CrossEntropyOptions) -> Result<Tensor> {
+    // PyTorch takes a target of the input's shape as class probabilities before it looks at
+    // the dtype, so integer labels shaped like the logits get this, not a shape error.
+    if target.dtype() == crate::DType::I32 && target.shape() == input.shape() {
+        return Err(Error::arg(
+            "cross_entropy",
+            format!(
+                "Expected floating point type for target with class probabilities, got Int (a \
+                 target of the input's shape {:?} holds class probabilities; class indices \
+                 have the input's shape without the class dim)",
+                input.shape()
+            ),
+        ));
+    }
     if target.dtype() == crate::DType::I32 {
         crate::ops::nll::cross_entropy_indices(input, target, o)
     } else {

@@ -931,6 +931,11 @@ fn loss_errors_in_pytorch_words() {
         binary_cross_entropy_with_logits(&t(&[25]), &t(&[25, 1]), &Default::default()),
         "Target size (torch.Size([25, 1])) must be the same as input size (torch.Size([25]))",
     );
+    // A target of the input's shape holds probabilities, whatever its dtype.
+    has(
+        cross_entropy(&t(&[2, 3]), &ids(&[2, 3]), &Default::default()),
+        "Expected floating point type for target with class probabilities, got Int",
+    );
     // LossNLL.cpp's IndexError words, at the readback.
     let target = Tensor::from_slice(dev(), &[0i32, 5], &[2]).unwrap();
     let l = nll_loss(&t(&[2, 5]), &target, &nll).unwrap();

@@ -109,13 +109,13 @@ fn losses_refuse_out_of_range_targets_but_not_the_ignore_index() {
         &d,
         nll_loss(&logp, &ids(&d, &[0, 3]), &NllLossOptions::default()),
         "nll_loss",
-        "target 3",
+        "Target 3 is out of bounds.",
     );
     fails(
         &d,
         cross_entropy(&logits, &ids(&d, &[-5, 1]), &CrossEntropyOptions::default()),
         "cross_entropy",
-        "target -5",
+        "Target -5 is out of bounds.",
     );
     // ignore_index (-100 by default) is no error, and the loss is the other sample's.
     let l = cross_entropy(
@@ -164,7 +164,7 @@ fn losses_over_no_classes_take_ignored_targets_only() {
         &d,
         nll_loss(&x, &ids(&d, &[-100, 0]), &NllLossOptions::default()),
         "nll_loss",
-        "target 0",
+        "Target 0 is out of bounds.",
     );
 }
 
