@@ -209,7 +209,7 @@ impl Device {
     }
 
     /// Records a buffer-to-buffer copy into the pending batch.
-    #[cfg(test)]
+    #[cfg(all(test, not(target_arch = "wasm32")))]
     pub(crate) fn record_copy(
         &self,
         src: &wgpu::Buffer,

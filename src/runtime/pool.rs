@@ -118,7 +118,7 @@ impl BufferPool {
     }
 
     /// How many buffers are marked.
-    #[cfg(test)]
+    #[cfg(all(test, not(target_arch = "wasm32")))]
     pub(crate) fn poisoned_count(&self) -> usize {
         self.poisoned.len()
     }
