@@ -1041,7 +1041,8 @@ fn conv_and_pool_errors_in_pytorch_words() {
                 ..MaxPool1dOptions::new(2)
             },
         ),
-        "stride should not be zero",
+        // test_pooling_zero_stride takes either sentence; check_max_pool1d says this one.
+        "stride must be greater than zero, but got 0",
     );
     has(
         max_pool2d(
@@ -1431,4 +1432,74 @@ fn index_errors_in_pytorch_words() {
         t(&[2]).one_hot(3),
         "one_hot is only applicable to index tensor.",
     );
+}
+
+/// max_pool1d's errors as error_inputs_max_pool1d matches them (check_max_pool1d's order
+/// and words; with indices the 2-D checks' words, as PyTorch's 2-D path).
+#[test]
+fn max_pool1d_errors_in_pytorch_words() {
+    use wgtensor::ops::{max_pool1d, max_pool1d_with_indices, MaxPool1dOptions};
+    let o = |k: usize, s: Option<usize>, p: usize, d: usize| MaxPool1dOptions {
+        stride: s,
+        padding: p,
+        dilation: d,
+        ..MaxPool1dOptions::new(k)
+    };
+    let rank = "Expected 2D or 3D (batch mode) tensor with optional 0 dim batch size for input";
+    for shape in [&[][..], &[0], &[0, 10], &[1, 10, 0]] {
+        has(max_pool1d(&t(shape), &o(1, None, 0, 1)), rank);
+    }
+    let x = t(&[0, 1, 49]);
+    let cases: [(&[usize], MaxPool1dOptions, &str); 5] = [
+        (
+            &[3, 3, 3],
+            o(1, Some(0), 0, 1),
+            "stride must be greater than zero, but got 0",
+        ),
+        (
+            &[3, 3, 3],
+            o(1, Some(1), 0, 0),
+            "dilation must be greater than zero, but got 0",
+        ),
+        (
+            &[2, 2, 2],
+            o(5, Some(1), 0, 1),
+            "Invalid computed output size: -2",
+        ),
+        (
+            &[0, 1, 49],
+            o(0, None, 0, 1),
+            "kernel_size must be greater than zero",
+        ),
+        (
+            &[0, 1, 49],
+            o(2, Some(0), 0, 1),
+            "stride must be greater than zero",
+        ),
+    ];
+    for (shape, opts, want) in cases {
+        has(max_pool1d(&t(shape), &opts), want);
+    }
+    has(
+        max_pool1d(&x, &o(2, Some(50), 4, 1)),
+        "max_pool1d() padding should be at most half of kernel size, but got padding=4 and kernel_size=2",
+    );
+    has(
+        max_pool1d_with_indices(&x, &o(2, Some(50), 4, 1)),
+        "pad should be at most half of effective kernel size",
+    );
+    has(
+        max_pool1d_with_indices(&x, &o(3, Some(1), 3, 2)),
+        "pad should be at most half of effective kernel size",
+    );
+    // Valid options still pool (ceil_mode's last window rule included).
+    let y = max_pool1d(
+        &Tensor::from_slice(dev(), &[1.0f32, 5.0, 2.0, 4.0, 3.0], &[1, 1, 5]).unwrap(),
+        &MaxPool1dOptions {
+            ceil_mode: true,
+            ..MaxPool1dOptions::new(2)
+        },
+    )
+    .unwrap();
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![5.0, 4.0, 3.0]);
 }

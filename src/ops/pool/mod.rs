@@ -34,11 +34,48 @@ fn lift_1d(op: &'static str, x: &Tensor) -> Result<Tensor> {
         _ => Err(Error::shape(
             op,
             format!(
-                "expected a 2-D [C, L] or 3-D [N, C, L] input, got shape {:?}",
+                "Expected 2D or 3D (batch mode) tensor with optional 0 dim batch size for \
+                 input, but got: {:?} (expected a 2-D [C, L] or 3-D [N, C, L] input)",
                 x.shape()
             ),
         )),
     }
+}
+
+/// PyTorch's check_max_pool1d (max_pool1d without indices; with indices it runs the 2-D
+/// checks, as PyTorch's does), in its order and words, on the caller's (rank-checked) input:
+/// kernel, stride, padding at most half the kernel, dilation, then the signed output size.
+fn check_max_pool1d(op: &'static str, x: &Tensor, o: &MaxPool1dOptions) -> Result<()> {
+    let (k, p, d) = (o.kernel_size, o.padding, o.dilation);
+    let s = o.stride.unwrap_or(k);
+    let why = if k == 0 {
+        format!("kernel_size must be greater than zero, but got {k}")
+    } else if s == 0 {
+        format!("stride must be greater than zero, but got {s}")
+    } else if p > k / 2 {
+        format!("padding should be at most half of kernel size, but got padding={p} and kernel_size={k}")
+    } else if d == 0 {
+        format!("dilation must be greater than zero, but got {d}")
+    } else {
+        // pooling_output_shape, signed (i128: the options are any usize).
+        let (len, k, p, s, d) = (
+            x.shape()[x.rank() - 1] as i128,
+            k as i128,
+            p as i128,
+            s as i128,
+            d as i128,
+        );
+        let numer = len + 2 * p - d * (k - 1) - 1 + if o.ceil_mode { s - 1 } else { 0 };
+        let mut out = numer.div_euclid(s) + 1;
+        if o.ceil_mode && (out - 1) * s >= len + p {
+            out -= 1;
+        }
+        if out > 0 {
+            return Ok(());
+        }
+        format!("Invalid computed output size: {out}")
+    };
+    Err(Error::arg(op, format!("max_pool1d() {why}")))
 }
 
 fn drop_h(t: Tensor) -> Result<Tensor> {
@@ -280,6 +317,7 @@ pub fn adaptive_max_pool2d_with_indices(
 pub fn max_pool1d(x: &Tensor, o: &MaxPool1dOptions) -> Result<Tensor> {
     let op = "max_pool1d";
     let x2 = lift_1d(op, x)?;
+    check_max_pool1d(op, x, o)?;
     let (win, out) = max_window(op, &x2, &o.to_2d())?;
     drop_h(run(op, &x2, win, out, None)?)
 }
