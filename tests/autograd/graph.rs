@@ -845,60 +845,51 @@ fn shared_matmul_operand_gradients_fold_the_batch() {
         let v: Vec<f32> = (0..n).map(|i| val(i, s)).collect();
         (Tensor::from_slice(&dev, &v, shape).unwrap(), v)
     };
+    // The gradients of sum(a @ b).
+    let grads = |a: &Tensor, b: &Tensor| {
+        let y = matmul(a, b).unwrap();
+        y.sum_all().unwrap().backward().unwrap()
+    };
+    let check = |what: &str, got: &Tensor, want: &dyn Fn(usize) -> f64| {
+        for (i, &x) in got.to_vec::<f32>().unwrap().iter().enumerate() {
+            let w = want(i);
+            assert!(
+                (x as f64 - w).abs() <= 1e-4 * (1.0 + w.abs()),
+                "{what}[{i}] {x} vs {w}"
+            );
+        }
+    };
     // dA for a [M, K] (and [1, M, K]) beside b [B, K, 1]: sum_b g_b b_b^T with g = 1.
     for a_shape in [vec![m, k], vec![1, m, k]] {
         let (a, _) = upload(m * k, 1, &a_shape);
         let a = a.requires_grad().unwrap();
         let (b, bv) = upload(batch * k, 2, &[batch, k, 1]);
-        let y = matmul(&a, &b).unwrap();
-        assert_eq!(y.shape(), &[batch, m, 1]);
-        let g = y.sum_all().unwrap().backward().unwrap();
+        assert_eq!(matmul(&a, &b).unwrap().shape(), &[batch, m, 1]);
+        let g = grads(&a, &b);
         let da = g.get(&a).unwrap();
         assert_eq!(da.shape(), a_shape.as_slice());
         let want: Vec<f64> = (0..k)
             .map(|kk| (0..batch).map(|bb| bv[bb * k + kk] as f64).sum())
             .collect();
-        let got = da.to_vec::<f32>().unwrap();
-        for (i, &x) in got.iter().enumerate() {
-            let w = want[i % k];
-            assert!(
-                (x as f64 - w).abs() <= 1e-4 * (1.0 + w.abs()),
-                "da[{i}] {x} vs {w}"
-            );
-        }
+        check("da", da, &|i| want[i % k]);
     }
     // dB for b [1, K, N] beside a [B, 1, K]: sum_b a_b^T g_b.
     let n = 64;
     let (a, av) = upload(batch * k, 3, &[batch, 1, k]);
     let (b, _) = upload(k * n, 4, &[1, k, n]);
     let b = b.requires_grad().unwrap();
-    let g = matmul(&a, &b)
-        .unwrap()
-        .sum_all()
-        .unwrap()
-        .backward()
-        .unwrap();
+    let g = grads(&a, &b);
     let db = g.get(&b).unwrap();
     assert_eq!(db.shape(), &[1, k, n]);
-    let got = db.to_vec::<f32>().unwrap();
-    for (i, &x) in got.iter().enumerate() {
-        let w: f64 = (0..batch).map(|bb| av[bb * k + i / n] as f64).sum();
-        assert!(
-            (x as f64 - w).abs() <= 1e-4 * (1.0 + w.abs()),
-            "db[{i}] {x} vs {w}"
-        );
-    }
+    check("db", db, &|i| {
+        (0..batch).map(|bb| av[bb * k + i / n] as f64).sum()
+    });
     // An empty batch: zeros of the operand's shape.
     let a = Tensor::ones(&dev, &[3, 4], DType::F32)
         .unwrap()
         .requires_grad()
         .unwrap();
     let b = Tensor::zeros(&dev, &[0, 4, 2], DType::F32).unwrap();
-    let g = matmul(&a, &b)
-        .unwrap()
-        .sum_all()
-        .unwrap()
-        .backward()
-        .unwrap();
+    let g = grads(&a, &b);
     assert_eq!(g.get(&a).unwrap().to_vec::<f32>().unwrap(), vec![0.0; 12]);
 }

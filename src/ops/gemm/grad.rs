@@ -47,26 +47,10 @@ impl GemmBackward {
             alpha: self.alpha,
             ..Default::default()
         };
-        let r = gz.rank();
-        if r > 2 && batch_numel(&self.a_shape) == 1 {
-            // A shared over the batch: the batch folds into K, [M, B*N] @ [B*N, K], one GEMM
-            // that sums over it in its (deterministic) K loop, as PyTorch's matmul folds. A
-            // [B, M, K] product summed afterwards would need K/N times the output's memory.
-            let (m, n) = (gz.shape()[r - 2], gz.shape()[r - 1]);
-            let k = self.a_shape[self.a_shape.len() - 1];
-            let batch = gz.shape()[..r - 2].iter().product::<usize>();
-            let mut full = gz.shape()[..r - 2].to_vec();
-            full.extend([k, n]);
-            let x = gz
-                .reshape(&[batch, m, n])?
-                .permute(&[1, 0, 2])?
-                .reshape(&[m, batch * n])?;
-            let y = b
-                .broadcast_to(&full)?
-                .reshape(&[batch, k, n])?
-                .permute(&[0, 2, 1])?
-                .reshape(&[batch * n, k])?;
-            return over_k_chunks(&x, &y, &o, gemm)?.reshape(&self.a_shape);
+        if gz.rank() > 2 && batch_numel(&self.a_shape) == 1 {
+            // A shared over the batch: dA^T = sum_b B_b dZ_b^T.
+            let at = folded(&b.transpose(-1, -2)?, &gz.transpose(-1, -2)?, &o)?;
+            return at.transpose(0, 1)?.reshape(&self.a_shape);
         }
         let bt = b.transpose(-1, -2)?;
         // K here is the forward's N, which the forward never bounds (wide outputs run in
@@ -81,24 +65,29 @@ impl GemmBackward {
             alpha: self.alpha,
             ..Default::default()
         };
-        let r = gz.rank();
-        if r > 2 && batch_numel(&self.b_shape) == 1 {
-            // B shared over the batch (2-D, or batch dims all 1): the batch folds into K,
-            // [K, B*M] @ [B*M, N] is one GEMM that sums over the batch in its
-            // (deterministic) K loop.
-            let (m, n) = (gz.shape()[r - 2], gz.shape()[r - 1]);
-            let k = self.a_shape[self.a_shape.len() - 1];
-            let rows = gz.shape()[..r - 1].iter().product::<usize>();
-            let mut full = gz.shape()[..r - 2].to_vec();
-            full.extend([m, k]);
-            let a2 = a.broadcast_to(&full)?.reshape(&[rows, k])?;
-            let gz2 = gz.reshape(&[rows, n])?;
-            return over_k_chunks(&a2.transpose(0, 1)?, &gz2, &o, gemm)?.reshape(&self.b_shape);
+        if gz.rank() > 2 && batch_numel(&self.b_shape) == 1 {
+            // B shared over the batch (2-D, or batch dims all 1): dB = sum_b A_b^T dZ_b.
+            return folded(a, gz, &o)?.reshape(&self.b_shape);
         }
         // K is the forward's M (the rows of A, here batched), which the forward never bounds.
         let at = a.transpose(-1, -2)?;
         sum_to(&over_k_chunks(&at, gz, &o, gemm)?, &self.b_shape)
     }
+}
+
+/// `sum_b x_b^T @ g_b` for `x [..., R, K]` (broadcast to g's batch) and `g [..., R, C]`, as
+/// `[K, C]`: the batch folds into the product's K, `[K, B*R] @ [B*R, C]`, one GEMM that sums
+/// over it in its (deterministic) K loop, as PyTorch's matmul folds an operand shared over
+/// the batch. A `[B, K, C]` product summed afterwards would need B times the result's memory.
+fn folded(x: &Tensor, g: &Tensor, o: &GemmOptions) -> Result<Tensor> {
+    let r = g.rank();
+    let rows = g.shape()[..r - 1].iter().product::<usize>();
+    let (c, k) = (g.shape()[r - 1], x.shape()[x.rank() - 1]);
+    let mut full = g.shape()[..r - 1].to_vec();
+    full.push(k);
+    let x2 = x.broadcast_to(&full)?.reshape(&[rows, k])?;
+    let g2 = g.reshape(&[rows, c])?;
+    over_k_chunks(&x2.transpose(0, 1)?, &g2, o, gemm)
 }
 
 /// The elements of a shape's batch dims (all but the last two): 1 for a matrix.
