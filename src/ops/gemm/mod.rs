@@ -12,6 +12,7 @@ pub(crate) mod plan;
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) mod probe;
 pub(crate) mod run;
+mod shape;
 mod window;
 
 use crate::{Error, Result, Tensor};
@@ -143,8 +144,8 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     );
     if ka != kb {
         // The batch first, as PyTorch's matmul (infer_size before bmm's check).
-        launch::batch_shape(op, a.shape(), b.shape())?;
-        return Err(launch::k_mismatch(op, a.shape(), b.shape()));
+        shape::batch_shape(op, a.shape(), b.shape())?;
+        return Err(shape::k_mismatch(op, a.shape(), b.shape()));
     }
     // Views, not reshapes: a strided or broadcast 1-D operand must not be copied.
     let a2 = if a.rank() == 1 {
