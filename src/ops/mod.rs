@@ -26,6 +26,7 @@ pub mod map;
 mod map_grad;
 pub mod nll;
 pub mod norm;
+mod one_hot;
 mod operators;
 pub mod pool;
 pub mod random;
