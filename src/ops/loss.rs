@@ -147,24 +147,36 @@ pub fn binary_cross_entropy_with_logits(
     };
     let pos_weight = o.pos_weight.map(|w| fit("pos_weight", w)).transpose()?;
     let weight = o.weight.map(|w| fit("weight", w)).transpose()?;
-    // log(1 + e^-x) in one kernel, as PyTorch's log_sigmoid: max(-x, 0) + log1p(e^-|x|) keeps
-    // the small term's digits (log(1 + tiny) rounds it to 0, and f16 steps of 1e-3 made the
-    // loss at x = 4 1.3% high).
-    let softplus = input.neg()?.unary(crate::ops::UnaryOp::Softplus)?;
-    let term = match &pos_weight {
-        Some(pw) => {
-            let l = pw.add_scalar(-1.0)?.mul(target)?.add_scalar(1.0)?;
-            l.mul(&softplus)?
+    let loss = {
+        let _guard = crate::autograd::NoGradGuard::new();
+        // log(1 + e^-x) in one kernel, as PyTorch's log_sigmoid: max(-x, 0) + log1p(e^-|x|)
+        // keeps the small term's digits (log(1 + tiny) rounds it to 0, and f16 steps of 1e-3
+        // made the loss at x = 4 1.3% high).
+        let softplus = input.neg()?.unary(crate::ops::UnaryOp::Softplus)?;
+        let term = match &pos_weight {
+            Some(pw) => {
+                let l = pw.add_scalar(-1.0)?.mul(target)?.add_scalar(1.0)?;
+                l.mul(&softplus)?
+            }
+            None => softplus,
+        };
+        let loss = target
+            .scalar_op(crate::ops::ScalarOp::RSub, 1.0)?
+            .mul(input)?
+            .add(&term)?;
+        match &weight {
+            Some(w) => loss.mul(w)?,
+            None => loss,
         }
-        None => softplus,
     };
-    let mut loss = target
-        .scalar_op(crate::ops::ScalarOp::RSub, 1.0)?
-        .mul(input)?
-        .add(&term)?;
-    if let Some(w) = &weight {
-        loss = loss.mul(w)?;
-    }
+    let loss = crate::autograd::record(loss, &[input, target], |_| {
+        Box::new(super::loss_pointwise::BceWithLogitsBackward {
+            x: input.detach(),
+            y: target.detach(),
+            w: weight.as_ref().map(Tensor::detach),
+            pw: pos_weight.as_ref().map(Tensor::detach),
+        })
+    });
     reduce(loss, o.reduction)
 }
 

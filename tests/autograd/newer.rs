@@ -243,3 +243,69 @@ fn matmul_backward_past_the_k_bound() {
     let half = 0.5 * n as f64;
     close("dB", &grad(&y.sum_all().unwrap(), &b), &[half; 4]);
 }
+
+/// binary_cross_entropy_with_logits' gradients are PyTorch's explicit formulas: with
+/// `t = pos_weight y`, `dx = w ((t + 1 - y) sigmoid(x) - t)` and
+/// `dy = w (pos_weight softplus(-x) - softplus(x))`; in f16 the input gradient at a confident
+/// negative (`sigmoid(-10)`, 4.5e-5) survives, where the composed chain rule cancelled to 0.
+#[test]
+fn bce_with_logits_gradients_are_pytorch_formulas() {
+    use wgtensor::ops::{binary_cross_entropy_with_logits, BceWithLogitsOptions, Reduction};
+    use wgtensor::DType;
+    let sig = |x: f64| 1.0 / (1.0 + (-x).exp());
+    let sp = |x: f64| x.max(0.0) + (-x.abs()).exp().ln_1p();
+    let xv = [-3.0, -0.5, 0.0, 1.5, 4.0, 2.0];
+    let yv = [0.0, 1.0, 0.25, 0.5, 1.0, 0.0];
+    let (wv, pwv) = ([0.5, 2.0, 1.0], [3.0, 0.5, 1.5]);
+    let x = leaf(&xv, &[2, 3]);
+    let y = leaf(&yv, &[2, 3]);
+    let (w, pw) = (upload(&wv, &[3]), upload(&pwv, &[3]));
+    let o = BceWithLogitsOptions {
+        weight: Some(&w),
+        pos_weight: Some(&pw),
+        reduction: Reduction::Sum,
+    };
+    let l = binary_cross_entropy_with_logits(&x, &y, &o).unwrap();
+    let g = l.backward().unwrap();
+    let (mut dx, mut dy) = (vec![0.0; 6], vec![0.0; 6]);
+    for i in 0..6 {
+        let (xi, yi, wi, pi) = (xv[i], yv[i], wv[i % 3], pwv[i % 3]);
+        let t = pi * yi;
+        dx[i] = wi * ((t + 1.0 - yi) * sig(xi) - t);
+        dy[i] = wi * (pi * sp(-xi) - sp(xi));
+    }
+    close("dx", &download(g.get(&x).unwrap()).unwrap(), &dx);
+    close("dy", &download(g.get(&y).unwrap()).unwrap(), &dy);
+    // Without options: dx = sigmoid(x) - y, dy = -x.
+    let l = binary_cross_entropy_with_logits(&x, &y, &BceWithLogitsOptions::default()).unwrap();
+    let g = l.backward().unwrap();
+    let n = 6.0;
+    let want: Vec<f64> = (0..6).map(|i| (sig(xv[i]) - yv[i]) / n).collect();
+    close("dx (mean)", &download(g.get(&x).unwrap()).unwrap(), &want);
+    let want: Vec<f64> = xv.iter().map(|x| -x / n).collect();
+    close("dy (mean)", &download(g.get(&y).unwrap()).unwrap(), &want);
+
+    let dev = crate::common::device();
+    crate::common::require_f16(dev);
+    let up = |v: &[f64]| crate::common::upload(dev, v, &[v.len()], DType::F16);
+    let xv = [-10.0, -9.0, 10.0, 12.0];
+    let x = up(&xv).requires_grad().unwrap();
+    let y = up(&[0.0, 0.0, 1.0, 1.0]);
+    let o = BceWithLogitsOptions {
+        reduction: Reduction::Sum,
+        ..Default::default()
+    };
+    let l = binary_cross_entropy_with_logits(&x, &y, &o).unwrap();
+    let got = download(l.backward().unwrap().get(&x).unwrap()).unwrap();
+    let f16_of = |v: f64| half::f16::from_f64(v).to_f64();
+    let want = [sig(-10.0), sig(-9.0), -sig(-10.0), -sig(-12.0)];
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        // One f16 rounding of sigmoid, one of the difference with y (at y = 1, 1 - 4.5e-5
+        // rounds to a step of 2^-11 or 2^-12, as PyTorch's f16 `sigmoid(x) - y` does).
+        let tol = if i < 2 { 1e-7 } else { 5e-4 };
+        assert!((g - f16_of(w)).abs() <= tol, "f16 dx[{i}]: {g} vs {w}");
+        if i < 2 {
+            assert!(*g > 0.0, "f16 dx[{i}] must not cancel to 0: {g}");
+        }
+    }
+}
