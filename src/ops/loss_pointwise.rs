@@ -330,68 +330,6 @@ impl BackwardOp for BceBackward {
     }
 }
 
-/// PyTorch's binary_cross_entropy_with_logits_backward and its target gradient, with
-/// `t = pos_weight y`: `dx = g w ((t + 1 - y) sigmoid(x) - t)` (`sigmoid(x) - y` without
-/// pos_weight) and `dy = g w (pos_weight softplus(-x) - softplus(x))` (`-x` without). Explicit,
-/// not the composed forward's chain rule: that gives `(1 - y) - l sigmoid(-x)`, whose two
-/// terms cancel in f16 (exactly 0 for y = 0 and x < -8.3, where PyTorch's is about 1e-4).
-pub(crate) struct BceWithLogitsBackward {
-    pub(crate) x: Tensor,
-    pub(crate) y: Tensor,
-    pub(crate) w: Option<Tensor>,
-    pub(crate) pw: Option<Tensor>,
-}
-
-impl BackwardOp for BceWithLogitsBackward {
-    fn name(&self) -> &'static str {
-        "binary_cross_entropy_with_logits"
-    }
-
-    fn backward(&self, grads: &[Option<Tensor>], needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
-        let Some(g) = grads.first().and_then(Option::as_ref) else {
-            return Ok(vec![None, None]);
-        };
-        let gw = match &self.w {
-            Some(w) => g.mul(w)?,
-            None => g.clone(),
-        };
-        let (x, y) = (&self.x, &self.y);
-        let dx = if needs.first() == Some(&true) {
-            let d = match &self.pw {
-                Some(pw) => {
-                    let t = pw.mul(y)?;
-                    t.sub(y)?.add_scalar(1.0)?.mul(&x.sigmoid()?)?.sub(&t)?
-                }
-                None => x.sigmoid()?.sub(y)?,
-            };
-            Some(gw.mul(&d)?)
-        } else {
-            None
-        };
-        let dy = if needs.get(1) == Some(&true) {
-            let d = match &self.pw {
-                Some(pw) => {
-                    let sp = |z: &Tensor| z.unary(super::UnaryOp::Softplus);
-                    pw.mul(&sp(&x.neg()?)?)?.sub(&sp(x)?)?
-                }
-                None => x.neg()?,
-            };
-            Some(gw.mul(&d)?)
-        } else {
-            None
-        };
-        Ok(vec![dx, dy])
-    }
-
-    fn saved(&self) -> Vec<&Tensor> {
-        [&self.x, &self.y]
-            .into_iter()
-            .chain(&self.w)
-            .chain(&self.pw)
-            .collect()
-    }
-}
-
 /// How [`kl_div`] reduces (PyTorch's `reduction=` of `kl_div`, which adds `batchmean`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum KlDivReduction {
