@@ -121,19 +121,13 @@ pub fn binary_cross_entropy_with_logits(
     // PyTorch multiplies both in place into the input-shaped loss: each must broadcast to
     // the input's shape without growing it (a [N] weight on [N, 1] logits is an error there,
     // not an [N, N] loss), and is cast to the loss's dtype.
+    // derivatives.yaml has no formula for either: PyTorch's autograd layer raises, in the
+    // arguments' order, before the kernel's checks (not a silent gradient).
+    use crate::ops::loss_options::no_requires_grad;
+    no_requires_grad(op, op, "weight", o.weight)?;
+    no_requires_grad(op, op, "pos_weight", o.pos_weight)?;
     let fit = |name: &str, w: &Tensor| -> Result<Tensor> {
         input.same_device(op, w)?;
-        // derivatives.yaml has no formula for either: PyTorch raises where autograd would
-        // have to differentiate them (not a silent gradient).
-        if crate::autograd::records([w]) {
-            return Err(Error::arg(
-                op,
-                format!(
-                    "the derivative for '{name}' is not implemented. (pass a {name} that does \
-                     not require grad, or detach it)"
-                ),
-            ));
-        }
         if w.layout().broadcast_to(input.shape()).is_err() {
             return Err(Error::shape(
                 op,
@@ -146,8 +140,8 @@ pub fn binary_cross_entropy_with_logits(
         }
         w.to_dtype(input.dtype())
     };
-    let pos_weight = o.pos_weight.map(|w| fit("pos_weight", w)).transpose()?;
     let weight = o.weight.map(|w| fit("weight", w)).transpose()?;
+    let pos_weight = o.pos_weight.map(|w| fit("pos_weight", w)).transpose()?;
     let loss = {
         let _guard = crate::autograd::NoGradGuard::new();
         // log(1 + e^-x) in one kernel, as PyTorch's log_sigmoid: max(-x, 0) + log1p(e^-|x|)

@@ -60,3 +60,26 @@ impl Default for CrossEntropyOptions<'_> {
         }
     }
 }
+
+/// PyTorch's `check_no_requires_grad` for a loss argument derivatives.yaml gives no formula
+/// (a class or element `weight`, `pos_weight`): an error in its words while grad mode records
+/// the argument, where a gradient would otherwise be silently missing. `function` is the ATen
+/// function PyTorch names (`nll_loss_forward` under `cross_entropy`).
+pub(crate) fn no_requires_grad(
+    op: &'static str,
+    function: &str,
+    arg: &str,
+    t: Option<&Tensor>,
+) -> Result<()> {
+    if t.is_some_and(|t| crate::autograd::records([t])) {
+        return Err(Error::arg(
+            op,
+            format!(
+                "The function '{function}' is not differentiable with respect to argument \
+                 '{arg}'. This input cannot have requires_grad True. (pass a {arg} that does \
+                 not require grad, or detach it)"
+            ),
+        ));
+    }
+    Ok(())
+}

@@ -230,13 +230,7 @@ pub fn binary_cross_entropy(
     same_shape(op, input, target)?;
     if let Some(w) = weight {
         input.same_device(op, w)?;
-        if crate::autograd::records([w]) {
-            // PyTorch: "the derivative for 'weight' is not implemented" (not a silent None).
-            return Err(Error::arg(
-                op,
-                "the weight's gradient is not implemented (as in PyTorch): pass a weight that does not require grad, or detach it",
-            ));
-        }
+        super::loss_options::no_requires_grad(op, op, "weight", Some(w))?;
         if w.layout().broadcast_to(input.shape()).is_err() {
             return Err(Error::shape(
                 op,

@@ -122,14 +122,8 @@ fn check(
     if let Some(w) = weight {
         input.same_device(op, w)?;
         input.same_dtype(op, w)?;
-        if crate::autograd::records([w]) {
-            // PyTorch: "the derivative for 'weight' is not implemented" (not a silent None,
-            // nor the smoothing term's part of it).
-            return Err(Error::arg(
-                op,
-                "the class weight's gradient is not implemented (as in PyTorch): pass a weight that does not require grad, or detach it",
-            ));
-        }
+        // Not a silent None, nor the smoothing term's part of it.
+        crate::ops::loss_options::no_requires_grad(op, "nll_loss_forward", "weight", Some(w))?;
         if w.shape() != [classes] {
             return Err(Error::shape(
                 op,

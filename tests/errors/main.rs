@@ -960,9 +960,22 @@ fn loss_errors_in_pytorch_words() {
         };
         has(
             binary_cross_entropy_with_logits(&t(&[25]), &t(&[25]), &o),
-            &format!("the derivative for '{name}' is not implemented."),
+            &format!(
+                "The function 'binary_cross_entropy_with_logits' is not differentiable with \
+                 respect to argument '{name}'. This input cannot have requires_grad True."
+            ),
         );
     }
+    // Both tracked: PyTorch's checks run in the arguments' order, so 'weight' is named.
+    let both = BceWithLogitsOptions {
+        weight: Some(&w),
+        pos_weight: Some(&w),
+        ..Default::default()
+    };
+    has(
+        binary_cross_entropy_with_logits(&t(&[25]), &t(&[25]), &both),
+        "with respect to argument 'weight'.",
+    );
     // binary_cross_entropy casts a weight of another float dtype, as `loss.mul_(weight)`.
     let p = Tensor::from_slice(dev(), &[0.25f32, 0.5], &[2]).unwrap();
     let y = Tensor::from_slice(dev(), &[1.0f32, 0.0], &[2]).unwrap();
