@@ -80,7 +80,9 @@ impl BackwardOp for BinaryBackward {
                 // and b >= 0 (a negative exponent keeps the infinite term, as PyTorch's
                 // pow_backward_exponent).
                 let ga = if need_a {
-                    let t = g.mul(b)?.mul(&a.pow(&b.sub_scalar(1.0)?)?)?;
+                    // g (b a^(b - 1)), the factor first as PyTorch's: g b rounded to f16
+                    // overflows where the whole gradient does not.
+                    let t = g.mul(&b.mul(&a.pow(&b.sub_scalar(1.0)?)?)?)?;
                     Some(grad_binary(&t, b, GradCode::ZeroWhereZero, 0.0)?)
                 } else {
                     None

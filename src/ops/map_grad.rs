@@ -140,12 +140,16 @@ impl BackwardOp for ScalarBackward {
                 .into_unary(UnaryOp::Neg)?,
             ScalarOp::Max => grad_binary(g, &saved(&self.x)?, GradCode::PassGe, self.s)?,
             ScalarOp::Min => grad_binary(g, &saved(&self.x)?, GradCode::PassLe, self.s)?,
-            // PyTorch: grad * s * x^(s - 1), and zeros for s == 0 (x^-1 would be inf at x = 0;
-            // zeros, not g * 0, which is NaN where g is not finite).
+            // PyTorch: grad * (s * x^(s - 1)), and zeros for s == 0 (x^-1 would be inf at
+            // x = 0; zeros, not g * 0, which is NaN where g is not finite). The factor first,
+            // as PyTorch's: g x^(s - 1) rounded to f16 overflows for |s| < 1 where the product
+            // with s does not (sqrt's gradient under loss scaling).
             ScalarOp::Pow if self.s == 0.0 => g.zeros_like()?,
-            ScalarOp::Pow => g
-                .mul(&saved(&self.x)?.pow_scalar(f64::from(self.s) - 1.0)?)?
-                .mul_scalar(f64::from(self.s))?,
+            ScalarOp::Pow => g.mul(
+                &saved(&self.x)?
+                    .pow_scalar(f64::from(self.s) - 1.0)?
+                    .mul_scalar(f64::from(self.s))?,
+            )?,
         };
         Ok(vec![Some(gx)])
     }

@@ -309,3 +309,46 @@ fn bce_with_logits_gradients_are_pytorch_formulas() {
         }
     }
 }
+
+/// pow's gradients multiply the upstream gradient by the whole factor `s x^(s - 1)`, as
+/// PyTorch's pow_backward: in f16, `g x^(s - 1)` for sqrt's exponent or `g b` for a tensor
+/// exponent overflowed to inf where the gradient itself is finite.
+#[test]
+fn f16_pow_gradients_take_the_factor_first() {
+    use wgtensor::DType;
+    let dev = crate::common::device();
+    crate::common::require_f16(dev);
+    let up = |v: f64| crate::common::upload(dev, &[v], &[1], DType::F16);
+    let f16_of = |v: f64| half::f16::from_f64(v).to_f64();
+    let rel = |what: &str, got: f64, want: f64| {
+        assert!(
+            got.is_finite() && (got - want).abs() <= 2e-3 * want.abs(),
+            "{what}: {got} vs {want}"
+        );
+    };
+    // sqrt: g 0.5 x^-0.5 = 8000 * 0.5 * 10 = 40000 (g x^-0.5 = 80000 is past f16's max).
+    let x = up(0.01).requires_grad().unwrap();
+    let xs = f16_of(0.01);
+    let g = x
+        .pow_scalar(0.5)
+        .unwrap()
+        .backward_with_grad(&up(8000.0))
+        .unwrap();
+    let got = download(g.get(&x).unwrap()).unwrap()[0];
+    rel("pow_scalar(0.5)", got, 8000.0 * 0.5 * xs.powf(-0.5));
+    // rsqrt: 100 * -0.5 x^-1.5 = -50000 (g x^-1.5 = 1e5 overflows).
+    let x = up(0.01).requires_grad().unwrap();
+    let g = x
+        .pow_scalar(-0.5)
+        .unwrap()
+        .backward_with_grad(&up(100.0))
+        .unwrap();
+    let got = download(g.get(&x).unwrap()).unwrap()[0];
+    rel("pow_scalar(-0.5)", got, 100.0 * -0.5 * xs.powf(-1.5));
+    // A tensor exponent: 1e4 (10 * 0.5^9) = 195.3 (g b = 1e5 overflows).
+    let a = up(0.5).requires_grad().unwrap();
+    let b = up(10.0);
+    let g = a.pow(&b).unwrap().backward_with_grad(&up(1e4)).unwrap();
+    let got = download(g.get(&a).unwrap()).unwrap()[0];
+    rel("pow(a, b)", got, f16_of(1e4) * 10.0 * 0.5f64.powi(9));
+}
