@@ -662,6 +662,47 @@ fn composed_path_scaling_empty_keys_and_long_contexts() {
         assert!(vals(&o.to_dtype(DType::F32).unwrap())
             .iter()
             .all(|&v| v == 40.0));
+        // f16 computed in f32 and rounded once, as the fused kernels and PyTorch's math
+        // backend: scores 1280 and 1280.5 (f16's step there is 1) weigh v as [0.3775,
+        // 0.6225], and an f32 mask of -1e9 over a whole row gives its uniform average, 0.5
+        // (f32 does not tell the two scores apart near -1e9; in f16 the mask was -inf, and
+        // the row gave zeros).
+        let h = |v: &[f32], shape: &[usize]| {
+            Tensor::from_slice(dev, v, shape)
+                .unwrap()
+                .to_dtype(DType::F16)
+                .unwrap()
+        };
+        let q = h(&[32.0, 32.0], &[1, 1, 2]);
+        let k = h(&[20.0, 20.0, 20.0, 20.015625], &[1, 2, 2]);
+        let v = h(&[0.0, 1.0], &[1, 2, 1]);
+        let sep = 1.0 / (1.0 + (-0.5f32).exp());
+        for (mask, want) in [([0.0f32, 0.0], sep), ([-1e9, -1e9], 0.5)] {
+            let m = Tensor::from_slice(dev, &mask, &[2]).unwrap();
+            let tracked = m.clone().requires_grad().unwrap();
+            let run = |m: &Tensor| {
+                let opts = SdpaOptions {
+                    attn_mask: Some(AttnMask::Additive(m)),
+                    scale: Some(1.0),
+                    ..Default::default()
+                };
+                vals(
+                    &sdpa(&q, &k, &v, &opts)
+                        .unwrap()
+                        .to_dtype(DType::F32)
+                        .unwrap(),
+                )[0]
+            };
+            let (fused, composed) = (run(&m), run(&tracked));
+            assert!(
+                (fused - want).abs() < 1e-3,
+                "fused {mask:?}: {fused} vs {want}"
+            );
+            assert!(
+                (composed - want).abs() < 1e-3,
+                "composed {mask:?}: {composed} vs {want}"
+            );
+        }
     }
     // A negative scale keeps its sign through the split.
     let (q, k, v) = (

@@ -30,6 +30,13 @@ pub fn scaled_dot_product_attention(
     opts: &SdpaOptions,
 ) -> Result<Tensor> {
     let prob = Problem::new("scaled_dot_product_attention", q, k, v, opts)?;
+    if q.dtype == DType::F16 {
+        // In f32, rounded once at the end, as PyTorch's math backend upcasts f16 (and as the
+        // fused kernels compute): f16 scores lose digits past 512, and a mask of -1e9 would
+        // round to -inf and turn a fully masked row's uniform weights into zeros.
+        let up = |t: &Tensor| t.to_dtype(DType::F32);
+        return scaled_dot_product_attention(&up(q)?, &up(k)?, &up(v)?, opts)?.to_dtype(DType::F16);
+    }
     let dev = q.device();
     let (k, v) = if prob.group() > 1 {
         let idx: Vec<i32> = (0..prob.heads).map(|h| (h / prob.group()) as i32).collect();
