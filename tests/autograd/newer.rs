@@ -352,3 +352,30 @@ fn f16_pow_gradients_take_the_factor_first() {
     let got = download(g.get(&a).unwrap()).unwrap()[0];
     rel("pow(a, b)", got, f16_of(1e4) * 10.0 * 0.5f64.powi(9));
 }
+
+/// A per-row bias's gradient sums the output gradient over the batch and the columns in one
+/// reduction, accumulated in f32: each batch's row sum stored in f16 first overflowed (+inf
+/// and -inf, then NaN) where the whole sum, 2048, is finite.
+#[test]
+fn f16_per_row_bias_gradient_sums_once() {
+    use wgtensor::ops::{gemm, Bias, GemmOptions};
+    use wgtensor::DType;
+    let dev = crate::common::device();
+    crate::common::require_f16(dev);
+    let n = 2048;
+    let a = crate::common::upload(dev, &[0.0, 0.0], &[2, 1, 1], DType::F16);
+    let b = crate::common::upload(dev, &vec![0.0; 2 * n], &[2, 1, n], DType::F16);
+    let bias = crate::common::upload(dev, &[0.0], &[1], DType::F16)
+        .requires_grad()
+        .unwrap();
+    let o = GemmOptions {
+        bias: Some(Bias::PerRow(&bias)),
+        ..Default::default()
+    };
+    let y = gemm(&a, &b, &o).unwrap();
+    let mut g = vec![40.0; n];
+    g.extend(vec![-39.0; n]);
+    let g = crate::common::upload(dev, &g, &[2, 1, n], DType::F16);
+    let got = download(y.backward_with_grad(&g).unwrap().get(&bias).unwrap()).unwrap();
+    assert_eq!(got, vec![n as f64]);
+}

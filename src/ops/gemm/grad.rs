@@ -177,7 +177,11 @@ impl BackwardOp for GemmBackward {
             out.push(if needs[i] {
                 let r = gz.rank();
                 Some(if per_row {
-                    sum_to(&gz.sum(-1, false)?, &[gz.shape()[r - 2]])?
+                    // Every dim but the rows in one reduction (f16 accumulates in f32): a
+                    // row sum stored first overflowed f16 where the whole sum is finite.
+                    let dims: Vec<isize> =
+                        (0..r as isize).filter(|&d| d != r as isize - 2).collect();
+                    gz.sum_dims(&dims, false)?
                 } else {
                     sum_to(&gz, &[gz.shape()[r - 1]])?
                 })
