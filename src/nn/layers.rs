@@ -129,10 +129,10 @@ impl Forward for Linear {
             ));
         };
         let Some(&got) = x.shape().last() else {
-            // F.linear runs matmul, which names the ranks.
+            // ATen's linear checks the ranks first, in its own name.
             return Err(Error::shape(
                 "linear",
-                "both arguments to matmul need to be at least 1D, but they are 0D and 2D \
+                "both arguments to linear need to be at least 1D, but they are 0D and 2D \
                  (a 0-d input has no features; Linear takes [*, in_features])",
             ));
         };

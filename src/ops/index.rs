@@ -160,6 +160,8 @@ impl Tensor {
     /// ```
     pub fn index_select(&self, dim: isize, index: &Tensor) -> Result<Tensor> {
         let op = "index_select";
+        // PyTorch's order: the index's rank, a scalar's one value, then its dtype.
+        vector_index(op, index)?;
         if self.rank() == 0 {
             // PyTorch: a scalar's dim 0 / -1 holds one value, picked by a one-value index;
             // the result is a scalar.
@@ -201,20 +203,21 @@ impl Tensor {
         let op = "scatter_add";
         self.same_device(op, index)?;
         self.same_device(op, src)?;
+        // scatter_gather_dtype_check's order: the index's dtype (only when it has elements),
+        // then self's against src's.
+        if index.numel() != 0 {
+            require_index(op, "index", index)?;
+        }
         if self.dtype != src.dtype {
             return Err(Error::arg(
                 op,
                 format!(
-                    "Expected self.dtype to be equal to src.dtype (self {:?}, src {:?})",
+                    "scatter(): Expected self.dtype to be equal to src.dtype (self {:?}, src {:?})",
                     self.dtype, src.dtype
                 ),
             ));
         }
         self.require_float(op)?;
-        // PyTorch checks the index's dtype only when it has elements.
-        if index.numel() != 0 {
-            require_index(op, "index", index)?;
-        }
         let ranks = [self.rank(), index.rank(), src.rank()];
         if ranks.iter().max() == Some(&1) && ranks.contains(&0) {
             // PyTorch counts a scalar as one dim of size 1 here.
@@ -487,15 +490,8 @@ fn scatter_rows(
     }))
 }
 
-fn index_select_impl(
-    x: &Tensor,
-    op: &'static str,
-    dim: isize,
-    index: &Tensor,
-    skip: i32,
-) -> Result<Tensor> {
-    x.same_device(op, index)?;
-    require_index(op, "index", index)?;
+/// index_select's index is at most 1-D (PyTorch's first check, before the dtype's).
+fn vector_index(op: &'static str, index: &Tensor) -> Result<()> {
     if index.rank() > 1 {
         return Err(Error::shape(
             op,
@@ -506,6 +502,19 @@ fn index_select_impl(
             ),
         ));
     }
+    Ok(())
+}
+
+fn index_select_impl(
+    x: &Tensor,
+    op: &'static str,
+    dim: isize,
+    index: &Tensor,
+    skip: i32,
+) -> Result<Tensor> {
+    x.same_device(op, index)?;
+    vector_index(op, index)?;
+    require_index(op, "index", index)?;
     if x.rank() == 0 {
         return Err(Error::shape(
             op,

@@ -383,7 +383,13 @@ fn zero_stride_or_dilation() {
         ..Default::default()
     };
     let e = err(conv1d(&t(&[1, 2, 5]), &t(&[2, 2, 3]), None, &o1));
-    check(&e, "conv1d", false, &["stride [1, 0]"]);
+    // The caller's 1-D options, not the 2-D ones it runs as.
+    check(
+        &e,
+        "conv1d",
+        false,
+        &["non-positive stride is not supported: stride [0] and dilation [1]"],
+    );
     // The transposed convolution with stride 0 (output_padding 0) or dilation 0.
     for (stride, dilation) in [([0, 1], [1, 1]), ([1, 1], [1, 0])] {
         let ot = ConvTranspose2dOptions {
@@ -579,6 +585,32 @@ fn wrong_rank() {
         true,
         &["Expected 3-dimensional input for 3-dimensional weight [1, 2, 2], but got 4-dimensional input of size [1, 1, 4, 3] instead"],
     );
+    // Groups, stride and dilation are checked before the ranks are compared (_convolution's
+    // order).
+    let bad = [
+        (
+            Conv2dOptions { groups: 0, ..o },
+            "non-positive groups is not supported",
+        ),
+        (
+            Conv2dOptions {
+                stride: [0, 1],
+                ..o
+            },
+            "non-positive stride is not supported",
+        ),
+        (
+            Conv2dOptions {
+                dilation: [1, 0],
+                ..o
+            },
+            "dilation should be greater than zero",
+        ),
+    ];
+    for (bo, want) in bad {
+        let e = err(conv2d(&t(&[1, 1, 4, 3]), &t(&[1, 2, 2]), None, &bo));
+        check(&e, FWD, false, &[want]);
+    }
     let e = err(conv2d(&t(&[1, 1, 4, 3]), &t(&[1, 2]), None, &o));
     check(
         &e,
@@ -750,7 +782,10 @@ fn transposed_output_padding_below_stride_or_dilation() {
         ..Default::default()
     };
     let e = err(conv_transpose2d(&t(&[1, 3, 6, 6]), &w, None, &ot));
-    assert!(!e.to_string().contains("output padding"), "{e}");
+    assert!(
+        e.to_string().contains("Given transposed=1") && !e.to_string().contains("output padding"),
+        "{e}"
+    );
     // Below the dilation is fine even with stride 1 (PyTorch allows it too).
     let ot = ConvTranspose2dOptions {
         dilation: [2, 1],

@@ -492,7 +492,7 @@ fn matmul_mismatch_in_pytorch_words() {
     let lin = wgtensor::nn::Linear::new(dev(), 4, 5, true).unwrap();
     let e = lin.forward(&t(&[])).unwrap_err();
     assert!(
-        msg(&e).contains("at least 1D, but they are 0D and 2D"),
+        msg(&e).contains("both arguments to linear need to be at least 1D, but they are 0D and 2D"),
         "{e}"
     );
     let e = lin.forward(&t(&[2, 3, 3])).unwrap_err();
@@ -1434,13 +1434,25 @@ fn index_errors_in_pytorch_words() {
         x.index_select(0, &i2),
         "index_select(): Index is supposed to be a vector",
     );
-    let h = x.to_dtype(DType::F16);
-    if let Ok(h) = h {
-        has(
-            h.scatter_add(0, &i2, &t(&[1, 2])),
-            "Expected self.dtype to be equal to src.dtype",
-        );
-    }
+    // The rank before the dtype (index_select_out's order), for a scalar self too.
+    has(
+        x.index_select(0, &t(&[1, 2])),
+        "index_select(): Index is supposed to be a vector",
+    );
+    has(
+        t(&[]).index_select(0, &t(&[1, 1])),
+        "index_select(): Index is supposed to be a vector",
+    );
+    // scatter_gather_dtype_check: the index's dtype, then self's against src's.
+    let xi = x.to_dtype(DType::I32).unwrap();
+    has(
+        xi.scatter_add(0, &i2, &t(&[1, 2])),
+        "scatter(): Expected self.dtype to be equal to src.dtype",
+    );
+    has(
+        xi.scatter_add(0, &f_idx, &t(&[1, 2])),
+        "scatter(): Expected dtype int32/int64 for index",
+    );
     has(
         t(&[2]).one_hot(3),
         "one_hot is only applicable to index tensor.",
@@ -1493,6 +1505,11 @@ fn max_pool1d_errors_in_pytorch_words() {
     for (shape, opts, want) in cases {
         has(max_pool1d(&t(shape), &opts), want);
     }
+    // A window past any size (dilation (kernel - 1) beyond i128): an error, not an overflow.
+    has(
+        max_pool1d(&t(&[1, 1, 4]), &o(usize::MAX, Some(1), 0, usize::MAX)),
+        "max_pool1d() Invalid computed output size: -",
+    );
     has(
         max_pool1d(&x, &o(2, Some(50), 4, 1)),
         "max_pool1d() padding should be at most half of kernel size, but got padding=4 and kernel_size=2",

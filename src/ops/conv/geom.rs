@@ -270,6 +270,33 @@ pub(crate) fn out_len(len: usize, pad: usize, k: usize, s: usize, d: usize) -> O
 pub(crate) const OPTION_LIMIT: usize = 1 << 20;
 
 /// Rejects option values the size arithmetic could overflow on, naming them.
+/// `_convolution`'s groups check and check_shape_forward's stride and dilation checks, in
+/// PyTorch's order and words (they run before the weight's rank is compared with the input's).
+pub(crate) fn check_positive(
+    op: &'static str,
+    groups: usize,
+    stride: &[usize],
+    dilation: &[usize],
+) -> Result<()> {
+    if groups == 0 {
+        return Err(Error::arg(
+            op,
+            "non-positive groups is not supported: groups must be at least 1, got 0",
+        ));
+    }
+    if stride.contains(&0) || dilation.contains(&0) {
+        let what = match stride.contains(&0) {
+            true => "non-positive stride is not supported",
+            false => "dilation should be greater than zero",
+        };
+        return Err(Error::arg(
+            op,
+            format!("{what}: stride {stride:?} and dilation {dilation:?} must be at least 1"),
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn check_option_limits(op: &'static str, values: &[(&str, &[usize])]) -> Result<()> {
     for (what, v) in values {
         if v.iter().any(|&x| x > OPTION_LIMIT) {
@@ -355,26 +382,7 @@ impl Geom {
                 ("groups", &[g]),
             ],
         )?;
-        if g == 0 {
-            return Err(Error::arg(
-                op,
-                "non-positive groups is not supported: groups must be at least 1, got 0",
-            ));
-        }
-        if o.stride.contains(&0) || o.dilation.contains(&0) {
-            // PyTorch's words first (its check_shape_forward).
-            let what = match o.stride.contains(&0) {
-                true => "non-positive stride is not supported",
-                false => "dilation should be greater than zero",
-            };
-            return Err(Error::arg(
-                op,
-                format!(
-                    "{what}: stride {:?} and dilation {:?} must be at least 1",
-                    o.stride, o.dilation
-                ),
-            ));
-        }
+        check_positive(op, g, &o.stride, &o.dilation)?;
         // A forward convolution's errors start as PyTorch's (check_shape_forward), with the
         // caller's shapes: a 1-D one arrives as [n, c, 1, l].
         let forward = matches!(op, "conv1d" | "conv2d");

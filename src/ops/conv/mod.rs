@@ -115,7 +115,10 @@ fn no_activation(op: &'static str, act: Activation) -> Result<()> {
 /// ```
 pub fn conv2d(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, o: &Conv2dOptions) -> Result<Tensor> {
     let op = "conv2d";
-    batched(op, x, w, Spatial::Two, |x| forward(op, x, w, bias, o))
+    let positive = (o.groups, &o.stride[..], &o.dilation[..]);
+    batched(op, x, w, Spatial::Two, positive, |x| {
+        forward(op, x, w, bias, o)
+    })
 }
 
 /// The spatial rank of a convolution, for its input's shape rules.
@@ -127,13 +130,15 @@ enum Spatial {
 
 /// Runs `f` on `x` as PyTorch's convolutions take their input: batched (`[N, C, H, W]`,
 /// `[N, C, L]`) as it is, unbatched (`[C, H, W]`, `[C, L]`) as a batch of one whose batch dim
-/// the result drops again (views both ways, so the gradient flows through). The weight's rank
-/// is checked against the batched input's, as PyTorch's `_convolution` does next.
+/// the result drops again (views both ways, so the gradient flows through). Then, in the order
+/// of PyTorch's `_convolution`: the weight's rank at least 3, `positive` (groups, stride,
+/// dilation) at least 1, and the weight's rank against the batched input's.
 fn batched(
     op: &'static str,
     x: &Tensor,
     w: &Tensor,
     spatial: Spatial,
+    positive: (usize, &[usize], &[usize]),
     f: impl FnOnce(&Tensor) -> Result<Tensor>,
 ) -> Result<Tensor> {
     let (rank, layout, unbatched) = match spatial {
@@ -144,6 +149,8 @@ fn batched(
         let ws = w.shape();
         let torch = if ws.len() < 3 {
             "weight should have at least three dimensions".to_string()
+        } else if let Err(e) = geom::check_positive(op, positive.0, positive.1, positive.2) {
+            return Err(e);
         } else if ws.len() != rank {
             format!(
                 "Expected {r}-dimensional input for {r}-dimensional weight {ws:?}, but got \
@@ -264,7 +271,8 @@ fn forward_untracked(
 /// ```
 pub fn conv1d(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, o: &Conv1dOptions) -> Result<Tensor> {
     let op = "conv1d";
-    batched(op, x, w, Spatial::One, |x| {
+    let positive = (o.groups, &[o.stride][..], &[o.dilation][..]);
+    batched(op, x, w, Spatial::One, positive, |x| {
         via_2d(op, (x, "input"), (w, "weight"), |x, w| {
             forward(op, x, w, bias, &o.to_2d())
         })
@@ -429,7 +437,8 @@ pub fn conv_transpose2d(
     o: &ConvTranspose2dOptions,
 ) -> Result<Tensor> {
     let op = "conv_transpose2d";
-    batched(op, x, w, Spatial::Two, |x| {
+    let positive = (o.groups, &o.stride[..], &o.dilation[..]);
+    batched(op, x, w, Spatial::Two, positive, |x| {
         transpose_impl(op, x, w, bias, o)
     })
 }
@@ -532,12 +541,7 @@ fn transpose_untracked(
 /// there, not an empty sum) and a multiple of groups, and the input has `C_in` channels.
 /// Shapes are shown as the caller gave them (a 1-D call arrives as `[n, c, 1, l]`).
 fn check_transposed_channels(op: &'static str, x: &Tensor, w: &Tensor, g: usize) -> Result<()> {
-    if g == 0 {
-        return Err(Error::arg(
-            op,
-            "non-positive groups is not supported: groups must be at least 1, got 0",
-        ));
-    }
+    geom::check_positive(op, g, &[], &[])?;
     let ws = geom::caller_shape(op, w.shape());
     geom::check_weight_dim0(op, g, ws[0], &ws, "in_channels")?;
     let c = x.shape()[1];
@@ -564,7 +568,8 @@ pub fn conv_transpose1d(
     o: &ConvTranspose1dOptions,
 ) -> Result<Tensor> {
     let op = "conv_transpose1d";
-    batched(op, x, w, Spatial::One, |x| {
+    let positive = (o.groups, &[o.stride][..], &[o.dilation][..]);
+    batched(op, x, w, Spatial::One, positive, |x| {
         via_2d(op, (x, "input"), (w, "weight"), |x, w| {
             transpose_impl(op, x, w, bias, &o.to_2d())
         })
