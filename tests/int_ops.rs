@@ -593,6 +593,9 @@ fn embedding_with_padding_idx_and_one_hot() {
         e.contains("Class values must be smaller than num_classes."),
         "{e}"
     );
+    // PyTorch checks the values' sign before the count.
+    let e = ti(&[-1, 0], &[2]).one_hot(-2).unwrap_err().to_string();
+    assert!(e.contains("Class values must be non-negative."), "{e}");
 }
 
 /// A bucket's sum as the kernels add it: in index order on CPU adapters and for buckets of up

@@ -61,10 +61,14 @@ impl Tensor {
         let num_classes = match requested {
             -1 => self.inferred_classes(op)?,
             n if n < 0 => {
+                // PyTorch compares the values first: a negative one is named before the count
+                // (in the browser, without a blocking readback, the count is).
+                #[cfg(not(target_arch = "wasm32"))]
+                self.inferred_classes(op)?;
                 return Err(Error::arg(
                     op,
                     format!("Class values must be smaller than num_classes. (num_classes {n})"),
-                ))
+                ));
             }
             n => n as usize,
         };
