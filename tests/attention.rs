@@ -107,6 +107,58 @@ fn broadcast_leading_dims_and_low_ranks() {
     );
 }
 
+/// enable_gqa with key and value heads that differ (each dividing the query's), as PyTorch's
+/// pre_process_group_query_attention_input: each repeated (repeat_interleave on dim -3) to the
+/// query's heads; the gradients come back summed to each operand's own heads.
+#[test]
+fn gqa_with_unequal_key_and_value_heads() {
+    let dev = device();
+    let (q, k, v) = (
+        leaf(dev, &[1, 6, 4, 8]),
+        leaf(dev, &[1, 2, 5, 8]),
+        leaf(dev, &[1, 3, 5, 3]),
+    );
+    let gqa = SdpaOptions {
+        enable_gqa: true,
+        ..Default::default()
+    };
+    let a = sdpa(&q, &k, &v, &gqa).unwrap();
+    assert_eq!(a.shape(), &[1, 6, 4, 3]);
+    let rep = |t: &Tensor, h: usize| {
+        let idx: Vec<i32> = (0..6).map(|i| (i / (6 / h)) as i32).collect();
+        let idx = Tensor::from_slice(dev, &idx, &[6]).unwrap();
+        t.index_select(-3, &idx).unwrap()
+    };
+    let b = sdpa(&q, &rep(&k, 2), &rep(&v, 3), &SdpaOptions::default()).unwrap();
+    assert_close("out", &a, &b, 1e-6);
+    let g = randn(dev, a.shape());
+    let (ga, gb) = (
+        a.backward_with_grad(&g).unwrap(),
+        b.backward_with_grad(&g).unwrap(),
+    );
+    for (name, t) in [("dq", &q), ("dk", &k), ("dv", &v)] {
+        let x = ga.get(t).unwrap();
+        assert_eq!(x.shape(), t.shape(), "{name}");
+        assert_close(name, x, gb.get(t).unwrap(), 1e-6);
+    }
+    // The composed path (a tracked mask) repeats them too.
+    let m = Tensor::zeros(dev, &[4, 5], DType::F32)
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let masked = SdpaOptions {
+        attn_mask: Some(AttnMask::Additive(&m)),
+        ..gqa
+    };
+    assert_close("composed", &sdpa(&q, &k, &v, &masked).unwrap(), &b, 2e-5);
+    // Heads that do not divide the query's are refused in PyTorch's words.
+    let e = err(sdpa(&q, &k, &leaf(dev, &[1, 4, 5, 3]), &gqa));
+    assert!(
+        e.contains("Number of heads in key and value must divide the number of heads in"),
+        "{e}"
+    );
+}
+
 #[test]
 fn empty_and_degenerate_shapes() {
     let dev = device();
@@ -268,10 +320,16 @@ fn argument_errors_name_the_op_and_values() {
             ..d
         },
     ));
-    assert!(e.contains("is_causal"), "{e}");
+    assert!(
+        e.contains("Explicit attn_mask should not be set when is_causal=True"),
+        "{e}"
+    );
     for p in [-0.1, 1.5, f64::NAN] {
         let e = err(sdpa(&q, &k, &v, &SdpaOptions { dropout_p: p, ..d }));
-        assert!(e.contains("dropout_p"), "{e}");
+        assert!(
+            e.contains("dropout probability has to be between 0 and 1, but got"),
+            "{e}"
+        );
     }
     let e = err(sdpa(
         &randn(dev, &[1, 3, 2, 4]),
@@ -282,9 +340,13 @@ fn argument_errors_name_the_op_and_values() {
             ..d
         },
     ));
-    assert!(e.contains("enable_gqa") && e.contains("query 3"), "{e}");
+    assert!(
+        e.contains("Number of heads in key and value must divide the number of heads in")
+            && e.contains("query 3"),
+        "{e}"
+    );
     let ints = Tensor::from_slice(dev, &[1i32; 15], &[3, 5]).unwrap();
-    err(sdpa(
+    let e = err(sdpa(
         &q,
         &k,
         &v,
@@ -293,6 +355,27 @@ fn argument_errors_name_the_op_and_values() {
             ..d
         },
     ));
+    assert!(
+        e.contains(
+            "Expected attn_mask dtype to be bool or float or to match query dtype, but got \
+             attn_mask.dtype: int and  query.dtype: float instead."
+        ),
+        "{e}"
+    );
+    // An f16 additive mask beside an f32 query too (validate_sdpa_input).
+    if dev.supports_f16() {
+        let m16 = randn(dev, &[3, 5]).to_dtype(DType::F16).unwrap();
+        let e = err(sdpa(
+            &q,
+            &k,
+            &v,
+            &SdpaOptions {
+                attn_mask: Some(AttnMask::Additive(&m16)),
+                ..d
+            },
+        ));
+        assert!(e.contains("attn_mask.dtype: c10::Half"), "{e}");
+    }
     // i32 operands are refused, an i32 bool mask is fine.
     let qi = Tensor::from_slice(dev, &[1i32; 24], &[2, 3, 4]).unwrap();
     err(sdpa(&qi, &k, &v, &d));

@@ -466,6 +466,16 @@ fn wrong_shapes_are_errors_naming_the_layer_and_the_shapes() {
         err.contains("MultiheadAttention") && err.contains("10") && err.contains('3'),
         "{err}"
     );
+    let err = MultiheadAttention::new(dev, 0, 1, Default::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(
+            "embed_dim and num_heads must be greater than 0, got embed_dim=0 and num_heads=1 \
+             instead"
+        ),
+        "{err}"
+    );
     let cfg = MultiheadAttentionConfig {
         dropout: 1.5,
         ..Default::default()
@@ -521,7 +531,19 @@ fn wrong_shapes_are_errors_naming_the_layer_and_the_shapes() {
     };
     let e = msg(m.forward_attn(&x, &x, &x, &opts));
     assert!(
-        e.contains("key_padding_mask") && e.contains("[2, 4]") && e.contains("[4, 2]"),
+        e.contains("expecting key_padding_mask shape of (2, 4), but got torch.Size([4, 2])"),
+        "{e}"
+    );
+    // Unbatched: PyTorch has unsqueezed the mask to [1, S] by then.
+    let kpm = Tensor::zeros(dev, &[3], DType::F32).unwrap();
+    let x2 = Tensor::zeros(dev, &[4, 8], DType::F32).unwrap();
+    let opts = MhaOptions {
+        key_padding_mask: Some(MhaMask::Bool(&kpm)),
+        ..Default::default()
+    };
+    let e = msg(m.forward_attn(&x2, &x2, &x2, &opts));
+    assert!(
+        e.contains("expecting key_padding_mask shape of (1, 4), but got torch.Size([1, 3])"),
         "{e}"
     );
     let am = Tensor::zeros(dev, &[2, 4, 4], DType::F32).unwrap(); // needs N * H = 4

@@ -161,7 +161,7 @@ impl MultiheadAttention {
         if embed_dim == 0 || num_heads == 0 {
             return Err(Error::arg(
                 OP,
-                format!("embed_dim and num_heads must be greater than 0, got embed_dim {embed_dim} and num_heads {num_heads}"),
+                format!("embed_dim and num_heads must be greater than 0, got embed_dim={embed_dim} and num_heads={num_heads} instead"),
             ));
         }
         if !embed_dim.is_multiple_of(num_heads) {
@@ -489,10 +489,24 @@ impl MultiheadAttention {
                      1-D but found {}-D tensor instead",
                     t.rank()
                 ),
-                (true, _) => format!(
-                    "expecting key_padding_mask shape of {want:?}, but got {:?}",
-                    t.shape()
-                ),
+                // Python's tuple and torch.Size, of the batched form (an unbatched mask is
+                // unsqueezed to [1, S] before this check).
+                (true, _) => {
+                    let lift = |s: &[usize]| -> Vec<usize> {
+                        if batched {
+                            s.to_vec()
+                        } else {
+                            [&[1][..], s].concat()
+                        }
+                    };
+                    let w = lift(want);
+                    format!(
+                        "expecting key_padding_mask shape of ({}, {}), but got torch.Size({:?})",
+                        w[0],
+                        w[1],
+                        lift(t.shape())
+                    )
+                }
             };
             return Err(Error::shape(
                 OP,

@@ -49,8 +49,10 @@ pub struct SdpaOptions<'a> {
     /// [`Device::manual_seed`](crate::Device::manual_seed)); applied whenever it is nonzero, as
     /// in PyTorch's functional form (pass 0 in evaluation).
     pub dropout_p: f64,
-    /// Grouped-query attention: `k` and `v` may have fewer heads (dim -3) than `q`, a divisor
-    /// of them; query head `h` reads key/value head `h / (Hq / Hkv)`.
+    /// Grouped-query attention: `k` and `v` may have fewer heads (dim -3) than `q`, each a
+    /// divisor of them; query head `h` reads key head `h / (Hq / Hk)` and value head
+    /// `h / (Hq / Hv)` (the kernels group equal key and value heads in place; unequal ones are
+    /// repeated first, as PyTorch's `repeat_interleave`).
     pub enable_gqa: bool,
 }
 
@@ -81,6 +83,9 @@ pub fn scaled_dot_product_attention(
     v: &Tensor,
     opts: &SdpaOptions,
 ) -> Result<Tensor> {
+    if let Some((k, v)) = problem::repeat_kv_heads(q, k, v, opts)? {
+        return scaled_dot_product_attention(q, &k, &v, opts);
+    }
     if let Some(AttnMask::Additive(m)) = opts.attn_mask {
         if crate::autograd::records([m]) {
             // A learned bias (relative positions, ALiBi) gets its gradient, the scores'

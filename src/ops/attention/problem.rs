@@ -109,16 +109,41 @@ impl Problem {
                 ),
             ));
         }
+        if let Some(AttnMask::Additive(m)) = opts.attn_mask {
+            // validate_sdpa_input: an additive mask is f32 or the query's dtype.
+            if m.dtype != DType::F32 && m.dtype != q.dtype {
+                let name = |d: DType| match d {
+                    DType::F32 => "float",
+                    DType::F16 => "c10::Half",
+                    DType::I32 => "int",
+                };
+                return Err(Error::arg(
+                    op,
+                    format!(
+                        "Expected attn_mask dtype to be bool or float or to match query dtype, \
+                         but got attn_mask.dtype: {} and  query.dtype: {} instead.",
+                        name(m.dtype),
+                        name(q.dtype)
+                    ),
+                ));
+            }
+        }
         if !(0.0..=1.0).contains(&opts.dropout_p) {
+            // at::dropout's words (PyTorch passes a negative p through as no dropout; here
+            // it is refused too).
             return Err(Error::arg(
                 op,
-                format!("dropout_p must be in [0, 1], got {}", opts.dropout_p),
+                format!(
+                    "dropout probability has to be between 0 and 1, but got {} (dropout_p)",
+                    opts.dropout_p
+                ),
             ));
         }
         if opts.is_causal && opts.attn_mask.is_some() {
             return Err(Error::arg(
                 op,
-                "attn_mask must not be given together with is_causal = true",
+                "_scaled_dot_product_attention: Explicit attn_mask should not be set when \
+                 is_causal=True",
             ));
         }
         let lead_of = |sh: &[usize]| sh[..sh.len() - 2].to_vec();
@@ -126,14 +151,10 @@ impl Problem {
         let gqa = opts.enable_gqa && qs.len() >= 3 && ks.len() >= 3 && vs.len() >= 3;
         let (lead, kv_lead) = if gqa {
             let (hq, hk, hv) = (qs[qs.len() - 3], ks[ks.len() - 3], vs[vs.len() - 3]);
+            // Unequal key and value heads were repeated to the query's by the caller
+            // (repeat_kv_heads).
             if hk != hv || hk == 0 || hq % hk != 0 {
-                return Err(Error::shape(
-                    op,
-                    format!(
-                        "enable_gqa needs key and value heads (dim -3) equal and dividing the \
-                         query heads, got query {hq}, key {hk}, value {hv}"
-                    ),
-                ));
+                return Err(Error::shape(op, gqa_heads_message(hq, hk, hv)));
             }
             let b = broadcast_shapes(op, &ql[..ql.len() - 1], &kl[..kl.len() - 1])?;
             let b = broadcast_shapes(op, &b, &vl[..vl.len() - 1])?;
@@ -209,6 +230,45 @@ impl Problem {
 }
 
 /// The mask as additive f32, viewed as `[.., L, S]` broadcast to the scores.
+/// PyTorch's words for heads enable_gqa cannot group (its sentence ends at "in" in ATen).
+fn gqa_heads_message(hq: usize, hk: usize, hv: usize) -> String {
+    format!(
+        "Number of heads in key and value must divide the number of heads in query (query \
+         {hq}, key {hk}, value {hv})"
+    )
+}
+
+/// PyTorch's pre_process_group_query_attention_input for key and value heads that differ
+/// (each dividing the query's): both repeated to the query's heads (`repeat_interleave` on dim
+/// -3, by a tracked index_select), so the call runs ungrouped. `None` where nothing is to
+/// repeat (no GQA, equal heads, or ranks below 3, left to [`Problem::new`]'s checks).
+pub(crate) fn repeat_kv_heads(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    opts: &SdpaOptions,
+) -> Result<Option<(Tensor, Tensor)>> {
+    let op = "scaled_dot_product_attention";
+    if !opts.enable_gqa || q.rank() < 3 || k.rank() < 3 || v.rank() < 3 {
+        return Ok(None);
+    }
+    let head = |t: &Tensor| t.shape()[t.rank() - 3];
+    let (hq, hk, hv) = (head(q), head(k), head(v));
+    if hk == hv {
+        return Ok(None);
+    }
+    if hk == 0 || hv == 0 || hq % hk != 0 || hq % hv != 0 {
+        return Err(Error::shape(op, gqa_heads_message(hq, hk, hv)));
+    }
+    q.same_device(op, k)?;
+    q.same_device(op, v)?;
+    let repeat = |t: &Tensor, h: usize| -> Result<Tensor> {
+        let idx: Vec<i32> = (0..hq).map(|i| (i / (hq / h)) as i32).collect();
+        t.index_select(-3, &Tensor::from_slice(q.device(), &idx, &[hq])?)
+    };
+    Ok(Some((repeat(k, hk)?, repeat(v, hv)?)))
+}
+
 fn mask_view(
     op: &'static str,
     q: &Tensor,
@@ -242,16 +302,8 @@ fn mask_view(
             let ninf = Tensor::full(dev, &[], f64::NEG_INFINITY, DType::F32)?;
             t.detach().where_cond(&zero, &ninf)?
         }
-        AttnMask::Additive(t) => {
-            if t.dtype == DType::I32 {
-                return Err(Error::DType {
-                    op,
-                    expected: DType::F32,
-                    got: DType::I32,
-                });
-            }
-            t.detach().to_dtype(DType::F32)?
-        }
+        // Its dtype was checked by Problem::new.
+        AttnMask::Additive(t) => t.detach().to_dtype(DType::F32)?,
     };
     let b = add.broadcast_to(scores)?;
     let r = scores.len();

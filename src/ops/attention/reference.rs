@@ -29,13 +29,27 @@ pub fn scaled_dot_product_attention(
     v: &Tensor,
     opts: &SdpaOptions,
 ) -> Result<Tensor> {
+    if let Some((k, v)) = super::problem::repeat_kv_heads(q, k, v, opts)? {
+        return scaled_dot_product_attention(q, &k, &v, opts);
+    }
     let prob = Problem::new("scaled_dot_product_attention", q, k, v, opts)?;
     if q.dtype == DType::F16 {
         // In f32, rounded once at the end, as PyTorch's math backend upcasts f16 (and as the
         // fused kernels compute): f16 scores lose digits past 512, and a mask of -1e9 would
         // round to -inf and turn a fully masked row's uniform weights into zeros.
         let up = |t: &Tensor| t.to_dtype(DType::F32);
-        return scaled_dot_product_attention(&up(q)?, &up(k)?, &up(v)?, opts)?.to_dtype(DType::F16);
+        // An f16 additive mask goes up with them (an f16 mask beside an f32 query is refused).
+        let mask;
+        let attn_mask = match opts.attn_mask {
+            Some(super::AttnMask::Additive(t)) if t.dtype() == DType::F16 => {
+                mask = up(t)?;
+                Some(super::AttnMask::Additive(&mask))
+            }
+            m => m,
+        };
+        let opts = SdpaOptions { attn_mask, ..*opts };
+        return scaled_dot_product_attention(&up(q)?, &up(k)?, &up(v)?, &opts)?
+            .to_dtype(DType::F16);
     }
     let dev = q.device();
     let (k, v) = if prob.group() > 1 {
