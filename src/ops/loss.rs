@@ -140,8 +140,9 @@ pub fn binary_cross_entropy_with_logits(
         }
         w.to_dtype(input.dtype())
     };
-    let weight = o.weight.map(|w| fit("weight", w)).transpose()?;
+    // The kernel multiplies by pos_weight first, then by weight.
     let pos_weight = o.pos_weight.map(|w| fit("pos_weight", w)).transpose()?;
+    let weight = o.weight.map(|w| fit("weight", w)).transpose()?;
     let loss = {
         let _guard = crate::autograd::NoGradGuard::new();
         // log(1 + e^-x) in one kernel, as PyTorch's log_sigmoid: max(-x, 0) + log1p(e^-|x|)

@@ -230,7 +230,7 @@ pub fn binary_cross_entropy(
     same_shape(op, input, target)?;
     if let Some(w) = weight {
         input.same_device(op, w)?;
-        super::loss_options::no_requires_grad(op, op, "weight", Some(w))?;
+        // F.binary_cross_entropy expands the weight before the autograd layer's check.
         if w.layout().broadcast_to(input.shape()).is_err() {
             return Err(Error::shape(
                 op,
@@ -241,6 +241,7 @@ pub fn binary_cross_entropy(
                 ),
             ));
         }
+        super::loss_options::no_requires_grad(op, op, "weight", Some(w))?;
     }
     // A weight of another float dtype is cast, as PyTorch's `loss.mul_(weight)` takes it.
     let weight = weight.map(|w| w.to_dtype(input.dtype())).transpose()?;

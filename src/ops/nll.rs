@@ -92,9 +92,20 @@ fn check(
         }
     };
     let t = target.shape();
+    let batch_mismatch = s.len() >= 2 && !t.is_empty() && t[0] != s[0];
+    if !batch_mismatch {
+        // After nll_loss_nd's batch check, the autograd layer of the function it calls
+        // refuses a tracked weight before that kernel's checks (not a silent None, nor the
+        // smoothing term's part of it).
+        let function = match s.len() {
+            0..=2 => "nll_loss_forward",
+            _ => "nll_loss2d_forward",
+        };
+        crate::ops::loss_options::no_requires_grad(op, function, "weight", weight)?;
+    }
     if t != expected.as_slice() {
         // PyTorch's checks in its order and words (nll_loss_nd, then nll_loss / nll_loss2d).
-        let msg = if s.len() >= 2 && !t.is_empty() && t[0] != s[0] {
+        let msg = if batch_mismatch {
             format!(
                 "Expected input batch_size ({}) to match target batch_size ({}).",
                 s[0], t[0]
@@ -122,8 +133,6 @@ fn check(
     if let Some(w) = weight {
         input.same_device(op, w)?;
         input.same_dtype(op, w)?;
-        // Not a silent None, nor the smoothing term's part of it.
-        crate::ops::loss_options::no_requires_grad(op, "nll_loss_forward", "weight", Some(w))?;
         if w.shape() != [classes] {
             return Err(Error::shape(
                 op,

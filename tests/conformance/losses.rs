@@ -428,10 +428,25 @@ pub(crate) async fn nll_loss_ignore_index_weights_and_errors() {
         };
         let e = cross_entropy(&logp, &target, &co).unwrap_err().to_string();
         assert!(
-            e.starts_with("cross_entropy:") && e.contains("weight"),
+            e.starts_with("cross_entropy:")
+                && e.contains("is not differentiable with respect to argument 'weight'"),
             "{e}"
         );
     }
+    // Before the kernel's target checks (after nll_loss_nd's batch check), and in
+    // nll_loss2d_forward's name for spatial inputs.
+    let flat_target = Tensor::from_slice(crate::common::device(), &[0i32; 6], &[3, 2]).unwrap();
+    let e = nll_loss(&logp, &flat_target, &wo).unwrap_err().to_string();
+    assert!(
+        e.contains("'nll_loss_forward' is not differentiable"),
+        "{e}"
+    );
+    let spatial = t(&[0.0; 6], &[3, 2, 1, 1]);
+    let e = nll_loss(&spatial, &target, &wo).unwrap_err().to_string();
+    assert!(
+        e.contains("'nll_loss2d_forward' is not differentiable"),
+        "{e}"
+    );
     let untracked = wgtensor::autograd::no_grad(|| nll_loss(&logp, &target, &wo)).unwrap();
     let plain_w = t(&[1.0, 2.0], &[2]);
     let plain = nll_loss(

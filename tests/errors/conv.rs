@@ -585,8 +585,9 @@ fn wrong_rank() {
         true,
         &["Expected 3-dimensional input for 3-dimensional weight [1, 2, 2], but got 4-dimensional input of size [1, 1, 4, 3] instead"],
     );
-    // Groups, stride and dilation are checked before the ranks are compared (_convolution's
-    // order).
+    // Groups and stride are checked before the ranks are compared (_convolution's order; a
+    // stride of one value, as PyTorch's `stride=0`); a dilation of 0 passes PyTorch's
+    // is_dilation_neg, so the ranks come first.
     let bad = [
         (
             Conv2dOptions { groups: 0, ..o },
@@ -594,23 +595,32 @@ fn wrong_rank() {
         ),
         (
             Conv2dOptions {
-                stride: [0, 1],
+                stride: [0, 0],
                 ..o
             },
             "non-positive stride is not supported",
-        ),
-        (
-            Conv2dOptions {
-                dilation: [1, 0],
-                ..o
-            },
-            "dilation should be greater than zero",
         ),
     ];
     for (bo, want) in bad {
         let e = err(conv2d(&t(&[1, 1, 4, 3]), &t(&[1, 2, 2]), None, &bo));
         check(&e, FWD, false, &[want]);
     }
+    let zero_dilation = Conv2dOptions {
+        dilation: [0, 0],
+        ..o
+    };
+    let e = err(conv2d(
+        &t(&[1, 1, 4, 3]),
+        &t(&[1, 2, 2]),
+        None,
+        &zero_dilation,
+    ));
+    check(
+        &e,
+        FWD,
+        true,
+        &["Expected 3-dimensional input for 3-dimensional weight"],
+    );
     let e = err(conv2d(&t(&[1, 1, 4, 3]), &t(&[1, 2]), None, &o));
     check(
         &e,

@@ -271,8 +271,28 @@ pub(crate) const OPTION_LIMIT: usize = 1 << 20;
 
 /// Rejects option values the size arithmetic could overflow on, naming them.
 /// `_convolution`'s groups check and check_shape_forward's stride and dilation checks, in
-/// PyTorch's order and words (they run before the weight's rank is compared with the input's).
+/// PyTorch's order and words.
 pub(crate) fn check_positive(
+    op: &'static str,
+    groups: usize,
+    stride: &[usize],
+    dilation: &[usize],
+) -> Result<()> {
+    check_groups_and_stride(op, groups, stride, dilation)?;
+    if dilation.contains(&0) {
+        return Err(positive_error(
+            op,
+            "dilation should be greater than zero",
+            stride,
+            dilation,
+        ));
+    }
+    Ok(())
+}
+
+/// [`check_positive`] without the dilation: the checks that run before the weight's rank is
+/// compared with the input's (PyTorch's is_dilation_neg passes a dilation of 0 on to it).
+pub(crate) fn check_groups_and_stride(
     op: &'static str,
     groups: usize,
     stride: &[usize],
@@ -284,17 +304,22 @@ pub(crate) fn check_positive(
             "non-positive groups is not supported: groups must be at least 1, got 0",
         ));
     }
-    if stride.contains(&0) || dilation.contains(&0) {
-        let what = match stride.contains(&0) {
-            true => "non-positive stride is not supported",
-            false => "dilation should be greater than zero",
-        };
-        return Err(Error::arg(
+    if stride.contains(&0) {
+        return Err(positive_error(
             op,
-            format!("{what}: stride {stride:?} and dilation {dilation:?} must be at least 1"),
+            "non-positive stride is not supported",
+            stride,
+            dilation,
         ));
     }
     Ok(())
+}
+
+fn positive_error(op: &'static str, what: &str, stride: &[usize], dilation: &[usize]) -> Error {
+    Error::arg(
+        op,
+        format!("{what}: stride {stride:?} and dilation {dilation:?} must be at least 1"),
+    )
 }
 
 pub(crate) fn check_option_limits(op: &'static str, values: &[(&str, &[usize])]) -> Result<()> {

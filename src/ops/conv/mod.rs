@@ -131,8 +131,9 @@ enum Spatial {
 /// Runs `f` on `x` as PyTorch's convolutions take their input: batched (`[N, C, H, W]`,
 /// `[N, C, L]`) as it is, unbatched (`[C, H, W]`, `[C, L]`) as a batch of one whose batch dim
 /// the result drops again (views both ways, so the gradient flows through). Then, in the order
-/// of PyTorch's `_convolution`: the weight's rank at least 3, `positive` (groups, stride,
-/// dilation) at least 1, and the weight's rank against the batched input's.
+/// of PyTorch's `_convolution`: the weight's rank at least 3, `positive`'s groups and stride
+/// at least 1 (its dilation is shown; a dilation of 0 is the geometry's error, after), and the
+/// weight's rank against the batched input's.
 fn batched(
     op: &'static str,
     x: &Tensor,
@@ -149,7 +150,8 @@ fn batched(
         let ws = w.shape();
         let torch = if ws.len() < 3 {
             "weight should have at least three dimensions".to_string()
-        } else if let Err(e) = geom::check_positive(op, positive.0, positive.1, positive.2) {
+        } else if let Err(e) = geom::check_groups_and_stride(op, positive.0, positive.1, positive.2)
+        {
             return Err(e);
         } else if ws.len() != rank {
             format!(
