@@ -160,7 +160,8 @@ impl Tensor {
     /// ```
     pub fn index_select(&self, dim: isize, index: &Tensor) -> Result<Tensor> {
         let op = "index_select";
-        // PyTorch's order: the index's rank, a scalar's one value, then its dtype.
+        // PyTorch's order: the dim, the index's rank, a scalar's one value, then its dtype.
+        Layout::normalize_dim(op, dim, self.rank().max(1))?;
         vector_index(op, index)?;
         if self.rank() == 0 {
             // PyTorch: a scalar's dim 0 / -1 holds one value, picked by a one-value index;
@@ -203,8 +204,9 @@ impl Tensor {
         let op = "scatter_add";
         self.same_device(op, index)?;
         self.same_device(op, src)?;
-        // scatter_gather_dtype_check's order: the index's dtype (only when it has elements),
-        // then self's against src's.
+        // scatter_meta_impl's order: the dim, then scatter_gather_dtype_check's: the index's
+        // dtype (only when it has elements), then self's against src's.
+        Layout::normalize_dim(op, dim, self.rank().max(1))?;
         if index.numel() != 0 {
             require_index(op, "index", index)?;
         }

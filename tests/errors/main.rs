@@ -1443,6 +1443,13 @@ fn index_errors_in_pytorch_words() {
         t(&[]).index_select(0, &t(&[1, 1])),
         "index_select(): Index is supposed to be a vector",
     );
+    // The dim is wrapped before any of these checks.
+    for r in [
+        x.index_select(5, &t(&[1, 2])),
+        x.scatter_add(5, &f_idx, &t(&[1, 2])),
+    ] {
+        has(r, "Dimension out of range");
+    }
     // scatter_gather_dtype_check: the index's dtype, then self's against src's.
     let xi = x.to_dtype(DType::I32).unwrap();
     has(
