@@ -175,13 +175,37 @@ fn copy_from_broadcasts_converts_and_reads_overlaps_whole() {
             [rv.clone(), rv].concat()
         );
     }
-    // Overlapping views of one storage: the source as it was before the copy.
+    // Dense views of one storage that share some elements are refused, as PyTorch's
+    // partial-overlap check (a shifted window, the transpose, a row into the whole); the very
+    // same view is a no-op.
     let (x, xv) = ramp(&[5], 0.0);
-    x.narrow(0, 1, 4)
+    let words = "unsupported operation: some elements of the input tensor and the written-to \
+                 tensor refer to a single memory location. Please clone() the tensor before \
+                 performing the operation.";
+    let (m, _) = ramp(&[2, 2], 0.0);
+    for (dst, src) in [
+        (x.narrow(0, 1, 4).unwrap(), x.narrow(0, 0, 4).unwrap()),
+        (m.clone(), m.transpose(0, 1).unwrap()),
+        (m.clone(), m.select(0, 0).unwrap()),
+    ] {
+        let e = dst.copy_from(&src).unwrap_err().to_string();
+        assert!(e.starts_with("copy_from:") && e.contains(words), "{e}");
+    }
+    x.copy_from(&x.clone()).unwrap();
+    assert_eq!(vals(&x), xv);
+    // Views whose element ranges are disjoint copy; a source that is not dense (a strided
+    // column) is read whole first, as PyTorch's too-hard case.
+    x.narrow(0, 0, 2)
         .unwrap()
-        .copy_from(&x.narrow(0, 0, 4).unwrap())
+        .copy_from(&x.narrow(0, 3, 2).unwrap())
         .unwrap();
-    assert_eq!(vals(&x), [&xv[..1], &xv[..4]].concat());
+    assert_eq!(vals(&x), [&xv[3..5], &xv[2..]].concat());
+    let (s, sv) = ramp(&[3, 2], 0.0);
+    s.narrow(1, 1, 1)
+        .unwrap()
+        .copy_from(&s.narrow(1, 0, 1).unwrap())
+        .unwrap();
+    assert_eq!(vals(&s), vec![sv[0], sv[0], sv[2], sv[2], sv[4], sv[4]]);
     let e = dst
         .copy_from(&Tensor::zeros(dev(), &[2, 2], DType::F32).unwrap())
         .unwrap_err();

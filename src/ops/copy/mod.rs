@@ -308,12 +308,41 @@ pub fn stack(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
     cat(&refs, d)
 }
 
+/// The element range `[begin, end)` a view covers when it is dense and does not overlap
+/// itself (its strides, size-1 dims aside, a permutation of a packed layout's), as PyTorch's
+/// is_non_overlapping_and_dense; `None` otherwise, or when it is empty.
+fn dense_span(l: &Layout) -> Option<(usize, usize)> {
+    let numel = l.numel();
+    if numel == 0 {
+        return None;
+    }
+    let mut dims: Vec<(usize, usize)> = l
+        .shape()
+        .iter()
+        .zip(l.strides())
+        .filter(|(&d, _)| d != 1)
+        .map(|(&d, &s)| (s, d))
+        .collect();
+    dims.sort_unstable();
+    let mut expected = 1usize;
+    for (s, d) in dims {
+        if s != expected {
+            return None;
+        }
+        expected = expected.checked_mul(d)?;
+    }
+    Some((l.offset(), l.offset() + numel))
+}
+
 impl Tensor {
     /// Copies `src` into this tensor's elements in place (PyTorch's `copy_`): every view
     /// sharing the storage sees the new values. As PyTorch's, `src` may have any layout, any
     /// shape that broadcasts to this one (a row copied into every row) and another dtype
-    /// (converted as [`Tensor::to_dtype`]); it may share this tensor's storage (it is read
-    /// whole before the write). `self` must not repeat elements (a broadcast view). While
+    /// (converted as [`Tensor::to_dtype`]). A source sharing this tensor's storage is read whole
+    /// before the write, except where PyTorch refuses it: both views dense and their elements
+    /// partly the same (a shifted window, a transpose of the destination, one of its rows), an
+    /// error in PyTorch's words; the very same view is left as it is. `self` must not repeat
+    /// elements (a broadcast view). While
     /// autograd records, neither may be tracked (the copy is not differentiable): run it under
     /// [`no_grad`](crate::autograd::no_grad) or copy a detached source.
     pub fn copy_from(&self, src: &Tensor) -> Result<()> {
@@ -332,6 +361,30 @@ impl Tensor {
                     self.shape()
                 ),
             ));
+        }
+        if src.shares_storage(self) {
+            // copy_impl's early exit for the same data, then TensorIterator's partial-overlap
+            // check (get_overlap_status: only dense views are compared; others are too hard
+            // to tell, and copied through a clone below).
+            if src.layout == self.layout && src.dtype == self.dtype {
+                self.bump_version();
+                return Ok(());
+            }
+            if let (Some(a), Some(b)) = (dense_span(&self.layout), dense_span(&src.layout)) {
+                let full = a == b && self.strides() == src.strides();
+                if !full && a.0 < b.1 && b.0 < a.1 {
+                    return Err(Error::arg(
+                        op,
+                        format!(
+                            "unsupported operation: some elements of the input tensor and the \
+                             written-to tensor refer to a single memory location. Please \
+                             clone() the tensor before performing the operation. (destination \
+                             elements {}..{}, source elements {}..{} of one storage)",
+                            a.0, a.1, b.0, b.1
+                        ),
+                    ));
+                }
+            }
         }
         let converted;
         let src = if src.dtype != self.dtype {
