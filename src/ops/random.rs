@@ -387,10 +387,12 @@ pub fn kaiming_uniform(dev: &Device, shape: &[usize], a: f64, dtype: DType) -> R
 /// `b = gain * sqrt(6 / (fan_in + fan_out))`.
 pub fn xavier_uniform(dev: &Device, shape: &[usize], gain: f64, dtype: DType) -> Result<Tensor> {
     let (fan_in, fan_out) = fan_in_and_fan_out(shape)?;
-    if fan_in + fan_out == 0 {
+    // As f64: two fans of 2^31 pass a 32-bit usize (wasm32).
+    let fans = fan_in as f64 + fan_out as f64;
+    if fans == 0.0 {
         return Tensor::zeros(dev, shape, dtype);
     }
-    let bound = gain * (6.0 / (fan_in + fan_out) as f64).sqrt();
+    let bound = gain * (6.0 / fans).sqrt();
     uniform_op("xavier_uniform", dev, shape, -bound, bound, dtype)
 }
 

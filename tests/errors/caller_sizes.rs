@@ -6,7 +6,7 @@ use super::*;
 use wgtensor::nn::{self, Embedding, MultiheadAttention, RnnConfig};
 use wgtensor::ops::conv::{conv2d_plan, ConvDirection};
 use wgtensor::ops::{
-    adaptive_avg_pool1d, adaptive_avg_pool2d, group_norm, kaiming_uniform,
+    adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_max_pool2d, group_norm, kaiming_uniform,
     scaled_dot_product_attention, xavier_uniform, Conv2dOptions, Rnn, RnnKind, RnnOptions,
     SdpaOptions,
 };
@@ -31,6 +31,16 @@ fn adaptive_pool_output_sizes() {
     let x = t(&[1, 1, 2, 2]);
     refused(adaptive_avg_pool2d(&x, [HUGE, 1]), "adaptive_avg_pool2d");
     refused(adaptive_avg_pool2d(&x, [1 << 63, 1]), "adaptive_avg_pool2d");
+    // Two planes and both sides huge: planes * h * w passes u128 (the side bound comes first).
+    let x2 = t(&[1, 2, 2, 2]);
+    refused(
+        adaptive_avg_pool2d(&x2, [HUGE, HUGE]),
+        "adaptive_avg_pool2d",
+    );
+    refused(
+        adaptive_max_pool2d(&x2, [HUGE, HUGE]),
+        "adaptive_max_pool2d",
+    );
     refused(
         adaptive_avg_pool1d(&t(&[1, 1, 2]), HUGE),
         "adaptive_avg_pool1d",

@@ -12,7 +12,7 @@ use crate::ops::activation::ACTIVATION;
 use crate::ops::random::PHILOX;
 use crate::runtime::pipeline::{ShaderLib, ShaderVariant};
 use crate::runtime::{Access, Bind, Caps, Kernel};
-use crate::{DType, Result, Tensor};
+use crate::{DType, Error, Result, Tensor};
 use Access::{Read as R, ReadWrite as RW};
 
 const SRC: &str = include_str!("../../../shaders/attention.wgsl");
@@ -206,11 +206,25 @@ pub(crate) fn forward(prob: &Problem) -> Result<(Tensor, Saved)> {
     } else {
         (0, 0)
     };
-    let stats = Tensor::empty(dev, prob.op, &[2 * prob.n * prob.l], DType::F32)?;
+    // Checked: n L is bounded by u32 only, which a 32-bit usize (wasm32) does not double.
+    let rows2 = prob
+        .n
+        .checked_mul(prob.l)
+        .and_then(|r| r.checked_mul(2))
+        .ok_or_else(|| {
+            Error::size(
+                prob.op,
+                format!(
+                    "{} x {} query rows overflow the row statistics",
+                    prob.n, prob.l
+                ),
+            )
+        })?;
+    let stats = Tensor::empty(dev, prob.op, &[rows2], DType::F32)?;
     let (seed, ctr) = stream_key(seed, ctr);
     let saved = Saved { stats, seed, ctr };
     let shape = prob.out_shape();
-    if prob.n * prob.l * prob.ev == 0 {
+    if prob.n == 0 || prob.l == 0 || prob.ev == 0 {
         return Ok((Tensor::empty(dev, prob.op, &shape, prob.q.dtype)?, saved));
     }
     if prob.s == 0 {

@@ -296,7 +296,8 @@ fn launch(
     let (oh, ow) = (out_hw[0] as u128, out_hw[1] as u128);
     // The window starts o * stride - padding are i32: sides past 2^30 are refused too.
     let (hh, ww) = ((h as u128).max(oh), (w as u128).max(ow));
-    let plane_ok = planes as u128 * hh * ww < u32::MAX as u128 && hh.max(ww) < 1 << 30;
+    // The side bound first: it keeps the product of three sides within u128.
+    let plane_ok = hh.max(ww) < 1 << 30 && planes as u128 * hh * ww < u32::MAX as u128;
     if !plane_ok {
         return Err(Error::size(
             op,
