@@ -95,6 +95,9 @@ pub(crate) struct GradMeta {
     /// through any handle freezes the parameter, and unfreezing keeps its key, so an optimizer
     /// built before finds its gradients again.
     frozen: AtomicBool,
+    /// A view sharing the storage of a tracked leaf (directly or through other views): an
+    /// in-place write to it is refused in PyTorch's `view_of_leaf` words.
+    view_of_leaf: bool,
 }
 
 impl GradMeta {
@@ -261,6 +264,7 @@ fn output_meta(t: &Tensor, node: Arc<Node>, index: usize) -> Arc<GradMeta> {
         shape: t.shape().to_vec(),
         dtype: t.dtype,
         frozen: AtomicBool::new(false),
+        view_of_leaf: false,
     })
 }
 
@@ -545,6 +549,7 @@ impl Tensor {
                     shape: self.shape().to_vec(),
                     dtype: self.dtype,
                     frozen: AtomicBool::new(false),
+                    view_of_leaf: false,
                 }));
                 Ok(())
             }
@@ -572,10 +577,24 @@ impl Tensor {
     }
 
     /// The same data without its graph: ops on it record nothing. Shares storage, no copy.
+    /// It may be written in place whatever the grad mode (as PyTorch's `detach()`).
     pub fn detach(&self) -> Tensor {
         let mut t = self.clone();
         t.grad = None;
+        t.no_grad_view = false;
         t
+    }
+
+    /// Whether this tracked tensor is a view of a tracked leaf's storage.
+    pub(crate) fn is_view_of_leaf(&self) -> bool {
+        self.live_meta().is_some_and(|m| m.view_of_leaf)
+    }
+
+    /// Marks a view just recorded (its meta not yet shared) as one of a leaf's storage.
+    pub(crate) fn mark_view_of_leaf(&mut self) {
+        if let Some(m) = self.grad.as_mut().and_then(Arc::get_mut) {
+            m.view_of_leaf = true;
+        }
     }
 
     /// Gradients of this single-element tensor (the loss) with respect to every tracked leaf

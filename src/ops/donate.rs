@@ -45,6 +45,7 @@ impl Tensor {
             layout: self.layout,
             dtype,
             grad: None,
+            no_grad_view: false,
         }
     }
 

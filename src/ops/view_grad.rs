@@ -83,14 +83,25 @@ impl BackwardOp for ViewBackward {
     }
 }
 
-/// Records `out`, a view (or same-shape copy) of `x`.
+/// Records `out`, a view (or same-shape copy) of `x`. A view sharing `x`'s storage carries
+/// what in-place writes must know (PyTorch's view creation meta): whether it was made under
+/// no_grad from a tracked tensor, and whether it views a tracked leaf.
 pub(crate) fn record_view(x: &Tensor, out: Tensor, kind: impl FnOnce() -> ViewKind) -> Tensor {
-    record(out, &[x], |_| {
+    let shares = out.shares_storage(x);
+    let mut out = record(out, &[x], |_| {
         Box::new(ViewBackward {
             kind: kind(),
             x_shape: x.shape().to_vec(),
         })
-    })
+    });
+    if shares {
+        out.no_grad_view =
+            x.no_grad_view || (!crate::autograd::is_grad_enabled() && x.is_tracked());
+        if out.is_tracked() && x.is_tracked() && (x.is_leaf() || x.is_view_of_leaf()) {
+            out.mark_view_of_leaf();
+        }
+    }
+    out
 }
 
 impl Tensor {

@@ -103,6 +103,37 @@ fn autograd_errors_in_pytorch_words() {
         !e.contains("leaf Variable") && e.contains("in-place"),
         "{e}"
     );
+    // A view of the leaf (through two views): PyTorch's view_of_leaf words.
+    let view = x.reshape(&[2, 1]).unwrap().narrow(0, 0, 1).unwrap();
+    let e = view.copy_from(&t(&[0.0], &[1, 1])).unwrap_err().to_string();
+    assert!(
+        e.contains(
+            "a view of a leaf Variable that requires grad is being used in an in-place operation."
+        ),
+        "{e}"
+    );
+    // A view made under no_grad of a tracked tensor, written with grad mode on: refused
+    // (PyTorch's NO_GRAD_MODE creation meta), also through a further view; written under
+    // no_grad, or through detach(), it is fine.
+    let nv = wgtensor::autograd::no_grad(|| x.narrow(0, 0, 1)).unwrap();
+    let zero = t(&[0.0], &[1]);
+    for dst in [
+        nv.clone(),
+        nv.reshape(&[1, 1]).unwrap().reshape(&[1]).unwrap(),
+    ] {
+        let e = dst.copy_from(&zero).unwrap_err().to_string();
+        assert!(
+            e.contains("A view was created in no_grad mode and is being modified inplace with grad mode enabled."),
+            "{e}"
+        );
+    }
+    wgtensor::autograd::no_grad(|| nv.copy_from(&zero)).unwrap();
+    nv.detach().copy_from(&t(&[3.0], &[1])).unwrap();
+    assert_eq!(crate::common::download(&x).unwrap()[0], 3.0);
+    // A no_grad view of an untracked tensor is an ordinary tensor.
+    let plain = t(&[1.0, 2.0], &[2]);
+    let pv = wgtensor::autograd::no_grad(|| plain.narrow(0, 0, 1)).unwrap();
+    pv.copy_from(&zero).unwrap();
 }
 
 /// A leaf's gradient is packed whatever view the backward produced (PyTorch's layout

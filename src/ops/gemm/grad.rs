@@ -237,15 +237,27 @@ pub(crate) fn recorded(
 /// In-place ops are not differentiable: refuse tracked operands while grad mode is on (under
 /// `no_grad`, e.g. an optimizer step, they are fine).
 pub(crate) fn check_in_place(op: &'static str, tensors: &[&Tensor]) -> Result<()> {
+    // The first operand is the destination of every caller.
+    let dest = tensors.first();
+    if crate::autograd::is_grad_enabled() && dest.is_some_and(|t| t.no_grad_view) {
+        return Err(Error::arg(
+            op,
+            "A view was created in no_grad mode and is being modified inplace with grad mode \
+             enabled. Given that this use case is ambiguous and error-prone, it is forbidden. \
+             You can clarify your code by moving both the view and the inplace either both \
+             inside the no_grad block (if you don't want the inplace to be tracked) or both \
+             outside (if you want the inplace to be tracked).",
+        ));
+    }
     if records(tensors.iter().copied()) {
-        // PyTorch's words where it refuses too (a written leaf that requires grad: the first
-        // operand, the destination of every caller); it differentiates in-place ops on other
-        // tensors, which are not offered here.
-        let leaf = tensors
-            .first()
-            .is_some_and(|t| t.is_tracked() && t.is_leaf());
-        let what = if leaf {
+        // PyTorch's words where it refuses too (a written leaf that requires grad, or a view
+        // of one); it differentiates in-place ops on other tensors, which are not offered
+        // here.
+        let what = if dest.is_some_and(|t| t.is_tracked() && t.is_leaf()) {
             "a leaf Variable that requires grad is being used in an in-place operation. "
+        } else if dest.is_some_and(|t| t.is_view_of_leaf()) {
+            "a view of a leaf Variable that requires grad is being used in an in-place \
+             operation. "
         } else {
             ""
         };
