@@ -677,6 +677,28 @@ fn causal_drops_the_attn_mask_before_its_shape_check() {
         ..causal
     };
     assert!(m.forward_attn(&x, &x, &x, &opts).is_err());
+    // An unbatched query's 3-D mask is compared with (num_heads, L, S) first
+    // (_mha_shape_check), even on this path.
+    let x1 = wgtensor::ops::randn(common::device(), &[5, 8], DType::F32).unwrap();
+    let bad3 = Tensor::zeros(common::device(), &[3, 5, 5], DType::F32).unwrap();
+    let opts = MhaOptions {
+        attn_mask: Some(MhaMask::Additive(&bad3)),
+        ..causal
+    };
+    let e = m
+        .forward_attn(&x1, &x1, &x1, &opts)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("Expected `attn_mask` shape to be (2, 5, 5) but got torch.Size([3, 5, 5])"),
+        "{e}"
+    );
+    let good3 = Tensor::zeros(common::device(), &[2, 5, 5], DType::F32).unwrap();
+    let opts = MhaOptions {
+        attn_mask: Some(MhaMask::Additive(&good3)),
+        ..causal
+    };
+    m.forward_attn(&x1, &x1, &x1, &opts).unwrap();
 }
 
 /// PyTorch's encoder takes its nested-tensor path by default: in eval without gradients, a

@@ -335,12 +335,18 @@ impl MultiheadAttention {
             // F.multi_head_attention_forward drops the mask here before its shape checks
             // (only the rank was checked): the causal kernel stands in for it.
             Some(m) if fused_causal => {
-                let rank = mask_tensor(m).rank();
+                let t = mask_tensor(m);
+                let rank = t.rank();
                 if !(rank == 2 || rank == 3) {
                     return Err(Error::shape(
                         OP,
                         format!("attn_mask must be 2-D or 3-D, got rank {rank}"),
                     ));
+                }
+                // _mha_shape_check also compares an unbatched query's 3-D mask with
+                // (num_heads, L, S) before the mask is dropped.
+                if !batched && rank == 3 && t.shape() != [self.num_heads, l, s] {
+                    self.attn_mask(m, batched, n, l, s, dt)?;
                 }
                 None
             }
