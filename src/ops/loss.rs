@@ -194,12 +194,8 @@ impl BackwardOp for BceWithLogitsBackward {
     }
 
     fn backward(&self, grads: &[Option<Tensor>], needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
-        let Some(g) = grads.first().and_then(Option::as_ref) else {
+        let Some(gw) = super::loss_options::weighted_grad(grads, self.w.as_ref())? else {
             return Ok(vec![None, None]);
-        };
-        let gw = match &self.w {
-            Some(w) => g.mul(w)?,
-            None => g.clone(),
         };
         let (x, y) = (&self.x, &self.y);
         let dx = if needs.first() == Some(&true) {

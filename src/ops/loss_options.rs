@@ -83,3 +83,18 @@ pub(crate) fn no_requires_grad(
     }
     Ok(())
 }
+
+/// A loss backward's seed: the upstream gradient times the element weight, `None` when no
+/// gradient reached the loss.
+pub(crate) fn weighted_grad(
+    grads: &[Option<Tensor>],
+    w: Option<&Tensor>,
+) -> Result<Option<Tensor>> {
+    let Some(g) = grads.first().and_then(Option::as_ref) else {
+        return Ok(None);
+    };
+    Ok(Some(match w {
+        Some(w) => g.mul(w)?,
+        None => g.clone(),
+    }))
+}

@@ -294,12 +294,8 @@ impl BackwardOp for BceBackward {
     }
 
     fn backward(&self, grads: &[Option<Tensor>], needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
-        let Some(g) = grads.first().and_then(Option::as_ref) else {
+        let Some(gw) = super::loss_options::weighted_grad(grads, self.w.as_ref())? else {
             return Ok(vec![None, None]);
-        };
-        let gw = match &self.w {
-            Some(w) => g.mul(w)?,
-            None => g.clone(),
         };
         let x = &self.x;
         let dx = if needs.first() == Some(&true) {
