@@ -600,6 +600,20 @@ pub(crate) fn check_load<'a>(
                     s.shape()
                 ))
             }
+            // So does a source that shares some of the parameter's elements (another name
+            // viewing the same storage).
+            Some(s) if crate::ops::copy::partial_overlap(t, s).is_some() => {
+                mismatches.push(format!(
+                    "While copying the parameter named \"{name}\", whose dimensions in the \
+                     model are torch.Size({:?}) and whose dimensions in the checkpoint are \
+                     torch.Size({:?}), an exception occurred : ('unsupported operation: some \
+                     elements of the input tensor and the written-to tensor refer to a single \
+                     memory location. Please clone() the tensor before performing the \
+                     operation.',).",
+                    t.shape(),
+                    s.shape()
+                ))
+            }
             Some(s) => pairs.push((*t, s.clone())),
         }
     }

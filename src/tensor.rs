@@ -52,10 +52,11 @@ pub struct Tensor {
     /// Autograd: `None` for tensors no gradient flows through, a flagged meta for a frozen
     /// leaf (see `crate::autograd`).
     pub(crate) grad: Option<Arc<crate::autograd::GradMeta>>,
-    /// A view made while grad mode was off of a tracked tensor's storage (or a view of one):
-    /// PyTorch forbids writing it in place with grad mode on (its `NO_GRAD_MODE` creation
-    /// meta), since whether the write should be recorded is ambiguous.
-    pub(crate) no_grad_view: bool,
+    /// For a view made while grad mode was off of a tracked tensor (or a view of one): that
+    /// tensor's meta. While it is still tracked, PyTorch forbids writing the view in place with
+    /// grad mode on (its `NO_GRAD_MODE` creation meta), since whether the write should be
+    /// recorded is ambiguous.
+    pub(crate) no_grad_view: Option<Arc<crate::autograd::GradMeta>>,
 }
 
 impl std::fmt::Debug for Tensor {
@@ -120,7 +121,7 @@ impl Tensor {
             layout: Layout::contiguous(shape),
             dtype,
             grad: None,
-            no_grad_view: false,
+            no_grad_view: None,
         })
     }
 
@@ -308,7 +309,7 @@ impl Tensor {
             dtype: self.dtype,
             grad: None,
             // A view of a no_grad view is one too, whichever path made it.
-            no_grad_view: self.no_grad_view,
+            no_grad_view: self.no_grad_view.clone(),
         }
     }
 

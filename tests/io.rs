@@ -520,6 +520,31 @@ fn a_target_that_repeats_elements_is_refused_before_any_copy() {
         "{e}"
     );
     assert_eq!(a.to_vec::<f32>().unwrap(), [0.0; 3]);
+    // A source sharing some of its target's elements (copy_from's partial overlap): refused in
+    // the same pass, nothing copied; the very same view loads (a no-op).
+    let (a, w) = (
+        Tensor::zeros(dev(), &[3], DType::F32).unwrap(),
+        Tensor::from_slice(dev(), &[1.0f32, 2.0, 3.0, 4.0], &[4]).unwrap(),
+    );
+    let c = w.narrow(0, 0, 3).unwrap();
+    let mut src = HashMap::new();
+    src.insert(
+        "a".to_string(),
+        Tensor::full(dev(), &[3], 1.0, DType::F32).unwrap(),
+    );
+    src.insert("c".to_string(), w.narrow(0, 1, 3).unwrap());
+    let e = load_state_dict(&[("a", &a), ("c", &c)], &src, true)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("While copying the parameter named \"c\"")
+            && e.contains("some elements of the input tensor and the written-to tensor"),
+        "{e}"
+    );
+    assert_eq!(a.to_vec::<f32>().unwrap(), [0.0; 3]);
+    src.insert("c".to_string(), c.clone());
+    load_state_dict(&[("a", &a), ("c", &c)], &src, true).unwrap();
+    assert_eq!(c.to_vec::<f32>().unwrap(), [1.0, 2.0, 3.0]);
 }
 
 /// A malformed header's error names the tensor and the numbers.

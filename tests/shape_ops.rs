@@ -193,6 +193,12 @@ fn copy_from_broadcasts_converts_and_reads_overlaps_whole() {
     }
     x.copy_from(&x.clone()).unwrap();
     assert_eq!(vals(&x), xv);
+    // The overlap is found before the broadcast is (TensorIterator's order).
+    let e = x
+        .copy_from(&x.narrow(0, 1, 2).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains(words), "{e}");
     // Views whose element ranges are disjoint copy; a source that is not dense (a strided
     // column) is read whole first, as PyTorch's too-hard case.
     x.narrow(0, 0, 2)

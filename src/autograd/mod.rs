@@ -581,8 +581,29 @@ impl Tensor {
     pub fn detach(&self) -> Tensor {
         let mut t = self.clone();
         t.grad = None;
-        t.no_grad_view = false;
+        t.no_grad_view = None;
         t
+    }
+
+    /// Whether this is a view made under no_grad of a tensor that is still tracked.
+    pub(crate) fn is_no_grad_view(&self) -> bool {
+        self.no_grad_view
+            .as_ref()
+            .is_some_and(|m| m.live().is_some())
+    }
+
+    /// Gives `out`, a view of `x`'s storage just recorded, PyTorch's view creation meta: the
+    /// tracked tensor it was made from under no_grad (inherited through further views), and
+    /// whether it views a tracked leaf.
+    pub(crate) fn inherit_view_meta(out: &mut Tensor, x: &Tensor) {
+        out.no_grad_view = match (&x.no_grad_view, x.live_meta()) {
+            (Some(base), _) => Some(base.clone()),
+            (None, Some(m)) if !is_grad_enabled() => Some(m.clone()),
+            _ => None,
+        };
+        if out.is_tracked() && x.is_tracked() && (x.is_leaf() || x.is_view_of_leaf()) {
+            out.mark_view_of_leaf();
+        }
     }
 
     /// Whether this tracked tensor is a view of a tracked leaf's storage.

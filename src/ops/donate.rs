@@ -45,7 +45,7 @@ impl Tensor {
             layout: self.layout,
             dtype,
             grad: None,
-            no_grad_view: false,
+            no_grad_view: None,
         }
     }
 

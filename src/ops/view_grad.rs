@@ -95,11 +95,7 @@ pub(crate) fn record_view(x: &Tensor, out: Tensor, kind: impl FnOnce() -> ViewKi
         })
     });
     if shares {
-        out.no_grad_view =
-            x.no_grad_view || (!crate::autograd::is_grad_enabled() && x.is_tracked());
-        if out.is_tracked() && x.is_tracked() && (x.is_leaf() || x.is_view_of_leaf()) {
-            out.mark_view_of_leaf();
-        }
+        Tensor::inherit_view_meta(&mut out, x);
     }
     out
 }

@@ -130,6 +130,13 @@ fn autograd_errors_in_pytorch_words() {
     wgtensor::autograd::no_grad(|| nv.copy_from(&zero)).unwrap();
     nv.detach().copy_from(&t(&[3.0], &[1])).unwrap();
     assert_eq!(crate::common::download(&x).unwrap()[0], 3.0);
+    // The base frozen since: the view no longer requires grad, so the write is fine (PyTorch
+    // asks at the write, not when the view was made).
+    let mut w = t(&[1.0, 2.0], &[2]).requires_grad().unwrap();
+    let wv = wgtensor::autograd::no_grad(|| w.narrow(0, 0, 1)).unwrap();
+    w.set_requires_grad(false).unwrap();
+    wv.copy_from(&zero).unwrap();
+    assert_eq!(crate::common::download(&w).unwrap(), vec![0.0, 2.0]);
     // A no_grad view of an untracked tensor is an ordinary tensor.
     let plain = t(&[1.0, 2.0], &[2]);
     let pv = wgtensor::autograd::no_grad(|| plain.narrow(0, 0, 1)).unwrap();

@@ -334,6 +334,27 @@ fn dense_span(l: &Layout) -> Option<(usize, usize)> {
     Some((l.offset(), l.offset() + numel))
 }
 
+/// PyTorch's partial-overlap error (TensorIterator's assert_no_partial_overlap, through
+/// get_overlap_status) when `dst` and `src` share storage, both dense, and cover some of the
+/// same elements without being the same view; `None` otherwise (a view that is not dense is
+/// too hard to tell, as there, and copied through a clone).
+pub(crate) fn partial_overlap(dst: &Tensor, src: &Tensor) -> Option<String> {
+    if !src.shares_storage(dst) {
+        return None;
+    }
+    let (a, b) = (dense_span(&dst.layout)?, dense_span(&src.layout)?);
+    let full = a == b && dst.strides() == src.strides();
+    (!full && a.0 < b.1 && b.0 < a.1).then(|| {
+        format!(
+            "unsupported operation: some elements of the input tensor and the written-to \
+             tensor refer to a single memory location. Please clone() the tensor before \
+             performing the operation. (destination elements {}..{}, source elements {}..{} \
+             of one storage)",
+            a.0, a.1, b.0, b.1
+        )
+    })
+}
+
 impl Tensor {
     /// Copies `src` into this tensor's elements in place (PyTorch's `copy_`): every view
     /// sharing the storage sees the new values. As PyTorch's, `src` may have any layout, any
@@ -352,6 +373,17 @@ impl Tensor {
         // lose its gradient, since nothing records the copy (PyTorch's copy_ would carry it).
         super::gemm::grad::check_in_place(op, &[self, src])?;
         self.same_device(op, src)?;
+        // TensorIterator checks overlap before it computes the broadcast shape.
+        if src.shares_storage(self) {
+            // copy_impl's early exit for the same data.
+            if src.layout == self.layout && src.dtype == self.dtype {
+                self.bump_version();
+                return Ok(());
+            }
+            if let Some(words) = partial_overlap(self, src) {
+                return Err(Error::arg(op, words));
+            }
+        }
         if src.layout.broadcast_to(self.shape()).is_err() {
             return Err(Error::shape(
                 op,
@@ -361,30 +393,6 @@ impl Tensor {
                     self.shape()
                 ),
             ));
-        }
-        if src.shares_storage(self) {
-            // copy_impl's early exit for the same data, then TensorIterator's partial-overlap
-            // check (get_overlap_status: only dense views are compared; others are too hard
-            // to tell, and copied through a clone below).
-            if src.layout == self.layout && src.dtype == self.dtype {
-                self.bump_version();
-                return Ok(());
-            }
-            if let (Some(a), Some(b)) = (dense_span(&self.layout), dense_span(&src.layout)) {
-                let full = a == b && self.strides() == src.strides();
-                if !full && a.0 < b.1 && b.0 < a.1 {
-                    return Err(Error::arg(
-                        op,
-                        format!(
-                            "unsupported operation: some elements of the input tensor and the \
-                             written-to tensor refer to a single memory location. Please \
-                             clone() the tensor before performing the operation. (destination \
-                             elements {}..{}, source elements {}..{} of one storage)",
-                            a.0, a.1, b.0, b.1
-                        ),
-                    ));
-                }
-            }
         }
         let converted;
         let src = if src.dtype != self.dtype {

@@ -239,7 +239,7 @@ pub(crate) fn recorded(
 pub(crate) fn check_in_place(op: &'static str, tensors: &[&Tensor]) -> Result<()> {
     // The first operand is the destination of every caller.
     let dest = tensors.first();
-    if crate::autograd::is_grad_enabled() && dest.is_some_and(|t| t.no_grad_view) {
+    if crate::autograd::is_grad_enabled() && dest.is_some_and(|t| t.is_no_grad_view()) {
         return Err(Error::arg(
             op,
             "A view was created in no_grad mode and is being modified inplace with grad mode \
