@@ -151,6 +151,15 @@ fn gqa_with_unequal_key_and_value_heads() {
         ..gqa
     };
     assert_close("composed", &sdpa(&q, &k, &v, &masked).unwrap(), &b, 2e-5);
+    // No query heads: both repeat to none, an empty result (0 % h == 0, as PyTorch's).
+    let o = sdpa(
+        &leaf(dev, &[1, 0, 4, 8]),
+        &leaf(dev, &[1, 2, 5, 8]),
+        &leaf(dev, &[1, 1, 5, 3]),
+        &gqa,
+    )
+    .unwrap();
+    assert_eq!(o.shape(), &[1, 0, 4, 3]);
     // Heads that do not divide the query's are refused in PyTorch's words.
     let e = err(sdpa(&q, &k, &leaf(dev, &[1, 4, 5, 3]), &gqa));
     assert!(
@@ -163,6 +172,17 @@ fn gqa_with_unequal_key_and_value_heads() {
 fn empty_and_degenerate_shapes() {
     let dev = device();
     let d = SdpaOptions::default();
+    // No value columns and no head dim over nearly 2^32 query rows: an empty result, no row
+    // statistics allocated for it.
+    let (q, k, v) = (
+        Tensor::zeros(dev, &[1 << 16, (1 << 16) - 1, 0], DType::F32).unwrap(),
+        Tensor::zeros(dev, &[1, 1, 0], DType::F32).unwrap(),
+        Tensor::zeros(dev, &[1, 1, 0], DType::F32).unwrap(),
+    );
+    assert_eq!(
+        sdpa(&q, &k, &v, &d).unwrap().shape(),
+        &[1 << 16, (1 << 16) - 1, 0]
+    );
     // No keys: zeros, as PyTorch; gradients zero.
     let q = leaf(dev, &[2, 3, 4]);
     let k = leaf(dev, &[2, 0, 4]);

@@ -206,6 +206,14 @@ pub(crate) fn forward(prob: &Problem) -> Result<(Tensor, Saved)> {
     } else {
         (0, 0)
     };
+    let (seed, ctr) = stream_key(seed, ctr);
+    let shape = prob.out_shape();
+    if prob.n == 0 || prob.l == 0 || prob.ev == 0 {
+        // Nothing to compute or to save (with ev = 0, n L may be past any buffer).
+        let stats = Tensor::empty(dev, prob.op, &[0], DType::F32)?;
+        let saved = Saved { stats, seed, ctr };
+        return Ok((Tensor::empty(dev, prob.op, &shape, prob.q.dtype)?, saved));
+    }
     // Checked: n L is bounded by u32 only, which a 32-bit usize (wasm32) does not double.
     let rows2 = prob
         .n
@@ -221,12 +229,7 @@ pub(crate) fn forward(prob: &Problem) -> Result<(Tensor, Saved)> {
             )
         })?;
     let stats = Tensor::empty(dev, prob.op, &[rows2], DType::F32)?;
-    let (seed, ctr) = stream_key(seed, ctr);
     let saved = Saved { stats, seed, ctr };
-    let shape = prob.out_shape();
-    if prob.n == 0 || prob.l == 0 || prob.ev == 0 {
-        return Ok((Tensor::empty(dev, prob.op, &shape, prob.q.dtype)?, saved));
-    }
     if prob.s == 0 {
         return Ok((Tensor::zeros(dev, &shape, prob.q.dtype)?, saved));
     }

@@ -153,7 +153,9 @@ impl Problem {
             let (hq, hk, hv) = (qs[qs.len() - 3], ks[ks.len() - 3], vs[vs.len() - 3]);
             // Unequal key and value heads were repeated to the query's by the caller
             // (repeat_kv_heads).
-            if hk != hv || hk == 0 || hq % hk != 0 {
+            // No heads at all (repeated to the query's 0) is an empty problem.
+            let empty = hq == 0 && hk == 0;
+            if hk != hv || (!empty && (hk == 0 || hq % hk != 0)) {
                 return Err(Error::shape(op, gqa_heads_message(hq, hk, hv)));
             }
             let b = broadcast_shapes(op, &ql[..ql.len() - 1], &kl[..kl.len() - 1])?;
@@ -229,7 +231,6 @@ impl Problem {
     }
 }
 
-/// The mask as additive f32, viewed as `[.., L, S]` broadcast to the scores.
 /// PyTorch's words for heads enable_gqa cannot group (its sentence ends at "in" in ATen).
 fn gqa_heads_message(hq: usize, hk: usize, hv: usize) -> String {
     format!(
@@ -257,6 +258,10 @@ pub(crate) fn repeat_kv_heads(
     if hk == hv {
         return Ok(None);
     }
+    if hq == 0 && hk != 0 && hv != 0 {
+        // 0 % h == 0: both repeat to no heads (an empty result), as PyTorch's.
+        return Ok(Some((k.narrow(-3, 0, 0)?, v.narrow(-3, 0, 0)?)));
+    }
     if hk == 0 || hv == 0 || hq % hk != 0 || hq % hv != 0 {
         return Err(Error::shape(op, gqa_heads_message(hq, hk, hv)));
     }
@@ -269,6 +274,7 @@ pub(crate) fn repeat_kv_heads(
     Ok(Some((repeat(k, hk)?, repeat(v, hv)?)))
 }
 
+/// The mask as additive f32, viewed as `[.., L, S]` broadcast to the scores.
 fn mask_view(
     op: &'static str,
     q: &Tensor,
