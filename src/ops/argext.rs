@@ -95,7 +95,8 @@ pub fn argext_plan(caps: &Caps, n_out: usize, len: usize, stride: usize) -> Redu
 fn index_along(x: &Tensor, op: &'static str, code: u32, dim: usize) -> Result<Tensor> {
     let len = x.shape().get(dim).copied().unwrap_or(1);
     if len == 0 {
-        return Err(Error::shape(
+        // The error kind of max/min over an empty dim (PyTorch raises one IndexError for all).
+        return Err(Error::size(
             op,
             format!(
                 "Expected reduction dim {dim} to have non-zero size (shape {:?})",
@@ -279,7 +280,7 @@ impl Tensor {
 /// PyTorch's refusal of the dim-less form on an empty tensor (no index to return).
 fn no_dim_on_empty(x: &Tensor, op: &'static str) -> Result<()> {
     if x.numel() == 0 {
-        return Err(Error::arg(
+        return Err(Error::size(
             op,
             format!(
                 "{op}(): Expected reduction dim to be specified for input.numel() == 0. (shape \

@@ -114,6 +114,23 @@ struct ReduceParams {
 }
 
 impl Tensor {
+    /// mean's dtype check, first as in PyTorch's meta function (before its dims), in its
+    /// words: a mean of integers has no output dtype to infer.
+    pub(crate) fn require_mean_dtype(&self) -> Result<()> {
+        if self.dtype.is_float() {
+            return Ok(());
+        }
+        Err(Error::arg(
+            "mean",
+            format!(
+                "mean(): could not infer output dtype. Input dtype must be either a floating \
+                 point or complex dtype. Got: Int (convert with to_dtype(DType::F32); input \
+                 {:?})",
+                self.dtype
+            ),
+        ))
+    }
+
     /// The untracked forward of [`Tensor::reduce`] (src/ops/reduce_grad.rs records it).
     pub(crate) fn reduce_forward(&self, dim: isize, op: ReduceOp, keepdim: bool) -> Result<Tensor> {
         let name = op.name();

@@ -105,6 +105,7 @@ impl Tensor {
     /// by the number of elements reduced (in f32 for f16, rounded once). An empty `dims`
     /// averages every element.
     pub fn mean_dims(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        self.require_mean_dtype()?;
         let ds = self.reduction_dims("mean", dims)?;
         if self.rank() == 0 {
             return self.mean(0, keepdim);

@@ -103,6 +103,9 @@ impl Tensor {
     /// [`Error::InvalidArgument`] for a dim out of range, [`Error::Size`] for max / min over an
     /// empty dim.
     pub fn reduce(&self, dim: isize, op: ReduceOp, keepdim: bool) -> Result<Tensor> {
+        if op == ReduceOp::Mean {
+            self.require_mean_dtype()?;
+        }
         if self.rank() == 0 {
             Layout::normalize_dim(op.name(), dim, 1)?;
             return self.reshape(&[1])?.reduce(0, op, false);

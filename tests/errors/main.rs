@@ -1109,6 +1109,24 @@ fn view_reduction_rnn_and_attention_errors_in_pytorch_words() {
         e0.argmax(1, false),
         "Expected reduction dim 1 to have non-zero size",
     );
+    // One error kind for every empty reduction (PyTorch raises one IndexError for them).
+    for r in [e0.max(1, false), e0.argmax(1, false), e0.argmax_all()] {
+        assert!(matches!(r, Err(Error::Size { .. })), "{r:?}");
+    }
+    // A mean of integers, in error_inputs_mean's words, whichever form (before the dims).
+    let xi = Tensor::zeros(dev(), &[2, 3, 4], DType::I32).unwrap();
+    for r in [
+        xi.mean(0, false),
+        xi.mean_dims(&[0, 2], false),
+        xi.mean_all(),
+        xi.mean(7, false),
+    ] {
+        has(
+            r,
+            "mean(): could not infer output dtype. Input dtype must be either a floating point \
+             or complex dtype. Got: Int",
+        );
+    }
     has(
         x.sum_dims(&[0, -3], false),
         "dim 0 appears multiple times in the list of dims",
