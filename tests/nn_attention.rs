@@ -676,7 +676,11 @@ fn causal_drops_the_attn_mask_before_its_shape_check() {
         attn_mask: Some(MhaMask::Additive(&rank1)),
         ..causal
     };
-    assert!(m.forward_attn(&x, &x, &x, &opts).is_err());
+    let e = m.forward_attn(&x, &x, &x, &opts).unwrap_err().to_string();
+    assert!(
+        e.contains("expected `attn_mask` to be `None`, 2-D or 3-D but found 1-D tensor instead"),
+        "{e}"
+    );
     // An unbatched query's 3-D mask is compared with (num_heads, L, S) first
     // (_mha_shape_check), even on this path.
     let x1 = wgtensor::ops::randn(common::device(), &[5, 8], DType::F32).unwrap();

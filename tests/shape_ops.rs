@@ -193,6 +193,19 @@ fn copy_from_broadcasts_converts_and_reads_overlaps_whole() {
     }
     x.copy_from(&x.clone()).unwrap();
     assert_eq!(vals(&x), xv);
+    // A destination that repeats elements is found before the shapes are compared.
+    let rep = Tensor::zeros(dev(), &[1], DType::F32)
+        .unwrap()
+        .broadcast_to(&[3])
+        .unwrap();
+    let e = rep
+        .copy_from(&Tensor::zeros(dev(), &[2], DType::F32).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("more than one element of the written-to tensor"),
+        "{e}"
+    );
     // The overlap is found before the broadcast is (TensorIterator's order).
     let e = x
         .copy_from(&x.narrow(0, 1, 2).unwrap())

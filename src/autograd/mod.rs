@@ -95,9 +95,10 @@ pub(crate) struct GradMeta {
     /// through any handle freezes the parameter, and unfreezing keeps its key, so an optimizer
     /// built before finds its gradients again.
     frozen: AtomicBool,
-    /// A view sharing the storage of a tracked leaf (directly or through other views): an
-    /// in-place write to it is refused in PyTorch's `view_of_leaf` words.
-    view_of_leaf: bool,
+    /// For a tracked view: the meta of the tensor at the root of its chain of views (PyTorch's
+    /// `base_`), which decides at write time whether an in-place write is refused in
+    /// PyTorch's `view_of_leaf` words.
+    view_base: Option<Arc<GradMeta>>,
 }
 
 impl GradMeta {
@@ -264,7 +265,7 @@ fn output_meta(t: &Tensor, node: Arc<Node>, index: usize) -> Arc<GradMeta> {
         shape: t.shape().to_vec(),
         dtype: t.dtype,
         frozen: AtomicBool::new(false),
-        view_of_leaf: false,
+        view_base: None,
     })
 }
 
@@ -549,7 +550,7 @@ impl Tensor {
                     shape: self.shape().to_vec(),
                     dtype: self.dtype,
                     frozen: AtomicBool::new(false),
-                    view_of_leaf: false,
+                    view_base: None,
                 }));
                 Ok(())
             }
@@ -593,29 +594,29 @@ impl Tensor {
     }
 
     /// Gives `out`, a view of `x`'s storage just recorded, PyTorch's view creation meta: the
-    /// tracked tensor it was made from under no_grad (inherited through further views), and
-    /// whether it views a tracked leaf.
+    /// root of its chain of views (PyTorch's `base_`), kept in its meta when it is tracked and
+    /// as `no_grad_view` when it was made under no_grad of a tracked tensor (inherited through
+    /// further views).
     pub(crate) fn inherit_view_meta(out: &mut Tensor, x: &Tensor) {
-        out.no_grad_view = match (&x.no_grad_view, x.live_meta()) {
+        let root = x
+            .live_meta()
+            .map(|m| m.view_base.clone().unwrap_or_else(|| m.clone()));
+        out.no_grad_view = match (&x.no_grad_view, &root) {
             (Some(base), _) => Some(base.clone()),
-            (None, Some(m)) if !is_grad_enabled() => Some(m.clone()),
+            (None, Some(r)) if !is_grad_enabled() => Some(r.clone()),
             _ => None,
         };
-        if out.is_tracked() && x.is_tracked() && (x.is_leaf() || x.is_view_of_leaf()) {
-            out.mark_view_of_leaf();
+        // The view's meta was just made by its record: not yet shared.
+        if let Some(m) = out.grad.as_mut().and_then(Arc::get_mut) {
+            m.view_base = root;
         }
     }
 
-    /// Whether this tracked tensor is a view of a tracked leaf's storage.
+    /// Whether this tracked tensor views a leaf that still requires grad.
     pub(crate) fn is_view_of_leaf(&self) -> bool {
-        self.live_meta().is_some_and(|m| m.view_of_leaf)
-    }
-
-    /// Marks a view just recorded (its meta not yet shared) as one of a leaf's storage.
-    pub(crate) fn mark_view_of_leaf(&mut self) {
-        if let Some(m) = self.grad.as_mut().and_then(Arc::get_mut) {
-            m.view_of_leaf = true;
-        }
+        self.live_meta()
+            .and_then(|m| m.view_base.as_ref())
+            .is_some_and(|b| b.node.is_none() && b.live().is_some())
     }
 
     /// Gradients of this single-element tensor (the loss) with respect to every tracked leaf

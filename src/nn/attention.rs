@@ -337,15 +337,11 @@ impl MultiheadAttention {
             Some(m) if fused_causal => {
                 let t = mask_tensor(m);
                 let rank = t.rank();
-                if !(rank == 2 || rank == 3) {
-                    return Err(Error::shape(
-                        OP,
-                        format!("attn_mask must be 2-D or 3-D, got rank {rank}"),
-                    ));
-                }
-                // _mha_shape_check also compares an unbatched query's 3-D mask with
-                // (num_heads, L, S) before the mask is dropped.
-                if !batched && rank == 3 && t.shape() != [self.num_heads, l, s] {
+                // _mha_shape_check's rank check, and its comparison of an unbatched query's
+                // 3-D mask with (num_heads, L, S), run before the mask is dropped (their
+                // errors come from the full check).
+                let unbatched_3d = !batched && rank == 3 && t.shape() != [self.num_heads, l, s];
+                if !(rank == 2 || rank == 3) || unbatched_3d {
                     self.attn_mask(m, batched, n, l, s, dt)?;
                 }
                 None

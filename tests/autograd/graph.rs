@@ -137,6 +137,13 @@ fn autograd_errors_in_pytorch_words() {
     w.set_requires_grad(false).unwrap();
     wv.copy_from(&zero).unwrap();
     assert_eq!(crate::common::download(&w).unwrap(), vec![0.0, 2.0]);
+    // Through a tracked view first: the root of the chain (the leaf) decides.
+    let mut w = t(&[1.0, 2.0], &[2]).requires_grad().unwrap();
+    let a = w.narrow(0, 0, 2).unwrap();
+    let av = wgtensor::autograd::no_grad(|| a.narrow(0, 0, 1)).unwrap();
+    assert!(av.copy_from(&zero).is_err());
+    w.set_requires_grad(false).unwrap();
+    av.copy_from(&zero).unwrap();
     // A no_grad view of an untracked tensor is an ordinary tensor.
     let plain = t(&[1.0, 2.0], &[2]);
     let pv = wgtensor::autograd::no_grad(|| plain.narrow(0, 0, 1)).unwrap();

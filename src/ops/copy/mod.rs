@@ -373,16 +373,32 @@ impl Tensor {
         // lose its gradient, since nothing records the copy (PyTorch's copy_ would carry it).
         super::gemm::grad::check_in_place(op, &[self, src])?;
         self.same_device(op, src)?;
-        // TensorIterator checks overlap before it computes the broadcast shape.
-        if src.shares_storage(self) {
-            // copy_impl's early exit for the same data.
-            if src.layout == self.layout && src.dtype == self.dtype {
-                self.bump_version();
-                return Ok(());
-            }
-            if let Some(words) = partial_overlap(self, src) {
-                return Err(Error::arg(op, words));
-            }
+        // copy_impl's early exit for the same data.
+        if src.shares_storage(self) && src.layout == self.layout && src.dtype == self.dtype {
+            self.bump_version();
+            return Ok(());
+        }
+        // TensorIterator checks the output's own overlap, then the operands', before it
+        // computes the broadcast shape.
+        if self
+            .shape()
+            .iter()
+            .zip(self.strides())
+            .any(|(&d, &s)| d > 1 && s == 0)
+        {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "unsupported operation: more than one element of the written-to tensor \
+                     refers to a single memory location (the destination, shape {:?}, strides \
+                     {:?}, repeats elements)",
+                    self.shape(),
+                    self.strides()
+                ),
+            ));
+        }
+        if let Some(words) = partial_overlap(self, src) {
+            return Err(Error::arg(op, words));
         }
         if src.layout.broadcast_to(self.shape()).is_err() {
             return Err(Error::shape(
@@ -409,23 +425,6 @@ impl Tensor {
         } else {
             src
         };
-        if self
-            .shape()
-            .iter()
-            .zip(self.strides())
-            .any(|(&d, &s)| d > 1 && s == 0)
-        {
-            return Err(Error::arg(
-                op,
-                format!(
-                    "unsupported operation: more than one element of the written-to tensor \
-                     refers to a single memory location (the destination, shape {:?}, strides \
-                     {:?}, repeats elements)",
-                    self.shape(),
-                    self.strides()
-                ),
-            ));
-        }
         // A read binding may not alias the written one: copy an aliasing source first.
         let src = if src.shares_storage(self) {
             src.map_clone()?
