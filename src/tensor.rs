@@ -52,10 +52,10 @@ pub struct Tensor {
     /// Autograd: `None` for tensors no gradient flows through, a flagged meta for a frozen
     /// leaf (see `crate::autograd`).
     pub(crate) grad: Option<Arc<crate::autograd::GradMeta>>,
-    /// For a view made while grad mode was off of a tracked tensor (or a view of one): that
-    /// tensor's meta. While it is still tracked, PyTorch forbids writing the view in place with
-    /// grad mode on (its `NO_GRAD_MODE` creation meta), since whether the write should be
-    /// recorded is ambiguous.
+    /// For a view made while grad mode was off of a tracked tensor (or a view of one): the meta
+    /// of the root of its chain of views. While that is still tracked, PyTorch forbids writing
+    /// the view in place with grad mode on (its `NO_GRAD_MODE` creation meta), since whether
+    /// the write should be recorded is ambiguous.
     pub(crate) no_grad_view: Option<Arc<crate::autograd::GradMeta>>,
 }
 

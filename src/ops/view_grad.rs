@@ -84,8 +84,8 @@ impl BackwardOp for ViewBackward {
 }
 
 /// Records `out`, a view (or same-shape copy) of `x`. A view sharing `x`'s storage carries
-/// what in-place writes must know (PyTorch's view creation meta): whether it was made under
-/// no_grad from a tracked tensor, and whether it views a tracked leaf.
+/// what in-place writes must know (PyTorch's view creation meta): the root of its chain of
+/// views, and whether it was made under no_grad from a tracked tensor.
 pub(crate) fn record_view(x: &Tensor, out: Tensor, kind: impl FnOnce() -> ViewKind) -> Tensor {
     let shares = out.shares_storage(x);
     let mut out = record(out, &[x], |_| {
