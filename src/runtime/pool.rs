@@ -123,14 +123,6 @@ impl BufferPool {
         self.poisoned.len()
     }
 
-    /// Drops `buf`'s mark: a new owner (whatever a failed batch left in it no longer
-    /// matters), or its end.
-    fn unpoison(&mut self, buf: &wgpu::Buffer) {
-        if !self.poisoned.is_empty() {
-            self.poisoned.remove(buf);
-        }
-    }
-
     /// Bytes this pool holds (live and cached).
     pub(crate) fn held(&self) -> u64 {
         self.stats.live_bytes + self.stats.cached_bytes
@@ -170,7 +162,7 @@ impl BufferPool {
                 self.stats.cached_bytes -= key.0;
                 self.stats.live_bytes += key.0;
                 self.stats.hits += 1;
-                self.unpoison(&buf);
+                unpoison(&mut self.poisoned, &buf);
                 return Some(buf);
             }
         }
@@ -191,7 +183,7 @@ impl BufferPool {
             self.stats.cached_bytes -= key.0;
             self.stats.live_bytes += key.0;
             self.stats.hits += 1;
-            self.unpoison(&buf);
+            unpoison(&mut self.poisoned, &buf);
             return Some(buf);
         }
         self.take(bytes, usage)
@@ -230,7 +222,7 @@ impl BufferPool {
     pub(crate) fn forget(&mut self, buf: &wgpu::Buffer) {
         self.stats.live_bytes -= buf.size();
         host_sub(self.host, buf.size());
-        self.unpoison(buf);
+        unpoison(&mut self.poisoned, buf);
     }
 
     /// Closes the current batch's list of freed buffers (when the batch is finished). They
@@ -265,9 +257,7 @@ impl BufferPool {
                     Some(buf) => {
                         self.stats.cached_bytes -= key.0;
                         host_sub(host, key.0);
-                        if !self.poisoned.is_empty() {
-                            self.poisoned.remove(&buf);
-                        }
+                        unpoison(&mut self.poisoned, &buf);
                         buf.destroy();
                     }
                     None => break,
@@ -290,12 +280,21 @@ impl BufferPool {
             for buf in list {
                 self.stats.cached_bytes -= key.0;
                 host_sub(host, key.0);
-                if !self.poisoned.is_empty() {
-                    self.poisoned.remove(&buf);
-                }
+                unpoison(&mut self.poisoned, &buf);
                 buf.destroy();
             }
         }
+    }
+}
+
+/// Drops `buf`'s poison mark: a new owner (whatever a failed batch left in it no longer
+/// matters), or its end. A free function over the map, so the trim and clear loops can call it
+/// while they hold the free lists.
+// wgpu::Buffer hashes and compares by its id, which never changes: as the struct field's map.
+#[allow(clippy::mutable_key_type)]
+fn unpoison(poisoned: &mut HashMap<wgpu::Buffer, Error>, buf: &wgpu::Buffer) {
+    if !poisoned.is_empty() {
+        poisoned.remove(buf);
     }
 }
 
