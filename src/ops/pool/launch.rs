@@ -66,7 +66,30 @@ pub(super) struct Window {
     divisor: usize,
 }
 
-/// PyTorch's `pooling_output_shape`.
+/// PyTorch's `pooling_output_shape`, signed (at most 0 when no window fits) for any `usize`
+/// options and a stride of at least 1: in i128, with `d (k - 1)` saturating (two options near
+/// usize::MAX pass i128, an invalid size either way).
+pub(super) fn pooling_output_shape(
+    len: usize,
+    k: usize,
+    pad: usize,
+    s: usize,
+    d: usize,
+    ceil: bool,
+) -> i128 {
+    let (len, k, pad, s, d) = (len as i128, k as i128, pad as i128, s as i128, d as i128);
+    // Rounded toward -inf (PyTorch's div_rtn): with ceil_mode a kernel up to stride - 1
+    // longer than the padded input still gives one window, which hangs past the end.
+    let numer = len + 2 * pad - d.saturating_mul(k - 1) - 1 + if ceil { s - 1 } else { 0 };
+    let mut out = numer.div_euclid(s) + 1;
+    // The last window must start inside the input or the left padding.
+    if ceil && (out - 1) * s >= len + pad {
+        out -= 1;
+    }
+    out
+}
+
+/// [`pooling_output_shape`] of options within their limits, refused when no window fits.
 fn out_size(
     op: &'static str,
     len: usize,
@@ -76,17 +99,9 @@ fn out_size(
     d: usize,
     ceil: bool,
 ) -> Result<usize> {
-    let eff = d as i64 * (k as i64 - 1) + 1;
-    let padded = len as i64 + 2 * pad as i64;
-    // Rounded toward -inf (PyTorch's div_rtn): with ceil_mode a kernel up to stride - 1
-    // longer than the padded input still gives one window, which hangs past the end.
-    let numer = padded - eff + if ceil { s as i64 - 1 } else { 0 };
-    let mut out = numer.div_euclid(s as i64) + 1;
-    // The last window must start inside the input or the left padding.
-    if ceil && out > 0 && (out - 1) * s as i64 >= len as i64 + pad as i64 {
-        out -= 1;
-    }
+    let out = pooling_output_shape(len, k, pad, s, d, ceil);
     if out < 1 {
+        let eff = d as i64 * (k as i64 - 1) + 1;
         return Err(Error::shape(
             op,
             format!(

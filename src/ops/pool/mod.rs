@@ -57,20 +57,8 @@ fn check_max_pool1d(op: &'static str, x: &Tensor, o: &MaxPool1dOptions) -> Resul
     } else if d == 0 {
         format!("dilation must be greater than zero, but got {d}")
     } else {
-        // pooling_output_shape, signed (i128: the options are any usize; d (k - 1) of two
-        // near usize::MAX passes i128 and saturates, an invalid size either way).
-        let (len, k, p, s, d) = (
-            x.shape()[x.rank() - 1] as i128,
-            k as i128,
-            p as i128,
-            s as i128,
-            d as i128,
-        );
-        let numer = len + 2 * p - d.saturating_mul(k - 1) - 1 + if o.ceil_mode { s - 1 } else { 0 };
-        let mut out = numer.div_euclid(s) + 1;
-        if o.ceil_mode && (out - 1) * s >= len + p {
-            out -= 1;
-        }
+        let len = x.shape()[x.rank() - 1];
+        let out = launch::pooling_output_shape(len, k, p, s, d, o.ceil_mode);
         if out > 0 {
             return Ok(());
         }
