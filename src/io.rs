@@ -584,22 +584,15 @@ pub(crate) fn check_load<'a>(
             }
             // copy_from refuses a destination that repeats elements (a broadcast view): found
             // here, so that nothing is copied, in PyTorch's words for an exception there.
-            Some(s)
-                if t.shape()
-                    .iter()
-                    .zip(t.strides())
-                    .any(|(&d, &st)| d > 1 && st == 0) =>
-            {
-                mismatches.push(format!(
-                    "While copying the parameter named \"{name}\", whose dimensions in the \
+            Some(s) if t.layout().repeats_elements() => mismatches.push(format!(
+                "While copying the parameter named \"{name}\", whose dimensions in the \
                      model are torch.Size({:?}) and whose dimensions in the checkpoint are \
                      torch.Size({:?}), an exception occurred : ('unsupported operation: more \
                      than one element of the written-to tensor refers to a single memory \
                      location. Please clone() the tensor before performing the operation.',).",
-                    t.shape(),
-                    s.shape()
-                ))
-            }
+                t.shape(),
+                s.shape()
+            )),
             // So does a source that shares some of the parameter's elements (another name
             // viewing the same storage).
             Some(s) if crate::ops::copy::partial_overlap(t, s).is_some() => {

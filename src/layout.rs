@@ -127,6 +127,15 @@ impl Layout {
         self.shape.iter().fold(1usize, |a, &d| a.saturating_mul(d))
     }
 
+    /// True when a dim of more than one element has stride 0 (a broadcast view): writing
+    /// through it would write one element several times, which in-place writes refuse.
+    pub(crate) fn repeats_elements(&self) -> bool {
+        self.shape
+            .iter()
+            .zip(&self.strides)
+            .any(|(&d, &s)| d > 1 && s == 0)
+    }
+
     /// True when elements are packed in row-major order starting at `offset`.
     pub fn is_contiguous(&self) -> bool {
         if self.shape.contains(&0) {

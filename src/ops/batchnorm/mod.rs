@@ -261,7 +261,7 @@ fn check_in_place(
     a: &Tensor,
     others: &[(&str, &Tensor)],
 ) -> Result<()> {
-    if a.numel() > 1 && a.strides()[0] == 0 {
+    if a.layout().repeats_elements() {
         return Err(Error::arg(
             op,
             format!(

@@ -380,12 +380,7 @@ impl Tensor {
         }
         // TensorIterator checks the output's own overlap, then the operands', before it
         // computes the broadcast shape.
-        if self
-            .shape()
-            .iter()
-            .zip(self.strides())
-            .any(|(&d, &s)| d > 1 && s == 0)
-        {
+        if self.layout.repeats_elements() {
             return Err(Error::arg(
                 op,
                 format!(
