@@ -267,11 +267,16 @@ pub(crate) fn repeat_kv_heads(
     }
     q.same_device(op, k)?;
     q.same_device(op, v)?;
-    let repeat = |t: &Tensor, h: usize| -> Result<Tensor> {
-        let idx: Vec<i32> = (0..hq).map(|i| (i / (hq / h)) as i32).collect();
-        t.index_select(-3, &Tensor::from_slice(q.device(), &idx, &[hq])?)
-    };
+    let repeat = |t: &Tensor, h: usize| t.index_select(-3, &head_index(q.device(), hq, h)?);
     Ok(Some((repeat(k, hk)?, repeat(v, hv)?)))
+}
+
+/// The index that repeats `h` heads to `hq` (a multiple of it) along dim -3, each head
+/// `hq / h` times in a row (PyTorch's `repeat_interleave`): query head `i` reads head
+/// `i / (hq / h)`.
+pub(crate) fn head_index(dev: &crate::Device, hq: usize, h: usize) -> Result<Tensor> {
+    let idx: Vec<i32> = (0..hq).map(|i| (i / (hq / h)) as i32).collect();
+    Tensor::from_slice(dev, &idx, &[hq])
 }
 
 /// The mask as additive f32, viewed as `[.., L, S]` broadcast to the scores.

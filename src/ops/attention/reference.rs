@@ -53,8 +53,7 @@ pub fn scaled_dot_product_attention(
     }
     let dev = q.device();
     let (k, v) = if prob.group() > 1 {
-        let idx: Vec<i32> = (0..prob.heads).map(|h| (h / prob.group()) as i32).collect();
-        let idx = Tensor::from_slice(dev, &idx, &[prob.heads])?;
+        let idx = super::problem::head_index(dev, prob.heads, prob.kv_heads)?;
         (k.index_select(-3, &idx)?, v.index_select(-3, &idx)?)
     } else {
         (k.clone(), v.clone())

@@ -148,11 +148,11 @@ fn batched(
     };
     let weight_rank = |xs: &[usize]| -> Result<()> {
         let ws = w.shape();
+        if ws.len() >= 3 {
+            geom::check_groups_and_stride(op, positive.0, positive.1, positive.2)?;
+        }
         let torch = if ws.len() < 3 {
             "weight should have at least three dimensions".to_string()
-        } else if let Err(e) = geom::check_groups_and_stride(op, positive.0, positive.1, positive.2)
-        {
-            return Err(e);
         } else if ws.len() != rank {
             format!(
                 "Expected {r}-dimensional input for {r}-dimensional weight {ws:?}, but got \
