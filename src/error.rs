@@ -199,3 +199,28 @@ impl Error {
         }
     }
 }
+
+/// `v` as Python's `repr` prints a float (`1.0`, `-0.5`, `-1e-08`, `1e+20`), so errors read
+/// as PyTorch's ("Invalid epsilon value: -1e-08").
+pub(crate) fn py_float(v: f64) -> String {
+    if v.is_nan() {
+        return "nan".into();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 { "inf" } else { "-inf" }.into();
+    }
+    let sci = format!("{v:e}");
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let e: i32 = exp.parse().unwrap_or(0);
+    if (-4..16).contains(&e) {
+        let s = format!("{v}");
+        if s.contains('.') {
+            s
+        } else {
+            format!("{s}.0")
+        }
+    } else {
+        let sign = if e < 0 { '-' } else { '+' };
+        format!("{mantissa}e{sign}{:02}", e.unsigned_abs())
+    }
+}

@@ -268,14 +268,15 @@ impl Adam {
 
     /// The state as PyTorch's `state_dict()['state']` holds it, keyed `{parameter name}.exp_avg`,
     /// `{parameter name}.exp_avg_sq` and, with AMSGrad, `{parameter name}.max_exp_avg_sq`
-    /// (`0.exp_avg` for unnamed parameters); the step counts are [`Adam::step_counts`]. The
+    /// (`0.exp_avg` for unnamed parameters, `weight[3].exp_avg` for parameter 3 whose name
+    /// another parameter has too); the step counts are [`Adam::step_counts`]. The
     /// tensors are the optimizer's own, which each step updates in place: copy them to keep a
     /// snapshot.
     pub fn state_tensors(&self) -> Vec<(String, Tensor)> {
         let mut v = Vec::new();
         for (i, s) in self.state.iter().enumerate() {
             let Some(s) = s else { continue };
-            let name = &self.set.names[i];
+            let name = self.set.state_key(i);
             v.push((format!("{name}.exp_avg"), s.exp_avg.clone()));
             v.push((format!("{name}.exp_avg_sq"), s.exp_avg_sq.clone()));
             if let Some(m) = s.max_exp_avg_sq.as_ref().filter(|_| self.opts.amsgrad) {
@@ -344,7 +345,7 @@ impl Adam {
                         self.set.label(i),
                         missing
                             .iter()
-                            .map(|k| format!("{:?}", format!("{}.{k}", self.set.names[i])))
+                            .map(|k| format!("{:?}", format!("{}.{k}", self.set.state_key(i))))
                             .collect::<Vec<_>>()
                             .join(", ")
                     ),

@@ -1,6 +1,5 @@
 //! Gradient clipping by the joint L2 norm or by value, composed from existing ops.
 
-use super::params::check_hyper;
 use crate::ops::map::ScalarOp;
 use crate::{Error, Result, Tensor};
 
@@ -10,8 +9,11 @@ use crate::{Error, Result, Tensor};
 /// the gradients' promoted dtype, as PyTorch's: f16 for f16 gradients). Each gradient's norm is
 /// summed in f32 and rounded to its dtype, as PyTorch's per-tensor norms are: an f16 gradient
 /// whose norm passes 65504 makes the total inf and the coefficient 0, zeroing the gradients as
-/// PyTorch does without `error_if_nonfinite`. `max_norm` may be `f64::INFINITY` to measure
-/// the norm alone; the list must not be empty (the norm tensor needs a device).
+/// PyTorch does without `error_if_nonfinite`. The coefficient is formed as PyTorch's
+/// `max_norm / t` is, `reciprocal(t) * max_norm` (two roundings: in f16 the reciprocal of a
+/// norm below about 1.5e-5 is inf). `max_norm` is not checked, as in PyTorch: `f64::INFINITY`
+/// measures the norm alone, a negative one flips the gradients' sign and NaN makes them NaN.
+/// The list must not be empty (the norm tensor needs a device).
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
@@ -27,10 +29,6 @@ use crate::{Error, Result, Tensor};
 /// ```
 pub fn clip_grad_norm(grads: &[&Tensor], max_norm: f64) -> Result<(Vec<Tensor>, Tensor)> {
     let op = "clip_grad_norm";
-    // +inf is PyTorch's idiom for measuring the norm without clipping (coefficient 1).
-    if max_norm != f64::INFINITY {
-        check_hyper(op, "max_norm", max_norm, 0.0, f64::MAX)?;
-    }
     let Some(first) = grads.first() else {
         return Err(Error::arg(op, "no gradients given"));
     };
@@ -60,9 +58,11 @@ pub fn clip_grad_norm(grads: &[&Tensor], max_norm: f64) -> Result<(Vec<Tensor>, 
     if dtype != f32_ {
         norm = norm.to_dtype(dtype)?;
     }
+    // Tensor.__rtruediv__ is `reciprocal() * other`.
     let coef = norm
         .add_scalar(1e-6)?
-        .scalar_op(ScalarOp::RDiv, max_norm)?
+        .scalar_op(ScalarOp::RDiv, 1.0)?
+        .scalar_op(ScalarOp::Mul, max_norm)?
         .scalar_op(ScalarOp::Min, 1.0)?;
     let clipped = grads
         .iter()

@@ -347,7 +347,8 @@ impl Sgd {
     }
 
     /// The state as PyTorch's `state_dict()['state']` holds it, keyed
-    /// `{parameter name}.momentum_buffer` (`0.momentum_buffer` for unnamed parameters). The
+    /// `{parameter name}.momentum_buffer` (`0.momentum_buffer` for unnamed parameters,
+    /// `weight[3].momentum_buffer` for parameter 3 whose name another parameter has too). The
     /// tensors are the optimizer's own, which each step updates in place: copy them to keep a
     /// snapshot.
     pub fn state_tensors(&self) -> Vec<(String, Tensor)> {
@@ -356,7 +357,7 @@ impl Sgd {
             .enumerate()
             .filter_map(|(i, b)| {
                 b.clone()
-                    .map(|t| (format!("{}.momentum_buffer", self.set.names[i]), t))
+                    .map(|t| (format!("{}.momentum_buffer", self.set.state_key(i)), t))
             })
             .collect()
     }

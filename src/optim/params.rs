@@ -5,6 +5,7 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::autograd::Grads;
+use crate::error::py_float;
 use crate::runtime::Storage;
 use crate::{DType, Device, Error, Result, Tensor};
 
@@ -14,7 +15,9 @@ use crate::{DType, Device, Error, Result, Tensor};
 /// then name the optimizer's state, see `state_tensors`).
 ///
 /// An optimizer's groups are all named or all unnamed (PyTorch's rule: "all optimizer param
-/// groups should be with/without names").
+/// groups should be with/without names"). A name may be given twice, as two groups built from
+/// sibling modules' `named_parameters` give `weight` twice (PyTorch keys its state by index):
+/// the state entries of such a parameter carry `{name}[{index}]`.
 ///
 /// Every parameter must be a leaf (one that requires grad, [`Tensor::requires_grad`], a frozen
 /// one, or a plain tensor, as PyTorch's optimizers accept: the last two get no gradient and
@@ -118,31 +121,6 @@ impl ParamGroup {
     }
 }
 
-/// `v` as Python's `repr` prints a float (`1.0`, `-0.5`, `-1e-08`, `1e+20`), so errors read
-/// as PyTorch's ("Invalid epsilon value: -1e-08").
-pub(crate) fn py_float(v: f64) -> String {
-    if v.is_nan() {
-        return "nan".into();
-    }
-    if v.is_infinite() {
-        return if v > 0.0 { "inf" } else { "-inf" }.into();
-    }
-    let sci = format!("{v:e}");
-    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
-    let e: i32 = exp.parse().unwrap_or(0);
-    if (-4..16).contains(&e) {
-        let s = format!("{v}");
-        if s.contains('.') {
-            s
-        } else {
-            format!("{s}.0")
-        }
-    } else {
-        let sign = if e < 0 { '-' } else { '+' };
-        format!("{mantissa}e{sign}{:02}", e.unsigned_abs())
-    }
-}
-
 pub(crate) fn check_hyper(op: &'static str, what: &str, v: f64, lo: f64, hi: f64) -> Result<()> {
     if !(v.is_finite() && v >= lo && v <= hi) {
         // PyTorch's "Invalid learning rate: -0.1", with the range (f64's extremes spelled as
@@ -196,10 +174,47 @@ pub(crate) struct ParamSet {
     /// Each group's `initial_lr` (PyTorch's param-group entry that the first scheduler sets
     /// and later ones share as their base): `None` until a scheduler is made.
     pub(crate) initial_lrs: Vec<Option<f64>>,
-    by_name: HashMap<String, usize>,
+    /// The name each parameter's state entries carry (`state_tensors`): its name where no
+    /// other parameter has it, else `{name}[{index}]`.
+    keys: Vec<String>,
+    by_key: HashMap<String, usize>,
+}
+
+/// The state keys of parameters named `names`: the name itself where it is unique, else
+/// `{name}[{index}]` (PyTorch keys its state by index, so it accepts a name given twice, as
+/// two groups of sibling modules' `named_parameters` give `weight` twice); `None` when such a
+/// key collides with another parameter's name.
+fn state_keys(names: &[String]) -> Option<(Vec<String>, HashMap<String, usize>)> {
+    let mut count: HashMap<&str, usize> = HashMap::new();
+    for n in names {
+        *count.entry(n).or_default() += 1;
+    }
+    let keys: Vec<String> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            if count[n.as_str()] == 1 {
+                n.clone()
+            } else {
+                format!("{n}[{i}]")
+            }
+        })
+        .collect();
+    let mut by_key = HashMap::with_capacity(keys.len());
+    for (i, k) in keys.iter().enumerate() {
+        if by_key.insert(k.clone(), i).is_some() {
+            return None;
+        }
+    }
+    Some((keys, by_key))
 }
 
 impl ParamSet {
+    /// The name parameter `i`'s state entries carry.
+    pub(crate) fn state_key(&self, i: usize) -> &str {
+        &self.keys[i]
+    }
+
     /// `parameter 3` or `parameter 3 ("fc.weight")`, for error messages.
     pub(crate) fn label(&self, i: usize) -> String {
         if self.named[i] {
@@ -255,7 +270,6 @@ impl ParamSet {
             .enumerate()
             .map(|(i, p)| (storage_key(p), self.label(i)))
             .collect();
-        let mut names: HashSet<String> = HashSet::new();
         let base = self.params.len();
         let mut new_names = Vec::with_capacity(group.params.len());
         for (k, (name, t)) in group.params.iter().enumerate() {
@@ -280,20 +294,24 @@ impl ParamSet {
                     ),
                 ));
             }
-            let name = name.clone().unwrap_or_else(|| i.to_string());
-            if self.by_name.contains_key(&name) || !names.insert(name.clone()) {
-                return Err(Error::arg(
-                    op,
-                    format!("{label}: the name {name:?} is taken by another parameter"),
-                ));
-            }
-            new_names.push(name);
+            new_names.push(name.clone().unwrap_or_else(|| i.to_string()));
         }
+        let all: Vec<String> = self.names.iter().chain(&new_names).cloned().collect();
+        let Some((keys, by_key)) = state_keys(&all) else {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "a parameter name given twice is keyed `name[index]` in the state, and \
+                     that key is another parameter's name (names {all:?})"
+                ),
+            ));
+        };
+        self.keys = keys;
+        self.by_key = by_key;
         let g = self.groups.len();
         self.groups.push(opts);
         self.initial_lrs.push(None);
         for ((name, t), n) in group.params.into_iter().zip(new_names) {
-            self.by_name.insert(n.clone(), self.params.len());
             self.named.push(name.is_some());
             self.names.push(n);
             self.params.push(t);
@@ -424,7 +442,7 @@ impl ParamSet {
             )
         };
         let (name, what) = entry.rsplit_once('.').ok_or_else(bad)?;
-        let i = *self.by_name.get(name).ok_or_else(bad)?;
+        let i = *self.by_key.get(name).ok_or_else(bad)?;
         if !known.contains(&what) {
             return Err(bad());
         }
