@@ -31,6 +31,15 @@ impl DType {
         }
     }
 
+    /// PyTorch's name (`torch.float32`), for errors in its words.
+    pub(crate) const fn torch_name(self) -> &'static str {
+        match self {
+            DType::F32 => "torch.float32",
+            DType::F16 => "torch.float16",
+            DType::I32 => "torch.int32",
+        }
+    }
+
     /// WGSL scalar type name.
     pub(crate) const fn wgsl(self) -> &'static str {
         match self {

@@ -48,7 +48,34 @@ pub struct Recurrent {
     training: bool,
 }
 
+/// RNNBase's dropout check, in its words (NaN refused too).
+fn check_dropout(p: f64) -> Result<()> {
+    if !(0.0..=1.0).contains(&p) {
+        return Err(crate::Error::arg(
+            "RNN",
+            format!(
+                "dropout should be a number in range [0, 1] representing the probability of an \
+                 element being zeroed, got {p}"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 impl Recurrent {
+    /// The dropout probability between layers (PyTorch's `rnn.dropout`).
+    pub fn dropout(&self) -> f64 {
+        self.dropout
+    }
+
+    /// Sets the dropout between layers, used from the next forward (PyTorch's assignment to
+    /// `rnn.dropout`); refused outside `[0, 1]`, as at construction.
+    pub fn set_dropout(&mut self, p: f64) -> Result<()> {
+        check_dropout(p)?;
+        self.dropout = p;
+        Ok(())
+    }
+
     fn new(
         dev: &Device,
         kind: RnnKind,
@@ -56,15 +83,7 @@ impl Recurrent {
         hidden_size: usize,
         c: RnnConfig,
     ) -> Result<Recurrent> {
-        if !(0.0..=1.0).contains(&c.dropout) {
-            return Err(crate::Error::arg(
-                "RNN",
-                format!(
-                    "dropout should be a number in range [0, 1] representing the probability of an element being zeroed, got {}",
-                    c.dropout
-                ),
-            ));
-        }
+        check_dropout(c.dropout)?;
         // PyTorch's RNNBase refuses both at construction.
         for (name, v) in [("hidden_size", hidden_size), ("num_layers", c.num_layers)] {
             if v == 0 {

@@ -1307,14 +1307,24 @@ fn rnn_dtype_errors_f16() {
         vec![w32.clone()],
     )
     .unwrap();
-    // f16 input, f32 weights: forward, training forward and the cells.
-    dtype_err(
+    // f16 input, f32 weights: RNNBase.check_input's words (the weights' dtype expected),
+    // after the rank checks; the cells compare dtypes as their GEMMs do.
+    for e in [
         rnn.forward(&t16(&[2, 5, 3]), None, None).unwrap_err(),
-        "lstm",
-    );
-    dtype_err(
+        rnn.forward(&t16(&[5, 3]), None, None).unwrap_err(),
         rnn.forward_train(&t16(&[2, 5, 3]), None, None).unwrap_err(),
-        "lstm",
+    ] {
+        assert!(
+            e.to_string()
+                .contains("lstm: input must have the type torch.float32, got type torch.float16"),
+            "{e}"
+        );
+    }
+    let e = rnn.forward(&t16(&[1, 2, 5, 3]), None, None).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("LSTM: Expected input to be 2D or 3D, got 4D instead"),
+        "{e}"
     );
     dtype_err(
         lstm_cell(&t16(&[5, 3]), &t16(&[5, 4]), &t16(&[5, 4]), &w32).unwrap_err(),

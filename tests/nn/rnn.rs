@@ -208,6 +208,18 @@ fn rnn_dropout_between_layers() {
             vals(&all.forward(&x).unwrap()),
             vals(&all.forward(&x2).unwrap())
         );
+        // test_RNN_change_dropout: p set between forwards applies at the next one.
+        m.set_dropout(0.0).unwrap();
+        assert_eq!(m.dropout(), 0.0);
+        assert_eq!(vals(&m.forward(&x).unwrap()), fused, "p set to 0");
+        m.set_dropout(1.0).unwrap();
+        assert_eq!(
+            vals(&m.forward(&x).unwrap()),
+            vals(&m.forward(&x2).unwrap()),
+            "p set to 1"
+        );
+        assert!(m.set_dropout(f64::NAN).is_err() && m.set_dropout(-0.1).is_err());
+        assert_eq!(m.dropout(), 1.0, "a refused p changes nothing");
     }
     assert!(nn::Lstm::new(
         dev(),

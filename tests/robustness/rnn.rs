@@ -437,8 +437,9 @@ fn batch_times_hidden_past_one_grid_dimension() {
     }
 }
 
-/// An unbatched input's wrong-sized states are reported as the caller passed them (PyTorch:
-/// "Expected hidden size (1, 20), got [2, 20]"), not with the batch dim of 1 the forward adds.
+/// An unbatched input's wrong-sized states: PyTorch's words compare them with the batch dim
+/// of 1 its forward adds ("Expected hidden[0] size (1, 1, 20), got [2, 1, 20]"), ours show
+/// them as the caller passed them.
 #[test]
 fn unbatched_state_errors_show_the_callers_shapes() {
     let lstm = wgtensor::nn::Lstm::new(dev(), 10, 20, Default::default()).unwrap();
@@ -450,7 +451,9 @@ fn unbatched_state_errors_show_the_callers_shapes() {
         .unwrap_err();
     let m = e.to_string();
     assert!(
-        m.contains("h0 must be [1, 20], got [2, 20]"),
+        m.contains(
+            "Expected hidden[0] size (1, 1, 20), got [2, 1, 20]: h0 must be [1, 20], got [2, 20]"
+        ),
         "unexpected message {m:?}"
     );
     still_works(dev());

@@ -255,7 +255,7 @@ impl Rnn {
             return Tensor::zeros(w0.device(), &want, w0.dtype());
         };
         dy.same_device(op, w0)?;
-        dy.same_dtype(op, w0)?;
+        w0.same_dtype(op, dy)?;
         if dy.shape() != want {
             return Err(Error::shape(
                 op,

@@ -15,8 +15,8 @@ impl Rnn {
         self.check_weights()?;
         let w0 = &self.weights[0].w_ih;
         x.same_device(op, w0)?;
-        x.same_dtype(op, w0)?;
-        // PyTorch's order: the input, its states, then (in ATen) the sequence length.
+        // PyTorch's order: the input's rank, its states' ranks, its dtype and size, the
+        // states, then (in ATen) the sequence length.
         self.check_input(op, x, h0, c0)?;
         if x.rank() != 3 {
             return Err(Error::shape(

@@ -321,6 +321,19 @@ impl Rnn {
             ));
         }
         self.check_state_ranks(op, x, h0, c0)?;
+        // RNNBase.check_input: the weights' dtype is the expected one.
+        if let Some(w) = self.weights.first().map(|s| s.w_ih.dtype()) {
+            if x.dtype() != w {
+                return Err(Error::arg(
+                    op,
+                    format!(
+                        "input must have the type {}, got type {}",
+                        w.torch_name(),
+                        x.dtype().torch_name()
+                    ),
+                ));
+            }
+        }
         if i != self.input_size {
             return Err(Error::shape(
                 op,
@@ -386,8 +399,17 @@ impl Rnn {
             &[a, b, _] => vec![rows, if self.batch_first { a } else { b }, self.hidden_size],
             _ => vec![rows, self.hidden_size],
         };
-        // PyTorch's words first: LSTM's states are its hidden[0] and hidden[1].
-        let tuple = want
+        // PyTorch's words first: LSTM's states are its hidden[0] and hidden[1]. It compares an
+        // unbatched input's states after giving them a batch dim of 1 (`hx.unsqueeze(1)`), so
+        // its part shows that dim; ours shows the shapes as given.
+        let lifted = |sh: &[usize]| {
+            let mut v = sh.to_vec();
+            if x.rank() == 2 {
+                v.insert(1.min(v.len()), 1);
+            }
+            v
+        };
+        let tuple = lifted(&want)
             .iter()
             .map(usize::to_string)
             .collect::<Vec<_>>()
@@ -401,7 +423,7 @@ impl Rnn {
                         format!(
                             "Expected hidden{which} size ({tuple}), got {:?}: {name} must be \
                              {want:?}, got {:?}",
-                            s.shape(),
+                            lifted(s.shape()),
                             s.shape()
                         ),
                     ));
@@ -585,6 +607,8 @@ fn cell(
         },
         vec![w.clone()],
     )?;
+    // The cell's GEMMs compare dtypes (the weights' expected), before the sizes.
+    w.w_ih.same_dtype(op, x)?;
     let (b, hs) = (x.shape()[0], rnn.hidden_size);
     if x.shape()[1] != rnn.input_size {
         return Err(Error::shape(
