@@ -354,7 +354,7 @@ fn bn_finalize(@builtin(global_invocation_id) gid: vec3<u32>) {
     // Clamps rounding below 0, but keeps a NaN: a channel holding NaN must not normalize
     // with invstd = 1/sqrt(eps).
     let var_b = relu_f(div_f(acc.z, p.count));
-    let invstd = inverseSqrt(var_b + p.eps);
+    let invstd = rsqrt_f(var_b + p.eps);
     let mean = pivot + acc.y;
     smean[param(c, p.smean_os)] = mean;
     sinv[param(c, p.sinv_os)] = invstd;
@@ -426,7 +426,7 @@ fn bn_infer(@builtin(workgroup_id) wid: vec3<u32>,
         return;
     }
     let c = w.y;
-    let scale = gamma_of(c) * inverseSqrt(f32(rvar[param(c, p.rvar_os)]) + p.eps);
+    let scale = gamma_of(c) * rsqrt_f(f32(rvar[param(c, p.rvar_os)]) + p.eps);
     let k = f32(rmean[param(c, p.rmean_os)]);
     normalize_chunk(w, lane, vec4<f32>(k, scale, beta_of(c), 0.0));
 }

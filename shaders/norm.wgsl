@@ -57,19 +57,6 @@ struct Params {
 // The split entries' partials, 2 f32 per (row, segment) at 2 (r segs + s).
 @group(0) @binding(8) var<storage, read_write> parts: array<f32>;
 
-// 1 / sqrt(v): +inf at 0 and NaN where v is negative or NaN (a negative eps, which PyTorch
-// takes, over a small variance), as PyTorch's rstd; WGSL leaves inverseSqrt indeterminate
-// there. Both are built at run time (WGSL has no inf or NaN literal).
-fn rstd_of(v: f32) -> f32 {
-    if (v > 0.0) {
-        return inverseSqrt(v);
-    }
-    if (v == 0.0) {
-        return bitcast<f32>(0x7f800000u + p.rows * 0u);
-    }
-    return bitcast<f32>(0x7fc00000u + p.rows * 0u);
-}
-
 override WG: u32;
 
 var<workgroup> red: array<vec2<f32>, WG>;
@@ -192,7 +179,7 @@ fn norm_fwd(@builtin(workgroup_id) wid: vec3<u32>,
         }
         q += blk;
     }
-    let rstd = rstd_of(reduce2(lid, vec2<f32>(q, 0.0)).x / n + p.eps);
+    let rstd = rsqrt_f(reduce2(lid, vec2<f32>(q, 0.0)).x / n + p.eps);
     if (!live) {
         return;
     }
@@ -308,7 +295,7 @@ fn norm_fwd_rows(@builtin(workgroup_id) wid: vec3<u32>,
         let d = f32(x[base + i]) - mean;
         q += d * d;
     }
-    let rstd = rstd_of(q / n + p.eps);
+    let rstd = rsqrt_f(q / n + p.eps);
     stats[r] = mean;
     stats[p.rows + r] = rstd;
     for (var i = 0u; i < p.len; i++) {
@@ -455,7 +442,7 @@ fn norm_fwd_split(@builtin(workgroup_id) wid: vec3<u32>,
         m2 += parts[at + 1u] + delta * (delta * (cnt * nb / tot));
         cnt = tot;
     }
-    let rstd = rstd_of(m2 / f32(p.len) + p.eps);
+    let rstd = rsqrt_f(m2 / f32(p.len) + p.eps);
     if (sgm.y == 0u && lid == 0u) {
         stats[r] = mean;
         stats[p.rows + r] = rstd;

@@ -154,6 +154,18 @@ fn sqrt_f(v: f32) -> f32 {
     return select(sqrt(v), nan, v < 0.0);
 }
 
+// 1 / sqrt(v): +inf at 0 and NaN where v is negative or NaN, as PyTorch's rstd and invstd
+// (a zero eps over a constant channel, a negative eps, which PyTorch takes, over a small
+// variance); WGSL leaves inverseSqrt indeterminate there. The special values are built at run
+// time (WGSL has no inf or NaN literal).
+fn rsqrt_f(v: f32) -> f32 {
+    if (v > 0.0) {
+        return inverseSqrt(v);
+    }
+    let z = bitcast<u32>(v) & 0u;
+    return bitcast<f32>(select(0x7fc00000u, 0x7f800000u, v == 0.0) | z);
+}
+
 // PyTorch's pow, C99's special values: x^0 = 1 and 1^e = 1 (NaN included), (-1)^(+-inf) = 1,
 // a negative base with an integer exponent keeps its sign rule, with a fractional one it is
 // NaN, and (-inf)^e is +-0 or +-inf by e's sign and parity; WGSL's pow leaves x <= 0

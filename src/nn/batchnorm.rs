@@ -112,21 +112,15 @@ impl BatchNorm2d {
         Self::build("BatchNorm2d", dev, channels, c)
     }
 
-    /// [`BatchNorm2d::with_config`] with the layer's name for its errors. eps may be 0, as
-    /// in PyTorch (and [`crate::ops::batch_norm_train`]): a constant channel then divides by
-    /// zero, which is the caller's choice.
+    /// [`BatchNorm2d::with_config`] with the layer's name for its errors. eps is checked at
+    /// the forward, as PyTorch's `F.batch_norm` does (positive in training, non-negative with
+    /// running statistics; [`crate::ops::batch_norm_train`]).
     fn build(
         op: &'static str,
         dev: &Device,
         channels: usize,
         c: BatchNormConfig,
     ) -> Result<BatchNorm2d> {
-        if !((c.eps as f32).is_finite() && c.eps >= 0.0) {
-            return Err(Error::arg(
-                op,
-                format!("eps must be finite (in f32) and >= 0, got {}", c.eps),
-            ));
-        }
         if c.momentum.is_some_and(|m| !m.is_finite()) {
             return Err(Error::arg(
                 op,
@@ -320,10 +314,11 @@ impl Forward for BatchNorm2d {
                 } else {
                     "BatchNorm1d"
                 },
+                // _check_input_dim's words.
                 format!(
-                    "expected {} input, got shape {:?}",
+                    "expected {} input (got {}D input)",
                     if self.rank == 4 { "4D" } else { "2D or 3D" },
-                    x.shape()
+                    x.rank()
                 ),
             ));
         }

@@ -10,8 +10,9 @@
 use bytemuck::{Pod, Zeroable};
 
 use crate::autograd::{record, BackwardOp, NoGradGuard};
+use crate::ops::activation::ACTIVATION;
 use crate::ops::reduce_plan::split_long_rows;
-use crate::runtime::pipeline::ShaderVariant;
+use crate::runtime::pipeline::{ShaderLib, ShaderVariant};
 use crate::runtime::{Access, Bind, Kernel};
 use crate::{DType, Error, Result, Tensor};
 use Access::{Read as R, ReadWrite as RW};
@@ -30,27 +31,46 @@ fn wg(dev: &crate::Device) -> u32 {
     }
 }
 
+/// rsqrt_f, the guarded `1 / sqrt`.
+const LIBS: &[&ShaderLib] = &[&ACTIVATION];
+
 /// Forward and dx kernels: three inputs (x, weight or dy, bias or saved stats), two outputs.
 const IN3_OUT2: &[Access] = &[R, R, R, RW, RW];
 /// Weight-gradient kernels: two inputs, three outputs.
 const IN2_OUT3: &[Access] = &[R, R, RW, RW, RW];
 
-static FWD: Kernel = Kernel::new("norm", SRC, "norm_fwd", IN3_OUT2).slots(&[1, 2, 3, 5, 6]);
-static DX: Kernel = Kernel::new("norm", SRC, "norm_dx", IN3_OUT2).slots(&[1, 2, 4, 5, 6]);
-static FWD_ROWS: Kernel =
-    Kernel::new("norm", SRC, "norm_fwd_rows", IN3_OUT2).slots(&[1, 2, 3, 5, 6]);
-static DX_ROWS: Kernel = Kernel::new("norm", SRC, "norm_dx_rows", IN3_OUT2).slots(&[1, 2, 4, 5, 6]);
-static DW: Kernel = Kernel::new("norm", SRC, "norm_dw", IN2_OUT3).slots(&[1, 4, 5, 6, 7]);
-static DW_COLS: Kernel = Kernel::new("norm", SRC, "norm_dw_cols", IN2_OUT3).slots(&[1, 4, 5, 6, 7]);
+static FWD: Kernel = Kernel::new("norm", SRC, "norm_fwd", IN3_OUT2)
+    .slots(&[1, 2, 3, 5, 6])
+    .libs(LIBS);
+static DX: Kernel = Kernel::new("norm", SRC, "norm_dx", IN3_OUT2)
+    .slots(&[1, 2, 4, 5, 6])
+    .libs(LIBS);
+static FWD_ROWS: Kernel = Kernel::new("norm", SRC, "norm_fwd_rows", IN3_OUT2)
+    .slots(&[1, 2, 3, 5, 6])
+    .libs(LIBS);
+static DX_ROWS: Kernel = Kernel::new("norm", SRC, "norm_dx_rows", IN3_OUT2)
+    .slots(&[1, 2, 4, 5, 6])
+    .libs(LIBS);
+static DW: Kernel = Kernel::new("norm", SRC, "norm_dw", IN2_OUT3)
+    .slots(&[1, 4, 5, 6, 7])
+    .libs(LIBS);
+static DW_COLS: Kernel = Kernel::new("norm", SRC, "norm_dw_cols", IN2_OUT3)
+    .slots(&[1, 4, 5, 6, 7])
+    .libs(LIBS);
 /// The split row kernels (few long rows on GPUs): partials of each (row, segment) into
 /// `parts`, then each segment normalized (or differentiated) from its row's merged partials.
-static FWD_PART: Kernel = Kernel::new("norm", SRC, "norm_fwd_part", &[R, RW]).slots(&[1, 8]);
-static FWD_SPLIT: Kernel =
-    Kernel::new("norm", SRC, "norm_fwd_split", IN3_OUT3).slots(&[1, 2, 3, 5, 6, 8]);
-static DX_PART: Kernel =
-    Kernel::new("norm", SRC, "norm_dx_part", &[R, R, R, RW, RW]).slots(&[1, 2, 4, 6, 8]);
-static DX_SPLIT: Kernel =
-    Kernel::new("norm", SRC, "norm_dx_split", IN3_OUT3).slots(&[1, 2, 4, 5, 6, 8]);
+static FWD_PART: Kernel = Kernel::new("norm", SRC, "norm_fwd_part", &[R, RW])
+    .slots(&[1, 8])
+    .libs(LIBS);
+static FWD_SPLIT: Kernel = Kernel::new("norm", SRC, "norm_fwd_split", IN3_OUT3)
+    .slots(&[1, 2, 3, 5, 6, 8])
+    .libs(LIBS);
+static DX_PART: Kernel = Kernel::new("norm", SRC, "norm_dx_part", &[R, R, R, RW, RW])
+    .slots(&[1, 2, 4, 6, 8])
+    .libs(LIBS);
+static DX_SPLIT: Kernel = Kernel::new("norm", SRC, "norm_dx_split", IN3_OUT3)
+    .slots(&[1, 2, 4, 5, 6, 8])
+    .libs(LIBS);
 /// The split second passes: three inputs, the output, the statistics and the partials.
 const IN3_OUT3: &[Access] = &[R, R, R, RW, RW, RW];
 

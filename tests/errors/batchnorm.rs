@@ -31,6 +31,11 @@ fn channel_size_mismatch_names_the_values() {
     )
     .unwrap_err();
     shape_err(&e, TRAIN, &["weight (gamma)", "[4]", "[3]", "[2, 3, 4]"]);
+    // PyTorch's check_dims_match_num_input_features words first.
+    assert!(
+        msg(&e).contains("weight should contain 3 elements not 4"),
+        "{e}"
+    );
     let e = batch_norm_train(
         &x,
         None,
@@ -45,6 +50,10 @@ fn channel_size_mismatch_names_the_values() {
     let mut st = BatchNormState::from_tensors(t(&[4]), t(&[3]), Some(0.1));
     let e = batch_norm_train(&x, Some(&mut st), &BatchNormOptions::default()).unwrap_err();
     shape_err(&e, TRAIN, &["running_mean", "[4]", "[3]"]);
+    assert!(
+        msg(&e).contains("running_mean should contain 3 elements not 4"),
+        "{e}"
+    );
     let mut st = BatchNormState::from_tensors(t(&[3]), t(&[3, 1]), Some(0.1));
     let e = batch_norm_train(&x, Some(&mut st), &BatchNormOptions::default()).unwrap_err();
     shape_err(&e, TRAIN, &["running_var", "[3, 1]", "[3]"]);
@@ -201,35 +210,48 @@ fn dtype_mismatch() {
 fn invalid_arguments() {
     let x = t(&[2, 3]);
     let c = t(&[3]);
-    for eps in [-1e-5, f64::NAN, f64::INFINITY, 1e300] {
-        let e = batch_norm_train(
-            &x,
-            None,
-            &BatchNormOptions {
-                eps,
-                ..Default::default()
-            },
-        )
-        .unwrap_err();
+    // F.batch_norm's rule and words: positive in training, non-negative in evaluation.
+    let o = |eps| BatchNormOptions {
+        eps,
+        ..Default::default()
+    };
+    for eps in [-1e-5, 0.0] {
+        let e = batch_norm_train(&x, None, &o(eps)).unwrap_err();
         assert!(
             matches!(e, Error::InvalidArgument { op: TRAIN, .. }),
             "{e:?}"
         );
-        let e = batch_norm_inference(
-            &x,
-            &c,
-            &c,
-            &BatchNormOptions {
-                eps,
-                ..Default::default()
-            },
-        )
-        .unwrap_err();
-        assert!(
-            matches!(e, Error::InvalidArgument { op: INFER, .. }),
-            "{e:?}"
-        );
+        let want = if eps == 0.0 { "0.0" } else { "-1e-05" };
+        let words = format!("batch_norm eps must be positive during training, but got {want}");
+        assert!(msg(&e).contains(&words), "{e}");
     }
+    let e = batch_norm_inference(&x, &c, &c, &o(-1.0)).unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument { op: INFER, .. }),
+        "{e:?}"
+    );
+    assert!(
+        msg(&e).contains("batch_norm eps must be non-negative, but got -1.0"),
+        "{e}"
+    );
+    // eps 0 in evaluation: a zero running variance gives inf (1 / sqrt(0), as PyTorch), a
+    // NaN eps NaN, an infinite one a zero invstd (the bias alone).
+    let xs = Tensor::from_slice(dev(), &[1.0f32, -1.0], &[2, 1]).unwrap();
+    let (z, one) = (
+        t(&[1]).mul_scalar(0.0).unwrap(),
+        t(&[1]).mul_scalar(0.0).unwrap().add_scalar(1.0).unwrap(),
+    );
+    let y = batch_norm_inference(&xs, &z, &z, &o(0.0)).unwrap();
+    assert_eq!(
+        y.to_vec::<f32>().unwrap(),
+        vec![f32::INFINITY, f32::NEG_INFINITY]
+    );
+    let y = batch_norm_inference(&xs, &z, &one, &o(f64::NAN)).unwrap();
+    assert!(y.to_vec::<f32>().unwrap().iter().all(|v| v.is_nan()));
+    let y = batch_norm_inference(&xs, &z, &one, &o(1e300)).unwrap();
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![0.0, 0.0]);
+    let y = batch_norm_train(&xs, None, &o(f64::INFINITY)).unwrap().y;
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![0.0, 0.0]);
     let mut st = BatchNormState::from_tensors(t(&[3]), t(&[3]), Some(f64::NAN));
     let e = batch_norm_train(&x, Some(&mut st), &BatchNormOptions::default()).unwrap_err();
     assert!(msg(&e).contains("momentum"), "{e}");

@@ -316,13 +316,30 @@ fn pytorch_constructor_arguments() {
         eps,
         ..Default::default()
     };
-    assert!(nn::BatchNorm1d::with_config(d, 3, eps(0.0)).is_ok());
-    for bad in [-1e-5, f64::INFINITY, f64::NAN] {
-        let e = nn::BatchNorm1d::with_config(d, 3, eps(bad)).unwrap_err();
-        assert!(e.to_string().starts_with("BatchNorm1d:"), "{e}");
-    }
-    let e = nn::BatchNorm2d::with_config(d, 3, eps(-1.0)).unwrap_err();
-    assert!(e.to_string().starts_with("BatchNorm2d:"), "{e}");
+    // eps is F.batch_norm's to check, at the forward (common_modules' error inputs build
+    // the layer with eps 0 and -1): positive in training, non-negative in evaluation.
+    let mut bn = nn::BatchNorm1d::with_config(d, 3, eps(0.0)).unwrap();
+    let x3 = Tensor::ones(d, &[2, 3], DType::F32).unwrap();
+    let e = bn.forward(&x3).unwrap_err().to_string();
+    assert!(
+        e.contains("eps must be positive during training, but got 0.0"),
+        "{e}"
+    );
+    bn.eval();
+    assert_eq!(bn.forward(&x3).unwrap().shape(), &[2, 3]);
+    let mut bn = nn::BatchNorm2d::with_config(d, 3, eps(-1.0)).unwrap();
+    bn.eval();
+    let e = bn
+        .forward(&Tensor::ones(d, &[1, 3, 2, 2], DType::F32).unwrap())
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("eps must be non-negative, but got -1.0"),
+        "{e}"
+    );
+    // _check_input_dim's words.
+    let e = bn.forward(&x3).unwrap_err().to_string();
+    assert!(e.contains("expected 4D input (got 2D input)"), "{e}");
 
     let x = Tensor::ones(d, &[1, 1, 4, 4], DType::F32).unwrap();
     assert_eq!(

@@ -75,7 +75,7 @@ proptest! {
     }
 
     #[test]
-    fn batch_norms(shape in proptest::collection::vec(small_dim(), 0..5), eps in prop_oneof![Just(1e-5f64), Just(-1.0), Just(f64::NAN), Just(1e300)]) {
+    fn batch_norms(shape in proptest::collection::vec(small_dim(), 0..5), eps in prop_oneof![Just(1e-5f64), Just(-1.0), Just(0.0), Just(1e300)]) {
         let x = tensor(&shape);
         let c = shape.get(1).copied().unwrap_or(1);
         let rm = Tensor::zeros(dev(), &[c], DType::F32).unwrap();

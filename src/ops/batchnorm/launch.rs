@@ -15,7 +15,7 @@ pub(crate) fn inference_untracked(
     let op = "batch_norm_inference";
     let (gamma, beta, activation) = (o.weight, o.bias, o.activation);
     let c = input_channels(op, x)?;
-    let eps = check_eps(op, o.eps)?;
+    let eps = check_eps(op, o.eps, false)?;
     let dt = x.dtype;
     let rmean_os = check_channel_vec(op, "running_mean", x, running_mean, c, dt)?;
     let rvar_os = check_channel_vec(op, "running_var", x, running_var, c, dt)?;
@@ -79,7 +79,6 @@ pub(crate) fn train_untracked(
     let op = "batch_norm_train";
     let (gamma, beta) = (o.weight, o.bias);
     let c = input_channels(op, x)?;
-    let eps = check_eps(op, o.eps)?;
     let dt = x.dtype;
     // Values per channel (N times the trailing dims): not numel / C, which C = 0 would divide.
     let count: usize = x.shape()[0] * x.shape().get(2..).unwrap_or(&[]).iter().product::<usize>();
@@ -93,6 +92,8 @@ pub(crate) fn train_untracked(
             ),
         ));
     }
+    // After the batch check, as F.batch_norm.
+    let eps = check_eps(op, o.eps, true)?;
     let gamma_os = gamma
         .map(|g| check_channel_vec(op, "weight (gamma)", x, g, c, dt))
         .transpose()?;

@@ -227,6 +227,20 @@ fn check_channel_vec(
     dtype: DType,
 ) -> Result<[u32; 2]> {
     x.same_device(op, t)?;
+    if t.numel() != c {
+        // check_dims_match_num_input_features's words, then the shapes.
+        let arg = what.split(' ').next().unwrap_or(what);
+        return Err(Error::shape(
+            op,
+            format!(
+                "{arg} should contain {c} elements not {} ({what} has shape {:?}, expected [{c}] \
+                 for the input {:?})",
+                t.numel(),
+                t.shape(),
+                x.shape()
+            ),
+        ));
+    }
     if t.shape() != [c] {
         return Err(Error::shape(
             op,
@@ -292,12 +306,22 @@ fn check_in_place(
     Ok(())
 }
 
-/// The kernels' f32 eps, or an error naming the value.
-fn check_eps(op: &'static str, eps: f64) -> Result<f32> {
-    if !(eps as f32).is_finite() || eps < 0.0 {
+/// The kernels' f32 eps, or an error naming the value: F.batch_norm's rule in its words,
+/// positive in training (batch statistics of a constant channel would divide by zero) and
+/// non-negative with running statistics. Like it, NaN and inf pass (a NaN eps gives NaN, an
+/// infinite one, or one past f32's range, a zero invstd).
+fn check_eps(op: &'static str, eps: f64, training: bool) -> Result<f32> {
+    let e = crate::error::py_float(eps);
+    if training && eps <= 0.0 {
         return Err(Error::arg(
             op,
-            format!("eps must be finite (in f32) and >= 0, got {eps}"),
+            format!("batch_norm eps must be positive during training, but got {e}"),
+        ));
+    }
+    if eps < 0.0 {
+        return Err(Error::arg(
+            op,
+            format!("batch_norm eps must be non-negative, but got {e}"),
         ));
     }
     Ok(eps as f32)

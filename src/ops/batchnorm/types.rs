@@ -23,7 +23,8 @@ pub struct BatchNormOptions<'a> {
     pub weight: Option<&'a Tensor>,
     /// `[C]` shift (beta), PyTorch's `bias`; `None` adds 0. The input's dtype.
     pub bias: Option<&'a Tensor>,
-    /// Added to the variance before the square root (PyTorch's default 1e-5); finite and >= 0.
+    /// Added to the variance before the square root (PyTorch's default 1e-5): positive in
+    /// training, >= 0 with running statistics (F.batch_norm's rule; NaN and inf pass, as there).
     /// The kernels compute in f32, so it is rounded to f32.
     pub eps: f64,
     /// Applied to the normalized result in the same pass (no extra read and write of y).
