@@ -84,17 +84,18 @@ fn combine(g: f32, s: f32) -> f32 {
         case GRAD_PASS_BELOW_OR_NAN: { return select(g, 0.0, s >= p.scalar && !isnan_f(s)); }
         case GRAD_PASS_ABOVE: { return select(0.0, g, s > p.scalar && !isnan_f(s)); }
         case GRAD_PASS_BELOW: { return select(0.0, g, s < p.scalar && !isnan_f(s)); }
-        // PyTorch's hardswish_backward from x, in f32 and rounded once: an exact 0 below -3
-        // (an infinite g included), g (x / 3 + 1/2) up to 3, g above; NaN x gives NaN, as its
-        // vectorized CPU kernel (its scalar and CUDA kernels pass g there).
+        // PyTorch's hardswish_backward from x, in f32 and rounded once: an exact 0 up to -3
+        // (an infinite g included), g (x / 3 + 1/2) below 3, g from 3 on (the kernels since
+        // pytorch/pytorch#148049: 0 at -3 and 1 at 3); NaN x gives NaN, as its vectorized CPU
+        // kernel (its scalar and CUDA kernels pass g there).
         case GRAD_HARDSWISH_FROM_X: {
             if (isnan_f(s)) {
                 return g * s;
             }
-            if (s < -3.0) {
+            if (s <= -3.0) {
                 return 0.0;
             }
-            return select(g * (s / 3.0 + 0.5), g, s > 3.0);
+            return select(g * (s / 3.0 + 0.5), g, s >= 3.0);
         }
         case GRAD_SOFTPLUS_FROM_X: { return g * sigmoid_f(s); }
         default: { return g; }

@@ -78,13 +78,20 @@ impl Element for f32 {
     }
 }
 
+/// `v` in f16 as PyTorch converts a double (c10's `Half(float(v))`: rounded to f32 first, then
+/// to f16), on every platform; `half`'s own `from_f64` rounds once on some targets and twice on
+/// others (through F16C on x86).
+pub(crate) fn f16_of(v: f64) -> f16 {
+    f16::from_f32(v as f32)
+}
+
 impl Element for f16 {
     const DTYPE: DType = DType::F16;
     fn to_f64(self) -> f64 {
         self.to_f64()
     }
     fn from_f64(v: f64) -> Self {
-        f16::from_f64(v)
+        f16_of(v)
     }
 }
 

@@ -61,7 +61,7 @@ pub(crate) enum GradCode {
     PassAbove = 14,
     /// `a` where `b < scalar`: hardsigmoid's upper bound.
     PassBelow = 15,
-    /// `a * hardswish'(x)`, `b = x`: 0 below -3, `x / 3 + 1/2` up to 3, 1 above.
+    /// `a * hardswish'(x)`, `b = x`: 0 up to -3, `x / 3 + 1/2` below 3, 1 from 3 on.
     HardswishFromX = 16,
     /// `a * sigmoid(x)` (softplus'), `b = x`.
     SoftplusFromX = 17,

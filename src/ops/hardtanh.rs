@@ -48,8 +48,8 @@ impl BackwardOp for ClipBackward {
     }
 }
 
-/// PyTorch's hardswish_backward: 0 below -3, `g * (x / 3 + 0.5)` up to 3, `g` above; NaN at
-/// NaN, as its vectorized CPU kernel (its scalar and CUDA kernels pass `g` there).
+/// PyTorch's hardswish_backward: 0 up to -3, `g * (x / 3 + 0.5)` below 3, `g` from 3 on; NaN
+/// at NaN, as its vectorized CPU kernel (its scalar and CUDA kernels pass `g` there).
 struct HardswishBackward {
     x: Tensor,
 }
@@ -72,8 +72,9 @@ impl BackwardOp for HardswishBackward {
     }
 }
 
-/// PyTorch's `F.hardswish`: `x * relu6(x + 3) / 6`, its gradient hardswish_backward's: 0 below
-/// -3, `x / 3 + 1/2` from -3 to 3 (both included), 1 above, NaN at NaN. The masks test x
+/// PyTorch's `F.hardswish`: `x * relu6(x + 3) / 6`, its gradient hardswish_backward's: 0 up to
+/// -3, `x / 3 + 1/2` between -3 and 3 (both excluded), 1 from 3 on, NaN at NaN (the kernels
+/// since pytorch/pytorch#148049; before, -0.5 at -3 and 1.5 at 3). The masks test x
 /// itself: just above 3, `x + 3` rounds to 6, where a clamp's gradient would give 1.5. The
 /// value is PyTorch's `x * min(max(x + 3, 0), 6) / 6` in that order, in f32 for f16 too (one
 /// rounding, as its kernels).
@@ -87,7 +88,7 @@ impl BackwardOp for HardswishBackward {
 /// let y = hardswish(&x)?;
 /// assert_eq!(y.to_vec::<f32>()?, vec![-0.0, 0.0, 3.0, 4.0]);
 /// let g = y.sum_all()?.backward()?;
-/// assert_eq!(g.get(&x).unwrap().to_vec::<f32>()?, vec![0.0, 0.5, 1.5, 1.0]);
+/// assert_eq!(g.get(&x).unwrap().to_vec::<f32>()?, vec![0.0, 0.5, 1.0, 1.0]);
 /// # Ok(()) }
 /// ```
 pub fn hardswish(x: &Tensor) -> Result<Tensor> {
@@ -145,10 +146,15 @@ pub fn hardtanh(x: &Tensor, min_val: f64, max_val: f64) -> Result<Tensor> {
     // F.hardtanh refuses only min_val > max_val (equal bounds give min_val everywhere, a 0
     // gradient); nn::Hardtanh's constructor asserts max_val > min_val.
     if min_val.is_nan() || max_val.is_nan() {
-        // Not refused by F.hardtanh's check: its clamp makes every element NaN.
-        return x
-            .require_float("hardtanh")
-            .and_then(|_| x.clamp(Some(min_val), Some(max_val)));
+        // Not refused by F.hardtanh's check: its clamp makes every element NaN, and
+        // hardtanh_backward's `x <= min || x >= max` still passes g where the other bound
+        // allows (every comparison with NaN is false).
+        x.require_float("hardtanh")?;
+        let y = {
+            let _guard = NoGradGuard::new();
+            x.clamp(Some(min_val), Some(max_val))?
+        };
+        return Ok(record_clip(x, y, min_val, max_val, false));
     }
     if min_val > max_val {
         return Err(Error::arg(

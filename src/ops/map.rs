@@ -620,16 +620,11 @@ pub fn cast_params_layout() -> crate::runtime::pipeline::ParamsLayout {
 /// f32 exponent); an exponent past f16's range is an error, as PyTorch's conversion raises.
 pub(crate) fn kernel_scalar(op: ScalarOp, dtype: DType, s: f64) -> Result<f32> {
     match (op, dtype) {
-        (ScalarOp::Max | ScalarOp::Min, DType::F16) => Ok(half::f16::from_f64(s).to_f32()),
+        (ScalarOp::Max | ScalarOp::Min, DType::F16) => Ok(crate::dtype::f16_of(s).to_f32()),
         (ScalarOp::Pow, DType::F16) => {
-            let h = half::f16::from_f64(s).to_f32();
-            if s.is_finite() && h.is_infinite() {
-                return Err(crate::Error::arg(
-                    "pow_scalar",
-                    format!("value cannot be converted to type f16 without overflow: {s}"),
-                ));
-            }
-            Ok(h)
+            // c10's checked_convert: a finite value past f16's max is refused.
+            crate::tensor::check_fill("pow_scalar", s, dtype)?;
+            Ok(crate::dtype::f16_of(s).to_f32())
         }
         _ => Ok(s as f32),
     }

@@ -426,7 +426,7 @@ fn composed_activations_match_pytorch() {
     assert!(nn::ReLU6.named_parameters().is_empty());
 
     // PyTorch's gradients at the kinks: hardtanh (ReLU6, Hardsigmoid) is 0 at its bounds;
-    // hardswish is -0.5 at -3 and 1.5 at 3.
+    // hardswish is 0 at -3 and 1 at 3 (hardswish_backward since pytorch/pytorch#148049).
     let kinks = [-4.0f32, -3.0, -1.0, 0.0, 3.0, 6.0, 7.0, f32::NAN];
     let grad = |layer: &dyn Forward| {
         let x = Tensor::from_slice(d, &kinks, &[kinks.len()])
@@ -478,7 +478,7 @@ fn composed_activations_match_pytorch() {
     let hs = grad(&nn::Hardswish);
     assert_eq!(
         (hs[0], hs[1], hs[3], hs[4], hs[5]),
-        (0.0, -0.5, 0.5, 1.5, 1.0)
+        (0.0, 0.0, 0.5, 1.0, 1.0)
     );
     assert!(hs[7].is_nan(), "hardswish at NaN: {}", hs[7]);
     // Just above 3, x + 3 rounds to 6, but the masks test x: the slope is 1 there (f32 and

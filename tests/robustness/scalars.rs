@@ -423,6 +423,13 @@ fn softplus_beta_and_threshold() {
     assert!((nan_threshold[1] - 30.0).abs() < 1e-5, "{nan_threshold:?}");
     let h = vals(&wgtensor::ops::hardtanh(&t(&[0.0, 2.0], &[2]), f64::NAN, 1.0).unwrap());
     assert!(h.iter().all(|v| v.is_nan()), "{h:?}");
+    // hardtanh_backward with a NaN bound: `x <= NaN` is false, so g passes below max_val.
+    for (lo, hi, want) in [(f64::NAN, 1.0, [1.0, 0.0]), (-1.0, f64::NAN, [1.0, 1.0])] {
+        let x = t(&[0.5, 2.0], &[2]).requires_grad().unwrap();
+        let y = wgtensor::ops::hardtanh(&x, lo, hi).unwrap();
+        let g = y.sum_all().unwrap().backward().unwrap();
+        assert_eq!(vals(g.get(&x).unwrap()), want, "hardtanh({lo}, {hi})");
+    }
     let i = Tensor::from_slice(dev(), &[-1i32, 2], &[2]).unwrap();
     let e = LeakyReLU::default().forward(&i).unwrap_err().to_string();
     assert!(e.starts_with("LeakyReLU"), "{e}");
@@ -480,8 +487,14 @@ fn softplus_beta_and_threshold() {
             .into_scalar_op(wgtensor::ops::ScalarOp::Pow, 2.7)
             .unwrap();
         assert_eq!(as32(&p), vec![500.25]);
-        let e = ten.pow_scalar(1e5).unwrap_err().to_string();
-        assert!(e.contains("without overflow"), "{e}");
+        // c10's checked_convert: past f16's max (65519 too, which would round to 65504).
+        for big in [1e5, 65519.0] {
+            let e = ten.pow_scalar(big).unwrap_err().to_string();
+            assert!(
+                e.contains("value cannot be converted to type at::Half without overflow"),
+                "{e}"
+            );
+        }
         // Its gradient takes the exponent as given (PyTorch's pow_backward: 2.7 x^(2.7 - 1),
         // the power in f16 as its kernel): 6789 at x = 100, not 2.699 x^1.699 = 6752.
         let x = Tensor::from_slice(dev(), &[f16::from_f32(100.0)], &[1])
