@@ -201,7 +201,7 @@ impl Tensor {
     pub(crate) fn scalar_of(device: &Device, value: f64, dtype: DType) -> Result<Tensor> {
         match dtype {
             DType::F32 => Tensor::from_slice(device, &[value as f32], &[]),
-            DType::F16 => Tensor::from_slice(device, &[half::f16::from_f64(value)], &[]),
+            DType::F16 => Tensor::from_slice(device, &[crate::dtype::f16_of(value)], &[]),
             DType::I32 => Tensor::from_slice(device, &[value as i32], &[]),
         }
     }

@@ -522,3 +522,25 @@ fn division_by_a_subnormal_divisor() {
         .collect();
     assert_eq!(got, want);
 }
+
+/// A double becomes f16 as c10's `Half(float(v))` does, through f32, on every platform: just
+/// above a tie in f64 but exactly on it in f32, the tie rounds to even (1.0), where one
+/// rounding from f64 gives 1 + 2^-10.
+#[test]
+fn f16_fills_round_through_f32_as_pytorch() {
+    if !dev().supports_f16() {
+        return;
+    }
+    let v = 1.0 + 2f64.powi(-11) + 2f64.powi(-30);
+    let back = |t: Tensor| vals(&t.to_dtype(DType::F32).unwrap());
+    assert_eq!(
+        back(Tensor::full(dev(), &[1], v, DType::F16).unwrap()),
+        [1.0]
+    );
+    assert_eq!(
+        back(Tensor::full(dev(), &[], v, DType::F16).unwrap()),
+        [1.0]
+    );
+    let ends = Tensor::linspace(dev(), v, v, 2, DType::F16).unwrap();
+    assert_eq!(back(ends), [1.0, 1.0]);
+}

@@ -129,13 +129,22 @@ fn bernoulli_and_dropout() {
     assert!(e.to_string().starts_with("dropout:"), "{e}");
     // Random values are floats: an I32 request is refused even when empty (PyTorch
     // dispatches on the dtype first).
-    for r in [
-        rand(d, &[0], DType::I32),
-        randn(d, &[0], DType::I32),
-        bernoulli(d, &[0], 0.5, DType::I32),
-    ] {
+    for r in [rand(d, &[0], DType::I32), randn(d, &[0], DType::I32)] {
         assert!(r.is_err());
     }
+    // bernoulli_ fills integer tensors with 0 and 1.
+    let b = bernoulli(d, &[64], 0.5, DType::I32).unwrap();
+    assert_eq!(b.dtype(), DType::I32);
+    let v = b.to_vec::<i32>().unwrap();
+    assert!(v.iter().all(|&x| x == 0 || x == 1) && v.contains(&0) && v.contains(&1));
+    assert_eq!(bernoulli(d, &[0], 0.5, DType::I32).unwrap().shape(), &[0]);
+    assert_eq!(
+        bernoulli(d, &[3], 1.0, DType::I32)
+            .unwrap()
+            .to_vec::<i32>()
+            .unwrap(),
+        [1; 3]
+    );
 }
 
 /// Tracked and untracked f16 dropout agree bitwise (the output rounded once from

@@ -12,7 +12,7 @@ fn upload(dev: &Device, v: &[f64], shape: &[usize], dtype: DType) -> Result<Tens
             Tensor::from_slice(dev, &h, shape)
         }
         DType::F16 => {
-            let h: Vec<half::f16> = v.iter().map(|&x| half::f16::from_f64(x)).collect();
+            let h: Vec<half::f16> = v.iter().map(|&x| crate::dtype::f16_of(x)).collect();
             Tensor::from_slice(dev, &h, shape)
         }
         DType::I32 => {

@@ -253,7 +253,9 @@ pub fn randn(dev: &Device, shape: &[usize], dtype: DType) -> Result<Tensor> {
     generate("randn", dev, shape, dtype, DIST_NORMAL, 0.0, 1.0, None)
 }
 
-/// 1 with probability `p`, else 0 (PyTorch's `torch.bernoulli` of a constant probability).
+/// 1 with probability `p`, else 0 (PyTorch's `torch.bernoulli` of a constant probability),
+/// in any dtype: I32 too, as PyTorch's `bernoulli_(p)` fills integer tensors (drawn in f32,
+/// where 0 and 1 are exact).
 pub fn bernoulli(dev: &Device, shape: &[usize], p: f64, dtype: DType) -> Result<Tensor> {
     let op = "bernoulli";
     if !(0.0..=1.0).contains(&p) {
@@ -261,6 +263,20 @@ pub fn bernoulli(dev: &Device, shape: &[usize], p: f64, dtype: DType) -> Result<
             op,
             format!("bernoulli_ expects p to be in [0, 1], but got p={p}"),
         ));
+    }
+    if dtype == DType::I32 {
+        check_new_shape(dev, op, shape, dtype)?;
+        return generate(
+            op,
+            dev,
+            shape,
+            DType::F32,
+            DIST_BERNOULLI,
+            p as f32,
+            0.0,
+            None,
+        )?
+        .to_dtype(DType::I32);
     }
     generate(op, dev, shape, dtype, DIST_BERNOULLI, p as f32, 0.0, None)
 }
@@ -390,7 +406,11 @@ pub fn xavier_uniform(dev: &Device, shape: &[usize], gain: f64, dtype: DType) ->
     // As f64: two fans of 2^31 pass a 32-bit usize (wasm32).
     let fans = fan_in as f64 + fan_out as f64;
     if fans == 0.0 {
-        return Tensor::zeros(dev, shape, dtype);
+        // init.py's `2.0 / float(fan_in + fan_out)` raises Python's ZeroDivisionError.
+        return Err(Error::arg(
+            "xavier_uniform",
+            format!("float division by zero (fan_in + fan_out is 0 for shape {shape:?})"),
+        ));
     }
     let bound = gain * (6.0 / fans).sqrt();
     uniform_op("xavier_uniform", dev, shape, -bound, bound, dtype)

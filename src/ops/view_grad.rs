@@ -361,10 +361,15 @@ pub(crate) fn resolve_shape(op: &'static str, dims: &[i128], numel: usize) -> Re
     if let Some(i) = infer {
         let n = numel as i128;
         if known == 0 {
-            return Err(bad(format!(
-                "shape '{dims:?}' is invalid for input of size {numel} because the unspecified \
-                 dimension size -1 can be any value and is ambiguous"
-            )));
+            // infer_size_impl: ambiguous only when the sizes could fit (an empty input).
+            return Err(bad(if numel == 0 {
+                format!(
+                    "cannot reshape tensor of 0 elements into shape {dims:?} because the \
+                     unspecified dimension size -1 can be any value and is ambiguous"
+                )
+            } else {
+                format!("shape '{dims:?}' is invalid for input of size {numel}")
+            }));
         }
         if n % known != 0 {
             return Err(bad(format!(

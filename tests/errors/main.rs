@@ -863,6 +863,9 @@ fn embedding_and_init_errors_in_pytorch_words() {
         let e = msg(&wgtensor::ops::embedding(&ids, &w, None).unwrap_err());
         assert!(e.contains("'weight' must be 2-D"), "{e}");
     }
+    // init.py's 2 / (fan_in + fan_out) with both 0: Python's ZeroDivisionError.
+    let e = wgtensor::ops::xavier_uniform(dev(), &[0, 0], 1.0, DType::F32).unwrap_err();
+    assert!(msg(&e).contains("float division by zero"), "{e}");
     let e = wgtensor::ops::xavier_uniform(dev(), &[5], 1.0, DType::F32).unwrap_err();
     assert!(
         msg(&e).contains(
@@ -1101,7 +1104,13 @@ fn view_reduction_rnn_and_attention_errors_in_pytorch_words() {
     );
     has(
         t(&[0]).reshape_infer(&[-1, 0]),
-        "because the unspecified dimension size -1 can be any value and is ambiguous",
+        "cannot reshape tensor of 0 elements into shape [-1, 0] because the unspecified \
+         dimension size -1 can be any value and is ambiguous",
+    );
+    // infer_size_impl: with elements, no size fits a 0 beside -1.
+    has(
+        t(&[6]).reshape_infer(&[0, -1]),
+        "shape '[0, -1]' is invalid for input of size 6",
     );
     let e0 = t(&[2, 0, 4]);
     has(
@@ -1283,6 +1292,11 @@ fn elementwise_cat_and_copy_errors_in_pytorch_words() {
         "zero-dimensional tensor (at position 1) cannot be concatenated",
     );
     has(stack(&[], 0), "stack expects a non-empty TensorList");
+    // The dim before the sizes, as ATen's stack.
+    has(
+        stack(&[&t(&[2]), &t(&[3])], 5),
+        "Dimension out of range (expected to be in range of [-2, 1], but got 5)",
+    );
     has(
         Tensor::full(dev(), &[2], 1e39, DType::F32),
         "value cannot be converted to type",

@@ -285,6 +285,8 @@ pub fn stack(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
     let Some(first) = tensors.first() else {
         return Err(Error::arg(op, "stack expects a non-empty TensorList"));
     };
+    // The dim first, as ATen's stack wraps it before comparing the sizes.
+    let d = Layout::normalize_dim(op, dim, first.rank() + 1)? as isize;
     for (i, t) in tensors.iter().enumerate() {
         if t.shape() != first.shape() {
             return Err(Error::shape(
@@ -298,7 +300,6 @@ pub fn stack(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
             ));
         }
     }
-    let d = Layout::normalize_dim(op, dim, first.rank() + 1)? as isize;
     let views = tensors
         .iter()
         .map(|t| t.unsqueeze(d))
