@@ -154,16 +154,30 @@ fn sqrt_f(v: f32) -> f32 {
     return select(sqrt(v), nan, v < 0.0);
 }
 
-// 1 / sqrt(v): +inf at 0 and NaN where v is negative or NaN, as PyTorch's rstd and invstd
-// (a zero eps over a constant channel, a negative eps, which PyTorch takes, over a small
-// variance); WGSL leaves inverseSqrt indeterminate there. The special values are built at run
-// time (WGSL has no inf or NaN literal).
+// 1 / sqrt(v) as PyTorch's rstd and invstd: inf at +-0 (with 0's sign, as 1 / sqrt(-0)), 0 at
+// +inf, NaN where v is negative or NaN (a zero eps over a constant channel, an infinite one, a
+// negative eps, which PyTorch takes, over a small variance). WGSL leaves inverseSqrt
+// indeterminate outside the positive finite floats, so v is classified by its bits (a
+// compiler may assume no NaN in comparisons, and an adapter that flushes subnormals would
+// take a positive subnormal for 0): a subnormal m 2^-149 is read as the normal m 2^-21 times
+// 2^-128, whose rsqrt is rsqrt(m 2^-21) 2^64. The special values are built at run time (WGSL
+// has no inf or NaN literal).
 fn rsqrt_f(v: f32) -> f32 {
-    if (v > 0.0) {
-        return inverseSqrt(v);
+    let b = bitcast<u32>(v);
+    let mag = b & 0x7fffffffu;
+    if (mag == 0u) {
+        return bitcast<f32>(b | 0x7f800000u);
     }
-    let z = bitcast<u32>(v) & 0u;
-    return bitcast<f32>(select(0x7fc00000u, 0x7f800000u, v == 0.0) | z);
+    if (b > 0x7f800000u) {
+        return bitcast<f32>(0x7fc00000u | (b & 0u));
+    }
+    if (b == 0x7f800000u) {
+        return bitcast<f32>(b & 0u);
+    }
+    if (b < 0x00800000u) {
+        return inverseSqrt(f32(b) * 4.76837158203125e-7) * 18446744073709551616.0;
+    }
+    return inverseSqrt(v);
 }
 
 // PyTorch's pow, C99's special values: x^0 = 1 and 1^e = 1 (NaN included), (-1)^(+-inf) = 1,

@@ -147,14 +147,19 @@ pub fn hardtanh(x: &Tensor, min_val: f64, max_val: f64) -> Result<Tensor> {
     // gradient); nn::Hardtanh's constructor asserts max_val > min_val.
     if min_val.is_nan() || max_val.is_nan() {
         // Not refused by F.hardtanh's check: its clamp makes every element NaN, and
-        // hardtanh_backward's `x <= min || x >= max` still passes g where the other bound
-        // allows (every comparison with NaN is false).
+        // hardtanh_backward's `x <= min || x >= max` (its CUDA and scalar CPU kernels; the
+        // vectorized CPU one gives 0) still passes g where the other bound allows, every
+        // comparison with NaN being false. The masks take the NaN bound as an infinite one
+        // (the shader then compares no NaN, which compilers may assume away), which differs
+        // only at x = that infinity.
         x.require_float("hardtanh")?;
         let y = {
             let _guard = NoGradGuard::new();
             x.clamp(Some(min_val), Some(max_val))?
         };
-        return Ok(record_clip(x, y, min_val, max_val, false));
+        let or = |b: f64, inf: f64| if b.is_nan() { inf } else { b };
+        let (lo, hi) = (or(min_val, f64::NEG_INFINITY), or(max_val, f64::INFINITY));
+        return Ok(record_clip(x, y, lo, hi, false));
     }
     if min_val > max_val {
         return Err(Error::arg(

@@ -269,7 +269,7 @@ impl Adam {
     /// The state as PyTorch's `state_dict()['state']` holds it, keyed `{parameter name}.exp_avg`,
     /// `{parameter name}.exp_avg_sq` and, with AMSGrad, `{parameter name}.max_exp_avg_sq`
     /// (`0.exp_avg` for unnamed parameters, `weight[3].exp_avg` for parameter 3 whose name
-    /// another parameter has too); the step counts are [`Adam::step_counts`]. The
+    /// an earlier parameter has too); the step counts are [`Adam::step_counts`]. The
     /// tensors are the optimizer's own, which each step updates in place: copy them to keep a
     /// snapshot.
     pub fn state_tensors(&self) -> Vec<(String, Tensor)> {

@@ -348,7 +348,7 @@ impl Sgd {
 
     /// The state as PyTorch's `state_dict()['state']` holds it, keyed
     /// `{parameter name}.momentum_buffer` (`0.momentum_buffer` for unnamed parameters,
-    /// `weight[3].momentum_buffer` for parameter 3 whose name another parameter has too). The
+    /// `weight[3].momentum_buffer` for parameter 3 whose name an earlier parameter has too). The
     /// tensors are the optimizer's own, which each step updates in place: copy them to keep a
     /// snapshot.
     pub fn state_tensors(&self) -> Vec<(String, Tensor)> {

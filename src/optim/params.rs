@@ -17,7 +17,7 @@ use crate::{DType, Device, Error, Result, Tensor};
 /// An optimizer's groups are all named or all unnamed (PyTorch's rule: "all optimizer param
 /// groups should be with/without names"). A name may be given twice, as two groups built from
 /// sibling modules' `named_parameters` give `weight` twice (PyTorch keys its state by index):
-/// the state entries of such a parameter carry `{name}[{index}]`.
+/// the state entries of a later parameter with an earlier one's name carry `{name}[{index}]`.
 ///
 /// Every parameter must be a leaf (one that requires grad, [`Tensor::requires_grad`], a frozen
 /// one, or a plain tensor, as PyTorch's optimizers accept: the last two get no gradient and
@@ -174,39 +174,23 @@ pub(crate) struct ParamSet {
     /// Each group's `initial_lr` (PyTorch's param-group entry that the first scheduler sets
     /// and later ones share as their base): `None` until a scheduler is made.
     pub(crate) initial_lrs: Vec<Option<f64>>,
-    /// The name each parameter's state entries carry (`state_tensors`): its name where no
-    /// other parameter has it, else `{name}[{index}]`.
+    /// The name each parameter's state entries carry (`state_tensors`): its name, or
+    /// `{name}[{index}]` where an earlier parameter has it (`next_key`).
     keys: Vec<String>,
     by_key: HashMap<String, usize>,
 }
 
-/// The state keys of parameters named `names`: the name itself where it is unique, else
-/// `{name}[{index}]` (PyTorch keys its state by index, so it accepts a name given twice, as
-/// two groups of sibling modules' `named_parameters` give `weight` twice); `None` when such a
-/// key collides with another parameter's name.
-fn state_keys(names: &[String]) -> Option<(Vec<String>, HashMap<String, usize>)> {
-    let mut count: HashMap<&str, usize> = HashMap::new();
-    for n in names {
-        *count.entry(n).or_default() += 1;
+/// The state key of parameter `i` named `name`, given the keys of the parameters before it:
+/// the name itself when no earlier key is, else `{name}[{i}]` (again suffixed while taken).
+/// PyTorch keys its state by index, so it accepts a name given twice, as two groups of
+/// sibling modules' `named_parameters` give `weight` twice; a key depends only on the
+/// parameters before it, so adding a group never renames existing state.
+fn next_key(by_key: &HashMap<String, usize>, name: &str, i: usize) -> String {
+    let mut key = name.to_string();
+    while by_key.contains_key(&key) {
+        key = format!("{key}[{i}]");
     }
-    let keys: Vec<String> = names
-        .iter()
-        .enumerate()
-        .map(|(i, n)| {
-            if count[n.as_str()] == 1 {
-                n.clone()
-            } else {
-                format!("{n}[{i}]")
-            }
-        })
-        .collect();
-    let mut by_key = HashMap::with_capacity(keys.len());
-    for (i, k) in keys.iter().enumerate() {
-        if by_key.insert(k.clone(), i).is_some() {
-            return None;
-        }
-    }
-    Some((keys, by_key))
+    key
 }
 
 impl ParamSet {
@@ -296,18 +280,11 @@ impl ParamSet {
             }
             new_names.push(name.clone().unwrap_or_else(|| i.to_string()));
         }
-        let all: Vec<String> = self.names.iter().chain(&new_names).cloned().collect();
-        let Some((keys, by_key)) = state_keys(&all) else {
-            return Err(Error::arg(
-                op,
-                format!(
-                    "a parameter name given twice is keyed `name[index]` in the state, and \
-                     that key is another parameter's name (names {all:?})"
-                ),
-            ));
-        };
-        self.keys = keys;
-        self.by_key = by_key;
+        for (k, name) in new_names.iter().enumerate() {
+            let key = next_key(&self.by_key, name, base + k);
+            self.by_key.insert(key.clone(), base + k);
+            self.keys.push(key);
+        }
         let g = self.groups.len();
         self.groups.push(opts);
         self.initial_lrs.push(None);
@@ -436,7 +413,8 @@ impl ParamSet {
             Error::arg(
                 op,
                 format!(
-                    "unexpected state entry {entry:?} (expected {{parameter name}}.{{{}}})",
+                    "unexpected state entry {entry:?} (expected {{parameter name}}.{{{}}}, a name \
+                     an earlier parameter has too as {{name}}[{{index}}])",
                     known.join("|")
                 ),
             )

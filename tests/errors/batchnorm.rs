@@ -54,6 +54,21 @@ fn channel_size_mismatch_names_the_values() {
         msg(&e).contains("running_mean should contain 3 elements not 4"),
         "{e}"
     );
+    // _batch_norm_impl_index's order: the running statistics before the weight.
+    let mut st = BatchNormState::from_tensors(t(&[4]), t(&[3]), Some(0.1));
+    let e = batch_norm_train(
+        &x,
+        Some(&mut st),
+        &BatchNormOptions {
+            weight: Some(&c4),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert!(
+        msg(&e).contains("running_mean should contain 3 elements not 4"),
+        "{e}"
+    );
     let mut st = BatchNormState::from_tensors(t(&[3]), t(&[3, 1]), Some(0.1));
     let e = batch_norm_train(&x, Some(&mut st), &BatchNormOptions::default()).unwrap_err();
     shape_err(&e, TRAIN, &["running_var", "[3, 1]", "[3]"]);
@@ -252,6 +267,13 @@ fn invalid_arguments() {
     assert_eq!(y.to_vec::<f32>().unwrap(), vec![0.0, 0.0]);
     let y = batch_norm_train(&xs, None, &o(f64::INFINITY)).unwrap().y;
     assert_eq!(y.to_vec::<f32>().unwrap(), vec![0.0, 0.0]);
+    // A subnormal eps over a zero variance: 1 / sqrt(1e-40) = 1e20, not the inf of an adapter
+    // that flushes the subnormal to 0.
+    let y = batch_norm_inference(&xs, &z, &z, &o(1e-40)).unwrap();
+    let want = 1.0 / ((1e-40f32) as f64).sqrt();
+    for (g, w) in y.to_vec::<f32>().unwrap().into_iter().zip([want, -want]) {
+        assert!((g as f64 - w).abs() <= 1e-5 * want, "{g} vs {w}");
+    }
     let mut st = BatchNormState::from_tensors(t(&[3]), t(&[3]), Some(f64::NAN));
     let e = batch_norm_train(&x, Some(&mut st), &BatchNormOptions::default()).unwrap_err();
     assert!(msg(&e).contains("momentum"), "{e}");

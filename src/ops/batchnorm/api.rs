@@ -17,7 +17,8 @@ use crate::{DType, Result, Tensor};
 /// [`Error::DeviceMismatch`](crate::Error::DeviceMismatch) when they differ from x (except
 /// PyTorch's mixed type: an f16 x with f32 statistics, weight or bias is computed in f32 and
 /// gives an f16 output, as under AMP);
-/// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a negative or non-finite `eps`.
+/// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an `eps` F.batch_norm
+/// refuses (negative here; zero or negative in training).
 ///
 /// ```no_run,ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
@@ -64,12 +65,16 @@ pub fn batch_norm_inference(
 /// PyTorch's mixed type: an f16 input with f32 per-channel tensors (AMP keeps batch norm's
 /// parameters and running statistics in f32). Computed in f32 on an f32 copy of x, the output
 /// rounded back to f16 (the kernels accumulate in f32 either way); x's gradient comes back in
-/// f16 and the parameters' in f32 through the casts. Every defined per-channel tensor must be
-/// f32 then (mixed_data_type.h: an f16 weight beside f32 running statistics is refused by the
-/// dtype check, as PyTorch's CPU kernel refuses it).
+/// f16 and the parameters' in f32 through the casts. Any f32 per-channel tensor makes it so,
+/// the rest f16 or f32 (an f16 weight beside f32 running statistics runs as on CUDA, whose
+/// mixed-type rule looks at the weight and bias alone; PyTorch's CPU kernel refuses it).
 fn mixed(x: &Tensor, params: &[Option<&Tensor>]) -> bool {
-    let mut defined = params.iter().flatten().peekable();
-    x.dtype() == DType::F16 && defined.peek().is_some() && defined.all(|t| t.dtype() == DType::F32)
+    x.dtype() == DType::F16
+        && params.iter().flatten().any(|t| t.dtype() == DType::F32)
+        && params
+            .iter()
+            .flatten()
+            .all(|t| matches!(t.dtype(), DType::F16 | DType::F32))
 }
 
 /// `t` in f32 (a clone, the same graph node, when it already is).

@@ -94,6 +94,16 @@ pub(crate) fn train_untracked(
     }
     // After the batch check, as F.batch_norm.
     let eps = check_eps(op, o.eps, true)?;
+    // _batch_norm_impl_index's order: running_mean, running_var, weight, bias.
+    let running_os = state
+        .as_ref()
+        .map(|st| {
+            Ok::<_, Error>((
+                check_channel_vec(op, "running_mean", x, &st.running_mean, c, dt)?,
+                check_channel_vec(op, "running_var", x, &st.running_var, c, dt)?,
+            ))
+        })
+        .transpose()?;
     let gamma_os = gamma
         .map(|g| check_channel_vec(op, "weight (gamma)", x, g, c, dt))
         .transpose()?;
@@ -101,11 +111,9 @@ pub(crate) fn train_untracked(
         .map(|b| check_channel_vec(op, "bias (beta)", x, b, c, dt))
         .transpose()?;
     let mut running = None;
-    if let Some(st) = &state {
+    if let (Some(st), Some((rmean_os, rvar_os))) = (&state, running_os) {
         let rm = &st.running_mean;
         let rv = &st.running_var;
-        let rmean_os = check_channel_vec(op, "running_mean", x, rm, c, dt)?;
-        let rvar_os = check_channel_vec(op, "running_var", x, rv, c, dt)?;
         let mut others = vec![("the input", x), ("running_var", rv)];
         others.extend(gamma.map(|g| ("weight (gamma)", g)));
         others.extend(beta.map(|b| ("bias (beta)", b)));

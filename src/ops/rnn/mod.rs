@@ -303,7 +303,8 @@ impl Rnn {
     }
 
     /// PyTorch's input checks, in its order and words: a 2-D (unbatched) or 3-D input, states
-    /// of the matching rank, then the input's last size `input_size` (`check_input`). Runs
+    /// of the matching rank, the input's dtype against the weights', then its last size
+    /// `input_size` (`check_input`). Runs
     /// before the states' sizes and the sequence length are checked, as there.
     pub(crate) fn check_input(
         &self,
@@ -443,8 +444,10 @@ impl Rnn {
     /// PyTorch's. Keeps nothing for a backward pass (use [`Rnn::forward_train`] for that).
     /// Errors: [`Error::Shape`] for an input that is not rank 2 or 3 or whose feature size is
     /// not `input_size`, or states of the wrong shape;
-    /// [`Error::Size`] for an empty sequence; [`Error::DType`] / [`Error::DeviceMismatch`]
-    /// when x or the states differ from the weights.
+    /// [`Error::Size`] for an empty sequence; [`Error::InvalidArgument`] for an x of another
+    /// dtype than the weights (RNNBase's "input must have the type ..."); [`Error::DType`] /
+    /// [`Error::DeviceMismatch`] for states of another dtype than x, or an x on another
+    /// device.
     ///
     /// ```no_run,ignore-wasm32
     /// # fn main() -> wgtensor::Result<()> {
@@ -607,8 +610,6 @@ fn cell(
         },
         vec![w.clone()],
     )?;
-    // The cell's GEMMs compare dtypes (the weights' expected), before the sizes.
-    w.w_ih.same_dtype(op, x)?;
     let (b, hs) = (x.shape()[0], rnn.hidden_size);
     if x.shape()[1] != rnn.input_size {
         return Err(Error::shape(
@@ -635,6 +636,8 @@ fn cell(
             ));
         }
     }
+    // Then the cell's GEMMs compare dtypes (the weights' expected), after ATen's size checks.
+    w.w_ih.same_dtype(op, x)?;
     let h3 = h.reshape(&[1, b, hs])?;
     let c3 = c.map(|c| c.reshape(&[1, b, hs])).transpose()?;
     rnn.forward(&x.reshape(&[1, b, x.shape()[1]])?, Some(&h3), c3.as_ref())
