@@ -40,6 +40,15 @@ impl DType {
         }
     }
 
+    /// ATen's C++ name (`float`, `c10::Half`), as its dtype messages print it.
+    pub(crate) const fn c10_name(self) -> &'static str {
+        match self {
+            DType::F32 => "float",
+            DType::F16 => "c10::Half",
+            DType::I32 => "int",
+        }
+    }
+
     /// WGSL scalar type name.
     pub(crate) const fn wgsl(self) -> &'static str {
         match self {

@@ -27,7 +27,14 @@ pub enum Error {
         msg: String,
     },
     /// Two tensors (or a tensor and the requested element type) have different dtypes.
-    #[error("{op}: dtype mismatch, expected {expected:?} got {got:?}")]
+    /// The message ends in ATen's words ("expected m1 and m2 to have the same dtype, but got:
+    /// float != c10::Half"), which PyTorch's tests match.
+    #[error(
+        "{op}: dtype mismatch, expected {expected:?} got {got:?} (expected {expected:?} and \
+         {got:?} to have the same dtype, but got: {} != {})",
+        .expected.c10_name(),
+        .got.c10_name()
+    )]
     DType {
         /// The op that failed, as named in the API (`"matmul"`, `"conv2d"`, `"to_vec"`, ...).
         op: &'static str,

@@ -173,6 +173,21 @@ fn adaptive_pools_with_empty_sizes() {
     let f32 = wgtensor::DType::F32;
     let x = Tensor::ones(dev(), &[2, 3, 5], f32).unwrap();
     assert_eq!(adaptive_avg_pool1d(&x, 0).unwrap().shape(), &[2, 3, 0]);
+    // (1, 1) is the mean of the last two dims for any rank from 2 (a 5-D video batch too), as
+    // adaptive_avg_pool2d_symint's shortcut.
+    let v = Tensor::arange(dev(), 0.0, 24.0, 1.0, f32)
+        .unwrap()
+        .reshape(&[1, 2, 3, 2, 2])
+        .unwrap();
+    let y = adaptive_avg_pool2d(&v, [1, 1]).unwrap();
+    assert_eq!(y.shape(), &[1, 2, 3, 1, 1]);
+    assert_eq!(
+        vals(&y),
+        (0..6).map(|p| 4.0 * p as f64 + 1.5).collect::<Vec<_>>()
+    );
+    let y = adaptive_avg_pool2d(&v.reshape(&[4, 6]).unwrap(), [1, 1]).unwrap();
+    assert_eq!((y.shape(), vals(&y)), (&[1usize, 1][..], vec![11.5]));
+    assert!(adaptive_avg_pool2d(&v, [2, 2]).is_err());
     let e = Tensor::zeros(dev(), &[2, 3, 0], f32).unwrap();
     let y = adaptive_avg_pool1d(&e, 1).unwrap();
     assert_eq!(y.shape(), &[2, 3, 1]);

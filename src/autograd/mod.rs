@@ -657,8 +657,7 @@ impl Tensor {
     /// [`Tensor::backward`] from an explicit gradient of this tensor (same shape; another
     /// dtype is cast to this tensor's first, as PyTorch does).
     pub fn backward_with_grad(&self, grad: &Tensor) -> Result<Grads> {
-        let meta = self.tracked_meta()?;
-        self.same_device("backward", grad)?;
+        // _make_grads compares the shapes before the engine looks for a grad_fn.
         if grad.shape() != self.shape() {
             return Err(Error::shape(
                 "backward",
@@ -671,6 +670,8 @@ impl Tensor {
                 ),
             ));
         }
+        let meta = self.tracked_meta()?;
+        self.same_device("backward", grad)?;
         let grad = grad.detach().to_dtype(meta.dtype)?;
         check_grad(meta, &grad, "backward_with_grad")?;
         run_backward(meta, grad, false)

@@ -397,10 +397,17 @@ impl<M> ModuleDict<M> {
     /// and returns the old one. An empty name or one with a `.` is an error.
     pub fn insert(&mut self, name: impl Into<String>, module: M) -> Result<Option<M>> {
         let name = name.into();
-        if name.is_empty() || name.contains('.') {
+        // add_module's two checks, in its words.
+        if name.contains('.') {
             return Err(Error::arg(
                 "ModuleDict::insert",
-                format!("module name can't be empty or contain \".\", got {name:?}"),
+                format!("module name can't contain \".\", got: {name}"),
+            ));
+        }
+        if name.is_empty() {
+            return Err(Error::arg(
+                "ModuleDict::insert",
+                "module name can't be empty string \"\"",
             ));
         }
         match self.entries.iter_mut().find(|(n, _)| *n == name) {

@@ -286,11 +286,12 @@ impl Tensor {
     /// ```
     pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Result<Tensor> {
         let op = "masked_fill";
-        crate::tensor::check_fill(op, value, self.dtype)?;
         // Checked under this op's name (where_cond would name itself), the mask first as
-        // PyTorch's expand_outplace(mask, self), so an error names the same sizes.
+        // PyTorch's expand_outplace(mask, self), so an error names the same sizes; the value
+        // after, as masked_fill_ converts it on the expanded tensor.
         self.same_device(op, mask)?;
         crate::layout::broadcast_shapes(op, mask.shape(), self.shape())?;
+        crate::tensor::check_fill(op, value, self.dtype)?;
         let v = Tensor::full(self.device(), &[], value, self.dtype)?;
         mask.where_cond(&v, self)
     }

@@ -76,6 +76,8 @@ impl Tensor {
     pub fn gather(&self, dim: isize, index: &Tensor) -> Result<Tensor> {
         let op = "gather";
         self.same_device(op, index)?;
+        // The dim first (gather's meta function wraps it before anything else).
+        let d = Layout::normalize_dim(op, dim, self.rank().max(1))?;
         // PyTorch checks the index's dtype only when it has elements.
         if index.numel() != 0 {
             require_index(op, "index", index)?;
@@ -87,7 +89,6 @@ impl Tensor {
                 .gather(dim, &index.reshape(&[index.numel()])?)?
                 .reshape(index.shape());
         }
-        let d = Layout::normalize_dim(op, dim, self.rank().max(1))?;
         if index.numel() == 0 {
             // PyTorch returns before its shape checks: an empty result of the index's shape
             // (a view of no elements of this tensor, so its gradient is zeros).
@@ -311,20 +312,12 @@ impl Tensor {
 pub fn embedding(input: &Tensor, weight: &Tensor, padding_idx: Option<i64>) -> Result<Tensor> {
     let op = "embedding";
     input.same_device(op, weight)?;
-    require_index(op, "input", input)?;
-    if weight.rank() != 2 {
-        return Err(Error::shape(
-            op,
-            format!(
-                "'weight' must be 2-D ([num_embeddings, embedding_dim]), got {:?}",
-                weight.shape()
-            ),
-        ));
-    }
-    let v = weight.shape()[0] as i64;
+    // F.embedding's order: padding_idx against weight.size(0) (0 always passes), then ATen's
+    // weight rank, then the indices' dtype.
+    let v = weight.shape().first().map_or(0, |&v| v as i64);
     let skip = match padding_idx {
         None => -1,
-        Some(p) if (-v..v).contains(&p) => (if p < 0 { p + v } else { p }) as i32,
+        Some(p) if p == 0 || (-v..v).contains(&p) => (if p < 0 { p + v } else { p }) as i32,
         Some(p) => {
             return Err(Error::arg(
                 op,
@@ -335,6 +328,16 @@ pub fn embedding(input: &Tensor, weight: &Tensor, padding_idx: Option<i64>) -> R
             ))
         }
     };
+    if weight.rank() != 2 {
+        return Err(Error::shape(
+            op,
+            format!(
+                "'weight' must be 2-D ([num_embeddings, embedding_dim]), got {:?}",
+                weight.shape()
+            ),
+        ));
+    }
+    require_index(op, "input", input)?;
     let flat = input.reshape_untracked(&[input.numel()])?;
     let rows = index_select_impl(weight, op, 0, &flat, skip)?;
     let mut shape = input.shape().to_vec();

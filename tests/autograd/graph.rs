@@ -267,6 +267,11 @@ fn backward_argument_errors() {
         ),
         "{e}"
     );
+    // _make_grads compares the shapes first, even for an output without a graph.
+    let e = t(&[1.0, 2.0, 3.0], &[3])
+        .backward_with_grad(&t(&[1.0], &[1]))
+        .unwrap_err();
+    assert!(e.to_string().contains("Mismatch in shape"), "{e}");
     let g = y.backward_with_grad(&t(&[1.0, -1.0], &[2])).unwrap();
     assert_eq!(vals(g.get(&x).unwrap()), vec![2.0, -2.0]);
     // A seed of another dtype is cast to the output's, as PyTorch's engine does.

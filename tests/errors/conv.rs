@@ -426,11 +426,28 @@ fn conv_dtype_mismatch_f16() {
         err(conv2d(&h(&[1, 2, 5, 5]), &w, None, &o)),
         want(FWD, hf, f)
     );
-    assert_eq!(err(conv2d(&x, &w, Some(&h(&[4])), &o)), want(FWD, f, hf));
+    // The bias's dtype first, in conv2d_symint's words (error_inputs_conv2d: int input and
+    // weight with a float bias match "should be the same").
+    let words = |e: Error| e.to_string();
+    assert_eq!(
+        words(err(conv2d(&x, &w, Some(&h(&[4])), &o))),
+        "conv2d: Input type (float) and bias type (c10::Half) should be the same"
+    );
     let hx = h(&[1, 2, 5, 5]);
     assert_eq!(
-        err(conv2d(&hx, &h(&[4, 2, 3, 3]), Some(&b), &o)),
-        want(FWD, hf, f)
+        words(err(conv2d(&hx, &h(&[4, 2, 3, 3]), Some(&b), &o))),
+        "conv2d: Input type (c10::Half) and bias type (float) should be the same"
+    );
+    let i = |s: &[usize]| Tensor::zeros(dev(), s, DType::I32).unwrap();
+    let e = words(err(conv2d(
+        &i(&[2, 4, 4]),
+        &i(&[3, 2, 3, 3]),
+        Some(&t(&[3])),
+        &o,
+    )));
+    assert!(
+        e.contains("Input type (int) and bias type (float) should be the same"),
+        "{e}"
     );
     let dy = t(&[1, 4, 3, 3]);
     assert_eq!(

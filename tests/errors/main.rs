@@ -487,6 +487,19 @@ fn matmul_mismatch_in_pytorch_words() {
         let e = matmul(&i(&sa), &i(&sb)).unwrap_err();
         assert!(msg(&e).contains("I32"), "{sa:?} x {sb:?}: {e}");
     }
+    // Mixed dtypes in ATen's words (test_mm_empty_inputs_mixed_dtype_errors matches
+    // "expected .* and .* to have the same dtype, but got:"); a 0-D operand is named first,
+    // as _matmul_impl checks it before any dtype.
+    let e = matmul(&i(&[1, 10]), &t(&[10, 20])).unwrap_err();
+    assert!(
+        msg(&e).contains("expected I32 and F32 to have the same dtype, but got: int != float"),
+        "{e}"
+    );
+    let e = matmul(&i(&[]), &t(&[2, 3])).unwrap_err();
+    assert!(
+        msg(&e).contains("need to be at least 1D, but they are 0D and 2D"),
+        "{e}"
+    );
     // nn::Linear: F.linear's words.
     use wgtensor::nn::Forward;
     let lin = wgtensor::nn::Linear::new(dev(), 4, 5, true).unwrap();
@@ -863,6 +876,32 @@ fn embedding_and_init_errors_in_pytorch_words() {
         let e = msg(&wgtensor::ops::embedding(&ids, &w, None).unwrap_err());
         assert!(e.contains("'weight' must be 2-D"), "{e}");
     }
+    // F.embedding's order: padding_idx, the weight's rank, then the ids' dtype; padding_idx 0
+    // passes even for an empty table.
+    let fids = Tensor::from_slice(dev(), &[0.0f32], &[1]).unwrap();
+    let w3 = Tensor::ones(dev(), &[2, 2, 2], DType::F32).unwrap();
+    let e = msg(&wgtensor::ops::embedding(&fids, &w3, Some(5)).unwrap_err());
+    assert!(
+        e.contains("Padding_idx must be within num_embeddings"),
+        "{e}"
+    );
+    let e = msg(&wgtensor::ops::embedding(&fids, &w3, None).unwrap_err());
+    assert!(e.contains("'weight' must be 2-D"), "{e}");
+    let none = Tensor::zeros(dev(), &[0], DType::I32).unwrap();
+    let empty = Tensor::zeros(dev(), &[0, 4], DType::F32).unwrap();
+    let rows = wgtensor::ops::embedding(&none, &empty, Some(0)).unwrap();
+    assert_eq!(rows.shape(), &[0, 4]);
+    // gather wraps its dim before the index's dtype; masked_fill broadcasts before it
+    // converts the value.
+    let x = Tensor::ones(dev(), &[2, 2], DType::F32).unwrap();
+    let e = msg(&x.gather(5, &fids.reshape(&[1, 1]).unwrap()).unwrap_err());
+    assert!(
+        e.contains("Dimension out of range (expected to be in range of [-2, 1], but got 5)"),
+        "{e}"
+    );
+    let mask = Tensor::ones(dev(), &[3], DType::I32).unwrap();
+    let e = msg(&x.masked_fill(&mask, 1e39).unwrap_err());
+    assert!(e.contains("must match the size of tensor"), "{e}");
     // init.py's 2 / (fan_in + fan_out) with both 0: Python's ZeroDivisionError.
     let e = wgtensor::ops::xavier_uniform(dev(), &[0, 0], 1.0, DType::F32).unwrap_err();
     assert!(msg(&e).contains("float division by zero"), "{e}");

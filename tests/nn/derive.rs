@@ -345,8 +345,15 @@ fn module_list_and_dict_names() {
     // Replacing keeps the position (as assigning to a PyTorch ModuleDict key).
     let old = heads.insert("score", Box::new(lin(4, 2, false))).unwrap();
     assert!(old.is_some());
-    for bad in ["", "a.b"] {
-        assert!(heads.insert(bad, Box::new(nn::ReLU)).is_err());
+    // add_module's words.
+    for (bad, words) in [
+        ("", "module name can't be empty string \"\""),
+        ("a.b", "module name can't contain \".\", got: a.b"),
+    ] {
+        let Err(e) = heads.insert(bad, Box::new(nn::ReLU)) else {
+            panic!("{bad:?} accepted");
+        };
+        assert!(e.to_string().contains(words), "{e}");
     }
     let mut mixed = nn::ModuleList::new();
     mixed.push(Box::new(nn::ReLU) as Box<dyn Forward>);

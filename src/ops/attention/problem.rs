@@ -112,11 +112,7 @@ impl Problem {
         if let Some(AttnMask::Additive(m)) = opts.attn_mask {
             // validate_sdpa_input: an additive mask is f32 or the query's dtype.
             if m.dtype != DType::F32 && m.dtype != q.dtype {
-                let name = |d: DType| match d {
-                    DType::F32 => "float",
-                    DType::F16 => "c10::Half",
-                    DType::I32 => "int",
-                };
+                let name = DType::c10_name;
                 return Err(Error::arg(
                     op,
                     format!(

@@ -33,6 +33,22 @@ fn check_pair(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
     a.device().require_dtype(op, a.dtype())
 }
 
+/// conv{1,2}d_symint's (and the transposed ones') first check, before any shape: the bias in
+/// the input's dtype, in its words (error_inputs_conv2d matches "should be the same").
+fn check_bias_dtype(op: &'static str, x: &Tensor, bias: Option<&Tensor>) -> Result<()> {
+    match bias {
+        Some(b) if b.dtype() != x.dtype() => Err(Error::arg(
+            op,
+            format!(
+                "Input type ({}) and bias type ({}) should be the same",
+                x.dtype().c10_name(),
+                b.dtype().c10_name()
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 fn check_bias(op: &'static str, x: &Tensor, bias: Option<&Tensor>, channels: usize) -> Result<()> {
     if let Some(b) = bias {
         check_pair(op, x, b)?;
@@ -115,6 +131,7 @@ fn no_activation(op: &'static str, act: Activation) -> Result<()> {
 /// ```
 pub fn conv2d(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, o: &Conv2dOptions) -> Result<Tensor> {
     let op = "conv2d";
+    check_bias_dtype(op, x, bias)?;
     let positive = (o.groups, &o.stride[..], &o.dilation[..]);
     batched(op, x, w, Spatial::Two, positive, |x| {
         forward(op, x, w, bias, o)
@@ -273,6 +290,7 @@ fn forward_untracked(
 /// ```
 pub fn conv1d(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, o: &Conv1dOptions) -> Result<Tensor> {
     let op = "conv1d";
+    check_bias_dtype(op, x, bias)?;
     let positive = (o.groups, &[o.stride][..], &[o.dilation][..]);
     batched(op, x, w, Spatial::One, positive, |x| {
         via_2d(op, (x, "input"), (w, "weight"), |x, w| {
@@ -439,6 +457,7 @@ pub fn conv_transpose2d(
     o: &ConvTranspose2dOptions,
 ) -> Result<Tensor> {
     let op = "conv_transpose2d";
+    check_bias_dtype(op, x, bias)?;
     let positive = (o.groups, &o.stride[..], &o.dilation[..]);
     batched(op, x, w, Spatial::Two, positive, |x| {
         transpose_impl(op, x, w, bias, o)
@@ -570,6 +589,7 @@ pub fn conv_transpose1d(
     o: &ConvTranspose1dOptions,
 ) -> Result<Tensor> {
     let op = "conv_transpose1d";
+    check_bias_dtype(op, x, bias)?;
     let positive = (o.groups, &[o.stride][..], &[o.dilation][..]);
     batched(op, x, w, Spatial::One, positive, |x| {
         via_2d(op, (x, "input"), (w, "weight"), |x, w| {

@@ -121,9 +121,6 @@ pub fn gemm_into(c: &Tensor, a: &Tensor, b: &Tensor, alpha: f64, beta: f64) -> R
 /// ```
 pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let op = "matmul";
-    // i32 is refused before any shape rule, as gemm refuses it (its kernels are float-only).
-    a.same_dtype(op, b)?;
-    a.require_float(op)?;
     if a.rank() == 0 || b.rank() == 0 {
         return Err(Error::shape(
             op,
@@ -137,6 +134,10 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
             ),
         ));
     }
+    // _matmul_impl's 0-D check first; then i32 is refused before any other shape rule, as
+    // gemm refuses it (its kernels are float-only).
+    a.same_dtype(op, b)?;
+    a.require_float(op)?;
     // The contracted sizes, named with the caller's shapes (not the promoted ones).
     let (ka, kb) = (
         a.shape()[a.rank() - 1],
