@@ -98,6 +98,8 @@ fn combine(g: f32, s: f32) -> f32 {
             return select(g * (s / 3.0 + 0.5), g, s >= 3.0);
         }
         case GRAD_SOFTPLUS_FROM_X: { return g * sigmoid_f(s); }
+        // leaky_relu_backward: `x > 0 ? g : g * slope`, a NaN x on the slope's side.
+        case GRAD_LEAKY_FROM_X: { return select(g * p.scalar, g, s > 0.0 && !isnan_f(s)); }
         default: { return g; }
     }
 }

@@ -331,6 +331,23 @@ impl Tensor {
         Ok(())
     }
 
+    /// The two factors of a matrix product in one dtype, else an error in ATen's words
+    /// ("expected m1 and m2 to have the same dtype, but got: float != c10::Half", which
+    /// test_linalg matches).
+    pub(crate) fn same_dtype_factors(&self, op: &'static str, other: &Tensor) -> Result<()> {
+        if self.dtype != other.dtype {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "expected m1 and m2 to have the same dtype, but got: {} != {}",
+                    self.dtype.c10_name(),
+                    other.dtype.c10_name()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// A backward's `dy` must be a gradient of `self`: same device, dtype and shape.
     pub(crate) fn check_grad_output(&self, op: &'static str, dy: &Tensor) -> Result<()> {
         self.same_device(op, dy)?;

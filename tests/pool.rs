@@ -188,6 +188,10 @@ fn adaptive_pools_with_empty_sizes() {
     let y = adaptive_avg_pool2d(&v.reshape(&[4, 6]).unwrap(), [1, 1]).unwrap();
     assert_eq!((y.shape(), vals(&y)), (&[1usize, 1][..], vec![11.5]));
     assert!(adaptive_avg_pool2d(&v, [2, 2]).is_err());
+    // An integer input gets mean's words for (1, 1), whatever its rank.
+    let i = Tensor::zeros(dev(), &[1, 2, 2, 2], wgtensor::DType::I32).unwrap();
+    let e = adaptive_avg_pool2d(&i, [1, 1]).unwrap_err().to_string();
+    assert!(e.contains("mean(): could not infer output dtype"), "{e}");
     let e = Tensor::zeros(dev(), &[2, 3, 0], f32).unwrap();
     let y = adaptive_avg_pool1d(&e, 1).unwrap();
     assert_eq!(y.shape(), &[2, 3, 1]);

@@ -113,7 +113,7 @@ parameterless!(
 impl Forward for Hardtanh {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         if self.min_val.is_nan() || self.max_val.is_nan() || self.min_val >= self.max_val {
-            return Err(Error::msg(
+            return Err(Error::arg(
                 "Hardtanh",
                 format!(
                     "max_val {1} must be greater than min_val {0}",
@@ -145,22 +145,9 @@ impl Forward for Hardswish {
 
 impl Forward for LeakyReLU {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        // Finite in f32, where it multiplies (PyTorch converts it with an overflow check; a
-        // slope past f32's range would also turn the select's untaken branch into 0 * inf).
-        if !(self.negative_slope as f32).is_finite() {
-            return Err(Error::msg(
-                "LeakyReLU",
-                format!(
-                    "negative_slope must be finite in f32, got {}",
-                    self.negative_slope
-                ),
-            ));
-        }
+        // Refused under the layer's name first (the op's checks would name leaky_relu).
         x.require_float("LeakyReLU")?;
-        // A select, not relu(x) + slope * (x - relu(x)), which is NaN at +inf; a NaN input
-        // fails `x > 0` and comes out as slope * NaN = NaN, as in PyTorch.
-        x.gt_scalar(0.0)?
-            .where_cond(x, &x.mul_scalar(self.negative_slope)?)
+        crate::ops::leaky_relu(x, self.negative_slope)
     }
 }
 

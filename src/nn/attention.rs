@@ -170,15 +170,7 @@ impl MultiheadAttention {
                 format!("embed_dim must be divisible by num_heads, got embed_dim {embed_dim} and num_heads {num_heads}"),
             ));
         }
-        if !(0.0..=1.0).contains(&c.dropout) {
-            return Err(Error::arg(
-                OP,
-                format!(
-                    "dropout probability has to be between 0 and 1, but got {}",
-                    c.dropout
-                ),
-            ));
-        }
+        crate::ops::random::check_dropout_p(OP, c.dropout)?;
         let (kdim, vdim) = (c.kdim.unwrap_or(embed_dim), c.vdim.unwrap_or(embed_dim));
         let e = embed_dim;
         // The packed projection is [3 E, E]: E is the caller's, 3 E must not overflow.

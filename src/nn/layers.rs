@@ -316,9 +316,17 @@ pub struct Dropout {
 }
 
 impl Dropout {
-    /// A dropout layer in training mode.
+    /// A dropout layer in training mode. `p` is checked at each forward (it is a public
+    /// field); [`Dropout::try_new`] also checks it here, as nn.Dropout's constructor does.
     pub fn new(p: f64) -> Dropout {
         Dropout { p, training: true }
+    }
+
+    /// [`Dropout::new`], refusing a `p` outside `[0, 1]` in nn.Dropout's words ("dropout
+    /// probability has to be between 0 and 1, but got 1.5"), as its constructor does.
+    pub fn try_new(p: f64) -> Result<Dropout> {
+        crate::ops::random::check_dropout_p("Dropout", p)?;
+        Ok(Dropout::new(p))
     }
 }
 

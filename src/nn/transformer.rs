@@ -113,16 +113,8 @@ impl TransformerEncoderLayer {
         c: TransformerEncoderLayerConfig,
     ) -> Result<TransformerEncoderLayer> {
         let op = "TransformerEncoderLayer";
-        if !(0.0..=1.0).contains(&c.dropout) {
-            return Err(Error::arg(
-                op,
-                // nn.Dropout's words: PyTorch's layer raises them from its dropout modules.
-                format!(
-                    "dropout probability has to be between 0 and 1, but got {}",
-                    c.dropout
-                ),
-            ));
-        }
+        // nn.Dropout's words: PyTorch's layer raises them from its dropout modules.
+        crate::ops::random::check_dropout_p(op, c.dropout)?;
         let mha = MultiheadAttentionConfig {
             dropout: c.dropout,
             bias: c.bias,

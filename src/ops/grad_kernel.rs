@@ -65,6 +65,8 @@ pub(crate) enum GradCode {
     HardswishFromX = 16,
     /// `a * sigmoid(x)` (softplus'), `b = x`.
     SoftplusFromX = 17,
+    /// `a` where `b > 0`, else `a * scalar` (NaN b included): leaky_relu_backward.
+    LeakyFromX = 18,
 }
 
 /// The shader's names of the [`GradCode`]s, one row per code in order.
@@ -87,6 +89,7 @@ pub(crate) const GRAD_DEFS: &[(&str, u32)] = &[
     ("GRAD_PASS_BELOW", GradCode::PassBelow as u32),
     ("GRAD_HARDSWISH_FROM_X", GradCode::HardswishFromX as u32),
     ("GRAD_SOFTPLUS_FROM_X", GradCode::SoftplusFromX as u32),
+    ("GRAD_LEAKY_FROM_X", GradCode::LeakyFromX as u32),
 ];
 
 /// `g * act'`, the gradient before a fused activation, for every epilogue's backward (GEMM,

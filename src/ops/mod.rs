@@ -19,6 +19,7 @@ pub mod hardtanh;
 pub mod index;
 pub(crate) mod index_check;
 pub(crate) mod index_kernels;
+pub mod leaky_relu;
 pub mod loss;
 pub(crate) mod loss_options;
 pub mod loss_pointwise;
@@ -63,6 +64,7 @@ pub use copy::{cat, pad, stack, PadMode};
 pub use gemm::{gemm, gemm_into, matmul, Bias, GemmOptions};
 pub use hardtanh::{hardsigmoid, hardswish, hardtanh, relu6};
 pub use index::embedding;
+pub use leaky_relu::leaky_relu;
 pub use loss::{
     binary_cross_entropy_with_logits, cross_entropy, cross_entropy_probs, mse_loss,
     BceWithLogitsOptions, CrossEntropyOptions, Reduction,

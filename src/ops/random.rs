@@ -281,17 +281,26 @@ pub fn bernoulli(dev: &Device, shape: &[usize], p: f64, dtype: DType) -> Result<
     generate(op, dev, shape, dtype, DIST_BERNOULLI, p as f32, 0.0, None)
 }
 
+/// `p` in `[0, 1]`, else nn.Dropout's (and at::dropout's) words, the value as Python prints it.
+pub(crate) fn check_dropout_p(op: &'static str, p: f64) -> Result<()> {
+    if !(0.0..=1.0).contains(&p) {
+        return Err(Error::arg(
+            op,
+            format!(
+                "dropout probability has to be between 0 and 1, but got {}",
+                crate::error::py_float(p)
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// PyTorch's `dropout(x, p, training)`: in training, each element is zeroed with probability
 /// `p` and the rest scaled by `1 / (1 - p)` (inverted dropout, so evaluation needs no
 /// rescaling); `p = 1` gives `x * 0` (zeros, NaN where `x` is not finite). Not training (or `p = 0`): `x` itself.
 pub fn dropout(x: &Tensor, p: f64, training: bool) -> Result<Tensor> {
     let op = "dropout";
-    if !(0.0..=1.0).contains(&p) {
-        return Err(Error::arg(
-            op,
-            format!("dropout probability has to be between 0 and 1, but got {p}"),
-        ));
-    }
+    check_dropout_p(op, p)?;
     if !training || p == 0.0 {
         return Ok(x.clone());
     }

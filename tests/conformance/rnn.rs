@@ -1320,6 +1320,9 @@ fn rnn_dtype_errors_f16() {
             "{e}"
         );
     }
+    // The cells check sizes (ATen's check_rnn_cell_forward_input) before their GEMMs' dtypes.
+    let e = lstm_cell(&t16(&[5, 2]), &t32(&[5, 4]), &t32(&[5, 4]), &w32).unwrap_err();
+    assert!(e.to_string().contains("inconsistent input_size"), "{e}");
     let e = rnn.forward(&t16(&[1, 2, 5, 3]), None, None).unwrap_err();
     assert!(
         e.to_string()

@@ -167,11 +167,45 @@ fn gemm_beta_slopes_and_bounds_past_f32() {
     let g = y.backward_with_grad(&t(&[f32::INFINITY], &[1, 1])).unwrap();
     assert!(vals(g.get(&cl).unwrap())[0].is_nan());
     let x = t(&[2.0, -1.0], &[2]);
-    assert!(LeakyReLU {
-        negative_slope: 1e39
+    let e = LeakyReLU {
+        negative_slope: 1e39,
     }
     .forward(&x)
-    .is_err());
+    .unwrap_err();
+    assert!(e
+        .to_string()
+        .contains("value cannot be converted to type float without overflow"));
+    // An infinite or NaN slope computes as PyTorch's kernel (checked conversion lets both
+    // through): x * slope below 0 (0 * inf = NaN at 0), and leaky_relu_backward keeps g
+    // where x > 0.
+    for (slope, want_y, want_g) in [
+        (
+            f64::INFINITY,
+            [2.0, f32::NEG_INFINITY, f32::NAN],
+            [1.0, f32::INFINITY, f32::INFINITY],
+        ),
+        (
+            f64::NAN,
+            [2.0, f32::NAN, f32::NAN],
+            [1.0, f32::NAN, f32::NAN],
+        ),
+    ] {
+        let x = t(&[2.0, -1.0, 0.0], &[3]).requires_grad().unwrap();
+        let y = LeakyReLU {
+            negative_slope: slope,
+        }
+        .forward(&x)
+        .unwrap();
+        let same = |got: Vec<f32>, want: [f32; 3]| {
+            got.iter()
+                .zip(want)
+                .all(|(g, w)| (g.is_nan() && w.is_nan()) || *g == w)
+        };
+        assert!(same(vals(&y), want_y), "{slope}: {:?}", vals(&y));
+        let g = y.sum_all().unwrap().backward().unwrap();
+        let gx = vals(g.get(&x).unwrap());
+        assert!(same(gx.clone(), want_g), "{slope}: {gx:?}");
+    }
     assert!(x.clamp(Some(1e39), None).is_err());
     assert!(x.clamp(None, Some(-1e39)).is_err());
     assert_eq!(

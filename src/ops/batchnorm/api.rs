@@ -67,9 +67,14 @@ pub fn batch_norm_inference(
 /// rounded back to f16 (the kernels accumulate in f32 either way); x's gradient comes back in
 /// f16 and the parameters' in f32 through the casts. Any f32 per-channel tensor makes it so,
 /// the rest f16 or f32 (an f16 weight beside f32 running statistics runs as on CUDA, whose
-/// mixed-type rule looks at the weight and bias alone; PyTorch's CPU kernel refuses it).
-fn mixed(x: &Tensor, params: &[Option<&Tensor>]) -> bool {
+/// mixed-type rule looks at the weight and bias alone; PyTorch's CPU kernel refuses it), but
+/// a weight and a bias of different dtypes are left to the dtype check, as both of PyTorch's
+/// kernels refuse them. `params` is `[running_mean, running_var, weight, bias]`.
+fn mixed(x: &Tensor, params: &[Option<&Tensor>; 4]) -> bool {
+    let affine_differ =
+        matches!((params[2], params[3]), (Some(w), Some(b)) if w.dtype() != b.dtype());
     x.dtype() == DType::F16
+        && !affine_differ
         && params.iter().flatten().any(|t| t.dtype() == DType::F32)
         && params
             .iter()

@@ -17,6 +17,13 @@ pub(crate) fn inference_untracked(
     let c = input_channels(op, x)?;
     let eps = check_eps(op, o.eps, false)?;
     let dt = x.dtype;
+    let vecs = [
+        ("running_mean", Some(running_mean)),
+        ("running_var", Some(running_var)),
+        ("weight (gamma)", gamma),
+        ("bias (beta)", beta),
+    ];
+    check_channel_counts(op, x, &vecs, c)?;
     let rmean_os = check_channel_vec(op, "running_mean", x, running_mean, c, dt)?;
     let rvar_os = check_channel_vec(op, "running_var", x, running_var, c, dt)?;
     let gamma_os = gamma
@@ -94,7 +101,15 @@ pub(crate) fn train_untracked(
     }
     // After the batch check, as F.batch_norm.
     let eps = check_eps(op, o.eps, true)?;
-    // _batch_norm_impl_index's order: running_mean, running_var, weight, bias.
+    // _batch_norm_impl_index's order: the counts of running_mean, running_var, weight and
+    // bias, then (native_batch_norm) their devices and dtypes.
+    let vecs = [
+        ("running_mean", state.as_ref().map(|s| &s.running_mean)),
+        ("running_var", state.as_ref().map(|s| &s.running_var)),
+        ("weight (gamma)", gamma),
+        ("bias (beta)", beta),
+    ];
+    check_channel_counts(op, x, &vecs, c)?;
     let running_os = state
         .as_ref()
         .map(|st| {

@@ -216,19 +216,17 @@ fn packed(t: &Tensor) -> Result<Tensor> {
     }
 }
 
-/// Checks a per-channel vector: same device and dtype as `x`, shape `[c]`. Returns its
-/// (offset, stride).
-fn check_channel_vec(
+/// check_dims_match_num_input_features: `c` elements, in its words (then the shapes).
+/// `_batch_norm_impl_index` runs it over running_mean, running_var, weight and bias before
+/// any device or dtype check ([`check_channel_counts`]).
+fn check_channel_count(
     op: &'static str,
     what: &str,
     x: &Tensor,
     t: &Tensor,
     c: usize,
-    dtype: DType,
-) -> Result<[u32; 2]> {
-    x.same_device(op, t)?;
+) -> Result<()> {
     if t.numel() != c {
-        // check_dims_match_num_input_features's words, then the shapes.
         let arg = what.split(' ').next().unwrap_or(what);
         return Err(Error::shape(
             op,
@@ -241,6 +239,36 @@ fn check_channel_vec(
             ),
         ));
     }
+    Ok(())
+}
+
+/// [`check_channel_count`] over the defined ones of `vecs`, in order.
+fn check_channel_counts(
+    op: &'static str,
+    x: &Tensor,
+    vecs: &[(&str, Option<&Tensor>)],
+    c: usize,
+) -> Result<()> {
+    for (what, t) in vecs {
+        if let Some(t) = t {
+            check_channel_count(op, what, x, t, c)?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks a per-channel vector: same device and dtype as `x`, shape `[c]`. Returns its
+/// (offset, stride).
+fn check_channel_vec(
+    op: &'static str,
+    what: &str,
+    x: &Tensor,
+    t: &Tensor,
+    c: usize,
+    dtype: DType,
+) -> Result<[u32; 2]> {
+    x.same_device(op, t)?;
+    check_channel_count(op, what, x, t, c)?;
     if t.shape() != [c] {
         return Err(Error::shape(
             op,

@@ -33,8 +33,9 @@ fn check_pair(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
     a.device().require_dtype(op, a.dtype())
 }
 
-/// conv{1,2}d_symint's (and the transposed ones') first check, before any shape: the bias in
-/// the input's dtype, in its words (error_inputs_conv2d matches "should be the same").
+/// conv{1,2}d_symint's first check, before any shape: the bias in the input's dtype, in its
+/// words (error_inputs_conv2d matches "should be the same"). The transposed convolutions have
+/// no such check; theirs comes with the bias's shape (`check_bias`).
 fn check_bias_dtype(op: &'static str, x: &Tensor, bias: Option<&Tensor>) -> Result<()> {
     match bias {
         Some(b) if b.dtype() != x.dtype() => Err(Error::arg(
@@ -106,9 +107,9 @@ fn no_activation(op: &'static str, act: Activation) -> Result<()> {
 /// Errors: [`Error::Shape`] for inputs that are not rank 3 or 4, an input whose channels are
 /// not the weight's dim 1 times `groups` (channels `groups` does not divide included), a bias
 /// that is not `[O]`, or a kernel larger than the padded input; [`Error::InvalidArgument`] for
-/// a zero stride, dilation or group count, or a weight whose dim 0 is below or not a multiple
-/// of `groups`; [`Error::DType`] /
-/// [`Error::DeviceMismatch`] when the tensors differ.
+/// a zero stride, dilation or group count, a weight whose dim 0 is below or not a multiple
+/// of `groups`, or (first of all, conv2d_symint's check) a bias of another dtype than x;
+/// [`Error::DType`] / [`Error::DeviceMismatch`] when x and w differ.
 ///
 /// ```no_run,ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
@@ -457,7 +458,6 @@ pub fn conv_transpose2d(
     o: &ConvTranspose2dOptions,
 ) -> Result<Tensor> {
     let op = "conv_transpose2d";
-    check_bias_dtype(op, x, bias)?;
     let positive = (o.groups, &o.stride[..], &o.dilation[..]);
     batched(op, x, w, Spatial::Two, positive, |x| {
         transpose_impl(op, x, w, bias, o)
@@ -589,7 +589,6 @@ pub fn conv_transpose1d(
     o: &ConvTranspose1dOptions,
 ) -> Result<Tensor> {
     let op = "conv_transpose1d";
-    check_bias_dtype(op, x, bias)?;
     let positive = (o.groups, &[o.stride][..], &[o.dilation][..]);
     batched(op, x, w, Spatial::One, positive, |x| {
         via_2d(op, (x, "input"), (w, "weight"), |x, w| {

@@ -233,7 +233,7 @@ impl<'a> Problem<'a> {
         into: Option<&Tensor>,
     ) -> Result<Problem<'a>> {
         a.same_device(op, b)?;
-        a.same_dtype(op, b)?;
+        a.same_dtype_factors(op, b)?;
         // Before any shape rule: an empty i32 product is refused as a full one is (float-only
         // ops refuse i32 whatever the size; a kernel launch would refuse it only after the
         // output was made, and an empty product launches none).

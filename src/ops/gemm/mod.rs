@@ -136,7 +136,7 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     }
     // _matmul_impl's 0-D check first; then i32 is refused before any other shape rule, as
     // gemm refuses it (its kernels are float-only).
-    a.same_dtype(op, b)?;
+    a.same_dtype_factors(op, b)?;
     a.require_float(op)?;
     // The contracted sizes, named with the caller's shapes (not the promoted ones).
     let (ka, kb) = (

@@ -107,9 +107,10 @@ pub fn avg_pool2d_backward(dy: &Tensor, x: &Tensor, o: &AvgPool2dOptions) -> Res
 /// `[floor(o * in / out), ceil((o + 1) * in / out))` on each axis.
 pub fn adaptive_avg_pool2d(x: &Tensor, output_size: [usize; 2]) -> Result<Tensor> {
     let op = "adaptive_avg_pool2d";
-    if output_size == [1, 1] && x.rank() >= 2 && !matches!(x.rank(), 3 | 4) {
+    if output_size == [1, 1] && (!matches!(x.rank(), 3 | 4) || !x.dtype().is_float()) {
         // adaptive_avg_pool2d_symint takes (1, 1) as `input.mean({-1, -2}, true)` before any
-        // rank check: a 2-D or a 5-D (video) input pools its last two dims.
+        // rank or dtype check: a 2-D or a 5-D (video) input pools its last two dims, and an
+        // integer or 1-D input gets mean's error.
         return x.mean_dims(&[-2, -1], true);
     }
     let rank_ok = matches!(x.rank(), 3 | 4) && x.dtype().is_float();
