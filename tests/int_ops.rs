@@ -538,6 +538,12 @@ fn scatter_add_forward_backward_deterministic() {
     assert!(ti(&[0, 0], &[2])
         .scatter_add(0, &ti(&[0], &[1]), &ti(&[1], &[1]))
         .is_err());
+    // An empty index copies self before any dtype rule, as PyTorch's (an i32 self too).
+    let none = Tensor::zeros(dev(), &[0], DType::I32).unwrap();
+    let copy = ti(&[4, 5], &[2])
+        .scatter_add(0, &none, &ti(&[1], &[1]))
+        .unwrap();
+    assert_eq!(copy.to_vec::<i32>().unwrap(), vec![4, 5]);
 }
 
 #[test]

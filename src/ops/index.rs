@@ -185,7 +185,9 @@ impl Tensor {
     /// PyTorch's out-of-place `self.scatter_add(dim, index, src)`: a copy of `self` to which
     /// each `src[i][j][k]` is added at `[index[i][j][k]][j][k]` (for `dim = 0`). `index` (i32)
     /// and `src` have `self`'s rank; `index` is no larger than `src` on every dim and no larger
-    /// than `self` on every dim but `dim`. Sums run in index order in f32: deterministic (no
+    /// than `self` on every dim but `dim`; `self` and `src` are float (an i32 `self`, which
+    /// PyTorch also adds into, is refused unless the index is empty). Sums run in index order
+    /// in f32: deterministic (no
     /// atomics); below 64 index entries along `dim` every output element scans them, above
     /// the index is bucketed (the [module docs](crate::ops::index) say how). Out-of-range indices are an error at the next sync or readback (unchecked,
     /// they add nothing). Differentiable in `self` and `src`.
@@ -220,7 +222,6 @@ impl Tensor {
                 ),
             ));
         }
-        self.require_float(op)?;
         let ranks = [self.rank(), index.rank(), src.rank()];
         if ranks.iter().max() == Some(&1) && ranks.contains(&0) {
             // PyTorch counts a scalar as one dim of size 1 here.
@@ -231,9 +232,11 @@ impl Tensor {
         }
         let d = Layout::normalize_dim(op, dim, self.rank().max(1))?;
         if index.numel() == 0 {
-            // PyTorch copies self and returns before its shape checks.
+            // PyTorch copies self and returns before its shape checks (an i32 self too).
             return self.deep_clone();
         }
+        // The kernels sum in f32: i32 is refused here (PyTorch adds integers too).
+        self.require_float(op)?;
         // PyTorch's scatter_shape_check words (where src's rank is short it fails earlier,
         // on a dim out of range, and the message here is ours).
         for (other, what) in [(self, "self"), (src, "src")] {
