@@ -332,6 +332,6 @@ mod tests {
         for (i, (name, code)) in GRAD_DEFS.iter().enumerate() {
             assert_eq!(*code as usize, i, "{name}");
         }
-        assert_eq!(GRAD_DEFS.len(), GradCode::SoftplusFromX as usize + 1);
+        assert_eq!(GRAD_DEFS.len(), GradCode::LeakyFromX as usize + 1);
     }
 }
