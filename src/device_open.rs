@@ -115,6 +115,7 @@ impl Device {
     ) -> Result<Device> {
         opts.validate()?;
         let limits = device.limits();
+        check_compute_limits(&limits)?;
         match Self::assemble_checked(adapter, device, queue, limits, opts)? {
             Checked::Ready(dev) => Ok(dev),
             // The application's device is lost or stuck: nothing to fall back on.
@@ -175,4 +176,34 @@ enum Checked {
     /// can be trusted to run on that device.
     #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     Broken(crate::Error),
+}
+
+/// The limits no op can run without, checked when an application's device is adopted: wgpu's
+/// WebGL2 defaults have zero compute workgroups and storage bindings, where the first op would
+/// divide by a zero limit. (Limits below what one kernel needs, fewer storage bindings per
+/// stage for example, fail that kernel's pipeline, an error on each call.)
+fn check_compute_limits(l: &wgpu::Limits) -> Result<()> {
+    let need: [(&str, u64); 3] = [
+        (
+            "max_compute_workgroups_per_dimension",
+            l.max_compute_workgroups_per_dimension.into(),
+        ),
+        (
+            "max_storage_buffer_binding_size",
+            l.max_storage_buffer_binding_size,
+        ),
+        ("max_buffer_size", l.max_buffer_size),
+    ];
+    for (name, got) in need {
+        if got < 4 {
+            return Err(crate::Error::arg(
+                "from_wgpu",
+                format!(
+                    "the device's {name} is {got}: it runs no compute (request \
+                     wgpu::Limits::default() or the adapter's limits)"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }

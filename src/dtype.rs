@@ -66,8 +66,12 @@ impl DType {
 
 /// A host element type that maps to a [`DType`]: `f32`, [`f16`](crate::f16) and `i32`. It types the
 /// uploads and readbacks ([`Tensor::from_slice`](crate::Tensor::from_slice),
-/// [`Tensor::to_vec`](crate::Tensor::to_vec)), whose bytes are copied as they are.
-pub trait Element: bytemuck::Pod + Copy + Send + Sync + std::fmt::Debug + 'static {
+/// [`Tensor::to_vec`](crate::Tensor::to_vec)), whose bytes are copied as they are. Sealed:
+/// only these three map to a dtype of their own size (another type's bytes would be read as
+/// the dtype's).
+pub trait Element:
+    bytemuck::Pod + Copy + Send + Sync + std::fmt::Debug + 'static + sealed::Sealed
+{
     /// The tensor dtype whose storage holds values of this type.
     const DTYPE: DType;
     /// The value widened to f64 (exact for every element type).
@@ -75,6 +79,14 @@ pub trait Element: bytemuck::Pod + Copy + Send + Sync + std::fmt::Debug + 'stati
     /// `v` as this type: rounded to the nearest float, or for `i32` truncated toward zero as
     /// PyTorch's float-to-int casts (saturating, NaN to 0).
     fn from_f64(v: f64) -> Self;
+}
+
+mod sealed {
+    /// Implemented by [`Element`](super::Element)'s three types alone.
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for half::f16 {}
+    impl Sealed for i32 {}
 }
 
 impl Element for f32 {

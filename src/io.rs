@@ -123,11 +123,25 @@ fn upload(
         }),
     }
     .map_err(|e| match e {
-        // What the device ran out of says so itself; a shape it refuses names the tensor.
-        Error::TooLarge { .. }
-        | Error::OutOfMemory { .. }
-        | Error::DeviceLost { .. }
-        | Error::Io { .. } => e,
+        // What the device ran out of keeps its variant (callers match on it), under the load's
+        // name, the tensor named in the message where it has one; a shape it refuses names the
+        // tensor.
+        Error::TooLarge {
+            bytes,
+            limit_name,
+            limit,
+            ..
+        } => Error::TooLarge {
+            op,
+            bytes,
+            limit_name,
+            limit,
+        },
+        Error::OutOfMemory { msg, .. } => Error::OutOfMemory {
+            op,
+            msg: format!("tensor {name:?} ({dtype:?} {shape:?}): {msg}"),
+        },
+        Error::DeviceLost { .. } | Error::Io { .. } => e,
         other => Error::Io {
             op,
             msg: format!("tensor {name:?} ({dtype:?} {shape:?}): {other}"),
@@ -331,9 +345,16 @@ pub fn load_safetensors_file(
     let op = "load_safetensors";
     let path = path.as_ref();
     let fail = |e: String| io_err(op, format!("{}: {e}", path.display()));
-    let file = std::fs::File::open(path).map_err(|e| fail(e.to_string()))?;
     // Only a regular file has a length to read up to: a device (/dev/zero) or a pipe would
-    // be read without end.
+    // be read without end, and opening a pipe without a writer blocks, so the path is asked
+    // first (and the opened file again, in case the path changed in between).
+    let is_file = std::fs::metadata(path)
+        .map_err(|e| fail(e.to_string()))?
+        .is_file();
+    if !is_file {
+        return Err(fail("not a regular file".to_string()));
+    }
+    let file = std::fs::File::open(path).map_err(|e| fail(e.to_string()))?;
     let meta = file.metadata().map_err(|e| fail(e.to_string()))?;
     if !meta.is_file() {
         return Err(fail("not a regular file".to_string()));

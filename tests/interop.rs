@@ -96,6 +96,21 @@ fn runs_on_a_device_the_app_created() {
     let (device, queue) = pollster::block_on(adapter.request_device(&Default::default())).unwrap();
     let dev = Device::from_wgpu(adapter, device.clone(), queue, DeviceOptions::default()).unwrap();
     assert!(dev.wgpu_device() == &device);
+    // A device without compute (wgpu's WebGL2 defaults) is refused when adopted, not at the
+    // first op's division by its zero limits.
+    let adapter = pollster::block_on(instance.request_adapter(&Default::default())).unwrap();
+    let desc = wgpu::DeviceDescriptor {
+        required_limits: wgpu::Limits::downlevel_webgl2_defaults()
+            .using_resolution(adapter.limits()),
+        ..Default::default()
+    };
+    let (d, q) = pollster::block_on(adapter.request_device(&desc)).unwrap();
+    let e = Device::from_wgpu(adapter, d, q, DeviceOptions::default()).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("max_compute_workgroups_per_dimension is 0"),
+        "{e}"
+    );
     // No SHADER_F16 requested by the app: f16 is refused, f32 works.
     assert!(Tensor::zeros(&dev, &[2], DType::F16).is_err());
     let x = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap();

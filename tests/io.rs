@@ -606,6 +606,14 @@ fn files_are_read_and_written_safely() {
     assert!(e.contains("not a regular file"), "{e}");
     let dir = std::env::temp_dir().join(format!("wgtensor-io-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    // A named pipe without a writer: opening it would block, so the path is refused first.
+    let fifo = dir.join("pipe.safetensors");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    if made.is_ok_and(|s| s.success()) {
+        let e = load_safetensors_file(dev(), &fifo).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        std::fs::remove_file(&fifo).unwrap();
+    }
     // A file wrong from its first bytes is refused before its body is read: 64 GiB (sparse,
     // where the file system allows) would not fit in memory.
     let huge = dir.join("huge.safetensors");
@@ -638,4 +646,29 @@ fn files_are_read_and_written_safely() {
     names.sort();
     assert_eq!(names, ["ck.1", "ck.2"]);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A tensor the device has no room for keeps OutOfMemory, under the load's name and with the
+/// tensor's.
+#[test]
+fn out_of_memory_names_the_load_and_the_tensor() {
+    let big = Tensor::zeros(dev(), &[32 * 1024], DType::F32).unwrap();
+    let bytes = save_safetensors(&[("encoder.weight", &big)]).unwrap();
+    let small = Device::with_options(wgtensor::DeviceOptions {
+        memory_limit: Some(64 << 10),
+        ..Default::default()
+    })
+    .unwrap();
+    let e = wgtensor::io::load_safetensors(&small, &bytes).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            wgtensor::Error::OutOfMemory {
+                op: "load_safetensors",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("\"encoder.weight\""), "{e}");
 }

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use super::bind_cache::{Bind, Bindings};
 use super::device::{lock, Device, State, PARAMS_USAGE};
 use super::pipeline::{Access, CachedPipeline, Kernel};
-use super::pool::size_class;
 use crate::{DType, Error, Result};
 
 impl Device {
@@ -116,7 +115,9 @@ impl Device {
             let arena = match st.pool.take(slots * self.inner.param_slot, PARAMS_USAGE) {
                 Some(b) => b,
                 None => {
-                    let size = size_class(slots * self.inner.param_slot);
+                    // The pool's class (capped at the binding limit), as `take` looks it up:
+                    // the uncapped size class would never be taken again.
+                    let size = st.pool.class(slots * self.inner.param_slot);
                     // The arena counts toward the memory budget like any buffer.
                     self.make_room_locked(st, op, size)?;
                     st.pool.note_created(size);

@@ -101,7 +101,12 @@ pub(crate) fn open(
             return PipelineCacheStatus::Off;
         };
         let path = dir.join(file_name(&key));
-        let (blob, mut status) = match std::fs::read(&path) {
+        // A path that is there but no regular file (a pipe would block the open) is not read.
+        let read = match std::fs::metadata(&path) {
+            Ok(m) if !m.is_file() => Err(std::io::Error::other("not a regular file")),
+            _ => std::fs::read(&path),
+        };
+        let (blob, mut status) = match read {
             Ok(file) => match unwrap_blob(&file) {
                 Some(blob) => (
                     Some(blob.to_vec()),
