@@ -322,10 +322,13 @@ impl Dropout {
         Dropout { p, training: true }
     }
 
-    /// [`Dropout::new`], refusing a `p` outside `[0, 1]` in nn.Dropout's words ("dropout
-    /// probability has to be between 0 and 1, but got 1.5"), as its constructor does.
+    /// [`Dropout::new`], refusing a `p` below 0 or above 1 in nn.Dropout's words ("dropout
+    /// probability has to be between 0 and 1, but got 1.5"), as its constructor does (whose
+    /// `p < 0 or p > 1` passes NaN on to the forward's check).
     pub fn try_new(p: f64) -> Result<Dropout> {
-        crate::ops::random::check_dropout_p("Dropout", p)?;
+        if !p.is_nan() && !(0.0..=1.0).contains(&p) {
+            crate::ops::random::check_dropout_p("Dropout", p)?;
+        }
         Ok(Dropout::new(p))
     }
 }

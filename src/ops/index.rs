@@ -187,9 +187,9 @@ impl Tensor {
     /// and `src` have `self`'s rank; `index` is no larger than `src` on every dim and no larger
     /// than `self` on every dim but `dim`; `self` and `src` are float (an i32 `self`, which
     /// PyTorch also adds into, is refused unless the index is empty). Sums run in index order
-    /// in f32: deterministic (no
-    /// atomics); below 64 index entries along `dim` every output element scans them, above
-    /// the index is bucketed (the [module docs](crate::ops::index) say how). Out-of-range indices are an error at the next sync or readback (unchecked,
+    /// in f32: deterministic (no atomics); below 64 index entries along `dim` every output
+    /// element scans them, above the index is bucketed (the [module docs](crate::ops::index)
+    /// say how). Out-of-range indices are an error at the next sync or readback (unchecked,
     /// they add nothing). Differentiable in `self` and `src`.
     ///
     /// ```ignore-wasm32

@@ -504,3 +504,41 @@ fn swapped_backward_arguments_are_refused() {
     let g = batch_norm_backward(&dy, &x, None, &saved).unwrap();
     assert_eq!(g.dbias.to_vec::<f32>().unwrap(), vec![3.5, -1.25]);
 }
+
+/// The explicit backward of a mixed forward (f16 x, something f32) runs mixed too, whatever
+/// made it so: an f16 weight beside f32 statistics with a fused ReLU, or an f32 bias alone.
+/// Its gradients come back in each parameter's dtype.
+#[test]
+fn mixed_forward_mixed_backward_f16() {
+    if !dev().supports_f16() {
+        eprintln!("skipping: adapter lacks SHADER_F16");
+        return;
+    }
+    let h = |s: &[usize]| t(s).to_dtype(DType::F16).unwrap();
+    let x = h(&[4, 3]);
+    let (w16, b32) = (h(&[3]), t(&[3]));
+    let mut st = BatchNormState::from_tensors(t(&[3]).mul_scalar(0.0).unwrap(), t(&[3]), Some(0.1));
+    let o = BatchNormOptions {
+        weight: Some(&w16),
+        bias: Some(&w16),
+        activation: Activation::Relu,
+        ..Default::default()
+    };
+    let out = batch_norm_train(&x, Some(&mut st), &o).unwrap();
+    let g = batch_norm_backward(&x, &x, Some(&w16), &out.saved).unwrap();
+    assert_eq!((g.dx.dtype(), g.dweight.dtype()), (DType::F16, DType::F16));
+    let o = BatchNormOptions {
+        bias: Some(&b32),
+        ..Default::default()
+    };
+    let out = batch_norm_train(&x, None, &o).unwrap();
+    let g = batch_norm_backward(&x, &x, None, &out.saved).unwrap();
+    assert_eq!((g.dx.dtype(), g.dbias.dtype()), (DType::F16, DType::F32));
+    // A weight and a bias of different dtypes are refused (both of PyTorch's kernels do).
+    let o = BatchNormOptions {
+        weight: Some(&w16),
+        bias: Some(&b32),
+        ..Default::default()
+    };
+    assert!(batch_norm_train(&x, None, &o).is_err());
+}

@@ -157,6 +157,7 @@ pub fn batch_norm_train(
             let mut saved = out.saved;
             saved.input = Some(ViewId::of(x));
             saved.output = Some(ViewId::of(&y));
+            saved.mixed = true;
             return Ok(BatchNormOutput { y, saved });
         }
     }

@@ -319,18 +319,23 @@ pub fn batch_norm_backward(
             ));
         }
     }
-    let mixed = x.dtype() == DType::F16
-        && (weight.is_some_and(|w| w.dtype() == DType::F32)
-            || saved
-                .act_input
-                .as_ref()
-                .is_some_and(|a| a.dtype() == DType::F32));
+    // As the forward ran (its flag), or for statistics from elsewhere an f16 x with an f32
+    // weight.
+    let mixed =
+        x.dtype() == DType::F16 && (saved.mixed || weight.is_some_and(|w| w.dtype() == DType::F32));
     if mixed {
-        // PyTorch's mixed type, as the forward ran it: in f32, dx back in x's dtype.
+        // PyTorch's mixed type, as the forward ran it: in f32, dx back in x's dtype, the
+        // parameters' gradients in f32 (the forward's parameters were f32 or cast up; an f16
+        // weight's comes back in f16).
         let (dy32, x32) = (dy.to_dtype(DType::F32)?, x.to_dtype(DType::F32)?);
+        let w32 = weight.map(|w| w.to_dtype(DType::F32)).transpose()?;
         let dz = undo_activation(op, &dy32, saved)?;
         let (dx, dweight, dbias) =
-            backward_untracked(&dz, &x32, &saved.mean, &saved.invstd, weight)?;
+            backward_untracked(&dz, &x32, &saved.mean, &saved.invstd, w32.as_ref())?;
+        let dweight = match weight {
+            Some(w) if w.dtype() != DType::F32 => dweight.to_dtype(w.dtype())?,
+            _ => dweight,
+        };
         return Ok(BatchNormGrads {
             dx: dx.to_dtype(x.dtype())?,
             dweight,

@@ -102,7 +102,8 @@ pub(crate) fn train_untracked(
     // After the batch check, as F.batch_norm.
     let eps = check_eps(op, o.eps, true)?;
     // _batch_norm_impl_index's order: the counts of running_mean, running_var, weight and
-    // bias, then (native_batch_norm) their devices and dtypes.
+    // bias, then (native_batch_norm) their devices and dtypes. (PyTorch returns an empty
+    // input before the counts; here they are checked for it too.)
     let vecs = [
         ("running_mean", state.as_ref().map(|s| &s.running_mean)),
         ("running_var", state.as_ref().map(|s| &s.running_var)),
@@ -284,6 +285,7 @@ fn output(
         },
         input: Some(ViewId::of(x)),
         output: Some(ViewId::of(&y)),
+        mixed: false,
     };
     BatchNormOutput { y, saved }
 }

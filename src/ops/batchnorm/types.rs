@@ -138,6 +138,8 @@ pub struct BatchNormSaved {
     pub(crate) act_input: Option<Tensor>,
     pub(crate) input: Option<ViewId>,
     pub(crate) output: Option<ViewId>,
+    /// The forward ran PyTorch's mixed type (an f16 x computed in f32): the backward does too.
+    pub(crate) mixed: bool,
 }
 
 impl BatchNormSaved {
@@ -173,6 +175,7 @@ impl BatchNormSaved {
             act_input: None,
             input: None,
             output: None,
+            mixed: false,
         })
     }
 
@@ -208,9 +211,10 @@ pub struct BatchNormOutput {
 pub struct BatchNormGrads {
     /// The gradient of x: x's shape and dtype.
     pub dx: Tensor,
-    /// `[C]`, x's dtype: `sum dz * xhat` per channel (also when the forward had no weight,
-    /// which is the gradient of a weight of ones).
+    /// `[C]`, x's dtype (f32 after a mixed-type forward, an f16 weight's in f16): `sum dz *
+    /// xhat` per channel (also when the forward had no weight, which is the gradient of a
+    /// weight of ones).
     pub dweight: Tensor,
-    /// `[C]`, x's dtype: `sum dz` per channel.
+    /// `[C]`, x's dtype (f32 after a mixed-type forward): `sum dz` per channel.
     pub dbias: Tensor,
 }

@@ -41,8 +41,10 @@ pub use crate::ops::activation::Activation;
 /// order ([`GemmOptions::split_k`]), so repeated runs give bitwise identical results.
 ///
 /// Errors: [`Error::Shape`] for ranks below 2, inner dims that differ, batch dims or `c` that
-/// do not broadcast, a bias of the wrong length; [`Error::DType`] / [`Error::DeviceMismatch`]
-/// when operands differ; [`Error::InvalidArgument`] for `split_k: Some(0)`; [`Error::Size`]
+/// do not broadcast, a bias of the wrong length; [`Error::InvalidArgument`] when `a` and `b`
+/// differ in dtype (ATen's "expected m1 and m2 to have the same dtype" words);
+/// [`Error::DType`] when `c` or the bias differs from them; [`Error::DeviceMismatch`] across
+/// devices; [`Error::InvalidArgument`] for `split_k: Some(0)`; [`Error::Size`]
 /// for K beyond the supported length.
 ///
 /// ```no_run,ignore-wasm32
