@@ -3,9 +3,9 @@
 //! workgroup per row, statistics in f32 with fixed-order workgroup reductions; one invocation
 //! per row for rows of at most 32 values; on GPUs, few long rows split into segments whose
 //! partial statistics merge in order), then applies the per-channel affine; f16 storage
-//! computes in f32. The backward is fused too: the input
-//! gradient per row from the saved mean / rstd, and the weight and bias gradients as a column
-//! reduction over rows in a fixed order (deterministic, no atomics).
+//! computes in f32. The backward is fused too: the input gradient per row from the saved mean
+//! / rstd, and the weight and bias gradients as a column reduction over rows in a fixed order
+//! (deterministic, no atomics).
 
 use bytemuck::{Pod, Zeroable};
 
@@ -24,55 +24,42 @@ const CPU_WG: u32 = 8;
 const GPU_WG: u32 = 64;
 
 fn wg(dev: &crate::Device) -> u32 {
-    if dev.caps().cpu {
-        CPU_WG
-    } else {
-        GPU_WG
-    }
+    [GPU_WG, CPU_WG][usize::from(dev.caps().cpu)]
 }
 
 /// rsqrt_f, the guarded `1 / sqrt`.
 const LIBS: &[&ShaderLib] = &[&ACTIVATION];
 
+/// A kernel of norm.wgsl: `entry` with its bindings' access and slots, the activation lib.
+const fn norm_kernel(
+    entry: &'static str,
+    access: &'static [Access],
+    slots: &'static [u32],
+) -> Kernel {
+    Kernel::new("norm", SRC, entry, access)
+        .slots(slots)
+        .libs(LIBS)
+}
+
 /// Forward and dx kernels: three inputs (x, weight or dy, bias or saved stats), two outputs.
 const IN3_OUT2: &[Access] = &[R, R, R, RW, RW];
 /// Weight-gradient kernels: two inputs, three outputs.
 const IN2_OUT3: &[Access] = &[R, R, RW, RW, RW];
-
-static FWD: Kernel = Kernel::new("norm", SRC, "norm_fwd", IN3_OUT2)
-    .slots(&[1, 2, 3, 5, 6])
-    .libs(LIBS);
-static DX: Kernel = Kernel::new("norm", SRC, "norm_dx", IN3_OUT2)
-    .slots(&[1, 2, 4, 5, 6])
-    .libs(LIBS);
-static FWD_ROWS: Kernel = Kernel::new("norm", SRC, "norm_fwd_rows", IN3_OUT2)
-    .slots(&[1, 2, 3, 5, 6])
-    .libs(LIBS);
-static DX_ROWS: Kernel = Kernel::new("norm", SRC, "norm_dx_rows", IN3_OUT2)
-    .slots(&[1, 2, 4, 5, 6])
-    .libs(LIBS);
-static DW: Kernel = Kernel::new("norm", SRC, "norm_dw", IN2_OUT3)
-    .slots(&[1, 4, 5, 6, 7])
-    .libs(LIBS);
-static DW_COLS: Kernel = Kernel::new("norm", SRC, "norm_dw_cols", IN2_OUT3)
-    .slots(&[1, 4, 5, 6, 7])
-    .libs(LIBS);
-/// The split row kernels (few long rows on GPUs): partials of each (row, segment) into
-/// `parts`, then each segment normalized (or differentiated) from its row's merged partials.
-static FWD_PART: Kernel = Kernel::new("norm", SRC, "norm_fwd_part", &[R, RW])
-    .slots(&[1, 8])
-    .libs(LIBS);
-static FWD_SPLIT: Kernel = Kernel::new("norm", SRC, "norm_fwd_split", IN3_OUT3)
-    .slots(&[1, 2, 3, 5, 6, 8])
-    .libs(LIBS);
-static DX_PART: Kernel = Kernel::new("norm", SRC, "norm_dx_part", &[R, R, R, RW, RW])
-    .slots(&[1, 2, 4, 6, 8])
-    .libs(LIBS);
-static DX_SPLIT: Kernel = Kernel::new("norm", SRC, "norm_dx_split", IN3_OUT3)
-    .slots(&[1, 2, 4, 5, 6, 8])
-    .libs(LIBS);
 /// The split second passes: three inputs, the output, the statistics and the partials.
 const IN3_OUT3: &[Access] = &[R, R, R, RW, RW, RW];
+
+static FWD: Kernel = norm_kernel("norm_fwd", IN3_OUT2, &[1, 2, 3, 5, 6]);
+static DX: Kernel = norm_kernel("norm_dx", IN3_OUT2, &[1, 2, 4, 5, 6]);
+static FWD_ROWS: Kernel = norm_kernel("norm_fwd_rows", IN3_OUT2, &[1, 2, 3, 5, 6]);
+static DX_ROWS: Kernel = norm_kernel("norm_dx_rows", IN3_OUT2, &[1, 2, 4, 5, 6]);
+static DW: Kernel = norm_kernel("norm_dw", IN2_OUT3, &[1, 4, 5, 6, 7]);
+static DW_COLS: Kernel = norm_kernel("norm_dw_cols", IN2_OUT3, &[1, 4, 5, 6, 7]);
+/// The split row kernels (few long rows on GPUs): partials of each (row, segment) into
+/// `parts`, then each segment normalized (or differentiated) from its row's merged partials.
+static FWD_PART: Kernel = norm_kernel("norm_fwd_part", &[R, RW], &[1, 8]);
+static FWD_SPLIT: Kernel = norm_kernel("norm_fwd_split", IN3_OUT3, &[1, 2, 3, 5, 6, 8]);
+static DX_PART: Kernel = norm_kernel("norm_dx_part", &[R, R, R, RW, RW], &[1, 2, 4, 6, 8]);
+static DX_SPLIT: Kernel = norm_kernel("norm_dx_split", IN3_OUT3, &[1, 2, 4, 5, 6, 8]);
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
