@@ -106,7 +106,9 @@ impl Device {
     /// [`DeviceStats::pipeline_cache`](crate::DeviceStats::pipeline_cache) reports it unsupported.
     /// A device created with wgpu's `EXPERIMENTAL_COOPERATIVE_MATRIX` and opened with
     /// [`DeviceOptions::cooperative_matrix`] tests the tile first, as
-    /// [`Device::with_options`] does ([`Device::cooperative_matrix_refused`]).
+    /// [`Device::with_options`] does ([`Device::cooperative_matrix_refused`]). A device whose
+    /// limits allow no compute (wgpu's WebGL2 defaults: no workgroups, no storage bindings) is
+    /// refused with [`Error::InvalidArgument`](crate::Error::InvalidArgument).
     pub fn from_wgpu(
         adapter: wgpu::Adapter,
         device: wgpu::Device,
@@ -195,11 +197,17 @@ fn check_compute_limits(l: &wgpu::Limits) -> Result<()> {
         ("max_buffer_size", l.max_buffer_size),
     ];
     for (name, got) in need {
-        if got < 4 {
+        // Bindings get the floor DeviceOptions::max_binding_bytes has (4 KiB); the grid, one.
+        let min = if name.starts_with("max_compute") {
+            1
+        } else {
+            4096
+        };
+        if got < min {
             return Err(crate::Error::arg(
                 "from_wgpu",
                 format!(
-                    "the device's {name} is {got}: it runs no compute (request \
+                    "the device's {name} is {got}, below the {min} any op needs (request \
                      wgpu::Limits::default() or the adapter's limits)"
                 ),
             ));

@@ -661,3 +661,29 @@ fn an_index_error_outlives_an_uncaptured_error() {
     );
     assert_eq!(values[0], 20.0);
 }
+
+/// The param arena is made at the pool's size class, the one `take` asks for: under a small
+/// binding cap (a class capped below the plain size class) steady batches reuse their arenas
+/// instead of creating one per batch.
+#[test]
+fn param_arenas_are_reused_under_a_small_binding_cap() {
+    let dev = device_with(DeviceOptions {
+        max_dispatches_per_submit: 17,
+        max_binding_bytes: Some(4352),
+        ..DeviceOptions::default()
+    });
+    let x = Tensor::zeros(&dev, &[64], DType::F32).unwrap();
+    let step = || {
+        let y = x.add_scalar(1.0).unwrap();
+        dev.sync().unwrap();
+        drop(y);
+    };
+    for _ in 0..4 {
+        step();
+    }
+    let before = dev.stats().pool.misses;
+    for _ in 0..8 {
+        step();
+    }
+    assert_eq!(dev.stats().pool.misses, before, "{:?}", dev.stats().pool);
+}

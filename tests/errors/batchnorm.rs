@@ -526,7 +526,13 @@ fn mixed_forward_mixed_backward_f16() {
     };
     let out = batch_norm_train(&x, Some(&mut st), &o).unwrap();
     let g = batch_norm_backward(&x, &x, Some(&w16), &out.saved).unwrap();
-    assert_eq!((g.dx.dtype(), g.dweight.dtype()), (DType::F16, DType::F16));
+    assert_eq!(
+        (g.dx.dtype(), g.dweight.dtype(), g.dbias.dtype()),
+        (DType::F16, DType::F16, DType::F16)
+    );
+    // Its arguments' dtypes are still checked: an i32 dy is refused, not cast.
+    let dy_i = Tensor::zeros(dev(), &[4, 3], DType::I32).unwrap();
+    assert!(batch_norm_backward(&dy_i, &x, Some(&w16), &out.saved).is_err());
     let o = BatchNormOptions {
         bias: Some(&b32),
         ..Default::default()

@@ -131,7 +131,7 @@ impl Problem {
                 op,
                 format!(
                     "dropout probability has to be between 0 and 1, but got {} (dropout_p)",
-                    crate::error::py_float(opts.dropout_p)
+                    opts.dropout_p
                 ),
             ));
         }

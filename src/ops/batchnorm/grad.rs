@@ -324,17 +324,24 @@ pub fn batch_norm_backward(
     let mixed =
         x.dtype() == DType::F16 && (saved.mixed || weight.is_some_and(|w| w.dtype() == DType::F32));
     if mixed {
+        // The arguments' dtypes first, as the plain path checks them: dy as x, a float weight.
+        x.check_grad_output(op, dy)?;
+        if let Some(w) = weight {
+            w.require_float(op)?;
+        }
         // PyTorch's mixed type, as the forward ran it: in f32, dx back in x's dtype, the
         // parameters' gradients in f32 (the forward's parameters were f32 or cast up; an f16
-        // weight's comes back in f16).
+        // weight's, and its bias's, come back in f16, as empty_like(weight)).
         let (dy32, x32) = (dy.to_dtype(DType::F32)?, x.to_dtype(DType::F32)?);
         let w32 = weight.map(|w| w.to_dtype(DType::F32)).transpose()?;
         let dz = undo_activation(op, &dy32, saved)?;
         let (dx, dweight, dbias) =
             backward_untracked(&dz, &x32, &saved.mean, &saved.invstd, w32.as_ref())?;
-        let dweight = match weight {
-            Some(w) if w.dtype() != DType::F32 => dweight.to_dtype(w.dtype())?,
-            _ => dweight,
+        let (dweight, dbias) = match weight {
+            Some(w) if w.dtype() != DType::F32 => {
+                (dweight.to_dtype(w.dtype())?, dbias.to_dtype(w.dtype())?)
+            }
+            _ => (dweight, dbias),
         };
         return Ok(BatchNormGrads {
             dx: dx.to_dtype(x.dtype())?,

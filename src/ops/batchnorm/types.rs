@@ -215,6 +215,7 @@ pub struct BatchNormGrads {
     /// xhat` per channel (also when the forward had no weight, which is the gradient of a
     /// weight of ones).
     pub dweight: Tensor,
-    /// `[C]`, x's dtype (f32 after a mixed-type forward): `sum dz` per channel.
+    /// `[C]`, x's dtype (f32 after a mixed-type forward, an f16 weight's dtype with one):
+    /// `sum dz` per channel.
     pub dbias: Tensor,
 }
