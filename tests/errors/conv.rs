@@ -563,7 +563,33 @@ fn bias_must_match_the_output_channels() {
         &e,
         TRANSPOSE,
         true,
-        &["bias must have shape [4]", "got [6]"],
+        &[
+            "Given transposed=1, weight of size [6, 2, 3, 3], expected bias to be \
+             1-dimensional with 4 elements, but got bias of size [6] instead",
+            "bias must have shape [4]",
+            "got [6]",
+        ],
+    );
+    // check_shape_forward's words, the weight as the caller gave it (3-D for conv1d).
+    let e = err(conv2d(&x, &w, Some(&t(&[5])), &o));
+    check(
+        &e,
+        FWD,
+        true,
+        &[
+            "Given weight of size [6, 2, 3, 3], expected bias to be 1-dimensional with 6 \
+           elements, but got bias of size [5] instead",
+        ],
+    );
+    let e = err(wgtensor::ops::conv1d(
+        &t(&[1, 4, 5]),
+        &t(&[6, 4, 3]),
+        Some(&t(&[5])),
+        &Default::default(),
+    ));
+    assert!(
+        e.to_string().contains("Given weight of size [6, 4, 3]"),
+        "{e}"
     );
 }
 

@@ -3,6 +3,7 @@
 //! weight gradient are one implicit GEMM each (src/ops/conv/launch.rs): all groups in one dispatch, no
 //! im2col buffer, split-k with a fixed-order reduction when K is long (weight gradients).
 
+mod checks;
 mod geom;
 mod grad;
 pub(crate) mod launch;
@@ -18,6 +19,7 @@ pub use launch::conv_variants;
 pub use params::Direction as ConvDirection;
 pub use plan::{plan, ConvPlan, ConvVariant};
 
+use checks::{check_bias, check_bias_dtype, check_pair};
 use geom::{as_4d, dims4, Geom};
 use grad::{forward, transpose_impl};
 use params::Direction;
@@ -26,42 +28,6 @@ use crate::Device;
 
 use crate::ops::activation::Activation;
 use crate::{DType, Error, Result, Tensor};
-
-fn check_pair(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
-    a.same_device(op, b)?;
-    a.same_dtype(op, b)?;
-    a.device().require_dtype(op, a.dtype())
-}
-
-/// conv{1,2}d_symint's first check, before any shape: the bias in the input's dtype, in its
-/// words (error_inputs_conv2d matches "should be the same"). The transposed convolutions have
-/// no such check; theirs comes with the bias's shape (`check_bias`).
-fn check_bias_dtype(op: &'static str, x: &Tensor, bias: Option<&Tensor>) -> Result<()> {
-    match bias {
-        Some(b) if b.dtype() != x.dtype() => Err(Error::arg(
-            op,
-            format!(
-                "Input type ({}) and bias type ({}) should be the same",
-                x.dtype().c10_name(),
-                b.dtype().c10_name()
-            ),
-        )),
-        _ => Ok(()),
-    }
-}
-
-fn check_bias(op: &'static str, x: &Tensor, bias: Option<&Tensor>, channels: usize) -> Result<()> {
-    if let Some(b) = bias {
-        check_pair(op, x, b)?;
-        if b.shape() != [channels] {
-            return Err(Error::shape(
-                op,
-                format!("bias must have shape [{channels}], got {:?}", b.shape()),
-            ));
-        }
-    }
-    Ok(())
-}
 
 /// The plan (kernel variant, row block, split) that `conv2d` ([`ConvDirection::Forward`]),
 /// `conv2d_backward_input` (`Data`, with dy of the forward's output size) or
@@ -237,7 +203,7 @@ fn empty_channels(
     let g = Geom::shape_checked(op, [n.min(1), groups, h, wd], [groups, 1, kh, kw], o)?;
     let shown = geom::caller_shape(op, w.shape());
     geom::check_weight_dim0(op, groups, oc, &shown, "out_channels")?;
-    check_bias(op, x, bias, oc)?;
+    check_bias(op, x, bias, oc, w)?;
     let shape = [n, 0, g.oh, g.ow];
     let empty = |t: &Tensor| t.reshape(&[1, 0, 1, 1])?.broadcast_to(&shape);
     let mut y = empty(x)?.add(&empty(w)?)?;
@@ -257,7 +223,7 @@ fn forward_untracked(
 ) -> Result<Tensor> {
     check_pair(op, x, w)?;
     let g = Geom::new(op, dims4(op, x, "input")?, dims4(op, w, "weight")?, o)?;
-    check_bias(op, x, bias, g.o)?;
+    check_bias(op, x, bias, g.o, w)?;
     let out = Tensor::empty(x.device(), op, &[g.n, g.o, g.oh, g.ow], x.dtype())?;
     if out.numel() == 0 {
         return Ok(out);
@@ -394,7 +360,7 @@ fn data_grad(
         ));
     }
     (g.oh, g.ow) = (dh, dw);
-    check_bias(op, dy, bias, c)?;
+    check_bias(op, dy, bias, c, w)?;
     if n == 0 {
         return Tensor::empty(dy.device(), op, &[n, c, g.h, g.w], dy.dtype());
     }
