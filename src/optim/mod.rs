@@ -227,6 +227,12 @@ impl Default for SgdOptions {
 
 /// Stochastic gradient descent with momentum (PyTorch's `torch.optim.SGD`).
 ///
+/// f32 parameters follow PyTorch's single-tensor arithmetic. f16 parameters (and their
+/// momentum buffers, kept in f16) follow its `fused=True` step: `g + weight_decay * w` and the
+/// momentum update are computed in f32 and rounded once when stored, where its default step
+/// rounds each to f16 first (so `1 + 2^-11` is 1 there: an f16 weight 1 with gradient 1, lr 1
+/// and weight_decay 2^-11 ends at 0 there, at -2^-11 here).
+///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
 /// use wgtensor::{DType, Device, Tensor};
