@@ -80,11 +80,12 @@ pub enum Schedule {
 impl Schedule {
     /// The rate at epoch `e` from the current rate `lr` and the initial one `base` (PyTorch's
     /// chained `get_lr`; at `e = 0` what its constructor's first step sets). `base` is `None`
-    /// for a group added to the optimizer after the scheduler was made: PyTorch's formulas
-    /// that read `base_lrs` (LambdaLR, CosineAnnealingLR's restart) zip them with the groups,
-    /// which leaves such a group's rate as it is; the chained ones scale it too.
-    fn lr(&self, lr: f64, base: Option<f64>, e: u64) -> f64 {
-        match self {
+    /// for a group added to the optimizer after the scheduler was made: the chained formulas
+    /// scale its rate too, and those that read `base_lrs` (LambdaLR, CosineAnnealingLR's
+    /// restart) give `None`, as PyTorch's (since 2.10) `zip(param_groups, values, strict=True)`
+    /// raises for their shorter list.
+    fn lr(&self, lr: f64, base: Option<f64>, e: u64) -> Option<f64> {
+        Some(match self {
             Schedule::Step { step_size, gamma } => {
                 if e == 0 || !e.is_multiple_of(*step_size) {
                     lr
@@ -117,7 +118,7 @@ impl Schedule {
                     == 0
                 {
                     // The restart after a minimum, from the initial rate (PyTorch's branch).
-                    base.map_or(lr, |b| lr + (b - eta_min) * (1.0 - (pi / t).cos()) / 2.0)
+                    lr + (base? - eta_min) * (1.0 - (pi / t).cos()) / 2.0
                 } else {
                     (1.0 + (pi * e as f64 / t).cos()) / (1.0 + (pi * (e - 1) as f64 / t).cos())
                         * (lr - eta_min)
@@ -138,8 +139,8 @@ impl Schedule {
                     lr * (1.0 + d / (*total_iters as f64 * start_factor + (e - 1) as f64 * d))
                 }
             }
-            Schedule::Lambda(f) => base.map_or(lr, |b| b * f(e)),
-        }
+            Schedule::Lambda(f) => base? * f(e),
+        })
     }
 
     /// PyTorch's argument checks, and the refusals [`LrScheduler::new`] lists.
@@ -333,10 +334,12 @@ impl LrScheduler {
 
     /// Advances one epoch and sets every group's rate for it (PyTorch's `scheduler.step()`;
     /// groups added since the scheduler was made are scheduled from their current rates, as
-    /// PyTorch's chained formulas do, and kept as they are by the formulas of the initial rates,
-    /// LambdaLR's and the cosine restart). Errors when the optimizer has fewer groups than at
-    /// construction, or when a new rate is not a finite number >= 0 (a lambda's negative
-    /// factor, a rate grown past f64): then nothing changes, the epoch included.
+    /// PyTorch's chained formulas do). Errors when the optimizer has fewer groups than at
+    /// construction; when it has more and the epoch's formula reads the initial rates
+    /// (LambdaLR's, the cosine restart), as PyTorch's strict zip raises "zip() argument 2 is
+    /// shorter than argument 1" since 2.10; or when a new rate is not a finite number >= 0 (a
+    /// lambda's negative factor, a rate grown past f64): then nothing changes, the epoch
+    /// included.
     pub fn step(&mut self, opt: &mut impl LrGroups) -> Result<()> {
         self.check_groups(opt)?;
         let next = self.epoch.checked_add(1).ok_or_else(|| {
@@ -366,12 +369,24 @@ impl LrScheduler {
 
     /// Sets epoch `e`'s rates, every one checked before the first is set.
     fn apply(&mut self, opt: &mut impl LrGroups, e: u64) -> Result<()> {
-        let lrs: Vec<f64> = (0..opt.lr_groups())
+        let lrs = (0..opt.lr_groups())
             .map(|g| {
                 let lr = opt.lr_of(g).unwrap_or(0.0);
                 self.schedule.lr(lr, self.base.get(g).copied(), e)
             })
-            .collect();
+            .collect::<Option<Vec<f64>>>()
+            .ok_or_else(|| {
+                Error::arg(
+                    "lr_scheduler",
+                    format!(
+                        "zip() argument 2 is shorter than argument 1 (epoch {e}: the optimizer \
+                         has {} parameter groups, this schedule's formula reads the initial \
+                         rates of the {} it was made for)",
+                        opt.lr_groups(),
+                        self.base.len()
+                    ),
+                )
+            })?;
         if let Some((g, lr)) = lrs
             .iter()
             .enumerate()
