@@ -107,8 +107,9 @@ impl Device {
     /// A device created with wgpu's `EXPERIMENTAL_COOPERATIVE_MATRIX` and opened with
     /// [`DeviceOptions::cooperative_matrix`] tests the tile first, as
     /// [`Device::with_options`] does ([`Device::cooperative_matrix_refused`]). A device whose
-    /// limits allow no compute (wgpu's WebGL2 defaults: no workgroups, no storage bindings) is
-    /// refused with [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+    /// limits allow no compute workgroups, or storage bindings or buffers below 4 KiB (the
+    /// floor of [`DeviceOptions::max_binding_bytes`]; wgpu's WebGL2 defaults have 0 of each),
+    /// is refused with [`Error::InvalidArgument`](crate::Error::InvalidArgument).
     pub fn from_wgpu(
         adapter: wgpu::Adapter,
         device: wgpu::Device,
@@ -180,10 +181,11 @@ enum Checked {
     Broken(crate::Error),
 }
 
-/// The limits no op can run without, checked when an application's device is adopted: wgpu's
-/// WebGL2 defaults have zero compute workgroups and storage bindings, where the first op would
-/// divide by a zero limit. (Limits below what one kernel needs, fewer storage bindings per
-/// stage for example, fail that kernel's pipeline, an error on each call.)
+/// The limits checked when an application's device is adopted: compute workgroups (wgpu's
+/// WebGL2 defaults have none, where the first op would divide by a zero limit), and storage
+/// bindings and buffers of at least the 4 KiB floor `DeviceOptions::max_binding_bytes` has.
+/// (Limits below what one kernel needs, fewer storage bindings per stage for example, fail
+/// that kernel's pipeline, an error on each call.)
 fn check_compute_limits(l: &wgpu::Limits) -> Result<()> {
     let need: [(&str, u64); 3] = [
         (
@@ -207,7 +209,7 @@ fn check_compute_limits(l: &wgpu::Limits) -> Result<()> {
             return Err(crate::Error::arg(
                 "from_wgpu",
                 format!(
-                    "the device's {name} is {got}, below the {min} any op needs (request \
+                    "the device's {name} is {got}, below the {min} wgtensor requires (request \
                      wgpu::Limits::default() or the adapter's limits)"
                 ),
             ));

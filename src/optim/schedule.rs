@@ -82,8 +82,8 @@ impl Schedule {
     /// chained `get_lr`; at `e = 0` what its constructor's first step sets). `base` is `None`
     /// for a group added to the optimizer after the scheduler was made: the chained formulas
     /// scale its rate too, and those that read `base_lrs` (LambdaLR, CosineAnnealingLR's
-    /// restart) give `None`, as PyTorch's (since 2.10) `zip(param_groups, values, strict=True)`
-    /// raises for their shorter list.
+    /// restart) give `None`, as PyTorch's strict zips (since 2.10) raise there: `_update_lr`'s
+    /// for LambdaLR's shorter list, the restart's own `zip(base_lrs, param_groups)`.
     fn lr(&self, lr: f64, base: Option<f64>, e: u64) -> Option<f64> {
         Some(match self {
             Schedule::Step { step_size, gamma } => {
@@ -336,8 +336,8 @@ impl LrScheduler {
     /// groups added since the scheduler was made are scheduled from their current rates, as
     /// PyTorch's chained formulas do). Errors when the optimizer has fewer groups than at
     /// construction; when it has more and the epoch's formula reads the initial rates
-    /// (LambdaLR's, the cosine restart), as PyTorch's strict zip raises "zip() argument 2 is
-    /// shorter than argument 1" since 2.10; or when a new rate is not a finite number >= 0 (a
+    /// (LambdaLR's, the cosine restart), as PyTorch's strict zips raise since 2.10 ("zip()
+    /// argument 2 is shorter than argument 1", "... longer ..." for the restart); or when a new rate is not a finite number >= 0 (a
     /// lambda's negative factor, a rate grown past f64): then nothing changes, the epoch
     /// included.
     pub fn step(&mut self, opt: &mut impl LrGroups) -> Result<()> {
@@ -379,9 +379,16 @@ impl LrScheduler {
                 Error::arg(
                     "lr_scheduler",
                     format!(
-                        "zip() argument 2 is shorter than argument 1 (epoch {e}: the optimizer \
+                        // LambdaLR's short list fails _update_lr's zip (groups, values); the
+                        // cosine restart's own zip (base_lrs, groups) fails first.
+                        "zip() argument 2 is {} than argument 1 (epoch {e}: the optimizer \
                          has {} parameter groups, this schedule's formula reads the initial \
                          rates of the {} it was made for)",
+                        if matches!(self.schedule, Schedule::Lambda(_)) {
+                            "shorter"
+                        } else {
+                            "longer"
+                        },
                         opt.lr_groups(),
                         self.base.len()
                     ),

@@ -230,6 +230,36 @@ fn lr_schedulers_follow_pytorch() {
         "a refused step changes nothing"
     );
     assert_eq!(lambda.epoch(), 0);
+    // CosineAnnealingLR walks every group until its restart (epoch T_max + 1), whose own zip
+    // of the initial rates with the groups raises.
+    let mut opt = Sgd::new(vec![leaf(&[1.0])], SgdOptions::default()).unwrap();
+    let mut cos = LrScheduler::new(
+        &mut opt,
+        Schedule::CosineAnnealing {
+            t_max: 4,
+            eta_min: 0.0,
+        },
+    )
+    .unwrap();
+    opt.add_param_group(ParamGroup::new(vec![leaf(&[2.0])]).lr(0.5))
+        .unwrap();
+    for _ in 1..=4 {
+        cos.step(&mut opt).unwrap();
+    }
+    assert!(
+        opt.group_lr(1).unwrap() < 0.5,
+        "the added group is annealed too"
+    );
+    let before = (opt.group_lr(0), opt.group_lr(1));
+    let e = cos.step(&mut opt).unwrap_err().to_string();
+    assert!(
+        e.contains("zip() argument 2 is longer than argument 1"),
+        "{e}"
+    );
+    assert_eq!(
+        (opt.group_lr(0), opt.group_lr(1), cos.epoch()),
+        (before.0, before.1, 4)
+    );
 }
 
 /// Schedulers chain as PyTorch's: each step multiplies the current rate, so two schedulers on

@@ -326,8 +326,12 @@ pub fn batch_norm_backward(
     if mixed {
         // The arguments' dtypes first, as the plain path checks them: dy as x, a float weight.
         x.check_grad_output(op, dy)?;
-        if let Some(w) = weight {
-            w.require_float(op)?;
+        if let Some(w) = weight.filter(|w| !w.dtype().is_float()) {
+            return Err(Error::DType {
+                op,
+                expected: DType::F32,
+                got: w.dtype(),
+            });
         }
         // PyTorch's mixed type, as the forward ran it: in f32, dx back in x's dtype, the
         // parameters' gradients in f32 (the forward's parameters were f32 or cast up; an f16
