@@ -3,6 +3,7 @@
 //! self-test of a kernel each driver compiles its own way (the cooperative-matrix GEMM tile,
 //! ops/gemm/probe.rs) before the device trusts it.
 
+use crate::runtime::MIN_BINDING_BYTES;
 #[cfg(doc)]
 use crate::Error;
 use crate::{Device, DeviceOptions, Result};
@@ -187,24 +188,22 @@ enum Checked {
 /// (Limits below what one kernel needs, fewer storage bindings per stage for example, fail
 /// that kernel's pipeline, an error on each call.)
 fn check_compute_limits(l: &wgpu::Limits) -> Result<()> {
-    let need: [(&str, u64); 3] = [
+    // (limit, value, floor): the grid one workgroup; bindings and buffers the floor of
+    // DeviceOptions::max_binding_bytes.
+    let need: [(&str, u64, u64); 3] = [
         (
             "max_compute_workgroups_per_dimension",
             l.max_compute_workgroups_per_dimension.into(),
+            1,
         ),
         (
             "max_storage_buffer_binding_size",
             l.max_storage_buffer_binding_size,
+            MIN_BINDING_BYTES,
         ),
-        ("max_buffer_size", l.max_buffer_size),
+        ("max_buffer_size", l.max_buffer_size, MIN_BINDING_BYTES),
     ];
-    for (name, got) in need {
-        // Bindings get the floor DeviceOptions::max_binding_bytes has (4 KiB); the grid, one.
-        let min = if name.starts_with("max_compute") {
-            1
-        } else {
-            4096
-        };
+    for (name, got, min) in need {
         if got < min {
             return Err(crate::Error::arg(
                 "from_wgpu",

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 
 use safetensors::{Dtype as StDtype, SafeTensors};
 
+use crate::ops::copy;
 use crate::{DType, Device, Error, Result, Tensor};
 
 fn io_err(op: &'static str, e: impl std::fmt::Display) -> Error {
@@ -507,6 +508,18 @@ pub(crate) fn size_mismatch(name: &str, source: &[usize], target: &[usize]) -> S
     )
 }
 
+/// PyTorch's words for a parameter whose `copy_` raised `words` (its "While copying the
+/// parameter named ..." line).
+fn copy_exception(name: &str, target: &Tensor, source: &Tensor, words: &str) -> String {
+    format!(
+        "While copying the parameter named \"{name}\", whose dimensions in the model are \
+         torch.Size({:?}) and whose dimensions in the checkpoint are torch.Size({:?}), an \
+         exception occurred : ('{words}',).",
+        target.shape(),
+        source.shape()
+    )
+}
+
 /// PyTorch's `load_state_dict` error: under `Error(s) in loading state_dict for Linear:`
 /// (`module`: the loading module's type name; without one, the header ends at `state_dict:`),
 /// with `strict`, `Missing key(s) in state_dict: "a", "b". ` and `Unexpected key(s) in
@@ -603,30 +616,15 @@ pub(crate) fn check_load<'a>(
             Some(s) if s.shape() != t.shape() => {
                 mismatches.push(size_mismatch(name, s.shape(), t.shape()))
             }
-            // copy_from refuses a destination that repeats elements (a broadcast view): found
-            // here, so that nothing is copied, in PyTorch's words for an exception there.
-            Some(s) if t.layout().repeats_elements() => mismatches.push(format!(
-                "While copying the parameter named \"{name}\", whose dimensions in the \
-                     model are torch.Size({:?}) and whose dimensions in the checkpoint are \
-                     torch.Size({:?}), an exception occurred : ('unsupported operation: more \
-                     than one element of the written-to tensor refers to a single memory \
-                     location. Please clone() the tensor before performing the operation.',).",
-                t.shape(),
-                s.shape()
-            )),
-            // So does a source that shares some of the parameter's elements (another name
-            // viewing the same storage).
-            Some(s) if crate::ops::copy::partial_overlap(t, s).is_some() => {
-                mismatches.push(format!(
-                    "While copying the parameter named \"{name}\", whose dimensions in the \
-                     model are torch.Size({:?}) and whose dimensions in the checkpoint are \
-                     torch.Size({:?}), an exception occurred : ('unsupported operation: some \
-                     elements of the input tensor and the written-to tensor refer to a single \
-                     memory location. Please clone() the tensor before performing the \
-                     operation.',).",
-                    t.shape(),
-                    s.shape()
-                ))
+            // copy_from refuses a destination that repeats elements (a broadcast view), and a
+            // source that shares some of the parameter's elements (another name viewing the
+            // same storage): found here, so that nothing is copied, in PyTorch's words for an
+            // exception there.
+            Some(s) if t.layout().repeats_elements() => {
+                mismatches.push(copy_exception(name, t, s, copy::INTERNAL_OVERLAP))
+            }
+            Some(s) if copy::partial_overlap(t, s).is_some() => {
+                mismatches.push(copy_exception(name, t, s, copy::PARTIAL_OVERLAP))
             }
             Some(s) => pairs.push((*t, s.clone())),
         }

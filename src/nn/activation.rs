@@ -145,10 +145,7 @@ impl Forward for Hardswish {
 
 impl Forward for LeakyReLU {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        // Refused under the layer's name first (the op's checks would name leaky_relu).
-        x.require_float("LeakyReLU")?;
-        crate::tensor::check_fill("LeakyReLU", self.negative_slope, crate::DType::F32)?;
-        crate::ops::leaky_relu(x, self.negative_slope)
+        crate::ops::leaky_relu::leaky_relu_as("LeakyReLU", x, self.negative_slope)
     }
 }
 

@@ -326,7 +326,7 @@ impl Dropout {
     /// probability has to be between 0 and 1, but got 1.5"), as its constructor does (whose
     /// `p < 0 or p > 1` passes NaN on to the forward's check).
     pub fn try_new(p: f64) -> Result<Dropout> {
-        if !p.is_nan() && !(0.0..=1.0).contains(&p) {
+        if !p.is_nan() {
             crate::ops::random::check_dropout_p("Dropout", p)?;
         }
         Ok(Dropout::new(p))

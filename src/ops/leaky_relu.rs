@@ -25,7 +25,11 @@ use crate::{DType, Result, Tensor};
 /// # Ok(()) }
 /// ```
 pub fn leaky_relu(x: &Tensor, negative_slope: f64) -> Result<Tensor> {
-    let op = "leaky_relu";
+    leaky_relu_as("leaky_relu", x, negative_slope)
+}
+
+/// [`leaky_relu`] with its errors under `op` (`nn::LeakyReLU` names the layer).
+pub(crate) fn leaky_relu_as(op: &'static str, x: &Tensor, negative_slope: f64) -> Result<Tensor> {
     x.require_float(op)?;
     crate::tensor::check_fill(op, negative_slope, DType::F32)?;
     let y = {

@@ -337,9 +337,9 @@ impl LrScheduler {
     /// PyTorch's chained formulas do). Errors when the optimizer has fewer groups than at
     /// construction; when it has more and the epoch's formula reads the initial rates
     /// (LambdaLR's, the cosine restart), as PyTorch's strict zips raise since 2.10 ("zip()
-    /// argument 2 is shorter than argument 1", "... longer ..." for the restart); or when a new rate is not a finite number >= 0 (a
-    /// lambda's negative factor, a rate grown past f64): then nothing changes, the epoch
-    /// included.
+    /// argument 2 is shorter than argument 1", "... longer ..." for the restart); or when a
+    /// new rate is not a finite number >= 0 (a lambda's negative factor, a rate grown past
+    /// f64): then nothing changes, the epoch included.
     pub fn step(&mut self, opt: &mut impl LrGroups) -> Result<()> {
         self.check_groups(opt)?;
         let next = self.epoch.checked_add(1).ok_or_else(|| {

@@ -28,6 +28,7 @@ pub use caps::Caps;
 #[doc(hidden)]
 pub use caps::COOP_WG_BYTES;
 pub use device::{Device, DeviceOptions};
+pub(crate) use options::MIN_BINDING_BYTES;
 pub use options::{PipelineCacheSetting, ShaderChecks};
 pub(crate) use pipeline::{Access, Kernel};
 #[doc(hidden)]
@@ -44,13 +45,6 @@ pub use warm_up::WarmUp;
 /// Shaders recover the flat index as `wid.x + wid.y * nwg.x` and bounds-check it.
 pub(crate) fn grid_1d(op: &'static str, groups: u64, max_per_dim: u32) -> crate::Result<[u32; 3]> {
     let max = max_per_dim as u64;
-    if max == 0 {
-        // A device opened with zero compute limits (wgpu's WebGL2 defaults) runs no kernel.
-        return Err(crate::Error::size(
-            op,
-            "the device allows no compute workgroups (max_compute_workgroups_per_dimension 0)",
-        ));
-    }
     if groups <= max {
         return Ok([groups as u32, 1, 1]);
     }

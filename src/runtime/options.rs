@@ -208,6 +208,9 @@ const MAX_IN_FLIGHT: usize = 1 << 10;
 /// (64 dispatches each by default: 65k queued dispatches between two async points).
 #[cfg(target_arch = "wasm32")]
 pub(crate) const MAX_PARKED: usize = 1024;
+/// The smallest binding window [`DeviceOptions::max_binding_bytes`] takes, and the smallest
+/// storage binding and buffer limits `Device::from_wgpu` accepts.
+pub(crate) const MIN_BINDING_BYTES: u64 = 4096;
 
 impl DeviceOptions {
     /// Whether these options let f16 GEMMs run on cooperative matrices: asked for
@@ -245,10 +248,10 @@ impl DeviceOptions {
             return Err(Error::arg(op, "max_bytes_per_submit must be at least 1"));
         }
         if let Some(b) = self.max_binding_bytes {
-            if b < 4096 {
+            if b < MIN_BINDING_BYTES {
                 return Err(Error::arg(
                     op,
-                    format!("max_binding_bytes must be at least 4096, got {b}"),
+                    format!("max_binding_bytes must be at least {MIN_BINDING_BYTES}, got {b}"),
                 ));
             }
         }

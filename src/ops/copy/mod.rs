@@ -335,6 +335,17 @@ fn dense_span(l: &Layout) -> Option<(usize, usize)> {
     Some((l.offset(), l.offset() + numel))
 }
 
+/// PyTorch's words for a written-to tensor that repeats elements (assert_no_internal_overlap).
+pub(crate) const INTERNAL_OVERLAP: &str = "unsupported operation: more than one element of the \
+     written-to tensor refers to a single memory location. Please clone() the tensor before \
+     performing the operation.";
+
+/// PyTorch's words for a source that shares some of the written-to tensor's elements
+/// (assert_no_partial_overlap).
+pub(crate) const PARTIAL_OVERLAP: &str = "unsupported operation: some elements of the input \
+     tensor and the written-to tensor refer to a single memory location. Please clone() the \
+     tensor before performing the operation.";
+
 /// PyTorch's partial-overlap error (TensorIterator's assert_no_partial_overlap, through
 /// get_overlap_status) when `dst` and `src` share storage, both dense, and cover some of the
 /// same elements without being the same view; `None` otherwise (a view that is not dense is
@@ -347,10 +358,8 @@ pub(crate) fn partial_overlap(dst: &Tensor, src: &Tensor) -> Option<String> {
     let full = a == b && dst.strides() == src.strides();
     (!full && a.0 < b.1 && b.0 < a.1).then(|| {
         format!(
-            "unsupported operation: some elements of the input tensor and the written-to \
-             tensor refer to a single memory location. Please clone() the tensor before \
-             performing the operation. (destination elements {}..{}, source elements {}..{} \
-             of one storage)",
+            "{PARTIAL_OVERLAP} (destination elements {}..{}, source elements {}..{} of one \
+             storage)",
             a.0, a.1, b.0, b.1
         )
     })
@@ -385,9 +394,8 @@ impl Tensor {
             return Err(Error::arg(
                 op,
                 format!(
-                    "unsupported operation: more than one element of the written-to tensor \
-                     refers to a single memory location (the destination, shape {:?}, strides \
-                     {:?}, repeats elements)",
+                    "{INTERNAL_OVERLAP} (the destination, shape {:?}, strides {:?}, repeats \
+                     elements)",
                     self.shape(),
                     self.strides()
                 ),
