@@ -37,7 +37,8 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> out: array<T>;
 
 override WG: u32;
-// T is a float type: out-of-range gathers read NaN (else 0).
+// T is a float type: out-of-range gathers read NaN (else 0), scatter_add sums in f32 (else
+// in i32).
 override FLOAT: bool = true;
 // scatter_add adds `base` (else starts from zero).
 override HAS_BASE: bool = false;
@@ -113,18 +114,32 @@ fn scatter_add(@builtin(workgroup_id) wid: vec3<u32>,
             oi += c * at(p.si, k);
         }
     }
+    // Floats sum in f32, i32 data in i32 (wrapping on overflow, as int32 adds do).
     var acc = 0.0;
+    var iacc = 0i;
     if (inside && i32(row) != p.skip) {
         let sxd = at(p.sx, p.dim);
         let sid = at(p.si, p.dim);
         for (var j = 0u; j < p.len; j++) {
             if (idx[oi + j * sid] == i32(row)) {
-                acc += f32(x[ox + j * sxd]);
+                if (FLOAT) {
+                    acc += f32(x[ox + j * sxd]);
+                } else {
+                    iacc += i32(x[ox + j * sxd]);
+                }
             }
         }
     }
     if (HAS_BASE) {
-        acc += f32(base[os]);
+        if (FLOAT) {
+            acc += f32(base[os]);
+        } else {
+            iacc += i32(base[os]);
+        }
     }
-    out[i] = T(acc);
+    if (FLOAT) {
+        out[i] = T(acc);
+    } else {
+        out[i] = T(iacc);
+    }
 }

@@ -61,6 +61,9 @@ override WG: u32;
 // one invocation adds each output's bucket (one thread walks the list fast there, and the merge
 // passes' binary searches took twice as long for a million ids).
 override LONG_SORT: bool = false;
+// T is a float type: seg_scatter sums in f32 (else in i32, wrapping on overflow as int32 adds
+// do). The other passes read no T data.
+override FLOAT: bool = true;
 
 const SCAN_WG: u32 = 256u;
 var<workgroup> part: array<u32, 256>;
@@ -488,6 +491,23 @@ fn fold_lanes(lid: u32, acc: f32) -> f32 {
     return total;
 }
 
+var<workgroup> lane_isums: array<i32, LONG_WG>;
+
+// fold_lanes for i32 sums (integer scatter_add), wrapping on overflow.
+fn fold_lanes_i32(lid: u32, acc: i32) -> i32 {
+    lane_isums[lid] = acc;
+    workgroupBarrier();
+    for (var s = LONG_WG / 2u; s > 0u; s /= 2u) {
+        if (lid < s) {
+            lane_isums[lid] += lane_isums[lid + s];
+        }
+        workgroupBarrier();
+    }
+    let total = lane_isums[0];
+    workgroupBarrier();
+    return total;
+}
+
 // The outputs of the long buckets (GPUs): one workgroup per output element (bucket, outer,
 // inner index), its LONG_WG lanes each adding every LONG_WG-th entry of the sorted bucket,
 // then folded in a fixed tree. One invocation adding a hub row's million entries in turn
@@ -574,13 +594,28 @@ fn seg_scatter(@builtin(workgroup_id) wid: vec3<u32>,
         return;
     }
     var acc = 0.0;
+    var iacc = 0i;
     for (var k = starts[e]; k < starts[e + 1u]; k++) {
-        acc += f32(g[p.src_off + offset_of(list[k], p.ishape, p.ss)]);
+        let v = g[p.src_off + offset_of(list[k], p.ishape, p.ss)];
+        if (FLOAT) {
+            acc += f32(v);
+        } else {
+            iacc += i32(v);
+        }
     }
     if ((p.flags & 1u) != 0u) {
-        acc += f32(base[p.base_off + offset_of(e, p.oshape, p.sb)]);
+        let b = base[p.base_off + offset_of(e, p.oshape, p.sb)];
+        if (FLOAT) {
+            acc += f32(b);
+        } else {
+            iacc += i32(b);
+        }
     }
-    out[e] = T(acc);
+    if (FLOAT) {
+        out[e] = T(acc);
+    } else {
+        out[e] = T(iacc);
+    }
 }
 
 // seg_scatter for the long buckets (GPUs), as seg_sum_long: a workgroup per output, the
@@ -593,15 +628,31 @@ fn seg_scatter_long(@builtin(workgroup_id) wid: vec3<u32>,
     for (var w = wid.x + wid.y * nwg.x; w < items; w += nwg.x * nwg.y) {
         let e = atomicLoad(&cursor[1u + w]);
         var acc = 0.0;
+        var iacc = 0i;
         for (var k = starts[e] + lid; k < starts[e + 1u]; k += LONG_WG) {
-            acc += f32(g[p.src_off + offset_of(list[k], p.ishape, p.ss)]);
-        }
-        var total = fold_lanes(lid, acc);
-        if (lid == 0u) {
-            if ((p.flags & 1u) != 0u) {
-                total += f32(base[p.base_off + offset_of(e, p.oshape, p.sb)]);
+            let v = g[p.src_off + offset_of(list[k], p.ishape, p.ss)];
+            if (FLOAT) {
+                acc += f32(v);
+            } else {
+                iacc += i32(v);
             }
-            out[e] = T(total);
+        }
+        if (FLOAT) {
+            var total = fold_lanes(lid, acc);
+            if (lid == 0u) {
+                if ((p.flags & 1u) != 0u) {
+                    total += f32(base[p.base_off + offset_of(e, p.oshape, p.sb)]);
+                }
+                out[e] = T(total);
+            }
+        } else {
+            var total = fold_lanes_i32(lid, iacc);
+            if (lid == 0u) {
+                if ((p.flags & 1u) != 0u) {
+                    total += i32(base[p.base_off + offset_of(e, p.oshape, p.sb)]);
+                }
+                out[e] = T(total);
+            }
         }
     }
 }

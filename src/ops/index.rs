@@ -185,9 +185,9 @@ impl Tensor {
     /// PyTorch's out-of-place `self.scatter_add(dim, index, src)`: a copy of `self` to which
     /// each `src[i][j][k]` is added at `[index[i][j][k]][j][k]` (for `dim = 0`). `index` (i32)
     /// and `src` have `self`'s rank; `index` is no larger than `src` on every dim and no larger
-    /// than `self` on every dim but `dim`; `self` and `src` are float (an i32 `self`, which
-    /// PyTorch also adds into, is refused unless the index is empty). Sums run in index order
-    /// in f32: deterministic (no atomics); below 64 index entries along `dim` every output
+    /// than `self` on every dim but `dim`; `self` and `src` have one dtype. Sums run in index
+    /// order, in f32 for floats and in i32 for i32 data (wrapping on overflow, as PyTorch's
+    /// int32 adds): deterministic (no atomics); below 64 index entries along `dim` every output
     /// element scans them, above the index is bucketed (the [module docs](crate::ops::index)
     /// say how). Out-of-range indices are an error at the next sync or readback (unchecked,
     /// they add nothing). Differentiable in `self` and `src`.
@@ -235,8 +235,6 @@ impl Tensor {
             // PyTorch copies self and returns before its shape checks (an i32 self too).
             return self.deep_clone();
         }
-        // The kernels sum in f32: i32 is refused here (PyTorch adds integers too).
-        self.require_float(op)?;
         // PyTorch's scatter_shape_check words (where src's rank is short it fails earlier,
         // on a dim out of range, and the message here is ours).
         for (other, what) in [(self, "self"), (src, "src")] {
@@ -399,7 +397,6 @@ fn scatter_add_forward(
     src: &Tensor,
     skip: i32,
 ) -> Result<Tensor> {
-    src.require_float(op)?;
     if il == &index.layout {
         if let Some(out) = scatter_rows(op, base, shape, dim, index, src, skip)? {
             return Ok(out);
@@ -476,7 +473,8 @@ fn scatter_rows(
     let len = is.get(dim).copied().unwrap_or(0);
     let broadcast_1d = (0..is.len()).all(|k| k == dim || (ist[k] == 0 && is[k] == shape[k]));
     // With a base, f16 would round the sum before adding it (the gather form rounds once).
-    let one_rounding = base.is_none() || src.dtype == DType::F32;
+    // Its row sums are float kernels (i32 data takes the general bucketed scatter).
+    let one_rounding = src.dtype == DType::F32 || (base.is_none() && src.dtype == DType::F16);
     if len < SCATTER_ROWS_MIN_LEN || !broadcast_1d || !one_rounding || index.numel() == 0 {
         return Ok(None);
     }

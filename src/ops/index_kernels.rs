@@ -16,9 +16,10 @@ use Access::{Read as R, ReadWrite as RW};
 pub(crate) static GATHER: Kernel = Kernel::new("index", SRC, "gather", &[R, R, RW])
     .slots(&[1, 2, 4])
     .ints();
-// Not `.ints()`: it accumulates in f32, so float data only (checked before the launch).
-pub(crate) static SCATTER_ADD: Kernel =
-    Kernel::new("index", SRC, "scatter_add", &[R, R, R, RW]).slots(&[1, 2, 3, 4]);
+// Floats sum in f32, i32 data in i32 (the `FLOAT` override).
+pub(crate) static SCATTER_ADD: Kernel = Kernel::new("index", SRC, "scatter_add", &[R, R, R, RW])
+    .slots(&[1, 2, 3, 4])
+    .ints();
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -59,16 +60,12 @@ pub fn index_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();
     for dt in [DType::F32, DType::F16, DType::I32] {
         v.push(ShaderVariant::new(&GATHER, &[dt], &overrides(dt, false)));
-        // scatter_add only launches for floats; the i32 module lists it too so every entry
-        // point of every module built is translated by the shader tests.
         for base in [false, true] {
-            if dt.is_float() || !base {
-                v.push(ShaderVariant::new(
-                    &SCATTER_ADD,
-                    &[dt],
-                    &overrides(dt, base),
-                ));
-            }
+            v.push(ShaderVariant::new(
+                &SCATTER_ADD,
+                &[dt],
+                &overrides(dt, base),
+            ));
         }
     }
     v

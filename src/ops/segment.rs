@@ -41,11 +41,13 @@ static SUM: Kernel = Kernel::new("segment", SRC, "seg_sum", &[RW, RW, R, RW]).sl
 static SUM_LONG: Kernel =
     Kernel::new("segment", SRC, "seg_sum_long", &[RW, RW, RW, R, RW]).slots(&[2, 3, 4, 5, 6]);
 static KEYS: Kernel = Kernel::new("segment", SRC, "seg_keys", &[R, RW]).slots(&[1, 4]);
-static SCATTER: Kernel =
-    Kernel::new("segment", SRC, "seg_scatter", &[RW, RW, R, RW, R]).slots(&[3, 4, 5, 6, 7]);
+static SCATTER: Kernel = Kernel::new("segment", SRC, "seg_scatter", &[RW, RW, R, RW, R])
+    .slots(&[3, 4, 5, 6, 7])
+    .ints();
 static SCATTER_LONG: Kernel =
     Kernel::new("segment", SRC, "seg_scatter_long", &[RW, RW, RW, R, RW, R])
-        .slots(&[2, 3, 4, 5, 6, 7]);
+        .slots(&[2, 3, 4, 5, 6, 7])
+        .ints();
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -98,11 +100,11 @@ pub(crate) fn index_add_rows(
     p.numel = numel as u32;
     p.inner = inner as u32;
     p.skip = skip;
-    let b = buckets(op, &g, index, &p)?;
+    let b = buckets(op, dev, g.dtype, index, &p)?;
     let bufs = [b.starts.buffer(), b.list.buffer(), g.buffer(), out.buffer()];
     let params = bytemuck::bytes_of(&p);
     let (dt, sc) = ([g.dtype], sort_consts(b.longs.is_some()));
-    dev.launch(op, &SUM, &dt, &sc, params, &bufs, groups(&g, p.numel)?)?;
+    dev.launch(op, &SUM, &dt, &sc, params, &bufs, groups(dev, p.numel)?)?;
     if let Some(longs) = &b.longs {
         // Each long bucket has numel / rows outputs (outer x inner).
         let most = (len / (MID_BUCKET + 1)).saturating_mul(numel / rows.max(1));
@@ -130,9 +132,13 @@ fn sort_consts(long_sort: bool) -> [(&'static str, f64); 2] {
     ]
 }
 
-fn groups(t: &Tensor, n: u32) -> Result<[u32; 3]> {
-    t.device()
-        .grid_1d("segment", u64::from(n).div_ceil(WG as u64))
+fn scatter_consts(long_sort: bool, dt: DType) -> [(&'static str, f64); 3] {
+    let [wg, long] = sort_consts(long_sort);
+    [wg, long, ("FLOAT", f64::from(u8::from(dt.is_float())))]
+}
+
+fn groups(dev: &crate::Device, n: u32) -> Result<[u32; 3]> {
+    dev.grid_1d("segment", u64::from(n).div_ceil(WG as u64))
 }
 
 /// The buckets of an index: `starts` `[rows + 1]`, the positions of each bucket in ascending
@@ -145,9 +151,14 @@ struct Buckets {
 }
 
 /// Buckets the `p.len` keys read from `keys` (at `p.idx_off`, `p.idx_stride` apart) by value
-/// in `[0, p.rows)`. `like` gives the device and the dtype the pipelines are built for.
-fn buckets(op: &'static str, like: &Tensor, keys: &Tensor, p: &SegmentParams) -> Result<Buckets> {
-    let dev = like.device();
+/// in `[0, p.rows)`, with the pipelines built for `dt` (the passes read no data of it).
+fn buckets(
+    op: &'static str,
+    dev: &crate::Device,
+    dt: DType,
+    keys: &Tensor,
+    p: &SegmentParams,
+) -> Result<Buckets> {
     let (rows, len) = (p.rows as usize, p.len as usize);
     let counts = Tensor::zeros(dev, &[rows + 1], DType::I32)?;
     let blocks = if rows > BLOCK_SCAN_ROWS {
@@ -159,10 +170,10 @@ fn buckets(op: &'static str, like: &Tensor, keys: &Tensor, p: &SegmentParams) ->
     let starts = Tensor::empty(dev, op, &[rows + 1 + blocks], DType::I32)?;
     let list = Tensor::empty(dev, op, &[len.max(1)], DType::I32)?;
     let params = bytemuck::bytes_of(p);
-    let (c, dt) = (consts(), [like.dtype]);
+    let (c, dt) = (consts(), [dt]);
     if len > 0 {
         let bufs = [keys.buffer(), counts.buffer()];
-        dev.launch(op, &COUNT, &dt, &c, params, &bufs, groups(like, p.len)?)?;
+        dev.launch(op, &COUNT, &dt, &c, params, &bufs, groups(dev, p.len)?)?;
     }
     let bufs = [counts.buffer(), starts.buffer()];
     if blocks > 0 {
@@ -176,7 +187,7 @@ fn buckets(op: &'static str, like: &Tensor, keys: &Tensor, p: &SegmentParams) ->
     let mut long_list = None;
     if len > 0 {
         let bufs = [keys.buffer(), counts.buffer(), list.buffer()];
-        dev.launch(op, &FILL, &dt, &c, params, &bufs, groups(like, p.len)?)?;
+        dev.launch(op, &FILL, &dt, &c, params, &bufs, groups(dev, p.len)?)?;
         // At most len / (MID_BUCKET + 1) buckets are long: on GPUs their list (a count, then
         // the rows) is sized for that many, and seg_sort_long gets one workgroup for each, up
         // to MAX_LONG_GROUPS (the rest loop), or none when no bucket can be long. CPU
@@ -190,7 +201,7 @@ fn buckets(op: &'static str, like: &Tensor, keys: &Tensor, p: &SegmentParams) ->
         };
         let bufs = [longs.buffer(), starts.buffer(), list.buffer()];
         let sc = sort_consts(long_sort);
-        dev.launch(op, &SORT, &dt, &sc, params, &bufs, groups(like, p.rows)?)?;
+        dev.launch(op, &SORT, &dt, &sc, params, &bufs, groups(dev, p.rows)?)?;
         if long_sort {
             let tmp = Tensor::empty(dev, op, &[len], DType::I32)?;
             let bufs = [longs.buffer(), starts.buffer(), list.buffer(), tmp.buffer()];
@@ -275,12 +286,19 @@ pub(crate) fn scatter_add(
         p.base_off = b.layout.offset() as u32;
         p.sb = pack_dims(b.strides());
     }
-    let (c, dt) = (consts(), [src.dtype]);
+    // The key and bucket passes read no src data: i32 data runs them in the f32 module (their
+    // kernels are built for floats).
+    let pass_dt = if src.dtype.is_float() {
+        src.dtype
+    } else {
+        DType::F32
+    };
+    let (c, dt) = (consts(), [pass_dt]);
     let keys = Tensor::empty(dev, op, &[len.max(1)], DType::I32)?;
     if len > 0 {
         let bufs = [index.buffer(), keys.buffer()];
         let params = bytemuck::bytes_of(&p);
-        dev.launch(op, &KEYS, &dt, &c, params, &bufs, groups(src, p.len)?)?;
+        dev.launch(op, &KEYS, &dt, &c, params, &bufs, groups(dev, p.len)?)?;
     }
     // The bucket passes read the keys densely; the skip row is already out.
     let mut bp = p;
@@ -288,7 +306,7 @@ pub(crate) fn scatter_add(
     bp.idx_off = 0;
     bp.idx_stride = 1;
     bp.skip = -1;
-    let b = buckets(op, src, &keys, &bp)?;
+    let b = buckets(op, dev, pass_dt, &keys, &bp)?;
     let base_buf = base.map_or(src.buffer(), |b| b.buffer());
     let bufs = [
         b.starts.buffer(),
@@ -298,8 +316,8 @@ pub(crate) fn scatter_add(
         base_buf,
     ];
     let params = bytemuck::bytes_of(&p);
-    let sc = sort_consts(b.longs.is_some());
-    dev.launch(op, &SCATTER, &dt, &sc, params, &bufs, groups(src, p.numel)?)?;
+    let (dt, sc) = ([src.dtype], scatter_consts(b.longs.is_some(), src.dtype));
+    dev.launch(op, &SCATTER, &dt, &sc, params, &bufs, groups(dev, p.numel)?)?;
     if let Some(longs) = &b.longs {
         let most = len / (MID_BUCKET + 1);
         let grid = dev.grid_1d(op, most.clamp(1, MAX_LONG_SUM_GROUPS) as u64)?;
@@ -327,7 +345,10 @@ pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipe
 #[doc(hidden)]
 pub fn segment_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();
-    for dt in [DType::F32, DType::F16] {
+    // Only the scatters launch for i32 (the other passes read no data and run in the f32
+    // module); the i32 module lists every entry point too, so the shader tests translate all
+    // of each module built.
+    for dt in [DType::F32, DType::F16, DType::I32] {
         for k in [
             &COUNT,
             &SCAN,
@@ -341,13 +362,23 @@ pub fn segment_variants() -> Vec<ShaderVariant> {
             v.push(ShaderVariant::new(k, &[dt], &[("WG", WG as f64)]));
         }
         for long_sort in [false, true] {
-            for k in [&SORT, &SUM, &SCATTER] {
+            for k in [&SORT, &SUM] {
                 v.push(ShaderVariant::new(k, &[dt], &sort_consts(long_sort)));
             }
         }
-        for k in [&SUM_LONG, &SCATTER_LONG] {
-            v.push(ShaderVariant::new(k, &[dt], &sort_consts(true)));
+        v.push(ShaderVariant::new(&SUM_LONG, &[dt], &sort_consts(true)));
+        for long_sort in [false, true] {
+            v.push(ShaderVariant::new(
+                &SCATTER,
+                &[dt],
+                &scatter_consts(long_sort, dt),
+            ));
         }
+        v.push(ShaderVariant::new(
+            &SCATTER_LONG,
+            &[dt],
+            &scatter_consts(true, dt),
+        ));
     }
     v
 }

@@ -13,6 +13,7 @@ mod empty;
 mod fuzz;
 mod hazards;
 mod indices;
+mod int_scatter;
 mod limits;
 mod memory;
 mod model_fuzz;
