@@ -7,37 +7,28 @@ use crate::{DType, Error, Result, Tensor};
 impl Tensor {
     /// Distinct dims, normalized and sorted from the last to the first; no dims means every
     /// dim (PyTorch's `dim=[]`). A rank-0 tensor takes dim 0 or -1 (its one element), given
-    /// back as no dims: there is nothing to reduce.
+    /// back as no dims: there is nothing to reduce. The list is checked in its order, each
+    /// dim's range and then whether it came before, as `dim_list_to_bitset`: the first
+    /// failing entry is the one named.
     fn reduction_dims(&self, op: &'static str, dims: &[isize]) -> Result<Vec<usize>> {
-        if self.rank() == 0 {
-            for &d in dims {
-                Layout::normalize_dim(op, d, 1)?;
-            }
-            if dims.len() > 1 {
-                return Err(Error::arg(
-                    op,
-                    format!("dim 0 appears multiple times in the list of dims {dims:?}"),
-                ));
-            }
-            return Ok(Vec::new());
-        }
         if dims.is_empty() {
             return Ok((0..self.rank()).rev().collect());
         }
-        let mut ds = dims
-            .iter()
-            .map(|&d| Layout::normalize_dim(op, d, self.rank()))
-            .collect::<Result<Vec<_>>>()?;
-        ds.sort_unstable_by(|a, b| b.cmp(a));
-        if let Some(w) = ds.windows(2).find(|w| w[0] == w[1]) {
-            return Err(Error::arg(
-                op,
-                format!(
-                    "dim {} appears multiple times in the list of dims {dims:?}",
-                    w[0]
-                ),
-            ));
+        let mut ds: Vec<usize> = Vec::with_capacity(dims.len());
+        for &d in dims {
+            let d = Layout::normalize_dim(op, d, self.rank().max(1))?;
+            if ds.contains(&d) {
+                return Err(Error::arg(
+                    op,
+                    format!("dim {d} appears multiple times in the list of dims {dims:?}"),
+                ));
+            }
+            ds.push(d);
         }
+        if self.rank() == 0 {
+            return Ok(Vec::new());
+        }
+        ds.sort_unstable_by(|a, b| b.cmp(a));
         Ok(ds)
     }
 
