@@ -320,8 +320,16 @@ impl Device {
         lock(&self.inner.lost).clone()
     }
 
-    /// Errors out if the device was lost or wgpu reported an error outside an error scope.
+    /// Errors out if the device was lost or wgpu reported an error outside an error scope, or
+    /// (wasm) if too many finished batches are parked to record more work.
     pub(crate) fn check(&self, op: &'static str) -> Result<()> {
+        self.check_errors(op)?;
+        self.check_parked(op)
+    }
+
+    /// [`Device::check`] without the parking bound: for the async points that drain the
+    /// parked batches (`sync_async`, readbacks), which must still run at the bound.
+    pub(crate) fn check_errors(&self, op: &'static str) -> Result<()> {
         if self.inner.flagged.load(Ordering::Acquire) {
             if let Some(msg) = lock(&self.inner.lost).clone() {
                 return Err(Error::DeviceLost { op, msg });
@@ -337,6 +345,12 @@ impl Device {
                 return Err(e);
             }
         }
+        Ok(())
+    }
+
+    fn check_parked(&self, op: &'static str) -> Result<()> {
+        #[cfg(not(target_arch = "wasm32"))]
+        let _ = (self, op);
         // wasm cannot block for room under the in-flight cap, so finished batches park until
         // the next async point; a loop that never awaits one would park (and hold the memory
         // of) batches without end. Past a bound, new work is refused before anything is

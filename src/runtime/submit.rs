@@ -151,7 +151,7 @@ impl Device {
     /// wasm: submits the parked batches in order, awaiting the oldest outstanding submission
     /// whenever the in-flight cap is reached. This is where the cap is enforced on wasm.
     #[cfg(target_arch = "wasm32")]
-    pub(super) async fn submit_parked(&self, op: &'static str) -> Result<()> {
+    pub(crate) async fn submit_parked(&self, op: &'static str) -> Result<()> {
         loop {
             let finished = {
                 let mut st = self.lock_state();
@@ -176,7 +176,7 @@ impl Device {
                 // Another task awaits the oldest one: wait for everything submitted so far.
                 None => self.submitted_work_done().await,
             }
-            self.check(op)?;
+            self.check_errors(op)?;
         }
     }
 
@@ -241,7 +241,8 @@ impl Device {
         #[cfg(target_arch = "wasm32")]
         {
             let op = "sync";
-            self.check(op)?;
+            // Not the parking bound: this is what drains the parked batches.
+            self.check_errors(op)?;
             self.flush(op)?;
             self.submit_parked(op).await?;
             self.submitted_work_done().await;

@@ -71,6 +71,55 @@ async fn ten_thousand_ops_keep_in_flight_at_or_under_the_cap() {
     assert!(peak_parked >= SYNC_EVERY / 64 - cap, "parked {peak_parked}");
 }
 
+/// A loop that never awaits parks one batch per op here (a batch a dispatch, one in flight)
+/// until the bound refuses new work with an `Err` that says to await; both remedies it names
+/// then work at the bound: a readback (which submits the parked batches first) and
+/// `sync_async`. Nothing recorded before the refusal is lost.
+#[wasm_bindgen_test]
+async fn the_parking_bound_refuses_work_and_both_remedies_drain_it() {
+    let opts = DeviceOptions {
+        max_dispatches_per_submit: 1,
+        max_in_flight: 1,
+        ..DeviceOptions::default()
+    };
+    let dev = Device::new_async_with(opts).await.unwrap();
+    let mut x = Tensor::from_slice(&dev, &[0.0f32, 1.0], &[2]).unwrap();
+    let mut done = 0usize;
+    // Runs ops until one is refused; returns its error.
+    let fill = |x: &mut Tensor, done: &mut usize| -> Error {
+        for _ in 0..5000 {
+            match x.add_scalar(1.0) {
+                Ok(y) => {
+                    *x = y;
+                    *done += 1;
+                }
+                Err(e) => return e,
+            }
+        }
+        panic!("5000 ops without an await were never refused");
+    };
+    let e = fill(&mut x, &mut done);
+    assert!(e.to_string().contains("await Device::sync_async()"), "{e}");
+    assert!(dev.stats().parked >= 1000, "{}", dev.stats().parked);
+    // A readback at the bound: the parked work runs, in order.
+    let got = x.to_vec_async::<f32>().await.unwrap();
+    assert_eq!(got, vec![done as f32, done as f32 + 1.0]);
+    assert_eq!(dev.stats().parked, 0);
+    // And sync_async at the bound, after which ops run again.
+    let e = fill(&mut x, &mut done);
+    assert!(
+        e.to_string().contains("finished batches are waiting"),
+        "{e}"
+    );
+    dev.sync_async().await.unwrap();
+    assert_eq!(dev.stats().parked, 0);
+    let y = x.add_scalar(1.0).unwrap();
+    assert_eq!(
+        y.to_vec_async::<f32>().await.unwrap(),
+        vec![done as f32 + 1.0, done as f32 + 2.0]
+    );
+}
+
 /// A wgpu validation error (made here through the raw device, as a faulty kernel would) is
 /// reported by WebGPU asynchronously; it surfaces as `Err(Validation)` at the next async point
 /// and the device keeps working. Argument errors are plain `Err`s as on native.
