@@ -36,9 +36,21 @@ pub(crate) fn default_limit(device_type: wgpu::DeviceType) -> u64 {
 /// cache before passing it) or, without one on GPUs, the driver's out-of-memory error, on
 /// which the allocator drops the cache and retries, as PyTorch's caching allocator does. A
 /// fixed cap below the working set made every op past it re-create (and wgpu zero) a buffer.
+///
+/// In the browser the retry cannot run: WebGPU reports out-of-memory asynchronously (its
+/// `createBuffer` returns an invalid buffer) and tells no memory size, so the cache there
+/// keeps at most [`WASM_POOL_CAP`] (shape churn would otherwise grow it until the page's
+/// GPU process runs out).
 pub(crate) fn default_pool_cap(limit: u64) -> u64 {
-    limit
+    if cfg!(target_arch = "wasm32") {
+        limit.min(WASM_POOL_CAP)
+    } else {
+        limit
+    }
 }
+
+/// The pool's default cache cap in the browser (wasm32): 1 GiB.
+pub(crate) const WASM_POOL_CAP: u64 = 1 << 30;
 
 /// What the host lets this process use, when the platform tells (Linux).
 #[cfg(not(target_arch = "wasm32"))]
@@ -142,5 +154,26 @@ mod tests {
         assert!(l <= total / 4 * 3, "{l} vs {total}");
         assert!(l > 0);
         assert_eq!(default_limit(wgpu::DeviceType::DiscreteGpu), u64::MAX);
+    }
+}
+
+#[cfg(test)]
+mod pool_cap_tests {
+    use super::{default_pool_cap, WASM_POOL_CAP};
+
+    /// Native: no cap below the budget; the browser: at most 1 GiB cached.
+    #[test]
+    fn the_default_cache_cap_is_the_budget_natively() {
+        let want = |limit: u64| {
+            if cfg!(target_arch = "wasm32") {
+                limit.min(1 << 30)
+            } else {
+                limit
+            }
+        };
+        for limit in [0, 1 << 20, 3 << 30, u64::MAX] {
+            assert_eq!(default_pool_cap(limit), want(limit));
+        }
+        assert_eq!(WASM_POOL_CAP, 1 << 30);
     }
 }

@@ -114,7 +114,8 @@ pub struct DeviceOptions {
     /// allocator: an allocation that would pass the budget, or that the driver refuses for
     /// lack of memory, first drops the cache and tries again. A fixed cap below a program's
     /// working set destroys and re-creates (and wgpu zeroes) a buffer on every op once the
-    /// live set churns past it.
+    /// live set churns past it. In the browser (wasm32), where WebGPU reports out-of-memory
+    /// only asynchronously so that retry cannot run, `None` caps the cache at 1 GiB.
     pub pool_cap_bytes: Option<u64>,
     /// Do not request SHADER_F16 even when the adapter has it (to exercise f32-only paths).
     pub disable_f16: bool,
