@@ -193,3 +193,15 @@ pub fn load_state_dict(
 ) -> Result<crate::io::LoadReport> {
     module.load_state_dict(source, strict)
 }
+
+/// [`load_state_dict`] as a future, for the browser: it also restores the counters
+/// (`num_batches_tracked`, which a momentum of `None` reads), which the blocking method
+/// cannot read back there and leaves as they were. On native targets it gives the same
+/// result as the method.
+pub async fn load_state_dict_async<M: Module + ?Sized>(
+    module: &mut M,
+    source: &HashMap<String, Tensor>,
+    strict: bool,
+) -> Result<crate::io::LoadReport> {
+    module::load_async(module, source, strict).await
+}

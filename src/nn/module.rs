@@ -218,7 +218,8 @@ pub trait Module {
     /// (missing or unexpected keys are an error naming them; otherwise they are reported). A
     /// counter the source lacks (`num_batches_tracked`) keeps its value and is not missing, as
     /// PyTorch's batch norm fills it in for a plain dict. Nothing changes when an error is
-    /// returned.
+    /// returned. In the browser (wasm32) a counter cannot be read back without blocking and
+    /// keeps its value: [`crate::nn::load_state_dict_async`] restores it there.
     fn load_state_dict(
         &mut self,
         source: &HashMap<String, Tensor>,
@@ -402,7 +403,8 @@ impl VisitorMut for SetCounters<'_> {
 fn read_counter(t: &Tensor) -> Result<Option<u64>> {
     let v = t.to_dtype(DType::I32)?;
     // The readback blocks: native only. In the browser the counter keeps its value (it only
-    // matters to a momentum of None, PyTorch's cumulative average).
+    // matters to a momentum of None, PyTorch's cumulative average); `load_state_dict_async`
+    // reads it there.
     #[cfg(not(target_arch = "wasm32"))]
     {
         Ok(v.to_vec::<i32>()?.first().map(|&n| n.max(0) as u64))
@@ -414,22 +416,47 @@ fn read_counter(t: &Tensor) -> Result<Option<u64>> {
     }
 }
 
+/// [`read_counter`] without blocking (every target).
+async fn read_counter_async(t: &Tensor) -> Result<Option<u64>> {
+    let v = t.to_dtype(DType::I32)?.to_vec_async::<i32>().await?;
+    Ok(v.first().map(|&n| n.max(0) as u64))
+}
+
+/// The tensors a load writes (by state-dict name) and the counters it reads.
+fn load_targets<M: Module + ?Sized>(m: &M) -> (Vec<(String, Tensor)>, Vec<String>) {
+    let mut visitor = Targets::default();
+    m.visit(&mut visitor);
+    visitor.finish()
+}
+
+/// Writes a checked load, then the counters read for it.
+fn apply_load<M: Module + ?Sized>(
+    m: &mut M,
+    checked: crate::io::CheckedLoad<'_>,
+    counters: &HashMap<String, u64>,
+) -> Result<LoadReport> {
+    checked.apply()?;
+    m.visit_mut(&mut SetCounters {
+        prefix: String::new(),
+        values: counters,
+    });
+    Ok(checked.report)
+}
+
+// A counter the source lacks is not missing: it keeps its value, as PyTorch's batch norm fills
+// in `num_batches_tracked` for a state dict without version metadata (a plain dict, such as
+// safetensors gives) before the strict check. Keys, devices and shapes (the counters' too) are
+// checked before anything is read or written, and the counters are read before anything is
+// written, so that a bad one changes nothing.
 fn load<M: Module + ?Sized>(
     m: &mut M,
     source: &HashMap<String, Tensor>,
     strict: bool,
     class: &str,
 ) -> Result<LoadReport> {
-    let mut visitor = Targets::default();
-    m.visit(&mut visitor);
-    let (tensors, counter_names) = visitor.finish();
-    // A counter the source lacks is not missing: it keeps its value, as PyTorch's batch norm
-    // fills in `num_batches_tracked` for a state dict without version metadata (a plain
-    // dict, such as safetensors gives) before the strict check. Keys, devices and shapes
-    // (the counters' too) are checked before anything is read or written.
+    let (tensors, counter_names) = load_targets(m);
     let targets: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let checked = crate::io::check_load(&targets, &counter_names, source, strict, Some(class))?;
-    // The counters are read before anything is written, so that a bad one changes nothing.
     let mut counters = HashMap::new();
     for name in &counter_names {
         if let Some(src) = source.get(name) {
@@ -438,12 +465,28 @@ fn load<M: Module + ?Sized>(
             }
         }
     }
-    checked.apply()?;
-    m.visit_mut(&mut SetCounters {
-        prefix: String::new(),
-        values: &counters,
-    });
-    Ok(checked.report)
+    apply_load(m, checked, &counters)
+}
+
+/// [`load`] reading the counters without blocking: `nn::load_state_dict_async`.
+pub(crate) async fn load_async<M: Module + ?Sized>(
+    m: &mut M,
+    source: &HashMap<String, Tensor>,
+    strict: bool,
+) -> Result<LoadReport> {
+    let class = m.layer_name();
+    let (tensors, counter_names) = load_targets(m);
+    let targets: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let checked = crate::io::check_load(&targets, &counter_names, source, strict, Some(class))?;
+    let mut counters = HashMap::new();
+    for name in &counter_names {
+        if let Some(src) = source.get(name) {
+            if let Some(v) = read_counter_async(src).await? {
+                counters.insert(name.clone(), v);
+            }
+        }
+    }
+    apply_load(m, checked, &counters)
 }
 
 /// A counter's state-dict value: an i32 scalar (PyTorch's int64 count, saturating at

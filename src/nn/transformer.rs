@@ -361,7 +361,9 @@ impl TransformerEncoder {
     /// in evaluation without gradients, a batch-first post-norm encoder of an even head count
     /// given only a left-aligned key padding mask runs on the unpadded tokens and pads its
     /// output with zeros before the final norm, so padded positions are 0 (or the norm of 0).
-    /// Every other position is the same either way.
+    /// Every other position is the same either way. The left-alignment test reads the mask
+    /// back, which the browser (wasm32) cannot do without blocking: there padded positions
+    /// keep their computed values.
     pub fn forward_with(
         &self,
         src: &Tensor,

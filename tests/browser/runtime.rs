@@ -157,3 +157,34 @@ fn js_now() -> f64 {
         .and_then(|w| w.performance())
         .map_or(0.0, |p| p.now())
 }
+
+/// In the browser the blocking `load_state_dict` cannot read `num_batches_tracked` back (the
+/// count keeps its value); `nn::load_state_dict_async` restores it, so a cumulative average
+/// (momentum None) goes on with PyTorch's factor.
+#[wasm_bindgen_test]
+async fn load_state_dict_async_restores_the_count() {
+    use std::collections::HashMap;
+    use wgtensor::nn::{self, Forward, Module};
+    let dev = Device::new_async().await.unwrap();
+    let cfg = nn::BatchNormConfig {
+        momentum: None,
+        ..Default::default()
+    };
+    let src = nn::BatchNorm1d::with_config(&dev, 2, cfg).unwrap();
+    src.0.state.borrow_mut().num_batches_tracked = 9;
+    let sd: HashMap<String, Tensor> = src.state_dict().into_iter().collect();
+    let mut bn = nn::BatchNorm1d::with_config(&dev, 2, cfg).unwrap();
+    nn::load_state_dict_async(&mut bn, &sd, true).await.unwrap();
+    assert_eq!(bn.0.state.borrow().num_batches_tracked, 9);
+    // The tenth batch weighs 1/10 against the loaded mean of 0.
+    let x = Tensor::from_slice(&dev, &[10.0f32, 20.0, 10.0, 20.0], &[2, 2]).unwrap();
+    bn.forward(&x).unwrap();
+    let mean =
+        bn.0.state
+            .borrow()
+            .running_mean
+            .to_vec_async::<f32>()
+            .await
+            .unwrap();
+    assert_eq!(mean, vec![1.0, 2.0]);
+}

@@ -155,6 +155,43 @@ fn a_state_dict_follows_num_batches_tracked() {
     assert_eq!(sd2["num_batches_tracked"].to_vec::<i32>().unwrap(), vec![7]);
 }
 
+/// `load_state_dict_async` (the browser's way to restore counters) loads what the method loads,
+/// the count included, and refuses what it refuses, changing nothing.
+#[test]
+fn load_state_dict_async_restores_the_count_too() {
+    let cfg = nn::BatchNormConfig {
+        momentum: None,
+        ..Default::default()
+    };
+    let src = nn::BatchNorm1d::with_config(dev(), 2, cfg).unwrap();
+    src.0.state.borrow_mut().num_batches_tracked = 9;
+    src.0
+        .state
+        .borrow()
+        .running_mean
+        .copy_from(&Tensor::full(dev(), &[2], 1.0, DType::F32).unwrap())
+        .unwrap();
+    let sd: std::collections::HashMap<String, Tensor> = src.state_dict().into_iter().collect();
+    let mut bn = nn::BatchNorm1d::with_config(dev(), 2, cfg).unwrap();
+    let r = pollster::block_on(nn::load_state_dict_async(&mut bn, &sd, true)).unwrap();
+    assert!(r.missing.is_empty() && r.unexpected.is_empty());
+    assert_eq!(bn.0.state.borrow().num_batches_tracked, 9);
+    // The tenth batch weighs 1/10 against the loaded mean of 1.
+    let x = Tensor::from_slice(dev(), &[11.0f32, 21.0, 11.0, 21.0], &[2, 2]).unwrap();
+    bn.forward(&x).unwrap();
+    let mean = bn.0.state.borrow().running_mean.to_vec::<f32>().unwrap();
+    assert_eq!(mean, vec![2.0, 3.0]);
+    // A bad entry: an error, nothing written (the count stays 10).
+    let mut bad = sd.clone();
+    bad.insert(
+        "weight".into(),
+        Tensor::zeros(dev(), &[3], DType::F32).unwrap(),
+    );
+    let e = pollster::block_on(nn::load_state_dict_async(&mut bn, &bad, true)).unwrap_err();
+    assert!(e.to_string().contains("size mismatch for weight"), "{e}");
+    assert_eq!(bn.0.state.borrow().num_batches_tracked, 10);
+}
+
 /// Loading visits a module's own parameters, then its buffers, then its children, whatever
 /// order its fields come in (PyTorch's `_load_from_state_dict` before the recursion): missing
 /// keys are listed in state-dict order and a tied tensor ends with the child's entry.
