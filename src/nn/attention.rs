@@ -215,12 +215,31 @@ impl MultiheadAttention {
     ///
     /// Masks: see [`MhaOptions`] and [`MhaMask`] (bool nonzero = masked out). Without
     /// `need_weights` the key padding and attention masks are merged into one additive mask
-    /// and the fused kernel runs (where a query has every key masked, it gives zeros; the
-    /// explicit path gives NaN there, as PyTorch's does).
+    /// and the fused kernel runs (where a query has every key masked, it gives zeros, as
+    /// PyTorch's general path; the explicit path gives NaN there, as PyTorch's does).
+    ///
+    /// Where PyTorch takes its fast path (eval without gradients, batch-first self-attention
+    /// with `query`, `key` and `value` one tensor, a packed in-projection with a bias, an even
+    /// head count), this does what it does with masks: every mask is read as bool (a nonzero
+    /// additive entry masks its key out entirely) and a query with every key masked gives NaN.
     ///
     /// Errors ([`Error::Shape`]) name the layer and the shapes: inputs of other ranks or
     /// feature sizes, keys and values of different lengths or batches, masks of other shapes.
     pub fn forward_attn(
+        &self,
+        query: &Tensor,
+        key: &Tensor,
+        value: &Tensor,
+        opts: &MhaOptions,
+    ) -> Result<(Tensor, Option<Tensor>)> {
+        match self.fast_path_forward(query, key, value, opts)? {
+            Some(r) => Ok(r),
+            None => self.forward_general(query, key, value, opts),
+        }
+    }
+
+    /// [`forward_attn`](Self::forward_attn) as PyTorch's general path computes it.
+    pub(super) fn forward_general(
         &self,
         query: &Tensor,
         key: &Tensor,
@@ -600,7 +619,7 @@ fn additive(m: MhaMask, dt: DType) -> Result<Tensor> {
 /// The same view of the same storage in the same graph (PyTorch's `query is key` for
 /// self-attention): `x` and `x.detach()` share their storage but not their gradient, so the
 /// packed projection of one would route (or drop) the other's gradient.
-fn same_view(a: &Tensor, b: &Tensor) -> bool {
+pub(super) fn same_view(a: &Tensor, b: &Tensor) -> bool {
     let same_graph = match (&a.grad, &b.grad) {
         (None, None) => true,
         (Some(x), Some(y)) => std::sync::Arc::ptr_eq(x, y),

@@ -135,6 +135,7 @@
 
 mod activation;
 mod attention;
+mod attention_fast;
 mod batchnorm;
 mod cells;
 mod container;

@@ -148,9 +148,10 @@ impl TransformerEncoderLayer {
     /// `src_mask` makes the causal mask.
     ///
     /// In eval without gradients, for batch-first 3-D input and an even head count, PyTorch
-    /// takes its fused fast path, whose attention gives NaN for a query whose mask excludes
-    /// every key (the slow path gives 0): so does this layer, at those positions (whole rows;
-    /// other positions are unchanged).
+    /// takes its fused fast path, whose attention reads every mask as bool (a nonzero additive
+    /// entry masks its key out) and gives NaN for a query whose mask excludes every key (the
+    /// slow path gives 0): so does this layer, through
+    /// [`MultiheadAttention::forward_attn`], which does the same in those conditions.
     pub fn forward_with(
         &self,
         src: &Tensor,
@@ -158,11 +159,7 @@ impl TransformerEncoderLayer {
         src_key_padding_mask: Option<MhaMask>,
         is_causal: bool,
     ) -> Result<Tensor> {
-        let y = self.forward_slow(src, src_mask, src_key_padding_mask, is_causal)?;
-        match self.fast_path_nan_rows(src, src_mask, src_key_padding_mask)? {
-            Some(rows) => y.masked_fill(&rows, f64::NAN),
-            None => Ok(y),
-        }
+        self.forward_slow(src, src_mask, src_key_padding_mask, is_causal, false)
     }
 
     /// Whether PyTorch's `TransformerEncoderLayer.forward` takes its fast path
@@ -181,66 +178,16 @@ impl TransformerEncoderLayer {
                 && (src.is_tracked() || self.parameters().iter().any(Tensor::is_tracked)))
     }
 
-    /// `[N, L, 1]` ones at the positions whose attention row excludes every key, when the
-    /// layer takes PyTorch's fast path (see [`forward_with`](Self::forward_with)) and a mask
-    /// is given; `None` otherwise (or for masks of shapes the forward refuses). A key is
-    /// excluded by a nonzero bool entry or a `-inf` additive one, in the padding mask or the
-    /// attention mask (of any head: that head's NaN reaches the whole row).
-    fn fast_path_nan_rows(
-        &self,
-        src: &Tensor,
-        src_mask: Option<MhaMask>,
-        pad: Option<MhaMask>,
-    ) -> Result<Option<Tensor>> {
-        if (src_mask.is_none() && pad.is_none()) || !self.takes_fast_path(src) {
-            return Ok(None);
-        }
-        let (n, l, h) = (src.shape()[0], src.shape()[1], self.self_attn.num_heads);
-        let excluded = |m: MhaMask| match m {
-            MhaMask::Bool(t) => t.ne_scalar(0.0),
-            MhaMask::Additive(t) => t.eq_scalar(f64::NEG_INFINITY),
-        };
-        let mut heads = 1;
-        let mut all: Option<Tensor> = None;
-        if let Some(m) = pad {
-            if mask_tensor(m).shape() != [n, l] {
-                return Ok(None);
-            }
-            all = Some(excluded(m)?.reshape(&[n, 1, 1, l])?);
-        }
-        if let Some(m) = src_mask {
-            let e = match mask_tensor(m).shape() {
-                [a, b] if [*a, *b] == [l, l] => excluded(m)?.reshape(&[1, 1, l, l])?,
-                [a, b, c] if [*a, *b, *c] == [n * h, l, l] => {
-                    heads = h;
-                    excluded(m)?.reshape(&[n, h, l, l])?
-                }
-                _ => return Ok(None),
-            };
-            all = Some(match all {
-                Some(p) => p.maximum(&e)?,
-                None => e,
-            });
-        }
-        let Some(all) = all else {
-            return Ok(None);
-        };
-        // A row excludes every key when the mean of its exclusions is 1; any head's row.
-        let rows = all
-            .broadcast_to(&[n, heads, l, l])?
-            .mean(-1, false)?
-            .eq_scalar(1.0)?
-            .max(1, false)?;
-        Ok(Some(rows.reshape(&[n, l, 1])?))
-    }
-
-    /// The layer as PyTorch's slow path computes it.
+    /// The layer as PyTorch's slow path computes it (its attention takes PyTorch's fast path
+    /// where that applies, see [`forward_with`](Self::forward_with), unless `general`: on the
+    /// encoder's nested-tensor path the layers see no padding, so no fully masked rows).
     fn forward_slow(
         &self,
         src: &Tensor,
         src_mask: Option<MhaMask>,
         src_key_padding_mask: Option<MhaMask>,
         is_causal: bool,
+        general: bool,
     ) -> Result<Tensor> {
         // A child's error names it (`self_attn (MultiheadAttention): ...`).
         let at = |name: &'static str, layer: &'static str| move |e: Error| e.in_layer(name, layer);
@@ -252,10 +199,11 @@ impl TransformerEncoderLayer {
                 average_attn_weights: true,
                 is_causal,
             };
-            let (y, _) = self
-                .self_attn
-                .forward_attn(x, x, x, &opts)
-                .map_err(at("self_attn", "MultiheadAttention"))?;
+            let attn = match general {
+                true => self.self_attn.forward_general(x, x, x, &opts),
+                false => self.self_attn.forward_attn(x, x, x, &opts),
+            };
+            let (y, _) = attn.map_err(at("self_attn", "MultiheadAttention"))?;
             self.dropout1.forward(&y)
         };
         let ff = |x: &Tensor| -> Result<Tensor> {
@@ -379,10 +327,8 @@ impl TransformerEncoder {
         for (i, layer) in self.layers.iter().enumerate() {
             // On PyTorch's nested-tensor path the layers see no padding (so no fully masked
             // rows); otherwise each takes its own path (see forward_with).
-            let y = match keep {
-                Some(_) => layer.forward_slow(&x, mask, src_key_padding_mask, is_causal),
-                None => layer.forward_with(&x, mask, src_key_padding_mask, is_causal),
-            };
+            let nested = keep.is_some();
+            let y = layer.forward_slow(&x, mask, src_key_padding_mask, is_causal, nested);
             x = y.map_err(|e| e.in_layer(&format!("layers.{i}"), "TransformerEncoderLayer"))?;
         }
         if let Some(keep) = keep {

@@ -1,0 +1,164 @@
+//! nn::MultiheadAttention where PyTorch takes its fast path (`torch._native_multi_head_attention`:
+//! eval, no gradient, batch-first self-attention with one tensor as query, key and value, a
+//! packed in-projection with a bias, an even head count): masks are read as bool (a nonzero
+//! additive entry masks its key out) and a query with every key masked gives NaN, as
+//! test_multihead_self_attn_two_masks_fast_path says; elsewhere the general path's results.
+// Native only (blocking device and readback).
+#![cfg(not(target_arch = "wasm32"))]
+
+mod common;
+
+use wgtensor::nn::{
+    MhaMask, MhaOptions, Module, MultiheadAttention, MultiheadAttentionConfig,
+    TransformerEncoderLayer, TransformerEncoderLayerConfig,
+};
+use wgtensor::Tensor;
+
+fn mha(batch_first: bool) -> MultiheadAttention {
+    let cfg = MultiheadAttentionConfig {
+        batch_first,
+        ..Default::default()
+    };
+    let mut m = MultiheadAttention::new(common::device(), 4, 2, cfg).unwrap();
+    m.eval();
+    m
+}
+
+/// [2, 3, 4]: two sequences of three tokens.
+fn input() -> Tensor {
+    let xs: Vec<f32> = (0..24).map(|i| ((i * 7 % 11) as f32 - 5.0) * 0.3).collect();
+    Tensor::from_slice(common::device(), &xs, &[2, 3, 4]).unwrap()
+}
+
+fn mask(v: &[f32], shape: &[usize]) -> Tensor {
+    Tensor::from_slice(common::device(), v, shape).unwrap()
+}
+
+fn run(m: &MultiheadAttention, q: &Tensor, k: &Tensor, opts: &MhaOptions) -> Vec<f32> {
+    m.forward_attn(q, k, k, opts)
+        .unwrap()
+        .0
+        .to_vec::<f32>()
+        .unwrap()
+}
+
+fn opts<'a>(pad: Option<MhaMask<'a>>, attn: Option<MhaMask<'a>>) -> MhaOptions<'a> {
+    MhaOptions {
+        key_padding_mask: pad,
+        attn_mask: attn,
+        need_weights: false,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_fully_masked_query_is_nan_on_the_fast_path_only() {
+    let (m, x) = (mha(true), input());
+    // The first sequence has every key padded.
+    let pad = mask(&[1., 1., 1., 0., 1., 0.], &[2, 3]);
+    let o = opts(Some(MhaMask::Bool(&pad)), None);
+    let fast = wgtensor::no_grad(|| run(&m, &x, &x, &o));
+    assert!(fast[..12].iter().all(|v| v.is_nan()), "{fast:?}");
+    assert!(fast[12..].iter().all(|v| v.is_finite()), "{fast:?}");
+    // With gradients recorded (the parameters are tracked) the general path: no NaN.
+    let slow = run(&m, &x, &x, &o);
+    assert!(slow.iter().all(|v| v.is_finite()), "{slow:?}");
+    assert_eq!(slow[12..], fast[12..]);
+    // Key and value another tensor than the query (the same values): not self-attention.
+    let y = x.contiguous().unwrap().add_scalar(0.0).unwrap();
+    let cross = wgtensor::no_grad(|| run(&m, &x, &y, &o));
+    assert!(cross.iter().all(|v| v.is_finite()), "{cross:?}");
+    // Not batch-first, odd head count, training: the general path too.
+    let xt = x.transpose(0, 1).unwrap().contiguous().unwrap();
+    let padt = pad.clone();
+    let ot = opts(Some(MhaMask::Bool(&padt)), None);
+    let lf = wgtensor::no_grad(|| run(&mha(false), &xt, &xt, &ot));
+    assert!(lf.iter().all(|v| v.is_finite()), "{lf:?}");
+    let mut train = mha(true);
+    train.train();
+    let tr = wgtensor::no_grad(|| run(&train, &x, &x, &o));
+    assert!(tr.iter().all(|v| v.is_finite()), "{tr:?}");
+    // An attention mask whose row 1 excludes every key: that query's row only, in both
+    // sequences; with need_weights the weights' row is NaN too.
+    let inf = f32::NEG_INFINITY;
+    let am = mask(&[0., inf, 0., inf, inf, inf, 0., 0., 0.], &[3, 3]);
+    let o = opts(None, Some(MhaMask::Additive(&am)));
+    let y = wgtensor::no_grad(|| run(&m, &x, &x, &o));
+    for (i, v) in y.iter().enumerate() {
+        assert_eq!(v.is_nan(), (i / 4) % 3 == 1, "{i}: {v}");
+    }
+    let ow = MhaOptions {
+        need_weights: true,
+        ..o
+    };
+    let (yw, w) = wgtensor::no_grad(|| m.forward_attn(&x, &x, &x, &ow)).unwrap();
+    assert_eq!(
+        yw.to_vec::<f32>()
+            .unwrap()
+            .iter()
+            .map(|v| v.is_nan())
+            .collect::<Vec<_>>(),
+        y.iter().map(|v| v.is_nan()).collect::<Vec<_>>()
+    );
+    let w = w.unwrap().to_vec::<f32>().unwrap();
+    for (i, v) in w.iter().enumerate() {
+        assert_eq!(v.is_nan(), (i / 3) % 3 == 1, "weight {i}: {v}");
+    }
+}
+
+/// The fast path masks a key out wherever an additive mask is nonzero: a `+2` bias masks like
+/// `true` (the general path adds it), and a row of `-1e9` is NaN (the general path's
+/// softmax is uniform there).
+#[test]
+fn the_fast_path_reads_additive_masks_as_bool() {
+    let (m, x) = (mha(true), input());
+    let bias = mask(&[0., 2., 0., -1e9, -1e9, -1e9, 0., 0., 0.5], &[3, 3]);
+    let as_bool = mask(&[0., 1., 0., 1., 1., 1., 0., 0., 1.], &[3, 3]);
+    let fast = wgtensor::no_grad(|| run(&m, &x, &x, &opts(None, Some(MhaMask::Additive(&bias)))));
+    let hard = wgtensor::no_grad(|| run(&m, &x, &x, &opts(None, Some(MhaMask::Bool(&as_bool)))));
+    let same = fast
+        .iter()
+        .zip(&hard)
+        .all(|(a, b)| a.to_bits() == b.to_bits());
+    assert!(same, "{fast:?} vs {hard:?}");
+    for (i, v) in fast.iter().enumerate() {
+        assert_eq!(v.is_nan(), (i / 4) % 3 == 1, "{i}: {v}");
+    }
+    // The general path (gradients recorded) adds the bias: finite, and other values.
+    let soft = run(&m, &x, &x, &opts(None, Some(MhaMask::Additive(&bias))));
+    assert!(soft.iter().all(|v| v.is_finite()), "{soft:?}");
+    assert!(soft[..4]
+        .iter()
+        .zip(&fast[..4])
+        .any(|(a, b)| (a - b).abs() > 1e-4));
+    // An integer additive mask is still refused, as on the general path.
+    let ints = Tensor::from_slice(common::device(), &[0i32; 9], &[3, 3]).unwrap();
+    let e = wgtensor::no_grad(|| {
+        m.forward_attn(&x, &x, &x, &opts(None, Some(MhaMask::Additive(&ints))))
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("MultiheadAttention"), "{e}");
+}
+
+/// The encoder layer runs its attention the same way: a `-1e9` padding bias that covers a
+/// whole sequence makes its rows NaN in eval without gradients, as PyTorch's fast path.
+#[test]
+fn the_encoder_layer_follows_the_fast_path() {
+    let cfg = TransformerEncoderLayerConfig {
+        dim_feedforward: 8,
+        dropout: 0.0,
+        batch_first: true,
+        ..Default::default()
+    };
+    let mut layer = TransformerEncoderLayer::new(common::device(), 4, 2, cfg).unwrap();
+    layer.eval();
+    let x = input();
+    let pad = mask(&[-1e9, -1e9, -1e9, 0., 0., -1e9], &[2, 3]);
+    let y =
+        wgtensor::no_grad(|| layer.forward_with(&x, None, Some(MhaMask::Additive(&pad)), false))
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
+    assert!(y[..12].iter().all(|v| v.is_nan()), "{y:?}");
+    assert!(y[12..].iter().all(|v| v.is_finite()), "{y:?}");
+}
