@@ -224,3 +224,69 @@ pub(crate) fn py_float(v: f64) -> String {
         format!("{mantissa}e{sign}{:02}", e.unsigned_abs())
     }
 }
+
+/// `v` as C++'s `operator<<` prints a double (`%g`, 6 significant digits: `1.5`, `2`, `1e-07`,
+/// `1.23457e+06`, `nan`), so errors that ATen words with a streamed double read as PyTorch's
+/// ("normal expects std >= 0.0, but found std nan").
+pub(crate) fn cpp_double(v: f64) -> String {
+    if v.is_nan() {
+        return "nan".into();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 { "inf" } else { "-inf" }.into();
+    }
+    if v == 0.0 {
+        return if v.is_sign_negative() { "-0" } else { "0" }.into();
+    }
+    let strip = |s: String| -> String {
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            s
+        }
+    };
+    // The exponent after rounding to 6 significant digits picks the form, as %g does.
+    let sci = format!("{v:.5e}");
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let x: i32 = exp.parse().unwrap_or(0);
+    if (-4..6).contains(&x) {
+        let decimals = (5 - x).max(0) as usize;
+        strip(format!("{v:.decimals$}"))
+    } else {
+        let sign = if x < 0 { '-' } else { '+' };
+        format!(
+            "{}e{sign}{:02}",
+            strip(mantissa.to_string()),
+            x.unsigned_abs()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cpp_double;
+
+    #[test]
+    fn doubles_print_as_cpp_streams_them() {
+        let cases = [
+            (1.5, "1.5"),
+            (2.0, "2"),
+            (-1.0, "-1"),
+            (0.1, "0.1"),
+            (1e-7, "1e-07"),
+            (1e20, "1e+20"),
+            (1234567.0, "1.23457e+06"),
+            (123456.0, "123456"),
+            (999999.5, "1e+06"),
+            (0.0001, "0.0001"),
+            (0.00001234, "1.234e-05"),
+            (-0.0, "-0"),
+            (f64::NAN, "nan"),
+            (f64::NEG_INFINITY, "-inf"),
+            (3.0e-3, "0.003"),
+        ];
+        for (v, want) in cases {
+            assert_eq!(cpp_double(v), want, "{v}");
+        }
+    }
+}

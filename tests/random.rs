@@ -297,27 +297,27 @@ fn ranges_past_the_dtype_are_refused() {
     err(
         uniform(d, &[4096], -3e38, 3e38, f32),
         "uniform",
-        "uniform_ expects to-from <= std::numeric_limits<Float>::max(), but found to=300000000000000000000000000000000000000 and from=-300000000000000000000000000000000000000",
+        "uniform_ expects to-from <= std::numeric_limits<Float>::max(), but found to=3e+38 and from=-3e+38",
     );
     err(
         uniform(d, &[4096], -1e39, 1e39, f32),
         "uniform",
-        "from is out of bounds for Float",
+        "from is out of bounds for float",
     );
     err(
         uniform(d, &[4], 0.0, 1e39, f32),
         "uniform",
-        "to is out of bounds for Float",
+        "to is out of bounds for float",
     );
     err(
         uniform(d, &[4], 0.0, f64::INFINITY, f32),
         "uniform",
-        "to is out of bounds for Float",
+        "to is out of bounds for float",
     );
     err(
         uniform(d, &[4], f64::NAN, 1.0, f32),
         "uniform",
-        "from is out of bounds for Float",
+        "from is out of bounds for float",
     );
     err(
         uniform(d, &[4], 3.0, -1.0, f32),
@@ -338,22 +338,48 @@ fn ranges_past_the_dtype_are_refused() {
     err(
         normal(d, &[4], 1e39, 0.0, f32),
         "normal",
-        "mean is out of bounds for Float",
+        "mean is out of bounds for float",
     );
     err(
         normal(d, &[4], 0.0, f64::NAN, f32),
         "normal",
-        "normal expects std >= 0.0, but found std NaN",
+        "normal expects std >= 0.0, but found std nan",
     );
     err(
         normal(d, &[4], 0.0, -1.0, f32),
         "normal",
         "normal expects std >= 0.0, but found std -1",
     );
+    // normal_ checks std before its dtype dispatch, and an empty int fill returns before it
+    // (torch.randn(0, dtype=torch.int32) is an empty int tensor); C++'s double printing.
+    err(
+        normal(d, &[3], 0.0, -1.0, DType::I32),
+        "normal",
+        "normal expects std >= 0.0, but found std -1",
+    );
+    err(
+        normal(d, &[3], 0.0, -1e-7, f32),
+        "normal",
+        "normal expects std >= 0.0, but found std -1e-07",
+    );
+    for t in [
+        randn(d, &[0], DType::I32).unwrap(),
+        normal(d, &[2, 0], 1.0, 2.0, DType::I32).unwrap(),
+    ] {
+        assert_eq!(t.dtype(), DType::I32);
+        assert_eq!(t.numel(), 0);
+    }
+    err(randn(d, &[2], DType::I32), "randn", "I32");
+    err(uniform(d, &[0], 0.0, 1.0, DType::I32), "uniform", "I32");
+    err(
+        bernoulli(d, &[3], f64::NAN, f32),
+        "bernoulli",
+        "bernoulli_ expects p to be in [0, 1], but got p=nan",
+    );
     err(
         kaiming_uniform(d, &[4, 4], f64::NAN, f32),
         "kaiming_uniform",
-        "from is out of bounds for Float",
+        "from is out of bounds for float",
     );
     err(
         xavier_uniform(d, &[4, 4], 1e39, f32),
@@ -376,7 +402,7 @@ fn ranges_past_the_dtype_are_refused() {
         err(
             uniform(d, &[4096], -1e5, 1e5, f16),
             "uniform",
-            "from is out of bounds for Half",
+            "from is out of bounds for c10::Half",
         );
         err(
             uniform(d, &[4], -4e4, 4e4, f16),

@@ -306,26 +306,20 @@ pub fn cross_entropy_probs(
             "input must have a class dim, got a scalar",
         ));
     }
-    let e = o.check_label_smoothing(op)?;
+    // cross_entropy_loss_symint's order for probability targets: ignore_index, then
+    // cross_entropy_loss_prob_target's weight and label_smoothing checks.
     if o.ignore_index >= 0 {
-        // PyTorch: "ignore_index is not supported for floating point target".
         return Err(Error::arg(
             op,
             format!(
-                "ignore_index ({}) is not supported with class-probability (float) targets; \
-                 leave it at -100, or pass class indices as an I32 target",
+                "ignore_index is not supported for floating point target (ignore_index {}: \
+                 leave it at -100, or pass class indices as an I32 target)",
                 o.ignore_index
             ),
         ));
     }
     let cdim = if input.rank() == 1 { 0 } else { 1 };
     let c = input.shape()[cdim];
-    let logp = input.log_softmax(cdim as isize)?;
-    let mut y = target.clone();
-    if e > 0.0 {
-        y = y.mul_scalar(1.0 - e)?.add_scalar(e / c as f64)?;
-    }
-    let mut prod = logp.mul(&y)?;
     if let Some(w) = o.weight {
         input.same_device(op, w)?;
         if w.shape() != [c] {
@@ -338,6 +332,15 @@ pub fn cross_entropy_probs(
                 ),
             ));
         }
+    }
+    let e = o.check_label_smoothing(op)?;
+    let logp = input.log_softmax(cdim as isize)?;
+    let mut y = target.clone();
+    if e > 0.0 {
+        y = y.mul_scalar(1.0 - e)?.add_scalar(e / c as f64)?;
+    }
+    let mut prod = logp.mul(&y)?;
+    if let Some(w) = o.weight {
         // [C] along the class dim: [C, 1, ..., 1].
         let mut ws = vec![c];
         ws.extend(std::iter::repeat_n(1, input.rank() - cdim - 1));

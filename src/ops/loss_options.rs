@@ -20,7 +20,8 @@ pub enum Reduction {
 /// defaults).
 #[derive(Debug, Clone, Copy)]
 pub struct CrossEntropyOptions<'a> {
-    /// A weight per class (`[C]`).
+    /// A weight per class (`[C]`; with class-index targets and inputs of rank 3 and more any
+    /// shape of C elements, as PyTorch's `nll_loss2d` takes).
     pub weight: Option<&'a Tensor>,
     /// Class-index targets equal to this value count for nothing (PyTorch's default -100).
     /// Probability targets take only a negative value (an error otherwise, as in PyTorch).
@@ -43,7 +44,10 @@ impl CrossEntropyOptions<'_> {
         if e > 1.0 {
             return Err(Error::arg(
                 op,
-                format!("label_smoothing must be between 0.0 and 1.0. Got: {e}"),
+                format!(
+                    "label_smoothing must be between 0.0 and 1.0. Got: {}",
+                    crate::error::cpp_double(e)
+                ),
             ));
         }
         Ok(if e > 0.0 { e } else { 0.0 })

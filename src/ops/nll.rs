@@ -32,7 +32,8 @@ struct NllParams {
 /// Options of [`nll_loss`] (PyTorch's keyword arguments and defaults).
 #[derive(Debug, Clone, Copy)]
 pub struct NllLossOptions<'a> {
-    /// A weight per class (`[C]`, the input's dtype).
+    /// A weight per class (`[C]`, the input's dtype; for inputs of rank 3 and more any shape
+    /// of C elements, as PyTorch's `nll_loss2d` takes).
     pub weight: Option<&'a Tensor>,
     /// Samples whose target equals this value count for nothing (PyTorch's default -100).
     pub ignore_index: i64,
@@ -103,6 +104,18 @@ fn check(
         };
         crate::ops::loss_options::no_requires_grad(op, function, "weight", weight)?;
     }
+    // nll_loss2d's weight rule (inputs of rank 3 and more go through it): any shape of C
+    // elements, in its words. Its check runs before its size check (rank 4: after the target's
+    // rank); nll_loss_nd's target-size check of other ranks runs before it.
+    let spatial_weight_error = weight
+        .filter(|w| s.len() >= 3 && w.numel() != classes)
+        .map(|_| "weight tensor should be defined either for all or no classes".to_string());
+    if let Some(msg) = spatial_weight_error
+        .as_ref()
+        .filter(|_| s.len() == 4 && t.len() == 3 && !batch_mismatch)
+    {
+        return Err(Error::shape(op, msg.clone()));
+    }
     if t != expected.as_slice() {
         // PyTorch's checks in its order and words (nll_loss_nd, then nll_loss / nll_loss2d).
         let msg = if batch_mismatch {
@@ -130,10 +143,13 @@ fn check(
             format!("{msg} (target shape {t:?} must be {expected:?} for input shape {s:?})"),
         ));
     }
+    if let Some(msg) = spatial_weight_error {
+        return Err(Error::shape(op, msg));
+    }
     if let Some(w) = weight {
         input.same_device(op, w)?;
         input.same_dtype(op, w)?;
-        if w.shape() != [classes] {
+        if s.len() <= 2 && w.shape() != [classes] {
             return Err(Error::shape(
                 op,
                 format!(

@@ -12,6 +12,7 @@
 
 use bytemuck::{Pod, Zeroable};
 
+use crate::error::cpp_double;
 use crate::runtime::pipeline::{ShaderLib, ShaderVariant};
 use crate::runtime::{Access, Kernel, Storage};
 use crate::tensor::check_new_shape;
@@ -134,6 +135,14 @@ fn torch_name(dtype: DType) -> &'static str {
     }
 }
 
+/// The name a `caffe2::TypeMeta` prints (CHECK_OUT_OF_BOUNDS streams `self.dtype()`).
+fn typemeta_name(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F16 => "c10::Half",
+        _ => "float",
+    }
+}
+
 /// `v` is finite and within `dtype`'s range (PyTorch's "from is out of bounds for Half",
 /// which an infinite or NaN bound fails too).
 fn check_in_range(op: &'static str, what: &str, v: f64, dtype: DType, max: f64) -> Result<()> {
@@ -141,8 +150,9 @@ fn check_in_range(op: &'static str, what: &str, v: f64, dtype: DType, max: f64) 
         return Err(Error::arg(
             op,
             format!(
-                "{what} is out of bounds for {}: {what}={v}, the largest {dtype:?} is {max}",
-                torch_name(dtype)
+                "{what} is out of bounds for {}: {what}={}, the largest {dtype:?} is {max}",
+                typemeta_name(dtype),
+                cpp_double(v)
             ),
         ));
     }
@@ -178,7 +188,9 @@ fn uniform_op(
         return Err(Error::arg(
             op,
             format!(
-                "uniform_ expects to return a [from, to) range, but found from={low} > to={high}"
+                "uniform_ expects to return a [from, to) range, but found from={} > to={}",
+                cpp_double(low),
+                cpp_double(high)
             ),
         ));
     }
@@ -189,9 +201,11 @@ fn uniform_op(
         return Err(Error::arg(
             op,
             format!(
-                "uniform_ expects to-from <= std::numeric_limits<{}>::max(), but found to={high} \
-                 and from={low} which result in to-from to exceed the limit ({span} > {max})",
-                torch_name(dtype)
+                "uniform_ expects to-from <= std::numeric_limits<{}>::max(), but found to={} \
+                 and from={} which result in to-from to exceed the limit ({span} > {max})",
+                torch_name(dtype),
+                cpp_double(high),
+                cpp_double(low)
             ),
         ));
     }
@@ -207,15 +221,21 @@ fn uniform_op(
 /// uniforms have 24 bits, so `|z| <= 5.7681`) exceeds the largest value of `dtype`.
 pub fn normal(dev: &Device, shape: &[usize], mean: f64, std: f64, dtype: DType) -> Result<Tensor> {
     let op = "normal";
-    let max = dtype_max(op, dtype)?;
     // PyTorch's own check (and its wording) comes first: a negative std is named as such
-    // even where it is also past the dtype's range.
+    // even where it is also past the dtype's range, or the dtype not a float.
     if std.is_nan() || std < 0.0 {
         return Err(Error::arg(
             op,
-            format!("normal expects std >= 0.0, but found std {std}"),
+            format!(
+                "normal expects std >= 0.0, but found std {}",
+                cpp_double(std)
+            ),
         ));
     }
+    if let Some(t) = empty_int(dev, op, shape, dtype)? {
+        return Ok(t);
+    }
+    let max = dtype_max(op, dtype)?;
     // A NaN mean propagates (PyTorch checks only std): every sample is NaN.
     if !mean.is_nan() {
         check_in_range(op, "mean", mean, dtype, max)?;
@@ -250,7 +270,26 @@ pub fn rand(dev: &Device, shape: &[usize], dtype: DType) -> Result<Tensor> {
 
 /// Standard normal samples (PyTorch's `torch.randn`).
 pub fn randn(dev: &Device, shape: &[usize], dtype: DType) -> Result<Tensor> {
+    if let Some(t) = empty_int(dev, "randn", shape, dtype)? {
+        return Ok(t);
+    }
     generate("randn", dev, shape, dtype, DIST_NORMAL, 0.0, 1.0, None)
+}
+
+/// An empty i32 tensor for a normal fill of no elements: `normal_` returns before its
+/// kernel's dtype dispatch there (`CHECK_EMPTY_AND_RETURN`), so `torch.randn(0,
+/// dtype=torch.int32)` is an empty int tensor; with elements it refuses the dtype.
+fn empty_int(
+    dev: &Device,
+    op: &'static str,
+    shape: &[usize],
+    dtype: DType,
+) -> Result<Option<Tensor>> {
+    if dtype != DType::I32 || !shape.contains(&0) {
+        return Ok(None);
+    }
+    check_new_shape(dev, op, shape, dtype)?;
+    Tensor::zeros(dev, shape, dtype).map(Some)
 }
 
 /// 1 with probability `p`, else 0 (PyTorch's `torch.bernoulli` of a constant probability),
@@ -261,7 +300,10 @@ pub fn bernoulli(dev: &Device, shape: &[usize], p: f64, dtype: DType) -> Result<
     if !(0.0..=1.0).contains(&p) {
         return Err(Error::arg(
             op,
-            format!("bernoulli_ expects p to be in [0, 1], but got p={p}"),
+            format!(
+                "bernoulli_ expects p to be in [0, 1], but got p={}",
+                cpp_double(p)
+            ),
         ));
     }
     if dtype == DType::I32 {

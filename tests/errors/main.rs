@@ -963,7 +963,69 @@ fn loss_errors_in_pytorch_words() {
     };
     has(
         cross_entropy(&t(&[3, 4]), &ids(&[4]), &o),
-        "label_smoothing must be between 0.0 and 1.0",
+        "label_smoothing must be between 0.0 and 1.0. Got: 1.2",
+    );
+    // Probability targets: ignore_index first, then the weight's shape, then the smoothing
+    // (which refuses a negative one there), as cross_entropy_loss_symint.
+    let (x, y) = (t(&[2, 3]), t(&[2, 3]));
+    let w4 = t(&[4]);
+    let o = CrossEntropyOptions {
+        ignore_index: 1,
+        label_smoothing: 1.5,
+        weight: Some(&w4),
+        ..Default::default()
+    };
+    has(
+        cross_entropy(&x, &y, &o),
+        "ignore_index is not supported for floating point target",
+    );
+    let o = CrossEntropyOptions {
+        ignore_index: -100,
+        ..o
+    };
+    has(
+        cross_entropy(&x, &y, &o),
+        "cross_entropy: weight tensor should be defined either for all 3 classes",
+    );
+    for (e, got) in [(1.5, "1.5"), (2.0, "2"), (1e20, "1e+20")] {
+        let o = CrossEntropyOptions {
+            label_smoothing: e,
+            ..Default::default()
+        };
+        has(
+            cross_entropy(&x, &y, &o),
+            &format!("label_smoothing must be between 0.0 and 1.0. Got: {got}"),
+        );
+    }
+    // Inputs of rank 3 and more take any weight of C elements (nll_loss2d's rule), and say
+    // its words before the size mismatch (rank 4) or after the target-size check (rank 3).
+    let w3 = Tensor::from_slice(dev(), &[0.5f32, 2.0, 3.0], &[3]).unwrap();
+    let w13 = w3.reshape(&[1, 3]).unwrap();
+    let x4 = wgtensor::ops::randn(dev(), &[2, 3, 4, 5], DType::F32).unwrap();
+    let t4 = Tensor::from_slice(dev(), &[0i32, 1, 2, 1, 0].repeat(8), &[2, 4, 5]).unwrap();
+    let loss = |w: &Tensor| {
+        let o = NllLossOptions {
+            weight: Some(w),
+            ..Default::default()
+        };
+        nll_loss(&x4, &t4, &o).unwrap().to_vec::<f32>().unwrap()
+    };
+    assert_eq!(loss(&w13), loss(&w3));
+    let o = NllLossOptions {
+        weight: Some(&w4),
+        ..Default::default()
+    };
+    has(
+        nll_loss(&t(&[2, 3, 4, 5]), &ids(&[2, 4, 6]), &o),
+        "weight tensor should be defined either for all or no classes",
+    );
+    has(
+        nll_loss(&t(&[2, 3, 4]), &ids(&[2, 5]), &o),
+        "Expected target size [2, 4], got [2, 5]",
+    );
+    has(
+        nll_loss(&t(&[2, 3, 4]), &ids(&[2, 4]), &o),
+        "weight tensor should be defined either for all or no classes",
     );
     has(
         binary_cross_entropy(&t(&[25]), &t(&[25, 1]), None, Reduction::Mean),
