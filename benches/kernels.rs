@@ -4,7 +4,7 @@
 //! This file is the harness: the command line, timing, paired ratios and output. The cases live
 //! in `cases/`, one file per kernel family, each with a `cases()` list.
 //!
-//! One line per case: `case=<name> ms=<median> gflops=<x> first_ms=<y>`. `ms` is the median of
+//! One line per case: `case=<name> ms=<median> gflops=<x> first_warm_ms=<w> first_ms=<y>`. `ms` is the median of
 //! at least 7 timed runs after warm-up, each waiting for the GPU to finish. `first_ms` is the
 //! cold first call in a fresh process (this binary re-runs itself with `--first CASE`), pipeline
 //! compilation included, with the driver's shader caches disabled (`MESA_SHADER_CACHE_DISABLE`);

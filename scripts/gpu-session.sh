@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One GPU session's measurements in one device call (DEVELOPERS.md: the device time is short and
+# One GPU session's measurements in one device call (docs/BENCHMARKS.md, "Running them on a GPU
+# machine": the device time is short and
 # every start costs minutes, so everything is built here and run there in one go).
 #
 #   scripts/gpu-session.sh prepare    here: the Vulkan loader debs into .gl/, and into .gpu/ the

@@ -274,6 +274,8 @@ pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipe
     variants: grad_variants,
 };
 
+/// Every (kernel, dtypes, override constants) combination of this family's kernels, for
+/// tests/shaders.rs to translate and validate each.
 #[doc(hidden)]
 pub fn grad_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
     use crate::runtime::pipeline::ShaderVariant;

@@ -83,6 +83,8 @@ pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipe
     variants: index_check_variants,
 };
 
+/// Every (kernel, dtypes, override constants) combination of this family's kernels, for
+/// tests/shaders.rs to translate and validate each.
 #[doc(hidden)]
 pub fn index_check_variants() -> Vec<ShaderVariant> {
     vec![ShaderVariant::new(

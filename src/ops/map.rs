@@ -489,6 +489,8 @@ pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipe
     variants: map_variants,
 };
 
+/// Every (kernel, dtypes, override constants) combination of this family's kernels, for
+/// tests/shaders.rs to translate and validate each.
 #[doc(hidden)]
 pub fn map_variants() -> Vec<crate::runtime::pipeline::ShaderVariant> {
     let mut v = Vec::new();

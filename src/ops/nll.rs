@@ -382,6 +382,8 @@ pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipe
     variants: nll_variants,
 };
 
+/// Every (kernel, dtypes, override constants) combination of this family's kernels, for
+/// tests/shaders.rs to translate and validate each.
 #[doc(hidden)]
 pub fn nll_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();

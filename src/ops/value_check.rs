@@ -99,6 +99,8 @@ pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipe
     variants: value_check_variants,
 };
 
+/// Every (kernel, dtypes, override constants) combination of this family's kernels, for
+/// tests/shaders.rs to translate and validate each.
 #[doc(hidden)]
 pub fn value_check_variants() -> Vec<ShaderVariant> {
     [DType::F32, DType::F16]

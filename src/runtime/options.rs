@@ -189,7 +189,8 @@ pub struct DeviceOptions {
     /// ([`Device::cooperative_matrix_refused`](crate::Device::cooperative_matrix_refused)).
     pub cooperative_matrix: bool,
     /// Which of wgpu's runtime checks the crate's shaders are compiled with (see
-    /// [`ShaderChecks`]). Default: [`ShaderChecks::Auto`] (no index clamps on GPUs).
+    /// [`ShaderChecks`]). Default: [`ShaderChecks::Auto`] (no index clamps on Vulkan GPUs;
+    /// elsewhere only the loop bounding dropped).
     pub shader_checks: ShaderChecks,
     /// Workgroups of 256 invocations the adapter runs at once, in place of the estimate
     /// ([`Caps::parallelism`](crate::runtime::Caps)): wgpu reports no compute-unit count, so

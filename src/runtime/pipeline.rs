@@ -397,11 +397,15 @@ impl PipelineCache {
 #[doc(hidden)]
 #[derive(Debug, Clone)]
 pub struct ShaderVariant {
+    /// The kernel's name (its pipelines' label).
     pub kernel: &'static str,
+    /// The entry point.
     pub entry: &'static str,
     /// Source with the dtype prelude applied.
     pub source: String,
+    /// The dtypes bound to `T`, `U`, ... in the prelude.
     pub dtypes: Vec<DType>,
+    /// The override constants the pipeline is created with.
     pub constants: Vec<(&'static str, f64)>,
     /// The pipeline layout's bindings: (binding, read-only) for the Params uniform (0, true)
     /// and every storage binding, so a test can check that the entry point reaches no other.

@@ -344,9 +344,11 @@ fn product(dims: &[usize]) -> Option<u64> {
 }
 
 impl Geom {
+    /// Input channels per group.
     pub fn cg(&self) -> usize {
         self.c / self.groups
     }
+    /// Output channels per group.
     pub fn og(&self) -> usize {
         self.o / self.groups
     }

@@ -455,6 +455,8 @@ pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipe
     variants: conv_variants,
 };
 
+/// Every (kernel, dtypes, override constants) combination of this family's kernels, for
+/// tests/shaders.rs to translate and validate each.
 #[doc(hidden)]
 pub fn conv_variants() -> Vec<ShaderVariant> {
     // Every table the planner picks from, so the list cannot drift from the plans.

@@ -572,6 +572,8 @@ fn wg_shape(kernel: GemmKernel) -> [(&'static str, f64); 2] {
     ]
 }
 
+/// Every (kernel, dtypes, override constants) combination of this family's kernels, for
+/// tests/shaders.rs to translate and validate each.
 #[doc(hidden)]
 pub fn gemm_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();
