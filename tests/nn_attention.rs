@@ -476,15 +476,22 @@ fn wrong_shapes_are_errors_naming_the_layer_and_the_shapes() {
         ),
         "{err}"
     );
+    // nn.MultiheadAttention builds with any dropout; its forward in training refuses one
+    // outside [0, 1] (F.dropout's words), in eval nothing is dropped.
     let cfg = MultiheadAttentionConfig {
         dropout: 1.5,
         ..Default::default()
     };
-    let err = MultiheadAttention::new(dev, 8, 2, cfg)
+    let mut m = MultiheadAttention::new(dev, 8, 2, cfg).unwrap();
+    let x = Tensor::zeros(dev, &[4, 2, 8], DType::F32).unwrap();
+    let err = m
+        .forward_attn(&x, &x, &x, &MhaOptions::default())
         .unwrap_err()
         .to_string();
     let words = "dropout probability has to be between 0 and 1, but got 1.5";
     assert!(err.contains(words), "{err}");
+    m.eval();
+    assert!(m.forward_attn(&x, &x, &x, &MhaOptions::default()).is_ok());
     let cfg = TransformerEncoderLayerConfig {
         dropout: 1.5,
         ..Default::default()

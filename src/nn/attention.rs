@@ -150,8 +150,9 @@ pub struct MultiheadAttention {
 impl MultiheadAttention {
     /// PyTorch's `nn.MultiheadAttention(embed_dim, num_heads, dropout, bias, kdim=, vdim=,
     /// batch_first=)` with its initialization (`MultiheadAttentionConfig::default()` gives
-    /// PyTorch's defaults). Errors when `embed_dim` is not a multiple of `num_heads` or
-    /// `dropout` is not a probability.
+    /// PyTorch's defaults). Errors when `embed_dim` is not a multiple of `num_heads`. A
+    /// `dropout` outside `[0, 1]` is accepted here, as PyTorch's constructor does, and refused
+    /// by a forward in training (as its dropout raises there).
     pub fn new(
         dev: &Device,
         embed_dim: usize,
@@ -170,7 +171,6 @@ impl MultiheadAttention {
                 format!("embed_dim must be divisible by num_heads, got embed_dim {embed_dim} and num_heads {num_heads}"),
             ));
         }
-        crate::ops::random::check_dropout_p(OP, c.dropout)?;
         let (kdim, vdim) = (c.kdim.unwrap_or(embed_dim), c.vdim.unwrap_or(embed_dim));
         let e = embed_dim;
         // The packed projection is [3 E, E]: E is the caller's, 3 E must not overflow.
@@ -340,7 +340,12 @@ impl MultiheadAttention {
             .key_padding_mask
             .map(|m| self.key_padding_mask(m, batched, n, s, dt))
             .transpose()?;
-        let dropout_p = if self.training { self.dropout } else { 0.0 };
+        let dropout_p = if self.training {
+            crate::ops::random::check_dropout_p(OP, self.dropout)?;
+            self.dropout
+        } else {
+            0.0
+        };
         let fused_causal = opts.is_causal && kpm.is_none() && !opts.need_weights;
         let mut attn = match opts.attn_mask {
             // F.multi_head_attention_forward drops the mask here before its shape checks
