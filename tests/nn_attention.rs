@@ -492,6 +492,23 @@ fn wrong_shapes_are_errors_naming_the_layer_and_the_shapes() {
     assert!(err.contains(words), "{err}");
     m.eval();
     assert!(m.forward_attn(&x, &x, &x, &MhaOptions::default()).is_ok());
+    // At or below 0 (or NaN) nothing is dropped in training, as PyTorch's `dropout_p > 0`.
+    for p in [-0.5, f64::NAN] {
+        let cfg = MultiheadAttentionConfig {
+            dropout: p,
+            ..Default::default()
+        };
+        let m = MultiheadAttention::new(dev, 8, 2, cfg).unwrap();
+        let xs: Vec<f32> = (0..64).map(|i| (i % 7) as f32 * 0.25).collect();
+        let x = Tensor::from_slice(dev, &xs, &[4, 2, 8]).unwrap();
+        let (y, w) = m.forward_attn(&x, &x, &x, &MhaOptions::default()).unwrap();
+        let w = w.unwrap().to_vec::<f32>().unwrap();
+        // Each averaged weight row sums to 1: nothing was zeroed or rescaled.
+        for row in w.chunks(4) {
+            assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5, "{row:?}");
+        }
+        assert!(y.to_vec::<f32>().unwrap().iter().all(|v| v.is_finite()));
+    }
     let cfg = TransformerEncoderLayerConfig {
         dropout: 1.5,
         ..Default::default()

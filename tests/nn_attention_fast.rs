@@ -80,9 +80,8 @@ fn a_fully_masked_query_is_nan_on_the_fast_path_only() {
     assert!(tr.iter().all(|v| v.is_finite()), "{tr:?}");
     // An attention mask whose row 1 excludes every key: that query's row only, in both
     // sequences; with need_weights the weights' row is NaN too.
-    let inf = f32::NEG_INFINITY;
-    let am = mask(&[0., inf, 0., inf, inf, inf, 0., 0., 0.], &[3, 3]);
-    let o = opts(None, Some(MhaMask::Additive(&am)));
+    let am = mask(&[0., 1., 0., 1., 1., 1., 0., 0., 0.], &[3, 3]);
+    let o = opts(None, Some(MhaMask::Bool(&am)));
     let y = wgtensor::no_grad(|| run(&m, &x, &x, &o));
     for (i, v) in y.iter().enumerate() {
         assert_eq!(v.is_nan(), (i / 4) % 3 == 1, "{i}: {v}");
@@ -104,18 +103,44 @@ fn a_fully_masked_query_is_nan_on_the_fast_path_only() {
     for (i, v) in w.iter().enumerate() {
         assert_eq!(v.is_nan(), (i / 3) % 3 == 1, "weight {i}: {v}");
     }
+    // The same mask as a float (-inf) one keeps PyTorch's MultiheadAttention off its fast
+    // path ("floating-point masks are not supported for fast path"): zeros, no NaN.
+    let inf = f32::NEG_INFINITY;
+    let af = mask(&[0., inf, 0., inf, inf, inf, 0., 0., 0.], &[3, 3]);
+    let yf = wgtensor::no_grad(|| run(&m, &x, &x, &opts(None, Some(MhaMask::Additive(&af)))));
+    assert!(yf.iter().all(|v| v.is_finite()), "{yf:?}");
 }
 
-/// The fast path masks a key out wherever an additive mask is nonzero: a `+2` bias masks like
-/// `true` (the general path adds it), and a row of `-1e9` is NaN (the general path's
-/// softmax is uniform there).
+fn layer(eps2: f64) -> TransformerEncoderLayer {
+    let cfg = TransformerEncoderLayerConfig {
+        dim_feedforward: 8,
+        dropout: 0.0,
+        batch_first: true,
+        ..Default::default()
+    };
+    let mut layer = TransformerEncoderLayer::new(common::device(), 4, 2, cfg).unwrap();
+    layer.norm2.eps = eps2;
+    layer.eval();
+    layer
+}
+
+fn run_layer(l: &TransformerEncoderLayer, attn: Option<MhaMask>, pad: Option<MhaMask>) -> Vec<f32> {
+    l.forward_with(&input(), attn, pad, false)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap()
+}
+
+/// The encoder layer's fast path reads every mask as bool, a float one too: a `+2` bias masks
+/// like `true` and a row of `-1e9` is NaN; its slow path (gradients recorded, or norms of two
+/// eps) adds the bias, as `MultiheadAttention` given the float mask directly does.
 #[test]
-fn the_fast_path_reads_additive_masks_as_bool() {
-    let (m, x) = (mha(true), input());
+fn the_encoder_layer_reads_float_masks_as_bool_on_its_fast_path() {
+    let l = layer(1e-5);
     let bias = mask(&[0., 2., 0., -1e9, -1e9, -1e9, 0., 0., 0.5], &[3, 3]);
     let as_bool = mask(&[0., 1., 0., 1., 1., 1., 0., 0., 1.], &[3, 3]);
-    let fast = wgtensor::no_grad(|| run(&m, &x, &x, &opts(None, Some(MhaMask::Additive(&bias)))));
-    let hard = wgtensor::no_grad(|| run(&m, &x, &x, &opts(None, Some(MhaMask::Bool(&as_bool)))));
+    let fast = wgtensor::no_grad(|| run_layer(&l, Some(MhaMask::Additive(&bias)), None));
+    let hard = wgtensor::no_grad(|| run_layer(&l, Some(MhaMask::Bool(&as_bool)), None));
     let same = fast
         .iter()
         .zip(&hard)
@@ -124,41 +149,45 @@ fn the_fast_path_reads_additive_masks_as_bool() {
     for (i, v) in fast.iter().enumerate() {
         assert_eq!(v.is_nan(), (i / 4) % 3 == 1, "{i}: {v}");
     }
-    // The general path (gradients recorded) adds the bias: finite, and other values.
-    let soft = run(&m, &x, &x, &opts(None, Some(MhaMask::Additive(&bias))));
+    // Gradients recorded (the parameters are tracked): the slow path, finite, other values.
+    let soft = run_layer(&l, Some(MhaMask::Additive(&bias)), None);
     assert!(soft.iter().all(|v| v.is_finite()), "{soft:?}");
     assert!(soft[..4]
         .iter()
         .zip(&fast[..4])
         .any(|(a, b)| (a - b).abs() > 1e-4));
+    // norm2.eps unlike norm1.eps keeps PyTorch's layer off its fast path.
+    let l2 = layer(1e-6);
+    let y = wgtensor::no_grad(|| run_layer(&l2, Some(MhaMask::Bool(&as_bool)), None));
+    assert!(y.iter().all(|v| v.is_finite()), "{y:?}");
+    // MultiheadAttention given the float mask itself: the general path (soft, no NaN).
+    let x = input();
+    let direct = wgtensor::no_grad(|| {
+        run(
+            &l.self_attn,
+            &x,
+            &x,
+            &opts(None, Some(MhaMask::Additive(&bias))),
+        )
+    });
+    assert!(direct.iter().all(|v| v.is_finite()), "{direct:?}");
     // An integer additive mask is still refused, as on the general path.
     let ints = Tensor::from_slice(common::device(), &[0i32; 9], &[3, 3]).unwrap();
-    let e = wgtensor::no_grad(|| {
-        m.forward_attn(&x, &x, &x, &opts(None, Some(MhaMask::Additive(&ints))))
-    })
-    .unwrap_err();
+    let e = wgtensor::no_grad(|| l.forward_with(&x, Some(MhaMask::Additive(&ints)), None, false))
+        .unwrap_err();
     assert!(e.to_string().contains("MultiheadAttention"), "{e}");
 }
 
-/// The encoder layer runs its attention the same way: a `-1e9` padding bias that covers a
-/// whole sequence makes its rows NaN in eval without gradients, as PyTorch's fast path.
+/// A `-1e9` padding bias that covers a whole sequence makes its rows NaN on the layer's fast
+/// path, as PyTorch's; a bool padding mask the same.
 #[test]
 fn the_encoder_layer_follows_the_fast_path() {
-    let cfg = TransformerEncoderLayerConfig {
-        dim_feedforward: 8,
-        dropout: 0.0,
-        batch_first: true,
-        ..Default::default()
-    };
-    let mut layer = TransformerEncoderLayer::new(common::device(), 4, 2, cfg).unwrap();
-    layer.eval();
-    let x = input();
-    let pad = mask(&[-1e9, -1e9, -1e9, 0., 0., -1e9], &[2, 3]);
-    let y =
-        wgtensor::no_grad(|| layer.forward_with(&x, None, Some(MhaMask::Additive(&pad)), false))
-            .unwrap()
-            .to_vec::<f32>()
-            .unwrap();
-    assert!(y[..12].iter().all(|v| v.is_nan()), "{y:?}");
-    assert!(y[12..].iter().all(|v| v.is_finite()), "{y:?}");
+    let l = layer(1e-5);
+    let padf = mask(&[-1e9, -1e9, -1e9, 0., 0., -1e9], &[2, 3]);
+    let padb = mask(&[1., 1., 1., 0., 0., 1.], &[2, 3]);
+    for pad in [MhaMask::Additive(&padf), MhaMask::Bool(&padb)] {
+        let y = wgtensor::no_grad(|| run_layer(&l, None, Some(pad)));
+        assert!(y[..12].iter().all(|v| v.is_nan()), "{y:?}");
+        assert!(y[12..].iter().all(|v| v.is_finite()), "{y:?}");
+    }
 }

@@ -150,9 +150,10 @@ pub struct MultiheadAttention {
 impl MultiheadAttention {
     /// PyTorch's `nn.MultiheadAttention(embed_dim, num_heads, dropout, bias, kdim=, vdim=,
     /// batch_first=)` with its initialization (`MultiheadAttentionConfig::default()` gives
-    /// PyTorch's defaults). Errors when `embed_dim` is not a multiple of `num_heads`. A
-    /// `dropout` outside `[0, 1]` is accepted here, as PyTorch's constructor does, and refused
-    /// by a forward in training (as its dropout raises there).
+    /// PyTorch's defaults). Errors when `embed_dim` is not a multiple of `num_heads`. Any
+    /// `dropout` is accepted here, as PyTorch's constructor does: a forward in training
+    /// refuses one above 1 (as its dropout raises there) and drops nothing for one at or
+    /// below 0 or NaN (as its `dropout_p > 0` test).
     pub fn new(
         dev: &Device,
         embed_dim: usize,
@@ -220,8 +221,8 @@ impl MultiheadAttention {
     ///
     /// Where PyTorch takes its fast path (eval without gradients, batch-first self-attention
     /// with `query`, `key` and `value` one tensor, a packed in-projection with a bias, an even
-    /// head count), this does what it does with masks: every mask is read as bool (a nonzero
-    /// additive entry masks its key out entirely) and a query with every key masked gives NaN.
+    /// head count, and bool masks only: a float mask keeps it off), a query with every key
+    /// masked gives NaN, as there.
     ///
     /// Errors ([`Error::Shape`]) name the layer and the shapes: inputs of other ranks or
     /// feature sizes, keys and values of different lengths or batches, masks of other shapes.
@@ -340,12 +341,6 @@ impl MultiheadAttention {
             .key_padding_mask
             .map(|m| self.key_padding_mask(m, batched, n, s, dt))
             .transpose()?;
-        let dropout_p = if self.training {
-            crate::ops::random::check_dropout_p(OP, self.dropout)?;
-            self.dropout
-        } else {
-            0.0
-        };
         let fused_causal = opts.is_causal && kpm.is_none() && !opts.need_weights;
         let mut attn = match opts.attn_mask {
             // F.multi_head_attention_forward drops the mask here before its shape checks
@@ -365,6 +360,16 @@ impl MultiheadAttention {
             m => m
                 .map(|m| self.attn_mask(m, batched, n, l, s, dt))
                 .transpose()?,
+        };
+        // After the masks' checks, as PyTorch drops out when it computes the attention, and only
+        // for a p above 0 (`if dropout_p > 0.0`): a negative or NaN p drops nothing, one past 1
+        // raises dropout's error.
+        let dropout_p = match self.training && self.dropout > 0.0 {
+            true => {
+                crate::ops::random::check_dropout_p(OP, self.dropout)?;
+                self.dropout
+            }
+            false => 0.0,
         };
         if opts.is_causal && !fused_causal && attn.is_none() {
             attn = Some(crate::ops::attention::reference::causal_additive(

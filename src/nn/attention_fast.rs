@@ -1,19 +1,22 @@
-//! Where PyTorch's `MultiheadAttention` fast path (`torch._native_multi_head_attention`, taken
-//! in eval without gradients for batch-first self-attention) gives other results than its
-//! general path, and so this layer's: with masks. Its `masked_softmax` (attention.cpp) reads
-//! every mask as bool (`attn_mask->to(kBool)`), so a nonzero additive entry masks its key out
-//! entirely (a `-1e9` padding bias too, not only `-inf`), and a query whose every key is
-//! masked gets NaN (its softmax sums to 0), where the general path's fused kernel gives 0.
+//! Where PyTorch's attention fast paths give other results than its general path, and so this
+//! layer's: with masks. `MultiheadAttention.forward` takes `torch._native_multi_head_attention`
+//! in eval without gradients for batch-first self-attention given bool masks only (float masks
+//! send it down the general path); `TransformerEncoderLayer.forward` takes
+//! `torch._transformer_encoder_layer_fwd` under its own conditions, with its masks made float
+//! and merged. Both end in attention.cpp's `masked_softmax`, which reads the mask as bool
+//! (`attn_mask->to(kBool)`: a nonzero additive entry masks its key out entirely) and gives NaN
+//! for a query whose every key is masked (its softmax sums to 0), where the general path's
+//! fused kernel gives 0.
 
 use super::attention::{mask_tensor, same_view, MhaMask, MhaOptions, MultiheadAttention};
 use super::Module;
 use crate::{Result, Tensor};
 
 impl MultiheadAttention {
-    /// Whether PyTorch's `MultiheadAttention.forward` takes its fast path: eval, batch-first
-    /// 3-D input, self-attention (query, key and value the same tensor), a packed in-projection
-    /// with a bias, an even head count, and no gradient recorded (grad mode off, or neither the
-    /// query nor a parameter tracked).
+    /// Whether PyTorch's `MultiheadAttention.forward` takes its fast path, masks aside: eval,
+    /// batch-first 3-D input, self-attention (query, key and value the same tensor), a packed
+    /// in-projection with a bias, an even head count, and no gradient recorded (grad mode off,
+    /// or neither the query nor a parameter tracked).
     pub(crate) fn takes_fast_path(&self, query: &Tensor, key: &Tensor, value: &Tensor) -> bool {
         !self.training
             && self.batch_first
@@ -27,10 +30,10 @@ impl MultiheadAttention {
                 && (query.is_tracked() || self.parameters().iter().any(Tensor::is_tracked)))
     }
 
-    /// The fast path's result when it takes masks (see the module docs); `None` where the
-    /// general path's result is PyTorch's: no fast path, no masks, `is_causal` without a
-    /// mask (an extension of ours: PyTorch needs the mask), or an additive mask of a dtype
-    /// the general path refuses (its error is the one to give).
+    /// `MultiheadAttention.forward`'s fast path where it changes the result: bool masks only
+    /// (see the module docs); `None` where the general path's result is PyTorch's: no fast
+    /// path, no masks, a float mask, or `is_causal` without a mask (an extension of ours:
+    /// PyTorch needs the mask; with one, the fast path takes the mask for what it is).
     pub(super) fn fast_path_forward(
         &self,
         query: &Tensor,
@@ -39,40 +42,71 @@ impl MultiheadAttention {
         opts: &MhaOptions,
     ) -> Result<Option<(Tensor, Option<Tensor>)>> {
         let masks = [opts.key_padding_mask, opts.attn_mask];
-        let refused =
-            |m: &Option<MhaMask>| matches!(m, Some(MhaMask::Additive(t)) if !t.dtype().is_float());
         if masks.iter().all(Option::is_none)
-            || masks.iter().any(refused)
+            || masks
+                .iter()
+                .any(|m| matches!(m, Some(MhaMask::Additive(_))))
             || (opts.is_causal && opts.attn_mask.is_none())
             || !self.takes_fast_path(query, key, value)
         {
             return Ok(None);
         }
+        let o = MhaOptions {
+            is_causal: false,
+            ..*opts
+        };
+        self.masked_softmax_path(query, &o).map(Some)
+    }
+
+    /// The encoder layer's fast path (`_transformer_encoder_layer_fwd`) for self-attention on
+    /// `x`, which the layer decided to take: every mask read as bool, a float one too (two
+    /// masks together count a key out where either does: PyTorch sums the float forms first,
+    /// so a `+x` and a `-x` entry would cancel there). An additive mask of a dtype the general
+    /// path refuses goes there for its error.
+    pub(crate) fn encoder_fast_path(&self, x: &Tensor, opts: &MhaOptions) -> Result<Tensor> {
+        let masks = [opts.key_padding_mask, opts.attn_mask];
+        let refused =
+            |m: &Option<MhaMask>| matches!(m, Some(MhaMask::Additive(t)) if !t.dtype().is_float());
+        // `is_causal` without a mask is ours (PyTorch needs the mask): the general path.
+        let causal_only = opts.is_causal && opts.attn_mask.is_none();
+        if masks.iter().any(refused) || masks.iter().all(Option::is_none) || causal_only {
+            return Ok(self.forward_general(x, x, x, opts)?.0);
+        }
         let hard = |m: MhaMask| mask_tensor(m).ne_scalar(0.0);
         let pad = opts.key_padding_mask.map(hard).transpose()?;
         let attn = opts.attn_mask.map(hard).transpose()?;
-        // The fast path takes a given mask for what it is (`is_causal` is only a hint there).
-        let hard_opts = MhaOptions {
+        let o = MhaOptions {
             key_padding_mask: pad.as_ref().map(MhaMask::Bool),
             attn_mask: attn.as_ref().map(MhaMask::Bool),
             is_causal: false,
             ..*opts
         };
-        let (out, weights) = self.forward_general(query, key, value, &hard_opts)?;
+        Ok(self.masked_softmax_path(x, &o)?.0)
+    }
+
+    /// The general path with bool masks (`opts`), then NaN on the output rows of queries whose
+    /// every key is masked (in any head: that head's NaN reaches the whole row through
+    /// out_proj), as `masked_softmax` gives. With weights the explicit softmax of a row of
+    /// `-inf` is NaN already.
+    fn masked_softmax_path(
+        &self,
+        x: &Tensor,
+        opts: &MhaOptions,
+    ) -> Result<(Tensor, Option<Tensor>)> {
+        let (out, weights) = self.forward_general(x, x, x, opts)?;
         if opts.need_weights {
-            // The explicit softmax of a row of -inf is NaN already, as the fast path's.
-            return Ok(Some((out, weights)));
+            return Ok((out, weights));
         }
         // The shapes passed the general path's checks: pad [N, S], attn [L, S] or [N H, L, S].
-        let (n, l, s, h) = (
-            query.shape()[0],
-            query.shape()[1],
-            key.shape()[1],
-            self.num_heads,
-        );
+        let (n, l, h) = (x.shape()[0], x.shape()[1], self.num_heads);
+        let s = l;
         let mut heads = 1;
-        let mut all = pad.map(|p| p.reshape(&[n, 1, 1, s])).transpose()?;
-        if let Some(a) = attn {
+        let mut all = opts
+            .key_padding_mask
+            .map(|m| mask_tensor(m).ne_scalar(0.0)?.reshape(&[n, 1, 1, s]))
+            .transpose()?;
+        if let Some(m) = opts.attn_mask {
+            let a = mask_tensor(m).ne_scalar(0.0)?;
             let a = if a.rank() == 2 {
                 a.reshape(&[1, 1, l, s])?
             } else {
@@ -85,16 +119,15 @@ impl MultiheadAttention {
             });
         }
         let Some(all) = all else {
-            return Ok(Some((out, weights)));
+            return Ok((out, weights));
         };
-        // A query excludes every key when the mean of its exclusions is 1, in any head (that
-        // head's NaN reaches the whole row through out_proj).
+        // A query excludes every key when the mean of its exclusions is 1.
         let rows = all
             .broadcast_to(&[n, heads, l, s])?
             .mean(-1, false)?
             .eq_scalar(1.0)?
             .max(1, false)?
             .reshape(&[n, l, 1])?;
-        Ok(Some((out.masked_fill(&rows, f64::NAN)?, weights)))
+        Ok((out.masked_fill(&rows, f64::NAN)?, weights))
     }
 }

@@ -416,10 +416,21 @@ fn read_counter(t: &Tensor) -> Result<Option<u64>> {
     }
 }
 
-/// [`read_counter`] without blocking (every target).
+/// [`read_counter`] without blocking (every target): read in the entry's own dtype and
+/// converted on the host, so nothing new is recorded before the readback (which, in the
+/// browser, drains the parked batches first).
 async fn read_counter_async(t: &Tensor) -> Result<Option<u64>> {
-    let v = t.to_dtype(DType::I32)?.to_vec_async::<i32>().await?;
-    Ok(v.first().map(|&n| n.max(0) as u64))
+    let first = match t.dtype() {
+        DType::I32 => t.to_vec_async::<i32>().await?.first().map(|&n| n as f64),
+        DType::F32 => t.to_vec_async::<f32>().await?.first().map(|&v| v as f64),
+        DType::F16 => t
+            .to_vec_async::<half::f16>()
+            .await?
+            .first()
+            .map(|v| v.to_f64()),
+    };
+    // As to_dtype(I32) rounds toward zero and saturates (NaN to 0).
+    Ok(first.map(|v| (v as i32).max(0) as u64))
 }
 
 /// The tensors a load writes (by state-dict name) and the counters it reads.

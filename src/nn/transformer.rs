@@ -149,9 +149,10 @@ impl TransformerEncoderLayer {
     ///
     /// In eval without gradients, for batch-first 3-D input and an even head count, PyTorch
     /// takes its fused fast path, whose attention reads every mask as bool (a nonzero additive
-    /// entry masks its key out) and gives NaN for a query whose mask excludes every key (the
-    /// slow path gives 0): so does this layer, through
-    /// [`MultiheadAttention::forward_attn`], which does the same in those conditions.
+    /// entry, a `-1e9` padding bias too, masks its key out) and gives NaN for a query whose
+    /// mask excludes every key (the slow path gives 0): so does this layer. Off that path its
+    /// attention is the general one (PyTorch hands it float masks, which keep
+    /// `MultiheadAttention` off its own fast path).
     pub fn forward_with(
         &self,
         src: &Tensor,
@@ -159,16 +160,18 @@ impl TransformerEncoderLayer {
         src_key_padding_mask: Option<MhaMask>,
         is_causal: bool,
     ) -> Result<Tensor> {
-        self.forward_slow(src, src_mask, src_key_padding_mask, is_causal, false)
+        let fast = self.takes_fast_path(src);
+        self.forward_slow(src, src_mask, src_key_padding_mask, is_causal, fast)
     }
 
     /// Whether PyTorch's `TransformerEncoderLayer.forward` takes its fast path
     /// (`why_not_sparsity_fast_path` empty: eval, batch-first 3-D input, a packed in-projection
-    /// with bias, an even head count, no gradient recorded; the activation and the norms'
-    /// eps always qualify here).
+    /// with bias, an even head count, the norms' eps equal, no gradient recorded; the
+    /// activation always qualifies here).
     fn takes_fast_path(&self, src: &Tensor) -> bool {
         let attn = &self.self_attn;
         !attn.training
+            && self.norm1.eps == self.norm2.eps
             && attn.batch_first
             && attn.num_heads.is_multiple_of(2)
             && attn.in_proj_weight.is_some()
@@ -178,16 +181,16 @@ impl TransformerEncoderLayer {
                 && (src.is_tracked() || self.parameters().iter().any(Tensor::is_tracked)))
     }
 
-    /// The layer as PyTorch's slow path computes it (its attention takes PyTorch's fast path
-    /// where that applies, see [`forward_with`](Self::forward_with), unless `general`: on the
-    /// encoder's nested-tensor path the layers see no padding, so no fully masked rows).
+    /// The layer's formula, its attention as PyTorch's fast path computes it when `fast` (see
+    /// [`forward_with`](Self::forward_with)), else the general path (also on the encoder's
+    /// nested-tensor path, where the layers see no padding, so no fully masked rows).
     fn forward_slow(
         &self,
         src: &Tensor,
         src_mask: Option<MhaMask>,
         src_key_padding_mask: Option<MhaMask>,
         is_causal: bool,
-        general: bool,
+        fast: bool,
     ) -> Result<Tensor> {
         // A child's error names it (`self_attn (MultiheadAttention): ...`).
         let at = |name: &'static str, layer: &'static str| move |e: Error| e.in_layer(name, layer);
@@ -199,11 +202,11 @@ impl TransformerEncoderLayer {
                 average_attn_weights: true,
                 is_causal,
             };
-            let attn = match general {
-                true => self.self_attn.forward_general(x, x, x, &opts),
-                false => self.self_attn.forward_attn(x, x, x, &opts),
+            let attn = match fast {
+                true => self.self_attn.encoder_fast_path(x, &opts),
+                false => self.self_attn.forward_general(x, x, x, &opts).map(|r| r.0),
             };
-            let (y, _) = attn.map_err(at("self_attn", "MultiheadAttention"))?;
+            let y = attn.map_err(at("self_attn", "MultiheadAttention"))?;
             self.dropout1.forward(&y)
         };
         let ff = |x: &Tensor| -> Result<Tensor> {
@@ -327,8 +330,10 @@ impl TransformerEncoder {
         for (i, layer) in self.layers.iter().enumerate() {
             // On PyTorch's nested-tensor path the layers see no padding (so no fully masked
             // rows); otherwise each takes its own path (see forward_with).
-            let nested = keep.is_some();
-            let y = layer.forward_slow(&x, mask, src_key_padding_mask, is_causal, nested);
+            let y = match keep {
+                Some(_) => layer.forward_slow(&x, mask, src_key_padding_mask, is_causal, false),
+                None => layer.forward_with(&x, mask, src_key_padding_mask, is_causal),
+            };
             x = y.map_err(|e| e.in_layer(&format!("layers.{i}"), "TransformerEncoderLayer"))?;
         }
         if let Some(keep) = keep {

@@ -187,8 +187,9 @@ impl Device {
         // A lost device or an uncaptured error: the staging buffer is still given back (the
         // pool and the host budget count it until then), or forgotten where its map request
         // may be pending, as below. One that holds the error buffer's bytes (cleared on the
-        // device since) waits, mapped, for the next readback or sync to read them.
-        if let Err(e) = self.check(op) {
+        // device since) waits, mapped, for the next readback or sync to read them. Errors only:
+        // the data is here, and the parking bound (wasm) refuses new work, not a readback.
+        if let Err(e) = self.check_errors(op) {
             match (status, rb.index_errors_at) {
                 (Some(Ok(())), Some(at)) => {
                     let (tx, rx) = futures::channel::oneshot::channel();

@@ -247,7 +247,7 @@ impl Device {
             self.submit_parked(op).await?;
             self.submitted_work_done().await;
             self.lock_state().submitter.prune(&self.inner.device);
-            self.check(op)?;
+            self.check_errors(op)?;
             // None on wasm (its readbacks do not time out); kept for one path on every target.
             self.take_late_index_errors(op)?;
             if let Some(err) = self.pending_index_buffer() {
