@@ -230,7 +230,7 @@ pub(crate) fn py_float(v: f64) -> String {
 /// ("normal expects std >= 0.0, but found std nan").
 pub(crate) fn cpp_double(v: f64) -> String {
     if v.is_nan() {
-        return "nan".into();
+        return if v.is_sign_negative() { "-nan" } else { "nan" }.into();
     }
     if v.is_infinite() {
         return if v > 0.0 { "inf" } else { "-inf" }.into();
@@ -282,6 +282,9 @@ mod tests {
             (0.00001234, "1.234e-05"),
             (-0.0, "-0"),
             (f64::NAN, "nan"),
+            (-f64::NAN, "-nan"),
+            (9.999995e-5, "0.0001"),
+            (1e16, "1e+16"),
             (f64::NEG_INFINITY, "-inf"),
             (3.0e-3, "0.003"),
         ];

@@ -369,6 +369,9 @@ fn ranges_past_the_dtype_are_refused() {
         assert_eq!(t.dtype(), DType::I32);
         assert_eq!(t.numel(), 0);
     }
+    // ... and before this crate's range checks (a mean past f32 fills nothing).
+    let t = normal(d, &[0, 3], 1e39, 2.0, f32).unwrap();
+    assert_eq!((t.shape(), t.dtype()), (&[0usize, 3][..], f32));
     err(randn(d, &[2], DType::I32), "randn", "I32");
     err(uniform(d, &[0], 0.0, 1.0, DType::I32), "uniform", "I32");
     err(

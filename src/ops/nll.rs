@@ -33,7 +33,8 @@ struct NllParams {
 #[derive(Debug, Clone, Copy)]
 pub struct NllLossOptions<'a> {
     /// A weight per class (`[C]`, the input's dtype; for inputs of rank 3 and more any shape
-    /// of C elements, as PyTorch's `nll_loss2d` takes).
+    /// of C elements, as PyTorch's `nll_loss2d` takes, though `cross_entropy`'s label
+    /// smoothing takes `[C]` only).
     pub weight: Option<&'a Tensor>,
     /// Samples whose target equals this value count for nothing (PyTorch's default -100).
     pub ignore_index: i64,
@@ -346,7 +347,31 @@ pub(crate) fn cross_entropy_indices(
     let op = "cross_entropy";
     // Smoothing first, as PyTorch's cross_entropy checks it before nll_loss's shape checks.
     let e = o.check_label_smoothing(op)?;
-    check(op, input, target, o.weight)?;
+    let pr = check(op, input, target, o.weight)?;
+    if let Some(w) = o.weight.filter(|w| e > 0.0 && w.rank() != 1) {
+        // cross_entropy_loss_label_smoothing views the weight by its first dim, then (Mean)
+        // gathers from it as 1-D: only a [C] weight passes both.
+        let cdim = usize::from(input.rank() > 1);
+        let mut view = vec![1usize; input.rank()];
+        view[cdim] = w.shape().first().copied().unwrap_or(1);
+        let msg = if view[cdim] != pr.classes {
+            format!(
+                "shape '{view:?}' is invalid for input of size {}",
+                w.numel()
+            )
+        } else {
+            "Index tensor must have the same number of dimensions as input tensor".to_string()
+        };
+        if view[cdim] != pr.classes || o.reduction == Reduction::Mean {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "{msg} (with label_smoothing the weight must be [C], got {:?})",
+                    w.shape()
+                ),
+            ));
+        }
+    }
     let cdim: isize = if input.rank() == 1 { 0 } else { 1 };
     let logp = input.log_softmax(cdim)?;
     let (nll, aux, pr) = nll_parts(op, &logp, target, o.weight, o.ignore_index)?;

@@ -143,7 +143,7 @@ fn typemeta_name(dtype: DType) -> &'static str {
     }
 }
 
-/// `v` is finite and within `dtype`'s range (PyTorch's "from is out of bounds for Half",
+/// `v` is finite and within `dtype`'s range (PyTorch's "from is out of bounds for c10::Half",
 /// which an infinite or NaN bound fails too).
 fn check_in_range(op: &'static str, what: &str, v: f64, dtype: DType, max: f64) -> Result<()> {
     if v.is_nan() || v.abs() > max {
@@ -218,7 +218,8 @@ fn uniform_op(
 /// A NaN `mean` gives NaN samples, as PyTorch's. Errors ([`Error::InvalidArgument`]) when
 /// `mean` is infinite or `std` not finite, either is outside `dtype`'s range, when `std < 0`
 /// or NaN (PyTorch's `std >= 0.0` check), or when `|mean| + 5.77 std` (the kernel's largest sample: its
-/// uniforms have 24 bits, so `|z| <= 5.7681`) exceeds the largest value of `dtype`.
+/// uniforms have 24 bits, so `|z| <= 5.7681`) exceeds the largest value of `dtype`. An empty
+/// shape gives an empty tensor after the `std >= 0` check alone, as `normal_` returns there.
 pub fn normal(dev: &Device, shape: &[usize], mean: f64, std: f64, dtype: DType) -> Result<Tensor> {
     let op = "normal";
     // PyTorch's own check (and its wording) comes first: a negative std is named as such
@@ -232,7 +233,7 @@ pub fn normal(dev: &Device, shape: &[usize], mean: f64, std: f64, dtype: DType) 
             ),
         ));
     }
-    if let Some(t) = empty_int(dev, op, shape, dtype)? {
+    if let Some(t) = empty_fill(dev, op, shape, dtype)? {
         return Ok(t);
     }
     let max = dtype_max(op, dtype)?;
@@ -270,22 +271,23 @@ pub fn rand(dev: &Device, shape: &[usize], dtype: DType) -> Result<Tensor> {
 
 /// Standard normal samples (PyTorch's `torch.randn`).
 pub fn randn(dev: &Device, shape: &[usize], dtype: DType) -> Result<Tensor> {
-    if let Some(t) = empty_int(dev, "randn", shape, dtype)? {
+    if let Some(t) = empty_fill(dev, "randn", shape, dtype)? {
         return Ok(t);
     }
     generate("randn", dev, shape, dtype, DIST_NORMAL, 0.0, 1.0, None)
 }
 
-/// An empty i32 tensor for a normal fill of no elements: `normal_` returns before its
-/// kernel's dtype dispatch there (`CHECK_EMPTY_AND_RETURN`), so `torch.randn(0,
-/// dtype=torch.int32)` is an empty int tensor; with elements it refuses the dtype.
-fn empty_int(
+/// The empty tensor of a normal fill of no elements: `normal_` returns right after its std
+/// check (`CHECK_EMPTY_AND_RETURN`), before its kernel's dtype dispatch and without the range
+/// checks this crate adds, so `torch.randn(0, dtype=torch.int32)` is an empty int tensor;
+/// with elements an i32 dtype is refused.
+fn empty_fill(
     dev: &Device,
     op: &'static str,
     shape: &[usize],
     dtype: DType,
 ) -> Result<Option<Tensor>> {
-    if dtype != DType::I32 || !shape.contains(&0) {
+    if !shape.contains(&0) {
         return Ok(None);
     }
     check_new_shape(dev, op, shape, dtype)?;

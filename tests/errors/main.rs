@@ -1011,6 +1011,31 @@ fn loss_errors_in_pytorch_words() {
         nll_loss(&x4, &t4, &o).unwrap().to_vec::<f32>().unwrap()
     };
     assert_eq!(loss(&w13), loss(&w3));
+    // With label smoothing cross_entropy views the weight by its first dim and gathers from
+    // it (Mean): a [1, C] weight fails the view, a [C, 1] one the gather; Sum takes [C, 1].
+    let smooth = |w: &Tensor, reduction| {
+        let o = CrossEntropyOptions {
+            weight: Some(w),
+            label_smoothing: 0.1,
+            reduction,
+            ..Default::default()
+        };
+        cross_entropy(&x4, &t4, &o)
+    };
+    has(
+        smooth(&w13, Reduction::Sum),
+        "shape '[1, 1, 1, 1]' is invalid for input of size 3",
+    );
+    let w31 = w3.reshape(&[3, 1]).unwrap();
+    has(
+        smooth(&w31, Reduction::Mean),
+        "Index tensor must have the same number of dimensions as input tensor",
+    );
+    let v = |r: wgtensor::Result<Tensor>| r.unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(
+        v(smooth(&w31, Reduction::Sum)),
+        v(smooth(&w3, Reduction::Sum))
+    );
     let o = NllLossOptions {
         weight: Some(&w4),
         ..Default::default()
