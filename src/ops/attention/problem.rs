@@ -124,14 +124,14 @@ impl Problem {
                 ));
             }
         }
-        if !(0.0..=1.0).contains(&opts.dropout_p) {
-            // at::dropout's words (PyTorch passes a negative p through as no dropout; here
-            // it is refused too).
+        // The math backend drops out only `if (dropout_p > 0.0)`, through at::dropout (whose
+        // words refuse a p past 1); a negative or NaN p drops nothing.
+        if opts.dropout_p > 1.0 {
             return Err(Error::arg(
                 op,
                 format!(
                     "dropout probability has to be between 0 and 1, but got {} (dropout_p)",
-                    opts.dropout_p
+                    crate::error::cpp_double(opts.dropout_p)
                 ),
             ));
         }
@@ -210,7 +210,11 @@ impl Problem {
             kv_lead,
             scale: scale as f32,
             causal: opts.is_causal,
-            dropout_p: opts.dropout_p as f32,
+            dropout_p: if opts.dropout_p > 0.0 {
+                opts.dropout_p as f32
+            } else {
+                0.0
+            },
         })
     }
 
