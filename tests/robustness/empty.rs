@@ -4,8 +4,8 @@
 use wgtensor::ops::{
     batch_norm_backward, batch_norm_inference, batch_norm_train, conv2d, conv2d_backward_input,
     conv2d_backward_weight, conv_backward_bias, gemm, gemm_into, matmul, Activation,
-    BatchNormGrads, BatchNormOptions, BatchNormSaved, BatchNormState, Bias, Conv2dOptions,
-    GemmOptions,
+    BatchNormGrads, BatchNormOptions, BatchNormSaved, BatchNormState, Bias, Conv1dOptions,
+    Conv2dOptions, GemmOptions, Padding, Padding1d,
 };
 use wgtensor::{DType, Error, Tensor};
 
@@ -198,6 +198,41 @@ fn convolution_with_empty_batch_or_channels() {
     assert_eq!(y.shape(), &[1, 0, 3, 3]);
     let e = conv2d(&empty(&[1, 3, 0, 5]), &ramp(&[4, 3, 3, 3]), None, &o).unwrap_err();
     names_op(&e, "conv2d");
+    assert!(
+        e.to_string()
+            .contains("Calculated padded input size per channel: (0 x 5). Kernel size: (3 x 3)"),
+        "{e}"
+    );
+    // Padding that makes the kernel fit: PyTorch's backend choice refuses an empty image
+    // unless the batch is empty too, which gives an empty result of the output's shape.
+    let padded = Conv2dOptions {
+        padding: Padding::uniform(2),
+        ..o
+    };
+    let e = conv2d(&empty(&[1, 3, 0, 5]), &ramp(&[4, 3, 3, 3]), None, &padded).unwrap_err();
+    assert!(
+        e.to_string().contains(
+            "Only zero batch or zero channel inputs are supported, but got input shape: \
+             [1, 3, 0, 5]"
+        ),
+        "{e}"
+    );
+    let y = conv2d(&empty(&[0, 3, 0, 5]), &ramp(&[4, 3, 3, 3]), None, &padded).unwrap();
+    assert_eq!(y.shape(), &[0, 4, 2, 7]);
+    let e = wgtensor::ops::conv1d(
+        &empty(&[2, 3, 0]),
+        &ramp(&[4, 3, 1]),
+        None,
+        &Conv1dOptions {
+            padding: Padding1d::uniform(1),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("but got input shape: [2, 3, 0]"),
+        "{e}"
+    );
     still_works(dev());
 }
 

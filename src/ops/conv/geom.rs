@@ -481,8 +481,14 @@ impl Geom {
         // An empty batch gives an empty result (PyTorch), and so do no output channels where
         // they pass the check above (the gradient and transposed geometries); so do empty
         // input channels in the forward, before it gets here (`empty_channels` in mod.rs);
-        // empty spatial dims or kernels have no meaningful convolution.
-        if [c, h, w, kh, kw].contains(&0) {
+        // empty kernels have no meaningful convolution. A forward's empty spatial dims go on
+        // to the kernel-size check below, as check_shape_forward's padded sizes (the forward
+        // then refuses them unless the batch is empty, as PyTorch's backend choice).
+        let zero = match forward {
+            true => [kh, kw].contains(&0),
+            false => [c, h, w, kh, kw].contains(&0),
+        };
+        if zero {
             return Err(Error::shape(
                 op,
                 format!(

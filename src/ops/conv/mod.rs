@@ -224,6 +224,17 @@ fn forward_untracked(
     check_pair(op, x, w)?;
     let g = Geom::new(op, dims4(op, x, "input")?, dims4(op, w, "weight")?, o)?;
     check_bias(op, x, bias, g.o, w)?;
+    if (g.h == 0 || g.w == 0) && g.n > 0 {
+        // _select_conv_backend: an empty input goes to the Empty backend only by its batch or
+        // channels (the padded sizes passed check_shape_forward above).
+        return Err(Error::shape(
+            op,
+            format!(
+                "Only zero batch or zero channel inputs are supported, but got input shape: {:?}",
+                geom::caller_shape(op, x.shape())
+            ),
+        ));
+    }
     let out = Tensor::empty(x.device(), op, &[g.n, g.o, g.oh, g.ow], x.dtype())?;
     if out.numel() == 0 {
         return Ok(out);
@@ -438,15 +449,24 @@ fn transpose_untracked(
     bias: Option<&Tensor>,
     o: &ConvTranspose2dOptions,
 ) -> Result<Tensor> {
-    let [_, _, h, wd] = dims4(op, x, "input")?;
+    let [n, _, h, wd] = dims4(op, x, "input")?;
     let ws = dims4(op, w, "weight")?;
     if h == 0 || wd == 0 {
-        // As the forward (and PyTorch): only the batch and channels may be empty.
+        // As the forward (and PyTorch's backend choice): only the batch and channels may be
+        // empty (an empty batch with empty spatial dims is refused here too).
+        let pytorch = match n {
+            0 => String::new(),
+            _ => format!(
+                "Only zero batch or zero channel inputs are supported, but got input shape: \
+                 {:?}: ",
+                geom::caller_shape(op, x.shape())
+            ),
+        };
         return Err(Error::shape(
             op,
             format!(
-                "zero-size spatial dimension: input {:?} (only the batch and the channels may be \
-                 empty)",
+                "{pytorch}zero-size spatial dimension: input {:?} (only the batch and the \
+                 channels may be empty)",
                 x.shape()
             ),
         ));
