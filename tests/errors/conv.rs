@@ -591,6 +591,19 @@ fn bias_must_match_the_output_channels() {
         e.to_string().contains("Given weight of size [6, 4, 3]"),
         "{e}"
     );
+    // The bias before the kernel size, as check_shape_forward (a 2x2 image, a 3x3 kernel).
+    let e = err(conv2d(&t(&[1, 4, 2, 2]), &w, Some(&t(&[5])), &o));
+    assert!(
+        e.to_string()
+            .contains("expected bias to be 1-dimensional with 6 elements"),
+        "{e}"
+    );
+    let e = err(conv2d(&t(&[1, 4, 2, 2]), &w, Some(&t(&[6])), &o));
+    assert!(
+        e.to_string()
+            .contains("Kernel size can't be greater than actual input size"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -514,7 +514,7 @@ impl Geom {
                     };
                     format!(
                         "Calculated padded input size per channel: ({}). Kernel size: ({}). \
-                         Kernel size can't be greater than actual input size; ",
+                         {KERNEL_TOO_LARGE}; ",
                         show(padded),
                         show(dilated)
                     )
@@ -550,6 +550,10 @@ impl Geom {
 
 /// A shape as the caller of `op` gave it: the 1-D convolutions run as 2-D ones on
 /// `[n, c, 1, l]`, shown as `[n, c, l]`; other shapes as they are.
+/// The end of check_shape_forward's kernel-size sentence (conv's forward reads it to order the
+/// bias check before it).
+pub(crate) const KERNEL_TOO_LARGE: &str = "Kernel size can't be greater than actual input size";
+
 pub(crate) fn caller_shape(op: &str, s: &[usize]) -> Vec<usize> {
     match (op, s) {
         ("conv1d" | "conv_transpose1d", &[a, b, 1, l]) => vec![a, b, l],
