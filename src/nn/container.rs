@@ -394,7 +394,9 @@ impl<M> ModuleDict<M> {
     }
 
     /// Adds `module` as `name` (at the end), or replaces the module of that name in its place
-    /// and returns the old one. An empty name or one with a `.` is an error.
+    /// and returns the old one. An empty name or one with a `.` is an error. (PyTorch also
+    /// refuses names of the dict's own attributes, `training` or `keys`, which a Rust struct
+    /// has no clash with: they are accepted here.)
     pub fn insert(&mut self, name: impl Into<String>, module: M) -> Result<Option<M>> {
         let name = name.into();
         // add_module's two checks, in its words.

@@ -141,6 +141,7 @@ mod cells;
 mod container;
 mod conv;
 mod embedding;
+mod fields;
 mod layers;
 mod module;
 mod norm;
@@ -159,13 +160,12 @@ pub use cells::{GruCell, LstmCell};
 pub use container::{ModuleDict, ModuleList, Sequential};
 pub use conv::{Conv1d, ConvTranspose2d, ConvTranspose2dConfig};
 pub use embedding::Embedding;
+pub use fields::{BufferField, ModuleField};
 pub use layers::{
     AdaptiveAvgPool2d, AvgPool2d, Conv2d, Conv2dConfig, Dropout, Flatten, Linear, MaxPool2d, ReLU,
     SiLU, Sigmoid, Tanh, GELU,
 };
-pub use module::{
-    BufferField, Forward, MaybeSend, MaybeSync, Module, ModuleField, Visitor, VisitorMut,
-};
+pub use module::{Forward, MaybeSend, MaybeSync, Module, Visitor, VisitorMut};
 pub use norm::{GroupNorm, GroupNormConfig, LayerNorm, LayerNormConfig, RMSNorm, RMSNormConfig};
 pub use recurrent::{Gru, Lstm, Recurrent, RnnConfig};
 pub use state_cell::{BorrowConflict, StateCell, StateRef, StateRefMut};

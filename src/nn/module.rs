@@ -23,6 +23,13 @@ pub trait Visitor {
         let _ = (name, tensor);
     }
 
+    /// A non-persistent buffer (PyTorch's `register_buffer(.., persistent=False)`: a causal
+    /// mask, rotary frequencies): one of [`Module::named_buffers`], but not in the state dict,
+    /// so neither saved nor loaded.
+    fn transient_buffer(&mut self, name: &str, tensor: &Tensor) {
+        let _ = (name, tensor);
+    }
+
     /// A buffer kept on the host as an integer (BatchNorm's `num_batches_tracked`): in the
     /// state dict as an i32 scalar on `device`.
     fn counter(&mut self, name: &str, value: u64, device: &Device) {
@@ -95,7 +102,7 @@ pub trait Module {
     /// its children's); a tensor registered twice (tied weights) is listed once, under its
     /// first name, as PyTorch's `named_parameters()` does.
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        dedup(collect(self, true, false))
+        dedup(collect(self, true, false, false))
     }
 
     /// The parameters alone, in the order of [`named_parameters`](Module::named_parameters).
@@ -106,10 +113,10 @@ pub trait Module {
             .collect()
     }
 
-    /// Buffers (running statistics, `num_batches_tracked`) by their `state_dict()` names,
-    /// each module's own before its children's.
+    /// Buffers (running statistics, `num_batches_tracked`, non-persistent ones too) by their
+    /// names, each module's own before its children's.
     fn named_buffers(&self) -> Vec<(String, Tensor)> {
-        dedup(collect(self, false, true))
+        dedup(collect(self, false, true, true))
     }
 
     /// Parameters and buffers by name, in PyTorch's `state_dict()` order: per module, its
@@ -117,7 +124,7 @@ pub trait Module {
     /// (`keep_vars=False`): they share the parameters' storage (`sd[k].copy_from(..)` under
     /// [`no_grad`](crate::no_grad) or not writes into the model) but record nothing.
     fn state_dict(&self) -> Vec<(String, Tensor)> {
-        collect(self, true, true)
+        collect(self, true, true, false)
             .into_iter()
             .map(|(n, t)| (n, t.detach()))
             .collect()
@@ -230,12 +237,19 @@ pub trait Module {
     }
 }
 
-/// The parameters and buffers of `m` (as asked), by name, in PyTorch's state-dict order.
-fn collect<M: Module + ?Sized>(m: &M, params: bool, buffers: bool) -> Vec<(String, Tensor)> {
+/// The parameters and buffers of `m` (as asked; `transient`: the non-persistent buffers too),
+/// by name, in PyTorch's state-dict order.
+fn collect<M: Module + ?Sized>(
+    m: &M,
+    params: bool,
+    buffers: bool,
+    transient: bool,
+) -> Vec<(String, Tensor)> {
     let mut c = Collect {
         prefix: String::new(),
         params,
         buffers,
+        transient,
         own_params: Vec::new(),
         own_buffers: Vec::new(),
         children: Vec::new(),
@@ -250,6 +264,7 @@ struct Collect {
     prefix: String,
     params: bool,
     buffers: bool,
+    transient: bool,
     own_params: Vec<(String, Tensor)>,
     own_buffers: Vec<(String, Tensor)>,
     children: Vec<(String, Tensor)>,
@@ -276,6 +291,11 @@ impl Visitor for Collect {
                 .push((format!("{}{name}", self.prefix), tensor.clone()));
         }
     }
+    fn transient_buffer(&mut self, name: &str, tensor: &Tensor) {
+        if self.transient {
+            self.buffer(name, tensor);
+        }
+    }
     fn counter(&mut self, name: &str, value: u64, device: &Device) {
         // PyTorch stores the count as an int64 scalar; here an i32 one (the device's integer
         // type, saturating) made on demand. Making it fails only on a lost device, where saving
@@ -299,6 +319,7 @@ impl Visitor for Collect {
             prefix: format!("{}{name}.", self.prefix),
             params: self.params,
             buffers: self.buffers,
+            transient: self.transient,
             own_params: Vec::new(),
             own_buffers: Vec::new(),
             children: Vec::new(),
@@ -564,121 +585,5 @@ impl<M: Module + ?Sized> Module for Box<M> {
 impl<M: Forward + ?Sized> Forward for Box<M> {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         (**self).forward(x)
-    }
-}
-
-/// What a field of a `#[derive(Module)]` struct can be (the derive visits each one under its
-/// name): a module (a child), a [`Tensor`] (a parameter), or an `Option` or `Vec` of them.
-/// A `Vec` (and an array) is itself a module whose items are named `0`, `1`, ... (PyTorch's
-/// `nn.ModuleList` / `nn.ParameterList`), so its entries read `field.0.weight`.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` is not a module, a Tensor, or an Option or Vec of them",
-    label = "this field holds no parameters the derive knows of",
-    note = "mark a field without parameters `#[module(skip)]`, a training flag \
-            `#[module(training)]`, a buffer tensor `#[module(buffer)]`"
-)]
-pub trait ModuleField {
-    /// Reports the field, registered as `name`, to `visitor`.
-    fn visit_field(&self, name: &str, visitor: &mut dyn Visitor);
-    /// Lends the field, registered as `name`, to `visitor` (see [`Module::visit_mut`]).
-    fn visit_field_mut(&mut self, name: &str, visitor: &mut dyn VisitorMut);
-}
-
-impl<M: Module> ModuleField for M {
-    fn visit_field(&self, name: &str, visitor: &mut dyn Visitor) {
-        visitor.child(name, self);
-    }
-    fn visit_field_mut(&mut self, name: &str, visitor: &mut dyn VisitorMut) {
-        visitor.child(name, self);
-    }
-}
-
-impl ModuleField for Tensor {
-    fn visit_field(&self, name: &str, visitor: &mut dyn Visitor) {
-        visitor.parameter(name, self);
-    }
-    /// A tensor has nothing a [`VisitorMut`] changes.
-    fn visit_field_mut(&mut self, _: &str, _: &mut dyn VisitorMut) {}
-}
-
-impl<T: ModuleField> ModuleField for Option<T> {
-    fn visit_field(&self, name: &str, visitor: &mut dyn Visitor) {
-        if let Some(x) = self {
-            x.visit_field(name, visitor);
-        }
-    }
-    fn visit_field_mut(&mut self, name: &str, visitor: &mut dyn VisitorMut) {
-        if let Some(x) = self {
-            x.visit_field_mut(name, visitor);
-        }
-    }
-}
-
-// A list of modules is PyTorch's nn.ModuleList, and named so in errors (the type name would
-// be `Vec` or `Linear; 3]`).
-impl<T: ModuleField> Module for Vec<T> {
-    fn visit(&self, visitor: &mut dyn Visitor) {
-        self.as_slice().visit_items(visitor);
-    }
-    fn visit_mut(&mut self, visitor: &mut dyn VisitorMut) {
-        self.as_mut_slice().visit_items_mut(visitor);
-    }
-    fn layer_name(&self) -> &'static str {
-        "ModuleList"
-    }
-}
-
-impl<T: ModuleField, const N: usize> Module for [T; N] {
-    fn visit(&self, visitor: &mut dyn Visitor) {
-        self.as_slice().visit_items(visitor);
-    }
-    fn visit_mut(&mut self, visitor: &mut dyn VisitorMut) {
-        self.as_mut_slice().visit_items_mut(visitor);
-    }
-    fn layer_name(&self) -> &'static str {
-        "ModuleList"
-    }
-}
-
-/// Items named by their index.
-trait Items {
-    fn visit_items(&self, visitor: &mut dyn Visitor);
-    fn visit_items_mut(&mut self, visitor: &mut dyn VisitorMut);
-}
-
-impl<T: ModuleField> Items for [T] {
-    fn visit_items(&self, visitor: &mut dyn Visitor) {
-        for (i, x) in self.iter().enumerate() {
-            x.visit_field(&i.to_string(), visitor);
-        }
-    }
-    fn visit_items_mut(&mut self, visitor: &mut dyn VisitorMut) {
-        for (i, x) in self.iter_mut().enumerate() {
-            x.visit_field_mut(&i.to_string(), visitor);
-        }
-    }
-}
-
-/// What a `#[module(buffer)]` field can be: a [`Tensor`] (a buffer: saved and loaded, not
-/// trained) or an `Option` of one.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot be a buffer: `#[module(buffer)]` takes a Tensor or an Option<Tensor>"
-)]
-pub trait BufferField {
-    /// Reports the buffer, registered as `name`, to `visitor`.
-    fn visit_buffer(&self, name: &str, visitor: &mut dyn Visitor);
-}
-
-impl BufferField for Tensor {
-    fn visit_buffer(&self, name: &str, visitor: &mut dyn Visitor) {
-        visitor.buffer(name, self);
-    }
-}
-
-impl<T: BufferField> BufferField for Option<T> {
-    fn visit_buffer(&self, name: &str, visitor: &mut dyn Visitor) {
-        if let Some(x) = self {
-            x.visit_buffer(name, visitor);
-        }
     }
 }

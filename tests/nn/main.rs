@@ -6,6 +6,7 @@
 #![cfg(not(target_arch = "wasm32"))]
 
 mod derive;
+mod derive_more;
 mod layers;
 mod norm;
 mod rnn;

@@ -18,6 +18,8 @@
 //! - `#[module(skip)]`: not visited (sizes, options, caches: anything without parameters);
 //! - `#[module(buffer)]`: a `Tensor` (or `Option<Tensor>`) field is a buffer, not a parameter
 //!   (PyTorch's `register_buffer`): in `state_dict()` and `named_buffers()`, not trained;
+//!   `#[module(buffer(persistent = false))]` a non-persistent one (`persistent=False`: a causal
+//!   mask, rotary frequencies), in `named_buffers()` but neither saved nor loaded;
 //! - `#[module(training)]`: a `bool` field is this module's training flag, set by `train()` /
 //!   `eval()`;
 //! - `#[module(rename = "name")]`: the state-dict name when it differs from the field's.
@@ -47,6 +49,8 @@ enum Role {
     Field,
     /// `#[module(buffer)]` (`BufferField`).
     Buffer,
+    /// `#[module(buffer(persistent = false))]` (`BufferField`, not in the state dict).
+    TransientBuffer,
     /// `#[module(training)]`: a `bool` flag.
     Training,
     /// `#[module(skip)]`.
@@ -72,7 +76,25 @@ fn field_attrs(attrs: &[syn::Attribute]) -> syn::Result<(Role, Option<LitStr>)> 
             let r = if meta.path.is_ident("skip") {
                 (Role::Skip, "skip")
             } else if meta.path.is_ident("buffer") {
-                (Role::Buffer, "buffer")
+                let mut persistent = true;
+                if meta.input.peek(syn::token::Paren) {
+                    meta.parse_nested_meta(|inner| {
+                        if inner.path.is_ident("persistent") {
+                            let lit: syn::LitBool = inner.value()?.parse()?;
+                            persistent = lit.value;
+                            Ok(())
+                        } else {
+                            Err(inner.error(
+                                "unknown buffer option: expected `persistent = true` or \
+                                 `persistent = false`",
+                            ))
+                        }
+                    })?;
+                }
+                match persistent {
+                    true => (Role::Buffer, "buffer"),
+                    false => (Role::TransientBuffer, "buffer"),
+                }
             } else if meta.path.is_ident("training") {
                 (Role::Training, "training")
             } else if meta.path.is_ident("rename") {
@@ -194,7 +216,7 @@ fn fields(data: &Data) -> syn::Result<Vec<FieldSpec>> {
     let mut seen = std::collections::HashSet::new();
     for f in out
         .iter()
-        .filter(|f| matches!(f.role, Role::Field | Role::Buffer))
+        .filter(|f| matches!(f.role, Role::Field | Role::Buffer | Role::TransientBuffer))
     {
         if !seen.insert(f.name.clone()) {
             return Err(syn::Error::new(
@@ -214,30 +236,54 @@ fn expand(input: DeriveInput) -> syn::Result<TokenStream> {
     let mut visit = Vec::new();
     let mut visit_mut = Vec::new();
     let mut bounds = Vec::new();
+    let params: Vec<&syn::Ident> = input.generics.type_params().map(|p| &p.ident).collect();
     for f in &fields {
         let (access, name, ty) = (&f.access, &f.name, &f.ty);
+        // Errors point at the field's type; `self` and `visitor` resolve at the call site,
+        // where the generated methods declare them (the type's own span may come from a
+        // `macro_rules!` argument, whose hygiene would hide them).
+        let span = f.span.resolved_at(Span::call_site());
+        // The trait the field's type must implement, bounded on a generic struct. A field
+        // whose type names the struct itself (`Vec<Tree<M>>`) would make that bound ask for
+        // the impl being written (the solver overflows): its type parameters are bounded
+        // instead.
+        let mut bound = |tr: TokenStream| {
+            if mentions(ty, &input.ident) {
+                for p in params.iter().filter(|p| mentions(ty, p)) {
+                    bounds.push(quote_spanned!(f.span=> #p: #tr));
+                }
+            } else {
+                bounds.push(quote_spanned!(f.span=> #ty: #tr));
+            }
+        };
         match f.role {
             Role::Skip => {}
             Role::Field => {
-                visit.push(quote_spanned! {f.span=>
+                visit.push(quote_spanned! {span=>
                     #nn::ModuleField::visit_field(&self.#access, #name, visitor);
                 });
-                visit_mut.push(quote_spanned! {f.span=>
+                visit_mut.push(quote_spanned! {span=>
                     #nn::ModuleField::visit_field_mut(&mut self.#access, #name, visitor);
                 });
-                bounds.push(quote_spanned!(f.span=> #ty: #nn::ModuleField));
+                bound(quote!(#nn::ModuleField));
             }
             Role::Buffer => {
-                visit.push(quote_spanned! {f.span=>
+                visit.push(quote_spanned! {span=>
                     #nn::BufferField::visit_buffer(&self.#access, #name, visitor);
                 });
-                bounds.push(quote_spanned!(f.span=> #ty: #nn::BufferField));
+                bound(quote!(#nn::BufferField));
+            }
+            Role::TransientBuffer => {
+                visit.push(quote_spanned! {span=>
+                    #nn::BufferField::visit_transient_buffer(&self.#access, #name, visitor);
+                });
+                bound(quote!(#nn::BufferField));
             }
             Role::Training => {
-                visit.push(quote_spanned! {f.span=>
+                visit.push(quote_spanned! {span=>
                     #nn::Visitor::training(visitor, self.#access);
                 });
-                visit_mut.push(quote_spanned! {f.span=>
+                visit_mut.push(quote_spanned! {span=>
                     #nn::VisitorMut::training(visitor, &mut self.#access);
                 });
             }
@@ -271,6 +317,18 @@ fn expand(input: DeriveInput) -> syn::Result<TokenStream> {
             }
         }
     })
+}
+
+/// Whether `ty` names `ident` anywhere (a path segment, a generic argument).
+fn mentions(ty: &syn::Type, ident: &syn::Ident) -> bool {
+    fn walk(tokens: TokenStream, ident: &syn::Ident) -> bool {
+        tokens.into_iter().any(|t| match t {
+            proc_macro2::TokenTree::Ident(i) => &i == ident,
+            proc_macro2::TokenTree::Group(g) => walk(g.stream(), ident),
+            _ => false,
+        })
+    }
+    walk(quote!(#ty), ident)
 }
 
 #[cfg(test)]
@@ -316,6 +374,38 @@ mod tests {
             out.contains("where M : Clone , M : :: wgtensor :: nn :: ModuleField , Vec < M > :"),
             "{out}"
         );
+    }
+
+    #[test]
+    fn recursive_generic_structs_bound_their_parameters() {
+        // `Vec<Tree<M>>: ModuleField` would ask for the impl being written.
+        let out = expand_str("struct Tree<M> { node: M, kids: Vec<Tree<M>> }").unwrap();
+        assert!(!out.contains("Vec < Tree < M > > :"), "{out}");
+        assert!(
+            out.contains("where M : :: wgtensor :: nn :: ModuleField , M : :: wgtensor"),
+            "{out}"
+        );
+        assert!(
+            out.contains("visit_field (& self . kids , \"kids\""),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn non_persistent_buffers_are_visited_as_such() {
+        let out = expand_str(
+            "struct A { #[module(buffer(persistent = false))] mask: Tensor, \
+             #[module(buffer(persistent = true))] stats: Tensor }",
+        )
+        .unwrap();
+        assert!(
+            out.contains("visit_transient_buffer (& self . mask"),
+            "{out}"
+        );
+        assert!(out.contains("visit_buffer (& self . stats"), "{out}");
+        let err =
+            expand_str("struct A { #[module(buffer(persistant = false))] m: Tensor }").unwrap_err();
+        assert!(err.contains("unknown buffer option"), "{err}");
     }
 
     #[test]
