@@ -65,7 +65,9 @@ fn apply(v: f32, s: f32) -> f32 {
         case OP_RSUB_SCALAR: { return s - v; }
         case OP_MUL_SCALAR: { return v * s; }
         case OP_DIV_SCALAR: { return div_f(v, s); }
-        case OP_RDIV_SCALAR: { return div_f(s, v); }
+        // PyTorch's `s / x` is `x.reciprocal() * s` (Tensor.__rtruediv__): in f32 the
+        // reciprocal rounded, then the product (f16 stores the reciprocal first: map.rs).
+        case OP_RDIV_SCALAR: { return div_f(1.0, v) * s; }
         case OP_MAX_SCALAR: { return max_nan(v, s); }
         case OP_MIN_SCALAR: { return min_nan(v, s); }
         // PyTorch's pow(tensor, scalar) takes sqrt and rsqrt for +-0.5 (not C99's pow: -inf

@@ -62,17 +62,21 @@ impl BackwardOp for BinaryBackward {
                 },
             ),
             BinaryOp::Div => {
-                let g_over_b = g.div(self.saved(&self.b)?)?;
-                // d(a / b)/db = -a / b^2 = -(g / b) (a / b), from a and b as PyTorch's
-                // div_tensor_other_backward (it saves the operands, not the output, so the
-                // output may be written in place before the backward).
+                // d(a / b)/db = -a / b^2, as PyTorch's div_tensor_other_backward rounds it:
+                // -g ((a / b) / b), from a and b (it saves the operands, not the output, so
+                // the output may be written in place before the backward).
                 let gb = if need_b {
-                    let a_over_b = self.saved(&self.a)?.div(self.saved(&self.b)?)?;
-                    Some(g_over_b.mul(&a_over_b)?.into_unary(UnaryOp::Neg)?)
+                    let b = self.saved(&self.b)?;
+                    let q = self.saved(&self.a)?.div(b)?.div(b)?;
+                    Some(g.mul(&q)?.into_unary(UnaryOp::Neg)?)
                 } else {
                     None
                 };
-                (need_a.then_some(g_over_b), gb)
+                let ga = match need_a {
+                    true => Some(g.div(self.saved(&self.b)?)?),
+                    false => None,
+                };
+                (ga, gb)
             }
             BinaryOp::Pow => {
                 let (a, b) = (self.saved(&self.a)?, self.saved(&self.b)?);

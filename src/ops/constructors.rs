@@ -122,19 +122,7 @@ impl Tensor {
         let v: Vec<f64> = match steps {
             0 => Vec::new(),
             1 => vec![start],
-            n => {
-                let step = (end - start) / (n - 1) as f64;
-                // PyTorch fills the second half from the end, so `end` is exact.
-                (0..n)
-                    .map(|i| {
-                        if i < n / 2 {
-                            start + step * i as f64
-                        } else {
-                            end - step * (n - 1 - i) as f64
-                        }
-                    })
-                    .collect()
-            }
+            n => linspace_values(start, end, n, dtype),
         };
         upload(device, &v, &[steps], dtype)
     }
@@ -162,5 +150,51 @@ impl Tensor {
     /// Standard normal samples with this tensor's shape, dtype and device.
     pub fn randn_like(&self) -> Result<Tensor> {
         crate::ops::randn(self.device(), self.shape(), self.dtype)
+    }
+}
+
+/// linspace_kernel's values for `n >= 2` steps: the ends and the step in the dtype (`step_t`:
+/// double for integers), each value `start + step * i` below the halfway point and
+/// `end - step * (n - 1 - i)` from it (so `end` is exact), every operation rounded to the
+/// dtype as c10's arithmetic does (for `Half`, each `+`, `-`, `*`, `/` rounds to half, and
+/// the counts convert to half first).
+fn linspace_values(start: f64, end: f64, n: usize, dtype: DType) -> Vec<f64> {
+    let halfway = n / 2;
+    match dtype {
+        DType::F32 => {
+            let (s, e) = (start as f32, end as f32);
+            let step = (e - s) / (n - 1) as f32;
+            (0..n)
+                .map(|i| match i < halfway {
+                    true => s + step * i as f32,
+                    false => e - step * (n - 1 - i) as f32,
+                })
+                .map(f64::from)
+                .collect()
+        }
+        DType::F16 => {
+            let h = |v: f32| half::f16::from_f32(v).to_f32();
+            let (s, e) = (
+                crate::dtype::f16_of(start).to_f32(),
+                crate::dtype::f16_of(end).to_f32(),
+            );
+            let step = h(h(e - s) / h((n - 1) as f32));
+            (0..n)
+                .map(|i| match i < halfway {
+                    true => h(s + h(step * h(i as f32))),
+                    false => h(e - h(step * h((n - 1 - i) as f32))),
+                })
+                .map(f64::from)
+                .collect()
+        }
+        DType::I32 => {
+            let step = (end - start) / (n - 1) as f64;
+            (0..n)
+                .map(|i| match i < halfway {
+                    true => start + step * i as f64,
+                    false => end - step * (n - 1 - i) as f64,
+                })
+                .collect()
+        }
     }
 }

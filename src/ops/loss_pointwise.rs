@@ -61,7 +61,7 @@ pub fn smooth_l1_loss(
     // With m = min(|d|, beta): 0.5 m^2 / beta + (|d| - m), without a select, whose
     // unselected branch would turn an infinite d into NaN.
     let loss = kinked(input, target, Kink::SmoothL1(beta), |d| {
-        let m = d.min_scalar(beta)?;
+        let m = d.min_scalar_raw(beta)?;
         // (m / beta) m / 2: neither m^2 (underflow in f16) nor 0.5 / beta (inf for a tiny
         // beta).
         m.div_scalar(beta)?
@@ -200,7 +200,7 @@ pub fn huber_loss(
 /// `0.5 m^2 + delta (|d| - m)` for `d` holding `|input - target|`.
 fn huber_terms(d: &Tensor, delta: f64) -> Result<Tensor> {
     // With m = min(|d|, delta): 0.5 m^2 + delta (|d| - m), as smooth_l1_loss.
-    let m = d.min_scalar(delta)?;
+    let m = d.min_scalar_raw(delta)?;
     // (m / 2) m: m^2 first would overflow f16 for delta past 256.
     m.mul_scalar(0.5)?
         .mul(&m)?
@@ -274,8 +274,8 @@ pub fn binary_cross_entropy(
 /// [0, 1] and for NaN); log1p keeps a small x's `-x` where `log(1 - x)` rounds it to 0.
 fn clamped_logs(x: &Tensor) -> Result<(Tensor, Tensor)> {
     Ok((
-        x.log()?.max_scalar(-100.0)?,
-        x.neg()?.log1p()?.max_scalar(-100.0)?,
+        x.log()?.max_scalar_raw(-100.0)?,
+        x.neg()?.log1p()?.max_scalar_raw(-100.0)?,
     ))
 }
 
@@ -301,7 +301,7 @@ impl BackwardOp for BceBackward {
         let dx = if needs.first() == Some(&true) {
             let denom = x
                 .mul(&x.scalar_op(ScalarOp::RSub, 1.0)?)?
-                .max_scalar(1e-12)?;
+                .max_scalar_raw(1e-12)?;
             Some(gw.mul(&x.sub(&self.y)?)?.div(&denom)?)
         } else {
             None

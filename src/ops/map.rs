@@ -429,16 +429,40 @@ impl Tensor {
     pub fn rsub_scalar(&self, s: f64) -> Result<Tensor> {
         self.scalar_op(ScalarOp::RSub, s)
     }
-    /// `s / x`.
+    /// `s / x`, as PyTorch computes it (`x.reciprocal() * s`: the reciprocal rounded to the
+    /// dtype, then the product, so in f16 a tiny `x` gives inf even where `s / x` would fit).
     pub fn rdiv_scalar(&self, s: f64) -> Result<Tensor> {
+        // A shader's f32 -> f16 -> f32 round trip is no rounding a compiler must keep (NIR
+        // folds it away): f16 stores the reciprocal, then multiplies, each step recorded.
+        if self.dtype == DType::F16 && s != 1.0 {
+            return self.scalar_op(ScalarOp::RDiv, 1.0)?.mul_scalar(s);
+        }
         self.scalar_op(ScalarOp::RDiv, s)
     }
-    /// `max(x, s)` elementwise (NaN propagates).
+    /// `max(x, s)` elementwise (NaN propagates; PyTorch's `torch.clamp_min(x, s)`, which
+    /// refuses an `s` past a float dtype's range: "value cannot be converted to type at::Half
+    /// without overflow").
     pub fn max_scalar(&self, s: f64) -> Result<Tensor> {
+        if self.dtype.is_float() {
+            crate::tensor::check_fill("max_scalar", s, self.dtype)?;
+        }
+        self.max_scalar_raw(s)
+    }
+    /// `min(x, s)` elementwise (NaN propagates; `torch.clamp_max(x, s)`, its bound checked as
+    /// [`max_scalar`](Tensor::max_scalar)'s).
+    pub fn min_scalar(&self, s: f64) -> Result<Tensor> {
+        if self.dtype.is_float() {
+            crate::tensor::check_fill("min_scalar", s, self.dtype)?;
+        }
+        self.min_scalar_raw(s)
+    }
+    /// [`max_scalar`](Tensor::max_scalar) without the range check: for callers whose bound
+    /// PyTorch casts unchecked (a loss's beta, a clip value) or checked already.
+    pub(crate) fn max_scalar_raw(&self, s: f64) -> Result<Tensor> {
         self.scalar_op(ScalarOp::Max, s)
     }
-    /// `min(x, s)` elementwise (NaN propagates).
-    pub fn min_scalar(&self, s: f64) -> Result<Tensor> {
+    /// [`min_scalar`](Tensor::min_scalar) without the range check.
+    pub(crate) fn min_scalar_raw(&self, s: f64) -> Result<Tensor> {
         self.scalar_op(ScalarOp::Min, s)
     }
     /// `x ^ s` (PyTorch's `torch.pow(x, s)`: `x^0 = 1`, a negative base with a fractional
@@ -467,11 +491,11 @@ impl Tensor {
             }
         }
         let lo = match min {
-            Some(m) => self.max_scalar(m)?,
+            Some(m) => self.max_scalar_raw(m)?,
             None => self.clone(),
         };
         match max {
-            Some(m) => lo.min_scalar(m),
+            Some(m) => lo.min_scalar_raw(m),
             None if min.is_none() => Err(crate::Error::arg(
                 "clamp",
                 "torch.clamp: At least one of 'min' or 'max' must not be None",

@@ -4,7 +4,7 @@
 
 use crate::autograd::{record, BackwardOp};
 use crate::ops::grad_kernel::{grad_binary, GradCode};
-use crate::ops::{BinaryOp, ScalarOp, UnaryOp};
+use crate::ops::{ScalarOp, UnaryOp};
 use crate::{DType, Error, Result, Tensor};
 
 struct UnaryBackward {
@@ -91,15 +91,13 @@ pub(crate) fn record_unary(x: &Tensor, op: UnaryOp, out: Tensor) -> Tensor {
 struct ScalarBackward {
     op: ScalarOp,
     s: f32,
-    /// The input, kept only by rdiv, max and min.
+    /// The input, kept only by rdiv, max, min and pow.
     x: Option<Tensor>,
-    /// The output, kept only by rdiv.
-    y: Option<Tensor>,
 }
 
 impl BackwardOp for ScalarBackward {
     fn saved(&self) -> Vec<&Tensor> {
-        [&self.x, &self.y].into_iter().flatten().collect()
+        self.x.iter().collect()
     }
 
     fn name(&self) -> &'static str {
@@ -133,11 +131,14 @@ impl BackwardOp for ScalarBackward {
             ScalarOp::RSub => g.neg()?,
             ScalarOp::Mul => g.mul_scalar(f64::from(self.s))?,
             ScalarOp::Div => g.div_scalar(f64::from(self.s))?,
-            // d(s / x) = -s / x^2 = -(s / x) / x.
-            ScalarOp::RDiv => g
-                .mul(&saved(&self.y)?)?
-                .into_binary(&saved(&self.x)?, BinaryOp::Div)?
-                .into_unary(UnaryOp::Neg)?,
+            // s / x is x.reciprocal() * s: the product's backward (g s), then reciprocal's,
+            // -(g s) (r r) with r = 1 / x rounded, each step rounded as PyTorch's.
+            ScalarOp::RDiv => {
+                let r = saved(&self.x)?.rdiv_scalar(1.0)?;
+                g.mul_scalar(f64::from(self.s))?
+                    .mul(&r.mul(&r)?)?
+                    .into_unary(UnaryOp::Neg)?
+            }
             ScalarOp::Max => grad_binary(g, &saved(&self.x)?, GradCode::PassGe, self.s)?,
             ScalarOp::Min => grad_binary(g, &saved(&self.x)?, GradCode::PassLe, self.s)?,
             // PyTorch: grad * (s * x^(s - 1)), and zeros for s == 0 (x^-1 would be inf at
@@ -157,17 +158,15 @@ impl BackwardOp for ScalarBackward {
 
 /// Records `out = x (op) s`.
 pub(crate) fn record_scalar(x: &Tensor, op: ScalarOp, s: f32, out: Tensor) -> Tensor {
-    record(out, &[x], |y| {
-        let (keep_x, keep_y) = match op {
-            ScalarOp::RDiv => (true, true),
-            ScalarOp::Max | ScalarOp::Min | ScalarOp::Pow => (true, false),
-            _ => (false, false),
-        };
+    record(out, &[x], |_| {
+        let keep_x = matches!(
+            op,
+            ScalarOp::RDiv | ScalarOp::Max | ScalarOp::Min | ScalarOp::Pow
+        );
         Box::new(ScalarBackward {
             op,
             s,
             x: keep_x.then(|| x.detach()),
-            y: keep_y.then(|| y.clone()),
         })
     })
 }

@@ -91,6 +91,6 @@ pub fn clip_grad_value(grads: &[&Tensor], clip_value: f64) -> Result<Vec<Tensor>
     // bound as an overflow.
     grads
         .iter()
-        .map(|g| g.max_scalar(-clip_value)?.min_scalar(clip_value))
+        .map(|g| g.max_scalar_raw(-clip_value)?.min_scalar_raw(clip_value))
         .collect()
 }

@@ -1,0 +1,145 @@
+//! Where PyTorch's order of operations decides the last bit (or an overflow): `s / x` as
+//! `x.reciprocal() * s`, the divisor's gradient as `-g ((a / b) / b)`, linspace stepped in the
+//! dtype, and clamp_min / clamp_max refusing a bound past the dtype. Expected values are
+//! PyTorch's (its kernels emulated bit for bit: each op in float, rounded to the dtype).
+// Native only (blocking device and readback); tests/browser/ is the wasm32 suite.
+#![cfg(not(target_arch = "wasm32"))]
+// The expected values are exact f16 numbers, written out in full.
+#![allow(clippy::excessive_precision)]
+
+mod common;
+
+use wgtensor::{f16, DType, Tensor};
+
+fn h(v: &[f32]) -> Tensor {
+    let v: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
+    Tensor::from_slice(common::device(), &v, &[v.len()]).unwrap()
+}
+
+fn hv(t: &Tensor) -> Vec<f32> {
+    t.to_vec::<f16>()
+        .unwrap()
+        .iter()
+        .map(|x| x.to_f32())
+        .collect()
+}
+
+#[test]
+fn rdiv_scalar_is_a_rounded_reciprocal_times_s_f16() {
+    common::require_f16(common::device());
+    let x = h(&[1.0009765625, 1e-5, 4.0]);
+    // 1 / 1.0009765625 rounds to 0.9990234375 in f16, times 3 is 2.9970703125 -> 2.99609375;
+    // 1 / 1e-5 overflows f16 before the product with 0.5.
+    let y = hv(&x.rdiv_scalar(3.0).unwrap());
+    assert_eq!(y[0], 2.99609375);
+    let y = hv(&x.rdiv_scalar(0.5).unwrap());
+    assert_eq!(y[1], f32::INFINITY);
+    assert_eq!(y[2], 0.125);
+    // The gradient: -(g s) (r r), r the rounded reciprocal.
+    let x = h(&[3.0]).requires_grad().unwrap();
+    let g = x
+        .rdiv_scalar(2.0)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    let r = f16::from_f32(1.0 / 3.0).to_f32();
+    let rr = f16::from_f32(r * r).to_f32();
+    assert_eq!(
+        hv(g.get(&x).unwrap()),
+        vec![f16::from_f32(-2.0 * rr).to_f32()]
+    );
+}
+
+#[test]
+fn rdiv_scalar_f32_rounds_the_reciprocal_first() {
+    let x = Tensor::from_slice(common::device(), &[3.0f32, 7.0, 0.1], &[3]).unwrap();
+    let got = x.rdiv_scalar(10.0).unwrap().to_vec::<f32>().unwrap();
+    let want: Vec<f32> = [3.0f32, 7.0, 0.1]
+        .iter()
+        .map(|v| (1.0 / v) * 10.0)
+        .collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn the_divisors_gradient_is_g_times_a_over_b_over_b_f16() {
+    common::require_f16(common::device());
+    // PyTorch: -g * ((a / b) / b); (100 / 0.01) / 0.01 overflows f16, so the gradient is
+    // -inf (the other order, (g / b) (a / b), gives -100).
+    let a = h(&[100.0]);
+    let b = h(&[0.01]).requires_grad().unwrap();
+    let gy = h(&[1e-4]);
+    let g = a.div(&b).unwrap().backward_with_grad(&gy).unwrap();
+    assert_eq!(hv(g.get(&b).unwrap()), vec![f32::NEG_INFINITY]);
+}
+
+#[test]
+fn the_divisors_gradient_rounds_as_pytorchs_in_f32() {
+    let d = common::device();
+    let (av, bv, gv) = (
+        [1.7f32, -3.3, 0.9],
+        [0.3f32, 1.9, -7.1],
+        [0.7f32, 1.3, -2.2],
+    );
+    let a = Tensor::from_slice(d, &av, &[3]).unwrap();
+    let b = Tensor::from_slice(d, &bv, &[3])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let gy = Tensor::from_slice(d, &gv, &[3]).unwrap();
+    let g = a.div(&b).unwrap().backward_with_grad(&gy).unwrap();
+    let want: Vec<f32> = (0..3)
+        .map(|i| -(gv[i] * ((av[i] / bv[i]) / bv[i])))
+        .collect();
+    assert_eq!(g.get(&b).unwrap().to_vec::<f32>().unwrap(), want);
+}
+
+#[test]
+fn linspace_steps_in_the_dtype() {
+    let d = common::device();
+    let v = Tensor::linspace(d, 0.0, 10.0, 101, DType::F32).unwrap();
+    let v = v.to_vec::<f32>().unwrap();
+    let step = 10.0f32 / 100.0;
+    for (i, x) in v.iter().enumerate() {
+        let want = if i < 50 {
+            step * i as f32
+        } else {
+            10.0 - step * (100 - i) as f32
+        };
+        assert_eq!(x.to_bits(), want.to_bits(), "{i}");
+    }
+    assert_eq!(v[9], 0.9000000357627869);
+    assert_eq!(v[100], 10.0);
+}
+
+#[test]
+fn linspace_steps_in_half_f16() {
+    common::require_f16(common::device());
+    let v = Tensor::linspace(common::device(), 0.0, 1.0, 11, DType::F16).unwrap();
+    let v = hv(&v);
+    assert_eq!(v[3], 0.2998046875);
+    assert_eq!((v[0], v[10]), (0.0, 1.0));
+}
+
+#[test]
+fn clamp_min_and_max_refuse_a_bound_past_f16() {
+    common::require_f16(common::device());
+    let x = h(&[1.0, -2.0]);
+    for e in [
+        x.max_scalar(1e5).unwrap_err(),
+        x.min_scalar(-7e4).unwrap_err(),
+    ] {
+        assert!(
+            e.to_string()
+                .contains("value cannot be converted to type at::Half without overflow"),
+            "{e}"
+        );
+    }
+    assert_eq!(
+        hv(&x.max_scalar(f64::INFINITY).unwrap()),
+        vec![f32::INFINITY; 2]
+    );
+    assert_eq!(hv(&x.max_scalar(0.5).unwrap()), vec![1.0, 0.5]);
+}
