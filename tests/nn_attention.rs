@@ -492,7 +492,7 @@ fn wrong_shapes_are_errors_naming_the_layer_and_the_shapes() {
     assert!(err.contains(words), "{err}");
     m.eval();
     assert!(m.forward_attn(&x, &x, &x, &MhaOptions::default()).is_ok());
-    // At or below 0 (or NaN) nothing is dropped in training, as PyTorch's `dropout_p > 0`.
+    // At or below 0 (or NaN) the explicit path drops nothing in training (`dropout_p > 0`).
     for p in [-0.5, f64::NAN] {
         let cfg = MultiheadAttentionConfig {
             dropout: p,
@@ -508,6 +508,16 @@ fn wrong_shapes_are_errors_naming_the_layer_and_the_shapes() {
             assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5, "{row:?}");
         }
         assert!(y.to_vec::<f32>().unwrap().iter().all(|v| v.is_finite()));
+        // Without weights the fused path refuses it, as SDPA on PyTorch's CPU backends.
+        let o = MhaOptions {
+            need_weights: false,
+            ..Default::default()
+        };
+        let e = m.forward_attn(&x, &x, &x, &o).unwrap_err().to_string();
+        assert!(
+            e.contains("dropout probability has to be between 0 and 1"),
+            "{e}"
+        );
     }
     let cfg = TransformerEncoderLayerConfig {
         dropout: 1.5,

@@ -151,9 +151,10 @@ impl MultiheadAttention {
     /// PyTorch's `nn.MultiheadAttention(embed_dim, num_heads, dropout, bias, kdim=, vdim=,
     /// batch_first=)` with its initialization (`MultiheadAttentionConfig::default()` gives
     /// PyTorch's defaults). Errors when `embed_dim` is not a multiple of `num_heads`. Any
-    /// `dropout` is accepted here, as PyTorch's constructor does: a forward in training
-    /// refuses one above 1 (as its dropout raises there) and drops nothing for one at or
-    /// below 0 or NaN (as its `dropout_p > 0` test).
+    /// `dropout` is accepted here, as PyTorch's constructor does. A forward in training
+    /// refuses one above 1; one at or below 0 or NaN drops nothing with `need_weights` (its
+    /// `dropout_p > 0` test) and is refused without, as scaled_dot_product_attention on
+    /// PyTorch's CPU backends.
     pub fn new(
         dev: &Device,
         embed_dim: usize,
@@ -361,15 +362,18 @@ impl MultiheadAttention {
                 .map(|m| self.attn_mask(m, batched, n, l, s, dt))
                 .transpose()?,
         };
-        // After the masks' checks, as PyTorch drops out when it computes the attention, and only
-        // for a p above 0 (`if dropout_p > 0.0`): a negative or NaN p drops nothing, one past 1
-        // raises dropout's error.
-        let dropout_p = match self.training && self.dropout > 0.0 {
-            true => {
+        // After the masks' checks, as PyTorch drops out when it computes the attention. The
+        // fused path hands p to scaled_dot_product_attention, whose checks are PyTorch's
+        // CPU backends' (outside [0, 1] or NaN refused); the explicit path drops out only
+        // for p > 0, as multi_head_attention_forward's `if dropout_p > 0.0`.
+        let dropout_p = match (self.training, opts.need_weights) {
+            (false, _) => 0.0,
+            (true, false) => self.dropout,
+            (true, true) if self.dropout > 0.0 => {
                 crate::ops::random::check_dropout_p(OP, self.dropout)?;
                 self.dropout
             }
-            false => 0.0,
+            (true, true) => 0.0,
         };
         if opts.is_causal && !fused_causal && attn.is_none() {
             attn = Some(crate::ops::attention::reference::causal_additive(

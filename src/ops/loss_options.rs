@@ -20,8 +20,9 @@ pub enum Reduction {
 /// defaults).
 #[derive(Debug, Clone, Copy)]
 pub struct CrossEntropyOptions<'a> {
-    /// A weight per class (`[C]`; with class-index targets, inputs of rank 3 and more and no
-    /// label smoothing any shape of C elements, as PyTorch's `nll_loss2d` takes).
+    /// A weight per class (`[C]`; with class-index targets and inputs of rank 3 and more any
+    /// shape of C elements, as PyTorch's `nll_loss2d` takes, except where label smoothing
+    /// views it by its first dim and, under `Mean`, gathers from it as 1-D).
     pub weight: Option<&'a Tensor>,
     /// Class-index targets equal to this value count for nothing (PyTorch's default -100).
     /// Probability targets take only a negative value (an error otherwise, as in PyTorch).

@@ -348,6 +348,14 @@ pub(crate) fn cross_entropy_indices(
     // Smoothing first, as PyTorch's cross_entropy checks it before nll_loss's shape checks.
     let e = o.check_label_smoothing(op)?;
     let pr = check(op, input, target, o.weight)?;
+    if o.weight.is_some_and(|w| e > 0.0 && w.rank() == 0) {
+        // weight.size(0) of a 0-d weight.
+        return Err(Error::shape(
+            op,
+            "Dimension specified as 0 but tensor has no dimensions (with label_smoothing the \
+             weight must be [C], got a 0-d one)",
+        ));
+    }
     if let Some(w) = o.weight.filter(|w| e > 0.0 && w.rank() != 1) {
         // cross_entropy_loss_label_smoothing views the weight by its first dim, then (Mean)
         // gathers from it as 1-D: only a [C] weight passes both.

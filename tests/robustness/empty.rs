@@ -219,6 +219,30 @@ fn convolution_with_empty_batch_or_channels() {
     );
     let y = conv2d(&empty(&[0, 3, 0, 5]), &ramp(&[4, 3, 3, 3]), None, &padded).unwrap();
     assert_eq!(y.shape(), &[0, 4, 2, 7]);
+    // Tracked: the backward gives the Empty backend's zero gradients.
+    let x = empty(&[0, 3, 0, 5]).requires_grad().unwrap();
+    let w = ramp(&[4, 3, 3, 3]).requires_grad().unwrap();
+    let b = ramp(&[4]).requires_grad().unwrap();
+    let y = conv2d(&x, &w, Some(&b), &padded).unwrap();
+    let g = y.sum_all().unwrap().backward().unwrap();
+    assert_eq!(g.get(&x).unwrap().shape(), &[0, 3, 0, 5]);
+    assert_eq!(vals(g.get(&w).unwrap()), vec![0.0; 108]);
+    assert_eq!(vals(g.get(&b).unwrap()), vec![0.0; 4]);
+    // The transposed convolution: an empty batch gives the output's size; another batch is
+    // refused after the channel check, in _select_conv_backend's words.
+    use wgtensor::ops::{conv_transpose2d, ConvTranspose2dOptions};
+    let wt = ramp(&[4, 2, 3, 3]);
+    let to = ConvTranspose2dOptions::default();
+    let y = conv_transpose2d(&empty(&[0, 4, 0, 5]), &wt, None, &to).unwrap();
+    assert_eq!(y.shape(), &[0, 2, 2, 7]);
+    let e = conv_transpose2d(&empty(&[1, 4, 0, 5]), &wt, None, &to).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("Only zero batch or zero channel inputs are supported"),
+        "{e}"
+    );
+    let e = conv_transpose2d(&empty(&[1, 3, 0, 5]), &wt, None, &to).unwrap_err();
+    assert!(!e.to_string().contains("Only zero batch"), "{e}");
     let e = wgtensor::ops::conv1d(
         &empty(&[2, 3, 0]),
         &ramp(&[4, 3, 1]),

@@ -46,9 +46,9 @@ pub struct SdpaOptions<'a> {
     /// Multiplies `q k^T`; `None` is `1 / sqrt(E)`.
     pub scale: Option<f64>,
     /// Dropout on the attention weights (inverted scaling, drawn from the device's generator,
-    /// [`Device::manual_seed`](crate::Device::manual_seed)); applied whenever it is above 0, as
-    /// in PyTorch's functional form (pass 0 in evaluation); above 1 is an error, at or below
-    /// 0 (or NaN) drops nothing.
+    /// [`Device::manual_seed`](crate::Device::manual_seed)); applied whenever it is nonzero, as
+    /// in PyTorch's functional form (pass 0 in evaluation); outside `[0, 1]` (or NaN) it is an
+    /// error, as on PyTorch's CPU backends.
     pub dropout_p: f64,
     /// Grouped-query attention: `k` and `v` may have fewer heads (dim -3) than `q`, each a
     /// divisor of them; query head `h` reads key head `h / (Hq / Hk)` and value head

@@ -124,9 +124,10 @@ impl Problem {
                 ));
             }
         }
-        // The math backend drops out only `if (dropout_p > 0.0)`, through at::dropout (whose
-        // words refuse a p past 1); a negative or NaN p drops nothing.
-        if opts.dropout_p > 1.0 {
+        // A p past 1 is at::dropout's error; a negative or NaN one PyTorch's CPU default
+        // (flash) refuses too (its `dropout_p == 0` check), where only the math backend would
+        // drop nothing.
+        if !(0.0..=1.0).contains(&opts.dropout_p) {
             return Err(Error::arg(
                 op,
                 format!(
@@ -210,11 +211,7 @@ impl Problem {
             kv_lead,
             scale: scale as f32,
             causal: opts.is_causal,
-            dropout_p: if opts.dropout_p > 0.0 {
-                opts.dropout_p as f32
-            } else {
-                0.0
-            },
+            dropout_p: opts.dropout_p as f32,
         })
     }
 

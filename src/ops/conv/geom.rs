@@ -480,13 +480,15 @@ impl Geom {
         }
         // An empty batch gives an empty result (PyTorch), and so do no output channels where
         // they pass the check above (the gradient and transposed geometries); so do empty
-        // input channels in the forward, before it gets here (`empty_channels` in mod.rs);
+        // input channels in the forward, before it gets here (`empty_channels` in empty.rs);
         // empty kernels have no meaningful convolution. A forward's empty spatial dims go on
         // to the kernel-size check below, as check_shape_forward's padded sizes (the forward
         // then refuses them unless the batch is empty, as PyTorch's backend choice).
+        // The gradients of an empty batch take an empty image too (PyTorch's Empty backend
+        // gives their zeros).
         let zero = match forward {
             true => [kh, kw].contains(&0),
-            false => [c, h, w, kh, kw].contains(&0),
+            false => [c, kh, kw].contains(&0) || (n > 0 && [h, w].contains(&0)),
         };
         if zero {
             return Err(Error::shape(
@@ -548,12 +550,12 @@ impl Geom {
     }
 }
 
-/// A shape as the caller of `op` gave it: the 1-D convolutions run as 2-D ones on
-/// `[n, c, 1, l]`, shown as `[n, c, l]`; other shapes as they are.
 /// The end of check_shape_forward's kernel-size sentence (conv's forward reads it to order the
 /// bias check before it).
 pub(crate) const KERNEL_TOO_LARGE: &str = "Kernel size can't be greater than actual input size";
 
+/// A shape as the caller of `op` gave it: the 1-D convolutions run as 2-D ones on
+/// `[n, c, 1, l]`, shown as `[n, c, l]`; other shapes as they are.
 pub(crate) fn caller_shape(op: &str, s: &[usize]) -> Vec<usize> {
     match (op, s) {
         ("conv1d" | "conv_transpose1d", &[a, b, 1, l]) => vec![a, b, l],

@@ -4,6 +4,7 @@
 //! im2col buffer, split-k with a fixed-order reduction when K is long (weight gradients).
 
 mod checks;
+mod empty;
 mod geom;
 mod grad;
 pub(crate) mod launch;
@@ -176,41 +177,6 @@ fn batched(
             ),
         ))
     }
-}
-
-/// PyTorch's convolution of an input without channels (its `ConvBackend::Empty`): `x`
-/// `[N, 0, H, W]` with a weight `[O, 0, KH, KW]` gives an empty `[N, 0, OH, OW]` (PyTorch
-/// zeroes the output channels too), the geometry checked as for one channel per group, and
-/// zero gradients for the input, the weight and the bias (composed from views of each, so
-/// autograd gives them). `None` for any other input.
-fn empty_channels(
-    op: &'static str,
-    x: &Tensor,
-    w: &Tensor,
-    bias: Option<&Tensor>,
-    o: &Conv2dOptions,
-) -> Result<Option<Tensor>> {
-    if x.rank() != 4 || w.rank() != 4 || x.shape()[1] != 0 || w.shape()[1] != 0 {
-        return Ok(None);
-    }
-    check_pair(op, x, w)?;
-    let [n, _, h, wd] = dims4(op, x, "input")?;
-    let [oc, _, kh, kw] = dims4(op, w, "weight")?;
-    // The geometry checked for one image and one channel and output channel per group: the
-    // result is empty, so the extents the kernels' limits guard do not matter.
-    // The options first (a groups of 0 named as such), as PyTorch's check_shape_forward.
-    let groups = o.groups.max(1);
-    let g = Geom::shape_checked(op, [n.min(1), groups, h, wd], [groups, 1, kh, kw], o)?;
-    let shown = geom::caller_shape(op, w.shape());
-    geom::check_weight_dim0(op, groups, oc, &shown, "out_channels")?;
-    check_bias(op, x, bias, oc, w)?;
-    let shape = [n, 0, g.oh, g.ow];
-    let empty = |t: &Tensor| t.reshape(&[1, 0, 1, 1])?.broadcast_to(&shape);
-    let mut y = empty(x)?.add(&empty(w)?)?;
-    if let Some(b) = bias {
-        y = y.add(&empty(&b.narrow(0, 0, 0)?)?)?;
-    }
-    Ok(Some(y))
 }
 
 /// The untracked forward of [`conv2d`] (grad.rs records it).
@@ -456,28 +422,8 @@ fn transpose_untracked(
     bias: Option<&Tensor>,
     o: &ConvTranspose2dOptions,
 ) -> Result<Tensor> {
-    let [n, _, h, wd] = dims4(op, x, "input")?;
+    let [_, _, h, wd] = dims4(op, x, "input")?;
     let ws = dims4(op, w, "weight")?;
-    if h == 0 || wd == 0 {
-        // As the forward (and PyTorch's backend choice): only the batch and channels may be
-        // empty (an empty batch with empty spatial dims is refused here too).
-        let pytorch = match n {
-            0 => String::new(),
-            _ => format!(
-                "Only zero batch or zero channel inputs are supported, but got input shape: \
-                 {:?}: ",
-                geom::caller_shape(op, x.shape())
-            ),
-        };
-        return Err(Error::shape(
-            op,
-            format!(
-                "{pytorch}zero-size spatial dimension: input {:?} (only the batch and the \
-                 channels may be empty)",
-                x.shape()
-            ),
-        ));
-    }
     if o.stride.contains(&0) || o.dilation.contains(&0) {
         return Err(Error::arg(
             op,
@@ -499,6 +445,9 @@ fn transpose_untracked(
         ],
     )?;
     check_transposed_channels(op, x, w, o.groups)?;
+    if h == 0 || wd == 0 {
+        return empty::empty_transposed(op, x, ws, o);
+    }
     // After the channels, as PyTorch's shape check, in its words.
     let [oph, opw] = o.output_padding;
     if (0..2).any(|ax| o.output_padding[ax] >= o.stride[ax].max(o.dilation[ax])) {

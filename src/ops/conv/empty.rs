@@ -1,0 +1,85 @@
+//! Convolutions of empty inputs, as PyTorch's Empty backend gives them (its
+//! `_select_conv_backend` sends an input with no batch or no channels there): results of the
+//! output's shape without computing, the shape checks run as for any input.
+
+use super::checks::{check_bias, check_pair};
+use super::geom::{self, dims4, Geom};
+use super::{Conv2dOptions, ConvTranspose2dOptions};
+use crate::{Error, Result, Tensor};
+
+/// PyTorch's convolution of an input without channels (its `ConvBackend::Empty`): `x`
+/// `[N, 0, H, W]` with a weight `[O, 0, KH, KW]` gives an empty `[N, 0, OH, OW]` (PyTorch
+/// zeroes the output channels too), the geometry checked as for one channel per group, and
+/// zero gradients for the input, the weight and the bias (composed from views of each, so
+/// autograd gives them). `None` for any other input.
+pub(super) fn empty_channels(
+    op: &'static str,
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    o: &Conv2dOptions,
+) -> Result<Option<Tensor>> {
+    if x.rank() != 4 || w.rank() != 4 || x.shape()[1] != 0 || w.shape()[1] != 0 {
+        return Ok(None);
+    }
+    check_pair(op, x, w)?;
+    let [n, _, h, wd] = dims4(op, x, "input")?;
+    let [oc, _, kh, kw] = dims4(op, w, "weight")?;
+    // The geometry checked for one image and one channel and output channel per group: the
+    // result is empty, so the extents the kernels' limits guard do not matter.
+    // The options first (a groups of 0 named as such), as PyTorch's check_shape_forward.
+    let groups = o.groups.max(1);
+    let g = Geom::shape_checked(op, [n.min(1), groups, h, wd], [groups, 1, kh, kw], o)?;
+    let shown = geom::caller_shape(op, w.shape());
+    geom::check_weight_dim0(op, groups, oc, &shown, "out_channels")?;
+    check_bias(op, x, bias, oc, w)?;
+    let shape = [n, 0, g.oh, g.ow];
+    let empty = |t: &Tensor| t.reshape(&[1, 0, 1, 1])?.broadcast_to(&shape);
+    let mut y = empty(x)?.add(&empty(w)?)?;
+    if let Some(b) = bias {
+        y = y.add(&empty(&b.narrow(0, 0, 0)?)?)?;
+    }
+    Ok(Some(y))
+}
+
+/// A transposed convolution of an image with empty spatial dims, after the channel checks as
+/// `_select_conv_backend`: an empty batch goes to PyTorch's Empty backend (an empty result of
+/// the output's size, where that size is positive), any other batch is refused in its words.
+pub(super) fn empty_transposed(
+    op: &'static str,
+    x: &Tensor,
+    ws: [usize; 4],
+    o: &ConvTranspose2dOptions,
+) -> Result<Tensor> {
+    let [n, _, h, wd] = dims4(op, x, "input")?;
+    let p = o.padding;
+    let pads = [p.top + p.bottom, p.left + p.right];
+    // (len - 1) s - pad + d (k - 1) + output_padding + 1, in i128 (operands are bounded).
+    let len = |ax: usize, l: usize| -> i128 {
+        let i = |v: usize| v as i128;
+        (i(l) - 1) * i(o.stride[ax]) - i(pads[ax])
+            + i(o.dilation[ax]) * (i(ws[2 + ax].max(1)) - 1)
+            + i(o.output_padding[ax])
+            + 1
+    };
+    let (oh, ow) = (len(0, h), len(1, wd));
+    if n == 0 && oh > 0 && ow > 0 {
+        let shape = [0, ws[1] * o.groups, oh as usize, ow as usize];
+        return Tensor::empty(x.device(), op, &shape, x.dtype());
+    }
+    let pytorch = match n {
+        0 => String::new(),
+        _ => format!(
+            "Only zero batch or zero channel inputs are supported, but got input shape: {:?}: ",
+            geom::caller_shape(op, x.shape())
+        ),
+    };
+    Err(Error::shape(
+        op,
+        format!(
+            "{pytorch}zero-size spatial dimension: input {:?} (only the batch and the channels \
+             may be empty, and an empty batch's output must have a positive size)",
+            x.shape()
+        ),
+    ))
+}
