@@ -191,3 +191,33 @@ fn the_encoder_layer_follows_the_fast_path() {
         assert!(y[12..].iter().all(|v| v.is_finite()), "{y:?}");
     }
 }
+
+/// Two float masks on the layer's fast path are summed before they are read as bool, as
+/// `merge_masks` does: `+5` in the padding mask cancels `-5` in the attention mask.
+#[test]
+fn the_encoder_layer_sums_float_masks_before_reading_them() {
+    let l = layer(1e-5);
+    let pad = mask(&[5., 0., 0., 0., 0., 0.], &[2, 3]);
+    let attn = mask(&[-5., 0., 0., -5., 0., 0., -5., 0., 0.], &[3, 3]);
+    let got = wgtensor::no_grad(|| {
+        run_layer(
+            &l,
+            Some(MhaMask::Additive(&attn)),
+            Some(MhaMask::Additive(&pad)),
+        )
+    });
+    // The merged mask: the first sequence attends everywhere, the second masks key 0; per
+    // head ([N * H, L, S] with 2 heads).
+    let mut merged = vec![0f32; 2 * 2 * 3 * 3];
+    for (k, m) in merged.iter_mut().enumerate() {
+        let (b, key) = (k / 18, k % 3);
+        *m = f32::from(u8::from(b == 1 && key == 0));
+    }
+    let merged = mask(&merged, &[4, 3, 3]);
+    let want = wgtensor::no_grad(|| run_layer(&l, Some(MhaMask::Bool(&merged)), None));
+    let same = got
+        .iter()
+        .zip(&want)
+        .all(|(a, b)| a.to_bits() == b.to_bits());
+    assert!(same, "{got:?} vs {want:?}");
+}

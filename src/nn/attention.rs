@@ -616,7 +616,7 @@ pub(super) fn mask_tensor<'a>(m: MhaMask<'a>) -> &'a Tensor {
 }
 
 /// A mask as an additive float mask of dtype `dt` (bool: `-inf` where nonzero, else 0).
-fn additive(m: MhaMask, dt: DType) -> Result<Tensor> {
+pub(super) fn additive(m: MhaMask, dt: DType) -> Result<Tensor> {
     match m {
         MhaMask::Bool(t) => {
             Tensor::zeros(t.device(), t.shape(), dt)?.masked_fill(t, f64::NEG_INFINITY)

@@ -8,7 +8,7 @@
 //! for a query whose every key is masked (its softmax sums to 0), where the general path's
 //! fused kernel gives 0.
 
-use super::attention::{mask_tensor, same_view, MhaMask, MhaOptions, MultiheadAttention};
+use super::attention::{additive, mask_tensor, same_view, MhaMask, MhaOptions, MultiheadAttention};
 use super::Module;
 use crate::{Result, Tensor};
 
@@ -59,10 +59,10 @@ impl MultiheadAttention {
     }
 
     /// The encoder layer's fast path (`_transformer_encoder_layer_fwd`) for self-attention on
-    /// `x`, which the layer decided to take: every mask read as bool, a float one too (two
-    /// masks together count a key out where either does: PyTorch sums the float forms first,
-    /// so a `+x` and a `-x` entry would cancel there). An additive mask of a dtype the general
-    /// path refuses goes there for its error.
+    /// `x`, which the layer decided to take: every mask read as bool, a float one too. Two
+    /// masks, one of them float, are summed first as `merge_masks` does (a `+x` and a `-x`
+    /// entry cancel), into one `[N * H, L, S]` mask as PyTorch's. An additive mask of a dtype
+    /// the general path refuses goes there for its error.
     pub(crate) fn encoder_fast_path(&self, x: &Tensor, opts: &MhaOptions) -> Result<Tensor> {
         let masks = [opts.key_padding_mask, opts.attn_mask];
         let refused =
@@ -73,6 +73,15 @@ impl MultiheadAttention {
             return Ok(self.forward_general(x, x, x, opts)?.0);
         }
         let hard = |m: MhaMask| mask_tensor(m).ne_scalar(0.0);
+        if let Some(merged) = self.merged_float_masks(x, opts)? {
+            let o = MhaOptions {
+                key_padding_mask: None,
+                attn_mask: Some(MhaMask::Bool(&merged)),
+                is_causal: false,
+                ..*opts
+            };
+            return Ok(self.masked_softmax_path(x, &o)?.0);
+        }
         let pad = opts.key_padding_mask.map(hard).transpose()?;
         let attn = opts.attn_mask.map(hard).transpose()?;
         let o = MhaOptions {
@@ -82,6 +91,31 @@ impl MultiheadAttention {
             ..*opts
         };
         Ok(self.masked_softmax_path(x, &o)?.0)
+    }
+
+    /// `merge_masks`' sum of a padding mask and an attention mask, at least one of them
+    /// float, as a `[N * H, L, S]` 0/1 mask (nonzero sums masked); `None` for any other pair,
+    /// or for shapes the general path will refuse in its words.
+    fn merged_float_masks(&self, x: &Tensor, opts: &MhaOptions) -> Result<Option<Tensor>> {
+        let (Some(pad), Some(attn)) = (opts.key_padding_mask, opts.attn_mask) else {
+            return Ok(None);
+        };
+        let float = |m: MhaMask| matches!(m, MhaMask::Additive(_));
+        let (n, l, h) = (x.shape()[0], x.shape()[1], self.num_heads);
+        let (ps, ats) = (mask_tensor(pad).shape(), mask_tensor(attn).shape());
+        let shapes_ok = ps == [n, l] && (ats == [l, l] || ats == [n * h, l, l]);
+        if !(float(pad) || float(attn)) || !shapes_ok {
+            return Ok(None);
+        }
+        let dt = x.dtype();
+        let p = additive(pad, dt)?.reshape(&[n, 1, 1, l])?;
+        let a = additive(attn, dt)?;
+        let a = match a.rank() {
+            2 => a.reshape(&[1, 1, l, l])?,
+            _ => a.reshape(&[n, h, l, l])?,
+        };
+        let merged = p.add(&a)?.broadcast_to(&[n, h, l, l])?.ne_scalar(0.0)?;
+        Ok(Some(merged.reshape(&[n * h, l, l])?))
     }
 
     /// The general path with bool masks (`opts`), then NaN on the output rows of queries whose

@@ -56,6 +56,28 @@ fn a_recursive_generic_model_is_a_module() {
     );
 }
 
+/// A recursive model whose type parameter is only a skipped label: no bound asks for it.
+#[derive(Module)]
+struct Labeled<T> {
+    #[module(skip)]
+    label: T,
+    l: nn::Linear,
+    kids: Vec<Self>,
+}
+
+#[test]
+fn a_recursive_model_with_a_skipped_generic_field_is_a_module() {
+    let node = |label: &str, kids| Labeled {
+        label: label.to_string(),
+        l: nn::Linear::new(dev(), 1, 1, false).unwrap(),
+        kids,
+    };
+    let t = node("root", vec![node("a", Vec::new())]);
+    assert_eq!(t.label, "root");
+    let names: Vec<String> = t.state_dict().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["l.weight", "kids.0.l.weight"]);
+}
+
 /// PyTorch:
 ///
 /// ```python

@@ -236,7 +236,6 @@ fn expand(input: DeriveInput) -> syn::Result<TokenStream> {
     let mut visit = Vec::new();
     let mut visit_mut = Vec::new();
     let mut bounds = Vec::new();
-    let params: Vec<&syn::Ident> = input.generics.type_params().map(|p| &p.ident).collect();
     for f in &fields {
         let (access, name, ty) = (&f.access, &f.name, &f.ty);
         // Errors point at the field's type; `self` and `visitor` resolve at the call site,
@@ -244,15 +243,11 @@ fn expand(input: DeriveInput) -> syn::Result<TokenStream> {
         // `macro_rules!` argument, whose hygiene would hide them).
         let span = f.span.resolved_at(Span::call_site());
         // The trait the field's type must implement, bounded on a generic struct. A field
-        // whose type names the struct itself (`Vec<Tree<M>>`) would make that bound ask for
-        // the impl being written (the solver overflows): its type parameters are bounded
-        // instead.
+        // whose type names the struct itself (`Vec<Tree<M>>`, `Vec<Self>`) gets none: that
+        // bound would ask for the impl being written (the solver overflows), and the impl's
+        // other bounds are what it needs.
         let mut bound = |tr: TokenStream| {
-            if mentions(ty, &input.ident) {
-                for p in params.iter().filter(|p| mentions(ty, p)) {
-                    bounds.push(quote_spanned!(f.span=> #p: #tr));
-                }
-            } else {
+            if !refers_to_self(ty, &input.ident) {
                 bounds.push(quote_spanned!(f.span=> #ty: #tr));
             }
         };
@@ -319,16 +314,37 @@ fn expand(input: DeriveInput) -> syn::Result<TokenStream> {
     })
 }
 
-/// Whether `ty` names `ident` anywhere (a path segment, a generic argument).
-fn mentions(ty: &syn::Type, ident: &syn::Ident) -> bool {
-    fn walk(tokens: TokenStream, ident: &syn::Ident) -> bool {
-        tokens.into_iter().any(|t| match t {
-            proc_macro2::TokenTree::Ident(i) => &i == ident,
-            proc_macro2::TokenTree::Group(g) => walk(g.stream(), ident),
-            _ => false,
-        })
+/// Whether `ty` names the struct `name` (as a path's first segment, not `other::Name`) or
+/// `Self`, anywhere in it.
+fn refers_to_self(ty: &syn::Type, name: &syn::Ident) -> bool {
+    fn walk(tokens: TokenStream, name: &syn::Ident) -> bool {
+        let mut after_colons = false;
+        let mut colons = 0;
+        for t in tokens {
+            match t {
+                proc_macro2::TokenTree::Ident(i) => {
+                    if !after_colons && (&i == name || i == "Self") {
+                        return true;
+                    }
+                    after_colons = false;
+                    colons = 0;
+                }
+                proc_macro2::TokenTree::Punct(p) if p.as_char() == ':' => {
+                    colons += 1;
+                    after_colons = colons >= 2;
+                }
+                proc_macro2::TokenTree::Group(g) => {
+                    if walk(g.stream(), name) {
+                        return true;
+                    }
+                    (after_colons, colons) = (false, 0);
+                }
+                _ => (after_colons, colons) = (false, 0),
+            }
+        }
+        false
     }
-    walk(quote!(#ty), ident)
+    walk(quote!(#ty), name)
 }
 
 #[cfg(test)]
@@ -377,14 +393,22 @@ mod tests {
     }
 
     #[test]
-    fn recursive_generic_structs_bound_their_parameters() {
+    fn recursive_generic_structs_bound_only_their_other_fields() {
         // `Vec<Tree<M>>: ModuleField` would ask for the impl being written.
-        let out = expand_str("struct Tree<M> { node: M, kids: Vec<Tree<M>> }").unwrap();
-        assert!(!out.contains("Vec < Tree < M > > :"), "{out}");
+        let out = expand_str(
+            "struct Tree<M, T> { node: M, #[module(skip)] label: T, kids: Vec<Tree<M, T>>, \
+             more: Vec<Self>, other: other::Tree<M> }",
+        )
+        .unwrap();
+        assert!(!out.contains("Vec < Tree < M , T > > :"), "{out}");
+        assert!(!out.contains("Vec < Self > :"), "{out}");
+        assert!(!out.contains("T : :: wgtensor"), "{out}");
         assert!(
-            out.contains("where M : :: wgtensor :: nn :: ModuleField , M : :: wgtensor"),
+            out.contains("where M : :: wgtensor :: nn :: ModuleField ,"),
             "{out}"
         );
+        // Another path's type of the same name is not the struct: bounded as any field.
+        assert!(out.contains("other :: Tree < M > : :: wgtensor"), "{out}");
         assert!(
             out.contains("visit_field (& self . kids , \"kids\""),
             "{out}"
