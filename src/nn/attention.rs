@@ -152,7 +152,7 @@ impl MultiheadAttention {
     /// batch_first=)` with its initialization (`MultiheadAttentionConfig::default()` gives
     /// PyTorch's defaults). Errors when `embed_dim` is not a multiple of `num_heads`. Any
     /// `dropout` is accepted here, as PyTorch's constructor does. A forward in training
-    /// refuses one above 1; one at or below 0 or NaN drops nothing with `need_weights` (its
+    /// refuses one above 1; one below 0 or NaN drops nothing with `need_weights` (its
     /// `dropout_p > 0` test) and is refused without, as scaled_dot_product_attention on
     /// PyTorch's CPU backends.
     pub fn new(

@@ -107,7 +107,9 @@ impl MultiheadAttention {
         if !(float(pad) || float(attn)) || !shapes_ok {
             return Ok(None);
         }
-        let dt = x.dtype();
+        // Summed in f32: each float mask keeps its own values (`_canonical_mask` leaves a float
+        // mask's dtype alone; an f32 1e-8 must not round to 0 in an f16 model's dtype).
+        let dt = crate::DType::F32;
         let p = additive(pad, dt)?.reshape(&[n, 1, 1, l])?;
         let a = additive(attn, dt)?;
         let a = match a.rank() {

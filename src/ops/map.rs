@@ -86,7 +86,8 @@ pub enum ScalarOp {
     Mul,
     /// x / s
     Div,
-    /// s / x
+    /// s / x, as `x.reciprocal() * s` in f32 (`Tensor::rdiv_scalar` also rounds the
+    /// reciprocal to f16 first for f16 tensors)
     RDiv,
     /// max(x, s) (`torch.clamp(x, min=s)`)
     Max,

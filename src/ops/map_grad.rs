@@ -135,9 +135,11 @@ impl BackwardOp for ScalarBackward {
             // -(g s) (r r) with r = 1 / x rounded, each step rounded as PyTorch's.
             ScalarOp::RDiv => {
                 let r = saved(&self.x)?.rdiv_scalar(1.0)?;
-                g.mul_scalar(f64::from(self.s))?
-                    .mul(&r.mul(&r)?)?
-                    .into_unary(UnaryOp::Neg)?
+                let gs = match self.s {
+                    1.0 => g.clone(),
+                    s => g.mul_scalar(f64::from(s))?,
+                };
+                gs.mul(&r.mul(&r)?)?.into_unary(UnaryOp::Neg)?
             }
             ScalarOp::Max => grad_binary(g, &saved(&self.x)?, GradCode::PassGe, self.s)?,
             ScalarOp::Min => grad_binary(g, &saved(&self.x)?, GradCode::PassLe, self.s)?,

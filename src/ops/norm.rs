@@ -622,8 +622,7 @@ pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipe
     variants: norm_variants,
 };
 
-/// Every (kernel, dtypes, override constants) combination of this family's kernels, for
-/// tests/shaders.rs to translate and validate each.
+/// Every (kernel, dtypes, constants) variant of this family, for tests/shaders.rs.
 #[doc(hidden)]
 pub fn norm_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();

@@ -150,7 +150,7 @@ pub fn scalar(op: ScalarOp, s: f64, x: &[f64], g: &[f64]) -> Want {
             ScalarOp::RSub => (-g, 0.0),
             ScalarOp::Mul => (g * s, 1.0),
             ScalarOp::Div => (g / s, 3.0),
-            // y = s / x (2.5 ulp), g y (1 rounding), / x (2.5 ulp).
+            // r = 1 / x (2.5 ulp), g s, r r and their product (1 rounding each).
             ScalarOp::RDiv => (-g * s / (x * x), 14.0),
             ScalarOp::Max => (if x >= s { g } else { 0.0 }, 0.0),
             ScalarOp::Min => (if x <= s { g } else { 0.0 }, 0.0),

@@ -235,6 +235,20 @@ fn convolution_with_empty_batch_or_channels() {
     let to = ConvTranspose2dOptions::default();
     let y = conv_transpose2d(&empty(&[0, 4, 0, 5]), &wt, None, &to).unwrap();
     assert_eq!(y.shape(), &[0, 2, 2, 7]);
+    // Tracked: zero gradients; a bias of the wrong size is named first, as check_shape_forward.
+    let x = empty(&[0, 4, 0, 5]).requires_grad().unwrap();
+    let wg = ramp(&[4, 2, 3, 3]).requires_grad().unwrap();
+    let bt = ramp(&[2]).requires_grad().unwrap();
+    let y = conv_transpose2d(&x, &wg, Some(&bt), &to).unwrap();
+    let g = y.sum_all().unwrap().backward().unwrap();
+    assert_eq!(g.get(&x).unwrap().shape(), &[0, 4, 0, 5]);
+    assert_eq!(vals(g.get(&wg).unwrap()), vec![0.0; 72]);
+    assert_eq!(vals(g.get(&bt).unwrap()), vec![0.0; 2]);
+    let e = conv_transpose2d(&empty(&[1, 4, 0, 5]), &wt, Some(&ramp(&[3])), &to).unwrap_err();
+    assert!(
+        e.to_string().contains("expected bias to be 1-dimensional"),
+        "{e}"
+    );
     let e = conv_transpose2d(&empty(&[1, 4, 0, 5]), &wt, None, &to).unwrap_err();
     assert!(
         e.to_string()

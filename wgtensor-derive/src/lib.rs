@@ -314,20 +314,22 @@ fn expand(input: DeriveInput) -> syn::Result<TokenStream> {
     })
 }
 
-/// Whether `ty` names the struct `name` (as a path's first segment, not `other::Name`) or
-/// `Self`, anywhere in it.
+/// Whether `ty` names the struct `name` or `Self` anywhere in it: as a path's first segment,
+/// or after a path rooted in this crate (`crate::`, `self::`, `super::`), not `other::Name`.
 fn refers_to_self(ty: &syn::Type, name: &syn::Ident) -> bool {
     fn walk(tokens: TokenStream, name: &syn::Ident) -> bool {
-        let mut after_colons = false;
-        let mut colons = 0;
+        // In a path after `::`; whether that path began at a local root.
+        let (mut after_colons, mut local, mut colons) = (false, false, 0);
         for t in tokens {
             match t {
                 proc_macro2::TokenTree::Ident(i) => {
-                    if !after_colons && (&i == name || i == "Self") {
+                    if (!after_colons || local) && (&i == name || i == "Self") {
                         return true;
                     }
-                    after_colons = false;
-                    colons = 0;
+                    if !after_colons {
+                        local = i == "crate" || i == "self" || i == "super";
+                    }
+                    (after_colons, colons) = (false, 0);
                 }
                 proc_macro2::TokenTree::Punct(p) if p.as_char() == ':' => {
                     colons += 1;
@@ -337,9 +339,9 @@ fn refers_to_self(ty: &syn::Type, name: &syn::Ident) -> bool {
                     if walk(g.stream(), name) {
                         return true;
                     }
-                    (after_colons, colons) = (false, 0);
+                    (after_colons, local, colons) = (false, false, 0);
                 }
-                _ => (after_colons, colons) = (false, 0),
+                _ => (after_colons, local, colons) = (false, false, 0),
             }
         }
         false
@@ -413,6 +415,13 @@ mod tests {
             out.contains("visit_field (& self . kids , \"kids\""),
             "{out}"
         );
+        // A path from this crate's root to the struct is the struct.
+        let out = expand_str(
+            "struct Tree<M> { node: M, a: Vec<crate::Tree<M>>, b: Vec<super::m::Tree<M>> }",
+        )
+        .unwrap();
+        assert!(!out.contains("crate :: Tree < M > > :"), "{out}");
+        assert!(!out.contains("super :: m :: Tree < M > > :"), "{out}");
     }
 
     #[test]

@@ -72,7 +72,15 @@ impl BackwardOp for ConvBackward {
         let gz = activation_grad(op, g, self.y.as_ref(), self.act)?;
         let need = |i: usize| needs.get(i) == Some(&true);
         let mut out = vec![None, None];
-        if !self.transposed {
+        if self.transposed && gz.shape()[0] == 0 {
+            // An empty batch (the Empty backend's result): zero gradients, whose shapes the
+            // saved tensors give (the gradient geometry of an empty image may not exist).
+            let zeros = |t: &Option<Tensor>| -> Result<Tensor> {
+                t.as_ref().ok_or_else(|| missing(op))?.zeros_like()
+            };
+            out[0] = need(0).then(|| zeros(&self.x)).transpose()?;
+            out[1] = need(1).then(|| zeros(&self.w)).transpose()?;
+        } else if !self.transposed {
             if need(0) {
                 let w = self.w.as_ref().ok_or_else(|| missing(op))?;
                 out[0] = Some(conv2d_backward_input(&gz, w, self.x_hw, &self.o)?);

@@ -446,6 +446,8 @@ fn transpose_untracked(
     )?;
     check_transposed_channels(op, x, w, o.groups)?;
     if h == 0 || wd == 0 {
+        // check_shape_forward's bias check comes before the backend's choice.
+        check_bias(op, x, bias, ws[1] * o.groups, w)?;
         return empty::empty_transposed(op, x, ws, o);
     }
     // After the channels, as PyTorch's shape check, in its words.
