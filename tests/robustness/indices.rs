@@ -282,7 +282,7 @@ fn unchecked_devices_keep_the_documented_fill() {
 }
 
 /// A deterministic xorshift32 stream from `seed` (non-zero).
-fn xorshift(mut state: u32) -> impl FnMut() -> u32 {
+pub(super) fn xorshift(mut state: u32) -> impl FnMut() -> u32 {
     move || {
         state ^= state << 13;
         state ^= state >> 17;

@@ -4,16 +4,8 @@
 //! and a broadcast 1-D index, whose float row scatter i32 data does not take).
 
 use super::common;
+use super::indices::xorshift;
 use wgtensor::{DType, Device, Tensor};
-
-fn xorshift(mut state: u32) -> impl FnMut() -> u32 {
-    move || {
-        state ^= state << 13;
-        state ^= state >> 17;
-        state ^= state << 5;
-        state
-    }
-}
 
 /// `base` `[n, f]` plus, for each `(j, c)` of an `[e, f]` index, `src[j, c]` at
 /// `[index[j, c], c]`, in wrapping i32 arithmetic.
