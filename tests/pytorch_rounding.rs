@@ -138,3 +138,23 @@ fn clamp_min_and_max_refuse_a_bound_past_f16() {
     );
     assert_eq!(hv(&x.max_scalar(0.5).unwrap()), vec![1.0, 0.5]);
 }
+
+#[test]
+fn kinked_losses_and_kl_div_round_once_in_f16() {
+    use wgtensor::ops::{huber_loss, kl_div, smooth_l1_loss, KlDivReduction, Reduction};
+    common::require_f16(common::device());
+    // |a - b| in half, the loss in float with beta (delta) rounded to half, one rounding.
+    let l = smooth_l1_loss(&h(&[1.0]), &h(&[0.0]), Reduction::None, 0.1).unwrap();
+    assert_eq!(hv(&l), vec![0.9501953125]);
+    let l = huber_loss(&h(&[2.0]), &h(&[0.0]), Reduction::None, 0.1).unwrap();
+    assert_eq!(hv(&l), vec![0.1949462890625]);
+    // xlogy(t, t) in float, rounded once, then minus t * input.
+    let l = kl_div(
+        &h(&[-1.2001953125]),
+        &h(&[0.300048828125]),
+        KlDivReduction::None,
+        false,
+    )
+    .unwrap();
+    assert_eq!(hv(&l), vec![-0.0009765625]);
+}

@@ -8,7 +8,7 @@ use super::loss::{broadcastable, promoted, promoted_numeric, reduce, same_shape}
 use super::loss_options::Reduction;
 use super::ScalarOp;
 use crate::autograd::{record, BackwardOp, NoGradGuard};
-use crate::{Error, Result, Tensor};
+use crate::{DType, Error, Result, Tensor};
 
 /// Mean absolute error `|input - target|` (PyTorch's `l1_loss`; input and target broadcast,
 /// as [`mse_loss`](super::mse_loss)). Its gradient is `sign(input - target)`, 0 where they
@@ -60,10 +60,14 @@ pub fn smooth_l1_loss(
     broadcastable(op, input, target)?;
     // With m = min(|d|, beta): 0.5 m^2 / beta + (|d| - m), without a select, whose
     // unselected branch would turn an infinite d into NaN.
-    let loss = kinked(input, target, Kink::SmoothL1(beta), |d| {
+    let loss = kinked(input, target, Kink::SmoothL1(beta), |d, dt| {
+        let beta = param_in(beta, dt);
+        if beta == 0.0 {
+            // A beta that rounds to 0 in f16: l1, as `z < 0` is never true there.
+            return Ok(d.clone());
+        }
         let m = d.min_scalar_raw(beta)?;
-        // (m / beta) m / 2: neither m^2 (underflow in f16) nor 0.5 / beta (inf for a tiny
-        // beta).
+        // (m / beta) m / 2: neither m^2 (underflow) nor 0.5 / beta (inf for a tiny beta).
         m.div_scalar(beta)?
             .mul(&m)?
             .mul_scalar(0.5)?
@@ -79,18 +83,25 @@ enum Kink {
     Huber(f64),
 }
 
-/// A kinked loss's elementwise terms, `terms(|input - target|)` computed untracked, with
-/// PyTorch's explicit backward recorded over them from the one difference both need.
+/// A kinked loss's elementwise terms, `terms(|input - target|, dtype)` computed untracked,
+/// with PyTorch's explicit backward recorded over them from the one difference both need.
+/// For f16 the terms run in f32 on the f16 `|input - target|` and round once, as PyTorch's
+/// half kernels compute `z` in half, then the loss in float (`dtype` says which parameter
+/// rounding applies: [`param_in`]).
 fn kinked(
     input: &Tensor,
     target: &Tensor,
     kink: Kink,
-    terms: impl FnOnce(&Tensor) -> Result<Tensor>,
+    terms: impl FnOnce(&Tensor, DType) -> Result<Tensor>,
 ) -> Result<Tensor> {
     let (d, loss) = {
         let _guard = NoGradGuard::new();
         let d = input.sub(target)?;
-        let loss = terms(&d.abs()?)?;
+        let z = d.abs()?;
+        let loss = match z.dtype() {
+            DType::F16 => terms(&z.to_dtype(DType::F32)?, DType::F16)?.to_dtype(DType::F16)?,
+            dt => terms(&z, dt)?,
+        };
         (d, loss)
     };
     Ok(record(loss, &[input, target], |_| {
@@ -127,16 +138,14 @@ impl BackwardOp for KinkBackward {
         let Some(g) = grads.first().and_then(Option::as_ref) else {
             return Ok(vec![None, None]);
         };
-        let d = self.d.to_dtype(crate::DType::F32)?;
+        let d = self.d.to_dtype(DType::F32)?;
         let slope = match self.kink {
             Kink::SmoothL1(beta) => d.div_scalar(beta)?.clamp(Some(-1.0), Some(1.0))?,
             // A delta past f32 never bends (see huber_loss).
             Kink::Huber(delta) if (delta as f32).is_infinite() => d,
             Kink::Huber(delta) => d.clamp(Some(-delta), Some(delta))?,
         };
-        let gd = slope
-            .mul(&g.to_dtype(crate::DType::F32)?)?
-            .to_dtype(g.dtype())?;
+        let gd = slope.mul(&g.to_dtype(DType::F32)?)?.to_dtype(g.dtype())?;
         let dx = if needs.first() == Some(&true) {
             Some(crate::autograd::sum_to(&gd, &self.input_shape)?)
         } else {
@@ -185,7 +194,8 @@ pub fn huber_loss(
     broadcastable(op, input, target)?;
     // Infinite once cast to f32 (the kernels' type), as PyTorch's kernel casts it; the
     // linear term below would add inf * 0 = NaN.
-    let loss = kinked(input, target, Kink::Huber(delta), |d| {
+    let loss = kinked(input, target, Kink::Huber(delta), |d, dt| {
+        let delta = param_in(delta, dt);
         if (delta as f32).is_infinite() {
             // Never linear: half the squared error (the form below would add inf * 0).
             // Halved first, as PyTorch's 0.5 * z * z: d * d overflows f16 from 256.
@@ -195,6 +205,15 @@ pub fn huber_loss(
         }
     })?;
     reduce(loss, reduction)
+}
+
+/// A loss parameter as the kernel of a `dtype` input holds it: rounded to f16 for f16
+/// (`scalar_t(beta)`, past 65504 infinite), else as given.
+fn param_in(v: f64, dtype: DType) -> f64 {
+    match dtype {
+        DType::F16 => f64::from(crate::dtype::f16_of(v).to_f32()),
+        _ => v,
+    }
 }
 
 /// `0.5 m^2 + delta (|d| - m)` for `d` holding `|input - target|`.
@@ -361,7 +380,16 @@ pub fn kl_div(
         let safe = target
             .eq_scalar(0.0)?
             .where_cond(&target.ones_like()?, target)?;
-        target.mul(&safe.log()?)?.sub(&target.mul(input)?)?
+        // xlogy computes t log(t) in float and rounds once (an f16 log rounded first, then
+        // the product, was off by an ulp in a quarter of the values).
+        let xlogy = match target.dtype() {
+            DType::F16 => {
+                let f = |t: &Tensor| t.to_dtype(DType::F32);
+                f(target)?.mul(&f(&safe)?.log()?)?.to_dtype(DType::F16)?
+            }
+            _ => target.mul(&safe.log()?)?,
+        };
+        xlogy.sub(&target.mul(input)?)?
     };
     match reduction {
         KlDivReduction::None => Ok(terms),
