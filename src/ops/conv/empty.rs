@@ -29,7 +29,13 @@ pub(super) fn empty_channels(
     // result is empty, so the extents the kernels' limits guard do not matter.
     // The options first (a groups of 0 named as such), as PyTorch's check_shape_forward.
     let groups = o.groups.max(1);
-    let g = Geom::shape_checked(op, [n.min(1), groups, h, wd], [groups, 1, kh, kw], o)?;
+    let g = Geom::shape_checked(
+        op,
+        [n.min(1), groups, h, wd],
+        [groups, 1, kh, kw],
+        o,
+        |_| Ok(()),
+    )?;
     let shown = geom::caller_shape(op, w.shape());
     geom::check_weight_dim0(op, groups, oc, &shown, "out_channels")?;
     check_bias(op, x, bias, oc, w)?;
@@ -67,19 +73,26 @@ pub(super) fn empty_transposed(
         let shape = [0, ws[1] * o.groups, oh as usize, ow as usize];
         return Tensor::empty(x.device(), op, &shape, x.dtype());
     }
-    let pytorch = match n {
-        0 => String::new(),
-        _ => format!(
-            "Only zero batch or zero channel inputs are supported, but got input shape: {:?}: ",
-            geom::caller_shape(op, x.shape())
-        ),
-    };
-    Err(Error::shape(
+    let detail = format!(
+        "zero-size spatial dimension: input {:?} (only the batch and the channels may be \
+         empty, and an empty batch's output must have a positive size)",
+        x.shape()
+    );
+    match n {
+        0 => Err(Error::shape(op, detail)),
+        _ => Err(only_empty_batch(op, x, &format!(": {detail}"))),
+    }
+}
+
+/// `_select_conv_backend`'s refusal of an empty input with a batch and channels, in its words,
+/// then `detail`.
+pub(super) fn only_empty_batch(op: &'static str, x: &Tensor, detail: &str) -> Error {
+    Error::shape(
         op,
         format!(
-            "{pytorch}zero-size spatial dimension: input {:?} (only the batch and the channels \
-             may be empty, and an empty batch's output must have a positive size)",
-            x.shape()
+            "Only zero batch or zero channel inputs are supported, but got input shape: \
+             {:?}{detail}",
+            geom::caller_shape(op, x.shape())
         ),
-    ))
+    )
 }

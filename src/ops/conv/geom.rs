@@ -361,7 +361,19 @@ impl Geom {
         wshape: [usize; 4],
         o: &Conv2dOptions,
     ) -> Result<Geom> {
-        let g = Self::shape_checked(op, x, wshape, o)?;
+        Self::new_then(op, x, wshape, o, |_| Ok(()))
+    }
+
+    /// [`Geom::new`] running `after_channels(out_channels)` where check_shape_forward checks
+    /// a forward's bias: after the channels, before the kernel size.
+    pub(crate) fn new_then(
+        op: &'static str,
+        x: [usize; 4],
+        wshape: [usize; 4],
+        o: &Conv2dOptions,
+        after_channels: impl FnOnce(usize) -> Result<()>,
+    ) -> Result<Geom> {
+        let g = Self::shape_checked(op, x, wshape, o, after_channels)?;
         let (n, oc, oh, ow, h, w, p) = (g.n, g.o, g.oh, g.ow, g.h, g.w, g.pad);
         // The kernels index with u32 / i32: keep every extent and stride far from overflow.
         let limit = i32::MAX as u64;
@@ -389,12 +401,13 @@ impl Geom {
     }
 
     /// [`Geom::new`] without the kernels' extent limits: the geometry of a convolution that
-    /// runs no kernel (an empty result).
+    /// runs no kernel (an empty result); `after_channels` as [`Geom::new_then`]'s.
     pub(crate) fn shape_checked(
         op: &'static str,
         x: [usize; 4],
         wshape: [usize; 4],
         o: &Conv2dOptions,
+        after_channels: impl FnOnce(usize) -> Result<()>,
     ) -> Result<Geom> {
         let [n, c, h, w] = x;
         let [oc, cw, kh, kw] = wshape;
@@ -478,6 +491,7 @@ impl Geom {
                 ),
             ));
         }
+        after_channels(oc)?;
         // An empty batch gives an empty result (PyTorch), and so do no output channels where
         // they pass the check above (the gradient and transposed geometries); so do empty
         // input channels in the forward, before it gets here (`empty_channels` in empty.rs);
@@ -516,7 +530,7 @@ impl Geom {
                     };
                     format!(
                         "Calculated padded input size per channel: ({}). Kernel size: ({}). \
-                         {KERNEL_TOO_LARGE}; ",
+                         Kernel size can't be greater than actual input size; ",
                         show(padded),
                         show(dilated)
                     )
@@ -549,10 +563,6 @@ impl Geom {
         })
     }
 }
-
-/// The end of check_shape_forward's kernel-size sentence (conv's forward reads it to order the
-/// bias check before it).
-pub(crate) const KERNEL_TOO_LARGE: &str = "Kernel size can't be greater than actual input size";
 
 /// A shape as the caller of `op` gave it: the 1-D convolutions run as 2-D ones on
 /// `[n, c, 1, l]`, shown as `[n, c, l]`; other shapes as they are.

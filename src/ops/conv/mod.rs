@@ -188,25 +188,13 @@ fn forward_untracked(
     o: &Conv2dOptions,
 ) -> Result<Tensor> {
     check_pair(op, x, w)?;
-    let g = Geom::new(op, dims4(op, x, "input")?, dims4(op, w, "weight")?, o).map_err(|e| {
-        // check_shape_forward checks the bias right after the channels, before the kernel
-        // size: a bad bias is the error then.
-        match e.to_string().contains(geom::KERNEL_TOO_LARGE) {
-            true => check_bias(op, x, bias, w.shape()[0], w).err().unwrap_or(e),
-            false => e,
-        }
-    })?;
-    check_bias(op, x, bias, g.o, w)?;
+    // check_shape_forward checks the bias right after the channels, before the kernel size.
+    let (xd, wd) = (dims4(op, x, "input")?, dims4(op, w, "weight")?);
+    let g = Geom::new_then(op, xd, wd, o, |oc| check_bias(op, x, bias, oc, w))?;
     if (g.h == 0 || g.w == 0) && g.n > 0 {
         // _select_conv_backend: an empty input goes to the Empty backend only by its batch or
         // channels (the padded sizes passed check_shape_forward above).
-        return Err(Error::shape(
-            op,
-            format!(
-                "Only zero batch or zero channel inputs are supported, but got input shape: {:?}",
-                geom::caller_shape(op, x.shape())
-            ),
-        ));
+        return Err(empty::only_empty_batch(op, x, ""));
     }
     let out = Tensor::empty(x.device(), op, &[g.n, g.o, g.oh, g.ow], x.dtype())?;
     if out.numel() == 0 {
