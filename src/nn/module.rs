@@ -232,8 +232,7 @@ pub trait Module {
         source: &HashMap<String, Tensor>,
         strict: bool,
     ) -> Result<LoadReport> {
-        let class = self.layer_name();
-        load(self, source, strict, class)
+        load(self, source, strict)
     }
 }
 
@@ -420,27 +419,10 @@ impl VisitorMut for SetCounters<'_> {
 
 /// A counter's value from its state-dict tensor (PyTorch's int64 scalar, loaded as i32; a
 /// non-empty 1-D tensor's first element, as PyTorch's rule for 0-d entries: `check_load`
-/// refused other shapes).
-fn read_counter(t: &Tensor) -> Result<Option<u64>> {
-    let v = t.to_dtype(DType::I32)?;
-    // The readback blocks: native only. In the browser the counter keeps its value (it only
-    // matters to a momentum of None, PyTorch's cumulative average); `load_state_dict_async`
-    // reads it there.
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        Ok(v.to_vec::<i32>()?.first().map(|&n| n.max(0) as u64))
-    }
-    #[cfg(target_arch = "wasm32")]
-    {
-        let _ = v;
-        Ok(None)
-    }
-}
-
-/// [`read_counter`] without blocking (every target): read in the entry's own dtype and
-/// converted on the host, so nothing new is recorded before the readback (which, in the
-/// browser, drains the parked batches first).
-async fn read_counter_async(t: &Tensor) -> Result<Option<u64>> {
+/// refused other shapes), read in the entry's own dtype and converted on the host, so nothing
+/// new is recorded before the readback (which, in the browser, drains the parked batches
+/// first).
+async fn read_counter(t: &Tensor) -> Result<Option<u64>> {
     let first = match t.dtype() {
         DType::I32 => t.to_vec_async::<i32>().await?.first().map(|&n| n as f64),
         DType::F32 => t.to_vec_async::<f32>().await?.first().map(|&v| v as f64),
@@ -454,71 +436,65 @@ async fn read_counter_async(t: &Tensor) -> Result<Option<u64>> {
     Ok(first.map(|v| (v as i32).max(0) as u64))
 }
 
-/// The tensors a load writes (by state-dict name) and the counters it reads.
-fn load_targets<M: Module + ?Sized>(m: &M) -> (Vec<(String, Tensor)>, Vec<String>) {
-    let mut visitor = Targets::default();
-    m.visit(&mut visitor);
-    visitor.finish()
-}
-
-/// Writes a checked load, then the counters read for it.
-fn apply_load<M: Module + ?Sized>(
-    m: &mut M,
-    checked: crate::io::CheckedLoad<'_>,
-    counters: &HashMap<String, u64>,
-) -> Result<LoadReport> {
-    checked.apply()?;
-    m.visit_mut(&mut SetCounters {
-        prefix: String::new(),
-        values: counters,
-    });
-    Ok(checked.report)
-}
-
 // A counter the source lacks is not missing: it keeps its value, as PyTorch's batch norm fills
 // in `num_batches_tracked` for a state dict without version metadata (a plain dict, such as
 // safetensors gives) before the strict check. Keys, devices and shapes (the counters' too) are
 // checked before anything is read or written, and the counters are read before anything is
-// written, so that a bad one changes nothing.
-fn load<M: Module + ?Sized>(
+// written, so that a bad one changes nothing. `read_counters` false leaves every counter as it
+// is (the browser's blocking load, which cannot wait for a readback).
+async fn load_with<M: Module + ?Sized>(
     m: &mut M,
     source: &HashMap<String, Tensor>,
     strict: bool,
-    class: &str,
+    read_counters: bool,
 ) -> Result<LoadReport> {
-    let (tensors, counter_names) = load_targets(m);
+    let class = m.layer_name();
+    let mut visitor = Targets::default();
+    m.visit(&mut visitor);
+    let (tensors, counter_names) = visitor.finish();
     let targets: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let checked = crate::io::check_load(&targets, &counter_names, source, strict, Some(class))?;
     let mut counters = HashMap::new();
-    for name in &counter_names {
+    for name in counter_names.iter().filter(|_| read_counters) {
         if let Some(src) = source.get(name) {
-            if let Some(v) = read_counter(src)? {
+            if let Some(v) = read_counter(src).await? {
                 counters.insert(name.clone(), v);
             }
         }
     }
-    apply_load(m, checked, &counters)
+    checked.apply()?;
+    m.visit_mut(&mut SetCounters {
+        prefix: String::new(),
+        values: &counters,
+    });
+    Ok(checked.report)
 }
 
-/// [`load`] reading the counters without blocking: `nn::load_state_dict_async`.
+/// [`Module::load_state_dict`]: [`load_with`] run to its end in one poll, which a native
+/// readback finishes inside (`to_vec_async` blocks there); in the browser it reads no counter.
+fn load<M: Module + ?Sized>(
+    m: &mut M,
+    source: &HashMap<String, Tensor>,
+    strict: bool,
+) -> Result<LoadReport> {
+    let read_counters = cfg!(not(target_arch = "wasm32"));
+    futures::FutureExt::now_or_never(load_with(m, source, strict, read_counters)).unwrap_or_else(
+        || {
+            Err(Error::arg(
+                "load_state_dict",
+                "a counter's readback did not finish in one poll",
+            ))
+        },
+    )
+}
+
+/// [`load_with`] reading the counters without blocking: `nn::load_state_dict_async`.
 pub(crate) async fn load_async<M: Module + ?Sized>(
     m: &mut M,
     source: &HashMap<String, Tensor>,
     strict: bool,
 ) -> Result<LoadReport> {
-    let class = m.layer_name();
-    let (tensors, counter_names) = load_targets(m);
-    let targets: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    let checked = crate::io::check_load(&targets, &counter_names, source, strict, Some(class))?;
-    let mut counters = HashMap::new();
-    for name in &counter_names {
-        if let Some(src) = source.get(name) {
-            if let Some(v) = read_counter_async(src).await? {
-                counters.insert(name.clone(), v);
-            }
-        }
-    }
-    apply_load(m, checked, &counters)
+    load_with(m, source, strict, true).await
 }
 
 /// A counter's state-dict value: an i32 scalar (PyTorch's int64 count, saturating at
