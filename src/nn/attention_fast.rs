@@ -18,16 +18,33 @@ impl MultiheadAttention {
     /// in-projection with a bias, an even head count, and no gradient recorded (grad mode off,
     /// or neither the query nor a parameter tracked).
     pub(crate) fn takes_fast_path(&self, query: &Tensor, key: &Tensor, value: &Tensor) -> bool {
-        !self.training
-            && self.batch_first
+        self.fast_path_layout()
             && query.rank() == 3
-            && self.num_heads.is_multiple_of(2)
-            && self.in_proj_weight.is_some()
-            && self.in_proj_bias.is_some()
             && same_view(query, key)
             && same_view(key, value)
             && !(crate::autograd::is_grad_enabled()
                 && (query.is_tracked() || self.parameters().iter().any(Tensor::is_tracked)))
+    }
+
+    /// The module's part of both fast paths' conditions (this one's and the encoder layer's):
+    /// eval, batch-first, an even head count, a packed in-projection with a bias.
+    pub(crate) fn fast_path_layout(&self) -> bool {
+        !self.training
+            && self.batch_first
+            && self.num_heads.is_multiple_of(2)
+            && self.in_proj_weight.is_some()
+            && self.in_proj_bias.is_some()
+    }
+
+    /// A mask of checked shape in the `[N, H or 1, L, S]` form the fast paths combine (`pad`:
+    /// a key padding mask `[N, S]`; else `[L, S]` or `[N * H, L, S]`), with its head count.
+    fn four_d(&self, t: &Tensor, pad: bool, n: usize, l: usize) -> Result<(Tensor, usize)> {
+        let h = self.num_heads;
+        Ok(match (pad, t.rank()) {
+            (true, _) => (t.reshape(&[n, 1, 1, l])?, 1),
+            (false, 2) => (t.reshape(&[1, 1, l, l])?, 1),
+            (false, _) => (t.reshape(&[n, h, l, l])?, h),
+        })
     }
 
     /// `MultiheadAttention.forward`'s fast path where it changes the result: bool masks only
@@ -72,7 +89,6 @@ impl MultiheadAttention {
         if masks.iter().any(refused) || masks.iter().all(Option::is_none) || causal_only {
             return Ok(self.forward_general(x, x, x, opts)?.0);
         }
-        let hard = |m: MhaMask| mask_tensor(m).ne_scalar(0.0);
         if let Some(merged) = self.merged_float_masks(x, opts)? {
             let o = MhaOptions {
                 key_padding_mask: None,
@@ -82,11 +98,15 @@ impl MultiheadAttention {
             };
             return Ok(self.masked_softmax_path(x, &o)?.0);
         }
-        let pad = opts.key_padding_mask.map(hard).transpose()?;
-        let attn = opts.attn_mask.map(hard).transpose()?;
+        // A float mask read as bool (a bool one is already).
+        let hard = |m: Option<MhaMask>| match m {
+            Some(MhaMask::Additive(t)) => t.ne_scalar(0.0).map(Some),
+            _ => Ok(None),
+        };
+        let (pad, attn) = (hard(opts.key_padding_mask)?, hard(opts.attn_mask)?);
         let o = MhaOptions {
-            key_padding_mask: pad.as_ref().map(MhaMask::Bool),
-            attn_mask: attn.as_ref().map(MhaMask::Bool),
+            key_padding_mask: pad.as_ref().map(MhaMask::Bool).or(opts.key_padding_mask),
+            attn_mask: attn.as_ref().map(MhaMask::Bool).or(opts.attn_mask),
             is_causal: false,
             ..*opts
         };
@@ -110,12 +130,8 @@ impl MultiheadAttention {
         // Summed in f32: each float mask keeps its own values (`_canonical_mask` leaves a float
         // mask's dtype alone; an f32 1e-8 must not round to 0 in an f16 model's dtype).
         let dt = crate::DType::F32;
-        let p = additive(pad, dt)?.reshape(&[n, 1, 1, l])?;
-        let a = additive(attn, dt)?;
-        let a = match a.rank() {
-            2 => a.reshape(&[1, 1, l, l])?,
-            _ => a.reshape(&[n, h, l, l])?,
-        };
+        let (p, _) = self.four_d(&additive(pad, dt)?, true, n, l)?;
+        let (a, _) = self.four_d(&additive(attn, dt)?, false, n, l)?;
         let merged = p.add(&a)?.broadcast_to(&[n, h, l, l])?.ne_scalar(0.0)?;
         Ok(Some(merged.reshape(&[n * h, l, l])?))
     }
@@ -134,24 +150,16 @@ impl MultiheadAttention {
             return Ok((out, weights));
         }
         // The shapes passed the general path's checks: pad [N, S], attn [L, S] or [N H, L, S].
-        let (n, l, h) = (x.shape()[0], x.shape()[1], self.num_heads);
-        let s = l;
+        let (n, l) = (x.shape()[0], x.shape()[1]);
         let mut heads = 1;
-        let mut all = opts
-            .key_padding_mask
-            .map(|m| mask_tensor(m).ne_scalar(0.0)?.reshape(&[n, 1, 1, s]))
-            .transpose()?;
-        if let Some(m) = opts.attn_mask {
-            let a = mask_tensor(m).ne_scalar(0.0)?;
-            let a = if a.rank() == 2 {
-                a.reshape(&[1, 1, l, s])?
-            } else {
-                heads = h;
-                a.reshape(&[n, h, l, s])?
-            };
+        let mut all: Option<Tensor> = None;
+        for (m, pad) in [(opts.key_padding_mask, true), (opts.attn_mask, false)] {
+            let Some(m) = m else { continue };
+            let (e, hs) = self.four_d(&mask_tensor(m).ne_scalar(0.0)?, pad, n, l)?;
+            heads = heads.max(hs);
             all = Some(match all {
-                Some(p) => p.maximum(&a)?,
-                None => a,
+                Some(p) => p.maximum(&e)?,
+                None => e,
             });
         }
         let Some(all) = all else {
@@ -159,7 +167,7 @@ impl MultiheadAttention {
         };
         // A query excludes every key when the mean of its exclusions is 1.
         let rows = all
-            .broadcast_to(&[n, heads, l, s])?
+            .broadcast_to(&[n, heads, l, l])?
             .mean(-1, false)?
             .eq_scalar(1.0)?
             .max(1, false)?

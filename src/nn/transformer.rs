@@ -169,13 +169,8 @@ impl TransformerEncoderLayer {
     /// with bias, an even head count, the norms' eps equal, no gradient recorded; the
     /// activation always qualifies here).
     fn takes_fast_path(&self, src: &Tensor) -> bool {
-        let attn = &self.self_attn;
-        !attn.training
+        self.self_attn.fast_path_layout()
             && self.norm1.eps == self.norm2.eps
-            && attn.batch_first
-            && attn.num_heads.is_multiple_of(2)
-            && attn.in_proj_weight.is_some()
-            && attn.in_proj_bias.is_some()
             && src.rank() == 3
             && !(crate::autograd::is_grad_enabled()
                 && (src.is_tracked() || self.parameters().iter().any(Tensor::is_tracked)))
