@@ -161,7 +161,7 @@ impl TransformerEncoderLayer {
         is_causal: bool,
     ) -> Result<Tensor> {
         let fast = self.takes_fast_path(src);
-        self.forward_slow(src, src_mask, src_key_padding_mask, is_causal, fast)
+        self.forward_layer(src, src_mask, src_key_padding_mask, is_causal, fast)
     }
 
     /// Whether PyTorch's `TransformerEncoderLayer.forward` takes its fast path
@@ -179,7 +179,7 @@ impl TransformerEncoderLayer {
     /// The layer's formula, its attention as PyTorch's fast path computes it when `fast` (see
     /// [`forward_with`](Self::forward_with)), else the general path (also on the encoder's
     /// nested-tensor path, where the layers see no padding, so no fully masked rows).
-    fn forward_slow(
+    fn forward_layer(
         &self,
         src: &Tensor,
         src_mask: Option<MhaMask>,
@@ -326,7 +326,7 @@ impl TransformerEncoder {
             // On PyTorch's nested-tensor path the layers see no padding (so no fully masked
             // rows); otherwise each takes its own path (see forward_with).
             let y = match keep {
-                Some(_) => layer.forward_slow(&x, mask, src_key_padding_mask, is_causal, false),
+                Some(_) => layer.forward_layer(&x, mask, src_key_padding_mask, is_causal, false),
                 None => layer.forward_with(&x, mask, src_key_padding_mask, is_causal),
             };
             x = y.map_err(|e| e.in_layer(&format!("layers.{i}"), "TransformerEncoderLayer"))?;
