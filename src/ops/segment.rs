@@ -100,7 +100,7 @@ pub(crate) fn index_add_rows(
     p.numel = numel as u32;
     p.inner = inner as u32;
     p.skip = skip;
-    let b = buckets(op, dev, g.dtype, index, &p)?;
+    let b = buckets(op, dev, index, &p)?;
     let bufs = [b.starts.buffer(), b.list.buffer(), g.buffer(), out.buffer()];
     let params = bytemuck::bytes_of(&p);
     let (dt, sc) = ([g.dtype], sort_consts(b.longs.is_some()));
@@ -151,11 +151,11 @@ struct Buckets {
 }
 
 /// Buckets the `p.len` keys read from `keys` (at `p.idx_off`, `p.idx_stride` apart) by value
-/// in `[0, p.rows)`, with the pipelines built for `dt` (the passes read no data of it).
+/// in `[0, p.rows)`. The passes read no data of the scattered dtype: they run in the f32
+/// module whatever it is (one set of pipelines for f32, f16 and i32 data).
 fn buckets(
     op: &'static str,
     dev: &crate::Device,
-    dt: DType,
     keys: &Tensor,
     p: &SegmentParams,
 ) -> Result<Buckets> {
@@ -170,7 +170,7 @@ fn buckets(
     let starts = Tensor::empty(dev, op, &[rows + 1 + blocks], DType::I32)?;
     let list = Tensor::empty(dev, op, &[len.max(1)], DType::I32)?;
     let params = bytemuck::bytes_of(p);
-    let (c, dt) = (consts(), [dt]);
+    let (c, dt) = (consts(), [DType::F32]);
     if len > 0 {
         let bufs = [keys.buffer(), counts.buffer()];
         dev.launch(op, &COUNT, &dt, &c, params, &bufs, groups(dev, p.len)?)?;
@@ -286,14 +286,8 @@ pub(crate) fn scatter_add(
         p.base_off = b.layout.offset() as u32;
         p.sb = pack_dims(b.strides());
     }
-    // The key and bucket passes read no src data: i32 data runs them in the f32 module (their
-    // kernels are built for floats).
-    let pass_dt = if src.dtype.is_float() {
-        src.dtype
-    } else {
-        DType::F32
-    };
-    let (c, dt) = (consts(), [pass_dt]);
+    // The key pass reads no src data: it runs in the f32 module, as the bucket passes.
+    let (c, dt) = (consts(), [DType::F32]);
     let keys = Tensor::empty(dev, op, &[len.max(1)], DType::I32)?;
     if len > 0 {
         let bufs = [index.buffer(), keys.buffer()];
@@ -306,7 +300,7 @@ pub(crate) fn scatter_add(
     bp.idx_off = 0;
     bp.idx_stride = 1;
     bp.skip = -1;
-    let b = buckets(op, dev, pass_dt, &keys, &bp)?;
+    let b = buckets(op, dev, &keys, &bp)?;
     let base_buf = base.map_or(src.buffer(), |b| b.buffer());
     let bufs = [
         b.starts.buffer(),
@@ -347,9 +341,9 @@ pub(crate) const FAMILY: crate::runtime::pipeline::Family = crate::runtime::pipe
 #[doc(hidden)]
 pub fn segment_variants() -> Vec<ShaderVariant> {
     let mut v = Vec::new();
-    // Only the scatters launch for i32 (the other passes read no data and run in the f32
-    // module); the i32 module lists every entry point too, so the shader tests translate all
-    // of each module built.
+    // The key and bucket passes launch in the f32 module only (they read no data); the sums
+    // and scatters in each dtype's. Every module lists every entry point, so the shader tests
+    // translate all of each module built.
     for dt in [DType::F32, DType::F16, DType::I32] {
         for k in [
             &COUNT,
