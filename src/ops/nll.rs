@@ -108,14 +108,10 @@ fn check(
     // nll_loss2d's weight rule (inputs of rank 3 and more go through it): any shape of C
     // elements, in its words. Its check runs before its size check (rank 4: after the target's
     // rank); nll_loss_nd's target-size check of other ranks runs before it.
-    let spatial_weight_error = weight
-        .filter(|w| s.len() >= 3 && w.numel() != classes)
-        .map(|_| "weight tensor should be defined either for all or no classes".to_string());
-    if let Some(msg) = spatial_weight_error
-        .as_ref()
-        .filter(|_| s.len() == 4 && t.len() == 3 && !batch_mismatch)
-    {
-        return Err(Error::shape(op, msg.clone()));
+    const ALL_OR_NO: &str = "weight tensor should be defined either for all or no classes";
+    let spatial_weight_bad = weight.is_some_and(|w| s.len() >= 3 && w.numel() != classes);
+    if spatial_weight_bad && s.len() == 4 && t.len() == 3 && !batch_mismatch {
+        return Err(Error::shape(op, ALL_OR_NO));
     }
     if t != expected.as_slice() {
         // PyTorch's checks in its order and words (nll_loss_nd, then nll_loss / nll_loss2d).
@@ -144,8 +140,8 @@ fn check(
             format!("{msg} (target shape {t:?} must be {expected:?} for input shape {s:?})"),
         ));
     }
-    if let Some(msg) = spatial_weight_error {
-        return Err(Error::shape(op, msg));
+    if spatial_weight_bad {
+        return Err(Error::shape(op, ALL_OR_NO));
     }
     if let Some(w) = weight {
         input.same_device(op, w)?;

@@ -135,14 +135,6 @@ fn torch_name(dtype: DType) -> &'static str {
     }
 }
 
-/// The name a `caffe2::TypeMeta` prints (CHECK_OUT_OF_BOUNDS streams `self.dtype()`).
-fn typemeta_name(dtype: DType) -> &'static str {
-    match dtype {
-        DType::F16 => "c10::Half",
-        _ => "float",
-    }
-}
-
 /// `v` is finite and within `dtype`'s range (PyTorch's "from is out of bounds for c10::Half",
 /// which an infinite or NaN bound fails too).
 fn check_in_range(op: &'static str, what: &str, v: f64, dtype: DType, max: f64) -> Result<()> {
@@ -151,7 +143,8 @@ fn check_in_range(op: &'static str, what: &str, v: f64, dtype: DType, max: f64) 
             op,
             format!(
                 "{what} is out of bounds for {}: {what}={}, the largest {dtype:?} is {max}",
-                typemeta_name(dtype),
+                // CHECK_OUT_OF_BOUNDS streams `self.dtype()`, a TypeMeta: C++'s name.
+                dtype.c10_name(),
                 cpp_double(v)
             ),
         ));
