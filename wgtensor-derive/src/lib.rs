@@ -47,10 +47,9 @@ pub fn derive_module(input: proc_macro::TokenStream) -> proc_macro::TokenStream 
 enum Role {
     /// A child, a parameter, or an `Option` / `Vec` of them (`ModuleField`).
     Field,
-    /// `#[module(buffer)]` (`BufferField`).
-    Buffer,
-    /// `#[module(buffer(persistent = false))]` (`BufferField`, not in the state dict).
-    TransientBuffer,
+    /// `#[module(buffer)]` (`BufferField`); `false` for `buffer(persistent = false)`, not in
+    /// the state dict.
+    Buffer(bool),
     /// `#[module(training)]`: a `bool` flag.
     Training,
     /// `#[module(skip)]`.
@@ -91,10 +90,7 @@ fn field_attrs(attrs: &[syn::Attribute]) -> syn::Result<(Role, Option<LitStr>)> 
                         }
                     })?;
                 }
-                match persistent {
-                    true => (Role::Buffer, "buffer"),
-                    false => (Role::TransientBuffer, "buffer"),
-                }
+                (Role::Buffer(persistent), "buffer")
             } else if meta.path.is_ident("training") {
                 (Role::Training, "training")
             } else if meta.path.is_ident("rename") {
@@ -216,7 +212,7 @@ fn fields(data: &Data) -> syn::Result<Vec<FieldSpec>> {
     let mut seen = std::collections::HashSet::new();
     for f in out
         .iter()
-        .filter(|f| matches!(f.role, Role::Field | Role::Buffer | Role::TransientBuffer))
+        .filter(|f| matches!(f.role, Role::Field | Role::Buffer(_)))
     {
         if !seen.insert(f.name.clone()) {
             return Err(syn::Error::new(
@@ -262,15 +258,13 @@ fn expand(input: DeriveInput) -> syn::Result<TokenStream> {
                 });
                 bound(quote!(#nn::ModuleField));
             }
-            Role::Buffer => {
+            Role::Buffer(persistent) => {
+                let method = match persistent {
+                    true => quote!(visit_buffer),
+                    false => quote!(visit_transient_buffer),
+                };
                 visit.push(quote_spanned! {span=>
-                    #nn::BufferField::visit_buffer(&self.#access, #name, visitor);
-                });
-                bound(quote!(#nn::BufferField));
-            }
-            Role::TransientBuffer => {
-                visit.push(quote_spanned! {span=>
-                    #nn::BufferField::visit_transient_buffer(&self.#access, #name, visitor);
+                    #nn::BufferField::#method(&self.#access, #name, visitor);
                 });
                 bound(quote!(#nn::BufferField));
             }
