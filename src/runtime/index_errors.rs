@@ -74,13 +74,9 @@ impl Device {
         let mut first = None;
         let mut waiting = Vec::new();
         for mut c in late {
-            let status = match c.rx.try_recv() {
-                Ok(None) => {
-                    waiting.push(c);
-                    continue;
-                }
-                Ok(Some(s)) => s.map_err(|e| e.to_string()),
-                Err(_) => Err("its map callback never ran".to_string()),
+            let Some(status) = c.status() else {
+                waiting.push(c);
+                continue;
             };
             let found = match status {
                 Ok(()) => {
@@ -102,6 +98,18 @@ impl Device {
         }
         self.lock_state().late_checks.extend(waiting);
         first.map_or(Ok(()), Err)
+    }
+
+    /// wasm: waits until the map of every late check has its outcome (a sync's reads see them).
+    #[cfg(target_arch = "wasm32")]
+    pub(crate) async fn settle_late_checks(&self) {
+        let mut late = std::mem::take(&mut self.lock_state().late_checks);
+        for c in &mut late {
+            c.settle().await;
+        }
+        let mut st = self.lock_state();
+        let newer = std::mem::replace(&mut st.late_checks, late);
+        st.late_checks.extend(newer);
     }
 
     /// The error the bytes of the error buffer describe, if any.

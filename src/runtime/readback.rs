@@ -3,7 +3,7 @@
 
 use super::device::{Device, READBACK_USAGE};
 use super::index_errors::INDEX_ERR_BYTES;
-use super::late_check::{LateCheck, MapReceiver};
+use super::late_check::{request_map, LateCheck, MapReceiver};
 #[cfg(not(target_arch = "wasm32"))]
 use super::submitter::poll_error;
 use crate::{Error, Result};
@@ -42,12 +42,10 @@ impl Device {
             // carries the error buffer's bytes (cleared on the device by the same batch), it is
             // kept until a later readback or sync reads them.
             match rb.index_errors_at {
-                Some(at) => self.lock_state().late_checks.push(LateCheck {
-                    staging,
-                    at,
-                    total: rb.total,
-                    rx,
-                }),
+                Some(at) => self
+                    .lock_state()
+                    .late_checks
+                    .push(LateCheck::new(staging, at, rb.total, rx)),
                 None => {
                     self.lock_state().pool.forget(&staging);
                     staging.destroy();
@@ -78,15 +76,29 @@ impl Device {
         #[cfg(target_arch = "wasm32")]
         {
             let (staging, rb) = self.record_readback(op, src, offset, bytes)?;
+            let mut guard = Unfinished {
+                dev: self,
+                staging,
+                rb,
+                rx: None,
+                done: false,
+            };
             // The copy must be submitted before its staging buffer is mapped.
             if let Err(e) = self.submit_parked(op).await {
-                self.release_buffer(staging);
+                self.release_buffer(guard.finish());
                 return Err(e);
             }
-            let rx = map_staging(&staging, rb.total);
-            let status = rx.await.ok();
+            guard.rx = Some(map_staging(&guard.staging, rb.total));
+            let status = match guard.rx.as_mut() {
+                Some(rx) => rx.await.ok(),
+                None => None,
+            };
+            let staging = guard.finish();
             self.lock_state().submitter.prune(&self.inner.device);
-            self.finish_readback(op, staging, rb, bytes, status)
+            // As natively: earlier readbacks' error bytes come from ops recorded before these.
+            let late = self.take_late_index_errors(op);
+            let out = self.finish_readback(op, staging, rb, bytes, status);
+            late.and(out)
         }
     }
 
@@ -194,12 +206,9 @@ impl Device {
                 (Some(Ok(())), Some(at)) => {
                     let (tx, rx) = futures::channel::oneshot::channel();
                     let _ = tx.send(Ok(()));
-                    self.lock_state().late_checks.push(LateCheck {
-                        staging,
-                        at,
-                        total: rb.total,
-                        rx,
-                    });
+                    self.lock_state()
+                        .late_checks
+                        .push(LateCheck::new(staging, at, rb.total, rx));
                 }
                 (Some(s), _) => {
                     if s.is_ok() {
@@ -253,6 +262,64 @@ impl Device {
     }
 }
 
+/// wasm: a readback between its record and its map's outcome. Its future may be dropped there
+/// (a `select!` against a timeout): the staging buffer then goes back to the pool, or is
+/// forgotten by it when a map request may be pending, and error bytes it carries are kept as a
+/// late check for the next readback or sync (src/runtime/late_check.rs).
+#[cfg(target_arch = "wasm32")]
+struct Unfinished<'a> {
+    dev: &'a Device,
+    staging: wgpu::Buffer,
+    rb: Staged,
+    /// Set once the map is requested.
+    rx: Option<MapReceiver>,
+    done: bool,
+}
+
+#[cfg(target_arch = "wasm32")]
+impl Unfinished<'_> {
+    /// The readback reached its end: the staging buffer is the caller's again.
+    fn finish(&mut self) -> wgpu::Buffer {
+        self.done = true;
+        self.staging.clone()
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let (staging, total) = (self.staging.clone(), self.rb.total);
+        let Some(at) = self.rb.index_errors_at else {
+            match self.rx.take() {
+                // Its map request may be pending: never hand it out again.
+                Some(_) => {
+                    self.dev.lock_state().pool.forget(&staging);
+                    staging.destroy();
+                }
+                None => self.dev.release_buffer(staging),
+            }
+            return;
+        };
+        let mut st = self.dev.lock_state();
+        let check = match self.rx.take() {
+            Some(rx) => LateCheck::new(staging, at, total, rx),
+            None => {
+                // The batch holding the copy may still be parked: mapping the buffer now would
+                // fail that batch's submission.
+                let mut c = LateCheck::parked(staging, at, total);
+                if st.submitter.parked() == 0 {
+                    c.request();
+                }
+                c
+            }
+        };
+        st.late_checks.push(check);
+    }
+}
+
 /// What a staging buffer holds: the data, then (when an index check was pending) the index
 /// error buffer at `index_errors_at`; `total` bytes are mapped.
 #[derive(Clone, Copy)]
@@ -262,10 +329,8 @@ pub(crate) struct Staged {
 }
 
 /// Requests the map of a staging buffer whose copy has been submitted.
-fn map_staging(staging: &wgpu::Buffer, padded: u64) -> MapReceiver {
+fn map_staging(staging: &wgpu::Buffer, total: u64) -> MapReceiver {
     let (tx, rx) = futures::channel::oneshot::channel();
-    staging.map_async(wgpu::MapMode::Read, 0..padded, move |r| {
-        let _ = tx.send(r);
-    });
+    request_map(staging, total, tx);
     rx
 }

@@ -158,6 +158,8 @@ impl Device {
                 let st = &mut *st;
                 st.submitter.prune(&self.inner.device);
                 if st.submitter.parked.is_empty() {
+                    // Every copy is submitted: dropped readbacks' buffers may be mapped now.
+                    st.late_checks.iter_mut().for_each(|c| c.request());
                     return Ok(());
                 }
                 if st.submitter.in_flight() < st.submitter.max_in_flight {
@@ -248,7 +250,9 @@ impl Device {
             self.submitted_work_done().await;
             self.lock_state().submitter.prune(&self.inner.device);
             self.check_errors(op)?;
-            // None on wasm (its readbacks do not time out); kept for one path on every target.
+            // Readbacks dropped before their end (theirs is the only kind on wasm, where
+            // readbacks do not time out): their maps are requested, so this waits for them.
+            self.settle_late_checks().await;
             self.take_late_index_errors(op)?;
             if let Some(err) = self.pending_index_buffer() {
                 self.read_bytes_async(op, &err, 0, 4).await?;

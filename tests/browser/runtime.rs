@@ -188,3 +188,49 @@ async fn load_state_dict_async_restores_the_count() {
             .unwrap();
     assert_eq!(mean, vec![1.0, 2.0]);
 }
+
+/// A readback future dropped before its end (a timeout in `select!`) neither keeps its staging
+/// buffer counted nor loses the index error its bytes carry: the next sync reports it, once,
+/// whether the future was dropped while its map was pending or while its copy was still parked
+/// behind the in-flight cap.
+#[wasm_bindgen_test]
+async fn a_dropped_readback_gives_its_buffer_back_and_keeps_its_index_error() {
+    let opts = DeviceOptions {
+        max_dispatches_per_submit: 1,
+        max_in_flight: 1,
+        ..DeviceOptions::default()
+    };
+    let dev = Device::new_async_with(opts).await.unwrap();
+    let a = Tensor::from_slice(&dev, &[1.0f32; 256], &[256]).unwrap();
+    dev.sync_async().await.unwrap();
+    let live = dev.stats().pool.live_bytes;
+    {
+        let mut f = Box::pin(a.to_vec_async::<f32>());
+        assert!(futures::poll!(f.as_mut()).is_pending());
+    }
+    assert_eq!(dev.stats().pool.live_bytes, live);
+    dev.sync_async().await.unwrap();
+
+    let idx = Tensor::from_slice(&dev, &[0i32, 300], &[2]).unwrap();
+    for parked in [false, true] {
+        let g = a.index_select(0, &idx).unwrap();
+        if parked {
+            // One batch in flight, the rest (the index check's copy among them) parked.
+            let mut y = a.clone();
+            for _ in 0..4 {
+                y = y.add_scalar(1.0).unwrap();
+            }
+            assert!(dev.stats().parked >= 1, "{}", dev.stats().parked);
+        }
+        {
+            let mut f = Box::pin(g.to_vec_async::<f32>());
+            assert!(futures::poll!(f.as_mut()).is_pending());
+        }
+        let e = dev.sync_async().await.unwrap_err();
+        assert!(
+            e.to_string().contains("index 300 is out of bounds"),
+            "parked {parked}: {e}"
+        );
+        dev.sync_async().await.unwrap();
+    }
+}
