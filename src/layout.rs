@@ -128,12 +128,14 @@ impl Layout {
     }
 
     /// True when a dim of more than one element has stride 0 (a broadcast view): writing
-    /// through it would write one element several times, which in-place writes refuse.
+    /// through it would write one element several times, which in-place writes refuse. An
+    /// empty view writes nothing (PyTorch counts it contiguous, so free of overlap).
     pub(crate) fn repeats_elements(&self) -> bool {
         self.shape
             .iter()
             .zip(&self.strides)
             .any(|(&d, &s)| d > 1 && s == 0)
+            && !self.shape.contains(&0)
     }
 
     /// True when elements are packed in row-major order starting at `offset`.
@@ -292,7 +294,8 @@ impl Layout {
         }
         let lead = shape.len() - self.rank();
         let mut strides = vec![0; shape.len()];
-        for i in 0..self.rank() {
+        // From the last dim, as inferExpandGeometry: the last mismatch is the one named.
+        for i in (0..self.rank()).rev() {
             let (d, s) = (self.shape[i], self.strides[i]);
             strides[lead + i] = if d == shape[lead + i] {
                 s
@@ -312,7 +315,8 @@ impl Layout {
                 ));
             };
         }
-        for i in (0..lead).rev() {
+        // A 0-d tensor expands with every stride 0 (inferExpandGeometry's early return).
+        for i in (0..lead).rev().filter(|_| self.rank() > 0) {
             if shape[i] == 1 {
                 strides[i] = match shape.get(i + 1) {
                     Some(&next) => next.saturating_mul(strides[i + 1]),

@@ -187,7 +187,7 @@ impl Tensor {
         check_fill("full", value, dtype)?;
         let t = Tensor::scalar_of(device, value, dtype)?
             .broadcast_to(shape)?
-            .contiguous()?;
+            .contiguous_at_zero()?;
         if t.numel() <= 1 {
             // The broadcast view already counts as contiguous (sizes 1 and 0 ignore strides):
             // give it a packed layout's strides over its one-element buffer, as PyTorch's.
@@ -382,7 +382,8 @@ impl Tensor {
     /// A view with a new shape; copies first when no strides over the data describe it.
     pub(crate) fn reshape_untracked(&self, shape: &[usize]) -> Result<Tensor> {
         let op = "reshape";
-        let n = checked_numel(op, shape)?;
+        // The count first, as PyTorch's sentence comes before any size limit.
+        let n = shape.iter().fold(1usize, |a, &d| a.saturating_mul(d));
         if n != self.numel() {
             return Err(Error::shape(
                 op,
@@ -393,11 +394,13 @@ impl Tensor {
                 ),
             ));
         }
+        // The rank and an empty shape's other dims (as [0, 2^40, 2^40]) still have bounds.
+        checked_numel(op, shape)?;
         match self.layout.reshape(shape) {
             Some(l) => Ok(self.view(l)),
             None => {
                 // The new layout describes the packed copy, so it must view the copy's storage.
-                let packed = self.contiguous()?;
+                let packed = self.contiguous_at_zero()?;
                 let layout = packed.layout.reshape(shape).expect("contiguous");
                 Ok(packed.view(layout))
             }
@@ -639,7 +642,7 @@ impl Tensor {
         let src = if self.is_contiguous() && offset.is_multiple_of(4) {
             self.clone()
         } else {
-            self.contiguous()?
+            self.contiguous_at_zero()?
         };
         let offset = src.layout.offset() as u64 * size;
         Ok((src, offset, self.numel() as u64 * size))

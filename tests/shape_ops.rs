@@ -1075,3 +1075,59 @@ fn reshape_views_strided_data_where_pytorch_does() {
     );
     assert_eq!(s.broadcast_to(&[2, 1, 5]).unwrap().strides(), [0, 5, 1]);
 }
+
+/// Four of PyTorch's view rules: `contiguous` returns a contiguous view at an offset as is
+/// (sharing storage, so a write through it reaches the base); `broadcast_to` names the last
+/// mismatching dim (inferExpandGeometry walks from the end) and expands a 0-d tensor with zero
+/// strides; an empty broadcast view can be written (it repeats no element); and a reshape to a
+/// count too large for any tensor gets the "invalid for input of size" sentence.
+#[test]
+fn contiguous_views_broadcast_errors_and_empty_writes_follow_pytorch() {
+    let (x, _) = ramp(&[4, 3], 0.0);
+    let rows = x.narrow(0, 1, 2).unwrap();
+    let c = rows.contiguous().unwrap();
+    assert!(c.shares_storage(&x) && c.layout().offset() == 3);
+    c.copy_from(&Tensor::zeros(dev(), &[2, 3], DType::F32).unwrap())
+        .unwrap();
+    assert_eq!(
+        vals(&x),
+        [0.0, 1.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 9.0, 10.0, 11.0]
+    );
+    // A strided view is still copied, to offset 0.
+    let t = x.transpose(0, 1).unwrap().contiguous().unwrap();
+    assert!(!t.shares_storage(&x) && t.layout().offset() == 0);
+
+    let (a, _) = ramp(&[2, 3], 0.0);
+    let e = a.broadcast_to(&[3, 4]).unwrap_err().to_string();
+    assert!(
+        e.contains(
+            "The expanded size of the tensor (4) must match the existing size (3) at \
+             non-singleton dimension 1.  Target sizes: [3, 4].  Tensor sizes: [2, 3]"
+        ),
+        "{e}"
+    );
+    let (b, _) = ramp(&[3, 2], 0.0);
+    let e = b.broadcast_to(&[4, 1, 1]).unwrap_err().to_string();
+    assert!(
+        e.contains("tensor (1) must match the existing size (2) at non-singleton dimension 2"),
+        "{e}"
+    );
+    let s = Tensor::from_slice(dev(), &[7.0f32], &[]).unwrap();
+    let e1 = s.broadcast_to(&[1, 1]).unwrap();
+    assert_eq!(e1.strides(), &[0, 0]);
+    assert_eq!(vals(&e1), [7.0]);
+
+    let d = Tensor::zeros(dev(), &[0, 1], DType::F32)
+        .unwrap()
+        .broadcast_to(&[0, 3])
+        .unwrap();
+    d.copy_from(&Tensor::zeros(dev(), &[0, 3], DType::F32).unwrap())
+        .unwrap();
+
+    let six = Tensor::zeros(dev(), &[6], DType::F32).unwrap();
+    let e = six.reshape(&[1usize << 33]).unwrap_err().to_string();
+    assert!(
+        e.contains("shape '[8589934592]' is invalid for input of size 6"),
+        "{e}"
+    );
+}

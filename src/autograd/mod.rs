@@ -446,7 +446,7 @@ fn owned(g: Tensor) -> Result<Tensor> {
     // as a transpose's backward made it (Linear's weight). Leaves are contiguous here but for
     // views marked requires_grad, whose gradient is packed too (PyTorch keeps their strides).
     if !g.is_contiguous() && g.numel() != 0 {
-        return g.contiguous();
+        return g.contiguous_at_zero();
     }
     let repeats = g
         .shape()

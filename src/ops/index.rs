@@ -534,7 +534,7 @@ fn index_select_impl(
     let index = if index.is_contiguous() {
         index
     } else {
-        packed = index.contiguous()?;
+        packed = index.contiguous_at_zero()?;
         &packed
     };
     check_indices(op, index, x.shape()[d], d, None)?;

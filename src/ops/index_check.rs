@@ -50,7 +50,7 @@ pub(crate) fn check_indices(
     if !dev.options().check_indices || n == 0 {
         return Ok(());
     }
-    let idx = index.contiguous()?;
+    let idx = index.contiguous_at_zero()?;
     let (code, err) = dev.index_check_target(op)?;
     let p = CheckParams {
         numel: n as u32,

@@ -310,8 +310,19 @@ const SCALAR_NAMES: [&str; 9] = [
 ];
 
 impl Tensor {
-    /// A packed row-major copy (or `self` when already contiguous from offset 0).
+    /// `self` when already contiguous (row-major and packed, at any offset in its buffer, so a
+    /// contiguous view still shares its base's storage, as PyTorch's `contiguous`), else a
+    /// packed row-major copy.
     pub fn contiguous(&self) -> Result<Tensor> {
+        if self.is_contiguous() {
+            return Ok(self.clone());
+        }
+        self.contiguous_at_zero()
+    }
+
+    /// `self` when contiguous from offset 0, else a packed copy at offset 0 (what kernels that
+    /// bind a whole buffer need).
+    pub(crate) fn contiguous_at_zero(&self) -> Result<Tensor> {
         if self.is_contiguous() && self.layout.offset() == 0 {
             return Ok(self.clone());
         }

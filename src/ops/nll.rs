@@ -194,15 +194,15 @@ fn nll_parts(
         let ignore = i32::try_from(ignore_index).ok();
         let dim = if logp.rank() == 1 { 0 } else { 1 };
         super::index_check::check_indices(op, target, pr.classes, dim, ignore)?;
-        let x = logp.contiguous()?;
-        let t = target.contiguous()?;
+        let x = logp.contiguous_at_zero()?;
+        let t = target.contiguous_at_zero()?;
         let p = NllParams {
             numel: m as u32,
             classes: pr.classes as u32,
             inner: pr.inner as u32,
             ignore: ignore_i32(ignore_index),
         };
-        let wbuf = weight.map(|w| w.contiguous()).transpose()?;
+        let wbuf = weight.map(|w| w.contiguous_at_zero()).transpose()?;
         dev.launch(
             op,
             &NLL,
@@ -262,9 +262,13 @@ impl BackwardOp for NllBackward {
         let out = Tensor::empty(dev, op, &self.shape, g.dtype)?;
         let n = out.numel();
         if n > 0 {
-            let g = g.contiguous()?;
-            let t = self.target.contiguous()?;
-            let w = self.weight.as_ref().map(|w| w.contiguous()).transpose()?;
+            let g = g.contiguous_at_zero()?;
+            let t = self.target.contiguous_at_zero()?;
+            let w = self
+                .weight
+                .as_ref()
+                .map(|w| w.contiguous_at_zero())
+                .transpose()?;
             let p = NllParams {
                 numel: n as u32,
                 classes: self.classes as u32,

@@ -261,7 +261,7 @@ fn forward(
     if x.numel() == 0 {
         return Ok((y, stats));
     }
-    let x = x.contiguous()?;
+    let x = x.contiguous_at_zero()?;
     let w = w.map(Tensor::contiguous).transpose()?;
     let b = b.map(Tensor::contiguous).transpose()?;
     let params = plan.params(w.is_some(), b.is_some());
@@ -302,7 +302,7 @@ fn backward(
     x.check_grad_output(op, dy)?;
     let params = plan.params(w.is_some(), false);
     let empty = x.numel() == 0;
-    let (x, dy) = (x.contiguous()?, dy.contiguous()?);
+    let (x, dy) = (x.contiguous_at_zero()?, dy.contiguous_at_zero()?);
     let dx = if need_x {
         let dx = Tensor::empty(dev, op, x.shape(), x.dtype)?;
         if !empty {

@@ -356,7 +356,7 @@ pub fn dropout(x: &Tensor, p: f64, training: bool) -> Result<Tensor> {
     let input = if tracked {
         Tensor::ones(x.device(), x.shape(), x.dtype)?
     } else {
-        x.contiguous()?
+        x.contiguous_at_zero()?
     };
     let out = generate(
         op,

@@ -91,7 +91,7 @@ pub(crate) fn index_add_rows(
         return Ok(out);
     }
     let len = index.numel();
-    let g = g.contiguous()?;
+    let g = g.contiguous_at_zero()?;
     let mut p = SegmentParams::zeroed();
     p.len = len as u32;
     p.rows = rows as u32;

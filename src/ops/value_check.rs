@@ -52,7 +52,7 @@ pub(crate) fn check_values(
     if !dev.options().check_indices || n == 0 {
         return Ok(());
     }
-    let t = t.contiguous()?;
+    let t = t.contiguous_at_zero()?;
     let (code, err) = dev.index_check_target(op)?;
     let mut p = CheckParams {
         numel: 0,

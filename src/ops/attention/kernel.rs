@@ -312,7 +312,7 @@ pub(crate) fn backward(
     let dev = prob.q.device();
     let op = prob.op;
     out.check_grad_output(op, dout)?;
-    let dout = dout.contiguous()?;
+    let dout = dout.contiguous_at_zero()?;
     // Every element is written when there is work; zeros when there is none (no keys, or no
     // queries or value columns to take gradient from).
     let live = [prob.n, prob.l, prob.s, prob.ev].iter().all(|&d| d > 0);

@@ -175,9 +175,9 @@ impl Problem {
         let pack = |t: &Tensor, sh: Vec<usize>| -> Result<Tensor> {
             let t = t.detach();
             if t.shape() == sh.as_slice() {
-                t.contiguous()
+                t.contiguous_at_zero()
             } else {
-                t.broadcast_to(&sh)?.contiguous()
+                t.broadcast_to(&sh)?.contiguous_at_zero()
             }
         };
         // The broadcast of three operands can reach a size none of them has (each dim of
@@ -338,7 +338,7 @@ fn mask_view(
         return Ok(v);
     }
     // Broadcast over some batch dims but not others: no single stride walks them; pack it.
-    let packed = b.contiguous()?;
+    let packed = b.contiguous_at_zero()?;
     try_view(&packed).ok_or_else(|| Error::arg(op, "attn_mask: packed mask has no merged stride"))
 }
 

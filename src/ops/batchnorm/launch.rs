@@ -195,7 +195,7 @@ pub(crate) fn train_untracked(
             .reshape(&[c, s])?
             .narrow(1, 0, 1)?
             .to_dtype(DType::F32)?
-            .contiguous()?;
+            .contiguous_at_zero()?;
         let pb = pivots.buffer();
         inp.run_data(op, &STATS_PIVOTS, &data, &windows, None, None, |x, _, _| {
             vec![x, x, Bind::whole(wsb), Bind::whole(pb)]

@@ -212,7 +212,7 @@ fn packed(t: &Tensor) -> Result<Tensor> {
     if t.is_contiguous() {
         Ok(t.clone())
     } else {
-        t.contiguous()
+        t.contiguous_at_zero()
     }
 }
 

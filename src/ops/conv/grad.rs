@@ -99,7 +99,7 @@ impl BackwardOp for ConvBackward {
                 let mut dx = dx_full.clone();
                 for (ax, &len) in self.x_hw.iter().enumerate() {
                     if dx.shape()[2 + ax] != len {
-                        dx = dx.narrow(2 + ax as isize, 0, len)?.contiguous()?;
+                        dx = dx.narrow(2 + ax as isize, 0, len)?.contiguous_at_zero()?;
                     }
                 }
                 out[0] = Some(dx);

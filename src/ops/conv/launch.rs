@@ -83,12 +83,12 @@ pub(crate) fn run(
 ) -> Result<()> {
     let dev = a.device();
     let (mut p, transposed) = ConvParams::new(g, dir);
-    let a = a.contiguous()?;
-    let b = b.contiguous()?;
+    let a = a.contiguous_at_zero()?;
+    let b = b.contiguous_at_zero()?;
     p.a_off = a.layout().offset() as u32;
     p.b_off = b.layout().offset() as u32;
     // The kernels read the bias with unit stride: a strided view is packed first.
-    let bias = bias.map(|t| t.contiguous()).transpose()?;
+    let bias = bias.map(|t| t.contiguous_at_zero()).transpose()?;
     let bias = bias.as_ref();
     if let Some(t) = bias {
         p.bias_off = t.layout().offset() as u32;

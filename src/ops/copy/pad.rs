@@ -156,7 +156,7 @@ pub fn pad<P: TryInto<i64> + Copy>(
         // The whole input padded, then cropped: the borders mirror or repeat the input's own
         // edges, as PyTorch's kernels index the uncropped input.
         PadMode::Reflect | PadMode::Replicate => {
-            crop(&pad_positive(x, &positive, mode, value)?)?.contiguous()
+            crop(&pad_positive(x, &positive, mode, value)?)?.contiguous_at_zero()
         }
     }
 }

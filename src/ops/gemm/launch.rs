@@ -119,7 +119,7 @@ pub(super) fn packed_batch(
         if shape.contains(&0) {
             return Tensor::empty(t.device(), "gemm", shape, t.dtype());
         }
-        t.broadcast_to(shape)?.contiguous()
+        t.broadcast_to(shape)?.contiguous_at_zero()
     };
     Ok(Some([
         Some(full(a, &[batch, &[m, k]].concat())?),

@@ -333,7 +333,7 @@ fn launch(
     if out.numel() == 0 {
         return Ok(out);
     }
-    let xs = x.contiguous()?;
+    let xs = x.contiguous_at_zero()?;
     let params = PoolParams {
         planes: planes as u32,
         h: h as u32,
@@ -370,7 +370,7 @@ fn launch(
             grid,
         )?,
         Some(dy) => {
-            let g = dy.contiguous()?;
+            let g = dy.contiguous_at_zero()?;
             // Held until the backward is recorded, so the pool cannot hand the buffer on.
             let (arg_t, arg_s);
             let args = if win.mode == POOL_MAX {

@@ -128,7 +128,7 @@ pub fn adaptive_avg_pool2d(x: &Tensor, output_size: [usize; 2]) -> Result<Tensor
         let m = m.narrow(-1, 0usize, output_size[1].min(1))?;
         let mut shape = x.shape()[..x.rank() - 2].to_vec();
         shape.extend(output_size);
-        let y = m.broadcast_to(&shape)?.contiguous()?;
+        let y = m.broadcast_to(&shape)?.contiguous_at_zero()?;
         // (1, 1) is PyTorch's mean, whose backward takes empty gradients.
         return match output_size {
             [1, 1] => Ok(y),

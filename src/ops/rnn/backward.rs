@@ -151,7 +151,7 @@ impl Rnn {
             let dyc = if grad.is_contiguous() {
                 grad.clone()
             } else {
-                grad.contiguous()?
+                grad.contiguous_at_zero()?
             };
             let mut dx: Option<Tensor> = None;
             for dir in 0..d {

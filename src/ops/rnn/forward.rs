@@ -192,7 +192,7 @@ impl Rnn {
         if let Some(plan) = seq {
             // W_hh transposed ([H, G*H]), so the sequence kernel's lanes read consecutive
             // weights; the buffer lives until the dispatches are recorded.
-            let wt = w.w_hh.transpose(0, 1)?.contiguous()?;
+            let wt = w.w_hh.transpose(0, 1)?.contiguous_at_zero()?;
             bufs[0] = wt.buffer();
             // Each chunk starts from the state slot its predecessor wrote.
             for s0 in (0..t).step_by(SEQ_CHUNK) {

@@ -275,7 +275,7 @@ pub(crate) fn copy_state(
     let src = if src.strides()[2] == 1 || h <= 1 {
         src.clone()
     } else {
-        src.contiguous()?
+        src.contiguous_at_zero()?
     };
     let p = RnnParams {
         batch: b as u32,

@@ -125,9 +125,9 @@ impl RnnWeights {
         };
         Ok(RnnWeights {
             w_ih: w_ih.clone(),
-            w_hh: w_hh.contiguous()?,
+            w_hh: w_hh.contiguous_at_zero()?,
             b_ih: bias(b_ih, "bias_ih")?,
-            b_hh: bias(b_hh, "bias_hh")?.contiguous()?,
+            b_hh: bias(b_hh, "bias_hh")?.contiguous_at_zero()?,
         })
     }
 
