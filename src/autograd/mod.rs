@@ -71,6 +71,12 @@ pub(crate) trait BackwardOp: Shareable {
     /// An op that returns none here must hold no tensors at all: its node is not freed by a
     /// backward and serves later passes too.
     fn saved(&self) -> Vec<&Tensor>;
+    /// True when PyTorch's twin of this op saves a tensor (freed by a backward) where this
+    /// one keeps none, as `x * 2` (the wrapped scalar) or a reflect pad (its input's size):
+    /// its node then serves one backward only, so a second one fails as PyTorch's does.
+    fn single_use(&self) -> bool {
+        false
+    }
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -352,7 +358,9 @@ fn run_backward(meta: &Arc<GradMeta>, seed: Tensor, retain: bool) -> Result<Grad
             // A node that saved nothing holds no tensors and frees nothing, so it stays for
             // another pass, as PyTorch's AddBackward or TBackward do (its "backward through
             // the graph a second time" error comes from reading freed saved tensors).
-            let keeps_nothing = guard.as_ref().is_some_and(|s| s.op.saved().is_empty());
+            let keeps_nothing = guard
+                .as_ref()
+                .is_some_and(|s| s.op.saved().is_empty() && !s.op.single_use());
             if retain || keeps_nothing {
                 guard.clone()
             } else {

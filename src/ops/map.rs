@@ -361,6 +361,13 @@ impl Tensor {
     /// tensor of the same shape and dtype, computed in f32. Scalars are f64 throughout the API
     /// (as PyTorch's Python numbers and [`Tensor::full`]); the kernel rounds `s` to f32.
     pub fn scalar_op(&self, op: ScalarOp, s: f64) -> Result<Tensor> {
+        self.scalar_op_as(op, s, true)
+    }
+
+    /// [`Tensor::scalar_op`]; `wrapped` false records a node that serves several backward
+    /// passes whatever the op (a mean's division: PyTorch's MeanBackward saves no tensor,
+    /// where `x / s` saves the wrapped scalar).
+    pub(crate) fn scalar_op_as(&self, op: ScalarOp, s: f64, wrapped: bool) -> Result<Tensor> {
         let k = kernel_scalar(op, self.dtype, s)?;
         let out = map(
             SCALAR_NAMES[op as usize],
@@ -373,7 +380,7 @@ impl Tensor {
         // only the f16 kernel of x^(s-1) rounding s - 1); a bound's mask compares with the
         // bound as the forward rounded it.
         let grad_s = if op == ScalarOp::Pow { s as f32 } else { k };
-        Ok(map_grad::record_scalar(self, op, grad_s, out))
+        Ok(map_grad::record_scalar(self, op, grad_s, wrapped, out))
     }
 
     /// `-x` elementwise ([`UnaryOp::Neg`]).

@@ -93,6 +93,8 @@ struct ScalarBackward {
     s: f32,
     /// The input, kept only by rdiv, max, min and pow.
     x: Option<Tensor>,
+    /// The scalar stands for a tensor PyTorch wraps and saves ([`Tensor::scalar_op_as`]).
+    wrapped: bool,
 }
 
 impl BackwardOp for ScalarBackward {
@@ -156,10 +158,22 @@ impl BackwardOp for ScalarBackward {
         };
         Ok(vec![Some(gx)])
     }
+
+    /// PyTorch's `x * s` and `x / s` are `mul.Tensor` / `div.Tensor` with `s` wrapped as a
+    /// tensor, which their backward saves (derivatives.yaml); add and sub save nothing.
+    fn single_use(&self) -> bool {
+        self.wrapped && matches!(self.op, ScalarOp::Mul | ScalarOp::Div)
+    }
 }
 
 /// Records `out = x (op) s`.
-pub(crate) fn record_scalar(x: &Tensor, op: ScalarOp, s: f32, out: Tensor) -> Tensor {
+pub(crate) fn record_scalar(
+    x: &Tensor,
+    op: ScalarOp,
+    s: f32,
+    wrapped: bool,
+    out: Tensor,
+) -> Tensor {
     record(out, &[x], |_| {
         let keep_x = matches!(
             op,
@@ -169,6 +183,7 @@ pub(crate) fn record_scalar(x: &Tensor, op: ScalarOp, s: f32, out: Tensor) -> Te
             op,
             s,
             x: keep_x.then(|| x.detach()),
+            wrapped,
         })
     })
 }

@@ -2,6 +2,7 @@
 //! `mean_all`), composed from the one-dim reductions of src/ops/reduce.rs.
 
 use crate::layout::Layout;
+use crate::ops::ScalarOp;
 use crate::{DType, Error, Result, Tensor};
 
 impl Tensor {
@@ -118,10 +119,11 @@ impl Tensor {
         }
         let count: usize = ds.iter().map(|&d| self.shape()[d]).product();
         let s = self.sum_dims(dims, keepdim)?;
+        // MeanBackward saves no tensor: the division's node serves another backward too.
         if count == 0 {
-            return s.mul_scalar(f64::NAN);
+            return s.scalar_op_as(ScalarOp::Mul, f64::NAN, false);
         }
-        s.div_scalar(count as f64)
+        s.scalar_op_as(ScalarOp::Div, count as f64, false)
     }
 
     /// The sum of every element, as a `[]` tensor (PyTorch's `sum()`). An f32 view that is

@@ -224,20 +224,49 @@ fn second_backward_is_an_error() {
     );
 }
 
-/// Nodes that saved no tensors (views, add, sum, scalar mul, cat, casts) are not freed by a
-/// backward, as in PyTorch: a transposed weight built once serves every step; a node that
-/// saved tensors (matmul) is still single-use.
+/// Nodes that saved no tensors (views, add, sum, mean, scalar add, cat, casts, constant and
+/// circular pads) are not freed by a backward, as in PyTorch: a transposed weight built once
+/// serves every step; a node that saved tensors (matmul) is still single-use, and so are
+/// scalar mul and div and reflect and replicate pads, whose PyTorch twins save a tensor (the
+/// wrapped scalar, the input).
 #[test]
 fn nodes_that_saved_nothing_serve_another_backward() {
+    use wgtensor::ops::{pad, PadMode};
     let w = leaf(&[1.0, 2.0, 3.0, 4.0], &[2, 2]);
-    let wt = w.transpose(0, 1).unwrap().mul_scalar(2.0).unwrap();
+    let wt = w.transpose(0, 1).unwrap().add_scalar(2.0).unwrap();
     let wt = wt.add(&wt).unwrap().to_dtype(DType::F32).unwrap();
     let x = t(&[1.0, -1.0], &[1, 2]);
     for _ in 0..2 {
         let y = matmul(&x, &wt).unwrap();
         let g = total(&y).backward().unwrap();
-        // y_j = sum_i x_i 4 W[j, i], so dW[j, i] = 4 x_i: rows [4, -4].
-        assert_eq!(vals(g.get(&w).unwrap()), vec![4.0, -4.0, 4.0, -4.0]);
+        // y_j = sum_i x_i 2 (W[j, i] + 2), so dW[j, i] = 2 x_i: rows [2, -2].
+        assert_eq!(vals(g.get(&w).unwrap()), vec![2.0, -2.0, 2.0, -2.0]);
+    }
+    let reusable = [
+        w.mean_dims(&[0], false).unwrap(),
+        w.mean_all().unwrap(),
+        pad(&w, &[1, 1], PadMode::Constant, 0.0).unwrap(),
+        pad(&w, &[1, 1], PadMode::Circular, 0.0).unwrap(),
+    ];
+    for y in &reusable {
+        let l = total(y);
+        l.backward().unwrap();
+        l.backward().unwrap();
+    }
+    let single = [
+        w.mul_scalar(2.0).unwrap(),
+        w.div_scalar(2.0).unwrap(),
+        pad(&w, &[1, 1], PadMode::Reflect, 0.0).unwrap(),
+        pad(&w, &[1, 1], PadMode::Replicate, 0.0).unwrap(),
+    ];
+    for y in &single {
+        let l = total(y);
+        l.backward().unwrap();
+        let e = l.backward().unwrap_err().to_string();
+        assert!(
+            e.contains("backward through the graph a second time"),
+            "{e}"
+        );
     }
     let y = matmul(&x, &wt).unwrap();
     let l = total(&y);

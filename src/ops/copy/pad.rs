@@ -237,6 +237,12 @@ impl crate::autograd::BackwardOp for PadBackward {
         Vec::new()
     }
 
+    /// reflection_pad and replication_pad save their input (derivatives.yaml); a constant pad
+    /// saves nothing, and a circular one is cat and narrow (composite), which save nothing.
+    fn single_use(&self) -> bool {
+        matches!(self.mode, PadMode::Reflect | PadMode::Replicate)
+    }
+
     fn name(&self) -> &'static str {
         "pad"
     }
