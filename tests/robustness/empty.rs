@@ -257,6 +257,33 @@ fn convolution_with_empty_batch_or_channels() {
     );
     let e = conv_transpose2d(&empty(&[1, 3, 0, 5]), &wt, None, &to).unwrap_err();
     assert!(!e.to_string().contains("Only zero batch"), "{e}");
+    // An empty batch of non-empty images goes to the Empty backend before the backend's
+    // checks: any output padding, an output extent of 0 (not a negative one).
+    let op = ConvTranspose2dOptions {
+        output_padding: [1, 1],
+        ..Default::default()
+    };
+    let y = conv_transpose2d(&empty(&[0, 4, 5, 5]), &wt, None, &op).unwrap();
+    assert_eq!(y.shape(), &[0, 2, 8, 8]);
+    let y = conv_transpose2d(&empty(&[0, 4, 0, 5]), &ramp(&[4, 2, 1, 1]), None, &to).unwrap();
+    assert_eq!(y.shape(), &[0, 2, 0, 5]);
+    // A bias of the wrong size is named before the output padding and the output size.
+    let e = conv_transpose2d(&ramp(&[1, 4, 5, 5]), &wt, Some(&ramp(&[3])), &op).unwrap_err();
+    assert!(
+        e.to_string().contains("expected bias to be 1-dimensional"),
+        "{e}"
+    );
+    let p1 = ConvTranspose2dOptions {
+        padding: wgtensor::ops::Padding::uniform(1),
+        ..Default::default()
+    };
+    let (x1, w1) = (ramp(&[1, 4, 1, 1]), ramp(&[4, 2, 1, 1]));
+    let e = conv_transpose2d(&x1, &w1, Some(&ramp(&[3])), &p1).unwrap_err();
+    assert!(
+        e.to_string().contains("expected bias to be 1-dimensional"),
+        "{e}"
+    );
+    assert!(conv_transpose2d(&x1, &w1, None, &p1).is_err());
     let e = wgtensor::ops::conv1d(
         &empty(&[2, 3, 0]),
         &ramp(&[4, 3, 1]),

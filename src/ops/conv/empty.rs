@@ -69,13 +69,15 @@ pub(super) fn empty_transposed(
             + 1
     };
     let (oh, ow) = (len(0, h), len(1, wd));
-    if n == 0 && oh > 0 && ow > 0 {
+    // An empty batch goes to the Empty backend before any backend check: its view of the
+    // output takes any output padding and an extent of 0, not a negative one.
+    if n == 0 && oh >= 0 && ow >= 0 {
         let shape = [0, ws[1] * o.groups, oh as usize, ow as usize];
         return Tensor::empty(x.device(), op, &shape, x.dtype());
     }
     let detail = format!(
         "zero-size spatial dimension: input {:?} (only the batch and the channels may be \
-         empty, and an empty batch's output must have a positive size)",
+         empty, and an empty batch's output must not have a negative size)",
         x.shape()
     );
     match n {

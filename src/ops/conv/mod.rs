@@ -433,9 +433,11 @@ fn transpose_untracked(
         ],
     )?;
     check_transposed_channels(op, x, w, o.groups)?;
-    if h == 0 || wd == 0 {
-        // check_shape_forward's bias check comes before the backend's choice.
-        check_bias(op, x, bias, ws[1] * o.groups, w)?;
+    // check_shape_forward checks the bias right after the channels, before the backend's
+    // own checks (output padding, output size).
+    check_bias(op, x, bias, ws[1] * o.groups, w)?;
+    if x.shape()[0] == 0 || h == 0 || wd == 0 {
+        // The Empty backend: chosen before any backend check.
         return empty::empty_transposed(op, x, ws, o);
     }
     // After the channels, as PyTorch's shape check, in its words.
