@@ -360,3 +360,64 @@ fn long_one_d_pools() {
         assert_eq!(*v, want, "max window {o}");
     }
 }
+
+/// Options up to 2^28 (a global pool over a long signal, `F.max_pool1d(x, x.size(-1))`),
+/// the adaptive pools' refusals in PyTorch's words (`_list_with_default`'s rank, the kernel
+/// dispatch's dtype), and avg_pool2d's divisor checked before the output shape.
+#[test]
+fn large_options_and_adaptive_refusals() {
+    let n = 2_000_000usize;
+    let v: Vec<f32> = (0..n).map(|i| (i % 1000) as f32).collect();
+    let x = Tensor::from_slice(dev(), &v, &[1, 1, n]).unwrap();
+    let y = max_pool1d(&x, &MaxPool1dOptions::new(1_500_000)).unwrap();
+    assert_eq!(y.shape(), &[1, 1, 1]);
+    assert_eq!(vals(&y), vec![999.0]);
+    // Ones and zeros: an f32 running sum stays exact (PyTorch's CPU kernel sums in f32 too).
+    let b: Vec<f32> = (0..n).map(|i| (i % 2) as f32).collect();
+    let xb = Tensor::from_slice(dev(), &b, &[1, 1, n]).unwrap();
+    let y = avg_pool1d(&xb, &AvgPool1dOptions::new(n)).unwrap();
+    assert_eq!(vals(&y), vec![0.5]);
+
+    let x3 = Tensor::from_slice(dev(), &[1.0f32, 2.0, 3.0, 4.0], &[1, 1, 2, 2]).unwrap();
+    let m = MaxPool2dOptions {
+        padding: [1 << 27; 2],
+        ..MaxPool2dOptions::new(1 << 28)
+    };
+    assert_eq!(vals(&max_pool2d(&x3, &m).unwrap()), vec![4.0]);
+    let e = max_pool2d(&x3, &MaxPool2dOptions::new((1 << 28) + 1)).unwrap_err();
+    assert!(e.to_string().contains("is above"), "{e}");
+
+    let xi = Tensor::zeros(dev(), &[1, 2, 4, 4], wgtensor::DType::I32).unwrap();
+    let e = adaptive_avg_pool2d(&xi, [2, 2]).unwrap_err().to_string();
+    assert!(
+        e.contains("\"adaptive_avg_pool2d\" not implemented for 'Int'"),
+        "{e}"
+    );
+    let e = adaptive_max_pool2d(&xi, [2, 2]).unwrap_err().to_string();
+    assert!(
+        e.contains("\"adaptive_max_pool2d\" not implemented for 'Int'"),
+        "{e}"
+    );
+    let x2 = Tensor::zeros(dev(), &[4, 4], wgtensor::DType::F32).unwrap();
+    for e in [
+        adaptive_max_pool2d(&x2, [2, 2]).unwrap_err(),
+        adaptive_max_pool2d_with_indices(&x2, [2, 2]).unwrap_err(),
+        adaptive_avg_pool2d(&x2, [2, 2]).unwrap_err(),
+    ] {
+        assert!(
+            e.to_string()
+                .contains("Input dimension should be at least 3"),
+            "{e}"
+        );
+    }
+    // `adaptive_avg_pool2d(x, 1)`'s mean still takes a 2-D input.
+    assert_eq!(adaptive_avg_pool2d(&x2, [1, 1]).unwrap().shape(), &[1, 1]);
+
+    let o = AvgPool2dOptions {
+        padding: [2, 2],
+        divisor_override: Some(0),
+        ..AvgPool2dOptions::new(2)
+    };
+    let e = avg_pool2d(&x3, &o).unwrap_err();
+    assert!(e.to_string().contains("divisor must be not zero"), "{e}");
+}

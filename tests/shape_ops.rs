@@ -597,9 +597,18 @@ fn pad_errors() {
         "Padding mode \"reflect\" doesn't take in value argument",
     );
     words(
-        pad(&x, &[-2, -2], PadMode::Constant, 0.0),
+        pad(&x, &[-2, -2, 1, 0], PadMode::Constant, 0.0),
         "The input size 3, plus negative padding -2 and -2 resulted in a negative output size, \
          which is invalid. Check dimension 1 of your input.",
+    );
+    // No pad positive: constant_pad_nd narrows, in narrow's words; so do crops past the input.
+    words(
+        pad(&x, &[-2, -2], PadMode::Constant, 0.0),
+        "narrow(): length must be non-negative.",
+    );
+    words(
+        pad(&x, &[-4, 5], PadMode::Constant, 0.0),
+        "narrow(): length must be non-negative.",
     );
     words(
         pad(&x3, &[-2, -1], PadMode::Circular, 0.0),

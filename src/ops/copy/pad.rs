@@ -78,6 +78,10 @@ pub fn pad<P: TryInto<i64> + Copy>(
         return pad_positive(x, &positive, mode, value);
     }
     let rank = x.rank();
+    // constant_pad_nd narrows alone when no pad is positive: an overlong crop gets narrow's
+    // words there, and whenever the crops pass the input (its narrows come after the sizes).
+    let narrows_only = pads.iter().all(|&p| p <= 0);
+    let narrow_words = "narrow(): length must be non-negative.".to_string();
     // (dim, crop before, crop after) and (input size, output size) per padded dim.
     let (mut crops, mut sizes) = (Vec::new(), Vec::new());
     for (i, pair) in pads.chunks(2).enumerate() {
@@ -89,6 +93,7 @@ pub fn pad<P: TryInto<i64> + Copy>(
         let (crop_l, crop_r) = (0i64.saturating_sub(l).max(0), 0i64.saturating_sub(r).max(0));
         let cropped = crop_l.saturating_add(crop_r);
         let bad = match mode {
+            PadMode::Constant if out < 0 && narrows_only => Some(narrow_words.clone()),
             PadMode::Constant if out < 0 => Some(format!(
                 "The input size {len}, plus negative padding {l} and {r} resulted in a negative \
                  output size, which is invalid. Check dimension {d} of your input."
@@ -100,10 +105,7 @@ pub fn pad<P: TryInto<i64> + Copy>(
                 Some("Negative padding value is resulting in an empty dimension".to_string())
             }
             // These crop the input before padding: the crops must fit in it.
-            PadMode::Constant | PadMode::Circular if cropped > len => Some(format!(
-                "negative padding {l} and {r} crop {cropped} of the input size {len} at \
-                 dimension {d}"
-            )),
+            PadMode::Constant | PadMode::Circular if cropped > len => Some(narrow_words.clone()),
             PadMode::Reflect if l >= len || r >= len => Some(format!(
                 "Argument #4: Padding size should be less than the corresponding input \
                  dimension, but got: padding ({l}, {r}) at dimension {d} of input {:?}",

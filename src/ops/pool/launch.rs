@@ -151,7 +151,9 @@ fn check_regular(
     p: [usize; 2],
     d: [usize; 2],
 ) -> Result<()> {
-    const LIMIT: usize = 1 << 20;
+    // The kernel's i32 window arithmetic (start + kernel, output x stride) stays below 2^31
+    // for sides below 2^30 (`planes_2d`) with every option below 2^28.
+    const LIMIT: usize = 1 << 28;
     for v in [k, s, p, d] {
         if v.iter().any(|&x| x > LIMIT) {
             return Err(Error::size(
@@ -439,10 +441,11 @@ pub(super) fn avg_window(
     o: &AvgPool2dOptions,
 ) -> Result<(Window, [usize; 2])> {
     let s = o.stride.unwrap_or(o.kernel_size);
-    check_regular(op, o.kernel_size, s, o.padding, [1, 1])?;
+    // avg_pool2d's meta function checks the divisor before the output shape.
     if o.divisor_override == Some(0) {
         return Err(Error::arg(op, "divisor must be not zero"));
     }
+    check_regular(op, o.kernel_size, s, o.padding, [1, 1])?;
     let (_, h, w, _) = planes_2d(op, x)?;
     let oh = out_size(op, h, o.kernel_size[0], o.padding[0], s[0], 1, o.ceil_mode)?;
     let ow = out_size(op, w, o.kernel_size[1], o.padding[1], s[1], 1, o.ceil_mode)?;
@@ -465,6 +468,17 @@ pub(super) fn adaptive_window(
     out: [usize; 2],
     mode: u32,
 ) -> Result<(Window, [usize; 2])> {
+    if !x.dtype().is_float() {
+        // The dispatch of PyTorch's kernels (which the 1-D pools reach too), in its words.
+        let kernel = match mode {
+            POOL_MAX => "adaptive_max_pool2d",
+            _ => "adaptive_avg_pool2d",
+        };
+        return Err(Error::arg(
+            op,
+            format!("\"{kernel}\" not implemented for 'Int' (the adaptive pools take f32 or f16)"),
+        ));
+    }
     if out.contains(&0) {
         return Err(Error::arg(
             op,

@@ -113,6 +113,7 @@ pub fn adaptive_avg_pool2d(x: &Tensor, output_size: [usize; 2]) -> Result<Tensor
         // integer or 1-D input gets mean's error.
         return x.mean_dims(&[-2, -1], true);
     }
+    check_two_sizes(op, x)?;
     let rank_ok = matches!(x.rank(), 3 | 4) && x.dtype().is_float();
     let plane_empty = rank_ok && x.shape()[x.rank() - 2..].contains(&0);
     if rank_ok
@@ -166,6 +167,7 @@ pub fn adaptive_avg_pool2d_backward(dy: &Tensor, x: &Tensor) -> Result<Tensor> {
 /// PyTorch's `adaptive_max_pool2d` (values; the windows as [`adaptive_avg_pool2d`]'s).
 pub fn adaptive_max_pool2d(x: &Tensor, output_size: [usize; 2]) -> Result<Tensor> {
     let op = "adaptive_max_pool2d";
+    check_two_sizes(op, x)?;
     if let Some(empty) = max_output_empty(x, output_size) {
         return empty;
     }
@@ -177,6 +179,21 @@ pub fn adaptive_max_pool2d(x: &Tensor, output_size: [usize; 2]) -> Result<Tensor
 /// `[C, H, W]`, H and W): an output size of 0, or an input with no values (no channels
 /// unbatched, no batch), gives an empty result (a view of the input, so the graph is kept).
 /// `None` when the output is not empty, or the input is one the kernel path refuses.
+/// F.adaptive_{avg,max}_pool2d's `_list_with_default`: two output sizes need an input of at
+/// least three dims, checked in Python before the kernel's own rank check.
+fn check_two_sizes(op: &'static str, x: &Tensor) -> Result<()> {
+    if x.rank() < 3 {
+        return Err(Error::shape(
+            op,
+            format!(
+                "Input dimension should be at least 3 (got an input of shape {:?})",
+                x.shape()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn max_output_empty(x: &Tensor, output_size: [usize; 2]) -> Option<Result<Tensor>> {
     let r = x.rank();
     if !(matches!(r, 3 | 4)
@@ -296,6 +313,7 @@ pub fn adaptive_max_pool2d_with_indices(
     output_size: [usize; 2],
 ) -> Result<(Tensor, Tensor)> {
     let op = "adaptive_max_pool2d";
+    check_two_sizes(op, x)?;
     if let Some(empty) = max_output_empty(x, output_size) {
         let empty = empty?;
         let idx = Tensor::zeros(x.device(), empty.shape(), crate::DType::I32)?;
