@@ -27,6 +27,7 @@ pub mod map;
 mod map_grad;
 pub mod nll;
 pub mod norm;
+mod norm_checks;
 mod one_hot;
 mod operators;
 pub mod pool;

@@ -11,6 +11,7 @@ use bytemuck::{Pod, Zeroable};
 
 use crate::autograd::{record, BackwardOp, NoGradGuard};
 use crate::ops::activation::ACTIVATION;
+use crate::ops::norm_checks::{check_group, check_trailing};
 use crate::ops::reduce_plan::split_long_rows;
 use crate::runtime::pipeline::{ShaderLib, ShaderVariant};
 use crate::runtime::{Access, Bind, Kernel};
@@ -197,56 +198,6 @@ fn mixed(x: &Tensor, params: [Option<&Tensor>; 2]) -> bool {
     x.dtype() == DType::F16 && defined.peek().is_some() && defined.all(|p| p.dtype() == DType::F32)
 }
 
-/// PyTorch's `_check_layer_norm_inputs` (layer_norm.h, rms_norm's too) in its order and
-/// words: `normalized_shape`, the weight's and the bias's shapes, then the input's trailing
-/// dims. Returns (rows, len).
-fn check_trailing(
-    op: &'static str,
-    x: &Tensor,
-    normalized_shape: &[usize],
-    weight: Option<&Tensor>,
-    bias: Option<&Tensor>,
-) -> Result<(usize, usize)> {
-    x.require_float(op)?;
-    let k = normalized_shape.len();
-    if k == 0 {
-        return Err(Error::shape(
-            op,
-            "Expected normalized_shape to be at least 1-dimensional, i.e., containing at least \
-             one element, but got normalized_shape = []",
-        ));
-    }
-    for (what, t) in [("weight", weight), ("bias", bias)] {
-        let Some(t) = t else { continue };
-        x.same_device(op, t)?;
-        x.same_dtype(op, t)?;
-        if t.shape() != normalized_shape {
-            return Err(Error::shape(
-                op,
-                format!(
-                    "Expected {what} to be of same shape as normalized_shape, but got {what} of \
-                     shape {:?} and normalized_shape = {normalized_shape:?}",
-                    t.shape()
-                ),
-            ));
-        }
-    }
-    let s = x.shape();
-    if s.len() < k || s[s.len() - k..] != *normalized_shape {
-        let dims: String = normalized_shape.iter().map(|d| format!(", {d}")).collect();
-        return Err(Error::shape(
-            op,
-            format!(
-                "Given normalized_shape={normalized_shape:?}, expected input with shape \
-                 [*{dims}], but got input of size{s:?}"
-            ),
-        ));
-    }
-    let len: usize = normalized_shape.iter().product();
-    let rows: usize = s[..s.len() - k].iter().product();
-    Ok((rows, len))
-}
-
 /// The untracked forward: (y, stats [2 * rows] f32 = mean then rstd).
 fn forward(
     plan: &Plan,
@@ -262,8 +213,8 @@ fn forward(
         return Ok((y, stats));
     }
     let x = x.contiguous_at_zero()?;
-    let w = w.map(Tensor::contiguous).transpose()?;
-    let b = b.map(Tensor::contiguous).transpose()?;
+    let w = w.map(Tensor::contiguous_at_zero).transpose()?;
+    let b = b.map(Tensor::contiguous_at_zero).transpose()?;
     let params = plan.params(w.is_some(), b.is_some());
     // Absent parameters bind x (read-only, never read: the flags say so).
     let binds = [
@@ -306,7 +257,7 @@ fn backward(
     let dx = if need_x {
         let dx = Tensor::empty(dev, op, x.shape(), x.dtype)?;
         if !empty {
-            let w = w.map(Tensor::contiguous).transpose()?;
+            let w = w.map(Tensor::contiguous_at_zero).transpose()?;
             let binds = [
                 Bind::whole(x.buffer()),
                 Bind::whole(w.as_ref().unwrap_or(&x).buffer()),
@@ -531,63 +482,8 @@ pub fn group_norm(
         let y = group_norm(&x.to_dtype(DType::F32)?, num_groups, weight, bias, eps)?;
         return y.to_dtype(x.dtype());
     }
-    x.require_float(op)?;
-    // F.group_norm's checks, then ATen's check_group_norm_inputs, in their order and words.
+    let (c, inner) = check_group(op, x, num_groups, weight, bias)?;
     let s = x.shape();
-    if s.len() < 2 {
-        return Err(Error::shape(
-            op,
-            format!(
-                "Expected at least 2 dimensions for input tensor but received {}",
-                s.len()
-            ),
-        ));
-    }
-    let c = s[1];
-    if num_groups == 0 {
-        return Err(Error::arg(
-            op,
-            "Expected num groups to be greater than 0, got 0",
-        ));
-    }
-    let inner: usize = s[2..].iter().product();
-    // _verify_batch_size([N * C // G, G, *spatial]): one value per group and sample in all.
-    let verify: Vec<usize> = [s[0].saturating_mul(c) / num_groups, num_groups]
-        .into_iter()
-        .chain(s[2..].iter().copied())
-        .collect();
-    if verify[0].saturating_mul(inner) == 1 {
-        return Err(Error::arg(
-            op,
-            format!(
-                "Expected more than 1 value per channel when training, got input size {verify:?}"
-            ),
-        ));
-    }
-    if !c.is_multiple_of(num_groups) {
-        return Err(Error::arg(
-            op,
-            format!(
-                "Expected number of channels in input to be divisible by num_groups, but got \
-                 input of shape {s:?} and num_groups={num_groups}"
-            ),
-        ));
-    }
-    for (what, t) in [("weight", weight), ("bias", bias)] {
-        let Some(t) = t else { continue };
-        x.same_device(op, t)?;
-        x.same_dtype(op, t)?;
-        if t.shape() != [c] {
-            return Err(Error::shape(
-                op,
-                format!(
-                    "Expected {what} to be a vector of size equal to the number of channels in \
-                     input, but got {what} of shape {:?} and input of shape {s:?}",
-                    t.shape()
-                ),
-            ));
-        }
-    }
     // num_groups divides C = 0 whatever its value: the statistics [N, groups] must still fit.
     let rows = s[0]
         .checked_mul(num_groups)

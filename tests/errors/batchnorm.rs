@@ -146,10 +146,13 @@ fn training_needs_more_than_one_value_per_channel() {
             TRAIN,
             &[
                 "Expected more than 1 value per channel when training",
-                &format!("{shape:?}"),
+                &format!("got input size torch.Size({shape:?})"),
             ],
         );
     }
+    // _verify_batch_size runs before the rank check: a 1-D input of one value fails there.
+    let e = batch_norm_train(&t(&[1]), None, &BatchNormOptions::default()).unwrap_err();
+    shape_err(&e, TRAIN, &["got input size torch.Size([1])"]);
     // Inference and backward are defined for one value per channel.
     let x = t(&[1, 3, 1, 1]);
     let c = t(&[3]);

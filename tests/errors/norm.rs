@@ -188,3 +188,27 @@ fn past_one_binding_is_refused() {
         "{e:?}"
     );
 }
+
+/// Shapes are checked before dtypes (the kernels check those), as PyTorch: an i32 input, an
+/// f16 bias beside an f32 input get the shape sentence when a shape is also wrong.
+#[test]
+fn shapes_come_before_dtypes() {
+    let xi = Tensor::zeros(dev(), &[2, 5], DType::I32).unwrap();
+    has(
+        layer_norm(&xi, &[], None, None, 1e-5),
+        "Expected normalized_shape to be at least 1-dimensional",
+    );
+    let b16 = Tensor::zeros(dev(), &[3], DType::F16).unwrap();
+    has(
+        layer_norm(&t(&[2, 5]), &[3], Some(&t(&[3])), Some(&b16), 1e-5),
+        "Given normalized_shape=[3], expected input with shape [*, 3], but got input of size[2, 5]",
+    );
+    let xi1 = Tensor::zeros(dev(), &[3], DType::I32).unwrap();
+    has(
+        group_norm(&xi1, 1, None, None, 1e-5),
+        "Expected at least 2 dimensions for input tensor but received 1",
+    );
+    // With the shapes right, the dtype errors still come.
+    assert!(layer_norm(&xi, &[5], None, None, 1e-5).is_err());
+    assert!(layer_norm(&t(&[2, 3]), &[3], Some(&t(&[3])), Some(&b16), 1e-5).is_err());
+}

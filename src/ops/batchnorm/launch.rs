@@ -85,20 +85,23 @@ pub(crate) fn train_untracked(
 ) -> Result<BatchNormOutput> {
     let op = "batch_norm_train";
     let (gamma, beta) = (o.weight, o.bias);
-    let c = input_channels(op, x)?;
-    let dt = x.dtype;
     // Values per channel (N times the trailing dims): not numel / C, which C = 0 would divide.
-    let count: usize = x.shape()[0] * x.shape().get(2..).unwrap_or(&[]).iter().product::<usize>();
+    // F.batch_norm's _verify_batch_size runs before any rank check (a [1] input fails here).
+    let s = x.shape();
+    let count: usize =
+        s.first().copied().unwrap_or(1) * s.get(2..).unwrap_or(&[]).iter().product::<usize>();
     // PyTorch refuses exactly one value per channel (no variance); an empty batch is fine.
-    if count == 1 {
+    if count == 1 && !s.is_empty() {
         return Err(Error::shape(
             op,
             format!(
-                "Expected more than 1 value per channel when training, got input size {:?}",
-                x.shape()
+                "Expected more than 1 value per channel when training, got input size \
+                 torch.Size({s:?})"
             ),
         ));
     }
+    let c = input_channels(op, x)?;
+    let dt = x.dtype;
     // After the batch check, as F.batch_norm.
     let eps = check_eps(op, o.eps, true)?;
     // _batch_norm_impl_index's order: the counts of running_mean, running_var, weight and
