@@ -84,8 +84,13 @@ impl Recurrent {
         c: RnnConfig,
     ) -> Result<Recurrent> {
         check_dropout(c.dropout)?;
-        // PyTorch's RNNBase refuses both at construction.
-        for (name, v) in [("hidden_size", hidden_size), ("num_layers", c.num_layers)] {
+        // PyTorch's RNNBase refuses these at construction, in this order (the functional
+        // ops and the cells take an input size of 0).
+        for (name, v) in [
+            ("input_size", input_size),
+            ("hidden_size", hidden_size),
+            ("num_layers", c.num_layers),
+        ] {
             if v == 0 {
                 return Err(crate::Error::arg(
                     "RNN",

@@ -1315,8 +1315,11 @@ fn rnn_dtype_errors_f16() {
         rnn.forward_train(&t16(&[2, 5, 3]), None, None).unwrap_err(),
     ] {
         assert!(
-            e.to_string()
-                .contains("lstm: input must have the type torch.float32, got type torch.float16"),
+            e.to_string().contains(
+                "lstm: RNN input dtype (torch.float16) does not match weight dtype \
+                     (torch.float32). Convert input: input.to(torch.float32), or convert \
+                     model: model.to(torch.float16)"
+            ),
             "{e}"
         );
     }

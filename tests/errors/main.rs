@@ -1294,6 +1294,15 @@ fn view_reduction_rnn_and_attention_errors_in_pytorch_words() {
         "The expanded size of the tensor (4) must match the existing size (3) at \
          non-singleton dimension 1.  Target sizes: [2, 4].  Tensor sizes: [3]",
     );
+    // RNNBase's constructor checks input_size, then hidden_size.
+    has(
+        nn::Lstm::new(dev(), 0, 0, Default::default()),
+        "input_size must be greater than zero, got 0",
+    );
+    has(
+        nn::Gru::new(dev(), 3, 0, Default::default()),
+        "hidden_size must be greater than zero, got 0",
+    );
     let lstm = nn::Lstm::new(dev(), 10, 20, Default::default()).unwrap();
     has(
         lstm.forward_with_state(&t(&[5, 3, 11]), None, None),
@@ -1367,10 +1376,29 @@ fn view_reduction_rnn_and_attention_errors_in_pytorch_words() {
         lstm_cell.forward_cell(&t(&[3, 10]), Some((&h, &t(&[3, 21])))),
         "hidden1 has inconsistent hidden_size: got 21, expected 20",
     );
-    // A 1-D c beside a 2-D x and h: an error, not an index past c's shape.
-    assert!(lstm_cell
-        .forward_cell(&t(&[3, 10]), Some((&h, &t(&[20]))))
-        .is_err());
+    // A 1-D c beside a 2-D x and h: ATen's batch check names it.
+    has(
+        lstm_cell.forward_cell(&t(&[3, 10]), Some((&h, &t(&[20])))),
+        "Input batch size 3 doesn't match hidden1 batch size 20",
+    );
+    // The input alone decides batching: a batched x with a 1-D state, an unbatched x with 2-D
+    // states (lifted to 3-D), in ATen's words.
+    has(
+        gru_cell.forward_cell(&t(&[3, 10]), Some(&t(&[20]))),
+        "Input batch size 3 doesn't match hidden0 batch size 20",
+    );
+    has(
+        gru_cell.forward_cell(&t(&[10]), Some(&t(&[1, 20]))),
+        "hidden0 has inconsistent hidden_size: got 1, expected 20",
+    );
+    has(
+        lstm_cell.forward_cell(&t(&[10]), Some((&t(&[20]), &t(&[1, 20])))),
+        "hidden1 has inconsistent hidden_size: got 1, expected 20",
+    );
+    has(
+        gru_cell.forward_cell(&t(&[20, 10]), Some(&t(&[20]))),
+        "Dimension out of range (expected to be in range of [-1, 0], but got 1)",
+    );
     // The states' rank is checked before the input's width, as PyTorch's forward does.
     has(
         lstm.forward_with_state(&t(&[5, 3, 7]), Some(&t(&[1, 20])), Some(&t(&[1, 20]))),

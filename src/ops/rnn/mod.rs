@@ -322,15 +322,15 @@ impl Rnn {
             ));
         }
         self.check_state_ranks(op, x, h0, c0)?;
-        // RNNBase.check_input: the weights' dtype is the expected one.
+        // RNNBase.check_input: the weights' dtype is the expected one, in its words.
         if let Some(w) = self.weights.first().map(|s| s.w_ih.dtype()) {
             if x.dtype() != w {
+                let (w, x) = (w.torch_name(), x.dtype().torch_name());
                 return Err(Error::arg(
                     op,
                     format!(
-                        "input must have the type {}, got type {}",
-                        w.torch_name(),
-                        x.dtype().torch_name()
+                        "RNN input dtype ({x}) does not match weight dtype ({w}). Convert \
+                         input: input.to({w}), or convert model: model.to({x})"
                     ),
                 ));
             }
@@ -445,7 +445,8 @@ impl Rnn {
     /// Errors: [`Error::Shape`] for an input that is not rank 2 or 3 or whose feature size is
     /// not `input_size`, or states of the wrong shape;
     /// [`Error::Size`] for an empty sequence; [`Error::InvalidArgument`] for an x of another
-    /// dtype than the weights (RNNBase's "input must have the type ..."); [`Error::DType`] /
+    /// dtype than the weights (RNNBase's "RNN input dtype ... does not match weight dtype
+    /// ..."); [`Error::DType`] /
     /// [`Error::DeviceMismatch`] for states of another dtype than x, or an x on another
     /// device.
     ///
@@ -584,23 +585,20 @@ fn cell(
             ));
         }
     }
-    if x.rank() == 1 && h.rank() == 1 && c.is_none_or(|c| c.rank() == 1) {
-        // PyTorch's unbatched cell: x [I], h [H] (and c [H]) as a batch of one; the callers
-        // reshape the states back to h's shape.
-        let c1 = c.map(|c| c.unsqueeze(0)).transpose()?;
-        return cell(kind, &x.unsqueeze(0)?, &h.unsqueeze(0)?, c1.as_ref(), w);
-    }
-    if x.rank() != 2 || h.rank() != 2 || c.is_some_and(|c| c.rank() != 2) {
-        return Err(Error::shape(
-            op,
-            format!(
-                "cell inputs must be x [B, I] and h [B, H] (or unbatched x [I] and h [H]), got \
-                 {:?} and {:?}",
-                x.shape(),
-                h.shape()
-            ),
-        ));
-    }
+    // The input alone decides (RNNCellBase.forward): an unbatched x [I] lifts every state to a
+    // batch of one, a batched one takes them as given, and ATen's size checks below name a
+    // state that does not fit. The callers reshape the states back to h's shape.
+    let lifted;
+    let (x, h, c) = if x.rank() == 1 {
+        lifted = (
+            x.unsqueeze(0)?,
+            h.unsqueeze(0)?,
+            c.map(|c| c.unsqueeze(0)).transpose()?,
+        );
+        (&lifted.0, &lifted.1, lifted.2.as_ref())
+    } else {
+        (x, h, c)
+    };
     let rnn = Rnn::new(
         kind,
         RnnOptions {
@@ -622,13 +620,20 @@ fn cell(
         ));
     }
     for (label, t) in [Some(h), c].into_iter().flatten().enumerate() {
-        let (tb, th) = (t.shape()[0], t.shape()[1]);
+        let tb = t.shape()[0];
         if tb != b {
             return Err(Error::shape(
                 op,
                 format!("Input batch size {b} doesn't match hidden{label} batch size {tb}"),
             ));
         }
+        // hx.size(1) of a 1-D state is out of range, in wrap_dim's words.
+        let th = t.shape().get(1).copied().ok_or_else(|| {
+            Error::shape(
+                op,
+                "Dimension out of range (expected to be in range of [-1, 0], but got 1)",
+            )
+        })?;
         if th != hs {
             return Err(Error::shape(
                 op,
