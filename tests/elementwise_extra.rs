@@ -544,3 +544,41 @@ fn f16_fills_round_through_f32_as_pytorch() {
     let ends = Tensor::linspace(dev(), v, v, 2, DType::F16).unwrap();
     assert_eq!(back(ends), [1.0, 1.0]);
 }
+
+/// clamp_min / clamp_max convert their bound checked on every path (`scalar_op`, the owned
+/// `into_scalar_op`), as `max_scalar` does; `clamp` with a NaN bound fills NaN before either
+/// bound is converted, so an overflowing other bound is no error there.
+#[test]
+fn clamp_bounds_are_checked_on_every_path_but_beside_nan() {
+    use wgtensor::ops::{hardtanh, ScalarOp};
+    let x = Tensor::from_slice(dev(), &[1.0f32, -2.0], &[2])
+        .unwrap()
+        .to_dtype(DType::F16)
+        .unwrap();
+    for e in [
+        x.max_scalar(1e5).unwrap_err(),
+        x.scalar_op(ScalarOp::Max, 1e5).unwrap_err(),
+        x.scalar_op(ScalarOp::Min, -1e39).unwrap_err(),
+        x.deep_clone()
+            .unwrap()
+            .into_scalar_op(ScalarOp::Min, -1e39)
+            .unwrap_err(),
+    ] {
+        assert!(e.to_string().contains("without overflow"), "{e}");
+    }
+    // Other scalar ops take the double as it is (x * 1e5 overflows to inf in f16).
+    let y = x.scalar_op(ScalarOp::Mul, 1e5).unwrap();
+    assert_eq!(
+        y.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap(),
+        [f32::INFINITY, f32::NEG_INFINITY]
+    );
+    for y in [
+        x.clamp(Some(f64::NAN), Some(1e5)).unwrap(),
+        x.clamp(Some(-1e39), Some(f64::NAN)).unwrap(),
+        hardtanh(&x, f64::NAN, 1e5).unwrap(),
+    ] {
+        let v = y.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
+        assert!(v.iter().all(|v| v.is_nan()), "{v:?}");
+    }
+    assert!(x.clamp(Some(0.0), Some(1e5)).is_err());
+}

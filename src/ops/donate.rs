@@ -76,6 +76,7 @@ impl Tensor {
     /// [`Tensor::scalar_op`], consuming `self` (donating its buffer as [`Tensor::into_unary`]).
     /// The owned operators (`x * 2.0`, `-x`, ...) call this.
     pub fn into_scalar_op(self, op: ScalarOp, s: f64) -> Result<Tensor> {
+        self.check_bound(op, s)?;
         if records([&self]) || !self.donatable() {
             return self.scalar_op(op, s);
         }

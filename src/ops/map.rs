@@ -361,7 +361,17 @@ impl Tensor {
     /// tensor of the same shape and dtype, computed in f32. Scalars are f64 throughout the API
     /// (as PyTorch's Python numbers and [`Tensor::full`]); the kernel rounds `s` to f32.
     pub fn scalar_op(&self, op: ScalarOp, s: f64) -> Result<Tensor> {
+        self.check_bound(op, s)?;
         self.scalar_op_as(op, s, true)
+    }
+
+    /// A `Max` / `Min` bound a float dtype cannot hold is clamp_min / clamp_max's overflow
+    /// error (their bound is converted checked); the other ops take `s` as a double.
+    pub(crate) fn check_bound(&self, op: ScalarOp, s: f64) -> Result<()> {
+        if matches!(op, ScalarOp::Max | ScalarOp::Min) && self.dtype.is_float() {
+            crate::tensor::check_fill(SCALAR_NAMES[op as usize], s, self.dtype)?;
+        }
+        Ok(())
     }
 
     /// [`Tensor::scalar_op`]; `wrapped` false records a node that serves several backward
@@ -462,27 +472,21 @@ impl Tensor {
     /// refuses an `s` past a float dtype's range: "value cannot be converted to type at::Half
     /// without overflow").
     pub fn max_scalar(&self, s: f64) -> Result<Tensor> {
-        if self.dtype.is_float() {
-            crate::tensor::check_fill("max_scalar", s, self.dtype)?;
-        }
-        self.max_scalar_raw(s)
+        self.scalar_op(ScalarOp::Max, s)
     }
     /// `min(x, s)` elementwise (NaN propagates; `torch.clamp_max(x, s)`, its bound checked as
     /// [`max_scalar`](Tensor::max_scalar)'s).
     pub fn min_scalar(&self, s: f64) -> Result<Tensor> {
-        if self.dtype.is_float() {
-            crate::tensor::check_fill("min_scalar", s, self.dtype)?;
-        }
-        self.min_scalar_raw(s)
+        self.scalar_op(ScalarOp::Min, s)
     }
     /// [`max_scalar`](Tensor::max_scalar) without the range check: for callers whose bound
     /// PyTorch casts unchecked (a loss's beta, a clip value) or checked already.
     pub(crate) fn max_scalar_raw(&self, s: f64) -> Result<Tensor> {
-        self.scalar_op(ScalarOp::Max, s)
+        self.scalar_op_as(ScalarOp::Max, s, true)
     }
     /// [`min_scalar`](Tensor::min_scalar) without the range check.
     pub(crate) fn min_scalar_raw(&self, s: f64) -> Result<Tensor> {
-        self.scalar_op(ScalarOp::Min, s)
+        self.scalar_op_as(ScalarOp::Min, s, true)
     }
     /// `x ^ s` (PyTorch's `torch.pow(x, s)`: `x^0 = 1`, a negative base with a fractional
     /// exponent is NaN, `0^-s` is infinite).
@@ -494,10 +498,12 @@ impl Tensor {
     /// elements as they are (with a zero gradient) when it is the only one, as PyTorch's
     /// eager kernels (`std::max(x, NaN)`, CUDA's `fmaxf`; its `clamp_min` differs). With
     /// `min > max` every element becomes `max`, as in PyTorch. A finite bound the dtype cannot
-    /// hold (1e39 for f32) is PyTorch's overflow error; infinite bounds are fine.
+    /// hold (1e39 for f32) is PyTorch's overflow error, except beside a NaN bound (clamp_out
+    /// fills NaN before converting either); infinite bounds are fine.
     pub fn clamp(&self, min: Option<f64>, max: Option<f64>) -> Result<Tensor> {
         self.require_float("clamp")?;
-        if self.dtype.is_float() {
+        let nan_pair = matches!((min, max), (Some(a), Some(b)) if a.is_nan() || b.is_nan());
+        if self.dtype.is_float() && !nan_pair {
             for b in min.iter().chain(&max) {
                 crate::tensor::check_fill("clamp", *b, self.dtype)?;
             }
