@@ -37,6 +37,14 @@ pub fn clip_grad_norm(grads: &[&Tensor], max_norm: f64) -> Result<(Vec<Tensor>, 
     let mut dtype = first.dtype();
     for g in grads {
         first.same_device(op, g)?;
+        if !g.dtype().is_float() {
+            // The per-tensor norms come first, in vector_norm's words.
+            return Err(Error::arg(
+                op,
+                "linalg.vector_norm: Expected a floating point or complex tensor as input. \
+                 Got Int",
+            ));
+        }
         dtype = crate::dtype::promote(dtype, g.dtype());
         // Squares summed in f32 (no f16 overflow on the way), the norm rounded to the
         // gradient's dtype as PyTorch's per-tensor norms.

@@ -262,8 +262,10 @@ impl LrScheduler {
     /// is set now, and the next [`step`](LrScheduler::step) sets epoch `epoch + 1`'s.
     /// `base_lrs` are the groups' initial rates the first run recorded
     /// ([`base_lrs`](LrScheduler::base_lrs)), one per group; they become the optimizer's
-    /// recorded initial rates. PyTorch's `Scheduler(opt, ..., last_epoch=epoch - 1)` on an
-    /// optimizer whose groups hold `initial_lr` (it steps once at construction, to `epoch`).
+    /// recorded initial rates. PyTorch's recommended resume: build the scheduler, then
+    /// `scheduler.load_state_dict(saved)` (its `last_epoch=` argument is not the same: the
+    /// step it takes at construction re-applies a step or multi-step schedule's decay when
+    /// `epoch` is a decay epoch).
     /// Errors for the arguments [`LrScheduler::new`] refuses, and for `base_lrs` of another
     /// length than the groups or not finite rates >= 0; nothing changes then.
     ///

@@ -79,3 +79,17 @@ fn clip_grad_value_clamps_each_element() {
         assert_eq!(vals(&c[0].to_dtype(DType::F32).unwrap()), vec![0.25, 0.5]);
     }
 }
+
+/// Integer gradients are refused before any norm is computed, in vector_norm's words.
+#[test]
+fn clip_grad_norm_refuses_integer_gradients() {
+    let g = Tensor::from_slice(dev(), &[3.0f32, 4.0], &[2]).unwrap();
+    let gi = Tensor::from_slice(dev(), &[3i32, 4], &[2]).unwrap();
+    let e = clip_grad_norm(&[&g, &gi], 1.0).unwrap_err();
+    assert!(
+        e.to_string().contains(
+            "linalg.vector_norm: Expected a floating point or complex tensor as input. Got Int"
+        ),
+        "{e}"
+    );
+}
