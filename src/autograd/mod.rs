@@ -620,11 +620,12 @@ impl Tensor {
         }
     }
 
-    /// Whether this tracked tensor views a leaf that still requires grad.
+    /// Whether this tracked tensor views a leaf (check_inplace's `_base().is_leaf()`: the
+    /// base's current flag does not matter, a view taken while it required grad still does).
     pub(crate) fn is_view_of_leaf(&self) -> bool {
         self.live_meta()
             .and_then(|m| m.view_base.as_ref())
-            .is_some_and(|b| b.node.is_none() && b.live().is_some())
+            .is_some_and(|b| b.node.is_none())
     }
 
     /// Gradients of this single-element tensor (the loss) with respect to every tracked leaf

@@ -112,6 +112,19 @@ fn autograd_errors_in_pytorch_words() {
         ),
         "{e}"
     );
+    // The same words once the leaf is frozen (check_inplace asks only whether the view's
+    // base is a leaf; the view itself still requires grad).
+    let mut w = leaf(&[1.0, 2.0], &[2]);
+    let wv = w.reshape(&[2, 1]).unwrap();
+    w.set_requires_grad(false).unwrap();
+    let e = wv
+        .copy_from(&t(&[0.0, 0.0], &[2, 1]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("a view of a leaf Variable that requires grad"),
+        "{e}"
+    );
     // A view made under no_grad of a tracked tensor, written with grad mode on: refused
     // (PyTorch's NO_GRAD_MODE creation meta), also through a further view; written under
     // no_grad, or through detach(), it is fine.
