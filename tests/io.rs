@@ -672,3 +672,38 @@ fn out_of_memory_names_the_load_and_the_tensor() {
     );
     assert!(e.to_string().contains("\"encoder.weight\""), "{e}");
 }
+
+/// PyTorch's unexpected-key rule: under the deepest module a key's name passes through, its
+/// next name must be a child module or a tensor of that module. `fc.weight.foo` (under a
+/// tensor's name) and `fc` (a module's own name) are ignored; `fc.foo` and `foo.bar` are
+/// unexpected.
+#[test]
+fn unexpected_keys_follow_the_module_tree() {
+    let w = Tensor::zeros(dev(), &[2], DType::F32).unwrap();
+    let b = Tensor::zeros(dev(), &[2], DType::F32).unwrap();
+    let targets = [("fc.weight", &w), ("fc.bias", &b)];
+    let mut src = std::collections::HashMap::new();
+    for k in [
+        "fc.weight",
+        "fc.bias",
+        "fc.weight.foo",
+        "fc",
+        "fc.foo",
+        "foo.bar",
+        "foo",
+    ] {
+        src.insert(
+            k.to_string(),
+            Tensor::full(dev(), &[2], 1.0, DType::F32).unwrap(),
+        );
+    }
+    let report = load_state_dict(&targets, &src, false).unwrap();
+    assert_eq!(report.unexpected, ["fc.foo", "foo", "foo.bar"]);
+    let e = load_state_dict(&targets, &src, true)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("Unexpected key(s) in state_dict: \"fc.foo\", \"foo\", \"foo.bar\"."),
+        "{e}"
+    );
+}
