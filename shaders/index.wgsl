@@ -114,9 +114,17 @@ fn scatter_add(@builtin(workgroup_id) wid: vec3<u32>,
             oi += c * at(p.si, k);
         }
     }
-    // Floats sum in f32, i32 data in i32 (wrapping on overflow, as int32 adds do).
+    // Floats sum in f32, i32 data in i32 (wrapping on overflow, as int32 adds do), from the
+    // base (PyTorch's output starts as a copy of self, then each src is added in order).
     var acc = 0.0;
     var iacc = 0i;
+    if (HAS_BASE) {
+        if (FLOAT) {
+            acc = f32(base[os]);
+        } else {
+            iacc = i32(base[os]);
+        }
+    }
     if (inside && i32(row) != p.skip) {
         let sxd = at(p.sx, p.dim);
         let sid = at(p.si, p.dim);
@@ -128,13 +136,6 @@ fn scatter_add(@builtin(workgroup_id) wid: vec3<u32>,
                     iacc += i32(x[ox + j * sxd]);
                 }
             }
-        }
-    }
-    if (HAS_BASE) {
-        if (FLOAT) {
-            acc += f32(base[os]);
-        } else {
-            iacc += i32(base[os]);
         }
     }
     if (FLOAT) {

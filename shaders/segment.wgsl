@@ -27,7 +27,8 @@ struct Params {
     inner: u32,
     skip: i32,
     // seg_keys / seg_scatter: the rank, the scattered dim, src's and the base's element
-    // offsets, and flags (bit 0: a base is added).
+    // offsets, and flags (bit 0: a base, bound as `base` for the scatters, already in `out`
+    // for the row sums; every sum starts from it).
     rank: u32,
     dim: u32,
     src_off: u32,
@@ -465,7 +466,12 @@ fn seg_sum(@builtin(workgroup_id) wid: vec3<u32>,
     if (LONG_SORT && starts[v + 1u] - starts[v] > MID_BUCKET) {
         return;
     }
+    // Flag 1: `out` holds the base already (index_add_rows copied it): the sum starts there,
+    // as PyTorch's scatter_add starts from self.
     var acc = 0.0;
+    if ((p.flags & 1u) != 0u) {
+        acc = f32(out[e]);
+    }
     for (var k = starts[v]; k < starts[v + 1u]; k++) {
         acc += f32(g[(o * p.len + list[k]) * p.inner + i]);
     }
@@ -522,13 +528,18 @@ fn seg_sum_long(@builtin(workgroup_id) wid: vec3<u32>,
         let i = w % p.inner;
         let o = (w / p.inner) % outer;
         let v = atomicLoad(&cursor[1u + w / (p.inner * outer)]);
+        let at = (o * p.rows + v) * p.inner + i;
+        // Lane 0 starts from a base `out` holds (seg_sum's flag 1).
         var acc = 0.0;
+        if (lid == 0u && (p.flags & 1u) != 0u) {
+            acc = f32(out[at]);
+        }
         for (var k = starts[v] + lid; k < starts[v + 1u]; k += LONG_WG) {
             acc += f32(g[(o * p.len + list[k]) * p.inner + i]);
         }
         let total = fold_lanes(lid, acc);
         if (lid == 0u) {
-            out[(o * p.rows + v) * p.inner + i] = T(total);
+            out[at] = T(total);
         }
     }
 }
@@ -593,22 +604,23 @@ fn seg_scatter(@builtin(workgroup_id) wid: vec3<u32>,
     if (LONG_SORT && starts[e + 1u] - starts[e] > MID_BUCKET) {
         return;
     }
+    // From the base (PyTorch's output starts as a copy of self), then in position order.
     var acc = 0.0;
     var iacc = 0i;
+    if ((p.flags & 1u) != 0u) {
+        let b = base[p.base_off + offset_of(e, p.oshape, p.sb)];
+        if (FLOAT) {
+            acc = f32(b);
+        } else {
+            iacc = i32(b);
+        }
+    }
     for (var k = starts[e]; k < starts[e + 1u]; k++) {
         let v = g[p.src_off + offset_of(list[k], p.ishape, p.ss)];
         if (FLOAT) {
             acc += f32(v);
         } else {
             iacc += i32(v);
-        }
-    }
-    if ((p.flags & 1u) != 0u) {
-        let b = base[p.base_off + offset_of(e, p.oshape, p.sb)];
-        if (FLOAT) {
-            acc += f32(b);
-        } else {
-            iacc += i32(b);
         }
     }
     if (FLOAT) {
@@ -618,8 +630,8 @@ fn seg_scatter(@builtin(workgroup_id) wid: vec3<u32>,
     }
 }
 
-// seg_scatter for the long buckets (GPUs), as seg_sum_long: a workgroup per output, the
-// lanes' strided sums folded in a fixed tree, then the base.
+// seg_scatter for the long buckets (GPUs), as seg_sum_long: a workgroup per output, lane 0
+// starting from the base, the lanes' strided sums folded in a fixed tree.
 @compute @workgroup_size(LONG_WG)
 fn seg_scatter_long(@builtin(workgroup_id) wid: vec3<u32>,
                     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -629,6 +641,14 @@ fn seg_scatter_long(@builtin(workgroup_id) wid: vec3<u32>,
         let e = atomicLoad(&cursor[1u + w]);
         var acc = 0.0;
         var iacc = 0i;
+        if (lid == 0u && (p.flags & 1u) != 0u) {
+            let b = base[p.base_off + offset_of(e, p.oshape, p.sb)];
+            if (FLOAT) {
+                acc = f32(b);
+            } else {
+                iacc = i32(b);
+            }
+        }
         for (var k = starts[e] + lid; k < starts[e + 1u]; k += LONG_WG) {
             let v = g[p.src_off + offset_of(list[k], p.ishape, p.ss)];
             if (FLOAT) {
@@ -638,19 +658,13 @@ fn seg_scatter_long(@builtin(workgroup_id) wid: vec3<u32>,
             }
         }
         if (FLOAT) {
-            var total = fold_lanes(lid, acc);
+            let total = fold_lanes(lid, acc);
             if (lid == 0u) {
-                if ((p.flags & 1u) != 0u) {
-                    total += f32(base[p.base_off + offset_of(e, p.oshape, p.sb)]);
-                }
                 out[e] = T(total);
             }
         } else {
-            var total = fold_lanes_i32(lid, iacc);
+            let total = fold_lanes_i32(lid, iacc);
             if (lid == 0u) {
-                if ((p.flags & 1u) != 0u) {
-                    total += i32(base[p.base_off + offset_of(e, p.oshape, p.sb)]);
-                }
                 out[e] = T(total);
             }
         }

@@ -610,10 +610,16 @@ fn embedding_with_padding_idx_and_one_hot() {
 /// to 256 terms; on GPUs a longer bucket by a workgroup, lane l adding terms l, l + 256, ...
 /// in order, then the 256 lane sums folded in a tree (pairs 128 apart, then 64, ...).
 fn bucket_sum(terms: &[f32], gpu: bool) -> f32 {
+    bucket_sum_from(0.0, terms, gpu)
+}
+
+/// [`bucket_sum`] starting from `base` (lane 0's start on the GPUs' long path).
+fn bucket_sum_from(base: f32, terms: &[f32], gpu: bool) -> f32 {
     if !gpu || terms.len() <= 256 {
-        return terms.iter().fold(0.0, |a, &t| a + t);
+        return terms.iter().fold(base, |a, &t| a + t);
     }
     let mut lanes = [0.0f32; 256];
+    lanes[0] = base;
     for (k, &t) in terms.iter().enumerate() {
         lanes[k % 256] += t;
     }
@@ -704,7 +710,7 @@ fn index_select_backward_with_hub_rows() {
         assert_eq!(got, want(gpu), "middle dim (gpu {gpu})");
     }
     // A general scatter_add (the index differs per row, so each output is a bucket) with
-    // outputs that take 257 to 12000 values: the same orders, after which the base is added.
+    // outputs that take 257 to 12000 values: the same orders, from the base.
     let (rows, cols, n) = (4usize, 16usize, 20000usize);
     let index: Vec<i32> = (0..rows * n)
         .map(|k| match k % 7 {
@@ -722,7 +728,7 @@ fn index_select_backward_with_hub_rows() {
             terms[k / n * cols + c as usize].push(src[k]);
         }
         (0..rows * cols)
-            .map(|o| bucket_sum(&terms[o], gpu) + base[o])
+            .map(|o| bucket_sum_from(base[o], &terms[o], gpu))
             .collect()
     };
     for (d, gpu) in [(dev(), false), (common::gpu_plans_device(), true)] {

@@ -13,8 +13,9 @@
 //! as a gather over the index (each output element sums its matches in index order) rather
 //! than with float atomics; a longer one, and the backward of `index_select` and `embedding`,
 //! bucket the index first (ops/segment.rs), so the cost does not grow with the number of
-//! outputs times the index length. Either way the sums run in index order: the same inputs give
-//! the same bits on every run and backend.
+//! outputs times the index length. Either way the sums run in index order (on GPUs an output
+//! of more than 256 terms sums them in 256 lanes folded in a fixed tree): the same inputs give
+//! the same bits on every run, and on every backend up to 256 terms per output.
 
 use super::index_check::check_indices;
 #[doc(hidden)]
@@ -185,8 +186,9 @@ impl Tensor {
     /// PyTorch's out-of-place `self.scatter_add(dim, index, src)`: a copy of `self` to which
     /// each `src[i][j][k]` is added at `[index[i][j][k]][j][k]` (for `dim = 0`). `index` (i32)
     /// and `src` have `self`'s rank; `index` is no larger than `src` on every dim and no larger
-    /// than `self` on every dim but `dim`; `self` and `src` have one dtype. Sums run in index
-    /// order, in f32 for floats and in i32 for i32 data (wrapping on overflow, as PyTorch's
+    /// than `self` on every dim but `dim`; `self` and `src` have one dtype. Sums start from
+    /// `self`'s element and run in index order (PyTorch's CPU order), in f32 for floats and in
+    /// i32 for i32 data (wrapping on overflow, as PyTorch's
     /// int32 adds): deterministic (no atomics); below 64 index entries along `dim` every output
     /// element scans them, above the index is bucketed (the [module docs](crate::ops::index)
     /// say how). Out-of-range indices are an error at the next sync or readback (unchecked,
@@ -458,7 +460,7 @@ const SCATTER_ROWS_MIN_LEN: usize = 64;
 /// .expand(..)` as graph aggregations write it) and covers the output on those dims: the
 /// gather form costs every output a scan of the whole index along `dim` (quadratic: a
 /// million-edge aggregation would be 10^12 steps), the buckets O(L + outputs). Same sums in
-/// the same order (ascending position, then the base), so the result is bitwise the gather
+/// the same order (from the base, then ascending position), so the result is bitwise the gather
 /// form's. `None` where the form does not apply.
 fn scatter_rows(
     op: &'static str,
@@ -472,10 +474,9 @@ fn scatter_rows(
     let (is, ist) = (index.shape(), index.strides());
     let len = is.get(dim).copied().unwrap_or(0);
     let broadcast_1d = (0..is.len()).all(|k| k == dim || (ist[k] == 0 && is[k] == shape[k]));
-    // With a base, f16 would round the sum before adding it (the gather form rounds once).
-    // Its row sums are float kernels (i32 data takes the general bucketed scatter).
-    let one_rounding = src.dtype == DType::F32 || (base.is_none() && src.dtype == DType::F16);
-    if len < SCATTER_ROWS_MIN_LEN || !broadcast_1d || !one_rounding || index.numel() == 0 {
+    // Its row sums are float kernels (i32 data takes the general bucketed scatter); they start
+    // from the base, so f16 rounds once, as the gather form.
+    if len < SCATTER_ROWS_MIN_LEN || !broadcast_1d || !src.dtype.is_float() || index.numel() == 0 {
         return Ok(None);
     }
     // Untracked views: the caller records the op as a whole.
@@ -489,11 +490,9 @@ fn scatter_rows(
     }
     let idx = idx.reshape(&[len])?;
     let inner: usize = shape[dim + 1..].iter().product();
-    let out = crate::ops::segment::index_add_rows(op, &g, &idx, shape[dim], inner, shape, skip)?;
-    Ok(Some(match base {
-        Some(b) => out.add(&b.detach())?,
-        None => out,
-    }))
+    let out =
+        crate::ops::segment::index_add_rows(op, &g, &idx, shape[dim], inner, shape, skip, base)?;
+    Ok(Some(out))
 }
 
 /// index_select's index is at most 1-D (PyTorch's first check, before the dtype's).
@@ -599,6 +598,7 @@ impl BackwardOp for GatherBackward {
                 inner,
                 &self.shape,
                 self.skip,
+                None,
             )?;
             return Ok(vec![Some(gx)]);
         }

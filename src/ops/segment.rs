@@ -75,6 +75,9 @@ struct SegmentParams {
 /// `out[o, v, i] = sum of g[o, j, i] over j with index[j] == v` for a 1-D `index` of length
 /// L, `g` viewed as `[outer, L, inner]` and an output of `[outer, rows, inner]` elements
 /// (returned with `shape`); the `skip` row (-1: none) and out-of-range indices get nothing.
+/// With a `base` (of `shape` and g's dtype) each sum starts from its element, as PyTorch's
+/// scatter_add starts from a copy of self.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn index_add_rows(
     op: &'static str,
     g: &Tensor,
@@ -83,9 +86,14 @@ pub(crate) fn index_add_rows(
     inner: usize,
     shape: &[usize],
     skip: i32,
+    base: Option<&Tensor>,
 ) -> Result<Tensor> {
     let dev = g.device();
-    let out = Tensor::empty(dev, op, shape, g.dtype)?;
+    let out = match base {
+        // A packed copy in a fresh buffer: the sums read their start from it.
+        Some(b) => b.detach().deep_clone()?,
+        None => Tensor::empty(dev, op, shape, g.dtype)?,
+    };
     let numel = out.numel();
     if numel == 0 {
         return Ok(out);
@@ -100,6 +108,7 @@ pub(crate) fn index_add_rows(
     p.numel = numel as u32;
     p.inner = inner as u32;
     p.skip = skip;
+    p.flags = u32::from(base.is_some());
     let b = buckets(op, dev, index, &p)?;
     let bufs = [b.starts.buffer(), b.list.buffer(), g.buffer(), out.buffer()];
     let params = bytemuck::bytes_of(&p);

@@ -388,15 +388,12 @@ fn scatter_add_with_a_broadcast_index_matches_the_gather_form() {
     let slow = base.scatter_add(0, &packed, &src).unwrap();
     let (a, b) = (fast.to_vec::<f32>().unwrap(), slow.to_vec::<f32>().unwrap());
     assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
-    // The sums themselves: position order per row, then the base.
-    let mut want = vec![0.0f32; n * f];
+    // The sums themselves: from the base (PyTorch's copy of self), then position order.
+    let mut want = basev.clone();
     for (j, &r) in edges.iter().enumerate() {
         for c in 0..f {
             want[r as usize * f + c] += vals[j * f + c];
         }
-    }
-    for (i, w) in want.iter_mut().enumerate() {
-        *w += basev[i];
     }
     assert!(a.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits()));
     // Gradients flow to src as before (a gather of the output gradient).
@@ -406,9 +403,11 @@ fn scatter_add_with_a_broadcast_index_matches_the_gather_form() {
 }
 
 /// A general index (each column its own) 700 long along the scattered dim over 40 columns takes
-/// the bucketed scatter (40 rows x 28k index elements of gather-form scans): every output is bitwise the f32 sum of its src values in position order, then the
-/// base (the gather form's order), along dim 0 and through transposed views along dim 1; f16
-/// rounds once at the end; and gather's backward (the same scatter) sums in the same order.
+/// the bucketed scatter (40 rows x 28k index elements of gather-form scans): every output is
+/// bitwise the f32 sum from its base (PyTorch's copy of self) then its src values in position
+/// order (the gather form's order), along dim 0 and through transposed views along dim 1;
+/// f16 rounds once at the end; and gather's backward (the same scatter) sums in the same
+/// order.
 #[test]
 fn scatter_add_with_a_general_index_sums_in_position_order() {
     let d = checked();
@@ -419,16 +418,13 @@ fn scatter_add_with_a_general_index_sums_in_position_order() {
         .map(|_| (next() % 2001) as f32 / 997.0 - 1.0)
         .collect();
     let basev: Vec<f32> = (0..n * f).map(|i| i as f32 * 0.01 - 0.3).collect();
-    // out[r, c] (row-major [n, f]) in f32, position order, then the base.
+    // out[r, c] (row-major [n, f]) in f32, from the base, then position order.
     let sums = |vals: &[f32], basev: &[f32]| {
-        let mut acc = vec![0.0f32; n * f];
+        let mut acc = basev.to_vec();
         for j in 0..e {
             for c in 0..f {
                 acc[idx[j * f + c] as usize * f + c] += vals[j * f + c];
             }
-        }
-        for (a, b) in acc.iter_mut().zip(basev) {
-            *a += b;
         }
         acc
     };
@@ -536,15 +532,12 @@ fn bucket_scans_past_one_workgroup_keep_position_order() {
     let base = Tensor::zeros(&d, &[n, f], DType::F32).unwrap();
     let got = base.scatter_add(0, &index, &src).unwrap();
     let got = got.to_vec::<f32>().unwrap();
+    // From the base (zeros), as PyTorch: a sum of -0.0 terms stays +0.0.
     let mut want = vec![0.0f32; n * f];
     for j in 0..e {
         for c in 0..f {
             want[idx[j * f + c] as usize * f + c] += vals[j * f + c];
         }
-    }
-    // The base (zeros) comes last, as in the kernel: a sum of -0.0 becomes +0.0.
-    for w in want.iter_mut() {
-        *w += 0.0;
     }
     assert!(
         got.iter()
