@@ -105,8 +105,8 @@ fn avg_divisor(ty: Taps, tx: Taps) -> f32 {
     let he = min(hs + i32(p.kh), i32(p.h + p.ph));
     let we = min(ws + i32(p.kw), i32(p.w + p.pw));
     // In f32, not i32: a padded window past 46340 x 46340 wraps an i32 product (PyTorch
-    // multiplies in i64); each factor is exact in f32 and the product rounds once, as
-    // PyTorch's conversion of its i64 count does.
+    // multiplies in i64); factors below 2^24 are exact in f32 and the product rounds once, as
+    // PyTorch's conversion of its i64 count does (a side past 2^24 rounds once more).
     if (p.include_pad != 0u) {
         return f32(he - hs) * f32(we - ws);
     }

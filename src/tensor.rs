@@ -247,7 +247,8 @@ impl Tensor {
 
     /// The wgpu buffer holding this tensor and the byte range of its elements, for the
     /// application's own passes on [`Device::wgpu_device`] (interop). The tensor must be
-    /// contiguous (call [`Tensor::contiguous`] first) and its range 4-byte aligned; the buffer
+    /// contiguous and its range 4-byte aligned (else call [`Tensor::deep_clone`] first, a packed
+    /// copy at offset 0); the buffer
     /// may be larger than the range (pooled size classes). A binding at a non-zero offset must
     /// also respect the adapter's `min_storage_buffer_offset_alignment`; otherwise bind the whole
     /// buffer and index from `offset / element size`.
@@ -278,7 +279,10 @@ impl Tensor {
         if !offset.is_multiple_of(4) {
             return Err(Error::arg(
                 op,
-                format!("the view starts at byte {offset}, not a multiple of 4; call contiguous() first"),
+                format!(
+                    "the view starts at byte {offset}, not a multiple of 4; call deep_clone() \
+                     first (a packed copy at offset 0)"
+                ),
             ));
         }
         Ok((self.buffer(), offset, bytes))

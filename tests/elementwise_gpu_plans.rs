@@ -407,7 +407,8 @@ fn windows_under_a_lowered_binding_limit() {
         let a = x.unary(UnaryOp::Sigmoid).unwrap();
         let b = x.mul(&y).unwrap();
         let c = y.clone().into_binary(&a, BinaryOp::Add).unwrap();
-        let d = x.contiguous().unwrap();
+        // A copy at offset 0 (contiguous() keeps a contiguous view as it is).
+        let d = x.deep_clone().unwrap();
         let mut out = Vec::new();
         for t in [a, b, c, d] {
             out.extend(download(&t).unwrap());

@@ -527,6 +527,14 @@ fn index_select_impl(
         ));
     }
     let d = Layout::normalize_dim(op, dim, x.rank())?;
+    // PyTorch's CPU kernel refuses any index into an empty dim of an empty self of rank > 1
+    // at once (test_dim_function_empty), before its bound checks.
+    if x.rank() > 1 && x.shape()[d] == 0 && index.numel() > 0 {
+        return Err(Error::arg(
+            op,
+            "index_select(): self indexing axis dim should be positive",
+        ));
+    }
     // The index is lifted to x's rank by a reshape of its layout, which a strided view (a
     // column, a broadcast) has not: pack it first.
     let packed;

@@ -100,10 +100,18 @@ impl Device {
         first.map_or(Ok(()), Err)
     }
 
-    /// wasm: waits until the map of every late check has its outcome (a sync's reads see them).
+    /// wasm: waits until the map of every late check has its outcome (a sync's reads see
+    /// them). A check whose copy sits in a batch parked since (another task's work) keeps its
+    /// map unrequested: mapping it would fail that batch's submission.
     #[cfg(target_arch = "wasm32")]
     pub(crate) async fn settle_late_checks(&self) {
-        let mut late = std::mem::take(&mut self.lock_state().late_checks);
+        let mut late = {
+            let mut st = self.lock_state();
+            if st.submitter.parked() == 0 {
+                st.late_checks.iter_mut().for_each(|c| c.request());
+            }
+            std::mem::take(&mut st.late_checks)
+        };
         for c in &mut late {
             c.settle().await;
         }

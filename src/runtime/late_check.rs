@@ -80,11 +80,18 @@ impl LateCheck {
         self.status.clone()
     }
 
-    /// wasm: waits for the map's outcome (a sync settles every late check before reading them).
+    /// wasm: whether the map was requested (a parked copy's is not, until its batch is
+    /// submitted).
+    #[cfg(target_arch = "wasm32")]
+    pub(crate) fn requested(&self) -> bool {
+        self.unrequested.is_none()
+    }
+
+    /// wasm: waits for the map's outcome; call only once it was [requested](Self::requested)
+    /// (else the wait would hold the map's sender for ever).
     #[cfg(target_arch = "wasm32")]
     pub(crate) async fn settle(&mut self) {
-        if self.status.is_none() {
-            self.request();
+        if self.status.is_none() && self.requested() {
             self.status = Some(match (&mut self.rx).await {
                 Ok(s) => s.map_err(|e| e.to_string()),
                 Err(_) => Err("its map callback never ran".to_string()),

@@ -255,9 +255,12 @@ fn nodes_that_saved_nothing_serve_another_backward() {
         // y_j = sum_i x_i 2 (W[j, i] + 2), so dW[j, i] = 2 x_i: rows [2, -2].
         assert_eq!(vals(g.get(&w).unwrap()), vec![2.0, -2.0, 2.0, -2.0]);
     }
+    // A mean over dims the reduction cannot merge divides after the sum (its own node).
+    let w3 = leaf(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], &[2, 2, 2]);
     let reusable = [
         w.mean_dims(&[0], false).unwrap(),
         w.mean_all().unwrap(),
+        w3.mean_dims(&[0, 2], false).unwrap(),
         pad(&w, &[1, 1], PadMode::Constant, 0.0).unwrap(),
         pad(&w, &[1, 1], PadMode::Circular, 0.0).unwrap(),
     ];

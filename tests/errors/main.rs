@@ -1562,6 +1562,23 @@ fn index_and_view_errors_in_pytorch_words() {
         scalar.index_select(0, &i(&[0, 0], &[2])),
         "index_select(): Index to scalar can have only 1 value, got 2 value(s)",
     );
+    // An empty self of rank > 1 with an empty indexed dim: refused at once
+    // (test_dim_function_empty); an empty index, or another dim, is fine.
+    has(
+        t(&[0, 3]).index_select(0, &i(&[0, 1], &[2])),
+        "index_select(): self indexing axis dim should be positive",
+    );
+    assert_eq!(
+        t(&[0, 3]).index_select(0, &i(&[], &[0])).unwrap().shape(),
+        &[0, 3]
+    );
+    assert_eq!(
+        t(&[0, 3])
+            .index_select(1, &i(&[0, 2], &[2]))
+            .unwrap()
+            .shape(),
+        &[0, 2]
+    );
     // Permutations.
     let x = t(&[2, 3, 4]);
     has(

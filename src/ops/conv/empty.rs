@@ -48,9 +48,10 @@ pub(super) fn empty_channels(
     Ok(Some(y))
 }
 
-/// A transposed convolution of an image with empty spatial dims, after the channel checks as
-/// `_select_conv_backend`: an empty batch goes to PyTorch's Empty backend (an empty result of
-/// the output's size, where that size is positive), any other batch is refused in its words.
+/// A transposed convolution of an empty batch or of images with empty spatial dims, after the
+/// channel and bias checks as `_select_conv_backend`: an empty batch goes to PyTorch's Empty
+/// backend (an empty result of the output's size, which may be 0 but not negative), any other
+/// batch is refused in its words.
 pub(super) fn empty_transposed(
     op: &'static str,
     x: &Tensor,

@@ -78,9 +78,8 @@ pub fn pad<P: TryInto<i64> + Copy>(
         return pad_positive(x, &positive, mode, value);
     }
     let rank = x.rank();
-    // constant_pad_nd narrows alone when no pad is positive: an overlong crop gets narrow's
-    // words there, and whenever the crops pass the input (its narrows come after the sizes).
-    let narrows_only = pads.iter().all(|&p| p <= 0);
+    // constant_pad_nd narrows every cropped dim before it sizes the output: crops past the
+    // input (a negative size among them) get narrow's words.
     let narrow_words = "narrow(): length must be non-negative.".to_string();
     // (dim, crop before, crop after) and (input size, output size) per padded dim.
     let (mut crops, mut sizes) = (Vec::new(), Vec::new());
@@ -93,11 +92,6 @@ pub fn pad<P: TryInto<i64> + Copy>(
         let (crop_l, crop_r) = (0i64.saturating_sub(l).max(0), 0i64.saturating_sub(r).max(0));
         let cropped = crop_l.saturating_add(crop_r);
         let bad = match mode {
-            PadMode::Constant if out < 0 && narrows_only => Some(narrow_words.clone()),
-            PadMode::Constant if out < 0 => Some(format!(
-                "The input size {len}, plus negative padding {l} and {r} resulted in a negative \
-                 output size, which is invalid. Check dimension {d} of your input."
-            )),
             PadMode::Circular if l > len || r > len => {
                 Some("Padding value causes wrapping around more than once.".to_string())
             }

@@ -152,7 +152,7 @@ fn check_regular(
     d: [usize; 2],
 ) -> Result<()> {
     // The kernel's i32 window arithmetic (start + kernel, output x stride) stays below 2^31
-    // for sides below 2^30 (`planes_2d`) with every option below 2^28.
+    // for sides below 2^30 (refused past that in `launch`) with every option below 2^28.
     const LIMIT: usize = 1 << 28;
     for v in [k, s, p, d] {
         if v.iter().any(|&x| x > LIMIT) {

@@ -175,10 +175,6 @@ pub fn adaptive_max_pool2d(x: &Tensor, output_size: [usize; 2]) -> Result<Tensor
     run(op, x, win, out, None)
 }
 
-/// PyTorch checks only dims 1.. of the input for adaptive max pooling (for an unbatched
-/// `[C, H, W]`, H and W): an output size of 0, or an input with no values (no channels
-/// unbatched, no batch), gives an empty result (a view of the input, so the graph is kept).
-/// `None` when the output is not empty, or the input is one the kernel path refuses.
 /// F.adaptive_{avg,max}_pool2d's `_list_with_default`: two output sizes need an input of at
 /// least three dims, checked in Python before the kernel's own rank check.
 fn check_two_sizes(op: &'static str, x: &Tensor) -> Result<()> {
@@ -194,6 +190,10 @@ fn check_two_sizes(op: &'static str, x: &Tensor) -> Result<()> {
     Ok(())
 }
 
+/// PyTorch checks only dims 1.. of the input for adaptive max pooling (for an unbatched
+/// `[C, H, W]`, H and W): an output size of 0, or an input with no values (no channels
+/// unbatched, no batch), gives an empty result (a view of the input, so the graph is kept).
+/// `None` when the output is not empty, or the input is one the kernel path refuses.
 fn max_output_empty(x: &Tensor, output_size: [usize; 2]) -> Option<Result<Tensor>> {
     let r = x.rank();
     if !(matches!(r, 3 | 4)
