@@ -110,8 +110,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         if (e < p.numel) {
             var v = T(value(e, r, lane));
             // [a, b) in T: a draw that rounds up to b (f16 near 1, or a range narrow against
-            // its magnitude) becomes a, as PyTorch's uniform_ does.
-            if (DIST == DIST_UNIFORM && v >= T(p.b)) {
+            // its magnitude) becomes a, as PyTorch's uniform_ does. An empty range (a == b,
+            // -0 and +0 among them) keeps the computed a + 0 (+0 for the zeros, as PyTorch).
+            if (DIST == DIST_UNIFORM && v >= T(p.b) && T(p.a) < T(p.b)) {
                 v = T(p.a);
             }
             y[e] = v;

@@ -1004,3 +1004,22 @@ fn empty_indices_and_masked_fill_names() {
         vec![1.0, 0.0]
     );
 }
+
+/// An f16 cast to i32 saturates as an f32 one (the shader compilers clamp a float-to-int
+/// conversion to the source type's range, so a direct f16 -> i32 conversion gave +-65504 for
+/// the infinities): both go through f32.
+#[test]
+fn f16_infinities_cast_to_i32_as_f32_ones() {
+    if !dev().supports_f16() {
+        return;
+    }
+    let v = [f32::NEG_INFINITY, f32::INFINITY, -3.75, 65504.0];
+    let x32 = Tensor::from_slice(dev(), &v, &[4]).unwrap();
+    let want = x32.to_dtype(DType::I32).unwrap().to_vec::<i32>().unwrap();
+    assert_eq!(want, [i32::MIN, 2147483520, -3, 65504]);
+    let x16 = x32.to_dtype(DType::F16).unwrap();
+    assert_eq!(
+        x16.to_dtype(DType::I32).unwrap().to_vec::<i32>().unwrap(),
+        want
+    );
+}

@@ -433,3 +433,21 @@ fn ranges_past_the_dtype_are_refused() {
         assert!(z.iter().all(|v| v.is_finite()));
     }
 }
+
+/// An empty range draws its computed `a + 0 * u`: `uniform(-0.0, 0.0)` is +0.0 everywhere,
+/// as PyTorch's `x * (to - from) + from` (so a `Linear` with no inputs gets +0.0 biases, where
+/// the remap of a draw at `b` back to `a` gave -0.0).
+#[test]
+fn uniform_of_an_empty_range_keeps_positive_zero() {
+    for dt in [DType::F32, DType::F16] {
+        if dt == DType::F16 && !dev().supports_f16() {
+            continue;
+        }
+        let u = wgtensor::ops::uniform(dev(), &[64], -0.0, 0.0, dt).unwrap();
+        let v = u.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
+        assert!(v.iter().all(|x| x.to_bits() == 0), "{dt:?}: {v:?}");
+    }
+    let l = wgtensor::nn::Linear::new(dev(), 0, 3, true).unwrap();
+    let b = l.bias.as_ref().unwrap().to_vec::<f32>().unwrap();
+    assert!(b.iter().all(|x| x.to_bits() == 0), "{b:?}");
+}

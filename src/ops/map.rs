@@ -340,6 +340,11 @@ impl Tensor {
             return Ok(self.clone());
         }
         self.device().require_dtype("to_dtype", dtype)?;
+        if self.dtype == DType::F16 && dtype == DType::I32 {
+            // Through f32: the shader compilers clamp a float-to-int conversion to the range of
+            // the source type (an f16 inf would give 65504), an f32 one saturates as below.
+            return self.to_dtype(DType::F32)?.to_dtype(dtype);
+        }
         let out = map("to_dtype", self, MapOp::Identity, 0.0, dtype)?;
         Ok(map_grad::record_to_dtype(self, out))
     }
