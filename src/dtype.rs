@@ -40,6 +40,15 @@ impl DType {
         }
     }
 
+    /// PyTorch's `toString(ScalarType)` (`Float`, `Half`, `Int`), as its dtype messages print it.
+    pub(crate) const fn scalar_name(self) -> &'static str {
+        match self {
+            DType::F32 => "Float",
+            DType::F16 => "Half",
+            DType::I32 => "Int",
+        }
+    }
+
     /// ATen's C++ name (`float`, `c10::Half`), as its dtype messages print it.
     pub(crate) const fn c10_name(self) -> &'static str {
         match self {

@@ -136,6 +136,23 @@ impl Forward for Linear {
                  (a 0-d input has no features; Linear takes [*, in_features])",
             ));
         };
+        // F.linear of a matrix with a bias is addmm, whose meta checks the dtypes (bias against
+        // the weight, then input against the weight) before the shapes.
+        if let (Some(b), 2) = (&self.bias, x.rank()) {
+            let w = self.weight.dtype();
+            for (what, t) in [("self", b.dtype()), ("mat1", x.dtype())] {
+                if t != w {
+                    return Err(Error::arg(
+                        "linear",
+                        format!(
+                            "{what} and mat2 must have the same dtype, but got {} and {}",
+                            t.scalar_name(),
+                            w.scalar_name()
+                        ),
+                    ));
+                }
+            }
+        }
         if got != in_f {
             let rows = x.shape()[..x.rank() - 1].iter().product::<usize>();
             return Err(Error::shape(

@@ -37,14 +37,17 @@ pub(super) fn require_index(op: &'static str, what: &str, index: &Tensor) -> Res
         // PyTorch's sentence for the op (scatter_gather_dtype_check names every scatter
         // variant "scatter"), then ours: int64 indices do not exist here.
         let torch = match op {
-            "gather" => "gather(): Expected dtype int32/int64 for index",
-            "scatter_add" => "scatter(): Expected dtype int32/int64 for index",
-            "index_select" => "index_select(): Expected dtype int32 or int64 for index",
-            "one_hot" => "one_hot is only applicable to index tensor.",
-            _ => {
+            "gather" => "gather(): Expected dtype int32/int64 for index".to_string(),
+            "scatter_add" => "scatter(): Expected dtype int32/int64 for index".to_string(),
+            "index_select" => "index_select(): Expected dtype int32 or int64 for index".to_string(),
+            "one_hot" => "one_hot is only applicable to index tensor.".to_string(),
+            // checkScalarTypes' sentence, the legacy type name (torch.FloatTensor) included.
+            _ => format!(
                 "Expected tensor for argument #1 'indices' to have one of the following scalar \
-                  types: Long, Int"
-            }
+                 types: Long, Int; but got torch.{}Tensor instead (while checking arguments \
+                 for {op})",
+                index.dtype.scalar_name()
+            ),
         };
         return Err(Error::arg(
             op,

@@ -127,14 +127,6 @@ fn dtype_max(op: &'static str, dtype: DType) -> Result<f64> {
     }
 }
 
-/// PyTorch's name of a float dtype in its messages (`toString(ScalarType)`).
-fn torch_name(dtype: DType) -> &'static str {
-    match dtype {
-        DType::F16 => "Half",
-        _ => "Float",
-    }
-}
-
 /// `v` is finite and within `dtype`'s range (PyTorch's "from is out of bounds for c10::Half",
 /// which an infinite or NaN bound fails too).
 fn check_in_range(op: &'static str, what: &str, v: f64, dtype: DType, max: f64) -> Result<()> {
@@ -196,7 +188,7 @@ fn uniform_op(
             format!(
                 "uniform_ expects to-from <= std::numeric_limits<{}>::max(), but found to={} \
                  and from={} which result in to-from to exceed the limit ({span} > {max})",
-                torch_name(dtype),
+                dtype.scalar_name(),
                 cpp_double(high),
                 cpp_double(low)
             ),

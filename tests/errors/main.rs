@@ -476,17 +476,22 @@ fn matmul_mismatch_in_pytorch_words() {
     }
     let e = gemm_err(&t(&[2, 2, 3]), &t(&[3, 4, 5]), &GemmOptions::default());
     assert!(msg(&e).contains("at non-singleton dimension 0"), "{e}");
-    // i32 products are refused whatever their size (an empty one made no kernel launch).
+    // i32 products are refused whatever their size (an empty one made no kernel launch);
+    // mm's shapes come first.
     let i = |s: &[usize]| Tensor::zeros(dev(), s, DType::I32).unwrap();
     for (sa, sb) in [
         ([0usize, 3], [3usize, 2]),
         ([2, 0], [0, 3]),
         ([2, 3], [3, 2]),
-        ([2, 3], [4, 2]),
     ] {
         let e = matmul(&i(&sa), &i(&sb)).unwrap_err();
         assert!(msg(&e).contains("I32"), "{sa:?} x {sb:?}: {e}");
     }
+    let e = matmul(&i(&[2, 3]), &i(&[4, 2])).unwrap_err();
+    assert!(
+        msg(&e).contains("shapes cannot be multiplied (2x3 and 4x2)"),
+        "{e}"
+    );
     // Mixed dtypes in ATen's words (test_mm_empty_inputs_mixed_dtype_errors matches
     // "expected .* and .* to have the same dtype, but got:"); a 0-D operand is named first,
     // as _matmul_impl checks it before any dtype.
@@ -1765,4 +1770,63 @@ fn max_pool1d_errors_in_pytorch_words() {
     )
     .unwrap();
     assert_eq!(y.to_vec::<f32>().unwrap(), vec![5.0, 4.0, 3.0]);
+}
+
+/// Products in PyTorch's words and order: addmm's checked alpha / beta (never applied over
+/// K = 0), dot's dtype sentence for two vectors, mm's shapes before its dtypes, Linear's addmm
+/// dtype checks before its shapes, and embedding's checkScalarTypes sentence.
+#[test]
+fn product_arguments_follow_pytorch() {
+    let (a, b) = (t(&[2, 3]), t(&[3, 4]));
+    fn o(alpha: f64, beta: f64, c: Option<&Tensor>) -> GemmOptions<'_> {
+        GemmOptions {
+            alpha,
+            beta,
+            c,
+            ..Default::default()
+        }
+    }
+    has(
+        gemm(&a, &b, &o(1e39, 1.0, None)),
+        "value cannot be converted to type float without overflow",
+    );
+    let c = t(&[2, 4]);
+    has(
+        gemm(&a, &b, &o(1.0, -1e39, Some(&c))),
+        "value cannot be converted to type float without overflow",
+    );
+    // Without a C, beta is never used; over K = 0 alpha neither (inf * 0 would be NaN).
+    assert!(gemm(&a, &b, &o(1.0, 1e39, None)).is_ok());
+    let k0 = gemm(&t(&[2, 0]), &t(&[0, 3]), &o(f64::INFINITY, 1.0, None)).unwrap();
+    assert_eq!(k0.to_vec::<f32>().unwrap(), vec![0.0; 6]);
+
+    let h = |s: &[usize]| t(s).to_dtype(DType::F16).unwrap();
+    has(
+        matmul(&t(&[3]), &h(&[3])),
+        "dot : expected both vectors to have same dtype, but found Float and Half",
+    );
+    has(
+        matmul(&t(&[2, 3]), &h(&[4, 5])),
+        "mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)",
+    );
+    has(
+        matmul(&t(&[2, 3]), &h(&[3, 5])),
+        "expected m1 and m2 to have the same dtype",
+    );
+
+    let lin = wgtensor::nn::Linear::new(dev(), 4, 5, true).unwrap();
+    use wgtensor::nn::Forward;
+    for x in [h(&[2, 4]), h(&[2, 3])] {
+        has(
+            lin.forward(&x),
+            "mat1 and mat2 must have the same dtype, but got Half and Float",
+        );
+    }
+
+    let w = t(&[4, 2]);
+    has(
+        wgtensor::ops::embedding(&t(&[3]), &w, None),
+        "Expected tensor for argument #1 'indices' to have one of the following scalar types: \
+         Long, Int; but got torch.FloatTensor instead (while checking arguments for embedding)",
+    );
 }

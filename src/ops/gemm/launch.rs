@@ -252,6 +252,16 @@ impl<'a> Problem<'a> {
                 ),
             ));
         }
+        // addmm converts alpha (and beta, with a C) to its f32 compute type checked; an empty
+        // output, or alpha over K = 0, is never scaled.
+        if out_shape.iter().all(|&d| d > 0) {
+            if k > 0 {
+                crate::tensor::check_fill(op, o.alpha, crate::DType::F32)?;
+            }
+            if o.c.is_some() || into.is_some() {
+                crate::tensor::check_fill(op, o.beta, crate::DType::F32)?;
+            }
+        }
         let batch_shape = &out_shape[..out_shape.len() - 2];
         let al = a.layout.broadcast_to(&[batch_shape, &[m, k]].concat())?;
         let bl = b.layout.broadcast_to(&[batch_shape, &[k, n]].concat())?;
@@ -333,7 +343,9 @@ impl<'a> Problem<'a> {
             c_rs: cl.strides()[r - 2] as u32,
             c_cs: cl.strides()[r - 1] as u32,
             bias_off: self.bias_off,
-            alpha: o.alpha as f32,
+            // K = 0: PyTorch never applies alpha to the empty product (an inf alpha times the
+            // zero sum would be NaN).
+            alpha: if self.k == 0 { 0.0 } else { o.alpha as f32 },
             beta: o.beta as f32,
             batch_rank: self.bm.len() as u32,
             bias_stride: self.bias_stride,

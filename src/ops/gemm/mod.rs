@@ -42,7 +42,9 @@ pub use crate::ops::activation::Activation;
 ///
 /// Errors: [`Error::Shape`] for ranks below 2, inner dims that differ, batch dims or `c` that
 /// do not broadcast, a bias of the wrong length; [`Error::InvalidArgument`] when `a` and `b`
-/// differ in dtype (ATen's "expected m1 and m2 to have the same dtype" words);
+/// differ in dtype (ATen's "expected m1 and m2 to have the same dtype" words), for i32
+/// operands (the kernels are float-only, as CUDA's addmm), and for an alpha (or, with a `c`,
+/// a beta) past f32's range (addmm converts them checked; over K = 0 alpha is never applied);
 /// [`Error::DType`] when `c` or the bias differs from them; [`Error::DeviceMismatch`] across
 /// devices; [`Error::InvalidArgument`] for `split_k: Some(0)`; [`Error::Size`]
 /// for K beyond the supported length.
@@ -136,10 +138,28 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
             ),
         ));
     }
-    // _matmul_impl's 0-D check first; then i32 is refused before any other shape rule, as
-    // gemm refuses it (its kernels are float-only).
-    a.same_dtype_factors(op, b)?;
-    a.require_float(op)?;
+    // _matmul_impl's 0-D check first. Two vectors are dot's (its dtype words); matrices and
+    // vectors go through mm / mv, whose shape checks come before the dtype's; batched
+    // products check dtypes first. i32 is refused with the dtypes (gemm's kernels are
+    // float-only).
+    if a.rank() == 1 && b.rank() == 1 && a.dtype() != b.dtype() {
+        return Err(Error::arg(
+            op,
+            format!(
+                "dot : expected both vectors to have same dtype, but found {} and {}",
+                a.dtype().scalar_name(),
+                b.dtype().scalar_name()
+            ),
+        ));
+    }
+    let shapes_first = a.rank() <= 2 && b.rank() <= 2;
+    let dtypes = || {
+        a.same_dtype_factors(op, b)
+            .and_then(|()| a.require_float(op))
+    };
+    if !shapes_first {
+        dtypes()?;
+    }
     // The contracted sizes, named with the caller's shapes (not the promoted ones).
     let (ka, kb) = (
         a.shape()[a.rank() - 1],
@@ -149,6 +169,9 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
         // The batch first, as PyTorch's matmul (infer_size before bmm's check).
         shape::batch_shape(op, a.shape(), b.shape())?;
         return Err(shape::k_mismatch(op, a.shape(), b.shape()));
+    }
+    if shapes_first {
+        dtypes()?;
     }
     // Views, not reshapes: a strided or broadcast 1-D operand must not be copied.
     let a2 = if a.rank() == 1 {
