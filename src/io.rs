@@ -490,29 +490,6 @@ pub fn save_safetensors_file(
     written
 }
 
-/// PyTorch's `_load_from_state_dict` rule: a key is unexpected when, under the deepest module
-/// its name passes through, its next name is neither a child module nor a tensor of that
-/// module (so `fc.weight.foo` and `fc` are ignored, `fc.foo` and `foo.bar` are unexpected).
-fn unexpected_key(
-    key: &str,
-    known: &std::collections::HashSet<&str>,
-    modules: &std::collections::HashSet<&str>,
-) -> bool {
-    let mut module_end = 0;
-    for (i, _) in key.match_indices('.') {
-        if modules.contains(&key[..i]) {
-            module_end = i + 1;
-        } else {
-            break;
-        }
-    }
-    let next = match key[module_end..].find('.') {
-        Some(j) => &key[..module_end + j],
-        None => key,
-    };
-    !known.contains(next) && !modules.contains(next)
-}
-
 /// What [`load_state_dict`] did not match (PyTorch's `missing_keys` / `unexpected_keys`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LoadReport {
@@ -586,11 +563,9 @@ pub(crate) fn load_error_message(
 /// Copies `source` tensors into the `targets` (a model's parameters and buffers by their
 /// state-dict names) in place, converting dtypes; shapes must match. `strict` (PyTorch's
 /// default) makes any missing or unexpected key an error naming them; otherwise they are
-/// reported. A key is unexpected as in PyTorch: when, under the deepest module its name
-/// passes through (the modules are the prefixes of the targets' names), its next name is
-/// neither a child module nor a tensor of that module (`fc.weight.foo` is ignored, `fc.foo`
-/// is unexpected). Every size mismatch is listed in one error, as PyTorch's. Nothing is
-/// copied when an error is returned.
+/// reported. Every key that names no target is unexpected, as in PyTorch (since 2.4, keys
+/// under a tensor's name such as `fc.weight.foo` too). Every size mismatch is listed in one
+/// error, as PyTorch's. Nothing is copied when an error is returned.
 pub fn load_state_dict(
     targets: &[(&str, &Tensor)],
     source: &HashMap<String, Tensor>,
@@ -667,17 +642,13 @@ pub(crate) fn check_load<'a>(
         .map(|(n, _)| *n)
         .chain(counters.iter().map(String::as_str))
         .collect();
-    // The modules that hold a target (every prefix of a target's name, the root "" too).
-    let modules: std::collections::HashSet<&str> = known
-        .iter()
-        .flat_map(|n| n.match_indices('.').map(|(i, _)| &n[..i]))
-        .chain([""])
-        .collect();
     // Missing keys in the targets' order, as PyTorch lists them; unexpected ones sorted (a
-    // HashMap has no order to keep).
+    // HashMap has no order to keep). Every key that names no target is unexpected:
+    // _load_from_state_dict's rule (since PyTorch 2.4) reports `fc.weight.foo` under `fc`
+    // (`weight` is no child module) and `fc` under the root (no tensor of that name).
     report.unexpected = source
         .keys()
-        .filter(|k| unexpected_key(k, &known, &modules))
+        .filter(|k| !known.contains(k.as_str()))
         .cloned()
         .collect();
     report.unexpected.sort();

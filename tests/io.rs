@@ -678,7 +678,7 @@ fn out_of_memory_names_the_load_and_the_tensor() {
 /// tensor's name) and `fc` (a module's own name) are ignored; `fc.foo` and `foo.bar` are
 /// unexpected.
 #[test]
-fn unexpected_keys_follow_the_module_tree() {
+fn every_key_that_names_no_target_is_unexpected() {
     let w = Tensor::zeros(dev(), &[2], DType::F32).unwrap();
     let b = Tensor::zeros(dev(), &[2], DType::F32).unwrap();
     let targets = [("fc.weight", &w), ("fc.bias", &b)];
@@ -698,12 +698,18 @@ fn unexpected_keys_follow_the_module_tree() {
         );
     }
     let report = load_state_dict(&targets, &src, false).unwrap();
-    assert_eq!(report.unexpected, ["fc.foo", "foo", "foo.bar"]);
+    assert_eq!(
+        report.unexpected,
+        ["fc", "fc.foo", "fc.weight.foo", "foo", "foo.bar"]
+    );
     let e = load_state_dict(&targets, &src, true)
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("Unexpected key(s) in state_dict: \"fc.foo\", \"foo\", \"foo.bar\"."),
+        e.contains(
+            "Unexpected key(s) in state_dict: \"fc\", \"fc.foo\", \"fc.weight.foo\", \"foo\", \
+             \"foo.bar\"."
+        ),
         "{e}"
     );
 }
