@@ -11,8 +11,8 @@
 // General scatter_add (any index, not one 1-D index broadcast): `seg_keys` turns each index
 // element e into the flat output position it adds to (-1 for none), the passes above bucket
 // those keys (rows = the output's elements), and `seg_scatter` adds each output's bucket of src
-// values in ascending e, which for one output is ascending position along dim, then the base:
-// the gather form's sums, rounded once.
+// values to its base in ascending e, which for one output is ascending position along dim: the
+// gather form's sums, rounded once (on GPUs a bucket past 256 sums in lanes and a tree).
 
 struct Params {
     // L: the index's length.
@@ -592,7 +592,7 @@ fn seg_keys(@builtin(workgroup_id) wid: vec3<u32>,
     list[e] = bitcast<u32>(out_key);
 }
 
-// Output e: the src values of its bucket in ascending index position, then the base.
+// Output e: its base, then the src values of its bucket in ascending index position.
 @compute @workgroup_size(WG)
 fn seg_scatter(@builtin(workgroup_id) wid: vec3<u32>,
                @builtin(num_workgroups) nwg: vec3<u32>,

@@ -740,6 +740,56 @@ fn index_select_backward_with_hub_rows() {
     }
 }
 
+/// The row scatter (one 1-D index broadcast over the columns) with a base: each sum starts
+/// from its base element (PyTorch's copy of self), a hub row of 400 values too (on GPUs its
+/// lanes, lane 0 from the base, folded in a tree); in f32, and in f16 from the half base in
+/// f32, rounded once.
+#[test]
+fn row_scatter_with_a_base_and_a_hub_row() {
+    let (rows, cols) = (8usize, 4usize);
+    let mut ids: Vec<i32> = vec![2; 400];
+    ids.extend((0..200).map(|k| ((k * 5) % rows) as i32));
+    let l = ids.len();
+    let src: Vec<f32> = (0..l * cols)
+        .map(|k| ((k * 7919 % 1009) as f32 - 504.0) / 37.0)
+        .collect();
+    let base: Vec<f32> = (0..rows * cols).map(|k| 1000.0 + k as f32 * 0.25).collect();
+    let want = |src: &[f32], base: &[f32], gpu: bool| -> Vec<f32> {
+        (0..rows * cols)
+            .map(|o| {
+                let (r, c) = (o / cols, o % cols);
+                let terms: Vec<f32> = (0..l)
+                    .filter(|&j| ids[j] as usize == r)
+                    .map(|j| src[j * cols + c])
+                    .collect();
+                bucket_sum_from(base[o], &terms, gpu)
+            })
+            .collect()
+    };
+    for (d, gpu) in [(dev(), false), (common::gpu_plans_device(), true)] {
+        let idx = Tensor::from_slice(d, &ids, &[l])
+            .unwrap()
+            .unsqueeze(1)
+            .unwrap()
+            .broadcast_to(&[l, cols])
+            .unwrap();
+        let s = Tensor::from_slice(d, &src, &[l, cols]).unwrap();
+        let b = Tensor::from_slice(d, &base, &[rows, cols]).unwrap();
+        let got = f(&b.scatter_add(0, &idx, &s).unwrap());
+        assert_eq!(got, want(&src, &base, gpu), "f32 (gpu {gpu})");
+        if d.supports_f16() {
+            let h = |v: &[f32]| v.iter().map(|&x| f16::from_f32(x)).collect::<Vec<_>>();
+            let back = |v: &[f16]| v.iter().map(|x| x.to_f32()).collect::<Vec<_>>();
+            let (sh, bh) = (h(&src), h(&base));
+            let want_h = h(&want(&back(&sh), &back(&bh), gpu));
+            let s = Tensor::from_slice(d, &sh, &[l, cols]).unwrap();
+            let b = Tensor::from_slice(d, &bh, &[rows, cols]).unwrap();
+            let got = b.scatter_add(0, &idx, &s).unwrap().to_vec::<f16>().unwrap();
+            assert_eq!(got, want_h, "f16 (gpu {gpu})");
+        }
+    }
+}
+
 /// The bucketed backward at a real vocabulary size: 5,000 rows, 4,000 ids with heavy repeats
 /// (one id takes a quarter of them), against the host sum in index order; bitwise the same on
 /// a second run; padding and out-of-range ids contribute nothing.

@@ -190,7 +190,8 @@ impl Tensor {
     /// each `src[i][j][k]` is added at `[index[i][j][k]][j][k]` (for `dim = 0`). `index` (i32)
     /// and `src` have `self`'s rank; `index` is no larger than `src` on every dim and no larger
     /// than `self` on every dim but `dim`; `self` and `src` have one dtype. Sums start from
-    /// `self`'s element and run in index order (PyTorch's CPU order), in f32 for floats and in
+    /// `self`'s element and run in index order (PyTorch's CPU order; on GPUs an output of more
+    /// than 256 values sums them in lanes folded in a fixed tree), in f32 for floats and in
     /// i32 for i32 data (wrapping on overflow, as PyTorch's
     /// int32 adds): deterministic (no atomics); below 64 index entries along `dim` every output
     /// element scans them, above the index is bucketed (the [module docs](crate::ops::index)
@@ -464,7 +465,8 @@ const SCATTER_ROWS_MIN_LEN: usize = 64;
 /// gather form costs every output a scan of the whole index along `dim` (quadratic: a
 /// million-edge aggregation would be 10^12 steps), the buckets O(L + outputs). Same sums in
 /// the same order (from the base, then ascending position), so the result is bitwise the gather
-/// form's. `None` where the form does not apply.
+/// form's up to 256 values per output (past that, on GPUs, lanes folded in a fixed tree).
+/// `None` where the form does not apply.
 fn scatter_rows(
     op: &'static str,
     base: Option<&Tensor>,

@@ -255,8 +255,9 @@ pub(crate) fn scatter_fits(
 
 /// `out[c] = base[c] + sum of src[e] over index elements e (read through `il`, row-major over
 /// its shape) whose position with `dim` replaced by `index[e]` is c`, over the contiguous
-/// output `shape`, in ascending e (for one output, ascending position along `dim`), then the
-/// base, rounded once: the gather form's result in O(index + output) instead of every output
+/// output `shape`, from the base, in ascending e (for one output, ascending position along
+/// `dim`), rounded once (on GPUs a bucket past 256 values sums in lanes folded in a fixed tree):
+/// the gather form's result in O(index + output) instead of every output
 /// scanning the index along `dim`. Indices outside `[0, shape[dim])` and the `skip` row add
 /// nothing. The caller checks [`scatter_fits`].
 #[allow(clippy::too_many_arguments)]

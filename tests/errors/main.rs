@@ -1816,7 +1816,10 @@ fn product_arguments_follow_pytorch() {
 
     let lin = wgtensor::nn::Linear::new(dev(), 4, 5, true).unwrap();
     use wgtensor::nn::Forward;
-    for x in [h(&[2, 4]), h(&[2, 3])] {
+    // A batched product's shapes come first too (bmm checks them in its meta).
+    assert!(!msg(&matmul(&t(&[2, 2, 3]), &h(&[2, 4, 5])).unwrap_err()).contains("dtype"));
+    // A contiguous input of rank 3 is flattened to addmm, so dtypes first there too.
+    for x in [h(&[2, 4]), h(&[2, 3]), h(&[2, 2, 3])] {
         has(
             lin.forward(&x),
             "mat1 and mat2 must have the same dtype, but got Half and Float",

@@ -252,16 +252,6 @@ impl<'a> Problem<'a> {
                 ),
             ));
         }
-        // addmm converts alpha (and beta, with a C) to its f32 compute type checked; an empty
-        // output, or alpha over K = 0, is never scaled.
-        if out_shape.iter().all(|&d| d > 0) {
-            if k > 0 {
-                crate::tensor::check_fill(op, o.alpha, crate::DType::F32)?;
-            }
-            if o.c.is_some() || into.is_some() {
-                crate::tensor::check_fill(op, o.beta, crate::DType::F32)?;
-            }
-        }
         let batch_shape = &out_shape[..out_shape.len() - 2];
         let al = a.layout.broadcast_to(&[batch_shape, &[m, k]].concat())?;
         let bl = b.layout.broadcast_to(&[batch_shape, &[k, n]].concat())?;
@@ -280,6 +270,16 @@ impl<'a> Problem<'a> {
         if let Some(t) = bias {
             a.same_device(op, t)?;
             a.same_dtype(op, t)?;
+        }
+        // addmm converts alpha (and beta, with a C) to its f32 compute type checked, after
+        // the operands' checks; an empty output, or alpha over K = 0, is never scaled.
+        if out_shape.iter().all(|&d| d > 0) {
+            if k > 0 {
+                crate::tensor::check_fill(op, o.alpha, crate::DType::F32)?;
+            }
+            if o.c.is_some() || into.is_some() {
+                crate::tensor::check_fill(op, o.beta, crate::DType::F32)?;
+            }
         }
         let bdims = batch_shape.len();
         let (bm, [a_bs, b_bs, c_bs]) = merge_batch(

@@ -138,10 +138,9 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
             ),
         ));
     }
-    // _matmul_impl's 0-D check first. Two vectors are dot's (its dtype words); matrices and
-    // vectors go through mm / mv, whose shape checks come before the dtype's; batched
-    // products check dtypes first. i32 is refused with the dtypes (gemm's kernels are
-    // float-only).
+    // _matmul_impl's 0-D check first. Two vectors are dot's (its dtype words); everything else
+    // goes through mm / mv / bmm, whose shape checks come before the dtype's (_matmul_impl
+    // has none of its own). i32 is refused with the dtypes (gemm's kernels are float-only).
     if a.rank() == 1 && b.rank() == 1 && a.dtype() != b.dtype() {
         return Err(Error::arg(
             op,
@@ -151,14 +150,6 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
                 b.dtype().scalar_name()
             ),
         ));
-    }
-    let shapes_first = a.rank() <= 2 && b.rank() <= 2;
-    let dtypes = || {
-        a.same_dtype_factors(op, b)
-            .and_then(|()| a.require_float(op))
-    };
-    if !shapes_first {
-        dtypes()?;
     }
     // The contracted sizes, named with the caller's shapes (not the promoted ones).
     let (ka, kb) = (
@@ -170,9 +161,8 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
         shape::batch_shape(op, a.shape(), b.shape())?;
         return Err(shape::k_mismatch(op, a.shape(), b.shape()));
     }
-    if shapes_first {
-        dtypes()?;
-    }
+    a.same_dtype_factors(op, b)?;
+    a.require_float(op)?;
     // Views, not reshapes: a strided or broadcast 1-D operand must not be copied.
     let a2 = if a.rank() == 1 {
         a.unsqueeze(0)?
