@@ -69,6 +69,9 @@ impl Device {
     pub async fn new_async_with(opts: DeviceOptions) -> Result<Device> {
         opts.validate()?;
         let (adapter, device, queue, limits, refused) = Self::request(&opts).await?;
+        // An adapter without compute (a GL one of a build whose wgpu has `gles`) is refused
+        // here, not by a division by its zero grid limit at the first op.
+        check_compute_limits("Device::new", &limits)?;
         if let Some(why) = refused {
             // Opened without the feature, which the adapter refused.
             return Self::assemble(adapter, device, queue, limits, opts, Some(why));
@@ -94,7 +97,11 @@ impl Device {
     /// Runs wgtensor on a wgpu device the application already has (a game engine, an
     /// egui/winit app), so tensors and the app's own passes share buffers. wgtensor uses the
     /// features and limits the device was created with (SUBGROUP and SHADER_F16 enable the
-    /// kernels that need them).
+    /// kernels that need them; [`DeviceOptions::disable_f16`] and
+    /// [`DeviceOptions::disable_subgroups`] shape only the devices wgtensor requests, so create
+    /// the device without those features to keep their kernels off). A
+    /// [`DeviceOptions::max_dispatches_per_submit`] whose parameter buffer (one 256-byte slot
+    /// per dispatch) exceeds the device's `max_buffer_size` is refused too.
     ///
     /// It installs the device's uncaptured-error handler and device-lost callback (wgpu keeps
     /// one of each), through which it reports errors as `Err`. Submit the app's own command
@@ -119,7 +126,7 @@ impl Device {
     ) -> Result<Device> {
         opts.validate()?;
         let limits = device.limits();
-        check_compute_limits(&limits)?;
+        check_compute_limits("from_wgpu", &limits)?;
         match Self::assemble_checked(adapter, device, queue, limits, opts)? {
             Checked::Ready(dev) => Ok(dev),
             // The application's device is lost or stuck: nothing to fall back on.
@@ -187,7 +194,7 @@ enum Checked {
 /// bindings and buffers of at least the 4 KiB floor `DeviceOptions::max_binding_bytes` has.
 /// (Limits below what one kernel needs, fewer storage bindings per stage for example, fail
 /// that kernel's pipeline, an error on each call.)
-fn check_compute_limits(l: &wgpu::Limits) -> Result<()> {
+fn check_compute_limits(op: &'static str, l: &wgpu::Limits) -> Result<()> {
     // (limit, value, floor): the grid one workgroup; bindings and buffers the floor of
     // DeviceOptions::max_binding_bytes.
     let need: [(&str, u64, u64); 3] = [
@@ -206,7 +213,7 @@ fn check_compute_limits(l: &wgpu::Limits) -> Result<()> {
     for (name, got, min) in need {
         if got < min {
             return Err(crate::Error::arg(
-                "from_wgpu",
+                op,
                 format!(
                     "the device's {name} is {got}, below the {min} wgtensor requires (request \
                      wgpu::Limits::default() or the adapter's limits)"

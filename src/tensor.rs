@@ -149,16 +149,21 @@ impl Tensor {
     /// ```
     pub fn from_slice<T: Element>(device: &Device, data: &[T], shape: &[usize]) -> Result<Tensor> {
         let op = "from_slice";
-        let n = check_new_shape(device, op, shape, T::DTYPE)?;
-        if data.len() != n {
+        // The count first, in reshape's words (torch.tensor(data).reshape(shape)), then the
+        // shape's own limits.
+        let count = shape.iter().fold(1usize, |a, &d| a.saturating_mul(d));
+        if data.len() != count {
             return Err(Error::shape(
                 op,
                 format!(
-                    "{} values do not fill shape {shape:?} ({n} elements)",
+                    "shape '{shape:?}' is invalid for input of size {} ({} values for shape \
+                     {shape:?})",
+                    data.len(),
                     data.len()
                 ),
             ));
         }
+        check_new_shape(device, op, shape, T::DTYPE)?;
         let t = Tensor::empty(device, op, shape, T::DTYPE)?;
         device.write_buffer(op, t.buffer(), 0, bytemuck::cast_slice(data))?;
         Ok(t)
@@ -260,9 +265,6 @@ impl Tensor {
     /// may use the buffer, since a dropped tensor's buffer is reused by later ops.
     pub fn wgpu_buffer(&self) -> Result<(&wgpu::Buffer, u64, u64)> {
         let op = "wgpu_buffer";
-        self.storage
-            .exported
-            .store(true, std::sync::atomic::Ordering::Relaxed);
         let size = self.dtype.size() as u64;
         let offset = self.layout.offset() as u64 * size;
         let bytes = self.numel() as u64 * size;
@@ -285,6 +287,20 @@ impl Tensor {
                 ),
             ));
         }
+        if !bytes.is_multiple_of(4) {
+            // wgpu's copies and storage bindings take whole words.
+            return Err(Error::arg(
+                op,
+                format!(
+                    "the tensor's {bytes} bytes are not a multiple of 4 (an odd number of f16 \
+                     elements); pad it to an even count first"
+                ),
+            ));
+        }
+        // Exported: its buffer is never donated to an op's output from now on.
+        self.storage
+            .exported
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         Ok((self.buffer(), offset, bytes))
     }
 

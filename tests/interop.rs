@@ -111,6 +111,37 @@ fn runs_on_a_device_the_app_created() {
             .contains("max_compute_workgroups_per_dimension is 0"),
         "{e}"
     );
+    // Buffers too small for a batch's parameter arena (64 slots of 256 bytes): refused when
+    // adopted, not by every batch's validation error; fewer dispatches per batch fit.
+    let adapter = pollster::block_on(instance.request_adapter(&Default::default())).unwrap();
+    let desc = wgpu::DeviceDescriptor {
+        required_limits: wgpu::Limits {
+            max_buffer_size: 8192,
+            max_storage_buffer_binding_size: 8192,
+            ..wgpu::Limits::default()
+        }
+        .using_resolution(adapter.limits()),
+        ..Default::default()
+    };
+    let (d, q) = pollster::block_on(adapter.request_device(&desc)).unwrap();
+    let e = Device::from_wgpu(
+        adapter.clone(),
+        d.clone(),
+        q.clone(),
+        DeviceOptions::default(),
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("max_dispatches_per_submit = 64"),
+        "{e}"
+    );
+    let small = DeviceOptions {
+        max_dispatches_per_submit: 16,
+        ..DeviceOptions::default()
+    };
+    let sd = Device::from_wgpu(adapter, d, q, small).unwrap();
+    let s = Tensor::from_slice(&sd, &[1.0f32, 2.0], &[2]).unwrap();
+    assert_eq!(s.add(&s).unwrap().to_vec::<f32>().unwrap(), [2.0, 4.0]);
     // No SHADER_F16 requested by the app: f16 is refused, f32 works.
     assert!(Tensor::zeros(&dev, &[2], DType::F16).is_err());
     let x = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap();

@@ -45,6 +45,13 @@ pub use warm_up::WarmUp;
 /// Shaders recover the flat index as `wid.x + wid.y * nwg.x` and bounds-check it.
 pub(crate) fn grid_1d(op: &'static str, groups: u64, max_per_dim: u32) -> crate::Result<[u32; 3]> {
     let max = max_per_dim as u64;
+    if max == 0 {
+        // A device without compute (its adapter checks refuse it; never a division by 0).
+        return Err(crate::Error::arg(
+            op,
+            "the device allows no compute workgroups",
+        ));
+    }
     if groups <= max {
         return Ok([groups as u32, 1, 1]);
     }

@@ -150,6 +150,21 @@ impl Device {
         opts: DeviceOptions,
         coop_refused: Option<Error>,
     ) -> Result<Device> {
+        // Each batch's parameter arena holds one slot per dispatch: a device whose buffers
+        // cannot hold it would fail every batch.
+        let param_slot = PARAM_SLOT.max(limits.min_uniform_buffer_offset_alignment as u64);
+        let arena = (opts.max_dispatches_per_submit as u64).saturating_mul(param_slot);
+        if arena > limits.max_buffer_size {
+            return Err(Error::arg(
+                "Device",
+                format!(
+                    "max_dispatches_per_submit = {} needs a parameter buffer of {arena} bytes, \
+                     above the device's max_buffer_size of {} (lower \
+                     DeviceOptions::max_dispatches_per_submit)",
+                    opts.max_dispatches_per_submit, limits.max_buffer_size
+                ),
+            ));
+        }
         // Both callbacks raise `flagged` after filling their slot, so `check` takes no lock
         // while nothing has gone wrong (it runs on every op).
         let flagged = Arc::new(AtomicBool::new(false));
@@ -169,7 +184,6 @@ impl Device {
             flag_cb.store(true, Ordering::Release);
         }));
 
-        let param_slot = PARAM_SLOT.max(limits.min_uniform_buffer_offset_alignment as u64);
         let info = adapter.get_info();
         let features = device.features();
         let coop = adapter.cooperative_matrix_properties();

@@ -1833,3 +1833,25 @@ fn product_arguments_follow_pytorch() {
          Long, Int; but got torch.FloatTensor instead (while checking arguments for embedding)",
     );
 }
+
+/// from_slice names a count mismatch in reshape's words; wgpu_buffer refuses a byte range
+/// wgpu cannot copy or bind (an odd number of f16 values); an empty batch of a transposed
+/// convolution still refuses a weight on another device.
+#[test]
+fn api_edges_in_pytorch_words() {
+    has(
+        Tensor::from_slice(dev(), &[1.0f32; 3], &[2, 2]),
+        "shape '[2, 2]' is invalid for input of size 3",
+    );
+    if dev().supports_f16() {
+        let h = Tensor::from_slice(dev(), &[f16::ONE; 3], &[3]).unwrap();
+        has(h.wgpu_buffer(), "not a multiple of 4");
+        let h2 = Tensor::from_slice(dev(), &[f16::ONE; 4], &[4]).unwrap();
+        assert_eq!(h2.wgpu_buffer().unwrap().2, 8);
+    }
+    let other = Device::new().unwrap();
+    let w = Tensor::zeros(&other, &[2, 4, 3, 3], DType::F32).unwrap();
+    let x = t(&[0, 2, 3, 3]);
+    let e = wgtensor::ops::conv_transpose2d(&x, &w, None, &Default::default()).unwrap_err();
+    assert!(matches!(e, Error::DeviceMismatch { .. }), "{e:?}");
+}

@@ -412,6 +412,8 @@ fn transpose_untracked(
 ) -> Result<Tensor> {
     let [_, _, h, wd] = dims4(op, x, "input")?;
     let ws = dims4(op, w, "weight")?;
+    // The empty batch returns before the kernels' own checks: one device first.
+    x.same_device(op, w)?;
     if o.stride.contains(&0) || o.dilation.contains(&0) {
         return Err(Error::arg(
             op,
