@@ -451,3 +451,16 @@ fn uniform_of_an_empty_range_keeps_positive_zero() {
     let b = l.bias.as_ref().unwrap().to_vec::<f32>().unwrap();
     assert!(b.iter().all(|x| x.to_bits() == 0), "{b:?}");
 }
+
+/// dropout returns an empty input as it is (any dtype), and p = 1 of an i32 tensor gives i32
+/// zeros, as `_dropout_impl`.
+#[test]
+fn dropout_of_empty_and_integer_inputs() {
+    let e = Tensor::zeros(dev(), &[0, 3], DType::I32).unwrap();
+    let y = wgtensor::ops::dropout(&e, 0.5, true).unwrap();
+    assert_eq!((y.shape(), y.dtype()), (&[0usize, 3][..], DType::I32));
+    let i = Tensor::from_slice(dev(), &[1i32, 2], &[2]).unwrap();
+    let z = wgtensor::ops::dropout(&i, 1.0, true).unwrap();
+    assert_eq!(z.to_vec::<i32>().unwrap(), [0, 0]);
+    assert!(wgtensor::ops::dropout(&i, 1.5, true).is_err());
+}

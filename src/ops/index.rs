@@ -196,7 +196,9 @@ impl Tensor {
     /// int32 adds): deterministic (no atomics); below 64 index entries along `dim` every output
     /// element scans them, above the index is bucketed (the [module docs](crate::ops::index)
     /// say how). Out-of-range indices are an error at the next sync or readback (unchecked,
-    /// they add nothing). Differentiable in `self` and `src`.
+    /// they add nothing). Differentiable in `self` and `src` (src's gradient is the output's
+    /// gathered at `index`, zero past `index`'s extent where `src` is larger: PyTorch's
+    /// engine refuses that case, whose gradient has `index`'s shape, not `src`'s).
     ///
     /// ```ignore-wasm32
     /// # fn main() -> wgtensor::Result<()> {

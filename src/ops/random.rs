@@ -330,11 +330,16 @@ pub(crate) fn check_dropout_p(op: &'static str, p: f64) -> Result<()> {
 pub fn dropout(x: &Tensor, p: f64, training: bool) -> Result<Tensor> {
     let op = "dropout";
     check_dropout_p(op, p)?;
-    if !training || p == 0.0 {
+    // _dropout_impl returns an empty input as it is too.
+    if !training || p == 0.0 || x.numel() == 0 {
         return Ok(x.clone());
     }
     if p == 1.0 {
-        // As PyTorch: x * 0, so NaN and inf stay NaN and the gradient is zeros, not absent.
+        // As PyTorch: x * 0, so NaN and inf stay NaN and the gradient is zeros, not absent
+        // (an i32 x gives i32 zeros, as its `input * zeros({})`).
+        if x.dtype == DType::I32 {
+            return Tensor::zeros(x.device(), x.shape(), DType::I32);
+        }
         return x.mul_scalar(0.0);
     }
     // A tracked input is recorded for autograd as x * mask, the mask (0 or 1 / (1 - p)) drawn
