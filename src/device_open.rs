@@ -71,7 +71,14 @@ impl Device {
         let (adapter, device, queue, limits, refused) = Self::request(&opts).await?;
         // An adapter without compute (a GL one of a build whose wgpu has `gles`) is refused
         // here, not by a division by its zero grid limit at the first op.
-        check_compute_limits("Device::new", &limits)?;
+        check_compute_limits("Device::new", &limits).map_err(|e| {
+            let info = adapter.get_info();
+            crate::Error::NoAdapter(format!(
+                "the adapter {} ({:?}) cannot run compute shaders: {e}; wgtensor needs Vulkan, \
+                 Metal, DX12 or WebGPU",
+                info.name, info.backend
+            ))
+        })?;
         if let Some(why) = refused {
             // Opened without the feature, which the adapter refused.
             return Self::assemble(adapter, device, queue, limits, opts, Some(why));
@@ -98,8 +105,9 @@ impl Device {
     /// egui/winit app), so tensors and the app's own passes share buffers. wgtensor uses the
     /// features and limits the device was created with (SUBGROUP and SHADER_F16 enable the
     /// kernels that need them; [`DeviceOptions::disable_f16`] and
-    /// [`DeviceOptions::disable_subgroups`] shape only the devices wgtensor requests, so create
-    /// the device without those features to keep their kernels off). A
+    /// [`DeviceOptions::disable_subgroups`] choose the features of the devices wgtensor
+    /// requests, so create the device without those features to keep f16 tensors and the
+    /// subgroup kernels off; they still turn off the cooperative-matrix tile). A
     /// [`DeviceOptions::max_dispatches_per_submit`] whose parameter buffer (one 256-byte slot
     /// per dispatch) exceeds the device's `max_buffer_size` is refused too.
     ///
@@ -189,7 +197,8 @@ enum Checked {
     Broken(crate::Error),
 }
 
-/// The limits checked when an application's device is adopted: compute workgroups (wgpu's
+/// The limits checked when a device is opened or an application's device adopted (a GL
+/// adapter without compute, in a build whose wgpu has `gles`): compute workgroups (wgpu's
 /// WebGL2 defaults have none, where the first op would divide by a zero limit), and storage
 /// bindings and buffers of at least the 4 KiB floor `DeviceOptions::max_binding_bytes` has.
 /// (Limits below what one kernel needs, fewer storage bindings per stage for example, fail

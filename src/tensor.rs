@@ -149,8 +149,9 @@ impl Tensor {
     /// ```
     pub fn from_slice<T: Element>(device: &Device, data: &[T], shape: &[usize]) -> Result<Tensor> {
         let op = "from_slice";
-        // The count first, in reshape's words (torch.tensor(data).reshape(shape)), then the
-        // shape's own limits.
+        // The dtype first (torch.tensor(data) is made before its reshape), then the count in
+        // reshape's words, then the shape's own limits.
+        device.require_dtype(op, T::DTYPE)?;
         let count = shape.iter().fold(1usize, |a, &d| a.saturating_mul(d));
         if data.len() != count {
             return Err(Error::shape(
@@ -252,8 +253,9 @@ impl Tensor {
 
     /// The wgpu buffer holding this tensor and the byte range of its elements, for the
     /// application's own passes on [`Device::wgpu_device`] (interop). The tensor must be
-    /// contiguous and its range 4-byte aligned (else call [`Tensor::deep_clone`] first, a packed
-    /// copy at offset 0); the buffer
+    /// contiguous and its range 4-byte aligned (a view at an unaligned offset can be copied to
+    /// offset 0 with [`Tensor::deep_clone`]; an odd number of f16 values must be padded); the
+    /// buffer
     /// may be larger than the range (pooled size classes). A binding at a non-zero offset must
     /// also respect the adapter's `min_storage_buffer_offset_alignment`; otherwise bind the whole
     /// buffer and index from `offset / element size`.

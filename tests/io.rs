@@ -673,10 +673,9 @@ fn out_of_memory_names_the_load_and_the_tensor() {
     assert!(e.to_string().contains("\"encoder.weight\""), "{e}");
 }
 
-/// PyTorch's unexpected-key rule: under the deepest module a key's name passes through, its
-/// next name must be a child module or a tensor of that module. `fc.weight.foo` (under a
-/// tensor's name) and `fc` (a module's own name) are ignored; `fc.foo` and `foo.bar` are
-/// unexpected.
+/// PyTorch's unexpected keys (test_load_state_dict_with_unexpected_key): every key that names
+/// no target is unexpected, under a tensor's name (`fc.weight.foo`) and a module's own name
+/// (`fc`) too.
 #[test]
 fn every_key_that_names_no_target_is_unexpected() {
     let w = Tensor::zeros(dev(), &[2], DType::F32).unwrap();

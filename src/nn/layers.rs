@@ -136,13 +136,10 @@ impl Forward for Linear {
                  (a 0-d input has no features; Linear takes [*, in_features])",
             ));
         };
-        // F.linear with a bias of a matrix (or of a contiguous input, flattened to one) is
-        // addmm, whose meta checks the dtypes (bias against the weight, then input against
-        // the weight) before the shapes.
-        if let (Some(b), true) = (
-            &self.bias,
-            x.rank() == 2 || (x.rank() > 2 && x.is_contiguous()),
-        ) {
+        // F.linear with a bias of a matrix (or of a contiguous input of any rank, flattened to
+        // one by _flatten_nd_linear) is addmm, whose meta checks the dtypes (bias against the
+        // weight, then input against the weight) before the shapes.
+        if let (Some(b), true) = (&self.bias, x.rank() == 2 || x.is_contiguous()) {
             let w = self.weight.dtype();
             for (what, t) in [("self", b.dtype()), ("mat1", x.dtype())] {
                 if t != w {

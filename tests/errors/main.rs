@@ -1816,10 +1816,15 @@ fn product_arguments_follow_pytorch() {
 
     let lin = wgtensor::nn::Linear::new(dev(), 4, 5, true).unwrap();
     use wgtensor::nn::Forward;
-    // A batched product's shapes come first too (bmm checks them in its meta).
+    // A batched product's shapes come first too: K (bmm's meta), and the batch dims even
+    // where K agrees (matmul's infer_size).
     assert!(!msg(&matmul(&t(&[2, 2, 3]), &h(&[2, 4, 5])).unwrap_err()).contains("dtype"));
+    has(
+        matmul(&t(&[2, 2, 3]), &h(&[3, 3, 5])),
+        "must match the size of tensor b (3) at non-singleton dimension 0",
+    );
     // A contiguous input of rank 3 is flattened to addmm, so dtypes first there too.
-    for x in [h(&[2, 4]), h(&[2, 3]), h(&[2, 2, 3])] {
+    for x in [h(&[2, 4]), h(&[2, 3]), h(&[2, 2, 3]), h(&[3])] {
         has(
             lin.forward(&x),
             "mat1 and mat2 must have the same dtype, but got Half and Float",
@@ -1843,6 +1848,14 @@ fn api_edges_in_pytorch_words() {
         Tensor::from_slice(dev(), &[1.0f32; 3], &[2, 2]),
         "shape '[2, 2]' is invalid for input of size 3",
     );
+    // The dtype before the count (the tensor is made before its reshape).
+    let no_f16 = Device::with_options(DeviceOptions {
+        disable_f16: true,
+        ..DeviceOptions::default()
+    })
+    .unwrap();
+    let e = Tensor::from_slice(&no_f16, &[f16::ONE; 3], &[2, 2]).unwrap_err();
+    assert!(matches!(e, Error::MissingFeature { .. }), "{e:?}");
     if dev().supports_f16() {
         let h = Tensor::from_slice(dev(), &[f16::ONE; 3], &[3]).unwrap();
         has(h.wgpu_buffer(), "not a multiple of 4");

@@ -412,8 +412,6 @@ fn transpose_untracked(
 ) -> Result<Tensor> {
     let [_, _, h, wd] = dims4(op, x, "input")?;
     let ws = dims4(op, w, "weight")?;
-    // The empty batch returns before the kernels' own checks: one device first.
-    x.same_device(op, w)?;
     if o.stride.contains(&0) || o.dilation.contains(&0) {
         return Err(Error::arg(
             op,
@@ -439,7 +437,9 @@ fn transpose_untracked(
     // own checks (output padding, output size).
     check_bias(op, x, bias, ws[1] * o.groups, w)?;
     if x.shape()[0] == 0 || h == 0 || wd == 0 {
-        // The Empty backend: chosen before any backend check.
+        // The Empty backend: chosen before any backend check (its `input * weight` still
+        // needs one device).
+        x.same_device(op, w)?;
         return empty::empty_transposed(op, x, ws, o);
     }
     // After the channels, as PyTorch's shape check, in its words.

@@ -156,9 +156,10 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
         a.shape()[a.rank() - 1],
         b.shape()[b.rank().saturating_sub(2)],
     );
+    // The batch first, as PyTorch's matmul (infer_size before bmm's checks), then K, then
+    // the dtypes.
+    shape::batch_shape(op, a.shape(), b.shape())?;
     if ka != kb {
-        // The batch first, as PyTorch's matmul (infer_size before bmm's check).
-        shape::batch_shape(op, a.shape(), b.shape())?;
         return Err(shape::k_mismatch(op, a.shape(), b.shape()));
     }
     a.same_dtype_factors(op, b)?;
