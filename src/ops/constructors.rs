@@ -42,6 +42,13 @@ impl Tensor {
         dtype: DType,
     ) -> Result<Tensor> {
         let op = "arange";
+        // Its kernel first converts the three to the accumulate type, checked: f32 for f16
+        // (f64 for f32, where nothing can overflow).
+        if dtype == DType::F16 {
+            for v in [start, end, step] {
+                crate::tensor::check_fill(op, v, DType::F32)?;
+            }
+        }
         // PyTorch's checks (its arange_check_bounds) and messages, with the values: NaN is
         // no nonzero step, and only the bounds must be finite.
         if step == 0.0 || step.is_nan() {

@@ -288,6 +288,20 @@ fn arange_step_sign_with_tiny_values() {
             .shape(),
         &[3]
     );
+    // f16 converts its bounds and step to f32 first, checked (PyTorch's accumulate type);
+    // f32 takes them as doubles.
+    if dev().supports_f16() {
+        for (s, e, st) in [(0.0, 1.0, 1e39), (-1e39, 0.0, 1e38), (0.0, 1e39, 1e38)] {
+            let err = Tensor::arange(dev(), s, e, st, DType::F16).unwrap_err();
+            assert!(err.to_string().contains("without overflow"), "{err}");
+        }
+    }
+    assert_eq!(
+        Tensor::arange(dev(), 0.0, 1.0, 1e39, DType::F32)
+            .unwrap()
+            .shape(),
+        &[1]
+    );
 }
 
 /// An owned operator on i32 tensors is refused as the borrowed one, empty or not.
