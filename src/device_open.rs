@@ -19,8 +19,9 @@ impl Device {
     /// (NVIDIA through Vulkan), opening also compiles the f16 tensor-core GEMM and tests it on
     /// a small product ([`DeviceOptions::cooperative_matrix`]); a failure there opens the
     /// device without them ([`Device::cooperative_matrix_refused`] says why). Errors with
-    /// [`Error::NoAdapter`], whose message says what to install, when no adapter is found or
-    /// the device cannot be created.
+    /// [`Error::NoAdapter`], whose message says what to install, when no adapter is found, the
+    /// device cannot be created, or the adapter cannot run wgtensor's compute shaders (no
+    /// compute workgroups, or storage bindings or buffers under 4 KiB).
     ///
     /// ```ignore-wasm32
     /// # fn main() -> wgtensor::Result<()> {
@@ -37,7 +38,8 @@ impl Device {
     /// Like [`Device::new`] with explicit execution options.
     ///
     /// Errors as [`Device::new`], and with [`Error::InvalidArgument`] for option values the
-    /// runtime cannot honour (a cap of 0, a memory limit of 0).
+    /// runtime cannot honour (a cap of 0, a memory limit of 0, a `max_dispatches_per_submit`
+    /// whose parameter buffer exceeds the device's `max_buffer_size`).
     ///
     /// ```ignore-wasm32
     /// # fn main() -> wgtensor::Result<()> {

@@ -563,8 +563,8 @@ pub(crate) fn load_error_message(
 /// Copies `source` tensors into the `targets` (a model's parameters and buffers by their
 /// state-dict names) in place, converting dtypes; shapes must match. `strict` (PyTorch's
 /// default) makes any missing or unexpected key an error naming them; otherwise they are
-/// reported. Every key that names no target is unexpected, as in PyTorch (since 2.4, keys
-/// under a tensor's name such as `fc.weight.foo` too). Every size mismatch is listed in one
+/// reported. Every key that names no target is unexpected, as in current PyTorch (keys under
+/// a tensor's name such as `fc.weight.foo` too). Every size mismatch is listed in one
 /// error, as PyTorch's. Nothing is copied when an error is returned.
 pub fn load_state_dict(
     targets: &[(&str, &Tensor)],

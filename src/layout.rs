@@ -276,7 +276,7 @@ impl Layout {
 
     /// Expanded to `shape` by numpy broadcasting: stride 0 on stretched dims; a new leading dim
     /// of size 1 takes the stride `unsqueeze` would give it (PyTorch's `inferExpandGeometry`),
-    /// a stretched new one 0.
+    /// a stretched new one 0; a 0-d tensor expands with every stride 0.
     /// Errors with [`Error::Shape`] when the shapes do not broadcast.
     pub fn broadcast_to(&self, shape: &[usize]) -> Result<Layout> {
         let op = "broadcast_to";

@@ -27,7 +27,9 @@
 //! on that number visits a node only after every consumer has added its gradient, with no
 //! recursive sort. The backward of each visited node that saved tensors is *taken* out of it,
 //! which releases them to the pool during the pass; a later backward through that node is an
-//! error. Nodes that saved nothing (views, `add`, `sum`, ...) serve any number of passes.
+//! error. Nodes that saved nothing (views, `add`, `sum`, ...) serve any number of passes,
+//! except those whose PyTorch twin saves a tensor (scalar `mul`/`div`, reflect/replicate
+//! `pad`: `BackwardOp::single_use`), which serve one.
 //!
 //! Not differentiable: in-place ops (`gemm_into` refuses tracked operands while recording;
 //! `batch_norm_train` refuses tracked running statistics). `Rnn::forward_train` /
@@ -69,7 +71,7 @@ pub(crate) trait BackwardOp: Shareable {
     /// outputs it keeps, not temporaries of its own): their versions are recorded when the
     /// node is created and checked before the backward runs (PyTorch's saved-tensor check).
     /// An op that returns none here must hold no tensors at all: its node is not freed by a
-    /// backward and serves later passes too.
+    /// backward and serves later passes too, unless [`BackwardOp::single_use`].
     fn saved(&self) -> Vec<&Tensor>;
     /// True when PyTorch's twin of this op saves a tensor (freed by a backward) where this
     /// one keeps none, as `x * 2` (the wrapped scalar) or a reflect pad (its input's size):
@@ -631,7 +633,8 @@ impl Tensor {
     /// Gradients of this single-element tensor (the loss) with respect to every tracked leaf
     /// it depends on, seeded with 1. The nodes it runs through that saved tensors are
     /// consumed: those are released, and a second backward through them is an error (nodes
-    /// that saved nothing serve any number of passes).
+    /// that saved nothing serve any number of passes, but scalar `mul`/`div` and
+    /// reflect/replicate `pad` serve one, as PyTorch's save a tensor there).
     pub fn backward(&self) -> Result<Grads> {
         let meta = self.tracked_meta()?;
         self.check_scalar_loss()?;

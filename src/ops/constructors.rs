@@ -31,7 +31,8 @@ impl Tensor {
     /// `start, start + step, ...` up to but excluding `end` (PyTorch's `torch.arange`; for
     /// [`DType::I32`], as PyTorch's, the count comes from the float bounds and the values
     /// from `start` and `step` truncated to integers, so a step below 1 repeats `start`).
-    /// Float values past the dtype's range round to infinity, as PyTorch's cast; an i32 range
+    /// Float values past the dtype's range round to infinity, as PyTorch's cast (f16 converts
+    /// `start`, `end` and `step` to f32 first, checked, as its kernel); an i32 range
     /// past i32 is an error. An infinite step gives an empty tensor, as PyTorch's
     /// `ceil((end - start) / step)`.
     pub fn arange(

@@ -149,7 +149,9 @@ impl Tensor {
     /// PyTorch's `torch.index_select(self, dim, index)`: the entries of `self` along `dim` at
     /// the positions `index` (a 1-D i32 tensor) lists, in its order, repeats allowed. The
     /// result has `self`'s shape with `dim` resized to `index`'s length. Out-of-range indices are
-    /// an error at the next sync or readback, as in PyTorch; unchecked, they
+    /// an error at the next sync or readback, as in PyTorch (an index into an empty `dim` of a
+    /// self of rank 2 or more is refused at once: "self indexing axis dim should be
+    /// positive"); unchecked, they
     /// read NaN (see the [module docs](crate::ops::index)). Differentiable in `self`. A scalar
     /// `self` takes a one-value index and gives a scalar, as in PyTorch.
     ///
@@ -305,7 +307,7 @@ impl Tensor {
 /// the i32 indices `input` (any shape), giving `input.shape + [E]`. The row `padding_idx`
 /// (negative counts from the end) gets no gradient, as in PyTorch; its forward value is the
 /// row as it is. Out-of-range indices are an error at the next sync or readback (see the
-/// [module docs](crate::ops::index)).
+/// [module docs](crate::ops::index)); any index into a table of 0 rows is refused at once.
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {

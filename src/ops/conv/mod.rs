@@ -371,7 +371,9 @@ pub fn conv1d_backward_input(
 /// `[C_in, H, W]` gives `[C_out, OH, OW]`.
 ///
 /// `pad` is the sum of the two sides' [`Padding`]. Errors as [`conv2d`], plus
-/// [`Error::InvalidArgument`] for an `output_padding` not below its stride or dilation.
+/// [`Error::InvalidArgument`] for an `output_padding` not below its stride or dilation (except
+/// for an empty batch: PyTorch's Empty backend gives an empty result of the computed size,
+/// 0 allowed, a negative one refused).
 ///
 /// ```no_run,ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {

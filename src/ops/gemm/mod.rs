@@ -44,7 +44,8 @@ pub use crate::ops::activation::Activation;
 /// do not broadcast, a bias of the wrong length; [`Error::InvalidArgument`] when `a` and `b`
 /// differ in dtype (ATen's "expected m1 and m2 to have the same dtype" words), for i32
 /// operands (the kernels are float-only, as CUDA's addmm), and for an alpha (or, with a `c`,
-/// a beta) past f32's range (addmm converts them checked; over K = 0 alpha is never applied);
+/// a beta) past f32's range where applied (addmm converts them checked; alpha only when
+/// K > 0, neither for an empty output);
 /// [`Error::DType`] when `c` or the bias differs from them; [`Error::DeviceMismatch`] across
 /// devices; [`Error::InvalidArgument`] for `split_k: Some(0)`; [`Error::Size`]
 /// for K beyond the supported length.
