@@ -76,8 +76,8 @@ impl Device {
         check_compute_limits("Device::new", &limits).map_err(|e| {
             let info = adapter.get_info();
             crate::Error::NoAdapter(format!(
-                "the adapter {} ({:?}) cannot run compute shaders: {e}; wgtensor needs Vulkan, \
-                 Metal, DX12 or WebGPU",
+                "the adapter {} ({:?}) cannot run wgtensor's compute shaders: {e}; wgtensor \
+                 needs Vulkan, Metal, DX12 or WebGPU",
                 info.name, info.backend
             ))
         })?;
@@ -223,12 +223,15 @@ fn check_compute_limits(op: &'static str, l: &wgpu::Limits) -> Result<()> {
     ];
     for (name, got, min) in need {
         if got < min {
+            // The advice fits an application's device; Device::new asked for the adapter's.
+            let advice = if op == "from_wgpu" {
+                " (request wgpu::Limits::default() or the adapter's limits)"
+            } else {
+                ""
+            };
             return Err(crate::Error::arg(
                 op,
-                format!(
-                    "the device's {name} is {got}, below the {min} wgtensor requires (request \
-                     wgpu::Limits::default() or the adapter's limits)"
-                ),
+                format!("the device's {name} is {got}, below the {min} wgtensor requires{advice}"),
             ));
         }
     }
