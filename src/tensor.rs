@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+pub(crate) use crate::error::check_fill;
 use crate::layout::{checked_numel, Layout};
 use crate::ops::view_grad::{self, ViewKind};
 use crate::runtime::{Device, Storage};
@@ -669,34 +670,4 @@ impl Tensor {
         let offset = src.layout.offset() as u64 * size;
         Ok((src, offset, self.numel() as u64 * size))
     }
-}
-
-/// PyTorch's checked conversion of a fill value ("value cannot be converted to type ... without
-/// overflow"): a finite value past the largest f16 (65504) or f32, or for [`DType::I32`] NaN or
-/// a value outside its range, is an error naming `op`; infinities and NaN fill float tensors.
-pub(crate) fn check_fill(op: &'static str, value: f64, dtype: DType) -> Result<()> {
-    let max = match dtype {
-        DType::F32 => f64::from(f32::MAX),
-        DType::F16 => f64::from(half::f16::MAX),
-        DType::I32 => f64::from(i32::MAX),
-    };
-    let fits = match dtype {
-        DType::I32 => value >= f64::from(i32::MIN) && value <= max,
-        _ => !value.is_finite() || value.abs() <= max,
-    };
-    if !fits {
-        return Err(Error::arg(
-            op,
-            format!(
-                "value cannot be converted to type {} without overflow: {value}",
-                // C++'s names, as PyTorch's message has them.
-                match dtype {
-                    DType::F32 => "float",
-                    DType::F16 => "at::Half",
-                    DType::I32 => "int",
-                }
-            ),
-        ));
-    }
-    Ok(())
 }

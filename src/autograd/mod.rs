@@ -73,9 +73,8 @@ pub(crate) trait BackwardOp: Shareable {
     /// An op that returns none here must hold no tensors at all: its node is not freed by a
     /// backward and serves later passes too, unless [`BackwardOp::single_use`].
     fn saved(&self) -> Vec<&Tensor>;
-    /// True when PyTorch's twin of this op saves a tensor (freed by a backward) where this
-    /// one keeps none, as `x * 2` (the wrapped scalar) or a reflect pad (its input's size):
-    /// its node then serves one backward only, so a second one fails as PyTorch's does.
+    /// True when PyTorch's twin of this op saves a tensor where this one keeps none (`x * 2`'s
+    /// wrapped scalar, a reflect pad's input): its node serves one backward, as PyTorch's.
     fn single_use(&self) -> bool {
         false
     }
@@ -622,8 +621,8 @@ impl Tensor {
         }
     }
 
-    /// Whether this tracked tensor views a leaf (check_inplace's `_base().is_leaf()`: the
-    /// base's current flag does not matter, a view taken while it required grad still does).
+    /// Whether this tracked tensor views a leaf (check_inplace's `_base().is_leaf()`, whatever
+    /// the base's current flag).
     pub(crate) fn is_view_of_leaf(&self) -> bool {
         self.live_meta()
             .and_then(|m| m.view_base.as_ref())

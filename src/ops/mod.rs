@@ -6,6 +6,7 @@ pub mod attention;
 pub mod batchnorm;
 pub mod binary;
 mod binary_grad;
+mod clamp;
 pub mod compare;
 mod constructors;
 pub mod conv;
