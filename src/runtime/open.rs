@@ -165,6 +165,17 @@ impl Device {
                 ),
             ));
         }
+        if let Some(limit) = opts.memory_limit.filter(|&m| m < arena) {
+            // The arena counts toward the budget: every first dispatch would be out of memory.
+            return Err(Error::arg(
+                "Device",
+                format!(
+                    "memory_limit = {limit} is below one batch's parameter buffer of {arena} \
+                     bytes (max_dispatches_per_submit = {})",
+                    opts.max_dispatches_per_submit
+                ),
+            ));
+        }
         // Both callbacks raise `flagged` after filling their slot, so `check` takes no lock
         // while nothing has gone wrong (it runs on every op).
         let flagged = Arc::new(AtomicBool::new(false));

@@ -130,6 +130,18 @@ fn absurd_options_are_refused_up_front() {
             "{opts:?}: {e:?}"
         );
     }
+    // A limit below one batch's parameter buffer (64 slots of 256 bytes) would make every
+    // first dispatch run out of memory: refused when the device opens.
+    let e = Device::with_options(DeviceOptions {
+        memory_limit: Some(8 << 10),
+        ..Default::default()
+    })
+    .unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument { op: "Device", .. })
+            && e.to_string().contains("parameter buffer of 16384 bytes"),
+        "{e:?}"
+    );
 }
 
 /// Work submitted from outside goes through the same in-flight cap and after pending ops.
