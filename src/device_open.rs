@@ -39,7 +39,8 @@ impl Device {
     ///
     /// Errors as [`Device::new`], and with [`Error::InvalidArgument`] for option values the
     /// runtime cannot honour (a cap of 0, a memory limit of 0, a `max_dispatches_per_submit`
-    /// whose parameter buffer exceeds the device's `max_buffer_size`).
+    /// whose parameter buffer (256 bytes a dispatch) exceeds the device's `max_buffer_size` or
+    /// the memory limit).
     ///
     /// ```ignore-wasm32
     /// # fn main() -> wgtensor::Result<()> {
