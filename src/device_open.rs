@@ -76,8 +76,12 @@ impl Device {
         // here, not by a division by its zero grid limit at the first op.
         check_compute_limits("Device::new", &limits).map_err(|e| {
             let info = adapter.get_info();
+            let why = match e {
+                crate::Error::InvalidArgument { msg, .. } => msg,
+                other => other.to_string(),
+            };
             crate::Error::NoAdapter(format!(
-                "the adapter {} ({:?}) cannot run wgtensor's compute shaders: {e}; wgtensor \
+                "the adapter {} ({:?}) cannot run wgtensor's compute shaders: {why}; wgtensor \
                  needs Vulkan, Metal, DX12 or WebGPU",
                 info.name, info.backend
             ))
@@ -225,14 +229,17 @@ fn check_compute_limits(op: &'static str, l: &wgpu::Limits) -> Result<()> {
     for (name, got, min) in need {
         if got < min {
             // The advice fits an application's device; Device::new asked for the adapter's.
-            let advice = if op == "from_wgpu" {
-                " (request wgpu::Limits::default() or the adapter's limits)"
+            let (whose, advice) = if op == "from_wgpu" {
+                (
+                    "the device's",
+                    " (request wgpu::Limits::default() or the adapter's limits)",
+                )
             } else {
-                ""
+                ("its", "")
             };
             return Err(crate::Error::arg(
                 op,
-                format!("the device's {name} is {got}, below the {min} wgtensor requires{advice}"),
+                format!("{whose} {name} is {got}, below the {min} wgtensor requires{advice}"),
             ));
         }
     }

@@ -137,9 +137,10 @@ impl Forward for Linear {
             ));
         };
         // F.linear with a bias of a matrix (or of a contiguous input of any rank, flattened to
-        // one by _flatten_nd_linear) is addmm, whose meta checks the dtypes (bias against the
-        // weight, then input against the weight) before the shapes.
-        if let (Some(b), true) = (&self.bias, x.rank() == 2 || x.is_contiguous()) {
+        // one by _flatten_nd_linear, with a contiguous bias) is addmm, whose meta checks the
+        // dtypes (bias against the weight, then input against the weight) before the shapes.
+        let addmm = |b: &Tensor| x.rank() == 2 || (x.is_contiguous() && b.is_contiguous());
+        if let Some(b) = self.bias.as_ref().filter(|b| addmm(b)) {
             let w = self.weight.dtype();
             for (what, t) in [("self", b.dtype()), ("mat1", x.dtype())] {
                 if t != w {

@@ -31,8 +31,9 @@ impl Tensor {
     /// `start, start + step, ...` up to but excluding `end` (PyTorch's `torch.arange`; for
     /// [`DType::I32`], as PyTorch's, the count comes from the float bounds and the values
     /// from `start` and `step` truncated to integers, so a step below 1 repeats `start`).
-    /// Float values past the dtype's range round to infinity, as PyTorch's cast (f16 converts
-    /// `start`, `end` and `step` to f32 first, checked, as its kernel); an i32 range
+    /// Float values past the dtype's range round to infinity, as PyTorch's cast (f16 computes
+    /// `start + step * i` in f32, as its kernel, `start` and `step` converted checked); an i32
+    /// range
     /// past i32 is an error. An infinite step gives an empty tensor, as PyTorch's
     /// `ceil((end - start) / step)`.
     pub fn arange(
@@ -43,13 +44,6 @@ impl Tensor {
         dtype: DType,
     ) -> Result<Tensor> {
         let op = "arange";
-        // Its kernel first converts the three to the accumulate type, checked: f32 for f16
-        // (f64 for f32, where nothing can overflow).
-        if dtype == DType::F16 {
-            for v in [start, end, step] {
-                crate::tensor::check_fill(op, v, DType::F32)?;
-            }
-        }
         // PyTorch's checks (its arange_check_bounds) and messages, with the values: NaN is
         // no nonzero step, and only the bounds must be finite.
         if step == 0.0 || step.is_nan() {
@@ -80,6 +74,17 @@ impl Tensor {
         }
         // Refused before the host vector is built: its size is the caller's.
         crate::tensor::check_new_shape(device, op, &[n as usize], dtype)?;
+        if dtype == DType::F16 {
+            // Its kernel converts start and step to the accumulate type (f32 for f16),
+            // checked, and computes `start + step * i` there.
+            crate::tensor::check_fill(op, start, DType::F32)?;
+            crate::tensor::check_fill(op, step, DType::F32)?;
+            let (s, st) = (start as f32, step as f32);
+            let v: Vec<f64> = (0..n as usize)
+                .map(|i| f64::from(s + st * i as f32))
+                .collect();
+            return upload(device, &v, &[v.len()], dtype);
+        }
         // PyTorch's integer arange: the count from the float bounds, the values from the
         // start and step cast to integers first (arange(-3, 3, 1.5) is -3, -2, -1, 0; a step
         // that casts to 0 repeats the start, as its kernel's `start + step * i`).

@@ -1823,7 +1823,7 @@ fn product_arguments_follow_pytorch() {
         matmul(&t(&[2, 2, 3]), &h(&[3, 3, 5])),
         "must match the size of tensor b (3) at non-singleton dimension 0",
     );
-    // A contiguous input of rank 3 is flattened to addmm, so dtypes first there too.
+    // A contiguous input of any rank is flattened to addmm, so dtypes first there too.
     for x in [h(&[2, 4]), h(&[2, 3]), h(&[2, 2, 3]), h(&[3])] {
         has(
             lin.forward(&x),

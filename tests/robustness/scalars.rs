@@ -288,13 +288,25 @@ fn arange_step_sign_with_tiny_values() {
             .shape(),
         &[3]
     );
-    // f16 converts its bounds and step to f32 first, checked (PyTorch's accumulate type);
-    // f32 takes them as doubles.
+    // f16 converts its start and step to f32, checked (PyTorch's accumulate type), and
+    // computes in f32; its end stays a double; f32 takes them as doubles.
     if dev().supports_f16() {
-        for (s, e, st) in [(0.0, 1.0, 1e39), (-1e39, 0.0, 1e38), (0.0, 1e39, 1e38)] {
+        for (s, e, st) in [(0.0, 1.0, 1e39), (-1e39, 0.0, 1e38)] {
             let err = Tensor::arange(dev(), s, e, st, DType::F16).unwrap_err();
             assert!(err.to_string().contains("without overflow"), "{err}");
         }
+        let y = Tensor::arange(dev(), 0.0, 1e39, 1e38, DType::F16).unwrap();
+        let v = y.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
+        assert_eq!(v.len(), 10);
+        assert!(
+            v[0] == 0.0 && v[1..].iter().all(|x| *x == f32::INFINITY),
+            "{v:?}"
+        );
+        // start + step * i rounds in f32 first: i = 3 is a tie that f16 rounds to even (3.0),
+        // where the f64 value rounds up.
+        let y = Tensor::arange(dev(), 0.0, 3.5, 1.0003255754709244, DType::F16).unwrap();
+        let v = y.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
+        assert_eq!(v[3], 3.0, "{v:?}");
     }
     assert_eq!(
         Tensor::arange(dev(), 0.0, 1.0, 1e39, DType::F32)
