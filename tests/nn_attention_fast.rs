@@ -221,3 +221,40 @@ fn the_encoder_layer_sums_float_masks_before_reading_them() {
         .all(|(a, b)| a.to_bits() == b.to_bits());
     assert!(same, "{got:?} vs {want:?}");
 }
+
+/// The encoder's nested-tensor path drops padded tokens before the first layer and pads its
+/// output with exact zeros: NaN at a padded position reaches no real token (PyTorch's
+/// `_nested_tensor_from_mask`). An encoder of no layers is refused, as PyTorch's forward
+/// reads `layers[0]`. The layer builds its attention before checking its dropout (the
+/// embed_dim check first), whose range check lets NaN through as nn.Dropout's.
+#[test]
+fn the_encoders_nested_path_keeps_padded_nan_out() {
+    use wgtensor::nn::TransformerEncoder;
+    let l = layer(1e-5);
+    let enc = TransformerEncoder::new(&l, 2, None).unwrap();
+    let mut v: Vec<f32> = (0..12).map(|i| i as f32 * 0.1).collect();
+    v[8..].fill(f32::NAN);
+    let src = Tensor::from_slice(common::device(), &v, &[1, 3, 4]).unwrap();
+    let pad = Tensor::from_slice(common::device(), &[0.0f32, 0.0, 1.0], &[1, 3])
+        .unwrap()
+        .to_dtype(wgtensor::DType::I32)
+        .unwrap();
+    let y = wgtensor::no_grad(|| enc.forward_with(&src, None, Some(MhaMask::Bool(&pad)), false))
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    assert!(y[..8].iter().all(|x| x.is_finite()), "{y:?}");
+    assert_eq!(&y[8..], &[0.0; 4]);
+
+    let none = TransformerEncoder::new(&l, 0, None).unwrap();
+    assert!(none.forward_with(&src, None, None, false).is_err());
+
+    let cfg = |dropout: f64| TransformerEncoderLayerConfig {
+        dropout,
+        ..Default::default()
+    };
+    let e = TransformerEncoderLayer::new(common::device(), 5, 2, cfg(1.5)).unwrap_err();
+    assert!(e.to_string().contains("divisible"), "{e}");
+    assert!(TransformerEncoderLayer::new(common::device(), 4, 2, cfg(f64::NAN)).is_ok());
+    assert!(TransformerEncoderLayer::new(common::device(), 4, 2, cfg(1.5)).is_err());
+}

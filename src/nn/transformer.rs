@@ -113,8 +113,6 @@ impl TransformerEncoderLayer {
         c: TransformerEncoderLayerConfig,
     ) -> Result<TransformerEncoderLayer> {
         let op = "TransformerEncoderLayer";
-        // nn.Dropout's words: PyTorch's layer raises them from its dropout modules.
-        crate::ops::random::check_dropout_p(op, c.dropout)?;
         let mha = MultiheadAttentionConfig {
             dropout: c.dropout,
             bias: c.bias,
@@ -127,8 +125,14 @@ impl TransformerEncoderLayer {
             elementwise_affine: true,
             bias: c.bias,
         };
+        // PyTorch builds self_attn first (its embed_dim check), then its Dropout modules, whose
+        // range check lets NaN through.
+        let self_attn = MultiheadAttention::new(dev, d_model, nhead, mha)?;
+        if !c.dropout.is_nan() {
+            crate::ops::random::check_dropout_p(op, c.dropout)?;
+        }
         Ok(TransformerEncoderLayer {
-            self_attn: MultiheadAttention::new(dev, d_model, nhead, mha)?,
+            self_attn,
             linear1: Linear::new(dev, d_model, c.dim_feedforward, c.bias)?,
             dropout: Dropout::new(c.dropout),
             linear2: Linear::new(dev, c.dim_feedforward, d_model, c.bias)?,
@@ -306,8 +310,9 @@ impl TransformerEncoder {
     /// Padded positions come out as PyTorch's default (`enable_nested_tensor`) computes them:
     /// in evaluation without gradients, a batch-first post-norm encoder of an even head count
     /// given only a left-aligned key padding mask runs on the unpadded tokens and pads its
-    /// output with zeros before the final norm, so padded positions are 0 (or the norm of 0).
-    /// Every other position is the same either way. The left-alignment test reads the mask
+    /// output with zeros before the final norm, so padded positions are 0 (or the norm of 0),
+    /// and NaN or inf at a padded position never reaches a real token. Every other position
+    /// is the same either way. An encoder of no layers is refused, as PyTorch's forward. The left-alignment test reads the mask
     /// back, which the browser (wasm32) cannot do without blocking: there padded positions
     /// keep their computed values.
     pub fn forward_with(
@@ -317,11 +322,23 @@ impl TransformerEncoder {
         src_key_padding_mask: Option<MhaMask>,
         is_causal: bool,
     ) -> Result<Tensor> {
+        if self.layers.is_empty() {
+            // PyTorch's forward reads self.layers[0] first.
+            return Err(Error::arg(
+                "TransformerEncoder",
+                "index 0 is out of range (an encoder needs at least one layer)",
+            ));
+        }
         let keep = match mask.is_none() && !is_causal {
             true => self.nested_keep(src, src_key_padding_mask)?,
             false => None,
         };
-        let mut x = src.clone();
+        // The nested path drops padded tokens before the first layer and pads the output
+        // with exact zeros: NaN or inf there never reaches a real token.
+        let mut x = match &keep {
+            Some(k) => k.where_cond(src, &src.zeros_like()?)?,
+            None => src.clone(),
+        };
         for (i, layer) in self.layers.iter().enumerate() {
             // On PyTorch's nested-tensor path the layers see no padding (so no fully masked
             // rows); otherwise each takes its own path (see forward_with).
@@ -332,7 +349,7 @@ impl TransformerEncoder {
             x = y.map_err(|e| e.in_layer(&format!("layers.{i}"), "TransformerEncoderLayer"))?;
         }
         if let Some(keep) = keep {
-            x = x.mul(&keep)?;
+            x = keep.where_cond(&x, &x.zeros_like()?)?;
         }
         match &self.norm {
             Some(n) => n.forward(&x),

@@ -145,7 +145,21 @@ impl Problem {
         }
         let lead_of = |sh: &[usize]| sh[..sh.len() - 2].to_vec();
         let (ql, kl, vl) = (lead_of(qs), lead_of(ks), lead_of(vs));
-        let gqa = opts.enable_gqa && qs.len() >= 3 && ks.len() >= 3 && vs.len() >= 3;
+        // The GQA preprocessing reads each operand's size(-3), q's first.
+        if let Some(r) = [qs, ks, vs]
+            .iter()
+            .map(|s| s.len())
+            .find(|&r| opts.enable_gqa && r < 3)
+        {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "Dimension out of range (expected to be in range of [-{r}, {}], but got -3)",
+                    r - 1
+                ),
+            ));
+        }
+        let gqa = opts.enable_gqa;
         let (lead, kv_lead) = if gqa {
             let (hq, hk, hv) = (qs[qs.len() - 3], ks[ks.len() - 3], vs[vs.len() - 3]);
             // Unequal key and value heads were repeated to the query's by the caller
