@@ -39,11 +39,23 @@ pub(crate) fn promoted_numeric(
     promoted(input, target)
 }
 
+/// [`promoted_numeric`], and an integer input of a float target taken in the target's dtype,
+/// as `mse_loss`, `l1_loss` and `smooth_l1_loss` compute (`huber_loss` and `kl_div` refuse an
+/// integer input in PyTorch too).
+pub(crate) fn promoted_regression(
+    input: &Tensor,
+    target: &Tensor,
+) -> Result<Option<(Tensor, Tensor)>> {
+    if !input.dtype().is_float() && target.dtype().is_float() {
+        return Ok(Some((input.to_dtype(target.dtype())?, target.clone())));
+    }
+    promoted_numeric(input, target)
+}
+
 /// Input and target of one shape, device and dtype. A shape mismatch reads as PyTorch's
 /// functional's check for the BCE losses (it raises before any kernel), else as ours.
 pub(crate) fn same_shape(op: &'static str, input: &Tensor, target: &Tensor) -> Result<()> {
     input.same_device(op, target)?;
-    input.same_dtype(op, target)?;
     let (t, i) = (target.shape(), input.shape());
     if t != i {
         let msg = match op {
@@ -59,7 +71,8 @@ pub(crate) fn same_shape(op: &'static str, input: &Tensor, target: &Tensor) -> R
         };
         return Err(Error::shape(op, msg));
     }
-    Ok(())
+    // The shapes first: the BCE functionals raise their size error before any kernel.
+    input.same_dtype(op, target)
 }
 
 /// The regression losses' shape rule (PyTorch's `mse_loss`, `l1_loss`, `smooth_l1_loss`,
@@ -86,7 +99,7 @@ pub(crate) fn broadcastable(op: &'static str, input: &Tensor, target: &Tensor) -
 /// broadcast, as PyTorch's (which warns when the shapes differ).
 pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
     let op = "mse_loss";
-    if let Some((i, t)) = promoted_numeric(input, target)? {
+    if let Some((i, t)) = promoted_regression(input, target)? {
         return mse_loss(&i, &t, reduction);
     }
     broadcastable(op, input, target)?;
@@ -286,7 +299,9 @@ pub fn cross_entropy_probs(
         return cross_entropy_probs(&i, &t, o);
     }
     if target.rank() + 1 == input.rank() && input.shape() != target.shape() {
-        // Class indices given as floats (labels built as f32).
+        // Class indices given as floats (labels built as f32). PyTorch takes its class-index
+        // branch here, which checks label_smoothing first.
+        o.check_label_smoothing(op)?;
         return Err(Error::shape(
             op,
             format!(

@@ -4,7 +4,9 @@
 //! them (a select's gradient takes the branch its value took); binary_cross_entropy,
 //! smooth_l1 and huber record PyTorch's explicit backward instead.
 
-use super::loss::{broadcastable, promoted, promoted_numeric, reduce, same_shape};
+use super::loss::{
+    broadcastable, promoted, promoted_numeric, promoted_regression, reduce, same_shape,
+};
 use super::loss_options::Reduction;
 use super::ScalarOp;
 use crate::autograd::{record, BackwardOp, NoGradGuard};
@@ -25,7 +27,7 @@ use crate::{DType, Error, Result, Tensor};
 /// # Ok(()) }
 /// ```
 pub fn l1_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
-    if let Some((i, t)) = promoted_numeric(input, target)? {
+    if let Some((i, t)) = promoted_regression(input, target)? {
         return l1_loss(&i, &t, reduction);
     }
     broadcastable("l1_loss", input, target)?;
@@ -54,7 +56,7 @@ pub fn smooth_l1_loss(
     if (beta as f32) < f32::MIN_POSITIVE {
         return l1_loss(input, target, reduction);
     }
-    if let Some((i, t)) = promoted_numeric(input, target)? {
+    if let Some((i, t)) = promoted_regression(input, target)? {
         return smooth_l1_loss(&i, &t, reduction, beta);
     }
     broadcastable(op, input, target)?;

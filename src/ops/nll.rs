@@ -79,30 +79,32 @@ fn check(
         ));
     }
     let s = input.shape();
-    let (expected, classes, inner): (Vec<usize>, usize, usize) = match s.len() {
-        0 => {
-            return Err(Error::shape(
+    let (expected, classes, inner): (Vec<usize>, usize, usize) =
+        match s.len() {
+            0 => return Err(Error::shape(
                 op,
-                "input must have a class dim ([C], [N, C] or [N, C, d1, ...]), got a scalar",
-            ))
-        }
-        1 => (vec![], s[0], 1),
-        _ => {
-            let mut e = vec![s[0]];
-            e.extend_from_slice(&s[2..]);
-            (e, s[1], s[2..].iter().product())
-        }
-    };
+                "Expected 1 or more dimensions (got 0) (input must have a class dim: [C], [N, C] \
+                 or [N, C, d1, ...])",
+            )),
+            1 => (vec![], s[0], 1),
+            _ => {
+                let mut e = vec![s[0]];
+                e.extend_from_slice(&s[2..]);
+                (e, s[1], s[2..].iter().product())
+            }
+        };
     let t = target.shape();
     let batch_mismatch = s.len() >= 2 && !t.is_empty() && t[0] != s[0];
-    if !batch_mismatch {
-        // After nll_loss_nd's batch check, the autograd layer of the function it calls
-        // refuses a tracked weight before that kernel's checks (not a silent None, nor the
-        // smoothing term's part of it).
-        let function = match s.len() {
-            0..=2 => "nll_loss_forward",
-            _ => "nll_loss2d_forward",
-        };
+    // After nll_loss_nd's batch check (and, for ranks 3 and 5+, its target-size check, which
+    // comes before the reshape into nll_loss2d), the autograd layer of the function it calls
+    // refuses a tracked weight before that kernel's checks (not a silent None, nor the
+    // smoothing term's part of it).
+    let reshaped = s.len() == 3 || s.len() >= 5;
+    let function = match s.len() {
+        0..=2 => "nll_loss_forward",
+        _ => "nll_loss2d_forward",
+    };
+    if !batch_mismatch && !reshaped {
         crate::ops::loss_options::no_requires_grad(op, function, "weight", weight)?;
     }
     // nll_loss2d's weight rule (inputs of rank 3 and more go through it): any shape of C
@@ -139,6 +141,9 @@ fn check(
             op,
             format!("{msg} (target shape {t:?} must be {expected:?} for input shape {s:?})"),
         ));
+    }
+    if reshaped {
+        crate::ops::loss_options::no_requires_grad(op, function, "weight", weight)?;
     }
     if spatial_weight_bad {
         return Err(Error::shape(op, ALL_OR_NO));
@@ -224,6 +229,7 @@ fn nll_parts(
     }
     let loss = record(loss, &[logp], |_| {
         Box::new(NllBackward {
+            logp: logp.detach(),
             target: target.clone(),
             weight: weight.map(Tensor::detach),
             ignore: ignore_i32(ignore_index),
@@ -236,6 +242,8 @@ fn nll_parts(
 }
 
 struct NllBackward {
+    /// Not read by the backward; kept for the version check, as NllLossBackward saves self.
+    logp: Tensor,
     target: Tensor,
     weight: Option<Tensor>,
     ignore: i32,
@@ -246,7 +254,10 @@ struct NllBackward {
 
 impl BackwardOp for NllBackward {
     fn saved(&self) -> Vec<&Tensor> {
-        std::iter::once(&self.target).chain(&self.weight).collect()
+        [&self.logp, &self.target]
+            .into_iter()
+            .chain(&self.weight)
+            .collect()
     }
 
     fn name(&self) -> &'static str {

@@ -971,7 +971,7 @@ fn loss_errors_in_pytorch_words() {
         "label_smoothing must be between 0.0 and 1.0. Got: 1.2",
     );
     // Probability targets: ignore_index first, then the weight's shape, then the smoothing
-    // (which refuses a negative one there), as cross_entropy_loss_symint.
+    // (a negative one is no smoothing), as cross_entropy_loss_symint.
     let (x, y) = (t(&[2, 3]), t(&[2, 3]));
     let w4 = t(&[4]);
     let o = CrossEntropyOptions {
@@ -1867,4 +1867,60 @@ fn api_edges_in_pytorch_words() {
     let x = t(&[0, 2, 3, 3]);
     let e = wgtensor::ops::conv_transpose2d(&x, &w, None, &Default::default()).unwrap_err();
     assert!(matches!(e, Error::DeviceMismatch { .. }), "{e:?}");
+}
+
+/// Losses in PyTorch's order: BCE's size sentence before its dtype check, cross_entropy's
+/// label_smoothing before a float target mistaken for class indices, nll's words for a 0-d
+/// input and, for inputs of rank 3, the target size before a tracked weight; an integer
+/// input of the regression losses computes in the float target's dtype; nll keeps its input
+/// for the version check, as NllLossBackward saves it.
+#[test]
+fn losses_in_pytorch_order() {
+    use wgtensor::ops::{
+        binary_cross_entropy, cross_entropy, l1_loss, mse_loss, nll_loss, CrossEntropyOptions,
+        NllLossOptions, Reduction,
+    };
+    let x16 = t(&[25]).to_dtype(DType::F16).unwrap();
+    has(
+        binary_cross_entropy(&x16, &t(&[25, 1]), None, Reduction::Mean),
+        "Using a target size (torch.Size([25, 1])) that is different to the input size",
+    );
+    let o = CrossEntropyOptions {
+        label_smoothing: 1.5,
+        ..Default::default()
+    };
+    has(
+        cross_entropy(&t(&[2, 3]), &t(&[2]), &o),
+        "label_smoothing must be between 0.0 and 1.0. Got: 1.5",
+    );
+    let ids = |shape: &[usize]| Tensor::zeros(dev(), shape, DType::I32).unwrap();
+    has(
+        nll_loss(&t(&[]), &ids(&[]), &NllLossOptions::default()),
+        "Expected 1 or more dimensions (got 0)",
+    );
+    let w = t(&[3]).requires_grad().unwrap();
+    let o = NllLossOptions {
+        weight: Some(&w),
+        ..Default::default()
+    };
+    has(
+        nll_loss(&t(&[2, 3, 4]), &ids(&[2, 5]), &o),
+        "Expected target size [2, 4], got [2, 5]",
+    );
+
+    let xi = Tensor::from_slice(dev(), &[1i32, 2], &[2]).unwrap();
+    let y = Tensor::from_slice(dev(), &[1.5f32, 2.5], &[2]).unwrap();
+    assert_eq!(
+        mse_loss(&xi, &y, Reduction::Mean).unwrap().item().unwrap(),
+        0.25
+    );
+    assert_eq!(
+        l1_loss(&xi, &y, Reduction::Sum).unwrap().item().unwrap(),
+        1.0
+    );
+
+    let logp = t(&[2, 3]).requires_grad().unwrap();
+    let l = nll_loss(&logp, &ids(&[2]), &NllLossOptions::default()).unwrap();
+    wgtensor::no_grad(|| logp.copy_from(&t(&[2, 3]))).unwrap();
+    has(l.backward(), "modified by an inplace operation");
 }
