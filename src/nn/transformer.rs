@@ -125,8 +125,8 @@ impl TransformerEncoderLayer {
             elementwise_affine: true,
             bias: c.bias,
         };
-        // PyTorch builds self_attn first (its embed_dim check), then its Dropout modules, whose
-        // range check lets NaN through.
+        // PyTorch builds self_attn first (its embed_dim check), then linear1 and its Dropout
+        // modules, whose range check lets NaN through.
         let self_attn = MultiheadAttention::new(dev, d_model, nhead, mha)?;
         if !c.dropout.is_nan() {
             crate::ops::random::check_dropout_p(op, c.dropout)?;
@@ -206,7 +206,12 @@ impl TransformerEncoderLayer {
                 false => self.self_attn.forward_general(x, x, x, &opts).map(|r| r.0),
             };
             let y = attn.map_err(at("self_attn", "MultiheadAttention"))?;
-            self.dropout1.forward(&y)
+            // The fast path (eval) calls no Dropout module (_transformer_encoder_layer_fwd),
+            // so a NaN p is no error there.
+            match fast {
+                true => Ok(y),
+                false => self.dropout1.forward(&y),
+            }
         };
         let ff = |x: &Tensor| -> Result<Tensor> {
             let h = self.linear1.forward(x).map_err(at("linear1", "Linear"))?;
@@ -214,9 +219,15 @@ impl TransformerEncoderLayer {
                 TransformerActivation::Relu => h.relu()?,
                 TransformerActivation::Gelu => h.gelu()?,
             };
-            let h = self.dropout.forward(&h)?;
+            let h = match fast {
+                true => h,
+                false => self.dropout.forward(&h)?,
+            };
             let h = self.linear2.forward(&h).map_err(at("linear2", "Linear"))?;
-            self.dropout2.forward(&h)
+            match fast {
+                true => Ok(h),
+                false => self.dropout2.forward(&h),
+            }
         };
         let norm1 = |x: &Tensor| self.norm1.forward(x).map_err(at("norm1", "LayerNorm"));
         let norm2 = |x: &Tensor| self.norm2.forward(x).map_err(at("norm2", "LayerNorm"));
@@ -312,9 +323,9 @@ impl TransformerEncoder {
     /// given only a left-aligned key padding mask runs on the unpadded tokens and pads its
     /// output with zeros before the final norm, so padded positions are 0 (or the norm of 0),
     /// and NaN or inf at a padded position never reaches a real token. Every other position
-    /// is the same either way. An encoder of no layers is refused, as PyTorch's forward. The left-alignment test reads the mask
-    /// back, which the browser (wasm32) cannot do without blocking: there padded positions
-    /// keep their computed values.
+    /// is the same either way. An encoder of no layers is refused, as PyTorch's forward. The
+    /// left-alignment test reads the mask back, which the browser (wasm32) cannot do without
+    /// blocking: there padded positions keep their computed values.
     pub fn forward_with(
         &self,
         src: &Tensor,

@@ -33,8 +33,7 @@ impl Tensor {
     /// from `start` and `step` truncated to integers, so a step below 1 repeats `start`).
     /// Float values past the dtype's range round to infinity, as PyTorch's cast (f16 computes
     /// `start + step * i` in f32, as its kernel, `start` and `step` converted checked); an i32
-    /// range
-    /// past i32 is an error. An infinite step gives an empty tensor, as PyTorch's
+    /// range past i32 is an error. An infinite step gives an empty tensor, as PyTorch's
     /// `ceil((end - start) / step)`.
     pub fn arange(
         device: &Device,

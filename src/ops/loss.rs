@@ -39,6 +39,10 @@ pub(crate) fn promoted_numeric(
     promoted(input, target)
 }
 
+/// log_softmax's refusal of a 0-d input to cross_entropy (its class dim is 1), in its words.
+const CLASS_DIM_OF_SCALAR: &str = "Dimension out of range (expected to be in range of [-1, 0], \
+                                   but got 1) (input must have a class dim, got a scalar)";
+
 /// [`promoted_numeric`], and an integer input of a float target taken in the target's dtype,
 /// as `mse_loss`, `l1_loss` and `smooth_l1_loss` compute (`huber_loss` and `kl_div` refuse an
 /// integer input in PyTorch too).
@@ -266,6 +270,10 @@ impl BackwardOp for BceWithLogitsBackward {
 /// # Ok(()) }
 /// ```
 pub fn cross_entropy(input: &Tensor, target: &Tensor, o: &CrossEntropyOptions) -> Result<Tensor> {
+    if input.rank() == 0 && target.dtype() == crate::DType::I32 {
+        // Its class-index path runs log_softmax over dim 1 first.
+        return Err(Error::shape("cross_entropy", CLASS_DIM_OF_SCALAR));
+    }
     // PyTorch takes a target of the input's shape as class probabilities before it looks at
     // the dtype, so integer labels shaped like the logits get this, not a shape error.
     if target.dtype() == crate::DType::I32 && target.shape() == input.shape() {
@@ -298,10 +306,13 @@ pub fn cross_entropy_probs(
     if let Some((i, t)) = promoted(input, target)? {
         return cross_entropy_probs(&i, &t, o);
     }
-    if target.rank() + 1 == input.rank() && input.shape() != target.shape() {
-        // Class indices given as floats (labels built as f32). PyTorch takes its class-index
-        // branch here, which checks label_smoothing first.
+    if input.shape() != target.shape() {
+        // PyTorch takes its class-index branch for any other shape, which checks
+        // label_smoothing first.
         o.check_label_smoothing(op)?;
+    }
+    if target.rank() + 1 == input.rank() && input.shape() != target.shape() {
+        // Class indices given as floats (labels built as f32).
         return Err(Error::shape(
             op,
             format!(
@@ -316,10 +327,7 @@ pub fn cross_entropy_probs(
     }
     same_shape(op, input, target)?;
     if input.rank() == 0 {
-        return Err(Error::shape(
-            op,
-            "input must have a class dim, got a scalar",
-        ));
+        return Err(Error::shape(op, CLASS_DIM_OF_SCALAR));
     }
     // cross_entropy_loss_symint's order for probability targets: ignore_index, then
     // cross_entropy_loss_prob_target's weight and label_smoothing checks.

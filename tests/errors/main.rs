@@ -1800,35 +1800,38 @@ fn product_arguments_follow_pytorch() {
     let k0 = gemm(&t(&[2, 0]), &t(&[0, 3]), &o(f64::INFINITY, 1.0, None)).unwrap();
     assert_eq!(k0.to_vec::<f32>().unwrap(), vec![0.0; 6]);
 
-    let h = |s: &[usize]| t(s).to_dtype(DType::F16).unwrap();
-    has(
-        matmul(&t(&[3]), &h(&[3])),
-        "dot : expected both vectors to have same dtype, but found Float and Half",
-    );
-    has(
-        matmul(&t(&[2, 3]), &h(&[4, 5])),
-        "mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)",
-    );
-    has(
-        matmul(&t(&[2, 3]), &h(&[3, 5])),
-        "expected m1 and m2 to have the same dtype",
-    );
-
-    let lin = wgtensor::nn::Linear::new(dev(), 4, 5, true).unwrap();
-    use wgtensor::nn::Forward;
-    // A batched product's shapes come first too: K (bmm's meta), and the batch dims even
-    // where K agrees (matmul's infer_size).
-    assert!(!msg(&matmul(&t(&[2, 2, 3]), &h(&[2, 4, 5])).unwrap_err()).contains("dtype"));
-    has(
-        matmul(&t(&[2, 2, 3]), &h(&[3, 3, 5])),
-        "must match the size of tensor b (3) at non-singleton dimension 0",
-    );
-    // A contiguous input of any rank is flattened to addmm, so dtypes first there too.
-    for x in [h(&[2, 4]), h(&[2, 3]), h(&[2, 2, 3]), h(&[3])] {
+    // The dtype words need a second float dtype (f16).
+    if dev().supports_f16() {
+        let h = |s: &[usize]| t(s).to_dtype(DType::F16).unwrap();
         has(
-            lin.forward(&x),
-            "mat1 and mat2 must have the same dtype, but got Half and Float",
+            matmul(&t(&[3]), &h(&[3])),
+            "dot : expected both vectors to have same dtype, but found Float and Half",
         );
+        has(
+            matmul(&t(&[2, 3]), &h(&[4, 5])),
+            "mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)",
+        );
+        has(
+            matmul(&t(&[2, 3]), &h(&[3, 5])),
+            "expected m1 and m2 to have the same dtype",
+        );
+
+        let lin = wgtensor::nn::Linear::new(dev(), 4, 5, true).unwrap();
+        use wgtensor::nn::Forward;
+        // A batched product's shapes come first too: K (bmm's meta), and the batch dims even
+        // where K agrees (matmul's infer_size).
+        assert!(!msg(&matmul(&t(&[2, 2, 3]), &h(&[2, 4, 5])).unwrap_err()).contains("dtype"));
+        has(
+            matmul(&t(&[2, 2, 3]), &h(&[3, 3, 5])),
+            "must match the size of tensor b (3) at non-singleton dimension 0",
+        );
+        // A contiguous input of any rank is flattened to addmm, so dtypes first there too.
+        for x in [h(&[2, 4]), h(&[2, 3]), h(&[2, 2, 3]), h(&[3])] {
+            has(
+                lin.forward(&x),
+                "mat1 and mat2 must have the same dtype, but got Half and Float",
+            );
+        }
     }
 
     let w = t(&[4, 2]);
@@ -1880,17 +1883,36 @@ fn losses_in_pytorch_order() {
         binary_cross_entropy, cross_entropy, l1_loss, mse_loss, nll_loss, CrossEntropyOptions,
         NllLossOptions, Reduction,
     };
-    let x16 = t(&[25]).to_dtype(DType::F16).unwrap();
+    fn o15() -> CrossEntropyOptions<'static> {
+        CrossEntropyOptions {
+            label_smoothing: 1.5,
+            ..Default::default()
+        }
+    }
+    // An i32 target of another size: the size sentence first (F.binary_cross_entropy's).
+    let yi = Tensor::zeros(dev(), &[25, 1], DType::I32).unwrap();
     has(
-        binary_cross_entropy(&x16, &t(&[25, 1]), None, Reduction::Mean),
+        binary_cross_entropy(&t(&[25]), &yi, None, Reduction::Mean),
         "Using a target size (torch.Size([25, 1])) that is different to the input size",
     );
-    let o = CrossEntropyOptions {
-        label_smoothing: 1.5,
-        ..Default::default()
-    };
+    // Any target of another shape takes PyTorch's class-index branch (smoothing first), and
+    // a 0-d input its log_softmax over dim 1.
+    for y in [t(&[2, 4]), t(&[3])] {
+        has(
+            cross_entropy(&t(&[2, 3]), &y, &o15()),
+            "label_smoothing must be between 0.0 and 1.0. Got: 1.5",
+        );
+    }
     has(
-        cross_entropy(&t(&[2, 3]), &t(&[2]), &o),
+        cross_entropy(
+            &t(&[]),
+            &Tensor::zeros(dev(), &[2], DType::I32).unwrap(),
+            &o15(),
+        ),
+        "Dimension out of range (expected to be in range of [-1, 0], but got 1)",
+    );
+    has(
+        cross_entropy(&t(&[2, 3]), &t(&[2]), &o15()),
         "label_smoothing must be between 0.0 and 1.0. Got: 1.5",
     );
     let ids = |shape: &[usize]| Tensor::zeros(dev(), shape, DType::I32).unwrap();
@@ -1923,4 +1945,22 @@ fn losses_in_pytorch_order() {
     let l = nll_loss(&logp, &ids(&[2]), &NllLossOptions::default()).unwrap();
     wgtensor::no_grad(|| logp.copy_from(&t(&[2, 3]))).unwrap();
     has(l.backward(), "modified by an inplace operation");
+}
+
+/// SDPA with enable_gqa reads each operand's size(-3) (q's first) before any size check, as
+/// PyTorch's math path (the only one below 4-D).
+#[test]
+fn sdpa_gqa_needs_three_dims() {
+    use wgtensor::ops::{scaled_dot_product_attention, SdpaOptions};
+    let o = SdpaOptions {
+        enable_gqa: true,
+        ..Default::default()
+    };
+    has(
+        scaled_dot_product_attention(&t(&[4, 8]), &t(&[5, 6]), &t(&[5, 6]), &o),
+        "Dimension out of range (expected to be in range of [-2, 1], but got -3)",
+    );
+    assert!(
+        scaled_dot_product_attention(&t(&[2, 4, 8]), &t(&[2, 5, 8]), &t(&[2, 5, 8]), &o).is_ok()
+    );
 }

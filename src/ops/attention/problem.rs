@@ -92,6 +92,21 @@ impl Problem {
             }
         }
         let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
+        // Below 4-D PyTorch runs its math path, whose GQA preprocessing reads each operand's
+        // size(-3), q's first, before the products check the sizes.
+        if let Some(r) = [qs, ks, vs]
+            .iter()
+            .map(|s| s.len())
+            .find(|&r| opts.enable_gqa && r < 3)
+        {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "Dimension out of range (expected to be in range of [-{r}, {}], but got -3)",
+                    r - 1
+                ),
+            ));
+        }
         let (l, e) = (qs[qs.len() - 2], qs[qs.len() - 1]);
         let (s, ek) = (ks[ks.len() - 2], ks[ks.len() - 1]);
         let (sv, ev) = (vs[vs.len() - 2], vs[vs.len() - 1]);
@@ -145,20 +160,6 @@ impl Problem {
         }
         let lead_of = |sh: &[usize]| sh[..sh.len() - 2].to_vec();
         let (ql, kl, vl) = (lead_of(qs), lead_of(ks), lead_of(vs));
-        // The GQA preprocessing reads each operand's size(-3), q's first.
-        if let Some(r) = [qs, ks, vs]
-            .iter()
-            .map(|s| s.len())
-            .find(|&r| opts.enable_gqa && r < 3)
-        {
-            return Err(Error::shape(
-                op,
-                format!(
-                    "Dimension out of range (expected to be in range of [-{r}, {}], but got -3)",
-                    r - 1
-                ),
-            ));
-        }
         let gqa = opts.enable_gqa;
         let (lead, kv_lead) = if gqa {
             let (hq, hk, hv) = (qs[qs.len() - 3], ks[ks.len() - 3], vs[vs.len() - 3]);
