@@ -490,6 +490,17 @@ pub fn save_safetensors_file(
     written
 }
 
+/// `input_param[0]` of an empty 1-D entry loaded into a 0-d target, in indexing's words.
+fn empty_into_scalar(op: &'static str, name: &str) -> Error {
+    Error::arg(
+        op,
+        format!(
+            "index 0 is out of bounds for dimension 0 with size 0 (loading {name}: a 1-D entry \
+             loads its first element into a 0-d tensor, and this one is empty)"
+        ),
+    )
+}
+
 /// What [`load_state_dict`] did not match (PyTorch's `missing_keys` / `unexpected_keys`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LoadReport {
@@ -610,8 +621,12 @@ pub(crate) fn check_load<'a>(
                 ))
             }
             // PyTorch's backward-compatibility rule: a 1-D source loads its first element
-            // into a 0-d parameter (`input_param = input_param[0]`; an empty one has none).
-            Some(s) if t.rank() == 0 && s.rank() == 1 && s.numel() > 0 => {
+            // into a 0-d parameter (`input_param = input_param[0]`); an empty one has none,
+            // which is that indexing's error, raised at once.
+            Some(s) if t.rank() == 0 && s.shape() == [0] => {
+                return Err(empty_into_scalar(op, name))
+            }
+            Some(s) if t.rank() == 0 && s.rank() == 1 => {
                 pairs.push((*t, s.narrow(0, 0, 1)?.reshape(&[])?))
             }
             Some(s) if s.shape() != t.shape() => {
@@ -632,7 +647,10 @@ pub(crate) fn check_load<'a>(
     }
     for name in counters {
         if let Some(s) = source.get(name) {
-            if s.rank() > 1 || s.shape() == [0] {
+            if s.shape() == [0] {
+                return Err(empty_into_scalar(op, name));
+            }
+            if s.rank() > 1 {
                 mismatches.push(size_mismatch(name, s.shape(), &[]));
             }
         }
@@ -643,9 +661,9 @@ pub(crate) fn check_load<'a>(
         .chain(counters.iter().map(String::as_str))
         .collect();
     // Missing keys in the targets' order, as PyTorch lists them; unexpected ones sorted (a
-    // HashMap has no order to keep). Every key that names no target is unexpected:
-    // _load_from_state_dict's rule (since PyTorch 2.4) reports `fc.weight.foo` under `fc`
-    // (`weight` is no child module) and `fc` under the root (no tensor of that name).
+    // HashMap has no order to keep). Every key that names no target is unexpected: current
+    // PyTorch's _load_from_state_dict reports `fc.weight.foo` under `fc` (`weight` is no
+    // child module) and `fc` under the root (no tensor of that name).
     report.unexpected = source
         .keys()
         .filter(|k| !known.contains(k.as_str()))

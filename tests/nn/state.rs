@@ -260,6 +260,23 @@ fn size_mismatches_in_pytorch_words() {
         }
     }
     assert_eq!(bn.0.state.borrow().num_batches_tracked, 5);
+    // An empty 1-D entry has no first element: `input_param[0]`'s error, raised at once.
+    sd.insert(
+        "num_batches_tracked".to_string(),
+        Tensor::zeros(dev(), &[0], DType::I32).unwrap(),
+    );
+    let e = bn.load_state_dict(&sd, true).unwrap_err().to_string();
+    assert!(
+        e.contains("index 0 is out of bounds for dimension 0 with size 0"),
+        "{e}"
+    );
+    let mut m = nn::BatchNorm1d::new(dev(), 2).unwrap();
+    let mut sd2: std::collections::HashMap<String, Tensor> = m.state_dict().into_iter().collect();
+    sd2.insert(
+        "weight".into(),
+        Tensor::zeros(dev(), &[0], DType::F32).unwrap(),
+    );
+    assert!(m.load_state_dict(&sd2, true).is_err());
 }
 
 /// Every size mismatch in one error under the class's name, after the strict key lines, as
