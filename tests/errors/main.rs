@@ -1964,3 +1964,27 @@ fn sdpa_gqa_needs_three_dims() {
         scaled_dot_product_attention(&t(&[2, 4, 8]), &t(&[2, 5, 8]), &t(&[2, 5, 8]), &o).is_ok()
     );
 }
+
+/// SDPA adds the mask to the scores of q and k in place: a mask that fits only through v's
+/// extra batch dims is refused (PyTorch's "doesn't match the broadcast shape").
+#[test]
+fn sdpa_mask_fits_the_scores_of_q_and_k() {
+    use wgtensor::ops::{scaled_dot_product_attention, AttnMask, SdpaOptions};
+    let (q, k, v) = (t(&[1, 3, 8]), t(&[1, 5, 8]), t(&[2, 5, 8]));
+    let wide = t(&[2, 3, 5]);
+    let o = SdpaOptions {
+        attn_mask: Some(AttnMask::Additive(&wide)),
+        ..Default::default()
+    };
+    has(
+        scaled_dot_product_attention(&q, &k, &v, &o),
+        "does not broadcast to the scores' shape [1, 3, 5]",
+    );
+    let fits = t(&[1, 3, 5]);
+    let o = SdpaOptions {
+        attn_mask: Some(AttnMask::Additive(&fits)),
+        ..Default::default()
+    };
+    let y = scaled_dot_product_attention(&q, &k, &v, &o).unwrap();
+    assert_eq!(y.shape(), &[2, 3, 8]);
+}

@@ -182,6 +182,12 @@ impl Problem {
             let b = broadcast_shapes(op, &b, &vl)?;
             (b.clone(), b)
         };
+        // The scores come from q and k alone (v's extra batch dims join at the product with
+        // v): PyTorch adds the mask to them in place, so it must fit them.
+        let qk_lead = match gqa {
+            true => lead.clone(),
+            false => broadcast_shapes(op, &ql, &kl)?,
+        };
         let full = |lead: &[usize], a: usize, b: usize| {
             let mut sh = lead.to_vec();
             sh.extend([a, b]);
@@ -205,7 +211,13 @@ impl Problem {
         let kv_heads = kv_lead.last().copied().unwrap_or(1);
         let mask = match opts.attn_mask {
             None => None,
-            Some(m) => Some(mask_view(op, q, m, &full(&lead, l, s), heads)?),
+            Some(m) => {
+                let t = match m {
+                    AttnMask::Bool(t) | AttnMask::Additive(t) => t,
+                };
+                mask_fits(op, t, &full(&qk_lead, l, s))?;
+                Some(mask_view(op, q, m, &full(&lead, l, s), heads)?)
+            }
         };
         let scale = opts.scale.unwrap_or(1.0 / (e as f64).sqrt());
         Ok(Problem {
@@ -291,18 +303,8 @@ pub(crate) fn head_index(dev: &crate::Device, hq: usize, h: usize) -> Result<Ten
     Tensor::from_slice(dev, &idx, &[hq])
 }
 
-/// The mask as additive f32, viewed as `[.., L, S]` broadcast to the scores.
-fn mask_view(
-    op: &'static str,
-    q: &Tensor,
-    m: AttnMask,
-    scores: &[usize],
-    heads: usize,
-) -> Result<MaskView> {
-    let t = match m {
-        AttnMask::Bool(t) | AttnMask::Additive(t) => t,
-    };
-    q.same_device(op, t)?;
+/// The mask broadcasts to `scores` without growing them (PyTorch adds it in place).
+fn mask_fits(op: &'static str, t: &Tensor, scores: &[usize]) -> Result<()> {
     let fits = t.rank() <= scores.len()
         && t.shape()
             .iter()
@@ -318,6 +320,22 @@ fn mask_view(
             ),
         ));
     }
+    Ok(())
+}
+
+/// The mask as additive f32, viewed as `[.., L, S]` broadcast to the scores.
+fn mask_view(
+    op: &'static str,
+    q: &Tensor,
+    m: AttnMask,
+    scores: &[usize],
+    heads: usize,
+) -> Result<MaskView> {
+    let t = match m {
+        AttnMask::Bool(t) | AttnMask::Additive(t) => t,
+    };
+    q.same_device(op, t)?;
+    mask_fits(op, t, scores)?;
     let add = match m {
         AttnMask::Bool(t) => {
             let dev = t.device();
