@@ -193,6 +193,9 @@ impl TransformerEncoderLayer {
     ) -> Result<Tensor> {
         // A child's error names it (`self_attn (MultiheadAttention): ...`).
         let at = |name: &'static str, layer: &'static str| move |e: Error| e.in_layer(name, layer);
+        // The fast path (eval) calls no Dropout module (_transformer_encoder_layer_fwd), so a
+        // NaN p is no error there.
+        let drop = |d: &Dropout, h: Tensor| if fast { Ok(h) } else { d.forward(&h) };
         let sa = |x: &Tensor| -> Result<Tensor> {
             let opts = MhaOptions {
                 key_padding_mask: src_key_padding_mask,
@@ -205,13 +208,10 @@ impl TransformerEncoderLayer {
                 true => self.self_attn.encoder_fast_path(x, &opts),
                 false => self.self_attn.forward_general(x, x, x, &opts).map(|r| r.0),
             };
-            let y = attn.map_err(at("self_attn", "MultiheadAttention"))?;
-            // The fast path (eval) calls no Dropout module (_transformer_encoder_layer_fwd),
-            // so a NaN p is no error there.
-            match fast {
-                true => Ok(y),
-                false => self.dropout1.forward(&y),
-            }
+            drop(
+                &self.dropout1,
+                attn.map_err(at("self_attn", "MultiheadAttention"))?,
+            )
         };
         let ff = |x: &Tensor| -> Result<Tensor> {
             let h = self.linear1.forward(x).map_err(at("linear1", "Linear"))?;
@@ -219,15 +219,9 @@ impl TransformerEncoderLayer {
                 TransformerActivation::Relu => h.relu()?,
                 TransformerActivation::Gelu => h.gelu()?,
             };
-            let h = match fast {
-                true => h,
-                false => self.dropout.forward(&h)?,
-            };
+            let h = drop(&self.dropout, h)?;
             let h = self.linear2.forward(&h).map_err(at("linear2", "Linear"))?;
-            match fast {
-                true => Ok(h),
-                false => self.dropout2.forward(&h),
-            }
+            drop(&self.dropout2, h)
         };
         let norm1 = |x: &Tensor| self.norm1.forward(x).map_err(at("norm1", "LayerNorm"));
         let norm2 = |x: &Tensor| self.norm2.forward(x).map_err(at("norm2", "LayerNorm"));
