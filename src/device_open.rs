@@ -74,18 +74,14 @@ impl Device {
         let (adapter, device, queue, limits, refused) = Self::request(&opts).await?;
         // An adapter without compute (a GL one of a build whose wgpu has `gles`) is refused
         // here, not by a division by its zero grid limit at the first op.
-        check_compute_limits("Device::new", &limits).map_err(|e| {
+        if let Some(why) = compute_shortfall(&limits) {
             let info = adapter.get_info();
-            let why = match e {
-                crate::Error::InvalidArgument { msg, .. } => msg,
-                other => other.to_string(),
-            };
-            crate::Error::NoAdapter(format!(
-                "the adapter {} ({:?}) cannot run wgtensor's compute shaders: {why}; wgtensor \
-                 needs Vulkan, Metal, DX12 or WebGPU",
+            return Err(crate::Error::NoAdapter(format!(
+                "the adapter {} ({:?}) cannot run wgtensor's compute shaders: its {why}; \
+                 wgtensor needs Vulkan, Metal, DX12 or WebGPU",
                 info.name, info.backend
-            ))
-        })?;
+            )));
+        }
         if let Some(why) = refused {
             // Opened without the feature, which the adapter refused.
             return Self::assemble(adapter, device, queue, limits, opts, Some(why));
@@ -141,7 +137,15 @@ impl Device {
     ) -> Result<Device> {
         opts.validate()?;
         let limits = device.limits();
-        check_compute_limits("from_wgpu", &limits)?;
+        if let Some(why) = compute_shortfall(&limits) {
+            return Err(crate::Error::arg(
+                "from_wgpu",
+                format!(
+                    "the device's {why} (request wgpu::Limits::default() or the adapter's \
+                     limits)"
+                ),
+            ));
+        }
         match Self::assemble_checked(adapter, device, queue, limits, opts)? {
             Checked::Ready(dev) => Ok(dev),
             // The application's device is lost or stuck: nothing to fall back on.
@@ -210,7 +214,9 @@ enum Checked {
 /// bindings and buffers of at least the 4 KiB floor `DeviceOptions::max_binding_bytes` has.
 /// (Limits below what one kernel needs, fewer storage bindings per stage for example, fail
 /// that kernel's pipeline, an error on each call.)
-fn check_compute_limits(op: &'static str, l: &wgpu::Limits) -> Result<()> {
+/// Returns the first limit that falls short, in words ("{limit} is {got}, below the {min}
+/// wgtensor requires"), each caller saying whose it is.
+fn compute_shortfall(l: &wgpu::Limits) -> Option<String> {
     // (limit, value, floor): the grid one workgroup; bindings and buffers the floor of
     // DeviceOptions::max_binding_bytes.
     let need: [(&str, u64, u64); 3] = [
@@ -226,22 +232,7 @@ fn check_compute_limits(op: &'static str, l: &wgpu::Limits) -> Result<()> {
         ),
         ("max_buffer_size", l.max_buffer_size, MIN_BINDING_BYTES),
     ];
-    for (name, got, min) in need {
-        if got < min {
-            // The advice fits an application's device; Device::new asked for the adapter's.
-            let (whose, advice) = if op == "from_wgpu" {
-                (
-                    "the device's",
-                    " (request wgpu::Limits::default() or the adapter's limits)",
-                )
-            } else {
-                ("its", "")
-            };
-            return Err(crate::Error::arg(
-                op,
-                format!("{whose} {name} is {got}, below the {min} wgtensor requires{advice}"),
-            ));
-        }
-    }
-    Ok(())
+    need.into_iter()
+        .find(|&(_, got, min)| got < min)
+        .map(|(name, got, min)| format!("{name} is {got}, below the {min} wgtensor requires"))
 }
