@@ -21,6 +21,20 @@ pub(crate) fn request_map(staging: &wgpu::Buffer, total: u64, tx: MapSender) {
     });
 }
 
+/// What a map's callback reported, or that it was dropped without running, as the reason the
+/// bytes are lost.
+fn outcome(
+    r: std::result::Result<
+        std::result::Result<(), wgpu::BufferAsyncError>,
+        futures::channel::oneshot::Canceled,
+    >,
+) -> Result<(), String> {
+    match r {
+        Ok(s) => s.map_err(|e| e.to_string()),
+        Err(_) => Err("its map callback never ran".to_string()),
+    }
+}
+
 /// Such a readback's staging buffer (still counted by the pool; mapped, or with its map
 /// request pending on `rx`), its `total` mapped bytes, with the error buffer's bytes at `at`.
 pub(crate) struct LateCheck {
@@ -71,11 +85,7 @@ impl LateCheck {
     /// The map's outcome if known: `Ok` when mapped, `Err` with why the bytes are lost.
     pub(crate) fn status(&mut self) -> Option<Result<(), String>> {
         if self.status.is_none() {
-            self.status = match self.rx.try_recv() {
-                Ok(None) => None,
-                Ok(Some(s)) => Some(s.map_err(|e| e.to_string())),
-                Err(_) => Some(Err("its map callback never ran".to_string())),
-            };
+            self.status = self.rx.try_recv().transpose().map(outcome);
         }
         self.status.clone()
     }
@@ -92,10 +102,7 @@ impl LateCheck {
     #[cfg(target_arch = "wasm32")]
     pub(crate) async fn settle(&mut self) {
         if self.status.is_none() && self.requested() {
-            self.status = Some(match (&mut self.rx).await {
-                Ok(s) => s.map_err(|e| e.to_string()),
-                Err(_) => Err("its map callback never ran".to_string()),
-            });
+            self.status = Some(outcome((&mut self.rx).await));
         }
     }
 }
