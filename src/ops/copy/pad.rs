@@ -78,9 +78,6 @@ pub fn pad<P: TryInto<i64> + Copy>(
         return pad_positive(x, &positive, mode, value);
     }
     let rank = x.rank();
-    // constant_pad_nd narrows every cropped dim before it sizes the output: crops past the
-    // input (a negative size among them) get narrow's words.
-    let narrow_words = "narrow(): length must be non-negative.".to_string();
     // (dim, crop before, crop after) and (input size, output size) per padded dim.
     let (mut crops, mut sizes) = (Vec::new(), Vec::new());
     for (i, pair) in pads.chunks(2).enumerate() {
@@ -99,7 +96,11 @@ pub fn pad<P: TryInto<i64> + Copy>(
                 Some("Negative padding value is resulting in an empty dimension".to_string())
             }
             // These crop the input before padding: the crops must fit in it.
-            PadMode::Constant | PadMode::Circular if cropped > len => Some(narrow_words.clone()),
+            // constant_pad_nd narrows every cropped dim before it sizes the output: crops past
+            // the input (a negative size among them) get narrow's words.
+            PadMode::Constant | PadMode::Circular if cropped > len => {
+                Some("narrow(): length must be non-negative.".to_string())
+            }
             PadMode::Reflect if l >= len || r >= len => Some(format!(
                 "Argument #4: Padding size should be less than the corresponding input \
                  dimension, but got: padding ({l}, {r}) at dimension {d} of input {:?}",
