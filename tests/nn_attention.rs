@@ -739,6 +739,94 @@ fn causal_drops_the_attn_mask_before_its_shape_check() {
     m.forward_attn(&x1, &x1, &x1, &opts).unwrap();
 }
 
+/// PyTorch checks the masks' dtypes first (`_canonical_mask`, also where the causal hint drops
+/// the mask), then the ranks with q, k and v (`_mha_shape_check`), the features, and after the
+/// in-projection attn_mask's shape before key_padding_mask's.
+#[test]
+fn mask_checks_run_in_pytorchs_order() {
+    let dev = common::device();
+    let m = MultiheadAttention::new(dev, 8, 2, Default::default()).unwrap();
+    let x = Tensor::zeros(dev, &[4, 2, 8], DType::F32).unwrap();
+    let narrow = Tensor::zeros(dev, &[4, 2, 6], DType::F32).unwrap();
+    let int_mask = Tensor::zeros(dev, &[4, 4], DType::I32).unwrap();
+    let rank3_pad = Tensor::zeros(dev, &[2, 4, 1], DType::F32).unwrap();
+    let msg = |q: &Tensor, o: &MhaOptions| m.forward_attn(q, &x, &x, o).unwrap_err().to_string();
+    // An integer additive mask: refused before a bad key padding mask, also under the
+    // causal hint that drops it.
+    for is_causal in [false, true] {
+        let o = MhaOptions {
+            key_padding_mask: Some(MhaMask::Bool(&rank3_pad)),
+            attn_mask: Some(MhaMask::Additive(&int_mask)),
+            is_causal,
+            need_weights: false,
+            ..Default::default()
+        };
+        let e = msg(&x, &o);
+        assert!(
+            e.contains("only bool and floating types of attn_mask are supported"),
+            "{e}"
+        );
+        let o = MhaOptions {
+            key_padding_mask: None,
+            ..o
+        };
+        let e = msg(&x, &o);
+        assert!(e.contains("types of attn_mask"), "{e}");
+    }
+    let o = MhaOptions {
+        key_padding_mask: Some(MhaMask::Additive(&int_mask)),
+        attn_mask: Some(MhaMask::Additive(&int_mask)),
+        ..Default::default()
+    };
+    assert!(msg(&x, &o).contains("types of key_padding_mask"));
+    // A key padding mask of the wrong rank is named before the query's features.
+    let o = MhaOptions {
+        key_padding_mask: Some(MhaMask::Bool(&rank3_pad)),
+        ..Default::default()
+    };
+    let e = msg(&narrow, &o);
+    assert!(
+        e.contains("expected `key_padding_mask` to be `None` or 2-D but found 3-D"),
+        "{e}"
+    );
+    let rank1 = Tensor::zeros(dev, &[4], DType::F32).unwrap();
+    let o = MhaOptions {
+        attn_mask: Some(MhaMask::Additive(&rank1)),
+        ..Default::default()
+    };
+    let e = msg(&narrow, &o);
+    assert!(e.contains("2-D or 3-D but found 1-D"), "{e}");
+    // Both masks of the right ranks but wrong shapes: attn_mask's is named.
+    let pad = Tensor::zeros(dev, &[2, 3], DType::F32).unwrap();
+    let attn = Tensor::zeros(dev, &[4, 3], DType::F32).unwrap();
+    let o = MhaOptions {
+        key_padding_mask: Some(MhaMask::Bool(&pad)),
+        attn_mask: Some(MhaMask::Additive(&attn)),
+        ..Default::default()
+    };
+    let e = msg(&x, &o);
+    assert!(
+        e.contains("The shape of the 2D attn_mask is torch.Size([4, 3]), but should be (4, 4)."),
+        "{e}"
+    );
+    // The transformer layers name their own arguments.
+    let layer = TransformerEncoderLayer::new(dev, 8, 2, Default::default()).unwrap();
+    let e = layer
+        .forward_with(&x, Some(MhaMask::Additive(&int_mask)), None, false)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("TransformerEncoderLayer") && e.contains("types of src_mask"),
+        "{e}"
+    );
+    let enc = TransformerEncoder::new(&layer, 0, None).unwrap();
+    let e = enc
+        .forward_with(&x, None, Some(MhaMask::Additive(&int_mask)), false)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("types of src_key_padding_mask"), "{e}");
+}
+
 /// PyTorch's encoder takes its nested-tensor path by default: in eval without gradients, a
 /// batch-first post-norm encoder given a left-aligned key padding mask pads its output with
 /// zeros before the final norm, so padded positions are the norm's bias (0 without a norm);

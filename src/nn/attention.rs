@@ -226,7 +226,9 @@ impl MultiheadAttention {
     /// masked gives NaN, as there.
     ///
     /// Errors ([`Error::Shape`]) name the layer and the shapes: inputs of other ranks or
-    /// feature sizes, keys and values of different lengths or batches, masks of other shapes.
+    /// feature sizes, keys and values of different lengths or batches, masks of other shapes;
+    /// [`Error::Arg`] for an additive mask of an integer dtype, checked first (PyTorch's
+    /// `_canonical_mask`), also where `is_causal` drops the mask.
     pub fn forward_attn(
         &self,
         query: &Tensor,
@@ -234,6 +236,13 @@ impl MultiheadAttention {
         value: &Tensor,
         opts: &MhaOptions,
     ) -> Result<(Tensor, Option<Tensor>)> {
+        check_mask_dtypes(
+            OP,
+            [
+                ("key_padding_mask", opts.key_padding_mask),
+                ("attn_mask", opts.attn_mask),
+            ],
+        )?;
         match self.fast_path_forward(query, key, value, opts)? {
             Some(r) => Ok(r),
             None => self.forward_general(query, key, value, opts),
@@ -295,6 +304,20 @@ impl MultiheadAttention {
         );
         let (n, l, s) = (q_in.shape()[0], q_in.shape()[1], k_in.shape()[1]);
         let (e, h) = (self.embed_dim, self.num_heads);
+        // _mha_shape_check's mask ranks, and an unbatched query's 3-D attn_mask shape, come
+        // before the features; the other mask shapes are checked after the in-projection.
+        if let Some(m) = opts.key_padding_mask {
+            if mask_tensor(m).rank() != if batched { 2 } else { 1 } {
+                self.key_padding_mask(m, batched, n, s, query.dtype())?;
+            }
+        }
+        if let Some(m) = opts.attn_mask {
+            let t = mask_tensor(m);
+            let rank = t.rank();
+            if !(rank == 2 || rank == 3) || (!batched && rank == 3 && t.shape() != [h, l, s]) {
+                self.attn_mask(m, batched, n, l, s, query.dtype())?;
+            }
+        }
         // The fields are public: a module edited after `new` is checked again.
         if h == 0 || !e.is_multiple_of(h) {
             return Err(Error::arg(
@@ -338,30 +361,20 @@ impl MultiheadAttention {
         }
         let (q, k, v) = self.project(&q_in, &k_in, &v_in, query, key, value, [n, l, s])?;
         let dt = q.dtype();
-        let kpm = opts
-            .key_padding_mask
-            .map(|m| self.key_padding_mask(m, batched, n, s, dt))
-            .transpose()?;
-        let fused_causal = opts.is_causal && kpm.is_none() && !opts.need_weights;
+        let fused_causal = opts.is_causal && opts.key_padding_mask.is_none() && !opts.need_weights;
+        // F.multi_head_attention_forward drops the mask under fused causal before its shape
+        // checks (its rank was checked above): the causal kernel stands in for it. It checks
+        // attn_mask's shape before key_padding_mask's.
         let mut attn = match opts.attn_mask {
-            // F.multi_head_attention_forward drops the mask here before its shape checks
-            // (only the rank was checked): the causal kernel stands in for it.
-            Some(m) if fused_causal => {
-                let t = mask_tensor(m);
-                let rank = t.rank();
-                // _mha_shape_check's rank check, and its comparison of an unbatched query's
-                // 3-D mask with (num_heads, L, S), run before the mask is dropped (their
-                // errors come from the full check).
-                let unbatched_3d = !batched && rank == 3 && t.shape() != [self.num_heads, l, s];
-                if !(rank == 2 || rank == 3) || unbatched_3d {
-                    self.attn_mask(m, batched, n, l, s, dt)?;
-                }
-                None
-            }
+            Some(_) if fused_causal => None,
             m => m
                 .map(|m| self.attn_mask(m, batched, n, l, s, dt))
                 .transpose()?,
         };
+        let kpm = opts
+            .key_padding_mask
+            .map(|m| self.key_padding_mask(m, batched, n, s, dt))
+            .transpose()?;
         // After the masks' checks, as PyTorch drops out when it computes the attention. The
         // fused path hands p to scaled_dot_product_attention, whose checks are PyTorch's
         // CPU backends' (outside [0, 1] or NaN refused); the explicit path drops out only
@@ -606,6 +619,29 @@ impl MultiheadAttention {
             Ok(a)
         }
     }
+}
+
+/// `_canonical_mask`'s dtype check, which PyTorch's MultiheadAttention and transformer layers
+/// run on their masks, in order, before anything else: an additive mask must be a float.
+pub(super) fn check_mask_dtypes(
+    op: &'static str,
+    masks: [(&str, Option<MhaMask>); 2],
+) -> Result<()> {
+    for (name, m) in masks {
+        if let Some(MhaMask::Additive(t)) = m {
+            if !t.dtype().is_float() {
+                return Err(Error::arg(
+                    op,
+                    format!(
+                        "only bool and floating types of {name} are supported: an additive \
+                         {name} must be F32 or F16, got {:?} (a 0/1 mask goes in MhaMask::Bool)",
+                        t.dtype()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The tensor of a mask.

@@ -4,7 +4,8 @@
 //! [`MultiheadAttention`]'s fused path.
 
 use super::attention::{
-    mask_tensor, MhaMask, MhaOptions, MultiheadAttention, MultiheadAttentionConfig,
+    check_mask_dtypes, mask_tensor, MhaMask, MhaOptions, MultiheadAttention,
+    MultiheadAttentionConfig,
 };
 use super::layers::{Dropout, Linear};
 use super::norm::{LayerNorm, LayerNormConfig};
@@ -164,6 +165,13 @@ impl TransformerEncoderLayer {
         src_key_padding_mask: Option<MhaMask>,
         is_causal: bool,
     ) -> Result<Tensor> {
+        check_mask_dtypes(
+            "TransformerEncoderLayer",
+            [
+                ("src_key_padding_mask", src_key_padding_mask),
+                ("src_mask", src_mask),
+            ],
+        )?;
         let fast = self.takes_fast_path(src);
         self.forward_layer(src, src_mask, src_key_padding_mask, is_causal, fast)
     }
@@ -327,6 +335,13 @@ impl TransformerEncoder {
         src_key_padding_mask: Option<MhaMask>,
         is_causal: bool,
     ) -> Result<Tensor> {
+        check_mask_dtypes(
+            "TransformerEncoder",
+            [
+                ("src_key_padding_mask", src_key_padding_mask),
+                ("mask", mask),
+            ],
+        )?;
         if self.layers.is_empty() {
             // PyTorch's forward reads self.layers[0] first.
             return Err(Error::arg(
