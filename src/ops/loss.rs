@@ -2,6 +2,7 @@
 //! from the elementwise, reduction and softmax ops (so they run wherever those do and are
 //! differentiated through them).
 
+use super::saved_inputs::saving_inputs;
 use crate::autograd::BackwardOp;
 pub use crate::ops::loss_options::{CrossEntropyOptions, Reduction};
 use crate::{Error, Result, Tensor};
@@ -102,11 +103,16 @@ pub(crate) fn broadcastable(op: &'static str, input: &Tensor, target: &Tensor) -
 /// Mean squared error `(input - target)^2` (PyTorch's `mse_loss`). Input and target
 /// broadcast, as PyTorch's (which warns when the shapes differ).
 pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
-    let op = "mse_loss";
+    let loss = mse_composed(input, target, reduction)?;
+    Ok(saving_inputs("MseLossBackward0", loss, &[input, target]))
+}
+
+/// [`mse_loss`] from elementwise ops, whose graph saves only the difference.
+fn mse_composed(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
     if let Some((i, t)) = promoted_regression(input, target)? {
-        return mse_loss(&i, &t, reduction);
+        return mse_composed(&i, &t, reduction);
     }
-    broadcastable(op, input, target)?;
+    broadcastable("mse_loss", input, target)?;
     let d = input.sub(target)?;
     reduce(d.mul(&d)?, reduction)
 }

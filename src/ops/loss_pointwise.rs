@@ -8,6 +8,7 @@ use super::loss::{
     broadcastable, promoted, promoted_numeric, promoted_regression, reduce, same_shape,
 };
 use super::loss_options::Reduction;
+use super::saved_inputs::saving_inputs;
 use super::ScalarOp;
 use crate::autograd::{record, BackwardOp, NoGradGuard};
 use crate::{DType, Error, Result, Tensor};
@@ -43,6 +44,21 @@ pub fn smooth_l1_loss(
     reduction: Reduction,
     beta: f64,
 ) -> Result<Tensor> {
+    let loss = smooth_l1_composed(input, target, reduction, beta)?;
+    // F.smooth_l1_loss calls l1_loss, which saves no input, for beta == 0 only.
+    Ok(match beta == 0.0 {
+        true => loss,
+        false => saving_inputs("SmoothL1LossBackward0", loss, &[input, target]),
+    })
+}
+
+/// [`smooth_l1_loss`] without the node that saves its inputs.
+fn smooth_l1_composed(
+    input: &Tensor,
+    target: &Tensor,
+    reduction: Reduction,
+    beta: f64,
+) -> Result<Tensor> {
     let op = "smooth_l1_loss";
     if beta.is_nan() || beta < 0.0 {
         return Err(Error::arg(
@@ -57,7 +73,7 @@ pub fn smooth_l1_loss(
         return l1_loss(input, target, reduction);
     }
     if let Some((i, t)) = promoted_regression(input, target)? {
-        return smooth_l1_loss(&i, &t, reduction, beta);
+        return smooth_l1_composed(&i, &t, reduction, beta);
     }
     broadcastable(op, input, target)?;
     // With m = min(|d|, beta): 0.5 m^2 / beta + (|d| - m), without a select, whose
@@ -175,6 +191,17 @@ pub fn huber_loss(
     reduction: Reduction,
     delta: f64,
 ) -> Result<Tensor> {
+    let loss = huber_composed(input, target, reduction, delta)?;
+    Ok(saving_inputs("HuberLossBackward0", loss, &[input, target]))
+}
+
+/// [`huber_loss`] without the node that saves its inputs.
+fn huber_composed(
+    input: &Tensor,
+    target: &Tensor,
+    reduction: Reduction,
+    delta: f64,
+) -> Result<Tensor> {
     let op = "huber_loss";
     if delta.is_nan() || delta <= 0.0 {
         return Err(Error::arg(
@@ -186,7 +213,7 @@ pub fn huber_loss(
     // input's (PyTorch's kernel writes into `empty_like(input)`: an f16 element past 65504 is
     // inf before any mean), then reduced.
     if let Some((i, t)) = promoted_numeric(input, target)? {
-        let loss = huber_loss(&i, &t, Reduction::None, delta)?;
+        let loss = huber_composed(&i, &t, Reduction::None, delta)?;
         let loss = match loss.dtype() == input.dtype() {
             true => loss,
             false => loss.to_dtype(input.dtype())?,

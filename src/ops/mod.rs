@@ -38,6 +38,7 @@ mod reduce_dims;
 mod reduce_grad;
 mod reduce_plan;
 pub mod rnn;
+mod saved_inputs;
 pub(crate) mod segment;
 pub mod softmax;
 pub mod softplus;

@@ -221,3 +221,38 @@ fn rnn_output_written_before_backward_is_an_error() {
     assert!(out.h_n.sum_all().unwrap().backward().is_ok());
     let _ = lstm.forward(&x).unwrap();
 }
+
+/// mse, smooth_l1 and huber are one node in PyTorch that saves `self` and `target`: writing
+/// either before the backward is an error, also where a dtype promotion computed the loss on
+/// copies; smooth_l1 with beta 0 is l1_loss there, which saves neither.
+#[test]
+fn regression_losses_check_their_inputs_versions() {
+    use wgtensor::ops::{huber_loss, mse_loss, smooth_l1_loss, Reduction};
+    use wgtensor::DType;
+    type Loss = fn(&Tensor, &Tensor) -> wgtensor::Result<Tensor>;
+    let losses: [(Loss, bool); 4] = [
+        (|x, y| mse_loss(x, y, Reduction::Mean), true),
+        (|x, y| smooth_l1_loss(x, y, Reduction::Sum, 0.5), true),
+        (|x, y| huber_loss(x, y, Reduction::None, 1.0)?.sum_all(), true),
+        (|x, y| smooth_l1_loss(x, y, Reduction::Sum, 0.0), false),
+    ];
+    for (i, (loss, saves)) in losses.into_iter().enumerate() {
+        for target_dtype in [DType::F32, DType::I32] {
+            let x = t(&[1.0, 2.0, 3.0]).requires_grad().unwrap();
+            let y = t(&[0.0, 4.0, 5.0]).to_dtype(target_dtype).unwrap();
+            let l = loss(&x, &y).unwrap();
+            no_grad(|| y.copy_from(&t(&[1.0, 1.0, 1.0]).to_dtype(target_dtype)?)).unwrap();
+            match saves {
+                true => assert_inplace_error(l.backward()),
+                false => {
+                    let g = l.backward().unwrap();
+                    assert_eq!(vals(g.get(&x).unwrap()), vec![1.0, -1.0, -1.0], "{i}");
+                }
+            }
+            // Untouched inputs: one backward, with the composed gradient.
+            let y = t(&[0.0, 4.0, 5.0]);
+            let l = loss(&x, &y).unwrap();
+            assert!(l.backward().is_ok(), "{i}");
+        }
+    }
+}
