@@ -291,7 +291,9 @@ pub fn binary_cross_entropy(
         }
         super::loss_options::no_requires_grad(op, op, "weight", Some(w))?;
     }
-    // A weight of another float dtype is cast, as PyTorch's `loss.mul_(weight)` takes it.
+    // PyTorch's `loss.mul_(weight)` multiplies an f16 loss by an f32 weight in f32 and
+    // rounds the product once; the backward takes the weight in the input's dtype.
+    let forward_weight = weight;
     let weight = weight.map(|w| w.to_dtype(input.dtype())).transpose()?;
     super::value_check::check_values(op, input, 0, 0.0, 1.0)?;
     super::value_check::check_values(op, target, 1, 0.0, 1.0)?;
@@ -303,9 +305,12 @@ pub fn binary_cross_entropy(
             .mul(&log_x)?
             .add(&one_minus_y.mul(&log_1mx)?)?
             .neg()?;
-        match &weight {
-            Some(w) => loss.mul(w)?,
-            None => loss,
+        match (forward_weight, &weight) {
+            (Some(w), _) if (loss.dtype(), w.dtype()) == (DType::F16, DType::F32) => {
+                loss.to_dtype(DType::F32)?.mul(w)?.to_dtype(DType::F16)?
+            }
+            (_, Some(w)) => loss.mul(w)?,
+            (_, None) => loss,
         }
     };
     let loss = record(loss, &[input, target], |_| {

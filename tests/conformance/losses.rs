@@ -836,3 +836,22 @@ fn regression_losses_take_integer_targets() {
     let target = Tensor::from_slice(dev, &tv, &[2, 2]).unwrap();
     assert!(kl_div(&t(&xv, &[2, 2]), &target, KlDivReduction::Sum, false).is_err());
 }
+
+/// binary_cross_entropy of f16 probabilities with an f32 weight multiplies each f16 loss by
+/// the f32 weight and rounds once, as PyTorch's `loss.mul_(weight)`: -ln(0.5) in f16 is
+/// 0.69335938, times 1.0004 (1.0 in f16) is 0.69363672, which rounds up to 0.69384766.
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn bce_f16_multiplies_by_an_f32_weight_in_f32() {
+    use wgtensor::ops::binary_cross_entropy;
+    use wgtensor::DType;
+    let dev = crate::common::device();
+    crate::common::require_f16(dev);
+    let x = t(&[0.5, 0.5], &[2]).to_dtype(DType::F16).unwrap();
+    let y = t(&[1.0, 0.0], &[2]).to_dtype(DType::F16).unwrap();
+    let w = t(&[1.0004, 1.0], &[2]);
+    let l = binary_cross_entropy(&x, &y, Some(&w), Reduction::None).unwrap();
+    assert_eq!(l.dtype(), DType::F16);
+    let v = l.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(v, vec![0.69384766, 0.69335938]);
+}

@@ -233,7 +233,10 @@ fn regression_losses_check_their_inputs_versions() {
     let losses: [(Loss, bool); 4] = [
         (|x, y| mse_loss(x, y, Reduction::Mean), true),
         (|x, y| smooth_l1_loss(x, y, Reduction::Sum, 0.5), true),
-        (|x, y| huber_loss(x, y, Reduction::None, 1.0)?.sum_all(), true),
+        (
+            |x, y| huber_loss(x, y, Reduction::None, 1.0)?.sum_all(),
+            true,
+        ),
         (|x, y| smooth_l1_loss(x, y, Reduction::Sum, 0.0), false),
     ];
     for (i, (loss, saves)) in losses.into_iter().enumerate() {
