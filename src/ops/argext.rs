@@ -18,7 +18,8 @@ use crate::ops::activation::ACTIVATION;
 use crate::ops::reduce_plan::{reduce_plan, ReducePlan};
 use crate::ops::wg::WG;
 use crate::runtime::pipeline::ShaderVariant;
-use crate::runtime::{Access, Caps, Kernel};
+use crate::runtime::window::Span;
+use crate::runtime::{Access, Bind, Caps, Kernel};
 use crate::{DType, Error, Result, Tensor};
 
 const SRC: &str = include_str!("../../shaders/argext.wgsl");
@@ -120,7 +121,6 @@ fn index_along(x: &Tensor, op: &'static str, code: u32, dim: usize) -> Result<Te
     p.rank = x.rank() as u32;
     p.dim = dim as u32;
     p.len = len as u32;
-    p.off_x = x.layout.offset() as u32;
     p.segs = 1;
     p.seg_len = len as u32;
     p.shape = pack_dims(x.shape());
@@ -156,14 +156,28 @@ fn index_along(x: &Tensor, op: &'static str, code: u32, dim: usize) -> Result<Te
     };
     p.segs = segs;
     p.seg_len = seg_len;
+    // Only the view's elements are bound: a row of a large base (`logits[:, -1]`) fits one
+    // binding where the base does not.
+    let xs = Span::of(
+        x.layout.offset() as u64,
+        x.layout.span() as u64,
+        x.dtype.size() as u64,
+        dev.storage_align(),
+        x.buffer().size(),
+    );
+    p.off_x = xs.rel as u32;
     let bytes = bytemuck::bytes_of(&p);
     let first = parts.as_ref().unwrap_or(&out);
-    let bufs = [x.buffer(), first.buffer()];
-    dev.launch(op, kernel, &dts, &consts, bytes, &bufs, grid)?;
+    let binds = [xs.bind(x.buffer()), Bind::whole(first.buffer())];
+    dev.launch_binds(op, kernel, &dts, &consts, bytes, &binds, grid)?;
     if let Some(parts) = &parts {
         let grid = dev.grid_1d(op, (n_out as u64).div_ceil(WG as u64))?;
-        let bufs = [x.buffer(), parts.buffer(), out.buffer()];
-        dev.launch(op, &PARTS, &dts, &consts, bytes, &bufs, grid)?;
+        let binds = [
+            xs.bind(x.buffer()),
+            Bind::whole(parts.buffer()),
+            Bind::whole(out.buffer()),
+        ];
+        dev.launch_binds(op, &PARTS, &dts, &consts, bytes, &binds, grid)?;
     }
     Ok(out)
 }

@@ -116,7 +116,10 @@ impl Tensor {
         let extremum = matches!(op, ReduceOp::Max | ReduceOp::Min);
         let (mut idx, mut x) = (None, None);
         if extremum && records([self]) {
-            if self.buffer().size() <= self.device().max_binding_bytes() {
+            // The indices need the view's elements in one binding (argext binds no more).
+            let span =
+                (self.layout.span() - self.layout.offset()) as u64 * self.dtype.size() as u64;
+            if span + self.device().storage_align() <= self.device().max_binding_bytes() {
                 idx = Some(max_min_indices(self, d, code(op))?);
             } else {
                 x = Some(self.detach());
