@@ -37,21 +37,23 @@ pub fn softplus(x: &Tensor, beta: f64, threshold: f64) -> Result<Tensor> {
     // f16 in f32, rounded once: PyTorch's kernel computes `beta x`, the threshold test and the
     // formula in float (in f16 the product would round first, and the threshold would be
     // compared as f16(threshold), which passes an x equal to f16(0.3) as below 0.3).
-    if x.dtype() != DType::F32 {
-        return softplus(&x.to_dtype(DType::F32)?, beta, threshold)?.to_dtype(x.dtype());
-    }
+    // The node saves the caller's tensor (PyTorch's saves `self`), so an in-place write to an
+    // f16 input before the backward is caught too.
     let y = {
         let _guard = NoGradGuard::new();
+        let xf = x.to_dtype(DType::F32)?;
         let z = if beta == 1.0 {
-            x.clone()
+            xf.clone()
         } else {
-            x.mul_scalar(beta)?
+            xf.mul_scalar(beta)?
         };
         let s = z.unary(UnaryOp::Softplus)?;
         let y = if beta == 1.0 { s } else { s.div_scalar(beta)? };
         // Above the threshold PyTorch returns x, not the formula (NaN fails the test and keeps
         // the formula's NaN).
-        z.gt_scalar(threshold)?.where_cond(x, &y)?
+        z.gt_scalar(threshold)?
+            .where_cond(&xf, &y)?
+            .to_dtype(x.dtype())?
     };
     Ok(record(y, &[x], |_| {
         Box::new(SoftplusBackward {
@@ -84,14 +86,15 @@ impl BackwardOp for SoftplusBackward {
         let Some(g) = grads.first().and_then(Option::as_ref) else {
             return Ok(vec![None]);
         };
+        // f16 in f32, rounded once (PyTorch's half kernel computes in float).
+        let (x, gf) = (self.x.to_dtype(DType::F32)?, g.to_dtype(DType::F32)?);
         let z = if self.beta == 1.0 {
-            self.x.clone()
+            x
         } else {
-            self.x.mul_scalar(self.beta)?
+            x.mul_scalar(self.beta)?
         };
-        let below = g.mul(&z.sigmoid()?)?;
-        Ok(vec![Some(
-            z.gt_scalar(self.threshold)?.where_cond(g, &below)?,
-        )])
+        let below = gf.mul(&z.sigmoid()?)?;
+        let dx = z.gt_scalar(self.threshold)?.where_cond(&gf, &below)?;
+        Ok(vec![Some(dx.to_dtype(g.dtype())?)])
     }
 }

@@ -259,3 +259,34 @@ fn regression_losses_check_their_inputs_versions() {
         }
     }
 }
+
+/// softplus saves its input in every dtype (PyTorch's SoftplusBackward0 saves `self`): an f16
+/// input written before the backward is caught as an f32 one is; untouched, the f16 gradient
+/// is sigmoid(x) rounded once.
+#[test]
+fn softplus_checks_its_f16_input_version() {
+    use wgtensor::DType;
+    if !dev().supports_f16() {
+        return;
+    }
+    for dtype in [DType::F32, DType::F16] {
+        let x = t(&[0.5, -1.0])
+            .to_dtype(dtype)
+            .unwrap()
+            .requires_grad()
+            .unwrap();
+        let y = wgtensor::ops::softplus(&x, 1.0, 20.0).unwrap();
+        let g = y.sum_all().unwrap().backward().unwrap();
+        let want: Vec<f32> = [0.5f32, -1.0]
+            .iter()
+            .map(|v| 1.0 / (1.0 + (-v).exp()))
+            .collect();
+        let got = vals(&g.get(&x).unwrap().to_dtype(DType::F32).unwrap());
+        for (a, b) in got.iter().zip(&want) {
+            assert!((a - b).abs() < 1e-3, "{dtype:?} {got:?}");
+        }
+        let y = wgtensor::ops::softplus(&x, 1.0, 20.0).unwrap();
+        no_grad(|| x.copy_from(&t(&[0.0, 0.0]).to_dtype(dtype)?)).unwrap();
+        assert_inplace_error(y.sum_all().unwrap().backward());
+    }
+}
