@@ -384,6 +384,22 @@ impl Tensor {
     /// where `x / s` saves the wrapped scalar).
     pub(crate) fn scalar_op_as(&self, op: ScalarOp, s: f64, wrapped: bool) -> Result<Tensor> {
         let k = kernel_scalar(op, self.dtype, s)?;
+        if op == ScalarOp::RDiv && crate::autograd::records([self]) {
+            // PyTorch's graph of `s / x` (Tensor.__rtruediv__): the reciprocal, which saves its
+            // result (so x may be written afterwards), then the product with the wrapped
+            // scalar. The value is the fused kernel's, as untracked.
+            let r = self.scalar_op_recorded(ScalarOp::RDiv, 1.0, 1.0, wrapped)?;
+            let out = {
+                let _guard = crate::autograd::NoGradGuard::new();
+                self.scalar_op_recorded(op, s, k, wrapped)?
+            };
+            return Ok(map_grad::record_scalar(&r, ScalarOp::Mul, k, true, out));
+        }
+        self.scalar_op_recorded(op, s, k, wrapped)
+    }
+
+    /// [`Tensor::scalar_op_as`] as one node, `k` the scalar the kernel takes.
+    fn scalar_op_recorded(&self, op: ScalarOp, s: f64, k: f32, wrapped: bool) -> Result<Tensor> {
         let out = map(
             SCALAR_NAMES[op as usize],
             self,

@@ -91,7 +91,8 @@ pub(crate) fn record_unary(x: &Tensor, op: UnaryOp, out: Tensor) -> Tensor {
 struct ScalarBackward {
     op: ScalarOp,
     s: f32,
-    /// The input, kept only by rdiv, max, min and pow.
+    /// The input, kept only by max, min and pow; rdiv's output (a reciprocal, see
+    /// [`record_scalar`]).
     x: Option<Tensor>,
     /// The scalar stands for a tensor PyTorch wraps and saves ([`Tensor::scalar_op_as`]).
     wrapped: bool,
@@ -133,15 +134,10 @@ impl BackwardOp for ScalarBackward {
             ScalarOp::RSub => g.neg()?,
             ScalarOp::Mul => g.mul_scalar(f64::from(self.s))?,
             ScalarOp::Div => g.div_scalar(f64::from(self.s))?,
-            // s / x is x.reciprocal() * s: the product's backward (g s), then reciprocal's,
-            // -(g s) (r r) with r = 1 / x rounded, each step rounded as PyTorch's.
+            // ReciprocalBackward0: -g (r r) with r its saved result.
             ScalarOp::RDiv => {
-                let r = saved(&self.x)?.rdiv_scalar(1.0)?;
-                let gs = match self.s {
-                    1.0 => g.clone(),
-                    s => g.mul_scalar(f64::from(s))?,
-                };
-                gs.mul(&r.mul(&r)?)?.into_unary(UnaryOp::Neg)?
+                let r = saved(&self.x)?;
+                g.mul(&r.mul(&r)?)?.into_unary(UnaryOp::Neg)?
             }
             ScalarOp::Max => grad_binary(g, &saved(&self.x)?, GradCode::PassGe, self.s)?,
             ScalarOp::Min => grad_binary(g, &saved(&self.x)?, GradCode::PassLe, self.s)?,
@@ -166,7 +162,9 @@ impl BackwardOp for ScalarBackward {
     }
 }
 
-/// Records `out = x (op) s`.
+/// Records `out = x (op) s`. An rdiv is recorded only with `s` 1 (a reciprocal: see
+/// [`Tensor::scalar_op_as`]), and its node keeps `out`, as ReciprocalBackward0 saves its
+/// result: the input may be written in place afterwards.
 pub(crate) fn record_scalar(
     x: &Tensor,
     op: ScalarOp,
@@ -174,15 +172,16 @@ pub(crate) fn record_scalar(
     wrapped: bool,
     out: Tensor,
 ) -> Tensor {
-    record(out, &[x], |_| {
-        let keep_x = matches!(
-            op,
-            ScalarOp::RDiv | ScalarOp::Max | ScalarOp::Min | ScalarOp::Pow
-        );
+    record(out, &[x], |out| {
+        let keep_x = matches!(op, ScalarOp::Max | ScalarOp::Min | ScalarOp::Pow);
+        let kept = match op {
+            ScalarOp::RDiv => Some(out.detach()),
+            _ => keep_x.then(|| x.detach()),
+        };
         Box::new(ScalarBackward {
             op,
             s,
-            x: keep_x.then(|| x.detach()),
+            x: kept,
             wrapped,
         })
     })

@@ -290,3 +290,24 @@ fn softplus_checks_its_f16_input_version() {
         assert_inplace_error(y.sum_all().unwrap().backward());
     }
 }
+
+/// `s / x` is PyTorch's `x.reciprocal() * s`: the reciprocal saves its result, not x, and the
+/// product saves no tensor, so writing x or the output before the backward is fine, and the
+/// gradient is the forward's, -s / x^2. A second backward fails, as both nodes are freed.
+#[test]
+fn rdiv_saves_the_reciprocal_not_its_input() {
+    for s in [1.0, 3.0] {
+        let w = t(&[2.0, 4.0]).requires_grad().unwrap();
+        let y = w.rdiv_scalar(s).unwrap();
+        assert_eq!(vals(&y), vec![s as f32 / 2.0, s as f32 / 4.0]);
+        no_grad(|| w.copy_from(&t(&[8.0, 8.0]))).unwrap();
+        no_grad(|| y.copy_from(&t(&[0.0, 0.0]))).unwrap();
+        let l = y.sum_all().unwrap();
+        let g = l.backward_retain_graph().unwrap();
+        let want = vec![-s as f32 / 4.0, -s as f32 / 16.0];
+        assert_eq!(vals(g.get(&w).unwrap()), want, "{s}");
+        let y = w.rdiv_scalar(s).unwrap().sum_all().unwrap();
+        y.backward().unwrap();
+        assert!(y.backward().is_err(), "{s}");
+    }
+}
