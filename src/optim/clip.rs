@@ -96,7 +96,10 @@ pub fn clip_grad_norm(grads: &[&Tensor], max_norm: f64) -> Result<(Vec<Tensor>, 
 pub fn clip_grad_value(grads: &[&Tensor], clip_value: f64) -> Result<Vec<Tensor>> {
     // The bounds as max / min scalars: a clip value past an f16 gradient's range clamps
     // nothing (as PyTorch's CUDA foreach clamp in float), where `clamp` would refuse the
-    // bound as an overflow.
+    // bound as an overflow; past f32's range it is that overflow error (`to<float>`).
+    if !grads.is_empty() {
+        crate::tensor::check_fill("clip_grad_value", -clip_value, crate::DType::F32)?;
+    }
     grads
         .iter()
         .map(|g| g.max_scalar_raw(-clip_value)?.min_scalar_raw(clip_value))

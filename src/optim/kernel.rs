@@ -109,6 +109,11 @@ pub(crate) fn launch(
     let dev = param.device();
     let n = param.numel();
     if n == 0 {
+        // PyTorch's in-place update bumps the version at any size.
+        param.bump_version();
+        for t in states.iter().flatten() {
+            t.bump_version();
+        }
         return Ok(());
     }
     let Some(spare) = spares.get(dev) else {

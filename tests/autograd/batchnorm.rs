@@ -7,6 +7,7 @@
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use wgtensor::ops::{batch_norm_inference, batch_norm_train, BatchNormOptions, BatchNormState};
+use wgtensor::Tensor;
 
 use crate::common::reference::{self as r, bn_dims};
 use crate::common::{device, download};
@@ -191,13 +192,35 @@ fn inference_case(seed: u64) -> Result<(), TestCaseError> {
     )
 }
 
-/// Tracked running statistics would be overwritten in place under a recorded graph.
+/// Tracked running statistics would be overwritten in place: refused while grad mode is on,
+/// whether or not the input is tracked (native_batch_norm's autograd check), in PyTorch's
+/// words; under no_grad they are updated.
 #[test]
 fn tracked_running_stats_are_refused() {
-    let x = leaf(&[1.0, 2.0, 3.0, 4.0], &[2, 2]);
-    let mut st = BatchNormState::new(device(), 2, wgtensor::DType::F32).unwrap();
-    st.running_mean = st.running_mean.clone().requires_grad().unwrap();
-    assert!(batch_norm_train(&x, Some(&mut st), &BatchNormOptions::default()).is_err());
+    let plain = Tensor::from_slice(device(), &[1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap();
+    for x in [leaf(&[1.0, 2.0, 3.0, 4.0], &[2, 2]), plain] {
+        for var in [false, true] {
+            let mut st = BatchNormState::new(device(), 2, wgtensor::DType::F32).unwrap();
+            match var {
+                false => st.running_mean = st.running_mean.clone().requires_grad().unwrap(),
+                true => st.running_var = st.running_var.clone().requires_grad().unwrap(),
+            }
+            let e = batch_norm_train(&x, Some(&mut st), &BatchNormOptions::default())
+                .unwrap_err()
+                .to_string();
+            let arg = if var { "running_var" } else { "running_mean" };
+            assert!(
+                e.contains(&format!(
+                    "The function 'native_batch_norm' is not differentiable with respect to \
+                     argument '{arg}'"
+                )),
+                "{e}"
+            );
+            let before = st.running_mean.to_vec::<f32>().unwrap();
+            wgtensor::no_grad(|| batch_norm_train(&x, Some(&mut st), &Default::default())).unwrap();
+            assert_ne!(st.running_mean.to_vec::<f32>().unwrap(), before);
+        }
+    }
 }
 
 proptest! {

@@ -78,6 +78,14 @@ fn clip_grad_value_clamps_each_element() {
         assert_eq!(c[0].dtype(), DType::F16);
         assert_eq!(vals(&c[0].to_dtype(DType::F32).unwrap()), vec![0.25, 0.5]);
     }
+    // A clip value float cannot hold is PyTorch's overflow error (its clamp converts it to
+    // float), unless there is no gradient to clamp.
+    let e = clip_grad_value(&[&a], 1e39).unwrap_err().to_string();
+    assert!(
+        e.contains("value cannot be converted to type float without overflow"),
+        "{e}"
+    );
+    assert!(clip_grad_value(&[], f64::MAX).unwrap().is_empty());
 }
 
 /// Integer gradients are refused before any norm is computed, in vector_norm's words.

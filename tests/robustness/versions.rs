@@ -46,6 +46,15 @@ fn optimizer_step_before_backward_is_an_error() {
     let loss = w.mul(&w).unwrap().sum_all().unwrap();
     opt.step(&g).unwrap();
     assert_inplace_error(loss.backward());
+
+    // An empty parameter is written too (PyTorch's in-place update bumps at any size).
+    let w = t(&[]).requires_grad().unwrap();
+    let mut opt = Sgd::new(vec![w.clone()], SgdOptions::default()).unwrap();
+    opt.step_with(&[Some(&t(&[]))]).unwrap();
+    assert_eq!(w.version(), 1);
+    let mut opt = Adam::new(vec![w.clone()], AdamOptions::default()).unwrap();
+    opt.step_with(&[Some(&t(&[]))]).unwrap();
+    assert_eq!(w.version(), 2);
 }
 
 /// Fused attention's backward reads its output and the mask as well as q, k and v: writing

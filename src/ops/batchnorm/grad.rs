@@ -99,20 +99,30 @@ pub(crate) fn train(
     o: &BatchNormOptions,
 ) -> Result<BatchNormOutput> {
     let (gamma, beta) = (o.weight, o.bias);
+    // The statistics are written in place: tracked ones are refused whatever the input, as
+    // native_batch_norm's autograd layer checks them first (while grad mode is on).
+    if let Some(st) = &state {
+        use crate::ops::loss_options::no_requires_grad;
+        let op = "batch_norm_train";
+        no_requires_grad(
+            op,
+            "native_batch_norm",
+            "running_mean",
+            Some(&st.running_mean),
+        )?;
+        no_requires_grad(
+            op,
+            "native_batch_norm",
+            "running_var",
+            Some(&st.running_var),
+        )?;
+    }
     if !records([Some(x), gamma, beta].into_iter().flatten()) {
         return train_untracked(x, state, o);
     }
     let mut inputs = vec![x];
     inputs.extend(gamma);
     inputs.extend(beta);
-    if let Some(st) = &state {
-        if st.running_mean.is_tracked() || st.running_var.is_tracked() {
-            return Err(Error::arg(
-                "batch_norm_train",
-                "the running statistics are updated in place and cannot be tracked by autograd",
-            ));
-        }
-    }
     let out = {
         let _guard = NoGradGuard::new();
         train_untracked(x, state, o)?
