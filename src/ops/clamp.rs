@@ -19,7 +19,8 @@ impl Tensor {
         self.scalar_op(ScalarOp::Min, s)
     }
     /// [`max_scalar`](Tensor::max_scalar) without the range check: for callers whose bound
-    /// PyTorch casts unchecked (a loss's beta, a clip value) or checked already.
+    /// PyTorch casts unchecked (a loss's beta, an f16 gradient's clip value) or checked
+    /// already.
     pub(crate) fn max_scalar_raw(&self, s: f64) -> Result<Tensor> {
         self.scalar_op_as(ScalarOp::Max, s, true)
     }
@@ -44,9 +45,21 @@ impl Tensor {
         }
         if let (Some(b), None) | (None, Some(b)) = (min, max) {
             if b.is_nan() {
-                // PyTorch's one-bound kernels keep x; its backward, where(x >= NaN, g, 0),
-                // passes nothing: the same where with an all-false condition.
-                return self.ge_scalar(b)?.where_cond(self, &self.detach());
+                // PyTorch's one-bound kernels keep x; its backward (ClampBackward1, which
+                // saves x) passes nothing: max/min's mask against a NaN bound is all false.
+                let out = self.detach().mul_scalar(1.0)?;
+                let op = if min.is_some() {
+                    ScalarOp::Max
+                } else {
+                    ScalarOp::Min
+                };
+                return Ok(super::map_grad::record_scalar(
+                    self,
+                    op,
+                    f32::NAN,
+                    false,
+                    out,
+                ));
             }
         }
         let lo = match min {

@@ -320,3 +320,19 @@ fn rdiv_saves_the_reciprocal_not_its_input() {
         assert!(y.backward().is_err(), "{s}");
     }
 }
+
+/// clamp with one NaN bound keeps x and passes no gradient; its node saves x, as PyTorch's
+/// ClampBackward1, so a write to x before the backward is the in-place error.
+#[test]
+fn clamp_with_a_nan_bound_saves_its_input() {
+    for (min, max) in [(Some(f64::NAN), None), (None, Some(f64::NAN))] {
+        let x = t(&[1.0, -1.0]).requires_grad().unwrap();
+        let y = x.clamp(min, max).unwrap();
+        assert_eq!(vals(&y), vec![1.0, -1.0]);
+        let g = y.sum_all().unwrap().backward().unwrap();
+        assert_eq!(vals(g.get(&x).unwrap()), vec![0.0, 0.0]);
+        let y = x.clamp(min, max).unwrap();
+        no_grad(|| x.copy_from(&t(&[5.0, 5.0]))).unwrap();
+        assert_inplace_error(y.sum_all().unwrap().backward());
+    }
+}
