@@ -35,7 +35,9 @@
 //! that handle a new leaf the optimizer's handle does not share: to train a tensor with
 //! `step`, make it require grad before building the optimizer. Given with names
 //! (`Vec<(String, Tensor)>`, as [`Module::named_parameters`](crate::nn::Module::named_parameters)
-//! returns them), the names key the saved state; plain tensors are named by their index.
+//! returns them), the names key the saved state; plain tensors are named by their index. State
+//! keyed by index loads into a named optimizer too, by position (PyTorch pairs saved state
+//! with parameters by position); state keyed by names loads only where those names are.
 //! [`ParamGroup`]s add parameters with their own learning rate and weight decay.
 //!
 //! **Gradients** are matched to parameters by identity: `step(&grads)` takes the [`Grads`] of

@@ -420,7 +420,17 @@ impl ParamSet {
             )
         };
         let (name, what) = entry.rsplit_once('.').ok_or_else(bad)?;
-        let i = *self.by_key.get(name).ok_or_else(bad)?;
+        // A name no parameter has may be a position (`3`, as an optimizer of plain tensors
+        // keys its state): PyTorch pairs saved state with parameters by position.
+        let by_position = || {
+            name.parse::<usize>()
+                .ok()
+                .filter(|i| *i < self.params.len() && i.to_string() == name)
+        };
+        let i = match self.by_key.get(name) {
+            Some(&i) => i,
+            None => by_position().ok_or_else(bad)?,
+        };
         if !known.contains(&what) {
             return Err(bad());
         }

@@ -209,7 +209,8 @@ fn load_state_is_atomic_and_private() {
             ("w.momentum_buffer".into(), mine.clone()),
         ],
         vec![("w.exp_avg".into(), mine.clone())],
-        vec![("0.momentum_buffer".into(), mine.clone())],
+        // A position past the parameters (a position within them loads: see below).
+        vec![("2.momentum_buffer".into(), mine.clone())],
         // Integer state is no momentum buffer.
         vec![(
             "w.momentum_buffer".into(),
@@ -367,4 +368,45 @@ fn a_name_given_twice_keys_the_state_by_index() {
             "x[1][2].momentum_buffer"
         ]
     );
+}
+
+/// State saved by an optimizer of plain tensors (keyed by index) loads into one built on the
+/// same parameters with names, by position, as PyTorch's test_can_load_from_to_named_state_dict;
+/// their momentum then moves alike. An index past the parameters, or both keys of one
+/// parameter, are refused.
+#[test]
+fn indexed_state_loads_into_a_named_optimizer_by_position() {
+    let o = sgd_momentum();
+    let (a0, a1) = (leaf(&[1.0, 2.0]), leaf(&[3.0, 4.0]));
+    let (b0, b1) = (leaf(&[1.0, 2.0]), leaf(&[3.0, 4.0]));
+    let g = Tensor::from_slice(dev(), &[0.5f32, -0.5], &[2]).unwrap();
+    let mut plain = Sgd::new(vec![a0.clone(), a1.clone()], o).unwrap();
+    plain.step_with(&[Some(&g), Some(&g)]).unwrap();
+    let saved = plain.state_tensors();
+    assert_eq!(saved[1].0, "1.momentum_buffer");
+    let names = vec![
+        ("fc.weight".to_string(), b0.clone()),
+        ("fc.bias".to_string(), b1.clone()),
+    ];
+    let mut named = Sgd::new(names, o).unwrap();
+    named.load_state_tensors(&saved).unwrap();
+    let st = state_vals(named.state_tensors());
+    assert_eq!(st[0].0, "fc.weight.momentum_buffer");
+    assert_eq!(st[1].1, state_vals(saved.clone())[1].1);
+    // The next step continues both momentum buffers alike.
+    plain.step_with(&[Some(&g), Some(&g)]).unwrap();
+    named.step_with(&[Some(&g), Some(&g)]).unwrap();
+    let (p, n) = (
+        state_vals(plain.state_tensors()),
+        state_vals(named.state_tensors()),
+    );
+    assert_eq!(p[0].1, n[0].1);
+    assert_eq!(p[1].1, n[1].1);
+    let bad = vec![("2.momentum_buffer".to_string(), g.clone())];
+    assert!(named.load_state_tensors(&bad).is_err());
+    let twice = vec![
+        ("0.momentum_buffer".to_string(), g.clone()),
+        ("fc.weight.momentum_buffer".to_string(), g.clone()),
+    ];
+    assert!(named.load_state_tensors(&twice).is_err());
 }
