@@ -1132,8 +1132,9 @@ fn loss_errors_in_pytorch_words() {
 #[test]
 fn conv_and_pool_errors_in_pytorch_words() {
     use wgtensor::ops::{
-        avg_pool2d, conv1d, conv2d, max_pool1d, max_pool2d, AvgPool2dOptions, Conv1dOptions,
-        Conv2dOptions, MaxPool1dOptions, MaxPool2dOptions,
+        adaptive_avg_pool2d, adaptive_max_pool2d, avg_pool2d, conv1d, conv2d, max_pool1d,
+        max_pool2d, AvgPool2dOptions, Conv1dOptions, Conv2dOptions, MaxPool1dOptions,
+        MaxPool2dOptions,
     };
     let c1 = Conv1dOptions::default();
     has(
@@ -1208,6 +1209,40 @@ fn conv_and_pool_errors_in_pytorch_words() {
     has(
         avg_pool2d(&t(&[16, 0, 20, 32]), &AvgPool2dOptions::new(2)),
         "Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for input",
+    );
+    // max_pool2d checks the rank before its options (max_pool2d_with_indices' meta).
+    let zero_stride = MaxPool2dOptions {
+        stride: Some([0, 0]),
+        ..MaxPool2dOptions::new(2)
+    };
+    for shape in [&[3, 4][..], &[1, 2, 3, 4, 5]] {
+        has(
+            max_pool2d(&t(shape), &zero_stride),
+            "non-empty 3D or 4D (batch mode) tensor expected for input",
+        );
+    }
+    // The adaptive pools' own sentences: max checks the rank, then dims 1 and up; avg dims
+    // -2 and -1, then the rank.
+    has(
+        adaptive_max_pool2d(&t(&[1, 1, 1, 4, 4]), [2, 2]),
+        "adaptive_max_pool2d(): Expected 3D or 4D tensor, but got: [1, 1, 1, 4, 4]",
+    );
+    has(
+        adaptive_max_pool2d(&t(&[2, 0, 4, 4]), [2, 2]),
+        "adaptive_max_pool2d(): Expected input to have non-zero size for non-batch \
+         dimensions, but input has sizes [2, 0, 4, 4] with dimension 1 being empty",
+    );
+    has(
+        adaptive_avg_pool2d(&t(&[1, 1, 1, 4, 4]), [2, 2]),
+        "adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got [1, 1, 1, 4, 4]",
+    );
+    has(
+        adaptive_avg_pool2d(&t(&[1, 1, 0, 4, 4]), [2, 2]),
+        "adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got [1, 1, 0, 4, 4]",
+    );
+    has(
+        adaptive_avg_pool2d(&t(&[2, 4, 0]), [2, 2]),
+        "with dimension 2 being empty",
     );
 }
 

@@ -402,6 +402,16 @@ pub(super) fn max_window(
     o: &MaxPool2dOptions,
 ) -> Result<(Window, [usize; 2])> {
     let s = o.stride.unwrap_or(o.kernel_size);
+    // max_pool2d_with_indices' meta checks the rank before the options.
+    if !matches!(x.rank(), 3 | 4) {
+        return Err(Error::shape(
+            op,
+            format!(
+                "non-empty 3D or 4D (batch mode) tensor expected for input, got {:?}",
+                x.shape()
+            ),
+        ));
+    }
     check_regular(op, o.kernel_size, s, o.padding, o.dilation)?;
     let (_, h, w, _) = planes_2d(op, x)?;
     let oh = out_size(
@@ -462,18 +472,57 @@ pub(super) fn avg_window(
     Ok((win, [oh, ow]))
 }
 
+/// The adaptive pools' shape checks in PyTorch's order and words, before the dtype dispatch:
+/// adaptive_max_pool2d's meta checks the rank, then every non-batch dim (1 and up);
+/// adaptive_avg_pool2d checks dims -2 and -1, then the rank.
+fn adaptive_shape_check(op: &'static str, kernel: &str, s: &[usize], max: bool) -> Result<()> {
+    let r = s.len();
+    let rank = || {
+        let colon = if max { ":" } else { "" };
+        Err(Error::shape(
+            op,
+            format!("{kernel}(): Expected 3D or 4D tensor, but got{colon} {s:?}"),
+        ))
+    };
+    let empty = |dims: std::ops::Range<usize>| -> Result<()> {
+        match dims.into_iter().find(|&i| s[i] == 0) {
+            Some(i) => Err(Error::shape(
+                op,
+                format!(
+                    "{kernel}(): Expected input to have non-zero size for non-batch dimensions, \
+                     but input has sizes {s:?} with dimension {i} being empty"
+                ),
+            )),
+            None => Ok(()),
+        }
+    };
+    if max {
+        if !matches!(r, 3 | 4) {
+            return rank();
+        }
+        empty(1..r)
+    } else {
+        empty(r.saturating_sub(2)..r)?;
+        match r {
+            3 | 4 => Ok(()),
+            _ => rank(),
+        }
+    }
+}
+
 pub(super) fn adaptive_window(
     op: &'static str,
     x: &Tensor,
     out: [usize; 2],
     mode: u32,
 ) -> Result<(Window, [usize; 2])> {
+    let kernel = match mode {
+        POOL_MAX => "adaptive_max_pool2d",
+        _ => "adaptive_avg_pool2d",
+    };
+    adaptive_shape_check(op, kernel, x.shape(), mode == POOL_MAX)?;
     if !x.dtype().is_float() {
         // The dispatch of PyTorch's kernels (which the 1-D pools reach too), in its words.
-        let kernel = match mode {
-            POOL_MAX => "adaptive_max_pool2d",
-            _ => "adaptive_avg_pool2d",
-        };
         return Err(Error::arg(
             op,
             format!("\"{kernel}\" not implemented for 'Int' (the adaptive pools take f32 or f16)"),
