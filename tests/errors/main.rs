@@ -574,7 +574,8 @@ fn gemm_dtype_mix_f16() {
         gemm_err(&t(&[2, 3]), &t(&[3, 4]), &with_bias),
         mismatch("gemm")
     );
-    let e = gemm_into(&h(&[2, 4]), &t(&[2, 3]), &t(&[3, 4]), 1.0, 0.0).unwrap_err();
+    // C's dtype is checked before the product's shapes, as addmm_'s meta.
+    let e = gemm_into(&h(&[5, 4]), &t(&[2, 3]), &t(&[3, 4]), 1.0, 0.0).unwrap_err();
     assert_eq!(
         e,
         Error::DType {
@@ -1559,6 +1560,16 @@ fn elementwise_cat_and_copy_errors_in_pytorch_words() {
     has(
         wgtensor::no_grad(|| dst.copy_from(&t(&[3, 3]))),
         "more than one element of the written-to tensor refers to a single memory location",
+    );
+    // copy_'s broadcast refusals (test_copy_broadcast's cases).
+    has(
+        t(&[5, 6]).copy_from(&t(&[30])),
+        "The size of tensor a (6) must match the size of tensor b (30) at non-singleton \
+         dimension 1",
+    );
+    has(
+        t(&[3]).copy_from(&t(&[1, 3])),
+        "output with shape [3] doesn't match the broadcast shape [1, 3]",
     );
 }
 

@@ -405,10 +405,20 @@ impl Tensor {
             return Err(Error::arg(op, words));
         }
         if src.layout.broadcast_to(self.shape()).is_err() {
+            // copy_'s TensorIterator words: infer_size over (self, src), or, where they
+            // broadcast to more than self, the output's resize refusal.
+            let words = match crate::layout::broadcast_shapes(op, self.shape(), src.shape()) {
+                Err(e) => e.to_string(),
+                Ok(b) => format!(
+                    "output with shape {:?} doesn't match the broadcast shape {b:?}",
+                    self.shape()
+                ),
+            };
             return Err(Error::shape(
                 op,
                 format!(
-                    "source shape {:?} does not broadcast to the destination's {:?}",
+                    "{}: source shape {:?} does not broadcast to the destination's {:?}",
+                    words.strip_prefix(&format!("{op}: ")).unwrap_or(&words),
                     src.shape(),
                     self.shape()
                 ),

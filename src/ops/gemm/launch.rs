@@ -452,7 +452,9 @@ fn c_operand(
                 return Err(Error::shape(
                     op,
                     format!(
-                        "in-place C must have the output's shape {out_shape:?}, got {:?}",
+                        "Bad in-place call: input tensor size {:?} and output tensor size \
+                         {out_shape:?} should match (the in-place C must have the product's \
+                         shape)",
                         t.shape()
                     ),
                 ));

@@ -100,6 +100,14 @@ pub fn gemm_into(c: &Tensor, a: &Tensor, b: &Tensor, alpha: f64, beta: f64) -> R
         ..Default::default()
     };
     grad::check_in_place("gemm_into", &[c, a, b])?;
+    // addmm_'s meta compares C's dtype with B's first, before the product's shapes.
+    if c.dtype() != b.dtype() {
+        return Err(Error::DType {
+            op: "gemm_into",
+            expected: b.dtype(),
+            got: c.dtype(),
+        });
+    }
     run("gemm_into", a, b, &o, Some(c))?;
     c.bump_version();
     Ok(())
