@@ -175,6 +175,8 @@ impl Index<usize> for Sequential {
 }
 
 impl IndexMut<usize> for Sequential {
+    /// The layer at `index`, mutable; panics past the end, as a slice does
+    /// ([`Sequential::get_mut`] returns an `Option`).
     fn index_mut(&mut self, index: usize) -> &mut (dyn Forward + 'static) {
         let len = self.layers.len();
         match self.layers.get_mut(index) {
@@ -323,12 +325,16 @@ impl<M> FromIterator<M> for ModuleList<M> {
 
 impl<M> Index<usize> for ModuleList<M> {
     type Output = M;
+    /// The module at `index`; panics past the end, as a slice does ([`ModuleList::get`]
+    /// returns an `Option`).
     fn index(&self, index: usize) -> &M {
         &self.items[index]
     }
 }
 
 impl<M> IndexMut<usize> for ModuleList<M> {
+    /// The module at `index`, mutable; panics past the end, as a slice does
+    /// ([`ModuleList::get_mut`] returns an `Option`).
     fn index_mut(&mut self, index: usize) -> &mut M {
         &mut self.items[index]
     }

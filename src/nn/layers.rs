@@ -56,7 +56,9 @@ macro_rules! stateless_module {
 pub struct Linear {
     /// `[out_features, in_features]`.
     pub weight: Tensor,
-    /// `[out_features]`, when the layer has a bias.
+    /// `[out_features]`, when the layer has a bias; of the weight's dtype (unlike
+    /// `F.linear`, which broadcasts a `[1]` bias and adds one of another dtype on its
+    /// matmul path, the fused epilogue takes exactly this).
     pub bias: Option<Tensor>,
 }
 

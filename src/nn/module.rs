@@ -432,7 +432,8 @@ async fn read_counter(t: &Tensor) -> Result<Option<u64>> {
             .first()
             .map(|v| v.to_f64()),
     };
-    // As to_dtype(I32) rounds toward zero and saturates (NaN to 0).
+    // As to_dtype(I32) rounds toward zero and saturates (NaN to 0); the counter is unsigned,
+    // so a negative count (which PyTorch's int64 buffer keeps) loads as 0.
     Ok(first.map(|v| (v as i32).max(0) as u64))
 }
 
