@@ -227,7 +227,7 @@ impl MultiheadAttention {
     ///
     /// Errors ([`Error::Shape`]) name the layer and the shapes: inputs of other ranks or
     /// feature sizes, keys and values of different lengths or batches, masks of other shapes;
-    /// [`Error::Arg`] for an additive mask of an integer dtype, checked first (PyTorch's
+    /// [`Error::InvalidArgument`] for an additive mask of an integer dtype, checked first (PyTorch's
     /// `_canonical_mask`), also where `is_causal` drops the mask.
     pub fn forward_attn(
         &self,
