@@ -43,6 +43,7 @@ use std::sync::{Arc, Mutex};
 use crate::{DType, Error, Result, Tensor};
 
 mod grads;
+mod view_meta;
 pub use grads::Grads;
 
 /// `Send + Sync` on native targets, nothing on wasm32 (where wgpu handles, and so tensors,
@@ -106,6 +107,9 @@ pub(crate) struct GradMeta {
     /// `base_`), which decides at write time whether an in-place write is refused in
     /// PyTorch's `view_of_leaf` words.
     view_base: Option<Arc<GradMeta>>,
+    /// For a piece of `split` or `chunk` (and views of it): its output index, for PyTorch's
+    /// refusal of an in-place write into one of several views one op returned.
+    multi_output: Option<usize>,
 }
 
 impl GradMeta {
@@ -273,6 +277,7 @@ fn output_meta(t: &Tensor, node: Arc<Node>, index: usize) -> Arc<GradMeta> {
         dtype: t.dtype,
         frozen: AtomicBool::new(false),
         view_base: None,
+        multi_output: None,
     })
 }
 
@@ -560,6 +565,7 @@ impl Tensor {
                     dtype: self.dtype,
                     frozen: AtomicBool::new(false),
                     view_base: None,
+                    multi_output: None,
                 }));
                 Ok(())
             }
@@ -593,40 +599,6 @@ impl Tensor {
         t.grad = None;
         t.no_grad_view = None;
         t
-    }
-
-    /// Whether this is a view made under no_grad of a tensor that is still tracked.
-    pub(crate) fn is_no_grad_view(&self) -> bool {
-        self.no_grad_view
-            .as_ref()
-            .is_some_and(|m| m.live().is_some())
-    }
-
-    /// Gives `out`, a view of `x`'s storage just recorded, PyTorch's view creation meta: the
-    /// root of its chain of views (PyTorch's `base_`), kept in its meta when it is tracked and
-    /// as `no_grad_view` when it was made under no_grad of a tracked tensor (inherited through
-    /// further views).
-    pub(crate) fn inherit_view_meta(out: &mut Tensor, x: &Tensor) {
-        let root = x
-            .live_meta()
-            .map(|m| m.view_base.clone().unwrap_or_else(|| m.clone()));
-        out.no_grad_view = match (&x.no_grad_view, &root) {
-            (Some(base), _) => Some(base.clone()),
-            (None, Some(r)) if !is_grad_enabled() => Some(r.clone()),
-            _ => None,
-        };
-        // The view's meta was just made by its record: not yet shared.
-        if let Some(m) = out.grad.as_mut().and_then(Arc::get_mut) {
-            m.view_base = root;
-        }
-    }
-
-    /// Whether this tracked tensor views a leaf (check_inplace's `_base().is_leaf()`, whatever
-    /// the base's current flag).
-    pub(crate) fn is_view_of_leaf(&self) -> bool {
-        self.live_meta()
-            .and_then(|m| m.view_base.as_ref())
-            .is_some_and(|b| b.node.is_none())
     }
 
     /// Gradients of this single-element tensor (the loss) with respect to every tracked leaf

@@ -252,7 +252,9 @@ impl Tensor {
         let mut start = 0;
         while start < len {
             let n = split_size.min(len - start);
-            out.push(self.narrow(d as isize, start, n)?);
+            let mut piece = self.narrow(d as isize, start, n)?;
+            piece.mark_multi_output(out.len());
+            out.push(piece);
             start += n;
         }
         if out.is_empty() {
@@ -290,7 +292,13 @@ impl Tensor {
                     ),
                 ));
             }
-            return (0..chunks).map(|_| self.narrow(dim, 0usize, 0)).collect();
+            return (0..chunks)
+                .map(|i| {
+                    let mut piece = self.narrow(dim, 0usize, 0)?;
+                    piece.mark_multi_output(i);
+                    Ok(piece)
+                })
+                .collect();
         }
         self.split(len.div_ceil(chunks), dim)
     }

@@ -988,3 +988,37 @@ fn shared_matmul_operand_gradients_fold_the_batch() {
     let g = grads(&a, &b);
     assert_eq!(g.get(&a).unwrap().to_vec::<f32>().unwrap(), vec![0.0; 12]);
 }
+
+/// An in-place write into a piece of `split` or `chunk` (or a view of one) of a tracked
+/// tensor is refused in PyTorch's multi-output words (test_inplace_on_view_multi_output_unsafe),
+/// before the leaf checks; under no_grad it is allowed.
+#[test]
+fn split_and_chunk_pieces_refuse_in_place_writes_in_pytorchs_words() {
+    let a = leaf(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0], &[3, 3]);
+    let b = a.add(&a).unwrap();
+    let words = "This view is the output of a function that returns multiple views.";
+    for base in [&a, &b] {
+        let split = base.split(1, 0).unwrap();
+        let chunk = base.chunk(3, 0).unwrap();
+        for pieces in [split, chunk] {
+            let e = pieces[1].copy_from(&pieces[2]).unwrap_err().to_string();
+            assert!(e.contains(words) && e.contains("Output 1 of"), "{e}");
+            let view = pieces[0].narrow(1, 0, 2).unwrap();
+            let e = view
+                .copy_from(&t(&[0.0, 0.0], &[1, 2]))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(words), "{e}");
+        }
+    }
+    // Plain narrows are not multi-output views, and no_grad writes are fine.
+    let e = b
+        .narrow(0, 0, 1)
+        .unwrap()
+        .copy_from(&t(&[0.0; 3], &[1, 3]))
+        .unwrap_err();
+    assert!(!e.to_string().contains(words), "{e}");
+    let pieces = b.split(2, 1).unwrap();
+    no_grad(|| pieces[0].copy_from(&t(&[0.0; 6], &[3, 2]))).unwrap();
+    assert_eq!(b.to_vec::<f32>().unwrap()[..3], [0.0, 0.0, 6.0]);
+}

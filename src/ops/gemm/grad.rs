@@ -249,6 +249,19 @@ pub(crate) fn check_in_place(op: &'static str, tensors: &[&Tensor]) -> Result<()
              outside (if you want the inplace to be tracked).",
         ));
     }
+    let multi_output = dest.and_then(|t| t.multi_output_index());
+    if let (Some(i), true) = (multi_output, crate::autograd::is_grad_enabled()) {
+        // handle_view_on_rebase, before check_inplace's leaf checks.
+        return Err(Error::arg(
+            op,
+            format!(
+                "Output {i} of SplitBackward0 is a view and is being modified inplace. This \
+                 view is the output of a function that returns multiple views. Such functions \
+                 do not allow the output views to be modified inplace. You should replace the \
+                 inplace operation by an out-of-place one."
+            ),
+        ));
+    }
     if records(tensors.iter().copied()) {
         // PyTorch's words where it refuses too (a written leaf that requires grad, or a view
         // of one); it differentiates in-place ops on other tensors, which are not offered
