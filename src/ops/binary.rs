@@ -59,6 +59,8 @@ impl Tensor {
     /// The untracked forward of [`Tensor::binary`] (src/ops/binary_grad.rs records it).
     pub(crate) fn binary_forward(&self, other: &Tensor, op: BinaryOp) -> Result<Tensor> {
         let name = op.name();
+        // TensorIterator computes the shape before the device check.
+        broadcast_shapes(name, self.shape(), other.shape())?;
         self.same_device(name, other)?;
         self.same_dtype(name, other)?;
         // Before the empty early return, so an empty i32 operand is refused as a full one.

@@ -153,6 +153,7 @@ impl Tensor {
             // operand takes the float's dtype; a 0-d operand of the same kind does not
             // widen), through recorded casts, so each gradient comes back in its
             // operand's dtype.
+            crate::layout::broadcast_shapes(op.name(), self.shape(), other.shape())?;
             self.same_device(op.name(), other)?;
             let dt = crate::dtype::result_type(self, other);
             return self.to_dtype(dt)?.binary(&other.to_dtype(dt)?, op);

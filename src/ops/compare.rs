@@ -127,6 +127,8 @@ impl Tensor {
     /// ```
     pub fn compare(&self, other: &Tensor, op: CmpOp) -> Result<Tensor> {
         let name = op.name();
+        // TensorIterator computes the shape before the device check.
+        broadcast_shapes(name, self.shape(), other.shape())?;
         self.same_device(name, other)?;
         if self.dtype != other.dtype {
             let dt = result_type(self, other);
@@ -289,8 +291,8 @@ impl Tensor {
         // Checked under this op's name (where_cond would name itself), the mask first as
         // PyTorch's expand_outplace(mask, self), so an error names the same sizes; the value
         // after, as masked_fill_ converts it on the expanded tensor.
-        self.same_device(op, mask)?;
         crate::layout::broadcast_shapes(op, mask.shape(), self.shape())?;
+        self.same_device(op, mask)?;
         crate::tensor::check_fill(op, value, self.dtype)?;
         let v = Tensor::full(self.device(), &[], value, self.dtype)?;
         mask.where_cond(&v, self)
@@ -304,6 +306,9 @@ pub fn where_cond(cond: &Tensor, on_true: &Tensor, on_false: &Tensor) -> Result<
 
 fn where_forward(cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let name = "where";
+    // TensorIterator computes the shape before the device check.
+    let ca = broadcast_shapes(name, cond.shape(), a.shape())?;
+    broadcast_shapes(name, &ca, b.shape())?;
     a.same_device(name, b)?;
     a.same_device(name, cond)?;
     if a.dtype != b.dtype {

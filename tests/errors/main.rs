@@ -188,6 +188,27 @@ fn device_mismatch() {
     let b = Tensor::from_slice(&other, &[1.0f32; 4], &[4]).unwrap();
     let e = a.add(&b).unwrap_err();
     assert_eq!(e, Error::DeviceMismatch { op: "add" });
+    // Shapes are checked before devices (TensorIterator's compute_shape, then its types).
+    let b3 = Tensor::from_slice(&other, &[1.0f32; 3], &[3]).unwrap();
+    let half = b3.to_dtype(DType::F16);
+    let words = "The size of tensor a (4) must match the size of tensor b (3)";
+    has(a.add(&b3), words);
+    has(a.maximum(&b3), words);
+    has(a.eq(&b3), words);
+    has(
+        a.masked_fill(&b3, 0.0),
+        "The size of tensor a (3) must match the size of tensor b (4)",
+    );
+    has(
+        b3.where_cond(&a, &a),
+        words
+            .replace("a (4)", "a (3)")
+            .replace("b (3)", "b (4)")
+            .as_str(),
+    );
+    if let Ok(h) = half {
+        has(a.add(&h), words);
+    }
 }
 
 #[test]
