@@ -78,15 +78,13 @@ impl MultiheadAttention {
     /// The encoder layer's fast path (`_transformer_encoder_layer_fwd`) for self-attention on
     /// `x`, which the layer decided to take: every mask read as bool, a float one too. Two
     /// masks, one of them float, are summed first as `merge_masks` does (a `+x` and a `-x`
-    /// entry cancel), into one `[N * H, L, S]` mask as PyTorch's. An additive mask of a dtype
-    /// the general path refuses goes there for its error.
+    /// entry cancel), into one `[N * H, L, S]` mask as PyTorch's. The layer has checked the
+    /// masks' dtypes.
     pub(crate) fn encoder_fast_path(&self, x: &Tensor, opts: &MhaOptions) -> Result<Tensor> {
         let masks = [opts.key_padding_mask, opts.attn_mask];
-        let refused =
-            |m: &Option<MhaMask>| matches!(m, Some(MhaMask::Additive(t)) if !t.dtype().is_float());
         // `is_causal` without a mask is ours (PyTorch needs the mask): the general path.
         let causal_only = opts.is_causal && opts.attn_mask.is_none();
-        if masks.iter().any(refused) || masks.iter().all(Option::is_none) || causal_only {
+        if masks.iter().all(Option::is_none) || causal_only {
             return Ok(self.forward_general(x, x, x, opts)?.0);
         }
         if let Some(merged) = self.merged_float_masks(x, opts)? {

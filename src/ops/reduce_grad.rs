@@ -18,9 +18,9 @@ struct ReduceBackward {
     /// PyTorch's `max(dim)` saves these, not the input, so writing the input in place after
     /// the forward leaves the backward valid.
     idx: Option<Tensor>,
-    /// max / min of an input past one binding (the argmax kernels bind it whole, the
-    /// reduction runs in windows): the input, its indices taken by the backward, which refuses
-    /// it there, so the forward still computes.
+    /// max / min of a view past one binding (the argmax kernels bind the view's elements,
+    /// the reduction runs in windows): the input, its indices taken by the backward, which
+    /// refuses it there, so the forward still computes.
     x: Option<Tensor>,
 }
 
@@ -117,8 +117,9 @@ impl Tensor {
         let (mut idx, mut x) = (None, None);
         if extremum && records([self]) {
             // The indices need the view's elements in one binding (argext binds no more).
-            let span =
-                (self.layout.span() - self.layout.offset()) as u64 * self.dtype.size() as u64;
+            // An empty view's span is 0, below its offset.
+            let elems = self.layout.span().saturating_sub(self.layout.offset());
+            let span = elems as u64 * self.dtype.size() as u64;
             if span + self.device().storage_align() <= self.device().max_binding_bytes() {
                 idx = Some(max_min_indices(self, d, code(op))?);
             } else {

@@ -81,7 +81,8 @@ pub fn clip_grad_norm(grads: &[&Tensor], max_norm: f64) -> Result<(Vec<Tensor>, 
 
 /// Clamps every gradient element into `[-clip_value, clip_value]` (PyTorch's
 /// `clip_grad_value_`), returning the new gradients; NaN stays NaN, and any `clip_value`
-/// clamps as PyTorch's `clamp(-v, v)` would (a negative one gives `v` everywhere).
+/// clamps as PyTorch's `clamp(-v, v)` would (a negative one gives `v` everywhere). A finite
+/// `clip_value` past f32's range is PyTorch's overflow error (when there is a gradient).
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {

@@ -1243,8 +1243,8 @@ fn conv_and_pool_errors_in_pytorch_words() {
             "non-empty 3D or 4D (batch mode) tensor expected for input",
         );
     }
-    // The adaptive pools' own sentences: max checks the rank, then dims 1 and up; avg dims
-    // -2 and -1, then the rank.
+    // The adaptive pools' own sentences: the rank first, then max's dims 1 and up, avg's -2
+    // and -1.
     has(
         adaptive_max_pool2d(&t(&[1, 1, 1, 4, 4]), [2, 2]),
         "adaptive_max_pool2d(): Expected 3D or 4D tensor, but got: [1, 1, 1, 4, 4]",
@@ -1259,8 +1259,8 @@ fn conv_and_pool_errors_in_pytorch_words() {
         "adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got [1, 1, 1, 4, 4]",
     );
     has(
-        adaptive_avg_pool2d(&t(&[1, 1, 0, 4, 4]), [2, 2]),
-        "adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got [1, 1, 0, 4, 4]",
+        adaptive_avg_pool2d(&t(&[1, 1, 1, 0, 4]), [2, 2]),
+        "adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got [1, 1, 1, 0, 4]",
     );
     has(
         adaptive_avg_pool2d(&t(&[2, 4, 0]), [2, 2]),

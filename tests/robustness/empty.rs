@@ -77,6 +77,13 @@ fn reductions_over_empty_axes() {
     // Reducing a non-empty axis of an empty tensor gives an empty result.
     assert_eq!(e.sum(0, false).unwrap().shape(), &[0]);
     assert_eq!(e.max(0, false).unwrap().shape(), &[0]);
+    // A tracked empty view at an offset (x[1:2, 0:0].max(0)): empty values, no error.
+    let x = Tensor::from_slice(dev(), &[1.0f32; 6], &[2, 3])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let v = x.narrow(0, 1, 1).unwrap().narrow(1, 0, 0).unwrap();
+    assert_eq!(v.max(0, false).unwrap().shape(), &[0]);
     still_works(dev());
 }
 

@@ -553,13 +553,18 @@ fn binding_limit_option_is_validated() {
 /// `logits[:, -1].argmax(-1)`) works, in f32 and f16.
 #[test]
 fn argmax_of_a_small_view_of_a_large_base() {
-    let d = small(4096);
+    for gpu_plans in [false, true] {
+        argmax_of_a_row(&small_with(4096, gpu_plans));
+    }
+}
+
+fn argmax_of_a_row(d: &Device) {
     for dtype in [DType::F32, DType::F16] {
         if dtype == DType::F16 && !d.supports_f16() {
             continue;
         }
         let v = wave(10_000, 0.37);
-        let x = Tensor::from_slice(&d, &v, &[100, 100])
+        let x = Tensor::from_slice(d, &v, &[100, 100])
             .unwrap()
             .to_dtype(dtype)
             .unwrap();

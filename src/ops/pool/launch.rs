@@ -473,8 +473,8 @@ pub(super) fn avg_window(
 }
 
 /// The adaptive pools' shape checks in PyTorch's order and words, before the dtype dispatch:
-/// adaptive_max_pool2d's meta checks the rank, then every non-batch dim (1 and up);
-/// adaptive_avg_pool2d checks dims -2 and -1, then the rank.
+/// both check the rank first, then adaptive_max_pool2d's meta every non-batch dim (1 and up),
+/// adaptive_avg_pool2d's template dims -2 and -1.
 fn adaptive_shape_check(op: &'static str, kernel: &str, s: &[usize], max: bool) -> Result<()> {
     let r = s.len();
     let rank = || {
@@ -496,18 +496,10 @@ fn adaptive_shape_check(op: &'static str, kernel: &str, s: &[usize], max: bool) 
             None => Ok(()),
         }
     };
-    if max {
-        if !matches!(r, 3 | 4) {
-            return rank();
-        }
-        empty(1..r)
-    } else {
-        empty(r.saturating_sub(2)..r)?;
-        match r {
-            3 | 4 => Ok(()),
-            _ => rank(),
-        }
+    if !matches!(r, 3 | 4) {
+        return rank();
     }
+    empty(if max { 1..r } else { r - 2..r })
 }
 
 pub(super) fn adaptive_window(
