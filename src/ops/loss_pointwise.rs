@@ -291,10 +291,6 @@ pub fn binary_cross_entropy(
         }
         super::loss_options::no_requires_grad(op, op, "weight", Some(w))?;
     }
-    // PyTorch's `loss.mul_(weight)` multiplies an f16 loss by an f32 weight in f32 and
-    // rounds the product once; the backward takes the weight in the input's dtype.
-    let forward_weight = weight;
-    let weight = weight.map(|w| w.to_dtype(input.dtype())).transpose()?;
     super::value_check::check_values(op, input, 0, 0.0, 1.0)?;
     super::value_check::check_values(op, target, 1, 0.0, 1.0)?;
     let loss = {
@@ -305,22 +301,28 @@ pub fn binary_cross_entropy(
             .mul(&log_x)?
             .add(&one_minus_y.mul(&log_1mx)?)?
             .neg()?;
-        match (forward_weight, &weight) {
-            (Some(w), _) if (loss.dtype(), w.dtype()) == (DType::F16, DType::F32) => {
-                loss.to_dtype(DType::F32)?.mul(w)?.to_dtype(DType::F16)?
-            }
-            (_, Some(w)) => loss.mul(w)?,
-            (_, None) => loss,
-        }
+        times_weight(loss, weight)?
     };
     let loss = record(loss, &[input, target], |_| {
         Box::new(BceBackward {
             x: input.detach(),
             y: target.detach(),
-            w: weight.as_ref().map(Tensor::detach),
+            w: weight.map(Tensor::detach),
         })
     });
     reduce(loss, reduction)
+}
+
+/// `t` times the weight, as PyTorch's `t.mul_(weight)` (the loss and both gradients): an f16
+/// `t` and an f32 weight multiply in f32 and round once; another weight takes `t`'s dtype.
+fn times_weight(t: Tensor, w: Option<&Tensor>) -> Result<Tensor> {
+    match w {
+        None => Ok(t),
+        Some(w) if (t.dtype(), w.dtype()) == (DType::F16, DType::F32) => {
+            t.to_dtype(DType::F32)?.mul(w)?.to_dtype(DType::F16)
+        }
+        Some(w) => t.mul(&w.to_dtype(t.dtype())?),
+    }
 }
 
 /// `max(log(x), -100)` and `max(log1p(-x), -100)`, PyTorch's clamped logs (NaN outside
@@ -333,8 +335,9 @@ fn clamped_logs(x: &Tensor) -> Result<(Tensor, Tensor)> {
 }
 
 /// PyTorch's binary_cross_entropy_backward and its target gradient:
-/// `dx = g w (x - y) / max(x (1 - x), 1e-12)` (finite at probabilities 0 and 1) and
-/// `dy = -g w logit(x)` (unclamped, as PyTorch's: infinite there).
+/// `dx = g (x - y) / max(x (1 - x), 1e-12)` (finite at probabilities 0 and 1) and
+/// `dy = -logit(x) g` (unclamped, as PyTorch's: infinite there), each then times the weight
+/// (its own dtype, as the forward: [`times_weight`]).
 struct BceBackward {
     x: Tensor,
     y: Tensor,
@@ -347,7 +350,7 @@ impl BackwardOp for BceBackward {
     }
 
     fn backward(&self, grads: &[Option<Tensor>], needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
-        let Some(gw) = super::loss_options::weighted_grad(grads, self.w.as_ref())? else {
+        let Some(g) = grads.first().and_then(Option::as_ref) else {
             return Ok(vec![None, None]);
         };
         let x = &self.x;
@@ -355,14 +358,16 @@ impl BackwardOp for BceBackward {
             let denom = x
                 .mul(&x.scalar_op(ScalarOp::RSub, 1.0)?)?
                 .max_scalar_raw(1e-12)?;
-            Some(gw.mul(&x.sub(&self.y)?)?.div(&denom)?)
+            let dx = g.mul(&x.sub(&self.y)?)?.div(&denom)?;
+            Some(times_weight(dx, self.w.as_ref())?)
         } else {
             None
         };
         let dy = if needs.get(1) == Some(&true) {
             // -logit(x), unclamped as PyTorch's (+-inf at probabilities 0 and 1).
             let log_1mx = x.scalar_op(ScalarOp::RSub, 1.0)?.log()?;
-            Some(gw.mul(&log_1mx.sub(&x.log()?)?)?)
+            let dy = log_1mx.sub(&x.log()?)?.mul(g)?;
+            Some(times_weight(dy, self.w.as_ref())?)
         } else {
             None
         };

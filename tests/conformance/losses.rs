@@ -854,4 +854,17 @@ fn bce_f16_multiplies_by_an_f32_weight_in_f32() {
     assert_eq!(l.dtype(), DType::F16);
     let v = l.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
     assert_eq!(v, vec![0.69384766, 0.6933594]);
+    // The gradient too: (0.2 - 1) / (0.2 (1 - 0.2)) is -5 in f16, times 1.0004 in f32 rounds
+    // to -5.0039062 (times 1.0, the weight in f16, it would stay -5).
+    let x = t(&[0.2], &[1])
+        .to_dtype(DType::F16)
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let y = t(&[1.0], &[1]).to_dtype(DType::F16).unwrap();
+    let w = t(&[1.0004], &[1]);
+    let l = binary_cross_entropy(&x, &y, Some(&w), Reduction::Sum).unwrap();
+    let g = l.backward().unwrap();
+    let dx = g.get(&x).unwrap().to_dtype(DType::F32).unwrap();
+    assert_eq!(dx.to_vec::<f32>().unwrap(), vec![-5.0039062]);
 }
