@@ -171,11 +171,14 @@ fn the_encoder_layer_reads_float_masks_as_bool_on_its_fast_path() {
         )
     });
     assert!(direct.iter().all(|v| v.is_finite()), "{direct:?}");
-    // An integer additive mask is still refused, as on the general path.
+    // An integer additive mask is refused by the layer first, as PyTorch's _canonical_mask.
     let ints = Tensor::from_slice(common::device(), &[0i32; 9], &[3, 3]).unwrap();
     let e = wgtensor::no_grad(|| l.forward_with(&x, Some(MhaMask::Additive(&ints)), None, false))
         .unwrap_err();
-    assert!(e.to_string().contains("MultiheadAttention"), "{e}");
+    assert!(
+        e.to_string().contains("TransformerEncoderLayer") && e.to_string().contains("src_mask"),
+        "{e}"
+    );
 }
 
 /// A `-1e9` padding bias that covers a whole sequence makes its rows NaN on the layer's fast
