@@ -336,3 +336,30 @@ fn clamp_with_a_nan_bound_saves_its_input() {
         assert_inplace_error(y.sum_all().unwrap().backward());
     }
 }
+
+/// A convolution saves its input and its weight whichever gradients are needed (PyTorch's
+/// ConvolutionBackward0): a first layer's weight written before the backward (untracked
+/// input) is the version error, and a node whose only tracked input is the bias serves one
+/// backward.
+#[test]
+fn conv_saves_input_and_weight() {
+    use wgtensor::ops::{conv2d, Conv2dOptions};
+    use wgtensor::DType;
+    let x = Tensor::full(dev(), &[1, 1, 3, 3], 1.0, DType::F32).unwrap();
+    let w = Tensor::full(dev(), &[1, 1, 2, 2], 1.0, DType::F32)
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let o = Conv2dOptions::default();
+    let loss = conv2d(&x, &w, None, &o).unwrap().sum_all().unwrap();
+    no_grad(|| w.copy_from(&Tensor::full(dev(), &[1, 1, 2, 2], 2.0, DType::F32)?)).unwrap();
+    assert_inplace_error(loss.backward());
+    let wf = Tensor::full(dev(), &[1, 1, 2, 2], 1.0, DType::F32).unwrap();
+    let b = Tensor::zeros(dev(), &[1], DType::F32)
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let l2 = conv2d(&x, &wf, Some(&b), &o).unwrap().sum_all().unwrap();
+    assert_eq!(vals(l2.backward().unwrap().get(&b).unwrap()), vec![4.0]);
+    assert!(l2.backward().is_err());
+}

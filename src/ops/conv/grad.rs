@@ -19,7 +19,7 @@ use super::{
 };
 
 struct ConvBackward {
-    /// The forward input (for dw) and weight (for dx), each kept only when needed.
+    /// The forward input (for dw) and weight (for dx), both kept (as PyTorch saves them).
     x: Option<Tensor>,
     w: Option<Tensor>,
     x_hw: [usize; 2],
@@ -148,8 +148,11 @@ fn recorded(
     let ws = w.shape();
     let y = record(y, &inputs, |y| {
         Box::new(ConvBackward {
-            x: (w.is_tracked() || transposed).then(|| x.detach()),
-            w: (x.is_tracked() || transposed).then(|| w.detach()),
+            // Both, whichever gradients are needed, as ConvolutionBackward0 saves them: an
+            // optimizer step on a first layer's weight before the backward is the version
+            // error, and a node whose only tracked input is the bias serves one backward.
+            x: Some(x.detach()),
+            w: Some(w.detach()),
             x_hw: [x.shape()[2], x.shape()[3]],
             k_hw: [ws[2], ws[3]],
             o: Conv2dOptions {
