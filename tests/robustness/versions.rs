@@ -363,3 +363,29 @@ fn conv_saves_input_and_weight() {
     assert_eq!(vals(l2.backward().unwrap().get(&b).unwrap()), vec![4.0]);
     assert!(l2.backward().is_err());
 }
+
+/// The initial states are saved by every PyTorch RNN backend: writing h0 or c0 (a persistent
+/// state buffer updated with `h.copy_(h_n.detach())`) before the backward is the in-place
+/// error, for the layers and the cells.
+#[test]
+fn rnn_initial_states_written_before_backward_are_errors() {
+    use wgtensor::nn;
+    use wgtensor::DType;
+    let lstm = nn::Lstm::new(dev(), 3, 4, nn::RnnConfig::default()).unwrap();
+    let x = Tensor::from_slice(dev(), &[0.5f32; 5 * 2 * 3], &[5, 2, 3]).unwrap();
+    for which in [0, 1] {
+        let h0 = Tensor::full(dev(), &[1, 2, 4], 0.1, DType::F32).unwrap();
+        let c0 = Tensor::full(dev(), &[1, 2, 4], 0.2, DType::F32).unwrap();
+        let out = lstm.forward_with_state(&x, Some(&h0), Some(&c0)).unwrap();
+        let loss = out.output.sum_all().unwrap();
+        let state = if which == 0 { &h0 } else { &c0 };
+        no_grad(|| state.copy_from(&out.h_n.detach())).unwrap();
+        assert_inplace_error(loss.backward());
+    }
+    let cell = nn::GruCell::new(dev(), 3, 4, true).unwrap();
+    let h = Tensor::full(dev(), &[2, 4], 0.1, DType::F32).unwrap();
+    let xs = Tensor::from_slice(dev(), &[0.5f32; 6], &[2, 3]).unwrap();
+    let h1 = cell.forward_cell(&xs, Some(&h)).unwrap();
+    no_grad(|| h.copy_from(&h1.detach())).unwrap();
+    assert_inplace_error(h1.sum_all().unwrap().backward());
+}

@@ -14,8 +14,10 @@ struct RnnBackward {
     rnn: Rnn,
     saved: RnnSaved,
     out_shape: Vec<usize>,
-    has_h0: bool,
-    has_c0: bool,
+    /// The caller's initial states (detached), kept for the version check: PyTorch's
+    /// backends all save them (`linear_hh(hx)`, `forgetgate * cx`, cuDNN's `hx`, `cx`).
+    h0: Option<Tensor>,
+    c0: Option<Tensor>,
 }
 
 impl BackwardOp for RnnBackward {
@@ -28,6 +30,7 @@ impl BackwardOp for RnnBackward {
             .iter()
             .flat_map(|w| [&w.w_ih, &w.w_hh, &w.b_ih, &w.b_hh])
             .chain(self.saved.layers.first().map(|l| &l.input))
+            .chain(self.h0.iter().chain(&self.c0))
             .chain(
                 self.saved
                     .layers
@@ -56,10 +59,10 @@ impl BackwardOp for RnnBackward {
         let g = self.rnn.backward(&self.saved, &dy, get(1), get(2))?;
         let mut out = Vec::with_capacity(needs.len());
         out.push(Some(g.dx));
-        if self.has_h0 {
+        if self.h0.is_some() {
             out.push(Some(g.dh0));
         }
-        if self.has_c0 {
+        if self.c0.is_some() {
             out.push(Some(g.dc0.ok_or_else(|| {
                 Error::arg(self.name(), "backward returned no cell-state gradient")
             })?));
@@ -131,8 +134,8 @@ pub(super) fn forward(
             rnn: detached,
             saved,
             out_shape: o[0].shape().to_vec(),
-            has_h0: h0.is_some(),
-            has_c0: c0.is_some(),
+            h0: h0.map(Tensor::detach),
+            c0: c0.map(Tensor::detach),
         })
     })
     .into_iter();
