@@ -541,8 +541,10 @@ impl Tensor {
     /// # Ok(()) }
     /// ```
     pub fn broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
+        // Shape compatibility first, as expand's inferExpandGeometry, then the size limit.
+        let layout = self.layout.broadcast_to(shape)?;
         checked_numel("broadcast_to", shape)?;
-        let out = self.view(self.layout.broadcast_to(shape)?);
+        let out = self.view(layout);
         Ok(view_grad::record_view(self, out, || ViewKind::Broadcast))
     }
 

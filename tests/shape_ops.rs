@@ -1115,6 +1115,12 @@ fn contiguous_views_broadcast_errors_and_empty_writes_follow_pytorch() {
         ),
         "{e}"
     );
+    // Shapes are compared before the size limit (expand's order).
+    let e = a.broadcast_to(&[3, 1 << 32]).unwrap_err().to_string();
+    assert!(
+        e.contains("The expanded size of the tensor (4294967296) must match the existing size (3)"),
+        "{e}"
+    );
     let (b, _) = ramp(&[3, 2], 0.0);
     let e = b.broadcast_to(&[4, 1, 1]).unwrap_err().to_string();
     assert!(

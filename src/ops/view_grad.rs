@@ -226,7 +226,9 @@ impl Tensor {
         let len = self.shape()[d];
         if split_size == 0 {
             if len == 0 {
-                return Ok(vec![self.alias()]);
+                let mut piece = self.alias();
+                piece.mark_multi_output(0);
+                return Ok(vec![piece]);
             }
             return Err(Error::arg(
                 op,
@@ -258,7 +260,9 @@ impl Tensor {
             start += n;
         }
         if out.is_empty() {
-            out.push(self.alias());
+            let mut piece = self.alias();
+            piece.mark_multi_output(0);
+            out.push(piece);
         }
         Ok(out)
     }
@@ -315,7 +319,8 @@ impl Tensor {
     }
 
     /// Collapses dims `start..=end` into one (PyTorch's `flatten(start_dim, end_dim)`; negative
-    /// dims count from the end). A view wherever [`Tensor::reshape`] gives one.
+    /// dims count from the end). A view wherever [`Tensor::reshape`] gives one; with
+    /// `start == end` the tensor itself (a leaf stays a leaf), as PyTorch's.
     pub fn flatten(&self, start: isize, end: isize) -> Result<Tensor> {
         let op = "flatten";
         if self.rank() == 0 {
@@ -335,6 +340,11 @@ impl Tensor {
                     self.rank()
                 ),
             ));
+        }
+        if s == e {
+            // PyTorch returns the tensor itself (test_flatten_nonview: `t.flatten(1, 1) is
+            // t`): a leaf stays a leaf.
+            return Ok(self.clone());
         }
         let mut shape = self.shape()[..s].to_vec();
         shape.push(self.shape()[s..=e].iter().product());

@@ -1022,3 +1022,32 @@ fn split_and_chunk_pieces_refuse_in_place_writes_in_pytorchs_words() {
     no_grad(|| pieces[0].copy_from(&t(&[0.0; 6], &[3, 2]))).unwrap();
     assert_eq!(b.to_vec::<f32>().unwrap()[..3], [0.0, 0.0, 6.0]);
 }
+
+/// `flatten(d, d)` is the tensor itself (PyTorch's test_flatten_nonview), so a leaf stays a
+/// leaf with its own gradient; an empty split's one piece is a multi-output view too.
+#[test]
+fn flatten_of_one_dim_is_the_tensor_and_empty_split_pieces_are_multi_output() {
+    let w = leaf(&[1.0, 2.0, 3.0], &[3]);
+    let v = w.flatten(0, -1).unwrap();
+    assert!(v.is_leaf());
+    let g = v.mul(&v).unwrap().sum_all().unwrap().backward().unwrap();
+    assert_eq!(
+        g.get(&v).unwrap().to_vec::<f32>().unwrap(),
+        vec![2.0, 4.0, 6.0]
+    );
+    let m = leaf(&[1.0; 6], &[2, 3]);
+    assert!(m.flatten(1, 1).unwrap().is_leaf());
+    assert!(!m.flatten(0, 1).unwrap().is_leaf());
+    let b = Tensor::zeros(device(), &[0, 2], DType::F32)
+        .unwrap()
+        .requires_grad()
+        .unwrap()
+        .mul_scalar(2.0)
+        .unwrap();
+    for pieces in [b.split(1, 0).unwrap(), b.split(0, 0).unwrap()] {
+        let e = pieces[0]
+            .copy_from(&Tensor::zeros(device(), &[0, 2], DType::F32).unwrap())
+            .unwrap_err();
+        assert!(e.to_string().contains("returns multiple views"), "{e}");
+    }
+}
