@@ -142,6 +142,8 @@ impl Tensor {
                 index_layout: index.layout.clone(),
                 skip: -1,
                 rows: false,
+                // gather_backward(grad, self, dim, index): PyTorch's node saves self.
+                watched: Some(self.detach()),
             })
         }))
     }
@@ -183,9 +185,9 @@ impl Tensor {
                     ),
                 ));
             }
-            return index_select_impl(&self.unsqueeze(0)?, op, 0, index, -1)?.reshape(&[]);
+            return index_select_impl(&self.unsqueeze(0)?, op, 0, index, index, -1)?.reshape(&[]);
         }
-        index_select_impl(self, op, dim, index, -1)
+        index_select_impl(self, op, dim, index, index, -1)
     }
 
     /// PyTorch's out-of-place `self.scatter_add(dim, index, src)`: a copy of `self` to which
@@ -247,8 +249,9 @@ impl Tensor {
         }
         // PyTorch's scatter_shape_check words (where src's rank is short it fails earlier,
         // on a dim out of range, and the message here is ours).
+        // A 0-d tensor counts as 1-d there (ensure_nonempty_dim).
         for (other, what) in [(self, "self"), (src, "src")] {
-            if index.rank() != other.rank() {
+            if index.rank().max(1) != other.rank().max(1) {
                 return Err(Error::shape(
                     op,
                     format!(
@@ -350,7 +353,7 @@ pub fn embedding(input: &Tensor, weight: &Tensor, padding_idx: Option<i64>) -> R
     }
     require_index(op, "input", input)?;
     let flat = input.reshape_untracked(&[input.numel()])?;
-    let rows = index_select_impl(weight, op, 0, &flat, skip)?;
+    let rows = index_select_impl(weight, op, 0, &flat, input, skip)?;
     let mut shape = input.shape().to_vec();
     shape.push(weight.shape()[1]);
     rows.reshape(&shape)
@@ -519,11 +522,14 @@ fn vector_index(op: &'static str, index: &Tensor) -> Result<()> {
     Ok(())
 }
 
+/// `caller_index` is the index as the caller gave it (embedding's input before it was
+/// flattened), which the node keeps for the version check, as PyTorch's saves it.
 fn index_select_impl(
     x: &Tensor,
     op: &'static str,
     dim: isize,
     index: &Tensor,
+    caller_index: &Tensor,
     skip: i32,
 ) -> Result<Tensor> {
     x.same_device(op, index)?;
@@ -574,6 +580,7 @@ fn index_select_impl(
             index_layout: il,
             skip,
             rows: true,
+            watched: Some(caller_index.detach()),
         })
     }))
 }
@@ -589,11 +596,14 @@ struct GatherBackward {
     /// index_select and embedding: `index` is 1-D and every slice along `dim` is a whole row,
     /// so the bucketed row scatter (ops/segment.rs) applies.
     rows: bool,
+    /// A tensor PyTorch's node saves beside the index (kept for the version check only):
+    /// gather's self, index_select's and embedding's index as the caller gave it.
+    watched: Option<Tensor>,
 }
 
 impl BackwardOp for GatherBackward {
     fn saved(&self) -> Vec<&Tensor> {
-        vec![&self.index]
+        std::iter::once(&self.index).chain(&self.watched).collect()
     }
 
     fn name(&self) -> &'static str {

@@ -1617,6 +1617,11 @@ fn index_and_view_errors_in_pytorch_words() {
         t(&[3, 5]).scatter_add(0, &i(&[0, 1], &[1, 2]), &t(&[2])),
         "Index tensor must have the same number of dimensions as src tensor",
     );
+    // A 0-d self counts as 1-d (test_scatter_add_non_unique_index's neighbours).
+    has(
+        t(&[]).scatter_add(0, &i(&[0], &[1]), &t(&[1, 1])),
+        "Index tensor must have the same number of dimensions as src tensor",
+    );
     has(
         t(&[3, 5]).scatter_add(0, &i(&[0; 6], &[2, 3]), &t(&[2, 2])),
         "Expected index [2, 3] to be no larger than self [3, 5] apart from dimension 0 and to \

@@ -389,3 +389,29 @@ fn rnn_initial_states_written_before_backward_are_errors() {
     no_grad(|| h.copy_from(&h1.detach())).unwrap();
     assert_inplace_error(h1.sum_all().unwrap().backward());
 }
+
+/// gather's node saves self (gather_backward takes it), and index_select's and embedding's
+/// keep the index as the caller gave it, also a strided one the kernels packed.
+#[test]
+fn gather_and_index_select_check_what_pytorch_saves() {
+    let ints = |v: &[i32], s: &[usize]| Tensor::from_slice(dev(), v, s).unwrap();
+    let w = t(&[1.0, 2.0, 3.0]).requires_grad().unwrap();
+    let y = w.gather(0, &ints(&[2, 0], &[2])).unwrap();
+    no_grad(|| w.copy_from(&t(&[0.0, 0.0, 0.0]))).unwrap();
+    assert_inplace_error(y.sum_all().unwrap().backward());
+
+    let table = Tensor::from_slice(dev(), &[1.0f32; 8], &[4, 2])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let ids = ints(&[0, 3, 1, 2], &[2, 2]);
+    let column = ids.select(1, 0).unwrap();
+    let y = table.index_select(0, &column).unwrap();
+    no_grad(|| ids.copy_from(&ints(&[1, 1, 1, 1], &[2, 2]))).unwrap();
+    assert_inplace_error(y.sum_all().unwrap().backward());
+
+    let ids = ints(&[0, 3, 1, 2], &[2, 2]);
+    let y = wgtensor::ops::embedding(&ids.transpose(0, 1).unwrap(), &table, None).unwrap();
+    no_grad(|| ids.copy_from(&ints(&[1, 1, 1, 1], &[2, 2]))).unwrap();
+    assert_inplace_error(y.sum_all().unwrap().backward());
+}
