@@ -13,6 +13,7 @@ use crate::autograd::{record, BackwardOp, NoGradGuard};
 use crate::ops::activation::ACTIVATION;
 use crate::ops::norm_checks::{check_group, check_trailing};
 use crate::ops::reduce_plan::split_long_rows;
+use crate::ops::saved_inputs::saving_inputs;
 use crate::runtime::pipeline::{ShaderLib, ShaderVariant};
 use crate::runtime::{Access, Bind, Kernel};
 use crate::{DType, Error, Result, Tensor};
@@ -314,6 +315,9 @@ struct NormBackward {
     plan: Plan,
     x: Tensor,
     weight: Option<Tensor>,
+    /// layer_norm's bias, which PyTorch's node saves (group norm's does not): kept for the
+    /// version check.
+    bias: Option<Tensor>,
     has_bias: bool,
     stats: Tensor,
     /// The weight's shape (its gradient comes out flat).
@@ -322,7 +326,10 @@ struct NormBackward {
 
 impl BackwardOp for NormBackward {
     fn saved(&self) -> Vec<&Tensor> {
-        std::iter::once(&self.x).chain(&self.weight).collect()
+        std::iter::once(&self.x)
+            .chain(&self.weight)
+            .chain(&self.bias)
+            .collect()
     }
 
     fn name(&self) -> &'static str {
@@ -373,6 +380,7 @@ fn run(plan: Plan, x: &Tensor, w: Option<&Tensor>, b: Option<&Tensor>) -> Result
             plan,
             x: x.detach(),
             weight: w.map(Tensor::detach),
+            bias: b.filter(|_| plan.op == "layer_norm").map(Tensor::detach),
             has_bias: b.is_some(),
             stats,
             w_shape: w.or(b).map(|t| t.shape().to_vec()).unwrap_or_default(),
@@ -411,7 +419,12 @@ pub fn layer_norm(
             bias,
             eps,
         )?;
-        return y.to_dtype(x.dtype());
+        // One mixed-dtype node in PyTorch, which saves the caller's input.
+        return Ok(saving_inputs(
+            "NativeLayerNormBackward0",
+            y.to_dtype(x.dtype())?,
+            &[x],
+        ));
     }
     let (rows, len) = check_trailing(op, x, normalized_shape, weight, bias)?;
     let plan = Plan {
@@ -440,16 +453,15 @@ pub fn rms_norm(
     let op = "rms_norm";
     if let Some(w) = weight.filter(|w| w.dtype() != x.dtype() && x.dtype().is_float()) {
         // PyTorch's fallback for a weight of another dtype (nn.RMSNorm's f32 weight on f16
-        // activations): computed in f32, the result in x's dtype.
-        if w.dtype().is_float() {
-            let y = rms_norm(
-                &x.to_dtype(DType::F32)?,
-                normalized_shape,
-                Some(&w.to_dtype(DType::F32)?),
-                eps,
-            )?;
-            return y.to_dtype(x.dtype());
-        }
+        // activations, an integer weight): computed in f32, the result in x's dtype; its
+        // composite's product saves the caller's weight.
+        let y = rms_norm(
+            &x.to_dtype(DType::F32)?,
+            normalized_shape,
+            Some(&w.to_dtype(DType::F32)?),
+            eps,
+        )?;
+        return Ok(saving_inputs("MulBackward0", y.to_dtype(x.dtype())?, &[w]));
     }
     let (rows, len) = check_trailing(op, x, normalized_shape, weight, None)?;
     let plan = Plan {
@@ -480,7 +492,12 @@ pub fn group_norm(
     let op = "group_norm";
     if mixed(x, [weight, bias]) {
         let y = group_norm(&x.to_dtype(DType::F32)?, num_groups, weight, bias, eps)?;
-        return y.to_dtype(x.dtype());
+        // One mixed-dtype node in PyTorch, which saves the caller's input.
+        return Ok(saving_inputs(
+            "NativeGroupNormBackward0",
+            y.to_dtype(x.dtype())?,
+            &[x],
+        ));
     }
     let (c, inner) = check_group(op, x, num_groups, weight, bias)?;
     let s = x.shape();

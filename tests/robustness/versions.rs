@@ -415,3 +415,80 @@ fn gather_and_index_select_check_what_pytorch_saves() {
     no_grad(|| ids.copy_from(&ints(&[1, 1, 1, 1], &[2, 2]))).unwrap();
     assert_inplace_error(y.sum_all().unwrap().backward());
 }
+
+/// What the norms' PyTorch nodes save: layer_norm its bias; the mixed-dtype nodes (an f16 x
+/// with f32 parameters) the caller's x; rms_norm's composite the caller's weight. Eval batch
+/// norm's node serves one backward even when only its bias is tracked, and an empty 1-D input
+/// gives a tracked empty output.
+#[test]
+fn norms_check_what_pytorch_saves() {
+    use wgtensor::ops::{self, BatchNormOptions, BatchNormState};
+    use wgtensor::DType;
+    let x = t(&[1.0, 2.0, 4.0, 3.0, 5.0, 9.0]).reshape(&[2, 3]).unwrap();
+    let w = t(&[1.0, 1.0, 1.0]).requires_grad().unwrap();
+    let b = t(&[0.0, 0.0, 0.0]).requires_grad().unwrap();
+    let r = t(&[1.0, -2.0, 3.0, 0.5, 1.0, -1.0])
+        .reshape(&[2, 3])
+        .unwrap();
+    let loss = ops::layer_norm(&x, &[3], Some(&w), Some(&b), 1e-5)
+        .unwrap()
+        .mul(&r)
+        .unwrap()
+        .sum_all()
+        .unwrap();
+    no_grad(|| b.copy_from(&t(&[1.0, 1.0, 1.0]))).unwrap();
+    assert_inplace_error(loss.backward());
+
+    if dev().supports_f16() {
+        let xh = x.to_dtype(DType::F16).unwrap().requires_grad().unwrap();
+        let (wf, bf) = (t(&[1.0, 1.0, 1.0]), t(&[0.0, 0.0, 0.0]));
+        let y = ops::layer_norm(&xh, &[3], Some(&wf), Some(&bf), 1e-5).unwrap();
+        assert_eq!(y.dtype(), DType::F16);
+        let loss = y
+            .to_dtype(DType::F32)
+            .unwrap()
+            .mul(&r)
+            .unwrap()
+            .sum_all()
+            .unwrap();
+        no_grad(|| xh.copy_from(&Tensor::zeros(dev(), &[2, 3], DType::F16)?)).unwrap();
+        assert_inplace_error(loss.backward());
+        let wh = t(&[1.0, 2.0, 3.0])
+            .to_dtype(DType::F16)
+            .unwrap()
+            .requires_grad()
+            .unwrap();
+        let loss = ops::rms_norm(&x, &[3], Some(&wh), None)
+            .unwrap()
+            .sum_all()
+            .unwrap();
+        no_grad(|| wh.copy_from(&Tensor::zeros(dev(), &[3], DType::F16)?)).unwrap();
+        assert_inplace_error(loss.backward());
+    }
+    // An integer weight on a float input: PyTorch's composite promotes it.
+    let wi = Tensor::from_slice(dev(), &[1i32, 2, 3], &[3]).unwrap();
+    let got = vals(&ops::rms_norm(&x, &[3], Some(&wi), None).unwrap());
+    let want = vals(&ops::rms_norm(&x, &[3], Some(&t(&[1.0, 2.0, 3.0])), None).unwrap());
+    assert_eq!(got, want);
+
+    let st = BatchNormState::new(dev(), 3, DType::F32).unwrap();
+    let o = BatchNormOptions {
+        bias: Some(&b),
+        ..Default::default()
+    };
+    let loss = ops::batch_norm_inference(&x, &st.running_mean, &st.running_var, &o)
+        .unwrap()
+        .sum_all()
+        .unwrap();
+    loss.backward().unwrap();
+    assert!(loss.backward().is_err());
+    let x0 = Tensor::zeros(dev(), &[0], DType::F32)
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let e = Tensor::zeros(dev(), &[0], DType::F32).unwrap();
+    let y = ops::batch_norm_inference(&x0, &e, &e, &BatchNormOptions::default()).unwrap();
+    assert!(y.is_tracked() && y.shape() == [0]);
+    let g = y.sum_all().unwrap().backward().unwrap();
+    assert_eq!(g.get(&x0).unwrap().shape(), &[0]);
+}

@@ -152,7 +152,12 @@ pub fn batch_norm_train(
                 ..*options
             };
             let out = grad::train(&x.to_dtype(DType::F32)?, state, &o)?;
-            let y = out.y.to_dtype(x.dtype())?;
+            // One mixed-dtype node in PyTorch, which saves the caller's input.
+            let y = crate::ops::saved_inputs::saving_inputs(
+                "NativeBatchNormBackward0",
+                out.y.to_dtype(x.dtype())?,
+                &[x],
+            );
             // The swapped-argument checks of batch_norm_backward look at the caller's tensors.
             let mut saved = out.saved;
             saved.input = Some(ViewId::of(x));

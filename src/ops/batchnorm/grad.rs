@@ -170,6 +170,12 @@ impl BackwardOp for InferenceBackward {
         "batch_norm_inference"
     }
 
+    /// PyTorch's node saves the input, weight and statistics whatever is tracked: it serves
+    /// one backward, also when it keeps nothing here (only the bias tracked).
+    fn single_use(&self) -> bool {
+        true
+    }
+
     fn backward(&self, grads: &[Option<Tensor>], needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
         let op = self.name();
         let Some(g) = grads.first().and_then(Option::as_ref) else {
@@ -235,8 +241,13 @@ pub(crate) fn inference(
     };
     let y = inference_untracked(x, running_mean, running_var, &unfused)?;
     if x.rank() < 2 {
-        // An empty 1-D input (no channels, nothing to differentiate).
-        return Ok(y);
+        // An empty 1-D input (no channels): PyTorch's batch_norm returns `input.clone()`,
+        // tracked as the input is.
+        drop(_guard);
+        return match x.is_tracked() {
+            true => x.mul_scalar(1.0)?.to_dtype(y.dtype()),
+            false => Ok(y),
+        };
     }
     // The per-channel constants of the backward, computed once here (small [C] ops), in f32
     // as the forward kernel computes them (in f16, each step would round, and a variance
