@@ -85,6 +85,23 @@ fn attention_output_or_mask_written_before_backward_is_an_error() {
         }
         assert_inplace_error(loss.backward());
     }
+    // A strided v (the usual head transpose), which the kernels read packed: writing its
+    // base is caught too, as PyTorch's backends save the caller's v.
+    let q = Tensor::from_slice(dev(), &[0.1f32; 24], &[1, 2, 3, 4])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let k = Tensor::from_slice(dev(), &[0.2f32; 40], &[1, 2, 5, 4]).unwrap();
+    let vb = Tensor::from_slice(dev(), &[0.3f32; 40], &[1, 5, 2, 4]).unwrap();
+    let out = sdpa(
+        &q,
+        &k,
+        &vb.transpose(1, 2).unwrap(),
+        &SdpaOptions::default(),
+    )
+    .unwrap();
+    no_grad(|| vb.copy_from(&Tensor::zeros(dev(), &[1, 5, 2, 4], wgtensor::DType::F32)?)).unwrap();
+    assert_inplace_error(out.sum_all().unwrap().backward());
 }
 
 #[test]

@@ -101,10 +101,18 @@ pub fn scaled_dot_product_attention(
         kernel::forward(&prob)?
     };
     Ok(record(out, &[q, k, v], |out| {
+        let mask = opts.attn_mask.map(|m| match m {
+            AttnMask::Bool(t) | AttnMask::Additive(t) => t,
+        });
         Box::new(SdpaBackward {
             prob,
             out: out.detach(),
             saved,
+            callers: [q, k, v]
+                .into_iter()
+                .chain(mask)
+                .map(Tensor::detach)
+                .collect(),
         })
     }))
 }
@@ -114,6 +122,9 @@ struct SdpaBackward {
     prob: Problem,
     out: Tensor,
     saved: kernel::Saved,
+    /// The caller's q, k, v and mask, for the version check only: the problem holds packed
+    /// copies of strided ones, and PyTorch's backends save the caller's tensors.
+    callers: Vec<Tensor>,
 }
 
 impl BackwardOp for SdpaBackward {
@@ -122,6 +133,7 @@ impl BackwardOp for SdpaBackward {
         // storage where it needed no conversion) as well as the operands.
         let mut saved = vec![&self.prob.q, &self.prob.k, &self.prob.v, &self.out];
         saved.extend(self.prob.mask.as_ref().map(|m| &m.t));
+        saved.extend(&self.callers);
         saved
     }
 
