@@ -577,3 +577,37 @@ fn argmax_of_a_row(d: &Device) {
         }
     }
 }
+
+/// The copy kernel binds only the views it reads and writes: a row of a base past one
+/// binding can be cloned, joined and written (a KV cache's slot), in f32 and f16.
+#[test]
+fn copies_of_a_small_view_of_a_large_base() {
+    for gpu_plans in [false, true] {
+        let d = small_with(4096, gpu_plans);
+        for dtype in [DType::F32, DType::F16] {
+            if dtype == DType::F16 && !d.supports_f16() {
+                continue;
+            }
+            let v = wave(10_000, 0.29);
+            let x = Tensor::from_slice(&d, &v, &[100, 100])
+                .unwrap()
+                .to_dtype(dtype)
+                .unwrap();
+            let row = x.narrow(0, 7, 1).unwrap();
+            let want = bits(&row);
+            assert_eq!(bits(&row.deep_clone().unwrap()), want, "{dtype:?}");
+            let joined = wgtensor::ops::cat(&[&row, &row], 0).unwrap();
+            assert_eq!(bits(&joined), [want.clone(), want.clone()].concat());
+            // Another row written through; the rest keep their values. (A column spans
+            // nearly the whole base: refused, as one binding cannot hold its span.)
+            let ones = Tensor::full(&d, &[1, 100], 1.0, dtype).unwrap();
+            x.narrow(0, 9, 1).unwrap().copy_from(&ones).unwrap();
+            let after = x.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
+            assert!(after[900..1000].iter().all(|&v| v == 1.0), "{dtype:?}");
+            assert_eq!(bits(&x.narrow(0, 7, 1).unwrap()), want, "{dtype:?}");
+            let col = x.narrow(1, 3, 1).unwrap();
+            let e = col.copy_from(&Tensor::full(&d, &[100, 1], 1.0, dtype).unwrap());
+            assert!(matches!(e, Err(Error::TooLarge { .. })), "{e:?}");
+        }
+    }
+}

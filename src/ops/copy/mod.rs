@@ -7,6 +7,7 @@ use bytemuck::{Pod, Zeroable};
 
 use crate::layout::{pack_dims, Layout, MAX_RANK};
 use crate::runtime::pipeline::ShaderVariant;
+use crate::runtime::window::Span;
 use crate::runtime::{Access, Kernel};
 use crate::{DType, Error, Result, Tensor};
 
@@ -77,11 +78,23 @@ fn copy_into(op: &'static str, src: &Tensor, dst: &Tensor) -> Result<()> {
     {
         return dev.copy_buffer(op, src.buffer(), from, dst.buffer(), to, bytes);
     }
+    // Only the elements the views span are bound: a row of a base past one binding (a KV
+    // cache's slot, `logits[:, -1]`) fits where the whole buffer does not.
+    let span = |t: &Tensor| {
+        Span::of(
+            t.layout.offset() as u64,
+            t.layout.span() as u64,
+            es,
+            dev.storage_align(),
+            t.buffer().size(),
+        )
+    };
+    let (xs, ys) = (span(src), span(dst));
     let params = CopyParams {
         numel: n as u32,
         rank: src.rank() as u32,
-        src_off: src.layout.offset() as u32,
-        dst_off: dst.layout.offset() as u32,
+        src_off: xs.rel as u32,
+        dst_off: ys.rel as u32,
         value: 0.0,
         _pad0: 0,
         _pad1: 0,
@@ -91,13 +104,13 @@ fn copy_into(op: &'static str, src: &Tensor, dst: &Tensor) -> Result<()> {
         aux: pack_dims(dst.strides()),
         before: [0; MAX_RANK],
     };
-    dev.launch(
+    dev.launch_binds(
         op,
         &COPY_INTO,
         &[src.dtype],
         &[("MODE", 0.0), ("WG", WG as f64)],
         bytemuck::bytes_of(&params),
-        &[src.buffer(), dst.buffer()],
+        &[xs.bind(src.buffer()), ys.bind(dst.buffer())],
         dev.grid_1d(op, (n as u64).div_ceil(WG as u64))?,
     )
 }
