@@ -185,7 +185,7 @@ fn creation_helpers() {
     let msg = |r: wgtensor::Result<Tensor>| r.unwrap_err().to_string();
     let e = msg(Tensor::arange(d, 0.0, 5.0, -1.0, DType::F32));
     assert!(
-        e.contains("upper bound and lower bound inconsistent with step sign"),
+        e.contains("upper bound and larger bound inconsistent with step sign"),
         "{e}"
     );
     for step in [0.0, f64::NAN] {
@@ -211,6 +211,9 @@ fn creation_helpers() {
         let e = msg(Tensor::arange(d, a, b, 2.0, DType::F32));
         assert!(e.contains("unsupported range"), "{e}");
     }
+    // The bounds printed as C++ streams a double (PyTorch's message).
+    let e = msg(Tensor::arange(d, f64::NAN, 1e20, 2.0, DType::F32));
+    assert!(e.contains("unsupported range: nan -> 1e+20"), "{e}");
     let e = msg(Tensor::arange(
         d,
         1.175494351e-38,

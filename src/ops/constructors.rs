@@ -2,6 +2,7 @@
 //! constructors (`zeros`, `full` and `from_slice` are in src/tensor.rs, the random ones in
 //! src/ops/random.rs).
 
+use crate::error::cpp_double;
 use crate::{DType, Device, Element, Error, Result, Tensor};
 
 /// Uploads host values as `dtype`.
@@ -48,20 +49,32 @@ impl Tensor {
         if step == 0.0 || step.is_nan() {
             return Err(Error::arg(
                 op,
-                format!("step must be nonzero (step {step})"),
+                format!("step must be nonzero (step {})", cpp_double(step)),
             ));
         }
         if !(start.is_finite() && end.is_finite()) {
             return Err(Error::arg(
                 op,
-                format!("unsupported range: {start} -> {end} (step {step})"),
+                format!(
+                    "unsupported range: {} -> {} (step {})",
+                    cpp_double(start),
+                    cpp_double(end),
+                    cpp_double(step)
+                ),
             ));
         }
         // Signs compared, not multiplied (a product of tiny values underflows to -0).
         if (step > 0.0 && end < start) || (step < 0.0 && end > start) {
             return Err(Error::arg(
                 op,
-                format!("upper bound and lower bound inconsistent with step sign: start {start}, end {end}, step {step}"),
+                // ATen's eager words ("larger bound", sic).
+                format!(
+                    "upper bound and larger bound inconsistent with step sign: start {}, end {}, \
+                     step {}",
+                    cpp_double(start),
+                    cpp_double(end),
+                    cpp_double(step)
+                ),
             ));
         }
         let n = ((end - start) / step).ceil().max(0.0);
