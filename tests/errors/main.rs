@@ -1188,6 +1188,26 @@ fn conv_and_pool_errors_in_pytorch_words() {
         "Given groups=1, weight of size [8, 3, 2], expected input[2, 1, 15] to have 3 \
          channels, but got 1 channels instead",
     );
+    // The operands' dtypes are checked after every shape (the backend's check); the Empty
+    // backend checks none, and an empty-channel input checks the bias before the kernel.
+    if dev().supports_f16() {
+        let wh = t(&[4, 3, 3, 3]).to_dtype(DType::F16).unwrap();
+        has(
+            conv2d(&t(&[1, 2, 5, 5]), &wh, None, &Conv2dOptions::default()),
+            "expected input[1, 2, 5, 5] to have 3 channels, but got 2 channels instead",
+        );
+        let y = conv2d(&t(&[0, 3, 5, 5]), &wh, None, &Conv2dOptions::default()).unwrap();
+        assert_eq!((y.shape(), y.dtype()), (&[0, 4, 3, 3][..], DType::F32));
+    }
+    has(
+        conv2d(
+            &t(&[1, 0, 2, 2]),
+            &t(&[4, 0, 3, 3]),
+            Some(&t(&[5])),
+            &Conv2dOptions::default(),
+        ),
+        "expected bias to be 1-dimensional with 4 elements, but got bias of size [5] instead",
+    );
     let strided = Conv2dOptions {
         stride: [0, 1],
         ..Default::default()

@@ -2,7 +2,7 @@
 //! `_select_conv_backend` sends an input with no batch or no channels there): results of the
 //! output's shape without computing, the shape checks run as for any input.
 
-use super::checks::{check_bias, check_pair};
+use super::checks::check_bias;
 use super::geom::{self, dims4, Geom};
 use super::{Conv2dOptions, ConvTranspose2dOptions};
 use crate::{Error, Result, Tensor};
@@ -22,23 +22,26 @@ pub(super) fn empty_channels(
     if x.rank() != 4 || w.rank() != 4 || x.shape()[1] != 0 || w.shape()[1] != 0 {
         return Ok(None);
     }
-    check_pair(op, x, w)?;
+    // The Empty backend checks no dtype (its `input * weight` promotes).
+    x.same_device(op, w)?;
     let [n, _, h, wd] = dims4(op, x, "input")?;
     let [oc, _, kh, kw] = dims4(op, w, "weight")?;
     // The geometry checked for one image and one channel and output channel per group: the
     // result is empty, so the extents the kernels' limits guard do not matter.
     // The options first (a groups of 0 named as such), as PyTorch's check_shape_forward.
+    // The weight's dim 0 and the bias come right after the channels, before the kernel size.
     let groups = o.groups.max(1);
+    let shown = geom::caller_shape(op, w.shape());
     let g = Geom::shape_checked(
         op,
         [n.min(1), groups, h, wd],
         [groups, 1, kh, kw],
         o,
-        |_| Ok(()),
+        |_| {
+            geom::check_weight_dim0(op, groups, oc, &shown, "out_channels")?;
+            check_bias(op, x, bias, oc, w)
+        },
     )?;
-    let shown = geom::caller_shape(op, w.shape());
-    geom::check_weight_dim0(op, groups, oc, &shown, "out_channels")?;
-    check_bias(op, x, bias, oc, w)?;
     let shape = [n, 0, g.oh, g.ow];
     let empty = |t: &Tensor| t.reshape(&[1, 0, 1, 1])?.broadcast_to(&shape);
     let mut y = empty(x)?.add(&empty(w)?)?;

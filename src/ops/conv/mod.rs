@@ -187,8 +187,8 @@ fn forward_untracked(
     bias: Option<&Tensor>,
     o: &Conv2dOptions,
 ) -> Result<Tensor> {
-    check_pair(op, x, w)?;
-    // check_shape_forward checks the bias right after the channels, before the kernel size.
+    // check_shape_forward checks the bias right after the channels, before the kernel size;
+    // the operands' dtypes are the backend's check, after every shape.
     let (xd, wd) = (dims4(op, x, "input")?, dims4(op, w, "weight")?);
     let g = Geom::new_then(op, xd, wd, o, |oc| check_bias(op, x, bias, oc, w))?;
     if (g.h == 0 || g.w == 0) && g.n > 0 {
@@ -196,6 +196,14 @@ fn forward_untracked(
         // channels (the padded sizes passed check_shape_forward above).
         return Err(empty::only_empty_batch(op, x, ""));
     }
+    if g.n == 0 {
+        // The Empty backend (`input * weight`'s empty result) checks no dtype: the
+        // operands' promoted one.
+        x.same_device(op, w)?;
+        let dt = crate::dtype::promote(x.dtype(), w.dtype());
+        return Tensor::empty(x.device(), op, &[0, g.o, g.oh, g.ow], dt);
+    }
+    check_pair(op, x, w)?;
     let out = Tensor::empty(x.device(), op, &[g.n, g.o, g.oh, g.ow], x.dtype())?;
     if out.numel() == 0 {
         return Ok(out);
