@@ -809,6 +809,35 @@ fn mask_checks_run_in_pytorchs_order() {
         e.contains("The shape of the 2D attn_mask is torch.Size([4, 3]), but should be (4, 4)."),
         "{e}"
     );
+    // A float mask keeps its dtype (_canonical_mask): the explicit path's baddbmm needs the
+    // query's, the fused path's SDPA f32 or the query's; after the shape checks.
+    if dev.supports_f16() {
+        let half = Tensor::zeros(dev, &[4, 4], DType::F16).unwrap();
+        let o = MhaOptions {
+            attn_mask: Some(MhaMask::Additive(&half)),
+            ..Default::default()
+        };
+        let e = msg(&x, &o);
+        assert!(
+            e.contains("Input dtypes must be the same, got: input c10::Half, batch1: float"),
+            "{e}"
+        );
+        let o = MhaOptions {
+            need_weights: false,
+            ..o
+        };
+        let e = msg(&x, &o);
+        assert!(
+            e.contains("Expected attn_mask dtype to be bool or float or to match query dtype"),
+            "{e}"
+        );
+        let bad_pad = Tensor::zeros(dev, &[2, 3], DType::F32).unwrap();
+        let o = MhaOptions {
+            key_padding_mask: Some(MhaMask::Bool(&bad_pad)),
+            ..o
+        };
+        assert!(msg(&x, &o).contains("expecting key_padding_mask shape"));
+    }
     // The transformer layers name their own arguments.
     let layer = TransformerEncoderLayer::new(dev, 8, 2, Default::default()).unwrap();
     let e = layer

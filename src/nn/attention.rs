@@ -5,6 +5,10 @@
 //! (the fused kernel, unless an additive mask is tracked); with them, the explicit composition
 //! PyTorch writes.
 
+use super::attention_masks::{
+    attn_mask, check_mask_dtype, check_mask_dtypes, key_padding_mask, mask_tensor,
+    merged_mask_dtype, MhaOptions,
+};
 use super::layers::{param, Linear};
 use super::{Forward, Module, Visitor, VisitorMut};
 use crate::ops::{
@@ -13,19 +17,6 @@ use crate::ops::{
 use crate::{DType, Device, Error, Result, Tensor};
 
 const OP: &str = "MultiheadAttention";
-
-/// A mask of [`MultiheadAttention`], read as `nn.MultiheadAttention` reads its
-/// `key_padding_mask` and `attn_mask`. Note that the boolean convention is the opposite of
-/// [`AttnMask::Bool`] (`F.scaled_dot_product_attention`'s), as it is in PyTorch.
-#[derive(Clone, Copy, Debug)]
-pub enum MhaMask<'a> {
-    /// PyTorch's boolean mask: a nonzero entry means the position is masked out (may NOT be
-    /// attended to), zero means it may. The crate has no bool dtype: bool tensors load from
-    /// safetensors as i32 and comparisons give f32 1 / 0; any dtype is read as nonzero / zero.
-    Bool(&'a Tensor),
-    /// A float mask added to the scaled scores (`-inf` excludes a position).
-    Additive(&'a Tensor),
-}
 
 /// Options of [`MultiheadAttention`] beyond `embed_dim` and `num_heads` (PyTorch's defaults:
 /// no dropout, biases, `[L, N, E]` inputs, `kdim = vdim = embed_dim`). PyTorch's
@@ -52,39 +43,6 @@ impl Default for MultiheadAttentionConfig {
             batch_first: false,
             kdim: None,
             vdim: None,
-        }
-    }
-}
-
-/// The keyword arguments of [`MultiheadAttention::forward_attn`], PyTorch's; `Default` gives
-/// PyTorch's defaults (no masks, `need_weights` and `average_attn_weights` true, not causal).
-#[derive(Clone, Copy, Debug)]
-pub struct MhaOptions<'a> {
-    /// Keys to ignore per batch element: `[N, S]` (`[S]` for unbatched inputs).
-    pub key_padding_mask: Option<MhaMask<'a>>,
-    /// Positions each query may not attend to: `[L, S]` (shared by the batch and the heads)
-    /// or `[N * num_heads, L, S]`.
-    pub attn_mask: Option<MhaMask<'a>>,
-    /// Return the attention weights (computed explicitly, O(L S) memory); false runs the
-    /// fused kernel and returns `None`.
-    pub need_weights: bool,
-    /// Return the weights averaged over the heads (`[N, L, S]`) instead of per head
-    /// (`[N, num_heads, L, S]`).
-    pub average_attn_weights: bool,
-    /// Causal attention (query `i` attends to keys `j <= i`). As in PyTorch, a given
-    /// `attn_mask` is taken to be the causal mask; unlike PyTorch, `attn_mask` may be left out
-    /// (the causal mask is then made here).
-    pub is_causal: bool,
-}
-
-impl Default for MhaOptions<'_> {
-    fn default() -> Self {
-        MhaOptions {
-            key_padding_mask: None,
-            attn_mask: None,
-            need_weights: true,
-            average_attn_weights: true,
-            is_causal: false,
         }
     }
 }
@@ -215,7 +173,7 @@ impl MultiheadAttention {
     /// the attention weights `[N, L, S]` (`[N, num_heads, L, S]` without
     /// `average_attn_weights`; no `N` unbatched), after dropout as PyTorch returns them.
     ///
-    /// Masks: see [`MhaOptions`] and [`MhaMask`] (bool nonzero = masked out). Without
+    /// Masks: see [`MhaOptions`] and [`MhaMask`](super::MhaMask) (bool nonzero = masked out). Without
     /// `need_weights` the key padding and attention masks are merged into one additive mask
     /// and the fused kernel runs (where a query has every key masked, it gives zeros, as
     /// PyTorch's general path; the explicit path gives NaN there, as PyTorch's does).
@@ -308,14 +266,14 @@ impl MultiheadAttention {
         // before the features; the other mask shapes are checked after the in-projection.
         if let Some(m) = opts.key_padding_mask {
             if mask_tensor(m).rank() != if batched { 2 } else { 1 } {
-                self.key_padding_mask(m, batched, n, s, query.dtype())?;
+                key_padding_mask(m, batched, n, s, query.dtype())?;
             }
         }
         if let Some(m) = opts.attn_mask {
             let t = mask_tensor(m);
             let rank = t.rank();
             if !(rank == 2 || rank == 3) || (!batched && rank == 3 && t.shape() != [h, l, s]) {
-                self.attn_mask(m, batched, n, l, s, query.dtype())?;
+                attn_mask(m, self.num_heads, batched, n, l, s, query.dtype())?;
             }
         }
         // The fields are public: a module edited after `new` is checked again.
@@ -362,19 +320,22 @@ impl MultiheadAttention {
         let (q, k, v) = self.project(&q_in, &k_in, &v_in, query, key, value, [n, l, s])?;
         let dt = q.dtype();
         let fused_causal = opts.is_causal && opts.key_padding_mask.is_none() && !opts.need_weights;
+        let mask_dt = merged_mask_dtype(opts, fused_causal, dt);
         // F.multi_head_attention_forward drops the mask under fused causal before its shape
         // checks (its rank was checked above): the causal kernel stands in for it. It checks
         // attn_mask's shape before key_padding_mask's.
         let mut attn = match opts.attn_mask {
             Some(_) if fused_causal => None,
             m => m
-                .map(|m| self.attn_mask(m, batched, n, l, s, dt))
+                .map(|m| attn_mask(m, self.num_heads, batched, n, l, s, mask_dt))
                 .transpose()?,
         };
         let kpm = opts
             .key_padding_mask
-            .map(|m| self.key_padding_mask(m, batched, n, s, dt))
+            .map(|m| key_padding_mask(m, batched, n, s, mask_dt))
             .transpose()?;
+        // After the shapes, as the attention (baddbmm or SDPA) takes the merged mask.
+        check_mask_dtype(mask_dt, dt, opts.need_weights)?;
         // After the masks' checks, as PyTorch drops out when it computes the attention. The
         // fused path hands p to scaled_dot_product_attention, whose checks are PyTorch's
         // CPU backends' (outside [0, 1] or NaN refused); the explicit path drops out only
@@ -504,165 +465,6 @@ impl MultiheadAttention {
         let k = linear(k_in, wk, bias(1)?.as_ref())?;
         let v = linear(v_in, wv, bias(2)?.as_ref())?;
         Ok((heads(q, l)?, heads(k, s)?, heads(v, s)?))
-    }
-
-    /// The key padding mask as an additive `[N, 1, 1, S]`.
-    fn key_padding_mask(
-        &self,
-        m: MhaMask,
-        batched: bool,
-        n: usize,
-        s: usize,
-        dt: DType,
-    ) -> Result<Tensor> {
-        let t = mask_tensor(m);
-        let want: &[usize] = if batched { &[n, s] } else { &[s] };
-        if t.shape() != want {
-            let pytorch = match (t.rank() == want.len(), batched) {
-                (false, true) => format!(
-                    "For batched (3-D) `query`, expected `key_padding_mask` to be `None` or 2-D \
-                     but found {}-D tensor instead",
-                    t.rank()
-                ),
-                (false, false) => format!(
-                    "For unbatched (2-D) `query`, expected `key_padding_mask` to be `None` or \
-                     1-D but found {}-D tensor instead",
-                    t.rank()
-                ),
-                // Python's tuple and torch.Size, of the batched form (an unbatched mask is
-                // unsqueezed to [1, S] before this check).
-                (true, _) => {
-                    let lift = |s: &[usize]| -> Vec<usize> {
-                        if batched {
-                            s.to_vec()
-                        } else {
-                            [&[1][..], s].concat()
-                        }
-                    };
-                    let w = lift(want);
-                    format!(
-                        "expecting key_padding_mask shape of ({}, {}), but got torch.Size({:?})",
-                        w[0],
-                        w[1],
-                        lift(t.shape())
-                    )
-                }
-            };
-            return Err(Error::shape(
-                OP,
-                format!(
-                    "{pytorch}: expected key_padding_mask of shape {want:?} ({}), got {:?}",
-                    if batched {
-                        "[N, S]"
-                    } else {
-                        "[S] for unbatched inputs"
-                    },
-                    t.shape()
-                ),
-            ));
-        }
-        additive(m, dt)?.reshape(&[n, 1, 1, s])
-    }
-
-    /// The attention mask as an additive `[L, S]` or `[N, H, L, S]`.
-    fn attn_mask(
-        &self,
-        m: MhaMask,
-        batched: bool,
-        n: usize,
-        l: usize,
-        s: usize,
-        dt: DType,
-    ) -> Result<Tensor> {
-        let t = mask_tensor(m);
-        let h = self.num_heads;
-        let nh = if batched { n * h } else { h };
-        let ok = t.shape() == [l, s] || t.shape() == [nh, l, s];
-        if !ok {
-            let ts = t.shape();
-            let which = if batched {
-                "batched (3-D)"
-            } else {
-                "unbatched (2-D)"
-            };
-            let pytorch = match t.rank() {
-                2 => format!(
-                    "The shape of the 2D attn_mask is torch.Size({ts:?}), but should be ({l}, \
-                     {s})."
-                ),
-                3 if batched => format!(
-                    "The shape of the 3D attn_mask is torch.Size({ts:?}), but should be ({nh}, \
-                     {l}, {s})."
-                ),
-                3 => format!(
-                    "Expected `attn_mask` shape to be ({nh}, {l}, {s}) but got \
-                     torch.Size({ts:?})"
-                ),
-                r => format!(
-                    "For {which} `query`, expected `attn_mask` to be `None`, 2-D or 3-D but \
-                     found {r}-D tensor instead"
-                ),
-            };
-            return Err(Error::shape(
-                OP,
-                format!(
-                    "{pytorch}: expected attn_mask of shape [{l}, {s}] (L, S) or [{nh}, {l}, {s}] ({}), got {:?}",
-                    if batched { "N * num_heads, L, S" } else { "num_heads, L, S" },
-                    t.shape()
-                ),
-            ));
-        }
-        let a = additive(m, dt)?;
-        if a.rank() == 3 {
-            a.reshape(&[n, h, l, s])
-        } else {
-            Ok(a)
-        }
-    }
-}
-
-/// `_canonical_mask`'s dtype check, which PyTorch's MultiheadAttention and transformer layers
-/// run on their masks, in order, before anything else: an additive mask must be a float.
-pub(super) fn check_mask_dtypes(
-    op: &'static str,
-    masks: [(&str, Option<MhaMask>); 2],
-) -> Result<()> {
-    for (name, m) in masks {
-        if let Some(MhaMask::Additive(t)) = m {
-            if !t.dtype().is_float() {
-                return Err(Error::arg(
-                    op,
-                    format!(
-                        "only bool and floating types of {name} are supported: an additive \
-                         {name} must be F32 or F16, got {:?} (a 0/1 mask goes in MhaMask::Bool)",
-                        t.dtype()
-                    ),
-                ));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The tensor of a mask.
-pub(super) fn mask_tensor<'a>(m: MhaMask<'a>) -> &'a Tensor {
-    match m {
-        MhaMask::Bool(t) | MhaMask::Additive(t) => t,
-    }
-}
-
-/// A mask as an additive float mask of dtype `dt` (bool: `-inf` where nonzero, else 0).
-pub(super) fn additive(m: MhaMask, dt: DType) -> Result<Tensor> {
-    match m {
-        MhaMask::Bool(t) => {
-            Tensor::zeros(t.device(), t.shape(), dt)?.masked_fill(t, f64::NEG_INFINITY)
-        }
-        MhaMask::Additive(t) if !t.dtype().is_float() => Err(crate::Error::DType {
-            op: "MultiheadAttention",
-            expected: dt,
-            got: t.dtype(),
-        }),
-        MhaMask::Additive(t) => t.to_dtype(dt),
     }
 }
 

@@ -8,7 +8,8 @@
 //! for a query whose every key is masked (its softmax sums to 0), where the general path's
 //! fused kernel gives 0.
 
-use super::attention::{additive, mask_tensor, same_view, MhaMask, MhaOptions, MultiheadAttention};
+use super::attention::{same_view, MultiheadAttention};
+use super::attention_masks::{additive, mask_tensor, MhaMask, MhaOptions};
 use super::Module;
 use crate::{Result, Tensor};
 

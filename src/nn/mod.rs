@@ -136,6 +136,7 @@
 mod activation;
 mod attention;
 mod attention_fast;
+mod attention_masks;
 mod batchnorm;
 mod cells;
 mod container;
@@ -154,7 +155,8 @@ use std::collections::HashMap;
 pub use activation::{
     Hardsigmoid, Hardswish, Hardtanh, LeakyReLU, LogSoftmax, ReLU6, Softmax, Softplus,
 };
-pub use attention::{MhaMask, MhaOptions, MultiheadAttention, MultiheadAttentionConfig};
+pub use attention::{MultiheadAttention, MultiheadAttentionConfig};
+pub use attention_masks::{MhaMask, MhaOptions};
 pub use batchnorm::{BatchNorm1d, BatchNorm2d, BatchNormConfig};
 pub use cells::{GruCell, LstmCell};
 pub use container::{ModuleDict, ModuleList, Sequential};

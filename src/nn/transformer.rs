@@ -3,10 +3,8 @@
 //! `layers.{i}`, `norm`), defaults and both normalization placements, over
 //! [`MultiheadAttention`]'s fused path.
 
-use super::attention::{
-    check_mask_dtypes, mask_tensor, MhaMask, MhaOptions, MultiheadAttention,
-    MultiheadAttentionConfig,
-};
+use super::attention::{MultiheadAttention, MultiheadAttentionConfig};
+use super::attention_masks::{check_mask_dtypes, mask_tensor, MhaMask, MhaOptions};
 use super::layers::{Dropout, Linear};
 use super::norm::{LayerNorm, LayerNormConfig};
 use super::{Forward, Module, Visitor, VisitorMut, MAX_LAYERS};
