@@ -83,6 +83,64 @@ impl BackwardOp for ViewBackward {
     }
 }
 
+/// Records the pieces of `split(x)` along `d` (untracked views of `x`) as one node, as
+/// PyTorch's SplitBackward0: its backward joins the pieces' gradients (zeros where none
+/// arrived) with one `cat`, where a node per piece would write a zero-padded gradient of
+/// `x`'s size for each (quadratic in the pieces for a loop over a sequence's steps). Each
+/// piece carries the view meta and its output index (an in-place write into one is refused
+/// in PyTorch's multi-output words).
+fn record_split(x: &Tensor, d: usize, pieces: Vec<Tensor>) -> Vec<Tensor> {
+    let shapes: Vec<Vec<usize>> = pieces.iter().map(|p| p.shape().to_vec()).collect();
+    let pieces = crate::autograd::record_multi(pieces, &[x], |_| {
+        Box::new(SplitBackward {
+            dim: d,
+            shapes,
+            dtype: x.dtype(),
+        })
+    });
+    pieces
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut p)| {
+            Tensor::inherit_view_meta(&mut p, x);
+            p.mark_multi_output(i);
+            p
+        })
+        .collect()
+}
+
+struct SplitBackward {
+    dim: usize,
+    shapes: Vec<Vec<usize>>,
+    dtype: crate::DType,
+}
+
+impl BackwardOp for SplitBackward {
+    fn saved(&self) -> Vec<&Tensor> {
+        Vec::new()
+    }
+
+    fn name(&self) -> &'static str {
+        "split"
+    }
+
+    fn backward(&self, grads: &[Option<Tensor>], _needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+        let Some(dev) = grads.iter().flatten().next().map(Tensor::device) else {
+            return Ok(vec![None]);
+        };
+        let parts = grads
+            .iter()
+            .zip(&self.shapes)
+            .map(|(g, s)| match g {
+                Some(g) => Ok(g.clone()),
+                None => Tensor::zeros(dev, s, self.dtype),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let refs: Vec<&Tensor> = parts.iter().collect();
+        Ok(vec![Some(crate::ops::cat(&refs, self.dim as isize)?)])
+    }
+}
+
 /// Records `out`, a view (or same-shape copy) of `x`. A view sharing `x`'s storage carries
 /// what in-place writes must know (PyTorch's view creation meta): the root of its chain of
 /// views, and whether it was made under no_grad from a tracked tensor.
@@ -252,12 +310,20 @@ impl Tensor {
         }
         let mut out = Vec::new();
         let mut start = 0;
+        let recorded = crate::autograd::records([self]);
         while start < len {
             let n = split_size.min(len - start);
-            let mut piece = self.narrow(d as isize, start, n)?;
+            let mut piece = match recorded {
+                // Views of their own; one node below records them all.
+                true => self.detach().narrow(d as isize, start, n)?,
+                false => self.narrow(d as isize, start, n)?,
+            };
             piece.mark_multi_output(out.len());
             out.push(piece);
             start += n;
+        }
+        if recorded && !out.is_empty() {
+            return Ok(record_split(self, d, out));
         }
         if out.is_empty() {
             let mut piece = self.alias();

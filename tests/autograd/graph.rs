@@ -1051,3 +1051,34 @@ fn flatten_of_one_dim_is_the_tensor_and_empty_split_pieces_are_multi_output() {
         assert!(e.to_string().contains("returns multiple views"), "{e}");
     }
 }
+
+/// split's pieces share one node (PyTorch's SplitBackward0): the gradient joins the pieces'
+/// gradients, zeros where a piece got none, f16 too; the pieces stay views of the input.
+#[test]
+fn split_pieces_share_one_node_whose_gradient_joins_theirs() {
+    for dtype in [DType::F32, DType::F16] {
+        if dtype == DType::F16 && !device().supports_f16() {
+            continue;
+        }
+        let x = t(&[1.0; 12], &[2, 6])
+            .to_dtype(dtype)
+            .unwrap()
+            .requires_grad()
+            .unwrap();
+        let p = x.split(2, 1).unwrap();
+        assert!(p.iter().all(|q| q.shares_storage(&x) && q.is_tracked()));
+        let loss = p[0]
+            .sum_all()
+            .unwrap()
+            .add(&p[2].mul_scalar(2.0).unwrap().sum_all().unwrap())
+            .unwrap();
+        let g = loss.backward().unwrap();
+        let gx = g.get(&x).unwrap().to_dtype(DType::F32).unwrap();
+        let row = [1.0, 1.0, 0.0, 0.0, 2.0, 2.0];
+        assert_eq!(
+            gx.to_vec::<f32>().unwrap(),
+            [row, row].concat(),
+            "{dtype:?}"
+        );
+    }
+}
