@@ -461,7 +461,12 @@ pub fn rms_norm(
             Some(&w.to_dtype(DType::F32)?),
             eps,
         )?;
-        return Ok(saving_inputs("MulBackward0", y.to_dtype(x.dtype())?, &[w]));
+        // (MulBackward0 keeps the weight only when x's gradient is needed.)
+        let y = y.to_dtype(x.dtype())?;
+        return Ok(match x.is_tracked() {
+            true => saving_inputs("MulBackward0", y, &[w]),
+            false => y,
+        });
     }
     let (rows, len) = check_trailing(op, x, normalized_shape, weight, None)?;
     let plan = Plan {

@@ -475,12 +475,20 @@ fn norms_check_what_pytorch_saves() {
             .unwrap()
             .requires_grad()
             .unwrap();
-        let loss = ops::rms_norm(&x, &[3], Some(&wh), None)
+        // Kept only where x's gradient is needed (MulBackward0's guard).
+        let xt = x.detach().requires_grad().unwrap();
+        let loss = ops::rms_norm(&xt, &[3], Some(&wh), None)
             .unwrap()
             .sum_all()
             .unwrap();
         no_grad(|| wh.copy_from(&Tensor::zeros(dev(), &[3], DType::F16)?)).unwrap();
         assert_inplace_error(loss.backward());
+        let loss = ops::rms_norm(&x, &[3], Some(&wh), None)
+            .unwrap()
+            .sum_all()
+            .unwrap();
+        no_grad(|| wh.copy_from(&Tensor::ones(dev(), &[3], DType::F16)?)).unwrap();
+        assert!(loss.backward().is_ok());
     }
     // An integer weight on a float input: PyTorch's composite promotes it.
     let wi = Tensor::from_slice(dev(), &[1i32, 2, 3], &[3]).unwrap();
@@ -506,6 +514,16 @@ fn norms_check_what_pytorch_saves() {
     let e = Tensor::zeros(dev(), &[0], DType::F32).unwrap();
     let y = ops::batch_norm_inference(&x0, &e, &e, &BatchNormOptions::default()).unwrap();
     assert!(y.is_tracked() && y.shape() == [0]);
-    let g = y.sum_all().unwrap().backward().unwrap();
+    let l = y.sum_all().unwrap();
+    let g = l.backward().unwrap();
     assert_eq!(g.get(&x0).unwrap().shape(), &[0]);
+    // ATen's empty path (clone, times weight[0], plus bias[0]) saves nothing: a second
+    // backward runs, and a tracked bias alone tracks the result.
+    assert!(l.backward().is_ok());
+    let xe = Tensor::zeros(dev(), &[0, 3], DType::F32).unwrap();
+    let y = ops::batch_norm_inference(&xe, &st.running_mean, &st.running_var, &o).unwrap();
+    assert!(y.is_tracked() && y.shape() == [0, 3]);
+    let l = y.sum_all().unwrap();
+    assert_eq!(vals(l.backward().unwrap().get(&b).unwrap()), vec![0.0; 3]);
+    assert!(l.backward().is_ok());
 }

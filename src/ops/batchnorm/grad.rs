@@ -240,14 +240,19 @@ pub(crate) fn inference(
         ..*o
     };
     let y = inference_untracked(x, running_mean, running_var, &unfused)?;
-    if x.rank() < 2 {
-        // An empty 1-D input (no channels): PyTorch's batch_norm returns `input.clone()`,
-        // tracked as the input is.
+    if x.numel() == 0 {
+        // ATen's batch_norm for an empty input: `input.clone()`, times `weight[0]`, plus
+        // `bias[0]`, so the (empty) result is tracked as those are and serves any number of
+        // passes (CloneBackward0 saves nothing).
         drop(_guard);
-        return match x.is_tracked() {
-            true => x.mul_scalar(1.0)?.to_dtype(y.dtype()),
-            false => Ok(y),
-        };
+        let mut out = x.deep_clone()?;
+        if let Some(g) = gamma {
+            out = out.mul(&g.select(0, 0)?)?;
+        }
+        if let Some(b) = beta {
+            out = out.add(&b.select(0, 0)?)?;
+        }
+        return out.to_dtype(y.dtype());
     }
     // The per-channel constants of the backward, computed once here (small [C] ops), in f32
     // as the forward kernel computes them (in f16, each step would round, and a variance

@@ -448,6 +448,8 @@ fn c_operand(
 ) -> Result<(u32, Layout)> {
     match (into, o.c) {
         (Some(t), _) => {
+            // check_inplace's order: dtype (gemm_into checked it), device, then size.
+            a.same_device(op, t)?;
             if t.shape() != out_shape {
                 return Err(Error::shape(
                     op,
@@ -469,7 +471,6 @@ fn c_operand(
                     ),
                 ));
             }
-            a.same_device(op, t)?;
             a.same_dtype(op, t)?;
             if t.shares_storage(a) || t.shares_storage(b) {
                 return Err(Error::arg(
