@@ -321,9 +321,13 @@ impl Tensor {
     }
 
     /// `self` when contiguous from offset 0, else a packed copy at offset 0 (what kernels that
-    /// bind a whole buffer need).
+    /// bind a whole buffer need). A leading slice of a base past one binding (`x.narrow(0, 0,
+    /// k)`) is copied too: its own elements fit one binding where the base's buffer does not.
     pub(crate) fn contiguous_at_zero(&self) -> Result<Tensor> {
-        if self.is_contiguous() && self.layout.offset() == 0 {
+        let limit = self.device().max_binding_bytes();
+        let bytes = self.numel() as u64 * self.dtype.size() as u64;
+        let slice_of_large = self.buffer().size() > limit && bytes <= limit;
+        if self.is_contiguous() && self.layout.offset() == 0 && !slice_of_large {
             return Ok(self.clone());
         }
         let out = map("contiguous", self, MapOp::Identity, 0.0, self.dtype)?;

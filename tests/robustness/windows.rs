@@ -611,3 +611,20 @@ fn copies_of_a_small_view_of_a_large_base() {
         }
     }
 }
+
+/// Kernels that bind a packed operand whole take a leading slice of a base past one binding
+/// too (the first rows of a batch, a first micro-batch): it is copied, as an offset slice is.
+#[test]
+fn leading_slices_of_a_large_base_are_packed_for_whole_bindings() {
+    let d = small(4096);
+    let x = Tensor::from_slice(&d, &wave(10_000, 0.23), &[100, 100]).unwrap();
+    let head = x.narrow(0, 0, 2).unwrap();
+    let fresh = Tensor::from_slice(&d, &wave(200, 0.23), &[2, 100]).unwrap();
+    let ln = |t: &Tensor| wgtensor::ops::layer_norm(t, &[100], None, None, 1e-5).unwrap();
+    assert_eq!(bits(&ln(&head)), bits(&ln(&fresh)));
+    let pool = |t: &Tensor| {
+        let t = t.reshape(&[1, 2, 10, 10]).unwrap();
+        wgtensor::ops::max_pool2d(&t, &wgtensor::ops::MaxPool2dOptions::new(2)).unwrap()
+    };
+    assert_eq!(bits(&pool(&head)), bits(&pool(&fresh)));
+}
