@@ -28,8 +28,8 @@
 //! recursive sort. The backward of each visited node that saved tensors is *taken* out of it,
 //! which releases them to the pool during the pass; a later backward through that node is an
 //! error. Nodes that saved nothing (views, `add`, `sum`, ...) serve any number of passes,
-//! except those whose PyTorch twin saves a tensor (scalar `mul`/`div`, reflect/replicate
-//! `pad`, eval batch norm: `BackwardOp::single_use`), which serve one.
+//! except those whose PyTorch twin saves a tensor (scalar `mul`/`div`:
+//! `BackwardOp::single_use`), which serve one.
 //!
 //! Not differentiable: in-place ops (`gemm_into` refuses tracked operands while recording;
 //! `batch_norm_train` refuses tracked running statistics). `Rnn::forward_train` /

@@ -156,7 +156,25 @@ impl Tensor {
             crate::layout::broadcast_shapes(op.name(), self.shape(), other.shape())?;
             self.same_device(op.name(), other)?;
             let dt = crate::dtype::result_type(self, other);
-            return self.to_dtype(dt)?.binary(&other.to_dtype(dt)?, op);
+            let out = self.to_dtype(dt)?.binary(&other.to_dtype(dt)?, op)?;
+            // PyTorch's one node saves the operands as passed (promotion is inside its
+            // kernel), as derivatives.yaml's formulas need them; the node above saved the
+            // cast copies, so the caller's are kept for the version check.
+            let (ta, tb) = (self.is_tracked(), other.is_tracked());
+            let (a, b) = match op {
+                BinaryOp::Add | BinaryOp::Sub => (false, false),
+                BinaryOp::Mul => (tb, ta),
+                BinaryOp::Div => (tb, ta || tb),
+                BinaryOp::Max | BinaryOp::Min | BinaryOp::Pow => (true, true),
+            };
+            let watch: Vec<&Tensor> = [(a, self), (b, other)]
+                .into_iter()
+                .filter_map(|(keep, t)| keep.then_some(t))
+                .collect();
+            if watch.is_empty() {
+                return Ok(out);
+            }
+            return Ok(super::saved_inputs::saving_inputs(op.name(), out, &watch));
         }
         let out = self.binary_forward(other, op)?;
         Ok(record(out, &[self, other], |y| {

@@ -299,7 +299,9 @@ impl Tensor {
         Ok(record(out, &[self, src], |_| {
             Box::new(ScatterAddBackward {
                 dim: d,
-                index: index.clone(),
+                // Only src's gradient reads it (PyTorch saves it only then): with src
+                // untracked the node saves nothing and serves any number of passes.
+                index: src.is_tracked().then(|| index.clone()),
                 src_shape: src.shape().to_vec(),
             })
         }))
@@ -645,13 +647,13 @@ impl BackwardOp for GatherBackward {
 
 struct ScatterAddBackward {
     dim: usize,
-    index: Tensor,
+    index: Option<Tensor>,
     src_shape: Vec<usize>,
 }
 
 impl BackwardOp for ScatterAddBackward {
     fn saved(&self) -> Vec<&Tensor> {
-        vec![&self.index]
+        self.index.iter().collect()
     }
 
     fn name(&self) -> &'static str {
@@ -663,22 +665,17 @@ impl BackwardOp for ScatterAddBackward {
             return Ok(vec![None, None]);
         };
         let g_self = (needs.first() == Some(&true)).then(|| g.clone());
-        let g_src = if needs.get(1) == Some(&true) {
+        let g_src = if let (Some(index), true) = (&self.index, needs.get(1) == Some(&true)) {
             // src entries outside the index's extent receive nothing: pad with zeros.
-            let mut picked =
-                gather_forward("scatter_add", g, self.dim, &self.index.layout, &self.index)?;
+            let mut picked = gather_forward("scatter_add", g, self.dim, &index.layout, index)?;
             if !g.device().options().check_indices {
                 // Unchecked, an out-of-range index added nothing, so its source gets no
                 // gradient (the gather reads NaN there).
                 let len = g.shape().get(self.dim).copied().unwrap_or(1) as f64;
-                let out = self
-                    .index
-                    .lt_scalar(0.0)?
-                    .add(&self.index.ge_scalar(len)?)?;
+                let out = index.lt_scalar(0.0)?.add(&index.ge_scalar(len)?)?;
                 picked = picked.masked_fill(&out, 0.0)?;
             }
-            let pads: Vec<usize> = self
-                .index
+            let pads: Vec<usize> = index
                 .shape()
                 .iter()
                 .zip(&self.src_shape)

@@ -527,3 +527,64 @@ fn norms_check_what_pytorch_saves() {
     assert_eq!(vals(l.backward().unwrap().get(&b).unwrap()), vec![0.0; 3]);
     assert!(l.backward().is_ok());
 }
+
+/// More of what PyTorch's nodes save: a binary op of mixed dtypes keeps the caller's
+/// operands (the promotion is inside PyTorch's kernel), reflect and replicate pads their
+/// input, eval batch norm its input and weight; scatter_add keeps its index only for src's
+/// gradient, so with src untracked a second backward runs.
+#[test]
+fn mixed_binaries_pads_eval_batch_norm_and_scatter_add_save_as_pytorch() {
+    use wgtensor::ops::{self, BatchNormOptions, BatchNormState, PadMode};
+    use wgtensor::DType;
+    let x = t(&[1.0, 2.0, 3.0]).requires_grad().unwrap();
+    let m = Tensor::from_slice(dev(), &[1i32, 0, 1], &[3]).unwrap();
+    let loss = x.mul(&m).unwrap().sum_all().unwrap();
+    no_grad(|| m.copy_from(&Tensor::zeros(dev(), &[3], DType::I32)?)).unwrap();
+    assert_inplace_error(loss.backward());
+    // add saves nothing: a write into the integer operand is fine.
+    let m = Tensor::from_slice(dev(), &[1i32, 0, 1], &[3]).unwrap();
+    let loss = x.add(&m).unwrap().sum_all().unwrap();
+    no_grad(|| m.copy_from(&Tensor::zeros(dev(), &[3], DType::I32)?)).unwrap();
+    assert!(loss.backward().is_ok());
+
+    for mode in [PadMode::Reflect, PadMode::Replicate] {
+        let xp = Tensor::from_slice(dev(), &[1.0f32, 2.0, 3.0, 4.0], &[1, 1, 4])
+            .unwrap()
+            .requires_grad()
+            .unwrap();
+        let loss = ops::pad(&xp, &[1, 1], mode, 0.0)
+            .unwrap()
+            .sum_all()
+            .unwrap();
+        no_grad(|| xp.copy_from(&Tensor::zeros(dev(), &[1, 1, 4], DType::F32)?)).unwrap();
+        assert_inplace_error(loss.backward());
+    }
+
+    let w = t(&[1.0, 1.0, 1.0]).requires_grad().unwrap();
+    let xb = t(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).reshape(&[2, 3]).unwrap();
+    let st = BatchNormState::new(dev(), 3, DType::F32).unwrap();
+    let o = BatchNormOptions {
+        weight: Some(&w),
+        ..Default::default()
+    };
+    let loss = ops::batch_norm_inference(&xb, &st.running_mean, &st.running_var, &o)
+        .unwrap()
+        .sum_all()
+        .unwrap();
+    no_grad(|| w.copy_from(&t(&[2.0, 2.0, 2.0]))).unwrap();
+    assert_inplace_error(loss.backward());
+
+    let base = t(&[0.0, 0.0, 0.0]).requires_grad().unwrap();
+    let idx = Tensor::from_slice(dev(), &[2i32, 0], &[2]).unwrap();
+    let loss = base
+        .scatter_add(0, &idx, &t(&[1.0, 1.0]))
+        .unwrap()
+        .sum_all()
+        .unwrap();
+    no_grad(|| idx.copy_from(&Tensor::zeros(dev(), &[2], DType::I32)?)).unwrap();
+    assert_eq!(
+        vals(loss.backward().unwrap().get(&base).unwrap()),
+        vec![1.0; 3]
+    );
+    assert!(loss.backward().is_ok());
+}

@@ -57,7 +57,13 @@ pub fn batch_norm_inference(
             ..*options
         };
         let y = grad::inference(&x.to_dtype(DType::F32)?, &rm, &rv, &o)?;
-        return y.to_dtype(x.dtype());
+        // One mixed-dtype node in PyTorch, which saves the caller's input and weight.
+        let callers: Vec<&Tensor> = [Some(x), options.weight].into_iter().flatten().collect();
+        return Ok(crate::ops::saved_inputs::saving_inputs(
+            "NativeBatchNormBackward0",
+            y.to_dtype(x.dtype())?,
+            &callers,
+        ));
     }
     grad::inference(x, running_mean, running_var, options)
 }

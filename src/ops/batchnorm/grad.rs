@@ -149,6 +149,10 @@ struct InferenceBackward {
     x_shape: Vec<usize>,
     has_gamma: bool,
     has_beta: bool,
+    /// The caller's input and weight, for the version check only (PyTorch's node saves them;
+    /// the running statistics are left out: its training forward writes them without a
+    /// version bump, ours with one).
+    callers: Vec<Tensor>,
 }
 
 /// `[1, C, 1, ...]` of rank `rank`.
@@ -163,17 +167,12 @@ impl BackwardOp for InferenceBackward {
         [&self.xhat, &self.scale, &self.y]
             .into_iter()
             .flatten()
+            .chain(&self.callers)
             .collect()
     }
 
     fn name(&self) -> &'static str {
         "batch_norm_inference"
-    }
-
-    /// PyTorch's node saves the input, weight and statistics whatever is tracked: it serves
-    /// one backward, also when it keeps nothing here (only the bias tracked).
-    fn single_use(&self) -> bool {
-        true
     }
 
     fn backward(&self, grads: &[Option<Tensor>], needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
@@ -288,6 +287,11 @@ pub(crate) fn inference(
             x_shape: x.shape().to_vec(),
             has_gamma: gamma.is_some(),
             has_beta: beta.is_some(),
+            callers: [Some(x), gamma]
+                .into_iter()
+                .flatten()
+                .map(Tensor::detach)
+                .collect(),
         })
     });
     after.apply(&y)

@@ -201,7 +201,12 @@ fn pad_positive(x: &Tensor, pads: &[usize], mode: PadMode, value: f64) -> Result
             .enumerate()
             .map(|(i, pair)| (rank - 1 - i, pair[0], x.shape()[rank - 1 - i]))
             .collect();
-        Box::new(PadBackward { window, mode })
+        let input = matches!(mode, PadMode::Reflect | PadMode::Replicate).then(|| x.detach());
+        Box::new(PadBackward {
+            window,
+            mode,
+            input,
+        })
     }))
 }
 
@@ -213,6 +218,9 @@ struct PadBackward {
     /// (dim, start, len) per padded dim.
     window: Vec<(usize, usize, usize)>,
     mode: PadMode,
+    /// Reflect and replicate: the input, for the version check only (their PyTorch twins
+    /// save it); so their node serves one backward.
+    input: Option<Tensor>,
 }
 
 /// The input position output position `o` of a padded dim copies (`left` padded before an
@@ -230,14 +238,10 @@ fn pad_source(mode: PadMode, o: usize, left: usize, len: usize) -> usize {
 }
 
 impl crate::autograd::BackwardOp for PadBackward {
-    fn saved(&self) -> Vec<&Tensor> {
-        Vec::new()
-    }
-
     /// reflection_pad and replication_pad save their input (derivatives.yaml); a constant pad
     /// saves nothing, and a circular one is cat and narrow (composite), which save nothing.
-    fn single_use(&self) -> bool {
-        matches!(self.mode, PadMode::Reflect | PadMode::Replicate)
+    fn saved(&self) -> Vec<&Tensor> {
+        self.input.iter().collect()
     }
 
     fn name(&self) -> &'static str {
