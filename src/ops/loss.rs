@@ -136,9 +136,33 @@ pub fn binary_cross_entropy_with_logits(
     target: &Tensor,
     o: &BceWithLogitsOptions,
 ) -> Result<Tensor> {
+    let loss = bce_with_logits_composed(input, target, o)?;
+    // The node below saves the cast copies of operands of another dtype; PyTorch's one node
+    // saves the caller's input, target, weight and pos_weight.
+    let cast = |t: Option<&Tensor>| t.is_some_and(|t| t.dtype() != input.dtype());
+    if cast(Some(target)) || cast(o.weight) || cast(o.pos_weight) {
+        let callers: Vec<&Tensor> = [Some(input), Some(target), o.weight, o.pos_weight]
+            .into_iter()
+            .flatten()
+            .collect();
+        return Ok(saving_inputs(
+            "BinaryCrossEntropyWithLogitsBackward0",
+            loss,
+            &callers,
+        ));
+    }
+    Ok(loss)
+}
+
+/// [`binary_cross_entropy_with_logits`] on operands of one dtype, as one node.
+fn bce_with_logits_composed(
+    input: &Tensor,
+    target: &Tensor,
+    o: &BceWithLogitsOptions,
+) -> Result<Tensor> {
     let op = "binary_cross_entropy_with_logits";
     if let Some((i, t)) = promoted(input, target)? {
-        return binary_cross_entropy_with_logits(&i, &t, o);
+        return bce_with_logits_composed(&i, &t, o);
     }
     same_shape(op, input, target)?;
     // PyTorch multiplies both in place into the input-shaped loss: each must broadcast to

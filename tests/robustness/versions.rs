@@ -588,3 +588,19 @@ fn mixed_binaries_pads_eval_batch_norm_and_scatter_add_save_as_pytorch() {
     );
     assert!(loss.backward().is_ok());
 }
+
+/// binary_cross_entropy_with_logits with an f16 target (promoted to the input's f32) keeps
+/// the caller's target for the version check, as PyTorch's one node saves it.
+#[test]
+fn bce_with_logits_keeps_a_promoted_target() {
+    use wgtensor::ops::{binary_cross_entropy_with_logits, BceWithLogitsOptions};
+    use wgtensor::DType;
+    if !dev().supports_f16() {
+        return;
+    }
+    let x = t(&[0.5, -1.0]).requires_grad().unwrap();
+    let y = t(&[1.0, 0.0]).to_dtype(DType::F16).unwrap();
+    let loss = binary_cross_entropy_with_logits(&x, &y, &BceWithLogitsOptions::default()).unwrap();
+    no_grad(|| y.copy_from(&Tensor::zeros(dev(), &[2], DType::F16)?)).unwrap();
+    assert_inplace_error(loss.backward());
+}
