@@ -16,7 +16,8 @@ use crate::layout::{broadcast_shapes, pack_dims, MAX_RANK};
 use crate::ops::activation::ACTIVATION;
 use crate::ops::map::WG;
 use crate::runtime::pipeline::ShaderVariant;
-use crate::runtime::{Access, Kernel};
+use crate::runtime::window::Span;
+use crate::runtime::{Access, Bind, Kernel};
 use crate::{DType, Result, Tensor};
 
 const SRC: &str = include_str!("../../shaders/compare.wgsl");
@@ -86,7 +87,10 @@ struct CompareParams {
 }
 
 /// Params for output `shape` reading each tensor of `inputs` broadcast to it.
-fn params(shape: &[usize], inputs: &[&Tensor]) -> Result<CompareParams> {
+/// The params over `shape` and the binding of each input: only the elements its view spans,
+/// so a row of a base past one binding (a slice of a precomputed causal mask) fits.
+fn params(shape: &[usize], inputs: &[&Tensor]) -> Result<(CompareParams, Vec<Span>)> {
+    let mut spans = Vec::with_capacity(inputs.len());
     let mut p = CompareParams::zeroed();
     p.numel = shape.iter().product::<usize>() as u32;
     p.rank = shape.len() as u32;
@@ -98,10 +102,18 @@ fn params(shape: &[usize], inputs: &[&Tensor]) -> Result<CompareParams> {
     ];
     for ((off, strides), t) in slots.into_iter().zip(inputs) {
         let l = t.layout.broadcast_to(shape)?;
-        *off = l.offset() as u32;
+        let span = Span::of(
+            t.layout.offset() as u64,
+            t.layout.span() as u64,
+            t.dtype.size() as u64,
+            t.device().storage_align(),
+            t.buffer().size(),
+        );
+        *off = span.rel as u32;
         *strides = pack_dims(l.strides());
+        spans.push(span);
     }
-    Ok(p)
+    Ok((p, spans))
 }
 
 fn grid(op: &'static str, t: &Tensor, n: usize) -> Result<[u32; 3]> {
@@ -141,14 +153,18 @@ impl Tensor {
         if n == 0 {
             return Ok(out);
         }
-        let p = params(&shape, &[self, other])?;
-        dev.launch(
+        let (p, s) = params(&shape, &[self, other])?;
+        dev.launch_binds(
             name,
             &COMPARE,
             &[self.dtype, DType::I32],
             &[("OP", op as u32 as f64), ("WG", WG as f64)],
             bytemuck::bytes_of(&p),
-            &[self.buffer(), other.buffer(), out.buffer()],
+            &[
+                s[0].bind(self.buffer()),
+                s[1].bind(other.buffer()),
+                Bind::whole(out.buffer()),
+            ],
             grid(name, self, n)?,
         )?;
         Ok(out)
@@ -325,14 +341,19 @@ fn where_forward(cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     if n == 0 {
         return Ok(out);
     }
-    let p = params(&shape, &[a, b, cond])?;
-    dev.launch(
+    let (p, s) = params(&shape, &[a, b, cond])?;
+    dev.launch_binds(
         name,
         &SELECT,
         &[a.dtype, cond.dtype],
         &[("OP", 0.0), ("WG", WG as f64)],
         bytemuck::bytes_of(&p),
-        &[a.buffer(), b.buffer(), cond.buffer(), out.buffer()],
+        &[
+            s[0].bind(a.buffer()),
+            s[1].bind(b.buffer()),
+            s[2].bind(cond.buffer()),
+            Bind::whole(out.buffer()),
+        ],
         grid(name, a, n)?,
     )?;
     Ok(out)

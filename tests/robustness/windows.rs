@@ -628,3 +628,21 @@ fn leading_slices_of_a_large_base_are_packed_for_whole_bindings() {
     };
     assert_eq!(bits(&pool(&head)), bits(&pool(&fresh)));
 }
+
+/// Comparisons and `where` bind only the views they read: rows of a mask or of scores in a
+/// base past one binding work (a slice of a precomputed causal mask), broadcast ones too.
+#[test]
+fn compare_and_where_of_small_views_of_a_large_base() {
+    let d = small(4096);
+    let x = Tensor::from_slice(&d, &wave(10_000, 0.31), &[100, 100]).unwrap();
+    let (r1, r2) = (x.narrow(0, 5, 1).unwrap(), x.narrow(0, 60, 1).unwrap());
+    let (f1, f2) = (r1.deep_clone().unwrap(), r2.deep_clone().unwrap());
+    let gt = |a: &Tensor, b: &Tensor| a.compare(b, wgtensor::ops::CmpOp::Gt).unwrap();
+    assert_eq!(bits(&gt(&r1, &r2)), bits(&gt(&f1, &f2)));
+    let m = gt(&r1, &r2);
+    let w = |c: &Tensor, a: &Tensor, b: &Tensor| c.where_cond(a, b).unwrap();
+    assert_eq!(bits(&w(&m, &r1, &r2)), bits(&w(&m, &f1, &f2)));
+    let col = r1.broadcast_to(&[3, 100]).unwrap();
+    let fcol = f1.broadcast_to(&[3, 100]).unwrap();
+    assert_eq!(bits(&w(&m, &col, &r2)), bits(&w(&m, &fcol, &f2)));
+}
