@@ -26,6 +26,8 @@ use bytemuck::Zeroable;
 use crate::autograd::{record, BackwardOp};
 use crate::layout::{pack_dims, Layout};
 use crate::ops::map::WG;
+use crate::runtime::window::Span;
+use crate::runtime::Bind;
 use crate::{DType, Error, Result, Tensor};
 
 fn grid(op: &'static str, t: &Tensor, n: usize) -> Result<[u32; 3]> {
@@ -381,18 +383,39 @@ fn gather_forward(
     p.rank = il.rank() as u32;
     p.dim = dim as u32;
     p.len = x.shape().get(dim).copied().unwrap_or(1) as u32;
-    p.off_x = x.layout.offset() as u32;
-    p.off_i = il.offset() as u32;
+    // Only the elements the views span are bound: a layer of a KV cache or a window of a
+    // long token tensor past one binding fits.
+    let align = dev.storage_align();
+    let xs = Span::of(
+        x.layout.offset() as u64,
+        x.layout.span() as u64,
+        x.dtype.size() as u64,
+        align,
+        x.buffer().size(),
+    );
+    let is = Span::of(
+        il.offset() as u64,
+        il.span() as u64,
+        4,
+        align,
+        index.buffer().size(),
+    );
+    p.off_x = xs.rel as u32;
+    p.off_i = is.rel as u32;
     p.shape = pack_dims(il.shape());
     p.sx = pack_dims(x.strides());
     p.si = pack_dims(il.strides());
-    dev.launch(
+    dev.launch_binds(
         op,
         &GATHER,
         &[x.dtype],
         &overrides(x.dtype, false),
         bytemuck::bytes_of(&p),
-        &[x.buffer(), index.buffer(), out.buffer()],
+        &[
+            xs.bind(x.buffer()),
+            is.bind(index.buffer()),
+            Bind::whole(out.buffer()),
+        ],
         grid(op, x, n)?,
     )?;
     Ok(out)

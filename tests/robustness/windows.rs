@@ -646,3 +646,28 @@ fn compare_and_where_of_small_views_of_a_large_base() {
     let fcol = f1.broadcast_to(&[3, 100]).unwrap();
     assert_eq!(bits(&w(&m, &col, &r2)), bits(&w(&m, &fcol, &f2)));
 }
+
+/// gather, index_select and embedding bind only the views they read: a window of a long
+/// token tensor, or a row of a table past one binding, works.
+#[test]
+fn index_ops_on_small_views_of_a_large_base() {
+    let d = small(4096);
+    let toks: Vec<i32> = (0..10_000).map(|i| i * 7 % 13).collect();
+    let toks = Tensor::from_slice(&d, &toks, &[10_000]).unwrap();
+    let table = Tensor::from_slice(&d, &wave(13 * 4, 0.7), &[13, 4]).unwrap();
+    let win = toks.narrow(0, 5000, 8).unwrap();
+    let fresh = win.deep_clone().unwrap();
+    let emb = |i: &Tensor| wgtensor::ops::embedding(i, &table, None).unwrap();
+    assert_eq!(bits(&emb(&win)), bits(&emb(&fresh)));
+    let big = Tensor::from_slice(&d, &wave(10_000, 0.41), &[100, 100]).unwrap();
+    let row = big.select(0, 42).unwrap();
+    let idx = Tensor::from_slice(&d, &[3i32, 99, 0, 3], &[4]).unwrap();
+    let want = row.deep_clone().unwrap().index_select(0, &idx).unwrap();
+    assert_eq!(bits(&row.index_select(0, &idx).unwrap()), bits(&want));
+    let gi = Tensor::from_slice(&d, &[1i32, 0], &[2]).unwrap();
+    let g = row.gather(0, &gi).unwrap();
+    assert_eq!(
+        bits(&g),
+        bits(&row.deep_clone().unwrap().gather(0, &gi).unwrap())
+    );
+}
