@@ -185,7 +185,7 @@ fn creation_helpers() {
     let msg = |r: wgtensor::Result<Tensor>| r.unwrap_err().to_string();
     let e = msg(Tensor::arange(d, 0.0, 5.0, -1.0, DType::F32));
     assert!(
-        e.contains("upper bound and larger bound inconsistent with step sign"),
+        e.contains("upper bound and lower bound inconsistent with step sign"),
         "{e}"
     );
     for step in [0.0, f64::NAN] {

@@ -75,7 +75,7 @@ pub(crate) trait BackwardOp: Shareable {
     /// backward and serves later passes too, unless [`BackwardOp::single_use`].
     fn saved(&self) -> Vec<&Tensor>;
     /// True when PyTorch's twin of this op saves a tensor where this one keeps none (`x * 2`'s
-    /// wrapped scalar, a reflect pad's input): its node serves one backward, as PyTorch's.
+    /// wrapped scalar): its node serves one backward, as PyTorch's.
     fn single_use(&self) -> bool {
         false
     }

@@ -186,7 +186,9 @@ impl MultiheadAttention {
     /// Errors ([`Error::Shape`]) name the layer and the shapes: inputs of other ranks or
     /// feature sizes, keys and values of different lengths or batches, masks of other shapes;
     /// [`Error::InvalidArgument`] for an additive mask of an integer dtype, checked first (PyTorch's
-    /// `_canonical_mask`), also where `is_causal` drops the mask.
+    /// `_canonical_mask`), also where `is_causal` drops the mask, and for a float mask the
+    /// attention cannot add (with `need_weights`, one of another dtype than the query's, in
+    /// `baddbmm`'s words; without, one neither f32 nor the query's, in SDPA's).
     pub fn forward_attn(
         &self,
         query: &Tensor,

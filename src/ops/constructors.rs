@@ -67,9 +67,8 @@ impl Tensor {
         if (step > 0.0 && end < start) || (step < 0.0 && end > start) {
             return Err(Error::arg(
                 op,
-                // ATen's eager words ("larger bound", sic).
                 format!(
-                    "upper bound and larger bound inconsistent with step sign: start {}, end {}, \
+                    "upper bound and lower bound inconsistent with step sign: start {}, end {}, \
                      step {}",
                     cpp_double(start),
                     cpp_double(end),

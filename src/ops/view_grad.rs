@@ -1,6 +1,7 @@
 //! Backward of the view ops (forward in src/tensor.rs): reshape, permute, transpose, narrow,
 //! broadcast_to, and `contiguous` (src/ops/map.rs), whose gradient passes through unchanged;
-//! and the view-only forwards built on them (squeeze, `reshape_infer`, `split`, `chunk`).
+//! and the view-only forwards built on them (squeeze, `reshape_infer`, `split`, `chunk`; the
+//! pieces of `split` and `chunk` share one node whose backward is a `cat`).
 
 use crate::autograd::{record, sum_to, BackwardOp};
 use crate::ops::grad_kernel::narrow_grad;

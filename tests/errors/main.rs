@@ -1198,6 +1198,16 @@ fn conv_and_pool_errors_in_pytorch_words() {
         );
         let y = conv2d(&t(&[0, 3, 5, 5]), &wh, None, &Conv2dOptions::default()).unwrap();
         assert_eq!((y.shape(), y.dtype()), (&[0, 4, 3, 3][..], DType::F32));
+        // Tracked: the Empty backend's zero gradients, each in its operand's dtype.
+        let (x0, w0) = (
+            t(&[0, 3, 5, 5]).requires_grad().unwrap(),
+            wh.requires_grad().unwrap(),
+        );
+        let y = conv2d(&x0, &w0, None, &Conv2dOptions::default()).unwrap();
+        let g = y.sum_all().unwrap().backward().unwrap();
+        assert_eq!(g.get(&x0).unwrap().shape(), &[0, 3, 5, 5]);
+        let gw = g.get(&w0).unwrap();
+        assert_eq!((gw.shape(), gw.dtype()), (&[4, 3, 3, 3][..], DType::F16));
     }
     has(
         conv2d(

@@ -57,6 +57,10 @@ pub fn batch_norm_inference(
             ..*options
         };
         let y = grad::inference(&x.to_dtype(DType::F32)?, &rm, &rv, &o)?;
+        if x.numel() == 0 {
+            // ATen's empty path (clone, weight[0], bias[0]) comes before any batch norm node.
+            return y.to_dtype(x.dtype());
+        }
         // One mixed-dtype node in PyTorch, which saves the caller's input and weight.
         let callers: Vec<&Tensor> = [Some(x), options.weight].into_iter().flatten().collect();
         return Ok(crate::ops::saved_inputs::saving_inputs(

@@ -241,8 +241,7 @@ pub(crate) fn inference(
     let y = inference_untracked(x, running_mean, running_var, &unfused)?;
     if x.numel() == 0 {
         // ATen's batch_norm for an empty input: `input.clone()`, times `weight[0]`, plus
-        // `bias[0]`, so the (empty) result is tracked as those are and serves any number of
-        // passes (CloneBackward0 saves nothing).
+        // `bias[0]`, so the (empty) result is tracked as those are, through their nodes.
         drop(_guard);
         let mut out = x.deep_clone()?;
         if let Some(g) = gamma {

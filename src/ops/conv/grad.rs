@@ -72,7 +72,7 @@ impl BackwardOp for ConvBackward {
         let gz = activation_grad(op, g, self.y.as_ref(), self.act)?;
         let need = |i: usize| needs.get(i) == Some(&true);
         let mut out = vec![None, None];
-        if self.transposed && gz.shape()[0] == 0 {
+        if gz.shape()[0] == 0 {
             // An empty batch (the Empty backend's result): zero gradients, whose shapes the
             // saved tensors give (the gradient geometry of an empty image may not exist).
             let zeros = |t: &Option<Tensor>| -> Result<Tensor> {
