@@ -135,17 +135,24 @@ impl Tensor {
             None,
         )?;
         let out = gather_forward(op, self, d, &index.layout, index)?;
+        // The backward's scatter binds the index whole: a packed copy of a view.
+        let saved = match crate::autograd::records([self]) {
+            true => Some(index.contiguous_at_zero()?),
+            false => None,
+        };
         Ok(record(out, &[self], |_| {
+            let saved = saved.unwrap_or_else(|| index.clone());
             Box::new(GatherBackward {
                 op,
                 shape: self.shape().to_vec(),
                 dim: d,
-                index: index.clone(),
-                index_layout: index.layout.clone(),
+                index_layout: saved.layout.clone(),
+                index: saved,
                 skip: -1,
                 rows: false,
-                // gather_backward(grad, self, dim, index): PyTorch's node saves self.
-                watched: Some(self.detach()),
+                // gather_backward(grad, self, dim, index): PyTorch's node saves self and
+                // the caller's index.
+                watched: vec![self.detach(), index.detach()],
             })
         }))
     }
@@ -576,14 +583,10 @@ fn index_select_impl(
         ));
     }
     // The index is lifted to x's rank by a reshape of its layout, which a strided view (a
-    // column, a broadcast) has not: pack it first.
-    let packed;
-    let index = if index.is_contiguous() {
-        index
-    } else {
-        packed = index.contiguous_at_zero()?;
-        &packed
-    };
+    // column, a broadcast) has not: pack it first. The backward's row scatter binds it
+    // whole, so a window of a long token tensor is packed too (it is small).
+    let packed = index.contiguous_at_zero()?;
+    let index = &packed;
     check_indices(op, index, x.shape()[d], d, None)?;
     let l = index.numel();
     let mut out_shape = x.shape().to_vec();
@@ -605,7 +608,7 @@ fn index_select_impl(
             index_layout: il,
             skip,
             rows: true,
-            watched: Some(caller_index.detach()),
+            watched: vec![caller_index.detach()],
         })
     }))
 }
@@ -623,7 +626,7 @@ struct GatherBackward {
     rows: bool,
     /// A tensor PyTorch's node saves beside the index (kept for the version check only):
     /// gather's self, index_select's and embedding's index as the caller gave it.
-    watched: Option<Tensor>,
+    watched: Vec<Tensor>,
 }
 
 impl BackwardOp for GatherBackward {

@@ -659,6 +659,20 @@ fn index_ops_on_small_views_of_a_large_base() {
     let fresh = win.deep_clone().unwrap();
     let emb = |i: &Tensor| wgtensor::ops::embedding(i, &table, None).unwrap();
     assert_eq!(bits(&emb(&win)), bits(&emb(&fresh)));
+    // Tracked: the backward's row scatter takes the window too.
+    let tw = table.detach().requires_grad().unwrap();
+    let grad = |i: &Tensor| {
+        let y = wgtensor::ops::embedding(i, &tw, None).unwrap();
+        let g = y.sum_all().unwrap().backward().unwrap();
+        bits(g.get(&tw).unwrap())
+    };
+    assert_eq!(grad(&win), grad(&fresh));
+    let gathered = |i: &Tensor| {
+        let y = tw.reshape(&[52]).unwrap().gather(0, i).unwrap();
+        let g = y.sum_all().unwrap().backward().unwrap();
+        bits(g.get(&tw).unwrap())
+    };
+    assert_eq!(gathered(&win), gathered(&fresh));
     let big = Tensor::from_slice(&d, &wave(10_000, 0.41), &[100, 100]).unwrap();
     let row = big.select(0, 42).unwrap();
     let idx = Tensor::from_slice(&d, &[3i32, 99, 0, 3], &[4]).unwrap();
