@@ -604,3 +604,22 @@ fn bce_with_logits_keeps_a_promoted_target() {
     no_grad(|| y.copy_from(&Tensor::zeros(dev(), &[2], DType::F16)?)).unwrap();
     assert_inplace_error(loss.backward());
 }
+
+/// A max pool returning its indices keeps them for the version check, as PyTorch's node saves
+/// them: writing the indices before the backward is the in-place error.
+#[test]
+fn max_pool_indices_written_before_backward_are_an_error() {
+    use wgtensor::ops::{max_pool2d_with_indices, MaxPool2dOptions};
+    use wgtensor::DType;
+    let x = Tensor::from_slice(dev(), &[1.0f32, 4.0, 2.0, 3.0], &[1, 1, 2, 2])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let (y, idx) = max_pool2d_with_indices(&x, &MaxPool2dOptions::new(2)).unwrap();
+    let loss = y.sum_all().unwrap();
+    no_grad(|| idx.copy_from(&Tensor::zeros(dev(), &[1, 1, 1, 1], DType::I32)?)).unwrap();
+    assert_inplace_error(loss.backward());
+    let (y, _) = max_pool2d_with_indices(&x, &MaxPool2dOptions::new(2)).unwrap();
+    let g = y.sum_all().unwrap().backward().unwrap();
+    assert_eq!(vals(g.get(&x).unwrap()), vec![0.0, 1.0, 0.0, 0.0]);
+}

@@ -288,10 +288,18 @@ fn adaptive_backward(op: &'static str, dy: &Tensor, x: &Tensor, mode: u32) -> Re
 pub fn max_pool2d_with_indices(x: &Tensor, o: &MaxPool2dOptions) -> Result<(Tensor, Tensor)> {
     let op = "max_pool2d";
     let (win, out) = max_window(op, x, o)?;
-    Ok((
+    with_indices(
         run(op, x, win, out, None)?,
         indices_untracked(op, x, win, out)?,
-    ))
+    )
+}
+
+/// The values and indices of a max pool, the values' node keeping the indices for the
+/// version check (PyTorch's saves `result1`: writing the returned indices before the backward
+/// is its in-place error).
+fn with_indices(values: Tensor, indices: Tensor) -> Result<(Tensor, Tensor)> {
+    let values = crate::ops::saved_inputs::saving_inputs("max_pool2d", values, &[&indices]);
+    Ok((values, indices))
 }
 
 /// PyTorch's `max_pool1d(..., return_indices=True)`: values and i32 indices within each
@@ -300,10 +308,10 @@ pub fn max_pool1d_with_indices(x: &Tensor, o: &MaxPool1dOptions) -> Result<(Tens
     let op = "max_pool1d";
     let x2 = lift_1d(op, x)?;
     let (win, out) = max_window(op, &x2, &o.to_2d())?;
-    Ok((
+    with_indices(
         drop_h(run(op, &x2, win, out, None)?)?,
         drop_h(indices_untracked(op, &x2, win, out)?)?,
-    ))
+    )
 }
 
 /// PyTorch's `adaptive_max_pool2d(..., return_indices=True)` (see
@@ -320,10 +328,10 @@ pub fn adaptive_max_pool2d_with_indices(
         return Ok((empty, idx));
     }
     let (win, out) = adaptive_window(op, x, output_size, POOL_MAX)?;
-    Ok((
+    with_indices(
         run(op, x, win, out, None)?,
         indices_untracked(op, x, win, out)?,
-    ))
+    )
 }
 
 /// PyTorch's `max_pool1d` over `[N, C, L]` or `[C, L]`.
