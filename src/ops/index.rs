@@ -18,16 +18,14 @@
 //! the same bits on every run, and on every backend up to 256 terms per output.
 
 use super::index_check::check_indices;
+use super::index_kernels::{gather_forward, overrides, IndexParams, SCATTER_ADD};
 #[doc(hidden)]
 pub use super::index_kernels::{index_variants, params_layout};
-use super::index_kernels::{overrides, IndexParams, GATHER, SCATTER_ADD};
 use bytemuck::Zeroable;
 
 use crate::autograd::{record, BackwardOp};
 use crate::layout::{pack_dims, Layout};
 use crate::ops::map::WG;
-use crate::runtime::window::Span;
-use crate::runtime::Bind;
 use crate::{DType, Error, Result, Tensor};
 
 fn grid(op: &'static str, t: &Tensor, n: usize) -> Result<[u32; 3]> {
@@ -368,64 +366,6 @@ pub fn embedding(input: &Tensor, weight: &Tensor, padding_idx: Option<i64>) -> R
     let mut shape = input.shape().to_vec();
     shape.push(weight.shape()[1]);
     rows.reshape(&shape)
-}
-
-/// `out[c] = x[c with c[dim] = index[c]]` over the output shape `il.shape()`, reading the index
-/// through the layout `il` (possibly a broadcast view of `index`).
-fn gather_forward(
-    op: &'static str,
-    x: &Tensor,
-    dim: usize,
-    il: &Layout,
-    index: &Tensor,
-) -> Result<Tensor> {
-    let dev = x.device();
-    let out = Tensor::empty(dev, op, il.shape(), x.dtype)?;
-    let n = out.numel();
-    if n == 0 {
-        return Ok(out);
-    }
-    let mut p = IndexParams::zeroed();
-    p.numel = n as u32;
-    p.rank = il.rank() as u32;
-    p.dim = dim as u32;
-    p.len = x.shape().get(dim).copied().unwrap_or(1) as u32;
-    // Only the elements the views span are bound: a layer of a KV cache or a window of a
-    // long token tensor past one binding fits.
-    let align = dev.storage_align();
-    let xs = Span::of(
-        x.layout.offset() as u64,
-        x.layout.span() as u64,
-        x.dtype.size() as u64,
-        align,
-        x.buffer().size(),
-    );
-    let is = Span::of(
-        il.offset() as u64,
-        il.span() as u64,
-        4,
-        align,
-        index.buffer().size(),
-    );
-    p.off_x = xs.rel as u32;
-    p.off_i = is.rel as u32;
-    p.shape = pack_dims(il.shape());
-    p.sx = pack_dims(x.strides());
-    p.si = pack_dims(il.strides());
-    dev.launch_binds(
-        op,
-        &GATHER,
-        &[x.dtype],
-        &overrides(x.dtype, false),
-        bytemuck::bytes_of(&p),
-        &[
-            xs.bind(x.buffer()),
-            is.bind(index.buffer()),
-            Bind::whole(out.buffer()),
-        ],
-        grid(op, x, n)?,
-    )?;
-    Ok(out)
 }
 
 /// `out[c] = base[c] + sum_j src[c with dim = j] * (index[c with dim = j] == c[dim])` over

@@ -1,13 +1,15 @@
 //! The index kernels (shaders/index.wgsl): `gather` and `scatter_add`, their params
-//! and override constants, the shader variants and the params layout (used by ops/index.rs).
+//! and override constants, the shader variants and the params layout (used by ops/index.rs),
+//! and the gather's launch, which binds only the ranges its views span.
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::layout::MAX_RANK;
+use crate::layout::{pack_dims, Layout, MAX_RANK};
 use crate::ops::map::WG;
 use crate::runtime::pipeline::ShaderVariant;
-use crate::runtime::{Access, Kernel};
-use crate::DType;
+use crate::runtime::window::Span;
+use crate::runtime::{Access, Bind, Kernel};
+use crate::{DType, Result, Tensor};
 
 const SRC: &str = include_str!("../../shaders/index.wgsl");
 
@@ -45,6 +47,64 @@ pub(crate) fn overrides(dtype: DType, has_base: bool) -> [(&'static str, f64); 3
         ("FLOAT", dtype.is_float() as u32 as f64),
         ("HAS_BASE", has_base as u32 as f64),
     ]
+}
+
+/// `out[c] = x[c with c[dim] = index[c]]` over the output shape `il.shape()`, reading the index
+/// through the layout `il` (possibly a broadcast view of `index`).
+pub(crate) fn gather_forward(
+    op: &'static str,
+    x: &Tensor,
+    dim: usize,
+    il: &Layout,
+    index: &Tensor,
+) -> Result<Tensor> {
+    let dev = x.device();
+    let out = Tensor::empty(dev, op, il.shape(), x.dtype)?;
+    let n = out.numel();
+    if n == 0 {
+        return Ok(out);
+    }
+    let mut p = IndexParams::zeroed();
+    p.numel = n as u32;
+    p.rank = il.rank() as u32;
+    p.dim = dim as u32;
+    p.len = x.shape().get(dim).copied().unwrap_or(1) as u32;
+    // Only the elements the views span are bound: a layer of a KV cache or a window of a
+    // long token tensor past one binding fits.
+    let align = dev.storage_align();
+    let xs = Span::of(
+        x.layout.offset() as u64,
+        x.layout.span() as u64,
+        x.dtype.size() as u64,
+        align,
+        x.buffer().size(),
+    );
+    let is = Span::of(
+        il.offset() as u64,
+        il.span() as u64,
+        4,
+        align,
+        index.buffer().size(),
+    );
+    p.off_x = xs.rel as u32;
+    p.off_i = is.rel as u32;
+    p.shape = pack_dims(il.shape());
+    p.sx = pack_dims(x.strides());
+    p.si = pack_dims(il.strides());
+    dev.launch_binds(
+        op,
+        &GATHER,
+        &[x.dtype],
+        &overrides(x.dtype, false),
+        bytemuck::bytes_of(&p),
+        &[
+            xs.bind(x.buffer()),
+            is.bind(index.buffer()),
+            Bind::whole(out.buffer()),
+        ],
+        dev.grid_1d(op, (n as u64).div_ceil(WG as u64))?,
+    )?;
+    Ok(out)
 }
 
 /// The index family's entry in the kernel-family registry (`ops::families()`).
