@@ -907,6 +907,38 @@ fn encoder_zeroes_padded_positions_as_pytorchs_nested_path() {
     let lead = run(&[1.0, 0.0, 0.0, 0.0, 0.0, 0.0], false);
     let lead_grad = run(&[1.0, 0.0, 0.0, 0.0, 0.0, 0.0], true);
     assert_eq!(lead, lead_grad);
+    // enable_nested_tensor false: the padded position keeps its computed value.
+    let mut off = enc.clone();
+    off.enable_nested_tensor = false;
+    let m = Tensor::from_slice(dev, &[0.0f32, 0.0, 1.0, 0.0, 0.0, 0.0], &[2, 3]).unwrap();
+    let y = wgtensor::no_grad(|| off.forward_with(&src, None, Some(MhaMask::Bool(&m)), false));
+    for (i, (a, b)) in y
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .zip(&kept)
+        .enumerate()
+    {
+        assert!((a - b).abs() < 1e-5, "{i}: {a} vs {b}");
+    }
+    // mask_check false: any mask takes the nested path, each sequence's first `count`
+    // tokens taken as its real ones (a leading pad of one: the first two tokens).
+    let mut unchecked = enc.clone();
+    unchecked.mask_check = false;
+    let m = Tensor::from_slice(dev, &[1.0f32, 0.0, 0.0, 0.0, 0.0, 0.0], &[2, 3]).unwrap();
+    let y =
+        wgtensor::no_grad(|| unchecked.forward_with(&src, None, Some(MhaMask::Bool(&m)), false));
+    for (i, (a, b)) in y
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .zip(&nested)
+        .enumerate()
+    {
+        assert!((a - b).abs() < 1e-6, "{i}: {a} vs {b}");
+    }
 }
 
 /// PyTorch's test_transformerencoderlayer: a query whose mask excludes every key gives NaN on

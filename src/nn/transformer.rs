@@ -292,6 +292,15 @@ pub struct TransformerEncoder {
     pub layers: Vec<TransformerEncoderLayer>,
     /// The final norm, if any.
     pub norm: Option<LayerNorm>,
+    /// PyTorch's `enable_nested_tensor` (default true): whether the forward may take the
+    /// nested-tensor path (see [`forward_with`](Self::forward_with)); false keeps the padded
+    /// positions' computed values.
+    pub enable_nested_tensor: bool,
+    /// PyTorch's `mask_check` (default true): the nested path needs a left-aligned padding
+    /// mask. False takes it for any mask, as PyTorch's `_nested_tensor_from_mask(...,
+    /// mask_check=False)`: each sequence's real tokens are its first `count` positions, where
+    /// `count` is how many its mask keeps.
+    pub mask_check: bool,
 }
 
 impl TransformerEncoder {
@@ -312,7 +321,12 @@ impl TransformerEncoder {
         let layers = (0..num_layers)
             .map(|_| deep_copy(encoder_layer))
             .collect::<Result<Vec<_>>>()?;
-        Ok(TransformerEncoder { layers, norm })
+        Ok(TransformerEncoder {
+            layers,
+            norm,
+            enable_nested_tensor: true,
+            mask_check: true,
+        })
     }
 
     /// PyTorch's `forward(src, mask, src_key_padding_mask, is_causal)`: each layer's
@@ -323,9 +337,11 @@ impl TransformerEncoder {
     /// given only a left-aligned key padding mask runs on the unpadded tokens and pads its
     /// output with zeros before the final norm, so padded positions are 0 (or the norm of 0),
     /// and NaN or inf at a padded position never reaches a real token. Every other position
-    /// is the same either way. An encoder of no layers is refused, as PyTorch's forward. The
-    /// left-alignment test reads the mask back, which the browser (wasm32) cannot do without
-    /// blocking: there padded positions keep their computed values.
+    /// is the same either way. [`enable_nested_tensor`](Self::enable_nested_tensor) false keeps
+    /// the computed values; [`mask_check`](Self::mask_check) false takes the path for a mask
+    /// that is not left-aligned too. An encoder of no layers is refused, as PyTorch's forward.
+    /// The left-alignment test reads the mask back, which the browser (wasm32) cannot do
+    /// without blocking: there padded positions keep their computed values.
     pub fn forward_with(
         &self,
         src: &Tensor,
@@ -347,10 +363,16 @@ impl TransformerEncoder {
                 "index 0 is out of range (an encoder needs at least one layer)",
             ));
         }
-        let keep = match mask.is_none() && !is_causal {
+        let keep = match mask.is_none() && !is_causal && self.enable_nested_tensor {
             true => self.nested_keep(src, src_key_padding_mask)?,
             false => None,
         };
+        // The nested tensor's real tokens, as a padding mask for the layers (the caller's
+        // own where it is left-aligned).
+        let nested_pad = keep
+            .as_ref()
+            .map(|k| k.reshape(&[k.shape()[0], k.shape()[1]])?.eq_scalar(0.0))
+            .transpose()?;
         // The nested path drops padded tokens before the first layer and pads the output
         // with exact zeros: NaN or inf there never reaches a real token.
         let mut x = match &keep {
@@ -360,8 +382,8 @@ impl TransformerEncoder {
         for (i, layer) in self.layers.iter().enumerate() {
             // On PyTorch's nested-tensor path the layers see no padding (so no fully masked
             // rows); otherwise each takes its own path (see forward_with).
-            let y = match keep {
-                Some(_) => layer.forward_layer(&x, mask, src_key_padding_mask, is_causal, false),
+            let y = match &nested_pad {
+                Some(p) => layer.forward_layer(&x, mask, Some(MhaMask::Bool(p)), is_causal, false),
                 None => layer.forward_with(&x, mask, src_key_padding_mask, is_causal),
             };
             x = y.map_err(|e| e.in_layer(&format!("layers.{i}"), "TransformerEncoderLayer"))?;
@@ -398,9 +420,21 @@ impl TransformerEncoder {
         let left_aligned = rows
             .chunks(s.max(1))
             .all(|r| r.windows(2).all(|w| w[0] >= w[1]));
-        if !left_aligned {
-            return Ok(None);
-        }
+        let keep = match (left_aligned, self.mask_check) {
+            (true, _) => keep,
+            (false, true) => return Ok(None),
+            // Without the check, each sequence keeps its first `count` positions.
+            (false, false) => {
+                let prefix: Vec<f32> = rows
+                    .chunks(s.max(1))
+                    .flat_map(|r| {
+                        let count = r.iter().filter(|&&v| v != 0.0).count();
+                        (0..r.len()).map(move |j| if j < count { 1.0 } else { 0.0 })
+                    })
+                    .collect();
+                Tensor::from_slice(src.device(), &prefix, keep.shape())?
+            }
+        };
         Ok(Some(keep.to_dtype(src.dtype())?.reshape(&[
             src.shape()[0],
             s,
