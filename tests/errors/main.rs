@@ -2065,6 +2065,12 @@ fn sdpa_gqa_needs_three_dims() {
     assert!(
         scaled_dot_product_attention(&t(&[2, 4, 8]), &t(&[2, 5, 8]), &t(&[2, 5, 8]), &o).is_ok()
     );
+    // The operands' dtypes come before the heads' check (validate_sdpa_input first).
+    if dev().supports_f16() {
+        let k = t(&[3, 5, 8]).to_dtype(DType::F16).unwrap();
+        let e = scaled_dot_product_attention(&t(&[4, 4, 8]), &k, &t(&[2, 5, 8]), &o).unwrap_err();
+        assert!(matches!(e, Error::DType { .. }), "{e}");
+    }
 }
 
 /// SDPA adds the mask to the scores of q and k in place: a mask that fits only through v's

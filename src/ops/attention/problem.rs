@@ -282,6 +282,12 @@ pub(crate) fn repeat_kv_heads(
     if hk == hv {
         return Ok(None);
     }
+    // validate_sdpa_input's dtype and device checks come before the heads' (as Problem::new
+    // makes them for the other calls).
+    for t in [k, v] {
+        q.same_device(op, t)?;
+        q.same_dtype(op, t)?;
+    }
     if hq == 0 && hk != 0 && hv != 0 {
         // 0 % h == 0: both repeat to no heads (an empty result), as PyTorch's.
         return Ok(Some((k.narrow(-3, 0, 0)?, v.narrow(-3, 0, 0)?)));
@@ -289,8 +295,6 @@ pub(crate) fn repeat_kv_heads(
     if hk == 0 || hv == 0 || hq % hk != 0 || hq % hv != 0 {
         return Err(Error::shape(op, gqa_heads_message(hq, hk, hv)));
     }
-    q.same_device(op, k)?;
-    q.same_device(op, v)?;
     let repeat = |t: &Tensor, h: usize| t.index_select(-3, &head_index(q.device(), hq, h)?);
     Ok(Some((repeat(k, hk)?, repeat(v, hv)?)))
 }
