@@ -94,12 +94,15 @@ impl Tensor {
                 .reshape(index.shape());
         }
         if index.numel() == 0 {
-            // PyTorch returns before its shape checks: an empty result of the index's shape
-            // (a view of no elements of this tensor, so its gradient is zeros).
-            return self
-                .reshape(&[self.numel()])?
-                .narrow(0, 0usize, 0usize)?
-                .reshape(index.shape());
+            // PyTorch returns a new empty tensor of the index's shape before its shape
+            // checks; its GatherBackward0 node (saving self and the index) gives zeros.
+            let out = Tensor::empty(self.device(), op, index.shape(), self.dtype)?;
+            return Ok(record(out, &[self], |_| {
+                Box::new(EmptyGatherBackward {
+                    shape: self.shape().to_vec(),
+                    kept: [self.detach(), index.detach()],
+                })
+            }));
         }
         if index.rank() != self.rank() {
             return Err(Error::shape(
@@ -551,6 +554,34 @@ fn index_select_impl(
             watched: vec![caller_index.detach()],
         })
     }))
+}
+
+/// gather over an empty index: a zero gradient of the input's shape.
+struct EmptyGatherBackward {
+    shape: Vec<usize>,
+    /// Self and the index, which PyTorch's node saves (for the version check only).
+    kept: [Tensor; 2],
+}
+
+impl BackwardOp for EmptyGatherBackward {
+    fn saved(&self) -> Vec<&Tensor> {
+        self.kept.iter().collect()
+    }
+
+    fn name(&self) -> &'static str {
+        "gather"
+    }
+
+    fn backward(&self, grads: &[Option<Tensor>], _needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+        let Some(g) = grads.first().and_then(Option::as_ref) else {
+            return Ok(vec![None]);
+        };
+        Ok(vec![Some(Tensor::zeros(
+            g.device(),
+            &self.shape,
+            g.dtype(),
+        )?)])
+    }
 }
 
 /// gather / index_select / embedding: the gradient scatter-adds back into the input's shape.

@@ -84,6 +84,16 @@ fn reductions_over_empty_axes() {
         .unwrap();
     let v = x.narrow(0, 1, 1).unwrap().narrow(1, 0, 0).unwrap();
     assert_eq!(v.max(0, false).unwrap().shape(), &[0]);
+    // gather with an empty index (of any rank): a new empty tensor, PyTorch's gather node
+    // (zero gradient; it saves self and the index, so it serves one backward).
+    for shape in [&[0, 3][..], &[0]] {
+        let idx = Tensor::zeros(dev(), shape, wgtensor::DType::I32).unwrap();
+        let y = x.gather(1, &idx).unwrap();
+        assert!(y.shape() == shape && !y.shares_storage(&x));
+        let l = y.sum_all().unwrap();
+        assert_eq!(vals(l.backward().unwrap().get(&x).unwrap()), vec![0.0; 6]);
+        assert!(l.backward().is_err());
+    }
     still_works(dev());
 }
 
