@@ -7,6 +7,21 @@ use crate::autograd::BackwardOp;
 pub use crate::ops::loss_options::{CrossEntropyOptions, Reduction};
 use crate::{Error, Result, Tensor};
 
+/// A loss kernel's dtype dispatch, after its shape checks: an integer operand is PyTorch's
+/// `"kernel" not implemented for 'Int'` (AT_DISPATCH's words).
+pub(crate) fn float_kernel(op: &'static str, kernel: &str, t: &Tensor) -> Result<()> {
+    if t.dtype().is_float() {
+        return Ok(());
+    }
+    Err(Error::arg(
+        op,
+        format!(
+            "\"{kernel}\" not implemented for '{}'",
+            t.dtype().scalar_name()
+        ),
+    ))
+}
+
 pub(crate) fn reduce(t: Tensor, r: Reduction) -> Result<Tensor> {
     match r {
         Reduction::None => Ok(t),
@@ -113,6 +128,7 @@ fn mse_composed(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result
         return mse_composed(&i, &t, reduction);
     }
     broadcastable("mse_loss", input, target)?;
+    float_kernel("mse_loss", "mse_cpu", input)?;
     let d = input.sub(target)?;
     reduce(d.mul(&d)?, reduction)
 }

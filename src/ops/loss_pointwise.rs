@@ -5,7 +5,8 @@
 //! smooth_l1 and huber record PyTorch's explicit backward instead.
 
 use super::loss::{
-    broadcastable, promoted, promoted_numeric, promoted_regression, reduce, same_shape,
+    broadcastable, float_kernel, promoted, promoted_numeric, promoted_regression, reduce,
+    same_shape,
 };
 use super::loss_options::Reduction;
 use super::saved_inputs::saving_inputs;
@@ -76,6 +77,7 @@ fn smooth_l1_composed(
         return smooth_l1_composed(&i, &t, reduction, beta);
     }
     broadcastable(op, input, target)?;
+    float_kernel(op, "smooth_l1_cpu", input)?;
     // With m = min(|d|, beta): 0.5 m^2 / beta + (|d| - m), without a select, whose
     // unselected branch would turn an infinite d into NaN.
     let loss = kinked(input, target, Kink::SmoothL1(beta), |d, dt| {
@@ -221,6 +223,7 @@ fn huber_composed(
         return reduce(loss, reduction);
     }
     broadcastable(op, input, target)?;
+    float_kernel(op, "huber_cpu", input)?;
     // Infinite once cast to f32 (the kernels' type), as PyTorch's kernel casts it; the
     // linear term below would add inf * 0 = NaN.
     let loss = kinked(input, target, Kink::Huber(delta), |d, dt| {
@@ -276,6 +279,8 @@ pub fn binary_cross_entropy(
 ) -> Result<Tensor> {
     let op = "binary_cross_entropy";
     same_shape(op, input, target)?;
+    // The kernel's dispatch, before the value checks (which read floats).
+    float_kernel(op, "binary_cross_entropy", input)?;
     if let Some(w) = weight {
         input.same_device(op, w)?;
         // F.binary_cross_entropy expands the weight before the autograd layer's check.
@@ -407,6 +412,9 @@ pub fn kl_div(
     log_target: bool,
 ) -> Result<Tensor> {
     let op = "kl_div";
+    if !(input.dtype().is_float() && target.dtype().is_float()) {
+        return Err(Error::arg(op, "kl_div: Integral inputs not supported."));
+    }
     if let Some((i, t)) = promoted(input, target)? {
         return kl_div(&i, &t, reduction, log_target);
     }

@@ -953,6 +953,27 @@ fn loss_errors_in_pytorch_words() {
     };
     let ids = |shape: &[usize]| Tensor::zeros(dev(), shape, DType::I32).unwrap();
     let nll = NllLossOptions::default();
+    // Integer operands: the kernels' dispatch words (BCE's before its value check, which
+    // leaves no pending error behind), kl_div's own check.
+    let two = Tensor::from_slice(dev(), &[0i32, 2], &[2]).unwrap();
+    has(
+        binary_cross_entropy(&two, &ids(&[2]), None, Reduction::Mean),
+        "\"binary_cross_entropy\" not implemented for 'Int'",
+    );
+    t(&[1]).to_vec::<f32>().unwrap();
+    has(
+        wgtensor::ops::mse_loss(&two, &ids(&[2]), Reduction::Mean),
+        "\"mse_cpu\" not implemented for 'Int'",
+    );
+    has(
+        wgtensor::ops::kl_div(
+            &t(&[2]),
+            &ids(&[2]),
+            wgtensor::ops::KlDivReduction::Sum,
+            false,
+        ),
+        "kl_div: Integral inputs not supported.",
+    );
     has(
         nll_loss(&t(&[10, 3]), &ids(&[3]), &nll),
         "Expected input batch_size (10) to match target batch_size (3).",
