@@ -344,6 +344,13 @@ impl Tensor {
             return Ok(self.clone());
         }
         self.device().require_dtype("to_dtype", dtype)?;
+        if self.dtype == DType::I32 && dtype == DType::F16 {
+            // Through f32 too: WGSL leaves an inexact int-to-float conversion's rounding to
+            // the implementation (a driver has cut an i32 past f16's range to its low bits,
+            // where PyTorch gives inf); i32 -> f32 -> f16 rounds twice only past 2^24, where
+            // f16 is infinite either way.
+            return self.to_dtype(DType::F32)?.to_dtype(dtype);
+        }
         if self.dtype == DType::F16 && dtype == DType::I32 {
             // Through f32: the shader compilers clamp a float-to-int conversion to the range of
             // the source type (an f16 inf would give 65504), an f32 one saturates as below.
