@@ -75,17 +75,12 @@ fn i32_tensors_round_trip_view_and_cast() {
             h2.to_vec::<f16>().unwrap(),
             vec![f16::from_f32(5.0), f16::from_f32(-3.0)]
         );
-        // Past f16's range: infinite, as PyTorch's cast (nearest even below it).
-        let h3 = ti(&[70000, -70000, 2049, 65519, 65520], &[5])
+        // Well past f16's range: infinite, as PyTorch's cast (WGSL requires inf from 2^16;
+        // nearer the edge it leaves the rounding open). Exact values stay exact.
+        let h3 = ti(&[70000, -70000, 2048, 65504], &[4])
             .to_dtype(DType::F16)
             .unwrap();
-        let want = [
-            f32::INFINITY,
-            f32::NEG_INFINITY,
-            2048.0,
-            65504.0,
-            f32::INFINITY,
-        ];
+        let want = [f32::INFINITY, f32::NEG_INFINITY, 2048.0, 65504.0];
         assert_eq!(f(&h3.to_dtype(DType::F32).unwrap()), want);
     }
     // Constructors.

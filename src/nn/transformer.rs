@@ -188,7 +188,7 @@ impl TransformerEncoderLayer {
 
     /// The layer's formula, its attention as PyTorch's fast path computes it when `fast` (see
     /// [`forward_with`](Self::forward_with)), else the general path (also on the encoder's
-    /// nested-tensor path, where the layers see no padding, so no fully masked rows).
+    /// nested-tensor path, whose layers attend to each sequence's real tokens only).
     fn forward_layer(
         &self,
         src: &Tensor,
@@ -337,7 +337,7 @@ impl TransformerEncoder {
     /// given only a left-aligned key padding mask runs on the unpadded tokens and pads its
     /// output with zeros before the final norm, so padded positions are 0 (or the norm of 0),
     /// and NaN or inf at a padded position never reaches a real token. Every other position
-    /// is the same either way. [`enable_nested_tensor`](Self::enable_nested_tensor) false keeps
+    /// is the same either way (for a left-aligned mask). [`enable_nested_tensor`](Self::enable_nested_tensor) false keeps
     /// the computed values; [`mask_check`](Self::mask_check) false takes the path for a mask
     /// that is not left-aligned too. An encoder of no layers is refused, as PyTorch's forward.
     /// The left-alignment test reads the mask back, which the browser (wasm32) cannot do
@@ -367,8 +367,9 @@ impl TransformerEncoder {
             true => self.nested_keep(src, src_key_padding_mask)?,
             false => None,
         };
-        // The nested tensor's real tokens, as a padding mask for the layers (the caller's
-        // own where it is left-aligned).
+        // The nested tensor's real tokens, as a bool padding mask for the layers (masking
+        // what the caller's masks, where it is left-aligned; PyTorch's layers see only the
+        // real tokens).
         let nested_pad = keep
             .as_ref()
             .map(|k| k.reshape(&[k.shape()[0], k.shape()[1]])?.eq_scalar(0.0))
@@ -380,8 +381,9 @@ impl TransformerEncoder {
             None => src.clone(),
         };
         for (i, layer) in self.layers.iter().enumerate() {
-            // On PyTorch's nested-tensor path the layers see no padding (so no fully masked
-            // rows); otherwise each takes its own path (see forward_with).
+            // On PyTorch's nested-tensor path the layers see only the real tokens (the padded
+            // positions are zeroed after the last); otherwise each takes its own path (see
+            // forward_with).
             let y = match &nested_pad {
                 Some(p) => layer.forward_layer(&x, mask, Some(MhaMask::Bool(p)), is_causal, false),
                 None => layer.forward_with(&x, mask, src_key_padding_mask, is_causal),

@@ -71,6 +71,11 @@ fn smooth_l1_composed(
     // subnormals) is l1 too, as PyTorch's kernel, which casts it, computes it (up to
     // differences below 1.2e-38); 0 / 0 would make every loss NaN.
     if (beta as f32) < f32::MIN_POSITIVE {
+        // beta 0 is F.smooth_l1_loss's l1_loss; a nonzero one still reaches the kernel's
+        // dispatch, which refuses two integer operands.
+        if beta != 0.0 && !input.dtype().is_float() && !target.dtype().is_float() {
+            float_kernel(op, "smooth_l1_cpu", input)?;
+        }
         return l1_loss(input, target, reduction);
     }
     if let Some((i, t)) = promoted_regression(input, target)? {
@@ -279,8 +284,6 @@ pub fn binary_cross_entropy(
 ) -> Result<Tensor> {
     let op = "binary_cross_entropy";
     same_shape(op, input, target)?;
-    // The kernel's dispatch, before the value checks (which read floats).
-    float_kernel(op, "binary_cross_entropy", input)?;
     if let Some(w) = weight {
         input.same_device(op, w)?;
         // F.binary_cross_entropy expands the weight before the autograd layer's check.
@@ -296,6 +299,9 @@ pub fn binary_cross_entropy(
         }
         super::loss_options::no_requires_grad(op, op, "weight", Some(w))?;
     }
+    // The kernel's dispatch (after F.binary_cross_entropy's weight checks), before the value
+    // checks, which read floats.
+    float_kernel(op, "binary_cross_entropy", input)?;
     super::value_check::check_values(op, input, 0, 0.0, 1.0)?;
     super::value_check::check_values(op, target, 1, 0.0, 1.0)?;
     let loss = {

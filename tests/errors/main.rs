@@ -961,6 +961,16 @@ fn loss_errors_in_pytorch_words() {
         "\"binary_cross_entropy\" not implemented for 'Int'",
     );
     t(&[1]).to_vec::<f32>().unwrap();
+    // F.binary_cross_entropy expands the weight before the kernel's dispatch.
+    has(
+        binary_cross_entropy(&two, &ids(&[2]), Some(&t(&[3])), Reduction::Mean),
+        "does not broadcast",
+    );
+    // A subnormal beta still reaches smooth_l1's kernel (beta 0 alone is l1_loss).
+    has(
+        wgtensor::ops::smooth_l1_loss(&two, &ids(&[2]), Reduction::Mean, 1e-40),
+        "\"smooth_l1_cpu\" not implemented for 'Int'",
+    );
     has(
         wgtensor::ops::mse_loss(&two, &ids(&[2]), Reduction::Mean),
         "\"mse_cpu\" not implemented for 'Int'",

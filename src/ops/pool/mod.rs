@@ -289,16 +289,17 @@ pub fn max_pool2d_with_indices(x: &Tensor, o: &MaxPool2dOptions) -> Result<(Tens
     let op = "max_pool2d";
     let (win, out) = max_window(op, x, o)?;
     with_indices(
+        op,
         run(op, x, win, out, None)?,
         indices_untracked(op, x, win, out)?,
     )
 }
 
-/// The values and indices of a max pool, the values' node keeping the indices for the
+/// The values and indices of the max pool `op`, the values' node keeping the indices for the
 /// version check (PyTorch's saves `result1`: writing the returned indices before the backward
 /// is its in-place error).
-fn with_indices(values: Tensor, indices: Tensor) -> Result<(Tensor, Tensor)> {
-    let values = crate::ops::saved_inputs::saving_inputs("max_pool2d", values, &[&indices]);
+fn with_indices(op: &'static str, values: Tensor, indices: Tensor) -> Result<(Tensor, Tensor)> {
+    let values = crate::ops::saved_inputs::saving_inputs(op, values, &[&indices]);
     Ok((values, indices))
 }
 
@@ -309,6 +310,7 @@ pub fn max_pool1d_with_indices(x: &Tensor, o: &MaxPool1dOptions) -> Result<(Tens
     let x2 = lift_1d(op, x)?;
     let (win, out) = max_window(op, &x2, &o.to_2d())?;
     with_indices(
+        op,
         drop_h(run(op, &x2, win, out, None)?)?,
         drop_h(indices_untracked(op, &x2, win, out)?)?,
     )
@@ -329,6 +331,7 @@ pub fn adaptive_max_pool2d_with_indices(
     }
     let (win, out) = adaptive_window(op, x, output_size, POOL_MAX)?;
     with_indices(
+        op,
         run(op, x, win, out, None)?,
         indices_untracked(op, x, win, out)?,
     )
