@@ -6,6 +6,7 @@ use std::sync::Arc;
 pub(crate) use crate::error::check_fill;
 use crate::layout::{checked_numel, Layout};
 use crate::ops::view_grad::{self, ViewKind};
+use crate::runtime::window::Span;
 use crate::runtime::{Device, Storage};
 use crate::{DType, Element, Error, Result};
 
@@ -313,6 +314,18 @@ impl Tensor {
     /// the counter. A backward that saved this tensor refuses to run once it moved.
     pub fn version(&self) -> u64 {
         self.storage.version()
+    }
+
+    /// The binding of the elements this view spans in its buffer ([`Span::of_layout`]): a
+    /// kernel that reads it at `rel` through its strides binds no more, so a row of a base
+    /// past one binding fits where the whole buffer does not.
+    pub(crate) fn view_span(&self) -> Span {
+        Span::of_layout(
+            &self.layout,
+            self.dtype.size() as u64,
+            self.device().storage_align(),
+            self.buffer().size(),
+        )
     }
 
     /// Notes an in-place write into this tensor's storage (see [`Tensor::version`]).

@@ -18,7 +18,6 @@ use crate::ops::activation::ACTIVATION;
 use crate::ops::reduce_plan::{reduce_plan, ReducePlan};
 use crate::ops::wg::WG;
 use crate::runtime::pipeline::ShaderVariant;
-use crate::runtime::window::Span;
 use crate::runtime::{Access, Bind, Caps, Kernel};
 use crate::{DType, Error, Result, Tensor};
 
@@ -158,13 +157,7 @@ fn index_along(x: &Tensor, op: &'static str, code: u32, dim: usize) -> Result<Te
     p.seg_len = seg_len;
     // Only the view's elements are bound: a row of a large base (`logits[:, -1]`) fits one
     // binding where the base does not.
-    let xs = Span::of(
-        x.layout.offset() as u64,
-        x.layout.span() as u64,
-        x.dtype.size() as u64,
-        dev.storage_align(),
-        x.buffer().size(),
-    );
+    let xs = x.view_span();
     p.off_x = xs.rel as u32;
     let bytes = bytemuck::bytes_of(&p);
     let first = parts.as_ref().unwrap_or(&out);

@@ -102,13 +102,7 @@ fn params(shape: &[usize], inputs: &[&Tensor]) -> Result<(CompareParams, Vec<Spa
     ];
     for ((off, strides), t) in slots.into_iter().zip(inputs) {
         let l = t.layout.broadcast_to(shape)?;
-        let span = Span::of(
-            t.layout.offset() as u64,
-            t.layout.span() as u64,
-            t.dtype.size() as u64,
-            t.device().storage_align(),
-            t.buffer().size(),
-        );
+        let span = t.view_span();
         *off = span.rel as u32;
         *strides = pack_dims(l.strides());
         spans.push(span);

@@ -71,21 +71,8 @@ pub(crate) fn gather_forward(
     p.len = x.shape().get(dim).copied().unwrap_or(1) as u32;
     // Only the elements the views span are bound: a layer of a KV cache or a window of a
     // long token tensor past one binding fits.
-    let align = dev.storage_align();
-    let xs = Span::of(
-        x.layout.offset() as u64,
-        x.layout.span() as u64,
-        x.dtype.size() as u64,
-        align,
-        x.buffer().size(),
-    );
-    let is = Span::of(
-        il.offset() as u64,
-        il.span() as u64,
-        4,
-        align,
-        index.buffer().size(),
-    );
+    let xs = x.view_span();
+    let is = Span::of_layout(il, 4, dev.storage_align(), index.buffer().size());
     p.off_x = xs.rel as u32;
     p.off_i = is.rel as u32;
     p.shape = pack_dims(il.shape());

@@ -111,13 +111,7 @@ pub(crate) fn try_copy(op: &'static str, x: &Tensor, out: &Tensor) -> Result<boo
     };
     let (limit, align) = (dev.max_binding_bytes(), dev.storage_align());
     let l = &x.layout;
-    let xs = Span::of(
-        l.offset() as u64,
-        l.span() as u64,
-        x.dtype.size() as u64,
-        align,
-        x.buffer().size(),
-    );
+    let xs = x.view_span();
     let n = out.numel() as u64;
     let ys = Span::of(0, n, out.dtype.size() as u64, align, out.buffer().size());
     if xs.size > limit || ys.size > limit || l.span() as u64 >= u64::from(u32::MAX) {

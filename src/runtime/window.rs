@@ -10,6 +10,7 @@
 
 use super::bind_cache::Bind;
 use super::device::Device;
+use crate::layout::Layout;
 use crate::{Error, Result};
 
 /// The binding that covers elements `[first, end)` of a buffer.
@@ -38,6 +39,18 @@ impl Span {
             size,
             rel: (start - offset) / es,
         }
+    }
+
+    /// Every element `layout` reaches, of `es` bytes, in a buffer of `buffer_size` bytes: what
+    /// a kernel reading a view through its strides from `rel` binds.
+    pub(crate) fn of_layout(layout: &Layout, es: u64, align: u64, buffer_size: u64) -> Span {
+        Span::of(
+            layout.offset() as u64,
+            layout.span() as u64,
+            es,
+            align,
+            buffer_size,
+        )
     }
 
     pub(crate) fn bind(self, buffer: &wgpu::Buffer) -> Bind<'_> {

@@ -7,7 +7,6 @@ use bytemuck::{Pod, Zeroable};
 
 use crate::layout::{pack_dims, Layout, MAX_RANK};
 use crate::runtime::pipeline::ShaderVariant;
-use crate::runtime::window::Span;
 use crate::runtime::{Access, Kernel};
 use crate::{DType, Error, Result, Tensor};
 
@@ -80,16 +79,7 @@ fn copy_into(op: &'static str, src: &Tensor, dst: &Tensor) -> Result<()> {
     }
     // Only the elements the views span are bound: a row of a base past one binding (a KV
     // cache's slot, `logits[:, -1]`) fits where the whole buffer does not.
-    let span = |t: &Tensor| {
-        Span::of(
-            t.layout.offset() as u64,
-            t.layout.span() as u64,
-            es,
-            dev.storage_align(),
-            t.buffer().size(),
-        )
-    };
-    let (xs, ys) = (span(src), span(dst));
+    let (xs, ys) = (src.view_span(), dst.view_span());
     let params = CopyParams {
         numel: n as u32,
         rank: src.rank() as u32,
