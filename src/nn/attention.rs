@@ -6,7 +6,7 @@
 //! PyTorch writes.
 
 use super::attention_masks::{
-    attn_mask, check_mask_dtype, check_mask_dtypes, key_padding_mask, mask_tensor,
+    attn_mask, check_mask_dtypes, check_merged_mask_dtype, key_padding_mask, mask_tensor,
     merged_mask_dtype, MhaOptions,
 };
 use super::layers::{param, Linear};
@@ -337,7 +337,7 @@ impl MultiheadAttention {
             .map(|m| key_padding_mask(m, batched, n, s, mask_dt))
             .transpose()?;
         // After the shapes, as the attention (baddbmm or SDPA) takes the merged mask.
-        check_mask_dtype(mask_dt, dt, opts.need_weights)?;
+        check_merged_mask_dtype(mask_dt, dt, opts.need_weights)?;
         // After the masks' checks, as PyTorch drops out when it computes the attention. The
         // fused path hands p to scaled_dot_product_attention, whose checks are PyTorch's
         // CPU backends' (outside [0, 1] or NaN refused); the explicit path drops out only

@@ -73,7 +73,7 @@ pub(super) fn merged_mask_dtype(opts: &MhaOptions, fused_causal: bool, dt: DType
 
 /// The merged mask's dtype `merged` as the attention takes it: the explicit path's `baddbmm`
 /// needs the query's dtype `dt`, the fused path's SDPA f32 or the query's.
-pub(super) fn check_mask_dtype(merged: DType, dt: DType, need_weights: bool) -> Result<()> {
+pub(super) fn check_merged_mask_dtype(merged: DType, dt: DType, need_weights: bool) -> Result<()> {
     let name = DType::c10_name;
     if merged != dt && need_weights {
         return Err(Error::arg(

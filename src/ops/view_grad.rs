@@ -312,15 +312,15 @@ impl Tensor {
         let mut out = Vec::new();
         let mut start = 0;
         let recorded = crate::autograd::records([self]);
+        // Untracked views either way: when recording, one node below records them all.
+        let base = if recorded {
+            self.detach()
+        } else {
+            self.clone()
+        };
         while start < len {
             let n = split_size.min(len - start);
-            let mut piece = match recorded {
-                // Views of their own; one node below records them all.
-                true => self.detach().narrow(d as isize, start, n)?,
-                false => self.narrow(d as isize, start, n)?,
-            };
-            piece.mark_multi_output(out.len());
-            out.push(piece);
+            out.push(base.narrow(d as isize, start, n)?);
             start += n;
         }
         if recorded && !out.is_empty() {
