@@ -482,7 +482,10 @@ pub fn save_safetensors_file(
     let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = path.with_file_name(format!(".wgtensor-{}-{call}.tmp", std::process::id()));
     let written = std::fs::write(&tmp, bytes)
-        .map_err(|e| io_err(op, format!("{}: {e}", tmp.display())))
+        .map_err(|e| {
+            let tmp = tmp.display();
+            io_err(op, format!("{}: {e} (writing {tmp})", path.display()))
+        })
         .and_then(|()| {
             std::fs::rename(&tmp, path).map_err(|e| io_err(op, format!("{}: {e}", path.display())))
         });

@@ -178,7 +178,7 @@ impl Tensor {
         let t = Tensor::empty(device, "zeros", shape, dtype)?;
         let bytes = (t.numel() * dtype.size()).div_ceil(4) as u64 * 4;
         if bytes > 0 {
-            device.record_clear(t.buffer(), bytes);
+            device.record_clear("zeros", t.buffer(), bytes)?;
         }
         Ok(t)
     }

@@ -61,7 +61,15 @@ impl Device {
             return Ok(buf);
         }
         let size = st.pool.class(bytes);
-        self.make_room_locked(&mut st, op, size)?;
+        // A readback's staging buffer lives only until its copy is read: past the budget it
+        // is still made (after the cache was dropped to make room), so tensors that filled the
+        // budget can be read back, as PyTorch copies a tensor to the host without a device
+        // allocation.
+        if let Err(e) = self.make_room_locked(&mut st, op, size) {
+            if usage != super::device::READBACK_USAGE {
+                return Err(e);
+            }
+        }
         // Create under the lock so pool accounting and creation stay one step.
         let create = || {
             self.scoped(op, || {

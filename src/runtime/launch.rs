@@ -245,15 +245,22 @@ impl Device {
         st.batch.commands += 1;
     }
 
-    /// Records a clear (zero fill) into the pending batch.
-    pub(crate) fn record_clear(&self, buf: &wgpu::Buffer, bytes: u64) {
+    /// Records a clear (zero fill) into the pending batch for `op`; errors when the batch
+    /// this fills up fails to submit.
+    pub(crate) fn record_clear(
+        &self,
+        op: &'static str,
+        buf: &wgpu::Buffer,
+        bytes: u64,
+    ) -> Result<()> {
         let mut st = self.lock_state();
         self.record_clear_locked(&mut st, buf, bytes);
         // Clears and copies count toward the batch size like dispatches, so a loop of them
         // submits now and then and the buffers freed meanwhile become reusable.
         if st.batch.dispatches + st.batch.commands >= self.inner.opts.max_dispatches_per_submit {
-            let _ = self.flush_locked(&mut st, "record_clear");
+            self.flush_locked(&mut st, op)?;
         }
+        Ok(())
     }
 
     /// Records a clear into the pending batch under a state lock the caller holds (no flush:

@@ -165,13 +165,16 @@ impl Device {
                 ),
             ));
         }
-        if let Some(limit) = opts.memory_limit.filter(|&m| m < arena) {
-            // The arena counts toward the budget: every first dispatch would be out of memory.
+        // The arena (its size class) counts toward the budget, beside at least one smallest
+        // tensor buffer: below that every first dispatch would be out of memory.
+        let least = super::pool::size_class(arena).saturating_add(super::pool::size_class(1));
+        if let Some(limit) = opts.memory_limit.filter(|&m| m < least) {
             return Err(Error::arg(
                 "Device",
                 format!(
                     "memory_limit = {limit} is below one batch's parameter buffer of {arena} \
-                     bytes (max_dispatches_per_submit = {})",
+                     bytes (max_dispatches_per_submit = {}) and one tensor: at least {least} \
+                     bytes",
                     opts.max_dispatches_per_submit
                 ),
             ));

@@ -17,7 +17,9 @@ impl Device {
     /// the work wgtensor has recorded so far and through the same bounded in-flight queue, so
     /// outside work can neither overtake pending ops nor run past `max_in_flight`.
     ///
-    /// Errors with the error the GPU reported for earlier work, if any, or
+    /// Errors with the error the GPU reported for earlier work, if any, with wgpu's
+    /// validation error for a command buffer it refuses (recorded on another device, or using
+    /// a destroyed or mapped buffer; the buffers after it are not submitted), or
     /// [`Error::DeviceLost`](crate::Error::DeviceLost).
     ///
     /// ```ignore-wasm32
@@ -51,9 +53,14 @@ impl Device {
                     .push_back(super::submitter::Parked { cmd, freed });
                 continue;
             }
-            let r = self.submit_locked(&mut st, cmd, op);
+            // A buffer wgpu refuses here (another device's, or one using a destroyed or
+            // mapped buffer) is this call's error, not the next op's.
+            let (r, refused) = self.scoped_keep(op, || self.submit_locked(&mut st, cmd, op));
             st.pool.reuse(freed);
             r?;
+            if let Some(e) = refused {
+                return Err(e);
+            }
         }
         Ok(())
     }

@@ -62,6 +62,11 @@ fn memory_limit_refuses_cleanly_and_recovers() {
     // An op whose output does not fit fails the same way, naming the op.
     let e = held[0].add(&held[1]).unwrap_err();
     assert!(matches!(e, Error::OutOfMemory { op: "add", .. }), "{e:?}");
+    // Tensors that filled the budget can still be read back: a readback's staging buffer
+    // (short-lived) may pass the limit.
+    let last = held.last().unwrap();
+    assert_eq!(last.to_vec::<f32>().unwrap(), vec![0.0; 1 << 20]);
+    assert_eq!(held[0].narrow(0, 5, 1).unwrap().item().unwrap(), 0.0);
     // Freeing makes room again, and earlier results are intact.
     held.truncate(1);
     assert_eq!(
@@ -142,6 +147,43 @@ fn absurd_options_are_refused_up_front() {
             && e.to_string().contains("parameter buffer of 16384 bytes"),
         "{e:?}"
     );
+    // Exactly the buffer leaves no room for any tensor: refused too; a little more works.
+    let e = Device::with_options(DeviceOptions {
+        memory_limit: Some(16 << 10),
+        ..Default::default()
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("at least 16640 bytes"), "{e:?}");
+    let d = Device::with_options(DeviceOptions {
+        memory_limit: Some(16640),
+        ..Default::default()
+    })
+    .unwrap();
+    let x = Tensor::from_slice(&d, &[1.0f32, 2.0], &[2]).unwrap();
+    assert_eq!(vals(&x), vec![1.0, 2.0]);
+}
+
+/// A command buffer wgpu refuses at submission (one using a buffer destroyed since it was
+/// recorded) is `submit`'s error, not the next op's; the device goes on.
+#[test]
+fn a_refused_outside_submission_is_submits_error() {
+    let d = Device::new().unwrap();
+    let y = Tensor::zeros(&d, &[4], DType::F32).unwrap();
+    let (yb, yo, bytes) = y.wgpu_buffer().unwrap();
+    let gone = d.wgpu_device().create_buffer(&wgpu::BufferDescriptor {
+        label: Some("gone"),
+        size: 16,
+        usage: wgpu::BufferUsages::COPY_SRC,
+        mapped_at_creation: false,
+    });
+    let mut enc = d.wgpu_device().create_command_encoder(&Default::default());
+    enc.copy_buffer_to_buffer(&gone, 0, yb, yo, bytes);
+    let cmd = enc.finish();
+    gone.destroy();
+    let e = d.submit([cmd]).unwrap_err();
+    names_op(&e, "submit");
+    assert_eq!(vals(&y), vec![0.0; 4]);
+    still_works(&d);
 }
 
 /// Work submitted from outside goes through the same in-flight cap and after pending ops.
