@@ -188,6 +188,15 @@ fn save_and_reload_is_bit_exact() {
     let m = load_safetensors_file(dev(), &path).unwrap();
     assert_eq!(m["a"].to_vec::<f32>().unwrap(), a.to_vec::<f32>().unwrap());
     std::fs::remove_file(&path).unwrap();
+    // A directory that does not exist: the error names the path given.
+    let bad = std::env::temp_dir().join("wgtensor-no-such-dir/model.safetensors");
+    let e = save_safetensors_file(&bad, &[("a", &a)])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with(&format!("save_safetensors: {}: ", bad.display())),
+        "{e}"
+    );
 }
 
 #[test]
@@ -227,8 +236,9 @@ fn load_state_dict_copies_in_place() {
                 .contains("from checkpoint, the shape in current model is torch.Size([8, 9])"),
         "{e}"
     );
-    // A source on another device is refused up front, naming the key, before any copy (it
-    // failed inside copy_from after earlier targets were written).
+    // A source on another device is copied over through the host, converted to the
+    // target's dtype (PyTorch's param.copy_ copies across devices); a bad key elsewhere
+    // still writes nothing.
     let other = Device::new().unwrap();
     let mut mixed = HashMap::<String, Tensor>::new();
     mixed.insert(
@@ -243,17 +253,22 @@ fn load_state_dict_copies_in_place() {
         Tensor::zeros(dev(), &[2], DType::F32).unwrap(),
         Tensor::zeros(dev(), &[2], DType::F32).unwrap(),
     );
-    let e = load_state_dict(&[("a", &ta), ("b", &tb)], &mixed, true).unwrap_err();
-    assert!(
-        e.to_string()
-            .contains("b: the source tensor lives on another device"),
-        "{e}"
-    );
+    let bad = Tensor::zeros(dev(), &[3], DType::F32).unwrap();
+    assert!(load_state_dict(&[("b", &tb), ("a", &bad)], &mixed, true).is_err());
     assert_eq!(
-        ta.to_vec::<f32>().unwrap(),
+        tb.to_vec::<f32>().unwrap(),
         vec![0.0, 0.0],
         "nothing copied"
     );
+    load_state_dict(&[("a", &ta), ("b", &tb)], &mixed, true).unwrap();
+    assert_eq!(tb.to_vec::<f32>().unwrap(), vec![1.0, 1.0]);
+    let ti = Tensor::zeros(dev(), &[2], DType::I32).unwrap();
+    mixed.insert(
+        "b".into(),
+        Tensor::full(&other, &[2], 2.75, DType::F32).unwrap(),
+    );
+    load_state_dict(&[("b", &ti)], &mixed, false).unwrap();
+    assert_eq!(ti.to_vec::<i32>().unwrap(), vec![2, 2]);
 }
 
 /// Names a safetensors file cannot hold are an `Err` naming the op and the name, before any
@@ -475,23 +490,23 @@ fn a_one_element_source_loads_into_a_scalar() {
     );
     load_state_dict(&[("temp", &temp)], &src, true).unwrap();
     assert_eq!(temp.to_vec::<f32>().unwrap(), vec![2.5]);
-    // Any 1-D source: its first element (PyTorch's `input_param[0]`); an empty one has none.
-    src.insert(
-        "temp".to_string(),
-        Tensor::from_slice(dev(), &[1.0f32, 2.0], &[2]).unwrap(),
-    );
-    load_state_dict(&[("temp", &temp)], &src, true).unwrap();
-    assert_eq!(temp.to_vec::<f32>().unwrap(), vec![1.0]);
-    src.insert(
-        "temp".to_string(),
-        Tensor::zeros(dev(), &[0], DType::F32).unwrap(),
-    );
-    let e = load_state_dict(&[("temp", &temp)], &src, true).unwrap_err();
-    assert!(
-        e.to_string()
-            .contains("index 0 is out of bounds for dimension 0 with size 0"),
-        "{e}"
-    );
+    // Only a one-element 1-D source (PyTorch's `input_param[0]` when `shape[0] == 1`): a
+    // longer or an empty one is a size mismatch, and nothing is written.
+    for n in [2, 0] {
+        src.insert(
+            "temp".to_string(),
+            Tensor::from_slice(dev(), &[1.0f32, 2.0][..n], &[n]).unwrap(),
+        );
+        let e = load_state_dict(&[("temp", &temp)], &src, true).unwrap_err();
+        assert!(
+            e.to_string().contains(&format!(
+                "size mismatch for temp: copying a param with shape torch.Size([{n}]) from \
+                 checkpoint, the shape in current model is torch.Size([])."
+            )),
+            "{e}"
+        );
+        assert_eq!(temp.to_vec::<f32>().unwrap(), vec![2.5]);
+    }
     src.insert(
         "temp".to_string(),
         Tensor::zeros(dev(), &[1, 1], DType::F32).unwrap(),

@@ -5,18 +5,7 @@
 use std::collections::HashMap;
 
 use crate::ops::copy;
-use crate::{Error, Result, Tensor};
-
-/// `input_param[0]` of an empty 1-D entry loaded into a 0-d target, in indexing's words.
-fn empty_into_scalar(op: &'static str, name: &str) -> Error {
-    Error::arg(
-        op,
-        format!(
-            "index 0 is out of bounds for dimension 0 with size 0 (loading {name}: a 1-D entry \
-             loads its first element into a 0-d tensor, and this one is empty)"
-        ),
-    )
-}
+use crate::{DType, Error, Result, Tensor};
 
 /// What [`load_state_dict`] did not match (PyTorch's `missing_keys` / `unexpected_keys`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -89,7 +78,8 @@ fn load_error_message(
 }
 
 /// Copies `source` tensors into the `targets` (a model's parameters and buffers by their
-/// state-dict names) in place, converting dtypes; shapes must match. `strict` (PyTorch's
+/// state-dict names) in place, converting dtypes (and copying a source on another device over
+/// through the host); shapes must match. `strict` (PyTorch's
 /// default) makes any missing or unexpected key an error naming them; otherwise they are
 /// reported. Every key that names no target is unexpected, as in current PyTorch (keys under
 /// a tensor's name such as `fc.weight.foo` too). Every size mismatch is listed in one
@@ -99,7 +89,14 @@ pub fn load_state_dict(
     source: &HashMap<String, Tensor>,
     strict: bool,
 ) -> Result<LoadReport> {
-    let checked = check_load(targets, &[], source, strict, None)?;
+    let mut checked = check_load(targets, &[], source, strict, None)?;
+    futures::FutureExt::now_or_never(checked.bring_over()).unwrap_or_else(|| {
+        Err(Error::arg(
+            "load_state_dict",
+            "a source tensor on another device needs a readback, which did not finish in one \
+             poll (in the browser, load it on the model's device)",
+        ))
+    })?;
     checked.apply()?;
     Ok(checked.report)
 }
@@ -112,7 +109,7 @@ pub(crate) struct CheckedLoad<'a> {
 
 /// The checks of [`load_state_dict`], nothing written: keys (`counters` name entries that are
 /// read, not copied, such as `num_batches_tracked`: neither missing when absent nor
-/// unexpected; they take a `[]` entry or a 1-D one's first element), devices, and shapes, every mismatch
+/// unexpected; they take a `[]` or `[1]` entry), devices, and shapes, every mismatch
 /// collected into one error under `module`'s name.
 pub(crate) fn check_load<'a>(
     targets: &[(&str, &'a Tensor)],
@@ -128,24 +125,10 @@ pub(crate) fn check_load<'a>(
     for (name, t) in targets {
         match source.get(*name) {
             None => report.missing.push(name.to_string()),
-            Some(s) if !s.device().same(t.device()) => {
-                return Err(Error::arg(
-                    op,
-                    format!(
-                        "{name}: the source tensor lives on another device than the model's \
-                         (load the file on the model's device)"
-                    ),
-                ))
-            }
-            // PyTorch's backward-compatibility rule: a 1-D source loads its first element
-            // into a 0-d parameter (`input_param = input_param[0]`); an empty one has none,
-            // which is that indexing's error, raised at once.
-            Some(s) if t.rank() == 0 && s.shape() == [0] => {
-                return Err(empty_into_scalar(op, name))
-            }
-            Some(s) if t.rank() == 0 && s.rank() == 1 => {
-                pairs.push((*t, s.narrow(0, 0, 1)?.reshape(&[])?))
-            }
+            // PyTorch's backward-compatibility rule: a one-element 1-D source loads into a
+            // 0-d parameter (`input_param = input_param[0]` when `input_param.shape[0] ==
+            // 1`); any other 1-D source is a size mismatch.
+            Some(s) if t.rank() == 0 && s.shape() == [1] => pairs.push((*t, s.reshape(&[])?)),
             Some(s) if s.shape() != t.shape() => {
                 mismatches.push(size_mismatch(name, s.shape(), t.shape()))
             }
@@ -164,10 +147,7 @@ pub(crate) fn check_load<'a>(
     }
     for name in counters {
         if let Some(s) = source.get(name) {
-            if s.shape() == [0] {
-                return Err(empty_into_scalar(op, name));
-            }
-            if s.rank() > 1 {
+            if s.rank() != 0 && s.shape() != [1] {
                 mismatches.push(size_mismatch(name, s.shape(), &[]));
             }
         }
@@ -203,6 +183,28 @@ pub(crate) fn check_load<'a>(
 impl CheckedLoad<'_> {
     /// Writes the tensors, converting dtypes first so that one failing (a dtype the device
     /// lacks) copies nothing.
+    /// Brings the sources that live on another device over through the host, each converted
+    /// to its target's dtype first (PyTorch's `param.copy_(input_param)` copies across
+    /// devices: a checkpoint loaded on one device fills a model on another).
+    pub(crate) async fn bring_over(&mut self) -> Result<()> {
+        for (t, s) in self.pairs.iter_mut() {
+            if s.device().same(t.device()) {
+                continue;
+            }
+            let c = s.detach().to_dtype(t.dtype())?;
+            let (dev, shape) = (t.device(), c.shape());
+            *s = match t.dtype() {
+                DType::F32 => Tensor::from_slice(dev, &c.to_vec_async::<f32>().await?, shape)?,
+                DType::F16 => {
+                    Tensor::from_slice(dev, &c.to_vec_async::<half::f16>().await?, shape)?
+                }
+                DType::I32 => Tensor::from_slice(dev, &c.to_vec_async::<i32>().await?, shape)?,
+            };
+        }
+        Ok(())
+    }
+
+    /// The copies, each source converted to its target's dtype (after [`Self::bring_over`]).
     pub(crate) fn apply(&self) -> Result<()> {
         let converted = self
             .pairs

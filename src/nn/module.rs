@@ -224,8 +224,9 @@ pub trait Module {
     /// buffers in place and restores the counters; `strict` as PyTorch's `load_state_dict`
     /// (missing or unexpected keys are an error naming them; otherwise they are reported). A
     /// counter the source lacks (`num_batches_tracked`) keeps its value and is not missing, as
-    /// PyTorch's batch norm fills it in for a plain dict. Nothing changes when an error is
-    /// returned. In the browser (wasm32) a counter cannot be read back without blocking and
+    /// PyTorch's batch norm fills it in for a plain dict. Dtypes convert, and a source on
+    /// another device is copied over through the host, as PyTorch's `param.copy_`. Nothing
+    /// changes when an error is returned. In the browser (wasm32) a counter cannot be read back without blocking and
     /// keeps its value: [`crate::nn::load_state_dict_async`] restores it there.
     fn load_state_dict(
         &mut self,
@@ -417,9 +418,9 @@ impl VisitorMut for SetCounters<'_> {
     }
 }
 
-/// A counter's value from its state-dict tensor (PyTorch's int64 scalar, loaded as i32; a
-/// non-empty 1-D tensor's first element, as PyTorch's rule for 0-d entries: `check_load`
-/// refused other shapes), read in the entry's own dtype and converted on the host, so nothing
+/// A counter's value from its state-dict tensor (PyTorch's int64 scalar, loaded as i32, or a
+/// one-element 1-D tensor, as PyTorch's rule for 0-d entries: `check_load` refused other
+/// shapes), read in the entry's own dtype and converted on the host, so nothing
 /// new is recorded before the readback (which, in the browser, drains the parked batches
 /// first).
 async fn read_counter(t: &Tensor) -> Result<Option<u64>> {
@@ -454,7 +455,7 @@ async fn load_with<M: Module + ?Sized>(
     m.visit(&mut visitor);
     let (tensors, counter_names) = visitor.finish();
     let targets: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    let checked = crate::io::check_load(&targets, &counter_names, source, strict, Some(class))?;
+    let mut checked = crate::io::check_load(&targets, &counter_names, source, strict, Some(class))?;
     let mut counters = HashMap::new();
     for name in counter_names.iter().filter(|_| read_counters) {
         if let Some(src) = source.get(name) {
@@ -463,6 +464,7 @@ async fn load_with<M: Module + ?Sized>(
             }
         }
     }
+    checked.bring_over().await?;
     checked.apply()?;
     m.visit_mut(&mut SetCounters {
         prefix: String::new(),
@@ -483,7 +485,8 @@ fn load<M: Module + ?Sized>(
         || {
             Err(Error::arg(
                 "load_state_dict",
-                "a counter's readback did not finish in one poll",
+                "a readback (a counter, or a source tensor on another device) did not finish \
+                 in one poll",
             ))
         },
     )

@@ -260,16 +260,23 @@ fn size_mismatches_in_pytorch_words() {
         }
     }
     assert_eq!(bn.0.state.borrow().num_batches_tracked, 5);
-    // An empty 1-D entry has no first element: `input_param[0]`'s error, raised at once.
-    sd.insert(
-        "num_batches_tracked".to_string(),
-        Tensor::zeros(dev(), &[0], DType::I32).unwrap(),
-    );
-    let e = bn.load_state_dict(&sd, true).unwrap_err().to_string();
-    assert!(
-        e.contains("index 0 is out of bounds for dimension 0 with size 0"),
-        "{e}"
-    );
+    // A 1-D entry of another length, empty included, is a size mismatch (PyTorch takes
+    // `input_param[0]` only when `shape[0] == 1`).
+    for n in [0, 2] {
+        sd.insert(
+            "num_batches_tracked".to_string(),
+            Tensor::from_slice(dev(), &[4i32, 9][..n], &[n]).unwrap(),
+        );
+        let e = bn.load_state_dict(&sd, true).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!(
+                "size mismatch for num_batches_tracked: copying a param with shape \
+                 torch.Size([{n}])"
+            )),
+            "{e}"
+        );
+        assert_eq!(bn.0.state.borrow().num_batches_tracked, 5);
+    }
     let mut m = nn::BatchNorm1d::new(dev(), 2).unwrap();
     let mut sd2: std::collections::HashMap<String, Tensor> = m.state_dict().into_iter().collect();
     sd2.insert(
