@@ -354,26 +354,28 @@ fn run_backward(meta: &Arc<GradMeta>, seed: Tensor, retain: bool) -> Result<Grad
         let Some((node, outs)) = pending.remove(&seq) else {
             continue;
         };
-        let state = {
-            let mut guard = node.state.lock().map_err(|_| {
+        let lock = || {
+            node.state.lock().map_err(|_| {
                 Error::arg(
                     "backward",
                     format!("the {} node was poisoned by a panic", node.name),
                 )
-            })?;
-            // A node that saved nothing holds no tensors and frees nothing, so it stays for
-            // another pass, as PyTorch's AddBackward or TBackward do (its "backward through
-            // the graph a second time" error comes from reading freed saved tensors).
+            })
+        };
+        // A node that saved nothing holds no tensors and frees nothing, so it stays for
+        // another pass, as PyTorch's AddBackward or TBackward do (its "backward through the
+        // graph a second time" error comes from reading freed saved tensors). Another is
+        // released once its backward has run: one whose version check or backward fails
+        // keeps its state, so a retry repeats that error, as PyTorch's engine releases a
+        // node's variables only after its function returns.
+        let (state, consume) = {
+            let guard = lock()?;
             let keeps_nothing = guard
                 .as_ref()
                 .is_some_and(|s| s.op.saved().is_empty() && !s.op.single_use());
-            if retain || keeps_nothing {
-                guard.clone()
-            } else {
-                guard.take()
-            }
-        }
-        .ok_or_else(|| {
+            (guard.clone(), !(retain || keeps_nothing))
+        };
+        let state = state.ok_or_else(|| {
             Error::arg(
                 "backward",
                 format!(
@@ -391,6 +393,9 @@ fn run_backward(meta: &Arc<GradMeta>, seed: Tensor, retain: bool) -> Result<Grad
         let needs: Vec<bool> = state.inputs.iter().map(Option::is_some).collect();
         let gin = state.op.backward(&outs, &needs)?;
         drop(outs);
+        if consume {
+            lock()?.take();
+        }
         if gin.len() != state.inputs.len() {
             return Err(Error::arg(
                 "backward",
@@ -549,9 +554,10 @@ impl Tensor {
             )),
             (None, true) if !self.dtype.is_float() => Err(Error::arg(
                 "requires_grad",
+                // requires_grad_()'s words, then those of torch.tensor(requires_grad=True).
                 format!(
-                    "Only Tensors of floating point and complex dtype can require gradients \
-                     (got {:?})",
+                    "only Tensors of floating point dtype can require gradients (Only Tensors \
+                     of floating point and complex dtype can require gradients; got {:?})",
                     self.dtype
                 ),
             )),
@@ -605,7 +611,8 @@ impl Tensor {
     /// it depends on, seeded with 1. The nodes it runs through that saved tensors are
     /// consumed: those are released, and a second backward through them is an error (nodes
     /// that saved nothing serve any number of passes, but scalar `mul`/`div` and
-    /// reflect/replicate `pad` serve one, as PyTorch's save a tensor there).
+    /// reflect/replicate/circular `pad` serve one, as PyTorch's save a tensor or copy slices
+    /// there).
     pub fn backward(&self) -> Result<Grads> {
         let meta = self.tracked_meta()?;
         self.check_scalar_loss()?;

@@ -239,9 +239,15 @@ fn pad_source(mode: PadMode, o: usize, left: usize, len: usize) -> usize {
 
 impl crate::autograd::BackwardOp for PadBackward {
     /// reflection_pad and replication_pad save their input (derivatives.yaml); a constant pad
-    /// saves nothing, and a circular one is cat and narrow (composite), which save nothing.
+    /// saves nothing.
     fn saved(&self) -> Vec<&Tensor> {
         self.input.iter().collect()
+    }
+
+    /// A circular pad keeps no tensor, but PyTorch's (ATen's `_pad_circular`, slices copied
+    /// in place: a CopySlices node) frees its graph after one backward.
+    fn single_use(&self) -> bool {
+        self.mode == PadMode::Circular
     }
 
     fn name(&self) -> &'static str {
