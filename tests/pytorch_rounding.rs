@@ -48,6 +48,37 @@ fn rdiv_scalar_is_a_rounded_reciprocal_times_s_f16() {
     assert_eq!(hv(g.get(&x).unwrap()), vec![-0.6923828125]);
 }
 
+/// An f32 or i32 0-d operand beside f16 data: the result is f16, but the 0-d value enters the
+/// op unrounded, as PyTorch's kernels read it (the f32 opmath scalar): 0.5 * 1e5 is 49984,
+/// not inf (1e5 narrowed to f16), and 0.5 / 1e5 is finite, not 0.
+#[test]
+fn a_wide_0d_operand_enters_f16_ops_unrounded_f16() {
+    let dev = common::device();
+    common::require_f16(dev);
+    let x = h(&[0.5, 3.0]);
+    let s = Tensor::from_slice(dev, &[1e5f32], &[]).unwrap();
+    let y = x.mul(&s).unwrap();
+    assert_eq!(y.dtype(), DType::F16);
+    assert_eq!(hv(&y), vec![49984.0, f32::INFINITY]);
+    assert_eq!(hv(&s.mul(&x).unwrap()), vec![49984.0, f32::INFINITY]);
+    let q = hv(&x.div(&s).unwrap());
+    assert_eq!(q[0], f16::from_f32(0.5 / 1e5).to_f32());
+    assert!(q[0] > 0.0);
+    let i = Tensor::from_slice(dev, &[100_000i32], &[]).unwrap();
+    assert_eq!(hv(&x.mul(&i).unwrap()), vec![49984.0, f32::INFINITY]);
+    // The gradient still comes back in each operand's dtype.
+    let xr = h(&[2.0]).requires_grad().unwrap();
+    let sr = Tensor::from_slice(dev, &[0.1f32], &[])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let g = xr.mul(&sr).unwrap().sum_all().unwrap().backward().unwrap();
+    assert_eq!(g.get(&xr).unwrap().dtype(), DType::F16);
+    assert_eq!(hv(g.get(&xr).unwrap()), vec![f16::from_f32(0.1).to_f32()]);
+    assert_eq!(g.get(&sr).unwrap().dtype(), DType::F32);
+    assert_eq!(g.get(&sr).unwrap().to_vec::<f32>().unwrap(), vec![2.0]);
+}
+
 #[test]
 fn rdiv_scalar_f32_rounds_the_reciprocal_first() {
     let x = Tensor::from_slice(common::device(), &[3.0f32, 7.0, 0.1], &[3]).unwrap();

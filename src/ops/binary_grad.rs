@@ -4,7 +4,7 @@
 use crate::autograd::{record, sum_to, BackwardOp};
 use crate::ops::grad_kernel::{grad_binary, GradCode};
 use crate::ops::{BinaryOp, UnaryOp};
-use crate::{Error, Result, Tensor};
+use crate::{DType, Error, Result, Tensor};
 
 struct BinaryBackward {
     op: BinaryOp,
@@ -140,7 +140,8 @@ impl Tensor {
     /// `self (op) other` with numpy broadcasting; strided inputs are read without copies.
     /// Returns a new contiguous tensor of the broadcast shape. Mixed dtypes promote as
     /// PyTorch's (i32 < f16 < f32; a 0-d operand does not widen a tensor of its kind, so f16
-    /// `x * torch.tensor(0.5)` stays f16), each gradient in its operand's dtype. Errors:
+    /// `x * torch.tensor(0.5)` stays f16, the 0-d value used unrounded), each gradient in its
+    /// operand's dtype. Errors:
     /// [`Error::Shape`] when the shapes do not broadcast, [`Error::DeviceMismatch`] when the
     /// devices differ, an error for two i32 operands (no integer arithmetic).
     ///
@@ -156,7 +157,18 @@ impl Tensor {
             crate::layout::broadcast_shapes(op.name(), self.shape(), other.shape())?;
             self.same_device(op.name(), other)?;
             let dt = crate::dtype::result_type(self, other);
-            let out = self.to_dtype(dt)?.binary(&other.to_dtype(dt)?, op)?;
+            // An f32 or i32 0-d operand beside f16 data gives f16, but its value enters the
+            // op unrounded (PyTorch's kernels read a 0-d operand as the f32 opmath scalar, as
+            // CUDA does for every binary op): computed in f32 (f16 widens exactly) and
+            // rounded once, `x * tensor(1e5)` is 49984 where a narrowed scalar gives inf.
+            let wide_scalar = |t: &Tensor| t.rank() == 0 && t.dtype != DType::F16;
+            let out = if dt == DType::F16 && (wide_scalar(self) || wide_scalar(other)) {
+                let f32 = DType::F32;
+                let wide = self.to_dtype(f32)?.binary(&other.to_dtype(f32)?, op)?;
+                wide.to_dtype(dt)?
+            } else {
+                self.to_dtype(dt)?.binary(&other.to_dtype(dt)?, op)?
+            };
             // PyTorch's one node saves the operands as passed (promotion is inside its
             // kernel), as derivatives.yaml's formulas need them; the node above saved the
             // cast copies, so the caller's are kept for the version check.

@@ -29,9 +29,8 @@ impl Tensor {
         self.scalar_op_as(ScalarOp::Min, s, true)
     }
     /// PyTorch's `clamp(min, max)`: bounds each element (either bound may be absent; NaN
-    /// stays NaN). A NaN bound makes every element NaN when both are given and leaves the
-    /// elements as they are (with a zero gradient) when it is the only one, as PyTorch's
-    /// eager kernels (`std::max(x, NaN)`, CUDA's `fmaxf`; its `clamp_min` differs). With
+    /// stays NaN). A NaN bound makes every element NaN, with a zero gradient, as PyTorch's
+    /// `clamp` (its reference `torch._refs.clamp` and its CPU kernels propagate a NaN bound). With
     /// `min > max` every element becomes `max`, as in PyTorch. A finite bound the dtype cannot
     /// hold (1e39 for f32) is PyTorch's overflow error, except beside a NaN bound (clamp_out
     /// fills NaN before converting either); infinite bounds are fine.
@@ -45,9 +44,9 @@ impl Tensor {
         }
         if let (Some(b), None) | (None, Some(b)) = (min, max) {
             if b.is_nan() {
-                // PyTorch's one-bound kernels keep x; its backward (ClampBackward1, which
-                // saves x) passes nothing: max/min's mask against a NaN bound is all false.
-                let out = self.detach().mul_scalar(1.0)?;
+                // Every element NaN; the backward (ClampBackward1, which saves x) passes
+                // nothing: max/min's mask against a NaN bound is all false.
+                let out = self.detach().mul_scalar(f64::NAN)?;
                 let op = if min.is_some() {
                     ScalarOp::Max
                 } else {

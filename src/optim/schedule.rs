@@ -136,7 +136,12 @@ impl Schedule {
                     lr
                 } else {
                     let d = end_factor - start_factor;
-                    lr * (1.0 + d / (*total_iters as f64 * start_factor + (e - 1) as f64 * d))
+                    // PyTorch's chained form; with end_factor 0 its last step can round to a
+                    // tiny negative rate (-1.9e-18 for start 1/3 over 4 steps), which the
+                    // step's rate check would refuse from then on: the exact value is >= 0.
+                    let r =
+                        lr * (1.0 + d / (*total_iters as f64 * start_factor + (e - 1) as f64 * d));
+                    r.max(0.0)
                 }
             }
             Schedule::Lambda(f) => base? * f(e),

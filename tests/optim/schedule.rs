@@ -164,6 +164,17 @@ fn lr_schedulers_follow_pytorch() {
         &[third, third + 2.0 / 9.0, third + 4.0 / 9.0, 1.0, 1.0],
         "linear",
     );
+    // LinearLR down to 0: PyTorch's chained form rounds its last factor to -1.9e-18 for start
+    // 1/3 over 4 steps; the rate is 0 there and after, every step Ok.
+    let down = lrs(
+        Schedule::Linear {
+            start_factor: third,
+            end_factor: 0.0,
+            total_iters: 4,
+        },
+        6,
+    );
+    assert_eq!(&down[4..], &[(0.0, 0.0); 3], "{down:?}");
     check(
         lrs(Schedule::Lambda(|e| 1.0 / (e + 1) as f64), 2),
         &[1.0, 0.5, 1.0 / 3.0],
