@@ -272,7 +272,9 @@ pub(crate) fn check_fill(op: &'static str, value: f64, dtype: DType) -> Result<(
         DType::I32 => f64::from(i32::MAX),
     };
     let fits = match dtype {
-        DType::I32 => value >= f64::from(i32::MIN) && value <= max,
+        // c10's overflows<int, double>: below the lowest, or at or past 2^31 (2147483647.5
+        // truncates to i32::MAX, as current PyTorch's cast).
+        DType::I32 => value >= f64::from(i32::MIN) && value < max + 1.0,
         _ => !value.is_finite() || value.abs() <= max,
     };
     if !fits {
@@ -283,7 +285,7 @@ pub(crate) fn check_fill(op: &'static str, value: f64, dtype: DType) -> Result<(
                 // C++'s names, as PyTorch's message has them.
                 match dtype {
                     DType::F32 => "float",
-                    DType::F16 => "at::Half",
+                    DType::F16 => "c10::Half",
                     DType::I32 => "int",
                 }
             ),

@@ -190,10 +190,26 @@ fn creation_helpers() {
         let e = msg(Tensor::arange(d, 0.0, 5.0, step, DType::F32));
         assert!(e.contains("step must be nonzero"), "{e}");
     }
-    // An infinite step: ceil(5 / inf) = 0 elements. Values past f16 round to infinity, as
-    // PyTorch's cast.
-    let e = Tensor::arange(d, 0.0, 5.0, f64::INFINITY, DType::F32).unwrap();
-    assert_eq!(e.shape(), &[0]);
+    // A step that is not finite, before the bounds (torch 2.15: "step must be finite but got
+    // inf"); an i32 start or step past int64.
+    for (start, step) in [
+        (0.0, f64::INFINITY),
+        (f64::NAN, -f64::INFINITY),
+        (0.0, f64::NAN),
+    ] {
+        let e = msg(Tensor::arange(d, start, 5.0, step, DType::F32));
+        assert!(e.contains("step must be finite but got"), "{e}");
+    }
+    for (start, end, step) in [(0.0, 1.0, 1e19), (1e30, 1e30, 1.0), (-1e19, 0.0, 1e18)] {
+        let e = msg(Tensor::arange(d, start, end, step, DType::I32));
+        assert!(
+            e.contains("value cannot be converted to type int64_t without overflow"),
+            "{e}"
+        );
+    }
+    let z = Tensor::arange(d, 0.0, 1.0, 9.2e18, DType::I32).unwrap();
+    assert_eq!(z.to_vec::<i32>().unwrap(), vec![0]);
+    // Values past f16 round to infinity, as PyTorch's cast.
     if d.supports_f16() {
         let h = Tensor::arange(d, 65000.0, 66000.0, 256.0, DType::F16)
             .unwrap()

@@ -8,7 +8,7 @@ use crate::{Error, Result, Tensor};
 
 impl Tensor {
     /// `max(x, s)` elementwise (NaN propagates; PyTorch's `torch.clamp_min(x, s)`, which
-    /// refuses an `s` past a float dtype's range: "value cannot be converted to type at::Half
+    /// refuses an `s` past a float dtype's range: "value cannot be converted to type c10::Half
     /// without overflow").
     pub fn max_scalar(&self, s: f64) -> Result<Tensor> {
         self.scalar_op(ScalarOp::Max, s)

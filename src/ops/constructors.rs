@@ -34,8 +34,9 @@ impl Tensor {
     /// from `start` and `step` truncated to integers, so a step below 1 repeats `start`).
     /// Float values past the dtype's range round to infinity, as PyTorch's cast (f16 computes
     /// `start + step * i` in f32, as its kernel, `start` and `step` converted checked); an i32
-    /// range past i32 is an error. An infinite step gives an empty tensor, as PyTorch's
-    /// `ceil((end - start) / step)`.
+    /// range past i32 is an error, and so is an i32 `start` or `step` past int64 (PyTorch
+    /// converts both to its int64 accumulate type, checked). A NaN or infinite step is an
+    /// error, as current PyTorch's ("step must be finite but got inf").
     pub fn arange(
         device: &Device,
         start: f64,
@@ -44,9 +45,21 @@ impl Tensor {
         dtype: DType,
     ) -> Result<Tensor> {
         let op = "arange";
-        // PyTorch's checks (its arange_check_bounds) and messages, with the values: NaN is
-        // no nonzero step, and only the bounds must be finite.
-        if step == 0.0 || step.is_nan() {
+        // PyTorch's checks (its arange_check_bounds) and messages, with the values: the
+        // step first (finite, then nonzero), then the bounds. A NaN step's words carry the
+        // older PyTorch's sentence too.
+        if !step.is_finite() {
+            let older = if step.is_nan() {
+                " (step must be nonzero)"
+            } else {
+                ""
+            };
+            return Err(Error::arg(
+                op,
+                format!("step must be finite but got {}{older}", cpp_double(step)),
+            ));
+        }
+        if step == 0.0 {
             return Err(Error::arg(
                 op,
                 format!("step must be nonzero (step {})", cpp_double(step)),
@@ -85,6 +98,19 @@ impl Tensor {
         }
         // Refused before the host vector is built: its size is the caller's.
         crate::tensor::check_new_shape(device, op, &[n as usize], dtype)?;
+        // c10's overflows<int64_t, double>: the lower end exact, the upper one 2^63.
+        let past_i64 = |v: f64| !(-9223372036854775808.0..9223372036854775808.0).contains(&v);
+        if dtype == DType::I32 && (past_i64(start) || past_i64(step)) {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "value cannot be converted to type int64_t without overflow (start {}, \
+                     step {})",
+                    cpp_double(start),
+                    cpp_double(step)
+                ),
+            ));
+        }
         if dtype == DType::F16 {
             // Its kernel converts start and step to the accumulate type (f32 for f16),
             // checked, and computes `start + step * i` there.

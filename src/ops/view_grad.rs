@@ -434,7 +434,9 @@ pub(crate) fn resolve_shape(op: &'static str, dims: &[i128], numel: usize) -> Re
                 )));
             }
         } else if d < 0 {
-            return Err(bad(format!("invalid shape dimension {d} in {dims:?}")));
+            return Err(bad(format!(
+                "invalid shape dimension {d} at index {i} of shape {dims:?}"
+            )));
         } else {
             known = known.saturating_mul(d);
         }

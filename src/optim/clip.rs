@@ -33,7 +33,7 @@ pub fn clip_grad_norm(grads: &[&Tensor], max_norm: f64) -> Result<(Vec<Tensor>, 
         return Err(Error::arg(op, "no gradients given"));
     };
     let f32_ = crate::DType::F32;
-    let mut total: Option<Tensor> = None;
+    let mut norms = Vec::with_capacity(grads.len());
     let mut dtype = first.dtype();
     for g in grads {
         first.same_device(op, g)?;
@@ -48,21 +48,31 @@ pub fn clip_grad_norm(grads: &[&Tensor], max_norm: f64) -> Result<(Vec<Tensor>, 
         dtype = crate::dtype::promote(dtype, g.dtype());
         // Squares summed in f32 (no f16 overflow on the way), the norm rounded to the
         // gradient's dtype as PyTorch's per-tensor norms.
+        // One element's norm is its magnitude, as PyTorch's vector_norm takes it (its sqrt of
+        // a square would overflow from 1.8e19 and underflow below 1e-23).
         let flat = g.reshape(&[g.numel()])?.to_dtype(f32_)?;
-        let mut n = flat.mul(&flat)?.sum(0, false)?.sqrt()?;
+        let mut n = if g.numel() == 1 {
+            flat.abs()?.sum(0, false)?
+        } else {
+            flat.mul(&flat)?.sum(0, false)?.sqrt()?
+        };
         if g.dtype() != f32_ {
             n = n.to_dtype(g.dtype())?.to_dtype(f32_)?;
         }
-        let sq = n.mul(&n)?;
-        total = Some(match total {
-            None => sq,
-            Some(t) => t.add(&sq)?,
-        });
+        norms.push(n);
     }
-    let Some(total) = total else {
-        return Err(Error::arg(op, "no gradients given"));
+    // The norm of the per-tensor norms: one of them is that norm itself.
+    let mut norm = match norms.as_slice() {
+        [] => return Err(Error::arg(op, "no gradients given")),
+        [n] => n.clone(),
+        [n0, rest @ ..] => {
+            let mut total = n0.mul(n0)?;
+            for n in rest {
+                total = total.add(&n.mul(n)?)?;
+            }
+            total.sqrt()?
+        }
     };
-    let mut norm = total.sqrt()?;
     if dtype != f32_ {
         norm = norm.to_dtype(dtype)?;
     }

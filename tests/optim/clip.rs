@@ -23,6 +23,16 @@ fn clip_grad_norm_scales_on_the_device() {
     close(&vals(&neg[0]), &[-1.0, 0.0], "negative max_norm");
     let (nan, _) = clip_grad_norm(&[&g1], f64::NAN).unwrap();
     assert!(vals(&nan[0]).iter().all(|v| v.is_nan()));
+    // One element's norm is its magnitude (PyTorch's vector_norm), where the square of 3e19
+    // overflows f32 and that of 1e-25 underflows; a single gradient's total is its norm.
+    let big = Tensor::from_slice(dev(), &[-3e19f32], &[1]).unwrap();
+    let (c, n) = clip_grad_norm(&[&big], 1.0).unwrap();
+    assert_eq!(vals(&n), vec![f64::from(3e19f32)]);
+    assert_eq!(vals(&c[0]), vec![-1.0]);
+    let tiny = Tensor::from_slice(dev(), &[1e-25f32], &[]).unwrap();
+    let (c, n) = clip_grad_norm(&[&tiny], 1.0).unwrap();
+    assert_eq!(vals(&n), vec![f64::from(1e-25f32)]);
+    assert_eq!(vals(&c[0]), vec![f64::from(1e-25f32)]);
 }
 
 /// f16 gradients get an f16 norm, each gradient's norm rounded to f16 as PyTorch's per-tensor
