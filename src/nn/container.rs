@@ -45,7 +45,10 @@ fn insert_at<T>(op: &'static str, items: &mut Vec<T>, index: usize, item: T) -> 
     if index > items.len() {
         return Err(Error::arg(
             op,
-            format!("index {index} is out of range for {} entries", items.len()),
+            format!(
+                "Index out of range: {index} (a container of {} entries)",
+                items.len()
+            ),
         ));
     }
     items.insert(index, item);

@@ -308,8 +308,11 @@ impl Visitor for Collect {
     }
     fn counter_tensor(&mut self, name: &str, value: u64, tensor: &Tensor) {
         // The module's own scalar, brought up to date (its count may have been set directly
-        // through the module's public state), so the entry shares the module's storage.
-        if self.buffers && write_counter(tensor, value).is_ok() {
+        // through the module's public state), so the entry shares the module's storage. A
+        // write that fails (out of memory for its upload) leaves the last count written, but
+        // the key stays: a state dict without it would fail a strict load.
+        if self.buffers {
+            let _ = write_counter(tensor, value);
             self.own_buffers
                 .push((format!("{}{name}", self.prefix), tensor.clone()));
         }

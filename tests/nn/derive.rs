@@ -544,7 +544,8 @@ fn containers_insert_and_pop() {
     seq.insert(1, nn::ReLU).unwrap();
     let keys: Vec<String> = seq.state_dict().into_iter().map(|(n, _)| n).collect();
     assert_eq!(keys, ["0.weight", "0.bias", "2.weight"]);
-    assert!(seq.insert(4, nn::ReLU).is_err());
+    let e = seq.insert(4, nn::ReLU).unwrap_err().to_string();
+    assert!(e.contains("Index out of range: 4"), "{e}");
     let x = Tensor::ones(d, &[4, 2], DType::F32).unwrap();
     assert_eq!(seq.forward(&x).unwrap().shape(), &[4, 1]);
     let relu = seq.pop(1).expect("the ReLU");
