@@ -380,6 +380,26 @@ fn argument_errors_name_the_op_and_values() {
         ),
         "{e}"
     );
+    // validate_sdpa_input checks the mask's dtype before any size: a key of another feature
+    // size, or heads enable_gqa cannot group, report the mask first.
+    for (ks, gqa) in [(&[3, 5, 7][..], false), (&[1, 2, 5, 4][..], true)] {
+        let qq = if gqa {
+            randn(dev, &[1, 3, 3, 4])
+        } else {
+            q.clone()
+        };
+        let e = err(sdpa(
+            &qq,
+            &randn(dev, ks),
+            &randn(dev, ks),
+            &SdpaOptions {
+                attn_mask: Some(AttnMask::Additive(&ints)),
+                enable_gqa: gqa,
+                ..d
+            },
+        ));
+        assert!(e.contains("Expected attn_mask dtype"), "{ks:?}: {e}");
+    }
     // An f16 additive mask beside an f32 query too (validate_sdpa_input).
     if dev.supports_f16() {
         let m16 = randn(dev, &[3, 5]).to_dtype(DType::F16).unwrap();

@@ -91,6 +91,7 @@ impl Problem {
                 ));
             }
         }
+        check_mask(op, q, opts)?;
         let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
         // Below 4-D PyTorch runs its math path, whose GQA preprocessing reads each operand's
         // size(-3), q's first, before the products check the sizes.
@@ -123,21 +124,6 @@ impl Problem {
                     "value's length (dim -2) must equal key's ({s}), got value {vs:?}, key {ks:?}"
                 ),
             ));
-        }
-        if let Some(AttnMask::Additive(m)) = opts.attn_mask {
-            // validate_sdpa_input: an additive mask is f32 or the query's dtype.
-            if m.dtype != DType::F32 && m.dtype != q.dtype {
-                let name = DType::c10_name;
-                return Err(Error::arg(
-                    op,
-                    format!(
-                        "Expected attn_mask dtype to be bool or float or to match query dtype, \
-                         but got attn_mask.dtype: {} and  query.dtype: {} instead.",
-                        name(m.dtype),
-                        name(q.dtype)
-                    ),
-                ));
-            }
         }
         // A p past 1 is at::dropout's error; a negative or NaN one PyTorch's CPU default
         // (flash) refuses too (its `dropout_p == 0` check), where only the math backend would
@@ -255,6 +241,29 @@ impl Problem {
     }
 }
 
+/// validate_sdpa_input's mask checks, after the operands' dtypes, devices and ranks and before
+/// any size: an additive mask is f32 or the query's dtype, and any mask is on q's device.
+fn check_mask(op: &'static str, q: &Tensor, opts: &SdpaOptions) -> Result<()> {
+    if let Some(AttnMask::Additive(m)) = opts.attn_mask {
+        if m.dtype != DType::F32 && m.dtype != q.dtype {
+            let name = DType::c10_name;
+            return Err(Error::arg(
+                op,
+                format!(
+                    "Expected attn_mask dtype to be bool or float or to match query dtype, but \
+                     got attn_mask.dtype: {} and  query.dtype: {} instead.",
+                    name(m.dtype),
+                    name(q.dtype)
+                ),
+            ));
+        }
+    }
+    if let Some(AttnMask::Bool(m) | AttnMask::Additive(m)) = opts.attn_mask {
+        q.same_device(op, m)?;
+    }
+    Ok(())
+}
+
 /// PyTorch's words for heads enable_gqa cannot group (its sentence ends at "in" in ATen).
 fn gqa_heads_message(hq: usize, hk: usize, hv: usize) -> String {
     format!(
@@ -288,6 +297,7 @@ pub(crate) fn repeat_kv_heads(
         q.same_device(op, t)?;
         q.same_dtype(op, t)?;
     }
+    check_mask(op, q, opts)?;
     if hq == 0 && hk != 0 && hv != 0 {
         // 0 % h == 0: both repeat to no heads (an empty result), as PyTorch's.
         return Ok(Some((k.narrow(-3, 0, 0)?, v.narrow(-3, 0, 0)?)));
