@@ -39,8 +39,8 @@ impl Device {
     ///
     /// Errors as [`Device::new`], and with [`Error::InvalidArgument`] for option values the
     /// runtime cannot honour (a cap of 0, a memory limit of 0, a `max_dispatches_per_submit`
-    /// whose parameter buffer (256 bytes a dispatch) exceeds the device's `max_buffer_size` or
-    /// the memory limit).
+    /// whose parameter buffer (256 bytes a dispatch) exceeds the device's `max_buffer_size`, or
+    /// a memory limit without room for that buffer and one tensor).
     ///
     /// ```ignore-wasm32
     /// # fn main() -> wgtensor::Result<()> {

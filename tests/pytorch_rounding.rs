@@ -48,9 +48,10 @@ fn rdiv_scalar_is_a_rounded_reciprocal_times_s_f16() {
     assert_eq!(hv(g.get(&x).unwrap()), vec![-0.6923828125]);
 }
 
-/// An f32 or i32 0-d operand beside f16 data: the result is f16, but the 0-d value enters the
-/// op unrounded, as PyTorch's kernels read it (the f32 opmath scalar): 0.5 * 1e5 is 49984,
-/// not inf (1e5 narrowed to f16), and 0.5 / 1e5 is finite, not 0.
+/// An f32 or i32 0-d second factor or divisor beside f16 data: the result is f16, but the 0-d
+/// value enters the op unrounded, as PyTorch's mul and div kernels read it (the f32 opmath
+/// scalar): 0.5 * 1e5 is 49984, not inf (1e5 narrowed to f16), and 0.5 / 1e5 is finite, not 0.
+/// PyTorch's CPU kernels narrow it as a first factor and for add and sub.
 #[test]
 fn a_wide_0d_operand_enters_f16_ops_unrounded_f16() {
     let dev = common::device();
@@ -60,7 +61,9 @@ fn a_wide_0d_operand_enters_f16_ops_unrounded_f16() {
     let y = x.mul(&s).unwrap();
     assert_eq!(y.dtype(), DType::F16);
     assert_eq!(hv(&y), vec![49984.0, f32::INFINITY]);
-    assert_eq!(hv(&s.mul(&x).unwrap()), vec![49984.0, f32::INFINITY]);
+    assert_eq!(hv(&s.mul(&x).unwrap()), vec![f32::INFINITY; 2]);
+    let near = h(&[-6e4]);
+    assert_eq!(hv(&near.add(&s).unwrap()), vec![f32::INFINITY]);
     let q = hv(&x.div(&s).unwrap());
     assert_eq!(q[0], f16::from_f32(0.5 / 1e5).to_f32());
     assert!(q[0] > 0.0);

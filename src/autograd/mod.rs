@@ -28,8 +28,8 @@
 //! recursive sort. The backward of each visited node that saved tensors is *taken* out of it,
 //! which releases them to the pool during the pass; a later backward through that node is an
 //! error. Nodes that saved nothing (views, `add`, `sum`, ...) serve any number of passes,
-//! except those whose PyTorch twin saves a tensor (scalar `mul`/`div`:
-//! `BackwardOp::single_use`), which serve one.
+//! except those whose PyTorch twin saves a tensor or copies slices (scalar `mul`/`div`,
+//! circular `pad`: `BackwardOp::single_use`), which serve one.
 //!
 //! Not differentiable: in-place ops (`gemm_into` refuses tracked operands while recording;
 //! `batch_norm_train` refuses tracked running statistics). `Rnn::forward_train` /
@@ -75,7 +75,8 @@ pub(crate) trait BackwardOp: Shareable {
     /// backward and serves later passes too, unless [`BackwardOp::single_use`].
     fn saved(&self) -> Vec<&Tensor>;
     /// True when PyTorch's twin of this op saves a tensor where this one keeps none (`x * 2`'s
-    /// wrapped scalar): its node serves one backward, as PyTorch's.
+    /// wrapped scalar; a circular pad's CopySlices): its node serves one backward, as
+    /// PyTorch's.
     fn single_use(&self) -> bool {
         false
     }

@@ -181,19 +181,23 @@ pub(crate) fn check_load<'a>(
 }
 
 impl CheckedLoad<'_> {
-    /// Writes the tensors, converting dtypes first so that one failing (a dtype the device
-    /// lacks) copies nothing.
-    /// Brings the sources that live on another device over through the host, each converted
-    /// to its target's dtype first (PyTorch's `param.copy_(input_param)` copies across
-    /// devices: a checkpoint loaded on one device fills a model on another).
+    /// Brings the sources that live on another device over through the host (PyTorch's
+    /// `param.copy_(input_param)` copies across devices: a checkpoint loaded on one device
+    /// fills a model on another), in the source's dtype, or, for an f16 source the target's
+    /// device cannot hold, converted to the target's dtype first; [`Self::apply`] converts
+    /// the rest.
     pub(crate) async fn bring_over(&mut self) -> Result<()> {
         for (t, s) in self.pairs.iter_mut() {
             if s.device().same(t.device()) {
                 continue;
             }
-            let c = s.detach().to_dtype(t.dtype())?;
+            let c = if s.dtype() == DType::F16 && !t.device().supports_f16() {
+                s.detach().to_dtype(t.dtype())?
+            } else {
+                s.detach()
+            };
             let (dev, shape) = (t.device(), c.shape());
-            *s = match t.dtype() {
+            *s = match c.dtype() {
                 DType::F32 => Tensor::from_slice(dev, &c.to_vec_async::<f32>().await?, shape)?,
                 DType::F16 => {
                     Tensor::from_slice(dev, &c.to_vec_async::<half::f16>().await?, shape)?
@@ -204,7 +208,8 @@ impl CheckedLoad<'_> {
         Ok(())
     }
 
-    /// The copies, each source converted to its target's dtype (after [`Self::bring_over`]).
+    /// Writes the tensors (after [`Self::bring_over`]), converting dtypes first so that one
+    /// failing (a dtype the device lacks) copies nothing.
     pub(crate) fn apply(&self) -> Result<()> {
         let converted = self
             .pairs

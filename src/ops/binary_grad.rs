@@ -140,8 +140,8 @@ impl Tensor {
     /// `self (op) other` with numpy broadcasting; strided inputs are read without copies.
     /// Returns a new contiguous tensor of the broadcast shape. Mixed dtypes promote as
     /// PyTorch's (i32 < f16 < f32; a 0-d operand does not widen a tensor of its kind, so f16
-    /// `x * torch.tensor(0.5)` stays f16, the 0-d value used unrounded), each gradient in its
-    /// operand's dtype. Errors:
+    /// `x * torch.tensor(0.5)` stays f16, a 0-d factor or divisor used unrounded), each gradient
+    /// in its operand's dtype. Errors:
     /// [`Error::Shape`] when the shapes do not broadcast, [`Error::DeviceMismatch`] when the
     /// devices differ, an error for two i32 operands (no integer arithmetic).
     ///
@@ -157,12 +157,14 @@ impl Tensor {
             crate::layout::broadcast_shapes(op.name(), self.shape(), other.shape())?;
             self.same_device(op.name(), other)?;
             let dt = crate::dtype::result_type(self, other);
-            // An f32 or i32 0-d operand beside f16 data gives f16, but its value enters the
-            // op unrounded (PyTorch's kernels read a 0-d operand as the f32 opmath scalar, as
-            // CUDA does for every binary op): computed in f32 (f16 widens exactly) and
+            // An f32 or i32 0-d divisor or second factor beside f16 data gives f16, but its
+            // value enters the op unrounded (PyTorch's mul and div kernels read it as the f32
+            // opmath scalar; CUDA's read every operand that way, CPU's narrow it for add, sub,
+            // pow and a 0-d first factor, as here): computed in f32 (f16 widens exactly) and
             // rounded once, `x * tensor(1e5)` is 49984 where a narrowed scalar gives inf.
-            let wide_scalar = |t: &Tensor| t.rank() == 0 && t.dtype != DType::F16;
-            let out = if dt == DType::F16 && (wide_scalar(self) || wide_scalar(other)) {
+            let wide_scalar = other.rank() == 0 && other.dtype != DType::F16;
+            let scaling = matches!(op, BinaryOp::Mul | BinaryOp::Div);
+            let out = if dt == DType::F16 && scaling && wide_scalar {
                 let f32 = DType::F32;
                 let wide = self.to_dtype(f32)?.binary(&other.to_dtype(f32)?, op)?;
                 wide.to_dtype(dt)?

@@ -61,14 +61,16 @@ impl Device {
             return Ok(buf);
         }
         let size = st.pool.class(bytes);
-        // A readback's staging buffer lives only until its copy is read: past the budget it
-        // is still made (after the cache was dropped to make room), so tensors that filled the
-        // budget can be read back, as PyTorch copies a tensor to the host without a device
-        // allocation.
-        if let Err(e) = self.make_room_locked(&mut st, op, size) {
-            if usage != super::device::READBACK_USAGE {
-                return Err(e);
-            }
+        // A readback's staging buffer lives only until its copy is read: past a caller's
+        // memory_limit it is still made (after the cache was dropped to make room), so
+        // tensors that filled the budget can be read back, as PyTorch copies a tensor to the
+        // host without a device allocation. The default CPU-adapter budget still holds
+        // (lavapipe crashes past the host's memory instead of reporting it).
+        match self.make_room_locked(&mut st, op, size) {
+            Err(Error::OutOfMemory { .. })
+                if usage == super::device::READBACK_USAGE
+                    && self.inner.opts.memory_limit.is_some() => {}
+            r => r?,
         }
         // Create under the lock so pool accounting and creation stay one step.
         let create = || {

@@ -124,8 +124,8 @@ pub struct DeviceOptions {
     /// Most bytes of GPU buffers (live tensors, workspaces and the pool's cache) the device may
     /// hold; an allocation past it first drops cached buffers, then fails with
     /// [`Error::OutOfMemory`] before wgpu is asked (MLX's `set_memory_limit`). A readback's
-    /// short-lived staging buffer may pass it, so tensors that filled it can still be read.
-    /// `None`: on CPU
+    /// short-lived staging buffer may pass it, so contiguous tensors that filled it can still
+    /// be read (a view is packed first, which needs room). `None`: on CPU
     /// adapters, where device memory is host memory and running out crashes the driver, what
     /// the process may use (3/4 of physical or cgroup memory, half the address-space limit),
     /// one budget for every such device of the process together; on GPUs no limit beyond the

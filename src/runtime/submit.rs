@@ -18,8 +18,9 @@ impl Device {
     /// outside work can neither overtake pending ops nor run past `max_in_flight`.
     ///
     /// Errors with the error the GPU reported for earlier work, if any, with wgpu's
-    /// validation error for a command buffer it refuses (recorded on another device, or using
-    /// a destroyed or mapped buffer; the buffers after it are not submitted), or
+    /// validation error for a command buffer it refuses (natively: one using a destroyed or
+    /// mapped buffer; the buffers after it are not submitted; in the browser such an error
+    /// comes from the next op), or
     /// [`Error::DeviceLost`](crate::Error::DeviceLost).
     ///
     /// ```ignore-wasm32
