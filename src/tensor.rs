@@ -645,12 +645,14 @@ impl Tensor {
     /// blocks inside the first poll, as `to_vec` does, so the same async code runs on both.
     /// Errors as `to_vec` does.
     pub async fn to_vec_async<T: Element>(&self) -> Result<Vec<T>> {
+        // The element type first (a GPU error arriving at the await below would otherwise
+        // be reported, and used up, in its place).
+        self.check_read_dtype::<T>()?;
         // The parked batches go first, so a readback (and the copy a view may need) still
         // runs when they reached the bound under which new work is refused.
         #[cfg(target_arch = "wasm32")]
         self.device().submit_parked("to_vec").await?;
         if self.numel() == 0 {
-            self.check_read_dtype::<T>()?;
             return Ok(Vec::new());
         }
         let (src, offset, bytes) = self.readback_source::<T>()?;

@@ -225,7 +225,8 @@ pub trait Module {
     /// (missing or unexpected keys are an error naming them; otherwise they are reported). A
     /// counter the source lacks (`num_batches_tracked`) keeps its value and is not missing, as
     /// PyTorch's batch norm fills it in for a plain dict. Dtypes convert, and a source on
-    /// another device is copied over through the host, as PyTorch's `param.copy_`. Nothing
+    /// another device is copied over through the host, as PyTorch's `param.copy_` (in the
+    /// browser only through [`crate::nn::load_state_dict_async`], which can wait). Nothing
     /// changes when an error is returned. In the browser (wasm32) a counter cannot be read back without blocking and
     /// keeps its value: [`crate::nn::load_state_dict_async`] restores it there.
     fn load_state_dict(
@@ -488,8 +489,8 @@ fn load<M: Module + ?Sized>(
         || {
             Err(Error::arg(
                 "load_state_dict",
-                "a readback (a counter, or a source tensor on another device) did not finish \
-                 in one poll",
+                "a readback (a source tensor on another device) did not finish in one poll: \
+                 in the browser use nn::load_state_dict_async",
             ))
         },
     )

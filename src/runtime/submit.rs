@@ -15,7 +15,9 @@ impl Device {
 
     /// Submits command buffers the caller recorded on [`Device::wgpu_device`] (interop), after
     /// the work wgtensor has recorded so far and through the same bounded in-flight queue, so
-    /// outside work can neither overtake pending ops nor run past `max_in_flight`.
+    /// outside work can neither overtake pending ops nor run past `max_in_flight`. In the
+    /// browser, past the cap they wait (parked, as wgtensor's own batches) for the next async
+    /// point ([`Device::sync_async`], a readback): await one before mapping what they write.
     ///
     /// Errors with the error the GPU reported for earlier work, if any, with wgpu's
     /// validation error for a command buffer it refuses (natively: one using a destroyed or
