@@ -432,9 +432,14 @@ impl DirSteps<'_> {
             return Ok((dah, dax, last));
         }
         // GPUs: the recurrent product on the large-tile core in K slices, then the gate
-        // derivatives summing them; the slices' workspace is reused by every step.
-        let gpu = !dev.caps().cpu;
+        // derivatives summing them; the slices' workspace is reused by every step. A grid
+        // past the per-dimension limit (millions of batch rows) takes the step plan instead.
         let splits = rec_splits(dev.caps().parallelism, b, h, g * h);
+        let max = dev.limits().max_compute_workgroups_per_dimension as usize;
+        let fits = [h.div_ceil(64), b.div_ceil(64), splits as usize]
+            .iter()
+            .all(|&g| g <= max);
+        let gpu = !dev.caps().cpu && fits;
         let ws = if gpu {
             Some(Storage::scratch(
                 dev,

@@ -145,8 +145,16 @@ pub(crate) fn step_plan(
     let max = dev.limits().max_compute_workgroups_per_dimension as usize;
     let which = usize::from(kind == RnnKind::Gru);
     let caps = dev.caps();
-    let gpu = family.wg.filter(|_| !caps.cpu);
-    let ks = family.ks.filter(|_| !caps.cpu && splits_k(caps, b, h));
+    // A tiled variant whose grid would pass the per-dimension limit (millions of batch rows)
+    // gives way to the portable step, which folds its grid.
+    let fits = |rows: usize, units: usize| b.div_ceil(rows).max(h.div_ceil(units)) <= max;
+    let gpu = family
+        .wg
+        .filter(|_| !caps.cpu && fits(16 * STEP_TM as usize, 16));
+    let ks = family
+        .ks
+        .filter(|_| !caps.cpu && splits_k(caps, b, h) && fits(KS_TILE.0, KS_TILE.1));
+    let sg8 = has_sg8(dev) && fits(32, 8);
     let (kernel, consts, grid) = if let Some(ks) = ks {
         let (rows, units) = KS_TILE;
         (ks[which], vec![], [h.div_ceil(units), b.div_ceil(rows), 1])
@@ -157,7 +165,7 @@ pub(crate) fn step_plan(
             vec![("TM", STEP_TM as f64)],
             [h.div_ceil(16), b.div_ceil(rows), 1],
         )
-    } else if has_sg8(dev) {
+    } else if sg8 {
         let sgs = b.div_ceil(32).next_power_of_two().min(4);
         (
             family.sg8[which],
