@@ -464,9 +464,11 @@ impl ParamSet {
         self.groups.get(g).map(|o| o.lr)
     }
 
-    /// Sets the learning rate of group `g`.
+    /// Sets the learning rate of group `g`: any finite rate, as PyTorch's
+    /// `param_group["lr"] = lr` (only the constructors refuse a negative one; chained
+    /// schedulers can step below zero).
     pub(crate) fn set_group_lr(&mut self, op: &'static str, g: usize, lr: f64) -> Result<()> {
-        check_hyper(op, "lr", lr, 0.0, f64::MAX)?;
+        check_hyper(op, "lr", lr, f64::MIN, f64::MAX)?;
         let n = self.groups.len();
         let o = self.groups.get_mut(g).ok_or_else(|| {
             Error::arg(
@@ -478,9 +480,9 @@ impl ParamSet {
         Ok(())
     }
 
-    /// Sets the learning rate of every group.
+    /// Sets the learning rate of every group (any finite rate, as [`Self::set_group_lr`]).
     pub(crate) fn set_lr(&mut self, op: &'static str, lr: f64) -> Result<()> {
-        check_hyper(op, "lr", lr, 0.0, f64::MAX)?;
+        check_hyper(op, "lr", lr, f64::MIN, f64::MAX)?;
         for o in &mut self.groups {
             o.lr = lr;
         }

@@ -136,12 +136,9 @@ impl Schedule {
                     lr
                 } else {
                     let d = end_factor - start_factor;
-                    // PyTorch's chained form; with end_factor 0 its last step can round to a
-                    // tiny negative rate (-1.9e-18 for start 1/3 over 4 steps), which the
-                    // step's rate check would refuse from then on: the exact value is >= 0.
-                    let r =
-                        lr * (1.0 + d / (*total_iters as f64 * start_factor + (e - 1) as f64 * d));
-                    r.max(0.0)
+                    // PyTorch's chained form (with end_factor 0 its last step can round to a
+                    // tiny negative rate, -1.9e-18 for start 1/3 over 4 steps, kept as there).
+                    lr * (1.0 + d / (*total_iters as f64 * start_factor + (e - 1) as f64 * d))
                 }
             }
             Schedule::Lambda(f) => base? * f(e),
@@ -272,7 +269,7 @@ impl LrScheduler {
     /// step it takes at construction re-applies a step or multi-step schedule's decay when
     /// `epoch` is a decay epoch).
     /// Errors for the arguments [`LrScheduler::new`] refuses, and for `base_lrs` of another
-    /// length than the groups or not finite rates >= 0; nothing changes then.
+    /// length than the groups or not finite rates; nothing changes then.
     ///
     /// ```ignore-wasm32
     /// # fn main() -> wgtensor::Result<()> {
@@ -315,14 +312,10 @@ impl LrScheduler {
                 ),
             ));
         }
-        if let Some((g, b)) = base_lrs
-            .iter()
-            .enumerate()
-            .find(|(_, b)| !(b.is_finite() && **b >= 0.0))
-        {
+        if let Some((g, b)) = base_lrs.iter().enumerate().find(|(_, b)| !b.is_finite()) {
             return Err(Error::arg(
                 op,
-                format!("initial rate {b} of group {g} is not a finite rate >= 0"),
+                format!("initial rate {b} of group {g} is not a finite rate"),
             ));
         }
         let last: Vec<f64> = (0..opt.lr_groups())
@@ -345,8 +338,9 @@ impl LrScheduler {
     /// construction; when it has more and the epoch's formula reads the initial rates
     /// (LambdaLR's, the cosine restart), as PyTorch's strict zips raise since 2.10 ("zip()
     /// argument 2 is shorter than argument 1", "... longer ..." for the restart); or when a
-    /// new rate is not a finite number >= 0 (a lambda's negative factor, a rate grown past
-    /// f64): then nothing changes, the epoch included.
+    /// new rate is not finite (a rate grown past f64): then nothing changes, the epoch
+    /// included. A negative rate is set, as PyTorch's (a lambda's negative factor; a cosine
+    /// schedule with `eta_min` chained with a step decay can pass below zero).
     pub fn step(&mut self, opt: &mut impl LrGroups) -> Result<()> {
         self.check_groups(opt)?;
         let next = self.epoch.checked_add(1).ok_or_else(|| {
@@ -401,14 +395,10 @@ impl LrScheduler {
                     ),
                 )
             })?;
-        if let Some((g, lr)) = lrs
-            .iter()
-            .enumerate()
-            .find(|(_, lr)| !(lr.is_finite() && **lr >= 0.0))
-        {
+        if let Some((g, lr)) = lrs.iter().enumerate().find(|(_, lr)| !lr.is_finite()) {
             return Err(Error::arg(
                 "lr_scheduler",
-                format!("epoch {e} gives group {g} the learning rate {lr}, not a finite rate >= 0"),
+                format!("epoch {e} gives group {g} the learning rate {lr}, not a finite rate"),
             ));
         }
         for (g, &lr) in lrs.iter().enumerate() {

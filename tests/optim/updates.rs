@@ -294,8 +294,12 @@ fn param_groups_have_their_own_hyperparameters() {
     opt.set_lr(0.2).unwrap();
     assert_eq!((opt.group_lr(0), opt.group_lr(1)), (Some(0.2), Some(0.2)));
     assert!(opt.set_group_lr(2, 0.1).is_err());
-    assert!(opt.set_group_lr(0, -1.0).is_err());
+    assert!(opt.set_group_lr(0, f64::NAN).is_err());
     assert_eq!(opt.lr(), 0.2);
+    // A negative rate is set, as PyTorch's param_group["lr"] (the constructors refuse one).
+    opt.set_group_lr(1, -0.1).unwrap();
+    assert_eq!(opt.group_lr(1), Some(-0.1));
+    opt.set_group_lr(1, 0.2).unwrap();
     // A refused group adds nothing.
     let other = leaf(&[0.0]);
     let e = opt
