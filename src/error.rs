@@ -264,7 +264,8 @@ pub(crate) fn cpp_double(v: f64) -> String {
 
 /// PyTorch's checked conversion of a fill value ("value cannot be converted to type ... without
 /// overflow"): a finite value past the largest f16 (65504) or f32, or for [`DType::I32`] NaN or
-/// a value outside its range, is an error naming `op`; infinities and NaN fill float tensors.
+/// a value below -2^31 or at or past 2^31 (one between truncates), is an error naming `op`;
+/// infinities and NaN fill float tensors.
 pub(crate) fn check_fill(op: &'static str, value: f64, dtype: DType) -> Result<()> {
     let max = match dtype {
         DType::F32 => f64::from(f32::MAX),

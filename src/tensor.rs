@@ -188,8 +188,8 @@ impl Tensor {
     /// [`Tensor::from_slice`] does for the shape and dtype, and with
     /// [`Error::InvalidArgument`] for a value the dtype cannot hold, as PyTorch's checked
     /// conversion ("value cannot be converted to type ... without overflow"): a finite value
-    /// past the largest f16 (65504) or f32, or for [`DType::I32`] NaN or a value outside its
-    /// range. Infinities and NaN fill float tensors.
+    /// past the largest f16 (65504) or f32, or for [`DType::I32`] NaN or a value below -2^31 or
+    /// at or past 2^31. Infinities and NaN fill float tensors.
     pub fn full(device: &Device, shape: &[usize], value: f64, dtype: DType) -> Result<Tensor> {
         check_new_shape(device, "full", shape, dtype)?;
         check_fill("full", value, dtype)?;

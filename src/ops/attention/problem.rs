@@ -241,8 +241,9 @@ impl Problem {
     }
 }
 
-/// validate_sdpa_input's mask checks, after the operands' dtypes, devices and ranks and before
-/// any size: an additive mask is f32 or the query's dtype, and any mask is on q's device.
+/// validate_sdpa_input's mask check, after the operands' dtypes, devices and ranks and before
+/// any size: an additive mask is f32 or the query's dtype (its device is checked with its
+/// shape, later, as PyTorch's kernels find it).
 fn check_mask(op: &'static str, q: &Tensor, opts: &SdpaOptions) -> Result<()> {
     if let Some(AttnMask::Additive(m)) = opts.attn_mask {
         if m.dtype != DType::F32 && m.dtype != q.dtype {
@@ -257,9 +258,6 @@ fn check_mask(op: &'static str, q: &Tensor, opts: &SdpaOptions) -> Result<()> {
                 ),
             ));
         }
-    }
-    if let Some(AttnMask::Bool(m) | AttnMask::Additive(m)) = opts.attn_mask {
-        q.same_device(op, m)?;
     }
     Ok(())
 }

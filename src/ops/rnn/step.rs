@@ -154,7 +154,8 @@ pub(crate) fn step_plan(
     let ks = family
         .ks
         .filter(|_| !caps.cpu && splits_k(caps, b, h) && fits(KS_TILE.0, KS_TILE.1));
-    let sg8 = has_sg8(dev) && fits(32, 8);
+    let sgs = b.div_ceil(32).next_power_of_two().min(4);
+    let sg8 = has_sg8(dev) && fits(32 * sgs, 8);
     let (kernel, consts, grid) = if let Some(ks) = ks {
         let (rows, units) = KS_TILE;
         (ks[which], vec![], [h.div_ceil(units), b.div_ceil(rows), 1])
@@ -166,7 +167,6 @@ pub(crate) fn step_plan(
             [h.div_ceil(16), b.div_ceil(rows), 1],
         )
     } else if sg8 {
-        let sgs = b.div_ceil(32).next_power_of_two().min(4);
         (
             family.sg8[which],
             vec![("SGS", sgs as f64)],
