@@ -261,6 +261,19 @@ fn load_state_dict_copies_in_place() {
     );
     load_state_dict(&[("b", &ti)], &mixed, false).unwrap();
     assert_eq!(ti.to_vec::<i32>().unwrap(), vec![2, 2]);
+    // An f16 source for a device without f16: converted on the source's device first.
+    if dev().supports_f16() {
+        let no16 = Device::with_options(wgtensor::DeviceOptions {
+            disable_f16: true,
+            ..Default::default()
+        })
+        .unwrap();
+        let t32 = Tensor::zeros(&no16, &[2], DType::F32).unwrap();
+        let h = Tensor::full(dev(), &[2], 1.5, DType::F16).unwrap();
+        let src16 = HashMap::from([("w".to_string(), h)]);
+        load_state_dict(&[("w", &t32)], &src16, true).unwrap();
+        assert_eq!(t32.to_vec::<f32>().unwrap(), vec![1.5, 1.5]);
+    }
 }
 
 /// Names a safetensors file cannot hold are an `Err` naming the op and the name, before any
