@@ -79,7 +79,8 @@ fn load_error_message(
 
 /// Copies `source` tensors into the `targets` (a model's parameters and buffers by their
 /// state-dict names) in place, converting dtypes (and copying a source on another device over
-/// through the host); shapes must match. `strict` (PyTorch's
+/// through the host); shapes must match (a 0-d target also takes a one-element 1-D source, as
+/// PyTorch's). `strict` (PyTorch's
 /// default) makes any missing or unexpected key an error naming them; otherwise they are
 /// reported. Every key that names no target is unexpected, as in current PyTorch (keys under
 /// a tensor's name such as `fc.weight.foo` too). Every size mismatch is listed in one
