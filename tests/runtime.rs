@@ -603,6 +603,33 @@ fn warm_up_reports_errors() {
     assert_eq!(x.relu().unwrap().to_vec::<f32>().unwrap(), vec![1.0, 0.0]);
 }
 
+/// A warm-up leaves the caller's state alone: it draws random numbers from a stream of its own
+/// (a seeded sequence is the same with or without one), and it does not take the device's
+/// pending errors (an index out of range in the caller's work is reported to the caller).
+#[test]
+fn warm_up_keeps_the_callers_stream_and_errors() {
+    use wgtensor::ops::rand;
+    let dev = device_with(DeviceOptions::default());
+    let draw = |d: &Device| rand(d, &[8], DType::F32).unwrap().to_vec::<f32>().unwrap();
+    dev.manual_seed(7);
+    let plain = draw(&dev);
+    dev.manual_seed(7);
+    dev.warm_up(|d| rand(d, &[64], DType::F32).map(drop))
+        .wait()
+        .unwrap();
+    assert_eq!(draw(&dev), plain);
+    let x = Tensor::from_slice(&dev, &[1.0f32, 2.0], &[2]).unwrap();
+    let bad = Tensor::from_slice(&dev, &[7i32], &[1]).unwrap();
+    let y = x.index_select(0, &bad).unwrap();
+    dev.warm_up(|d| Tensor::zeros(d, &[4], DType::F32).map(drop))
+        .wait()
+        .unwrap();
+    let e = y.to_vec::<f32>().unwrap_err().to_string();
+    assert!(e.contains("index_select"), "{e}");
+    let x = Tensor::from_slice(&dev, &[1.0f32, -2.0], &[2]).unwrap();
+    assert_eq!(x.relu().unwrap().to_vec::<f32>().unwrap(), vec![1.0, 0.0]);
+}
+
 /// A readback that carried the index error buffer's bytes but failed on another error (an
 /// uncaptured validation error, raised here by an invalid copy another thread encodes while
 /// the readback waits) reports that error, and the index error at the next readback: the batch

@@ -179,6 +179,18 @@ impl Device {
                 other.pool.clear();
             }
         }
+        // A handle upgraded here can become another device's last (its owner dropping it
+        // meanwhile), and a device's drop saves its pipeline cache and waits for its GPU:
+        // not under this device's state lock, which the caller holds. They drop on a thread of
+        // their own (here only if none can be started).
+        if others
+            .iter()
+            .any(|o| !std::sync::Arc::ptr_eq(o, &self.inner))
+        {
+            let _ = std::thread::Builder::new()
+                .name("wgtensor-release".into())
+                .spawn(move || drop(others));
+        }
     }
 
     pub(crate) fn release_buffer(&self, buf: wgpu::Buffer) {

@@ -234,8 +234,13 @@ impl Device {
     }
 
     /// The seed and the first of `blocks` counters reserved for one random op; the next call
-    /// starts after them, so streams never overlap.
+    /// starts after them, so streams never overlap. A warm-up call draws from a stream of its
+    /// own (`super::warm_up::private_counters`), so the caller's seeded sequence is the same
+    /// with or without one.
     pub(crate) fn take_random_counters(&self, blocks: u64) -> (u64, u64) {
+        if let Some(c) = super::warm_up::private_counters(blocks) {
+            return c;
+        }
         let mut g = lock(&self.inner.rng);
         let start = g.1;
         g.1 = g.1.wrapping_add(blocks);

@@ -106,7 +106,9 @@ impl Device {
         // runs the device-lost callback if the loss is what made the batch invalid).
         #[cfg(not(target_arch = "wasm32"))]
         let _ = self.inner.device.poll(wgpu::PollType::Poll);
-        let e = self.check(op).err().unwrap_or(e);
+        // check_errors, not check: the state lock is held here (check's wasm parking bound
+        // would take it again).
+        let e = self.check_errors(op).err().unwrap_or(e);
         for buf in written {
             // Not the index-error buffer: it outlives every batch (checks and readbacks
             // of later ones write it), and a dropped batch's checks and clears never ran, so

@@ -8,8 +8,33 @@
 //! work (load weights, open a window) while the driver compiles. A real call that needs a pipeline the warm-up is compiling waits
 //! for it (the pipeline cache is locked during a compile) instead of compiling it a second time.
 
+use std::cell::Cell;
+
 use super::device::Device;
 use crate::Result;
+
+thread_local! {
+    /// The random stream of a warm-up call running on this thread (seed, next counter), apart
+    /// from its device's: the warm-up's dropout masks do not move the caller's seeded stream.
+    static PRIVATE_RNG: Cell<Option<(u64, u64)>> = const { Cell::new(None) };
+}
+
+/// The seed and first of `blocks` counters from this thread's warm-up stream, if it runs one.
+pub(crate) fn private_counters(blocks: u64) -> Option<(u64, u64)> {
+    PRIVATE_RNG.with(|r| {
+        let (seed, start) = r.get()?;
+        r.set(Some((seed, start.wrapping_add(blocks))));
+        Some((seed, start))
+    })
+}
+
+/// Runs `f` with this thread drawing random numbers from a private stream.
+fn with_private_rng<R>(f: impl FnOnce() -> R) -> R {
+    let before = PRIVATE_RNG.with(|r| r.replace(Some((0x5741_524d_5550, 0))));
+    let out = f();
+    PRIVATE_RNG.with(|r| r.set(before));
+    out
+}
 
 /// A warm-up started by [`Device::warm_up`]; [`WarmUp::wait`] blocks until it finished.
 ///
@@ -62,7 +87,11 @@ impl Device {
     /// variants of the real calls (a few pipelines) to their first call. Natively `run`
     /// executes on a background thread and this returns at once; on wasm32, which has no threads, it runs before returning
     /// (WebGPU compiles asynchronously in the browser anyway). The results of `run` are
-    /// discarded; its dispatches execute like any other work of the device.
+    /// discarded; its dispatches execute like any other work of the device, submitted when it
+    /// returns. It draws random numbers (dropout in training mode) from a stream of its own, so
+    /// a seeded sequence ([`Device::manual_seed`]) is the same with or without a warm-up, and it
+    /// does not wait for the device: errors the device reports later (an index out of range)
+    /// come from the caller's next sync or readback, as any op's.
     ///
     /// ```
     /// use wgtensor::{Device, Tensor};
@@ -90,8 +119,11 @@ impl Device {
     {
         let dev = self.clone();
         let handle = std::thread::spawn(move || {
-            run(&dev)?;
-            dev.sync()
+            with_private_rng(|| run(&dev))?;
+            // Submitted, not synced: a sync here would take (and report to `wait`) the
+            // device-wide errors of the caller's own work (a pending index check, a failed
+            // batch).
+            dev.flush("warm_up")
         });
         WarmUp { handle }
     }
@@ -104,6 +136,8 @@ impl Device {
     where
         F: FnOnce(&Device) -> Result<()>,
     {
-        WarmUp { result: run(self) }
+        WarmUp {
+            result: with_private_rng(|| run(self)),
+        }
     }
 }
