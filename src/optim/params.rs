@@ -221,8 +221,10 @@ impl ParamSet {
             lr: group.lr.unwrap_or(defaults.lr),
             weight_decay: group.weight_decay.unwrap_or(defaults.weight_decay),
         };
-        check_hyper(op, "lr", opts.lr, 0.0, f64::MAX)?;
-        check_hyper(op, "weight_decay", opts.weight_decay, 0.0, f64::MAX)?;
+        // A group's own values need only be finite: PyTorch checks the constructor's defaults
+        // (there, before this), not a group's (`add_param_group({"lr": -0.1})` steps).
+        check_hyper(op, "lr", opts.lr, f64::MIN, f64::MAX)?;
+        check_hyper(op, "weight_decay", opts.weight_decay, f64::MIN, f64::MAX)?;
         // PyTorch's rule: every parameter named or none, in every group (an empty group has
         // no names, as there).
         let named = group.params.iter().filter(|(n, _)| n.is_some()).count();
@@ -465,7 +467,7 @@ impl ParamSet {
     }
 
     /// Sets the learning rate of group `g`: any finite rate, as PyTorch's
-    /// `param_group["lr"] = lr` (only the constructors refuse a negative one; chained
+    /// `param_group["lr"] = lr` (only the constructors' defaults must be >= 0; chained
     /// schedulers can step below zero).
     pub(crate) fn set_group_lr(&mut self, op: &'static str, g: usize, lr: f64) -> Result<()> {
         check_hyper(op, "lr", lr, f64::MIN, f64::MAX)?;

@@ -17,7 +17,8 @@ pub trait LrGroups {
     fn lr_groups(&self) -> usize;
     /// The learning rate of group `g`.
     fn lr_of(&self, g: usize) -> Option<f64>;
-    /// Sets the learning rate of group `g`.
+    /// Sets the learning rate of group `g`: any finite rate, negative ones included (a
+    /// schedule can pass below zero, as PyTorch's).
     fn set_lr_of(&mut self, g: usize, lr: f64) -> Result<()>;
     /// The initial rate of group `g` a scheduler recorded (PyTorch's `initial_lr` entry):
     /// `None` until one was made. The default keeps none.

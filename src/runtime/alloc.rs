@@ -181,15 +181,15 @@ impl Device {
         }
         // A handle upgraded here can become another device's last (its owner dropping it
         // meanwhile), and a device's drop saves its pipeline cache and waits for its GPU:
-        // not under this device's state lock, which the caller holds. They drop on a thread of
-        // their own (here only if none can be started).
-        if others
-            .iter()
-            .any(|o| !std::sync::Arc::ptr_eq(o, &self.inner))
-        {
-            let _ = std::thread::Builder::new()
-                .name("wgtensor-release".into())
-                .spawn(move || drop(others));
+        // not under this device's state lock, which the caller holds. Such a last one drops
+        // on a thread of its own (here only if none can be started); the others, this
+        // device's own among them, are released here.
+        for inner in others {
+            if let Some(last) = std::sync::Arc::into_inner(inner) {
+                let _ = std::thread::Builder::new()
+                    .name("wgtensor-release".into())
+                    .spawn(move || drop(last));
+            }
         }
     }
 

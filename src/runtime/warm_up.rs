@@ -28,15 +28,21 @@ pub(crate) fn private_counters(blocks: u64) -> Option<(u64, u64)> {
     })
 }
 
-/// Runs `f` with this thread drawing random numbers from a private stream.
+/// Runs `f` with this thread drawing random numbers from a private stream (restored after it,
+/// also when it unwinds: on wasm32 it runs on the caller's thread).
 fn with_private_rng<R>(f: impl FnOnce() -> R) -> R {
-    let before = PRIVATE_RNG.with(|r| r.replace(Some((0x5741_524d_5550, 0))));
-    let out = f();
-    PRIVATE_RNG.with(|r| r.set(before));
-    out
+    struct Restore(Option<(u64, u64)>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            PRIVATE_RNG.with(|r| r.set(self.0));
+        }
+    }
+    let _restore = Restore(PRIVATE_RNG.with(|r| r.replace(Some((0x5741_524d_5550, 0)))));
+    f()
 }
 
-/// A warm-up started by [`Device::warm_up`]; [`WarmUp::wait`] blocks until it finished.
+/// A warm-up started by [`Device::warm_up`]; [`WarmUp::wait`] blocks until its call returned
+/// (its pipelines compiled, its work submitted).
 ///
 /// Dropping it without waiting lets the warm-up run to completion in the background.
 #[derive(Debug)]
@@ -87,11 +93,12 @@ impl Device {
     /// variants of the real calls (a few pipelines) to their first call. Natively `run`
     /// executes on a background thread and this returns at once; on wasm32, which has no threads, it runs before returning
     /// (WebGPU compiles asynchronously in the browser anyway). The results of `run` are
-    /// discarded; its dispatches execute like any other work of the device, submitted when it
-    /// returns. It draws random numbers (dropout in training mode) from a stream of its own, so
-    /// a seeded sequence ([`Device::manual_seed`]) is the same with or without a warm-up, and it
-    /// does not wait for the device: errors the device reports later (an index out of range)
-    /// come from the caller's next sync or readback, as any op's.
+    /// discarded; its dispatches execute like any other work of the device (natively submitted
+    /// when it returns successfully; [`WarmUp::wait`] then means compiled and submitted, not
+    /// run). It draws random numbers (dropout in training mode) from a fixed stream of its
+    /// own, so a seeded sequence ([`Device::manual_seed`]) is the same with or without a
+    /// warm-up, and it does not wait for the device: errors the device reports later (an index
+    /// out of range) come from the caller's next sync or readback, as any op's.
     ///
     /// ```
     /// use wgtensor::{Device, Tensor};

@@ -457,3 +457,37 @@ fn adam_first_step_moves_by_lr() {
         );
     }
 }
+
+/// A negative rate set after construction steps uphill, as PyTorch's (torch 2.15, p = [1, 2],
+/// g = [0.5, -0.5], group lr set to -0.1): SGD [1.05, 1.95], Adam [1.1, 1.9], AdamW with weight
+/// decay 0.1 [1.11, 1.92] (its decay factor above 1).
+#[test]
+fn a_negative_rate_set_after_construction_steps_uphill() {
+    let g = Tensor::from_slice(dev(), &[0.5f32, -0.5], &[2]).unwrap();
+    let w = leaf(&[1.0, 2.0]);
+    let mut sgd = Sgd::new(vec![w.clone()], SgdOptions::default()).unwrap();
+    sgd.set_lr(-0.1).unwrap();
+    sgd.step_with(&[Some(&g)]).unwrap();
+    close(&vals(&w), &[1.05, 1.95], "sgd");
+    for (wd, decoupled, want) in [(0.0, false, [1.1, 1.9]), (0.1, true, [1.11, 1.92])] {
+        let w = leaf(&[1.0, 2.0]);
+        let mut adam = Adam::new(
+            vec![w.clone()],
+            AdamOptions {
+                weight_decay: wd,
+                decoupled_weight_decay: decoupled,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        adam.set_lr(-0.1).unwrap();
+        adam.step_with(&[Some(&g)]).unwrap();
+        close(&vals(&w), &want, "adam");
+    }
+    // A group's own negative rate is taken too (PyTorch checks only the defaults).
+    let mut sgd = Sgd::new(vec![leaf(&[0.0])], SgdOptions::default()).unwrap();
+    let p = leaf(&[1.0]);
+    sgd.add_param_group(ParamGroup::new(vec![p.clone()]).lr(-0.5))
+        .unwrap();
+    assert_eq!(sgd.group_lr(1), Some(-0.5));
+}
