@@ -2,6 +2,7 @@
 //! pending batch, in-flight queue, pipeline cache) behind one cheap-to-clone handle; opening
 //! one is runtime/open.rs.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -114,6 +115,34 @@ impl std::fmt::Debug for Device {
 /// the browser's.
 #[cfg(not(target_arch = "wasm32"))]
 pub(super) static HOST_DEVICES: Mutex<Vec<std::sync::Weak<Inner>>> = Mutex::new(Vec::new());
+
+thread_local! {
+    /// The random stream of a warm-up call running on this thread (seed, next counter), apart
+    /// from its device's: the warm-up's dropout masks do not move the caller's seeded stream.
+    static PRIVATE_RNG: Cell<Option<(u64, u64)>> = const { Cell::new(None) };
+}
+
+/// The seed and first of `blocks` counters from this thread's warm-up stream, if it runs one.
+fn private_counters(blocks: u64) -> Option<(u64, u64)> {
+    PRIVATE_RNG.with(|r| {
+        let (seed, start) = r.get()?;
+        r.set(Some((seed, start.wrapping_add(blocks))));
+        Some((seed, start))
+    })
+}
+
+/// Runs `f` with this thread drawing random numbers from a private stream (restored after it,
+/// also when it unwinds: on wasm32 it runs on the caller's thread).
+pub(super) fn with_private_rng<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<(u64, u64)>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            PRIVATE_RNG.with(|r| r.set(self.0));
+        }
+    }
+    let _restore = Restore(PRIVATE_RNG.with(|r| r.replace(Some((0x5741_524d_5550, 0)))));
+    f()
+}
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock cannot leave our counters half-updated in a way that
@@ -235,10 +264,10 @@ impl Device {
 
     /// The seed and the first of `blocks` counters reserved for one random op; the next call
     /// starts after them, so streams never overlap. A warm-up call draws from a stream of its
-    /// own (`super::warm_up::private_counters`), so the caller's seeded sequence is the same
+    /// own (`private_counters`), so the caller's seeded sequence is the same
     /// with or without one.
     pub(crate) fn take_random_counters(&self, blocks: u64) -> (u64, u64) {
-        if let Some(c) = super::warm_up::private_counters(blocks) {
+        if let Some(c) = private_counters(blocks) {
             return c;
         }
         let mut g = lock(&self.inner.rng);

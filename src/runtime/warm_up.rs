@@ -8,38 +8,8 @@
 //! work (load weights, open a window) while the driver compiles. A real call that needs a pipeline the warm-up is compiling waits
 //! for it (the pipeline cache is locked during a compile) instead of compiling it a second time.
 
-use std::cell::Cell;
-
-use super::device::Device;
+use super::device::{with_private_rng, Device};
 use crate::Result;
-
-thread_local! {
-    /// The random stream of a warm-up call running on this thread (seed, next counter), apart
-    /// from its device's: the warm-up's dropout masks do not move the caller's seeded stream.
-    static PRIVATE_RNG: Cell<Option<(u64, u64)>> = const { Cell::new(None) };
-}
-
-/// The seed and first of `blocks` counters from this thread's warm-up stream, if it runs one.
-pub(crate) fn private_counters(blocks: u64) -> Option<(u64, u64)> {
-    PRIVATE_RNG.with(|r| {
-        let (seed, start) = r.get()?;
-        r.set(Some((seed, start.wrapping_add(blocks))));
-        Some((seed, start))
-    })
-}
-
-/// Runs `f` with this thread drawing random numbers from a private stream (restored after it,
-/// also when it unwinds: on wasm32 it runs on the caller's thread).
-fn with_private_rng<R>(f: impl FnOnce() -> R) -> R {
-    struct Restore(Option<(u64, u64)>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            PRIVATE_RNG.with(|r| r.set(self.0));
-        }
-    }
-    let _restore = Restore(PRIVATE_RNG.with(|r| r.replace(Some((0x5741_524d_5550, 0)))));
-    f()
-}
 
 /// A warm-up started by [`Device::warm_up`]; [`WarmUp::wait`] blocks until its call returned
 /// (its pipelines compiled, its work submitted).
