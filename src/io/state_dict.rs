@@ -110,7 +110,8 @@ pub(crate) struct CheckedLoad<'a> {
 
 /// The checks of [`load_state_dict`], nothing written: keys (`counters` name entries that are
 /// read, not copied, such as `num_batches_tracked`: neither missing when absent nor
-/// unexpected; they take a `[]` or `[1]` entry), devices, and shapes, every mismatch
+/// unexpected; they take a `[]` or `[1]` entry) and shapes (a source on another device is
+/// brought over later, [`CheckedLoad::bring_over`]), every mismatch
 /// collected into one error under `module`'s name.
 pub(crate) fn check_load<'a>(
     targets: &[(&str, &'a Tensor)],

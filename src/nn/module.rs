@@ -444,9 +444,9 @@ async fn read_counter(t: &Tensor) -> Result<Option<u64>> {
 
 // A counter the source lacks is not missing: it keeps its value, as PyTorch's batch norm fills
 // in `num_batches_tracked` for a state dict without version metadata (a plain dict, such as
-// safetensors gives) before the strict check. Keys, devices and shapes (the counters' too) are
-// checked before anything is read or written, and the counters are read before anything is
-// written, so that a bad one changes nothing. `read_counters` false leaves every counter as it
+// safetensors gives) before the strict check. Keys and shapes (the counters' too) are checked
+// before anything is read or written, and the counters read and the sources on other devices
+// brought over before anything is written, so that a bad one changes nothing. `read_counters` false leaves every counter as it
 // is (the browser's blocking load, which cannot wait for a readback).
 async fn load_with<M: Module + ?Sized>(
     m: &mut M,

@@ -153,8 +153,10 @@ impl Adam {
     }
 
     /// Adds a group of parameters with its own learning rate and weight decay (PyTorch's
-    /// `add_param_group`); unset ones come from the options. Checked as in [`Adam::new`], also
-    /// against the parameters already present; nothing is added when a check fails.
+    /// `add_param_group`); unset ones come from the options. Checked as in [`Adam::new`] (a
+    /// group's own `lr` and `weight_decay` need only be finite, as PyTorch checks only the
+    /// defaults), also against the parameters already present; nothing is added when a check
+    /// fails.
     pub fn add_param_group(&mut self, group: ParamGroup) -> Result<()> {
         let defaults = GroupOpts {
             lr: self.opts.lr,

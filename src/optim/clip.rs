@@ -84,7 +84,9 @@ pub fn clip_grad_norm(grads: &[&Tensor], max_norm: f64) -> Result<(Vec<Tensor>, 
         .scalar_op(ScalarOp::Min, 1.0)?;
     let clipped = grads
         .iter()
-        .map(|g| g.mul(&coef.to_dtype(g.dtype())?))
+        // The 0-d coefficient multiplies each gradient unrounded (an f32 one beside f16
+        // gradients: `g.mul_(clip_coef_clamped)`), the product rounded once to g's dtype.
+        .map(|g| g.mul(&coef))
         .collect::<Result<Vec<_>>>()?;
     Ok((clipped, norm))
 }

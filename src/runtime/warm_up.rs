@@ -67,8 +67,9 @@ impl Device {
     /// when it returns successfully; [`WarmUp::wait`] then means compiled and submitted, not
     /// run). It draws random numbers (dropout in training mode) from a fixed stream of its
     /// own, so a seeded sequence ([`Device::manual_seed`]) is the same with or without a
-    /// warm-up, and it does not wait for the device: errors the device reports later (an index
-    /// out of range) come from the caller's next sync or readback, as any op's.
+    /// warm-up, and it does not sync the device: errors the device reports later (an index out
+    /// of range) come from the caller's next sync or readback, as any op's (unless `run` itself
+    /// reads a tensor back: a readback takes the device's pending errors, whoever's).
     ///
     /// ```
     /// use wgtensor::{Device, Tensor};

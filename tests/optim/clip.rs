@@ -69,6 +69,19 @@ fn clip_grad_norm_f16_gradients() {
     let g32 = Tensor::from_slice(dev(), &[0.0f32, 12.0], &[2]).unwrap();
     let (_, norm) = clip_grad_norm(&[&g, &g32], 1.0).unwrap();
     assert_eq!((norm.dtype(), vals(&norm)), (DType::F32, vec![13.0]));
+    // The f32 coefficient scales an f16 gradient unrounded (torch 2.15's clipped values; the
+    // coefficient rounded to f16 first gave 0.52783 for 3).
+    let g16 = h(&[3.0, 0.1, -2.5], &[3]);
+    let g32 = Tensor::from_slice(dev(), &[4.0f32, 1.0], &[2]).unwrap();
+    let (clipped, norm) = clip_grad_norm(&[&g16, &g32], 1.0).unwrap();
+    assert!((vals(&norm)[0] - 5.6797).abs() < 1e-3, "{:?}", vals(&norm));
+    assert_eq!(clipped[0].dtype(), DType::F16);
+    assert_eq!(
+        back(&clipped[0]),
+        vec![0.5283203125, 0.017608642578125, -0.440185546875]
+    );
+    let c32 = vals(&clipped[1]);
+    assert!((c32[0] - 0.7042646408081055).abs() < 1e-6, "{c32:?}");
 }
 
 /// PyTorch's clip_grad_value_: every element clamped into [-v, v], NaN kept, f16 too.
