@@ -9,6 +9,7 @@
 
 mod common;
 
+use wgtensor::ops::BinaryOp;
 use wgtensor::{f16, DType, Tensor};
 
 fn h(v: &[f32]) -> Tensor {
@@ -69,6 +70,73 @@ fn a_wide_0d_operand_enters_f16_ops_unrounded_f16() {
     assert!(q[0] > 0.0);
     let i = Tensor::from_slice(dev, &[100_000i32], &[]).unwrap();
     assert_eq!(hv(&x.mul(&i).unwrap()), vec![49984.0, f32::INFINITY]);
+    // The gradients as PyTorch's MulBackward0 / DivBackward0 (torch 2.15, upstream c): x's
+    // from g times (over) the unrounded scalar, the scalar's from f16 products summed to f16;
+    // a first factor narrowed in the value but not in x's gradient.
+    let xs = [2.3f32, -1.7, 0.37, 5.9];
+    let c = h(&[0.3, 1.1, -0.7, 0.9]);
+    type Case = (bool, BinaryOp, [f32; 4], [f32; 4], f32);
+    let cases: [Case; 3] = [
+        (
+            false,
+            BinaryOp::Mul,
+            [
+                0.2301025390625,
+                -0.1700439453125,
+                0.037017822265625,
+                0.58984375,
+            ],
+            [
+                0.029998779296875,
+                0.1099853515625,
+                -0.07000732421875,
+                0.0899658203125,
+            ],
+            3.87109375,
+        ),
+        (
+            false,
+            BinaryOp::Div,
+            [23.0, -17.0, 3.701171875, 59.0],
+            [3.0, 11.0, -7.0, 9.0],
+            -387.25,
+        ),
+        (
+            true,
+            BinaryOp::Mul,
+            [0.22998046875, -0.169921875, 0.037017822265625, 0.58984375],
+            [
+                0.029998779296875,
+                0.1099853515625,
+                -0.07000732421875,
+                0.0899658203125,
+            ],
+            3.87109375,
+        ),
+    ];
+    for (s_first, op, y_want, gx_want, gs_want) in cases {
+        let x = h(&xs).requires_grad().unwrap();
+        let s = Tensor::from_slice(dev, &[0.1f32], &[])
+            .unwrap()
+            .requires_grad()
+            .unwrap();
+        let y = if s_first {
+            s.binary(&x, op)
+        } else {
+            x.binary(&s, op)
+        }
+        .unwrap();
+        assert_eq!(hv(&y), y_want, "{op:?} s_first {s_first}");
+        let g = y.mul(&c).unwrap().sum_all().unwrap().backward().unwrap();
+        assert_eq!(hv(g.get(&x).unwrap()), gx_want, "{op:?} s_first {s_first}");
+        let gs = g.get(&s).unwrap();
+        assert_eq!(gs.dtype(), DType::F32);
+        assert_eq!(
+            gs.to_vec::<f32>().unwrap(),
+            vec![gs_want],
+            "{op:?} s_first {s_first}"
+        );
+    }
     // The gradient still comes back in each operand's dtype.
     let xr = h(&[2.0]).requires_grad().unwrap();
     let sr = Tensor::from_slice(dev, &[0.1f32], &[])

@@ -4,7 +4,7 @@
 use crate::autograd::{record, sum_to, BackwardOp};
 use crate::ops::grad_kernel::{grad_binary, GradCode};
 use crate::ops::{BinaryOp, UnaryOp};
-use crate::{DType, Error, Result, Tensor};
+use crate::{Error, Result, Tensor};
 
 struct BinaryBackward {
     op: BinaryOp,
@@ -156,21 +156,14 @@ impl Tensor {
             // operand's dtype.
             crate::layout::broadcast_shapes(op.name(), self.shape(), other.shape())?;
             self.same_device(op.name(), other)?;
+            // f16 data times or over an f32 or i32 0-d tensor: f16, the scalar's value and
+            // the gradients as PyTorch's mul and div kernels and nodes take them
+            // (`x * tensor(1e5)` is 49984 where a narrowed scalar gives inf).
+            if super::wide_scalar::applies(self, other, op) {
+                return super::wide_scalar::f16_with_wide_scalar(self, other, op);
+            }
             let dt = crate::dtype::result_type(self, other);
-            // An f32 or i32 0-d divisor or second factor beside f16 data gives f16, but its
-            // value enters the op unrounded (PyTorch's mul and div kernels read it as the f32
-            // opmath scalar; CUDA's read every operand that way, CPU's narrow it for add, sub,
-            // pow and a 0-d first factor, as here): computed in f32 (f16 widens exactly) and
-            // rounded once, `x * tensor(1e5)` is 49984 where a narrowed scalar gives inf.
-            let wide_scalar = other.rank() == 0 && other.dtype != DType::F16;
-            let scaling = matches!(op, BinaryOp::Mul | BinaryOp::Div);
-            let out = if dt == DType::F16 && scaling && wide_scalar {
-                let f32 = DType::F32;
-                let wide = self.to_dtype(f32)?.binary(&other.to_dtype(f32)?, op)?;
-                wide.to_dtype(dt)?
-            } else {
-                self.to_dtype(dt)?.binary(&other.to_dtype(dt)?, op)?
-            };
+            let out = self.to_dtype(dt)?.binary(&other.to_dtype(dt)?, op)?;
             // PyTorch's one node saves the operands as passed (promotion is inside its
             // kernel), as derivatives.yaml's formulas need them; the node above saved the
             // cast copies, so the caller's are kept for the version check.

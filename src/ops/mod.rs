@@ -46,6 +46,7 @@ pub(crate) mod transpose_copy;
 pub(crate) mod value_check;
 pub(crate) mod view_grad;
 pub(crate) mod wg;
+mod wide_scalar;
 
 pub use activation::Activation;
 pub use attention::{scaled_dot_product_attention, AttnMask, SdpaOptions};
