@@ -399,7 +399,10 @@ fn serialize(
         })
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|e| io_err(op, e))?;
-    safetensors::serialize(views, None).map_err(|e| io_err(op, e))
+    // `{"format": "pt"}`, as safetensors.torch.save_file writes it: loaders that check the
+    // metadata (transformers' from_pretrained) take the file as PyTorch's.
+    let metadata = std::collections::HashMap::from([("format".to_string(), "pt".to_string())]);
+    safetensors::serialize(views, Some(metadata)).map_err(|e| io_err(op, e))
 }
 
 fn host_entry(name: &str, t: &Tensor, bytes: Vec<u8>) -> (String, StDtype, Vec<usize>, Vec<u8>) {
@@ -432,7 +435,8 @@ fn check_names(op: &'static str, tensors: &[(&str, &Tensor)]) -> Result<()> {
     Ok(())
 }
 
-/// The safetensors bytes of `tensors` by name (native: reads them back, blocking). Names must
+/// The safetensors bytes of `tensors` by name (native: reads them back, blocking), with the
+/// header metadata `{"format": "pt"}` that `safetensors.torch.save_file` writes. Names must
 /// be non-empty, distinct and not `__metadata__` (else [`Error::InvalidArgument`]).
 #[cfg(not(target_arch = "wasm32"))]
 pub fn save_safetensors(tensors: &[(&str, &Tensor)]) -> Result<Vec<u8>> {

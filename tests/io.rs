@@ -176,6 +176,13 @@ fn save_and_reload_is_bit_exact() {
     // A strided view is saved as its logical (row-major) values.
     let at = a.transpose(0, 1).unwrap();
     let bytes = save_safetensors(&[("a", &a), ("b", &b), ("at", &at)]).unwrap();
+    // The header carries safetensors.torch's `{"format": "pt"}`.
+    let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+    let format = meta
+        .metadata()
+        .as_ref()
+        .and_then(|m| m.get("format").cloned());
+    assert_eq!(format.as_deref(), Some("pt"));
     let m = load_safetensors(dev(), &bytes).unwrap();
     assert_eq!(m["a"].to_vec::<f32>().unwrap(), a.to_vec::<f32>().unwrap());
     assert_eq!(m["b"].to_vec::<f16>().unwrap(), b.to_vec::<f16>().unwrap());
