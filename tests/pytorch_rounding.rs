@@ -137,6 +137,22 @@ fn a_wide_0d_operand_enters_f16_ops_unrounded_f16() {
             "{op:?} s_first {s_first}"
         );
     }
+    // The node saves what PyTorch's does (x, for the scalar's gradient): x written in place
+    // before the backward is the version error; a second backward fails; empty x works.
+    let x = h(&xs);
+    let s = Tensor::from_slice(dev, &[0.1f32], &[])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let y = x.mul(&s).unwrap().sum_all().unwrap();
+    wgtensor::no_grad(|| x.copy_from(&h(&[0.0; 4]))).unwrap();
+    let e = y.backward().unwrap_err().to_string();
+    assert!(e.contains("modified by an inplace operation"), "{e}");
+    let y = x.mul(&s).unwrap().sum_all().unwrap();
+    y.backward().unwrap();
+    assert!(y.backward().is_err());
+    let empty = h(&[]).mul(&s).unwrap();
+    assert_eq!((empty.dtype(), empty.shape()), (DType::F16, &[0][..]));
     // The gradient still comes back in each operand's dtype.
     let xr = h(&[2.0]).requires_grad().unwrap();
     let sr = Tensor::from_slice(dev, &[0.1f32], &[])

@@ -140,8 +140,8 @@ impl Tensor {
     /// `self (op) other` with numpy broadcasting; strided inputs are read without copies.
     /// Returns a new contiguous tensor of the broadcast shape. Mixed dtypes promote as
     /// PyTorch's (i32 < f16 < f32; a 0-d operand does not widen a tensor of its kind, so f16
-    /// `x * torch.tensor(0.5)` stays f16, a 0-d factor or divisor used unrounded), each gradient
-    /// in its operand's dtype. Errors:
+    /// `x * torch.tensor(0.5)` stays f16, a 0-d second factor or divisor used unrounded, as
+    /// PyTorch's kernels), each gradient in its operand's dtype. Errors:
     /// [`Error::Shape`] when the shapes do not broadcast, [`Error::DeviceMismatch`] when the
     /// devices differ, an error for two i32 operands (no integer arithmetic).
     ///

@@ -85,8 +85,9 @@ pub fn clip_grad_norm(grads: &[&Tensor], max_norm: f64) -> Result<(Vec<Tensor>, 
     let clipped = grads
         .iter()
         // The 0-d coefficient multiplies each gradient unrounded (an f32 one beside f16
-        // gradients: `g.mul_(clip_coef_clamped)`), the product rounded once to g's dtype.
-        .map(|g| g.mul(&coef))
+        // gradients: `g.mul_(clip_coef_clamped)`), the product rounded once to g's dtype (a
+        // 0-d f16 gradient times a 0-d f32 coefficient promotes: cast back, as mul_ writes).
+        .map(|g| g.mul(&coef)?.to_dtype(g.dtype()))
         .collect::<Result<Vec<_>>>()?;
     Ok((clipped, norm))
 }

@@ -82,6 +82,13 @@ fn clip_grad_norm_f16_gradients() {
     );
     let c32 = vals(&clipped[1]);
     assert!((c32[0] - 0.7042646408081055).abs() < 1e-6, "{c32:?}");
+    // A 0-d f16 gradient beside an f32 one stays f16 (mul_ writes in place).
+    let g0 = h(&[3.0], &[]);
+    let (clipped, _) = clip_grad_norm(&[&g0, &g32], 1.0).unwrap();
+    assert_eq!(
+        (clipped[0].dtype(), clipped[0].shape()),
+        (DType::F16, &[][..])
+    );
 }
 
 /// PyTorch's clip_grad_value_: every element clamped into [-v, v], NaN kept, f16 too.
