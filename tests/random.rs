@@ -262,6 +262,22 @@ fn dropout_is_differentiable() {
         let want = if *yi == 0.0 { 0.0 } else { 1.0 / 0.7f32 };
         assert!((gi - want).abs() < 1e-6, "{gi} vs {want}");
     }
+    // The scale is PyTorch's `noise.div_(1 - p)`: 1 - p rounded to f32, the quotient in f32
+    // (p = 0.999: 999.99994, where 1 / (1 - p) rounded once is 1000).
+    for (p, want) in [(0.999, 999.99994f32), (0.47, 1.8867925f32)] {
+        let ones = Tensor::ones(&d, &[65536], DType::F32).unwrap();
+        let kept: Vec<f32> = dropout(&ones, p, true)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap()
+            .into_iter()
+            .filter(|&v| v != 0.0)
+            .collect();
+        assert!(
+            !kept.is_empty() && kept.iter().all(|&v| v == want),
+            "p {p}: {kept:?}"
+        );
+    }
     // p = 1 is `x * 0` as in PyTorch: zero gradients (not none), NaN and inf become NaN.
     let xs = Tensor::from_slice(&d, &[1.0f32, f32::NAN, f32::INFINITY, -2.0], &[4]).unwrap();
     let xs = xs.requires_grad().unwrap();

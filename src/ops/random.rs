@@ -348,7 +348,9 @@ pub fn dropout(x: &Tensor, p: f64, training: bool) -> Result<Tensor> {
     // stored f16 scale would round the output twice, and past p = 0.99998 be inf.
     // Otherwise the kernel reads x itself, packed from element 0 as it indexes x[e].
     let tracked = x.is_tracked();
-    let scale = 1.0 / (1.0 - p);
+    // PyTorch's `noise.div_(1 - p)`: 1 - p rounded to f32, the quotient taken in f32 (in f64
+    // it was one ulp off for p = 0.47, 0.71, 0.97, 0.999).
+    let scale = f64::from(1.0f32 / ((1.0 - p) as f32));
     let half_mask = tracked && x.dtype == DType::F16;
     let input = if tracked {
         Tensor::ones(x.device(), x.shape(), x.dtype)?
