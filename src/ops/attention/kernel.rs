@@ -151,7 +151,7 @@ fn params(
         scale: if prob.e == 0 { 0.0 } else { prob.scale },
         flags,
         drop_p: p,
-        drop_scale: if p < 1.0 { 1.0 / (1.0 - p) } else { 0.0 },
+        drop_scale: prob.drop_scale,
         seed_lo: saved.0 as u32,
         seed_hi: (saved.0 >> 32) as u32,
         ctr: saved.1,

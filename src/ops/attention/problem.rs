@@ -46,6 +46,9 @@ pub struct Problem {
     pub(crate) scale: f32,
     pub(crate) causal: bool,
     pub(crate) dropout_p: f32,
+    /// What kept weights are scaled by: at::dropout's `1 / (1 - p)`, 1 - p rounded to f32 and
+    /// the quotient taken in f32 (0 for p = 1).
+    pub(crate) drop_scale: f32,
 }
 
 /// The stride `s` with `offset(f) = f * s` for the flat index `f` over dims `shape` with
@@ -225,6 +228,11 @@ impl Problem {
             scale: scale as f32,
             causal: opts.is_causal,
             dropout_p: opts.dropout_p as f32,
+            drop_scale: if opts.dropout_p < 1.0 {
+                1.0f32 / ((1.0 - opts.dropout_p) as f32)
+            } else {
+                0.0
+            },
         })
     }
 
@@ -401,5 +409,22 @@ mod tests {
         assert_eq!(merged_stride(&[2, 3], &[0, 5]), None);
         assert_eq!(merged_stride(&[2, 3], &[5, 0]), None);
         assert_eq!(merged_stride(&[1, 4], &[7, 0]), Some(0));
+    }
+
+    /// The kept weights' scale is at::dropout's (1 - p rounded to f32, the quotient in f32):
+    /// 999.99994 for p = 0.999, where 1 / (1 - p) in f32 arithmetic on p rounded gives another.
+    #[test]
+    fn drop_scale_is_at_dropouts() {
+        use crate::{DType, Device, Tensor};
+        let dev = Device::new().unwrap();
+        let t = Tensor::zeros(&dev, &[1, 2, 4], DType::F32).unwrap();
+        for (p, want) in [(0.999, 999.99994f32), (0.47, 1.8867925), (1.0, 0.0)] {
+            let opts = super::SdpaOptions {
+                dropout_p: p,
+                ..Default::default()
+            };
+            let prob = super::Problem::new("sdpa", &t, &t, &t, &opts).unwrap();
+            assert_eq!(prob.drop_scale, want, "p {p}");
+        }
     }
 }
