@@ -436,9 +436,7 @@ impl DirSteps<'_> {
         // past the per-dimension limit (millions of batch rows) takes the step plan instead.
         let splits = rec_splits(dev.caps().parallelism, b, h, g * h);
         let max = dev.limits().max_compute_workgroups_per_dimension as usize;
-        let fits = [h.div_ceil(64), b.div_ceil(64), splits as usize]
-            .iter()
-            .all(|&g| g <= max);
+        let fits = rec_grid(b, h, splits).iter().all(|&g| g <= max);
         let gpu = !dev.caps().cpu && fits;
         let ws = if gpu {
             Some(Storage::scratch(
@@ -490,7 +488,7 @@ impl DirSteps<'_> {
         let (dev, dtype) = (self.dy.device(), self.dy.dtype());
         let params = bytemuck::bytes_of(p);
         let max = dev.limits().max_compute_workgroups_per_dimension as usize;
-        let grid = [h.div_ceil(64), b.div_ceil(64), p.splits as usize];
+        let grid = rec_grid(b, h, p.splits);
         if grid.iter().any(|&g| g > max) {
             return Err(Error::size(
                 op,
@@ -584,4 +582,10 @@ impl DirSteps<'_> {
             dc0,
         })
     }
+}
+
+/// The GPU BPTT step's grid: 64 x 64 output tiles of the recurrent product, one z slice per
+/// K split.
+fn rec_grid(b: usize, h: usize, splits: u32) -> [usize; 3] {
+    [h.div_ceil(64), b.div_ceil(64), splits as usize]
 }

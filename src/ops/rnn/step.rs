@@ -145,39 +145,40 @@ pub(crate) fn step_plan(
     let max = dev.limits().max_compute_workgroups_per_dimension as usize;
     let which = usize::from(kind == RnnKind::Gru);
     let caps = dev.caps();
-    // A tiled variant whose grid would pass the per-dimension limit (millions of batch rows)
-    // gives way to the portable step, which folds its grid.
-    let fits = |rows: usize, units: usize| b.div_ceil(rows).max(h.div_ceil(units)) <= max;
-    let gpu = family
-        .wg
-        .filter(|_| !caps.cpu && fits(16 * STEP_TM as usize, 16));
-    let ks = family
-        .ks
-        .filter(|_| !caps.cpu && splits_k(caps, b, h) && fits(KS_TILE.0, KS_TILE.1));
     let sgs = b.div_ceil(32).next_power_of_two().min(4);
-    let sg8 = has_sg8(dev) && fits(32 * sgs, 8);
-    let (kernel, consts, grid) = if let Some(ks) = ks {
-        let (rows, units) = KS_TILE;
-        (ks[which], vec![], [h.div_ceil(units), b.div_ceil(rows), 1])
-    } else if let Some(wg) = gpu {
-        let rows = 16 * STEP_TM as usize;
-        (
-            wg[which],
-            vec![("TM", STEP_TM as f64)],
-            [h.div_ceil(16), b.div_ceil(rows), 1],
-        )
-    } else if sg8 {
-        (
-            family.sg8[which],
-            vec![("SGS", sgs as f64)],
-            [b.div_ceil(32 * sgs), h.div_ceil(8), 1],
-        )
-    } else {
-        // One invocation per (row, unit), over y past the per-dimension limit (the shaders'
-        // flat_index).
-        let groups = (b as u64 * h as u64).div_ceil(WG as u64);
-        let grid = dev.grid_1d(kind.name(), groups)?.map(|g| g as usize);
-        (family.portable[which], vec![("WG", WG as f64)], grid)
+    let tiled = [
+        family
+            .ks
+            .filter(|_| !caps.cpu && splits_k(caps, b, h))
+            .map(|ks| {
+                let (rows, units) = KS_TILE;
+                (ks[which], vec![], [h.div_ceil(units), b.div_ceil(rows), 1])
+            }),
+        family.wg.filter(|_| !caps.cpu).map(|wg| {
+            let rows = 16 * STEP_TM as usize;
+            let grid = [h.div_ceil(16), b.div_ceil(rows), 1];
+            (wg[which], vec![("TM", STEP_TM as f64)], grid)
+        }),
+        has_sg8(dev).then(|| {
+            let grid = [b.div_ceil(32 * sgs), h.div_ceil(8), 1];
+            (family.sg8[which], vec![("SGS", sgs as f64)], grid)
+        }),
+    ];
+    // The first variant the adapter runs whose grid fits the per-dimension limit (a tiled one
+    // past it, with millions of batch rows, gives way to the next), else the portable step.
+    let fitting = tiled
+        .into_iter()
+        .flatten()
+        .find(|(_, _, grid)| grid.iter().all(|&g| g <= max));
+    let (kernel, consts, grid) = match fitting {
+        Some(plan) => plan,
+        None => {
+            // One invocation per (row, unit), over y past the per-dimension limit (the
+            // shaders' flat_index).
+            let groups = (b as u64 * h as u64).div_ceil(WG as u64);
+            let grid = dev.grid_1d(kind.name(), groups)?.map(|g| g as usize);
+            (family.portable[which], vec![("WG", WG as f64)], grid)
+        }
     };
     if grid.iter().any(|&g| g > max) {
         return Err(Error::size(
