@@ -53,6 +53,18 @@ impl BinaryOp {
     pub(crate) fn name(self) -> &'static str {
         ["add", "sub", "mul", "div", "maximum", "minimum", "pow"][self as usize]
     }
+
+    /// Which operands PyTorch's node for `a op b` saves (derivatives.yaml), given which are
+    /// tracked: mul keeps each for the other's gradient, div its divisor whenever it records
+    /// and its dividend for the divisor's, maximum, minimum and pow both, add and sub none.
+    pub(crate) fn saved_operands(self, a_tracked: bool, b_tracked: bool) -> (bool, bool) {
+        match self {
+            BinaryOp::Add | BinaryOp::Sub => (false, false),
+            BinaryOp::Mul => (b_tracked, a_tracked),
+            BinaryOp::Div => (b_tracked, a_tracked || b_tracked),
+            BinaryOp::Max | BinaryOp::Min | BinaryOp::Pow => (true, true),
+        }
+    }
 }
 
 impl Tensor {

@@ -167,13 +167,7 @@ impl Tensor {
             // PyTorch's one node saves the operands as passed (promotion is inside its
             // kernel), as derivatives.yaml's formulas need them; the node above saved the
             // cast copies, so the caller's are kept for the version check.
-            let (ta, tb) = (self.is_tracked(), other.is_tracked());
-            let (a, b) = match op {
-                BinaryOp::Add | BinaryOp::Sub => (false, false),
-                BinaryOp::Mul => (tb, ta),
-                BinaryOp::Div => (tb, ta || tb),
-                BinaryOp::Max | BinaryOp::Min | BinaryOp::Pow => (true, true),
-            };
+            let (a, b) = op.saved_operands(self.is_tracked(), other.is_tracked());
             let watch: Vec<&Tensor> = [(a, self), (b, other)]
                 .into_iter()
                 .filter_map(|(keep, t)| keep.then_some(t))
@@ -185,14 +179,10 @@ impl Tensor {
         }
         let out = self.binary_forward(other, op)?;
         Ok(record(out, &[self, other], |y| {
-            let (ta, tb) = (self.is_tracked(), other.is_tracked());
-            let (keep_a, keep_b, keep_y) = match op {
-                BinaryOp::Add | BinaryOp::Sub => (false, false, false),
-                BinaryOp::Mul => (tb, ta, false),
-                BinaryOp::Div => (tb, true, false),
-                BinaryOp::Max | BinaryOp::Min => (true, true, false),
-                BinaryOp::Pow => (true, true, tb),
-            };
+            // Pow also keeps its result, for the exponent's gradient.
+            let tb = other.is_tracked();
+            let (keep_a, keep_b) = op.saved_operands(self.is_tracked(), tb);
+            let keep_y = op == BinaryOp::Pow && tb;
             Box::new(BinaryBackward {
                 op,
                 a_shape: self.shape().to_vec(),

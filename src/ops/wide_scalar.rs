@@ -36,11 +36,13 @@ pub(crate) fn f16_with_wide_scalar(a: &Tensor, b: &Tensor, op: BinaryOp) -> Resu
             wide.to_dtype(DType::F16)?
         }
     };
-    let (tx, ts) = (x.is_tracked(), s.is_tracked());
-    // What PyTorch's node saves: mul keeps each operand for the other's gradient; div keeps
-    // the divisor always and the dividend for the divisor's gradient.
-    let keep_x = ts;
-    let keep_s = op == BinaryOp::Div || tx;
+    // What PyTorch's node saves, in the caller's order.
+    let (keep_a, keep_b) = op.saved_operands(a.is_tracked(), b.is_tracked());
+    let (keep_x, keep_s) = if s_first {
+        (keep_b, keep_a)
+    } else {
+        (keep_a, keep_b)
+    };
     Ok(record(value, &[a, b], |_| {
         Box::new(WideScalarBackward {
             op,
