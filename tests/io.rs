@@ -268,7 +268,7 @@ fn load_state_dict_copies_in_place() {
     );
     load_state_dict(&[("b", &ti)], &mixed, false).unwrap();
     assert_eq!(ti.to_vec::<i32>().unwrap(), vec![2, 2]);
-    // An f16 source for a device without f16: converted on the source's device first.
+    // An f16 source for a device without f16: widened to f32 on the host.
     if dev().supports_f16() {
         let no16 = Device::with_options(wgtensor::DeviceOptions {
             disable_f16: true,

@@ -185,26 +185,28 @@ pub(crate) fn check_load<'a>(
 impl CheckedLoad<'_> {
     /// Brings the sources that live on another device over through the host (PyTorch's
     /// `param.copy_(input_param)` copies across devices: a checkpoint loaded on one device
-    /// fills a model on another), in the source's dtype, or, for an f16 source the target's
-    /// device cannot hold, converted to the target's dtype first; [`Self::apply`] converts
-    /// the rest.
+    /// fills a model on another), in the source's dtype, an f16 one widened to f32 on the host
+    /// (exactly, as `load_safetensors` does) for a device without f16; [`Self::apply`] converts
+    /// to the targets' dtypes.
     pub(crate) async fn bring_over(&mut self) -> Result<()> {
         for (t, s) in self.pairs.iter_mut() {
-            if s.device().same(t.device()) {
+            let dev = t.device();
+            if s.device().same(dev) {
                 continue;
             }
-            let c = if s.dtype() == DType::F16 && !t.device().supports_f16() {
-                s.detach().to_dtype(t.dtype())?
-            } else {
-                s.detach()
-            };
-            let (dev, shape) = (t.device(), c.shape());
-            *s = match c.dtype() {
-                DType::F32 => Tensor::from_slice(dev, &c.to_vec_async::<f32>().await?, shape)?,
+            let shape = s.shape();
+            *s = match s.dtype() {
+                DType::F32 => Tensor::from_slice(dev, &s.to_vec_async::<f32>().await?, shape)?,
                 DType::F16 => {
-                    Tensor::from_slice(dev, &c.to_vec_async::<half::f16>().await?, shape)?
+                    let v = s.to_vec_async::<half::f16>().await?;
+                    if dev.supports_f16() {
+                        Tensor::from_slice(dev, &v, shape)?
+                    } else {
+                        let w: Vec<f32> = v.iter().map(|h| h.to_f32()).collect();
+                        Tensor::from_slice(dev, &w, shape)?
+                    }
                 }
-                DType::I32 => Tensor::from_slice(dev, &c.to_vec_async::<i32>().await?, shape)?,
+                DType::I32 => Tensor::from_slice(dev, &s.to_vec_async::<i32>().await?, shape)?,
             };
         }
         Ok(())
