@@ -351,9 +351,10 @@ fn bn_finalize(@builtin(global_invocation_id) gid: vec3<u32>) {
     for (var i = 0u; i < p.chunks * parts(); i++) {
         acc = merge(acc, ws[first + i].xyz);
     }
-    // Clamps rounding below 0, but keeps a NaN: a channel holding NaN must not normalize
-    // with invstd = 1/sqrt(eps).
-    let var_b = relu_f(div_f(acc.z, p.count));
+    // Clamps rounding below 0 (to +0, so that eps = 0 gives invstd +inf, not -inf), but
+    // keeps a NaN: a channel holding NaN must not normalize with invstd = 1/sqrt(eps).
+    let v = div_f(acc.z, p.count);
+    let var_b = select(v, 0.0, v <= 0.0);
     let invstd = rsqrt_f(var_b + p.eps);
     let mean = pivot + acc.y;
     smean[param(c, p.smean_os)] = mean;

@@ -83,8 +83,10 @@ fn exp_f(x: f32) -> f32 {
     return ldexp(ldexp(exp_small(r), h), e - h);
 }
 
+// PyTorch's clamp_min(x, 0): only values below 0 become 0, so NaN and -0.0 pass through
+// (WGSL's max(-0.0, 0.0) may return either zero).
 fn relu_f(v: f32) -> f32 {
-    return select(max(v, 0.0), v, isnan_f(v));
+    return select(v, 0.0, v < 0.0);
 }
 
 // log and sqrt outside their domains: WGSL leaves log(0), log(x < 0) and sqrt(x < 0)

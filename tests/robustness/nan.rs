@@ -325,3 +325,15 @@ fn pow_scalar_half_is_sqrt() {
     assert!(g[0].is_nan());
     assert_eq!((g[1], g[2]), (f32::NEG_INFINITY, 0.25));
 }
+
+/// relu is PyTorch's clamp_min(x, 0): only values below 0 become 0, so -0.0 keeps its sign
+/// (`1 / relu(-0.0)` is -inf in PyTorch) and NaN passes.
+#[test]
+fn relu_keeps_negative_zero() {
+    let x = t(&[-0.0, 0.0, -2.0, NAN, 3.0], &[5]);
+    let y = vals(&x.relu().unwrap());
+    let signs: Vec<bool> = y.iter().map(|v| v.is_sign_negative()).collect();
+    assert_eq!((y[0], y[1], y[2], y[4]), (0.0, 0.0, 0.0, 3.0), "{y:?}");
+    assert_eq!(&signs[..3], &[true, false, false], "{y:?}");
+    assert!(y[3].is_nan(), "{y:?}");
+}
