@@ -70,6 +70,8 @@ override WG: u32;
 
 // out = epilogue(sum over s = 0, 1, ..., splits-1 of ws[s]): a fixed order, so the same inputs
 // give bitwise-identical results on every run. One invocation per output element.
+// The slices add in blocks of 32, each a fresh sum, then the blocks (a GPU's split of a long K
+// has hundreds of slices; up to 32 the order is the plain one).
 @compute @workgroup_size(WG)
 fn conv_splitk_reduce(@builtin(workgroup_id) wid: vec3<u32>,
                       @builtin(num_workgroups) nwg: vec3<u32>,
@@ -81,8 +83,12 @@ fn conv_splitk_reduce(@builtin(workgroup_id) wid: vec3<u32>,
         return;
     }
     var acc = 0.0;
-    for (var s = 0u; s < p.splits; s++) {
-        acc += ws[s * total + i];
+    for (var s0 = 0u; s0 < p.splits; s0 += 32u) {
+        var blk = 0.0;
+        for (var s = s0; s < min(s0 + 32u, p.splits); s++) {
+            blk += ws[s * total + i];
+        }
+        acc += blk;
     }
     let g = i / mn;
     let rc = i % mn;

@@ -501,15 +501,32 @@ fn depthwise_over_more_groups_than_a_grid_axis() {
 /// Weight gradients over long K keep PyTorch's precision on constant data (each output adds
 /// blocks of 64 products, then the blocks): ones against a constant 0.1 gradient, dense over
 /// K = 32 x 54 x 54 and depthwise over K = 8 x 54 x 54, where fmas in turn drifted 4e-5.
+/// Also on the GPU plans with a discrete GPU's parallelism (the dense case splits K into
+/// slices of about 256, each added in blocks of 64: in turn they drifted 4.7e-6).
 #[test]
 fn weight_gradients_over_long_k_keep_their_precision() {
     use wgtensor::ops::{conv2d_backward_weight, Conv2dOptions};
-    let dev = Device::new().unwrap();
+    let gpu = Device::with_options(DeviceOptions {
+        gpu_plans: true,
+        parallelism: Some(256),
+        // A GPU's subgroups are not 8 lanes wide (those would pick the sg8 kernels).
+        disable_subgroups: true,
+        ..Default::default()
+    })
+    .unwrap();
     // The depthwise 7x7 case runs the four-line direct kernel (kernel rows of at least 4).
-    for (n, c, o, groups, kk) in [
-        (32usize, 16usize, 32usize, 1usize, 3usize),
-        (8, 64, 64, 64, 3),
-        (8, 64, 64, 64, 7),
+    for (dev, n, c, o, groups, kk) in [
+        (
+            Device::new().unwrap(),
+            32usize,
+            16usize,
+            32usize,
+            1usize,
+            3usize,
+        ),
+        (Device::new().unwrap(), 8, 64, 64, 64, 3),
+        (Device::new().unwrap(), 8, 64, 64, 64, 7),
+        (gpu.clone(), 32, 16, 32, 1, 3),
     ] {
         let oh = 56 - kk + 1;
         let x = Tensor::full(&dev, &[n, c, 56, 56], 1.0, wgtensor::DType::F32).unwrap();
