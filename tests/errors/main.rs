@@ -1499,28 +1499,33 @@ fn view_reduction_rnn_and_attention_errors_in_pytorch_words() {
         lstm_cell.forward_cell(&t(&[3, 10]), Some((&h, &t(&[3, 21])))),
         "hidden1 has inconsistent hidden_size: got 21, expected 20",
     );
-    // A 1-D c beside a 2-D x and h: ATen's batch check names it.
+    // A 1-D c beside a 2-D x and h: ATen's rank check names it (torch 2.15).
     has(
         lstm_cell.forward_cell(&t(&[3, 10]), Some((&h, &t(&[20])))),
-        "Input batch size 3 doesn't match hidden1 batch size 20",
+        "Expected 2D hidden1 (batch x hidden_size), but got 1D tensor",
     );
     // The input alone decides batching: a batched x with a 1-D state, an unbatched x with 2-D
-    // states (lifted to 3-D), in ATen's words.
+    // states (lifted to 3-D), in ATen's words; a [H, 1] state beside an unbatched x is not
+    // reshaped into place.
     has(
         gru_cell.forward_cell(&t(&[3, 10]), Some(&t(&[20]))),
-        "Input batch size 3 doesn't match hidden0 batch size 20",
+        "Expected 2D hidden0 (batch x hidden_size), but got 1D tensor",
     );
     has(
         gru_cell.forward_cell(&t(&[10]), Some(&t(&[1, 20]))),
-        "hidden0 has inconsistent hidden_size: got 1, expected 20",
+        "Expected 2D hidden0 (batch x hidden_size), but got 3D tensor",
     );
     has(
-        lstm_cell.forward_cell(&t(&[10]), Some((&t(&[20]), &t(&[1, 20])))),
-        "hidden1 has inconsistent hidden_size: got 1, expected 20",
+        gru_cell.forward_cell(&t(&[10]), Some(&t(&[20, 1]))),
+        "Expected 2D hidden0 (batch x hidden_size), but got 3D tensor",
+    );
+    has(
+        lstm_cell.forward_cell(&t(&[10]), Some((&t(&[20]), &t(&[20, 1])))),
+        "Expected 2D hidden1 (batch x hidden_size), but got 3D tensor",
     );
     has(
         gru_cell.forward_cell(&t(&[20, 10]), Some(&t(&[20]))),
-        "Dimension out of range (expected to be in range of [-1, 0], but got 1)",
+        "Expected 2D hidden0 (batch x hidden_size), but got 1D tensor",
     );
     // The states' rank is checked before the input's width, as PyTorch's forward does.
     has(

@@ -620,6 +620,17 @@ fn cell(
         ));
     }
     for (label, t) in [Some(h), c].into_iter().flatten().enumerate() {
+        // Each state is 2-D once lifted (ATen's check_rnn_cell_forward_hidden): a [H, 1]
+        // state beside an unbatched input lifts to 3-D and is refused, not reshaped.
+        if t.rank() != 2 {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "Expected 2D hidden{label} (batch x hidden_size), but got {}D tensor",
+                    t.rank()
+                ),
+            ));
+        }
         let tb = t.shape()[0];
         if tb != b {
             return Err(Error::shape(
@@ -627,13 +638,7 @@ fn cell(
                 format!("Input batch size {b} doesn't match hidden{label} batch size {tb}"),
             ));
         }
-        // hx.size(1) of a 1-D state is out of range, in wrap_dim's words.
-        let th = t.shape().get(1).copied().ok_or_else(|| {
-            Error::shape(
-                op,
-                "Dimension out of range (expected to be in range of [-1, 0], but got 1)",
-            )
-        })?;
+        let th = t.shape()[1];
         if th != hs {
             return Err(Error::shape(
                 op,
