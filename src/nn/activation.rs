@@ -112,11 +112,13 @@ parameterless!(
 
 impl Forward for Hardtanh {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        if self.min_val.is_nan() || self.max_val.is_nan() || self.min_val >= self.max_val {
+        // PyTorch's constructor asserts `not max_val <= min_val`: a NaN bound passes it, and
+        // the op then gives NaN everywhere.
+        if self.max_val <= self.min_val {
             return Err(Error::arg(
                 "Hardtanh",
                 format!(
-                    "max_val {1} must be greater than min_val {0}",
+                    "max_val ({1}) must be greater than min_val ({0})",
                     self.min_val, self.max_val
                 ),
             ));

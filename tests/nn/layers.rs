@@ -542,7 +542,17 @@ fn composed_activations_match_pytorch() {
         max_val: 1.0,
     };
     let e = bad.forward(&x).unwrap_err().to_string();
-    assert!(e.starts_with("Hardtanh") && e.contains("min_val 1"), "{e}");
+    assert!(
+        e.starts_with("Hardtanh") && e.contains("min_val (1)"),
+        "{e}"
+    );
+    // A NaN bound passes PyTorch's `max_val <= min_val` assertion; the result is all NaN.
+    let nan = nn::Hardtanh {
+        min_val: f64::NAN,
+        max_val: 1.0,
+    };
+    let y = nan.forward(&x).unwrap().to_vec::<f32>().unwrap();
+    assert!(y.iter().all(|v| v.is_nan()), "{y:?}");
 
     // d/dx leaky_relu = 1 for x > 0, slope elsewhere.
     let w = Tensor::from_slice(d, &[-2.0f32, 3.0], &[2])
