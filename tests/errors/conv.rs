@@ -356,6 +356,38 @@ fn caller_sizes_near_usize_max_are_refused() {
     );
 }
 
+/// An empty kernel: ATen's check_shape_forward words, with conv1d's height 1.
+#[test]
+fn zero_kernel_size_names_the_kernel() {
+    let x = t(&[1, 3, 4, 4]);
+    let e = err(conv2d(
+        &x,
+        &t(&[8, 3, 0, 0]),
+        None,
+        &Conv2dOptions::default(),
+    ));
+    check(
+        &e,
+        FWD,
+        true,
+        &["kernel size should be greater than zero, but got kernel_height: 0 kernel_width: 0"],
+    );
+    let e = err(conv2d(
+        &x,
+        &t(&[8, 3, 0, 3]),
+        None,
+        &Conv2dOptions::default(),
+    ));
+    check(&e, FWD, true, &["kernel_height: 0 kernel_width: 3"]);
+    let e = err(conv1d(
+        &t(&[1, 3, 4]),
+        &t(&[8, 3, 0]),
+        None,
+        &Conv1dOptions::default(),
+    ));
+    assert!(msg(&e).contains("kernel_height: 1 kernel_width: 0"), "{e}");
+}
+
 #[test]
 fn zero_stride_or_dilation() {
     let (x, w) = (t(&[1, 2, 5, 5]), t(&[2, 2, 3, 3]));

@@ -504,6 +504,16 @@ impl Geom {
             true => [kh, kw].contains(&0),
             false => [c, kh, kw].contains(&0) || (n > 0 && [h, w].contains(&0)),
         };
+        if zero && forward {
+            // ATen's check_shape_forward, with conv1d's height 1.
+            return Err(Error::shape(
+                op,
+                format!(
+                    "kernel size should be greater than zero, but got kernel_height: {kh} \
+                     kernel_width: {kw} (input {x:?}, weight {wshape:?})"
+                ),
+            ));
+        }
         if zero {
             return Err(Error::shape(
                 op,
