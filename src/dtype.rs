@@ -85,8 +85,9 @@ pub trait Element:
     const DTYPE: DType;
     /// The value widened to f64 (exact for every element type).
     fn to_f64(self) -> f64;
-    /// `v` as this type: rounded to the nearest float, or for `i32` truncated toward zero as
-    /// PyTorch's float-to-int casts (saturating, NaN to 0).
+    /// `v` as this type: rounded to the nearest float, or for `i32` truncated toward zero
+    /// (Rust's `as`: past i32's range it saturates, and NaN gives 0; PyTorch leaves those
+    /// undefined, x86 gives i32::MIN).
     fn from_f64(v: f64) -> Self;
 }
 

@@ -135,6 +135,38 @@ fn i32_refused_by_float_math_with_a_clear_error() {
     assert!(e.contains("I32") || e.contains("i32"), "{e}");
     let e = t.clone().requires_grad().unwrap_err().to_string();
     assert!(e.contains("floating point"), "{e}");
+    // PyTorch's order: sum/max/min check the dim first, clamp its bounds first.
+    for r in [t.sum(5, false), t.max(5, false), t.min(-2, false)] {
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("Dimension out of range"), "{e}");
+    }
+    let e = t.clamp(None, None).unwrap_err().to_string();
+    assert!(e.contains("At least one of 'min' or 'max'"), "{e}");
+    // dropout's in-place product cannot land in an int tensor (p = 1 gives int zeros).
+    let e = wgtensor::ops::dropout(&t, 0.5, true)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("result type Float can't be cast to the desired output type Int"),
+        "{e}"
+    );
+    assert_eq!(
+        i(&wgtensor::ops::dropout(&t, 1.0, true).unwrap()),
+        vec![0; 3]
+    );
+    // The pools refuse an empty i32 input as a full one (they returned it early).
+    use wgtensor::ops::{avg_pool1d, avg_pool2d, max_pool1d};
+    use wgtensor::ops::{AvgPool1dOptions, AvgPool2dOptions, MaxPool1dOptions};
+    let e4 = Tensor::zeros(dev(), &[0, 1, 4, 4], DType::I32).unwrap();
+    let e3 = Tensor::zeros(dev(), &[0, 1, 4], DType::I32).unwrap();
+    for (what, r) in [
+        ("avg_pool2d", avg_pool2d(&e4, &AvgPool2dOptions::new(2))),
+        ("avg_pool1d", avg_pool1d(&e3, &AvgPool1dOptions::new(2))),
+        ("max_pool1d", max_pool1d(&e3, &MaxPool1dOptions::new(2))),
+    ] {
+        let e = r.unwrap_err().to_string();
+        assert!(e.starts_with(what) && e.contains("I32"), "{what}: {e}");
+    }
 }
 
 fn relation(op: CmpOp, a: f64, b: f64) -> bool {

@@ -35,6 +35,13 @@ impl Tensor {
     /// hold (1e39 for f32) is PyTorch's overflow error, except beside a NaN bound (clamp_out
     /// fills NaN before converting either); infinite bounds are fine.
     pub fn clamp(&self, min: Option<f64>, max: Option<f64>) -> Result<Tensor> {
+        // The bounds before the dtype, as PyTorch (whose clamp takes integers too).
+        if min.is_none() && max.is_none() {
+            return Err(Error::arg(
+                "clamp",
+                "torch.clamp: At least one of 'min' or 'max' must not be None",
+            ));
+        }
         self.require_float("clamp")?;
         let nan_pair = matches!((min, max), (Some(a), Some(b)) if a.is_nan() || b.is_nan());
         if self.dtype.is_float() && !nan_pair {
@@ -67,10 +74,6 @@ impl Tensor {
         };
         match max {
             Some(m) => lo.min_scalar_raw(m),
-            None if min.is_none() => Err(Error::arg(
-                "clamp",
-                "torch.clamp: At least one of 'min' or 'max' must not be None",
-            )),
             None => Ok(lo),
         }
     }

@@ -342,6 +342,13 @@ pub fn dropout(x: &Tensor, p: f64, training: bool) -> Result<Tensor> {
         }
         return x.mul_scalar(0.0);
     }
+    if x.dtype == DType::I32 {
+        // PyTorch's in-place `input * noise` into an int tensor.
+        return Err(Error::arg(
+            op,
+            "result type Float can't be cast to the desired output type Int",
+        ));
+    }
     // A tracked input is recorded for autograd as x * mask, the mask (0 or 1 / (1 - p)) drawn
     // by the same kernel from ones, so tracked and untracked calls give bitwise the same result.
     // In f16 the mask holds 0 or 1 and the scale is applied after (x * mask is exact): a

@@ -134,10 +134,11 @@ impl Tensor {
     /// The untracked forward of [`Tensor::reduce`] (src/ops/reduce_grad.rs records it).
     pub(crate) fn reduce_forward(&self, dim: isize, op: ReduceOp, keepdim: bool) -> Result<Tensor> {
         let name = op.name();
+        // A rank-0 input is `Tensor::reduce`'s to handle; here its dim is out of range. The
+        // dim first, as PyTorch's sum/max/min (mean checks its dtype before, in its caller).
+        let d = Layout::normalize_dim(name, dim, self.rank())?;
         // Before the empty early returns (a mean of nothing would fill an i32 with NaN).
         self.require_float(name)?;
-        // A rank-0 input is `Tensor::reduce`'s to handle; here its dim is out of range.
-        let d = Layout::normalize_dim(name, dim, self.rank())?;
         let red_len = self.shape()[d];
         let outer = self.layout.without_dim(d);
         let n_out = outer.numel();
