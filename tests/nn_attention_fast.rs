@@ -275,3 +275,45 @@ fn the_encoders_nested_path_keeps_padded_nan_out() {
     assert!(wgtensor::no_grad(|| nan.forward_with(&x, None, None, false)).is_ok());
     assert!(TransformerEncoderLayer::new(common::device(), 4, 2, cfg(1.5)).is_err());
 }
+
+/// The layer's own training flag picks its path, as PyTorch's `self.training` check: the layer
+/// in eval with its attention set to train still takes the fast path (a bias row of `-1e9` is
+/// NaN), the layer in train with its attention in eval the slow one (finite).
+#[test]
+fn the_encoder_layers_own_flag_picks_its_path() {
+    let bias = mask(&[0., 2., 0., -1e9, -1e9, -1e9, 0., 0., 0.5], &[3, 3]);
+    let mut l = layer(1e-5);
+    l.self_attn.training = true;
+    let y = wgtensor::no_grad(|| run_layer(&l, Some(MhaMask::Additive(&bias)), None));
+    assert!(y.iter().any(|v| v.is_nan()), "{y:?}");
+    l.train();
+    l.self_attn.training = false;
+    let y = wgtensor::no_grad(|| run_layer(&l, Some(MhaMask::Additive(&bias)), None));
+    assert!(y.iter().all(|v| v.is_finite()), "{y:?}");
+    // train() / eval() set the layer's flag with its children's.
+    l.eval();
+    assert!(!l.training && !l.self_attn.training && !l.is_training());
+}
+
+/// The encoder's copies of its layer keep ties inside the layer, as `copy.deepcopy`'s memo:
+/// norm2 sharing norm1's weight is one parameter per copy (22 in PyTorch for two layers), and
+/// the copies share nothing with the original or each other.
+#[test]
+fn the_encoders_layer_copies_keep_ties() {
+    use wgtensor::nn::{Module, TransformerEncoder};
+    let mut l = layer(1e-5);
+    l.norm2.weight = l.norm1.weight.clone();
+    assert_eq!(l.named_parameters().len(), 11);
+    let enc = TransformerEncoder::new(&l, 2, None).unwrap();
+    let names: Vec<String> = enc.named_parameters().into_iter().map(|p| p.0).collect();
+    assert_eq!(names.len(), 22, "{names:?}");
+    assert!(
+        !names.iter().any(|n| n.ends_with("norm2.weight")),
+        "{names:?}"
+    );
+    // Two keys per tie in the state dict, as PyTorch's.
+    assert_eq!(enc.state_dict().len(), 24);
+    let w0 = enc.layers[0].norm1.weight.as_ref().unwrap();
+    let w1 = enc.layers[1].norm1.weight.as_ref().unwrap();
+    assert!(!w0.shares_storage(w1) && !w0.shares_storage(l.norm1.weight.as_ref().unwrap()));
+}

@@ -27,11 +27,17 @@ impl MultiheadAttention {
                 && (query.is_tracked() || self.parameters().iter().any(Tensor::is_tracked)))
     }
 
-    /// The module's part of both fast paths' conditions (this one's and the encoder layer's):
-    /// eval, batch-first, an even head count, a packed in-projection with a bias.
+    /// The module's part of its own fast path's conditions: eval and
+    /// [`fast_path_shape`](Self::fast_path_shape).
     pub(crate) fn fast_path_layout(&self) -> bool {
-        !self.training
-            && self.batch_first
+        !self.training && self.fast_path_shape()
+    }
+
+    /// What both fast paths (this module's and the encoder layer's, which reads the layer's
+    /// own training flag instead of this one's) ask of the module: batch-first, an even head
+    /// count, a packed in-projection with a bias.
+    pub(crate) fn fast_path_shape(&self) -> bool {
+        self.batch_first
             && self.num_heads.is_multiple_of(2)
             && self.in_proj_weight.is_some()
             && self.in_proj_bias.is_some()

@@ -87,6 +87,12 @@ pub trait VisitorMut {
 /// Names and order follow PyTorch's `nn.Module`: a child's entries are prefixed with its name
 /// and a dot (`features.0.weight`), and [`state_dict`](Module::state_dict) lists each module's
 /// own parameters, then its own buffers, then each child's entries in registration order.
+///
+/// Cloning a layer (the layers are `Clone`) is not PyTorch's `copy.deepcopy`: the clone holds
+/// the same parameter and buffer tensors (a write through one, an optimizer step included,
+/// shows in the other) with its own training flags and options. For independent weights,
+/// build a new layer and [`load_state_dict`](Module::load_state_dict) the first one's state
+/// into it.
 pub trait Module {
     /// Shows `visitor` this module's own parameters, buffers, counters and training flags and
     /// each child (by the names it registers them under, in registration order). A module

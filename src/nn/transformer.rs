@@ -3,7 +3,7 @@
 //! `layers.{i}`, `norm`), defaults and both normalization placements, over
 //! [`MultiheadAttention`]'s fused path.
 
-use super::attention::{MultiheadAttention, MultiheadAttentionConfig};
+use super::attention::{same_view, MultiheadAttention, MultiheadAttentionConfig};
 use super::attention_masks::{check_mask_dtypes, mask_tensor, MhaMask, MhaOptions};
 use super::layers::{Dropout, Linear};
 use super::norm::{LayerNorm, LayerNormConfig};
@@ -101,6 +101,10 @@ pub struct TransformerEncoderLayer {
     pub activation: TransformerActivation,
     /// Pre-norm.
     pub norm_first: bool,
+    /// The layer's own training flag (PyTorch's `layer.training`, set by `train()` / `eval()`
+    /// with its children's): its fast path asks for eval of the layer, whatever its attention's
+    /// flag says.
+    pub training: bool,
 }
 
 impl TransformerEncoderLayer {
@@ -141,6 +145,7 @@ impl TransformerEncoderLayer {
             dropout2: Dropout::new(c.dropout),
             activation: c.activation,
             norm_first: c.norm_first,
+            training: true,
         })
     }
 
@@ -179,7 +184,8 @@ impl TransformerEncoderLayer {
     /// with bias, an even head count, the norms' eps equal, no gradient recorded; the
     /// activation always qualifies here).
     fn takes_fast_path(&self, src: &Tensor) -> bool {
-        self.self_attn.fast_path_layout()
+        !self.training
+            && self.self_attn.fast_path_shape()
             && self.norm1.eps == self.norm2.eps
             && src.rank() == 3
             && !(crate::autograd::is_grad_enabled()
@@ -243,6 +249,7 @@ impl TransformerEncoderLayer {
 
 impl Module for TransformerEncoderLayer {
     fn visit(&self, v: &mut dyn Visitor) {
+        v.training(self.training);
         v.child("self_attn", &self.self_attn);
         v.child("linear1", &self.linear1);
         v.child("dropout", &self.dropout);
@@ -253,6 +260,7 @@ impl Module for TransformerEncoderLayer {
         v.child("dropout2", &self.dropout2);
     }
     fn visit_mut(&mut self, v: &mut dyn VisitorMut) {
+        v.training(&mut self.training);
         v.child("self_attn", &mut self.self_attn);
         v.child("linear1", &mut self.linear1);
         v.child("dropout", &mut self.dropout);
@@ -457,20 +465,32 @@ fn host_values(_t: &Tensor) -> Result<Option<Vec<f32>>> {
     Ok(None)
 }
 
+/// A fresh copy of one of a layer's tensors: a parameter stays a leaf, a frozen one frozen.
+fn fresh_copy(t: &Tensor) -> Result<Tensor> {
+    let copy = t.detach().deep_clone()?;
+    if t.has_grad_key() {
+        // A frozen parameter stays a frozen leaf (an optimizer accepts it), as deepcopy
+        // keeps a Parameter with requires_grad=False.
+        let mut c = copy.requires_grad()?;
+        c.set_requires_grad(t.is_tracked())?;
+        Ok(c)
+    } else {
+        Ok(copy)
+    }
+}
+
 /// A copy of `layer` whose parameters are new tensors holding the same values.
 fn deep_copy(layer: &TransformerEncoderLayer) -> Result<TransformerEncoderLayer> {
     let mut c = layer.clone();
+    // deepcopy's memo: a tensor tied in two places of the layer stays one tensor in the copy.
+    let memo = std::cell::RefCell::new(Vec::<(Tensor, Tensor)>::new());
     let fresh = |t: &Tensor| -> Result<Tensor> {
-        let copy = t.detach().deep_clone()?;
-        if t.has_grad_key() {
-            // A frozen parameter stays a frozen leaf (an optimizer accepts it), as deepcopy
-            // keeps a Parameter with requires_grad=False.
-            let mut c = copy.requires_grad()?;
-            c.set_requires_grad(t.is_tracked())?;
-            Ok(c)
-        } else {
-            Ok(copy)
+        if let Some((_, copy)) = memo.borrow().iter().find(|(orig, _)| same_view(orig, t)) {
+            return Ok(copy.clone());
         }
+        let copy = fresh_copy(t)?;
+        memo.borrow_mut().push((t.clone(), copy.clone()));
+        Ok(copy)
     };
     let opt = |t: &Option<Tensor>| t.as_ref().map(fresh).transpose();
     let a = &mut c.self_attn;
