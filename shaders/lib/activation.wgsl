@@ -84,9 +84,12 @@ fn exp_f(x: f32) -> f32 {
 }
 
 // PyTorch's clamp_min(x, 0): only values below 0 become 0, so NaN and -0.0 pass through
-// (WGSL's max(-0.0, 0.0) may return either zero).
+// (WGSL's max(-0.0, 0.0) may return either zero). Tested on the bits, as isnan_f: a compiler
+// may turn a float compare-and-select into max, which need not keep -0.0. Below 0: the sign
+// bit, a nonzero magnitude, and not NaN (-inf is 0xff800000).
 fn relu_f(v: f32) -> f32 {
-    return select(v, 0.0, v < 0.0);
+    let b = bitcast<u32>(v);
+    return select(v, 0.0, b > 0x80000000u && b <= 0xff800000u);
 }
 
 // log and sqrt outside their domains: WGSL leaves log(0), log(x < 0) and sqrt(x < 0)

@@ -118,8 +118,9 @@ impl Forward for Hardtanh {
             return Err(Error::arg(
                 "Hardtanh",
                 format!(
-                    "max_val ({1}) must be greater than min_val ({0})",
-                    self.min_val, self.max_val
+                    "max_val ({}) must be greater than min_val ({})",
+                    crate::error::py_float(self.max_val),
+                    crate::error::py_float(self.min_val)
                 ),
             ));
         }

@@ -55,7 +55,7 @@ pub enum UnaryOp {
     Log,
     /// Square root (`torch.sqrt`): NaN below 0.
     Sqrt,
-    /// `max(x, 0)` (`torch.relu`).
+    /// `max(x, 0)` (`torch.relu`); NaN and `-0.0` pass through.
     Relu,
     /// `1 / (1 + e^-x)` (`torch.sigmoid`).
     Sigmoid,
@@ -445,7 +445,8 @@ impl Tensor {
     pub fn sqrt(&self) -> Result<Tensor> {
         self.unary(UnaryOp::Sqrt)
     }
-    /// `max(x, 0)` elementwise ([`UnaryOp::Relu`]).
+    /// `max(x, 0)` elementwise ([`UnaryOp::Relu`]), as PyTorch's `clamp_min(x, 0)`: NaN and
+    /// `-0.0` pass through.
     pub fn relu(&self) -> Result<Tensor> {
         self.unary(UnaryOp::Relu)
     }

@@ -343,7 +343,7 @@ pub fn dropout(x: &Tensor, p: f64, training: bool) -> Result<Tensor> {
         return x.mul_scalar(0.0);
     }
     if x.dtype == DType::I32 {
-        // PyTorch's in-place `input * noise` into an int tensor.
+        // PyTorch's noise is input's dtype: `noise.div_(1 - p)` cannot land in an int tensor.
         return Err(Error::arg(
             op,
             "result type Float can't be cast to the desired output type Int",

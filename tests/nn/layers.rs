@@ -543,7 +543,7 @@ fn composed_activations_match_pytorch() {
     };
     let e = bad.forward(&x).unwrap_err().to_string();
     assert!(
-        e.starts_with("Hardtanh") && e.contains("min_val (1)"),
+        e.starts_with("Hardtanh") && e.contains("max_val (1.0) must be greater than min_val (1.0)"),
         "{e}"
     );
     // A NaN bound passes PyTorch's `max_val <= min_val` assertion; the result is all NaN.

@@ -215,9 +215,6 @@ pub(super) fn run(
     out_hw: [usize; 2],
     dy: Option<&Tensor>,
 ) -> Result<Tensor> {
-    // After the window's checks, as PyTorch's dispatch after its shape checks; before the
-    // empty-output return, so an empty i32 input is refused as a full one is.
-    x.require_float(op)?;
     let y = run_untracked(op, x, win, out_hw, dy)?;
     if dy.is_some() {
         return Ok(y);

@@ -93,7 +93,22 @@ pub fn max_pool2d_backward(dy: &Tensor, x: &Tensor, o: &MaxPool2dOptions) -> Res
 pub fn avg_pool2d(x: &Tensor, o: &AvgPool2dOptions) -> Result<Tensor> {
     let op = "avg_pool2d";
     let (win, out) = avg_window(op, x, o)?;
+    float_only(op, "avg_pool2d", x)?;
     run(op, x, win, out, None)
+}
+
+/// PyTorch's dispatch refusal of an integer input, after the window's checks and before the
+/// empty-output return (so an empty i32 input is refused as a full one), for the pools
+/// PyTorch has no integer kernel for (avg_pool1d/2d, max_pool1d without indices; its
+/// max_pool2d takes integers, which wgtensor's kernels refuse when there is work to do).
+fn float_only(op: &'static str, kernel: &str, x: &Tensor) -> Result<()> {
+    if x.dtype().is_float() {
+        return Ok(());
+    }
+    Err(Error::arg(
+        op,
+        format!("\"{kernel}\" not implemented for 'Int' (convert with to_dtype(DType::F32))"),
+    ))
 }
 
 /// Gradient of [`avg_pool2d`] with respect to its input (`x` gives the input's shape).
@@ -343,6 +358,7 @@ pub fn max_pool1d(x: &Tensor, o: &MaxPool1dOptions) -> Result<Tensor> {
     let x2 = lift_1d(op, x)?;
     check_max_pool1d(op, x, o)?;
     let (win, out) = max_window(op, &x2, &o.to_2d())?;
+    float_only(op, "max_pool1d_impl", x)?;
     drop_h(run(op, &x2, win, out, None)?)
 }
 
@@ -351,6 +367,7 @@ pub fn avg_pool1d(x: &Tensor, o: &AvgPool1dOptions) -> Result<Tensor> {
     let op = "avg_pool1d";
     let x2 = lift_1d(op, x)?;
     let (win, out) = avg_window(op, &x2, &o.to_2d())?;
+    float_only(op, "avg_pool2d", x)?;
     drop_h(run(op, &x2, win, out, None)?)
 }
 
