@@ -658,38 +658,6 @@ fn embedding_with_padding_idx_and_one_hot() {
     assert!(e.contains("Class values must be non-negative."), "{e}");
 }
 
-/// Whether `d` plans as a GPU (its long buckets sum in lanes): every adapter but a CPU one.
-fn on_gpu(d: &Device) -> bool {
-    d.adapter_info().device_type != wgpu::DeviceType::Cpu
-}
-
-/// A bucket's sum as the kernels add it: in index order on CPU adapters and for buckets of up
-/// to 256 terms; on GPUs a longer bucket by a workgroup, lane l adding terms l, l + 256, ...
-/// in order, then the 256 lane sums folded in a tree (pairs 128 apart, then 64, ...).
-fn bucket_sum(terms: &[f32], gpu: bool) -> f32 {
-    bucket_sum_from(0.0, terms, gpu)
-}
-
-/// [`bucket_sum`] starting from `base` (lane 0's start on the GPUs' long path).
-fn bucket_sum_from(base: f32, terms: &[f32], gpu: bool) -> f32 {
-    if !gpu || terms.len() <= 256 {
-        return terms.iter().fold(base, |a, &t| a + t);
-    }
-    let mut lanes = [0.0f32; 256];
-    lanes[0] = base;
-    for (k, &t) in terms.iter().enumerate() {
-        lanes[k % 256] += t;
-    }
-    let mut s = 128;
-    while s > 0 {
-        for l in 0..s {
-            lanes[l] += lanes[l + s];
-        }
-        s /= 2;
-    }
-    lanes[0]
-}
-
 /// Buckets longer than one invocation sorts (257 ids and more: on GPUs a workgroup each, runs
 /// of 256 merged in passes, then a workgroup per output adding them) come out in a fixed
 /// order: hub rows of 257, 300, 1000 and 70001 ids among others, the gradient bitwise the
@@ -719,9 +687,12 @@ fn index_select_backward_with_hub_rows() {
                 terms[id as usize * e + c].push(g[j * e + c]);
             }
         }
-        terms.iter().map(|t| bucket_sum(t, gpu)).collect()
+        terms.iter().map(|t| common::bucket_sum(t, gpu)).collect()
     };
-    for (d, gpu) in [(dev(), on_gpu(dev())), (common::gpu_plans_device(), true)] {
+    for (d, gpu) in [
+        (dev(), common::on_gpu(dev())),
+        (common::gpu_plans_device(), true),
+    ] {
         let w = Tensor::zeros(d, &[v, e], DType::F32)
             .unwrap()
             .requires_grad()
@@ -753,9 +724,12 @@ fn index_select_backward_with_hub_rows() {
                 }
             }
         }
-        terms.iter().map(|t| bucket_sum(t, gpu)).collect()
+        terms.iter().map(|t| common::bucket_sum(t, gpu)).collect()
     };
-    for (d, gpu) in [(dev(), on_gpu(dev())), (common::gpu_plans_device(), true)] {
+    for (d, gpu) in [
+        (dev(), common::on_gpu(dev())),
+        (common::gpu_plans_device(), true),
+    ] {
         let x = Tensor::zeros(d, &[2, v, 3], DType::F32)
             .unwrap()
             .requires_grad()
@@ -785,10 +759,13 @@ fn index_select_backward_with_hub_rows() {
             terms[k / n * cols + c as usize].push(src[k]);
         }
         (0..rows * cols)
-            .map(|o| bucket_sum_from(base[o], &terms[o], gpu))
+            .map(|o| common::bucket_sum_from(base[o], &terms[o], gpu))
             .collect()
     };
-    for (d, gpu) in [(dev(), on_gpu(dev())), (common::gpu_plans_device(), true)] {
+    for (d, gpu) in [
+        (dev(), common::on_gpu(dev())),
+        (common::gpu_plans_device(), true),
+    ] {
         let b = Tensor::from_slice(d, &base, &[rows, cols]).unwrap();
         let i = Tensor::from_slice(d, &index, &[rows, n]).unwrap();
         let s = Tensor::from_slice(d, &src, &[rows, n]).unwrap();
@@ -819,11 +796,14 @@ fn row_scatter_with_a_base_and_a_hub_row() {
                     .filter(|&j| ids[j] as usize == r)
                     .map(|j| src[j * cols + c])
                     .collect();
-                bucket_sum_from(base[o], &terms, gpu)
+                common::bucket_sum_from(base[o], &terms, gpu)
             })
             .collect()
     };
-    for (d, gpu) in [(dev(), on_gpu(dev())), (common::gpu_plans_device(), true)] {
+    for (d, gpu) in [
+        (dev(), common::on_gpu(dev())),
+        (common::gpu_plans_device(), true),
+    ] {
         let idx = Tensor::from_slice(d, &ids, &[l])
             .unwrap()
             .unsqueeze(1)

@@ -373,3 +373,35 @@ pub fn conv_plan(
     )
     .unwrap_or_else(|e| panic!("conv2d_plan of {g:?}: {e}"))
 }
+
+/// Whether `d` plans as a GPU (its long buckets sum in lanes): every adapter but a CPU one.
+pub fn on_gpu(d: &Device) -> bool {
+    d.adapter_info().device_type != wgpu::DeviceType::Cpu
+}
+
+/// A bucket's sum as the kernels add it: in index order on CPU adapters and for buckets of up
+/// to 256 terms; on GPUs a longer bucket by a workgroup, lane l adding terms l, l + 256, ...
+/// in order, then the 256 lane sums folded in a tree (pairs 128 apart, then 64, ...).
+pub fn bucket_sum(terms: &[f32], gpu: bool) -> f32 {
+    bucket_sum_from(0.0, terms, gpu)
+}
+
+/// [`bucket_sum`] starting from `base` (lane 0's start on the GPUs' long path).
+pub fn bucket_sum_from(base: f32, terms: &[f32], gpu: bool) -> f32 {
+    if !gpu || terms.len() <= 256 {
+        return terms.iter().fold(base, |a, &t| a + t);
+    }
+    let mut lanes = [0.0f32; 256];
+    lanes[0] = base;
+    for (k, &t) in terms.iter().enumerate() {
+        lanes[k % 256] += t;
+    }
+    let mut s = 128;
+    while s > 0 {
+        for l in 0..s {
+            lanes[l] += lanes[l + s];
+        }
+        s /= 2;
+    }
+    lanes[0]
+}

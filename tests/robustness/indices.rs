@@ -292,35 +292,44 @@ pub(super) fn xorshift(mut state: u32) -> impl FnMut() -> u32 {
 }
 
 /// The embedding backward of `v` (ids in `[0, rows)`) against the f32 sums of each row's
-/// positions in ascending order, bit for bit.
+/// positions in ascending order, bit for bit: in turn on CPU adapters, and on GPUs (a real one,
+/// or the GPU plans) in the lanes of a long bucket's workgroup (`common::bucket_sum`).
 fn embedding_grads_sum_in_position_order(v: &[i32], rows: usize, next: &mut impl FnMut() -> u32) {
-    let d = checked();
     let l = v.len();
     let r: Vec<f32> = (0..2 * l)
         .map(|_| (next() % 2001) as f32 / 997.0 - 1.0)
         .collect();
-    let w = Tensor::zeros(&d, &[rows, 2], DType::F32)
-        .unwrap()
-        .requires_grad()
-        .unwrap();
-    let rt = Tensor::from_slice(&d, &r, &[l, 2]).unwrap();
-    let y = embedding(&ids(&d, v), &w, None).unwrap();
-    let grads = y.mul(&rt).unwrap().sum_all().unwrap().backward().unwrap();
-    let got = grads.get(&w).unwrap().to_vec::<f32>().unwrap();
-    let mut want = vec![0.0f32; 2 * rows];
+    // Each output's terms in position order.
+    let mut terms = vec![Vec::new(); 2 * rows];
     for (j, &id) in v.iter().enumerate() {
         for c in 0..2 {
-            want[id as usize * 2 + c] += r[j * 2 + c];
+            terms[id as usize * 2 + c].push(r[j * 2 + c]);
         }
     }
-    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-        assert_eq!(
-            g.to_bits(),
-            w.to_bits(),
-            "row {} col {}: {g} vs {w}",
-            i / 2,
-            i % 2
-        );
+    let dev = checked();
+    let gpu = crate::common::on_gpu(&dev);
+    for (d, gpu) in [
+        (dev, gpu),
+        (crate::common::gpu_plans_device().clone(), true),
+    ] {
+        let w = Tensor::zeros(&d, &[rows, 2], DType::F32)
+            .unwrap()
+            .requires_grad()
+            .unwrap();
+        let rt = Tensor::from_slice(&d, &r, &[l, 2]).unwrap();
+        let y = embedding(&ids(&d, v), &w, None).unwrap();
+        let grads = y.mul(&rt).unwrap().sum_all().unwrap().backward().unwrap();
+        let got = grads.get(&w).unwrap().to_vec::<f32>().unwrap();
+        for (i, g) in got.iter().enumerate() {
+            let w = crate::common::bucket_sum(&terms[i], gpu);
+            assert_eq!(
+                g.to_bits(),
+                w.to_bits(),
+                "gpu {gpu}: row {} col {}: {g} vs {w}",
+                i / 2,
+                i % 2
+            );
+        }
     }
 }
 
