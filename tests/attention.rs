@@ -311,6 +311,23 @@ fn argument_errors_name_the_op_and_values() {
     assert!(e.contains("value") && e.contains("(5)"), "{e}");
     let e = err(sdpa(&randn(dev, &[4]), &k, &v, &d));
     assert!(e.contains("at least 2 dims"), "{e}");
+    // An integer query beside float keys is a dtype mismatch first, an all-integer 1-D call a
+    // rank error (validate_sdpa_input's order); integers alone are refused after those.
+    let qi = q.to_dtype(wgtensor::DType::I32).unwrap();
+    let e = err(sdpa(&qi, &k, &v, &d));
+    assert!(
+        e.contains("F32") && e.contains("I32") && !e.contains("floating"),
+        "{e}"
+    );
+    let i1 = Tensor::zeros(dev, &[4], wgtensor::DType::I32).unwrap();
+    let e = err(sdpa(&i1, &i1, &i1, &d));
+    assert!(e.contains("at least 2 dims"), "{e}");
+    let (ki, vi) = (
+        k.to_dtype(wgtensor::DType::I32).unwrap(),
+        v.to_dtype(wgtensor::DType::I32).unwrap(),
+    );
+    let e = err(sdpa(&qi, &ki, &vi, &d));
+    assert!(e.contains("floating"), "{e}");
     let e = err(sdpa(
         &q,
         &randn(dev, &[3, 5, 4]),

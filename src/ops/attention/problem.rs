@@ -78,7 +78,6 @@ impl Problem {
         opts: &SdpaOptions,
     ) -> Result<Problem> {
         let _guard = NoGradGuard::new();
-        q.require_float(op)?;
         for t in [k, v] {
             q.same_device(op, t)?;
             q.same_dtype(op, t)?;
@@ -94,6 +93,9 @@ impl Problem {
                 ));
             }
         }
+        // After the dtypes agree and the ranks hold, as PyTorch's validate_sdpa_input (an
+        // integer query beside float keys is a dtype mismatch there).
+        q.require_float(op)?;
         check_mask(op, q, opts)?;
         let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
         // Below 4-D PyTorch runs its math path, whose GQA preprocessing reads each operand's
