@@ -171,6 +171,30 @@ fn i32_refused_by_float_math_with_a_clear_error() {
             "{what}: {e}"
         );
     }
+    // nll_loss's kernel refuses an integer input after its shape checks (cross_entropy's
+    // log_softmax before them).
+    use wgtensor::ops::{cross_entropy, nll_loss, CrossEntropyOptions, NllLossOptions};
+    let logits = ti(&[0; 3], &[1, 3]);
+    let two = ti(&[0, 1], &[2]);
+    let e = nll_loss(&logits, &two, &NllLossOptions::default()).unwrap_err();
+    assert!(
+        e.to_string().contains("Expected input batch_size (1)"),
+        "{e}"
+    );
+    let e = nll_loss(&logits, &ti(&[0], &[1]), &NllLossOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("I32"), "{e}");
+    let e = cross_entropy(&logits, &two, &CrossEntropyOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("I32"), "{e}");
+    // The adaptive average pools return an empty integer output before their dispatch.
+    use wgtensor::ops::{adaptive_avg_pool1d, adaptive_avg_pool2d};
+    let y = adaptive_avg_pool2d(&e4, [2, 2]).unwrap();
+    assert_eq!((y.shape(), y.dtype()), (&[0, 1, 2, 2][..], DType::I32));
+    let full = Tensor::zeros(dev(), &[1, 1, 4, 4], DType::I32).unwrap();
+    let y = adaptive_avg_pool2d(&full, [0, 2]).unwrap();
+    assert_eq!((y.shape(), y.dtype()), (&[1, 1, 0, 2][..], DType::I32));
+    assert!(adaptive_avg_pool2d(&full, [2, 2]).is_err());
+    let y = adaptive_avg_pool1d(&e3, 2).unwrap();
+    assert_eq!((y.shape(), y.dtype()), (&[0, 1, 2][..], DType::I32));
     // PyTorch's max_pool2d takes integers: an empty one is an empty result.
     let y = wgtensor::ops::max_pool2d(&e4, &wgtensor::ops::MaxPool2dOptions::new(2)).unwrap();
     assert_eq!((y.shape(), y.dtype()), (&[0, 1, 2, 2][..], DType::I32));

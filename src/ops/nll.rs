@@ -68,7 +68,12 @@ fn check(
     weight: Option<&Tensor>,
 ) -> Result<Problem> {
     input.same_device(op, target)?;
-    input.require_float(op)?;
+    // cross_entropy's log_softmax refuses an integer input first; nll_loss's kernel does
+    // after its shape checks (below).
+    let nll = op == "nll_loss";
+    if !nll {
+        input.require_float(op)?;
+    }
     if target.dtype != DType::I32 {
         return Err(Error::arg(
             op,
@@ -150,7 +155,6 @@ fn check(
     }
     if let Some(w) = weight {
         input.same_device(op, w)?;
-        input.same_dtype(op, w)?;
         if s.len() <= 2 && w.shape() != [classes] {
             return Err(Error::shape(
                 op,
@@ -161,6 +165,12 @@ fn check(
                 ),
             ));
         }
+    }
+    if nll {
+        input.require_float(op)?;
+    }
+    if let Some(w) = weight {
+        input.same_dtype(op, w)?;
     }
     Ok(Problem {
         classes,

@@ -475,7 +475,12 @@ pub(super) fn avg_window(
 /// The adaptive pools' shape checks in PyTorch's order and words, before the dtype dispatch:
 /// both check the rank first, then adaptive_max_pool2d's meta every non-batch dim (1 and up),
 /// adaptive_avg_pool2d's template dims -2 and -1.
-fn adaptive_shape_check(op: &'static str, kernel: &str, s: &[usize], max: bool) -> Result<()> {
+pub(super) fn adaptive_shape_check(
+    op: &'static str,
+    kernel: &str,
+    s: &[usize],
+    max: bool,
+) -> Result<()> {
     let r = s.len();
     let rank = || {
         let colon = if max { ":" } else { "" };

@@ -9,7 +9,10 @@ mod launch;
 mod options;
 
 pub(crate) use launch::FAMILY;
-use launch::{adaptive_window, avg_window, indices_untracked, max_window, run, POOL_AVG, POOL_MAX};
+use launch::{
+    adaptive_shape_check, adaptive_window, avg_window, indices_untracked, max_window, run,
+    POOL_AVG, POOL_MAX,
+};
 #[doc(hidden)]
 pub use launch::{params_layout, pool_variants};
 pub use options::{AvgPool1dOptions, AvgPool2dOptions, MaxPool1dOptions, MaxPool2dOptions};
@@ -129,6 +132,16 @@ pub fn adaptive_avg_pool2d(x: &Tensor, output_size: [usize; 2]) -> Result<Tensor
         return x.mean_dims(&[-2, -1], true);
     }
     check_two_sizes(op, x)?;
+    if !x.dtype().is_float() && matches!(x.rank(), 3 | 4) {
+        // adaptive_avg_pool2d_out_cpu_template returns an empty output after its shape check
+        // and before the dtype dispatch: an empty integer result is PyTorch's too.
+        adaptive_shape_check(op, "adaptive_avg_pool2d", x.shape(), false)?;
+        let mut shape = x.shape()[..x.rank() - 2].to_vec();
+        shape.extend(output_size);
+        if shape.contains(&0) {
+            return Tensor::zeros(x.device(), &shape, x.dtype());
+        }
+    }
     let rank_ok = matches!(x.rank(), 3 | 4) && x.dtype().is_float();
     let plane_empty = rank_ok && x.shape()[x.rank() - 2..].contains(&0);
     if rank_ok
