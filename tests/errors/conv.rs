@@ -386,6 +386,25 @@ fn zero_kernel_size_names_the_kernel() {
         &Conv1dOptions::default(),
     ));
     assert!(msg(&e).contains("kernel_height: 1 kernel_width: 0"), "{e}");
+    // The transposed convolutions: before the output padding's check.
+    let ot = ConvTranspose2dOptions {
+        output_padding: [1, 1],
+        ..Default::default()
+    };
+    let e = err(conv_transpose2d(&x, &t(&[3, 8, 0, 0]), None, &ot));
+    check(
+        &e,
+        TRANSPOSE,
+        true,
+        &["kernel size should be greater than zero, but got kernel_height: 0 kernel_width: 0"],
+    );
+    let e = err(conv_transpose1d(
+        &t(&[1, 3, 4]),
+        &t(&[3, 8, 0]),
+        None,
+        &ConvTranspose1dOptions::default(),
+    ));
+    assert!(msg(&e).contains("kernel_height: 1 kernel_width: 0"), "{e}");
 }
 
 #[test]

@@ -505,7 +505,9 @@ impl Geom {
             false => [c, kh, kw].contains(&0) || (n > 0 && [h, w].contains(&0)),
         };
         if zero && forward {
-            // ATen's check_shape_forward, with conv1d's height 1.
+            // The words of ATen's backend check (slow_conv2d_shape_check), with conv1d's
+            // height 1; PyTorch reaches it after the padded-size check, which a kernel of 0
+            // passes unless the input is smaller still.
             return Err(Error::shape(
                 op,
                 format!(

@@ -452,6 +452,18 @@ fn transpose_untracked(
         x.same_device(op, w)?;
         return empty::empty_transposed(op, x, ws, o);
     }
+    // slow_conv_transpose2d_shape_check: the kernel before the output padding (conv1d's
+    // height 1).
+    if ws[2] == 0 || ws[3] == 0 {
+        return Err(Error::shape(
+            op,
+            format!(
+                "kernel size should be greater than zero, but got kernel_height: {} \
+                 kernel_width: {}",
+                ws[2], ws[3]
+            ),
+        ));
+    }
     // After the channels, as PyTorch's shape check, in its words.
     let [oph, opw] = o.output_padding;
     if (0..2).any(|ax| o.output_padding[ax] >= o.stride[ax].max(o.dilation[ax])) {
