@@ -377,7 +377,11 @@ fn norm_fwd_part(@builtin(workgroup_id) wid: vec3<u32>,
     let live = sgm.x < p.rows;
     let base = sgm.x * p.len;
     var s = 0.0;
-    let pivot = row_pivot(live, base + sgm.z, sgm.w - sgm.z);
+    // The row's pivot for every segment: each segment's mean is kept relative to it, so the
+    // means that norm_fwd_split merges are small where the row's values sit far from 0 (a
+    // segment's absolute mean rounded at 3000's ulp, and merged so, left the row's mean two
+    // ulp off, 4e-4 in xhat for values 3000 + U(-1, 1)); the row's mean is rounded once, there.
+    let pivot = row_pivot(live, base, p.len);
     if (live && !is_rms()) {
         var blk = 0.0;
         var k = 0u;
@@ -392,13 +396,13 @@ fn norm_fwd_part(@builtin(workgroup_id) wid: vec3<u32>,
         }
         s += blk;
     }
-    let mean = pivot + reduce2(lid, vec2<f32>(s, 0.0)).x / f32(sgm.w - sgm.z);
+    let rel = reduce2(lid, vec2<f32>(s, 0.0)).x / f32(sgm.w - sgm.z);
     var q = 0.0;
     if (live) {
         var blk = 0.0;
         var k = 0u;
         for (var i = sgm.z + lid; i < sgm.w; i += WG) {
-            let d = f32(x[base + i]) - mean;
+            let d = (f32(x[base + i]) - pivot) - rel;
             blk += d * d;
             k++;
             if (k == BLOCK) {
@@ -412,7 +416,7 @@ fn norm_fwd_part(@builtin(workgroup_id) wid: vec3<u32>,
     let m2 = reduce2(lid, vec2<f32>(q, 0.0)).x;
     if (live && lid == 0u) {
         let at = 2u * (sgm.x * p.segs + sgm.y);
-        parts[at] = mean;
+        parts[at] = rel;
         parts[at + 1u] = m2;
     }
 }
@@ -431,6 +435,7 @@ fn norm_fwd_split(@builtin(workgroup_id) wid: vec3<u32>,
     // be 0, and a mean past 1.8e19 squares to inf, 0 * inf = NaN, whatever order a driver's
     // compiler gives the product (NVIDIA's gave NaN for a constant row of -3.3e38).
     var cnt = f32(min(p.len, p.seg_len));
+    // Relative to the row's pivot (norm_fwd_part), added back once after the merge.
     var mean = parts[2u * r * p.segs];
     var m2 = parts[2u * r * p.segs + 1u];
     for (var t = 1u; t < p.segs; t++) {
@@ -442,6 +447,7 @@ fn norm_fwd_split(@builtin(workgroup_id) wid: vec3<u32>,
         m2 += parts[at + 1u] + delta * (delta * (cnt * nb / tot));
         cnt = tot;
     }
+    mean += row_pivot(true, r * p.len, p.len);
     let rstd = rsqrt_f(m2 / f32(p.len) + p.eps);
     if (sgm.y == 0u && lid == 0u) {
         stats[r] = mean;
