@@ -328,6 +328,13 @@ fn argument_errors_name_the_op_and_values() {
     );
     let e = err(sdpa(&qi, &ki, &vi, &d));
     assert!(e.contains("floating"), "{e}");
+    // Only PyTorch's math kernel refuses integers: every argument check comes first.
+    let drop2 = SdpaOptions {
+        dropout_p: 2.0,
+        ..d
+    };
+    let e = err(sdpa(&qi, &ki, &vi, &drop2));
+    assert!(e.contains("dropout probability"), "{e}");
     let e = err(sdpa(
         &q,
         &randn(dev, &[3, 5, 4]),

@@ -317,3 +317,49 @@ fn the_encoders_layer_copies_keep_ties() {
     let w1 = enc.layers[1].norm1.weight.as_ref().unwrap();
     assert!(!w0.shares_storage(w1) && !w0.shares_storage(l.norm1.weight.as_ref().unwrap()));
 }
+
+/// PyTorch's fused path has no dropout: a layer in eval whose children were set to train
+/// (attention and Dropout modules, p = 0.5) gives the all-eval result on its fast path, and so
+/// does the encoder's nested path over such layers.
+#[test]
+fn the_fast_paths_drop_nothing_whatever_the_childrens_flags() {
+    use wgtensor::nn::TransformerEncoder;
+    let cfg = TransformerEncoderLayerConfig {
+        dim_feedforward: 8,
+        dropout: 0.5,
+        batch_first: true,
+        ..Default::default()
+    };
+    let mut l = TransformerEncoderLayer::new(common::device(), 4, 2, cfg).unwrap();
+    l.eval();
+    let pad = Tensor::from_slice(common::device(), &[0i32, 0, 1], &[1, 3]).unwrap();
+    let x = Tensor::from_slice(
+        common::device(),
+        &(0..12).map(|i| i as f32 * 0.1).collect::<Vec<_>>(),
+        &[1, 3, 4],
+    )
+    .unwrap();
+    let run = |l: &TransformerEncoderLayer| {
+        wgtensor::no_grad(|| l.forward_with(&x, None, Some(MhaMask::Bool(&pad)), false))
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap()
+    };
+    let enc_run = |l: &TransformerEncoderLayer| {
+        let enc = TransformerEncoder::new(l, 2, None).unwrap();
+        wgtensor::no_grad(|| enc.forward_with(&x, None, Some(MhaMask::Bool(&pad)), false))
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap()
+    };
+    let (want, enc_want) = (run(&l), enc_run(&l));
+    let mut noisy = l.clone();
+    noisy.self_attn.training = true;
+    noisy.dropout.training = true;
+    noisy.dropout1.training = true;
+    noisy.dropout2.training = true;
+    for _ in 0..3 {
+        assert_eq!(run(&noisy), want);
+        assert_eq!(enc_run(&noisy), enc_want);
+    }
+}

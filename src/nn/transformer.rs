@@ -176,7 +176,7 @@ impl TransformerEncoderLayer {
             ],
         )?;
         let fast = self.takes_fast_path(src);
-        self.forward_layer(src, src_mask, src_key_padding_mask, is_causal, fast)
+        self.forward_layer(src, src_mask, src_key_padding_mask, is_causal, fast, fast)
     }
 
     /// Whether PyTorch's `TransformerEncoderLayer.forward` takes its fast path
@@ -194,7 +194,9 @@ impl TransformerEncoderLayer {
 
     /// The layer's formula, its attention as PyTorch's fast path computes it when `fast` (see
     /// [`forward_with`](Self::forward_with)), else the general path (also on the encoder's
-    /// nested-tensor path, whose layers attend to each sequence's real tokens only).
+    /// nested-tensor path, whose layers attend to each sequence's real tokens only). `quiet`:
+    /// no dropout anywhere, the attention's included, whatever the children's flags say (the
+    /// fused kernel of PyTorch's fast path, and its nested path's layers in eval, have none).
     fn forward_layer(
         &self,
         src: &Tensor,
@@ -202,12 +204,23 @@ impl TransformerEncoderLayer {
         src_key_padding_mask: Option<MhaMask>,
         is_causal: bool,
         fast: bool,
+        quiet: bool,
     ) -> Result<Tensor> {
         // A child's error names it (`self_attn (MultiheadAttention): ...`).
         let at = |name: &'static str, layer: &'static str| move |e: Error| e.in_layer(name, layer);
-        // The fast path (eval) calls no Dropout module (_transformer_encoder_layer_fwd), so a
-        // NaN p is no error there.
-        let drop = |d: &Dropout, h: Tensor| if fast { Ok(h) } else { d.forward(&h) };
+        // Quiet, no Dropout module runs (_transformer_encoder_layer_fwd calls none), so a NaN
+        // p is no error there either.
+        let drop = |d: &Dropout, h: Tensor| if quiet { Ok(h) } else { d.forward(&h) };
+        let eval_attn;
+        let self_attn = if quiet && self.self_attn.training {
+            eval_attn = MultiheadAttention {
+                training: false,
+                ..self.self_attn.clone()
+            };
+            &eval_attn
+        } else {
+            &self.self_attn
+        };
         let sa = |x: &Tensor| -> Result<Tensor> {
             let opts = MhaOptions {
                 key_padding_mask: src_key_padding_mask,
@@ -217,8 +230,8 @@ impl TransformerEncoderLayer {
                 is_causal,
             };
             let attn = match fast {
-                true => self.self_attn.encoder_fast_path(x, &opts),
-                false => self.self_attn.forward_general(x, x, x, &opts).map(|r| r.0),
+                true => self_attn.encoder_fast_path(x, &opts),
+                false => self_attn.forward_general(x, x, x, &opts).map(|r| r.0),
             };
             drop(
                 &self.dropout1,
@@ -393,7 +406,10 @@ impl TransformerEncoder {
             // positions are zeroed after the last); otherwise each takes its own path (see
             // forward_with).
             let y = match &nested_pad {
-                Some(p) => layer.forward_layer(&x, mask, Some(MhaMask::Bool(p)), is_causal, false),
+                Some(p) => {
+                    let pad = Some(MhaMask::Bool(p));
+                    layer.forward_layer(&x, mask, pad, is_causal, false, !layer.training)
+                }
                 None => layer.forward_with(&x, mask, src_key_padding_mask, is_causal),
             };
             x = y.map_err(|e| e.in_layer(&format!("layers.{i}"), "TransformerEncoderLayer"))?;

@@ -93,9 +93,6 @@ impl Problem {
                 ));
             }
         }
-        // After the dtypes agree and the ranks hold, as PyTorch's validate_sdpa_input (an
-        // integer query beside float keys is a dtype mismatch there).
-        q.require_float(op)?;
         check_mask(op, q, opts)?;
         let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
         // Below 4-D PyTorch runs its math path, whose GQA preprocessing reads each operand's
@@ -200,6 +197,9 @@ impl Problem {
         let n: usize = lead.iter().product();
         let heads = lead.last().copied().unwrap_or(1);
         let kv_heads = kv_lead.last().copied().unwrap_or(1);
+        // After every argument check: PyTorch's validate_sdpa_input has no dtype rule beyond
+        // agreement, and only its math kernel refuses integers.
+        q.require_float(op)?;
         let mask = match opts.attn_mask {
             None => None,
             Some(m) => {
