@@ -4,9 +4,10 @@
 # `parallelism: Some(256)` (the discrete-GPU estimate of Caps::parallelism) and
 # `disable_subgroups: true` (a GPU's subgroups are not 8 lanes, so the sg8 kernels stay off).
 # Every test then runs the kernels a real GPU runs on its own shapes, where the normal suite
-# runs them only on the conformance tests' `gpu_plans` devices. For the sessions without a
-# GPU: it finds what a GPU run of the suite would (a precision test past its bound on the
-# split-k tiles, a reference that assumed the CPU's summation order).
+# runs them only on the conformance tests' `gpu_plans` devices. Without a GPU at hand it finds
+# what a GPU run of the suite would (a precision test past its bound on the split-k tiles, a
+# reference that assumed the CPU's summation order). It tests the committed HEAD, not
+# uncommitted edits.
 #
 # Expected failures, which come from the emulation and not the kernels: tests gated on the
 # adapter's type (it stays `DeviceType::Cpu`), the cooperative-matrix tile's tests (they need
@@ -18,9 +19,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-wt=${WT:-$(mktemp -d)/wt}
+tmp=
+if [ -z "${WT:-}" ]; then
+  tmp=$(mktemp -d)
+fi
+wt=${WT:-$tmp/wt}
 git worktree add --detach "$wt" HEAD >/dev/null
-trap 'git -C "$root" worktree remove --force "$wt"; git -C "$root" worktree prune' EXIT
+trap 'git -C "$root" worktree remove --force "$wt"; git -C "$root" worktree prune; [ -z "$tmp" ] || rm -rf "$tmp"' EXIT
 opts="$wt/src/runtime/options.rs"
 # The three lines of the Default impl; each must occur once, so a change there fails loudly.
 for line in 'disable_subgroups: false,' 'gpu_plans: false,' 'parallelism: None,'; do

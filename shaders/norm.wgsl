@@ -378,9 +378,10 @@ fn norm_fwd_part(@builtin(workgroup_id) wid: vec3<u32>,
     let base = sgm.x * p.len;
     var s = 0.0;
     // The row's pivot for every segment: each segment's mean is kept relative to it, so the
-    // means that norm_fwd_split merges are small where the row's values sit far from 0 (a
-    // segment's absolute mean rounded at 3000's ulp, and merged so, left the row's mean two
-    // ulp off, 4e-4 in xhat for values 3000 + U(-1, 1)); the row's mean is rounded once, there.
+    // means norm_fwd_split merges are small where the row's values sit far from 0, and the
+    // row's mean is rounded to f32 once, after the merge, as norm_fwd's is. Absolute segment
+    // means would each be rounded at the scale of the values (3000's ulp is 2.4e-4), and the
+    // merge would add those errors up.
     let pivot = row_pivot(live, base, p.len);
     if (live && !is_rms()) {
         var blk = 0.0;

@@ -506,14 +506,7 @@ fn depthwise_over_more_groups_than_a_grid_axis() {
 #[test]
 fn weight_gradients_over_long_k_keep_their_precision() {
     use wgtensor::ops::{conv2d_backward_weight, Conv2dOptions};
-    let gpu = Device::with_options(DeviceOptions {
-        gpu_plans: true,
-        parallelism: Some(256),
-        // A GPU's subgroups are not 8 lanes wide (those would pick the sg8 kernels).
-        disable_subgroups: true,
-        ..Default::default()
-    })
-    .unwrap();
+    let gpu = common::wide_gpu_plans_device().clone();
     // The depthwise 7x7 case runs the four-line direct kernel (kernel rows of at least 4).
     for (dev, n, c, o, groups, kk) in [
         (

@@ -6,6 +6,8 @@
 // Native only (blocking device and readback); tests/browser/ is the wasm32 suite.
 #![cfg(not(target_arch = "wasm32"))]
 
+mod common;
+
 use wgtensor::ops::gemm::plan;
 use wgtensor::ops::{gemm, Activation, Bias, GemmOptions};
 use wgtensor::{DType, Device, DeviceOptions, Tensor};
@@ -558,14 +560,7 @@ fn unmergeable_batch_dims_are_packed() {
 /// 64: in turn, ones against 0.1 over K 8192 drifted 2.1e-6).
 #[test]
 fn long_k_keeps_its_precision() {
-    let gpu = Device::with_options(DeviceOptions {
-        gpu_plans: true,
-        parallelism: Some(256),
-        // A GPU's subgroups are not 8 lanes wide (those would pick the sg8 kernels).
-        disable_subgroups: true,
-        ..Default::default()
-    })
-    .unwrap();
+    let gpu = common::wide_gpu_plans_device().clone();
     for dev in [device(false), device(true), gpu] {
         let dev = &dev;
         let frac = |i: usize, g: f64| ((i as f64 * g).fract()) as f32;

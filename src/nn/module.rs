@@ -88,7 +88,7 @@ pub trait VisitorMut {
 /// and a dot (`features.0.weight`), and [`state_dict`](Module::state_dict) lists each module's
 /// own parameters, then its own buffers, then each child's entries in registration order.
 ///
-/// Cloning a layer (the layers are `Clone`) is not PyTorch's `copy.deepcopy`: the clone holds
+/// Cloning a layer (most layers are `Clone`) is not PyTorch's `copy.deepcopy`: the clone holds
 /// the same parameter and buffer tensors (a write through one, an optimizer step included,
 /// shows in the other) with its own training flags and options. For independent weights,
 /// build a new layer and [`load_state_dict`](Module::load_state_dict) the first one's state

@@ -60,7 +60,8 @@ pub fn gpu_plans_device() -> &'static Device {
 /// A device planning as a discrete GPU of 256 workgroup slots
 /// ([`DeviceOptions::parallelism`](wgtensor::DeviceOptions::parallelism) with `gpu_plans`):
 /// lavapipe's own estimate (its host threads) makes the planners' "too few workgroups to fill
-/// the device" variants rare at test sizes; here they run as they would on a large GPU.
+/// the device" variants rare at test sizes; here they run as they would on a large GPU. No
+/// subgroups: a GPU's are not 8 lanes wide, so the sg8 kernels stay off as they would there.
 #[cfg(not(target_arch = "wasm32"))]
 pub fn wide_gpu_plans_device() -> &'static Device {
     static DEVICE: OnceLock<Device> = OnceLock::new();
@@ -69,6 +70,7 @@ pub fn wide_gpu_plans_device() -> &'static Device {
             gpu_plans: true,
             cooperative_matrix: false,
             parallelism: Some(256),
+            disable_subgroups: true,
             shader_checks: wgtensor::ShaderChecks::DivisionOnly,
             ..Default::default()
         })
@@ -374,9 +376,10 @@ pub fn conv_plan(
     .unwrap_or_else(|e| panic!("conv2d_plan of {g:?}: {e}"))
 }
 
-/// Whether `d` plans as a GPU (its long buckets sum in lanes): every adapter but a CPU one.
+/// Whether `d` plans as a GPU (its long buckets sum in lanes): every adapter but a CPU one,
+/// and a CPU one opened with `gpu_plans` (the planners read `Caps::cpu`).
 pub fn on_gpu(d: &Device) -> bool {
-    d.adapter_info().device_type != wgpu::DeviceType::Cpu
+    !d.caps().cpu
 }
 
 /// A bucket's sum as the kernels add it: in index order on CPU adapters and for buckets of up
