@@ -74,15 +74,6 @@ fn check(
     if !nll {
         input.require_float(op)?;
     }
-    if target.dtype != DType::I32 {
-        return Err(Error::arg(
-            op,
-            format!(
-                "class-index targets must be an i32 tensor, got {:?} (probability targets: cross_entropy with a float target)",
-                target.dtype
-            ),
-        ));
-    }
     let s = input.shape();
     let (expected, classes, inner): (Vec<usize>, usize, usize) =
         match s.len() {
@@ -149,6 +140,16 @@ fn check(
     }
     if reshaped {
         crate::ops::loss_options::no_requires_grad(op, function, "weight", weight)?;
+    }
+    // The target's dtype after its shape, before the weight (nll_loss_forward's order).
+    if target.dtype != DType::I32 {
+        return Err(Error::arg(
+            op,
+            format!(
+                "class-index targets must be an i32 tensor, got {:?} (probability targets: cross_entropy with a float target)",
+                target.dtype
+            ),
+        ));
     }
     if spatial_weight_bad {
         return Err(Error::shape(op, ALL_OR_NO));

@@ -988,6 +988,15 @@ fn loss_errors_in_pytorch_words() {
         nll_loss(&t(&[10, 3]), &ids(&[3]), &nll),
         "Expected input batch_size (10) to match target batch_size (3).",
     );
+    // A float target: the batch check first, the target's dtype after its shape.
+    has(
+        nll_loss(&t(&[10, 3]), &t(&[3]), &nll),
+        "Expected input batch_size (10) to match target batch_size (3).",
+    );
+    has(
+        nll_loss(&t(&[10, 3]), &t(&[10]), &nll),
+        "class-index targets must be an i32 tensor, got F32",
+    );
     has(
         nll_loss(&t(&[10, 3]), &ids(&[10, 2]), &nll),
         "0D or 1D target tensor expected, multi-target not supported",
