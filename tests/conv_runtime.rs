@@ -350,7 +350,7 @@ fn outputs_past_the_grid_limit_run_in_sample_windows() {
     // The portable CPU plan: 32 x 32 output tiles, one workgroup per 32 columns along x, so
     // the case passes the grid limit. A GPU plans other kernels for it (Direct: 8 rows of
     // lines of 512), whose grids may fit; the per-sample equality below holds either way.
-    let cpu = dev.adapter_info().device_type == wgpu::DeviceType::Cpu;
+    let cpu = dev.caps().cpu;
     if cpu {
         assert_eq!(
             plan.variant,
