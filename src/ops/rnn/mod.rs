@@ -622,29 +622,20 @@ fn cell(
     for (label, t) in [Some(h), c].into_iter().flatten().enumerate() {
         // Each state is 2-D once lifted (ATen's check_rnn_cell_forward_hidden): a [H, 1]
         // state beside an unbatched input lifts to 3-D and is refused, not reshaped.
-        if t.rank() != 2 {
-            return Err(Error::shape(
-                op,
-                format!(
-                    "Expected 2D hidden{label} (batch x hidden_size), but got {}D tensor",
-                    t.rank()
-                ),
-            ));
-        }
-        let tb = t.shape()[0];
-        if tb != b {
-            return Err(Error::shape(
-                op,
-                format!("Input batch size {b} doesn't match hidden{label} batch size {tb}"),
-            ));
-        }
-        let th = t.shape()[1];
-        if th != hs {
-            return Err(Error::shape(
-                op,
-                format!("hidden{label} has inconsistent hidden_size: got {th}, expected {hs}"),
-            ));
-        }
+        let msg = match *t.shape() {
+            [tb, _] if tb != b => {
+                format!("Input batch size {b} doesn't match hidden{label} batch size {tb}")
+            }
+            [_, th] if th != hs => {
+                format!("hidden{label} has inconsistent hidden_size: got {th}, expected {hs}")
+            }
+            [_, _] => continue,
+            _ => format!(
+                "Expected 2D hidden{label} (batch x hidden_size), but got {}D tensor",
+                t.rank()
+            ),
+        };
+        return Err(Error::shape(op, msg));
     }
     // Then the cell's GEMMs compare dtypes (the weights' expected), after ATen's size checks.
     w.w_ih.same_dtype(op, x)?;
