@@ -611,3 +611,32 @@ fn long_k_keeps_its_precision() {
         }
     }
 }
+
+/// On GPUs too, an output with enough tiles to fill the device (no split for speed) takes
+/// K past 4096 in slices for accuracy while its partials are small: ones against 0.1 over
+/// K 8192 on four 64 x 64 tiles of a 4-slot GPU plan, which its unsplit tiles' one running
+/// sum drifted 8e-5.
+#[test]
+fn gpu_tiles_that_fill_the_device_split_long_k_for_accuracy() {
+    let dev = Device::with_options(DeviceOptions {
+        gpu_plans: true,
+        parallelism: Some(4),
+        disable_subgroups: true,
+        ..Default::default()
+    })
+    .unwrap();
+    let (m, k, n) = (128, 8192, 128);
+    let pl = plan(&dev, m, n, k, 1, None).unwrap();
+    assert_eq!(pl.splits, 2, "{pl:?}");
+    let a = Tensor::full(&dev, &[m, k], 1.0, DType::F32).unwrap();
+    let b = Tensor::full(&dev, &[k, n], 0.1, DType::F32).unwrap();
+    let y = wgtensor::ops::matmul(&a, &b)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    let want = 0.1f32 as f64 * k as f64;
+    for (i, &v) in y.iter().enumerate().step_by(97) {
+        let e = (v as f64 - want).abs() / want;
+        assert!(e <= 2e-6, "[{i}]: {v} vs {want} ({e:.1e})");
+    }
+}

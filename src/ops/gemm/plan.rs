@@ -295,16 +295,20 @@ pub(crate) fn split_target(caps: &Caps) -> usize {
     split_floor(caps) * per_slot
 }
 
-/// On CPU adapters, the longest stretch of K one output accumulates in turn: longer K is
-/// split into slices of at most this for accuracy (PyTorch's CPU BLAS blocks K in a few
-/// hundred, each block a fresh sum). Every fma in turn rounds, all the same way on positive
-/// data: [1 x 2^20] x [2^20 x 1] of U(0, 1) values came out 5e-5 low over 2 slices of 2^19.
+/// The longest stretch of K one output of an unsplit tile accumulates: longer K is split into
+/// slices of at most this for accuracy (PyTorch's CPU BLAS blocks K in a few hundred, each
+/// block a fresh sum). Every fma in turn rounds, all the same way on positive data:
+/// [1 x 2^20] x [2^20 x 1] of U(0, 1) values came out 5e-5 low over 2 slices of 2^19.
 /// Within a slice the CPU kernels add K in blocks of 64, then the blocks (lib/gemm_common.wgsl
-/// `KBLOCK`), so a slice of 4096 is 64 + 64 adds in turn.
-const CPU_K_RUN: usize = 4096;
+/// `KBLOCK`), so a slice of 4096 is 64 + 64 adds in turn; on GPUs the split kernels do the same
+/// (lib/wg_tile.wgsl `KB`), where the unsplit tiles keep one running sum (ones against 0.1 over
+/// K 8192 on a 64x64 output drifted 8e-5 there). On GPUs it applies to outputs small enough
+/// that the partials cost little against the product (a [1024 x 8192] x [8192 x 1024] weight
+/// gradient writes 8 MiB for 17 GFLOP); the large products keep their unsplit tiles.
+const K_RUN: usize = 4096;
 /// The most f32 partials a split for accuracy may write (16 MiB): past it the product keeps
 /// the speed plan's split.
-const CPU_ACCURACY_PARTIALS: usize = 1 << 22;
+const ACCURACY_PARTIALS: usize = 1 << 22;
 
 /// The split of K for `kernel`'s tiles.
 fn plan_kernel(
@@ -345,12 +349,12 @@ fn plan_kernel(
             } else {
                 1
             };
-            let slices = k.div_ceil(CPU_K_RUN);
+            let slices = k.div_ceil(K_RUN);
             let partials = m
                 .saturating_mul(n)
                 .saturating_mul(batch)
                 .saturating_mul(slices);
-            let accurate = if caps.cpu && partials <= CPU_ACCURACY_PARTIALS {
+            let accurate = if partials <= ACCURACY_PARTIALS {
                 slices
             } else {
                 1
@@ -417,6 +421,27 @@ mod plan_tests {
         let p = plan_for(&caps, 64, 64, 1 << 20, 1, Some(7)).unwrap();
         assert_eq!(p.splits, 7);
         assert!(p.splits as u64 * p.k_chunk as u64 >= 1 << 20);
+    }
+
+    #[test]
+    fn gpus_split_long_k_of_small_outputs_for_accuracy() {
+        let caps = Caps::test_gpu();
+        // Enough tiles to fill the device, K 8192: two slices of 4096 (8 MiB of partials).
+        let p = plan_for(&caps, 1024, 1024, 8192, 1, None).unwrap();
+        assert_eq!((p.splits, p.k_chunk), (2, 4096), "{p:?}");
+        // K 4096 stays one run; the large products keep their unsplit tiles.
+        assert_eq!(
+            plan_for(&caps, 1024, 1024, 4096, 1, None).unwrap().splits,
+            1
+        );
+        assert_eq!(
+            plan_for(&caps, 4096, 4096, 4096, 1, None).unwrap().splits,
+            1
+        );
+        assert_eq!(
+            plan_for(&caps, 8192, 8192, 8192, 1, None).unwrap().splits,
+            1
+        );
     }
 
     #[test]
@@ -508,9 +533,10 @@ mod plan_tests {
         // the 64 x 64 tiles split (16 x 8 = 128 workgroups).
         let p = plan_for(&caps, 256, 256, 2048, 1, None).unwrap();
         assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled, 8));
-        // 16 x 16 tiles (256) already fill the slots: no split.
+        // 16 x 16 tiles (256) already fill the slots: no split for speed, but K in slices of
+        // 4096 for accuracy (16 MiB of partials).
         let p = plan_for(&caps, 1024, 1024, 16384, 1, None).unwrap();
-        assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled, 1));
+        assert_eq!((p.kernel, p.splits), (GemmKernel::WgTiled, 4));
         // 15 x 16 = 240 tiles of 64 rows (the ragged last row of tiles counts) would split:
         // 8 x 16 = 128 of 128 x 64 split 1024 / 128 = 8 ways instead.
         let p = plan_for(&caps, 14 * 64 + 1, 16 * 64, 16384, 1, None).unwrap();
@@ -529,10 +555,10 @@ mod plan_tests {
             parallelism: 4,
             ..caps
         };
-        // 4 x 4 tiles of 128 x 64 fill its 4 slots.
+        // 4 x 4 tiles of 128 x 64 fill its 4 slots: only the accuracy split (slices of 4096).
         assert_eq!(
             plan_for(&small, 512, 256, 16384, 1, None).unwrap().splits,
-            1
+            4
         );
         assert_eq!(plan_for(&small, 64, 64, 16384, 1, None).unwrap().splits, 16);
     }
