@@ -640,3 +640,35 @@ fn gpu_tiles_that_fill_the_device_split_long_k_for_accuracy() {
         assert!(e <= 2e-6, "[{i}]: {v} vs {want} ({e:.1e})");
     }
 }
+
+/// A product split for accuracy in windows past one binding: the window's columns leave room
+/// for a row of split-k partials (a wide broadcast B took every column, and no row fit the
+/// workspace: the product was refused as too large).
+#[test]
+fn accuracy_splits_fit_their_windows() {
+    let dev = Device::with_options(DeviceOptions {
+        gpu_plans: true,
+        parallelism: Some(4),
+        disable_subgroups: true,
+        max_binding_bytes: Some(64 << 10),
+        ..Default::default()
+    })
+    .unwrap();
+    let (k, n) = (4100, 10000);
+    assert_eq!(plan(&dev, 1, n, k, 1, None).unwrap().splits, 2);
+    let av: Vec<f32> = (0..k).map(|i| (i % 7) as f32 * 0.25).collect();
+    let bv: Vec<f32> = (0..n).map(|j| (j % 5) as f32 - 2.0).collect();
+    let a = Tensor::from_slice(&dev, &av, &[1, k]).unwrap();
+    let b = Tensor::from_slice(&dev, &bv, &[1, n])
+        .unwrap()
+        .broadcast_to(&[k, n])
+        .unwrap();
+    let y = wgtensor::ops::matmul(&a, &b)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    let s: f64 = av.iter().map(|&v| v as f64).sum();
+    for (j, &v) in y.iter().enumerate().step_by(37) {
+        assert_eq!(v as f64, s * bv[j] as f64, "[{j}]");
+    }
+}

@@ -78,10 +78,15 @@ fn run_problem(
     let max = dev.limits().max_compute_workgroups_per_dimension;
     let (tm, tn) = pl.tile();
     let tiles_fit = m.div_ceil(tm) <= max as usize && n.div_ceil(tn) <= max as usize;
-    if !tiles_fit || bufs.iter().flatten().any(|t| t.buffer().size() > limit) {
-        // An operand or the output is larger than one binding, or the row or column tiles
-        // pass the grid limit (a linear layer over millions of rows, which PyTorch runs):
-        // windows of rows and columns.
+    // The split-k workspace is bound whole too (f32 partials of every output per slice).
+    let ws_bytes = match pl.splits {
+        1 => 0,
+        s => (s as u64).saturating_mul((m * n * batch) as u64 * 4),
+    };
+    if !tiles_fit || ws_bytes > limit || bufs.iter().flatten().any(|t| t.buffer().size() > limit) {
+        // An operand, the output or the split-k workspace is larger than one binding, or the
+        // row or column tiles pass the grid limit (a linear layer over millions of rows,
+        // which PyTorch runs): windows of rows and columns, whose partials fit.
         super::window::run_windowed(op, &pb, &pl, o, a, b, c_t, &out)?;
         return Ok(out);
     }

@@ -56,7 +56,13 @@ fn window_dims(
     let (tm, tn) = pl.tile();
     let splits = pl.splits as u64;
     let round = |x: u64, t: u64, max: u64| if x >= t { x / t * t } else { x }.min(max);
-    let cols = largest(n, cap, |c| extent(k, c, brs, bcs).max(c))?;
+    // One row of the window's split-k partials must fit the workspace too (an accuracy split
+    // of a wide broadcast B would otherwise leave no row that fits).
+    let col_cap = ws_cap / splits.max(1);
+    if col_cap == 0 {
+        return None;
+    }
+    let cols = largest(n.min(col_cap), cap, |c| extent(k, c, brs, bcs).max(c))?;
     let cols = round(cols, tn as u64, n);
     let fits_rows = |rw: u64| {
         extent(rw, k, ars, acs) <= cap
