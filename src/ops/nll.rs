@@ -90,7 +90,16 @@ fn check(
             }
         };
     let t = target.shape();
-    let batch_mismatch = s.len() >= 2 && !t.is_empty() && t[0] != s[0];
+    // A 0-d target against a batch is read as batch 0, as PyTorch's target.size(0) there.
+    let tb = t.first().copied();
+    if s.len() >= 2 && tb.is_none() {
+        let msg = match s[0] {
+            0 => "Dimension specified as 0 but tensor has no dimensions".to_string(),
+            n => format!("Expected input batch_size ({n}) to match target batch_size (0)."),
+        };
+        return Err(Error::shape(op, msg));
+    }
+    let batch_mismatch = s.len() >= 2 && tb != Some(s[0]);
     // After nll_loss_nd's batch check (and, for ranks 3 and 5+, its target-size check, which
     // comes before the reshape into nll_loss2d), the autograd layer of the function it calls
     // refuses a tracked weight before that kernel's checks (not a silent None, nor the
@@ -103,35 +112,66 @@ fn check(
     if !batch_mismatch && !reshaped {
         crate::ops::loss_options::no_requires_grad(op, function, "weight", weight)?;
     }
+    // The target's dtype: after its rank (ranks 1, 2 and 4: nll_loss_forward's and
+    // nll_loss2d's own checks) or its whole shape (3 and 5+: nll_loss_nd's), before the rest.
+    let dtype_check = || {
+        if target.dtype == DType::I32 {
+            return Ok(());
+        }
+        Err(Error::arg(
+            op,
+            format!(
+                "class-index targets must be an i32 tensor, got {:?} (probability targets: cross_entropy with a float target)",
+                target.dtype
+            ),
+        ))
+    };
+    // A 1-D input takes a target of one element too (its loss is 0-d either way).
+    let fits = t == expected.as_slice() || (s.len() == 1 && t == [1]);
+    // PyTorch's checks in its order and words (nll_loss_nd, then nll_loss / nll_loss2d).
+    let msg = if batch_mismatch {
+        Some(format!(
+            "Expected input batch_size ({}) to match target batch_size ({}).",
+            s[0],
+            tb.unwrap_or(0)
+        ))
+    } else if s.len() <= 2 && t.len() > 1 {
+        Some("0D or 1D target tensor expected, multi-target not supported".to_string())
+    } else if s.len() == 4 && t.len() != 3 {
+        Some(format!(
+            "only batches of spatial targets supported (3D tensors) but got targets of \
+             dimension: {}",
+            t.len()
+        ))
+    } else {
+        None
+    };
+    if let Some(msg) = msg {
+        return Err(Error::shape(
+            op,
+            format!("{msg} (target shape {t:?} must be {expected:?} for input shape {s:?})"),
+        ));
+    }
+    if !reshaped {
+        dtype_check()?;
+    }
     // nll_loss2d's weight rule (inputs of rank 3 and more go through it): any shape of C
     // elements, in its words. Its check runs before its size check (rank 4: after the target's
     // rank); nll_loss_nd's target-size check of other ranks runs before it.
     const ALL_OR_NO: &str = "weight tensor should be defined either for all or no classes";
     let spatial_weight_bad = weight.is_some_and(|w| s.len() >= 3 && w.numel() != classes);
-    if spatial_weight_bad && s.len() == 4 && t.len() == 3 && !batch_mismatch {
+    if spatial_weight_bad && s.len() == 4 {
         return Err(Error::shape(op, ALL_OR_NO));
     }
-    if t != expected.as_slice() {
-        // PyTorch's checks in its order and words (nll_loss_nd, then nll_loss / nll_loss2d).
-        let msg = if batch_mismatch {
-            format!(
-                "Expected input batch_size ({}) to match target batch_size ({}).",
-                s[0], t[0]
-            )
-        } else if s.len() <= 2 && t.len() > 1 {
-            "0D or 1D target tensor expected, multi-target not supported".to_string()
-        } else if s.len() <= 2 {
-            format!("size mismatch (got input: {s:?}, target: {t:?})")
-        } else if s.len() == 4 && t.len() != 3 {
-            format!(
-                "only batches of spatial targets supported (3D tensors) but got targets of \
-                 dimension: {}",
-                t.len()
-            )
-        } else if s.len() == 4 {
-            format!("size mismatch (got input: {s:?} , target: {t:?}")
-        } else {
-            format!("Expected target size {expected:?}, got {t:?}")
+    if !fits {
+        let msg = match s.len() {
+            1 => format!(
+                "For 1D input, 1D target must have size 1, but got target size: {}",
+                t[0]
+            ),
+            2 => format!("size mismatch (got input: {s:?}, target: {t:?})"),
+            4 => format!("size mismatch (got input: {s:?} , target: {t:?}"),
+            _ => format!("Expected target size {expected:?}, got {t:?}"),
         };
         return Err(Error::shape(
             op,
@@ -140,16 +180,7 @@ fn check(
     }
     if reshaped {
         crate::ops::loss_options::no_requires_grad(op, function, "weight", weight)?;
-    }
-    // The target's dtype after its shape, before the weight (nll_loss_forward's order).
-    if target.dtype != DType::I32 {
-        return Err(Error::arg(
-            op,
-            format!(
-                "class-index targets must be an i32 tensor, got {:?} (probability targets: cross_entropy with a float target)",
-                target.dtype
-            ),
-        ));
+        dtype_check()?;
     }
     if spatial_weight_bad {
         return Err(Error::shape(op, ALL_OR_NO));

@@ -372,6 +372,20 @@ pub(crate) async fn nll_loss_ignore_index_weights_and_errors() {
         &[3.0, 0.0, 6.0],
         "none",
     );
+    // A 1-D input takes a 0-d or a one-element target; the loss is 0-d either way.
+    let x1 = t(&[-0.5, -1.0, -2.0], &[3]);
+    for shape in [&[][..], &[1][..]] {
+        let t1 = Tensor::from_slice(crate::common::device(), &[2i32], shape).unwrap();
+        let none = NllLossOptions {
+            reduction: Reduction::None,
+            ..Default::default()
+        };
+        let l = nll_loss(&x1, &t1, &none).unwrap();
+        assert_eq!(l.shape(), &[] as &[usize]);
+        close(&vals(&l).await, &[2.0], "1-D input");
+        let ce = cross_entropy(&x1, &t1, &Default::default()).unwrap();
+        assert_eq!(ce.shape(), &[] as &[usize]);
+    }
     // Every target ignored: the mean is 0 / 0 = NaN, as PyTorch.
     let all = Tensor::from_slice(crate::common::device(), &[7i32, 7, 7], &[3]).unwrap();
     assert!(vals(&nll_loss(&logp, &all, &o).unwrap()).await[0].is_nan());

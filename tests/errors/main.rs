@@ -988,6 +988,27 @@ fn loss_errors_in_pytorch_words() {
         nll_loss(&t(&[10, 3]), &ids(&[3]), &nll),
         "Expected input batch_size (10) to match target batch_size (3).",
     );
+    // A 0-d target against a batch reads as batch 0; a 1-D input takes one target element.
+    has(
+        nll_loss(&t(&[10, 3]), &ids(&[]), &nll),
+        "Expected input batch_size (10) to match target batch_size (0).",
+    );
+    has(
+        nll_loss(&t(&[0, 3]), &ids(&[]), &nll),
+        "Dimension specified as 0 but tensor has no dimensions",
+    );
+    has(
+        nll_loss(&t(&[3]), &ids(&[2]), &nll),
+        "For 1D input, 1D target must have size 1, but got target size: 2",
+    );
+    has(
+        nll_loss(&t(&[2, 3, 4, 4]), &t(&[2, 4, 5]), &nll),
+        "class-index targets must be an i32 tensor",
+    );
+    has(
+        nll_loss(&t(&[3]), &t(&[2]), &nll),
+        "class-index targets must be an i32 tensor",
+    );
     // A float target: the batch check first, the target's dtype after its shape.
     has(
         nll_loss(&t(&[10, 3]), &t(&[3]), &nll),
