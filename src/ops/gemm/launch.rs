@@ -588,10 +588,12 @@ const WG_KERNELS: [GemmKernel; 3] = [
 /// The large-tile core's `KB` override of the split-k partial kernels (gemm_wg_partial,
 /// conv_wg_partial): K summed in blocks of 8 staged steps (64 values), each into fresh
 /// accumulators, then into the total (shaders/lib/wg_tile.wgsl). A split runs where output
-/// tiles are few and K is long, so the doubled accumulators cost little there, and a running
-/// sum over a slice of 256 drifted 2e-6 on constant data. The unsplit kernels keep one
-/// running sum (KB 0), as cuBLAS's tiles: their accumulators bound the tile's occupancy; so
-/// does the 128 x 128 tile's partial kernel.
+/// tiles are few and K is long, or for accuracy where K passes 4096 on outputs whose partials
+/// are small (plan.rs `K_RUN`): products of modest size, where the doubled accumulators cost
+/// little against the accuracy (a running sum over a slice of 256 drifted 2e-6 on constant
+/// data). The unsplit kernels keep one running sum (KB 0), as cuBLAS's tiles: their
+/// accumulators bound the tile's occupancy; so does the 128 x 128 tile's partial kernel (no
+/// plan picks it), and the cooperative-matrix tile sums in its own fragments.
 pub(crate) const WG_PARTIAL_KB: (&str, f64) = ("KB", 8.0);
 
 /// `gemm_wg`'s tile overrides for `kernel`: rows (`TM`) and columns (`TN`) per invocation.

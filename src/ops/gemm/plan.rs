@@ -117,7 +117,9 @@ pub(crate) const SG8_SGS: u32 = 1;
 #[doc(hidden)]
 /// Picks the kernel and split factor. Split-k pays when the output tiles are too few to keep
 /// the device busy and each tile has a long K loop (weight-gradient shapes such as
-/// [64 x 8192] x [8192 x 64] on a GPU); slices keep at least 256 steps of K.
+/// [64 x 8192] x [8192 x 64] on a GPU); slices keep at least 256 steps of K. K past 4096
+/// is also split into slices of at most 4096 for accuracy while the partials stay within
+/// 16 MiB (`K_RUN`).
 ///
 /// Total over its inputs: empty problems (a zero M, N, K or batch) plan one unsplit launch;
 /// a forced `split_k` of 0 is refused as `gemm` refuses it.
@@ -300,8 +302,9 @@ pub(crate) fn split_target(caps: &Caps) -> usize {
 /// block a fresh sum). Every fma in turn rounds, all the same way on positive data:
 /// [1 x 2^20] x [2^20 x 1] of U(0, 1) values came out 5e-5 low over 2 slices of 2^19.
 /// Within a slice the CPU kernels add K in blocks of 64, then the blocks (lib/gemm_common.wgsl
-/// `KBLOCK`), so a slice of 4096 is 64 + 64 adds in turn; on GPUs the split kernels do the same
-/// (lib/wg_tile.wgsl `KB`), where the unsplit tiles keep one running sum (ones against 0.1 over
+/// `KBLOCK`), so a slice of 4096 is 64 + 64 adds in turn; on GPUs the split kernels of the
+/// 64- and 128-row tiles do the same (lib/wg_tile.wgsl `KB`), where the unsplit tiles keep
+/// one running sum (ones against 0.1 over
 /// K 8192 on a 64x64 output drifted 8e-5 there). On GPUs it applies to outputs small enough
 /// that the partials cost little against the product (a [1024 x 8192] x [8192 x 1024] weight
 /// gradient writes 8 MiB for 17 GFLOP); the large products keep their unsplit tiles.
