@@ -90,16 +90,19 @@ fn check(
             }
         };
     let t = target.shape();
-    // A 0-d target against a batch is read as batch 0, as PyTorch's target.size(0) there.
+    // A 0-d target against a batch is read as batch 0, as PyTorch's target.size(0) there (an
+    // empty batch passes that check and fails the size check below).
     let tb = t.first().copied();
-    if s.len() >= 2 && tb.is_none() {
-        let msg = match s[0] {
-            0 => "Dimension specified as 0 but tensor has no dimensions".to_string(),
-            n => format!("Expected input batch_size ({n}) to match target batch_size (0)."),
-        };
-        return Err(Error::shape(op, msg));
+    if s.len() >= 2 && tb.is_none() && s[0] != 0 {
+        return Err(Error::shape(
+            op,
+            format!(
+                "Expected input batch_size ({}) to match target batch_size (0).",
+                s[0]
+            ),
+        ));
     }
-    let batch_mismatch = s.len() >= 2 && tb != Some(s[0]);
+    let batch_mismatch = s.len() >= 2 && tb.is_some_and(|b| b != s[0]);
     // After nll_loss_nd's batch check (and, for ranks 3 and 5+, its target-size check, which
     // comes before the reshape into nll_loss2d), the autograd layer of the function it calls
     // refuses a tracked weight before that kernel's checks (not a silent None, nor the
@@ -126,8 +129,9 @@ fn check(
             ),
         ))
     };
-    // A 1-D input takes a target of one element too (its loss is 0-d either way).
-    let fits = t == expected.as_slice() || (s.len() == 1 && t == [1]);
+    // A 1-D input with a [1] target is refused here with the words PyTorch's backward gives
+    // it (its forward takes it, its backward and label smoothing do not).
+    let fits = t == expected.as_slice();
     // PyTorch's checks in its order and words (nll_loss_nd, then nll_loss / nll_loss2d).
     let msg = if batch_mismatch {
         Some(format!(
@@ -165,11 +169,12 @@ fn check(
     }
     if !fits {
         let msg = match s.len() {
-            1 => format!(
+            1 if t != [1] => format!(
                 "For 1D input, 1D target must have size 1, but got target size: {}",
                 t[0]
             ),
-            2 => format!("size mismatch (got input: {s:?}, target: {t:?})"),
+            2 if t.is_empty() => "Dimension specified as 0 but tensor has no dimensions".into(),
+            1 | 2 => format!("size mismatch (got input: {s:?}, target: {t:?})"),
             4 => format!("size mismatch (got input: {s:?} , target: {t:?}"),
             _ => format!("Expected target size {expected:?}, got {t:?}"),
         };

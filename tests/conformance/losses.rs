@@ -372,20 +372,24 @@ pub(crate) async fn nll_loss_ignore_index_weights_and_errors() {
         &[3.0, 0.0, 6.0],
         "none",
     );
-    // A 1-D input takes a 0-d or a one-element target; the loss is 0-d either way.
+    // A 1-D input takes a 0-d target (a 0-d loss); a [1] target is refused in the words of
+    // PyTorch's backward (its forward takes it, its backward does not).
     let x1 = t(&[-0.5, -1.0, -2.0], &[3]);
-    for shape in [&[][..], &[1][..]] {
-        let t1 = Tensor::from_slice(crate::common::device(), &[2i32], shape).unwrap();
-        let none = NllLossOptions {
-            reduction: Reduction::None,
-            ..Default::default()
-        };
-        let l = nll_loss(&x1, &t1, &none).unwrap();
-        assert_eq!(l.shape(), &[] as &[usize]);
-        close(&vals(&l).await, &[2.0], "1-D input");
-        let ce = cross_entropy(&x1, &t1, &Default::default()).unwrap();
-        assert_eq!(ce.shape(), &[] as &[usize]);
-    }
+    let t0 = Tensor::from_slice(crate::common::device(), &[2i32], &[]).unwrap();
+    let none = NllLossOptions {
+        reduction: Reduction::None,
+        ..Default::default()
+    };
+    let l = nll_loss(&x1, &t0, &none).unwrap();
+    assert_eq!(l.shape(), &[] as &[usize]);
+    close(&vals(&l).await, &[2.0], "1-D input");
+    let t1 = Tensor::from_slice(crate::common::device(), &[2i32], &[1]).unwrap();
+    let e = nll_loss(&x1, &t1, &none).unwrap_err().to_string();
+    assert!(
+        e.contains("size mismatch (got input: [3], target: [1])"),
+        "{e}"
+    );
+    assert!(cross_entropy(&x1, &t1, &Default::default()).is_err());
     // Every target ignored: the mean is 0 / 0 = NaN, as PyTorch.
     let all = Tensor::from_slice(crate::common::device(), &[7i32, 7, 7], &[3]).unwrap();
     assert!(vals(&nll_loss(&logp, &all, &o).unwrap()).await[0].is_nan());
