@@ -551,12 +551,10 @@ pub(crate) fn dispatch(
     let ws = Storage::scratch(dev, op, pl.splits as u64 * total * 4)?;
     let ws_bind = Bind::whole(ws.buffer());
     let bufs = [binds.a, binds.b, ws_bind];
-    let mut partial_consts = shape_consts.to_vec();
-    // Not on the 128 x 128 tile (benchmarks force it; no plan picks it): 64 accumulators
-    // doubled would bound its occupancy.
-    if matches!(pl.kernel, GemmKernel::WgTiled | GemmKernel::WgTiled128) {
-        partial_consts.push(WG_PARTIAL_KB);
-    }
+    let partial_consts = match std::ptr::eq(partial, &WG_PARTIAL) {
+        true => wg_partial_consts(pl.kernel),
+        false => shape_consts.to_vec(),
+    };
     dev.launch_binds(op, partial, &dts, &partial_consts, bytes, &bufs, grid)?;
     let consts = [&epi[..], &[("WG", REDUCE_WG as f64)]].concat();
     let bufs = [binds.c, binds.bias, binds.out, ws_bind];
@@ -588,13 +586,18 @@ const WG_KERNELS: [GemmKernel; 3] = [
 /// The large-tile core's `KB` override of the split-k partial kernels (gemm_wg_partial,
 /// conv_wg_partial): K summed in blocks of 8 staged steps (64 values), each into fresh
 /// accumulators, then into the total (shaders/lib/wg_tile.wgsl). A split runs where output
-/// tiles are few and K is long, or for accuracy where K passes 4096 on outputs whose partials
-/// are small (plan.rs `K_RUN`): products of modest size, where the doubled accumulators cost
-/// little against the accuracy (a running sum over a slice of 256 drifted 2e-6 on constant
-/// data). The unsplit kernels keep one running sum (KB 0), as cuBLAS's tiles: their
-/// accumulators bound the tile's occupancy; so does the 128 x 128 tile's partial kernel (no
-/// plan picks it), and the cooperative-matrix tile sums in its own fragments.
+/// tiles are few and K is long, or for accuracy where K passes 4096 on small outputs (plan.rs
+/// `K_RUN`), where the doubled accumulators cost little against the accuracy (a running sum
+/// over a slice of 256 drifted 2e-6 on constant data). The unsplit kernels keep one running
+/// sum (KB 0), as cuBLAS's tiles, since their accumulators bound the tile's occupancy.
 pub(crate) const WG_PARTIAL_KB: (&str, f64) = ("KB", 8.0);
+
+/// `gemm_wg_partial`'s overrides for `kernel`: its tile, and [`WG_PARTIAL_KB`] but on the
+/// 128 x 128 tile (only forced), whose 64 accumulators doubled would bound its occupancy.
+fn wg_partial_consts(kernel: GemmKernel) -> Vec<(&'static str, f64)> {
+    let kb = (kernel != GemmKernel::WgTiled128x128).then_some(WG_PARTIAL_KB);
+    wg_shape(kernel).into_iter().chain(kb).collect()
+}
 
 /// `gemm_wg`'s tile overrides for `kernel`: rows (`TM`) and columns (`TN`) per invocation.
 fn wg_shape(kernel: GemmKernel) -> [(&'static str, f64); 2] {
@@ -632,10 +635,7 @@ pub fn gemm_variants() -> Vec<ShaderVariant> {
             &[("SGS", SG8_SGS as f64)],
         ));
         for kernel in WG_KERNELS {
-            let mut w = wg_shape(kernel).to_vec();
-            if kernel != GemmKernel::WgTiled128x128 {
-                w.push(WG_PARTIAL_KB);
-            }
+            let w = wg_partial_consts(kernel);
             v.push(ShaderVariant::new(&WG_PARTIAL, &[dt], &w));
         }
     }
