@@ -269,6 +269,14 @@ pub(crate) fn out_len(len: usize, pad: usize, k: usize, s: usize, d: usize) -> O
 /// real model, and small enough that the size arithmetic cannot overflow.
 pub(crate) const OPTION_LIMIT: usize = 1 << 20;
 
+/// ATen's words for an empty kernel (slow_conv2d_shape_check and its transposed twin); a 1-D
+/// convolution's kernel height is 1.
+pub(crate) fn empty_kernel_words(kh: usize, kw: usize) -> String {
+    format!(
+        "kernel size should be greater than zero, but got kernel_height: {kh} kernel_width: {kw}"
+    )
+}
+
 /// Rejects option values the size arithmetic could overflow on, naming them.
 /// `_convolution`'s groups check and check_shape_forward's stride and dilation checks, in
 /// PyTorch's order and words.
@@ -511,8 +519,8 @@ impl Geom {
             return Err(Error::shape(
                 op,
                 format!(
-                    "kernel size should be greater than zero, but got kernel_height: {kh} \
-                     kernel_width: {kw} (input {x:?}, weight {wshape:?})"
+                    "{} (input {x:?}, weight {wshape:?})",
+                    empty_kernel_words(kh, kw)
                 ),
             ));
         }

@@ -455,14 +455,7 @@ fn transpose_untracked(
     // slow_conv_transpose2d_shape_check: the kernel before the output padding (conv1d's
     // height 1).
     if ws[2] == 0 || ws[3] == 0 {
-        return Err(Error::shape(
-            op,
-            format!(
-                "kernel size should be greater than zero, but got kernel_height: {} \
-                 kernel_width: {}",
-                ws[2], ws[3]
-            ),
-        ));
+        return Err(Error::shape(op, geom::empty_kernel_words(ws[2], ws[3])));
     }
     // After the channels, as PyTorch's shape check, in its words.
     let [oph, opw] = o.output_padding;
