@@ -92,17 +92,8 @@ fn check(
     let t = target.shape();
     // A 0-d target against a batch is read as batch 0, as PyTorch's target.size(0) there (an
     // empty batch passes that check and fails the size check below).
-    let tb = t.first().copied();
-    if s.len() >= 2 && tb.is_none() && s[0] != 0 {
-        return Err(Error::shape(
-            op,
-            format!(
-                "Expected input batch_size ({}) to match target batch_size (0).",
-                s[0]
-            ),
-        ));
-    }
-    let batch_mismatch = s.len() >= 2 && tb.is_some_and(|b| b != s[0]);
+    let tb = t.first().copied().unwrap_or(0);
+    let batch_mismatch = s.len() >= 2 && tb != s[0];
     // After nll_loss_nd's batch check (and, for ranks 3 and 5+, its target-size check, which
     // comes before the reshape into nll_loss2d), the autograd layer of the function it calls
     // refuses a tracked weight before that kernel's checks (not a silent None, nor the
@@ -135,9 +126,8 @@ fn check(
     // PyTorch's checks in its order and words (nll_loss_nd, then nll_loss / nll_loss2d).
     let msg = if batch_mismatch {
         Some(format!(
-            "Expected input batch_size ({}) to match target batch_size ({}).",
-            s[0],
-            tb.unwrap_or(0)
+            "Expected input batch_size ({}) to match target batch_size ({tb}).",
+            s[0]
         ))
     } else if s.len() <= 2 && t.len() > 1 {
         Some("0D or 1D target tensor expected, multi-target not supported".to_string())
