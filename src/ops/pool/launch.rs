@@ -507,6 +507,21 @@ pub(super) fn adaptive_shape_check(
     empty(if max { 1..r } else { r - 2..r })
 }
 
+/// PyTorch's dispatch refusal of an integer input, in its words, for the pools that have no
+/// integer kernel there (the average pools, max_pool1d without indices, the adaptive pools);
+/// its max_pool2d takes integers, which wgtensor's kernels refuse when there is work to do.
+/// Called after the window's checks and before any empty-output return, so an empty i32 input
+/// is refused as a full one.
+pub(super) fn float_only(op: &'static str, kernel: &str, x: &Tensor) -> Result<()> {
+    if x.dtype().is_float() {
+        return Ok(());
+    }
+    Err(Error::arg(
+        op,
+        format!("\"{kernel}\" not implemented for 'Int' (convert with to_dtype(DType::F32))"),
+    ))
+}
+
 pub(super) fn adaptive_window(
     op: &'static str,
     x: &Tensor,
@@ -518,13 +533,8 @@ pub(super) fn adaptive_window(
         _ => "adaptive_avg_pool2d",
     };
     adaptive_shape_check(op, kernel, x.shape(), mode == POOL_MAX)?;
-    if !x.dtype().is_float() {
-        // The dispatch of PyTorch's kernels (which the 1-D pools reach too), in its words.
-        return Err(Error::arg(
-            op,
-            format!("\"{kernel}\" not implemented for 'Int' (the adaptive pools take f32 or f16)"),
-        ));
-    }
+    // The dispatch of PyTorch's kernels (which the 1-D pools reach too).
+    float_only(op, kernel, x)?;
     if out.contains(&0) {
         return Err(Error::arg(
             op,

@@ -10,8 +10,8 @@ mod options;
 
 pub(crate) use launch::FAMILY;
 use launch::{
-    adaptive_shape_check, adaptive_window, avg_window, indices_untracked, max_window, run,
-    POOL_AVG, POOL_MAX,
+    adaptive_shape_check, adaptive_window, avg_window, float_only, indices_untracked, max_window,
+    run, POOL_AVG, POOL_MAX,
 };
 #[doc(hidden)]
 pub use launch::{params_layout, pool_variants};
@@ -98,20 +98,6 @@ pub fn avg_pool2d(x: &Tensor, o: &AvgPool2dOptions) -> Result<Tensor> {
     let (win, out) = avg_window(op, x, o)?;
     float_only(op, "avg_pool2d", x)?;
     run(op, x, win, out, None)
-}
-
-/// PyTorch's dispatch refusal of an integer input, after the window's checks and before the
-/// empty-output return (so an empty i32 input is refused as a full one), for the pools
-/// PyTorch has no integer kernel for (avg_pool1d/2d, max_pool1d without indices; its
-/// max_pool2d takes integers, which wgtensor's kernels refuse when there is work to do).
-fn float_only(op: &'static str, kernel: &str, x: &Tensor) -> Result<()> {
-    if x.dtype().is_float() {
-        return Ok(());
-    }
-    Err(Error::arg(
-        op,
-        format!("\"{kernel}\" not implemented for 'Int' (convert with to_dtype(DType::F32))"),
-    ))
 }
 
 /// Gradient of [`avg_pool2d`] with respect to its input (`x` gives the input's shape).
