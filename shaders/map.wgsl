@@ -68,8 +68,8 @@ fn apply(v: f32, s: f32) -> f32 {
         // PyTorch's `s / x` is `x.reciprocal() * s` (Tensor.__rtruediv__): in f32 the
         // reciprocal rounded, then the product (f16 stores the reciprocal first: map.rs).
         case OP_RDIV_SCALAR: { return div_f(1.0, v) * s; }
-        case OP_MAX_SCALAR: { return max_nan(v, s); }
-        case OP_MIN_SCALAR: { return min_nan(v, s); }
+        case OP_MAX_SCALAR: { return clamp_min_f(v, s); }
+        case OP_MIN_SCALAR: { return clamp_max_f(v, s); }
         // PyTorch's pow(tensor, scalar) takes sqrt and rsqrt for +-0.5 (not C99's pow: -inf
         // gives NaN, -0 keeps its sign); the other exponents as pow_f.
         case OP_POW_SCALAR: {

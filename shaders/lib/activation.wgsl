@@ -17,6 +17,18 @@ fn min_nan(a: f32, b: f32) -> f32 {
     return select(min(a, b), a + b, isnan_f(a) || isnan_f(b));
 }
 
+// PyTorch's clamp_min(x, s) / clamp_max(x, s) (and clamp, hardtanh, relu6 on them): x is kept
+// unless it is past the bound, so on the tie of -0.0 and 0.0 the result is x's zero, where
+// WGSL's max/min may return either. The tie is found on the bits (a compiler may fold a
+// compare-and-select into max): both operands zero.
+fn clamp_min_f(v: f32, s: f32) -> f32 {
+    return select(max_nan(v, s), v, ((bitcast<u32>(v) | bitcast<u32>(s)) & 0x7fffffffu) == 0u);
+}
+
+fn clamp_max_f(v: f32, s: f32) -> f32 {
+    return select(min_nan(v, s), v, ((bitcast<u32>(v) | bitcast<u32>(s)) & 0x7fffffffu) == 0u);
+}
+
 // Division within 1 ulp on every adapter. WGSL allows 2.5 ulp for `/`, and GPUs use that
 // freedom (NVIDIA: a reciprocal times the dividend), so the mean of ones came out 0.99999994.
 // One Newton step corrects the quotient: the residual a - q * b is exact (q * b as an exact

@@ -337,3 +337,39 @@ fn relu_keeps_negative_zero() {
     assert_eq!(&signs[..3], &[true, false, false], "{y:?}");
     assert!(y[3].is_nan(), "{y:?}");
 }
+
+/// clamp_min / clamp_max keep x unless it is past the bound (PyTorch's CPU and CUDA kernels
+/// agree for scalar bounds), so on a tie of -0.0 and 0.0 the result is x's zero; clamp,
+/// hardtanh and relu6 run on them. In f32 and f16, and over 64 elements (the wide path).
+#[test]
+fn clamp_keeps_x_on_signed_zero_ties() {
+    let n = 64;
+    for dt in [DType::F32, DType::F16] {
+        let neg = t(&vec![-0.0; n], &[n]).to_dtype(dt).unwrap();
+        let pos = t(&vec![0.0; n], &[n]).to_dtype(dt).unwrap();
+        let signs = |y: Tensor| -> Vec<bool> {
+            let v = vals(&y.to_dtype(DType::F32).unwrap());
+            assert!(v.iter().all(|&x| x == 0.0), "{v:?}");
+            v.iter().map(|x| x.is_sign_negative()).collect()
+        };
+        for (y, negative, what) in [
+            (neg.max_scalar(0.0).unwrap(), true, "clamp_min(-0, 0)"),
+            (pos.max_scalar(-0.0).unwrap(), false, "clamp_min(0, -0)"),
+            (neg.min_scalar(0.0).unwrap(), true, "clamp_max(-0, 0)"),
+            (pos.min_scalar(-0.0).unwrap(), false, "clamp_max(0, -0)"),
+            (
+                neg.clamp(Some(0.0), Some(0.0)).unwrap(),
+                true,
+                "clamp(-0, 0, 0)",
+            ),
+            (wgtensor::ops::relu6(&neg).unwrap(), true, "relu6(-0)"),
+            (
+                wgtensor::ops::hardtanh(&pos, -1.0, -0.0).unwrap(),
+                false,
+                "hardtanh(0, -1, -0)",
+            ),
+        ] {
+            assert_eq!(signs(y), vec![negative; n], "{what} {dt:?}");
+        }
+    }
+}
