@@ -373,3 +373,31 @@ fn clamp_keeps_x_on_signed_zero_ties() {
         }
     }
 }
+
+/// A training eps below f32's range (1e-50) still normalizes a constant channel to 0, as
+/// PyTorch's CPU kernel, which adds eps to the variance in f64; rounded to an f32 0 it gave
+/// 0 / 0 = NaN. On the CPU and the GPU plans.
+#[test]
+fn batch_norm_train_tiny_eps_keeps_constant_channels_zero() {
+    let gpu = wgtensor::Device::with_options(wgtensor::DeviceOptions {
+        gpu_plans: true,
+        cooperative_matrix: false,
+        ..Default::default()
+    })
+    .unwrap();
+    for d in [dev(), &gpu] {
+        let v: Vec<f32> = (0..12)
+            .map(|i| if i % 2 == 0 { 2.0 } else { i as f32 })
+            .collect();
+        let x = Tensor::from_slice(d, &v, &[6, 2]).unwrap();
+        for eps in [1e-50, 1e-44] {
+            let o = BatchNormOptions {
+                eps,
+                ..Default::default()
+            };
+            let y = vals(&batch_norm_train(&x, None, &o).unwrap().y);
+            assert!(y.iter().step_by(2).all(|&v| v == 0.0), "eps {eps}: {y:?}");
+            assert!(y.iter().skip(1).step_by(2).all(|v| v.is_finite()), "{y:?}");
+        }
+    }
+}

@@ -337,7 +337,10 @@ fn check_in_place(
 /// The kernels' f32 eps, or an error naming the value: F.batch_norm's rule in its words,
 /// positive in training (batch statistics of a constant channel would divide by zero) and
 /// non-negative with running statistics. Like it, NaN and inf pass (a NaN eps gives NaN, an
-/// infinite one, or one past f32's range, a zero invstd).
+/// infinite one, or one past f32's range, a zero invstd). In training an eps below f32's normal
+/// range becomes the least normal f32: PyTorch's CPU kernel adds eps to the batch variance in
+/// f64, so there a constant channel normalizes to 0, where an eps rounded to 0 here gave 0 / 0
+/// (a subnormal eps would not do: GPUs may flush it to zero).
 fn check_eps(op: &'static str, eps: f64, training: bool) -> Result<f32> {
     let e = crate::error::py_float(eps);
     if training && eps <= 0.0 {
@@ -351,6 +354,9 @@ fn check_eps(op: &'static str, eps: f64, training: bool) -> Result<f32> {
             op,
             format!("batch_norm eps must be non-negative, but got {e}"),
         ));
+    }
+    if training && (eps as f32) < f32::MIN_POSITIVE {
+        return Ok(f32::MIN_POSITIVE);
     }
     Ok(eps as f32)
 }
