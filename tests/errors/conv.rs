@@ -386,6 +386,37 @@ fn zero_kernel_size_names_the_kernel() {
         &Conv1dOptions::default(),
     ));
     assert!(msg(&e).contains("kernel_height: 1 kernel_width: 0"), "{e}");
+    // After the padded-size check, whose dilated extent of an empty kernel is 1 - d.
+    let e = err(conv2d(
+        &t(&[1, 3, 1, 1]),
+        &t(&[2, 3, 0, 3]),
+        None,
+        &Conv2dOptions::default(),
+    ));
+    check(
+        &e,
+        FWD,
+        true,
+        &["Calculated padded input size per channel: (1 x 1). Kernel size: (0 x 3)."],
+    );
+    let o = Conv2dOptions {
+        dilation: [2, 1],
+        ..Default::default()
+    };
+    let e = err(conv2d(&t(&[1, 3, 1, 1]), &t(&[2, 3, 0, 5]), None, &o));
+    check(&e, FWD, true, &["Kernel size: (-1 x 5)."]);
+    // An input without channels convolves an empty kernel into an empty result of
+    // PyTorch's extent: (4 + 0 - (1 - d)) / s + 1.
+    let y = conv2d(&t(&[1, 0, 4, 4]), &t(&[2, 0, 0, 0]), None, &o).unwrap();
+    assert_eq!(y.shape(), &[1, 0, 6, 5]);
+    let y = conv1d(
+        &t(&[2, 0, 4]),
+        &t(&[2, 0, 0]),
+        None,
+        &Conv1dOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(y.shape(), &[2, 0, 5]);
     // The transposed convolutions: before the output padding's check.
     let ot = ConvTranspose2dOptions {
         output_padding: [1, 1],

@@ -26,22 +26,17 @@ pub(super) fn empty_channels(
     x.same_device(op, w)?;
     let [n, _, h, wd] = dims4(op, x, "input")?;
     let [oc, _, kh, kw] = dims4(op, w, "weight")?;
-    // The geometry checked for one image and one channel and output channel per group: the
-    // result is empty, so the extents the kernels' limits guard do not matter.
+    // The geometry checked for one image and one output channel per group, without input
+    // channels: the result is empty, so the extents the kernels' limits guard do not matter,
+    // and an empty kernel gives PyTorch's extent (`d (k - 1) + 1`, 1 - d).
     // The options first (a groups of 0 named as such), as PyTorch's check_shape_forward.
     // The weight's dim 0 and the bias come right after the channels, before the kernel size.
     let groups = o.groups.max(1);
     let shown = geom::caller_shape(op, w.shape());
-    let g = Geom::shape_checked(
-        op,
-        [n.min(1), groups, h, wd],
-        [groups, 1, kh, kw],
-        o,
-        |_| {
-            geom::check_weight_dim0(op, groups, oc, &shown, "out_channels")?;
-            check_bias(op, x, bias, oc, w)
-        },
-    )?;
+    let g = Geom::shape_checked(op, [n.min(1), 0, h, wd], [groups, 0, kh, kw], o, |_| {
+        geom::check_weight_dim0(op, groups, oc, &shown, "out_channels")?;
+        check_bias(op, x, bias, oc, w)
+    })?;
     let shape = [n, 0, g.oh, g.ow];
     let empty = |t: &Tensor| t.reshape(&[1, 0, 1, 1])?.broadcast_to(&shape);
     let mut y = empty(x)?.add(&empty(w)?)?;

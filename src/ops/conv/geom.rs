@@ -259,10 +259,15 @@ pub(crate) struct Geom {
 /// u128: a kernel size comes from the caller (a weight gradient's `kernel_size`) and may be
 /// anything up to `usize::MAX`, so the dilated span must not overflow; such a span never fits.
 pub(crate) fn out_len(len: usize, pad: usize, k: usize, s: usize, d: usize) -> Option<usize> {
-    let padded = len as u128 + pad as u128;
-    let span = d as u128 * (k.max(1) as u128 - 1) + 1;
-    (padded >= span && s > 0)
-        .then(|| ((padded - span) / s as u128 + 1).min(usize::MAX as u128) as usize)
+    let padded = len as i128 + pad as i128;
+    (padded >= kernel_span(k, d) && s > 0)
+        .then(|| ((padded - kernel_span(k, d)) / s as i128 + 1).min(usize::MAX as i128) as usize)
+}
+
+/// A dilated kernel's extent as PyTorch computes it, `d (k - 1) + 1`: 1 - d for an empty
+/// kernel (which convolves only inputs without channels, into an empty result).
+fn kernel_span(k: usize, d: usize) -> i128 {
+    d as i128 * (k as i128 - 1) + 1
 }
 
 /// Largest stride, dilation, padding, output padding or group count accepted: far beyond any
@@ -508,22 +513,8 @@ impl Geom {
         // then refuses them unless the batch is empty, as PyTorch's backend choice).
         // The gradients of an empty batch take an empty image too (PyTorch's Empty backend
         // gives their zeros).
-        let zero = match forward {
-            true => [kh, kw].contains(&0),
-            false => [c, kh, kw].contains(&0) || (n > 0 && [h, w].contains(&0)),
-        };
-        if zero && forward {
-            // The words of ATen's backend check (slow_conv2d_shape_check), with conv1d's
-            // height 1; PyTorch reaches it after the padded-size check, which a kernel of 0
-            // passes unless the input is smaller still.
-            return Err(Error::shape(
-                op,
-                format!(
-                    "{} (input {x:?}, weight {wshape:?})",
-                    empty_kernel_words(kh, kw)
-                ),
-            ));
-        }
+        // A forward's empty kernel is refused after the padded-size check below.
+        let zero = !forward && ([c, kh, kw].contains(&0) || (n > 0 && [h, w].contains(&0)));
         if zero {
             return Err(Error::shape(
                 op,
@@ -541,17 +532,17 @@ impl Geom {
                     // Padded input and dilated kernel, " x "-separated as PyTorch's.
                     let padded = [h + p.top + p.bottom, w + p.left + p.right];
                     let dilated = [
-                        (kh - 1).saturating_mul(o.dilation[0]).saturating_add(1),
-                        (kw - 1).saturating_mul(o.dilation[1]).saturating_add(1),
+                        kernel_span(kh, o.dilation[0]),
+                        kernel_span(kw, o.dilation[1]),
                     ];
-                    let show = |v: [usize; 2]| match op {
+                    let show = |v: [i128; 2]| match op {
                         "conv1d" => v[1].to_string(),
                         _ => format!("{} x {}", v[0], v[1]),
                     };
                     format!(
                         "Calculated padded input size per channel: ({}). Kernel size: ({}). \
                          Kernel size can't be greater than actual input size; ",
-                        show(padded),
+                        show(padded.map(|v| v as i128)),
                         show(dilated)
                     )
                 }
@@ -566,6 +557,18 @@ impl Geom {
                 ),
             ));
         };
+        if forward && c != 0 && [kh, kw].contains(&0) {
+            // The words of ATen's backend check (slow_conv2d_shape_check), with conv1d's
+            // height 1, reached after the padded-size check as in PyTorch. An input without
+            // channels (`empty_channels` in empty.rs) gets its empty result.
+            return Err(Error::shape(
+                op,
+                format!(
+                    "{} (input {x:?}, weight {wshape:?})",
+                    empty_kernel_words(kh, kw)
+                ),
+            ));
+        }
         Ok(Geom {
             n,
             c,
