@@ -8,16 +8,19 @@ use crate::{DType, Error, Result, Tensor};
 impl Tensor {
     /// Distinct dims, normalized and sorted from the last to the first; no dims means every
     /// dim (PyTorch's `dim=[]`). A rank-0 tensor takes dim 0 or -1 (its one element), given
-    /// back as no dims: there is nothing to reduce. The list is checked in its order, each
-    /// dim's range and then whether it came before, as `dim_list_to_bitset`: the first
-    /// failing entry is the one named.
+    /// back as no dims: there is nothing to reduce. Every dim's range is checked before any
+    /// repeat, as PyTorch (its reductions size the result, which wraps each dim, before
+    /// `dim_list_to_bitset` looks for repeats): `[0, 0, 5]` of a matrix names dim 5.
     fn reduction_dims(&self, op: &'static str, dims: &[isize]) -> Result<Vec<usize>> {
         if dims.is_empty() {
             return Ok((0..self.rank()).rev().collect());
         }
+        let normalized = dims
+            .iter()
+            .map(|&d| Layout::normalize_dim(op, d, self.rank().max(1)))
+            .collect::<Result<Vec<usize>>>()?;
         let mut ds: Vec<usize> = Vec::with_capacity(dims.len());
-        for &d in dims {
-            let d = Layout::normalize_dim(op, d, self.rank().max(1))?;
+        for d in normalized {
             if ds.contains(&d) {
                 return Err(Error::arg(
                     op,

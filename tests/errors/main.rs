@@ -1423,7 +1423,7 @@ fn view_reduction_rnn_and_attention_errors_in_pytorch_words() {
         x.sum_dims(&[0, -3], false),
         "dim 0 appears multiple times in the list of dims",
     );
-    // dim_list_to_bitset's order: the first entry that fails, range or repeat.
+    // Every dim's range before any repeat, as PyTorch's reductions.
     let x3 = Tensor::zeros(dev(), &[2, 3, 4], DType::F32).unwrap();
     has(
         x3.sum_dims(&[0, 1, 0, 1], false),
@@ -1431,7 +1431,7 @@ fn view_reduction_rnn_and_attention_errors_in_pytorch_words() {
     );
     has(
         x3.mean_dims(&[0, 0, 5], false),
-        "dim 0 appears multiple times in the list of dims",
+        "Dimension out of range (expected to be in range of [-3, 2], but got 5)",
     );
     has(
         x3.sum_dims(&[0, 5, 0], false),
@@ -1440,6 +1440,10 @@ fn view_reduction_rnn_and_attention_errors_in_pytorch_words() {
     let s0 = Tensor::zeros(dev(), &[], DType::F32).unwrap();
     has(
         s0.sum_dims(&[0, -1, 2], false),
+        "Dimension out of range (expected to be in range of [-1, 0], but got 2)",
+    );
+    has(
+        s0.sum_dims(&[0, -1], false),
         "dim 0 appears multiple times in the list of dims",
     );
     has(
