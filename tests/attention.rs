@@ -328,6 +328,27 @@ fn argument_errors_name_the_op_and_values() {
     );
     let e = err(sdpa(&qi, &ki, &vi, &d));
     assert!(e.contains("floating"), "{e}");
+    // Where PyTorch's math kernel computes nothing, integers pass: an empty output is empty,
+    // an empty key sequence gives zeros, in i32.
+    let zi = |s: &[usize]| Tensor::zeros(dev, s, wgtensor::DType::I32).unwrap();
+    let ones = |s: &[usize]| Tensor::from_slice(dev, &vec![1i32; s.iter().product()], s).unwrap();
+    for (qs, ks, vs, out) in [
+        ([2, 0, 4], [2, 3, 4], [2, 3, 4], [2, 0, 4]),
+        ([0, 2, 4], [0, 3, 4], [0, 3, 4], [0, 2, 4]),
+        ([2, 2, 0], [2, 3, 0], [2, 3, 0], [2, 2, 0]),
+        ([2, 2, 4], [2, 0, 4], [2, 0, 4], [2, 2, 4]),
+    ] {
+        let o = sdpa(&ones(&qs), &zi(&ks), &zi(&vs), &d).unwrap();
+        assert_eq!((o.shape(), o.dtype()), (&out[..], wgtensor::DType::I32));
+        assert!(o.to_vec::<i32>().unwrap().iter().all(|&x| x == 0));
+    }
+    // Keys but no query features: PyTorch's softmax of the (integer) scores refuses them.
+    err(sdpa(
+        &ones(&[2, 2, 0]),
+        &zi(&[2, 3, 0]),
+        &zi(&[2, 3, 4]),
+        &d,
+    ));
     // Only PyTorch's math kernel refuses integers: every argument check comes first.
     let drop2 = SdpaOptions {
         dropout_p: 2.0,

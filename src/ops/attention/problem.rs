@@ -198,8 +198,11 @@ impl Problem {
         let heads = lead.last().copied().unwrap_or(1);
         let kv_heads = kv_lead.last().copied().unwrap_or(1);
         // After every argument check: PyTorch's validate_sdpa_input has no dtype rule beyond
-        // agreement, and only its math kernel refuses integers.
-        q.require_float(op)?;
+        // agreement, and only its math kernel refuses integers, where it computes: an empty
+        // output or key sequence gives an empty or zero result of the operands' dtype.
+        if n != 0 && l != 0 && ev != 0 && s != 0 {
+            q.require_float(op)?;
+        }
         let mask = match opts.attn_mask {
             None => None,
             Some(m) => {
