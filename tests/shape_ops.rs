@@ -544,7 +544,7 @@ fn pad_errors() {
     );
     // PyTorch's non-constant modes pad (C, ...) or (N, C, ...) inputs only (its _pad_enum),
     // and reflection and replication refuse empty dims but the batch.
-    let only = "Only 2D, 3D, 4D, 5D padding with non-constant padding are supported";
+    let only = "is not supported for";
     let (x1, _) = ramp(&[3], 0.0);
     let (x4, _) = ramp(&[2, 2, 3, 3], 0.0);
     for (t, pads) in [(&x1, &[1usize, 1][..]), (&x4, &[1, 1]), (&x, &[1, 1, 1, 1])] {
@@ -622,10 +622,60 @@ fn pad_errors() {
         pad(&x3, &[-2, 0], PadMode::Replicate, 0.0),
         "input (W: 2) is too small. Calculated output W: 0",
     );
-    // Two padded dims: one may be emptied (PyTorch's output_w >= 1 || output_h >= 1).
+    // Two or three padded dims: each at least 1 (ATen's pad_shape_check), in its words.
     let (x4, _) = ramp(&[1, 1, 3, 4], 0.0);
-    let y = pad(&x4, &[-4, 0, 1, 0], PadMode::Reflect, 0.0).unwrap();
-    assert_eq!(y.shape(), &[1, 1, 4, 0]);
+    words(
+        pad(&x4, &[-4, 0, 1, 0], PadMode::Reflect, 0.0),
+        "Calculated output H: 4 W: 0 must be >= 1 in every dimension (input H: 3, W: 4)",
+    );
+    words(
+        pad(&x4, &[-2, -3, 0, 0], PadMode::Replicate, 0.0),
+        "Calculated output H: 3 W: -1 must be >= 1 in every dimension (input H: 3, W: 4)",
+    );
+    let (x5, _) = ramp(&[1, 2, 3, 4, 5], 0.0);
+    words(
+        pad(&x5, &[-2, -3, 0, 0, 0, 0], PadMode::Reflect, 0.0),
+        "Calculated output D: 3 H: 4 W: 0 must be >= 1 in every dimension (input D: 3, H: 4, W: 5)",
+    );
+    assert_eq!(
+        pad(&x4, &[-1, -1, -1, -1], PadMode::Replicate, 0.0)
+            .unwrap()
+            .shape(),
+        &[1, 1, 1, 2]
+    );
+    // Reflection's pad of pair i is the padding function's argument 4 + 2 i.
+    words(
+        pad(&x4, &[0, 0, 3, 0], PadMode::Reflect, 0.0),
+        "Argument #6: Padding size should be less than the corresponding input dimension, but \
+         got: padding (3, 0) at dimension 2 of input [1, 1, 3, 4]",
+    );
+    words(
+        pad(&x5, &[0, 0, 0, 0, 3, 0], PadMode::Reflect, 0.0),
+        "Argument #8: Padding size",
+    );
+    words(
+        pad(&x4, &[0, 0, -1, 3], PadMode::Reflect, 0.0),
+        "Argument #6: Padding size",
+    );
+    // The mode's input rules come before any pad's size, and after the value's.
+    words(
+        pad(&x1, &[5, 5], PadMode::Reflect, 0.0),
+        "Padding size 2 is not supported for 1D input tensor.\nSupported combinations for \
+         non-constant padding:\n  - 2D or 3D input: padding size = 2 (pads last dimension)",
+    );
+    words(
+        pad(&x1, &[5, 5], PadMode::Reflect, 1.0),
+        "doesn't take in value argument",
+    );
+    words(
+        pad(
+            &Tensor::zeros(dev(), &[1, 0, 3], DType::F32).unwrap(),
+            &[-5, 0],
+            PadMode::Replicate,
+            0.0,
+        ),
+        "non-zero dimensions",
+    );
     // Negating i64::MIN saturates (a crop past any dim), never overflows.
     words(
         pad(&x, &[i64::MIN, 0], PadMode::Constant, 0.0),

@@ -101,11 +101,7 @@ pub fn pad<P: TryInto<i64> + Copy>(
             PadMode::Constant | PadMode::Circular if cropped > len => {
                 Some("narrow(): length must be non-negative.".to_string())
             }
-            PadMode::Reflect if l >= len || r >= len => Some(format!(
-                "Argument #4: Padding size should be less than the corresponding input \
-                 dimension, but got: padding ({l}, {r}) at dimension {d} of input {:?}",
-                x.shape()
-            )),
+            PadMode::Reflect if l >= len || r >= len => Some(reflect_too_wide(x, i, d, l, r)),
             _ => None,
         };
         if let Some(msg) = bad {
@@ -114,29 +110,25 @@ pub fn pad<P: TryInto<i64> + Copy>(
         sizes.push((len, out));
         crops.push((d, crop_l as usize, crop_r as usize));
     }
-    // Reflection and replication: no negative size, and not every padded dim empty (PyTorch's
-    // `output_w >= 1 || output_h >= 1 ...`), in its W / H / D words.
-    if matches!(mode, PadMode::Reflect | PadMode::Replicate)
-        && (sizes.iter().any(|&(_, o)| o < 0) || sizes.iter().all(|&(_, o)| o < 1))
-    {
+    // Reflection and replication: every padded dim of the output at least 1 (ATen's
+    // pad_shape_check), in its D / H / W words, one dim's sentence its own.
+    if matches!(mode, PadMode::Reflect | PadMode::Replicate) && sizes.iter().any(|&(_, o)| o < 1) {
         let names = ["W", "H", "D"];
-        let dims: Vec<usize> = (0..sizes.len()).rev().collect();
-        let input: Vec<String> = dims
-            .iter()
-            .map(|&i| format!("{}: {}", names.get(i).unwrap_or(&"dim"), sizes[i].0))
-            .collect();
-        let output: Vec<String> = dims
-            .iter()
-            .map(|&i| format!("{}: {}", names.get(i).unwrap_or(&"dim"), sizes[i].1))
-            .collect();
-        return Err(Error::arg(
-            op,
-            format!(
-                "input ({}) is too small. Calculated output {}",
-                input.join(", "),
-                output.join(" ")
+        let named = |f: fn(&(i64, i64)) -> i64, sep: &str| -> String {
+            let parts: Vec<String> = (0..sizes.len())
+                .rev()
+                .map(|i| format!("{}: {}", names[i], f(&sizes[i])))
+                .collect();
+            parts.join(sep)
+        };
+        let (input, output) = (named(|s| s.0, ", "), named(|s| s.1, " "));
+        let msg = match sizes.len() {
+            1 => format!("input ({input}) is too small. Calculated output {output}"),
+            _ => format!(
+                "Calculated output {output} must be >= 1 in every dimension (input {input})"
             ),
-        ));
+        };
+        return Err(Error::arg(op, msg));
     }
     let crop = |t: &Tensor| -> Result<Tensor> {
         let mut t = t.clone();
@@ -187,7 +179,58 @@ fn check_pads(x: &Tensor, n: usize, mode: PadMode, value: f64) -> Result<()> {
             ),
         ));
     }
+    if mode != PadMode::Constant {
+        check_mode_input(x, n / 2, mode)?;
+    }
     Ok(())
+}
+
+/// The non-constant modes' input rules, before any pad's size is checked (ATen's `_pad_enum`,
+/// then the padding functions' `check_valid_input`): pads of 1, 2 or 3 dims take (C, ...) or
+/// (N, C, ...) inputs and nothing else, and reflection and replication take an empty batch but
+/// no other empty dim.
+fn check_mode_input(x: &Tensor, dims: usize, mode: PadMode) -> Result<()> {
+    let op = "pad";
+    let rank = x.rank();
+    if dims == 0 || !(dims + 1..=dims + 2).contains(&rank) {
+        return Err(Error::arg(
+            op,
+            format!(
+                "Padding size {} is not supported for {rank}D input tensor.\n\
+                 Supported combinations for non-constant padding:\n  \
+                 - 2D or 3D input: padding size = 2 (pads last dimension)\n  \
+                 - 3D or 4D input: padding size = 4 (pads last 2 dimensions)\n  \
+                 - 4D or 5D input: padding size = 6 (pads last 3 dimensions)",
+                2 * dims
+            ),
+        ));
+    }
+    let batch = rank - dims - 1;
+    if mode != PadMode::Circular && x.shape()[batch..].contains(&0) {
+        return Err(Error::arg(
+            op,
+            format!(
+                "Expected {}D or {}D (batch mode) tensor with possibly 0 batch size and other \
+                 non-zero dimensions for input, but got: {:?} (mode {})",
+                dims + 1,
+                dims + 2,
+                x.shape(),
+                mode.name()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// ATen's check_pad_within_input words for reflection: pair `i` (dim `d`) is the argument
+/// `4 + 2 i` of the padding function.
+fn reflect_too_wide(x: &Tensor, i: usize, d: usize, l: i64, r: i64) -> String {
+    format!(
+        "Argument #{}: Padding size should be less than the corresponding input dimension, but \
+         got: padding ({l}, {r}) at dimension {d} of input {:?}",
+        4 + 2 * i,
+        x.shape()
+    )
 }
 
 /// [`pad`] with pads of 0 or more, recorded for autograd.
@@ -284,38 +327,6 @@ fn pad_untracked(x: &Tensor, pads: &[usize], mode: PadMode, value: f64) -> Resul
     let op = "pad";
     check_pads(x, pads.len(), mode, value)?;
     let rank = x.rank();
-    if mode != PadMode::Constant {
-        // PyTorch's _pad_enum: the padding functions of 1, 2 and 3 dims take (C, ...) or
-        // (N, C, ...) inputs, and nothing else.
-        let dims = pads.len() / 2;
-        if dims == 0 || !(dims + 1..=dims + 2).contains(&rank) {
-            return Err(Error::arg(
-                op,
-                format!(
-                    "Only 2D, 3D, 4D, 5D padding with non-constant padding are supported for now: \
-                     mode {mode:?} pads {dims} dims of an input of rank {rank} (it takes rank \
-                     {} or {})",
-                    dims + 1,
-                    dims + 2
-                ),
-            ));
-        }
-        // Reflection and replication pads take an empty batch, but no other empty dim.
-        let batch = rank - dims - 1;
-        if mode != PadMode::Circular && x.shape()[batch..].contains(&0) {
-            return Err(Error::arg(
-                op,
-                format!(
-                    "Expected {}D or {}D (batch mode) tensor with possibly 0 batch size and \
-                     other non-zero dimensions for input, but got: {:?} (mode {})",
-                    dims + 1,
-                    dims + 2,
-                    x.shape(),
-                    mode.name()
-                ),
-            ));
-        }
-    }
     let mut before = vec![0usize; rank];
     let mut shape = x.shape().to_vec();
     for (i, pair) in pads.chunks(2).enumerate() {
@@ -335,16 +346,8 @@ fn pad_untracked(x: &Tensor, pads: &[usize], mode: PadMode, value: f64) -> Resul
         }
         match mode {
             PadMode::Reflect if pair[0] >= len || pair[1] >= len => {
-                return Err(Error::arg(
-                    op,
-                    format!(
-                        "Argument #4: Padding size should be less than the corresponding input \
-                         dimension, but got: padding ({}, {}) at dimension {d} of input {:?}",
-                        pair[0],
-                        pair[1],
-                        x.shape()
-                    ),
-                ))
+                let (l, r) = (pair[0] as i64, pair[1] as i64);
+                return Err(Error::arg(op, reflect_too_wide(x, i, d, l, r)));
             }
             PadMode::Circular if pair[0] > len || pair[1] > len => {
                 return Err(Error::arg(
