@@ -886,3 +886,77 @@ fn bce_f16_multiplies_by_an_f32_weight_in_f32() {
     let dx = g.get(&x).unwrap().to_dtype(DType::F32).unwrap();
     assert_eq!(dx.to_vec::<f32>().unwrap(), vec![-5.0039062]);
 }
+
+/// cross_entropy with probability targets promotes its weight as PyTorch's `input * target *
+/// weight`: an f16 or i32 weight joins an f32 loss, and an f32 weight makes an f16 loss f32
+/// (PyTorch's values; the f16 products round before the weight, as there).
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn cross_entropy_probs_promotes_its_weight() {
+    use wgtensor::DType;
+    let dev = crate::common::device();
+    crate::common::require_f16(dev);
+    let x = t(&[0.5, -1.0, 2.0, 1.5, 0.25, -0.75], &[2, 3]);
+    let p = t(&[0.2, 0.3, 0.5, 0.6, 0.1, 0.3], &[2, 3]);
+    let w = t(&[1.0004, 2.0, 0.5], &[3]);
+    let half = |v: &Tensor| v.to_dtype(DType::F16).unwrap();
+    let wi = Tensor::from_slice(dev, &[1i32, 2, 3], &[3]).unwrap();
+    let cases: [(&str, Tensor, Tensor, Tensor, [f64; 2], f64); 3] = [
+        (
+            "f16 weight",
+            x.clone(),
+            p.clone(),
+            half(&w),
+            [2.3533769, 0.9016390],
+            1e-5,
+        ),
+        (
+            "i32 weight",
+            x.clone(),
+            p.clone(),
+            wi,
+            [2.6550162, 2.8371434],
+            1e-5,
+        ),
+        (
+            "f16 loss",
+            half(&x),
+            half(&p),
+            w.clone(),
+            [2.3528614, 0.9013245],
+            2e-3,
+        ),
+    ];
+    for (what, x, p, w, want, tol) in cases {
+        let o = CrossEntropyOptions {
+            weight: Some(&w),
+            reduction: Reduction::None,
+            ..Default::default()
+        };
+        let l = cross_entropy_probs(&x, &p, &o).unwrap();
+        assert_eq!(l.dtype(), DType::F32, "{what}");
+        let got: Vec<f64> = l
+            .to_vec::<f32>()
+            .unwrap()
+            .into_iter()
+            .map(f64::from)
+            .collect();
+        for (g, w) in got.iter().zip(want) {
+            assert!(
+                (g - w).abs() <= tol * w.abs(),
+                "{what}: {got:?} vs {want:?}"
+            );
+        }
+    }
+    // The f16 input keeps an f16 gradient.
+    let xr = half(&x).requires_grad().unwrap();
+    let o = CrossEntropyOptions {
+        weight: Some(&w),
+        ..Default::default()
+    };
+    let g = cross_entropy_probs(&xr, &half(&p), &o)
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert_eq!(g.get(&xr).unwrap().dtype(), DType::F16);
+}
