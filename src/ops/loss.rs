@@ -5,7 +5,7 @@
 use super::saved_inputs::saving_inputs;
 use crate::autograd::BackwardOp;
 pub use crate::ops::loss_options::{CrossEntropyOptions, Reduction};
-use crate::{Error, Result, Tensor};
+use crate::{DType, Error, Result, Tensor};
 
 /// A loss kernel's dtype dispatch, after its shape checks: an integer operand is PyTorch's
 /// `"kernel" not implemented for 'Int'` (AT_DISPATCH's words).
@@ -146,13 +146,17 @@ pub struct BceWithLogitsOptions<'a> {
 
 /// PyTorch's `binary_cross_entropy_with_logits`, in its numerically stable form:
 /// `(1 - y) x + l softplus(-x)` with `softplus(z) = max(z, 0) + log1p(exp(-|z|))` (PyTorch's
-/// `-log_sigmoid(x)`) and `l = 1 + (pos_weight - 1) y`.
+/// `-log_sigmoid(x)`) and `l = 1 + (pos_weight - 1) y`. f16 logits with an f32 target give an
+/// f32 loss; f32 logits with an f16 target give an f16 loss, as PyTorch's in-place kernel.
 pub fn binary_cross_entropy_with_logits(
     input: &Tensor,
     target: &Tensor,
     o: &BceWithLogitsOptions,
 ) -> Result<Tensor> {
-    let loss = bce_with_logits_composed(input, target, o)?;
+    // PyTorch's kernel builds the loss in place in `1 - target`: an f16 target makes the
+    // loss of f32 logits f16, each in-place step rounding to it.
+    let half_loss = input.dtype() == DType::F32 && target.dtype() == DType::F16;
+    let loss = bce_with_logits_composed(input, target, o, half_loss)?;
     // The node below saves the cast copies of operands of another dtype; PyTorch's one node
     // saves the caller's input, target, weight and pos_weight.
     let cast = |t: Option<&Tensor>| t.is_some_and(|t| t.dtype() != input.dtype());
@@ -170,15 +174,19 @@ pub fn binary_cross_entropy_with_logits(
     Ok(loss)
 }
 
-/// [`binary_cross_entropy_with_logits`] on operands of one dtype, as one node.
+/// [`binary_cross_entropy_with_logits`] on operands of one dtype, as one node; with
+/// `half_loss` (f32 logits, an f16 target) the loss is f16, rounded after each of PyTorch's
+/// in-place steps: `(1 - y)`, its product with x, the difference with the log-sigmoid term,
+/// the weight's product.
 fn bce_with_logits_composed(
     input: &Tensor,
     target: &Tensor,
     o: &BceWithLogitsOptions,
+    half_loss: bool,
 ) -> Result<Tensor> {
     let op = "binary_cross_entropy_with_logits";
     if let Some((i, t)) = promoted(input, target)? {
-        return bce_with_logits_composed(&i, &t, o);
+        return bce_with_logits_composed(&i, &t, o, half_loss);
     }
     same_shape(op, input, target)?;
     // PyTorch multiplies both in place into the input-shaped loss: each must broadcast to
@@ -219,13 +227,19 @@ fn bce_with_logits_composed(
             }
             None => softplus,
         };
-        let loss = target
-            .scalar_op(crate::ops::ScalarOp::RSub, 1.0)?
-            .mul(input)?
-            .add(&term)?;
-        match &weight {
-            Some(w) => loss.mul(w)?,
+        let round = |t: Tensor| match half_loss {
+            true => t.to_dtype(DType::F16)?.to_dtype(DType::F32),
+            false => Ok(t),
+        };
+        let one_minus = round(target.scalar_op(crate::ops::ScalarOp::RSub, 1.0)?)?;
+        let loss = round(round(one_minus.mul(input)?)?.add(&term)?)?;
+        let loss = match &weight {
+            Some(w) => round(loss.mul(w)?)?,
             None => loss,
+        };
+        match half_loss {
+            true => loss.to_dtype(DType::F16)?,
+            false => loss,
         }
     };
     let loss = crate::autograd::record(loss, &[input, target], |_| {

@@ -901,7 +901,8 @@ fn cross_entropy_probs_promotes_its_weight() {
     let w = t(&[1.0004, 2.0, 0.5], &[3]);
     let half = |v: &Tensor| v.to_dtype(DType::F16).unwrap();
     let wi = Tensor::from_slice(dev, &[1i32, 2, 3], &[3]).unwrap();
-    let cases: [(&str, Tensor, Tensor, Tensor, [f64; 2], f64); 3] = [
+    type Case = (&'static str, Tensor, Tensor, Tensor, [f64; 2], f64);
+    let cases: [Case; 3] = [
         (
             "f16 weight",
             x.clone(),
@@ -959,4 +960,93 @@ fn cross_entropy_probs_promotes_its_weight() {
         .backward()
         .unwrap();
     assert_eq!(g.get(&xr).unwrap().dtype(), DType::F16);
+}
+
+/// binary_cross_entropy_with_logits of f32 logits and an f16 target is f16, as PyTorch's kernel
+/// builds the loss in place in `1 - target`, rounding after each step (PyTorch's values, with
+/// a weight and a pos_weight too, whose double roundings differ from one rounding of the f32
+/// loss); the logits' gradient stays f32 and the target's f16.
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn bce_with_logits_f16_target_gives_an_f16_loss() {
+    use wgtensor::DType;
+    let dev = crate::common::device();
+    crate::common::require_f16(dev);
+    let x = t(&[0.3, -2.5, 4.0, 0.0, 7.25, -0.6], &[6]);
+    let y = t(&[0.0, 1.0, 0.3, 1.0, 0.7, 0.5], &[6])
+        .to_dtype(DType::F16)
+        .unwrap();
+    let w = t(&[1.0004, 2.0, 0.5, 1.0, 3.1, 0.2], &[6]);
+    let plain = BceWithLogitsOptions {
+        reduction: Reduction::None,
+        ..Default::default()
+    };
+    let cases = [
+        (
+            plain,
+            [
+                0.8544921875,
+                2.578125,
+                2.818359375,
+                0.693359375,
+                2.173828125,
+                0.7373046875,
+            ],
+            1.642578125,
+        ),
+        (
+            BceWithLogitsOptions {
+                weight: Some(&w),
+                ..plain
+            },
+            [
+                0.85498046875,
+                5.15625,
+                1.4091796875,
+                0.693359375,
+                6.73828125,
+                0.1474609375,
+            ],
+            2.5,
+        ),
+        (
+            BceWithLogitsOptions {
+                pos_weight: Some(&w),
+                ..plain
+            },
+            [
+                0.8544921875,
+                5.15625,
+                2.81640625,
+                0.693359375,
+                2.17578125,
+                0.322509765625,
+            ],
+            2.00390625,
+        ),
+    ];
+    let f32s = |l: Tensor| {
+        assert_eq!(l.dtype(), DType::F16);
+        let v = l.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
+        v.into_iter().map(f64::from).collect::<Vec<f64>>()
+    };
+    for (o, none, mean) in cases {
+        let l = binary_cross_entropy_with_logits(&x, &y, &o).unwrap();
+        assert_eq!(f32s(l), none);
+        let o = BceWithLogitsOptions {
+            reduction: Reduction::Mean,
+            ..o
+        };
+        assert_eq!(
+            f32s(binary_cross_entropy_with_logits(&x, &y, &o).unwrap()),
+            [mean]
+        );
+    }
+    let (xr, yr) = (x.requires_grad().unwrap(), y.requires_grad().unwrap());
+    let g = binary_cross_entropy_with_logits(&xr, &yr, &Default::default())
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert_eq!(g.get(&xr).unwrap().dtype(), DType::F32);
+    assert_eq!(g.get(&yr).unwrap().dtype(), DType::F16);
 }
