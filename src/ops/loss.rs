@@ -102,6 +102,12 @@ pub(crate) fn same_shape(op: &'static str, input: &Tensor, target: &Tensor) -> R
 pub(crate) fn broadcastable(op: &'static str, input: &Tensor, target: &Tensor) -> Result<()> {
     input.same_device(op, target)?;
     input.same_dtype(op, target)?;
+    shapes_broadcast(op, input, target)
+}
+
+/// The shape part of [`broadcastable`]: F.smooth_l1_loss and F.huber_loss broadcast input and
+/// target (torch.broadcast_tensors) before their kernels check beta or delta.
+pub(crate) fn shapes_broadcast(op: &'static str, input: &Tensor, target: &Tensor) -> Result<()> {
     crate::layout::broadcast_shapes(op, input.shape(), target.shape()).map_err(|_| {
         Error::shape(
             op,

@@ -6,7 +6,7 @@
 
 use super::loss::{
     broadcastable, float_kernel, promoted, promoted_numeric, promoted_regression, reduce,
-    same_shape,
+    same_shape, shapes_broadcast,
 };
 use super::loss_options::Reduction;
 use super::saved_inputs::saving_inputs;
@@ -61,21 +61,17 @@ fn smooth_l1_composed(
     beta: f64,
 ) -> Result<Tensor> {
     let op = "smooth_l1_loss";
+    if beta != 0.0 {
+        // beta 0 is F.smooth_l1_loss's l1_loss, which broadcasts in its kernel.
+        shapes_broadcast(op, input, target)?;
+    }
     if beta.is_nan() || beta < 0.0 {
         return Err(Error::arg(
             op,
             format!("smooth_l1_loss does not support negative values for beta, got {beta}"),
         ));
     }
-    // A beta that rounds to 0 or a subnormal in f32 (the kernels' type; a GPU may flush
-    // subnormals) is l1 too, as PyTorch's kernel, which casts it, computes it (up to
-    // differences below 1.2e-38); 0 / 0 would make every loss NaN.
-    if (beta as f32) < f32::MIN_POSITIVE {
-        // beta 0 is F.smooth_l1_loss's l1_loss; a nonzero one still reaches the kernel's
-        // dispatch, which refuses two integer operands.
-        if beta != 0.0 && !input.dtype().is_float() && !target.dtype().is_float() {
-            float_kernel(op, "smooth_l1_cpu", input)?;
-        }
+    if beta == 0.0 {
         return l1_loss(input, target, reduction);
     }
     if let Some((i, t)) = promoted_regression(input, target)? {
@@ -87,8 +83,10 @@ fn smooth_l1_composed(
     // unselected branch would turn an infinite d into NaN.
     let loss = kinked(input, target, Kink::SmoothL1(beta), |d, dt| {
         let beta = param_in(beta, dt);
-        if beta == 0.0 {
-            // A beta that rounds to 0 in f16: l1, as `z < 0` is never true there.
+        if (beta as f32) < f32::MIN_POSITIVE {
+            // A beta that rounds to 0 or a subnormal in f32 (the kernels' type; a GPU may
+            // flush subnormals) or f16: l1, as PyTorch's kernel, which casts it, computes it
+            // (up to differences below 1.2e-38); 0 / 0 would make every loss NaN.
             return Ok(d.clone());
         }
         let m = d.min_scalar_raw(beta)?;
@@ -165,7 +163,11 @@ impl BackwardOp for KinkBackward {
         };
         let d = self.d.to_dtype(DType::F32)?;
         let slope = match self.kink {
-            Kink::SmoothL1(beta) => d.div_scalar(beta)?.clamp(Some(-1.0), Some(1.0))?,
+            // A beta below f32's normal range divides as the least normal f32 (see
+            // smooth_l1_loss): sign(d) but for differences as tiny, NaN kept, 0 at 0.
+            Kink::SmoothL1(beta) => d
+                .div_scalar(beta.max(f64::from(f32::MIN_POSITIVE)))?
+                .clamp(Some(-1.0), Some(1.0))?,
             // A delta past f32 never bends (see huber_loss).
             Kink::Huber(delta) if (delta as f32).is_infinite() => d,
             Kink::Huber(delta) => d.clamp(Some(-delta), Some(delta))?,
@@ -210,6 +212,7 @@ fn huber_composed(
     delta: f64,
 ) -> Result<Tensor> {
     let op = "huber_loss";
+    shapes_broadcast(op, input, target)?;
     if delta.is_nan() || delta <= 0.0 {
         return Err(Error::arg(
             op,

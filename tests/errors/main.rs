@@ -2101,6 +2101,22 @@ fn losses_in_pytorch_order() {
         nll_loss(&t(&[2, 3, 4]), &ids(&[2, 5]), &o),
         "Expected target size [2, 4], got [2, 5]",
     );
+    // F.smooth_l1_loss and F.huber_loss broadcast input and target before their kernels
+    // check beta and delta.
+    use wgtensor::ops::{huber_loss, smooth_l1_loss};
+    for r in [
+        smooth_l1_loss(&t(&[3]), &t(&[2]), Reduction::Mean, -1.0),
+        huber_loss(&t(&[3]), &t(&[2]), Reduction::Mean, -1.0),
+    ] {
+        has(
+            r,
+            "target shape [2] does not broadcast with input shape [3]",
+        );
+    }
+    has(
+        huber_loss(&t(&[3]), &t(&[3]), Reduction::Mean, -1.0),
+        "huber_loss does not support non-positive values for delta",
+    );
 
     let xi = Tensor::from_slice(dev(), &[1i32, 2], &[2]).unwrap();
     let y = Tensor::from_slice(dev(), &[1.5f32, 2.5], &[2]).unwrap();

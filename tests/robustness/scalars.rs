@@ -24,6 +24,17 @@ fn loss_parameters_past_f32() {
     // A subnormal beta (a GPU may flush it to 0) is l1 as well.
     let l = smooth_l1_loss(&x, &y, Reduction::None, 1e-40).unwrap();
     assert_eq!(vals(&l), vec![1.0, 3.0]);
+    // Their gradient is smooth_l1's, sign(d) (l1's too) but NaN at a NaN difference, where
+    // abs's gives 0 (PyTorch's smooth_l1_backward); beta 0 is l1's.
+    let xs = [0.0, 0.5, -0.5, 2.0, f32::NAN, f32::INFINITY];
+    for beta in [1e-40, 1e-50, 0.0] {
+        let x = t(&xs, &[6]).requires_grad().unwrap();
+        let l = smooth_l1_loss(&x, &t(&[0.0; 6], &[6]), Reduction::Sum, beta).unwrap();
+        let g = vals(l.backward().unwrap().get(&x).unwrap());
+        assert_eq!(g[..4], [0.0, 1.0, -1.0, 1.0], "beta {beta}: {g:?}");
+        assert_eq!(g[4].is_nan(), beta != 0.0, "beta {beta}: {g:?}");
+        assert_eq!(g[5], 1.0, "beta {beta}: {g:?}");
+    }
     if dev().supports_f16() {
         // Never linear in f16: halved before squaring (300^2 overflows f16, 45000 does not).
         let h = |v: &[f32]| t(v, &[1]).to_dtype(DType::F16).unwrap();
