@@ -75,6 +75,16 @@ pub(crate) fn promoted_regression(
 /// Input and target of one shape, device and dtype. A shape mismatch reads as PyTorch's
 /// functional's check for the BCE losses (it raises before any kernel), else as ours.
 pub(crate) fn same_shape(op: &'static str, input: &Tensor, target: &Tensor) -> Result<()> {
+    same_shape_any_dtype(op, input, target)?;
+    input.same_dtype(op, target)
+}
+
+/// [`same_shape`] without the dtype: for the losses whose kernels check a dtype first.
+pub(crate) fn same_shape_any_dtype(
+    op: &'static str,
+    input: &Tensor,
+    target: &Tensor,
+) -> Result<()> {
     input.same_device(op, target)?;
     let (t, i) = (target.shape(), input.shape());
     if t != i {
@@ -91,8 +101,7 @@ pub(crate) fn same_shape(op: &'static str, input: &Tensor, target: &Tensor) -> R
         };
         return Err(Error::shape(op, msg));
     }
-    // The shapes first: the BCE functionals raise their size error before any kernel.
-    input.same_dtype(op, target)
+    Ok(())
 }
 
 /// The regression losses' shape rule (PyTorch's `mse_loss`, `l1_loss`, `smooth_l1_loss`,
@@ -194,7 +203,8 @@ fn bce_with_logits_composed(
     if let Some((i, t)) = promoted(input, target)? {
         return bce_with_logits_composed(&i, &t, o, half_loss);
     }
-    same_shape(op, input, target)?;
+    // The shapes first: the functional raises its size error before any kernel.
+    same_shape_any_dtype(op, input, target)?;
     // PyTorch multiplies both in place into the input-shaped loss: each must broadcast to
     // the input's shape without growing it (a [N] weight on [N, 1] logits is an error there,
     // not an [N, N] loss), and is cast to the loss's dtype.
@@ -203,6 +213,9 @@ fn bce_with_logits_composed(
     use crate::ops::loss_options::no_requires_grad;
     no_requires_grad(op, op, "weight", o.weight)?;
     no_requires_grad(op, op, "pos_weight", o.pos_weight)?;
+    // The kernel's first op, log_sigmoid, dispatches on the input's dtype.
+    float_kernel(op, "log_sigmoid_cpu", input)?;
+    input.same_dtype(op, target)?;
     let fit = |name: &str, w: &Tensor| -> Result<Tensor> {
         input.same_device(op, w)?;
         if w.layout().broadcast_to(input.shape()).is_err() {

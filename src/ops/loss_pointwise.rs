@@ -33,6 +33,9 @@ pub fn l1_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result<
         return l1_loss(&i, &t, reduction);
     }
     broadcastable("l1_loss", input, target)?;
+    // PyTorch's l1_loss of integers is integer arithmetic, which this crate has not (named
+    // here, not by the subtraction inside).
+    input.require_float("l1_loss")?;
     reduce(input.sub(target)?.abs()?, reduction)
 }
 
@@ -289,18 +292,25 @@ pub fn binary_cross_entropy(
     same_shape(op, input, target)?;
     if let Some(w) = weight {
         input.same_device(op, w)?;
-        // F.binary_cross_entropy expands the weight before the autograd layer's check.
-        if w.layout().broadcast_to(input.shape()).is_err() {
-            return Err(Error::shape(
+        let refuse = || {
+            Err(Error::shape(
                 op,
                 format!(
                     "weight of shape {:?} does not broadcast to the input's shape {:?}",
                     w.shape(),
                     input.shape()
                 ),
-            ));
+            ))
+        };
+        // F.binary_cross_entropy expands the weight with the target before the autograd
+        // layer's check; the kernel's in-place product refuses a weight that grows the input.
+        if crate::layout::broadcast_shapes(op, target.shape(), w.shape()).is_err() {
+            return refuse();
         }
         super::loss_options::no_requires_grad(op, op, "weight", Some(w))?;
+        if w.layout().broadcast_to(input.shape()).is_err() {
+            return refuse();
+        }
     }
     // The kernel's dispatch (after F.binary_cross_entropy's weight checks), before the value
     // checks, which read floats.

@@ -2117,6 +2117,35 @@ fn losses_in_pytorch_order() {
         huber_loss(&t(&[3]), &t(&[3]), Reduction::Mean, -1.0),
         "huber_loss does not support non-positive values for delta",
     );
+    // binary_cross_entropy expands its weight with the target, then the autograd layer
+    // refuses a tracked one, then the kernel one that grows the input.
+    let (p, w31) = (t(&[3]).sigmoid().unwrap(), t(&[3, 1]));
+    has(
+        binary_cross_entropy(
+            &p,
+            &p,
+            Some(&t(&[3, 1]).requires_grad().unwrap()),
+            Reduction::Mean,
+        ),
+        "is not differentiable with respect to argument 'weight'",
+    );
+    has(
+        binary_cross_entropy(&p, &p, Some(&w31), Reduction::Mean),
+        "weight of shape [3, 1] does not broadcast to the input's shape [3]",
+    );
+    // binary_cross_entropy_with_logits dispatches log_sigmoid on the input's dtype first.
+    use wgtensor::ops::{binary_cross_entropy_with_logits, BceWithLogitsOptions};
+    let w2 = t(&[2]);
+    let bo = BceWithLogitsOptions {
+        weight: Some(&w2),
+        ..Default::default()
+    };
+    has(
+        binary_cross_entropy_with_logits(&ids(&[3]), &t(&[3]), &bo),
+        "\"log_sigmoid_cpu\" not implemented for 'Int'",
+    );
+    let e = l1_loss(&ids(&[3]), &ids(&[3]), Reduction::Sum).unwrap_err();
+    assert!(e.to_string().starts_with("l1_loss:"), "{e}");
 
     let xi = Tensor::from_slice(dev(), &[1i32, 2], &[2]).unwrap();
     let y = Tensor::from_slice(dev(), &[1.5f32, 2.5], &[2]).unwrap();
