@@ -1323,6 +1323,46 @@ fn conv_and_pool_errors_in_pytorch_words() {
         avg_pool2d(&t(&[16, 0, 20, 32]), &AvgPool2dOptions::new(2)),
         "Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for input",
     );
+    // pooling_output_shape's pad check (effective kernel (k - 1) d + 1) comes before
+    // pool2d_shape_check's kernel and dilation, whose pad <= k / 2 follows the input's planes.
+    let k0 = MaxPool2dOptions {
+        kernel_size: [0, 0],
+        stride: Some([1, 1]),
+        padding: [1, 1],
+        ..MaxPool2dOptions::new(2)
+    };
+    let d0 = MaxPool2dOptions {
+        dilation: [0, 0],
+        ..MaxPool2dOptions {
+            stride: Some([1, 1]),
+            padding: [1, 1],
+            ..MaxPool2dOptions::new(3)
+        }
+    };
+    let a0 = AvgPool2dOptions {
+        stride: Some([1, 1]),
+        padding: [1, 1],
+        ..AvgPool2dOptions::new(0)
+    };
+    for r in [
+        max_pool2d(&t(&[1, 1, 4, 4]), &k0),
+        max_pool2d(&t(&[1, 1, 4, 4]), &d0),
+        avg_pool2d(&t(&[1, 1, 4, 4]), &a0),
+    ] {
+        has(r, "pad should be at most half of effective kernel size");
+    }
+    has(
+        max_pool2d(
+            &t(&[1, 0, 8, 8]),
+            &MaxPool2dOptions {
+                stride: Some([1, 1]),
+                padding: [2, 2],
+                dilation: [2, 2],
+                ..MaxPool2dOptions::new(3)
+            },
+        ),
+        "Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for input",
+    );
     // max_pool2d checks the rank before its options (max_pool2d_with_indices' meta).
     let zero_stride = MaxPool2dOptions {
         stride: Some([0, 0]),

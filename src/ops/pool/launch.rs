@@ -162,30 +162,24 @@ fn check_regular(
             ));
         }
     }
-    // PyTorch's words, in the order of its checks (pooling_output_shape, then
-    // pool2d_shape_check).
-    let zero = if s.contains(&0) {
-        Some("stride should not be zero")
-    } else if k.contains(&0) {
-        Some("kernel size should be greater than zero")
-    } else if d.contains(&0) {
-        Some("dilation should be greater than zero")
-    } else {
-        None
-    };
-    if let Some(what) = zero {
-        return Err(Error::arg(
+    // PyTorch's words, in the order of its checks: pooling_output_shape's stride and
+    // effective-kernel pad (`(k - 1) d + 1`, 1 - d for an empty kernel, truncated as C++
+    // divides), then pool2d_shape_check's kernel and dilation; its pad <= kernel / 2 comes
+    // after the input's planes ([`check_half_kernel`]).
+    let zero = |what: &str| {
+        Err(Error::arg(
             op,
             format!(
                 "{what}: kernel_size {k:?}, stride {s:?} and dilation {d:?} must be greater \
                  than zero"
             ),
-        ));
+        ))
+    };
+    if s.contains(&0) {
+        return zero("stride should not be zero");
     }
-    // PyTorch checks both pad <= effective kernel / 2 and (pool2d_shape_check,
-    // max_pool1d) pad <= kernel / 2: the second is the stricter with dilation.
-    let effective = |a: usize| (k[a] - 1).saturating_mul(d[a]).saturating_add(1);
-    if (0..2).any(|a| p[a] > effective(a) / 2) {
+    let effective = |a: usize| (k[a] as i128 - 1) * d[a] as i128 + 1;
+    if (0..2).any(|a| p[a] as i128 > effective(a) / 2) {
         return Err(Error::arg(
             op,
             format!(
@@ -194,6 +188,18 @@ fn check_regular(
             ),
         ));
     }
+    if k.contains(&0) {
+        return zero("kernel size should be greater than zero");
+    }
+    if d.contains(&0) {
+        return zero("dilation should be greater than zero");
+    }
+    Ok(())
+}
+
+/// pool2d_shape_check's pad <= kernel / 2 (max_pool1d's too), after the input's planes: with
+/// dilation it is stricter than [`check_regular`]'s.
+fn check_half_kernel(op: &'static str, k: [usize; 2], p: [usize; 2], d: [usize; 2]) -> Result<()> {
     if (0..2).any(|a| p[a] > k[a] / 2) {
         return Err(Error::arg(
             op,
@@ -414,6 +420,7 @@ pub(super) fn max_window(
     }
     check_regular(op, o.kernel_size, s, o.padding, o.dilation)?;
     let (_, h, w, _) = planes_2d(op, x)?;
+    check_half_kernel(op, o.kernel_size, o.padding, o.dilation)?;
     let oh = out_size(
         op,
         h,
@@ -457,6 +464,7 @@ pub(super) fn avg_window(
     }
     check_regular(op, o.kernel_size, s, o.padding, [1, 1])?;
     let (_, h, w, _) = planes_2d(op, x)?;
+    check_half_kernel(op, o.kernel_size, o.padding, [1, 1])?;
     let oh = out_size(op, h, o.kernel_size[0], o.padding[0], s[0], 1, o.ceil_mode)?;
     let ow = out_size(op, w, o.kernel_size[1], o.padding[1], s[1], 1, o.ceil_mode)?;
     let win = Window {
