@@ -309,7 +309,28 @@ fn output_size_must_be_positive() {
         None,
         &ot,
     ));
-    check(&e, TRANSPOSE, true, &["output size would be <= 0", "1x1"]);
+    check(
+        &e,
+        TRANSPOSE,
+        true,
+        &[
+            "Given input size per channel: (1 x 1). Calculated output size per channel: (-1 x \
+           -1). Output size is too small",
+        ],
+    );
+    let e = err(conv_transpose1d(
+        &t(&[1, 2, 1]),
+        &t(&[2, 1, 1]),
+        None,
+        &ConvTranspose1dOptions {
+            padding: wgtensor::ops::Padding1d::uniform(1),
+            ..Default::default()
+        },
+    ));
+    assert!(
+        msg(&e).contains("(1 x 1). Calculated output size per channel: (1 x -1)"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -453,7 +474,12 @@ fn zero_stride_or_dilation() {
             "at least 1".to_string(),
         ];
         let names: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
-        check(&err(conv2d(&x, &w, None, &o)), FWD, false, &names);
+        // The forward's dilation is its backend's check, in its words.
+        let fwd = match stride.contains(&0) {
+            true => names.clone(),
+            false => vec!["dilation should be greater than zero, but got [1, 0]"],
+        };
+        check(&err(conv2d(&x, &w, None, &o)), FWD, false, &fwd);
         let dy = t(&[1, 2, 3, 3]);
         let e = err(conv2d_backward_input(&dy, &w, [5, 5], &o));
         check(&e, DGRAD, false, &names);
@@ -472,21 +498,62 @@ fn zero_stride_or_dilation() {
         false,
         &["non-positive stride is not supported: stride [0] and dilation [1]"],
     );
-    // The transposed convolution with stride 0 (output_padding 0) or dilation 0.
-    for (stride, dilation) in [([0, 1], [1, 1]), ([1, 1], [1, 0])] {
+    // The transposed convolution with stride 0 (output_padding 0) or dilation 0, the latter
+    // in slow_conv_transpose2d_shape_check's words.
+    for (stride, dilation, want) in [
+        ([0, 1], [1, 1], "non-positive stride is not supported"),
+        (
+            [1, 1],
+            [1, 0],
+            "dilation should be greater than zero, but got dilation_height: 1, dilation_width: 0",
+        ),
+    ] {
         let ot = ConvTranspose2dOptions {
             stride,
             dilation,
             ..Default::default()
         };
         let e = err(conv_transpose2d(&x, &w, None, &ot));
-        check(
-            &e,
-            TRANSPOSE,
-            false,
-            &[&format!("{stride:?}"), &format!("{dilation:?}")],
-        );
+        check(&e, TRANSPOSE, false, &[want]);
     }
+    // A dilation of 0 comes after the channels and the bias, and empty results take it (an
+    // effective kernel of 1), as PyTorch's backends check it.
+    let d0 = Conv2dOptions {
+        dilation: [0, 0],
+        ..Default::default()
+    };
+    let e = err(conv2d(&t(&[1, 3, 5, 5]), &w, None, &d0));
+    check(
+        &e,
+        FWD,
+        true,
+        &["expected input[1, 3, 5, 5] to have 2 channels"],
+    );
+    let e = err(conv2d(&x, &w, Some(&t(&[5])), &d0));
+    check(
+        &e,
+        FWD,
+        true,
+        &["expected bias to be 1-dimensional with 2 elements"],
+    );
+    let y = conv2d(&t(&[0, 2, 5, 5]), &w, None, &d0).unwrap();
+    assert_eq!(y.shape(), &[0, 2, 5, 5]);
+    let y = conv2d(&t(&[1, 0, 5, 5]), &t(&[4, 0, 3, 3]), None, &d0).unwrap();
+    assert_eq!(y.shape(), &[1, 0, 5, 5]);
+    let td0 = ConvTranspose2dOptions {
+        dilation: [0, 0],
+        ..Default::default()
+    };
+    let wt = t(&[2, 3, 3, 3]);
+    let e = err(conv_transpose2d(&t(&[1, 4, 5, 5]), &wt, None, &td0));
+    check(
+        &e,
+        TRANSPOSE,
+        true,
+        &["to have 2 channels, but got 4 channels"],
+    );
+    let y = conv_transpose2d(&t(&[0, 2, 5, 5]), &wt, None, &td0).unwrap();
+    assert_eq!(y.shape(), &[0, 3, 5, 5]);
 }
 
 #[test]

@@ -435,10 +435,15 @@ impl Geom {
                 ("groups", &[g]),
             ],
         )?;
-        check_positive(op, g, &o.stride, &o.dilation)?;
         // A forward convolution's errors start as PyTorch's (check_shape_forward), with the
-        // caller's shapes: a 1-D one arrives as [n, c, 1, l].
+        // caller's shapes: a 1-D one arrives as [n, c, 1, l]. Its dilation is the backend's
+        // check, after the shapes and the empty results (forward_untracked); an empty
+        // result's extent takes a dilation of 0 as an effective kernel of 1.
         let forward = matches!(op, "conv1d" | "conv2d");
+        match forward {
+            true => check_groups_and_stride(op, g, &o.stride, &o.dilation)?,
+            false => check_positive(op, g, &o.stride, &o.dilation)?,
+        }
         let caller = |s: [usize; 4]| caller_shape(op, &s);
         // A forward convolution checks in PyTorch's order (the weight first; its input check
         // below covers channels groups does not divide).

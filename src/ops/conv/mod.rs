@@ -203,6 +203,16 @@ fn forward_untracked(
         let dt = crate::dtype::promote(x.dtype(), w.dtype());
         return Tensor::empty(x.device(), op, &[0, g.o, g.oh, g.ow], dt);
     }
+    if o.dilation.contains(&0) {
+        // The backend's check, in its words (conv1d's height 1).
+        return Err(Error::arg(
+            op,
+            format!(
+                "dilation should be greater than zero, but got {:?}",
+                o.dilation
+            ),
+        ));
+    }
     check_pair(op, x, w)?;
     let out = Tensor::empty(x.device(), op, &[g.n, g.o, g.oh, g.ow], x.dtype())?;
     if out.numel() == 0 {
@@ -422,12 +432,12 @@ fn transpose_untracked(
 ) -> Result<Tensor> {
     let [_, _, h, wd] = dims4(op, x, "input")?;
     let ws = dims4(op, w, "weight")?;
-    if o.stride.contains(&0) || o.dilation.contains(&0) {
+    if o.stride.contains(&0) {
         return Err(Error::arg(
             op,
             format!(
-                "stride {:?} and dilation {:?} must be at least 1",
-                o.stride, o.dilation
+                "non-positive stride is not supported (stride {:?})",
+                o.stride
             ),
         ));
     }
@@ -457,6 +467,16 @@ fn transpose_untracked(
     if ws[2] == 0 || ws[3] == 0 {
         return Err(Error::shape(op, geom::empty_kernel_words(ws[2], ws[3])));
     }
+    if o.dilation.contains(&0) {
+        return Err(Error::arg(
+            op,
+            format!(
+                "dilation should be greater than zero, but got dilation_height: {}, \
+                 dilation_width: {}",
+                o.dilation[0], o.dilation[1]
+            ),
+        ));
+    }
     // After the channels, as PyTorch's shape check, in its words.
     let [oph, opw] = o.output_padding;
     if (0..2).any(|ax| o.output_padding[ax] >= o.stride[ax].max(o.dilation[ax])) {
@@ -470,34 +490,44 @@ fn transpose_untracked(
             ),
         ));
     }
-    // u64: operands are below OPTION_LIMIT and tensor dims, so nothing overflows.
-    let size = |len: usize, k: usize, ax: usize, pad: usize| -> Result<usize> {
-        let u = |v: usize| v as u64;
-        let full = u(len.max(1) - 1) * u(o.stride[ax])
-            + u(o.dilation[ax]) * u(k.max(1) - 1)
+    // i128: operands are below OPTION_LIMIT and tensor dims, so nothing overflows.
+    let size = |len: usize, k: usize, ax: usize, pad: usize| -> i128 {
+        let i = |v: usize| v as i128;
+        (i(len) - 1) * i(o.stride[ax])
+            + i(o.dilation[ax]) * (i(k) - 1)
             + 1
-            + u(o.output_padding[ax]);
-        let out = full.checked_sub(u(pad)).filter(|&v| v > 0);
-        match out {
-            Some(v) if v <= i32::MAX as u64 => Ok(v as usize),
-            Some(v) => Err(Error::size(
-                op,
-                format!(
-                    "output size {v} on axis {ax} is past 2^31 - 1 (input {h}x{wd}, stride {:?})",
-                    o.stride
-                ),
-            )),
-            None => Err(Error::shape(
-                op,
-                format!(
-                    "output size would be <= 0: input {h}x{wd}, kernel {}x{}, padding {p:?}",
-                    ws[2], ws[3]
-                ),
-            )),
-        }
+            + i(o.output_padding[ax])
+            - i(pad)
     };
-    let out_h = size(h, ws[2], 0, p.top + p.bottom)?;
-    let out_w = size(wd, ws[3], 1, p.left + p.right)?;
+    let (oh, ow) = (
+        size(h, ws[2], 0, p.top + p.bottom),
+        size(wd, ws[3], 1, p.left + p.right),
+    );
+    if oh < 1 || ow < 1 {
+        // slow_conv_transpose2d_shape_check's words (conv_transpose1d's height 1).
+        return Err(Error::shape(
+            op,
+            format!(
+                "Given input size per channel: ({h} x {wd}). Calculated output size per \
+                 channel: ({oh} x {ow}). Output size is too small (kernel {}x{}, padding {p:?})",
+                ws[2], ws[3]
+            ),
+        ));
+    }
+    if let Some((ax, v)) = [oh, ow]
+        .into_iter()
+        .enumerate()
+        .find(|&(_, v)| v > i32::MAX as i128)
+    {
+        return Err(Error::size(
+            op,
+            format!(
+                "output size {v} on axis {ax} is past 2^31 - 1 (input {h}x{wd}, stride {:?})",
+                o.stride
+            ),
+        ));
+    }
+    let (out_h, out_w) = (oh as usize, ow as usize);
     let conv = Conv2dOptions {
         stride: o.stride,
         padding: p,
