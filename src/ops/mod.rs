@@ -33,6 +33,7 @@ mod one_hot;
 mod operators;
 pub mod pool;
 pub mod random;
+mod rearrange;
 pub mod reduce;
 mod reduce_dims;
 mod reduce_grad;
