@@ -336,7 +336,20 @@ impl Forward for BatchNorm2d {
         if self.training {
             let mut st = self.state.try_borrow_mut().map_err(|_| busy())?;
             self.adopt_counter(&mut st.num_batches_tracked)?;
-            let y = batch_norm_train(x, Some(&mut st), &self.options())?.y;
+            let y = match batch_norm_train(x, Some(&mut st), &self.options()) {
+                Ok(out) => out.y,
+                Err(e) => {
+                    // PyTorch's _BatchNorm.forward counts the batch before F.batch_norm checks
+                    // it: a refused batch (one value per channel, a bad eps) still counts, and
+                    // momentum None's later averages see it.
+                    st.num_batches_tracked = st.num_batches_tracked.saturating_add(1);
+                    if !self.counter.donatable() {
+                        write_counter(&self.counter, st.num_batches_tracked)?;
+                        self.counter_written();
+                    }
+                    return Err(e);
+                }
+            };
             // Only a state dict (or a clone of the layer) holding the scalar can see it; while
             // none does, `state_dict()` writes the count when it hands the scalar out, so a
             // training step need not (no upload and copy per layer per step).

@@ -181,8 +181,8 @@ impl GroupNorm {
             return Err(Error::arg(
                 "GroupNorm",
                 format!(
-                    "num_channels must be divisible by num_groups (num_channels \
-                     {num_channels}, num_groups {num_groups})"
+                    "num_channels ({num_channels}) must be divisible by num_groups \
+                     ({num_groups})"
                 ),
             ));
         }

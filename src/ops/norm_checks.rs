@@ -35,8 +35,24 @@ pub(super) fn check_trailing(
         }
     }
     let s = x.shape();
+    // rms_norm has checks of its own in PyTorch (_check_rms_norm_inputs): the rank first, and
+    // the dims joined without layer_norm's leading ", ".
+    let rms = op == "rms_norm";
+    if rms && s.len() < k {
+        return Err(Error::arg(
+            op,
+            format!(
+                "Input tensor must have at least {k} dimensions, but got {}",
+                s.len()
+            ),
+        ));
+    }
     if s.len() < k || s[s.len() - k..] != *normalized_shape {
-        let dims: String = normalized_shape.iter().map(|d| format!(", {d}")).collect();
+        let dims: Vec<String> = normalized_shape.iter().map(|d| d.to_string()).collect();
+        let dims = match rms {
+            true => dims.join(", "),
+            false => dims.iter().map(|d| format!(", {d}")).collect(),
+        };
         return Err(Error::shape(
             op,
             format!(

@@ -64,9 +64,15 @@ fn pytorch_error_inputs_words() {
         layer_norm(&x, &[2, 2], Some(&t(&[2])), None, 1e-5),
         "Expected weight to be of same shape as normalized_shape",
     );
+    // rms_norm's own check: the dims joined as PyTorch's, the rank before them.
     has(
         rms_norm(&x, &[2, 2], None, None),
-        "Given normalized_shape=[2, 2], expected input with shape [*, 2, 2]",
+        "Given normalized_shape=[2, 2], expected input with shape [*2, 2], but got input of \
+         size[2, 2, 3]",
+    );
+    has(
+        rms_norm(&t(&[3]), &[2, 3], None, None),
+        "Input tensor must have at least 2 dimensions, but got 1",
     );
     has(
         group_norm(&t(&[1]), 2, None, None, 1e-5),

@@ -57,7 +57,11 @@ fn norm_layers_and_silu() {
     let gn = nn::GroupNorm::new(d, 2, 4).unwrap();
     assert_eq!(names(&gn), ["weight", "bias"]);
     assert_eq!(gn.weight.as_ref().unwrap().shape(), &[4]);
-    assert!(nn::GroupNorm::new(d, 3, 4).is_err());
+    let e = nn::GroupNorm::new(d, 3, 4).unwrap_err().to_string();
+    assert!(
+        e.contains("num_channels (4) must be divisible by num_groups (3)"),
+        "{e}"
+    );
     let rn = nn::RMSNorm::new(d, &[3]).unwrap();
     assert_eq!(names(&rn), ["weight"]);
     assert_eq!(rn.eps, None);

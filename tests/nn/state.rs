@@ -155,6 +155,34 @@ fn a_state_dict_follows_num_batches_tracked() {
     assert_eq!(sd2["num_batches_tracked"].to_vec::<i32>().unwrap(), vec![7]);
 }
 
+/// PyTorch's _BatchNorm.forward counts a training batch before F.batch_norm checks it: a
+/// refused batch (one value per channel) still counts, so a cumulative average weighs the next
+/// batch 1/2 (PyTorch: running_mean = batch mean / 2 after one refused and one good batch); the
+/// count reaches a state dict taken before.
+#[test]
+fn a_refused_training_batch_still_counts() {
+    let cfg = nn::BatchNormConfig {
+        momentum: None,
+        ..Default::default()
+    };
+    let bn = nn::BatchNorm1d::with_config(dev(), 2, cfg).unwrap();
+    let sd: std::collections::HashMap<String, Tensor> = bn.state_dict().into_iter().collect();
+    let one = Tensor::zeros(dev(), &[1, 2], DType::F32).unwrap();
+    let e = bn.forward(&one).unwrap_err().to_string();
+    assert!(e.contains("Expected more than 1 value per channel"), "{e}");
+    assert_eq!(bn.0.state.borrow().num_batches_tracked, 1);
+    assert_eq!(sd["num_batches_tracked"].to_vec::<i32>().unwrap(), vec![1]);
+    let x = Tensor::from_slice(dev(), &[1.0f32, 4.0, 3.0, 8.0], &[2, 2]).unwrap();
+    bn.forward(&x).unwrap();
+    let mean = bn.0.state.borrow().running_mean.to_vec::<f32>().unwrap();
+    assert_eq!(mean, vec![1.0, 3.0]);
+    // A wrong rank is the layer's own check, before the count.
+    assert!(bn
+        .forward(&Tensor::zeros(dev(), &[2], DType::F32).unwrap())
+        .is_err());
+    assert_eq!(bn.0.state.borrow().num_batches_tracked, 2);
+}
+
 /// `load_state_dict_async` (the browser's way to restore counters) loads what the method loads,
 /// the count included, and refuses what it refuses, changing nothing.
 #[test]
