@@ -272,6 +272,15 @@ fn invalid_arguments() {
         msg(&e).contains("batch_norm eps must be non-negative, but got -1.0"),
         "{e}"
     );
+    // F.batch_norm checks eps before the kernel checks the input's rank (a 1-D input).
+    let x1 = t(&[3]);
+    let e = batch_norm_inference(&x1, &c, &c, &o(-1.0)).unwrap_err();
+    assert!(msg(&e).contains("eps must be non-negative"), "{e}");
+    let e = batch_norm_train(&x1, None, &o(-1.0)).unwrap_err();
+    assert!(
+        msg(&e).contains("eps must be positive during training"),
+        "{e}"
+    );
     // eps 0 in evaluation: a zero running variance gives inf (1 / sqrt(0), as PyTorch), a
     // NaN eps NaN, an infinite one a zero invstd (the bias alone).
     let xs = Tensor::from_slice(dev(), &[1.0f32, -1.0], &[2, 1]).unwrap();

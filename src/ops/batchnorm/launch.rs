@@ -14,8 +14,9 @@ pub(crate) fn inference_untracked(
 ) -> Result<Tensor> {
     let op = "batch_norm_inference";
     let (gamma, beta, activation) = (o.weight, o.bias, o.activation);
-    let c = input_channels(op, x)?;
+    // F.batch_norm checks eps before the kernel checks the input's rank.
     let eps = check_eps(op, o.eps, false)?;
+    let c = input_channels(op, x)?;
     let dt = x.dtype;
     let vecs = [
         ("running_mean", Some(running_mean)),
@@ -100,10 +101,10 @@ pub(crate) fn train_untracked(
             ),
         ));
     }
+    // After the batch check and before the kernel's rank check, as F.batch_norm.
+    let eps = check_eps(op, o.eps, true)?;
     let c = input_channels(op, x)?;
     let dt = x.dtype;
-    // After the batch check, as F.batch_norm.
-    let eps = check_eps(op, o.eps, true)?;
     // _batch_norm_impl_index's order: the counts of running_mean, running_var, weight and
     // bias, then (native_batch_norm) their devices and dtypes. (PyTorch returns an empty
     // input before the counts; here they are checked for it too.)
