@@ -70,10 +70,6 @@ fn combine(g: f32, s: f32) -> f32 {
         // half, and a NaN on either side gives both operands the whole gradient.
         case GRAD_MAX_WEIGHT: { return select(select(1.0, 0.0, g < s), 0.5, g == s); }
         case GRAD_MIN_WEIGHT: { return select(select(1.0, 0.0, g > s), 0.5, g == s); }
-        // clamp_min / clamp_max (max_scalar / min_scalar): the gradient passes where x >= s
-        // (x <= s), as PyTorch's clamp backward.
-        case GRAD_PASS_GE: { return select(0.0, g, s >= p.scalar); }
-        case GRAD_PASS_LE: { return select(0.0, g, s <= p.scalar); }
         // pow's masks: a term is 0 where the mask operand is 0 (PyTorch's masked_fill for
         // exponent == 0 and for base == 0).
         case GRAD_ZERO_WHERE_ZERO: { return select(g, 0.0, s == 0.0); }

@@ -126,7 +126,7 @@ fn clamp_and_scalar_methods() {
     assert!(x.clamp(None, None).is_err());
     // A NaN bound makes every element NaN, alone or with another (PyTorch's clamp_out fills
     // NaN; torch.clamp(x, min=nan) is all NaN), with a zero gradient (its backward is
-    // where(x >= min, g, 0)).
+    // where(x > min, g, 0)).
     for (lo, hi) in [(Some(0.0), Some(f64::NAN)), (Some(f64::NAN), Some(1.0))] {
         assert!(vals(&x.clamp(lo, hi).unwrap()).iter().all(|v| v.is_nan()));
     }
@@ -486,26 +486,27 @@ fn pow_small_integer_exponents_are_exact() {
     assert_eq!(vals(g.get(&xl).unwrap()), want);
 }
 
-/// clamp's bound is compared in the tensor's dtype, as PyTorch's backward (`x >= min`): an f16
-/// value equal to f16(0.1) sits at the bound 0.1, so its gradient passes (f32(0.1) is above
-/// it). abs passes 0 at NaN (PyTorch's sign(NaN) = 0).
+/// clamp's bound is compared in the tensor's dtype, strictly, as torch 2.15's backward (`x >
+/// min`, `x < max`): f16 values equal to f16(0.09996) and f16(0.30005) sit at the bounds, so
+/// their gradients are 0 (in f32 both lie inside; PyTorch's values). abs passes 0 at NaN
+/// (PyTorch's sign(NaN) = 0).
 #[test]
 fn clamp_bounds_in_the_dtype_and_abs_gradient_at_nan() {
     if dev().supports_f16() {
-        let x = t(&[0.1, 0.3, 0.05], &[3])
+        let x = t(&[0.1, 0.3, 0.05, 0.2], &[4])
             .to_dtype(DType::F16)
             .unwrap()
             .requires_grad()
             .unwrap();
         let g = x
-            .clamp(Some(0.1), Some(0.3))
+            .clamp(Some(0.09996), Some(0.30005))
             .unwrap()
             .sum_all()
             .unwrap()
             .backward()
             .unwrap();
         let g = vals(&g.get(&x).unwrap().to_dtype(DType::F32).unwrap());
-        assert_eq!(g, vec![1.0, 1.0, 0.0]);
+        assert_eq!(g, vec![0.0, 0.0, 0.0, 1.0]);
     }
     let x = t(&[f32::NAN, -2.0, 0.0, 3.0], &[4])
         .requires_grad()

@@ -19,8 +19,7 @@ macro_rules! parameterless {
 
 /// PyTorch's `nn.Hardtanh(min_val, max_val)`: `x` clamped to `[min_val, max_val]`, with
 /// PyTorch's gradient ([`hardtanh`](fn@crate::ops::hardtanh)): it passes strictly inside the
-/// range (and at NaN), and is 0 at the bounds, unlike [`Tensor::clamp`]'s, which passes at
-/// them.
+/// range and at NaN (where [`Tensor::clamp`]'s is 0), and is 0 at the bounds.
 #[derive(Debug, Clone, Copy)]
 pub struct Hardtanh {
     /// The lower bound (PyTorch's default -1).

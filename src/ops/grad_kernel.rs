@@ -45,10 +45,6 @@ pub(crate) enum GradCode {
     MaxWeight = 6,
     /// Weight of `a` in `minimum(a, b)` (0 where `a > b`).
     MinWeight = 7,
-    /// `a` where `b >= scalar`, else 0.
-    PassGe = 8,
-    /// `a` where `b <= scalar`, else 0.
-    PassLe = 9,
     /// `a`, but 0 where `b == 0`.
     ZeroWhereZero = 10,
     /// `a * silu'(x)` = `a * s (1 + x (1 - s))` with `s = sigmoid(x)`, `b = x`.
@@ -57,9 +53,9 @@ pub(crate) enum GradCode {
     PassAboveOrNan = 12,
     /// `a` unless `b >= scalar`: hardtanh's upper bound.
     PassBelowOrNan = 13,
-    /// `a` where `b > scalar` (NaN fails): hardsigmoid's lower bound.
+    /// `a` where `b > scalar` (NaN fails): hardsigmoid's and clamp's lower bound.
     PassAbove = 14,
-    /// `a` where `b < scalar`: hardsigmoid's upper bound.
+    /// `a` where `b < scalar`: hardsigmoid's and clamp's upper bound.
     PassBelow = 15,
     /// `a * hardswish'(x)`, `b = x`: 0 up to -3, `x / 3 + 1/2` below 3, 1 from 3 on.
     HardswishFromX = 16,
@@ -79,8 +75,6 @@ pub(crate) const GRAD_DEFS: &[(&str, u32)] = &[
     ("GRAD_SQRT_FROM_Y", GradCode::SqrtFromY as u32),
     ("GRAD_MAX_WEIGHT", GradCode::MaxWeight as u32),
     ("GRAD_MIN_WEIGHT", GradCode::MinWeight as u32),
-    ("GRAD_PASS_GE", GradCode::PassGe as u32),
-    ("GRAD_PASS_LE", GradCode::PassLe as u32),
     ("GRAD_ZERO_WHERE_ZERO", GradCode::ZeroWhereZero as u32),
     ("GRAD_SILU_FROM_X", GradCode::SiluFromX as u32),
     ("GRAD_PASS_ABOVE_OR_NAN", GradCode::PassAboveOrNan as u32),

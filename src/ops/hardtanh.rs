@@ -1,7 +1,7 @@
 //! PyTorch's clipping activations with their own gradients: `hardtanh` (and `relu6`, its
 //! `[0, 6]` case), `hardsigmoid` and `hardswish`. Their values are [`Tensor::clamp`]'s (times
-//! x for hardswish), but clamp's gradient passes at the bounds (`torch.clamp`'s) and tests the
-//! rounded `x + 3`, where these test x itself, so they record one node of their own.
+//! x for hardswish), but clamp's gradient is 0 at NaN (hardtanh's passes) and tests the rounded
+//! `x + 3`, where these test x itself, so they record one node of their own.
 
 use crate::autograd::{record, BackwardOp, NoGradGuard};
 use crate::ops::grad_kernel::{grad_binary, GradCode};

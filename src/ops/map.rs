@@ -643,8 +643,8 @@ pub fn cast_params_layout() -> crate::runtime::pipeline::ParamsLayout {
 
 /// The scalar `s` as the kernel takes it for `op` on a `dtype` tensor: f32, except on f16
 /// tensors, where PyTorch converts it to the tensor's type first. A bound is compared in f16,
-/// as PyTorch's clamp and its backward (`x >= min`) round it (an f16 x equal to f16(0.1) is at
-/// the bound 0.1, so its gradient passes; the values are the same either way), and `pow`
+/// as PyTorch's clamp and its backward (`x > min`) round it (an f16 x equal to f16(0.1) is at
+/// the bound 0.1, so its gradient is 0; the values are the same either way), and `pow`
 /// raises to f16(s) (`exp_scalar.to<scalar_t>()`: f16 10^2.7 is 500.25 there, 501.25 with an
 /// f32 exponent); an exponent past f16's range is an error, as PyTorch's conversion raises.
 pub(crate) fn kernel_scalar(op: ScalarOp, dtype: DType, s: f64) -> Result<f32> {

@@ -139,8 +139,10 @@ impl BackwardOp for ScalarBackward {
                 let r = saved(&self.x)?;
                 g.mul(&r.mul(&r)?)?.into_unary(UnaryOp::Neg)?
             }
-            ScalarOp::Max => grad_binary(g, &saved(&self.x)?, GradCode::PassGe, self.s)?,
-            ScalarOp::Min => grad_binary(g, &saved(&self.x)?, GradCode::PassLe, self.s)?,
+            // clamp_min / clamp_max pass the gradient strictly inside the bound (torch 2.14's
+            // minimum-norm subgradient, as relu's and hardtanh's; 1 at the bound before).
+            ScalarOp::Max => grad_binary(g, &saved(&self.x)?, GradCode::PassAbove, self.s)?,
+            ScalarOp::Min => grad_binary(g, &saved(&self.x)?, GradCode::PassBelow, self.s)?,
             // PyTorch: grad * (s * x^(s - 1)), and zeros for s == 0 (x^-1 would be inf at
             // x = 0; zeros, not g * 0, which is NaN where g is not finite). The factor first,
             // as PyTorch's: g x^(s - 1) rounded to f16 overflows for |s| < 1 where the product

@@ -140,7 +140,8 @@ pub fn unary(op: UnaryOp, x: &[f64], g: &[f64]) -> Want {
     Want { grad, tol }
 }
 
-/// `g * d(x op s)/dx` (max/min as PyTorch's clamp: the gradient passes where x >= s / x <= s).
+/// `g * d(x op s)/dx` (max/min as torch 2.15's clamp_min / clamp_max: the gradient passes where
+/// x > s / x < s).
 pub fn scalar(op: ScalarOp, s: f64, x: &[f64], g: &[f64]) -> Want {
     let mut grad = Vec::with_capacity(x.len());
     let mut tol = Vec::with_capacity(x.len());
@@ -152,8 +153,8 @@ pub fn scalar(op: ScalarOp, s: f64, x: &[f64], g: &[f64]) -> Want {
             ScalarOp::Div => (g / s, 3.0),
             // r = 1 / x (2.5 ulp), g s, r r and their product (1 rounding each).
             ScalarOp::RDiv => (-g * s / (x * x), 14.0),
-            ScalarOp::Max => (if x >= s { g } else { 0.0 }, 0.0),
-            ScalarOp::Min => (if x <= s { g } else { 0.0 }, 0.0),
+            ScalarOp::Max => (if x > s { g } else { 0.0 }, 0.0),
+            ScalarOp::Min => (if x < s { g } else { 0.0 }, 0.0),
             // WGSL pow is exp2(s log2 x): its error grows with |s ln x|.
             ScalarOp::Pow => (g * s * x.powf(s - 1.0), 16.0 + 8.0 * (s * x.ln()).abs()),
         };
