@@ -282,13 +282,14 @@ pub(crate) fn check_fill(op: &'static str, value: f64, dtype: DType) -> Result<(
         return Err(Error::arg(
             op,
             format!(
-                "value cannot be converted to type {} without overflow: {value}",
+                "value cannot be converted to type {} without overflow: {}",
                 // C++'s names, as PyTorch's message has them.
                 match dtype {
                     DType::F32 => "float",
                     DType::F16 => "c10::Half",
                     DType::I32 => "int",
-                }
+                },
+                py_float(value)
             ),
         ));
     }

@@ -170,6 +170,10 @@ pub fn hardtanh(x: &Tensor, min_val: f64, max_val: f64) -> Result<Tensor> {
         ));
     }
     x.require_float("hardtanh")?;
+    // The bounds' conversion, named for this op (clamp would name itself).
+    for b in [min_val, max_val] {
+        crate::error::check_fill("hardtanh", b, x.dtype())?;
+    }
     clip(x, min_val, max_val)
 }
 

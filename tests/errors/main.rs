@@ -1656,6 +1656,15 @@ fn elementwise_cat_and_copy_errors_in_pytorch_words() {
         wgtensor::ops::hardtanh(&t(&[3]), 2.0, 1.0),
         "min_val cannot be greater than max_val",
     );
+    // A bound past the dtype: hardtanh's own error, the value as Python prints it.
+    let e = wgtensor::ops::hardtanh(&t(&[3]), -1e39, 1.0)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("hardtanh:")
+            && e.contains("value cannot be converted to type float without overflow: -1e+39"),
+        "{e}"
+    );
     let (a, b) = (t(&[5, 5, 10, 10]), t(&[5, 0, 9, 10]));
     has(
         cat(&[&a, &b], 1),
