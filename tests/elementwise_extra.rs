@@ -600,3 +600,45 @@ fn clamp_bounds_are_checked_on_every_path_but_beside_nan() {
     }
     assert!(x.clamp(Some(0.0), Some(1e5)).is_err());
 }
+
+/// Comparisons order floats as IEEE does and PyTorch says, subnormals included (compared on
+/// their bits: a GPU that flushes subnormals would find 1e-40 equal to 0), -0.0 equal to 0.0,
+/// NaN unordered; against every other value of the list, each relation as f64 gives it.
+#[test]
+fn comparisons_order_subnormals_zeros_and_infinities() {
+    let xs = [
+        f32::NEG_INFINITY,
+        -3.5,
+        -1e-40,
+        -1.4e-45,
+        -0.0,
+        0.0,
+        1.4e-45,
+        1e-40,
+        1.2e-38,
+        2.0,
+        f32::MAX,
+        f32::INFINITY,
+        f32::NAN,
+    ];
+    let n = xs.len();
+    let a: Vec<f32> = xs.iter().flat_map(|&x| std::iter::repeat_n(x, n)).collect();
+    let b: Vec<f32> = (0..n).flat_map(|_| xs).collect();
+    let (ta, tb) = (t(&a, &[n * n]), t(&b, &[n * n]));
+    type Rel = fn(f64, f64) -> bool;
+    let rels: [(&str, wgtensor::ops::CmpOp, Rel); 6] = [
+        ("eq", wgtensor::ops::CmpOp::Eq, |x, y| x == y),
+        ("ne", wgtensor::ops::CmpOp::Ne, |x, y| x != y),
+        ("lt", wgtensor::ops::CmpOp::Lt, |x, y| x < y),
+        ("le", wgtensor::ops::CmpOp::Le, |x, y| x <= y),
+        ("gt", wgtensor::ops::CmpOp::Gt, |x, y| x > y),
+        ("ge", wgtensor::ops::CmpOp::Ge, |x, y| x >= y),
+    ];
+    for (name, op, rel) in rels {
+        let got = vals(&ta.compare(&tb, op).unwrap());
+        for (i, g) in got.iter().enumerate() {
+            let want = rel(f64::from(a[i]), f64::from(b[i]));
+            assert_eq!(*g == 1.0, want, "{name}({:e}, {:e})", a[i], b[i]);
+        }
+    }
+}
