@@ -234,6 +234,58 @@ impl BatchNorm1d {
     }
 }
 
+/// PyTorch's `nn.BatchNorm3d`: batch normalization over `[N, C, D, H, W]` volumes, per channel,
+/// the layer of [`BatchNorm2d`] (the same state, names and options) for 5-D inputs.
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::nn::{self, Forward};
+/// use wgtensor::{DType, Device};
+/// let dev = Device::new()?;
+/// let bn = nn::BatchNorm3d::new(&dev, 4)?;
+/// let y = bn.forward(&wgtensor::ops::randn(&dev, &[2, 4, 3, 8, 8], DType::F32)?)?;
+/// assert_eq!(y.shape(), &[2, 4, 3, 8, 8]);
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct BatchNorm3d(pub BatchNorm2d);
+
+impl BatchNorm3d {
+    /// PyTorch's defaults: eps 1e-5, momentum 0.1, affine, tracking running statistics.
+    pub fn new(dev: &Device, channels: usize) -> Result<BatchNorm3d> {
+        Self::with_config(dev, channels, BatchNormConfig::default())
+    }
+
+    /// PyTorch's `nn.BatchNorm3d(channels, eps, momentum, affine)`.
+    pub fn with_config(dev: &Device, channels: usize, c: BatchNormConfig) -> Result<BatchNorm3d> {
+        Ok(BatchNorm3d(BatchNorm2d {
+            rank: 5,
+            ..BatchNorm2d::build("BatchNorm3d", dev, channels, c)?
+        }))
+    }
+
+    /// PyTorch's `track_running_stats=False` ([`BatchNorm2d::without_running_stats`]).
+    pub fn without_running_stats(self) -> BatchNorm3d {
+        BatchNorm3d(self.0.without_running_stats())
+    }
+}
+
+/// The same entries as the [`BatchNorm2d`] inside, under the same names (no `0.` prefix).
+impl Module for BatchNorm3d {
+    fn visit(&self, v: &mut dyn Visitor) {
+        self.0.visit(v)
+    }
+    fn visit_mut(&mut self, v: &mut dyn VisitorMut) {
+        self.0.visit_mut(v)
+    }
+}
+
+impl Forward for BatchNorm3d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.0.forward(x)
+    }
+}
+
 /// The same entries as the [`BatchNorm2d`] inside, under the same names (no `0.` prefix).
 impl Module for BatchNorm1d {
     fn visit(&self, v: &mut dyn Visitor) {
@@ -302,24 +354,16 @@ impl Module for BatchNorm2d {
 
 impl Forward for BatchNorm2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let ok = if self.rank == 4 {
-            x.rank() == 4
-        } else {
-            x.rank() == 2 || x.rank() == 3
+        // _check_input_dim's rule and words, per layer.
+        let (layer, ok, want) = match self.rank {
+            3 => ("BatchNorm1d", matches!(x.rank(), 2 | 3), "2D or 3D"),
+            5 => ("BatchNorm3d", x.rank() == 5, "5D"),
+            _ => ("BatchNorm2d", x.rank() == 4, "4D"),
         };
         if !ok {
             return Err(Error::shape(
-                if self.rank == 4 {
-                    "BatchNorm2d"
-                } else {
-                    "BatchNorm1d"
-                },
-                // _check_input_dim's words.
-                format!(
-                    "expected {} input (got {}D input)",
-                    if self.rank == 4 { "4D" } else { "2D or 3D" },
-                    x.rank()
-                ),
+                layer,
+                format!("expected {want} input (got {}D input)", x.rank()),
             ));
         }
         if !self.tracking {

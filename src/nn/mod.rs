@@ -1,6 +1,6 @@
 //! Layers with PyTorch's names, parameters, `state_dict()` keys and default initialization
 //! (`torch.nn`): [`Linear`], [`Conv1d`], [`Conv2d`], [`ConvTranspose2d`], [`Embedding`],
-//! [`BatchNorm2d`] / [`BatchNorm1d`], [`LayerNorm`], [`GroupNorm`], [`RMSNorm`],
+//! [`BatchNorm2d`] / [`BatchNorm1d`] / [`BatchNorm3d`], [`LayerNorm`], [`GroupNorm`], [`RMSNorm`],
 //! [`Lstm`] / [`Gru`], [`LstmCell`] / [`GruCell`], [`MultiheadAttention`], [`TransformerEncoderLayer`] /
 //! [`TransformerEncoder`], [`Dropout`], the pools, activations (with [`ReLU6`], [`Hardswish`],
 //! [`Hardsigmoid`], [`LeakyReLU`], [`Softplus`], [`Softmax`], [`LogSoftmax`]),
@@ -157,7 +157,7 @@ pub use activation::{
 };
 pub use attention::{MultiheadAttention, MultiheadAttentionConfig};
 pub use attention_masks::{MhaMask, MhaOptions};
-pub use batchnorm::{BatchNorm1d, BatchNorm2d, BatchNormConfig};
+pub use batchnorm::{BatchNorm1d, BatchNorm2d, BatchNorm3d, BatchNormConfig};
 pub use cells::{GruCell, LstmCell};
 pub use container::{ModuleDict, ModuleList, Sequential};
 pub use conv::{Conv1d, ConvTranspose2d, ConvTranspose2dConfig};

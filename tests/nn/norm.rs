@@ -383,3 +383,60 @@ fn batch_norm_backward_f16_input_with_f32_weight() {
     let e = batch_norm_backward(&x16, &g16, Some(&w), &f16run.saved).unwrap_err();
     assert!(e.to_string().contains("swapped"), "{e}");
 }
+
+/// nn::BatchNorm3d against PyTorch's (values from torch 2.15): training output and running
+/// statistics over [2, 3, 2, 2, 2], the eval output, PyTorch's state-dict names and its
+/// _check_input_dim words.
+#[test]
+fn batch_norm_3d_matches_pytorch() {
+    let v: Vec<f32> = (0..48).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
+    let x = Tensor::from_slice(dev(), &v, &[2, 3, 2, 2, 2]).unwrap();
+    let mut bn = nn::BatchNorm3d::new(dev(), 3).unwrap();
+    let close = |got: &[f32], want: &[f32]| {
+        for (g, w) in got.iter().zip(want) {
+            assert!(
+                (g - w).abs() <= 2e-5 * (1.0 + w.abs()),
+                "{got:?} vs {want:?}"
+            );
+        }
+    };
+    let y = bn.forward(&x).unwrap();
+    assert_eq!(y.shape(), &[2, 3, 2, 2, 2]);
+    close(
+        &vals(&y)[..6],
+        &[-0.133757, 0.376019, 0.816799, 1.128926, 1.270154, 1.22137],
+    );
+    {
+        let st = bn.0.state.borrow();
+        close(
+            &vals(&st.running_mean),
+            &[0.028464695, -0.036415473, 0.04316869],
+        );
+        close(&vals(&st.running_var), &[1.3830647, 1.3686999, 1.3537337]);
+        assert_eq!(st.num_batches_tracked, 1);
+    }
+    let names: Vec<String> = bn.state_dict().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        names,
+        [
+            "weight",
+            "bias",
+            "running_mean",
+            "running_var",
+            "num_batches_tracked"
+        ]
+    );
+    bn.eval();
+    close(
+        &vals(&bn.forward(&x).unwrap())[..4],
+        &[-0.024204, 0.898252, 1.695857, 2.26066],
+    );
+    let e = bn
+        .forward(&Tensor::zeros(dev(), &[2, 3, 4, 4], DType::F32).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("BatchNorm3d:") && e.contains("expected 5D input (got 4D input)"),
+        "{e}"
+    );
+}
