@@ -436,9 +436,9 @@ fn pad_ref_signed(
         crop0[d] = (-l).max(0);
         kept[d] = len - crop;
     }
-    // Reflection and replication refuse only when every padded dim is empty.
+    // Reflection and replication refuse any padded dim under 1 (torch 2.15's pad_shape_check).
     let edge = matches!(mode, PadMode::Reflect | PadMode::Replicate);
-    if edge && outs.iter().all(|&o| o < 1) {
+    if edge && outs.iter().any(|&o| o < 1) {
         return None;
     }
     let n: usize = out_shape.iter().product();
@@ -657,6 +657,13 @@ fn pad_errors() {
         pad(&x4, &[0, 0, -1, 3], PadMode::Reflect, 0.0),
         "Argument #6: Padding size",
     );
+    // Four padded dims are no non-constant mode's, whatever the pads (PyTorch's _pad_enum).
+    for pads in [[1i64; 8], [-1; 8]] {
+        words(
+            pad(&x5, &pads, PadMode::Replicate, 0.0),
+            "Padding size 8 is not supported for 5D input tensor.",
+        );
+    }
     // The mode's input rules come before any pad's size, and after the value's.
     words(
         pad(&x1, &[5, 5], PadMode::Reflect, 0.0),

@@ -46,23 +46,23 @@ pub(crate) enum GradCode {
     /// Weight of `a` in `minimum(a, b)` (0 where `a > b`).
     MinWeight = 7,
     /// `a`, but 0 where `b == 0`.
-    ZeroWhereZero = 10,
+    ZeroWhereZero = 8,
     /// `a * silu'(x)` = `a * s (1 + x (1 - s))` with `s = sigmoid(x)`, `b = x`.
-    SiluFromX = 11,
+    SiluFromX = 9,
     /// `a` unless `b <= scalar` (strictly above the bound, or NaN): hardtanh's lower bound.
-    PassAboveOrNan = 12,
+    PassAboveOrNan = 10,
     /// `a` unless `b >= scalar`: hardtanh's upper bound.
-    PassBelowOrNan = 13,
+    PassBelowOrNan = 11,
     /// `a` where `b > scalar` (NaN fails): hardsigmoid's and clamp's lower bound.
-    PassAbove = 14,
+    PassAbove = 12,
     /// `a` where `b < scalar`: hardsigmoid's and clamp's upper bound.
-    PassBelow = 15,
+    PassBelow = 13,
     /// `a * hardswish'(x)`, `b = x`: 0 up to -3, `x / 3 + 1/2` below 3, 1 from 3 on.
-    HardswishFromX = 16,
+    HardswishFromX = 14,
     /// `a * sigmoid(x)` (softplus'), `b = x`.
-    SoftplusFromX = 17,
+    SoftplusFromX = 15,
     /// `a` where `b > 0`, else `a * scalar` (NaN b included): leaky_relu_backward.
-    LeakyFromX = 18,
+    LeakyFromX = 16,
 }
 
 /// The shader's names of the [`GradCode`]s, one row per code in order.

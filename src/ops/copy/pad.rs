@@ -192,7 +192,7 @@ fn check_pads(x: &Tensor, n: usize, mode: PadMode, value: f64) -> Result<()> {
 fn check_mode_input(x: &Tensor, dims: usize, mode: PadMode) -> Result<()> {
     let op = "pad";
     let rank = x.rank();
-    if dims == 0 || !(dims + 1..=dims + 2).contains(&rank) {
+    if dims == 0 || dims > 3 || !(dims + 1..=dims + 2).contains(&rank) {
         return Err(Error::arg(
             op,
             format!(
