@@ -51,18 +51,7 @@ fn offsets(i: u32) -> vec3<u32> {
 // Whether T is a float type (i32 truncates the half).
 const FLOAT_T: bool = T(0.5) != T(0);
 
-// A float's place in the order of floats, on its bits: a GPU that flushes subnormals would
-// compare 1e-40 equal to 0, where PyTorch says 1e-40 > 0. -0.0 takes +0.0's key; NaN is
-// handled before.
-fn float_key(v: f32) -> u32 {
-    var b = bitcast<u32>(v);
-    if ((b & 0x7fffffffu) == 0u) {
-        b = 0u;
-    }
-    return select(b | 0x80000000u, ~b, (b & 0x80000000u) != 0u);
-}
-
-// Floats compared on their keys, i32 in itself (exact past 2^24); a NaN operand makes every
+// Floats compared on their keys (float_key, lib/activation.wgsl), i32 in itself (exact past 2^24); a NaN operand makes every
 // relation false but `ne`, as IEEE and PyTorch say.
 fn relation(x: T, y: T) -> bool {
     if (isnan_f(f32(x)) || isnan_f(f32(y))) {

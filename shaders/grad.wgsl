@@ -76,10 +76,12 @@ fn combine(g: f32, s: f32) -> f32 {
         // hardtanh (relu6): 0 at and past its bounds, NaN passes (PyTorch's
         // hardtanh_backward tests x <= min || x >= max); hardsigmoid passes strictly inside
         // only (-3 < x < 3), NaN included in the 0s.
-        case GRAD_PASS_ABOVE_OR_NAN: { return select(g, 0.0, s <= p.scalar && !isnan_f(s)); }
-        case GRAD_PASS_BELOW_OR_NAN: { return select(g, 0.0, s >= p.scalar && !isnan_f(s)); }
-        case GRAD_PASS_ABOVE: { return select(0.0, g, s > p.scalar && !isnan_f(s)); }
-        case GRAD_PASS_BELOW: { return select(0.0, g, s < p.scalar && !isnan_f(s)); }
+        // The bounds compared on the bits (gt_f / lt_f): a GPU that flushes subnormals would
+        // find 1e-40 at a bound of 0. The bound is never NaN for the *_OR_NAN codes.
+        case GRAD_PASS_ABOVE_OR_NAN: { return select(g, 0.0, !isnan_f(s) && !gt_f(s, p.scalar)); }
+        case GRAD_PASS_BELOW_OR_NAN: { return select(g, 0.0, !isnan_f(s) && !lt_f(s, p.scalar)); }
+        case GRAD_PASS_ABOVE: { return select(0.0, g, gt_f(s, p.scalar)); }
+        case GRAD_PASS_BELOW: { return select(0.0, g, lt_f(s, p.scalar)); }
         // PyTorch's hardswish_backward from x, in f32 and rounded once: an exact 0 up to -3
         // (an infinite g included), g (x / 3 + 1/2) below 3, g from 3 on (the kernels since
         // pytorch/pytorch#148049: 0 at -3 and 1 at 3); NaN x gives NaN, as its vectorized CPU

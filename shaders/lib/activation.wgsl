@@ -17,6 +17,27 @@ fn min_nan(a: f32, b: f32) -> f32 {
     return select(min(a, b), a + b, isnan_f(a) || isnan_f(b));
 }
 
+// A float's place in the order of floats, on its bits: a GPU that flushes subnormals would
+// compare 1e-40 equal to 0, where PyTorch says 1e-40 > 0. -0.0 takes +0.0's key; NaN gets a
+// key past +inf's, so callers test NaN first.
+fn float_key(v: f32) -> u32 {
+    var b = bitcast<u32>(v);
+    if ((b & 0x7fffffffu) == 0u) {
+        b = 0u;
+    }
+    return select(b | 0x80000000u, ~b, (b & 0x80000000u) != 0u);
+}
+
+// a > b in IEEE's order on the keys; false where either is NaN.
+fn gt_f(a: f32, b: f32) -> bool {
+    return !isnan_f(a) && !isnan_f(b) && float_key(a) > float_key(b);
+}
+
+// a < b in IEEE's order on the keys; false where either is NaN.
+fn lt_f(a: f32, b: f32) -> bool {
+    return !isnan_f(a) && !isnan_f(b) && float_key(a) < float_key(b);
+}
+
 // PyTorch's clamp_min(x, s) / clamp_max(x, s) (and clamp, hardtanh, relu6 on them): x is kept
 // unless it is past the bound, so on the tie of -0.0 and 0.0 the result is x's zero, where
 // WGSL's max/min may return either. The tie is found on the bits (a compiler may fold a

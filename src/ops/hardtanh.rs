@@ -75,7 +75,8 @@ impl BackwardOp for HardswishBackward {
 /// PyTorch's `F.hardswish`: `x * relu6(x + 3) / 6`, its gradient hardswish_backward's: 0 up to
 /// -3, `x / 3 + 1/2` between -3 and 3 (both excluded), 1 from 3 on, NaN at NaN (the kernels
 /// since pytorch/pytorch#148049; before, -0.5 at -3 and 1.5 at 3). The masks test x
-/// itself: just above 3, `x + 3` rounds to 6, where a clamp's gradient would give 1.5. The
+/// itself: just below 3, `x + 3` rounds to 6, where a clamp's gradient would give 1, not
+/// `x / 3 + 1/2`. The
 /// value is PyTorch's `x * min(max(x + 3, 0), 6) / 6` in that order, in f32 for f16 too (one
 /// rounding, as its kernels).
 ///
