@@ -82,6 +82,22 @@ fn t_unbind_and_movedim_are_views() {
     );
     assert!(err(x.unbind(2))
         .contains("Dimension out of range (expected to be in range of [-2, 1], but got 2)"));
+    // A 0-d tensor's dim wraps first, as PyTorch's.
+    assert!(err(ramp(&[]).unbind(-1)).contains("Dimension specified as 0 but tensor"));
+    assert!(err(ramp(&[]).unbind(5))
+        .contains("Dimension out of range (expected to be in range of [-1, 0], but got 5)"));
+    // Its slices are outputs of one op returning several views: no in-place write while
+    // tracked, in PyTorch's words.
+    let y = ramp(&[2, 3])
+        .requires_grad()
+        .unwrap()
+        .mul_scalar(1.0)
+        .unwrap();
+    let e = err(y.unbind(1).unwrap()[1].copy_from(&ramp(&[2])));
+    assert!(
+        e.contains("Output 1 of Unbind is a view and is being modified inplace"),
+        "{e}"
+    );
     // Each slice's gradient lands in its own column.
     let xl = ramp(&[2, 3]).requires_grad().unwrap();
     let parts = xl.unbind(1).unwrap();
@@ -123,7 +139,7 @@ fn t_unbind_and_movedim_are_views() {
         err(x3.movedim(&[0, 0], &[1, 2])).contains("movedim: repeated dim in `source` ([0, 0])")
     );
     assert!(err(x3.movedim(&[0, 1], &[2, -1]))
-        .contains("movedim: repeated dim in `destination` ([2, 2])"));
+        .contains("movedim: repeated dim in `destination` ([2, -1])"));
     assert!(err(x3.movedim(&[0], &[-4]))
         .contains("Dimension out of range (expected to be in range of [-3, 2], but got -4)"));
 }
@@ -145,6 +161,18 @@ fn repeat_tiles_and_sums_its_gradient() {
     assert_eq!(x.repeat(&[1, 0]).unwrap().shape(), &[2, 0]);
     assert_eq!(ramp(&[]).repeat(&[]).unwrap().shape(), &[] as &[usize]);
     assert_eq!(vals(&ramp(&[]).repeat(&[3]).unwrap()), vec![0.0; 3]);
+    // More repeats than half the largest rank (a gather per dim), PyTorch's shape and values.
+    let r5 = x.repeat(&[1, 1, 1, 2, 2]).unwrap();
+    assert_eq!(r5.shape(), &[1, 1, 1, 4, 6]);
+    let want = gather_ref(&[2, 3], &[1, 1, 1, 4, 6], |i| vec![i[3] % 2, i[4] % 3]);
+    assert_eq!(vals(&r5), want);
+    assert_eq!(
+        x.repeat(&[1, 1, 2, 0, 1]).unwrap().shape(),
+        &[1, 1, 2, 0, 3]
+    );
+    let xl5 = ramp(&[2, 3]).requires_grad().unwrap();
+    let g = xl5.repeat(&[1, 1, 3, 1, 2]).unwrap().sum_all().unwrap();
+    assert_eq!(vals(g.backward().unwrap().get(&xl5).unwrap()), vec![6.0; 6]);
     assert!(err(ramp(&[2, 3, 4]).repeat(&[2, 2])).contains(
         "Number of dimensions of repeat dims can not be smaller than number of dimensions of \
          tensor"
@@ -201,8 +229,14 @@ fn flip_reverses_dims_and_its_gradient() {
     }
     assert_eq!(ramp(&[0, 3]).flip(&[0, 1]).unwrap().shape(), &[0, 3]);
     assert!(err(x.flip(&[0, -3])).contains("dim 0 appears multiple times in the list of dims"));
-    assert!(err(x.flip(&[0, 0, 3]))
+    // Entry by entry: the repeat before the dim out of range after it.
+    assert!(err(x.flip(&[0, 0, 3])).contains("dim 0 appears multiple times in the list of dims"));
+    assert!(err(x.flip(&[0, 3, 0]))
         .contains("Dimension out of range (expected to be in range of [-3, 2], but got 3)"));
+    // An empty tensor with a long dim: a copy, no index built.
+    let long = Tensor::zeros(dev(), &[0, 1 << 31], DType::F32).unwrap();
+    assert_eq!(long.flip(&[1]).unwrap().shape(), &[0, 1 << 31]);
+    assert_eq!(long.tril(0).unwrap().shape(), &[0, 1 << 31]);
     let xi = Tensor::from_slice(dev(), &[1i32, 2, 3], &[3]).unwrap();
     assert_eq!(
         xi.flip(&[0]).unwrap().to_vec::<i32>().unwrap(),

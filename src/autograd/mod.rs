@@ -108,9 +108,10 @@ pub(crate) struct GradMeta {
     /// `base_`), which decides at write time whether an in-place write is refused in
     /// PyTorch's `view_of_leaf` words.
     view_base: Option<Arc<GradMeta>>,
-    /// For a piece of `split` or `chunk` (and views of it): its output index, for PyTorch's
-    /// refusal of an in-place write into one of several views one op returned.
-    multi_output: Option<usize>,
+    /// For a piece of `split`, `chunk` or `unbind` (and views of it): its output index and
+    /// PyTorch's name of the op, for its refusal of an in-place write into one of several
+    /// views one op returned.
+    multi_output: Option<(usize, &'static str)>,
 }
 
 impl GradMeta {

@@ -38,16 +38,18 @@ impl Tensor {
         }
     }
 
-    /// Marks this piece, output `index` of `split` or `chunk`, as one of several views one op
-    /// returned (a no-op for an untracked piece). Its meta was just made by its record.
-    pub(crate) fn mark_multi_output(&mut self, index: usize) {
+    /// Marks this piece, output `index` of the op PyTorch names `op` (`Split`, for chunk too;
+    /// `SplitWithSizes`, `Unbind`), as one of several views one op returned (a no-op for an
+    /// untracked piece). Its meta was just made by its record.
+    pub(crate) fn mark_multi_output(&mut self, index: usize, op: &'static str) {
         if let Some(m) = self.grad.as_mut().and_then(Arc::get_mut) {
-            m.multi_output = Some(index);
+            m.multi_output = Some((index, op));
         }
     }
 
-    /// The output index of a tracked multi-output view ([`Tensor::mark_multi_output`]).
-    pub(crate) fn multi_output_index(&self) -> Option<usize> {
+    /// The output index and op name of a tracked multi-output view
+    /// ([`Tensor::mark_multi_output`]).
+    pub(crate) fn multi_output_index(&self) -> Option<(usize, &'static str)> {
         self.live_meta().and_then(|m| m.multi_output)
     }
 

@@ -13,22 +13,28 @@ fn no_dims(op: &'static str, dim: isize) -> Error {
     )
 }
 
-/// `dims` normalized against `rank` (a 0-d tensor takes 0 and -1), refusing a repeat in the
-/// words of PyTorch's dim lists after every range check.
+/// `dims` normalized against `rank` (a 0-d tensor takes 0 and -1), entry by entry as flip's
+/// dim_list_to_bitset: the first entry out of range or seen before is the one named.
 fn distinct_dims(op: &'static str, dims: &[isize], rank: usize) -> Result<Vec<usize>> {
-    let ds = dims
-        .iter()
-        .map(|&d| Layout::normalize_dim(op, d, rank.max(1)))
-        .collect::<Result<Vec<usize>>>()?;
-    for (i, d) in ds.iter().enumerate() {
-        if ds[..i].contains(d) {
+    let mut ds = Vec::with_capacity(dims.len());
+    for &d in dims {
+        let d = Layout::normalize_dim(op, d, rank.max(1))?;
+        if ds.contains(&d) {
             return Err(Error::arg(
                 op,
                 format!("dim {d} appears multiple times in the list of dims"),
             ));
         }
+        ds.push(d);
     }
     Ok(ds)
+}
+
+/// The gather index that tiles a dim of `s` entries `r` times: `j mod s` for each output j.
+fn tile_index(op: &'static str, s: usize, r: usize) -> Result<Vec<i32>> {
+    let n = s.checked_mul(r).filter(|&n| n <= i32::MAX as usize);
+    let n = n.ok_or_else(|| Error::size(op, format!("{r} repeats of a dim of {s} pass i32")))?;
+    Ok((0..n).map(|j| (j % s) as i32).collect())
 }
 
 impl Tensor {
@@ -69,16 +75,22 @@ impl Tensor {
     /// ```
     pub fn unbind(&self, dim: isize) -> Result<Vec<Tensor>> {
         let op = "unbind";
+        // A 0-d tensor's dim wraps as one of rank 1 first (PyTorch's maybe_wrap_dim).
+        let d = Layout::normalize_dim(op, dim, self.rank().max(1))?;
         if self.rank() == 0 {
-            return Err(no_dims(op, dim));
+            return Err(no_dims(op, d as isize));
         }
-        let d = Layout::normalize_dim(op, dim, self.rank())?;
         if self.shape()[d] == 0 {
             return Ok(Vec::new());
         }
         self.split(1, d as isize)?
             .iter()
-            .map(|piece| piece.squeeze(d as isize))
+            .enumerate()
+            .map(|(i, piece)| {
+                let mut slice = piece.squeeze(d as isize)?;
+                slice.mark_multi_output(i, "Unbind");
+                Ok(slice)
+            })
             .collect()
     }
 
@@ -113,11 +125,12 @@ impl Tensor {
                 .collect()
         };
         let (src, dst) = (norm(source)?, norm(destination)?);
-        for (what, ds) in [("source", &src), ("destination", &dst)] {
+        for (what, ds, given) in [("source", &src, source), ("destination", &dst, destination)] {
             if (1..ds.len()).any(|i| ds[..i].contains(&ds[i])) {
+                // The lists as the caller gave them, as PyTorch prints them.
                 return Err(Error::arg(
                     op,
-                    format!("movedim: repeated dim in `{what}` ({ds:?})"),
+                    format!("movedim: repeated dim in `{what}` ({given:?})"),
                 ));
             }
         }
@@ -175,16 +188,31 @@ impl Tensor {
                     format!("repeats {repeats:?} of shape {padded:?} overflow a dim"),
                 )
             })?;
-        // [1, s0, 1, s1, ...] broadcast to [r0, s0, r1, s1, ...], then merged pairwise.
-        let (mut single, mut tiled) = (Vec::with_capacity(2 * m), Vec::with_capacity(2 * m));
-        for (&s, &r) in padded.iter().zip(repeats) {
-            single.extend([1, s]);
-            tiled.extend([r, s]);
-        }
-        let y = self
-            .reshape(&single)?
-            .broadcast_to(&tiled)?
-            .reshape(&out_shape)?;
+        let y = if 2 * m <= crate::layout::MAX_RANK {
+            // [1, s0, 1, s1, ...] broadcast to [r0, s0, r1, s1, ...], merged pairwise: one copy.
+            let (mut single, mut tiled) = (Vec::with_capacity(2 * m), Vec::with_capacity(2 * m));
+            for (&s, &r) in padded.iter().zip(repeats) {
+                single.extend([1, s]);
+                tiled.extend([r, s]);
+            }
+            self.reshape(&single)?
+                .broadcast_to(&tiled)?
+                .reshape(&out_shape)?
+        } else {
+            // Past half the largest rank: one gather per repeated dim (entry j of the tiled
+            // dim is entry j mod s), at the rank of the result.
+            let mut y = self.reshape(&padded)?;
+            crate::layout::checked_numel(op, &out_shape)?;
+            for (d, (&s, &r)) in padded.iter().zip(repeats).enumerate() {
+                if r == 1 || s == 0 {
+                    continue;
+                }
+                let index = tile_index(op, s, r)?;
+                let index = Tensor::from_slice(self.device(), &index, &[index.len()])?;
+                y = y.index_select(d as isize, &index)?;
+            }
+            y
+        };
         // A repeat of ones is still a new tensor, as PyTorch's.
         match y.shares_storage(self) {
             true => y.deep_clone(),
@@ -206,6 +234,10 @@ impl Tensor {
     pub fn flip(&self, dims: &[isize]) -> Result<Tensor> {
         let op = "flip";
         let ds = distinct_dims(op, dims, self.rank())?;
+        if self.numel() == 0 {
+            // Nothing to move (and no index to build for a long empty dim).
+            return self.deep_clone();
+        }
         let mut y = self.clone();
         for d in ds {
             let n = self.shape().get(d).copied().unwrap_or(1);
@@ -315,6 +347,9 @@ impl Tensor {
                 op,
                 format!("{op}: input tensor must have at least 2 dimensions, got {r}"),
             ));
+        }
+        if self.numel() == 0 {
+            return self.deep_clone();
         }
         let (rows, cols) = (self.shape()[r - 2], self.shape()[r - 1]);
         // A diagonal past either side keeps all or nothing: clamped into i32 arithmetic.

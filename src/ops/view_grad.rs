@@ -104,7 +104,7 @@ fn record_split(x: &Tensor, d: usize, pieces: Vec<Tensor>) -> Vec<Tensor> {
         .enumerate()
         .map(|(i, mut p)| {
             Tensor::inherit_view_meta(&mut p, x);
-            p.mark_multi_output(i);
+            p.mark_multi_output(i, "Split");
             p
         })
         .collect()
@@ -286,7 +286,7 @@ impl Tensor {
         if split_size == 0 {
             if len == 0 {
                 let mut piece = self.alias();
-                piece.mark_multi_output(0);
+                piece.mark_multi_output(0, "Split");
                 return Ok(vec![piece]);
             }
             return Err(Error::arg(
@@ -328,7 +328,7 @@ impl Tensor {
         }
         if out.is_empty() {
             let mut piece = self.alias();
-            piece.mark_multi_output(0);
+            piece.mark_multi_output(0, "Split");
             out.push(piece);
         }
         Ok(out)
@@ -365,8 +365,9 @@ impl Tensor {
             }
             return (0..chunks)
                 .map(|i| {
+                    // PyTorch's chunk of an empty dim is split_with_sizes.
                     let mut piece = self.narrow(dim, 0usize, 0)?;
-                    piece.mark_multi_output(i);
+                    piece.mark_multi_output(i, "SplitWithSizes");
                     Ok(piece)
                 })
                 .collect();

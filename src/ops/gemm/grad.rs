@@ -250,13 +250,13 @@ pub(crate) fn check_in_place(op: &'static str, tensors: &[&Tensor]) -> Result<()
         ));
     }
     let multi_output = dest.and_then(|t| t.multi_output_index());
-    if let (Some(i), true) = (multi_output, crate::autograd::is_grad_enabled()) {
+    if let (Some((i, fwd)), true) = (multi_output, crate::autograd::is_grad_enabled()) {
         // handle_view_on_rebase, before check_inplace's leaf checks; current PyTorch names
         // the forward op there (`forward_op_name()`: Split, for chunk too).
         return Err(Error::arg(
             op,
             format!(
-                "Output {i} of Split is a view and is being modified inplace. This \
+                "Output {i} of {fwd} is a view and is being modified inplace. This \
                  view is the output of a function that returns multiple views. Such functions \
                  do not allow the output views to be modified inplace. You should replace the \
                  inplace operation by an out-of-place one."
