@@ -93,6 +93,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         vd = max_nan(f32(s3[i]), v);
         s3[i] = T(vd);
     }
-    let denom = sqrt(vd) / p.bc2_sqrt + p.eps;
-    param[i] = T(w - p.step_size * m / denom);
+    // div_f: WGSL's `/` may be 2.5 ulp off (NVIDIA: a reciprocal times the dividend), where
+    // PyTorch's divisions round once.
+    let denom = div_f(sqrt(vd), p.bc2_sqrt) + p.eps;
+    param[i] = T(w - div_f(p.step_size * m, denom));
 }

@@ -7,7 +7,7 @@ use super::kernel::{
 };
 use super::params::{check_hyper, first_group, GroupOpts, ParamSet};
 use super::{duplicate, warm_all, IntoParams, LrGroups, ParamGroup};
-use crate::{Error, Grads, Result, Tensor};
+use crate::{DType, Error, Grads, Result, Tensor};
 
 group_accessors!(Adam, "adam");
 
@@ -215,6 +215,13 @@ impl Adam {
             // divided by sqrt(1 - beta2^t), both in double precision on the host.
             let bc1 = 1.0 - o.betas.0.powi(t);
             let bc2 = 1.0 - o.betas.1.powi(t);
+            // The scalars PyTorch's step converts with a check (addcdiv's value, add's alpha):
+            // a finite value past f32 is its overflow error, before any parameter changes.
+            let fits = |v: f64| crate::error::check_fill(op, v, DType::F32);
+            fits(-group.lr / bc1)?;
+            if !o.decoupled_weight_decay && group.weight_decay != 0.0 {
+                fits(group.weight_decay)?;
+            }
             let mut flags = if o.maximize { FLAG_MAXIMIZE } else { 0 };
             if o.amsgrad {
                 flags |= FLAG_AMSGRAD;

@@ -320,6 +320,19 @@ impl Sgd {
             let Some(g) = g else { continue };
             let p = &self.set.params[i];
             let group = self.set.groups[self.set.group_of[i]];
+            // The scalars PyTorch's step converts with a check (add's alpha): a finite value
+            // past f32 is its overflow error, before any parameter changes.
+            let fits = |v: f64| crate::error::check_fill(op, v, DType::F32);
+            fits(-group.lr)?;
+            if group.weight_decay != 0.0 {
+                fits(group.weight_decay)?;
+            }
+            if o.momentum != 0.0 && self.momentum_buffers[i].is_some() {
+                fits(1.0 - o.dampening)?;
+            }
+            if o.nesterov {
+                fits(o.momentum)?;
+            }
             self.spares.ensure(op, p.device())?;
             let mut flags = if o.maximize { FLAG_MAXIMIZE } else { 0 };
             let mut new_buf = None;

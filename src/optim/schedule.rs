@@ -99,7 +99,8 @@ impl Schedule {
                 if hits == 0 {
                     lr
                 } else {
-                    lr * gamma.powi(hits as i32)
+                    // powf, as Python's `gamma ** count` (powi rounds differently from 3 on).
+                    lr * gamma.powf(hits as f64)
                 }
             }
             Schedule::Exponential { gamma } => {
@@ -182,7 +183,7 @@ impl Schedule {
                         op,
                         format!(
                             "Starting multiplicative factor expected to be greater than 0 and \
-                             less or equal to 1, got {start_factor}"
+                             less or equal to 1. (got {start_factor})"
                         ),
                     ));
                 }
@@ -190,8 +191,8 @@ impl Schedule {
                     return Err(Error::arg(
                         op,
                         format!(
-                            "Ending multiplicative factor expected to be between 0 and 1, got \
-                             {end_factor}"
+                            "Ending multiplicative factor expected to be between 0 and 1. (got \
+                             {end_factor})"
                         ),
                     ));
                 }

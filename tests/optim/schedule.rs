@@ -130,6 +130,17 @@ fn lr_schedulers_follow_pytorch() {
         &[1.0, 0.1, 0.1, 0.001, 0.001],
         "multistep",
     );
+    // A milestone three times: gamma ** 3 as Python computes it, to the bit (PyTorch's
+    // 0.0026999999999999997 for lr 0.1 and gamma 0.3).
+    let thrice = lrs(
+        Schedule::MultiStep {
+            milestones: vec![2, 2, 2],
+            gamma: 0.3,
+        },
+        3,
+    );
+    assert_eq!(thrice[2].0, 0.0026999999999999997);
+    assert_eq!(thrice[3].0, 0.0026999999999999997);
     check(
         lrs(Schedule::Exponential { gamma: 0.9 }, 3),
         &[1.0, 0.9, 0.81, 0.729],

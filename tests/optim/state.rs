@@ -410,3 +410,64 @@ fn indexed_state_loads_into_a_named_optimizer_by_position() {
     ];
     assert!(named.load_state_tensors(&twice).is_err());
 }
+
+/// A learning rate, weight decay or Adam step size past f32 is PyTorch's overflow error at the
+/// step (its add / addcdiv convert them with a check), before any parameter changes.
+#[test]
+fn steps_refuse_scalars_past_f32() {
+    let ones = Tensor::from_slice(dev(), &[1.0f32, 1.0], &[2]).unwrap();
+    let words = "value cannot be converted to type float without overflow";
+    let sgds = [
+        SgdOptions {
+            lr: 1e39,
+            ..Default::default()
+        },
+        SgdOptions {
+            weight_decay: 1e39,
+            ..Default::default()
+        },
+        SgdOptions {
+            momentum: 1e39,
+            nesterov: true,
+            ..Default::default()
+        },
+    ];
+    for o in sgds {
+        let w = leaf(&[1.0, 2.0]);
+        let mut opt = Sgd::new(vec![w.clone()], o).unwrap();
+        let e = opt.step_with(&[Some(&ones)]).unwrap_err().to_string();
+        assert!(e.starts_with("sgd:") && e.contains(words), "{e}");
+        assert_eq!(vals(&w), vec![1.0, 2.0]);
+        assert!(opt.state_tensors().is_empty());
+    }
+    // Dampening's factor from the second step, once a buffer exists.
+    let w = leaf(&[1.0, 2.0]);
+    let o = SgdOptions {
+        momentum: 0.5,
+        dampening: -1e39,
+        ..Default::default()
+    };
+    let mut opt = Sgd::new(vec![w.clone()], o).unwrap();
+    opt.step_with(&[Some(&ones)]).unwrap();
+    let before = vals(&w);
+    assert!(opt
+        .step_with(&[Some(&ones)])
+        .unwrap_err()
+        .to_string()
+        .contains(words));
+    assert_eq!(vals(&w), before);
+    // Adam: the step size lr / (1 - beta1) = 5e38 at step 1; 3e37 gives 3e38 and passes.
+    for (lr, ok) in [(5e37, false), (3e37, true)] {
+        let w = leaf(&[1.0, 2.0]);
+        let o = AdamOptions {
+            lr,
+            ..Default::default()
+        };
+        let mut opt = Adam::new(vec![w.clone()], o).unwrap();
+        let r = opt.step_with(&[Some(&ones)]);
+        assert_eq!(r.is_ok(), ok, "lr {lr}: {r:?}");
+        if !ok {
+            assert_eq!(vals(&w), vec![1.0, 2.0]);
+        }
+    }
+}
