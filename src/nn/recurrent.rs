@@ -17,7 +17,8 @@ pub struct RnnConfig {
     /// Inputs and outputs are `[B, T, F]` instead of `[T, B, F]`.
     pub batch_first: bool,
     /// Dropout probability on the outputs of every layer but the last, in training only
-    /// (PyTorch's `dropout`; 0 turns it off).
+    /// (PyTorch's `dropout`; 0 turns it off). With one layer it drops nothing, where PyTorch
+    /// also warns (this crate has no warnings).
     pub dropout: f64,
 }
 
