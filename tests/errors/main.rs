@@ -1933,6 +1933,29 @@ fn max_pool1d_errors_in_pytorch_words() {
     for shape in [&[][..], &[0], &[0, 10], &[1, 10, 0]] {
         has(max_pool1d(&t(shape), &o(1, None, 0, 1)), rank);
     }
+    has(
+        max_pool1d(&t(&[2, 0, 4]), &o(2, None, 0, 1)),
+        "Expected 2D or 3D (batch mode) tensor with optional 0 dim batch size for input, but \
+         got:[2, 0, 4]",
+    );
+    // The pools PyTorch runs as 2-D ones over [.., 1, L]: checkDimRange's words for the rank,
+    // the 2-D check (the lifted shape) for an empty dim.
+    use wgtensor::ops::{avg_pool1d, AvgPool1dOptions};
+    has(
+        avg_pool1d(&t(&[1, 2, 3, 4]), &AvgPool1dOptions::new(2)),
+        "Expected 2 to 3 dimensions, but got 4-dimensional tensor for argument #1 'self' (while \
+         checking arguments for avg_pool1d)",
+    );
+    has(
+        max_pool1d_with_indices(&t(&[4]), &o(2, None, 0, 1)),
+        "Expected 2 to 3 dimensions, but got 1-dimensional tensor for argument #1 'self' (while \
+         checking arguments for max_pool1d)",
+    );
+    has(
+        avg_pool1d(&t(&[2, 3, 0]), &AvgPool1dOptions::new(2)),
+        "Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for input, but \
+         got:[2, 3, 1, 0]",
+    );
     let x = t(&[0, 1, 49]);
     let cases: [(&[usize], MaxPool1dOptions, &str); 5] = [
         (

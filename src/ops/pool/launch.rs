@@ -124,7 +124,7 @@ fn planes_2d(op: &'static str, x: &Tensor) -> Result<(usize, usize, usize, Vec<u
                 op,
                 format!(
                     "Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for \
-                     input, but got: {s:?} (a 3-D [C, H, W] or 4-D [N, C, H, W] input)"
+                     input, but got:{s:?} (a 3-D [C, H, W] or 4-D [N, C, H, W] input)"
                 ),
             ))
         }
@@ -136,7 +136,7 @@ fn planes_2d(op: &'static str, x: &Tensor) -> Result<(usize, usize, usize, Vec<u
             op,
             format!(
                 "Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for \
-                 input, but got: {s:?} (non-empty channel and spatial dims: only the batch may \
+                 input, but got:{s:?} (non-empty channel and spatial dims: only the batch may \
                  be empty)"
             ),
         ));

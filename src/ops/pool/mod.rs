@@ -20,26 +20,35 @@ pub use options::{AvgPool1dOptions, AvgPool2dOptions, MaxPool1dOptions, MaxPool2
 use crate::autograd::{record, records, BackwardOp};
 use crate::{Error, Result, Tensor};
 
-/// Lifts a 1-D input ([N, C, L] or [C, L]) to 2-D with H = 1.
-fn lift_1d(op: &'static str, x: &Tensor) -> Result<Tensor> {
+/// Lifts a 1-D input ([N, C, L] or [C, L]) to 2-D with H = 1. max_pool1d (`own_words`) checks
+/// the caller's shape in its own words; the others, PyTorch's 2-D pools over `[.., 1, L]`,
+/// check the rank as checkDimRange and leave empty dims to the 2-D check (which shows the
+/// lifted shape, as PyTorch's does).
+fn lift_1d(op: &'static str, x: &Tensor, own_words: bool) -> Result<Tensor> {
     match x.rank() {
-        // Checked here so that the error shows the caller's shape, not the lifted one.
-        2 | 3 if x.shape()[x.rank() - 2..].contains(&0) => Err(Error::shape(
+        2 | 3 if own_words && x.shape()[x.rank() - 2..].contains(&0) => Err(Error::shape(
             op,
             format!(
                 "Expected 2D or 3D (batch mode) tensor with optional 0 dim batch size for \
-                 input, but got: {:?} (non-empty channel and length dims: only the batch may \
+                 input, but got:{:?} (non-empty channel and length dims: only the batch may \
                  be empty)",
                 x.shape()
             ),
         )),
         2 | 3 => x.unsqueeze(-2),
-        _ => Err(Error::shape(
+        r if own_words => Err(Error::shape(
             op,
             format!(
                 "Expected 2D or 3D (batch mode) tensor with optional 0 dim batch size for \
-                 input, but got: {:?} (expected a 2-D [C, L] or 3-D [N, C, L] input)",
+                 input, but got:{:?} (expected a 2-D [C, L] or 3-D [N, C, L] input, got {r}-D)",
                 x.shape()
+            ),
+        )),
+        r => Err(Error::shape(
+            op,
+            format!(
+                "Expected 2 to 3 dimensions, but got {r}-dimensional tensor for argument #1 \
+                 'self' (while checking arguments for {op})"
             ),
         )),
     }
@@ -321,7 +330,7 @@ fn with_indices(op: &'static str, values: Tensor, indices: Tensor) -> Result<(Te
 /// input row of length L (see [`max_pool2d_with_indices`]).
 pub fn max_pool1d_with_indices(x: &Tensor, o: &MaxPool1dOptions) -> Result<(Tensor, Tensor)> {
     let op = "max_pool1d";
-    let x2 = lift_1d(op, x)?;
+    let x2 = lift_1d(op, x, false)?;
     let (win, out) = max_window(op, &x2, &o.to_2d())?;
     with_indices(
         op,
@@ -354,7 +363,7 @@ pub fn adaptive_max_pool2d_with_indices(
 /// PyTorch's `max_pool1d` over `[N, C, L]` or `[C, L]`.
 pub fn max_pool1d(x: &Tensor, o: &MaxPool1dOptions) -> Result<Tensor> {
     let op = "max_pool1d";
-    let x2 = lift_1d(op, x)?;
+    let x2 = lift_1d(op, x, true)?;
     check_max_pool1d(op, x, o)?;
     let (win, out) = max_window(op, &x2, &o.to_2d())?;
     float_only(op, "max_pool1d_impl", x)?;
@@ -364,7 +373,7 @@ pub fn max_pool1d(x: &Tensor, o: &MaxPool1dOptions) -> Result<Tensor> {
 /// PyTorch's `avg_pool1d` over `[N, C, L]` or `[C, L]`.
 pub fn avg_pool1d(x: &Tensor, o: &AvgPool1dOptions) -> Result<Tensor> {
     let op = "avg_pool1d";
-    let x2 = lift_1d(op, x)?;
+    let x2 = lift_1d(op, x, false)?;
     let (win, out) = avg_window(op, &x2, &o.to_2d())?;
     float_only(op, "avg_pool2d", x)?;
     drop_h(run(op, &x2, win, out, None)?)
@@ -388,7 +397,7 @@ pub fn adaptive_avg_pool1d(x: &Tensor, output_size: usize) -> Result<Tensor> {
         // output is a mean): the reduction's plans, not one invocation adding L values.
         return drop_h(adaptive_avg_pool2d(&x.unsqueeze(-2)?, [1, 1])?);
     }
-    let x2 = lift_1d(op, x)?;
+    let x2 = lift_1d(op, x, false)?;
     let (win, out) = adaptive_window(op, &x2, [1, output_size], POOL_AVG)?;
     drop_h(run(op, &x2, win, out, None)?)
 }
