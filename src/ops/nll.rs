@@ -120,8 +120,8 @@ fn check(
             ),
         ))
     };
-    // A 1-D input with a [1] target is refused here with the words PyTorch's backward gives
-    // it (its forward takes it, its backward and label smoothing do not).
+    // A 1-D input with a [1] target reaches here only from the backward's refusal
+    // ([`one_class_of_1d`] takes it before); these are its words.
     let fits = t == expected.as_slice();
     // PyTorch's checks in its order and words (nll_loss_nd, then nll_loss / nll_loss2d).
     let msg = if batch_mismatch {
@@ -204,6 +204,53 @@ fn check(
         inner,
         target_shape: expected,
     })
+}
+
+/// PyTorch's forward takes a `[1]` target beside a 1-D input as its one class (a 0-d loss, as
+/// for a 0-d target), and its backward refuses it ("size mismatch (got input: [3], target:
+/// [1])"): the loss of the 0-d target, recorded with a node whose backward gives that
+/// refusal. `None` for any other pair.
+fn one_class_of_1d(
+    op: &'static str,
+    input: &Tensor,
+    target: &Tensor,
+    loss_of: impl FnOnce(&Tensor) -> Result<Tensor>,
+) -> Result<Option<Tensor>> {
+    if input.rank() != 1 || target.shape() != [1] {
+        return Ok(None);
+    }
+    let t0 = target.reshape(&[])?;
+    let loss = {
+        let _guard = crate::autograd::NoGradGuard::new();
+        loss_of(&t0)?
+    };
+    let msg = format!(
+        "size mismatch (got input: {:?}, target: [1]) (a 1-D input takes a 0-d target)",
+        input.shape()
+    );
+    Ok(Some(record(loss, &[input], |_| {
+        Box::new(RefusedBackward { op, msg })
+    })))
+}
+
+/// The backward PyTorch refuses for a forward it took ([`one_class_of_1d`]).
+struct RefusedBackward {
+    op: &'static str,
+    msg: String,
+}
+
+impl BackwardOp for RefusedBackward {
+    fn name(&self) -> &'static str {
+        self.op
+    }
+
+    fn backward(&self, _grads: &[Option<Tensor>], _needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+        Err(Error::shape(self.op, self.msg.clone()))
+    }
+
+    fn saved(&self) -> Vec<&Tensor> {
+        Vec::new()
+    }
 }
 
 fn grid(op: &'static str, t: &Tensor, n: usize) -> Result<[u32; 3]> {
@@ -378,6 +425,9 @@ fn reduce(loss: Tensor, denom: &Tensor, r: Reduction) -> Result<Tensor> {
 /// # Ok(()) }
 /// ```
 pub fn nll_loss(input: &Tensor, target: &Tensor, o: &NllLossOptions) -> Result<Tensor> {
+    if let Some(loss) = one_class_of_1d("nll_loss", input, target, |t| nll_loss(input, t, o))? {
+        return Ok(loss);
+    }
     let (loss, aux, _) = nll_parts("nll_loss", input, target, o.weight, o.ignore_index)?;
     reduce(loss, &aux.narrow(0, 0, 1)?, o.reduction)
 }
@@ -395,6 +445,18 @@ pub(crate) fn cross_entropy_indices(
     let op = "cross_entropy";
     // Smoothing first, as PyTorch's cross_entropy checks it before nll_loss's shape checks.
     let e = o.check_label_smoothing(op)?;
+    if e > 0.0 && input.rank() == 1 && target.shape() == [1] {
+        // The smoothing term's in-place sum over a 0-d loss refuses the [1] target.
+        return Err(Error::shape(
+            op,
+            "output with shape [] doesn't match the broadcast shape [1] (a 1-D input takes a \
+             0-d target)",
+        ));
+    }
+    let one = one_class_of_1d(op, input, target, |t| cross_entropy_indices(input, t, o))?;
+    if let Some(loss) = one {
+        return Ok(loss);
+    }
     let pr = check(op, input, target, o.weight)?;
     if o.weight.is_some_and(|w| e > 0.0 && w.rank() == 0) {
         // weight.size(0) of a 0-d weight.

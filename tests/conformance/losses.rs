@@ -372,8 +372,8 @@ pub(crate) async fn nll_loss_ignore_index_weights_and_errors() {
         &[3.0, 0.0, 6.0],
         "none",
     );
-    // A 1-D input takes a 0-d target (a 0-d loss); a [1] target is refused in the words of
-    // PyTorch's backward (its forward takes it, its backward does not).
+    // A 1-D input takes a 0-d target (a 0-d loss); a [1] target too, as PyTorch's forward,
+    // whose backward refuses it in these words (and label smoothing at the forward).
     let x1 = t(&[-0.5, -1.0, -2.0], &[3]);
     let t0 = Tensor::from_slice(crate::common::device(), &[2i32], &[]).unwrap();
     let none = NllLossOptions {
@@ -384,12 +384,36 @@ pub(crate) async fn nll_loss_ignore_index_weights_and_errors() {
     assert_eq!(l.shape(), &[] as &[usize]);
     close(&vals(&l).await, &[2.0], "1-D input");
     let t1 = Tensor::from_slice(crate::common::device(), &[2i32], &[1]).unwrap();
-    let e = nll_loss(&x1, &t1, &none).unwrap_err().to_string();
+    let l = nll_loss(&x1, &t1, &none).unwrap();
+    assert_eq!(l.shape(), &[] as &[usize]);
+    close(&vals(&l).await, &[2.0], "1-D input, [1] target");
+    let ce = cross_entropy(&x1, &t1, &Default::default()).unwrap();
+    let want = (-0.5f64).exp() + (-1.0f64).exp() + (-2.0f64).exp();
+    close(
+        &vals(&ce).await,
+        &[want.ln() + 2.0],
+        "cross_entropy, [1] target",
+    );
+    let xr = x1.clone().requires_grad().unwrap();
+    for l in [
+        nll_loss(&xr, &t1, &none).unwrap(),
+        cross_entropy(&xr, &t1, &Default::default()).unwrap(),
+    ] {
+        let e = l.backward().unwrap_err().to_string();
+        assert!(
+            e.contains("size mismatch (got input: [3], target: [1])"),
+            "{e}"
+        );
+    }
+    let smooth = CrossEntropyOptions {
+        label_smoothing: 0.1,
+        ..Default::default()
+    };
+    let e = cross_entropy(&x1, &t1, &smooth).unwrap_err().to_string();
     assert!(
-        e.contains("size mismatch (got input: [3], target: [1])"),
+        e.contains("output with shape [] doesn't match the broadcast shape [1]"),
         "{e}"
     );
-    assert!(cross_entropy(&x1, &t1, &Default::default()).is_err());
     // Every target ignored: the mean is 0 / 0 = NaN, as PyTorch.
     let all = Tensor::from_slice(crate::common::device(), &[7i32, 7, 7], &[3]).unwrap();
     assert!(vals(&nll_loss(&logp, &all, &o).unwrap()).await[0].is_nan());
