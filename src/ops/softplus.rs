@@ -10,8 +10,11 @@ use crate::{DType, Result, Tensor};
 /// `sigmoid(beta x)` below the threshold and 1 above, as softplus_backward's (so `beta` 0
 /// gives half the gradient, not NaN). f16 computes in f32 and rounds once, the threshold test
 /// included, as PyTorch's kernel. NaN propagates (a NaN `beta` gives NaN everywhere, a NaN
-/// `threshold` the formula everywhere, as PyTorch's kernel). Errors for an integer tensor and
-/// for a finite `beta` or `threshold` past f32's range (PyTorch's checked conversion).
+/// `threshold` the formula everywhere, as PyTorch's kernel). A threshold above about 88.7 lets
+/// PyTorch's `exp(beta x)` overflow, giving inf (and a NaN gradient) for `beta x` between 88.7
+/// and the threshold; here the formula stays finite there (`beta x` plus a vanishing term).
+/// Errors for an integer tensor and for a finite `beta` or `threshold` past f32's range
+/// (PyTorch's checked conversion).
 ///
 /// ```ignore-wasm32
 /// # fn main() -> wgtensor::Result<()> {
