@@ -371,3 +371,148 @@ fn tril_and_triu_keep_their_triangles() {
     let g = xl.triu(1).unwrap().sum_all().unwrap().backward().unwrap();
     assert_eq!(vals(g.get(&xl).unwrap()), vec![0.0, 1.0, 0.0, 0.0]);
 }
+
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn dims(rank: usize) -> impl Strategy<Value = Vec<isize>> {
+        proptest::collection::vec(-(rank as isize) - 1..=(rank as isize), 0..3)
+    }
+
+    /// Every call on random shapes (empty dims, 0-d) and arguments (out-of-range and repeated
+    /// dims, large shifts and diagonals) is right against the definitions or an error naming
+    /// the op; never a panic.
+    #[test]
+    fn random_calls_are_right_or_name_the_op() {
+        let cfg = ProptestConfig {
+            cases: 256,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        };
+        let strat = (
+            proptest::collection::vec(0usize..4, 0..4),
+            0usize..5,
+            dims(3),
+            proptest::collection::vec(-9i64..9, 0..3),
+            proptest::collection::vec(0usize..3, 0..5),
+            -5i64..5,
+        );
+        proptest!(cfg, |((shape, which, ds, shifts, reps, k) in strat)| {
+            let x = ramp(&shape);
+            let rank = shape.len();
+            let norm = |d: isize| -> Option<usize> {
+                let r = rank.max(1) as isize;
+                let d = if d < 0 { d + r } else { d };
+                (0..r).contains(&d).then_some(d as usize)
+            };
+            let (name, got, want): (&str, _, Option<Vec<f32>>) = match which {
+                0 => {
+                    let ok: Option<Vec<usize>> = ds.iter().map(|&d| norm(d)).collect();
+                    let distinct = ok.as_ref().is_some_and(|v| {
+                        (0..v.len()).all(|i| !v[..i].contains(&v[i]))
+                    });
+                    let want = (ok.is_some() && distinct).then(|| {
+                        let v = ok.unwrap();
+                        gather_ref(&shape, &shape, |i| {
+                            i.iter()
+                                .enumerate()
+                                .map(|(d, &j)| if v.contains(&d) { shape[d] - 1 - j } else { j })
+                                .collect()
+                        })
+                    });
+                    ("flip", x.flip(&ds), want)
+                }
+                1 => {
+                    let want = if shifts.is_empty() {
+                        None
+                    } else if ds.is_empty() {
+                        (shifts.len() == 1).then(|| {
+                            let flat = vals(&x);
+                            let n = flat.len() as i64;
+                            (0..n)
+                                .map(|i| flat[(i - shifts[0]).rem_euclid(n.max(1)) as usize])
+                                .collect()
+                        })
+                    } else if shifts.len() != ds.len() || rank == 0 {
+                        None
+                    } else {
+                        let ok: Option<Vec<usize>> = ds.iter().map(|&d| norm(d)).collect();
+                        ok.map(|v| {
+                            let mut total = vec![0i64; rank];
+                            for (&d, &s) in v.iter().zip(&shifts) {
+                                total[d] += s;
+                            }
+                            gather_ref(&shape, &shape, |i| {
+                                (0..rank)
+                                    .map(|d| {
+                                        let n = shape[d] as i64;
+                                        (i[d] as i64 - total[d]).rem_euclid(n.max(1)) as usize
+                                    })
+                                    .collect()
+                            })
+                        })
+                    };
+                    ("roll", x.roll(&shifts, &ds), want)
+                }
+                2 => {
+                    let m = reps.len();
+                    let want = (m >= rank).then(|| {
+                        let mut padded = vec![1; m - rank];
+                        padded.extend(&shape);
+                        let out: Vec<usize> = padded.iter().zip(&reps).map(|(s, r)| s * r).collect();
+                        gather_ref(&shape, &out, |i| {
+                            (m - rank..m).map(|d| i[d] % padded[d]).collect()
+                        })
+                    });
+                    ("repeat", x.repeat(&reps), want)
+                }
+                3 => {
+                    let want = (rank >= 2).then(|| {
+                        let (r, c) = (shape[rank - 2], shape[rank - 1]);
+                        (0..x.numel())
+                            .map(|f| {
+                                let (i, j) = ((f / c.max(1)) % r.max(1), f % c.max(1));
+                                if (j as i64) - (i as i64) <= k { f as f32 } else { 0.0 }
+                            })
+                            .collect()
+                    });
+                    ("tril", x.tril(k), want)
+                }
+                _ => {
+                    let d = ds.first().copied().unwrap_or(0);
+                    let want = match (rank, norm(d)) {
+                        (0, _) | (_, None) => None,
+                        (_, Some(d)) => Some(
+                            (0..shape[d])
+                                .flat_map(|j| {
+                                    let mut out = shape.clone();
+                                    out.remove(d);
+                                    gather_ref(&shape, &out, |i| {
+                                        let mut src = i.to_vec();
+                                        src.insert(d, j);
+                                        src
+                                    })
+                                })
+                                .collect(),
+                        ),
+                    };
+                    let got = x
+                        .unbind(d)
+                        .and_then(|ps| ps.iter().map(|p| p.contiguous()).collect::<Result<Vec<_>, _>>())
+                        .map(|ps| {
+                            let flat: Vec<f32> = ps.iter().flat_map(vals).collect();
+                            Tensor::from_slice(dev(), &flat, &[flat.len()]).unwrap()
+                        });
+                    ("unbind", got, want)
+                }
+            };
+            match (got, want) {
+                (Ok(t), Some(w)) => prop_assert_eq!(vals(&t), w, "{} {:?}", name, shape),
+                (Ok(t), None) => prop_assert!(false, "{name} {shape:?}: expected an error, got {:?}", t.shape()),
+                (Err(e), Some(_)) => prop_assert!(false, "{name} {shape:?}: {e}"),
+                (Err(e), None) => prop_assert!(e.to_string().starts_with(&format!("{name}:")), "{e}"),
+            }
+        });
+    }
+}
