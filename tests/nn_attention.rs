@@ -9,88 +9,18 @@
 
 mod common;
 
-use std::collections::HashMap;
+use common::fixture_case::{check_forward_backward, close, Case};
 
 use wgtensor::nn::{
     self, Forward, MhaMask, MhaOptions, Module, MultiheadAttention, MultiheadAttentionConfig,
     TransformerActivation, TransformerEncoder, TransformerEncoderLayer,
     TransformerEncoderLayerConfig,
 };
-use wgtensor::{io, DType, Tensor};
+use wgtensor::{DType, Tensor};
 
-/// One case of the fixture: the entries under `<case>.`.
-struct Case {
-    name: &'static str,
-    all: HashMap<String, Tensor>,
-}
-
-impl Case {
-    fn load(name: &'static str) -> Case {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/attention.safetensors"
-        );
-        let file = io::load_safetensors_file(common::device(), path).unwrap();
-        Case {
-            name,
-            all: io::select_prefix(&file, name),
-        }
-    }
-    fn get(&self, key: &str) -> Tensor {
-        self.all
-            .get(key)
-            .unwrap_or_else(|| panic!("{}: no {key} in the fixture", self.name))
-            .clone()
-    }
-    fn state_dict(&self) -> HashMap<String, Tensor> {
-        io::select_prefix(&self.all, "sd")
-    }
-    /// A float input as a leaf that records gradients.
-    fn input(&self, key: &str) -> Tensor {
-        self.get(&format!("in.{key}")).requires_grad().unwrap()
-    }
-}
-
-/// `got` within 1e-5 (relative to the larger of 1 and PyTorch's value) of `want`.
-fn close(got: &Tensor, want: &Tensor, what: &str) {
-    assert_eq!(got.shape(), want.shape(), "{what}: shape");
-    let g = got.to_vec::<f32>().unwrap();
-    let w = want.to_vec::<f32>().unwrap();
-    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
-        assert!(
-            (a - b).abs() <= 1e-5 * b.abs().max(1.0),
-            "{what}[{i}]: {a} vs PyTorch's {b}"
-        );
-    }
-}
-
-/// Backward of `sum(out * g)`; compares the output, the named inputs' gradients and every
-/// parameter's gradient with the case's.
-fn check_forward_backward(c: &Case, model: &dyn Module, out: &Tensor, inputs: &[(&str, &Tensor)]) {
-    close(out, &c.get("out"), &format!("{} output", c.name));
-    let grads = out.backward_with_grad(&c.get("g")).unwrap();
-    for (name, t) in inputs {
-        let g = grads
-            .get(t)
-            .unwrap_or_else(|| panic!("{}: no grad of {name}", c.name));
-        close(
-            g,
-            &c.get(&format!("grad.in.{name}")),
-            &format!("{} d{name}", c.name),
-        );
-    }
-    let params = model.named_parameters();
-    assert!(!params.is_empty());
-    for (name, p) in params {
-        let g = grads
-            .get(&p)
-            .unwrap_or_else(|| panic!("{}: no grad of {name}", c.name));
-        close(
-            g,
-            &c.get(&format!("grad.sd.{name}")),
-            &format!("{} d{name}", c.name),
-        );
-    }
+/// A case of tests/fixtures/attention.safetensors.
+fn case(name: &'static str) -> Case {
+    Case::load("attention.safetensors", name)
 }
 
 fn mha(cfg: MultiheadAttentionConfig, c: &Case) -> MultiheadAttention {
@@ -102,7 +32,7 @@ fn mha(cfg: MultiheadAttentionConfig, c: &Case) -> MultiheadAttention {
 
 #[test]
 fn mha_sequence_first_with_bool_masks_matches_pytorch_on_both_paths() {
-    let c = Case::load("mha_a");
+    let c = case("mha_a");
     let m = mha(MultiheadAttentionConfig::default(), &c);
     let (kpm, am) = (c.get("in.key_padding_mask"), c.get("in.attn_mask"));
     for need_weights in [false, true] {
@@ -125,7 +55,7 @@ fn mha_sequence_first_with_bool_masks_matches_pytorch_on_both_paths() {
 
 #[test]
 fn mha_batch_first_self_attention_with_float_mask_matches_pytorch() {
-    let c = Case::load("mha_b");
+    let c = case("mha_b");
     let cfg = MultiheadAttentionConfig {
         batch_first: true,
         ..Default::default()
@@ -153,7 +83,7 @@ fn mha_batch_first_self_attention_with_float_mask_matches_pytorch() {
 
 #[test]
 fn mha_with_kdim_vdim_uses_separate_projections_and_matches_pytorch() {
-    let c = Case::load("mha_c");
+    let c = case("mha_c");
     let cfg = MultiheadAttentionConfig {
         batch_first: true,
         kdim: Some(4),
@@ -197,7 +127,7 @@ fn encoder_layer(c: &Case, cfg: TransformerEncoderLayerConfig) -> TransformerEnc
 
 #[test]
 fn pre_norm_gelu_causal_encoder_layer_matches_pytorch() {
-    let c = Case::load("enc_pre");
+    let c = case("enc_pre");
     let cfg = TransformerEncoderLayerConfig {
         dim_feedforward: 16,
         dropout: 0.0,
@@ -241,7 +171,7 @@ fn nn_causal(l: usize) -> Tensor {
 
 #[test]
 fn post_norm_relu_encoder_layer_with_padding_matches_pytorch() {
-    let c = Case::load("enc_post");
+    let c = case("enc_post");
     let cfg = TransformerEncoderLayerConfig {
         dim_feedforward: 16,
         ..Default::default()
@@ -257,7 +187,7 @@ fn post_norm_relu_encoder_layer_with_padding_matches_pytorch() {
 
 #[test]
 fn encoder_stack_with_final_norm_matches_pytorch() {
-    let c = Case::load("enc_stack");
+    let c = case("enc_stack");
     let dev = common::device();
     let cfg = TransformerEncoderLayerConfig {
         dim_feedforward: 16,

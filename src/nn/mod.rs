@@ -2,7 +2,7 @@
 //! (`torch.nn`): [`Linear`], [`Conv1d`], [`Conv2d`], [`ConvTranspose2d`], [`Embedding`],
 //! [`BatchNorm2d`] / [`BatchNorm1d`] / [`BatchNorm3d`], [`LayerNorm`], [`GroupNorm`], [`RMSNorm`],
 //! [`Lstm`] / [`Gru`], [`LstmCell`] / [`GruCell`], [`MultiheadAttention`], [`TransformerEncoderLayer`] /
-//! [`TransformerEncoder`], [`Dropout`], the pools, activations (with [`ReLU6`], [`Hardswish`],
+//! [`TransformerEncoder`], [`TransformerDecoderLayer`] / [`TransformerDecoder`], [`Dropout`], the pools, activations (with [`ReLU6`], [`Hardswish`],
 //! [`Hardsigmoid`], [`LeakyReLU`], [`Softplus`], [`Softmax`], [`LogSoftmax`]),
 //! [`Flatten`], and the containers [`Sequential`], [`ModuleList`] and [`ModuleDict`].
 //!
@@ -149,6 +149,7 @@ mod norm;
 mod recurrent;
 mod state_cell;
 mod transformer;
+mod transformer_decoder;
 
 use std::collections::HashMap;
 
@@ -174,6 +175,10 @@ pub use state_cell::{BorrowConflict, StateCell, StateRef, StateRefMut};
 pub use transformer::{
     TransformerActivation, TransformerEncoder, TransformerEncoderLayer,
     TransformerEncoderLayerConfig,
+};
+pub use transformer_decoder::{
+    generate_square_subsequent_mask, TransformerDecoder, TransformerDecoderLayer,
+    TransformerDecoderLayerConfig, TransformerDecoderOptions,
 };
 /// `#[derive(Module)]`: implements [`Module`] for a struct from its fields (see the
 /// [module documentation](self) for the rules and the `#[module(...)]` attributes). It shares

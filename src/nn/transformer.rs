@@ -481,48 +481,68 @@ fn host_values(_t: &Tensor) -> Result<Option<Vec<f32>>> {
     Ok(None)
 }
 
-/// A fresh copy of one of a layer's tensors: a parameter stays a leaf, a frozen one frozen.
-fn fresh_copy(t: &Tensor) -> Result<Tensor> {
-    let copy = t.detach().deep_clone()?;
-    if t.has_grad_key() {
-        // A frozen parameter stays a frozen leaf (an optimizer accepts it), as deepcopy
-        // keeps a Parameter with requires_grad=False.
-        let mut c = copy.requires_grad()?;
-        c.set_requires_grad(t.is_tracked())?;
-        Ok(c)
-    } else {
+/// PyTorch's `copy.deepcopy` of a layer's tensors, one layer at a time: each tensor becomes a
+/// new one holding the same values (a parameter stays a leaf, a frozen one frozen), and its
+/// memo keeps a tensor tied in two places of the layer one tensor in the copy.
+#[derive(Default)]
+pub(super) struct DeepCopy {
+    memo: Vec<(Tensor, Tensor)>,
+}
+
+impl DeepCopy {
+    fn tensor(&mut self, t: &Tensor) -> Result<Tensor> {
+        if let Some((_, copy)) = self.memo.iter().find(|(orig, _)| same_view(orig, t)) {
+            return Ok(copy.clone());
+        }
+        let mut copy = t.detach().deep_clone()?;
+        if t.has_grad_key() {
+            // A frozen parameter stays a frozen leaf (an optimizer accepts it), as deepcopy
+            // keeps a Parameter with requires_grad=False.
+            copy = copy.requires_grad()?;
+            copy.set_requires_grad(t.is_tracked())?;
+        }
+        self.memo.push((t.clone(), copy.clone()));
         Ok(copy)
+    }
+
+    fn opt(&mut self, t: &Option<Tensor>) -> Result<Option<Tensor>> {
+        t.as_ref().map(|t| self.tensor(t)).transpose()
+    }
+
+    /// Copies the attention's projections in place.
+    pub(super) fn attention(&mut self, a: &mut MultiheadAttention) -> Result<()> {
+        a.in_proj_weight = self.opt(&a.in_proj_weight)?;
+        a.q_proj_weight = self.opt(&a.q_proj_weight)?;
+        a.k_proj_weight = self.opt(&a.k_proj_weight)?;
+        a.v_proj_weight = self.opt(&a.v_proj_weight)?;
+        a.in_proj_bias = self.opt(&a.in_proj_bias)?;
+        self.linear(&mut a.out_proj)
+    }
+
+    /// Copies the layer's weight and bias in place.
+    pub(super) fn linear(&mut self, lin: &mut Linear) -> Result<()> {
+        lin.weight = self.tensor(&lin.weight)?;
+        lin.bias = self.opt(&lin.bias)?;
+        Ok(())
+    }
+
+    /// Copies the norm's affine parameters in place.
+    pub(super) fn norm(&mut self, n: &mut LayerNorm) -> Result<()> {
+        n.weight = self.opt(&n.weight)?;
+        n.bias = self.opt(&n.bias)?;
+        Ok(())
     }
 }
 
 /// A copy of `layer` whose parameters are new tensors holding the same values.
 fn deep_copy(layer: &TransformerEncoderLayer) -> Result<TransformerEncoderLayer> {
     let mut c = layer.clone();
-    // deepcopy's memo: a tensor tied in two places of the layer stays one tensor in the copy.
-    let memo = std::cell::RefCell::new(Vec::<(Tensor, Tensor)>::new());
-    let fresh = |t: &Tensor| -> Result<Tensor> {
-        if let Some((_, copy)) = memo.borrow().iter().find(|(orig, _)| same_view(orig, t)) {
-            return Ok(copy.clone());
-        }
-        let copy = fresh_copy(t)?;
-        memo.borrow_mut().push((t.clone(), copy.clone()));
-        Ok(copy)
-    };
-    let opt = |t: &Option<Tensor>| t.as_ref().map(fresh).transpose();
-    let a = &mut c.self_attn;
-    a.in_proj_weight = opt(&a.in_proj_weight)?;
-    a.q_proj_weight = opt(&a.q_proj_weight)?;
-    a.k_proj_weight = opt(&a.k_proj_weight)?;
-    a.v_proj_weight = opt(&a.v_proj_weight)?;
-    a.in_proj_bias = opt(&a.in_proj_bias)?;
-    for lin in [&mut a.out_proj, &mut c.linear1, &mut c.linear2] {
-        lin.weight = fresh(&lin.weight)?;
-        lin.bias = opt(&lin.bias)?;
-    }
-    for n in [&mut c.norm1, &mut c.norm2] {
-        n.weight = opt(&n.weight)?;
-        n.bias = opt(&n.bias)?;
-    }
+    let mut copy = DeepCopy::default();
+    copy.attention(&mut c.self_attn)?;
+    copy.linear(&mut c.linear1)?;
+    copy.linear(&mut c.linear2)?;
+    copy.norm(&mut c.norm1)?;
+    copy.norm(&mut c.norm2)?;
     Ok(c)
 }
 

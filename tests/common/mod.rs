@@ -5,6 +5,7 @@
 
 pub mod attention_ref;
 pub mod conv_ref;
+pub mod fixture_case;
 pub mod norm_ref;
 pub mod reference;
 pub mod rnn_ref;

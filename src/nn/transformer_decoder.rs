@@ -1,0 +1,372 @@
+//! `nn.TransformerDecoderLayer` and `nn.TransformerDecoder`: PyTorch's child names
+//! (`self_attn`, `multihead_attn`, `linear1`, `dropout`, `linear2`, `norm1`..`norm3`,
+//! `dropout1`..`dropout3`; `layers.{i}`, `norm`), defaults and both normalization placements.
+//! Each attention is [`MultiheadAttention::forward_attn`], so it takes PyTorch's paths (its
+//! own fast path in eval without gradients included). Their forward needs the memory: it is
+//! `forward_with`, and they are not [`Forward`](super::Forward) layers.
+
+use super::attention::{MultiheadAttention, MultiheadAttentionConfig};
+use super::attention_masks::{check_mask_dtypes, MhaMask, MhaOptions};
+use super::layers::{Dropout, Linear};
+use super::norm::{LayerNorm, LayerNormConfig};
+use super::transformer::{DeepCopy, TransformerActivation, TransformerEncoderLayerConfig};
+use super::{Forward, Module, Visitor, VisitorMut, MAX_LAYERS};
+use crate::{Device, Error, Result, Tensor};
+
+/// Options of [`TransformerDecoderLayer`]: PyTorch's decoder layer takes the encoder layer's
+/// (`dim_feedforward`, `dropout`, `activation`, `layer_norm_eps`, `batch_first`, `norm_first`,
+/// `bias`) with the same defaults.
+pub type TransformerDecoderLayerConfig = TransformerEncoderLayerConfig;
+
+/// The masks and causal hints of a decoder's forward (PyTorch's `tgt_mask`, `memory_mask`,
+/// `tgt_key_padding_mask`, `memory_key_padding_mask`, `tgt_is_causal`, `memory_is_causal`),
+/// read as [`MultiheadAttention::forward_attn`] reads its masks (bool nonzero = masked out).
+/// A causal hint tells the attention that its mask is the causal one; as in
+/// [`MhaOptions::is_causal`], the mask may be left out (the causal mask is then made), where
+/// PyTorch refuses a hint without its mask.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TransformerDecoderOptions<'a> {
+    /// The self-attention's mask, `[T, T]` or `[N * nhead, T, T]`.
+    pub tgt_mask: Option<MhaMask<'a>>,
+    /// The cross-attention's mask, `[T, S]` or `[N * nhead, T, S]`.
+    pub memory_mask: Option<MhaMask<'a>>,
+    /// Padded target positions, `[N, T]`.
+    pub tgt_key_padding_mask: Option<MhaMask<'a>>,
+    /// Padded memory positions, `[N, S]`.
+    pub memory_key_padding_mask: Option<MhaMask<'a>>,
+    /// `tgt_mask` is the causal mask.
+    pub tgt_is_causal: bool,
+    /// `memory_mask` is the causal mask.
+    pub memory_is_causal: bool,
+}
+
+/// A transformer decoder layer (PyTorch's `nn.TransformerDecoderLayer`): self-attention over
+/// the target, attention from the target to the encoder's output (`memory`) and a feed-forward
+/// block `linear2(dropout(act(linear1(x))))`, each with a residual connection and a layer norm,
+/// before (`norm_first`) or after the residual sum. Children and `state_dict()` names are
+/// PyTorch's (`self_attn.in_proj_weight`, `multihead_attn.out_proj.bias`, `norm3.weight`, ...).
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::nn::{self, MhaMask, Module};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let cfg = nn::TransformerDecoderLayerConfig {
+///     dim_feedforward: 32,
+///     batch_first: true,
+///     ..Default::default()
+/// };
+/// let mut layer = nn::TransformerDecoderLayer::new(&dev, 16, 4, cfg)?;
+/// layer.eval();
+/// let tgt = Tensor::zeros(&dev, &[2, 5, 16], DType::F32)?; // [N, T, E]
+/// let memory = Tensor::zeros(&dev, &[2, 7, 16], DType::F32)?; // [N, S, E]
+/// let causal = nn::generate_square_subsequent_mask(&dev, 5)?;
+/// let opts = nn::TransformerDecoderOptions {
+///     tgt_mask: Some(MhaMask::Additive(&causal)),
+///     tgt_is_causal: true,
+///     ..Default::default()
+/// };
+/// assert_eq!(layer.forward_with(&tgt, &memory, &opts)?.shape(), &[2, 5, 16]);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct TransformerDecoderLayer {
+    /// The target's self-attention.
+    pub self_attn: MultiheadAttention,
+    /// The attention from the target to the memory.
+    pub multihead_attn: MultiheadAttention,
+    /// `d_model -> dim_feedforward`.
+    pub linear1: Linear,
+    /// Dropout after the activation.
+    pub dropout: Dropout,
+    /// `dim_feedforward -> d_model`.
+    pub linear2: Linear,
+    /// The norm of the self-attention block.
+    pub norm1: LayerNorm,
+    /// The norm of the cross-attention block.
+    pub norm2: LayerNorm,
+    /// The norm of the feed-forward block.
+    pub norm3: LayerNorm,
+    /// Dropout on the self-attention block's output.
+    pub dropout1: Dropout,
+    /// Dropout on the cross-attention block's output.
+    pub dropout2: Dropout,
+    /// Dropout on the feed-forward block's output.
+    pub dropout3: Dropout,
+    /// The feed-forward activation.
+    pub activation: TransformerActivation,
+    /// Pre-norm.
+    pub norm_first: bool,
+    /// The layer's own training flag (PyTorch's `layer.training`).
+    pub training: bool,
+}
+
+impl TransformerDecoderLayer {
+    /// A layer of width `d_model` with `nhead` heads, PyTorch's initialization.
+    pub fn new(
+        dev: &Device,
+        d_model: usize,
+        nhead: usize,
+        c: TransformerDecoderLayerConfig,
+    ) -> Result<TransformerDecoderLayer> {
+        let op = "TransformerDecoderLayer";
+        let mha = MultiheadAttentionConfig {
+            dropout: c.dropout,
+            bias: c.bias,
+            batch_first: c.batch_first,
+            kdim: None,
+            vdim: None,
+        };
+        let norm = LayerNormConfig {
+            eps: c.layer_norm_eps,
+            elementwise_affine: true,
+            bias: c.bias,
+        };
+        // PyTorch's order: both attentions (their checks), then the linear layers and the
+        // Dropout modules, whose range check lets NaN through.
+        let self_attn = MultiheadAttention::new(dev, d_model, nhead, mha)?;
+        let multihead_attn = MultiheadAttention::new(dev, d_model, nhead, mha)?;
+        if !c.dropout.is_nan() {
+            crate::ops::random::check_dropout_p(op, c.dropout)?;
+        }
+        Ok(TransformerDecoderLayer {
+            self_attn,
+            multihead_attn,
+            linear1: Linear::new(dev, d_model, c.dim_feedforward, c.bias)?,
+            dropout: Dropout::new(c.dropout),
+            linear2: Linear::new(dev, c.dim_feedforward, d_model, c.bias)?,
+            norm1: LayerNorm::with_config(dev, &[d_model], norm)?,
+            norm2: LayerNorm::with_config(dev, &[d_model], norm)?,
+            norm3: LayerNorm::with_config(dev, &[d_model], norm)?,
+            dropout1: Dropout::new(c.dropout),
+            dropout2: Dropout::new(c.dropout),
+            dropout3: Dropout::new(c.dropout),
+            activation: c.activation,
+            norm_first: c.norm_first,
+            training: true,
+        })
+    }
+
+    /// PyTorch's `forward(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
+    /// memory_key_padding_mask, tgt_is_causal, memory_is_causal)`: `tgt` `[T, N, E]`, `memory`
+    /// `[S, N, E]` (`[N, T, E]` and `[N, S, E]` with `batch_first`, or unbatched `[T, E]` and
+    /// `[S, E]`); the result has `tgt`'s shape.
+    pub fn forward_with(
+        &self,
+        tgt: &Tensor,
+        memory: &Tensor,
+        o: &TransformerDecoderOptions,
+    ) -> Result<Tensor> {
+        // A child's error names it (`multihead_attn (MultiheadAttention): ...`).
+        let at = |name: &'static str, layer: &'static str| move |e: Error| e.in_layer(name, layer);
+        let attend = |a: &MultiheadAttention,
+                      x: &Tensor,
+                      kv: &Tensor,
+                      key_padding_mask: Option<MhaMask>,
+                      attn_mask: Option<MhaMask>,
+                      is_causal: bool|
+         -> Result<Tensor> {
+            let opts = MhaOptions {
+                key_padding_mask,
+                attn_mask,
+                need_weights: false,
+                average_attn_weights: true,
+                is_causal,
+            };
+            Ok(a.forward_attn(x, kv, kv, &opts)?.0)
+        };
+        let sa = |x: &Tensor| -> Result<Tensor> {
+            let y = attend(
+                &self.self_attn,
+                x,
+                x,
+                o.tgt_key_padding_mask,
+                o.tgt_mask,
+                o.tgt_is_causal,
+            )
+            .map_err(at("self_attn", "MultiheadAttention"))?;
+            self.dropout1.forward(&y)
+        };
+        let mha = |x: &Tensor| -> Result<Tensor> {
+            let y = attend(
+                &self.multihead_attn,
+                x,
+                memory,
+                o.memory_key_padding_mask,
+                o.memory_mask,
+                o.memory_is_causal,
+            )
+            .map_err(at("multihead_attn", "MultiheadAttention"))?;
+            self.dropout2.forward(&y)
+        };
+        let ff = |x: &Tensor| -> Result<Tensor> {
+            let h = self.linear1.forward(x).map_err(at("linear1", "Linear"))?;
+            let h = match self.activation {
+                TransformerActivation::Relu => h.relu()?,
+                TransformerActivation::Gelu => h.gelu()?,
+            };
+            let h = self.dropout.forward(&h)?;
+            let h = self.linear2.forward(&h).map_err(at("linear2", "Linear"))?;
+            self.dropout3.forward(&h)
+        };
+        let norm = |n: &LayerNorm, name: &'static str, x: &Tensor| {
+            n.forward(x).map_err(at(name, "LayerNorm"))
+        };
+        if self.norm_first {
+            let x = tgt.add(&sa(&norm(&self.norm1, "norm1", tgt)?)?)?;
+            let x = x.add(&mha(&norm(&self.norm2, "norm2", &x)?)?)?;
+            x.add(&ff(&norm(&self.norm3, "norm3", &x)?)?)
+        } else {
+            let x = norm(&self.norm1, "norm1", &tgt.add(&sa(tgt)?)?)?;
+            let x = norm(&self.norm2, "norm2", &x.add(&mha(&x)?)?)?;
+            norm(&self.norm3, "norm3", &x.add(&ff(&x)?)?)
+        }
+    }
+}
+
+impl Module for TransformerDecoderLayer {
+    fn visit(&self, v: &mut dyn Visitor) {
+        v.training(self.training);
+        v.child("self_attn", &self.self_attn);
+        v.child("multihead_attn", &self.multihead_attn);
+        v.child("linear1", &self.linear1);
+        v.child("dropout", &self.dropout);
+        v.child("linear2", &self.linear2);
+        v.child("norm1", &self.norm1);
+        v.child("norm2", &self.norm2);
+        v.child("norm3", &self.norm3);
+        v.child("dropout1", &self.dropout1);
+        v.child("dropout2", &self.dropout2);
+        v.child("dropout3", &self.dropout3);
+    }
+    fn visit_mut(&mut self, v: &mut dyn VisitorMut) {
+        v.training(&mut self.training);
+        v.child("self_attn", &mut self.self_attn);
+        v.child("multihead_attn", &mut self.multihead_attn);
+        v.child("linear1", &mut self.linear1);
+        v.child("dropout", &mut self.dropout);
+        v.child("linear2", &mut self.linear2);
+        v.child("norm1", &mut self.norm1);
+        v.child("norm2", &mut self.norm2);
+        v.child("norm3", &mut self.norm3);
+        v.child("dropout1", &mut self.dropout1);
+        v.child("dropout2", &mut self.dropout2);
+        v.child("dropout3", &mut self.dropout3);
+    }
+}
+
+/// A stack of decoder layers with an optional final norm (PyTorch's `nn.TransformerDecoder`):
+/// `state_dict()` names `layers.{i}.*` and `norm.*`.
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::nn::{self, Module};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let cfg = nn::TransformerDecoderLayerConfig { dim_feedforward: 32, ..Default::default() };
+/// let layer = nn::TransformerDecoderLayer::new(&dev, 16, 4, cfg)?;
+/// let dec = nn::TransformerDecoder::new(&layer, 2, Some(nn::LayerNorm::new(&dev, &[16])?))?;
+/// assert!(dec.state_dict().iter().any(|(n, _)| n == "layers.1.norm3.bias"));
+/// let tgt = Tensor::zeros(&dev, &[5, 2, 16], DType::F32)?; // [T, N, E]
+/// let memory = Tensor::zeros(&dev, &[7, 2, 16], DType::F32)?; // [S, N, E]
+/// let y = dec.forward_with(&tgt, &memory, &Default::default())?;
+/// assert_eq!(y.shape(), &[5, 2, 16]);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct TransformerDecoder {
+    /// The layers, run in order.
+    pub layers: Vec<TransformerDecoderLayer>,
+    /// The final norm, if any.
+    pub norm: Option<LayerNorm>,
+}
+
+impl TransformerDecoder {
+    /// `num_layers` independent copies of `decoder_layer` (its parameters copied, not shared,
+    /// as PyTorch's deep copies) and an optional final norm. Errors: [`Error::Size`] for more
+    /// than 65536 layers.
+    pub fn new(
+        decoder_layer: &TransformerDecoderLayer,
+        num_layers: usize,
+        norm: Option<LayerNorm>,
+    ) -> Result<TransformerDecoder> {
+        if num_layers > MAX_LAYERS {
+            return Err(Error::size(
+                "TransformerDecoder",
+                format!("num_layers {num_layers} is above the supported {MAX_LAYERS}"),
+            ));
+        }
+        let layers = (0..num_layers)
+            .map(|_| deep_copy(decoder_layer))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(TransformerDecoder { layers, norm })
+    }
+
+    /// PyTorch's `forward(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
+    /// memory_key_padding_mask, tgt_is_causal, memory_is_causal)`: each layer's
+    /// [`forward_with`](TransformerDecoderLayer::forward_with), then the norm. A decoder of no
+    /// layers returns `tgt` (through the norm), as PyTorch's loop does.
+    pub fn forward_with(
+        &self,
+        tgt: &Tensor,
+        memory: &Tensor,
+        o: &TransformerDecoderOptions,
+    ) -> Result<Tensor> {
+        check_mask_dtypes(
+            "TransformerDecoder",
+            [
+                ("tgt_key_padding_mask", o.tgt_key_padding_mask),
+                ("tgt_mask", o.tgt_mask),
+            ],
+        )?;
+        let mut x = tgt.clone();
+        for (i, layer) in self.layers.iter().enumerate() {
+            x = layer
+                .forward_with(&x, memory, o)
+                .map_err(|e| e.in_layer(&format!("layers.{i}"), "TransformerDecoderLayer"))?;
+        }
+        match &self.norm {
+            Some(n) => n.forward(&x).map_err(|e| e.in_layer("norm", "LayerNorm")),
+            None => Ok(x),
+        }
+    }
+}
+
+/// A copy of `layer` whose parameters are new tensors holding the same values.
+fn deep_copy(layer: &TransformerDecoderLayer) -> Result<TransformerDecoderLayer> {
+    let mut c = layer.clone();
+    let mut copy = DeepCopy::default();
+    copy.attention(&mut c.self_attn)?;
+    copy.attention(&mut c.multihead_attn)?;
+    copy.linear(&mut c.linear1)?;
+    copy.linear(&mut c.linear2)?;
+    for n in [&mut c.norm1, &mut c.norm2, &mut c.norm3] {
+        copy.norm(n)?;
+    }
+    Ok(c)
+}
+
+impl Module for TransformerDecoder {
+    fn visit(&self, v: &mut dyn Visitor) {
+        v.child("layers", &self.layers);
+        if let Some(n) = &self.norm {
+            v.child("norm", n);
+        }
+    }
+    fn visit_mut(&mut self, v: &mut dyn VisitorMut) {
+        v.child("layers", &mut self.layers);
+        if let Some(n) = &mut self.norm {
+            v.child("norm", n);
+        }
+    }
+}
+
+/// PyTorch's `nn.Transformer.generate_square_subsequent_mask(sz)`: an `[sz, sz]` f32 additive
+/// mask, `-inf` above the diagonal and 0 on and below it (a position attends to itself and
+/// the ones before it).
+pub fn generate_square_subsequent_mask(dev: &Device, sz: usize) -> Result<Tensor> {
+    let ones = Tensor::ones(dev, &[sz, sz], crate::DType::F32)?;
+    let zero = Tensor::zeros(dev, &[], crate::DType::F32)?;
+    let ninf = Tensor::full(dev, &[], f64::NEG_INFINITY, crate::DType::F32)?;
+    ones.triu(1)?.where_cond(&ninf, &zero)
+}
