@@ -149,14 +149,24 @@ impl Sequential {
     }
 
     /// The layer at `index` as its own type: `None` when there is no layer there or it is
-    /// another type.
+    /// another type. A layer added boxed (a `Box<dyn Forward>`, as [`pop`](Self::pop) returns
+    /// it) is its own type here too, as in PyTorch.
     pub fn get_as<T: Forward + 'static>(&self, index: usize) -> Option<&T> {
-        (**self.layers.get(index)?).as_any().downcast_ref()
+        let mut layer: &dyn Any = (**self.layers.get(index)?).as_any();
+        while let Some(inner) = layer.downcast_ref::<Box<dyn Forward>>() {
+            layer = &**inner as &dyn Any;
+        }
+        layer.downcast_ref()
     }
 
     /// The layer at `index` as its own type, mutably.
     pub fn get_as_mut<T: Forward + 'static>(&mut self, index: usize) -> Option<&mut T> {
-        (**self.layers.get_mut(index)?).as_any_mut().downcast_mut()
+        let mut layer: &mut dyn Any = (**self.layers.get_mut(index)?).as_any_mut();
+        while layer.is::<Box<dyn Forward>>() {
+            let inner = layer.downcast_mut::<Box<dyn Forward>>()?;
+            layer = &mut **inner as &mut dyn Any;
+        }
+        layer.downcast_mut()
     }
 
     /// The layers in order.

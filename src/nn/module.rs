@@ -554,8 +554,9 @@ impl<T: ?Sized> MaybeSync for T {}
 /// other inputs writes its own methods next to its [`Module`] implementation. A layer is
 /// [`MaybeSend`] and [`MaybeSync`] (`Send` and `Sync` on native targets: it holds tensors,
 /// which are; state that `forward(&self)` updates lives in a [`StateCell`](super::StateCell)
-/// or a `Mutex`, not a `RefCell`).
-pub trait Forward: Module + MaybeSend + MaybeSync {
+/// or a `Mutex`, not a `RefCell`), and `'static` (`Any`: a [`Sequential`](super::Sequential)
+/// hands its layers back as their own types, boxed or not).
+pub trait Forward: Module + MaybeSend + MaybeSync + std::any::Any {
     /// The forward pass.
     fn forward(&self, x: &Tensor) -> Result<Tensor>;
 }

@@ -553,6 +553,18 @@ fn containers_insert_and_pop() {
     assert!(seq.pop(2).is_none());
     let keys: Vec<String> = seq.state_dict().into_iter().map(|(n, _)| n).collect();
     assert_eq!(keys, ["0.weight", "0.bias", "1.weight"]);
+    // A popped layer put back (PyTorch's s.insert(1, s.pop(0))) is still its own type, and
+    // so is one appended boxed.
+    let first = seq.pop(0).expect("the first Linear");
+    seq.insert(1, first).unwrap();
+    assert_eq!(seq.get_as::<nn::Linear>(1).unwrap().weight.shape(), &[3, 2]);
+    assert!(seq.get_as::<nn::ReLU>(1).is_none());
+    seq.get_as_mut::<nn::Linear>(1).unwrap().bias = None;
+    let boxed: Box<dyn Forward> = Box::new(nn::Linear::new(d, 1, 4, true).unwrap());
+    seq.append(boxed);
+    assert_eq!(seq.get_as::<nn::Linear>(2).unwrap().weight.shape(), &[4, 1]);
+    let keys: Vec<String> = seq.state_dict().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(keys, ["0.weight", "1.weight", "2.weight", "2.bias"]);
 
     let mut list: nn::ModuleList<nn::Linear> = nn::ModuleList::new();
     list.extend((0..2).map(|_| nn::Linear::new(d, 2, 2, false).unwrap()));
