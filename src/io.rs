@@ -372,10 +372,18 @@ pub fn load_safetensors_file(
         .take(9)
         .read_to_end(&mut bytes)
         .map_err(|e| fail(e.to_string()))?;
-    not_a_pickle(op, &bytes)?;
+    // The file's own faults name its path too (several checkpoints may be loading).
+    let named = |e: Error| match e {
+        Error::Io { op, msg } => Error::Io {
+            op,
+            msg: format!("{}: {msg}", path.display()),
+        },
+        e => e,
+    };
+    not_a_pickle(op, &bytes).map_err(named)?;
     if let Some(head) = bytes.get(..8) {
         let n = u64::from_le_bytes(head.try_into().unwrap_or([0; 8]));
-        check_header_len(op, n, len)?;
+        check_header_len(op, n, len).map_err(named)?;
     }
     let too_big = || fail(format!("its {len} bytes do not fit in host memory"));
     let cap = usize::try_from(len).map_err(|_| too_big())?;
@@ -384,7 +392,7 @@ pub fn load_safetensors_file(
         .map_err(|_| too_big())?;
     file.read_to_end(&mut bytes)
         .map_err(|e| fail(e.to_string()))?;
-    load_safetensors(dev, &bytes)
+    load_safetensors(dev, &bytes).map_err(named)
 }
 
 /// Serializes host copies of `tensors` (name, dtype, shape, row-major bytes).

@@ -660,6 +660,18 @@ fn files_are_read_and_written_safely() {
         }
         std::fs::remove_file(&huge).unwrap();
     }
+    // A file's own faults name its path: a torch.save zip, a truncated header, a bad body.
+    let bad = dir.join("bad.safetensors");
+    for (bytes, want) in [
+        (b"PK\x03\x04\0\0\0\0\0".to_vec(), "zip checkpoint"),
+        (16u64.to_le_bytes().to_vec(), "invalid header length"),
+        ([&8u64.to_le_bytes()[..], b"not json"].concat(), ""),
+    ] {
+        std::fs::write(&bad, &bytes).unwrap();
+        let e = load_safetensors_file(dev(), &bad).unwrap_err().to_string();
+        assert!(e.contains("bad.safetensors") && e.contains(want), "{e}");
+    }
+    std::fs::remove_file(&bad).unwrap();
     let a = Tensor::from_slice(dev(), &[1.0f32, 2.0], &[2]).unwrap();
     let b = Tensor::from_slice(dev(), &[3.0f32], &[1]).unwrap();
     std::thread::scope(|s| {
