@@ -340,7 +340,23 @@ fn ranges_past_the_dtype_are_refused() {
         "uniform",
         "uniform_ expects to return a [from, to) range, but found from=3 > to=-1",
     );
-    err(uniform(d, &[4], 0.0, 1.0, DType::I32), "uniform", "I32");
+    err(
+        uniform(d, &[4], 0.0, 1.0, DType::I32),
+        "uniform",
+        "\"check_uniform_bounds\" not implemented for 'Int'",
+    );
+    err(
+        randn(d, &[4], DType::I32),
+        "randn",
+        "\"normal_kernel_cpu\" not implemented for 'Int'",
+    );
+    // The span is PyTorch's in f64 too: both bounds round to +-32752 in f32 (a span of
+    // exactly f16's largest), but 65504.0002 is past it.
+    err(
+        uniform(d, &[4], -32752.0001, 32752.0001, DType::F16),
+        "uniform",
+        "uniform_ expects to-from <= std::numeric_limits<Half>::max()",
+    );
     err(
         normal(d, &[4], 0.0, 1e38, f32),
         "normal",
@@ -388,8 +404,16 @@ fn ranges_past_the_dtype_are_refused() {
     // ... and before this crate's range checks (a mean past f32 fills nothing).
     let t = normal(d, &[0, 3], 1e39, 2.0, f32).unwrap();
     assert_eq!((t.shape(), t.dtype()), (&[0usize, 3][..], f32));
-    err(randn(d, &[2], DType::I32), "randn", "I32");
-    err(uniform(d, &[0], 0.0, 1.0, DType::I32), "uniform", "I32");
+    err(
+        randn(d, &[2], DType::I32),
+        "randn",
+        "not implemented for 'Int'",
+    );
+    err(
+        uniform(d, &[0], 0.0, 1.0, DType::I32),
+        "uniform",
+        "not implemented for 'Int'",
+    );
     err(
         bernoulli(d, &[3], f64::NAN, f32),
         "bernoulli",

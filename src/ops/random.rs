@@ -71,10 +71,7 @@ fn generate(
     check_new_shape(dev, op, shape, dtype)?;
     // Refused before the empty shortcut, as PyTorch dispatches on the dtype first.
     if !dtype.is_float() {
-        return Err(Error::arg(
-            op,
-            format!("expects a floating-point dtype (F32 or F16), got {dtype:?}"),
-        ));
+        return Err(int_refusal(op, dist));
     }
     let out = Tensor::empty(dev, op, shape, dtype)?;
     let n = out.numel() as u64;
@@ -115,16 +112,26 @@ fn generate(
     Ok(out)
 }
 
-/// The largest finite value of a float `dtype` (the random kernels write floats only).
-fn dtype_max(op: &'static str, dtype: DType) -> Result<f64> {
+/// The largest finite value of a float `dtype` (the random kernels write floats only; an
+/// integer one is refused as `dist`'s kernel refuses it).
+fn dtype_max(op: &'static str, dtype: DType, dist: u32) -> Result<f64> {
     match dtype {
         DType::F32 => Ok(f32::MAX as f64),
         DType::F16 => Ok(65504.0),
-        DType::I32 => Err(Error::arg(
-            op,
-            "expects a floating-point dtype (F32 or F16), got I32; convert with to_dtype",
-        )),
+        DType::I32 => Err(int_refusal(op, dist)),
     }
+}
+
+/// PyTorch's refusal of an integer dtype by the kernel that samples `dist`.
+fn int_refusal(op: &'static str, dist: u32) -> Error {
+    let kernel = match dist {
+        DIST_NORMAL => "normal_kernel_cpu",
+        _ => "check_uniform_bounds",
+    };
+    Error::arg(
+        op,
+        format!("\"{kernel}\" not implemented for 'Int' (the samples are floats: F32 or F16)"),
+    )
 }
 
 /// `v` is finite and within `dtype`'s range (PyTorch's "from is out of bounds for c10::Half",
@@ -166,7 +173,7 @@ fn uniform_op(
     high: f64,
     dtype: DType,
 ) -> Result<Tensor> {
-    let max = dtype_max(op, dtype)?;
+    let max = dtype_max(op, dtype, DIST_UNIFORM)?;
     check_in_range(op, "from", low, dtype, max)?;
     check_in_range(op, "to", high, dtype, max)?;
     if low > high {
@@ -180,8 +187,10 @@ fn uniform_op(
         ));
     }
     let (a, b) = (low as f32, high as f32);
-    // Exact in f64; at most f32::MAX exactly when the kernel's f32 difference is finite.
-    let span = b as f64 - a as f64;
+    // PyTorch's span in f64 from the bounds as given, and the kernel's from the bounds
+    // rounded to f32 (exact in f64; at most f32::MAX exactly when the kernel's f32
+    // difference is finite).
+    let span = (b as f64 - a as f64).max(high - low);
     if span > max {
         return Err(Error::arg(
             op,
@@ -221,7 +230,7 @@ pub fn normal(dev: &Device, shape: &[usize], mean: f64, std: f64, dtype: DType) 
     if let Some(t) = empty_fill(dev, op, shape, dtype)? {
         return Ok(t);
     }
-    let max = dtype_max(op, dtype)?;
+    let max = dtype_max(op, dtype, DIST_NORMAL)?;
     // A NaN mean propagates (PyTorch checks only std): every sample is NaN.
     if !mean.is_nan() {
         check_in_range(op, "mean", mean, dtype, max)?;
