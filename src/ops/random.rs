@@ -158,9 +158,9 @@ const NORMAL_MAX_Z: f64 = 5.77;
 /// Uniform samples in `[low, high)` (PyTorch's `torch.empty(shape).uniform_(low, high)`).
 ///
 /// As PyTorch, errors ([`Error::InvalidArgument`]) when a bound is not finite or outside
-/// `dtype`'s range, when `low > high`, or when `high - low` (computed as the kernel does, in
-/// f32 from the bounds rounded to f32) exceeds the largest value of `dtype`: samples would
-/// overflow to inf or NaN.
+/// `dtype`'s range, when `low > high`, or when `high - low` exceeds the largest value of
+/// `dtype`, computed as PyTorch does (in f64 from the bounds as given) or as the kernel does
+/// (in f32 from the bounds rounded to f32): samples would overflow to inf or NaN.
 pub fn uniform(dev: &Device, shape: &[usize], low: f64, high: f64, dtype: DType) -> Result<Tensor> {
     uniform_op("uniform", dev, shape, low, high, dtype)
 }
