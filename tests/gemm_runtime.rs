@@ -672,3 +672,121 @@ fn accuracy_splits_fit_their_windows() {
         assert_eq!(v as f64, s * bv[j] as f64, "[{j}]");
     }
 }
+
+/// mm, bmm, mv, dot and outer: matmul's values and gradients at their fixed ranks, and
+/// PyTorch's words for ranks, sizes and dtypes.
+#[test]
+fn fixed_rank_products_match_matmul_and_pytorchs_words() {
+    let d = common::device();
+    let t = |shape: &[usize], seed: u32| {
+        let n = shape.iter().product();
+        Tensor::from_slice(d, &values(n, seed), shape).unwrap()
+    };
+    let v = |t: &Tensor| t.to_vec::<f32>().unwrap();
+    let (a, b) = (t(&[2, 3], 1), t(&[3, 4], 2));
+    assert_eq!(v(&a.mm(&b).unwrap()), v(&a.matmul(&b).unwrap()));
+    let (p, q) = (t(&[2, 3, 4], 3), t(&[2, 4, 5], 4));
+    assert_eq!(v(&p.bmm(&q).unwrap()), v(&p.matmul(&q).unwrap()));
+    let x = t(&[3], 5);
+    assert_eq!(v(&a.mv(&x).unwrap()), v(&a.matmul(&x).unwrap()));
+    let dot = x.dot(&x).unwrap();
+    assert_eq!(dot.shape(), &[] as &[usize]);
+    let want: f64 = v(&x).iter().map(|&e| f64::from(e * e)).sum();
+    assert!((dot.item().unwrap() - want).abs() <= 1e-6 * want.abs().max(1.0));
+    let y = t(&[4], 6);
+    let o = x.outer(&y).unwrap();
+    assert_eq!(o.shape(), &[3, 4]);
+    let (xv, yv) = (v(&x), v(&y));
+    let want: Vec<f32> = xv
+        .iter()
+        .flat_map(|&i| yv.iter().map(move |&j| i * j))
+        .collect();
+    assert_eq!(v(&o), want);
+    // Gradients as matmul's: d(sum(a mm b))/da = rowsums of b.
+    let al = a.clone().requires_grad().unwrap();
+    let g = al.mm(&b).unwrap().sum_all().unwrap().backward().unwrap();
+    let rows: Vec<f32> = (0..3)
+        .map(|k| v(&b)[k * 4..k * 4 + 4].iter().sum())
+        .collect();
+    let got = v(g.get(&al).unwrap());
+    for (i, gv) in got.iter().enumerate() {
+        assert!((gv - rows[i % 3]).abs() <= 1e-5, "{got:?} vs {rows:?}");
+    }
+    // Empty K: zeros.
+    let z = t(&[2, 0], 7).mm(&t(&[0, 3], 8)).unwrap();
+    assert_eq!(v(&z), vec![0.0; 6]);
+    // PyTorch's words.
+    let words = |r: wgtensor::Result<Tensor>, op: &str, want: &str| {
+        let e = r.unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("{op}:")) && e.contains(want),
+            "{e}\nwants {want}"
+        );
+    };
+    let h = t(&[3, 4], 2).to_dtype(DType::F16).unwrap();
+    words(
+        a.mm(&t(&[4, 5], 1)),
+        "mm",
+        "mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)",
+    );
+    words(x.mm(&a), "mm", "self must be a matrix, got 1-D tensor");
+    words(a.mm(&x), "mm", "mat2 must be a matrix, got 1-D tensor");
+    words(
+        a.mm(&h),
+        "mm",
+        "expected m1 and m2 to have the same dtype, but got: float != c10::Half",
+    );
+    words(a.bmm(&q), "bmm", "batch1 must be a 3D tensor");
+    words(p.bmm(&a), "bmm", "batch2 must be a 3D tensor");
+    words(
+        p.bmm(&t(&[3, 4, 5], 1)),
+        "bmm",
+        "Expected size for first two dimensions of batch2 tensor to be: [2, 4] but got: [3, 4].",
+    );
+    words(
+        p.bmm(&q.to_dtype(DType::F16).unwrap()),
+        "bmm",
+        "expected scalar type Float but found Half",
+    );
+    words(
+        a.mv(&y),
+        "mv",
+        "size mismatch, got input (2), mat (2x3), vec (4)",
+    );
+    words(
+        a.mv(&a),
+        "mv",
+        "vector + matrix @ vector expected, got 1, 2, 2",
+    );
+    words(
+        a.mv(&x.to_dtype(DType::F16).unwrap()),
+        "mv",
+        "addmv input tensors must have the same dtype, but got Half, Float, and Half",
+    );
+    words(
+        a.dot(&x),
+        "dot",
+        "1D tensors expected, but got 2D and 1D tensors",
+    );
+    words(
+        x.dot(&y),
+        "dot",
+        "inconsistent tensor size, expected tensor [3] and src [4] to have the same number of \
+         elements, but got 3 and 4 elements respectively",
+    );
+    words(
+        x.dot(&x.to_dtype(DType::F16).unwrap()),
+        "dot",
+        "dot : expected both vectors to have same dtype, but found Float and Half",
+    );
+    words(
+        a.outer(&y),
+        "outer",
+        "outer: Expected 1-D argument self, but got 2-D",
+    );
+    words(
+        x.outer(&a),
+        "outer",
+        "outer: Expected 1-D argument vec2, but got 2-D",
+    );
+}

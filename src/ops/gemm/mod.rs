@@ -7,6 +7,7 @@
 //! `[S, batch, M, N]` and a reduction sums the slices in a fixed order.
 pub(crate) mod grad;
 pub(crate) mod launch;
+mod named;
 pub(crate) mod options;
 pub(crate) mod plan;
 #[cfg(not(target_arch = "wasm32"))]
