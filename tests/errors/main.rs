@@ -605,7 +605,9 @@ fn gemm_dtype_mix_f16() {
             got: DType::F16
         }
     );
-    assert!(words(t(&[2, 3]).matmul(&h(&[3])).unwrap_err()).contains("float != c10::Half"));
+    // A matrix times a vector is mv's, in its words.
+    assert!(words(t(&[2, 3]).matmul(&h(&[3])).unwrap_err())
+        .contains("addmv input tensors must have the same dtype, but got Half, Float, and Half"));
 }
 
 /// Without SHADER_F16 no f16 tensor can exist, so GEMM never sees one: creating or casting to
@@ -2058,6 +2060,19 @@ fn product_arguments_follow_pytorch() {
         has(
             matmul(&t(&[2, 3]), &h(&[3, 5])),
             "expected m1 and m2 to have the same dtype",
+        );
+        // The words of the op PyTorch routes the pair to: mv, bmm, mm (a folded batch).
+        has(
+            matmul(&t(&[4, 2, 3]), &h(&[3])),
+            "addmv input tensors must have the same dtype, but got Half, Float, and Half",
+        );
+        has(
+            matmul(&t(&[2, 3]), &h(&[4, 3, 5])),
+            "expected scalar type Float but found Half",
+        );
+        has(
+            matmul(&t(&[4, 2, 3]), &h(&[3, 5])),
+            "expected m1 and m2 to have the same dtype, but got: float != c10::Half",
         );
 
         let lin = wgtensor::nn::Linear::new(dev(), 4, 5, true).unwrap();

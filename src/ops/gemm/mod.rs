@@ -172,7 +172,30 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     if ka != kb {
         return Err(shape::k_mismatch(op, a.shape(), b.shape()));
     }
-    a.same_dtype_factors(op, b)?;
+    // The dtype words of the op PyTorch's matmul routes the pair to: mv for a vector on the
+    // right, bmm where the right operand has a batch, mm otherwise (a batched left operand
+    // folds into mm's rows).
+    if a.dtype() != b.dtype() {
+        let (an, bn) = (a.dtype().scalar_name(), b.dtype().scalar_name());
+        match (a.rank(), b.rank()) {
+            (_, 1) => {
+                return Err(Error::arg(
+                    op,
+                    format!(
+                        "addmv input tensors must have the same dtype, but got {bn}, {an}, and \
+                         {bn}"
+                    ),
+                ))
+            }
+            (_, r) if r >= 3 => {
+                return Err(Error::arg(
+                    op,
+                    format!("expected scalar type {an} but found {bn}"),
+                ))
+            }
+            _ => a.same_dtype_factors(op, b)?,
+        }
+    }
     a.require_float(op)?;
     // Views, not reshapes: a strided or broadcast 1-D operand must not be copied.
     let a2 = if a.rank() == 1 {
