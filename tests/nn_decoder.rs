@@ -200,3 +200,17 @@ fn names_copies_modes_and_errors() {
         vec![0.0, inf, inf, 0.0, 0.0, inf, 0.0, 0.0, 0.0]
     );
 }
+
+/// A decoder of no layers is refused, as PyTorch's forward reads its first layer.
+#[test]
+fn a_decoder_needs_a_layer() {
+    let dev = common::device();
+    let l = TransformerDecoderLayer::new(dev, 8, 2, Default::default()).unwrap();
+    let dec = TransformerDecoder::new(&l, 0, None).unwrap();
+    let x = Tensor::zeros(dev, &[5, 2, 8], DType::F32).unwrap();
+    let e = dec
+        .forward_with(&x, &x, &Default::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("index 0 is out of range"), "{e}");
+}

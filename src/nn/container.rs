@@ -153,20 +153,23 @@ impl Sequential {
     /// it) is its own type here too, as in PyTorch.
     pub fn get_as<T: Forward + 'static>(&self, index: usize) -> Option<&T> {
         let mut layer: &dyn Any = (**self.layers.get(index)?).as_any();
-        while let Some(inner) = layer.downcast_ref::<Box<dyn Forward>>() {
-            layer = &**inner as &dyn Any;
+        loop {
+            if let Some(t) = layer.downcast_ref::<T>() {
+                return Some(t);
+            }
+            layer = &**layer.downcast_ref::<Box<dyn Forward>>()? as &dyn Any;
         }
-        layer.downcast_ref()
     }
 
     /// The layer at `index` as its own type, mutably.
     pub fn get_as_mut<T: Forward + 'static>(&mut self, index: usize) -> Option<&mut T> {
         let mut layer: &mut dyn Any = (**self.layers.get_mut(index)?).as_any_mut();
-        while layer.is::<Box<dyn Forward>>() {
-            let inner = layer.downcast_mut::<Box<dyn Forward>>()?;
-            layer = &mut **inner as &mut dyn Any;
+        loop {
+            if layer.is::<T>() {
+                return layer.downcast_mut::<T>();
+            }
+            layer = &mut **layer.downcast_mut::<Box<dyn Forward>>()? as &mut dyn Any;
         }
-        layer.downcast_mut()
     }
 
     /// The layers in order.

@@ -6,7 +6,7 @@
 //! `forward_with`, and they are not [`Forward`](super::Forward) layers.
 
 use super::attention::{MultiheadAttention, MultiheadAttentionConfig};
-use super::attention_masks::{check_mask_dtypes, MhaMask, MhaOptions};
+use super::attention_masks::{MhaMask, MhaOptions};
 use super::layers::{Dropout, Linear};
 use super::norm::{LayerNorm, LayerNormConfig};
 use super::transformer::{DeepCopy, TransformerActivation, TransformerEncoderLayerConfig};
@@ -305,20 +305,19 @@ impl TransformerDecoder {
     /// PyTorch's `forward(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
     /// memory_key_padding_mask, tgt_is_causal, memory_is_causal)`: each layer's
     /// [`forward_with`](TransformerDecoderLayer::forward_with), then the norm. A decoder of no
-    /// layers returns `tgt` (through the norm), as PyTorch's loop does.
+    /// layers is refused, as PyTorch's forward (it reads `self.layers[0]` first).
     pub fn forward_with(
         &self,
         tgt: &Tensor,
         memory: &Tensor,
         o: &TransformerDecoderOptions,
     ) -> Result<Tensor> {
-        check_mask_dtypes(
-            "TransformerDecoder",
-            [
-                ("tgt_key_padding_mask", o.tgt_key_padding_mask),
-                ("tgt_mask", o.tgt_mask),
-            ],
-        )?;
+        if self.layers.is_empty() {
+            return Err(Error::arg(
+                "TransformerDecoder",
+                "index 0 is out of range (a decoder needs at least one layer)",
+            ));
+        }
         let mut x = tgt.clone();
         for (i, layer) in self.layers.iter().enumerate() {
             x = layer

@@ -446,7 +446,9 @@ pub(crate) fn cross_entropy_indices(
     // Smoothing first, as PyTorch's cross_entropy checks it before nll_loss's shape checks.
     let e = o.check_label_smoothing(op)?;
     if e > 0.0 && input.rank() == 1 && target.shape() == [1] {
-        // The smoothing term's in-place sum over a 0-d loss refuses the [1] target.
+        // The smoothing term's in-place sum over a 0-d loss refuses the [1] target, after
+        // nll_loss's checks of the rest (its weight, its dtypes).
+        check(op, input, &target.reshape(&[])?, o.weight)?;
         return Err(Error::shape(
             op,
             "output with shape [] doesn't match the broadcast shape [1] (a 1-D input takes a \

@@ -414,6 +414,17 @@ pub(crate) async fn nll_loss_ignore_index_weights_and_errors() {
         e.contains("output with shape [] doesn't match the broadcast shape [1]"),
         "{e}"
     );
+    // nll_loss's own checks come first there (a weight of another size).
+    let w2 = t(&[1.0, 1.0], &[2]);
+    let smooth_w = CrossEntropyOptions {
+        weight: Some(&w2),
+        ..smooth
+    };
+    let e = cross_entropy(&x1, &t1, &smooth_w).unwrap_err().to_string();
+    assert!(
+        e.contains("weight tensor should be defined either for all 3 classes"),
+        "{e}"
+    );
     // Every target ignored: the mean is 0 / 0 = NaN, as PyTorch.
     let all = Tensor::from_slice(crate::common::device(), &[7i32, 7, 7], &[3]).unwrap();
     assert!(vals(&nll_loss(&logp, &all, &o).unwrap()).await[0].is_nan());

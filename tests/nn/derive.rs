@@ -559,6 +559,12 @@ fn containers_insert_and_pop() {
     seq.insert(1, first).unwrap();
     assert_eq!(seq.get_as::<nn::Linear>(1).unwrap().weight.shape(), &[3, 2]);
     assert!(seq.get_as::<nn::ReLU>(1).is_none());
+    // The box itself is a type to ask for too.
+    let boxed: Box<dyn Forward> = Box::new(nn::ReLU);
+    seq.insert(0, boxed).unwrap();
+    assert!(seq.get_as::<Box<dyn Forward>>(0).is_some());
+    assert!(seq.get_as::<nn::ReLU>(0).is_some());
+    assert!(seq.pop(0).is_some());
     seq.get_as_mut::<nn::Linear>(1).unwrap().bias = None;
     let boxed: Box<dyn Forward> = Box::new(nn::Linear::new(d, 1, 4, true).unwrap());
     seq.append(boxed);
