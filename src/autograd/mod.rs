@@ -316,15 +316,20 @@ fn check_versions(name: &'static str, state: &NodeState) -> Result<()> {
     for (t, &was) in state.op.saved().iter().zip(&state.versions) {
         let now = t.version();
         if now != was {
+            // PyTorch's tag of the tensor: its legacy type name and its shape.
+            let kind = match t.dtype() {
+                crate::DType::F32 => "Float",
+                crate::DType::F16 => "Half",
+                crate::DType::I32 => "Int",
+            };
             return Err(Error::arg(
                 "backward",
                 format!(
                     "one of the variables needed for gradient computation has been modified \
-                     by an inplace operation: a {:?} tensor of shape {:?} saved by {name} is at \
-                     version {now}; expected version {was} instead. Run the forward again \
+                     by an inplace operation: [torch.{kind}Tensor {:?}] is at version {now}; \
+                     expected version {was} instead (saved by {name}). Run the forward again \
                      after the in-place write (an optimizer step, copy_from, gemm_into), or \
                      call backward before it",
-                    t.dtype(),
                     t.shape()
                 ),
             ));

@@ -256,6 +256,12 @@ impl Adam {
                 s.max_exp_avg_sq.as_ref().filter(|_| o.amsgrad),
             ];
             launch(op, OPT_ADAM, p, &g, states, &self.spares, params)?;
+            if o.decoupled_weight_decay && self.set.groups[self.set.group_of[i]].weight_decay != 0.0
+            {
+                // PyTorch's AdamW writes the parameter twice (its decay's mul_, then the
+                // addcdiv_): its version counts both.
+                p.bump_version();
+            }
             if new_state.is_some() {
                 self.state[i] = new_state;
             }

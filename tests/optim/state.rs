@@ -471,3 +471,31 @@ fn steps_refuse_scalars_past_f32() {
         }
     }
 }
+
+/// A step writes each parameter as often as PyTorch's does, so `version()` counts as
+/// `_version`: once for SGD and Adam, twice for AdamW with weight decay (its decay's `mul_`,
+/// then its `addcdiv_`).
+#[test]
+fn steps_count_pytorchs_writes() {
+    let ones = Tensor::from_slice(dev(), &[1.0f32, 1.0], &[2]).unwrap();
+    for (wd, want) in [(0.0, 1), (0.01, 2)] {
+        let w = leaf(&[1.0, 2.0]);
+        let o = AdamOptions {
+            weight_decay: wd,
+            ..AdamOptions::adamw()
+        };
+        let mut opt = Adam::adamw(vec![w.clone()], o).unwrap();
+        let before = w.version();
+        opt.step_with(&[Some(&ones)]).unwrap();
+        assert_eq!(w.version() - before, want, "AdamW weight_decay {wd}");
+    }
+    let w = leaf(&[1.0, 2.0]);
+    let o = AdamOptions {
+        weight_decay: 0.01,
+        ..Default::default()
+    };
+    let mut opt = Adam::new(vec![w.clone()], o).unwrap();
+    let before = w.version();
+    opt.step_with(&[Some(&ones)]).unwrap();
+    assert_eq!(w.version() - before, 1, "Adam");
+}
