@@ -157,10 +157,23 @@ pub trait Module {
     /// freezing a pretrained backbone for fine-tuning. The flag is each leaf's, shared by all
     /// its handles ([`Tensor::set_requires_grad`]), so the optimizers already built see it: a
     /// frozen parameter gets no gradient and is skipped; unfrozen, it trains again.
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a parameter that is the
-    /// output of a tracked op (none of the `nn` layers' are).
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument), changing nothing, for a
+    /// parameter that is the output of a tracked op, and (turning the flag on) for one that is
+    /// a plain tensor, not a leaf made with `requires_grad()` (none of the `nn` layers' are
+    /// either).
     fn set_requires_grad(&mut self, requires_grad: bool) -> Result<()> {
         let params = self.named_parameters();
+        // Checked before any flag changes: a refusal leaves every parameter as it was.
+        if let Some((name, _)) = params.iter().find(|(_, p)| p.is_tracked() && !p.is_leaf()) {
+            return Err(Error::arg(
+                "set_requires_grad",
+                format!(
+                    "parameter {name}: you can only change requires_grad flags of leaf \
+                     variables (it is the output of a tracked op: use detach() for a copy \
+                     without gradients)"
+                ),
+            ));
+        }
         if requires_grad {
             // The flag lives in a leaf's shared meta; a plain tensor has none, and setting it
             // on the clone named_parameters() lends would leave the module's field untouched.

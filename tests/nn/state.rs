@@ -123,6 +123,12 @@ fn state_dict_is_detached_and_plain_parameters_are_named() {
     lin.set_requires_grad(false).unwrap();
     lin.set_requires_grad(true).unwrap();
     assert!(lin.weight.is_tracked());
+    // A parameter that is an op's output is refused before any flag changes.
+    let bias = lin.bias.clone().unwrap();
+    lin.bias = Some(bias.mul_scalar(2.0).unwrap());
+    let e = lin.set_requires_grad(false).unwrap_err().to_string();
+    assert!(e.contains("parameter bias") && e.contains("leaf"), "{e}");
+    assert!(lin.weight.is_tracked(), "the weight was not frozen");
 }
 
 /// num_batches_tracked in a state dict shares the layer's count as PyTorch's buffer does: a
