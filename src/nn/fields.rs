@@ -19,6 +19,15 @@ pub trait ModuleField {
     fn visit_field(&self, name: &str, visitor: &mut dyn Visitor);
     /// Lends the field, registered as `name`, to `visitor` (see [`Module::visit_mut`]).
     fn visit_field_mut(&mut self, name: &str, visitor: &mut dyn VisitorMut);
+    /// PyTorch's name of a list of these (its errors' header): `nn.ModuleList`, or
+    /// `nn.ParameterList` for tensors.
+    #[doc(hidden)]
+    fn list_name() -> &'static str
+    where
+        Self: Sized,
+    {
+        "ModuleList"
+    }
 }
 
 impl<M: Module> ModuleField for M {
@@ -36,6 +45,9 @@ impl ModuleField for Tensor {
     }
     /// A tensor has nothing a [`VisitorMut`] changes.
     fn visit_field_mut(&mut self, _: &str, _: &mut dyn VisitorMut) {}
+    fn list_name() -> &'static str {
+        "ParameterList"
+    }
 }
 
 impl<T: ModuleField> ModuleField for Option<T> {
@@ -49,10 +61,13 @@ impl<T: ModuleField> ModuleField for Option<T> {
             x.visit_field_mut(name, visitor);
         }
     }
+    fn list_name() -> &'static str {
+        T::list_name()
+    }
 }
 
-// A list of modules is PyTorch's nn.ModuleList, and named so in errors (the type name would
-// be `Vec` or `Linear; 3]`).
+// A list of modules is PyTorch's nn.ModuleList (of tensors, its nn.ParameterList), and named
+// so in errors (the type name would be `Vec` or `Linear; 3]`).
 impl<T: ModuleField> Module for Vec<T> {
     fn visit(&self, visitor: &mut dyn Visitor) {
         self.as_slice().visit_items(visitor);
@@ -61,7 +76,7 @@ impl<T: ModuleField> Module for Vec<T> {
         self.as_mut_slice().visit_items_mut(visitor);
     }
     fn layer_name(&self) -> &'static str {
-        "ModuleList"
+        T::list_name()
     }
 }
 
@@ -73,7 +88,7 @@ impl<T: ModuleField, const N: usize> Module for [T; N] {
         self.as_mut_slice().visit_items_mut(visitor);
     }
     fn layer_name(&self) -> &'static str {
-        "ModuleList"
+        T::list_name()
     }
 }
 

@@ -373,6 +373,19 @@ fn load_errors_collect_every_mismatch() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("for ModuleList:"), "{e}");
+    // A list of tensors is PyTorch's ParameterList.
+    let mut ps = vec![Tensor::zeros(dev(), &[2], DType::F32)
+        .unwrap()
+        .requires_grad()
+        .unwrap()];
+    let e = ps
+        .load_state_dict(&Default::default(), true)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("Error(s) in loading state_dict for ParameterList:"),
+        "{e}"
+    );
     // io::load_state_dict collects them too, without a class name.
     let targets = [("a", &lin.weight), ("b", &lin.bias.clone().unwrap())];
     let src =
