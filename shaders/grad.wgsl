@@ -57,6 +57,7 @@ fn combine(g: f32, s: f32) -> f32 {
         case GRAD_SIGMOID_FROM_Y: { return g * s * (1.0 - s); }
         case GRAD_TANH_FROM_Y: { return g * (1.0 - s * s); }
         case GRAD_GELU_FROM_X: { return g * gelu_grad(s); }
+        case GRAD_GELU_TANH_FROM_X: { return g * gelu_tanh_grad(s); }
         // silu from its input: sigmoid(x) (1 + x (1 - sigmoid(x))), as PyTorch's silu_backward.
         case GRAD_SILU_FROM_X: {
             let sg = sigmoid_f(s);

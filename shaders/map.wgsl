@@ -60,6 +60,7 @@ fn apply(v: f32, s: f32) -> f32 {
         case OP_SILU: { return v * sigmoid_f(v); }
         case OP_LOG1P: { return log1p_f(v); }
         case OP_SOFTPLUS: { return softplus_f(v); }
+        case OP_GELU_TANH: { return gelu_tanh_f(v); }
         case OP_ADD_SCALAR: { return v + s; }
         case OP_SUB_SCALAR: { return v - s; }
         case OP_RSUB_SCALAR: { return s - v; }

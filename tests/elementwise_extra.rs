@@ -642,3 +642,88 @@ fn comparisons_order_subnormals_zeros_and_infinities() {
         }
     }
 }
+
+/// GELU's tanh approximation and its gradient against PyTorch's (F.gelu(x,
+/// approximate='tanh') on torch 2.15, f32), the far ends and infinities included, and its f16
+/// values within f16's rounding.
+#[test]
+fn gelu_tanh_matches_pytorch() {
+    let xs = [
+        f32::NEG_INFINITY,
+        -1e13,
+        -10.0,
+        -3.0,
+        -1.0,
+        -0.0,
+        0.0,
+        0.5,
+        1.0,
+        3.0,
+        10.0,
+        1e13,
+        f32::INFINITY,
+        f32::NAN,
+    ];
+    let nan = f32::NAN;
+    let want_y = [
+        nan,
+        -0.0,
+        -0.0,
+        -0.003_637_433,
+        -0.158_808,
+        -0.0,
+        0.0,
+        0.345_714,
+        0.841_192,
+        2.996_362_7,
+        10.0,
+        1e13,
+        f32::INFINITY,
+        nan,
+    ];
+    let want_g = [
+        nan,
+        0.0,
+        0.0,
+        -0.011_584_297,
+        -0.082_964_09,
+        0.5,
+        0.5,
+        0.867_369_9,
+        1.082_964,
+        1.011_584_3,
+        1.0,
+        1.0,
+        nan,
+        nan,
+    ];
+    let x = t(&xs, &[xs.len()]).requires_grad().unwrap();
+    let y = x.gelu_tanh().unwrap();
+    let g = y.sum_all().unwrap().backward().unwrap();
+    let (yv, gv) = (vals(&y), vals(g.get(&x).unwrap()));
+    let close = |got: &[f32], want: &[f32], what: &str| {
+        for (i, (a, b)) in got.iter().zip(want).enumerate() {
+            let ok = if b.is_nan() {
+                a.is_nan()
+            } else if a == b {
+                a.is_sign_negative() == b.is_sign_negative()
+            } else {
+                (a - b).abs() <= 2e-6 * b.abs().max(1.0)
+                    && a.is_sign_negative() == b.is_sign_negative()
+            };
+            assert!(ok, "{what} at {}: {a} vs {b}", xs[i]);
+        }
+    };
+    close(&yv, &want_y, "gelu_tanh");
+    close(&gv[..], &want_g, "gelu_tanh'");
+    if dev().supports_f16() {
+        let h = t(&[-3.0, -1.0, 0.5, 1.0, 3.0], &[5])
+            .to_dtype(DType::F16)
+            .unwrap();
+        let y = vals(&h.gelu_tanh().unwrap().to_dtype(DType::F32).unwrap());
+        let want = [-3.6373e-03f32, -1.5881e-01, 3.4570e-01, 8.4131e-01, 2.9961];
+        for (a, b) in y.iter().zip(want) {
+            assert!((a - b).abs() <= 1e-3 * b.abs().max(1e-2), "{y:?}");
+        }
+    }
+}

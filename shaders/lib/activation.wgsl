@@ -413,6 +413,40 @@ fn gelu_f(v: f32) -> f32 {
     return 0.5 * v * (1.0 + erf_approx(v * 0.70710678118654752));
 }
 
+// GELU's tanh approximation in PyTorch's order: inner = sqrt(2 / pi) (x + 0.044715 x^3), then
+// 0.5 x (1 + tanh(inner)). Past |x| = 1e12 tanh is +-1: x above, -0.0 below, as PyTorch's
+// (where the cube overflows, too), and NaN at -inf (its -inf * 0); built on the bits, which a
+// compiler cannot fold.
+fn gelu_tanh_f(v: f32) -> f32 {
+    if (abs(v) > 1e12) {
+        let b = bitcast<u32>(v);
+        if (b == 0xff800000u) {
+            return bitcast<f32>(0x7fc00000u | (b & 0u));
+        }
+        return select(bitcast<f32>(0x80000000u | (b & 0u)), v, v > 0.0);
+    }
+    let inner = 0.7978845608028654 * (v + 0.044715 * v * v * v);
+    return 0.5 * v * (1.0 + tanh_f(inner));
+}
+
+// Its derivative as PyTorch's GeluBackward (approximate='tanh'): 0.5 (1 + t) + 0.5 x (1 - t^2)
+// sqrt(2 / pi) (1 + 3 0.044715 x^2), t = tanh(inner); past |x| = 1e12 1 or 0, and NaN at
+// +-inf (PyTorch's inf * 0).
+fn gelu_tanh_grad(v: f32) -> f32 {
+    if (abs(v) > 1e12) {
+        let b = bitcast<u32>(v);
+        if ((b & 0x7fffffffu) == 0x7f800000u) {
+            return bitcast<f32>(0x7fc00000u | (b & 0u));
+        }
+        return select(0.0, 1.0, v > 0.0);
+    }
+    let x2 = v * v;
+    let t = tanh_f(0.7978845608028654 * (v + 0.044715 * x2 * v));
+    let left = 0.5 * (1.0 + t);
+    let right = 0.5 * v * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x2);
+    return left + right;
+}
+
 // Epilogue activation codes: the ACT_* constants the runtime emits from the Rust table
 // (ACTIVATION_DEFS in src/ops/activation.rs).
 fn activate(v: f32, code: u32) -> f32 {

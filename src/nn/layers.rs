@@ -525,6 +525,11 @@ activation_module!(
     gelu
 );
 activation_module!(
+    /// PyTorch's `nn.GELU(approximate='tanh')`: GELU's tanh approximation (GPT-2's).
+    GELUTanh,
+    gelu_tanh
+);
+activation_module!(
     /// PyTorch's `nn.Tanh`.
     Tanh,
     tanh

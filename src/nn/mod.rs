@@ -165,8 +165,8 @@ pub use conv::{Conv1d, ConvTranspose2d, ConvTranspose2dConfig};
 pub use embedding::Embedding;
 pub use fields::{BufferField, ModuleField};
 pub use layers::{
-    AdaptiveAvgPool2d, AvgPool2d, Conv2d, Conv2dConfig, Dropout, Flatten, Linear, MaxPool2d, ReLU,
-    SiLU, Sigmoid, Tanh, GELU,
+    AdaptiveAvgPool2d, AvgPool2d, Conv2d, Conv2dConfig, Dropout, Flatten, GELUTanh, Linear,
+    MaxPool2d, ReLU, SiLU, Sigmoid, Tanh, GELU,
 };
 pub use module::{Forward, MaybeSend, MaybeSync, Module, Visitor, VisitorMut};
 pub use norm::{GroupNorm, GroupNormConfig, LayerNorm, LayerNormConfig, RMSNorm, RMSNormConfig};

@@ -63,6 +63,8 @@ pub(crate) enum GradCode {
     SoftplusFromX = 15,
     /// `a` where `b > 0`, else `a * scalar` (NaN b included): leaky_relu_backward.
     LeakyFromX = 16,
+    /// `a * gelu_tanh'(x)`, `b = x`.
+    GeluTanhFromX = 17,
 }
 
 /// The shader's names of the [`GradCode`]s, one row per code in order.
@@ -84,6 +86,7 @@ pub(crate) const GRAD_DEFS: &[(&str, u32)] = &[
     ("GRAD_HARDSWISH_FROM_X", GradCode::HardswishFromX as u32),
     ("GRAD_SOFTPLUS_FROM_X", GradCode::SoftplusFromX as u32),
     ("GRAD_LEAKY_FROM_X", GradCode::LeakyFromX as u32),
+    ("GRAD_GELU_TANH_FROM_X", GradCode::GeluTanhFromX as u32),
 ];
 
 /// `g * act'`, the gradient before a fused activation, for every epilogue's backward (GEMM,
@@ -328,6 +331,6 @@ mod tests {
         for (i, (name, code)) in GRAD_DEFS.iter().enumerate() {
             assert_eq!(*code as usize, i, "{name}");
         }
-        assert_eq!(GRAD_DEFS.len(), GradCode::LeakyFromX as usize + 1);
+        assert_eq!(GRAD_DEFS.len(), GradCode::GeluTanhFromX as usize + 1);
     }
 }

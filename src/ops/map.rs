@@ -70,6 +70,9 @@ pub enum UnaryOp {
     /// `log(1 + e^x)` without overflow (`torch.nn.functional.softplus` with `beta` 1 and no
     /// threshold; [`softplus`](crate::ops::softplus()) takes both).
     Softplus,
+    /// GELU's tanh approximation, `0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))`
+    /// (PyTorch's `F.gelu(x, approximate='tanh')`, GPT-2's).
+    GeluTanh,
 }
 
 /// `tensor (op) scalar` and the reversed forms, applied elementwise in f32 by
@@ -293,9 +296,20 @@ impl Tensor {
     }
 }
 
-const UNARY_NAMES: [&str; 12] = [
-    "neg", "abs", "exp", "log", "sqrt", "relu", "sigmoid", "tanh", "gelu", "silu", "log1p",
+const UNARY_NAMES: [&str; 13] = [
+    "neg",
+    "abs",
+    "exp",
+    "log",
+    "sqrt",
+    "relu",
+    "sigmoid",
+    "tanh",
+    "gelu",
+    "silu",
+    "log1p",
     "softplus",
+    "gelu_tanh",
 ];
 const SCALAR_NAMES: [&str; 9] = [
     "add_scalar",
@@ -461,6 +475,11 @@ impl Tensor {
     /// Exact (erf) GELU elementwise ([`UnaryOp::Gelu`]).
     pub fn gelu(&self) -> Result<Tensor> {
         self.unary(UnaryOp::Gelu)
+    }
+    /// GELU's tanh approximation elementwise ([`UnaryOp::GeluTanh`], PyTorch's
+    /// `F.gelu(x, approximate='tanh')`).
+    pub fn gelu_tanh(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::GeluTanh)
     }
     /// `x * sigmoid(x)` elementwise ([`UnaryOp::Silu`], PyTorch's `F.silu`).
     pub fn silu(&self) -> Result<Tensor> {
@@ -674,9 +693,10 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), MAP_DEFS.len());
-        assert_eq!(MapOp::Scalar(ScalarOp::Add).code(), 13);
-        assert_eq!(MapOp::Scalar(ScalarOp::Min).code(), 20);
-        assert_eq!(MapOp::Scalar(ScalarOp::Pow).code(), 21);
+        assert_eq!(MapOp::Unary(UnaryOp::GeluTanh).code(), 13);
+        assert_eq!(MapOp::Scalar(ScalarOp::Add).code(), 14);
+        assert_eq!(MapOp::Scalar(ScalarOp::Min).code(), 21);
+        assert_eq!(MapOp::Scalar(ScalarOp::Pow).code(), 22);
         assert_eq!(MapOp::Unary(UnaryOp::Gelu).code(), 9);
         assert_eq!(MapOp::Unary(UnaryOp::Silu).code(), 10);
         assert_eq!(MapOp::Unary(UnaryOp::Log1p).code(), 11);

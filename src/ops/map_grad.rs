@@ -36,6 +36,7 @@ impl BackwardOp for UnaryBackward {
             UnaryOp::Silu => "silu",
             UnaryOp::Log1p => "log1p",
             UnaryOp::Softplus => "softplus",
+            UnaryOp::GeluTanh => "gelu_tanh",
         }
     }
 
@@ -64,6 +65,7 @@ impl BackwardOp for UnaryBackward {
             // PyTorch's log1p_backward: g / (x + 1).
             UnaryOp::Log1p => g.div(&s.add_scalar(1.0)?)?,
             UnaryOp::Softplus => grad_binary(g, s, GradCode::SoftplusFromX, 0.0)?,
+            UnaryOp::GeluTanh => grad_binary(g, s, GradCode::GeluTanhFromX, 0.0)?,
         };
         Ok(vec![Some(gx)])
     }
@@ -79,7 +81,8 @@ pub(crate) fn record_unary(x: &Tensor, op: UnaryOp, out: Tensor) -> Tensor {
             | UnaryOp::Gelu
             | UnaryOp::Silu
             | UnaryOp::Log1p
-            | UnaryOp::Softplus => Some(x.detach()),
+            | UnaryOp::Softplus
+            | UnaryOp::GeluTanh => Some(x.detach()),
             UnaryOp::Exp | UnaryOp::Sqrt | UnaryOp::Relu | UnaryOp::Sigmoid | UnaryOp::Tanh => {
                 Some(y.clone())
             }

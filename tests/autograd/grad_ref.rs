@@ -93,6 +93,11 @@ pub fn unary_deriv(op: UnaryOp, x: f64) -> f64 {
         UnaryOp::Silu => s * (1.0 + x * (1.0 - s)),
         UnaryOp::Log1p => 1.0 / (1.0 + x),
         UnaryOp::Softplus => s,
+        UnaryOp::GeluTanh => {
+            let (k, c) = ((2.0 / std::f64::consts::PI).sqrt(), 0.044715);
+            let t = (k * (x + c * x * x * x)).tanh();
+            0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * c * x * x)
+        }
     }
 }
 
@@ -123,6 +128,13 @@ pub fn unary(op: UnaryOp, x: &[f64], g: &[f64]) -> Want {
             }
             UnaryOp::Gelu => {
                 g.abs() * (4e-7 + (16.0 + 4.0 * a * a) * u() * (1.0 + a)) + 2.0 * u() * w.abs()
+            }
+            // tanh's error in t (about (10 + 8|inner|) ulp, inner ~ |x| + |x|^3 / 10) through
+            // the terms' factors of up to 1 + |x|^3, and their roundings.
+            UnaryOp::GeluTanh => {
+                let inner = a + 0.05 * a * a * a;
+                g.abs() * (10.0 + 8.0 * inner) * 4.0 * u() * (1.0 + a * a * a)
+                    + 2.0 * u() * w.abs()
             }
             // s (1 + x (1 - s)) from sigmoid's s (within (8 + 2|x|) ulp, amplified by at most
             // 1 + 3|x| through the formula), plus a few roundings of its terms.

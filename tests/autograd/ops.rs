@@ -189,7 +189,7 @@ pub fn run(
     pollster::block_on(verify_async())
 }
 
-const UNARY: [UnaryOp; 12] = [
+const UNARY: [UnaryOp; 13] = [
     UnaryOp::Neg,
     UnaryOp::Abs,
     UnaryOp::Exp,
@@ -202,6 +202,7 @@ const UNARY: [UnaryOp; 12] = [
     UnaryOp::Silu,
     UnaryOp::Log1p,
     UnaryOp::Softplus,
+    UnaryOp::GeluTanh,
 ];
 
 /// One case of every op of the family from the same seed.

@@ -271,6 +271,10 @@ pub fn unary_fn(op: UnaryOp) -> fn(f64) -> f64 {
         UnaryOp::Silu => |x| x * sigmoid(x),
         UnaryOp::Log1p => f64::ln_1p,
         UnaryOp::Softplus => |x| x.max(0.0) + (-x.abs()).exp().ln_1p(),
+        UnaryOp::GeluTanh => |x| {
+            let inner = (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x);
+            0.5 * x * (1.0 + inner.tanh())
+        },
     }
 }
 

@@ -64,7 +64,7 @@ fn shapes(large: bool) -> BoxedStrategy<Vec<usize>> {
 // Unary
 // ---------------------------------------------------------------------------------------------
 
-const UNARY_OPS: [UnaryOp; 12] = [
+const UNARY_OPS: [UnaryOp; 13] = [
     UnaryOp::Neg,
     UnaryOp::Abs,
     UnaryOp::Relu,
@@ -77,6 +77,7 @@ const UNARY_OPS: [UnaryOp; 12] = [
     UnaryOp::Silu,
     UnaryOp::Log1p,
     UnaryOp::Softplus,
+    UnaryOp::GeluTanh,
 ];
 
 #[derive(Clone, Debug)]
@@ -103,7 +104,12 @@ fn unary_dists(op: UnaryOp, dtype: DType) -> BoxedStrategy<Dist> {
         UnaryOp::Log | UnaryOp::Sqrt => {
             prop_oneof![Just(Dist::PosLog(-4.0, 4.0)), Just(Dist::PosLog(-0.4, 0.4))].boxed()
         }
-        UnaryOp::Sigmoid | UnaryOp::Tanh | UnaryOp::Gelu | UnaryOp::Silu | UnaryOp::Softplus => {
+        UnaryOp::Sigmoid
+        | UnaryOp::Tanh
+        | UnaryOp::Gelu
+        | UnaryOp::GeluTanh
+        | UnaryOp::Silu
+        | UnaryOp::Softplus => {
             prop_oneof![
                 Just(Dist::SignedLog(-4.0, 1.0)),
                 Just(Dist::Uniform(-10.0, 10.0))
@@ -159,6 +165,10 @@ pub(crate) fn unary_err32(op: UnaryOp, x: f64, want: f64) -> f64 {
         // whose exp contributes at most ~3 ulp of 1 (6 * 2^-24 with margin): the erf error is
         // scaled by 0.5|x|; then a few roundings of the result.
         UnaryOp::Gelu => 0.5 * x.abs() * (1.5e-7 + 3.0 * EPS32) + ulps(4.0),
+        // 0.5 x (1 + tanh(inner)): tanh's 8 ulp of |t| <= 1, and inner's few roundings carried
+        // by tanh' = 1 - t^2 (at most about one ulp of 1), scaled by 0.5|x|; then the result's
+        // roundings.
+        UnaryOp::GeluTanh => 0.5 * x.abs() * 12.0 * EPS32 + ulps(4.0),
         // x * sigmoid(x): sigmoid's 8 + 2|x| ulp, then one product.
         UnaryOp::Silu => ulps(9.0 + 2.0 * x.abs()),
         // Below |x| = 0.5: x / (2 + x) within 1.5 ulp, a short series whose roundings add
