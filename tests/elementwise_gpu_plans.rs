@@ -72,7 +72,7 @@ fn both(
     same(&format!("{what} n={n} off={off} {dtype:?}"), &got, &want);
 }
 
-const UNARY: [UnaryOp; 12] = [
+const UNARY: [UnaryOp; 13] = [
     UnaryOp::Neg,
     UnaryOp::Abs,
     UnaryOp::Exp,
@@ -85,6 +85,7 @@ const UNARY: [UnaryOp; 12] = [
     UnaryOp::Silu,
     UnaryOp::Log1p,
     UnaryOp::Softplus,
+    UnaryOp::GeluTanh,
 ];
 const SCALAR: [ScalarOp; 9] = [
     ScalarOp::Add,

@@ -768,6 +768,16 @@ fn fixed_rank_products_match_matmul_and_pytorchs_words() {
         "dot",
         "1D tensors expected, but got 2D and 1D tensors",
     );
+    // dot checks the dtypes before the sizes.
+    words(
+        x.dot(&y.to_dtype(DType::F16).unwrap()),
+        "dot",
+        "dot : expected both vectors to have same dtype, but found Float and Half",
+    );
+    // Integers are refused under the op called.
+    let ai = Tensor::from_slice(d, &[1i32; 6], &[2, 3]).unwrap();
+    let bi = Tensor::from_slice(d, &[1i32; 12], &[3, 4]).unwrap();
+    words(ai.mm(&bi), "mm", "I32");
     words(
         x.dot(&y),
         "dot",

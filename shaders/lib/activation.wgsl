@@ -430,13 +430,13 @@ fn gelu_tanh_f(v: f32) -> f32 {
 }
 
 // Its derivative as PyTorch's GeluBackward (approximate='tanh'): 0.5 (1 + t) + 0.5 x (1 - t^2)
-// sqrt(2 / pi) (1 + 3 0.044715 x^2), t = tanh(inner); past |x| = 1e12 1 or 0, and NaN at
-// +-inf (PyTorch's inf * 0).
+// sqrt(2 / pi) (1 + 3 0.044715 x^2), t = tanh(inner); past |x| = 1e12 1 or 0, and NaN where
+// x^2 overflows (PyTorch's 0 * inf, from |x| near 2^64 on, infinities included).
 fn gelu_tanh_grad(v: f32) -> f32 {
     if (abs(v) > 1e12) {
-        let b = bitcast<u32>(v);
-        if ((b & 0x7fffffffu) == 0x7f800000u) {
-            return bitcast<f32>(0x7fc00000u | (b & 0u));
+        let sq = bitcast<u32>(v * v) & 0x7fffffffu;
+        if (sq >= 0x7f800000u) {
+            return bitcast<f32>(0x7fc00000u | (sq & 0u));
         }
         return select(0.0, 1.0, v > 0.0);
     }

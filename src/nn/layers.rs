@@ -524,11 +524,25 @@ activation_module!(
     GELU,
     gelu
 );
-activation_module!(
-    /// PyTorch's `nn.GELU(approximate='tanh')`: GELU's tanh approximation (GPT-2's).
-    GELUTanh,
-    gelu_tanh
-);
+/// PyTorch's `nn.GELU(approximate='tanh')`: GELU's tanh approximation (GPT-2's). Its errors
+/// name it `GELU`, PyTorch's class.
+#[derive(Debug, Clone, Copy)]
+pub struct GELUTanh;
+
+/// Nothing: no parameters, buffers, flags or children.
+impl Module for GELUTanh {
+    fn visit(&self, _: &mut dyn Visitor) {}
+    fn visit_mut(&mut self, _: &mut dyn VisitorMut) {}
+    fn layer_name(&self) -> &'static str {
+        "GELU"
+    }
+}
+
+impl Forward for GELUTanh {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.gelu_tanh()
+    }
+}
 activation_module!(
     /// PyTorch's `nn.Tanh`.
     Tanh,

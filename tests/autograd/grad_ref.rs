@@ -133,8 +133,7 @@ pub fn unary(op: UnaryOp, x: &[f64], g: &[f64]) -> Want {
             // the terms' factors of up to 1 + |x|^3, and their roundings.
             UnaryOp::GeluTanh => {
                 let inner = a + 0.05 * a * a * a;
-                g.abs() * (10.0 + 8.0 * inner) * 4.0 * u() * (1.0 + a * a * a)
-                    + 2.0 * u() * w.abs()
+                g.abs() * (10.0 + 8.0 * inner) * 4.0 * u() * (1.0 + a * a * a) + 2.0 * u() * w.abs()
             }
             // s (1 + x (1 - s)) from sigmoid's s (within (8 + 2|x|) ulp, amplified by at most
             // 1 + 3|x| through the formula), plus a few roundings of its terms.

@@ -109,13 +109,11 @@ fn unary_dists(op: UnaryOp, dtype: DType) -> BoxedStrategy<Dist> {
         | UnaryOp::Gelu
         | UnaryOp::GeluTanh
         | UnaryOp::Silu
-        | UnaryOp::Softplus => {
-            prop_oneof![
-                Just(Dist::SignedLog(-4.0, 1.0)),
-                Just(Dist::Uniform(-10.0, 10.0))
-            ]
-            .boxed()
-        }
+        | UnaryOp::Softplus => prop_oneof![
+            Just(Dist::SignedLog(-4.0, 1.0)),
+            Just(Dist::Uniform(-10.0, 10.0))
+        ]
+        .boxed(),
         // Above -1: magnitudes down to 1e-6 (where log(1 + x) would lose every digit), the
         // series' range and beyond.
         UnaryOp::Log1p => prop_oneof![

@@ -37,6 +37,7 @@ impl Tensor {
             ));
         }
         self.same_dtype_factors(op, mat2)?;
+        self.require_float(op)?;
         self.matmul(mat2)
     }
 
@@ -70,6 +71,7 @@ impl Tensor {
                 ),
             ));
         }
+        self.require_float(op)?;
         self.matmul(batch2)
     }
 
@@ -103,6 +105,7 @@ impl Tensor {
                 format!("addmv input tensors must have the same dtype, but got {v}, {a}, and {v}"),
             ));
         }
+        self.require_float(op)?;
         self.matmul(vec)
     }
 
@@ -117,6 +120,17 @@ impl Tensor {
                     "1D tensors expected, but got {}D and {}D tensors",
                     self.rank(),
                     other.rank()
+                ),
+            ));
+        }
+        if self.dtype() != other.dtype() {
+            // dot's dtype check comes before its size check.
+            return Err(Error::arg(
+                op,
+                format!(
+                    "dot : expected both vectors to have same dtype, but found {} and {}",
+                    self.dtype().scalar_name(),
+                    other.dtype().scalar_name()
                 ),
             ));
         }
@@ -143,10 +157,8 @@ impl Tensor {
         let op = "outer";
         for (what, t) in [("self", self), ("vec2", vec2)] {
             if t.rank() != 1 {
-                let msg = format!(
-                    "outer: Expected 1-D argument {what}, but got {}-D",
-                    t.rank()
-                );
+                // PyTorch's message starts with the op's name, as the error's display does.
+                let msg = format!("Expected 1-D argument {what}, but got {}-D", t.rank());
                 return Err(rank_error(op, msg));
             }
         }
