@@ -41,6 +41,25 @@ pub struct TransformerEncoderLayerConfig {
     pub bias: bool,
 }
 
+impl TransformerEncoderLayerConfig {
+    /// The attentions' and the norms' options these give (the encoder and decoder layers').
+    pub(super) fn sublayers(&self) -> (MultiheadAttentionConfig, LayerNormConfig) {
+        let mha = MultiheadAttentionConfig {
+            dropout: self.dropout,
+            bias: self.bias,
+            batch_first: self.batch_first,
+            kdim: None,
+            vdim: None,
+        };
+        let norm = LayerNormConfig {
+            eps: self.layer_norm_eps,
+            elementwise_affine: true,
+            bias: self.bias,
+        };
+        (mha, norm)
+    }
+}
+
 impl Default for TransformerEncoderLayerConfig {
     fn default() -> Self {
         TransformerEncoderLayerConfig {
@@ -116,18 +135,7 @@ impl TransformerEncoderLayer {
         c: TransformerEncoderLayerConfig,
     ) -> Result<TransformerEncoderLayer> {
         let op = "TransformerEncoderLayer";
-        let mha = MultiheadAttentionConfig {
-            dropout: c.dropout,
-            bias: c.bias,
-            batch_first: c.batch_first,
-            kdim: None,
-            vdim: None,
-        };
-        let norm = LayerNormConfig {
-            eps: c.layer_norm_eps,
-            elementwise_affine: true,
-            bias: c.bias,
-        };
+        let (mha, norm) = c.sublayers();
         // PyTorch builds self_attn first (its embed_dim check), then linear1 and its Dropout
         // modules, whose range check lets NaN through.
         let self_attn = MultiheadAttention::new(dev, d_model, nhead, mha)?;

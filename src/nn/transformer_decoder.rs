@@ -5,10 +5,10 @@
 //! own fast path in eval without gradients included). Their forward needs the memory: it is
 //! `forward_with`, and they are not [`Forward`](super::Forward) layers.
 
-use super::attention::{MultiheadAttention, MultiheadAttentionConfig};
+use super::attention::MultiheadAttention;
 use super::attention_masks::{MhaMask, MhaOptions};
 use super::layers::{Dropout, Linear};
-use super::norm::{LayerNorm, LayerNormConfig};
+use super::norm::LayerNorm;
 use super::transformer::{DeepCopy, TransformerActivation, TransformerEncoderLayerConfig};
 use super::{Forward, Module, Visitor, VisitorMut, MAX_LAYERS};
 use crate::{Device, Error, Result, Tensor};
@@ -110,18 +110,7 @@ impl TransformerDecoderLayer {
         c: TransformerDecoderLayerConfig,
     ) -> Result<TransformerDecoderLayer> {
         let op = "TransformerDecoderLayer";
-        let mha = MultiheadAttentionConfig {
-            dropout: c.dropout,
-            bias: c.bias,
-            batch_first: c.batch_first,
-            kdim: None,
-            vdim: None,
-        };
-        let norm = LayerNormConfig {
-            eps: c.layer_norm_eps,
-            elementwise_affine: true,
-            bias: c.bias,
-        };
+        let (mha, norm) = c.sublayers();
         // PyTorch's order: both attentions (their checks), then the linear layers and the
         // Dropout modules, whose range check lets NaN through.
         let self_attn = MultiheadAttention::new(dev, d_model, nhead, mha)?;

@@ -379,13 +379,7 @@ fn clamp_keeps_x_on_signed_zero_ties() {
 /// 0 / 0 = NaN. On the CPU and the GPU plans.
 #[test]
 fn batch_norm_train_tiny_eps_keeps_constant_channels_zero() {
-    let gpu = wgtensor::Device::with_options(wgtensor::DeviceOptions {
-        gpu_plans: true,
-        cooperative_matrix: false,
-        ..Default::default()
-    })
-    .unwrap();
-    for d in [dev(), &gpu] {
+    for d in [dev(), crate::common::gpu_plans_device()] {
         let v: Vec<f32> = (0..12)
             .map(|i| if i % 2 == 0 { 2.0 } else { i as f32 })
             .collect();
