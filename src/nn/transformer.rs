@@ -341,15 +341,7 @@ impl TransformerEncoder {
         num_layers: usize,
         norm: Option<LayerNorm>,
     ) -> Result<TransformerEncoder> {
-        if num_layers > MAX_LAYERS {
-            return Err(Error::size(
-                "TransformerEncoder",
-                format!("num_layers {num_layers} is above the supported {MAX_LAYERS}"),
-            ));
-        }
-        let layers = (0..num_layers)
-            .map(|_| deep_copy(encoder_layer))
-            .collect::<Result<Vec<_>>>()?;
+        let layers = copies("TransformerEncoder", encoder_layer, num_layers, deep_copy)?;
         Ok(TransformerEncoder {
             layers,
             norm,
@@ -540,6 +532,22 @@ impl DeepCopy {
         n.bias = self.opt(&n.bias)?;
         Ok(())
     }
+}
+
+/// `n` copies of `layer` by `copy` for a stack's constructor (`op`), at most 65536.
+pub(super) fn copies<L>(
+    op: &'static str,
+    layer: &L,
+    n: usize,
+    copy: fn(&L) -> Result<L>,
+) -> Result<Vec<L>> {
+    if n > MAX_LAYERS {
+        return Err(Error::size(
+            op,
+            format!("num_layers {n} is above the supported {MAX_LAYERS}"),
+        ));
+    }
+    (0..n).map(|_| copy(layer)).collect()
 }
 
 /// A copy of `layer` whose parameters are new tensors holding the same values.

@@ -9,8 +9,8 @@ use super::attention::MultiheadAttention;
 use super::attention_masks::{MhaMask, MhaOptions};
 use super::layers::{Dropout, Linear};
 use super::norm::LayerNorm;
-use super::transformer::{DeepCopy, TransformerActivation, TransformerEncoderLayerConfig};
-use super::{Forward, Module, Visitor, VisitorMut, MAX_LAYERS};
+use super::transformer::{copies, DeepCopy, TransformerActivation, TransformerEncoderLayerConfig};
+use super::{Forward, Module, Visitor, VisitorMut};
 use crate::{Device, Error, Result, Tensor};
 
 /// Options of [`TransformerDecoderLayer`]: PyTorch's decoder layer takes the encoder layer's
@@ -279,15 +279,7 @@ impl TransformerDecoder {
         num_layers: usize,
         norm: Option<LayerNorm>,
     ) -> Result<TransformerDecoder> {
-        if num_layers > MAX_LAYERS {
-            return Err(Error::size(
-                "TransformerDecoder",
-                format!("num_layers {num_layers} is above the supported {MAX_LAYERS}"),
-            ));
-        }
-        let layers = (0..num_layers)
-            .map(|_| deep_copy(decoder_layer))
-            .collect::<Result<Vec<_>>>()?;
+        let layers = copies("TransformerDecoder", decoder_layer, num_layers, deep_copy)?;
         Ok(TransformerDecoder { layers, norm })
     }
 
