@@ -48,6 +48,15 @@ impl Embedding {
         })?;
         let padding_idx = match padding_idx {
             None => None,
+            // PyTorch's range check lets 0 through (`padding_idx < num_embeddings` fails only
+            // past 0); zeroing row 0 of an empty table is then its index error.
+            Some(0) if v == 0 => {
+                return Err(Error::arg(
+                    "Embedding",
+                    "index 0 is out of bounds for dimension 0 with size 0 (padding_idx 0 of a \
+                     table without rows)",
+                ))
+            }
             Some(p) if (-v..v).contains(&p) => Some(if p < 0 { p + v } else { p }),
             Some(p) => {
                 return Err(Error::arg(

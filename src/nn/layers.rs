@@ -336,6 +336,13 @@ pub struct Dropout {
     pub training: bool,
 }
 
+/// PyTorch's `nn.Dropout()`: p = 0.5, in training mode.
+impl Default for Dropout {
+    fn default() -> Dropout {
+        Dropout::new(0.5)
+    }
+}
+
 impl Dropout {
     /// A dropout layer in training mode. `p` is checked at each forward (it is a public
     /// field); [`Dropout::try_new`] also checks it here, as nn.Dropout's constructor does.

@@ -917,6 +917,18 @@ fn embedding_and_init_errors_in_pytorch_words() {
     );
     let e = msg(&wgtensor::ops::embedding(&fids, &w3, None).unwrap_err());
     assert!(e.contains("'weight' must be 2-D"), "{e}");
+    // nn.Embedding(0, e, padding_idx=0): the range check passes 0, then zeroing row 0 of no
+    // rows is the index error; -1 is the range check's.
+    let e = msg(&wgtensor::nn::Embedding::new(dev(), 0, 3, Some(0)).unwrap_err());
+    assert!(
+        e.contains("index 0 is out of bounds for dimension 0 with size 0"),
+        "{e}"
+    );
+    let e = msg(&wgtensor::nn::Embedding::new(dev(), 0, 3, Some(-1)).unwrap_err());
+    assert!(
+        e.contains("Padding_idx must be within num_embeddings"),
+        "{e}"
+    );
     let none = Tensor::zeros(dev(), &[0], DType::I32).unwrap();
     let empty = Tensor::zeros(dev(), &[0, 4], DType::F32).unwrap();
     let rows = wgtensor::ops::embedding(&none, &empty, Some(0)).unwrap();

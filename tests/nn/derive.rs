@@ -109,7 +109,7 @@ fn net() -> Net {
         blocks: vec![block(), block()],
         proj: Some(nn::Conv2d::new(d, 8, 8, 1, Default::default()).unwrap()),
         extra: None,
-        drop: nn::Dropout::new(0.5),
+        drop: nn::Dropout::default(), // nn.Dropout(): p = 0.5
         classifier: nn::Linear::new(d, 8 * 4 * 4, 10, true).unwrap(),
         classes: 10,
     }

@@ -348,6 +348,9 @@ fn pytorch_constructor_arguments() {
     let e = nan.forward(&x3).unwrap_err().to_string();
     assert!(e.contains("but got nan"), "{e}");
     assert_eq!(nn::Dropout::try_new(1.0).unwrap().p, 1.0);
+    // nn.Dropout()'s default p.
+    let dflt = nn::Dropout::default();
+    assert_eq!((dflt.p, dflt.training), (0.5, true));
     // _check_input_dim's words.
     let e = bn.forward(&x3).unwrap_err().to_string();
     assert!(e.contains("expected 4D input (got 2D input)"), "{e}");
