@@ -142,9 +142,10 @@ impl Tensor {
         for (&s, &d) in src.iter().zip(&dst) {
             perm[d] = s;
         }
+        // As many free places as unmoved dims (the lists are distinct and of one length).
         let mut rest = (0..rank).filter(|d| !src.contains(d));
         for p in perm.iter_mut().filter(|p| **p == usize::MAX) {
-            *p = rest.next().expect("as many free places as unmoved dims");
+            *p = rest.next().unwrap_or(usize::MAX);
         }
         self.permute(&perm)
     }
