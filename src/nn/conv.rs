@@ -1,11 +1,12 @@
-//! The other convolution layers: PyTorch's `nn.Conv1d` and `nn.ConvTranspose2d`, with its
-//! parameter names, weight layouts and default initialization (`nn.Conv2d` is in layers.rs).
+//! The other convolution layers: PyTorch's `nn.Conv1d`, `nn.ConvTranspose1d` and
+//! `nn.ConvTranspose2d`, with its parameter names, weight layouts and default initialization
+//! (`nn.Conv2d` is in layers.rs).
 
 use super::layers::{bias_init, check_groups, param, visit_weight_bias};
 use super::{Forward, Module, Visitor, VisitorMut};
 use crate::ops::{
-    conv1d, conv_transpose2d, kaiming_uniform, Activation, Conv1dOptions, ConvTranspose2dOptions,
-    Padding, Padding1d,
+    conv1d, conv_transpose1d, conv_transpose2d, kaiming_uniform, Activation, Conv1dOptions,
+    ConvTranspose1dOptions, ConvTranspose2dOptions, Padding, Padding1d,
 };
 use crate::{DType, Device, Result, Tensor};
 
@@ -187,5 +188,76 @@ impl Module for ConvTranspose2d {
 impl Forward for ConvTranspose2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         conv_transpose2d(x, &self.weight, self.bias.as_ref(), &self.options)
+    }
+}
+
+/// PyTorch's `nn.ConvTranspose1d` over `[N, C, L]` (or `[C, L]`): `weight [in, out / groups,
+/// k]`, `bias [out]`, initialized as [`ConvTranspose2d`] (fan-in from the weight's dim 1,
+/// `out / groups * k`); the [`ConvTranspose2dConfig`] fields apply along the one spatial dim.
+///
+/// ```ignore-wasm32
+/// # fn main() -> wgtensor::Result<()> {
+/// use wgtensor::nn::{self, Forward};
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::new()?;
+/// let up = nn::ConvTranspose1d::new(&dev, 8, 4, 2, nn::ConvTranspose2dConfig { stride: 2, ..Default::default() })?;
+/// assert_eq!(up.weight.shape(), &[8, 4, 2]);
+/// assert_eq!(up.forward(&Tensor::zeros(&dev, &[1, 8, 5], DType::F32)?)?.shape(), &[1, 4, 10]);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct ConvTranspose1d {
+    /// `[in_channels, out_channels / groups, k]`.
+    pub weight: Tensor,
+    /// `[out_channels]`, when the layer has a bias.
+    pub bias: Option<Tensor>,
+    /// The transposed convolution's options.
+    pub options: ConvTranspose1dOptions,
+}
+
+impl ConvTranspose1d {
+    /// A new layer with PyTorch's default initialization.
+    pub fn new(
+        dev: &Device,
+        in_channels: usize,
+        out_channels: usize,
+        kernel_size: usize,
+        c: ConvTranspose2dConfig,
+    ) -> Result<ConvTranspose1d> {
+        check_groups("ConvTranspose1d", in_channels, out_channels, c.groups)?;
+        let shape = [in_channels, out_channels / c.groups, kernel_size];
+        let weight = param(kaiming_uniform(dev, &shape, 5f64.sqrt(), DType::F32)?)?;
+        let fan_in = out_channels / c.groups * kernel_size;
+        let bias = if c.bias {
+            Some(param(bias_init(dev, out_channels, fan_in)?)?)
+        } else {
+            None
+        };
+        Ok(ConvTranspose1d {
+            weight,
+            bias,
+            options: ConvTranspose1dOptions {
+                stride: c.stride,
+                padding: Padding1d::uniform(c.padding),
+                output_padding: c.output_padding,
+                dilation: c.dilation,
+                groups: c.groups,
+                activation: Activation::None,
+            },
+        })
+    }
+}
+
+impl Module for ConvTranspose1d {
+    fn visit(&self, v: &mut dyn Visitor) {
+        visit_weight_bias(&self.weight, self.bias.as_ref(), v);
+    }
+    /// No flags, counters or children.
+    fn visit_mut(&mut self, _: &mut dyn VisitorMut) {}
+}
+
+impl Forward for ConvTranspose1d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        conv_transpose1d(x, &self.weight, self.bias.as_ref(), &self.options)
     }
 }

@@ -161,7 +161,7 @@ pub use attention_masks::{MhaMask, MhaOptions};
 pub use batchnorm::{BatchNorm1d, BatchNorm2d, BatchNorm3d, BatchNormConfig};
 pub use cells::{GruCell, LstmCell};
 pub use container::{ModuleDict, ModuleList, Sequential};
-pub use conv::{Conv1d, ConvTranspose2d, ConvTranspose2dConfig};
+pub use conv::{Conv1d, ConvTranspose1d, ConvTranspose2d, ConvTranspose2dConfig};
 pub use embedding::Embedding;
 pub use fields::{BufferField, ModuleField};
 pub use layers::{

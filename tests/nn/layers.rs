@@ -664,3 +664,108 @@ fn convolutions_of_inputs_without_channels() {
     )
     .is_err());
 }
+
+/// nn::ConvTranspose1d against PyTorch's (torch 2.15, seed 0): the weight layout, names, the
+/// initialization bound (1 / sqrt(fan_in), fan_in = out / groups * k) and the output with
+/// PyTorch's weights loaded, stride 2, padding 1, output_padding 1, groups 2.
+#[test]
+fn conv_transpose_1d_matches_pytorch() {
+    let d = dev();
+    let cfg = nn::ConvTranspose2dConfig {
+        stride: 2,
+        padding: 1,
+        output_padding: 1,
+        groups: 2,
+        ..Default::default()
+    };
+    let mut m = nn::ConvTranspose1d::new(d, 4, 6, 3, cfg).unwrap();
+    assert_eq!(m.weight.shape(), &[4, 3, 3]);
+    let names: Vec<String> = m.state_dict().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["weight", "bias"]);
+    let bound = 1.0 / 9f32.sqrt();
+    assert!(vals(&m.weight).iter().all(|v| v.abs() <= bound));
+    assert!(vals(m.bias.as_ref().unwrap())
+        .iter()
+        .all(|v| v.abs() <= bound));
+    let w: Vec<f32> = [
+        -0.002_495_607,
+        0.178_814_53,
+        -0.274_348_38,
+        -0.245_313_02,
+        -0.128_384_8,
+        0.089_385_79,
+        -0.006_604_393,
+        0.264_296_5,
+        -0.029_581_35,
+        0.088_204_19,
+        -0.100_737_69,
+        -0.065_521_8,
+        -0.318_449_5,
+        -0.220_760_7,
+        -0.137_407_7,
+        0.012_347_857,
+        0.131_778_4,
+        0.200_007_6,
+        -0.225_980_37,
+        -0.145_154_28,
+        0.121_072_37,
+        0.276_796,
+        -0.068_600_06,
+        0.249_437_26,
+        -0.053_727_787,
+        0.035_271_37,
+        0.301_825_4,
+        -0.309_223_47,
+        -0.209_845_99,
+        -0.084_388_42,
+        -0.129_933_33,
+        0.288_000_3,
+        -0.216_059_89,
+        -0.153_444_29,
+        -0.232_880_16,
+        -0.312_187,
+    ]
+    .iter()
+    .map(|&v: &f64| v as f32)
+    .collect();
+    let b: Vec<f32> = [
+        -0.194_580_17f64,
+        0.286_532_7,
+        0.148_739_46,
+        0.161_557_53,
+        0.017_530_521,
+        -0.170_894_5,
+    ]
+    .iter()
+    .map(|&v| v as f32)
+    .collect();
+    let sd = std::collections::HashMap::from([
+        (
+            "weight".to_string(),
+            Tensor::from_slice(d, &w, &[4, 3, 3]).unwrap(),
+        ),
+        ("bias".to_string(), Tensor::from_slice(d, &b, &[6]).unwrap()),
+    ]);
+    m.load_state_dict(&sd, true).unwrap();
+    let xv: Vec<f32> = (0..40).map(|i| i as f32 * 0.1).collect();
+    let y = m
+        .forward(&Tensor::from_slice(d, &xv, &[2, 4, 5]).unwrap())
+        .unwrap();
+    assert_eq!(y.shape(), &[2, 6, 10]);
+    let want: Vec<f32> = [
+        -0.244949f64,
+        -0.174668,
+        -0.237141,
+        -0.200084,
+        -0.229334,
+        -0.2255,
+        -0.221526,
+        -0.250917,
+    ]
+    .iter()
+    .map(|&v| v as f32)
+    .collect();
+    for (g, w) in vals(&y).iter().zip(&want) {
+        assert!((g - w).abs() <= 2e-6, "{g} vs PyTorch's {w}");
+    }
+}
