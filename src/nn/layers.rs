@@ -402,6 +402,12 @@ impl MaxPool2d {
     pub fn with_options(o: MaxPool2dOptions) -> MaxPool2d {
         MaxPool2d(o)
     }
+    /// PyTorch's `nn.MaxPool2d(.., return_indices=True)`: the values and, as i32, each
+    /// maximum's flat index within its input plane
+    /// ([`max_pool2d_with_indices`](crate::ops::max_pool2d_with_indices)).
+    pub fn forward_with_indices(&self, x: &Tensor) -> Result<(Tensor, Tensor)> {
+        crate::ops::max_pool2d_with_indices(x, &self.0)
+    }
 }
 
 stateless_module!(MaxPool2d);

@@ -360,6 +360,12 @@ fn pytorch_constructor_arguments() {
         nn::MaxPool2d::new(2).forward(&x).unwrap().shape(),
         &[1, 1, 2, 2]
     );
+    // return_indices=True: each window's first maximum, as a flat index in its plane.
+    let r: Vec<f32> = (0..16).map(|i| ((i * 7) % 16) as f32).collect();
+    let xr = Tensor::from_slice(d, &r, &[1, 1, 4, 4]).unwrap();
+    let (v, idx) = nn::MaxPool2d::new(2).forward_with_indices(&xr).unwrap();
+    assert_eq!(v.to_vec::<f32>().unwrap(), vec![12.0, 14.0, 15.0, 13.0]);
+    assert_eq!(idx.to_vec::<i32>().unwrap(), vec![4, 2, 9, 11]);
     assert_eq!(
         nn::AvgPool2d::new(4)
             .forward(&x)
