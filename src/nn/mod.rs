@@ -1,5 +1,5 @@
 //! Layers with PyTorch's names, parameters, `state_dict()` keys and default initialization
-//! (`torch.nn`): [`Linear`], [`Conv1d`], [`Conv2d`], [`ConvTranspose2d`], [`Embedding`],
+//! (`torch.nn`): [`Linear`], [`Conv1d`], [`Conv2d`], [`ConvTranspose1d`], [`ConvTranspose2d`], [`Embedding`],
 //! [`BatchNorm2d`] / [`BatchNorm1d`] / [`BatchNorm3d`], [`LayerNorm`], [`GroupNorm`], [`RMSNorm`],
 //! [`Lstm`] / [`Gru`], [`LstmCell`] / [`GruCell`], [`MultiheadAttention`], [`TransformerEncoderLayer`] /
 //! [`TransformerEncoder`], [`TransformerDecoderLayer`] / [`TransformerDecoder`], [`Dropout`], the pools, activations (with [`ReLU6`], [`Hardswish`],
