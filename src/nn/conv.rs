@@ -2,13 +2,13 @@
 //! `nn.ConvTranspose2d`, with its parameter names, weight layouts and default initialization
 //! (`nn.Conv2d` is in layers.rs).
 
-use super::layers::{bias_init, check_groups, param, visit_weight_bias};
+use super::layers::{check_groups, visit_weight_bias, weight_and_bias};
 use super::{Forward, Module, Visitor, VisitorMut};
 use crate::ops::{
-    conv1d, conv_transpose1d, conv_transpose2d, kaiming_uniform, Activation, Conv1dOptions,
-    ConvTranspose1dOptions, ConvTranspose2dOptions, Padding, Padding1d,
+    conv1d, conv_transpose1d, conv_transpose2d, Activation, Conv1dOptions, ConvTranspose1dOptions,
+    ConvTranspose2dOptions, Padding, Padding1d,
 };
-use crate::{DType, Device, Result, Tensor};
+use crate::{Device, Result, Tensor};
 
 /// PyTorch's `nn.Conv1d` over `[N, C, L]` (or `[C, L]`): `weight [out, in / groups, k]`,
 /// `bias [out]`, initialized as PyTorch does (kaiming_uniform with a = sqrt(5); bias
@@ -47,13 +47,8 @@ impl Conv1d {
     ) -> Result<Conv1d> {
         check_groups("Conv1d", in_channels, out_channels, c.groups)?;
         let shape = [out_channels, in_channels / c.groups, kernel_size];
-        let weight = param(kaiming_uniform(dev, &shape, 5f64.sqrt(), DType::F32)?)?;
         let fan_in = in_channels / c.groups * kernel_size;
-        let bias = if c.bias {
-            Some(param(bias_init(dev, out_channels, fan_in)?)?)
-        } else {
-            None
-        };
+        let (weight, bias) = weight_and_bias(dev, &shape, fan_in, out_channels, c.bias)?;
         Ok(Conv1d {
             weight,
             bias,
@@ -155,13 +150,8 @@ impl ConvTranspose2d {
             kernel_size,
             kernel_size,
         ];
-        let weight = param(kaiming_uniform(dev, &shape, 5f64.sqrt(), DType::F32)?)?;
         let fan_in = out_channels / c.groups * kernel_size * kernel_size;
-        let bias = if c.bias {
-            Some(param(bias_init(dev, out_channels, fan_in)?)?)
-        } else {
-            None
-        };
+        let (weight, bias) = weight_and_bias(dev, &shape, fan_in, out_channels, c.bias)?;
         Ok(ConvTranspose2d {
             weight,
             bias,
@@ -226,13 +216,8 @@ impl ConvTranspose1d {
     ) -> Result<ConvTranspose1d> {
         check_groups("ConvTranspose1d", in_channels, out_channels, c.groups)?;
         let shape = [in_channels, out_channels / c.groups, kernel_size];
-        let weight = param(kaiming_uniform(dev, &shape, 5f64.sqrt(), DType::F32)?)?;
         let fan_in = out_channels / c.groups * kernel_size;
-        let bias = if c.bias {
-            Some(param(bias_init(dev, out_channels, fan_in)?)?)
-        } else {
-            None
-        };
+        let (weight, bias) = weight_and_bias(dev, &shape, fan_in, out_channels, c.bias)?;
         Ok(ConvTranspose1d {
             weight,
             bias,

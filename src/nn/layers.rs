@@ -15,9 +15,27 @@ pub(super) fn param(t: Tensor) -> Result<Tensor> {
     t.requires_grad()
 }
 
+/// PyTorch's `reset_parameters` of Linear and the convolutions: a `shape` weight by
+/// `kaiming_uniform_(a = sqrt(5))`, then (when `bias`) a bias of `bias_len` from
+/// [`bias_init`] with `fan_in`, both trainable leaves, drawn in that order.
+pub(super) fn weight_and_bias(
+    dev: &Device,
+    shape: &[usize],
+    fan_in: usize,
+    bias_len: usize,
+    bias: bool,
+) -> Result<(Tensor, Option<Tensor>)> {
+    let weight = param(kaiming_uniform(dev, shape, 5f64.sqrt(), DType::F32)?)?;
+    let bias = match bias {
+        true => Some(param(bias_init(dev, bias_len, fan_in)?)?),
+        false => None,
+    };
+    Ok((weight, bias))
+}
+
 /// PyTorch's bias initialization for a layer with `fan_in` inputs: `U(-1/sqrt(fan_in),
 /// 1/sqrt(fan_in))`.
-pub(super) fn bias_init(dev: &Device, n: usize, fan_in: usize) -> Result<Tensor> {
+fn bias_init(dev: &Device, n: usize, fan_in: usize) -> Result<Tensor> {
     let b = if fan_in > 0 {
         1.0 / (fan_in as f64).sqrt()
     } else {
@@ -70,17 +88,8 @@ impl Linear {
         out_features: usize,
         bias: bool,
     ) -> Result<Linear> {
-        let weight = param(kaiming_uniform(
-            dev,
-            &[out_features, in_features],
-            5f64.sqrt(),
-            DType::F32,
-        )?)?;
-        let bias = if bias {
-            Some(param(bias_init(dev, out_features, in_features)?)?)
-        } else {
-            None
-        };
+        let shape = [out_features, in_features];
+        let (weight, bias) = weight_and_bias(dev, &shape, in_features, out_features, bias)?;
         Ok(Linear { weight, bias })
     }
 }
@@ -284,13 +293,8 @@ impl Conv2d {
             kernel_size[0],
             kernel_size[1],
         ];
-        let weight = param(kaiming_uniform(dev, &shape, 5f64.sqrt(), DType::F32)?)?;
         let fan_in = in_channels / g * kernel_size[0] * kernel_size[1];
-        let bias = if bias {
-            Some(param(bias_init(dev, out_channels, fan_in)?)?)
-        } else {
-            None
-        };
+        let (weight, bias) = weight_and_bias(dev, &shape, fan_in, out_channels, bias)?;
         Ok(Conv2d {
             weight,
             bias,
