@@ -7,7 +7,7 @@ use super::attention::{same_view, MultiheadAttention, MultiheadAttentionConfig};
 use super::attention_masks::{check_mask_dtypes, mask_tensor, MhaMask, MhaOptions};
 use super::layers::{Dropout, Linear};
 use super::norm::{LayerNorm, LayerNormConfig};
-use super::{Forward, Module, Visitor, VisitorMut, MAX_LAYERS};
+use super::{Forward, Module, MAX_LAYERS};
 use crate::{Device, Error, Result, Tensor};
 
 /// The feed-forward activation of a [`TransformerEncoderLayer`] (PyTorch's `activation="relu"`
@@ -98,7 +98,8 @@ impl Default for TransformerEncoderLayerConfig {
 /// assert_eq!(y.shape(), &[2, 7, 16]);
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Module)]
+#[module(crate = "crate")]
 pub struct TransformerEncoderLayer {
     /// The self-attention.
     pub self_attn: MultiheadAttention,
@@ -117,12 +118,15 @@ pub struct TransformerEncoderLayer {
     /// Dropout on the feed-forward block's output.
     pub dropout2: Dropout,
     /// The feed-forward activation.
+    #[module(skip)]
     pub activation: TransformerActivation,
     /// Pre-norm.
+    #[module(skip)]
     pub norm_first: bool,
     /// The layer's own training flag (PyTorch's `layer.training`, set by `train()` / `eval()`
     /// with its children's): its fast path asks for eval of the layer, whatever its attention's
     /// flag says.
+    #[module(training)]
     pub training: bool,
 }
 
@@ -268,31 +272,6 @@ impl TransformerEncoderLayer {
     }
 }
 
-impl Module for TransformerEncoderLayer {
-    fn visit(&self, v: &mut dyn Visitor) {
-        v.training(self.training);
-        v.child("self_attn", &self.self_attn);
-        v.child("linear1", &self.linear1);
-        v.child("dropout", &self.dropout);
-        v.child("linear2", &self.linear2);
-        v.child("norm1", &self.norm1);
-        v.child("norm2", &self.norm2);
-        v.child("dropout1", &self.dropout1);
-        v.child("dropout2", &self.dropout2);
-    }
-    fn visit_mut(&mut self, v: &mut dyn VisitorMut) {
-        v.training(&mut self.training);
-        v.child("self_attn", &mut self.self_attn);
-        v.child("linear1", &mut self.linear1);
-        v.child("dropout", &mut self.dropout);
-        v.child("linear2", &mut self.linear2);
-        v.child("norm1", &mut self.norm1);
-        v.child("norm2", &mut self.norm2);
-        v.child("dropout1", &mut self.dropout1);
-        v.child("dropout2", &mut self.dropout2);
-    }
-}
-
 impl Forward for TransformerEncoderLayer {
     /// [`forward_with`](TransformerEncoderLayer::forward_with) without masks.
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
@@ -315,7 +294,8 @@ impl Forward for TransformerEncoderLayer {
 /// assert_eq!(enc.forward(&Tensor::zeros(&dev, &[7, 2, 16], DType::F32)?)?.shape(), &[7, 2, 16]);
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Module)]
+#[module(crate = "crate")]
 pub struct TransformerEncoder {
     /// The layers, run in order.
     pub layers: Vec<TransformerEncoderLayer>,
@@ -324,11 +304,13 @@ pub struct TransformerEncoder {
     /// PyTorch's `enable_nested_tensor` (default true): whether the forward may take the
     /// nested-tensor path (see [`forward_with`](Self::forward_with)); false keeps the padded
     /// positions' computed values.
+    #[module(skip)]
     pub enable_nested_tensor: bool,
     /// PyTorch's `mask_check` (default true): the nested path needs a left-aligned padding
     /// mask. False takes it for any mask, as PyTorch's `_nested_tensor_from_mask(...,
     /// mask_check=False)`: each sequence's real tokens are its first `count` positions, where
     /// `count` is how many its mask keeps.
+    #[module(skip)]
     pub mask_check: bool,
 }
 
@@ -560,21 +542,6 @@ fn deep_copy(layer: &TransformerEncoderLayer) -> Result<TransformerEncoderLayer>
     copy.norm(&mut c.norm1)?;
     copy.norm(&mut c.norm2)?;
     Ok(c)
-}
-
-impl Module for TransformerEncoder {
-    fn visit(&self, v: &mut dyn Visitor) {
-        v.child("layers", &self.layers);
-        if let Some(n) = &self.norm {
-            v.child("norm", n);
-        }
-    }
-    fn visit_mut(&mut self, v: &mut dyn VisitorMut) {
-        v.child("layers", &mut self.layers);
-        if let Some(n) = &mut self.norm {
-            v.child("norm", n);
-        }
-    }
 }
 
 impl Forward for TransformerEncoder {

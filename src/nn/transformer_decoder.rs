@@ -10,7 +10,7 @@ use super::attention_masks::{MhaMask, MhaOptions};
 use super::layers::{Dropout, Linear};
 use super::norm::LayerNorm;
 use super::transformer::{copies, DeepCopy, TransformerActivation, TransformerEncoderLayerConfig};
-use super::{Forward, Module, Visitor, VisitorMut};
+use super::{Forward, Module};
 use crate::{Device, Error, Result, Tensor};
 
 /// Options of [`TransformerDecoderLayer`]: PyTorch's decoder layer takes the encoder layer's
@@ -69,7 +69,8 @@ pub struct TransformerDecoderOptions<'a> {
 /// assert_eq!(layer.forward_with(&tgt, &memory, &opts)?.shape(), &[2, 5, 16]);
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Module)]
+#[module(crate = "crate")]
 pub struct TransformerDecoderLayer {
     /// The target's self-attention.
     pub self_attn: MultiheadAttention,
@@ -94,10 +95,13 @@ pub struct TransformerDecoderLayer {
     /// Dropout on the feed-forward block's output.
     pub dropout3: Dropout,
     /// The feed-forward activation.
+    #[module(skip)]
     pub activation: TransformerActivation,
     /// Pre-norm.
+    #[module(skip)]
     pub norm_first: bool,
     /// The layer's own training flag (PyTorch's `layer.training`).
+    #[module(training)]
     pub training: bool,
 }
 
@@ -213,37 +217,6 @@ impl TransformerDecoderLayer {
     }
 }
 
-impl Module for TransformerDecoderLayer {
-    fn visit(&self, v: &mut dyn Visitor) {
-        v.training(self.training);
-        v.child("self_attn", &self.self_attn);
-        v.child("multihead_attn", &self.multihead_attn);
-        v.child("linear1", &self.linear1);
-        v.child("dropout", &self.dropout);
-        v.child("linear2", &self.linear2);
-        v.child("norm1", &self.norm1);
-        v.child("norm2", &self.norm2);
-        v.child("norm3", &self.norm3);
-        v.child("dropout1", &self.dropout1);
-        v.child("dropout2", &self.dropout2);
-        v.child("dropout3", &self.dropout3);
-    }
-    fn visit_mut(&mut self, v: &mut dyn VisitorMut) {
-        v.training(&mut self.training);
-        v.child("self_attn", &mut self.self_attn);
-        v.child("multihead_attn", &mut self.multihead_attn);
-        v.child("linear1", &mut self.linear1);
-        v.child("dropout", &mut self.dropout);
-        v.child("linear2", &mut self.linear2);
-        v.child("norm1", &mut self.norm1);
-        v.child("norm2", &mut self.norm2);
-        v.child("norm3", &mut self.norm3);
-        v.child("dropout1", &mut self.dropout1);
-        v.child("dropout2", &mut self.dropout2);
-        v.child("dropout3", &mut self.dropout3);
-    }
-}
-
 /// A stack of decoder layers with an optional final norm (PyTorch's `nn.TransformerDecoder`):
 /// `state_dict()` names `layers.{i}.*` and `norm.*`.
 ///
@@ -262,7 +235,8 @@ impl Module for TransformerDecoderLayer {
 /// assert_eq!(y.shape(), &[5, 2, 16]);
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Module)]
+#[module(crate = "crate")]
 pub struct TransformerDecoder {
     /// The layers, run in order.
     pub layers: Vec<TransformerDecoderLayer>,
@@ -324,21 +298,6 @@ fn deep_copy(layer: &TransformerDecoderLayer) -> Result<TransformerDecoderLayer>
         copy.norm(n)?;
     }
     Ok(c)
-}
-
-impl Module for TransformerDecoder {
-    fn visit(&self, v: &mut dyn Visitor) {
-        v.child("layers", &self.layers);
-        if let Some(n) = &self.norm {
-            v.child("norm", n);
-        }
-    }
-    fn visit_mut(&mut self, v: &mut dyn VisitorMut) {
-        v.child("layers", &mut self.layers);
-        if let Some(n) = &mut self.norm {
-            v.child("norm", n);
-        }
-    }
 }
 
 /// PyTorch's `nn.Transformer.generate_square_subsequent_mask(sz)`: an `[sz, sz]` f32 additive
