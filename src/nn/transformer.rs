@@ -250,15 +250,10 @@ impl TransformerEncoderLayer {
                 attn.map_err(at("self_attn", "MultiheadAttention"))?,
             )
         };
-        let ff = |x: &Tensor| -> Result<Tensor> {
-            let h = self.linear1.forward(x).map_err(at("linear1", "Linear"))?;
-            let h = match self.activation {
-                TransformerActivation::Relu => h.relu()?,
-                TransformerActivation::Gelu => h.gelu()?,
-            };
-            let h = drop(&self.dropout, h)?;
-            let h = self.linear2.forward(&h).map_err(at("linear2", "Linear"))?;
-            drop(&self.dropout2, h)
+        let ff = |x: &Tensor| {
+            let (l1, l2) = (&self.linear1, &self.linear2);
+            let ends = [&self.dropout, &self.dropout2];
+            feed_forward(x, l1, self.activation, l2, ends, quiet)
         };
         let norm1 = |x: &Tensor| self.norm1.forward(x).map_err(at("norm1", "LayerNorm"));
         let norm2 = |x: &Tensor| self.norm2.forward(x).map_err(at("norm2", "LayerNorm"));
@@ -514,6 +509,31 @@ impl DeepCopy {
         n.bias = self.opt(&n.bias)?;
         Ok(())
     }
+}
+
+/// The layers' feed-forward block, `dropouts[1](linear2(dropouts[0](act(linear1(x)))))`, a
+/// child's error naming it; `quiet` runs no dropout (the encoder's fast and nested paths).
+pub(super) fn feed_forward(
+    x: &Tensor,
+    linear1: &Linear,
+    activation: TransformerActivation,
+    linear2: &Linear,
+    dropouts: [&Dropout; 2],
+    quiet: bool,
+) -> Result<Tensor> {
+    let drop = |d: &Dropout, h: Tensor| if quiet { Ok(h) } else { d.forward(&h) };
+    let h = linear1
+        .forward(x)
+        .map_err(|e| e.in_layer("linear1", "Linear"))?;
+    let h = match activation {
+        TransformerActivation::Relu => h.relu()?,
+        TransformerActivation::Gelu => h.gelu()?,
+    };
+    let h = drop(dropouts[0], h)?;
+    let h = linear2
+        .forward(&h)
+        .map_err(|e| e.in_layer("linear2", "Linear"))?;
+    drop(dropouts[1], h)
 }
 
 /// `n` copies of `layer` by `copy` for a stack's constructor (`op`), at most 65536.

@@ -9,7 +9,9 @@ use super::attention::MultiheadAttention;
 use super::attention_masks::{MhaMask, MhaOptions};
 use super::layers::{Dropout, Linear};
 use super::norm::LayerNorm;
-use super::transformer::{copies, DeepCopy, TransformerActivation, TransformerEncoderLayerConfig};
+use super::transformer::{
+    copies, feed_forward, DeepCopy, TransformerActivation, TransformerEncoderLayerConfig,
+};
 use super::{Forward, Module};
 use crate::{Device, Error, Result, Tensor};
 
@@ -39,6 +41,9 @@ pub struct TransformerDecoderOptions<'a> {
     /// `memory_mask` is the causal mask.
     pub memory_is_causal: bool,
 }
+
+/// An attention block's key padding mask, attention mask and causal hint.
+type BlockMasks<'a> = (Option<MhaMask<'a>>, Option<MhaMask<'a>>, bool);
 
 /// A transformer decoder layer (PyTorch's `nn.TransformerDecoderLayer`): self-attention over
 /// the target, attention from the target to the encoder's output (`memory`) and a feed-forward
@@ -152,12 +157,14 @@ impl TransformerDecoderLayer {
     ) -> Result<Tensor> {
         // A child's error names it (`multihead_attn (MultiheadAttention): ...`).
         let at = |name: &'static str, layer: &'static str| move |e: Error| e.in_layer(name, layer);
-        let attend = |a: &MultiheadAttention,
-                      x: &Tensor,
-                      kv: &Tensor,
-                      key_padding_mask: Option<MhaMask>,
-                      attn_mask: Option<MhaMask>,
-                      is_causal: bool|
+        // An attention block: the attention of `x` over `kv` with these masks (its error naming
+        // the child), then the block's dropout.
+        let block = |a: &MultiheadAttention,
+                     name: &'static str,
+                     x: &Tensor,
+                     kv: &Tensor,
+                     (key_padding_mask, attn_mask, is_causal): BlockMasks,
+                     drop: &Dropout|
          -> Result<Tensor> {
             let opts = MhaOptions {
                 key_padding_mask,
@@ -166,41 +173,26 @@ impl TransformerDecoderLayer {
                 average_attn_weights: true,
                 is_causal,
             };
-            Ok(a.forward_attn(x, kv, kv, &opts)?.0)
+            let y = a
+                .forward_attn(x, kv, kv, &opts)
+                .map_err(at(name, "MultiheadAttention"))?
+                .0;
+            drop.forward(&y)
         };
-        let sa = |x: &Tensor| -> Result<Tensor> {
-            let y = attend(
-                &self.self_attn,
-                x,
-                x,
-                o.tgt_key_padding_mask,
-                o.tgt_mask,
-                o.tgt_is_causal,
-            )
-            .map_err(at("self_attn", "MultiheadAttention"))?;
-            self.dropout1.forward(&y)
+        let tgt_masks = (o.tgt_key_padding_mask, o.tgt_mask, o.tgt_is_causal);
+        let memory_masks = (o.memory_key_padding_mask, o.memory_mask, o.memory_is_causal);
+        let sa = |x: &Tensor| {
+            let a = &self.self_attn;
+            block(a, "self_attn", x, x, tgt_masks, &self.dropout1)
         };
-        let mha = |x: &Tensor| -> Result<Tensor> {
-            let y = attend(
-                &self.multihead_attn,
-                x,
-                memory,
-                o.memory_key_padding_mask,
-                o.memory_mask,
-                o.memory_is_causal,
-            )
-            .map_err(at("multihead_attn", "MultiheadAttention"))?;
-            self.dropout2.forward(&y)
+        let mha = |x: &Tensor| {
+            let a = &self.multihead_attn;
+            block(a, "multihead_attn", x, memory, memory_masks, &self.dropout2)
         };
-        let ff = |x: &Tensor| -> Result<Tensor> {
-            let h = self.linear1.forward(x).map_err(at("linear1", "Linear"))?;
-            let h = match self.activation {
-                TransformerActivation::Relu => h.relu()?,
-                TransformerActivation::Gelu => h.gelu()?,
-            };
-            let h = self.dropout.forward(&h)?;
-            let h = self.linear2.forward(&h).map_err(at("linear2", "Linear"))?;
-            self.dropout3.forward(&h)
+        let ff = |x: &Tensor| {
+            let (l1, l2) = (&self.linear1, &self.linear2);
+            let ends = [&self.dropout, &self.dropout3];
+            feed_forward(x, l1, self.activation, l2, ends, false)
         };
         let norm = |n: &LayerNorm, name: &'static str, x: &Tensor| {
             n.forward(x).map_err(at(name, "LayerNorm"))
