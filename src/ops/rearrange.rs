@@ -30,6 +30,15 @@ fn distinct_dims(op: &'static str, dims: &[isize], rank: usize) -> Result<Vec<us
     Ok(ds)
 }
 
+/// `y` as a new tensor of its own: a copy where it still views `x`'s storage (no dim needed
+/// moving), as PyTorch's repeat, flip and roll always return new tensors.
+fn new_tensor(y: Tensor, x: &Tensor) -> Result<Tensor> {
+    match y.shares_storage(x) {
+        true => y.deep_clone(),
+        false => Ok(y),
+    }
+}
+
 /// The gather index that tiles a dim of `s` entries `r` times: `j mod s` for each output j.
 fn tile_index(op: &'static str, s: usize, r: usize) -> Result<Vec<i32>> {
     let n = s.checked_mul(r).filter(|&n| n <= i32::MAX as usize);
@@ -215,10 +224,7 @@ impl Tensor {
             y
         };
         // A repeat of ones is still a new tensor, as PyTorch's.
-        match y.shares_storage(self) {
-            true => y.deep_clone(),
-            false => Ok(y),
-        }
+        new_tensor(y, self)
     }
 
     /// PyTorch's `torch.flip(x, dims)`: the order of the entries reversed along each of `dims`,
@@ -251,10 +257,7 @@ impl Tensor {
             let index = Tensor::from_slice(self.device(), &reversed, &[n])?;
             y = y.index_select(d as isize, &index)?;
         }
-        match y.shares_storage(self) {
-            true => y.deep_clone(),
-            false => Ok(y),
-        }
+        new_tensor(y, self)
     }
 
     /// PyTorch's `torch.roll(x, shifts, dims)`: entries moved `shifts[i]` places along
@@ -312,10 +315,7 @@ impl Tensor {
             );
             y = crate::ops::cat(&[&tail, &head], d as isize)?;
         }
-        match y.shares_storage(self) {
-            true => y.deep_clone(),
-            false => Ok(y),
-        }
+        new_tensor(y, self)
     }
 
     /// PyTorch's `torch.tril(x, diagonal)`: the entries on and below the `diagonal`-th
