@@ -30,6 +30,21 @@ fn layer(c: &Case, cfg: TransformerDecoderLayerConfig) -> TransformerDecoderLaye
     l
 }
 
+/// The case's output and every gradient against PyTorch's in training, then its output in eval
+/// without gradients (where PyTorch's attention may take its fast path).
+fn check_case<M: Module>(
+    c: &Case,
+    model: &mut M,
+    run: impl Fn(&M, &Tensor, &Tensor) -> wgtensor::Result<Tensor>,
+) {
+    let (tgt, memory) = (c.input("tgt"), c.input("memory"));
+    let out = run(model, &tgt, &memory).unwrap();
+    check_forward_backward(c, model, &out, &[("tgt", &tgt), ("memory", &memory)]);
+    model.eval();
+    let y = no_grad(|| run(model, &c.get("in.tgt"), &c.get("in.memory"))).unwrap();
+    close(&y, &c.get("out_eval"), &format!("{} eval", c.name));
+}
+
 /// Post-norm relu, sequence-first: a float causal target mask and a bool memory padding mask.
 #[test]
 fn post_norm_layer_with_causal_and_padding_masks_matches_pytorch() {
@@ -41,12 +56,7 @@ fn post_norm_layer_with_causal_and_padding_masks_matches_pytorch() {
         memory_key_padding_mask: Some(MhaMask::Bool(&mkpm)),
         ..Default::default()
     };
-    let (tgt, memory) = (c.input("tgt"), c.input("memory"));
-    let out = l.forward_with(&tgt, &memory, &o).unwrap();
-    check_forward_backward(&c, &l, &out, &[("tgt", &tgt), ("memory", &memory)]);
-    l.eval();
-    let y = no_grad(|| l.forward_with(&c.get("in.tgt"), &c.get("in.memory"), &o)).unwrap();
-    close(&y, &c.get("out_eval"), "dec_a eval");
+    check_case(&c, &mut l, |l, t, m| l.forward_with(t, m, &o));
     // The causal hint with its mask gives the same.
     let causal = TransformerDecoderOptions {
         tgt_is_causal: true,
@@ -73,12 +83,7 @@ fn pre_norm_gelu_batch_first_layer_matches_pytorch() {
         memory_mask: Some(MhaMask::Bool(&mm)),
         ..Default::default()
     };
-    let (tgt, memory) = (c.input("tgt"), c.input("memory"));
-    let out = l.forward_with(&tgt, &memory, &o).unwrap();
-    check_forward_backward(&c, &l, &out, &[("tgt", &tgt), ("memory", &memory)]);
-    l.eval();
-    let y = no_grad(|| l.forward_with(&c.get("in.tgt"), &c.get("in.memory"), &o)).unwrap();
-    close(&y, &c.get("out_eval"), "dec_b eval");
+    check_case(&c, &mut l, |l, t, m| l.forward_with(t, m, &o));
 }
 
 /// Two post-norm layers (set apart after the copy) and a final norm, batch-first, causal.
@@ -104,12 +109,7 @@ fn decoder_stack_with_final_norm_matches_pytorch() {
         tgt_mask: Some(MhaMask::Additive(&causal)),
         ..Default::default()
     };
-    let (tgt, memory) = (c.input("tgt"), c.input("memory"));
-    let out = dec.forward_with(&tgt, &memory, &o).unwrap();
-    check_forward_backward(&c, &dec, &out, &[("tgt", &tgt), ("memory", &memory)]);
-    dec.eval();
-    let y = no_grad(|| dec.forward_with(&c.get("in.tgt"), &c.get("in.memory"), &o)).unwrap();
-    close(&y, &c.get("out_eval"), "dec_c eval");
+    check_case(&c, &mut dec, |d, t, m| d.forward_with(t, m, &o));
 }
 
 /// PyTorch's names and order, independent copies, train / eval, and errors naming the layer.
