@@ -2,8 +2,8 @@
 //! `nn.ConvTranspose2d`, with its parameter names, weight layouts and default initialization
 //! (`nn.Conv2d` is in layers.rs).
 
-use super::layers::{check_groups, visit_weight_bias, weight_and_bias};
-use super::{Forward, Module, Visitor, VisitorMut};
+use super::layers::{check_groups, weight_and_bias};
+use super::{Forward, Module};
 use crate::ops::{
     conv1d, conv_transpose1d, conv_transpose2d, Activation, Conv1dOptions, ConvTranspose1dOptions,
     ConvTranspose2dOptions, Padding, Padding1d,
@@ -26,13 +26,15 @@ use crate::{Device, Result, Tensor};
 /// assert_eq!(y.shape(), &[2, 8, 16]);
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Module)]
+#[module(crate = "crate")]
 pub struct Conv1d {
     /// `[out_channels, in_channels / groups, k]`.
     pub weight: Tensor,
     /// `[out_channels]`, when the layer has a bias.
     pub bias: Option<Tensor>,
     /// The convolution's options.
+    #[module(skip)]
     pub options: Conv1dOptions,
 }
 
@@ -61,14 +63,6 @@ impl Conv1d {
             },
         })
     }
-}
-
-impl Module for Conv1d {
-    fn visit(&self, v: &mut dyn Visitor) {
-        visit_weight_bias(&self.weight, self.bias.as_ref(), v);
-    }
-    /// No flags, counters or children.
-    fn visit_mut(&mut self, _: &mut dyn VisitorMut) {}
 }
 
 impl Forward for Conv1d {
@@ -124,13 +118,15 @@ impl Default for ConvTranspose2dConfig {
 /// assert_eq!(y.shape(), &[1, 4, 10, 10]);
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Module)]
+#[module(crate = "crate")]
 pub struct ConvTranspose2d {
     /// `[in_channels, out_channels / groups, k, k]`.
     pub weight: Tensor,
     /// `[out_channels]`, when the layer has a bias.
     pub bias: Option<Tensor>,
     /// The transposed convolution's options.
+    #[module(skip)]
     pub options: ConvTranspose2dOptions,
 }
 
@@ -167,14 +163,6 @@ impl ConvTranspose2d {
     }
 }
 
-impl Module for ConvTranspose2d {
-    fn visit(&self, v: &mut dyn Visitor) {
-        visit_weight_bias(&self.weight, self.bias.as_ref(), v);
-    }
-    /// No flags, counters or children.
-    fn visit_mut(&mut self, _: &mut dyn VisitorMut) {}
-}
-
 impl Forward for ConvTranspose2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         conv_transpose2d(x, &self.weight, self.bias.as_ref(), &self.options)
@@ -195,13 +183,15 @@ impl Forward for ConvTranspose2d {
 /// assert_eq!(up.forward(&Tensor::zeros(&dev, &[1, 8, 5], DType::F32)?)?.shape(), &[1, 4, 10]);
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Module)]
+#[module(crate = "crate")]
 pub struct ConvTranspose1d {
     /// `[in_channels, out_channels / groups, k]`.
     pub weight: Tensor,
     /// `[out_channels]`, when the layer has a bias.
     pub bias: Option<Tensor>,
     /// The transposed convolution's options.
+    #[module(skip)]
     pub options: ConvTranspose1dOptions,
 }
 
@@ -231,14 +221,6 @@ impl ConvTranspose1d {
             },
         })
     }
-}
-
-impl Module for ConvTranspose1d {
-    fn visit(&self, v: &mut dyn Visitor) {
-        visit_weight_bias(&self.weight, self.bias.as_ref(), v);
-    }
-    /// No flags, counters or children.
-    fn visit_mut(&mut self, _: &mut dyn VisitorMut) {}
 }
 
 impl Forward for ConvTranspose1d {

@@ -70,7 +70,8 @@ macro_rules! stateless_module {
 /// assert_eq!(y.shape(), &[32, 10]);
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Module)]
+#[module(crate = "crate")]
 pub struct Linear {
     /// `[out_features, in_features]`.
     pub weight: Tensor,
@@ -109,22 +110,6 @@ pub(super) fn check_groups(op: &'static str, inp: usize, out: usize, groups: usi
         op,
         format!("{why} (groups {groups}, in_channels {inp}, out_channels {out})"),
     ))
-}
-
-/// `weight`, then `bias` when present: the parameters of Linear and the convolutions.
-pub(super) fn visit_weight_bias(weight: &Tensor, bias: Option<&Tensor>, v: &mut dyn Visitor) {
-    v.parameter("weight", weight);
-    if let Some(b) = bias {
-        v.parameter("bias", b);
-    }
-}
-
-impl Module for Linear {
-    fn visit(&self, v: &mut dyn Visitor) {
-        visit_weight_bias(&self.weight, self.bias.as_ref(), v);
-    }
-    /// No flags, counters or children.
-    fn visit_mut(&mut self, _: &mut dyn VisitorMut) {}
 }
 
 impl Forward for Linear {
@@ -235,13 +220,15 @@ impl Default for Conv2dConfig {
 /// assert_eq!(y.shape(), &[2, 16, 8, 8]);
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Module)]
+#[module(crate = "crate")]
 pub struct Conv2d {
     /// `[out_channels, in_channels / groups, k, k]`.
     pub weight: Tensor,
     /// `[out_channels]`, when the layer has a bias.
     pub bias: Option<Tensor>,
     /// The convolution's options.
+    #[module(skip)]
     pub options: Conv2dOptions,
 }
 
@@ -301,14 +288,6 @@ impl Conv2d {
             options,
         })
     }
-}
-
-impl Module for Conv2d {
-    fn visit(&self, v: &mut dyn Visitor) {
-        visit_weight_bias(&self.weight, self.bias.as_ref(), v);
-    }
-    /// No flags, counters or children.
-    fn visit_mut(&mut self, _: &mut dyn VisitorMut) {}
 }
 
 impl Forward for Conv2d {
