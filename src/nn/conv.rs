@@ -49,8 +49,7 @@ impl Conv1d {
     ) -> Result<Conv1d> {
         check_groups("Conv1d", in_channels, out_channels, c.groups)?;
         let shape = [out_channels, in_channels / c.groups, kernel_size];
-        let fan_in = in_channels / c.groups * kernel_size;
-        let (weight, bias) = weight_and_bias(dev, &shape, fan_in, out_channels, c.bias)?;
+        let (weight, bias) = weight_and_bias(dev, &shape, out_channels, c.bias)?;
         Ok(Conv1d {
             weight,
             bias,
@@ -146,8 +145,7 @@ impl ConvTranspose2d {
             kernel_size,
             kernel_size,
         ];
-        let fan_in = out_channels / c.groups * kernel_size * kernel_size;
-        let (weight, bias) = weight_and_bias(dev, &shape, fan_in, out_channels, c.bias)?;
+        let (weight, bias) = weight_and_bias(dev, &shape, out_channels, c.bias)?;
         Ok(ConvTranspose2d {
             weight,
             bias,
@@ -206,8 +204,7 @@ impl ConvTranspose1d {
     ) -> Result<ConvTranspose1d> {
         check_groups("ConvTranspose1d", in_channels, out_channels, c.groups)?;
         let shape = [in_channels, out_channels / c.groups, kernel_size];
-        let fan_in = out_channels / c.groups * kernel_size;
-        let (weight, bias) = weight_and_bias(dev, &shape, fan_in, out_channels, c.bias)?;
+        let (weight, bias) = weight_and_bias(dev, &shape, out_channels, c.bias)?;
         Ok(ConvTranspose1d {
             weight,
             bias,

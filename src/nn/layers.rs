@@ -17,15 +17,18 @@ pub(super) fn param(t: Tensor) -> Result<Tensor> {
 
 /// PyTorch's `reset_parameters` of Linear and the convolutions: a `shape` weight by
 /// `kaiming_uniform_(a = sqrt(5))`, then (when `bias`) a bias of `bias_len` from
-/// [`bias_init`] with `fan_in`, both trainable leaves, drawn in that order.
+/// [`bias_init`], both trainable leaves, drawn in that order. The fan-in is PyTorch's
+/// `_calculate_fan_in_and_fan_out`: the weight's dims past the first (`in` of a Linear,
+/// `in / groups * k...` of a convolution, `out / groups * k...` of a transposed one), taken
+/// once the weight exists (so its size was checked and the product fits).
 pub(super) fn weight_and_bias(
     dev: &Device,
     shape: &[usize],
-    fan_in: usize,
     bias_len: usize,
     bias: bool,
 ) -> Result<(Tensor, Option<Tensor>)> {
     let weight = param(kaiming_uniform(dev, shape, 5f64.sqrt(), DType::F32)?)?;
+    let fan_in = shape[1..].iter().product();
     let bias = match bias {
         true => Some(param(bias_init(dev, bias_len, fan_in)?)?),
         false => None,
@@ -90,7 +93,7 @@ impl Linear {
         bias: bool,
     ) -> Result<Linear> {
         let shape = [out_features, in_features];
-        let (weight, bias) = weight_and_bias(dev, &shape, in_features, out_features, bias)?;
+        let (weight, bias) = weight_and_bias(dev, &shape, out_features, bias)?;
         Ok(Linear { weight, bias })
     }
 }
@@ -280,8 +283,7 @@ impl Conv2d {
             kernel_size[0],
             kernel_size[1],
         ];
-        let fan_in = in_channels / g * kernel_size[0] * kernel_size[1];
-        let (weight, bias) = weight_and_bias(dev, &shape, fan_in, out_channels, bias)?;
+        let (weight, bias) = weight_and_bias(dev, &shape, out_channels, bias)?;
         Ok(Conv2d {
             weight,
             bias,
