@@ -52,19 +52,28 @@ fn clamp_max_f(v: f32, s: f32) -> f32 {
 
 // Division within 1 ulp on every adapter. WGSL allows 2.5 ulp for `/`, and GPUs use that
 // freedom (NVIDIA: a reciprocal times the dividend), so the mean of ones came out 0.99999994.
-// One Newton step corrects the quotient: the residual a - q * b is exact (q * b as an exact
-// two-float product, two_prod: Vulkan's fma need not be fused, and lavapipe's is not, which
-// made the step move 10% of lavapipe's correctly rounded quotients one ulp off), and
-// q + residual / b rounds to the nearest float in all but rare ties. A zero, infinite or NaN
+// One Newton step corrects the quotient: the residual a - q * b is exact, and
+// q + residual / b rounds to the nearest float in all but rare ties. The residual is computed
+// on the integer significands (div_residual), since no float formula for it survives every
+// compiler: Vulkan's fma need not be fused (lavapipe's is not: fma(-q, b, a) moved 10% of the
+// correctly rounded quotients one ulp off), and without SPIR-V's NoContraction, which naga does
+// not emit, drivers may contract and reassociate float arithmetic (NVIDIA's turned both
+// Dekker's two-float product and a sum of exact split partial products into the rounded
+// a - q * b: on an H200 17% of quotients stayed off, 2^28 by two ulps). A zero, infinite or NaN
 // quotient (a zero or infinite divisor, overflow, underflow) is kept as `/` gave it, since
 // the residual of those is not meaningful; so is any quotient whose dividend, divisor or
 // quotient lies outside [2^-100, 2^100): there q * b may overflow (a near f32's maximum: the
 // residual was NaN) or the correction r / b falls among the subnormals and rounds twice.
 fn div_f(a: f32, b: f32) -> f32 {
     let q = a / b;
-    let p = two_prod(q, b);
-    let r = (a - p.x) - p.y;
-    let refined = q + r / b;
+    let c = quot_lo(a, b, q);
+    return select(q, q + c.x, c.y != 0.0);
+}
+
+// (a - q b) / b, the correction of a quotient q within a few ulp of a / b, and in y 1 where it
+// applies (dividend, divisor and quotient in [2^-100, 2^100)), else (0, 0). The residual is
+// exact (div_residual); its division by b is within a few ulp of the correction.
+fn quot_lo(a: f32, b: f32, q: f32) -> vec2<f32> {
     let qa = bitcast<u32>(q) & 0x7fffffffu;
     let ba = bitcast<u32>(b) & 0x7fffffffu;
     let aa = bitcast<u32>(a) & 0x7fffffffu;
@@ -72,7 +81,31 @@ fn div_f(a: f32, b: f32) -> f32 {
     let lo = 0x0d800000u;
     let hi = 0x71800000u;
     let inside = qa >= lo && qa < hi && ba >= lo && ba < hi && aa >= lo && aa < hi;
-    return select(q, refined, inside);
+    // The correction of |q| (the signs of a, b and q agree), with q's sign.
+    let step = div_residual(aa, ba, qa);
+    let c = bitcast<f32>(bitcast<u32>(step) ^ (bitcast<u32>(q) & 0x80000000u));
+    let ok = inside && !isnan_f(step);
+    return select(vec2<f32>(0.0), vec2<f32>(c, 1.0), ok);
+}
+
+// (|a| - |q| |b|) / |b| for positive normal floats given by their bits, where q is within a few
+// ulp of a / b: the residual in units of 2^(eq + eb - 46) is ma 2^s - mq mb on the 24-bit
+// significands (s = ea - eq - eb + 23, 22 to 25), at most about 3 mb in magnitude, so u32
+// arithmetic that wraps past 2^32 still gives it exactly; divided by mb it is the correction in
+// units of q's ulp, 2^(eq - 23). A shift out of that range (q far from a / b) gives NaN, and
+// div_f keeps q.
+fn div_residual(aa: u32, ba: u32, qa: u32) -> f32 {
+    let ea = i32(aa >> 23u);
+    let eb = i32(ba >> 23u) - 127;
+    let eq = i32(qa >> 23u) - 127;
+    let s = ea - eq - eb + 23 - 127;
+    let ma = (aa & 0x007fffffu) | 0x00800000u;
+    let mb = (ba & 0x007fffffu) | 0x00800000u;
+    let mq = (qa & 0x007fffffu) | 0x00800000u;
+    let r = bitcast<i32>((ma << u32(clamp(s, 0, 31))) - mq * mb);
+    let ok = s >= 20 && s <= 26;
+    let nan = bitcast<f32>(0x7fc00000u | (aa & 0u));
+    return select(nan, ldexp(f32(r) / f32(mb), eq - 23), ok);
 }
 
 // e^r for |r| <= 0.35 (ln 2 / 2 and a little): Taylor to r^9 (the rest under 2e-10) in
@@ -222,19 +255,30 @@ fn rsqrt_f(v: f32) -> f32 {
 // a negative base with an integer exponent keeps its sign rule, with a fractional one it is
 // NaN, and (-inf)^e is +-0 or +-inf by e's sign and parity; WGSL's pow leaves x <= 0
 // undefined (and 1^inf is NaN through exp2(inf * 0)).
-// a * b as hi + lo with hi + lo exact (Dekker's product; no overflow or underflow assumed):
-// `fma(a, b, -a * b)` would give lo in one step, but Vulkan need not fuse fma (lavapipe does
-// not, which left pow 3e-6 off), nor HLSL's mad. Each factor splits into its top 12
-// significant bits (the low 12 mantissa bits masked off) and the rest, so every partial
-// product is exact in f32, and a compiler contracting a product and a sum into an fma changes
-// nothing (Veltkamp's split, 4097 a - (4097 a - a), breaks when the inner difference is fused).
+// a * b as hi + lo, within about 2^-35 relative of the exact product (no overflow or
+// underflow assumed); |lo| may reach 2^-11 |hi|. `fma(a, b, -a * b)` would give the rounding
+// error of a * b in one step, but Vulkan need not fuse fma (lavapipe does not, which left pow
+// 3e-6 off), nor HLSL's mad; Dekker's error term, which subtracts the rounded product a * b
+// from exact partial products, breaks where a compiler fuses that subtraction with the
+// multiplication (on an H200 pow came out f32-accurate only); and the error-free sums that
+// would turn the partial products into a rounded hi fold away where a compiler simplifies
+// (x + y) - x to y (lavapipe's does). So no rounded product and no such sum takes part: each
+// factor splits into its top 12 significant bits and the rest (split12), hi is the product of
+// the tops (exact: 12 x 12 bits) and lo the other three partial products (each exact, so a
+// compiler contracting one into the sum changes nothing), summed with a rounding of about
+// 2^-24 of themselves. (Veltkamp's split, 4097 a - (4097 a - a), breaks when its inner
+// difference is fused.)
 fn two_prod(a: f32, b: f32) -> vec2<f32> {
-    let p = a * b;
-    let ah = bitcast<f32>(bitcast<u32>(a) & 0xfffff000u);
-    let al = a - ah;
-    let bh = bitcast<f32>(bitcast<u32>(b) & 0xfffff000u);
-    let bl = b - bh;
-    return vec2<f32>(p, ((ah * bh - p) + ah * bl + al * bh) + al * bl);
+    let x = split12(a);
+    let y = split12(b);
+    return vec2<f32>(x.x * y.x, (x.x * y.y + x.y * y.x) + x.y * y.y);
+}
+
+// v as its top 12 significant bits (the low 12 mantissa bits masked off) and the rest, both
+// exact: products of two such halves fit f32's 24 bits.
+fn split12(v: f32) -> vec2<f32> {
+    let h = bitcast<f32>(bitcast<u32>(v) & 0xfffff000u);
+    return vec2<f32>(h, v - h);
 }
 
 // (f, k) with x = f 2^k and f in [0.71, 1.42), from the bits of a positive, finite, nonzero x.
@@ -257,17 +301,19 @@ fn frac_exp(bits: u32) -> vec2<f32> {
     return vec2<f32>(f, k);
 }
 
-// ln f for f in [0.7, 1.42] as hi + lo, within about 1e-9: 2 atanh(s) with s = (f - 1) / (f + 1)
+// ln f for f in [0.7, 1.42] as hi + lo, within about 2e-8: 2 atanh(s) with s = (f - 1) / (f + 1)
 // carried in two floats (|s| <= 0.172: the series to s^13 leaves under 1e-12). lavapipe's
 // builtin log is 1e-7 off there (5e-6 relative at 0.98), which a power's exponent multiplies.
+// s's low part is the quotient's exact correction (quot_lo, on the integer significands); the
+// rest holds under any contraction or reassociation a driver applies (v_lo may fold to 0, and
+// the final two-sum to hi + lo in one float: 2e-8 at most).
 fn ln_near_one(f: f32) -> vec2<f32> {
     let u = f - 1.0;
     let v = f + 1.0;
     // f + 1 = v + v_lo exactly (v - 1 is exact in this range).
     let v_lo = f - (v - 1.0);
     let s = div_f(u, v);
-    let sv = two_prod(s, v);
-    let s_lo = div_f(((u - sv.x) - sv.y) - s * v_lo, v);
+    let s_lo = quot_lo(u, v, s).x - (s * v_lo) / v;
     let s2 = s * s;
     var t = 1.0 / 13.0;
     t = fma(t, s2, 1.0 / 11.0);
@@ -281,11 +327,47 @@ fn ln_near_one(f: f32) -> vec2<f32> {
     return vec2<f32>(sum, lo - (sum - hi));
 }
 
+// e k for an integer |k| < 256 as (i, f, z): i an integer and |f| < 1 with e k = i + f (f
+// rounded to f32), from e's significand times |k| in u32 (below 2^32) split at e's binary
+// point, so no float sum can lose its low bits; z = 0, or +-1 with i = f = 0 where |e k| >=
+// 2^20 (z its sign).
+fn mul_int(e: f32, k: i32) -> vec3<f32> {
+    let eb = bitcast<u32>(e);
+    let mag = u32(abs(k));
+    if (mag == 0u || (eb & 0x7fffffffu) == 0u) {
+        return vec3<f32>(0.0);
+    }
+    let neg = ((eb >> 31u) == 1u) != (k < 0);
+    let sign = select(1.0, -1.0, neg);
+    let biased = i32((eb >> 23u) & 0xffu);
+    let sub = biased == 0;
+    let me = select((eb & 0x007fffffu) | 0x00800000u, eb & 0x007fffffu, sub);
+    // e = me 2^-shift.
+    let shift = 150 - select(biased, 1, sub);
+    if (shift <= 3) {
+        return vec3<f32>(0.0, 0.0, sign);
+    }
+    let prod = me * mag;
+    if (shift >= 32) {
+        return vec3<f32>(0.0, sign * ldexp(f32(prod), -shift), 0.0);
+    }
+    let whole = prod >> u32(shift);
+    let frac = prod & ((1u << u32(shift)) - 1u);
+    if (whole >= 0x00100000u) {
+        return vec3<f32>(0.0, 0.0, sign);
+    }
+    return vec3<f32>(sign * f32(whole), sign * ldexp(f32(frac), -shift), 0.0);
+}
+
 // |x|^e for x != 0 (NaN, zero and the exponents pow_f special-cases are handled there), as
-// 2^(e log2 |x|) with log2 |x| and the product carried in two floats: WGSL's pow is
-// exp2(e * log2 x) in f32, whose rounding of the exponent costs about |e log2 x| * 6e-8
-// relative (641^3.7 came out 2.6e-6 off on lavapipe, twice PyTorch's f32 tolerance). Here
-// |x| = f 2^k with f in [0.71, 1.42) (frac_exp) and ln f in two floats (ln_near_one); then
+// 2^t with t = e log2 |x| = e k + e log2 f, |x| = f 2^k with f in [0.71, 1.42) (frac_exp) and
+// ln f in two floats (ln_near_one): WGSL's pow is exp2(e * log2 x) in f32, whose rounding of
+// the exponent costs about |e log2 x| * 6e-8 relative (641^3.7 came out 2.6e-6 off on
+// lavapipe, twice PyTorch's f32 tolerance). t's integer part is taken off exactly before any
+// float sum: e k on the integers (mul_int), e log2 f as an exact product of its top halves
+// (two_prod) less its rounding, and the small rest; the fractions left are under 2 in
+// magnitude, so whatever order a driver sums them in costs about 1e-7 (summing t first, as
+// a two-float Fast2Sum did, cost 1e-6 on an H200, whose compiler reassociates). Then
 // 2^t = 2^n e^(ln 2 (t - n)) with exp_small on |t - n| <= 1/2.
 // Infinite |x| and infinite e keep the builtin (their results are 0, 1 or inf); subnormal |x|
 // goes through frac_exp (lavapipe's builtin read every subnormal as about 2^-127).
@@ -296,30 +378,30 @@ fn pow_abs(a: f32, e: f32) -> f32 {
         return pow(a, e);
     }
     let fk = frac_exp(ba);
-    let k = fk.y;
     let l = ln_near_one(fk.x);
-    // log2 |x| = k + l log2(e) = s + s_lo (log2(e) in two parts; Fast2Sum: |k| >= 1 > |p_hi|
-    // or k = 0).
+    // log2 f = p.x + p_lo (log2(e) in two parts), |log2 f| < 0.52.
     let p = two_prod(l.x, 1.4426950408889634);
-    let p_hi = p.x;
     let p_lo = p.y + (l.x * 1.925963033500345e-8 + l.y * 1.4426950408889634);
-    let s = k + p_hi;
-    let s_lo = ((k - s) + p_hi) + p_lo;
-    // t = e log2 |x| = t_hi + t_lo.
-    let t = two_prod(e, s);
-    let t_hi = t.x;
-    if (t_hi > 128.5) {
+    let ek = mul_int(e, i32(fk.y));
+    if (ek.z != 0.0) {
+        // |e k| >= 2^20 with |k| >= 1 > 2 |log2 f|: |t| > 3000.
+        return select(0.0, inf, ek.z > 0.0);
+    }
+    let c = two_prod(e, p.x);
+    let n1 = round(c.x);
+    let g = (ek.y + (c.x - n1)) + (c.y + e * p_lo);
+    let ng = round(g);
+    let n = (ek.x + n1) + ng;
+    let r = g - ng;
+    if (n + r > 128.5) {
         return inf;
     }
-    if (t_hi < -151.0) {
+    if (n + r < -151.0) {
         return 0.0;
     }
-    let t_lo = t.y + e * s_lo;
-    let n = round(t_hi);
-    let r = ((t_hi - n) + t_lo) * 0.6931471805599453;
     let m = i32(n);
     let h = m / 2;
-    return ldexp(ldexp(exp_small(r), h), m - h);
+    return ldexp(ldexp(exp_small(r * 0.6931471805599453), h), m - h);
 }
 
 fn pow_f(x: f32, e: f32) -> f32 {
@@ -362,13 +444,15 @@ fn pow_f(x: f32, e: f32) -> f32 {
         let mag = select(0.0, inf, e > 0.0);
         return select(mag, -mag, odd);
     }
-    if (x == 0.0) {
+    // Zero, the magnitude and the sign on the bits: a GPU that flushes subnormals compares
+    // 1e-40 equal to 0 (an H200 gave 1e-40^0.1 = 0, not 1e-4) and may flush abs(1e-40).
+    if ((bitcast<u32>(x) & 0x7fffffffu) == 0u) {
         // +-0 or +-inf by e's sign; negative only for -0 with an odd e.
         let mag = select(0.0, inf, e < 0.0);
         return select(mag, -mag, odd && bitcast<u32>(x) == 0x80000000u);
     }
-    let r = pow_abs(abs(x), e);
-    if (x < 0.0) {
+    let r = pow_abs(bitcast<f32>(bitcast<u32>(x) & 0x7fffffffu), e);
+    if ((bitcast<u32>(x) >> 31u) == 1u) {
         if (e != floor(e)) {
             // A quiet NaN, also built at run time (inf - inf may be folded to 0).
             return bitcast<f32>(0x7fc00000u | (bitcast<u32>(x) & 0u));
