@@ -352,9 +352,11 @@ fn bn_finalize(@builtin(global_invocation_id) gid: vec3<u32>) {
         acc = merge(acc, ws[first + i].xyz);
     }
     // Clamps rounding below 0 (to +0, so that eps = 0 gives invstd +inf, not -inf), but
-    // keeps a NaN: a channel holding NaN must not normalize with invstd = 1/sqrt(eps).
+    // keeps a NaN: a channel holding NaN must not normalize with invstd = 1/sqrt(eps). The
+    // NaN test is on the bits: a compiler may turn the select into max(v, 0), which drops NaN
+    // on NVIDIA (an H200 gave invstd 316.2 = 1/sqrt(1e-5) for a NaN channel).
     let v = div_f(acc.z, p.count);
-    let var_b = select(v, 0.0, v <= 0.0);
+    let var_b = select(v, 0.0, v <= 0.0 && !isnan_f(v));
     let invstd = rsqrt_f(var_b + p.eps);
     let mean = pivot + acc.y;
     smean[param(c, p.smean_os)] = mean;
