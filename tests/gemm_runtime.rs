@@ -556,13 +556,17 @@ fn unmergeable_batch_dims_are_packed() {
 /// Long K keeps PyTorch's precision: each output accumulates at most a few thousand products
 /// in turn (the plan splits K into slices of at most 4096), where one run of 2^19 fmas over positive
 /// values drifted 5e-5. The inputs are positive, so every rounding leans the same way. Also
-/// on the GPU plans with a discrete GPU's parallelism (splits of 256, each added in blocks of
-/// 64: in turn, ones against 0.1 over K 8192 drifted 2.1e-6).
+/// on the GPU plans with a discrete GPU's parallelism, within 3e-6: splits of 256, each one
+/// running sum as cuBLAS's tiles (ones against 0.1 over K 8192 drifted 2.1e-6; blocked sums
+/// cost 12-31% on an H200).
 #[test]
 fn long_k_keeps_its_precision() {
     let gpu = common::wide_gpu_plans_device().clone();
-    for dev in [device(false), device(true), gpu] {
+    for (dev, forced) in [(device(false), false), (device(true), false), (gpu, true)] {
         let dev = &dev;
+        // The GPU tiles (forced, or a GPU adapter's own plans) keep one running sum per slice.
+        let cpu_plans = !forced && dev.adapter_info().device_type == wgpu::DeviceType::Cpu;
+        let tol = if cpu_plans { 2e-6 } else { 3e-6 };
         let frac = |i: usize, g: f64| ((i as f64 * g).fract()) as f32;
         for (m, k, n, constant) in [
             (1, 1 << 20, 1, false),
@@ -603,7 +607,7 @@ fn long_k_keeps_its_precision() {
                     let got = y[r * n + c] as f64;
                     let e = (got - want).abs() / want;
                     assert!(
-                        e <= 2e-6,
+                        e <= tol,
                         "[{m}, {k}, {n}] ({r}, {c}): {got} vs {want}, {e:.1e}"
                     );
                 }
@@ -615,7 +619,7 @@ fn long_k_keeps_its_precision() {
 /// On GPUs too, an output with enough tiles to fill the device (no split for speed) takes
 /// K past 4096 in slices for accuracy while its partials are small: ones against 0.1 over
 /// K 8192 on four 64 x 64 tiles of a 4-slot GPU plan, which its unsplit tiles' one running
-/// sum drifted 8e-5.
+/// sum drifted 8e-5, in slices of 256 (each one running sum, as cuBLAS's tiles) within 3e-6.
 #[test]
 fn gpu_tiles_that_fill_the_device_split_long_k_for_accuracy() {
     let dev = Device::with_options(DeviceOptions {
@@ -627,7 +631,7 @@ fn gpu_tiles_that_fill_the_device_split_long_k_for_accuracy() {
     .unwrap();
     let (m, k, n) = (128, 8192, 128);
     let pl = plan(&dev, m, n, k, 1, None).unwrap();
-    assert_eq!(pl.splits, 2, "{pl:?}");
+    assert_eq!(pl.splits, 32, "{pl:?}");
     let a = Tensor::full(&dev, &[m, k], 1.0, DType::F32).unwrap();
     let b = Tensor::full(&dev, &[k, n], 0.1, DType::F32).unwrap();
     let y = wgtensor::ops::matmul(&a, &b)
@@ -637,7 +641,7 @@ fn gpu_tiles_that_fill_the_device_split_long_k_for_accuracy() {
     let want = 0.1f32 as f64 * k as f64;
     for (i, &v) in y.iter().enumerate().step_by(97) {
         let e = (v as f64 - want).abs() / want;
-        assert!(e <= 2e-6, "[{i}]: {v} vs {want} ({e:.1e})");
+        assert!(e <= 3e-6, "[{i}]: {v} vs {want} ({e:.1e})");
     }
 }
 
@@ -655,7 +659,7 @@ fn accuracy_splits_fit_their_windows() {
     })
     .unwrap();
     let (k, n) = (4100, 10000);
-    assert_eq!(plan(&dev, 1, n, k, 1, None).unwrap().splits, 2);
+    assert_eq!(plan(&dev, 1, n, k, 1, None).unwrap().splits, 16);
     let av: Vec<f32> = (0..k).map(|i| (i % 7) as f32 * 0.25).collect();
     let bv: Vec<f32> = (0..n).map(|j| (j % 5) as f32 - 2.0).collect();
     let a = Tensor::from_slice(&dev, &av, &[1, k]).unwrap();

@@ -31,12 +31,6 @@
 override TM: u32 = 8u;
 // Columns per invocation: 4 (64-column tiles) or 8 (128-column tiles).
 override TN: u32 = 4u;
-// K steps per block of the sum, 0 for one running sum. A running sum over a long K rounds
-// every fma the same way on like-signed data (constant data over K = 8192 drifted 2e-6 in
-// slices of 256): with KB > 0 each block of KB * KT values of K is summed into fresh
-// accumulators and then added to the total, as the CPU kernels' KBLOCK. It doubles the live
-// accumulators, so only the split-k partial kernels (few output tiles, long K) set it.
-override KB: u32 = 0u;
 
 const WX: u32 = 16u;
 const WY: u32 = 16u;
@@ -164,7 +158,6 @@ fn tile_k(ctx: ptr<function, Ctx>, kr: vec2<u32>, lid: vec3<u32>) -> array<vec4<
     let kf = k_fast(ctx);
     let steps = (kr.y - kr.x + KT - 1u) / KT;
     var acc: array<vec4<f32>, 16>;
-    var total: array<vec4<f32>, 16>;
     store_step(load_step(ctx, kr.x, kr.y, li), 0u, li, kf);
     workgroupBarrier();
     for (var t = 0u; t < steps; t++) {
@@ -178,20 +171,7 @@ fn tile_k(ctx: ptr<function, Ctx>, kr: vec2<u32>, lid: vec3<u32>) -> array<vec4<
         if (more) {
             store_step(next, 1u - cur, li, kf);
         }
-        // max: naga refuses a remainder by the constant 0 once KB is substituted.
-        if (KB > 0u && (t + 1u) % max(KB, 1u) == 0u) {
-            for (var i = 0u; i < 16u; i++) {
-                total[i] += acc[i];
-                acc[i] = vec4<f32>(0.0);
-            }
-        }
         workgroupBarrier();
-    }
-    if (KB > 0u) {
-        for (var i = 0u; i < 16u; i++) {
-            total[i] += acc[i];
-        }
-        return total;
     }
     return acc;
 }

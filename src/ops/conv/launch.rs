@@ -10,7 +10,7 @@ use super::plan::{
     SG8_SUBGROUPS, WG_SHAPES,
 };
 use crate::ops::activation::{Activation, ACTIVATION, ACTIVATION_DEFS};
-use crate::ops::gemm::launch::{WG_PARTIAL_KB, WG_TILE};
+use crate::ops::gemm::launch::WG_TILE;
 use crate::runtime::pipeline::{ShaderLib, ShaderVariant};
 use crate::runtime::window::{too_wide, Span};
 use crate::runtime::{Access, Bind, Kernel, Storage};
@@ -259,7 +259,7 @@ fn partial_kernel(pl: &ConvPlan, transposed: bool) -> (&'static Kernel, Vec<(&'s
         }
         ConvVariant::Tiled => &TILED_PARTIAL,
         ConvVariant::WgTiled => {
-            c.extend([("TM", pl.rt as f64), ("TN", pl.ct as f64), WG_PARTIAL_KB]);
+            c.extend([("TM", pl.rt as f64), ("TN", pl.ct as f64)]);
             &WG_PARTIAL
         }
         ConvVariant::Direct | ConvVariant::DirectLines => {
@@ -501,12 +501,7 @@ pub fn conv_variants() -> Vec<ShaderVariant> {
             }
             v.push(ShaderVariant::new(&TILED_PARTIAL, &[dt], &gather));
             for (tm, tn) in WG_SHAPES {
-                let w = [
-                    gather[0],
-                    ("TM", tm as f64),
-                    ("TN", tn as f64),
-                    WG_PARTIAL_KB,
-                ];
+                let w = [gather[0], ("TM", tm as f64), ("TN", tn as f64)];
                 v.push(ShaderVariant::new(&WG_PARTIAL, &[dt], &w));
             }
             for dr in DIRECT_ROWS {

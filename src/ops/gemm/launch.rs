@@ -551,11 +551,7 @@ pub(crate) fn dispatch(
     let ws = Storage::scratch(dev, op, pl.splits as u64 * total * 4)?;
     let ws_bind = Bind::whole(ws.buffer());
     let bufs = [binds.a, binds.b, ws_bind];
-    let partial_consts = match std::ptr::eq(partial, &WG_PARTIAL) {
-        true => wg_partial_consts(pl.kernel),
-        false => shape_consts.to_vec(),
-    };
-    dev.launch_binds(op, partial, &dts, &partial_consts, bytes, &bufs, grid)?;
+    dev.launch_binds(op, partial, &dts, shape_consts, bytes, &bufs, grid)?;
     let consts = [&epi[..], &[("WG", REDUCE_WG as f64)]].concat();
     let bufs = [binds.c, binds.bias, binds.out, ws_bind];
     let grid = dev.grid_1d(op, total.div_ceil(REDUCE_WG as u64))?;
@@ -582,22 +578,6 @@ const WG_KERNELS: [GemmKernel; 3] = [
     GemmKernel::WgTiled128,
     GemmKernel::WgTiled128x128,
 ];
-
-/// The large-tile core's `KB` override of the split-k partial kernels (gemm_wg_partial,
-/// conv_wg_partial): K summed in blocks of 8 staged steps (64 values), each into fresh
-/// accumulators, then into the total (shaders/lib/wg_tile.wgsl). A split runs where output
-/// tiles are few and K is long, or for accuracy where K passes 4096 on small outputs (plan.rs
-/// `K_RUN`), where the doubled accumulators cost little against the accuracy (a running sum
-/// over a slice of 256 drifted 2e-6 on constant data). The unsplit kernels keep one running
-/// sum (KB 0), as cuBLAS's tiles, since their accumulators bound the tile's occupancy.
-pub(crate) const WG_PARTIAL_KB: (&str, f64) = ("KB", 8.0);
-
-/// `gemm_wg_partial`'s overrides for `kernel`: its tile, and [`WG_PARTIAL_KB`] but on the
-/// 128 x 128 tile (only forced), whose 64 accumulators doubled would bound its occupancy.
-fn wg_partial_consts(kernel: GemmKernel) -> Vec<(&'static str, f64)> {
-    let kb = (kernel != GemmKernel::WgTiled128x128).then_some(WG_PARTIAL_KB);
-    wg_shape(kernel).into_iter().chain(kb).collect()
-}
 
 /// `gemm_wg`'s tile overrides for `kernel`: rows (`TM`) and columns (`TN`) per invocation.
 fn wg_shape(kernel: GemmKernel) -> [(&'static str, f64); 2] {
@@ -635,8 +615,7 @@ pub fn gemm_variants() -> Vec<ShaderVariant> {
             &[("SGS", SG8_SGS as f64)],
         ));
         for kernel in WG_KERNELS {
-            let w = wg_partial_consts(kernel);
-            v.push(ShaderVariant::new(&WG_PARTIAL, &[dt], &w));
+            v.push(ShaderVariant::new(&WG_PARTIAL, &[dt], &wg_shape(kernel)));
         }
     }
     // Cooperative matrices: f16 operands only.

@@ -302,16 +302,32 @@ pub(crate) fn split_target(caps: &Caps) -> usize {
 /// block a fresh sum). Every fma in turn rounds, all the same way on positive data:
 /// [1 x 2^20] x [2^20 x 1] of U(0, 1) values came out 5e-5 low over 2 slices of 2^19.
 /// Within a slice the CPU kernels add K in blocks of 64, then the blocks (lib/gemm_common.wgsl
-/// `KBLOCK`), so a slice of 4096 is 64 + 64 adds in turn; on GPUs the split kernels of the
-/// 64- and 128-row tiles do the same (lib/wg_tile.wgsl `KB`), where the unsplit tiles keep
-/// one running sum (ones against 0.1 over
-/// K 8192 on a 64x64 output drifted 8e-5 there). On GPUs it applies to outputs small enough
+/// `KBLOCK`), so a slice of 4096 is 64 + 64 adds in turn; the GPU tiles keep one running sum
+/// per slice, as cuBLAS's (ones against 0.1 over K 8192 on a 64x64 output drifted 8e-5
+/// unsplit; blocked sums cost the split kernels 12-31% on an H200, ARCHITECTURE.md). On GPUs it applies to outputs small enough
 /// that the partials cost little against the product (a [1024 x 8192] x [8192 x 1024] weight
 /// gradient writes 8 MiB for 17 GFLOP); the large products keep their unsplit tiles.
 const K_RUN: usize = 4096;
 /// The most f32 partials a split for accuracy may write (16 MiB): past it the product keeps
 /// the speed plan's split.
 const ACCURACY_PARTIALS: usize = 1 << 22;
+
+/// The slices of K a product of `outputs` values takes for accuracy: 1 up to [`K_RUN`], or
+/// where even slices of `K_RUN` would write more than [`ACCURACY_PARTIALS`]. CPU adapters
+/// cut K into slices of at most `K_RUN` (their kernels add blocks of 64 within one); the GPU
+/// tiles keep one running sum per slice, so GPUs cut it into as many slices of at least 256
+/// as the partials' cap holds (ones against 0.1 over K 8192 drifted 2.1e-6 in slices of 256,
+/// 3.9e-5 in slices of 4096).
+fn accuracy_slices(caps: &Caps, outputs: usize, k: usize) -> usize {
+    let base = k.div_ceil(K_RUN);
+    if base <= 1 || outputs.saturating_mul(base) > ACCURACY_PARTIALS {
+        return 1;
+    }
+    if caps.cpu {
+        return base;
+    }
+    (ACCURACY_PARTIALS / outputs.max(1)).min(k / 256).max(base)
+}
 
 /// The split of K for `kernel`'s tiles.
 fn plan_kernel(
@@ -352,17 +368,8 @@ fn plan_kernel(
             } else {
                 1
             };
-            let slices = k.div_ceil(K_RUN);
-            let partials = m
-                .saturating_mul(n)
-                .saturating_mul(batch)
-                .saturating_mul(slices);
-            let accurate = if partials <= ACCURACY_PARTIALS {
-                slices
-            } else {
-                1
-            };
-            speed.max(accurate)
+            let outputs = m.saturating_mul(n).saturating_mul(batch);
+            speed.max(accuracy_slices(caps, outputs, k))
         }
     };
     if k == 0 {
@@ -429,9 +436,13 @@ mod plan_tests {
     #[test]
     fn gpus_split_long_k_of_small_outputs_for_accuracy() {
         let caps = Caps::test_gpu();
-        // Enough tiles to fill the device, K 8192: two slices of 4096 (8 MiB of partials).
+        // Enough tiles to fill the device, K 8192: as many slices as 16 MiB of partials hold
+        // (the tiles keep one running sum per slice).
         let p = plan_for(&caps, 1024, 1024, 8192, 1, None).unwrap();
-        assert_eq!((p.splits, p.k_chunk), (2, 4096), "{p:?}");
+        assert_eq!((p.splits, p.k_chunk), (4, 2048), "{p:?}");
+        // Smaller outputs take slices of 256.
+        let p = plan_for(&caps, 128, 128, 8192, 1, None).unwrap();
+        assert_eq!((p.splits, p.k_chunk), (32, 256), "{p:?}");
         // K 4096 stays one run; the large products keep their unsplit tiles.
         assert_eq!(
             plan_for(&caps, 1024, 1024, 4096, 1, None).unwrap().splits,
@@ -558,12 +569,14 @@ mod plan_tests {
             parallelism: 4,
             ..caps
         };
-        // 4 x 4 tiles of 128 x 64 fill its 4 slots: only the accuracy split (slices of 4096).
+        // 4 x 4 tiles of 128 x 64 fill its 4 slots: only the accuracy split (as many slices
+        // of at least 256 as 16 MiB of partials hold: 32 of 512).
         assert_eq!(
             plan_for(&small, 512, 256, 16384, 1, None).unwrap().splits,
-            4
+            32
         );
-        assert_eq!(plan_for(&small, 64, 64, 16384, 1, None).unwrap().splits, 16);
+        // One tile: the speed split's 16 slices, the accuracy split's 64 of 256.
+        assert_eq!(plan_for(&small, 64, 64, 16384, 1, None).unwrap().splits, 64);
     }
 
     #[test]
