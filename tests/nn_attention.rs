@@ -828,11 +828,19 @@ fn encoder_zeroes_padded_positions_as_pytorchs_nested_path() {
     for (i, (a, b)) in nested.iter().zip(&kept).enumerate() {
         if padded.contains(&i) {
             assert!((a - bias[i % 8]).abs() < 1e-6, "{i}: {a}");
-            assert!((b - bias[i % 8]).abs() > 1e-3, "{i}: {b} is computed there");
         } else {
             assert!((a - b).abs() < 1e-5, "{i}: {a} vs {b}");
         }
     }
+    // With gradients the padded token is computed: its row is not the norm of zeros (one
+    // element alone may come near its bias: 0.30069 against 0.3 on an H200).
+    let off = padded
+        .map(|i| (kept[i] - bias[i % 8]).abs())
+        .fold(0.0f32, f32::max);
+    assert!(
+        off > 1e-2,
+        "the padded row is computed with gradients: {off}"
+    );
     // Padding that is not left-aligned (a leading pad) keeps the computed values.
     let lead = run(&[1.0, 0.0, 0.0, 0.0, 0.0, 0.0], false);
     let lead_grad = run(&[1.0, 0.0, 0.0, 0.0, 0.0, 0.0], true);

@@ -336,11 +336,19 @@ fn timeout_device(opts: DeviceOptions) -> Device {
     })
 }
 
+/// A pause between retries of a timed-out wait: retrying at once kept a driver's lock so busy
+/// that the other tests of the binary stalled behind it (an H200, 12 test threads: the binary
+/// hung).
+fn pause() {
+    std::thread::sleep(std::time::Duration::from_millis(2));
+}
+
 /// Syncs until a sync succeeds (each waits at most the device's timeout): the GPU is idle.
 fn drain(dev: &Device) {
     let start = std::time::Instant::now();
     while dev.sync().is_err() {
         assert!(start.elapsed().as_secs() < 120, "the GPU never drained");
+        pause();
     }
 }
 
@@ -352,16 +360,18 @@ fn read_retrying(t: &Tensor) -> Vec<f32> {
             Ok(v) => return v,
             Err(e) => assert!(start.elapsed().as_secs() < 120, "{e}"),
         }
+        pause();
     }
 }
 
-/// A product long enough to outlast a 1-ms wait (about 2 GFLOP on a CPU adapter, 137 on a
-/// GPU), recorded on `dev`.
+/// A product long enough to outlast a 1-ms wait (about 2 GFLOP on a CPU adapter, 1.1 TFLOP on
+/// a GPU: 35 ms on an H200, where 137 GFLOP (4.7 ms) had finished before a test thread on a
+/// loaded machine got to its wait), recorded on `dev`.
 fn long_product(dev: &Device) -> Tensor {
     let probe = device_with(DeviceOptions::default());
     let cpu = probe.adapter_info().device_type == wgpu::DeviceType::Cpu;
     drop(probe);
-    let n = if cpu { 1024 } else { 4096 };
+    let n = if cpu { 1024 } else { 8192 };
     let big = Tensor::full(dev, &[n, n], 0.5, DType::F32).unwrap();
     big.matmul(&big).unwrap()
 }
@@ -468,7 +478,8 @@ fn an_index_error_outlives_a_timed_out_readback() {
             };
             match got {
                 Err(e) if e.to_string().contains("timed out") => {
-                    assert!(start.elapsed().as_secs() < 120, "{e}")
+                    assert!(start.elapsed().as_secs() < 120, "{e}");
+                    pause();
                 }
                 other => break other.unwrap_err().to_string(),
             }
