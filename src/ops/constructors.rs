@@ -203,36 +203,31 @@ impl Tensor {
     }
 }
 
-/// linspace_kernel's values for `n >= 2` steps: the ends and the step in the dtype (`step_t`:
-/// double for integers), each value `start + step * i` below the halfway point and
-/// `end - step * (n - 1 - i)` from it (so `end` is exact), every operation rounded to the
-/// dtype as c10's arithmetic does (for `Half`, each `+`, `-`, `*`, `/` rounds to half, and
-/// the counts convert to half first).
+/// linspace_kernel's values for `n >= 2` steps: the ends and the step in the dtype's compute
+/// type (f32 for f32 and f16, whose ends are rounded to half first; double for integers),
+/// each value `start + step * i` below the halfway point and `end - step * (n - 1 - i)` from
+/// it (so `end` is exact), rounded to the dtype at the end (torch 2.15's opmath: half
+/// arithmetic throughout overflowed spans past 65504 and stalled past 65505 steps).
 fn linspace_values(start: f64, end: f64, n: usize, dtype: DType) -> Vec<f64> {
     let halfway = n / 2;
     match dtype {
-        DType::F32 => {
-            let (s, e) = (start as f32, end as f32);
+        DType::F32 | DType::F16 => {
+            let (s, e) = match dtype {
+                DType::F16 => (
+                    crate::dtype::f16_of(start).to_f32(),
+                    crate::dtype::f16_of(end).to_f32(),
+                ),
+                _ => (start as f32, end as f32),
+            };
             let step = (e - s) / (n - 1) as f32;
             (0..n)
                 .map(|i| match i < halfway {
                     true => s + step * i as f32,
                     false => e - step * (n - 1 - i) as f32,
                 })
-                .map(f64::from)
-                .collect()
-        }
-        DType::F16 => {
-            let h = |v: f32| half::f16::from_f32(v).to_f32();
-            let (s, e) = (
-                crate::dtype::f16_of(start).to_f32(),
-                crate::dtype::f16_of(end).to_f32(),
-            );
-            let step = h(h(e - s) / h((n - 1) as f32));
-            (0..n)
-                .map(|i| match i < halfway {
-                    true => h(s + h(step * h(i as f32))),
-                    false => h(e - h(step * h((n - 1 - i) as f32))),
+                .map(|v| match dtype {
+                    DType::F16 => half::f16::from_f32(v).to_f32(),
+                    _ => v,
                 })
                 .map(f64::from)
                 .collect()
