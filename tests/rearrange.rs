@@ -140,6 +140,7 @@ fn t_unbind_and_movedim_are_views() {
     );
     assert!(err(x3.movedim(&[0, 1], &[2, -1]))
         .contains("movedim: repeated dim in `destination` ([2, -1])"));
+    assert!(!err(x3.movedim(&[0, 0], &[1, 2])).contains("movedim: movedim"));
     assert!(err(x3.movedim(&[0], &[-4]))
         .contains("Dimension out of range (expected to be in range of [-3, 2], but got -4)"));
 }
@@ -287,6 +288,12 @@ fn roll_wraps_entries_round() {
     assert_eq!(vals(&f), want);
     assert_eq!(vals(&ramp(&[]).roll(&[4], &[]).unwrap()), vec![0.0]);
     assert_eq!(ramp(&[0, 3]).roll(&[1], &[0]).unwrap().shape(), &[0, 3]);
+    // An empty tensor rolls to its copy before any dim is read, as PyTorch's roll.
+    assert_eq!(ramp(&[0, 3]).roll(&[1], &[7]).unwrap().shape(), &[0, 3]);
+    assert_eq!(
+        ramp(&[0, 3]).roll(&[1, 1], &[0, 9]).unwrap().shape(),
+        &[0, 3]
+    );
     assert!(
         err(x.roll(&[1, 2], &[0])).contains("shifts and dimensions must align. shifts: 2, dims:1")
     );
@@ -365,6 +372,10 @@ fn tril_and_triu_keep_their_triangles() {
     assert_eq!(ti.to_vec::<i32>().unwrap(), vec![1, 2, 0, 4]);
     assert_eq!(ramp(&[0, 3]).tril(0).unwrap().shape(), &[0, 3]);
     assert!(err(ramp(&[3]).tril(0)).contains("tril: input tensor must have at least 2 dimensions"));
+    assert!(!err(ramp(&[3]).tril(0)).contains("tril: tril"));
+    // repeat names itself past the largest rank and for a result too large to index.
+    assert!(err(ramp(&[1]).repeat(&[1; 9])).starts_with("repeat:"));
+    assert!(err(ramp(&[1]).repeat(&[1 << 16, 1 << 16])).starts_with("repeat:"));
     assert!(err(ramp(&[]).triu(0)).contains("triu: input tensor must have at least 2 dimensions"));
     // The gradient passes inside the triangle only.
     let xl = ramp(&[2, 2]).requires_grad().unwrap();
@@ -434,7 +445,12 @@ mod fuzz {
                                 .map(|i| flat[(i - shifts[0]).rem_euclid(n.max(1)) as usize])
                                 .collect()
                         })
-                    } else if shifts.len() != ds.len() || rank == 0 {
+                    } else if shifts.len() != ds.len() {
+                        None
+                    } else if shape.contains(&0) {
+                        // An empty tensor's copy, before any dim is read (PyTorch's roll).
+                        Some(Vec::new())
+                    } else if rank == 0 {
                         None
                     } else {
                         let ok: Option<Vec<usize>> = ds.iter().map(|&d| norm(d)).collect();

@@ -121,7 +121,7 @@ impl Tensor {
             return Err(Error::arg(
                 op,
                 format!(
-                    "movedim: Invalid source or destination dims: source ({source:?} dims) \
+                    "Invalid source or destination dims: source ({source:?} dims) \
                      should contain the same number of dims as destination ({destination:?} \
                      dims)"
                 ),
@@ -139,7 +139,7 @@ impl Tensor {
                 // The lists as the caller gave them, as PyTorch prints them.
                 return Err(Error::arg(
                     op,
-                    format!("movedim: repeated dim in `{what}` ({given:?})"),
+                    format!("repeated dim in `{what}` ({given:?})"),
                 ));
             }
         }
@@ -185,6 +185,15 @@ impl Tensor {
                 ),
             ));
         }
+        if m > crate::layout::MAX_RANK {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "{m} repeats give a result of rank {m}, past the largest rank {}",
+                    crate::layout::MAX_RANK
+                ),
+            ));
+        }
         let mut padded = vec![1; m - self.rank()];
         padded.extend_from_slice(self.shape());
         let out_shape = padded
@@ -198,6 +207,7 @@ impl Tensor {
                     format!("repeats {repeats:?} of shape {padded:?} overflow a dim"),
                 )
             })?;
+        crate::layout::checked_numel(op, &out_shape)?;
         let y = if 2 * m <= crate::layout::MAX_RANK {
             // [1, s0, 1, s1, ...] broadcast to [r0, s0, r1, s1, ...], merged pairwise: one copy.
             let (mut single, mut tiled) = (Vec::with_capacity(2 * m), Vec::with_capacity(2 * m));
@@ -212,7 +222,6 @@ impl Tensor {
             // Past half the largest rank: one gather per repeated dim (entry j of the tiled
             // dim is entry j mod s), at the rank of the result.
             let mut y = self.reshape(&padded)?;
-            crate::layout::checked_numel(op, &out_shape)?;
             for (d, (&s, &r)) in padded.iter().zip(repeats).enumerate() {
                 if r == 1 || s == 0 {
                     continue;
@@ -292,6 +301,10 @@ impl Tensor {
                 ),
             ));
         }
+        // PyTorch's roll returns an empty tensor's copy before reading any dim.
+        if self.numel() == 0 {
+            return self.deep_clone();
+        }
         if self.rank() == 0 {
             return Err(no_dims(op, dims[0]));
         }
@@ -346,7 +359,7 @@ impl Tensor {
         if r < 2 {
             return Err(Error::arg(
                 op,
-                format!("{op}: input tensor must have at least 2 dimensions, got {r}"),
+                format!("input tensor must have at least 2 dimensions, got {r}"),
             ));
         }
         if self.numel() == 0 {
