@@ -88,6 +88,15 @@ fn attn_fwd_rows(@builtin(workgroup_id) wid: vec3<u32>,
         for (var j = j0; j < min(j0 + KBLOCK, s_end); j++) {
             let sc = logit(dot_cached(&qr, SRC_Q, qi, SRC_K, (nk * p.s + j) * p.e, p.e), n, i, j);
             if (is_neg_inf(sc)) {
+                // A masked key weighs 0, and PyTorch's attn @ v still multiplies its value:
+                // 0 * inf and 0 * NaN are NaN (tested on the bits: a compiler may fold 0 * v).
+                let vj = (nk * p.s + j) * p.ev + c0;
+                for (var c = 0u; c < ncols; c++) {
+                    let bits = bitcast<u32>(f32(v[vj + c]));
+                    if ((bits & 0x7f800000u) == 0x7f800000u) {
+                        blk[c] = bitcast<f32>(0x7fc00000u | (bits & 0u));
+                    }
+                }
                 continue;
             }
             let m_new = max_nan(m, sc);

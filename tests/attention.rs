@@ -166,6 +166,86 @@ fn gqa_with_unequal_key_and_value_heads() {
         e.contains("Number of heads in key and value must divide the number of heads in"),
         "{e}"
     );
+    // No key or value heads: PyTorch's check before the divisibility one.
+    let q4 = leaf(dev, &[1, 4, 3, 8]);
+    let e = err(sdpa(
+        &q4,
+        &leaf(dev, &[1, 0, 5, 8]),
+        &leaf(dev, &[1, 2, 5, 8]),
+        &gqa,
+    ));
+    assert!(
+        e.contains("Number of heads in key and value must be greater than 0"),
+        "{e}"
+    );
+}
+
+/// 3-D query, key and value take a 4-D mask of leading size 1 (`[1, 1 | B, L, S]`, built for
+/// 4-D models), as PyTorch's op, whose scores for such operands are `[1, B, L, S]`; a tracked
+/// one gets its 4-D gradient. A leading size past 1 stays refused.
+#[test]
+fn three_d_operands_take_a_four_d_mask_of_leading_size_one() {
+    let dev = device();
+    let (q, k, v) = (
+        leaf(dev, &[2, 3, 4]),
+        leaf(dev, &[2, 5, 4]),
+        leaf(dev, &[2, 5, 4]),
+    );
+    let m2 = randn(dev, &[3, 5]);
+    fn with(m: &Tensor) -> SdpaOptions<'_> {
+        SdpaOptions {
+            attn_mask: Some(AttnMask::Additive(m)),
+            ..Default::default()
+        }
+    }
+    let want = sdpa(&q, &k, &v, &with(&m2)).unwrap();
+    let m4 = m2.reshape(&[1, 1, 3, 5]).unwrap();
+    assert_close(
+        "[1, 1, L, S]",
+        &sdpa(&q, &k, &v, &with(&m4)).unwrap(),
+        &want,
+        1e-6,
+    );
+    assert_close(
+        "[1, 1, L, S] reference",
+        &composed(&q, &k, &v, &with(&m4)).unwrap(),
+        &want,
+        1e-5,
+    );
+    let mb = randn(dev, &[2, 3, 5]);
+    let want = sdpa(&q, &k, &v, &with(&mb)).unwrap();
+    let mb4 = mb.reshape(&[1, 2, 3, 5]).unwrap();
+    assert_close(
+        "[1, B, L, S]",
+        &sdpa(&q, &k, &v, &with(&mb4)).unwrap(),
+        &want,
+        1e-6,
+    );
+    // A bool mask too.
+    let keep = Tensor::from_slice(dev, &[1.0f32, 1.0, 0.0, 1.0, 0.0], &[1, 1, 1, 5]).unwrap();
+    let o = sdpa(
+        &q,
+        &k,
+        &v,
+        &SdpaOptions {
+            attn_mask: Some(AttnMask::Bool(&keep)),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(o.shape(), &[2, 3, 4]);
+    // A tracked bias keeps its shape's gradient.
+    let bias = leaf(dev, &[1, 1, 3, 5]);
+    let g = sdpa(&q, &k, &v, &with(&bias))
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert_eq!(g.get(&bias).unwrap().shape(), &[1, 1, 3, 5]);
+    // A leading size of 2 is refused, as PyTorch's broadcast of [2, 1, L, S] against [1, B, L, S]
+    // output.
+    assert!(sdpa(&q, &k, &v, &with(&randn(dev, &[2, 1, 3, 5]))).is_err());
 }
 
 #[test]
@@ -276,6 +356,56 @@ fn nan_rows_and_fully_masked_rows() {
     )
     .unwrap();
     assert_close("additive -inf mask", &o2, &o, 1e-6);
+}
+
+/// A value that is not finite at a masked key still reaches every row as NaN, the fully masked
+/// row too (PyTorch's attn @ v multiplies it by its zero weight): on the row kernels of CPU
+/// adapters, which skipped masked keys, and on the GPU tiles.
+#[test]
+fn masked_keys_still_multiply_their_values() {
+    let gpu = Device::with_options(DeviceOptions {
+        gpu_plans: true,
+        ..Default::default()
+    })
+    .unwrap();
+    for dev in [device().clone(), gpu] {
+        let dev = &dev;
+        for bad in [f32::INFINITY, f32::NAN] {
+            let q = randn(dev, &[1, 1, 5, 4]);
+            let k = randn(dev, &[1, 1, 5, 4]);
+            let mut vh = vals(&randn(dev, &[1, 1, 5, 4]));
+            vh[16..20].fill(bad); // key 4
+            let v = Tensor::from_slice(dev, &vh, &[1, 1, 5, 4]).unwrap();
+            // Key 4 masked for every query, query 0 fully masked.
+            let mut mh = vec![1.0f32; 25];
+            for i in 0..5 {
+                mh[i * 5 + 4] = 0.0;
+            }
+            mh[..5].fill(0.0);
+            let m = Tensor::from_slice(dev, &mh, &[5, 5]).unwrap();
+            let opts = SdpaOptions {
+                attn_mask: Some(AttnMask::Bool(&m)),
+                ..Default::default()
+            };
+            let o = vals(&sdpa(&q, &k, &v, &opts).unwrap());
+            assert!(o.iter().all(|x| x.is_nan()), "{bad}: {o:?}");
+            let r = vals(&composed(&q, &k, &v, &opts).unwrap());
+            assert!(r.iter().all(|x| x.is_nan()), "reference, {bad}: {r:?}");
+        }
+        // Finite values keep the fully masked row's zeros.
+        let v = randn(dev, &[1, 1, 5, 4]);
+        let (q, k) = (randn(dev, &[1, 1, 5, 4]), randn(dev, &[1, 1, 5, 4]));
+        let mut mh = vec![1.0f32; 25];
+        mh[..5].fill(0.0);
+        let m = Tensor::from_slice(dev, &mh, &[5, 5]).unwrap();
+        let opts = SdpaOptions {
+            attn_mask: Some(AttnMask::Bool(&m)),
+            ..Default::default()
+        };
+        let o = vals(&sdpa(&q, &k, &v, &opts).unwrap());
+        assert_eq!(&o[..4], &[0.0; 4]);
+        assert!(o[4..].iter().all(|x| x.is_finite()));
+    }
 }
 
 fn err(r: wgtensor::Result<Tensor>) -> String {

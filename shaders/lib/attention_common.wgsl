@@ -109,10 +109,11 @@ fn drop_factor(n: u32, i: u32, j: u32) -> f32 {
 
 // The forward's results for row `row` = n L + i (every forward kernel and attn_combine): output
 // column `col` is acc / l, and the log-sum-exp m + log l; a row whose keys are all masked (its
-// running max never left -inf) gets zeros and +inf, zero weights in the backward, as PyTorch's
-// safe softmax.
+// running max never left -inf) gets acc, its zero weights times the values (zeros, or NaN
+// where a value is not finite, as PyTorch's safe softmax times v), and +inf, zero weights in
+// the backward.
 fn put_out(row: u32, col: u32, acc: f32, m: f32, l: f32) {
-    out[row * p.ev + col] = T(select(acc / l, 0.0, is_neg_inf(m)));
+    out[row * p.ev + col] = T(select(acc / l, acc, is_neg_inf(m)));
 }
 
 fn put_lse(row: u32, m: f32, l: f32) {

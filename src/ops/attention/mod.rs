@@ -87,6 +87,9 @@ pub fn scaled_dot_product_attention(
     if let Some((k, v)) = problem::repeat_kv_heads(q, k, v, opts)? {
         return scaled_dot_product_attention(q, &k, &v, opts);
     }
+    if let Some(m) = problem::squeeze_lead_mask(q, k, v, opts)? {
+        return scaled_dot_product_attention(q, k, v, &problem::with_mask(opts, &m));
+    }
     if let Some(AttnMask::Additive(m)) = opts.attn_mask {
         if crate::autograd::records([m]) {
             // A learned bias (relative positions, ALiBi) gets its gradient, the scores'

@@ -275,12 +275,51 @@ fn check_mask(op: &'static str, q: &Tensor, opts: &SdpaOptions) -> Result<()> {
     Ok(())
 }
 
-/// PyTorch's words for heads enable_gqa cannot group (its sentence ends at "in" in ATen).
+/// PyTorch's words for heads enable_gqa cannot group (its sentence ends at "in" in ATen),
+/// after its check that key and value have heads at all.
 fn gqa_heads_message(hq: usize, hk: usize, hv: usize) -> String {
+    if hk == 0 || hv == 0 {
+        return format!(
+            "Number of heads in key and value must be greater than 0 (query {hq}, key {hk}, \
+             value {hv})"
+        );
+    }
     format!(
         "Number of heads in key and value must divide the number of heads in query (query \
          {hq}, key {hk}, value {hv})"
     )
+}
+
+/// A 4-D mask of leading size 1 beside 3-D query, key and value, squeezed to 3-D: PyTorch's
+/// op takes such operands' scores as `[1, B, L, S]`, so a `[1, 1 | B, L, S]` mask (one built
+/// for 4-D models) applies. A view: a tracked bias keeps its 4-D gradient. `None` otherwise.
+pub(crate) fn squeeze_lead_mask(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    opts: &SdpaOptions,
+) -> Result<Option<Tensor>> {
+    let Some(m) = opts.attn_mask.map(|m| match m {
+        AttnMask::Bool(t) | AttnMask::Additive(t) => t,
+    }) else {
+        return Ok(None);
+    };
+    let three = [q, k, v].iter().all(|t| t.rank() == 3);
+    if !three || m.rank() != 4 || m.shape()[0] != 1 {
+        return Ok(None);
+    }
+    m.squeeze(0).map(Some)
+}
+
+/// `opts` with `mask` in place of its attention mask (of the same kind).
+pub(crate) fn with_mask<'a>(opts: &SdpaOptions<'a>, mask: &'a Tensor) -> SdpaOptions<'a> {
+    SdpaOptions {
+        attn_mask: opts.attn_mask.map(|m| match m {
+            AttnMask::Bool(_) => AttnMask::Bool(mask),
+            AttnMask::Additive(_) => AttnMask::Additive(mask),
+        }),
+        ..*opts
+    }
 }
 
 /// PyTorch's pre_process_group_query_attention_input for key and value heads that differ

@@ -32,6 +32,9 @@ pub fn scaled_dot_product_attention(
     if let Some((k, v)) = super::problem::repeat_kv_heads(q, k, v, opts)? {
         return scaled_dot_product_attention(q, &k, &v, opts);
     }
+    if let Some(m) = super::problem::squeeze_lead_mask(q, k, v, opts)? {
+        return scaled_dot_product_attention(q, k, v, &super::problem::with_mask(opts, &m));
+    }
     let prob = Problem::new("scaled_dot_product_attention", q, k, v, opts)?;
     if q.dtype == DType::F16 {
         // In f32, rounded once at the end, as PyTorch's math backend upcasts f16 (and as the
