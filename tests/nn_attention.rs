@@ -218,6 +218,41 @@ fn encoder_stack_with_final_norm_matches_pytorch() {
     check_forward_backward(&c, &enc, &out, &[("src", &src)]);
 }
 
+/// With weights asked for, the attention mask and the key padding mask are merged before they
+/// meet the scores, as PyTorch's (attn_mask + key_padding_mask, then baddbmm) and as the path
+/// without weights: added one after the other, a 1e8 and a -1e8 on one key wiped its score.
+#[test]
+fn both_masks_merge_before_the_scores_with_weights_too() {
+    let dev = common::device();
+    let m = MultiheadAttention::new(dev, 4, 1, Default::default()).unwrap();
+    let x = Tensor::from_slice(
+        dev,
+        &(0..12).map(|i| (i as f32 * 0.37).sin()).collect::<Vec<_>>(),
+        &[3, 1, 4],
+    )
+    .unwrap();
+    let am = Tensor::from_slice(
+        dev,
+        &[1e8f32, 0.0, 0.0, 1e8, 0.0, 0.0, 1e8, 0.0, 0.0],
+        &[3, 3],
+    )
+    .unwrap();
+    let kpm = Tensor::from_slice(dev, &[-1e8f32, 0.0, 0.0], &[1, 3]).unwrap();
+    let run = |need_weights: bool| {
+        let opts = MhaOptions {
+            attn_mask: Some(MhaMask::Additive(&am)),
+            key_padding_mask: Some(MhaMask::Additive(&kpm)),
+            need_weights,
+            ..Default::default()
+        };
+        m.forward_attn(&x, &x, &x, &opts).unwrap()
+    };
+    let (with, weights) = run(true);
+    let (without, _) = run(false);
+    close(&with, &without, "output with and without weights");
+    assert_eq!(weights.unwrap().shape(), &[1, 3, 3]);
+}
+
 #[test]
 fn state_dict_names_and_initialization_are_pytorchs() {
     let dev = common::device();
@@ -495,7 +530,7 @@ fn wrong_shapes_are_errors_naming_the_layer_and_the_shapes() {
     };
     let e = msg(m.forward_attn(&x, &x, &x, &opts));
     assert!(
-        e.contains("expecting key_padding_mask shape of (2, 4), but got torch.Size([4, 2])"),
+        e.contains("Expected key_padded_mask.shape[0] to be 2, but got 4"),
         "{e}"
     );
     // Unbatched: PyTorch has unsqueezed the mask to [1, S] by then.
@@ -507,7 +542,7 @@ fn wrong_shapes_are_errors_naming_the_layer_and_the_shapes() {
     };
     let e = msg(m.forward_attn(&x2, &x2, &x2, &opts));
     assert!(
-        e.contains("expecting key_padding_mask shape of (1, 4), but got torch.Size([1, 3])"),
+        e.contains("Expected key_padded_mask.shape[1] to be 4, but got 3"),
         "{e}"
     );
     let am = Tensor::zeros(dev, &[2, 4, 4], DType::F32).unwrap(); // needs N * H = 4
@@ -766,7 +801,7 @@ fn mask_checks_run_in_pytorchs_order() {
             key_padding_mask: Some(MhaMask::Bool(&bad_pad)),
             ..o
         };
-        assert!(msg(&x, &o).contains("expecting key_padding_mask shape"));
+        assert!(msg(&x, &o).contains("Expected key_padded_mask.shape["));
     }
     // The transformer layers name their own arguments.
     let layer = TransformerEncoderLayer::new(dev, 8, 2, Default::default()).unwrap();

@@ -359,12 +359,15 @@ impl MultiheadAttention {
                 dt,
             )?);
         }
+        // PyTorch merges the two masks before either meets the scores (attn_mask +
+        // key_padding_mask, then baddbmm): added one after the other, 1e8 then -1e8 would wipe
+        // the score between them.
+        let merged = match (attn, kpm) {
+            (Some(a), Some(p)) => Some(a.add(&p)?),
+            (a, p) => a.or(p),
+        };
         let (out, weights) = if !opts.need_weights {
-            let mask = match (fused_causal, attn, kpm) {
-                (true, _, _) => None,
-                (false, Some(a), Some(p)) => Some(a.add(&p)?),
-                (false, a, p) => a.or(p),
-            };
+            let mask = if fused_causal { None } else { merged };
             let sdpa = SdpaOptions {
                 attn_mask: mask.as_ref().map(AttnMask::Additive),
                 is_causal: fused_causal,
@@ -378,7 +381,7 @@ impl MultiheadAttention {
             let mut scores = q
                 .mul_scalar(1.0 / (d as f64).sqrt())?
                 .matmul(&k.transpose(-2, -1)?)?;
-            for m in attn.iter().chain(kpm.iter()) {
+            if let Some(m) = &merged {
                 scores = scores.add(m)?;
             }
             let mut p = scores.softmax(-1)?;

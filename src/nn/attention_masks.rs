@@ -123,8 +123,8 @@ pub(super) fn key_padding_mask(
                  1-D but found {}-D tensor instead",
                 t.rank()
             ),
-            // Python's tuple and torch.Size, of the batched form (an unbatched mask is
-            // unsqueezed to [1, S] before this check).
+            // torch 2.15's _check_key_padding_mask (its "padded" spelling), dim 0 then dim 1,
+            // of the batched form (an unbatched mask is unsqueezed to [1, S] before it).
             (true, _) => {
                 let lift = |s: &[usize]| -> Vec<usize> {
                     if batched {
@@ -133,12 +133,11 @@ pub(super) fn key_padding_mask(
                         [&[1][..], s].concat()
                     }
                 };
-                let w = lift(want);
+                let (w, g) = (lift(want), lift(t.shape()));
+                let d = usize::from(w[0] == g[0]);
                 format!(
-                    "expecting key_padding_mask shape of ({}, {}), but got torch.Size({:?})",
-                    w[0],
-                    w[1],
-                    lift(t.shape())
+                    "Expected key_padded_mask.shape[{d}] to be {}, but got {}",
+                    w[d], g[d]
                 )
             }
         };
