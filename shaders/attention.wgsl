@@ -273,11 +273,15 @@ fn attn_combine(@builtin(workgroup_id) wid: vec3<u32>,
     for (var t = 0u; t < p.splits; t++) {
         let at = ml + 2u * (t * rows + row);
         let m = stats_r[at];
-        // A split whose keys are all masked holds nothing (and exp(-inf - -inf) is NaN).
+        // A split whose keys are all masked weighs nothing (and exp(-inf - -inf) is NaN); its
+        // partial, zero weights times its values (0, or NaN where a value is not finite, as
+        // PyTorch's attn @ v), is added as it is.
         if (!is_neg_inf(m)) {
             let f = exp(m - mx);
             lf += stats_r[at + 1u] * f;
             acc += stats_r[(t * rows + row) * p.ev + col] * f;
+        } else {
+            acc += stats_r[(t * rows + row) * p.ev + col];
         }
     }
     put_out(row, col, acc, mx, lf);

@@ -246,6 +246,9 @@ fn three_d_operands_take_a_four_d_mask_of_leading_size_one() {
     // A leading size of 2 is refused, as PyTorch's broadcast of [2, 1, L, S] against [1, B, L, S]
     // output.
     assert!(sdpa(&q, &k, &v, &with(&randn(dev, &[2, 1, 3, 5]))).is_err());
+    // A misfit one is named as given.
+    let e = err(sdpa(&q, &k, &v, &with(&randn(dev, &[1, 1, 4, 5]))));
+    assert!(e.contains("[1, 1, 4, 5]"), "{e}");
 }
 
 #[test]
@@ -392,6 +395,27 @@ fn masked_keys_still_multiply_their_values() {
             let r = vals(&composed(&q, &k, &v, &opts).unwrap());
             assert!(r.iter().all(|x| x.is_nan()), "reference, {bad}: {r:?}");
         }
+        // Key ranges split over workgroups (few rows, many keys): a range whose keys are all
+        // masked still carries its values' NaN, on a partly and on a fully masked row.
+        let (q, k) = (randn(dev, &[1, 2, 2, 8]), randn(dev, &[1, 2, 1400, 8]));
+        let mut vh = vals(&randn(dev, &[1, 2, 1400, 8]));
+        vh[3 * 8..4 * 8].fill(f32::INFINITY); // head 0, key 3
+        let v = Tensor::from_slice(dev, &vh, &[1, 2, 1400, 8]).unwrap();
+        // Row 0 sees keys from 700 on, row 1 none.
+        let mut mh = vec![0.0f32; 2 * 1400];
+        mh[700..1400].fill(1.0);
+        let m = Tensor::from_slice(dev, &mh, &[2, 1400]).unwrap();
+        let opts = SdpaOptions {
+            attn_mask: Some(AttnMask::Bool(&m)),
+            ..Default::default()
+        };
+        let o = vals(&sdpa(&q, &k, &v, &opts).unwrap());
+        assert!(o[..16].iter().all(|x| x.is_nan()), "head 0: {:?}", &o[..16]);
+        assert!(
+            o[16..24].iter().all(|x| x.is_finite()),
+            "head 1, row 0: {o:?}"
+        );
+        assert_eq!(&o[24..], &[0.0; 8], "head 1, row 1");
         // Finite values keep the fully masked row's zeros.
         let v = randn(dev, &[1, 1, 5, 4]);
         let (q, k) = (randn(dev, &[1, 1, 5, 4]), randn(dev, &[1, 1, 5, 4]));

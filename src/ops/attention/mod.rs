@@ -60,9 +60,11 @@ pub struct SdpaOptions<'a> {
 /// Attention `softmax(q k^T * scale + mask) v`, PyTorch's
 /// `F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal, scale,
 /// enable_gqa)`: `q` `[.., L, E]`, `k` `[.., S, E]`, `v` `[.., S, Ev]` give `[.., L, Ev]`; the
-/// leading dims broadcast. f32 or f16 (computed in f32). A query row whose keys are all masked
-/// gives zeros (as PyTorch's math backend does), an empty key sequence gives zeros, and a NaN
-/// makes its row NaN. Tracked by autograd for `q`, `k` and `v` (a fused, deterministic
+/// leading dims broadcast (3-D operands also take a `[1, 1 | B, L, S]` mask, as PyTorch's). f32
+/// or f16 (computed in f32). A query row whose keys are all masked gives zeros (as PyTorch's
+/// math backend does; NaN where a masked value is not finite, since a masked key's weight of 0
+/// still multiplies its value), an empty key sequence gives zeros, and a NaN makes its row
+/// NaN. Tracked by autograd for `q`, `k` and `v` (a fused, deterministic
 /// backward), and for a tracked additive mask (see [`AttnMask::Additive`]).
 ///
 /// ```no_run,ignore-wasm32

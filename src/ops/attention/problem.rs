@@ -276,9 +276,10 @@ fn check_mask(op: &'static str, q: &Tensor, opts: &SdpaOptions) -> Result<()> {
 }
 
 /// PyTorch's words for heads enable_gqa cannot group (its sentence ends at "in" in ATen),
-/// after its check that key and value have heads at all.
+/// after its check that the key has heads at all (no value heads: PyTorch's default CPU
+/// kernel returns zeros, its math backend refuses; refused here in the grouping's words).
 fn gqa_heads_message(hq: usize, hk: usize, hv: usize) -> String {
-    if hk == 0 || hv == 0 {
+    if hk == 0 {
         return format!(
             "Number of heads in key and value must be greater than 0 (query {hq}, key {hk}, \
              value {hv})"
@@ -306,6 +307,19 @@ pub(crate) fn squeeze_lead_mask(
     };
     let three = [q, k, v].iter().all(|t| t.rank() == 3);
     if !three || m.rank() != 4 || m.shape()[0] != 1 {
+        return Ok(None);
+    }
+    // Only where the squeezed mask fits the scores `[B, L, S]`: otherwise the refusal names
+    // the mask as the caller gave it.
+    let op = "scaled_dot_product_attention";
+    let fits = broadcast_shapes(op, &[q.shape()[0]], &[k.shape()[0]])
+        .and_then(|b| broadcast_shapes(op, &b, &[v.shape()[0]]))
+        .and_then(|b| {
+            let scores = [b[0], q.shape()[1], k.shape()[1]];
+            broadcast_shapes(op, &m.shape()[1..], &scores).map(|s| s == scores)
+        })
+        .unwrap_or(false);
+    if !fits {
         return Ok(None);
     }
     m.squeeze(0).map(Some)
