@@ -306,7 +306,8 @@ pub(crate) fn split_target(caps: &Caps) -> usize {
 /// per slice, as cuBLAS's (ones against 0.1 over K 8192 on a 64x64 output drifted 8e-5
 /// unsplit; blocked sums cost the split kernels 12-31% on an H200, ARCHITECTURE.md). On GPUs it applies to outputs small enough
 /// that the partials cost little against the product (a [1024 x 8192] x [8192 x 1024] weight
-/// gradient writes 8 MiB for 17 GFLOP); the large products keep their unsplit tiles.
+/// gradient writes 16 MiB for 17 GFLOP on GPUs: 4 slices, `accuracy_slices`); the large
+/// products keep their unsplit tiles.
 const K_RUN: usize = 4096;
 /// The most f32 partials a split for accuracy may write (16 MiB): past it the product keeps
 /// the speed plan's split.
