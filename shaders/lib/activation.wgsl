@@ -67,7 +67,16 @@ fn clamp_max_f(v: f32, s: f32) -> f32 {
 fn div_f(a: f32, b: f32) -> f32 {
     let q = a / b;
     let c = quot_lo(a, b, q);
-    return select(q, q + c.x, c.y != 0.0);
+    let r = q + c.x;
+    // The step rounds wrong only where a / b lies within about 2^-25 ulp of a midpoint and
+    // the correction's own rounding crosses it (1 / 0.99999994 from q = 1.0000002 gave 1.0):
+    // one more residual, on the integers, moves such a quotient by its last ulp (a quotient
+    // of floats is never exactly a midpoint, so more than half an ulp off is decided).
+    let ra = bitcast<u32>(r) & 0x7fffffffu;
+    let x = quot_residual(bitcast<u32>(a) & 0x7fffffffu, bitcast<u32>(b) & 0x7fffffffu, ra);
+    let off = x.ok && 2u * u32(abs(x.r)) > x.mb;
+    let fixed = bitcast<f32>(select(bitcast<u32>(r) - 1u, bitcast<u32>(r) + 1u, x.r > 0));
+    return select(q, select(r, fixed, off), c.y != 0.0);
 }
 
 // (a - q b) / b, the correction of a quotient q within a few ulp of a / b, and in y 1 where it
@@ -95,6 +104,22 @@ fn quot_lo(a: f32, b: f32, q: f32) -> vec2<f32> {
 // units of q's ulp, 2^(eq - 23). A shift out of that range (q far from a / b) gives NaN, and
 // div_f keeps q.
 fn div_residual(aa: u32, ba: u32, qa: u32) -> f32 {
+    let x = quot_residual(aa, ba, qa);
+    let nan = bitcast<f32>(0x7fc00000u | (aa & 0u));
+    return select(nan, ldexp(f32(x.r) / f32(x.mb), x.eq - 23), x.ok);
+}
+
+// A quotient's exact residual on the integer significands (div_residual): r in units of
+// 2^(eq + eb - 46), b's significand mb, q's unbiased exponent eq, and whether the shift was in
+// range (q within a few ulp of a / b).
+struct QuotResidual {
+    r: i32,
+    mb: u32,
+    eq: i32,
+    ok: bool,
+}
+
+fn quot_residual(aa: u32, ba: u32, qa: u32) -> QuotResidual {
     let ea = i32(aa >> 23u);
     let eb = i32(ba >> 23u) - 127;
     let eq = i32(qa >> 23u) - 127;
@@ -103,9 +128,7 @@ fn div_residual(aa: u32, ba: u32, qa: u32) -> f32 {
     let mb = (ba & 0x007fffffu) | 0x00800000u;
     let mq = (qa & 0x007fffffu) | 0x00800000u;
     let r = bitcast<i32>((ma << u32(clamp(s, 0, 31))) - mq * mb);
-    let ok = s >= 20 && s <= 26;
-    let nan = bitcast<f32>(0x7fc00000u | (aa & 0u));
-    return select(nan, ldexp(f32(r) / f32(mb), eq - 23), ok);
+    return QuotResidual(r, mb, eq, s >= 20 && s <= 26);
 }
 
 // e^r for |r| <= 0.35 (ln 2 / 2 and a little): Taylor to r^9 (the rest under 2e-10) in
@@ -304,14 +327,14 @@ fn frac_exp(bits: u32) -> vec2<f32> {
 // ln f for f in [0.7, 1.42] as hi + lo, within about 2e-8: 2 atanh(s) with s = (f - 1) / (f + 1)
 // carried in two floats (|s| <= 0.172: the series to s^13 leaves under 1e-12). lavapipe's
 // builtin log is 1e-7 off there (5e-6 relative at 0.98), which a power's exponent multiplies.
-// s's low part is the quotient's exact correction (quot_lo, on the integer significands); the
-// rest holds under any contraction or reassociation a driver applies (v_lo may fold to 0, and
-// the final two-sum to hi + lo in one float: 2e-8 at most).
+// s's low part is the quotient's exact correction (quot_lo) and f + 1's rounding v_lo is read
+// on the integer significands, so they hold under any contraction or reassociation a driver
+// applies (lavapipe's NIR folds f - ((f + 1) - 1) to 0 and a closing two-sum to nothing, which
+// left pow 1e-5 off for large exponents). hi + lo is returned unnormalized (|lo| < 0.011 |hi|).
 fn ln_near_one(f: f32) -> vec2<f32> {
     let u = f - 1.0;
     let v = f + 1.0;
-    // f + 1 = v + v_lo exactly (v - 1 is exact in this range).
-    let v_lo = f - (v - 1.0);
+    let v_lo = ldexp(f32(i32(units24(f) + 0x01000000u) - i32(units24(v))), -24);
     let s = div_f(u, v);
     let s_lo = quot_lo(u, v, s).x - (s * v_lo) / v;
     let s2 = s * s;
@@ -321,10 +344,32 @@ fn ln_near_one(f: f32) -> vec2<f32> {
     t = fma(t, s2, 1.0 / 7.0);
     t = fma(t, s2, 1.0 / 5.0);
     t = fma(t, s2, 1.0 / 3.0);
-    let hi = 2.0 * s;
-    let lo = 2.0 * s_lo + 2.0 * s * s2 * t;
-    let sum = hi + lo;
-    return vec2<f32>(sum, lo - (sum - hi));
+    return vec2<f32>(2.0 * s, 2.0 * s_lo + 2.0 * s * s2 * t);
+}
+
+// A positive normal float in [0.5, 4) in units of 2^-24, from its bits (exact: at most 26
+// bits).
+fn units24(x: f32) -> u32 {
+    let b = bitcast<u32>(x);
+    return ((b & 0x007fffffu) | 0x00800000u) << ((b >> 23u) - 126u);
+}
+
+// x as its integer part (toward zero) and the rest, both from x's bits, so no compiler can
+// fold x - i into other sums (x finite; integers from 2^23 on have no rest).
+fn int_frac(x: f32) -> vec2<f32> {
+    let b = bitcast<u32>(x);
+    let biased = (b >> 23u) & 0xffu;
+    if (biased < 127u) {
+        return vec2<f32>(0.0, x);
+    }
+    if (biased >= 150u) {
+        return vec2<f32>(x, 0.0);
+    }
+    let shift = 150u - biased;
+    let m = (b & 0x007fffffu) | 0x00800000u;
+    let sign = select(1.0, -1.0, (b >> 31u) == 1u);
+    let frac = m & ((1u << shift) - 1u);
+    return vec2<f32>(sign * f32(m >> shift), sign * ldexp(f32(frac), -i32(shift)));
 }
 
 // e k for an integer |k| < 256 as (i, f, z): i an integer and |f| < 1 with e k = i + f (f
@@ -374,7 +419,13 @@ fn mul_int(e: f32, k: i32) -> vec3<f32> {
 fn pow_abs(a: f32, e: f32) -> f32 {
     let inf = bitcast<f32>(0x7f800000u | (bitcast<u32>(a) & 0u));
     let ba = bitcast<u32>(a) & 0x7fffffffu;
-    if (ba >= 0x7f800000u || (bitcast<u32>(e) & 0x7fffffffu) >= 0x7f800000u) {
+    let eb = bitcast<u32>(e);
+    if ((eb & 0x7fffffffu) == 0x7f800000u) {
+        // An infinite exponent (|x| = 1 is pow_f's): 0 or inf by which side of 1 |x| is and
+        // e's sign, on the bits (the builtin's log2 of 0.99999994 may be 0, and inf * 0 NaN).
+        return select(0.0, inf, (ba > 0x3f800000u) == ((eb >> 31u) == 0u));
+    }
+    if (ba >= 0x7f800000u) {
         return pow(a, e);
     }
     let fk = frac_exp(ba);
@@ -387,13 +438,17 @@ fn pow_abs(a: f32, e: f32) -> f32 {
         // |e k| >= 2^20 with |k| >= 1 > 2 |log2 f|: |t| > 3000.
         return select(0.0, inf, ek.z > 0.0);
     }
+    // e log2 f's exact top product, split on its bits: c.x itself may reach |t|, and summed
+    // with the small terms first it would cost 5e-6.
     let c = two_prod(e, p.x);
-    let n1 = round(c.x);
-    let g = (ek.y + (c.x - n1)) + (c.y + e * p_lo);
+    let cf = int_frac(c.x);
+    let g = (ek.y + cf.y) + (c.y + e * p_lo);
     let ng = round(g);
-    let n = (ek.x + n1) + ng;
+    let n = (ek.x + cf.x) + ng;
     let r = g - ng;
-    if (n + r > 128.5) {
+    // From 2^128 on the result is past f32's range (left to ldexp, an overflow SPIR-V leaves
+    // undefined).
+    if (n + r >= 128.0) {
         return inf;
     }
     if (n + r < -151.0) {
@@ -404,8 +459,31 @@ fn pow_abs(a: f32, e: f32) -> f32 {
     return ldexp(ldexp(exp_small(r * 0.6931471805599453), h), m - h);
 }
 
+// Whether the float of bits `b` is an integer (2: odd, 1: even) or not (0), on its bits (a GPU
+// that flushes subnormals finds floor(1e-40) == 1e-40); infinities count as even.
+fn int_kind(b: u32) -> u32 {
+    let biased = (b >> 23u) & 0xffu;
+    if ((b & 0x7fffffffu) == 0u || biased > 150u) {
+        return 1u;
+    }
+    if (biased < 127u) {
+        return 0u;
+    }
+    let shift = 150u - biased;
+    let m = (b & 0x007fffffu) | 0x00800000u;
+    if ((m & ((1u << shift) - 1u)) != 0u) {
+        return 0u;
+    }
+    return 1u + ((m >> shift) & 1u);
+}
+
 fn pow_f(x: f32, e: f32) -> f32 {
-    if (e == 0.0 || x == 1.0) {
+    let eb = bitcast<u32>(e);
+    // e's zero and sign on the bits, as x's below (a flushing GPU took 1e-40 for 0).
+    let e_zero = (eb & 0x7fffffffu) == 0u;
+    let e_neg = (eb >> 31u) == 1u && !e_zero;
+    let e_pos = (eb >> 31u) == 0u && !e_zero;
+    if (e_zero || x == 1.0) {
         return 1.0;
     }
     if (isnan_f(x) || isnan_f(e)) {
@@ -431,29 +509,29 @@ fn pow_f(x: f32, e: f32) -> f32 {
     }
     // Built at run time: WGSL constant expressions cannot hold infinities or NaN.
     let inf = bitcast<f32>(0x7f800000u | (bitcast<u32>(x) & 0u));
-    // An odd integer: below 2^24 in magnitude, tested on the bits (every f32 from 2^24 on is
-    // even, and for e = +-inf the arithmetic below is inf - inf, which a compiler assuming
-    // no infinities, as WGSL allows, need not keep unequal to 1).
-    let small = (bitcast<u32>(e) & 0x7fffffffu) < 0x4b800000u;
-    let odd = small && e == floor(e) && (e - 2.0 * floor(e * 0.5)) == 1.0;
+    // Integer and odd on the bits (every f32 from 2^24 on is even, and for e = +-inf float
+    // arithmetic would be inf - inf, which a compiler assuming no infinities, as WGSL allows,
+    // need not keep unequal to 1).
+    let kind = int_kind(eb);
+    let odd = kind == 2u;
     // Infinities tested on their bits, as in log_f (a fast-math compiler may fold `== inf`).
     if (x == -1.0 && (bitcast<u32>(e) & 0x7fffffffu) == 0x7f800000u) {
         return 1.0;
     }
     if (bitcast<u32>(x) == 0xff800000u) {
-        let mag = select(0.0, inf, e > 0.0);
+        let mag = select(0.0, inf, e_pos);
         return select(mag, -mag, odd);
     }
     // Zero, the magnitude and the sign on the bits: a GPU that flushes subnormals compares
     // 1e-40 equal to 0 (an H200 gave 1e-40^0.1 = 0, not 1e-4) and may flush abs(1e-40).
     if ((bitcast<u32>(x) & 0x7fffffffu) == 0u) {
         // +-0 or +-inf by e's sign; negative only for -0 with an odd e.
-        let mag = select(0.0, inf, e < 0.0);
+        let mag = select(0.0, inf, e_neg);
         return select(mag, -mag, odd && bitcast<u32>(x) == 0x80000000u);
     }
     let r = pow_abs(bitcast<f32>(bitcast<u32>(x) & 0x7fffffffu), e);
     if ((bitcast<u32>(x) >> 31u) == 1u) {
-        if (e != floor(e)) {
+        if (kind == 0u) {
             // A quiet NaN, also built at run time (inf - inf may be folded to 0).
             return bitcast<f32>(0x7fc00000u | (bitcast<u32>(x) & 0u));
         }
