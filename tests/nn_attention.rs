@@ -520,7 +520,37 @@ fn wrong_shapes_are_errors_naming_the_layer_and_the_shapes() {
     let short = Tensor::zeros(dev, &[3, 2, 8], DType::F32).unwrap();
     let e = msg(m.forward_attn(&x, &x, &short, &Default::default()));
     assert!(
-        e.contains("sequence length") && e.contains("[3, 2, 8]"),
+        e.contains(
+            "key shape torch.Size([4, 2, 8]) does not match value shape torch.Size([3, 2, 8])"
+        ),
+        "{e}"
+    );
+    let e = msg(m.forward_attn(&bad, &x, &x, &Default::default()));
+    assert!(
+        e.contains("was expecting embedding dimension of 8, but got 6"),
+        "{e}"
+    );
+    // Separate key and value projections (kdim, vdim): PyTorch's sentences for them.
+    let cfg = MultiheadAttentionConfig {
+        kdim: Some(3),
+        vdim: Some(3),
+        ..Default::default()
+    };
+    let sep = MultiheadAttention::new(dev, 8, 2, cfg).unwrap();
+    let z = |s: &[usize]| Tensor::zeros(dev, s, DType::F32).unwrap();
+    let e = msg(sep.forward_attn(&x, &z(&[5, 2, 3]), &z(&[6, 2, 3]), &Default::default()));
+    assert!(
+        e.contains("key's sequence and batch dims torch.Size([5, 2]) do not match value's torch.Size([6, 2])"),
+        "{e}"
+    );
+    let e = msg(sep.forward_attn(&x, &z(&[5, 2, 4]), &z(&[5, 2, 3]), &Default::default()));
+    assert!(
+        e.contains("expecting key weights shape of (8, 4), but got torch.Size([8, 3])"),
+        "{e}"
+    );
+    let e = msg(sep.forward_attn(&x, &z(&[5, 2, 3]), &z(&[5, 2, 4]), &Default::default()));
+    assert!(
+        e.contains("expecting value weights shape of (8, 4), but got torch.Size([8, 3])"),
         "{e}"
     );
     let kpm = Tensor::zeros(dev, &[4, 2], DType::F32).unwrap(); // [S, N]: transposed

@@ -295,7 +295,54 @@ impl MultiheadAttention {
         } else {
             "[L, N, E]"
         };
-        if q_in.shape()[2] != e || k_in.shape()[2] != self.kdim || v_in.shape()[2] != self.vdim {
+        // F.multi_head_attention_forward's asserts in its order and words, its shapes sequence
+        // first ([S, N, E]: batch-first inputs are transposed, unbatched ones unsqueezed).
+        let seq_first = |t: &Tensor| -> Vec<usize> {
+            let s = t.shape();
+            vec![s[1], s[0], s[2]]
+        };
+        let (ks, vs) = (seq_first(&k_in), seq_first(&v_in));
+        let pytorch = if q_in.shape()[2] != e {
+            Some(format!(
+                "was expecting embedding dimension of {e}, but got {}",
+                q_in.shape()[2]
+            ))
+        } else if self.kdim == e && self.vdim == e && ks != vs {
+            Some(format!(
+                "key shape torch.Size({ks:?}) does not match value shape torch.Size({vs:?})"
+            ))
+        } else if (self.kdim != e || self.vdim != e) && ks[..2] != vs[..2] {
+            Some(format!(
+                "key's sequence and batch dims torch.Size({:?}) do not match value's \
+                 torch.Size({:?})",
+                &ks[..2],
+                &vs[..2]
+            ))
+        } else if (self.kdim != e || self.vdim != e) && ks[2] != self.kdim {
+            Some(format!(
+                "expecting key weights shape of ({e}, {}), but got torch.Size([{e}, {}])",
+                ks[2], self.kdim
+            ))
+        } else if (self.kdim != e || self.vdim != e) && vs[2] != self.vdim {
+            Some(format!(
+                "expecting value weights shape of ({e}, {}), but got torch.Size([{e}, {}])",
+                vs[2], self.vdim
+            ))
+        } else {
+            None
+        };
+        if let Some(pytorch) = pytorch {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "{pytorch}: got query {:?}, key {:?}, value {:?} ({layout})",
+                    query.shape(),
+                    key.shape(),
+                    value.shape()
+                ),
+            ));
+        }
+        if k_in.shape()[2] != self.kdim || v_in.shape()[2] != self.vdim {
             return Err(Error::shape(
                 OP,
                 format!(
