@@ -37,6 +37,14 @@ fn assert_close(what: &str, got: &Tensor, want: &Tensor, tol: f32) {
 }
 
 /// The fused op and the composition agree on outputs and on the gradients of q, k and v.
+/// Options with `mask` and PyTorch's other defaults.
+fn masked(mask: AttnMask<'_>) -> SdpaOptions<'_> {
+    SdpaOptions {
+        attn_mask: Some(mask),
+        ..Default::default()
+    }
+}
+
 fn agree(q: &Tensor, k: &Tensor, v: &Tensor, opts: &SdpaOptions) {
     let dev = q.device();
     let a = sdpa(q, k, v, opts).unwrap();
@@ -193,10 +201,7 @@ fn three_d_operands_take_a_four_d_mask_of_leading_size_one() {
     );
     let m2 = randn(dev, &[3, 5]);
     fn with(m: &Tensor) -> SdpaOptions<'_> {
-        SdpaOptions {
-            attn_mask: Some(AttnMask::Additive(m)),
-            ..Default::default()
-        }
+        masked(AttnMask::Additive(m))
     }
     let want = sdpa(&q, &k, &v, &with(&m2)).unwrap();
     let m4 = m2.reshape(&[1, 1, 3, 5]).unwrap();
@@ -223,16 +228,7 @@ fn three_d_operands_take_a_four_d_mask_of_leading_size_one() {
     );
     // A bool mask too.
     let keep = Tensor::from_slice(dev, &[1.0f32, 1.0, 0.0, 1.0, 0.0], &[1, 1, 1, 5]).unwrap();
-    let o = sdpa(
-        &q,
-        &k,
-        &v,
-        &SdpaOptions {
-            attn_mask: Some(AttnMask::Bool(&keep)),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let o = sdpa(&q, &k, &v, &masked(AttnMask::Bool(&keep))).unwrap();
     assert_eq!(o.shape(), &[2, 3, 4]);
     // A tracked bias keeps its shape's gradient.
     let bias = leaf(dev, &[1, 1, 3, 5]);
@@ -303,10 +299,7 @@ fn empty_and_degenerate_shapes() {
         .unwrap()
         .requires_grad()
         .unwrap();
-    let masked = SdpaOptions {
-        attn_mask: Some(AttnMask::Additive(&m)),
-        ..Default::default()
-    };
+    let masked = masked(AttnMask::Additive(&m));
     let o = sdpa(&q, &k, &v, &masked).unwrap();
     assert_eq!(vals(&o), vec![4.0, 5.0, 4.0, 5.0, 4.0, 5.0]);
 }
@@ -330,10 +323,7 @@ fn nan_rows_and_fully_masked_rows() {
     let q = leaf(dev, &[3, 4]);
     let k = leaf(dev, &[5, 4]);
     let v = leaf(dev, &[5, 2]);
-    let opts = SdpaOptions {
-        attn_mask: Some(AttnMask::Bool(&m)),
-        ..Default::default()
-    };
+    let opts = masked(AttnMask::Bool(&m));
     let o = sdpa(&q, &k, &v, &opts).unwrap();
     let ov = vals(&o);
     assert_eq!(&ov[2..4], &[0.0, 0.0]);
@@ -348,16 +338,7 @@ fn nan_rows_and_fully_masked_rows() {
         .unwrap()
         .mul_scalar(1e30)
         .unwrap();
-    let o2 = sdpa(
-        &q,
-        &k,
-        &v,
-        &SdpaOptions {
-            attn_mask: Some(AttnMask::Additive(&add)),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let o2 = sdpa(&q, &k, &v, &masked(AttnMask::Additive(&add))).unwrap();
     assert_close("additive -inf mask", &o2, &o, 1e-6);
 }
 
@@ -386,10 +367,7 @@ fn masked_keys_still_multiply_their_values() {
             }
             mh[..5].fill(0.0);
             let m = Tensor::from_slice(dev, &mh, &[5, 5]).unwrap();
-            let opts = SdpaOptions {
-                attn_mask: Some(AttnMask::Bool(&m)),
-                ..Default::default()
-            };
+            let opts = masked(AttnMask::Bool(&m));
             let o = vals(&sdpa(&q, &k, &v, &opts).unwrap());
             assert!(o.iter().all(|x| x.is_nan()), "{bad}: {o:?}");
             let r = vals(&composed(&q, &k, &v, &opts).unwrap());
@@ -405,10 +383,7 @@ fn masked_keys_still_multiply_their_values() {
         let mut mh = vec![0.0f32; 2 * 1400];
         mh[700..1400].fill(1.0);
         let m = Tensor::from_slice(dev, &mh, &[2, 1400]).unwrap();
-        let opts = SdpaOptions {
-            attn_mask: Some(AttnMask::Bool(&m)),
-            ..Default::default()
-        };
+        let opts = masked(AttnMask::Bool(&m));
         let o = vals(&sdpa(&q, &k, &v, &opts).unwrap());
         assert!(o[..16].iter().all(|x| x.is_nan()), "head 0: {:?}", &o[..16]);
         assert!(
@@ -422,10 +397,7 @@ fn masked_keys_still_multiply_their_values() {
         let mut mh = vec![1.0f32; 25];
         mh[..5].fill(0.0);
         let m = Tensor::from_slice(dev, &mh, &[5, 5]).unwrap();
-        let opts = SdpaOptions {
-            attn_mask: Some(AttnMask::Bool(&m)),
-            ..Default::default()
-        };
+        let opts = masked(AttnMask::Bool(&m));
         let o = vals(&sdpa(&q, &k, &v, &opts).unwrap());
         assert_eq!(&o[..4], &[0.0; 4]);
         assert!(o[4..].iter().all(|x| x.is_finite()));
@@ -754,10 +726,7 @@ fn finite_differences() {
     let k = randn(dev, &[s, e]);
     let v = randn(dev, &[s, ev]);
     let g = randn(dev, &[l, ev]);
-    let opts = SdpaOptions {
-        attn_mask: Some(AttnMask::Additive(&m)),
-        ..Default::default()
-    };
+    let opts = masked(AttnMask::Additive(&m));
     let loss = |qv: &[f32]| -> f64 {
         let q = Tensor::from_slice(dev, qv, &[l, e]).unwrap();
         let o = vals(&sdpa(&q, &k, &v, &opts).unwrap());
@@ -929,10 +898,7 @@ fn tracked_additive_mask_gets_its_gradient() {
     let out = |mv: &[f32], track: bool| {
         let m = Tensor::from_slice(dev, mv, &[l, s]).unwrap();
         let m = if track { m.requires_grad().unwrap() } else { m };
-        let opts = SdpaOptions {
-            attn_mask: Some(AttnMask::Additive(&m)),
-            ..Default::default()
-        };
+        let opts = masked(AttnMask::Additive(&m));
         (sdpa(&q, &k, &v, &opts).unwrap(), m)
     };
     let (fused, _) = out(&m0, false);
@@ -974,10 +940,7 @@ fn composed_path_scaling_empty_keys_and_long_contexts() {
             .unwrap()
             .requires_grad()
             .unwrap();
-        let opts = SdpaOptions {
-            attn_mask: Some(AttnMask::Additive(&bias)),
-            ..Default::default()
-        };
+        let opts = masked(AttnMask::Additive(&bias));
         let o = sdpa(&q, &q, &q, &opts).unwrap();
         assert!(vals(&o.to_dtype(DType::F32).unwrap())
             .iter()
@@ -1052,10 +1015,7 @@ fn composed_path_scaling_empty_keys_and_long_contexts() {
         .unwrap()
         .requires_grad()
         .unwrap();
-    let opts = SdpaOptions {
-        attn_mask: Some(AttnMask::Additive(&m)),
-        ..Default::default()
-    };
+    let opts = masked(AttnMask::Additive(&m));
     let o = sdpa(&q, &k, &v, &opts).unwrap();
     assert_eq!((o.shape(), vals(&o)), (&[3, 2][..], vec![0.0; 6]));
     let g = o.sum_all().unwrap().backward().unwrap();
