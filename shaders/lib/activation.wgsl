@@ -431,8 +431,11 @@ fn pow_abs(a: f32, e: f32) -> f32 {
     let fk = frac_exp(ba);
     let l = ln_near_one(fk.x);
     // log2 f = p.x + p_lo (log2(e) in two parts), |log2 f| < 0.52.
+    // ln f's low part (up to 0.011 of it) gets its own exact product: rounded into p_lo, e
+    // times it cost up to 5e-7 near |t| = 128.
     let p = two_prod(l.x, 1.4426950408889634);
-    let p_lo = p.y + (l.x * 1.925963033500345e-8 + l.y * 1.4426950408889634);
+    let pl = two_prod(l.y, 1.4426950408889634);
+    let p_lo = p.y + (pl.y + l.x * 1.925963033500345e-8);
     let ek = mul_int(e, i32(fk.y));
     if (ek.z != 0.0) {
         // |e k| >= 2^20 with |k| >= 1 > 2 |log2 f|: |t| > 3000.
@@ -441,14 +444,17 @@ fn pow_abs(a: f32, e: f32) -> f32 {
     // e log2 f's exact top product, split on its bits: c.x itself may reach |t|, and summed
     // with the small terms first it would cost 5e-6.
     let c = two_prod(e, p.x);
+    let cl = two_prod(e, pl.x);
     let cf = int_frac(c.x);
-    let g = (ek.y + cf.y) + (c.y + e * p_lo);
+    let g = (ek.y + cf.y) + (cl.x + ((c.y + cl.y) + e * p_lo));
     let ng = round(g);
     let n = (ek.x + cf.x) + ng;
     let r = g - ng;
-    // From 2^128 on the result is past f32's range (left to ldexp, an overflow SPIR-V leaves
-    // undefined).
-    if (n + r >= 128.0) {
+    let y = exp_small(r * 0.6931471805599453);
+    // 2^n y is past f32's range from 2^128 on: decided on n and y (n + r rounds to 128 for r
+    // just below 0, whose results are still finite), before ldexp could overflow (which SPIR-V
+    // leaves undefined).
+    if (n > 128.0 || (n == 128.0 && y >= 1.0)) {
         return inf;
     }
     if (n + r < -151.0) {
@@ -456,7 +462,7 @@ fn pow_abs(a: f32, e: f32) -> f32 {
     }
     let m = i32(n);
     let h = m / 2;
-    return ldexp(ldexp(exp_small(r * 0.6931471805599453), h), m - h);
+    return ldexp(ldexp(y, h), m - h);
 }
 
 // Whether the float of bits `b` is an integer (2: odd, 1: even) or not (0), on its bits (a GPU
