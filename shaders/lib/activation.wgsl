@@ -50,11 +50,12 @@ fn clamp_max_f(v: f32, s: f32) -> f32 {
     return select(min_nan(v, s), v, ((bitcast<u32>(v) | bitcast<u32>(s)) & 0x7fffffffu) == 0u);
 }
 
-// Division within 1 ulp on every adapter. WGSL allows 2.5 ulp for `/`, and GPUs use that
+// Division correctly rounded on every adapter. WGSL allows 2.5 ulp for `/`, and GPUs use that
 // freedom (NVIDIA: a reciprocal times the dividend), so the mean of ones came out 0.99999994.
 // One Newton step corrects the quotient: the residual a - q * b is exact, and
-// q + residual / b rounds to the nearest float in all but rare ties. The residual is computed
-// on the integer significands (div_residual), since no float formula for it survives every
+// q + residual / b rounds to the nearest float in all but rare near-ties, which a last
+// residual settles. The residuals are computed on the integer significands (quot_residual),
+// since no float formula for it survives every
 // compiler: Vulkan's fma need not be fused (lavapipe's is not: fma(-q, b, a) moved 10% of the
 // correctly rounded quotients one ulp off), and without SPIR-V's NoContraction, which naga does
 // not emit, drivers may contract and reassociate float arithmetic (NVIDIA's turned both
