@@ -27,6 +27,7 @@ pub use plan::{plan, plan_for, plan_for_dtype, GemmKernel, GemmPlan};
 #[doc(hidden)]
 pub use probe::{fail_next_coop_probe, stall_next_coop_probe};
 use run::{run, run_kernel};
+use shape::Route;
 
 /// The epilogue activation, defined in [`ops::activation`](crate::ops::activation) and
 /// re-exported here where it has always been reachable.
@@ -152,14 +153,7 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     // goes through mm / mv / bmm, whose shape checks come before the dtype's (_matmul_impl
     // has none of its own). i32 is refused with the dtypes (gemm's kernels are float-only).
     if a.rank() == 1 && b.rank() == 1 && a.dtype() != b.dtype() {
-        return Err(Error::arg(
-            op,
-            format!(
-                "dot : expected both vectors to have same dtype, but found {} and {}",
-                a.dtype().scalar_name(),
-                b.dtype().scalar_name()
-            ),
-        ));
+        return Err(shape::dtype_mismatch(op, Route::Dot, a.dtype(), b.dtype()));
     }
     // The contracted sizes, named with the caller's shapes (not the promoted ones).
     let (ka, kb) = (
@@ -176,23 +170,10 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     // right, bmm where the right operand has a batch, mm otherwise (a batched left operand
     // folds into mm's rows).
     if a.dtype() != b.dtype() {
-        let (an, bn) = (a.dtype().scalar_name(), b.dtype().scalar_name());
-        match (a.rank(), b.rank()) {
-            (_, 1) => {
-                return Err(Error::arg(
-                    op,
-                    format!(
-                        "addmv input tensors must have the same dtype, but got {bn}, {an}, and \
-                         {bn}"
-                    ),
-                ))
-            }
-            (_, r) if r >= 3 => {
-                return Err(Error::arg(
-                    op,
-                    format!("expected scalar type {an} but found {bn}"),
-                ))
-            }
+        let (ad, bd) = (a.dtype(), b.dtype());
+        match b.rank() {
+            1 => return Err(shape::dtype_mismatch(op, Route::Mv, ad, bd)),
+            r if r >= 3 => return Err(shape::dtype_mismatch(op, Route::Bmm, ad, bd)),
             _ => a.same_dtype_factors(op, b)?,
         }
     }

@@ -2,6 +2,7 @@
 //! operands' ranks and sizes in its own words, then runs as [`matmul`](super::matmul) (or a
 //! broadcast product for `outer`), differentiable as it is.
 
+use super::shape::{dtype_mismatch, Route};
 use crate::{Error, Result, Tensor};
 
 /// A rank refusal of `op`.
@@ -62,14 +63,7 @@ impl Tensor {
             ));
         }
         if self.dtype() != batch2.dtype() {
-            return Err(Error::arg(
-                op,
-                format!(
-                    "expected scalar type {} but found {}",
-                    self.dtype().scalar_name(),
-                    batch2.dtype().scalar_name()
-                ),
-            ));
+            return Err(dtype_mismatch(op, Route::Bmm, self.dtype(), batch2.dtype()));
         }
         self.require_float(op)?;
         self.matmul(batch2)
@@ -99,11 +93,7 @@ impl Tensor {
             ));
         }
         if self.dtype() != vec.dtype() {
-            let (v, a) = (vec.dtype().scalar_name(), self.dtype().scalar_name());
-            return Err(Error::arg(
-                op,
-                format!("addmv input tensors must have the same dtype, but got {v}, {a}, and {v}"),
-            ));
+            return Err(dtype_mismatch(op, Route::Mv, self.dtype(), vec.dtype()));
         }
         self.require_float(op)?;
         self.matmul(vec)
@@ -125,14 +115,7 @@ impl Tensor {
         }
         if self.dtype() != other.dtype() {
             // dot's dtype check comes before its size check.
-            return Err(Error::arg(
-                op,
-                format!(
-                    "dot : expected both vectors to have same dtype, but found {} and {}",
-                    self.dtype().scalar_name(),
-                    other.dtype().scalar_name()
-                ),
-            ));
+            return Err(dtype_mismatch(op, Route::Dot, self.dtype(), other.dtype()));
         }
         let (n, m) = (self.shape()[0], other.shape()[0]);
         if n != m {

@@ -2,7 +2,7 @@
 //! the words of the PyTorch op matmul runs for the operands' ranks.
 
 use crate::layout::broadcast_shapes;
-use crate::{Error, Result};
+use crate::{DType, Error, Result};
 
 /// The broadcast batch dims of a product of `a` and `b` (caller shapes, rank >= 1: a 1-D
 /// operand has none), or PyTorch's infer_size error naming the dim.
@@ -77,4 +77,36 @@ pub(super) fn product_shape(
     let mut out = batch;
     out.extend([m, n]);
     Ok((out, m, n, ka))
+}
+
+/// The dtype refusal of the product PyTorch routes a pair of `a` and `b`'s dtypes to, in its
+/// words: `dot` (two vectors; checked before the sizes), `mv` (addmv's, naming the vector's
+/// dtype as the input's) or `bmm`; mm's are `Tensor::same_dtype_factors`'.
+pub(super) fn dtype_mismatch(op: &'static str, route: Route, a: DType, b: DType) -> Error {
+    let (an, bn) = (a.scalar_name(), b.scalar_name());
+    Error::arg(
+        op,
+        match route {
+            Route::Dot => {
+                format!("dot : expected both vectors to have same dtype, but found {an} and {bn}")
+            }
+            Route::Mv => {
+                format!(
+                    "addmv input tensors must have the same dtype, but got {bn}, {an}, and {bn}"
+                )
+            }
+            Route::Bmm => format!("expected scalar type {an} but found {bn}"),
+        },
+    )
+}
+
+/// The fixed-rank product whose dtype words [`dtype_mismatch`] gives.
+#[derive(Clone, Copy)]
+pub(super) enum Route {
+    /// Two vectors.
+    Dot,
+    /// A vector on the right.
+    Mv,
+    /// A batched right operand.
+    Bmm,
 }
