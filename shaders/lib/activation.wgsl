@@ -366,11 +366,15 @@ fn int_frac(x: f32) -> vec2<f32> {
     if (biased >= 150u) {
         return vec2<f32>(x, 0.0);
     }
-    let shift = 150u - biased;
     let m = (b & 0x007fffffu) | 0x00800000u;
-    let sign = select(1.0, -1.0, (b >> 31u) == 1u);
-    let frac = m & ((1u << shift) - 1u);
-    return vec2<f32>(sign * f32(m >> shift), sign * ldexp(f32(frac), -i32(shift)));
+    return split_point(m, 150u - biased, select(1.0, -1.0, (b >> 31u) == 1u));
+}
+
+// sign v 2^-shift (shift 1 to 31) as its integer part and the rest, each exact as far as f32
+// holds it: the integer bits above the binary point and the fraction below it.
+fn split_point(v: u32, shift: u32, sign: f32) -> vec2<f32> {
+    let frac = v & ((1u << shift) - 1u);
+    return vec2<f32>(sign * f32(v >> shift), sign * ldexp(f32(frac), -i32(shift)));
 }
 
 // e k for an integer |k| < 256 as (i, f, z): i an integer and |f| < 1 with e k = i + f (f
@@ -397,12 +401,10 @@ fn mul_int(e: f32, k: i32) -> vec3<f32> {
     if (shift >= 32) {
         return vec3<f32>(0.0, sign * ldexp(f32(prod), -shift), 0.0);
     }
-    let whole = prod >> u32(shift);
-    let frac = prod & ((1u << u32(shift)) - 1u);
-    if (whole >= 0x00100000u) {
+    if ((prod >> u32(shift)) >= 0x00100000u) {
         return vec3<f32>(0.0, 0.0, sign);
     }
-    return vec3<f32>(sign * f32(whole), sign * ldexp(f32(frac), -shift), 0.0);
+    return vec3<f32>(split_point(prod, u32(shift), sign), 0.0);
 }
 
 // |x|^e for x != 0 (NaN, zero and the exponents pow_f special-cases are handled there), as
