@@ -199,33 +199,23 @@ fn three_d_operands_take_a_four_d_mask_of_leading_size_one() {
         leaf(dev, &[2, 5, 4]),
         leaf(dev, &[2, 5, 4]),
     );
-    let m2 = randn(dev, &[3, 5]);
     fn with(m: &Tensor) -> SdpaOptions<'_> {
         masked(AttnMask::Additive(m))
     }
-    let want = sdpa(&q, &k, &v, &with(&m2)).unwrap();
-    let m4 = m2.reshape(&[1, 1, 3, 5]).unwrap();
-    assert_close(
-        "[1, 1, L, S]",
-        &sdpa(&q, &k, &v, &with(&m4)).unwrap(),
-        &want,
-        1e-6,
-    );
-    assert_close(
-        "[1, 1, L, S] reference",
-        &composed(&q, &k, &v, &with(&m4)).unwrap(),
-        &want,
-        1e-5,
-    );
-    let mb = randn(dev, &[2, 3, 5]);
-    let want = sdpa(&q, &k, &v, &with(&mb)).unwrap();
-    let mb4 = mb.reshape(&[1, 2, 3, 5]).unwrap();
-    assert_close(
-        "[1, B, L, S]",
-        &sdpa(&q, &k, &v, &with(&mb4)).unwrap(),
-        &want,
-        1e-6,
-    );
+    // [L, S] lifted to [1, 1, L, S], [B, L, S] to [1, B, L, S].
+    for m in [randn(dev, &[3, 5]), randn(dev, &[2, 3, 5])] {
+        let want = sdpa(&q, &k, &v, &with(&m)).unwrap();
+        let lifted: Vec<usize> = [1, 1][m.rank() - 2..]
+            .iter()
+            .chain(m.shape())
+            .copied()
+            .collect();
+        let m4 = m.reshape(&lifted).unwrap();
+        let what = format!("{lifted:?}");
+        assert_close(&what, &sdpa(&q, &k, &v, &with(&m4)).unwrap(), &want, 1e-6);
+        let r = composed(&q, &k, &v, &with(&m4)).unwrap();
+        assert_close(&format!("{what} reference"), &r, &want, 1e-5);
+    }
     // A bool mask too.
     let keep = Tensor::from_slice(dev, &[1.0f32, 1.0, 0.0, 1.0, 0.0], &[1, 1, 1, 5]).unwrap();
     let o = sdpa(&q, &k, &v, &masked(AttnMask::Bool(&keep))).unwrap();
